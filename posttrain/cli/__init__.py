@@ -1,0 +1,46 @@
+"""The `posttrain` command line.
+
+Each subcommand lives in its own module exposing ``register(subparsers)``, which adds its parser
+and sets ``func`` to a callable taking the parsed args and returning an exit status. A `UserError`
+becomes one message on stderr and exit status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from posttrain.errors import UserError
+
+# Subcommand modules, in the order `posttrain --help` lists them.
+COMMAND_MODULES = [
+    "posttrain.cli.make_model",
+    "posttrain.cli.make_data",
+    "posttrain.cli.config_cmd",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="posttrain",
+        description="Reinforcement-learning post-training of language models, from one YAML file.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as err:
+        print(f"posttrain: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("posttrain: interrupted", file=sys.stderr)
+        return 130

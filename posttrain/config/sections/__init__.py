@@ -1,0 +1,1 @@
+"""One module per config section; each owns the dataclasses of its section."""
