@@ -1,6 +1,73 @@
-"""`posttrain config-cmd` (being written)."""
+"""`posttrain config show|explain|plan`: look at a config before running it.
+
+``show`` prints the fully resolved config (every default included) as YAML; ``explain`` prints the
+schema's documentation of a key or a section; ``plan`` prints the batch arithmetic of one training
+step. All three validate first, so a broken config is reported here, not an hour into a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from posttrain.config.derive import count_rows, derive
+from posttrain.config.explain import explain
+from posttrain.config.load import load_config, to_yaml
+from posttrain.config.plan import format_plan
+from posttrain.config.validate import stage_configs
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("config-cmd".replace("config-cmd", "config"), help="(not written yet)")
-    p.set_defaults(func=lambda args: print("not written yet") or 1)
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("config", help="show, explain or plan a config", description=__doc__)
+    sub = parser.add_subparsers(dest="config_command", metavar="ACTION")
+    sub.required = True
+    usage = "[CONFIG] [KEY=VALUE ...]"
+    show = sub.add_parser("show", help="print the resolved config as YAML", usage=f"posttrain config show {usage}")
+    show.add_argument("args", nargs="*", metavar="CONFIG|KEY=VALUE", help="a YAML file, then dotted overrides")
+    show.set_defaults(func=run_show)
+    exp = sub.add_parser("explain", help="document a key or a section")
+    exp.add_argument("key", nargs="?", default=None, help="dotted key or section, e.g. actor.ppo_epochs; none lists sections")
+    exp.set_defaults(func=run_explain)
+    plan = sub.add_parser("plan", help="print the batch arithmetic of one step", usage=f"posttrain config plan {usage}")
+    plan.add_argument("args", nargs="*", metavar="CONFIG|KEY=VALUE", help="a YAML file, then dotted overrides")
+    plan.set_defaults(func=run_plan)
+
+
+def split_args(args: list[str]) -> tuple[str | None, list[str]]:
+    """``[CONFIG] [KEY=VALUE ...]``: the first argument is the file unless it is an override."""
+    if args and "=" not in args[0]:
+        return args[0], list(args[1:])
+    return None, list(args)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    path, overrides = split_args(args.args)
+    print(to_yaml(load_config(path, overrides)), end="")
+    return 0
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    print(explain(args.key), end="")
+    return 0
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    path, overrides = split_args(args.args)
+    cfg = load_config(path, overrides)
+    stages = stage_configs(cfg)
+    for i, stage in enumerate(stages):
+        if len(stages) > 1:
+            print(f"{'' if i == 0 else chr(10)}stage {i} ({stage.name}):")
+        print(_plan_text(stage.config, path), end="")
+    return 0
+
+
+def _plan_text(cfg, path: str | None) -> str:
+    files = list(cfg.data.train_files)
+    base = Path(path).parent if path else Path(".")
+    # relative data paths are tried as given (the run's working directory) and beside the config
+    rows = count_rows(files)
+    if rows is None and files and path:
+        rows = count_rows([str(base / f) if not Path(f).is_absolute() else f for f in files])
+    note = "no data files: data.train_files is empty" if not files else "data.train_files not found or not countable"
+    return format_plan(cfg, derive(cfg, rows), size_note=note)

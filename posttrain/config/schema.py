@@ -14,13 +14,20 @@ from typing import Any
 from posttrain.config.fields import param, section
 from posttrain.config.sections.actor import ActorConfig
 from posttrain.config.sections.algorithm import AlgorithmConfig
+from posttrain.config.sections.buffer import BufferConfig
 from posttrain.config.sections.cluster import ClusterConfig
 from posttrain.config.sections.critic import CriticConfig
 from posttrain.config.sections.data import DataConfig
+from posttrain.config.sections.data_processor import DataProcessorConfig
+from posttrain.config.sections.env import EnvConfig
+from posttrain.config.sections.explorer import ExplorerConfig
+from posttrain.config.sections.log import LogConfig
 from posttrain.config.sections.model import ModelConfig
 from posttrain.config.sections.ref import RefConfig
 from posttrain.config.sections.reward import RewardConfig
 from posttrain.config.sections.rollout import RolloutConfig
+from posttrain.config.sections.service import ServiceConfig
+from posttrain.config.sections.synchronizer import SynchronizerConfig
 from posttrain.config.sections.trainer import TrainerConfig
 
 
@@ -38,4 +45,12 @@ class Config:
     algorithm: AlgorithmConfig = param(factory=AlgorithmConfig, doc="Algorithm, advantages, KL and reward shaping.")
     trainer: TrainerConfig = param(factory=TrainerConfig, doc="Run length, logging, validation, checkpoints.")
     cluster: ClusterConfig = param(factory=ClusterConfig, doc="Nodes, devices and processes.")
-    stages: list[dict[str, Any]] = param(factory=list, doc="Multi-stage run: each item has `name` plus section overrides, run in order.", refs=["trinity:stages"])
+    log: LogConfig = param(factory=LogConfig, doc="Text logs of the run's processes.")
+    env: EnvConfig = param(factory=EnvConfig, doc="Environments of agentic (multi-turn) RL.")
+    explorer: ExplorerConfig = param(factory=ExplorerConfig, doc="Generating half of a decoupled explorer/trainer run.")
+    buffer: BufferConfig = param(factory=BufferConfig, doc="Tasksets and experience buffers of a decoupled run.")
+    synchronizer: SynchronizerConfig = param(factory=SynchronizerConfig, doc="Weight synchronisation of a decoupled run.")
+    service: ServiceConfig = param(factory=ServiceConfig, doc="External services (Data-Juicer).")
+    data_processor: DataProcessorConfig = param(factory=DataProcessorConfig, doc="Operator pipelines over tasks and experiences.")
+    stages: list[dict[str, Any]] = param(factory=list, doc="Multi-stage run: each item has `name` plus section overrides, run in order.", refs=["trinity:stages", "trinity:stages.stage_name"])
+

@@ -1,18 +1,162 @@
-"""`actor`: policy training (PPO update) and its batching."""
+"""`actor`: policy training (the PPO update), its batching, losses and optimizer.
+
+Batch units follow verl: ``ppo_mini_batch_size`` counts prompts (each brings rollout.n responses) and
+is global over all devices; ``ppo_micro_batch_size_per_gpu`` counts responses on one device; the
+token budget ``ppo_max_token_len_per_gpu`` counts prompt + response tokens on one device.
+
+This module also holds the sub-sections the `ref` and `critic` sections reuse (FSDP options,
+checkpoint contents, profiler). Their refs are relative (``"verl:.param_offload"``); the holding
+field gives each role's prefix.
+
+`UNSUPPORTED` lists reference keys that have no field here, each with the reason.
+"""
 
 from __future__ import annotations
 
 from posttrain.config.fields import param, section
 from posttrain.config.sections.optim import OptimConfig
 
+_VERL = "verl:actor_rollout_ref.actor"
+_TRINITY_ALGO = "trinity:algorithm"
+
+_FSDP = "FSDP sharding and offload (Ray/cluster issue)"
+_CKPT = "choosing checkpoint contents (checkpoint issue)"
+_PROFILE = "per-role profiling (profiling issue)"
+_PERF = "memory/speed options of the training backend (performance issue)"
+
+# Kept equal to posttrain.algorithms (the config layer does not import it; a test compares them).
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+KL_LOSS_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
+
+
+# ---- sub-sections shared with `ref` and `critic` ----------------------------------------------
+
+
+@section
+class FsdpConfig:
+    """How a role's model is sharded over devices with PyTorch FSDP (no effect in one CPU process)."""
+
+    param_offload: bool = param(False, doc="Keep parameters in CPU memory between uses.", todo=_FSDP, refs=["verl:.param_offload"])
+    optimizer_offload: bool = param(False, doc="Keep optimizer state in CPU memory between steps.", todo=_FSDP, refs=["verl:.optimizer_offload"])
+    offload_policy: bool = param(False, doc="FSDP2 only: offload parameters, gradients and optimizer state during training.", todo=_FSDP, refs=["verl:.offload_policy"])
+    reshard_after_forward: bool = param(True, doc="FSDP2 only: free gathered parameters after the forward pass to save memory.", todo=_FSDP, refs=["verl:.reshard_after_forward"])
+    forward_prefetch: bool = param(False, doc="FSDP1 only: start the next forward all-gather before the current forward ends.", todo=_FSDP, refs=["verl:.forward_prefetch"])
+    fsdp_size: int = param(-1, doc="Devices per FSDP sharding group; -1 shards over all devices.", ge=-1, todo=_FSDP, refs=["verl:.fsdp_size"])
+    min_num_params: int = param(0, doc="Wrap policy: smallest module (in parameters) wrapped as its own FSDP unit; 0 wraps decoder layers.", ge=0, todo=_FSDP, refs=["verl:.wrap_policy.min_num_params"])
+    transformer_layer_cls_to_wrap: list[str] = param(factory=list, doc="Wrap policy: module class names wrapped as FSDP units; empty uses the model's decoder layer.", todo=_FSDP, refs=["verl:.wrap_policy.transformer_layer_cls_to_wrap"])
+
+
+@section
+class CheckpointConfig:
+    """What a role saves in, and restores from, a checkpoint."""
+
+    save_contents: list[str] = param(factory=lambda: ["model", "optimizer", "extra"], doc="Parts saved: model, optimizer, extra (LR scheduler, RNG) and hf_model (a Hugging Face copy).", choices=["model", "optimizer", "extra", "hf_model"], todo=_CKPT, refs=["verl:.save_contents", "verl:.contents"])
+    load_contents: list[str] = param(factory=lambda: ["model", "optimizer", "extra"], doc="Parts restored on resume (a subset of what was saved).", choices=["model", "optimizer", "extra", "hf_model"], todo=_CKPT, refs=["verl:.load_contents"])
+
+
+@section
+class ProfilerConfig:
+    """Nsight profiling of one role's processes."""
+
+    discrete: bool = param(False, doc="One profile database per task (true) or one shared by all tasks (false).", todo=_PROFILE, refs=["verl:.discrete"])
+    all_ranks: bool = param(False, doc="Profile every rank of the role.", todo=_PROFILE, refs=["verl:.all_ranks"])
+    ranks: list[int] = param(factory=list, doc="Ranks to profile when not all_ranks; empty profiles none.", ge=0, todo=_PROFILE, refs=["verl:.ranks"])
+
+
+_MEGATRON_STRATEGY_KEYS = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "expert_model_parallel_size",
+    "context_parallel_size",
+    "virtual_pipeline_model_parallel_size",
+    "sequence_parallel",
+    "recompute_granularity",
+    "moe_layer_recompute",
+    "moe_token_dispatcher_type",
+    "moe_grouped_gemm",
+    "moe_shared_expert_overlap",
+    "overlap_grad_reduce",
+    "use_distributed_optimizer",
+)
+
+
+def roll_worker_unsupported(role: str, section_name: str) -> dict[str, str]:
+    """UNSUPPORTED entries for a ROLL worker (``actor_train``, ``reference``, ``critic``) trained or run
+    with ROLL's own backends: its strategy (DeepSpeed/Megatron) and the Megatron parallel options."""
+    backend = f"DeepSpeed and Megatron backends are not provided: posttrain runs {section_name} with torch (FSDP across devices: {section_name}.strategy)"
+    out = {
+        f"roll:{role}.strategy_args.strategy_name": backend,
+        f"roll:{role}.strategy_args.strategy_config": backend,
+        f"roll:{role}.world_size": "ROLL derives it from device_mapping; posttrain derives process counts from the cluster section",
+    }
+    for key in _MEGATRON_STRATEGY_KEYS:
+        out[f"roll:{role}.strategy_args.strategy_config.{key}"] = f"Megatron parallelism is not provided: posttrain shards {section_name} with FSDP ({section_name}.fsdp_config)"
+    return out
+
+
+# ---- the actor -------------------------------------------------------------------------------
+
+
+@section
+class PolicyLossConfig:
+    """Which policy loss the actor minimises, and the options of the losses that have them."""
+
+    loss_mode: str = param("vanilla", doc="Policy loss: a name registered in posttrain.algorithms (vanilla is clipped PPO with dual clip).", refs=[f"{_VERL}.policy_loss.loss_mode", f"{_TRINITY_ALGO}.policy_loss_fn"])
+    clip_cov_ratio: float = param(0.0002, doc="clip-cov: fraction of tokens whose gradient is cut (those with the largest advantage-logprob covariance).", gt=0, le=1, refs=[f"{_VERL}.policy_loss.clip_cov_ratio"])
+    clip_cov_lb: float = param(1.0, doc="clip-cov: lower covariance bound of the tokens eligible for cutting.", refs=[f"{_VERL}.policy_loss.clip_cov_lb"])
+    clip_cov_ub: float = param(5.0, doc="clip-cov: upper covariance bound of the tokens eligible for cutting.", refs=[f"{_VERL}.policy_loss.clip_cov_ub"])
+    kl_cov_ratio: float = param(0.0002, doc="kl-cov: fraction of tokens (largest covariance) that get a KL penalty instead of clipping.", gt=0, le=1, refs=[f"{_VERL}.policy_loss.kl_cov_ratio"])
+    ppo_kl_coef: float = param(0.1, doc="kl-cov: coefficient of that per-token KL penalty.", ge=0, refs=[f"{_VERL}.policy_loss.ppo_kl_coef"])
+
 
 @section
 class ActorConfig:
     """The policy update: mini/micro-batches, epochs, loss options, optimizer."""
 
-    ppo_mini_batch_size: int = param(8, doc="Prompts per optimizer step (x rollout.n responses), across all devices.", ge=1, refs=["verl:actor_rollout_ref.actor.ppo_mini_batch_size"])
-    ppo_micro_batch_size_per_gpu: int = param(8, doc="Responses per forward/backward pass on one device (gradient accumulation unit).", ge=1, refs=["verl:actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"])
-    use_dynamic_bsz: bool = param(False, doc="Pack micro-batches by token budget (ppo_max_token_len_per_gpu) instead of a fixed count.", refs=["verl:actor_rollout_ref.actor.use_dynamic_bsz"])
-    ppo_max_token_len_per_gpu: int = param(16384, doc="Token budget of one micro-batch on one device when use_dynamic_bsz.", ge=1, refs=["verl:actor_rollout_ref.actor.ppo_max_token_len_per_gpu"])
-    ppo_epochs: int = param(1, doc="Passes over each rollout batch.", ge=1, refs=["verl:actor_rollout_ref.actor.ppo_epochs"])
-    optim: OptimConfig = param(factory=OptimConfig, doc="Optimizer and LR schedule of the actor.")
+    # ---- batching ----------------------------------------------------------------------------
+    ppo_mini_batch_size: int = param(8, doc="Prompts per optimizer step (x rollout.n responses), across all devices.", ge=1, refs=[f"{_VERL}.ppo_mini_batch_size"])
+    ppo_micro_batch_size_per_gpu: int = param(8, doc="Responses per forward/backward pass on one device (gradient accumulation unit).", ge=1, refs=[f"{_VERL}.ppo_micro_batch_size_per_gpu", "roll:actor_train.training_args.per_device_train_batch_size"])
+    use_dynamic_bsz: bool = param(False, doc="Pack micro-batches by token budget (ppo_max_token_len_per_gpu) instead of a fixed count.", refs=[f"{_VERL}.use_dynamic_bsz", "trinity:trainer.use_dynamic_bsz"])
+    ppo_max_token_len_per_gpu: int = param(16384, doc="Token budget (prompt + response tokens) of one micro-batch on one device when use_dynamic_bsz.", ge=1, refs=[f"{_VERL}.ppo_max_token_len_per_gpu", "trinity:trainer.max_token_len_per_gpu"])
+    ppo_epochs: int = param(1, doc="Passes over each rollout batch.", ge=1, refs=[f"{_VERL}.ppo_epochs", "roll:ppo_epochs"])
+    shuffle: bool = param(False, doc="Shuffle the responses before splitting them into mini-batches, each epoch.", refs=[f"{_VERL}.shuffle"])
+
+    # ---- policy loss -------------------------------------------------------------------------
+    clip_ratio: float = param(0.2, doc="PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps].", gt=0, refs=[f"{_VERL}.clip_ratio", "roll:pg_clip", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range"])
+    clip_ratio_low: float | None = param(None, doc="Lower clip range (ratio >= 1 - clip_ratio_low); null uses clip_ratio.", gt=0, refs=[f"{_VERL}.clip_ratio_low", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range_low"])
+    clip_ratio_high: float | None = param(None, doc="Upper clip range (ratio <= 1 + clip_ratio_high; DAPO's clip-higher); null uses clip_ratio.", gt=0, refs=[f"{_VERL}.clip_ratio_high", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range_high"])
+    dual_clip: bool = param(True, doc="Dual-clip PPO: bound the loss of negative-advantage tokens at clip_ratio_c x |advantage|.", refs=["roll:dual_clip_loss"])
+    clip_ratio_c: float = param(3.0, doc="Dual-clip bound c (> 1) used when dual_clip.", gt=1, refs=[f"{_VERL}.clip_ratio_c"])
+    loss_agg_mode: str = param("token-mean", doc="How per-token losses become one number: token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm.", choices=LOSS_AGG_MODES, refs=[f"{_VERL}.loss_agg_mode", "roll:loss_agg_mode", f"{_TRINITY_ALGO}.loss_agg_mode"])
+    policy_loss: PolicyLossConfig = param(factory=PolicyLossConfig, doc="Policy loss choice and its options.")
+    entropy_coeff: float = param(0.0, doc="Weight of the entropy bonus: loss -= entropy_coeff x mean token entropy; 0 disables.", refs=[f"{_VERL}.entropy_coeff", "roll:entropy_loss_coef", f"{_TRINITY_ALGO}.entropy_loss_fn_args.entropy_coef"])
+    use_kl_loss: bool = param(False, doc="Add a KL(policy || reference) term to the actor loss (GRPO-style, instead of KL in the reward).", refs=[f"{_VERL}.use_kl_loss", "roll:use_kl_loss"])
+    kl_loss_coef: float = param(0.001, doc="Weight of the KL loss term when use_kl_loss.", ge=0, refs=[f"{_VERL}.kl_loss_coef", "roll:kl_loss_coef", f"{_TRINITY_ALGO}.kl_loss_fn_args.kl_coef"])
+    kl_loss_type: str = param("low_var_kl", doc="KL estimator of the KL loss: kl/k1, abs, mse/k2, low_var_kl/k3 or full (needs whole distributions).", choices=KL_LOSS_TYPES, refs=[f"{_VERL}.kl_loss_type", f"{_TRINITY_ALGO}.kl_loss_fn"])
+    rl_loss_coef: float = param(1.0, doc="Weight of the policy-gradient loss when an SFT loss is mixed in.", ge=0, todo="mixing an SFT loss into the RL loss (later issue)", refs=["roll:rl_loss_coef"])
+    sft_loss_coef: float = param(0.0, doc="Weight of an SFT (negative log-likelihood) loss on positive-reward responses; 0 disables.", ge=0, todo="mixing an SFT loss into the RL loss (later issue)", refs=["roll:sft_loss_coef"])
+
+    # ---- optimization ------------------------------------------------------------------------
+    grad_clip: float = param(1.0, doc="Clip the global gradient norm to this value before each optimizer step.", gt=0, refs=[f"{_VERL}.grad_clip", "roll:max_grad_norm", "trinity:trainer.grad_clip"])
+    optim: OptimConfig = param(factory=OptimConfig, doc="Optimizer and LR schedule of the actor.", refs=[f"{_VERL}.optim", "roll:actor_train.training_args", f"{_TRINITY_ALGO}.optimizer"])
+
+    # ---- backend, parallelism and performance -------------------------------------------------
+    strategy: str = param("fsdp", doc="Training backend across devices: fsdp or fsdp2 (one CPU process trains plain torch either way).", choices=["fsdp", "fsdp2"], todo=_FSDP, refs=[f"{_VERL}.strategy", "trinity:trainer.trainer_strategy"])
+    fsdp_config: FsdpConfig = param(factory=FsdpConfig, doc="FSDP sharding and offload of the actor.", refs=[f"{_VERL}.fsdp_config"])
+    ulysses_sequence_parallel_size: int = param(1, doc="Devices one sequence is split over (Ulysses sequence parallelism).", ge=1, todo="sequence parallelism (Ray/cluster issue)", refs=[f"{_VERL}.ulysses_sequence_parallel_size", "trinity:trainer.ulysses_sequence_parallel_size"])
+    use_torch_compile: bool = param(False, doc="Compile the actor's log-prob and entropy computation with torch.compile.", todo=_PERF, refs=[f"{_VERL}.use_torch_compile"])
+    entropy_from_logits_with_chunking: bool = param(False, doc="Compute token entropy in chunks to lower peak memory.", todo=_PERF, refs=[f"{_VERL}.entropy_from_logits_with_chunking"])
+    entropy_checkpointing: bool = param(False, doc="Recompute the entropy in the backward pass instead of storing activations.", todo=_PERF, refs=[f"{_VERL}.entropy_checkpointing"])
+    checkpoint: CheckpointConfig = param(factory=CheckpointConfig, doc="What the actor's checkpoints hold.", refs=[f"{_VERL}.checkpoint"])
+    profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the actor's processes.", refs=[f"{_VERL}.profiler"])
+
+
+# Reference keys with no field in `actor`, and why (read by the mapping generator and dialect loaders).
+UNSUPPORTED: dict[str, str] = {
+    f"{_VERL}.ppo_micro_batch_size": "deprecated in verl (a global count); use actor.ppo_micro_batch_size_per_gpu (equal on one device)",
+    f"{_VERL}.data_loader_seed": "a workaround for Megatron's data order across context-parallel ranks; posttrain's shuffle is seeded from the run seed",
+    "roll:use_topr_loss": "choose the policy loss by name in actor.policy_loss.loss_mode",
+    f"{_TRINITY_ALGO}.entropy_loss_fn": "posttrain has one entropy term, its weight is actor.entropy_coeff (0 disables)",
+    "roll:l2": "use decoupled weight decay: actor.optim.weight_decay",
+    **roll_worker_unsupported("actor_train", "actor"),
+}

@@ -1,14 +1,160 @@
-"""`algorithm`: which RL/SFT/DPO algorithm, its estimator, KL and shaping."""
+"""`algorithm`: which kind of training, its advantage estimator, KL in reward and reward shaping.
+
+posttrain picks two things separately: the *kind* of training (`rl`, `sft`, `dpo`) and, for `rl`, the
+advantage estimator (a registry name: `gae`, `grpo`, `rloo`, `reinforce_plus_plus`, ...). A "PPO run"
+is `kind: rl` + `adv_estimator: gae` + a critic; "GRPO" is `kind: rl` + `adv_estimator: grpo`. The
+policy loss, its clip ratios, entropy and KL-loss terms belong to the `actor` section.
+
+Trinity-RFT names the pair with one key, `algorithm.algorithm_type`; `TRINITY_ALGORITHM_TYPES` below is
+the translation (its `opmd` and `mix` types have no posttrain equivalent yet). ROLL's reward
+normalisation keys, old and new, are translated to `reward_norm_mean`/`reward_norm_std` by
+`roll_reward_norm`.
+
+Order of reward shaping in one RL step (ROLL's order): clip the sequence reward to
+[-reward_clip, reward_clip], normalise it (reward_norm_mean / reward_norm_std), add the token-level KL
+penalty (use_kl_in_reward), whiten token rewards (whiten_rewards), estimate advantages, whiten them
+(whiten_advantages), clip them to [-advantage_clip, advantage_clip].
+"""
 
 from __future__ import annotations
 
 from posttrain.config.fields import param, section
 
+NORM_SOURCES = (None, "batch", "group", "running")
+
+#: Trinity-RFT `algorithm.algorithm_type` -> (algorithm.kind, algorithm.adv_estimator or None to keep).
+TRINITY_ALGORITHM_TYPES: dict[str, tuple[str, str | None]] = {
+    "ppo": ("rl", "gae"),
+    "grpo": ("rl", "grpo"),
+    "sft": ("sft", None),
+    "dpo": ("dpo", None),
+}
+
+#: Trinity-RFT algorithm types that posttrain cannot run yet, with the reason a loader reports.
+TRINITY_ALGORITHM_TYPES_TODO: dict[str, str] = {
+    "opmd": "online policy mirror descent needs its own advantage and loss functions (algorithm registry issue)",
+    "mix": "mixing expert SFT data into RL batches needs auxiliary buffers (decoupled explorer/trainer issue)",
+}
+
+
+def roll_reward_norm(
+    *,
+    norm_mean_type: str | None = None,
+    norm_std_type: str | None = None,
+    reward_norm: str | None = None,
+    reward_shift: bool = False,
+    reward_scale: bool = False,
+    use_reward_scaling: bool = False,
+    use_reward_norm: bool = False,
+) -> tuple[str | None, str | None]:
+    """Translate ROLL's reward-normalisation keys into (reward_norm_mean, reward_norm_std).
+
+    ROLL has three generations of these keys: `norm_mean_type`/`norm_std_type` (current, used as is),
+    `reward_norm` with `reward_shift` (subtract the mean only) or `reward_scale` (divide by the std
+    only), and `use_reward_scaling` (divide by a running std) with `use_reward_norm` (also subtract the
+    running mean). The newest key that is set wins.
+
+    >>> roll_reward_norm(reward_norm="group", reward_shift=True)
+    ('group', None)
+    >>> roll_reward_norm(use_reward_scaling=True)
+    (None, 'running')
+    """
+    if norm_mean_type is not None or norm_std_type is not None:
+        return norm_mean_type, norm_std_type
+    if reward_norm is not None:
+        return (None if reward_scale else reward_norm), (None if reward_shift else reward_norm)
+    if use_reward_scaling:
+        return ("running" if use_reward_norm else None), "running"
+    return None, None
+
+
+@section
+class KLControlConfig:
+    """Coefficient of the KL penalty added to the reward (use_kl_in_reward)."""
+
+    type: str = param("fixed", doc="fixed keeps kl_coef; adaptive scales it toward target_kl over horizon steps (Ziegler et al. 2019).", choices=["fixed", "adaptive"], refs=["verl:algorithm.kl_ctrl.type"])
+    kl_coef: float = param(0.001, doc="KL penalty coefficient (initial value for the adaptive controller).", ge=0, refs=["verl:algorithm.kl_ctrl.kl_coef", "roll:init_kl_coef"])
+    horizon: int = param(10000, doc="Adaptive controller horizon in samples: larger reacts more slowly.", ge=1, refs=["verl:algorithm.kl_ctrl.horizon", "roll:kl_horizon"])
+    target_kl: float = param(0.1, doc="KL per token the adaptive controller steers toward.", gt=0, refs=["verl:algorithm.kl_ctrl.target_kl", "roll:target_kl"])
+
+
+@section
+class PFPPOConfig:
+    """Preference-feedback PPO: resample the batch weighted by reward (Zhang et al. 2025)."""
+
+    reweight_method: str = param("pow", doc="Sample weight from reward: pow (|r|^weight_pow), max_min (keep best and worst), max_random (keep best, random rest).", choices=["pow", "max_min", "max_random"], refs=["verl:algorithm.pf_ppo.reweight_method"])
+    weight_pow: float = param(2.0, doc="Exponent of the pow reweighting.", gt=0, refs=["verl:algorithm.pf_ppo.weight_pow"])
+
+
+@section
+class FilterGroupsConfig:
+    """DAPO dynamic sampling: drop prompt groups whose responses all score the same, then refill."""
+
+    enable: bool = param(False, doc="Drop groups whose `metric` has zero variance and sample more prompts until the batch is full.", todo="DAPO dynamic sampling; dynamic sampling issue", refs=["verl:algorithm.filter_groups.enable"])
+    metric: str = param("acc", doc="Per-response value whose within-group variance decides: acc, score, seq_reward or seq_final_reward.", choices=["acc", "score", "seq_reward", "seq_final_reward"], todo="DAPO dynamic sampling; dynamic sampling issue", refs=["verl:algorithm.filter_groups.metric"])
+    max_num_gen_batches: int = param(0, doc="Most generation rounds per step before giving up; 0 means no limit.", ge=0, todo="DAPO dynamic sampling; dynamic sampling issue", refs=["verl:algorithm.filter_groups.max_num_gen_batches"])
+
+
+@section
+class DPOConfig:
+    """Direct preference optimisation (Rafailov et al. 2023); used when kind is dpo."""
+
+    beta: float = param(0.1, doc="Inverse temperature of the implicit reward (log-ratio scale).", gt=0, refs=["trinity:algorithm.policy_loss_fn_args.beta"])
+    label_smoothing: float = param(0.0, doc="Probability that a preference label is flipped (conservative DPO); 0 is plain DPO.", ge=0, lt=0.5, refs=["trinity:algorithm.policy_loss_fn_args.label_smoothing"])
+    loss_type: str = param("sigmoid", doc="sigmoid (DPO), ipo (squared loss, Azar et al. 2023) or hinge (SLiC).", choices=["sigmoid", "ipo", "hinge"])
+
+
+@section
+class AgenticRewardNormConfig:
+    """ROLL agentic pipeline: how trajectory rewards are grouped and normalised."""
+
+    grouping: str = param("traj_group_id", doc="What shares statistics: traj_group_id (same env seed), tags (env type), batch, state or inductive.", todo="agentic reward normalisation; agentic env issue", refs=["roll:reward_normalization.grouping"])
+    method: str = param("mean_std", doc="mean_std (standardise), asym_clip (standardise then clip asymmetrically) or identity.", choices=["mean_std", "asym_clip", "identity"], todo="agentic reward normalisation; agentic env issue", refs=["roll:reward_normalization.method"])
+
 
 @section
 class AlgorithmConfig:
-    """Advantage estimation, KL in reward and reward shaping."""
+    """Kind of training, advantage estimation, KL in reward and reward shaping."""
 
-    adv_estimator: str = param("grpo", doc="Advantage estimator name from posttrain.algorithms.ADVANTAGE_ESTIMATORS.", refs=["verl:algorithm.adv_estimator"])
-    gamma: float = param(1.0, doc="Discount factor.", ge=0, le=1, refs=["verl:algorithm.gamma"])
-    lam: float = param(1.0, doc="GAE lambda.", ge=0, le=1, refs=["verl:algorithm.lam"])
+    kind: str = param("rl", doc="rl (rollouts, rewards, advantages), sft (supervised on responses) or dpo (preference pairs).", choices=["rl", "sft", "dpo"], refs=["trinity:algorithm.algorithm_type"])
+    adv_estimator: str = param("grpo", doc="Advantage estimator name from posttrain.algorithms.ADVANTAGE_ESTIMATORS.", refs=["verl:algorithm.adv_estimator", "roll:adv_estimator", "trinity:algorithm.advantage_fn"])
+    gamma: float = param(1.0, doc="Discount factor.", ge=0, le=1, refs=["verl:algorithm.gamma", "roll:gamma"])
+    lam: float = param(1.0, doc="GAE lambda.", ge=0, le=1, refs=["verl:algorithm.lam", "roll:lambd"])
+    norm_adv_by_std_in_grpo: bool = param(True, doc="GRPO divides group-centred rewards by the group std; false keeps only the centring (Dr. GRPO).", refs=["verl:algorithm.norm_adv_by_std_in_grpo"])
+
+    use_kl_in_reward: bool = param(False, doc="Subtract kl_ctrl.kl_coef x KL(policy || ref) from each token's reward.", refs=["verl:algorithm.use_kl_in_reward", "roll:add_token_level_kl"])
+    kl_penalty: str = param("kl", doc="KL estimator of the reward penalty, a name from posttrain.algorithms' KL registry (kl/k1, abs, mse/k2, low_var_kl/k3, full).", refs=["verl:algorithm.kl_penalty", "roll:kl_penalty", "trinity:algorithm.kl_penalty_fn"])
+    kl_ctrl: KLControlConfig = param(factory=KLControlConfig, doc="Fixed or adaptive KL-in-reward coefficient.")
+
+    reward_clip: float | None = param(None, doc="Clip each sequence reward to [-reward_clip, reward_clip]; null disables.", gt=0, refs=["roll:reward_clip"])
+    reward_norm_mean: str | None = param(None, doc="Subtract the reward mean over: batch, group (same prompt), running (all steps so far); null leaves it (ROLL's reward_norm, reward_scale, use_reward_norm translate via roll_reward_norm).", choices=NORM_SOURCES, refs=["roll:norm_mean_type", "roll:reward_norm", "roll:reward_scale", "roll:use_reward_norm"])
+    reward_norm_std: str | None = param(None, doc="Divide rewards by their std over: batch, group, running; null leaves it (ROLL's reward_shift, use_reward_scaling translate via roll_reward_norm).", choices=NORM_SOURCES, refs=["roll:norm_std_type", "roll:reward_shift", "roll:use_reward_scaling"])
+    whiten_rewards: bool = param(False, doc="Whiten token-level rewards over the batch (masked mean 0, std 1) before advantage estimation.", refs=["roll:whiten_rewards"])
+    whiten_advantages: bool = param(False, doc="Whiten advantages over the batch (masked mean 0, std 1) after estimation.", refs=["roll:whiten_advantages"])
+    advantage_clip: float | None = param(None, doc="Clip advantages to [-advantage_clip, advantage_clip]; null disables.", gt=0, refs=["roll:advantage_clip"])
+
+    use_pf_ppo: bool = param(False, doc="Resample each batch by reward before the update (preference-feedback PPO).", refs=["verl:algorithm.use_pf_ppo"])
+    pf_ppo: PFPPOConfig = param(factory=PFPPOConfig, doc="Preference-feedback PPO reweighting.")
+    filter_groups: FilterGroupsConfig = param(factory=FilterGroupsConfig, doc="DAPO dynamic sampling of informative prompt groups.")
+    dpo: DPOConfig = param(factory=DPOConfig, doc="DPO loss settings (kind: dpo).")
+
+    add_len_reward: bool = param(False, doc="Add ROLL's response-length term to the reward.", todo="length reward shaping; reward shaping issue", refs=["roll:add_len_reward"])
+    difficulty_loss_weight: bool = param(False, doc="Weight each sample's loss by its prompt's difficulty (share of failed responses in the group).", todo="per-sample loss weights; reward shaping issue", refs=["roll:difficulty_loss_weight"])
+    length_loss_weight: bool = param(False, doc="Weight each sample's loss by its response length relative to the batch.", todo="per-sample loss weights; reward shaping issue", refs=["roll:length_loss_weight"])
+    max_len_mask: bool = param(False, doc="Drop responses cut at max_response_length from the loss (overlong filtering).", todo="overlong filtering; reward shaping issue", refs=["roll:max_len_mask"])
+    error_max_len_clip: bool = param(False, doc="Like max_len_mask but only for truncated responses that also scored as wrong.", todo="overlong filtering; reward shaping issue", refs=["roll:error_max_len_clip"])
+    difficulty_mask: bool = param(False, doc="Drop prompt groups whose mean reward is outside [difficulty_low_threshold, difficulty_high_threshold].", todo="difficulty filtering; dynamic sampling issue", refs=["roll:difficulty_mask"])
+    difficulty_low_threshold: float = param(0.1, doc="Lowest group mean reward kept by difficulty_mask.", ge=0, le=1, todo="difficulty filtering; dynamic sampling issue", refs=["roll:difficulty_low_threshold"])
+    difficulty_high_threshold: float = param(0.95, doc="Highest group mean reward kept by difficulty_mask.", ge=0, le=1, todo="difficulty filtering; dynamic sampling issue", refs=["roll:difficulty_high_threshold"])
+    agentic_reward_norm: AgenticRewardNormConfig = param(factory=AgenticRewardNormConfig, doc="Agentic (multi-turn env) reward normalisation.")
+
+    rollout_is: bool = param(False, doc="Multiply the policy loss by truncated importance weights pi_train / pi_rollout (else only log them).", todo="rollout/train mismatch correction needs rollout log-probs from an inference engine; vLLM engine issue", refs=["verl:algorithm.rollout_is"])
+    rollout_is_threshold: float | None = param(None, doc="Upper bound of the rollout importance weight; null disables the correction.", gt=0, todo="rollout/train mismatch correction; vLLM engine issue", refs=["verl:algorithm.rollout_is_threshold"])
+    rollout_is_threshold_lower: float | None = param(None, doc="Lower bound of the rollout importance weight; null means 1 / rollout_is_threshold.", gt=0, todo="rollout/train mismatch correction; vLLM engine issue", refs=["verl:algorithm.rollout_is_threshold_lower"])
+    rollout_is_level: str = param("token", doc="Importance weight per token, per sequence (product) or geometric (per-token geometric mean).", choices=["token", "sequence", "geometric"], todo="rollout/train mismatch correction; vLLM engine issue", refs=["verl:algorithm.rollout_is_level"])
+    rollout_is_mode: str = param("truncate", doc="truncate caps weights at the upper bound; mask drops tokens outside the bounds.", choices=["truncate", "mask"], todo="rollout/train mismatch correction; vLLM engine issue", refs=["verl:algorithm.rollout_is_mode"])
+    rollout_is_veto_threshold: float | None = param(None, doc="Drop a whole sequence when any token's weight is below this; null disables.", gt=0, todo="rollout/train mismatch correction; vLLM engine issue", refs=["verl:algorithm.rollout_is_veto_threshold"])
+
+
+#: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
+UNSUPPORTED: dict[str, str] = {}

@@ -1,15 +1,91 @@
-"""`critic`: the value model trained for GAE."""
+"""`critic`: the value model trained for GAE.
+
+The critic is the policy's transformer with a scalar value head, initialised from the policy model
+(or from `critic.model.path`). Batch units follow the actor's: ``ppo_mini_batch_size`` counts prompts
+(x rollout.n responses) over all devices, ``*_micro_batch_size_per_gpu`` counts responses on one
+device, token budgets count prompt + response tokens on one device.
+
+verl's defaults copy several actor values into the critic (``${actor_rollout_ref.actor.ppo_epochs}``);
+posttrain's critic fields have their own plain defaults, equal to the actor's defaults.
+
+`UNSUPPORTED` lists reference keys that have no field here, each with the reason; `NEGATED_REFS` maps
+keys whose meaning is the opposite of a field (a dialect loader negates them).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from posttrain.config.fields import param, section
-from posttrain.config.sections.optim import OptimConfig
+from posttrain.config.sections.actor import (
+    LOSS_AGG_MODES,
+    CheckpointConfig,
+    FsdpConfig,
+    ProfilerConfig,
+    roll_worker_unsupported,
+)
+from posttrain.config.sections.optim import CriticOptimConfig
+
+_MODEL = "verl:critic.model"
+
+_FSDP = "FSDP sharding and offload (Ray/cluster issue)"
+_LOAD = "critic model options apart from the policy's (model loading issue)"
+_SEPARATE = "critic batching options beyond the mini/micro-batch (RL trainer follow-up)"
+
+
+@section
+class CriticModelConfig:
+    """Where the critic's weights come from and how they are loaded."""
+
+    path: str | None = param(None, doc="Local Hugging Face directory the critic starts from; null uses model.path (the policy).", todo=_LOAD, refs=[f"{_MODEL}.path", "trinity:model.critic_model_path"])
+    tokenizer_path: str | None = param(None, doc="Tokenizer of the critic; null uses the policy's (they must agree token for token).", todo=_LOAD, refs=[f"{_MODEL}.tokenizer_path"])
+    dtype: str = param("auto", doc="Parameter dtype of the critic: auto (same as model.dtype), fp32, bf16 or fp16.", choices=["auto", "fp32", "bf16", "fp16"], todo=_LOAD, refs=["roll:critic.model_args.dtype"])
+    override_config: dict[str, Any] = param(factory=dict, doc="config.json attributes replaced when loading the critic, e.g. {attention_dropout: 0.0}.", todo=_LOAD, refs=[f"{_MODEL}.override_config"])
+    external_lib: str | None = param(None, doc="Python module imported before loading the critic (registers custom models).", todo=_LOAD, refs=[f"{_MODEL}.external_lib"])
+    trust_remote_code: bool = param(False, doc="Allow code shipped inside the critic's model directory to run.", todo=_LOAD, refs=[f"{_MODEL}.trust_remote_code"])
+    enable_gradient_checkpointing: bool = param(False, doc="Recompute the critic's activations in the backward pass (less memory, slower).", todo=_LOAD, refs=[f"{_MODEL}.enable_gradient_checkpointing"])
+    enable_activation_offload: bool = param(False, doc="Move the critic's saved activations to CPU memory during training.", todo=_LOAD, refs=[f"{_MODEL}.enable_activation_offload"])
+    use_remove_padding: bool = param(False, doc="Run the critic on packed sequences without padding tokens.", todo="padding-free forward passes (performance issue)", refs=[f"{_MODEL}.use_remove_padding"])
 
 
 @section
 class CriticConfig:
     """Value model, its batching and optimizer."""
 
-    ppo_mini_batch_size: int = param(8, doc="Prompts per critic optimizer step (x rollout.n responses).", ge=1, refs=["verl:critic.ppo_mini_batch_size"])
-    ppo_micro_batch_size_per_gpu: int = param(8, doc="Responses per critic forward/backward pass on one device.", ge=1, refs=["verl:critic.ppo_micro_batch_size_per_gpu"])
-    optim: OptimConfig = param(factory=OptimConfig, doc="Optimizer and LR schedule of the critic.")
+    # ---- batching ----------------------------------------------------------------------------
+    ppo_mini_batch_size: int = param(8, doc="Prompts per critic optimizer step (x rollout.n responses), across all devices.", ge=1, refs=["verl:critic.ppo_mini_batch_size"])
+    ppo_micro_batch_size_per_gpu: int = param(8, doc="Responses per critic forward/backward pass on one device.", ge=1, refs=["verl:critic.ppo_micro_batch_size_per_gpu", "roll:critic.training_args.per_device_train_batch_size"])
+    ppo_epochs: int = param(1, doc="Critic passes over each rollout batch.", ge=1, refs=["verl:critic.ppo_epochs"])
+    shuffle: bool | None = param(None, doc="Shuffle responses before splitting them into critic mini-batches; null follows actor.shuffle.", todo=_SEPARATE, refs=["verl:critic.shuffle"])
+    use_dynamic_bsz: bool = param(False, doc="Pack critic micro-batches by token budget instead of a fixed count.", todo=_SEPARATE, refs=["verl:critic.use_dynamic_bsz"])
+    ppo_max_token_len_per_gpu: int = param(32768, doc="Token budget of one critic training micro-batch on one device when use_dynamic_bsz.", ge=1, todo=_SEPARATE, refs=["verl:critic.ppo_max_token_len_per_gpu"])
+    forward_micro_batch_size_per_gpu: int | None = param(None, doc="Responses per value forward pass (no backward) on one device; null uses ppo_micro_batch_size_per_gpu.", ge=1, todo=_SEPARATE, refs=["verl:critic.forward_micro_batch_size_per_gpu", "roll:critic.infer_batch_size"])
+    forward_max_token_len_per_gpu: int | None = param(None, doc="Token budget of one value forward pass on one device when use_dynamic_bsz; null uses ppo_max_token_len_per_gpu.", ge=1, todo=_SEPARATE, refs=["verl:critic.forward_max_token_len_per_gpu"])
+
+    # ---- loss and optimization ---------------------------------------------------------------
+    cliprange_value: float = param(0.5, doc="Value clipping: new values stay within this distance of the rollout-time values in the clipped loss term.", gt=0, refs=["verl:critic.cliprange_value", "roll:value_clip"])
+    loss_agg_mode: str = param("token-mean", doc="How per-token value losses become one number (same modes as actor.loss_agg_mode).", choices=LOSS_AGG_MODES, todo="value-loss aggregation other than token-mean (RL trainer follow-up)", refs=["verl:critic.loss_agg_mode"])
+    grad_clip: float = param(1.0, doc="Clip the critic's global gradient norm to this value before each optimizer step.", gt=0, refs=["verl:critic.grad_clip"])
+    optim: CriticOptimConfig = param(factory=CriticOptimConfig, doc="Optimizer and LR schedule of the critic.", refs=["verl:critic.optim", "roll:critic.training_args"])
+
+    # ---- model, backend and placement --------------------------------------------------------
+    model: CriticModelConfig = param(factory=CriticModelConfig, doc="Where the critic's weights come from.")
+    strategy: str = param("fsdp", doc="Training backend across devices: fsdp or fsdp2 (one CPU process trains plain torch either way).", choices=["fsdp", "fsdp2"], todo=_FSDP, refs=["verl:critic.strategy"])
+    fsdp_config: FsdpConfig = param(factory=FsdpConfig, doc="FSDP sharding and offload of the critic (verl keeps it under critic.model).", refs=[f"{_MODEL}.fsdp_config"])
+    ulysses_sequence_parallel_size: int = param(1, doc="Devices one sequence is split over (Ulysses sequence parallelism).", ge=1, todo="sequence parallelism (Ray/cluster issue)", refs=["verl:critic.ulysses_sequence_parallel_size"])
+    checkpoint: CheckpointConfig = param(factory=CheckpointConfig, doc="What the critic's checkpoints hold.", refs=["verl:critic.checkpoint"])
+    profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the critic's processes.", refs=["verl:critic.profiler"])
+
+
+# Reference keys that map onto a field with the opposite meaning: a dialect loader must negate them.
+NEGATED_REFS: dict[str, str] = {
+    "roll:critic.model_args.disable_gradient_checkpointing": "model.enable_gradient_checkpointing",
+}
+
+# Reference keys with no field in `critic`, and why (read by the mapping generator and dialect loaders).
+UNSUPPORTED: dict[str, str] = {
+    "verl:critic.ppo_micro_batch_size": "deprecated in verl (a global count); use critic.ppo_micro_batch_size_per_gpu (equal on one device)",
+    "verl:critic.forward_micro_batch_size": "deprecated in verl (a global count); use critic.forward_micro_batch_size_per_gpu (equal on one device)",
+    "roll:critic.data_args.template": "every role uses one chat template: data.chat_template",
+    **roll_worker_unsupported("critic", "critic"),
+}

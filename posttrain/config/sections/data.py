@@ -1,16 +1,90 @@
-"""`data`: where prompts come from and how they become token ids."""
+"""`data`: where prompts come from and how they become token ids.
+
+One section serves every algorithm: RL reads prompts (`prompt_key` or `messages_key`), SFT adds a
+response (`response_key`, or a whole conversation under `messages_key`), DPO adds `chosen_key` and
+`rejected_key`. The code that honours these fields is `posttrain.data`.
+
+`UNSUPPORTED` lists reference keys that have no field here, each with the reason; the mapping
+generator and the dialect loaders read it so that such a key is refused with that reason.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from posttrain.config.fields import param, section
+
+
+
+@section
+class CustomClsConfig:
+    """A user dataset class, loaded from a Python file and built with (files, tokenizer, data config)."""
+
+    path: str | None = param(None, doc="Python file defining the dataset class; null uses posttrain's datasets.", refs=["verl:.path"])
+    name: str | None = param(None, doc="Name of the dataset class in that file.", refs=["verl:.name"])
 
 
 @section
 class DataConfig:
     """Training/validation data files, prompt formatting, lengths and batch size."""
 
-    train_files: list[str] = param(factory=list, doc="Training data file(s): parquet, jsonl, json or csv.", refs=["verl:data.train_files"])
-    val_files: list[str] = param(factory=list, doc="Validation data file(s); empty means no validation.", refs=["verl:data.val_files"])
-    train_batch_size: int = param(8, doc="Prompts sampled per training step (each gets rollout.n responses).", ge=1, refs=["verl:data.train_batch_size"])
-    max_prompt_length: int = param(512, doc="Longest prompt in tokens after the chat template.", ge=1, refs=["verl:data.max_prompt_length"])
-    max_response_length: int = param(512, doc="Longest generated response in tokens.", ge=1, refs=["verl:data.max_response_length"])
+    # ---- files -------------------------------------------------------------------------------
+    train_files: list[str] = param(factory=list, doc="Training data file(s): parquet, jsonl, json or csv.", refs=["verl:data.train_files", "roll:actor_train.data_args.file_name"])
+    val_files: list[str] = param(factory=list, doc="Validation data file(s); empty means no validation.", refs=["verl:data.val_files", "roll:validation.data_args.file_name"])
+    dataset_dir: str | None = param(None, doc="Folder that relative train/val file paths are read from; null means the working directory.", refs=["roll:actor_train.data_args.dataset_dir"])
+    custom_cls: CustomClsConfig = param(factory=CustomClsConfig, doc="A user dataset class instead of posttrain's.", refs=["verl:data.custom_cls"])
+
+    # ---- columns -----------------------------------------------------------------------------
+    prompt_key: str = param("prompt", doc="Column holding the prompt: a string or a chat message list.", refs=["verl:data.prompt_key", "roll:actor_train.data_args.prompt"])
+    prompt_dict_keys: list[str] = param(factory=list, doc="Keys followed inside a dict-valued prompt column to reach the prompt (SFT).", refs=["verl:data.prompt_dict_keys"])
+    messages_key: str | None = param(None, doc="Column holding a chat message list, used instead of prompt_key (SFT: the whole conversation).", refs=["verl:data.multiturn.messages_key", "roll:actor_train.data_args.messages"])
+    response_key: str = param("response", doc="Column holding the SFT response; for RL rows without reward_model, the ground truth.", refs=["verl:data.response_key"])
+    response_dict_keys: list[str] = param(factory=list, doc="Keys followed inside a dict-valued response column to reach the response (SFT).", refs=["verl:data.response_dict_keys"])
+    chosen_key: str = param("chosen", doc="Column holding the preferred response of a DPO pair (string or message list).")
+    rejected_key: str = param("rejected", doc="Column holding the dispreferred response of a DPO pair (string or message list).")
+    reward_fn_key: str = param("data_source", doc="Column naming each row's data source, which selects its reward function.", refs=["verl:data.reward_fn_key"])
+    system_prompt: str | None = param(None, doc="System message put before prompts that have none.")
+    system_prompt_key: str | None = param(None, doc="Column holding a per-row system message; wins over system_prompt.")
+
+    # ---- chat template -----------------------------------------------------------------------
+    chat_template: str | None = param(None, doc="Jinja chat template, inline or a path to a .jinja file; null uses the tokenizer's.", refs=["verl:data.chat_template"])
+    apply_chat_template_kwargs: dict[str, Any] = param(factory=dict, doc="Extra variables passed to the chat template (e.g. enable_thinking).", refs=["verl:data.apply_chat_template_kwargs"])
+
+    # ---- lengths -----------------------------------------------------------------------------
+    max_prompt_length: int = param(512, doc="Longest prompt in tokens after the chat template.", ge=1, refs=["verl:data.max_prompt_length", "roll:prompt_length", "trinity:model.max_prompt_tokens"])
+    max_response_length: int = param(512, doc="Longest generated response in tokens.", ge=1, refs=["verl:data.max_response_length", "roll:response_length", "trinity:model.max_response_tokens"])
+    max_length: int = param(1024, doc="Longest SFT/DPO sequence (prompt + response) in tokens.", ge=1, refs=["verl:data.max_length"])
+    truncation: str = param("error", doc="What an over-long prompt/sequence does: error (naming the row), left (keep the end) or right (keep the start).", choices=["error", "left", "right"], refs=["verl:data.truncation"])
+    filter_overlong_prompts: bool = param(False, doc="Drop prompts longer than max_prompt_length when the dataset is built.", refs=["verl:data.filter_overlong_prompts"])
+    filter_overlong_prompts_workers: int = param(1, doc="Processes that tokenise prompts for filter_overlong_prompts.", ge=1, refs=["verl:data.filter_overlong_prompts_workers", "roll:actor_train.data_args.preprocessing_num_workers"])
+
+    # ---- batching and order ------------------------------------------------------------------
+    train_batch_size: int = param(8, doc="Prompts sampled per training step (each gets rollout.n responses).", ge=1, refs=["verl:data.train_batch_size", "roll:rollout_batch_size", "trinity:buffer.batch_size"])
+    val_batch_size: int | None = param(None, doc="Prompts per validation batch; null validates the whole set as one batch.", ge=1, refs=["verl:data.val_batch_size", "roll:val_batch_size"])
+    shuffle: bool = param(True, doc="Shuffle the training data each epoch (seeded by seed and the epoch).", refs=["verl:data.shuffle"])
+    validation_shuffle: bool = param(False, doc="Shuffle the validation data.", refs=["verl:data.validation_shuffle"])
+    seed: int = param(1, doc="Seed of the data shuffle; with the epoch it fixes the order exactly.", ge=0, refs=["verl:data.seed"])
+
+    # ---- optional outputs --------------------------------------------------------------------
+    return_raw_chat: bool = param(False, doc="Give each RL example its chat messages (system prompt added) before the template.", refs=["verl:data.return_raw_chat"])
+    return_full_prompt: bool = param(False, doc="Give each RL example its prompt text after the chat template.", refs=["verl:data.return_full_prompt"])
+
+    # ---- not implemented yet -----------------------------------------------------------------
+    return_raw_input_ids: bool = param(False, doc="Also return prompt ids without the chat template (reward model with its own template).", todo="reward models with their own chat template (reward-model issue)", refs=["verl:data.return_raw_input_ids"])
+    image_key: str = param("images", doc="Column holding images of a multimodal row.", todo="multimodal data (later issue)", refs=["verl:data.image_key"])
+    video_key: str = param("videos", doc="Column holding videos of a multimodal row.", todo="multimodal data (later issue)", refs=["verl:data.video_key"])
+    tools_key: str | None = param(None, doc="Column holding the tool schemas offered to the model.", todo="tool calling (multi-turn issue)", refs=["verl:data.multiturn.tools_key"])
+    use_shm: bool = param(False, doc="Load data files through shared memory.", todo="shared-memory loading (later issue)", refs=["verl:data.use_shm"])
+    dataloader_num_workers: int = param(0, doc="Background processes preparing batches.", ge=0, todo="background batch preparation (later issue)", refs=["verl:data.dataloader_num_workers"])
+    sampler: dict[str, Any] = param(factory=dict, doc="A custom (curriculum) sampler class: {class_path, class_name}.", todo="custom samplers (curriculum issue)", refs=["verl:data.sampler"])
+    datagen: dict[str, Any] = param(factory=dict, doc="A dynamic data generator class: {path, name}.", todo="generated datasets (later issue)", refs=["verl:data.datagen"])
+    domain_interleave_probs: dict[str, float] = param(factory=dict, doc="Sampling probability of each data domain (tag) in a batch.", todo="domain-weighted sampling (later issue)", refs=["roll:actor_train.data_args.domain_interleave_probs"])
+    interleave_probs: str | None = param(None, doc="Sampling probability of each training file, comma separated.", todo="file-weighted sampling (later issue)", refs=["roll:actor_train.data_args.interleave_probs"])
+
+
+# Reference keys with no field in `data`, and why (read by the mapping generator and dialect loaders).
+UNSUPPORTED: dict[str, str] = {
+    "verl:data.multiturn.enable": "set data.messages_key to the conversation column instead (verl's multiturn.messages_key)",
+    "verl:data.trust_remote_code": "one switch covers model and tokenizer code: model.trust_remote_code",
+    "roll:actor_train.data_args.template": "ROLL's named templates are not built in: 'native' is data.chat_template: null; otherwise give the template text or a .jinja file in data.chat_template",
+}

@@ -1,12 +1,141 @@
-"""`model`: the policy model directory and how every role loads it."""
+"""`model`: the policy model directory and how every role loads it.
+
+The actor, the rollout engine and the reference policy all load this one directory (verl's
+`actor_rollout_ref.model`, ROLL's `pretrain` + `actor_train.model_args`, Trinity's `model`); the
+critic and reward model have their own sections. `posttrain.models.loading` turns this section into a
+model and a tokenizer (`causal_lm_from_config`, `tokenizer_from_config`); the fields without `todo`
+are the ones that code honours.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from posttrain.config.fields import param, section
+
+DTYPES = ("fp32", "bf16", "fp16", "auto")
+ATTN_IMPLEMENTATIONS = ("auto", "eager", "sdpa", "flash_attention_2", "fa2")
 
 
 @section
 class ModelConfig:
     """The policy model: a local Hugging Face directory and loading options."""
 
-    path: str = param("", doc="Local Hugging Face model directory of the policy.", refs=["verl:actor_rollout_ref.model.path"])
+    path: str = param(
+        "", doc="Local Hugging Face model directory of the policy (never downloaded at run time).",
+        refs=["verl:actor_rollout_ref.model.path", "verl:model.partial_pretrain", "roll:pretrain",
+              "roll:actor_train.model_args.model_name_or_path", "trinity:model.model_path"],
+    )
+    tokenizer_path: str | None = param(
+        None, doc="Local tokenizer directory; null uses `path`.", refs=["verl:data.tokenizer"],
+    )
+    dtype: str = param(
+        "fp32", doc="Parameter dtype: fp32, bf16, fp16, or auto (the dtype saved in config.json).",
+        choices=DTYPES, refs=["verl:model.fsdp_config.model_dtype", "roll:actor_train.model_args.dtype"],
+    )
+    trust_remote_code: bool = param(
+        False, doc="Allow modelling/tokenizer code shipped inside the model directory to run.",
+        refs=["verl:actor_rollout_ref.model.trust_remote_code", "verl:model.trust_remote_code"],
+    )
+    external_lib: str | None = param(
+        None, doc="Python module imported before loading, to register custom models/tokenizers with transformers.",
+        refs=["verl:actor_rollout_ref.model.external_lib", "verl:model.external_lib"],
+    )
+    override_config: dict[str, Any] = param(
+        factory=dict, doc="config.json attributes replaced at load time, e.g. {attention_dropout: 0.1}.",
+        refs=["verl:actor_rollout_ref.model.override_config"],
+    )
+    enable_gradient_checkpointing: bool = param(
+        False, doc="Recompute activations in the backward pass: less memory, ~30% slower steps.",
+        refs=["verl:actor_rollout_ref.model.enable_gradient_checkpointing", "verl:model.enable_gradient_checkpointing"],
+    )
+    attn_implementation: str = param(
+        "auto", doc="Attention kernel: auto (transformers' default, sdpa), eager, sdpa, flash_attention_2 (alias fa2).",
+        choices=ATTN_IMPLEMENTATIONS, refs=["roll:actor_train.model_args.attn_implementation"],
+    )
+    custom_chat_template: str | None = param(
+        None, doc="Jinja chat template replacing the tokenizer's own; null keeps the tokenizer's.",
+        refs=["trinity:model.custom_chat_template"],
+    )
+    chat_template_path: str | None = param(
+        None, doc="File holding a Jinja chat template; overrides custom_chat_template when both are set.",
+        refs=["trinity:model.chat_template_path"],
+    )
+    max_model_len: int | None = param(
+        None, doc="Longest prompt+response in tokens; refused at load if above the model's max_position_embeddings.",
+        ge=1, refs=["trinity:model.max_model_len"],
+    )
+    rope_theta: float | None = param(
+        None, doc="RoPE base frequency replacing the one in config.json; null keeps it.",
+        gt=0, refs=["trinity:model.rope_theta"],
+    )
+    rope_scaling: dict[str, Any] | None = param(
+        None, doc="RoPE scaling, e.g. {rope_type: linear, factor: 2.0}; null keeps config.json's.",
+        refs=["trinity:model.rope_scaling"],
+    )
+    enable_activation_offload: bool = param(
+        False, doc="Keep checkpointed activations in host memory during training.",
+        todo="activation offload needs a GPU training backend (GPU/FSDP issue)",
+        refs=["verl:actor_rollout_ref.model.enable_activation_offload"],
+    )
+    use_remove_padding: bool = param(
+        False, doc="Pack sequences without padding tokens for the forward pass.",
+        todo="padding-free (packed) forward passes (performance issue)",
+        refs=["verl:actor_rollout_ref.model.use_remove_padding"],
+    )
+    use_liger: bool = param(
+        False, doc="Replace layers with Liger kernels.", todo="Liger kernels (GPU performance issue)",
+        refs=["verl:actor_rollout_ref.model.use_liger", "verl:model.use_liger"],
+    )
+    use_fused_kernels: bool = param(
+        False, doc="Use fused log-prob/entropy kernels in the forward pass.",
+        todo="fused kernels (GPU performance issue)", refs=["verl:actor_rollout_ref.model.use_fused_kernels"],
+    )
+    fused_kernel_impl_backend: str | None = param(
+        None, doc="Backend of the fused kernels: triton or torch.", choices=[None, "triton", "torch"],
+        todo="fused kernels (GPU performance issue)",
+        refs=["verl:actor_rollout_ref.model.fused_kernel_options.impl_backend"],
+    )
+    lora_rank: int = param(
+        0, doc="LoRA rank; 0 trains all weights.", ge=0, todo="LoRA adapters (LoRA issue)",
+        refs=["verl:model.lora_rank"],
+    )
+    lora_alpha: float = param(
+        16, doc="LoRA scaling alpha.", gt=0, todo="LoRA adapters (LoRA issue)", refs=["verl:model.lora_alpha"],
+    )
+    target_modules: str | list[str] = param(
+        "all-linear", doc="Modules that get LoRA adapters: all-linear or a list of module names.",
+        todo="LoRA adapters (LoRA issue)", refs=["verl:model.target_modules"],
+    )
+
+
+# Reference keys that map onto a field with the opposite meaning: a dialect loader must negate them.
+NEGATED_REFS: dict[str, str] = {
+    "roll:actor_train.model_args.disable_gradient_checkpointing": "enable_gradient_checkpointing",
+}
+
+# Reference keys about the policy model that posttrain refuses, and why.
+_TINKER = "Tinker is a remote training service; posttrain trains the model locally"
+UNSUPPORTED: dict[str, str] = {
+    "verl:actor_rollout_ref.model.use_shm": (
+        "copies weights to shared memory before loading; posttrain loads a local directory directly "
+        "and the OS page cache already serves repeated loads"
+    ),
+    "verl:actor_rollout_ref.model.override_config.moe_config.freeze_moe_router": (
+        "Megatron MoE option; posttrain has no Megatron backend"
+    ),
+    "roll:actor_train.model_args.model_type": (
+        "ROLL picks a TRL value-head class with it; posttrain picks the model class from the role "
+        "(critic: value model, reward: sequence classifier)"
+    ),
+    "trinity:model.lora_configs": (
+        "several named adapters loaded from paths; posttrain will support one adapter through "
+        "model.lora_rank/lora_alpha/target_modules"
+    ),
+    "trinity:model.tinker.enable": _TINKER,
+    "trinity:model.tinker.rank": _TINKER,
+    "trinity:model.tinker.seed": _TINKER,
+    "trinity:model.tinker.train_mlp": _TINKER,
+    "trinity:model.tinker.train_attn": _TINKER,
+    "trinity:model.tinker.train_unembed": _TINKER,
+}

@@ -1,14 +1,75 @@
-"""Optimizer and learning-rate schedule, shared by the actor and the critic sections."""
+"""Optimizer and learning-rate schedule, shared by the `actor` and `critic` sections.
+
+One class serves both roles, so its refs are relative (``"verl:.lr"``); the holding field names the
+prefix (``actor.optim`` holds ``verl:actor_rollout_ref.actor.optim``, ``critic.optim`` holds
+``verl:critic.optim``). The code that honours these fields is `posttrain.optim`.
+
+The schedule is a multiplier of ``lr`` per optimizer step: linear warm-up over ``lr_warmup_steps``
+(or ``lr_warmup_steps_ratio`` x total steps when that is -1), then ``lr_scheduler_type``. The total is
+``trainer.total_training_steps`` (derived from the epochs when null); verl injects the same number
+into ``optim.total_training_steps`` at run time, which is why that key has no field here.
+
+Gradient clipping is a field of the role (``actor.grad_clip``, ``critic.grad_clip``), not of optim.
+"""
 
 from __future__ import annotations
 
 from posttrain.config.fields import param, section
+
+SCHEDULERS = ("constant", "cosine", "wsd")  # must match posttrain.optim.schedules.SCHEDULES
 
 
 @section
 class OptimConfig:
     """AdamW and its learning-rate schedule."""
 
-    lr: float = param(1e-6, doc="Peak learning rate.", gt=0, refs=["verl:actor_rollout_ref.actor.optim.lr"])
-    lr_warmup_steps: int = param(-1, doc="Linear warm-up steps; -1 derives them from lr_warmup_steps_ratio.", ge=-1, refs=["verl:actor_rollout_ref.actor.optim.lr_warmup_steps"])
-    lr_warmup_steps_ratio: float = param(0.0, doc="Warm-up as a fraction of total training steps (used when lr_warmup_steps is -1).", ge=0, le=1, refs=["verl:actor_rollout_ref.actor.optim.lr_warmup_steps_ratio"])
+    optimizer: str = param("adamw", doc="Optimizer; adamw (Adam with decoupled weight decay) is the one built in.", todo="other optimizers (later issue)", refs=["verl:.optimizer"])
+    lr: float = param(1e-6, doc="Peak learning rate.", gt=0, refs=["verl:.lr", "roll:.learning_rate", "trinity:.lr"])
+    betas: list[float] = param(factory=lambda: [0.9, 0.999], doc="AdamW (beta1, beta2): decay rates of the gradient mean and square averages.", ge=0, lt=1, refs=["verl:.betas", "trinity:.betas"])
+    eps: float = param(1e-8, doc="AdamW epsilon added to the denominator.", gt=0)
+    weight_decay: float = param(0.01, doc="Decoupled weight decay per step (AdamW), as a fraction of lr x weight.", ge=0, refs=["verl:.weight_decay", "roll:.weight_decay", "trinity:.weight_decay"])
+    lr_warmup_steps: int = param(-1, doc="Linear warm-up in optimizer steps; -1 derives it from lr_warmup_steps_ratio.", ge=-1, refs=["verl:.lr_warmup_steps", "roll:.warmup_steps", "trinity:.lr_warmup_steps"])
+    lr_warmup_steps_ratio: float = param(0.0, doc="Warm-up as a fraction of total training steps (used when lr_warmup_steps is -1).", ge=0, le=1, refs=["verl:.lr_warmup_steps_ratio", "trinity:.lr_warmup_steps_ratio"])
+    lr_scheduler_type: str = param("constant", doc="LR after warm-up: constant, cosine (down to min_lr_ratio x lr at the end) or wsd (stable, then linear decay over the last 10% of steps).", choices=SCHEDULERS, refs=["verl:.lr_scheduler_type", "verl:.warmup_style", "verl:.lr_decay_style", "roll:.lr_scheduler_type", "trinity:.warmup_style"])
+    min_lr_ratio: float = param(0.0, doc="Final LR of cosine and wsd as a fraction of lr.", ge=0, le=1, refs=["verl:.min_lr_ratio", "trinity:.min_lr_ratio"])
+    num_cycles: float = param(0.5, doc="Cosine periods over the decay (0.5: one half-wave from lr down to the minimum).", gt=0, refs=["verl:.num_cycles"])
+    lr_warmup_init: float = param(0.0, doc="LR at the first warm-up step, as an absolute value.", ge=0, todo="warm-up starting above 0 (later issue)", refs=["verl:.lr_warmup_init"])
+    lr_decay_steps: int | None = param(None, doc="Steps over which the LR decays after warm-up; null decays until the last step.", ge=1, todo="a decay shorter than the run (later issue)", refs=["verl:.lr_decay_steps"])
+
+
+@section
+class CriticOptimConfig(OptimConfig):
+    """AdamW and its learning-rate schedule (critic: a larger default LR, as in verl)."""
+
+    lr: float = param(1e-5, doc="Peak learning rate.", gt=0, refs=["verl:.lr", "roll:.learning_rate", "trinity:.lr"])
+
+
+def _unsupported(verl_prefix: str) -> dict[str, str]:
+    """Megatron-scheduler keys under one role's verl ``optim`` with no field here."""
+    return {
+        f"{verl_prefix}.total_training_steps": "filled in by verl at run time; posttrain takes the schedule length from trainer.total_training_steps",
+        f"{verl_prefix}.clip_grad": f"set the role's grad_clip ({'critic' if verl_prefix.startswith('verl:critic') else 'actor'}.grad_clip)",
+        f"{verl_prefix}.min_lr": "give the final LR as a fraction of lr in optim.min_lr_ratio (= min_lr / lr)",
+        f"{verl_prefix}.weight_decay_incr_style": "Megatron scheduler only: posttrain's weight decay is constant",
+        f"{verl_prefix}.lr_wsd_decay_style": "Megatron scheduler only: posttrain's wsd decays linearly",
+        f"{verl_prefix}.lr_wsd_decay_steps": "Megatron scheduler only: posttrain's wsd decays over the last 10% of steps",
+        f"{verl_prefix}.use_checkpoint_opt_param_scheduler": "Megatron only: posttrain restores the scheduler with the optimizer from its checkpoint",
+    }
+
+
+# Reference keys with no field in `actor.optim`/`critic.optim`, and why.
+UNSUPPORTED: dict[str, str] = {
+    **_unsupported("verl:actor_rollout_ref.actor.optim"),
+    **_unsupported("verl:critic.optim"),
+    # verl's SFT trainer (sft_trainer.yaml) has a top-level optim; posttrain's SFT trains the actor.
+    "verl:optim.lr": "posttrain's SFT trains the actor: set actor.optim.lr",
+    "verl:optim.weight_decay": "posttrain's SFT trains the actor: set actor.optim.weight_decay",
+    "verl:optim.warmup_steps_ratio": "posttrain's SFT trains the actor: set actor.optim.lr_warmup_steps_ratio",
+    "verl:optim.clip_grad": "posttrain's SFT trains the actor: set actor.grad_clip",
+    "verl:optim.lr_scheduler": "posttrain's SFT trains the actor: set actor.optim.lr_scheduler_type",
+    # ROLL's Hugging Face TrainingArguments that have no direct counterpart.
+    "roll:actor_train.training_args.gradient_accumulation_steps": "give the optimizer-step size instead: actor.ppo_mini_batch_size = per_device_train_batch_size x gradient_accumulation_steps x devices / rollout.n (prompts)",
+    "roll:critic.training_args.gradient_accumulation_steps": "give the optimizer-step size instead: critic.ppo_mini_batch_size = per_device_train_batch_size x gradient_accumulation_steps x devices / rollout.n (prompts)",
+    "roll:actor_train.training_args.num_train_epochs": "Hugging Face epochs do not apply to RL: run length is trainer.total_epochs/total_training_steps, passes per batch are actor.ppo_epochs",
+    "roll:critic.training_args.num_train_epochs": "Hugging Face epochs do not apply to RL: run length is trainer.total_epochs/total_training_steps, passes per batch are critic.ppo_epochs",
+}

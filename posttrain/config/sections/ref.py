@@ -1,12 +1,45 @@
-"""`ref`: the frozen reference policy used for KL."""
+"""`ref`: the frozen reference policy used for KL terms.
+
+The reference is created when a KL term needs it (actor.use_kl_loss or KL in the reward). It loads
+the policy's initial weights with the same model options and only runs forward passes, so its
+section holds batching for those passes and backend options. Fields left null follow the actor's
+value, as verl's defaults interpolate them.
+
+`UNSUPPORTED` lists reference keys that have no field here, each with the reason.
+"""
 
 from __future__ import annotations
 
 from posttrain.config.fields import param, section
+from posttrain.config.sections.actor import FsdpConfig, ProfilerConfig, roll_worker_unsupported
+
+_VERL = "verl:actor_rollout_ref.ref"
+
+_FSDP = "FSDP sharding and offload (Ray/cluster issue)"
+_SEPARATE = "reference batching apart from the actor's (RL trainer follow-up)"
+_PERF = "memory/speed options of the training backend (performance issue)"
 
 
 @section
 class RefConfig:
     """The frozen reference policy (created when a KL term needs it)."""
 
-    log_prob_micro_batch_size_per_gpu: int = param(8, doc="Responses per reference log-prob forward pass on one device.", ge=1, refs=["verl:actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"])
+    log_prob_micro_batch_size_per_gpu: int = param(8, doc="Responses per reference log-prob forward pass on one device.", ge=1, refs=[f"{_VERL}.log_prob_micro_batch_size_per_gpu", "roll:reference.infer_batch_size"])
+    log_prob_use_dynamic_bsz: bool | None = param(None, doc="Pack reference forward passes by tokens; null follows actor.use_dynamic_bsz.", todo=_SEPARATE, refs=[f"{_VERL}.log_prob_use_dynamic_bsz"])
+    log_prob_max_token_len_per_gpu: int | None = param(None, doc="Token budget (prompt + response tokens) of one reference forward pass on one device; null uses actor.ppo_max_token_len_per_gpu.", ge=1, todo=_SEPARATE, refs=[f"{_VERL}.log_prob_max_token_len_per_gpu"])
+    strategy: str = param("fsdp", doc="Backend across devices: fsdp or fsdp2 (one CPU process runs plain torch either way).", choices=["fsdp", "fsdp2"], todo=_FSDP, refs=[f"{_VERL}.strategy"])
+    fsdp_config: FsdpConfig = param(factory=FsdpConfig, doc="FSDP sharding and offload of the reference model.", refs=[f"{_VERL}.fsdp_config"])
+    ulysses_sequence_parallel_size: int | None = param(None, doc="Devices one sequence is split over; null follows actor.ulysses_sequence_parallel_size.", ge=1, todo="sequence parallelism (Ray/cluster issue)", refs=[f"{_VERL}.ulysses_sequence_parallel_size"])
+    entropy_from_logits_with_chunking: bool | None = param(None, doc="Compute token entropy in chunks; null follows the actor.", todo=_PERF, refs=[f"{_VERL}.entropy_from_logits_with_chunking"])
+    entropy_checkpointing: bool | None = param(None, doc="Recompute the entropy in the backward pass; null follows the actor.", todo=_PERF, refs=[f"{_VERL}.entropy_checkpointing"])
+    profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the reference's processes.", refs=[f"{_VERL}.profiler"])
+
+
+# Reference keys with no field in `ref`, and why (read by the mapping generator and dialect loaders).
+UNSUPPORTED: dict[str, str] = {
+    f"{_VERL}.log_prob_micro_batch_size": "deprecated in verl (a global count); use ref.log_prob_micro_batch_size_per_gpu (equal on one device)",
+    "roll:reference.model_args.dtype": "the reference loads the policy weights with the policy's dtype (model section)",
+    "roll:reference.model_args.disable_gradient_checkpointing": "the reference runs no backward pass, so gradient checkpointing has no meaning there",
+    "roll:reference.data_args.template": "every role uses one chat template: data.chat_template",
+    **roll_worker_unsupported("reference", "ref"),
+}

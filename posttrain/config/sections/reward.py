@@ -1,12 +1,87 @@
-"""`reward`: rule-based scorers, custom reward functions and reward models."""
+"""`reward`: rule-based scorers, custom reward functions and reward models.
+
+A response's reward is `function_weight x function score + reward_model_weight x model score`: the
+function score comes from `custom_reward_function` (or the built-in scorer of the sample's data
+source), the model score from `reward_model` when it is enabled. verl uses the model score alone when
+a reward model is on; set `function_weight: 0` for that.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from posttrain.config.fields import param, section
+
+
+@section
+class CustomRewardFunctionConfig:
+    """A user reward function: `name(data_source, solution_str, ground_truth, extra_info, **reward_kwargs) -> float | dict`."""
+
+    path: str | None = param(None, doc="Python file defining the function; null uses posttrain's built-in scorer for each data source.", refs=["verl:custom_reward_function.path"])
+    name: str = param("compute_score", doc="Name of the function inside `path`.", refs=["verl:custom_reward_function.name"])
+    reward_kwargs: dict[str, Any] = param(factory=dict, doc="Extra keyword arguments passed to every call of the function.", refs=["verl:custom_reward_function.reward_kwargs"])
+
+
+@section
+class RewardModelConfig:
+    """A Hugging Face sequence-classification model whose score on (prompt, response) is the reward."""
+
+    enable: bool = param(False, doc="Score responses with the reward model at `path`.", refs=["verl:reward_model.enable"])
+    path: str = param("", doc="Local Hugging Face directory of an AutoModelForSequenceClassification reward model.", refs=["verl:reward_model.model.path"])
+    micro_batch_size_per_gpu: int = param(8, doc="Responses per reward-model forward pass on one device.", ge=1, refs=["verl:reward_model.micro_batch_size_per_gpu"])
+    input_tokenizer: str | None = param(None, doc="Tokenizer of the policy when its chat template differs from the reward model's: responses are decoded and re-encoded; null feeds the policy's token ids.", todo="re-tokenising for a reward model with another chat template; reward model issue", refs=["verl:reward_model.model.input_tokenizer"])
+    max_length: int | None = param(None, doc="Truncate reward-model inputs to this many tokens; null keeps prompt + response length.", ge=1, todo="reward-model input truncation; reward model issue", refs=["verl:reward_model.max_length"])
+    trust_remote_code: bool = param(False, doc="Allow Python code shipped with the reward model's directory.", todo="remote-code models; model loading issue", refs=["verl:reward_model.model.trust_remote_code"])
+    external_lib: str | None = param(None, doc="Python module imported first so it can register custom model classes.", todo="external model libraries; model loading issue", refs=["verl:reward_model.model.external_lib"])
+    strategy: str | None = param(None, doc="Training backend that hosts the reward model (fsdp, fsdp2, megatron); null uses the actor's.", todo="sharded reward model; distributed backend issue", refs=["verl:reward_model.strategy"])
+    use_dynamic_bsz: bool = param(False, doc="Pack reward-model micro-batches by forward_max_token_len_per_gpu instead of a count.", todo="token-budget micro-batches; performance issue", refs=["verl:reward_model.use_dynamic_bsz"])
+    forward_max_token_len_per_gpu: int = param(32768, doc="Token budget of one reward-model micro-batch when use_dynamic_bsz.", ge=1, todo="token-budget micro-batches; performance issue", refs=["verl:reward_model.forward_max_token_len_per_gpu"])
+    use_remove_padding: bool = param(False, doc="Run the reward model on unpadded (packed) sequences.", todo="padding-free forward; performance issue", refs=["verl:reward_model.model.use_remove_padding"])
+    use_fused_kernels: bool = param(False, doc="Use fused kernels in the reward model's forward pass.", todo="fused kernels; performance issue", refs=["verl:reward_model.model.use_fused_kernels"])
+    use_shm: bool = param(False, doc="Load reward-model weights through shared memory.", todo="shared-memory model loading; performance issue", refs=["verl:reward_model.model.use_shm"])
+    fsdp_config: dict[str, Any] = param(factory=dict, doc="FSDP options of the reward model (wrap_policy.min_num_params, param_offload, reshard_after_forward, fsdp_size, forward_prefetch).", todo="sharded reward model; distributed backend issue", refs=["verl:reward_model.model.fsdp_config", "verl:reward_model.model.fsdp_config.wrap_policy.min_num_params", "verl:reward_model.model.fsdp_config.param_offload", "verl:reward_model.model.fsdp_config.reshard_after_forward", "verl:reward_model.model.fsdp_config.fsdp_size", "verl:reward_model.model.fsdp_config.forward_prefetch"])
+    profiler: dict[str, Any] = param(factory=dict, doc="Profiler options of the reward-model worker (discrete, all_ranks, ranks).", todo="profiling; profiling issue", refs=["verl:reward_model.profiler", "verl:reward_model.profiler.discrete"])
+
+
+@section
+class OverlongBufferConfig:
+    """DAPO soft overlong punishment: a penalty ramping up over the last `len` tokens of the budget."""
+
+    enable: bool = param(False, doc="Penalise responses longer than max_response_length - len, linearly up to -penalty_factor.", todo="DAPO overlong reward shaping; reward shaping issue", refs=["verl:reward_model.overlong_buffer.enable"])
+    len: int = param(0, doc="Length of the penalty ramp in tokens at the end of the response budget.", ge=0, todo="DAPO overlong reward shaping; reward shaping issue", refs=["verl:reward_model.overlong_buffer.len"])
+    penalty_factor: float = param(1.0, doc="Penalty at the full response budget.", ge=0, todo="DAPO overlong reward shaping; reward shaping issue", refs=["verl:reward_model.overlong_buffer.penalty_factor"])
+    log: bool = param(False, doc="Log the overlong penalty as a metric.", todo="DAPO overlong reward shaping; reward shaping issue", refs=["verl:reward_model.overlong_buffer.log"])
+
+
+@section
+class SandboxFusionConfig:
+    """A remote code-execution sandbox used by code reward functions."""
+
+    url: str | None = param(None, doc="URL of the sandbox service; null runs code rewards locally.", todo="remote code sandbox; code reward issue", refs=["verl:reward_model.sandbox_fusion.url"])
+    max_concurrent: int = param(64, doc="Most requests in flight to the sandbox.", ge=1, todo="remote code sandbox; code reward issue", refs=["verl:reward_model.sandbox_fusion.max_concurrent"])
 
 
 @section
 class RewardConfig:
     """How responses are scored."""
 
-    reward_manager: str = param("naive", doc="How scoring is run: naive (in-process) or parallel (process pool).", choices=["naive", "parallel"], refs=["verl:reward_model.reward_manager"])
+    reward_manager: str = param("naive", doc="How scoring is run: naive (in-process, one call at a time) or parallel (process pool of num_workers; verl's prime).", choices=["naive", "parallel"], refs=["verl:reward_model.reward_manager"])
+    num_workers: int = param(2, doc="Processes of the parallel reward manager.", ge=1)
+    timeout_s: float = param(60.0, doc="Seconds one scoring call may take under the parallel manager before it counts as a failure.", gt=0)
+    on_error: str = param("raise", doc="When a scoring call raises or times out: raise stops the run, fixed scores the response failure_reward.", choices=["raise", "fixed"])
+    failure_reward: float = param(0.0, doc="Reward of a response whose scoring failed when on_error is fixed.")
+    function_weight: float = param(1.0, doc="Weight of the reward-function score; 0 skips the function (reward model only).", ge=0)
+    reward_model_weight: float = param(1.0, doc="Weight of the reward-model score when reward_model.enable.", ge=0)
+    custom_reward_function: CustomRewardFunctionConfig = param(factory=CustomRewardFunctionConfig, doc="User reward function (file and name).")
+    reward_model: RewardModelConfig = param(factory=RewardModelConfig, doc="Model-based reward.")
+
+    launch_reward_fn_async: bool = param(False, doc="Score with the reward function in the background while log-probs are computed.", todo="asynchronous reward; reward issue", refs=["verl:reward_model.launch_reward_fn_async"])
+    overlong_buffer: OverlongBufferConfig = param(factory=OverlongBufferConfig, doc="DAPO soft overlong punishment.")
+    sandbox_fusion: SandboxFusionConfig = param(factory=SandboxFusionConfig, doc="Remote code-execution sandbox.")
+    workers: dict[str, Any] = param(factory=dict, doc="ROLL reward workers by name, each scoring the samples whose tag is in its tag_included (worker_cls, tag_included, world_size, judge_prompt, ...).", todo="per-domain reward workers (rule, code sandbox, LLM judge); reward routing issue", refs=["roll:rewards", "roll:rewards.*.tag_included", "roll:rewards.*.world_size", "roll:rewards.*.worker_cls", "roll:rewards.*.judge_prompt", "roll:rewards.*.judge_model_type", "roll:rewards.*.reward_type", "roll:rewards.*.response_length_penalty_coef", "roll:rewards.*.query_filter_config", "roll:rewards.*.use_local", "roll:rewards.*.model_args", "roll:rewards.*.data_args", "roll:rewards.*.generating_args", "roll:rewards.*.strategy_args", "roll:rewards.*.device_mapping", "roll:rewards.*.infer_batch_size"])
+
+
+#: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
+UNSUPPORTED: dict[str, str] = {
+    "verl:reward_model.micro_batch_size": "deprecated global micro-batch size; set reward.reward_model.micro_batch_size_per_gpu",
+}

@@ -1,12 +1,142 @@
-"""`rollout`: the generation engine and its sampling parameters."""
+"""`rollout`: the generation engine and its sampling parameters.
+
+The built-in engine is ``hf``: the policy's own torch module samples with a KV cache in the training
+process, so actor and rollout always share weights (verl's "hybrid engine"). vLLM and SGLang engines
+are a later issue; their options have a home here already, marked `todo`, so a verl/ROLL/Trinity file
+that sets them is refused by name rather than silently ignored.
+
+Units: ``n`` is responses per prompt; lengths are tokens; ``max_num_seqs`` counts sequences.
+
+`UNSUPPORTED` lists reference keys that have no field here, each with the reason.
+"""
 
 from __future__ import annotations
 
 from posttrain.config.fields import param, section
+
+_VERL = "verl:actor_rollout_ref.rollout"
+_ROLL_GEN = "roll:actor_infer.generating_args"
+_ROLL_STRAT = "roll:actor_infer.strategy_args.strategy_config"
+_ROLL_VAL_GEN = "roll:validation.generating_args"
+_TRINITY = "trinity:explorer.rollout_model"
+
+_ENGINES = "vLLM/SGLang rollout engines (later issue)"
+_MULTI_TURN = "multi-turn tool calling (agentic issue)"
+
+
+@section
+class ValKwargsConfig:
+    """Sampling used for validation instead of the training sampling parameters."""
+
+    do_sample: bool = param(False, doc="Sample during validation; false decodes greedily and ignores temperature/top_k/top_p.", refs=[f"{_VERL}.val_kwargs.do_sample"])
+    temperature: float = param(0.0, doc="Validation sampling temperature (used when do_sample; must then be > 0).", ge=0, refs=[f"{_VERL}.val_kwargs.temperature", f"{_ROLL_VAL_GEN}.temperature"])
+    top_k: int = param(-1, doc="Validation top-k: sample among the k most likely tokens; -1 or 0 disables.", ge=-1, refs=[f"{_VERL}.val_kwargs.top_k", f"{_ROLL_VAL_GEN}.top_k"])
+    top_p: float = param(1.0, doc="Validation nucleus sampling: smallest token set with this total probability; 1.0 disables.", gt=0, le=1, refs=[f"{_VERL}.val_kwargs.top_p", f"{_ROLL_VAL_GEN}.top_p"])
+    n: int = param(1, doc="Responses sampled per validation prompt (scores are averaged over them).", ge=1, refs=[f"{_VERL}.val_kwargs.n", f"{_ROLL_VAL_GEN}.num_return_sequences"])
+
+
+@section
+class MultiTurnConfig:
+    """Multi-turn rollouts with tool calls (the model calls tools between its turns)."""
+
+    enable: bool = param(False, doc="Roll out conversations of several assistant turns with tool calls.", todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.enable"])
+    max_turns: int | None = param(None, doc="Most assistant turns per conversation; null means a limit derived from the model length.", ge=1, todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.max_turns", f"{_VERL}.multi_turn.max_assistant_turns"])
+    tool_config_path: str | None = param(None, doc="YAML file declaring the tools the model may call.", todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.tool_config_path"])
+    format: str = param("hermes", doc="Tool-call syntax the model writes (parser name, e.g. hermes).", todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.format"])
+    completion_callback: str | None = param(None, doc="Dotted path of a function run after each generated turn.", todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.completion_callback"])
+    use_inference_chat_template: bool = param(False, doc="Tokenise the history with the inference chat template (e.g. dropping earlier reasoning) instead of the full training one.", todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.use_inference_chat_template"])
+    enable_tokenization_sanity_check: bool = param(True, doc="Check that turn-by-turn tokenisation equals tokenising the whole conversation at once.", todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.enable_tokenization_sanity_check"])
+
+
+@section
+class VllmEngineKwargs:
+    """Extra options passed to a vLLM engine."""
+
+    swap_space: int | None = param(None, doc="CPU swap space for the KV cache in GiB; null keeps vLLM's default (4).", ge=0, todo=_ENGINES, refs=[f"{_VERL}.engine_kwargs.vllm.swap_space"])
+    disable_mm_preprocessor_cache: bool = param(False, doc="Turn off vLLM's cache of preprocessed multimodal inputs.", todo=_ENGINES, refs=[f"{_VERL}.engine_kwargs.vllm.disable_mm_preprocessor_cache"])
+    block_size: int | None = param(None, doc="Tokens per KV-cache block; null keeps vLLM's default.", ge=1, todo=_ENGINES, refs=[f"{_ROLL_STRAT}.block_size"])
+
+
+@section
+class SglangEngineKwargs:
+    """Extra options passed to an SGLang engine."""
+
+    attention_backend: str | None = param(None, doc="SGLang attention kernels (flashinfer, triton, flashmla); null keeps SGLang's default.", todo=_ENGINES, refs=[f"{_VERL}.engine_kwargs.sglang.attention_backend"])
+
+
+@section
+class EngineKwargsConfig:
+    """Engine-specific options, one group per engine; only the chosen engine's group is used."""
+
+    vllm: VllmEngineKwargs = param(factory=VllmEngineKwargs, doc="Options of the vLLM engine.")
+    sglang: SglangEngineKwargs = param(factory=SglangEngineKwargs, doc="Options of the SGLang engine.")
 
 
 @section
 class RolloutConfig:
     """Sampling responses from the current policy."""
 
-    n: int = param(1, doc="Responses sampled per prompt (the group size of GRPO/RLOO).", ge=1, refs=["verl:actor_rollout_ref.rollout.n"])
+    # ---- engine ------------------------------------------------------------------------------
+    name: str = param("hf", doc="Generation engine: hf (built in: the training model samples with a KV cache), vllm or sglang.", choices=["hf", "vllm", "sglang"], todo=_ENGINES, refs=[f"{_VERL}.name", "roll:actor_infer.strategy_args.strategy_name", f"{_TRINITY}.engine_type"])
+    mode: str = param("sync", doc="sync generates a whole batch per call; async serves requests from a rollout server.", choices=["sync", "async"], todo="asynchronous rollout server (later issue)", refs=[f"{_VERL}.mode"])
+
+    # ---- sampling ----------------------------------------------------------------------------
+    n: int = param(1, doc="Responses sampled per prompt (the group size of GRPO/RLOO).", ge=1, refs=[f"{_VERL}.n", "roll:num_return_sequences_in_group", f"{_ROLL_GEN}.num_return_sequences", "trinity:algorithm.repeat_times"])
+    temperature: float = param(1.0, doc="Sampling temperature: logits are divided by it (must be > 0 when do_sample).", ge=0, refs=[f"{_VERL}.temperature", f"{_ROLL_GEN}.temperature", "trinity:model.temperature"])
+    top_k: int = param(-1, doc="Sample among the k most likely tokens only; -1 or 0 disables.", ge=-1, refs=[f"{_VERL}.top_k", f"{_ROLL_GEN}.top_k"])
+    top_p: float = param(1.0, doc="Nucleus sampling: smallest token set with this total probability; 1.0 disables.", gt=0, le=1, refs=[f"{_VERL}.top_p", f"{_ROLL_GEN}.top_p"])
+    do_sample: bool = param(True, doc="Sample during training rollouts; false decodes greedily (every response of a group is then the same).", refs=[f"{_VERL}.do_sample", f"{_ROLL_GEN}.do_sample"])
+    repetition_penalty: float = param(1.0, doc="Divide positive logits (multiply negative ones) of tokens already in the sequence by this; 1.0 disables.", gt=0, refs=[f"{_VERL}.repetition_penalty", f"{_ROLL_GEN}.repetition_penalty", "trinity:model.repetition_penalty"])
+    ignore_eos: bool = param(False, doc="Keep generating after the end-of-sequence token until response_length.", refs=[f"{_VERL}.ignore_eos", f"{_TRINITY}.ignore_eos"])
+    response_length: int | None = param(None, doc="Most tokens generated per response; null uses data.max_response_length.", ge=1, refs=[f"{_VERL}.response_length", f"{_ROLL_GEN}.max_new_tokens"])
+    prompt_length: int | None = param(None, doc="Longest prompt the engine accepts in tokens; null uses data.max_prompt_length.", ge=1, todo="a rollout prompt limit apart from data.max_prompt_length (unused in verl too)", refs=[f"{_VERL}.prompt_length"])
+    use_fire_sampling: bool = param(False, doc="FIRE sampling: a high temperature for the first token only (Chen et al., 2024).", todo="FIRE sampling (later issue)", refs=[f"{_VERL}.use_fire_sampling"])
+    num_beams: int = param(1, doc="Beam search width; 1 samples (RL needs independent samples, so only 1 is meaningful).", ge=1, todo="beam search (not planned for RL; kept so ROLL files with num_beams: 1 load)", refs=[f"{_ROLL_GEN}.num_beams"])
+    seed: int | None = param(None, doc="Seed of the engine's sampler; null derives it from the run seed.", todo="a separate rollout seed (later issue)", refs=[f"{_TRINITY}.seed"])
+    enable_thinking: bool = param(False, doc="Pass enable_thinking to the chat template at generation (Qwen3-style reasoning switch).", todo="per-engine chat-template switches; use data.apply_chat_template_kwargs (later issue)", refs=[f"{_TRINITY}.enable_thinking"])
+    calculate_log_probs: bool = param(False, doc="Also return the engine's own log-probs of the sampled tokens (to measure engine/trainer mismatch).", todo="engine log-probs (vLLM engine issue)", refs=[f"{_VERL}.calculate_log_probs"])
+    val_kwargs: ValKwargsConfig = param(factory=ValKwargsConfig, doc="Sampling parameters used for validation.")
+
+    # ---- old log-probs (recomputed by the actor after generation) -----------------------------
+    log_prob_micro_batch_size_per_gpu: int | None = param(None, doc="Responses per forward pass when recomputing old log-probs on one device; null uses actor.ppo_micro_batch_size_per_gpu.", ge=1, todo="a separate micro-batch for old log-probs (RL trainer follow-up)", refs=[f"{_VERL}.log_prob_micro_batch_size_per_gpu", "roll:actor_train.infer_batch_size"])
+    log_prob_use_dynamic_bsz: bool | None = param(None, doc="Pack old-log-prob micro-batches by tokens; null follows actor.use_dynamic_bsz.", todo="a separate packing switch for old log-probs (RL trainer follow-up)", refs=[f"{_VERL}.log_prob_use_dynamic_bsz"])
+    log_prob_max_token_len_per_gpu: int | None = param(None, doc="Token budget of one old-log-prob micro-batch on one device; null uses actor.ppo_max_token_len_per_gpu.", ge=1, todo="a separate token budget for old log-probs (RL trainer follow-up)", refs=[f"{_VERL}.log_prob_max_token_len_per_gpu"])
+
+    # ---- placement and parallelism ------------------------------------------------------------
+    hybrid_engine: bool = param(True, doc="Actor and rollout share one copy of the weights on the same devices (the only mode now).", todo="separate rollout devices (Ray/cluster issue)", refs=["verl:actor_rollout_ref.hybrid_engine"])
+    tensor_model_parallel_size: int = param(1, doc="Devices one engine replica is split over (tensor parallelism).", ge=1, todo=_ENGINES, refs=[f"{_VERL}.tensor_model_parallel_size", f"{_TRINITY}.tensor_parallel_size", "roll:actor_infer.num_gpus_per_worker"])
+    engine_num: int = param(1, doc="Engine replicas generating in parallel.", ge=1, todo="several engine replicas (Ray/cluster issue)", refs=[f"{_TRINITY}.engine_num"])
+
+    # ---- engine memory and performance (vLLM/SGLang) -----------------------------------------
+    dtype: str = param("auto", doc="Engine weight dtype: auto (the actor's), fp32, bf16 or fp16.", choices=["auto", "fp32", "bf16", "fp16"], todo=_ENGINES, refs=[f"{_VERL}.dtype", f"{_TRINITY}.dtype", "roll:actor_infer.model_args.dtype"])
+    gpu_memory_utilization: float = param(0.5, doc="Fraction of device memory the engine may take for weights and KV cache (SGLang: mem_fraction_static).", gt=0, le=1, todo=_ENGINES, refs=[f"{_VERL}.gpu_memory_utilization", f"{_TRINITY}.gpu_memory_utilization", f"{_ROLL_STRAT}.gpu_memory_utilization", f"{_ROLL_STRAT}.mem_fraction_static"])
+    free_cache_engine: bool = param(True, doc="Release the engine's KV cache after each generation phase so training has the memory.", todo=_ENGINES, refs=[f"{_VERL}.free_cache_engine"])
+    enforce_eager: bool = param(True, doc="Run the engine eagerly, without CUDA graphs.", todo=_ENGINES, refs=[f"{_VERL}.enforce_eager", f"{_TRINITY}.enforce_eager"])
+    load_format: str = param("dummy_dtensor", doc="How the engine gets its first weights (dummy_* = random, overwritten by the first weight sync; hf, dtensor, auto, ...).", todo=_ENGINES, refs=[f"{_VERL}.load_format", f"{_ROLL_STRAT}.load_format"])
+    max_model_len: int | None = param(None, doc="Longest prompt + response the engine holds in tokens; null derives it from the data lengths.", ge=1, todo=_ENGINES, refs=[f"{_VERL}.max_model_len", f"{_ROLL_STRAT}.max_model_len"])
+    max_num_batched_tokens: int = param(8192, doc="Most tokens the engine processes in one scheduler step.", ge=1, todo=_ENGINES, refs=[f"{_VERL}.max_num_batched_tokens"])
+    max_num_seqs: int = param(1024, doc="Most sequences the engine generates at once.", ge=1, todo=_ENGINES, refs=[f"{_VERL}.max_num_seqs", "roll:actor_infer.infer_batch_size"])
+    enable_chunked_prefill: bool = param(True, doc="Split long prompt prefills into chunks to cap peak memory.", todo=_ENGINES, refs=[f"{_VERL}.enable_chunked_prefill", f"{_TRINITY}.enable_chunked_prefill"])
+    enable_prefix_caching: bool = param(False, doc="Reuse the KV cache of shared prompt prefixes across requests.", todo=_ENGINES, refs=[f"{_VERL}.enable_prefix_caching", f"{_TRINITY}.enable_prefix_caching"])
+    disable_log_stats: bool = param(True, doc="Silence the engine's periodic statistics log.", todo=_ENGINES, refs=[f"{_VERL}.disable_log_stats"])
+    engine_kwargs: EngineKwargsConfig = param(factory=EngineKwargsConfig, doc="Engine-specific options (vllm, sglang).")
+
+    # ---- agentic ------------------------------------------------------------------------------
+    multi_turn: MultiTurnConfig = param(factory=MultiTurnConfig, doc="Multi-turn rollouts with tool calls.")
+    custom_async_server_path: str | None = param(None, doc="Python file defining a custom asynchronous rollout server class.", todo="custom async rollout servers (later issue)", refs=[f"{_VERL}.agent.custom_async_server.path"])
+    custom_async_server_name: str | None = param(None, doc="Name of the async server class in that file.", todo="custom async rollout servers (later issue)", refs=[f"{_VERL}.agent.custom_async_server.name"])
+    enable_history: bool = param(False, doc="Record every model call of a workflow as training experience.", todo="workflow call history (agentic issue)", refs=[f"{_TRINITY}.enable_history"])
+
+
+# Reference keys with no field in `rollout`, and why (read by the mapping generator and dialect loaders).
+UNSUPPORTED: dict[str, str] = {
+    f"{_VERL}.log_prob_micro_batch_size": "deprecated in verl (a global count); use rollout.log_prob_micro_batch_size_per_gpu (equal on one device)",
+    f"{_ROLL_VAL_GEN}.max_new_tokens": "validation generates up to rollout.response_length tokens like training",
+    f"{_ROLL_VAL_GEN}.num_beams": "beam search is not offered; validation samples or decodes greedily (rollout.val_kwargs.do_sample)",
+    "roll:actor_infer.model_args.disable_gradient_checkpointing": "the rollout engine runs no backward pass, so gradient checkpointing has no meaning there",
+    "roll:actor_infer.data_args.template": "every role uses one chat template: data.chat_template",
+    "roll:actor_infer.world_size": "ROLL derives it from device_mapping; posttrain derives process counts from the cluster section",
+    "roll:generate_opt_level": "ROLL's request scheduler switch; posttrain's hf engine generates one batch per call (async server: later issue)",
+    "roll:is_num_return_sequences_expand": "ROLL implementation detail: posttrain always samples rollout.n independent responses per prompt",
+    "roll:max_running_requests": "ROLL's request scheduler concurrency; the vLLM/SGLang engines' limit will be rollout.max_num_seqs",
+}

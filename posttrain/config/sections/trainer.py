@@ -1,8 +1,21 @@
-"""`trainer`: run length, logging, validation and checkpoint cadence."""
+"""`trainer`: run length, logging, validation and checkpoint cadence.
+
+The run directory is `default_local_dir`, or `<root_dir>/<project_name>/<experiment_name>` when that is
+null (Trinity-RFT's layout under checkpoint_root_dir; verl's default value spelled out). Checkpoints,
+logs and the resolved config of the run go there.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from posttrain.config.fields import param, section
+
+#: Values of `logger` posttrain implements; the wandb, swanlab, mlflow and clearml trackers are todo
+#: ("tracker adapters issue") and a loader should say so when it meets them.
+LOGGERS = ("console", "tensorboard", "jsonl")
+
+_CHECKPOINT_TODO = "checkpoint/resume issue"
 
 
 @section
@@ -10,6 +23,48 @@ class TrainerConfig:
     """The training loop around the RL step."""
 
     project_name: str = param("posttrain", doc="Project name used by trackers and the run directory.", refs=["verl:trainer.project_name", "trinity:project"])
-    experiment_name: str = param("run", doc="Experiment name used by trackers and the run directory.", refs=["verl:trainer.experiment_name", "trinity:name"])
-    total_epochs: int = param(1, doc="Passes over the training data.", ge=1, refs=["verl:trainer.total_epochs"])
-    total_training_steps: int | None = param(None, doc="Training steps; null derives it from total_epochs x steps per epoch.", ge=1, refs=["verl:trainer.total_training_steps"])
+    experiment_name: str = param("run", doc="Experiment name used by trackers and the run directory.", refs=["verl:trainer.experiment_name", "trinity:name", "roll:exp_name"])
+    total_epochs: int = param(1, doc="Passes over the training data.", ge=1, refs=["verl:trainer.total_epochs", "trinity:buffer.total_epochs"])
+    total_training_steps: int | None = param(None, doc="Training steps; null derives it from total_epochs x steps per epoch.", ge=1, refs=["verl:trainer.total_training_steps", "roll:max_steps", "trinity:buffer.total_steps", "trinity:trainer.total_steps"])
+    seed: int = param(42, doc="Seed of every random generator of the run (data order, sampling, initialisation).", ge=0, refs=["roll:seed"])
+
+    logger: list[str] = param(factory=lambda: ["console"], doc="Where metrics go: any of console, tensorboard (<run dir>/tensorboard), jsonl (<run dir>/metrics.jsonl).", choices=LOGGERS, refs=["verl:trainer.logger", "roll:track_with", "trinity:monitor.monitor_type"])
+    log_val_generations: int = param(0, doc="Validation (prompt, response, score) examples printed to the loggers each validation.", ge=0, refs=["verl:trainer.log_val_generations"])
+    rollout_data_dir: str | None = param(None, doc="Directory for one JSONL file of training rollouts per step; null writes none.", refs=["verl:trainer.rollout_data_dir"])
+    validation_data_dir: str | None = param(None, doc="Directory for one JSONL file of validation generations per validation; null writes none.", refs=["verl:trainer.validation_data_dir"])
+    test_freq: int = param(-1, doc="Validate every this many steps and after the last; 0 or -1 never validates during training.", ge=-1, refs=["verl:trainer.test_freq", "roll:eval_steps", "trinity:explorer.eval_interval"])
+    val_before_train: bool = param(True, doc="Validate once before the first training step (needs data.val_files).", refs=["verl:trainer.val_before_train", "trinity:explorer.eval_on_startup"])
+    val_only: bool = param(False, doc="Validate the initial model and stop without training.", refs=["verl:trainer.val_only"])
+    critic_warmup: int = param(0, doc="Steps that train only the critic before the actor starts updating.", ge=0, refs=["verl:trainer.critic_warmup", "roll:critic_warmup"])
+    root_dir: str = param("checkpoints", doc="Parent of run directories when default_local_dir is null.", refs=["trinity:checkpoint_root_dir"])
+    default_local_dir: str | None = param(None, doc="Run directory (checkpoints, logs, resolved config); null means <root_dir>/<project_name>/<experiment_name>.", refs=["verl:trainer.default_local_dir", "roll:output_dir"])
+
+    tracker_kwargs: dict[str, Any] = param(factory=dict, doc="Extra arguments of the trackers (tensorboard log_dir; wandb base_url/api_key; mlflow uri/username/password).", todo="tracker options; tracker adapters issue", refs=["roll:tracker_kwargs", "trinity:monitor.monitor_args", "trinity:monitor.monitor_args.base_url", "trinity:monitor.monitor_args.api_key", "trinity:monitor.monitor_args.uri", "trinity:monitor.monitor_args.username", "trinity:monitor.monitor_args.password"])
+    log_freq: int = param(1, doc="Send training metrics to the loggers every this many steps.", ge=1, todo="sparser metric logging; tracker adapters issue", refs=["roll:logging_steps"])
+    mode: str = param("both", doc="Which halves run: both (explore and train), train (from an experience buffer), explore (generate only), bench (evaluate checkpoints).", choices=["both", "train", "explore", "bench"], todo="separate explorer and trainer processes; decoupled explorer/trainer issue", refs=["trinity:mode"])
+    balance_batch: bool = param(True, doc="Reorder each batch so every data-parallel rank gets a similar number of tokens.", todo="multi-device data parallelism; distributed backend issue", refs=["verl:trainer.balance_batch"])
+
+    save_freq: int = param(-1, doc="Save a checkpoint every this many steps and after the last; 0 or -1 saves none.", ge=-1, todo=_CHECKPOINT_TODO, refs=["verl:trainer.save_freq", "roll:save_steps", "trinity:trainer.save_interval"])
+    resume_mode: str = param("auto", doc="auto resumes from the newest checkpoint in the run directory, disable starts fresh, resume_path loads resume_from_path (ROLL/Trinity booleans: true is auto, false is disable).", choices=["auto", "disable", "resume_path"], todo=_CHECKPOINT_TODO, refs=["verl:trainer.resume_mode", "trinity:continue_from_checkpoint", "roll:resume_from_checkpoint"])
+    resume_from_path: str | None = param(None, doc="Checkpoint directory to load when resume_mode is resume_path.", todo=_CHECKPOINT_TODO, refs=["verl:trainer.resume_from_path"])
+    checkpoint_dir: str | None = param(None, doc="Where checkpoints are written; null means <run dir>/checkpoints.", todo=_CHECKPOINT_TODO, refs=["roll:checkpoint_config.output_dir"])
+    max_actor_ckpt_to_keep: int | None = param(None, doc="Newest actor checkpoints kept on disk; null keeps all.", ge=1, todo=_CHECKPOINT_TODO, refs=["verl:trainer.max_actor_ckpt_to_keep"])
+    max_critic_ckpt_to_keep: int | None = param(None, doc="Newest critic checkpoints kept on disk; null keeps all.", ge=1, todo=_CHECKPOINT_TODO, refs=["verl:trainer.max_critic_ckpt_to_keep"])
+    del_local_ckpt_after_load: bool = param(False, doc="Delete the checkpoint directory after resuming from it.", todo=_CHECKPOINT_TODO, refs=["verl:trainer.del_local_ckpt_after_load"])
+    save_hf_checkpoint: str = param("last", doc="Also save a Hugging Face model directory: last (final checkpoint only), always, never.", choices=["last", "always", "never"], todo=_CHECKPOINT_TODO, refs=["trinity:trainer.save_hf_checkpoint"])
+    save_strategy: str = param("unrestricted", doc="How many savers may write at once: single_thread, single_process, single_node, unrestricted.", choices=["single_thread", "single_process", "single_node", "unrestricted"], todo="concurrent multi-node checkpoint writes; checkpoint/resume issue", refs=["trinity:trainer.save_strategy"])
+
+    profile_steps: list[int] = param(factory=list, doc="Training steps to profile; empty profiles none.", todo="profiling; profiling issue", refs=["verl:trainer.profile_steps"])
+    controller_nsight_options: dict[str, Any] = param(factory=dict, doc="Nsight Systems options of the driver process (trace, cuda-memory-usage, cuda-graph-trace).", todo="Nsight profiling; profiling issue", refs=["verl:trainer.controller_nsight_options", "verl:trainer.controller_nsight_options.trace", "verl:trainer.controller_nsight_options.cuda-memory-usage", "verl:trainer.controller_nsight_options.cuda-graph-trace"])
+    worker_nsight_options: dict[str, Any] = param(factory=dict, doc="Nsight Systems options of worker processes (trace, cuda-memory-usage, cuda-graph-trace, capture-range, capture-range-end, kill).", todo="Nsight profiling; profiling issue", refs=["verl:trainer.worker_nsight_options", "verl:trainer.worker_nsight_options.trace", "verl:trainer.worker_nsight_options.cuda-memory-usage", "verl:trainer.worker_nsight_options.cuda-graph-trace", "verl:trainer.worker_nsight_options.capture-range", "verl:trainer.worker_nsight_options.capture-range-end", "verl:trainer.worker_nsight_options.kill"])
+
+
+#: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
+UNSUPPORTED: dict[str, str] = {
+    "verl:trainer.default_hdfs_dir": "HDFS upload is not supported; copy the run directory with your own tooling",
+    "verl:trainer.remove_previous_ckpt_in_save": "deprecated in verl; set trainer.max_actor_ckpt_to_keep: 1 and trainer.max_critic_ckpt_to_keep: 1",
+    "roll:checkpoint_config.type": "posttrain writes checkpoints to a file system path only; set trainer.checkpoint_dir",
+    "trinity:trainer.name": "Ray actor names are chosen by posttrain",
+    "trinity:trainer.trainer_type": "posttrain trains with its own backend, not verl",
+    "trinity:trainer.trainer_config": "inline verl trainer config; write those keys in posttrain's sections (or load them with the verl dialect)",
+}

@@ -1,0 +1,147 @@
+"""Cross-field rules of the config: one small function per rule, each naming every key involved.
+
+These run after every field on its own is valid (types, bounds). Batch-size divisibility is the
+rule users of verl/ROLL/Trinity trip over most, so each message shows the arithmetic and lists
+values that would work. A rule whose fields are not in the schema is skipped, so the rules work on
+any schema that has the fields they read (and on toy schemas in tests).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+_ABSENT = object()
+
+
+def get_path(cfg: Any, path: str, default: Any = _ABSENT) -> Any:
+    """``cfg.a.b.c`` for ``"a.b.c"``, or ``default`` when some part does not exist."""
+    node = cfg
+    for part in path.split("."):
+        node = getattr(node, part, _ABSENT)
+        if node is _ABSENT:
+            return default
+    return node
+
+
+def world_size(cfg: Any) -> int:
+    """Training processes: nodes × accelerators per node, or 1 on CPU (0 accelerators)."""
+    gpus = get_path(cfg, "cluster.n_gpus_per_node", 0)
+    return get_path(cfg, "cluster.nnodes", 1) * gpus if gpus > 0 else 1
+
+
+def uses_critic(cfg: Any) -> bool:
+    """Whether a critic is trained: ``critic.enable`` when the schema has it, else GAE needs one."""
+    enable = get_path(cfg, "critic.enable", None)
+    if isinstance(enable, bool):
+        return enable
+    return get_path(cfg, "algorithm.adv_estimator", None) == "gae"
+
+
+def _divisors(n: int) -> str:
+    found = [d for d in range(1, n + 1) if n % d == 0]
+    shown = found if len(found) <= 10 else found[:5] + ["..."] + found[-3:]
+    return ", ".join(str(d) for d in shown)
+
+
+def _mini_batch_rules(cfg: Any, role: str) -> list[str]:
+    """The three batch rules of one trained role (``actor`` or ``critic``), verl semantics:
+    the step's prompts split into mini-batches of ``ppo_mini_batch_size`` prompts (× rollout.n
+    responses); each mini-batch splits evenly over the devices; each device's share splits into
+    micro-batches of ``ppo_micro_batch_size_per_gpu`` responses (unless packing by tokens)."""
+    prompts = get_path(cfg, "data.train_batch_size", None)
+    mini = get_path(cfg, f"{role}.ppo_mini_batch_size", None)
+    n = get_path(cfg, "rollout.n", 1)
+    if prompts is None or mini is None:
+        return []
+    if mini > prompts:
+        return [
+            f"{role}.ppo_mini_batch_size ({mini}) is larger than data.train_batch_size ({prompts}): a "
+            f"mini-batch is a share of one step's prompts; use at most {prompts}"
+        ]
+    if prompts % mini:
+        return [
+            f"data.train_batch_size ({prompts}) is not divisible by {role}.ppo_mini_batch_size ({mini}): "
+            f"each step's prompts are split into equal mini-batches; use one of {_divisors(prompts)}"
+        ]
+    world = world_size(cfg)
+    responses = mini * n
+    if responses % world:
+        return [
+            f"{role}.ppo_mini_batch_size ({mini}) × rollout.n ({n}) = {responses} responses per mini-batch "
+            f"cannot be split evenly over {world} devices (cluster.nnodes {get_path(cfg, 'cluster.nnodes', 1)}"
+            f" × cluster.n_gpus_per_node {get_path(cfg, 'cluster.n_gpus_per_node', 0)}); make the "
+            f"product a multiple of {world}"
+        ]
+    micro = get_path(cfg, f"{role}.ppo_micro_batch_size_per_gpu", None)
+    if micro is None or get_path(cfg, f"{role}.use_dynamic_bsz", False):
+        return []
+    per_device = responses // world
+    if per_device % micro:
+        device_word = "device" if world == 1 else "devices"
+        return [
+            f"{role}.ppo_micro_batch_size_per_gpu ({micro}) does not divide the per-device mini-batch of "
+            f"{per_device} responses ({role}.ppo_mini_batch_size {mini} × rollout.n {n} / {world} "
+            f"{device_word}); use one of {_divisors(per_device)}"
+        ]
+    return []
+
+
+def check_actor_batches(cfg: Any) -> list[str]:
+    return _mini_batch_rules(cfg, "actor")
+
+
+def check_critic_batches(cfg: Any) -> list[str]:
+    return _mini_batch_rules(cfg, "critic") if uses_critic(cfg) else []
+
+
+def check_token_budget(cfg: Any) -> list[str]:
+    """Packing by tokens cannot split one sequence, so the budget must hold the longest one."""
+    problems = []
+    longest = get_path(cfg, "data.max_prompt_length", 0) + get_path(cfg, "data.max_response_length", 0)
+    for role in ("actor", "critic"):
+        budget = get_path(cfg, f"{role}.ppo_max_token_len_per_gpu", None)
+        if role == "critic" and not uses_critic(cfg):
+            continue
+        if get_path(cfg, f"{role}.use_dynamic_bsz", False) and budget is not None and budget < longest:
+            problems.append(
+                f"{role}.ppo_max_token_len_per_gpu ({budget}) is smaller than one full sequence "
+                f"(data.max_prompt_length {get_path(cfg, 'data.max_prompt_length')} + "
+                f"data.max_response_length {get_path(cfg, 'data.max_response_length')} = {longest}); "
+                f"raise it to at least {longest}"
+            )
+    return problems
+
+
+def check_dual_clip(cfg: Any) -> list[str]:
+    """Dual-clip PPO bounds the loss of negative-advantage tokens at clip_ratio_c × advantage; a
+    bound of 1 or less would clip below the ordinary PPO objective (Ye et al. 2020, Dual-clip)."""
+    c = get_path(cfg, "actor.clip_ratio_c", None)
+    if c is not None and c <= 1:
+        return [f"actor.clip_ratio_c ({c}) must be greater than 1 (dual-clip lower bound; verl uses 3.0)"]
+    return []
+
+
+def check_val_sampling(cfg: Any) -> list[str]:
+    """Sampling at temperature 0 is undefined (division by zero); greedy is do_sample: false."""
+    do_sample = get_path(cfg, "rollout.val_kwargs.do_sample", None)
+    temperature = get_path(cfg, "rollout.val_kwargs.temperature", None)
+    if do_sample and temperature is not None and temperature <= 0:
+        return [
+            f"rollout.val_kwargs.temperature ({temperature}) must be > 0 when rollout.val_kwargs.do_sample "
+            f"is true; set do_sample: false for greedy validation"
+        ]
+    return []
+
+
+CHECKS: list[Callable[[Any], list[str]]] = [
+    check_actor_batches,
+    check_critic_batches,
+    check_token_budget,
+    check_dual_clip,
+    check_val_sampling,
+]
+
+
+def run_checks(cfg: Any) -> list[str]:
+    """Every cross-field problem of a structurally valid config (empty when it is consistent)."""
+    return [problem for check in CHECKS for problem in check(cfg)]

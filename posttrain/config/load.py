@@ -1,0 +1,141 @@
+"""From a YAML file and ``a.b.c=value`` overrides to a validated `Config`, and back to YAML.
+
+Pipeline: schema defaults ← YAML file ← overrides, merged key by key (a mapping merges into a
+mapping, anything else replaces — the same rule as for `stages`); interpolations
+(``${data.max_prompt_length}``, ``${oc.env:VAR,default}``) resolved by OmegaConf — it is the
+convention of verl and Trinity, so their users' files work unchanged; the resulting plain dict is
+handed to `posttrain.config.validate.validate`, which owns every check.
+
+The file is merged over the schema's defaults (as plain, untyped data) so an interpolation may
+point at a key the user did not write. OmegaConf's own typed ("structured") mode is not used: its
+error messages would replace ours, which carry the full path, the value and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from posttrain.config.fields import section_class, section_fields
+from posttrain.config.schema import Config
+from posttrain.config.validate import deep_merge, validate
+from posttrain.errors import ConfigError
+
+
+def load_config(path: str | Path | None, overrides: Sequence[str] = (), schema: type = Config) -> Any:
+    """Read, override, resolve and validate a config. ``path=None`` starts from the defaults."""
+    return validate(load_raw(path, overrides, schema), schema)
+
+
+def load_raw(path: str | Path | None, overrides: Sequence[str] = (), schema: type = Config) -> dict[str, Any]:
+    """The merged and resolved config as a plain dict, not yet validated."""
+    merged = defaults_dict(schema)
+    if path is not None:
+        merged = deep_merge(merged, _read_yaml(Path(path)))
+    if overrides:
+        merged = deep_merge(merged, _parse_overrides(overrides))
+    return _resolve(OmegaConf.create(merged), path)
+
+
+def defaults_dict(schema: type = Config) -> dict[str, Any]:
+    """Every field of the schema at its default, as plain nested dicts/lists."""
+    out: dict[str, Any] = {}
+    for info in section_fields(schema):
+        sub = section_class(info.type)
+        if sub is not None and not info.has_default():
+            out[info.name] = defaults_dict(sub)
+            continue
+        if not info.has_default():
+            continue  # a required field: absent, so validation names it
+        value = info.default()
+        out[info.name] = to_dict(value) if dataclasses.is_dataclass(value) else value
+    return out
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        conf = OmegaConf.load(path)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError(f"{path}:{where}: invalid YAML: {problem}") from None
+    if not isinstance(conf, DictConfig):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections (data:, actor:, ...), not a list")
+    return OmegaConf.to_container(conf, resolve=False)  # type: ignore[return-value]
+
+
+def _parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """``a.b.c=value`` strings; the value is parsed as YAML (ints, floats, bools, lists, null)."""
+    for item in overrides:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.strip() or key != key.strip():
+            raise ConfigError(
+                f"override {item!r}: expected KEY=VALUE with a dotted key, e.g. actor.ppo_epochs=2 "
+                f"(no spaces around '='; an empty value means null)"
+            )
+    try:
+        return OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)), resolve=False)  # type: ignore[return-value]
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"override: {_first_line(err)}") from None
+
+
+def _resolve(conf: DictConfig, path: str | Path | None) -> dict[str, Any]:
+    try:
+        return OmegaConf.to_container(conf, resolve=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "?"
+        source = f"{path}: " if path is not None else ""
+        message = _first_line(err)
+        if "Environment variable" in message:
+            message += "; set it, or give a default: ${oc.env:NAME,default}"
+        raise ConfigError(f"{source}{key}: cannot resolve interpolation: {message}") from None
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A config (or any section) as plain nested dicts and lists, every field included."""
+    return dataclasses.asdict(cfg)
+
+
+def to_yaml(cfg: Any) -> str:
+    """The resolved config as YAML, in schema order; loading it back gives an equal config."""
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def save_resolved(cfg: Any, run_dir: str | Path, derived: Any = None) -> Path:
+    """Write ``run_dir/config.yaml`` atomically (temp file + rename, so a crash never leaves a
+    half-written config beside checkpoints). Derived numbers, if given, are appended as comments:
+    they document the run without changing what the file loads as."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    text = to_yaml(cfg)
+    if derived is not None:
+        lines = [f"#   {k}: {v}" for k, v in dataclasses.asdict(derived).items()]
+        text += "# derived (computed at start, not read back):\n" + "\n".join(lines) + "\n"
+    target = run_dir / "config.yaml"
+    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".config.", suffix=".yaml.tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+__all__ = ["load_config", "load_raw", "defaults_dict", "to_dict", "to_yaml", "save_resolved"]

@@ -1,0 +1,199 @@
+"""`posttrain config plan`: the batch arithmetic of one training step, spelled out.
+
+Batch sizes are the most reported source of confusion in verl/ROLL/Trinity: some are counted in
+prompts, some in responses (prompts × rollout.n), some per device, some across all devices. This
+module computes every number of one step once, as a `BatchPlan`, and prints each with the
+arithmetic that produced it and the keys involved. Semantics follow verl: ``ppo_mini_batch_size``
+counts prompts across all devices; ``ppo_micro_batch_size_per_gpu`` counts responses on one device.
+The config is validated first, so every division here is exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from posttrain.config.checks import get_path, uses_critic
+from posttrain.config.derive import Derived
+
+Row = tuple[str, str, str]  # label, value, how it was computed
+
+
+@dataclasses.dataclass(frozen=True)
+class RolePlan:
+    """The update schedule of one trained model (actor or critic) for one training step."""
+
+    role: str
+    mini_batch_prompts: int  # role.ppo_mini_batch_size
+    mini_batch_responses: int  # × rollout.n, across all devices
+    mini_batches_per_epoch: int
+    per_device_mini_batch: int  # responses of one mini-batch on one device
+    micro_batch: int | None  # responses per forward/backward on one device; None when packed by tokens
+    micro_batches_per_mini_batch: int | None
+    token_budget: int | None  # tokens per micro-batch on one device when packed by tokens
+    ppo_epochs: int
+    optimizer_steps_per_rollout: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+    """All batch numbers of one training step."""
+
+    prompts_per_step: int
+    n: int
+    responses_per_step: int
+    world_size: int
+    roles: tuple[RolePlan, ...]
+    derived: Derived
+
+
+def batch_plan(cfg: Any, derived: Derived) -> BatchPlan:
+    """Compute the plan of a validated config (the critic is included only when it is trained)."""
+    prompts = get_path(cfg, "data.train_batch_size")
+    n = get_path(cfg, "rollout.n", 1)
+    roles = ["actor"] + (["critic"] if uses_critic(cfg) else [])
+    return BatchPlan(
+        prompts_per_step=prompts,
+        n=n,
+        responses_per_step=prompts * n,
+        world_size=derived.world_size,
+        roles=tuple(_role_plan(cfg, role, prompts, n, derived.world_size) for role in roles),
+        derived=derived,
+    )
+
+
+def _role_plan(cfg: Any, role: str, prompts: int, n: int, world: int) -> RolePlan:
+    mini = get_path(cfg, f"{role}.ppo_mini_batch_size")
+    per_device = mini * n // world
+    dynamic = bool(get_path(cfg, f"{role}.use_dynamic_bsz", False))
+    micro = None if dynamic else get_path(cfg, f"{role}.ppo_micro_batch_size_per_gpu")
+    epochs = get_path(cfg, f"{role}.ppo_epochs", get_path(cfg, "actor.ppo_epochs", 1))
+    return RolePlan(
+        role=role,
+        mini_batch_prompts=mini,
+        mini_batch_responses=mini * n,
+        mini_batches_per_epoch=prompts // mini,
+        per_device_mini_batch=per_device,
+        micro_batch=micro,
+        micro_batches_per_mini_batch=None if micro is None else per_device // micro,
+        token_budget=get_path(cfg, f"{role}.ppo_max_token_len_per_gpu", None) if dynamic else None,
+        ppo_epochs=epochs,
+        optimizer_steps_per_rollout=(prompts // mini) * epochs,
+    )
+
+
+def format_plan(cfg: Any, derived: Derived, size_note: str = "") -> str:
+    """The plan as aligned text: one line per number, each with its arithmetic.
+
+    ``size_note`` says why the dataset size is unknown, when it is (e.g. "no data files")."""
+    plan = batch_plan(cfg, derived)
+    rows: list[Row] = [
+        ("prompts per step", str(plan.prompts_per_step), "data.train_batch_size"),
+        ("responses per step", str(plan.responses_per_step), f"× rollout.n = {plan.n}"),
+    ]
+    for role in plan.roles:
+        rows += _role_rows(role, plan)
+    rows += _length_rows(cfg, derived, size_note)
+    text = _table(rows)
+    if plan.world_size > 1:
+        text += "\n" + _device_block(cfg, plan)
+    return text
+
+
+def _role_rows(r: RolePlan, plan: BatchPlan) -> list[Row]:
+    w = plan.world_size
+    split = f"{r.mini_batch_responses} / {w} devices = {r.per_device_mini_batch} per device" if w > 1 else f"{r.mini_batch_responses} responses"
+    rows: list[Row] = [
+        (
+            f"{r.role} mini-batches/epoch",
+            str(r.mini_batches_per_epoch),
+            f"{plan.responses_per_step} responses / ({r.role}.ppo_mini_batch_size {r.mini_batch_prompts} × n "
+            f"{plan.n}) = {r.mini_batch_responses} responses each",
+        )
+    ]
+    if r.micro_batch is not None:
+        rows.append((
+            "  micro-batches/mini-batch",
+            str(r.micro_batches_per_mini_batch),
+            f"{split} / {r.role}.ppo_micro_batch_size_per_gpu {r.micro_batch}; gradients accumulate over them",
+        ))
+    else:
+        longest = plan.derived.max_model_len
+        rows.append((
+            "  micro-batches/mini-batch",
+            "varies",
+            f"{r.per_device_mini_batch} responses per device packed into micro-batches of <= "
+            f"{r.role}.ppo_max_token_len_per_gpu {r.token_budget} tokens (>= {r.token_budget // longest} "
+            f"full-length sequences of {longest} tokens each)",
+        ))
+    rows.append((
+        "  optimizer steps per rollout",
+        str(r.optimizer_steps_per_rollout),
+        f"{r.mini_batches_per_epoch} mini-batches × {r.role}.ppo_epochs {r.ppo_epochs}",
+    ))
+    return rows
+
+
+def _length_rows(cfg: Any, d: Derived, size_note: str) -> list[Row]:
+    batch = get_path(cfg, "data.train_batch_size")
+    if d.steps_per_epoch is None:
+        rows: list[Row] = [("steps per epoch", "?", f"unknown: {size_note or 'dataset size unknown'}")]
+    else:
+        rows = [(
+            "steps per epoch",
+            str(d.steps_per_epoch),
+            f"{d.train_dataset_size} rows / data.train_batch_size {batch}, last partial batch dropped",
+        )]
+    set_total = get_path(cfg, "trainer.total_training_steps", None)
+    if set_total is not None:
+        rows.append(("total training steps", str(set_total), "trainer.total_training_steps"))
+    elif d.total_training_steps is None:
+        rows.append(("total training steps", "?", f"trainer.total_epochs {get_path(cfg, 'trainer.total_epochs', 1)} × steps per epoch"))
+    else:
+        epochs = get_path(cfg, "trainer.total_epochs", 1)
+        rows.append(("total training steps", str(d.total_training_steps), f"× trainer.total_epochs {epochs}"))
+    for role, warm in (("actor", d.actor_warmup_steps), ("critic", d.critic_warmup_steps)):
+        if role == "critic" and not uses_critic(cfg):
+            continue
+        rows.append(_warmup_row(cfg, role, warm))
+    rows.append((
+        "max model length",
+        str(d.max_model_len),
+        f"data.max_prompt_length {get_path(cfg, 'data.max_prompt_length')} + data.max_response_length "
+        f"{get_path(cfg, 'data.max_response_length')} tokens",
+    ))
+    return rows
+
+
+def _warmup_row(cfg: Any, role: str, warm: int | None) -> Row:
+    steps = get_path(cfg, f"{role}.optim.lr_warmup_steps", None)
+    ratio = get_path(cfg, f"{role}.optim.lr_warmup_steps_ratio", 0.0)
+    label = f"{role} LR warm-up steps"
+    if steps is not None and steps >= 0:
+        return (label, str(steps), f"{role}.optim.lr_warmup_steps")
+    if ratio == 0:
+        return (label, "0", f"{role}.optim.lr_warmup_steps_ratio 0: no warm-up")
+    how = f"int({role}.optim.lr_warmup_steps_ratio {ratio} × total training steps)"
+    return (label, "?" if warm is None else str(warm), how)
+
+
+def _device_block(cfg: Any, plan: BatchPlan) -> str:
+    w = plan.world_size
+    nodes = get_path(cfg, "cluster.nnodes", 1)
+    gpus = get_path(cfg, "cluster.n_gpus_per_node", 0)
+    rows: list[Row] = [
+        # even by validation: prompts split into whole mini-batches, and each splits over devices
+        ("responses per step", str(plan.responses_per_step // w), f"{plan.responses_per_step} / {w}"),
+    ]
+    for r in plan.roles:
+        rows.append((f"{r.role} mini-batch", str(r.per_device_mini_batch), f"{r.mini_batch_responses} responses / {w}"))
+        if r.micro_batch is not None:
+            rows.append((f"{r.role} micro-batch", str(r.micro_batch), f"{r.role}.ppo_micro_batch_size_per_gpu"))
+    head = f"per device ({nodes} nodes × {gpus} devices = {w} processes):\n"
+    return head + _table(rows, indent="  ")
+
+
+def _table(rows: list[Row], indent: str = "") -> str:
+    label_w = max(len(r[0]) for r in rows)
+    value_w = max(len(r[1]) for r in rows)
+    return "".join(f"{indent}{label:<{label_w}}  {value:>{value_w}}   ({how})\n" for label, value, how in rows)

@@ -1,0 +1,119 @@
+"""`buffer`: tasks in, experiences out (Trinity-RFT's buffer of a decoupled run).
+
+For the synchronous loop a taskset is what the `data` section describes: `taskset.path` plays
+data.train_files, `eval_tasksets` data.val_files, `repeat_times` rollout.n, Trinity's buffer.batch_size
+data.train_batch_size, and the column keys under `format` (prompt_key, response_key, messages_key,
+chosen_key, ...) the data.* fields of the same names. A Trinity loader should translate a synchronous config
+into those sections; the fields here hold what only a decoupled run can use (queues, replay, auxiliary
+buffers, workflows) and all wait for the decoupled explorer/trainer issue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.config.fields import param, section
+
+_TODO = "decoupled explorer/trainer issue"
+_TS = "trinity:buffer.explorer_input.taskset"
+_EB = "trinity:buffer.trainer_input.experience_buffer"
+
+
+@section
+class TasksetFormatConfig:
+    """Column layout of a taskset; a synchronous run reads the same keys from data.*."""
+
+    prompt_type: str = param("plaintext", doc="plaintext (prompt is a string column) or messages (a chat message list).", choices=["plaintext", "messages"], todo=_TODO, refs=[f"{_TS}.format.prompt_type"])
+    prompt_key: str = param("prompt", doc="Column of the prompt (data.prompt_key in a synchronous run).", todo=_TODO, refs=[f"{_TS}.format.prompt_key"])
+    response_key: str = param("response", doc="Column of the reference answer given to the reward function (data.response_key).", todo=_TODO, refs=[f"{_TS}.format.response_key"])
+    system_prompt_key: str | None = param(None, doc="Column of a per-row system prompt; wins over system_prompt (data.system_prompt_key).", todo=_TODO, refs=[f"{_TS}.format.system_prompt_key"])
+    system_prompt: str | None = param(None, doc="System prompt for every row (data.system_prompt).", todo=_TODO, refs=[f"{_TS}.format.system_prompt"])
+
+
+@section
+class TasksetConfig:
+    """The tasks the explorer trains on."""
+
+    name: str = param("taskset", doc="Unique name of the taskset (used in metrics).", todo=_TODO, refs=[f"{_TS}.name"])
+    storage_type: str = param("file", doc="file (jsonl/parquet in a Hugging Face dataset layout), queue or sql.", choices=["file", "queue", "sql"], todo=_TODO, refs=[f"{_TS}.storage_type"])
+    path: str = param("", doc="Dataset directory or file for file storage; sqlite database for sql storage.", todo=_TODO, refs=[f"{_TS}.path"])
+    subset_name: str | None = param(None, doc="Dataset configuration name (load_dataset's `name`).", todo=_TODO, refs=[f"{_TS}.subset_name"])
+    split: str = param("train", doc="Dataset split.", todo=_TODO, refs=[f"{_TS}.split"])
+    repeat_times: int | None = param(None, doc="Rollouts per task; null means rollout.n.", ge=1, todo=_TODO, refs=[f"{_TS}.repeat_times"])
+    format: TasksetFormatConfig = param(factory=TasksetFormatConfig, doc="Column layout of the taskset.")
+    rollout_args: dict[str, Any] = param(factory=dict, doc="Sampling overrides for this taskset (temperature, top_p, top_k, ...).", todo=_TODO, refs=[f"{_TS}.rollout_args", f"{_TS}.rollout_args.temperature"])
+    workflow_args: dict[str, Any] = param(factory=dict, doc="Extra arguments passed to this taskset's workflow.", todo=_TODO, refs=[f"{_TS}.workflow_args"])
+    default_workflow_type: str | None = param(None, doc="Workflow of this taskset; null uses explorer_input.default_workflow_type.", todo=_TODO, refs=[f"{_TS}.default_workflow_type"])
+    default_reward_fn_type: str | None = param(None, doc="Reward function of this taskset; null uses explorer_input.default_reward_fn_type.", todo=_TODO, refs=[f"{_TS}.default_reward_fn_type"])
+
+
+@section
+class ExplorerInputConfig:
+    """Tasksets for training and evaluation, and their default workflows."""
+
+    taskset: TasksetConfig = param(factory=TasksetConfig, doc="Training taskset.")
+    eval_tasksets: list[dict[str, Any]] = param(factory=list, doc="Evaluation tasksets, each with the keys of a taskset (repeat_times defaults to 1).", todo=_TODO, refs=["trinity:buffer.explorer_input.eval_tasksets"])
+    default_workflow_type: str | None = param(None, doc="Workflow of tasksets that name none (e.g. math_workflow).", todo=_TODO, refs=["trinity:buffer.explorer_input.default_workflow_type"])
+    default_eval_workflow_type: str | None = param(None, doc="Workflow of evaluation tasksets that name none.", todo=_TODO, refs=["trinity:buffer.explorer_input.default_eval_workflow_type"])
+    default_reward_fn_type: str | None = param(None, doc="Reward function of tasksets that name none (e.g. countdown_reward).", todo=_TODO, refs=["trinity:buffer.explorer_input.default_reward_fn_type"])
+
+
+@section
+class ExperienceFormatConfig:
+    """Column layout of a stored experience dataset (SFT/DPO data); a synchronous run reads the same keys from data.*."""
+
+    prompt_type: str = param("messages", doc="plaintext (prompt/response string columns) or messages (a chat message list).", choices=["plaintext", "messages"], todo=_TODO, refs=[f"{_EB}.format.prompt_type"])
+    prompt_key: str = param("prompt", doc="Column of the user prompt, plaintext only (data.prompt_key).", todo=_TODO, refs=[f"{_EB}.format.prompt_key"])
+    response_key: str = param("response", doc="Column of the response, plaintext only (data.response_key).", todo=_TODO, refs=[f"{_EB}.format.response_key"])
+    system_prompt_key: str | None = param(None, doc="Column of a per-row system prompt, plaintext only; wins over system_prompt (data.system_prompt_key).", todo=_TODO, refs=[f"{_EB}.format.system_prompt_key"])
+    system_prompt: str | None = param(None, doc="System prompt for every row, plaintext only (data.system_prompt).", todo=_TODO, refs=[f"{_EB}.format.system_prompt"])
+    messages_key: str = param("messages", doc="Column of the chat message list, messages only (data.messages_key).", todo=_TODO, refs=[f"{_EB}.format.messages_key"])
+    tools_key: str = param("tools", doc="Column of the tool definitions, a list of dicts (data.tools_key).", todo=_TODO, refs=[f"{_EB}.format.tools_key"])
+    chosen_key: str = param("chosen", doc="Column of the preferred response of a DPO pair (data.chosen_key).", todo=_TODO, refs=[f"{_EB}.format.chosen_key"])
+    rejected_key: str = param("rejected", doc="Column of the rejected response of a DPO pair (data.rejected_key).", todo=_TODO, refs=[f"{_EB}.format.rejected_key"])
+    enable_concatenated_multi_turn: bool = param(False, doc="Train SFT on every assistant turn of a conversation at once, messages only.", todo=_TODO, refs=[f"{_EB}.format.enable_concatenated_multi_turn"])
+    chat_template: str | None = param(None, doc="Jinja chat template for this data; null uses the model's (data.chat_template).", todo=_TODO, refs=[f"{_EB}.format.chat_template"])
+
+
+@section
+class ReplayBufferConfig:
+    """Reuse of experiences from a queue buffer, ordered by a priority function."""
+
+    enable: bool = param(False, doc="Put read experiences back into the queue for reuse.", todo=_TODO, refs=[f"{_EB}.replay_buffer.enable"])
+    reuse_cooldown_time: float | None = param(None, doc="Seconds before an experience may be read again; null never reuses.", ge=0, todo=_TODO, refs=[f"{_EB}.replay_buffer.reuse_cooldown_time"])
+    priority_fn: str = param("linear_decay", doc="Priority of an experience: linear_decay or linear_decay_use_count_control_randomization.", choices=["linear_decay", "linear_decay_use_count_control_randomization"], todo=_TODO, refs=[f"{_EB}.replay_buffer.priority_fn"])
+    priority_fn_args: dict[str, Any] = param(factory=dict, doc="Arguments of the priority function.", todo=_TODO, refs=[f"{_EB}.replay_buffer.priority_fn_args"])
+
+
+@section
+class ExperienceBufferConfig:
+    """Where the explorer writes experiences and the trainer reads them."""
+
+    name: str = param("experience_buffer", doc="Unique name of the buffer.", todo=_TODO, refs=[f"{_EB}.name"])
+    storage_type: str = param("queue", doc="queue (in memory, optional sqlite/json backup at path), sql (sqlite database) or file (JSON files; debugging).", choices=["queue", "sql", "file"], todo=_TODO, refs=[f"{_EB}.storage_type"])
+    path: str | None = param(None, doc="Backup database or file of a queue; directory of file storage; sqlite URL of sql storage.", todo=_TODO, refs=[f"{_EB}.path"])
+    max_read_timeout: float = param(1800.0, doc="Seconds the trainer waits for a full batch from a queue before taking a partial one.", gt=0, todo=_TODO, refs=[f"{_EB}.max_read_timeout"])
+    format: ExperienceFormatConfig = param(factory=ExperienceFormatConfig, doc="Column layout of stored experiences.")
+    replay_buffer: ReplayBufferConfig = param(factory=ReplayBufferConfig, doc="Experience reuse.")
+
+
+@section
+class TrainerInputConfig:
+    """What the trainer reads."""
+
+    experience_buffer: ExperienceBufferConfig = param(factory=ExperienceBufferConfig, doc="Experiences from the explorer (or a stored SFT/DPO dataset).")
+    auxiliary_buffers: dict[str, Any] = param(factory=dict, doc="Extra named buffers for the trainer (e.g. SFT data mixed into RL), each shaped like experience_buffer.", todo=_TODO, refs=["trinity:buffer.trainer_input.auxiliary_buffers"])
+
+
+@section
+class BufferConfig:
+    """Tasks for the explorer and experiences for the trainer."""
+
+    train_batch_size: int | None = param(None, doc="Experiences per training step; null means data.train_batch_size x rollout.n.", ge=1, todo=_TODO, refs=["trinity:buffer.train_batch_size"])
+    sample_strategy: str = param("default", doc="How the trainer draws experiences: default (in order), staleness_control (bounded policy lag) or mix (with auxiliary buffers).", choices=["default", "staleness_control", "mix"], todo=_TODO, refs=["trinity:algorithm.sample_strategy"])
+    explorer_input: ExplorerInputConfig = param(factory=ExplorerInputConfig, doc="Training and evaluation tasksets.")
+    trainer_input: TrainerInputConfig = param(factory=TrainerInputConfig, doc="Experience buffer and auxiliary buffers.")
+
+
+#: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
+UNSUPPORTED: dict[str, str] = {}

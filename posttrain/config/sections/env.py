@@ -1,0 +1,61 @@
+"""`env`: environments of agentic (multi-turn) RL, after ROLL's agentic pipeline.
+
+An env manager runs `num_env_groups` groups of `group_size` environments; the environments of one group
+share config and seed, so their trajectories form one comparison group (like rollout.n for a prompt).
+Everything here waits for the agentic env issue. `EnvManagerConfig` serves both managers, so its refs
+are relative (``"roll:.group_size"``) to the holding field's (``roll:train_env_manager``). The agentic
+reward normalisation lives in algorithm.agentic_reward_norm.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.config.fields import param, section
+
+_TODO = "agentic env issue"
+
+
+@section
+class EnvManagerConfig:
+    """Environments run by one env manager (training or validation)."""
+
+    num_env_groups: int = param(1, doc="Environment groups run per step.", ge=1, todo=_TODO, refs=["roll:.num_env_groups", "roll:.env_groups"])
+    group_size: int = param(1, doc="Environments per group; they share env config and seed.", ge=1, todo=_TODO, refs=["roll:.group_size"])
+    tags: list[str] = param(factory=list, doc="Names of the environments (keys of env.custom_envs) to run.", todo=_TODO, refs=["roll:.tags"])
+    num_groups_partition: list[int] = param(factory=list, doc="Groups given to each tag, in order; empty splits num_env_groups evenly.", todo=_TODO, refs=["roll:.num_groups_partition", "roll:.n_groups"])
+    max_traj_per_env: int = param(-1, doc="Most trajectories one environment may produce; -1 means no limit.", ge=-1, todo=_TODO, refs=["roll:.max_traj_per_env"])
+    format_penalty: float = param(0.0, doc="Reward added (a negative number) when a response does not follow the action format.", le=0, todo=_TODO, refs=["roll:.format_penalty"])
+    max_env_num_per_worker: int = param(0, doc="Most environments hosted by one env worker; 0 means no limit.", ge=0, todo=_TODO, refs=["roll:.max_env_num_per_worker"])
+    worker_cls: str | None = param(None, doc="Import path of the env-manager worker class; null uses posttrain's.", todo=_TODO, refs=["roll:.worker_cls"])
+
+
+@section
+class EnvConfig:
+    """Agentic environments and their managers."""
+
+    custom_envs: dict[str, Any] = param(factory=dict, doc="Environment definitions by name (env_type, max_steps, max_tokens_per_step, env_config, templates, ...).", todo=_TODO, refs=["roll:custom_envs"])
+    env_manager_cls: str | None = param(None, doc="Import path of the env-manager class (e.g. a trajectory-level manager); null uses posttrain's.", todo=_TODO, refs=["roll:env_manager_cls"])
+    train_env_manager: EnvManagerConfig = param(factory=EnvManagerConfig, doc="Environments that produce training trajectories.", refs=["roll:train_env_manager"])
+    val_env_manager: EnvManagerConfig = param(factory=EnvManagerConfig, doc="Environments that produce validation trajectories.", refs=["roll:val_env_manager"])
+    render_save_dir: str | None = param(None, doc="Directory for rendered frames of validation episodes; null saves none.", todo=_TODO, refs=["roll:render_save_dir"])
+
+
+_HELPER = "interpolation variable of ROLL's traj_envs.yaml; resolve it into env.custom_envs before loading"
+
+#: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
+UNSUPPORTED: dict[str, str] = {
+    "roll:custom_env": "template library referenced by interpolation from custom_envs; resolve it before loading",
+    "roll:agent_runner_cls": _HELPER,
+    "roll:all_response_pattern": _HELPER,
+    "roll:action_pattern": _HELPER,
+    "roll:think_action_pattern": _HELPER,
+    "roll:max_tokens_per_step": _HELPER,
+    "roll:max_actions_per_traj": _HELPER,
+    "roll:sokoban_format_penalty": _HELPER,
+    "roll:frozen_format_penalty": _HELPER,
+    "roll:agent_system_template": _HELPER,
+    "roll:agent_template": _HELPER,
+    "roll:single_prompt_agent_system_template": _HELPER,
+    "roll:single_prompt_agent_template": _HELPER,
+}

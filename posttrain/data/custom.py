@@ -1,0 +1,61 @@
+"""`data.custom_cls`: a user's dataset class, loaded from a Python file.
+
+The class is built as ``cls(files, tokenizer, data_config)`` and must behave like posttrain's own
+datasets: ``len(ds)`` and ``ds[k]`` returning the example type of the algorithm (`RLExample`,
+`SFTExample` or `DPOExample`). The first example is checked at build time so a wrong class fails
+before training, with the file and class named. The class receives the whole `data` config and
+owns everything between files and examples: posttrain applies no template, truncation or
+`filter_overlong_prompts` of its own to a custom dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+from typing import Any
+
+from posttrain.config.sections.data import DataConfig
+from posttrain.errors import ConfigError, DataError
+
+
+def load_class(path: str, name: str | None) -> type:
+    """The class `name` defined in the Python file `path`."""
+    if not name:
+        raise ConfigError("data.custom_cls.name: empty; name the dataset class defined in data.custom_cls.path")
+    if not os.path.isfile(path):
+        raise ConfigError(f"data.custom_cls.path: file not found: {path}")
+    digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]
+    module_name = f"posttrain_custom_dataset_{digest}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"data.custom_cls.path: {path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # so instances pickle by reference (and reach forked workers)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise ConfigError(f"data.custom_cls.path: importing {path} failed: {type(e).__name__}: {e}") from e
+    cls = getattr(module, name, None)
+    if not inspect.isclass(cls):
+        classes = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module_name)
+        raise ConfigError(f"data.custom_cls.name: {path} defines no class '{name}'; its classes are {classes}")
+    return cls
+
+
+def build_custom_dataset(cfg: DataConfig, files: list[str], tokenizer: Any, example_type: type) -> Any:
+    """Build the user's dataset and check it yields `example_type`."""
+    path, name = cfg.custom_cls.path, cfg.custom_cls.name
+    cls = load_class(path, name)
+    where = f"data.custom_cls: {name} from {path}"
+    dataset = cls(files, tokenizer, cfg)
+    if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+        raise DataError(f"{where}: a dataset needs __len__ and __getitem__")
+    if len(dataset) == 0:
+        raise DataError(f"{where}: the dataset is empty")
+    first = dataset[0]
+    if not isinstance(first, example_type):
+        raise DataError(f"{where}: dataset[0] is a {type(first).__name__}; it must return posttrain.data.{example_type.__name__}")
+    return dataset

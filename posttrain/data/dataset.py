@@ -1,0 +1,204 @@
+"""In-memory datasets for RL prompts, SFT sequences and DPO pairs, and the builders the trainer calls.
+
+Rows are read and checked when a dataset is built (a missing column or a non-string prompt fails
+before training starts, naming file, row and column); tokenisation happens on access, as in verl,
+so building a large dataset stays cheap unless `filter_overlong_prompts` needs every length.
+A dataset is a sequence: ``len(ds)`` and ``ds[k]`` -> example, k in 0..len-1.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable, Self, Sequence
+
+from posttrain.config.sections.data import DataConfig
+from posttrain.data import rows
+from posttrain.data.examples import DPOExample, RLExample, SFTExample
+from posttrain.data.files import RowTable, as_file_list, load_files
+from posttrain.data.prompts import Message, PromptFormatter, resolve_chat_template, truncate
+from posttrain.errors import DataError, ModelError
+
+SPLITS = {"train": "data.train_files", "val": "data.val_files"}
+
+
+def make_formatter(cfg: DataConfig, tokenizer: Any) -> PromptFormatter:
+    """The formatter `cfg` describes: chat template, system prompt, template variables."""
+    return PromptFormatter(
+        tokenizer=tokenizer,
+        chat_template=resolve_chat_template(cfg.chat_template, tokenizer),
+        system_prompt=cfg.system_prompt,
+        template_kwargs=dict(cfg.apply_chat_template_kwargs),
+    )
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The id prompts are padded with: the pad token, else the EOS token (as verl does)."""
+    for attr in ("pad_token_id", "eos_token_id"):
+        value = getattr(tokenizer, attr, None)
+        if isinstance(value, int):
+            return value
+    raise ModelError("the tokenizer has neither a pad token nor an EOS token; set pad_token in its tokenizer_config.json")
+
+
+class _RowDataset:
+    """What the three datasets share: the rows, the formatter, the config, the kept row indices."""
+
+    def __init__(self, table: RowTable, formatter: PromptFormatter, cfg: DataConfig, indices: Sequence[int] | None = None):
+        self.table = table
+        self.formatter = formatter
+        self.cfg = cfg
+        self.indices = list(range(len(table))) if indices is None else list(indices)
+        for i in self.indices:  # fail on a bad row now, not steps into training
+            self.check_row(i)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def check_row(self, i: int) -> None:
+        """Read every cell row i needs, raising DataError on a bad one (no tokenisation)."""
+        raise NotImplementedError
+
+    def select(self, indices: Sequence[int]) -> Self:
+        """The same dataset over a subset of its global row indices (rows are not re-checked)."""
+        subset = copy.copy(self)
+        subset.indices = list(indices)
+        return subset
+
+    def _row_index(self, k: int) -> int:
+        if not -len(self.indices) <= k < len(self.indices):
+            raise IndexError(f"dataset index {k} out of range for {len(self.indices)} examples")
+        return self.indices[k]
+
+    def _with_system(self, i: int, messages: list[Message]) -> list[Message]:
+        return self.formatter.with_system(messages, rows.row_system_prompt(self.table, i, self.cfg))
+
+    def _sequence(self, i: int, messages: list[Message], loss_from: int, column: str) -> SFTExample:
+        where = self.table.locate(i, column)
+        ids, mask = self.formatter.encode_conversation(messages, loss_from=loss_from, what=where)
+        n = len(truncate(ids, self.cfg.max_length, self.cfg.truncation, what=where, limit="data.max_length"))
+        keep = slice(len(ids) - n, None) if self.cfg.truncation == "left" else slice(0, n)
+        return SFTExample(index=i, input_ids=ids[keep], loss_mask=mask[keep])
+
+
+class RLDataset(_RowDataset):
+    """Prompts for rollouts: chat-templated, tokenised, checked against max_prompt_length."""
+
+    def check_row(self, i: int) -> None:
+        rows.prompt_cell(self.table, i, self.cfg)
+        rows.row_system_prompt(self.table, i, self.cfg)
+        rows.ground_truth(self.table, i, self.cfg)
+        rows.data_source(self.table, i, self.cfg)
+        rows.extra_info(self.table, i)
+
+    def encode_row(self, i: int) -> tuple[Any, list[Message], str, list[int], str]:
+        """(raw cell, messages, templated text, untruncated ids, column) of global row i."""
+        raw, messages, column = rows.prompt_cell(self.table, i, self.cfg)
+        messages = self._with_system(i, messages)
+        text, ids = self.formatter.encode_prompt(messages, what=self.table.locate(i, column))
+        return raw, messages, text, ids, column
+
+    def prompt_length(self, i: int) -> int:
+        """Tokens in global row i's prompt before truncation (for filter_overlong_prompts)."""
+        return len(self.encode_row(i)[3])
+
+    def __getitem__(self, k: int) -> RLExample:
+        i = self._row_index(k)
+        raw, messages, text, ids, column = self.encode_row(i)
+        hint = ", or set data.filter_overlong_prompts: true to drop such rows"
+        ids = truncate(ids, self.cfg.max_prompt_length, self.cfg.truncation, what=self.table.locate(i, column), limit="data.max_prompt_length", hint=hint)
+        return RLExample(
+            index=i,
+            prompt_ids=ids,
+            prompt=raw,
+            data_source=rows.data_source(self.table, i, self.cfg),
+            ground_truth=rows.ground_truth(self.table, i, self.cfg),
+            extra_info=rows.extra_info(self.table, i),
+            raw_chat=messages if self.cfg.return_raw_chat else None,
+            full_prompt=text if self.cfg.return_full_prompt else None,
+        )
+
+
+class SFTDataset(_RowDataset):
+    """Supervised sequences: prompt + response, or whole conversations, with a loss mask."""
+
+    def check_row(self, i: int) -> None:
+        rows.sft_conversation(self.table, i, self.cfg)
+        rows.row_system_prompt(self.table, i, self.cfg)
+
+    def __getitem__(self, k: int) -> SFTExample:
+        i = self._row_index(k)
+        messages, loss_from, column = rows.sft_conversation(self.table, i, self.cfg)
+        with_system = self._with_system(i, messages)
+        loss_from += len(with_system) - len(messages)  # a prepended system message shifts turns
+        return self._sequence(i, with_system, loss_from, column)
+
+
+class DPODataset(_RowDataset):
+    """Preference pairs: one prompt completed by `chosen_key` and by `rejected_key`."""
+
+    def _sides(self, i: int) -> tuple[list[Message], list[Message], list[Message]]:
+        _, prompt, _ = rows.prompt_cell(self.table, i, self.cfg)
+        prompt = self._with_system(i, prompt)
+        chosen = rows.completion(self.table, i, self.cfg.chosen_key, "data.chosen_key")
+        rejected = rows.completion(self.table, i, self.cfg.rejected_key, "data.rejected_key")
+        return prompt, chosen, rejected
+
+    def check_row(self, i: int) -> None:
+        self._sides(i)
+
+    def __getitem__(self, k: int) -> DPOExample:
+        i = self._row_index(k)
+        prompt, chosen, rejected = self._sides(i)
+        return DPOExample(
+            index=i,
+            chosen=self._sequence(i, prompt + chosen, len(prompt), self.cfg.chosen_key),
+            rejected=self._sequence(i, prompt + rejected, len(prompt), self.cfg.rejected_key),
+        )
+
+
+def _load(cfg: DataConfig, files: str | Iterable[str], split: str) -> tuple[list[str], str]:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {sorted(SPLITS)}")
+    return as_file_list(files, cfg.dataset_dir), SPLITS[split]
+
+
+def build_rl_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any, *, split: str = "train") -> RLDataset:
+    """The RL prompt dataset of `files` (or the user's `data.custom_cls`), overlong prompts
+    dropped when `data.filter_overlong_prompts` is set."""
+    paths, setting = _load(cfg, files, split)
+    if cfg.custom_cls.path is not None:
+        from posttrain.data.custom import build_custom_dataset
+
+        return build_custom_dataset(cfg, paths, tokenizer, RLExample)
+    dataset = RLDataset(load_files(paths, setting=setting), make_formatter(cfg, tokenizer), cfg)
+    if cfg.filter_overlong_prompts:
+        from posttrain.data.filtering import filter_overlong
+
+        dataset = filter_overlong(dataset, cfg.max_prompt_length, workers=cfg.filter_overlong_prompts_workers, setting=setting)
+    return dataset
+
+
+def build_sft_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any, *, split: str = "train") -> SFTDataset:
+    """The SFT dataset of `files` (or the user's `data.custom_cls`)."""
+    paths, setting = _load(cfg, files, split)
+    if cfg.custom_cls.path is not None:
+        from posttrain.data.custom import build_custom_dataset
+
+        return build_custom_dataset(cfg, paths, tokenizer, SFTExample)
+    return SFTDataset(load_files(paths, setting=setting), make_formatter(cfg, tokenizer), cfg)
+
+
+def build_dpo_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any, *, split: str = "train") -> DPODataset:
+    """The DPO pair dataset of `files` (or the user's `data.custom_cls`)."""
+    paths, setting = _load(cfg, files, split)
+    if cfg.custom_cls.path is not None:
+        from posttrain.data.custom import build_custom_dataset
+
+        return build_custom_dataset(cfg, paths, tokenizer, DPOExample)
+    return DPODataset(load_files(paths, setting=setting), make_formatter(cfg, tokenizer), cfg)
+
+
+def check_not_empty(dataset: Sequence[Any], setting: str) -> None:
+    """An empty dataset is a DataError (used after filtering)."""
+    if len(dataset) == 0:
+        raise DataError(f"{setting}: no examples left; every prompt is longer than data.max_prompt_length (raise it, or turn off data.filter_overlong_prompts)")

@@ -1,0 +1,94 @@
+"""A character-level fast tokenizer with a ChatML chat template, built fully offline.
+
+Why characters: the tiny models posttrain trains on CPU learn digit tasks reliably when every digit
+is its own token (see shared notes "tiny-rl-recipe"); a BPE vocabulary would merge "12" into one token
+and hide the carry structure of arithmetic. Why ChatML: it is the template of the Qwen2 family, so a
+tiny model exercises exactly the prompt path a real Qwen2 checkpoint takes.
+
+Layout of the vocabulary (ids are stable, tests and docs rely on them)::
+
+    0 <|endoftext|>   pad (and bos, as in Qwen2)
+    1 <|im_start|>    opens a chat turn
+    2 <|im_end|>      closes a chat turn: the eos of chat generation
+    3 <|unk|>         any character outside the set below
+    4..               "\\n", then the 95 printable ASCII characters from " " to "~"
+    ...               optional filler tokens ``<|filler_N|>`` up to the requested vocabulary size
+
+Filler tokens are plain vocabulary entries that the character pre-tokenizer can never produce; they
+only exist so that a "realistic vocabulary" model (e.g. 32k) has a tokenizer of the same size.
+"""
+
+from __future__ import annotations
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from posttrain.errors import ConfigError
+
+PAD_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+UNK_TOKEN = "<|unk|>"
+SPECIAL_TOKENS = (PAD_TOKEN, IM_START, IM_END, UNK_TOKEN)
+CHARACTERS = ("\n",) + tuple(chr(c) for c in range(32, 127))
+BASE_VOCAB_SIZE = len(SPECIAL_TOKENS) + len(CHARACTERS)
+
+# ChatML as in the Qwen2 family, without Qwen's default system prompt (it would cost ~30 character
+# tokens per prompt on a model whose context is a few hundred tokens). Unknown roles are refused
+# so a typo in a data file fails loudly instead of producing a silently odd prompt.
+CHATML_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if message['role'] not in ['system', 'user', 'assistant'] -%}"
+    "{{- raise_exception('unknown chat role ' + message['role'] + '; use system, user or assistant') -}}"
+    "{%- endif -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- endif -%}"
+)
+
+
+def _vocabulary(vocab_size: int | None) -> dict[str, int]:
+    """Token → id for the specials, the characters and the fillers up to `vocab_size`."""
+    tokens = list(SPECIAL_TOKENS) + list(CHARACTERS)
+    if vocab_size is not None:
+        if vocab_size < BASE_VOCAB_SIZE:
+            raise ConfigError(
+                f"vocab size {vocab_size} is smaller than the character tokenizer's {BASE_VOCAB_SIZE} "
+                f"tokens; use --vocab {BASE_VOCAB_SIZE} or more (or leave it unset)"
+            )
+        tokens += [f"<|filler_{i}|>" for i in range(vocab_size - BASE_VOCAB_SIZE)]
+    return {token: i for i, token in enumerate(tokens)}
+
+
+def build_tiny_tokenizer(vocab_size: int | None = None, *, model_max_length: int = 512) -> PreTrainedTokenizerFast:
+    """Build the character-level ChatML tokenizer (no files read, no network).
+
+    `vocab_size` None gives exactly the specials + characters (100 tokens); a larger value pads with
+    unused filler tokens so `len(tokenizer)` equals the model's vocabulary.
+
+    >>> tok = build_tiny_tokenizer()
+    >>> tok.decode(tok("12+7=")["input_ids"])
+    '12+7='
+    >>> len(tok("12+7=")["input_ids"]), tok.eos_token, tok.pad_token
+    (5, '<|im_end|>', '<|endoftext|>')
+    """
+    backend = Tokenizer(models.WordLevel(vocab=_vocabulary(vocab_size), unk_token=UNK_TOKEN))
+    # One pre-token per character (including newlines); WordLevel then maps each to its id.
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()  # join characters back without separators
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=None,
+        eos_token=IM_END,
+        pad_token=PAD_TOKEN,
+        unk_token=UNK_TOKEN,
+        extra_special_tokens=[IM_START],
+        model_max_length=model_max_length,
+        padding_side="left",  # prompts are left-padded for generation; trainers set it per use
+        clean_up_tokenization_spaces=False,
+    )
+    tokenizer.chat_template = CHATML_TEMPLATE
+    return tokenizer

@@ -1,0 +1,5 @@
+"""Optimizers and learning-rate schedules for the training roles."""
+
+from posttrain.optim.schedules import SCHEDULES, build_optimizer, build_scheduler, lr_multiplier
+
+__all__ = ["SCHEDULES", "build_optimizer", "build_scheduler", "lr_multiplier"]

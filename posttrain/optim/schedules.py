@@ -1,0 +1,90 @@
+"""AdamW and the learning-rate schedules verl/ROLL/Trinity expose.
+
+A schedule is a pure function ``lr_multiplier(style, step, ...) -> float`` of the optimizer step, so it
+can be tested with numbers and restored exactly on resume (the step count is the whole state).
+
+- ``constant``: linear warm-up from 0 to the peak over ``warmup_steps``, then the peak.
+- ``cosine``: linear warm-up, then a cosine from the peak down to ``min_lr_ratio`` x peak at
+  ``total_steps`` (``num_cycles`` = 0.5 is a half cosine, as in Loshchilov & Hutter, SGDR, 2017).
+- ``wsd``: warm-up, stable, decay (Hu et al., MiniCPM, 2024): the peak until the last
+  ``decay_ratio`` x total steps, then a linear decay to ``min_lr_ratio`` x peak.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+
+SCHEDULES = ("constant", "cosine", "wsd")
+
+
+def lr_multiplier(
+    style: str,
+    step: int,
+    *,
+    warmup_steps: int,
+    total_steps: int,
+    min_lr_ratio: float = 0.0,
+    num_cycles: float = 0.5,
+    decay_ratio: float = 0.1,
+) -> float:
+    """Multiplier of the peak learning rate at optimizer step ``step`` (0-based)."""
+    if style not in SCHEDULES:
+        raise ValueError(f"unknown lr schedule {style!r}; choose one of {', '.join(SCHEDULES)}")
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if style == "constant":
+        return 1.0
+    total_steps = max(total_steps, 1)
+    if style == "cosine":
+        span = max(total_steps - warmup_steps, 1)
+        progress = min((step - warmup_steps) / span, 1.0)
+        cosine = 0.5 * (1.0 + math.cos(math.pi * 2.0 * num_cycles * progress))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * cosine
+    decay_steps = max(int(round(total_steps * decay_ratio)), 1)
+    decay_start = total_steps - decay_steps
+    if step < decay_start:
+        return 1.0
+    progress = min((step - decay_start) / decay_steps, 1.0)
+    return 1.0 - (1.0 - min_lr_ratio) * progress
+
+
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter],
+    *,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    eps: float = 1e-8,
+) -> torch.optim.AdamW:
+    """AdamW (Loshchilov & Hutter, 2019) over the parameters that require gradients."""
+    trainable = [p for p in params if p.requires_grad]
+    return torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer,
+    style: str,
+    *,
+    warmup_steps: int,
+    total_steps: int,
+    min_lr_ratio: float = 0.0,
+    num_cycles: float = 0.5,
+    decay_ratio: float = 0.1,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A LambdaLR driven by `lr_multiplier`; its state is just the step count."""
+
+    def fn(step: int) -> float:
+        return lr_multiplier(
+            style,
+            step,
+            warmup_steps=warmup_steps,
+            total_steps=total_steps,
+            min_lr_ratio=min_lr_ratio,
+            num_cycles=num_cycles,
+            decay_ratio=decay_ratio,
+        )
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)

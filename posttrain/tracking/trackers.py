@@ -1,0 +1,166 @@
+"""Console, JSONL and TensorBoard trackers (see the package docstring)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Protocol, TextIO
+
+from posttrain.errors import ConfigError
+
+# Metrics shown on the one compact console line, in this order, when present.
+CONSOLE_KEYS = (
+    ("critic/score/mean", "score"),
+    ("critic/rewards/mean", "reward"),
+    ("val/score/mean", "val"),
+    ("actor/pg_loss", "pg"),
+    ("actor/entropy", "ent"),
+    ("actor/ppo_kl", "kl"),
+    ("actor/kl_loss", "kl_loss"),
+    ("critic/vf_loss", "vf"),
+    ("sft/loss", "loss"),
+    ("dpo/accuracy", "acc"),
+    ("actor/grad_norm", "gnorm"),
+    ("actor/lr", "lr"),
+    ("response_length/mean", "len"),
+    ("perf/tokens_per_s", "tok/s"),
+    ("timing/step_s", "s/step"),
+)
+
+
+class Tracker(Protocol):
+    """What the trainer needs from a metrics backend."""
+
+    def log(self, metrics: dict[str, float], step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _fmt(value: float) -> str:
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return str(value)
+    if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e6:
+        return str(int(value))
+    if abs(value) >= 1e4 or abs(value) < 1e-3:
+        return f"{value:.2e}"
+    return f"{value:.4f}".rstrip("0")
+
+
+def format_console_line(metrics: dict[str, float], step: int, total_steps: int | None, eta_s: float | None) -> str:
+    """One compact line per step: ``step 3/40 score 0.41 ... eta 1m20s``."""
+    head = f"step {step}/{total_steps}" if total_steps else f"step {step}"
+    parts = [head]
+    if "stage" in metrics:
+        parts.insert(0, f"[{metrics['stage']}]")
+    for key, short in CONSOLE_KEYS:
+        if key in metrics:
+            parts.append(f"{short} {_fmt(metrics[key])}")
+    if eta_s is not None:
+        minutes, seconds = divmod(int(round(eta_s)), 60)
+        parts.append(f"eta {minutes}m{seconds:02d}s")
+    return " | ".join(parts)
+
+
+class ConsoleTracker:
+    """Prints one line per logged step with an ETA from the mean step time so far."""
+
+    def __init__(self, total_steps: int | None = None, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic):
+        self.total_steps = total_steps
+        self.stream = stream or sys.stdout
+        self.clock = clock
+        self._start = clock()
+        self._first_step: int | None = None
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        if self._first_step is None:
+            self._first_step = step - 1
+        done = step - self._first_step
+        eta = None
+        if self.total_steps and done > 0:
+            eta = (self.clock() - self._start) / done * max(self.total_steps - step, 0)
+        print(format_console_line(metrics, step, self.total_steps, eta), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+class JsonlTracker:
+    """Appends ``{"step": n, ...metrics}`` per line to ``metrics.jsonl`` in the run directory."""
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        record = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
+        self._file.write(json.dumps(record, sort_keys=True) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _jsonable(value):
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    return value
+
+
+class TensorBoardTracker:
+    """Scalars into ``<run_dir>/tensorboard`` via torch's SummaryWriter."""
+
+    def __init__(self, run_dir: str | Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.log_dir = Path(run_dir) / "tensorboard"
+        self._writer = SummaryWriter(log_dir=str(self.log_dir))
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._writer.add_scalar(key, value, global_step=step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+# name -> factory(run_dir, total_steps)
+TRACKERS: dict[str, Callable[[Path, int | None], Tracker]] = {
+    "console": lambda run_dir, total: ConsoleTracker(total),
+    "jsonl": lambda run_dir, total: JsonlTracker(run_dir),
+    "tensorboard": lambda run_dir, total: TensorBoardTracker(run_dir),
+}
+# Named by verl/Trinity; each is a small adapter away.
+NOT_YET = {"wandb", "mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio"}
+
+
+class Trackers:
+    """Fan-out to several trackers; the trainer holds exactly one of these."""
+
+    def __init__(self, trackers: list[Tracker]):
+        self.trackers = trackers
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for tracker in self.trackers:
+            tracker.log(metrics, step)
+
+    def close(self) -> None:
+        for tracker in self.trackers:
+            tracker.close()
+
+
+def build_trackers(names: list[str], run_dir: str | Path, total_steps: int | None, key: str = "trainer.logger") -> Trackers:
+    """Build the trackers named in the config, refusing unknown or not-yet-supported ones."""
+    built = []
+    for name in names:
+        if name in NOT_YET:
+            raise ConfigError(f"{key}: tracker {name!r} is not implemented yet; use any of {', '.join(TRACKERS)}")
+        if name not in TRACKERS:
+            raise ConfigError(f"{key}: unknown tracker {name!r}; choose from {', '.join(TRACKERS)}")
+        built.append(TRACKERS[name](Path(run_dir), total_steps))
+    return Trackers(built)

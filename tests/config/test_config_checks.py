@@ -1,0 +1,149 @@
+"""Cross-field rules: batch divisibility (with and without several devices) and the other checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from posttrain.config import load_config, validate
+from posttrain.config.fields import param, section
+from posttrain.errors import ConfigError
+
+
+def batch_overrides(prompts=8, n=8, mini=2, micro=8, nodes=1, gpus=0, dynamic=False, budget=16384):
+    return [
+        f"data.train_batch_size={prompts}",
+        f"rollout.n={n}",
+        f"actor.ppo_mini_batch_size={mini}",
+        f"actor.ppo_micro_batch_size_per_gpu={micro}",
+        f"actor.use_dynamic_bsz={str(dynamic).lower()}",
+        f"actor.ppo_max_token_len_per_gpu={budget}",
+        f"cluster.nnodes={nodes}",
+        f"cluster.n_gpus_per_node={gpus}",
+        "data.max_prompt_length=512",
+        "data.max_response_length=512",
+        "algorithm.adv_estimator=grpo",
+    ]
+
+
+def problems(**kwargs) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, batch_overrides(**kwargs))
+    return info.value.problems
+
+
+def test_consistent_batches_pass():
+    cfg = load_config(None, batch_overrides())
+    assert cfg.actor.ppo_mini_batch_size == 2
+    load_config(None, batch_overrides(nodes=2, gpus=4, micro=2))  # 16 responses / 8 devices = 2 each
+
+
+def test_mini_batch_must_divide_the_prompts_of_a_step():
+    assert problems(mini=3) == [
+        "data.train_batch_size (8) is not divisible by actor.ppo_mini_batch_size (3): each step's prompts "
+        "are split into equal mini-batches; use one of 1, 2, 4, 8"
+    ]
+
+
+def test_mini_batch_cannot_exceed_the_step():
+    assert problems(mini=16) == [
+        "actor.ppo_mini_batch_size (16) is larger than data.train_batch_size (8): a mini-batch is a share "
+        "of one step's prompts; use at most 8"
+    ]
+
+
+def test_micro_batch_must_divide_the_mini_batch():
+    assert problems(micro=5) == [
+        "actor.ppo_micro_batch_size_per_gpu (5) does not divide the per-device mini-batch of 16 responses "
+        "(actor.ppo_mini_batch_size 2 × rollout.n 8 / 1 device); use one of 1, 2, 4, 8, 16"
+    ]
+
+
+def test_mini_batch_must_split_over_devices():
+    assert problems(gpus=3) == [
+        "actor.ppo_mini_batch_size (2) × rollout.n (8) = 16 responses per mini-batch cannot be split evenly "
+        "over 3 devices (cluster.nnodes 1 × cluster.n_gpus_per_node 3); make the product a multiple of 3"
+    ]
+
+
+def test_micro_batch_is_checked_against_the_per_device_share():
+    # 16 responses over 4 devices is 4 per device; a micro-batch of 8 cannot divide it
+    assert problems(gpus=4) == [
+        "actor.ppo_micro_batch_size_per_gpu (8) does not divide the per-device mini-batch of 4 responses "
+        "(actor.ppo_mini_batch_size 2 × rollout.n 8 / 4 devices); use one of 1, 2, 4"
+    ]
+
+
+def test_dynamic_batching_skips_the_micro_rule_but_needs_room_for_one_sequence():
+    load_config(None, batch_overrides(micro=5, dynamic=True))
+    assert problems(dynamic=True, budget=1000) == [
+        "actor.ppo_max_token_len_per_gpu (1000) is smaller than one full sequence (data.max_prompt_length 512 "
+        "+ data.max_response_length 512 = 1024); raise it to at least 1024"
+    ]
+
+
+def test_critic_batches_are_checked_only_when_a_critic_is_trained():
+    extra = ["critic.ppo_mini_batch_size=3"]
+    load_config(None, batch_overrides() + extra)  # GRPO: no critic, its batch sizes do not matter
+    with pytest.raises(ConfigError) as info:
+        load_config(None, batch_overrides() + extra + ["algorithm.adv_estimator=gae"])
+    assert info.value.problems == [
+        "data.train_batch_size (8) is not divisible by critic.ppo_mini_batch_size (3): each step's prompts "
+        "are split into equal mini-batches; use one of 1, 2, 4, 8"
+    ]
+
+
+# Rules whose fields may not be in the real schema yet run on any schema that has them.
+
+
+@section
+class Actor:
+    """Toy actor."""
+
+    clip_ratio_c: float = param(3.0, doc="Dual-clip bound.")
+
+
+@section
+class ValKwargs:
+    """Toy validation sampling."""
+
+    do_sample: bool = param(False, doc="Sample.")
+    temperature: float = param(0.0, doc="Temperature.", ge=0)
+
+
+@section
+class Rollout:
+    """Toy rollout."""
+
+    val_kwargs: ValKwargs = param(factory=ValKwargs, doc="Validation sampling.")
+
+
+@section
+class Toy:
+    """Toy root."""
+
+    actor: Actor = param(factory=Actor, doc="Actor.")
+    rollout: Rollout = param(factory=Rollout, doc="Rollout.")
+
+
+def test_dual_clip_bound_must_exceed_one():
+    validate({"actor": {"clip_ratio_c": 1.5}}, Toy)
+    with pytest.raises(ConfigError) as info:
+        validate({"actor": {"clip_ratio_c": 1}}, Toy)
+    assert info.value.problems == ["actor.clip_ratio_c (1.0) must be greater than 1 (dual-clip lower bound; verl uses 3.0)"]
+
+
+def test_sampled_validation_needs_a_positive_temperature():
+    validate({"rollout": {"val_kwargs": {"do_sample": False, "temperature": 0}}}, Toy)  # greedy is fine
+    with pytest.raises(ConfigError) as info:
+        validate({"rollout": {"val_kwargs": {"do_sample": True, "temperature": 0}}}, Toy)
+    assert info.value.problems == [
+        "rollout.val_kwargs.temperature (0.0) must be > 0 when rollout.val_kwargs.do_sample is true; set "
+        "do_sample: false for greedy validation"
+    ]
+
+
+def test_real_schema_rules_are_wired():
+    with pytest.raises(ConfigError, match=r"actor\.clip_ratio_c"):
+        load_config(None, batch_overrides() + ["actor.clip_ratio_c=0.5"])
+    with pytest.raises(ConfigError, match=r"rollout\.val_kwargs\.temperature"):
+        load_config(None, batch_overrides() + ["rollout.val_kwargs.do_sample=true", "rollout.val_kwargs.temperature=0"])

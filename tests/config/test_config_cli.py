@@ -1,0 +1,87 @@
+"""`posttrain config show|explain|plan` through the real CLI entry point."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+
+from posttrain.cli import main
+from posttrain.cli.config_cmd import split_args
+
+CONFIG = """
+data: {train_batch_size: 8, max_prompt_length: 64, max_response_length: 64, train_files: [train.jsonl]}
+rollout: {n: 4}
+actor: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 8, use_dynamic_bsz: false, ppo_epochs: 2}
+algorithm: {adv_estimator: grpo}
+cluster: {nnodes: 1, n_gpus_per_node: 0}
+trainer: {total_epochs: 2, total_training_steps: null}
+"""
+
+
+def write_config(tmp_path):
+    (tmp_path / "train.jsonl").write_text('{"prompt": "q"}\n' * 20)
+    path = tmp_path / "exp.yaml"
+    path.write_text(CONFIG)
+    return path
+
+
+def test_split_args():
+    assert split_args(["a.yaml", "x.y=1"]) == ("a.yaml", ["x.y=1"])
+    assert split_args(["x.y=1"]) == (None, ["x.y=1"])
+    assert split_args([]) == (None, [])
+
+
+def test_show_prints_the_resolved_config_with_overrides(tmp_path, capsys):
+    assert main(["config", "show", str(write_config(tmp_path)), "actor.ppo_epochs=3"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["actor"]["ppo_epochs"] == 3 and shown["rollout"]["n"] == 4
+    assert "optim" in shown["actor"]  # every default is included
+
+
+def test_show_reports_errors_with_exit_status_2(tmp_path, capsys):
+    assert main(["config", "show", str(write_config(tmp_path)), "actor.ppo_epoch=3"]) == 2
+    assert capsys.readouterr().err == (
+        "posttrain: error: invalid configuration: actor.ppo_epoch: unknown key; did you mean actor.ppo_epochs?\n"
+    )
+
+
+def test_explain_key_section_and_unknown(capsys):
+    assert main(["config", "explain", "actor.ppo_epochs"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("actor.ppo_epochs\n") and "  type:     int\n" in out
+    assert main(["config", "explain", "actor"]) == 0
+    assert "  ppo_epochs " in capsys.readouterr().out
+    assert main(["config", "explain"]) == 0
+    assert "  actor " in capsys.readouterr().out
+    assert main(["config", "explain", "actor.ppo_epoch"]) == 2
+    assert "did you mean actor.ppo_epochs?" in capsys.readouterr().err
+
+
+def test_plan_counts_rows_of_data_files_beside_the_config(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir("/")  # relative data paths are also looked up beside the config file
+    assert main(["config", "plan", str(write_config(tmp_path))]) == 0
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+    assert "optimizer steps per rollout 4 (2 mini-batches × actor.ppo_epochs 2)" in lines
+    assert "steps per epoch 2 (20 rows / data.train_batch_size 8, last partial batch dropped)" in lines
+    assert "total training steps 4 (× trainer.total_epochs 2)" in lines
+
+
+def test_plan_prints_each_stage(tmp_path, capsys):
+    path = write_config(tmp_path)
+    path.write_text(CONFIG + "stages:\n  - {name: short, actor: {ppo_epochs: 1}}\n  - {name: long}\n")
+    assert main(["config", "plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("stage 0 (short):\n") and "\nstage 1 (long):\n" in out
+
+
+def test_python_m_posttrain_config_plan_exit_status(tmp_path):
+    path = write_config(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "posttrain", "config", "plan", str(path), "actor.ppo_mini_batch_size=3"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "data.train_batch_size (8) is not divisible by actor.ppo_mini_batch_size (3)" in result.stderr

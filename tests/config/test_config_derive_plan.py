@@ -1,0 +1,123 @@
+"""Derived numbers (steps, warm-up, lengths, world size), row counting, and the printed batch plan."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from posttrain.config import Derived, count_rows, derive, load_config
+from posttrain.config.plan import batch_plan, format_plan
+from posttrain.errors import ConfigError
+
+BASE = [
+    "data.train_batch_size=8",
+    "rollout.n=8",
+    "actor.ppo_mini_batch_size=2",
+    "actor.ppo_micro_batch_size_per_gpu=8",
+    "actor.use_dynamic_bsz=false",
+    "actor.ppo_epochs=1",
+    "data.max_prompt_length=512",
+    "data.max_response_length=256",
+    "algorithm.adv_estimator=grpo",
+    "cluster.nnodes=1",
+    "cluster.n_gpus_per_node=0",
+    "trainer.total_epochs=3",
+    "trainer.total_training_steps=null",
+    "actor.optim.lr_warmup_steps=-1",
+    "actor.optim.lr_warmup_steps_ratio=0.1",
+]
+
+
+def cfg_with(*overrides: str):
+    return load_config(None, BASE + list(overrides))
+
+
+def test_steps_drop_the_last_partial_batch_and_warmup_follows_the_ratio():
+    d = derive(cfg_with(), train_dataset_size=100)
+    assert (d.steps_per_epoch, d.total_training_steps, d.actor_warmup_steps) == (12, 36, 3)  # 100 // 8 = 12
+    assert (d.max_model_len, d.world_size) == (768, 1)
+
+
+def test_explicit_total_steps_and_warmup_steps_win():
+    d = derive(cfg_with("trainer.total_training_steps=50", "actor.optim.lr_warmup_steps=5"), 100)
+    assert (d.total_training_steps, d.actor_warmup_steps) == (50, 5)
+
+
+def test_unknown_dataset_size_leaves_steps_unknown():
+    d = derive(cfg_with(), None)
+    assert (d.steps_per_epoch, d.total_training_steps, d.actor_warmup_steps) == (None, None, None)
+
+
+def test_world_size_is_nodes_times_devices():
+    assert derive(cfg_with("cluster.nnodes=2", "cluster.n_gpus_per_node=4", "actor.ppo_micro_batch_size_per_gpu=2"), None).world_size == 8
+
+
+def test_dataset_smaller_than_one_batch_is_refused():
+    with pytest.raises(ConfigError, match=r"data.train_files has 5 rows, fewer than data.train_batch_size \(8\)"):
+        derive(cfg_with(), 5)
+
+
+def test_warmup_longer_than_the_run_is_refused():
+    with pytest.raises(ConfigError, match=r"actor.optim.lr_warmup_steps \(40\) is longer than the run \(36 training steps\)"):
+        derive(cfg_with("actor.optim.lr_warmup_steps=40"), 100)
+
+
+def test_count_rows_reads_parquet_metadata_and_counts_lines(tmp_path):
+    pq.write_table(pa.table({"prompt": ["a", "b", "c"]}), tmp_path / "a.parquet")
+    (tmp_path / "b.jsonl").write_text('{"prompt": "x"}\n\n{"prompt": "y"}\n')
+    (tmp_path / "c.csv").write_text('prompt\n"multi\nline"\nz\n')
+    (tmp_path / "d.json").write_text(json.dumps([{"prompt": "p"}] * 4))
+    files = [str(tmp_path / n) for n in ("a.parquet", "b.jsonl", "c.csv", "d.json")]
+    assert count_rows(files) == 3 + 2 + 2 + 4
+    assert count_rows(files + [str(tmp_path / "missing.parquet")]) is None
+    assert count_rows([]) is None
+
+
+def test_plan_prints_every_number_with_its_arithmetic():
+    cfg = cfg_with()
+    text = format_plan(cfg, derive(cfg, 100))
+    assert text.splitlines() == [
+        "prompts per step                 8   (data.train_batch_size)",
+        "responses per step              64   (× rollout.n = 8)",
+        "actor mini-batches/epoch         4   (64 responses / (actor.ppo_mini_batch_size 2 × n 8) = 16 responses each)",
+        "  micro-batches/mini-batch       2   (16 responses / actor.ppo_micro_batch_size_per_gpu 8; gradients accumulate over them)",
+        "  optimizer steps per rollout    4   (4 mini-batches × actor.ppo_epochs 1)",
+        "steps per epoch                 12   (100 rows / data.train_batch_size 8, last partial batch dropped)",
+        "total training steps            36   (× trainer.total_epochs 3)",
+        "actor LR warm-up steps           3   (int(actor.optim.lr_warmup_steps_ratio 0.1 × total training steps))",
+        "max model length               768   (data.max_prompt_length 512 + data.max_response_length 256 tokens)",
+    ]
+
+
+def test_plan_with_several_devices_adds_a_per_device_block():
+    cfg = cfg_with("cluster.nnodes=2", "cluster.n_gpus_per_node=4", "actor.ppo_micro_batch_size_per_gpu=1")
+    plan = batch_plan(cfg, derive(cfg, None))
+    assert plan.roles[0].per_device_mini_batch == 2 and plan.roles[0].micro_batches_per_mini_batch == 2
+    text = format_plan(cfg, derive(cfg, None), size_note="no data files")
+    assert "16 / 8 devices = 2 per device / actor.ppo_micro_batch_size_per_gpu 1" in text
+    assert "steps per epoch                  ?   (unknown: no data files)" in text
+    assert text.split("\n\n")[1].splitlines() == [
+        "per device (2 nodes × 4 devices = 8 processes):",
+        "  responses per step  8   (64 / 8)",
+        "  actor mini-batch    2   (16 responses / 8)",
+        "  actor micro-batch   1   (actor.ppo_micro_batch_size_per_gpu)",
+    ]
+
+
+def test_plan_with_token_budget():
+    cfg = cfg_with("actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=3072")
+    text = format_plan(cfg, derive(cfg, None))
+    squeezed = [" ".join(line.split()) for line in text.splitlines()]
+    assert (
+        "micro-batches/mini-batch varies (16 responses per device packed into micro-batches of <= "
+        "actor.ppo_max_token_len_per_gpu 3072 tokens (>= 4 full-length sequences of 768 tokens each))"
+    ) in squeezed
+
+
+def test_derived_is_a_frozen_record():
+    d = Derived(1, 1, 1, 0, 0, 2, 1)
+    with pytest.raises(AttributeError):
+        d.world_size = 2  # type: ignore[misc]

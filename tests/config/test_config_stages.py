@@ -1,0 +1,74 @@
+"""Multi-stage runs: each stage is the base config plus its overrides, validated with stage paths."""
+
+from __future__ import annotations
+
+import pytest
+
+from posttrain.config import Stage, load_config, stage_configs
+from posttrain.errors import ConfigError
+
+BASE = """
+data: {train_batch_size: 8}
+rollout: {n: 2}
+actor: {ppo_mini_batch_size: 4, ppo_micro_batch_size_per_gpu: 4, ppo_epochs: 1}
+algorithm: {adv_estimator: grpo}
+"""
+
+
+def load(tmp_path, stages: str):
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE + stages)
+    return load_config(path)
+
+
+def test_without_stages_there_is_one_main_stage(tmp_path):
+    cfg = load(tmp_path, "")
+    assert stage_configs(cfg) == [Stage("main", cfg)]
+
+
+def test_each_stage_inherits_from_the_base_not_from_the_previous_stage(tmp_path):
+    cfg = load(
+        tmp_path,
+        "stages:\n"
+        "  - {name: warm, actor: {ppo_epochs: 3}}\n"
+        "  - {name: main, data: {train_batch_size: 4}}\n",
+    )
+    warm, main = stage_configs(cfg)
+    assert (warm.name, warm.config.actor.ppo_epochs, warm.config.data.train_batch_size) == ("warm", 3, 8)
+    assert (main.name, main.config.actor.ppo_epochs, main.config.data.train_batch_size) == ("main", 1, 4)
+    assert main.config.rollout.n == 2 and main.config.stages == []
+
+
+def test_stage_errors_name_the_stage_path(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load(
+            tmp_path,
+            "stages:\n"
+            "  - {name: a, actor: {ppo_epochs: 0}}\n"
+            "  - {name: b, actor: {ppo_epoch: 2}}\n"
+            "  - {actor: {ppo_epochs: 2}}\n"
+            "  - {name: a}\n"
+            "  - {name: c, stages: []}\n",
+        )
+    assert info.value.problems == [
+        "stages[0].actor.ppo_epochs: must be >= 1, got 0",
+        "stages[1].actor.ppo_epoch: unknown key; did you mean stages[1].actor.ppo_epochs?",
+        "stages[2].name: every stage needs a name (a non-empty string), got null",
+        "stages[3].name: stage name 'a' is used twice; stage names must be unique",
+        "stages[4].stages: a stage cannot contain stages; list all stages at the top level",
+    ]
+
+
+def test_cross_field_rules_run_per_stage(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, "stages:\n  - {name: rl, actor: {ppo_mini_batch_size: 3}}\n")
+    assert info.value.problems == [
+        "stages[0] (rl): data.train_batch_size (8) is not divisible by actor.ppo_mini_batch_size (3): each "
+        "step's prompts are split into equal mini-batches; use one of 1, 2, 4, 8"
+    ]
+
+
+def test_stages_must_be_a_list_of_mappings(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, "stages: {name: x}\n")
+    assert info.value.problems == ["stages: expected a list of mappings, got {'name': 'x'}"]

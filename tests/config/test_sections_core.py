@@ -1,0 +1,205 @@
+"""Schema checks of the core sections: algorithm, reward, trainer, cluster and the decoupled/agentic ones.
+
+Every field has a doc, well-formed and unique refs, defaults inside their own bounds and choices; the
+fields without `todo` are exactly the ones the trainer promises to implement; key reference names have a
+home (a field's refs or the module's UNSUPPORTED table).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+import pytest
+
+from posttrain.config.fields import FRAMEWORKS, find_field, iter_fields, section_class, section_doc
+from posttrain.config.schema import Config
+from posttrain.config.sections import (
+    algorithm,
+    buffer,
+    cluster,
+    data_processor,
+    env,
+    explorer,
+    log,
+    reward,
+    service,
+    synchronizer,
+    trainer,
+)
+
+MODULES = (algorithm, reward, trainer, cluster, log, env, explorer, buffer, synchronizer, service, data_processor)
+ROOTS = {
+    "algorithm": algorithm.AlgorithmConfig,
+    "reward": reward.RewardConfig,
+    "trainer": trainer.TrainerConfig,
+    "cluster": cluster.ClusterConfig,
+    "log": log.LogConfig,
+    "env": env.EnvConfig,
+    "explorer": explorer.ExplorerConfig,
+    "buffer": buffer.BufferConfig,
+    "synchronizer": synchronizer.SynchronizerConfig,
+    "service": service.ServiceConfig,
+    "data_processor": data_processor.DataProcessorConfig,
+}
+
+# The fields the trainer issue implements; everything else in these sections must carry `todo`.
+IMPLEMENTED = {
+    "algorithm.kind", "algorithm.adv_estimator", "algorithm.gamma", "algorithm.lam",
+    "algorithm.norm_adv_by_std_in_grpo", "algorithm.use_kl_in_reward", "algorithm.kl_penalty",
+    "algorithm.kl_ctrl.type", "algorithm.kl_ctrl.kl_coef", "algorithm.kl_ctrl.horizon", "algorithm.kl_ctrl.target_kl",
+    "algorithm.reward_clip", "algorithm.reward_norm_mean", "algorithm.reward_norm_std",
+    "algorithm.whiten_rewards", "algorithm.whiten_advantages", "algorithm.advantage_clip",
+    "algorithm.use_pf_ppo", "algorithm.pf_ppo.reweight_method", "algorithm.pf_ppo.weight_pow",
+    "algorithm.dpo.beta", "algorithm.dpo.label_smoothing", "algorithm.dpo.loss_type",
+    "reward.reward_manager", "reward.num_workers", "reward.timeout_s", "reward.on_error", "reward.failure_reward",
+    "reward.function_weight", "reward.reward_model_weight",
+    "reward.custom_reward_function.path", "reward.custom_reward_function.name", "reward.custom_reward_function.reward_kwargs",
+    "reward.reward_model.enable", "reward.reward_model.path", "reward.reward_model.micro_batch_size_per_gpu",
+    "trainer.project_name", "trainer.experiment_name", "trainer.total_epochs", "trainer.total_training_steps",
+    "trainer.seed", "trainer.logger", "trainer.log_val_generations", "trainer.rollout_data_dir",
+    "trainer.validation_data_dir", "trainer.test_freq", "trainer.val_before_train", "trainer.val_only",
+    "trainer.critic_warmup", "trainer.root_dir", "trainer.default_local_dir",
+    "cluster.nnodes", "cluster.n_gpus_per_node",
+}
+
+
+def _all_fields():
+    """(dotted path, FieldInfo) of every leaf field of these sections, refs resolved."""
+    return [
+        (path, info)
+        for name, cls in ROOTS.items()
+        for path, info in iter_fields(cls, f"{name}.")
+        if section_class(info.type) is None
+    ]
+
+
+def _all_refs() -> list[str]:
+    return [ref for _, info in _all_fields() for ref in info.refs]
+
+
+def _unsupported() -> dict[str, str]:
+    merged: dict[str, str] = {}
+    for module in MODULES:
+        for key in module.UNSUPPORTED:
+            assert key not in merged, f"{key} is in two UNSUPPORTED tables"
+        merged.update(module.UNSUPPORTED)
+    return merged
+
+
+def test_config_instantiates_with_all_sections():
+    config = Config()
+    for name, cls in ROOTS.items():
+        assert isinstance(getattr(config, name), cls)
+    assert config.trainer.total_epochs == 1 and config.trainer.total_training_steps is None
+    assert config.cluster.nnodes == 1 and config.cluster.n_gpus_per_node == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.algorithm.gamma = 0.5  # type: ignore[misc]
+
+
+def test_every_section_and_field_is_documented():
+    for name, root in ROOTS.items():
+        assert section_doc(root), f"section {name} needs a docstring"
+        for path, info in iter_fields(root, f"{name}."):
+            assert info.doc and "\n" not in info.doc, f"{path} needs a one-line doc"
+            cls = section_class(info.type)
+            assert cls is None or section_doc(cls), f"section {cls.__name__} ({path}) needs a docstring"
+
+
+def test_refs_are_well_formed_and_unique():
+    refs = _all_refs()
+    for ref in refs:
+        framework, _, key = ref.partition(":")
+        assert framework in FRAMEWORKS and key and " " not in key, ref
+        assert not key.startswith(".") and not key.endswith("."), f"{ref}: relative ref without a prefix"
+    duplicates = {r for r in refs if refs.count(r) > 1}
+    assert not duplicates, f"refs claimed twice: {sorted(duplicates)}"
+
+
+def test_unsupported_tables_are_well_formed_and_disjoint_from_refs():
+    unsupported = _unsupported()
+    for key, reason in unsupported.items():
+        framework, _, dotted = key.partition(":")
+        assert framework in FRAMEWORKS and dotted and " " not in dotted, key
+        assert reason.strip(), f"{key} needs a reason"
+    assert not set(unsupported) & set(_all_refs())
+
+
+def test_defaults_are_within_their_own_bounds_and_choices():
+    ops = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
+    for path, info in _all_fields():
+        value = info.default()
+        for item in value if isinstance(value, list) else [value]:
+            if info.choices is not None:
+                assert item in info.choices, f"{path} default {item!r} not in {info.choices}"
+            if isinstance(item, (int, float)) and not isinstance(item, bool):
+                for op, bound in info.bounds.items():
+                    assert ops[op](item, bound), f"{path} default {item!r} violates {op}={bound}"
+
+
+def test_todo_marks_exactly_the_unimplemented_fields():
+    not_todo = {path for path, info in _all_fields() if not info.todo}
+    assert not_todo == IMPLEMENTED, (
+        f"implemented but not promised: {sorted(not_todo - IMPLEMENTED)}; "
+        f"promised but marked todo: {sorted(IMPLEMENTED - not_todo)}"
+    )
+
+
+def test_names_the_config_machinery_relies_on_exist():
+    config = Config()
+    for path in ("trainer.total_epochs", "trainer.total_training_steps", "cluster.nnodes", "cluster.n_gpus_per_node"):
+        section_name, name = path.split(".")
+        assert hasattr(getattr(config, section_name), name), path
+
+
+@pytest.mark.parametrize("key", [
+    "verl:algorithm.kl_ctrl.kl_coef", "verl:algorithm.adv_estimator", "verl:algorithm.norm_adv_by_std_in_grpo",
+    "verl:algorithm.pf_ppo.weight_pow", "verl:algorithm.filter_groups.enable", "verl:algorithm.rollout_is_threshold",
+    "roll:reward_clip", "roll:norm_mean_type", "roll:whiten_advantages", "roll:advantage_clip", "roll:init_kl_coef",
+    "roll:lambd", "roll:add_token_level_kl", "roll:reward_normalization.method", "roll:max_len_mask",
+    "trinity:algorithm.algorithm_type", "trinity:algorithm.advantage_fn", "trinity:algorithm.kl_penalty_fn",
+    "trinity:algorithm.sample_strategy",
+    "verl:reward_model.enable", "verl:reward_model.model.path", "verl:reward_model.reward_manager",
+    "verl:custom_reward_function.path", "verl:reward_model.overlong_buffer.len", "verl:reward_model.sandbox_fusion.url",
+    "roll:rewards",
+    "verl:trainer.logger", "verl:trainer.save_freq", "verl:trainer.resume_mode", "verl:trainer.profile_steps",
+    "roll:exp_name", "roll:max_steps", "roll:track_with", "roll:eval_steps", "roll:save_steps", "roll:seed",
+    "trinity:monitor.monitor_type", "trinity:checkpoint_root_dir", "trinity:mode", "trinity:trainer.save_hf_checkpoint",
+    "trinity:buffer.total_epochs", "trinity:explorer.eval_interval",
+    "verl:ray_init.num_cpus", "verl:trainer.device", "roll:actor_train.device_mapping", "trinity:cluster.node_num",
+    "trinity:explorer.runner_per_model", "trinity:explorer.over_rollout.ratio", "trinity:synchronizer.sync_style",
+    "trinity:buffer.explorer_input.taskset.format.prompt_key", "trinity:buffer.trainer_input.experience_buffer.replay_buffer.priority_fn",
+    "trinity:service.data_juicer.port", "trinity:data_processor.task_pipeline", "trinity:log.level",
+    "roll:train_env_manager.group_size", "roll:val_env_manager.tags", "roll:custom_envs",
+])
+def test_reference_key_has_a_home(key):
+    assert key in set(_all_refs()) | set(_unsupported()), f"{key} has no home"
+
+
+def test_trinity_algorithm_types_map_onto_kind_and_estimator():
+    kinds = find_field(Config, "algorithm.kind")[1].choices
+    for trinity_type, (kind, _estimator) in algorithm.TRINITY_ALGORITHM_TYPES.items():
+        assert kind in kinds, trinity_type
+    assert set(algorithm.TRINITY_ALGORITHM_TYPES).isdisjoint(algorithm.TRINITY_ALGORITHM_TYPES_TODO)
+    assert set(algorithm.TRINITY_ALGORITHM_TYPES) | set(algorithm.TRINITY_ALGORITHM_TYPES_TODO) == {"ppo", "grpo", "opmd", "dpo", "sft", "mix"}
+
+
+@pytest.mark.parametrize("keys, expected", [
+    ({}, (None, None)),
+    ({"norm_mean_type": "group", "norm_std_type": "batch"}, ("group", "batch")),
+    ({"norm_mean_type": "batch", "reward_norm": "group"}, ("batch", None)),  # newest keys win
+    ({"reward_norm": "batch"}, ("batch", "batch")),
+    ({"reward_norm": "group", "reward_shift": True}, ("group", None)),
+    ({"reward_norm": "running", "reward_scale": True}, (None, "running")),
+    ({"use_reward_scaling": True}, (None, "running")),
+    ({"use_reward_scaling": True, "use_reward_norm": True}, ("running", "running")),
+    ({"use_reward_norm": True}, (None, None)),  # ROLL ignores use_reward_norm without use_reward_scaling
+])
+def test_roll_reward_norm_translation(keys, expected):
+    assert algorithm.roll_reward_norm(**keys) == expected
+
+
+def test_shared_env_manager_section_resolves_refs_per_role():
+    refs = dict(_all_fields())
+    assert refs["env.train_env_manager.group_size"].refs == ("roll:train_env_manager.group_size",)
+    assert refs["env.val_env_manager.group_size"].refs == ("roll:val_env_manager.group_size",)

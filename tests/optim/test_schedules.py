@@ -1,0 +1,47 @@
+import math
+
+import pytest
+import torch
+
+from posttrain.optim import build_optimizer, build_scheduler, lr_multiplier
+
+
+def test_constant_with_warmup():
+    got = [lr_multiplier("constant", s, warmup_steps=4, total_steps=10) for s in range(6)]
+    assert got == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+
+
+def test_cosine_reaches_min_ratio_at_end_and_half_way_is_midpoint():
+    kw = dict(warmup_steps=0, total_steps=10, min_lr_ratio=0.1)
+    assert lr_multiplier("cosine", 0, **kw) == pytest.approx(1.0)
+    assert lr_multiplier("cosine", 5, **kw) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert lr_multiplier("cosine", 10, **kw) == pytest.approx(0.1)
+    # warm-up then cosine over the remaining steps
+    assert lr_multiplier("cosine", 1, warmup_steps=2, total_steps=12) == pytest.approx(1.0)
+    assert lr_multiplier("cosine", 7, warmup_steps=2, total_steps=12) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
+
+
+def test_wsd_stable_then_linear_decay():
+    kw = dict(warmup_steps=2, total_steps=20, min_lr_ratio=0.0, decay_ratio=0.25)
+    assert lr_multiplier("wsd", 0, **kw) == pytest.approx(0.5)
+    assert lr_multiplier("wsd", 14, **kw) == pytest.approx(1.0)
+    assert lr_multiplier("wsd", 15, **kw) == pytest.approx(1.0)  # decay starts at 20 - 5
+    assert lr_multiplier("wsd", 17, **kw) == pytest.approx(1.0 - 2 / 5)
+    assert lr_multiplier("wsd", 20, **kw) == pytest.approx(0.0)
+
+
+def test_unknown_schedule_names_choices():
+    with pytest.raises(ValueError, match="constant, cosine, wsd"):
+        lr_multiplier("linear", 0, warmup_steps=0, total_steps=1)
+
+
+def test_scheduler_drives_optimizer_lr():
+    w = torch.nn.Parameter(torch.zeros(2))
+    opt = build_optimizer([w], lr=1e-2, weight_decay=0.0, betas=(0.9, 0.999))
+    sched = build_scheduler(opt, "constant", warmup_steps=2, total_steps=5)
+    lrs = []
+    for _ in range(3):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs == pytest.approx([5e-3, 1e-2, 1e-2])

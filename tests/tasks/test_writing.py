@@ -1,0 +1,118 @@
+import random
+import re
+
+import pyarrow.parquet as pq
+import pytest
+
+from posttrain.cli import main
+from posttrain.errors import ConfigError
+from posttrain.tasks import TASKS, compute_score, get_task, register_task, write_task_data
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_verl_layout_and_every_row_scores_its_own_answer(tmp_path, task):
+    paths = write_task_data(task, tmp_path, train=40, test=20, seed=1)
+    train = pq.read_table(paths["train"]).to_pylist()
+    test = pq.read_table(paths["test"]).to_pylist()
+    sft = pq.read_table(paths["sft"]).to_pylist()
+    assert (len(train), len(test), len(sft)) == (40, 20, 40)
+    row = train[0]
+    assert set(row) == {"data_source", "prompt", "ability", "reward_model", "extra_info"}
+    assert row["data_source"] == f"posttrain/{task}"
+    assert row["prompt"] == [{"role": "user", "content": row["prompt"][0]["content"]}]
+    assert row["reward_model"]["style"] == "rule"
+    assert row["extra_info"]["split"] == "train" and row["extra_info"]["task"] == task
+    assert [r["extra_info"]["index"] for r in test] == list(range(20))
+    assert set(sft[0]) == {"data_source", "prompt", "response", "extra_info"}
+    # The SFT response is a correct answer for its problem; prompts stay short for a char tokenizer.
+    for r in sft:
+        truth = _ground_truth_of(task, r["prompt"][0]["content"], r["response"])
+        assert compute_score(r["data_source"], r["response"] + "<|im_end|>", truth)["acc"] == 1.0
+    assert max(len(r["prompt"][0]["content"]) for r in train + test) <= 24
+
+
+def _ground_truth_of(task, prompt, response):
+    """Regenerate ground truth from a prompt (used to check SFT responses)."""
+    if task == "sort":
+        return "".join(sorted(prompt[1:-1]))
+    if task == "arithmetic":
+        a, op, b = re.fullmatch(r"(\d+)([-+*])(\d+)=", prompt).groups()
+        return str({"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op])
+    numbers, target = prompt[:-1].split("->")
+    return f'{{"numbers": [{numbers.replace(",", ", ")}], "target": {target}}}'
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_test_prompts_are_distinct_and_never_in_train_or_sft(tmp_path, task):
+    paths = write_task_data(task, tmp_path, train=300, test=100, seed=0)
+    prompts = {split: [r["prompt"][0]["content"] for r in pq.read_table(p).to_pylist()] for split, p in paths.items()}
+    assert len(set(prompts["test"])) == 100
+    assert not set(prompts["test"]) & (set(prompts["train"]) | set(prompts["sft"]))
+
+
+def test_same_seed_same_files_and_test_set_independent_of_train_size(tmp_path):
+    a = write_task_data("sort", tmp_path / "a", train=30, test=10, seed=5)
+    b = write_task_data("sort", tmp_path / "b", train=30, test=10, seed=5)
+    c = write_task_data("sort", tmp_path / "c", train=60, test=10, seed=5)
+    d = write_task_data("sort", tmp_path / "d", train=30, test=10, seed=6)
+    read = lambda p: pq.read_table(p).to_pylist()  # noqa: E731
+    assert read(a["train"]) == read(b["train"]) and read(a["sft"]) == read(b["sft"])
+    assert read(a["test"]) == read(c["test"])
+    assert read(a["test"]) != read(d["test"])
+
+
+def test_options_system_prompt_and_no_sft(tmp_path):
+    paths = write_task_data("arithmetic", tmp_path, train=50, test=5, sft=0, seed=0,
+                            system_prompt="Answer only.", options={"digits": 1, "ops": ["*"]})
+    assert "sft" not in paths and not (tmp_path / "sft_train.parquet").exists()
+    rows = pq.read_table(paths["train"]).to_pylist()
+    assert rows[0]["prompt"][0] == {"role": "system", "content": "Answer only."}
+    for r in rows:
+        a, b = r["prompt"][1]["content"][:-1].split("*")
+        assert len(a) == len(b) == 1
+    assert rows[0]["extra_info"]["options"] == '{"digits": 1, "ops": ["*"]}'
+
+
+def test_sort_length_option(tmp_path):
+    rows = pq.read_table(write_task_data("sort", tmp_path, train=5, test=1, options={"length": 3})["train"]).to_pylist()
+    assert all(len(r["reward_model"]["ground_truth"]) == 3 for r in rows)
+
+
+def test_user_mistakes_are_config_errors():
+    with pytest.raises(ConfigError, match="unknown task 'sortt'; known tasks: arithmetic, countdown, sort"):
+        get_task("sortt")
+    with pytest.raises(ConfigError, match="task 'sort' has no option 'digits'; its options are: length"):
+        write_task_data("sort", "/nonexistent", options={"digits": 2})
+    with pytest.raises(ConfigError, match="--digits must be between 1 and 18"):
+        write_task_data("arithmetic", "/nonexistent", options={"digits": 0})
+    with pytest.raises(ConfigError, match="too few distinct problems"):
+        write_task_data("arithmetic", "/nonexistent", train=10, test=101, options={"digits": 1})
+    with pytest.raises(ConfigError, match="--train must be >= 0"):
+        write_task_data("sort", "/nonexistent", train=-1)
+
+
+def test_duplicate_registration_is_a_bug():
+    with pytest.raises(ValueError, match="registered twice"):
+        register_task("sort", description="x", ability="x", score=lambda *a: {"score": 0.0})(lambda rng: None)
+
+
+def test_countdown_problems_are_solvable_with_their_response():
+    spec = get_task("countdown")
+    rng = random.Random(0)
+    for _ in range(200):
+        p = spec.draw(rng, spec.defaults)
+        assert spec.score(p.response, p.ground_truth)["acc"] == 1.0
+
+
+def test_cli_make_data_writes_the_files(tmp_path, capsys):
+    assert main(["make-data", "arithmetic", str(tmp_path), "--train", "20", "--test", "5",
+                 "--digits", "3", "--ops", "+", "-"]) == 0
+    assert "posttrain/arithmetic" in capsys.readouterr().out
+    rows = pq.read_table(tmp_path / "train.parquet").to_pylist()
+    assert len(rows) == 20 and len(pq.read_table(tmp_path / "sft_train.parquet")) == 20
+    assert {r["extra_info"]["options"] for r in rows} == {'{"digits": 3, "ops": ["+", "-"]}'}
+
+
+def test_cli_make_data_user_error_exits_2(tmp_path, capsys):
+    assert main(["make-data", "arithmetic", str(tmp_path), "--digits", "0"]) == 2
+    assert "--digits must be between 1 and 18" in capsys.readouterr().err
