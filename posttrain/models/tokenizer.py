@@ -11,7 +11,8 @@ Layout of the vocabulary (ids are stable, tests and docs rely on them)::
     1 <|im_start|>    opens a chat turn
     2 <|im_end|>      closes a chat turn: the eos of chat generation
     3 <|unk|>         any character outside the set below
-    4..               "\\n", then the 95 printable ASCII characters from " " to "~"
+    4..               "\\n", then the 95 printable ASCII characters from " " to "~", written in
+                      the byte-level alphabet ("Ċ" for newline, "Ġ" for space)
     ...               optional filler tokens ``<|filler_N|>`` up to the requested vocabulary size
 
 Filler tokens are plain vocabulary entries that the character pre-tokenizer can never produce; they
@@ -49,9 +50,31 @@ CHATML_TEMPLATE = (
 )
 
 
+def _byte_level(char: str) -> str:
+    """The byte-level alphabet symbol of an ASCII character (e.g. " " -> "Ġ", "\\n" -> "Ċ")."""
+    return _BYTE_SYMBOLS[ord(char)]
+
+
+def _byte_symbols() -> list[str]:
+    # GPT-2's reversible byte -> printable-unicode map: printable latin-1 bytes map to themselves,
+    # the others to code points from 256 upwards, in byte order.
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    symbols, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            symbols[b] = chr(b)
+        else:
+            symbols[b] = chr(256 + extra)
+            extra += 1
+    return [symbols[b] for b in range(256)]
+
+
+_BYTE_SYMBOLS = _byte_symbols()
+
+
 def _vocabulary(vocab_size: int | None) -> dict[str, int]:
     """Token → id for the specials, the characters and the fillers up to `vocab_size`."""
-    tokens = list(SPECIAL_TOKENS) + list(CHARACTERS)
+    tokens = list(SPECIAL_TOKENS) + [_byte_level(c) for c in CHARACTERS]
     if vocab_size is not None:
         if vocab_size < BASE_VOCAB_SIZE:
             raise ConfigError(
@@ -74,10 +97,13 @@ def build_tiny_tokenizer(vocab_size: int | None = None, *, model_max_length: int
     >>> len(tok("12+7=")["input_ids"]), tok.eos_token, tok.pad_token
     (5, '<|im_end|>', '<|endoftext|>')
     """
-    backend = Tokenizer(models.WordLevel(vocab=_vocabulary(vocab_size), unk_token=UNK_TOKEN))
-    # One pre-token per character (including newlines); WordLevel then maps each to its id.
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    backend.decoder = decoders.Fuse()  # join characters back without separators
+    # A byte-level BPE with no merges: every ASCII character is one token. Byte-level (rather than a
+    # plain character split) because transformers loads a Qwen2 directory's tokenizer.json through
+    # Qwen2Tokenizer, which re-applies byte-level pre-tokenization; this vocabulary gives the same
+    # ids either way, so AutoTokenizer.from_pretrained round-trips exactly.
+    backend = Tokenizer(models.BPE(vocab=_vocabulary(vocab_size), merges=[], unk_token=UNK_TOKEN))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,

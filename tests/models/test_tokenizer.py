@@ -37,9 +37,22 @@ def test_special_tokens_have_fixed_ids_and_roles():
     assert tok.decode([22, 2], skip_special_tokens=True) == "1"
 
 
-def test_unknown_characters_become_unk():
+def test_non_ascii_bytes_become_unk():
     tok = build_tiny_tokenizer()
-    assert tok("é")["input_ids"] == [tok.unk_token_id]
+    # "é" is two UTF-8 bytes, each outside the ASCII vocabulary
+    assert tok("é")["input_ids"] == [tok.unk_token_id, tok.unk_token_id]
+
+
+def test_auto_tokenizer_from_disk_gives_the_same_ids(tmp_path):
+    from transformers import AutoTokenizer
+
+    from posttrain.models.tiny import make_tiny_model
+
+    text = "a b\nc 12+7= ~{}"
+    loaded = AutoTokenizer.from_pretrained(make_tiny_model(tmp_path / "m"))
+    built = build_tiny_tokenizer()
+    assert loaded(text)["input_ids"] == built(text)["input_ids"]
+    assert loaded.decode(loaded(text)["input_ids"]) == text
 
 
 def test_chat_template_single_turn_with_generation_prompt():

@@ -1,0 +1,137 @@
+"""posttrain's algorithms: pure tensor functions over (B, T) tensors, selected by name.
+
+Nothing here touches a model. Importing this package fills the registries:
+
+- `ADVANTAGE_ESTIMATORS[name](**kw) -> AdvantageOutput(advantages, returns)`
+- `POLICY_LOSSES[name](old_logprob=, logprob=, advantages=, response_mask=, loss_agg_mode=, **opts)
+  -> LossOutput(loss, metrics)`
+
+and exports the building blocks a custom loss needs: `aggregate_loss`, `kl_penalty`, `value_loss`,
+`entropy_from_logits`, masked reductions, KL controllers and ROLL-style reward shaping.
+docs/algorithms.md is generated from the docstrings (`python -m posttrain.algorithms.docgen`).
+"""
+
+# Importing the implementations registers them; they are also exported for direct calls.
+from posttrain.algorithms.advantages_outcome import (
+    gpg_advantage,
+    grpo_advantage,
+    grpo_passk_advantage,
+    opmd_advantage,
+    opo_advantage,
+    reinforce_plus_plus_baseline_advantage,
+    rloo_advantage,
+)
+from posttrain.algorithms.advantages_returns import (
+    gae_advantage,
+    reinforce_advantage,
+    reinforce_plus_plus_advantage,
+    remax_advantage,
+)
+from posttrain.algorithms.policy_losses import (
+    cispo_loss,
+    gpg_loss,
+    gspo_loss,
+    opmd_loss,
+    ppo_clip_loss,
+    topr_loss,
+)
+from posttrain.algorithms.policy_losses_cov import clip_cov_loss, kl_cov_loss
+from posttrain.algorithms.aggregation import LOSS_AGG_MODES, aggregate_loss
+from posttrain.algorithms.entropy import entropy_from_logits, entropy_from_logits_chunked
+from posttrain.algorithms.groups import group_stats
+from posttrain.algorithms.kl import KL_PENALTY_KINDS, KLRewardOutput, apply_kl_penalty, kl_penalty
+from posttrain.algorithms.kl_controllers import AdaptiveKLController, FixedKLController
+from posttrain.algorithms.masked import masked_mean, masked_sum, masked_var, masked_whiten
+from posttrain.algorithms.pf_ppo import PF_PPO_METHODS, pf_ppo_resample, pf_ppo_weights
+from posttrain.algorithms.registry import (
+    ADVANTAGE_ESTIMATORS,
+    POLICY_LOSSES,
+    AdvantageOutput,
+    LossOutput,
+    advantage_estimator_names,
+    get_advantage_estimator,
+    get_policy_loss,
+    policy_loss_names,
+    policy_loss_options,
+    register_advantage_estimator,
+    register_policy_loss,
+)
+from posttrain.algorithms.running import RunningMoments
+from posttrain.algorithms.shaping import (
+    NORM_TYPES,
+    Clipped,
+    clip_advantages,
+    clip_rewards,
+    normalize_rewards,
+    sample_loss_weights,
+    scores_to_token_rewards,
+    whiten,
+)
+from posttrain.algorithms.supervised import dpo_loss, dpo_policy_loss, sft_loss
+from posttrain.algorithms.value import ValueLossOutput, value_loss
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "POLICY_LOSSES",
+    "AdvantageOutput",
+    "LossOutput",
+    "register_advantage_estimator",
+    "register_policy_loss",
+    "get_advantage_estimator",
+    "get_policy_loss",
+    "advantage_estimator_names",
+    "policy_loss_names",
+    "policy_loss_options",
+    "aggregate_loss",
+    "LOSS_AGG_MODES",
+    "kl_penalty",
+    "KL_PENALTY_KINDS",
+    "apply_kl_penalty",
+    "KLRewardOutput",
+    "value_loss",
+    "ValueLossOutput",
+    "entropy_from_logits",
+    "entropy_from_logits_chunked",
+    "FixedKLController",
+    "AdaptiveKLController",
+    "dpo_loss",
+    "masked_sum",
+    "masked_mean",
+    "masked_var",
+    "masked_whiten",
+    "group_stats",
+    "RunningMoments",
+    "NORM_TYPES",
+    "Clipped",
+    "clip_rewards",
+    "clip_advantages",
+    "normalize_rewards",
+    "whiten",
+    "sample_loss_weights",
+    "scores_to_token_rewards",
+    "PF_PPO_METHODS",
+    "pf_ppo_weights",
+    "pf_ppo_resample",
+    # the registered implementations, callable directly
+    "gae_advantage",
+    "grpo_advantage",
+    "grpo_passk_advantage",
+    "rloo_advantage",
+    "opo_advantage",
+    "gpg_advantage",
+    "reinforce_plus_plus_advantage",
+    "reinforce_plus_plus_baseline_advantage",
+    "remax_advantage",
+    "reinforce_advantage",
+    "opmd_advantage",
+    "ppo_clip_loss",
+    "gspo_loss",
+    "cispo_loss",
+    "gpg_loss",
+    "topr_loss",
+    "opmd_loss",
+    "clip_cov_loss",
+    "kl_cov_loss",
+    "sft_loss",
+    "dpo_policy_loss",
+]

@@ -1,0 +1,270 @@
+"""Policy-gradient losses over per-token log-probs: PPO clip (vanilla), GSPO, CISPO, GPG, TOPR, OPMD.
+
+Every loss takes `old_logprob, logprob, advantages, response_mask, loss_agg_mode` as keywords, plus
+its own options declared explicitly (the trainer passes only the options configured for that loss),
+plus two aggregation options all share: `loss_scale_factor` (the seq-mean-token-sum-norm normaliser)
+and `sample_weights` (B,) (ROLL's per-sample length/difficulty weights). Gradients flow into
+`logprob` only; `old_logprob` and `advantages` are treated as constants. Math runs in float32 even
+for bf16 inputs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posttrain.algorithms.aggregation import aggregate_loss
+from posttrain.algorithms.masked import masked_mean
+from posttrain.algorithms.registry import LossOutput, register_policy_loss
+
+
+def _f32(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    return [t.float() for t in tensors]
+
+
+def _clip_bounds(clip_ratio: float, clip_ratio_low: float | None, clip_ratio_high: float | None) -> tuple[float, float]:
+    low = clip_ratio if clip_ratio_low is None else clip_ratio_low
+    high = clip_ratio if clip_ratio_high is None else clip_ratio_high
+    return float(low), float(high)
+
+
+Scalar = torch.Tensor | float
+
+
+def _metrics(clipfrac: Scalar, ppo_kl: Scalar, lower: Scalar) -> dict[str, float]:
+    """The three metrics every loss reports, as floats (detached: logging must not hold the graph)."""
+
+    def value(x: Scalar) -> float:
+        return float(x.detach()) if isinstance(x, torch.Tensor) else float(x)
+
+    return {"pg_clipfrac": value(clipfrac), "ppo_kl": value(ppo_kl), "pg_clipfrac_lower": value(lower)}
+
+
+@register_policy_loss("vanilla", aliases=("ppo",))
+def ppo_clip_loss(
+    *,
+    old_logprob: torch.Tensor,
+    logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float | None = 3.0,
+    loss_scale_factor: float | None = None,
+    sample_weights: torch.Tensor | None = None,
+) -> LossOutput:
+    """PPO's clipped surrogate with asymmetric clip bounds (DAPO clip-higher) and dual clip.
+
+    Formula:
+        rho = exp(clamp(log pi - log pi_old, -20, 20));  L1 = -A rho;  L2 = -A clip(rho, 1 - eps_low, 1 + eps_high);
+        L = max(L1, L2); for A < 0 the dual clip bounds it: L = min(L, -A c) (c = clip_ratio_c > 1;
+        None disables it). pg_clipfrac = share of tokens with L2 > L1; pg_clipfrac_lower = share where
+        the dual clip binds; ppo_kl = masked mean of log pi_old - log pi.
+    Names:
+        verl `actor.policy_loss.loss_mode=vanilla`, `clip_ratio`, `clip_ratio_low`, `clip_ratio_high`,
+        `clip_ratio_c`; ROLL `pg_clip`, `pg_clip_low`/`pg_clip_high` (`use_pg_clip_range`),
+        `dual_clip_loss` (ROLL's dual clip is c = 1 + 2 * pg_clip); Trinity-RFT `policy_loss_fn: ppo`.
+    Paper:
+        Schulman et al. 2017, Proximal Policy Optimization Algorithms, arXiv:1707.06347. Dual clip:
+        Ye et al. 2020, arXiv:1912.09729. Clip-higher: Yu et al. 2025, DAPO, arXiv:2503.14476.
+    """
+    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c (dual-clip bound) must be > 1.0, got {clip_ratio_c}")
+    old, logp, adv, mask = _f32(old_logprob, logprob, advantages, response_mask)
+    eps_low, eps_high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+    log_ratio = torch.clamp(logp - old, min=-20.0, max=20.0)  # clamp before exp: one bad token cannot overflow
+    ratio = torch.exp(log_ratio)
+    loss1 = -adv * ratio
+    loss2 = -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    clipped = torch.maximum(loss1, loss2)
+    clipfrac = masked_mean(torch.gt(loss2, loss1).float(), mask)
+    if clip_ratio_c is None:
+        losses, lower = clipped, torch.zeros(())
+    else:
+        loss3 = -adv * clip_ratio_c
+        losses = torch.where(adv < 0, torch.minimum(loss3, clipped), clipped)
+        lower = masked_mean((torch.gt(clipped, loss3) & (adv < 0)).float(), mask)
+    loss = aggregate_loss(losses, mask, loss_agg_mode, loss_scale_factor=loss_scale_factor, weights=sample_weights)
+    return LossOutput(loss, _metrics(clipfrac, masked_mean(-log_ratio, mask), lower))
+
+
+@register_policy_loss("gspo")
+def gspo_loss(
+    *,
+    old_logprob: torch.Tensor,
+    logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    loss_scale_factor: float | None = None,
+    sample_weights: torch.Tensor | None = None,
+) -> LossOutput:
+    """GSPO: PPO clipping on a sequence-level ratio, the geometric mean of the token ratios.
+
+    Formula:
+        log s_i = (1/|y_i|) sum_t m_it (log pi - log pi_old);  s_it = exp(sg[log s_i] + log pi_t - sg[log pi_t])
+        (value s_i, gradient of a token ratio), log s_it clamped at 10;
+        L = max(-A s_it, -A clip(s_it, 1 - eps_low, 1 + eps_high)), aggregated by `loss_agg_mode`.
+    Names:
+        verl `loss_mode=gspo` (recipe clip_ratio_low 3e-4, clip_ratio_high 4e-4); ROLL
+        `importance_sampling: seq`; Trinity-RFT `policy_loss_fn: gspo`.
+    Paper:
+        Zheng et al. 2025, Group Sequence Policy Optimization, arXiv:2507.18071.
+    Deviation:
+        the paper averages per sequence (`seq-mean-token-mean`, this function's default); like verl
+        >= 0.9 we honour the configured `loss_agg_mode`, so set it to `seq-mean-token-mean` for GSPO.
+    """
+    old, logp, adv, mask = _f32(old_logprob, logprob, advantages, response_mask)
+    eps_low, eps_high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+    log_ratio = logp - old
+    seq_log_ratio = (log_ratio * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1)  # (B,)
+    log_s = logp - logp.detach() + seq_log_ratio.detach().unsqueeze(-1)  # (B, T)
+    s = torch.exp(torch.clamp(log_s, max=10.0))
+    loss1 = -adv * s
+    loss2 = -adv * torch.clamp(s, 1.0 - eps_low, 1.0 + eps_high)
+    losses = torch.maximum(loss1, loss2)
+    loss = aggregate_loss(losses, mask, loss_agg_mode, loss_scale_factor=loss_scale_factor, weights=sample_weights)
+    clipfrac = masked_mean(torch.gt(loss2, loss1).float(), mask)
+    return LossOutput(loss, _metrics(clipfrac, masked_mean(-log_ratio, mask), 0.0))
+
+
+@register_policy_loss("cispo")
+def cispo_loss(
+    *,
+    old_logprob: torch.Tensor,
+    logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    loss_scale_factor: float | None = None,
+    sample_weights: torch.Tensor | None = None,
+) -> LossOutput:
+    """CISPO: REINFORCE weighted by a clipped, stop-gradient importance ratio; no token loses its gradient.
+
+    Formula:
+        rho = exp(clamp(log pi - log pi_old, -20, 20));  L = -sg[clip(rho, 1 - eps_low, 1 + eps_high)] A log pi.
+        pg_clipfrac = share of tokens whose ratio was clipped.
+    Names:
+        verl `loss_mode=cispo`; Trinity-RFT `policy_loss_fn: cispo`; not in ROLL.
+    Paper:
+        MiniMax 2025, MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention,
+        arXiv:2506.13585.
+    """
+    old, logp, adv, mask = _f32(old_logprob, logprob, advantages, response_mask)
+    eps_low, eps_high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+    log_ratio = torch.clamp(logp - old, min=-20.0, max=20.0)
+    ratio = torch.exp(log_ratio)
+    weight = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high).detach()
+    losses = -weight * adv * logp
+    loss = aggregate_loss(losses, mask, loss_agg_mode, loss_scale_factor=loss_scale_factor, weights=sample_weights)
+    clipfrac = masked_mean((ratio.detach() != weight).float(), mask)
+    return LossOutput(loss, _metrics(clipfrac, masked_mean(-log_ratio, mask), 0.0))
+
+
+@register_policy_loss("gpg")
+def gpg_loss(
+    *,
+    old_logprob: torch.Tensor | None,
+    logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
+    sample_weights: torch.Tensor | None = None,
+) -> LossOutput:
+    """GPG: the plain policy gradient, no ratio and no clipping (pairs with the `gpg` estimator).
+
+    Formula:
+        L = -A log pi, aggregated by `loss_agg_mode`. Metrics are 0 except ppo_kl (when old_logprob given).
+    Names:
+        verl `loss_mode=gpg`; not in ROLL or Trinity-RFT.
+    Paper:
+        Chu et al. 2025, GPG: A Simple and Strong Reinforcement Learning Baseline for Model
+        Reasoning, arXiv:2504.02546.
+    """
+    logp, adv, mask = _f32(logprob, advantages, response_mask)
+    loss = aggregate_loss(-logp * adv, mask, loss_agg_mode, loss_scale_factor=loss_scale_factor, weights=sample_weights)
+    kl = 0.0 if old_logprob is None else masked_mean(old_logprob.float() - logp.detach(), mask)
+    return LossOutput(loss, _metrics(0.0, kl, 0.0))
+
+
+@register_policy_loss("topr")
+def topr_loss(
+    *,
+    old_logprob: torch.Tensor,
+    logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    advantage_threshold: float = 0.0,
+    scores: torch.Tensor | None = None,
+    positive_coef: float = 1.0,
+    negative_coef: float = 1.0,
+    loss_scale_factor: float | None = None,
+    sample_weights: torch.Tensor | None = None,
+) -> LossOutput:
+    """TOPR: full REINFORCE on positive samples, truncated importance weight on negative ones.
+
+    Formula:
+        alpha = sg[clip(pi / pi_old, 0, 1)] on negative samples, 1 on positive ones; L = -alpha A log pi.
+        Without `scores` (Trinity-RFT, default) a token is negative when A <= advantage_threshold and
+        one aggregate is taken. With `scores` (B,) (ROLL) a sample is negative when score <= 0 and
+        L = positive_coef * agg(positives) + negative_coef * agg(negatives), each aggregated on its own
+        tokens. pg_clipfrac reports the share of tokens with alpha < 1.
+    Names:
+        Trinity-RFT `policy_loss_fn: topr` (`advantage_threshold`); ROLL `use_topr_neg_loss_coef`,
+        `postive_loss_coef`; not in verl.
+    Paper:
+        Le Roux et al. 2025, Tapered Off-Policy REINFORCE, arXiv:2503.14286.
+    """
+    old, logp, adv, mask = _f32(old_logprob, logprob, advantages, response_mask)
+    ratio = torch.exp(torch.clamp(logp.detach() - old, min=-20.0, max=20.0))
+    truncated = torch.clamp(ratio, 0.0, 1.0)
+    agg = dict(loss_scale_factor=loss_scale_factor, weights=sample_weights)
+    if scores is None:
+        negative = adv <= advantage_threshold  # (B, T)
+        alpha = torch.where(negative, truncated, torch.ones_like(truncated))
+        loss = aggregate_loss(-alpha * adv * logp, mask, loss_agg_mode, **agg)
+    else:
+        negative = (scores.float().reshape(-1, 1) <= 0).expand_as(mask)  # (B, T)
+        alpha = torch.where(negative, truncated, torch.ones_like(truncated))
+        pos = aggregate_loss(-adv * logp, mask * (~negative).float(), loss_agg_mode, **agg)
+        neg = aggregate_loss(-truncated * adv * logp, mask * negative.float(), loss_agg_mode, **agg)
+        loss = positive_coef * pos + negative_coef * neg
+    clipfrac = masked_mean((alpha < 1.0).float(), mask)
+    return LossOutput(loss, _metrics(clipfrac, masked_mean(old - logp.detach(), mask), 0.0))
+
+
+@register_policy_loss("opmd")
+def opmd_loss(
+    *,
+    old_logprob: torch.Tensor | None,
+    logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    tau: float = 1.0,
+    loss_scale_factor: float | None = None,
+    sample_weights: torch.Tensor | None = None,
+) -> LossOutput:
+    """OPMD: the policy gradient scaled by 1 / (1 + tau), the mirror-descent step's regulariser.
+
+    Formula:
+        L = agg(-A log pi) / (1 + tau).
+    Names:
+        Trinity-RFT `policy_loss_fn: opmd` (`tau`); not in verl or ROLL.
+    Paper:
+        Pan et al. 2025, Trinity-RFT, arXiv:2505.17826; Tomar et al. 2020, Mirror Descent Policy
+        Optimization, arXiv:2005.09814.
+    """
+    logp, adv, mask = _f32(logprob, advantages, response_mask)
+    loss = aggregate_loss(-adv * logp, mask, loss_agg_mode, loss_scale_factor=loss_scale_factor, weights=sample_weights)
+    kl = 0.0 if old_logprob is None else masked_mean(old_logprob.float() - logp.detach(), mask)
+    return LossOutput(loss / (1.0 + tau), _metrics(0.0, kl, 0.0))

@@ -1,0 +1,132 @@
+"""Scoring responses with a trained reward model, and combining that with rule-based rewards.
+
+The reward model is a local Hugging Face ``AutoModelForSequenceClassification`` with one label. It
+reads the whole conversation (prompt + response) and its score is the logit at the last token that
+is not the pad token — the position Hugging Face's own sequence-classification pooling uses, so a
+model trained with that pooling is scored exactly as it was trained.
+
+The final reward is ``function_weight * function_score + rm_weight * rm_score`` (`combine_scores`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from posttrain.errors import ConfigError, ModelError
+
+logger = logging.getLogger(__name__)
+
+
+class RewardModelScorer:
+    """Scores texts with a local sequence-classification reward model; returns (B,) float32 on CPU.
+
+    ``dtype`` is one of fp32, bf16, fp16, auto (as for every model in posttrain). A ``model_dir``
+    that is not a local directory raises `ModelError`: posttrain never downloads at run time.
+
+    Texts are tokenized without adding special tokens (a chat template already wrote them), padded
+    on the right and, past ``max_length`` tokens (None: never), truncated on the *left* so the end of
+    the response — what the reward model judges — is always kept (a warning says when that happens).
+    """
+
+    def __init__(
+        self,
+        model_dir: str,
+        *,
+        dtype: str = "fp32",
+        micro_batch_size: int = 8,
+        max_length: int | None = None,
+        device: str = "cpu",
+    ):
+        if micro_batch_size < 1 or (max_length is not None and max_length < 2):
+            raise ConfigError("reward.reward_model: micro_batch_size must be >= 1 and max_length >= 2 (or null)")
+        self.model_dir = model_dir
+        self.micro_batch_size = micro_batch_size
+        self.max_length = max_length
+        self.device = torch.device(device)
+        self.tokenizer, self.model = _load(model_dir, dtype, device)
+        self._warned_truncation = False
+
+    @torch.no_grad()
+    def score_texts(self, texts: list[str]) -> torch.Tensor:
+        """Score full texts (prompt and response already joined, in the reward model's format)."""
+        scores = []
+        for start in range(0, len(texts), self.micro_batch_size):
+            chunk = texts[start : start + self.micro_batch_size]
+            encoded = self.tokenizer(chunk, add_special_tokens=False, padding=True, return_tensors="pt",
+                                     truncation=self.max_length is not None, max_length=self.max_length)
+            self._warn_if_truncated(chunk)
+            input_ids = encoded["input_ids"].to(self.device)  # (B, S)
+            attention_mask = encoded["attention_mask"].to(self.device)  # (B, S)
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, 1)
+            scores.append(logits[:, 0].float().cpu())
+        if not scores:
+            return torch.zeros(0)
+        return torch.cat(scores)  # (B,)
+
+    def score_conversations(self, prompts: list[list[dict[str, Any]]], responses: list[str]) -> torch.Tensor:
+        """Score responses to chat prompts, re-templated with the reward model's own chat template.
+
+        The policy and the reward model often use different chat formats; the reward model should
+        read the conversation in the format it was trained on, so it is rebuilt from the raw
+        messages here rather than reusing the policy's token ids.
+        """
+        if len(prompts) != len(responses):
+            raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ModelError(
+                f"the reward model tokenizer in {self.model_dir} has no chat template; score plain texts"
+                " instead or add a chat_template to its tokenizer_config.json"
+            )
+        texts = [
+            self.tokenizer.apply_chat_template(
+                list(messages) + [{"role": "assistant", "content": response}], tokenize=False
+            )
+            for messages, response in zip(prompts, responses)
+        ]
+        return self.score_texts(texts)
+
+    def _warn_if_truncated(self, texts: list[str]) -> None:
+        if self._warned_truncation or self.max_length is None:
+            return
+        lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        if max(lengths) > self.max_length:
+            self._warned_truncation = True
+            logger.warning("reward model input of %d tokens was cut to its last %d (reward.reward_model.max_length)",
+                           max(lengths), self.max_length)
+
+
+def _load(model_dir: str, dtype: str, device: str) -> tuple[Any, torch.nn.Module]:
+    """Load tokenizer and model from a local directory only; pad right, truncate left."""
+    from posttrain.models.loading import load_reward_model, load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)  # ModelError for a missing dir; eos stands in for a missing pad
+    model = load_reward_model(model_dir, dtype=dtype, device=device)
+    tokenizer.padding_side = "right"
+    tokenizer.truncation_side = "left"
+    # The model finds the last real token by comparing ids to its pad id; it must be the id we pad with.
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return tokenizer, model
+
+
+def combine_scores(
+    function_scores: torch.Tensor, rm_scores: torch.Tensor, rm_weight: float = 1.0, function_weight: float = 1.0
+) -> torch.Tensor:
+    """Final reward = ``function_weight`` × function score + ``rm_weight`` × reward-model score.
+
+    Additive so that a rule reward (e.g. exact-match correctness) keeps its meaning and the reward
+    model shapes the rest; the weights set their relative scale (config: ``reward.function_weight``
+    and ``reward.reward_model_weight``). ``function_weight=0`` uses the reward model alone, as verl
+    does when a reward model is enabled.
+
+    >>> combine_scores(torch.tensor([1.0, 0.0]), torch.tensor([0.5, -2.0]), rm_weight=0.5)
+    tensor([ 1.2500, -1.0000])
+    """
+    if function_scores.shape != rm_scores.shape:
+        raise ValueError(
+            f"function scores {tuple(function_scores.shape)} and reward-model scores {tuple(rm_scores.shape)} "
+            "differ in shape"
+        )
+    return function_weight * function_scores.float() + rm_weight * rm_scores.float()  # (B,)

@@ -1,0 +1,93 @@
+import logging
+
+import pytest
+import torch
+from transformers import Qwen2ForSequenceClassification
+
+from posttrain.errors import ModelError
+from posttrain.models.tiny import build_tiny_tokenizer, make_tiny_config, make_tiny_model
+from posttrain.rewards import RewardModelScorer, combine_scores
+
+TEXTS = ["<|im_start|>user\n1+2<|im_end|>\n<|im_start|>assistant\n3", "ab", "a longer response text!"]
+
+
+@pytest.fixture(scope="module")
+def rm_dir(tmp_path_factory):
+    """A tiny random Qwen2 reward model with the character tokenizer, saved like a real checkpoint."""
+    # make_tiny_model writes the tokenizer files the way AutoTokenizer reads them back; the causal
+    # LM it writes is then replaced by a sequence classifier of the same shape.
+    path = make_tiny_model(tmp_path_factory.mktemp("rm"), layers=2, hidden=32, heads=4, max_position=128)
+    vocab_size = len(build_tiny_tokenizer())
+    config = make_tiny_config(layers=2, hidden=32, heads=4, kv_heads=2, vocab_size=vocab_size, max_position=128)
+    config.num_labels = 1
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = Qwen2ForSequenceClassification(config)
+    with torch.no_grad():
+        model.score.weight.mul_(100.0)  # spread the scores so comparisons below are not trivially close
+    model.save_pretrained(path)
+    return str(path)
+
+
+def by_hand(model_dir, text):
+    """The head's logit at the last token of the unpadded text (tokenized as the scorer does)."""
+    model = Qwen2ForSequenceClassification.from_pretrained(model_dir).eval()
+    tokenizer = RewardModelScorer(model_dir).tokenizer
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]  # (1, S)
+    with torch.no_grad():
+        hidden = model.model(input_ids=ids).last_hidden_state  # (1, S, H)
+        return model.score(hidden[0, -1]).item()
+
+
+def test_score_is_the_logit_at_the_last_token(rm_dir):
+    scorer = RewardModelScorer(rm_dir, micro_batch_size=1)
+    scores = scorer.score_texts(TEXTS)
+    assert scores.shape == (3,) and scores.dtype == torch.float32
+    expected = torch.tensor([by_hand(rm_dir, t) for t in TEXTS])
+    torch.testing.assert_close(scores, expected, atol=1e-5, rtol=1e-5)
+    assert scores.std() > 0.1  # the model really distinguishes the texts
+
+
+def test_padded_batches_score_like_one_by_one(rm_dir):
+    one_by_one = RewardModelScorer(rm_dir, micro_batch_size=1).score_texts(TEXTS)
+    batched = RewardModelScorer(rm_dir, micro_batch_size=2).score_texts(TEXTS)  # a padded pair, then one
+    torch.testing.assert_close(batched, one_by_one, atol=1e-5, rtol=1e-5)
+
+
+def test_conversations_are_rescored_with_the_reward_models_chat_template(rm_dir):
+    scorer = RewardModelScorer(rm_dir)
+    prompts = [
+        [{"role": "user", "content": "1+2"}],
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+    ]
+    got = scorer.score_conversations(prompts, ["3", "hello"])
+    texts = [
+        "<|im_start|>user\n1+2<|im_end|>\n<|im_start|>assistant\n3<|im_end|>\n",
+        "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+        "<|im_start|>assistant\nhello<|im_end|>\n",
+    ]
+    torch.testing.assert_close(got, scorer.score_texts(texts))
+
+
+def test_long_inputs_keep_their_end(rm_dir, caplog):
+    assert RewardModelScorer(rm_dir).max_length is None  # the default never truncates
+    scorer = RewardModelScorer(rm_dir, max_length=8)
+    with caplog.at_level(logging.WARNING, logger="posttrain.rewards"):
+        got = scorer.score_texts(["0123456789abcdef"])
+    torch.testing.assert_close(got, torch.tensor([by_hand(rm_dir, "89abcdef")]), atol=1e-5, rtol=1e-5)
+    assert "cut to its last 8" in caplog.text
+
+
+def test_missing_model_directory_says_nothing_is_downloaded(tmp_path):
+    with pytest.raises(ModelError) as err:
+        RewardModelScorer(str(tmp_path / "no-such-rm"))
+    assert "not an existing local directory" in str(err.value)
+    assert "never downloads" in str(err.value)
+
+
+def test_combined_reward_is_the_weighted_sum_of_function_and_rm_scores():
+    rule = torch.tensor([1.0, 0.0, 1.0])
+    rm = torch.tensor([2.0, -1.0, 0.0])
+    torch.testing.assert_close(combine_scores(rule, rm, rm_weight=0.25), torch.tensor([1.5, -0.25, 1.0]))
+    torch.testing.assert_close(combine_scores(rule, rm, rm_weight=0.0), rule)
+    torch.testing.assert_close(combine_scores(rule, rm, rm_weight=2.0, function_weight=0.0), 2.0 * rm)
