@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "posttrain.cli.make_model",
     "posttrain.cli.make_data",
     "posttrain.cli.config_cmd",
+    "posttrain.cli.train",
 ]
 
 

@@ -4,6 +4,12 @@ These run after every field on its own is valid (types, bounds). Batch-size divi
 rule users of verl/ROLL/Trinity trip over most, so each message shows the arithmetic and lists
 values that would work. A rule whose fields are not in the schema is skipped, so the rules work on
 any schema that has the fields they read (and on toy schemas in tests).
+
+The rules depend on ``algorithm.kind``. RL (the default) batches prompts × rollout.n responses into
+mini-batches and micro-batches and may train a critic. SFT and DPO have no rollout, no mini-batch and
+no critic: one step is ``data.train_batch_size`` sequences (DPO: pairs) split over the devices, and
+each device's share into micro-batches of ``actor.ppo_micro_batch_size_per_gpu``; so only those rules
+run for them, and the rollout/critic/PPO rules stay silent whatever those sections hold.
 """
 
 from __future__ import annotations
@@ -29,8 +35,20 @@ def world_size(cfg: Any) -> int:
     return get_path(cfg, "cluster.nnodes", 1) * gpus if gpus > 0 else 1
 
 
+def training_kind(cfg: Any) -> str:
+    """``algorithm.kind``: rl, sft or dpo (rl on schemas without the field)."""
+    return get_path(cfg, "algorithm.kind", "rl")
+
+
+def is_rl(cfg: Any) -> bool:
+    return training_kind(cfg) == "rl"
+
+
 def uses_critic(cfg: Any) -> bool:
-    """Whether a critic is trained: ``critic.enable`` when the schema has it, else GAE needs one."""
+    """Whether a critic is trained: never for SFT/DPO; ``critic.enable`` when the schema has it, else
+    GAE needs one."""
+    if not is_rl(cfg):
+        return False
     enable = get_path(cfg, "critic.enable", None)
     if isinstance(enable, bool):
         return enable
@@ -86,8 +104,37 @@ def _mini_batch_rules(cfg: Any, role: str) -> list[str]:
     return []
 
 
+def _sequence_batch_rules(cfg: Any) -> list[str]:
+    """SFT/DPO: the step's data.train_batch_size sequences (pairs) split evenly over the devices, and
+    each device's share into micro-batches of ``actor.ppo_micro_batch_size_per_gpu`` (unless packing
+    by tokens). verl's SFT trainer asserts the same."""
+    batch = get_path(cfg, "data.train_batch_size", None)
+    micro = get_path(cfg, "actor.ppo_micro_batch_size_per_gpu", None)
+    if batch is None:
+        return []
+    unit = "pairs" if training_kind(cfg) == "dpo" else "sequences"
+    world = world_size(cfg)
+    if batch % world:
+        return [
+            f"data.train_batch_size ({batch}) {unit} per step cannot be split evenly over {world} devices "
+            f"(cluster.nnodes {get_path(cfg, 'cluster.nnodes', 1)} × cluster.n_gpus_per_node "
+            f"{get_path(cfg, 'cluster.n_gpus_per_node', 0)}); make it a multiple of {world}"
+        ]
+    if micro is None or get_path(cfg, "actor.use_dynamic_bsz", False):
+        return []
+    per_device = batch // world
+    if per_device % micro:
+        device_word = "device" if world == 1 else "devices"
+        return [
+            f"actor.ppo_micro_batch_size_per_gpu ({micro}) does not divide the per-device batch of "
+            f"{per_device} {unit} (data.train_batch_size {batch} / {world} {device_word}, algorithm.kind "
+            f"{training_kind(cfg)}); use one of {_divisors(per_device)}"
+        ]
+    return []
+
+
 def check_actor_batches(cfg: Any) -> list[str]:
-    return _mini_batch_rules(cfg, "actor")
+    return _mini_batch_rules(cfg, "actor") if is_rl(cfg) else _sequence_batch_rules(cfg)
 
 
 def check_critic_batches(cfg: Any) -> list[str]:
@@ -95,7 +142,10 @@ def check_critic_batches(cfg: Any) -> list[str]:
 
 
 def check_token_budget(cfg: Any) -> list[str]:
-    """Packing by tokens cannot split one sequence, so the budget must hold the longest one."""
+    """Packing by tokens cannot split one sequence, so the budget must hold the longest one: prompt +
+    response for RL, data.max_length for SFT, both sides of a pair (2 × data.max_length) for DPO."""
+    if not is_rl(cfg):
+        return _sequence_token_budget(cfg)
     problems = []
     longest = get_path(cfg, "data.max_prompt_length", 0) + get_path(cfg, "data.max_response_length", 0)
     for role in ("actor", "critic"):
@@ -112,17 +162,31 @@ def check_token_budget(cfg: Any) -> list[str]:
     return problems
 
 
+def _sequence_token_budget(cfg: Any) -> list[str]:
+    budget = get_path(cfg, "actor.ppo_max_token_len_per_gpu", None)
+    length = get_path(cfg, "data.max_length", 0)
+    dpo = training_kind(cfg) == "dpo"
+    longest = 2 * length if dpo else length
+    if not get_path(cfg, "actor.use_dynamic_bsz", False) or budget is None or budget >= longest:
+        return []
+    what = f"one pair (chosen + rejected, 2 × data.max_length {length} = {longest})" if dpo else f"one sequence (data.max_length {length})"
+    return [f"actor.ppo_max_token_len_per_gpu ({budget}) is smaller than {what}; raise it to at least {longest}"]
+
+
 def check_dual_clip(cfg: Any) -> list[str]:
     """Dual-clip PPO bounds the loss of negative-advantage tokens at clip_ratio_c × advantage; a
     bound of 1 or less would clip below the ordinary PPO objective (Ye et al. 2020, Dual-clip)."""
     c = get_path(cfg, "actor.clip_ratio_c", None)
-    if c is not None and c <= 1:
+    if c is not None and is_rl(cfg) and c <= 1:
         return [f"actor.clip_ratio_c ({c}) must be greater than 1 (dual-clip lower bound; verl uses 3.0)"]
     return []
 
 
 def check_val_sampling(cfg: Any) -> list[str]:
-    """Sampling at temperature 0 is undefined (division by zero); greedy is do_sample: false."""
+    """Sampling at temperature 0 is undefined (division by zero); greedy is do_sample: false.
+    SFT/DPO validate by loss, without sampling, so the rule is RL-only."""
+    if not is_rl(cfg):
+        return []
     do_sample = get_path(cfg, "rollout.val_kwargs.do_sample", None)
     temperature = get_path(cfg, "rollout.val_kwargs.temperature", None)
     if do_sample and temperature is not None and temperature <= 0:

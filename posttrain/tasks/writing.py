@@ -9,6 +9,10 @@ Files written to OUT_DIR:
   ``response`` (one correct answer, the assistant turn's text) and ``extra_info``. Why a separate file
   and not a `response` column in train.parquet: the warm-up draws its own problems (an independent
   random stream) so that SFT does not pre-teach the exact RL prompts, and the RL files stay pure verl.
+- ``dpo_train.parquet`` / ``dpo_test.parquet`` (DPO): ``data_source``, ``prompt``, ``chosen`` (a correct
+  answer), ``rejected`` (a plausible wrong one, see `wrong_response`) and ``extra_info``. The training
+  pairs draw their own problems (like SFT); the test pairs are the RL test problems, so preference
+  accuracy on them is measured on prompts no training file contains.
 
 The test problems are distinct and never appear in train or SFT data, so test accuracy measures
 generalisation. Everything is deterministic for a given seed.
@@ -19,10 +23,12 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from posttrain.errors import ConfigError
 from posttrain.tasks.registry import Problem, TaskSpec, get_task
+
+WrongAnswer = Callable[[Problem, random.Random], str]
 
 
 def _messages(problem: Problem, system_prompt: str | None) -> list[dict[str, str]]:
@@ -90,6 +96,74 @@ def sft_rows(spec: TaskSpec, problems: list[Problem], *, options: dict[str, Any]
     ]
 
 
+def _wrong_sort(problem: Problem, rng: random.Random) -> str:
+    """The same digits in an order that is not sorted (a near miss a model really makes)."""
+    digits = list(problem.response)
+    for _ in range(20):
+        rng.shuffle(digits)
+        if "".join(digits) != problem.response:
+            return "".join(digits)
+    return _wrong_digit(problem, rng)  # all digits equal: no unsorted permutation exists
+
+
+def _wrong_arithmetic(problem: Problem, rng: random.Random) -> str:
+    """Off by one, the commonest slip in carrying."""
+    return str(int(problem.response) + rng.choice((-1, 1)))
+
+
+def _wrong_digit(problem: Problem, rng: random.Random) -> str:
+    """Fallback for any task: one digit of the response replaced by another (or a digit appended)."""
+    positions = [i for i, ch in enumerate(problem.response) if ch.isdigit()]
+    if not positions:
+        return problem.response + str(rng.randrange(10))
+    i = rng.choice(positions)
+    new = rng.choice([d for d in "0123456789" if d != problem.response[i]])
+    return problem.response[:i] + new + problem.response[i + 1:]
+
+
+#: Per-task generators of plausible wrong answers; other tasks use `_wrong_digit`.
+WRONG_ANSWERS: dict[str, WrongAnswer] = {"sort": _wrong_sort, "arithmetic": _wrong_arithmetic}
+
+
+def wrong_response(spec: TaskSpec, problem: Problem, rng: random.Random) -> str:
+    """A response the task's own scorer grades as wrong (acc 0), close to the right one.
+
+    Why close: DPO learns from what separates chosen and rejected; a garbage rejected answer only
+    teaches the format. Every candidate is checked with the scorer, so a perturbation that happens to
+    be right (e.g. a countdown expression with another operator reaching the target) is redrawn.
+
+    >>> from posttrain.tasks import get_task
+    >>> p = Problem(prompt=":311=", ground_truth="113", response="113")
+    >>> wrong_response(get_task("sort"), p, random.Random(0)) in {"131", "311"}
+    True
+    """
+    make = WRONG_ANSWERS.get(spec.name, _wrong_digit)
+    for attempt in range(100):
+        candidate = (make if attempt < 50 else _wrong_digit)(problem, rng)
+        if spec.score(candidate, problem.ground_truth).get("acc", 0.0) == 0.0:
+            return candidate
+    raise ValueError(f"task {spec.name!r}: found no wrong answer for {problem.prompt!r} in 100 tries")
+
+
+def dpo_rows(spec: TaskSpec, problems: list[Problem], *, split: str, options: dict[str, Any],
+             rng: random.Random, system_prompt: str | None = None) -> list[dict[str, Any]]:
+    """Preference pairs: the chat prompt, a correct `chosen` and a wrong `rejected` response."""
+    options_json = json.dumps(options, sort_keys=True)
+    return [
+        {
+            "data_source": spec.data_source,
+            "prompt": _messages(p, system_prompt),
+            "chosen": p.response,
+            "rejected": wrong_response(spec, p, rng),
+            "extra_info": {"index": i, "split": split, "task": spec.name, "options": options_json},
+        }
+        for i, p in enumerate(problems)
+    ]
+
+
+_FILE_NAMES = {"sft": "sft_train.parquet", "dpo": "dpo_train.parquet", "dpo_test": "dpo_test.parquet"}
+
+
 def write_task_data(
     task: str,
     out_dir: str | Path,
@@ -97,26 +171,32 @@ def write_task_data(
     train: int = 1000,
     test: int = 200,
     sft: int | None = None,
+    dpo: int | None = None,
     seed: int = 0,
     system_prompt: str | None = None,
     options: dict[str, Any] | None = None,
 ) -> dict[str, Path]:
-    """Write train/test (RL) and sft_train parquet files for `task`; return {"train"|"test"|"sft": path}.
+    """Write train/test (RL), sft_train and dpo_train/dpo_test parquet files for `task`; return
+    {"train"|"test"|"sft"|"dpo"|"dpo_test": path}.
 
-    `sft` None writes as many SFT rows as `train`; 0 writes no SFT file.
+    `sft` / `dpo` None write as many SFT rows / DPO pairs as `train`; 0 writes no such file. The DPO
+    test pairs are the `test` problems, written whenever DPO pairs are.
     """
     spec = get_task(task)
     opts = spec.resolve_options(options)
     sft = train if sft is None else sft
-    for name, value in (("train", train), ("test", test), ("sft", sft)):
+    dpo = train if dpo is None else dpo
+    for name, value in (("train", train), ("test", test), ("sft", sft), ("dpo", dpo)):
         if value < 0:
             raise ConfigError(f"--{name} must be >= 0, got {value}")
     # One independent stream per split, so changing --train does not change the test set.
-    streams = {split: random.Random(f"posttrain:{task}:{seed}:{split}") for split in ("test", "train", "sft")}
+    splits = ("test", "train", "sft", "dpo", "dpo_wrong", "dpo_test_wrong")
+    streams = {split: random.Random(f"posttrain:{task}:{seed}:{split}") for split in splits}
     test_problems = draw_problems(spec, test, rng=streams["test"], options=opts, distinct=True)
     held_out = {p.prompt for p in test_problems}
     train_problems = draw_problems(spec, train, rng=streams["train"], options=opts, exclude=held_out)
     sft_problems = draw_problems(spec, sft, rng=streams["sft"], options=opts, exclude=held_out)
+    dpo_problems = draw_problems(spec, dpo, rng=streams["dpo"], options=opts, exclude=held_out)
 
     out = Path(out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
@@ -126,12 +206,17 @@ def write_task_data(
     }
     if sft:
         tables["sft"] = sft_rows(spec, sft_problems, options=opts, system_prompt=system_prompt)
+    if dpo:
+        tables["dpo"] = dpo_rows(spec, dpo_problems, split="dpo", options=opts, rng=streams["dpo_wrong"],
+                                 system_prompt=system_prompt)
+        tables["dpo_test"] = dpo_rows(spec, test_problems, split="test", options=opts,
+                                      rng=streams["dpo_test_wrong"], system_prompt=system_prompt)
     import pyarrow as pa  # imported here: `posttrain --help` lists tasks without loading pyarrow
     import pyarrow.parquet as pq
 
     paths = {}
     for split, rows in tables.items():
-        path = out / ("sft_train.parquet" if split == "sft" else f"{split}.parquet")
+        path = out / _FILE_NAMES.get(split, f"{split}.parquet")
         if rows:
             pq.write_table(pa.Table.from_pylist(rows), path)
             paths[split] = path

@@ -116,3 +116,47 @@ def test_cli_make_data_writes_the_files(tmp_path, capsys):
 def test_cli_make_data_user_error_exits_2(tmp_path, capsys):
     assert main(["make-data", "arithmetic", str(tmp_path), "--digits", "0"]) == 2
     assert "--digits must be between 1 and 18" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_dpo_pairs_chosen_is_right_rejected_is_wrong(tmp_path, task):
+    paths = write_task_data(task, tmp_path, train=30, test=10, seed=2)
+    pairs = pq.read_table(paths["dpo"]).to_pylist()
+    held_out = pq.read_table(paths["dpo_test"]).to_pylist()
+    assert (len(pairs), len(held_out)) == (30, 10)
+    assert set(pairs[0]) == {"data_source", "prompt", "chosen", "rejected", "extra_info"}
+    rl_test = pq.read_table(paths["test"]).to_pylist()
+    # The held-out pairs are the RL test problems: never in any training file.
+    assert [r["prompt"] for r in held_out] == [r["prompt"] for r in rl_test]
+    train_prompts = {r["prompt"][0]["content"] for r in pairs}
+    assert not train_prompts & {r["prompt"][0]["content"] for r in rl_test}
+    for r in pairs + held_out:
+        truth = _ground_truth_of(task, r["prompt"][0]["content"], r["chosen"])
+        assert compute_score(r["data_source"], r["chosen"], truth)["acc"] == 1.0
+        assert compute_score(r["data_source"], r["rejected"], truth)["acc"] == 0.0
+        assert r["rejected"] != r["chosen"]
+
+
+def test_dpo_rejected_answers_are_near_misses(tmp_path):
+    sort = pq.read_table(write_task_data("sort", tmp_path / "s", train=50, test=5)["dpo"]).to_pylist()
+    assert all(sorted(r["rejected"]) == sorted(r["chosen"]) for r in sort if len(set(r["chosen"])) > 1)
+    arith = pq.read_table(write_task_data("arithmetic", tmp_path / "a", train=50, test=5)["dpo"]).to_pylist()
+    assert all(abs(int(r["rejected"]) - int(r["chosen"])) == 1 for r in arith)
+
+
+def test_dpo_count_zero_and_held_out_pairs_do_not_depend_on_dpo_count(tmp_path):
+    none = write_task_data("sort", tmp_path / "a", train=20, test=5, dpo=0)
+    assert "dpo" not in none and not (tmp_path / "a" / "dpo_train.parquet").exists()
+    small = write_task_data("sort", tmp_path / "b", train=20, test=5, dpo=10)
+    large = write_task_data("sort", tmp_path / "c", train=20, test=5, dpo=40)
+    assert len(pq.read_table(small["dpo"])) == 10
+    assert pq.read_table(small["dpo_test"]).to_pylist() == pq.read_table(large["dpo_test"]).to_pylist()
+    with pytest.raises(ConfigError, match="--dpo must be >= 0"):
+        write_task_data("sort", tmp_path / "d", dpo=-1)
+
+
+def test_cli_make_data_dpo_option(tmp_path, capsys):
+    assert main(["make-data", "sort", str(tmp_path), "--train", "20", "--test", "5", "--dpo", "7"]) == 0
+    assert "7 DPO pairs" in capsys.readouterr().out
+    assert len(pq.read_table(tmp_path / "dpo_train.parquet")) == 7
+    assert len(pq.read_table(tmp_path / "dpo_test.parquet")) == 5

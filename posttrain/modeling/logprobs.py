@@ -1,0 +1,205 @@
+"""Per-token log-probs and entropy of response tokens: the one computation actor, reference and
+rollout engine share, so that their numbers agree to float rounding.
+
+Memory is the point of the design. A full LM forward materialises (B, S, V) logits; for a 150k
+vocabulary that dwarfs the model. Here the decoder body runs once, the LM head is applied only to
+hidden states that predict real response tokens, and in chunks of `chunk_tokens` rows, so at most
+(chunk_tokens, V) fp32 logits exist at any time. With gradients and more than one chunk, each chunk
+is recomputed during backward (activation checkpointing) instead of keeping every chunk's logits
+alive until then. That trades time for memory: on a head-dominated toy (hidden 128, vocab 32k,
+4,096 tokens, CPU) forward+backward took 1.4-1.6x as long as without recomputation; on real models
+the decoder body dominates. A fused head+loss kernel that computes gradients in the forward pass
+(as Liger's fused linear cross-entropy does) would remove the recomputation.
+
+Log-probs are of the distribution the sampler used: softmax(logits / temperature), with the
+logsumexp taken in fp32 whatever the model's dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from posttrain.modeling.positions import concat_prompt_response
+from posttrain.records import RolloutBatch
+
+# Cap on one chunk's logits, in elements: 2**26 fp32 values is 256 MiB, a few copies of which
+# (logits, probabilities, their gradients) stay well within any accelerator.
+MAX_CHUNK_ELEMENTS = 2**26
+
+
+@dataclass
+class TokenLogProbs:
+    """Result of `response_logprobs`; zeros on padded response positions."""
+
+    logprobs: Tensor  # (B, T) fp32
+    entropy: Tensor | None  # (B, T) fp32, None unless asked for
+
+
+def lm_head_logits(model: nn.Module, hidden: Tensor) -> Tensor:
+    """Apply a causal LM's output head to hidden states and return fp32 logits (..., V).
+
+    The head is matmul'd in the model's dtype (as HF does) and upcast before any softmax. Final
+    logit transforms some architectures apply in their `ForCausalLM.forward` are repeated here;
+    `check_head_matches` catches one we do not know about.
+    """
+    logits = model.get_output_embeddings()(hidden).float()  # (..., V)
+    config = model.config
+    scale = getattr(config, "logit_scale", None)  # Cohere multiplies
+    if isinstance(scale, (int, float)):
+        logits = logits * scale
+    divisor = getattr(config, "logits_scaling", None)  # Granite divides
+    if isinstance(divisor, (int, float)):
+        logits = logits / divisor
+    cap = getattr(config, "final_logit_softcapping", None)  # Gemma 2/3
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+@torch.no_grad()
+def check_head_matches(model: nn.Module, atol: float = 1e-4) -> None:
+    """Raise if body + `lm_head_logits` disagrees with the model's own forward on a tiny input.
+
+    Why: we bypass `model(...)` to avoid full-sequence logits, so an architecture with an extra
+    logit transform would silently get wrong log-probs. One 4-token forward rules that out.
+    """
+    device = next(model.parameters()).device
+    ids = torch.arange(1, 5, device=device).unsqueeze(0) % model.config.vocab_size  # (1, 4)
+    reference = model(input_ids=ids).logits.float()  # (1, 4, V)
+    hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # (1, 4, H)
+    ours = lm_head_logits(model, hidden)
+    err = (ours - reference).abs().max().item()
+    if err > atol * max(1.0, reference.abs().max().item()):
+        raise NotImplementedError(
+            f"{type(model).__name__}: logits from decoder + lm_head differ from model(...) by {err:.3g}; "
+            "its forward applies a logit transform that posttrain.modeling.lm_head_logits lacks"
+        )
+
+
+def _chunk_logprobs(
+    model: nn.Module, hidden: Tensor, targets: Tensor, temperature: float, with_entropy: bool
+) -> tuple[Tensor, Tensor]:
+    scaled = lm_head_logits(model, hidden) / temperature  # (n, V) fp32
+    lse = torch.logsumexp(scaled, dim=-1)  # (n,)
+    logprobs = scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse  # (n,)
+    if not with_entropy:
+        return logprobs, logprobs.new_zeros(())
+    # H = -sum p log p = lse - sum p * scaled, which avoids a second (n, V) log-prob tensor.
+    entropy = lse - (torch.softmax(scaled, dim=-1) * scaled).sum(-1)  # (n,)
+    return logprobs, entropy
+
+
+def token_logprobs_from_hidden(
+    model: nn.Module,
+    hidden: Tensor,
+    targets: Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    chunk_tokens: int | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """Log-prob of `targets` (N,) under the head applied to `hidden` (N, H), chunk by chunk.
+
+    Returns `(logprobs (N,), entropy (N,) or None)`, both fp32.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    vocab = model.get_output_embeddings().weight.shape[0]
+    step = chunk_tokens or max(1, MAX_CHUNK_ELEMENTS // vocab)
+    # Recompute chunks in backward only when keeping them would exceed one chunk's memory: below
+    # that, recomputing would cost an extra head matmul and softmax for no memory saved.
+    recompute = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[0] > step
+    lps, ents = [], []
+    for start in range(0, hidden.shape[0], step):
+        h, y = hidden[start : start + step], targets[start : start + step]
+        if recompute:
+            lp, ent = checkpoint(_chunk_logprobs, model, h, y, temperature, with_entropy, use_reentrant=False)
+        else:
+            lp, ent = _chunk_logprobs(model, h, y, temperature, with_entropy)
+        lps.append(lp)
+        ents.append(ent)
+    if not lps:
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, (empty if with_entropy else None)
+    return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
+
+
+def response_hidden_states(
+    model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor
+) -> Tensor:
+    """Decoder hidden states at the positions that predict each response token: (B, T, H).
+
+    Token t of the response sits at column P + t of the full sequence and is predicted by column
+    P + t - 1. Columns that are padding in every row are cut before the forward and the result is
+    padded back, so a micro-batch of short rows costs what its rows need. Critics put their value
+    head on the same positions (the value of the state before token t).
+    """
+    B, P = prompt_ids.shape
+    T = response_ids.shape[1]
+    used_p = prompt_mask.sum(0) > 0
+    first = int(used_p.float().argmax()) if bool(used_p.any()) else P - 1
+    used_t = (response_mask.sum(0) > 0).nonzero()
+    last = int(used_t.max()) + 1 if used_t.numel() else 1
+    input_ids, attention_mask, position_ids = concat_prompt_response(
+        prompt_ids[:, first:], prompt_mask[:, first:], response_ids[:, :last], response_mask[:, :last]
+    )  # (B, S') each
+    out = model.get_decoder()(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+    )
+    p_kept = P - first
+    hidden = out.last_hidden_state[:, p_kept - 1 : p_kept - 1 + last]  # (B, T', H)
+    if last < T:
+        hidden = nn.functional.pad(hidden, (0, 0, 0, T - last))  # (B, T, H)
+    return hidden
+
+
+def response_logprobs(
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    chunk_tokens: int | None = None,
+) -> TokenLogProbs:
+    """log softmax(logits / temperature) of each real response token, and optionally the entropy.
+
+    Works with gradients (actor update) and under `torch.inference_mode` (old/ref log-probs).
+    Padded response positions hold 0 in both outputs.
+    """
+    hidden = response_hidden_states(model, prompt_ids, prompt_mask, response_ids, response_mask)  # (B, T, H)
+    real = response_mask > 0  # (B, T)
+    logprobs, entropy = token_logprobs_from_hidden(
+        model,
+        hidden[real],  # (N, H): only positions that predict real tokens reach the head
+        response_ids[real],
+        temperature=temperature,
+        with_entropy=with_entropy,
+        chunk_tokens=chunk_tokens,
+    )
+    zeros = torch.zeros(response_ids.shape, dtype=torch.float32, device=response_ids.device)  # (B, T)
+    return TokenLogProbs(
+        logprobs=zeros.masked_scatter(real, logprobs),
+        entropy=zeros.masked_scatter(real, entropy) if entropy is not None else None,
+    )
+
+
+def batch_logprobs(
+    model: nn.Module,
+    batch: RolloutBatch,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    chunk_tokens: int | None = None,
+) -> TokenLogProbs:
+    """`response_logprobs` on a `RolloutBatch`'s prompt and response fields."""
+    return response_logprobs(
+        model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask,
+        temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens,
+    )

@@ -1,0 +1,270 @@
+"""Typed batch records that flow between roles: prompts to the rollout engine, rollouts to the rest.
+
+Every field is named and shape-documented (letters as in CONTRIBUTING.md). Row-aligned fields are
+either tensors whose first dimension is the batch `B`, or Python lists of length `B` for per-sample
+values that are not tensors (group ids, data source, ground truth, extra info). Optional tensor
+fields start as `None` and are filled by later stages of the RL step.
+
+Why plain dataclasses and not tensordict's `@tensorclass`: tensorclass stores list fields as a
+`NonTensorStack`, and in tensordict 0.15 that made every row operation slow and surprising. Measured
+on 2 CPU cores with 6 tensor fields and 4 list fields, indexing 64 of 128 rows took 3.8 ms against
+0.06 ms for the same record without list fields (56 ms vs 0.3 ms at 1,024 rows), so a token-budget
+split of one step's batch would spend more time in bookkeeping than a tiny model's forward. Lists
+came back as `tensordict.utils.LinkedList`, and concatenating two records whose integer field
+differed silently turned the integer into a list. The semantics of non-tensor stacks have also
+changed between the tensordict versions our `tensordict>=0.6` pin admits. The operations RL needs
+(index, split, cat with padding, repeat per response, move to a device) take ~100 lines here and
+behave the same on every version, so we own them.
+
+Masks are float (1.0 real token, 0.0 padding) so that masked reductions are plain multiplications.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Sequence, TypeVar
+
+import torch
+from torch import Tensor
+
+R = TypeVar("R", bound="_Rows")
+Index = int | slice | Sequence[int] | Tensor
+
+# Field metadata: which side a 2-D tensor field is padded on when records of different lengths are
+# concatenated. Prompts are left-padded, responses right-padded (CONTRIBUTING.md).
+LEFT = {"pad": "left"}
+RIGHT = {"pad": "right"}
+
+
+class _Rows:
+    """Row operations shared by the batch records, driven by `dataclasses.fields`."""
+
+    def __len__(self) -> int:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, Tensor):
+                return value.shape[0]
+        raise TypeError(f"{type(self).__name__} has no tensor field")
+
+    def __post_init__(self) -> None:
+        # Catch misaligned fields where they are made, not three stages later.
+        rows = len(self)
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            n = value.shape[0] if isinstance(value, Tensor) else len(value)
+            if n != rows:
+                raise ValueError(f"{type(self).__name__}.{f.name} has {n} rows, expected {rows}")
+
+    def _map(self: R, on_tensor: Any, on_list: Any) -> R:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is None:
+                out[f.name] = None
+            elif isinstance(value, Tensor):
+                out[f.name] = on_tensor(value)
+            else:
+                out[f.name] = on_list(value)
+        return type(self)(**out)
+
+    def __getitem__(self: R, index: Index) -> R:
+        """Rows by slice, integer list, long tensor or bool mask. An int keeps the batch dimension."""
+        if isinstance(index, int):
+            index = slice(index, index + 1 if index != -1 else None)
+        if isinstance(index, slice):
+            return self._map(lambda t: t[index], lambda xs: list(xs[index]))
+        rows = torch.as_tensor(index)
+        if rows.dtype == torch.bool:
+            rows = rows.nonzero().flatten()
+        rows_list = rows.tolist()
+        return self._map(lambda t: t[rows.to(t.device)], lambda xs: [xs[i] for i in rows_list])
+
+    def split(self: R, size: int) -> list[R]:
+        """Consecutive micro-batches of `size` rows (the last one may be smaller)."""
+        if size < 1:
+            raise ValueError(f"split size must be >= 1, got {size}")
+        return [self[i : i + size] for i in range(0, len(self), size)]
+
+    def repeat_interleave(self: R, n: int) -> R:
+        """Each row `n` times in a row: prompts -> their `n` responses, kept adjacent per group."""
+        return self[torch.arange(len(self)).repeat_interleave(n)]
+
+    def to(self: R, device: torch.device | str) -> R:
+        return self._map(lambda t: t.to(device), lambda xs: xs)
+
+    @classmethod
+    def cat(cls: type[R], batches: Sequence[R]) -> R:
+        """Concatenate rows. 2-D tensor fields of different lengths are padded on their own side."""
+        if not batches:
+            raise ValueError("cat needs at least one batch")
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            values = [getattr(b, f.name) for b in batches]
+            present = [v is not None for v in values]
+            if not any(present):
+                out[f.name] = None
+            elif not all(present):
+                raise ValueError(f"cat: field {f.name!r} is set in some batches and None in others")
+            elif isinstance(values[0], Tensor):
+                out[f.name] = _cat_padded(values, f.metadata.get("pad", "right"))
+            else:
+                out[f.name] = [x for v in values for x in v]
+        return cls(**out)
+
+
+def _pad_to(t: Tensor, width: int, side: str) -> Tensor:
+    """Zero-pad dim 1 of `t` to `width` on `side` (masks are 0 there, so padded ids may be 0)."""
+    gap = width - t.shape[1]
+    if gap == 0:
+        return t
+    pad = (0, 0) * (t.dim() - 2) + ((gap, 0) if side == "left" else (0, gap))
+    return torch.nn.functional.pad(t, pad)
+
+
+def _cat_padded(tensors: list[Tensor], side: str) -> Tensor:
+    """Concatenate along dim 0, padding dim 1 to the longest on the field's own side."""
+    if tensors[0].dim() < 2:
+        return torch.cat(tensors)
+    width = max(t.shape[1] for t in tensors)
+    return torch.cat([_pad_to(t, width, side) for t in tensors])
+
+
+@dataclass
+class PromptBatch(_Rows):
+    """Prompts to sample from, one row per prompt, left-padded so all prompts end in the same column."""
+
+    input_ids: Tensor = field(metadata=LEFT)  # (B, P) long
+    attention_mask: Tensor = field(metadata=LEFT)  # (B, P) float, 1.0 on real tokens
+    uid: list[str] = field(default_factory=list)  # unique id per prompt; becomes the group index
+    data_source: list[str] = field(default_factory=list)
+    ground_truth: list[Any] = field(default_factory=list)
+    extra_info: list[dict[str, Any]] = field(default_factory=list)
+    raw_prompt: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Per-sample lists may be left empty by callers that do not have them (tests, benchmarks).
+        rows = self.input_ids.shape[0]
+        for name in ("uid", "data_source", "ground_truth", "extra_info", "raw_prompt"):
+            if len(getattr(self, name)) == 0 and rows:
+                fill = [str(i) for i in range(rows)] if name == "uid" else [None] * rows
+                setattr(self, name, [{} for _ in range(rows)] if name == "extra_info" else fill)
+        super().__post_init__()
+
+
+@dataclass
+class RolloutBatch(_Rows):
+    """Prompts with one sampled response each, plus the tensors later stages of the RL step add.
+
+    Rows of the same prompt share `group_index` (the prompt's uid) and sit next to each other.
+    Every `(B, T)` tensor is aligned with `response_ids`: column `t` belongs to response token `t`.
+    """
+
+    prompt_ids: Tensor = field(metadata=LEFT)  # (B, P) long, left-padded
+    prompt_mask: Tensor = field(metadata=LEFT)  # (B, P) float
+    response_ids: Tensor = field(metadata=RIGHT)  # (B, T) long, right-padded after EOS
+    response_mask: Tensor = field(metadata=RIGHT)  # (B, T) float, 1.0 up to and including EOS
+    rollout_logprobs: Tensor = field(metadata=RIGHT)  # (B, T) log pi(token) as the sampler saw it
+    weights_version: Tensor  # (B,) long: the policy version that sampled each row
+    group_index: list[str]  # uid of the prompt each row answers
+    data_source: list[str]
+    ground_truth: list[Any]
+    extra_info: list[dict[str, Any]]
+    raw_prompt: list[str]
+    # Filled by later stages; all (B, T) float and aligned with response_ids.
+    old_logprobs: Tensor | None = field(default=None, metadata=RIGHT)
+    ref_logprobs: Tensor | None = field(default=None, metadata=RIGHT)
+    values: Tensor | None = field(default=None, metadata=RIGHT)
+    token_level_scores: Tensor | None = field(default=None, metadata=RIGHT)
+    token_level_rewards: Tensor | None = field(default=None, metadata=RIGHT)
+    advantages: Tensor | None = field(default=None, metadata=RIGHT)
+    returns: Tensor | None = field(default=None, metadata=RIGHT)
+
+    @property
+    def attention_mask(self) -> Tensor:
+        return torch.cat([self.prompt_mask, self.response_mask], dim=1)  # (B, S)
+
+    def seq_lengths(self) -> Tensor:
+        """Real (prompt + response) tokens per row."""
+        return (self.prompt_mask.sum(1) + self.response_mask.sum(1)).long()  # (B,)
+
+    def num_tokens(self) -> int:
+        """Real prompt + response tokens in the batch (what a padding-free forward would process)."""
+        return int(self.seq_lengths().sum())
+
+    def num_response_tokens(self) -> int:
+        """Real response tokens: the denominator of token-mean loss aggregation."""
+        return int(self.response_mask.sum())
+
+    def trim(self) -> RolloutBatch:
+        """Drop prompt columns that are padding in every row (left) and response columns likewise
+        (right), so a micro-batch of short sequences is not computed at the whole batch's width."""
+        p_used = self.prompt_mask.sum(0) > 0
+        t_used = self.response_mask.sum(0) > 0
+        p0 = int(p_used.float().argmax()) if p_used.any() else self.prompt_mask.shape[1] - 1
+        t1 = int(t_used.nonzero().max()) + 1 if t_used.any() else 1
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            side = f.metadata.get("pad")
+            if side == "left":
+                value = value[:, p0:] if value is not None else None
+            elif side == "right":
+                value = value[:, :t1] if value is not None else None
+            out[f.name] = value
+        return RolloutBatch(**out)
+
+    def split_by_tokens(self, max_tokens: int) -> MicroBatches:
+        """Dynamic batch size: micro-batches each costing at most `max_tokens` when run trimmed.
+
+        The cost of a trimmed micro-batch is rows x (longest prompt + longest response), which is
+        what a padded forward really computes and is never less than its real token count. Rows are
+        sorted by length (longest first) and packed greedily, so each micro-batch holds rows of
+        similar length and wastes little padding. `MicroBatches.restore` undoes the reordering.
+        """
+        p_len = self.prompt_mask.sum(1).long().tolist()
+        t_len = self.response_mask.sum(1).long().tolist()
+        order = sorted(range(len(self)), key=lambda i: -(p_len[i] + t_len[i]))
+        groups: list[list[int]] = []
+        cur: list[int] = []
+        cur_p = cur_t = 0
+        for i in order:
+            if p_len[i] + t_len[i] > max_tokens:
+                raise ValueError(
+                    f"a sequence of {p_len[i] + t_len[i]} tokens does not fit max_tokens={max_tokens}; "
+                    "the token budget must be at least max prompt length + max response length"
+                )
+            new_p, new_t = max(cur_p, p_len[i]), max(cur_t, t_len[i])
+            if cur and (len(cur) + 1) * (new_p + new_t) > max_tokens:
+                groups.append(cur)
+                cur, new_p, new_t = [], p_len[i], t_len[i]
+            cur.append(i)
+            cur_p, cur_t = new_p, new_t
+        if cur:
+            groups.append(cur)
+        index = torch.tensor([i for g in groups for i in g], dtype=torch.long)  # (B,)
+        return MicroBatches([self[g].trim() for g in groups], index)
+
+
+@dataclass
+class MicroBatches:
+    """Micro-batches cut from one batch in some order; `index[k]` is the source row of output row k."""
+
+    batches: list[RolloutBatch]
+    index: Tensor  # (B,) long: the concatenated micro-batch rows are `batch[index]`
+
+    def restore(self, per_row: Sequence[Tensor], width: int | None = None) -> Tensor:
+        """Per-micro-batch results (each (b_i, ...)) back into the original row order of the batch.
+
+        Results of different widths (trimmed micro-batches) are right-padded with zeros, which is
+        where response-aligned values belong; pass `width=T` to get the untrimmed batch's width.
+        """
+        parts = list(per_row)
+        if width is not None and parts[0].dim() >= 2:
+            parts = [_pad_to(p, width, "right") for p in parts]
+        stacked = _cat_padded(parts, "right")
+        out = torch.empty_like(stacked)
+        out[self.index.to(stacked.device)] = stacked
+        return out

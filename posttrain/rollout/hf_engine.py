@@ -1,0 +1,190 @@
+"""The built-in `hf` rollout engine: batched sampling with a KV cache from any HF causal LM.
+
+Our own decode loop rather than `model.generate`, for three reasons: the per-token log-probs must
+be computed exactly as the actor computes them (`posttrain.modeling.lm_head_logits`, fp32, divided
+by the temperature) and `generate`'s scores are post-processing; the LM head should run on the last
+position only; and stopping, padding and masks should follow our record conventions directly.
+
+The loop: prefill the left-padded prompt batch with position ids that ignore the padding, then one
+forward per new token through a `DynamicCache`, sampling from the last position's logits. Rows stop
+at EOS (unless `ignore_eos`) or a stop id; the stopping token is part of the response (mask 1.0),
+everything after it is `pad_token_id` with mask 0.0 and log-prob 0.0. The loop ends when every row
+has stopped or `max_new_tokens` is reached, so T is at most `max_new_tokens`.
+
+Weights: by default the engine keeps its own copy of the policy (`copy_weights=True`) and
+`update_weights` copies the actor's tensors into it in place. A copy costs one more set of
+parameters (a quarter of what fp32 AdamW training already holds) but keeps the engine's model in
+eval mode and out of the actor's autograd, lets it run in another dtype, and is what overlapping
+rollout with training will need. `copy_weights=False` shares the actor's module (no extra memory;
+the engine switches it to eval mode while sampling). Either way the engine records the version it
+was given and refuses to sample when the trainer expects another one.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+from transformers import DynamicCache
+
+from posttrain.modeling import check_head_matches, lm_head_logits, position_ids_from_mask
+from posttrain.records import PromptBatch, RolloutBatch
+from posttrain.rollout.base import SamplingParams, StalePolicyError
+from posttrain.rollout.sampling import next_tokens
+
+
+def _token_ids(value: int | Sequence[int] | None) -> list[int]:
+    if value is None:
+        return []
+    return [int(value)] if isinstance(value, int) else [int(v) for v in value]
+
+
+class HFEngine:
+    """Rollout engine over an in-process HF causal LM (CPU or GPU)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        eos_token_ids: Sequence[int] | int | None = None,
+        pad_token_id: int | None = None,
+        copy_weights: bool = True,
+        dtype: torch.dtype | None = None,
+        max_num_seqs: int | None = None,
+        seed: int = 0,
+        version: int = 0,
+    ):
+        """`eos_token_ids`/`pad_token_id` default to the model's generation config, then its config.
+        `max_num_seqs` caps the rows decoded at once (KV-cache memory); None decodes all together."""
+        self.model = copy.deepcopy(model) if copy_weights else model
+        if copy_weights:
+            self.model.eval().requires_grad_(False)
+            if dtype is not None:
+                self.model.to(dtype)
+        check_head_matches(self.model)
+        gen_cfg = getattr(model, "generation_config", None)
+        eos = eos_token_ids
+        if eos is None:
+            eos = getattr(gen_cfg, "eos_token_id", None) or getattr(model.config, "eos_token_id", None)
+        self.eos_token_ids = _token_ids(eos)
+        if pad_token_id is None:
+            pad_token_id = getattr(gen_cfg, "pad_token_id", None) or getattr(model.config, "pad_token_id", None)
+        if pad_token_id is None:
+            pad_token_id = self.eos_token_ids[0] if self.eos_token_ids else 0
+        self.pad_token_id = int(pad_token_id)
+        self.max_num_seqs = max_num_seqs
+        self.device = next(self.model.parameters()).device
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._version = version
+
+    @property
+    def weights_version(self) -> int:
+        return self._version
+
+    def update_weights(self, weights: Mapping[str, Tensor] | nn.Module, version: int) -> None:
+        """Take the actor's weights as `version`: copied in place (no reallocation), or nothing to
+        copy when the engine shares the very module it is given."""
+        if weights is not self.model:
+            state = weights.state_dict() if isinstance(weights, nn.Module) else weights
+            with torch.no_grad():
+                self.model.load_state_dict(state, strict=True)
+        self._version = int(version)
+
+    def generate(
+        self, prompts: PromptBatch, params: SamplingParams, *, expected_version: int, seed: int | None = None
+    ) -> RolloutBatch:
+        """`params.n` responses per prompt; rows of one prompt are adjacent and share `group_index`.
+
+        `expected_version` is the actor's current weights version; a mismatch raises
+        `StalePolicyError`. `seed` reseeds the sampler (e.g. for reproducible validation);
+        otherwise the engine's generator, seeded at construction, keeps advancing.
+        """
+        if expected_version != self._version:
+            raise StalePolicyError(
+                f"rollout engine holds weights version {self._version} but the trainer expects "
+                f"{expected_version}: call update_weights(actor weights, version={expected_version}) "
+                "after every optimizer step before generating"
+            )
+        if bool((prompts.attention_mask.sum(1) == 0).any()):
+            raise ValueError("every prompt needs at least one real token (a row of attention_mask is all 0)")
+        if seed is not None:
+            self.generator.manual_seed(seed)
+        rows = prompts.repeat_interleave(params.n)
+        chunk = self.max_num_seqs or len(rows)
+        pieces = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for part in rows.split(chunk):
+                pieces.append(self._rollout(part, params))
+        finally:
+            self.model.train(was_training)
+        return RolloutBatch.cat(pieces)
+
+    def _rollout(self, rows: PromptBatch, params: SamplingParams) -> RolloutBatch:
+        prompt_ids = rows.input_ids.to(self.device)  # (B, P)
+        prompt_mask = rows.attention_mask.to(self.device, torch.float32)  # (B, P)
+        with torch.inference_mode():
+            response_ids, response_mask, logprobs = self._decode(prompt_ids, prompt_mask, params)
+        # Inference tensors cannot be saved for backward; the actor's forward will use these ids.
+        return RolloutBatch(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            response_ids=response_ids.clone(),
+            response_mask=response_mask.clone(),
+            rollout_logprobs=logprobs.clone(),
+            weights_version=torch.full((len(rows),), self._version, dtype=torch.long, device=self.device),
+            group_index=list(rows.uid),
+            data_source=list(rows.data_source),
+            ground_truth=list(rows.ground_truth),
+            extra_info=[dict(x) if x else {} for x in rows.extra_info],
+            raw_prompt=list(rows.raw_prompt),
+        )
+
+    def _decode(self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams) -> tuple[Tensor, Tensor, Tensor]:
+        """Prefill + token-by-token decode; returns response ids (B, T), mask (B, T), log-probs (B, T)."""
+        B = prompt_ids.shape[0]
+        body = self.model.get_decoder()
+        attention_mask = prompt_mask.long()  # (B, P)
+        position_ids = position_ids_from_mask(attention_mask)  # (B, P)
+        cache = DynamicCache(config=self.model.config)
+        out = body(
+            input_ids=prompt_ids, attention_mask=attention_mask, position_ids=position_ids,
+            past_key_values=cache, use_cache=True,
+        )
+        hidden = out.last_hidden_state[:, -1]  # (B, H): left padding puts every row's last token here
+        next_pos = position_ids[:, -1:] + 1  # (B, 1)
+        stop_ids = torch.tensor(
+            sorted(set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.eos_token_ids))),
+            dtype=torch.long, device=self.device,
+        )
+        seen = None
+        if params.repetition_penalty != 1.0:
+            vocab = self.model.get_output_embeddings().weight.shape[0]
+            seen = torch.zeros(B, vocab, dtype=torch.bool, device=self.device)  # (B, V)
+            seen.scatter_(1, prompt_ids, prompt_mask > 0)  # padding is not "seen" text
+        finished = torch.zeros(B, dtype=torch.bool, device=self.device)  # (B,)
+        ids, masks, lps = [], [], []
+        for step in range(params.max_new_tokens):
+            logits = lm_head_logits(self.model, hidden)  # (B, V) fp32
+            token, logprob = next_tokens(logits, params, seen, self.generator)  # (B,), (B,)
+            alive = ~finished
+            token = torch.where(alive, token, self.pad_token_id)
+            ids.append(token)
+            masks.append(alive.float())
+            lps.append(torch.where(alive, logprob, 0.0))
+            if seen is not None:
+                seen[torch.arange(B, device=self.device), token] |= alive
+            finished = finished | torch.isin(token, stop_ids)
+            if step + 1 == params.max_new_tokens or bool(finished.all()):
+                break
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(B, 1)], dim=1)  # (B, S)
+            out = body(
+                input_ids=token.unsqueeze(1), attention_mask=attention_mask, position_ids=next_pos,
+                past_key_values=cache, use_cache=True,
+            )
+            hidden = out.last_hidden_state[:, -1]  # (B, H)
+            next_pos = next_pos + 1
+        return torch.stack(ids, 1), torch.stack(masks, 1), torch.stack(lps, 1)  # (B, T) each

@@ -1,0 +1,93 @@
+"""From scores to advantages: the reward shaping and estimation part of the RL step.
+
+Order (ROLL's, which verl's options are a subset of): response-level scores are clipped
+(`reward_clip`) and normalised (`reward_norm_mean`/`reward_norm_std` by batch, group or running
+statistics), placed on each response's last token, optionally whitened (`whiten_rewards`), reduced
+by the KL penalty (`use_kl_in_reward`), turned into advantages by the registered estimator, then
+optionally whitened (`whiten_advantages`) and clipped (`advantage_clip`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from posttrain.algorithms import (
+    AdaptiveKLController,
+    FixedKLController,
+    RunningMoments,
+    apply_kl_penalty,
+    clip_advantages,
+    clip_rewards,
+    get_advantage_estimator,
+    normalize_rewards,
+    whiten,
+)
+from posttrain.config.sections.algorithm import AlgorithmConfig
+from posttrain.records import RolloutBatch
+from posttrain.rewards.placement import place_scores
+
+
+@dataclass
+class ShapingState:
+    """State carried across steps: the KL controller and running reward statistics (checkpointed)."""
+
+    kl_ctrl: FixedKLController | AdaptiveKLController | None = None
+    running: RunningMoments = field(default_factory=RunningMoments)
+
+
+def make_shaping_state(alg: AlgorithmConfig) -> ShapingState:
+    ctrl = None
+    if alg.use_kl_in_reward:
+        k = alg.kl_ctrl
+        ctrl = FixedKLController(k.kl_coef) if k.type == "fixed" else AdaptiveKLController(k.kl_coef, k.target_kl, k.horizon)
+    return ShapingState(kl_ctrl=ctrl)
+
+
+def shape_scores(scores: torch.Tensor, batch: RolloutBatch, alg: AlgorithmConfig, state: ShapingState) -> tuple[torch.Tensor, dict[str, float]]:
+    """Response-level clipping and normalisation of scores (B,)."""
+    metrics: dict[str, float] = {}
+    if alg.reward_clip is not None:
+        clipped = clip_rewards(scores, alg.reward_clip)
+        scores, metrics["critic/reward_clip_frac"] = clipped.values, clipped.clip_frac
+    if alg.reward_norm_mean is not None or alg.reward_norm_std is not None:
+        scores = normalize_rewards(
+            scores, alg.reward_norm_mean, alg.reward_norm_std, group_index=batch.group_index, running=state.running
+        )
+    return scores, metrics
+
+
+def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: AlgorithmConfig, state: ShapingState, n_steps: int) -> dict[str, float]:
+    """Fill batch.token_level_scores/token_level_rewards/advantages/returns; return metrics."""
+    mask = batch.response_mask
+    shaped, metrics = shape_scores(scores, batch, alg, state)
+    batch.token_level_scores = place_scores(shaped, mask)  # (B, T)
+    rewards = batch.token_level_scores
+    if alg.whiten_rewards:
+        rewards = whiten(rewards, mask)
+    if state.kl_ctrl is not None:
+        out = apply_kl_penalty(rewards, batch.old_logprobs, batch.ref_logprobs, mask, state.kl_ctrl.value, alg.kl_penalty)
+        rewards = out.token_level_rewards
+        metrics["actor/reward_kl_penalty"] = out.mean_kl
+        metrics["actor/reward_kl_penalty_coeff"] = state.kl_ctrl.value
+        state.kl_ctrl.update(out.mean_kl, n_steps)
+    batch.token_level_rewards = rewards
+    estimator = get_advantage_estimator(alg.adv_estimator)
+    adv, ret = estimator(
+        token_level_rewards=rewards,
+        response_mask=mask,
+        values=batch.values,
+        group_index=batch.group_index,
+        gamma=alg.gamma,
+        lam=alg.lam,
+        norm_adv_by_std=alg.norm_adv_by_std_in_grpo,
+        epsilon=1e-6,
+    )
+    if alg.whiten_advantages:
+        adv = whiten(adv, mask)
+    if alg.advantage_clip is not None:
+        clipped = clip_advantages(adv, alg.advantage_clip)
+        adv, metrics["critic/advantage_clip_frac"] = clipped.values * mask, clipped.clip_frac
+    batch.advantages, batch.returns = adv, ret
+    return metrics

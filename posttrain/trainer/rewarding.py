@@ -1,0 +1,68 @@
+"""The reward role as the trainer sees it: responses in, one score per response out.
+
+Combines the rule/custom reward function (through a reward manager) with an optional reward model:
+score = function_weight x function score + reward_model_weight x reward-model score. Built once per
+stage from the `reward` section; the trainer only calls `score` and `close`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from posttrain.config.schema import Config
+from posttrain.records import RolloutBatch
+from posttrain.rewards import RewardInput, build_reward_manager, load_reward_function
+
+
+class RewardStage:
+    """Scores decoded responses; `score` returns (scores (B,), metrics)."""
+
+    def __init__(self, cfg: Config, tokenizer: Any):
+        r = cfg.reward
+        fn = load_reward_function(
+            r.custom_reward_function.path, r.custom_reward_function.name, dict(r.custom_reward_function.reward_kwargs)
+        )
+        options: dict[str, Any] = {"on_error": r.on_error, "failure_reward": r.failure_reward}
+        if r.reward_manager == "parallel":
+            options.update(num_workers=r.num_workers, timeout_s=r.timeout_s)
+        self.manager = build_reward_manager(r.reward_manager, fn, **options)
+        self.tokenizer = tokenizer
+        self.function_weight = r.function_weight
+        self.rm_weight = r.reward_model_weight
+        self.reward_model = None
+        if r.reward_model.enable:
+            from posttrain.rewards import RewardModelScorer
+
+            self.reward_model = RewardModelScorer(
+                r.reward_model.path, micro_batch_size=r.reward_model.micro_batch_size_per_gpu, max_length=r.reward_model.max_length
+            )
+
+    def decode(self, batch: RolloutBatch) -> list[str]:
+        """Response texts without padding (special tokens kept, as verl passes them to scorers)."""
+        lengths = batch.response_mask.sum(1).long().tolist()
+        return [
+            self.tokenizer.decode(ids[:n].tolist(), skip_special_tokens=False)
+            for ids, n in zip(batch.response_ids, lengths)
+        ]
+
+    def score(
+        self, batch: RolloutBatch, texts: list[str]
+    ) -> tuple[torch.Tensor, dict[str, float], dict[str, list[float]]]:
+        """Scores (B,), batch metrics, and the per-sample extra values of dict-returning functions."""
+        samples = [
+            RewardInput(data_source=ds, solution_str=text, ground_truth=gt, extra_info=info, index=i)
+            for i, (ds, text, gt, info) in enumerate(zip(batch.data_source, texts, batch.ground_truth, batch.extra_info))
+        ]
+        out = self.manager.score(samples)
+        scores = out.tensor() * self.function_weight  # (B,)
+        metrics = out.metrics()
+        if self.reward_model is not None:
+            rm = self.reward_model.score_texts([p + t for p, t in zip(batch.raw_prompt, texts)])  # (B,)
+            scores = scores + self.rm_weight * rm
+            metrics["reward/rm_score"] = float(rm.mean())
+        return scores, metrics, out.extra
+
+    def close(self) -> None:
+        self.manager.close()

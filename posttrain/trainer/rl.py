@@ -1,0 +1,179 @@
+"""The RL trainer: one stage of PPO-family training on one machine.
+
+`RLTrainer.step` is the whole algorithm, top to bottom:
+rollout -> reward -> old/reference log-probs -> values -> advantages -> critic update -> actor
+update -> weight sync. Which estimator, loss, KL terms or critic are used are options of the step
+(set in the config and resolved in `rl_build`), never branches on an algorithm's name.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posttrain.data import build_rl_dataset, collate_prompts, make_sampler, pad_token_id
+from posttrain.records import PromptBatch, RolloutBatch
+from posttrain.trainer.advantages import compute_advantages, make_shaping_state
+from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
+from posttrain.trainer.rewarding import RewardStage
+from posttrain.trainer.rl_build import build_roles, check_rl_names, response_length, sampling_params
+from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, open_stage, seed_everything
+from posttrain.models.loading import tokenizer_from_config
+
+
+def to_prompt_batch(batch: Any, uid_prefix: str) -> PromptBatch:
+    """The data pipeline's collated prompts as the rollout record (uids are unique per step)."""
+    return PromptBatch(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask.float(),
+        uid=[f"{uid_prefix}-{i}" for i in batch.indices],
+        data_source=list(batch.data_sources),
+        ground_truth=list(batch.ground_truths),
+        extra_info=[dict(x) if isinstance(x, dict) else {} for x in batch.extra_infos],
+        raw_prompt=[str(p) for p in batch.full_prompts] if any(p is not None for p in batch.full_prompts) else [None] * len(batch),
+    )
+
+
+class RLTrainer:
+    """Holds the roles of one RL stage and runs its steps, validations and logging."""
+
+    def __init__(self, ctx: StageContext):
+        cfg = ctx.cfg
+        check_rl_names(cfg)
+        seed_everything(cfg.trainer.seed)
+        self.ctx, self.cfg = ctx, cfg
+        self.tokenizer = tokenizer_from_config(cfg.model)
+        self.train_set = build_rl_dataset(cfg.data, cfg.data.train_files, self.tokenizer, split="train")
+        self.val_set = build_rl_dataset(cfg.data, cfg.data.val_files, self.tokenizer, split="val") if cfg.data.val_files else None
+        self.derived, self.trackers = open_stage(ctx, len(self.train_set))
+        self.sampler = make_sampler(cfg.data, len(self.train_set), split="train")
+        self.pad_id = pad_token_id(self.tokenizer)
+        self.roles = build_roles(cfg, self.derived, self.tokenizer)
+        self.rewards = RewardStage(cfg, self.tokenizer)
+        self.shaping = make_shaping_state(cfg.algorithm)
+        self.sampling, self.val_sampling = sampling_params(cfg, self.tokenizer)
+        self.max_new_tokens = response_length(cfg)
+
+    # ---------------------------------------------------------------- the RL step
+    def step(self, prompts: PromptBatch, step: int) -> dict[str, float]:
+        """One RL step on a batch of prompts; returns its metrics."""
+        actor, critic, ref, engine = self.roles.actor, self.roles.critic, self.roles.reference, self.roles.engine
+        timer, metrics = PhaseTimer(), {}
+        with timer("gen"):
+            batch = engine.generate(prompts, self.sampling, expected_version=actor.version)
+        with timer("reward"):
+            texts = self.rewards.decode(batch)
+            scores, reward_metrics, _ = self.rewards.score(batch, texts)  # (B,)
+        with timer("old_log_prob"):
+            batch.old_logprobs = actor.compute_logprobs(batch)  # (B, T)
+        if ref is not None:
+            with timer("ref"):
+                batch.ref_logprobs = ref.compute_logprobs(batch)  # (B, T)
+        if critic is not None:
+            with timer("values"):
+                batch.values = critic.compute_values(batch)  # (B, T)
+        with timer("adv"):
+            metrics.update(compute_advantages(batch, scores, self.cfg.algorithm, self.shaping, len(batch)))
+        if critic is not None:
+            with timer("update_critic"):
+                metrics.update(critic.update(batch))
+        if step > self.cfg.trainer.critic_warmup:
+            with timer("update_actor"):
+                metrics.update(actor.update(batch))
+        with timer("sync"):
+            engine.update_weights(actor.weights(), actor.version)
+        metrics.update(reward_metrics)
+        metrics.update(batch_metrics(batch, scores, self.max_new_tokens))
+        metrics.update(timer.metrics())
+        metrics["perf/tokens_per_s"] = batch.num_tokens() / metrics["timing/step_s"]
+        metrics["perf/generated_tokens_per_s"] = batch.num_response_tokens() / max(metrics["timing/gen_s"], 1e-9)
+        self._dump(self.cfg.trainer.rollout_data_dir, step, batch, texts, scores)
+        return metrics
+
+    # ---------------------------------------------------------------- validation
+    def validate(self, step: int) -> dict[str, float]:
+        """Generate for every validation prompt with `val_kwargs` and score per data source."""
+        if self.val_set is None:
+            return {}
+        engine, actor = self.roles.engine, self.roles.actor
+        sampler = make_sampler(self.cfg.data, len(self.val_set), split="val")
+        batches: list[RolloutBatch] = []
+        for rows in sampler:
+            prompts = to_prompt_batch(collate_prompts([self.val_set[i] for i in rows], self.pad_id), "val")
+            batches.append(engine.generate(prompts, self.val_sampling, expected_version=actor.version, seed=self.cfg.trainer.seed))
+        batch = RolloutBatch.cat(batches)
+        texts = self.rewards.decode(batch)
+        scores, _, extra = self.rewards.score(batch, texts)
+        answers = [t.split(self.tokenizer.eos_token)[0].strip() for t in texts]
+        metrics = validation_metrics(batch.data_source, batch.group_index, scores.tolist(), answers, extra)
+        self._dump(self.cfg.trainer.validation_data_dir, step, batch, texts, scores)
+        self._log_generations(step, batch, texts, scores)
+        return metrics
+
+    # ---------------------------------------------------------------- the loop
+    def fit(self) -> StageResult:
+        cfg, total = self.cfg.trainer, self.derived.total_training_steps
+        offset = self.ctx.step_offset
+        last: dict[str, float] = {}
+        try:
+            if cfg.val_before_train or cfg.val_only:
+                last = self.validate(0)
+                self._log(last, offset)
+                if cfg.val_only:
+                    return StageResult(self.save_final(), last, 0)
+            for step in range(1, total + 1):
+                rows = self.sampler.next_batch()
+                prompts = to_prompt_batch(collate_prompts([self.train_set[i] for i in rows], self.pad_id), f"s{step}")
+                metrics = self.step(prompts, step)
+                metrics["training/epoch"] = float(self.sampler.epoch)
+                if self.val_set is not None and (step == total or (cfg.test_freq > 0 and step % cfg.test_freq == 0)):
+                    metrics.update(self.validate(step))
+                self._log(metrics, offset + step)
+                last = metrics
+            return StageResult(self.save_final(), last, total)
+        finally:
+            self.rewards.close()
+            self.trackers.close()
+
+    def save_final(self) -> Path:
+        out = final_model_dir(self.ctx)
+        self.roles.actor.save_pretrained(out, self.tokenizer)
+        return out
+
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        self.trackers.log(metrics, step)
+
+    def _dump(self, directory: str | None, step: int, batch: RolloutBatch, texts: list[str], scores: torch.Tensor) -> None:
+        """One JSONL file per step with prompt, response, ground truth and score of every sample."""
+        if not directory:
+            return
+        path = Path(directory) / f"{step}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        prompts = self.tokenizer.batch_decode(
+            [ids[mask > 0].tolist() for ids, mask in zip(batch.prompt_ids, batch.prompt_mask)], skip_special_tokens=False
+        )
+        with path.open("w", encoding="utf-8") as f:
+            for p, t, gt, s, ds in zip(prompts, texts, batch.ground_truth, scores.tolist(), batch.data_source):
+                f.write(json.dumps({"step": step, "data_source": ds, "prompt": p, "response": t, "ground_truth": gt, "score": s}) + "\n")
+
+    def _log_generations(self, step: int, batch: RolloutBatch, texts: list[str], scores: torch.Tensor) -> None:
+        n = self.cfg.trainer.log_val_generations
+        if n <= 0:
+            return
+        prompts = self.tokenizer.batch_decode(
+            [ids[mask > 0].tolist() for ids, mask in zip(batch.prompt_ids[:n], batch.prompt_mask[:n])], skip_special_tokens=False
+        )
+        with (self.ctx.run_dir / "val_generations.jsonl").open("a", encoding="utf-8") as f:
+            for p, t, s in zip(prompts, texts[:n], scores[:n].tolist()):
+                f.write(json.dumps({"step": step, "prompt": p, "response": t, "score": s}) + "\n")
+
+
+def run_rl(ctx: StageContext) -> StageResult:
+    start = time.perf_counter()
+    result = RLTrainer(ctx).fit()
+    result.last_metrics["timing/stage_s"] = time.perf_counter() - start
+    return result

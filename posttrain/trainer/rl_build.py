@@ -1,0 +1,154 @@
+"""Building the RL roles from a stage's config: everything heavy is made here, once.
+
+Kept apart from the step so that `rl.py` reads as the algorithm; this module is the wiring.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from posttrain.algorithms import get_advantage_estimator, get_policy_loss, policy_loss_options
+from posttrain.config.checks import uses_critic
+from posttrain.config.derive import Derived
+from posttrain.config.schema import Config
+from posttrain.config.sections.optim import OptimConfig
+from posttrain.errors import ConfigError
+from posttrain.models.loading import causal_lm_from_config, load_value_model
+from posttrain.optim import build_optimizer, build_scheduler
+from posttrain.rollout.base import SamplingParams
+from posttrain.rollout.hf_engine import HFEngine
+from posttrain.workers import Actor, ActorSettings, Critic, CriticSettings, ReferencePolicy
+
+
+def response_length(cfg: Config) -> int:
+    return cfg.rollout.response_length or cfg.data.max_response_length
+
+
+def sampling_params(cfg: Config, tokenizer: Any) -> tuple[SamplingParams, SamplingParams]:
+    """(training, validation) sampling parameters from `rollout` and `rollout.val_kwargs`."""
+    r, v = cfg.rollout, cfg.rollout.val_kwargs
+    length = response_length(cfg)
+    train = SamplingParams(
+        temperature=r.temperature, top_k=r.top_k, top_p=r.top_p, do_sample=r.do_sample, n=r.n,
+        max_new_tokens=length, ignore_eos=r.ignore_eos, repetition_penalty=r.repetition_penalty,
+    )
+    # Greedy validation ignores the temperature for the choice of token; 1.0 keeps SamplingParams valid.
+    val = SamplingParams(
+        temperature=v.temperature if v.do_sample else 1.0, top_k=v.top_k, top_p=v.top_p, do_sample=v.do_sample,
+        n=v.n, max_new_tokens=length, ignore_eos=r.ignore_eos, repetition_penalty=r.repetition_penalty,
+    )
+    return train, val
+
+
+def _optimizer(params, o: OptimConfig, warmup: int, total: int):
+    optimizer = build_optimizer(params, lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas), eps=o.eps)
+    scheduler = build_scheduler(
+        optimizer, o.lr_scheduler_type, warmup_steps=warmup, total_steps=total, min_lr_ratio=o.min_lr_ratio, num_cycles=o.num_cycles
+    )
+    return optimizer, scheduler
+
+
+def _loss_options(cfg: Config) -> dict[str, Any]:
+    """The configured options the selected policy loss accepts (only those: a loss refuses unknown ones)."""
+    a, pl = cfg.actor, cfg.actor.policy_loss
+    candidates = {
+        "clip_ratio": a.clip_ratio,
+        "clip_ratio_low": a.clip_ratio_low,
+        "clip_ratio_high": a.clip_ratio_high,
+        "clip_ratio_c": a.clip_ratio_c if a.dual_clip else None,
+        "clip_cov_ratio": pl.clip_cov_ratio,
+        "clip_cov_lb": pl.clip_cov_lb,
+        "clip_cov_ub": pl.clip_cov_ub,
+        "kl_cov_ratio": pl.kl_cov_ratio,
+        "ppo_kl_coef": pl.ppo_kl_coef,
+    }
+    accepted = policy_loss_options(pl.loss_mode)
+    return {k: v for k, v in candidates.items() if k in accepted}
+
+
+def check_rl_names(cfg: Config) -> None:
+    """Registry names are checked before any model is loaded."""
+    get_advantage_estimator(cfg.algorithm.adv_estimator)
+    get_policy_loss(cfg.actor.policy_loss.loss_mode)
+    if cfg.algorithm.adv_estimator == "remax":
+        raise ConfigError(
+            "algorithm.adv_estimator=remax: not implemented yet in the trainer (it needs a greedy baseline "
+            "rollout per prompt); use grpo, rloo, reinforce_plus_plus or gae"
+        )
+
+
+@dataclass
+class RLRoles:
+    """The roles of one RL stage, as the trainer sees them."""
+
+    engine: HFEngine
+    actor: Actor
+    reference: ReferencePolicy | None
+    critic: Critic | None
+
+
+def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
+    total = derived.total_training_steps or 1
+    seed = cfg.trainer.seed
+    policy = causal_lm_from_config(cfg.model)
+    a = cfg.actor
+    n = cfg.rollout.n
+    optimizer, scheduler = _optimizer(policy.parameters(), a.optim, derived.actor_warmup_steps or 0, total)
+    actor = Actor(
+        policy,
+        optimizer,
+        scheduler,
+        ActorSettings(
+            temperature=cfg.rollout.temperature,
+            loss_mode=a.policy_loss.loss_mode,
+            loss_options=_loss_options(cfg),
+            loss_agg_mode=a.loss_agg_mode,
+            loss_scale_factor=float(response_length(cfg)) if a.loss_agg_mode == "seq-mean-token-sum-norm" else None,
+            entropy_coeff=a.entropy_coeff,
+            use_kl_loss=a.use_kl_loss,
+            kl_loss_coef=a.kl_loss_coef,
+            kl_loss_type=a.kl_loss_type,
+            ppo_epochs=a.ppo_epochs,
+            mini_batch_size=a.ppo_mini_batch_size * n,
+            micro_batch_size=a.ppo_micro_batch_size_per_gpu,
+            max_tokens_per_micro_batch=a.ppo_max_token_len_per_gpu if a.use_dynamic_bsz else None,
+            grad_clip=a.grad_clip,
+            shuffle=a.shuffle,
+            seed=seed,
+        ),
+    )
+    # The engine shares the actor's module: same process, same dtype, so a copy would only cost
+    # memory and a per-step state-dict copy. The version check still catches a missed sync.
+    engine = HFEngine(
+        policy, eos_token_ids=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, copy_weights=False, seed=seed
+    )
+    reference = None
+    if a.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+        ref_model = copy.deepcopy(policy)
+        reference = ReferencePolicy(
+            ref_model, temperature=cfg.rollout.temperature, micro_batch_size=cfg.ref.log_prob_micro_batch_size_per_gpu
+        )
+    critic = None
+    if uses_critic(cfg):
+        c = cfg.critic
+        torch.manual_seed(seed)  # the value head is initialised from the global RNG
+        value_model = load_value_model(cfg.model.path, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code)
+        c_opt, c_sched = _optimizer(value_model.parameters(), c.optim, derived.critic_warmup_steps or 0, total)
+        critic = Critic(
+            value_model,
+            c_opt,
+            c_sched,
+            CriticSettings(
+                ppo_epochs=c.ppo_epochs,
+                mini_batch_size=c.ppo_mini_batch_size * n,
+                micro_batch_size=c.ppo_micro_batch_size_per_gpu,
+                cliprange_value=c.cliprange_value,
+                grad_clip=c.grad_clip,
+                seed=seed,
+            ),
+        )
+    return RLRoles(engine=engine, actor=actor, reference=reference, critic=critic)

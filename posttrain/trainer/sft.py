@@ -1,0 +1,207 @@
+"""The SFT stage: cross-entropy on response tokens, plus the loop SFT and DPO share.
+
+One step (verl's sft_trainer, Trinity-RFT's `sft`):
+
+    batch of data.train_batch_size sequences -> micro-batches of actor.ppo_micro_batch_size_per_gpu
+    -> per micro-batch: sum of -log pi(token) over its trained tokens / trained tokens of the WHOLE batch
+    -> backward (gradients accumulate) -> clip to actor.grad_clip -> AdamW step -> LR schedule step
+
+Dividing every micro-batch by the whole batch's token count is what makes the loss the batch's
+token-mean and its gradient independent of how the batch is cut (a per-micro-batch mean would weight
+a token of a short micro-batch more than one of a long micro-batch).
+
+The loop (`fit`) is written once for both supervised kinds: a stage describes its loss as an
+`Objective` (the batch's normaliser and a micro-batch loss already divided by it), and `fit` does
+batching, accumulation, the optimizer, validation every trainer.test_freq steps and the final save.
+Metric step numbers are global: step k of the stage is logged at ctx.step_offset + k (k from 1),
+validation before training at ctx.step_offset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from posttrain.config.derive import Derived
+from posttrain.config.schema import Config
+from posttrain.data import SFTExample, build_sft_dataset, collate_sft, make_sampler, pad_token_id
+from posttrain.models.loading import causal_lm_from_config, tokenizer_from_config
+from posttrain.optim import build_optimizer, build_scheduler
+from posttrain.tracking import Trackers
+from posttrain.trainer.sequence_logprobs import sequence_logprobs
+from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, open_stage, seed_everything, with_model_path
+
+# A micro-batch loss already divided by the batch normaliser, and metric parts that sum to batch values.
+MicroLoss = Callable[[Sequence[Any], float], tuple[Tensor, dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What a supervised stage trains: how a batch is normalised and what one micro-batch's loss is."""
+
+    prefix: str  # metric namespace: "sft" or "dpo"
+    normaliser: Callable[[Sequence[Any]], float]  # of the whole batch: trained tokens (SFT), pairs (DPO)
+    micro_loss: MicroLoss
+    tokens: Callable[[Sequence[Any]], int]  # tokens a forward pass over the examples processes
+
+
+def default_device() -> torch.device:
+    """The first accelerator when there is one, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def build_optimization(cfg: Config, model: nn.Module, derived: Derived) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW and the LR schedule of `actor.optim`, with the warm-up `derive` worked out."""
+    o = cfg.actor.optim
+    optimizer = build_optimizer(model.parameters(), lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas), eps=o.eps)
+    scheduler = build_scheduler(
+        optimizer, o.lr_scheduler_type, warmup_steps=derived.actor_warmup_steps or 0,
+        total_steps=derived.total_training_steps or 1, min_lr_ratio=o.min_lr_ratio, num_cycles=o.num_cycles,
+    )
+    return optimizer, scheduler
+
+
+@dataclass(frozen=True)
+class MicroBatching:
+    """How a batch is cut into forward/backward units: `size` examples, or as many as fit in
+    `max_tokens` tokens when set (actor.use_dynamic_bsz with actor.ppo_max_token_len_per_gpu)."""
+
+    size: int
+    max_tokens: int | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> MicroBatching:
+        a = cfg.actor
+        return MicroBatching(a.ppo_micro_batch_size_per_gpu, a.ppo_max_token_len_per_gpu if a.use_dynamic_bsz else None)
+
+    def split(self, examples: Sequence[Any], tokens: Callable[[Sequence[Any]], int]) -> list[Sequence[Any]]:
+        if self.max_tokens is None:
+            return [examples[i : i + self.size] for i in range(0, len(examples), self.size)]
+        parts: list[list[Any]] = [[]]
+        used = 0
+        for example in examples:  # greedy in order; an example never splits (the config check sees to it)
+            n = tokens([example])
+            if parts[-1] and used + n > self.max_tokens:
+                parts.append([])
+                used = 0
+            parts[-1].append(example)
+            used += n
+        return parts
+
+
+def accumulate(objective: Objective, examples: Sequence[Any], micro: MicroBatching, *, backward: bool) -> dict[str, float]:
+    """Run the objective over `examples` in micro-batches; with `backward`, accumulate gradients.
+
+    Returns the batch's metrics, ``{"<prefix>/<name>": value}``: each micro-batch's parts are already
+    scaled by the whole batch's normaliser, so their sum is the batch value whatever the split.
+    """
+    total = objective.normaliser(examples)
+    sums: dict[str, float] = defaultdict(float)
+    for part in micro.split(examples, objective.tokens):
+        loss, parts = objective.micro_loss(part, total)
+        if backward:
+            loss.backward()
+        for key, value in parts.items():
+            sums[f"{objective.prefix}/{key}"] += value
+    return dict(sums)
+
+
+def clip_and_step(model: nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float) -> float:
+    """Clip the global gradient norm and step; skip the step on a non-finite norm (it would poison
+    AdamW's moments for the rest of the run). Returns the norm before clipping."""
+    norm = float(torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], grad_clip))
+    if math.isfinite(norm):
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, objective: Objective,
+               examples: Sequence[Any], micro: MicroBatching, grad_clip: float) -> dict[str, float]:
+    """One optimizer step on one batch; returns its metrics (loss parts, grad norm, LR, speed)."""
+    start = time.perf_counter()
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    metrics = accumulate(objective, examples, micro, backward=True)
+    lr = optimizer.param_groups[0]["lr"]  # the LR this step uses (the schedule moves after it)
+    metrics["actor/grad_norm"] = clip_and_step(model, optimizer, grad_clip)
+    scheduler.step()
+    elapsed = time.perf_counter() - start
+    metrics.update({
+        "actor/lr": lr,
+        f"{objective.prefix}/lr": lr,
+        "perf/tokens_per_s": objective.tokens(examples) / max(elapsed, 1e-9),
+        "timing/step_s": elapsed,
+    })
+    return metrics
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, objective: Objective, examples: Sequence[Any], micro: MicroBatching) -> dict[str, float]:
+    """The objective's metrics over a whole validation set, as ``val/<prefix>/<name>``."""
+    model.eval()
+    return {f"val/{key}": value for key, value in accumulate(objective, examples, micro, backward=False).items()}
+
+
+def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objective, train_set: Sequence[Any],
+        val_set: Sequence[Any] | None, derived: Derived, trackers: Trackers) -> StageResult:
+    """The supervised loop shared by SFT and DPO: train, validate on cadence, save the final policy."""
+    cfg = ctx.cfg
+    optimizer, scheduler = build_optimization(cfg, model, derived)
+    sampler = make_sampler(cfg.data, len(train_set))
+    micro = MicroBatching.from_config(cfg)
+    total = derived.total_training_steps or 0
+    val_examples = [val_set[k] for k in range(len(val_set))] if val_set is not None else None
+    freq = cfg.trainer.test_freq
+    last: dict[str, float] = {}
+    try:
+        if val_examples and cfg.trainer.val_before_train:
+            trackers.log(evaluate(model, objective, val_examples, micro), ctx.step_offset)
+        for step in range(1, total + 1):
+            examples = [train_set[k] for k in sampler.next_batch()]
+            last = train_step(model, optimizer, scheduler, objective, examples, micro, cfg.actor.grad_clip)
+            if val_examples and ((freq > 0 and step % freq == 0) or step == total):
+                last.update(evaluate(model, objective, val_examples, micro))
+            trackers.log(last, ctx.step_offset + step)
+    finally:
+        trackers.close()
+    out = final_model_dir(ctx)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return StageResult(final_model=out, last_metrics=last, steps=total)
+
+
+def sft_objective(model: nn.Module, pad_id: int) -> Objective:
+    """Token-mean negative log-likelihood of the trained (response/assistant) tokens."""
+
+    def normaliser(examples: Sequence[SFTExample]) -> float:
+        return float(max(sum(sum(e.loss_mask[1:]) for e in examples), 1))  # the first token has no predictor
+
+    def micro_loss(examples: Sequence[SFTExample], total: float) -> tuple[Tensor, dict[str, float]]:
+        out = sequence_logprobs(model, collate_sft(examples, pad_id))
+        loss = -(out.logprobs * out.mask).sum() / total
+        return loss, {"loss": float(loss.detach()), "tokens": float(out.mask.sum())}
+
+    return Objective("sft", normaliser, micro_loss, lambda examples: sum(len(e.input_ids) for e in examples))
+
+
+def run_sft(ctx: StageContext) -> StageResult:
+    """Supervised fine-tuning stage: start from ctx.model_path, train on data.train_files' responses,
+    validate on data.val_files, save the final policy to final_model_dir(ctx)."""
+    ctx = dataclasses.replace(ctx, cfg=with_model_path(ctx.cfg, ctx.model_path))  # saved as run
+    cfg = ctx.cfg
+    seed_everything(cfg.trainer.seed)
+    tokenizer = tokenizer_from_config(cfg.model)
+    train_set = build_sft_dataset(cfg.data, cfg.data.train_files, tokenizer)
+    val_set = build_sft_dataset(cfg.data, cfg.data.val_files, tokenizer, split="val") if cfg.data.val_files else None
+    model = causal_lm_from_config(cfg.model, device=default_device())
+    derived, trackers = open_stage(ctx, len(train_set))
+    objective = sft_objective(model, pad_token_id(tokenizer))
+    return fit(ctx, model, tokenizer, objective, train_set, val_set, derived, trackers)

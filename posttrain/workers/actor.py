@@ -1,0 +1,171 @@
+"""The actor: the policy being trained. Computes log-probs and runs the PPO update.
+
+The update follows the reference guides' batching: each rollout batch is split into mini-batches
+(one optimizer step each), each mini-batch into micro-batches (one forward/backward each, or packed
+by a token budget), repeated for `ppo_epochs`. Micro-batch losses are weighted by their share of the
+mini-batch normaliser (see `posttrain.workers.microbatch`), so the gradient does not depend on the
+split. The loss is the registered policy loss plus an optional entropy bonus and KL loss:
+
+    loss = pg_loss - entropy_coeff * entropy + kl_loss_coef * kl(logprob, ref_logprob)
+
+each term aggregated with the same `loss_agg_mode` (as verl does).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from posttrain.algorithms import aggregate_loss, get_policy_loss, kl_penalty
+from posttrain.modeling import response_logprobs
+from posttrain.records import RolloutBatch
+from posttrain.workers.microbatch import micro_batches, micro_weight, mini_batches, normaliser
+from posttrain.workers.reference import _batched_logprobs
+
+
+@dataclass(frozen=True)
+class ActorSettings:
+    """Everything the PPO update needs, resolved from the config once (see `actor_settings`)."""
+
+    temperature: float  # rollout temperature: log-probs are of logits / temperature
+    loss_mode: str  # name in posttrain.algorithms.POLICY_LOSSES
+    loss_options: dict[str, Any]  # keyword options of that loss (clip ratios, ...)
+    loss_agg_mode: str
+    loss_scale_factor: float | None  # seq-mean-token-sum-norm's constant (the max response length)
+    entropy_coeff: float
+    use_kl_loss: bool
+    kl_loss_coef: float
+    kl_loss_type: str
+    ppo_epochs: int
+    mini_batch_size: int  # responses per optimizer step
+    micro_batch_size: int  # responses per forward/backward
+    max_tokens_per_micro_batch: int | None  # token budget instead of micro_batch_size (dynamic bsz)
+    grad_clip: float | None
+    shuffle: bool
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Actor:
+    """Owns the policy model, its optimizer and LR scheduler. The trainer calls only the methods."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, settings: ActorSettings):
+        self.model = model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.s = settings
+        self.loss_fn = get_policy_loss(settings.loss_mode)
+        self.version = 0  # bumped after every optimizer step; the rollout engine must match it
+        self.generator = torch.Generator().manual_seed(settings.seed)
+
+    @torch.inference_mode()
+    def compute_logprobs(self, batch: RolloutBatch) -> Tensor:
+        """log pi_theta of each response token under the current weights, (B, T); 0 on padding."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return _batched_logprobs(
+                self.model, batch, self.s.temperature, self.s.micro_batch_size, self.s.max_tokens_per_micro_batch
+            )
+        finally:
+            self.model.train(was_training)
+
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        """PPO update on a batch with `old_logprobs` and `advantages` (and `ref_logprobs` when the KL
+        loss is on). Returns metrics averaged over micro-batches (losses) and optimizer steps."""
+        if batch.old_logprobs is None or batch.advantages is None:
+            raise ValueError("actor.update needs old_logprobs and advantages on the batch")
+        if self.s.use_kl_loss and batch.ref_logprobs is None:
+            raise ValueError("actor.use_kl_loss needs ref_logprobs on the batch")
+        self.model.train()
+        sums: dict[str, float] = defaultdict(float)
+        counts: dict[str, float] = defaultdict(float)
+        for _ in range(self.s.ppo_epochs):
+            for mini in mini_batches(batch, self.s.mini_batch_size, shuffle=self.s.shuffle, generator=self.generator):
+                step_metrics = self._optimizer_step(mini)
+                for k, v in step_metrics.items():
+                    sums[k] += v
+                    counts[k] += 1
+        # One LR-schedule step per training step (not per optimizer step), as verl counts
+        # trainer.total_training_steps: warm-up and decay are in RL steps.
+        self.scheduler.step()
+        return {k: sums[k] / counts[k] for k in sums}
+
+    def _optimizer_step(self, mini: RolloutBatch) -> dict[str, float]:
+        total = normaliser(mini.response_mask, self.s.loss_agg_mode)
+        metrics: dict[str, float] = defaultdict(float)
+        self.optimizer.zero_grad(set_to_none=True)
+        for micro in micro_batches(mini, size=self.s.micro_batch_size, max_tokens=self.s.max_tokens_per_micro_batch):
+            weight = micro_weight(micro.response_mask, total, self.s.loss_agg_mode)
+            if weight == 0.0:
+                continue
+            loss, parts = self._micro_loss(micro)
+            (loss * weight).backward()
+            for k, v in parts.items():
+                metrics[k] += v * weight
+        grad_norm = self._clip_and_step()
+        metrics["actor/grad_norm"] = grad_norm
+        metrics["actor/lr"] = self.optimizer.param_groups[0]["lr"]
+        self.version += 1
+        return dict(metrics)
+
+    def _micro_loss(self, micro: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
+        need_entropy = True  # entropy is always logged; its gradient only flows with entropy_coeff
+        out = response_logprobs(
+            self.model,
+            micro.prompt_ids,
+            micro.prompt_mask,
+            micro.response_ids,
+            micro.response_mask,
+            temperature=self.s.temperature,
+            with_entropy=need_entropy,
+        )
+        mask = micro.response_mask
+        agg = dict(loss_agg_mode=self.s.loss_agg_mode)
+        pg = self.loss_fn(
+            old_logprob=micro.old_logprobs,
+            logprob=out.logprobs,
+            advantages=micro.advantages,
+            response_mask=mask,
+            loss_scale_factor=self.s.loss_scale_factor,
+            **agg,
+            **self.s.loss_options,
+        )
+        loss = pg.loss
+        entropy = aggregate_loss(out.entropy, mask, self.s.loss_agg_mode, loss_scale_factor=self.s.loss_scale_factor)
+        if self.s.entropy_coeff != 0.0:
+            loss = loss - self.s.entropy_coeff * entropy
+        parts = {"actor/pg_loss": float(pg.loss.detach()), "actor/entropy": float(entropy.detach())}
+        parts.update({f"actor/{k}": float(v) for k, v in pg.metrics.items()})
+        if self.s.use_kl_loss:
+            kld = kl_penalty(out.logprobs, micro.ref_logprobs, self.s.kl_loss_type)  # (b, T)
+            kl_loss = aggregate_loss(kld, mask, self.s.loss_agg_mode, loss_scale_factor=self.s.loss_scale_factor)
+            loss = loss + self.s.kl_loss_coef * kl_loss
+            parts["actor/kl_loss"] = float(kl_loss.detach())
+            parts["actor/kl_coef"] = self.s.kl_loss_coef
+        return loss, parts
+
+    def _clip_and_step(self) -> float:
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        max_norm = self.s.grad_clip if self.s.grad_clip and self.s.grad_clip > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if not torch.isfinite(torch.tensor(grad_norm)):
+            # A non-finite gradient would poison AdamW's moments for good; skip the step instead.
+            self.optimizer.zero_grad(set_to_none=True)
+            return grad_norm
+        self.optimizer.step()
+        return grad_norm
+
+    def weights(self) -> nn.Module:
+        """The policy module, for the in-process weight sync to the rollout engine."""
+        return self.model
+
+    def save_pretrained(self, out_dir, tokenizer=None) -> None:
+        """Write the policy (and tokenizer) as a Hugging Face directory (safetensors)."""
+        self.model.save_pretrained(out_dir, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(out_dir)

@@ -1,0 +1,104 @@
+"""The critic: a value model for GAE (a causal LM body with a scalar head per token).
+
+Values sit on the positions that predict each response token, i.e. V(s_t) is read from the hidden
+state just before token t, the same positions the actor's log-probs come from. Its update is the
+clipped value loss (PPO / OpenAI baselines), with the same mini/micro-batch arithmetic as the actor.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from posttrain.algorithms import value_loss
+from posttrain.modeling.logprobs import response_hidden_states
+from posttrain.records import RolloutBatch
+from posttrain.workers.microbatch import micro_batches, micro_weight, mini_batches, normaliser
+
+
+@dataclass(frozen=True)
+class CriticSettings:
+    """The critic update's batching and loss options, resolved from the config once."""
+
+    ppo_epochs: int
+    mini_batch_size: int  # responses per optimizer step
+    micro_batch_size: int  # responses per forward/backward
+    cliprange_value: float | None
+    grad_clip: float | None
+    loss_agg_mode: str = "token-mean"
+    shuffle: bool = False
+    seed: int = 0
+
+
+class Critic:
+    """Owns the value model, its optimizer and LR scheduler."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, settings: CriticSettings):
+        self.model = model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.s = settings
+        self.generator = torch.Generator().manual_seed(settings.seed)
+
+    def _values(self, batch: RolloutBatch) -> Tensor:
+        hidden = response_hidden_states(
+            self.model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask
+        )  # (b, T, H)
+        head = self.model.score if hasattr(self.model, "score") else self.model.get_output_embeddings()
+        values = head(hidden).squeeze(-1).float()  # (b, T)
+        return values * batch.response_mask
+
+    @torch.inference_mode()
+    def compute_values(self, batch: RolloutBatch) -> Tensor:
+        """V(s_t) for every response position, (B, T); 0 on padding."""
+        self.model.eval()
+        out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)  # (B, T)
+        start = 0
+        for micro in micro_batches(batch, size=self.s.micro_batch_size, max_tokens=None):
+            v = self._values(micro)
+            out[start : start + v.shape[0], : v.shape[1]] = v
+            start += v.shape[0]
+        return out
+
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        """Clipped value-loss regression of V onto `returns`, around the rollout-time `values`."""
+        if batch.values is None or batch.returns is None:
+            raise ValueError("critic.update needs values and returns on the batch")
+        self.model.train()
+        sums: dict[str, float] = defaultdict(float)
+        steps = 0
+        for _ in range(self.s.ppo_epochs):
+            for mini in mini_batches(batch, self.s.mini_batch_size, shuffle=self.s.shuffle, generator=self.generator):
+                for k, v in self._optimizer_step(mini).items():
+                    sums[k] += v
+                steps += 1
+        self.scheduler.step()  # once per training step, like the actor's
+        return {k: v / max(steps, 1) for k, v in sums.items()}
+
+    def _optimizer_step(self, mini: RolloutBatch) -> dict[str, float]:
+        total = normaliser(mini.response_mask, self.s.loss_agg_mode)
+        metrics: dict[str, float] = defaultdict(float)
+        self.optimizer.zero_grad(set_to_none=True)
+        for micro in micro_batches(mini, size=self.s.micro_batch_size, max_tokens=None):
+            weight = micro_weight(micro.response_mask, total, self.s.loss_agg_mode)
+            if weight == 0.0:
+                continue
+            new_values = self._values(micro)
+            out = value_loss(
+                new_values, micro.values, micro.returns, micro.response_mask, self.s.cliprange_value, self.s.loss_agg_mode
+            )
+            (out.loss * weight).backward()
+            metrics["critic/vf_loss"] += float(out.loss.detach()) * weight
+            metrics["critic/vf_clipfrac"] += float(out.clipfrac) * weight
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        max_norm = self.s.grad_clip if self.s.grad_clip and self.s.grad_clip > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if torch.isfinite(torch.tensor(grad_norm)):
+            self.optimizer.step()
+        metrics["critic/grad_norm"] = grad_norm
+        metrics["critic/lr"] = self.optimizer.param_groups[0]["lr"]
+        return dict(metrics)

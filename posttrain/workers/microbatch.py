@@ -1,0 +1,48 @@
+"""Mini-batches and micro-batches of a rollout batch, and the weights that make gradient
+accumulation exact.
+
+Why weights: a loss aggregated over a micro-batch is normalised by that micro-batch's tokens (or
+sequences). Summing micro-batch losses unweighted would give a gradient that depends on how the
+mini-batch was cut. Scaling each micro-batch loss by its share of the mini-batch's normaliser makes
+the accumulated gradient equal the gradient of the whole mini-batch's loss, for every split, every
+`loss_agg_mode` and the token-budget (dynamic batch size) packing alike.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posttrain.records import RolloutBatch
+
+
+def mini_batches(batch: RolloutBatch, size: int, *, shuffle: bool, generator: torch.Generator | None) -> list[RolloutBatch]:
+    """Cut a rollout batch into mini-batches of `size` rows (one optimizer step each).
+
+    With `shuffle`, rows are permuted first (a fresh permutation per call, from `generator`).
+    """
+    if shuffle:
+        order = torch.randperm(len(batch), generator=generator)
+        batch = batch[order]
+    return batch.split(size)
+
+
+def micro_batches(batch: RolloutBatch, *, size: int | None, max_tokens: int | None) -> list[RolloutBatch]:
+    """Cut a mini-batch into forward/backward units: `size` rows each, or packed by a token budget
+    when `max_tokens` is set (dynamic batch size). Each unit is trimmed of all-padding columns."""
+    if max_tokens is not None:
+        return batch.split_by_tokens(max_tokens).batches
+    return [part.trim() for part in batch.split(size or len(batch))]
+
+
+def normaliser(mask: torch.Tensor, loss_agg_mode: str) -> float:
+    """What `loss_agg_mode` divides by: valid tokens for token-mean, else sequences with a token."""
+    if loss_agg_mode == "token-mean":
+        return float(mask.sum())
+    return float((mask.sum(-1) > 0).sum())
+
+
+def micro_weight(micro_mask: torch.Tensor, mini_total: float, loss_agg_mode: str) -> float:
+    """Share of the mini-batch's normaliser held by one micro-batch (0 when the mini-batch is empty)."""
+    if mini_total <= 0:
+        return 0.0
+    return normaliser(micro_mask, loss_agg_mode) / mini_total

@@ -1,0 +1,58 @@
+import math
+
+import pytest
+import torch
+
+from posttrain.rollout import SamplingParams
+from posttrain.rollout.sampling import apply_repetition_penalty, apply_top_k, apply_top_p, next_tokens
+
+INF = float("-inf")
+
+
+def test_top_k_keeps_the_k_largest():
+    logits = torch.tensor([[1.0, 4.0, 3.0, 2.0]])
+    assert apply_top_k(logits, 2).tolist() == [[INF, 4.0, 3.0, INF]]
+    assert torch.equal(apply_top_k(logits, -1), logits) and torch.equal(apply_top_k(logits, 0), logits)
+
+
+def test_top_p_keeps_smallest_set_reaching_p():
+    # probabilities 0.5, 0.3, 0.15, 0.05
+    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
+    kept = lambda p: torch.isfinite(apply_top_p(logits, p)).tolist()[0]  # noqa: E731
+    assert kept(0.5) == [True, False, False, False]
+    assert kept(0.6) == [True, True, False, False]
+    assert kept(0.9) == [True, True, True, False]
+    assert kept(0.01) == [True, False, False, False]  # the top token always survives
+
+
+def test_repetition_penalty_divides_positive_and_multiplies_negative():
+    logits = torch.tensor([[2.0, -2.0, 1.0, -1.0]])
+    seen = torch.tensor([[True, True, False, False]])
+    assert apply_repetition_penalty(logits, seen, 2.0).tolist() == [[1.0, -4.0, 1.0, -1.0]]
+
+
+def test_recorded_logprob_is_of_tempered_untruncated_distribution():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    params = SamplingParams(temperature=0.5, do_sample=False)
+    token, logprob = next_tokens(logits, params, None, None)
+    expected = 4.0 - math.log(sum(math.exp(x / 0.5) for x in (2.0, 1.0, 0.0, -1.0)))
+    assert token.item() == 0 and logprob.item() == pytest.approx(expected, abs=1e-6)
+    # top-k=1 sampling picks the argmax but records the full distribution's log-prob.
+    token, logprob2 = next_tokens(logits, SamplingParams(temperature=0.5, top_k=1), None, torch.Generator().manual_seed(0))
+    assert token.item() == 0 and logprob2.item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_sampling_frequencies_follow_the_tempered_softmax():
+    logits = torch.tensor([1.0, 0.0, -1.0]).repeat(20000, 1)
+    tokens, _ = next_tokens(logits, SamplingParams(temperature=2.0), None, torch.Generator().manual_seed(0))
+    freq = torch.bincount(tokens, minlength=3).float() / 20000
+    torch.testing.assert_close(freq, torch.softmax(torch.tensor([0.5, 0.0, -0.5]), 0), atol=0.015, rtol=0)
+
+
+def test_sampling_params_reject_bad_values():
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        SamplingParams(temperature=0.0)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0.0)
+    greedy = SamplingParams(n=8, top_k=5, max_new_tokens=7).greedy()
+    assert (greedy.do_sample, greedy.n, greedy.top_k, greedy.max_new_tokens) == (False, 1, -1, 7)
