@@ -197,12 +197,26 @@ def check_val_sampling(cfg: Any) -> list[str]:
     return []
 
 
+def check_dpo_label_smoothing(cfg: Any) -> list[str]:
+    """Label smoothing flips labels inside DPO's sigmoid loss (conservative DPO); the IPO and hinge
+    losses have no such term, so a non-zero value would silently do nothing."""
+    loss_type = get_path(cfg, "algorithm.dpo.loss_type", "sigmoid")
+    smoothing = get_path(cfg, "algorithm.dpo.label_smoothing", 0.0)
+    if training_kind(cfg) == "dpo" and loss_type != "sigmoid" and smoothing:
+        return [
+            f"algorithm.dpo.label_smoothing ({smoothing}) only applies to algorithm.dpo.loss_type sigmoid, "
+            f"not {loss_type}; set it to 0 or use loss_type sigmoid"
+        ]
+    return []
+
+
 CHECKS: list[Callable[[Any], list[str]]] = [
     check_actor_batches,
     check_critic_batches,
     check_token_budget,
     check_dual_clip,
     check_val_sampling,
+    check_dpo_label_smoothing,
 ]
 
 

@@ -6,6 +6,10 @@ module computes every number of one step once, as a `BatchPlan`, and prints each
 arithmetic that produced it and the keys involved. Semantics follow verl: ``ppo_mini_batch_size``
 counts prompts across all devices; ``ppo_micro_batch_size_per_gpu`` counts responses on one device.
 The config is validated first, so every division here is exact.
+
+SFT and DPO (``algorithm.kind``) have no rollout and no mini-batches: a step is
+``data.train_batch_size`` sequences (DPO: pairs), one optimizer step, accumulated over micro-batches of
+``actor.ppo_micro_batch_size_per_gpu`` per device; `format_plan` prints that arithmetic instead.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from posttrain.config.checks import get_path, uses_critic
+from posttrain.config.checks import get_path, training_kind, uses_critic
 from posttrain.config.derive import Derived
 
 Row = tuple[str, str, str]  # label, value, how it was computed
@@ -86,6 +90,8 @@ def format_plan(cfg: Any, derived: Derived, size_note: str = "") -> str:
     """The plan as aligned text: one line per number, each with its arithmetic.
 
     ``size_note`` says why the dataset size is unknown, when it is (e.g. "no data files")."""
+    if training_kind(cfg) != "rl":
+        return _table(_supervised_rows(cfg, derived) + _length_rows(cfg, derived, size_note))
     plan = batch_plan(cfg, derived)
     rows: list[Row] = [
         ("prompts per step", str(plan.prompts_per_step), "data.train_batch_size"),
@@ -98,6 +104,27 @@ def format_plan(cfg: Any, derived: Derived, size_note: str = "") -> str:
     if plan.world_size > 1:
         text += "\n" + _device_block(cfg, plan)
     return text
+
+
+def _supervised_rows(cfg: Any, d: Derived) -> list[Row]:
+    """SFT/DPO: one batch, split over devices, accumulated over micro-batches, one optimizer step."""
+    kind = training_kind(cfg)
+    unit = "pairs" if kind == "dpo" else "sequences"
+    batch, w = get_path(cfg, "data.train_batch_size"), d.world_size
+    per_device = batch // w
+    rows: list[Row] = [(f"{unit} per step", str(batch), f"data.train_batch_size; algorithm.kind {kind}: no rollout")]
+    if w > 1:
+        rows.append((f"  {unit} per device", str(per_device), f"{batch} / {w} devices"))
+    if get_path(cfg, "actor.use_dynamic_bsz", False):
+        budget = get_path(cfg, "actor.ppo_max_token_len_per_gpu")
+        rows.append(("  micro-batches/step", "varies", f"{per_device} {unit} per device packed into micro-batches of <= "
+                     f"actor.ppo_max_token_len_per_gpu {budget} tokens"))
+    else:
+        micro = get_path(cfg, "actor.ppo_micro_batch_size_per_gpu")
+        rows.append(("  micro-batches/step", str(per_device // micro), f"{per_device} {unit} / "
+                     f"actor.ppo_micro_batch_size_per_gpu {micro}; gradients accumulate over them"))
+    rows.append(("  optimizer steps per step", "1", "the loss is normalised over the whole batch"))
+    return rows
 
 
 def _role_rows(r: RolePlan, plan: BatchPlan) -> list[Row]:
@@ -156,6 +183,10 @@ def _length_rows(cfg: Any, d: Derived, size_note: str) -> list[Row]:
         if role == "critic" and not uses_critic(cfg):
             continue
         rows.append(_warmup_row(cfg, role, warm))
+    if training_kind(cfg) != "rl":
+        side = " per side of a pair" if training_kind(cfg) == "dpo" else ""
+        rows.append(("max sequence length", str(get_path(cfg, "data.max_length")), f"data.max_length tokens{side}"))
+        return rows
     rows.append((
         "max model length",
         str(d.max_model_len),

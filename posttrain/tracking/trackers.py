@@ -49,12 +49,12 @@ def _fmt(value: float) -> str:
     return f"{value:.4f}".rstrip("0")
 
 
-def format_console_line(metrics: dict[str, float], step: int, total_steps: int | None, eta_s: float | None) -> str:
-    """One compact line per step: ``step 3/40 score 0.41 ... eta 1m20s``."""
+def format_console_line(
+    metrics: dict[str, float], step: int, total_steps: int | None, eta_s: float | None, label: str | None = None
+) -> str:
+    """One compact line per step: ``[stage] step 3/40 | score 0.41 | ... | eta 1m20s``."""
     head = f"step {step}/{total_steps}" if total_steps else f"step {step}"
-    parts = [head]
-    if "stage" in metrics:
-        parts.insert(0, f"[{metrics['stage']}]")
+    parts = [f"[{label}] {head}" if label else head]
     for key, short in CONSOLE_KEYS:
         if key in metrics:
             parts.append(f"{short} {_fmt(metrics[key])}")
@@ -67,21 +67,32 @@ def format_console_line(metrics: dict[str, float], step: int, total_steps: int |
 class ConsoleTracker:
     """Prints one line per logged step with an ETA from the mean step time so far."""
 
-    def __init__(self, total_steps: int | None = None, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        total_steps: int | None = None,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        step_offset: int = 0,
+        label: str | None = None,
+    ):
+        """`step_offset`: global step of the stage's step 0, so lines show the stage's own count."""
         self.total_steps = total_steps
+        self.step_offset = step_offset
+        self.label = label
         self.stream = stream or sys.stdout
         self.clock = clock
         self._start = clock()
         self._first_step: int | None = None
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        step -= self.step_offset
         if self._first_step is None:
             self._first_step = step - 1
         done = step - self._first_step
         eta = None
         if self.total_steps and done > 0:
             eta = (self.clock() - self._start) / done * max(self.total_steps - step, 0)
-        print(format_console_line(metrics, step, self.total_steps, eta), file=self.stream, flush=True)
+        print(format_console_line(metrics, step, self.total_steps, eta, self.label), file=self.stream, flush=True)
 
     def close(self) -> None:
         pass
@@ -129,11 +140,11 @@ class TensorBoardTracker:
         self._writer.close()
 
 
-# name -> factory(run_dir, total_steps)
-TRACKERS: dict[str, Callable[[Path, int | None], Tracker]] = {
-    "console": lambda run_dir, total: ConsoleTracker(total),
-    "jsonl": lambda run_dir, total: JsonlTracker(run_dir),
-    "tensorboard": lambda run_dir, total: TensorBoardTracker(run_dir),
+# name -> factory(run_dir, total_steps, step_offset, label)
+TRACKERS: dict[str, Callable[[Path, int | None, int, str | None], Tracker]] = {
+    "console": lambda run_dir, total, offset, label: ConsoleTracker(total, step_offset=offset, label=label),
+    "jsonl": lambda run_dir, total, offset, label: JsonlTracker(run_dir),
+    "tensorboard": lambda run_dir, total, offset, label: TensorBoardTracker(run_dir),
 }
 # Named by verl/Trinity; each is a small adapter away.
 NOT_YET = {"wandb", "mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio"}
@@ -154,13 +165,24 @@ class Trackers:
             tracker.close()
 
 
-def build_trackers(names: list[str], run_dir: str | Path, total_steps: int | None, key: str = "trainer.logger") -> Trackers:
-    """Build the trackers named in the config, refusing unknown or not-yet-supported ones."""
+def build_trackers(
+    names: list[str],
+    run_dir: str | Path,
+    total_steps: int | None,
+    key: str = "trainer.logger",
+    *,
+    step_offset: int = 0,
+    label: str | None = None,
+) -> Trackers:
+    """Build the trackers named in the config, refusing unknown or not-yet-supported ones.
+
+    Trackers receive global steps (stages continue each other's count); the console shows the
+    stage's own `step - step_offset` out of `total_steps`, prefixed with `label`."""
     built = []
     for name in names:
         if name in NOT_YET:
             raise ConfigError(f"{key}: tracker {name!r} is not implemented yet; use any of {', '.join(TRACKERS)}")
         if name not in TRACKERS:
             raise ConfigError(f"{key}: unknown tracker {name!r}; choose from {', '.join(TRACKERS)}")
-        built.append(TRACKERS[name](Path(run_dir), total_steps))
+        built.append(TRACKERS[name](Path(run_dir), total_steps, step_offset, label))
     return Trackers(built)

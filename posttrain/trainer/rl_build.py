@@ -6,6 +6,7 @@ Kept apart from the step so that `rl.py` reads as the algorithm; this module is 
 from __future__ import annotations
 
 import copy
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,12 +29,21 @@ def response_length(cfg: Config) -> int:
     return cfg.rollout.response_length or cfg.data.max_response_length
 
 
+def policy_temperature(cfg: Config) -> float:
+    """Temperature of training rollouts and of every log-prob computed for them (actor, reference).
+
+    Greedy rollouts (`do_sample: false`) may leave it at 0: the argmax ignores it, and log-probs are
+    then of the unscaled logits (1.0), as for greedy validation below."""
+    r = cfg.rollout
+    return r.temperature if r.do_sample or r.temperature > 0 else 1.0
+
+
 def sampling_params(cfg: Config, tokenizer: Any) -> tuple[SamplingParams, SamplingParams]:
     """(training, validation) sampling parameters from `rollout` and `rollout.val_kwargs`."""
     r, v = cfg.rollout, cfg.rollout.val_kwargs
     length = response_length(cfg)
     train = SamplingParams(
-        temperature=r.temperature, top_k=r.top_k, top_p=r.top_p, do_sample=r.do_sample, n=r.n,
+        temperature=policy_temperature(cfg), top_k=r.top_k, top_p=r.top_p, do_sample=r.do_sample, n=r.n,
         max_new_tokens=length, ignore_eos=r.ignore_eos, repetition_penalty=r.repetition_penalty,
     )
     # Greedy validation ignores the temperature for the choice of token; 1.0 keeps SamplingParams valid.
@@ -70,10 +80,29 @@ def _loss_options(cfg: Config) -> dict[str, Any]:
     return {k: v for k, v in candidates.items() if k in accepted}
 
 
+# What the actor passes every policy loss, besides `_loss_options`.
+_ACTOR_LOSS_ARGS = frozenset(
+    {"old_logprob", "logprob", "advantages", "response_mask", "loss_agg_mode", "loss_scale_factor"}
+)
+
+
 def check_rl_names(cfg: Config) -> None:
     """Registry names are checked before any model is loaded."""
     get_advantage_estimator(cfg.algorithm.adv_estimator)
-    get_policy_loss(cfg.actor.policy_loss.loss_mode)
+    mode = cfg.actor.policy_loss.loss_mode
+    params = inspect.signature(get_policy_loss(mode)).parameters
+    # A registered loss may need inputs the actor does not have (dpo needs ref_logprob and pairs):
+    # refuse it here rather than with a TypeError after the first rollout.
+    given = _ACTOR_LOSS_ARGS | set(_loss_options(cfg))
+    missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in given]
+    if "loss_scale_factor" not in params:
+        missing.append("loss_scale_factor (as an option)")
+    if missing:
+        raise ConfigError(
+            f"actor.policy_loss.loss_mode={mode}: not usable as the RL actor's loss (it needs "
+            f"{', '.join(missing)}, which the actor does not pass); pick a policy-gradient loss such as "
+            "vanilla, gspo or cispo, or train with its own algorithm.kind"
+        )
     if cfg.algorithm.adv_estimator == "remax":
         raise ConfigError(
             "algorithm.adv_estimator=remax: not implemented yet in the trainer (it needs a greedy baseline "
@@ -103,7 +132,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
         optimizer,
         scheduler,
         ActorSettings(
-            temperature=cfg.rollout.temperature,
+            temperature=policy_temperature(cfg),
             loss_mode=a.policy_loss.loss_mode,
             loss_options=_loss_options(cfg),
             loss_agg_mode=a.loss_agg_mode,
@@ -121,16 +150,19 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
             seed=seed,
         ),
     )
+    # EOS ids come from the model's generation_config (Qwen-style: <|im_end|> and <|endoftext|>).
     # The engine shares the actor's module: same process, same dtype, so a copy would only cost
     # memory and a per-step state-dict copy. The version check still catches a missed sync.
     engine = HFEngine(
-        policy, eos_token_ids=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, copy_weights=False, seed=seed
+        policy, eos_token_ids=None, pad_token_id=tokenizer.pad_token_id, copy_weights=False, seed=seed
     )
     reference = None
     if a.use_kl_loss or cfg.algorithm.use_kl_in_reward:
         ref_model = copy.deepcopy(policy)
+        # ref.log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu are null: follow the actor's packing.
         reference = ReferencePolicy(
-            ref_model, temperature=cfg.rollout.temperature, micro_batch_size=cfg.ref.log_prob_micro_batch_size_per_gpu
+            ref_model, temperature=policy_temperature(cfg), micro_batch_size=cfg.ref.log_prob_micro_batch_size_per_gpu,
+            max_tokens=a.ppo_max_token_len_per_gpu if a.use_dynamic_bsz else None,
         )
     critic = None
     if uses_critic(cfg):

@@ -33,6 +33,7 @@ from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.data import SFTExample, build_sft_dataset, collate_sft, make_sampler, pad_token_id
 from posttrain.models.loading import causal_lm_from_config, tokenizer_from_config
+from posttrain.models.quiet import quiet_transformers
 from posttrain.optim import build_optimizer, build_scheduler
 from posttrain.tracking import Trackers
 from posttrain.trainer.sequence_logprobs import sequence_logprobs
@@ -152,29 +153,33 @@ def evaluate(model: nn.Module, objective: Objective, examples: Sequence[Any], mi
 
 def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objective, train_set: Sequence[Any],
         val_set: Sequence[Any] | None, derived: Derived, trackers: Trackers) -> StageResult:
-    """The supervised loop shared by SFT and DPO: train, validate on cadence, save the final policy."""
+    """The supervised loop shared by SFT and DPO: train, validate on cadence, save the final policy.
+    With trainer.val_only it validates the starting policy and saves it unchanged (0 steps)."""
     cfg = ctx.cfg
     optimizer, scheduler = build_optimization(cfg, model, derived)
     sampler = make_sampler(cfg.data, len(train_set))
     micro = MicroBatching.from_config(cfg)
-    total = derived.total_training_steps or 0
-    val_examples = [val_set[k] for k in range(len(val_set))] if val_set is not None else None
+    total = 0 if cfg.trainer.val_only else derived.total_training_steps or 0
+    val_examples = [val_set[k] for k in range(len(val_set))] if val_set is not None else []
     freq = cfg.trainer.test_freq
     last: dict[str, float] = {}
     try:
-        if val_examples and cfg.trainer.val_before_train:
-            trackers.log(evaluate(model, objective, val_examples, micro), ctx.step_offset)
+        if val_examples and (cfg.trainer.val_before_train or cfg.trainer.val_only):
+            last = evaluate(model, objective, val_examples, micro)
+            trackers.log(last, ctx.step_offset)
         for step in range(1, total + 1):
             examples = [train_set[k] for k in sampler.next_batch()]
             last = train_step(model, optimizer, scheduler, objective, examples, micro, cfg.actor.grad_clip)
+            last["training/epoch"] = float(sampler.epoch)
             if val_examples and ((freq > 0 and step % freq == 0) or step == total):
                 last.update(evaluate(model, objective, val_examples, micro))
             trackers.log(last, ctx.step_offset + step)
     finally:
         trackers.close()
     out = final_model_dir(ctx)
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    with quiet_transformers():
+        model.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
     return StageResult(final_model=out, last_metrics=last, steps=total)
 
 

@@ -53,7 +53,13 @@ def open_stage(ctx: StageContext, train_size: int) -> tuple[Derived, Trackers]:
     config into the stage directory, and build the trackers. Called once by every runner."""
     derived = derive(ctx.cfg, train_size)
     save_resolved(ctx.cfg, ctx.run_dir, derived)
-    trackers = build_trackers(list(ctx.cfg.trainer.logger), ctx.run_dir, derived.total_training_steps)
+    trackers = build_trackers(
+        list(ctx.cfg.trainer.logger),
+        ctx.run_dir,
+        derived.total_training_steps,
+        step_offset=ctx.step_offset,
+        label=None if ctx.name == "main" else ctx.name,
+    )
     return derived, trackers
 
 

@@ -147,3 +147,79 @@ def test_real_schema_rules_are_wired():
         load_config(None, batch_overrides() + ["actor.clip_ratio_c=0.5"])
     with pytest.raises(ConfigError, match=r"rollout\.val_kwargs\.temperature"):
         load_config(None, batch_overrides() + ["rollout.val_kwargs.do_sample=true", "rollout.val_kwargs.temperature=0"])
+
+
+# algorithm.kind sft/dpo: one step is data.train_batch_size sequences (pairs); no rollout, no critic.
+
+
+def supervised(kind, batch=64, micro=16, *extra):
+    return [f"algorithm.kind={kind}", f"data.train_batch_size={batch}", f"actor.ppo_micro_batch_size_per_gpu={micro}", *extra]
+
+
+def supervised_problems(kind, *args) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, supervised(kind, *args))
+    return info.value.problems
+
+
+@pytest.mark.parametrize("kind", ["sft", "dpo"])
+def test_supervised_kinds_ignore_the_rl_only_rules(kind):
+    # Each of these alone is refused for RL (see the tests above); none concerns SFT or DPO.
+    rl_only = [
+        "actor.ppo_mini_batch_size=3",  # does not divide the prompts
+        "rollout.n=7",
+        "critic.ppo_mini_batch_size=5",
+        "algorithm.adv_estimator=gae",
+        "rollout.val_kwargs.do_sample=true",
+        "rollout.val_kwargs.temperature=0",
+    ]
+    with pytest.raises(ConfigError):
+        load_config(None, batch_overrides(mini=3))
+    cfg = load_config(None, supervised(kind, 64, 16, *rl_only))
+    assert cfg.algorithm.kind == kind
+
+
+def test_sft_micro_batch_must_divide_the_batch():
+    assert supervised_problems("sft", 64, 24) == [
+        "actor.ppo_micro_batch_size_per_gpu (24) does not divide the per-device batch of 64 sequences "
+        "(data.train_batch_size 64 / 1 device, algorithm.kind sft); use one of 1, 2, 4, 8, 16, 32, 64"
+    ]
+
+
+def test_dpo_micro_batch_counts_pairs_per_device():
+    # 32 pairs over 4 devices is 8 per device; a micro-batch of 16 cannot divide it
+    assert supervised_problems("dpo", 32, 16, "cluster.n_gpus_per_node=4") == [
+        "actor.ppo_micro_batch_size_per_gpu (16) does not divide the per-device batch of 8 pairs "
+        "(data.train_batch_size 32 / 4 devices, algorithm.kind dpo); use one of 1, 2, 4, 8"
+    ]
+    load_config(None, supervised("dpo", 32, 8, "cluster.n_gpus_per_node=4"))
+
+
+def test_supervised_batch_must_split_over_devices():
+    assert supervised_problems("sft", 30, 5, "cluster.n_gpus_per_node=4") == [
+        "data.train_batch_size (30) sequences per step cannot be split evenly over 4 devices "
+        "(cluster.nnodes 1 × cluster.n_gpus_per_node 4); make it a multiple of 4"
+    ]
+
+
+def test_supervised_token_budget_must_hold_a_sequence_or_a_pair():
+    budget = ["actor.use_dynamic_bsz=true", "data.max_length=600", "actor.ppo_max_token_len_per_gpu=1000"]
+    load_config(None, supervised("sft", 64, 24, *budget))  # packing by tokens: the count rule is off
+    assert supervised_problems("dpo", 64, 16, *budget) == [
+        "actor.ppo_max_token_len_per_gpu (1000) is smaller than one pair (chosen + rejected, 2 × "
+        "data.max_length 600 = 1200); raise it to at least 1200"
+    ]
+    assert supervised_problems("sft", 64, 16, "actor.use_dynamic_bsz=true", "data.max_length=2000",
+                               "actor.ppo_max_token_len_per_gpu=1000") == [
+        "actor.ppo_max_token_len_per_gpu (1000) is smaller than one sequence (data.max_length 2000); "
+        "raise it to at least 2000"
+    ]
+
+
+def test_dpo_label_smoothing_needs_the_sigmoid_loss():
+    load_config(None, supervised("dpo", 64, 16, "algorithm.dpo.label_smoothing=0.1"))
+    load_config(None, supervised("sft", 64, 16, "algorithm.dpo.label_smoothing=0.1", "algorithm.dpo.loss_type=ipo"))
+    assert supervised_problems("dpo", 64, 16, "algorithm.dpo.label_smoothing=0.1", "algorithm.dpo.loss_type=hinge") == [
+        "algorithm.dpo.label_smoothing (0.1) only applies to algorithm.dpo.loss_type sigmoid, not hinge; "
+        "set it to 0 or use loss_type sigmoid"
+    ]

@@ -121,3 +121,30 @@ def test_derived_is_a_frozen_record():
     d = Derived(1, 1, 1, 0, 0, 2, 1)
     with pytest.raises(AttributeError):
         d.world_size = 2  # type: ignore[misc]
+
+
+def test_plan_of_sft_counts_sequences_and_micro_batches():
+    cfg = load_config(None, ["algorithm.kind=sft", "data.train_batch_size=64", "actor.ppo_micro_batch_size_per_gpu=16",
+                             "data.max_length=256", "trainer.total_epochs=2", "actor.optim.lr_warmup_steps=5"])
+    assert format_plan(cfg, derive(cfg, 1000)).splitlines() == [
+        "sequences per step           64   (data.train_batch_size; algorithm.kind sft: no rollout)",
+        "  micro-batches/step          4   (64 sequences / actor.ppo_micro_batch_size_per_gpu 16; gradients accumulate over them)",
+        "  optimizer steps per step    1   (the loss is normalised over the whole batch)",
+        "steps per epoch              15   (1000 rows / data.train_batch_size 64, last partial batch dropped)",
+        "total training steps         30   (× trainer.total_epochs 2)",
+        "actor LR warm-up steps        5   (actor.optim.lr_warmup_steps)",
+        "max sequence length         256   (data.max_length tokens)",
+    ]
+
+
+def test_plan_of_dpo_counts_pairs_per_device():
+    cfg = load_config(None, ["algorithm.kind=dpo", "data.train_batch_size=32", "actor.ppo_micro_batch_size_per_gpu=4",
+                             "cluster.n_gpus_per_node=2", "rollout.n=8", "actor.ppo_mini_batch_size=3"])
+    text = format_plan(cfg, derive(cfg, None), size_note="no data files")
+    assert text.splitlines()[:3] == [
+        "pairs per step                32   (data.train_batch_size; algorithm.kind dpo: no rollout)",
+        "  pairs per device            16   (32 / 2 devices)",
+        "  micro-batches/step           4   (16 pairs / actor.ppo_micro_batch_size_per_gpu 4; gradients accumulate over them)",
+    ]
+    assert "rollout" not in text.replace("no rollout", "") and "mini-batch" not in text
+    assert text.splitlines()[-1] == "max sequence length         1024   (data.max_length tokens per side of a pair)"

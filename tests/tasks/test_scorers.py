@@ -31,7 +31,7 @@ def test_doctests(module):
         ("13359<|im_end|>", "13359"),
         ("13359<|im_end|>\n<|endoftext|><|endoftext|>", "13359"),
         ("  13359 \n", "13359"),
-        ("\n13359\nextra", "13359"),
+        ("\n13359\nextra", "13359\nextra"),
         ("13359<|endoftext|>99", "13359"),
         ("<|im_end|>13359", ""),
         ("", ""),

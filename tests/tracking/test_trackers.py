@@ -38,3 +38,11 @@ def test_unknown_and_unsupported_trackers_are_refused(tmp_path):
         build_trackers(["tensorbord"], tmp_path, None)
     with pytest.raises(ConfigError, match="'wandb' is not implemented yet"):
         build_trackers(["wandb"], tmp_path, None)
+
+
+def test_console_shows_stage_local_steps_with_label():
+    out = io.StringIO()
+    times = iter([0.0, 5.0])
+    tracker = ConsoleTracker(total_steps=10, stream=out, clock=lambda: next(times), step_offset=30, label="grpo")
+    tracker.log({"critic/score/mean": 0.25}, 31)
+    assert out.getvalue().splitlines() == ["[grpo] step 1/10 | score 0.25 | eta 0m45s"]

@@ -1,0 +1,133 @@
+"""Wiring of the RL roles from the config: sampling parameters, loss options, names, role settings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posttrain.algorithms import get_policy_loss, policy_loss_names, policy_loss_options
+from posttrain.config.derive import derive
+from posttrain.config.load import load_config
+from posttrain.errors import ConfigError
+from posttrain.models.loading import tokenizer_from_config
+from posttrain.models.tiny import make_tiny_model
+from posttrain.rollout import SamplingParams
+from posttrain.trainer.rl_build import _loss_options, build_roles, check_rl_names, sampling_params
+
+
+def cfg(*overrides):
+    return load_config(None, list(overrides))
+
+
+def test_sampling_params_defaults_sample_for_training_and_decode_greedily_for_validation():
+    train, val = sampling_params(cfg(), tokenizer=None)  # val_kwargs.temperature defaults to 0: accepted
+    assert train == SamplingParams(temperature=1.0, top_k=-1, top_p=1.0, do_sample=True, n=1, max_new_tokens=512)
+    assert val.do_sample is False and val.n == 1 and val.max_new_tokens == 512
+    assert val.temperature == 1.0  # 0 would be refused by SamplingParams; greedy ignores it anyway
+
+
+def test_sampling_params_map_rollout_and_val_kwargs():
+    train, val = sampling_params(
+        cfg(
+            "rollout.n=4", "rollout.temperature=0.7", "rollout.top_k=5", "rollout.top_p=0.9",
+            "rollout.response_length=32", "rollout.ignore_eos=true", "rollout.repetition_penalty=1.2",
+            "rollout.val_kwargs.do_sample=true", "rollout.val_kwargs.temperature=0.6",
+            "rollout.val_kwargs.n=2", "rollout.val_kwargs.top_p=0.8", "rollout.val_kwargs.top_k=3",
+        ),
+        tokenizer=None,
+    )
+    assert train == SamplingParams(
+        temperature=0.7, top_k=5, top_p=0.9, do_sample=True, n=4, max_new_tokens=32, ignore_eos=True,
+        repetition_penalty=1.2,
+    )
+    assert val == SamplingParams(
+        temperature=0.6, top_k=3, top_p=0.8, do_sample=True, n=2, max_new_tokens=32, ignore_eos=True,
+        repetition_penalty=1.2,
+    )
+
+
+def test_greedy_training_rollouts_accept_temperature_zero():
+    train, _ = sampling_params(cfg("rollout.do_sample=false", "rollout.temperature=0"), tokenizer=None)
+    assert train.do_sample is False and train.temperature == 1.0
+
+
+def test_loss_options_pass_only_what_the_loss_accepts():
+    vanilla = _loss_options(cfg())
+    assert vanilla == {"clip_ratio": 0.2, "clip_ratio_low": None, "clip_ratio_high": None, "clip_ratio_c": 3.0}
+    assert _loss_options(cfg("actor.dual_clip=false"))["clip_ratio_c"] is None
+    gspo = _loss_options(cfg("actor.policy_loss.loss_mode=gspo", "actor.clip_ratio_low=0.0003", "actor.clip_ratio_high=0.0004"))
+    assert gspo == {"clip_ratio": 0.2, "clip_ratio_low": 0.0003, "clip_ratio_high": 0.0004}
+    cov = _loss_options(cfg("actor.policy_loss.loss_mode=clip_cov", "actor.policy_loss.clip_cov_ratio=0.01"))
+    assert cov["clip_cov_ratio"] == 0.01 and "kl_cov_ratio" not in cov
+
+
+@pytest.mark.parametrize("mode", policy_loss_names())
+def test_every_registered_loss_accepts_what_the_actor_passes(mode):
+    """The actor calls loss(old_logprob=, logprob=, advantages=, response_mask=, loss_scale_factor=,
+    loss_agg_mode=, **_loss_options(cfg)); that must work for every loss a user can choose."""
+    c = cfg(f"actor.policy_loss.loss_mode={mode}")
+    if mode == "dpo":  # needs ref_logprob and chosen/rejected pairs: refused before any model loads
+        with pytest.raises(ConfigError, match=r"loss_mode=dpo.*ref_logprob"):
+            check_rl_names(c)
+        return
+    check_rl_names(c)
+    options = _loss_options(c)
+    assert set(options) <= policy_loss_options(mode)
+    g = torch.Generator().manual_seed(0)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    logprob = (-torch.rand(2, 3, generator=g)).requires_grad_()
+    out = get_policy_loss(mode)(
+        old_logprob=-torch.rand(2, 3, generator=g), logprob=logprob, advantages=torch.randn(2, 3, generator=g),
+        response_mask=mask, loss_agg_mode="token-mean", loss_scale_factor=None, **options,
+    )
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and torch.isfinite(logprob.grad).all()
+
+
+def test_check_rl_names_rejects_unknown_names_with_the_key():
+    check_rl_names(cfg())
+    with pytest.raises(ConfigError, match=r"algorithm\.adv_estimator.*'grpoo'.*did you mean 'grpo'"):
+        check_rl_names(cfg("algorithm.adv_estimator=grpoo"))
+    with pytest.raises(ConfigError, match=r"actor\.policy_loss\.loss_mode.*'vanila'"):
+        check_rl_names(cfg("actor.policy_loss.loss_mode=vanila"))
+    with pytest.raises(ConfigError, match=r"algorithm\.adv_estimator=remax"):
+        check_rl_names(cfg("algorithm.adv_estimator=remax"))
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("rlb") / "model", layers=1, hidden=32, heads=4, seed=0)
+
+
+def roles(tiny_dir, *overrides):
+    c = cfg(
+        f"model.path={tiny_dir}", "data.train_batch_size=4", "data.max_response_length=16", "rollout.n=2",
+        "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=2",
+        "critic.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2", *overrides,
+    )
+    return build_roles(c, derive(c, 8), tokenizer_from_config(c.model))
+
+
+def test_build_roles_grpo_without_kl(tiny_dir):
+    r = roles(tiny_dir, "rollout.temperature=0.7")
+    s = r.actor.s
+    assert r.critic is None and r.reference is None
+    assert r.engine.model is r.actor.model  # shared module, no copy
+    assert (s.temperature, s.mini_batch_size, s.micro_batch_size) == (0.7, 4, 2)  # 2 prompts x n = 2
+    assert s.loss_scale_factor is None and s.max_tokens_per_micro_batch is None and s.grad_clip == 1.0
+
+
+def test_build_roles_gae_with_kl_loss_and_token_budget(tiny_dir):
+    r = roles(
+        tiny_dir, "algorithm.adv_estimator=gae", "actor.use_kl_loss=true", "actor.loss_agg_mode=seq-mean-token-sum-norm",
+        "actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=600", "critic.cliprange_value=0.3",
+        "rollout.do_sample=false", "rollout.temperature=0",
+    )
+    s = r.actor.s
+    assert s.loss_scale_factor == 16.0  # the response length, fixed for every micro-batch
+    assert s.max_tokens_per_micro_batch == 600 and s.use_kl_loss
+    assert s.temperature == 1.0 and r.reference.temperature == 1.0  # greedy at temperature 0
+    assert r.reference.max_tokens == 600  # the reference follows the actor's token packing
+    assert r.reference.model is not r.actor.model
+    assert all(torch.equal(a, b) for a, b in zip(r.reference.model.parameters(), r.actor.model.parameters()))
+    assert r.critic is not None and r.critic.s.cliprange_value == 0.3 and r.critic.s.mini_batch_size == 4

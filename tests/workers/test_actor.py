@@ -1,0 +1,211 @@
+"""The actor: recomputed log-probs, micro-batch-invariant PPO gradients, versions, LR steps, clipping."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from posttrain.records import PromptBatch
+from posttrain.rollout import HFEngine, SamplingParams
+from posttrain.workers import Actor, ReferencePolicy
+from worker_helpers import (
+    LENGTHS,
+    NoSchedule,
+    actor_settings,
+    assert_same_grads,
+    flat,
+    grads,
+    make_batch,
+    noisy,
+    sgd_actor,
+)
+
+B = len(LENGTHS)
+# seq-mean-token-sum-norm gets a fixed constant: with None it would divide by each micro-batch's
+# trimmed width, which is a different number per split (rl_build always passes the response length).
+AGG_MODES = [
+    ("token-mean", None),
+    ("seq-mean-token-sum", None),
+    ("seq-mean-token-mean", None),
+    ("seq-mean-token-sum-norm", 16.0),
+]
+# Token budget 20: rows cost (longest prompt + longest response) x rows, so 1-2 rows per micro-batch.
+SPLITS = {
+    "micro1": dict(micro_batch_size=1),
+    "micro3": dict(micro_batch_size=3),
+    "budget": dict(max_tokens_per_micro_batch=20),
+    "micro2-shuffled": dict(micro_batch_size=2, shuffle=True),
+}
+LOSS_TERMS = dict(use_kl_loss=True, kl_loss_coef=0.3, kl_loss_type="low_var_kl", entropy_coeff=0.05)
+
+
+def prepared_batch(model):
+    """A batch with old log-probs off the current policy (so ratios clip), advantages and ref log-probs."""
+    batch = make_batch(model.config.vocab_size)
+    mask = batch.response_mask
+    current = sgd_actor(model).compute_logprobs(batch)
+    batch.old_logprobs = noisy(current, mask, 0.3, seed=1)
+    batch.ref_logprobs = noisy(current, mask, 0.5, seed=2)
+    g = torch.Generator().manual_seed(3)
+    batch.advantages = torch.randn(mask.shape, generator=g) * mask  # (B, T)
+    return batch
+
+
+def grads_after_update(base, batch, **settings):
+    model = copy.deepcopy(base)
+    actor = sgd_actor(model, lr=0.0, **settings)
+    metrics = actor.update(batch)
+    return grads(model), metrics
+
+
+@pytest.mark.parametrize("mode,scale", AGG_MODES)
+def test_gradient_does_not_depend_on_the_micro_batch_split(policy, mode, scale):
+    batch = prepared_batch(policy)
+    common = dict(loss_agg_mode=mode, loss_scale_factor=scale, **LOSS_TERMS)
+    full, full_metrics = grads_after_update(policy, batch, micro_batch_size=B, **common)
+    assert sum(float(g.abs().sum()) for g in full.values()) > 1e-3  # a real gradient, not all zeros
+    assert full_metrics["actor/pg_clipfrac"] > 0  # the clipped branch is exercised
+    for name, split in SPLITS.items():
+        got, metrics = grads_after_update(policy, batch, **common, **split)
+        assert_same_grads(full, got)
+        # Loss metrics are weighted by the same shares, so they add up to the full mini-batch's.
+        for key in ("actor/pg_loss", "actor/entropy", "actor/kl_loss"):
+            assert metrics[key] == pytest.approx(full_metrics[key], rel=1e-5, abs=1e-7), (name, key)
+
+
+def test_split_invariance_check_catches_unweighted_accumulation(policy, monkeypatch):
+    """The test above has teeth: weighting micro-batches by their row share (wrong for token-mean
+    with rows of different lengths) changes the gradient far beyond its tolerance."""
+    batch = prepared_batch(policy)
+    full, _ = grads_after_update(policy, batch, micro_batch_size=B)
+    monkeypatch.setattr("posttrain.workers.actor.micro_weight", lambda mask, total, mode: mask.shape[0] / B)
+    wrong, _ = grads_after_update(policy, batch, micro_batch_size=1)
+    with pytest.raises(AssertionError):
+        assert_same_grads(full, wrong)
+
+
+def test_full_batch_gradient_is_that_of_the_documented_loss(policy):
+    """loss = pg - entropy_coeff * entropy + kl_coef * kl, each aggregated with loss_agg_mode."""
+    from posttrain.algorithms import aggregate_loss, kl_penalty, ppo_clip_loss
+    from posttrain.modeling import batch_logprobs
+
+    batch = prepared_batch(policy)
+    got, _ = grads_after_update(policy, batch, loss_agg_mode="seq-mean-token-mean", **LOSS_TERMS)
+    model = copy.deepcopy(policy)
+    out = batch_logprobs(model, batch, with_entropy=True)
+    mask, agg = batch.response_mask, "seq-mean-token-mean"
+    pg = ppo_clip_loss(
+        old_logprob=batch.old_logprobs, logprob=out.logprobs, advantages=batch.advantages, response_mask=mask,
+        loss_agg_mode=agg, clip_ratio=0.2, clip_ratio_c=3.0,
+    ).loss
+    ent = aggregate_loss(out.entropy, mask, agg)
+    kl = aggregate_loss(kl_penalty(out.logprobs, batch.ref_logprobs, "low_var_kl"), mask, agg)
+    (pg - 0.05 * ent + 0.3 * kl).backward()
+    assert_same_grads(grads(model), got)
+
+
+def test_compute_logprobs_equals_rollout_logprobs(policy):
+    engine = HFEngine(policy, eos_token_ids=[], pad_token_id=0, copy_weights=False, seed=3)
+    ids = torch.tensor([[0, 0, 11, 12, 13], [21, 22, 23, 24, 25], [0, 0, 0, 0, 31]])
+    prompts = PromptBatch(ids, (ids > 0).float(), uid=["a", "b", "c"])
+    # Stop ids make responses end at different lengths, so padding and trimming are exercised.
+    params = SamplingParams(temperature=0.7, n=3, max_new_tokens=10, stop_token_ids=tuple(range(3, 40)))
+    out = engine.generate(prompts, params, expected_version=0)
+    lengths = out.response_mask.sum(1)
+    assert len(set(lengths.tolist())) >= 3 and lengths.min() >= 1
+    for split in (dict(micro_batch_size=9), dict(micro_batch_size=2), dict(max_tokens_per_micro_batch=30)):
+        actor = sgd_actor(policy, temperature=0.7, **split)
+        recomputed = actor.compute_logprobs(out)
+        assert recomputed.shape == out.rollout_logprobs.shape
+        torch.testing.assert_close(recomputed, out.rollout_logprobs, atol=1e-5, rtol=0)
+        assert policy.training  # the actor's train mode is restored
+    # Log-probs are of logits / temperature: the wrong temperature gives different numbers.
+    wrong = sgd_actor(policy, temperature=1.0, micro_batch_size=9).compute_logprobs(out)
+    assert (wrong - out.rollout_logprobs).abs().max() > 1e-2
+
+
+def test_update_runs_on_the_trainers_inference_mode_tensors(policy):
+    """old/ref log-probs come out of torch.inference_mode; the update must accept them as they are."""
+    batch = make_batch(policy.config.vocab_size)
+    ref = ReferencePolicy(copy.deepcopy(policy), temperature=1.0, micro_batch_size=3)
+    actor = sgd_actor(policy, lr=1e-2, **LOSS_TERMS, loss_agg_mode="token-mean")
+    batch.old_logprobs = actor.compute_logprobs(batch)
+    batch.ref_logprobs = ref.compute_logprobs(batch)
+    batch.advantages = torch.linspace(-1, 1, B).unsqueeze(1) * batch.response_mask
+    before = flat(policy)
+    metrics = actor.update(batch)
+    assert (flat(policy) - before).abs().max() > 0
+    # At the first step pi == pi_old == pi_ref: no clipping, zero KL, unit ratio.
+    assert metrics["actor/pg_clipfrac"] == 0.0
+    assert metrics["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_version_counts_optimizer_steps_and_scheduler_counts_updates(policy):
+    batch = prepared_batch(policy)
+    sched = NoSchedule()
+    # 7 rows in mini-batches of 3 -> 3 optimizer steps per epoch, 2 epochs.
+    actor = sgd_actor(policy, lr=1e-3, scheduler=sched, ppo_epochs=2, mini_batch_size=3, micro_batch_size=2)
+    assert actor.version == 0
+    actor.update(batch)
+    assert actor.version == 6 and sched.steps == 1
+    actor.update(batch)
+    assert actor.version == 12 and sched.steps == 2
+
+
+def test_lr_scheduler_steps_once_per_update(policy):
+    batch = prepared_batch(policy)
+    opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5**step)
+    actor = Actor(policy, opt, sched, actor_settings(ppo_epochs=2, mini_batch_size=2))
+    metrics = actor.update(batch)
+    assert metrics["actor/lr"] == pytest.approx(0.1)  # every optimizer step of the update ran at 0.1
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.05)
+    assert actor.update(batch)["actor/lr"] == pytest.approx(0.05)
+
+
+def test_grad_clip_bounds_the_step_and_reports_the_norm_before_clipping(policy):
+    batch = prepared_batch(policy)
+    full, metrics = grads_after_update(policy, batch)
+    norm = float(torch.sqrt(sum((g.double() ** 2).sum() for g in full.values())))
+    assert metrics["actor/grad_norm"] == pytest.approx(norm, rel=1e-5)
+
+    clip = norm / 10
+    model = copy.deepcopy(policy)
+    before = flat(model)
+    clipped = sgd_actor(model, lr=1.0, grad_clip=clip).update(batch)
+    step = float((flat(model) - before).norm())
+    assert clipped["actor/grad_norm"] == pytest.approx(norm, rel=1e-5)  # pre-clip norm
+    assert step == pytest.approx(clip, rel=1e-4)  # SGD at lr 1 moves by exactly the clipped gradient
+
+    model = copy.deepcopy(policy)
+    before = flat(model)
+    sgd_actor(model, lr=1.0, grad_clip=None).update(batch)
+    assert float((flat(model) - before).norm()) == pytest.approx(norm, rel=1e-4)
+
+
+def test_update_refuses_incomplete_batches(policy):
+    batch = prepared_batch(policy)
+    actor = sgd_actor(policy)
+    for field in ("old_logprobs", "advantages"):
+        incomplete = copy.copy(batch)
+        setattr(incomplete, field, None)
+        with pytest.raises(ValueError, match="old_logprobs and advantages"):
+            actor.update(incomplete)
+    no_ref = copy.copy(batch)
+    no_ref.ref_logprobs = None
+    with pytest.raises(ValueError, match="use_kl_loss needs ref_logprobs"):
+        sgd_actor(policy, use_kl_loss=True, kl_loss_coef=0.1).update(no_ref)
+    assert actor.version == 0
+    sgd_actor(policy).update(no_ref)  # without the KL loss, ref log-probs are not needed
+
+
+def test_kl_loss_and_entropy_coeff_change_the_gradient(policy):
+    batch = prepared_batch(policy)
+    plain, _ = grads_after_update(policy, batch)
+    for extra in (dict(entropy_coeff=0.05), dict(use_kl_loss=True, kl_loss_coef=0.3)):
+        other, _ = grads_after_update(policy, batch, **extra)
+        with pytest.raises(AssertionError):
+            assert_same_grads(plain, other)

@@ -1,0 +1,62 @@
+"""Mini/micro-batch cutting and the weights that make gradient accumulation exact."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posttrain.algorithms import aggregate_loss
+from posttrain.workers.microbatch import micro_batches, micro_weight, mini_batches, normaliser
+from worker_helpers import LENGTHS, make_batch
+
+MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])  # 4 tokens, 2 non-empty rows
+
+
+def test_normaliser_counts_tokens_or_non_empty_sequences():
+    assert normaliser(MASK, "token-mean") == 4.0
+    for mode in ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        assert normaliser(MASK, mode) == 2.0
+
+
+def test_micro_weights_are_shares_of_the_mini_batch():
+    assert micro_weight(MASK[:1], 4.0, "token-mean") == 0.75
+    assert micro_weight(MASK[1:], 4.0, "token-mean") == 0.25
+    assert micro_weight(MASK[:1], 2.0, "seq-mean-token-mean") == 0.5
+    assert micro_weight(MASK[2:], 2.0, "seq-mean-token-mean") == 0.0  # an all-padding row weighs nothing
+    assert micro_weight(MASK[2:], 0.0, "token-mean") == 0.0  # an empty mini-batch, no division by zero
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_weighted_micro_losses_add_up_to_the_mini_batch_loss(mode):
+    g = torch.Generator().manual_seed(0)
+    loss_mat = torch.randn(3, 3, generator=g)
+    full = aggregate_loss(loss_mat, MASK, mode, loss_scale_factor=4.0)
+    total = normaliser(MASK, mode)
+    parts = sum(
+        micro_weight(MASK[i : i + 1], total, mode) * aggregate_loss(loss_mat[i : i + 1], MASK[i : i + 1], mode, loss_scale_factor=4.0)
+        for i in range(3)
+    )
+    assert float(parts) == pytest.approx(float(full), rel=1e-6)
+
+
+def test_mini_batches_cover_every_row_once():
+    batch = make_batch(50)
+    plain = mini_batches(batch, 3, shuffle=False, generator=None)
+    assert [len(m) for m in plain] == [3, 3, 1]
+    assert torch.equal(torch.cat([m.response_ids for m in plain]), batch.response_ids)
+    g = torch.Generator().manual_seed(0)
+    first, second = (mini_batches(batch, 7, shuffle=True, generator=g)[0] for _ in range(2))
+    assert sorted(first.group_index) == sorted(batch.group_index)
+    assert first.response_ids.tolist() != second.response_ids.tolist()  # a fresh permutation per call
+
+
+def test_micro_batches_trim_and_respect_the_token_budget():
+    batch = make_batch(50)
+    by_rows = micro_batches(batch, size=2, max_tokens=None)
+    assert [len(m) for m in by_rows] == [2, 2, 2, 1]
+    assert by_rows[-1].response_ids.shape[1] == LENGTHS[-1][1]  # trimmed to its own width
+    packed = micro_batches(batch, size=None, max_tokens=12)
+    assert sum(len(m) for m in packed) == len(batch)
+    for m in packed:
+        assert len(m) * (m.prompt_ids.shape[1] + m.response_ids.shape[1]) <= 12
+    assert len(micro_batches(batch, size=None, max_tokens=None)) == 1

@@ -1,0 +1,123 @@
+"""Builders shared by the worker tests (a module name no other test folder uses).
+
+The batches are hand-made so that every row has a different prompt and response length: the
+micro-batch arithmetic is only tested when trimming and token packing change the shapes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posttrain.records import RolloutBatch
+from posttrain.workers import Actor, ActorSettings, Critic, CriticSettings
+
+# (prompt length, response length) per row: all different, two rows with a long response.
+LENGTHS = [(3, 5), (5, 2), (2, 7), (4, 1), (1, 6), (5, 4), (3, 3)]
+P_MAX, T_MAX = 5, 7
+
+
+def make_batch(vocab: int, lengths=LENGTHS, seed: int = 0) -> RolloutBatch:
+    """Left-padded prompts and right-padded responses with random ids; padding ids are 0."""
+    g = torch.Generator().manual_seed(seed)
+    B = len(lengths)
+    P = max(p for p, _ in lengths)
+    T = max(t for _, t in lengths)
+    prompt_ids = torch.zeros(B, P, dtype=torch.long)  # (B, P)
+    prompt_mask = torch.zeros(B, P)  # (B, P)
+    response_ids = torch.zeros(B, T, dtype=torch.long)  # (B, T)
+    response_mask = torch.zeros(B, T)  # (B, T)
+    for i, (p, t) in enumerate(lengths):
+        prompt_ids[i, P - p :] = torch.randint(3, vocab, (p,), generator=g)
+        prompt_mask[i, P - p :] = 1.0
+        response_ids[i, :t] = torch.randint(3, vocab, (t,), generator=g)
+        response_mask[i, :t] = 1.0
+    return RolloutBatch(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=response_ids,
+        response_mask=response_mask,
+        rollout_logprobs=torch.zeros(B, T),
+        weights_version=torch.zeros(B, dtype=torch.long),
+        group_index=[f"g{i // 2}" for i in range(B)],
+        data_source=["toy"] * B,
+        ground_truth=[None] * B,
+        extra_info=[{} for _ in range(B)],
+        raw_prompt=[""] * B,
+    )
+
+
+def noisy(t: torch.Tensor, mask: torch.Tensor, scale: float, seed: int) -> torch.Tensor:
+    """`t` plus Gaussian noise on valid positions (so PPO ratios differ from 1 and clipping binds)."""
+    g = torch.Generator().manual_seed(seed)
+    return (t + scale * torch.randn(t.shape, generator=g)) * mask
+
+
+class NoSchedule:
+    """A scheduler that counts its steps and changes nothing."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def step(self) -> None:
+        self.steps += 1
+
+
+def actor_settings(**kw) -> ActorSettings:
+    base = dict(
+        temperature=1.0,
+        loss_mode="vanilla",
+        loss_options={"clip_ratio": 0.2, "clip_ratio_c": 3.0},
+        loss_agg_mode="token-mean",
+        loss_scale_factor=None,
+        entropy_coeff=0.0,
+        use_kl_loss=False,
+        kl_loss_coef=0.0,
+        kl_loss_type="low_var_kl",
+        ppo_epochs=1,
+        mini_batch_size=len(LENGTHS),
+        micro_batch_size=len(LENGTHS),
+        max_tokens_per_micro_batch=None,
+        grad_clip=None,
+        shuffle=False,
+    )
+    base.update(kw)
+    return ActorSettings(**base)
+
+
+def sgd_actor(model, lr: float = 0.0, scheduler=None, **kw) -> Actor:
+    """An actor with plain SGD: lr=0 leaves the weights and keeps the last step's gradients in .grad."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    return Actor(model, opt, scheduler or NoSchedule(), actor_settings(**kw))
+
+
+def critic_settings(**kw) -> CriticSettings:
+    base = dict(
+        ppo_epochs=1,
+        mini_batch_size=len(LENGTHS),
+        micro_batch_size=len(LENGTHS),
+        cliprange_value=0.5,
+        grad_clip=None,
+    )
+    base.update(kw)
+    return CriticSettings(**base)
+
+
+def sgd_critic(model, lr: float = 0.0, **kw) -> Critic:
+    return Critic(model, torch.optim.SGD(model.parameters(), lr=lr), NoSchedule(), critic_settings(**kw))
+
+
+def grads(model) -> dict[str, torch.Tensor]:
+    """Every parameter's gradient (zeros where a parameter got none), cloned."""
+    return {
+        n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+        for n, p in model.named_parameters()
+    }
+
+
+def assert_same_grads(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], rtol=1e-4, atol=1e-7) -> None:
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+
+
+def flat(model) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
