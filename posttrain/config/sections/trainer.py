@@ -28,8 +28,8 @@ class TrainerConfig:
     total_training_steps: int | None = param(None, doc="Training steps; null derives it from total_epochs x steps per epoch.", ge=1, refs=["verl:trainer.total_training_steps", "roll:max_steps", "trinity:buffer.total_steps", "trinity:trainer.total_steps"])
     seed: int = param(42, doc="Seed of every random generator of the run (data order, sampling, initialisation).", ge=0, refs=["roll:seed"])
 
-    logger: list[str] = param(factory=lambda: ["console"], doc="Where metrics go: any of console, tensorboard (<run dir>/tensorboard), jsonl (<run dir>/metrics.jsonl).", choices=LOGGERS, refs=["verl:trainer.logger", "roll:track_with", "trinity:monitor.monitor_type"])
-    log_val_generations: int = param(0, doc="Validation (prompt, response, score) examples printed to the loggers each validation.", ge=0, refs=["verl:trainer.log_val_generations"])
+    logger: list[str] = param(factory=lambda: ["console", "jsonl", "tensorboard"], doc="Where metrics go: any of console, tensorboard (<run dir>/tensorboard), jsonl (<run dir>/metrics.jsonl).", choices=LOGGERS, refs=["verl:trainer.logger", "roll:track_with", "trinity:monitor.monitor_type"])
+    log_val_generations: int = param(0, doc="Validation (prompt, response, score) examples appended to <run dir>/val_generations.jsonl each validation.", ge=0, refs=["verl:trainer.log_val_generations"])
     rollout_data_dir: str | None = param(None, doc="Directory for one JSONL file of training rollouts per step; null writes none.", refs=["verl:trainer.rollout_data_dir"])
     validation_data_dir: str | None = param(None, doc="Directory for one JSONL file of validation generations per validation; null writes none.", refs=["verl:trainer.validation_data_dir"])
     test_freq: int = param(-1, doc="Validate every this many steps and after the last; 0 or -1 never validates during training.", ge=-1, refs=["verl:trainer.test_freq", "roll:eval_steps", "trinity:explorer.eval_interval"])
