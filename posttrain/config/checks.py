@@ -184,17 +184,19 @@ def check_dual_clip(cfg: Any) -> list[str]:
 
 def check_val_sampling(cfg: Any) -> list[str]:
     """Sampling at temperature 0 is undefined (division by zero); greedy is do_sample: false.
-    SFT/DPO validate by loss, without sampling, so the rule is RL-only."""
+    Checked for training rollouts and for validation. SFT/DPO do not sample, so the rule is RL-only."""
     if not is_rl(cfg):
         return []
-    do_sample = get_path(cfg, "rollout.val_kwargs.do_sample", None)
-    temperature = get_path(cfg, "rollout.val_kwargs.temperature", None)
-    if do_sample and temperature is not None and temperature <= 0:
-        return [
-            f"rollout.val_kwargs.temperature ({temperature}) must be > 0 when rollout.val_kwargs.do_sample "
-            f"is true; set do_sample: false for greedy validation"
-        ]
-    return []
+    problems = []
+    for prefix, what in (("rollout.val_kwargs", "greedy validation"), ("rollout", "greedy rollouts")):
+        do_sample = get_path(cfg, f"{prefix}.do_sample", None)
+        temperature = get_path(cfg, f"{prefix}.temperature", None)
+        if do_sample and temperature is not None and temperature <= 0:
+            problems.append(
+                f"{prefix}.temperature ({temperature}) must be > 0 when {prefix}.do_sample "
+                f"is true; set do_sample: false for {what}"
+            )
+    return problems
 
 
 def check_dpo_label_smoothing(cfg: Any) -> list[str]:
@@ -210,6 +212,19 @@ def check_dpo_label_smoothing(cfg: Any) -> list[str]:
     return []
 
 
+def check_supervised_loss_agg(cfg: Any) -> list[str]:
+    """SFT averages the loss over trained tokens and DPO over pairs; other aggregations of
+    `actor.loss_agg_mode` are not implemented for them, so a changed value is refused, not ignored."""
+    kind = training_kind(cfg)
+    mode = get_path(cfg, "actor.loss_agg_mode", "token-mean")
+    if kind in ("sft", "dpo") and mode != "token-mean":
+        return [
+            f"actor.loss_agg_mode={mode} is not implemented for algorithm.kind {kind} (it always averages "
+            f"over {'trained tokens' if kind == 'sft' else 'pairs'}); leave it at token-mean for this stage"
+        ]
+    return []
+
+
 CHECKS: list[Callable[[Any], list[str]]] = [
     check_actor_batches,
     check_critic_batches,
@@ -217,6 +232,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_dual_clip,
     check_val_sampling,
     check_dpo_label_smoothing,
+    check_supervised_loss_agg,
 ]
 
 

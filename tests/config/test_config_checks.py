@@ -223,3 +223,19 @@ def test_dpo_label_smoothing_needs_the_sigmoid_loss():
         "algorithm.dpo.label_smoothing (0.1) only applies to algorithm.dpo.loss_type sigmoid, not hinge; "
         "set it to 0 or use loss_type sigmoid"
     ]
+
+
+def test_training_rollout_sampling_needs_positive_temperature():
+    from posttrain.config import load_config
+    from posttrain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"rollout.temperature \(0.0\) must be > 0 when rollout.do_sample is true"):
+        load_config(None, ["rollout.temperature=0.0", "rollout.do_sample=true"])
+    cfg = load_config(None, ["rollout.temperature=0.0", "rollout.do_sample=false"])
+    assert cfg.rollout.temperature == 0.0
+
+
+def test_sft_refuses_a_loss_agg_mode_it_would_ignore():
+    with pytest.raises(ConfigError, match="actor.loss_agg_mode=seq-mean-token-mean is not implemented for algorithm.kind sft"):
+        load_config(None, ["algorithm.kind=sft", "actor.loss_agg_mode=seq-mean-token-mean"])
+    assert load_config(None, ["algorithm.kind=sft"]).actor.loss_agg_mode == "token-mean"
