@@ -153,20 +153,21 @@ class RLTrainer:
             return
         path = Path(directory) / f"{step}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
-        prompts = self.tokenizer.batch_decode(
-            [ids[mask > 0].tolist() for ids, mask in zip(batch.prompt_ids, batch.prompt_mask)], skip_special_tokens=False
-        )
+        prompts = self._prompt_texts(batch)
         with path.open("w", encoding="utf-8") as f:
             for p, t, gt, s, ds in zip(prompts, texts, batch.ground_truth, scores.tolist(), batch.data_source):
                 f.write(json.dumps({"step": step, "data_source": ds, "prompt": p, "response": t, "ground_truth": gt, "score": s}) + "\n")
+
+    def _prompt_texts(self, batch: RolloutBatch) -> list[str]:
+        """Prompts as text, padding removed, chat special tokens kept."""
+        rows = [ids[mask > 0].tolist() for ids, mask in zip(batch.prompt_ids, batch.prompt_mask)]
+        return self.tokenizer.batch_decode(rows, skip_special_tokens=False)
 
     def _log_generations(self, step: int, batch: RolloutBatch, texts: list[str], scores: torch.Tensor) -> None:
         n = self.cfg.trainer.log_val_generations
         if n <= 0:
             return
-        prompts = self.tokenizer.batch_decode(
-            [ids[mask > 0].tolist() for ids, mask in zip(batch.prompt_ids[:n], batch.prompt_mask[:n])], skip_special_tokens=False
-        )
+        prompts = self._prompt_texts(batch[:n])
         with (self.ctx.run_dir / "val_generations.jsonl").open("a", encoding="utf-8") as f:
             for p, t, s in zip(prompts, texts[:n], scores[:n].tolist()):
                 f.write(json.dumps({"step": step, "prompt": p, "response": t, "score": s}) + "\n")

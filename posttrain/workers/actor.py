@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from posttrain.algorithms import aggregate_loss, get_policy_loss, kl_penalty
 from posttrain.modeling import response_logprobs
 from posttrain.records import RolloutBatch
-from posttrain.workers.microbatch import micro_batches, micro_weight, mini_batches, normaliser
+from posttrain.workers.microbatch import clip_and_step, micro_batches, micro_weight, mini_batches, normaliser
 from posttrain.workers.reference import _batched_logprobs
 
 
@@ -107,7 +107,7 @@ class Actor:
             (loss * weight).backward()
             for k, v in parts.items():
                 metrics[k] += v * weight
-        grad_norm = self._clip_and_step()
+        grad_norm = clip_and_step(self.optimizer, self.s.grad_clip)
         metrics["actor/grad_norm"] = grad_norm
         metrics["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         self.version += 1
@@ -148,17 +148,6 @@ class Actor:
             parts["actor/kl_loss"] = float(kl_loss.detach())
             parts["actor/kl_coef"] = self.s.kl_loss_coef
         return loss, parts
-
-    def _clip_and_step(self) -> float:
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        max_norm = self.s.grad_clip if self.s.grad_clip and self.s.grad_clip > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        if not torch.isfinite(torch.tensor(grad_norm)):
-            # A non-finite gradient would poison AdamW's moments for good; skip the step instead.
-            self.optimizer.zero_grad(set_to_none=True)
-            return grad_norm
-        self.optimizer.step()
-        return grad_norm
 
     def weights(self) -> nn.Module:
         """The policy module, for the in-process weight sync to the rollout engine."""

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from posttrain.algorithms import value_loss
 from posttrain.modeling.logprobs import response_hidden_states
 from posttrain.records import RolloutBatch
-from posttrain.workers.microbatch import micro_batches, micro_weight, mini_batches, normaliser
+from posttrain.workers.microbatch import clip_and_step, micro_batches, micro_weight, mini_batches, normaliser
 
 
 @dataclass(frozen=True)
@@ -94,11 +94,6 @@ class Critic:
             (out.loss * weight).backward()
             metrics["critic/vf_loss"] += float(out.loss.detach()) * weight
             metrics["critic/vf_clipfrac"] += float(out.clipfrac) * weight
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        max_norm = self.s.grad_clip if self.s.grad_clip and self.s.grad_clip > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        if torch.isfinite(torch.tensor(grad_norm)):
-            self.optimizer.step()
-        metrics["critic/grad_norm"] = grad_norm
+        metrics["critic/grad_norm"] = clip_and_step(self.optimizer, self.s.grad_clip)
         metrics["critic/lr"] = self.optimizer.param_groups[0]["lr"]
         return dict(metrics)

@@ -46,3 +46,19 @@ def micro_weight(micro_mask: torch.Tensor, mini_total: float, loss_agg_mode: str
     if mini_total <= 0:
         return 0.0
     return normaliser(micro_mask, loss_agg_mode) / mini_total
+
+
+def clip_and_step(optimizer: torch.optim.Optimizer, grad_clip: float | None) -> float:
+    """Clip the global gradient norm (no clipping when `grad_clip` is None or <= 0) and step.
+
+    Returns the norm before clipping. A non-finite norm skips the step and drops the gradients:
+    one NaN would otherwise poison AdamW's moments for the rest of the run.
+    """
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    max_norm = grad_clip if grad_clip and grad_clip > 0 else float("inf")
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    if not torch.isfinite(torch.tensor(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+    optimizer.step()
+    return grad_norm
