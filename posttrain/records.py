@@ -134,7 +134,9 @@ def _cat_padded(tensors: list[Tensor], side: str) -> Tensor:
 
 @dataclass
 class PromptBatch(_Rows):
-    """Prompts to sample from, one row per prompt, left-padded so all prompts end in the same column."""
+    """Prompts to sample from, one row per prompt, left-padded so all prompts end in the same column.
+
+    The data pipeline's `collate_prompts` builds it directly (one type from dataset to engine)."""
 
     input_ids: Tensor = field(metadata=LEFT)  # (B, P) long
     attention_mask: Tensor = field(metadata=LEFT)  # (B, P) float, 1.0 on real tokens
@@ -142,15 +144,21 @@ class PromptBatch(_Rows):
     data_source: list[str] = field(default_factory=list)
     ground_truth: list[Any] = field(default_factory=list)
     extra_info: list[dict[str, Any]] = field(default_factory=list)
-    raw_prompt: list[str] = field(default_factory=list)
+    raw_prompt: list[str | None] = field(default_factory=list)  # templated text (data.return_full_prompt)
+    index: list[int] = field(default_factory=list)  # the dataset row each prompt comes from
+    raw_chat: list[Any] = field(default_factory=list)  # messages before the template (data.return_raw_chat)
 
     def __post_init__(self) -> None:
         # Per-sample lists may be left empty by callers that do not have them (tests, benchmarks).
         rows = self.input_ids.shape[0]
-        for name in ("uid", "data_source", "ground_truth", "extra_info", "raw_prompt"):
+        fills = {
+            "uid": lambda: [str(i) for i in range(rows)],
+            "index": lambda: list(range(rows)),
+            "extra_info": lambda: [{} for _ in range(rows)],
+        }
+        for name in ("uid", "data_source", "ground_truth", "extra_info", "raw_prompt", "index", "raw_chat"):
             if len(getattr(self, name)) == 0 and rows:
-                fill = [str(i) for i in range(rows)] if name == "uid" else [None] * rows
-                setattr(self, name, [{} for _ in range(rows)] if name == "extra_info" else fill)
+                setattr(self, name, fills.get(name, lambda: [None] * rows)())
         super().__post_init__()
 
 
@@ -181,6 +189,8 @@ class RolloutBatch(_Rows):
     token_level_rewards: Tensor | None = field(default=None, metadata=RIGHT)
     advantages: Tensor | None = field(default=None, metadata=RIGHT)
     returns: Tensor | None = field(default=None, metadata=RIGHT)
+    # (B,) float: score of a greedy response to the row's prompt, for estimators that need one (ReMax).
+    reward_baselines: Tensor | None = None
 
     @property
     def attention_mask(self) -> Tensor:

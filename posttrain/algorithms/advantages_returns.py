@@ -113,7 +113,7 @@ def reinforce_plus_plus_advantage(
     return AdvantageOutput(adv, returns)
 
 
-@register_advantage_estimator("remax")
+@register_advantage_estimator("remax", needs_greedy_baseline=True)
 @torch.no_grad()
 def remax_advantage(
     *,
@@ -128,6 +128,9 @@ def remax_advantage(
         G_t = sum_{k >= t} r_k m_k;  A_t = G_t - b * m_t, with b the greedy-decoded response's score.
     Names:
         verl `remax` (the trainer generates the greedy baseline); Trinity-RFT `remax`; not in ROLL.
+        Registered with `needs_greedy_baseline=True`: each RL step then decodes one greedy response
+        per prompt with the current policy and passes its score (the raw reward-function score, before
+        any reward shaping, as verl does) repeated over the prompt's `n` samples.
     Paper:
         Li et al. 2024, ReMax: A Simple, Effective, and Efficient Reinforcement Learning Method for
         Aligning Large Language Models, arXiv:2310.10505.

@@ -50,7 +50,9 @@ POLICY_LOSSES: dict[str, Callable[..., LossOutput]] = {}
 _CANONICAL: dict[int, list[str]] = {id(ADVANTAGE_ESTIMATORS): [], id(POLICY_LOSSES): []}
 
 
-def _register(table: dict[str, Callable], kind: str, name: str, aliases: tuple[str, ...]) -> Callable[[F], F]:
+def _register(
+    table: dict[str, Callable], kind: str, name: str, aliases: tuple[str, ...], **attributes: object
+) -> Callable[[F], F]:
     """Decorator factory shared by both registries: rejects a name already taken by another function."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"{kind} name must be a non-empty string, got {name!r}")
@@ -73,19 +75,30 @@ def _register(table: dict[str, Callable], kind: str, name: str, aliases: tuple[s
             _CANONICAL[id(table)].append(name)
         fn.registered_name = name  # type: ignore[attr-defined]
         fn.aliases = tuple(aliases)  # type: ignore[attr-defined]
+        for attr, value in attributes.items():
+            setattr(fn, attr, value)
         return fn
 
     return decorator
 
 
-def register_advantage_estimator(name: str, aliases: tuple[str, ...] = ()) -> Callable[[F], F]:
+def register_advantage_estimator(
+    name: str, aliases: tuple[str, ...] = (), *, needs_greedy_baseline: bool = False
+) -> Callable[[F], F]:
     """Register an advantage estimator under `name` (and `aliases`).
 
     The function is called with keyword arguments only, always the same set (`token_level_rewards`,
-    `response_mask`, `values`, `group_index`, `gamma`, `lam`, `norm_adv_by_std`, `epsilon`, ...), so it
-    must accept `**kwargs` and ignore what it does not read. It returns `AdvantageOutput`.
+    `response_mask`, `values`, `group_index`, `gamma`, `lam`, `norm_adv_by_std`, `epsilon`,
+    `reward_baselines`, ...), so it must accept `**kwargs` and ignore what it does not read. It
+    returns `AdvantageOutput`.
+
+    `needs_greedy_baseline=True` asks the trainer for `reward_baselines` (B,): the score of one
+    greedy response to each sample's prompt (ReMax). The trainer reads this flag through
+    `estimator_needs_greedy_baseline` and never the estimator's name.
     """
-    return _register(ADVANTAGE_ESTIMATORS, "advantage estimator", name, aliases)
+    return _register(
+        ADVANTAGE_ESTIMATORS, "advantage estimator", name, aliases, needs_greedy_baseline=needs_greedy_baseline
+    )
 
 
 def register_policy_loss(name: str, aliases: tuple[str, ...] = ()) -> Callable[[F], F]:
@@ -111,6 +124,11 @@ def _lookup(table: dict[str, Callable], kind: str, key: str, name: str) -> Calla
 def get_advantage_estimator(name: str) -> Callable[..., AdvantageOutput]:
     """The estimator registered as `name`; an unknown name raises `ConfigError` listing valid ones."""
     return _lookup(ADVANTAGE_ESTIMATORS, "advantage estimator", "algorithm.adv_estimator", name)
+
+
+def estimator_needs_greedy_baseline(name: str) -> bool:
+    """Whether the named estimator reads `reward_baselines`, the scores of greedy responses."""
+    return bool(getattr(get_advantage_estimator(name), "needs_greedy_baseline", False))
 
 
 def get_policy_loss(name: str) -> Callable[..., LossOutput]:

@@ -19,6 +19,8 @@ COMMAND_MODULES = [
     "posttrain.cli.make_data",
     "posttrain.cli.config_cmd",
     "posttrain.cli.train",
+    "posttrain.cli.export",
+    "posttrain.cli.report",
 ]
 
 

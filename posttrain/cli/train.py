@@ -1,15 +1,24 @@
-"""`posttrain train CONFIG [key=value ...]`: run an experiment (all its stages)."""
+"""`posttrain train CONFIG [key=value ...]`: run an experiment (all its stages).
+
+Before the stages: the config's `prepare` section builds the tiny model and task data when they are
+missing (posttrain.trainer.prepare). After them: where everything is, and for a run with a
+validating RL stage the held-out accuracy before and after RL (posttrain.report.summary), then
+`report.html` when trainer.write_report is set in the config or in any stage.
+"""
 
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager
+from typing import Iterator
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "train",
         help="run an experiment from a YAML config",
-        description="Run every stage of CONFIG (SFT, RL, DPO), each from the previous stage's final policy.",
+        description="Run every stage of CONFIG (SFT, RL, DPO), each from the previous stage's final policy. "
+        "Rerunning the same command continues an interrupted run.",
     )
     p.add_argument("config", help="YAML config file")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. actor.optim.lr=1e-5")
@@ -17,12 +26,58 @@ def register(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from posttrain.config import load_config
+    from posttrain.checkpoint import STAGE_COMPLETE
+    from posttrain.config import load_config, stage_configs
+    from posttrain.trainer.prepare import prepare, refuse_stage_prepare
     from posttrain.trainer.run import run, run_directory
 
     cfg = load_config(args.config, args.overrides)
-    results = run(cfg)
-    print(f"run directory: {run_directory(cfg)}")
+    with _naming_config_file(args.config):
+        refuse_stage_prepare(cfg.stages)
+        prepare(cfg.prepare)
+        stages = stage_configs(cfg)
+        base = run_directory(cfg)
+        stage_dirs = [base / s.name for s in stages] if len(stages) > 1 else [base]
+        was_complete = all((d / STAGE_COMPLETE).is_file() for d in stage_dirs)
+        results = run(cfg)
+    if was_complete:
+        print(f"the run is complete: every stage of {base} had already finished, nothing was trained "
+              f"(delete {base} or set trainer.default_local_dir to run it again)")
     for r in results:
         print(f"final model: {r.final_model}")
+    _print_summary(base, stages, results)
     return 0
+
+
+@contextmanager
+def _naming_config_file(path: str) -> Iterator[None]:
+    """Config problems found after loading (by a stage's checks) name the file too, like load-time ones."""
+    from posttrain.errors import ConfigError
+
+    try:
+        yield
+    except ConfigError as err:
+        prefix = f"{path}: "
+        if all(p.startswith(prefix) for p in err.problems):
+            raise
+        raise ConfigError([p if p.startswith(prefix) else prefix + p for p in err.problems]) from None
+
+
+def _print_summary(base, stages, results) -> None:
+    """Accuracy before/after RL, TensorBoard, the exported model and the report."""
+    from posttrain.report import RunDirError, load_run, summary_lines, write_report
+
+    try:
+        run_stages = load_run(base)
+    except RunDirError:  # no metrics.jsonl (jsonl not in trainer.logger): nothing to summarise
+        run_stages = []
+    for line in summary_lines(run_stages):
+        print(line)
+    print(f"run directory: {base}")
+    if any("tensorboard" in s.config.trainer.logger for s in stages):
+        print(f"TensorBoard logs: tensorboard --logdir {base}")
+    trained = [r for s, r in zip(stages, results) if not s.config.trainer.val_only]
+    if trained:
+        print(f"exported model (Hugging Face directory): {trained[-1].final_model}")
+    if run_stages and any(s.config.trainer.write_report for s in stages):
+        print(f"report: {write_report(base)}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,8 +32,32 @@ from posttrain.errors import ConfigError
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str] = (), schema: type = Config) -> Any:
-    """Read, override, resolve and validate a config. ``path=None`` starts from the defaults."""
-    return validate(load_raw(path, overrides, schema), schema)
+    """Read, override, resolve and validate a config. ``path=None`` starts from the defaults.
+
+    Validation problems name where the value came from: the config file
+    (``examples/grpo.yaml: actor.optim.lr: ...``) or, for a key set by an override, the command line.
+    """
+    raw = load_raw(path, overrides, schema)
+    try:
+        return validate(raw, schema)
+    except ConfigError as err:
+        if path is None:  # defaults + overrides only: every key is the caller's, nothing to locate
+            raise
+        raise ConfigError([_locate(p, path, overrides) for p in err.problems]) from None
+
+
+_LEADING_KEY = re.compile(r"[\w\[\].]+")
+
+
+def _locate(problem: str, path: str | Path, overrides: Sequence[str]) -> str:
+    """Prefix a problem with its source: "command line" when its leading dotted key (or a parent
+    of it) was overridden, else the config file (cross-field problems name their first key)."""
+    match = _LEADING_KEY.match(problem)
+    key = match.group(0) if match else ""
+    overridden = [item.partition("=")[0] for item in overrides]
+    if key and any(key == k or key.startswith(k + ".") or key.startswith(k + "[") for k in overridden):
+        return f"command line: {problem}"
+    return f"{path}: {problem}"
 
 
 def load_raw(path: str | Path | None, overrides: Sequence[str] = (), schema: type = Config) -> dict[str, Any]:

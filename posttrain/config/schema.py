@@ -23,6 +23,7 @@ from posttrain.config.sections.env import EnvConfig
 from posttrain.config.sections.explorer import ExplorerConfig
 from posttrain.config.sections.log import LogConfig
 from posttrain.config.sections.model import ModelConfig
+from posttrain.config.sections.prepare import PrepareConfig
 from posttrain.config.sections.ref import RefConfig
 from posttrain.config.sections.reward import RewardConfig
 from posttrain.config.sections.rollout import RolloutConfig
@@ -52,5 +53,6 @@ class Config:
     synchronizer: SynchronizerConfig = param(factory=SynchronizerConfig, doc="Weight synchronisation of a decoupled run.")
     service: ServiceConfig = param(factory=ServiceConfig, doc="External services (Data-Juicer).")
     data_processor: DataProcessorConfig = param(factory=DataProcessorConfig, doc="Operator pipelines over tasks and experiences.")
+    prepare: PrepareConfig = param(factory=PrepareConfig, doc="Tiny model and synthetic task built before the run when missing.")
     stages: list[dict[str, Any]] = param(factory=list, doc="Multi-stage run: each item has `name` plus section overrides, run in order.", refs=["trinity:stages", "trinity:stages.stage_name"])
 

@@ -5,7 +5,9 @@ batches with `make_sampler` (resumable through its state_dict) and collates the 
 
     dataset = build_rl_dataset(cfg.data, cfg.data.train_files, tokenizer)
     sampler = make_sampler(cfg.data, len(dataset))
-    batch = collate_prompts([dataset[k] for k in sampler.next_batch()], pad_token_id(tokenizer))
+    batch = collate_prompts([dataset[k] for k in sampler.next_batch()], pad_token_id(tokenizer), uid_prefix="s1")
+
+`collate_prompts` returns `posttrain.records.PromptBatch`, the rollout engine's input (re-exported here).
 """
 
 from posttrain.data.dataset import (
@@ -21,7 +23,6 @@ from posttrain.data.dataset import (
 from posttrain.data.examples import (
     DPOExample,
     PreferenceBatch,
-    PromptBatch,
     RLExample,
     SequenceBatch,
     SFTExample,
@@ -32,6 +33,7 @@ from posttrain.data.examples import (
 from posttrain.data.files import FORMATS, RowTable, as_file_list, count_rows, load_files, read_rows
 from posttrain.data.prompts import PromptFormatter, resolve_chat_template, truncate
 from posttrain.data.sampler import BatchSampler, make_sampler
+from posttrain.records import PromptBatch
 
 __all__ = [
     "FORMATS",

@@ -1,8 +1,9 @@
 """The records a dataset yields (one row each) and the batches collate functions build from them.
 
-Plain dataclasses of python lists and torch tensors: the trainer converts batches into its own
-typed records. Prompts are left-padded (generation continues on the right of every prompt at
-the same position); SFT/DPO sequences are right-padded (no generation, the loss mask decides).
+Plain dataclasses of python lists and torch tensors. RL prompts are collated straight into the
+rollout engine's input record, `posttrain.records.PromptBatch` (one type from the file to the
+engine); prompts are left-padded (generation continues on the right of every prompt at the same
+position); SFT/DPO sequences are right-padded (no generation, the loss mask decides).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
+
+from posttrain.records import PromptBatch
 
 
 @dataclass
@@ -46,24 +49,6 @@ class DPOExample:
 
 
 @dataclass
-class PromptBatch:
-    """Left-padded prompts plus the per-prompt fields of `RLExample` as lists."""
-
-    input_ids: torch.Tensor  # (B, P) long, pad id on the left
-    attention_mask: torch.Tensor  # (B, P) long, 1 on real tokens
-    indices: list[int]
-    prompts: list[Any]
-    data_sources: list[str]
-    ground_truths: list[Any]
-    extra_infos: list[dict[str, Any]]
-    raw_chats: list[Any]
-    full_prompts: list[Any]
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-
-@dataclass
 class SequenceBatch:
     """Right-padded SFT sequences."""
 
@@ -96,23 +81,27 @@ def _pad(rows: Sequence[Sequence[int]], value: int, *, left: bool) -> torch.Tens
     return out
 
 
-def collate_prompts(examples: Sequence[RLExample], pad_id: int) -> PromptBatch:
-    """Left-pad prompt ids to the batch's longest prompt (P) with `pad_id`."""
+def collate_prompts(examples: Sequence[RLExample], pad_id: int, uid_prefix: str = "p") -> PromptBatch:
+    """Left-pad prompt ids to the batch's longest prompt (P) with `pad_id`.
+
+    Each prompt's uid is `{uid_prefix}-{row index}`: it names the group of the prompt's responses,
+    so the trainer passes a prefix unique to the step (the same row may come back next epoch).
+    """
     if not examples:
         raise ValueError("collate_prompts needs at least one example")
     ids = [e.prompt_ids for e in examples]
     input_ids = _pad(ids, pad_id, left=True)  # (B, P)
-    attention_mask = _pad([[1] * len(r) for r in ids], 0, left=True)  # (B, P)
+    attention_mask = _pad([[1] * len(r) for r in ids], 0, left=True).float()  # (B, P)
     return PromptBatch(
         input_ids=input_ids,
         attention_mask=attention_mask,
-        indices=[e.index for e in examples],
-        prompts=[e.prompt for e in examples],
-        data_sources=[e.data_source for e in examples],
-        ground_truths=[e.ground_truth for e in examples],
-        extra_infos=[e.extra_info for e in examples],
-        raw_chats=[e.raw_chat for e in examples],
-        full_prompts=[e.full_prompt for e in examples],
+        uid=[f"{uid_prefix}-{e.index}" for e in examples],
+        data_source=[e.data_source for e in examples],
+        ground_truth=[e.ground_truth for e in examples],
+        extra_info=[dict(e.extra_info) if isinstance(e.extra_info, dict) else {} for e in examples],
+        raw_prompt=[e.full_prompt for e in examples],
+        index=[e.index for e in examples],
+        raw_chat=[e.raw_chat for e in examples],
     )
 
 

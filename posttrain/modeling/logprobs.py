@@ -23,7 +23,9 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from posttrain.modeling.packing import pack_batch, packing_supported
 from posttrain.modeling.positions import concat_prompt_response
+from posttrain.modeling.shared_prompt import mask_for_kernel, pack_shared_prompts, shared_prompt_supported
 from posttrain.records import RolloutBatch
 
 # Cap on one chunk's logits, in elements: 2**26 fp32 values is 256 MiB, a few copies of which
@@ -129,17 +131,42 @@ def token_logprobs_from_hidden(
 
 
 def response_hidden_states(
-    model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    *,
+    pack: bool = True,
+    share_prompt: bool = False,
 ) -> Tensor:
     """Decoder hidden states at the positions that predict each response token: (B, T, H).
 
     Token t of the response sits at column P + t of the full sequence and is predicted by column
-    P + t - 1. Columns that are padding in every row are cut before the forward and the result is
-    padded back, so a micro-batch of short rows costs what its rows need. Critics put their value
-    head on the same positions (the value of the state before token t).
+    P + t - 1. With `pack` (and a model that supports it, see `posttrain.modeling.packing`) the
+    real tokens of several rows share one row of the forward pass, so no padding is computed;
+    otherwise columns that are padding in every row are cut before the forward and the result is
+    padded back. Positions of padded response tokens hold zeros (packed) or unused states. Critics
+    put their value head on the same positions (the value of the state before token t).
+    `share_prompt` computes each group's prompt once (`posttrain.modeling.shared_prompt`).
     """
     B, P = prompt_ids.shape
     T = response_ids.shape[1]
+    packed, mask = None, None
+    if share_prompt and shared_prompt_supported(model):
+        packed = pack_shared_prompts(prompt_ids, prompt_mask, response_ids, response_mask)
+        if packed is not None:
+            mask = mask_for_kernel(model, packed.attention_mask, next(model.parameters()).dtype)
+    if packed is None and pack:
+        packed = pack_batch(prompt_ids, prompt_mask, response_ids, response_mask)
+        packed = packed if packed is not None and packing_supported(model) else None
+    if packed is not None:
+        out = model.get_decoder()(
+            input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=mask, use_cache=False
+        )
+        flat = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])  # (K * W, H)
+        hidden = flat[packed.gather]  # (B, T, H)
+        return hidden * packed.valid.unsqueeze(-1).to(hidden.dtype)
     used_p = prompt_mask.sum(0) > 0
     first = int(used_p.float().argmax()) if bool(used_p.any()) else P - 1
     used_t = (response_mask.sum(0) > 0).nonzero()
@@ -167,13 +194,16 @@ def response_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     chunk_tokens: int | None = None,
+    share_prompt: bool = False,
 ) -> TokenLogProbs:
     """log softmax(logits / temperature) of each real response token, and optionally the entropy.
 
     Works with gradients (actor update) and under `torch.inference_mode` (old/ref log-probs).
-    Padded response positions hold 0 in both outputs.
+    Padded response positions hold 0 in both outputs. `share_prompt`: see `response_hidden_states`.
     """
-    hidden = response_hidden_states(model, prompt_ids, prompt_mask, response_ids, response_mask)  # (B, T, H)
+    hidden = response_hidden_states(
+        model, prompt_ids, prompt_mask, response_ids, response_mask, share_prompt=share_prompt
+    )  # (B, T, H)
     real = response_mask > 0  # (B, T)
     logprobs, entropy = token_logprobs_from_hidden(
         model,

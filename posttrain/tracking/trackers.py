@@ -122,13 +122,16 @@ def _jsonable(value):
 
 
 class TensorBoardTracker:
-    """Scalars into ``<run_dir>/tensorboard`` via torch's SummaryWriter."""
+    """Scalars into ``<run_dir>/tensorboard`` via torch's SummaryWriter.
 
-    def __init__(self, run_dir: str | Path):
+    `purge_step` (a resumed run): TensorBoard discards the earlier events at or after that step,
+    so the steps logged again after a resume are not shown twice."""
+
+    def __init__(self, run_dir: str | Path, purge_step: int | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = Path(run_dir) / "tensorboard"
-        self._writer = SummaryWriter(log_dir=str(self.log_dir))
+        self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge_step)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         for key, value in metrics.items():
@@ -173,16 +176,21 @@ def build_trackers(
     *,
     step_offset: int = 0,
     label: str | None = None,
+    purge_step: int | None = None,
 ) -> Trackers:
     """Build the trackers named in the config, refusing unknown or not-yet-supported ones.
 
     Trackers receive global steps (stages continue each other's count); the console shows the
-    stage's own `step - step_offset` out of `total_steps`, prefixed with `label`."""
+    stage's own `step - step_offset` out of `total_steps`, prefixed with `label`. `purge_step`
+    (resuming) makes TensorBoard drop the earlier run's events from that global step on."""
     built = []
     for name in names:
         if name in NOT_YET:
             raise ConfigError(f"{key}: tracker {name!r} is not implemented yet; use any of {', '.join(TRACKERS)}")
         if name not in TRACKERS:
             raise ConfigError(f"{key}: unknown tracker {name!r}; choose from {', '.join(TRACKERS)}")
+        if name == "tensorboard" and purge_step is not None:
+            built.append(TensorBoardTracker(Path(run_dir), purge_step=purge_step))
+            continue
         built.append(TRACKERS[name](Path(run_dir), total_steps, step_offset, label))
     return Trackers(built)

@@ -4,7 +4,8 @@ Order (ROLL's, which verl's options are a subset of): response-level scores are 
 (`reward_clip`) and normalised (`reward_norm_mean`/`reward_norm_std` by batch, group or running
 statistics), placed on each response's last token, optionally whitened (`whiten_rewards`), reduced
 by the KL penalty (`use_kl_in_reward`), turned into advantages by the registered estimator, then
-optionally whitened (`whiten_advantages`) and clipped (`advantage_clip`).
+optionally whitened (`whiten_advantages`) and clipped (`advantage_clip`). An estimator that needs a
+greedy baseline (ReMax) reads `batch.reward_baselines`, raw scores that no shaping touches (verl).
 """
 
 from __future__ import annotations
@@ -83,7 +84,10 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
         lam=alg.lam,
         norm_adv_by_std=alg.norm_adv_by_std_in_grpo,
         epsilon=1e-6,
+        reward_baselines=batch.reward_baselines,
     )
+    if batch.reward_baselines is not None:
+        metrics["critic/reward_baseline/mean"] = float(batch.reward_baselines.mean())
     if alg.whiten_advantages:
         adv = whiten(adv, mask)
     if alg.advantage_clip is not None:

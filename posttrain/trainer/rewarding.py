@@ -59,10 +59,25 @@ class RewardStage:
         scores = out.tensor() * self.function_weight  # (B,)
         metrics = out.metrics()
         if self.reward_model is not None:
-            rm = self.reward_model.score_texts([p + t for p, t in zip(batch.raw_prompt, texts)])  # (B,)
+            rm = self.reward_model.score_texts([p + t for p, t in zip(self._prompt_texts(batch), texts)])  # (B,)
             scores = scores + self.rm_weight * rm
             metrics["reward/rm_score"] = float(rm.mean())
         return scores, metrics, out.extra
+
+    def _prompt_texts(self, batch: RolloutBatch) -> list[str]:
+        """Templated prompt texts: the dataset's (data.return_full_prompt), else decoded from the ids."""
+        if all(p is not None for p in batch.raw_prompt):
+            return list(batch.raw_prompt)
+        rows = [ids[mask > 0].tolist() for ids, mask in zip(batch.prompt_ids, batch.prompt_mask)]
+        return self.tokenizer.batch_decode(rows, skip_special_tokens=False)
+
+    def baseline_scores(self, greedy: RolloutBatch, batch: RolloutBatch) -> torch.Tensor:
+        """Scores of `greedy` (one response per prompt) for every row of `batch`, matched by prompt
+        uid (`group_index`): the per-sample baseline (B,) of estimators such as ReMax."""
+        scores, _, _ = self.score(greedy, self.decode(greedy))
+        by_prompt = dict(zip(greedy.group_index, scores.tolist()))
+        rows = [by_prompt[uid] for uid in batch.group_index]
+        return torch.tensor(rows, dtype=torch.float32, device=batch.response_mask.device)  # (B,)
 
     def close(self) -> None:
         self.manager.close()

@@ -11,31 +11,25 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from posttrain.checkpoint import Checkpointer, Extra, Parts, Role
+from posttrain.checkpoint.save import save_hf
 from posttrain.data import build_rl_dataset, collate_prompts, make_sampler, pad_token_id
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.trainer.advantages import compute_advantages, make_shaping_state
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.rewarding import RewardStage
-from posttrain.trainer.rl_build import build_roles, check_rl_names, response_length, sampling_params
+from posttrain.trainer.rl_build import (
+    baseline_sampling_params,
+    build_roles,
+    check_rl_names,
+    response_length,
+    sampling_params,
+)
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, open_stage, seed_everything
 from posttrain.models.loading import tokenizer_from_config
-
-
-def to_prompt_batch(batch: Any, uid_prefix: str) -> PromptBatch:
-    """The data pipeline's collated prompts as the rollout record (uids are unique per step)."""
-    return PromptBatch(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask.float(),
-        uid=[f"{uid_prefix}-{i}" for i in batch.indices],
-        data_source=list(batch.data_sources),
-        ground_truth=list(batch.ground_truths),
-        extra_info=[dict(x) if isinstance(x, dict) else {} for x in batch.extra_infos],
-        raw_prompt=[str(p) for p in batch.full_prompts] if any(p is not None for p in batch.full_prompts) else [None] * len(batch),
-    )
 
 
 class RLTrainer:
@@ -56,6 +50,7 @@ class RLTrainer:
         self.rewards = RewardStage(cfg, self.tokenizer)
         self.shaping = make_shaping_state(cfg.algorithm)
         self.sampling, self.val_sampling = sampling_params(cfg, self.tokenizer)
+        self.baseline_sampling = baseline_sampling_params(cfg, self.sampling)  # None unless the estimator needs it
         self.max_new_tokens = response_length(cfg)
 
     # ---------------------------------------------------------------- the RL step
@@ -65,11 +60,15 @@ class RLTrainer:
         timer, metrics = PhaseTimer(), {}
         with timer("gen"):
             batch = engine.generate(prompts, self.sampling, expected_version=actor.version)
+        if self.baseline_sampling is not None:
+            with timer("gen_baseline"):
+                greedy = engine.generate(prompts, self.baseline_sampling, expected_version=actor.version)
+                batch.reward_baselines = self.rewards.baseline_scores(greedy, batch)  # (B,)
         with timer("reward"):
             texts = self.rewards.decode(batch)
             scores, reward_metrics, _ = self.rewards.score(batch, texts)  # (B,)
         with timer("old_log_prob"):
-            batch.old_logprobs = actor.compute_logprobs(batch)  # (B, T)
+            batch.old_logprobs = actor.old_logprobs(batch)  # (B, T), maybe the rollout's (reuse_rollout_logprobs)
         if ref is not None:
             with timer("ref"):
                 batch.ref_logprobs = ref.compute_logprobs(batch)  # (B, T)
@@ -103,7 +102,7 @@ class RLTrainer:
         sampler = make_sampler(self.cfg.data, len(self.val_set), split="val")
         batches: list[RolloutBatch] = []
         for rows in sampler:
-            prompts = to_prompt_batch(collate_prompts([self.val_set[i] for i in rows], self.pad_id), "val")
+            prompts = collate_prompts([self.val_set[i] for i in rows], self.pad_id, uid_prefix="val")
             batches.append(engine.generate(prompts, self.val_sampling, expected_version=actor.version, seed=self.cfg.trainer.seed))
         batch = RolloutBatch.cat(batches)
         texts = self.rewards.decode(batch)
@@ -117,32 +116,46 @@ class RLTrainer:
     # ---------------------------------------------------------------- the loop
     def fit(self) -> StageResult:
         cfg, total = self.cfg.trainer, self.derived.total_training_steps
-        offset = self.ctx.step_offset
+        offset, final = self.ctx.step_offset, final_model_dir(self.ctx)
         last: dict[str, float] = {}
+        ckpt = Checkpointer(self.ctx, total, self.checkpoint_parts())
         try:
-            if cfg.val_before_train or cfg.val_only:
+            start = ckpt.restore()  # 0, or the step the resumed checkpoint was saved after
+            self.roles.engine.update_weights(self.roles.actor.weights(), self.roles.actor.version)
+            if (cfg.val_before_train or cfg.val_only) and start == 0:
                 last = self.validate(0)
                 self._log(last, offset)
                 if cfg.val_only:
-                    return StageResult(self.save_final(), last, 0)
-            for step in range(1, total + 1):
+                    return StageResult(ckpt.final_model(self.save_final, final), last, 0)
+            for step in range(start + 1, total + 1):
                 rows = self.sampler.next_batch()
-                prompts = to_prompt_batch(collate_prompts([self.train_set[i] for i in rows], self.pad_id), f"s{step}")
+                prompts = collate_prompts([self.train_set[i] for i in rows], self.pad_id, uid_prefix=f"s{step}")
                 metrics = self.step(prompts, step)
                 metrics["training/epoch"] = float(self.sampler.epoch)
                 if self.val_set is not None and (step == total or (cfg.test_freq > 0 and step % cfg.test_freq == 0)):
                     metrics.update(self.validate(step))
                 self._log(metrics, offset + step)
+                ckpt.after_step(step)
                 last = metrics
-            return StageResult(self.save_final(), last, total)
+            return StageResult(ckpt.final_model(self.save_final, final), last, total)
         finally:
             self.rewards.close()
             self.trackers.close()
 
-    def save_final(self) -> Path:
-        out = final_model_dir(self.ctx)
-        self.roles.actor.save_pretrained(out, self.tokenizer)
-        return out
+    def save_final(self, out: Path) -> None:
+        save_hf(self.roles.actor.model, out, self.tokenizer)
+
+    def checkpoint_parts(self) -> Parts:
+        """What this stage's checkpoints hold: actor (and critic) with optimizer and extra state,
+        the sampler, the reward-shaping state and the rollout engine's sampling generator."""
+        actor, critic = self.roles.actor, self.roles.critic
+        roles = {"actor": Role(actor.model, actor.optimizer, Extra(actor.extra_state, actor.load_extra_state), self.tokenizer)}
+        if critic is not None:
+            roles["critic"] = Role(critic.model, critic.optimizer, Extra(critic.extra_state, critic.load_extra_state))
+        states = {"sampler": self.sampler, "running": self.shaping.running}
+        if self.shaping.kl_ctrl is not None:
+            states["kl_ctrl"] = self.shaping.kl_ctrl
+        return Parts(roles, states, {"engine": self.roles.engine.generator})
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
         self.trackers.log(metrics, step)

@@ -12,7 +12,12 @@ from typing import Any
 
 import torch
 
-from posttrain.algorithms import get_advantage_estimator, get_policy_loss, policy_loss_options
+from posttrain.algorithms import (
+    estimator_needs_greedy_baseline,
+    get_advantage_estimator,
+    get_policy_loss,
+    policy_loss_options,
+)
 from posttrain.config.checks import uses_critic
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
@@ -52,6 +57,12 @@ def sampling_params(cfg: Config, tokenizer: Any) -> tuple[SamplingParams, Sampli
         n=v.n, max_new_tokens=length, ignore_eos=r.ignore_eos, repetition_penalty=r.repetition_penalty,
     )
     return train, val
+
+
+def baseline_sampling_params(cfg: Config, train: SamplingParams) -> SamplingParams | None:
+    """Greedy decoding with the training limits, one response per prompt, when the advantage
+    estimator asks for a greedy baseline (ReMax, as verl's `gen_baseline` step); else None."""
+    return train.greedy() if estimator_needs_greedy_baseline(cfg.algorithm.adv_estimator) else None
 
 
 def _optimizer(params, o: OptimConfig, warmup: int, total: int):
@@ -103,11 +114,6 @@ def check_rl_names(cfg: Config) -> None:
             f"{', '.join(missing)}, which the actor does not pass); pick a policy-gradient loss such as "
             "vanilla, gspo or cispo, or train with its own algorithm.kind"
         )
-    if cfg.algorithm.adv_estimator == "remax":
-        raise ConfigError(
-            "algorithm.adv_estimator=remax: not implemented yet in the trainer (it needs a greedy baseline "
-            "rollout per prompt); use grpo, rloo, reinforce_plus_plus or gae"
-        )
 
 
 @dataclass
@@ -148,13 +154,16 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
             grad_clip=a.grad_clip,
             shuffle=a.shuffle,
             seed=seed,
+            reuse_rollout_logprobs=a.reuse_rollout_logprobs == "auto",
+            share_prompt=a.share_prompt_forward,
         ),
     )
     # EOS ids come from the model's generation_config (Qwen-style: <|im_end|> and <|endoftext|>).
     # The engine shares the actor's module: same process, same dtype, so a copy would only cost
     # memory and a per-step state-dict copy. The version check still catches a missed sync.
     engine = HFEngine(
-        policy, eos_token_ids=None, pad_token_id=tokenizer.pad_token_id, copy_weights=False, seed=seed
+        policy, eos_token_ids=None, pad_token_id=tokenizer.pad_token_id, copy_weights=False, seed=seed,
+        share_prompt_prefill=cfg.rollout.enable_prefix_caching,
     )
     reference = None
     if a.use_kl_loss or cfg.algorithm.use_kl_in_reward:

@@ -1,11 +1,23 @@
-"""The run driver: the stages of a config in order, each from the previous stage's final policy."""
+"""The run driver: the stages of a config in order, each from the previous stage's final policy.
+
+Rerunning a command continues its run (`trainer.resume_mode: auto`, the default): a stage whose
+`stage_complete.json` exists is skipped (its final model feeds the next stage), and the first
+unfinished stage continues from its newest complete checkpoint (or starts over when it has none).
+`disable` refuses a run directory that already holds a run rather than mixing two runs' metrics;
+`resume_path` continues the stage that wrote `trainer.resume_from_path` from that checkpoint.
+"""
 
 from __future__ import annotations
 
 import importlib
+import json
+import math
 from pathlib import Path
 from typing import Callable
 
+from posttrain.checkpoint import STAGE_COMPLETE, CheckpointError, checkpoint_root, latest_checkpoint
+from posttrain.checkpoint.layout import TRAINER_STATE, is_checkpoint
+from posttrain.checkpoint.state import atomic_write_text, read_json
 from posttrain.config import stage_configs
 from posttrain.config.schema import Config
 from posttrain.errors import ConfigError
@@ -32,22 +44,76 @@ def _runner(kind: str) -> Callable[[StageContext], StageResult]:
     return getattr(importlib.import_module(module), name)
 
 
+def _completed(stage_dir: Path) -> StageResult | None:
+    path = stage_dir / STAGE_COMPLETE
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    metrics = {k: (math.nan if v is None else v) for k, v in data.get("last_metrics", {}).items()}
+    return StageResult(Path(data["final_model"]), metrics, int(data["steps"]))
+
+
+def _mark_complete(stage_dir: Path, result: StageResult) -> None:
+    """Written last (atomically): a stage is complete only once its final model is saved."""
+    metrics = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in result.last_metrics.items()}
+    data = {"final_model": str(result.final_model), "steps": result.steps, "last_metrics": metrics}
+    atomic_write_text(stage_dir / STAGE_COMPLETE, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def _refuse_existing(stage_dirs: list[Path]) -> None:
+    used = [d for d in stage_dirs if (d / "metrics.jsonl").exists() or (d / STAGE_COMPLETE).exists() or (d / "checkpoints").exists()]
+    if used:
+        raise ConfigError(
+            f"trainer.resume_mode=disable: {used[0]} already holds a run; delete it, choose a new "
+            "trainer.experiment_name / trainer.default_local_dir, or set trainer.resume_mode=auto to continue it"
+        )
+
+
+def _resume_target(cfg: Config) -> tuple[Path, str] | None:
+    """(checkpoint, stage name) for resume_mode=resume_path."""
+    t = cfg.trainer
+    if t.resume_mode != "resume_path":
+        return None
+    if not t.resume_from_path:
+        raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N checkpoint directory)")
+    path = Path(t.resume_from_path).expanduser()
+    if not is_checkpoint(path):
+        raise CheckpointError(
+            f"trainer.resume_from_path={path}: not a complete checkpoint (a global_step_N directory with {TRAINER_STATE})"
+        )
+    return path, str(read_json(path / TRAINER_STATE).get("stage", "main"))
+
+
 def run(cfg: Config) -> list[StageResult]:
-    """Run every stage; returns their results in order."""
+    """Run (or continue) every stage; returns their results in order."""
     stages = stage_configs(cfg)
     base = run_directory(cfg)
+    multi = len(stages) > 1
+    dirs = [base / s.name if multi else base for s in stages]
+    if cfg.trainer.resume_mode == "disable":
+        _refuse_existing(dirs)
+    target = _resume_target(cfg)
+    if target is not None and target[1] not in [s.name for s in stages]:
+        raise CheckpointError(f"trainer.resume_from_path={target[0]} belongs to stage {target[1]!r}, which this config does not have")
     results: list[StageResult] = []
     model_path, offset = cfg.model.path, 0
-    for stage in stages:
-        stage_dir = base if len(stages) == 1 else base / stage.name
-        if (stage_dir / "metrics.jsonl").exists():
-            raise ConfigError(
-                f"run directory {stage_dir} already holds a run (metrics.jsonl); resuming is not implemented "
-                "yet (checkpoint/resume issue): set trainer.experiment_name or trainer.default_local_dir to a "
-                "new directory, or delete that one"
+    for stage, stage_dir in zip(stages, dirs):
+        explicit = target[0] if target is not None and target[1] == stage.name else None
+        done = _completed(stage_dir) if explicit is None and cfg.trainer.resume_mode != "disable" else None
+        if done is not None:
+            print(f"[{stage.name}] stage already complete ({done.steps} steps); final model: {done.final_model}", flush=True)
+        else:
+            (stage_dir / STAGE_COMPLETE).unlink(missing_ok=True)
+            root = checkpoint_root(stage.config, stage_dir, stage.name, multi)
+            resume = explicit or (latest_checkpoint(root) if cfg.trainer.resume_mode == "auto" else None)
+            ctx = StageContext(
+                stage.name, with_model_path(stage.config, model_path), stage_dir, model_path, offset,
+                resume=resume, checkpoint_dir=root,
             )
-        ctx = StageContext(stage.name, with_model_path(stage.config, model_path), stage_dir, model_path, offset)
-        result = _runner(stage.config.algorithm.kind)(ctx)
-        results.append(result)
-        model_path, offset = str(result.final_model), offset + result.steps
+            if resume is not None:
+                print(f"[{stage.name}] resuming from {resume} (after step {ctx.resume_step()})", flush=True)
+            done = _runner(stage.config.algorithm.kind)(ctx)
+            _mark_complete(stage_dir, done)
+        results.append(done)
+        model_path, offset = str(done.final_model), offset + done.steps
     return results

@@ -29,11 +29,12 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor, nn
 
+from posttrain.checkpoint import Checkpointer, Parts, Role
+from posttrain.checkpoint.save import save_hf
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.data import SFTExample, build_sft_dataset, collate_sft, make_sampler, pad_token_id
 from posttrain.models.loading import causal_lm_from_config, tokenizer_from_config
-from posttrain.models.quiet import quiet_transformers
 from posttrain.optim import build_optimizer, build_scheduler
 from posttrain.tracking import Trackers
 from posttrain.trainer.sequence_logprobs import sequence_logprobs
@@ -81,6 +82,14 @@ class MicroBatching:
     def from_config(cls, cfg: Config) -> MicroBatching:
         a = cfg.actor
         return MicroBatching(a.ppo_micro_batch_size_per_gpu, a.ppo_max_token_len_per_gpu if a.use_dynamic_bsz else None)
+
+    @classmethod
+    def for_validation(cls, cfg: Config) -> MicroBatching:
+        """data.val_batch_size examples per validation forward (no gradients, so a validation batch
+        needs no further cut); null: the training micro-batches. Either way the metrics are those of
+        the whole validation set (`accumulate` normalises by all of it)."""
+        size = cfg.data.val_batch_size
+        return cls(size) if size is not None else cls.from_config(cfg)
 
     def split(self, examples: Sequence[Any], tokens: Callable[[Sequence[Any]], int]) -> list[Sequence[Any]]:
         if self.max_tokens is None:
@@ -153,33 +162,35 @@ def evaluate(model: nn.Module, objective: Objective, examples: Sequence[Any], mi
 
 def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objective, train_set: Sequence[Any],
         val_set: Sequence[Any] | None, derived: Derived, trackers: Trackers) -> StageResult:
-    """The supervised loop shared by SFT and DPO: train, validate on cadence, save the final policy.
+    """The supervised loop shared by SFT and DPO: train, validate on cadence, checkpoint on
+    trainer.save_freq (resuming from ctx.resume), save the final policy.
     With trainer.val_only it validates the starting policy and saves it unchanged (0 steps)."""
     cfg = ctx.cfg
     optimizer, scheduler = build_optimization(cfg, model, derived)
     sampler = make_sampler(cfg.data, len(train_set))
     micro = MicroBatching.from_config(cfg)
+    val_micro = MicroBatching.for_validation(cfg)
     total = 0 if cfg.trainer.val_only else derived.total_training_steps or 0
     val_examples = [val_set[k] for k in range(len(val_set))] if val_set is not None else []
     freq = cfg.trainer.test_freq
     last: dict[str, float] = {}
+    ckpt = Checkpointer(ctx, total, Parts({"actor": Role(model, optimizer, scheduler, tokenizer)}, {"sampler": sampler}))
     try:
-        if val_examples and (cfg.trainer.val_before_train or cfg.trainer.val_only):
-            last = evaluate(model, objective, val_examples, micro)
+        start = ckpt.restore()  # 0, or the step the resumed checkpoint was saved after
+        if val_examples and (cfg.trainer.val_before_train or cfg.trainer.val_only) and start == 0:
+            last = evaluate(model, objective, val_examples, val_micro)
             trackers.log(last, ctx.step_offset)
-        for step in range(1, total + 1):
+        for step in range(start + 1, total + 1):
             examples = [train_set[k] for k in sampler.next_batch()]
             last = train_step(model, optimizer, scheduler, objective, examples, micro, cfg.actor.grad_clip)
             last["training/epoch"] = float(sampler.epoch)
             if val_examples and ((freq > 0 and step % freq == 0) or step == total):
-                last.update(evaluate(model, objective, val_examples, micro))
+                last.update(evaluate(model, objective, val_examples, val_micro))
             trackers.log(last, ctx.step_offset + step)
+            ckpt.after_step(step)
     finally:
         trackers.close()
-    out = final_model_dir(ctx)
-    with quiet_transformers():
-        model.save_pretrained(out, safe_serialization=True)
-        tokenizer.save_pretrained(out)
+    out = ckpt.final_model(lambda path: save_hf(model, path, tokenizer), final_model_dir(ctx))
     return StageResult(final_model=out, last_metrics=last, steps=total)
 
 

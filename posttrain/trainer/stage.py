@@ -3,6 +3,10 @@
 A run is a list of stages (one when the config has no `stages`). Each stage gets its own run
 subdirectory, starts from the previous stage's final policy, and ends by saving its final policy as
 a Hugging Face directory that the next stage (or the user) loads with `from_pretrained`.
+
+Resuming (decided by `posttrain.trainer.run`): a stage that continues from a checkpoint gets it as
+`ctx.resume`; `open_stage` then trims the stage's metric files back to that step, so no step is
+logged twice (see `posttrain.checkpoint`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from posttrain.checkpoint.layout import TRAINER_STATE
+from posttrain.checkpoint.logs import truncate_jsonl
+from posttrain.checkpoint.state import read_json
 from posttrain.config import derive, save_resolved
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
@@ -30,6 +37,16 @@ class StageContext:
     run_dir: Path  # this stage's directory: config.yaml, metrics.jsonl, tensorboard/, final_model/
     model_path: str  # the policy this stage starts from (model.path for the first stage)
     step_offset: int = 0  # global step of the stage's first step, so metrics of stages line up
+    resume: Path | None = None  # checkpoint (global_step_N) to continue from; None starts fresh
+    checkpoint_dir: Path | None = None  # where checkpoints go; None means <run_dir>/checkpoints
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return self.checkpoint_dir or self.run_dir / "checkpoints"
+
+    def resume_step(self) -> int:
+        """The stage-local step `resume` was saved after (0 when starting fresh)."""
+        return int(read_json(self.resume / TRAINER_STATE)["step"]) if self.resume is not None else 0
 
 
 @dataclass(frozen=True)
@@ -50,15 +67,23 @@ def seed_everything(seed: int) -> None:
 
 def open_stage(ctx: StageContext, train_size: int) -> tuple[Derived, Trackers]:
     """Derive the step counts from the real (post-filtering) dataset size, save the resolved
-    config into the stage directory, and build the trackers. Called once by every runner."""
+    config into the stage directory, and build the trackers. Called once by every runner.
+
+    Metrics already in the stage directory after the resumed step (all of them when starting
+    fresh) belong to an interrupted attempt: they are dropped, and TensorBoard purges them."""
     derived = derive(ctx.cfg, train_size)
     save_resolved(ctx.cfg, ctx.run_dir, derived)
+    resumed = ctx.resume_step()
+    keep_through = ctx.step_offset + resumed if ctx.resume is not None else ctx.step_offset - 1
+    truncate_jsonl(ctx.run_dir / "metrics.jsonl", keep_through)
+    truncate_jsonl(ctx.run_dir / "val_generations.jsonl", keep_through - ctx.step_offset)  # stage-local steps
     trackers = build_trackers(
         list(ctx.cfg.trainer.logger),
         ctx.run_dir,
         derived.total_training_steps,
         step_offset=ctx.step_offset,
         label=None if ctx.name == "main" else ctx.name,
+        purge_step=keep_through + 1 if (ctx.run_dir / "tensorboard").is_dir() else None,
     )
     return derived, trackers
 

@@ -13,6 +13,7 @@ each term aggregated with the same `loss_agg_mode` (as verl does).
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from posttrain.algorithms import aggregate_loss, get_policy_loss, kl_penalty
 from posttrain.modeling import response_logprobs
 from posttrain.records import RolloutBatch
 from posttrain.workers.microbatch import clip_and_step, micro_batches, micro_weight, mini_batches, normaliser
-from posttrain.workers.reference import _batched_logprobs
+from posttrain.workers.reference import batched_logprobs
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,25 @@ class ActorSettings:
     shuffle: bool
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    reuse_rollout_logprobs: bool = False  # actor.reuse_rollout_logprobs == "auto" (see `old_logprobs`)
+    share_prompt: bool = False  # actor.share_prompt_forward (posttrain.modeling.shared_prompt)
+
+    def __post_init__(self) -> None:
+        # seq-mean-token-sum-norm divides by a constant. Left as None, `aggregate_loss` would divide
+        # by each micro-batch's own (trimmed) width, so the gradient would depend on the split. verl's
+        # None means the configured response length, which `rl_build` passes explicitly.
+        if self.loss_agg_mode == "seq-mean-token-sum-norm" and self.loss_scale_factor is None:
+            raise ValueError(
+                "ActorSettings: loss_agg_mode='seq-mean-token-sum-norm' needs loss_scale_factor (a constant, "
+                "e.g. the maximum response length, as verl's default); None would make the gradient depend "
+                "on how mini-batches are cut into micro-batches"
+            )
+
+
+# Largest |rollout - recomputed| log-prob gap (over real tokens) at which the rollout's log-probs
+# pass for the actor's own: float rounding of fp32 gives ~1e-6, another dtype or a logit
+# post-processing engine gives > 1e-3. exp(1e-4) moves the PPO ratio by 0.01 %.
+REUSE_ATOL = 1e-4
 
 
 class Actor:
@@ -61,6 +81,39 @@ class Actor:
         self.loss_fn = get_policy_loss(settings.loss_mode)
         self.version = 0  # bumped after every optimizer step; the rollout engine must match it
         self.generator = torch.Generator().manual_seed(settings.seed)
+        self.reuse_checked: bool | None = None  # rollout log-probs checked equal to a recomputation
+        self.reused_last = False  # whether the last `old_logprobs` call reused the rollout's
+
+    def old_logprobs(self, batch: RolloutBatch) -> Tensor:
+        """log pi_old of the PPO ratio, (B, T): the rollout's own log-probs when they are the actor's,
+        else a recomputation (`compute_logprobs`).
+
+        When the rollout sampled from these very weights (every row's `weights_version` is the
+        actor's) in the same dtype, its recorded log softmax(logits / T) is what a recomputation
+        returns, up to float rounding, and recomputing costs one more forward over the batch. ROLL
+        (`enable_old_logprobs_recompute`) makes the recomputation optional likewise, and TRL's
+        GRPOTrainer skips it whenever generation and optimizer steps are aligned.
+        The first batch is checked against a recomputation; a gap above `REUSE_ATOL` (another
+        dtype, an engine that post-processes logits) switches reuse off for the rest of the run.
+        """
+        self.reused_last = False
+        if not self.s.reuse_rollout_logprobs or self.reuse_checked is False:
+            return self.compute_logprobs(batch)
+        if not bool((batch.weights_version == self.version).all()):
+            return self.compute_logprobs(batch)  # off-policy rows: their sampler's weights are gone
+        if self.reuse_checked is None:
+            recomputed = self.compute_logprobs(batch)
+            gap = float(((recomputed - batch.rollout_logprobs).abs() * batch.response_mask).max()) if recomputed.numel() else 0.0
+            self.reuse_checked = gap <= REUSE_ATOL
+            if not self.reuse_checked:
+                warnings.warn(
+                    f"actor.reuse_rollout_logprobs=auto: rollout log-probs differ from the actor's by up to {gap:.3g} "
+                    f"(> {REUSE_ATOL}); recomputing old log-probs for the rest of the run",
+                    stacklevel=2,
+                )
+                return recomputed
+        self.reused_last = True
+        return batch.rollout_logprobs.clone()
 
     @torch.inference_mode()
     def compute_logprobs(self, batch: RolloutBatch) -> Tensor:
@@ -68,7 +121,7 @@ class Actor:
         was_training = self.model.training
         self.model.eval()
         try:
-            return _batched_logprobs(
+            return batched_logprobs(
                 self.model, batch, self.s.temperature, self.s.micro_batch_size, self.s.max_tokens_per_micro_batch
             )
         finally:
@@ -123,6 +176,7 @@ class Actor:
             micro.response_mask,
             temperature=self.s.temperature,
             with_entropy=need_entropy,
+            share_prompt=self.s.share_prompt,
         )
         mask = micro.response_mask
         agg = dict(loss_agg_mode=self.s.loss_agg_mode)
@@ -148,6 +202,16 @@ class Actor:
             parts["actor/kl_loss"] = float(kl_loss.detach())
             parts["actor/kl_coef"] = self.s.kl_loss_coef
         return loss, parts
+
+    def extra_state(self) -> dict[str, Any]:
+        """What a checkpoint needs besides weights and optimizer (posttrain.checkpoint): the LR
+        schedule, the mini-batch shuffle generator and the weights version."""
+        return {"scheduler": self.scheduler.state_dict(), "generator": self.generator.get_state(), "version": self.version}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["generator"])
+        self.version = int(state["version"])
 
     def weights(self) -> nn.Module:
         """The policy module, for the in-process weight sync to the rollout engine."""

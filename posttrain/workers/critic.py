@@ -17,7 +17,14 @@ from torch import Tensor, nn
 from posttrain.algorithms import value_loss
 from posttrain.modeling.logprobs import response_hidden_states
 from posttrain.records import RolloutBatch
-from posttrain.workers.microbatch import clip_and_step, micro_batches, micro_weight, mini_batches, normaliser
+from posttrain.workers.microbatch import (
+    clip_and_step,
+    forward_in_order,
+    micro_batches,
+    micro_weight,
+    mini_batches,
+    normaliser,
+)
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,14 @@ class Critic:
         self.s = settings
         self.generator = torch.Generator().manual_seed(settings.seed)
 
+    def extra_state(self) -> dict[str, Any]:
+        """What a checkpoint needs besides weights and optimizer: the LR schedule and shuffle generator."""
+        return {"scheduler": self.scheduler.state_dict(), "generator": self.generator.get_state()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["generator"])
+
     def _values(self, batch: RolloutBatch) -> Tensor:
         hidden = response_hidden_states(
             self.model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask
@@ -56,13 +71,7 @@ class Critic:
     def compute_values(self, batch: RolloutBatch) -> Tensor:
         """V(s_t) for every response position, (B, T); 0 on padding."""
         self.model.eval()
-        out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)  # (B, T)
-        start = 0
-        for micro in micro_batches(batch, size=self.s.micro_batch_size, max_tokens=None):
-            v = self._values(micro)
-            out[start : start + v.shape[0], : v.shape[1]] = v
-            start += v.shape[0]
-        return out
+        return forward_in_order(batch, self._values, size=self.s.micro_batch_size, max_tokens=None)  # (B, T)
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         """Clipped value-loss regression of V onto `returns`, around the rollout-time `values`."""

@@ -5,14 +5,17 @@ Why weights: a loss aggregated over a micro-batch is normalised by that micro-ba
 sequences). Summing micro-batch losses unweighted would give a gradient that depends on how the
 mini-batch was cut. Scaling each micro-batch loss by its share of the mini-batch's normaliser makes
 the accumulated gradient equal the gradient of the whole mini-batch's loss, for every split, every
-`loss_agg_mode` and the token-budget (dynamic batch size) packing alike.
+`loss_agg_mode` and the token-budget (dynamic batch size) packing alike. Forwards without a loss
+(log-probs, values) go through `forward_in_order`, which puts every row's result back in place.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
-from posttrain.records import RolloutBatch
+from posttrain.records import MicroBatches, RolloutBatch
 
 
 def mini_batches(batch: RolloutBatch, size: int, *, shuffle: bool, generator: torch.Generator | None) -> list[RolloutBatch]:
@@ -26,12 +29,31 @@ def mini_batches(batch: RolloutBatch, size: int, *, shuffle: bool, generator: to
     return batch.split(size)
 
 
-def micro_batches(batch: RolloutBatch, *, size: int | None, max_tokens: int | None) -> list[RolloutBatch]:
-    """Cut a mini-batch into forward/backward units: `size` rows each, or packed by a token budget
-    when `max_tokens` is set (dynamic batch size). Each unit is trimmed of all-padding columns."""
+def cut(batch: RolloutBatch, *, size: int | None, max_tokens: int | None) -> MicroBatches:
+    """Cut a batch into forward/backward units: `size` rows each in order, or packed by a token
+    budget when `max_tokens` is set (dynamic batch size, rows reordered by length). Each unit is
+    trimmed of all-padding columns; `MicroBatches.index` records where every row came from."""
     if max_tokens is not None:
-        return batch.split_by_tokens(max_tokens).batches
-    return [part.trim() for part in batch.split(size or len(batch))]
+        return batch.split_by_tokens(max_tokens)
+    parts = [part.trim() for part in batch.split(size or len(batch))]
+    return MicroBatches(parts, torch.arange(len(batch)))
+
+
+def micro_batches(batch: RolloutBatch, *, size: int | None, max_tokens: int | None) -> list[RolloutBatch]:
+    """The units of `cut`, for loops that reduce over them (losses) and need no row order back."""
+    return cut(batch, size=size, max_tokens=max_tokens).batches
+
+
+def forward_in_order(
+    batch: RolloutBatch, fn: Callable[[RolloutBatch], torch.Tensor], *, size: int | None, max_tokens: int | None
+) -> torch.Tensor:
+    """`fn` (a per-token forward: log-probs, values) on every micro-batch, results (B, T) in the
+    batch's original row order and at its full response width, zero where a micro-batch was trimmed.
+
+    One helper for the actor's and reference's log-probs and the critic's values, so the
+    placement of token-budget packed (reordered) micro-batches is written once."""
+    units = cut(batch, size=size, max_tokens=max_tokens)
+    return units.restore([fn(micro) for micro in units.batches], width=batch.response_ids.shape[1])
 
 
 def normaliser(mask: torch.Tensor, loss_agg_mode: str) -> float:

@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from posttrain.modeling import response_logprobs
 from posttrain.records import RolloutBatch
-from posttrain.workers.microbatch import micro_batches
+from posttrain.workers.microbatch import forward_in_order
 
 
 class ReferencePolicy:
@@ -22,24 +22,15 @@ class ReferencePolicy:
     @torch.inference_mode()
     def compute_logprobs(self, batch: RolloutBatch) -> Tensor:
         """log pi_ref of each response token, (B, T); 0 on padding."""
-        return _batched_logprobs(self.model, batch, self.temperature, self.micro_batch_size, self.max_tokens)
+        return batched_logprobs(self.model, batch, self.temperature, self.micro_batch_size, self.max_tokens)
 
 
-def _batched_logprobs(model: nn.Module, batch: RolloutBatch, temperature: float, size: int, max_tokens: int | None) -> Tensor:
-    """Log-probs of a whole batch, computed micro-batch by micro-batch in the original row order."""
-    out = torch.zeros(batch.response_ids.shape, dtype=torch.float32, device=batch.response_ids.device)  # (B, T)
-    start = 0
-    if max_tokens is not None:
-        packed = batch.split_by_tokens(max_tokens)
-        parts = [
-            response_logprobs(model, m.prompt_ids, m.prompt_mask, m.response_ids, m.response_mask, temperature=temperature).logprobs
-            for m in packed.batches
-        ]
-        return packed.restore(parts, width=batch.response_ids.shape[1])
-    for micro in micro_batches(batch, size=size, max_tokens=None):
-        lp = response_logprobs(
+def batched_logprobs(model: nn.Module, batch: RolloutBatch, temperature: float, size: int, max_tokens: int | None) -> Tensor:
+    """Log-probs of a whole batch (B, T), micro-batch by micro-batch, in the original row order."""
+
+    def logprobs(micro: RolloutBatch) -> Tensor:
+        return response_logprobs(
             model, micro.prompt_ids, micro.prompt_mask, micro.response_ids, micro.response_mask, temperature=temperature
         ).logprobs  # (b, T')
-        out[start : start + lp.shape[0], : lp.shape[1]] = lp
-        start += lp.shape[0]
-    return out
+
+    return forward_in_order(batch, logprobs, size=size, max_tokens=max_tokens)

@@ -43,7 +43,8 @@ def test_show_prints_the_resolved_config_with_overrides(tmp_path, capsys):
 def test_show_reports_errors_with_exit_status_2(tmp_path, capsys):
     assert main(["config", "show", str(write_config(tmp_path)), "actor.ppo_epoch=3"]) == 2
     assert capsys.readouterr().err == (
-        "posttrain: error: invalid configuration: actor.ppo_epoch: unknown key; did you mean actor.ppo_epochs?\n"
+        "posttrain: error: invalid configuration: command line: actor.ppo_epoch: unknown key; did you mean "
+        "actor.ppo_epochs?\n"
     )
 
 
@@ -85,3 +86,14 @@ def test_python_m_posttrain_config_plan_exit_status(tmp_path):
     )
     assert result.returncode == 2
     assert "data.train_batch_size (8) is not divisible by actor.ppo_mini_batch_size (3)" in result.stderr
+
+
+def test_train_names_the_config_file_for_problems_found_after_loading(tmp_path, capsys):
+    # dpo is a registered loss the RL actor cannot use: the stage's own check refuses it, and the
+    # message still names the file like load-time problems do.
+    path = write_config(tmp_path)
+    code = main(["train", str(path), "actor.policy_loss.loss_mode=dpo", f"trainer.default_local_dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"{path}: actor.policy_loss.loss_mode=dpo" in err
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

@@ -129,3 +129,16 @@ def test_real_schema_loads_with_overrides():
     cfg = load_config(None, ["data.train_batch_size=4", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=2"])
     assert cfg.data.train_batch_size == 4
     assert dataclasses.is_dataclass(cfg) and to_dict(cfg)["actor"]["ppo_mini_batch_size"] == 2
+
+
+def test_validation_problems_name_the_config_file_or_the_command_line(tmp_path):
+    path = tmp_path / "grpo.yaml"
+    path.write_text("actor:\n  optim:\n    lr: fast\n  ppo_epochs: 0\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ["rollout.n=0"])
+    assert sorted(tuple(p.split(": ")[:2]) for p in info.value.problems) == sorted([
+        (str(path), "actor.optim.lr"),
+        (str(path), "actor.ppo_epochs"),
+        ("command line", "rollout.n"),
+    ])
+    assert f"  - {path}: actor.optim.lr: expected a number, got 'fast'" in str(info.value).splitlines()

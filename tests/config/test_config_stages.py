@@ -50,12 +50,13 @@ def test_stage_errors_name_the_stage_path(tmp_path):
             "  - {name: a}\n"
             "  - {name: c, stages: []}\n",
         )
+    where = f"{tmp_path / 'c.yaml'}: "  # every problem names the file it is in
     assert info.value.problems == [
-        "stages[0].actor.ppo_epochs: must be >= 1, got 0",
-        "stages[1].actor.ppo_epoch: unknown key; did you mean stages[1].actor.ppo_epochs?",
-        "stages[2].name: every stage needs a name (a non-empty string), got null",
-        "stages[3].name: stage name 'a' is used twice; stage names must be unique",
-        "stages[4].stages: a stage cannot contain stages; list all stages at the top level",
+        where + "stages[0].actor.ppo_epochs: must be >= 1, got 0",
+        where + "stages[1].actor.ppo_epoch: unknown key; did you mean stages[1].actor.ppo_epochs?",
+        where + "stages[2].name: every stage needs a name (a non-empty string), got null",
+        where + "stages[3].name: stage name 'a' is used twice; stage names must be unique",
+        where + "stages[4].stages: a stage cannot contain stages; list all stages at the top level",
     ]
 
 
@@ -63,7 +64,7 @@ def test_cross_field_rules_run_per_stage(tmp_path):
     with pytest.raises(ConfigError) as info:
         load(tmp_path, "stages:\n  - {name: rl, actor: {ppo_mini_batch_size: 3}}\n")
     assert info.value.problems == [
-        "stages[0] (rl): data.train_batch_size (8) is not divisible by actor.ppo_mini_batch_size (3): each "
+        f"{tmp_path / 'c.yaml'}: stages[0] (rl): data.train_batch_size (8) is not divisible by actor.ppo_mini_batch_size (3): each "
         "step's prompts are split into equal mini-batches; use one of 1, 2, 4, 8"
     ]
 
@@ -71,4 +72,4 @@ def test_cross_field_rules_run_per_stage(tmp_path):
 def test_stages_must_be_a_list_of_mappings(tmp_path):
     with pytest.raises(ConfigError) as info:
         load(tmp_path, "stages: {name: x}\n")
-    assert info.value.problems == ["stages: expected a list of mappings, got {'name': 'x'}"]
+    assert info.value.problems == [f"{tmp_path / 'c.yaml'}: stages: expected a list of mappings, got {{'name': 'x'}}"]

@@ -57,9 +57,12 @@ IMPLEMENTED = {
     "reward.custom_reward_function.path", "reward.custom_reward_function.name", "reward.custom_reward_function.reward_kwargs",
     "reward.reward_model.enable", "reward.reward_model.path", "reward.reward_model.micro_batch_size_per_gpu",
     "trainer.project_name", "trainer.experiment_name", "trainer.total_epochs", "trainer.total_training_steps",
-    "trainer.seed", "trainer.logger", "trainer.log_val_generations", "trainer.rollout_data_dir",
+    "trainer.seed", "trainer.logger", "trainer.log_val_generations", "trainer.write_report", "trainer.rollout_data_dir",
     "trainer.validation_data_dir", "trainer.test_freq", "trainer.val_before_train", "trainer.val_only",
     "trainer.critic_warmup", "trainer.root_dir", "trainer.default_local_dir",
+    "trainer.save_freq", "trainer.resume_mode", "trainer.resume_from_path", "trainer.checkpoint_dir",
+    "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.del_local_ckpt_after_load",
+    "trainer.save_hf_checkpoint",
     "cluster.nnodes", "cluster.n_gpus_per_node",
 }
 

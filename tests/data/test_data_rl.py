@@ -3,7 +3,7 @@ import torch
 from data_helpers import chatml_ids, ids, verl_row, write_rows
 
 from posttrain.config.sections.data import DataConfig
-from posttrain.data import build_rl_dataset, collate_prompts, pad_token_id
+from posttrain.data import PromptBatch, build_rl_dataset, collate_prompts, pad_token_id
 from posttrain.data.filtering import prompt_lengths
 from posttrain.errors import ConfigError, DataError
 
@@ -139,12 +139,24 @@ def test_bad_reward_model_and_explicit_reward_fn_key(tmp_path, tokenizer):
 def test_collate_left_pads_to_the_longest_prompt(tmp_path, tokenizer):
     path = write_rows(tmp_path / "t.jsonl", [{"prompt": "ab", "data_source": "s"}, {"prompt": "abcd", "data_source": "t"}])
     ds = build_rl_dataset(DataConfig(chat_template="{% for m in messages %}{{ m['content'] }}{% endfor %}"), path, tokenizer)
-    batch = collate_prompts([ds[0], ds[1]], pad_token_id(tokenizer))
+    batch = collate_prompts([ds[0], ds[1]], pad_token_id(tokenizer), uid_prefix="s3")
+    assert isinstance(batch, PromptBatch)  # the rollout engine's input record, no conversion
     assert batch.input_ids.tolist() == [[0, 0] + ids("ab"), ids("abcd")]
-    assert batch.attention_mask.tolist() == [[0, 0, 1, 1], [1, 1, 1, 1]]
-    assert batch.input_ids.dtype == torch.long
-    assert batch.indices == [0, 1] and batch.data_sources == ["s", "t"] and batch.prompts == ["ab", "abcd"]
+    assert batch.attention_mask.tolist() == [[0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]
+    assert batch.input_ids.dtype == torch.long and batch.attention_mask.dtype == torch.float32
+    assert batch.uid == ["s3-0", "s3-1"] and batch.index == [0, 1] and batch.data_source == ["s", "t"]
+    assert batch.raw_prompt == [None, None] and batch.raw_chat == [None, None]  # return_* off
     assert len(batch) == 2
+    grouped = batch.repeat_interleave(2)  # the engine's n responses per prompt keep every field aligned
+    assert grouped.uid == ["s3-0", "s3-0", "s3-1", "s3-1"] and grouped.index == [0, 0, 1, 1]
+
+
+def test_collate_carries_full_prompt_and_raw_chat_when_asked(tmp_path, tokenizer):
+    path = write_rows(tmp_path / "t.jsonl", [{"prompt": "ab", "data_source": "s"}])
+    template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    ds = build_rl_dataset(DataConfig(chat_template=template, return_full_prompt=True, return_raw_chat=True), path, tokenizer)
+    batch = collate_prompts([ds[0]], pad_token_id(tokenizer))
+    assert batch.raw_prompt == ["ab"] and batch.raw_chat == [[{"role": "user", "content": "ab"}]]
 
 
 def test_val_split_and_files_relative_to_dataset_dir(tmp_path, tokenizer):

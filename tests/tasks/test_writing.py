@@ -70,7 +70,7 @@ def test_options_system_prompt_and_no_sft(tmp_path):
     for r in rows:
         a, b = r["prompt"][1]["content"][:-1].split("*")
         assert len(a) == len(b) == 1
-    assert rows[0]["extra_info"]["options"] == '{"digits": 1, "ops": ["*"]}'
+    assert rows[0]["extra_info"]["options"] == '{"digits": 1, "ops": ["*"], "partial_credit": 0.0}'
 
 
 def test_sort_length_option(tmp_path):
@@ -110,7 +110,7 @@ def test_cli_make_data_writes_the_files(tmp_path, capsys):
     assert "posttrain/arithmetic" in capsys.readouterr().out
     rows = pq.read_table(tmp_path / "train.parquet").to_pylist()
     assert len(rows) == 20 and len(pq.read_table(tmp_path / "sft_train.parquet")) == 20
-    assert {r["extra_info"]["options"] for r in rows} == {'{"digits": 3, "ops": ["+", "-"]}'}
+    assert {r["extra_info"]["options"] for r in rows} == {'{"digits": 3, "ops": ["+", "-"], "partial_credit": 0.0}'}
 
 
 def test_cli_make_data_user_error_exits_2(tmp_path, capsys):

@@ -12,7 +12,13 @@ from posttrain.errors import ConfigError
 from posttrain.models.loading import tokenizer_from_config
 from posttrain.models.tiny import make_tiny_model
 from posttrain.rollout import SamplingParams
-from posttrain.trainer.rl_build import _loss_options, build_roles, check_rl_names, sampling_params
+from posttrain.trainer.rl_build import (
+    _loss_options,
+    baseline_sampling_params,
+    build_roles,
+    check_rl_names,
+    sampling_params,
+)
 
 
 def cfg(*overrides):
@@ -90,8 +96,14 @@ def test_check_rl_names_rejects_unknown_names_with_the_key():
         check_rl_names(cfg("algorithm.adv_estimator=grpoo"))
     with pytest.raises(ConfigError, match=r"actor\.policy_loss\.loss_mode.*'vanila'"):
         check_rl_names(cfg("actor.policy_loss.loss_mode=vanila"))
-    with pytest.raises(ConfigError, match=r"algorithm\.adv_estimator=remax"):
-        check_rl_names(cfg("algorithm.adv_estimator=remax"))
+    check_rl_names(cfg("algorithm.adv_estimator=remax"))  # the step generates its greedy baseline
+
+
+def test_baseline_sampling_is_greedy_with_training_limits_only_for_remax():
+    train, _ = sampling_params(cfg("rollout.n=4", "rollout.response_length=8"), tokenizer=None)
+    assert baseline_sampling_params(cfg("rollout.n=4"), train) is None
+    greedy = baseline_sampling_params(cfg("algorithm.adv_estimator=remax", "rollout.n=4"), train)
+    assert greedy == SamplingParams(temperature=1.0, do_sample=False, n=1, max_new_tokens=8)
 
 
 @pytest.fixture(scope="module")

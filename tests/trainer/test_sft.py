@@ -129,3 +129,36 @@ def test_val_only_validates_and_saves_the_starting_policy(workdir, tmp_path):
     assert [r["step"] for r in records] == [7] and "sft/loss" not in records[0]
     saved = AutoModelForCausalLM.from_pretrained(result.final_model)
     assert torch.equal(saved.lm_head.weight, AutoModelForCausalLM.from_pretrained(model_dir).lm_head.weight)
+
+
+@pytest.mark.parametrize("val_batch_size,sizes", [(5, [5, 5, 2]), (None, [4, 4, 4])])
+def test_validation_forwards_hold_val_batch_size_examples(workdir, tmp_path, monkeypatch, val_batch_size, sizes):
+    """data.val_batch_size sets the examples per validation forward (null: the training micro-batch);
+    the metric is the whole validation set's token-mean either way. DPO validates through the same loop."""
+    root, model_dir, _ = workdir
+    val = write_task_data("sort", tmp_path / "val", train=12, test=1, sft=12, dpo=0, seed=3)["sft"]
+    cfg = sft_config(
+        model_dir, {"sft": val}, f"data.val_files=[{val}]", "trainer.val_only=true", "data.train_batch_size=4",
+        "actor.ppo_micro_batch_size_per_gpu=4", f"data.val_batch_size={'null' if val_batch_size is None else val_batch_size}",
+    )
+    import posttrain.trainer.sft as sft_module
+
+    seen = []
+    real = sft_module.collate_sft
+    monkeypatch.setattr(sft_module, "collate_sft", lambda examples, pad: seen.append(len(examples)) or real(examples, pad))
+    result = run_sft(StageContext("sft", cfg, tmp_path / "run", str(model_dir)))
+    assert seen == sizes
+    one_batch = evaluate_whole_set(model_dir, cfg, val)
+    assert result.last_metrics["val/sft/loss"] == pytest.approx(one_batch, rel=1e-5)
+
+
+def evaluate_whole_set(model_dir, cfg, val) -> float:
+    """The token-mean NLL of every validation example in one forward."""
+    from posttrain.models.loading import tokenizer_from_config
+    from posttrain.trainer.sft import evaluate
+
+    tokenizer = tokenizer_from_config(cfg.model)
+    examples = list(build_sft_dataset(cfg.data, [val], tokenizer))
+    model = load_causal_lm(str(model_dir))
+    objective = sft_objective(model, tokenizer.pad_token_id)
+    return evaluate(model, objective, examples, MicroBatching(len(examples)))["val/sft/loss"]

@@ -209,3 +209,27 @@ def test_kl_loss_and_entropy_coeff_change_the_gradient(policy):
         other, _ = grads_after_update(policy, batch, **extra)
         with pytest.raises(AssertionError):
             assert_same_grads(plain, other)
+
+
+def test_token_sum_norm_without_a_constant_is_refused(policy):
+    """None would divide each micro-batch by its own trimmed width: a split-dependent gradient."""
+    with pytest.raises(ValueError, match=r"seq-mean-token-sum-norm.*loss_scale_factor"):
+        sgd_actor(copy.deepcopy(policy), loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=None)
+
+
+def test_token_sum_norm_split_dependence_is_real_without_the_constant(policy):
+    """Why the refusal matters: aggregate_loss's own None default (the tensor's width) changes
+    with trimming, so two splits of the same batch give different losses."""
+    from posttrain.algorithms import aggregate_loss
+    from posttrain.workers.microbatch import micro_batches, micro_weight, normaliser
+
+    batch = prepared_batch(policy)
+    loss_mat = batch.advantages
+    mode = "seq-mean-token-sum-norm"
+    full = aggregate_loss(loss_mat, batch.response_mask, mode)
+    total = normaliser(batch.response_mask, mode)
+    split = sum(
+        micro_weight(m.response_mask, total, mode) * aggregate_loss(m.advantages, m.response_mask, mode)
+        for m in micro_batches(batch, size=1, max_tokens=None)
+    )
+    assert abs(float(split) - float(full)) > 1e-3

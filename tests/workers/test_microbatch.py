@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from posttrain.algorithms import aggregate_loss
-from posttrain.workers.microbatch import micro_batches, micro_weight, mini_batches, normaliser
+from posttrain.workers.microbatch import forward_in_order, micro_batches, micro_weight, mini_batches, normaliser
 from worker_helpers import LENGTHS, make_batch
 
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])  # 4 tokens, 2 non-empty rows
@@ -60,3 +60,19 @@ def test_micro_batches_trim_and_respect_the_token_budget():
     for m in packed:
         assert len(m) * (m.prompt_ids.shape[1] + m.response_ids.shape[1]) <= 12
     assert len(micro_batches(batch, size=None, max_tokens=None)) == 1
+
+
+@pytest.mark.parametrize("cut", [dict(size=7, max_tokens=None), dict(size=2, max_tokens=None), dict(size=None, max_tokens=20)])
+def test_forward_in_order_puts_every_row_back_at_full_width(cut):
+    """Trimmed and token-packed (reordered) micro-batches come back in the batch's row order."""
+    batch = make_batch(vocab=50)
+    seen_widths = []
+
+    def row_tagged(micro):  # each token's value: its response id, so misplaced rows are visible
+        seen_widths.append(micro.response_ids.shape[1])
+        return micro.response_ids.float() * micro.response_mask
+
+    out = forward_in_order(batch, row_tagged, **cut)
+    torch.testing.assert_close(out, batch.response_ids.float() * batch.response_mask)
+    if cut["size"] != 7:
+        assert min(seen_widths) < batch.response_ids.shape[1]  # micro-batches really were trimmed

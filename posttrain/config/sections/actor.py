@@ -20,7 +20,7 @@ _VERL = "verl:actor_rollout_ref.actor"
 _TRINITY_ALGO = "trinity:algorithm"
 
 _FSDP = "FSDP sharding and offload (Ray/cluster issue)"
-_CKPT = "choosing checkpoint contents (checkpoint issue)"
+_CKPT = "choosing what a checkpoint saves (every checkpoint holds model, optimizer and extra so that resuming is exact; checkpoint issue)"
 _PROFILE = "per-role profiling (profiling issue)"
 _PERF = "memory/speed options of the training backend (performance issue)"
 
@@ -51,7 +51,7 @@ class CheckpointConfig:
     """What a role saves in, and restores from, a checkpoint."""
 
     save_contents: list[str] = param(factory=lambda: ["model", "optimizer", "extra"], doc="Parts saved: model, optimizer, extra (LR scheduler, RNG) and hf_model (a Hugging Face copy).", choices=["model", "optimizer", "extra", "hf_model"], todo=_CKPT, refs=["verl:.save_contents", "verl:.contents"])
-    load_contents: list[str] = param(factory=lambda: ["model", "optimizer", "extra"], doc="Parts restored on resume (a subset of what was saved).", choices=["model", "optimizer", "extra", "hf_model"], todo=_CKPT, refs=["verl:.load_contents"])
+    load_contents: list[str] = param(factory=lambda: ["model", "optimizer", "extra"], doc="Parts restored on resume: model (hf_model is the same: the weights are a Hugging Face directory), optimizer, extra (LR schedule, generators, sampler and RNG); leaving one out continues without it, not exactly.", choices=["model", "optimizer", "extra", "hf_model"], refs=["verl:.load_contents"])
 
 
 @section
@@ -120,6 +120,8 @@ class ActorConfig:
     ppo_max_token_len_per_gpu: int = param(16384, doc="Token budget (prompt + response tokens) of one micro-batch on one device when use_dynamic_bsz.", ge=1, refs=[f"{_VERL}.ppo_max_token_len_per_gpu", "trinity:trainer.max_token_len_per_gpu"])
     ppo_epochs: int = param(1, doc="Passes over each rollout batch.", ge=1, refs=[f"{_VERL}.ppo_epochs", "roll:ppo_epochs"])
     shuffle: bool = param(False, doc="Shuffle the responses before splitting them into mini-batches, each epoch.", refs=[f"{_VERL}.shuffle"])
+    share_prompt_forward: bool = param(False, doc="Training forward computes each prompt once for its group of responses (one row: prompt, then every response, with a mask that keeps responses apart); same results to float rounding, less work when prompts are long.")
+    reuse_rollout_logprobs: str = param("auto", doc="Old log-probs of the PPO ratio: never reuse the rollout's (always recompute them with the actor); auto reuses the rollout's when it sampled on-policy with the actor's weights, after checking on the first step that they equal a recomputation.", choices=["never", "auto"])
 
     # ---- policy loss -------------------------------------------------------------------------
     clip_ratio: float = param(0.2, doc="PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps].", gt=0, refs=[f"{_VERL}.clip_ratio", "roll:pg_clip", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range"])

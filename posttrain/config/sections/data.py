@@ -60,7 +60,7 @@ class DataConfig:
 
     # ---- batching and order ------------------------------------------------------------------
     train_batch_size: int = param(8, doc="Prompts sampled per training step (each gets rollout.n responses).", ge=1, refs=["verl:data.train_batch_size", "roll:rollout_batch_size", "trinity:buffer.batch_size"])
-    val_batch_size: int | None = param(None, doc="Prompts per validation batch; null validates the whole set as one batch.", ge=1, refs=["verl:data.val_batch_size", "roll:val_batch_size"])
+    val_batch_size: int | None = param(None, doc="Prompts (SFT/DPO: examples) per validation batch; null validates the whole set as one batch (SFT/DPO: in training micro-batches).", ge=1, refs=["verl:data.val_batch_size", "roll:val_batch_size"])
     shuffle: bool = param(True, doc="Shuffle the training data each epoch (seeded by seed and the epoch).", refs=["verl:data.shuffle"])
     validation_shuffle: bool = param(False, doc="Shuffle the validation data.", refs=["verl:data.validation_shuffle"])
     seed: int = param(1, doc="Seed of the data shuffle; with the epoch it fixes the order exactly.", ge=0, refs=["verl:data.seed"])

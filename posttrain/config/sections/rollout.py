@@ -117,7 +117,7 @@ class RolloutConfig:
     max_num_batched_tokens: int = param(8192, doc="Most tokens the engine processes in one scheduler step.", ge=1, todo=_ENGINES, refs=[f"{_VERL}.max_num_batched_tokens"])
     max_num_seqs: int = param(1024, doc="Most sequences the engine generates at once.", ge=1, todo=_ENGINES, refs=[f"{_VERL}.max_num_seqs", "roll:actor_infer.infer_batch_size"])
     enable_chunked_prefill: bool = param(True, doc="Split long prompt prefills into chunks to cap peak memory.", todo=_ENGINES, refs=[f"{_VERL}.enable_chunked_prefill", f"{_TRINITY}.enable_chunked_prefill"])
-    enable_prefix_caching: bool = param(False, doc="Reuse the KV cache of shared prompt prefixes across requests.", todo=_ENGINES, refs=[f"{_VERL}.enable_prefix_caching", f"{_TRINITY}.enable_prefix_caching"])
+    enable_prefix_caching: bool = param(False, doc="Reuse the KV cache of shared prompt prefixes across requests (hf engine: each distinct prompt is prefilled once for its n responses).", refs=[f"{_VERL}.enable_prefix_caching", f"{_TRINITY}.enable_prefix_caching"])
     disable_log_stats: bool = param(True, doc="Silence the engine's periodic statistics log.", todo=_ENGINES, refs=[f"{_VERL}.disable_log_stats"])
     engine_kwargs: EngineKwargsConfig = param(factory=EngineKwargsConfig, doc="Engine-specific options (vllm, sglang).")
 

@@ -2,7 +2,8 @@
 
 The run directory is `default_local_dir`, or `<root_dir>/<project_name>/<experiment_name>` when that is
 null (Trinity-RFT's layout under checkpoint_root_dir; verl's default value spelled out). Checkpoints,
-logs and the resolved config of the run go there.
+logs and the resolved config of the run go there. Checkpoint layout and resume rules:
+`posttrain.checkpoint` and `posttrain.trainer.run`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from posttrain.config.fields import param, section
 #: Values of `logger` posttrain implements; the wandb, swanlab, mlflow and clearml trackers are todo
 #: ("tracker adapters issue") and a loader should say so when it meets them.
 LOGGERS = ("console", "tensorboard", "jsonl")
-
-_CHECKPOINT_TODO = "checkpoint/resume issue"
 
 
 @section
@@ -30,6 +29,7 @@ class TrainerConfig:
 
     logger: list[str] = param(factory=lambda: ["console", "jsonl", "tensorboard"], doc="Where metrics go: any of console, tensorboard (<run dir>/tensorboard), jsonl (<run dir>/metrics.jsonl).", choices=LOGGERS, refs=["verl:trainer.logger", "roll:track_with", "trinity:monitor.monitor_type"])
     log_val_generations: int = param(0, doc="Validation (prompt, response, score) examples appended to <run dir>/val_generations.jsonl each validation.", ge=0, refs=["verl:trainer.log_val_generations"])
+    write_report: bool = param(False, doc="Write <run dir>/report.html (curves, before/after-RL accuracy, validation samples) when posttrain train ends; `posttrain report RUN_DIR` writes it any time.")
     rollout_data_dir: str | None = param(None, doc="Directory for one JSONL file of training rollouts per step; null writes none.", refs=["verl:trainer.rollout_data_dir"])
     validation_data_dir: str | None = param(None, doc="Directory for one JSONL file of validation generations per validation; null writes none.", refs=["verl:trainer.validation_data_dir"])
     test_freq: int = param(-1, doc="Validate every this many steps and after the last; 0 or -1 never validates during training.", ge=-1, refs=["verl:trainer.test_freq", "roll:eval_steps", "trinity:explorer.eval_interval"])
@@ -44,14 +44,14 @@ class TrainerConfig:
     mode: str = param("both", doc="Which halves run: both (explore and train), train (from an experience buffer), explore (generate only), bench (evaluate checkpoints).", choices=["both", "train", "explore", "bench"], todo="separate explorer and trainer processes; decoupled explorer/trainer issue", refs=["trinity:mode"])
     balance_batch: bool = param(True, doc="Reorder each batch so every data-parallel rank gets a similar number of tokens.", todo="multi-device data parallelism; distributed backend issue", refs=["verl:trainer.balance_batch"])
 
-    save_freq: int = param(-1, doc="Save a checkpoint every this many steps and after the last; 0 or -1 saves none.", ge=-1, todo=_CHECKPOINT_TODO, refs=["verl:trainer.save_freq", "roll:save_steps", "trinity:trainer.save_interval"])
-    resume_mode: str = param("auto", doc="auto resumes from the newest checkpoint in the run directory, disable starts fresh, resume_path loads resume_from_path (ROLL/Trinity booleans: true is auto, false is disable).", choices=["auto", "disable", "resume_path"], todo=_CHECKPOINT_TODO, refs=["verl:trainer.resume_mode", "trinity:continue_from_checkpoint", "roll:resume_from_checkpoint"])
-    resume_from_path: str | None = param(None, doc="Checkpoint directory to load when resume_mode is resume_path.", todo=_CHECKPOINT_TODO, refs=["verl:trainer.resume_from_path"])
-    checkpoint_dir: str | None = param(None, doc="Where checkpoints are written; null means <run dir>/checkpoints.", todo=_CHECKPOINT_TODO, refs=["roll:checkpoint_config.output_dir"])
-    max_actor_ckpt_to_keep: int | None = param(None, doc="Newest actor checkpoints kept on disk; null keeps all.", ge=1, todo=_CHECKPOINT_TODO, refs=["verl:trainer.max_actor_ckpt_to_keep"])
-    max_critic_ckpt_to_keep: int | None = param(None, doc="Newest critic checkpoints kept on disk; null keeps all.", ge=1, todo=_CHECKPOINT_TODO, refs=["verl:trainer.max_critic_ckpt_to_keep"])
-    del_local_ckpt_after_load: bool = param(False, doc="Delete the checkpoint directory after resuming from it.", todo=_CHECKPOINT_TODO, refs=["verl:trainer.del_local_ckpt_after_load"])
-    save_hf_checkpoint: str = param("last", doc="Also save a Hugging Face model directory: last (final checkpoint only), always, never.", choices=["last", "always", "never"], todo=_CHECKPOINT_TODO, refs=["trinity:trainer.save_hf_checkpoint"])
+    save_freq: int = param(-1, doc="Save a checkpoint every this many steps and always after the last; 0 or -1 saves none (a killed stage then restarts).", ge=-1, refs=["verl:trainer.save_freq", "roll:save_steps", "trinity:trainer.save_interval"])
+    resume_mode: str = param("auto", doc="auto continues the run directory (complete stages skipped, the current one from its newest complete checkpoint), disable refuses a directory that holds a run, resume_path continues from resume_from_path (ROLL/Trinity booleans: true is auto, false is disable).", choices=["auto", "disable", "resume_path"], refs=["verl:trainer.resume_mode", "trinity:continue_from_checkpoint", "roll:resume_from_checkpoint"])
+    resume_from_path: str | None = param(None, doc="Checkpoint directory (global_step_N) to continue from when resume_mode is resume_path.", refs=["verl:trainer.resume_from_path"])
+    checkpoint_dir: str | None = param(None, doc="Where checkpoints are written (one subdirectory per stage of a multi-stage run); null means <stage run dir>/checkpoints.", refs=["roll:checkpoint_config.output_dir"])
+    max_actor_ckpt_to_keep: int | None = param(None, doc="Newest actor checkpoints kept on disk (older ones deleted after a new one is complete); null keeps all.", ge=1, refs=["verl:trainer.max_actor_ckpt_to_keep"])
+    max_critic_ckpt_to_keep: int | None = param(None, doc="Newest critic checkpoints kept on disk (older ones deleted after a new one is complete); null keeps all.", ge=1, refs=["verl:trainer.max_critic_ckpt_to_keep"])
+    del_local_ckpt_after_load: bool = param(False, doc="Delete the checkpoint directory a stage resumed from once it is loaded.", refs=["verl:trainer.del_local_ckpt_after_load"])
+    save_hf_checkpoint: str = param("last", doc="Standalone Hugging Face model copies: last writes <stage dir>/final_model, always also copies every checkpoint's actor to <stage dir>/hf_checkpoints/global_step_N, never leaves the final model in the last checkpoint's actor/ (needs save_freq > 0).", choices=["last", "always", "never"], refs=["trinity:trainer.save_hf_checkpoint"])
     save_strategy: str = param("unrestricted", doc="How many savers may write at once: single_thread, single_process, single_node, unrestricted.", choices=["single_thread", "single_process", "single_node", "unrestricted"], todo="concurrent multi-node checkpoint writes; checkpoint/resume issue", refs=["trinity:trainer.save_strategy"])
 
     profile_steps: list[int] = param(factory=list, doc="Training steps to profile; empty profiles none.", todo="profiling; profiling issue", refs=["verl:trainer.profile_steps"])

@@ -1,0 +1,75 @@
+"""Restoring a checkpoint written by `posttrain.checkpoint.save` into freshly built components.
+
+Weights are copied into the stage's already-built modules (`load_state_dict` from the safetensors
+file), not reloaded with `from_pretrained`, so every reference the trainer holds (optimizer
+parameter groups, the rollout engine sharing the actor's module) stays valid and the values are
+bit-for-bit those saved. Nothing is unpickled: see `posttrain.checkpoint.state`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from safetensors.torch import load_file
+from torch import nn
+
+from posttrain.checkpoint.layout import EXTRA_FILE, OPTIMIZER_FILE, RNG_FILE, TRAINER_STATE
+from posttrain.checkpoint.save import Parts
+from posttrain.checkpoint.state import load_generators, load_torch_state, read_json, restore_python_numpy_rng
+from posttrain.errors import UserError
+
+
+class CheckpointError(UserError):
+    """A checkpoint is missing, incomplete or does not fit the run resuming from it."""
+
+
+def load_weights(model: nn.Module, hf_dir: Path) -> None:
+    """Copy the weights of `hf_dir` (one or more safetensors files) into `model`. A key the file
+    lacks is accepted only for a tied parameter (saved once by `save_pretrained`)."""
+    files = sorted(hf_dir.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{hf_dir}: no *.safetensors weights; the checkpoint is incomplete")
+    state: dict[str, Any] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    result = model.load_state_dict(state, strict=False)
+    loaded = {t.data_ptr() for name, t in model.state_dict().items() if name in state}
+    params = model.state_dict()
+    untied = [k for k in result.missing_keys if params[k].data_ptr() not in loaded]
+    if untied or result.unexpected_keys:
+        raise CheckpointError(
+            f"{hf_dir}: weights do not match the model (missing {untied[:3]}, unexpected "
+            f"{result.unexpected_keys[:3]}); resume with the model the checkpoint was trained from"
+        )
+
+
+def load_checkpoint(path: Path, parts: Parts, load_contents: dict[str, Iterable[str]]) -> dict[str, Any]:
+    """Restore `parts` from checkpoint directory `path`; returns its trainer state (step, ...).
+
+    `load_contents[role]` picks what each role restores (actor/critic.checkpoint.load_contents):
+    model (and its synonym hf_model: the weights), optimizer, extra (LR schedule, generators,
+    version). Trainer-level state (sampler, KL controller, RNG) is restored with extra."""
+    if not (path / TRAINER_STATE).is_file():
+        raise CheckpointError(f"{path}: not a complete checkpoint (no {TRAINER_STATE})")
+    state = read_json(path / TRAINER_STATE)
+    for name, role in parts.roles.items():
+        role_dir = path / name
+        if not role_dir.is_dir():
+            raise CheckpointError(f"{path}: no {name}/ directory; this checkpoint was written by a run without a {name}")
+        contents = set(load_contents.get(name, ("model", "optimizer", "extra")))
+        if contents & {"model", "hf_model"}:
+            load_weights(role.model, role_dir)
+        if "optimizer" in contents and role.optimizer is not None:
+            role.optimizer.load_state_dict(load_torch_state(role_dir / OPTIMIZER_FILE))
+        if "extra" in contents and role.extra is not None:
+            role.extra.load_state_dict(load_torch_state(role_dir / EXTRA_FILE))
+    if all("extra" in set(load_contents.get(n, ("extra",))) for n in parts.roles):
+        saved = state.get("states", {})
+        for name, obj in parts.states.items():
+            if name not in saved:
+                raise CheckpointError(f"{path}: the checkpoint has no {name!r} state; it was written by a different kind of stage")
+            obj.load_state_dict(saved[name])
+        load_generators(path / RNG_FILE, parts.generators)
+        restore_python_numpy_rng(state["rng"])
+    return state

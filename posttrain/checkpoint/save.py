@@ -1,0 +1,106 @@
+"""Writing one checkpoint, then deleting old ones (see `layout` for the files and the marker).
+
+The order is what makes a kill harmless: everything goes into `global_step_N.tmp/`, the directory is
+renamed, the marker is replaced (atomically) to name it, and only after that are older checkpoints
+pruned to `max_actor_ckpt_to_keep` / `max_critic_ckpt_to_keep` (verl's keys; verl also removes old
+checkpoints only after the new save).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from posttrain.checkpoint.layout import (
+    EXTRA_FILE, MARKER, OPTIMIZER_FILE, RNG_FILE, TRAINER_STATE, step_dir, step_dirs,
+)
+from posttrain.checkpoint.state import (
+    Stateful, atomic_write_text, python_numpy_rng, save_generators, save_torch_state, write_json,
+)
+from posttrain.models.quiet import quiet_transformers
+
+
+@dataclass
+class Role:
+    """A trained model and what continues its training: the optimizer, and `extra` (LR schedule,
+    shuffle generator, weights version: whatever `state_dict` the role's owner gives)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | None = None
+    extra: Stateful | None = None
+    tokenizer: Any = None  # saved beside the weights so the directory is a standalone HF model
+
+
+@dataclass
+class Parts:
+    """Everything a stage checkpoints: roles by name, JSON states (sampler, KL controller, running
+    statistics), and generators (the rollout engine's sampling RNG)."""
+
+    roles: dict[str, Role]
+    states: dict[str, Stateful] = field(default_factory=dict)
+    generators: dict[str, torch.Generator] = field(default_factory=dict)
+
+
+def save_hf(model: nn.Module, out: Path, tokenizer: Any = None) -> None:
+    """A Hugging Face directory: safetensors weights and config (and the tokenizer when given)."""
+    with quiet_transformers():
+        model.save_pretrained(out, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(out)
+
+
+def save_checkpoint(root: Path, step: int, parts: Parts, trainer_state: dict[str, Any],
+                    before_marker: Callable[[], None] | None = None) -> Path:
+    """Write checkpoint `step` under `root` and name it in the marker; returns its directory.
+    `before_marker` runs between the rename and the marker (the kill-during-save test hook)."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = step_dir(root, step)
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for name, role in parts.roles.items():
+        out = tmp / name
+        save_hf(role.model, out, role.tokenizer)
+        if role.optimizer is not None:
+            save_torch_state(out / OPTIMIZER_FILE, role.optimizer.state_dict())
+        if role.extra is not None:
+            save_torch_state(out / EXTRA_FILE, role.extra.state_dict())
+    save_generators(tmp / RNG_FILE, parts.generators)
+    state = dict(trainer_state, step=step, rng=python_numpy_rng(),
+                 states={k: v.state_dict() for k, v in parts.states.items()})
+    write_json(tmp / TRAINER_STATE, state)
+    if final.exists():  # an incomplete directory of an earlier, killed attempt at this step
+        shutil.rmtree(final)
+    tmp.rename(final)
+    if before_marker is not None:
+        before_marker()
+    atomic_write_text(root / MARKER, f"{step}\n")
+    return final
+
+
+def prune(root: Path, keep: dict[str, int | None]) -> list[Path]:
+    """After a complete save: delete role directories beyond the newest `keep[role]` checkpoints,
+    a checkpoint directory once no role is left in it, and leftovers of killed saves. Returns
+    what was deleted."""
+    deleted: list[Path] = []
+    for leftover in root.glob("global_step_*.tmp"):
+        shutil.rmtree(leftover, ignore_errors=True)
+        deleted.append(leftover)
+    dirs = [p for _, p in step_dirs(root)]
+    for role, n in keep.items():
+        if n is None:
+            continue
+        with_role = [p for p in dirs if (p / role).is_dir()]
+        for old in with_role[: max(len(with_role) - n, 0)]:
+            shutil.rmtree(old / role)
+            deleted.append(old / role)
+    for path in dirs:
+        if not any(child.is_dir() for child in path.iterdir()):
+            shutil.rmtree(path)
+            deleted.append(path)
+    return deleted
