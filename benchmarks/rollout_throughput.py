@@ -6,7 +6,9 @@ Same random tiny Qwen2 as grpo_vs_trl.py (hidden 256, 4 layers, 4 heads, MLP 102
 arithmetic prompts (8 prompts x 8 samples = batch 64), fp32, temperature 1, and EOS ignored in both
 so that every row generates exactly `--new-tokens` tokens (equal work). Prints generated tokens/s of
 each (median of `--repeats` runs after a warm-up, alternating A B A B), the ratio, and the decode
-ceiling: the matmul FLOPs of the generated tokens at the measured fp32 matmul rate.
+ceiling: the matmul FLOPs of the generated tokens at the measured fp32 matmul rate. The engine
+runs its lean decoder (posttrain/rollout/lean_decoder.py) on this Qwen2; `--hf-path` also times
+the engine with `lean_decode=False` (the HF decoder body over a StaticCache).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--vocab", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workdir", default="/tmp/posttrain-bench")
+    ap.add_argument("--hf-path", action="store_true", help="also time the engine without its lean decoder")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -57,10 +60,16 @@ def main(argv: list[str] | None = None) -> None:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     batch = prompts_batch(tokenizer, data, args.batch // 8, 8)
     engine = HFEngine(model, eos_token_ids=[], pad_token_id=tokenizer.pad_token_id, copy_weights=False)
+    hf_path = HFEngine(
+        model, eos_token_ids=[], pad_token_id=tokenizer.pad_token_id, copy_weights=False, lean_decode=False
+    )
     params = SamplingParams(temperature=1.0, n=1, max_new_tokens=args.new_tokens, ignore_eos=True)
 
     def ours() -> int:
         return engine.generate(batch, params, expected_version=0).num_response_tokens()
+
+    def ours_hf_path() -> int:
+        return hf_path.generate(batch, params, expected_version=0).num_response_tokens()
 
     def hf() -> int:
         with torch.inference_mode():
@@ -71,9 +80,11 @@ def main(argv: list[str] | None = None) -> None:
             )
         return (out.shape[1] - batch.input_ids.shape[1]) * out.shape[0]
 
-    rates: dict[str, list[float]] = {"posttrain": [], "hf_generate": []}
+    contenders = [("posttrain", ours), ("hf_generate", hf)] + ([("pt_hf_path", ours_hf_path)] if args.hf_path else [])
+    rates: dict[str, list[float]] = {name: [] for name, _ in contenders}
+    print(f"engine uses its lean decoder: {engine.uses_lean_decoder()}")
     for repeat in range(args.repeats + 1):
-        for name, fn in (("posttrain", ours), ("hf_generate", hf)):
+        for name, fn in contenders:
             t0 = time.perf_counter()
             tokens = fn()
             if repeat:  # the first round warms up both

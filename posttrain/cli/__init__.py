@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
-from posttrain.errors import UserError
+# Before anything imports torch (OpenMP reads it once, at start-up): idle OpenMP threads sleep
+# instead of spinning. Spinning threads steal the cores that generation, reward workers and other
+# processes need; measured in docs/performance.md. An explicit setting in the environment wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from posttrain.errors import UserError  # noqa: E402
 
 # Subcommand modules, in the order `posttrain --help` lists them.
 COMMAND_MODULES = [

@@ -36,7 +36,7 @@ DEFAULT_MAX_POSITION = 512
 __all__ = ["build_tiny_tokenizer", "make_tiny_config", "make_tiny_model"]
 
 
-def _check_shape(layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int, max_position: int) -> None:
+def check_shape(layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int, max_position: int) -> None:
     """Refuse sizes Qwen2 cannot build, with the flag to change (instead of a deep torch error)."""
     problems = []
     for name, value in (("layers", layers), ("hidden", hidden), ("heads", heads), ("kv-heads", kv_heads),
@@ -68,7 +68,7 @@ def make_tiny_config(
     """The Qwen2 config of a tiny model; `intermediate` None means 3 x hidden, `kv_heads` None means heads."""
     kv_heads = heads if kv_heads is None else kv_heads
     intermediate = 3 * hidden if intermediate is None else intermediate
-    _check_shape(layers, hidden, heads, kv_heads, intermediate, max_position)
+    check_shape(layers, hidden, heads, kv_heads, intermediate, max_position)
     tokenizer = build_tiny_tokenizer(vocab_size)  # cheap; gives the special-token ids
     return Qwen2Config(
         vocab_size=vocab_size,

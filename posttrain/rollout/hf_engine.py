@@ -15,6 +15,11 @@ reached, so T is at most `max_new_tokens`. With `share_prompt_prefill` the promp
 run through the model once and its cache copied to the group's n rows (vLLM's prefix caching,
 restricted to identical prompts): the same arithmetic on fewer rows, equal up to float rounding.
 
+Two forwards behind one small interface (prefill, step, reorder): for Llama/Qwen2-family models
+`LeanDecoder` (rollout/lean_decoder.py: the same arithmetic as the HF modules in a short list of
+torch ops, attention over the written cache prefix only), otherwise -- or with `lean_decode=False`
+-- the HF decoder body over a `StaticCache`.
+
 Weights: by default the engine keeps its own copy of the policy (`copy_weights=True`) and
 `update_weights` copies the actor's tensors into it in place. A copy costs one more set of
 parameters (a quarter of what fp32 AdamW training already holds) but keeps the engine's model in
@@ -36,6 +41,7 @@ from transformers import StaticCache
 from posttrain.modeling import check_head_matches, lm_head_logits, position_ids_from_mask
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, StalePolicyError
+from posttrain.rollout.lean_decoder import LeanDecoder, lean_unsupported_reason
 from posttrain.rollout.sampling import next_tokens
 
 
@@ -61,6 +67,7 @@ class HFEngine:
         version: int = 0,
         attn_implementation: str | None = "auto",
         share_prompt_prefill: bool = False,
+        lean_decode: bool = True,
     ):
         """`eos_token_ids`/`pad_token_id` default to the model's generation config, then its config.
         `max_num_seqs` caps the rows decoded at once (KV-cache memory); None decodes all together.
@@ -68,7 +75,9 @@ class HFEngine:
         "auto" is eager on CPU, where torch's fused CPU kernel costs 2-3x more than plain matmuls
         at one query token and short contexts (hidden 256, batch 64: 2.1 vs 0.8 ms per layer and
         token), and the model's own kernel elsewhere; None always keeps the model's own.
-        `share_prompt_prefill` prefills each distinct prompt once (see the module docstring)."""
+        `share_prompt_prefill` prefills each distinct prompt once (see the module docstring).
+        `lean_decode` uses `LeanDecoder` when `lean_unsupported_reason` accepts the model (checked
+        at every `generate`, so hooks added later are honoured); False always takes the HF path."""
         self.model = copy.deepcopy(model) if copy_weights else model
         if copy_weights:
             self.model.eval().requires_grad_(False)
@@ -93,6 +102,11 @@ class HFEngine:
             attn_implementation = "eager" if self.device.type == "cpu" else None
         self.attn_implementation = attn_implementation
         self.share_prompt_prefill = share_prompt_prefill
+        self.lean_decode = lean_decode
+
+    def uses_lean_decoder(self) -> bool:
+        """Whether `generate` will run `LeanDecoder` (else the HF decoder body)."""
+        return self.lean_decode and lean_unsupported_reason(self.model) is None
 
     @property
     def weights_version(self) -> int:
@@ -131,24 +145,28 @@ class HFEngine:
         pieces = []
         was_training = self.model.training
         own_attn = getattr(self.model.config, "_attn_implementation", None)
-        switch = self.attn_implementation is not None and own_attn is not None and self.attn_implementation != own_attn
+        lean = self.uses_lean_decoder()
+        switch = (
+            not lean and self.attn_implementation is not None and own_attn is not None
+            and self.attn_implementation != own_attn
+        )
         self.model.eval()
         if switch:
             self.model.set_attn_implementation(self.attn_implementation)
         try:
             for part in rows.split(chunk):
-                pieces.append(self._rollout(part, params))
+                pieces.append(self._rollout(part, params, lean))
         finally:
             self.model.train(was_training)
             if switch:
                 self.model.set_attn_implementation(own_attn)
         return RolloutBatch.cat(pieces)
 
-    def _rollout(self, rows: PromptBatch, params: SamplingParams) -> RolloutBatch:
+    def _rollout(self, rows: PromptBatch, params: SamplingParams, lean: bool) -> RolloutBatch:
         prompt_ids = rows.input_ids.to(self.device)  # (B, P)
         prompt_mask = rows.attention_mask.to(self.device, torch.float32)  # (B, P)
         with torch.inference_mode():
-            response_ids, response_mask, logprobs = self._decode(prompt_ids, prompt_mask, params)
+            response_ids, response_mask, logprobs = self._decode(prompt_ids, prompt_mask, params, lean)
         # Inference tensors cannot be saved for backward; the actor's forward will use these ids.
         return RolloutBatch(
             prompt_ids=prompt_ids,
@@ -164,43 +182,36 @@ class HFEngine:
             raw_prompt=list(rows.raw_prompt),
         )
 
-    def _prefill(self, body: nn.Module, cache: StaticCache, ids: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
-        """Run the prompts (B, P) into `cache`; return each row's last hidden state (B, H).
+    def _prefill(self, decoder: LeanDecoder | HFDecoder, ids: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
+        """Run the prompts (B, P) into the decoder's cache; return each row's last hidden state (B, H).
 
         With `share_prompt_prefill`, identical rows (the n samples of a prompt) are computed once
         and their cache rows copied, which cuts prefill work by n.
         """
-        P = ids.shape[1]
         if self.share_prompt_prefill:
-            key = torch.cat([ids, mask[:, :P]], dim=1)  # (B, 2P): same tokens and same padding
+            key = torch.cat([ids, mask], dim=1)  # (B, 2P): same tokens and same padding
             unique, inverse = torch.unique(key, dim=0, return_inverse=True)  # (U, 2P), (B,)
             if len(unique) < len(ids):
                 first = torch.full((len(unique),), len(ids), dtype=torch.long, device=ids.device)
                 first = first.scatter_reduce(0, inverse, torch.arange(len(ids), device=ids.device), "amin")  # (U,)
-                out = body(
-                    input_ids=ids[first], attention_mask=mask[first], position_ids=positions[first],
-                    past_key_values=cache, use_cache=True,
-                )
-                for layer in cache.layers:
-                    layer.reorder_cache(inverse)  # (U, ...) -> (B, ...): each row gets its prompt's cache
-                return out.last_hidden_state[:, -1][inverse]  # (B, H)
-        out = body(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
-        return out.last_hidden_state[:, -1]  # (B, H): left padding puts every row's last token here
+                hidden = decoder.prefill(ids[first], mask[first], positions[first])  # (U, H)
+                decoder.reorder(inverse)  # (U, ...) -> (B, ...): each row gets its prompt's cache
+                return hidden[inverse]  # (B, H)
+        return decoder.prefill(ids, mask, positions)
 
-    def _decode(self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams) -> tuple[Tensor, Tensor, Tensor]:
+    def _decode(
+        self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams, lean: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Prefill + token-by-token decode; returns response ids (B, T), mask (B, T), log-probs (B, T)."""
         B, P = prompt_ids.shape
-        body = self.model.get_decoder()
-        # The cache and the mask are allocated once at their final length and written in place: a
-        # growing cache re-copies every layer's keys and values at every token, which on CPU cost
-        # more than the model's matmuls. Slots not yet written are masked out.
+        # The cache is allocated once at its final length and written in place: a growing cache
+        # re-copies every layer's keys and values at every token, which on CPU cost more than the
+        # model's matmuls.
         max_len = P + params.max_new_tokens
-        attention_mask = torch.zeros(B, max_len, dtype=torch.long, device=self.device)  # (B, P + T)
-        attention_mask[:, :P] = prompt_mask.long()
-        position_ids = position_ids_from_mask(attention_mask[:, :P])  # (B, P)
-        cache = StaticCache(config=self.model.config, max_cache_len=max_len)
-        hidden = self._prefill(body, cache, prompt_ids, attention_mask, position_ids)  # (B, H)
-        next_pos = position_ids[:, -1:] + 1  # (B, 1)
+        decoder = LeanDecoder(self.model, max_len) if lean else HFDecoder(self.model, max_len)
+        position_ids = position_ids_from_mask(prompt_mask)  # (B, P)
+        hidden = self._prefill(decoder, prompt_ids, prompt_mask.long(), position_ids)  # (B, H)
+        next_pos = position_ids[:, -1] + 1  # (B,)
         stop_ids = torch.tensor(
             sorted(set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.eos_token_ids))),
             dtype=torch.long, device=self.device,
@@ -237,16 +248,46 @@ class HFEngine:
                 # cache; dropping only at 1/4 bounds those copies to ~4 full-batch cache copies per
                 # rollout, which a few decode steps pay back.
                 keep = (~finished).nonzero().squeeze(1)  # (b',)
-                for layer in cache.layers:
-                    layer.reorder_cache(keep)
+                decoder.reorder(keep)
                 rows, token, next_pos, finished = rows[keep], token[keep], next_pos[keep], finished[keep]
-                attention_mask = attention_mask[keep]
                 seen = seen[keep] if seen is not None else None
-            attention_mask[:, P + step] = 1
-            out = body(
-                input_ids=token.unsqueeze(1), attention_mask=attention_mask, position_ids=next_pos,
-                past_key_values=cache, use_cache=True,
-            )
-            hidden = out.last_hidden_state[:, -1]  # (b, H)
+            hidden = decoder.step(token, next_pos)  # (b, H)
             next_pos = next_pos + 1
         return ids[:, :used], masks[:, :used], lps[:, :used]  # (B, T) each
+
+
+class HFDecoder:
+    """The HF path behind `LeanDecoder`'s interface: the model's decoder body over a `StaticCache`,
+    with an attention mask of the cache's final length (slots not yet written are masked out)."""
+
+    def __init__(self, model: nn.Module, max_len: int):
+        self.body = model.get_decoder()
+        self.cache = StaticCache(config=model.config, max_cache_len=max_len)
+        self.max_len = max_len
+        self.mask: Tensor | None = None  # (b, max_len) long
+        self.length = 0
+
+    def prefill(self, ids: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
+        """Left-padded prompts ids (b, P), mask (b, P), positions (b, P) -> last hidden states (b, H)."""
+        b, P = ids.shape
+        self.mask = torch.zeros(b, self.max_len, dtype=torch.long, device=ids.device)
+        self.mask[:, :P] = mask
+        self.length = P
+        return self._forward(ids, positions)
+
+    def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """One new real token per row, tokens (b,) at positions (b,) -> hidden states (b, H)."""
+        self.mask[:, self.length] = 1
+        self.length += 1
+        return self._forward(tokens.unsqueeze(1), positions.unsqueeze(1))
+
+    def reorder(self, index: Tensor) -> None:
+        for layer in self.cache.layers:
+            layer.reorder_cache(index)
+        self.mask = self.mask[index]
+
+    def _forward(self, ids: Tensor, positions: Tensor) -> Tensor:
+        out = self.body(
+            input_ids=ids, attention_mask=self.mask, position_ids=positions, past_key_values=self.cache, use_cache=True
+        )
+        return out.last_hidden_state[:, -1]  # (b, H): left padding puts every row's last token here

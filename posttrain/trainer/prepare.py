@@ -45,11 +45,11 @@ def prepare(cfg: PrepareConfig, say: Callable[[str], None] = print) -> None:
 
 
 def _model_settings(cfg: PrepareModelConfig) -> dict[str, Any]:
-    from posttrain.models.tiny import _check_shape  # the same checks as `make-model`, before any work
+    from posttrain.models.tiny import check_shape  # the same checks as `make-model`, before any work
 
     t = cfg.tiny
     try:
-        _check_shape(t.layers, t.hidden, t.heads, t.kv_heads or t.heads, t.intermediate or 3 * t.hidden, t.max_position)
+        check_shape(t.layers, t.hidden, t.heads, t.kv_heads or t.heads, t.intermediate or 3 * t.hidden, t.max_position)
     except ConfigError as err:
         raise ConfigError([f"prepare.model.tiny: {p} (set the key of that name)" for p in err.problems]) from None
     return {"kind": "tiny", **dataclasses.asdict(t)}

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain.checkpoint import Checkpointer, Extra, Parts, Role
-from posttrain.checkpoint.save import save_hf
+from posttrain.checkpoint import Checkpointer, Parts
 from posttrain.data import build_rl_dataset, collate_prompts, make_sampler, pad_token_id
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.trainer.advantages import compute_advantages, make_shaping_state
@@ -143,15 +142,14 @@ class RLTrainer:
             self.trackers.close()
 
     def save_final(self, out: Path) -> None:
-        save_hf(self.roles.actor.model, out, self.tokenizer)
+        self.roles.actor.save_pretrained(out, self.tokenizer)
 
     def checkpoint_parts(self) -> Parts:
         """What this stage's checkpoints hold: actor (and critic) with optimizer and extra state,
         the sampler, the reward-shaping state and the rollout engine's sampling generator."""
-        actor, critic = self.roles.actor, self.roles.critic
-        roles = {"actor": Role(actor.model, actor.optimizer, Extra(actor.extra_state, actor.load_extra_state), self.tokenizer)}
-        if critic is not None:
-            roles["critic"] = Role(critic.model, critic.optimizer, Extra(critic.extra_state, critic.load_extra_state))
+        roles = {"actor": self.roles.actor.checkpoint_role(self.tokenizer)}
+        if self.roles.critic is not None:
+            roles["critic"] = self.roles.critic.checkpoint_role()
         states = {"sampler": self.sampler, "running": self.shaping.running}
         if self.shaping.kl_ctrl is not None:
             states["kl_ctrl"] = self.shaping.kl_ctrl

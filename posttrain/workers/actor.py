@@ -22,6 +22,8 @@ import torch
 from torch import Tensor, nn
 
 from posttrain.algorithms import aggregate_loss, get_policy_loss, kl_penalty
+from posttrain.checkpoint.save import Role, save_hf
+from posttrain.checkpoint.state import Extra
 from posttrain.modeling import response_logprobs
 from posttrain.records import RolloutBatch
 from posttrain.workers.microbatch import clip_and_step, micro_batches, micro_weight, mini_batches, normaliser
@@ -219,6 +221,10 @@ class Actor:
 
     def save_pretrained(self, out_dir, tokenizer=None) -> None:
         """Write the policy (and tokenizer) as a Hugging Face directory (safetensors)."""
-        self.model.save_pretrained(out_dir, safe_serialization=True)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(out_dir)
+        save_hf(self.model, out_dir, tokenizer)
+
+    def checkpoint_role(self, tokenizer=None) -> Role:
+        """What a checkpoint of this role holds (posttrain.checkpoint): weights, optimizer, and the
+        LR schedule / shuffle generator / weights version as `extra`. The trainer passes it to the
+        checkpointer without reaching into the model or optimizer itself."""
+        return Role(self.model, self.optimizer, Extra(self.extra_state, self.load_extra_state), tokenizer)

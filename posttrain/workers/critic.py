@@ -15,6 +15,8 @@ import torch
 from torch import Tensor, nn
 
 from posttrain.algorithms import value_loss
+from posttrain.checkpoint.save import Role
+from posttrain.checkpoint.state import Extra
 from posttrain.modeling.logprobs import response_hidden_states
 from posttrain.records import RolloutBatch
 from posttrain.workers.microbatch import (
@@ -58,6 +60,10 @@ class Critic:
     def load_extra_state(self, state: dict[str, Any]) -> None:
         self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["generator"])
+
+    def checkpoint_role(self) -> Role:
+        """What a checkpoint of the critic holds: value model, optimizer, LR schedule and shuffle generator."""
+        return Role(self.model, self.optimizer, Extra(self.extra_state, self.load_extra_state))
 
     def _values(self, batch: RolloutBatch) -> Tensor:
         hidden = response_hidden_states(
