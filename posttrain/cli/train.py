@@ -43,8 +43,9 @@ def _run(args: argparse.Namespace) -> int:
     if was_complete:
         print(f"the run is complete: every stage of {base} had already finished, nothing was trained "
               f"(delete {base} or set trainer.default_local_dir to run it again)")
-    for r in results:
-        print(f"final model: {r.final_model}")
+    for stage, r in zip(stages, results):
+        if not stage.config.trainer.val_only:  # an evaluation-only stage's "final model" is its input
+            print(f"final model: {r.final_model}")
     _print_summary(base, stages, results)
     return 0
 
