@@ -7,10 +7,15 @@ bookkeeping, module calls and hooks, and attention over the whole preallocated c
 runs each layer as a short list of torch ops on 2-D (tokens, hidden) tensors:
 
 - it reads the HF module's own parameters at call time (nothing copied: weight sync stays free);
-- keys and values live in one preallocated tensor (layers, 2, B, kv_heads, max_len, head_dim),
-  written in place; attention spans only the written prefix, and left-padded prompt slots are
-  masked with an additive bias (as HF's eager path does, the finite `finfo.min`, so a padding
-  query that sees no key gets a harmless uniform row instead of NaN);
+- keys and values live in one zero-initialised tensor (layers, 2, B, kv_heads, max_len, head_dim),
+  written in place; left-padded prompt slots and slots not yet written are masked with an additive
+  bias (as HF's eager path does, the finite `finfo.min`, so a padding query that sees no key gets
+  a harmless uniform row instead of NaN; masked slots get probability exactly 0);
+- decode steps attend over the whole preallocated length, not only the written prefix. Measured
+  (batch 64, 4 kv heads, head_dim 64, 1 thread, caches flushed as in a real step): a prefix slice
+  is a strided batch for `bmm`, which then takes 1.16 ms per layer for QK and PV at 57 of 89 slots
+  written, against 0.72 ms over all 89 contiguous slots; attention here is bound by memory
+  traffic, not arithmetic;
 - grouped-query attention without repeating keys: the g = heads / kv_heads queries of a kv head
   are stacked as g rows of one batched matmul (`baddbmm` folds in the scale and the mask);
 - rotary tables (cos, sin) are computed once per rollout for every position, with the same fp32
@@ -104,12 +109,13 @@ class LeanDecoder:
         """Run left-padded prompts ids (b, P) with mask (b, P) (1 = real) at `positions` (b, P)."""
         b, P = ids.shape
         weight = self.body.embed_tokens.weight
-        self.kv = torch.empty(
+        self.kv = torch.zeros(
             len(self.layers), 2, b, self.kv_heads, self.max_len, self.head_dim, dtype=weight.dtype, device=ids.device
         )
         valid = mask.bool()  # (b, P)
-        self.bias = torch.zeros(b, self.kv_heads, 1, self.max_len, dtype=weight.dtype, device=ids.device)
-        self.bias[:, :, 0, :P] = torch.where(valid, 0.0, torch.finfo(weight.dtype).min)[:, None, :]
+        lowest = torch.finfo(weight.dtype).min
+        self.bias = torch.full((b, self.kv_heads, 1, self.max_len), lowest, dtype=weight.dtype, device=ids.device)
+        self.bias[:, :, 0, :P] = torch.where(valid, 0.0, lowest)[:, None, :]
         causal = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril()  # (P, P)
         allowed = causal[None] & valid[:, None, :]  # (b, P queries, P keys)
         bias = torch.where(allowed, 0.0, torch.finfo(weight.dtype).min).to(weight.dtype)  # (b, P, P)
@@ -124,8 +130,8 @@ class LeanDecoder:
         """One new real token per row, tokens (b,) at positions (b,)."""
         b = tokens.shape[0]
         x = F.embedding(tokens, self.body.embed_tokens.weight)  # (b, H)
-        L = self.length + 1
-        bias = self.bias[:, :, :, :L].reshape(b * self.kv_heads, 1, L)  # (b*kv, 1, L): broadcast over the group
+        self.bias[:, :, :, self.length] = 0.0  # the slot this step writes
+        bias = self.bias.view(b * self.kv_heads, 1, self.max_len)  # (b*kv, 1, max_len): broadcast over the group
         return self._forward(x, positions, b, 1, bias)
 
     def reorder(self, index: Tensor) -> None:
@@ -159,16 +165,18 @@ class LeanDecoder:
         group = self.heads // self.kv_heads
         # (b, S, heads, D) -> (b*kv, group*S, D): head j*group + r uses kv head j, as HF's repeat_kv.
         q = q.view(b, S, self.kv_heads, group, D).permute(0, 2, 3, 1, 4).reshape(b * self.kv_heads, group * S, D)
-        keys = keys[:, :, :end].reshape(b * self.kv_heads, end, D)  # a view: written prefix only
-        values = values[:, :, :end].reshape(b * self.kv_heads, end, D)
-        scores = torch.baddbmm(bias, q, keys.transpose(1, 2), alpha=self.scaling)  # (b*kv, group*S, end)
+        span = bias.shape[-1]  # keys the bias covers: the prompt at prefill, every slot (contiguous) at decode
+        keys = keys[:, :, :span].reshape(b * self.kv_heads, span, D)
+        values = values[:, :, :span].reshape(b * self.kv_heads, span, D)
+        scores = torch.baddbmm(bias, q, keys.transpose(1, 2), alpha=self.scaling)  # (b*kv, group*S, span)
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
         out = torch.bmm(probs, values)  # (b*kv, group*S, D)
         out = out.view(b, self.heads, S, D).transpose(1, 2).reshape(b * S, self.heads * D)  # (N, heads*D)
         x = x + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
         h = _rms_norm(x, layer.post_attention_layernorm)
         gate = F.silu(F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias))
-        return x + F.linear(gate * F.linear(h, mlp.up_proj.weight, mlp.up_proj.bias), mlp.down_proj.weight, mlp.down_proj.bias)
+        up = F.linear(h, mlp.up_proj.weight, mlp.up_proj.bias)
+        return x + F.linear(gate * up, mlp.down_proj.weight, mlp.down_proj.bias)
 
 
 def _rms_norm(x: Tensor, norm: nn.Module) -> Tensor:

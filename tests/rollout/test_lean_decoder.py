@@ -63,6 +63,18 @@ def test_prefill_and_every_decode_step_equal_hf_logits(make):
             torch.testing.assert_close(lm_head_logits(model, hidden), expected[:, P + t], atol=1e-5, rtol=0)
 
 
+def test_one_token_prompts():
+    model = llama()
+    ids = torch.tensor([[5], [9]])
+    expected = hf_logits(model, torch.tensor([[5, 7], [9, 2]]), torch.ones(2, 2))  # (2, 2, V)
+    with torch.inference_mode():
+        lean = LeanDecoder(model, 3)
+        first = lm_head_logits(model, lean.prefill(ids, torch.ones(2, 1), torch.zeros(2, 1, dtype=torch.long)))
+        second = lm_head_logits(model, lean.step(torch.tensor([7, 2]), torch.ones(2, dtype=torch.long)))
+    torch.testing.assert_close(first, expected[:, 0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(second, expected[:, 1], atol=1e-5, rtol=0)
+
+
 def test_dropped_and_repeated_rows_keep_their_cache():
     model = qwen2(tied=True)
     prompts = prompt_batch()
