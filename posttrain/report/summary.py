@@ -87,8 +87,30 @@ def readings(stages: list[StageRun]) -> list[Reading]:
 
 
 def summary_lines(stages: list[StageRun]) -> list[str]:
-    """The printed lines, one per number (empty when the run has no validating RL stage)."""
-    return [r.line() for r in readings(stages)]
+    """The printed lines, one per number (empty when the run has no validating RL or DPO stage)."""
+    return [r.line() for r in readings(stages)] + dpo_lines(stages)
+
+
+def dpo_lines(stages: list[StageRun]) -> list[str]:
+    """Held-out preference accuracy and reward margin of each validating DPO stage, at its first
+    and last validation. Before any update the policy equals the reference, so every margin is 0
+    and accuracy (margin > 0, strictly) starts at 0 %.
+
+    A DPO stage logs `val/dpo/accuracy` and `val/dpo/margin` (posttrain.trainer.dpo).
+    """
+    dpo = [s for s in stages if s.kind == "dpo"]
+    out: list[str] = []
+    for stage in dpo:
+        rows = [r for r in stage.validations if "val/dpo/accuracy" in r]
+        if len(rows) < 2:
+            continue
+        suffix = f" (stage {stage.name})" if len(dpo) > 1 else ""
+        for when, row in (("before DPO", rows[0]), ("after DPO", rows[-1])):
+            out.append(
+                f"preference accuracy {when}{suffix}: {100 * row['val/dpo/accuracy']:.1f}% "
+                f"(mean reward margin {row.get('val/dpo/margin', float('nan')):.3f})"
+            )
+    return out
 
 
 def _rl_validations(stage: StageRun) -> list[dict]:

@@ -78,6 +78,17 @@ def test_summary_without_acc_reports_the_score(tmp_path):
         "validation score before RL: 0.250", "validation score after RL: 0.500"]
 
 
+def test_dpo_stage_summary_first_and_last_validation(tmp_path):
+    rows = [{"step": 0, "val/dpo/accuracy": 0.0, "val/dpo/margin": 0.0},
+            {"step": 1, "dpo/loss": 0.6, "timing/step_s": 0.1},
+            {"step": 2, "dpo/loss": 0.5, "timing/step_s": 0.1, "val/dpo/accuracy": 0.875, "val/dpo/margin": 0.4321}]
+    _stage(tmp_path, "main", {"algorithm": {"kind": "dpo"}}, rows)
+    assert summary_lines(load_run(tmp_path / "main")) == [
+        "preference accuracy before DPO: 0.0% (mean reward margin 0.000)",
+        "preference accuracy after DPO: 87.5% (mean reward margin 0.432)",
+    ]
+
+
 def test_no_rl_stage_no_summary(run_dir):
     assert summary_lines([s for s in load_run(run_dir) if s.name == "sft"]) == []
 
