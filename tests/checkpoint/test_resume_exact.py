@@ -137,3 +137,27 @@ def test_two_stage_run_killed_during_a_save_resumes_in_the_second_stage(assets, 
     for stage in ("sft", "rl"):
         _assert_same_run(root / "two_ref" / stage, root / "two_killed" / stage)
     assert _metrics(root / "two_killed" / "rl")[0]["step"] == 3  # the RL stage continues SFT's step count
+
+
+DPO = """
+data: {{train_files: {d}/dpo_train.parquet, val_files: {d}/dpo_test.parquet, train_batch_size: 8, max_length: 64}}
+model: {{path: {m}}}
+actor: {{ppo_micro_batch_size_per_gpu: 4, optim: {{lr: 1e-3}}}}
+algorithm: {{kind: dpo, dpo: {{beta: 0.1}}}}
+trainer: {{total_training_steps: {steps}, test_freq: 2, save_freq: 2, logger: [jsonl], default_local_dir: {r}}}
+"""
+
+
+def test_dpo_killed_mid_run_resumes_exactly(assets, one_thread, capsys, tmp_path):
+    root, model = assets
+    # 16 pairs in batches of 8: an epoch is 2 steps; killed after step 3 (checkpoint of step 2), so
+    # the resumed run redoes step 3 and crosses into epoch 2 at step 5.
+    write_task_data("sort", root / "dpo_data", train=16, test=8, sft=0, dpo=16, seed=1)
+    template = DPO.replace("{d}", str(root / "dpo_data"))
+    _train_in_process(_write(root, "dpo_ref", template, 5), capsys)
+    resumed = _write(root, "dpo_killed", template, 5)
+    _train_killed(resumed, "main:3:after_step")
+    assert (root / "dpo_killed" / "checkpoints" / MARKER).read_text().strip() == "2"
+    out = _train_in_process(resumed, capsys)
+    assert "(after step 2)" in out
+    _assert_same_run(root / "dpo_ref", root / "dpo_killed")
