@@ -18,11 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 from posttrain.checkpoint.layout import TRAINER_STATE
 from posttrain.checkpoint.logs import truncate_jsonl
 from posttrain.checkpoint.state import read_json
 from posttrain.config import derive, save_resolved
+from posttrain.config.load import to_yaml
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.tracking import Trackers, build_trackers
@@ -72,6 +74,9 @@ def open_stage(ctx: StageContext, train_size: int) -> tuple[Derived, Trackers]:
     Metrics already in the stage directory after the resumed step (all of them when starting
     fresh) belong to an interrupted attempt: they are dropped, and TensorBoard purges them."""
     derived = derive(ctx.cfg, train_size)
+    if ctx.resume is not None:
+        for line in config_changes(ctx.run_dir / "config.yaml", ctx.cfg):
+            print(f"[{ctx.name}] {line}", flush=True)
     save_resolved(ctx.cfg, ctx.run_dir, derived)
     resumed = ctx.resume_step()
     keep_through = ctx.step_offset + resumed if ctx.resume is not None else ctx.step_offset - 1
@@ -86,6 +91,33 @@ def open_stage(ctx: StageContext, train_size: int) -> tuple[Derived, Trackers]:
         purge_step=keep_through + 1 if (ctx.run_dir / "tensorboard").is_dir() else None,
     )
     return derived, trackers
+
+
+def config_changes(saved: Path, cfg: Config, limit: int = 12) -> list[str]:
+    """Lines saying which keys differ between the config a stage was started with (`saved`, its
+    config.yaml) and the one it resumes with. A resumed run uses the new values; exact resume
+    holds only when nothing that shapes training changed, so the user is told, key by key."""
+    if not saved.is_file():
+        return []
+    old, new = _flat(yaml.safe_load(saved.read_text(encoding="utf-8")) or {}), _flat(yaml.safe_load(to_yaml(cfg)))  # the same YAML round trip as the saved file
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k, "<unset>") != new.get(k, "<unset>"))
+    if not changed:
+        return []
+    lines = [f"config changed since this stage started ({len(changed)} keys); the resumed run uses the new values:"]
+    lines += [f"  {k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}" for k in changed[:limit]]
+    if len(changed) > limit:
+        lines.append(f"  ... and {len(changed) - limit} more (compare {saved} with the new config)")
+    return lines
+
+
+def _flat(tree: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def final_model_dir(ctx: StageContext) -> Path:

@@ -161,3 +161,17 @@ def test_dpo_killed_mid_run_resumes_exactly(assets, one_thread, capsys, tmp_path
     out = _train_in_process(resumed, capsys)
     assert "(after step 2)" in out
     _assert_same_run(root / "dpo_ref", root / "dpo_killed")
+
+
+def test_resuming_with_a_changed_config_names_the_changed_keys(assets, one_thread, capsys):
+    root, _ = assets
+    config = _write(root, "changed", RL, 3)
+    _train_killed(config, "main:2:after_step")
+    out = _train_in_process(config, capsys)
+    assert "config changed" not in out  # same config: nothing to say
+    config.write_text(config.read_text().replace("total_training_steps: 3", "total_training_steps: 4").replace("lr: 1e-3", "lr: 2e-3"))
+    (root / "changed" / "stage_complete.json").unlink()  # let the finished stage resume from step 3
+    out = _train_in_process(config, capsys)
+    assert "[main] config changed since this stage started (2 keys); the resumed run uses the new values:" in out
+    assert "actor.optim.lr: 0.001 -> 0.002" in out
+    assert "trainer.total_training_steps: 3 -> 4" in out
