@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -64,8 +66,13 @@ def _data_settings(cfg: PrepareDataConfig) -> dict[str, Any]:
         raise ConfigError(f"prepare.data.task: {err.problems[0]}") from None
     try:
         options = spec.resolve_options(cfg.options)
+        # Range checks live in the generator: draw one problem now, so a bad option is refused
+        # before anything (the model included) is built.
+        spec.generate(random.Random(cfg.seed), **options)
     except ConfigError as err:
-        raise ConfigError(f"prepare.data.options: {err.problems[0]}") from None
+        # The generators name options as make-data flags ("arithmetic --digits ..."): name the key.
+        problem = re.sub(rf"^{re.escape(cfg.task)} --([\w-]+)", lambda m: m[1].replace("-", "_"), err.problems[0])
+        raise ConfigError(f"prepare.data.options: {problem}") from None
     settings = {"task": cfg.task, "options": options, "train": cfg.train, "test": cfg.test,
                 "sft": cfg.train if cfg.sft is None else cfg.sft, "dpo": cfg.train if cfg.dpo is None else cfg.dpo,
                 "seed": cfg.seed}

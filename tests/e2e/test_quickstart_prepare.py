@@ -54,6 +54,8 @@ def test_hand_made_directories_are_reused_as_they_are(tmp_path):
     ("prepare.data.task=sorting", "prepare.data.task: unknown task 'sorting'; known tasks: arithmetic, countdown, sort"),
     ("prepare.data.options={digit: 2}", "prepare.data.options: task 'arithmetic' has no option 'digit'"),
     ("prepare.model.tiny.heads=3", "prepare.model.tiny: --hidden 32 must be divisible by --heads 3"),
+    # a range the generator checks: refused before the model is built too
+    ("prepare.data.options={digits: 0}", "prepare.data.options: digits must be between 1 and 18, got 0"),
 ])
 def test_mistakes_are_refused_before_anything_is_built(tmp_path, override, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
