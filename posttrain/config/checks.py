@@ -225,6 +225,15 @@ def check_supervised_loss_agg(cfg: Any) -> list[str]:
     return []
 
 
+def check_supervised_compile(cfg: Any) -> list[str]:
+    """`actor.use_torch_compile` switches the RL stage's training forward; SFT/DPO stages compute
+    their log-probs another way, so the flag would do nothing there and is refused."""
+    kind = training_kind(cfg)
+    if kind in ("sft", "dpo") and get_path(cfg, "actor.use_torch_compile", False):
+        return [f"actor.use_torch_compile is not implemented for algorithm.kind {kind} (RL stages only); set it to false for this stage"]
+    return []
+
+
 CHECKS: list[Callable[[Any], list[str]]] = [
     check_actor_batches,
     check_critic_batches,
@@ -233,6 +242,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_val_sampling,
     check_dpo_label_smoothing,
     check_supervised_loss_agg,
+    check_supervised_compile,
 ]
 
 

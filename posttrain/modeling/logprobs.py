@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from posttrain.modeling.lean_forward import lean_forward_reason, lean_hidden_states
 from posttrain.modeling.packing import pack_batch, packing_supported
 from posttrain.modeling.positions import concat_prompt_response
 from posttrain.modeling.shared_prompt import mask_for_kernel, pack_shared_prompts, shared_prompt_supported
@@ -130,6 +131,16 @@ def token_logprobs_from_hidden(
     return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
 
 
+def _decoder_hidden(model: nn.Module, input_ids: Tensor, position_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """Final-norm decoder states (K, W, H): the lean forward where it is exact, else HF's decoder."""
+    if lean_forward_reason(model) is None:
+        return lean_hidden_states(model, input_ids, position_ids, attention_mask)
+    out = model.get_decoder()(
+        input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, use_cache=False
+    )
+    return out.last_hidden_state
+
+
 def response_hidden_states(
     model: nn.Module,
     prompt_ids: Tensor,
@@ -161,10 +172,13 @@ def response_hidden_states(
         packed = pack_batch(prompt_ids, prompt_mask, response_ids, response_mask)
         packed = packed if packed is not None and packing_supported(model) else None
     if packed is not None:
-        out = model.get_decoder()(
-            input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=mask, use_cache=False
-        )
-        flat = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])  # (K * W, H)
+        if mask is None:
+            last_hidden = _decoder_hidden(model, packed.input_ids, packed.position_ids, None)
+        else:  # shared-prompt rows: a 4-D mask the lean forward does not take
+            last_hidden = model.get_decoder()(
+                input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=mask, use_cache=False
+            ).last_hidden_state
+        flat = last_hidden.reshape(-1, last_hidden.shape[-1])  # (K * W, H)
         hidden = flat[packed.gather]  # (B, T, H)
         return hidden * packed.valid.unsqueeze(-1).to(hidden.dtype)
     used_p = prompt_mask.sum(0) > 0
@@ -174,11 +188,9 @@ def response_hidden_states(
     input_ids, attention_mask, position_ids = concat_prompt_response(
         prompt_ids[:, first:], prompt_mask[:, first:], response_ids[:, :last], response_mask[:, :last]
     )  # (B, S') each
-    out = model.get_decoder()(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-    )
+    last_hidden = _decoder_hidden(model, input_ids, position_ids, attention_mask)  # (B, S', H)
     p_kept = P - first
-    hidden = out.last_hidden_state[:, p_kept - 1 : p_kept - 1 + last]  # (B, T', H)
+    hidden = last_hidden[:, p_kept - 1 : p_kept - 1 + last]  # (B, T', H)
     if last < T:
         hidden = nn.functional.pad(hidden, (0, 0, 0, T - last))  # (B, T, H)
     return hidden

@@ -198,7 +198,7 @@ def test_implemented_list_has_no_todo():
         "actor.ppo_epochs", "actor.ppo_mini_batch_size", "actor.ppo_micro_batch_size_per_gpu",
         "actor.use_dynamic_bsz", "actor.ppo_max_token_len_per_gpu", "actor.clip_ratio",
         "actor.clip_ratio_low", "actor.clip_ratio_high", "actor.clip_ratio_c", "actor.dual_clip",
-        "actor.loss_agg_mode", "actor.policy_loss.loss_mode", "actor.entropy_coeff", "actor.use_kl_loss",
+        "actor.loss_agg_mode", "actor.use_torch_compile", "actor.policy_loss.loss_mode", "actor.entropy_coeff", "actor.use_kl_loss",
         "actor.kl_loss_coef", "actor.kl_loss_type", "actor.grad_clip", "actor.shuffle",
         "actor.optim.lr", "actor.optim.betas", "actor.optim.weight_decay", "actor.optim.eps",
         "actor.optim.lr_scheduler_type", "actor.optim.min_lr_ratio", "actor.optim.num_cycles",

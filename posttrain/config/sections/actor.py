@@ -146,7 +146,7 @@ class ActorConfig:
     strategy: str = param("fsdp", doc="Training backend across devices: fsdp or fsdp2 (one CPU process trains plain torch either way).", choices=["fsdp", "fsdp2"], todo=_FSDP, refs=[f"{_VERL}.strategy", "trinity:trainer.trainer_strategy"])
     fsdp_config: FsdpConfig = param(factory=FsdpConfig, doc="FSDP sharding and offload of the actor.", refs=[f"{_VERL}.fsdp_config"])
     ulysses_sequence_parallel_size: int = param(1, doc="Devices one sequence is split over (Ulysses sequence parallelism).", ge=1, todo="sequence parallelism (Ray/cluster issue)", refs=[f"{_VERL}.ulysses_sequence_parallel_size", "trinity:trainer.ulysses_sequence_parallel_size"])
-    use_torch_compile: bool = param(False, doc="Compile the actor's log-prob and entropy computation with torch.compile.", todo=_PERF, refs=[f"{_VERL}.use_torch_compile"])
+    use_torch_compile: bool = param(False, doc="RL stages: run the decoder layers of the training-side forwards (actor update and log-probs; reference and critic too, one process-wide switch) of supported Llama/Qwen2 models as a lean forward compiled with torch.compile (exact to float rounding; ~10 s compile; falls back to eager when compiling fails). Refused for SFT/DPO stages.", refs=[f"{_VERL}.use_torch_compile"])
     entropy_from_logits_with_chunking: bool = param(False, doc="Compute token entropy in chunks to lower peak memory.", todo=_PERF, refs=[f"{_VERL}.entropy_from_logits_with_chunking"])
     entropy_checkpointing: bool = param(False, doc="Recompute the entropy in the backward pass instead of storing activations.", todo=_PERF, refs=[f"{_VERL}.entropy_checkpointing"])
     checkpoint: CheckpointConfig = param(factory=CheckpointConfig, doc="What the actor's checkpoints hold.", refs=[f"{_VERL}.checkpoint"])
