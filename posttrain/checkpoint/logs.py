@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from posttrain.checkpoint.state import atomic_write_text
+from posttrain.files import atomic_write_text
 
 
 def truncate_jsonl(path: Path, keep_through: int) -> int:

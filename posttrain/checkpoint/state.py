@@ -14,9 +14,7 @@ Every part round-trips through a format that cannot run code on load (the issue'
 from __future__ import annotations
 
 import json
-import os
 import random
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -24,6 +22,8 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+
+from posttrain.files import atomic_write_text
 
 
 class Stateful(Protocol):
@@ -46,22 +46,6 @@ class Extra:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.set(state)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` so that a reader sees the old file or the new one, never a part:
-    a temporary file in the same directory, flushed to disk, then `os.replace`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def python_numpy_rng() -> dict[str, Any]:

@@ -14,9 +14,7 @@ error messages would replace ours, which carry the full path, the value and the 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from posttrain.config.fields import section_class, section_fields
 from posttrain.config.schema import Config
 from posttrain.config.validate import deep_merge, validate
 from posttrain.errors import ConfigError
+from posttrain.files import atomic_write_text
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str] = (), schema: type = Config) -> Any:
@@ -145,22 +144,11 @@ def save_resolved(cfg: Any, run_dir: str | Path, derived: Any = None) -> Path:
     """Write ``run_dir/config.yaml`` atomically (temp file + rename, so a crash never leaves a
     half-written config beside checkpoints). Derived numbers, if given, are appended as comments:
     they document the run without changing what the file loads as."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     text = to_yaml(cfg)
     if derived is not None:
         lines = [f"#   {k}: {v}" for k, v in dataclasses.asdict(derived).items()]
         text += "# derived (computed at start, not read back):\n" + "\n".join(lines) + "\n"
-    target = run_dir / "config.yaml"
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".config.", suffix=".yaml.tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return atomic_write_text(Path(run_dir) / "config.yaml", text)
 
 
 __all__ = ["load_config", "load_raw", "defaults_dict", "to_dict", "to_yaml", "save_resolved"]

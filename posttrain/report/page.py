@@ -9,11 +9,10 @@ validation (`trainer.log_val_generations` of them are kept in val_generations.js
 from __future__ import annotations
 
 import fnmatch
-import os
-import tempfile
 from html import escape
 from pathlib import Path
 
+from posttrain.files import atomic_write_text
 from posttrain.report.rundir import StageRun, load_run
 from posttrain.report.summary import summary_lines
 from posttrain.report.svg import Series, line_chart
@@ -53,16 +52,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     stages = load_run(run_dir)
     target = Path(out) if out is not None else Path(run_dir) / "report.html"
     text = render(Path(run_dir), stages)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".report.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return atomic_write_text(target, text)
 
 
 def render(run_dir: Path, stages: list[StageRun]) -> str:

@@ -17,7 +17,8 @@ from typing import Callable
 
 from posttrain.checkpoint import STAGE_COMPLETE, CheckpointError, checkpoint_root, latest_checkpoint
 from posttrain.checkpoint.layout import TRAINER_STATE, is_checkpoint
-from posttrain.checkpoint.state import atomic_write_text, read_json
+from posttrain.checkpoint.state import read_json
+from posttrain.files import atomic_write_text
 from posttrain.config import stage_configs
 from posttrain.config.schema import Config
 from posttrain.errors import ConfigError
