@@ -39,8 +39,9 @@ class MatmulParams:
         return 2.0 * (self.body * tokens + self.head * predicted)
 
 
-def matmul_gflops(threads: int, n: int = 2048, repeats: int = 5) -> float:
-    """Best achieved fp32 GFLOP/s of an n x n x n matmul at `threads` torch threads: the ceiling.
+def matmul_gflops(threads: int, n: int = 2048, repeats: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """Best achieved GFLOP/s of an n x n x n matmul in `dtype` (fp32 unless told) at `threads` torch
+    threads: the ceiling.
 
     On a machine shared with other jobs, wall time also counts the time-slices they take, so the
     rate is also computed from the process's CPU time (x threads) and the larger of the two is
@@ -48,7 +49,7 @@ def matmul_gflops(threads: int, n: int = 2048, repeats: int = 5) -> float:
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        a, b = torch.randn(n, n), torch.randn(n, n)
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
         torch.mm(a, b)  # warm-up (thread pool, page faults)
         best_wall = best_cpu = float("inf")
         for _ in range(repeats):

@@ -33,6 +33,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))
@@ -115,19 +117,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--workdir", default="/tmp/posttrain-bench")
     ap.add_argument("--posttrain-override", action="append", default=[], help="extra posttrain config key=value")
+    ap.add_argument(
+        "--bf16", action="store_true",
+        help="both in bf16 mixed precision (work-changing): posttrain actor.fsdp_config.mixed_precision."
+        "param_dtype=bf16 (rollout.dtype auto follows), TRL bf16=True; the ceiling is a bf16 matmul",
+    )
     args = ap.parse_args(argv)
+    if args.bf16:
+        args.posttrain_override = ["actor.fsdp_config.mixed_precision.param_dtype=bf16", *args.posttrain_override]
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     model_dir, data = prepare(workdir, args.vocab)
     from transformers import AutoConfig
 
     params = MatmulParams.of(AutoConfig.from_pretrained(model_dir))
-    ceiling = matmul_gflops(args.threads)
+    ceiling = matmul_gflops(args.threads, dtype=torch.bfloat16 if args.bf16 else torch.float32)
     frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
     print(f"model {model_dir.name}: {params.body / 1e6:.2f}M body + {params.head / 1e6:.2f}M head matmul params; "
           f"forward {params.forward_flops(1, 1) / 1e6:.1f} MFLOP/token (x3 with backward)")
     print(f"threads {args.threads} (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE')}), "
-          f"fp32 matmul ceiling {ceiling:.1f} GFLOP/s; 8 prompts x 8 responses, completion length {args.completion_length}")
+          f"{'bf16' if args.bf16 else 'fp32'} matmul ceiling {ceiling:.1f} GFLOP/s; 8 prompts x 8 responses, completion length {args.completion_length}")
     summaries: dict[str, list[dict]] = {f: [] for f in frameworks}
     for r in range(args.rounds):
         for f in frameworks:
@@ -135,6 +144,7 @@ def main(argv: list[str] | None = None) -> None:
                 "model_dir": str(model_dir), "data": str(data), "steps": args.steps, "threads": args.threads,
                 "prompts": 8, "n": 8, "completion_length": args.completion_length, "lr": args.lr, "seed": r,
                 "run_dir": str(workdir / "runs" / f"{f}-{r}"), "posttrain_overrides": args.posttrain_override,
+                "bf16": args.bf16,
             }
             shutil.rmtree(spec["run_dir"], ignore_errors=True)
             summaries[f].append(summarise(run_worker(f, spec, args.threads), params, ceiling))

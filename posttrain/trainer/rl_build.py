@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
 from posttrain.algorithms import (
     estimator_needs_greedy_baseline,
@@ -23,6 +24,7 @@ from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.config.sections.optim import OptimConfig
 from posttrain.errors import ConfigError
+from posttrain.modeling.precision import compute_dtype
 from posttrain.models.loading import causal_lm_from_config, load_value_model
 from posttrain.optim import build_optimizer, build_scheduler
 from posttrain.rollout.base import SamplingParams
@@ -116,6 +118,19 @@ def check_rl_names(cfg: Config) -> None:
         )
 
 
+_ENGINE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def engine_precision(policy: nn.Module, actor_compute: str, rollout_dtype: str) -> tuple[torch.dtype, bool]:
+    """The rollout engine's weight dtype (`rollout.dtype`; auto = the actor's compute dtype) and
+    whether the engine then computes exactly as the actor does (same dtype, no autocast), which is
+    when reusing its log-probs as the old log-probs can be exact."""
+    params = next(policy.parameters()).dtype
+    actor_dtype = compute_dtype(actor_compute) if actor_compute != "fp32" else params
+    engine = actor_dtype if rollout_dtype == "auto" else _ENGINE_DTYPES[rollout_dtype]
+    return engine, engine == params == actor_dtype
+
+
 @dataclass
 class RLRoles:
     """The roles of one RL stage, as the trainer sees them."""
@@ -132,6 +147,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
     policy = causal_lm_from_config(cfg.model)
     a = cfg.actor
     n = cfg.rollout.n
+    actor_compute = a.fsdp_config.mixed_precision.param_dtype
+    engine_dtype, same_numerics = engine_precision(policy, actor_compute, cfg.rollout.dtype)
     optimizer, scheduler = _optimizer(policy.parameters(), a.optim, derived.actor_warmup_steps or 0, total)
     actor = Actor(
         policy,
@@ -154,16 +171,21 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
             grad_clip=a.grad_clip,
             shuffle=a.shuffle,
             seed=seed,
-            reuse_rollout_logprobs=a.reuse_rollout_logprobs == "auto",
+            # auto: only when the engine computes as the actor does (checked again on the first batch)
+            reuse_rollout_logprobs=(a.reuse_rollout_logprobs == "auto" and same_numerics) or a.reuse_rollout_logprobs == "always",
+            force_reuse=a.reuse_rollout_logprobs == "always",
             share_prompt=a.share_prompt_forward,
+            compute_dtype=actor_compute,
         ),
     )
     # EOS ids come from the model's generation_config (Qwen-style: <|im_end|> and <|endoftext|>).
-    # The engine shares the actor's module: same process, same dtype, so a copy would only cost
-    # memory and a per-step state-dict copy. The version check still catches a missed sync.
+    # In the actor's dtype the engine shares the actor's module: same process, so a copy would only
+    # cost memory and a per-step state-dict copy. In another dtype (rollout.dtype) it keeps its own
+    # copy, refreshed by `update_weights`. The version check catches a missed sync either way.
+    own_copy = engine_dtype != next(policy.parameters()).dtype
     engine = HFEngine(
-        policy, eos_token_ids=None, pad_token_id=tokenizer.pad_token_id, copy_weights=False, seed=seed,
-        share_prompt_prefill=cfg.rollout.enable_prefix_caching,
+        policy, eos_token_ids=None, pad_token_id=tokenizer.pad_token_id, copy_weights=own_copy,
+        dtype=engine_dtype if own_copy else None, seed=seed, share_prompt_prefill=cfg.rollout.enable_prefix_caching,
     )
     reference = None
     if a.use_kl_loss or cfg.algorithm.use_kl_in_reward:
@@ -172,6 +194,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
         reference = ReferencePolicy(
             ref_model, temperature=policy_temperature(cfg), micro_batch_size=cfg.ref.log_prob_micro_batch_size_per_gpu,
             max_tokens=a.ppo_max_token_len_per_gpu if a.use_dynamic_bsz else None,
+            compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype,
         )
     critic = None
     if uses_critic(cfg):
@@ -190,6 +213,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
                 cliprange_value=c.cliprange_value,
                 grad_clip=c.grad_clip,
                 seed=seed,
+                compute_dtype=c.fsdp_config.mixed_precision.param_dtype,
             ),
         )
     return RLRoles(engine=engine, actor=actor, reference=reference, critic=critic)

@@ -25,6 +25,7 @@ from posttrain.algorithms import aggregate_loss, get_policy_loss, kl_penalty
 from posttrain.checkpoint.save import Role, save_hf
 from posttrain.checkpoint.state import Extra
 from posttrain.modeling import response_logprobs
+from posttrain.modeling.precision import autocast
 from posttrain.records import RolloutBatch
 from posttrain.workers.microbatch import clip_and_step, micro_batches, micro_weight, mini_batches, normaliser
 from posttrain.workers.reference import batched_logprobs
@@ -53,6 +54,8 @@ class ActorSettings:
     extra: dict[str, Any] = field(default_factory=dict)
     reuse_rollout_logprobs: bool = False  # actor.reuse_rollout_logprobs == "auto" (see `old_logprobs`)
     share_prompt: bool = False  # actor.share_prompt_forward (posttrain.modeling.shared_prompt)
+    compute_dtype: str = "fp32"  # actor.fsdp_config.mixed_precision.param_dtype (posttrain.modeling.precision)
+    force_reuse: bool = False  # actor.reuse_rollout_logprobs == "always": reuse without the equality check
 
     def __post_init__(self) -> None:
         # seq-mean-token-sum-norm divides by a constant. Left as None, `aggregate_loss` would divide
@@ -97,12 +100,17 @@ class Actor:
         GRPOTrainer skips it whenever generation and optimizer steps are aligned.
         The first batch is checked against a recomputation; a gap above `REUSE_ATOL` (another
         dtype, an engine that post-processes logits) switches reuse off for the rest of the run.
+        With `force_reuse` ("always") on-policy rows reuse the rollout's log-probs unchecked, whatever
+        dtype the engine computed in.
         """
         self.reused_last = False
         if not self.s.reuse_rollout_logprobs or self.reuse_checked is False:
             return self.compute_logprobs(batch)
         if not bool((batch.weights_version == self.version).all()):
             return self.compute_logprobs(batch)  # off-policy rows: their sampler's weights are gone
+        if self.s.force_reuse:  # "always": the engine's numerics stand in for the actor's, unchecked
+            self.reused_last = True
+            return batch.rollout_logprobs.clone()
         if self.reuse_checked is None:
             recomputed = self.compute_logprobs(batch)
             gap = float(((recomputed - batch.rollout_logprobs).abs() * batch.response_mask).max()) if recomputed.numel() else 0.0
@@ -123,9 +131,10 @@ class Actor:
         was_training = self.model.training
         self.model.eval()
         try:
-            return batched_logprobs(
-                self.model, batch, self.s.temperature, self.s.micro_batch_size, self.s.max_tokens_per_micro_batch
-            )
+            with autocast(self.model, self.s.compute_dtype):
+                return batched_logprobs(
+                    self.model, batch, self.s.temperature, self.s.micro_batch_size, self.s.max_tokens_per_micro_batch
+                )
         finally:
             self.model.train(was_training)
 
@@ -170,16 +179,17 @@ class Actor:
 
     def _micro_loss(self, micro: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
         need_entropy = True  # entropy is always logged; its gradient only flows with entropy_coeff
-        out = response_logprobs(
-            self.model,
-            micro.prompt_ids,
-            micro.prompt_mask,
-            micro.response_ids,
-            micro.response_mask,
-            temperature=self.s.temperature,
-            with_entropy=need_entropy,
-            share_prompt=self.s.share_prompt,
-        )
+        with autocast(self.model, self.s.compute_dtype):
+            out = response_logprobs(
+                self.model,
+                micro.prompt_ids,
+                micro.prompt_mask,
+                micro.response_ids,
+                micro.response_mask,
+                temperature=self.s.temperature,
+                with_entropy=need_entropy,
+                share_prompt=self.s.share_prompt,
+            )
         mask = micro.response_mask
         agg = dict(loss_agg_mode=self.s.loss_agg_mode)
         pg = self.loss_fn(

@@ -18,6 +18,7 @@ from posttrain.algorithms import value_loss
 from posttrain.checkpoint.save import Role
 from posttrain.checkpoint.state import Extra
 from posttrain.modeling.logprobs import response_hidden_states
+from posttrain.modeling.precision import autocast
 from posttrain.records import RolloutBatch
 from posttrain.workers.microbatch import (
     clip_and_step,
@@ -41,6 +42,7 @@ class CriticSettings:
     loss_agg_mode: str = "token-mean"
     shuffle: bool = False
     seed: int = 0
+    compute_dtype: str = "fp32"  # critic.fsdp_config.mixed_precision.param_dtype
 
 
 class Critic:
@@ -66,11 +68,12 @@ class Critic:
         return Role(self.model, self.optimizer, Extra(self.extra_state, self.load_extra_state))
 
     def _values(self, batch: RolloutBatch) -> Tensor:
-        hidden = response_hidden_states(
-            self.model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask
-        )  # (b, T, H)
-        head = self.model.score if hasattr(self.model, "score") else self.model.get_output_embeddings()
-        values = head(hidden).squeeze(-1).float()  # (b, T)
+        with autocast(self.model, self.s.compute_dtype):
+            hidden = response_hidden_states(
+                self.model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask
+            )  # (b, T, H)
+            head = self.model.score if hasattr(self.model, "score") else self.model.get_output_embeddings()
+            values = head(hidden).squeeze(-1).float()  # (b, T)
         return values * batch.response_mask
 
     @torch.inference_mode()

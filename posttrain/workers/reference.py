@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from posttrain.modeling import response_logprobs
+from posttrain.modeling.precision import autocast
 from posttrain.records import RolloutBatch
 from posttrain.workers.microbatch import forward_in_order
 
@@ -13,16 +14,22 @@ from posttrain.workers.microbatch import forward_in_order
 class ReferencePolicy:
     """A frozen causal LM; `compute_logprobs` is its only verb."""
 
-    def __init__(self, model: nn.Module, *, temperature: float, micro_batch_size: int, max_tokens: int | None = None):
+    def __init__(
+        self, model: nn.Module, *, temperature: float, micro_batch_size: int, max_tokens: int | None = None,
+        compute_dtype: str = "fp32",
+    ):
+        """`compute_dtype`: ref.fsdp_config.mixed_precision.param_dtype (posttrain.modeling.precision)."""
         self.model = model.eval().requires_grad_(False)
         self.temperature = temperature
         self.micro_batch_size = micro_batch_size
         self.max_tokens = max_tokens
+        self.compute_dtype = compute_dtype
 
     @torch.inference_mode()
     def compute_logprobs(self, batch: RolloutBatch) -> Tensor:
         """log pi_ref of each response token, (B, T); 0 on padding."""
-        return batched_logprobs(self.model, batch, self.temperature, self.micro_batch_size, self.max_tokens)
+        with autocast(self.model, self.compute_dtype):
+            return batched_logprobs(self.model, batch, self.temperature, self.micro_batch_size, self.max_tokens)
 
 
 def batched_logprobs(model: nn.Module, batch: RolloutBatch, temperature: float, size: int, max_tokens: int | None) -> Tensor:

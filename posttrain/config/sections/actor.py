@@ -33,8 +33,21 @@ KL_LOSS_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
 
 
 @section
+class MixedPrecisionConfig:
+    """The dtype a role computes in while its parameters, gradients and optimizer state stay in
+    model.dtype (FSDP's MixedPrecision policy; in one process, `torch.autocast`)."""
+
+    param_dtype: str = param("fp32", doc="Compute dtype of forward and backward: fp32 (as model.dtype: no autocast) or bf16 (matmuls and attention in bfloat16 under torch.autocast, fp32 master weights; RL stages only). fp16 is refused: it needs loss scaling, which posttrain does not do.", choices=["fp32", "bf16"], refs=["verl:.param_dtype"])
+    reduce_dtype: str = param("fp32", doc="Dtype of the gradient all-reduce across devices (gradients are fp32 in one process).", choices=["fp32", "bf16"], todo=_FSDP, refs=["verl:.reduce_dtype"])
+    buffer_dtype: str = param("fp32", doc="Dtype FSDP casts module buffers to (rotary frequencies...).", choices=["fp32", "bf16"], todo=_FSDP, refs=["verl:.buffer_dtype"])
+
+
+@section
 class FsdpConfig:
-    """How a role's model is sharded over devices with PyTorch FSDP (no effect in one CPU process)."""
+    """How a role's model is sharded over devices with PyTorch FSDP (sharding and offload have no
+    effect in one CPU process; `mixed_precision` does)."""
+
+    mixed_precision: MixedPrecisionConfig = param(factory=MixedPrecisionConfig, doc="Compute dtype with fp32 master weights (bf16 autocast).", refs=["verl:.mixed_precision"])
 
     param_offload: bool = param(False, doc="Keep parameters in CPU memory between uses.", todo=_FSDP, refs=["verl:.param_offload"])
     optimizer_offload: bool = param(False, doc="Keep optimizer state in CPU memory between steps.", todo=_FSDP, refs=["verl:.optimizer_offload"])
@@ -121,7 +134,7 @@ class ActorConfig:
     ppo_epochs: int = param(1, doc="Passes over each rollout batch.", ge=1, refs=[f"{_VERL}.ppo_epochs", "roll:ppo_epochs"])
     shuffle: bool = param(False, doc="Shuffle the responses before splitting them into mini-batches, each epoch.", refs=[f"{_VERL}.shuffle"])
     share_prompt_forward: bool = param(False, doc="Training forward computes each prompt once for its group of responses (one row: prompt, then every response, with a mask that keeps responses apart); same results to float rounding, less work when prompts are long.")
-    reuse_rollout_logprobs: str = param("auto", doc="Old log-probs of the PPO ratio: never reuse the rollout's (always recompute them with the actor); auto reuses the rollout's when it sampled on-policy with the actor's weights, after checking on the first step that they equal a recomputation.", choices=["never", "auto"])
+    reuse_rollout_logprobs: str = param("auto", doc="Old log-probs of the PPO ratio: never reuse the rollout's (always recompute them with the actor); auto reuses the rollout's when it sampled on-policy with the actor's weights in the actor's compute dtype, after checking on the first step that they equal a recomputation; always reuses them for on-policy rows even when the engine computes in another dtype (rollout.dtype, fsdp_config.mixed_precision), so the first PPO ratio is pi_actor / pi_rollout rather than 1 (what ROLL does without old-log-prob recomputation).", choices=["never", "auto", "always"])
 
     # ---- policy loss -------------------------------------------------------------------------
     clip_ratio: float = param(0.2, doc="PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps].", gt=0, refs=[f"{_VERL}.clip_ratio", "roll:pg_clip", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range"])

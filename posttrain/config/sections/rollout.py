@@ -108,7 +108,7 @@ class RolloutConfig:
     engine_num: int = param(1, doc="Engine replicas generating in parallel.", ge=1, todo="several engine replicas (Ray/cluster issue)", refs=[f"{_TRINITY}.engine_num"])
 
     # ---- engine memory and performance (vLLM/SGLang) -----------------------------------------
-    dtype: str = param("auto", doc="Engine weight dtype: auto (the actor's), fp32, bf16 or fp16.", choices=["auto", "fp32", "bf16", "fp16"], todo=_ENGINES, refs=[f"{_VERL}.dtype", f"{_TRINITY}.dtype", "roll:actor_infer.model_args.dtype"])
+    dtype: str = param("auto", doc="Engine weight dtype: auto (the actor's compute dtype: actor.fsdp_config.mixed_precision.param_dtype, else model.dtype), fp32, bf16 or fp16. Another dtype than the actor's parameters gives the engine its own copy of the weights in that dtype, refreshed after every optimizer step.", choices=["auto", "fp32", "bf16", "fp16"], refs=[f"{_VERL}.dtype", f"{_TRINITY}.dtype", "roll:actor_infer.model_args.dtype"])
     gpu_memory_utilization: float = param(0.5, doc="Fraction of device memory the engine may take for weights and KV cache (SGLang: mem_fraction_static).", gt=0, le=1, todo=_ENGINES, refs=[f"{_VERL}.gpu_memory_utilization", f"{_TRINITY}.gpu_memory_utilization", f"{_ROLL_STRAT}.gpu_memory_utilization", f"{_ROLL_STRAT}.mem_fraction_static"])
     free_cache_engine: bool = param(True, doc="Release the engine's KV cache after each generation phase so training has the memory.", todo=_ENGINES, refs=[f"{_VERL}.free_cache_engine"])
     enforce_eager: bool = param(True, doc="Run the engine eagerly, without CUDA graphs.", todo=_ENGINES, refs=[f"{_VERL}.enforce_eager", f"{_TRINITY}.enforce_eager"])

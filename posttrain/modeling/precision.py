@@ -1,0 +1,41 @@
+"""Mixed precision for a role's forward and backward: compute in bf16, keep fp32 master weights.
+
+This is what FSDP's `MixedPrecision(param_dtype=torch.bfloat16)` gives a verl role
+(`fsdp_config.mixed_precision.param_dtype: bf16`), done in one process with `torch.autocast`
+(Micikevicius et al. 2018, "Mixed Precision Training"; bf16 needs no loss scaling, which is why
+fp16 is not offered). Matmuls and attention run in bf16, autocast keeps its fp32 list (softmax,
+log-softmax, norms' reductions) in fp32; parameters, gradients and AdamW state stay in the model's
+dtype. posttrain's log-probs are computed from fp32 logits in any case
+(`posttrain.modeling.lm_head_logits`).
+
+Why offer it on CPU: on processors with AVX512-BF16 or AMX, oneDNN's bf16 matmuls run 2-3x the
+fp32 rate (docs/performance.md). It changes the arithmetic, so it is an explicit option, never a
+default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import ContextManager
+
+import torch
+from torch import nn
+
+COMPUTE_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def compute_dtype(name: str) -> torch.dtype:
+    """torch dtype of a `mixed_precision.param_dtype` / `rollout.dtype` name."""
+    if name not in COMPUTE_DTYPES:
+        raise ValueError(f"compute dtype {name!r}: use one of {', '.join(COMPUTE_DTYPES)}")
+    return COMPUTE_DTYPES[name]
+
+
+def autocast(model: nn.Module, param_dtype: str) -> ContextManager:
+    """The context a role's forward runs in: `torch.autocast` to `param_dtype` when the model's
+    parameters are wider, else nothing ("fp32" always means: compute in the parameters' dtype)."""
+    target = compute_dtype(param_dtype)
+    weight = next(model.parameters())
+    if target == torch.float32 or weight.dtype == target:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=weight.device.type, dtype=target)
