@@ -21,7 +21,7 @@ only exist so that a "realistic vocabulary" model (e.g. 32k) has a tokenizer of 
 
 from __future__ import annotations
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from posttrain.errors import ConfigError
