@@ -1,20 +1,30 @@
-"""`posttrain config show|explain|plan`: look at a config before running it.
+"""`posttrain config show|explain|plan|convert`: look at a config before running it.
 
 ``show`` prints the fully resolved config (every default included) as YAML; ``explain`` prints the
 schema's documentation of a key or a section; ``plan`` prints the batch arithmetic of one training
-step. All three validate first, so a broken config is reported here, not an hour into a run.
+step. All three validate first, so a broken config is reported here, not an hour into a run; they
+accept verl, ROLL and Trinity-RFT files too (posttrain.config.dialects).
+
+``convert`` turns a verl/ROLL/Trinity-RFT file into a posttrain one, headed by a commented report of
+every key: translated (to which posttrain key), dropped (no effect in posttrain, and why) or refused
+(posttrain cannot honour it, and why). Exit status: 0 when every key translated and the result
+validates, 1 when the file was written but keys were refused or it does not validate yet, 2 when
+nothing was written (unreadable file, unknown dialect).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from posttrain.config.derive import count_rows, derive
+from posttrain.config.dialects import TITLES, convert
 from posttrain.config.explain import explain
 from posttrain.config.load import load_config, to_yaml
 from posttrain.config.plan import format_plan
 from posttrain.config.validate import stage_configs
+from posttrain.files import atomic_write_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +41,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plan = sub.add_parser("plan", help="print the batch arithmetic of one step", usage=f"posttrain config plan {usage}")
     plan.add_argument("args", nargs="*", metavar="CONFIG|KEY=VALUE", help="a YAML file, then dotted overrides")
     plan.set_defaults(func=run_plan)
+    conv = sub.add_parser("convert", help="translate a verl/ROLL/Trinity-RFT config into a posttrain config",
+                          usage="posttrain config convert IN [OUT] [--dialect verl|roll|trinity]",
+                          description="Write IN as a posttrain config (to OUT, or stdout), with a commented report of "
+                          "what was translated, dropped and refused. Exit 0: all translated and valid; 1: written, "
+                          "but some keys were refused or it does not validate yet; 2: nothing written.")
+    conv.add_argument("input", metavar="IN", help="a verl, ROLL or Trinity-RFT YAML config")
+    conv.add_argument("output", metavar="OUT", nargs="?", default=None, help="where to write the posttrain YAML; omitted: stdout")
+    conv.add_argument("--dialect", choices=["verl", "roll", "trinity"], default=None, help="the framework that wrote IN (default: detected from its keys)")
+    conv.set_defaults(func=run_convert)
 
 
 def split_args(args: list[str]) -> tuple[str | None, list[str]]:
@@ -60,6 +79,23 @@ def run_plan(args: argparse.Namespace) -> int:
             print(f"{'' if i == 0 else chr(10)}stage {i} ({stage.name}):")
         print(_plan_text(stage.config, path), end="")
     return 0
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    text, foreign, problems = convert(args.input, args.dialect)
+    refused = foreign.report.refused
+    if args.output is None:
+        print(text, end="")
+    else:
+        atomic_write_text(Path(args.output), text)
+    out = sys.stderr if args.output is None else sys.stdout
+    where = f" -> {args.output}" if args.output else ""
+    print(f"{args.input}: {TITLES[foreign.dialect]} config{where}: {foreign.report.counts()}", file=out)
+    for entry in refused:
+        print(f"  refused: {entry.line()}", file=out)
+    for problem in problems:
+        print(f"  does not validate: {problem}", file=out)
+    return 1 if refused or problems else 0
 
 
 def _plan_text(cfg, path: str | None) -> str:

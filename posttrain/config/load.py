@@ -23,6 +23,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from posttrain.config.dialects import native_dict
 from posttrain.config.fields import section_class, section_fields
 from posttrain.config.schema import Config
 from posttrain.config.validate import deep_merge, validate
@@ -63,7 +64,9 @@ def load_raw(path: str | Path | None, overrides: Sequence[str] = (), schema: typ
     """The merged and resolved config as a plain dict, not yet validated."""
     merged = defaults_dict(schema)
     if path is not None:
-        merged = deep_merge(merged, _read_yaml(Path(path)))
+        raw = _read_yaml(Path(path))
+        # a verl/ROLL/Trinity-RFT file is translated first (or refused, every refused key named)
+        merged = deep_merge(merged, native_dict(raw, path) if schema is Config else raw)
     if overrides:
         merged = deep_merge(merged, _parse_overrides(overrides))
     return _resolve(OmegaConf.create(merged), path)

@@ -1,0 +1,135 @@
+"""Dialect loaders: verl, ROLL and Trinity-RFT config files read as posttrain configs.
+
+    dialect = detect(raw)                           # "native" | "verl" | "roll" | "trinity"
+    native, report = translate(raw, dialect)        # native dict + what happened to every key
+    foreign = read_foreign("roll.yaml")             # Hydra includes, interpolations, translation
+    text, foreign, problems = convert("roll.yaml")  # native YAML with the report as comments
+
+The translation is driven by the schema (each field's ``refs``, the section modules' ``UNSUPPORTED``
+and ``NEGATED_REFS``): see posttrain.config.dialects.index and .translate; the rules that are not one
+key to one key live in .roll, .trinity and .values. `posttrain.config.load.load_config` reads a
+foreign file through `native_dict`, so ``posttrain train`` and ``posttrain config show/plan`` accept
+one; any key posttrain refuses makes that one `ConfigError` naming each key and its reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from posttrain.config.dialects import roll, trinity
+from posttrain.config.dialects.detect import DIALECTS, TITLES, detect
+from posttrain.config.dialects.report import Entry, Report
+from posttrain.config.dialects.source import compose, hydra_ignorable, read_yaml, references, resolve
+from posttrain.config.dialects.translate import translate_dict
+from posttrain.config.dialects.values import value_hook
+from posttrain.config.fields import section_class, section_fields
+from posttrain.config.schema import Config
+from posttrain.errors import ConfigError, UserError
+
+_RULES = {
+    "verl": ([], value_hook, hydra_ignorable),
+    "roll": (roll.HANDLERS, roll.value_hook, roll.ignorable),
+    "trinity": (trinity.HANDLERS, value_hook, trinity.ignorable),
+}
+
+
+def translate(raw: Mapping[str, Any], dialect: str, *, interpolated: set[str] = frozenset(), unresolved: Mapping[str, str] | None = None) -> tuple[dict[str, Any], Report]:
+    """Translate a resolved foreign dict: ``(native dict, report)``. Never raises for a bad key:
+    the report says what was refused and why."""
+    if dialect not in _RULES:
+        raise ValueError(f"unknown dialect {dialect!r}: expected one of {', '.join(_RULES)}")
+    handlers, hook, ignorable = _RULES[dialect]
+    return translate_dict(raw, dialect, handlers, hook, ignorable, interpolated=interpolated, unresolved=unresolved)
+
+
+@dataclasses.dataclass
+class Foreign:
+    """A foreign file after reading and translation."""
+
+    path: Path
+    dialect: str
+    native: dict[str, Any]
+    report: Report
+
+
+def read_foreign(path: str | Path, dialect: str | None = None, raw: dict[str, Any] | None = None) -> Foreign:
+    """Read, compose (Hydra ``defaults``), resolve and translate a foreign file."""
+    path = Path(path)
+    raw = read_yaml(path) if raw is None else raw
+    dialect = dialect or detect(raw, str(path))
+    if dialect == "native":
+        raise UserError(f"{path}: this is already a posttrain config (give --dialect verl|roll|trinity if it is not)")
+    problems: dict[str, str] = {}
+    composed = compose(raw, path, problems)
+    resolved, unresolved = resolve(composed)
+    native, report = translate(resolved, dialect, interpolated=references(composed), unresolved={**problems, **unresolved})
+    return Foreign(path, dialect, native, report)
+
+
+def native_dict(raw: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """What `load_config` merges over the defaults: a native file as is (its interpolations are
+    resolved later, against the defaults too); a foreign one translated, or one `ConfigError`
+    naming every refused key with its reason and every value native validation rejects."""
+    dialect = detect(raw, str(path))
+    if dialect == "native":
+        return raw
+    foreign = read_foreign(path, dialect, raw)
+    problems = [f"{path}: {e.line()}" for e in foreign.report.refused]
+    problems += [f"{path}: {p}" for p in check(foreign)]
+    if problems:
+        title = TITLES[dialect]
+        problems.append(
+            f"{path}: read as a {title} config ({foreign.report.counts()}); `posttrain config convert {path} OUT.yaml` "
+            f"writes a posttrain config without the refused keys, with this list as comments"
+        )
+        raise ConfigError(problems)
+    return foreign.native
+
+
+_LEADING_KEY = re.compile(r"[\w\[\].]+")
+
+
+def check(foreign: Foreign) -> list[str]:
+    """Native validation of the translation, each problem naming the foreign key it came from."""
+    from posttrain.config.load import defaults_dict
+    from posttrain.config.validate import deep_merge, validate
+
+    try:
+        validate(deep_merge(defaults_dict(), foreign.native))
+    except ConfigError as err:
+        origin = foreign.report.native_origin()
+        out = []
+        for problem in err.problems:
+            match = _LEADING_KEY.match(problem)
+            native = match.group(0) if match else ""
+            if native in origin:
+                problem = f"{origin[native]} (posttrain: {problem})"
+            out.append(problem)
+        return out
+    return []
+
+
+def convert(path: str | Path, dialect: str | None = None) -> tuple[str, Foreign, list[str]]:
+    """``(native YAML with the report as comments, the translation, validation problems)``."""
+    foreign = read_foreign(path, dialect)
+    problems = check(foreign)
+    body = yaml.safe_dump(_schema_order(foreign.native, Config), sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
+    text = foreign.report.comment_block(problems) + "\n" + (body if foreign.native else "{}\n") + foreign.report.refused_native_yaml()
+    return text, foreign, problems
+
+
+def _schema_order(value: Any, cls: type | None) -> Any:
+    """Sections and keys in the schema's declaration order (the order `config show` prints)."""
+    if cls is None or not isinstance(value, dict):
+        return value
+    fields = {f.name: f for f in section_fields(cls)}
+    ordered = [k for k in fields if k in value] + [k for k in value if k not in fields]
+    return {k: _schema_order(value[k], section_class(fields[k].type) if k in fields else None) for k in ordered}
+
+
+__all__ = ["DIALECTS", "Entry", "Foreign", "Report", "check", "convert", "detect", "native_dict", "read_foreign", "translate"]

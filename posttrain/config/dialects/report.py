@@ -1,0 +1,105 @@
+"""The outcome of translating one foreign config: for every foreign key, where it went or why not.
+
+Three outcomes, and no fourth (a key is never silently lost):
+
+- ``translated``: the value now lives at a posttrain key (maybe converted: ``bfloat16`` -> ``bf16``);
+- ``dropped``: the key does nothing in posttrain and is left out, with the reason (a Hydra launcher
+  setting, an interpolation helper whose value was substituted, a null, a per-role setting posttrain
+  takes from the policy's and that agrees with it);
+- ``refused``: the key would change the run and posttrain cannot honour it: the schema's reason
+  (``UNSUPPORTED`` or a field's ``todo``), or no home at all. Loading such a file fails; converting
+  it writes the rest with these listed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import yaml
+
+from posttrain.config.dialects.detect import TITLES
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One foreign key's fate. ``value`` is the native value (or the foreign one when refused
+    without a native home); ``native`` is the posttrain key, when it has one."""
+
+    key: str
+    status: str  # "translated" | "dropped" | "refused"
+    native: str | None = None
+    value: Any = None
+    reason: str = ""
+
+    def line(self) -> str:
+        """``key -> native: reason`` as one line of a report or an error message."""
+        where = f" (posttrain: {self.native})" if self.native else ""
+        return f"{self.key}{where}: {self.reason}" if self.reason else f"{self.key}{where}"
+
+
+@dataclasses.dataclass
+class Report:
+    """Every entry of one translation, in the order the keys were met."""
+
+    dialect: str
+    entries: list[Entry] = dataclasses.field(default_factory=list)
+
+    def add(self, entry: Entry) -> None:
+        self.entries.append(entry)
+
+    def of(self, status: str) -> list[Entry]:
+        return [e for e in self.entries if e.status == status]
+
+    @property
+    def refused(self) -> list[Entry]:
+        return self.of("refused")
+
+    def entry(self, key: str) -> Entry | None:
+        """The last entry for a foreign key (tests and users look keys up by name)."""
+        found = [e for e in self.entries if e.key == key]
+        return found[-1] if found else None
+
+    def native_origin(self) -> dict[str, str]:
+        """posttrain key -> the foreign key it came from (for naming the foreign key in errors)."""
+        return {e.native: e.key for e in self.entries if e.status == "translated" and e.native}
+
+    def counts(self) -> str:
+        """``"55 keys translated, 14 dropped, 29 refused"``."""
+        n = {s: len(self.of(s)) for s in ("translated", "dropped", "refused")}
+        return f"{n['translated']} keys translated, {n['dropped']} dropped, {n['refused']} refused"
+
+    def summary(self) -> str:
+        return f"{TITLES[self.dialect]} config: {self.counts()}"
+
+    def comment_block(self, problems: list[str] = ()) -> str:
+        """The report as YAML comments, for the head of a converted file."""
+        out = [f"# Converted by `posttrain config convert` from a {TITLES[self.dialect]} config.", f"# {self.summary()}."]
+        if problems:
+            out += ["#", "# The converted config does not validate yet (fix these, then `posttrain config show FILE`):"]
+            out += [f"#   {p}" for p in problems]
+        refused = self.refused
+        if refused:
+            out += ["#", "# REFUSED (left out: posttrain cannot honour them; a native key, where shown, is commented out below):"]
+            out += [f"#   {e.line()}" for e in refused]
+        dropped = self.of("dropped")
+        if dropped:
+            out += ["#", "# DROPPED (no effect in posttrain):"]
+            out += [f"#   {e.line()}" for e in dropped]
+        translated = self.of("translated")
+        if translated:
+            out += ["#", "# TRANSLATED (foreign key -> posttrain key):"]
+            out += [f"#   {e.key} -> {e.native}" + (f"  ({e.reason})" if e.reason else "") for e in translated]
+        return "\n".join(out) + "\n"
+
+    def refused_native_yaml(self) -> str:
+        """Refused values that have a native key, as commented-out YAML lines (``# rollout.name: vllm``)."""
+        lines = []
+        for e in self.refused:
+            if e.native:
+                value = yaml.safe_dump(e.value, default_flow_style=True, width=10**6).strip()
+                value = value.removesuffix("\n...").removesuffix("...").strip()
+                lines.append(f"# {e.native}: {value}    # from {e.key}")
+        if not lines:
+            return ""
+        return "\n# Refused settings, at their posttrain keys (uncomment once supported):\n" + "\n".join(lines) + "\n"

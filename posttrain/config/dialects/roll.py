@@ -1,0 +1,131 @@
+"""ROLL (alibaba/ROLL) rules that are more than one key to one key.
+
+Source of the semantics: ROLL's configuration guide (shared/reference 000/003) and the example
+configs in shared/reference/configs.
+
+- Reward normalisation: three generations of keys become ``algorithm.reward_norm_mean/std``
+  through `posttrain.config.sections.algorithm.roll_reward_norm`.
+- Optimizer-step size: ROLL gives it as Hugging Face ``per_device_train_batch_size x
+  gradient_accumulation_steps`` on each of the role's devices, in responses; posttrain's
+  ``ppo_mini_batch_size`` counts prompts over all devices, so it is that product times the number of
+  devices, divided by the responses per prompt (refused when that is not a whole number).
+- ``hf_infer`` (plain Hugging Face inference) is posttrain's only engine: ``hf``.
+- Per-role settings posttrain takes from the policy (reference dtype, other roles' chat template)
+  are dropped when they agree with the policy's, refused when they differ.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.config.dialects.source import hydra_ignorable
+from posttrain.config.dialects.translate import Context
+from posttrain.config.dialects.values import parse_device_list, value_hook as common_value_hook
+from posttrain.config.sections import env
+from posttrain.config.sections.algorithm import roll_reward_norm
+
+_NORM_KEYS = ("norm_mean_type", "norm_std_type", "reward_norm", "reward_shift", "reward_scale", "use_reward_scaling", "use_reward_norm")
+_NO_BACKWARD = "this role runs no backward pass, so gradient checkpointing has no meaning there"
+_SCHEDULING = "request scheduling inside ROLL's generation workers; no effect on what is sampled"
+
+# Keys that change nothing in posttrain whatever their value, and why.
+_ANY_VALUE = {
+    "actor_infer.model_args.disable_gradient_checkpointing": _NO_BACKWARD,
+    "reference.model_args.disable_gradient_checkpointing": _NO_BACKWARD,
+    "actor_infer.world_size": "derived from device_mapping in ROLL too",
+    "is_num_return_sequences_expand": "posttrain always samples rollout.n independent responses per prompt",
+    "generate_opt_level": _SCHEDULING,
+    "max_running_requests": _SCHEDULING,
+    "custom_env": "template library of traj_envs.yaml: its entries reach posttrain through custom_envs' interpolations",
+}
+# Keys that change nothing when they hold one of these values.
+_HARMLESS_VALUES = {
+    "checkpoint_config.type": ("file_system",),
+    "validation.generating_args.num_beams": (1,),
+    "reference.strategy_args.strategy_name": ("hf_infer",),
+    "actor_infer.strategy_args.strategy_name": ("hf_infer",),
+}
+# Per-role keys posttrain takes from another key: dropped when equal to it.
+_SAME_AS = {
+    "reference.model_args.dtype": "actor_train.model_args.dtype",
+    "reference.model_args.attn_implementation": "actor_train.model_args.attn_implementation",
+    "reference.model_args.model_type": "actor_train.model_args.model_type",
+    "actor_infer.data_args.template": "actor_train.data_args.template",
+    "reference.data_args.template": "actor_train.data_args.template",
+    "critic.data_args.template": "actor_train.data_args.template",
+    "validation.data_args.template": "actor_train.data_args.template",
+    "reward_pretrain": "pretrain",
+    "validation.generating_args.max_new_tokens": "actor_infer.generating_args.max_new_tokens",
+}
+# Variables of ROLL's traj_envs.yaml that exist only to be interpolated (env section's UNSUPPORTED).
+_TEMPLATE_VARIABLES = {k.partition(":")[2] for k, v in env.UNSUPPORTED.items() if v == env.UNSUPPORTED["roll:action_pattern"]}
+
+
+def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
+    if native == "rollout.name" and value == "hf_infer":
+        return "hf"
+    return common_value_hook(ctx, key, value, native)
+
+
+def ignorable(ctx: Context, key: str, value: Any) -> str | None:
+    """Why a key with no posttrain field can be dropped without changing the run, else None."""
+    if key in _ANY_VALUE:
+        return _ANY_VALUE[key]
+    if key in _TEMPLATE_VARIABLES:
+        return "template variable of traj_envs.yaml: no effect by itself (where interpolated, its value was substituted)"
+    hydra = hydra_ignorable(ctx, key, value)
+    if hydra is not None:
+        return hydra
+    if value in _HARMLESS_VALUES.get(key, ()):
+        return f"{value!r} is what posttrain does"
+    other = _SAME_AS.get(key)
+    if other is not None and ctx.has(other) and ctx.get(other) == value:
+        return f"posttrain uses {other}'s value for every role, and they agree"
+    if key.endswith(".strategy_args.strategy_config") and value is None:
+        return "empty strategy options"
+    return None
+
+
+def reward_norm(ctx: Context) -> None:
+    present = {k: ctx.get(k) for k in _NORM_KEYS if ctx.has(k)}
+    if not present:
+        return
+    ctx.consume(*present)
+    given = {k: v for k, v in present.items() if v is not None}
+    mean, std = roll_reward_norm(**given)
+    note = "via roll_reward_norm(" + ", ".join(f"{k}={v!r}" for k, v in present.items()) + ")"
+    origin = ", ".join(present)
+    ctx.set("algorithm.reward_norm_mean", mean, origin, note)
+    ctx.set("algorithm.reward_norm_std", std, origin, note)
+
+
+def mini_batch(ctx: Context) -> None:
+    """``gradient_accumulation_steps`` of actor_train/critic -> the role's ppo_mini_batch_size."""
+    for role, section in (("actor_train", "actor"), ("critic", "critic")):
+        key = f"{role}.training_args.gradient_accumulation_steps"
+        if not ctx.has(key):
+            continue
+        ctx.consume(key)
+        steps = ctx.get(key)
+        per_device = ctx.get(f"{role}.training_args.per_device_train_batch_size", 1)
+        n = ctx.get("num_return_sequences_in_group", ctx.get("actor_infer.generating_args.num_return_sequences", 1))
+        devices = _device_count(ctx, role)
+        ints = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (steps, per_device, n, devices))
+        if not ints or (per_device * steps * devices) % n:
+            ctx.refuse(key, f"{per_device} x {steps} x {devices} devices responses per optimizer step is not a whole number of prompts at {n} responses each; set {section}.ppo_mini_batch_size (prompts) yourself", f"{section}.ppo_mini_batch_size", steps)
+            continue
+        prompts = per_device * steps * devices // n
+        ctx.set(f"{section}.ppo_mini_batch_size", prompts, key, f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {steps} x {devices} devices / {n} responses per prompt")
+
+
+def _device_count(ctx: Context, role: str) -> int:
+    mapping = ctx.get(f"{role}.device_mapping")
+    if mapping is not None:
+        try:
+            return len(parse_device_list(mapping))
+        except Exception:  # the device_mapping key itself reports the problem
+            return 0
+    return (ctx.get("num_nodes", 1) or 1) * ctx.get("num_gpus_per_node", 8)
+
+
+HANDLERS = [reward_norm, mini_batch]

@@ -1,0 +1,148 @@
+"""Reading a foreign config file: YAML, Hydra's ``defaults`` list, then interpolations key by key.
+
+verl and ROLL configs are Hydra configs: ``defaults: [../config/traj_envs@_here_]`` merges another
+file first, then the file's own keys over it (Hydra's rule when ``_self_`` is not listed). Only file
+includes are composed here (``path``, ``path@_here_``/``@_global_`` at the root, ``path@pkg`` under
+``pkg``, ``{group: option}`` as ``group/option.yaml`` under ``group``); an include that is missing
+is reported on its ``defaults[i]`` key, not fatal, so a converter can still write the rest.
+
+Interpolations (``${exp_name}``, ``${oc.env:VAR,default}``) are resolved by OmegaConf, one key at a
+time, so a key that cannot be resolved (an unset environment variable, a name from a missing
+include) is refused by name while every other key still translates.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from posttrain.config.validate import deep_merge
+from posttrain.errors import ConfigError
+
+_REFERENCE = re.compile(r"\$\{\s*([A-Za-z_][\w.]*)\s*\}")  # ${a.b}, not ${resolver:...}
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """The file as plain data, interpolations untouched; one clear error for a bad file."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        conf = OmegaConf.load(path)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where}: invalid YAML: {getattr(err, 'problem', None) or err}") from None
+    if not isinstance(conf, DictConfig):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, not a list")
+    return OmegaConf.to_container(conf, resolve=False)  # type: ignore[return-value]
+
+
+def compose(raw: dict[str, Any], path: Path, problems: dict[str, str], _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Merge the Hydra ``defaults`` includes of ``raw`` (read from ``path``) under its own keys.
+    Problems go to ``problems`` as ``{"defaults[i]": why}``; the ``defaults`` key itself is kept."""
+    defaults = raw.get("defaults")
+    if not isinstance(defaults, list):
+        return raw
+    merged: dict[str, Any] = {}
+    own_at = len(defaults)  # without _self_, the file's own keys come last (they win)
+    for i, item in enumerate(defaults):
+        if item == "_self_":
+            own_at = i
+            continue
+        name, package = _include(item)
+        if name is None:
+            problems[f"defaults[{i}]"] = f"Hydra default {item!r} is not a file include; posttrain composes file includes only: inline its keys"
+            continue
+        file = (path.parent / name).with_suffix(".yaml") if not name.endswith((".yaml", ".yml")) else path.parent / name
+        if not file.is_file():
+            problems[f"defaults[{i}]"] = f"Hydra include {item!r}: {file} not found (put it there, or inline its keys)"
+            continue
+        if file.resolve() in _seen:
+            problems[f"defaults[{i}]"] = f"Hydra include {item!r} includes itself"
+            continue
+        sub = compose(read_yaml(file), file, problems, _seen + (path.resolve(),))
+        sub = {k: v for k, v in sub.items() if k != "defaults"}
+        part = sub if package is None else {package: sub}
+        if i > own_at:  # included after _self_: it wins over the file's own keys
+            raw = deep_merge(raw, part)
+        else:
+            merged = deep_merge(merged, part)
+    return deep_merge(merged, raw)
+
+
+def _include(item: Any) -> tuple[str | None, str | None]:
+    """``(file name, package or None for the root)`` of one defaults-list entry."""
+    if isinstance(item, Mapping) and len(item) == 1:
+        group, option = next(iter(item.items()))
+        if isinstance(option, str) and isinstance(group, str) and not group.startswith("override "):
+            group, _, package = group.partition("@")
+            return f"{group}/{option}", (_package(package) if package else group.replace("/", "."))
+        return None, None
+    if isinstance(item, str) and item:
+        name, _, package = item.partition("@")
+        return name, _package(package)
+    return None, None
+
+
+def _package(package: str) -> str | None:
+    return None if package in ("", "_here_", "_global_") else package
+
+
+def references(raw: Any) -> set[str]:
+    """Every key named by a plain interpolation (``${a.b}``) in ``raw``'s string values."""
+    out: set[str] = set()
+    if isinstance(raw, Mapping):
+        for v in raw.values():
+            out |= references(v)
+    elif isinstance(raw, list):
+        for v in raw:
+            out |= references(v)
+    elif isinstance(raw, str):
+        out |= {m.group(1).lstrip(".") for m in _REFERENCE.finditer(raw)}
+    return out
+
+
+def resolve(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Interpolations resolved key by key: ``(resolved dict, {key: why it could not be resolved})``.
+    An unresolved leaf keeps its ``${...}`` text."""
+    failures: dict[str, str] = {}
+    conf = OmegaConf.create(raw)
+    return _resolve_node(conf, "", failures), failures
+
+
+def _resolve_node(node: DictConfig | ListConfig, prefix: str, failures: dict[str, str]) -> Any:
+    is_list = isinstance(node, ListConfig)
+    keys = range(len(node)) if is_list else list(node.keys())
+    out: Any = [] if is_list else {}
+    for k in keys:
+        key = f"{prefix}[{k}]" if is_list else (f"{prefix}.{k}" if prefix else str(k))
+        try:
+            value = node[k]
+        except OmegaConfBaseException as err:
+            message = str(err).strip().splitlines()[0]
+            if "Environment variable" in message:
+                message += "; set it before converting, or give a default: ${oc.env:NAME,default}"
+            failures[key] = f"cannot resolve interpolation {node._get_node(k)._value()!r}: {message}"
+            value = node._get_node(k)._value()
+        if isinstance(value, (DictConfig, ListConfig)):
+            value = _resolve_node(value, key, failures)
+        if is_list:
+            out.append(value)
+        else:
+            out[k] = value
+    return out
+
+
+def hydra_ignorable(ctx: Any, key: str, value: Any) -> str | None:
+    """Hydra's own keys (verl and ROLL launch through Hydra): they configure the launcher, not the run."""
+    if key.split(".")[0] == "hydra":
+        return "Hydra launcher setting (run directory, output subdirectory); posttrain writes to trainer.default_local_dir"
+    if key == "defaults":
+        return "Hydra defaults list: its includes are merged in (a missing one is refused on its own key)"
+    return None

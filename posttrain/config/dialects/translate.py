@@ -1,0 +1,166 @@
+"""Translate a foreign config (a plain dict, interpolations already resolved) into a native one.
+
+Every leaf key is looked up in the framework's `Index` (the schema's refs, ``NEGATED_REFS`` and
+``UNSUPPORTED``) and lands in exactly one `Entry` of the `Report`. A mapping with no index entry of
+its own is walked; one whose key maps to a native field (a dict-valued field such as
+``reward.workers``) moves whole. Framework rules that are not one-key-to-one-key (ROLL's reward
+normalisation keys, Trinity's ``algorithm_type`` and tasksets, ...) run first as *handlers*
+(posttrain.config.dialects.roll / .trinity) and mark the keys they consumed; value conversions
+keyed by the native field run on every value (posttrain.config.dialects.values).
+
+A value set at a field with ``todo`` (not implemented yet) that differs from the default is refused
+here with the field's reason, so the message names the foreign key; native validation then sees
+only what posttrain can run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Callable
+
+from posttrain.config.dialects.index import Index, Target, build_index, native_paths
+from posttrain.config.dialects.report import Entry, Report
+
+_MISSING = object()
+
+
+@dataclasses.dataclass
+class Context:
+    """State of one translation: the (resolved) foreign dict, the native dict being built, the report."""
+
+    dialect: str
+    raw: Mapping[str, Any]
+    index: Index
+    report: Report
+    native: dict[str, Any] = dataclasses.field(default_factory=dict)
+    handled: set[str] = dataclasses.field(default_factory=set)  # foreign keys consumed by a handler
+    origin: dict[str, tuple[str, Any]] = dataclasses.field(default_factory=dict)  # native -> (key, value)
+    interpolated: set[str] = dataclasses.field(default_factory=set)  # keys other keys interpolate
+    unresolved: dict[str, str] = dataclasses.field(default_factory=dict)  # key -> why not resolvable
+
+    # ---- reading the foreign dict ---------------------------------------------------------------
+    def get(self, key: str, default: Any = None) -> Any:
+        node: Any = self.raw
+        for part in key.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    def has(self, key: str) -> bool:
+        return self.get(key, _MISSING) is not _MISSING
+
+    # ---- recording outcomes ---------------------------------------------------------------------
+    def set(self, native: str, value: Any, key: str, reason: str = "") -> None:
+        """Put ``value`` at ``native`` for foreign ``key``, refusing a todo value or a conflict."""
+        info = native_paths().get(native)
+        if info is not None and info.todo and info.has_default() and value != info.default():
+            self.refuse(key, f"not implemented yet: {info.todo}", native, value)
+            return
+        if native in self.origin and self.origin[native][1] != value:
+            other, other_value = self.origin[native]
+            self.refuse(key, f"conflicts with {other} ({other_value!r}): both set {native}; keep one", native, value)
+            return
+        self.origin.setdefault(native, (key, value))
+        node = self.native
+        *parents, last = native.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+        self.report.add(Entry(key, "translated", native, value, reason))
+
+    def refuse(self, key: str, reason: str, native: str | None = None, value: Any = None) -> None:
+        self.report.add(Entry(key, "refused", native, value, reason))
+
+    def drop(self, key: str, reason: str) -> None:
+        self.report.add(Entry(key, "dropped", None, None, reason))
+
+    def consume(self, *keys: str) -> None:
+        self.handled.update(keys)
+
+
+Handler = Callable[[Context], None]
+ValueHook = Callable[[Context, str, Any, str], Any]  # (ctx, foreign key, value, native) -> value
+
+
+def translate_dict(
+    raw: Mapping[str, Any],
+    dialect: str,
+    handlers: list[Handler],
+    value_hook: ValueHook,
+    ignorable: Callable[[Context, str, Any], str | None],
+    *,
+    interpolated: set[str] = frozenset(),
+    unresolved: Mapping[str, str] | None = None,
+) -> tuple[dict[str, Any], Report]:
+    """The native dict and the report. ``ignorable(ctx, key, value)`` returns why a key posttrain
+    does not have may be dropped without changing the run (else None: it is refused)."""
+    ctx = Context(dialect, raw, build_index(dialect), Report(dialect), interpolated=set(interpolated), unresolved=dict(unresolved or {}))
+    for key, why in ctx.unresolved.items():
+        ctx.consume(key)
+        ctx.refuse(key, why)
+    for handler in handlers:
+        handler(ctx)
+    _walk(ctx, raw, "", None, value_hook, ignorable)
+    return ctx.native, ctx.report
+
+
+def _walk(ctx: Context, node: Mapping[str, Any], prefix: str, inherited: str | None, value_hook: ValueHook, ignorable) -> None:
+    for name, value in node.items():
+        key = f"{prefix}{name}"
+        if key in ctx.handled:
+            continue
+        target = ctx.index.lookup(key)
+        if target is not None and target.native is not None:
+            _translate_leaf(ctx, key, value, target, value_hook)
+            continue
+        reason = target.unsupported if target is not None else inherited
+        if isinstance(value, Mapping) and value and (target is None or ctx.index.has_below(key)):
+            _walk(ctx, value, f"{key}.", reason, value_hook, ignorable)
+            continue
+        _unmapped_leaf(ctx, key, value, reason, ignorable)
+
+
+def _translate_leaf(ctx: Context, key: str, value: Any, target: Target, value_hook: ValueHook) -> None:
+    if target.negated:
+        if not isinstance(value, bool):
+            ctx.refuse(key, f"expected true or false (posttrain stores the opposite at {target.native}), got {value!r}", target.native, value)
+            return
+        ctx.set(target.native, not value, key, "negated")
+        return
+    try:
+        converted = value_hook(ctx, key, value, target.native)
+    except _Refusal as refusal:
+        ctx.refuse(key, str(refusal), target.native, value)
+        return
+    note = "" if converted == value and type(converted) is type(value) else f"{value!r} -> {converted!r}"
+    ctx.set(target.native, converted, key, note)
+
+
+def _unmapped_leaf(ctx: Context, key: str, value: Any, reason: str | None, ignorable) -> None:
+    why_ok = ignorable(ctx, key, value)
+    if why_ok is not None:
+        ctx.drop(key, why_ok)
+    elif value is None or value == {} or value == []:
+        ctx.drop(key, "empty (null), nothing to translate" + (f"; if set: {reason}" if reason else ""))
+    elif any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in ctx.interpolated):
+        ctx.drop(key, "interpolation source: its value was substituted where it is referenced" + (f" ({reason})" if reason else ""))
+    elif reason is not None:
+        ctx.refuse(key, f"not supported: {reason}", None, value)
+    else:
+        ctx.refuse(key, f"no posttrain equivalent: not a {_title(ctx.dialect)} key the schema knows (docs/config-mapping.md lists those it does)", None, value)
+
+
+def _title(dialect: str) -> str:
+    from posttrain.config.dialects.detect import TITLES
+
+    return TITLES[dialect]
+
+
+class _Refusal(Exception):
+    """Raised by a value hook: the value cannot be translated (the message says why)."""
+
+
+def refusal(message: str) -> _Refusal:
+    return _Refusal(message)

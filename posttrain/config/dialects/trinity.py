@@ -1,0 +1,211 @@
+"""Trinity-RFT (modelscope/Trinity-RFT) rules that are more than one key to one key.
+
+Source of the semantics: Trinity-RFT's configuration guide (shared/reference 002) and the example
+configs in shared/reference/configs.
+
+- ``algorithm.algorithm_type`` names the kind of training and the advantage estimator at once:
+  `TRINITY_ALGORITHM_TYPES` (posttrain.config.sections.algorithm) splits it; an explicit
+  ``algorithm.advantage_fn`` wins over the type's estimator.
+- A synchronous run's tasksets are posttrain's ``data`` section (see posttrain.config.sections.buffer):
+  the training taskset's ``path`` + ``split`` become ``data.train_files`` (a local file, or the
+  split's file in a local directory: posttrain never downloads), its ``format`` keys the ``data``
+  column keys, its ``rollout_args`` the rollout sampling; evaluation tasksets become
+  ``data.val_files`` and ``rollout.val_kwargs``.
+- ``trainer.trainer_config`` is an inline verl config: it is translated with the verl dialect.
+- ``stages``: each stage's keys are Trinity keys too; ``stage_name`` is posttrain's ``name``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from posttrain.config.dialects.translate import Context
+from posttrain.config.sections.algorithm import TRINITY_ALGORITHM_TYPES, TRINITY_ALGORITHM_TYPES_TODO
+
+_TS = "buffer.explorer_input.taskset"
+_EVAL = "buffer.explorer_input.eval_tasksets"
+_EXTS = ("parquet", "jsonl", "json", "csv")
+_FORMAT_TO_DATA = {"prompt_key": "data.prompt_key", "response_key": "data.response_key", "system_prompt": "data.system_prompt", "system_prompt_key": "data.system_prompt_key"}
+
+
+def algorithm_type(ctx: Context) -> None:
+    key = "algorithm.algorithm_type"
+    if not ctx.has(key):
+        return
+    ctx.consume(key)
+    value = ctx.get(key)
+    if value in TRINITY_ALGORITHM_TYPES_TODO:
+        ctx.refuse(key, f"not implemented yet: {TRINITY_ALGORITHM_TYPES_TODO[value]}", "algorithm.kind", value)
+        return
+    if value not in TRINITY_ALGORITHM_TYPES:
+        known = ", ".join(list(TRINITY_ALGORITHM_TYPES) + list(TRINITY_ALGORITHM_TYPES_TODO))
+        ctx.refuse(key, f"unknown algorithm_type {value!r}; Trinity-RFT's are {known}", "algorithm.kind", value)
+        return
+    kind, estimator = TRINITY_ALGORITHM_TYPES[value]
+    ctx.set("algorithm.kind", kind, key, f"{value!r} -> kind {kind!r}")
+    if estimator is not None and not ctx.has("algorithm.advantage_fn"):
+        ctx.set("algorithm.adv_estimator", estimator, key, f"{value!r} -> adv_estimator {estimator!r}")
+
+
+def data_files(path: Any, split: str) -> list[str]:
+    """Local data files of one taskset split, or ValueError saying why there are none."""
+    if not isinstance(path, str) or not path or "${" in path:
+        raise ValueError(f"path {path!r} is not a local file or directory")
+    p = Path(path)
+    if p.is_file():
+        return [path]
+    if p.is_dir():
+        patterns = [f"{split}.{e}" for e in _EXTS] + [f"{split}-*.{e}" for e in _EXTS] + [f"data/{split}-*.{e}" for e in _EXTS]
+        for pattern in patterns:
+            found = sorted(str(f) for f in p.glob(pattern))
+            if found:
+                return found
+        raise ValueError(f"no {split!r} split in directory {path} (looked for {split}.parquet/.jsonl/.json/.csv)")
+    raise ValueError(
+        f"{path!r} is neither a local file nor a directory: posttrain reads local parquet/jsonl/json/csv "
+        f"files and never downloads; save the dataset locally and point path there"
+    )
+
+
+def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) -> None:
+    """Translate one taskset (training: ``prefix`` is the taskset key; eval: ``...eval_tasksets[i]``)."""
+    for name in ("path", "split", "subset_name", "storage_type", "name", "repeat_times", "rollout_args", "format"):
+        ctx.consume(f"{prefix}.{name}")
+    if item.get("storage_type", "file") != "file":
+        ctx.refuse(f"{prefix}.storage_type", "not implemented yet: queue/sql tasksets (decoupled explorer/trainer issue); a synchronous run reads files", None, item.get("storage_type"))
+    if item.get("subset_name") is not None:
+        ctx.refuse(f"{prefix}.subset_name", "not supported: posttrain reads local files, not Hugging Face dataset configurations; point path at the subset's files", None, item.get("subset_name"))
+    if f"{prefix}.path" not in ctx.unresolved:  # an unresolved path is already refused by name
+        split = item.get("split", "train" if training else "test")
+        native = "data.train_files" if training else "data.val_files"
+        try:
+            files = data_files(item.get("path"), split)
+        except ValueError as err:
+            ctx.refuse(f"{prefix}.path", str(err), native, item.get("path"))
+        else:
+            if training:
+                ctx.set(native, files, f"{prefix}.path", f"split {split!r}")
+            else:
+                ctx.native.setdefault("data", {}).setdefault("val_files", [])
+                ctx.native["data"]["val_files"] += files
+                ctx.report.add(_entry(f"{prefix}.path", native, files, f"split {split!r}, appended"))
+    if "name" in item:
+        ctx.drop(f"{prefix}.name", "names the taskset's metrics in Trinity-RFT; posttrain's metrics are named by stage")
+    fmt = item.get("format") or {}
+    for name, value in fmt.items():
+        key = f"{prefix}.format.{name}"
+        if name in _FORMAT_TO_DATA:
+            ctx.set(_FORMAT_TO_DATA[name], value, key)
+        elif name == "prompt_type" and value in ("plaintext", "messages"):
+            ctx.drop(key, "posttrain reads a string or a chat message list from data.prompt_key alike")
+        else:
+            ctx.refuse(key, "no posttrain equivalent for a taskset format key (data.* holds the column keys)", None, value)
+    repeat = item.get("repeat_times")
+    if repeat is not None:
+        ctx.set("rollout.n" if training else "rollout.val_kwargs.n", repeat, f"{prefix}.repeat_times")
+    args = item.get("rollout_args") or {}
+    if not training and args and "temperature" not in args:  # Trinity samples evaluation at the model's temperature
+        ctx.set("rollout.val_kwargs.temperature", ctx.get("model.temperature", 1.0), f"{prefix}.rollout_args", "temperature not given: model.temperature (Trinity's default 1.0)")
+    for name, value in args.items():
+        key = f"{prefix}.rollout_args.{name}"
+        if name not in ("temperature", "top_p", "top_k"):
+            ctx.refuse(key, "no posttrain equivalent: only temperature, top_p and top_k are sampling settings posttrain has", None, value)
+        elif training:
+            ctx.set(f"rollout.{name}", value, key)
+        else:
+            ctx.set(f"rollout.val_kwargs.{name}", value, key)
+            ctx.set("rollout.val_kwargs.do_sample", True, key, "evaluation sampling settings given: sample")
+
+
+def _entry(key: str, native: str, value: Any, reason: str):
+    from posttrain.config.dialects.report import Entry
+
+    return Entry(key, "translated", native, value, reason)
+
+
+def tasksets(ctx: Context) -> None:
+    taskset = ctx.get(_TS)
+    if isinstance(taskset, dict):
+        _taskset(ctx, _TS, taskset, training=True)
+    evals = ctx.get(_EVAL)
+    if isinstance(evals, list):
+        ctx.consume(_EVAL)
+        for i, item in enumerate(evals):
+            prefix = f"{_EVAL}[{i}]"
+            if not isinstance(item, dict):
+                ctx.refuse(prefix, "expected a taskset mapping", None, item)
+                continue
+            _taskset(ctx, prefix, item, training=False)
+            for name, value in item.items():  # what _taskset did not take: workflows and the like
+                if f"{prefix}.{name}" not in ctx.handled:
+                    ctx.refuse(f"{prefix}.{name}", "not implemented yet: decoupled explorer/trainer issue (workflows, per-taskset reward functions)", None, value)
+
+
+def trainer_config(ctx: Context) -> None:
+    """The inline verl config under ``trainer.trainer_config``, translated with the verl dialect."""
+    key = "trainer.trainer_config"
+    inline = ctx.get(key)
+    if not isinstance(inline, dict):
+        return
+    ctx.consume(key)
+    from posttrain.config.dialects import translate
+
+    native, report = translate(inline, "verl")
+    for e in report.entries:
+        moved = type(e)(f"{key}.{e.key}", e.status, e.native, e.value, e.reason)
+        if e.status == "translated" and e.native:
+            ctx.set(e.native, e.value, moved.key, e.reason)
+        else:
+            ctx.report.add(moved)
+
+
+def stages(ctx: Context) -> None:
+    items = ctx.get("stages")
+    if not isinstance(items, list):
+        return
+    ctx.consume("stages")
+    from posttrain.config.dialects import translate
+
+    out = []
+    for i, stage in enumerate(items):
+        prefix = f"stages[{i}]"
+        if not isinstance(stage, dict):
+            ctx.refuse(prefix, "expected a mapping of stage settings", None, stage)
+            continue
+        body = {k: v for k, v in stage.items() if k != "stage_name"}
+        native, report = translate(body, "trinity")
+        native = {"name": stage.get("stage_name", f"stage{i}"), **native}
+        for e in report.entries:
+            ctx.report.add(type(e)(f"{prefix}.{e.key}", e.status, e.native and f"{prefix}.{e.native}", e.value, e.reason))
+        out.append(native)
+    ctx.set("stages", out, "stages", "stage_name -> name; each stage's keys translated")
+
+
+def batch_sizes(ctx: Context) -> None:
+    """Trinity's optimizer step takes ``buffer.train_batch_size`` experiences (default ``batch_size x
+    repeat_times``: one step per explored batch); posttrain's ``actor.ppo_mini_batch_size`` counts
+    prompts, so it is that divided by ``repeat_times`` (Trinity-RFT's "Align with veRL" guide maps
+    buffer.batch_size/train_batch_size to verl's train_batch_size/ppo_mini_batch_size)."""
+    if "actor.ppo_mini_batch_size" in ctx.origin:  # set by trainer_config: that wins
+        return
+    repeat = ctx.get("algorithm.repeat_times", 1)
+    key = "buffer.train_batch_size"
+    if ctx.has(key):
+        ctx.consume(key)
+        experiences = ctx.get(key)
+        if not isinstance(experiences, int) or not isinstance(repeat, int) or repeat < 1 or experiences % repeat:
+            ctx.refuse(key, f"{experiences!r} experiences is not a whole number of prompts at repeat_times {repeat!r}; set actor.ppo_mini_batch_size (prompts) yourself", "actor.ppo_mini_batch_size", experiences)
+            return
+        ctx.set("actor.ppo_mini_batch_size", experiences // repeat, key, f"{experiences} experiences / repeat_times {repeat}")
+    elif isinstance(ctx.get("buffer.batch_size"), int):
+        ctx.set("actor.ppo_mini_batch_size", ctx.get("buffer.batch_size"), "buffer.batch_size", "train_batch_size not given: Trinity-RFT takes one optimizer step per explored batch")
+
+
+def ignorable(ctx: Context, key: str, value: Any) -> str | None:
+    if key == "trainer.trainer_type" and value == "verl":
+        return "Trinity-RFT's verl trainer: posttrain trains with its own backend and reads trainer_config with the verl dialect"
+    return None
+
+
+HANDLERS = [algorithm_type, tasksets, trainer_config, batch_sizes, stages]

@@ -1,0 +1,104 @@
+"""Value conversions where a framework spells a value differently from posttrain.
+
+Keyed by the *native* field a value lands in, so every framework's key for that field gets the same
+treatment: dtype spellings (``bfloat16``/``torch.bfloat16`` -> ``bf16``), a tracker name given as a
+string (ROLL's ``track_with: tensorboard``), resume booleans and paths, and ROLL's device mappings
+(``"list(range(0,8))"``; a mapping that covers every device is posttrain's default, colocation).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from posttrain.config.dialects.index import native_paths
+from posttrain.config.dialects.translate import Context, refusal
+from posttrain.config.sections.trainer import LOGGERS
+
+DTYPE_SPELLINGS = {
+    "bfloat16": "bf16", "torch.bfloat16": "bf16", "bf16": "bf16",
+    "float16": "fp16", "half": "fp16", "torch.float16": "fp16", "fp16": "fp16",
+    "float32": "fp32", "float": "fp32", "torch.float32": "fp32", "fp32": "fp32",
+}
+_TRACKERS_TODO = ("wandb", "swanlab", "mlflow", "clearml", "vemlp_wandb")
+
+
+def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
+    """The native value for ``value`` of foreign ``key`` landing at ``native`` (raises a refusal)."""
+    info = native_paths().get(native)
+    if info is not None and info.choices and "bf16" in info.choices and isinstance(value, str):
+        return DTYPE_SPELLINGS.get(value.lower(), value)
+    if native == "trainer.logger":
+        return _loggers(value)
+    if native == "trainer.resume_mode":
+        return _resume(ctx, key, value)
+    if native.startswith("cluster.device_mapping."):
+        return _device_mapping(ctx, value)
+    return value
+
+
+def _loggers(value: Any) -> Any:
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list):
+        return value  # validation names the type
+    todo = [n for n in names if n in _TRACKERS_TODO]
+    if todo:
+        raise refusal(f"not implemented yet: the {', '.join(todo)} tracker (tracker adapters issue); posttrain logs to {', '.join(LOGGERS)}")
+    if isinstance(value, str):  # one tracker named: posttrain also keeps its console and metrics.jsonl
+        return list(dict.fromkeys(["console", "jsonl", value]))
+    return value
+
+
+def _resume(ctx: Context, key: str, value: Any) -> Any:
+    if value is True:
+        return "auto"
+    if value is False:
+        return "disable"
+    if isinstance(value, str) and value not in ("auto", "disable", "resume_path"):
+        ctx.set("trainer.resume_from_path", value, key, "a checkpoint path: resume_mode resume_path")
+        return "resume_path"
+    return value
+
+
+def parse_device_list(text: Any) -> list[int]:
+    """ROLL's device_mapping: a list of ints, or a Python expression of ``list``/``range`` only.
+
+    >>> parse_device_list("list(range(0,8))")
+    [0, 1, 2, 3, 4, 5, 6, 7]
+    >>> parse_device_list("[0, 2]")
+    [0, 2]
+    """
+    if isinstance(text, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in text):
+        return list(text)
+    if not isinstance(text, str):
+        raise refusal(f"expected a device list such as 'list(range(0,8))', got {text!r}")
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+        return [int(i) for i in _eval_devices(tree)]
+    except (SyntaxError, ValueError, TypeError) as err:
+        raise refusal(f"cannot read device list {text!r}: only integer lists, list(...) and range(...) are understood ({err})") from None
+
+
+def _eval_devices(node: ast.AST) -> list[int]:
+    """A tiny evaluator: integer literals, lists, ``range(a[, b[, c]])`` and ``list(x)``; nothing else runs."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return [node.value]
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [i for elt in node.elts for i in _eval_devices(elt)]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+        if node.func.id == "range":
+            args = [_eval_devices(a) for a in node.args]
+            if all(len(a) == 1 for a in args) and 1 <= len(args) <= 3:
+                return list(range(*(a[0] for a in args)))
+        if node.func.id == "list" and len(node.args) == 1:
+            return _eval_devices(node.args[0])
+    raise ValueError(f"unsupported expression {ast.unparse(node)!r}")
+
+
+def _device_mapping(ctx: Context, value: Any) -> list[int]:
+    devices = parse_device_list(value)
+    nodes = ctx.get("num_nodes", 1) or 1
+    per_node = ctx.get("num_gpus_per_node", 8)  # ROLL's default
+    if isinstance(per_node, int) and isinstance(nodes, int) and sorted(devices) == list(range(nodes * per_node)):
+        return []  # every device of the cluster: posttrain's default placement (all roles colocated)
+    return devices
