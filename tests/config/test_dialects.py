@@ -95,7 +95,8 @@ def test_roll_sokoban_translation_names_keys():
     assert _entry(report, "actor_train.training_args.gradient_accumulation_steps").value == 1024  # 2 x 64 x 8 / 1
     assert "traj_envs.yaml not found" in _entry(report, "defaults[0]").reason
     assert "cannot resolve interpolation" in _entry(report, "custom_envs.SimpleSokoban").reason
-    assert _entry(report, "sequence_length").reason.startswith("no posttrain equivalent")
+    sequence = _entry(report, "sequence_length")  # prompt + response: model.max_model_len
+    assert (sequence.status, sequence.native) == ("translated", "model.max_model_len")
     assert _entry(report, "train_env_manager.group_size").reason.startswith("not implemented yet: agentic")
     assert _entry(report, "reward_normalization.grouping").status == "translated"  # the default value: nothing to refuse
     assert _entry(report, "reference.strategy_args.strategy_name").status == "dropped"  # hf_infer is posttrain's engine

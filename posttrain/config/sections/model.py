@@ -63,7 +63,7 @@ class ModelConfig:
     )
     max_model_len: int | None = param(
         None, doc="Longest prompt+response in tokens; refused at load if above the model's max_position_embeddings.",
-        ge=1, refs=["trinity:model.max_model_len"],
+        ge=1, refs=["trinity:model.max_model_len", "roll:sequence_length"],
     )
     rope_theta: float | None = param(
         None, doc="RoPE base frequency replacing the one in config.json; null keeps it.",
