@@ -234,20 +234,6 @@ def check_supervised_compile(cfg: Any) -> list[str]:
     return []
 
 
-def check_supervised_mixed_precision(cfg: Any) -> list[str]:
-    """bf16 autocast (`fsdp_config.mixed_precision.param_dtype`) is wired into the RL roles; SFT and
-    DPO stages would silently compute in fp32, so it is refused there."""
-    kind = training_kind(cfg)
-    if kind not in ("sft", "dpo"):
-        return []
-    return [
-        f"{role}.fsdp_config.mixed_precision.param_dtype={value} is not implemented for algorithm.kind {kind} "
-        "(RL stages only); set it to fp32 for this stage, or load the model in bf16 with model.dtype=bf16"
-        for role in ("actor", "ref")
-        if (value := get_path(cfg, f"{role}.fsdp_config.mixed_precision.param_dtype", "fp32")) != "fp32"
-    ]
-
-
 CHECKS: list[Callable[[Any], list[str]]] = [
     check_actor_batches,
     check_critic_batches,
@@ -257,7 +243,6 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_dpo_label_smoothing,
     check_supervised_loss_agg,
     check_supervised_compile,
-    check_supervised_mixed_precision,
 ]
 
 

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from posttrain.config.sections.algorithm import DPOConfig
 from posttrain.data import DPOExample, build_dpo_dataset, collate_sft, pad_token_id
 from posttrain.models.loading import causal_lm_from_config, tokenizer_from_config
+from posttrain.modeling.precision import autocast
 from posttrain.trainer.sequence_logprobs import sequence_logprobs
 from posttrain.trainer.sft import Objective, default_device, fit
 from posttrain.trainer.stage import StageContext, StageResult, open_stage, seed_everything, with_model_path
@@ -78,12 +79,17 @@ def freeze(model: nn.Module) -> nn.Module:
     return model
 
 
-def dpo_objective(policy: nn.Module, reference: nn.Module, pad_id: int, settings: DPOConfig) -> Objective:
-    """The DPO loss of `settings` over pairs, normalised by the pairs of the whole batch."""
+def dpo_objective(
+    policy: nn.Module, reference: nn.Module, pad_id: int, settings: DPOConfig,
+    policy_dtype: str = "fp32", ref_dtype: str = "fp32",
+) -> Objective:
+    """The DPO loss of `settings` over pairs, normalised by the pairs of the whole batch.
+    `policy_dtype`/`ref_dtype`: actor./ref.fsdp_config.mixed_precision.param_dtype (bf16: autocast)."""
 
     def micro_loss(pairs: Sequence[DPOExample], total: float) -> tuple[Tensor, dict[str, float]]:
-        chosen, rejected = pair_logprobs(policy, pairs, pad_id)  # (N,) each
-        with torch.inference_mode():
+        with autocast(policy, policy_dtype):
+            chosen, rejected = pair_logprobs(policy, pairs, pad_id)  # (N,) each
+        with torch.inference_mode(), autocast(reference, ref_dtype):
             ref_chosen, ref_rejected = pair_logprobs(reference, pairs, pad_id)
         ref_chosen, ref_rejected = ref_chosen.clone(), ref_rejected.clone()  # usable by autograd
         losses = preference_losses(
@@ -126,5 +132,8 @@ def run_dpo(ctx: StageContext) -> StageResult:
     policy = causal_lm_from_config(cfg.model, device=device)
     reference = freeze(causal_lm_from_config(cfg.model, device=device))
     derived, trackers = open_stage(ctx, len(train_set))
-    objective = dpo_objective(policy, reference, pad_token_id(tokenizer), cfg.algorithm.dpo)
+    objective = dpo_objective(
+        policy, reference, pad_token_id(tokenizer), cfg.algorithm.dpo,
+        cfg.actor.fsdp_config.mixed_precision.param_dtype, cfg.ref.fsdp_config.mixed_precision.param_dtype,
+    )
     return fit(ctx, policy, tokenizer, objective, train_set, val_set, derived, trackers)

@@ -37,6 +37,7 @@ from posttrain.data import SFTExample, build_sft_dataset, collate_sft, make_samp
 from posttrain.models.loading import causal_lm_from_config, tokenizer_from_config
 from posttrain.optim import build_optimizer, build_scheduler
 from posttrain.tracking import Trackers
+from posttrain.modeling.precision import autocast
 from posttrain.trainer.sequence_logprobs import sequence_logprobs
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, open_stage, seed_everything, with_model_path
 
@@ -194,14 +195,16 @@ def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objectiv
     return StageResult(final_model=out, last_metrics=last, steps=total)
 
 
-def sft_objective(model: nn.Module, pad_id: int) -> Objective:
-    """Token-mean negative log-likelihood of the trained (response/assistant) tokens."""
+def sft_objective(model: nn.Module, pad_id: int, compute_dtype: str = "fp32") -> Objective:
+    """Token-mean negative log-likelihood of the trained (response/assistant) tokens. `compute_dtype`:
+    actor.fsdp_config.mixed_precision.param_dtype (bf16: autocast, fp32 master weights)."""
 
     def normaliser(examples: Sequence[SFTExample]) -> float:
         return float(max(sum(sum(e.loss_mask[1:]) for e in examples), 1))  # the first token has no predictor
 
     def micro_loss(examples: Sequence[SFTExample], total: float) -> tuple[Tensor, dict[str, float]]:
-        out = sequence_logprobs(model, collate_sft(examples, pad_id))
+        with autocast(model, compute_dtype):
+            out = sequence_logprobs(model, collate_sft(examples, pad_id))
         loss = -(out.logprobs * out.mask).sum() / total
         return loss, {"loss": float(loss.detach()), "tokens": float(out.mask.sum())}
 
@@ -219,5 +222,5 @@ def run_sft(ctx: StageContext) -> StageResult:
     val_set = build_sft_dataset(cfg.data, cfg.data.val_files, tokenizer, split="val") if cfg.data.val_files else None
     model = causal_lm_from_config(cfg.model, device=default_device())
     derived, trackers = open_stage(ctx, len(train_set))
-    objective = sft_objective(model, pad_token_id(tokenizer))
+    objective = sft_objective(model, pad_token_id(tokenizer), cfg.actor.fsdp_config.mixed_precision.param_dtype)
     return fit(ctx, model, tokenizer, objective, train_set, val_set, derived, trackers)

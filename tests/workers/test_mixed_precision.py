@@ -155,10 +155,29 @@ def test_always_reuses_even_across_dtypes(tmp_path):
     assert torch.equal(r.actor.old_logprobs(out), out.rollout_logprobs) and r.actor.reused_last
 
 
-@pytest.mark.parametrize("kind", ["sft", "dpo"])
-def test_supervised_stages_refuse_mixed_precision(kind):
-    with pytest.raises(ConfigError, match=r"actor.fsdp_config.mixed_precision.param_dtype=bf16 is not implemented for algorithm.kind"):
-        load_config(None, [f"algorithm.kind={kind}", "actor.fsdp_config.mixed_precision.param_dtype=bf16"])
+def test_sft_and_dpo_objectives_compute_under_autocast():
+    from posttrain.config.sections.algorithm import DPOConfig
+    from posttrain.data.examples import DPOExample, SFTExample
+    from posttrain.trainer.dpo import dpo_objective
+    from posttrain.trainer.sft import MicroBatching, accumulate, sft_objective
+
+    model = tiny_lm().train()
+    a, b = SFTExample(0, [1, 30, 31, 32, 2], [0, 0, 0, 1, 1]), SFTExample(1, [1, 33, 34, 35, 36, 2], [0, 0, 0, 1, 1, 1])
+    losses = {}
+    for dtype in ("fp32", "bf16"):
+        model.zero_grad(set_to_none=True)
+        losses[dtype] = accumulate(sft_objective(model, 0, dtype), [a, b], MicroBatching(2), backward=True)["sft/loss"]
+        assert model.lm_head.weight.grad.dtype == torch.float32
+    assert losses["bf16"] != losses["fp32"] and losses["bf16"] == pytest.approx(losses["fp32"], abs=0.05)
+
+    pair = DPOExample(0, a, SFTExample(0, [1, 30, 31, 40, 2], [0, 0, 0, 1, 1]))
+    reference = tiny_lm().requires_grad_(False)
+    logp = {}
+    for dtype in ("fp32", "bf16"):
+        with torch.no_grad():
+            metrics = accumulate(dpo_objective(model, reference, 0, DPOConfig(), dtype, dtype), [pair], MicroBatching(1), backward=False)
+        logp[dtype] = metrics["dpo/chosen_logp"]
+    assert logp["bf16"] != logp["fp32"] and logp["bf16"] == pytest.approx(logp["fp32"], abs=0.1)
 
 
 def test_fp16_compute_and_unimplemented_reduce_dtype_are_refused():

@@ -37,7 +37,7 @@ class MixedPrecisionConfig:
     """The dtype a role computes in while its parameters, gradients and optimizer state stay in
     model.dtype (FSDP's MixedPrecision policy; in one process, `torch.autocast`)."""
 
-    param_dtype: str = param("fp32", doc="Compute dtype of forward and backward: fp32 (as model.dtype: no autocast) or bf16 (matmuls and attention in bfloat16 under torch.autocast, fp32 master weights; RL stages only). fp16 is refused: it needs loss scaling, which posttrain does not do.", choices=["fp32", "bf16"], refs=["verl:.param_dtype"])
+    param_dtype: str = param("fp32", doc="Compute dtype of forward and backward: fp32 (as model.dtype: no autocast) or bf16 (matmuls and attention in bfloat16 under torch.autocast, fp32 master weights: the role's forwards in RL stages, the policy's in SFT and DPO, the reference's in DPO). fp16 is refused: it needs loss scaling, which posttrain does not do.", choices=["fp32", "bf16"], refs=["verl:.param_dtype"])
     reduce_dtype: str = param("fp32", doc="Dtype of the gradient all-reduce across devices (gradients are fp32 in one process).", choices=["fp32", "bf16"], todo=_FSDP, refs=["verl:.reduce_dtype"])
     buffer_dtype: str = param("fp32", doc="Dtype FSDP casts module buffers to (rotary frequencies...).", choices=["fp32", "bf16"], todo=_FSDP, refs=["verl:.buffer_dtype"])
 
