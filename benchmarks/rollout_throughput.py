@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workdir", default="/tmp/posttrain-bench")
     ap.add_argument("--hf-path", action="store_true", help="also time the engine without its lean decoder")
+    ap.add_argument("--bf16", action="store_true", help="the model in bf16 for both (ceiling: a bf16 matmul)")
     args = ap.parse_args(argv)
+    dtype = torch.bfloat16 if args.bf16 else torch.float32
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
 
     model_dir, data = prepare(Path(args.workdir), args.vocab)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
     batch = prompts_batch(tokenizer, data, args.batch // 8, 8)
     engine = HFEngine(model, eos_token_ids=[], pad_token_id=tokenizer.pad_token_id, copy_weights=False)
     hf_path = HFEngine(
@@ -90,11 +92,11 @@ def main(argv: list[str] | None = None) -> None:
             if repeat:  # the first round warms up both
                 rates[name].append(tokens / (time.perf_counter() - t0))
     params_mm = MatmulParams.of(model.config)
-    ceiling = matmul_gflops(args.threads)
+    ceiling = matmul_gflops(args.threads, dtype=dtype)
     decode_ceiling = ceiling * 1e9 / params_mm.forward_flops(1, 1)
     prompt_tokens = int(batch.attention_mask.sum())
     print(f"batch {args.batch}, {args.new_tokens} new tokens per row, prompts {prompt_tokens / len(batch):.1f} tokens, "
-          f"threads {args.threads}; matmul ceiling {ceiling:.1f} GFLOP/s = {decode_ceiling:.0f} tok/s decode ceiling")
+          f"threads {args.threads}, {dtype}; matmul ceiling {ceiling:.1f} GFLOP/s = {decode_ceiling:.0f} tok/s decode ceiling")
     for name, values in rates.items():
         med = statistics.median(values)
         print(f"{name:>12}: {med:8.0f} generated tok/s ({100 * med / decode_ceiling:.0f}% of the decode ceiling; "

@@ -63,6 +63,25 @@ def test_prefill_and_every_decode_step_equal_hf_logits(make):
             torch.testing.assert_close(lm_head_logits(model, hidden), expected[:, P + t], atol=1e-5, rtol=0)
 
 
+def test_a_bf16_model_stays_close_to_hf_bf16_at_prefill_and_every_decode_step():
+    """rollout.dtype bf16: the same ops in bf16 (rounded at other points than HF's, hence the tolerance)."""
+    model = qwen2(tied=False).to(torch.bfloat16)
+    prompts = prompt_batch()
+    P, T = prompts.input_ids.shape[1], 6
+    torch.manual_seed(3)
+    new = torch.randint(1, 64, (3, T))
+    ids = torch.cat([prompts.input_ids, new], dim=1)
+    mask = torch.cat([prompts.attention_mask, torch.ones(3, T)], dim=1)
+    expected = hf_logits(model, ids, mask).float()  # (B, P + T, V), HF's own bf16 arithmetic
+    positions = position_ids_from_mask(mask)
+    with torch.inference_mode():
+        lean = LeanDecoder(model, P + T)
+        got = [lm_head_logits(model, lean.prefill(prompts.input_ids, prompts.attention_mask, positions[:, :P]))]
+        got += [lm_head_logits(model, lean.step(new[:, t], positions[:, P + t])) for t in range(T)]
+    for t, logits in enumerate(got):
+        torch.testing.assert_close(logits, expected[:, P - 1 + t], atol=0.01, rtol=0)  # measured: 0.002
+
+
 def test_one_token_prompts():
     model = llama()
     ids = torch.tensor([[5], [9]])
