@@ -97,6 +97,16 @@ def _assert_same_run(expected: Path, resumed: Path) -> None:
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+def _tensorboard(stage_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, value) of one scalar as TensorBoard shows it: every event file of the stage, with the
+    events a resumed run's purge marker supersedes dropped (as TensorBoard's own reader does)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(stage_dir / "tensorboard"))
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
 def test_rl_killed_at_the_epoch_boundary_resumes_exactly(assets, one_thread, capsys):
     root, _ = assets
     _train_in_process(_write(root, "rl_ref", RL, 5), capsys)
@@ -137,6 +147,12 @@ def test_two_stage_run_killed_during_a_save_resumes_in_the_second_stage(assets, 
     for stage in ("sft", "rl"):
         _assert_same_run(root / "two_ref" / stage, root / "two_killed" / stage)
     assert _metrics(root / "two_killed" / "rl")[0]["step"] == 3  # the RL stage continues SFT's step count
+    # TensorBoard: the step logged before the kill (its checkpoint never completed) is superseded by
+    # the resumed run's, so the curve has each step once, with the uninterrupted run's values.
+    killed_files = list((root / "two_killed" / "rl" / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(killed_files) == 2  # the killed run's file and the resumed run's
+    expected = _tensorboard(root / "two_ref" / "rl", "actor/pg_loss")
+    assert len(expected) == steps and _tensorboard(root / "two_killed" / "rl", "actor/pg_loss") == expected
 
 
 DPO = """
