@@ -121,16 +121,36 @@ def _jsonable(value):
     return value
 
 
+def _wait_past_event_files(log_dir: Path) -> None:
+    """Sleep until the current second is later than every event file's creation second (the
+    second is the field after ``events.out.tfevents.`` in the name SummaryWriter gives a file)."""
+    seconds = []
+    for path in log_dir.glob("events.out.tfevents.*"):
+        field = path.name.split(".")[3]
+        if field.isdigit():
+            seconds.append(int(field))
+    if seconds:
+        delay = max(seconds) + 1 - time.time()
+        if delay > 0:
+            time.sleep(delay)
+
+
 class TensorBoardTracker:
     """Scalars into ``<run_dir>/tensorboard`` via torch's SummaryWriter.
 
     `purge_step` (a resumed run): TensorBoard discards the earlier events at or after that step,
-    so the steps logged again after a resume are not shown twice."""
+    so the steps logged again after a resume are not shown twice. The purge applies to events read
+    *before* the marker, and TensorBoard reads a directory's event files in name order, which is
+    creation time in whole seconds, then host and pid. So a resumed writer starts in a later second
+    than every existing file (waiting at most a second); in the same second a smaller pid would
+    sort the new file first and the old duplicates would stay."""
 
     def __init__(self, run_dir: str | Path, purge_step: int | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
         self.log_dir = Path(run_dir) / "tensorboard"
+        if purge_step is not None:
+            _wait_past_event_files(self.log_dir)
         self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge_step)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
