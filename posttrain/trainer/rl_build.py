@@ -25,7 +25,7 @@ from posttrain.config.schema import Config
 from posttrain.config.sections.optim import OptimConfig
 from posttrain.errors import ConfigError
 from posttrain.modeling.precision import compute_dtype
-from posttrain.models.loading import causal_lm_from_config, load_value_model
+from posttrain.models.loading import causal_lm_from_config, load_value_model, resolve_dtype
 from posttrain.optim import build_optimizer, build_scheduler
 from posttrain.rollout.base import SamplingParams
 from posttrain.rollout.hf_engine import HFEngine
@@ -118,16 +118,13 @@ def check_rl_names(cfg: Config) -> None:
         )
 
 
-_ENGINE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
 def engine_precision(policy: nn.Module, actor_compute: str, rollout_dtype: str) -> tuple[torch.dtype, bool]:
     """The rollout engine's weight dtype (`rollout.dtype`; auto = the actor's compute dtype) and
     whether the engine then computes exactly as the actor does (same dtype, no autocast), which is
     when reusing its log-probs as the old log-probs can be exact."""
     params = next(policy.parameters()).dtype
     actor_dtype = compute_dtype(actor_compute) if actor_compute != "fp32" else params
-    engine = actor_dtype if rollout_dtype == "auto" else _ENGINE_DTYPES[rollout_dtype]
+    engine = actor_dtype if rollout_dtype == "auto" else resolve_dtype(rollout_dtype)
     return engine, engine == params == actor_dtype
 
 
