@@ -26,6 +26,7 @@ from posttrain.trainer.rl_build import (
     build_roles,
     check_rl_names,
     response_length,
+    rollout_seed,
     sampling_params,
 )
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, open_stage, seed_everything
@@ -104,7 +105,7 @@ class RLTrainer:
         batches: list[RolloutBatch] = []
         for rows in sampler:
             prompts = collate_prompts([self.val_set[i] for i in rows], self.pad_id, uid_prefix="val")
-            batches.append(engine.generate(prompts, self.val_sampling, expected_version=actor.version, seed=self.cfg.trainer.seed))
+            batches.append(engine.generate(prompts, self.val_sampling, expected_version=actor.version, seed=rollout_seed(self.cfg)))
         batch = RolloutBatch.cat(batches)
         texts = self.rewards.decode(batch)
         scores, _, extra = self.rewards.score(batch, texts)

@@ -118,6 +118,11 @@ def check_rl_names(cfg: Config) -> None:
         )
 
 
+def rollout_seed(cfg: Config) -> int:
+    """Seed of the engine's sampler (and of each validation's reseed): rollout.seed, else trainer.seed."""
+    return cfg.trainer.seed if cfg.rollout.seed is None else cfg.rollout.seed
+
+
 def engine_precision(policy: nn.Module, actor_compute: str, rollout_dtype: str) -> tuple[torch.dtype, bool]:
     """The rollout engine's weight dtype (`rollout.dtype`; auto = the actor's compute dtype) and
     whether the engine then computes exactly as the actor does (same dtype, no autocast), which is
@@ -182,7 +187,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
     own_copy = engine_dtype != next(policy.parameters()).dtype
     engine = HFEngine(
         policy, eos_token_ids=None, pad_token_id=tokenizer.pad_token_id, copy_weights=own_copy,
-        dtype=engine_dtype if own_copy else None, seed=seed, share_prompt_prefill=cfg.rollout.enable_prefix_caching,
+        dtype=engine_dtype if own_copy else None, seed=rollout_seed(cfg), share_prompt_prefill=cfg.rollout.enable_prefix_caching,
     )
     reference = None
     if a.use_kl_loss or cfg.algorithm.use_kl_in_reward:

@@ -143,3 +143,14 @@ def test_build_roles_gae_with_kl_loss_and_token_budget(tiny_dir):
     assert r.reference.model is not r.actor.model
     assert all(torch.equal(a, b) for a, b in zip(r.reference.model.parameters(), r.actor.model.parameters()))
     assert r.critic is not None and r.critic.s.cliprange_value == 0.3 and r.critic.s.mini_batch_size == 4
+
+
+@pytest.mark.parametrize("overrides, expected", [([], 3), (["rollout.seed=11"], 11)])
+def test_rollout_seed_seeds_the_engine_else_the_run_seed(tmp_path, overrides, expected):
+    from posttrain.trainer.rl_build import rollout_seed
+
+    model_dir = make_tiny_model(tmp_path / "m", layers=1, hidden=32, heads=2)
+    c = cfg(f"model.path={model_dir}", "trainer.seed=3", *overrides)
+    roles = build_roles(c, derive(c, 64), tokenizer_from_config(c.model))
+    assert rollout_seed(c) == expected and roles.engine.generator.initial_seed() == expected
+    assert roles.actor.generator.initial_seed() == 3  # the actor's shuffle keeps the run seed

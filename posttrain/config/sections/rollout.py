@@ -92,7 +92,7 @@ class RolloutConfig:
     prompt_length: int | None = param(None, doc="Longest prompt the engine accepts in tokens; null uses data.max_prompt_length.", ge=1, todo="a rollout prompt limit apart from data.max_prompt_length (unused in verl too)", refs=[f"{_VERL}.prompt_length"])
     use_fire_sampling: bool = param(False, doc="FIRE sampling: a high temperature for the first token only (Chen et al., 2024).", todo="FIRE sampling (later issue)", refs=[f"{_VERL}.use_fire_sampling"])
     num_beams: int = param(1, doc="Beam search width; 1 samples (RL needs independent samples, so only 1 is meaningful).", ge=1, todo="beam search (not planned for RL; kept so ROLL files with num_beams: 1 load)", refs=[f"{_ROLL_GEN}.num_beams"])
-    seed: int | None = param(None, doc="Seed of the engine's sampler; null derives it from the run seed.", todo="a separate rollout seed (later issue)", refs=[f"{_TRINITY}.seed"])
+    seed: int | None = param(None, doc="Seed of the engine's sampler, which also reseeds it before every validation; null uses trainer.seed.", refs=[f"{_TRINITY}.seed"])
     enable_thinking: bool = param(False, doc="Pass enable_thinking to the chat template at generation (Qwen3-style reasoning switch).", todo="per-engine chat-template switches; use data.apply_chat_template_kwargs (later issue)", refs=[f"{_TRINITY}.enable_thinking"])
     calculate_log_probs: bool = param(False, doc="Also return the engine's own log-probs of the sampled tokens (to measure engine/trainer mismatch).", todo="engine log-probs (vLLM engine issue)", refs=[f"{_VERL}.calculate_log_probs"])
     val_kwargs: ValKwargsConfig = param(factory=ValKwargsConfig, doc="Sampling parameters used for validation.")
