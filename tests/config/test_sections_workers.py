@@ -345,3 +345,13 @@ def test_every_documented_key_has_a_home(framework_keys):
     homes = _homes()
     missing = [key for key in framework_keys if key not in homes]
     assert not missing, f"no field or UNSUPPORTED entry for: {missing}"
+
+
+def test_entropy_chunking_is_accepted_because_posttrain_always_chunks():
+    from posttrain.config.explain import explain
+    from posttrain.modeling.logprobs import MAX_CHUNK_ELEMENTS
+
+    cfg = load_config(None, ["actor.entropy_from_logits_with_chunking=true", "ref.entropy_from_logits_with_chunking=true"])
+    assert cfg.actor.entropy_from_logits_with_chunking is True and cfg.ref.entropy_from_logits_with_chunking is True
+    assert "status:   implemented" in explain("actor.entropy_from_logits_with_chunking")
+    assert MAX_CHUNK_ELEMENTS == 2**26  # the chunk size the field's doc names

@@ -30,7 +30,7 @@ class RefConfig:
     strategy: str = param("fsdp", doc="Backend across devices: fsdp or fsdp2 (one CPU process runs plain torch either way).", choices=["fsdp", "fsdp2"], todo=_FSDP, refs=[f"{_VERL}.strategy"])
     fsdp_config: FsdpConfig = param(factory=FsdpConfig, doc="FSDP sharding and offload of the reference model.", refs=[f"{_VERL}.fsdp_config"])
     ulysses_sequence_parallel_size: int | None = param(None, doc="Devices one sequence is split over; null follows actor.ulysses_sequence_parallel_size.", ge=1, todo="sequence parallelism (Ray/cluster issue)", refs=[f"{_VERL}.ulysses_sequence_parallel_size"])
-    entropy_from_logits_with_chunking: bool | None = param(None, doc="Compute token entropy in chunks; null follows the actor.", todo=_PERF, refs=[f"{_VERL}.entropy_from_logits_with_chunking"])
+    entropy_from_logits_with_chunking: bool | None = param(None, doc="Compute token entropy in chunks; null follows the actor. posttrain always computes log-probs in chunks (see actor.entropy_from_logits_with_chunking), so every value gives the same result.", refs=[f"{_VERL}.entropy_from_logits_with_chunking"])
     entropy_checkpointing: bool | None = param(None, doc="Recompute the entropy in the backward pass; null follows the actor.", todo=_PERF, refs=[f"{_VERL}.entropy_checkpointing"])
     profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the reference's processes.", refs=[f"{_VERL}.profiler"])
 
