@@ -159,6 +159,15 @@ def check_token_budget(cfg: Any) -> list[str]:
                 f"data.max_response_length {get_path(cfg, 'data.max_response_length')} = {longest}); "
                 f"raise it to at least {longest}"
             )
+    for section in ("rollout", "ref"):  # the no-grad log-prob passes' own budgets, where set
+        budget = get_path(cfg, f"{section}.log_prob_max_token_len_per_gpu", None)
+        dynamic = get_path(cfg, f"{section}.log_prob_use_dynamic_bsz", None)
+        dynamic = get_path(cfg, "actor.use_dynamic_bsz", False) if dynamic is None else dynamic
+        if dynamic and budget is not None and budget < longest:
+            problems.append(
+                f"{section}.log_prob_max_token_len_per_gpu ({budget}) is smaller than one full sequence "
+                f"(data.max_prompt_length + data.max_response_length = {longest}); raise it to at least {longest}"
+            )
     return problems
 
 

@@ -118,6 +118,15 @@ def check_rl_names(cfg: Config) -> None:
         )
 
 
+def logprob_batching(size: int, use_dynamic_bsz: bool | None, max_tokens: int | None, actor: Any) -> tuple[int, int | None]:
+    """(responses per forward, token budget or None) of a no-grad log-prob pass (verl's
+    log_prob_micro_batch_size_per_gpu / log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu):
+    a null switch or budget follows the actor's use_dynamic_bsz / ppo_max_token_len_per_gpu."""
+    dynamic = actor.use_dynamic_bsz if use_dynamic_bsz is None else use_dynamic_bsz
+    budget = actor.ppo_max_token_len_per_gpu if max_tokens is None else max_tokens
+    return size, (budget if dynamic else None)
+
+
 def rollout_seed(cfg: Config) -> int:
     """Seed of the engine's sampler (and of each validation's reseed): rollout.seed, else trainer.seed."""
     return cfg.trainer.seed if cfg.rollout.seed is None else cfg.rollout.seed
@@ -178,6 +187,10 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
             force_reuse=a.reuse_rollout_logprobs == "always",
             share_prompt=a.share_prompt_forward,
             compute_dtype=actor_compute,
+            logprob_batching=logprob_batching(
+                cfg.rollout.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,
+                cfg.rollout.log_prob_use_dynamic_bsz, cfg.rollout.log_prob_max_token_len_per_gpu, a,
+            ),
         ),
     )
     # EOS ids come from the model's generation_config (Qwen-style: <|im_end|> and <|endoftext|>).
@@ -192,10 +205,11 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
     reference = None
     if a.use_kl_loss or cfg.algorithm.use_kl_in_reward:
         ref_model = copy.deepcopy(policy)
-        # ref.log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu are null: follow the actor's packing.
+        size, max_tokens = logprob_batching(
+            cfg.ref.log_prob_micro_batch_size_per_gpu, cfg.ref.log_prob_use_dynamic_bsz, cfg.ref.log_prob_max_token_len_per_gpu, a
+        )
         reference = ReferencePolicy(
-            ref_model, temperature=policy_temperature(cfg), micro_batch_size=cfg.ref.log_prob_micro_batch_size_per_gpu,
-            max_tokens=a.ppo_max_token_len_per_gpu if a.use_dynamic_bsz else None,
+            ref_model, temperature=policy_temperature(cfg), micro_batch_size=size, max_tokens=max_tokens,
             compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype,
         )
     critic = None

@@ -56,6 +56,9 @@ class ActorSettings:
     share_prompt: bool = False  # actor.share_prompt_forward (posttrain.modeling.shared_prompt)
     compute_dtype: str = "fp32"  # actor.fsdp_config.mixed_precision.param_dtype (posttrain.modeling.precision)
     force_reuse: bool = False  # actor.reuse_rollout_logprobs == "always": reuse without the equality check
+    # (responses per forward, token budget or None) of old-log-prob passes: rollout.log_prob_*; None
+    # batches them as the update does (micro_batch_size, max_tokens_per_micro_batch)
+    logprob_batching: tuple[int, int | None] | None = None
 
     def __post_init__(self) -> None:
         # seq-mean-token-sum-norm divides by a constant. Left as None, `aggregate_loss` would divide
@@ -131,10 +134,9 @@ class Actor:
         was_training = self.model.training
         self.model.eval()
         try:
+            size, max_tokens = self.s.logprob_batching or (self.s.micro_batch_size, self.s.max_tokens_per_micro_batch)
             with autocast(self.model, self.s.compute_dtype):
-                return batched_logprobs(
-                    self.model, batch, self.s.temperature, self.s.micro_batch_size, self.s.max_tokens_per_micro_batch
-                )
+                return batched_logprobs(self.model, batch, self.s.temperature, size, max_tokens)
         finally:
             self.model.train(was_training)
 

@@ -147,7 +147,7 @@ def test_every_choice_of_an_implemented_field_is_accepted():
         "actor.fsdp_config.param_offload=true",
         "actor.strategy=fsdp2",
         "critic.model.path=/some/critic",
-        "ref.log_prob_use_dynamic_bsz=true",
+        "ref.entropy_checkpointing=true",
         "actor.optim.lr_warmup_init=0.1",
     ],
 )

@@ -154,3 +154,30 @@ def test_rollout_seed_seeds_the_engine_else_the_run_seed(tmp_path, overrides, ex
     roles = build_roles(c, derive(c, 64), tokenizer_from_config(c.model))
     assert rollout_seed(c) == expected and roles.engine.generator.initial_seed() == expected
     assert roles.actor.generator.initial_seed() == 3  # the actor's shuffle keeps the run seed
+
+
+def test_log_prob_passes_have_their_own_batching(tmp_path, monkeypatch):
+    import posttrain.workers.actor as actor_module
+
+    model_dir = make_tiny_model(tmp_path / "m", layers=1, hidden=32, heads=2)
+    base = [f"model.path={model_dir}", "actor.ppo_micro_batch_size_per_gpu=4", "actor.use_kl_loss=true"]
+    default = build_roles(c := cfg(*base), derive(c, 64), tokenizer_from_config(c.model))
+    assert default.actor.s.logprob_batching == (4, None)  # as the update: 4 responses, no token budget
+    assert (default.reference.micro_batch_size, default.reference.max_tokens) == (8, None)
+    own = cfg(
+        *base, "rollout.log_prob_micro_batch_size_per_gpu=3", "rollout.log_prob_use_dynamic_bsz=true",
+        "rollout.log_prob_max_token_len_per_gpu=2000", "ref.log_prob_use_dynamic_bsz=true",
+    )
+    roles = build_roles(own, derive(own, 64), tokenizer_from_config(own.model))
+    assert roles.actor.s.logprob_batching == (3, 2000)
+    assert roles.reference.max_tokens == 16384  # null budget: actor.ppo_max_token_len_per_gpu
+    seen = []
+    monkeypatch.setattr(actor_module, "batched_logprobs", lambda model, batch, t, size, max_tokens: seen.append((size, max_tokens)))
+    roles.actor.compute_logprobs(object())
+    assert seen == [(3, 2000)]
+
+
+def test_a_log_prob_token_budget_below_one_sequence_is_refused():
+    with pytest.raises(ConfigError, match=r"rollout.log_prob_max_token_len_per_gpu \(100\) is smaller than one full sequence"):
+        cfg("data.max_prompt_length=64", "data.max_response_length=64", "rollout.log_prob_use_dynamic_bsz=true",
+            "rollout.log_prob_max_token_len_per_gpu=100")

@@ -98,9 +98,9 @@ class RolloutConfig:
     val_kwargs: ValKwargsConfig = param(factory=ValKwargsConfig, doc="Sampling parameters used for validation.")
 
     # ---- old log-probs (recomputed by the actor after generation) -----------------------------
-    log_prob_micro_batch_size_per_gpu: int | None = param(None, doc="Responses per forward pass when recomputing old log-probs on one device; null uses actor.ppo_micro_batch_size_per_gpu.", ge=1, todo="a separate micro-batch for old log-probs (RL trainer follow-up)", refs=[f"{_VERL}.log_prob_micro_batch_size_per_gpu", "roll:actor_train.infer_batch_size"])
-    log_prob_use_dynamic_bsz: bool | None = param(None, doc="Pack old-log-prob micro-batches by tokens; null follows actor.use_dynamic_bsz.", todo="a separate packing switch for old log-probs (RL trainer follow-up)", refs=[f"{_VERL}.log_prob_use_dynamic_bsz"])
-    log_prob_max_token_len_per_gpu: int | None = param(None, doc="Token budget of one old-log-prob micro-batch on one device; null uses actor.ppo_max_token_len_per_gpu.", ge=1, todo="a separate token budget for old log-probs (RL trainer follow-up)", refs=[f"{_VERL}.log_prob_max_token_len_per_gpu"])
+    log_prob_micro_batch_size_per_gpu: int | None = param(None, doc="Responses per forward pass when recomputing old log-probs on one device; null uses actor.ppo_micro_batch_size_per_gpu.", ge=1, refs=[f"{_VERL}.log_prob_micro_batch_size_per_gpu", "roll:actor_train.infer_batch_size"])
+    log_prob_use_dynamic_bsz: bool | None = param(None, doc="Pack old-log-prob micro-batches by tokens; null follows actor.use_dynamic_bsz.", refs=[f"{_VERL}.log_prob_use_dynamic_bsz"])
+    log_prob_max_token_len_per_gpu: int | None = param(None, doc="Token budget of one old-log-prob micro-batch on one device; null uses actor.ppo_max_token_len_per_gpu.", ge=1, refs=[f"{_VERL}.log_prob_max_token_len_per_gpu"])
 
     # ---- placement and parallelism ------------------------------------------------------------
     hybrid_engine: bool = param(True, doc="Actor and rollout share one copy of the weights on the same devices (the only mode now).", todo="separate rollout devices (Ray/cluster issue)", refs=["verl:actor_rollout_ref.hybrid_engine"])
