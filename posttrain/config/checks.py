@@ -159,6 +159,12 @@ def check_token_budget(cfg: Any) -> list[str]:
                 f"data.max_response_length {get_path(cfg, 'data.max_response_length')} = {longest}); "
                 f"raise it to at least {longest}"
             )
+    forward = get_path(cfg, "critic.forward_max_token_len_per_gpu", None)
+    if uses_critic(cfg) and get_path(cfg, "critic.use_dynamic_bsz", False) and forward is not None and forward < longest:
+        problems.append(
+            f"critic.forward_max_token_len_per_gpu ({forward}) is smaller than one full sequence "
+            f"(data.max_prompt_length + data.max_response_length = {longest}); raise it to at least {longest}"
+        )
     for section in ("rollout", "ref"):  # the no-grad log-prob passes' own budgets, where set
         budget = get_path(cfg, f"{section}.log_prob_max_token_len_per_gpu", None)
         dynamic = get_path(cfg, f"{section}.log_prob_use_dynamic_bsz", None)

@@ -230,6 +230,14 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
                 grad_clip=c.grad_clip,
                 seed=seed,
                 compute_dtype=c.fsdp_config.mixed_precision.param_dtype,
+                loss_agg_mode=c.loss_agg_mode,
+                loss_scale_factor=float(response_length(cfg)) if c.loss_agg_mode == "seq-mean-token-sum-norm" else None,
+                shuffle=a.shuffle if c.shuffle is None else c.shuffle,
+                max_tokens_per_micro_batch=c.ppo_max_token_len_per_gpu if c.use_dynamic_bsz else None,
+                forward_batching=(
+                    c.forward_micro_batch_size_per_gpu or c.ppo_micro_batch_size_per_gpu,
+                    (c.forward_max_token_len_per_gpu or c.ppo_max_token_len_per_gpu) if c.use_dynamic_bsz else None,
+                ),
             ),
         )
     return RLRoles(engine=engine, actor=actor, reference=reference, critic=critic)

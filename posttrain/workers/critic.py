@@ -40,9 +40,13 @@ class CriticSettings:
     cliprange_value: float | None
     grad_clip: float | None
     loss_agg_mode: str = "token-mean"
+    loss_scale_factor: float | None = None  # seq-mean-token-sum-norm's constant (the max response length)
     shuffle: bool = False
     seed: int = 0
     compute_dtype: str = "fp32"  # critic.fsdp_config.mixed_precision.param_dtype
+    max_tokens_per_micro_batch: int | None = None  # critic.ppo_max_token_len_per_gpu when use_dynamic_bsz
+    # (responses per forward, token budget or None) of value passes without backward (compute_values)
+    forward_batching: tuple[int, int | None] | None = None
 
 
 class Critic:
@@ -80,7 +84,8 @@ class Critic:
     def compute_values(self, batch: RolloutBatch) -> Tensor:
         """V(s_t) for every response position, (B, T); 0 on padding."""
         self.model.eval()
-        return forward_in_order(batch, self._values, size=self.s.micro_batch_size, max_tokens=None)  # (B, T)
+        size, max_tokens = self.s.forward_batching or (self.s.micro_batch_size, self.s.max_tokens_per_micro_batch)
+        return forward_in_order(batch, self._values, size=size, max_tokens=max_tokens)  # (B, T)
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         """Clipped value-loss regression of V onto `returns`, around the rollout-time `values`."""
@@ -101,13 +106,14 @@ class Critic:
         total = normaliser(mini.response_mask, self.s.loss_agg_mode)
         metrics: dict[str, float] = defaultdict(float)
         self.optimizer.zero_grad(set_to_none=True)
-        for micro in micro_batches(mini, size=self.s.micro_batch_size, max_tokens=None):
+        for micro in micro_batches(mini, size=self.s.micro_batch_size, max_tokens=self.s.max_tokens_per_micro_batch):
             weight = micro_weight(micro.response_mask, total, self.s.loss_agg_mode)
             if weight == 0.0:
                 continue
             new_values = self._values(micro)
             out = value_loss(
-                new_values, micro.values, micro.returns, micro.response_mask, self.s.cliprange_value, self.s.loss_agg_mode
+                new_values, micro.values, micro.returns, micro.response_mask, self.s.cliprange_value, self.s.loss_agg_mode,
+                loss_scale_factor=self.s.loss_scale_factor,
             )
             (out.loss * weight).backward()
             metrics["critic/vf_loss"] += float(out.loss.detach()) * weight

@@ -181,3 +181,32 @@ def test_a_log_prob_token_budget_below_one_sequence_is_refused():
     with pytest.raises(ConfigError, match=r"rollout.log_prob_max_token_len_per_gpu \(100\) is smaller than one full sequence"):
         cfg("data.max_prompt_length=64", "data.max_response_length=64", "rollout.log_prob_use_dynamic_bsz=true",
             "rollout.log_prob_max_token_len_per_gpu=100")
+
+
+def test_critic_batching_and_loss_options_reach_the_critic(tmp_path, monkeypatch):
+    import posttrain.workers.critic as critic_module
+
+    model_dir = make_tiny_model(tmp_path / "m", layers=1, hidden=32, heads=2)
+    base = [f"model.path={model_dir}", "algorithm.adv_estimator=gae", "actor.shuffle=true", "data.max_response_length=12"]
+    default = build_roles(c := cfg(*base), derive(c, 64), tokenizer_from_config(c.model)).critic.s
+    assert default.shuffle is True  # critic.shuffle null follows actor.shuffle
+    assert (default.loss_agg_mode, default.max_tokens_per_micro_batch, default.forward_batching) == ("token-mean", None, (8, None))
+    own = cfg(
+        *base, "critic.shuffle=false", "critic.loss_agg_mode=seq-mean-token-sum-norm", "critic.use_dynamic_bsz=true",
+        "critic.ppo_max_token_len_per_gpu=3000", "critic.forward_micro_batch_size_per_gpu=5",
+        "critic.forward_max_token_len_per_gpu=4000",
+    )
+    critic = build_roles(own, derive(own, 64), tokenizer_from_config(own.model)).critic
+    s = critic.s
+    assert (s.shuffle, s.loss_agg_mode, s.loss_scale_factor) == (False, "seq-mean-token-sum-norm", 12.0)
+    assert (s.max_tokens_per_micro_batch, s.forward_batching) == (3000, (5, 4000))
+    seen = []
+    monkeypatch.setattr(critic_module, "forward_in_order", lambda batch, fn, size, max_tokens: seen.append((size, max_tokens)))
+    critic.compute_values(object())
+    assert seen == [(5, 4000)]
+
+
+def test_a_critic_forward_budget_below_one_sequence_is_refused():
+    with pytest.raises(ConfigError, match=r"critic.forward_max_token_len_per_gpu \(100\) is smaller than one full sequence"):
+        cfg("algorithm.adv_estimator=gae", "data.max_prompt_length=64", "data.max_response_length=64",
+            "critic.use_dynamic_bsz=true", "critic.forward_max_token_len_per_gpu=100")

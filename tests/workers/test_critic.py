@@ -97,22 +97,28 @@ def test_small_clip_range_clips_far_returns(value_model):
     assert float(moved[batch.response_mask > 0].mean()) > 0.01
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
 def test_critic_gradient_does_not_depend_on_the_micro_batch_split(value_model, mode):
     batch = make_batch(value_model.config.vocab_size)
     current = sgd_critic(value_model).compute_values(batch)
     # Old values off the current ones so that the clip range binds on some tokens.
     with_targets(batch, noisy(current, batch.response_mask, 0.3, seed=7))
+    scale = 16.0 if mode == "seq-mean-token-sum-norm" else None  # its constant: the max response length
 
-    def run(size):
+    def run(size, max_tokens=None):
         model = copy.deepcopy(value_model)
-        metrics = sgd_critic(model, lr=0.0, micro_batch_size=size, cliprange_value=0.2, loss_agg_mode=mode).update(batch)
+        critic = sgd_critic(
+            model, lr=0.0, micro_batch_size=size, cliprange_value=0.2, loss_agg_mode=mode, loss_scale_factor=scale,
+            max_tokens_per_micro_batch=max_tokens,
+        )
+        metrics = critic.update(batch)
         return grads(model), metrics
 
     full, full_metrics = run(B)
     assert 0 < full_metrics["critic/vf_clipfrac"] < 1
-    for size in (1, 3):
-        got, metrics = run(size)
+    longest = int((batch.prompt_mask.sum(1) + batch.response_mask.sum(1)).max())
+    for size, max_tokens in ((1, None), (3, None), (B, longest)):  # counts, and a token budget (critic.use_dynamic_bsz)
+        got, metrics = run(size, max_tokens)
         assert_same_grads(full, got)
         assert metrics["critic/vf_loss"] == pytest.approx(full_metrics["critic/vf_loss"], rel=1e-5)
 

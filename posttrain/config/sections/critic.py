@@ -30,7 +30,6 @@ _MODEL = "verl:critic.model"
 
 _FSDP = "FSDP sharding and offload (Ray/cluster issue)"
 _LOAD = "critic model options apart from the policy's (model loading issue)"
-_SEPARATE = "critic batching options beyond the mini/micro-batch (RL trainer follow-up)"
 
 
 @section
@@ -56,15 +55,15 @@ class CriticConfig:
     ppo_mini_batch_size: int = param(8, doc="Prompts per critic optimizer step (x rollout.n responses), across all devices.", ge=1, refs=["verl:critic.ppo_mini_batch_size"])
     ppo_micro_batch_size_per_gpu: int = param(8, doc="Responses per critic forward/backward pass on one device.", ge=1, refs=["verl:critic.ppo_micro_batch_size_per_gpu", "roll:critic.training_args.per_device_train_batch_size"])
     ppo_epochs: int = param(1, doc="Critic passes over each rollout batch.", ge=1, refs=["verl:critic.ppo_epochs"])
-    shuffle: bool | None = param(None, doc="Shuffle responses before splitting them into critic mini-batches; null follows actor.shuffle.", todo=_SEPARATE, refs=["verl:critic.shuffle"])
-    use_dynamic_bsz: bool = param(False, doc="Pack critic micro-batches by token budget instead of a fixed count.", todo=_SEPARATE, refs=["verl:critic.use_dynamic_bsz"])
-    ppo_max_token_len_per_gpu: int = param(32768, doc="Token budget of one critic training micro-batch on one device when use_dynamic_bsz.", ge=1, todo=_SEPARATE, refs=["verl:critic.ppo_max_token_len_per_gpu"])
-    forward_micro_batch_size_per_gpu: int | None = param(None, doc="Responses per value forward pass (no backward) on one device; null uses ppo_micro_batch_size_per_gpu.", ge=1, todo=_SEPARATE, refs=["verl:critic.forward_micro_batch_size_per_gpu", "roll:critic.infer_batch_size"])
-    forward_max_token_len_per_gpu: int | None = param(None, doc="Token budget of one value forward pass on one device when use_dynamic_bsz; null uses ppo_max_token_len_per_gpu.", ge=1, todo=_SEPARATE, refs=["verl:critic.forward_max_token_len_per_gpu"])
+    shuffle: bool | None = param(None, doc="Shuffle responses before splitting them into critic mini-batches; null follows actor.shuffle.", refs=["verl:critic.shuffle"])
+    use_dynamic_bsz: bool = param(False, doc="Pack critic micro-batches by token budget instead of a fixed count.", refs=["verl:critic.use_dynamic_bsz"])
+    ppo_max_token_len_per_gpu: int = param(32768, doc="Token budget of one critic training micro-batch on one device when use_dynamic_bsz.", ge=1, refs=["verl:critic.ppo_max_token_len_per_gpu"])
+    forward_micro_batch_size_per_gpu: int | None = param(None, doc="Responses per value forward pass (no backward) on one device; null uses ppo_micro_batch_size_per_gpu.", ge=1, refs=["verl:critic.forward_micro_batch_size_per_gpu", "roll:critic.infer_batch_size"])
+    forward_max_token_len_per_gpu: int | None = param(None, doc="Token budget of one value forward pass on one device when use_dynamic_bsz; null uses ppo_max_token_len_per_gpu.", ge=1, refs=["verl:critic.forward_max_token_len_per_gpu"])
 
     # ---- loss and optimization ---------------------------------------------------------------
     cliprange_value: float = param(0.5, doc="Value clipping: new values stay within this distance of the rollout-time values in the clipped loss term.", gt=0, refs=["verl:critic.cliprange_value", "roll:value_clip"])
-    loss_agg_mode: str = param("token-mean", doc="How per-token value losses become one number (same modes as actor.loss_agg_mode).", choices=LOSS_AGG_MODES, todo="value-loss aggregation other than token-mean (RL trainer follow-up)", refs=["verl:critic.loss_agg_mode"])
+    loss_agg_mode: str = param("token-mean", doc="How per-token value losses become one number (same modes as actor.loss_agg_mode).", choices=LOSS_AGG_MODES, refs=["verl:critic.loss_agg_mode"])
     grad_clip: float = param(1.0, doc="Clip the critic's global gradient norm to this value before each optimizer step.", gt=0, refs=["verl:critic.grad_clip"])
     optim: CriticOptimConfig = param(factory=CriticOptimConfig, doc="Optimizer and LR schedule of the critic.", refs=["verl:critic.optim", "roll:critic.training_args"])
 
