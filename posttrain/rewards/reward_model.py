@@ -38,13 +38,18 @@ class RewardModelScorer:
         dtype: str = "fp32",
         micro_batch_size: int = 8,
         max_length: int | None = None,
+        max_tokens: int | None = None,
         device: str = "cpu",
     ):
-        if micro_batch_size < 1 or (max_length is not None and max_length < 2):
-            raise ConfigError("reward.reward_model: micro_batch_size must be >= 1 and max_length >= 2 (or null)")
+        """`max_tokens` (reward_model.use_dynamic_bsz with forward_max_token_len_per_gpu): consecutive
+        texts share a forward pass while their token counts sum to at most this many (a longer text
+        gets a pass of its own) instead of `micro_batch_size` texts per pass."""
+        if micro_batch_size < 1 or (max_length is not None and max_length < 2) or (max_tokens is not None and max_tokens < 1):
+            raise ConfigError("reward.reward_model: micro_batch_size must be >= 1, max_length >= 2 (or null), forward_max_token_len_per_gpu >= 1")
         self.model_dir = model_dir
         self.micro_batch_size = micro_batch_size
         self.max_length = max_length
+        self.max_tokens = max_tokens
         self.device = torch.device(device)
         self.tokenizer, self.model = _load(model_dir, dtype, device)
         self._warned_truncation = False
@@ -53,8 +58,7 @@ class RewardModelScorer:
     def score_texts(self, texts: list[str]) -> torch.Tensor:
         """Score full texts (prompt and response already joined, in the reward model's format)."""
         scores = []
-        for start in range(0, len(texts), self.micro_batch_size):
-            chunk = texts[start : start + self.micro_batch_size]
+        for chunk in self._chunks(texts):
             encoded = self.tokenizer(chunk, add_special_tokens=False, padding=True, return_tensors="pt",
                                      truncation=self.max_length is not None, max_length=self.max_length)
             self._warn_if_truncated(chunk)
@@ -65,6 +69,24 @@ class RewardModelScorer:
         if not scores:
             return torch.zeros(0)
         return torch.cat(scores)  # (B,)
+
+    def _chunks(self, texts: list[str]) -> list[list[str]]:
+        """Consecutive texts per forward pass: `micro_batch_size` of them, or by the token budget."""
+        if self.max_tokens is None:
+            return [texts[i : i + self.micro_batch_size] for i in range(0, len(texts), self.micro_batch_size)]
+        lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        if self.max_length is not None:
+            lengths = [min(n, self.max_length) for n in lengths]
+        chunks: list[list[str]] = []
+        used = 0
+        for text, n in zip(texts, lengths):
+            if chunks and used + n <= self.max_tokens:
+                chunks[-1].append(text)
+                used += n
+            else:
+                chunks.append([text])
+                used = n
+        return chunks
 
     def score_conversations(self, prompts: list[list[dict[str, Any]]], responses: list[str]) -> torch.Tensor:
         """Score responses to chat prompts, re-templated with the reward model's own chat template.

@@ -35,8 +35,10 @@ class RewardStage:
         if r.reward_model.enable:
             from posttrain.rewards import RewardModelScorer
 
+            rm = r.reward_model
             self.reward_model = RewardModelScorer(
-                r.reward_model.path, micro_batch_size=r.reward_model.micro_batch_size_per_gpu, max_length=r.reward_model.max_length
+                rm.path, micro_batch_size=rm.micro_batch_size_per_gpu, max_length=rm.max_length,
+                max_tokens=rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None,
             )
 
     def decode(self, batch: RolloutBatch) -> list[str]:

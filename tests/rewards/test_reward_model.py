@@ -91,3 +91,26 @@ def test_combined_reward_is_the_weighted_sum_of_function_and_rm_scores():
     torch.testing.assert_close(combine_scores(rule, rm, rm_weight=0.25), torch.tensor([1.5, -0.25, 1.0]))
     torch.testing.assert_close(combine_scores(rule, rm, rm_weight=0.0), rule)
     torch.testing.assert_close(combine_scores(rule, rm, rm_weight=2.0, function_weight=0.0), 2.0 * rm)
+
+
+def test_a_token_budget_groups_texts_and_scores_like_one_by_one(rm_dir):
+    one_by_one = RewardModelScorer(rm_dir, micro_batch_size=1).score_texts(TEXTS)
+    scorer = RewardModelScorer(rm_dir, micro_batch_size=1, max_tokens=30)
+    lengths = [len(ids) for ids in scorer.tokenizer(TEXTS, add_special_tokens=False)["input_ids"]]
+    assert lengths == [23, 2, 23]
+    # 23 + 2 fit the budget of 30, the third does not: two passes, not micro_batch_size's three.
+    assert scorer._chunks(TEXTS) == [TEXTS[:2], TEXTS[2:]]
+    torch.testing.assert_close(scorer.score_texts(TEXTS), one_by_one, atol=1e-5, rtol=1e-5)
+
+
+def test_reward_model_config_reaches_the_scorer(rm_dir, tmp_path):
+    from posttrain.config import load_config
+    from posttrain.models.loading import load_tokenizer
+    from posttrain.trainer.rewarding import RewardStage
+
+    cfg = load_config(None, [
+        "reward.reward_model.enable=true", f"reward.reward_model.path={rm_dir}", "reward.reward_model.max_length=16",
+        "reward.reward_model.use_dynamic_bsz=true", "reward.reward_model.forward_max_token_len_per_gpu=64",
+    ])
+    scorer = RewardStage(cfg, load_tokenizer(rm_dir)).reward_model
+    assert (scorer.max_length, scorer.max_tokens) == (16, 64)
