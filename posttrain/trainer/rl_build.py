@@ -25,7 +25,7 @@ from posttrain.config.schema import Config
 from posttrain.config.sections.optim import OptimConfig
 from posttrain.errors import ConfigError
 from posttrain.modeling.precision import compute_dtype
-from posttrain.models.loading import causal_lm_from_config, load_value_model, resolve_dtype
+from posttrain.models.loading import causal_lm_from_config, load_tokenizer, load_value_model, resolve_dtype
 from posttrain.optim import build_optimizer, build_scheduler
 from posttrain.rollout.base import SamplingParams
 from posttrain.rollout.hf_engine import HFEngine
@@ -142,6 +142,26 @@ def engine_precision(policy: nn.Module, actor_compute: str, rollout_dtype: str) 
     return engine, engine == params == actor_dtype
 
 
+def critic_model_from_config(cfg: Config, tokenizer: Any) -> nn.Module:
+    """The critic's value model from `critic.model`: its own directory, dtype, config overrides and
+    loading options, or the policy's (model.path, model.dtype, model.trust_remote_code) where null."""
+    m = cfg.critic.model
+    if m.tokenizer_path is not None:
+        theirs = load_tokenizer(m.tokenizer_path)
+        if theirs.get_vocab() != tokenizer.get_vocab():
+            raise ConfigError(
+                f"critic.model.tokenizer_path {m.tokenizer_path!r}: its vocabulary differs from the policy's "
+                f"tokenizer ({len(theirs)} vs {len(tokenizer)} tokens); the critic reads the policy's token ids, so "
+                "leave tokenizer_path null or give a tokenizer with the same vocabulary"
+            )
+    return load_value_model(
+        m.path or cfg.model.path, dtype=cfg.model.dtype if m.dtype == "auto" else m.dtype,
+        trust_remote_code=m.trust_remote_code or (m.path is None and cfg.model.trust_remote_code),
+        override_config=dict(m.override_config), gradient_checkpointing=m.enable_gradient_checkpointing,
+        external_lib=m.external_lib,
+    )
+
+
 @dataclass
 class RLRoles:
     """The roles of one RL stage, as the trainer sees them."""
@@ -216,7 +236,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
     if uses_critic(cfg):
         c = cfg.critic
         torch.manual_seed(seed)  # the value head is initialised from the global RNG
-        value_model = load_value_model(cfg.model.path, dtype=cfg.model.dtype, trust_remote_code=cfg.model.trust_remote_code)
+        value_model = critic_model_from_config(cfg, tokenizer)
         c_opt, c_sched = _optimizer(value_model.parameters(), c.optim, derived.critic_warmup_steps or 0, total)
         critic = Critic(
             value_model,

@@ -146,7 +146,7 @@ def test_every_choice_of_an_implemented_field_is_accepted():
         "rollout.multi_turn.enable=true",
         "actor.fsdp_config.param_offload=true",
         "actor.strategy=fsdp2",
-        "critic.model.path=/some/critic",
+        "critic.model.enable_activation_offload=true",
         "ref.entropy_checkpointing=true",
         "actor.optim.lr_warmup_init=0.1",
     ],

@@ -210,3 +210,28 @@ def test_a_critic_forward_budget_below_one_sequence_is_refused():
     with pytest.raises(ConfigError, match=r"critic.forward_max_token_len_per_gpu \(100\) is smaller than one full sequence"):
         cfg("algorithm.adv_estimator=gae", "data.max_prompt_length=64", "data.max_response_length=64",
             "critic.use_dynamic_bsz=true", "critic.forward_max_token_len_per_gpu=100")
+
+
+def test_critic_model_options_load_the_critic(tmp_path):
+    policy_dir = make_tiny_model(tmp_path / "policy", layers=1, hidden=32, heads=2)
+    critic_dir = make_tiny_model(tmp_path / "critic", layers=2, hidden=48, heads=2)
+    base = [f"model.path={policy_dir}", "algorithm.adv_estimator=gae"]
+    same = cfg(*base)
+    critic = build_roles(same, derive(same, 64), tokenizer_from_config(same.model)).critic.model
+    assert critic.config.hidden_size == 32 and next(critic.parameters()).dtype == torch.float32  # the policy's
+    own = cfg(
+        *base, f"critic.model.path={critic_dir}", "critic.model.dtype=bf16", "critic.model.enable_gradient_checkpointing=true",
+        "critic.model.override_config={attention_dropout: 0.25}", f"critic.model.tokenizer_path={critic_dir}",
+    )
+    critic = build_roles(own, derive(own, 64), tokenizer_from_config(own.model)).critic.model
+    assert (critic.config.hidden_size, critic.config.num_hidden_layers) == (48, 2)
+    assert next(critic.parameters()).dtype == torch.bfloat16
+    assert critic.is_activation_checkpointing and critic.config.attention_dropout == 0.25
+
+
+def test_a_critic_tokenizer_with_another_vocabulary_is_refused(tmp_path):
+    policy_dir = make_tiny_model(tmp_path / "policy", layers=1, hidden=32, heads=2)
+    other_dir = make_tiny_model(tmp_path / "other", layers=1, hidden=32, heads=2, vocab_size=300)
+    c = cfg(f"model.path={policy_dir}", "algorithm.adv_estimator=gae", f"critic.model.tokenizer_path={other_dir}")
+    with pytest.raises(ConfigError, match="critic.model.tokenizer_path .*vocabulary differs from the policy's"):
+        build_roles(c, derive(c, 64), tokenizer_from_config(c.model))

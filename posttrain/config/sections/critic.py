@@ -36,13 +36,13 @@ _LOAD = "critic model options apart from the policy's (model loading issue)"
 class CriticModelConfig:
     """Where the critic's weights come from and how they are loaded."""
 
-    path: str | None = param(None, doc="Local Hugging Face directory the critic starts from; null uses model.path (the policy).", todo=_LOAD, refs=[f"{_MODEL}.path", "trinity:model.critic_model_path"])
-    tokenizer_path: str | None = param(None, doc="Tokenizer of the critic; null uses the policy's (they must agree token for token).", todo=_LOAD, refs=[f"{_MODEL}.tokenizer_path"])
-    dtype: str = param("auto", doc="Parameter dtype of the critic: auto (same as model.dtype), fp32, bf16 or fp16.", choices=["auto", "fp32", "bf16", "fp16"], todo=_LOAD, refs=["roll:critic.model_args.dtype"])
-    override_config: dict[str, Any] = param(factory=dict, doc="config.json attributes replaced when loading the critic, e.g. {attention_dropout: 0.0}.", todo=_LOAD, refs=[f"{_MODEL}.override_config"])
-    external_lib: str | None = param(None, doc="Python module imported before loading the critic (registers custom models).", todo=_LOAD, refs=[f"{_MODEL}.external_lib"])
-    trust_remote_code: bool = param(False, doc="Allow code shipped inside the critic's model directory to run.", todo=_LOAD, refs=[f"{_MODEL}.trust_remote_code"])
-    enable_gradient_checkpointing: bool = param(False, doc="Recompute the critic's activations in the backward pass (less memory, slower).", todo=_LOAD, refs=[f"{_MODEL}.enable_gradient_checkpointing"])
+    path: str | None = param(None, doc="Local Hugging Face directory the critic starts from; null uses model.path (the policy).", refs=[f"{_MODEL}.path", "trinity:model.critic_model_path"])
+    tokenizer_path: str | None = param(None, doc="Tokenizer of the critic; null uses the policy's. The critic reads the policy's token ids, so a tokenizer given here must have the same vocabulary (checked when the critic is built).", refs=[f"{_MODEL}.tokenizer_path"])
+    dtype: str = param("auto", doc="Parameter dtype of the critic: auto (same as model.dtype), fp32, bf16 or fp16.", choices=["auto", "fp32", "bf16", "fp16"], refs=["roll:critic.model_args.dtype"])
+    override_config: dict[str, Any] = param(factory=dict, doc="config.json attributes replaced when loading the critic, e.g. {attention_dropout: 0.0}.", refs=[f"{_MODEL}.override_config"])
+    external_lib: str | None = param(None, doc="Python module imported before loading the critic (registers custom models).", refs=[f"{_MODEL}.external_lib"])
+    trust_remote_code: bool = param(False, doc="Allow code shipped inside the critic's model directory to run.", refs=[f"{_MODEL}.trust_remote_code"])
+    enable_gradient_checkpointing: bool = param(False, doc="Recompute the critic's activations in the backward pass (less memory, slower).", refs=[f"{_MODEL}.enable_gradient_checkpointing"])
     enable_activation_offload: bool = param(False, doc="Move the critic's saved activations to CPU memory during training.", todo=_LOAD, refs=[f"{_MODEL}.enable_activation_offload"])
     use_remove_padding: bool = param(False, doc="Run the critic on packed sequences without padding tokens.", todo="padding-free forward passes (performance issue)", refs=[f"{_MODEL}.use_remove_padding"])
 
