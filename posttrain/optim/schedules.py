@@ -3,7 +3,8 @@
 A schedule is a pure function ``lr_multiplier(style, step, ...) -> float`` of the optimizer step, so it
 can be tested with numbers and restored exactly on resume (the step count is the whole state).
 
-- ``constant``: linear warm-up from 0 to the peak over ``warmup_steps``, then the peak.
+- ``constant``: linear warm-up from 0 (or ``warmup_init_ratio`` x peak: verl's ``lr_warmup_init``)
+  to the peak over ``warmup_steps``, then the peak.
 - ``cosine``: linear warm-up, then a cosine from the peak down to ``min_lr_ratio`` x peak at
   ``total_steps`` (``num_cycles`` = 0.5 is a half cosine, as in Loshchilov & Hutter, SGDR, 2017).
 - ``wsd``: warm-up, stable, decay (Hu et al., MiniCPM, 2024): the peak until the last
@@ -29,12 +30,14 @@ def lr_multiplier(
     min_lr_ratio: float = 0.0,
     num_cycles: float = 0.5,
     decay_ratio: float = 0.1,
+    warmup_init_ratio: float = 0.0,
 ) -> float:
-    """Multiplier of the peak learning rate at optimizer step ``step`` (0-based)."""
+    """Multiplier of the peak learning rate at optimizer step ``step`` (0-based). During warm-up it
+    rises linearly from ``warmup_init_ratio``: ``r0 + (1 - r0) * (step + 1) / warmup_steps``."""
     if style not in SCHEDULES:
         raise ValueError(f"unknown lr schedule {style!r}; choose one of {', '.join(SCHEDULES)}")
     if warmup_steps > 0 and step < warmup_steps:
-        return (step + 1) / warmup_steps
+        return warmup_init_ratio + (1.0 - warmup_init_ratio) * (step + 1) / warmup_steps
     if style == "constant":
         return 1.0
     total_steps = max(total_steps, 1)
@@ -73,6 +76,7 @@ def build_scheduler(
     min_lr_ratio: float = 0.0,
     num_cycles: float = 0.5,
     decay_ratio: float = 0.1,
+    warmup_init_ratio: float = 0.0,
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR driven by `lr_multiplier`; its state is just the step count."""
 
@@ -85,6 +89,7 @@ def build_scheduler(
             min_lr_ratio=min_lr_ratio,
             num_cycles=num_cycles,
             decay_ratio=decay_ratio,
+            warmup_init_ratio=warmup_init_ratio,
         )
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)

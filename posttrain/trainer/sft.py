@@ -67,6 +67,7 @@ def build_optimization(cfg: Config, model: nn.Module, derived: Derived) -> tuple
     scheduler = build_scheduler(
         optimizer, o.lr_scheduler_type, warmup_steps=derived.actor_warmup_steps or 0,
         total_steps=derived.total_training_steps or 1, min_lr_ratio=o.min_lr_ratio, num_cycles=o.num_cycles,
+        warmup_init_ratio=o.lr_warmup_init / o.lr if o.lr > 0 else 0.0,
     )
     return optimizer, scheduler
 

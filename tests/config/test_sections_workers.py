@@ -148,7 +148,7 @@ def test_every_choice_of_an_implemented_field_is_accepted():
         "actor.strategy=fsdp2",
         "critic.model.enable_activation_offload=true",
         "ref.entropy_checkpointing=true",
-        "actor.optim.lr_warmup_init=0.1",
+        "actor.optim.lr_decay_steps=10",
     ],
 )
 def test_setting_a_todo_field_is_refused_by_name(override):

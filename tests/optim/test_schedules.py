@@ -45,3 +45,21 @@ def test_scheduler_drives_optimizer_lr():
         opt.step()
         sched.step()
     assert lrs == pytest.approx([5e-3, 1e-2, 1e-2])
+
+
+def test_warmup_starts_from_lr_warmup_init():
+    got = [lr_multiplier("cosine", s, warmup_steps=4, total_steps=10, warmup_init_ratio=0.2) for s in range(4)]
+    assert got == pytest.approx([0.4, 0.6, 0.8, 1.0])  # 0.2 + 0.8 * (s + 1) / 4
+
+
+def test_lr_warmup_init_reaches_the_optimizer(tmp_path):
+    from posttrain.config import derive, load_config
+    from posttrain.models.loading import tokenizer_from_config
+    from posttrain.models.tiny import make_tiny_model
+    from posttrain.trainer.rl_build import build_roles
+
+    model_dir = make_tiny_model(tmp_path / "m", layers=1, hidden=32, heads=2)
+    cfg = load_config(None, [f"model.path={model_dir}", "actor.optim.lr=1e-3", "actor.optim.lr_warmup_steps=4",
+                             "actor.optim.lr_warmup_init=2e-4"])
+    optimizer = build_roles(cfg, derive(cfg, 64), tokenizer_from_config(cfg.model)).actor.optimizer
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(2e-4 + 8e-4 / 4)  # first step: 1/4 of the way from init

@@ -33,7 +33,7 @@ class OptimConfig:
     lr_scheduler_type: str = param("constant", doc="LR after warm-up: constant, cosine (down to min_lr_ratio x lr at the end) or wsd (stable, then linear decay over the last 10% of steps).", choices=SCHEDULERS, refs=["verl:.lr_scheduler_type", "verl:.warmup_style", "verl:.lr_decay_style", "roll:.lr_scheduler_type", "trinity:.warmup_style"])
     min_lr_ratio: float = param(0.0, doc="Final LR of cosine and wsd as a fraction of lr.", ge=0, le=1, refs=["verl:.min_lr_ratio", "trinity:.min_lr_ratio"])
     num_cycles: float = param(0.5, doc="Cosine periods over the decay (0.5: one half-wave from lr down to the minimum).", gt=0, refs=["verl:.num_cycles"])
-    lr_warmup_init: float = param(0.0, doc="LR at the first warm-up step, as an absolute value.", ge=0, todo="warm-up starting above 0 (later issue)", refs=["verl:.lr_warmup_init"])
+    lr_warmup_init: float = param(0.0, doc="LR the warm-up starts from, as an absolute value: warm-up step k (0-based) uses init + (lr - init) * (k + 1) / warm-up steps.", ge=0, refs=["verl:.lr_warmup_init"])
     lr_decay_steps: int | None = param(None, doc="Steps over which the LR decays after warm-up; null decays until the last step.", ge=1, todo="a decay shorter than the run (later issue)", refs=["verl:.lr_decay_steps"])
 
 
