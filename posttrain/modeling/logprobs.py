@@ -207,14 +207,15 @@ def response_logprobs(
     with_entropy: bool = False,
     chunk_tokens: int | None = None,
     share_prompt: bool = False,
+    pack: bool = True,
 ) -> TokenLogProbs:
     """log softmax(logits / temperature) of each real response token, and optionally the entropy.
 
     Works with gradients (actor update) and under `torch.inference_mode` (old/ref log-probs).
-    Padded response positions hold 0 in both outputs. `share_prompt`: see `response_hidden_states`.
+    Padded response positions hold 0 in both outputs. `share_prompt`, `pack`: see `response_hidden_states`.
     """
     hidden = response_hidden_states(
-        model, prompt_ids, prompt_mask, response_ids, response_mask, share_prompt=share_prompt
+        model, prompt_ids, prompt_mask, response_ids, response_mask, share_prompt=share_prompt, pack=pack
     )  # (B, T, H)
     real = response_mask > 0  # (B, T)
     logprobs, entropy = token_logprobs_from_hidden(

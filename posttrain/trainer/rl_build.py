@@ -208,6 +208,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
             force_reuse=a.reuse_rollout_logprobs == "always",
             share_prompt=a.share_prompt_forward,
             compute_dtype=actor_compute,
+            pack=cfg.model.use_remove_padding,
             logprob_batching=logprob_batching(
                 cfg.rollout.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,
                 cfg.rollout.log_prob_use_dynamic_bsz, cfg.rollout.log_prob_max_token_len_per_gpu, a,
@@ -231,7 +232,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
         )
         reference = ReferencePolicy(
             ref_model, temperature=policy_temperature(cfg), micro_batch_size=size, max_tokens=max_tokens,
-            compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype,
+            compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype, pack=cfg.model.use_remove_padding,
         )
     critic = None
     if uses_critic(cfg):
@@ -252,6 +253,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
                 seed=seed,
                 compute_dtype=c.fsdp_config.mixed_precision.param_dtype,
                 loss_agg_mode=c.loss_agg_mode,
+                pack=c.model.use_remove_padding,
                 loss_scale_factor=float(response_length(cfg)) if c.loss_agg_mode == "seq-mean-token-sum-norm" else None,
                 shuffle=a.shuffle if c.shuffle is None else c.shuffle,
                 max_tokens_per_micro_batch=c.ppo_max_token_len_per_gpu if c.use_dynamic_bsz else None,

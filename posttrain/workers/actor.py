@@ -59,6 +59,7 @@ class ActorSettings:
     # (responses per forward, token budget or None) of old-log-prob passes: rollout.log_prob_*; None
     # batches them as the update does (micro_batch_size, max_tokens_per_micro_batch)
     logprob_batching: tuple[int, int | None] | None = None
+    pack: bool = True  # model.use_remove_padding (posttrain.modeling.packing)
 
     def __post_init__(self) -> None:
         # seq-mean-token-sum-norm divides by a constant. Left as None, `aggregate_loss` would divide
@@ -136,7 +137,7 @@ class Actor:
         try:
             size, max_tokens = self.s.logprob_batching or (self.s.micro_batch_size, self.s.max_tokens_per_micro_batch)
             with autocast(self.model, self.s.compute_dtype):
-                return batched_logprobs(self.model, batch, self.s.temperature, size, max_tokens)
+                return batched_logprobs(self.model, batch, self.s.temperature, size, max_tokens, self.s.pack)
         finally:
             self.model.train(was_training)
 
@@ -191,6 +192,7 @@ class Actor:
                 temperature=self.s.temperature,
                 with_entropy=need_entropy,
                 share_prompt=self.s.share_prompt,
+                pack=self.s.pack,
             )
         mask = micro.response_mask
         agg = dict(loss_agg_mode=self.s.loss_agg_mode)

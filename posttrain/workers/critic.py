@@ -47,6 +47,7 @@ class CriticSettings:
     max_tokens_per_micro_batch: int | None = None  # critic.ppo_max_token_len_per_gpu when use_dynamic_bsz
     # (responses per forward, token budget or None) of value passes without backward (compute_values)
     forward_batching: tuple[int, int | None] | None = None
+    pack: bool = True  # critic.model.use_remove_padding (posttrain.modeling.packing)
 
 
 class Critic:
@@ -74,7 +75,7 @@ class Critic:
     def _values(self, batch: RolloutBatch) -> Tensor:
         with autocast(self.model, self.s.compute_dtype):
             hidden = response_hidden_states(
-                self.model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask
+                self.model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask, pack=self.s.pack
             )  # (b, T, H)
             head = self.model.score if hasattr(self.model, "score") else self.model.get_output_embeddings()
             values = head(hidden).squeeze(-1).float()  # (b, T)

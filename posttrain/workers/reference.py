@@ -16,28 +16,33 @@ class ReferencePolicy:
 
     def __init__(
         self, model: nn.Module, *, temperature: float, micro_batch_size: int, max_tokens: int | None = None,
-        compute_dtype: str = "fp32",
+        compute_dtype: str = "fp32", pack: bool = True,
     ):
-        """`compute_dtype`: ref.fsdp_config.mixed_precision.param_dtype (posttrain.modeling.precision)."""
+        """`compute_dtype`: ref.fsdp_config.mixed_precision.param_dtype (posttrain.modeling.precision);
+        `pack`: model.use_remove_padding."""
         self.model = model.eval().requires_grad_(False)
         self.temperature = temperature
         self.micro_batch_size = micro_batch_size
         self.max_tokens = max_tokens
         self.compute_dtype = compute_dtype
+        self.pack = pack
 
     @torch.inference_mode()
     def compute_logprobs(self, batch: RolloutBatch) -> Tensor:
         """log pi_ref of each response token, (B, T); 0 on padding."""
         with autocast(self.model, self.compute_dtype):
-            return batched_logprobs(self.model, batch, self.temperature, self.micro_batch_size, self.max_tokens)
+            return batched_logprobs(self.model, batch, self.temperature, self.micro_batch_size, self.max_tokens, self.pack)
 
 
-def batched_logprobs(model: nn.Module, batch: RolloutBatch, temperature: float, size: int, max_tokens: int | None) -> Tensor:
+def batched_logprobs(
+    model: nn.Module, batch: RolloutBatch, temperature: float, size: int, max_tokens: int | None, pack: bool = True
+) -> Tensor:
     """Log-probs of a whole batch (B, T), micro-batch by micro-batch, in the original row order."""
 
     def logprobs(micro: RolloutBatch) -> Tensor:
         return response_logprobs(
-            model, micro.prompt_ids, micro.prompt_mask, micro.response_ids, micro.response_mask, temperature=temperature
+            model, micro.prompt_ids, micro.prompt_mask, micro.response_ids, micro.response_mask, temperature=temperature,
+            pack=pack,
         ).logprobs  # (b, T')
 
     return forward_in_order(batch, logprobs, size=size, max_tokens=max_tokens)

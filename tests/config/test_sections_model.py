@@ -20,7 +20,7 @@ from posttrain.config.sections.model import NEGATED_REFS, UNSUPPORTED, ModelConf
 IMPLEMENTED = {
     "path", "tokenizer_path", "dtype", "trust_remote_code", "external_lib", "override_config",
     "enable_gradient_checkpointing", "attn_implementation", "custom_chat_template", "chat_template_path",
-    "max_model_len", "rope_theta", "rope_scaling",
+    "max_model_len", "rope_theta", "rope_scaling", "use_remove_padding",
 }
 
 

@@ -172,7 +172,7 @@ def test_log_prob_passes_have_their_own_batching(tmp_path, monkeypatch):
     assert roles.actor.s.logprob_batching == (3, 2000)
     assert roles.reference.max_tokens == 16384  # null budget: actor.ppo_max_token_len_per_gpu
     seen = []
-    monkeypatch.setattr(actor_module, "batched_logprobs", lambda model, batch, t, size, max_tokens: seen.append((size, max_tokens)))
+    monkeypatch.setattr(actor_module, "batched_logprobs", lambda model, batch, t, size, max_tokens, pack: seen.append((size, max_tokens)))
     roles.actor.compute_logprobs(object())
     assert seen == [(3, 2000)]
 
@@ -235,3 +235,27 @@ def test_a_critic_tokenizer_with_another_vocabulary_is_refused(tmp_path):
     c = cfg(f"model.path={policy_dir}", "algorithm.adv_estimator=gae", f"critic.model.tokenizer_path={other_dir}")
     with pytest.raises(ConfigError, match="critic.model.tokenizer_path .*vocabulary differs from the policy's"):
         build_roles(c, derive(c, 64), tokenizer_from_config(c.model))
+
+
+def test_use_remove_padding_switches_packing_for_every_role(tmp_path, monkeypatch):
+    import posttrain.modeling.logprobs as logprobs_module
+
+    model_dir = make_tiny_model(tmp_path / "m", layers=1, hidden=32, heads=2)
+    base = [f"model.path={model_dir}", "algorithm.adv_estimator=gae", "actor.use_kl_loss=true"]
+    packed = build_roles(c := cfg(*base), derive(c, 64), tokenizer_from_config(c.model))
+    assert packed.actor.s.pack and packed.reference.pack and packed.critic.s.pack  # on by default
+    off = cfg(*base, "model.use_remove_padding=false", "critic.model.use_remove_padding=false")
+    padded = build_roles(off, derive(off, 64), tokenizer_from_config(off.model))
+    assert not (padded.actor.s.pack or padded.reference.pack or padded.critic.s.pack)
+    # Padded roles never build a packed batch, and give the packed roles' numbers.
+    from posttrain.records import PromptBatch
+    from posttrain.rollout import SamplingParams
+
+    ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]])
+    batch = packed.engine.generate(PromptBatch(ids, (ids > 0).float(), uid=["a", "b"]), SamplingParams(n=4, max_new_tokens=6), expected_version=0)
+    want_actor, want_ref = packed.actor.compute_logprobs(batch), packed.reference.compute_logprobs(batch)
+    want_values = packed.critic.compute_values(batch)
+    monkeypatch.setattr(logprobs_module, "pack_batch", lambda *a, **k: pytest.fail("packed although use_remove_padding=false"))
+    torch.testing.assert_close(padded.actor.compute_logprobs(batch), want_actor, atol=1e-5, rtol=0)
+    torch.testing.assert_close(padded.reference.compute_logprobs(batch), want_ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(padded.critic.compute_values(batch), want_values, atol=1e-5, rtol=0)

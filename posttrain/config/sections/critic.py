@@ -44,7 +44,7 @@ class CriticModelConfig:
     trust_remote_code: bool = param(False, doc="Allow code shipped inside the critic's model directory to run.", refs=[f"{_MODEL}.trust_remote_code"])
     enable_gradient_checkpointing: bool = param(False, doc="Recompute the critic's activations in the backward pass (less memory, slower).", refs=[f"{_MODEL}.enable_gradient_checkpointing"])
     enable_activation_offload: bool = param(False, doc="Move the critic's saved activations to CPU memory during training.", todo=_LOAD, refs=[f"{_MODEL}.enable_activation_offload"])
-    use_remove_padding: bool = param(False, doc="Run the critic on packed sequences without padding tokens.", todo="padding-free forward passes (performance issue)", refs=[f"{_MODEL}.use_remove_padding"])
+    use_remove_padding: bool = param(True, doc="Run the critic's forwards on packed sequences without padding tokens (as model.use_remove_padding; on by default, unlike verl); false runs padded batches.", refs=[f"{_MODEL}.use_remove_padding"])
 
 
 @section
