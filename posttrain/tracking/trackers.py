@@ -174,12 +174,23 @@ NOT_YET = {"wandb", "mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio"}
 
 
 class Trackers:
-    """Fan-out to several trackers; the trainer holds exactly one of these."""
+    """Fan-out to several trackers; the trainer holds exactly one of these.
 
-    def __init__(self, trackers: list[Tracker]):
+    `log_freq` (trainer.log_freq, ROLL's logging_steps): only every `log_freq`-th step of the stage
+    is sent, plus every step that carries validation metrics (``val/...``) and the stage's last step
+    (`total_steps`), so the curves thin out but no validation and no final value is lost."""
+
+    def __init__(self, trackers: list[Tracker], *, log_freq: int = 1, step_offset: int = 0, total_steps: int | None = None):
         self.trackers = trackers
+        self.log_freq = log_freq
+        self.step_offset = step_offset
+        self.total_steps = total_steps
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        local = step - self.step_offset
+        if self.log_freq > 1 and local % self.log_freq and local != self.total_steps:
+            if not any(key.startswith("val/") for key in metrics):
+                return
         for tracker in self.trackers:
             tracker.log(metrics, step)
 
@@ -197,12 +208,14 @@ def build_trackers(
     step_offset: int = 0,
     label: str | None = None,
     purge_step: int | None = None,
+    log_freq: int = 1,
 ) -> Trackers:
     """Build the trackers named in the config, refusing unknown or not-yet-supported ones.
 
     Trackers receive global steps (stages continue each other's count); the console shows the
     stage's own `step - step_offset` out of `total_steps`, prefixed with `label`. `purge_step`
-    (resuming) makes TensorBoard drop the earlier run's events from that global step on."""
+    (resuming) makes TensorBoard drop the earlier run's events from that global step on; `log_freq`:
+    see `Trackers`."""
     built = []
     for name in names:
         if name in NOT_YET:
@@ -213,4 +226,4 @@ def build_trackers(
             built.append(TensorBoardTracker(Path(run_dir), purge_step=purge_step))
             continue
         built.append(TRACKERS[name](Path(run_dir), total_steps, step_offset, label))
-    return Trackers(built)
+    return Trackers(built, log_freq=log_freq, step_offset=step_offset, total_steps=total_steps)

@@ -89,6 +89,7 @@ def open_stage(ctx: StageContext, train_size: int) -> tuple[Derived, Trackers]:
         step_offset=ctx.step_offset,
         label=None if ctx.name == "main" else ctx.name,
         purge_step=keep_through + 1 if (ctx.run_dir / "tensorboard").is_dir() else None,
+        log_freq=ctx.cfg.trainer.log_freq,
     )
     return derived, trackers
 

@@ -57,7 +57,7 @@ IMPLEMENTED = {
     "reward.custom_reward_function.path", "reward.custom_reward_function.name", "reward.custom_reward_function.reward_kwargs",
     "reward.reward_model.enable", "reward.reward_model.path", "reward.reward_model.micro_batch_size_per_gpu",
     "reward.reward_model.max_length", "reward.reward_model.use_dynamic_bsz", "reward.reward_model.forward_max_token_len_per_gpu",
-    "trainer.project_name", "trainer.experiment_name", "trainer.total_epochs", "trainer.total_training_steps",
+    "trainer.log_freq", "trainer.project_name", "trainer.experiment_name", "trainer.total_epochs", "trainer.total_training_steps",
     "trainer.seed", "trainer.logger", "trainer.log_val_generations", "trainer.write_report", "trainer.rollout_data_dir",
     "trainer.validation_data_dir", "trainer.test_freq", "trainer.val_before_train", "trainer.val_only",
     "trainer.critic_warmup", "trainer.root_dir", "trainer.default_local_dir",

@@ -46,3 +46,20 @@ def test_console_shows_stage_local_steps_with_label():
     tracker = ConsoleTracker(total_steps=10, stream=out, clock=lambda: next(times), step_offset=30, label="grpo")
     tracker.log({"critic/score/mean": 0.25}, 31)
     assert out.getvalue().splitlines() == ["[grpo] step 1/10 | score 0.25 | eta 0m45s"]
+
+
+def test_log_freq_sends_every_nth_step_plus_validation_and_the_last(tmp_path):
+    from posttrain.tracking.trackers import build_trackers
+
+    trackers = build_trackers(["jsonl"], tmp_path, total_steps=7, step_offset=10, log_freq=3)
+    trackers.log({"val/score/mean": 0.1}, 10)  # validation before training (stage step 0)
+    for local in range(1, 8):
+        metrics = {"loss": float(local)}
+        if local == 5:
+            metrics["val/score/mean"] = 0.5  # a validation step off the log grid
+        trackers.log(metrics, 10 + local)
+    trackers.close()
+    import json
+
+    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [10, 13, 15, 16, 17]  # 0, 3, 5 (validation), 6, 7 (last)

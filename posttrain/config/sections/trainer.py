@@ -40,7 +40,7 @@ class TrainerConfig:
     default_local_dir: str | None = param(None, doc="Run directory (checkpoints, logs, resolved config); null means <root_dir>/<project_name>/<experiment_name>.", refs=["verl:trainer.default_local_dir", "roll:output_dir"])
 
     tracker_kwargs: dict[str, Any] = param(factory=dict, doc="Extra arguments of the trackers (tensorboard log_dir; wandb base_url/api_key; mlflow uri/username/password).", todo="tracker options; tracker adapters issue", refs=["roll:tracker_kwargs", "trinity:monitor.monitor_args", "trinity:monitor.monitor_args.base_url", "trinity:monitor.monitor_args.api_key", "trinity:monitor.monitor_args.uri", "trinity:monitor.monitor_args.username", "trinity:monitor.monitor_args.password"])
-    log_freq: int = param(1, doc="Send training metrics to the loggers every this many steps.", ge=1, todo="sparser metric logging; tracker adapters issue", refs=["roll:logging_steps"])
+    log_freq: int = param(1, doc="Send training metrics to the loggers (console, metrics.jsonl, TensorBoard) every this many steps of a stage; steps with validation and the stage's last step are always sent.", ge=1, refs=["roll:logging_steps"])
     mode: str = param("both", doc="Which halves run: both (explore and train), train (from an experience buffer), explore (generate only), bench (evaluate checkpoints).", choices=["both", "train", "explore", "bench"], todo="separate explorer and trainer processes; decoupled explorer/trainer issue", refs=["trinity:mode"])
     balance_batch: bool = param(True, doc="Reorder each batch so every data-parallel rank gets a similar number of tokens.", todo="multi-device data parallelism; distributed backend issue", refs=["verl:trainer.balance_batch"])
 
