@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from posttrain.config.dialects import native_dict
+from posttrain.config.dialects.source import read_yaml
 from posttrain.config.fields import section_class, section_fields
 from posttrain.config.schema import Config
 from posttrain.config.validate import deep_merge, validate
@@ -64,7 +65,7 @@ def load_raw(path: str | Path | None, overrides: Sequence[str] = (), schema: typ
     """The merged and resolved config as a plain dict, not yet validated."""
     merged = defaults_dict(schema)
     if path is not None:
-        raw = _read_yaml(Path(path))
+        raw = read_yaml(Path(path))
         # a verl/ROLL/Trinity-RFT file is translated first (or refused, every refused key named)
         merged = deep_merge(merged, native_dict(raw, path) if schema is Config else raw)
     if overrides:
@@ -85,21 +86,6 @@ def defaults_dict(schema: type = Config) -> dict[str, Any]:
         value = info.default()
         out[info.name] = to_dict(value) if dataclasses.is_dataclass(value) else value
     return out
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"{path}: config file not found")
-    try:
-        conf = OmegaConf.load(path)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise ConfigError(f"{path}:{where}: invalid YAML: {problem}") from None
-    if not isinstance(conf, DictConfig):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections (data:, actor:, ...), not a list")
-    return OmegaConf.to_container(conf, resolve=False)  # type: ignore[return-value]
 
 
 def _parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:

@@ -29,7 +29,8 @@ _REFERENCE = re.compile(r"\$\{\s*([A-Za-z_][\w.]*)\s*\}")  # ${a.b}, not ${resol
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    """The file as plain data, interpolations untouched; one clear error for a bad file."""
+    """The file as plain data, interpolations untouched; one clear error for a bad file. Every
+    config file is read here: posttrain's own (`posttrain.config.load`) and foreign ones."""
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:
@@ -39,7 +40,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{path}:{where}: invalid YAML: {getattr(err, 'problem', None) or err}") from None
     if not isinstance(conf, DictConfig):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections, not a list")
+        raise ConfigError(f"{path}: the top level must be a mapping of sections (data:, actor:, ...), not a list")
     return OmegaConf.to_container(conf, resolve=False)  # type: ignore[return-value]
 
 
