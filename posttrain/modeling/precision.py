@@ -21,20 +21,12 @@ from typing import ContextManager
 import torch
 from torch import nn
 
-COMPUTE_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def compute_dtype(name: str) -> torch.dtype:
-    """torch dtype of a `mixed_precision.param_dtype` / `rollout.dtype` name."""
-    if name not in COMPUTE_DTYPES:
-        raise ValueError(f"compute dtype {name!r}: use one of {', '.join(COMPUTE_DTYPES)}")
-    return COMPUTE_DTYPES[name]
-
+from posttrain.models.loading import resolve_dtype
 
 def autocast(model: nn.Module, param_dtype: str) -> ContextManager:
     """The context a role's forward runs in: `torch.autocast` to `param_dtype` when the model's
     parameters are wider, else nothing ("fp32" always means: compute in the parameters' dtype)."""
-    target = compute_dtype(param_dtype)
+    target = resolve_dtype(param_dtype)  # the config allows fp32 and bf16 here
     weight = next(model.parameters())
     if target == torch.float32 or weight.dtype == target:
         return contextlib.nullcontext()

@@ -24,7 +24,6 @@ from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.config.sections.optim import OptimConfig
 from posttrain.errors import ConfigError
-from posttrain.modeling.precision import compute_dtype
 from posttrain.models.loading import causal_lm_from_config, load_tokenizer, load_value_model, resolve_dtype
 from posttrain.optim import build_optimizer, build_scheduler
 from posttrain.rollout.base import SamplingParams
@@ -119,12 +118,14 @@ def check_rl_names(cfg: Config) -> None:
         )
 
 
-def logprob_batching(size: int, use_dynamic_bsz: bool | None, max_tokens: int | None, actor: Any) -> tuple[int, int | None]:
-    """(responses per forward, token budget or None) of a no-grad log-prob pass (verl's
-    log_prob_micro_batch_size_per_gpu / log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu):
-    a null switch or budget follows the actor's use_dynamic_bsz / ppo_max_token_len_per_gpu."""
-    dynamic = actor.use_dynamic_bsz if use_dynamic_bsz is None else use_dynamic_bsz
-    budget = actor.ppo_max_token_len_per_gpu if max_tokens is None else max_tokens
+def forward_batching(
+    size: int, use_dynamic_bsz: bool | None, max_tokens: int | None, *, default_dynamic: bool, default_budget: int
+) -> tuple[int, int | None]:
+    """(responses per forward, token budget or None) of a no-grad pass (verl's
+    log_prob_micro_batch_size_per_gpu / log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu,
+    the critic's forward_*): a null switch or budget falls back to the training pass's."""
+    dynamic = default_dynamic if use_dynamic_bsz is None else use_dynamic_bsz
+    budget = default_budget if max_tokens is None else max_tokens
     return size, (budget if dynamic else None)
 
 
@@ -138,7 +139,7 @@ def engine_precision(policy: nn.Module, actor_compute: str, rollout_dtype: str) 
     whether the engine then computes exactly as the actor does (same dtype, no autocast), which is
     when reusing its log-probs as the old log-probs can be exact."""
     params = next(policy.parameters()).dtype
-    actor_dtype = compute_dtype(actor_compute) if actor_compute != "fp32" else params
+    actor_dtype = resolve_dtype(actor_compute) if actor_compute != "fp32" else params
     engine = actor_dtype if rollout_dtype == "auto" else resolve_dtype(rollout_dtype)
     return engine, engine == params == actor_dtype
 
@@ -180,6 +181,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
     a = cfg.actor
     n = cfg.rollout.n
     actor_compute = a.fsdp_config.mixed_precision.param_dtype
+    actor_budget = dict(default_dynamic=a.use_dynamic_bsz, default_budget=a.ppo_max_token_len_per_gpu)
     engine_dtype, same_numerics = engine_precision(policy, actor_compute, cfg.rollout.dtype)
     optimizer, scheduler = _optimizer(policy.parameters(), a.optim, derived.actor_warmup_steps or 0, total)
     actor = Actor(
@@ -209,9 +211,9 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
             share_prompt=a.share_prompt_forward,
             compute_dtype=actor_compute,
             pack=cfg.model.use_remove_padding,
-            logprob_batching=logprob_batching(
+            logprob_batching=forward_batching(
                 cfg.rollout.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,
-                cfg.rollout.log_prob_use_dynamic_bsz, cfg.rollout.log_prob_max_token_len_per_gpu, a,
+                cfg.rollout.log_prob_use_dynamic_bsz, cfg.rollout.log_prob_max_token_len_per_gpu, **actor_budget,
             ),
         ),
     )
@@ -227,8 +229,9 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
     reference = None
     if a.use_kl_loss or cfg.algorithm.use_kl_in_reward:
         ref_model = copy.deepcopy(policy)
-        size, max_tokens = logprob_batching(
-            cfg.ref.log_prob_micro_batch_size_per_gpu, cfg.ref.log_prob_use_dynamic_bsz, cfg.ref.log_prob_max_token_len_per_gpu, a
+        size, max_tokens = forward_batching(
+            cfg.ref.log_prob_micro_batch_size_per_gpu, cfg.ref.log_prob_use_dynamic_bsz, cfg.ref.log_prob_max_token_len_per_gpu,
+            **actor_budget,
         )
         reference = ReferencePolicy(
             ref_model, temperature=policy_temperature(cfg), micro_batch_size=size, max_tokens=max_tokens,
@@ -257,9 +260,9 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
                 loss_scale_factor=float(response_length(cfg)) if c.loss_agg_mode == "seq-mean-token-sum-norm" else None,
                 shuffle=a.shuffle if c.shuffle is None else c.shuffle,
                 max_tokens_per_micro_batch=c.ppo_max_token_len_per_gpu if c.use_dynamic_bsz else None,
-                forward_batching=(
-                    c.forward_micro_batch_size_per_gpu or c.ppo_micro_batch_size_per_gpu,
-                    (c.forward_max_token_len_per_gpu or c.ppo_max_token_len_per_gpu) if c.use_dynamic_bsz else None,
+                forward_batching=forward_batching(
+                    c.forward_micro_batch_size_per_gpu or c.ppo_micro_batch_size_per_gpu, c.use_dynamic_bsz,
+                    c.forward_max_token_len_per_gpu, default_dynamic=c.use_dynamic_bsz, default_budget=c.ppo_max_token_len_per_gpu,
                 ),
             ),
         )
