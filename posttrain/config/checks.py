@@ -146,33 +146,26 @@ def check_token_budget(cfg: Any) -> list[str]:
     response for RL, data.max_length for SFT, both sides of a pair (2 × data.max_length) for DPO."""
     if not is_rl(cfg):
         return _sequence_token_budget(cfg)
-    problems = []
     longest = get_path(cfg, "data.max_prompt_length", 0) + get_path(cfg, "data.max_response_length", 0)
-    for role in ("actor", "critic"):
-        budget = get_path(cfg, f"{role}.ppo_max_token_len_per_gpu", None)
-        if role == "critic" and not uses_critic(cfg):
-            continue
-        if get_path(cfg, f"{role}.use_dynamic_bsz", False) and budget is not None and budget < longest:
+    actor_dynamic = get_path(cfg, "actor.use_dynamic_bsz", False)
+    critic_dynamic = uses_critic(cfg) and get_path(cfg, "critic.use_dynamic_bsz", False)
+    budgets = [  # (key, whether that pass packs by tokens)
+        ("actor.ppo_max_token_len_per_gpu", actor_dynamic),
+        ("critic.ppo_max_token_len_per_gpu", critic_dynamic),
+        ("critic.forward_max_token_len_per_gpu", critic_dynamic),
+    ]
+    for section in ("rollout", "ref"):  # the no-grad log-prob passes: null follows the actor
+        dynamic = get_path(cfg, f"{section}.log_prob_use_dynamic_bsz", None)
+        budgets.append((f"{section}.log_prob_max_token_len_per_gpu", actor_dynamic if dynamic is None else dynamic))
+    problems = []
+    for key, dynamic in budgets:
+        budget = get_path(cfg, key, None)
+        if dynamic and budget is not None and budget < longest:
             problems.append(
-                f"{role}.ppo_max_token_len_per_gpu ({budget}) is smaller than one full sequence "
+                f"{key} ({budget}) is smaller than one full sequence "
                 f"(data.max_prompt_length {get_path(cfg, 'data.max_prompt_length')} + "
                 f"data.max_response_length {get_path(cfg, 'data.max_response_length')} = {longest}); "
                 f"raise it to at least {longest}"
-            )
-    forward = get_path(cfg, "critic.forward_max_token_len_per_gpu", None)
-    if uses_critic(cfg) and get_path(cfg, "critic.use_dynamic_bsz", False) and forward is not None and forward < longest:
-        problems.append(
-            f"critic.forward_max_token_len_per_gpu ({forward}) is smaller than one full sequence "
-            f"(data.max_prompt_length + data.max_response_length = {longest}); raise it to at least {longest}"
-        )
-    for section in ("rollout", "ref"):  # the no-grad log-prob passes' own budgets, where set
-        budget = get_path(cfg, f"{section}.log_prob_max_token_len_per_gpu", None)
-        dynamic = get_path(cfg, f"{section}.log_prob_use_dynamic_bsz", None)
-        dynamic = get_path(cfg, "actor.use_dynamic_bsz", False) if dynamic is None else dynamic
-        if dynamic and budget is not None and budget < longest:
-            problems.append(
-                f"{section}.log_prob_max_token_len_per_gpu ({budget}) is smaller than one full sequence "
-                f"(data.max_prompt_length + data.max_response_length = {longest}); raise it to at least {longest}"
             )
     return problems
 
