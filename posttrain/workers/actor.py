@@ -52,7 +52,7 @@ class ActorSettings:
     shuffle: bool
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
-    reuse_rollout_logprobs: bool = False  # actor.reuse_rollout_logprobs == "auto" (see `old_logprobs`)
+    reuse_rollout_logprobs: bool = False  # "auto" with engine numerics equal to the actor's, or "always" (see `old_logprobs`)
     share_prompt: bool = False  # actor.share_prompt_forward (posttrain.modeling.shared_prompt)
     compute_dtype: str = "fp32"  # actor.fsdp_config.mixed_precision.param_dtype (posttrain.modeling.precision)
     force_reuse: bool = False  # actor.reuse_rollout_logprobs == "always": reuse without the equality check
