@@ -8,7 +8,9 @@ so that every row generates exactly `--new-tokens` tokens (equal work). Prints g
 each (median of `--repeats` runs after a warm-up, alternating A B A B), the ratio, and the decode
 ceiling: the matmul FLOPs of the generated tokens at the measured fp32 matmul rate. The engine
 runs its lean decoder (posttrain/rollout/lean_decoder.py) on this Qwen2; `--hf-path` also times
-the engine with `lean_decode=False` (the HF decoder body over a StaticCache).
+the engine with `lean_decode=False` (the HF decoder body over a StaticCache). The engine decodes
+with its default number of decode threads (`rollout.engine_kwargs.hf.decode_workers`: one per
+torch thread on CPU); `--one-worker` also times it decoding the whole batch on one thread.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workdir", default="/tmp/posttrain-bench")
     ap.add_argument("--hf-path", action="store_true", help="also time the engine without its lean decoder")
     ap.add_argument("--bf16", action="store_true", help="the model in bf16 for both (ceiling: a bf16 matmul)")
+    ap.add_argument("--one-worker", action="store_true", help="also time the engine with decode_workers=1")
     args = ap.parse_args(argv)
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     torch.set_num_threads(args.threads)
@@ -65,10 +68,14 @@ def main(argv: list[str] | None = None) -> None:
     hf_path = HFEngine(
         model, eos_token_ids=[], pad_token_id=tokenizer.pad_token_id, copy_weights=False, lean_decode=False
     )
+    one_worker = HFEngine(model, eos_token_ids=[], pad_token_id=tokenizer.pad_token_id, copy_weights=False, decode_workers=1)
     params = SamplingParams(temperature=1.0, n=1, max_new_tokens=args.new_tokens, ignore_eos=True)
 
     def ours() -> int:
         return engine.generate(batch, params, expected_version=0).num_response_tokens()
+
+    def ours_one_worker() -> int:
+        return one_worker.generate(batch, params, expected_version=0).num_response_tokens()
 
     def ours_hf_path() -> int:
         return hf_path.generate(batch, params, expected_version=0).num_response_tokens()
@@ -82,9 +89,11 @@ def main(argv: list[str] | None = None) -> None:
             )
         return (out.shape[1] - batch.input_ids.shape[1]) * out.shape[0]
 
-    contenders = [("posttrain", ours), ("hf_generate", hf)] + ([("pt_hf_path", ours_hf_path)] if args.hf_path else [])
+    contenders = [("posttrain", ours), ("hf_generate", hf)]
+    contenders += [("pt_1_worker", ours_one_worker)] if args.one_worker else []
+    contenders += [("pt_hf_path", ours_hf_path)] if args.hf_path else []
     rates: dict[str, list[float]] = {name: [] for name, _ in contenders}
-    print(f"engine uses its lean decoder: {engine.uses_lean_decoder()}")
+    print(f"engine uses its lean decoder: {engine.uses_lean_decoder()}; decode threads: {engine.workers_for(len(batch))}")
     for repeat in range(args.repeats + 1):
         for name, fn in contenders:
             t0 = time.perf_counter()

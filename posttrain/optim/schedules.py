@@ -62,9 +62,20 @@ def build_optimizer(
     betas: tuple[float, float],
     eps: float = 1e-8,
 ) -> torch.optim.AdamW:
-    """AdamW (Loshchilov & Hutter, 2019) over the parameters that require gradients."""
+    """AdamW (Loshchilov & Hutter, 2019) over the parameters that require gradients.
+
+    torch's fused kernel when every parameter can use it (floating point, on CPU or CUDA): one pass
+    per tensor instead of a dozen elementwise ops. Same update up to float rounding; measured at
+    4.2M parameters on 2 CPU threads, clip + step took 8-9 ms instead of 30-34 ms
+    (docs/performance.md). Hugging Face's Trainer defaults to it too (`adamw_torch_fused`)."""
     trainable = [p for p in params if p.requires_grad]
-    return torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
+    fused = bool(trainable) and all(p.device.type in FUSED_DEVICES and p.dtype in FUSED_DTYPES for p in trainable)
+    return torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps, fused=fused or None)
+
+
+# Where torch's fused AdamW runs (it raises on anything else).
+FUSED_DEVICES = ("cpu", "cuda")
+FUSED_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
 
 def build_scheduler(

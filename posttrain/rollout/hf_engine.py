@@ -15,6 +15,14 @@ reached, so T is at most `max_new_tokens`. With `share_prompt_prefill` the promp
 run through the model once and its cache copied to the group's n rows (vLLM's prefix caching,
 restricted to identical prompts): the same arithmetic on fewer rows, equal up to float rounding.
 
+On CPU the rows are decoded by several threads at once (`decode_workers`), each taking a shard of
+the batch with its share of the torch threads. A decode step's ops are small (batch 64 x hidden
+256): torch runs them on one core even when it has two, so one batch on 2 threads decoded no faster
+than on 1. Two shards of 32 rows on one thread each keep both cores busy; measured on this 2-core
+machine (batch 64, 64 tokens, vocabulary 100, `benchmarks/rollout_throughput.py`): see
+docs/performance.md. Each shard samples from its own generator, seeded from the engine's, so a run
+stays reproducible for a given number of workers (the samples differ from a 1-worker run's).
+
 Two forwards behind one small interface (prefill, step, reorder): for Llama/Qwen2-family models
 `LeanDecoder` (rollout/lean_decoder.py: the same arithmetic as the HF modules in a short list of
 torch ops, attention over the written cache prefix only), otherwise -- or with `lean_decode=False`
@@ -32,6 +40,7 @@ was given and refuses to sample when the trainer expects another one.
 from __future__ import annotations
 
 import copy
+from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping, Sequence
 
 import torch
@@ -68,6 +77,7 @@ class HFEngine:
         attn_implementation: str | None = "auto",
         share_prompt_prefill: bool = False,
         lean_decode: bool = True,
+        decode_workers: int | None = None,
     ):
         """`eos_token_ids`/`pad_token_id` default to the model's generation config, then its config.
         `max_num_seqs` caps the rows decoded at once (KV-cache memory); None decodes all together.
@@ -77,7 +87,9 @@ class HFEngine:
         token), and the model's own kernel elsewhere; None always keeps the model's own.
         `share_prompt_prefill` prefills each distinct prompt once (see the module docstring).
         `lean_decode` uses `LeanDecoder` when `lean_unsupported_reason` accepts the model (checked
-        at every `generate`, so hooks added later are honoured); False always takes the HF path."""
+        at every `generate`, so hooks added later are honoured); False always takes the HF path.
+        `decode_workers` is how many threads decode shards of the batch at once (see the module
+        docstring); None picks `auto_decode_workers`."""
         self.model = copy.deepcopy(model) if copy_weights else model
         if copy_weights:
             self.model.eval().requires_grad_(False)
@@ -103,6 +115,15 @@ class HFEngine:
         self.attn_implementation = attn_implementation
         self.share_prompt_prefill = share_prompt_prefill
         self.lean_decode = lean_decode
+        if decode_workers is not None and decode_workers < 1:
+            raise ValueError(f"decode_workers must be >= 1 or None (auto), got {decode_workers}")
+        self.decode_workers = decode_workers
+
+    def workers_for(self, rows: int) -> int:
+        """Threads that decode a batch of `rows` rows: `decode_workers`, else `auto_decode_workers`;
+        never more than the rows."""
+        workers = self.decode_workers or auto_decode_workers(self.device, rows)
+        return max(1, min(workers, rows))
 
     def uses_lean_decoder(self) -> bool:
         """Whether `generate` will run `LeanDecoder` (else the HF decoder body)."""
@@ -155,18 +176,43 @@ class HFEngine:
             self.model.set_attn_implementation(self.attn_implementation)
         try:
             for part in rows.split(chunk):
-                pieces.append(self._rollout(part, params, lean))
+                pieces.extend(self._rollout_sharded(part, params, lean))
         finally:
             self.model.train(was_training)
             if switch:
                 self.model.set_attn_implementation(own_attn)
         return RolloutBatch.cat(pieces)
 
-    def _rollout(self, rows: PromptBatch, params: SamplingParams, lean: bool) -> RolloutBatch:
+    def _rollout_sharded(self, rows: PromptBatch, params: SamplingParams, lean: bool) -> list[RolloutBatch]:
+        """`_rollout` on `workers_for(len(rows))` consecutive shards of `rows` at once, one thread
+        each with an equal share of the torch threads (at least one); results in row order.
+
+        Shard i samples from a generator seeded with the i-th of fresh seeds drawn from the engine's
+        generator, so the engine's generator state still determines the whole rollout."""
+        workers = self.workers_for(len(rows))
+        if workers == 1:
+            return [self._rollout(rows, params, lean, self.generator)]
+        shards = rows.split(-(-len(rows) // workers))  # consecutive: a group's rows stay together when they fit
+        seeds = torch.randint(0, 2**62, (len(shards),), generator=self.generator, device=self.device).tolist()
+        threads = torch.get_num_threads()
+        per_worker = max(1, threads // len(shards))
+
+        def work(shard: PromptBatch, seed: int) -> RolloutBatch:
+            torch.set_num_threads(per_worker)  # this thread's share; thread-local for the ops it runs
+            generator = torch.Generator(device=self.device).manual_seed(seed)
+            return self._rollout(shard, params, lean, generator)
+
+        try:
+            with ThreadPoolExecutor(max_workers=len(shards), thread_name_prefix="posttrain-decode") as pool:
+                return list(pool.map(work, shards, seeds))
+        finally:
+            torch.set_num_threads(threads)  # the count new threads start with is process-wide
+
+    def _rollout(self, rows: PromptBatch, params: SamplingParams, lean: bool, generator: torch.Generator) -> RolloutBatch:
         prompt_ids = rows.input_ids.to(self.device)  # (B, P)
         prompt_mask = rows.attention_mask.to(self.device, torch.float32)  # (B, P)
         with torch.inference_mode():
-            response_ids, response_mask, logprobs = self._decode(prompt_ids, prompt_mask, params, lean)
+            response_ids, response_mask, logprobs = self._decode(prompt_ids, prompt_mask, params, lean, generator)
         # Inference tensors cannot be saved for backward; the actor's forward will use these ids.
         return RolloutBatch(
             prompt_ids=prompt_ids,
@@ -200,7 +246,7 @@ class HFEngine:
         return decoder.prefill(ids, mask, positions)
 
     def _decode(
-        self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams, lean: bool
+        self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams, lean: bool, generator: torch.Generator
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Prefill + token-by-token decode; returns response ids (B, T), mask (B, T), log-probs (B, T)."""
         B, P = prompt_ids.shape
@@ -231,7 +277,7 @@ class HFEngine:
         for step in range(T):
             used = step + 1
             logits = lm_head_logits(self.model, hidden)  # (b, V) fp32
-            token, logprob = next_tokens(logits, params, seen, self.generator)  # (b,), (b,)
+            token, logprob = next_tokens(logits, params, seen, generator)  # (b,), (b,)
             alive = ~finished
             token = torch.where(alive, token, self.pad_token_id)
             ids[rows, step] = token
@@ -254,6 +300,19 @@ class HFEngine:
             hidden = decoder.step(token, next_pos)  # (b, H)
             next_pos = next_pos + 1
         return ids[:, :used], masks[:, :used], lps[:, :used]  # (B, T) each
+
+
+# Rows per decode thread below which `auto_decode_workers` adds no thread: measured on 2 cores,
+# two shards of 8 rows still decoded 1.34x faster than one batch of 16 (docs/performance.md).
+MIN_ROWS_PER_WORKER = 8
+
+
+def auto_decode_workers(device: torch.device, rows: int) -> int:
+    """Decode threads for `rows` rows when not configured: on CPU one per torch thread, with at
+    least `MIN_ROWS_PER_WORKER` rows each; 1 elsewhere (a GPU runs one batch's kernels best)."""
+    if device.type != "cpu":
+        return 1
+    return max(1, min(torch.get_num_threads(), rows // MIN_ROWS_PER_WORKER))
 
 
 class HFDecoder:

@@ -225,6 +225,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
     engine = HFEngine(
         policy, eos_token_ids=None, pad_token_id=tokenizer.pad_token_id, copy_weights=own_copy,
         dtype=engine_dtype if own_copy else None, seed=rollout_seed(cfg), share_prompt_prefill=cfg.rollout.enable_prefix_caching,
+        decode_workers=cfg.rollout.engine_kwargs.hf.decode_workers,
     )
     reference = None
     if a.use_kl_loss or cfg.algorithm.use_kl_in_reward:

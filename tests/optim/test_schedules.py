@@ -63,3 +63,24 @@ def test_lr_warmup_init_reaches_the_optimizer(tmp_path):
                              "actor.optim.lr_warmup_init=2e-4"])
     optimizer = build_roles(cfg, derive(cfg, 64), tokenizer_from_config(cfg.model)).actor.optimizer
     assert optimizer.param_groups[0]["lr"] == pytest.approx(2e-4 + 8e-4 / 4)  # first step: 1/4 of the way from init
+
+
+def test_adamw_is_fused_on_cpu_and_matches_the_loop_implementation():
+    from posttrain.optim.schedules import build_optimizer
+
+    torch.manual_seed(0)
+    params = [torch.randn(64, 32, requires_grad=True), torch.randn(32, requires_grad=True)]
+    twins = [p.detach().clone().requires_grad_() for p in params]
+    start = [p.detach().clone() for p in params]
+    fused = build_optimizer(params, lr=1e-2, weight_decay=0.01, betas=(0.9, 0.999))
+    loop = torch.optim.AdamW(twins, lr=1e-2, weight_decay=0.01, betas=(0.9, 0.999), foreach=False)
+    assert fused.param_groups[0]["fused"] is True
+    for _ in range(10):
+        for p, q in zip(params, twins):
+            g = torch.randn_like(p)
+            p.grad, q.grad = g.clone(), g.clone()
+        fused.step()
+        loop.step()
+    for p, q, p0 in zip(params, twins, start):
+        torch.testing.assert_close(p.detach(), q.detach(), atol=1e-6, rtol=0)
+        assert float((p.detach() - p0).abs().max()) > 1e-2  # ten steps of lr 1e-2 moved it

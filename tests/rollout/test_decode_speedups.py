@@ -44,7 +44,9 @@ def test_greedy_rows_that_stop_early_equal_model_generate(tiny_lm, penalty):
 
 
 def test_sampled_rows_are_dropped_and_logprobs_stay_exact(tiny_lm):
-    engine = HFEngine(tiny_lm, eos_token_ids=list(range(3, 12)), pad_token_id=PAD, copy_weights=False, seed=5)
+    engine = HFEngine(
+        tiny_lm, eos_token_ids=list(range(3, 12)), pad_token_id=PAD, copy_weights=False, seed=5, decode_workers=1
+    )
     sizes = decode_batch_sizes(tiny_lm)
     out = engine.generate(prompt_batch(), SamplingParams(temperature=1.0, n=8, max_new_tokens=16), expected_version=0)
     lengths = out.response_mask.sum(1)

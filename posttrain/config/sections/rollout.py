@@ -65,9 +65,17 @@ class SglangEngineKwargs:
 
 
 @section
+class HfEngineKwargs:
+    """Options of the built-in hf engine."""
+
+    decode_workers: int | None = param(None, doc="Threads that decode shards of a rollout batch at once, each with an equal share of the torch threads; null: on CPU one per torch thread with at least 8 rows each (a decode step's small ops use one core however many torch has), 1 on GPU. Sampled tokens depend on it (each shard has its own generator, seeded from the engine's); log-probs stay exact.", ge=1)
+
+
+@section
 class EngineKwargsConfig:
     """Engine-specific options, one group per engine; only the chosen engine's group is used."""
 
+    hf: HfEngineKwargs = param(factory=HfEngineKwargs, doc="Options of the built-in hf engine.")
     vllm: VllmEngineKwargs = param(factory=VllmEngineKwargs, doc="Options of the vLLM engine.")
     sglang: SglangEngineKwargs = param(factory=SglangEngineKwargs, doc="Options of the SGLang engine.")
 
@@ -119,7 +127,7 @@ class RolloutConfig:
     enable_chunked_prefill: bool = param(True, doc="Split long prompt prefills into chunks to cap peak memory.", todo=_ENGINES, refs=[f"{_VERL}.enable_chunked_prefill", f"{_TRINITY}.enable_chunked_prefill"])
     enable_prefix_caching: bool = param(False, doc="Reuse the KV cache of shared prompt prefixes across requests (hf engine: each distinct prompt is prefilled once for its n responses).", refs=[f"{_VERL}.enable_prefix_caching", f"{_TRINITY}.enable_prefix_caching"])
     disable_log_stats: bool = param(True, doc="Silence the engine's periodic statistics log.", todo=_ENGINES, refs=[f"{_VERL}.disable_log_stats"])
-    engine_kwargs: EngineKwargsConfig = param(factory=EngineKwargsConfig, doc="Engine-specific options (vllm, sglang).")
+    engine_kwargs: EngineKwargsConfig = param(factory=EngineKwargsConfig, doc="Engine-specific options (hf, vllm, sglang).")
 
     # ---- agentic ------------------------------------------------------------------------------
     multi_turn: MultiTurnConfig = param(factory=MultiTurnConfig, doc="Multi-turn rollouts with tool calls.")
