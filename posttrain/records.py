@@ -189,12 +189,23 @@ class RolloutBatch(_Rows):
     token_level_rewards: Tensor | None = field(default=None, metadata=RIGHT)
     advantages: Tensor | None = field(default=None, metadata=RIGHT)
     returns: Tensor | None = field(default=None, metadata=RIGHT)
+    # Rollout importance sampling (posttrain.algorithms.rollout_correction): per-token loss weights
+    # of the policy loss, and the tokens the losses and advantages count when some were rejected.
+    # `loss_mask` never replaces response_mask, which also tells the forward where the tokens are.
+    rollout_is_weights: Tensor | None = field(default=None, metadata=RIGHT)
+    loss_mask: Tensor | None = field(default=None, metadata=RIGHT)
     # (B,) float: score of a greedy response to the row's prompt, for estimators that need one (ReMax).
     reward_baselines: Tensor | None = None
 
     @property
     def attention_mask(self) -> Tensor:
         return torch.cat([self.prompt_mask, self.response_mask], dim=1)  # (B, S)
+
+    @property
+    def train_mask(self) -> Tensor:
+        """(B, T) the response tokens losses, their normalisers and advantages count: `loss_mask`
+        when rollout correction rejected some, else `response_mask`."""
+        return self.response_mask if self.loss_mask is None else self.loss_mask
 
     def seq_lengths(self) -> Tensor:
         """Real (prompt + response) tokens per row."""

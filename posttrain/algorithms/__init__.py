@@ -57,6 +57,7 @@ from posttrain.algorithms.registry import (
     register_advantage_estimator,
     register_policy_loss,
 )
+from posttrain.algorithms.rollout_correction import RolloutCorrection, rollout_importance_weights
 from posttrain.algorithms.running import RunningMoments
 from posttrain.algorithms.shaping import (
     NORM_TYPES,
@@ -86,6 +87,8 @@ __all__ = [
     "policy_loss_options",
     "aggregate_loss",
     "LOSS_AGG_MODES",
+    "rollout_importance_weights",
+    "RolloutCorrection",
     "kl_penalty",
     "KL_PENALTY_KINDS",
     "apply_kl_penalty",

@@ -38,7 +38,9 @@ def aggregate_loss(
         seq-mean-token-mean:     sum_i w_i (sum_t m_it l_it / sum_t m_it) / N_seq
         seq-mean-token-sum-norm: seq-mean-token-sum / loss_scale_factor (default: T, the padded length)
         N_tok = valid tokens, N_seq = sequences with at least one valid token (fully masked rows drop
-        out), w_i = per-sequence `weights` (default 1). Pass `num_tokens` / `num_seqs` to normalise by
+        out), w_i = per-sequence `weights` (B,) (default 1). Per-token `weights` (B, T) (rollout
+        importance weights) multiply each token's loss instead: l_it -> w_it l_it in every mode,
+        the normalisers unchanged. Pass `num_tokens` / `num_seqs` to normalise by
         a larger (mini-)batch when gradients are accumulated over micro-batches.
     Names:
         verl `actor.loss_agg_mode` (+ `loss_scale_factor`); ROLL `loss_agg_mode`; Trinity-RFT
@@ -54,6 +56,10 @@ def aggregate_loss(
         raise ValueError(f"loss_mat {tuple(loss_mat.shape)} and mask {tuple(mask.shape)} must have the same shape")
     loss_mat = loss_mat.float()
     mask = mask.float()
+    if weights is not None and weights.dim() == 2:
+        if weights.shape != loss_mat.shape:
+            raise ValueError(f"per-token weights {tuple(weights.shape)} must match loss_mat {tuple(loss_mat.shape)}")
+        loss_mat, weights = loss_mat * weights.float(), None
     row_w = torch.ones(loss_mat.shape[0], device=loss_mat.device) if weights is None else weights.float().reshape(-1)
     if mode == "token-mean":
         total = masked_sum(loss_mat * row_w.unsqueeze(-1), mask)

@@ -3,7 +3,8 @@
 Every loss takes `old_logprob, logprob, advantages, response_mask, loss_agg_mode` as keywords, plus
 its own options declared explicitly (the trainer passes only the options configured for that loss),
 plus two aggregation options all share: `loss_scale_factor` (the seq-mean-token-sum-norm normaliser)
-and `sample_weights` (B,) (ROLL's per-sample length/difficulty weights). Gradients flow into
+and `sample_weights`: (B,) per sample (ROLL's length/difficulty weights) or (B, T) per token (rollout
+importance weights, `posttrain.algorithms.rollout_correction`), multiplied into the per-token loss. Gradients flow into
 `logprob` only; `old_logprob` and `advantages` are treated as constants. Math runs in float32 even
 for bf16 inputs.
 """

@@ -242,6 +242,41 @@ def check_supervised_compile(cfg: Any) -> list[str]:
     return []
 
 
+def check_rollout_correction(cfg: Any) -> list[str]:
+    """Rollout importance sampling (verl's `algorithm.rollout_is*`) is on when
+    `rollout_is_threshold` is set; its other keys only shape it, so setting them without a threshold,
+    or a lower bound that truncate mode never reads, would do nothing and is refused. Reusing the
+    rollout's log-probs as the old ones unchecked (`always`) makes every weight exactly 1."""
+    threshold = get_path(cfg, "algorithm.rollout_is_threshold", None)
+    if not is_rl(cfg):
+        return []
+    shaping = {
+        "algorithm.rollout_is": (get_path(cfg, "algorithm.rollout_is", False), False),
+        "algorithm.rollout_is_threshold_lower": (get_path(cfg, "algorithm.rollout_is_threshold_lower", None), None),
+        "algorithm.rollout_is_level": (get_path(cfg, "algorithm.rollout_is_level", "token"), "token"),
+        "algorithm.rollout_is_mode": (get_path(cfg, "algorithm.rollout_is_mode", "truncate"), "truncate"),
+        "algorithm.rollout_is_veto_threshold": (get_path(cfg, "algorithm.rollout_is_veto_threshold", None), None),
+    }
+    if threshold is None:
+        changed = [f"{key}={value}" for key, (value, default) in shaping.items() if value != default]
+        if changed:
+            return [f"{', '.join(changed)} need(s) algorithm.rollout_is_threshold (null switches rollout importance sampling off); set a threshold, e.g. 2.0"]
+        return []
+    problems = []
+    lower = shaping["algorithm.rollout_is_threshold_lower"][0]
+    mode = shaping["algorithm.rollout_is_mode"][0]
+    if lower is not None and mode != "mask":
+        problems.append(f"algorithm.rollout_is_threshold_lower ({lower}) is only read by algorithm.rollout_is_mode=mask (truncate caps the upper side only); remove it or use mask")
+    if lower is not None and lower > threshold:
+        problems.append(f"algorithm.rollout_is_threshold_lower ({lower}) must not exceed algorithm.rollout_is_threshold ({threshold})")
+    if get_path(cfg, "actor.reuse_rollout_logprobs", "auto") == "always":
+        problems.append(
+            "algorithm.rollout_is_threshold needs old log-probs recomputed by the actor, but "
+            "actor.reuse_rollout_logprobs=always takes the rollout's own, so every weight would be 1; use auto or never"
+        )
+    return problems
+
+
 CHECKS: list[Callable[[Any], list[str]]] = [
     check_actor_batches,
     check_critic_batches,
@@ -251,6 +286,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_dpo_label_smoothing,
     check_supervised_loss_agg,
     check_supervised_compile,
+    check_rollout_correction,
 ]
 
 

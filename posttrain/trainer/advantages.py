@@ -23,6 +23,7 @@ from posttrain.algorithms import (
     clip_rewards,
     get_advantage_estimator,
     normalize_rewards,
+    rollout_importance_weights,
     whiten,
 )
 from posttrain.config.sections.algorithm import AlgorithmConfig
@@ -59,11 +60,27 @@ def shape_scores(scores: torch.Tensor, batch: RolloutBatch, alg: AlgorithmConfig
     return scores, metrics
 
 
+def correct_rollout_mismatch(batch: RolloutBatch, alg: AlgorithmConfig) -> dict[str, float]:
+    """Rollout importance sampling (`algorithm.rollout_is*`, verl's semantics): weights of the
+    policy loss (`batch.rollout_is_weights`, when `rollout_is`) and the tokens rejected by mask
+    mode or the veto (`batch.loss_mask`, read by advantages and losses); returns its metrics."""
+    out = rollout_importance_weights(
+        batch.old_logprobs, batch.rollout_logprobs, batch.response_mask, threshold=alg.rollout_is_threshold,
+        threshold_lower=alg.rollout_is_threshold_lower, level=alg.rollout_is_level, mode=alg.rollout_is_mode,
+        veto_threshold=alg.rollout_is_veto_threshold,
+    )
+    if alg.rollout_is_mode == "mask" or alg.rollout_is_veto_threshold is not None:
+        batch.loss_mask = out.keep
+    if alg.rollout_is:
+        batch.rollout_is_weights = out.weights
+    return out.metrics
+
+
 def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: AlgorithmConfig, state: ShapingState, n_steps: int) -> dict[str, float]:
     """Fill batch.token_level_scores/token_level_rewards/advantages/returns; return metrics."""
-    mask = batch.response_mask
+    mask = batch.train_mask  # less the tokens rollout correction rejected (as verl's modified response_mask)
     shaped, metrics = shape_scores(scores, batch, alg, state)
-    batch.token_level_scores = place_scores(shaped, mask)  # (B, T)
+    batch.token_level_scores = place_scores(shaped, batch.response_mask)  # (B, T): at the last real token
     rewards = batch.token_level_scores
     if alg.whiten_rewards:
         rewards = whiten(rewards, mask)

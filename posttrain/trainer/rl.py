@@ -18,7 +18,7 @@ from posttrain.checkpoint import Checkpointer, Parts
 from posttrain.modeling.lean_forward import set_mode as set_lean_forward
 from posttrain.data import build_rl_dataset, collate_prompts, make_sampler, pad_token_id
 from posttrain.records import PromptBatch, RolloutBatch
-from posttrain.trainer.advantages import compute_advantages, make_shaping_state
+from posttrain.trainer.advantages import compute_advantages, correct_rollout_mismatch, make_shaping_state
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.rewarding import RewardStage
 from posttrain.trainer.rl_build import (
@@ -71,6 +71,8 @@ class RLTrainer:
             scores, reward_metrics, _ = self.rewards.score(batch, texts)  # (B,)
         with timer("old_log_prob"):
             batch.old_logprobs = actor.old_logprobs(batch)  # (B, T), maybe the rollout's (reuse_rollout_logprobs)
+        if self.cfg.algorithm.rollout_is_threshold is not None:
+            metrics.update(correct_rollout_mismatch(batch, self.cfg.algorithm))
         if ref is not None:
             with timer("ref"):
                 batch.ref_logprobs = ref.compute_logprobs(batch)  # (B, T)

@@ -163,11 +163,11 @@ class Actor:
         return {k: sums[k] / counts[k] for k in sums}
 
     def _optimizer_step(self, mini: RolloutBatch) -> dict[str, float]:
-        total = normaliser(mini.response_mask, self.s.loss_agg_mode)
+        total = normaliser(mini.train_mask, self.s.loss_agg_mode)
         metrics: dict[str, float] = defaultdict(float)
         self.optimizer.zero_grad(set_to_none=True)
         for micro in micro_batches(mini, size=self.s.micro_batch_size, max_tokens=self.s.max_tokens_per_micro_batch):
-            weight = micro_weight(micro.response_mask, total, self.s.loss_agg_mode)
+            weight = micro_weight(micro.train_mask, total, self.s.loss_agg_mode)
             if weight == 0.0:
                 continue
             loss, parts = self._micro_loss(micro)
@@ -194,8 +194,10 @@ class Actor:
                 share_prompt=self.s.share_prompt,
                 pack=self.s.pack,
             )
-        mask = micro.response_mask
+        mask = micro.train_mask  # response_mask less the tokens rollout correction rejected
         agg = dict(loss_agg_mode=self.s.loss_agg_mode)
+        if micro.rollout_is_weights is not None:  # algorithm.rollout_is: weights the policy loss only, as verl
+            agg["sample_weights"] = micro.rollout_is_weights
         pg = self.loss_fn(
             old_logprob=micro.old_logprobs,
             logprob=out.logprobs,

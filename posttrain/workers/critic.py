@@ -104,16 +104,16 @@ class Critic:
         return {k: v / max(steps, 1) for k, v in sums.items()}
 
     def _optimizer_step(self, mini: RolloutBatch) -> dict[str, float]:
-        total = normaliser(mini.response_mask, self.s.loss_agg_mode)
+        total = normaliser(mini.train_mask, self.s.loss_agg_mode)
         metrics: dict[str, float] = defaultdict(float)
         self.optimizer.zero_grad(set_to_none=True)
         for micro in micro_batches(mini, size=self.s.micro_batch_size, max_tokens=self.s.max_tokens_per_micro_batch):
-            weight = micro_weight(micro.response_mask, total, self.s.loss_agg_mode)
+            weight = micro_weight(micro.train_mask, total, self.s.loss_agg_mode)
             if weight == 0.0:
                 continue
             new_values = self._values(micro)
             out = value_loss(
-                new_values, micro.values, micro.returns, micro.response_mask, self.s.cliprange_value, self.s.loss_agg_mode,
+                new_values, micro.values, micro.returns, micro.train_mask, self.s.cliprange_value, self.s.loss_agg_mode,
                 loss_scale_factor=self.s.loss_scale_factor,
             )
             (out.loss * weight).backward()

@@ -51,6 +51,8 @@ IMPLEMENTED = {
     "algorithm.reward_clip", "algorithm.reward_norm_mean", "algorithm.reward_norm_std",
     "algorithm.whiten_rewards", "algorithm.whiten_advantages", "algorithm.advantage_clip",
     "algorithm.use_pf_ppo", "algorithm.pf_ppo.reweight_method", "algorithm.pf_ppo.weight_pow",
+    "algorithm.rollout_is", "algorithm.rollout_is_threshold", "algorithm.rollout_is_threshold_lower",
+    "algorithm.rollout_is_level", "algorithm.rollout_is_mode", "algorithm.rollout_is_veto_threshold",
     "algorithm.dpo.beta", "algorithm.dpo.label_smoothing", "algorithm.dpo.loss_type",
     "reward.reward_manager", "reward.num_workers", "reward.timeout_s", "reward.on_error", "reward.failure_reward",
     "reward.function_weight", "reward.reward_model_weight",

@@ -233,3 +233,47 @@ def test_token_sum_norm_split_dependence_is_real_without_the_constant(policy):
         for m in micro_batches(batch, size=1, max_tokens=None)
     )
     assert abs(float(split) - float(full)) > 1e-3
+
+
+def corrected_batch(model):
+    """`prepared_batch` plus rollout importance weights and a loss mask with rejected tokens (one
+    whole row, and single tokens inside others), as `correct_rollout_mismatch` leaves them."""
+    batch = prepared_batch(model)
+    mask = batch.response_mask
+    g = torch.Generator().manual_seed(4)
+    batch.rollout_is_weights = (0.2 + 1.6 * torch.rand(mask.shape, generator=g)) * mask
+    keep = mask.clone()
+    keep[0, 1] = 0.0
+    keep[2, 3:5] = 0.0
+    keep[4] = 0.0  # a vetoed sequence
+    batch.loss_mask = keep
+    return batch
+
+
+@pytest.mark.parametrize("mode,scale", AGG_MODES)
+def test_rollout_correction_weights_the_policy_loss_and_drops_rejected_tokens(policy, mode, scale):
+    """With rollout IS the loss is pg(weights, keep) - c_e entropy(keep) + c_kl kl(keep): the weights
+    scale the policy loss only, and rejected tokens leave every term and its normaliser; the
+    gradient still does not depend on the micro-batch split."""
+    from posttrain.algorithms import aggregate_loss, kl_penalty, ppo_clip_loss
+    from posttrain.modeling import batch_logprobs
+
+    batch = corrected_batch(policy)
+    common = dict(loss_agg_mode=mode, loss_scale_factor=scale, **LOSS_TERMS)
+    got, _ = grads_after_update(policy, batch, micro_batch_size=B, **common)
+    model = copy.deepcopy(policy)
+    out = batch_logprobs(model, batch, with_entropy=True)
+    keep, agg = batch.loss_mask, dict(loss_scale_factor=scale)
+    pg = ppo_clip_loss(
+        old_logprob=batch.old_logprobs, logprob=out.logprobs, advantages=batch.advantages, response_mask=keep,
+        loss_agg_mode=mode, clip_ratio=0.2, clip_ratio_c=3.0, sample_weights=batch.rollout_is_weights, **agg,
+    ).loss
+    ent = aggregate_loss(out.entropy, keep, mode, **agg)
+    kl = aggregate_loss(kl_penalty(out.logprobs, batch.ref_logprobs, "low_var_kl"), keep, mode, **agg)
+    (pg - 0.05 * ent + 0.3 * kl).backward()
+    assert_same_grads(grads(model), got)
+    for name, split in SPLITS.items():
+        assert_same_grads(got, grads_after_update(policy, batch, **common, **split)[0])
+    plain = prepared_batch(policy)
+    with pytest.raises(AssertionError):  # the correction really changes the gradient
+        assert_same_grads(got, grads_after_update(policy, plain, micro_batch_size=B, **common)[0])

@@ -102,7 +102,7 @@ class RolloutConfig:
     num_beams: int = param(1, doc="Beam search width; 1 samples (RL needs independent samples, so only 1 is meaningful).", ge=1, todo="beam search (not planned for RL; kept so ROLL files with num_beams: 1 load)", refs=[f"{_ROLL_GEN}.num_beams"])
     seed: int | None = param(None, doc="Seed of the engine's sampler, which also reseeds it before every validation; null uses trainer.seed.", refs=[f"{_TRINITY}.seed"])
     enable_thinking: bool = param(False, doc="Pass enable_thinking to the chat template at generation (Qwen3-style reasoning switch).", todo="per-engine chat-template switches; use data.apply_chat_template_kwargs (later issue)", refs=[f"{_TRINITY}.enable_thinking"])
-    calculate_log_probs: bool = param(False, doc="Also return the engine's own log-probs of the sampled tokens (to measure engine/trainer mismatch).", todo="engine log-probs (vLLM engine issue)", refs=[f"{_VERL}.calculate_log_probs"])
+    calculate_log_probs: bool = param(False, doc="Return the engine's own log-probs of the sampled tokens (verl needs true for algorithm.rollout_is_threshold). The hf engine always returns them, since old-log-prob reuse and rollout importance sampling read them, so false changes nothing with it.", refs=[f"{_VERL}.calculate_log_probs"])
     val_kwargs: ValKwargsConfig = param(factory=ValKwargsConfig, doc="Sampling parameters used for validation.")
 
     # ---- old log-probs (recomputed by the actor after generation) -----------------------------
