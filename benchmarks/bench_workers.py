@@ -22,7 +22,13 @@ from collections import defaultdict
 from functools import wraps
 from pathlib import Path
 
-import torch
+if __name__ == "__main__" and sys.argv[1:2] == ["posttrain"]:
+    # Start the process as the `posttrain` command does (before torch is imported).
+    from posttrain.runtime import configure_process
+
+    configure_process()
+
+import torch  # noqa: E402
 
 PHASES = ("gen", "reward", "logprob", "fwd_loss", "backward", "optim", "other")
 

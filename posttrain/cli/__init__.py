@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
-# Before anything imports torch (OpenMP reads it once, at start-up): idle OpenMP threads sleep
-# instead of spinning. Spinning threads steal the cores that generation, reward workers and other
-# processes need; measured in docs/performance.md. An explicit setting in the environment wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from posttrain.runtime import configure_process
+
+# Before anything imports torch or starts a thread: sleeping OpenMP threads, one malloc arena (see
+# posttrain.runtime). An explicit setting in the environment wins.
+configure_process()
 
 from posttrain.errors import UserError  # noqa: E402
 
