@@ -2,7 +2,7 @@
 
     python benchmarks/bench_workers.py {posttrain,trl} SPEC_JSON
 
-SPEC_JSON holds model_dir, data (a train.parquet of `posttrain make-data arithmetic`), steps, bf16,
+SPEC_JSON holds model_dir, data (a train.parquet of `posttrain make-data arithmetic`), steps, bf16, fused_adamw,
 threads, prompts, n, completion_length, lr, seed and run_dir. The last stdout line is a JSON
 object: per step its wall seconds, phase seconds, generated (response) and trained (prompt +
 response) real tokens, plus the process's peak RSS.
@@ -137,7 +137,7 @@ def run_trl(spec: dict) -> list[dict]:
         output_dir=spec["run_dir"], per_device_train_batch_size=spec["prompts"] * spec["n"],
         num_generations=spec["n"], max_completion_length=spec["completion_length"], learning_rate=spec["lr"],
         beta=0.0, num_iterations=1, gradient_accumulation_steps=1, max_steps=spec["steps"],
-        lr_scheduler_type="constant", weight_decay=0.01, max_grad_norm=1.0, optim="adamw_torch",
+        lr_scheduler_type="constant", weight_decay=0.01, max_grad_norm=1.0, optim="adamw_torch_fused" if spec.get("fused_adamw") else "adamw_torch",
         gradient_checkpointing=False, use_cpu=True, bf16=bool(spec.get("bf16")), fp16=False, temperature=1.0, top_p=1.0, top_k=0,
         epsilon=0.2, loss_type="dapo", scale_rewards="group", logging_steps=1, save_strategy="no",
         report_to=[], seed=spec["seed"], disable_tqdm=True, dataloader_num_workers=0,

@@ -122,7 +122,14 @@ def main(argv: list[str] | None = None) -> None:
         help="both in bf16 mixed precision (work-changing): posttrain actor.fsdp_config.mixed_precision."
         "param_dtype=bf16 (rollout.dtype auto follows), TRL bf16=True; the ceiling is a bf16 matmul",
     )
+    ap.add_argument(
+        "--fused-adamw", action="store_true",
+        help="both with torch's fused AdamW: posttrain actor.optim.fused=true, TRL optim=adamw_torch_fused "
+        "(its default; without the flag both run the loop implementation)",
+    )
     args = ap.parse_args(argv)
+    if args.fused_adamw:
+        args.posttrain_override = ["actor.optim.fused=true", *args.posttrain_override]
     if args.bf16:
         args.posttrain_override = ["actor.fsdp_config.mixed_precision.param_dtype=bf16", *args.posttrain_override]
     workdir = Path(args.workdir)
@@ -144,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
                 "model_dir": str(model_dir), "data": str(data), "steps": args.steps, "threads": args.threads,
                 "prompts": 8, "n": 8, "completion_length": args.completion_length, "lr": args.lr, "seed": r,
                 "run_dir": str(workdir / "runs" / f"{f}-{r}"), "posttrain_overrides": args.posttrain_override,
-                "bf16": args.bf16,
+                "bf16": args.bf16, "fused_adamw": args.fused_adamw,
             }
             shutil.rmtree(spec["run_dir"], ignore_errors=True)
             summaries[f].append(summarise(run_worker(f, spec, args.threads), params, ceiling))

@@ -61,16 +61,20 @@ def build_optimizer(
     weight_decay: float,
     betas: tuple[float, float],
     eps: float = 1e-8,
+    fused: bool = False,
 ) -> torch.optim.AdamW:
     """AdamW (Loshchilov & Hutter, 2019) over the parameters that require gradients.
 
-    torch's fused kernel when every parameter can use it (floating point, on CPU or CUDA): one pass
-    per tensor instead of a dozen elementwise ops. Same update up to float rounding; measured at
-    4.2M parameters on 2 CPU threads, clip + step took 8-9 ms instead of 30-34 ms
-    (docs/performance.md). Hugging Face's Trainer defaults to it too (`adamw_torch_fused`)."""
+    `fused` uses torch's fused kernel (`optim.fused`): one pass per tensor instead of a dozen
+    elementwise ops, the same update up to float rounding; measured at 4.2M parameters on 2 CPU
+    threads, clip + step took 8-9 ms instead of 30-34 ms (docs/performance.md). Hugging Face's
+    Trainer defaults to it (`adamw_torch_fused`). It needs floating-point parameters on CPU or CUDA."""
     trainable = [p for p in params if p.requires_grad]
-    fused = bool(trainable) and all(p.device.type in FUSED_DEVICES and p.dtype in FUSED_DTYPES for p in trainable)
-    return torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps, fused=fused or None)
+    if fused:
+        unsupported = sorted({f"{p.dtype} on {p.device.type}" for p in trainable if p.device.type not in FUSED_DEVICES or p.dtype not in FUSED_DTYPES})
+        if unsupported:
+            raise ValueError(f"optim.fused: torch's fused AdamW does not run on {', '.join(unsupported)}; set optim.fused to false")
+    return torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps, fused=True if fused else None)
 
 
 # Where torch's fused AdamW runs (it raises on anything else).

@@ -67,7 +67,7 @@ def baseline_sampling_params(cfg: Config, train: SamplingParams) -> SamplingPara
 
 
 def _optimizer(params, o: OptimConfig, warmup: int, total: int):
-    optimizer = build_optimizer(params, lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas), eps=o.eps)
+    optimizer = build_optimizer(params, lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas), eps=o.eps, fused=o.fused)
     scheduler = build_scheduler(
         optimizer, o.lr_scheduler_type, warmup_steps=warmup, total_steps=total, min_lr_ratio=o.min_lr_ratio, num_cycles=o.num_cycles,
         warmup_init_ratio=o.lr_warmup_init / o.lr if o.lr > 0 else 0.0,

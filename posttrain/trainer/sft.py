@@ -63,7 +63,7 @@ def default_device() -> torch.device:
 def build_optimization(cfg: Config, model: nn.Module, derived: Derived) -> tuple[torch.optim.Optimizer, Any]:
     """AdamW and the LR schedule of `actor.optim`, with the warm-up `derive` worked out."""
     o = cfg.actor.optim
-    optimizer = build_optimizer(model.parameters(), lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas), eps=o.eps)
+    optimizer = build_optimizer(model.parameters(), lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas), eps=o.eps, fused=o.fused)
     scheduler = build_scheduler(
         optimizer, o.lr_scheduler_type, warmup_steps=derived.actor_warmup_steps or 0,
         total_steps=derived.total_training_steps or 1, min_lr_ratio=o.min_lr_ratio, num_cycles=o.num_cycles,

@@ -65,16 +65,15 @@ def test_lr_warmup_init_reaches_the_optimizer(tmp_path):
     assert optimizer.param_groups[0]["lr"] == pytest.approx(2e-4 + 8e-4 / 4)  # first step: 1/4 of the way from init
 
 
-def test_adamw_is_fused_on_cpu_and_matches_the_loop_implementation():
-    from posttrain.optim.schedules import build_optimizer
-
+def test_fused_adamw_on_request_matches_the_loop_implementation():
     torch.manual_seed(0)
     params = [torch.randn(64, 32, requires_grad=True), torch.randn(32, requires_grad=True)]
     twins = [p.detach().clone().requires_grad_() for p in params]
     start = [p.detach().clone() for p in params]
-    fused = build_optimizer(params, lr=1e-2, weight_decay=0.01, betas=(0.9, 0.999))
+    fused = build_optimizer(params, lr=1e-2, weight_decay=0.01, betas=(0.9, 0.999), fused=True)
     loop = torch.optim.AdamW(twins, lr=1e-2, weight_decay=0.01, betas=(0.9, 0.999), foreach=False)
     assert fused.param_groups[0]["fused"] is True
+    assert not build_optimizer([torch.zeros(2, requires_grad=True)], lr=1.0, weight_decay=0.0, betas=(0.9, 0.9)).param_groups[0]["fused"]
     for _ in range(10):
         for p, q in zip(params, twins):
             g = torch.randn_like(p)

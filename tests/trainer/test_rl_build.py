@@ -259,3 +259,15 @@ def test_use_remove_padding_switches_packing_for_every_role(tmp_path, monkeypatc
     torch.testing.assert_close(padded.actor.compute_logprobs(batch), want_actor, atol=1e-5, rtol=0)
     torch.testing.assert_close(padded.reference.compute_logprobs(batch), want_ref, atol=1e-5, rtol=0)
     torch.testing.assert_close(padded.critic.compute_values(batch), want_values, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_optim_fused_reaches_the_actor_and_critic_optimizers(tmp_path, fused):
+    model_dir = make_tiny_model(tmp_path / "m", layers=1, hidden=32, heads=2)
+    flag = str(fused).lower()
+    c = load_config(None, [
+        f"model.path={model_dir}", "algorithm.adv_estimator=gae", f"actor.optim.fused={flag}", f"critic.optim.fused={flag}",
+    ])
+    roles = build_roles(c, derive(c, 64), tokenizer_from_config(c.model))
+    for optimizer in (roles.actor.optimizer, roles.critic.optimizer):
+        assert bool(optimizer.param_groups[0]["fused"]) is fused

@@ -27,6 +27,7 @@ class OptimConfig:
     lr: float = param(1e-6, doc="Peak learning rate.", gt=0, refs=["verl:.lr", "roll:.learning_rate", "trinity:.lr"])
     betas: list[float] = param(factory=lambda: [0.9, 0.999], doc="AdamW (beta1, beta2): decay rates of the gradient mean and square averages.", ge=0, lt=1, refs=["verl:.betas", "trinity:.betas"])
     eps: float = param(1e-8, doc="AdamW epsilon added to the denominator.", gt=0)
+    fused: bool = param(False, doc="torch's fused AdamW kernel (one pass per tensor): the same update up to float rounding, 8-9 ms instead of 30-34 ms for clip + step at 4.2M parameters on 2 CPU threads. Off by default so that runs keep their exact trajectories (float rounding moves a chaotic run: the quickstart's SFT warm-up ends at another accuracy).")
     weight_decay: float = param(0.01, doc="Decoupled weight decay per step (AdamW), as a fraction of lr x weight.", ge=0, refs=["verl:.weight_decay", "roll:.weight_decay", "trinity:.weight_decay"])
     lr_warmup_steps: int = param(-1, doc="Linear warm-up in optimizer steps; -1 derives it from lr_warmup_steps_ratio.", ge=-1, refs=["verl:.lr_warmup_steps", "roll:.warmup_steps", "trinity:.lr_warmup_steps"])
     lr_warmup_steps_ratio: float = param(0.0, doc="Warm-up as a fraction of total training steps (used when lr_warmup_steps is -1).", ge=0, le=1, refs=["verl:.lr_warmup_steps_ratio", "trinity:.lr_warmup_steps_ratio"])
