@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 from posttrain.algorithms import estimator_needs_greedy_baseline, register_advantage_estimator
 from posttrain.algorithms import registry
-from posttrain.config.load import load_config
 from posttrain.data import collate_prompts
-from posttrain.models.tiny import make_tiny_model
-from posttrain.tasks import write_task_data
 from posttrain.trainer.rl import RLTrainer
-from posttrain.trainer.stage import StageContext
+from rl_helpers import tiny_rl_files, tiny_rl_trainer
 
 
 def test_registry_says_which_estimators_need_a_greedy_baseline():
@@ -38,21 +33,14 @@ def test_a_user_estimator_can_ask_for_the_baseline():
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    root = tmp_path_factory.mktemp("remax")
-    model = make_tiny_model(root / "model", layers=1, hidden=32, heads=4, seed=0)
-    write_task_data("sort", root / "data", train=16, test=4, sft=0, dpo=0)
-    return root, Path(model)
+    return tiny_rl_files(tmp_path_factory.mktemp("remax"), train=16)
 
 
 def trainer(files, estimator: str) -> RLTrainer:
-    root, model = files
-    cfg = load_config(None, [
-        f"model.path={model}", f"data.train_files={root}/data/train.parquet", "data.max_prompt_length=32",
-        "data.max_response_length=6", "data.train_batch_size=4", "rollout.n=3", "actor.ppo_mini_batch_size=4",
-        "actor.ppo_micro_batch_size_per_gpu=12", f"algorithm.adv_estimator={estimator}", "trainer.total_training_steps=1",
-        "trainer.logger=[]",
-    ])
-    return RLTrainer(StageContext(name="main", cfg=cfg, run_dir=root / f"run-{estimator}", model_path=str(model)))
+    return tiny_rl_trainer(
+        files, "rollout.n=3", "actor.ppo_micro_batch_size_per_gpu=12", f"algorithm.adv_estimator={estimator}",
+        run=f"run-{estimator}",
+    )
 
 
 def one_step(t: RLTrainer):

@@ -3,38 +3,25 @@ weights and rejection reach the batch, advantages count only kept tokens, bad co
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 from posttrain.config.load import load_config
 from posttrain.data.examples import collate_prompts
 from posttrain.errors import ConfigError
-from posttrain.models.tiny import make_tiny_model
 from posttrain.records import RolloutBatch
-from posttrain.tasks import write_task_data
 from posttrain.trainer.advantages import compute_advantages, correct_rollout_mismatch, make_shaping_state
 from posttrain.trainer.rl import RLTrainer
-from posttrain.trainer.stage import StageContext
+from rl_helpers import tiny_rl_files, tiny_rl_trainer
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tis")
-    model = make_tiny_model(root / "model", layers=1, hidden=32, heads=4, seed=0)
-    write_task_data("sort", root / "data", train=8, test=4, sft=0, dpo=0)
-    return root, Path(model)
+    return tiny_rl_files(tmp_path_factory.mktemp("tis"))
 
 
 def trainer(files, *overrides) -> RLTrainer:
-    root, model = files
-    cfg = load_config(None, [
-        f"model.path={model}", f"data.train_files={root}/data/train.parquet", "data.max_prompt_length=32",
-        "data.max_response_length=6", "data.train_batch_size=4", "rollout.n=2", "actor.ppo_mini_batch_size=4",
-        "actor.ppo_micro_batch_size_per_gpu=8", "trainer.total_training_steps=1", "trainer.logger=[]", *overrides,
-    ])
-    return RLTrainer(StageContext(name="main", cfg=cfg, run_dir=root / "run", model_path=str(model)))
+    return tiny_rl_trainer(files, *overrides)
 
 
 def test_a_bf16_engine_step_logs_the_mismatch_and_weights_the_loss(files):
