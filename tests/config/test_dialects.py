@@ -1,6 +1,6 @@
 """Dialect loaders: verl, ROLL and Trinity-RFT files detected, translated, loaded or refused.
 
-The five real example configs in shared/reference/configs are read as published; small hand-written
+The five real example configs in tests/config/reference_configs are read as published; small hand-written
 files check that what translates loads with `load_config` and keeps its values, and that what
 posttrain refuses is refused in one message naming each key and its reason.
 """
@@ -11,7 +11,8 @@ import shutil
 import textwrap
 from pathlib import Path
 
-import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -22,10 +23,7 @@ from posttrain.config.dialects.values import parse_device_list
 from posttrain.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
-REFERENCE = Path("/work/shared/reference/configs")
-if not REFERENCE.is_dir():  # the repository copy, when the shared folder is not mounted
-    REFERENCE = REPO / "shared" / "reference" / "configs"
-needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason="reference configs not available")
+REFERENCE = Path(__file__).resolve().parent / "reference_configs"  # real ROLL / Trinity-RFT example files, as published
 
 ROLL_RLVR = "roll_qwen2.5-7B-rlvr_megatron_rlvr_config.yaml"
 ROLL_SOKOBAN = "roll_qwen2.5-0.5B-agentic_agentic_val_sokoban.yaml"
@@ -48,7 +46,6 @@ def _entry(report, key):
 # ---- detection ------------------------------------------------------------------------------------
 
 
-@needs_reference
 @pytest.mark.parametrize("name, dialect", [(ROLL_RLVR, "roll"), (ROLL_SOKOBAN, "roll"), (ROLL_ENVS, "roll"), (TRINITY_GSM8K, "trinity"), (TRINITY_LAKE, "trinity")])
 def test_reference_configs_are_detected(name, dialect):
     assert detect(yaml.safe_load((REFERENCE / name).read_text())) == dialect
@@ -69,7 +66,6 @@ def test_a_tie_between_dialects_asks_for_dialect():
 # ---- the reference configs ------------------------------------------------------------------------
 
 
-@needs_reference
 def test_roll_rlvr_translation_names_keys():
     report = read_foreign(REFERENCE / ROLL_RLVR).report
     mini = _entry(report, "actor_train.training_args.gradient_accumulation_steps")
@@ -87,7 +83,6 @@ def test_roll_rlvr_translation_names_keys():
     assert _entry(report, "reference.model_args.dtype").status == "dropped"  # same dtype as the policy
 
 
-@needs_reference
 def test_roll_sokoban_translation_names_keys():
     report = read_foreign(REFERENCE / ROLL_SOKOBAN).report
     colocated = _entry(report, "actor_train.device_mapping")  # all 8 devices of the node: posttrain's default
@@ -102,7 +97,6 @@ def test_roll_sokoban_translation_names_keys():
     assert _entry(report, "reference.strategy_args.strategy_name").status == "dropped"  # hf_infer is posttrain's engine
 
 
-@needs_reference
 def test_roll_hydra_include_is_composed(tmp_path):
     (tmp_path / "config").mkdir()
     (tmp_path / "examples").mkdir()
@@ -118,14 +112,12 @@ def test_roll_hydra_include_is_composed(tmp_path):
     assert _entry(report, "action_pattern").status == "dropped"
 
 
-@needs_reference
 def test_roll_envs_fragment():
     report = read_foreign(REFERENCE / ROLL_ENVS).report
     assert [e.key for e in report.refused] == ["env_manager_cls"]
     assert _entry(report, "agent_template").status == "dropped"
 
 
-@needs_reference
 def test_trinity_gsm8k_translation_names_keys():
     report = read_foreign(REFERENCE / TRINITY_GSM8K).report
     kinds = [(e.native, e.value) for e in report.entries if e.key == "algorithm.algorithm_type"]
@@ -137,7 +129,6 @@ def test_trinity_gsm8k_translation_names_keys():
     assert _entry(report, "buffer.explorer_input.taskset.format.prompt_key").native == "data.prompt_key"
 
 
-@needs_reference
 def test_trinity_frozen_lake_env_path(tmp_path, monkeypatch):
     monkeypatch.delenv("TRINITY_TASKSET_PATH", raising=False)
     report = read_foreign(REFERENCE / TRINITY_LAKE).report
@@ -145,8 +136,8 @@ def test_trinity_frozen_lake_env_path(tmp_path, monkeypatch):
     offload = _entry(report, "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.param_offload")
     assert (offload.status, offload.native) == ("refused", "actor.fsdp_config.param_offload")
     assert _entry(report, "algorithm.policy_loss_fn_args.clip_range_high").value == 0.28
-    pd.DataFrame({"prompt": ["a"]}).to_parquet(tmp_path / "train.parquet")
-    pd.DataFrame({"prompt": ["b"]}).to_parquet(tmp_path / "test.parquet")
+    pq.write_table(pa.table({"prompt": ["a"]}), tmp_path / "train.parquet")
+    pq.write_table(pa.table({"prompt": ["b"]}), tmp_path / "test.parquet")
     monkeypatch.setenv("TRINITY_TASKSET_PATH", str(tmp_path))
     foreign = read_foreign(REFERENCE / TRINITY_LAKE)
     assert foreign.native["data"]["train_files"] == [str(tmp_path / "train.parquet")]
@@ -154,7 +145,6 @@ def test_trinity_frozen_lake_env_path(tmp_path, monkeypatch):
     assert foreign.native["rollout"]["val_kwargs"] == {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "do_sample": True, "n": 4}
 
 
-@needs_reference
 @pytest.mark.parametrize("name", [ROLL_RLVR, ROLL_SOKOBAN, ROLL_ENVS, TRINITY_GSM8K, TRINITY_LAKE])
 def test_convert_cli_on_reference_configs(name, tmp_path, capsys):
     out = tmp_path / "native.yaml"
@@ -165,7 +155,6 @@ def test_convert_cli_on_reference_configs(name, tmp_path, capsys):
     assert "refused: " in printed and str(out) in printed
 
 
-@needs_reference
 def test_converted_roll_rlvr_loads(tmp_path):
     out = tmp_path / "rlvr.yaml"
     assert main(["config", "convert", str(REFERENCE / ROLL_RLVR), str(out)]) == 1
@@ -252,7 +241,7 @@ def test_roll_snippet_loads_with_its_values(tmp_path):
 
 
 def test_trinity_snippet_with_stages_loads(tmp_path):
-    pd.DataFrame({"q": ["1+1"]}).to_parquet(tmp_path / "train.parquet")
+    pq.write_table(pa.table({"q": ["1+1"]}), tmp_path / "train.parquet")
     path = _write(tmp_path / "trinity.yaml", f"""\
         project: p
         name: n

@@ -28,7 +28,7 @@ IMPLEMENTED = {
     "return_raw_chat", "return_full_prompt",
 }
 
-# Data parameters named in the reference guides (/work/shared/reference) and example configs.
+# Data parameters named in the verl, ROLL and Trinity-RFT configuration guides and example configs.
 REFERENCE_KEYS = [
     "verl:data.train_files", "verl:data.val_files", "verl:data.prompt_key", "verl:data.max_prompt_length",
     "verl:data.max_response_length", "verl:data.train_batch_size", "verl:data.val_batch_size",

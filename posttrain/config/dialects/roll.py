@@ -1,7 +1,7 @@
 """ROLL (alibaba/ROLL) rules that are more than one key to one key.
 
-Source of the semantics: ROLL's configuration guide (shared/reference 000/003) and the example
-configs in shared/reference/configs.
+Source of the semantics: ROLL's configuration guide and its published example configs (a copy of
+some lives in tests/config/reference_configs).
 
 - Reward normalisation: three generations of keys become ``algorithm.reward_norm_mean/std``
   through `posttrain.config.sections.algorithm.roll_reward_norm`.

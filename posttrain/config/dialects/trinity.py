@@ -1,7 +1,7 @@
 """Trinity-RFT (modelscope/Trinity-RFT) rules that are more than one key to one key.
 
-Source of the semantics: Trinity-RFT's configuration guide (shared/reference 002) and the example
-configs in shared/reference/configs.
+Source of the semantics: Trinity-RFT's configuration guide and its published example configs (a copy of
+some lives in tests/config/reference_configs).
 
 - ``algorithm.algorithm_type`` names the kind of training and the advantage estimator at once:
   `TRINITY_ALGORITHM_TYPES` (posttrain.config.sections.algorithm) splits it; an explicit
