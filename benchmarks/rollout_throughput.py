@@ -7,7 +7,7 @@ arithmetic prompts (8 prompts x 8 samples = batch 64), fp32, temperature 1, and 
 so that every row generates exactly `--new-tokens` tokens (equal work). Prints generated tokens/s of
 each (median of `--repeats` runs after a warm-up, alternating A B A B), the ratio, and the decode
 ceiling: the matmul FLOPs of the generated tokens at the measured fp32 matmul rate. The engine
-runs its lean decoder (posttrain/rollout/lean_decoder.py) on this Qwen2; `--hf-path` also times
+runs its lean decoder (posttrain/models/lean_decoder.py) on this Qwen2; `--hf-path` also times
 the engine with `lean_decode=False` (the HF decoder body over a StaticCache). The engine decodes
 with its default number of decode threads (`rollout.engine_kwargs.hf.decode_workers`: one per
 torch thread on CPU); `--one-worker` also times it decoding the whole batch on one thread.

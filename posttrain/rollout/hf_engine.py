@@ -1,7 +1,7 @@
 """The built-in `hf` rollout engine: batched sampling with a KV cache from any HF causal LM.
 
 Our own decode loop rather than `model.generate`, for three reasons: the per-token log-probs must
-be computed exactly as the actor computes them (`posttrain.modeling.lm_head_logits`, fp32, divided
+be computed exactly as the actor computes them (`posttrain.models.lm_head_logits`, fp32, divided
 by the temperature) and `generate`'s scores are post-processing; the LM head should run on the last
 position only; and stopping, padding and masks should follow our record conventions directly.
 
@@ -24,7 +24,7 @@ docs/performance.md. Each shard samples from its own generator, seeded from the 
 stays reproducible for a given number of workers (the samples differ from a 1-worker run's).
 
 Two forwards behind one small interface (prefill, step, reorder): for Llama/Qwen2-family models
-`LeanDecoder` (rollout/lean_decoder.py: the same arithmetic as the HF modules in a short list of
+`LeanDecoder` (models/lean_decoder.py: the same arithmetic as the HF modules in a short list of
 torch ops, attention over the written cache prefix only), otherwise -- or with `lean_decode=False`
 -- the HF decoder body over a `StaticCache`.
 
@@ -47,10 +47,11 @@ import torch
 from torch import Tensor, nn
 from transformers import StaticCache
 
-from posttrain.modeling import check_head_matches, lm_head_logits, position_ids_from_mask
+from posttrain.models.logprobs import check_head_matches, lm_head_logits
+from posttrain.models.positions import position_ids_from_mask
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, StalePolicyError
-from posttrain.rollout.lean_decoder import LeanDecoder, lean_unsupported_reason
+from posttrain.models.lean_decoder import LeanDecoder, lean_unsupported_reason
 from posttrain.rollout.sampling import next_tokens
 
 

@@ -1,7 +1,7 @@
 """Choosing the next token from last-position logits, and the log-prob recorded for it.
 
 What is recorded matters more than what is sampled. PPO's ratio pi_new / pi_old starts from the
-actor's recomputation `log_softmax(logits / temperature)` (posttrain.modeling), and the rollout
+actor's recomputation `log_softmax(logits / temperature)` (posttrain.models), and the rollout
 log-probs stand in for pi_old when no separate recomputation is done, so the engine records exactly
 that quantity: the unmodified model's distribution at the sampling temperature.
 

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from posttrain.config.sections.algorithm import DPOConfig
 from posttrain.data import DPOExample, build_dpo_dataset, collate_sft, pad_token_id
 from posttrain.models.loading import causal_lm_from_config, tokenizer_from_config
-from posttrain.modeling.precision import autocast
+from posttrain.models.precision import autocast
 from posttrain.trainer.sequence_logprobs import sequence_logprobs
 from posttrain.trainer.sft import Objective, default_device, fit
 from posttrain.trainer.stage import StageContext, StageResult, open_stage, seed_everything, with_model_path

@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 
 from posttrain.checkpoint import Checkpointer, Parts
-from posttrain.modeling.lean_forward import set_mode as set_lean_forward
 from posttrain.data import build_rl_dataset, collate_prompts, make_sampler, pad_token_id
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.trainer.advantages import compute_advantages, correct_rollout_mismatch, make_shaping_state
@@ -40,7 +39,6 @@ class RLTrainer:
         cfg = ctx.cfg
         check_rl_names(cfg)
         seed_everything(cfg.trainer.seed)
-        set_lean_forward("compiled" if cfg.actor.use_torch_compile else "off")  # process-wide
         self.ctx, self.cfg = ctx, cfg
         self.tokenizer = tokenizer_from_config(cfg.model)
         self.train_set = build_rl_dataset(cfg.data, cfg.data.train_files, self.tokenizer, split="train")

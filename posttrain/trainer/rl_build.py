@@ -181,6 +181,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
     a = cfg.actor
     n = cfg.rollout.n
     actor_compute = a.fsdp_config.mixed_precision.param_dtype
+    lean = "compiled" if a.use_torch_compile else "off"  # one switch for the actor, reference and critic forwards
     actor_budget = dict(default_dynamic=a.use_dynamic_bsz, default_budget=a.ppo_max_token_len_per_gpu)
     engine_dtype, same_numerics = engine_precision(policy, actor_compute, cfg.rollout.dtype)
     optimizer, scheduler = _optimizer(policy.parameters(), a.optim, derived.actor_warmup_steps or 0, total)
@@ -211,6 +212,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
             share_prompt=a.share_prompt_forward,
             compute_dtype=actor_compute,
             pack=cfg.model.use_remove_padding,
+            lean_forward=lean,
             logprob_batching=forward_batching(
                 cfg.rollout.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,
                 cfg.rollout.log_prob_use_dynamic_bsz, cfg.rollout.log_prob_max_token_len_per_gpu, **actor_budget,
@@ -236,7 +238,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
         )
         reference = ReferencePolicy(
             ref_model, temperature=policy_temperature(cfg), micro_batch_size=size, max_tokens=max_tokens,
-            compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype, pack=cfg.model.use_remove_padding,
+            compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype, pack=cfg.model.use_remove_padding, lean_forward=lean,
         )
     critic = None
     if uses_critic(cfg):
@@ -258,6 +260,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
                 compute_dtype=c.fsdp_config.mixed_precision.param_dtype,
                 loss_agg_mode=c.loss_agg_mode,
                 pack=c.model.use_remove_padding,
+                lean_forward=lean,
                 loss_scale_factor=float(response_length(cfg)) if c.loss_agg_mode == "seq-mean-token-sum-norm" else None,
                 shuffle=a.shuffle if c.shuffle is None else c.shuffle,
                 max_tokens_per_micro_batch=c.ppo_max_token_len_per_gpu if c.use_dynamic_bsz else None,

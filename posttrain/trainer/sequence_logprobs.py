@@ -1,6 +1,6 @@
 """Log-probs of the trained tokens of right-padded SFT/DPO sequences.
 
-RL batches keep prompt and response apart (`posttrain.modeling.response_logprobs`); SFT and DPO
+RL batches keep prompt and response apart (`posttrain.models.response_logprobs`); SFT and DPO
 batches are whole conversations with a loss mask, so the targets are the sequence shifted by one:
 position s predicts token s + 1, and it counts when token s + 1 is trained (loss_mask 1). The head
 runs only on those positions, through the same `token_logprobs_from_hidden` the actor and reference
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from posttrain.data import SequenceBatch
-from posttrain.modeling.logprobs import token_logprobs_from_hidden
+from posttrain.models.logprobs import token_logprobs_from_hidden
 
 
 @dataclass

@@ -37,7 +37,7 @@ from posttrain.data import SFTExample, build_sft_dataset, collate_sft, make_samp
 from posttrain.models.loading import causal_lm_from_config, tokenizer_from_config
 from posttrain.optim import build_optimizer, build_scheduler
 from posttrain.tracking import Trackers
-from posttrain.modeling.precision import autocast
+from posttrain.models.precision import autocast
 from posttrain.trainer.sequence_logprobs import sequence_logprobs
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, open_stage, seed_everything, with_model_path
 

@@ -24,8 +24,9 @@ from torch import Tensor, nn
 from posttrain.algorithms import aggregate_loss, get_policy_loss, kl_penalty
 from posttrain.checkpoint.save import Role, save_hf
 from posttrain.checkpoint.state import Extra
-from posttrain.modeling import response_logprobs
-from posttrain.modeling.precision import autocast
+from posttrain.models.lean_forward import lean_mode
+from posttrain.models.logprobs import response_logprobs
+from posttrain.models.precision import autocast
 from posttrain.records import RolloutBatch
 from posttrain.workers.microbatch import clip_and_step, micro_batches, micro_weight, mini_batches, normaliser
 from posttrain.workers.reference import batched_logprobs
@@ -53,13 +54,14 @@ class ActorSettings:
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     reuse_rollout_logprobs: bool = False  # "auto" with engine numerics equal to the actor's, or "always" (see `old_logprobs`)
-    share_prompt: bool = False  # actor.share_prompt_forward (posttrain.modeling.shared_prompt)
-    compute_dtype: str = "fp32"  # actor.fsdp_config.mixed_precision.param_dtype (posttrain.modeling.precision)
+    share_prompt: bool = False  # actor.share_prompt_forward (posttrain.models.shared_prompt)
+    compute_dtype: str = "fp32"  # actor.fsdp_config.mixed_precision.param_dtype (posttrain.models.precision)
     force_reuse: bool = False  # actor.reuse_rollout_logprobs == "always": reuse without the equality check
     # (responses per forward, token budget or None) of old-log-prob passes: rollout.log_prob_*; None
     # batches them as the update does (micro_batch_size, max_tokens_per_micro_batch)
     logprob_batching: tuple[int, int | None] | None = None
-    pack: bool = True  # model.use_remove_padding (posttrain.modeling.packing)
+    pack: bool = True  # model.use_remove_padding (posttrain.models.packing)
+    lean_forward: str = "off"  # "compiled" with actor.use_torch_compile (posttrain.models.lean_forward)
 
     def __post_init__(self) -> None:
         # seq-mean-token-sum-norm divides by a constant. Left as None, `aggregate_loss` would divide
@@ -136,7 +138,7 @@ class Actor:
         self.model.eval()
         try:
             size, max_tokens = self.s.logprob_batching or (self.s.micro_batch_size, self.s.max_tokens_per_micro_batch)
-            with autocast(self.model, self.s.compute_dtype):
+            with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward):
                 return batched_logprobs(self.model, batch, self.s.temperature, size, max_tokens, self.s.pack)
         finally:
             self.model.train(was_training)
@@ -182,7 +184,7 @@ class Actor:
 
     def _micro_loss(self, micro: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
         need_entropy = True  # entropy is always logged; its gradient only flows with entropy_coeff
-        with autocast(self.model, self.s.compute_dtype):
+        with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward):
             out = response_logprobs(
                 self.model,
                 micro.prompt_ids,

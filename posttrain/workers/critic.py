@@ -17,8 +17,9 @@ from torch import Tensor, nn
 from posttrain.algorithms import value_loss
 from posttrain.checkpoint.save import Role
 from posttrain.checkpoint.state import Extra
-from posttrain.modeling.logprobs import response_hidden_states
-from posttrain.modeling.precision import autocast
+from posttrain.models.lean_forward import lean_mode
+from posttrain.models.logprobs import response_hidden_states
+from posttrain.models.precision import autocast
 from posttrain.records import RolloutBatch
 from posttrain.workers.microbatch import (
     clip_and_step,
@@ -47,7 +48,8 @@ class CriticSettings:
     max_tokens_per_micro_batch: int | None = None  # critic.ppo_max_token_len_per_gpu when use_dynamic_bsz
     # (responses per forward, token budget or None) of value passes without backward (compute_values)
     forward_batching: tuple[int, int | None] | None = None
-    pack: bool = True  # critic.model.use_remove_padding (posttrain.modeling.packing)
+    pack: bool = True  # critic.model.use_remove_padding (posttrain.models.packing)
+    lean_forward: str = "off"  # "compiled" with actor.use_torch_compile (posttrain.models.lean_forward)
 
 
 class Critic:
@@ -73,7 +75,7 @@ class Critic:
         return Role(self.model, self.optimizer, Extra(self.extra_state, self.load_extra_state))
 
     def _values(self, batch: RolloutBatch) -> Tensor:
-        with autocast(self.model, self.s.compute_dtype):
+        with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward):
             hidden = response_hidden_states(
                 self.model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask, pack=self.s.pack
             )  # (b, T, H)

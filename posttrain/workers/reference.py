@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from posttrain.modeling import response_logprobs
-from posttrain.modeling.precision import autocast
+from posttrain.models.lean_forward import lean_mode
+from posttrain.models.logprobs import response_logprobs
+from posttrain.models.precision import autocast
 from posttrain.records import RolloutBatch
 from posttrain.workers.microbatch import forward_in_order
 
@@ -16,21 +17,22 @@ class ReferencePolicy:
 
     def __init__(
         self, model: nn.Module, *, temperature: float, micro_batch_size: int, max_tokens: int | None = None,
-        compute_dtype: str = "fp32", pack: bool = True,
+        compute_dtype: str = "fp32", pack: bool = True, lean_forward: str = "off",
     ):
-        """`compute_dtype`: ref.fsdp_config.mixed_precision.param_dtype (posttrain.modeling.precision);
-        `pack`: model.use_remove_padding."""
+        """`compute_dtype`: ref.fsdp_config.mixed_precision.param_dtype (posttrain.models.precision);
+        `pack`: model.use_remove_padding; `lean_forward`: posttrain.models.lean_forward's mode."""
         self.model = model.eval().requires_grad_(False)
         self.temperature = temperature
         self.micro_batch_size = micro_batch_size
         self.max_tokens = max_tokens
         self.compute_dtype = compute_dtype
         self.pack = pack
+        self.lean_forward = lean_forward
 
     @torch.inference_mode()
     def compute_logprobs(self, batch: RolloutBatch) -> Tensor:
         """log pi_ref of each response token, (B, T); 0 on padding."""
-        with autocast(self.model, self.compute_dtype):
+        with autocast(self.model, self.compute_dtype), lean_mode(self.lean_forward):
             return batched_logprobs(self.model, batch, self.temperature, self.micro_batch_size, self.max_tokens, self.pack)
 
 

@@ -349,7 +349,7 @@ def test_every_documented_key_has_a_home(framework_keys):
 
 def test_entropy_chunking_is_accepted_because_posttrain_always_chunks():
     from posttrain.config.explain import explain
-    from posttrain.modeling.logprobs import MAX_CHUNK_ELEMENTS
+    from posttrain.models.logprobs import MAX_CHUNK_ELEMENTS
 
     cfg = load_config(None, ["actor.entropy_from_logits_with_chunking=true", "ref.entropy_from_logits_with_chunking=true"])
     assert cfg.actor.entropy_from_logits_with_chunking is True and cfg.ref.entropy_from_logits_with_chunking is True

@@ -15,3 +15,4 @@ from posttrain.models.tiny import make_tiny_model
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A default tiny Qwen2 model + tokenizer directory (seed 0). Do not write into it."""
     return make_tiny_model(tmp_path_factory.mktemp("tiny_model"), seed=0)
+

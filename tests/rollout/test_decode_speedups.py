@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posttrain.modeling import batch_logprobs
+from posttrain.models.logprobs import batch_logprobs
 from posttrain.rollout import HFEngine, SamplingParams
 from test_hf_engine import PAD, PROMPTS, hf_greedy, prompt_batch
 

@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch
 
-from posttrain.modeling import batch_logprobs
+from posttrain.models.logprobs import batch_logprobs
 from posttrain.rollout import HFEngine, SamplingParams
 from posttrain.rollout.hf_engine import auto_decode_workers
 from test_hf_engine import PAD, PROMPTS, prompt_batch

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from posttrain.modeling import batch_logprobs, response_logprobs
+from posttrain.models.logprobs import batch_logprobs, response_logprobs
 from posttrain.records import PromptBatch
 from posttrain.rollout import HFEngine, RolloutEngine, SamplingParams, StalePolicyError
 

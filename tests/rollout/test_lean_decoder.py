@@ -7,9 +7,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from posttrain.modeling import batch_logprobs, lm_head_logits, position_ids_from_mask
+from posttrain.models.logprobs import batch_logprobs, lm_head_logits
+from posttrain.models.positions import position_ids_from_mask
 from posttrain.rollout import HFEngine, SamplingParams
-from posttrain.rollout.lean_decoder import LeanDecoder, lean_unsupported_reason
+from posttrain.models.lean_decoder import LeanDecoder, lean_unsupported_reason
 from test_hf_engine import PAD, prompt_batch
 
 

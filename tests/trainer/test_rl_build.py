@@ -238,7 +238,7 @@ def test_a_critic_tokenizer_with_another_vocabulary_is_refused(tmp_path):
 
 
 def test_use_remove_padding_switches_packing_for_every_role(tmp_path, monkeypatch):
-    import posttrain.modeling.logprobs as logprobs_module
+    import posttrain.models.logprobs as logprobs_module
 
     model_dir = make_tiny_model(tmp_path / "m", layers=1, hidden=32, heads=2)
     base = [f"model.path={model_dir}", "algorithm.adv_estimator=gae", "actor.use_kl_loss=true"]

@@ -89,7 +89,7 @@ def test_split_invariance_check_catches_unweighted_accumulation(policy, monkeypa
 def test_full_batch_gradient_is_that_of_the_documented_loss(policy):
     """loss = pg - entropy_coeff * entropy + kl_coef * kl, each aggregated with loss_agg_mode."""
     from posttrain.algorithms import aggregate_loss, kl_penalty, ppo_clip_loss
-    from posttrain.modeling import batch_logprobs
+    from posttrain.models.logprobs import batch_logprobs
 
     batch = prepared_batch(policy)
     got, _ = grads_after_update(policy, batch, loss_agg_mode="seq-mean-token-mean", **LOSS_TERMS)
@@ -256,7 +256,7 @@ def test_rollout_correction_weights_the_policy_loss_and_drops_rejected_tokens(po
     scale the policy loss only, and rejected tokens leave every term and its normaliser; the
     gradient still does not depend on the micro-batch split."""
     from posttrain.algorithms import aggregate_loss, kl_penalty, ppo_clip_loss
-    from posttrain.modeling import batch_logprobs
+    from posttrain.models.logprobs import batch_logprobs
 
     batch = corrected_batch(policy)
     common = dict(loss_agg_mode=mode, loss_scale_factor=scale, **LOSS_TERMS)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from posttrain.algorithms import value_loss
-from posttrain.modeling.positions import concat_prompt_response
+from posttrain.models.positions import concat_prompt_response
 from posttrain.workers import Critic
 from worker_helpers import (
     LENGTHS,

@@ -10,13 +10,13 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from posttrain.config import derive, load_config
 from posttrain.errors import ConfigError
-from posttrain.modeling import response_logprobs
-from posttrain.modeling.precision import autocast
+from posttrain.models.logprobs import response_logprobs
+from posttrain.models.precision import autocast
 from posttrain.models.loading import tokenizer_from_config
 from posttrain.models.tiny import make_tiny_model
 from posttrain.records import PromptBatch
 from posttrain.rollout import SamplingParams
-from posttrain.rollout.lean_decoder import LeanDecoder
+from posttrain.models.lean_decoder import LeanDecoder
 from posttrain.trainer.rl_build import build_roles, engine_precision
 
 

@@ -79,7 +79,7 @@ class ModelConfig:
         refs=["verl:actor_rollout_ref.model.enable_activation_offload"],
     )
     use_remove_padding: bool = param(
-        True, doc="Training-side forwards of the policy (actor update, old and reference log-probs) pack the real tokens of several sequences into one row instead of padding them, where the model keeps packed sequences apart (posttrain.modeling.packing; equal up to float rounding). On by default, unlike verl: it is exact and faster. false runs padded batches.",
+        True, doc="Training-side forwards of the policy (actor update, old and reference log-probs) pack the real tokens of several sequences into one row instead of padding them, where the model keeps packed sequences apart (posttrain.models.packing; equal up to float rounding). On by default, unlike verl: it is exact and faster. false runs padded batches.",
         refs=["verl:actor_rollout_ref.model.use_remove_padding"],
     )
     use_liger: bool = param(

@@ -23,10 +23,10 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from posttrain.modeling.lean_forward import lean_forward_reason, lean_hidden_states
-from posttrain.modeling.packing import pack_batch, packing_supported
-from posttrain.modeling.positions import concat_prompt_response
-from posttrain.modeling.shared_prompt import mask_for_kernel, pack_shared_prompts, shared_prompt_supported
+from posttrain.models.lean_forward import lean_forward_reason, lean_hidden_states
+from posttrain.models.packing import pack_batch, packing_supported
+from posttrain.models.positions import concat_prompt_response
+from posttrain.models.shared_prompt import mask_for_kernel, pack_shared_prompts, shared_prompt_supported
 from posttrain.records import RolloutBatch
 
 # Cap on one chunk's logits, in elements: 2**26 fp32 values is 256 MiB, a few copies of which
@@ -79,7 +79,7 @@ def check_head_matches(model: nn.Module, atol: float = 1e-4) -> None:
     if err > atol * max(1.0, reference.abs().max().item()):
         raise NotImplementedError(
             f"{type(model).__name__}: logits from decoder + lm_head differ from model(...) by {err:.3g}; "
-            "its forward applies a logit transform that posttrain.modeling.lm_head_logits lacks"
+            "its forward applies a logit transform that posttrain.models.lm_head_logits lacks"
         )
 
 
@@ -154,12 +154,12 @@ def response_hidden_states(
     """Decoder hidden states at the positions that predict each response token: (B, T, H).
 
     Token t of the response sits at column P + t of the full sequence and is predicted by column
-    P + t - 1. With `pack` (and a model that supports it, see `posttrain.modeling.packing`) the
+    P + t - 1. With `pack` (and a model that supports it, see `posttrain.models.packing`) the
     real tokens of several rows share one row of the forward pass, so no padding is computed;
     otherwise columns that are padding in every row are cut before the forward and the result is
     padded back. Positions of padded response tokens hold zeros (packed) or unused states. Critics
     put their value head on the same positions (the value of the state before token t).
-    `share_prompt` computes each group's prompt once (`posttrain.modeling.shared_prompt`).
+    `share_prompt` computes each group's prompt once (`posttrain.models.shared_prompt`).
     """
     B, P = prompt_ids.shape
     T = response_ids.shape[1]

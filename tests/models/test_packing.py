@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from posttrain.modeling import response_hidden_states, response_logprobs
-from posttrain.modeling.packing import pack_batch, packing_supported
+from posttrain.models.logprobs import response_hidden_states, response_logprobs
+from posttrain.models.packing import pack_batch, packing_supported
 
 
 def batch(prompts: list[list[int]], responses: list[list[int]]):

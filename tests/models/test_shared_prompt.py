@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posttrain.modeling import response_logprobs
-from posttrain.modeling.shared_prompt import pack_shared_prompts, shared_prompt_supported
+from posttrain.models.logprobs import response_logprobs
+from posttrain.models.shared_prompt import pack_shared_prompts, shared_prompt_supported
 
 # Two groups of two responses (prompts 11 12 and 21 22 23) and a prompt of its own.
 PROMPT_IDS = torch.tensor([[0, 11, 12], [0, 11, 12], [21, 22, 23], [21, 22, 23], [0, 0, 31]])

@@ -12,7 +12,7 @@ went from 0.658 to 0.603 s (1 thread). The ops, each as HF's modules compute it:
 
 - the HF module's parameters are read at call time (nothing copied, autograd reaches them as is);
 - RMSNorm: `F.rms_norm` in fp32 (same result as HF's steps), HF's steps in other dtypes
-  (`posttrain.rollout.lean_decoder._rms_norm`);
+  (`posttrain.models.lean_ops.rms_norm`, shared with the decoder);
 - rotary: cos/sin from the same fp32 products `position * inv_freq` as HF's rotary module, with
   the sign of `rotate_half` moved into the sin table (exact, as in the lean decoder);
 - attention: `F.scaled_dot_product_attention` with `is_causal` when every row is one causal
@@ -23,9 +23,9 @@ went from 0.658 to 0.603 s (1 thread). The ops, each as HF's modules compute it:
   grouped-query heads by repeating keys and values (as HF's `repeat_kv`);
 - MLP: `F.silu(gate) * up`, then down.
 
-Supported: what `posttrain.rollout.lean_decoder.lean_unsupported_reason` accepts, no attention
+Supported: what `posttrain.models.lean_ops.lean_unsupported_reason` accepts, no attention
 dropout while training, no gradient checkpointing on the decoder. Otherwise callers use the HF
-decoder (`lean_forward_reason` says why). Exactness (tests/modeling/test_lean_forward.py):
+decoder (`lean_forward_reason` says why). Exactness (tests/models/test_lean_forward.py):
 response log-probs equal the HF path's to 1e-5 in fp32 and parameter gradients to 1e-5 relative,
 padded and packed, with GQA, biases, tied embeddings and Llama; compiled equals eager likewise.
 """
@@ -33,37 +33,50 @@ padded and packed, with GQA, biases, tied embeddings and Llama; compiled equals 
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from posttrain.models.lean_ops import lean_unsupported_reason, rms_norm, rotary_tables, swap_halves
 
-# Which forward `posttrain.modeling` uses for supported models: "off" (HF's decoder), "eager"
+
+# Which forward the training-side passes use for supported models: "off" (HF's decoder), "eager"
 # (this module's ops), "compiled" (the same ops with each layer compiled by `torch.compile`, which
-# fuses the elementwise work; needs a working compiler, falls back to "eager" when compiling fails).
-# Off by default: eager alone measured no faster than HF's decoder (docs/performance.md). An RL
-# stage sets it from `actor.use_torch_compile` (posttrain.trainer.rl); tests call `set_mode`.
+# fuses the elementwise work; falls back to "eager" when compiling fails). Off by default: eager
+# alone measured no faster than HF's decoder (docs/performance.md). A context variable, not a module
+# setting: each role (actor, reference, critic) runs its forwards inside `lean_mode(...)` with its
+# own choice (`actor.use_torch_compile`), so roles sharing a process never see each other's.
 MODES = ("off", "eager", "compiled")
-MODE = "off"
+_MODE: ContextVar[str] = ContextVar("posttrain_lean_forward", default="off")
 _compiled_layer = None
+_compile_failed = False  # a fact about this process's compiler, learnt once: later calls run eager
 
 
-def set_mode(mode: str) -> None:
-    """Choose the forward: one of `MODES`."""
-    global MODE
+@contextmanager
+def lean_mode(mode: str) -> Iterator[None]:
+    """Run the forwards inside the block with lean forward `mode` (one of `MODES`)."""
     if mode not in MODES:
         raise ValueError(f"lean forward mode {mode!r}: use one of {', '.join(MODES)}")
-    MODE = mode
+    token = _MODE.set(mode)
+    try:
+        yield
+    finally:
+        _MODE.reset(token)
+
+
+def current_mode() -> str:
+    """The lean forward mode of the calling context ("off" outside any `lean_mode` block)."""
+    return _MODE.get()
 
 
 def lean_forward_reason(model: nn.Module) -> str | None:
     """Why `lean_hidden_states` cannot stand in for `model.get_decoder()` exactly, or None."""
-    if MODE == "off":
-        return "off (posttrain.modeling.lean_forward.MODE)"
-    # Imported here: posttrain.rollout imports posttrain.modeling.
-    from posttrain.rollout.lean_decoder import lean_unsupported_reason
-
+    if _MODE.get() == "off":
+        return "off (no lean_mode block, or lean_mode('off'))"
     reason = lean_unsupported_reason(model)
     if reason is not None:
         return reason
@@ -107,13 +120,8 @@ def lean_hidden_states(
     config = model.config
     K, W = input_ids.shape
     x = body.embed_tokens(input_ids)  # (K, W, H); the module keeps padding_idx's gradient rule
-    rotary = body.rotary_emb
-    freqs = position_ids[..., None].float() * rotary.inv_freq.float()  # (K, W, D/2), as HF's rotary module
-    emb = torch.cat((freqs, freqs), dim=-1)  # (K, W, D)
-    cos = (emb.cos() * rotary.attention_scaling).to(x.dtype)[:, None]  # (K, 1, W, D): broadcast over heads
-    sin = (emb.sin() * rotary.attention_scaling).to(x.dtype)
-    half = sin.shape[-1] // 2
-    sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, None]  # rotate_half's sign folded in
+    cos, sin = rotary_tables(body.rotary_emb, position_ids, x.dtype)  # (K, W, D) each
+    cos, sin = cos[:, None], sin[:, None]  # (K, 1, W, D): broadcast over heads
     mask = _attention_mask(position_ids, attention_mask)
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     for layer in body.layers:
@@ -125,14 +133,14 @@ def lean_hidden_states(
         norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
         eps = (layer.input_layernorm.variance_epsilon, layer.post_attention_layernorm.variance_epsilon)
         x = _run_layer(x, cos, sin, mask, weights, norms, eps, heads, kv_heads, attn.scaling)
-    return _rms_norm(x, body.norm.weight, body.norm.variance_epsilon)
+    return rms_norm(x, body.norm.weight, body.norm.variance_epsilon)
 
 
 def _run_layer(*args) -> Tensor:
     """`_layer`, compiled in "compiled" mode: one graph for every layer (parameters are arguments,
     not modules, so dynamo does not specialise on each layer), dynamic shapes, built on first use."""
-    global _compiled_layer, MODE
-    if MODE != "compiled":
+    global _compiled_layer, _compile_failed
+    if _MODE.get() != "compiled" or _compile_failed:
         return _layer(*args)
     if _compiled_layer is None:
         _compiled_layer = torch.compile(_layer, dynamic=True)
@@ -140,7 +148,7 @@ def _run_layer(*args) -> Tensor:
         return _compiled_layer(*args)
     except Exception as error:  # no compiler, unsupported backend...: the same arithmetic uncompiled
         warnings.warn(f"posttrain lean forward: torch.compile failed ({type(error).__name__}: {error}); using eager ops")
-        MODE = "eager"
+        _compile_failed = True
         return _layer(*args)
 
 
@@ -155,33 +163,17 @@ def _layer(
     wq, bq, wk, bk, wv, bv, wo, bo, wg, bg, wu, bu, wd, bd = weights
     K, W = x.shape[:2]
     D = cos.shape[-1]
-    h = _rms_norm(x, norms[0], eps[0])
+    h = rms_norm(x, norms[0], eps[0])
     q = F.linear(h, wq, bq).view(K, W, heads, D).transpose(1, 2)
     k = F.linear(h, wk, bk).view(K, W, kv_heads, D).transpose(1, 2)
     v = F.linear(h, wv, bv).view(K, W, kv_heads, D).transpose(1, 2)
-    q = q * cos + _swap_halves(q) * sin  # (K, heads, W, D)
-    k = k * cos + _swap_halves(k) * sin  # (K, kv_heads, W, D)
+    q = q * cos + swap_halves(q) * sin  # (K, heads, W, D)
+    k = k * cos + swap_halves(k) * sin  # (K, kv_heads, W, D)
     if heads != kv_heads:  # head j * group + r uses kv head j, as HF's repeat_kv
         group = heads // kv_heads
         k = k[:, :, None].expand(K, kv_heads, group, W, D).reshape(K, heads, W, D)
         v = v[:, :, None].expand(K, kv_heads, group, W, D).reshape(K, heads, W, D)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scaling)
     x = x + F.linear(out.transpose(1, 2).reshape(K, W, heads * D), wo, bo)
-    h = _rms_norm(x, norms[1], eps[1])
+    h = rms_norm(x, norms[1], eps[1])
     return x + F.linear(F.silu(F.linear(h, wg, bg)) * F.linear(h, wu, bu), wd, bd)
-
-
-def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """HF's Llama/Qwen2 RMSNorm (as `posttrain.rollout.lean_decoder._rms_norm`): torch's fused op
-    in fp32, where it gives the same result; HF's steps (fp32 statistics, cast, scale) otherwise."""
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, (x.shape[-1],), weight, eps)
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(x.dtype)
-
-
-def _swap_halves(x: Tensor) -> Tensor:
-    """cat(x2, x1) over the last dim; with the signed sin table this is HF's rotate_half."""
-    half = x.shape[-1] // 2
-    return torch.cat((x[..., half:], x[..., :half]), dim=-1)

@@ -6,7 +6,7 @@ This is what FSDP's `MixedPrecision(param_dtype=torch.bfloat16)` gives a verl ro
 fp16 is not offered). Matmuls and attention run in bf16, autocast keeps its fp32 list (softmax,
 log-softmax, norms' reductions) in fp32; parameters, gradients and AdamW state stay in the model's
 dtype. posttrain's log-probs are computed from fp32 logits in any case
-(`posttrain.modeling.lm_head_logits`).
+(`posttrain.models.lm_head_logits`).
 
 Why offer it on CPU: on processors with AVX512-BF16 or AMX, oneDNN's bf16 matmuls run 2-3x the
 fp32 rate (docs/performance.md). It changes the arithmetic, so it is an explicit option, never a

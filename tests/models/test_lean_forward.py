@@ -1,4 +1,4 @@
-"""The lean training forward (posttrain.modeling.lean_forward) against the HF decoder: same response
+"""The lean training forward (posttrain.models.lean_forward) against the HF decoder: same response
 log-probs to 1e-5 and same parameter gradients to 1e-5 relative, padded and packed, with GQA
 (the conftest model: 4 heads, 2 kv heads), biases (Qwen2's q/k/v), tied embeddings and Llama."""
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-import posttrain.modeling.lean_forward as lean_forward
-import posttrain.modeling.logprobs as logprobs_module
-from posttrain.modeling import response_logprobs
-from posttrain.modeling.lean_forward import lean_forward_reason, lean_hidden_states
+import posttrain.models.lean_forward as lean_forward
+import posttrain.models.logprobs as logprobs_module
+from posttrain.models.logprobs import response_logprobs
+from posttrain.models.lean_forward import lean_forward_reason, lean_hidden_states
 
 
 def batch(B=6, P=7, T=5, seed=1):
@@ -24,15 +24,15 @@ def batch(B=6, P=7, T=5, seed=1):
     return pid, pm, rid, rm
 
 
-def logprobs_and_grads(model, lean, pack, monkeypatch):
-    monkeypatch.setattr(lean_forward, "MODE", "eager" if lean else "off")
-    monkeypatch.setattr("posttrain.modeling.packing.MIN_SAVING", 0.0 if pack else 2.0)
+def logprobs_and_grads(model, lean, pack, monkeypatch, mode="eager"):
+    monkeypatch.setattr("posttrain.models.packing.MIN_SAVING", 0.0 if pack else 2.0)
     calls = []
     original = logprobs_module.lean_hidden_states
     monkeypatch.setattr(logprobs_module, "lean_hidden_states", lambda *a: calls.append(a[2].shape) or original(*a))
     model.zero_grad(set_to_none=True)
     pid, pm, rid, rm = batch()
-    out = response_logprobs(model, pid, pm, rid, rm, with_entropy=True)
+    with lean_forward.lean_mode(mode if lean else "off"):
+        out = response_logprobs(model, pid, pm, rid, rm, with_entropy=True)
     assert len(calls) == int(lean)
     if lean:  # packed rows are fewer than the batch's 6 sequences
         assert (calls[0][0] < 6) == pack
@@ -44,8 +44,8 @@ def logprobs_and_grads(model, lean, pack, monkeypatch):
 
 def assert_same(model, monkeypatch):
     model.train()  # the actor update runs in train mode; these configs have no dropout
-    monkeypatch.setattr(lean_forward, "MODE", "eager")
-    assert lean_forward_reason(model) is None
+    with lean_forward.lean_mode("eager"):
+        assert lean_forward_reason(model) is None
     reference, ref_grads = logprobs_and_grads(model, False, False, monkeypatch)
     for pack in (False, True):
         out, grads = logprobs_and_grads(model, True, pack, monkeypatch)
@@ -77,19 +77,33 @@ def test_tied_embeddings_and_llama_equal_hf(monkeypatch):
     assert_same(llama, monkeypatch)
 
 
-def test_unsupported_models_fall_back_to_hf(tiny_lm, monkeypatch):
-    monkeypatch.setattr(lean_forward, "MODE", "off")
-    assert lean_forward_reason(tiny_lm).startswith("off")
-    lean_forward.set_mode("eager")
+def test_unsupported_models_fall_back_to_hf(tiny_lm):
+    assert lean_forward_reason(tiny_lm).startswith("off")  # outside any lean_mode block
     with pytest.raises(ValueError, match="compiled"):
-        lean_forward.set_mode("fast")
-    tiny_lm.train()
-    tiny_lm.config.attention_dropout = 0.1
-    assert lean_forward_reason(tiny_lm) == "attention dropout while training"
-    tiny_lm.eval()
-    assert lean_forward_reason(tiny_lm) is None
-    tiny_lm.config.hidden_act = "gelu"
-    assert "hidden_act" in lean_forward_reason(tiny_lm)
+        with lean_forward.lean_mode("fast"):
+            pass
+    with lean_forward.lean_mode("eager"):
+        tiny_lm.train()
+        tiny_lm.config.attention_dropout = 0.1
+        assert lean_forward_reason(tiny_lm) == "attention dropout while training"
+        tiny_lm.eval()
+        assert lean_forward_reason(tiny_lm) is None
+        tiny_lm.config.hidden_act = "gelu"
+        assert "hidden_act" in lean_forward_reason(tiny_lm)
+    assert lean_forward.current_mode() == "off"  # the block's mode ends with it
+
+
+def test_the_mode_belongs_to_the_calling_thread(tiny_lm):
+    """Two roles in one process (e.g. on decode or worker threads) do not see each other's mode."""
+    import threading
+
+    seen = []
+    with lean_forward.lean_mode("eager"):
+        worker = threading.Thread(target=lambda: seen.append(lean_forward.current_mode()))
+        worker.start()
+        worker.join()
+        assert lean_forward.current_mode() == "eager"
+    assert seen == ["off"]
 
 
 def test_unpadded_rows_use_plain_causal_attention_and_match_hf(tiny_lm):
@@ -106,15 +120,15 @@ def test_compiled_layers_match_eager(tiny_lm, monkeypatch):
     """"compiled" runs the same ops through torch.compile (or falls back to eager with a warning)."""
     tiny_lm.train()
     eager, eager_grads = logprobs_and_grads(tiny_lm, True, True, monkeypatch)
-    monkeypatch.setattr(lean_forward, "MODE", "compiled")
     monkeypatch.setattr(lean_forward, "_compiled_layer", None)
     monkeypatch.setattr(logprobs_module, "lean_hidden_states", lean_hidden_states)
-    monkeypatch.setattr("posttrain.modeling.packing.MIN_SAVING", 0.0)
+    monkeypatch.setattr("posttrain.models.packing.MIN_SAVING", 0.0)
     tiny_lm.zero_grad(set_to_none=True)
     pid, pm, rid, rm = batch()
-    out = response_logprobs(tiny_lm, pid, pm, rid, rm, with_entropy=True)
-    ((out.logprobs * rm).sum() + 0.1 * (out.entropy * rm).sum()).backward()
-    assert lean_forward.MODE == "compiled"  # compiled, not fallen back to eager
+    with lean_forward.lean_mode("compiled"):
+        out = response_logprobs(tiny_lm, pid, pm, rid, rm, with_entropy=True)
+        ((out.logprobs * rm).sum() + 0.1 * (out.entropy * rm).sum()).backward()
+    assert lean_forward._compiled_layer is not None and not lean_forward._compile_failed  # compiled, not fallen back to eager
     torch.testing.assert_close(out.logprobs, eager.logprobs, atol=1e-5, rtol=0)
     for name, p in tiny_lm.named_parameters():
         scale = eager_grads[name].abs().max().clamp(min=1e-12)

@@ -23,7 +23,7 @@ import weakref
 import torch
 from torch import Tensor, nn
 
-from posttrain.modeling.packing import PackedBatch, _contiguous
+from posttrain.models.packing import PackedBatch, _contiguous
 
 _SUPPORTED: "weakref.WeakKeyDictionary[nn.Module, dict[str, bool]]" = weakref.WeakKeyDictionary()
 # Attention kernels whose mask input we know how to write: bool (True = attend) or additive float.

@@ -41,36 +41,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2"})
+from posttrain.models.lean_ops import lean_unsupported_reason, rms_norm, rotary_tables, swap_halves
 
-
-def lean_unsupported_reason(model: nn.Module) -> str | None:
-    """Why the lean decoder cannot run `model` exactly, or None when it can."""
-    config = model.config
-    if getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
-        return f"model_type {getattr(config, 'model_type', None)!r} is not one of {sorted(SUPPORTED_MODEL_TYPES)}"
-    if getattr(config, "hidden_act", "silu") != "silu":
-        return f"hidden_act {config.hidden_act!r} (only silu)"
-    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    if rope.get("rope_type", rope.get("type", "default")) != "default":
-        return f"rope_type {rope.get('rope_type', rope.get('type'))!r} (only default)"
-    if any(t != "full_attention" for t in getattr(config, "layer_types", None) or []):
-        return "sliding-window attention layers"
-    if getattr(config, "pretraining_tp", 1) != 1:
-        return "pretraining_tp > 1"
-    body = model.get_decoder()
-    if type(getattr(body, "embed_tokens", None)) is not nn.Embedding or not hasattr(body, "rotary_emb"):
-        return "decoder without a plain embed_tokens / rotary_emb"
-    for module in body.modules():
-        if module._forward_hooks or module._forward_pre_hooks:
-            return f"forward hooks on {type(module).__name__}"
-    for layer in body.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        for linear in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
-            if type(linear) is not nn.Linear:
-                return f"{type(linear).__name__} instead of nn.Linear"
-    return None
-
+__all__ = ["LeanDecoder", "lean_unsupported_reason"]
 
 class LeanDecoder:
     """Prefill and one-token decode steps over a preallocated K/V cache; see the module docstring.
@@ -91,16 +64,8 @@ class LeanDecoder:
         self.scaling = attn.scaling
         self.max_len = max_len
         rotary = self.body.rotary_emb
-        positions = torch.arange(max_len, device=rotary.inv_freq.device, dtype=torch.float32)
-        freqs = positions[:, None] * rotary.inv_freq.float()[None, :]  # (max_len, D/2), as HF's rotary module
-        emb = torch.cat((freqs, freqs), dim=-1)  # (max_len, D)
-        dtype = self.body.embed_tokens.weight.dtype
-        self.cos = (emb.cos() * rotary.attention_scaling).to(dtype)  # (max_len, D)
-        sin = (emb.sin() * rotary.attention_scaling).to(dtype)
-        # rotate_half(x) * sin = cat(-x2, x1) * sin = cat(x2, x1) * cat(-sin1, sin2): the sign moves
-        # into the table (exact: negation commutes with rounding), which saves a negation per call.
-        half = self.head_dim // 2
-        self.sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)  # (max_len, D)
+        positions = torch.arange(max_len, device=rotary.inv_freq.device)
+        self.cos, self.sin_signed = rotary_tables(rotary, positions, self.body.embed_tokens.weight.dtype)  # (max_len, D) each
         self.kv: Tensor | None = None  # (layers, 2, b, kv_heads, max_len, D)
         self.bias: Tensor | None = None  # (b, kv_heads, 1, max_len): 0 or finfo.min per key slot
         self.length = 0  # slots written
@@ -146,18 +111,18 @@ class LeanDecoder:
         start, self.length = self.length, self.length + S
         for i, layer in enumerate(self.layers):
             x = self._layer(i, layer, x, cos, sin, b, S, start, bias)
-        return _rms_norm(x, self.body.norm)
+        return rms_norm(x, self.body.norm.weight, self.body.norm.variance_epsilon)
 
     def _layer(
         self, i: int, layer: nn.Module, x: Tensor, cos: Tensor, sin: Tensor, b: int, S: int, start: int, bias: Tensor
     ) -> Tensor:
         attn, mlp, D = layer.self_attn, layer.mlp, self.head_dim
-        h = _rms_norm(x, layer.input_layernorm)  # (N, H), N = b*S
+        h = rms_norm(x, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)  # (N, H), N = b*S
         q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(b * S, self.heads, D)
         k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(b * S, self.kv_heads, D)
         v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(b, S, self.kv_heads, D)
-        q = q * cos + _swap_halves(q) * sin  # rotary, as HF's apply_rotary_pos_emb
-        k = k * cos + _swap_halves(k) * sin
+        q = q * cos + swap_halves(q) * sin  # rotary, as HF's apply_rotary_pos_emb
+        k = k * cos + swap_halves(k) * sin
         end = start + S
         keys, values = self.kv[i, 0], self.kv[i, 1]  # (b, kv, max_len, D) each
         keys[:, :, start:end] = k.view(b, S, self.kv_heads, D).transpose(1, 2)
@@ -173,23 +138,7 @@ class LeanDecoder:
         out = torch.bmm(probs, values)  # (b*kv, group*S, D)
         out = out.view(b, self.heads, S, D).transpose(1, 2).reshape(b * S, self.heads * D)  # (N, heads*D)
         x = x + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
-        h = _rms_norm(x, layer.post_attention_layernorm)
+        h = rms_norm(x, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
         gate = F.silu(F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias))
         up = F.linear(h, mlp.up_proj.weight, mlp.up_proj.bias)
         return x + F.linear(gate * up, mlp.down_proj.weight, mlp.down_proj.bias)
-
-
-def _rms_norm(x: Tensor, norm: nn.Module) -> Tensor:
-    """HF's Llama/Qwen2 RMSNorm: normalise in fp32, cast back, then scale. In fp32 torch's fused
-    kernel gives the same result (one kernel instead of five); other dtypes follow HF's steps."""
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * h.to(x.dtype)
-
-
-def _swap_halves(x: Tensor) -> Tensor:
-    """cat(x2, x1) over the last dim; with the signed sin table this is HF's rotate_half."""
-    half = x.shape[-1] // 2
-    return torch.cat((x[..., half:], x[..., :half]), dim=-1)

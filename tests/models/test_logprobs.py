@@ -1,12 +1,8 @@
 import pytest
 import torch
 
-from posttrain.modeling import (
-    check_head_matches,
-    concat_prompt_response,
-    position_ids_from_mask,
-    response_logprobs,
-)
+from posttrain.models.logprobs import check_head_matches, response_logprobs
+from posttrain.models.positions import concat_prompt_response, position_ids_from_mask
 
 PROMPTS = [[5, 6, 7], [1, 2, 3, 4, 9], [8]]
 RESPONSES = [[10, 11, 12, 13], [20, 21], [30, 31, 32]]
