@@ -20,8 +20,8 @@ the batch with its share of the torch threads. A decode step's ops are small (ba
 256): torch runs them on one core even when it has two, so one batch on 2 threads decoded no faster
 than on 1. Two shards of 32 rows on one thread each keep both cores busy; measured on this 2-core
 machine (batch 64, 64 tokens, vocabulary 100, `benchmarks/rollout_throughput.py`): see
-docs/performance.md. Each shard samples from its own generator, seeded from the engine's, so a run
-stays reproducible for a given number of workers (the samples differ from a 1-worker run's).
+docs/performance.md. Sampling randomness is keyed per response row (`posttrain.rollout.sampling`), so
+the samples are the same whatever the number of decode threads, rollout workers or batch cut.
 
 Two forwards behind one small interface (prefill, step, reorder): for Llama/Qwen2-family models
 `LeanDecoder` (models/lean_decoder.py: the same arithmetic as the HF modules in a short list of
@@ -52,7 +52,7 @@ from posttrain.models.positions import position_ids_from_mask
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, StalePolicyError
 from posttrain.models.lean_decoder import LeanDecoder, lean_unsupported_reason
-from posttrain.rollout.sampling import next_tokens
+from posttrain.rollout.sampling import keyed_uniforms, next_tokens, row_keys
 
 
 def _token_ids(value: int | Sequence[int] | None) -> list[int]:
@@ -109,7 +109,7 @@ class HFEngine:
         self.pad_token_id = int(pad_token_id)
         self.max_num_seqs = max_num_seqs
         self.device = next(self.model.parameters()).device
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.seed = int(seed)  # with each row's prompt uid and sample index, keys its sampling noise
         self._version = version
         if attn_implementation == "auto":
             attn_implementation = "eager" if self.device.type == "cpu" else None
@@ -151,8 +151,10 @@ class HFEngine:
         """`params.n` responses per prompt; rows of one prompt are adjacent and share `group_index`.
 
         `expected_version` is the actor's current weights version; a mismatch raises
-        `StalePolicyError`. `seed` reseeds the sampler (e.g. for reproducible validation);
-        otherwise the engine's generator, seeded at construction, keeps advancing.
+        `StalePolicyError`. Row i's sampling noise is keyed by (seed, its prompt's uid, its index
+        within the group) (`posttrain.rollout.sampling.row_keys`); `seed` replaces the engine's seed
+        for this call. Prompts that must sample independently need distinct uids (the trainer makes
+        them unique per step; a validation reuses its uids, so every validation draws the same noise).
         """
         if expected_version != self._version:
             raise StalePolicyError(
@@ -162,9 +164,9 @@ class HFEngine:
             )
         if bool((prompts.attention_mask.sum(1) == 0).any()):
             raise ValueError("every prompt needs at least one real token (a row of attention_mask is all 0)")
-        if seed is not None:
-            self.generator.manual_seed(seed)
         rows = prompts.repeat_interleave(params.n)
+        samples = list(range(params.n)) * len(prompts)  # index of each row within its group
+        keys = row_keys(self.seed if seed is None else seed, rows.uid, samples, self.device)  # (B, 2)
         chunk = self.max_num_seqs or len(rows)
         pieces = []
         was_training = self.model.training
@@ -178,35 +180,33 @@ class HFEngine:
         if switch:
             self.model.set_attn_implementation(self.attn_implementation)
         try:
-            for part in rows.split(chunk):
-                pieces.extend(self._rollout_sharded(part, params, lean))
+            for start in range(0, len(rows), chunk):
+                part = rows[start : start + chunk]
+                pieces.extend(self._rollout_sharded(part, params, lean, keys[start : start + chunk]))
         finally:
             self.model.train(was_training)
             if switch:
                 self.model.set_attn_implementation(own_attn)
         return RolloutBatch.cat(pieces)
 
-    def _rollout_sharded(self, rows: PromptBatch, params: SamplingParams, lean: bool) -> list[RolloutBatch]:
+    def _rollout_sharded(self, rows: PromptBatch, params: SamplingParams, lean: bool, keys: Tensor) -> list[RolloutBatch]:
         """`_rollout` on `workers_for(len(rows))` consecutive shards of `rows` at once, one thread
-        each with an equal share of the torch threads (at least one); results in row order.
-
-        Shard i samples from a generator seeded with the i-th of fresh seeds drawn from the engine's
-        generator, so the engine's generator state still determines the whole rollout."""
+        each with an equal share of the torch threads (at least one); results in row order. Each
+        row keeps its own sampling key (`keys`, (B, 2)), so the shards do not change the samples."""
         workers = self.workers_for(len(rows))
         if workers == 1:
-            return [self._rollout(rows, params, lean, self.generator)]
-        shards = rows.split(-(-len(rows) // workers))  # consecutive: a group's rows stay together when they fit
-        seeds = torch.randint(0, 2**62, (len(shards),), generator=self.generator, device=self.device).tolist()
+            return [self._rollout(rows, params, lean, keys)]
+        size = -(-len(rows) // workers)  # consecutive shards: a group's rows stay together when they fit
+        starts = range(0, len(rows), size)
         threads = torch.get_num_threads()
-        per_worker = max(1, threads // len(shards))
+        per_worker = max(1, threads // len(starts))
 
-        def work(shard: PromptBatch, seed: int) -> RolloutBatch:
+        def work(start: int) -> RolloutBatch:
             torch.set_num_threads(per_worker)  # this thread's share; thread-local for the ops it runs
-            generator = torch.Generator(device=self.device).manual_seed(seed)
-            return self._rollout(shard, params, lean, generator)
+            return self._rollout(rows[start : start + size], params, lean, keys[start : start + size])
 
         try:
-            return list(self._decode_pool(len(shards)).map(work, shards, seeds))
+            return list(self._decode_pool(len(starts)).map(work, starts))
         finally:
             torch.set_num_threads(threads)  # the count new threads start with is process-wide
 
@@ -221,11 +221,11 @@ class HFEngine:
             self._pool_size = size
         return self._pool
 
-    def _rollout(self, rows: PromptBatch, params: SamplingParams, lean: bool, generator: torch.Generator) -> RolloutBatch:
+    def _rollout(self, rows: PromptBatch, params: SamplingParams, lean: bool, keys: Tensor) -> RolloutBatch:
         prompt_ids = rows.input_ids.to(self.device)  # (B, P)
         prompt_mask = rows.attention_mask.to(self.device, torch.float32)  # (B, P)
         with torch.inference_mode():
-            response_ids, response_mask, logprobs = self._decode(prompt_ids, prompt_mask, params, lean, generator)
+            response_ids, response_mask, logprobs = self._decode(prompt_ids, prompt_mask, params, lean, keys)
         # Inference tensors cannot be saved for backward; the actor's forward will use these ids.
         return RolloutBatch(
             prompt_ids=prompt_ids,
@@ -259,7 +259,7 @@ class HFEngine:
         return decoder.prefill(ids, mask, positions)
 
     def _decode(
-        self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams, lean: bool, generator: torch.Generator
+        self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams, lean: bool, keys: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Prefill + token-by-token decode; returns response ids (B, T), mask (B, T), log-probs (B, T)."""
         B, P = prompt_ids.shape
@@ -290,7 +290,8 @@ class HFEngine:
         for step in range(T):
             used = step + 1
             logits = lm_head_logits(self.model, hidden)  # (b, V) fp32
-            token, logprob = next_tokens(logits, params, seen, generator)  # (b,), (b,)
+            uniforms = keyed_uniforms(keys, step) if params.do_sample else None  # (b,): row i's noise at this step
+            token, logprob = next_tokens(logits, params, seen, uniforms)  # (b,), (b,)
             alive = ~finished
             token = torch.where(alive, token, self.pad_token_id)
             ids[rows, step] = token
@@ -309,6 +310,7 @@ class HFEngine:
                 keep = (~finished).nonzero().squeeze(1)  # (b',)
                 decoder.reorder(keep)
                 rows, token, next_pos, finished = rows[keep], token[keep], next_pos[keep], finished[keep]
+                keys = keys[keep]
                 seen = seen[keep] if seen is not None else None
             hidden = decoder.step(token, next_pos)  # (b, H)
             next_pos = next_pos + 1

@@ -10,9 +10,23 @@ recorded (vLLM and verl report untruncated log-probs the same way). The sampler 
 off-policy with respect to the recorded distribution: truncation drops tokens that would have
 had small probability, and a repetition penalty > 1 makes repeated tokens rarer than their recorded
 probability says. Keep both off (the defaults) when the rollout log-probs must be exact.
+
+Randomness is keyed, not drawn from a generator. Each response row has a key made from the rollout
+seed, its prompt's uid and its sample index within the group (`row_keys`), and the uniform that
+picks its token at decode step t is a hash of (key, t) (`keyed_uniforms`). So a response depends only
+on its own key and the weights: not on which rows share its batch, how the batch is cut into decode
+shards or across rollout workers, nor on what other rollouts (validation) ran before it. A run's
+samples are therefore the same on 1 or N processes, and a resumed run needs no sampler state.
+(verl, ROLL and Trinity-RFT draw from per-worker generators, so their samples change with the world
+size.) The hash is murmur3's 32-bit finaliser (Appleby, MurmurHash3), evaluated on int64 tensors with
+16-bit partial products so no intermediate overflows; it runs on any device and gives the same bits
+on CPU and GPU.
 """
 
 from __future__ import annotations
+
+import hashlib
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -56,13 +70,57 @@ def apply_top_p(logits: Tensor, p: float) -> Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
-def next_tokens(
-    logits: Tensor, params: SamplingParams, seen: Tensor | None, generator: torch.Generator | None
-) -> tuple[Tensor, Tensor]:
+_MASK32 = 0xFFFFFFFF
+_GOLDEN32 = 0x9E3779B9  # 2**32 / golden ratio: spreads consecutive step counters over the key space
+
+
+def row_keys(seed: int, uids: Sequence[str], samples: Sequence[int], device: torch.device | str = "cpu") -> Tensor:
+    """(B, 2) int64 keys, each word < 2**32: one per response row, from (seed, prompt uid, sample index).
+
+    >>> row_keys(1, ["a", "a"], [0, 1]).shape, bool((row_keys(1, ["a"], [0]) == row_keys(1, ["a"], [0])).all())
+    (torch.Size([2, 2]), True)
+    """
+    words = []
+    for uid, j in zip(uids, samples):
+        digest = hashlib.blake2b(f"{seed}\x1f{uid}\x1f{j}".encode(), digest_size=8).digest()
+        words.append((int.from_bytes(digest[:4], "little"), int.from_bytes(digest[4:], "little")))
+    return torch.tensor(words, dtype=torch.long, device=device).reshape(-1, 2)
+
+
+def _mul32(x: Tensor, m: int) -> Tensor:
+    """(x * m) mod 2**32 for x < 2**32 held in int64: the product is formed from x's two 16-bit
+    halves, so no partial product reaches 2**63 (signed overflow)."""
+    low = (x & 0xFFFF) * m  # < 2**48
+    high = (((x >> 16) * m) & 0xFFFF) << 16  # only the low 16 bits of this product survive mod 2**32
+    return (low + high) & _MASK32
+
+
+def _fmix32(h: Tensor) -> Tensor:
+    """murmur3's finaliser: every input bit flips each output bit with probability ~1/2."""
+    h = h ^ (h >> 16)
+    h = _mul32(h, 0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = _mul32(h, 0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def keyed_uniforms(keys: Tensor, counter: int) -> Tensor:
+    """(b,) float32 uniforms in [0, 1) for rows with `keys` (b, 2) at decode step `counter`.
+
+    24 random bits each (all that fp32 holds below 1), so `u * total` in `sample_categorical`
+    resolves a token's share down to 2**-24 of the total.
+    """
+    h = _fmix32((keys[:, 0] + counter * _GOLDEN32) & _MASK32)
+    h = _fmix32(h ^ keys[:, 1])
+    return (h >> 8).to(torch.float32) * (1.0 / (1 << 24))  # (b,)
+
+
+def next_tokens(logits: Tensor, params: SamplingParams, seen: Tensor | None, uniforms: Tensor | None) -> tuple[Tensor, Tensor]:
     """Pick one token per row from fp32 logits (B, V); return `(tokens (B,), logprobs (B,))`.
 
     `logprobs` are log softmax(logits / temperature) at the chosen tokens, before any penalty or
     truncation (see the module docstring). `seen` (B, V) marks tokens the repetition penalty hits.
+    `uniforms` (B,) in [0, 1) choose the sampled tokens (`keyed_uniforms`); greedy decoding needs none.
     """
     scaled = logits / params.temperature if params.temperature != 1.0 else logits  # (B, V)
     # log_softmax by hand, keeping the unnormalised probabilities for the sampler: one exp pass
@@ -75,17 +133,17 @@ def next_tokens(
         shaped = scaled if seen is None else apply_repetition_penalty(scaled, seen, params.repetition_penalty)
         tokens = shaped.argmax(dim=-1)  # (B,)
     elif not shaping:
-        tokens = sample_categorical(weights, generator)  # (B,)
+        tokens = sample_categorical(weights, uniforms)  # (B,)
     else:
         shaped = scaled if seen is None else apply_repetition_penalty(scaled, seen, params.repetition_penalty)
         shaped = apply_top_p(apply_top_k(shaped, params.top_k), params.top_p)
-        tokens = sample_categorical(torch.softmax(shaped, dim=-1), generator)  # (B,)
+        tokens = sample_categorical(torch.softmax(shaped, dim=-1), uniforms)  # (B,)
     return tokens, shifted.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - log_norm
 
 
-def sample_categorical(weights: Tensor, generator: torch.Generator | None) -> Tensor:
+def sample_categorical(weights: Tensor, uniforms: Tensor) -> Tensor:
     """One draw per row of non-negative `weights` (B, V), proportional to them, by inverting the
-    cumulative distribution.
+    cumulative distribution at the row's uniform in [0, 1) (`uniforms`, (B,)).
 
     Why not `torch.multinomial`: for one sample it draws V exponential variates per row (the
     "exponential race"), and on CPU those cost ~30 ns each, so with a 32k vocabulary sampling
@@ -94,11 +152,11 @@ def sample_categorical(weights: Tensor, generator: torch.Generator | None) -> Te
     (~6e-8 of it), and a zero weight is never drawn: its cumulative sum equals its predecessor's,
     so `searchsorted` lands before it.
 
-    >>> sample_categorical(torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]), torch.Generator().manual_seed(0)).tolist()
+    >>> sample_categorical(torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]), torch.tensor([0.3, 0.7])).tolist()
     [1, 2]
     """
     cdf = weights.cumsum(-1)  # (B, V)
     total = cdf[:, -1:]  # (B, 1)
-    u = torch.rand(weights.shape[0], 1, generator=generator, device=weights.device) * total  # (B, 1)
+    u = uniforms.to(weights.device, weights.dtype).unsqueeze(-1) * total  # (B, 1)
     u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))  # rounding must not reach the total
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=weights.shape[-1] - 1)  # (B,)

@@ -149,14 +149,15 @@ class RLTrainer:
 
     def checkpoint_parts(self) -> Parts:
         """What this stage's checkpoints hold: actor (and critic) with optimizer and extra state,
-        the sampler, the reward-shaping state and the rollout engine's sampling generator."""
+        the sampler and the reward-shaping state. The rollout engine has no sampler state: its noise
+        is keyed by seed, step and prompt (posttrain.rollout.sampling)."""
         roles = {"actor": self.roles.actor.checkpoint_role(self.tokenizer)}
         if self.roles.critic is not None:
             roles["critic"] = self.roles.critic.checkpoint_role()
         states = {"sampler": self.sampler, "running": self.shaping.running}
         if self.shaping.kl_ctrl is not None:
             states["kl_ctrl"] = self.shaping.kl_ctrl
-        return Parts(roles, states, {"engine": self.roles.engine.generator})
+        return Parts(roles, states)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
         self.trackers.log(metrics, step)

@@ -128,12 +128,41 @@ def test_top_k_one_equals_greedy(tiny_lm):
 
 
 def test_seed_makes_sampling_reproducible(tiny_lm):
-    engine = HFEngine(tiny_lm, eos_token_ids=[], pad_token_id=PAD)
+    engine = HFEngine(tiny_lm, eos_token_ids=[], pad_token_id=PAD, seed=3)
     params = SamplingParams(n=2, max_new_tokens=8)
     a = engine.generate(prompt_batch(), params, expected_version=0, seed=7)
     b = engine.generate(prompt_batch(), params, expected_version=0, seed=7)
-    c = engine.generate(prompt_batch(), params, expected_version=0)  # the generator moved on
+    c = engine.generate(prompt_batch(), params, expected_version=0)  # the engine's own seed, 3
     assert torch.equal(a.response_ids, b.response_ids) and not torch.equal(a.response_ids, c.response_ids)
+    assert not torch.equal(a.response_ids[0], a.response_ids[1])  # the two samples of a prompt differ
+
+
+def _responses(batch) -> dict[tuple[str, int], list[int]]:
+    """Each row's real response tokens by (prompt uid, sample index within the group)."""
+    out, seen = {}, {}
+    for uid, ids, mask in zip(batch.group_index, batch.response_ids, batch.response_mask):
+        j = seen[uid] = seen.get(uid, -1) + 1
+        out[(uid, j)] = ids[mask > 0].tolist()
+    return out
+
+
+def test_a_response_depends_on_its_key_not_on_its_batch(tiny_lm):
+    """Keyed noise: a prompt's samples are the same alone, in another order, or after other
+    rollouts ran; another uid (the next step's) draws other noise."""
+    engine = HFEngine(tiny_lm, eos_token_ids=[], pad_token_id=PAD, seed=5, decode_workers=1)
+    params = SamplingParams(n=3, max_new_tokens=8)
+    full = _responses(engine.generate(prompt_batch(), params, expected_version=0))
+    engine.generate(prompt_batch(), SamplingParams(n=1, max_new_tokens=4), expected_version=0, seed=99)  # a "validation"
+    prompts = prompt_batch()
+    pieces = {}
+    for i in range(len(prompts)):
+        pieces.update(_responses(engine.generate(prompts[i], params, expected_version=0)))
+    assert pieces == full
+    assert _responses(engine.generate(prompts[[2, 0, 1]], params, expected_version=0)) == full
+    renamed = prompts[[0]]
+    renamed.uid = ["next-step"]
+    again = _responses(engine.generate(renamed, params, expected_version=0))
+    assert [again[("next-step", j)] for j in range(3)] != [full[("u0", j)] for j in range(3)]
 
 
 def test_max_num_seqs_chunks_give_the_same_rollout(tiny_lm):

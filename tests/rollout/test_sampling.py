@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from posttrain.rollout import SamplingParams
-from posttrain.rollout.sampling import apply_repetition_penalty, apply_top_k, apply_top_p, next_tokens
+from posttrain.rollout.sampling import apply_repetition_penalty, apply_top_k, apply_top_p, keyed_uniforms, next_tokens, row_keys
 
 INF = float("-inf")
 
@@ -38,13 +38,13 @@ def test_recorded_logprob_is_of_tempered_untruncated_distribution():
     expected = 4.0 - math.log(sum(math.exp(x / 0.5) for x in (2.0, 1.0, 0.0, -1.0)))
     assert token.item() == 0 and logprob.item() == pytest.approx(expected, abs=1e-6)
     # top-k=1 sampling picks the argmax but records the full distribution's log-prob.
-    token, logprob2 = next_tokens(logits, SamplingParams(temperature=0.5, top_k=1), None, torch.Generator().manual_seed(0))
+    token, logprob2 = next_tokens(logits, SamplingParams(temperature=0.5, top_k=1), None, torch.tensor([0.9]))
     assert token.item() == 0 and logprob2.item() == pytest.approx(expected, abs=1e-6)
 
 
 def test_sampling_frequencies_follow_the_tempered_softmax():
     logits = torch.tensor([1.0, 0.0, -1.0]).repeat(20000, 1)
-    tokens, _ = next_tokens(logits, SamplingParams(temperature=2.0), None, torch.Generator().manual_seed(0))
+    tokens, _ = next_tokens(logits, SamplingParams(temperature=2.0), None, torch.rand(20000, generator=torch.Generator().manual_seed(0)))
     freq = torch.bincount(tokens, minlength=3).float() / 20000
     torch.testing.assert_close(freq, torch.softmax(torch.tensor([0.5, 0.0, -0.5]), 0), atol=0.015, rtol=0)
 
@@ -62,9 +62,31 @@ def test_sample_categorical_draws_each_token_with_its_probability():
     from posttrain.rollout.sampling import sample_categorical
 
     probs = torch.tensor([0.5, 0.0, 0.2, 0.3, 0.0])
-    g = torch.Generator().manual_seed(0)
-    draws = sample_categorical(probs.expand(200_000, -1), g)  # (N,)
+    u = torch.rand(200_000, generator=torch.Generator().manual_seed(0))
+    draws = sample_categorical(probs.expand(200_000, -1), u)  # (N,)
     freq = torch.bincount(draws, minlength=5).double() / len(draws)
     assert freq[1] == 0 and freq[4] == 0  # zero-probability tokens, even the last one, never come up
     # 200k draws: the standard error of each frequency is < 0.0012, so 0.005 is > 4 sigma.
     torch.testing.assert_close(freq, probs.double(), atol=5e-3, rtol=0)
+
+
+def test_keyed_uniforms_are_uniform_and_independent_across_rows_and_steps():
+    keys = row_keys(7, [f"s1-{i}" for i in range(50_000)], [0] * 50_000)  # (N, 2)
+    steps = torch.stack([keyed_uniforms(keys, t) for t in range(4)])  # (4, N)
+    assert float(steps.min()) >= 0.0 and float(steps.max()) < 1.0
+    # 200k uniforms: mean 0.5 +- 0.0013 (2 sigma), variance 1/12; deciles hold 10 % each.
+    assert abs(float(steps.mean()) - 0.5) < 0.003 and abs(float(steps.var()) - 1 / 12) < 0.001
+    deciles = torch.histc(steps.flatten(), 10, 0, 1) / steps.numel()
+    assert float((deciles - 0.1).abs().max()) < 0.004
+    # consecutive steps of a row, and neighbouring rows, are uncorrelated
+    assert abs(float(torch.corrcoef(steps[:2])[0, 1])) < 0.02
+    assert abs(float(torch.corrcoef(torch.stack([steps[0, :-1], steps[0, 1:]]))[0, 1])) < 0.02
+
+
+def test_keys_depend_on_seed_uid_and_sample_only():
+    a = row_keys(1, ["x", "x", "y"], [0, 1, 0])
+    assert torch.equal(a, row_keys(1, ["x", "x", "y"], [0, 1, 0]))
+    assert torch.equal(a[2], row_keys(1, ["y"], [0])[0])  # not on the row's position in the batch
+    assert len({tuple(k) for k in a.tolist()} | {tuple(row_keys(2, ["x"], [0])[0].tolist())}) == 4
+    # the same key gives the same uniform on every call, whatever rows surround it
+    assert torch.equal(keyed_uniforms(a, 5)[2:], keyed_uniforms(a[2:], 5))
