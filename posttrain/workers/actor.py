@@ -28,7 +28,9 @@ from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_logprobs
 from posttrain.models.precision import autocast
 from posttrain.records import RolloutBatch
-from posttrain.workers.microbatch import clip_and_step, micro_batches, micro_weight, mini_batches, normaliser
+from posttrain.cluster.fsdp import forward_runner
+from posttrain.cluster.parallel import DataParallel
+from posttrain.workers.microbatch import SINGLE, accumulate_gradients, clip_and_step, mini_batches
 from posttrain.workers.reference import batched_logprobs
 
 
@@ -84,8 +86,14 @@ REUSE_ATOL = 1e-4
 class Actor:
     """Owns the policy model, its optimizer and LR scheduler. The trainer calls only the methods."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, settings: ActorSettings):
-        self.model = model
+    def __init__(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, settings: ActorSettings,
+        dp: DataParallel = SINGLE,
+    ):
+        """`model` is the policy, or its FSDP root (`posttrain.cluster.fsdp.shard_model`) when the
+        role is sharded; `dp`: this process's data-parallel rank of the role."""
+        self.run, self.model = forward_runner(model)
+        self.dp = dp
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.s = settings
@@ -139,7 +147,7 @@ class Actor:
         try:
             size, max_tokens = self.s.logprob_batching or (self.s.micro_batch_size, self.s.max_tokens_per_micro_batch)
             with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward):
-                return batched_logprobs(self.model, batch, self.s.temperature, size, max_tokens, self.s.pack)
+                return batched_logprobs(self.model, batch, self.s.temperature, size, max_tokens, self.s.pack, self.dp, self.run)
         finally:
             self.model.train(was_training)
 
@@ -165,17 +173,11 @@ class Actor:
         return {k: sums[k] / counts[k] for k in sums}
 
     def _optimizer_step(self, mini: RolloutBatch) -> dict[str, float]:
-        total = normaliser(mini.train_mask, self.s.loss_agg_mode)
-        metrics: dict[str, float] = defaultdict(float)
         self.optimizer.zero_grad(set_to_none=True)
-        for micro in micro_batches(mini, size=self.s.micro_batch_size, max_tokens=self.s.max_tokens_per_micro_batch):
-            weight = micro_weight(micro.train_mask, total, self.s.loss_agg_mode)
-            if weight == 0.0:
-                continue
-            loss, parts = self._micro_loss(micro)
-            (loss * weight).backward()
-            for k, v in parts.items():
-                metrics[k] += v * weight
+        metrics = accumulate_gradients(
+            mini, self._micro_loss, loss_agg_mode=self.s.loss_agg_mode, size=self.s.micro_batch_size,
+            max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp,
+        )
         grad_norm = clip_and_step(self.optimizer, self.s.grad_clip)
         metrics["actor/grad_norm"] = grad_norm
         metrics["actor/lr"] = self.optimizer.param_groups[0]["lr"]
@@ -185,7 +187,8 @@ class Actor:
     def _micro_loss(self, micro: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
         need_entropy = True  # entropy is always logged; its gradient only flows with entropy_coeff
         with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward):
-            out = response_logprobs(
+            out = self.run(
+                response_logprobs,
                 self.model,
                 micro.prompt_ids,
                 micro.prompt_mask,

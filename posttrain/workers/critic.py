@@ -21,14 +21,9 @@ from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_hidden_states
 from posttrain.models.precision import autocast
 from posttrain.records import RolloutBatch
-from posttrain.workers.microbatch import (
-    clip_and_step,
-    forward_in_order,
-    micro_batches,
-    micro_weight,
-    mini_batches,
-    normaliser,
-)
+from posttrain.cluster.fsdp import forward_runner
+from posttrain.cluster.parallel import DataParallel
+from posttrain.workers.microbatch import SINGLE, accumulate_gradients, clip_and_step, forward_in_order, mini_batches
 
 
 @dataclass(frozen=True)
@@ -55,8 +50,14 @@ class CriticSettings:
 class Critic:
     """Owns the value model, its optimizer and LR scheduler."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, settings: CriticSettings):
-        self.model = model
+    def __init__(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, settings: CriticSettings,
+        dp: DataParallel = SINGLE,
+    ):
+        """`model` is the value model, or its FSDP root (`posttrain.cluster.fsdp.shard_model`);
+        `dp`: this process's data-parallel rank of the role."""
+        self.run, self.model = forward_runner(model)
+        self.dp = dp
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.s = settings
@@ -76,19 +77,14 @@ class Critic:
 
     def _values(self, batch: RolloutBatch) -> Tensor:
         with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward):
-            hidden = response_hidden_states(
-                self.model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask, pack=self.s.pack
-            )  # (b, T, H)
-            head = self.model.score if hasattr(self.model, "score") else self.model.get_output_embeddings()
-            values = head(hidden).squeeze(-1).float()  # (b, T)
-        return values * batch.response_mask
+            return self.run(token_values, self.model, batch, self.s.pack)  # (b, T)
 
     @torch.inference_mode()
     def compute_values(self, batch: RolloutBatch) -> Tensor:
         """V(s_t) for every response position, (B, T); 0 on padding."""
         self.model.eval()
         size, max_tokens = self.s.forward_batching or (self.s.micro_batch_size, self.s.max_tokens_per_micro_batch)
-        return forward_in_order(batch, self._values, size=size, max_tokens=max_tokens)  # (B, T)
+        return forward_in_order(batch, self._values, size=size, max_tokens=max_tokens, dp=self.dp)  # (B, T)
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
         """Clipped value-loss regression of V onto `returns`, around the rollout-time `values`."""
@@ -105,22 +101,29 @@ class Critic:
         self.scheduler.step()  # once per training step, like the actor's
         return {k: v / max(steps, 1) for k, v in sums.items()}
 
+    def _micro_loss(self, micro: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
+        out = value_loss(
+            self._values(micro), micro.values, micro.returns, micro.train_mask, self.s.cliprange_value,
+            self.s.loss_agg_mode, loss_scale_factor=self.s.loss_scale_factor,
+        )
+        return out.loss, {"critic/vf_loss": float(out.loss.detach()), "critic/vf_clipfrac": float(out.clipfrac)}
+
     def _optimizer_step(self, mini: RolloutBatch) -> dict[str, float]:
-        total = normaliser(mini.train_mask, self.s.loss_agg_mode)
-        metrics: dict[str, float] = defaultdict(float)
         self.optimizer.zero_grad(set_to_none=True)
-        for micro in micro_batches(mini, size=self.s.micro_batch_size, max_tokens=self.s.max_tokens_per_micro_batch):
-            weight = micro_weight(micro.train_mask, total, self.s.loss_agg_mode)
-            if weight == 0.0:
-                continue
-            new_values = self._values(micro)
-            out = value_loss(
-                new_values, micro.values, micro.returns, micro.train_mask, self.s.cliprange_value, self.s.loss_agg_mode,
-                loss_scale_factor=self.s.loss_scale_factor,
-            )
-            (out.loss * weight).backward()
-            metrics["critic/vf_loss"] += float(out.loss.detach()) * weight
-            metrics["critic/vf_clipfrac"] += float(out.clipfrac) * weight
+        metrics = accumulate_gradients(
+            mini, self._micro_loss, loss_agg_mode=self.s.loss_agg_mode, size=self.s.micro_batch_size,
+            max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp,
+        )
         metrics["critic/grad_norm"] = clip_and_step(self.optimizer, self.s.grad_clip)
         metrics["critic/lr"] = self.optimizer.param_groups[0]["lr"]
         return dict(metrics)
+
+
+def token_values(model: nn.Module, batch: RolloutBatch, pack: bool) -> Tensor:
+    """V(s_t) of a value model at every response position, (b, T) fp32, 0 on padding: its head on
+    the hidden states that predict each response token."""
+    hidden = response_hidden_states(
+        model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask, pack=pack
+    )  # (b, T, H)
+    head = model.score if hasattr(model, "score") else model.get_output_embeddings()
+    return head(hidden).squeeze(-1).float() * batch.response_mask  # (b, T)

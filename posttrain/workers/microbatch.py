@@ -7,15 +7,23 @@ mini-batch was cut. Scaling each micro-batch loss by its share of the mini-batch
 the accumulated gradient equal the gradient of the whole mini-batch's loss, for every split, every
 `loss_agg_mode` and the token-budget (dynamic batch size) packing alike. Forwards without a loss
 (log-probs, values) go through `forward_in_order`, which puts every row's result back in place.
+
+With several data-parallel ranks (`posttrain.cluster.parallel`) the same functions run on every
+rank: each computes its share of the rows, weights its micro-batches by their share of the whole
+mini-batch's normaliser, and runs as many forwards as the busiest rank (zero-weight padding units).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Callable
 
 import torch
 
+from posttrain.cluster.parallel import DataParallel
 from posttrain.records import MicroBatches, RolloutBatch
+
+SINGLE = DataParallel()  # one process: every data-parallel call is the identity
 
 
 def mini_batches(batch: RolloutBatch, size: int, *, shuffle: bool, generator: torch.Generator | None) -> list[RolloutBatch]:
@@ -45,15 +53,60 @@ def micro_batches(batch: RolloutBatch, *, size: int | None, max_tokens: int | No
 
 
 def forward_in_order(
-    batch: RolloutBatch, fn: Callable[[RolloutBatch], torch.Tensor], *, size: int | None, max_tokens: int | None
+    batch: RolloutBatch,
+    fn: Callable[[RolloutBatch], torch.Tensor],
+    *,
+    size: int | None,
+    max_tokens: int | None,
+    dp: DataParallel = SINGLE,
 ) -> torch.Tensor:
     """`fn` (a per-token forward: log-probs, values) on every micro-batch, results (B, T) in the
     batch's original row order and at its full response width, zero where a micro-batch was trimmed.
 
     One helper for the actor's and reference's log-probs and the critic's values, so the
-    placement of token-budget packed (reordered) micro-batches is written once."""
-    units = cut(batch, size=size, max_tokens=max_tokens)
-    return units.restore([fn(micro) for micro in units.batches], width=batch.response_ids.shape[1])
+    placement of token-budget packed (reordered) micro-batches is written once. With several ranks
+    each computes its share of the rows and every rank returns the whole (B, T) result."""
+    width = batch.response_ids.shape[1]
+    shares = dp.shares(batch.seq_lengths().tolist())
+    mine = batch if not dp.distributed else batch[shares[dp.rank]]
+    units = cut(mine, size=size, max_tokens=max_tokens) if len(mine) else None
+    results = []
+    for unit, real in dp.pad_units(units.batches if units else [], lambda: batch[:1].trim()):
+        out = fn(unit)  # a padding unit still runs: a sharded model's forward is a collective
+        if real:
+            results.append(out)
+    local = units.restore(results, width=width) if units else batch.response_mask.new_zeros(0, width)
+    return dp.gather_rows(local, shares, len(batch))
+
+
+def accumulate_gradients(
+    mini: RolloutBatch,
+    loss_fn: Callable[[RolloutBatch], tuple[torch.Tensor, dict[str, float]]],
+    *,
+    loss_agg_mode: str,
+    size: int | None,
+    max_tokens: int | None,
+    dp: DataParallel = SINGLE,
+) -> dict[str, float]:
+    """Backward of one mini-batch's loss, micro-batch by micro-batch; returns the loss metrics as
+    weighted averages over the whole mini-batch (summed over ranks).
+
+    `loss_fn(micro) -> (loss, metrics)` aggregates over the micro-batch alone; each micro-batch's
+    loss is scaled by its share of the mini-batch's normaliser (`micro_weight`), so the accumulated
+    gradient -- summed over ranks -- is the gradient of the whole mini-batch's loss. A micro-batch
+    that weighs nothing (no token left to train on, or a rank's padding unit) still runs forward and
+    backward with weight 0: on a sharded model every rank must take part in every collective."""
+    total = normaliser(mini.train_mask, loss_agg_mode)  # of the whole mini-batch: the same on every rank
+    mine = mini if not dp.distributed else mini[dp.share(mini.seq_lengths().tolist())]
+    units = micro_batches(mine, size=size, max_tokens=max_tokens) if len(mine) else []
+    metrics: dict[str, float] = defaultdict(float)
+    for unit, real in dp.pad_units(units, lambda: mini[:1].trim()):
+        weight = micro_weight(unit.train_mask, total, loss_agg_mode) if real else 0.0
+        loss, parts = loss_fn(unit)
+        (loss * weight).backward()
+        for k, v in parts.items():
+            metrics[k] += v * weight
+    return dp.sum(metrics)
 
 
 def normaliser(mask: torch.Tensor, loss_agg_mode: str) -> float:
@@ -74,11 +127,14 @@ def clip_and_step(optimizer: torch.optim.Optimizer, grad_clip: float | None) -> 
     """Clip the global gradient norm (no clipping when `grad_clip` is None or <= 0) and step.
 
     Returns the norm before clipping. A non-finite norm skips the step and drops the gradients:
-    one NaN would otherwise poison AdamW's moments for the rest of the run.
+    one NaN would otherwise poison AdamW's moments for the rest of the run. With sharded
+    parameters (FSDP's DTensors) the norm is over every shard of every rank: the same number on
+    each rank, so every rank clips alike and takes (or skips) the step together.
     """
     params = [p for group in optimizer.param_groups for p in group["params"]]
     max_norm = grad_clip if grad_clip and grad_clip > 0 else float("inf")
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
     if not torch.isfinite(torch.tensor(grad_norm)):
         optimizer.zero_grad(set_to_none=True)
         return grad_norm

@@ -9,7 +9,9 @@ from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_logprobs
 from posttrain.models.precision import autocast
 from posttrain.records import RolloutBatch
-from posttrain.workers.microbatch import forward_in_order
+from posttrain.cluster.fsdp import forward_runner, run_directly
+from posttrain.cluster.parallel import DataParallel
+from posttrain.workers.microbatch import SINGLE, forward_in_order
 
 
 class ReferencePolicy:
@@ -17,34 +19,44 @@ class ReferencePolicy:
 
     def __init__(
         self, model: nn.Module, *, temperature: float, micro_batch_size: int, max_tokens: int | None = None,
-        compute_dtype: str = "fp32", pack: bool = True, lean_forward: str = "off",
+        compute_dtype: str = "fp32", pack: bool = True, lean_forward: str = "off", dp: DataParallel = SINGLE,
     ):
         """`compute_dtype`: ref.fsdp_config.mixed_precision.param_dtype (posttrain.models.precision);
-        `pack`: model.use_remove_padding; `lean_forward`: posttrain.models.lean_forward's mode."""
-        self.model = model.eval().requires_grad_(False)
+        `pack`: model.use_remove_padding; `lean_forward`: posttrain.models.lean_forward's mode;
+        `dp`: this process's data-parallel rank of the role."""
+        self.run, self.model = forward_runner(model)
+        self.model.eval().requires_grad_(False)
         self.temperature = temperature
         self.micro_batch_size = micro_batch_size
         self.max_tokens = max_tokens
         self.compute_dtype = compute_dtype
         self.pack = pack
         self.lean_forward = lean_forward
+        self.dp = dp
 
     @torch.inference_mode()
     def compute_logprobs(self, batch: RolloutBatch) -> Tensor:
         """log pi_ref of each response token, (B, T); 0 on padding."""
         with autocast(self.model, self.compute_dtype), lean_mode(self.lean_forward):
-            return batched_logprobs(self.model, batch, self.temperature, self.micro_batch_size, self.max_tokens, self.pack)
+            return batched_logprobs(
+                self.model, batch, self.temperature, self.micro_batch_size, self.max_tokens, self.pack, self.dp, self.run
+            )
 
 
 def batched_logprobs(
-    model: nn.Module, batch: RolloutBatch, temperature: float, size: int, max_tokens: int | None, pack: bool = True
+    model: nn.Module, batch: RolloutBatch, temperature: float, size: int, max_tokens: int | None, pack: bool = True,
+    dp: DataParallel = SINGLE,
+    run=run_directly,
 ) -> Tensor:
-    """Log-probs of a whole batch (B, T), micro-batch by micro-batch, in the original row order."""
+    """Log-probs of a whole batch (B, T), micro-batch by micro-batch, in the original row order
+    (with several ranks: this rank's share, gathered on every rank); `run` runs each forward (the
+    FSDP root of a sharded model)."""
 
     def logprobs(micro: RolloutBatch) -> Tensor:
-        return response_logprobs(
+        return run(
+            response_logprobs,
             model, micro.prompt_ids, micro.prompt_mask, micro.response_ids, micro.response_mask, temperature=temperature,
             pack=pack,
         ).logprobs  # (b, T')
 
-    return forward_in_order(batch, logprobs, size=size, max_tokens=max_tokens)
+    return forward_in_order(batch, logprobs, size=size, max_tokens=max_tokens, dp=dp)

@@ -172,7 +172,7 @@ def test_log_prob_passes_have_their_own_batching(tmp_path, monkeypatch):
     assert roles.actor.s.logprob_batching == (3, 2000)
     assert roles.reference.max_tokens == 16384  # null budget: actor.ppo_max_token_len_per_gpu
     seen = []
-    monkeypatch.setattr(actor_module, "batched_logprobs", lambda model, batch, t, size, max_tokens, pack: seen.append((size, max_tokens)))
+    monkeypatch.setattr(actor_module, "batched_logprobs", lambda model, batch, t, size, max_tokens, pack, dp, run: seen.append((size, max_tokens)))
     roles.actor.compute_logprobs(object())
     assert seen == [(3, 2000)]
 
@@ -201,7 +201,7 @@ def test_critic_batching_and_loss_options_reach_the_critic(tmp_path, monkeypatch
     assert (s.shuffle, s.loss_agg_mode, s.loss_scale_factor) == (False, "seq-mean-token-sum-norm", 12.0)
     assert (s.max_tokens_per_micro_batch, s.forward_batching) == (3000, (5, 4000))
     seen = []
-    monkeypatch.setattr(critic_module, "forward_in_order", lambda batch, fn, size, max_tokens: seen.append((size, max_tokens)))
+    monkeypatch.setattr(critic_module, "forward_in_order", lambda batch, fn, size, max_tokens, dp: seen.append((size, max_tokens)))
     critic.compute_values(object())
     assert seen == [(5, 4000)]
 

@@ -1,6 +1,6 @@
 """Fixtures for the worker tests: one tiny Qwen2 directory per session, fresh modules per test.
 
-Helpers live in worker_helpers.py (a name no other test folder uses).
+Helpers live in tests/worker_helpers.py (importable from every test folder).
 """
 
 from __future__ import annotations

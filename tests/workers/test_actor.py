@@ -80,7 +80,7 @@ def test_split_invariance_check_catches_unweighted_accumulation(policy, monkeypa
     with rows of different lengths) changes the gradient far beyond its tolerance."""
     batch = prepared_batch(policy)
     full, _ = grads_after_update(policy, batch, micro_batch_size=B)
-    monkeypatch.setattr("posttrain.workers.actor.micro_weight", lambda mask, total, mode: mask.shape[0] / B)
+    monkeypatch.setattr("posttrain.workers.microbatch.micro_weight", lambda mask, total, mode: mask.shape[0] / B)
     wrong, _ = grads_after_update(policy, batch, micro_batch_size=1)
     with pytest.raises(AssertionError):
         assert_same_grads(full, wrong)

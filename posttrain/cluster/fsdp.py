@@ -1,0 +1,153 @@
+"""Sharding one role's model over its ranks with FSDP2 (`torch.distributed.fsdp.fully_shard`).
+
+One FSDP unit per decoder layer (or per module class / size, as `wrap_policy` asks) and one for the
+root, over the role's device mesh: a 1-D mesh shards over every rank; with `fsdp_size` smaller than
+the role's world a 2-D mesh (replicate, shard) shards within groups of `fsdp_size` ranks and
+replicates across them (HSDP). The training loop never sees any of this: it calls the model.
+
+Gradients are SUMMED over ranks (divide factor 1), not averaged as FSDP does by default: every
+rank's micro-batch losses are already weighted by their share of the whole mini-batch
+(`posttrain.workers.microbatch.accumulate_gradients`), so the sum is the single-process gradient.
+
+The FSDP root is a thin `ShardedForward` around the model, not the model: posttrain's forwards call
+the decoder body and the LM head separately (`posttrain.models.logprobs`: the head only on response
+positions, in chunks), never `model(...)`, so the root's hooks would not run and the root's
+parameters (embeddings, final norm, head; tied embeddings must share one unit) would stay sharded.
+`ShardedForward(fn, *args)` runs any such forward function as the root's forward.
+
+Mixed precision stays `torch.autocast` (`posttrain.models.precision`), as in one process, so a
+role computes the same in both: FSDP gathers the fp32 parameters and autocast casts them for the
+matmuls. Only the gradient reduction dtype (`mixed_precision.reduce_dtype`) is FSDP's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+from posttrain.errors import ConfigError
+from posttrain.models.loading import resolve_dtype
+
+
+@dataclass(frozen=True)
+class ShardingSettings:
+    """A role's FSDP options, resolved from its `fsdp_config` section."""
+
+    reshard_after_forward: bool = True  # free gathered layers after the forward (gather again in backward)
+    offload: bool = False  # CPUOffloadPolicy: parameters, gradients and optimizer state on the CPU
+    reduce_dtype: str = "fp32"  # dtype of the gradient reduce-scatter / all-reduce
+    forward_prefetch: bool = False  # gather layer i+1 while layer i computes
+    wrap_classes: tuple[str, ...] = ()  # module class names made units; () = the model's decoder layers
+    min_num_params: int = 0  # > 0: instead, every module with at least this many parameters of its own subtree
+
+
+def wrap_units(model: nn.Module, s: ShardingSettings) -> list[nn.Module]:
+    """The modules that become FSDP units (besides the root), innermost first."""
+    if s.min_num_params > 0:
+        sizes = {m: sum(p.numel() for p in m.parameters()) for m in model.modules()}
+        units, covered = [], set()
+        for module in reversed(list(model.modules())):  # children before parents
+            if module is model or sizes[module] < s.min_num_params:
+                continue
+            own = sum(p.numel() for p in module.parameters() if id(p) not in covered)
+            if own >= s.min_num_params:
+                units.append(module)
+                covered.update(id(p) for p in module.parameters())
+        return units
+    if s.wrap_classes:
+        units = [m for m in model.modules() if type(m).__name__ in s.wrap_classes]
+        if not units:
+            names = sorted({type(m).__name__ for m in model.modules()})
+            raise ConfigError(
+                f"fsdp_config.transformer_layer_cls_to_wrap={list(s.wrap_classes)} matches no module of "
+                f"{type(model).__name__}; its module classes are: {', '.join(names)}"
+            )
+        return units
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
+    layers = getattr(decoder, "layers", None)
+    if layers is None:
+        raise ConfigError(
+            f"{type(model).__name__} has no decoder layers to shard (model.get_decoder().layers); "
+            "set fsdp_config.wrap_policy.transformer_layer_cls_to_wrap to its block class"
+        )
+    return list(layers)
+
+
+class ShardedForward(nn.Module):
+    """The FSDP root over a role's model: `root(fn, *args, **kwargs)` runs `fn(*args, **kwargs)`
+    (a forward that uses `root.inner`) between the root's gather and release of its parameters."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.inner = model
+
+    def forward(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+
+def run_directly(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """The unsharded counterpart of `ShardedForward`: a role with one rank calls its forwards as they are."""
+    return fn(*args, **kwargs)
+
+
+def forward_runner(model: nn.Module) -> tuple[Callable[..., Any], nn.Module]:
+    """(how to run a forward, the model itself) for a plain model or a `shard_model` root, so a role
+    takes either and runs every forward as `run(fn, *args)`."""
+    if isinstance(model, ShardedForward):
+        return model, model.inner
+    return run_directly, model
+
+
+def shard_model(model: nn.Module, mesh: DeviceMesh, s: ShardingSettings) -> ShardedForward:
+    """Apply FSDP2 to `model` in place over `mesh`; returns the root to run its forwards through.
+
+    Tied embeddings (lm_head sharing embed_tokens' weight) stay tied: both live in the root unit.
+    """
+    reduce = resolve_dtype(s.reduce_dtype)
+    kwargs = dict(
+        mesh=mesh,
+        reshard_after_forward=s.reshard_after_forward,
+        mp_policy=MixedPrecisionPolicy(reduce_dtype=None if reduce == torch.float32 else reduce),
+        offload_policy=CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if s.offload else OffloadPolicy(),
+    )
+    units = wrap_units(model, s)
+    for unit in units:
+        fully_shard(unit, **kwargs)
+    # The root's parameters (embeddings, final norm, head) are used again right after the forward
+    # (the chunked LM head runs after the decoder) and in the backward, so resharding them after
+    # the forward would only gather them again at once.
+    root = ShardedForward(model)
+    fully_shard(root, **dict(kwargs, reshard_after_forward=False))
+    for module in (*units, root):  # each unit reduces its own gradients
+        module.set_gradient_divide_factor(1.0)  # a sum over ranks: see the module docstring
+        # A plain SUM collective: a custom factor would otherwise use NCCL's PREMUL_SUM, which gloo lacks.
+        module.set_force_sum_reduction_for_comms(True)
+    if s.forward_prefetch:
+        for unit, following in zip(units, units[1:]):
+            unit.set_modules_to_forward_prefetch([following])
+    settle_kernel_probes(root)
+    return root
+
+
+def settle_kernel_probes(root: ShardedForward) -> None:
+    """Run now, on every rank, the once-per-model probes that the forwards would otherwise run lazily.
+
+    Whether packed or shared-prompt rows keep sequences apart is probed with a small forward the
+    first time a micro-batch can use them (`posttrain.models.packing`, `posttrain.models.shared_prompt`).
+    On a sharded model that forward is a collective, and a rank whose first micro-batch cannot pack
+    (a single row, a padding unit) would skip it while the others wait for it forever."""
+    from posttrain.models.packing import packing_supported
+    from posttrain.models.shared_prompt import shared_prompt_supported
+
+    if hasattr(root.inner, "get_decoder"):
+        with torch.no_grad():  # outside no_grad FSDP would prepare a backward that never comes
+            root(packing_supported, root.inner)
+            root(shared_prompt_supported, root.inner)
+        # The root keeps its parameters gathered after a forward (see shard_model); left so, the
+        # next forward would find them gathered and not hook their gradients for reduction.
+        root.reshard()
