@@ -16,6 +16,8 @@ from torch import nn
 
 from posttrain.checkpoint.layout import EXTRA_FILE, OPTIMIZER_FILE, RNG_FILE, TRAINER_STATE
 from posttrain.checkpoint.save import Parts
+from posttrain.checkpoint.sharded import is_dcp_role, load_dcp_role, load_into_sharded
+from posttrain.cluster.fsdp import is_sharded, load_full_optimizer_state
 from posttrain.checkpoint.state import load_generators, load_torch_state, read_json, restore_python_numpy_rng
 from posttrain.errors import UserError
 
@@ -33,6 +35,11 @@ def load_weights(model: nn.Module, hf_dir: Path) -> None:
     state: dict[str, Any] = {}
     for f in files:
         state.update(load_file(str(f)))
+    if is_sharded(model):  # a single-process checkpoint resumed by several workers: each keeps its shard
+        untied = [k for k in load_into_sharded(model, state) if not _tied(model, k, state)]
+        if untied:
+            raise CheckpointError(f"{hf_dir}: weights do not match the model (missing {untied[:3]}); resume with the model the checkpoint was trained from")
+        return
     result = model.load_state_dict(state, strict=False)
     loaded = {t.data_ptr() for name, t in model.state_dict().items() if name in state}
     params = model.state_dict()
@@ -42,6 +49,14 @@ def load_weights(model: nn.Module, hf_dir: Path) -> None:
             f"{hf_dir}: weights do not match the model (missing {untied[:3]}, unexpected "
             f"{result.unexpected_keys[:3]}); resume with the model the checkpoint was trained from"
         )
+
+
+def _tied(model: nn.Module, name: str, saved: dict[str, Any]) -> bool:
+    """Whether parameter `name` is the same tensor as one the file has (tied weights are saved once)."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    if name not in params:
+        return False
+    return any(other in saved and params[other] is params[name] for other in params if other != name)
 
 
 def load_checkpoint(path: Path, parts: Parts, load_contents: dict[str, Iterable[str]]) -> dict[str, Any]:
@@ -58,10 +73,18 @@ def load_checkpoint(path: Path, parts: Parts, load_contents: dict[str, Iterable[
         if not role_dir.is_dir():
             raise CheckpointError(f"{path}: no {name}/ directory; this checkpoint was written by a run without a {name}")
         contents = set(load_contents.get(name, ("model", "optimizer", "extra")))
-        if contents & {"model", "hf_model"}:
-            load_weights(role.model, role_dir)
-        if "optimizer" in contents and role.optimizer is not None:
-            role.optimizer.load_state_dict(load_torch_state(role_dir / OPTIMIZER_FILE))
+        weights, optimizer = bool(contents & {"model", "hf_model"}), "optimizer" in contents and role.optimizer is not None
+        if is_dcp_role(role_dir):  # written by several workers: loads on any number of them, or one
+            load_dcp_role(role.model, role.optimizer, role_dir, weights=weights, optimizer_state=optimizer)
+        else:
+            if weights:
+                load_weights(role.model, role_dir)
+            if optimizer:
+                whole = load_torch_state(role_dir / OPTIMIZER_FILE)
+                if is_sharded(role.model):
+                    load_full_optimizer_state(role.model, role.optimizer, whole)
+                else:
+                    role.optimizer.load_state_dict(whole)
         if "extra" in contents and role.extra is not None:
             role.extra.load_state_dict(load_torch_state(role_dir / EXTRA_FILE))
     if all("extra" in set(load_contents.get(n, ("extra",))) for n in parts.roles):

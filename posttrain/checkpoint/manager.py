@@ -14,7 +14,9 @@ Decisions (verl's `trainer.save_freq` semantics, made explicit):
 
 Test hook: `POSTTRAIN_TEST_KILL=<stage>:<step>:<when>` SIGKILLs the process at stage-local step
 `step`, `when` being `after_step` (after its log line and checkpoint) or `before_marker` (inside
-the save, after the files are written and before the marker names them).
+the save, after the files are written and before the marker names them); a fourth field
+`:<rank>` kills only that worker process of a multi-process run, and a fifth, `:stop`, stops it
+(SIGSTOP) instead, the way a hung worker looks to its peers.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Callable
 
 from posttrain.checkpoint.layout import MARKER, latest_checkpoint, step_dir
 from posttrain.checkpoint.load import CheckpointError, load_checkpoint
-from posttrain.checkpoint.save import Parts, prune, save_checkpoint
+from posttrain.checkpoint.save import Parts, prune, save_checkpoint, save_hf
 from posttrain.config.schema import Config
 
 KILL_ENV = "POSTTRAIN_TEST_KILL"
@@ -41,10 +43,13 @@ def checkpoint_root(cfg: Config, run_dir: Path, stage: str, multi_stage: bool) -
     return run_dir / "checkpoints"
 
 
-def _kill_if(stage: str, step: int, when: str) -> None:
-    spec = os.environ.get(KILL_ENV)
-    if spec and spec == f"{stage}:{step}:{when}":
-        os.kill(os.getpid(), signal.SIGKILL)
+def _kill_if(stage: str, step: int, when: str, rank: int) -> None:
+    """SIGKILL (or with a fifth field `stop`, SIGSTOP: a hung worker) this process when the test hook
+    names this point, and this rank when it names one."""
+    fields = os.environ.get(KILL_ENV, "").split(":")
+    if fields[:3] != [stage, str(step), when] or fields[3:4] not in ([], [str(rank)]):
+        return
+    os.kill(os.getpid(), signal.SIGSTOP if fields[4:] == ["stop"] else signal.SIGKILL)
 
 
 class Checkpointer:
@@ -81,7 +86,10 @@ class Checkpointer:
             )
         self.last_saved = path
         if self.ctx.cfg.trainer.del_local_ckpt_after_load:
-            self._delete_loaded(path)
+            self.ctx.world.barrier()  # every rank has read it
+            if self.ctx.world.is_main:
+                self._delete_loaded(path)
+            self.last_saved = None
         return step
 
     def _delete_loaded(self, path: Path) -> None:
@@ -101,18 +109,24 @@ class Checkpointer:
                 "global_step": self.ctx.step_offset + step,
                 "total_training_steps": self.total,
             }
+            world = self.ctx.world
             self.last_saved = save_checkpoint(
-                self.root, step, self.parts, state, before_marker=lambda: _kill_if(self.ctx.name, step, "before_marker")
+                self.root, step, self.parts, state, world=world,
+                before_marker=lambda: _kill_if(self.ctx.name, step, "before_marker", world.rank),
             )
-            prune(self.root, self.keep)
+            if world.is_main:
+                prune(self.root, self.keep)
             if self.ctx.cfg.trainer.save_hf_checkpoint == "always":
                 self._copy_hf(step)
-        _kill_if(self.ctx.name, step, "after_step")
+        _kill_if(self.ctx.name, step, "after_step", self.ctx.world.rank)
 
     def _copy_hf(self, step: int) -> None:
-        from posttrain.checkpoint.export import export_model  # noqa: PLC0415 (one-way helper)
-
-        export_model(step_dir(self.root, step) / "actor", self.ctx.run_dir / "hf_checkpoints" / f"global_step_{step}", overwrite=True)
+        """The actor as a Hugging Face directory beside the checkpoint (a collective when sharded)."""
+        actor = self.parts.roles["actor"]
+        out = self.ctx.run_dir / "hf_checkpoints" / f"global_step_{step}"
+        if self.ctx.world.is_main and out.exists():
+            shutil.rmtree(out)
+        save_hf(actor.model, out, actor.tokenizer)
 
     def final_model(self, save: Callable[[Path], None], out: Path) -> Path:
         """Where the stage's final policy is: `out` written by `save`, or with save_hf_checkpoint

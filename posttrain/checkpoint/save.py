@@ -22,6 +22,9 @@ from posttrain.checkpoint.layout import (
 from posttrain.checkpoint.state import (
     Stateful, atomic_write_text, python_numpy_rng, save_generators, save_torch_state, write_json,
 )
+from posttrain.checkpoint.sharded import save_sharded_role
+from posttrain.cluster.fsdp import full_state_dict, is_sharded
+from posttrain.cluster.world import World
 from posttrain.models.quiet import quiet_transformers
 
 
@@ -47,29 +50,57 @@ class Parts:
 
 
 def save_hf(model: nn.Module, out: Path, tokenizer: Any = None) -> None:
-    """A Hugging Face directory: safetensors weights and config (and the tokenizer when given)."""
+    """A Hugging Face directory: safetensors weights and config (and the tokenizer when given).
+
+    A model sharded over worker processes is gathered whole first: a collective every rank calls;
+    rank 0 writes the directory."""
+    state = None
+    if is_sharded(model):
+        state = full_state_dict(model, main_only=True)
+        if torch.distributed.get_rank() != 0:
+            return
     with quiet_transformers():
-        model.save_pretrained(out, safe_serialization=True)
+        model.save_pretrained(out, safe_serialization=True, state_dict=state)
         if tokenizer is not None:
             tokenizer.save_pretrained(out)
 
 
 def save_checkpoint(root: Path, step: int, parts: Parts, trainer_state: dict[str, Any],
-                    before_marker: Callable[[], None] | None = None) -> Path:
+                    before_marker: Callable[[], None] | None = None, world: World = World()) -> Path:
     """Write checkpoint `step` under `root` and name it in the marker; returns its directory.
-    `before_marker` runs between the rename and the marker (the kill-during-save test hook)."""
-    root.mkdir(parents=True, exist_ok=True)
+    `before_marker` runs between the rename and the marker (the kill-during-save test hook).
+
+    With several worker processes every rank calls this: each writes its shards of the sharded
+    roles (`posttrain.checkpoint.sharded`) into the same temporary directory, and rank 0 renames it
+    and writes the marker only once every rank has finished writing."""
     final = step_dir(root, step)
     tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    if world.is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    world.barrier()  # the directory exists before any rank writes into it
     for name, role in parts.roles.items():
         out = tmp / name
+        if is_sharded(role.model):
+            save_sharded_role(role, out, world.is_main)
+            continue
         save_hf(role.model, out, role.tokenizer)
         if role.optimizer is not None:
             save_torch_state(out / OPTIMIZER_FILE, role.optimizer.state_dict())
         if role.extra is not None:
             save_torch_state(out / EXTRA_FILE, role.extra.state_dict())
+    world.barrier()  # every rank's shards are written
+    if world.is_main:
+        _complete(root, final, tmp, step, parts, trainer_state, before_marker)
+    world.barrier()  # no rank runs ahead into a step while the marker may still name an older checkpoint
+    return final
+
+
+def _complete(root: Path, final: Path, tmp: Path, step: int, parts: Parts, trainer_state: dict[str, Any],
+              before_marker: Callable[[], None] | None) -> None:
+    """Rank 0's part of a save once every file of the roles is written: the trainer state, the
+    rename, the marker."""
     save_generators(tmp / RNG_FILE, parts.generators)
     state = dict(trainer_state, step=step, rng=python_numpy_rng(),
                  states={k: v.state_dict() for k, v in parts.states.items()})
@@ -80,7 +111,6 @@ def save_checkpoint(root: Path, step: int, parts: Parts, trainer_state: dict[str
     if before_marker is not None:
         before_marker()
     atomic_write_text(root / MARKER, f"{step}\n")
-    return final
 
 
 def prune(root: Path, keep: dict[str, int | None]) -> list[Path]:

@@ -27,19 +27,33 @@ def register(subparsers) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from posttrain.checkpoint import STAGE_COMPLETE
+    from posttrain.cluster.launch import launch
+    from posttrain.cluster.placement import plan_world
+    from posttrain.cluster.world import World, join_world, leave_world, world_from_env
     from posttrain.config import load_config, stage_configs
     from posttrain.trainer.prepare import prepare, refuse_stage_prepare
     from posttrain.trainer.run import run, run_directory
 
     cfg = load_config(args.config, args.overrides)
+    world = world_from_env()  # set when this process is one of the workers a launcher started
     with _naming_config_file(args.config):
         refuse_stage_prepare(cfg.stages)
-        prepare(cfg.prepare)
+        plan = plan_world(cfg)
+        if world is None:
+            prepare(cfg.prepare)  # once, before any worker starts
         stages = stage_configs(cfg)
         base = run_directory(cfg)
+        if world is None and plan.size > 1:
+            return launch(["train", args.config, *args.overrides], plan.size, base, plan.device, dict(cfg.cluster.env_vars))
         stage_dirs = [base / s.name for s in stages] if len(stages) > 1 else [base]
         was_complete = all((d / STAGE_COMPLETE).is_file() for d in stage_dirs)
-        results = run(cfg)
+        world = world or World()
+        if world.distributed:
+            join_world(world, cfg.cluster.rpc_timeout_s)
+        results = run(cfg, world)
+        leave_world(world)
+    if not world.is_main:
+        return 0
     if was_complete:
         print(f"the run is complete: every stage of {base} had already finished, nothing was trained "
               f"(delete {base} or set trainer.default_local_dir to run it again)")

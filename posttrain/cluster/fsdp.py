@@ -27,7 +27,11 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict,
+)
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from posttrain.errors import ConfigError
@@ -151,3 +155,91 @@ def settle_kernel_probes(root: ShardedForward) -> None:
         # The root keeps its parameters gathered after a forward (see shard_model); left so, the
         # next forward would find them gathered and not hook their gradients for reduction.
         root.reshard()
+
+
+# ---------------------------------------------------------------- whole-model state of a sharded role
+# Checkpoints, the final model and the rollout engine's weights are whole (unsharded) tensors in
+# the single-process layout, so a checkpoint written by N workers resumes on any number of them.
+
+
+def is_sharded(model: nn.Module) -> bool:
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def full_state_dict(model: nn.Module, *, main_only: bool = False) -> dict[str, torch.Tensor]:
+    """The model's state dict with whole tensors. Sharded: a collective every rank must call; with
+    `main_only` only rank 0 receives the tensors (on the CPU), the others an empty dict."""
+    if not is_sharded(model):
+        return model.state_dict()
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=main_only))
+
+
+def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Copy whole tensors into a sharded model (each rank keeps its shard); keys may omit tied weights."""
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))
+
+
+def _param_index(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """Parameter name -> its number in `optimizer.state_dict()` (parameters numbered across groups in order)."""
+    name_of = {id(p): n for n, p in model.named_parameters()}
+    order = [name_of[id(p)] for g in optimizer.param_groups for p in g["params"]]
+    return {n: i for i, n in enumerate(order)}
+
+
+def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's state with whole tensors, in `optimizer.state_dict()`'s own layout (as one
+    process saves it). Sharded: a collective; only rank 0 receives it (others get {})."""
+    if not is_sharded(model):
+        return optimizer.state_dict()
+    named = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not named:
+        return {}
+    index = _param_index(model, optimizer)
+    return {
+        "state": {index[n]: v for n, v in named["state"].items()},
+        "param_groups": [dict(g, params=[index[n] for n in g["params"]]) for g in named["param_groups"]],
+    }
+
+
+def load_full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load a state saved by `full_optimizer_state` (or by one process) into a sharded role's optimizer."""
+    name = {i: n for n, i in _param_index(model, optimizer).items()}
+    named = {
+        "state": {name[int(i)]: v for i, v in state["state"].items()},
+        "param_groups": [dict(g, params=[name[int(i)] for i in g["params"]]) for g in state["param_groups"]],
+    }
+    set_optimizer_state_dict(model, optimizer, named, options=StateDictOptions(full_state_dict=True))
+
+
+# ---------------------------------------------------------------- a role's sharding from its config
+
+
+def sharding_settings(f: Any) -> ShardingSettings:
+    """A role's `fsdp_config` section as `ShardingSettings`.
+
+    verl's three offload switches all mean "parameters (and with them gradients and optimizer state)
+    live in CPU memory and are copied to the device unit by unit": FSDP2's CPU offload policy, which
+    also runs the optimizer step on the CPU. posttrain therefore gives the three one meaning."""
+    return ShardingSettings(
+        reshard_after_forward=f.reshard_after_forward,
+        offload=f.param_offload or f.optimizer_offload or f.offload_policy,
+        reduce_dtype=f.mixed_precision.reduce_dtype,
+        forward_prefetch=f.forward_prefetch,
+        wrap_classes=tuple(f.transformer_layer_cls_to_wrap),
+        min_num_params=f.min_num_params,
+    )
+
+
+def role_mesh(device: str, world_size: int, fsdp_size: int) -> DeviceMesh:
+    """The mesh a role shards over: every rank (1-D), or with 1 < `fsdp_size` < world size a 2-D
+    (replicate, shard) mesh whose shard groups hold `fsdp_size` consecutive ranks (HSDP)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if fsdp_size in (-1, world_size):
+        return init_device_mesh(device, (world_size,), mesh_dim_names=("shard",))
+    if fsdp_size < 1 or world_size % fsdp_size:
+        raise ConfigError(
+            f"fsdp_config.fsdp_size={fsdp_size} does not divide the {world_size} worker processes; use -1 "
+            f"(shard over all) or a divisor of {world_size}"
+        )
+    return init_device_mesh(device, (world_size // fsdp_size, fsdp_size), mesh_dim_names=("replicate", "shard"))

@@ -94,7 +94,7 @@ def _mini_batch_rules(cfg: Any, role: str) -> list[str]:
     if micro is None or get_path(cfg, f"{role}.use_dynamic_bsz", False):
         return []
     per_device = responses // world
-    if per_device % micro:
+    if micro < per_device and per_device % micro:  # a larger micro-batch is the whole share in one pass
         device_word = "device" if world == 1 else "devices"
         return [
             f"{role}.ppo_micro_batch_size_per_gpu ({micro}) does not divide the per-device mini-batch of "
@@ -123,7 +123,7 @@ def _sequence_batch_rules(cfg: Any) -> list[str]:
     if micro is None or get_path(cfg, "actor.use_dynamic_bsz", False):
         return []
     per_device = batch // world
-    if per_device % micro:
+    if micro < per_device and per_device % micro:  # a larger micro-batch is the whole share in one pass
         device_word = "device" if world == 1 else "devices"
         return [
             f"actor.ppo_micro_batch_size_per_gpu ({micro}) does not divide the per-device batch of "
@@ -277,7 +277,51 @@ def check_rollout_correction(cfg: Any) -> list[str]:
     return problems
 
 
+def check_sharded_checkpoints(cfg: Any) -> list[str]:
+    """With several worker processes a checkpoint is sharded (DCP), not a Hugging Face directory,
+    so it cannot stand in for the final model as save_hf_checkpoint=never asks."""
+    if world_size(cfg) > 1 and get_path(cfg, "trainer.save_hf_checkpoint", "last") == "never":
+        return [
+            f"trainer.save_hf_checkpoint=never keeps the final policy only in the last checkpoint, but with "
+            f"{world_size(cfg)} worker processes checkpoints are sharded (one file per worker), not a Hugging Face "
+            "directory; use save_hf_checkpoint: last (or always)"
+        ]
+    return []
+
+
+# Sharding keys of a role's fsdp_config with their defaults: they only act on a sharded model.
+_SHARDING_DEFAULTS = {
+    "reshard_after_forward": True, "forward_prefetch": False, "min_num_params": 0, "transformer_layer_cls_to_wrap": [],
+    "mixed_precision.reduce_dtype": "fp32",
+}
+
+
+def check_sharding(cfg: Any) -> list[str]:
+    """Sharding keys need several worker processes to act on (refused at other values with one), and
+    fsdp_size must divide the worker processes."""
+    world, problems = world_size(cfg), []
+    for role in ("actor", "ref", "critic"):
+        fsdp = get_path(cfg, f"{role}.fsdp_config", None)
+        if fsdp is None:
+            continue
+        size = get_path(fsdp, "fsdp_size", -1)
+        if world > 1 and size not in (-1, world) and (size < 1 or world % size):
+            problems.append(f"{role}.fsdp_config.fsdp_size={size} does not divide the {world} worker processes; use -1 (shard over all) or a divisor of {world}")
+        if world > 1:
+            continue
+        changed = [k for k, default in _SHARDING_DEFAULTS.items() if get_path(fsdp, k, default) != default]
+        changed += ["fsdp_size"] if size not in (-1, 1) else []
+        if changed:
+            problems.append(
+                f"{', '.join(f'{role}.fsdp_config.{k}' for k in changed)}: only act on a model sharded over several worker "
+                "processes, and this run has one (cluster.n_gpus_per_node 0 or 1); remove them or set cluster.n_gpus_per_node >= 2"
+            )
+    return problems
+
+
 CHECKS: list[Callable[[Any], list[str]]] = [
+    check_sharded_checkpoints,
+    check_sharding,
     check_actor_batches,
     check_critic_batches,
     check_token_budget,

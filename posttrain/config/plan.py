@@ -79,7 +79,7 @@ def _role_plan(cfg: Any, role: str, prompts: int, n: int, world: int) -> RolePla
         mini_batches_per_epoch=prompts // mini,
         per_device_mini_batch=per_device,
         micro_batch=micro,
-        micro_batches_per_mini_batch=None if micro is None else per_device // micro,
+        micro_batches_per_mini_batch=None if micro is None else -(-per_device // micro),  # a larger micro-batch: one
         token_budget=get_path(cfg, f"{role}.ppo_max_token_len_per_gpu", None) if dynamic else None,
         ppo_epochs=epochs,
         optimizer_steps_per_rollout=(prompts // mini) * epochs,
@@ -121,7 +121,7 @@ def _supervised_rows(cfg: Any, d: Derived) -> list[Row]:
                      f"actor.ppo_max_token_len_per_gpu {budget} tokens"))
     else:
         micro = get_path(cfg, "actor.ppo_micro_batch_size_per_gpu")
-        rows.append(("  micro-batches/step", str(per_device // micro), f"{per_device} {unit} / "
+        rows.append(("  micro-batches/step", str(-(-per_device // micro)), f"{per_device} {unit} / "
                      f"actor.ppo_micro_batch_size_per_gpu {micro}; gradients accumulate over them"))
     rows.append(("  optimizer steps per step", "1", "the loss is normalised over the whole batch"))
     return rows

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import copy
 from concurrent.futures import ThreadPoolExecutor
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -136,13 +136,30 @@ class HFEngine:
     def weights_version(self) -> int:
         return self._version
 
-    def update_weights(self, weights: Mapping[str, Tensor] | nn.Module, version: int) -> None:
+    def update_weights(
+        self, weights: Mapping[str, Tensor] | nn.Module | Iterable[tuple[str, Tensor]], version: int
+    ) -> None:
         """Take the actor's weights as `version`: copied in place (no reallocation), or nothing to
-        copy when the engine shares the very module it is given."""
-        if weights is not self.model:
+        copy when the engine shares the very module it is given. An iterable of (name, tensor)
+        pairs is copied one tensor at a time as it arrives (a sharded actor gathers each parameter
+        just before it is needed); every parameter and buffer of the engine must be named once."""
+        if weights is self.model:
+            pass
+        elif isinstance(weights, (nn.Module, Mapping)):
             state = weights.state_dict() if isinstance(weights, nn.Module) else weights
             with torch.no_grad():
                 self.model.load_state_dict(state, strict=True)
+        else:
+            own = self.model.state_dict(keep_vars=True)
+            missing = set(own)
+            with torch.no_grad():
+                for name, tensor in weights:
+                    if name not in own:
+                        raise KeyError(f"update_weights: the engine's model has no tensor {name!r}")
+                    own[name].copy_(tensor)  # in place, casting to the engine's dtype and device
+                    missing.discard(name)
+            if missing:
+                raise KeyError(f"update_weights: no value was given for {sorted(missing)[:3]}")
         self._version = int(version)
 
     def generate(

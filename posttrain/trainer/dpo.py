@@ -28,7 +28,8 @@ from posttrain.data import DPOExample, build_dpo_dataset, collate_sft, pad_token
 from posttrain.models.loading import causal_lm_from_config, tokenizer_from_config
 from posttrain.models.precision import autocast
 from posttrain.trainer.sequence_logprobs import sequence_logprobs
-from posttrain.trainer.sft import Objective, default_device, fit
+from posttrain.cluster.fsdp import forward_runner
+from posttrain.trainer.sft import Objective, fit, stage_device
 from posttrain.trainer.stage import StageContext, StageResult, open_stage, seed_everything, with_model_path
 
 LOSS_TYPES = ("sigmoid", "ipo", "hinge")
@@ -84,13 +85,16 @@ def dpo_objective(
     policy_dtype: str = "fp32", ref_dtype: str = "fp32",
 ) -> Objective:
     """The DPO loss of `settings` over pairs, normalised by the pairs of the whole batch.
-    `policy_dtype`/`ref_dtype`: actor./ref.fsdp_config.mixed_precision.param_dtype (bf16: autocast)."""
+    `policy_dtype`/`ref_dtype`: actor./ref.fsdp_config.mixed_precision.param_dtype (bf16: autocast).
+    Either model may be a sharded model's FSDP root (`posttrain.cluster.fsdp`)."""
+    run_policy, policy = forward_runner(policy)
+    run_reference, reference = forward_runner(reference)
 
     def micro_loss(pairs: Sequence[DPOExample], total: float) -> tuple[Tensor, dict[str, float]]:
         with autocast(policy, policy_dtype):
-            chosen, rejected = pair_logprobs(policy, pairs, pad_id)  # (N,) each
+            chosen, rejected = run_policy(pair_logprobs, policy, pairs, pad_id)  # (N,) each
         with torch.inference_mode(), autocast(reference, ref_dtype):
-            ref_chosen, ref_rejected = pair_logprobs(reference, pairs, pad_id)
+            ref_chosen, ref_rejected = run_reference(pair_logprobs, reference, pairs, pad_id)
         ref_chosen, ref_rejected = ref_chosen.clone(), ref_rejected.clone()  # usable by autograd
         losses = preference_losses(
             chosen, rejected, ref_chosen, ref_rejected,
@@ -128,9 +132,9 @@ def run_dpo(ctx: StageContext) -> StageResult:
     tokenizer = tokenizer_from_config(cfg.model)
     train_set = build_dpo_dataset(cfg.data, cfg.data.train_files, tokenizer)
     val_set = build_dpo_dataset(cfg.data, cfg.data.val_files, tokenizer, split="val") if cfg.data.val_files else None
-    device = default_device()
-    policy = causal_lm_from_config(cfg.model, device=device)
-    reference = freeze(causal_lm_from_config(cfg.model, device=device))
+    device = stage_device(ctx)
+    policy = ctx.world.shard(causal_lm_from_config(cfg.model, device=device), cfg.actor.fsdp_config)
+    reference = ctx.world.shard(freeze(causal_lm_from_config(cfg.model, device=device)), cfg.ref.fsdp_config)
     derived, trackers = open_stage(ctx, len(train_set))
     objective = dpo_objective(
         policy, reference, pad_token_id(tokenizer), cfg.algorithm.dpo,

@@ -11,15 +11,20 @@ from typing import Any
 
 import torch
 
+from posttrain.cluster.parallel import DataParallel, contiguous_shares
 from posttrain.config.schema import Config
 from posttrain.records import RolloutBatch
-from posttrain.rewards import RewardInput, build_reward_manager, load_reward_function
+from posttrain.rewards import RewardInput, RewardOutput, build_reward_manager, load_reward_function
+from posttrain.workers.microbatch import SINGLE
 
 
 class RewardStage:
     """Scores decoded responses; `score` returns (scores (B,), metrics)."""
 
-    def __init__(self, cfg: Config, tokenizer: Any):
+    def __init__(self, cfg: Config, tokenizer: Any, dp: DataParallel = SINGLE):
+        """`dp`: with several worker processes each scores a consecutive share of the rows (a reward
+        function runs once per sample in the whole run) and every rank receives all the scores."""
+        self.dp = dp
         r = cfg.reward
         fn = load_reward_function(
             r.custom_reward_function.path, r.custom_reward_function.name, dict(r.custom_reward_function.reward_kwargs)
@@ -53,17 +58,27 @@ class RewardStage:
         self, batch: RolloutBatch, texts: list[str]
     ) -> tuple[torch.Tensor, dict[str, float], dict[str, list[float]]]:
         """Scores (B,), batch metrics, and the per-sample extra values of dict-returning functions."""
+        rows = contiguous_shares(len(batch), self.dp.size)[self.dp.rank]  # every row with one process
         samples = [
-            RewardInput(data_source=ds, solution_str=text, ground_truth=gt, extra_info=info, index=i)
-            for i, (ds, text, gt, info) in enumerate(zip(batch.data_source, texts, batch.ground_truth, batch.extra_info))
+            RewardInput(data_source=batch.data_source[i], solution_str=texts[i], ground_truth=batch.ground_truth[i],
+                        extra_info=batch.extra_info[i], index=i)
+            for i in rows
         ]
-        out = self.manager.score(samples)
+        out = self.manager.score(samples) if samples else RewardOutput([])
+        rm = None
+        if self.reward_model is not None:
+            prompts = self._prompt_texts(batch)
+            rm = self.reward_model.score_texts([prompts[i] + texts[i] for i in rows]).tolist() if rows else []
+        if self.dp.distributed:  # each rank scored its share: every rank assembles the batch's
+            parts = self.dp.gather_objects((out, rm))
+            out = merge_outputs([o for o, _ in parts])
+            rm = None if rm is None else [v for _, values in parts for v in values]
         scores = out.tensor() * self.function_weight  # (B,)
         metrics = out.metrics()
-        if self.reward_model is not None:
-            rm = self.reward_model.score_texts([p + t for p, t in zip(self._prompt_texts(batch), texts)])  # (B,)
-            scores = scores + self.rm_weight * rm
-            metrics["reward/rm_score"] = float(rm.mean())
+        if rm is not None:
+            rm_scores = torch.tensor(rm, dtype=torch.float32)  # (B,)
+            scores = scores + self.rm_weight * rm_scores
+            metrics["reward/rm_score"] = float(rm_scores.mean())
         return scores, metrics, out.extra
 
     def _prompt_texts(self, batch: RolloutBatch) -> list[str]:
@@ -83,3 +98,16 @@ class RewardStage:
 
     def close(self) -> None:
         self.manager.close()
+
+
+def merge_outputs(parts: list[RewardOutput]) -> RewardOutput:
+    """The outputs of consecutive shares of a batch as one output of the whole batch: scores and extra
+    values in row order (NaN for the rows of a share whose samples never returned that key, as a
+    sample that lacked it gets within one share), failures summed.
+
+    >>> merge_outputs([RewardOutput([1.0], {"acc": [1.0]}), RewardOutput([0.0, 0.5], num_failures=1)]).extra
+    {'acc': [1.0, nan, nan]}
+    """
+    keys = list(dict.fromkeys(k for p in parts for k in p.extra))
+    extra = {k: [v for p in parts for v in p.extra.get(k, [float("nan")] * len(p.scores))] for k in keys}
+    return RewardOutput([s for p in parts for s in p.scores], extra, sum(p.num_failures for p in parts))

@@ -46,8 +46,8 @@ class RLTrainer:
         self.derived, self.trackers = open_stage(ctx, len(self.train_set))
         self.sampler = make_sampler(cfg.data, len(self.train_set), split="train")
         self.pad_id = pad_token_id(self.tokenizer)
-        self.roles = build_roles(cfg, self.derived, self.tokenizer)
-        self.rewards = RewardStage(cfg, self.tokenizer)
+        self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world)
+        self.rewards = RewardStage(cfg, self.tokenizer, self.roles.actor.dp)
         self.shaping = make_shaping_state(cfg.algorithm)
         self.sampling, self.val_sampling = sampling_params(cfg, self.tokenizer)
         self.baseline_sampling = baseline_sampling_params(cfg, self.sampling)  # None unless the estimator needs it
@@ -56,13 +56,13 @@ class RLTrainer:
     # ---------------------------------------------------------------- the RL step
     def step(self, prompts: PromptBatch, step: int) -> dict[str, float]:
         """One RL step on a batch of prompts; returns its metrics."""
-        actor, critic, ref, engine = self.roles.actor, self.roles.critic, self.roles.reference, self.roles.engine
+        actor, critic, ref, rollout = self.roles.actor, self.roles.critic, self.roles.reference, self.roles.rollout
         timer, metrics = PhaseTimer(), {}
         with timer("gen"):
-            batch = engine.generate(prompts, self.sampling, expected_version=actor.version)
+            batch = rollout.generate(prompts, self.sampling, expected_version=actor.version)
         if self.baseline_sampling is not None:
             with timer("gen_baseline"):
-                greedy = engine.generate(prompts, self.baseline_sampling, expected_version=actor.version)
+                greedy = rollout.generate(prompts, self.baseline_sampling, expected_version=actor.version)
                 batch.reward_baselines = self.rewards.baseline_scores(greedy, batch)  # (B,)
         with timer("reward"):
             texts = self.rewards.decode(batch)
@@ -86,12 +86,13 @@ class RLTrainer:
             with timer("update_actor"):
                 metrics.update(actor.update(batch))
         with timer("sync"):
-            engine.update_weights(actor.weights(), actor.version)
+            self.roles.sync.push(actor.version)
         metrics.update(reward_metrics)
         metrics.update(batch_metrics(batch, scores, self.max_new_tokens))
         metrics.update(timer.metrics())
         metrics["perf/tokens_per_s"] = batch.num_tokens() / metrics["timing/step_s"]
         metrics["perf/generated_tokens_per_s"] = batch.num_response_tokens() / max(metrics["timing/gen_s"], 1e-9)
+        metrics["dist/world_size"] = float(self.ctx.world.size)
         self._dump(self.cfg.trainer.rollout_data_dir, step, batch, texts, scores)
         return metrics
 
@@ -100,12 +101,12 @@ class RLTrainer:
         """Generate for every validation prompt with `val_kwargs` and score per data source."""
         if self.val_set is None:
             return {}
-        engine, actor = self.roles.engine, self.roles.actor
+        rollout, actor = self.roles.rollout, self.roles.actor
         sampler = make_sampler(self.cfg.data, len(self.val_set), split="val")
         batches: list[RolloutBatch] = []
         for rows in sampler:
             prompts = collate_prompts([self.val_set[i] for i in rows], self.pad_id, uid_prefix="val")
-            batches.append(engine.generate(prompts, self.val_sampling, expected_version=actor.version, seed=rollout_seed(self.cfg)))
+            batches.append(rollout.generate(prompts, self.val_sampling, expected_version=actor.version, seed=rollout_seed(self.cfg)))
         batch = RolloutBatch.cat(batches)
         texts = self.rewards.decode(batch)
         scores, _, extra = self.rewards.score(batch, texts)
@@ -123,7 +124,7 @@ class RLTrainer:
         ckpt = Checkpointer(self.ctx, total, self.checkpoint_parts())
         try:
             start = ckpt.restore()  # 0, or the step the resumed checkpoint was saved after
-            self.roles.engine.update_weights(self.roles.actor.weights(), self.roles.actor.version)
+            self.roles.sync.push(self.roles.actor.version)
             if (cfg.val_before_train or cfg.val_only) and start == 0:
                 last = self.validate(0)
                 self._log(last, offset)
@@ -164,7 +165,7 @@ class RLTrainer:
 
     def _dump(self, directory: str | None, step: int, batch: RolloutBatch, texts: list[str], scores: torch.Tensor) -> None:
         """One JSONL file per step with prompt, response, ground truth and score of every sample."""
-        if not directory:
+        if not directory or not self.ctx.world.is_main:
             return
         path = Path(directory) / f"{step}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -180,7 +181,7 @@ class RLTrainer:
 
     def _log_generations(self, step: int, batch: RolloutBatch, texts: list[str], scores: torch.Tensor) -> None:
         n = self.cfg.trainer.log_val_generations
-        if n <= 0:
+        if n <= 0 or not self.ctx.world.is_main:
             return
         prompts = self._prompt_texts(batch[:n])
         with (self.ctx.run_dir / "val_generations.jsonl").open("a", encoding="utf-8") as f:

@@ -26,9 +26,12 @@ from posttrain.config.sections.optim import OptimConfig
 from posttrain.errors import ConfigError
 from posttrain.models.loading import causal_lm_from_config, load_tokenizer, load_value_model, resolve_dtype
 from posttrain.optim import build_optimizer, build_scheduler
+from posttrain.cluster.weight_sync import WeightSync, weight_sync_for
+from posttrain.cluster.world import World
 from posttrain.rollout.base import SamplingParams
 from posttrain.rollout.hf_engine import HFEngine
 from posttrain.workers import Actor, ActorSettings, Critic, CriticSettings, ReferencePolicy
+from posttrain.workers.rollout import RolloutWorker
 
 
 def response_length(cfg: Config) -> int:
@@ -144,7 +147,7 @@ def engine_precision(policy: nn.Module, actor_compute: str, rollout_dtype: str) 
     return engine, engine == params == actor_dtype
 
 
-def critic_model_from_config(cfg: Config, tokenizer: Any) -> nn.Module:
+def critic_model_from_config(cfg: Config, tokenizer: Any, device: torch.device | str = "cpu") -> nn.Module:
     """The critic's value model from `critic.model`: its own directory, dtype, config overrides and
     loading options, or the policy's (model.path, model.dtype, model.trust_remote_code) where null."""
     m = cfg.critic.model
@@ -160,7 +163,7 @@ def critic_model_from_config(cfg: Config, tokenizer: Any) -> nn.Module:
         m.path or cfg.model.path, dtype=cfg.model.dtype if m.dtype == "auto" else m.dtype,
         trust_remote_code=m.trust_remote_code or (m.path is None and cfg.model.trust_remote_code),
         override_config=dict(m.override_config), gradient_checkpointing=m.enable_gradient_checkpointing,
-        external_lib=m.external_lib,
+        external_lib=m.external_lib, device=device,
     )
 
 
@@ -168,25 +171,40 @@ def critic_model_from_config(cfg: Config, tokenizer: Any) -> nn.Module:
 class RLRoles:
     """The roles of one RL stage, as the trainer sees them."""
 
-    engine: HFEngine
+    rollout: RolloutWorker
     actor: Actor
     reference: ReferencePolicy | None
     critic: Critic | None
+    sync: WeightSync  # actor -> rollout engine, after every update
+
+    @property
+    def engine(self) -> HFEngine:
+        """The rollout role's engine (this process's)."""
+        return self.rollout.engine
 
 
-def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
+def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = World()) -> RLRoles:
+    """Every role of the stage on this worker process. With several workers each role's model is
+    sharded over all of them (FSDP2, its own `fsdp_config`) and the engine holds a whole copy of the
+    policy, made before the actor's is sharded (verl's hybrid engine: all roles on every device)."""
     total = derived.total_training_steps or 1
     seed = cfg.trainer.seed
-    policy = causal_lm_from_config(cfg.model)
+    dp = world.data_parallel(cfg.trainer.balance_batch)
+    policy = causal_lm_from_config(cfg.model, device=world.torch_device)
     a = cfg.actor
     n = cfg.rollout.n
     actor_compute = a.fsdp_config.mixed_precision.param_dtype
     lean = "compiled" if a.use_torch_compile else "off"  # one switch for the actor, reference and critic forwards
     actor_budget = dict(default_dynamic=a.use_dynamic_bsz, default_budget=a.ppo_max_token_len_per_gpu)
     engine_dtype, same_numerics = engine_precision(policy, actor_compute, cfg.rollout.dtype)
-    optimizer, scheduler = _optimizer(policy.parameters(), a.optim, derived.actor_warmup_steps or 0, total)
+    # Copies of the unsharded policy first: the engine's (when it keeps its own) and the reference's.
+    own_copy = world.distributed or engine_dtype != next(policy.parameters()).dtype
+    engine_model = copy.deepcopy(policy) if own_copy else policy
+    ref_model = copy.deepcopy(policy) if a.use_kl_loss or cfg.algorithm.use_kl_in_reward else None
+    trained = world.shard(policy, a.fsdp_config)
+    optimizer, scheduler = _optimizer(trained.parameters(), a.optim, derived.actor_warmup_steps or 0, total)
     actor = Actor(
-        policy,
+        trained,
         optimizer,
         scheduler,
         ActorSettings(
@@ -218,33 +236,37 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
                 cfg.rollout.log_prob_use_dynamic_bsz, cfg.rollout.log_prob_max_token_len_per_gpu, **actor_budget,
             ),
         ),
+        dp=dp,
     )
     # EOS ids come from the model's generation_config (Qwen-style: <|im_end|> and <|endoftext|>).
-    # In the actor's dtype the engine shares the actor's module: same process, so a copy would only
-    # cost memory and a per-step state-dict copy. In another dtype (rollout.dtype) it keeps its own
-    # copy, refreshed by `update_weights`. The version check catches a missed sync either way.
-    own_copy = engine_dtype != next(policy.parameters()).dtype
+    # In one process and the actor's dtype the engine shares the actor's module: a copy would only
+    # cost memory and a per-step state-dict copy. In another dtype (rollout.dtype), or when the
+    # actor is sharded, it holds its own whole copy, refreshed by the weight sync. The version check
+    # catches a missed sync either way.
+    if own_copy:
+        engine_model.eval().requires_grad_(False).to(engine_dtype)
     engine = HFEngine(
-        policy, eos_token_ids=None, pad_token_id=tokenizer.pad_token_id, copy_weights=own_copy,
-        dtype=engine_dtype if own_copy else None, seed=rollout_seed(cfg), share_prompt_prefill=cfg.rollout.enable_prefix_caching,
+        engine_model, eos_token_ids=None, pad_token_id=tokenizer.pad_token_id, copy_weights=False,
+        seed=rollout_seed(cfg), share_prompt_prefill=cfg.rollout.enable_prefix_caching,
         decode_workers=cfg.rollout.engine_kwargs.hf.decode_workers,
     )
+    sync = weight_sync_for(engine, actor.model, sharded=world.distributed)
     reference = None
-    if a.use_kl_loss or cfg.algorithm.use_kl_in_reward:
-        ref_model = copy.deepcopy(policy)
+    if ref_model is not None:
         size, max_tokens = forward_batching(
             cfg.ref.log_prob_micro_batch_size_per_gpu, cfg.ref.log_prob_use_dynamic_bsz, cfg.ref.log_prob_max_token_len_per_gpu,
             **actor_budget,
         )
         reference = ReferencePolicy(
-            ref_model, temperature=policy_temperature(cfg), micro_batch_size=size, max_tokens=max_tokens,
-            compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype, pack=cfg.model.use_remove_padding, lean_forward=lean,
+            world.shard(ref_model, cfg.ref.fsdp_config), temperature=policy_temperature(cfg), micro_batch_size=size,
+            max_tokens=max_tokens, compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype,
+            pack=cfg.model.use_remove_padding, lean_forward=lean, dp=dp,
         )
     critic = None
     if uses_critic(cfg):
         c = cfg.critic
-        torch.manual_seed(seed)  # the value head is initialised from the global RNG
-        value_model = critic_model_from_config(cfg, tokenizer)
+        torch.manual_seed(seed)  # the value head is initialised from the global RNG (alike on every rank)
+        value_model = world.shard(critic_model_from_config(cfg, tokenizer, world.torch_device), c.fsdp_config)
         c_opt, c_sched = _optimizer(value_model.parameters(), c.optim, derived.critic_warmup_steps or 0, total)
         critic = Critic(
             value_model,
@@ -269,5 +291,6 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
                     c.forward_max_token_len_per_gpu, default_dynamic=c.use_dynamic_bsz, default_budget=c.ppo_max_token_len_per_gpu,
                 ),
             ),
+            dp=dp,
         )
-    return RLRoles(engine=engine, actor=actor, reference=reference, critic=critic)
+    return RLRoles(rollout=RolloutWorker(engine, dp), actor=actor, reference=reference, critic=critic, sync=sync)

@@ -18,6 +18,7 @@ from typing import Callable
 from posttrain.checkpoint import STAGE_COMPLETE, CheckpointError, checkpoint_root, latest_checkpoint
 from posttrain.checkpoint.layout import TRAINER_STATE, is_checkpoint
 from posttrain.checkpoint.state import read_json
+from posttrain.cluster.world import World
 from posttrain.files import atomic_write_text
 from posttrain.config import stage_configs
 from posttrain.config.schema import Config
@@ -85,8 +86,9 @@ def _resume_target(cfg: Config) -> tuple[Path, str] | None:
     return path, str(read_json(path / TRAINER_STATE).get("stage", "main"))
 
 
-def run(cfg: Config) -> list[StageResult]:
-    """Run (or continue) every stage; returns their results in order."""
+def run(cfg: Config, world: World = World()) -> list[StageResult]:
+    """Run (or continue) every stage; returns their results in order. With several worker
+    processes every rank runs this loop; rank 0 decides what to resume and writes the markers."""
     stages = stage_configs(cfg)
     base = run_directory(cfg)
     multi = len(stages) > 1
@@ -101,20 +103,24 @@ def run(cfg: Config) -> list[StageResult]:
     for stage, stage_dir in zip(stages, dirs):
         explicit = target[0] if target is not None and target[1] == stage.name else None
         done = _completed(stage_dir) if explicit is None and cfg.trainer.resume_mode != "disable" else None
+        root = checkpoint_root(stage.config, stage_dir, stage.name, multi)
+        resume = explicit or (latest_checkpoint(root) if cfg.trainer.resume_mode == "auto" else None)
+        done, resume = world.from_main((done, resume))  # every rank continues the same way
         if done is not None:
             print(f"[{stage.name}] stage already complete ({done.steps} steps); final model: {done.final_model}", flush=True)
         else:
-            (stage_dir / STAGE_COMPLETE).unlink(missing_ok=True)
-            root = checkpoint_root(stage.config, stage_dir, stage.name, multi)
-            resume = explicit or (latest_checkpoint(root) if cfg.trainer.resume_mode == "auto" else None)
+            if world.is_main:
+                (stage_dir / STAGE_COMPLETE).unlink(missing_ok=True)
             ctx = StageContext(
                 stage.name, with_model_path(stage.config, model_path), stage_dir, model_path, offset,
-                resume=resume, checkpoint_dir=root,
+                resume=resume, checkpoint_dir=root, world=world,
             )
-            if resume is not None:
+            if resume is not None and world.is_main:
                 print(f"[{stage.name}] resuming from {resume} (after step {ctx.resume_step()})", flush=True)
             done = _runner(stage.config.algorithm.kind)(ctx)
-            _mark_complete(stage_dir, done)
+            if world.is_main:
+                _mark_complete(stage_dir, done)
+            world.barrier()
         results.append(done)
         model_path, offset = str(done.final_model), offset + done.steps
     return results

@@ -20,7 +20,6 @@ validation before training at ctx.step_offset.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -30,6 +29,9 @@ import torch
 from torch import Tensor, nn
 
 from posttrain.checkpoint import Checkpointer, Parts, Role
+from posttrain.cluster.fsdp import forward_runner
+from posttrain.cluster.parallel import DataParallel
+from posttrain.workers.microbatch import SINGLE, clip_and_step
 from posttrain.checkpoint.save import save_hf
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
@@ -55,8 +57,11 @@ class Objective:
     tokens: Callable[[Sequence[Any]], int]  # tokens a forward pass over the examples processes
 
 
-def default_device() -> torch.device:
-    """The first accelerator when there is one, else the CPU."""
+def stage_device(ctx: StageContext) -> torch.device:
+    """A supervised stage's device: the worker's own device when there are several workers, else
+    the first accelerator when there is one, else the CPU."""
+    if ctx.world.distributed:
+        return ctx.world.torch_device
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -108,42 +113,39 @@ class MicroBatching:
         return parts
 
 
-def accumulate(objective: Objective, examples: Sequence[Any], micro: MicroBatching, *, backward: bool) -> dict[str, float]:
+def accumulate(objective: Objective, examples: Sequence[Any], micro: MicroBatching, *, backward: bool,
+               dp: DataParallel = SINGLE) -> dict[str, float]:
     """Run the objective over `examples` in micro-batches; with `backward`, accumulate gradients.
 
     Returns the batch's metrics, ``{"<prefix>/<name>": value}``: each micro-batch's parts are already
     scaled by the whole batch's normaliser, so their sum is the batch value whatever the split.
+    With several ranks each runs its share of the examples (balanced by tokens) against the same
+    whole-batch normaliser, the ranks' sums add up (gradients by FSDP's reduction, metrics by
+    `dp.sum`), and a rank with fewer micro-batches runs zero-weight ones to stay in step with the
+    collectives of the sharded forward (`posttrain.cluster.parallel`).
     """
-    total = objective.normaliser(examples)
+    total = objective.normaliser(examples)  # of the whole batch: the same on every rank
+    mine = [examples[i] for i in dp.share([objective.tokens([e]) for e in examples])] if dp.distributed else examples
     sums: dict[str, float] = defaultdict(float)
-    for part in micro.split(examples, objective.tokens):
+    for part, real in dp.pad_units(micro.split(mine, objective.tokens) if mine else [], lambda: examples[:1]):
         loss, parts = objective.micro_loss(part, total)
         if backward:
-            loss.backward()
-        for key, value in parts.items():
-            sums[f"{objective.prefix}/{key}"] += value
-    return dict(sums)
-
-
-def clip_and_step(model: nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float) -> float:
-    """Clip the global gradient norm and step; skip the step on a non-finite norm (it would poison
-    AdamW's moments for the rest of the run). Returns the norm before clipping."""
-    norm = float(torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], grad_clip))
-    if math.isfinite(norm):
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return norm
+            (loss if real else loss * 0.0).backward()
+        for key, value in parts.items():  # a padding unit adds its keys (every rank sums the same keys), not its values
+            sums[f"{objective.prefix}/{key}"] += value if real else 0.0
+    return dp.sum(sums)
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, objective: Objective,
-               examples: Sequence[Any], micro: MicroBatching, grad_clip: float) -> dict[str, float]:
+               examples: Sequence[Any], micro: MicroBatching, grad_clip: float, dp: DataParallel = SINGLE) -> dict[str, float]:
     """One optimizer step on one batch; returns its metrics (loss parts, grad norm, LR, speed)."""
     start = time.perf_counter()
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    metrics = accumulate(objective, examples, micro, backward=True)
+    metrics = accumulate(objective, examples, micro, backward=True, dp=dp)
     lr = optimizer.param_groups[0]["lr"]  # the LR this step uses (the schedule moves after it)
-    metrics["actor/grad_norm"] = clip_and_step(model, optimizer, grad_clip)
+    metrics["actor/grad_norm"] = clip_and_step(optimizer, grad_clip)
+    optimizer.zero_grad(set_to_none=True)
     scheduler.step()
     elapsed = time.perf_counter() - start
     metrics.update({
@@ -156,10 +158,11 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: An
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, objective: Objective, examples: Sequence[Any], micro: MicroBatching) -> dict[str, float]:
+def evaluate(model: nn.Module, objective: Objective, examples: Sequence[Any], micro: MicroBatching,
+             dp: DataParallel = SINGLE) -> dict[str, float]:
     """The objective's metrics over a whole validation set, as ``val/<prefix>/<name>``."""
     model.eval()
-    return {f"val/{key}": value for key, value in accumulate(objective, examples, micro, backward=False).items()}
+    return {f"val/{key}": value for key, value in accumulate(objective, examples, micro, backward=False, dp=dp).items()}
 
 
 def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objective, train_set: Sequence[Any],
@@ -168,6 +171,8 @@ def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objectiv
     trainer.save_freq (resuming from ctx.resume), save the final policy.
     With trainer.val_only it validates the starting policy and saves it unchanged (0 steps)."""
     cfg = ctx.cfg
+    dp = ctx.world.data_parallel(cfg.trainer.balance_batch)
+    _, inner = forward_runner(model)  # the model itself when `model` is its FSDP root
     optimizer, scheduler = build_optimization(cfg, model, derived)
     sampler = make_sampler(cfg.data, len(train_set))
     micro = MicroBatching.from_config(cfg)
@@ -176,36 +181,38 @@ def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objectiv
     val_examples = [val_set[k] for k in range(len(val_set))] if val_set is not None else []
     freq = cfg.trainer.test_freq
     last: dict[str, float] = {}
-    ckpt = Checkpointer(ctx, total, Parts({"actor": Role(model, optimizer, scheduler, tokenizer)}, {"sampler": sampler}))
+    ckpt = Checkpointer(ctx, total, Parts({"actor": Role(inner, optimizer, scheduler, tokenizer)}, {"sampler": sampler}))
     try:
         start = ckpt.restore()  # 0, or the step the resumed checkpoint was saved after
         if val_examples and (cfg.trainer.val_before_train or cfg.trainer.val_only) and start == 0:
-            last = evaluate(model, objective, val_examples, val_micro)
+            last = evaluate(model, objective, val_examples, val_micro, dp)
             trackers.log(last, ctx.step_offset)
         for step in range(start + 1, total + 1):
             examples = [train_set[k] for k in sampler.next_batch()]
-            last = train_step(model, optimizer, scheduler, objective, examples, micro, cfg.actor.grad_clip)
+            last = train_step(model, optimizer, scheduler, objective, examples, micro, cfg.actor.grad_clip, dp)
             last["training/epoch"] = float(sampler.epoch)
             if val_examples and ((freq > 0 and step % freq == 0) or step == total):
-                last.update(evaluate(model, objective, val_examples, val_micro))
+                last.update(evaluate(model, objective, val_examples, val_micro, dp))
             trackers.log(last, ctx.step_offset + step)
             ckpt.after_step(step)
     finally:
         trackers.close()
-    out = ckpt.final_model(lambda path: save_hf(model, path, tokenizer), final_model_dir(ctx))
+    out = ckpt.final_model(lambda path: save_hf(inner, path, tokenizer), final_model_dir(ctx))
     return StageResult(final_model=out, last_metrics=last, steps=total)
 
 
 def sft_objective(model: nn.Module, pad_id: int, compute_dtype: str = "fp32") -> Objective:
     """Token-mean negative log-likelihood of the trained (response/assistant) tokens. `compute_dtype`:
-    actor.fsdp_config.mixed_precision.param_dtype (bf16: autocast, fp32 master weights)."""
+    actor.fsdp_config.mixed_precision.param_dtype (bf16: autocast, fp32 master weights). `model`
+    may be a sharded model's FSDP root (`posttrain.cluster.fsdp`)."""
+    run, model = forward_runner(model)
 
     def normaliser(examples: Sequence[SFTExample]) -> float:
         return float(max(sum(sum(e.loss_mask[1:]) for e in examples), 1))  # the first token has no predictor
 
     def micro_loss(examples: Sequence[SFTExample], total: float) -> tuple[Tensor, dict[str, float]]:
         with autocast(model, compute_dtype):
-            out = sequence_logprobs(model, collate_sft(examples, pad_id))
+            out = run(sequence_logprobs, model, collate_sft(examples, pad_id))
         loss = -(out.logprobs * out.mask).sum() / total
         return loss, {"loss": float(loss.detach()), "tokens": float(out.mask.sum())}
 
@@ -221,7 +228,7 @@ def run_sft(ctx: StageContext) -> StageResult:
     tokenizer = tokenizer_from_config(cfg.model)
     train_set = build_sft_dataset(cfg.data, cfg.data.train_files, tokenizer)
     val_set = build_sft_dataset(cfg.data, cfg.data.val_files, tokenizer, split="val") if cfg.data.val_files else None
-    model = causal_lm_from_config(cfg.model, device=default_device())
+    model = ctx.world.shard(causal_lm_from_config(cfg.model, device=stage_device(ctx)), cfg.actor.fsdp_config)
     derived, trackers = open_stage(ctx, len(train_set))
     objective = sft_objective(model, pad_token_id(tokenizer), cfg.actor.fsdp_config.mixed_precision.param_dtype)
     return fit(ctx, model, tokenizer, objective, train_set, val_set, derived, trackers)

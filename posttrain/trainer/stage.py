@@ -23,6 +23,7 @@ import yaml
 from posttrain.checkpoint.layout import TRAINER_STATE
 from posttrain.checkpoint.logs import truncate_jsonl
 from posttrain.checkpoint.state import read_json
+from posttrain.cluster.world import World
 from posttrain.config import derive, save_resolved
 from posttrain.config.load import to_yaml
 from posttrain.config.derive import Derived
@@ -41,6 +42,7 @@ class StageContext:
     step_offset: int = 0  # global step of the stage's first step, so metrics of stages line up
     resume: Path | None = None  # checkpoint (global_step_N) to continue from; None starts fresh
     checkpoint_dir: Path | None = None  # where checkpoints go; None means <run_dir>/checkpoints
+    world: World = World()  # this process among the run's workers (one process by default)
 
     @property
     def checkpoint_root(self) -> Path:
@@ -74,6 +76,8 @@ def open_stage(ctx: StageContext, train_size: int) -> tuple[Derived, Trackers]:
     Metrics already in the stage directory after the resumed step (all of them when starting
     fresh) belong to an interrupted attempt: they are dropped, and TensorBoard purges them."""
     derived = derive(ctx.cfg, train_size)
+    if not ctx.world.is_main:  # rank 0 writes the stage's files and logs its metrics
+        return derived, build_trackers([], ctx.run_dir, derived.total_training_steps)
     if ctx.resume is not None:
         for line in config_changes(ctx.run_dir / "config.yaml", ctx.cfg):
             print(f"[{ctx.name}] {line}", flush=True)

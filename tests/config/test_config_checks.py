@@ -66,10 +66,12 @@ def test_mini_batch_must_split_over_devices():
 
 
 def test_micro_batch_is_checked_against_the_per_device_share():
-    # 16 responses over 4 devices is 4 per device; a micro-batch of 8 cannot divide it
-    assert problems(gpus=4) == [
-        "actor.ppo_micro_batch_size_per_gpu (8) does not divide the per-device mini-batch of 4 responses "
-        "(actor.ppo_mini_batch_size 2 × rollout.n 8 / 4 devices); use one of 1, 2, 4"
+    # 16 responses over 8 devices is 2 per device: a micro-batch of 8 is the whole share in one pass
+    # (verl refuses it; posttrain has nothing to split), while 3 of 6 per device cannot divide it
+    load_config(None, batch_overrides(gpus=8))
+    assert problems(gpus=2, micro=3) == [
+        "actor.ppo_micro_batch_size_per_gpu (3) does not divide the per-device mini-batch of 8 responses "
+        "(actor.ppo_mini_batch_size 2 × rollout.n 8 / 2 devices); use one of 1, 2, 4, 8"
     ]
 
 
@@ -187,11 +189,12 @@ def test_sft_micro_batch_must_divide_the_batch():
 
 
 def test_dpo_micro_batch_counts_pairs_per_device():
-    # 32 pairs over 4 devices is 8 per device; a micro-batch of 16 cannot divide it
-    assert supervised_problems("dpo", 32, 16, "cluster.n_gpus_per_node=4") == [
-        "actor.ppo_micro_batch_size_per_gpu (16) does not divide the per-device batch of 8 pairs "
+    # 32 pairs over 4 devices is 8 per device; a micro-batch of 3 cannot divide it, one of 16 takes all 8
+    assert supervised_problems("dpo", 32, 3, "cluster.n_gpus_per_node=4") == [
+        "actor.ppo_micro_batch_size_per_gpu (3) does not divide the per-device batch of 8 pairs "
         "(data.train_batch_size 32 / 4 devices, algorithm.kind dpo); use one of 1, 2, 4, 8"
     ]
+    load_config(None, supervised("dpo", 32, 16, "cluster.n_gpus_per_node=4"))
     load_config(None, supervised("dpo", 32, 8, "cluster.n_gpus_per_node=4"))
 
 

@@ -134,7 +134,7 @@ def test_trinity_frozen_lake_env_path(tmp_path, monkeypatch):
     report = read_foreign(REFERENCE / TRINITY_LAKE).report
     assert "TRINITY_TASKSET_PATH" in _entry(report, "buffer.explorer_input.taskset.path").reason
     offload = _entry(report, "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.param_offload")
-    assert (offload.status, offload.native) == ("refused", "actor.fsdp_config.param_offload")
+    assert (offload.status, offload.native) == ("translated", "actor.fsdp_config.param_offload")
     assert _entry(report, "algorithm.policy_loss_fn_args.clip_range_high").value == 0.28
     pq.write_table(pa.table({"prompt": ["a"]}), tmp_path / "train.parquet")
     pq.write_table(pa.table({"prompt": ["b"]}), tmp_path / "test.parquet")

@@ -66,7 +66,8 @@ IMPLEMENTED = {
     "trainer.save_freq", "trainer.resume_mode", "trainer.resume_from_path", "trainer.checkpoint_dir",
     "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.del_local_ckpt_after_load",
     "trainer.save_hf_checkpoint",
-    "cluster.nnodes", "cluster.n_gpus_per_node",
+    "cluster.nnodes", "cluster.n_gpus_per_node", "cluster.device", "cluster.env_vars", "cluster.rpc_timeout_s",
+    "trainer.balance_batch",
 }
 
 

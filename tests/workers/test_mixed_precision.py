@@ -180,8 +180,9 @@ def test_sft_and_dpo_objectives_compute_under_autocast():
     assert logp["bf16"] != logp["fp32"] and logp["bf16"] == pytest.approx(logp["fp32"], abs=0.1)
 
 
-def test_fp16_compute_and_unimplemented_reduce_dtype_are_refused():
+def test_fp16_compute_and_a_reduce_dtype_without_sharding_are_refused():
     with pytest.raises(ConfigError, match="param_dtype"):
         load_config(None, ["actor.fsdp_config.mixed_precision.param_dtype=fp16"])
-    with pytest.raises(ConfigError, match="not implemented yet"):
+    with pytest.raises(ConfigError, match="reduce_dtype: only act on a model sharded over several worker processes"):
         load_config(None, ["actor.fsdp_config.mixed_precision.reduce_dtype=bf16"])
+    load_config(None, ["actor.fsdp_config.mixed_precision.reduce_dtype=bf16", "cluster.n_gpus_per_node=2"])

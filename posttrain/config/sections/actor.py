@@ -19,7 +19,6 @@ from posttrain.config.sections.optim import OptimConfig
 _VERL = "verl:actor_rollout_ref.actor"
 _TRINITY_ALGO = "trinity:algorithm"
 
-_FSDP = "FSDP sharding and offload (Ray/cluster issue)"
 _CKPT = "choosing what a checkpoint saves (every checkpoint holds model, optimizer and extra so that resuming is exact; checkpoint issue)"
 _PROFILE = "per-role profiling (profiling issue)"
 _PERF = "memory/speed options of the training backend (performance issue)"
@@ -35,28 +34,29 @@ KL_LOSS_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
 @section
 class MixedPrecisionConfig:
     """The dtype a role computes in while its parameters, gradients and optimizer state stay in
-    model.dtype (FSDP's MixedPrecision policy; in one process, `torch.autocast`)."""
+    model.dtype (`torch.autocast` in one process and on every worker alike)."""
 
     param_dtype: str = param("fp32", doc="Compute dtype of forward and backward: fp32 (as model.dtype: no autocast) or bf16 (matmuls and attention in bfloat16 under torch.autocast, fp32 master weights: the role's forwards in RL stages, the policy's in SFT and DPO, the reference's in DPO). fp16 is refused: it needs loss scaling, which posttrain does not do.", choices=["fp32", "bf16"], refs=["verl:.param_dtype"])
-    reduce_dtype: str = param("fp32", doc="Dtype of the gradient all-reduce across devices (gradients are fp32 in one process).", choices=["fp32", "bf16"], todo=_FSDP, refs=["verl:.reduce_dtype"])
-    buffer_dtype: str = param("fp32", doc="Dtype FSDP casts module buffers to (rotary frequencies...).", choices=["fp32", "bf16"], todo=_FSDP, refs=["verl:.buffer_dtype"])
+    reduce_dtype: str = param("fp32", doc="Dtype of the gradient reduction across worker processes when the role is sharded (FSDP2's reduce dtype); one process has nothing to reduce.", choices=["fp32", "bf16"], refs=["verl:.reduce_dtype"])
+    buffer_dtype: str = param("fp32", doc="Dtype module buffers are cast to. Only fp32 is accepted: FSDP2 has no buffer cast, buffers (rotary frequencies) keep model.dtype.", choices=["fp32"], refs=["verl:.buffer_dtype"])
 
 
 @section
 class FsdpConfig:
-    """How a role's model is sharded over devices with PyTorch FSDP (sharding and offload have no
-    effect in one CPU process; `mixed_precision` does)."""
+    """How a role's model is sharded over worker processes with FSDP2 (`cluster.n_gpus_per_node`
+    >= 2). With one process nothing is sharded: the sharding keys are refused at other values than
+    their defaults, and the offload keys are accepted only on the CPU (where parameters already are)."""
 
     mixed_precision: MixedPrecisionConfig = param(factory=MixedPrecisionConfig, doc="Compute dtype with fp32 master weights (bf16 autocast).", refs=["verl:.mixed_precision"])
 
-    param_offload: bool = param(False, doc="Keep parameters in CPU memory between uses.", todo=_FSDP, refs=["verl:.param_offload"])
-    optimizer_offload: bool = param(False, doc="Keep optimizer state in CPU memory between steps.", todo=_FSDP, refs=["verl:.optimizer_offload"])
-    offload_policy: bool = param(False, doc="FSDP2 only: offload parameters, gradients and optimizer state during training.", todo=_FSDP, refs=["verl:.offload_policy"])
-    reshard_after_forward: bool = param(True, doc="FSDP2 only: free gathered parameters after the forward pass to save memory.", todo=_FSDP, refs=["verl:.reshard_after_forward"])
-    forward_prefetch: bool = param(False, doc="FSDP1 only: start the next forward all-gather before the current forward ends.", todo=_FSDP, refs=["verl:.forward_prefetch"])
-    fsdp_size: int = param(-1, doc="Devices per FSDP sharding group; -1 shards over all devices.", ge=-1, todo=_FSDP, refs=["verl:.fsdp_size"])
-    min_num_params: int = param(0, doc="Wrap policy: smallest module (in parameters) wrapped as its own FSDP unit; 0 wraps decoder layers.", ge=0, todo=_FSDP, refs=["verl:.wrap_policy.min_num_params"])
-    transformer_layer_cls_to_wrap: list[str] = param(factory=list, doc="Wrap policy: module class names wrapped as FSDP units; empty uses the model's decoder layer.", todo=_FSDP, refs=["verl:.wrap_policy.transformer_layer_cls_to_wrap"])
+    param_offload: bool = param(False, doc="Keep parameters (and with them gradients and optimizer state: FSDP2's CPU offload policy, the optimizer step runs on the CPU) in CPU memory between uses.", refs=["verl:.param_offload"])
+    optimizer_offload: bool = param(False, doc="Keep optimizer state in CPU memory: the same CPU offload policy as param_offload (FSDP2 offloads parameters, gradients and optimizer state together).", refs=["verl:.optimizer_offload"])
+    offload_policy: bool = param(False, doc="FSDP2's CPU offload policy: parameters, gradients and optimizer state in CPU memory (the same as param_offload).", refs=["verl:.offload_policy"])
+    reshard_after_forward: bool = param(True, doc="Free the gathered parameters of each layer after its forward (gather again for the backward); false keeps them until the backward (more memory, fewer gathers).", refs=["verl:.reshard_after_forward"])
+    forward_prefetch: bool = param(False, doc="Gather the next layer's parameters while the current layer computes its forward.", refs=["verl:.forward_prefetch"])
+    fsdp_size: int = param(-1, doc="Worker processes per sharding group; -1 shards over all of them; a divisor d of the world shards within groups of d and replicates across groups (HSDP).", ge=-1, refs=["verl:.fsdp_size"])
+    min_num_params: int = param(0, doc="Wrap policy: every module with at least this many parameters of its own becomes a sharding unit; 0 makes each decoder layer one.", ge=0, refs=["verl:.wrap_policy.min_num_params"])
+    transformer_layer_cls_to_wrap: list[str] = param(factory=list, doc="Wrap policy: module class names made sharding units; empty uses the model's decoder layers.", refs=["verl:.wrap_policy.transformer_layer_cls_to_wrap"])
 
 
 @section
@@ -156,7 +156,7 @@ class ActorConfig:
     optim: OptimConfig = param(factory=OptimConfig, doc="Optimizer and LR schedule of the actor.", refs=[f"{_VERL}.optim", "roll:actor_train.training_args", f"{_TRINITY_ALGO}.optimizer"])
 
     # ---- backend, parallelism and performance -------------------------------------------------
-    strategy: str = param("fsdp", doc="Training backend across devices: fsdp or fsdp2 (one CPU process trains plain torch either way).", choices=["fsdp", "fsdp2"], todo=_FSDP, refs=[f"{_VERL}.strategy", "trinity:trainer.trainer_strategy"])
+    strategy: str = param("fsdp", doc="Training backend across worker processes: fsdp and fsdp2 both select posttrain's one sharding backend, FSDP2 (one process trains plain torch either way).", choices=["fsdp", "fsdp2"], refs=[f"{_VERL}.strategy", "trinity:trainer.trainer_strategy"])
     fsdp_config: FsdpConfig = param(factory=FsdpConfig, doc="FSDP sharding and offload of the actor.", refs=[f"{_VERL}.fsdp_config"])
     ulysses_sequence_parallel_size: int = param(1, doc="Devices one sequence is split over (Ulysses sequence parallelism).", ge=1, todo="sequence parallelism (Ray/cluster issue)", refs=[f"{_VERL}.ulysses_sequence_parallel_size", "trinity:trainer.ulysses_sequence_parallel_size"])
     use_torch_compile: bool = param(False, doc="RL stages: run the decoder layers of the training-side forwards (actor update and log-probs; the reference and critic take the same setting) of supported Llama/Qwen2 models as a lean forward compiled with torch.compile (exact to float rounding; ~10 s compile; falls back to eager when compiling fails). Refused for SFT/DPO stages.", refs=[f"{_VERL}.use_torch_compile"])

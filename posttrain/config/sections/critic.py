@@ -28,7 +28,6 @@ from posttrain.config.sections.optim import CriticOptimConfig
 
 _MODEL = "verl:critic.model"
 
-_FSDP = "FSDP sharding and offload (Ray/cluster issue)"
 _LOAD = "critic model options apart from the policy's (model loading issue)"
 
 
@@ -69,7 +68,7 @@ class CriticConfig:
 
     # ---- model, backend and placement --------------------------------------------------------
     model: CriticModelConfig = param(factory=CriticModelConfig, doc="Where the critic's weights come from.")
-    strategy: str = param("fsdp", doc="Training backend across devices: fsdp or fsdp2 (one CPU process trains plain torch either way).", choices=["fsdp", "fsdp2"], todo=_FSDP, refs=["verl:critic.strategy"])
+    strategy: str = param("fsdp", doc="Training backend across worker processes: fsdp and fsdp2 both select posttrain's one sharding backend, FSDP2 (one process trains plain torch either way).", choices=["fsdp", "fsdp2"], refs=["verl:critic.strategy"])
     fsdp_config: FsdpConfig = param(factory=FsdpConfig, doc="FSDP sharding and offload of the critic (verl keeps it under critic.model).", refs=[f"{_MODEL}.fsdp_config"])
     ulysses_sequence_parallel_size: int = param(1, doc="Devices one sequence is split over (Ulysses sequence parallelism).", ge=1, todo="sequence parallelism (Ray/cluster issue)", refs=["verl:critic.ulysses_sequence_parallel_size"])
     checkpoint: CheckpointConfig = param(factory=CheckpointConfig, doc="What the critic's checkpoints hold.", refs=["verl:critic.checkpoint"])

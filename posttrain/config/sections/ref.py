@@ -15,7 +15,6 @@ from posttrain.config.sections.actor import FsdpConfig, ProfilerConfig, roll_wor
 
 _VERL = "verl:actor_rollout_ref.ref"
 
-_FSDP = "FSDP sharding and offload (Ray/cluster issue)"
 _PERF = "memory/speed options of the training backend (performance issue)"
 
 
@@ -26,7 +25,7 @@ class RefConfig:
     log_prob_micro_batch_size_per_gpu: int = param(8, doc="Responses per reference log-prob forward pass on one device.", ge=1, refs=[f"{_VERL}.log_prob_micro_batch_size_per_gpu", "roll:reference.infer_batch_size"])
     log_prob_use_dynamic_bsz: bool | None = param(None, doc="Pack reference forward passes by tokens; null follows actor.use_dynamic_bsz.", refs=[f"{_VERL}.log_prob_use_dynamic_bsz"])
     log_prob_max_token_len_per_gpu: int | None = param(None, doc="Token budget (prompt + response tokens) of one reference forward pass on one device; null uses actor.ppo_max_token_len_per_gpu.", ge=1, refs=[f"{_VERL}.log_prob_max_token_len_per_gpu"])
-    strategy: str = param("fsdp", doc="Backend across devices: fsdp or fsdp2 (one CPU process runs plain torch either way).", choices=["fsdp", "fsdp2"], todo=_FSDP, refs=[f"{_VERL}.strategy"])
+    strategy: str = param("fsdp", doc="Backend across worker processes: fsdp and fsdp2 both select posttrain's one sharding backend, FSDP2 (one process runs plain torch either way).", choices=["fsdp", "fsdp2"], refs=[f"{_VERL}.strategy"])
     fsdp_config: FsdpConfig = param(factory=FsdpConfig, doc="FSDP sharding and offload of the reference model.", refs=[f"{_VERL}.fsdp_config"])
     ulysses_sequence_parallel_size: int | None = param(None, doc="Devices one sequence is split over; null follows actor.ulysses_sequence_parallel_size.", ge=1, todo="sequence parallelism (Ray/cluster issue)", refs=[f"{_VERL}.ulysses_sequence_parallel_size"])
     entropy_from_logits_with_chunking: bool | None = param(None, doc="Compute token entropy in chunks; null follows the actor. posttrain always computes log-probs in chunks (see actor.entropy_from_logits_with_chunking), so every value gives the same result.", refs=[f"{_VERL}.entropy_from_logits_with_chunking"])

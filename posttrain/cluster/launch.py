@@ -1,0 +1,143 @@
+"""Starting N local worker processes for one `posttrain train` command, and watching them.
+
+The command the user typed becomes the launcher: it prepares the run's inputs once, then starts
+`world_size` copies of itself (`python -m posttrain train CONFIG overrides...`), each told its rank
+by the environment (`posttrain.cluster.world`). Rank 0's output is the run's console; every rank's
+error output also goes to `<run dir>/workers/rank<r>.log`.
+
+The launcher's only other job is to end the run cleanly when a worker does not finish: a worker that
+exits non-zero or is killed (SIGKILL, out of memory) stops the others, and the launcher exits
+non-zero naming the rank, how it ended and the last lines of its log. A worker that hangs is caught
+by the others' collective timeout (`cluster.rpc_timeout_s`), which fails them the same way.
+Checkpoints are written so that a killed run never names a half-written one; rerunning the command
+resumes from the newest complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from posttrain.cluster.world import RANK_ENV, WORLD_ENV
+
+# Roles every worker hosts: all roles share each process (colocated placement).
+ROLES = "actor, rollout, reference, critic, reward"
+GRACE_S = 10.0  # how long the other workers get to notice a dead peer and exit on their own
+
+
+def how_it_ended(code: int) -> str:
+    """A worker's exit status in words; negative: killed by that signal."""
+    if code >= 0:
+        return f"exited with status {code}"
+    try:
+        return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 6) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_vars: dict[str, str]) -> int:
+    """Run `python -m posttrain <argv>` as `world_size` workers; returns the launcher's exit status."""
+    log_dir = run_dir / "workers"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    procs: list[subprocess.Popen] = []
+    logs = [log_dir / f"rank{r}.log" for r in range(world_size)]
+    for rank in range(world_size):
+        env = dict(os.environ, **{k: str(v) for k, v in env_vars.items()})
+        env.update({
+            RANK_ENV: str(rank), WORLD_ENV: str(world_size), "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "POSTTRAIN_DEVICE": device,
+            # each worker computes on its own share: the cores are split between them
+            "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world_size))),
+        })
+        err = logs[rank].open("w", encoding="utf-8")
+        out = None if rank == 0 else err  # rank 0 is the console; the others only log
+        procs.append(subprocess.Popen([sys.executable, "-m", "posttrain", *argv], env=env, stdout=out, stderr=err))
+        err.close()
+    print(f"posttrain: {world_size} worker processes on {device} (pids {', '.join(str(p.pid) for p in procs)}); "
+          f"each hosts {ROLES}; logs in {log_dir}", flush=True)
+    try:
+        return _watch(procs, logs)
+    except KeyboardInterrupt:
+        _stop(procs, signal.SIGINT)
+        print("posttrain: interrupted", file=sys.stderr)
+        return 130
+
+
+def _watch(procs: list[subprocess.Popen], logs: list[Path]) -> int:
+    """Wait for the workers; when one fails, give the others `GRACE_S` to notice, stop the rest,
+    and report the worker that caused it (see `_cause`)."""
+    order: list[int] = []  # ranks in the order they were seen to end
+    while len(order) < len(procs):
+        for rank, p in enumerate(procs):
+            if rank not in order and p.poll() is not None:
+                order.append(rank)
+        if any(procs[r].returncode != 0 for r in order):
+            break
+        time.sleep(0.2)
+    else:
+        return 0
+    first = next(r for r in order if procs[r].returncode != 0)
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(0.2)
+    hung = [r for r, p in enumerate(procs) if p.poll() is None]  # still running after their peer failed
+    _stop(procs, signal.SIGKILL)
+    return _report(procs, logs, _cause(procs, logs, first, hung), hung)
+
+
+def _cause(procs: list[subprocess.Popen], logs: list[Path], first: int, hung: list[int]) -> int:
+    """The worker that ended the run: one killed by a signal (SIGKILL, the out-of-memory killer),
+    else a worker that stopped responding when the first failure was a peer's collective timing out
+    (`cluster.rpc_timeout_s`), else the first worker that failed."""
+    killed = [r for r, p in enumerate(procs) if p.returncode is not None and p.returncode < 0 and r not in hung]
+    if killed:
+        return killed[0]
+    if hung and any("Timed out" in line or "timed out" in line for line in tail(logs[first], 20)):
+        return hung[0]
+    return first
+
+
+def _report(procs: list[subprocess.Popen], logs: list[Path], cause: int, hung: list[int]) -> int:
+    code = procs[cause].returncode
+    if code == 2 and cause not in hung:  # a user error: the worker printed its one-line message
+        for line in tail(logs[cause], 1):
+            print(line, file=sys.stderr)
+        return 2
+    how = "stopped responding (its peers timed out waiting for it: cluster.rpc_timeout_s)" if cause in hung else how_it_ended(code)
+    print(f"posttrain: error: worker rank {cause} of {len(procs)} (roles: {ROLES}) {how}; the run stopped. "
+          f"Rerun the same command to resume from the newest complete checkpoint. Its log: {logs[cause]}",
+          file=sys.stderr)
+    for line in tail(logs[cause]):
+        print(f"  rank {cause}: {line}", file=sys.stderr)
+    return 1
+
+
+def _stop(procs: list[subprocess.Popen], sig: int) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(sig)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()

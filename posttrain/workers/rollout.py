@@ -1,0 +1,41 @@
+"""The rollout role: sampling responses with this process's engine, on this rank's share of prompts.
+
+With several worker processes every rank holds a whole copy of the policy in its engine (the weights
+arrive through `posttrain.cluster.weight_sync`), samples the responses of its consecutive share of
+the step's prompts, and every rank then receives the whole batch in prompt order, which is what the
+roles after it expect (`posttrain.cluster.parallel`). Each response's sampling noise is keyed by the
+rollout seed, its prompt's uid and its sample index (`posttrain.rollout.sampling`), not by the rank
+or the batch it was decoded in, so the batch is the same on any number of ranks (to float rounding
+of the logits in other batch shapes).
+"""
+
+from __future__ import annotations
+
+from posttrain.cluster.parallel import DataParallel, contiguous_shares
+from posttrain.records import PromptBatch, RolloutBatch
+from posttrain.rollout.base import SamplingParams
+from posttrain.rollout.hf_engine import HFEngine
+from posttrain.workers.microbatch import SINGLE
+
+
+class RolloutWorker:
+    """An engine and this rank's place among the rollout ranks; `generate` returns the whole batch."""
+
+    def __init__(self, engine: HFEngine, dp: DataParallel = SINGLE):
+        self.engine = engine
+        self.dp = dp
+
+    def generate(
+        self, prompts: PromptBatch, params: SamplingParams, *, expected_version: int, seed: int | None = None
+    ) -> RolloutBatch:
+        """`params.n` responses for every prompt of `prompts` (see `HFEngine.generate`)."""
+        if not self.dp.distributed:
+            return self.engine.generate(prompts, params, expected_version=expected_version, seed=seed)
+        # Consecutive shares keep every prompt's group on one rank and the gathered rows in order.
+        rows = contiguous_shares(len(prompts), self.dp.size)[self.dp.rank]
+        mine = None
+        if rows:
+            # pickled between ranks from host memory: a CUDA tensor would unpickle onto the sender's GPU
+            mine = self.engine.generate(prompts[rows], params, expected_version=expected_version, seed=seed).to("cpu")
+        parts = [p for p in self.dp.gather_objects(mine) if p is not None]
+        return RolloutBatch.cat(parts).to(self.engine.device)

@@ -1,0 +1,139 @@
+"""`posttrain train ... cluster.n_gpus_per_node=2` on the CPU: two gloo worker processes run the same
+stages as one process, a killed worker ends the run with a message naming it, and a rerun resumes
+from the newest complete checkpoint, on the same or another number of workers.
+
+Every run is the real command in a subprocess: SFT (2 steps) -> DPO (2 steps) -> GRPO (3 steps) on a
+1-layer model, checkpoints after every step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from posttrain.models.tiny import make_tiny_model
+from posttrain.tasks import write_task_data
+
+CONFIG = """
+data: {{train_files: {d}/train.parquet, val_files: {d}/test.parquet, train_batch_size: 4, max_prompt_length: 32, max_response_length: 6}}
+model: {{path: {m}}}
+rollout: {{n: 4}}
+actor: {{ppo_mini_batch_size: 2, ppo_micro_batch_size_per_gpu: 4, use_kl_loss: true, optim: {{lr: 1e-3}}}}
+trainer: {{total_training_steps: 3, save_freq: 1, test_freq: 3, logger: [console, jsonl]}}
+stages:
+  - name: sft
+    algorithm: {{kind: sft}}
+    data: {{train_files: {d}/sft_train.parquet, val_files: [], train_batch_size: 8}}
+    trainer: {{total_training_steps: 2}}
+  - name: dpo
+    algorithm: {{kind: dpo}}
+    data: {{train_files: {d}/dpo_train.parquet, val_files: [], train_batch_size: 4}}
+    trainer: {{total_training_steps: 2}}
+  - name: rl
+"""
+
+# Metrics that must agree between runs (to float rounding: gradients are summed in another order).
+COMPARED = {
+    "sft": ["sft/loss", "actor/grad_norm"],
+    "dpo": ["dpo/loss", "dpo/margin", "actor/grad_norm"],
+    "rl": ["critic/score/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "val/score/mean"],
+}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("launch")
+    make_tiny_model(root / "model", layers=1, hidden=32, heads=4, seed=0)
+    write_task_data("sort", root / "data", train=16, test=4, sft=16, dpo=8)
+    (root / "run.yaml").write_text(CONFIG.format(d=root / "data", m=root / "model"))
+    return root
+
+
+def train(inputs: Path, run: str, workers: int, kill: str | None = None, *overrides: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, POSTTRAIN_TEST_KILL=kill or "")
+    args = [sys.executable, "-m", "posttrain", "train", str(inputs / "run.yaml"), f"trainer.default_local_dir={inputs / run}",
+            f"cluster.n_gpus_per_node={workers}", *overrides]
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+
+
+def metrics(inputs: Path, run: str, stage: str) -> list[dict]:
+    return [json.loads(line) for line in (inputs / run / stage / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_same_run(inputs: Path, a: str, b: str) -> None:
+    for stage, keys in COMPARED.items():
+        rows_a, rows_b = metrics(inputs, a, stage), metrics(inputs, b, stage)
+        assert [r["step"] for r in rows_a] == [r["step"] for r in rows_b]
+        for key in keys:
+            pairs = [(ra, rb) for ra, rb in zip(rows_a, rows_b) if key in ra or key in rb]
+            assert pairs, f"{stage}: no row logs {key}"
+            for ra, rb in pairs:
+                assert rb[key] == pytest.approx(ra[key], abs=1e-5, rel=1e-5), (stage, ra["step"], key)
+
+
+@pytest.fixture(scope="module")
+def one_process(inputs: Path) -> str:
+    out = train(inputs, "single", 0)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return "single"
+
+
+@pytest.mark.slow
+def test_two_workers_train_as_one_process(inputs, one_process):
+    out = train(inputs, "two", 2)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "posttrain: 2 worker processes on cpu" in out.stdout
+    assert_same_run(inputs, one_process, "two")
+    rl = metrics(inputs, "two", "rl")
+    assert {r["dist/world_size"] for r in rl if "dist/world_size" in r} == {2.0}
+    assert {r["dist/world_size"] for r in metrics(inputs, one_process, "rl") if "dist/world_size" in r} == {1.0}
+    assert (inputs / "two" / "workers" / "rank1.log").is_file()
+    # rank 0 alone writes the run's files; every rank wrote its shard of each checkpoint
+    assert len(rl) == len(metrics(inputs, one_process, "rl"))
+    shards = sorted(p.name for p in (inputs / "two" / "rl" / "checkpoints" / "global_step_3" / "actor" / "dcp").iterdir())
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    assert (inputs / "two" / "rl" / "final_model" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_stops_the_run_and_the_rerun_finishes_it(inputs, one_process):
+    start = time.monotonic()
+    out = train(inputs, "killed", 2, kill="rl:2:after_step:1")
+    elapsed = time.monotonic() - start
+    assert out.returncode == 1
+    assert "worker rank 1 of 2" in out.stderr and "SIGKILL" in out.stderr
+    assert "Rerun the same command to resume" in out.stderr and "Traceback" not in out.stderr
+    assert elapsed < 120
+    marker = inputs / "killed" / "rl" / "checkpoints" / "latest_checkpointed_iteration.txt"
+    assert marker.read_text().strip() == "2"
+    again = train(inputs, "killed", 2)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming from" in again.stdout and "after step 2" in again.stdout
+    assert_same_run(inputs, one_process, "killed")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("before, after", [(2, 0), (0, 2)])
+def test_a_checkpoint_resumes_on_another_number_of_workers(inputs, one_process, before, after):
+    run = f"from{before}to{after}"
+    out = train(inputs, run, before, kill="rl:2:after_step:0" if before else "rl:2:after_step")
+    assert out.returncode != 0
+    again = train(inputs, run, after)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "after step 2" in again.stdout
+    assert_same_run(inputs, one_process, run)
+
+
+@pytest.mark.slow
+def test_a_hung_worker_is_named_once_its_peers_time_out(inputs):
+    start = time.monotonic()
+    out = train(inputs, "hung", 2, "rl:1:after_step:1:stop", "cluster.rpc_timeout_s=15")
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "worker rank 1 of 2" in out.stderr and "stopped responding" in out.stderr, out.stderr[-3000:]
+    assert time.monotonic() - start < 120
