@@ -1,8 +1,10 @@
 """From a checkpoint (or a run directory) to a standalone Hugging Face model directory.
 
-A checkpoint's `actor/` is already loadable by `from_pretrained`; exporting copies only the files a
-model user needs (config, safetensors weights, generation config, tokenizer, chat template) and
-leaves the training state (optimizer.pt, extra.pt) behind.
+A single-process checkpoint's `actor/` is already loadable by `from_pretrained`; exporting copies
+only the files a model user needs (config, safetensors weights, generation config, tokenizer, chat
+template) and leaves the training state (optimizer.pt, extra.pt) behind. A checkpoint written by
+several worker processes holds its weights in shards (`posttrain.checkpoint.sharded`): exporting
+assembles them in this one process and writes them as safetensors beside the same small files.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from pathlib import Path
 
 from posttrain.checkpoint.layout import MARKER, latest_checkpoint, step_of
 from posttrain.checkpoint.load import CheckpointError
+from posttrain.checkpoint.sharded import is_dcp_role, load_dcp_role
 
 _TRAINING_FILES = {"optimizer.pt", "extra.pt"}
 
 
 def _is_hf_dir(path: Path) -> bool:
-    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+    """A model directory: config and safetensors weights, or config and sharded (DCP) weights."""
+    return (path / "config.json").is_file() and (any(path.glob("*.safetensors")) or is_dcp_role(path))
 
 
 def resolve_model_dir(source: Path) -> Path:
@@ -61,4 +65,21 @@ def export_model(source: Path, out: Path, *, overwrite: bool = False) -> Path:
     for f in model_dir.iterdir():
         if f.is_file() and f.name not in _TRAINING_FILES:
             shutil.copy2(f, out / f.name)
+    if is_dcp_role(model_dir):
+        _assemble(model_dir, out)
     return out
+
+
+def _assemble(model_dir: Path, out: Path) -> None:
+    """The whole weights of a sharded checkpoint as safetensors in `out` (config already copied)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from posttrain.models.quiet import quiet_transformers
+
+    with quiet_transformers():
+        config = AutoConfig.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(config, "torch_dtype", None) or torch.float32)
+    load_dcp_role(model, None, model_dir, weights=True, optimizer_state=False)
+    with quiet_transformers():
+        model.save_pretrained(out, safe_serialization=True)

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from posttrain.models.tiny import make_tiny_model
 from posttrain.tasks import write_task_data
@@ -84,9 +86,14 @@ def one_process(inputs: Path) -> str:
     return "single"
 
 
+@pytest.fixture(scope="module")
+def two_workers(inputs: Path) -> subprocess.CompletedProcess:
+    return train(inputs, "two", 2)
+
+
 @pytest.mark.slow
-def test_two_workers_train_as_one_process(inputs, one_process):
-    out = train(inputs, "two", 2)
+def test_two_workers_train_as_one_process(inputs, one_process, two_workers):
+    out = two_workers
     assert out.returncode == 0, out.stderr[-3000:]
     assert "posttrain: 2 worker processes on cpu" in out.stdout
     assert_same_run(inputs, one_process, "two")
@@ -137,3 +144,17 @@ def test_a_hung_worker_is_named_once_its_peers_time_out(inputs):
     assert out.returncode == 1, out.stderr[-3000:]
     assert "worker rank 1 of 2" in out.stderr and "stopped responding" in out.stderr, out.stderr[-3000:]
     assert time.monotonic() - start < 120
+
+
+@pytest.mark.slow
+def test_export_assembles_a_sharded_checkpoint(inputs, two_workers, tmp_path):
+    assert two_workers.returncode == 0, two_workers.stderr[-3000:]
+    checkpoint = inputs / "two" / "rl" / "checkpoints" / "global_step_3"
+    out = subprocess.run([sys.executable, "-m", "posttrain", "export", str(checkpoint), str(tmp_path / "hf")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    exported = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    final = load_file(str(inputs / "two" / "rl" / "final_model" / "model.safetensors"))
+    assert exported.keys() == final.keys()
+    assert all(torch.equal(exported[k], final[k]) for k in final)
+    assert not (tmp_path / "hf" / "dcp").exists() and (tmp_path / "hf" / "tokenizer.json").is_file()
