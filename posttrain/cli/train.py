@@ -28,6 +28,7 @@ def register(subparsers) -> None:
 def _run(args: argparse.Namespace) -> int:
     from posttrain.checkpoint import STAGE_COMPLETE
     from posttrain.cluster.launch import launch
+    from posttrain.cluster.ray_launch import launch_ray
     from posttrain.cluster.placement import plan_world
     from posttrain.cluster.world import World, join_world, leave_world, world_from_env
     from posttrain.config import load_config, stage_configs
@@ -44,7 +45,10 @@ def _run(args: argparse.Namespace) -> int:
         stages = stage_configs(cfg)
         base = run_directory(cfg)
         if world is None and plan.size > 1:
-            return launch(["train", args.config, *args.overrides], plan.size, base, plan.device, dict(cfg.cluster.env_vars))
+            argv = ["train", args.config, *args.overrides]
+            if plan.launcher == "ray":
+                return launch_ray(argv, plan, base, cfg.cluster)
+            return launch(argv, plan.size, base, plan.device, dict(cfg.cluster.env_vars))
         stage_dirs = [base / s.name for s in stages] if len(stages) > 1 else [base]
         was_complete = all((d / STAGE_COMPLETE).is_file() for d in stage_dirs)
         world = world or World()

@@ -22,6 +22,7 @@ matmuls. Only the gradient reduction dtype (`mixed_precision.reduce_dtype`) is F
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -36,6 +37,13 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, Offlo
 
 from posttrain.errors import ConfigError
 from posttrain.models.loading import resolve_dtype
+
+
+# FSDP2 warns when a root forward returns a view, since an in-place op on it would skip the
+# gradient hook. posttrain's forwards return log-probs, entropies and values that every caller only
+# reads or combines out of place (losses, masks, aggregation), so the warning says nothing here and
+# would fill every worker's log each step.
+warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
 
 
 @dataclass(frozen=True)

@@ -54,27 +54,41 @@ def tail(path: Path, lines: int = 6) -> list[str]:
     return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
+def worker_env(rank: int, world_size: int, local_rank: int, master: tuple[str, int], device: str,
+               env_vars: dict[str, str], threads: int | None) -> dict[str, str]:
+    """What a worker process learns from its environment: its rank, the world, where rank 0 listens,
+    its device, the config's `cluster.env_vars`, and its share of the CPU threads."""
+    env = {k: str(v) for k, v in env_vars.items()}
+    env.update({
+        RANK_ENV: str(rank), WORLD_ENV: str(world_size), "LOCAL_RANK": str(local_rank),
+        "MASTER_ADDR": master[0], "MASTER_PORT": str(master[1]), "POSTTRAIN_DEVICE": device,
+    })
+    if threads is not None and "OMP_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
 def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_vars: dict[str, str]) -> int:
     """Run `python -m posttrain <argv>` as `world_size` workers; returns the launcher's exit status."""
     log_dir = run_dir / "workers"
     log_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    master = ("127.0.0.1", free_port())
     procs: list[subprocess.Popen] = []
     logs = [log_dir / f"rank{r}.log" for r in range(world_size)]
+    threads = max(1, (os.cpu_count() or 1) // world_size)  # each worker computes on its own share of the cores
     for rank in range(world_size):
-        env = dict(os.environ, **{k: str(v) for k, v in env_vars.items()})
-        env.update({
-            RANK_ENV: str(rank), WORLD_ENV: str(world_size), "LOCAL_RANK": str(rank),
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "POSTTRAIN_DEVICE": device,
-            # each worker computes on its own share: the cores are split between them
-            "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world_size))),
-        })
+        env = dict(os.environ, **worker_env(rank, world_size, rank, master, device, env_vars, threads))
         err = logs[rank].open("w", encoding="utf-8")
         out = None if rank == 0 else err  # rank 0 is the console; the others only log
         procs.append(subprocess.Popen([sys.executable, "-m", "posttrain", *argv], env=env, stdout=out, stderr=err))
         err.close()
     print(f"posttrain: {world_size} worker processes on {device} (pids {', '.join(str(p.pid) for p in procs)}); "
           f"each hosts {ROLES}; logs in {log_dir}", flush=True)
+    return watch(procs, logs)
+
+
+def watch(procs: list, logs: list[Path]) -> int:
+    """`_watch` the workers (Popen-like: poll, returncode, send_signal, wait, kill); Ctrl-C stops them."""
     try:
         return _watch(procs, logs)
     except KeyboardInterrupt:
@@ -83,7 +97,7 @@ def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_var
         return 130
 
 
-def _watch(procs: list[subprocess.Popen], logs: list[Path]) -> int:
+def _watch(procs: list, logs: list[Path]) -> int:
     """Wait for the workers; when one fails, give the others `GRACE_S` to notice, stop the rest,
     and report the worker that caused it (see `_cause`)."""
     order: list[int] = []  # ranks in the order they were seen to end
@@ -105,7 +119,7 @@ def _watch(procs: list[subprocess.Popen], logs: list[Path]) -> int:
     return _report(procs, logs, _cause(procs, logs, first, hung), hung)
 
 
-def _cause(procs: list[subprocess.Popen], logs: list[Path], first: int, hung: list[int]) -> int:
+def _cause(procs: list, logs: list[Path], first: int, hung: list[int]) -> int:
     """The worker that ended the run: one killed by a signal (SIGKILL, the out-of-memory killer),
     else a worker that stopped responding when the first failure was a peer's collective timing out
     (`cluster.rpc_timeout_s`), else the first worker that failed."""
@@ -117,13 +131,14 @@ def _cause(procs: list[subprocess.Popen], logs: list[Path], first: int, hung: li
     return first
 
 
-def _report(procs: list[subprocess.Popen], logs: list[Path], cause: int, hung: list[int]) -> int:
+def _report(procs: list, logs: list[Path], cause: int, hung: list[int]) -> int:
     code = procs[cause].returncode
     if code == 2 and cause not in hung:  # a user error: the worker printed its one-line message
         for line in tail(logs[cause], 1):
             print(line, file=sys.stderr)
         return 2
-    how = "stopped responding (its peers timed out waiting for it: cluster.rpc_timeout_s)" if cause in hung else how_it_ended(code)
+    how = "stopped responding (its peers timed out waiting for it: cluster.rpc_timeout_s)" if cause in hung else (
+        getattr(procs[cause], "how", None) or how_it_ended(code))
     print(f"posttrain: error: worker rank {cause} of {len(procs)} (roles: {ROLES}) {how}; the run stopped. "
           f"Rerun the same command to resume from the newest complete checkpoint. Its log: {logs[cause]}",
           file=sys.stderr)
@@ -132,7 +147,7 @@ def _report(procs: list[subprocess.Popen], logs: list[Path], cause: int, hung: l
     return 1
 
 
-def _stop(procs: list[subprocess.Popen], sig: int) -> None:
+def _stop(procs: list, sig: int) -> None:
     for p in procs:
         if p.poll() is None:
             p.send_signal(sig)

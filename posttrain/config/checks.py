@@ -29,10 +29,45 @@ def get_path(cfg: Any, path: str, default: Any = _ABSENT) -> Any:
     return node
 
 
+MAPPED_ROLES = ("actor", "rollout", "ref", "critic")  # the roles cluster.device_mapping places
+
+
+def device_lists(cfg: Any) -> dict[str, list[int]]:
+    """The non-empty device lists of cluster.device_mapping, by role."""
+    lists = {role: list(get_path(cfg, f"cluster.device_mapping.{role}", None) or []) for role in MAPPED_ROLES}
+    return {role: ids for role, ids in lists.items() if ids}
+
+
 def world_size(cfg: Any) -> int:
-    """Training processes: nodes × accelerators per node, or 1 on CPU (0 accelerators)."""
+    """Worker processes: the devices of a (colocated) cluster.device_mapping when one is given, else
+    nodes × devices per node, or 1 process with 0 devices per node."""
+    lists = device_lists(cfg)
+    if lists:
+        return len(next(iter(lists.values())))
     gpus = get_path(cfg, "cluster.n_gpus_per_node", 0)
     return get_path(cfg, "cluster.nnodes", 1) * gpus if gpus > 0 else 1
+
+
+def check_device_mapping(cfg: Any) -> list[str]:
+    """ROLL's device_mapping is honoured for its colocated layout (every role on the same devices
+    0..k-1); roles on different devices are refused, since posttrain places every role on every worker."""
+    lists = device_lists(cfg)
+    if not lists:
+        return []
+    if len({tuple(ids) for ids in lists.values()}) > 1:
+        shown = "; ".join(f"{role} {ids}" for role, ids in lists.items())
+        return [
+            f"cluster.device_mapping puts roles on different devices ({shown}): posttrain places every role on every "
+            "worker (colocated), so give every role the same device list (or leave the lists empty)"
+        ]
+    ids = next(iter(lists.values()))
+    nodes, gpus = get_path(cfg, "cluster.nnodes", 1), get_path(cfg, "cluster.n_gpus_per_node", 0)
+    if ids != list(range(len(ids))) or (gpus and len(ids) > nodes * gpus):
+        return [
+            f"cluster.device_mapping {ids}: the devices must be 0..k-1 within the {nodes * gpus} of cluster.nnodes "
+            f"{nodes} × cluster.n_gpus_per_node {gpus}"
+        ]
+    return []
 
 
 def training_kind(cfg: Any) -> str:
@@ -320,6 +355,7 @@ def check_sharding(cfg: Any) -> list[str]:
 
 
 CHECKS: list[Callable[[Any], list[str]]] = [
+    check_device_mapping,
     check_sharded_checkpoints,
     check_sharding,
     check_actor_batches,

@@ -158,3 +158,42 @@ def test_export_assembles_a_sharded_checkpoint(inputs, two_workers, tmp_path):
     assert exported.keys() == final.keys()
     assert all(torch.equal(exported[k], final[k]) for k in final)
     assert not (tmp_path / "hf" / "dcp").exists() and (tmp_path / "hf" / "tokenizer.json").is_file()
+
+
+@pytest.mark.slow
+def test_ray_workers_train_as_one_process_and_name_a_killed_worker(inputs, one_process):
+    pytest.importorskip("ray", reason="Ray is in the test extra")
+    timeline = inputs / "ray-timeline.json"
+    out = train(inputs, "ray", 2, None, "cluster.launcher=ray", "cluster.ray_num_cpus=2",
+                f"cluster.ray_timeline_file={timeline}", "cluster.ray_namespace=launch-test")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "posttrain: 2 Ray workers on cpu across 1 node(s)" in out.stdout
+    assert "Ray namespace launch-test;" in out.stdout
+    assert_same_run(inputs, one_process, "ray")
+    assert isinstance(json.loads(timeline.read_text()), list)  # chrome://tracing events
+    killed = train(inputs, "ray-killed", 2, "rl:2:after_step:1", "cluster.launcher=ray", "cluster.ray_num_cpus=2")
+    assert killed.returncode == 1
+    assert "worker rank 1 of 2" in killed.stderr and "died" in killed.stderr, killed.stderr[-3000:]
+    again = train(inputs, "ray-killed", 2, None, "cluster.launcher=ray", "cluster.ray_num_cpus=2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert_same_run(inputs, one_process, "ray-killed")
+
+
+@pytest.mark.slow
+def test_ray_refuses_what_it_cannot_place_or_reach(inputs):
+    pytest.importorskip("ray", reason="Ray is in the test extra")
+    start = time.monotonic()
+    small = train(inputs, "ray-small", 2, None, "cluster.launcher=ray", "cluster.ray_num_cpus=1", "cluster.register_timeout_s=3")
+    assert small.returncode == 2
+    assert "Ray could not place 2 workers of {'CPU': 1} within cluster.register_timeout_s=3 s" in small.stderr
+    assert "Traceback" not in small.stderr
+    away = train(inputs, "ray-away", 2, None, "cluster.ray_address=127.0.0.1:1")
+    assert away.returncode == 2
+    assert "cluster.ray_address (or RAY_ADDRESS) 127.0.0.1:1: nothing answers there" in away.stderr
+    assert time.monotonic() - start < 120
+
+
+def test_ray_keys_need_ray_workers(inputs):
+    out = train(inputs, "ray-keys", 0, None, "cluster.ray_num_cpus=4")
+    assert out.returncode == 2
+    assert "cluster.ray_num_cpus: only act when Ray starts the workers, and this run has one process" in out.stderr

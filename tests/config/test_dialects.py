@@ -15,9 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from posttrain.cli import main
 from posttrain.config import ConfigError, load_config
+from posttrain.config.checks import check_device_mapping
 from posttrain.config.dialects import convert, detect, read_foreign, translate
 from posttrain.config.dialects.values import parse_device_list
 from posttrain.errors import UserError
@@ -78,7 +80,12 @@ def test_roll_rlvr_translation_names_keys():
     vllm = _entry(report, "actor_infer.strategy_args.strategy_name")
     assert (vllm.status, vllm.native) == ("refused", "rollout.name") and vllm.reason.startswith("not implemented yet: vLLM")
     mapping = _entry(report, "actor_infer.device_mapping")  # 12 of 16 devices: a real placement, not colocation
-    assert (mapping.status, mapping.native, mapping.value) == ("refused", "cluster.device_mapping.rollout", list(range(12)))
+    assert (mapping.status, mapping.native, mapping.value) == ("refused", "cluster.device_mapping.rollout", "list(range(0,12))")
+    assert "split placement" in mapping.reason and "actor_infer 0..11" in mapping.reason
+    # the same layout written natively is refused as a whole by the config check
+    native = {"cluster": {"nnodes": 2, "n_gpus_per_node": 8, "device_mapping": {"actor": list(range(16)), "rollout": list(range(12))}}}
+    problems = check_device_mapping(OmegaConf.create(native))
+    assert len(problems) == 1 and "puts roles on different devices" in problems[0] and "rollout [0, 1, 2" in problems[0]
     assert _entry(report, "hydra.run.dir").status == "dropped"
     assert _entry(report, "reference.model_args.dtype").status == "dropped"  # same dtype as the policy
 

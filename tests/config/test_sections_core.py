@@ -67,7 +67,9 @@ IMPLEMENTED = {
     "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.del_local_ckpt_after_load",
     "trainer.save_hf_checkpoint",
     "cluster.nnodes", "cluster.n_gpus_per_node", "cluster.device", "cluster.env_vars", "cluster.rpc_timeout_s",
-    "trainer.balance_batch",
+    "trainer.balance_batch", "cluster.device_mapping.actor", "cluster.device_mapping.critic", "cluster.device_mapping.ref",
+    "cluster.device_mapping.rollout", "cluster.launcher", "cluster.ray_address", "cluster.ray_namespace",
+    "cluster.ray_num_cpus", "cluster.ray_timeline_file", "cluster.register_timeout_s",
 }
 
 

@@ -95,10 +95,28 @@ def _eval_devices(node: ast.AST) -> list[int]:
     raise ValueError(f"unsupported expression {ast.unparse(node)!r}")
 
 
+# ROLL's workers that cluster.device_mapping places (the reward workers have their own section).
+_MAPPED_WORKERS = ("actor_train", "actor_infer", "reference", "critic")
+
+
 def _device_mapping(ctx: Context, value: Any) -> list[int]:
     devices = parse_device_list(value)
     nodes = ctx.get("num_nodes", 1) or 1
     per_node = ctx.get("num_gpus_per_node", 8)  # ROLL's default
     if isinstance(per_node, int) and isinstance(nodes, int) and sorted(devices) == list(range(nodes * per_node)):
         return []  # every device of the cluster: posttrain's default placement (all roles colocated)
+    others = {}
+    for worker in _MAPPED_WORKERS:
+        mapping = ctx.get(f"{worker}.device_mapping")
+        if mapping is not None:
+            try:
+                others[worker] = parse_device_list(mapping)
+            except Exception:  # noqa: BLE001 - that key reports its own problem
+                continue
+    if any(ids != devices for ids in others.values()):
+        shown = "; ".join(f"{w} {ids[0]}..{ids[-1]}" if ids else f"{w} []" for w, ids in others.items())
+        raise refusal(
+            f"roles on different devices ({shown}) is a split placement: posttrain places every role on every "
+            "worker (colocated), over cluster.nnodes × n_gpus_per_node devices"
+        )
     return devices

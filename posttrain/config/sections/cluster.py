@@ -1,9 +1,9 @@
 """`cluster`: nodes, devices, processes and the Ray runtime.
 
-With `n_gpus_per_node: 0` and one node posttrain runs every role in one process. With
-`n_gpus_per_node: N` it starts N worker processes on this machine (one per GPU, or N CPU processes
-joined by gloo where there is no GPU), every role colocated on every worker
-(`posttrain.cluster.placement`). Several nodes, per-role device lists and Ray wait for the Ray launcher.
+With `n_gpus_per_node: 0` and one node posttrain runs every role in one process. Otherwise it runs
+`nnodes × n_gpus_per_node` worker processes (one per GPU, or CPU processes joined by gloo where there
+is no GPU), every role colocated on every worker (`posttrain.cluster.placement`): started as
+subprocesses on this machine, or as Ray actors on a Ray cluster (`launcher`).
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from typing import Any
 
 from posttrain.config.fields import param, section
 
-_RAY_TODO = "Ray cluster issue"
-
 
 @section
 class DeviceMappingConfig:
-    """Which global device ids each role's workers use (ROLL's device_mapping); empty lists colocate on all devices."""
+    """Which global device ids each role's workers use (ROLL's device_mapping); empty lists colocate on all devices.
+    Honoured for the colocated layout: every listed role on the same devices 0..k-1 runs k workers;
+    roles on different devices are refused (posttrain places every role on every worker)."""
 
-    actor: list[int] = param(factory=list, doc="Device ids of the policy-training workers.", todo="per-role device placement; Ray cluster issue", refs=["roll:actor_train.device_mapping"])
-    rollout: list[int] = param(factory=list, doc="Device ids of the generation (inference-engine) workers.", todo="per-role device placement; Ray cluster issue", refs=["roll:actor_infer.device_mapping"])
-    ref: list[int] = param(factory=list, doc="Device ids of the reference-policy workers.", todo="per-role device placement; Ray cluster issue", refs=["roll:reference.device_mapping"])
-    critic: list[int] = param(factory=list, doc="Device ids of the critic workers.", todo="per-role device placement; Ray cluster issue", refs=["roll:critic.device_mapping"])
+    actor: list[int] = param(factory=list, doc="Device ids of the policy-training workers.", refs=["roll:actor_train.device_mapping"])
+    rollout: list[int] = param(factory=list, doc="Device ids of the generation (inference-engine) workers.", refs=["roll:actor_infer.device_mapping"])
+    ref: list[int] = param(factory=list, doc="Device ids of the reference-policy workers.", refs=["roll:reference.device_mapping"])
+    critic: list[int] = param(factory=list, doc="Device ids of the critic workers.", refs=["roll:critic.device_mapping"])
 
 
 @section
@@ -35,10 +35,12 @@ class ClusterConfig:
     device_mapping: DeviceMappingConfig = param(factory=DeviceMappingConfig, doc="Per-role device placement.")
     env_vars: dict[str, Any] = param(factory=dict, doc="Environment variables set in every worker process (when n_gpus_per_node > 0 starts workers).", refs=["roll:system_envs"])
 
-    ray_namespace: str | None = param(None, doc="Ray namespace of the run's actors; null means <project_name>/<experiment_name>.", todo=_RAY_TODO, refs=["trinity:ray_namespace"])
-    ray_num_cpus: int | None = param(None, doc="CPUs Ray may use on the head node; null lets Ray detect them (set it under SLURM).", ge=1, todo=_RAY_TODO, refs=["verl:ray_init.num_cpus"])
-    ray_timeline_file: str | None = param(None, doc="Write a Ray timeline (chrome://tracing JSON) here at the end; null writes none (Trinity's enable_ray_timeline means <run dir>/monitor/timeline.json).", todo=_RAY_TODO, refs=["verl:ray_init.timeline_json_file", "trinity:monitor.enable_ray_timeline"])
-    register_timeout_s: float = param(300.0, doc="Seconds to wait for Ray workers to register before failing.", gt=0, todo=_RAY_TODO, refs=["verl:trainer.ray_wait_register_center_timeout"])
+    launcher: str = param("auto", doc="What starts the worker processes when there are several: local (subprocesses of this command, one node), ray (Ray actors in placement-group bundles, one per device: an embedded local Ray cluster, or the cluster at ray_address / RAY_ADDRESS), auto (ray when nnodes > 1 or a Ray address is given, else local).", choices=["auto", "local", "ray"])
+    ray_address: str | None = param(None, doc="Address of a running Ray cluster to join (as `ray start --head` prints, or auto); null uses the RAY_ADDRESS environment variable, and without it starts an embedded local cluster.", refs=["trinity:cluster.ray_address"])
+    ray_namespace: str | None = param(None, doc="Ray namespace of the run's actors; null means posttrain/<run directory name>.", refs=["trinity:ray_namespace"])
+    ray_num_cpus: int | None = param(None, doc="CPUs the embedded local Ray cluster may use; null lets Ray detect them (set it under SLURM). Refused with a ray_address: a running cluster has its own.", ge=1, refs=["verl:ray_init.num_cpus"])
+    ray_timeline_file: str | None = param(None, doc="Write the Ray timeline (chrome://tracing JSON) of the run here at the end; null writes none (Trinity's enable_ray_timeline means <run dir>/monitor/timeline.json).", refs=["verl:ray_init.timeline_json_file", "trinity:monitor.enable_ray_timeline"])
+    register_timeout_s: float = param(300.0, doc="Seconds to wait for Ray to place every worker (free CPUs/GPUs for each bundle) before failing with what was asked.", gt=0, refs=["verl:trainer.ray_wait_register_center_timeout"])
     rpc_timeout_s: float = param(3600.0, doc="Seconds a collective between worker processes may wait for a peer before the run fails (catches a hung worker).", gt=0, refs=["roll:rpc_timeout"])
 
 

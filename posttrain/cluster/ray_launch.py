@@ -1,0 +1,180 @@
+"""Starting the worker processes as Ray actors: one per device, on one machine or many.
+
+The same SPMD workers as `posttrain.cluster.launch`, started by Ray instead of as subprocesses:
+Ray places one bundle per worker ({"CPU": 1}, plus {"GPU": 1} on GPUs) in a placement group
+(packed onto as few nodes as fit), each actor learns its rank from the environment set here and
+runs the same `posttrain train ...` command line in its own process, joined to the others by
+torch.distributed at rank 0's node address. Ray is only the process manager: the training step,
+its collectives and its checkpoints are the ones a local run uses.
+
+On a cluster: `ray start --head` on one node, `ray start --address=<head>:6379` on the others, and
+the unchanged `posttrain train CONFIG ...` on the head with `cluster.ray_address` (or RAY_ADDRESS)
+set. Every node needs posttrain installed and the config's paths (model, data, run directory)
+reachable at the same place: a shared filesystem. Without an address Ray starts an embedded local
+cluster for the run and stops it at the end.
+
+A worker that dies (SIGKILL, out of memory, an exception) or hangs is reported as for local workers
+(`posttrain.cluster.launch.watch`): Ray tells which actor died; the hang is caught by its peers'
+collective timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+from posttrain.cluster.launch import ROLES, watch, worker_env
+from posttrain.cluster.placement import WorldPlan
+from posttrain.errors import ConfigError
+
+KILLED = -9  # what a dead actor's exit status reads as (Ray does not report the signal)
+
+
+class RankWorker:
+    """One worker process (a Ray actor; `ray.remote` is applied at launch, so importing this module
+    needs no Ray)."""
+
+    def address(self) -> tuple[str, int]:
+        """This node's IP address and a free port on it (rank 0's becomes the rendezvous)."""
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return ray.util.get_node_ip_address(), s.getsockname()[1]
+
+    def run(self, argv: list[str], env: dict[str, str], cwd: str, log: str, console: bool) -> int:
+        """`posttrain <argv>` in this process; error output (and all output unless `console`) to `log`."""
+        os.environ.update(env)
+        if os.path.isdir(cwd):  # relative paths of the config mean the same as on the head node
+            os.chdir(cwd)
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 2)
+        if not console:
+            os.dup2(fd, 1)
+        from posttrain.cli import main
+
+        try:
+            code = main(argv)
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return int(code or 0)
+
+
+class ActorProcess:
+    """A Ray worker seen as a process (poll/returncode/send_signal/wait/kill) by the launcher's watch."""
+
+    def __init__(self, ray, actor, ref):
+        self.ray, self.actor, self.ref = ray, actor, ref
+        self.returncode: int | None = None
+        self.how: str | None = None  # how it ended, in Ray's words, when Ray says
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            done, _ = self.ray.wait([self.ref], timeout=0)
+            if done:
+                self.returncode = self._outcome()
+        return self.returncode
+
+    def _outcome(self) -> int:
+        try:
+            return int(self.ray.get(self.ref))
+        except self.ray.exceptions.RayActorError as err:  # the process died: SIGKILL, the OOM killer
+            self.how = "died (" + (str(err).strip().splitlines() or ["no reason given"])[0][:200] + ")"
+            return KILLED
+        except self.ray.exceptions.RayTaskError:  # an exception escaped the worker (its log has it)
+            return 1
+
+    def send_signal(self, sig: int) -> None:
+        self.ray.kill(self.actor, no_restart=True)
+
+    kill = terminate = send_signal
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self.ray.wait([self.ref], timeout=timeout)
+        if self.poll() is None:
+            self.returncode = KILLED  # killed by us: ray.kill ends the task without a result
+        return self.returncode
+
+
+def check_answers(address: str, timeout_s: float = 10.0) -> None:
+    """Refuse a Ray address whose host:port does not accept a connection (Ray itself would retry
+    for minutes). `auto` and `ray://` client addresses are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or address.startswith("ray://") or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise ConfigError(
+            f"cluster.ray_address (or RAY_ADDRESS) {address}: nothing answers there ({err.strerror or err}); start the "
+            "cluster with `ray start --head` and give the address it prints, or leave it unset for a local cluster"
+        ) from None
+
+
+def launch_ray(argv: list[str], plan: WorldPlan, run_dir: Path, cluster) -> int:
+    """Run `posttrain <argv>` as `plan.size` Ray actors; returns the launcher's exit status."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(
+            "cluster.launcher=ray (or a Ray address, or cluster.nnodes > 1) needs Ray: pip install 'posttrain[ray]'"
+        ) from None
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    if plan.ray_address:
+        check_answers(plan.ray_address)
+    namespace = cluster.ray_namespace or f"posttrain/{run_dir.name}"
+    try:
+        ray.init(address=plan.ray_address, namespace=namespace, num_cpus=cluster.ray_num_cpus,
+                 include_dashboard=False, log_to_driver=True, configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise ConfigError(f"cluster.ray_address {plan.ray_address!r}: cannot join that Ray cluster ({err}); start it with `ray start --head` or fix the address") from None
+    bundle = {"CPU": 1, **({"GPU": 1} if plan.device == "cuda" else {})}
+    group = placement_group([bundle] * plan.size, strategy="PACK")
+    try:
+        try:
+            ray.get(group.ready(), timeout=cluster.register_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise ConfigError(
+                f"Ray could not place {plan.size} workers of {bundle} within cluster.register_timeout_s="
+                f"{cluster.register_timeout_s:g} s; the cluster has {ray.cluster_resources()}. Lower the worker count "
+                "(cluster.nnodes × n_gpus_per_node) or add nodes"
+            ) from None
+        return _run_actors(ray, group, argv, plan, run_dir, cluster, PlacementGroupSchedulingStrategy)
+    finally:
+        remove_placement_group(group)
+        if cluster.ray_timeline_file:
+            ray.timeline(filename=str(Path(cluster.ray_timeline_file).expanduser()))
+        ray.shutdown()
+
+
+def _run_actors(ray, group, argv, plan: WorldPlan, run_dir: Path, cluster, strategy) -> int:
+    remote = ray.remote(RankWorker)
+    actors = [
+        remote.options(num_cpus=1, num_gpus=1 if plan.device == "cuda" else 0,
+                       scheduling_strategy=strategy(placement_group=group, placement_group_bundle_index=i)).remote()
+        for i in range(plan.size)
+    ]
+    addresses = ray.get([a.address.remote() for a in actors])
+    # Ranks in bundle order (PACK fills a node before the next); on a GPU each actor sees only its
+    # own device (Ray sets CUDA_VISIBLE_DEVICES), so its local device index is 0.
+    local = [sum(ip == addresses[r][0] for ip, _ in addresses[:r]) for r in range(plan.size)]
+    log_dir = run_dir.resolve() / "workers"
+    logs = [log_dir / f"rank{r}.log" for r in range(plan.size)]
+    refs = []
+    for rank, actor in enumerate(actors):
+        # actors do not inherit this process's environment on a running cluster: forward posttrain's own
+        forwarded = {k: v for k, v in os.environ.items() if k.startswith("POSTTRAIN_")}
+        env = worker_env(rank, plan.size, 0 if plan.device == "cuda" else local[rank], addresses[0], plan.device,
+                         {**forwarded, **cluster.env_vars}, threads=None)
+        refs.append(actor.run.remote(argv, env, os.getcwd(), str(logs[rank]), rank == 0))
+    nodes = len({ip for ip, _ in addresses})
+    print(f"posttrain: {plan.size} Ray workers on {plan.device} across {nodes} node(s) ({', '.join(sorted({ip for ip, _ in addresses}))}), "
+          f"Ray namespace {ray.get_runtime_context().namespace}; each hosts {ROLES}; logs in {log_dir}", flush=True)
+    return watch([ActorProcess(ray, a, ref) for a, ref in zip(actors, refs)], logs)
