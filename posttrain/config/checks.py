@@ -335,6 +335,11 @@ def check_sharding(cfg: Any) -> list[str]:
     """Sharding keys need several worker processes to act on (refused at other values with one), and
     fsdp_size must divide the worker processes."""
     world, problems = world_size(cfg), []
+    if world > 1 and get_path(cfg, "actor.use_torch_compile", False):
+        problems.append(
+            f"actor.use_torch_compile with {world} worker processes: the compiled lean forward reads each layer's "
+            "parameters directly, and a sharded model keeps them in shards; set it to false (or run one process)"
+        )
     for role in ("actor", "ref", "critic"):
         fsdp = get_path(cfg, f"{role}.fsdp_config", None)
         if fsdp is None:

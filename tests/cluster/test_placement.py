@@ -49,6 +49,8 @@ def test_a_colocated_device_mapping_is_the_same_placement_as_devices_per_node(mo
          "actor.fsdp_config.forward_prefetch: only act on a model sharded over several worker processes"),
         (["cluster.n_gpus_per_node=2", "trainer.save_hf_checkpoint=never"],
          "trainer.save_hf_checkpoint=never keeps the final policy only in the last checkpoint, but with 2 worker processes"),
+        (["cluster.n_gpus_per_node=2", "actor.use_torch_compile=true"],
+         "actor.use_torch_compile with 2 worker processes: the compiled lean forward reads each layer's parameters directly"),
         (["cluster.n_gpus_per_node=4", "actor.ppo_mini_batch_size=3", "data.train_batch_size=3", "rollout.n=1"],
          "3 responses per mini-batch cannot be split evenly over 4 devices"),
     ],

@@ -1,7 +1,7 @@
 """End to end through the real CLI: make a tiny model and the sort task, SFT warm-up, then GRPO.
 
-Asserts that RL raises the training reward, not only that the run finished (STYLE.md, point 11).
-Budget: well under 2 minutes on 2 CPU cores.
+Asserts that RL raises the training reward, not only that the run finished (STYLE.md, point 11),
+in one process and on two worker processes (gloo). Budget: well under 2 minutes each on 2 CPU cores.
 """
 
 import json
@@ -50,12 +50,14 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_sft_then_grpo_raises_the_training_reward(tmp_path):
+@pytest.mark.parametrize("workers", [0, 2], ids=["one process", "two worker processes"])
+def test_sft_then_grpo_raises_the_training_reward(tmp_path, workers):
     _cli("make-model", "tiny", "model", cwd=tmp_path)
     _cli("make-data", "sort", "data", "--train", "2000", "--test", "50", "--seed", "1", cwd=tmp_path)
     (tmp_path / "run.yaml").write_text(CONFIG.format(d="data", m="model", r="run"))
-    out = _cli("train", "run.yaml", cwd=tmp_path)
+    out = _cli("train", "run.yaml", f"cluster.n_gpus_per_node={workers}", cwd=tmp_path)
     assert "final model: run/grpo/final_model" in out.stdout
+    assert ("2 worker processes" in out.stdout) == (workers == 2)
 
     run = tmp_path / "run"
     for stage in ("sft", "grpo"):
@@ -66,6 +68,7 @@ def test_sft_then_grpo_raises_the_training_reward(tmp_path):
     assert sft[-1]["sft/loss"] < 0.5 * sft[0]["sft/loss"]
     rows = [json.loads(line) for line in (run / "grpo" / "metrics.jsonl").read_text().splitlines()]
     scores = [r["critic/score/mean"] for r in rows if "critic/score/mean" in r]
+    assert {r["dist/world_size"] for r in rows if "dist/world_size" in r} == {2.0 if workers else 1.0}
     assert len(scores) == 80
     assert [r["step"] for r in rows][:1] == [31]  # stages continue each other's step count
     first, last = sum(scores[:20]) / 20, sum(scores[-20:]) / 20

@@ -111,9 +111,9 @@ class RolloutConfig:
     log_prob_max_token_len_per_gpu: int | None = param(None, doc="Token budget of one old-log-prob micro-batch on one device; null uses actor.ppo_max_token_len_per_gpu.", ge=1, refs=[f"{_VERL}.log_prob_max_token_len_per_gpu"])
 
     # ---- placement and parallelism ------------------------------------------------------------
-    hybrid_engine: bool = param(True, doc="Actor and rollout share one copy of the weights on the same devices (the only mode now).", todo="separate rollout devices (Ray/cluster issue)", refs=["verl:actor_rollout_ref.hybrid_engine"])
+    hybrid_engine: bool = param(True, doc="Actor and rollout on the same devices: every worker process holds both (posttrain's one placement); false (rollout on its own devices) is refused.", todo="split placement (the rollout engine on other devices than training)", refs=["verl:actor_rollout_ref.hybrid_engine"])
     tensor_model_parallel_size: int = param(1, doc="Devices one engine replica is split over (tensor parallelism).", ge=1, todo=_ENGINES, refs=[f"{_VERL}.tensor_model_parallel_size", f"{_TRINITY}.tensor_parallel_size", "roll:actor_infer.num_gpus_per_worker"])
-    engine_num: int = param(1, doc="Engine replicas generating in parallel.", ge=1, todo="several engine replicas (Ray/cluster issue)", refs=[f"{_TRINITY}.engine_num"])
+    engine_num: int = param(1, doc="Engine replicas generating in parallel.", ge=1, todo="several engine replicas per worker (every worker has one engine; more workers give more replicas)", refs=[f"{_TRINITY}.engine_num"])
 
     # ---- engine memory and performance (vLLM/SGLang) -----------------------------------------
     dtype: str = param("auto", doc="Engine weight dtype: auto (the actor's compute dtype: actor.fsdp_config.mixed_precision.param_dtype, else model.dtype), fp32, bf16 or fp16. Another dtype than the actor's parameters gives the engine its own copy of the weights in that dtype, refreshed after every optimizer step.", choices=["auto", "fp32", "bf16", "fp16"], refs=[f"{_VERL}.dtype", f"{_TRINITY}.dtype", "roll:actor_infer.model_args.dtype"])
