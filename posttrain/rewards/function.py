@@ -122,7 +122,9 @@ def _import_file(path: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit too: a file ending the process on import gets a message
         raise RewardFunctionError(
             f"importing the reward function file {path} failed: {type(exc).__name__}: {exc}"
         ) from exc
