@@ -3,7 +3,7 @@
 The trainer's path through this package::
 
     fn = load_reward_function(path, name, reward_kwargs)      # built-in task scorers when path is None
-    manager = build_reward_manager("parallel", fn, num_workers=2, timeout_s=10.0, on_error="raise")
+    manager = build_reward_manager("parallel", fn, num_workers=2, timeout_s=10.0, on_error="raise")  # or "naive"
     output = manager.score([RewardInput(data_source, solution_str, ground_truth, extra_info, index)])
     token_level_scores = place_scores(output.tensor(), response_mask)  # (B, T)
 

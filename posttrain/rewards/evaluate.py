@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from posttrain.errors import ConfigError, RewardFunctionError, UserError
+from posttrain.rewards import deadline as deadline_module
+from posttrain.rewards.deadline import CallTimedOut, Deadline
 from posttrain.rewards.types import RewardInput, RewardOutput
 
 logger = logging.getLogger(__name__)
@@ -34,6 +36,10 @@ ON_ERROR_CHOICES = ("raise", "fixed")
 PREVIEW_CHARS = 200
 FIX_HINT = (
     "Fix the function, or set reward.on_error: fixed to score such samples as reward.failure_reward."
+)
+TIMEOUT_HINT = (
+    "Fix the function, raise reward.timeout_s if it needs longer, or set reward.on_error: fixed to score "
+    "such samples as reward.failure_reward."
 )
 EXIT_HINT = (
     "A reward function must return a score (a number, or a dict with a 'score' key); to fail one "
@@ -76,15 +82,25 @@ def check_on_error(on_error: str, failure_reward: float) -> None:
         raise ConfigError(f"reward.failure_reward: must be a finite number, got {failure_reward!r}")
 
 
-def evaluate_one(fn: Callable[..., Any], sample: RewardInput) -> SampleResult:
-    """Call ``fn`` with verl's keyword arguments and check what it returns."""
-    try:
-        raw = fn(
+def evaluate_one(
+    fn: Callable[..., Any], sample: RewardInput, deadline: Deadline | None = None, timeout_s: float = math.inf
+) -> SampleResult:
+    """Call ``fn`` with verl's keyword arguments and check what it returns.
+
+    With a ``deadline``, the call is interrupted after ``timeout_s`` seconds (see `deadline`)."""
+
+    def call() -> Any:
+        return fn(
             data_source=sample.data_source,
             solution_str=sample.solution_str,
             ground_truth=sample.ground_truth,
             extra_info=sample.extra_info,
         )
+
+    try:
+        raw = call() if deadline is None else deadline.run(call, timeout_s)
+    except CallTimedOut as exc:
+        return SampleResult(failure=Failure("timeout", f"did not return within {timeout_s:g} s and was interrupted{_where(exc)}"))
     except UserError as exc:  # e.g. the task scorers' "no built-in scorer for data_source": a setup mistake
         return SampleResult(failure=Failure("user_error", f"raised {type(exc).__name__}: {exc}"))
     except Exception as exc:  # a user function may raise anything; it becomes a named failure
@@ -150,8 +166,9 @@ def _as_float(value: Any) -> float | None:
 
 
 def _where(exc: BaseException) -> str:
-    """' (at file.py:12)' for the innermost frame of the traceback, to point at the user's line."""
-    frames = traceback.extract_tb(exc.__traceback__)
+    """' (at file.py:12)' for the innermost frame of the traceback, to point at the user's line
+    (frames of the deadline's own signal handler are skipped)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != deadline_module.__file__]
     if not frames:
         return ""
     last = frames[-1]
@@ -197,7 +214,7 @@ class FailurePolicy:
     def error(self, sample: RewardInput, failure: Failure, also_failed: int = 0) -> RewardFunctionError:
         """The error for a failure that stops the batch."""
         others = f" ({also_failed} more samples in this batch failed too.)" if also_failed else ""
-        hint = {"user_error": "", "exited": f" {EXIT_HINT}"}.get(failure.kind, f" {FIX_HINT}")
+        hint = {"user_error": "", "exited": f" {EXIT_HINT}", "timeout": f" {TIMEOUT_HINT}"}.get(failure.kind, f" {FIX_HINT}")
         return RewardFunctionError(f"{failure_message(self.fn_label, sample, failure)}.{others}{hint}")
 
     def _warn(self, failed: list[tuple[RewardInput, Failure]], batch_size: int) -> None:

@@ -37,9 +37,8 @@ def register_reward_manager(name: str) -> Callable[[Callable[..., RewardManager]
 def build_reward_manager(name: str, fn: Callable[..., Any], **options: Any) -> RewardManager:
     """Build the manager called ``name`` around reward function ``fn``.
 
-    Options are the manager's keyword arguments: ``on_error`` and ``failure_reward`` for all;
-    ``num_workers`` and ``timeout_s`` for "parallel" only (the naive manager runs in-process and
-    cannot bound a call's time, so it refuses ``timeout_s`` rather than ignore it).
+    Options are the manager's keyword arguments: ``on_error``, ``failure_reward`` and ``timeout_s``
+    for all; ``num_workers`` for "parallel" only (the naive manager refuses it rather than ignore it).
     """
     if name not in REWARD_MANAGERS:
         raise ConfigError(

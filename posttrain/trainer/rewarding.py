@@ -24,9 +24,9 @@ class RewardStage:
         fn = load_reward_function(
             r.custom_reward_function.path, r.custom_reward_function.name, dict(r.custom_reward_function.reward_kwargs)
         )
-        options: dict[str, Any] = {"on_error": r.on_error, "failure_reward": r.failure_reward}
+        options: dict[str, Any] = {"on_error": r.on_error, "failure_reward": r.failure_reward, "timeout_s": r.timeout_s}
         if r.reward_manager == "parallel":
-            options.update(num_workers=r.num_workers, timeout_s=r.timeout_s)
+            options.update(num_workers=r.num_workers)
         self.manager = build_reward_manager(r.reward_manager, fn, **options)
         self.tokenizer = tokenizer
         self.function_weight = r.function_weight
