@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from posttrain.errors import ConfigError, DataError
+from posttrain.files import read_utf8
 
 Message = dict[str, str]
 TRUNCATIONS = ("error", "left", "right")
@@ -34,8 +35,7 @@ def resolve_chat_template(spec: str | None, tokenizer: Any) -> str:
     path = os.path.expanduser(spec)
     if not os.path.isfile(path):
         raise ConfigError(f"data.chat_template: file not found: {spec} (inline templates must contain '{{{{' or '{{%')")
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+    return read_utf8(path, lambda message: ConfigError(f"data.chat_template: {message}"))
 
 
 def truncate(ids: list[int], max_len: int, mode: str, *, what: str, limit: str, hint: str = "") -> list[int]:

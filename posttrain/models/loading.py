@@ -36,6 +36,8 @@ from transformers import (
 
 from posttrain.config.sections.model import ModelConfig
 from posttrain.errors import ConfigError, ModelError
+from posttrain.files import read_utf8
+from posttrain.models.integrity import check_text_files
 from posttrain.models.quiet import quiet_transformers
 
 DTYPES: dict[str, torch.dtype | str] = {
@@ -155,6 +157,7 @@ def load_config(
     try:
         config = AutoConfig.from_pretrained(local, trust_remote_code=trust_remote_code, local_files_only=True)
     except (OSError, ValueError) as err:
+        check_text_files(local)
         raise ModelError(
             f"cannot read the config of {what} {str(path)!r}: {err}. If the architecture is custom, set "
             f"trust_remote_code or external_lib"
@@ -300,6 +303,7 @@ def load_tokenizer(
         with quiet_transformers():
             tokenizer = AutoTokenizer.from_pretrained(local, trust_remote_code=trust_remote_code, local_files_only=True)
     except (OSError, ValueError) as err:
+        check_text_files(local)  # a file that is not UTF-8 is named, with its offset
         raise ModelError(f"cannot load the tokenizer from {str(path)!r}: {err}") from err
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
@@ -323,7 +327,7 @@ def tokenizer_from_config(cfg: ModelConfig) -> PreTrainedTokenizerBase:
             raise ConfigError(
                 f"model.chat_template_path: {cfg.chat_template_path!r} is not a file; give a Jinja template file"
             )
-        template = template_file.read_text()
+        template = read_utf8(template_file, lambda message: ConfigError(f"model.chat_template_path: {message}"))
     return load_tokenizer(cfg.tokenizer_path or cfg.path, trust_remote_code=cfg.trust_remote_code,
                           chat_template=template)
 
