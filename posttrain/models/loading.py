@@ -19,10 +19,12 @@ scores each sequence at its last non-pad token (so the config needs a pad token 
 from __future__ import annotations
 
 import importlib
+import pickle
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -37,7 +39,7 @@ from transformers import (
 from posttrain.config.sections.model import ModelConfig
 from posttrain.errors import ConfigError, ModelError
 from posttrain.files import read_utf8
-from posttrain.models.integrity import check_text_files
+from posttrain.models.integrity import check_load_info, check_text_files, check_weight_files, explain_load_error
 from posttrain.models.quiet import quiet_transformers
 
 DTYPES: dict[str, torch.dtype | str] = {
@@ -184,15 +186,22 @@ def _from_pretrained(
     attn = _ATTN_ALIASES.get(attn_implementation or "auto", attn_implementation)
     if attn is not None:
         kwargs["attn_implementation"] = attn
+    check_weight_files(local)  # a truncated or corrupt safetensors file is named before any read
     try:
-        # A critic/reward head that the checkpoint lacks is expected: hide that load report.
-        with quiet_transformers(hide_warnings=expect_new_head):
-            model = auto_cls.from_pretrained(
+        # transformers' load report is replaced by `check_load_info`: mismatched shapes are loaded
+        # (then refused there, naming the tensor) instead of raising a RuntimeError.
+        with quiet_transformers(hide_warnings=True):
+            model, info = auto_cls.from_pretrained(
                 local, config=config, dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code,
-                local_files_only=True, **kwargs,
+                local_files_only=True, ignore_mismatched_sizes=True, output_loading_info=True, **kwargs,
             )
-    except (OSError, ValueError, ImportError) as err:
+    except (OSError, ValueError, ImportError, RuntimeError, pickle.UnpicklingError, SafetensorError) as err:
+        if (explained := explain_load_error(local, err)) is not None:
+            raise explained from err
+        if isinstance(err, RuntimeError):
+            raise  # not a file problem: a bug keeps its traceback
         raise ModelError(f"cannot load {what} from {str(path)!r}: {err}") from err
+    check_load_info(info, local, what, new_head_ok=expect_new_head, base_prefix=model.base_model_prefix)
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model.to(device)
