@@ -32,7 +32,7 @@ def _run(args: argparse.Namespace) -> int:
     from posttrain.trainer.run import run, run_directory
 
     cfg = load_config(args.config, args.overrides)
-    with _naming_config_file(args.config):
+    with naming_config_file(args.config):
         refuse_stage_prepare(cfg.stages)
         prepare(cfg.prepare)
         stages = stage_configs(cfg)
@@ -51,13 +51,15 @@ def _run(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _naming_config_file(path: str) -> Iterator[None]:
+def naming_config_file(path: str | None) -> Iterator[None]:
     """Config problems found after loading (by a stage's checks) name the file too, like load-time ones."""
     from posttrain.errors import ConfigError
 
     try:
         yield
     except ConfigError as err:
+        if path is None:
+            raise
         prefix = f"{path}: "
         if all(p.startswith(prefix) for p in err.problems):
             raise

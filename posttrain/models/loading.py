@@ -349,10 +349,15 @@ def causal_lm_from_config(cfg: ModelConfig, *, device: str | torch.device = "cpu
         attn_implementation=cfg.attn_implementation, rope_theta=cfg.rope_theta, rope_scaling=cfg.rope_scaling,
         external_lib=cfg.external_lib, device=device,
     )
-    positions = getattr(model.config, "max_position_embeddings", None)
+    check_max_model_len(cfg, model.config)
+    return model
+
+
+def check_max_model_len(cfg: ModelConfig, config: PretrainedConfig) -> None:
+    """model.max_model_len must fit the model's position table."""
+    positions = getattr(config, "max_position_embeddings", None)
     if cfg.max_model_len is not None and positions is not None and cfg.max_model_len > positions:
         raise ConfigError(
             f"model.max_model_len {cfg.max_model_len} exceeds the model's max_position_embeddings "
             f"{positions} ({cfg.path}); lower it or set model.rope_scaling to extend the context"
         )
-    return model

@@ -19,7 +19,13 @@ from posttrain.rewards.evaluate import check_return
 from posttrain.rewards.function import RewardFunction, load_reward_function
 from posttrain.rewards.naive import NaiveRewardManager
 from posttrain.rewards.parallel import ParallelRewardManager
-from posttrain.rewards.registry import REWARD_MANAGERS, RewardManager, build_reward_manager, register_reward_manager
+from posttrain.rewards.registry import (
+    REWARD_MANAGERS,
+    RewardManager,
+    build_reward_manager,
+    check_reward_manager,
+    register_reward_manager,
+)
 from posttrain.rewards.types import RewardInput, RewardOutput
 
 _LAZY = {
@@ -38,6 +44,7 @@ __all__ = [
     "RewardOutput",
     "build_reward_manager",
     "check_return",
+    "check_reward_manager",
     "load_reward_function",
     "register_reward_manager",
     *_LAZY,

@@ -40,6 +40,12 @@ def build_reward_manager(name: str, fn: Callable[..., Any], **options: Any) -> R
     Options are the manager's keyword arguments: ``on_error``, ``failure_reward`` and ``timeout_s``
     for all; ``num_workers`` for "parallel" only (the naive manager refuses it rather than ignore it).
     """
+    return check_reward_manager(name, options)(fn, **options)
+
+
+def check_reward_manager(name: str, options: dict[str, Any]) -> Callable[..., RewardManager]:
+    """The manager class called ``name`` once its name and option names are checked, without
+    building it (the parallel manager starts processes when built)."""
     if name not in REWARD_MANAGERS:
         raise ConfigError(
             f"reward.reward_manager: unknown reward manager {name!r}; "
@@ -53,7 +59,7 @@ def build_reward_manager(name: str, fn: Callable[..., Any], **options: Any) -> R
             f"reward.reward_manager: the {name!r} manager does not use {', '.join(unknown)}"
             f" (it takes: {', '.join(k for k in accepted if k != 'fn')})"
         )
-    return cls(fn, **options)
+    return cls
 
 
 register_reward_manager("naive")(NaiveRewardManager)

@@ -15,6 +15,7 @@ import dataclasses
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,6 +42,7 @@ class StageContext:
     step_offset: int = 0  # global step of the stage's first step, so metrics of stages line up
     resume: Path | None = None  # checkpoint (global_step_N) to continue from; None starts fresh
     checkpoint_dir: Path | None = None  # where checkpoints go; None means <run_dir>/checkpoints
+    inputs: Any = None  # preflight.StageInputs already built for this cfg; None: the runner builds them
 
     @property
     def checkpoint_root(self) -> Path:
