@@ -1,10 +1,14 @@
-"""Writing files so that a crash or a kill never leaves a partial one behind."""
+"""Files: writing them so that a crash or a kill never leaves a partial one behind, and reading the
+text files a user writes (configs, data, templates, Python files) with one clear error when they
+are not UTF-8."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+import tokenize
 from pathlib import Path
+from typing import Callable
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
@@ -23,3 +27,51 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def read_utf8(path: str | Path, error: Callable[[str], Exception]) -> str:
+    """The text of a file the user wrote (config, data, template), which must be UTF-8.
+
+    Read as bytes and decoded in one piece, so a bad byte is reported at its offset in the file
+    (a text-mode read decodes in chunks and reports offsets within a chunk). A UTF-8 byte-order
+    mark is dropped. Any other encoding raises ``error(message)`` (a `UserError`: the caller's kind
+    of file) with a message naming the file, the byte offset and line, and the fix."""
+    data = Path(path).read_bytes()
+    skip = len(_UTF8_BOM) if data.startswith(_UTF8_BOM) else 0
+    try:
+        return data[skip:].decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise error(not_utf8_message(path, data, err.start + skip, err.reason)) from None
+
+
+def not_utf8_message(path: str | Path, data: bytes, offset: int, reason: str) -> str:
+    """``<file>: not UTF-8 text: byte 0xe9 at byte offset 5 (line 1) ...; re-save the file as UTF-8``."""
+    line = data.count(b"\n", 0, offset) + 1
+    utf16 = ", it looks like UTF-16" if data.startswith(_UTF16_BOMS) else ""
+    return (
+        f"{path}: not UTF-8 text: byte {data[offset]:#04x} at byte offset {offset} (line {line}) cannot be "
+        f"decoded ({reason}{utf16}); re-save the file as UTF-8"
+    )
+
+
+def check_python_source(path: str | Path, error: Callable[[str], Exception]) -> None:
+    """Refuse a Python file (a reward function, a dataset class) that is not in its declared
+    encoding (UTF-8 unless a ``# -*- coding: ... -*-`` line says otherwise), before importing it:
+    Python's own error for it is a SyntaxError without the offset or the fix."""
+    data = Path(path).read_bytes()
+    with open(path, "rb") as f:
+        try:
+            encoding, _ = tokenize.detect_encoding(f.readline)
+        except SyntaxError:
+            encoding = "utf-8"  # an unknown coding declaration: Python's import reports it
+    if encoding in ("utf-8", "utf-8-sig"):
+        read_utf8(path, error)
+        return
+    try:
+        data.decode(encoding)
+    except UnicodeDecodeError as err:
+        raise error(f"{not_utf8_message(path, data, err.start, err.reason)} (or fix its coding line: {encoding})") from None

@@ -39,7 +39,7 @@ from posttrain.algorithms.policy_losses_cov import clip_cov_loss, kl_cov_loss
 from posttrain.algorithms.aggregation import LOSS_AGG_MODES, aggregate_loss
 from posttrain.algorithms.entropy import entropy_from_logits, entropy_from_logits_chunked
 from posttrain.algorithms.groups import group_stats
-from posttrain.algorithms.kl import KL_PENALTY_KINDS, KLRewardOutput, apply_kl_penalty, kl_penalty
+from posttrain.algorithms.kl import KL_PENALTY_KINDS, KLRewardOutput, apply_kl_penalty, check_kl_kind, kl_penalty
 from posttrain.algorithms.kl_controllers import AdaptiveKLController, FixedKLController
 from posttrain.algorithms.masked import masked_mean, masked_sum, masked_var, masked_whiten
 from posttrain.algorithms.pf_ppo import PF_PPO_METHODS, pf_ppo_resample, pf_ppo_weights
@@ -90,6 +90,7 @@ __all__ = [
     "rollout_importance_weights",
     "RolloutCorrection",
     "kl_penalty",
+    "check_kl_kind",
     "KL_PENALTY_KINDS",
     "apply_kl_penalty",
     "KLRewardOutput",

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.algorithms.masked import masked_mean
+from posttrain.errors import ConfigError
 
 KL_PENALTY_KINDS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
 
@@ -39,6 +40,27 @@ def _kl_forward(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str) -> 
         log_ratio = torch.clamp(-diff, min=-20.0, max=20.0)  # ref - policy; clamped before exp
         return torch.clamp(log_ratio.exp() - log_ratio - 1.0, min=-10.0, max=10.0)
     raise ValueError(f"unknown kl kind {kind!r}; valid kinds: {', '.join(KL_PENALTY_KINDS)} (or k1+/k3+/low_var_kl+)")
+
+
+def check_kl_kind(kind: str, key: str, *, per_token: bool = True) -> None:
+    """Refuse a KL kind `kl_penalty` would reject, naming the config ``key``. ``per_token``: the
+    caller has one log-prob per token (not logits), so ``full`` cannot be computed.
+
+    >>> check_kl_kind("k3+", "actor.kl_loss_type")
+    >>> check_kl_kind("k4", "algorithm.kl_penalty")
+    Traceback (most recent call last):
+    ...
+    posttrain.errors.ConfigError: invalid configuration: algorithm.kl_penalty: unknown KL kind 'k4'; valid kinds: kl, k1, abs, mse, k2, low_var_kl, k3 (or k1+/k3+/low_var_kl+)
+    """
+    base = kind[:-1] if kind.endswith("+") else kind
+    usable = [k for k in KL_PENALTY_KINDS if not (per_token and k == "full")]
+    if base == "full" and per_token:
+        raise ConfigError(
+            f"{key}: KL kind 'full' needs the whole vocabulary distribution of both models, and posttrain keeps one "
+            "log-prob per token; use low_var_kl (k3), kl (k1) or mse (k2)"
+        )
+    if base not in usable:
+        raise ConfigError(f"{key}: unknown KL kind {kind!r}; valid kinds: {', '.join(usable)} (or k1+/k3+/low_var_kl+)")
 
 
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str = "low_var_kl") -> torch.Tensor:

@@ -1,9 +1,11 @@
 """`posttrain config show|explain|plan|convert`: look at a config before running it.
 
 ``show`` prints the fully resolved config (every default included) as YAML; ``explain`` prints the
-schema's documentation of a key or a section; ``plan`` prints the batch arithmetic of one training
-step. All three validate first, so a broken config is reported here, not an hour into a run; they
-accept verl, ROLL and Trinity-RFT files too (posttrain.config.dialects).
+schema's documentation of a key or a section; ``plan`` runs every check `posttrain train` runs
+before its first step (`posttrain.trainer.run.check_run`: registry names, the model directory and
+tokenizer, every stage's data, the reward function; no weights read) and prints the batch
+arithmetic of one training step. All three validate first, so a broken config is reported here,
+not an hour into a run; they accept verl, ROLL and Trinity-RFT files too (posttrain.config.dialects).
 
 ``convert`` turns a verl/ROLL/Trinity-RFT file into a posttrain one, headed by a commented report of
 every key: translated (to which posttrain key), dropped (no effect in posttrain, and why) or refused
@@ -23,7 +25,6 @@ from posttrain.config.dialects import TITLES, convert
 from posttrain.config.explain import explain
 from posttrain.config.load import load_config, to_yaml
 from posttrain.config.plan import format_plan
-from posttrain.config.validate import stage_configs
 from posttrain.files import atomic_write_text
 
 
@@ -71,13 +72,23 @@ def run_explain(args: argparse.Namespace) -> int:
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    """Run every check `posttrain train` runs before its first step (the same function: registry
+    names, model directory, tokenizer, data, reward function; no weights read, nothing trained or
+    built), then print each stage's batch arithmetic from its real dataset size."""
+    from posttrain.cli.train import naming_config_file
+    from posttrain.trainer.prepare import pending_builds
+    from posttrain.trainer.run import check_run
+
     path, overrides = split_args(args.args)
     cfg = load_config(path, overrides)
-    stages = stage_configs(cfg)
-    for i, stage in enumerate(stages):
-        if len(stages) > 1:
-            print(f"{'' if i == 0 else chr(10)}stage {i} ({stage.name}):")
-        print(_plan_text(stage.config, path), end="")
+    with naming_config_file(path):
+        checks = check_run(cfg, pending=pending_builds(cfg.prepare))
+    for i, check in enumerate(checks):
+        if len(checks) > 1:
+            print(f"{'' if i == 0 else chr(10)}stage {i} ({check.name}):")
+        if check.skipped:
+            print(f"(model and data not checked: {check.skipped})")
+        print(_plan_text(check, path), end="")
     return 0
 
 
@@ -98,12 +109,13 @@ def run_convert(args: argparse.Namespace) -> int:
     return 1 if refused or problems else 0
 
 
-def _plan_text(cfg, path: str | None) -> str:
+def _plan_text(check, path: str | None) -> str:
+    """The plan of one checked stage, from its dataset's real size (after filtering) when it was
+    built, else from counting the rows of its files."""
+    cfg = check.config
+    if check.inputs is not None:
+        return format_plan(cfg, derive(cfg, len(check.inputs.train_set)))
     files = list(cfg.data.train_files)
-    base = Path(path).parent if path else Path(".")
-    # relative data paths are tried as given (the run's working directory) and beside the config
     rows = count_rows(files)
-    if rows is None and files and path:
-        rows = count_rows([str(base / f) if not Path(f).is_absolute() else f for f in files])
-    note = "no data files: data.train_files is empty" if not files else "data.train_files not found or not countable"
+    note = "no data files: data.train_files is empty" if not files else "data.train_files not built yet"
     return format_plan(cfg, derive(cfg, rows), size_note=note)

@@ -33,11 +33,11 @@ def _run(args: argparse.Namespace) -> int:
     from posttrain.cluster.world import World, join_world, leave_world, world_from_env
     from posttrain.config import load_config, stage_configs
     from posttrain.trainer.prepare import prepare, refuse_stage_prepare
-    from posttrain.trainer.run import run, run_directory
+    from posttrain.trainer.run import check_run, run, run_directory
 
     cfg = load_config(args.config, args.overrides)
     world = world_from_env()  # set when this process is one of the workers a launcher started
-    with _naming_config_file(args.config):
+    with naming_config_file(args.config):
         refuse_stage_prepare(cfg.stages)
         plan = plan_world(cfg)
         if world is None:
@@ -45,6 +45,7 @@ def _run(args: argparse.Namespace) -> int:
         stages = stage_configs(cfg)
         base = run_directory(cfg)
         if world is None and plan.size > 1:
+            check_run(cfg)  # every check before the first step, before any worker starts
             argv = ["train", args.config, *args.overrides]
             if plan.launcher == "ray":
                 return launch_ray(argv, plan, base, cfg.cluster)
@@ -69,13 +70,15 @@ def _run(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _naming_config_file(path: str) -> Iterator[None]:
+def naming_config_file(path: str | None) -> Iterator[None]:
     """Config problems found after loading (by a stage's checks) name the file too, like load-time ones."""
     from posttrain.errors import ConfigError
 
     try:
         yield
     except ConfigError as err:
+        if path is None:
+            raise
         prefix = f"{path}: "
         if all(p.startswith(prefix) for p in err.problems):
             raise

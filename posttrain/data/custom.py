@@ -19,6 +19,7 @@ from typing import Any
 
 from posttrain.config.sections.data import DataConfig
 from posttrain.errors import ConfigError, DataError
+from posttrain.files import check_python_source
 
 
 def load_class(path: str, name: str | None) -> type:
@@ -32,6 +33,7 @@ def load_class(path: str, name: str | None) -> type:
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ConfigError(f"data.custom_cls.path: {path} is not a Python file")
+    check_python_source(path, lambda message: ConfigError(f"data.custom_cls.path: {message}"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # so instances pickle by reference (and reach forked workers)
     try:

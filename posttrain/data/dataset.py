@@ -1,8 +1,10 @@
 """In-memory datasets for RL prompts, SFT sequences and DPO pairs, and the builders the trainer calls.
 
 Rows are read and checked when a dataset is built (a missing column or a non-string prompt fails
-before training starts, naming file, row and column); tokenisation happens on access, as in verl,
-so building a large dataset stays cheap unless `filter_overlong_prompts` needs every length.
+before training starts, naming file, row and column), and every row is templated and tokenised
+once to hold its length against its limit (`posttrain.data.filtering`: a row too long for
+`data.truncation: error`, or a template that fails on a row, is refused at build time, not when the
+sampler first draws it). Examples are tokenised again on access rather than kept, as in verl.
 A dataset is a sequence: ``len(ds)`` and ``ds[k]`` -> example, k in 0..len-1.
 """
 
@@ -15,8 +17,9 @@ from posttrain.config.sections.data import DataConfig
 from posttrain.data import rows
 from posttrain.data.examples import DPOExample, RLExample, SFTExample
 from posttrain.data.files import RowTable, as_file_list, load_files
-from posttrain.data.prompts import Message, PromptFormatter, resolve_chat_template, truncate
-from posttrain.errors import DataError, ModelError
+from posttrain.data.filtering import check_lengths
+from posttrain.data.prompts import Message, PromptFormatter, cut, kept_ends, resolve_chat_template, truncate
+from posttrain.errors import ModelError
 
 SPLITS = {"train": "data.train_files", "val": "data.val_files"}
 
@@ -41,7 +44,12 @@ def pad_token_id(tokenizer: Any) -> int:
 
 
 class _RowDataset:
-    """What the three datasets share: the rows, the formatter, the config, the kept row indices."""
+    """What the three datasets share: the rows, the formatter, the config, the kept row indices.
+    Each says what its length limit is (`limit_key`) and how long a row is (`length`)."""
+
+    limit_key = "data.max_length"
+    unit = "sequences"
+    hint = ""
 
     def __init__(self, table: RowTable, formatter: PromptFormatter, cfg: DataConfig, indices: Sequence[int] | None = None):
         self.table = table
@@ -53,6 +61,17 @@ class _RowDataset:
 
     def __len__(self) -> int:
         return len(self.indices)
+
+    @property
+    def limit(self) -> int:
+        return self.cfg.max_length
+
+    def locate(self, i: int, column: str) -> str:
+        return self.table.locate(i, column)
+
+    def length(self, i: int) -> tuple[int, str]:
+        """(tokens, column) of global row i's longest sequence before truncation."""
+        raise NotImplementedError
 
     def check_row(self, i: int) -> None:
         """Read every cell row i needs, raising DataError on a bad one (no tokenisation)."""
@@ -72,16 +91,30 @@ class _RowDataset:
     def _with_system(self, i: int, messages: list[Message]) -> list[Message]:
         return self.formatter.with_system(messages, rows.row_system_prompt(self.table, i, self.cfg))
 
+    def _encode(self, i: int, messages: list[Message], loss_from: int, column: str) -> tuple[list[int], list[int]]:
+        return self.formatter.encode_conversation(messages, loss_from=loss_from, what=self.table.locate(i, column))
+
     def _sequence(self, i: int, messages: list[Message], loss_from: int, column: str) -> SFTExample:
-        where = self.table.locate(i, column)
-        ids, mask = self.formatter.encode_conversation(messages, loss_from=loss_from, what=where)
-        n = len(truncate(ids, self.cfg.max_length, self.cfg.truncation, what=where, limit="data.max_length"))
-        keep = slice(len(ids) - n, None) if self.cfg.truncation == "left" else slice(0, n)
-        return SFTExample(index=i, input_ids=ids[keep], loss_mask=mask[keep])
+        ids, mask = self._encode(i, messages, loss_from, column)
+        truncate(ids, self.cfg.max_length, self.cfg.truncation, what=self.table.locate(i, column), limit="data.max_length")
+        ends = kept_ends(len(ids), self.cfg.max_length, self.cfg.truncation)  # ids and mask are cut alike
+        return SFTExample(index=i, input_ids=cut(ids, *ends), loss_mask=cut(mask, *ends))
 
 
 class RLDataset(_RowDataset):
     """Prompts for rollouts: chat-templated, tokenised, checked against max_prompt_length."""
+
+    limit_key = "data.max_prompt_length"
+    unit = "prompts"
+    hint = ", or set data.filter_overlong_prompts: true to drop such rows"
+
+    @property
+    def limit(self) -> int:
+        return self.cfg.max_prompt_length
+
+    def length(self, i: int) -> tuple[int, str]:
+        _, _, _, ids, column = self.encode_row(i)
+        return len(ids), column
 
     def check_row(self, i: int) -> None:
         rows.prompt_cell(self.table, i, self.cfg)
@@ -97,15 +130,10 @@ class RLDataset(_RowDataset):
         text, ids = self.formatter.encode_prompt(messages, what=self.table.locate(i, column))
         return raw, messages, text, ids, column
 
-    def prompt_length(self, i: int) -> int:
-        """Tokens in global row i's prompt before truncation (for filter_overlong_prompts)."""
-        return len(self.encode_row(i)[3])
-
     def __getitem__(self, k: int) -> RLExample:
         i = self._row_index(k)
         raw, messages, text, ids, column = self.encode_row(i)
-        hint = ", or set data.filter_overlong_prompts: true to drop such rows"
-        ids = truncate(ids, self.cfg.max_prompt_length, self.cfg.truncation, what=self.table.locate(i, column), limit="data.max_prompt_length", hint=hint)
+        ids = truncate(ids, self.limit, self.cfg.truncation, what=self.table.locate(i, column), limit=self.limit_key, hint=self.hint)
         return RLExample(
             index=i,
             prompt_ids=ids,
@@ -125,12 +153,19 @@ class SFTDataset(_RowDataset):
         rows.sft_conversation(self.table, i, self.cfg)
         rows.row_system_prompt(self.table, i, self.cfg)
 
-    def __getitem__(self, k: int) -> SFTExample:
-        i = self._row_index(k)
+    def _conversation(self, i: int) -> tuple[list[Message], int, str]:
         messages, loss_from, column = rows.sft_conversation(self.table, i, self.cfg)
         with_system = self._with_system(i, messages)
         loss_from += len(with_system) - len(messages)  # a prepended system message shifts turns
-        return self._sequence(i, with_system, loss_from, column)
+        return with_system, loss_from, column
+
+    def length(self, i: int) -> tuple[int, str]:
+        messages, loss_from, column = self._conversation(i)
+        return len(self._encode(i, messages, loss_from, column)[0]), column
+
+    def __getitem__(self, k: int) -> SFTExample:
+        i = self._row_index(k)
+        return self._sequence(i, *self._conversation(i))
 
 
 class DPODataset(_RowDataset):
@@ -143,8 +178,16 @@ class DPODataset(_RowDataset):
         rejected = rows.completion(self.table, i, self.cfg.rejected_key, "data.rejected_key")
         return prompt, chosen, rejected
 
+    unit = "pairs"
+
     def check_row(self, i: int) -> None:
         self._sides(i)
+
+    def length(self, i: int) -> tuple[int, str]:
+        """The longer side of the pair (each side is held against data.max_length)."""
+        prompt, chosen, rejected = self._sides(i)
+        sides = ((prompt + chosen, self.cfg.chosen_key), (prompt + rejected, self.cfg.rejected_key))
+        return max((len(self._encode(i, messages, len(prompt), column)[0]), column) for messages, column in sides)
 
     def __getitem__(self, k: int) -> DPOExample:
         i = self._row_index(k)
@@ -171,11 +214,8 @@ def build_rl_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any
 
         return build_custom_dataset(cfg, paths, tokenizer, RLExample)
     dataset = RLDataset(load_files(paths, setting=setting), make_formatter(cfg, tokenizer), cfg)
-    if cfg.filter_overlong_prompts:
-        from posttrain.data.filtering import filter_overlong
-
-        dataset = filter_overlong(dataset, cfg.max_prompt_length, workers=cfg.filter_overlong_prompts_workers, setting=setting)
-    return dataset
+    return check_lengths(dataset, cfg.truncation, drop=cfg.filter_overlong_prompts,
+                         workers=cfg.filter_overlong_prompts_workers, setting=setting)
 
 
 def build_sft_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any, *, split: str = "train") -> SFTDataset:
@@ -185,7 +225,8 @@ def build_sft_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: An
         from posttrain.data.custom import build_custom_dataset
 
         return build_custom_dataset(cfg, paths, tokenizer, SFTExample)
-    return SFTDataset(load_files(paths, setting=setting), make_formatter(cfg, tokenizer), cfg)
+    dataset = SFTDataset(load_files(paths, setting=setting), make_formatter(cfg, tokenizer), cfg)
+    return check_lengths(dataset, cfg.truncation, workers=cfg.filter_overlong_prompts_workers, setting=setting)
 
 
 def build_dpo_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any, *, split: str = "train") -> DPODataset:
@@ -195,10 +236,5 @@ def build_dpo_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: An
         from posttrain.data.custom import build_custom_dataset
 
         return build_custom_dataset(cfg, paths, tokenizer, DPOExample)
-    return DPODataset(load_files(paths, setting=setting), make_formatter(cfg, tokenizer), cfg)
-
-
-def check_not_empty(dataset: Sequence[Any], setting: str) -> None:
-    """An empty dataset is a DataError (used after filtering)."""
-    if len(dataset) == 0:
-        raise DataError(f"{setting}: no examples left; every prompt is longer than data.max_prompt_length (raise it, or turn off data.filter_overlong_prompts)")
+    dataset = DPODataset(load_files(paths, setting=setting), make_formatter(cfg, tokenizer), cfg)
+    return check_lengths(dataset, cfg.truncation, workers=cfg.filter_overlong_prompts_workers, setting=setting)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import bisect
 import csv
+import io
 import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from posttrain.errors import DataError
+from posttrain.files import read_utf8
 
 FORMATS = (".parquet", ".jsonl", ".json", ".csv")
 
@@ -75,8 +77,7 @@ def count_rows(path: str) -> int:
         except Exception as e:  # pyarrow raises several types for a corrupt file
             raise DataError(f"{path}: not a readable parquet file ({e})") from e
     if ext == ".jsonl":
-        with open(path, encoding="utf-8") as f:
-            return sum(1 for line in f if line.strip())
+        return sum(1 for line in read_utf8(path, DataError).splitlines() if line.strip())
     return len(read_rows(path))
 
 
@@ -91,23 +92,21 @@ def _read_parquet(path: str) -> list[dict[str, Any]]:
 
 def _read_jsonl(path: str) -> list[dict[str, Any]]:
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}: line {lineno} is not valid JSON ({e.msg} at column {e.colno})") from e
+    for lineno, line in enumerate(read_utf8(path, DataError).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}: line {lineno} is not valid JSON ({e.msg} at column {e.colno})") from e
     return rows
 
 
 def _read_json(path: str) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        try:
-            data = json.load(f)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from e
+    try:
+        data = json.loads(read_utf8(path, DataError))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from e
     if isinstance(data, list):
         return data
     if isinstance(data, dict) and data and all(isinstance(v, list) for v in data.values()):
@@ -120,11 +119,11 @@ def _read_json(path: str) -> list[dict[str, Any]]:
 
 
 def _read_csv(path: str) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8", newline="") as f:
-        try:
-            return [dict(r) for r in csv.DictReader(f)]
-        except csv.Error as e:
-            raise DataError(f"{path}: not a readable csv file ({e})") from e
+    text = read_utf8(path, DataError)
+    try:
+        return [dict(r) for r in csv.DictReader(io.StringIO(text, newline=""))]
+    except csv.Error as e:
+        raise DataError(f"{path}: not a readable csv file ({e})") from e
 
 
 @dataclass

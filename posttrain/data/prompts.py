@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from posttrain.errors import ConfigError, DataError
+from posttrain.files import read_utf8
 
 Message = dict[str, str]
-TRUNCATIONS = ("error", "left", "right")
+TRUNCATIONS = ("error", "left", "right", "middle")
 
 
 def resolve_chat_template(spec: str | None, tokenizer: Any) -> str:
@@ -34,22 +35,47 @@ def resolve_chat_template(spec: str | None, tokenizer: Any) -> str:
     path = os.path.expanduser(spec)
     if not os.path.isfile(path):
         raise ConfigError(f"data.chat_template: file not found: {spec} (inline templates must contain '{{{{' or '{{%')")
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+    return read_utf8(path, lambda message: ConfigError(f"data.chat_template: {message}"))
+
+
+def kept_ends(n: int, max_len: int, mode: str) -> tuple[int, int]:
+    """(head, tail): how many of `n` tokens truncation keeps from the start and from the end.
+    ``left`` keeps the end, ``right`` the start, ``middle`` both halves (the start gets the smaller
+    half, as in verl); ``error`` keeps everything here and leaves refusing to the caller.
+
+    >>> kept_ends(10, 5, "middle"), kept_ends(10, 5, "left"), kept_ends(4, 5, "right")
+    ((2, 3), (0, 5), (4, 0))
+    """
+    if mode not in TRUNCATIONS:
+        raise ValueError(f"unknown truncation mode {mode!r}; expected one of {TRUNCATIONS}")
+    if n <= max_len or mode == "error":
+        return n, 0
+    if mode == "left":
+        return 0, max_len
+    if mode == "right":
+        return max_len, 0
+    return max_len // 2, max_len - max_len // 2
+
+
+def cut(seq: list[Any], head: int, tail: int) -> list[Any]:
+    """The first `head` and last `tail` items of `seq` (ids and their loss mask are cut alike)."""
+    return seq[:head] + (seq[len(seq) - tail :] if tail else [])
+
+
+def too_long(what: str, n: int, max_len: int, limit: str, hint: str = "") -> str:
+    """The message of a sequence longer than its limit under data.truncation: error."""
+    return (
+        f"{what}: {n} tokens after the chat template, longer than {limit}={max_len}; raise {limit} or set "
+        f"data.truncation to left, right or middle{hint}"
+    )
 
 
 def truncate(ids: list[int], max_len: int, mode: str, *, what: str, limit: str, hint: str = "") -> list[int]:
-    """Cut `ids` to `max_len`: ``left`` keeps the end, ``right`` keeps the start, ``error`` raises a
-    DataError starting with `what` (file, row, column) that names the `limit` key and the fixes."""
-    if len(ids) <= max_len:
-        return ids
-    if mode == "left":
-        return ids[-max_len:]
-    if mode == "right":
-        return ids[:max_len]
-    if mode != "error":
-        raise ValueError(f"unknown truncation mode {mode!r}; expected one of {TRUNCATIONS}")
-    raise DataError(f"{what}: {len(ids)} tokens after the chat template, longer than {limit}={max_len}; raise {limit} or set data.truncation to left or right{hint}")
+    """Cut `ids` to `max_len` (see `kept_ends`); ``error`` raises a DataError starting with `what`
+    (file, row, column) that names the `limit` key and the fixes."""
+    if len(ids) > max_len and mode == "error":
+        raise DataError(too_long(what, len(ids), max_len, limit, hint))
+    return cut(ids, *kept_ends(len(ids), max_len, mode))
 
 
 def check_messages(value: Any, *, what: str) -> list[Message]:

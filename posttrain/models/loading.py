@@ -19,10 +19,12 @@ scores each sequence at its last non-pad token (so the config needs a pad token 
 from __future__ import annotations
 
 import importlib
+import pickle
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -36,6 +38,8 @@ from transformers import (
 
 from posttrain.config.sections.model import ModelConfig
 from posttrain.errors import ConfigError, ModelError
+from posttrain.files import read_utf8
+from posttrain.models.integrity import check_load_info, check_text_files, check_weight_files, explain_load_error
 from posttrain.models.quiet import quiet_transformers
 
 DTYPES: dict[str, torch.dtype | str] = {
@@ -155,6 +159,7 @@ def load_config(
     try:
         config = AutoConfig.from_pretrained(local, trust_remote_code=trust_remote_code, local_files_only=True)
     except (OSError, ValueError) as err:
+        check_text_files(local)
         raise ModelError(
             f"cannot read the config of {what} {str(path)!r}: {err}. If the architecture is custom, set "
             f"trust_remote_code or external_lib"
@@ -181,15 +186,22 @@ def _from_pretrained(
     attn = _ATTN_ALIASES.get(attn_implementation or "auto", attn_implementation)
     if attn is not None:
         kwargs["attn_implementation"] = attn
+    check_weight_files(local)  # a truncated or corrupt safetensors file is named before any read
     try:
-        # A critic/reward head that the checkpoint lacks is expected: hide that load report.
-        with quiet_transformers(hide_warnings=expect_new_head):
-            model = auto_cls.from_pretrained(
+        # transformers' load report is replaced by `check_load_info`: mismatched shapes are loaded
+        # (then refused there, naming the tensor) instead of raising a RuntimeError.
+        with quiet_transformers(hide_warnings=True):
+            model, info = auto_cls.from_pretrained(
                 local, config=config, dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code,
-                local_files_only=True, **kwargs,
+                local_files_only=True, ignore_mismatched_sizes=True, output_loading_info=True, **kwargs,
             )
-    except (OSError, ValueError, ImportError) as err:
+    except (OSError, ValueError, ImportError, RuntimeError, pickle.UnpicklingError, SafetensorError) as err:
+        if (explained := explain_load_error(local, err)) is not None:
+            raise explained from err
+        if isinstance(err, RuntimeError):
+            raise  # not a file problem: a bug keeps its traceback
         raise ModelError(f"cannot load {what} from {str(path)!r}: {err}") from err
+    check_load_info(info, local, what, new_head_ok=expect_new_head, base_prefix=model.base_model_prefix)
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model.to(device)
@@ -300,6 +312,7 @@ def load_tokenizer(
         with quiet_transformers():
             tokenizer = AutoTokenizer.from_pretrained(local, trust_remote_code=trust_remote_code, local_files_only=True)
     except (OSError, ValueError) as err:
+        check_text_files(local)  # a file that is not UTF-8 is named, with its offset
         raise ModelError(f"cannot load the tokenizer from {str(path)!r}: {err}") from err
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
@@ -323,7 +336,7 @@ def tokenizer_from_config(cfg: ModelConfig) -> PreTrainedTokenizerBase:
             raise ConfigError(
                 f"model.chat_template_path: {cfg.chat_template_path!r} is not a file; give a Jinja template file"
             )
-        template = template_file.read_text()
+        template = read_utf8(template_file, lambda message: ConfigError(f"model.chat_template_path: {message}"))
     return load_tokenizer(cfg.tokenizer_path or cfg.path, trust_remote_code=cfg.trust_remote_code,
                           chat_template=template)
 
@@ -336,10 +349,15 @@ def causal_lm_from_config(cfg: ModelConfig, *, device: str | torch.device = "cpu
         attn_implementation=cfg.attn_implementation, rope_theta=cfg.rope_theta, rope_scaling=cfg.rope_scaling,
         external_lib=cfg.external_lib, device=device,
     )
-    positions = getattr(model.config, "max_position_embeddings", None)
+    check_max_model_len(cfg, model.config)
+    return model
+
+
+def check_max_model_len(cfg: ModelConfig, config: PretrainedConfig) -> None:
+    """model.max_model_len must fit the model's position table."""
+    positions = getattr(config, "max_position_embeddings", None)
     if cfg.max_model_len is not None and positions is not None and cfg.max_model_len > positions:
         raise ConfigError(
             f"model.max_model_len {cfg.max_model_len} exceeds the model's max_position_embeddings "
             f"{positions} ({cfg.path}); lower it or set model.rope_scaling to extend the context"
         )
-    return model

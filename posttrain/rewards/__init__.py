@@ -3,7 +3,7 @@
 The trainer's path through this package::
 
     fn = load_reward_function(path, name, reward_kwargs)      # built-in task scorers when path is None
-    manager = build_reward_manager("parallel", fn, num_workers=2, timeout_s=10.0, on_error="raise")
+    manager = build_reward_manager("parallel", fn, num_workers=2, timeout_s=10.0, on_error="raise")  # or "naive"
     output = manager.score([RewardInput(data_source, solution_str, ground_truth, extra_info, index)])
     token_level_scores = place_scores(output.tensor(), response_mask)  # (B, T)
 
@@ -19,7 +19,13 @@ from posttrain.rewards.evaluate import check_return
 from posttrain.rewards.function import RewardFunction, load_reward_function
 from posttrain.rewards.naive import NaiveRewardManager
 from posttrain.rewards.parallel import ParallelRewardManager
-from posttrain.rewards.registry import REWARD_MANAGERS, RewardManager, build_reward_manager, register_reward_manager
+from posttrain.rewards.registry import (
+    REWARD_MANAGERS,
+    RewardManager,
+    build_reward_manager,
+    check_reward_manager,
+    register_reward_manager,
+)
 from posttrain.rewards.types import RewardInput, RewardOutput
 
 _LAZY = {
@@ -38,6 +44,7 @@ __all__ = [
     "RewardOutput",
     "build_reward_manager",
     "check_return",
+    "check_reward_manager",
     "load_reward_function",
     "register_reward_manager",
     *_LAZY,

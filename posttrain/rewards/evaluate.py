@@ -1,13 +1,18 @@
 """Calling a reward function on one sample and turning what it returns into a score — or a failure.
 
-A reward function can go wrong in five ways: it raises, hangs (parallel manager only), crashes its
-process, returns something that is not a finite number, or returns a dict without ``"score"``. None
+A reward function can go wrong in six ways: it raises, hangs, crashes its process, tries to end the
+process (``sys.exit``), returns something that is not a finite number, or returns a dict without
+``"score"``. None
 of these is ever scored as a silent 0: with ``on_error="raise"`` the batch stops with a
 `RewardFunctionError` naming the function, the data_source, the sample index and the start of the
 response; with ``on_error="fixed"`` the sample gets ``failure_reward``, a warning is logged the first
 time each kind of failure happens, and `RewardOutput.num_failures` counts them (the trainer logs it
 as ``reward/failures``). A `UserError` raised by the function (the task scorers raise one for an
-unknown data_source) always stops the batch: it is a setup mistake, not a flaky sample.
+unknown data_source) always stops the batch: it is a setup mistake, not a flaky sample. So does a
+function that calls ``sys.exit`` or raises another `BaseException`: uncaught, it would end the run
+with its own exit status (0 for ``sys.exit(0)``) and no word of why. `KeyboardInterrupt` is the one
+`BaseException` let through: it is how Ctrl-C stops a run, and a function raising it on purpose
+cannot be told apart from the user pressing Ctrl-C.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from posttrain.errors import ConfigError, RewardFunctionError, UserError
+from posttrain.rewards import deadline as deadline_module
+from posttrain.rewards.deadline import CallTimedOut, Deadline
 from posttrain.rewards.types import RewardInput, RewardOutput
 
 logger = logging.getLogger(__name__)
@@ -30,13 +37,23 @@ PREVIEW_CHARS = 200
 FIX_HINT = (
     "Fix the function, or set reward.on_error: fixed to score such samples as reward.failure_reward."
 )
+TIMEOUT_HINT = (
+    "Fix the function, raise reward.timeout_s if it needs longer, or set reward.on_error: fixed to score "
+    "such samples as reward.failure_reward."
+)
+EXIT_HINT = (
+    "A reward function must return a score (a number, or a dict with a 'score' key); to fail one "
+    "sample, raise an Exception, which reward.on_error then handles."
+)
+# Failures that stop the batch under any on_error: setup mistakes, not flaky samples.
+FATAL_KINDS = frozenset({"user_error", "exited"})
 
 
 @dataclass(frozen=True)
 class Failure:
     """Why one sample has no score. ``kind`` groups warnings; ``detail`` completes a sentence."""
 
-    kind: str  # raised | user_error | timeout | crashed | bad_return | non_finite | no_score_key
+    kind: str  # raised | user_error | exited | timeout | crashed | bad_return | non_finite | no_score_key
     detail: str
 
 
@@ -65,20 +82,45 @@ def check_on_error(on_error: str, failure_reward: float) -> None:
         raise ConfigError(f"reward.failure_reward: must be a finite number, got {failure_reward!r}")
 
 
-def evaluate_one(fn: Callable[..., Any], sample: RewardInput) -> SampleResult:
-    """Call ``fn`` with verl's keyword arguments and check what it returns."""
-    try:
-        raw = fn(
+def evaluate_one(
+    fn: Callable[..., Any], sample: RewardInput, deadline: Deadline | None = None, timeout_s: float = math.inf
+) -> SampleResult:
+    """Call ``fn`` with verl's keyword arguments and check what it returns.
+
+    With a ``deadline``, the call is interrupted after ``timeout_s`` seconds (see `deadline`)."""
+
+    def call() -> Any:
+        return fn(
             data_source=sample.data_source,
             solution_str=sample.solution_str,
             ground_truth=sample.ground_truth,
             extra_info=sample.extra_info,
         )
+
+    try:
+        raw = call() if deadline is None else deadline.run(call, timeout_s)
+    except CallTimedOut as exc:
+        return SampleResult(failure=Failure("timeout", f"did not return within {timeout_s:g} s and was interrupted{_where(exc)}"))
     except UserError as exc:  # e.g. the task scorers' "no built-in scorer for data_source": a setup mistake
         return SampleResult(failure=Failure("user_error", f"raised {type(exc).__name__}: {exc}"))
     except Exception as exc:  # a user function may raise anything; it becomes a named failure
         return SampleResult(failure=Failure("raised", f"raised {type(exc).__name__}: {exc}{_where(exc)}"))
+    except KeyboardInterrupt:
+        raise  # Ctrl-C: the run stops as the user asked
+    except BaseException as exc:  # sys.exit() or the like: would end the run silently with its own status
+        return SampleResult(failure=Failure("exited", _exit_detail(exc)))
     return check_return(raw)
+
+
+def _exit_detail(exc: BaseException) -> str:
+    """'called sys.exit(0) (at file.py:3)' or 'raised Stop: why (a BaseException, ...)'."""
+    if isinstance(exc, SystemExit):
+        code = "" if exc.code is None else repr(exc.code)
+        return f"called sys.exit({code}){_where(exc)}"
+    return (
+        f"raised {type(exc).__name__}: {exc} (a BaseException, which ends the process instead of failing "
+        f"one sample){_where(exc)}"
+    )
 
 
 def check_return(raw: Any) -> SampleResult:
@@ -124,8 +166,9 @@ def _as_float(value: Any) -> float | None:
 
 
 def _where(exc: BaseException) -> str:
-    """' (at file.py:12)' for the innermost frame of the traceback, to point at the user's line."""
-    frames = traceback.extract_tb(exc.__traceback__)
+    """' (at file.py:12)' for the innermost frame of the traceback, to point at the user's line
+    (frames of the deadline's own signal handler are skipped)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != deadline_module.__file__]
     if not frames:
         return ""
     last = frames[-1]
@@ -165,13 +208,13 @@ class FailurePolicy:
         return RewardOutput(scores=scores, extra=extra, num_failures=len(failed))
 
     def must_raise(self, failure: Failure) -> bool:
-        """Raise under on_error='raise'; and always for a UserError (bad data/config is no sample failure)."""
-        return self.on_error == "raise" or failure.kind == "user_error"
+        """Raise under on_error='raise'; and always for a UserError or an attempt to end the process."""
+        return self.on_error == "raise" or failure.kind in FATAL_KINDS
 
     def error(self, sample: RewardInput, failure: Failure, also_failed: int = 0) -> RewardFunctionError:
         """The error for a failure that stops the batch."""
         others = f" ({also_failed} more samples in this batch failed too.)" if also_failed else ""
-        hint = "" if failure.kind == "user_error" else f" {FIX_HINT}"
+        hint = {"user_error": "", "exited": f" {EXIT_HINT}", "timeout": f" {TIMEOUT_HINT}"}.get(failure.kind, f" {FIX_HINT}")
         return RewardFunctionError(f"{failure_message(self.fn_label, sample, failure)}.{others}{hint}")
 
     def _warn(self, failed: list[tuple[RewardInput, Failure]], batch_size: int) -> None:

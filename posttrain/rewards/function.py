@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from posttrain.errors import ConfigError, RewardFunctionError
+from posttrain.files import check_python_source
 
 PATH_KEY = "reward.custom_reward_function.path"
 NAME_KEY = "reward.custom_reward_function.name"
@@ -119,10 +120,13 @@ def _import_file(path: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ConfigError(f"{PATH_KEY}: cannot import {path} as Python (is it a .py file?)")
+    check_python_source(path, lambda message: ConfigError(f"{PATH_KEY}: {message}"))
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit too: a file ending the process on import gets a message
         raise RewardFunctionError(
             f"importing the reward function file {path} failed: {type(exc).__name__}: {exc}"
         ) from exc

@@ -37,10 +37,15 @@ def register_reward_manager(name: str) -> Callable[[Callable[..., RewardManager]
 def build_reward_manager(name: str, fn: Callable[..., Any], **options: Any) -> RewardManager:
     """Build the manager called ``name`` around reward function ``fn``.
 
-    Options are the manager's keyword arguments: ``on_error`` and ``failure_reward`` for all;
-    ``num_workers`` and ``timeout_s`` for "parallel" only (the naive manager runs in-process and
-    cannot bound a call's time, so it refuses ``timeout_s`` rather than ignore it).
+    Options are the manager's keyword arguments: ``on_error``, ``failure_reward`` and ``timeout_s``
+    for all; ``num_workers`` for "parallel" only (the naive manager refuses it rather than ignore it).
     """
+    return check_reward_manager(name, options)(fn, **options)
+
+
+def check_reward_manager(name: str, options: dict[str, Any]) -> Callable[..., RewardManager]:
+    """The manager class called ``name`` once its name and option names are checked, without
+    building it (the parallel manager starts processes when built)."""
     if name not in REWARD_MANAGERS:
         raise ConfigError(
             f"reward.reward_manager: unknown reward manager {name!r}; "
@@ -54,7 +59,7 @@ def build_reward_manager(name: str, fn: Callable[..., Any], **options: Any) -> R
             f"reward.reward_manager: the {name!r} manager does not use {', '.join(unknown)}"
             f" (it takes: {', '.join(k for k in accepted if k != 'fn')})"
         )
-    return cls(fn, **options)
+    return cls
 
 
 register_reward_manager("naive")(NaiveRewardManager)

@@ -24,11 +24,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posttrain.config.sections.algorithm import DPOConfig
-from posttrain.data import DPOExample, build_dpo_dataset, collate_sft, pad_token_id
-from posttrain.models.loading import causal_lm_from_config, tokenizer_from_config
+from posttrain.data import DPOExample, collate_sft, pad_token_id
+from posttrain.models.loading import causal_lm_from_config
 from posttrain.models.precision import autocast
 from posttrain.trainer.sequence_logprobs import sequence_logprobs
 from posttrain.cluster.fsdp import forward_runner
+from posttrain.trainer.preflight import stage_inputs
 from posttrain.trainer.sft import Objective, fit, stage_device
 from posttrain.trainer.stage import StageContext, StageResult, open_stage, seed_everything, with_model_path
 
@@ -129,9 +130,8 @@ def run_dpo(ctx: StageContext) -> StageResult:
     ctx = dataclasses.replace(ctx, cfg=with_model_path(ctx.cfg, ctx.model_path))  # saved as run
     cfg = ctx.cfg
     seed_everything(cfg.trainer.seed)
-    tokenizer = tokenizer_from_config(cfg.model)
-    train_set = build_dpo_dataset(cfg.data, cfg.data.train_files, tokenizer)
-    val_set = build_dpo_dataset(cfg.data, cfg.data.val_files, tokenizer, split="val") if cfg.data.val_files else None
+    inputs = ctx.inputs or stage_inputs(cfg)  # every check before training (posttrain.trainer.preflight)
+    tokenizer, train_set, val_set = inputs.tokenizer, inputs.train_set, inputs.val_set
     device = stage_device(ctx)
     policy = ctx.world.shard(causal_lm_from_config(cfg.model, device=device), cfg.actor.fsdp_config)
     reference = ctx.world.shard(freeze(causal_lm_from_config(cfg.model, device=device)), cfg.ref.fsdp_config)

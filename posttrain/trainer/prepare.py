@@ -20,6 +20,7 @@ import os
 import random
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,14 +37,45 @@ def refuse_stage_prepare(stages: list[dict[str, Any]]) -> None:
             raise ConfigError(f"stages[{i}].prepare: prepare runs once before all stages; move it to the top level")
 
 
-def prepare(cfg: PrepareConfig, say: Callable[[str], None] = print) -> None:
-    """Build or reuse the model and data directories of `cfg`, saying which for each."""
+@dataclass(frozen=True)
+class PrepareStep:
+    """One directory `prepare` builds or reuses; `action` is "build", "reuse" or "reuse as is"."""
+
+    key: str  # prepare.model or prepare.data
+    out: Path
+    settings: dict[str, Any]
+    action: str
+
+
+def prepare_steps(cfg: PrepareConfig) -> list[PrepareStep]:
+    """Every check of the `prepare` section (option values, and directories built earlier with other
+    settings), and what it would do; nothing is built. `posttrain config plan` calls this too."""
     data_settings = _data_settings(cfg.data) if cfg.data.dir else None  # checks options first
     model_settings = _model_settings(cfg.model) if cfg.model.path else None
+    steps = []
     if model_settings is not None:
-        _build_or_reuse("prepare.model", Path(cfg.model.path).expanduser(), model_settings, _build_model, "config.json", say)
+        out = Path(cfg.model.path).expanduser()
+        steps.append(PrepareStep("prepare.model", out, model_settings, _action("prepare.model", out, model_settings, "config.json")))
     if data_settings is not None:
-        _build_or_reuse("prepare.data", Path(cfg.data.dir).expanduser(), data_settings, _build_data, "train.parquet", say)
+        out = Path(cfg.data.dir).expanduser()
+        steps.append(PrepareStep("prepare.data", out, data_settings, _action("prepare.data", out, data_settings, "train.parquet")))
+    return steps
+
+
+def pending_builds(cfg: PrepareConfig) -> list[Path]:
+    """The directories `prepare` would build now (checking the section as it does)."""
+    return [step.out for step in prepare_steps(cfg) if step.action == "build"]
+
+
+def prepare(cfg: PrepareConfig, say: Callable[[str], None] = print) -> None:
+    """Build or reuse the model and data directories of `cfg`, saying which for each."""
+    for step in prepare_steps(cfg):
+        if step.action == "reuse":
+            say(f"prepare: reusing {step.out} (built earlier with the same settings)")
+        elif step.action == "reuse as is":
+            say(f"prepare: reusing {step.out} as it is (not built by prepare, so its settings are not checked)")
+        else:
+            _build(step.out, step.settings, _build_model if step.key == "prepare.model" else _build_data, say)
 
 
 def _model_settings(cfg: PrepareModelConfig) -> dict[str, Any]:
@@ -98,23 +130,27 @@ def _build_data(out: Path, settings: dict[str, Any]) -> str:
     return f"the {s['task']} task ({s['train']} train, {s['test']} test, {s['sft']} SFT rows, {s['dpo']} DPO pairs)"
 
 
-def _build_or_reuse(key: str, out: Path, settings: dict[str, Any], build: Callable[[Path, dict[str, Any]], str],
-                    expected_file: str, say: Callable[[str], None]) -> None:
+def _action(key: str, out: Path, settings: dict[str, Any], expected_file: str) -> str:
+    """build, reuse (built by prepare with the same settings) or reuse as is (made by hand)."""
     marker = out / MARKER
-    if out.exists():
-        if marker.is_file():
-            built = json.loads(marker.read_text(encoding="utf-8"))
-            if built != settings:
-                raise ConfigError(
-                    f"{key}: {out} was built with other settings ({_difference(built, settings)}); delete {out} "
-                    f"to rebuild it, or set {key}.{'path' if key.endswith('model') else 'dir'} to another directory"
-                )
-            say(f"prepare: reusing {out} (built earlier with the same settings)")
-            return
-        if not (out / expected_file).is_file():
-            raise ConfigError(f"{key}: {out} exists but has no {expected_file}; delete it or choose another directory")
-        say(f"prepare: reusing {out} as it is (not built by prepare, so its settings are not checked)")
-        return
+    if not out.exists():
+        return "build"
+    if marker.is_file():
+        built = json.loads(marker.read_text(encoding="utf-8"))
+        if built != settings:
+            raise ConfigError(
+                f"{key}: {out} was built with other settings ({_difference(built, settings)}); delete {out} "
+                f"to rebuild it, or set {key}.{'path' if key.endswith('model') else 'dir'} to another directory"
+            )
+        return "reuse"
+    if not (out / expected_file).is_file():
+        raise ConfigError(f"{key}: {out} exists but has no {expected_file}; delete it or choose another directory")
+    return "reuse as is"
+
+
+def _build(out: Path, settings: dict[str, Any], build: Callable[[Path, dict[str, Any]], str],
+           say: Callable[[str], None]) -> None:
+    """Build in a hidden sibling directory, then rename it into place once complete."""
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)

@@ -14,25 +14,36 @@ import torch
 from posttrain.cluster.parallel import DataParallel, contiguous_shares
 from posttrain.config.schema import Config
 from posttrain.records import RolloutBatch
-from posttrain.rewards import RewardInput, RewardOutput, build_reward_manager, load_reward_function
+from posttrain.rewards import RewardFunction, RewardInput, RewardOutput, build_reward_manager, load_reward_function
 from posttrain.workers.microbatch import SINGLE
+
+
+def reward_function(cfg: Config) -> RewardFunction:
+    """The configured reward function, imported and its signature checked."""
+    f = cfg.reward.custom_reward_function
+    return load_reward_function(f.path, f.name, dict(f.reward_kwargs))
+
+
+def manager_options(cfg: Config) -> dict[str, Any]:
+    """The keyword arguments of the configured reward manager."""
+    r = cfg.reward
+    options: dict[str, Any] = {"on_error": r.on_error, "failure_reward": r.failure_reward, "timeout_s": r.timeout_s}
+    if r.reward_manager == "parallel":
+        options.update(num_workers=r.num_workers)
+    return options
 
 
 class RewardStage:
     """Scores decoded responses; `score` returns (scores (B,), metrics)."""
 
-    def __init__(self, cfg: Config, tokenizer: Any, dp: DataParallel = SINGLE):
-        """`dp`: with several worker processes each scores a consecutive share of the rows (a reward
+    def __init__(self, cfg: Config, tokenizer: Any, fn: RewardFunction | None = None, dp: DataParallel = SINGLE):
+        """``fn``: the reward function `reward_function` already loaded (loaded here when None).
+        ``dp``: with several worker processes each scores a consecutive share of the rows (a reward
         function runs once per sample in the whole run) and every rank receives all the scores."""
         self.dp = dp
         r = cfg.reward
-        fn = load_reward_function(
-            r.custom_reward_function.path, r.custom_reward_function.name, dict(r.custom_reward_function.reward_kwargs)
-        )
-        options: dict[str, Any] = {"on_error": r.on_error, "failure_reward": r.failure_reward}
-        if r.reward_manager == "parallel":
-            options.update(num_workers=r.num_workers, timeout_s=r.timeout_s)
-        self.manager = build_reward_manager(r.reward_manager, fn, **options)
+        fn = fn or reward_function(cfg)
+        self.manager = build_reward_manager(r.reward_manager, fn, **manager_options(cfg))
         self.tokenizer = tokenizer
         self.function_weight = r.function_weight
         self.rm_weight = r.reward_model_weight

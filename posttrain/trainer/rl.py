@@ -15,21 +15,20 @@ from pathlib import Path
 import torch
 
 from posttrain.checkpoint import Checkpointer, Parts
-from posttrain.data import build_rl_dataset, collate_prompts, make_sampler, pad_token_id
+from posttrain.data import collate_prompts, make_sampler, pad_token_id
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.trainer.advantages import compute_advantages, correct_rollout_mismatch, make_shaping_state
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
+from posttrain.trainer.preflight import stage_inputs
 from posttrain.trainer.rewarding import RewardStage
 from posttrain.trainer.rl_build import (
     baseline_sampling_params,
     build_roles,
-    check_rl_names,
     response_length,
     rollout_seed,
     sampling_params,
 )
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, open_stage, seed_everything
-from posttrain.models.loading import tokenizer_from_config
 
 
 class RLTrainer:
@@ -37,17 +36,15 @@ class RLTrainer:
 
     def __init__(self, ctx: StageContext):
         cfg = ctx.cfg
-        check_rl_names(cfg)
         seed_everything(cfg.trainer.seed)
         self.ctx, self.cfg = ctx, cfg
-        self.tokenizer = tokenizer_from_config(cfg.model)
-        self.train_set = build_rl_dataset(cfg.data, cfg.data.train_files, self.tokenizer, split="train")
-        self.val_set = build_rl_dataset(cfg.data, cfg.data.val_files, self.tokenizer, split="val") if cfg.data.val_files else None
+        inputs = ctx.inputs or stage_inputs(cfg)  # every check before training (posttrain.trainer.preflight)
+        self.tokenizer, self.train_set, self.val_set = inputs.tokenizer, inputs.train_set, inputs.val_set
         self.derived, self.trackers = open_stage(ctx, len(self.train_set))
         self.sampler = make_sampler(cfg.data, len(self.train_set), split="train")
         self.pad_id = pad_token_id(self.tokenizer)
         self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world)
-        self.rewards = RewardStage(cfg, self.tokenizer, self.roles.actor.dp)
+        self.rewards = RewardStage(cfg, self.tokenizer, inputs.reward_fn, self.roles.actor.dp)
         self.shaping = make_shaping_state(cfg.algorithm)
         self.sampling, self.val_sampling = sampling_params(cfg, self.tokenizer)
         self.baseline_sampling = baseline_sampling_params(cfg, self.sampling)  # None unless the estimator needs it

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from posttrain.algorithms import (
+    check_kl_kind,
     estimator_needs_greedy_baseline,
     get_advantage_estimator,
     get_policy_loss,
@@ -103,8 +104,13 @@ _ACTOR_LOSS_ARGS = frozenset(
 
 
 def check_rl_names(cfg: Config) -> None:
-    """Registry names are checked before any model is loaded."""
+    """Registry names are checked before any model is loaded: the estimator, the policy loss and
+    its inputs, and the KL kinds of the terms that are on."""
     get_advantage_estimator(cfg.algorithm.adv_estimator)
+    if cfg.algorithm.use_kl_in_reward:
+        check_kl_kind(cfg.algorithm.kl_penalty, "algorithm.kl_penalty")
+    if cfg.actor.use_kl_loss:
+        check_kl_kind(cfg.actor.kl_loss_type, "actor.kl_loss_type")
     mode = cfg.actor.policy_loss.loss_mode
     params = inspect.signature(get_policy_loss(mode)).parameters
     # A registered loss may need inputs the actor does not have (dpo needs ref_logprob and pairs):
@@ -147,18 +153,25 @@ def engine_precision(policy: nn.Module, actor_compute: str, rollout_dtype: str) 
     return engine, engine == params == actor_dtype
 
 
+def check_critic_tokenizer(cfg: Config, tokenizer: Any) -> None:
+    """The critic reads the policy's token ids: its own tokenizer, if set, must have the same vocabulary."""
+    path = cfg.critic.model.tokenizer_path
+    if path is None:
+        return
+    theirs = load_tokenizer(path)
+    if theirs.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(
+            f"critic.model.tokenizer_path {path!r}: its vocabulary differs from the policy's "
+            f"tokenizer ({len(theirs)} vs {len(tokenizer)} tokens); the critic reads the policy's token ids, so "
+            "leave tokenizer_path null or give a tokenizer with the same vocabulary"
+        )
+
+
 def critic_model_from_config(cfg: Config, tokenizer: Any, device: torch.device | str = "cpu") -> nn.Module:
     """The critic's value model from `critic.model`: its own directory, dtype, config overrides and
     loading options, or the policy's (model.path, model.dtype, model.trust_remote_code) where null."""
     m = cfg.critic.model
-    if m.tokenizer_path is not None:
-        theirs = load_tokenizer(m.tokenizer_path)
-        if theirs.get_vocab() != tokenizer.get_vocab():
-            raise ConfigError(
-                f"critic.model.tokenizer_path {m.tokenizer_path!r}: its vocabulary differs from the policy's "
-                f"tokenizer ({len(theirs)} vs {len(tokenizer)} tokens); the critic reads the policy's token ids, so "
-                "leave tokenizer_path null or give a tokenizer with the same vocabulary"
-            )
+    check_critic_tokenizer(cfg, tokenizer)
     return load_value_model(
         m.path or cfg.model.path, dtype=cfg.model.dtype if m.dtype == "auto" else m.dtype,
         trust_remote_code=m.trust_remote_code or (m.path is None and cfg.model.trust_remote_code),

@@ -12,6 +12,9 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -22,7 +25,10 @@ from posttrain.cluster.world import World
 from posttrain.files import atomic_write_text
 from posttrain.config import stage_configs
 from posttrain.config.schema import Config
+from posttrain.data import as_file_list
 from posttrain.errors import ConfigError
+from posttrain.trainer.preflight import StageInputs, check_reward, check_stage_names, stage_inputs
+from posttrain.trainer.prepare import refuse_stage_prepare
 from posttrain.trainer.stage import StageContext, StageResult, with_model_path
 
 # algorithm.kind -> "module:function" running one stage (imported on use: SFT needs no rollout code).
@@ -86,21 +92,77 @@ def _resume_target(cfg: Config) -> tuple[Path, str] | None:
     return path, str(read_json(path / TRAINER_STATE).get("stage", "main"))
 
 
-def run(cfg: Config, world: World = World()) -> list[StageResult]:
-    """Run (or continue) every stage; returns their results in order. With several worker
-    processes every rank runs this loop; rank 0 decides what to resume and writes the markers."""
+@dataclass(frozen=True)
+class StageCheck:
+    """What `check_run` found for one stage."""
+
+    name: str
+    config: Config  # the stage's config, model.path set to the policy the run starts from
+    inputs: StageInputs | None  # None when its model and data were not checked: see `skipped`
+    skipped: str | None = None
+
+
+def check_run(cfg: Config, pending: Collection[Path] = ()) -> list[StageCheck]:
+    """Every check `run` makes before the first step, for every stage (`posttrain config plan`
+    calls it too): the run directory against trainer.resume_mode, then `stage_inputs` of each stage
+    that is not complete yet. ``pending``: directories the config's `prepare` has not built yet
+    (plan builds nothing); a stage whose model or data lies there gets only the checks that need
+    no files."""
+    refuse_stage_prepare(cfg.stages)
     stages = stage_configs(cfg)
-    base = run_directory(cfg)
-    multi = len(stages) > 1
-    dirs = [base / s.name if multi else base for s in stages]
+    dirs = stage_dirs(cfg, stages)
     if cfg.trainer.resume_mode == "disable":
         _refuse_existing(dirs)
     target = _resume_target(cfg)
     if target is not None and target[1] not in [s.name for s in stages]:
         raise CheckpointError(f"trainer.resume_from_path={target[0]} belongs to stage {target[1]!r}, which this config does not have")
+    checks = []
+    for stage, stage_dir in zip(stages, dirs):
+        config = with_model_path(stage.config, cfg.model.path)
+        explicit = target is not None and target[1] == stage.name
+        if not explicit and cfg.trainer.resume_mode != "disable" and _completed(stage_dir) is not None:
+            checks.append(StageCheck(stage.name, config, None, "already complete"))
+        elif (waiting := _waiting_on(config, pending)) is not None:
+            check_stage_names(config)
+            check_reward(config)
+            checks.append(StageCheck(stage.name, config, None, f"{waiting} is built by `prepare` when the run starts"))
+        else:
+            checks.append(StageCheck(stage.name, config, stage_inputs(config)))
+    return checks
+
+
+def stage_dirs(cfg: Config, stages: list) -> list[Path]:
+    """Each stage's directory: the run directory itself for a single stage."""
+    base = run_directory(cfg)
+    return [base / s.name for s in stages] if len(stages) > 1 else [base]
+
+
+def _waiting_on(cfg: Config, pending: Collection[Path]) -> str | None:
+    """'model.path DIR' or 'data file FILE' when the stage reads from a directory still to be built."""
+    roots = [os.path.abspath(os.path.expanduser(p)) for p in pending]
+
+    def inside(path: str) -> bool:
+        full = os.path.abspath(os.path.expanduser(path))
+        return any(full == root or full.startswith(root + os.sep) for root in roots)
+
+    if cfg.model.path and inside(cfg.model.path):
+        return f"model.path {cfg.model.path}"
+    d = cfg.data
+    files = as_file_list(list(d.train_files) + list(d.val_files or []), d.dataset_dir)
+    return next((f"data file {f}" for f in files if inside(f)), None)
+
+
+def run(cfg: Config, world: World = World()) -> list[StageResult]:
+    """Run (or continue) every stage; returns their results in order. With several worker
+    processes every rank runs this loop; rank 0 decides what to resume and writes the markers."""
+    checks = check_run(cfg)  # everything before the first step, for every stage
+    stages = stage_configs(cfg)
+    dirs = stage_dirs(cfg, stages)
+    multi = len(stages) > 1
+    target = _resume_target(cfg)
     results: list[StageResult] = []
     model_path, offset = cfg.model.path, 0
-    for stage, stage_dir in zip(stages, dirs):
+    for stage, stage_dir, check in zip(stages, dirs, checks):
         explicit = target[0] if target is not None and target[1] == stage.name else None
         done = _completed(stage_dir) if explicit is None and cfg.trainer.resume_mode != "disable" else None
         root = checkpoint_root(stage.config, stage_dir, stage.name, multi)
@@ -114,6 +176,7 @@ def run(cfg: Config, world: World = World()) -> list[StageResult]:
             ctx = StageContext(
                 stage.name, with_model_path(stage.config, model_path), stage_dir, model_path, offset,
                 resume=resume, checkpoint_dir=root, world=world,
+                inputs=check.inputs if model_path == cfg.model.path else None,  # later stages start from another model
             )
             if resume is not None and world.is_main:
                 print(f"[{stage.name}] resuming from {resume} (after step {ctx.resume_step()})", flush=True)

@@ -35,12 +35,13 @@ from posttrain.workers.microbatch import SINGLE, clip_and_step
 from posttrain.checkpoint.save import save_hf
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
-from posttrain.data import SFTExample, build_sft_dataset, collate_sft, make_sampler, pad_token_id
-from posttrain.models.loading import causal_lm_from_config, tokenizer_from_config
+from posttrain.data import SFTExample, collate_sft, make_sampler, pad_token_id
+from posttrain.models.loading import causal_lm_from_config
 from posttrain.optim import build_optimizer, build_scheduler
 from posttrain.tracking import Trackers
 from posttrain.models.precision import autocast
 from posttrain.trainer.sequence_logprobs import sequence_logprobs
+from posttrain.trainer.preflight import stage_inputs
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, open_stage, seed_everything, with_model_path
 
 # A micro-batch loss already divided by the batch normaliser, and metric parts that sum to batch values.
@@ -225,9 +226,8 @@ def run_sft(ctx: StageContext) -> StageResult:
     ctx = dataclasses.replace(ctx, cfg=with_model_path(ctx.cfg, ctx.model_path))  # saved as run
     cfg = ctx.cfg
     seed_everything(cfg.trainer.seed)
-    tokenizer = tokenizer_from_config(cfg.model)
-    train_set = build_sft_dataset(cfg.data, cfg.data.train_files, tokenizer)
-    val_set = build_sft_dataset(cfg.data, cfg.data.val_files, tokenizer, split="val") if cfg.data.val_files else None
+    inputs = ctx.inputs or stage_inputs(cfg)  # every check before training (posttrain.trainer.preflight)
+    tokenizer, train_set, val_set = inputs.tokenizer, inputs.train_set, inputs.val_set
     model = ctx.world.shard(causal_lm_from_config(cfg.model, device=stage_device(ctx)), cfg.actor.fsdp_config)
     derived, trackers = open_stage(ctx, len(train_set))
     objective = sft_objective(model, pad_token_id(tokenizer), cfg.actor.fsdp_config.mixed_precision.param_dtype)

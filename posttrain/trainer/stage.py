@@ -15,6 +15,7 @@ import dataclasses
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,6 +44,7 @@ class StageContext:
     resume: Path | None = None  # checkpoint (global_step_N) to continue from; None starts fresh
     checkpoint_dir: Path | None = None  # where checkpoints go; None means <run_dir>/checkpoints
     world: World = World()  # this process among the run's workers (one process by default)
+    inputs: Any = None  # preflight.StageInputs already built for this cfg; None: the runner builds them
 
     @property
     def checkpoint_root(self) -> Path:

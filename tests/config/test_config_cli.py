@@ -9,6 +9,7 @@ import yaml
 
 from posttrain.cli import main
 from posttrain.cli.config_cmd import split_args
+from posttrain.models.tiny import make_tiny_model
 
 CONFIG = """
 data: {train_batch_size: 8, max_prompt_length: 64, max_response_length: 64, train_files: [train.jsonl]}
@@ -21,9 +22,11 @@ trainer: {total_epochs: 2, total_training_steps: null}
 
 
 def write_config(tmp_path):
+    """The config with its data (relative to tmp_path, the working directory of a run) and a tiny model."""
     (tmp_path / "train.jsonl").write_text('{"prompt": "q"}\n' * 20)
+    model = make_tiny_model(tmp_path / "model", layers=1, hidden=32, heads=4)
     path = tmp_path / "exp.yaml"
-    path.write_text(CONFIG)
+    path.write_text(CONFIG + f"model: {{path: {model}}}\n")
     return path
 
 
@@ -60,8 +63,8 @@ def test_explain_key_section_and_unknown(capsys):
     assert "did you mean actor.ppo_epochs?" in capsys.readouterr().err
 
 
-def test_plan_counts_rows_of_data_files_beside_the_config(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir("/")  # relative data paths are also looked up beside the config file
+def test_plan_counts_the_rows_of_the_loaded_dataset(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative data paths start at the working directory, as for train
     assert main(["config", "plan", str(write_config(tmp_path))]) == 0
     lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
     assert "optimizer steps per rollout 4 (2 mini-batches × actor.ppo_epochs 2)" in lines
@@ -69,9 +72,17 @@ def test_plan_counts_rows_of_data_files_beside_the_config(tmp_path, capsys, monk
     assert "total training steps 4 (× trainer.total_epochs 2)" in lines
 
 
-def test_plan_prints_each_stage(tmp_path, capsys):
+def test_plan_refuses_relative_data_train_would_not_find(tmp_path, capsys, monkeypatch):
     path = write_config(tmp_path)
-    path.write_text(CONFIG + "stages:\n  - {name: short, actor: {ppo_epochs: 1}}\n  - {name: long}\n")
+    monkeypatch.chdir("/")
+    assert main(["config", "plan", str(path)]) == 2
+    assert "train.jsonl: data file not found" in capsys.readouterr().err
+
+
+def test_plan_prints_each_stage(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write_config(tmp_path)
+    path.write_text(path.read_text() + "stages:\n  - {name: short, actor: {ppo_epochs: 1}}\n  - {name: long}\n")
     assert main(["config", "plan", str(path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("stage 0 (short):\n") and "\nstage 1 (long):\n" in out

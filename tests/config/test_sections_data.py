@@ -96,9 +96,9 @@ def test_validate_accepts_one_path_and_the_implemented_fields():
 
 def test_validate_refuses_bad_values_and_todo_fields():
     with pytest.raises(ConfigError) as err:
-        validate({"data": {"truncation": "middle", "image_key": "pics", "filter_overlong_prompts_workers": 0}})
+        validate({"data": {"truncation": "center", "image_key": "pics", "filter_overlong_prompts_workers": 0}})
     message = str(err.value)
-    assert "data.truncation" in message and "middle" in message
+    assert "data.truncation" in message and "center" in message
     assert "data.image_key: not implemented yet (multimodal data (later issue))" in message
     assert "data.filter_overlong_prompts_workers" in message
 

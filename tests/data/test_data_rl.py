@@ -1,3 +1,5 @@
+import logging
+
 import pytest
 import torch
 from data_helpers import chatml_ids, ids, verl_row, write_rows
@@ -60,35 +62,44 @@ def test_chat_template_inline_and_from_file(tmp_path, tokenizer):
         build_rl_dataset(DataConfig(chat_template="nope.jinja"), path, tokenizer)
 
 
-def test_template_error_names_the_row(tmp_path, tokenizer):
+def test_template_error_names_the_row_when_the_dataset_is_built(tmp_path, tokenizer):
     path = write_rows(tmp_path / "t.jsonl", [{"prompt": [{"role": "robot", "content": "x"}]}])
-    ds = build_rl_dataset(DataConfig(), path, tokenizer)
     with pytest.raises(DataError, match=r"t.jsonl: row 0, column 'prompt': the chat template failed on this row: unknown chat role robot"):
-        ds[0]
+        build_rl_dataset(DataConfig(), path, tokenizer)
 
 
-def test_truncation_error_left_right(tmp_path, tokenizer):
-    path = write_rows(tmp_path / "t.csv", [{"prompt": "short"}, {"prompt": "a much longer prompt"}])
+def test_truncation_error_at_build_and_left_right_middle_cuts(tmp_path, tokenizer, caplog):
+    rows = [{"prompt": "short"}, {"prompt": "a much longer prompt"}, {"prompt": "short"}, {"prompt": "an even much longer prompt"}]
+    path = write_rows(tmp_path / "t.csv", rows)
     full = chatml_ids(("user", "a much longer prompt"), generation_prompt=True)
+    longest = chatml_ids(("user", "an even much longer prompt"), generation_prompt=True)
     limit = len(chatml_ids(("user", "short"), generation_prompt=True))
-    ds = build_rl_dataset(DataConfig(max_prompt_length=limit), path, tokenizer)
-    assert len(ds[0].prompt_ids) == limit
-    with pytest.raises(DataError) as err:
-        ds[1]
+    with pytest.raises(DataError) as err:  # at build time: not when the sampler first draws row 1
+        build_rl_dataset(DataConfig(max_prompt_length=limit), path, tokenizer)
     assert str(err.value) == (
         f"{path}: row 1, column 'prompt': {len(full)} tokens after the chat template, longer than "
-        f"data.max_prompt_length={limit}; raise data.max_prompt_length or set data.truncation to left or right, "
-        "or set data.filter_overlong_prompts: true to drop such rows"
+        f"data.max_prompt_length={limit}; raise data.max_prompt_length or set data.truncation to left, right or middle, "
+        "or set data.filter_overlong_prompts: true to drop such rows (1 more rows of data.train_files are too long as well)"
     )
-    assert build_rl_dataset(DataConfig(max_prompt_length=limit, truncation="left"), path, tokenizer)[1].prompt_ids == full[-limit:]
-    assert build_rl_dataset(DataConfig(max_prompt_length=limit, truncation="right"), path, tokenizer)[1].prompt_ids == full[:limit]
+    head, tail = limit // 2, limit - limit // 2
+    for mode, expected, kept in [("left", full[-limit:], f"the last {limit}"), ("right", full[:limit], f"the first {limit}"),
+                                 ("middle", full[:head] + full[-tail:], f"the first {head} and the last {tail}")]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            ds = build_rl_dataset(DataConfig(max_prompt_length=limit, truncation=mode), path, tokenizer)
+            assert ds[1].prompt_ids == expected and ds[0].prompt_ids == chatml_ids(("user", "short"), generation_prompt=True)
+            ds[1], ds[3]  # reading cut rows says nothing more: the count is given once, at build
+        assert [r.getMessage() for r in caplog.records] == [
+            f"data.train_files: 2 of 4 prompts are longer than data.max_prompt_length={limit} tokens (longest "
+            f"{len(longest)}; first at {path}: row 1, column 'prompt'); data.truncation={mode} keeps {kept} tokens of each"
+        ]
 
 
 def test_filter_overlong_prompts_with_two_workers(tmp_path, tokenizer):
     rows = [{"prompt": "x" * n} for n in (1, 9, 2, 12, 3, 4, 15, 5)]
     path = write_rows(tmp_path / "t.jsonl", rows)
     limit = len(chatml_ids(("user", "x" * 5), generation_prompt=True))
-    ds = build_rl_dataset(DataConfig(max_prompt_length=limit), path, tokenizer)
+    ds = build_rl_dataset(DataConfig(max_prompt_length=limit, truncation="left"), path, tokenizer)
     assert prompt_lengths(ds, ds.indices, workers=2) == prompt_lengths(ds, ds.indices, workers=1)
     for workers in (1, 2):
         cfg = DataConfig(max_prompt_length=limit, filter_overlong_prompts=True, filter_overlong_prompts_workers=workers)

@@ -55,12 +55,13 @@ def test_sft_truncation_modes_cut_ids_and_mask_together(tmp_path, tokenizer):
     right = build_sft_dataset(DataConfig(max_length=10, truncation="right"), path, tokenizer)[0]
     assert (left.input_ids, left.loss_mask) == (full.input_ids[-10:], full.loss_mask[-10:])
     assert (right.input_ids, right.loss_mask) == (full.input_ids[:10], full.loss_mask[:10])
-    ds = build_sft_dataset(DataConfig(max_length=10), path, tokenizer)
-    with pytest.raises(DataError) as err:
-        ds[0]
+    middle = build_sft_dataset(DataConfig(max_length=10, truncation="middle"), path, tokenizer)[0]
+    assert (middle.input_ids, middle.loss_mask) == (full.input_ids[:5] + full.input_ids[-5:], full.loss_mask[:5] + full.loss_mask[-5:])
+    with pytest.raises(DataError) as err:  # when the dataset is built, not when the row is read
+        build_sft_dataset(DataConfig(max_length=10), path, tokenizer)
     assert str(err.value) == (
         f"{path}: row 0, column 'response': {len(full.input_ids)} tokens after the chat template, longer than "
-        "data.max_length=10; raise data.max_length or set data.truncation to left or right"
+        "data.max_length=10; raise data.max_length or set data.truncation to left, right or middle"
     )
 
 
@@ -69,9 +70,8 @@ def test_sft_bad_rows(tmp_path, tokenizer):
     with pytest.raises(DataError, match=r"s.jsonl: row 0, column 'response': expected a string response, got int"):
         build_sft_dataset(DataConfig(), path, tokenizer)
     path = write_rows(tmp_path / "m.jsonl", [{"messages": [{"role": "user", "content": "q"}]}])
-    ds = build_sft_dataset(DataConfig(messages_key="messages"), path, tokenizer)
     with pytest.raises(DataError, match=r"m.jsonl: row 0, column 'messages': no assistant message to train on"):
-        ds[0]
+        build_sft_dataset(DataConfig(messages_key="messages"), path, tokenizer)  # found at build time
 
 
 def test_sft_collate_right_pads(tmp_path, tokenizer):

@@ -113,8 +113,9 @@ def test_registry_builds_by_name_and_lists_names_when_unknown(reward_file):
 
 
 def test_registry_refuses_options_a_manager_does_not_use(reward_file):
-    with pytest.raises(ConfigError, match="the 'naive' manager does not use timeout_s"):
-        build_reward_manager("naive", load_reward_function(reward_file), timeout_s=5.0)
+    with pytest.raises(ConfigError, match="the 'naive' manager does not use num_workers"):
+        build_reward_manager("naive", load_reward_function(reward_file), num_workers=2)
+    assert build_reward_manager("naive", load_reward_function(reward_file), timeout_s=5.0).timeout_s == 5.0
 
 
 def test_registering_a_name_twice_is_refused():

@@ -13,6 +13,7 @@ include) is refused by name while every other key still translates.
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from posttrain.config.validate import deep_merge
 from posttrain.errors import ConfigError
+from posttrain.files import read_utf8
 
 _REFERENCE = re.compile(r"\$\{\s*([A-Za-z_][\w.]*)\s*\}")  # ${a.b}, not ${resolver:...}
 
@@ -33,8 +35,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
     config file is read here: posttrain's own (`posttrain.config.load`) and foreign ones."""
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
+    text = read_utf8(path, ConfigError)
     try:
-        conf = OmegaConf.load(path)
+        conf = OmegaConf.load(io.StringIO(text))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

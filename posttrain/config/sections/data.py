@@ -54,9 +54,9 @@ class DataConfig:
     max_prompt_length: int = param(512, doc="Longest prompt in tokens after the chat template.", ge=1, refs=["verl:data.max_prompt_length", "roll:prompt_length", "trinity:model.max_prompt_tokens"])
     max_response_length: int = param(512, doc="Longest generated response in tokens.", ge=1, refs=["verl:data.max_response_length", "roll:response_length", "trinity:model.max_response_tokens"])
     max_length: int = param(1024, doc="Longest SFT/DPO sequence (prompt + response) in tokens.", ge=1, refs=["verl:data.max_length"])
-    truncation: str = param("error", doc="What an over-long prompt/sequence does: error (naming the row), left (keep the end) or right (keep the start).", choices=["error", "left", "right"], refs=["verl:data.truncation"])
+    truncation: str = param("error", doc="What an over-long prompt/sequence does: error (the dataset build fails naming the row), left (keep the end), right (keep the start) or middle (keep both ends, half each); cut rows are counted once when the dataset is built.", choices=["error", "left", "right", "middle"], refs=["verl:data.truncation"])
     filter_overlong_prompts: bool = param(False, doc="Drop prompts longer than max_prompt_length when the dataset is built.", refs=["verl:data.filter_overlong_prompts"])
-    filter_overlong_prompts_workers: int = param(1, doc="Processes that tokenise prompts for filter_overlong_prompts.", ge=1, refs=["verl:data.filter_overlong_prompts_workers", "roll:actor_train.data_args.preprocessing_num_workers"])
+    filter_overlong_prompts_workers: int = param(1, doc="Processes that tokenise the rows when a dataset is built, to hold each length against its limit (max_prompt_length for RL prompts, max_length for SFT/DPO).", ge=1, refs=["verl:data.filter_overlong_prompts_workers", "roll:actor_train.data_args.preprocessing_num_workers"])
 
     # ---- batching and order ------------------------------------------------------------------
     train_batch_size: int = param(8, doc="Prompts sampled per training step (each gets rollout.n responses).", ge=1, refs=["verl:data.train_batch_size", "roll:rollout_batch_size", "trinity:buffer.batch_size"])
@@ -84,7 +84,7 @@ class DataConfig:
 
 # Reference keys with no field in `data`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
-    "trinity:model.enable_prompt_truncation": "what a prompt longer than data.max_prompt_length does is data.truncation: left or right cuts it (Trinity's true), error refuses the row naming it; prompts are never let through uncut",
+    "trinity:model.enable_prompt_truncation": "what a prompt longer than data.max_prompt_length does is data.truncation: left, right or middle cuts it (Trinity's true), error refuses the row naming it; prompts are never let through uncut",
     "verl:data.multiturn.enable": "set data.messages_key to the conversation column instead (verl's multiturn.messages_key)",
     "verl:data.trust_remote_code": "one switch covers model and tokenizer code: model.trust_remote_code",
     "roll:actor_train.data_args.template": "ROLL's named templates are not built in: 'native' is data.chat_template: null; otherwise give the template text or a .jinja file in data.chat_template",

@@ -67,7 +67,7 @@ class RewardConfig:
 
     reward_manager: str = param("naive", doc="How scoring is run: naive (in-process, one call at a time) or parallel (process pool of num_workers; verl's prime).", choices=["naive", "parallel"], refs=["verl:reward_model.reward_manager"])
     num_workers: int = param(2, doc="Processes of the parallel reward manager.", ge=1)
-    timeout_s: float = param(60.0, doc="Seconds one scoring call may take under the parallel manager before it counts as a failure.", gt=0)
+    timeout_s: float = param(60.0, doc="Seconds one reward-function call may take before it counts as a failure (naive: interrupted in-process; parallel: its worker process is killed).", gt=0)
     on_error: str = param("raise", doc="When a scoring call raises or times out: raise stops the run, fixed scores the response failure_reward.", choices=["raise", "fixed"])
     failure_reward: float = param(0.0, doc="Reward of a response whose scoring failed when on_error is fixed.")
     function_weight: float = param(1.0, doc="Weight of the reward-function score; 0 skips the function (reward model only).", ge=0)

@@ -1,0 +1,110 @@
+"""Every check a stage makes before its first step, in one function that `posttrain train` and
+`posttrain config plan` both call.
+
+`stage_inputs` checks one stage without loading weights or training: registry names (advantage
+estimator, policy loss, KL kinds), the model directory (config.json, overrides, every weight file's
+header, max_model_len), the tokenizer and chat template, the train and validation data (files
+exist and parse, columns, templating, prompt lengths), and for RL the critic's directory and
+tokenizer, the reward function (imported, its signature checked), the reward manager's options and
+the reward model's directory. What it builds on the way (tokenizer, datasets, reward function) is
+what the stage runner starts from, so a run does this work once.
+
+`posttrain.trainer.run.check_run` calls it for every stage of a run, before the first stage
+starts; so a mistake in the last stage's data fails at once, not after the first stage trained.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from posttrain.config.checks import uses_critic
+from posttrain.config.schema import Config
+from posttrain.data import build_dpo_dataset, build_rl_dataset, build_sft_dataset
+from posttrain.models.integrity import check_weight_files
+from posttrain.models.loading import (
+    check_max_model_len,
+    import_external_lib,
+    load_config,
+    load_tokenizer,
+    resolve_model_dir,
+    tokenizer_from_config,
+)
+from posttrain.rewards import RewardFunction, check_reward_manager
+from posttrain.trainer.rewarding import manager_options, reward_function
+
+# algorithm.kind -> the dataset builder of its train and validation files
+DATASETS: dict[str, Callable[..., Any]] = {"rl": build_rl_dataset, "sft": build_sft_dataset, "dpo": build_dpo_dataset}
+
+
+@dataclass(frozen=True)
+class StageInputs:
+    """What a stage's checks built and its runner starts from."""
+
+    tokenizer: Any
+    train_set: Any  # the kind's dataset (RLDataset, SFTDataset, DPODataset or the user's custom_cls)
+    val_set: Any | None
+    reward_fn: RewardFunction | None = None  # RL only
+
+
+def stage_inputs(cfg: Config) -> StageInputs:
+    """Check one stage (``cfg`` with model.path set to the policy it starts from) and build its inputs."""
+    kind = cfg.algorithm.kind
+    check_stage_names(cfg)
+    check_model_dir(cfg)
+    tokenizer = tokenizer_from_config(cfg.model)
+    build = DATASETS[kind]
+    train_set = build(cfg.data, cfg.data.train_files, tokenizer, split="train")
+    val_set = build(cfg.data, cfg.data.val_files, tokenizer, split="val") if cfg.data.val_files else None
+    reward_fn = None
+    if kind == "rl":
+        check_rl_roles(cfg, tokenizer)
+        reward_fn = check_reward(cfg)
+    return StageInputs(tokenizer, train_set, val_set, reward_fn)
+
+
+def check_stage_names(cfg: Config) -> None:
+    """The checks that need no files: registry names of an RL stage."""
+    if cfg.algorithm.kind == "rl":
+        from posttrain.trainer.rl_build import check_rl_names
+
+        check_rl_names(cfg)
+
+
+def check_reward(cfg: Config) -> RewardFunction | None:
+    """An RL stage's reward function (imported and checked) and its manager's name and options."""
+    if cfg.algorithm.kind != "rl":
+        return None
+    fn = reward_function(cfg)
+    check_reward_manager(cfg.reward.reward_manager, manager_options(cfg))
+    return fn
+
+
+def check_model_dir(cfg: Config) -> None:
+    """The policy's directory: config.json with the overrides applied, weight file headers, and
+    max_model_len against the position table — the weights themselves are not read."""
+    m = cfg.model
+    import_external_lib(m.external_lib)
+    config = load_config(m.path, trust_remote_code=m.trust_remote_code, override_config=m.override_config,
+                         rope_theta=m.rope_theta, rope_scaling=m.rope_scaling)
+    check_weight_files(resolve_model_dir(m.path))
+    check_max_model_len(m, config)
+
+
+def check_rl_roles(cfg: Config, tokenizer: Any) -> None:
+    """The critic's directory and tokenizer when a critic is trained; the reward model's directory."""
+    from posttrain.trainer.rl_build import check_critic_tokenizer
+
+    if uses_critic(cfg):
+        c = cfg.critic.model
+        check_critic_tokenizer(cfg, tokenizer)
+        import_external_lib(c.external_lib)
+        path = c.path or cfg.model.path  # as critic_model_from_config loads it
+        load_config(path, trust_remote_code=c.trust_remote_code or (c.path is None and cfg.model.trust_remote_code),
+                    override_config=dict(c.override_config), what="critic")
+        check_weight_files(resolve_model_dir(path, what="critic"))
+    rm = cfg.reward.reward_model
+    if rm.enable:
+        load_config(rm.path, what="reward model")
+        load_tokenizer(rm.path)
+        check_weight_files(resolve_model_dir(rm.path, what="reward model"))

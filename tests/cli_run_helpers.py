@@ -1,0 +1,54 @@
+"""Running `posttrain` as a user does, in a subprocess, on a tiny RL stage (a module name no other
+test folder uses): the user-fault tests assert the exit status, the one-line message and that no
+Python traceback reached the terminal."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from posttrain.models.tiny import make_tiny_model
+from posttrain.tasks import write_task_data
+
+# 4 prompts x 2 responses of up to 6 tokens, one step, no trackers: a few seconds on CPU.
+TINY_RL = [
+    "data.max_prompt_length=32", "data.max_response_length=6", "data.train_batch_size=4", "rollout.n=2",
+    "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size_per_gpu=8", "trainer.total_training_steps=1",
+    "trainer.logger=[]",
+]
+
+
+def tiny_run(root: Path) -> list[str]:
+    """Build a 1-layer model and the sort task under `root`; the overrides of a one-step run on them."""
+    model = make_tiny_model(root / "model", layers=1, hidden=32, heads=4, seed=0)
+    write_task_data("sort", root / "data", train=8, test=4, sft=0, dpo=0)
+    return [
+        f"model.path={model}", f"data.train_files={root / 'data' / 'train.parquet'}",
+        f"trainer.default_local_dir={root / 'run'}", *TINY_RL,
+    ]
+
+
+def posttrain(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m posttrain ARGS` in `cwd`, output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "posttrain", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def write_config(root: Path, text: str = "{}\n") -> Path:
+    path = root / "exp.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def assert_user_error(out: subprocess.CompletedProcess, *fragments: str) -> str:
+    """Exit status 2, one `posttrain: error:` message holding every fragment, no traceback; returns it."""
+    both = out.stdout + out.stderr
+    assert "Traceback" not in both, both[-4000:]
+    assert out.returncode == 2, both[-4000:]
+    errors = [line for line in out.stderr.splitlines() if line.startswith("posttrain: error:")]
+    assert len(errors) == 1, out.stderr[-4000:]
+    for fragment in fragments:
+        assert fragment in errors[0], f"{fragment!r} not in {errors[0]!r}"
+    return errors[0]
