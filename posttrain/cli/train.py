@@ -26,12 +26,23 @@ def register(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from posttrain.config import load_config
+    from posttrain.runlock import hold_run_lock
+    from posttrain.trainer.run import run_directory
+
+    cfg = load_config(args.config, args.overrides)
+    # One run per directory, held by this process for the whole command (workers it starts are let
+    # in): a second command on the same directory is refused before it prepares or writes anything.
+    with hold_run_lock(run_directory(cfg)):
+        return _train(args, cfg)
+
+
+def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.checkpoint import STAGE_COMPLETE
-    from posttrain.config import load_config, stage_configs
+    from posttrain.config import stage_configs
     from posttrain.trainer.prepare import prepare, refuse_stage_prepare
     from posttrain.trainer.run import run, run_directory
 
-    cfg = load_config(args.config, args.overrides)
     with _naming_config_file(args.config):
         refuse_stage_prepare(cfg.stages)
         prepare(cfg.prepare)
