@@ -9,8 +9,9 @@
         rng.safetensors                     torch RNG and component generators
       latest_checkpointed_iteration.txt     N of the newest COMPLETE checkpoint (verl's marker name)
 
-A checkpoint is written into `global_step_N.tmp/`, renamed to `global_step_N/`, and only then named
-by the marker (itself replaced atomically). So a kill at any moment leaves the marker naming the
+A checkpoint is written into `global_step_N.tmp/`, fsynced (every file and directory), renamed to
+`global_step_N/` (the rename fsynced too), and only then named by the marker (itself replaced
+atomically). So a kill at any moment leaves the marker naming the
 previous complete checkpoint; a directory the marker does not name is never resumed from.
 """
 

@@ -1,7 +1,8 @@
 """Writing one checkpoint, then deleting old ones (see `layout` for the files and the marker).
 
-The order is what makes a kill harmless: everything goes into `global_step_N.tmp/`, the directory is
-renamed, the marker is replaced (atomically) to name it, and only after that are older checkpoints
+The order is what makes a kill harmless: everything goes into `global_step_N.tmp/`, every file and
+directory of it is fsynced, the directory is renamed (and its parent fsynced, so the new name is on
+the disk too), the marker is replaced (atomically, fsynced) to name it, and only after that are older checkpoints
 pruned to `max_actor_ckpt_to_keep` / `max_critic_ckpt_to_keep` (verl's keys; verl also removes old
 checkpoints only after the new save).
 """
@@ -22,6 +23,7 @@ from posttrain.checkpoint.layout import (
 from posttrain.checkpoint.state import (
     Stateful, atomic_write_text, python_numpy_rng, save_generators, save_torch_state, write_json,
 )
+from posttrain.files import fsync_dir, fsync_tree
 from posttrain.models.quiet import quiet_transformers
 
 
@@ -74,9 +76,11 @@ def save_checkpoint(root: Path, step: int, parts: Parts, trainer_state: dict[str
     state = dict(trainer_state, step=step, rng=python_numpy_rng(),
                  states={k: v.state_dict() for k, v in parts.states.items()})
     write_json(tmp / TRAINER_STATE, state)
+    fsync_tree(tmp)  # every byte on the disk before any name points at it
     if final.exists():  # an incomplete directory of an earlier, killed attempt at this step
         shutil.rmtree(final)
     tmp.rename(final)
+    fsync_dir(root)  # the rename itself: global_step_N exists on the disk before the marker names it
     if before_marker is not None:
         before_marker()
     atomic_write_text(root / MARKER, f"{step}\n")
