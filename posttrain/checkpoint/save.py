@@ -18,11 +18,12 @@ import torch
 from torch import nn
 
 from posttrain.checkpoint.layout import (
-    EXTRA_FILE, MARKER, OPTIMIZER_FILE, RNG_FILE, TRAINER_STATE, step_dir, step_dirs,
+    EXTRA_FILE, MARKER, OPTIMIZER_FILE, RNG_FILE, TRAINER_STATE, read_marker, step_dir, step_dirs,
 )
 from posttrain.checkpoint.state import (
     Stateful, atomic_write_text, python_numpy_rng, save_generators, save_torch_state, write_json,
 )
+from posttrain.checkpoint.manifest import write_manifest
 from posttrain.files import fsync_dir, fsync_tree
 from posttrain.models.quiet import quiet_transformers
 
@@ -77,6 +78,7 @@ def save_checkpoint(root: Path, step: int, parts: Parts, trainer_state: dict[str
                  states={k: v.state_dict() for k, v in parts.states.items()})
     write_json(tmp / TRAINER_STATE, state)
     fsync_tree(tmp)  # every byte on the disk before any name points at it
+    write_manifest(tmp)  # last file of the checkpoint: sizes and checksums of all the others
     if final.exists():  # an incomplete directory of an earlier, killed attempt at this step
         shutil.rmtree(final)
     tmp.rename(final)
@@ -90,12 +92,19 @@ def save_checkpoint(root: Path, step: int, parts: Parts, trainer_state: dict[str
 def prune(root: Path, keep: dict[str, int | None]) -> list[Path]:
     """After a complete save: delete role directories beyond the newest `keep[role]` checkpoints,
     a checkpoint directory once no role is left in it, and leftovers of killed saves. Returns
-    what was deleted."""
+    what was deleted.
+
+    Only checkpoints at or before the one the marker names count: a directory above it was never
+    committed (a save killed before its marker, or a damaged checkpoint a resume fell back from),
+    so it must not push an intact older one out. With no readable marker nothing is pruned."""
     deleted: list[Path] = []
     for leftover in root.glob("global_step_*.tmp"):
         shutil.rmtree(leftover, ignore_errors=True)
         deleted.append(leftover)
-    dirs = [p for _, p in step_dirs(root)]
+    named, _ = read_marker(root)
+    if named is None:
+        return deleted
+    dirs = [p for s, p in step_dirs(root) if s <= named]
     for role, n in keep.items():
         if n is None:
             continue

@@ -2,7 +2,9 @@
 
 Rerunning a command continues its run (`trainer.resume_mode: auto`, the default): a stage whose
 `stage_complete.json` exists is skipped (its final model feeds the next stage), and the first
-unfinished stage continues from its newest complete checkpoint (or starts over when it has none).
+unfinished stage continues from its newest complete checkpoint that verifies against its manifest
+(an older intact one when the newest is damaged; see posttrain.checkpoint.resume), or starts over
+when it has none.
 `disable` refuses a run directory that already holds a run rather than mixing two runs' metrics;
 `resume_path` continues the stage that wrote `trainer.resume_from_path` from that checkpoint.
 """
@@ -15,8 +17,9 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from posttrain.checkpoint import STAGE_COMPLETE, CheckpointError, checkpoint_root, latest_checkpoint
+from posttrain.checkpoint import STAGE_COMPLETE, CheckpointError, checkpoint_root
 from posttrain.checkpoint.layout import TRAINER_STATE, is_checkpoint
+from posttrain.checkpoint.resume import resumable_checkpoint, verified
 from posttrain.checkpoint.state import read_json
 from posttrain.files import atomic_write_text
 from posttrain.config import stage_configs
@@ -85,6 +88,17 @@ def _resume_target(cfg: Config) -> tuple[Path, str] | None:
     return path, str(read_json(path / TRAINER_STATE).get("stage", "main"))
 
 
+def _pick_resume(stage: str, explicit: Path | None, root: Path, mode: str) -> Path | None:
+    """The verified checkpoint the stage continues from (see posttrain.checkpoint.resume); what was
+    decided on the way (a damaged checkpoint skipped, an old one without checksums) is printed."""
+    if explicit is None and mode != "auto":
+        return None
+    pick = verified(explicit) if explicit is not None else resumable_checkpoint(root)
+    for note in pick.notes:
+        print(f"[{stage}] {note}", flush=True)
+    return pick.path
+
+
 def run(cfg: Config) -> list[StageResult]:
     """Run (or continue) every stage; returns their results in order."""
     stages = stage_configs(cfg)
@@ -106,7 +120,7 @@ def run(cfg: Config) -> list[StageResult]:
         else:
             (stage_dir / STAGE_COMPLETE).unlink(missing_ok=True)
             root = checkpoint_root(stage.config, stage_dir, stage.name, multi)
-            resume = explicit or (latest_checkpoint(root) if cfg.trainer.resume_mode == "auto" else None)
+            resume = _pick_resume(stage.name, explicit, root, cfg.trainer.resume_mode)
             ctx = StageContext(
                 stage.name, with_model_path(stage.config, model_path), stage_dir, model_path, offset,
                 resume=resume, checkpoint_dir=root,
