@@ -1,7 +1,8 @@
 """The run driver: the stages of a config in order, each from the previous stage's final policy.
 
 Rerunning a command continues its run (`trainer.resume_mode: auto`, the default): a stage whose
-`stage_complete.json` exists is skipped (its final model feeds the next stage), and the first
+`stage_complete.json` exists is skipped (its final model feeds the next stage) if its saved config
+computes the same run as the new one (else the rerun is refused, naming the changed keys), and the first
 unfinished stage continues from its newest complete checkpoint that verifies against its manifest
 (an older intact one when the newest is damaged; see posttrain.checkpoint.resume), or starts over
 when it has none.
@@ -17,15 +18,15 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from posttrain.checkpoint import STAGE_COMPLETE, CheckpointError, checkpoint_root
+from posttrain.checkpoint import STAGE_COMPLETE, CheckpointError, checkpoint_root, latest_checkpoint
 from posttrain.checkpoint.layout import TRAINER_STATE, is_checkpoint
 from posttrain.checkpoint.resume import resumable_checkpoint, verified
 from posttrain.checkpoint.state import read_json
 from posttrain.files import atomic_write_text
 from posttrain.config import stage_configs
 from posttrain.config.schema import Config
-from posttrain.errors import ConfigError
-from posttrain.trainer.stage import StageContext, StageResult, with_model_path
+from posttrain.errors import ConfigError, UserError
+from posttrain.trainer.stage import StageContext, StageResult, changed_keys, changes_the_work, with_model_path
 
 # algorithm.kind -> "module:function" running one stage (imported on use: SFT needs no rollout code).
 RUNNERS = {
@@ -64,8 +65,16 @@ def _mark_complete(stage_dir: Path, result: StageResult) -> None:
     atomic_write_text(stage_dir / STAGE_COMPLETE, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
+class RunConflict(UserError):
+    """The run directory holds results that this command's config would contradict."""
+
+
+def _holds_run(stage_dir: Path) -> bool:
+    return any((stage_dir / name).exists() for name in ("metrics.jsonl", STAGE_COMPLETE, "checkpoints"))
+
+
 def _refuse_existing(stage_dirs: list[Path]) -> None:
-    used = [d for d in stage_dirs if (d / "metrics.jsonl").exists() or (d / STAGE_COMPLETE).exists() or (d / "checkpoints").exists()]
+    used = [d for d in stage_dirs if _holds_run(d)]
     if used:
         raise ConfigError(
             f"trainer.resume_mode=disable: {used[0]} already holds a run; delete it, choose a new "
@@ -99,6 +108,37 @@ def _pick_resume(stage: str, explicit: Path | None, root: Path, mode: str) -> Pa
     return pick.path
 
 
+def _refuse_changed_work(name: str, stage_dir: Path, cfg: Config, root: Path) -> None:
+    """A finished stage is skipped only when its saved config.yaml computes the same run as `cfg`
+    (keys that only change logging or output are ignored: `OUTPUT_ONLY_KEYS`); otherwise the
+    rerun would print the old result as if it were the new one."""
+    changed = [c for c in changed_keys(stage_dir / "config.yaml", cfg) if changes_the_work(c[0])]
+    if not changed:
+        return
+    lines = [f"  {k}: {old!r} -> {new!r}" for k, old, new in changed[:12]]
+    lines += [f"  ... and {len(changed) - 12} more (compare {stage_dir / 'config.yaml'})"] if len(changed) > 12 else []
+    last = latest_checkpoint(root)
+    way = (f"continue it from its last checkpoint with the new values (add trainer.resume_mode=resume_path "
+           f"trainer.resume_from_path={last})" if last is not None else
+           "it kept no checkpoint to continue from (trainer.save_freq <= 0)")
+    raise RunConflict("\n".join([
+        f"stage {name!r} in {stage_dir} already finished with another config; these keys change what it computes:",
+        *lines,
+        f"Either {way}, or run the new config in a new run directory (trainer.default_local_dir, or another trainer.experiment_name).",
+    ]))
+
+
+def _refuse_stale_later(name: str, later: list[Path]) -> None:
+    """A stage about to train must not have later stages with results: they were trained from its
+    earlier final model, and would otherwise be skipped as complete."""
+    used = [d for d in later if _holds_run(d)]
+    if used:
+        raise RunConflict(
+            f"stage {name!r} is about to train, but {used[0]} holds the results of a later stage trained from its earlier "
+            f"final model; move {used[0]} away so that it runs again from the new one, or use a new run directory"
+        )
+
+
 def run(cfg: Config) -> list[StageResult]:
     """Run (or continue) every stage; returns their results in order."""
     stages = stage_configs(cfg)
@@ -112,14 +152,16 @@ def run(cfg: Config) -> list[StageResult]:
         raise CheckpointError(f"trainer.resume_from_path={target[0]} belongs to stage {target[1]!r}, which this config does not have")
     results: list[StageResult] = []
     model_path, offset = cfg.model.path, 0
-    for stage, stage_dir in zip(stages, dirs):
+    for i, (stage, stage_dir) in enumerate(zip(stages, dirs)):
         explicit = target[0] if target is not None and target[1] == stage.name else None
         done = _completed(stage_dir) if explicit is None and cfg.trainer.resume_mode != "disable" else None
+        root = checkpoint_root(stage.config, stage_dir, stage.name, multi)
         if done is not None:
+            _refuse_changed_work(stage.name, stage_dir, with_model_path(stage.config, model_path), root)
             print(f"[{stage.name}] stage already complete ({done.steps} steps); final model: {done.final_model}", flush=True)
         else:
+            _refuse_stale_later(stage.name, dirs[i + 1:])
             (stage_dir / STAGE_COMPLETE).unlink(missing_ok=True)
-            root = checkpoint_root(stage.config, stage_dir, stage.name, multi)
             resume = _pick_resume(stage.name, explicit, root, cfg.trainer.resume_mode)
             ctx = StageContext(
                 stage.name, with_model_path(stage.config, model_path), stage_dir, model_path, offset,
