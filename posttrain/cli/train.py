@@ -43,7 +43,7 @@ def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.trainer.prepare import prepare, refuse_stage_prepare
     from posttrain.trainer.run import run, run_directory
 
-    with _naming_config_file(args.config):
+    with _naming_config_source(args.config, args.overrides, cfg.stages):
         refuse_stage_prepare(cfg.stages)
         prepare(cfg.prepare)
         stages = stage_configs(cfg)
@@ -62,17 +62,20 @@ def _train(args: argparse.Namespace, cfg) -> int:
 
 
 @contextmanager
-def _naming_config_file(path: str) -> Iterator[None]:
-    """Config problems found after loading (by a stage's checks) name the file too, like load-time ones."""
+def _naming_config_source(path: str, overrides: list[str], stages: list) -> Iterator[None]:
+    """Config problems found after loading (by a stage's checks) name their source too, like
+    load-time ones: the override that set a key they mention, else the config file."""
+    from posttrain.config.overrides import locate
     from posttrain.errors import ConfigError
 
     try:
         yield
     except ConfigError as err:
-        prefix = f"{path}: "
-        if all(p.startswith(prefix) for p in err.problems):
+        located = [p if p.startswith((f"{path}: ", "command line override ")) else locate(p, path, overrides, stages)
+                   for p in err.problems]
+        if located == err.problems:
             raise
-        raise ConfigError([p if p.startswith(prefix) else prefix + p for p in err.problems]) from None
+        raise ConfigError(located) from None
 
 
 def _print_summary(base, stages, results) -> None:

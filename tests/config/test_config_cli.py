@@ -43,7 +43,7 @@ def test_show_prints_the_resolved_config_with_overrides(tmp_path, capsys):
 def test_show_reports_errors_with_exit_status_2(tmp_path, capsys):
     assert main(["config", "show", str(write_config(tmp_path)), "actor.ppo_epoch=3"]) == 2
     assert capsys.readouterr().err == (
-        "posttrain: error: invalid configuration: command line: actor.ppo_epoch: unknown key; did you mean "
+        "posttrain: error: invalid configuration: command line override 'actor.ppo_epoch=3': actor.ppo_epoch: unknown key; did you mean "
         "actor.ppo_epochs?\n"
     )
 
