@@ -24,7 +24,8 @@ from posttrain.checkpoint.layout import TRAINER_STATE
 from posttrain.checkpoint.logs import truncate_jsonl
 from posttrain.checkpoint.state import read_json
 from posttrain.config import derive, save_resolved
-from posttrain.config.load import to_yaml
+from posttrain.config.load import defaults_dict, to_yaml
+from posttrain.config.validate import deep_merge
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.tracking import Trackers, build_trackers
@@ -110,12 +111,16 @@ OUTPUT_ONLY_KEYS = (
 
 def changed_keys(saved: Path, cfg: Config) -> list[tuple[str, object, object]]:
     """(key, value in `saved`, value in `cfg`) for every key that differs between the config a
-    stage was last run with (its config.yaml) and `cfg`, sorted; [] when nothing was saved."""
+    stage was last run with (its config.yaml) and `cfg`, sorted; [] when nothing was saved.
+
+    A file written by an older posttrain may lack keys added since: they read as their defaults
+    (what that run did), and keys the schema no longer has are not compared."""
     if not saved.is_file():
         return []
-    old, new = _flat(yaml.safe_load(saved.read_text(encoding="utf-8")) or {}), _flat(yaml.safe_load(to_yaml(cfg)))  # the same YAML round trip as the saved file
-    keys = sorted(k for k in old.keys() | new.keys() if old.get(k, "<unset>") != new.get(k, "<unset>"))
-    return [(k, old.get(k, "<unset>"), new.get(k, "<unset>")) for k in keys]
+    old = _flat(deep_merge(defaults_dict(), yaml.safe_load(saved.read_text(encoding="utf-8")) or {}))
+    new = _flat(yaml.safe_load(to_yaml(cfg)))  # the same YAML round trip as the saved file
+    keys = sorted(k for k in new if old.get(k, "<unset>") != new[k])
+    return [(k, old.get(k, "<unset>"), new[k]) for k in keys]
 
 
 def changes_the_work(key: str) -> bool:

@@ -108,3 +108,25 @@ def test_continuing_an_earlier_stage_is_refused_while_a_later_stage_holds_result
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert f"stage 'first' is about to train, but {run_dir / 'second'} holds the results of a later stage" in out.stderr
     assert _snapshot(run_dir) == before
+
+
+def test_which_keys_change_the_work_and_a_config_saved_by_an_older_version(tmp_path):
+    from posttrain.config import load_config, save_resolved
+    from posttrain.trainer.stage import changed_keys, changes_the_work
+
+    cfg = load_config(None, ["trainer.total_training_steps=3"])
+    saved = save_resolved(cfg, tmp_path)
+    assert changed_keys(saved, cfg) == []
+    # A key added to the schema after the run was saved reads as its default: no change.
+    import yaml
+
+    tree = yaml.safe_load(saved.read_text())
+    del tree["trainer"]["log_freq"], tree["trainer"]["seed"]
+    saved.write_text(yaml.safe_dump(tree))
+    assert changed_keys(saved, cfg) == []
+    other = load_config(None, ["trainer.total_training_steps=4", "trainer.seed=7", "trainer.logger=[jsonl]"])
+    changed = {k: (old, new) for k, old, new in changed_keys(saved, other)}
+    assert changed == {"trainer.total_training_steps": (3, 4), "trainer.seed": (42, 7),
+                       "trainer.logger": (["console", "jsonl", "tensorboard"], ["jsonl"])}
+    assert [k for k in changed if changes_the_work(k)] == ["trainer.seed", "trainer.total_training_steps"]
+    assert not changes_the_work("actor.checkpoint.save_contents") and changes_the_work("actor.optim.lr")
