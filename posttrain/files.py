@@ -1,6 +1,12 @@
-"""Files: writing them so that a crash or a kill never leaves a partial one behind, and reading the
-text files a user writes (configs, data, templates, Python files) with one clear error when they
-are not UTF-8."""
+"""Files: writing them so that a crash, a kill or a power loss never leaves a partial one behind,
+and reading the text files a user writes (configs, data, templates, Python files) with one clear
+error when they are not UTF-8.
+
+A kill leaves whatever the kernel has; a power loss (or a crashed node of a network file system)
+leaves only what was fsynced. A new name for a file is an entry in its directory, which is made
+durable by fsyncing the directory, not the file: so every rename that commits something is
+followed by an fsync of the directory holding the new name.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +32,31 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_dir(path.parent)  # the new name itself survives a power loss
     return path
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make the entries of directory `path` (files created, renamed or removed in it) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: str | Path) -> None:
+    """fsync every file under `root`, then every directory, deepest first (a directory after the
+    entries it holds). Files written by libraries (safetensors, torch.save) are only flushed to the
+    kernel when they close; this is what puts them on the disk."""
+    for dirpath, _, filenames in os.walk(root, topdown=False):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)  # Linux and macOS flush a file's dirty pages through any descriptor
+            finally:
+                os.close(fd)
+        fsync_dir(dirpath)
 
 
 _UTF8_BOM = b"\xef\xbb\xbf"

@@ -1,7 +1,8 @@
 """Checkpoints: exact resume of every stage kind, keep-last-N, and export to a Hugging Face directory.
 
 `layout` says where files go and which checkpoint is complete; `save`/`load` write and restore one
-checkpoint without pickle; `manager.Checkpointer` is the cadence a fit loop calls; `logs` trims a
+checkpoint without pickle; `manifest` lists every file of a checkpoint with its checksum and
+verifies it; `resume` picks the newest intact checkpoint to continue from; `manager.Checkpointer` is the cadence a fit loop calls; `logs` trims a
 stage's metric files back to the resumed step; `export` makes a standalone model directory.
 """
 

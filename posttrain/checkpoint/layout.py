@@ -7,11 +7,14 @@
         critic/                             the same for the value model, when there is one
         trainer_state.json                  counters, sampler, KL controller, python/numpy RNG
         rng.safetensors                     torch RNG and component generators
+        manifest.json                       size and SHA-256 of every other file (written last)
       latest_checkpointed_iteration.txt     N of the newest COMPLETE checkpoint (verl's marker name)
 
-A checkpoint is written into `global_step_N.tmp/`, renamed to `global_step_N/`, and only then named
-by the marker (itself replaced atomically). So a kill at any moment leaves the marker naming the
-previous complete checkpoint; a directory the marker does not name is never resumed from.
+A checkpoint is written into `global_step_N.tmp/`, fsynced (every file and directory), renamed to
+`global_step_N/` (the rename fsynced too), and only then named by the marker (itself replaced
+atomically). So a kill at any moment leaves the marker naming the
+previous complete checkpoint; a directory the marker does not name is never resumed from. Resume
+verifies a checkpoint against its manifest before trusting it (`resume`).
 """
 
 from __future__ import annotations
@@ -44,6 +47,15 @@ def step_dirs(root: Path) -> list[tuple[int, Path]]:
         return []
     found = [(step_of(p), p) for p in root.iterdir() if p.is_dir()]
     return sorted((s, p) for s, p in found if s is not None)
+
+
+def read_marker(root: Path) -> tuple[int | None, str | None]:
+    """(step the marker names, None), or (None, why it names none): "missing", or its content."""
+    marker = root / MARKER
+    if not marker.is_file():
+        return None, "missing"
+    text = marker.read_bytes().decode("utf-8", errors="replace").strip()
+    return (int(text), None) if text.isdigit() else (None, text[:40])
 
 
 def latest_checkpoint(root: Path) -> Path | None:

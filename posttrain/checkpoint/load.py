@@ -8,9 +8,12 @@ bit-for-bit those saved. Nothing is unpickled: see `posttrain.checkpoint.state`.
 
 from __future__ import annotations
 
+import pickle
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
@@ -26,6 +29,18 @@ class CheckpointError(UserError):
     """A checkpoint is missing, incomplete or does not fit the run resuming from it."""
 
 
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """A file that cannot be read (truncated zip archive, bad safetensors header, garbled JSON)
+    becomes one line naming it. Resume verifies a checkpoint first; this covers what changes after
+    that, and checkpoints loaded without a resume (resume_from_path is verified too)."""
+    try:
+        yield
+    except (RuntimeError, OSError, ValueError, EOFError, SafetensorError, pickle.UnpicklingError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{path}: cannot be read, the file is damaged ({first})") from None
+
+
 def load_weights(model: nn.Module, hf_dir: Path) -> None:
     """Copy the weights of `hf_dir` (one or more safetensors files) into `model`. A key the file
     lacks is accepted only for a tied parameter (saved once by `save_pretrained`)."""
@@ -34,7 +49,8 @@ def load_weights(model: nn.Module, hf_dir: Path) -> None:
         raise CheckpointError(f"{hf_dir}: no *.safetensors weights; the checkpoint is incomplete")
     state: dict[str, Any] = {}
     for f in files:
-        state.update(load_file(str(f)))
+        with _reading(f):
+            state.update(load_file(str(f)))
     if is_sharded(model):  # a single-process checkpoint resumed by several workers: each keeps its shard
         untied = [k for k in load_into_sharded(model, state) if not _tied(model, k, state)]
         if untied:
@@ -67,7 +83,8 @@ def load_checkpoint(path: Path, parts: Parts, load_contents: dict[str, Iterable[
     version). Trainer-level state (sampler, KL controller, RNG) is restored with extra."""
     if not (path / TRAINER_STATE).is_file():
         raise CheckpointError(f"{path}: not a complete checkpoint (no {TRAINER_STATE})")
-    state = read_json(path / TRAINER_STATE)
+    with _reading(path / TRAINER_STATE):
+        state = read_json(path / TRAINER_STATE)
     for name, role in parts.roles.items():
         role_dir = path / name
         if not role_dir.is_dir():
@@ -80,19 +97,23 @@ def load_checkpoint(path: Path, parts: Parts, load_contents: dict[str, Iterable[
             if weights:
                 load_weights(role.model, role_dir)
             if optimizer:
-                whole = load_torch_state(role_dir / OPTIMIZER_FILE)
+                with _reading(role_dir / OPTIMIZER_FILE):
+                    whole = load_torch_state(role_dir / OPTIMIZER_FILE)
                 if is_sharded(role.model):
                     load_full_optimizer_state(role.model, role.optimizer, whole)
                 else:
                     role.optimizer.load_state_dict(whole)
         if "extra" in contents and role.extra is not None:
-            role.extra.load_state_dict(load_torch_state(role_dir / EXTRA_FILE))
+            with _reading(role_dir / EXTRA_FILE):
+                extra_state = load_torch_state(role_dir / EXTRA_FILE)
+            role.extra.load_state_dict(extra_state)
     if all("extra" in set(load_contents.get(n, ("extra",))) for n in parts.roles):
         saved = state.get("states", {})
         for name, obj in parts.states.items():
             if name not in saved:
                 raise CheckpointError(f"{path}: the checkpoint has no {name!r} state; it was written by a different kind of stage")
             obj.load_state_dict(saved[name])
-        load_generators(path / RNG_FILE, parts.generators)
+        with _reading(path / RNG_FILE):
+            load_generators(path / RNG_FILE, parts.generators)
         restore_python_numpy_rng(state["rng"])
     return state

@@ -1,7 +1,8 @@
 """Writing one checkpoint, then deleting old ones (see `layout` for the files and the marker).
 
-The order is what makes a kill harmless: everything goes into `global_step_N.tmp/`, the directory is
-renamed, the marker is replaced (atomically) to name it, and only after that are older checkpoints
+The order is what makes a kill harmless: everything goes into `global_step_N.tmp/`, every file and
+directory of it is fsynced, the directory is renamed (and its parent fsynced, so the new name is on
+the disk too), the marker is replaced (atomically, fsynced) to name it, and only after that are older checkpoints
 pruned to `max_actor_ckpt_to_keep` / `max_critic_ckpt_to_keep` (verl's keys; verl also removes old
 checkpoints only after the new save).
 """
@@ -17,7 +18,7 @@ import torch
 from torch import nn
 
 from posttrain.checkpoint.layout import (
-    EXTRA_FILE, MARKER, OPTIMIZER_FILE, RNG_FILE, TRAINER_STATE, step_dir, step_dirs,
+    EXTRA_FILE, MARKER, OPTIMIZER_FILE, RNG_FILE, TRAINER_STATE, read_marker, step_dir, step_dirs,
 )
 from posttrain.checkpoint.state import (
     Stateful, atomic_write_text, python_numpy_rng, save_generators, save_torch_state, write_json,
@@ -25,6 +26,8 @@ from posttrain.checkpoint.state import (
 from posttrain.checkpoint.sharded import save_sharded_role
 from posttrain.cluster.fsdp import full_state_dict, is_sharded
 from posttrain.cluster.world import World
+from posttrain.checkpoint.manifest import write_manifest
+from posttrain.files import fsync_dir, fsync_tree
 from posttrain.models.quiet import quiet_transformers
 
 
@@ -105,9 +108,12 @@ def _complete(root: Path, final: Path, tmp: Path, step: int, parts: Parts, train
     state = dict(trainer_state, step=step, rng=python_numpy_rng(),
                  states={k: v.state_dict() for k, v in parts.states.items()})
     write_json(tmp / TRAINER_STATE, state)
+    fsync_tree(tmp)  # every byte on the disk before any name points at it
+    write_manifest(tmp)  # last file of the checkpoint: sizes and checksums of all the others
     if final.exists():  # an incomplete directory of an earlier, killed attempt at this step
         shutil.rmtree(final)
     tmp.rename(final)
+    fsync_dir(root)  # the rename itself: global_step_N exists on the disk before the marker names it
     if before_marker is not None:
         before_marker()
     atomic_write_text(root / MARKER, f"{step}\n")
@@ -116,12 +122,19 @@ def _complete(root: Path, final: Path, tmp: Path, step: int, parts: Parts, train
 def prune(root: Path, keep: dict[str, int | None]) -> list[Path]:
     """After a complete save: delete role directories beyond the newest `keep[role]` checkpoints,
     a checkpoint directory once no role is left in it, and leftovers of killed saves. Returns
-    what was deleted."""
+    what was deleted.
+
+    Only checkpoints at or before the one the marker names count: a directory above it was never
+    committed (a save killed before its marker, or a damaged checkpoint a resume fell back from),
+    so it must not push an intact older one out. With no readable marker nothing is pruned."""
     deleted: list[Path] = []
     for leftover in root.glob("global_step_*.tmp"):
         shutil.rmtree(leftover, ignore_errors=True)
         deleted.append(leftover)
-    dirs = [p for _, p in step_dirs(root)]
+    named, _ = read_marker(root)
+    if named is None:
+        return deleted
+    dirs = [p for s, p in step_dirs(root) if s <= named]
     for role, n in keep.items():
         if n is None:
             continue

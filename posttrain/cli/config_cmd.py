@@ -75,13 +75,15 @@ def run_plan(args: argparse.Namespace) -> int:
     """Run every check `posttrain train` runs before its first step (the same function: registry
     names, model directory, tokenizer, data, reward function; no weights read, nothing trained or
     built), then print each stage's batch arithmetic from its real dataset size."""
-    from posttrain.cli.train import naming_config_file
+    from posttrain.cli.train import naming_config_source
+    from posttrain.cluster.placement import plan_world
     from posttrain.trainer.prepare import pending_builds
     from posttrain.trainer.run import check_run
 
     path, overrides = split_args(args.args)
     cfg = load_config(path, overrides)
-    with naming_config_file(path):
+    with naming_config_source(path, overrides, cfg.stages):
+        plan_world(cfg)  # the placement train would start: devices, launcher, Ray keys
         checks = check_run(cfg, pending=pending_builds(cfg.prepare))
     for i, check in enumerate(checks):
         if len(checks) > 1:

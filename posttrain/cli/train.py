@@ -26,18 +26,29 @@ def register(subparsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from posttrain.config import load_config
+    from posttrain.runlock import hold_run_lock
+    from posttrain.trainer.run import run_directory
+
+    cfg = load_config(args.config, args.overrides)
+    # One run per directory, held by this process for the whole command (workers it starts are let
+    # in): a second command on the same directory is refused before it prepares or writes anything.
+    with hold_run_lock(run_directory(cfg)):
+        return _train(args, cfg)
+
+
+def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.checkpoint import STAGE_COMPLETE
     from posttrain.cluster.launch import launch
-    from posttrain.cluster.ray_launch import launch_ray
     from posttrain.cluster.placement import plan_world
+    from posttrain.cluster.ray_launch import launch_ray
     from posttrain.cluster.world import World, join_world, leave_world, world_from_env
-    from posttrain.config import load_config, stage_configs
+    from posttrain.config import stage_configs
     from posttrain.trainer.prepare import prepare, refuse_stage_prepare
     from posttrain.trainer.run import check_run, run, run_directory
 
-    cfg = load_config(args.config, args.overrides)
     world = world_from_env()  # set when this process is one of the workers a launcher started
-    with naming_config_file(args.config):
+    with naming_config_source(args.config, args.overrides, cfg.stages):
         refuse_stage_prepare(cfg.stages)
         plan = plan_world(cfg)
         if world is None:
@@ -70,19 +81,20 @@ def _run(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def naming_config_file(path: str | None) -> Iterator[None]:
-    """Config problems found after loading (by a stage's checks) name the file too, like load-time ones."""
+def naming_config_source(path: str | None, overrides: list[str], stages: list) -> Iterator[None]:
+    """Config problems found after loading (by a stage's checks) name their source too, like
+    load-time ones: the override that set a key they mention, else the config file."""
+    from posttrain.config.overrides import locate
     from posttrain.errors import ConfigError
 
     try:
         yield
     except ConfigError as err:
-        if path is None:
+        located = [p if p.startswith((f"{path}: ", "command line override ")) else locate(p, path, overrides, stages)
+                   for p in err.problems]
+        if located == err.problems:
             raise
-        prefix = f"{path}: "
-        if all(p.startswith(prefix) for p in err.problems):
-            raise
-        raise ConfigError([p if p.startswith(prefix) else prefix + p for p in err.problems]) from None
+        raise ConfigError(located) from None
 
 
 def _print_summary(base, stages, results) -> None:

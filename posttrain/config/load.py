@@ -1,6 +1,6 @@
 """From a YAML file and ``a.b.c=value`` overrides to a validated `Config`, and back to YAML.
 
-Pipeline: schema defaults ← YAML file ← overrides, merged key by key (a mapping merges into a
+Pipeline: schema defaults ← YAML file ← overrides (per-stage ones too: `posttrain.config.overrides`), merged key by key (a mapping merges into a
 mapping, anything else replaces — the same rule as for `stages`); interpolations
 (``${data.max_prompt_length}``, ``${oc.env:VAR,default}``) resolved by OmegaConf — it is the
 convention of verl and Trinity, so their users' files work unchanged; the resulting plain dict is
@@ -14,7 +14,6 @@ error messages would replace ours, which carry the full path, the value and the 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from posttrain.config.dialects import native_dict
 from posttrain.config.dialects.source import read_yaml
 from posttrain.config.fields import section_class, section_fields
+from posttrain.config.overrides import apply_overrides, locate
 from posttrain.config.schema import Config
 from posttrain.config.validate import deep_merge, validate
 from posttrain.errors import ConfigError
@@ -36,29 +36,15 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = (), schema: 
     """Read, override, resolve and validate a config. ``path=None`` starts from the defaults.
 
     Validation problems name where the value came from: the config file
-    (``examples/grpo.yaml: actor.optim.lr: ...``) or, for a key set by an override, the command line.
+    (``examples/grpo.yaml: actor.optim.lr: ...``) or, for a key set by an override, that override
+    as typed (``command line override 'rollout.n=0': rollout.n: ...``; see `posttrain.config.overrides`).
     """
     raw = load_raw(path, overrides, schema)
     try:
         return validate(raw, schema)
     except ConfigError as err:
-        if path is None:  # defaults + overrides only: every key is the caller's, nothing to locate
-            raise
-        raise ConfigError([_locate(p, path, overrides) for p in err.problems]) from None
-
-
-_LEADING_KEY = re.compile(r"[\w\[\].]+")
-
-
-def _locate(problem: str, path: str | Path, overrides: Sequence[str]) -> str:
-    """Prefix a problem with its source: "command line" when its leading dotted key (or a parent
-    of it) was overridden, else the config file (cross-field problems name their first key)."""
-    match = _LEADING_KEY.match(problem)
-    key = match.group(0) if match else ""
-    overridden = [item.partition("=")[0] for item in overrides]
-    if key and any(key == k or key.startswith(k + ".") or key.startswith(k + "[") for k in overridden):
-        return f"command line: {problem}"
-    return f"{path}: {problem}"
+        stages = raw.get("stages") if isinstance(raw, dict) else None
+        raise ConfigError([locate(p, path, overrides, stages) for p in err.problems]) from None
 
 
 def load_raw(path: str | Path | None, overrides: Sequence[str] = (), schema: type = Config) -> dict[str, Any]:
@@ -69,8 +55,8 @@ def load_raw(path: str | Path | None, overrides: Sequence[str] = (), schema: typ
         # a verl/ROLL/Trinity-RFT file is translated first (or refused, every refused key named)
         merged = deep_merge(merged, native_dict(raw, path) if schema is Config else raw)
     if overrides:
-        merged = deep_merge(merged, _parse_overrides(overrides))
-    return _resolve(OmegaConf.create(merged), path)
+        merged = apply_overrides(merged, overrides)
+    return _resolve(OmegaConf.create(merged), path, overrides, merged.get("stages"))
 
 
 def defaults_dict(schema: type = Config) -> dict[str, Any]:
@@ -88,31 +74,15 @@ def defaults_dict(schema: type = Config) -> dict[str, Any]:
     return out
 
 
-def _parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
-    """``a.b.c=value`` strings; the value is parsed as YAML (ints, floats, bools, lists, null)."""
-    for item in overrides:
-        key, sep, _ = item.partition("=")
-        if not sep or not key.strip() or key != key.strip():
-            raise ConfigError(
-                f"override {item!r}: expected KEY=VALUE with a dotted key, e.g. actor.ppo_epochs=2 "
-                f"(no spaces around '='; an empty value means null)"
-            )
-    try:
-        return OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)), resolve=False)  # type: ignore[return-value]
-    except OmegaConfBaseException as err:
-        raise ConfigError(f"override: {_first_line(err)}") from None
-
-
-def _resolve(conf: DictConfig, path: str | Path | None) -> dict[str, Any]:
+def _resolve(conf: DictConfig, path: str | Path | None, overrides: Sequence[str], stages: Any) -> dict[str, Any]:
     try:
         return OmegaConf.to_container(conf, resolve=True)  # type: ignore[return-value]
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "?"
-        source = f"{path}: " if path is not None else ""
         message = _first_line(err)
         if "Environment variable" in message:
             message += "; set it, or give a default: ${oc.env:NAME,default}"
-        raise ConfigError(f"{source}{key}: cannot resolve interpolation: {message}") from None
+        raise ConfigError(locate(f"{key}: cannot resolve interpolation: {message}", path, overrides, stages)) from None
 
 
 def _first_line(err: Exception) -> str:

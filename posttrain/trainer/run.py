@@ -1,8 +1,11 @@
 """The run driver: the stages of a config in order, each from the previous stage's final policy.
 
 Rerunning a command continues its run (`trainer.resume_mode: auto`, the default): a stage whose
-`stage_complete.json` exists is skipped (its final model feeds the next stage), and the first
-unfinished stage continues from its newest complete checkpoint (or starts over when it has none).
+`stage_complete.json` exists is skipped (its final model feeds the next stage) if its saved config
+computes the same run as the new one (else the rerun is refused, naming the changed keys), and the first
+unfinished stage continues from its newest complete checkpoint that verifies against its manifest
+(an older intact one when the newest is damaged; see posttrain.checkpoint.resume), or starts over
+when it has none.
 `disable` refuses a run directory that already holds a run rather than mixing two runs' metrics;
 `resume_path` continues the stage that wrote `trainer.resume_from_path` from that checkpoint.
 """
@@ -20,16 +23,17 @@ from typing import Callable
 
 from posttrain.checkpoint import STAGE_COMPLETE, CheckpointError, checkpoint_root, latest_checkpoint
 from posttrain.checkpoint.layout import TRAINER_STATE, is_checkpoint
+from posttrain.checkpoint.resume import resumable_checkpoint, verified
 from posttrain.checkpoint.state import read_json
 from posttrain.cluster.world import World
 from posttrain.files import atomic_write_text
 from posttrain.config import stage_configs
 from posttrain.config.schema import Config
 from posttrain.data import as_file_list
-from posttrain.errors import ConfigError
+from posttrain.errors import ConfigError, UserError
 from posttrain.trainer.preflight import StageInputs, check_reward, check_stage_names, stage_inputs
 from posttrain.trainer.prepare import refuse_stage_prepare
-from posttrain.trainer.stage import StageContext, StageResult, with_model_path
+from posttrain.trainer.stage import StageContext, StageResult, changed_keys, changes_the_work, with_model_path
 
 # algorithm.kind -> "module:function" running one stage (imported on use: SFT needs no rollout code).
 RUNNERS = {
@@ -68,8 +72,16 @@ def _mark_complete(stage_dir: Path, result: StageResult) -> None:
     atomic_write_text(stage_dir / STAGE_COMPLETE, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
+class RunConflict(UserError):
+    """The run directory holds results that this command's config would contradict."""
+
+
+def _holds_run(stage_dir: Path) -> bool:
+    return any((stage_dir / name).exists() for name in ("metrics.jsonl", STAGE_COMPLETE, "checkpoints"))
+
+
 def _refuse_existing(stage_dirs: list[Path]) -> None:
-    used = [d for d in stage_dirs if (d / "metrics.jsonl").exists() or (d / STAGE_COMPLETE).exists() or (d / "checkpoints").exists()]
+    used = [d for d in stage_dirs if _holds_run(d)]
     if used:
         raise ConfigError(
             f"trainer.resume_mode=disable: {used[0]} already holds a run; delete it, choose a new "
@@ -90,6 +102,49 @@ def _resume_target(cfg: Config) -> tuple[Path, str] | None:
             f"trainer.resume_from_path={path}: not a complete checkpoint (a global_step_N directory with {TRAINER_STATE})"
         )
     return path, str(read_json(path / TRAINER_STATE).get("stage", "main"))
+
+
+def _pick_resume(stage: str, explicit: Path | None, root: Path, mode: str) -> Path | None:
+    """The verified checkpoint the stage continues from (see posttrain.checkpoint.resume); what was
+    decided on the way (a damaged checkpoint skipped, an old one without checksums) is printed."""
+    if explicit is None and mode != "auto":
+        return None
+    pick = verified(explicit) if explicit is not None else resumable_checkpoint(root)
+    for note in pick.notes:
+        print(f"[{stage}] {note}", flush=True)
+    return pick.path
+
+
+def _refuse_changed_work(name: str, stage_dir: Path, cfg: Config, root: Path) -> None:
+    """A finished stage is skipped only when its saved config.yaml computes the same run as `cfg`
+    (keys that only change logging or output are ignored: `OUTPUT_ONLY_KEYS`); otherwise the
+    rerun would print the old result as if it were the new one."""
+    changed = [c for c in changed_keys(stage_dir / "config.yaml", cfg) if changes_the_work(c[0])]
+    if not changed:
+        return
+    lines = [f"  {k}: {old!r} -> {new!r}" for k, old, new in changed[:12]]
+    lines += [f"  ... and {len(changed) - 12} more (compare {stage_dir / 'config.yaml'})"] if len(changed) > 12 else []
+    last = latest_checkpoint(root)
+    way = (f"continue it from its last checkpoint with the new values (add trainer.resume_mode=resume_path "
+           f"trainer.resume_from_path={last})" if last is not None else
+           "it kept no checkpoint to continue from (trainer.save_freq <= 0)")
+    raise RunConflict("\n".join([
+        f"stage {name!r} in {stage_dir} already finished with another config; these keys change what it computes:",
+        *lines,
+        f"Either {way}, or run the new config in a new run directory (trainer.default_local_dir, or another trainer.experiment_name).",
+    ]))
+
+
+def _refuse_stale_later(name: str, later: list[Path]) -> None:
+    """A stage about to train must not have later stages with results: they were trained from its
+    earlier final model, and would otherwise be skipped as complete."""
+    used = [d for d in later if _holds_run(d)]
+    if used:
+        raise RunConflict(
+            f"stage {name!r} is about to train, but {used[0]} holds the results of a later stage trained from its earlier "
+            f"final model; move {used[0]} away so that it runs again from the new one, or use a new run directory"
+        )
+
 
 
 @dataclass(frozen=True)
@@ -152,6 +207,19 @@ def _waiting_on(cfg: Config, pending: Collection[Path]) -> str | None:
     return next((f"data file {f}" for f in files if inside(f)), None)
 
 
+def _decide(name: str, stage_dir: Path, later: list[Path], cfg: Config, explicit: Path | None, root: Path,
+            run_cfg: Config) -> tuple[StageResult | None, Path | None]:
+    """(the stage's result when it is complete and may be skipped, else None; the checkpoint it
+    continues from, or None to start fresh). A stage about to train loses its completion marker."""
+    done = _completed(stage_dir) if explicit is None and run_cfg.trainer.resume_mode != "disable" else None
+    if done is not None:
+        _refuse_changed_work(name, stage_dir, cfg, root)
+        return done, None
+    _refuse_stale_later(name, later)
+    (stage_dir / STAGE_COMPLETE).unlink(missing_ok=True)
+    return None, _pick_resume(name, explicit, root, run_cfg.trainer.resume_mode)
+
+
 def run(cfg: Config, world: World = World()) -> list[StageResult]:
     """Run (or continue) every stage; returns their results in order. With several worker
     processes every rank runs this loop; rank 0 decides what to resume and writes the markers."""
@@ -162,17 +230,22 @@ def run(cfg: Config, world: World = World()) -> list[StageResult]:
     target = _resume_target(cfg)
     results: list[StageResult] = []
     model_path, offset = cfg.model.path, 0
-    for stage, stage_dir, check in zip(stages, dirs, checks):
+    for i, (stage, stage_dir, check) in enumerate(zip(stages, dirs, checks)):
         explicit = target[0] if target is not None and target[1] == stage.name else None
-        done = _completed(stage_dir) if explicit is None and cfg.trainer.resume_mode != "disable" else None
         root = checkpoint_root(stage.config, stage_dir, stage.name, multi)
-        resume = explicit or (latest_checkpoint(root) if cfg.trainer.resume_mode == "auto" else None)
-        done, resume = world.from_main((done, resume))  # every rank continues the same way
+        decision = None
+        if world.is_main:  # rank 0 reads the run directory and decides; every rank continues the same way
+            try:
+                decision = _decide(stage.name, stage_dir, dirs[i + 1:], with_model_path(stage.config, model_path), explicit, root, cfg)
+            except UserError as err:
+                decision = err
+        decision = world.from_main(decision)
+        if isinstance(decision, UserError):
+            raise decision
+        done, resume = decision
         if done is not None:
             print(f"[{stage.name}] stage already complete ({done.steps} steps); final model: {done.final_model}", flush=True)
         else:
-            if world.is_main:
-                (stage_dir / STAGE_COMPLETE).unlink(missing_ok=True)
             ctx = StageContext(
                 stage.name, with_model_path(stage.config, model_path), stage_dir, model_path, offset,
                 resume=resume, checkpoint_dir=root, world=world,

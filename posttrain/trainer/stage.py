@@ -26,7 +26,8 @@ from posttrain.checkpoint.logs import truncate_jsonl
 from posttrain.checkpoint.state import read_json
 from posttrain.cluster.world import World
 from posttrain.config import derive, save_resolved
-from posttrain.config.load import to_yaml
+from posttrain.config.load import defaults_dict, to_yaml
+from posttrain.config.validate import deep_merge
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.tracking import Trackers, build_trackers
@@ -100,18 +101,47 @@ def open_stage(ctx: StageContext, train_size: int) -> tuple[Derived, Trackers]:
     return derived, trackers
 
 
+# Keys that only say where results are written, how they are logged, or how checkpoints are kept
+# and loaded: two configs that differ only here compute the same run (same weights, same metrics).
+# Every other key "changes the work", so a finished stage rerun with it changed is refused (run.py).
+OUTPUT_ONLY_KEYS = (
+    "trainer.project_name", "trainer.experiment_name", "trainer.root_dir", "trainer.default_local_dir",
+    "trainer.logger", "trainer.log_freq", "trainer.tracker_kwargs", "trainer.log_val_generations",
+    "trainer.write_report", "trainer.rollout_data_dir", "trainer.validation_data_dir",
+    "trainer.save_freq", "trainer.resume_mode", "trainer.resume_from_path", "trainer.checkpoint_dir",
+    "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.del_local_ckpt_after_load",
+    "trainer.save_hf_checkpoint", "trainer.save_strategy", "actor.checkpoint.", "critic.checkpoint.",
+    "trainer.profile_steps", "trainer.controller_nsight_options", "trainer.worker_nsight_options", "log.",
+)
+
+
+def changed_keys(saved: Path, cfg: Config) -> list[tuple[str, object, object]]:
+    """(key, value in `saved`, value in `cfg`) for every key that differs between the config a
+    stage was last run with (its config.yaml) and `cfg`, sorted; [] when nothing was saved.
+
+    A file written by an older posttrain may lack keys added since: they read as their defaults
+    (what that run did), and keys the schema no longer has are not compared."""
+    if not saved.is_file():
+        return []
+    old = _flat(deep_merge(defaults_dict(), yaml.safe_load(saved.read_text(encoding="utf-8")) or {}))
+    new = _flat(yaml.safe_load(to_yaml(cfg)))  # the same YAML round trip as the saved file
+    keys = sorted(k for k in new if old.get(k, "<unset>") != new[k])
+    return [(k, old.get(k, "<unset>"), new[k]) for k in keys]
+
+
+def changes_the_work(key: str) -> bool:
+    return not any(key == k or (k.endswith(".") and key.startswith(k)) for k in OUTPUT_ONLY_KEYS)
+
+
 def config_changes(saved: Path, cfg: Config, limit: int = 12) -> list[str]:
     """Lines saying which keys differ between the config a stage was started with (`saved`, its
     config.yaml) and the one it resumes with. A resumed run uses the new values; exact resume
     holds only when nothing that shapes training changed, so the user is told, key by key."""
-    if not saved.is_file():
-        return []
-    old, new = _flat(yaml.safe_load(saved.read_text(encoding="utf-8")) or {}), _flat(yaml.safe_load(to_yaml(cfg)))  # the same YAML round trip as the saved file
-    changed = sorted(k for k in old.keys() | new.keys() if old.get(k, "<unset>") != new.get(k, "<unset>"))
+    changed = changed_keys(saved, cfg)
     if not changed:
         return []
     lines = [f"config changed since this stage started ({len(changed)} keys); the resumed run uses the new values:"]
-    lines += [f"  {k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}" for k in changed[:limit]]
+    lines += [f"  {k}: {old!r} -> {new!r}" for k, old, new in changed[:limit]]
     if len(changed) > limit:
         lines.append(f"  ... and {len(changed) - limit} more (compare {saved} with the new config)")
     return lines

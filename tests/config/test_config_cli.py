@@ -46,7 +46,7 @@ def test_show_prints_the_resolved_config_with_overrides(tmp_path, capsys):
 def test_show_reports_errors_with_exit_status_2(tmp_path, capsys):
     assert main(["config", "show", str(write_config(tmp_path)), "actor.ppo_epoch=3"]) == 2
     assert capsys.readouterr().err == (
-        "posttrain: error: invalid configuration: command line: actor.ppo_epoch: unknown key; did you mean "
+        "posttrain: error: invalid configuration: command line override 'actor.ppo_epoch=3': actor.ppo_epoch: unknown key; did you mean "
         "actor.ppo_epochs?\n"
     )
 
@@ -99,12 +99,17 @@ def test_python_m_posttrain_config_plan_exit_status(tmp_path):
     assert "data.train_batch_size (8) is not divisible by actor.ppo_mini_batch_size (3)" in result.stderr
 
 
-def test_train_names_the_config_file_for_problems_found_after_loading(tmp_path, capsys):
+def test_train_names_the_source_of_problems_found_after_loading(tmp_path, capsys):
     # dpo is a registered loss the RL actor cannot use: the stage's own check refuses it, and the
-    # message still names the file like load-time problems do.
+    # message names where the value came from like load-time problems do: the override as typed...
     path = write_config(tmp_path)
     code = main(["train", str(path), "actor.policy_loss.loss_mode=dpo", f"trainer.default_local_dir={tmp_path / 'run'}"])
     err = capsys.readouterr().err
     assert code == 2
-    assert f"{path}: actor.policy_loss.loss_mode=dpo" in err
+    assert "command line override 'actor.policy_loss.loss_mode=dpo': actor.policy_loss.loss_mode=dpo" in err
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    # ... or the file.
+    path.write_text(path.read_text().replace("ppo_epochs: 2}", "ppo_epochs: 2, policy_loss: {loss_mode: dpo}}"))
+    code = main(["train", str(path), f"trainer.default_local_dir={tmp_path / 'run'}"])
+    assert code == 2
+    assert f"{path}: actor.policy_loss.loss_mode=dpo" in capsys.readouterr().err

@@ -139,6 +139,6 @@ def test_validation_problems_name_the_config_file_or_the_command_line(tmp_path):
     assert sorted(tuple(p.split(": ")[:2]) for p in info.value.problems) == sorted([
         (str(path), "actor.optim.lr"),
         (str(path), "actor.ppo_epochs"),
-        ("command line", "rollout.n"),
+        ("command line override 'rollout.n=0'", "rollout.n"),
     ])
     assert f"  - {path}: actor.optim.lr: expected a number, got 'fast'" in str(info.value).splitlines()

@@ -73,3 +73,44 @@ def test_stages_must_be_a_list_of_mappings(tmp_path):
     with pytest.raises(ConfigError) as info:
         load(tmp_path, "stages: {name: x}\n")
     assert info.value.problems == [f"{tmp_path / 'c.yaml'}: stages: expected a list of mappings, got {{'name': 'x'}}"]
+
+
+TWO_STAGES = "stages:\n  - {name: sft, algorithm: {kind: sft}, trainer: {total_training_steps: 2}}\n  - name: rl\n"
+
+
+@pytest.mark.parametrize("key", ["stages.1", "stages[1]", "stages.rl"])
+def test_one_stage_is_overridden_by_index_or_name(tmp_path, key):
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE + TWO_STAGES)
+    cfg = load_config(path, [f"{key}.trainer.total_training_steps=50", "stages.sft.actor.optim.lr=0.5", "trainer.total_training_steps=7"])
+    sft, rl = stage_configs(cfg)
+    assert rl.config.trainer.total_training_steps == 50 and rl.config.actor.optim.lr == load_config(path).actor.optim.lr
+    assert sft.config.trainer.total_training_steps == 2 and sft.config.actor.optim.lr == 0.5  # the stage's own key stays
+    assert cfg.trainer.total_training_steps == 7 and cfg.stages[1] == {"name": "rl", "trainer": {"total_training_steps": 50}}
+
+
+def test_stage_override_problems_name_the_override_as_typed(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE + TWO_STAGES)
+    cases = {
+        "stages.rl.trainer.total_training_steps=0":
+            "command line override 'stages.rl.trainer.total_training_steps=0': stages[1].trainer.total_training_steps: must be >= 1, got 0",
+        "stages.1.actor.ppo_mini_batch_size=3":
+            "command line override 'stages.1.actor.ppo_mini_batch_size=3': stages[1] (rl): data.train_batch_size (8) is not "
+            "divisible by actor.ppo_mini_batch_size (3): each step's prompts are split into equal mini-batches; use one of 1, 2, 4, 8",
+        "stages.2.trainer.total_training_steps=5":
+            "command line override 'stages.2.trainer.total_training_steps=5': no stage '2'; the config's stages are 0: sft, 1: rl "
+            "(name one by index or name)",
+        "stages.ppo.trainer.total_training_steps=5":
+            "command line override 'stages.ppo.trainer.total_training_steps=5': no stage 'ppo'; the config's stages are 0: sft, 1: rl "
+            "(name one by index or name)",
+        "stages.rl=5": "command line override 'stages.rl=5': expected stages.<index or name>.<key>=value, e.g. "
+            "stages.1.trainer.total_training_steps=50 or stages.rl.trainer.total_training_steps=50",
+    }
+    for override, expected in cases.items():
+        with pytest.raises(ConfigError) as info:
+            load_config(path, [override])
+        assert info.value.problems == [expected], override
+    path.write_text(BASE)
+    with pytest.raises(ConfigError, match="'stages.0.trainer.seed=1': the config has no stages to override"):
+        load_config(path, ["stages.0.trainer.seed=1"])
