@@ -101,9 +101,11 @@ def open_stage(ctx: StageContext, train_size: int) -> tuple[Derived, Trackers]:
     return derived, trackers
 
 
-# Keys that only say where results are written, how they are logged, or how checkpoints are kept
-# and loaded: two configs that differ only here compute the same run (same weights, same metrics).
-# Every other key "changes the work", so a finished stage rerun with it changed is refused (run.py).
+# Keys that only say where results are written, how they are logged, how checkpoints are kept and
+# loaded, or on how many worker processes the run executes (`cluster.*`, `trainer.balance_batch`: a
+# run computes the same on any number of workers, to float rounding; docs/scaling.md): two configs
+# that differ only here compute the same run (same weights, same metrics). Every other key "changes
+# the work", so a finished stage rerun with it changed is refused (run.py).
 OUTPUT_ONLY_KEYS = (
     "trainer.project_name", "trainer.experiment_name", "trainer.root_dir", "trainer.default_local_dir",
     "trainer.logger", "trainer.log_freq", "trainer.tracker_kwargs", "trainer.log_val_generations",
@@ -112,6 +114,7 @@ OUTPUT_ONLY_KEYS = (
     "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.del_local_ckpt_after_load",
     "trainer.save_hf_checkpoint", "trainer.save_strategy", "actor.checkpoint.", "critic.checkpoint.",
     "trainer.profile_steps", "trainer.controller_nsight_options", "trainer.worker_nsight_options", "log.",
+    "cluster.", "trainer.balance_batch",
 )
 
 

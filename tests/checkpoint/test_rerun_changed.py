@@ -130,3 +130,4 @@ def test_which_keys_change_the_work_and_a_config_saved_by_an_older_version(tmp_p
                        "trainer.logger": (["console", "jsonl", "tensorboard"], ["jsonl"])}
     assert [k for k in changed if changes_the_work(k)] == ["trainer.seed", "trainer.total_training_steps"]
     assert not changes_the_work("actor.checkpoint.save_contents") and changes_the_work("actor.optim.lr")
+    assert not changes_the_work("cluster.n_gpus_per_node") and not changes_the_work("trainer.balance_batch")
