@@ -14,7 +14,10 @@ run for them, and the rollout/critic/PPO rules stay silent whatever those sectio
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
+
+from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorNeeds, estimator_needs
 
 _ABSENT = object()
 
@@ -44,15 +47,27 @@ def is_rl(cfg: Any) -> bool:
     return training_kind(cfg) == "rl"
 
 
-def uses_critic(cfg: Any) -> bool:
-    """Whether a critic is trained: never for SFT/DPO; ``critic.enable`` when the schema has it, else
-    GAE needs one."""
+@dataclass(frozen=True)
+class RoleNeeds:
+    """The roles an RL stage runs besides the actor and the rollout engine."""
+
+    critic: bool = False  # a value model trained alongside the actor
+    reference: bool = False  # a frozen copy of the initial policy
+    greedy_baseline: bool = False  # one greedy rollout per prompt, scored, each step
+
+
+def role_needs(cfg: Any) -> RoleNeeds:
+    """Which roles the config asks for: what its advantage estimator declares in the registry
+    (`posttrain.algorithms.estimator_needs`, so an alias such as `ppo` builds what `gae` builds),
+    plus a reference policy for the KL terms (`actor.use_kl_loss`, `algorithm.use_kl_in_reward`).
+    SFT and DPO stages have none of these. An unknown estimator name needs nothing here; the RL
+    stage refuses it, with the list of valid names, before it loads a model."""
     if not is_rl(cfg):
-        return False
-    enable = get_path(cfg, "critic.enable", None)
-    if isinstance(enable, bool):
-        return enable
-    return get_path(cfg, "algorithm.adv_estimator", None) == "gae"
+        return RoleNeeds()
+    name = get_path(cfg, "algorithm.adv_estimator", None)
+    est = estimator_needs(name) if name in ADVANTAGE_ESTIMATORS else EstimatorNeeds()
+    kl_terms = bool(get_path(cfg, "actor.use_kl_loss", False) or get_path(cfg, "algorithm.use_kl_in_reward", False))
+    return RoleNeeds(critic=est.values, reference=est.reference or kl_terms, greedy_baseline=est.greedy_baseline)
 
 
 def _divisors(n: int) -> str:
@@ -138,7 +153,7 @@ def check_actor_batches(cfg: Any) -> list[str]:
 
 
 def check_critic_batches(cfg: Any) -> list[str]:
-    return _mini_batch_rules(cfg, "critic") if uses_critic(cfg) else []
+    return _mini_batch_rules(cfg, "critic") if role_needs(cfg).critic else []
 
 
 def check_token_budget(cfg: Any) -> list[str]:
@@ -148,7 +163,7 @@ def check_token_budget(cfg: Any) -> list[str]:
         return _sequence_token_budget(cfg)
     longest = get_path(cfg, "data.max_prompt_length", 0) + get_path(cfg, "data.max_response_length", 0)
     actor_dynamic = get_path(cfg, "actor.use_dynamic_bsz", False)
-    critic_dynamic = uses_critic(cfg) and get_path(cfg, "critic.use_dynamic_bsz", False)
+    critic_dynamic = role_needs(cfg).critic and get_path(cfg, "critic.use_dynamic_bsz", False)
     budgets = [  # (key, whether that pass packs by tokens)
         ("actor.ppo_max_token_len_per_gpu", actor_dynamic),
         ("critic.ppo_max_token_len_per_gpu", critic_dynamic),

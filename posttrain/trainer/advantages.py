@@ -96,6 +96,7 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
         token_level_rewards=rewards,
         response_mask=mask,
         values=batch.values,
+        ref_logprobs=batch.ref_logprobs,
         group_index=batch.group_index,
         gamma=alg.gamma,
         lam=alg.lam,

@@ -13,13 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from posttrain.algorithms import (
-    estimator_needs_greedy_baseline,
-    get_advantage_estimator,
-    get_policy_loss,
-    policy_loss_options,
-)
-from posttrain.config.checks import uses_critic
+from posttrain.algorithms import get_advantage_estimator, get_policy_loss, policy_loss_options
+from posttrain.config.checks import role_needs
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.config.sections.optim import OptimConfig
@@ -63,7 +58,7 @@ def sampling_params(cfg: Config, tokenizer: Any) -> tuple[SamplingParams, Sampli
 def baseline_sampling_params(cfg: Config, train: SamplingParams) -> SamplingParams | None:
     """Greedy decoding with the training limits, one response per prompt, when the advantage
     estimator asks for a greedy baseline (ReMax, as verl's `gen_baseline` step); else None."""
-    return train.greedy() if estimator_needs_greedy_baseline(cfg.algorithm.adv_estimator) else None
+    return train.greedy() if role_needs(cfg).greedy_baseline else None
 
 
 def _optimizer(params, o: OptimConfig, warmup: int, total: int):
@@ -230,7 +225,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
         decode_workers=cfg.rollout.engine_kwargs.hf.decode_workers,
     )
     reference = None
-    if a.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+    needs = role_needs(cfg)  # from the estimator's registry entry and the KL switches
+    if needs.reference:
         ref_model = copy.deepcopy(policy)
         size, max_tokens = forward_batching(
             cfg.ref.log_prob_micro_batch_size_per_gpu, cfg.ref.log_prob_use_dynamic_bsz, cfg.ref.log_prob_max_token_len_per_gpu,
@@ -241,7 +237,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any) -> RLRoles:
             compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype, pack=cfg.model.use_remove_padding, lean_forward=lean,
         )
     critic = None
-    if uses_critic(cfg):
+    if needs.critic:
         c = cfg.critic
         torch.manual_seed(seed)  # the value head is initialised from the global RNG
         value_model = critic_model_from_config(cfg, tokenizer)
