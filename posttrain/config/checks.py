@@ -292,6 +292,21 @@ def check_rollout_correction(cfg: Any) -> list[str]:
     return problems
 
 
+def check_pf_ppo(cfg: Any) -> list[str]:
+    """PF-PPO's weighting (`algorithm.pf_ppo`) is read only when `algorithm.use_pf_ppo` is on, and
+    its exponent only by the pow method; a changed value that nothing reads is refused."""
+    if not is_rl(cfg):
+        return []
+    method = get_path(cfg, "algorithm.pf_ppo.reweight_method", "pow")
+    weight_pow = get_path(cfg, "algorithm.pf_ppo.weight_pow", 2.0)
+    changed = [f"algorithm.pf_ppo.{k}={v}" for k, v, d in (("reweight_method", method, "pow"), ("weight_pow", weight_pow, 2.0)) if v != d]
+    if changed and not get_path(cfg, "algorithm.use_pf_ppo", False):
+        return [f"{', '.join(changed)} need(s) algorithm.use_pf_ppo=true (PF-PPO is off, so nothing reads them); switch it on or remove them"]
+    if method != "pow" and weight_pow != 2.0:
+        return [f"algorithm.pf_ppo.weight_pow ({weight_pow}) is only read by reweight_method=pow, not {method}; remove it or use pow"]
+    return []
+
+
 CHECKS: list[Callable[[Any], list[str]]] = [
     check_actor_batches,
     check_critic_batches,
@@ -302,6 +317,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_supervised_loss_agg,
     check_supervised_compile,
     check_rollout_correction,
+    check_pf_ppo,
 ]
 
 
