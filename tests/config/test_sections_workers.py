@@ -160,7 +160,7 @@ def test_setting_a_todo_field_is_refused_by_name(override):
     "override, message",
     [
         ("actor.clip_ratio_c=1.0", "must be > 1"),
-        ("actor.loss_agg_mode=token-sum", "not one of"),
+        ("actor.loss_agg_mode=token-avg", "not one of"),
         ("actor.kl_loss_type=k4", "not one of"),
         ("rollout.top_p=0", "must be > 0"),
         ("rollout.n=0", "must be >= 1"),
