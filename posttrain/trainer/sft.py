@@ -118,7 +118,9 @@ def accumulate(objective: Objective, examples: Sequence[Any], micro: MicroBatchi
     sums: dict[str, float] = defaultdict(float)
     for part in micro.split(examples, objective.tokens):
         loss, parts = objective.micro_loss(part, total)
-        if backward:
+        # A micro-batch whose trained tokens truncation cut away has a constant loss: it adds
+        # nothing to the gradient (and has no graph to run backward through).
+        if backward and loss.requires_grad:
             loss.backward()
         for key, value in parts.items():
             sums[f"{objective.prefix}/{key}"] += value
