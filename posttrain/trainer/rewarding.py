@@ -61,10 +61,20 @@ class RewardStage:
         scores = out.tensor() * self.function_weight  # (B,)
         metrics = out.metrics()
         if self.reward_model is not None:
-            rm = self.reward_model.score_texts([p + t for p, t in zip(self._prompt_texts(batch), texts)])  # (B,)
+            rm = self._reward_model_scores(batch, texts)  # (B,)
             scores = scores + self.rm_weight * rm
             metrics["reward/rm_score"] = float(rm.mean())
         return scores, metrics, out.extra
+
+    def _reward_model_scores(self, batch: RolloutBatch, texts: list[str]) -> torch.Tensor:
+        """The reward model's score of each response: of the conversation rebuilt in the reward
+        model's own chat template from the raw messages (data.return_raw_chat, as verl), else of
+        the policy's prompt text followed by the response."""
+        if batch.raw_chat is not None and all(chat is not None for chat in batch.raw_chat):
+            eos = self.tokenizer.eos_token or ""
+            answers = [t.removesuffix(eos) if eos else t for t in texts]  # the template closes the turn itself
+            return self.reward_model.score_conversations(batch.raw_chat, answers)
+        return self.reward_model.score_texts([p + t for p, t in zip(self._prompt_texts(batch), texts)])
 
     def _prompt_texts(self, batch: RolloutBatch) -> list[str]:
         """Templated prompt texts: the dataset's (data.return_full_prompt), else decoded from the ids."""
