@@ -12,10 +12,10 @@ from typing import Any
 import torch
 
 from posttrain.algorithms.masked import masked_whiten
-from posttrain.algorithms.registry import AdvantageOutput, register_advantage_estimator
+from posttrain.algorithms.registry import AdvantageOutput, EstimatorNeeds, register_advantage_estimator
 
 
-@register_advantage_estimator("gae", aliases=("ppo",))
+@register_advantage_estimator("gae", aliases=("ppo",), needs=EstimatorNeeds(values=True))
 @torch.no_grad()
 def gae_advantage(
     *,
@@ -113,7 +113,7 @@ def reinforce_plus_plus_advantage(
     return AdvantageOutput(adv, returns)
 
 
-@register_advantage_estimator("remax", needs_greedy_baseline=True)
+@register_advantage_estimator("remax", needs=EstimatorNeeds(greedy_baseline=True))
 @torch.no_grad()
 def remax_advantage(
     *,
@@ -128,7 +128,7 @@ def remax_advantage(
         G_t = sum_{k >= t} r_k m_k;  A_t = G_t - b * m_t, with b the greedy-decoded response's score.
     Names:
         verl `remax` (the trainer generates the greedy baseline); Trinity-RFT `remax`; not in ROLL.
-        Registered with `needs_greedy_baseline=True`: each RL step then decodes one greedy response
+        Registered with `needs=EstimatorNeeds(greedy_baseline=True)`: each RL step then decodes one greedy response
         per prompt with the current policy and passes its score (the raw reward-function score, before
         any reward shaping, as verl does) repeated over the prompt's `n` samples.
     Paper:

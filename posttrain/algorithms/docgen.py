@@ -73,6 +73,9 @@ def _entry(title: str, obj: Callable, aliases: tuple[str, ...] = ()) -> str:
     for label in ("Reads", "Names", "Paper", "Deviation"):
         if label in sections:
             lines += [f"**{label}.** " + " ".join(sections[label].split()), ""]
+    needs = getattr(obj, "needs", None)
+    if needs is not None and needs.describe():
+        lines += [f"**Needs.** {needs.describe()}: the RL stage builds the role that provides it.", ""]
     return "\n".join(lines)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+from dataclasses import dataclass
 from typing import Callable, NamedTuple, TypeVar
 
 import torch
@@ -43,6 +44,22 @@ class LossOutput(NamedTuple):
 
     loss: torch.Tensor  # () scalar, differentiable w.r.t. `logprob` only
     metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
+class EstimatorNeeds:
+    """What an advantage estimator reads beyond rewards, masks and groups; the roles of an RL stage
+    are built from it (a critic for `values`, a reference policy for `ref_logprobs`, a greedy
+    rollout for `reward_baselines`), never from the estimator's name."""
+
+    values: bool = False  # per-token values V(s_t) of a critic trained alongside the actor (GAE)
+    reference: bool = False  # per-token log-probs of the frozen reference policy
+    greedy_baseline: bool = False  # the score of one greedy response to each row's prompt (ReMax)
+
+    def describe(self) -> str:
+        """The needs in words, for the generated docs ("" when it needs nothing extra)."""
+        words = {"values": "critic values", "reference": "reference log-probs", "greedy_baseline": "a greedy baseline"}
+        return ", ".join(text for key, text in words.items() if getattr(self, key))
 
 
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., AdvantageOutput]] = {}
@@ -83,22 +100,23 @@ def _register(
 
 
 def register_advantage_estimator(
-    name: str, aliases: tuple[str, ...] = (), *, needs_greedy_baseline: bool = False
+    name: str, aliases: tuple[str, ...] = (), *, needs: EstimatorNeeds = EstimatorNeeds()
 ) -> Callable[[F], F]:
     """Register an advantage estimator under `name` (and `aliases`).
 
     The function is called with keyword arguments only, always the same set (`token_level_rewards`,
-    `response_mask`, `values`, `group_index`, `gamma`, `lam`, `norm_adv_by_std`, `epsilon`,
-    `reward_baselines`, ...), so it must accept `**kwargs` and ignore what it does not read. It
-    returns `AdvantageOutput`.
+    `response_mask`, `values`, `ref_logprobs`, `group_index`, `gamma`, `lam`, `norm_adv_by_std`,
+    `epsilon`, `reward_baselines`, ...), so it must accept `**kwargs` and ignore what it does not
+    read. It returns `AdvantageOutput`.
 
-    `needs_greedy_baseline=True` asks the trainer for `reward_baselines` (B,): the score of one
-    greedy response to each sample's prompt (ReMax). The trainer reads this flag through
-    `estimator_needs_greedy_baseline` and never the estimator's name.
+    `needs` declares the inputs that cost a role: `values` (B, T) from a critic, `ref_logprobs`
+    (B, T) from a reference policy, `reward_baselines` (B,) from a greedy rollout; an input no
+    role provides arrives as None. The config checks and the trainer read
+    `estimator_needs(name)`, so an alias builds the same roles as its canonical name.
     """
-    return _register(
-        ADVANTAGE_ESTIMATORS, "advantage estimator", name, aliases, needs_greedy_baseline=needs_greedy_baseline
-    )
+    if not isinstance(needs, EstimatorNeeds):
+        raise TypeError(f"needs of advantage estimator {name!r} must be an EstimatorNeeds, got {needs!r}")
+    return _register(ADVANTAGE_ESTIMATORS, "advantage estimator", name, aliases, needs=needs)
 
 
 def register_policy_loss(name: str, aliases: tuple[str, ...] = ()) -> Callable[[F], F]:
@@ -126,9 +144,10 @@ def get_advantage_estimator(name: str) -> Callable[..., AdvantageOutput]:
     return _lookup(ADVANTAGE_ESTIMATORS, "advantage estimator", "algorithm.adv_estimator", name)
 
 
-def estimator_needs_greedy_baseline(name: str) -> bool:
-    """Whether the named estimator reads `reward_baselines`, the scores of greedy responses."""
-    return bool(getattr(get_advantage_estimator(name), "needs_greedy_baseline", False))
+def estimator_needs(name: str) -> EstimatorNeeds:
+    """What the estimator registered as `name` (or an alias) needs; a function put into the dict
+    by hand, without the decorator, needs nothing extra. An unknown name raises `ConfigError`."""
+    return getattr(get_advantage_estimator(name), "needs", EstimatorNeeds())
 
 
 def get_policy_loss(name: str) -> Callable[..., LossOutput]:

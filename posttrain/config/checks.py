@@ -14,7 +14,10 @@ run for them, and the rollout/critic/PPO rules stay silent whatever those sectio
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
+
+from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorNeeds, estimator_needs
 
 _ABSENT = object()
 
@@ -79,15 +82,27 @@ def is_rl(cfg: Any) -> bool:
     return training_kind(cfg) == "rl"
 
 
-def uses_critic(cfg: Any) -> bool:
-    """Whether a critic is trained: never for SFT/DPO; ``critic.enable`` when the schema has it, else
-    GAE needs one."""
+@dataclass(frozen=True)
+class RoleNeeds:
+    """The roles an RL stage runs besides the actor and the rollout engine."""
+
+    critic: bool = False  # a value model trained alongside the actor
+    reference: bool = False  # a frozen copy of the initial policy
+    greedy_baseline: bool = False  # one greedy rollout per prompt, scored, each step
+
+
+def role_needs(cfg: Any) -> RoleNeeds:
+    """Which roles the config asks for: what its advantage estimator declares in the registry
+    (`posttrain.algorithms.estimator_needs`, so an alias such as `ppo` builds what `gae` builds),
+    plus a reference policy for the KL terms (`actor.use_kl_loss`, `algorithm.use_kl_in_reward`).
+    SFT and DPO stages have none of these. An unknown estimator name needs nothing here; the RL
+    stage refuses it, with the list of valid names, before it loads a model."""
     if not is_rl(cfg):
-        return False
-    enable = get_path(cfg, "critic.enable", None)
-    if isinstance(enable, bool):
-        return enable
-    return get_path(cfg, "algorithm.adv_estimator", None) == "gae"
+        return RoleNeeds()
+    name = get_path(cfg, "algorithm.adv_estimator", None)
+    est = estimator_needs(name) if name in ADVANTAGE_ESTIMATORS else EstimatorNeeds()
+    kl_terms = bool(get_path(cfg, "actor.use_kl_loss", False) or get_path(cfg, "algorithm.use_kl_in_reward", False))
+    return RoleNeeds(critic=est.values, reference=est.reference or kl_terms, greedy_baseline=est.greedy_baseline)
 
 
 def _divisors(n: int) -> str:
@@ -173,7 +188,7 @@ def check_actor_batches(cfg: Any) -> list[str]:
 
 
 def check_critic_batches(cfg: Any) -> list[str]:
-    return _mini_batch_rules(cfg, "critic") if uses_critic(cfg) else []
+    return _mini_batch_rules(cfg, "critic") if role_needs(cfg).critic else []
 
 
 def check_token_budget(cfg: Any) -> list[str]:
@@ -183,7 +198,7 @@ def check_token_budget(cfg: Any) -> list[str]:
         return _sequence_token_budget(cfg)
     longest = get_path(cfg, "data.max_prompt_length", 0) + get_path(cfg, "data.max_response_length", 0)
     actor_dynamic = get_path(cfg, "actor.use_dynamic_bsz", False)
-    critic_dynamic = uses_critic(cfg) and get_path(cfg, "critic.use_dynamic_bsz", False)
+    critic_dynamic = role_needs(cfg).critic and get_path(cfg, "critic.use_dynamic_bsz", False)
     budgets = [  # (key, whether that pass packs by tokens)
         ("actor.ppo_max_token_len_per_gpu", actor_dynamic),
         ("critic.ppo_max_token_len_per_gpu", critic_dynamic),
@@ -359,6 +374,21 @@ def check_sharding(cfg: Any) -> list[str]:
     return problems
 
 
+def check_pf_ppo(cfg: Any) -> list[str]:
+    """PF-PPO's weighting (`algorithm.pf_ppo`) is read only when `algorithm.use_pf_ppo` is on, and
+    its exponent only by the pow method; a changed value that nothing reads is refused."""
+    if not is_rl(cfg):
+        return []
+    method = get_path(cfg, "algorithm.pf_ppo.reweight_method", "pow")
+    weight_pow = get_path(cfg, "algorithm.pf_ppo.weight_pow", 2.0)
+    changed = [f"algorithm.pf_ppo.{k}={v}" for k, v, d in (("reweight_method", method, "pow"), ("weight_pow", weight_pow, 2.0)) if v != d]
+    if changed and not get_path(cfg, "algorithm.use_pf_ppo", False):
+        return [f"{', '.join(changed)} need(s) algorithm.use_pf_ppo=true (PF-PPO is off, so nothing reads them); switch it on or remove them"]
+    if method != "pow" and weight_pow != 2.0:
+        return [f"algorithm.pf_ppo.weight_pow ({weight_pow}) is only read by reweight_method=pow, not {method}; remove it or use pow"]
+    return []
+
+
 CHECKS: list[Callable[[Any], list[str]]] = [
     check_device_mapping,
     check_sharded_checkpoints,
@@ -372,6 +402,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_supervised_loss_agg,
     check_supervised_compile,
     check_rollout_correction,
+    check_pf_ppo,
 ]
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from posttrain.config.checks import get_path, training_kind, uses_critic
+from posttrain.config.checks import get_path, role_needs, training_kind
 from posttrain.config.derive import Derived
 
 Row = tuple[str, str, str]  # label, value, how it was computed
@@ -55,7 +55,7 @@ def batch_plan(cfg: Any, derived: Derived) -> BatchPlan:
     """Compute the plan of a validated config (the critic is included only when it is trained)."""
     prompts = get_path(cfg, "data.train_batch_size")
     n = get_path(cfg, "rollout.n", 1)
-    roles = ["actor"] + (["critic"] if uses_critic(cfg) else [])
+    roles = ["actor"] + (["critic"] if role_needs(cfg).critic else [])
     return BatchPlan(
         prompts_per_step=prompts,
         n=n,
@@ -180,7 +180,7 @@ def _length_rows(cfg: Any, d: Derived, size_note: str) -> list[Row]:
         epochs = get_path(cfg, "trainer.total_epochs", 1)
         rows.append(("total training steps", str(d.total_training_steps), f"× trainer.total_epochs {epochs}"))
     for role, warm in (("actor", d.actor_warmup_steps), ("critic", d.critic_warmup_steps)):
-        if role == "critic" and not uses_critic(cfg):
+        if role == "critic" and not role_needs(cfg).critic:
             continue
         rows.append(_warmup_row(cfg, role, warm))
     if training_kind(cfg) != "rl":

@@ -117,7 +117,10 @@ def token_logprobs_from_hidden(
     # that, recomputing would cost an extra head matmul and softmax for no memory saved.
     recompute = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[0] > step
     lps, ents = [], []
-    for start in range(0, hidden.shape[0], step):
+    # At least one (possibly empty) chunk: with no token to score the result is still a function of
+    # the head and of `hidden`, so a backward through it runs (zero gradients), as it must on a
+    # sharded model, where every rank's backward takes part in the gradient reduction.
+    for start in range(0, max(hidden.shape[0], 1), step):
         h, y = hidden[start : start + step], targets[start : start + step]
         if recompute:
             lp, ent = checkpoint(_chunk_logprobs, model, h, y, temperature, with_entropy, use_reentrant=False)
@@ -125,9 +128,6 @@ def token_logprobs_from_hidden(
             lp, ent = _chunk_logprobs(model, h, y, temperature, with_entropy)
         lps.append(lp)
         ents.append(ent)
-    if not lps:
-        empty = hidden.new_zeros(0, dtype=torch.float32)
-        return empty, (empty if with_entropy else None)
     return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
 
 

@@ -256,6 +256,7 @@ class HFEngine:
             ground_truth=list(rows.ground_truth),
             extra_info=[dict(x) if x else {} for x in rows.extra_info],
             raw_prompt=list(rows.raw_prompt),
+            raw_chat=list(rows.raw_chat),
         )
 
     def _prefill(self, decoder: LeanDecoder | HFDecoder, ids: Tensor, mask: Tensor, positions: Tensor) -> Tensor:

@@ -6,10 +6,12 @@ statistics), placed on each response's last token, optionally whitened (`whiten_
 by the KL penalty (`use_kl_in_reward`), turned into advantages by the registered estimator, then
 optionally whitened (`whiten_advantages`) and clipped (`advantage_clip`). An estimator that needs a
 greedy baseline (ReMax) reads `batch.reward_baselines`, raw scores that no shaping touches (verl).
+With `use_pf_ppo`, the batch the critic and actor then train on is resampled by score (PF-PPO).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import torch
@@ -23,6 +25,7 @@ from posttrain.algorithms import (
     clip_rewards,
     get_advantage_estimator,
     normalize_rewards,
+    pf_ppo_resample,
     rollout_importance_weights,
     whiten,
 )
@@ -96,6 +99,7 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
         token_level_rewards=rewards,
         response_mask=mask,
         values=batch.values,
+        ref_logprobs=batch.ref_logprobs,
         group_index=batch.group_index,
         gamma=alg.gamma,
         lam=alg.lam,
@@ -112,3 +116,35 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
         adv, metrics["critic/advantage_clip_frac"] = clipped.values * mask, clipped.clip_frac
     batch.advantages, batch.returns = adv, ret
     return metrics
+
+
+def pf_ppo_key(seed: int, step: int) -> int:
+    """Seed of one step's PF-PPO draw: a hash of (run seed, step), so the draw needs no generator
+    state in checkpoints and does not move (or depend on) any other random stream."""
+    digest = hashlib.blake2b(f"pf_ppo:{seed}:{step}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)  # manual_seed takes a non-negative int64
+
+
+def filter_by_reward(batch: RolloutBatch, alg: AlgorithmConfig, seed: int, step: int) -> tuple[RolloutBatch, dict[str, float]]:
+    """PF-PPO (`algorithm.use_pf_ppo`): the batch the critic and actor train on, and its metrics.
+
+    B rows are drawn with replacement from the step's B responses, in proportion to a weight of each
+    response's score (`algorithm.pf_ppo`, `posttrain.algorithms.pf_ppo_weights`), after advantages
+    and returns were computed on the whole batch; every row-aligned field follows its row. The
+    score is the sum of the row's token-level scores (after reward clipping and normalisation,
+    before the KL penalty), as verl reads it. Off, the batch itself is returned.
+
+    The draw is keyed by (`trainer.seed`, step) (`pf_ppo_key`), so a resumed run draws the rows an
+    uninterrupted one would. Deviation: verl resamples only under its `gae` estimator; posttrain
+    does under every estimator, as the key's documentation says.
+    """
+    if not alg.use_pf_ppo:
+        return batch, {}
+    scores = batch.token_level_scores.sum(-1).cpu()  # (B,)
+    generator = torch.Generator().manual_seed(pf_ppo_key(seed, step))
+    rows = pf_ppo_resample(scores, alg.pf_ppo.reweight_method, alg.pf_ppo.weight_pow, generator=generator)  # (B,)
+    metrics = {
+        "pf_ppo/unique_frac": len(set(rows.tolist())) / len(rows),  # share of distinct responses kept
+        "pf_ppo/score_mean": float(scores[rows].mean()),  # mean score of the resampled batch
+    }
+    return batch[rows], metrics

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from posttrain.config.checks import uses_critic
+from posttrain.config.checks import role_needs
 from posttrain.config.schema import Config
 from posttrain.data import build_dpo_dataset, build_rl_dataset, build_sft_dataset
 from posttrain.models.integrity import check_weight_files
@@ -95,7 +95,7 @@ def check_rl_roles(cfg: Config, tokenizer: Any) -> None:
     """The critic's directory and tokenizer when a critic is trained; the reward model's directory."""
     from posttrain.trainer.rl_build import check_critic_tokenizer
 
-    if uses_critic(cfg):
+    if role_needs(cfg).critic:
         c = cfg.critic.model
         check_critic_tokenizer(cfg, tokenizer)
         import_external_lib(c.external_lib)

@@ -78,8 +78,7 @@ class RewardStage:
         out = self.manager.score(samples) if samples else RewardOutput([])
         rm = None
         if self.reward_model is not None:
-            prompts = self._prompt_texts(batch)
-            rm = self.reward_model.score_texts([prompts[i] + texts[i] for i in rows]).tolist() if rows else []
+            rm = self._reward_model_scores(batch[rows], [texts[i] for i in rows]).tolist() if rows else []
         if self.dp.distributed:  # each rank scored its share: every rank assembles the batch's
             parts = self.dp.gather_objects((out, rm))
             out = merge_outputs([o for o, _ in parts])
@@ -91,6 +90,16 @@ class RewardStage:
             scores = scores + self.rm_weight * rm_scores
             metrics["reward/rm_score"] = float(rm_scores.mean())
         return scores, metrics, out.extra
+
+    def _reward_model_scores(self, batch: RolloutBatch, texts: list[str]) -> torch.Tensor:
+        """The reward model's score of each response: of the conversation rebuilt in the reward
+        model's own chat template from the raw messages (data.return_raw_chat, as verl), else of
+        the policy's prompt text followed by the response."""
+        if batch.raw_chat is not None and all(chat is not None for chat in batch.raw_chat):
+            eos = self.tokenizer.eos_token or ""
+            answers = [t.removesuffix(eos) if eos else t for t in texts]  # the template closes the turn itself
+            return self.reward_model.score_conversations(batch.raw_chat, answers)
+        return self.reward_model.score_texts([p + t for p, t in zip(self._prompt_texts(batch), texts)])
 
     def _prompt_texts(self, batch: RolloutBatch) -> list[str]:
         """Templated prompt texts: the dataset's (data.return_full_prompt), else decoded from the ids."""

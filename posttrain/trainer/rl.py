@@ -17,7 +17,7 @@ import torch
 from posttrain.checkpoint import Checkpointer, Parts
 from posttrain.data import collate_prompts, make_sampler, pad_token_id
 from posttrain.records import PromptBatch, RolloutBatch
-from posttrain.trainer.advantages import compute_advantages, correct_rollout_mismatch, make_shaping_state
+from posttrain.trainer.advantages import compute_advantages, correct_rollout_mismatch, filter_by_reward, make_shaping_state
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
 from posttrain.trainer.rewarding import RewardStage
@@ -76,12 +76,14 @@ class RLTrainer:
                 batch.values = critic.compute_values(batch)  # (B, T)
         with timer("adv"):
             metrics.update(compute_advantages(batch, scores, self.cfg.algorithm, self.shaping, len(batch)))
+            train, pf_metrics = filter_by_reward(batch, self.cfg.algorithm, self.cfg.trainer.seed, step)  # PF-PPO, else batch
+            metrics.update(pf_metrics)
         if critic is not None:
             with timer("update_critic"):
-                metrics.update(critic.update(batch))
+                metrics.update(critic.update(train))
         if step > self.cfg.trainer.critic_warmup:
             with timer("update_actor"):
-                metrics.update(actor.update(batch))
+                metrics.update(actor.update(train))
         with timer("sync"):
             self.roles.sync.push(actor.version)
         metrics.update(reward_metrics)

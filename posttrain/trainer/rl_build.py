@@ -13,14 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from posttrain.algorithms import (
-    check_kl_kind,
-    estimator_needs_greedy_baseline,
-    get_advantage_estimator,
-    get_policy_loss,
-    policy_loss_options,
-)
-from posttrain.config.checks import uses_critic
+from posttrain.algorithms import check_kl_kind, get_advantage_estimator, get_policy_loss, policy_loss_options
+from posttrain.config.checks import role_needs
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.config.sections.optim import OptimConfig
@@ -67,7 +61,7 @@ def sampling_params(cfg: Config, tokenizer: Any) -> tuple[SamplingParams, Sampli
 def baseline_sampling_params(cfg: Config, train: SamplingParams) -> SamplingParams | None:
     """Greedy decoding with the training limits, one response per prompt, when the advantage
     estimator asks for a greedy baseline (ReMax, as verl's `gen_baseline` step); else None."""
-    return train.greedy() if estimator_needs_greedy_baseline(cfg.algorithm.adv_estimator) else None
+    return train.greedy() if role_needs(cfg).greedy_baseline else None
 
 
 def _optimizer(params, o: OptimConfig, warmup: int, total: int):
@@ -213,7 +207,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     # Copies of the unsharded policy first: the engine's (when it keeps its own) and the reference's.
     own_copy = world.distributed or engine_dtype != next(policy.parameters()).dtype
     engine_model = copy.deepcopy(policy) if own_copy else policy
-    ref_model = copy.deepcopy(policy) if a.use_kl_loss or cfg.algorithm.use_kl_in_reward else None
+    needs = role_needs(cfg)  # from the estimator's registry entry and the KL switches
+    ref_model = copy.deepcopy(policy) if needs.reference else None
     trained = world.shard(policy, a.fsdp_config)
     optimizer, scheduler = _optimizer(trained.parameters(), a.optim, derived.actor_warmup_steps or 0, total)
     actor = Actor(
@@ -276,7 +271,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             pack=cfg.model.use_remove_padding, lean_forward=lean, dp=dp,
         )
     critic = None
-    if uses_critic(cfg):
+    if needs.critic:
         c = cfg.critic
         torch.manual_seed(seed)  # the value head is initialised from the global RNG (alike on every rank)
         value_model = world.shard(critic_model_from_config(cfg, tokenizer, world.torch_device), c.fsdp_config)

@@ -33,6 +33,10 @@ from posttrain.cluster.parallel import DataParallel
 from posttrain.workers.microbatch import SINGLE, accumulate_gradients, clip_and_step, mini_batches
 from posttrain.workers.reference import batched_logprobs
 
+# Metrics that are aggregates of the loss mode (weighted like the loss across micro-batches); the
+# others (clip fractions, ppo_kl, coefficients) are averages over the mini-batch.
+ACTOR_LOSS_VALUES = frozenset({"actor/pg_loss", "actor/entropy", "actor/kl_loss"})
+
 
 @dataclass(frozen=True)
 class ActorSettings:
@@ -176,7 +180,7 @@ class Actor:
         self.optimizer.zero_grad(set_to_none=True)
         metrics = accumulate_gradients(
             mini, self._micro_loss, loss_agg_mode=self.s.loss_agg_mode, size=self.s.micro_batch_size,
-            max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp,
+            max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp, loss_values=ACTOR_LOSS_VALUES,
         )
         grad_norm = clip_and_step(self.optimizer, self.s.grad_clip)
         metrics["actor/grad_norm"] = grad_norm

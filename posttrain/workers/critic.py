@@ -112,7 +112,7 @@ class Critic:
         self.optimizer.zero_grad(set_to_none=True)
         metrics = accumulate_gradients(
             mini, self._micro_loss, loss_agg_mode=self.s.loss_agg_mode, size=self.s.micro_batch_size,
-            max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp,
+            max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp, loss_values=frozenset({"critic/vf_loss"}),
         )
         metrics["critic/grad_norm"] = clip_and_step(self.optimizer, self.s.grad_clip)
         metrics["critic/lr"] = self.optimizer.param_groups[0]["lr"]

@@ -5,7 +5,9 @@ Why weights: a loss aggregated over a micro-batch is normalised by that micro-ba
 sequences). Summing micro-batch losses unweighted would give a gradient that depends on how the
 mini-batch was cut. Scaling each micro-batch loss by its share of the mini-batch's normaliser makes
 the accumulated gradient equal the gradient of the whole mini-batch's loss, for every split, every
-`loss_agg_mode` and the token-budget (dynamic batch size) packing alike. Forwards without a loss
+`loss_agg_mode` and the token-budget (dynamic batch size) packing alike. `token-sum` divides by
+nothing, so its micro-batch losses add up as they are (weight 1); its metrics that are not loss
+values (clip fractions, coefficients) are still averaged by each micro-batch's share of the tokens. Forwards without a loss
 (log-probs, values) go through `forward_in_order`, which puts every row's result back in place.
 
 With several data-parallel ranks (`posttrain.cluster.parallel`) the same functions run on every
@@ -87,13 +89,16 @@ def accumulate_gradients(
     size: int | None,
     max_tokens: int | None,
     dp: DataParallel = SINGLE,
+    loss_values: frozenset[str] = frozenset(),
 ) -> dict[str, float]:
-    """Backward of one mini-batch's loss, micro-batch by micro-batch; returns the loss metrics as
-    weighted averages over the whole mini-batch (summed over ranks).
+    """Backward of one mini-batch's loss, micro-batch by micro-batch; returns the loss metrics of the
+    whole mini-batch (summed over ranks).
 
     `loss_fn(micro) -> (loss, metrics)` aggregates over the micro-batch alone; each micro-batch's
-    loss is scaled by its share of the mini-batch's normaliser (`micro_weight`), so the accumulated
-    gradient -- summed over ranks -- is the gradient of the whole mini-batch's loss. A micro-batch
+    loss is scaled by `loss_weight` (its share of the mini-batch's normaliser, or 1 for token-sum),
+    so the accumulated gradient -- summed over ranks -- is the gradient of the whole mini-batch's
+    loss. Metrics named in `loss_values` (aggregates like the loss) get the same weight, so they
+    report the mini-batch's loss; the others are averages weighted by `micro_weight`. A micro-batch
     that weighs nothing (no token left to train on, or a rank's padding unit) still runs forward and
     backward with weight 0: on a sharded model every rank must take part in every collective."""
     total = normaliser(mini.train_mask, loss_agg_mode)  # of the whole mini-batch: the same on every rank
@@ -101,17 +106,19 @@ def accumulate_gradients(
     units = micro_batches(mine, size=size, max_tokens=max_tokens) if len(mine) else []
     metrics: dict[str, float] = defaultdict(float)
     for unit, real in dp.pad_units(units, lambda: mini[:1].trim()):
-        weight = micro_weight(unit.train_mask, total, loss_agg_mode) if real else 0.0
+        share = micro_weight(unit.train_mask, total, loss_agg_mode) if real else 0.0
+        weight = loss_weight(share, loss_agg_mode) if real else 0.0
         loss, parts = loss_fn(unit)
         (loss * weight).backward()
         for k, v in parts.items():
-            metrics[k] += v * weight
+            metrics[k] += v * (weight if k in loss_values else share)
     return dp.sum(metrics)
 
 
 def normaliser(mask: torch.Tensor, loss_agg_mode: str) -> float:
-    """What `loss_agg_mode` divides by: valid tokens for token-mean, else sequences with a token."""
-    if loss_agg_mode == "token-mean":
+    """What `loss_agg_mode` averages over: valid tokens for token-mean (and token-sum, whose loss
+    is not divided but whose other metrics are token averages), else sequences with a token."""
+    if loss_agg_mode in ("token-mean", "token-sum"):
         return float(mask.sum())
     return float((mask.sum(-1) > 0).sum())
 
@@ -121,6 +128,12 @@ def micro_weight(micro_mask: torch.Tensor, mini_total: float, loss_agg_mode: str
     if mini_total <= 0:
         return 0.0
     return normaliser(micro_mask, loss_agg_mode) / mini_total
+
+
+def loss_weight(share: float, loss_agg_mode: str) -> float:
+    """Weight of a micro-batch's loss in the mini-batch's: its `share` of the normaliser, except for
+    token-sum, whose mini-batch loss is the plain sum of its micro-batch sums (every rank's too)."""
+    return 1.0 if loss_agg_mode == "token-sum" else share
 
 
 def clip_and_step(optimizer: torch.optim.Optimizer, grad_clip: float | None) -> float:

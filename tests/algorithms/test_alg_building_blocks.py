@@ -31,6 +31,19 @@ def test_aggregation_modes_hand_computed():
     assert aggregate_loss(LOSS, MASK, "token-mean", num_tokens=8).item() == pytest.approx(10 / 8)
 
 
+def test_token_sum_adds_every_valid_token_and_divides_by_nothing():
+    assert aggregate_loss(LOSS, MASK, "token-sum").item() == pytest.approx(1 + 2 + 3 + 4)
+    w = torch.tensor([2.0, 0.5, 1.0])  # per sequence
+    assert aggregate_loss(LOSS, MASK, "token-sum", weights=w).item() == pytest.approx(2 * 6 + 0.5 * 4)
+    per_token = torch.tensor([[1.0, 0.0, 2.0], [3.0, 9.0, 9.0], [9.0, 9.0, 9.0]])
+    assert aggregate_loss(LOSS, MASK, "token-sum", weights=per_token).item() == pytest.approx(1 + 6 + 12)
+    # normalisers are not read: the sum is already the whole (mini-)batch's when its parts add up
+    assert aggregate_loss(LOSS, MASK, "token-sum", num_tokens=8, num_seqs=5, loss_scale_factor=3).item() == 10.0
+    loss = LOSS.clone().requires_grad_()
+    aggregate_loss(loss, MASK, "token-sum").backward()
+    assert torch.equal(loss.grad, MASK)  # d sum / d l_it = m_it: every valid token weighs 1
+
+
 def test_aggregation_edge_cases():
     assert aggregate_loss(LOSS, torch.zeros(3, 3), "token-mean").item() == 0.0
     assert aggregate_loss(LOSS, torch.zeros(3, 3), "seq-mean-token-mean").item() == 0.0
@@ -39,7 +52,8 @@ def test_aggregation_edge_cases():
     single = aggregate_loss(torch.tensor([[5.0]]), torch.ones(1, 1), "seq-mean-token-mean")
     assert single.item() == 5.0
     with pytest.raises(ValueError, match="valid modes"):
-        aggregate_loss(LOSS, MASK, "token-sum")
+        aggregate_loss(LOSS, MASK, "token-avg")
+    assert aggregate_loss(LOSS, torch.zeros(3, 3), "token-sum").item() == 0.0
 
 
 @settings(max_examples=40, deadline=None)

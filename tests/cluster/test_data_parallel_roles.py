@@ -27,6 +27,7 @@ from worker_helpers import NoSchedule, actor_settings, critic_settings, make_bat
 # different row counts (3 and 4), and a token budget of 20 different micro-batch counts.
 CASES = {
     "token-mean": dict(loss_agg_mode="token-mean", micro_batch_size=2),
+    "token-sum, budget": dict(loss_agg_mode="token-sum", max_tokens_per_micro_batch=20, micro_batch_size=None),
     "seq-mean-token-mean, budget": dict(loss_agg_mode="seq-mean-token-mean", max_tokens_per_micro_batch=20, micro_batch_size=None),
     "seq-mean-token-sum-norm, 2 minis, shuffled": dict(
         loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=16.0, mini_batch_size=4, micro_batch_size=1, shuffle=True
@@ -102,7 +103,7 @@ def model_dir(tmp_path_factory):
 
 # The policy loss reports its clip fractions and approximate KL as token means over each
 # micro-batch; weighted by the micro-batch's share of a per-sequence normaliser they depend on how
-# rows were split into micro-batches (in one process too), so only token-mean runs compare them.
+# rows were split into micro-batches (in one process too), so only token-mean/token-sum runs compare them.
 SPLIT_DEPENDENT = ("actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl")
 
 
@@ -122,8 +123,8 @@ def _compare(single, ranks, split_invariant_only=False):
 @pytest.mark.parametrize("name", list(CASES))
 def test_two_rank_actor_update_equals_one_process(model_dir, name):
     single = _actor_run(model_dir, DataParallel(), CASES[name])
-    token_mean = CASES[name]["loss_agg_mode"] == "token-mean"
-    _compare(single, run_ranks(_on_ranks, 2, _actor_run, model_dir, CASES[name], False), split_invariant_only=not token_mean)
+    token_weighted = CASES[name]["loss_agg_mode"] in ("token-mean", "token-sum")  # metrics averaged by token shares
+    _compare(single, run_ranks(_on_ranks, 2, _actor_run, model_dir, CASES[name], False), split_invariant_only=not token_weighted)
 
 
 def test_cpu_offload_policy_changes_no_number(model_dir):

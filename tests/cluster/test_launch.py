@@ -197,3 +197,22 @@ def test_ray_keys_need_ray_workers(inputs):
     out = train(inputs, "ray-keys", 0, None, "cluster.ray_num_cpus=4")
     assert out.returncode == 2
     assert "cluster.ray_num_cpus: only act when Ray starts the workers, and this run has one process" in out.stderr
+
+
+@pytest.mark.slow
+def test_env_vars_reach_every_worker(inputs):
+    seen = inputs / "seen"
+    seen.mkdir()
+    reward = inputs / "env_reward.py"
+    reward.write_text(
+        "import os\n"
+        "def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        f"    with open(os.path.join({str(seen)!r}, str(os.getpid())), 'w') as f:\n"
+        "        f.write(os.environ.get('POSTTRAIN_ENV_PROBE', 'unset'))\n"
+        "    return 0.0\n"
+    )
+    out = train(inputs, "env", 2, None, "stages=[{name: rl}]", "trainer.total_training_steps=1", "trainer.save_freq=-1",
+                f"reward.custom_reward_function.path={reward}", "reward.custom_reward_function.name=score",
+                "cluster.env_vars={POSTTRAIN_ENV_PROBE: hello}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert sorted(p.read_text() for p in seen.iterdir()) == ["hello", "hello"]  # both workers scored, both saw it

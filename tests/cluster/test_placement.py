@@ -29,7 +29,7 @@ def test_one_process_by_default_and_n_local_workers_per_device(monkeypatch):
 
 def test_a_colocated_device_mapping_is_the_same_placement_as_devices_per_node(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    roll = [f"cluster.device_mapping.{role}=[0,1]" for role in ("actor", "rollout", "ref")]
+    roll = [f"cluster.device_mapping.{role}=[0,1]" for role in ("actor", "rollout", "ref", "critic")]
     assert plan("cluster.n_gpus_per_node=8", *roll) == plan("cluster.n_gpus_per_node=2") == WorldPlan(2, "cpu", "local")
     cfg = load_config(None, ["cluster.n_gpus_per_node=8", *roll, "data.train_batch_size=6", "actor.ppo_mini_batch_size=3",
                              "rollout.n=2", "actor.ppo_micro_batch_size_per_gpu=3"])

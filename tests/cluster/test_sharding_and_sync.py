@@ -146,3 +146,31 @@ def test_weight_sync_rollout_and_reward_on_two_ranks(model_dir, tmp_path):
     for r in ranks:
         assert r["scores"].tolist() == pytest.approx([i / 10 for i in range(12)])
         assert r["metrics"]["reward/failures"] == 0.0
+
+
+def _build_roles(rank, world, model_dir, overrides):
+    from posttrain.config.derive import derive
+    from posttrain.models.loading import tokenizer_from_config
+    from posttrain.trainer.rl_build import build_roles
+
+    cfg = load_config(None, [f"model.path={model_dir}", "cluster.n_gpus_per_node=2", *overrides])
+    roles = build_roles(cfg, derive(cfg, 64), tokenizer_from_config(cfg.model), World(rank, world))
+    costs = [9, 1, 1, 1, 8, 8]  # token counts: the balanced split differs from consecutive runs
+    return {
+        "actor": _describe(roles.actor.run), "ref": _describe(roles.reference.run), "critic": _describe(roles.critic.run),
+        "share": roles.actor.dp.share(costs),
+    }
+
+
+def test_each_role_is_sharded_by_its_own_fsdp_config_and_balance_batch_splits_by_tokens(model_dir):
+    roles = ["algorithm.adv_estimator=gae", "actor.use_kl_loss=true"]  # a critic and a reference too
+    own = ["actor.fsdp_config.param_offload=true", "ref.fsdp_config.reshard_after_forward=false",
+           "critic.fsdp_config.forward_prefetch=true"]
+    got = run_ranks(_build_roles, 2, str(model_dir), [*roles, *own])
+    plain = run_ranks(_build_roles, 2, str(model_dir), [*roles, "trainer.balance_batch=false"])
+    assert (got[0]["actor"]["offload"], got[0]["ref"]["offload"], got[0]["critic"]["offload"]) == (True, False, False)
+    assert (got[0]["actor"]["reshard"], got[0]["ref"]["reshard"], got[0]["critic"]["reshard"]) == (True, False, True)
+    assert (got[0]["actor"]["prefetch"], got[0]["ref"]["prefetch"], got[0]["critic"]["prefetch"]) == (0, 0, 1)
+    # balanced by tokens: 9+1+1+1 vs 8+8; consecutive runs: rows 0-2 vs 3-5
+    assert (got[0]["share"], got[1]["share"]) == ([0, 1, 2, 3], [4, 5])
+    assert (plain[0]["share"], plain[1]["share"]) == ([0, 1, 2], [3, 4, 5])

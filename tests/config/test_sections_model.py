@@ -1,9 +1,9 @@
 """Schema checks of the `model` section.
 
 Every field has a one-line doc, well-formed and unique refs, defaults inside their own bounds and
-choices; the fields without `todo` are exactly those posttrain.models.loading honours (tests/models/
-test_loading.py shows each one changing behaviour); every model key of the reference guides has a
-home: a field's refs, the NEGATED_REFS table or the UNSUPPORTED table.
+choices; every model key of the reference guides has a home: a field's refs, the NEGATED_REFS table
+or the UNSUPPORTED table. That each field without `todo` changes what a run does is
+tests/trainer/test_honoured_keys.py's job.
 """
 
 from __future__ import annotations
@@ -16,12 +16,6 @@ import pytest
 from posttrain.config.fields import FRAMEWORKS, iter_fields
 from posttrain.config.sections import model
 from posttrain.config.sections.model import NEGATED_REFS, UNSUPPORTED, ModelConfig
-
-IMPLEMENTED = {
-    "path", "tokenizer_path", "dtype", "trust_remote_code", "external_lib", "override_config",
-    "enable_gradient_checkpointing", "attn_implementation", "custom_chat_template", "chat_template_path",
-    "max_model_len", "rope_theta", "rope_scaling", "use_remove_padding",
-}
 
 
 def _fields():
@@ -74,11 +68,6 @@ def test_defaults_are_within_their_bounds_and_choices():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             for op, bound in info.bounds.items():
                 assert ops[op](value, bound), path
-
-
-def test_todo_marks_exactly_the_fields_loading_does_not_implement():
-    not_todo = {path for path, info in _fields() if not info.todo}
-    assert not_todo == IMPLEMENTED
 
 
 def test_dtype_choices_match_the_loader():

@@ -160,7 +160,7 @@ def test_setting_a_todo_field_is_refused_by_name(override):
     "override, message",
     [
         ("actor.clip_ratio_c=1.0", "must be > 1"),
-        ("actor.loss_agg_mode=token-sum", "not one of"),
+        ("actor.loss_agg_mode=token-avg", "not one of"),
         ("actor.kl_loss_type=k4", "not one of"),
         ("rollout.top_p=0", "must be > 0"),
         ("rollout.n=0", "must be >= 1"),
@@ -186,26 +186,6 @@ def test_names_the_config_machinery_relies_on_exist():
         "ref.log_prob_micro_batch_size_per_gpu",
     ):
         assert path in paths, path
-
-
-def test_implemented_list_has_no_todo():
-    """The trainer implements these on one machine; they must not be marked `todo`."""
-    infos = dict(_worker_fields())
-    for path in (
-        "rollout.temperature", "rollout.top_k", "rollout.top_p", "rollout.do_sample", "rollout.n",
-        "rollout.response_length", "rollout.ignore_eos", "rollout.repetition_penalty",
-        "rollout.val_kwargs.n", "rollout.val_kwargs.top_k", "rollout.val_kwargs.top_p",
-        "actor.ppo_epochs", "actor.ppo_mini_batch_size", "actor.ppo_micro_batch_size_per_gpu",
-        "actor.use_dynamic_bsz", "actor.ppo_max_token_len_per_gpu", "actor.clip_ratio",
-        "actor.clip_ratio_low", "actor.clip_ratio_high", "actor.clip_ratio_c", "actor.dual_clip",
-        "actor.loss_agg_mode", "actor.use_torch_compile", "actor.policy_loss.loss_mode", "actor.entropy_coeff", "actor.use_kl_loss",
-        "actor.kl_loss_coef", "actor.kl_loss_type", "actor.grad_clip", "actor.shuffle",
-        "actor.optim.lr", "actor.optim.betas", "actor.optim.weight_decay", "actor.optim.eps",
-        "actor.optim.lr_scheduler_type", "actor.optim.min_lr_ratio", "actor.optim.num_cycles",
-        "ref.log_prob_micro_batch_size_per_gpu", "critic.cliprange_value", "critic.ppo_epochs",
-        "critic.grad_clip", "critic.optim.lr",
-    ):
-        assert infos[path].todo is None, f"{path} is implemented but marked todo"
 
 
 def test_constants_match_the_code_that_honours_them():

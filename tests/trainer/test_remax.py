@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posttrain.algorithms import estimator_needs_greedy_baseline, register_advantage_estimator
+from posttrain.algorithms import EstimatorNeeds, estimator_needs, register_advantage_estimator
 from posttrain.algorithms import registry
 from posttrain.data import collate_prompts
 from posttrain.trainer.rl import RLTrainer
@@ -13,18 +13,18 @@ from rl_helpers import tiny_rl_files, tiny_rl_trainer
 
 
 def test_registry_says_which_estimators_need_a_greedy_baseline():
-    assert estimator_needs_greedy_baseline("remax")
-    assert not any(estimator_needs_greedy_baseline(n) for n in ("grpo", "rloo", "gae", "reinforce_plus_plus"))
+    assert estimator_needs("remax").greedy_baseline
+    assert not any(estimator_needs(n).greedy_baseline for n in ("grpo", "rloo", "gae", "reinforce_plus_plus"))
 
 
 def test_a_user_estimator_can_ask_for_the_baseline():
     saved = dict(registry.ADVANTAGE_ESTIMATORS), list(registry._CANONICAL[id(registry.ADVANTAGE_ESTIMATORS)])
     try:
-        @register_advantage_estimator("my_greedy_baseline", needs_greedy_baseline=True)
+        @register_advantage_estimator("my_greedy_baseline", needs=EstimatorNeeds(greedy_baseline=True))
         def mine(**_):
             raise NotImplementedError
 
-        assert estimator_needs_greedy_baseline("my_greedy_baseline")
+        assert estimator_needs("my_greedy_baseline").greedy_baseline
     finally:
         registry.ADVANTAGE_ESTIMATORS.clear()
         registry.ADVANTAGE_ESTIMATORS.update(saved[0])

@@ -62,6 +62,18 @@ def test_gradient_does_not_depend_on_the_micro_batch_split(workdir):
         assert m_split["sft/tokens"] == m_whole["sft/tokens"]
 
 
+def test_a_micro_batch_without_trained_tokens_adds_nothing(workdir):
+    """Truncation can cut a whole response: that micro-batch trains nothing, and must not fail."""
+    _, model_dir, _ = workdir
+    model = load_causal_lm(model_dir)
+    objective = sft_objective(model, load_tokenizer(model_dir).pad_token_id)
+    trained = SFTExample(0, [1, 30, 31, 32, 2], [0, 0, 0, 1, 1])
+    cut = SFTExample(1, [1, 33, 34, 35, 36], [0, 0, 0, 0, 0])  # its response truncated away
+    alone, _ = grads_after(model, objective, [trained], MicroBatching(1))
+    both, metrics = grads_after(model, objective, [trained, cut], MicroBatching(1))
+    assert all(torch.equal(a, b) for a, b in zip(alone, both)) and metrics["sft/tokens"] == 2
+
+
 def test_loss_is_the_token_mean_nll_of_response_tokens_only(workdir):
     root, model_dir, paths = workdir
     tokenizer = load_tokenizer(model_dir)

@@ -27,6 +27,7 @@ B = len(LENGTHS)
 # trimmed width, which is a different number per split (rl_build always passes the response length).
 AGG_MODES = [
     ("token-mean", None),
+    ("token-sum", None),
     ("seq-mean-token-sum", None),
     ("seq-mean-token-mean", None),
     ("seq-mean-token-sum-norm", 16.0),
@@ -73,6 +74,9 @@ def test_gradient_does_not_depend_on_the_micro_batch_split(policy, mode, scale):
         # Loss metrics are weighted by the same shares, so they add up to the full mini-batch's.
         for key in ("actor/pg_loss", "actor/entropy", "actor/kl_loss"):
             assert metrics[key] == pytest.approx(full_metrics[key], rel=1e-5, abs=1e-7), (name, key)
+        if mode.startswith("token-"):  # token shares: the clip fraction is the mini-batch's token mean
+            assert metrics["actor/pg_clipfrac"] == pytest.approx(full_metrics["actor/pg_clipfrac"], rel=1e-5), name
+            assert metrics["actor/kl_coef"] == pytest.approx(0.3) == full_metrics["actor/kl_coef"], name
 
 
 def test_split_invariance_check_catches_unweighted_accumulation(policy, monkeypatch):
@@ -86,16 +90,17 @@ def test_split_invariance_check_catches_unweighted_accumulation(policy, monkeypa
         assert_same_grads(full, wrong)
 
 
-def test_full_batch_gradient_is_that_of_the_documented_loss(policy):
+@pytest.mark.parametrize("agg", ["seq-mean-token-mean", "token-sum"])
+def test_full_batch_gradient_is_that_of_the_documented_loss(policy, agg):
     """loss = pg - entropy_coeff * entropy + kl_coef * kl, each aggregated with loss_agg_mode."""
     from posttrain.algorithms import aggregate_loss, kl_penalty, ppo_clip_loss
     from posttrain.models.logprobs import batch_logprobs
 
     batch = prepared_batch(policy)
-    got, _ = grads_after_update(policy, batch, loss_agg_mode="seq-mean-token-mean", **LOSS_TERMS)
+    got, _ = grads_after_update(policy, batch, loss_agg_mode=agg, micro_batch_size=2, **LOSS_TERMS)
     model = copy.deepcopy(policy)
     out = batch_logprobs(model, batch, with_entropy=True)
-    mask, agg = batch.response_mask, "seq-mean-token-mean"
+    mask = batch.response_mask
     pg = ppo_clip_loss(
         old_logprob=batch.old_logprobs, logprob=out.logprobs, advantages=batch.advantages, response_mask=mask,
         loss_agg_mode=agg, clip_ratio=0.2, clip_ratio_c=3.0,

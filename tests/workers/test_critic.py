@@ -97,7 +97,7 @@ def test_small_clip_range_clips_far_returns(value_model):
     assert float(moved[batch.response_mask > 0].mean()) > 0.01
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("mode", ["token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
 def test_critic_gradient_does_not_depend_on_the_micro_batch_split(value_model, mode):
     batch = make_batch(value_model.config.vocab_size)
     current = sgd_critic(value_model).compute_values(batch)

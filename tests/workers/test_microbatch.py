@@ -6,14 +6,14 @@ import pytest
 import torch
 
 from posttrain.algorithms import aggregate_loss
-from posttrain.workers.microbatch import forward_in_order, micro_batches, micro_weight, mini_batches, normaliser
+from posttrain.workers.microbatch import forward_in_order, loss_weight, micro_batches, micro_weight, mini_batches, normaliser
 from worker_helpers import LENGTHS, make_batch
 
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])  # 4 tokens, 2 non-empty rows
 
 
 def test_normaliser_counts_tokens_or_non_empty_sequences():
-    assert normaliser(MASK, "token-mean") == 4.0
+    assert normaliser(MASK, "token-mean") == normaliser(MASK, "token-sum") == 4.0
     for mode in ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
         assert normaliser(MASK, mode) == 2.0
 
@@ -26,14 +26,21 @@ def test_micro_weights_are_shares_of_the_mini_batch():
     assert micro_weight(MASK[2:], 0.0, "token-mean") == 0.0  # an empty mini-batch, no division by zero
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_token_sum_losses_add_up_unweighted_and_other_modes_by_their_share():
+    assert loss_weight(0.25, "token-sum") == 1.0
+    for mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        assert loss_weight(0.25, mode) == 0.25
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
 def test_weighted_micro_losses_add_up_to_the_mini_batch_loss(mode):
     g = torch.Generator().manual_seed(0)
     loss_mat = torch.randn(3, 3, generator=g)
     full = aggregate_loss(loss_mat, MASK, mode, loss_scale_factor=4.0)
     total = normaliser(MASK, mode)
     parts = sum(
-        micro_weight(MASK[i : i + 1], total, mode) * aggregate_loss(loss_mat[i : i + 1], MASK[i : i + 1], mode, loss_scale_factor=4.0)
+        loss_weight(micro_weight(MASK[i : i + 1], total, mode), mode)
+        * aggregate_loss(loss_mat[i : i + 1], MASK[i : i + 1], mode, loss_scale_factor=4.0)
         for i in range(3)
     )
     assert float(parts) == pytest.approx(float(full), rel=1e-6)

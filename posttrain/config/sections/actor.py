@@ -24,7 +24,7 @@ _PROFILE = "per-role profiling (profiling issue)"
 _PERF = "memory/speed options of the training backend (performance issue)"
 
 # Kept equal to posttrain.algorithms (the config layer does not import it; a test compares them).
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_LOSS_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
 
 
@@ -142,7 +142,7 @@ class ActorConfig:
     clip_ratio_high: float | None = param(None, doc="Upper clip range (ratio <= 1 + clip_ratio_high; DAPO's clip-higher); null uses clip_ratio.", gt=0, refs=[f"{_VERL}.clip_ratio_high", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range_high"])
     dual_clip: bool = param(True, doc="Dual-clip PPO: bound the loss of negative-advantage tokens at clip_ratio_c x |advantage|.", refs=["roll:dual_clip_loss"])
     clip_ratio_c: float = param(3.0, doc="Dual-clip bound c (> 1) used when dual_clip.", gt=1, refs=[f"{_VERL}.clip_ratio_c"])
-    loss_agg_mode: str = param("token-mean", doc="How per-token losses become one number: token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm.", choices=LOSS_AGG_MODES, refs=[f"{_VERL}.loss_agg_mode", "roll:loss_agg_mode", f"{_TRINITY_ALGO}.loss_agg_mode"])
+    loss_agg_mode: str = param("token-mean", doc="How per-token losses become one number: token-mean, token-sum (no normaliser), seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm.", choices=LOSS_AGG_MODES, refs=[f"{_VERL}.loss_agg_mode", "roll:loss_agg_mode", f"{_TRINITY_ALGO}.loss_agg_mode"])
     policy_loss: PolicyLossConfig = param(factory=PolicyLossConfig, doc="Policy loss choice and its options.")
     entropy_coeff: float = param(0.0, doc="Weight of the entropy bonus: loss -= entropy_coeff x mean token entropy; 0 disables.", refs=[f"{_VERL}.entropy_coeff", "roll:entropy_loss_coef", f"{_TRINITY_ALGO}.entropy_loss_fn_args.entropy_coef"])
     use_kl_loss: bool = param(False, doc="Add a KL(policy || reference) term to the actor loss (GRPO-style, instead of KL in the reward).", refs=[f"{_VERL}.use_kl_loss", "roll:use_kl_loss"])

@@ -80,9 +80,9 @@ class KLControlConfig:
 
 @section
 class PFPPOConfig:
-    """Preference-feedback PPO: resample the batch weighted by reward (Zhang et al. 2025)."""
+    """Policy filtration (PF-PPO, Shen & Zhang 2024): how a response's score weighs its chance to be drawn."""
 
-    reweight_method: str = param("pow", doc="Sample weight from reward: pow (|r|^weight_pow), max_min (keep best and worst), max_random (keep best, random rest).", choices=["pow", "max_min", "max_random"], refs=["verl:algorithm.pf_ppo.reweight_method"])
+    reweight_method: str = param("pow", doc="Sample weight from the score s: pow (|s|^weight_pow), max_min (only the batch's highest and lowest scores), max_random (0.4 for the highest score, 0.1 for the rest).", choices=["pow", "max_min", "max_random"], refs=["verl:algorithm.pf_ppo.reweight_method"])
     weight_pow: float = param(2.0, doc="Exponent of the pow reweighting.", gt=0, refs=["verl:algorithm.pf_ppo.weight_pow"])
 
 
@@ -133,8 +133,8 @@ class AlgorithmConfig:
     whiten_advantages: bool = param(False, doc="Whiten advantages over the batch (masked mean 0, std 1) after estimation.", refs=["roll:whiten_advantages"])
     advantage_clip: float | None = param(None, doc="Clip advantages to [-advantage_clip, advantage_clip]; null disables.", gt=0, refs=["roll:advantage_clip"])
 
-    use_pf_ppo: bool = param(False, doc="Resample each batch by reward before the update (preference-feedback PPO).", refs=["verl:algorithm.use_pf_ppo"])
-    pf_ppo: PFPPOConfig = param(factory=PFPPOConfig, doc="Preference-feedback PPO reweighting.")
+    use_pf_ppo: bool = param(False, doc="PF-PPO: after advantages, the critic and actor train on B responses drawn with replacement from the step's B, weighted by score (pf_ppo); with every estimator.", refs=["verl:algorithm.use_pf_ppo"])
+    pf_ppo: PFPPOConfig = param(factory=PFPPOConfig, doc="PF-PPO's weighting of responses by score (read when use_pf_ppo).")
     filter_groups: FilterGroupsConfig = param(factory=FilterGroupsConfig, doc="DAPO dynamic sampling of informative prompt groups.")
     dpo: DPOConfig = param(factory=DPOConfig, doc="DPO loss settings (kind: dpo).")
 

@@ -66,8 +66,8 @@ class DataConfig:
     seed: int = param(1, doc="Seed of the data shuffle; with the epoch it fixes the order exactly.", ge=0, refs=["verl:data.seed"])
 
     # ---- optional outputs --------------------------------------------------------------------
-    return_raw_chat: bool = param(False, doc="Give each RL example its chat messages (system prompt added) before the template.", refs=["verl:data.return_raw_chat"])
-    return_full_prompt: bool = param(False, doc="Give each RL example its prompt text after the chat template.", refs=["verl:data.return_full_prompt"])
+    return_raw_chat: bool = param(False, doc="Keep each RL prompt's chat messages (system prompt added) before the template: a reward model then scores the conversation rebuilt in its own chat template.", refs=["verl:data.return_raw_chat"])
+    return_full_prompt: bool = param(False, doc="Keep each RL prompt's text after the chat template (untruncated): a reward model then reads it instead of the decoded prompt ids.", refs=["verl:data.return_full_prompt"])
 
     # ---- not implemented yet -----------------------------------------------------------------
     return_raw_input_ids: bool = param(False, doc="Also return prompt ids without the chat template (reward model with its own template).", todo="reward models with their own chat template (reward-model issue)", refs=["verl:data.return_raw_input_ids"])

@@ -1,0 +1,415 @@
+"""Every honoured config key changes what a run does, so a knob that stops working fails CI.
+
+A config field without `todo` promises behaviour. Each such key is in exactly one table: `KNOBS` (a
+tiny `posttrain train` run with the key changed does something else than the same run without the
+change: another rollout, forward pass, worker pool, metric, weight, file, printed line or exit
+status; see knob_harness.py), `ELSEWHERE` (a named test varies the key and asserts its effect, where
+the harness cannot see it cheaply), `SAME_RESULT` (keys whose requested behaviour posttrain always
+has: changing them must change nothing, which is checked too) or `UNCOVERED` (no test yet, with the
+reason). A new field without `todo` fails `test_every_honoured_key_has_a_behaviour_test` until it
+joins a table.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from knob_harness import make_assets, observe
+from posttrain.config.fields import iter_fields, section_class
+from posttrain.config.schema import Config
+
+REPO = Path(__file__).resolve().parents[2]
+
+@dataclass(frozen=True)
+class Knob:
+    change: tuple[str, ...]  # the override(s) of the run with the key changed; the first names the key
+    observable: str  # the Observation field that must differ
+    context: tuple[str, ...] = ()  # overrides of both runs: what the key needs to act
+    first: tuple[str, ...] | None = None  # an unrecorded run in the same directory before both runs
+
+    @property
+    def key(self) -> str:
+        return self.change[0].partition("=")[0]
+
+
+def knob(change: str | tuple[str, ...], observable: str, *context: str, first: tuple[str, ...] | None = None) -> Knob:
+    return Knob((change,) if isinstance(change, str) else change, observable, tuple(context), first)
+
+
+# Contexts: what a key needs to act.
+VAL = ("data.val_files={data}/test.parquet",)
+VAL_SAMPLED = (*VAL, "rollout.val_kwargs.do_sample=true", "rollout.val_kwargs.temperature=1.0")
+VARIED = ("data.train_files={data}/varied.parquet", "data.max_prompt_length=72")  # prompts of 26 to 68 tokens
+CRITIC = ("algorithm.adv_estimator=gae",)
+REF = ("actor.use_kl_loss=true",)
+KL_REWARD = ("algorithm.use_kl_in_reward=true",)
+ADAPTIVE = (*KL_REWARD, "algorithm.kl_ctrl.type=adaptive", "trainer.total_training_steps=3")  # step 3 shows step 2's update
+# Four epochs of two mini-batches at a high learning rate: ratios far from 1, so clipping binds.
+OFF_POLICY = ("actor.ppo_epochs=4", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=4", "actor.optim.lr=0.03")
+CLIP_COV = (*OFF_POLICY, "actor.policy_loss.loss_mode=clip_cov")  # clips tokens whose covariance is in [lb, ub]
+KL_COV = (*OFF_POLICY, "actor.policy_loss.loss_mode=kl_cov")
+COSINE = ("actor.optim.lr_scheduler_type=cosine",)
+CKPT = ("trainer.save_freq=1",)
+RIS = ("algorithm.rollout_is_threshold=1.001", "actor.reuse_rollout_logprobs=never", "rollout.dtype=bf16")
+REWARD_FILE = ("reward.custom_reward_function.path={data}/reward.py",)
+FLAKY = (*REWARD_FILE, "reward.custom_reward_function.name=flaky", "reward.on_error=fixed")
+RM = ("reward.reward_model.enable=true", "reward.reward_model.path={assets}/rm")
+SFT_DATA = ("data.train_files={data}/sft_train.parquet", "data.max_length=48", "actor.ppo_micro_batch_size_per_gpu=4")
+SFT = ("algorithm.kind=sft", *SFT_DATA)
+DPO = ("algorithm.kind=dpo", "data.train_files={data}/dpo_train.parquet", "data.max_length=48", "actor.ppo_micro_batch_size_per_gpu=4")
+PREP_MODEL = ("prepare.model.path={root}/prepared_model", "prepare.model.tiny.layers=1", "prepare.model.tiny.hidden=16")
+PREP_DATA = ("prepare.data.dir={root}/prepared_data", "prepare.data.train=8", "prepare.data.test=4")
+PARALLEL = ("reward.reward_manager=parallel", "reward.num_workers=1")
+# A rerun that continues the first run's step-1 checkpoint in another directory.
+RESUME = ("trainer.resume_mode=resume_path", "trainer.default_local_dir={root}/resumed")
+STEP = "{root}/posttrain/run/checkpoints/global_step_"
+
+KNOBS = [
+    # data
+    knob("data.train_files={data}/test.parquet", "prompts"),
+    knob("data.val_files={data}/test.parquet", "validation"),
+    knob("data.dataset_dir={assets}/data2", "prompts", "data.train_files=train.parquet", "data.dataset_dir={data}"),
+    knob("data.max_prompt_length=20", "prompts", "data.truncation=left"),
+    knob("data.max_response_length=3", "responses"),
+    knob("data.max_length=24", "forwards", *SFT, "data.truncation=right"),
+    knob("data.truncation=left", "prompts", "data.max_prompt_length=20", "data.truncation=right"),
+    knob("data.filter_overlong_prompts=true", "prompts", *VARIED, "data.max_prompt_length=50", "data.truncation=right"),
+    knob("data.filter_overlong_prompts_workers=2", "pools", *VARIED, "data.max_prompt_length=50", "data.filter_overlong_prompts=true"),
+    knob("data.train_batch_size=2", "prompts", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=4"),
+    knob("data.val_batch_size=2", "validation", *VAL),
+    knob("data.shuffle=false", "prompts"),
+    knob("data.validation_shuffle=true", "validation", *VAL),
+    knob("data.seed=2", "prompts"),
+    knob("data.system_prompt=be brief", "prompts"),
+    knob("data.chat_template=Q:{% for m in messages %}{{ m['content'] }}{% endfor %}A:", "prompts"),
+    knob("data.apply_chat_template_kwargs={flag: true}", "prompts", "model.chat_template_path={data}/flag.jinja"),
+    knob("data.return_full_prompt=true", "metrics", *RM, "data.max_prompt_length=20", "data.truncation=left"),
+    knob("data.return_raw_chat=true", "metrics", *RM),
+    # model
+    knob("model.path={assets}/critic_model", "responses"),
+    knob("model.tokenizer_path={assets}/tokenizer", "prompts"),
+    knob("model.dtype=bf16", "metrics"),
+    knob("model.external_lib=knob_policy_lib", "printed"),
+    knob("model.override_config={rms_norm_eps: 0.5}", "metrics"),
+    knob("model.enable_gradient_checkpointing=true", "forwards"),
+    knob("model.attn_implementation=eager", "metrics"),
+    knob("model.custom_chat_template=Q:{{ messages[0]['content'] }}A:", "prompts"),
+    knob("model.chat_template_path={data}/flag.jinja", "prompts"),
+    knob("model.max_model_len=100000", "exit"),
+    knob("model.rope_theta=0.5", "metrics"),
+    knob("model.rope_scaling={rope_type: linear, factor: 4.0}", "metrics"),
+    knob("model.use_remove_padding=false", "forwards", *VARIED),
+    # rollout
+    knob("rollout.n=3", "responses", "actor.ppo_micro_batch_size_per_gpu=4"),
+    knob("rollout.temperature=2.0", "responses"),
+    knob("rollout.top_k=1", "responses"),
+    knob("rollout.top_p=0.5", "responses"),
+    knob("rollout.do_sample=false", "responses"),
+    knob("rollout.repetition_penalty=2.0", "responses"),
+    knob("rollout.ignore_eos=true", "responses", "data.max_response_length=48"),
+    knob("rollout.response_length=3", "responses"),
+    knob("rollout.seed=2", "responses"),
+    knob(("rollout.val_kwargs.do_sample=true", "rollout.val_kwargs.temperature=1.0"), "validation", *VAL),
+    knob("rollout.val_kwargs.temperature=3.0", "validation", *VAL_SAMPLED),
+    knob("rollout.val_kwargs.top_k=1", "validation", *VAL_SAMPLED),
+    knob("rollout.val_kwargs.top_p=0.3", "validation", *VAL_SAMPLED),
+    knob("rollout.val_kwargs.n=2", "validation", *VAL),
+    knob("rollout.log_prob_micro_batch_size_per_gpu=2", "forwards", "actor.reuse_rollout_logprobs=never"),
+    knob("rollout.log_prob_use_dynamic_bsz=true", "forwards", "actor.reuse_rollout_logprobs=never", "rollout.log_prob_max_token_len_per_gpu=80"),
+    knob("rollout.log_prob_max_token_len_per_gpu=80", "forwards", "actor.reuse_rollout_logprobs=never", "rollout.log_prob_use_dynamic_bsz=true"),
+    knob("rollout.dtype=bf16", "metrics"),
+    knob("rollout.enable_prefix_caching=true", "forwards"),
+    knob("rollout.engine_kwargs.hf.decode_workers=2", "pools"),
+    # actor
+    knob("actor.ppo_mini_batch_size=2", "weights"),
+    knob("actor.ppo_micro_batch_size_per_gpu=4", "forwards"),
+    knob("actor.use_dynamic_bsz=true", "forwards", "actor.ppo_max_token_len_per_gpu=80"),
+    knob("actor.ppo_max_token_len_per_gpu=80", "forwards", "actor.use_dynamic_bsz=true"),
+    knob("actor.ppo_epochs=2", "weights"),
+    knob("actor.shuffle=true", "weights", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=4"),
+    knob("actor.share_prompt_forward=true", "forwards"),
+    knob("actor.reuse_rollout_logprobs=never", "forwards"),
+    knob("actor.clip_ratio=0.05", "weights", *OFF_POLICY),
+    knob("actor.clip_ratio_low=0.05", "weights", *OFF_POLICY),
+    knob("actor.clip_ratio_high=0.05", "weights", *OFF_POLICY),
+    knob("actor.dual_clip=false", "weights", *OFF_POLICY, "actor.clip_ratio_c=1.01"),
+    knob("actor.clip_ratio_c=1.01", "weights", *OFF_POLICY),
+    knob("actor.loss_agg_mode=token-sum", "weights"),
+    knob("actor.policy_loss.loss_mode=gspo", "weights"),
+    knob("actor.policy_loss.clip_cov_ratio=0.5", "weights", *CLIP_COV, "actor.policy_loss.clip_cov_lb=-100", "actor.policy_loss.clip_cov_ub=100"),
+    knob("actor.policy_loss.clip_cov_lb=-100", "weights", *CLIP_COV, "actor.policy_loss.clip_cov_ratio=0.5", "actor.policy_loss.clip_cov_ub=100"),
+    knob("actor.policy_loss.clip_cov_ub=-50", "weights", *CLIP_COV, "actor.policy_loss.clip_cov_ratio=0.5", "actor.policy_loss.clip_cov_lb=-100"),
+    knob("actor.policy_loss.kl_cov_ratio=0.5", "weights", *KL_COV),
+    knob("actor.policy_loss.ppo_kl_coef=10.0", "weights", *KL_COV, "actor.policy_loss.kl_cov_ratio=0.5"),
+    knob("actor.entropy_coeff=0.5", "weights"),
+    knob("actor.use_kl_loss=true", "forwards"),
+    knob("actor.kl_loss_coef=1.0", "weights", *REF),
+    knob("actor.kl_loss_type=abs", "weights", *REF),
+    knob("actor.grad_clip=1e-4", "weights"),
+    knob("actor.optim.lr=2e-3", "weights"),
+    knob("actor.optim.betas=[0.5,0.9]", "weights"),
+    knob("actor.optim.eps=1e-3", "weights"),
+    knob("actor.optim.fused=true", "weights"),
+    knob("actor.optim.weight_decay=0.5", "weights"),
+    knob("actor.optim.lr_warmup_steps=2", "metrics"),
+    knob("actor.optim.lr_warmup_steps_ratio=1.0", "metrics"),
+    knob("actor.optim.lr_scheduler_type=cosine", "metrics"),
+    knob("actor.optim.min_lr_ratio=0.5", "metrics", *COSINE),
+    knob("actor.optim.num_cycles=1.0", "metrics", *COSINE),
+    knob("actor.optim.lr_warmup_init=5e-4", "metrics", "actor.optim.lr_warmup_steps=2"),
+    knob("actor.fsdp_config.mixed_precision.param_dtype=bf16", "metrics"),
+    knob("actor.checkpoint.load_contents=[model]", "weights", *CKPT, *RESUME, f"trainer.resume_from_path={STEP}1", first=CKPT),
+    # reference
+    knob("ref.log_prob_micro_batch_size_per_gpu=2", "forwards", *REF),
+    knob("ref.log_prob_use_dynamic_bsz=true", "forwards", *REF, "ref.log_prob_max_token_len_per_gpu=80"),
+    knob("ref.log_prob_max_token_len_per_gpu=80", "forwards", *REF, "ref.log_prob_use_dynamic_bsz=true"),
+    knob("ref.fsdp_config.mixed_precision.param_dtype=bf16", "metrics", *REF),
+    # critic
+    knob("critic.ppo_mini_batch_size=2", "metrics", *CRITIC),
+    knob("critic.ppo_micro_batch_size_per_gpu=4", "forwards", *CRITIC),
+    knob("critic.ppo_epochs=2", "metrics", *CRITIC),
+    knob("critic.shuffle=true", "metrics", *CRITIC, "critic.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=4"),
+    knob("critic.use_dynamic_bsz=true", "forwards", *CRITIC, "critic.ppo_max_token_len_per_gpu=80"),
+    knob("critic.ppo_max_token_len_per_gpu=80", "forwards", *CRITIC, "critic.use_dynamic_bsz=true"),
+    knob("critic.forward_micro_batch_size_per_gpu=2", "forwards", *CRITIC),
+    knob("critic.forward_max_token_len_per_gpu=80", "forwards", *CRITIC, "critic.use_dynamic_bsz=true"),
+    knob("critic.cliprange_value=0.001", "metrics", *CRITIC, "critic.ppo_epochs=2"),
+    knob("critic.loss_agg_mode=token-sum", "metrics", *CRITIC),
+    knob("critic.grad_clip=1e-4", "metrics", *CRITIC),
+    knob("critic.optim.lr=2e-3", "metrics", *CRITIC),
+    knob("critic.optim.betas=[0.5,0.9]", "metrics", *CRITIC),
+    knob("critic.optim.eps=1e-3", "metrics", *CRITIC),
+    knob("critic.optim.fused=true", "metrics", *CRITIC),
+    knob("critic.optim.weight_decay=0.5", "metrics", *CRITIC),
+    knob("critic.optim.lr_warmup_steps=2", "metrics", *CRITIC),
+    knob("critic.optim.lr_warmup_steps_ratio=1.0", "metrics", *CRITIC),
+    knob("critic.optim.lr_scheduler_type=cosine", "metrics", *CRITIC),
+    knob("critic.optim.min_lr_ratio=0.5", "metrics", *CRITIC, "critic.optim.lr_scheduler_type=cosine"),
+    knob("critic.optim.num_cycles=1.0", "metrics", *CRITIC, "critic.optim.lr_scheduler_type=cosine"),
+    knob("critic.optim.lr_warmup_init=5e-4", "metrics", *CRITIC, "critic.optim.lr_warmup_steps=2"),
+    knob("critic.model.path={assets}/critic_model", "metrics", *CRITIC),
+    knob("critic.model.dtype=bf16", "metrics", *CRITIC),
+    knob("critic.model.override_config={rms_norm_eps: 0.5}", "metrics", *CRITIC),
+    knob("critic.model.external_lib=knob_critic_lib", "printed", *CRITIC),
+    knob("critic.model.enable_gradient_checkpointing=true", "forwards", *CRITIC),
+    knob("critic.model.use_remove_padding=false", "forwards", *CRITIC, *VARIED),
+    knob("critic.fsdp_config.mixed_precision.param_dtype=bf16", "metrics", *CRITIC),
+    knob("critic.checkpoint.load_contents=[model]", "metrics", *CRITIC, *CKPT, *RESUME, f"trainer.resume_from_path={STEP}1", first=(*CRITIC, *CKPT)),
+    # reward
+    knob("reward.reward_manager=parallel", "pools", "reward.num_workers=1"),
+    knob("reward.num_workers=2", "pools", *PARALLEL),
+    knob("reward.on_error=raise", "exit", *FLAKY),
+    knob("reward.failure_reward=0.5", "metrics", *FLAKY),
+    knob("reward.function_weight=2.0", "metrics"),
+    knob("reward.reward_model_weight=2.0", "metrics", *RM),
+    knob("reward.custom_reward_function.path={data}/reward.py", "metrics"),
+    knob("reward.custom_reward_function.name=by_length", "metrics", *REWARD_FILE),
+    knob("reward.custom_reward_function.reward_kwargs={bonus: 1.0}", "metrics", *REWARD_FILE),
+    knob("reward.reward_model.enable=true", "metrics", "reward.reward_model.path={assets}/rm"),
+    knob("reward.reward_model.path={assets}/rm", "exit", "reward.reward_model.enable=true"),
+    knob("reward.reward_model.micro_batch_size_per_gpu=2", "forwards", *RM),
+    knob("reward.reward_model.max_length=8", "forwards", *RM),
+    knob("reward.reward_model.use_dynamic_bsz=true", "forwards", *RM, "reward.reward_model.forward_max_token_len_per_gpu=80"),
+    knob("reward.reward_model.forward_max_token_len_per_gpu=80", "forwards", *RM, "reward.reward_model.use_dynamic_bsz=true"),
+    # algorithm
+    knob("algorithm.kind=sft", "metrics", *SFT_DATA),
+    knob("algorithm.adv_estimator=rloo", "weights"),
+    knob("algorithm.gamma=0.5", "metrics", *CRITIC),
+    knob("algorithm.lam=0.5", "metrics", *CRITIC),
+    knob("algorithm.norm_adv_by_std_in_grpo=false", "weights"),
+    knob("algorithm.use_kl_in_reward=true", "forwards"),
+    knob("algorithm.kl_penalty=abs", "metrics", *KL_REWARD),
+    knob("algorithm.kl_ctrl.type=adaptive", "metrics", *KL_REWARD),
+    knob("algorithm.kl_ctrl.kl_coef=0.5", "metrics", *KL_REWARD),
+    knob("algorithm.kl_ctrl.horizon=2", "metrics", *ADAPTIVE),
+    knob("algorithm.kl_ctrl.target_kl=1e-9", "metrics", *ADAPTIVE),
+    knob("algorithm.reward_clip=0.5", "metrics"),
+    knob("algorithm.reward_norm_mean=batch", "metrics"),
+    knob("algorithm.reward_norm_std=batch", "metrics"),
+    knob("algorithm.whiten_rewards=true", "metrics"),
+    knob("algorithm.whiten_advantages=true", "metrics"),
+    knob("algorithm.advantage_clip=0.1", "metrics"),
+    knob("algorithm.use_pf_ppo=true", "weights"),
+    knob("algorithm.pf_ppo.reweight_method=max_min", "weights", "algorithm.use_pf_ppo=true"),
+    knob("algorithm.pf_ppo.weight_pow=8.0", "weights", "algorithm.use_pf_ppo=true"),
+    knob("algorithm.dpo.beta=0.5", "metrics", *DPO),
+    knob("algorithm.dpo.label_smoothing=0.2", "metrics", *DPO),
+    knob("algorithm.dpo.loss_type=ipo", "metrics", *DPO),
+    knob("algorithm.rollout_is_threshold=1.001", "metrics", *RIS[1:]),
+    knob("algorithm.rollout_is=true", "weights", *RIS),
+    knob("algorithm.rollout_is_threshold_lower=0.5", "metrics", *RIS, "algorithm.rollout_is_mode=mask"),
+    knob("algorithm.rollout_is_level=sequence", "weights", *RIS, "algorithm.rollout_is=true"),
+    knob("algorithm.rollout_is_mode=mask", "metrics", *RIS),
+    knob("algorithm.rollout_is_veto_threshold=0.999", "metrics", *RIS),
+    # trainer
+    knob("trainer.project_name=elsewhere", "files"),
+    knob("trainer.experiment_name=other", "files"),
+    knob("trainer.total_epochs=2", "metrics", "trainer.total_training_steps=null"),
+    knob("trainer.total_training_steps=1", "metrics"),
+    knob("trainer.seed=43", "responses"),
+    knob("trainer.logger=[jsonl,console]", "printed"),
+    knob("trainer.log_val_generations=2", "files", *VAL),
+    knob("trainer.write_report=true", "files"),
+    knob("trainer.rollout_data_dir={root}/rollouts", "files"),
+    knob("trainer.validation_data_dir={root}/validations", "files", *VAL),
+    knob("trainer.test_freq=1", "validation", *VAL),
+    knob("trainer.val_before_train=false", "validation", *VAL),
+    knob("trainer.val_only=true", "weights", *VAL),
+    knob("trainer.critic_warmup=1", "weights"),
+    knob("trainer.root_dir={root}/other", "files"),
+    knob("trainer.default_local_dir={root}/mine", "files"),
+    knob("trainer.log_freq=2", "metrics"),
+    knob("trainer.save_freq=1", "files"),
+    knob("trainer.resume_mode=disable", "exit", first=()),
+    knob(f"trainer.resume_from_path={STEP}1", "metrics", *CKPT, *RESUME, f"trainer.resume_from_path={STEP}2", first=CKPT),
+    knob("trainer.checkpoint_dir={root}/checkpoints", "files", *CKPT),
+    knob("trainer.max_actor_ckpt_to_keep=1", "files", *CKPT),
+    knob("trainer.max_critic_ckpt_to_keep=1", "files", *CKPT, *CRITIC),
+    knob("trainer.del_local_ckpt_after_load=true", "files", *CKPT, *RESUME, f"trainer.resume_from_path={STEP}1", first=CKPT),
+    knob("trainer.save_hf_checkpoint=always", "files", *CKPT),
+    # cluster: the batch arithmetic of the checks (one process on CPU)
+    knob("cluster.nnodes=3", "exit", "cluster.n_gpus_per_node=1"),
+    knob("cluster.n_gpus_per_node=3", "exit"),
+    # prepare
+    knob("prepare.model.path={root}/prepared_model", "files"),
+    knob("prepare.model.tiny.layers=2", "files", *PREP_MODEL),
+    knob("prepare.model.tiny.hidden=32", "files", *PREP_MODEL),
+    knob("prepare.model.tiny.heads=2", "files", *PREP_MODEL),
+    knob("prepare.model.tiny.kv_heads=2", "files", *PREP_MODEL),
+    knob("prepare.model.tiny.intermediate=8", "files", *PREP_MODEL),
+    knob("prepare.model.tiny.vocab=128", "files", *PREP_MODEL),
+    knob("prepare.model.tiny.max_position=64", "files", *PREP_MODEL),
+    knob("prepare.model.tiny.tie_embeddings=true", "files", *PREP_MODEL),
+    knob("prepare.model.tiny.seed=1", "files", *PREP_MODEL),
+    knob("prepare.data.dir={root}/prepared_data", "files"),
+    knob("prepare.data.task=countdown", "files", *PREP_DATA),
+    knob("prepare.data.options={length: 3}", "files", *PREP_DATA),
+    knob("prepare.data.train=9", "files", *PREP_DATA),
+    knob("prepare.data.test=5", "files", *PREP_DATA),
+    knob("prepare.data.sft=4", "files", *PREP_DATA),
+    knob("prepare.data.dpo=4", "files", *PREP_DATA),
+    knob("prepare.data.seed=1", "files", *PREP_DATA),
+    knob("stages=[{name: first}, {name: second}]", "files"),
+]
+
+SHARDING, PLACEMENT, LAUNCH = (f"tests/cluster/{m}.py" for m in ("test_sharding_and_sync", "test_placement", "test_launch"))
+FSDP_KEYS = ("param_offload", "optimizer_offload", "offload_policy", "reshard_after_forward", "forward_prefetch", "fsdp_size",
+             "min_num_params", "transformer_layer_cls_to_wrap", "mixed_precision.reduce_dtype")
+
+# Keys a named test varies and checks the effect of (module path, test function).
+ELSEWHERE = {
+    "data.custom_cls.path": "tests/data/test_data_custom_cls.py::test_custom_class_is_loaded_and_built_with_files_tokenizer_config",
+    "data.custom_cls.name": "tests/data/test_data_custom_cls.py::test_custom_class_is_loaded_and_built_with_files_tokenizer_config",
+    "data.prompt_key": "tests/data/test_data_rl.py::test_string_prompt_system_prompt_and_optional_outputs",
+    "data.response_key": "tests/data/test_data_rl.py::test_string_prompt_system_prompt_and_optional_outputs",
+    "data.prompt_dict_keys": "tests/data/test_data_rl.py::test_messages_key_and_prompt_dict_keys",
+    "data.messages_key": "tests/data/test_data_rl.py::test_messages_key_and_prompt_dict_keys",
+    "data.system_prompt_key": "tests/data/test_data_rl.py::test_system_prompt_key_wins_and_existing_system_message_is_kept",
+    "data.reward_fn_key": "tests/data/test_data_rl.py::test_bad_reward_model_and_explicit_reward_fn_key",
+    "data.response_dict_keys": "tests/data/test_data_sft_dpo.py::test_response_dict_keys",
+    "data.chosen_key": "tests/data/test_data_sft_dpo.py::test_dpo_custom_keys_and_missing_column",
+    "data.rejected_key": "tests/data/test_data_sft_dpo.py::test_dpo_custom_keys_and_missing_column",
+    "critic.model.tokenizer_path": "tests/trainer/test_rl_build.py::test_a_critic_tokenizer_with_another_vocabulary_is_refused",
+    # 27 s of compilation on 2 cores: its own test checks the compiled forward is chosen per role
+    "actor.use_torch_compile": "tests/trainer/test_use_torch_compile.py::test_the_flag_selects_the_compiled_lean_forward_per_role",
+    # a reward function that hangs: seconds of waiting
+    "reward.timeout_s": "tests/rewards/test_reward_parallel.py::test_hanging_call_times_out_and_the_pool_stays_usable",
+    # several worker processes: the harness runs one process in-process
+    **{f"actor.fsdp_config.{k}": f"{SHARDING}::test_each_fsdp_key_changes_the_sharding" for k in FSDP_KEYS},
+    **{f"{role}.fsdp_config.{k}": f"{SHARDING}::test_each_role_is_sharded_by_its_own_fsdp_config_and_balance_batch_splits_by_tokens"
+       for role in ("ref", "critic") for k in FSDP_KEYS},
+    "trainer.balance_batch": f"{SHARDING}::test_each_role_is_sharded_by_its_own_fsdp_config_and_balance_batch_splits_by_tokens",
+    **{f"cluster.device_mapping.{role}": f"{PLACEMENT}::test_a_colocated_device_mapping_is_the_same_placement_as_devices_per_node"
+       for role in ("actor", "rollout", "ref", "critic")},
+    "cluster.launcher": f"{PLACEMENT}::test_one_process_by_default_and_n_local_workers_per_device",
+    "cluster.device": f"{PLACEMENT}::test_cuda_is_refused_without_a_gpu",
+    "cluster.env_vars": f"{LAUNCH}::test_env_vars_reach_every_worker",
+    "cluster.rpc_timeout_s": f"{LAUNCH}::test_a_hung_worker_is_named_once_its_peers_time_out",
+    "cluster.ray_address": f"{LAUNCH}::test_ray_refuses_what_it_cannot_place_or_reach",
+    "cluster.ray_num_cpus": f"{LAUNCH}::test_ray_refuses_what_it_cannot_place_or_reach",
+    "cluster.register_timeout_s": f"{LAUNCH}::test_ray_refuses_what_it_cannot_place_or_reach",
+    "cluster.ray_namespace": f"{LAUNCH}::test_ray_workers_train_as_one_process_and_name_a_killed_worker",
+    "cluster.ray_timeline_file": f"{LAUNCH}::test_ray_workers_train_as_one_process_and_name_a_killed_worker",
+}
+
+# Keys whose requested behaviour posttrain always has (each field's doc says so): no effect, checked.
+SAME_RESULT = {
+    "rollout.calculate_log_probs": "rollout.calculate_log_probs=true",
+    "actor.entropy_from_logits_with_chunking": "actor.entropy_from_logits_with_chunking=true",
+    "ref.entropy_from_logits_with_chunking": "ref.entropy_from_logits_with_chunking=true",
+    # fsdp and fsdp2 both select FSDP2, posttrain's one sharding backend
+    "actor.strategy": "actor.strategy=fsdp2",
+    "ref.strategy": "ref.strategy=fsdp2",
+    "critic.strategy": "critic.strategy=fsdp2",
+}
+
+# Keys no test can show the effect of yet, with the reason.
+UNCOVERED = {
+    "model.trust_remote_code": "needs a model directory with its own modelling code, which transformers copies into its module cache outside the repository",
+    "critic.model.trust_remote_code": "as model.trust_remote_code",
+    **{f"{role}.fsdp_config.mixed_precision.buffer_dtype": "fp32 is its only accepted value (FSDP2 has no buffer cast): nothing to vary"
+       for role in ("actor", "ref", "critic")},
+}
+
+
+def honoured_keys() -> set[str]:
+    return {path for path, info in iter_fields(Config) if section_class(info.type) is None and not info.todo}
+
+
+def test_every_honoured_key_has_a_behaviour_test():
+    tables = [{k.key for k in KNOBS}, set(ELSEWHERE), set(SAME_RESULT), set(UNCOVERED)]
+    listed = set().union(*tables)
+    assert sum(len(t) for t in tables) == len(listed), "a key is in two tables"
+    assert listed - honoured_keys() == set(), "a table names a key that is not an honoured field"
+    assert honoured_keys() - listed == set(), "these honoured keys have no behaviour test: add a KNOBS row"
+
+
+def test_the_tests_named_elsewhere_exist():
+    for key, where in ELSEWHERE.items():
+        path, _, name = where.partition("::")
+        assert f"\ndef {name}(" in (REPO / path).read_text(), f"{key}: {where} does not exist"
+        assert key.rpartition(".")[2] in (REPO / path).read_text(), f"{key}: {where} does not set it"
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    """The assets and a cache of observations by (context, first run), one torch thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the runs are tiny: one thread is fastest and the same every time
+    assets = make_assets(tmp_path_factory.mktemp("knobs"))
+    sys.path.insert(0, str(assets.root / "lib"))
+    yield assets, {}
+    sys.path.remove(str(assets.root / "lib"))
+    torch.set_num_threads(threads)
+
+
+def _observe(harness, overrides, first, name):
+    assets, cache = harness
+    key = (overrides, first)
+    if key not in cache:
+        cache[key] = observe(assets, overrides, f"{name}-{len(cache)}", first)
+    return cache[key]
+
+
+def test_two_runs_of_one_config_observe_the_same(harness):
+    assert _observe(harness, (), None, "base") == observe(harness[0], (), "again")
+
+
+@pytest.mark.parametrize("row", KNOBS, ids=lambda k: k.key)
+def test_changing_the_key_changes_the_run(harness, row):
+    base = _observe(harness, row.context, row.first, "base")
+    changed = _observe(harness, row.context + row.change, row.first, "changed")
+    assert base.exit[0] == 0 or row.observable == "exit", f"the run without the change failed: {base.exit}"
+    assert getattr(changed, row.observable) != getattr(base, row.observable), (
+        f"{' '.join(row.change)} changed no {row.observable} of the run (it changed: {changed.differences(base) or 'nothing'})"
+    )
+
+
+@pytest.mark.parametrize("key", sorted(SAME_RESULT))
+def test_keys_posttrain_always_honours_change_nothing(harness, key):
+    assert _observe(harness, (SAME_RESULT[key],), None, "same").differences(_observe(harness, (), None, "base")) == []
