@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from posttrain.cluster.world import RANK_ENV, WORLD_ENV
+from posttrain.cluster import RANK_ENV, WORLD_ENV
 
 # Roles every worker hosts: all roles share each process (colocated placement).
 ROLES = "actor, rollout, reference, critic, reward"

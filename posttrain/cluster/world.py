@@ -19,10 +19,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from posttrain.cluster import RANK_ENV, WORLD_ENV
 from posttrain.cluster.parallel import DataParallel
-
-RANK_ENV = "POSTTRAIN_RANK"
-WORLD_ENV = "POSTTRAIN_WORLD_SIZE"
 
 
 @dataclass(frozen=True)
