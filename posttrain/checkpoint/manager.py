@@ -16,7 +16,8 @@ Test hook: `POSTTRAIN_TEST_KILL=<stage>:<step>:<when>` SIGKILLs the process at s
 `step`, `when` being `after_step` (after its log line and checkpoint) or `before_marker` (inside
 the save, after the files are written and before the marker names them); a fourth field
 `:<rank>` kills only that worker process of a multi-process run, and a fifth, `:stop`, stops it
-(SIGSTOP) instead, the way a hung worker looks to its peers.
+(SIGSTOP) instead, the way a hung worker looks to its peers. The explorer of a decoupled run has
+the point `explored` (after writing batch `step` to the experience buffer).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def checkpoint_root(cfg: Config, run_dir: Path, stage: str, multi_stage: bool) -
     return run_dir / "checkpoints"
 
 
-def _kill_if(stage: str, step: int, when: str, rank: int) -> None:
+def kill_point(stage: str, step: int, when: str, rank: int = 0) -> None:
     """SIGKILL (or with a fifth field `stop`, SIGSTOP: a hung worker) this process when the test hook
     names this point, and this rank when it names one."""
     fields = os.environ.get(KILL_ENV, "").split(":")
@@ -112,13 +113,13 @@ class Checkpointer:
             world = self.ctx.world
             self.last_saved = save_checkpoint(
                 self.root, step, self.parts, state, world=world,
-                before_marker=lambda: _kill_if(self.ctx.name, step, "before_marker", world.rank),
+                before_marker=lambda: kill_point(self.ctx.name, step, "before_marker", world.rank),
             )
             if world.is_main:
                 prune(self.root, self.keep)
             if self.ctx.cfg.trainer.save_hf_checkpoint == "always":
                 self._copy_hf(step)
-        _kill_if(self.ctx.name, step, "after_step", self.ctx.world.rank)
+        kill_point(self.ctx.name, step, "after_step", self.ctx.world.rank)
 
     def _copy_hf(self, step: int) -> None:
         """The actor as a Hugging Face directory beside the checkpoint (a collective when sharded)."""

@@ -9,6 +9,7 @@ validating RL stage the held-out accuracy before and after RL (posttrain.report.
 from __future__ import annotations
 
 import argparse
+import os
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -39,7 +40,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.checkpoint import STAGE_COMPLETE
-    from posttrain.cluster.launch import launch
+    from posttrain.cluster.launch import launch, launch_halves
+    from posttrain.trainer.decoupled import ROLE_ENV, is_decoupled
     from posttrain.cluster.placement import plan_world
     from posttrain.cluster.ray_launch import launch_ray
     from posttrain.cluster.world import World, join_world, leave_world, world_from_env
@@ -55,6 +57,9 @@ def _train(args: argparse.Namespace, cfg) -> int:
             prepare(cfg.prepare)  # once, before any worker starts
         stages = stage_configs(cfg)
         base = run_directory(cfg)
+        if world is None and ROLE_ENV not in os.environ and any(is_decoupled(s.config) for s in stages):
+            check_run(cfg)  # every check before the first step, before either process starts
+            return launch_halves(["train", args.config, *args.overrides], base, ROLE_ENV)
         if world is None and plan.size > 1:
             check_run(cfg)  # every check before the first step, before any worker starts
             argv = ["train", args.config, *args.overrides]

@@ -87,17 +87,42 @@ def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_var
     return watch(procs, logs)
 
 
-def watch(procs: list, logs: list[Path]) -> int:
-    """`_watch` the workers (Popen-like: poll, returncode, send_signal, wait, kill); Ctrl-C stops them."""
+def launch_halves(argv: list[str], run_dir: Path, role_env: str) -> int:
+    """Run `python -m posttrain <argv>` twice, as the trainer and the explorer of a decoupled run
+    (`posttrain.trainer.decoupled`), each told its half by `role_env`; watched like workers. The
+    trainer's output is the console; both log to `<run dir>/workers/{trainer,explorer}.log`."""
+    log_dir = run_dir / "workers"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    halves = ["trainer", "explorer"]
+    logs = [log_dir / f"{half}.log" for half in halves]
+    threads = max(1, (os.cpu_count() or 1) // 2)
+    procs = []
+    for half, log in zip(halves, logs):
+        env = dict(os.environ, **{role_env: half})
+        if "OMP_NUM_THREADS" not in os.environ:
+            env["OMP_NUM_THREADS"] = str(threads)
+        err = log.open("w", encoding="utf-8")
+        procs.append(subprocess.Popen([sys.executable, "-m", "posttrain", *argv], env=env,
+                                      stdout=None if half == "trainer" else err, stderr=err))
+        err.close()
+    print(f"posttrain: decoupled run: trainer (pid {procs[0].pid}) and explorer (pid {procs[1].pid}) meet in the "
+          f"experience buffer; logs in {log_dir}", flush=True)
+    return watch(procs, logs, names=[f"the {half} process" for half in halves])
+
+
+def watch(procs: list, logs: list[Path], names: list[str] | None = None) -> int:
+    """`_watch` the workers (Popen-like: poll, returncode, send_signal, wait, kill); Ctrl-C stops them.
+    `names` says what each is in messages (default: worker rank r of N and the roles it hosts)."""
+    names = names or [f"worker rank {r} of {len(procs)} (roles: {ROLES})" for r in range(len(procs))]
     try:
-        return _watch(procs, logs)
+        return _watch(procs, logs, names)
     except KeyboardInterrupt:
         _stop(procs, signal.SIGINT)
         print("posttrain: interrupted", file=sys.stderr)
         return 130
 
 
-def _watch(procs: list, logs: list[Path]) -> int:
+def _watch(procs: list, logs: list[Path], names: list[str]) -> int:
     """Wait for the workers; when one fails, give the others `GRACE_S` to notice, stop the rest,
     and report the worker that caused it (see `_cause`)."""
     order: list[int] = []  # ranks in the order they were seen to end
@@ -116,7 +141,7 @@ def _watch(procs: list, logs: list[Path]) -> int:
         time.sleep(0.2)
     hung = [r for r, p in enumerate(procs) if p.poll() is None]  # still running after their peer failed
     _stop(procs, signal.SIGKILL)
-    return _report(procs, logs, _cause(procs, logs, first, hung), hung)
+    return _report(procs, logs, names, _cause(procs, logs, first, hung), hung)
 
 
 def _cause(procs: list, logs: list[Path], first: int, hung: list[int]) -> int:
@@ -131,7 +156,7 @@ def _cause(procs: list, logs: list[Path], first: int, hung: list[int]) -> int:
     return first
 
 
-def _report(procs: list, logs: list[Path], cause: int, hung: list[int]) -> int:
+def _report(procs: list, logs: list[Path], names: list[str], cause: int, hung: list[int]) -> int:
     code = procs[cause].returncode
     if code == 2 and cause not in hung:  # a user error: the worker printed its one-line message
         for line in tail(logs[cause], 1):
@@ -139,11 +164,11 @@ def _report(procs: list, logs: list[Path], cause: int, hung: list[int]) -> int:
         return 2
     how = "stopped responding (its peers timed out waiting for it: cluster.rpc_timeout_s)" if cause in hung else (
         getattr(procs[cause], "how", None) or how_it_ended(code))
-    print(f"posttrain: error: worker rank {cause} of {len(procs)} (roles: {ROLES}) {how}; the run stopped. "
+    print(f"posttrain: error: {names[cause]} {how}; the run stopped. "
           f"Rerun the same command to resume from the newest complete checkpoint. Its log: {logs[cause]}",
           file=sys.stderr)
     for line in tail(logs[cause]):
-        print(f"  rank {cause}: {line}", file=sys.stderr)
+        print(f"  {logs[cause].stem}: {line}", file=sys.stderr)
     return 1
 
 

@@ -389,7 +389,28 @@ def check_pf_ppo(cfg: Any) -> list[str]:
     return []
 
 
+def check_decoupled(cfg: Any) -> list[str]:
+    """What the explorer/trainer split (trainer.mode, synchronizer, experience buffer) cannot do yet."""
+    mode = get_path(cfg, "trainer.mode", "both")
+    problems = []
+    if mode == "bench":
+        problems.append("trainer.mode=bench (evaluate every checkpoint of a run) is not implemented yet; use both, explore or train")
+    if get_path(cfg, "synchronizer.sync_style", "fixed") != "fixed":
+        problems.append("synchronizer.sync_style=dynamic_by_explorer is not implemented yet; use fixed (the trainer publishes every sync_interval steps)")
+    if get_path(cfg, "buffer.trainer_input.experience_buffer.storage_type", "queue") == "file":
+        problems.append("buffer.trainer_input.experience_buffer.storage_type=file is not implemented yet; use sql or queue (an SQLite database)")
+    lagging = get_path(cfg, "synchronizer.sync_interval", 1) > 1 or get_path(cfg, "synchronizer.sync_offset", 0) > 0
+    split = mode in ("explore", "train") or (mode == "both" and lagging)
+    if split and is_rl(cfg) and world_size(cfg) > 1:
+        problems.append(
+            f"trainer.mode={mode}{' with a lagging synchronizer' if mode == 'both' else ''} runs one explorer process and "
+            f"one trainer process; {world_size(cfg)} worker processes per side are not built yet: set cluster.n_gpus_per_node to 0 or 1"
+        )
+    return problems
+
+
 CHECKS: list[Callable[[Any], list[str]]] = [
+    check_decoupled,
     check_device_mapping,
     check_sharded_checkpoints,
     check_sharding,

@@ -1,8 +1,8 @@
 """The RL trainer: one stage of PPO-family training on one machine.
 
-`RLTrainer.step` is the whole algorithm, top to bottom:
-rollout -> reward -> old/reference log-probs -> values -> advantages -> critic update -> actor
-update -> weight sync. Which estimator, loss, KL terms or critic are used are options of the step
+`RLTrainer.step` is the whole algorithm, top to bottom: `explore` (rollout -> reward) then `learn`
+(old/reference log-probs -> values -> advantages -> critic update -> actor update), then the weight
+sync. Which estimator, loss, KL terms or critic are used are options of the step
 (set in the config and resolved in `rl_build`), never branches on an algorithm's name.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from posttrain.buffer.experience import Experience
 from posttrain.checkpoint import Checkpointer, Parts
 from posttrain.data import collate_prompts, make_sampler, pad_token_id
 from posttrain.records import PromptBatch, RolloutBatch
@@ -34,17 +35,21 @@ from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, 
 class RLTrainer:
     """Holds the roles of one RL stage and runs its steps, validations and logging."""
 
-    def __init__(self, ctx: StageContext):
+    def __init__(self, ctx: StageContext, halves: str = "both"):
+        """`halves`: "both" for the synchronous loop, or one half of a decoupled run
+        (`posttrain.trainer.decoupled`): "explorer" (engine and reward; writes no stage files) or
+        "learner" (actor, reference, critic)."""
         cfg = ctx.cfg
         seed_everything(cfg.trainer.seed)
         self.ctx, self.cfg = ctx, cfg
         inputs = ctx.inputs or stage_inputs(cfg)  # every check before training (posttrain.trainer.preflight)
         self.tokenizer, self.train_set, self.val_set = inputs.tokenizer, inputs.train_set, inputs.val_set
-        self.derived, self.trackers = open_stage(ctx, len(self.train_set))
+        self.derived, self.trackers = open_stage(ctx, len(self.train_set), writes=halves != "explorer")
         self.sampler = make_sampler(cfg.data, len(self.train_set), split="train")
         self.pad_id = pad_token_id(self.tokenizer)
-        self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world)
-        self.rewards = RewardStage(cfg, self.tokenizer, inputs.reward_fn, self.roles.actor.dp)
+        self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves)
+        dp = (self.roles.actor or self.roles.rollout).dp
+        self.rewards = RewardStage(cfg, self.tokenizer, inputs.reward_fn, dp) if halves != "learner" else None
         self.shaping = make_shaping_state(cfg.algorithm)
         self.sampling, self.val_sampling = sampling_params(cfg, self.tokenizer)
         self.baseline_sampling = baseline_sampling_params(cfg, self.sampling)  # None unless the estimator needs it
@@ -52,18 +57,37 @@ class RLTrainer:
 
     # ---------------------------------------------------------------- the RL step
     def step(self, prompts: PromptBatch, step: int) -> dict[str, float]:
-        """One RL step on a batch of prompts; returns its metrics."""
-        actor, critic, ref, rollout = self.roles.actor, self.roles.critic, self.roles.reference, self.roles.rollout
-        timer, metrics = PhaseTimer(), {}
+        """One RL step on a batch of prompts: explore it (rollout, reward), learn from it (log-probs,
+        advantages, updates), hand the new weights to the engine; returns its metrics. A decoupled
+        run (`posttrain.trainer.decoupled`) runs the same two halves in two processes."""
+        timer = PhaseTimer()
+        experience = self.explore(prompts, timer, expected_version=self.roles.actor.version)
+        metrics = self.learn(experience, step, timer)
+        with timer("sync"):
+            self.roles.sync.push(self.roles.actor.version)
+        return self.step_metrics(experience, metrics, timer, step)
+
+    def explore(self, prompts: PromptBatch, timer: PhaseTimer, *, expected_version: int, policy_step: int = 0) -> Experience:
+        """Rollout and reward of a batch of prompts with the engine's weights, which must be
+        `expected_version` (a missed weight sync fails here, not silently) and are those of trainer
+        step `policy_step`."""
+        rollout, version = self.roles.rollout, expected_version
         with timer("gen"):
-            batch = rollout.generate(prompts, self.sampling, expected_version=actor.version)
+            batch = rollout.generate(prompts, self.sampling, expected_version=version)
         if self.baseline_sampling is not None:
             with timer("gen_baseline"):
-                greedy = rollout.generate(prompts, self.baseline_sampling, expected_version=actor.version)
+                greedy = rollout.generate(prompts, self.baseline_sampling, expected_version=version)
                 batch.reward_baselines = self.rewards.baseline_scores(greedy, batch)  # (B,)
         with timer("reward"):
             texts = self.rewards.decode(batch)
             scores, reward_metrics, _ = self.rewards.score(batch, texts)  # (B,)
+        return Experience(batch, scores, texts, reward_metrics, policy_step=policy_step)
+
+    def learn(self, experience: Experience, step: int, timer: PhaseTimer) -> dict[str, float]:
+        """Old and reference log-probs, values, advantages, critic and actor updates on an explored
+        batch; returns their metrics."""
+        actor, critic, ref = self.roles.actor, self.roles.critic, self.roles.reference
+        batch, scores, metrics = experience.batch, experience.scores, {}
         with timer("old_log_prob"):
             batch.old_logprobs = actor.old_logprobs(batch)  # (B, T), maybe the rollout's (reuse_rollout_logprobs)
         if self.cfg.algorithm.rollout_is_threshold is not None:
@@ -84,15 +108,20 @@ class RLTrainer:
         if step > self.cfg.trainer.critic_warmup:
             with timer("update_actor"):
                 metrics.update(actor.update(train))
-        with timer("sync"):
-            self.roles.sync.push(actor.version)
-        metrics.update(reward_metrics)
+        return metrics
+
+    def step_metrics(self, experience: Experience, metrics: dict[str, float], timer: PhaseTimer, step: int) -> dict[str, float]:
+        """A step's metrics: its updates', its batch's, its phases' times and throughput (the
+        explorer's times come with a decoupled run's experience); dumps the batch when asked."""
+        batch, scores = experience.batch, experience.scores
+        metrics.update(experience.reward_metrics)
         metrics.update(batch_metrics(batch, scores, self.max_new_tokens))
         metrics.update(timer.metrics())
+        metrics.update(experience.explore_metrics)
         metrics["perf/tokens_per_s"] = batch.num_tokens() / metrics["timing/step_s"]
         metrics["perf/generated_tokens_per_s"] = batch.num_response_tokens() / max(metrics["timing/gen_s"], 1e-9)
         metrics["dist/world_size"] = float(self.ctx.world.size)
-        self._dump(self.cfg.trainer.rollout_data_dir, step, batch, texts, scores)
+        self._dump(self.cfg.trainer.rollout_data_dir, step, batch, experience.texts, scores)
         return metrics
 
     # ---------------------------------------------------------------- validation
@@ -100,12 +129,14 @@ class RLTrainer:
         """Generate for every validation prompt with `val_kwargs` and score per data source."""
         if self.val_set is None:
             return {}
-        rollout, actor = self.roles.rollout, self.roles.actor
+        rollout = self.roles.rollout
+        # the actor's version in step with it; an explorer's engine has no actor beside it
+        version = self.roles.actor.version if self.roles.actor is not None else self.roles.engine.weights_version
         sampler = make_sampler(self.cfg.data, len(self.val_set), split="val")
         batches: list[RolloutBatch] = []
         for rows in sampler:
             prompts = collate_prompts([self.val_set[i] for i in rows], self.pad_id, uid_prefix="val")
-            batches.append(rollout.generate(prompts, self.val_sampling, expected_version=actor.version, seed=rollout_seed(self.cfg)))
+            batches.append(rollout.generate(prompts, self.val_sampling, expected_version=version, seed=rollout_seed(self.cfg)))
         batch = RolloutBatch.cat(batches)
         texts = self.rewards.decode(batch)
         scores, _, extra = self.rewards.score(batch, texts)
@@ -141,7 +172,8 @@ class RLTrainer:
                 last = metrics
             return StageResult(ckpt.final_model(self.save_final, final), last, total)
         finally:
-            self.rewards.close()
+            if self.rewards is not None:
+                self.rewards.close()
             self.trackers.close()
 
     def save_final(self, out: Path) -> None:

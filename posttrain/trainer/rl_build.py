@@ -178,22 +178,34 @@ def critic_model_from_config(cfg: Config, tokenizer: Any, device: torch.device |
 class RLRoles:
     """The roles of one RL stage, as the trainer sees them."""
 
-    rollout: RolloutWorker
-    actor: Actor
+    rollout: RolloutWorker | None  # None in a decoupled run's trainer
+    actor: Actor | None  # None (with reference, critic and sync) in a decoupled run's explorer
     reference: ReferencePolicy | None
     critic: Critic | None
-    sync: WeightSync  # actor -> rollout engine, after every update
+    sync: WeightSync | None  # actor -> rollout engine, after every update
 
     @property
-    def engine(self) -> HFEngine:
+    def engine(self) -> HFEngine | None:
         """The rollout role's engine (this process's)."""
-        return self.rollout.engine
+        return self.rollout.engine if self.rollout is not None else None
 
 
-def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = World()) -> RLRoles:
+def make_engine(cfg: Config, model: nn.Module, tokenizer: Any) -> HFEngine:
+    """The rollout engine over `model` (EOS ids from the model's generation_config: Qwen-style
+    <|im_end|> and <|endoftext|>)."""
+    return HFEngine(
+        model, eos_token_ids=None, pad_token_id=tokenizer.pad_token_id, copy_weights=False,
+        seed=rollout_seed(cfg), share_prompt_prefill=cfg.rollout.enable_prefix_caching,
+        decode_workers=cfg.rollout.engine_kwargs.hf.decode_workers,
+    )
+
+
+def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = World(), halves: str = "both") -> RLRoles:
     """Every role of the stage on this worker process. With several workers each role's model is
     sharded over all of them (FSDP2, its own `fsdp_config`) and the engine holds a whole copy of the
-    policy, made before the actor's is sharded (verl's hybrid engine: all roles on every device)."""
+    policy, made before the actor's is sharded (verl's hybrid engine: all roles on every device).
+    `halves`: "both", or one half of a decoupled run (`posttrain.trainer.decoupled`): "explorer"
+    (the engine alone, fed published weights) or "learner" (actor, reference, critic; no engine)."""
     total = derived.total_training_steps or 1
     seed = cfg.trainer.seed
     dp = world.data_parallel(cfg.trainer.balance_batch)
@@ -204,8 +216,11 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     lean = "compiled" if a.use_torch_compile else "off"  # one switch for the actor, reference and critic forwards
     actor_budget = dict(default_dynamic=a.use_dynamic_bsz, default_budget=a.ppo_max_token_len_per_gpu)
     engine_dtype, same_numerics = engine_precision(policy, actor_compute, cfg.rollout.dtype)
+    if halves == "explorer":
+        engine = make_engine(cfg, policy.eval().requires_grad_(False).to(engine_dtype), tokenizer)
+        return RLRoles(rollout=RolloutWorker(engine, dp), actor=None, reference=None, critic=None, sync=None)
     # Copies of the unsharded policy first: the engine's (when it keeps its own) and the reference's.
-    own_copy = world.distributed or engine_dtype != next(policy.parameters()).dtype
+    own_copy = halves == "both" and (world.distributed or engine_dtype != next(policy.parameters()).dtype)
     engine_model = copy.deepcopy(policy) if own_copy else policy
     needs = role_needs(cfg)  # from the estimator's registry entry and the KL switches
     ref_model = copy.deepcopy(policy) if needs.reference else None
@@ -246,19 +261,16 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         ),
         dp=dp,
     )
-    # EOS ids come from the model's generation_config (Qwen-style: <|im_end|> and <|endoftext|>).
     # In one process and the actor's dtype the engine shares the actor's module: a copy would only
     # cost memory and a per-step state-dict copy. In another dtype (rollout.dtype), or when the
     # actor is sharded, it holds its own whole copy, refreshed by the weight sync. The version check
-    # catches a missed sync either way.
-    if own_copy:
-        engine_model.eval().requires_grad_(False).to(engine_dtype)
-    engine = HFEngine(
-        engine_model, eos_token_ids=None, pad_token_id=tokenizer.pad_token_id, copy_weights=False,
-        seed=rollout_seed(cfg), share_prompt_prefill=cfg.rollout.enable_prefix_caching,
-        decode_workers=cfg.rollout.engine_kwargs.hf.decode_workers,
-    )
-    sync = weight_sync_for(engine, actor.model, sharded=world.distributed)
+    # catches a missed sync either way. A decoupled run's learner has no engine.
+    rollout, sync = None, None
+    if halves == "both":
+        if own_copy:
+            engine_model.eval().requires_grad_(False).to(engine_dtype)
+        engine = make_engine(cfg, engine_model, tokenizer)
+        rollout, sync = RolloutWorker(engine, dp), weight_sync_for(engine, actor.model, sharded=world.distributed)
     reference = None
     if ref_model is not None:
         size, max_tokens = forward_batching(
@@ -301,4 +313,4 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             ),
             dp=dp,
         )
-    return RLRoles(rollout=RolloutWorker(engine, dp), actor=actor, reference=reference, critic=critic, sync=sync)
+    return RLRoles(rollout=rollout, actor=actor, reference=reference, critic=critic, sync=sync)

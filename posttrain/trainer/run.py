@@ -16,6 +16,7 @@ import importlib
 import json
 import math
 import os
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +52,15 @@ def run_directory(cfg: Config) -> Path:
     return Path(t.root_dir).expanduser() / t.project_name / t.experiment_name
 
 
-def _runner(kind: str) -> Callable[[StageContext], StageResult]:
-    module, _, name = RUNNERS[kind].partition(":")
+def _runner(cfg: Config) -> Callable[[StageContext], StageResult]:
+    """The stage's runner: by algorithm.kind, and for an RL stage of a decoupled run, the half this
+    process runs (`posttrain.trainer.decoupled`)."""
+    from posttrain.trainer.decoupled import half_of
+
+    half = half_of(cfg)
+    target = {"explorer": "posttrain.trainer.decoupled:run_explorer", "trainer": "posttrain.trainer.decoupled:run_learner"}.get(
+        half or "", RUNNERS[cfg.algorithm.kind])
+    module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
 
 
@@ -222,8 +230,13 @@ def _decide(name: str, stage_dir: Path, later: list[Path], cfg: Config, explicit
 
 def run(cfg: Config, world: World = World()) -> list[StageResult]:
     """Run (or continue) every stage; returns their results in order. With several worker
-    processes every rank runs this loop; rank 0 decides what to resume and writes the markers."""
+    processes every rank runs this loop; rank 0 decides what to resume and writes the markers.
+    The explorer process of a decoupled run follows the trainer process instead (`_explore_stages`)."""
+    from posttrain.trainer.decoupled import ROLE_ENV
+
     checks = check_run(cfg)  # everything before the first step, for every stage
+    if os.environ.get(ROLE_ENV) == "explorer":
+        return _explore_stages(cfg, checks)
     stages = stage_configs(cfg)
     dirs = stage_dirs(cfg, stages)
     multi = len(stages) > 1
@@ -253,10 +266,35 @@ def run(cfg: Config, world: World = World()) -> list[StageResult]:
             )
             if resume is not None and world.is_main:
                 print(f"[{stage.name}] resuming from {resume} (after step {ctx.resume_step()})", flush=True)
-            done = _runner(stage.config.algorithm.kind)(ctx)
+            done = _runner(stage.config)(ctx)
             if world.is_main:
                 _mark_complete(stage_dir, done)
             world.barrier()
+        results.append(done)
+        model_path, offset = str(done.final_model), offset + done.steps
+    return results
+
+
+def _explore_stages(cfg: Config, checks: list[StageCheck], poll_s: float = 0.2) -> list[StageResult]:
+    """The explorer process of a decoupled run: explore each decoupled RL stage beside the trainer
+    process, and take every stage's result from the trainer's completion marker (it trains the
+    other stages alone and writes every stage's files)."""
+    from posttrain.trainer.decoupled import is_decoupled, run_explorer
+
+    stages = stage_configs(cfg)
+    dirs = stage_dirs(cfg, stages)
+    multi = len(stages) > 1
+    results: list[StageResult] = []
+    model_path, offset = cfg.model.path, 0
+    for stage, stage_dir, check in zip(stages, dirs, checks):
+        if is_decoupled(stage.config) and _completed(stage_dir) is None:
+            run_explorer(StageContext(
+                stage.name, with_model_path(stage.config, model_path), stage_dir, model_path, offset,
+                checkpoint_dir=checkpoint_root(stage.config, stage_dir, stage.name, multi),
+                inputs=check.inputs if model_path == cfg.model.path else None,
+            ))
+        while (done := _completed(stage_dir)) is None:  # the trainer process marks it (or the launcher stops us)
+            time.sleep(poll_s)
         results.append(done)
         model_path, offset = str(done.final_model), offset + done.steps
     return results

@@ -72,14 +72,16 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def open_stage(ctx: StageContext, train_size: int) -> tuple[Derived, Trackers]:
+def open_stage(ctx: StageContext, train_size: int, writes: bool = True) -> tuple[Derived, Trackers]:
     """Derive the step counts from the real (post-filtering) dataset size, save the resolved
     config into the stage directory, and build the trackers. Called once by every runner.
 
     Metrics already in the stage directory after the resumed step (all of them when starting
-    fresh) belong to an interrupted attempt: they are dropped, and TensorBoard purges them."""
+    fresh) belong to an interrupted attempt: they are dropped, and TensorBoard purges them.
+    `writes=False` (a decoupled run's explorer, which shares the stage with its trainer) derives
+    only: no files, no trackers."""
     derived = derive(ctx.cfg, train_size)
-    if not ctx.world.is_main:  # rank 0 writes the stage's files and logs its metrics
+    if not ctx.world.is_main or not writes:  # rank 0 writes the stage's files and logs its metrics
         return derived, build_trackers([], ctx.run_dir, derived.total_training_steps)
     if ctx.resume is not None:
         for line in config_changes(ctx.run_dir / "config.yaml", ctx.cfg):

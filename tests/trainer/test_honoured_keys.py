@@ -275,6 +275,8 @@ KNOBS = [
     # cluster: the batch arithmetic of the checks (one process on CPU)
     knob("cluster.nnodes=3", "exit", "cluster.n_gpus_per_node=1"),
     knob("cluster.n_gpus_per_node=3", "exit"),
+    # the explorer/trainer split: values not built yet are refused at load
+    knob("synchronizer.sync_style=dynamic_by_explorer", "exit"),
     # prepare
     knob("prepare.model.path={root}/prepared_model", "files"),
     knob("prepare.model.tiny.layers=2", "files", *PREP_MODEL),
@@ -298,6 +300,7 @@ KNOBS = [
 ]
 
 SHARDING, PLACEMENT, LAUNCH = (f"tests/cluster/{m}.py" for m in ("test_sharding_and_sync", "test_placement", "test_launch"))
+DECOUPLED, SYNC = (f"tests/buffer/{m}.py" for m in ("test_decoupled_runs", "test_sync_settings"))
 FSDP_KEYS = ("param_offload", "optimizer_offload", "offload_policy", "reshard_after_forward", "forward_prefetch", "fsdp_size",
              "min_num_params", "transformer_layer_cls_to_wrap", "mixed_precision.reduce_dtype")
 
@@ -335,6 +338,14 @@ ELSEWHERE = {
     "cluster.register_timeout_s": f"{LAUNCH}::test_ray_refuses_what_it_cannot_place_or_reach",
     "cluster.ray_namespace": f"{LAUNCH}::test_ray_workers_train_as_one_process_and_name_a_killed_worker",
     "cluster.ray_timeline_file": f"{LAUNCH}::test_ray_workers_train_as_one_process_and_name_a_killed_worker",
+    # the explorer and trainer processes of a decoupled run (the harness runs one process)
+    "trainer.mode": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
+    "synchronizer.sync_interval": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
+    "synchronizer.sync_offset": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
+    "synchronizer.sync_timeout": f"{SYNC}::test_the_explorer_waits_sync_timeout_for_fresh_weights_then_names_the_trainer",
+    "buffer.trainer_input.experience_buffer.name": f"{SYNC}::test_the_buffer_file_is_named_by_the_buffer_name_unless_a_path_is_given",
+    "buffer.trainer_input.experience_buffer.path": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
+    "buffer.trainer_input.experience_buffer.max_read_timeout": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
 }
 
 # Keys whose requested behaviour posttrain always has (each field's doc says so): no effect, checked.
@@ -342,6 +353,10 @@ SAME_RESULT = {
     "rollout.calculate_log_probs": "rollout.calculate_log_probs=true",
     "actor.entropy_from_logits_with_chunking": "actor.entropy_from_logits_with_chunking=true",
     "ref.entropy_from_logits_with_chunking": "ref.entropy_from_logits_with_chunking=true",
+    # both values move the weights through the run directory (docs/async.md); in step, nothing moves
+    "synchronizer.sync_method": "synchronizer.sync_method=checkpoint",
+    # queue and sql are both the SQLite buffer (a decoupled run's; the synchronous loop has none)
+    "buffer.trainer_input.experience_buffer.storage_type": "buffer.trainer_input.experience_buffer.storage_type=sql",
     # fsdp and fsdp2 both select FSDP2, posttrain's one sharding backend
     "actor.strategy": "actor.strategy=fsdp2",
     "ref.strategy": "ref.strategy=fsdp2",

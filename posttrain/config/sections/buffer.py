@@ -89,10 +89,10 @@ class ReplayBufferConfig:
 class ExperienceBufferConfig:
     """Where the explorer writes experiences and the trainer reads them."""
 
-    name: str = param("experience_buffer", doc="Unique name of the buffer.", todo=_TODO, refs=[f"{_EB}.name"])
-    storage_type: str = param("queue", doc="queue (in memory, optional sqlite/json backup at path), sql (sqlite database) or file (JSON files; debugging).", choices=["queue", "sql", "file"], todo=_TODO, refs=[f"{_EB}.storage_type"])
-    path: str | None = param(None, doc="Backup database or file of a queue; directory of file storage; sqlite URL of sql storage.", todo=_TODO, refs=[f"{_EB}.path"])
-    max_read_timeout: float = param(1800.0, doc="Seconds the trainer waits for a full batch from a queue before taking a partial one.", gt=0, todo=_TODO, refs=[f"{_EB}.max_read_timeout"])
+    name: str = param("experience_buffer", doc="Name of the buffer: its file is <stage dir>/<name>.sqlite unless path is set.", refs=[f"{_EB}.name"])
+    storage_type: str = param("queue", doc="queue and sql: an SQLite database shared by the explorer and trainer processes (posttrain keeps a queue durable, so an experience survives a crash of either side); file (JSON files) is refused: not implemented yet.", choices=["queue", "sql", "file"], refs=[f"{_EB}.storage_type"])
+    path: str | None = param(None, doc="The buffer's SQLite file (a path or a sqlite:/// URL); null: <stage dir>/<name>.sqlite.", refs=[f"{_EB}.path"])
+    max_read_timeout: float = param(1800.0, doc="Seconds the trainer waits for the explorer's next batch before the run fails, naming what the explorer last did (posttrain never trains on a partial batch).", gt=0, refs=[f"{_EB}.max_read_timeout"])
     format: ExperienceFormatConfig = param(factory=ExperienceFormatConfig, doc="Column layout of stored experiences.")
     replay_buffer: ReplayBufferConfig = param(factory=ReplayBufferConfig, doc="Experience reuse.")
 

@@ -1,25 +1,24 @@
 """`synchronizer`: how trained weights reach the generating side in a decoupled run.
 
-In posttrain's synchronous loop the rollout engine reads the actor's weights after every update, which
-is sync_interval 1 with sync_offset 0; other values wait for the decoupled explorer/trainer issue.
+In the synchronous loop the rollout engine takes the actor's weights after every update: that is
+sync_interval 1 with sync_offset 0. Other values run `trainer.mode: both` as an explorer process and a
+trainer process (posttrain.trainer.decoupled), the explorer up to sync_interval - 1 + sync_offset steps
+behind the trainer's newest weights.
 """
 
 from __future__ import annotations
 
 from posttrain.config.fields import param, section
 
-_TODO = "decoupled explorer/trainer issue"
-
-
 @section
 class SynchronizerConfig:
     """Weight synchronisation between trainer and explorer."""
 
-    sync_method: str = param("nccl", doc="nccl broadcasts weights between live processes; checkpoint has the explorer load the newest saved weights.", choices=["nccl", "checkpoint"], todo=_TODO, refs=["trinity:synchronizer.sync_method"])
-    sync_interval: int = param(1, doc="Training steps between weight synchronisations.", ge=1, todo=_TODO, refs=["trinity:synchronizer.sync_interval", "roll:actor_train.model_update_frequency"])
-    sync_offset: int = param(0, doc="Steps the explorer runs ahead before the trainer starts.", ge=0, todo=_TODO, refs=["trinity:synchronizer.sync_offset"])
-    sync_timeout: float = param(1200.0, doc="Seconds one synchronisation may take before it fails.", gt=0, todo=_TODO, refs=["trinity:synchronizer.sync_timeout"])
-    sync_style: str = param("fixed", doc="fixed syncs every sync_interval trainer steps; dynamic_by_explorer syncs when the explorer has run sync_interval steps.", choices=["fixed", "dynamic_by_explorer"], todo=_TODO, refs=["trinity:synchronizer.sync_style"])
+    sync_method: str = param("nccl", doc="How weights travel from trainer to explorer. posttrain's explorer and trainer are separate processes that meet in the run directory, and both values move the weights the same way: the trainer writes them there (safetensors), the explorer loads the newest it may use (Trinity's checkpoint method; nccl is served the same way).", choices=["nccl", "checkpoint"], refs=["trinity:synchronizer.sync_method"])
+    sync_interval: int = param(1, doc="Training steps between weight synchronisations: the trainer publishes its weights every sync_interval steps; above 1 (or with sync_offset) trainer.mode both runs an explorer process and a trainer process.", ge=1, refs=["trinity:synchronizer.sync_interval", "roll:actor_train.model_update_frequency"])
+    sync_offset: int = param(0, doc="Extra steps the explorer may run ahead of the trainer's newest weights (on top of sync_interval - 1); above 0 trainer.mode both runs an explorer process and a trainer process.", ge=0, refs=["trinity:synchronizer.sync_offset"])
+    sync_timeout: float = param(1200.0, doc="Seconds the explorer waits for weights fresh enough (and the trainer for the explorer's validation) before the run fails, naming what the other side last did.", gt=0, refs=["trinity:synchronizer.sync_timeout"])
+    sync_style: str = param("fixed", doc="fixed: the trainer publishes every sync_interval steps. dynamic_by_explorer (sync when the explorer asks) is refused: not implemented yet.", choices=["fixed", "dynamic_by_explorer"], refs=["trinity:synchronizer.sync_style"])
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.

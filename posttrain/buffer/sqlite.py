@@ -1,0 +1,141 @@
+"""The experience buffer on disk: one SQLite database shared by the explorer and the trainer.
+
+One row per explored batch, numbered by the explorer (batch 1, 2, ...), written in one transaction
+(a batch is in the buffer whole or not at all). The trainer claims batch k for its step k by
+writing the step into the row; the claim is undone for every step after the checkpoint a trainer
+resumes from (`release_after`). So an experience the explorer wrote is either trained on in a
+checkpointed step or still in the buffer after a crash of either side, and nothing is trained on
+twice. The explorer resumes after its last written batch (`explored`).
+
+The file is in WAL mode (readers never block the writer; two processes on one machine, or on a
+network file system that supports SQLite locking), and every connection waits for locks instead
+of failing (`busy_timeout`). A `meta` table names the schema: a database of another program, or
+of another version of this one, is refused with one message instead of being written over.
+
+Alongside the experiences the explorer writes the evaluations it ran (`evaluations`), which the
+trainer logs with its own metrics, and each side records its progress (`progress`) so the other
+can say, when it gives up waiting, what it was waiting for.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+from posttrain.buffer.experience import Experience
+from posttrain.errors import UserError
+
+SCHEMA = "posttrain-experience-buffer-1"
+
+
+class BufferError(UserError):
+    """The experience buffer cannot be used (another schema, not writable) or gave nothing in time."""
+
+
+class ExperienceBuffer:
+    """A SQLite experience buffer at `path` (created when missing)."""
+
+    def __init__(self, path: str | Path, *, poll_s: float = 0.05):
+        self.path = Path(path).expanduser()
+        self.poll_s = poll_s
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA busy_timeout=60000")
+            self._create()
+        except sqlite3.DatabaseError as err:
+            raise BufferError(f"{self.path}: cannot be used as the experience buffer ({err}); give another path") from None
+        except OSError as err:
+            raise BufferError(f"{self.path}: cannot create the experience buffer ({err.strerror or err})") from None
+
+    def _create(self) -> None:
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "meta" not in tables:
+            raise BufferError(
+                f"{self.path}: an SQLite database of something else (tables {', '.join(sorted(tables))}); give the "
+                "experience buffer its own file"
+            )
+        with self.db:
+            self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA,))
+            self.db.execute(
+                "CREATE TABLE IF NOT EXISTS experiences (batch INTEGER PRIMARY KEY, policy_step INTEGER NOT NULL, "
+                "created REAL NOT NULL, claimed_by_step INTEGER, payload BLOB NOT NULL)"
+            )
+            self.db.execute("CREATE TABLE IF NOT EXISTS evaluations (policy_step INTEGER PRIMARY KEY, metrics TEXT NOT NULL)")
+            self.db.execute("CREATE TABLE IF NOT EXISTS progress (side TEXT PRIMARY KEY, state TEXT NOT NULL, at REAL NOT NULL)")
+        (schema,) = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        if schema != SCHEMA:
+            raise BufferError(f"{self.path}: an experience buffer of schema {schema!r}, not {SCHEMA!r}; give a new path")
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ---------------------------------------------------------------- explorer side
+    def write(self, batch: int, experience: Experience) -> None:
+        """Store explored batch number `batch` (1-based); writing a number again replaces it (an
+        explorer that died after writing it and before recording that it did)."""
+        with self.db:
+            self.db.execute(
+                "INSERT OR REPLACE INTO experiences (batch, policy_step, created, claimed_by_step, payload) "
+                "VALUES (?, ?, ?, NULL, ?)",
+                (batch, experience.policy_step, time.time(), sqlite3.Binary(experience.to_bytes())),
+            )
+
+    def explored(self) -> int:
+        """The last batch number written (0 when none)."""
+        (last,) = self.db.execute("SELECT COALESCE(MAX(batch), 0) FROM experiences").fetchone()
+        return int(last)
+
+    def write_evaluation(self, policy_step: int, metrics: dict[str, float]) -> None:
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO evaluations VALUES (?, ?)", (policy_step, json.dumps(metrics)))
+
+    # ---------------------------------------------------------------- trainer side
+    def claim(self, step: int, timeout_s: float, waiting_for: str = "the explorer") -> Experience:
+        """Batch `step` for trainer step `step`, waiting up to `timeout_s` for the explorer to write it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self.db:
+                row = self.db.execute("SELECT payload FROM experiences WHERE batch = ?", (step,)).fetchone()
+                if row is not None:
+                    self.db.execute("UPDATE experiences SET claimed_by_step = ? WHERE batch = ?", (step, step))
+                    return Experience.from_bytes(bytes(row[0]))
+            if time.monotonic() > deadline:
+                raise BufferError(
+                    f"{self.path}: trainer step {step} waited {timeout_s:g} s for explored batch {step}, which "
+                    f"{waiting_for} has not written ({self.explored()} written; explorer: {self.state('explorer')}); "
+                    "raise buffer.trainer_input.experience_buffer.max_read_timeout or check the explorer"
+                )
+            time.sleep(self.poll_s)
+
+    def release_after(self, step: int) -> int:
+        """Undo the claims of steps after `step` (a trainer resuming from its checkpoint of `step`
+        trains them again); returns how many were released."""
+        with self.db:
+            cur = self.db.execute("UPDATE experiences SET claimed_by_step = NULL WHERE claimed_by_step > ?", (step,))
+        return cur.rowcount
+
+    def claimed(self) -> list[tuple[int, int | None]]:
+        """(batch, claiming step or None) of every stored batch, in batch order."""
+        return [(int(b), s) for b, s in self.db.execute("SELECT batch, claimed_by_step FROM experiences ORDER BY batch")]
+
+    def evaluations_through(self, policy_step: int) -> dict[int, dict[str, float]]:
+        """The explorer's evaluations of the weights of steps <= `policy_step`, by step."""
+        rows = self.db.execute("SELECT policy_step, metrics FROM evaluations WHERE policy_step <= ? ORDER BY policy_step", (policy_step,))
+        return {int(s): json.loads(m) for s, m in rows}
+
+    # ---------------------------------------------------------------- both sides
+    def report(self, side: str, state: str) -> None:
+        """Record what `side` (explorer/trainer) is doing, for the other side's messages."""
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO progress VALUES (?, ?, ?)", (side, state, time.time()))
+
+    def state(self, side: str) -> str:
+        row = self.db.execute("SELECT state, at FROM progress WHERE side = ?", (side,)).fetchone()
+        if row is None:
+            return "not started"
+        return f"{row[0]} ({time.time() - row[1]:.0f} s ago)"

@@ -1,0 +1,264 @@
+"""Decoupled exploring and training (Trinity-RFT's modes): the two halves of the RL step as two
+processes that meet in an experience buffer.
+
+    explorer: wait for weights fresh enough -> rollout -> reward -> write batch b to the buffer
+    trainer:  claim batch s from the buffer -> log-probs, advantages, updates -> publish weights
+
+`trainer.mode`:
+- `both` with `synchronizer.sync_interval` 1 and `sync_offset` 0 is the synchronous loop
+  (`posttrain.trainer.rl`); any other interval or offset starts an explorer process and a trainer
+  process (`posttrain.cli.train`) that run `run_explorer` and `run_learner` concurrently;
+- `explore` runs the explorer alone with the starting weights (collecting experiences, e.g. for a
+  later `train` run or offline analysis);
+- `train` runs the trainer alone on a buffer an earlier `explore` run (or another process) filled.
+
+Staleness. Batch b is generated with the newest weights the explorer has, and it may not start
+before the trainer has published the weights of step b - 1 - max_staleness, where max_staleness =
+sync_interval - 1 + sync_offset: the trainer publishes every sync_interval steps, and sync_offset
+lets the explorer run that many more batches ahead. With interval 1 and offset 0 every batch is
+on-policy, as in the synchronous loop. Each trained step logs `async/staleness`: how many steps
+older the weights that sampled it are than the ones it trains (0 = on-policy). Off-policy rows get
+their old log-probs recomputed by the actor (`Actor.old_logprobs`), and rollout importance sampling
+(`algorithm.rollout_is_*`) corrects for the sampler's lag when asked.
+
+Validation runs in the explorer (it holds the engine) on the weights of every validation step
+(trainer.test_freq, the last step, and step 0 with val_before_train); the trainer publishes those
+weights whatever the interval, waits for the evaluation and logs it with its own metrics of that
+step, so `metrics.jsonl` reads as a synchronous run's. The explorer's own files (validation
+generations, dumps) go to `<stage dir>/explorer/`.
+
+Faults: a trainer that finds no batch within `max_read_timeout`, or an explorer that finds no fresh
+weights within `sync_timeout`, ends with a message saying what the other side last reported. A
+killed side stops the run (the launcher stops the other); the rerun resumes: the trainer from its
+checkpoint, giving back to the buffer the batches of steps it had not checkpointed, the explorer
+after the last batch it wrote. So no batch is lost or trained twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+from posttrain.buffer.sqlite import BufferError, ExperienceBuffer
+from posttrain.buffer.weights import WeightFiles
+from posttrain.checkpoint import Checkpointer
+from posttrain.checkpoint.manager import kill_point
+from posttrain.cluster.fsdp import full_state_dict
+from posttrain.config.schema import Config
+from posttrain.data import collate_prompts
+from posttrain.trainer.metrics import PhaseTimer
+from posttrain.trainer.stage import StageContext, StageResult, final_model_dir
+
+ROLE_ENV = "POSTTRAIN_DECOUPLED"  # "explorer" or "trainer": this process is that half of a `both` run
+
+
+def is_decoupled(cfg: Config) -> bool:
+    """Whether an RL stage with this config runs as explorer and trainer processes (mode both with a
+    lagging synchronizer)."""
+    s = cfg.synchronizer
+    return cfg.algorithm.kind == "rl" and cfg.trainer.mode == "both" and (s.sync_interval > 1 or s.sync_offset > 0)
+
+
+def half_of(cfg: Config) -> str | None:
+    """Which half this process runs for an RL stage: "explorer", "trainer", or None (both, in step)."""
+    if cfg.algorithm.kind != "rl":
+        return None
+    if cfg.trainer.mode == "explore":
+        return "explorer"
+    if cfg.trainer.mode == "train":
+        return "trainer"
+    return os.environ.get(ROLE_ENV) if is_decoupled(cfg) else None
+
+
+def max_staleness(cfg: Config) -> int:
+    return cfg.synchronizer.sync_interval - 1 + cfg.synchronizer.sync_offset
+
+
+def validation_steps(cfg: Config, total: int) -> list[int]:
+    t = cfg.trainer
+    if not cfg.data.val_files:
+        return []
+    steps = {total} | ({0} if t.val_before_train else set())
+    if t.test_freq > 0:
+        steps |= set(range(t.test_freq, total + 1, t.test_freq))
+    return sorted(steps)
+
+
+def buffer_path(cfg: Config, stage_dir: Path) -> Path:
+    """The experience buffer's SQLite file: buffer.trainer_input.experience_buffer.path (a path or a
+    sqlite:/// URL), else <stage dir>/<buffer name>.sqlite."""
+    b = cfg.buffer.trainer_input.experience_buffer
+    if b.path:
+        return Path(b.path.removeprefix("sqlite:///")).expanduser()
+    return stage_dir / f"{b.name}.sqlite"
+
+
+def weights_dir(stage_dir: Path) -> Path:
+    return stage_dir / "published_weights"
+
+
+# ---------------------------------------------------------------- the explorer
+def run_explorer(ctx: StageContext) -> StageResult:
+    """Generate and score batches into the buffer; with a trainer (mode both), follow its weights
+    and validate them; alone (mode explore), explore with the starting weights."""
+    from posttrain.trainer.rl import RLTrainer
+
+    cfg, stage_dir = ctx.cfg, ctx.run_dir
+    explorer = RLTrainer(dataclasses.replace(ctx, run_dir=stage_dir / "explorer"), halves="explorer")
+    total = explorer.derived.total_training_steps
+    buffer = ExperienceBuffer(buffer_path(cfg, stage_dir))
+    weights = WeightFiles(weights_dir(stage_dir)) if cfg.trainer.mode == "both" else None
+    follow = _Follower(explorer, buffer, weights, cfg.synchronizer.sync_timeout, validation_steps(cfg, total))
+    start = buffer.explored()
+    for _ in range(start):  # the data order continues after the last batch written
+        explorer.sampler.next_batch()
+    engine = explorer.roles.engine
+    try:
+        for b in range(start + 1, total + 1):
+            follow.freshen(b - 1 - max_staleness(cfg))  # weights new enough for batch b (validating on the way)
+            buffer.report("explorer", f"exploring batch {b} with the weights of step {follow.loaded}")
+            rows = explorer.sampler.next_batch()
+            prompts = collate_prompts([explorer.train_set[i] for i in rows], explorer.pad_id, uid_prefix=f"s{b}")
+            timer = PhaseTimer()
+            experience = explorer.explore(prompts, timer, expected_version=engine.weights_version, policy_step=follow.loaded)
+            experience.explore_metrics = {k: v for k, v in timer.metrics().items() if k != "timing/step_s"}
+            buffer.write(b, experience)
+            kill_point(ctx.name, b, "explored")  # the test hook (posttrain.checkpoint.manager)
+        follow.finish()
+        buffer.report("explorer", f"finished: {total} batches written")
+    finally:
+        explorer.rewards.close()
+        buffer.close()
+    # The explorer trains nothing: its "final model" is what it sampled with last.
+    return StageResult(final_model=Path(ctx.model_path), last_metrics={}, steps=total)
+
+
+class _Follower:
+    """The explorer's side of the synchronizer: which weights it holds, and the validations it owes.
+
+    Without a trainer (mode explore) it holds the starting weights and owes only their validation
+    (step 0, with val_before_train). With one, every wait for newer weights also runs the
+    validations whose weights are published, in order: the trainer waits for each of them before
+    it trains further, so the explorer must never wait for weights without doing them."""
+
+    def __init__(self, explorer, buffer: ExperienceBuffer, weights: WeightFiles | None, timeout_s: float, steps: list[int]):
+        self.explorer, self.buffer, self.weights, self.timeout_s = explorer, buffer, weights, timeout_s
+        done = buffer.evaluations_through(max(steps, default=0))
+        self.pending = [s for s in steps if s not in done and (weights is not None or s == 0)]
+        self.loaded = 0  # the trainer step whose weights the engine holds (0: the starting weights)
+
+    def freshen(self, needed: int) -> None:
+        """Hold the newest published weights, waiting until they are at least those of `needed`."""
+        if self.weights is None:
+            self._validate_due(0)
+            return
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            latest = self.weights.latest()
+            self._validate_due(latest)
+            if needed <= 0 or (latest is not None and latest >= needed):
+                break
+            if time.monotonic() > deadline:
+                raise BufferError(
+                    f"{self.weights.dir}: the explorer waited {self.timeout_s:g} s for the weights of trainer step {needed} "
+                    f"(newest published: {latest if latest is not None else 'none'}; trainer: {self.buffer.state('trainer')}); "
+                    "raise synchronizer.sync_timeout or check the trainer"
+                )
+            time.sleep(self.buffer.poll_s)
+        if latest is not None and latest != self.loaded:
+            self._load(latest)
+
+    def finish(self) -> None:
+        """Run the validations still owed (the last waits for the trainer's last weights)."""
+        while self.pending:
+            self.freshen(self.pending[0])
+
+    def _validate_due(self, latest: int | None) -> None:
+        while self.pending and latest is not None and self.pending[0] <= latest:
+            step = self.pending.pop(0)
+            if step != self.loaded:  # the trainer publishes its starting (or resumed) weights too
+                self._load(step)
+            self.buffer.report("explorer", f"validating the weights of step {step}")
+            self.buffer.write_evaluation(step, self.explorer.validate(step))
+
+    def _load(self, step: int) -> None:
+        self.explorer.roles.engine.update_weights(self.weights.load(step), step)
+        self.loaded = step
+
+
+# ---------------------------------------------------------------- the trainer
+def run_learner(ctx: StageContext) -> StageResult:
+    """Train on the buffer's batches in order; with an explorer (mode both), publish weights for it
+    and log its evaluations; alone (mode train), train on what an earlier explore run stored."""
+    from posttrain.trainer.rl import RLTrainer
+
+    cfg, stage_dir = ctx.cfg, ctx.run_dir
+    path = buffer_path(cfg, stage_dir)
+    if cfg.trainer.mode == "train" and (not path.is_file() or ExperienceBuffer(path).explored() == 0):
+        raise BufferError(
+            f"trainer.mode=train reads experiences from {path}, which holds none; fill it first with trainer.mode=explore "
+            "(same buffer path), or run trainer.mode=both"
+        )
+    learner = RLTrainer(ctx, halves="learner")
+    total, t = learner.derived.total_training_steps, cfg.trainer
+    buffer = ExperienceBuffer(path)
+    following = cfg.trainer.mode == "both"
+    weights = WeightFiles(weights_dir(stage_dir)) if following else None
+    val_steps = set(validation_steps(cfg, total)) if following else set()
+    ckpt = Checkpointer(ctx, total, learner.checkpoint_parts())
+    last: dict[str, float] = {}
+    wait = cfg.buffer.trainer_input.experience_buffer.max_read_timeout
+    try:
+        start = ckpt.restore()
+        released = buffer.release_after(start)
+        if released:
+            print(f"[{ctx.name}] {released} explored batch(es) claimed after step {start} go back to the buffer", flush=True)
+        if weights is not None:
+            _publish(learner, weights, start)
+        if 0 in val_steps and start == 0:
+            last = _evaluation(buffer, 0, cfg.synchronizer.sync_timeout)
+            learner._log(last, ctx.step_offset)
+        for step in range(start + 1, total + 1):
+            buffer.report("trainer", f"training step {step}")
+            experience = buffer.claim(step, wait, waiting_for="the explorer")
+            timer = PhaseTimer()
+            metrics = learner.learn(experience, step, timer)
+            if weights is not None and (step % cfg.synchronizer.sync_interval == 0 or step in val_steps or step == total):
+                with timer("sync"):
+                    _publish(learner, weights, step)
+            metrics = learner.step_metrics(experience, metrics, timer, step)
+            metrics["async/staleness"] = float(step - 1 - experience.policy_step)
+            if step in val_steps:
+                metrics.update(_evaluation(buffer, step, cfg.synchronizer.sync_timeout))
+            learner._log(metrics, ctx.step_offset + step)
+            ckpt.after_step(step)
+            last = metrics
+        buffer.report("trainer", f"finished: {total} steps")
+        return StageResult(ckpt.final_model(learner.save_final, final_model_dir(ctx)), last, total)
+    finally:
+        buffer.close()
+        learner.trackers.close()
+
+
+def _publish(learner, weights: WeightFiles, step: int) -> None:
+    """The actor's whole weights as those of `step` (a collective when sharded; rank 0 writes)."""
+    state = full_state_dict(learner.roles.actor.model, main_only=True)
+    if learner.ctx.world.is_main:
+        weights.publish(state, step)
+
+
+def _evaluation(buffer: ExperienceBuffer, step: int, timeout_s: float) -> dict[str, float]:
+    """The explorer's evaluation of the weights of `step`, waiting for it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = buffer.evaluations_through(step).get(step)
+        if found is not None:
+            return found
+        if time.monotonic() > deadline:
+            raise BufferError(
+                f"the trainer waited {timeout_s:g} s for the explorer's validation of the weights of step {step} "
+                f"(explorer: {buffer.state('explorer')}); raise synchronizer.sync_timeout or check the explorer"
+            )
+        time.sleep(buffer.poll_s)

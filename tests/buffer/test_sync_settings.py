@@ -1,0 +1,50 @@
+"""What the synchronizer and buffer keys decide, without starting processes: when a stage splits
+into explorer and trainer, how far behind the explorer may sample, where the buffer lives, and how
+long the explorer waits for weights."""
+
+from __future__ import annotations
+
+import pytest
+
+from posttrain.buffer.sqlite import BufferError, ExperienceBuffer
+from posttrain.buffer.weights import WeightFiles
+from posttrain.config.load import load_config
+from posttrain.trainer.decoupled import _Follower, buffer_path, half_of, is_decoupled, max_staleness, validation_steps
+
+
+@pytest.mark.parametrize(
+    "overrides, split, staleness",
+    [([], False, 0), (["synchronizer.sync_interval=2"], True, 1), (["synchronizer.sync_offset=1"], True, 1),
+     (["synchronizer.sync_interval=3", "synchronizer.sync_offset=2"], True, 4),
+     (["synchronizer.sync_interval=2", "algorithm.kind=sft"], False, 1)],
+)
+def test_interval_and_offset_decide_the_split_and_the_staleness_bound(overrides, split, staleness):
+    cfg = load_config(None, overrides)
+    assert (is_decoupled(cfg), max_staleness(cfg)) == (split, staleness)
+
+
+def test_mode_picks_the_half_and_validation_follows_the_trainer_settings():
+    assert half_of(load_config(None, ["trainer.mode=explore"])) == "explorer"
+    assert half_of(load_config(None, ["trainer.mode=train"])) == "trainer"
+    assert half_of(load_config(None, [])) is None
+    cfg = load_config(None, ["data.val_files=[v.parquet]", "trainer.test_freq=3", "trainer.val_before_train=true"])
+    assert validation_steps(cfg, 7) == [0, 3, 6, 7]
+
+
+def test_the_buffer_file_is_named_by_the_buffer_name_unless_a_path_is_given(tmp_path):
+    assert buffer_path(load_config(None, []), tmp_path) == tmp_path / "experience_buffer.sqlite"
+    named = load_config(None, ["buffer.trainer_input.experience_buffer.name=mine"])
+    assert buffer_path(named, tmp_path) == tmp_path / "mine.sqlite"
+    url = load_config(None, [f"buffer.trainer_input.experience_buffer.path=sqlite:///{tmp_path}/x.db"])
+    assert buffer_path(url, tmp_path) == tmp_path / "x.db"
+
+
+def test_the_explorer_waits_sync_timeout_for_fresh_weights_then_names_the_trainer(tmp_path):
+    buffer = ExperienceBuffer(tmp_path / "b.sqlite")
+    buffer.report("trainer", "training step 1")
+    follow = _Follower(explorer=None, buffer=buffer, weights=WeightFiles(tmp_path / "w"), timeout_s=0.2, steps=[])
+    with pytest.raises(BufferError, match=r"waited 0.2 s for the weights of trainer step 2 \(newest published: none; "
+                                          r"trainer: training step 1"):
+        follow.freshen(2)
+    follow.freshen(0)  # the first batches need no published weights
+    assert follow.loaded == 0
