@@ -400,11 +400,13 @@ def check_decoupled(cfg: Any) -> list[str]:
     if get_path(cfg, "buffer.trainer_input.experience_buffer.storage_type", "queue") == "file":
         problems.append("buffer.trainer_input.experience_buffer.storage_type=file is not implemented yet; use sql or queue (an SQLite database)")
     lagging = get_path(cfg, "synchronizer.sync_interval", 1) > 1 or get_path(cfg, "synchronizer.sync_offset", 0) > 0
-    split = mode in ("explore", "train") or (mode == "both" and lagging)
+    apart = lagging or not get_path(cfg, "rollout.hybrid_engine", True)
+    split = mode in ("explore", "train") or (mode == "both" and apart)
     if split and is_rl(cfg) and world_size(cfg) > 1:
+        why = {"explore": "", "train": ""}.get(mode, " with a lagging synchronizer or rollout.hybrid_engine=false")
         problems.append(
-            f"trainer.mode={mode}{' with a lagging synchronizer' if mode == 'both' else ''} runs one explorer process and "
-            f"one trainer process; {world_size(cfg)} worker processes per side are not built yet: set cluster.n_gpus_per_node to 0 or 1"
+            f"trainer.mode={mode}{why} runs one explorer process and one trainer process; {world_size(cfg)} worker "
+            "processes per side are not built yet: set cluster.n_gpus_per_node to 0 or 1"
         )
     return problems
 

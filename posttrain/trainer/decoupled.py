@@ -6,7 +6,8 @@ processes that meet in an experience buffer.
 
 `trainer.mode`:
 - `both` with `synchronizer.sync_interval` 1 and `sync_offset` 0 is the synchronous loop
-  (`posttrain.trainer.rl`); any other interval or offset starts an explorer process and a trainer
+  (`posttrain.trainer.rl`); any other interval or offset, or `rollout.hybrid_engine: false` (the
+  engine in a process of its own: split placement), starts an explorer process and a trainer
   process (`posttrain.cli.train`) that run `run_explorer` and `run_learner` concurrently;
 - `explore` runs the explorer alone with the starting weights (collecting experiences, e.g. for a
   later `train` run or offline analysis);
@@ -55,10 +56,12 @@ ROLE_ENV = "POSTTRAIN_DECOUPLED"  # "explorer" or "trainer": this process is tha
 
 
 def is_decoupled(cfg: Config) -> bool:
-    """Whether an RL stage with this config runs as explorer and trainer processes (mode both with a
-    lagging synchronizer)."""
+    """Whether an RL stage with this config runs as explorer and trainer processes: mode both with a
+    lagging synchronizer, or with the rollout engine off the training process (verl's
+    `hybrid_engine: false`, split placement: on-policy with interval 1 and offset 0)."""
     s = cfg.synchronizer
-    return cfg.algorithm.kind == "rl" and cfg.trainer.mode == "both" and (s.sync_interval > 1 or s.sync_offset > 0)
+    lagging = s.sync_interval > 1 or s.sync_offset > 0
+    return cfg.algorithm.kind == "rl" and cfg.trainer.mode == "both" and (lagging or not cfg.rollout.hybrid_engine)
 
 
 def half_of(cfg: Config) -> str | None:

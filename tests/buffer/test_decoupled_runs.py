@@ -80,6 +80,21 @@ def test_both_with_a_lagging_synchronizer_runs_an_explorer_and_a_trainer(inputs,
 
 
 @pytest.mark.slow
+def test_split_placement_trains_on_policy_as_the_synchronous_loop(inputs, in_step):
+    out = train(inputs, "split", "rollout.hybrid_engine=false")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "decoupled run: trainer (pid" in out.stdout  # the engine in a process of its own
+    got = rows(inputs, "split")
+    assert [r.get("async/staleness") for r in got] == [None] + [0.0] * STEPS  # every batch sampled by the newest weights
+    # the same weights sample the same batches: every step as in step, to float rounding (old log-probs
+    # are recomputed by the trainer instead of reused from the rollout)
+    for mine, theirs in zip(got, in_step):
+        for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "val/score/mean"):
+            if key in theirs:
+                assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-5), (mine["step"], key)
+
+
+@pytest.mark.slow
 def test_explore_then_train_trains_every_stored_batch_once(inputs, in_step):
     buffer = f"buffer.trainer_input.experience_buffer.path={inputs / 'offline.sqlite'}"
     assert "explorer" not in "".join(p.name for p in inputs.glob("offline*"))

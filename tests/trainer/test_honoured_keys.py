@@ -340,6 +340,7 @@ ELSEWHERE = {
     "cluster.ray_timeline_file": f"{LAUNCH}::test_ray_workers_train_as_one_process_and_name_a_killed_worker",
     # the explorer and trainer processes of a decoupled run (the harness runs one process)
     "trainer.mode": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
+    "rollout.hybrid_engine": f"{DECOUPLED}::test_split_placement_trains_on_policy_as_the_synchronous_loop",
     "synchronizer.sync_interval": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
     "synchronizer.sync_offset": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
     "synchronizer.sync_timeout": f"{SYNC}::test_the_explorer_waits_sync_timeout_for_fresh_weights_then_names_the_trainer",
