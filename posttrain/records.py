@@ -12,9 +12,9 @@ on 2 CPU cores with 6 tensor fields and 4 list fields, indexing 64 of 128 rows t
 split of one step's batch would spend more time in bookkeeping than a tiny model's forward. Lists
 came back as `tensordict.utils.LinkedList`, and concatenating two records whose integer field
 differed silently turned the integer into a list. The semantics of non-tensor stacks have also
-changed between the tensordict versions our `tensordict>=0.6` pin admits. The operations RL needs
+changed between tensordict releases (0.6 to 0.15). The operations RL needs
 (index, split, cat with padding, repeat per response, move to a device) take ~100 lines here and
-behave the same on every version, so we own them.
+behave the same on every version, so we own them, and posttrain does not depend on tensordict.
 
 Masks are float (1.0 real token, 0.0 padding) so that masked reductions are plain multiplications.
 """
