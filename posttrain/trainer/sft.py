@@ -37,7 +37,7 @@ from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.data import SFTExample, collate_sft, make_sampler, pad_token_id
 from posttrain.models.loading import causal_lm_from_config
-from posttrain.optim import build_optimizer, build_scheduler
+from posttrain.optim import build_optimization
 from posttrain.tracking import Trackers
 from posttrain.models.precision import autocast
 from posttrain.trainer.sequence_logprobs import sequence_logprobs
@@ -64,18 +64,6 @@ def stage_device(ctx: StageContext) -> torch.device:
     if ctx.world.distributed:
         return ctx.world.torch_device
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def build_optimization(cfg: Config, model: nn.Module, derived: Derived) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW and the LR schedule of `actor.optim`, with the warm-up `derive` worked out."""
-    o = cfg.actor.optim
-    optimizer = build_optimizer(model.parameters(), lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas), eps=o.eps, fused=o.fused)
-    scheduler = build_scheduler(
-        optimizer, o.lr_scheduler_type, warmup_steps=derived.actor_warmup_steps or 0,
-        total_steps=derived.total_training_steps or 1, min_lr_ratio=o.min_lr_ratio, num_cycles=o.num_cycles,
-        warmup_init_ratio=o.lr_warmup_init / o.lr if o.lr > 0 else 0.0,
-    )
-    return optimizer, scheduler
 
 
 @dataclass(frozen=True)
@@ -174,7 +162,10 @@ def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objectiv
     cfg = ctx.cfg
     dp = ctx.world.data_parallel(cfg.trainer.balance_batch)
     _, inner = forward_runner(model)  # the model itself when `model` is its FSDP root
-    optimizer, scheduler = build_optimization(cfg, model, derived)
+    optimizer, scheduler = build_optimization(
+        model.parameters(), cfg.actor.optim, warmup_steps=derived.actor_warmup_steps or 0,
+        total_steps=derived.total_training_steps or 1,
+    )
     sampler = make_sampler(cfg.data, len(train_set))
     micro = MicroBatching.from_config(cfg)
     val_micro = MicroBatching.for_validation(cfg)
