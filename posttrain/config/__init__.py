@@ -1,6 +1,6 @@
 """posttrain's configuration: one typed YAML schema, loaded, validated and derived before any work.
 
-    cfg = load_config("examples/gsm8k_grpo.yaml", ["actor.ppo_epochs=2"])  # validated, frozen
+    cfg = load_config("examples/grpo.yaml", ["actor.ppo_epochs=2"])  # validated, frozen
     derived = derive(cfg, train_dataset_size=count_rows(cfg.data.train_files))
     for stage in stage_configs(cfg): ...                   # [Stage("main", cfg)] without stages
     save_resolved(cfg, run_dir, derived)                    # run_dir/config.yaml
