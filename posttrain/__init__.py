@@ -1,10 +1,11 @@
 """posttrain: reinforcement-learning post-training of language models.
 
-Layers (each imports only from the ones before it):
-  pure core      posttrain.errors, posttrain.files, posttrain.config, posttrain.algorithms
-  components     posttrain.models, posttrain.tasks, posttrain.data, rollout, rewards, workers
-  drivers        the trainer loop
-  CLI            posttrain.cli
+Layers (each imports only from its own and the ones before it; tests/test_layers.py checks it):
+  core           errors, files, records, config, algorithms
+  components     models, data, tasks, rewards, rollout, cluster, optim, checkpoint, tracking, report
+  roles          workers
+  drivers        trainer
+  command line   cli
 """
 
 __version__ = "0.1.0"

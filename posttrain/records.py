@@ -12,9 +12,9 @@ on 2 CPU cores with 6 tensor fields and 4 list fields, indexing 64 of 128 rows t
 split of one step's batch would spend more time in bookkeeping than a tiny model's forward. Lists
 came back as `tensordict.utils.LinkedList`, and concatenating two records whose integer field
 differed silently turned the integer into a list. The semantics of non-tensor stacks have also
-changed between the tensordict versions our `tensordict>=0.6` pin admits. The operations RL needs
+changed between tensordict releases (0.6 to 0.15). The operations RL needs
 (index, split, cat with padding, repeat per response, move to a device) take ~100 lines here and
-behave the same on every version, so we own them.
+behave the same on every version, so we own them, and posttrain does not depend on tensordict.
 
 Masks are float (1.0 real token, 0.0 padding) so that masked reductions are plain multiplications.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 from torch import Tensor
@@ -251,25 +251,41 @@ class RolloutBatch(_Rows):
         p_len = self.prompt_mask.sum(1).long().tolist()
         t_len = self.response_mask.sum(1).long().tolist()
         order = sorted(range(len(self)), key=lambda i: -(p_len[i] + t_len[i]))
-        groups: list[list[int]] = []
-        cur: list[int] = []
-        cur_p = cur_t = 0
-        for i in order:
-            if p_len[i] + t_len[i] > max_tokens:
-                raise ValueError(
-                    f"a sequence of {p_len[i] + t_len[i]} tokens does not fit max_tokens={max_tokens}; "
-                    "the token budget must be at least max prompt length + max response length"
-                )
-            new_p, new_t = max(cur_p, p_len[i]), max(cur_t, t_len[i])
-            if cur and (len(cur) + 1) * (new_p + new_t) > max_tokens:
-                groups.append(cur)
-                cur, new_p, new_t = [], p_len[i], t_len[i]
-            cur.append(i)
-            cur_p, cur_t = new_p, new_t
-        if cur:
-            groups.append(cur)
+        if order and p_len[order[0]] + t_len[order[0]] > max_tokens:
+            longest = p_len[order[0]] + t_len[order[0]]
+            raise ValueError(
+                f"a sequence of {longest} tokens does not fit max_tokens={max_tokens}; "
+                "the token budget must be at least max prompt length + max response length"
+            )
+
+        def padded(rows: Sequence[int]) -> int:  # rows x (longest prompt + longest response): a trimmed forward's cost
+            return len(rows) * (max(p_len[i] for i in rows) + max(t_len[i] for i in rows))
+
+        groups = pack_greedy(order, max_tokens, padded)
         index = torch.tensor([i for g in groups for i in g], dtype=torch.long)  # (B,)
         return MicroBatches([self[g].trim() for g in groups], index)
+
+
+def pack_greedy(order: Sequence[int], max_tokens: int, cost: Callable[[Sequence[int]], int]) -> list[list[int]]:
+    """Items taken in `order`, packed greedily into micro-batches whose `cost` stays within `max_tokens`.
+
+    The next item joins the current group unless the group with it would cost more than the budget;
+    then it starts a new group. A group always holds at least one item, so an item that alone
+    exceeds the budget gets a group of its own (callers that must refuse it check first). One packer
+    for both kinds of batch, each with its own cost: a rollout batch's groups cost their padded
+    rectangle (`RolloutBatch.split_by_tokens`, rows sorted longest first), an SFT/DPO batch's cost
+    its real tokens, in the sampler's order (`posttrain.trainer.sft.MicroBatching`).
+
+    >>> pack_greedy([0, 1, 2, 3], 5, lambda g: sum([3, 2, 4, 1][i] for i in g))
+    [[0, 1], [2, 3]]
+    """
+    groups: list[list[int]] = []
+    for item in order:
+        if groups and cost([*groups[-1], item]) <= max_tokens:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    return groups
 
 
 @dataclass

@@ -6,7 +6,7 @@ as their first line to run as the command does (benchmarks/bench_workers.py does
 
 - `OMP_WAIT_POLICY=PASSIVE`: idle OpenMP threads sleep instead of spinning. Spinning threads steal
   the cores that generation, reward workers and other processes need (docs/performance.md,
-  "Thread settings").
+  "Measuring honestly").
 - One malloc arena (glibc `mallopt(M_ARENA_MAX, 1)`, as `MALLOC_ARENA_MAX=1` would): the rollout
   engine decodes on its own threads (`rollout.engine_kwargs.hf.decode_workers`), and glibc gives
   each thread an arena whose freed memory the training thread cannot reuse. Measured on the GRPO

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from posttrain.records import MicroBatches, PromptBatch, RolloutBatch
+from posttrain.records import MicroBatches, PromptBatch, RolloutBatch, pack_greedy
 
 
 def make_rollout(prompt_lens, response_lens, P=4, T=5, version=3) -> RolloutBatch:
@@ -126,3 +126,15 @@ def test_split_by_tokens_respects_budget_and_restores_order():
 def test_split_by_tokens_rejects_a_row_longer_than_the_budget():
     with pytest.raises(ValueError, match="does not fit max_tokens=5"):
         make_rollout([3], [4]).split_by_tokens(max_tokens=5)
+
+
+def test_pack_greedy_starts_a_group_when_the_next_item_would_exceed_the_budget():
+    lengths = [3, 2, 4, 1]
+
+    def tokens(group):
+        return sum(lengths[i] for i in group)
+
+    assert pack_greedy([0, 1, 2, 3], 5, tokens) == [[0, 1], [2, 3]]
+    assert pack_greedy([3, 1, 0, 2], 5, tokens) == [[3, 1], [0], [2]]  # the order given is kept
+    assert pack_greedy([2, 0], 3, tokens) == [[2], [0]]  # an item over the budget alone gets its own group
+    assert pack_greedy([], 5, tokens) == []

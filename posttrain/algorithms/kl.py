@@ -76,7 +76,7 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str = "lo
         verl `algorithm.kl_penalty` (reward) and `actor.kl_loss_type` (loss); ROLL `kl_penalty`;
         Trinity-RFT `kl_penalty_fn` / `kl_loss_fn` (k1, k2, k3, low_var_kl, abs).
     Paper:
-        Schulman 2020, Approximating KL Divergence, http://joschu.net/blog/kl-approx.html.
+        Schulman 2020, "Approximating KL Divergence" (blog post).
     """
     if kind.endswith("+") and kind[:-1] not in ("mse", "k2", "full"):
         value = _kl_forward(logprob, ref_logprob, kind[:-1])

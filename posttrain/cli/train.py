@@ -64,7 +64,9 @@ def _train(args: argparse.Namespace, cfg) -> int:
             check_run(cfg)  # every check before the first step, before any worker starts
             argv = ["train", args.config, *args.overrides]
             if plan.launcher == "ray":
-                return launch_ray(argv, plan, base, cfg.cluster)
+                from posttrain.cli import main  # each actor runs this command's main in-process
+
+                return launch_ray(main, argv, plan, base, cfg.cluster)
             return launch(argv, plan.size, base, plan.device, dict(cfg.cluster.env_vars))
         stage_dirs = [base / s.name for s in stages] if len(stages) > 1 else [base]
         was_complete = all((d / STAGE_COMPLETE).is_file() for d in stage_dirs)

@@ -24,6 +24,7 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Callable
 
 from posttrain.cluster.launch import ROLES, watch, worker_env
 from posttrain.cluster.placement import WorldPlan
@@ -44,8 +45,10 @@ class RankWorker:
             s.bind(("", 0))
             return ray.util.get_node_ip_address(), s.getsockname()[1]
 
-    def run(self, argv: list[str], env: dict[str, str], cwd: str, log: str, console: bool) -> int:
-        """`posttrain <argv>` in this process; error output (and all output unless `console`) to `log`."""
+    def run(self, entry: Callable[[list[str]], int], argv: list[str], env: dict[str, str], cwd: str, log: str, console: bool) -> int:
+        """`entry(argv)` -- the `posttrain` command's main, which the command line hands down so that
+        this layer never imports it -- in this process; error output (and all output unless
+        `console`) to `log`."""
         os.environ.update(env)
         if os.path.isdir(cwd):  # relative paths of the config mean the same as on the head node
             os.chdir(cwd)
@@ -54,10 +57,8 @@ class RankWorker:
         os.dup2(fd, 2)
         if not console:
             os.dup2(fd, 1)
-        from posttrain.cli import main
-
         try:
-            code = main(argv)
+            code = entry(argv)
         except SystemExit as stop:
             code = stop.code if isinstance(stop.code, int) else 1
         sys.stdout.flush()
@@ -116,8 +117,9 @@ def check_answers(address: str, timeout_s: float = 10.0) -> None:
         ) from None
 
 
-def launch_ray(argv: list[str], plan: WorldPlan, run_dir: Path, cluster) -> int:
-    """Run `posttrain <argv>` as `plan.size` Ray actors; returns the launcher's exit status."""
+def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPlan, run_dir: Path, cluster) -> int:
+    """Run `entry(argv)` (the `posttrain` command's main, given by the command line) as `plan.size`
+    Ray actors; returns the launcher's exit status."""
     try:
         import ray
     except ImportError:
@@ -146,7 +148,7 @@ def launch_ray(argv: list[str], plan: WorldPlan, run_dir: Path, cluster) -> int:
                 f"{cluster.register_timeout_s:g} s; the cluster has {ray.cluster_resources()}. Lower the worker count "
                 "(cluster.nnodes × n_gpus_per_node) or add nodes"
             ) from None
-        return _run_actors(ray, group, argv, plan, run_dir, cluster, PlacementGroupSchedulingStrategy)
+        return _run_actors(ray, group, entry, argv, plan, run_dir, cluster, PlacementGroupSchedulingStrategy)
     finally:
         remove_placement_group(group)
         if cluster.ray_timeline_file:
@@ -154,7 +156,7 @@ def launch_ray(argv: list[str], plan: WorldPlan, run_dir: Path, cluster) -> int:
         ray.shutdown()
 
 
-def _run_actors(ray, group, argv, plan: WorldPlan, run_dir: Path, cluster, strategy) -> int:
+def _run_actors(ray, group, entry, argv, plan: WorldPlan, run_dir: Path, cluster, strategy) -> int:
     remote = ray.remote(RankWorker)
     actors = [
         remote.options(num_cpus=1, num_gpus=1 if plan.device == "cuda" else 0,
@@ -173,7 +175,7 @@ def _run_actors(ray, group, argv, plan: WorldPlan, run_dir: Path, cluster, strat
         forwarded = {k: v for k, v in os.environ.items() if k.startswith("POSTTRAIN_")}
         env = worker_env(rank, plan.size, 0 if plan.device == "cuda" else local[rank], addresses[0], plan.device,
                          {**forwarded, **cluster.env_vars}, threads=None)
-        refs.append(actor.run.remote(argv, env, os.getcwd(), str(logs[rank]), rank == 0))
+        refs.append(actor.run.remote(entry, argv, env, os.getcwd(), str(logs[rank]), rank == 0))
     nodes = len({ip for ip, _ in addresses})
     print(f"posttrain: {plan.size} Ray workers on {plan.device} across {nodes} node(s) ({', '.join(sorted({ip for ip, _ in addresses}))}), "
           f"Ray namespace {ray.get_runtime_context().namespace}; each hosts {ROLES}; logs in {log_dir}", flush=True)

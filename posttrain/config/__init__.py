@@ -1,6 +1,6 @@
 """posttrain's configuration: one typed YAML schema, loaded, validated and derived before any work.
 
-    cfg = load_config("examples/gsm8k_grpo.yaml", ["actor.ppo_epochs=2"])  # validated, frozen
+    cfg = load_config("examples/grpo.yaml", ["actor.ppo_epochs=2"])  # validated, frozen
     derived = derive(cfg, train_dataset_size=count_rows(cfg.data.train_files))
     for stage in stage_configs(cfg): ...                   # [Stage("main", cfg)] without stages
     save_resolved(cfg, run_dir, derived)                    # run_dir/config.yaml
@@ -11,8 +11,8 @@ what the user asked for, and re-loads to the same run.
 
 from posttrain.config.checks import run_checks, world_size
 from posttrain.config.derive import Derived, count_rows, derive
-from posttrain.config.load import defaults_dict, load_config, load_raw, save_resolved, to_dict, to_yaml
-from posttrain.config.schema import Config
+from posttrain.config.load import load_config, load_raw, save_resolved, to_dict, to_yaml
+from posttrain.config.schema import Config, defaults_dict
 from posttrain.config.validate import Stage, stage_configs, validate
 from posttrain.errors import ConfigError
 

@@ -24,9 +24,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from posttrain.config.dialects import native_dict
 from posttrain.config.dialects.source import read_yaml
-from posttrain.config.fields import section_class, section_fields
 from posttrain.config.overrides import apply_overrides, locate
-from posttrain.config.schema import Config
+from posttrain.config.schema import Config, defaults_dict
 from posttrain.config.validate import deep_merge, validate
 from posttrain.errors import ConfigError
 from posttrain.files import atomic_write_text
@@ -57,21 +56,6 @@ def load_raw(path: str | Path | None, overrides: Sequence[str] = (), schema: typ
     if overrides:
         merged = apply_overrides(merged, overrides)
     return _resolve(OmegaConf.create(merged), path, overrides, merged.get("stages"))
-
-
-def defaults_dict(schema: type = Config) -> dict[str, Any]:
-    """Every field of the schema at its default, as plain nested dicts/lists."""
-    out: dict[str, Any] = {}
-    for info in section_fields(schema):
-        sub = section_class(info.type)
-        if sub is not None and not info.has_default():
-            out[info.name] = defaults_dict(sub)
-            continue
-        if not info.has_default():
-            continue  # a required field: absent, so validation names it
-        value = info.default()
-        out[info.name] = to_dict(value) if dataclasses.is_dataclass(value) else value
-    return out
 
 
 def _resolve(conf: DictConfig, path: str | Path | None, overrides: Sequence[str], stages: Any) -> dict[str, Any]:
@@ -110,4 +94,4 @@ def save_resolved(cfg: Any, run_dir: str | Path, derived: Any = None) -> Path:
     return atomic_write_text(Path(run_dir) / "config.yaml", text)
 
 
-__all__ = ["load_config", "load_raw", "defaults_dict", "to_dict", "to_yaml", "save_resolved"]
+__all__ = ["load_config", "load_raw", "to_dict", "to_yaml", "save_resolved"]

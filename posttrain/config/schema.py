@@ -9,9 +9,10 @@ their `param` metadata. Sections are frozen: the config never changes after deri
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from posttrain.config.fields import param, section
+from posttrain.config.fields import param, section, section_class, section_fields
 from posttrain.config.sections.actor import ActorConfig
 from posttrain.config.sections.algorithm import AlgorithmConfig
 from posttrain.config.sections.buffer import BufferConfig
@@ -56,3 +57,18 @@ class Config:
     prepare: PrepareConfig = param(factory=PrepareConfig, doc="Tiny model and synthetic task built before the run when missing.")
     stages: list[dict[str, Any]] = param(factory=list, doc="Multi-stage run: each item has `name` plus section overrides, run in order.", refs=["trinity:stages", "trinity:stages.stage_name"])
 
+
+def defaults_dict(schema: type = Config) -> dict[str, Any]:
+    """Every field of the schema at its default, as plain nested dicts/lists: the base that a
+    config file (native, or translated from a foreign dialect) is merged onto before validation."""
+    out: dict[str, Any] = {}
+    for info in section_fields(schema):
+        sub = section_class(info.type)
+        if sub is not None and not info.has_default():
+            out[info.name] = defaults_dict(sub)
+            continue
+        if not info.has_default():
+            continue  # a required field: absent, so validation names it
+        value = info.default()
+        out[info.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return out

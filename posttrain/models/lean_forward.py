@@ -3,7 +3,7 @@ list of differentiable torch ops on their own parameters, for the actor update a
 
 Why: the HF modules spend a training step partly outside the matmuls (RMSNorm as five elementwise
 kernels, rotary by negation and concatenation, the SiLU MLP's products, mask building, module
-bookkeeping). Measured (docs/performance.md, "Lean training forward"): at the benchmark's sizes the
+bookkeeping). Measured (docs/performance.md, "Where the time goes" and "Opt-in"): at the benchmark's sizes the
 module overhead costs nothing measurable -- these ops run eagerly take the HF decoder's time to
 0.1 % -- because the remaining cost is memory traffic of elementwise ops on activations that do not
 stay in cache. What removes it is fusion, so mode "compiled" compiles one layer (parameters passed

@@ -1,5 +1,6 @@
 """Optimizers and learning-rate schedules for the training roles."""
 
+from posttrain.optim.build import build_optimization
 from posttrain.optim.schedules import SCHEDULES, build_optimizer, build_scheduler, lr_multiplier
 
-__all__ = ["SCHEDULES", "build_optimizer", "build_scheduler", "lr_multiplier"]
+__all__ = ["SCHEDULES", "build_optimization", "build_optimizer", "build_scheduler", "lr_multiplier"]

@@ -17,10 +17,9 @@ from posttrain.algorithms import check_kl_kind, get_advantage_estimator, get_pol
 from posttrain.config.checks import role_needs
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
-from posttrain.config.sections.optim import OptimConfig
 from posttrain.errors import ConfigError
 from posttrain.models.loading import causal_lm_from_config, load_tokenizer, load_value_model, resolve_dtype
-from posttrain.optim import build_optimizer, build_scheduler
+from posttrain.optim import build_optimization
 from posttrain.cluster.weight_sync import WeightSync, weight_sync_for
 from posttrain.cluster.world import World
 from posttrain.rollout.base import SamplingParams
@@ -62,15 +61,6 @@ def baseline_sampling_params(cfg: Config, train: SamplingParams) -> SamplingPara
     """Greedy decoding with the training limits, one response per prompt, when the advantage
     estimator asks for a greedy baseline (ReMax, as verl's `gen_baseline` step); else None."""
     return train.greedy() if role_needs(cfg).greedy_baseline else None
-
-
-def _optimizer(params, o: OptimConfig, warmup: int, total: int):
-    optimizer = build_optimizer(params, lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas), eps=o.eps, fused=o.fused)
-    scheduler = build_scheduler(
-        optimizer, o.lr_scheduler_type, warmup_steps=warmup, total_steps=total, min_lr_ratio=o.min_lr_ratio, num_cycles=o.num_cycles,
-        warmup_init_ratio=o.lr_warmup_init / o.lr if o.lr > 0 else 0.0,
-    )
-    return optimizer, scheduler
 
 
 def _loss_options(cfg: Config) -> dict[str, Any]:
@@ -225,7 +215,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     needs = role_needs(cfg)  # from the estimator's registry entry and the KL switches
     ref_model = copy.deepcopy(policy) if needs.reference else None
     trained = world.shard(policy, a.fsdp_config)
-    optimizer, scheduler = _optimizer(trained.parameters(), a.optim, derived.actor_warmup_steps or 0, total)
+    optimizer, scheduler = build_optimization(trained.parameters(), a.optim, warmup_steps=derived.actor_warmup_steps or 0, total_steps=total)
     actor = Actor(
         trained,
         optimizer,
@@ -287,7 +277,9 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         c = cfg.critic
         torch.manual_seed(seed)  # the value head is initialised from the global RNG (alike on every rank)
         value_model = world.shard(critic_model_from_config(cfg, tokenizer, world.torch_device), c.fsdp_config)
-        c_opt, c_sched = _optimizer(value_model.parameters(), c.optim, derived.critic_warmup_steps or 0, total)
+        c_opt, c_sched = build_optimization(
+            value_model.parameters(), c.optim, warmup_steps=derived.critic_warmup_steps or 0, total_steps=total
+        )
         critic = Critic(
             value_model,
             c_opt,

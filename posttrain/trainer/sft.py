@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -31,13 +30,14 @@ from torch import Tensor, nn
 from posttrain.checkpoint import Checkpointer, Parts, Role
 from posttrain.cluster.fsdp import forward_runner
 from posttrain.cluster.parallel import DataParallel
-from posttrain.workers.microbatch import SINGLE, clip_and_step
+from posttrain.workers.microbatch import SINGLE, accumulate_units, clip_and_step
 from posttrain.checkpoint.save import save_hf
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.data import SFTExample, collate_sft, make_sampler, pad_token_id
 from posttrain.models.loading import causal_lm_from_config
-from posttrain.optim import build_optimizer, build_scheduler
+from posttrain.optim import build_optimization
+from posttrain.records import pack_greedy
 from posttrain.tracking import Trackers
 from posttrain.models.precision import autocast
 from posttrain.trainer.sequence_logprobs import sequence_logprobs
@@ -66,18 +66,6 @@ def stage_device(ctx: StageContext) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def build_optimization(cfg: Config, model: nn.Module, derived: Derived) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW and the LR schedule of `actor.optim`, with the warm-up `derive` worked out."""
-    o = cfg.actor.optim
-    optimizer = build_optimizer(model.parameters(), lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas), eps=o.eps, fused=o.fused)
-    scheduler = build_scheduler(
-        optimizer, o.lr_scheduler_type, warmup_steps=derived.actor_warmup_steps or 0,
-        total_steps=derived.total_training_steps or 1, min_lr_ratio=o.min_lr_ratio, num_cycles=o.num_cycles,
-        warmup_init_ratio=o.lr_warmup_init / o.lr if o.lr > 0 else 0.0,
-    )
-    return optimizer, scheduler
-
-
 @dataclass(frozen=True)
 class MicroBatching:
     """How a batch is cut into forward/backward units: `size` examples, or as many as fit in
@@ -102,16 +90,10 @@ class MicroBatching:
     def split(self, examples: Sequence[Any], tokens: Callable[[Sequence[Any]], int]) -> list[Sequence[Any]]:
         if self.max_tokens is None:
             return [examples[i : i + self.size] for i in range(0, len(examples), self.size)]
-        parts: list[list[Any]] = [[]]
-        used = 0
-        for example in examples:  # greedy in order; an example never splits (the config check sees to it)
-            n = tokens([example])
-            if parts[-1] and used + n > self.max_tokens:
-                parts.append([])
-                used = 0
-            parts[-1].append(example)
-            used += n
-        return parts
+        # In order, by real tokens; an example never splits (the config check sees to it)
+        lengths = [tokens([example]) for example in examples]
+        groups = pack_greedy(range(len(examples)), self.max_tokens, lambda g: sum(lengths[i] for i in g))
+        return [[examples[i] for i in group] for group in groups]
 
 
 def accumulate(objective: Objective, examples: Sequence[Any], micro: MicroBatching, *, backward: bool,
@@ -123,18 +105,17 @@ def accumulate(objective: Objective, examples: Sequence[Any], micro: MicroBatchi
     With several ranks each runs its share of the examples (balanced by tokens) against the same
     whole-batch normaliser, the ranks' sums add up (gradients by FSDP's reduction, metrics by
     `dp.sum`), and a rank with fewer micro-batches runs zero-weight ones to stay in step with the
-    collectives of the sharded forward (`posttrain.cluster.parallel`).
+    collectives of the sharded forward: the loop is RL's (`posttrain.workers.microbatch.accumulate_units`).
     """
     total = objective.normaliser(examples)  # of the whole batch: the same on every rank
     mine = [examples[i] for i in dp.share([objective.tokens([e]) for e in examples])] if dp.distributed else examples
-    sums: dict[str, float] = defaultdict(float)
-    for part, real in dp.pad_units(micro.split(mine, objective.tokens) if mine else [], lambda: examples[:1]):
+
+    def weighted(part: Sequence[Any]) -> tuple[Tensor, dict[str, float]]:  # micro_loss divides by `total` itself
         loss, parts = objective.micro_loss(part, total)
-        if backward:
-            (loss if real else loss * 0.0).backward()
-        for key, value in parts.items():  # a padding unit adds its keys (every rank sums the same keys), not its values
-            sums[f"{objective.prefix}/{key}"] += value if real else 0.0
-    return dp.sum(sums)
+        return loss, {f"{objective.prefix}/{key}": value for key, value in parts.items()}
+
+    units = micro.split(mine, objective.tokens) if mine else []
+    return accumulate_units(units, lambda: examples[:1], weighted, dp=dp, backward=backward)
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, objective: Objective,
@@ -174,7 +155,10 @@ def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objectiv
     cfg = ctx.cfg
     dp = ctx.world.data_parallel(cfg.trainer.balance_batch)
     _, inner = forward_runner(model)  # the model itself when `model` is its FSDP root
-    optimizer, scheduler = build_optimization(cfg, model, derived)
+    optimizer, scheduler = build_optimization(
+        model.parameters(), cfg.actor.optim, warmup_steps=derived.actor_warmup_steps or 0,
+        total_steps=derived.total_training_steps or 1,
+    )
     sampler = make_sampler(cfg.data, len(train_set))
     micro = MicroBatching.from_config(cfg)
     val_micro = MicroBatching.for_validation(cfg)

@@ -26,10 +26,10 @@ from posttrain.checkpoint.logs import truncate_jsonl
 from posttrain.checkpoint.state import read_json
 from posttrain.cluster.world import World
 from posttrain.config import derive, save_resolved
-from posttrain.config.load import defaults_dict, to_yaml
+from posttrain.config.load import to_yaml
 from posttrain.config.validate import deep_merge
 from posttrain.config.derive import Derived
-from posttrain.config.schema import Config
+from posttrain.config.schema import Config, defaults_dict
 from posttrain.tracking import Trackers, build_trackers
 
 

@@ -13,12 +13,16 @@ values (clip fractions, coefficients) are still averaged by each micro-batch's s
 With several data-parallel ranks (`posttrain.cluster.parallel`) the same functions run on every
 rank: each computes its share of the rows, weights its micro-batches by their share of the whole
 mini-batch's normaliser, and runs as many forwards as the busiest rank (zero-weight padding units).
+
+The SFT/DPO step (`posttrain.trainer.sft`) shares the accumulation loop (`accumulate_units`),
+`clip_and_step` and the token-budget packer (`posttrain.records.pack_greedy`); its micro-batches
+are lists of examples rather than RolloutBatch records, so the cutting itself stays with each.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable
+from typing import Callable, TypeVar
 
 import torch
 
@@ -26,6 +30,7 @@ from posttrain.cluster.parallel import DataParallel
 from posttrain.records import MicroBatches, RolloutBatch
 
 SINGLE = DataParallel()  # one process: every data-parallel call is the identity
+U = TypeVar("U")  # a micro-batch: a RolloutBatch (RL) or a list of examples (SFT/DPO)
 
 
 def mini_batches(batch: RolloutBatch, size: int, *, shuffle: bool, generator: torch.Generator | None) -> list[RolloutBatch]:
@@ -99,20 +104,51 @@ def accumulate_gradients(
     so the accumulated gradient -- summed over ranks -- is the gradient of the whole mini-batch's
     loss. Metrics named in `loss_values` (aggregates like the loss) get the same weight, so they
     report the mini-batch's loss; the others are averages weighted by `micro_weight`. A micro-batch
-    that weighs nothing (no token left to train on, or a rank's padding unit) still runs forward and
-    backward with weight 0: on a sharded model every rank must take part in every collective."""
+    that weighs nothing (no token left to train on) still runs forward and backward with weight 0,
+    as a rank's padding units do (`accumulate_units`)."""
     total = normaliser(mini.train_mask, loss_agg_mode)  # of the whole mini-batch: the same on every rank
     mine = mini if not dp.distributed else mini[dp.share(mini.seq_lengths().tolist())]
-    units = micro_batches(mine, size=size, max_tokens=max_tokens) if len(mine) else []
-    metrics: dict[str, float] = defaultdict(float)
-    for unit, real in dp.pad_units(units, lambda: mini[:1].trim()):
-        share = micro_weight(unit.train_mask, total, loss_agg_mode) if real else 0.0
-        weight = loss_weight(share, loss_agg_mode) if real else 0.0
+
+    def weighted(unit: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        share = micro_weight(unit.train_mask, total, loss_agg_mode)
+        weight = loss_weight(share, loss_agg_mode)
         loss, parts = loss_fn(unit)
-        (loss * weight).backward()
-        for k, v in parts.items():
-            metrics[k] += v * (weight if k in loss_values else share)
-    return dp.sum(metrics)
+        return loss * weight, {k: v * (weight if k in loss_values else share) for k, v in parts.items()}
+
+    units = micro_batches(mine, size=size, max_tokens=max_tokens) if len(mine) else []
+    return accumulate_units(units, lambda: mini[:1].trim(), weighted, dp=dp)
+
+
+def accumulate_units(
+    units: list[U],
+    padding: Callable[[], U],
+    weighted_loss: Callable[[U], tuple[torch.Tensor, dict[str, float]]],
+    *,
+    dp: DataParallel = SINGLE,
+    backward: bool = True,
+) -> dict[str, float]:
+    """Run this rank's micro-batches and sum their metrics over the ranks; with `backward`,
+    accumulate their gradients. The one loop under RL's `accumulate_gradients` and the SFT/DPO
+    step (`posttrain.trainer.sft.accumulate`).
+
+    `weighted_loss(unit) -> (loss, metrics)` returns both already weighted by the unit's share of
+    the WHOLE batch's normaliser, so the gradients and metrics of the units add up to the batch's
+    whatever the split and however many ranks share it (their sums meet in FSDP's gradient
+    reduction and in `dp.sum`). The units are RolloutBatch micro-batches for RL and lists of
+    examples for SFT/DPO; only the weighting differs, and it stays with the caller.
+
+    A rank with fewer units than the busiest runs `padding()` units until it has as many (a sharded
+    model's forward and backward are collectives every rank must join): their loss is multiplied by
+    0 before the backward, and their metrics add their keys (every rank must sum the same keys) but
+    not their values."""
+    sums: dict[str, float] = defaultdict(float)
+    for unit, real in dp.pad_units(units, padding):
+        loss, parts = weighted_loss(unit)
+        if backward:
+            (loss if real else loss * 0.0).backward()
+        for key, value in parts.items():
+            sums[key] += value if real else 0.0
+    return dp.sum(sums)
 
 
 def normaliser(mask: torch.Tensor, loss_agg_mode: str) -> float:

@@ -83,3 +83,25 @@ def test_fused_adamw_on_request_matches_the_loop_implementation():
     for p, q, p0 in zip(params, twins, start):
         torch.testing.assert_close(p.detach(), q.detach(), atol=1e-6, rtol=0)
         assert float((p.detach() - p0).abs().max()) > 1e-2  # ten steps of lr 1e-2 moved it
+
+
+def test_one_builder_turns_an_optim_section_into_adamw_and_its_schedule():
+    from posttrain.config.sections.optim import OptimConfig
+    from posttrain.optim import build_optimization
+
+    o = OptimConfig(lr=1e-3, betas=[0.8, 0.95], eps=1e-6, weight_decay=0.1, lr_scheduler_type="cosine",
+                    min_lr_ratio=0.5, lr_warmup_init=5e-4)
+    w = torch.zeros(3, requires_grad=True)
+    frozen = torch.zeros(2, requires_grad=False)
+    optimizer, scheduler = build_optimization([w, frozen], o, warmup_steps=2, total_steps=6)
+    group = optimizer.param_groups[0]
+    assert len(group["params"]) == 1  # only parameters that train
+    assert (group["betas"], group["eps"], group["weight_decay"]) == ((0.8, 0.95), 1e-6, 0.1)
+    lrs = []
+    for _ in range(6):
+        lrs.append(group["lr"])
+        optimizer.step()
+        scheduler.step()
+    # warm-up from 5e-4 to 1e-3 over 2 steps, then a half cosine from 1e-3 down towards 0.5 x 1e-3
+    assert lrs[:3] == pytest.approx([7.5e-4, 1e-3, 1e-3])
+    assert lrs[3:] == pytest.approx([1e-3 * (0.5 + 0.5 * 0.5 * (1 + math.cos(math.pi * k / 4))) for k in (1, 2, 3)])

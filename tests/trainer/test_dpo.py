@@ -15,9 +15,10 @@ from posttrain.config import derive, load_config
 from posttrain.data import build_dpo_dataset
 from posttrain.models.loading import load_causal_lm, load_tokenizer
 from posttrain.models.tiny import make_tiny_model
+from posttrain.optim import build_optimization
 from posttrain.tasks import write_task_data
 from posttrain.trainer.dpo import dpo_objective, freeze, preference_losses, run_dpo
-from posttrain.trainer.sft import MicroBatching, accumulate, build_optimization, train_step
+from posttrain.trainer.sft import MicroBatching, accumulate, train_step
 from posttrain.trainer.stage import StageContext
 
 
@@ -68,7 +69,10 @@ def test_gradient_is_split_invariant_and_the_reference_stays_frozen(workdir):
     policy, reference = load_causal_lm(model_dir), freeze(load_causal_lm(model_dir))
     before = {k: v.clone() for k, v in reference.state_dict().items()}
     objective = dpo_objective(policy, reference, tokenizer.pad_token_id, cfg.algorithm.dpo)
-    optimizer, scheduler = build_optimization(cfg, policy, derive(cfg, 400))
+    derived = derive(cfg, 400)
+    optimizer, scheduler = build_optimization(
+        policy.parameters(), cfg.actor.optim, warmup_steps=derived.actor_warmup_steps or 0, total_steps=derived.total_training_steps or 1
+    )
     train_step(policy, optimizer, scheduler, objective, pairs, MicroBatching(4), grad_clip=1.0)  # policy moves
 
     grads = []

@@ -6,7 +6,16 @@ import pytest
 import torch
 
 from posttrain.algorithms import aggregate_loss
-from posttrain.workers.microbatch import forward_in_order, loss_weight, micro_batches, micro_weight, mini_batches, normaliser
+from posttrain.cluster.parallel import DataParallel
+from posttrain.workers.microbatch import (
+    accumulate_units,
+    forward_in_order,
+    loss_weight,
+    micro_batches,
+    micro_weight,
+    mini_batches,
+    normaliser,
+)
 from worker_helpers import LENGTHS, make_batch
 
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])  # 4 tokens, 2 non-empty rows
@@ -83,3 +92,30 @@ def test_forward_in_order_puts_every_row_back_at_full_width(cut):
     torch.testing.assert_close(out, batch.response_ids.float() * batch.response_mask)
     if cut["size"] != 7:
         assert min(seen_widths) < batch.response_ids.shape[1]  # micro-batches really were trimmed
+
+
+class BusierPeer(DataParallel):
+    """One process that behaves as if another rank had two more micro-batches than this one."""
+
+    def max_count(self, count: int) -> int:
+        return count + 2
+
+
+def test_accumulate_units_adds_weighted_units_and_padding_adds_keys_but_nothing_else():
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    xs = [torch.tensor([3.0, 0.0]), torch.tensor([0.0, 5.0])]
+    calls = []
+
+    def weighted(x):
+        calls.append(x)
+        loss = (w * x).sum() * 0.5  # each unit is half of the batch
+        return loss, {"loss": float(loss.detach()), f"seen/{len(calls)}": 1.0}
+
+    metrics = accumulate_units(xs, lambda: torch.tensor([7.0, 7.0]), weighted, dp=BusierPeer())
+    assert len(calls) == 4  # two real units, two padding units that still run (a sharded forward is a collective)
+    assert w.grad.tolist() == [1.5, 2.5]  # 0.5 x (3, 0) + 0.5 x (0, 5); the padding's (7, 7) adds exactly 0
+    assert metrics == {"loss": 0.5 * 3.0 * 1.0 + 0.5 * 5.0 * 2.0, "seen/1": 1.0, "seen/2": 1.0, "seen/3": 0.0, "seen/4": 0.0}
+
+    w.grad = None
+    assert accumulate_units(xs, lambda: xs[0], weighted, backward=False)["loss"] == 6.5
+    assert w.grad is None  # evaluation: no backward

@@ -28,7 +28,8 @@ from posttrain.config.dialects.source import compose, hydra_ignorable, read_yaml
 from posttrain.config.dialects.translate import translate_dict
 from posttrain.config.dialects.values import value_hook
 from posttrain.config.fields import section_class, section_fields
-from posttrain.config.schema import Config
+from posttrain.config.schema import Config, defaults_dict
+from posttrain.config.validate import deep_merge, validate
 from posttrain.errors import ConfigError, UserError
 
 _RULES = {
@@ -96,9 +97,6 @@ _LEADING_KEY = re.compile(r"[\w\[\].]+")
 
 def check(foreign: Foreign) -> list[str]:
     """Native validation of the translation, each problem naming the foreign key it came from."""
-    from posttrain.config.load import defaults_dict
-    from posttrain.config.validate import deep_merge, validate
-
     try:
         validate(deep_merge(defaults_dict(), foreign.native))
     except ConfigError as err:
