@@ -2,7 +2,7 @@
 
 Layers (each imports only from its own and the ones before it; tests/test_layers.py checks it):
   core           errors, files, records, config, algorithms
-  components     models, data, tasks, rewards, rollout, cluster, optim, checkpoint, tracking, report
+  components     models, data, tasks, rewards, rollout, cluster, optim, checkpoint, buffer, tracking, report
   roles          workers
   drivers        trainer
   command line   cli
