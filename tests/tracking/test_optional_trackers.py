@@ -145,3 +145,37 @@ def test_tracker_kwargs_mode_makes_a_run_offline(offline, monkeypatch, tmp_path)
     trackers.log({"x": 1.0}, 1)
     trackers.close()
     assert wandb_run(tmp_path)["history"][1] == {"x": 1.0}
+
+
+def test_a_training_run_sends_the_same_metrics_and_samples_to_every_tracker(offline, tmp_path):
+    """`posttrain train` with all three trackers: each holds the run's resolved config, the metrics of
+    metrics.jsonl at their steps and the samples of val_generations.jsonl."""
+    from mlflow.tracking import MlflowClient
+
+    from cli_run_helpers import tiny_run, write_config
+    from posttrain.cli import main
+
+    overrides = [*tiny_run(tmp_path), "trainer.total_training_steps=2", f"data.val_files={tmp_path / 'data' / 'test.parquet'}",
+                 "trainer.log_val_generations=2", "trainer.test_freq=1", "trainer.logger=[jsonl,wandb,mlflow,swanlab]", "trainer.experiment_name=e2e"]
+    assert main(["train", str(write_config(tmp_path)), *overrides]) == 0
+    run_dir = tmp_path / "run"
+    jsonl = {r.pop("step"): r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
+    samples = [json.loads(line) for line in (run_dir / "val_generations.jsonl").read_text().splitlines()]
+    assert sorted(jsonl) == [0, 1, 2] and len(samples) == 6  # validations before training, after steps 1 and 2
+
+    wandb = wandb_run(run_dir)
+    assert wandb["name"] == "e2e" and wandb["config"]["trainer"]["log_val_generations"] == 2
+    for step, metrics in jsonl.items():
+        logged = wandb["history"][step]
+        assert all(logged[k] == pytest.approx(v) for k, v in metrics.items() if v is not None), step
+    assert [[s["step"], s["prompt"], s["response"], s["score"]] for s in samples] == wandb["tables"][2]["data"]
+
+    client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments() if e.name == "posttrain"])
+    history = client.get_metric_history(run.info.run_id, "critic/score/mean")
+    assert [(m.step, m.value) for m in history] == [(s, pytest.approx(jsonl[s]["critic/score/mean"])) for s in (1, 2)]
+    assert run.data.params["trainer.log_val_generations"] == "2"
+
+    swan = swanlab_run(run_dir / "swanlog")
+    assert swan["scalars"][2]["val/score/mean"] == pytest.approx(jsonl[2]["val/score/mean"])
+    assert [row["response"] for row in swan["tables"][1]["rowData"]] == [s["response"] for s in samples[2:4]]

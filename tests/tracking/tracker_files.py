@@ -84,10 +84,11 @@ def swanlab_run(log_dir: Path) -> dict:
             out.update(project=message["start"]["project"], name=message["start"]["name"])
         if "scalar" in message:
             scalar = message["scalar"]
-            out["scalars"].setdefault(int(scalar["step"]), {})[scalar["key"]] = scalar["value"]["number"]
+            # protobuf's JSON form leaves out zeros: step 0, value 0.0
+            out["scalars"].setdefault(int(scalar.get("step", 0)), {})[scalar["key"]] = scalar["value"].get("number", 0.0)
         if "media" in message and message["media"]["type"] == "COLUMN_TYPE_ECHARTS":
             media = message["media"]
             (item,) = media["value"]["items"]
             table = json.loads((path.parent / "media" / "echarts" / item["filename"]).read_text())
-            out["tables"][int(media["step"])] = table
+            out["tables"][int(media.get("step", 0))] = table
     return out
