@@ -17,6 +17,7 @@ from posttrain.runtime import configure_process
 # posttrain.runtime). An explicit setting in the environment wins.
 configure_process()
 
+from posttrain import __version__  # noqa: E402
 from posttrain.errors import UserError  # noqa: E402
 
 # Subcommand modules, in the order `posttrain --help` lists them.
@@ -27,6 +28,7 @@ COMMAND_MODULES = [
     "posttrain.cli.train",
     "posttrain.cli.export",
     "posttrain.cli.report",
+    "posttrain.cli.doctor",
 ]
 
 
@@ -35,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="posttrain",
         description="Reinforcement-learning post-training of language models, from one YAML file.",
     )
+    parser.add_argument("--version", action="version", version=f"posttrain {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMAND_MODULES:

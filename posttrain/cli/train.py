@@ -104,6 +104,12 @@ def naming_config_source(path: str | None, overrides: list[str], stages: list) -
         raise ConfigError(located) from None
 
 
+def _tensorboard_dir(trainer, base) -> str:
+    """Where TensorBoard's events are: trainer.tracker_kwargs' log_dir (or logdir/dir), else under the run."""
+    kwargs = dict(trainer.tracker_kwargs)
+    return str(kwargs.get("log_dir") or kwargs.get("logdir") or kwargs.get("dir") or base)
+
+
 def _print_summary(base, stages, results) -> None:
     """Accuracy before/after RL, TensorBoard, the exported model and the report."""
     from posttrain.report import RunDirError, load_run, summary_lines, write_report
@@ -115,8 +121,8 @@ def _print_summary(base, stages, results) -> None:
     for line in summary_lines(run_stages):
         print(line)
     print(f"run directory: {base}")
-    if any("tensorboard" in s.config.trainer.logger for s in stages):
-        print(f"TensorBoard logs: tensorboard --logdir {base}")
+    for log_dir in dict.fromkeys(_tensorboard_dir(s.config.trainer, base) for s in stages if "tensorboard" in s.config.trainer.logger):
+        print(f"TensorBoard logs: tensorboard --logdir {log_dir}")
     trained = [r for s, r in zip(stages, results) if not s.config.trainer.val_only]
     if trained:
         print(f"exported model (Hugging Face directory): {trained[-1].final_model}")

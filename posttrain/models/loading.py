@@ -65,7 +65,7 @@ def resolve_model_dir(path: str | Path, *, what: str = "model") -> Path:
     if not local.is_dir():
         raise ModelError(
             f"{what} path {text!r} is not an existing local directory. posttrain never downloads models "
-            f"at run time: download it once (e.g. `huggingface-cli download {text} --local-dir DIR`) or "
+            f"at run time: download it once (e.g. `hf download {text} --local-dir DIR`, the command huggingface_hub installs) or "
             f"build one with `posttrain make-model tiny DIR`, then point the path at DIR"
         )
     needed = ("tokenizer_config.json", "tokenizer.json") if what == "tokenizer" else ("config.json",)

@@ -1,15 +1,21 @@
-"""Console, JSONL and TensorBoard trackers (see the package docstring)."""
+"""Console, JSONL and TensorBoard trackers, the registry of every tracker, and the fan-out the
+trainer holds (see the package docstring)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Protocol, TextIO
+from typing import Any, Callable, TextIO
 
+from posttrain.config.sections.trainer import REFUSED_LOGGERS
 from posttrain.errors import ConfigError
+from posttrain.tracking.base import Generation, TrackedRun, Tracker
+from posttrain.tracking.options import canonical_options
+from posttrain.tracking.progress import StageBar, interactive
 
 # Metrics shown on the one compact console line, in this order, when present.
 CONSOLE_KEYS = (
@@ -29,14 +35,6 @@ CONSOLE_KEYS = (
     ("perf/tokens_per_s", "tok/s"),
     ("timing/step_s", "s/step"),
 )
-
-
-class Tracker(Protocol):
-    """What the trainer needs from a metrics backend."""
-
-    def log(self, metrics: dict[str, float], step: int) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def _fmt(value: float) -> str:
@@ -65,7 +63,8 @@ def format_console_line(
 
 
 class ConsoleTracker:
-    """Prints one line per logged step with an ETA from the mean step time so far."""
+    """Prints one line per logged step with an ETA from the mean step time so far; with a `bar`
+    (an interactive terminal) the lines print above the stage's progress bar."""
 
     def __init__(
         self,
@@ -74,6 +73,7 @@ class ConsoleTracker:
         clock: Callable[[], float] = time.monotonic,
         step_offset: int = 0,
         label: str | None = None,
+        bar: StageBar | None = None,
     ):
         """`step_offset`: global step of the stage's step 0, so lines show the stage's own count."""
         self.total_steps = total_steps
@@ -81,6 +81,7 @@ class ConsoleTracker:
         self.label = label
         self.stream = stream or sys.stdout
         self.clock = clock
+        self.bar = bar
         self._start = clock()
         self._first_step: int | None = None
 
@@ -92,7 +93,14 @@ class ConsoleTracker:
         eta = None
         if self.total_steps and done > 0:
             eta = (self.clock() - self._start) / done * max(self.total_steps - step, 0)
-        print(format_console_line(metrics, step, self.total_steps, eta, self.label), file=self.stream, flush=True)
+        line = format_console_line(metrics, step, self.total_steps, eta, self.label)
+        if self.bar is not None:
+            self.bar.write(line)
+        else:
+            print(line, file=self.stream, flush=True)
+
+    def log_generations(self, rows: list[Generation], step: int) -> None:
+        pass  # the console line shows the validation score; the samples are in val_generations.jsonl
 
     def close(self) -> None:
         pass
@@ -110,6 +118,9 @@ class JsonlTracker:
         record = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(record, sort_keys=True) + "\n")
         self._file.flush()
+
+    def log_generations(self, rows: list[Generation], step: int) -> None:
+        pass  # the trainer appends them to val_generations.jsonl whichever trackers are named
 
     def close(self) -> None:
         self._file.close()
@@ -136,7 +147,7 @@ def _wait_past_event_files(log_dir: Path) -> None:
 
 
 class TensorBoardTracker:
-    """Scalars into ``<run_dir>/tensorboard`` via torch's SummaryWriter.
+    """Scalars into ``<run_dir>/tensorboard`` (or `log_dir`) via torch's SummaryWriter.
 
     `purge_step` (a resumed run): TensorBoard discards the earlier events at or after that step,
     so the steps logged again after a resume are not shown twice. The purge applies to events read
@@ -145,10 +156,12 @@ class TensorBoardTracker:
     than every existing file (waiting at most a second); in the same second a smaller pid would
     sort the new file first and the old duplicates would stay."""
 
-    def __init__(self, run_dir: str | Path, purge_step: int | None = None):
+    def __init__(self, run_dir: str | Path, purge_step: int | None = None, log_dir: str | Path | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.log_dir = Path(run_dir) / "tensorboard"
+        self.log_dir = Path(log_dir) if log_dir else Path(run_dir) / "tensorboard"
+        if not self.log_dir.is_dir():
+            purge_step = None  # nothing written there yet: nothing to purge
         if purge_step is not None:
             _wait_past_event_files(self.log_dir)
         self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge_step)
@@ -159,18 +172,40 @@ class TensorBoardTracker:
                 self._writer.add_scalar(key, value, global_step=step)
         self._writer.flush()
 
+    def log_generations(self, rows: list[Generation], step: int) -> None:
+        pass  # scalars only; the samples are in val_generations.jsonl
+
     def close(self) -> None:
         self._writer.close()
 
 
-# name -> factory(run_dir, total_steps, step_offset, label)
-TRACKERS: dict[str, Callable[[Path, int | None, int, str | None], Tracker]] = {
-    "console": lambda run_dir, total, offset, label: ConsoleTracker(total, step_offset=offset, label=label),
-    "jsonl": lambda run_dir, total, offset, label: JsonlTracker(run_dir),
-    "tensorboard": lambda run_dir, total, offset, label: TensorBoardTracker(run_dir),
+def _wandb(run: TrackedRun) -> Tracker:
+    from posttrain.tracking.wandb_tracker import WandbTracker
+
+    return WandbTracker(run)
+
+
+def _mlflow(run: TrackedRun) -> Tracker:
+    from posttrain.tracking.mlflow_tracker import MlflowTracker
+
+    return MlflowTracker(run)
+
+
+def _swanlab(run: TrackedRun) -> Tracker:
+    from posttrain.tracking.swanlab_tracker import SwanlabTracker
+
+    return SwanlabTracker(run)
+
+
+# name -> factory(run); the optional trackers import their client only when named.
+TRACKERS: dict[str, Callable[[TrackedRun], Tracker]] = {
+    "console": lambda run: ConsoleTracker(run.total_steps, step_offset=run.step_offset, label=run.label),
+    "jsonl": lambda run: JsonlTracker(run.run_dir),
+    "tensorboard": lambda run: TensorBoardTracker(run.run_dir, run.purge_step, run.options.get("log_dir")),
+    "wandb": _wandb,
+    "mlflow": _mlflow,
+    "swanlab": _swanlab,
 }
-# Named by verl/Trinity; each is a small adapter away.
-NOT_YET = {"wandb", "mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio"}
 
 
 class Trackers:
@@ -178,25 +213,45 @@ class Trackers:
 
     `log_freq` (trainer.log_freq, ROLL's logging_steps): only every `log_freq`-th step of the stage
     is sent, plus every step that carries validation metrics (``val/...``) and the stage's last step
-    (`total_steps`), so the curves thin out but no validation and no final value is lost."""
+    (`total_steps`), so the curves thin out but no validation and no final value is lost. The
+    progress `bar` (an interactive terminal) moves on every step."""
 
-    def __init__(self, trackers: list[Tracker], *, log_freq: int = 1, step_offset: int = 0, total_steps: int | None = None):
+    def __init__(self, trackers: list[Tracker], *, log_freq: int = 1, step_offset: int = 0, total_steps: int | None = None,
+                 bar: StageBar | None = None):
         self.trackers = trackers
         self.log_freq = log_freq
         self.step_offset = step_offset
         self.total_steps = total_steps
+        self.bar = bar
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         local = step - self.step_offset
+        if self.bar is not None:
+            self.bar.update(local)
         if self.log_freq > 1 and local % self.log_freq and local != self.total_steps:
             if not any(key.startswith("val/") for key in metrics):
                 return
         for tracker in self.trackers:
             tracker.log(metrics, step)
 
+    def log_generations(self, rows: list[Generation], step: int) -> None:
+        """Validation samples (at the validation's global `step`) to the trackers that show tables."""
+        if rows:
+            for tracker in self.trackers:
+                tracker.log_generations(rows, step)
+
     def close(self) -> None:
+        """Close every tracker, even when one fails, then raise the first failure."""
+        failure: BaseException | None = None
         for tracker in self.trackers:
-            tracker.close()
+            try:
+                tracker.close()
+            except Exception as err:  # noqa: BLE001 - re-raised below, after the others closed
+                failure = failure or err
+        if self.bar is not None:
+            self.bar.close()
+        if failure is not None:
+            raise failure
 
 
 def build_trackers(
@@ -209,21 +264,39 @@ def build_trackers(
     label: str | None = None,
     purge_step: int | None = None,
     log_freq: int = 1,
+    project: str = "posttrain",
+    experiment: str = "run",
+    config: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
+    resumed: int = 0,
 ) -> Trackers:
-    """Build the trackers named in the config, refusing unknown or not-yet-supported ones.
+    """Build the trackers named in the config, refusing unknown or not-supported ones.
 
     Trackers receive global steps (stages continue each other's count); the console shows the
     stage's own `step - step_offset` out of `total_steps`, prefixed with `label`. `purge_step`
     (resuming) makes TensorBoard drop the earlier run's events from that global step on; `log_freq`:
-    see `Trackers`."""
-    built = []
+    see `Trackers`; `config`: the resolved config the trackers record; `options`:
+    trainer.tracker_kwargs (checked before by `check_trackers`); `resumed`: stage-local steps done
+    before this process started (where the progress bar starts)."""
     for name in names:
-        if name in NOT_YET:
-            raise ConfigError(f"{key}: tracker {name!r} is not implemented yet; use any of {', '.join(TRACKERS)}")
+        if name in REFUSED_LOGGERS:
+            raise ConfigError(f"{key}: tracker {name!r}: {REFUSED_LOGGERS[name]}")
         if name not in TRACKERS:
             raise ConfigError(f"{key}: unknown tracker {name!r}; choose from {', '.join(TRACKERS)}")
-        if name == "tensorboard" and purge_step is not None:
-            built.append(TensorBoardTracker(Path(run_dir), purge_step=purge_step))
-            continue
-        built.append(TRACKERS[name](Path(run_dir), total_steps, step_offset, label))
-    return Trackers(built, log_freq=log_freq, step_offset=step_offset, total_steps=total_steps)
+    run = TrackedRun(Path(run_dir), total_steps, step_offset, label, project, experiment, dict(config or {}),
+                     canonical_options(options or {}), purge_step)
+    bar = None
+    if "console" in names and total_steps and interactive():
+        bar = StageBar(total_steps, sys.stdout, label, initial=resumed)
+    built: list[Tracker] = []
+    try:
+        for name in names:
+            tracker = TRACKERS[name](run)
+            if isinstance(tracker, ConsoleTracker):
+                tracker.bar = bar
+            built.append(tracker)
+    except BaseException:
+        with contextlib.suppress(Exception):  # a tracker failed to start: finish the ones already started
+            Trackers(built, bar=bar).close()
+        raise
+    return Trackers(built, log_freq=log_freq, step_offset=step_offset, total_steps=total_steps, bar=bar)

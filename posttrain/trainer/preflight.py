@@ -2,7 +2,8 @@
 `posttrain config plan` both call.
 
 `stage_inputs` checks one stage without loading weights or training: registry names (advantage
-estimator, policy loss, KL kinds), the model directory (config.json, overrides, every weight file's
+estimator, policy loss, KL kinds), the trackers (their packages are installed, their options are
+read by a named tracker), the model directory (config.json, overrides, every weight file's
 header, max_model_len), the tokenizer and chat template, the train and validation data (files
 exist and parse, columns, templating, prompt lengths), and for RL the critic's directory and
 tokenizer, the reward function (imported, its signature checked), the reward manager's options and
@@ -31,6 +32,7 @@ from posttrain.models.loading import (
     tokenizer_from_config,
 )
 from posttrain.rewards import RewardFunction, check_reward_manager
+from posttrain.tracking import check_trackers
 from posttrain.trainer.rewarding import manager_options, reward_function
 
 # algorithm.kind -> the dataset builder of its train and validation files
@@ -51,6 +53,7 @@ def stage_inputs(cfg: Config) -> StageInputs:
     """Check one stage (``cfg`` with model.path set to the policy it starts from) and build its inputs."""
     kind = cfg.algorithm.kind
     check_stage_names(cfg)
+    check_trackers(list(cfg.trainer.logger), dict(cfg.trainer.tracker_kwargs))
     check_model_dir(cfg)
     tokenizer = tokenizer_from_config(cfg.model)
     build = DATASETS[kind]

@@ -18,6 +18,7 @@ from posttrain.buffer.experience import Experience
 from posttrain.checkpoint import Checkpointer, Parts
 from posttrain.data import collate_prompts, make_sampler, pad_token_id
 from posttrain.records import PromptBatch, RolloutBatch
+from posttrain.tracking import Generation, phase
 from posttrain.trainer.advantages import compute_advantages, correct_rollout_mismatch, filter_by_reward, make_shaping_state
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
@@ -134,7 +135,7 @@ class RLTrainer:
         version = self.roles.actor.version if self.roles.actor is not None else self.roles.engine.weights_version
         sampler = make_sampler(self.cfg.data, len(self.val_set), split="val")
         batches: list[RolloutBatch] = []
-        for rows in sampler:
+        for rows in phase(sampler, len(sampler), "validation", self.ctx.world.is_main):  # a bar on a terminal
             prompts = collate_prompts([self.val_set[i] for i in rows], self.pad_id, uid_prefix="val")
             batches.append(rollout.generate(prompts, self.val_sampling, expected_version=version, seed=rollout_seed(self.cfg)))
         batch = RolloutBatch.cat(batches)
@@ -218,6 +219,8 @@ class RLTrainer:
         with (self.ctx.run_dir / "val_generations.jsonl").open("a", encoding="utf-8") as f:
             for p, t, s in zip(prompts, texts[:n], scores[:n].tolist()):
                 f.write(json.dumps({"step": step, "prompt": p, "response": t, "score": s}) + "\n")
+        glob = self.ctx.step_offset + step  # trackers count global steps, the file the stage's own
+        self.trackers.log_generations([Generation(glob, p, t, s) for p, t, s in zip(prompts, texts[:n], scores[:n].tolist())], glob)
 
 
 def run_rl(ctx: StageContext) -> StageResult:

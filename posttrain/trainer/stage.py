@@ -26,7 +26,7 @@ from posttrain.checkpoint.logs import truncate_jsonl
 from posttrain.checkpoint.state import read_json
 from posttrain.cluster.world import World
 from posttrain.config import derive, save_resolved
-from posttrain.config.load import to_yaml
+from posttrain.config.load import to_dict, to_yaml
 from posttrain.config.validate import deep_merge
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config, defaults_dict
@@ -91,14 +91,20 @@ def open_stage(ctx: StageContext, train_size: int, writes: bool = True) -> tuple
     keep_through = ctx.step_offset + resumed if ctx.resume is not None else ctx.step_offset - 1
     truncate_jsonl(ctx.run_dir / "metrics.jsonl", keep_through)
     truncate_jsonl(ctx.run_dir / "val_generations.jsonl", keep_through - ctx.step_offset)  # stage-local steps
+    trainer = ctx.cfg.trainer
     trackers = build_trackers(
-        list(ctx.cfg.trainer.logger),
+        list(trainer.logger),
         ctx.run_dir,
         derived.total_training_steps,
         step_offset=ctx.step_offset,
         label=None if ctx.name == "main" else ctx.name,
-        purge_step=keep_through + 1 if (ctx.run_dir / "tensorboard").is_dir() else None,
-        log_freq=ctx.cfg.trainer.log_freq,
+        purge_step=keep_through + 1,  # TensorBoard purges only a directory it wrote before
+        log_freq=trainer.log_freq,
+        project=trainer.project_name,
+        experiment=trainer.experiment_name,
+        config={**to_dict(ctx.cfg), "derived": dataclasses.asdict(derived)},  # what config.yaml holds
+        options=dict(trainer.tracker_kwargs),
+        resumed=resumed if ctx.resume is not None else 0,
     )
     return derived, trackers
 

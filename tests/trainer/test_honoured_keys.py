@@ -253,6 +253,7 @@ KNOBS = [
     knob("trainer.total_training_steps=1", "metrics"),
     knob("trainer.seed=43", "responses"),
     knob("trainer.logger=[jsonl,console]", "printed"),
+    knob("trainer.tracker_kwargs={log_dir: {root}/tb}", "files", "trainer.logger=[jsonl,tensorboard]"),
     knob("trainer.log_val_generations=2", "files", *VAL),
     knob("trainer.write_report=true", "files"),
     knob("trainer.rollout_data_dir={root}/rollouts", "files"),

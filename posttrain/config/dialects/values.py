@@ -13,14 +13,13 @@ from typing import Any
 
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.translate import Context, refusal
-from posttrain.config.sections.trainer import LOGGERS
+from posttrain.config.sections.trainer import LOGGER_ALIASES, REFUSED_LOGGERS
 
 DTYPE_SPELLINGS = {
     "bfloat16": "bf16", "torch.bfloat16": "bf16", "bf16": "bf16",
     "float16": "fp16", "half": "fp16", "torch.float16": "fp16", "fp16": "fp16",
     "float32": "fp32", "float": "fp32", "torch.float32": "fp32", "fp32": "fp32",
 }
-_TRACKERS_TODO = ("wandb", "swanlab", "mlflow", "clearml", "vemlp_wandb")
 
 
 def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
@@ -38,15 +37,18 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
 
 
 def _loggers(value: Any) -> Any:
+    """posttrain's tracker names for a framework's (verl's ``file`` is posttrain's metrics.jsonl, ROLL's
+    ``stdout`` its console line); a tracker posttrain does not have refuses the key with the reason."""
     names = [value] if isinstance(value, str) else value
-    if not isinstance(names, list):
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         return value  # validation names the type
-    todo = [n for n in names if n in _TRACKERS_TODO]
-    if todo:
-        raise refusal(f"not implemented yet: the {', '.join(todo)} tracker (tracker adapters issue); posttrain logs to {', '.join(LOGGERS)}")
+    refused = [n for n in names if n in REFUSED_LOGGERS]
+    if refused:
+        raise refusal("; ".join(f"the {n} tracker: {REFUSED_LOGGERS[n]}" for n in refused))
+    names = [LOGGER_ALIASES.get(n, n) for n in names]
     if isinstance(value, str):  # one tracker named: posttrain also keeps its console and metrics.jsonl
-        return list(dict.fromkeys(["console", "jsonl", value]))
-    return value
+        names = ["console", "jsonl", *names]
+    return list(dict.fromkeys(names))
 
 
 def _resume(ctx: Context, key: str, value: Any) -> Any:

@@ -12,9 +12,17 @@ from typing import Any
 
 from posttrain.config.fields import param, section
 
-#: Values of `logger` posttrain implements; the wandb, swanlab, mlflow and clearml trackers are todo
-#: ("tracker adapters issue") and a loader should say so when it meets them.
-LOGGERS = ("console", "tensorboard", "jsonl")
+#: Values of `logger` posttrain implements (posttrain.tracking); wandb, mlflow and swanlab need their
+#: optional package (`pip install 'posttrain[wandb]'`, ...).
+LOGGERS = ("console", "tensorboard", "jsonl", "wandb", "mlflow", "swanlab")
+#: Other frameworks' names for posttrain's trackers (verl's `file`, ROLL's `stdout`, verl's old `tracking`).
+LOGGER_ALIASES = {"file": "jsonl", "stdout": "console", "tracking": "wandb"}
+#: Trackers other frameworks accept that posttrain does not, with the reason.
+REFUSED_LOGGERS = {
+    "clearml": "not implemented: posttrain has adapters for wandb, mlflow and swanlab (each with an offline mode), not for ClearML; use one of them or tensorboard",
+    "vemlp_wandb": "not implemented: Volcano Engine ML Platform's tracker needs that platform's SDK and credentials, which posttrain does not integrate; use wandb, mlflow or swanlab",
+    "trackio": "not implemented: posttrain has adapters for wandb, mlflow and swanlab, not for trackio; use one of them or tensorboard",
+}
 
 
 @section
@@ -27,8 +35,8 @@ class TrainerConfig:
     total_training_steps: int | None = param(None, doc="Training steps; null derives it from total_epochs x steps per epoch.", ge=1, refs=["verl:trainer.total_training_steps", "roll:max_steps", "trinity:buffer.total_steps", "trinity:trainer.total_steps"])
     seed: int = param(42, doc="Seed of every random generator of the run (data order, sampling, initialisation).", ge=0, refs=["roll:seed"])
 
-    logger: list[str] = param(factory=lambda: ["console", "jsonl", "tensorboard"], doc="Where metrics go: any of console, tensorboard (<run dir>/tensorboard), jsonl (<run dir>/metrics.jsonl).", choices=LOGGERS, refs=["verl:trainer.logger", "roll:track_with", "trinity:monitor.monitor_type"])
-    log_val_generations: int = param(0, doc="Validation (prompt, response, score) examples appended to <run dir>/val_generations.jsonl each validation.", ge=0, refs=["verl:trainer.log_val_generations"])
+    logger: list[str] = param(factory=lambda: ["console", "jsonl", "tensorboard"], doc="Where metrics go: any of console, tensorboard (<run dir>/tensorboard), jsonl (<run dir>/metrics.jsonl), wandb, mlflow, swanlab (each needs its package: pip install 'posttrain[wandb]').", choices=LOGGERS, refs=["verl:trainer.logger", "roll:track_with", "trinity:monitor.monitor_type"])
+    log_val_generations: int = param(0, doc="Validation (prompt, response, score) examples appended to <run dir>/val_generations.jsonl each validation, and shown as a table by wandb, mlflow and swanlab.", ge=0, refs=["verl:trainer.log_val_generations"])
     write_report: bool = param(False, doc="Write <run dir>/report.html (curves, before/after-RL accuracy, validation samples) when posttrain train ends; `posttrain report RUN_DIR` writes it any time.")
     rollout_data_dir: str | None = param(None, doc="Directory for one JSONL file of training rollouts per step; null writes none.", refs=["verl:trainer.rollout_data_dir"])
     validation_data_dir: str | None = param(None, doc="Directory for one JSONL file of validation generations per validation; null writes none.", refs=["verl:trainer.validation_data_dir"])
@@ -39,7 +47,7 @@ class TrainerConfig:
     root_dir: str = param("checkpoints", doc="Parent of run directories when default_local_dir is null.", refs=["trinity:checkpoint_root_dir"])
     default_local_dir: str | None = param(None, doc="Run directory (checkpoints, logs, resolved config); null means <root_dir>/<project_name>/<experiment_name>.", refs=["verl:trainer.default_local_dir", "roll:output_dir"])
 
-    tracker_kwargs: dict[str, Any] = param(factory=dict, doc="Extra arguments of the trackers (tensorboard log_dir; wandb base_url/api_key; mlflow uri/username/password).", todo="tracker options; tracker adapters issue", refs=["roll:tracker_kwargs", "trinity:monitor.monitor_args", "trinity:monitor.monitor_args.base_url", "trinity:monitor.monitor_args.api_key", "trinity:monitor.monitor_args.uri", "trinity:monitor.monitor_args.username", "trinity:monitor.monitor_args.password"])
+    tracker_kwargs: dict[str, Any] = param(factory=dict, doc="Options of the trackers, each read by the trackers it applies to: project, name, tags, notes, group, entity (wandb), workspace (swanlab), mode (online/offline), log_dir, uri (mlflow); credentials come from the environment (WANDB_API_KEY, ...).", refs=["roll:tracker_kwargs", "trinity:monitor.monitor_args", "trinity:monitor.monitor_args.base_url", "trinity:monitor.monitor_args.api_key", "trinity:monitor.monitor_args.uri", "trinity:monitor.monitor_args.username", "trinity:monitor.monitor_args.password"])
     log_freq: int = param(1, doc="Send training metrics to the loggers (console, metrics.jsonl, TensorBoard) every this many steps of a stage; steps with validation and the stage's last step are always sent.", ge=1, refs=["roll:logging_steps"])
     mode: str = param("both", doc="Which halves of an RL stage run: both (explore and train: in step, or as explorer and trainer processes when the synchronizer lags), explore (generate and score into the experience buffer with the starting weights), train (learn from a buffer an explore run filled). bench (evaluate every checkpoint) is refused: not implemented yet.", choices=["both", "train", "explore", "bench"], refs=["trinity:mode"])
     balance_batch: bool = param(True, doc="With several worker processes, give each its share of a batch's rows by token count (near-equal tokens per worker) instead of consecutive runs of rows; results are the same either way, only the work per worker differs.", refs=["verl:trainer.balance_batch"])
