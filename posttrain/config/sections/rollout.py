@@ -111,7 +111,7 @@ class RolloutConfig:
     log_prob_max_token_len_per_gpu: int | None = param(None, doc="Token budget of one old-log-prob micro-batch on one device; null uses actor.ppo_max_token_len_per_gpu.", ge=1, refs=[f"{_VERL}.log_prob_max_token_len_per_gpu"])
 
     # ---- placement and parallelism ------------------------------------------------------------
-    hybrid_engine: bool = param(True, doc="true: the rollout engine lives in the training process(es) (verl's hybrid engine, colocated). false: split placement, the engine in an explorer process of its own and training in a trainer process, synchronised every step (on-policy; the decoupled layout of docs/async.md with sync_interval 1, sync_offset 0).", refs=[f"{_VERL}.hybrid_engine"])
+    hybrid_engine: bool = param(True, doc="true: the rollout engine lives in the training process(es) (verl's hybrid engine, colocated). false: split placement, the engine in an explorer process of its own and training in a trainer process, synchronised every step (on-policy; the decoupled layout of docs/async.md with sync_interval 1, sync_offset 0).", refs=["verl:actor_rollout_ref.hybrid_engine"])
     tensor_model_parallel_size: int = param(1, doc="Devices one engine replica is split over (tensor parallelism).", ge=1, todo=_ENGINES, refs=[f"{_VERL}.tensor_model_parallel_size", f"{_TRINITY}.tensor_parallel_size", "roll:actor_infer.num_gpus_per_worker"])
     engine_num: int = param(1, doc="Engine replicas generating in parallel.", ge=1, todo="several engine replicas per worker (every worker has one engine; more workers give more replicas)", refs=[f"{_TRINITY}.engine_num"])
 
