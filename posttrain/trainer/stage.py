@@ -31,6 +31,7 @@ from posttrain.config.validate import deep_merge
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config, defaults_dict
 from posttrain.tracking import Trackers, build_trackers
+from posttrain.tracking.base import flatten
 
 
 @dataclass(frozen=True)
@@ -134,8 +135,8 @@ def changed_keys(saved: Path, cfg: Config) -> list[tuple[str, object, object]]:
     (what that run did), and keys the schema no longer has are not compared."""
     if not saved.is_file():
         return []
-    old = _flat(deep_merge(defaults_dict(), yaml.safe_load(saved.read_text(encoding="utf-8")) or {}))
-    new = _flat(yaml.safe_load(to_yaml(cfg)))  # the same YAML round trip as the saved file
+    old = flatten(deep_merge(defaults_dict(), yaml.safe_load(saved.read_text(encoding="utf-8")) or {}))
+    new = flatten(yaml.safe_load(to_yaml(cfg)))  # the same YAML round trip as the saved file
     keys = sorted(k for k in new if old.get(k, "<unset>") != new[k])
     return [(k, old.get(k, "<unset>"), new[k]) for k in keys]
 
@@ -157,15 +158,6 @@ def config_changes(saved: Path, cfg: Config, limit: int = 12) -> list[str]:
         lines.append(f"  ... and {len(changed) - limit} more (compare {saved} with the new config)")
     return lines
 
-
-def _flat(tree: dict, prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def final_model_dir(ctx: StageContext) -> Path:
