@@ -28,7 +28,7 @@ import signal
 from pathlib import Path
 from typing import Callable
 
-from posttrain.checkpoint.layout import MARKER, latest_checkpoint, step_dir
+from posttrain.checkpoint.layout import MARKER, latest_checkpoint
 from posttrain.checkpoint.load import CheckpointError, load_checkpoint
 from posttrain.checkpoint.save import Parts, prune, save_checkpoint, save_hf
 from posttrain.config.schema import Config

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict,
+    StateDictOptions, get_model_state_dict, set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
@@ -182,11 +182,6 @@ def full_state_dict(model: nn.Module, *, main_only: bool = False) -> dict[str, t
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=main_only))
 
 
-def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Copy whole tensors into a sharded model (each rank keeps its shard); keys may omit tied weights."""
-    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))
-
-
 def _param_index(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
     """Parameter name -> its number in `optimizer.state_dict()` (parameters numbered across groups in order)."""
     name_of = {id(p): n for n, p in model.named_parameters()}
@@ -194,23 +189,9 @@ def _param_index(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str
     return {n: i for i, n in enumerate(order)}
 
 
-def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """The optimizer's state with whole tensors, in `optimizer.state_dict()`'s own layout (as one
-    process saves it). Sharded: a collective; only rank 0 receives it (others get {})."""
-    if not is_sharded(model):
-        return optimizer.state_dict()
-    named = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if not named:
-        return {}
-    index = _param_index(model, optimizer)
-    return {
-        "state": {index[n]: v for n, v in named["state"].items()},
-        "param_groups": [dict(g, params=[index[n] for n in g["params"]]) for g in named["param_groups"]],
-    }
-
-
 def load_full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    """Load a state saved by `full_optimizer_state` (or by one process) into a sharded role's optimizer."""
+    """Load an optimizer state saved by one process (`optimizer.state_dict()`, parameters numbered in
+    order) into a sharded role's optimizer: every rank reads the whole state and keeps its shards."""
     name = {i: n for n, i in _param_index(model, optimizer).items()}
     named = {
         "state": {name[int(i)]: v for i, v in state["state"].items()},

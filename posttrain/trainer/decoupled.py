@@ -205,7 +205,7 @@ def run_learner(ctx: StageContext) -> StageResult:
             "(same buffer path), or run trainer.mode=both"
         )
     learner = RLTrainer(ctx, halves="learner")
-    total, t = learner.derived.total_training_steps, cfg.trainer
+    total = learner.derived.total_training_steps
     buffer = ExperienceBuffer(path)
     following = cfg.trainer.mode == "both"
     weights = WeightFiles(weights_dir(stage_dir)) if following else None

@@ -10,18 +10,13 @@ from __future__ import annotations
 import io
 import os
 import queue as queue_module
-import socket
 import time
 import traceback
 
 import torch
 import torch.multiprocessing as mp
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from posttrain.cluster.launch import free_port
 
 
 def _entry(rank: int, world: int, port: int, fn, args, queue) -> None:

@@ -9,8 +9,6 @@ ranks equal the single-process ones row for row.
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
