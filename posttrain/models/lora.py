@@ -190,7 +190,7 @@ def _check_mergeable(model: nn.Module, s: LoraSettings) -> None:
             continue
         problem = None
         if type(module) is not LoraLinear:
-            problem = f"an adapter on a {type(module.get_base_layer()).__name__} (only linear layers)"
+            problem = f"an adapter on its {type(module.get_base_layer()).__name__} (only linear layers take one)"
         elif module.use_dora.get(ADAPTER) or module.fan_in_fan_out or module.lora_bias.get(ADAPTER):
             problem = "DoRA, fan_in_fan_out or a LoRA bias (only plain LoRA)"
         if problem is not None:
