@@ -5,6 +5,12 @@ only the files a model user needs (config, safetensors weights, generation confi
 template) and leaves the training state (optimizer.pt, extra.pt) behind. A checkpoint written by
 several worker processes holds its weights in shards (`posttrain.checkpoint.sharded`): exporting
 assembles them in this one process and writes them as safetensors beside the same small files.
+
+A LoRA run's checkpoint holds an adapter (posttrain.checkpoint.adapter) and its final model is the
+merged policy with the adapter in `adapter/`. Exporting writes the adapter by default (peft's
+format, for `PeftModel.from_pretrained` over the base model), or with `merge` the merged model: the
+final model's own files, or, from a checkpoint, the base model named in adapter_config.json with the
+adapter merged in by peft (`merge_and_unload`).
 """
 
 from __future__ import annotations
@@ -14,14 +20,16 @@ from pathlib import Path
 
 from posttrain.checkpoint.layout import MARKER, latest_checkpoint, step_of
 from posttrain.checkpoint.load import CheckpointError
+from posttrain.checkpoint.adapter import ADAPTER_SUBDIR
 from posttrain.checkpoint.sharded import is_dcp_role, load_dcp_role
+from posttrain.models.lora import CONFIG_FILE, is_adapter_dir
 
 _TRAINING_FILES = {"optimizer.pt", "extra.pt"}
 
 
 def _is_hf_dir(path: Path) -> bool:
-    """A model directory: config and safetensors weights, or config and sharded (DCP) weights."""
-    return (path / "config.json").is_file() and (any(path.glob("*.safetensors")) or is_dcp_role(path))
+    """A model directory: config and safetensors weights, config and sharded (DCP) weights, or a LoRA adapter."""
+    return (path / "config.json").is_file() and (any(path.glob("*.safetensors")) or is_dcp_role(path)) or is_adapter_dir(path)
 
 
 def resolve_model_dir(source: Path) -> Path:
@@ -53,21 +61,57 @@ def resolve_model_dir(source: Path) -> Path:
     )
 
 
-def export_model(source: Path, out: Path, *, overwrite: bool = False) -> Path:
-    """Copy the model files of `source` (resolved by `resolve_model_dir`) into `out`; returns `out`."""
+def export_model(source: Path, out: Path, *, overwrite: bool = False, merge: bool = False) -> Path:
+    """Copy the model files of `source` (resolved by `resolve_model_dir`) into `out`; returns `out`.
+    A LoRA source gives its adapter, or with `merge` the merged model (see the module docstring);
+    `merge` on a whole model exports it as it is."""
     model_dir = resolve_model_dir(source)
+    adapter = model_dir if is_adapter_dir(model_dir) else model_dir / ADAPTER_SUBDIR
     out = Path(out).expanduser()
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise CheckpointError(f"{out}: already exists and is not empty; choose a new output directory")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    for f in model_dir.iterdir():
-        if f.is_file() and f.name not in _TRAINING_FILES:
-            shutil.copy2(f, out / f.name)
+    if is_adapter_dir(adapter) and (not merge or adapter == model_dir):
+        _copy_files(adapter, out)
+        if merge:
+            _merge(adapter, out)
+        return out
+    _copy_files(model_dir, out)
     if is_dcp_role(model_dir):
         _assemble(model_dir, out)
     return out
+
+
+def _copy_files(directory: Path, out: Path) -> None:
+    """The files of `directory` a model user needs (not its subdirectories, not the training state)."""
+    for f in directory.iterdir():
+        if f.is_file() and f.name not in _TRAINING_FILES:
+            shutil.copy2(f, out / f.name)
+
+
+def _merge(adapter: Path, out: Path) -> None:
+    """`out` (holding a copy of the adapter's files) becomes the base model with the adapter merged."""
+    import json
+
+    from posttrain.models.loading import load_causal_lm
+    from posttrain.models.lora import WEIGHTS_FILE, quiet_peft, require_peft
+    from posttrain.models.quiet import quiet_transformers
+
+    base = json.loads((adapter / CONFIG_FILE).read_text(encoding="utf-8")).get("base_model_name_or_path")
+    if not base or not Path(base).is_dir():
+        raise CheckpointError(
+            f"{adapter / CONFIG_FILE}: its base model {base!r} (base_model_name_or_path) is not a local directory; "
+            "set it to the model the adapter was trained on, or export without --merge"
+        )
+    peft = require_peft()
+    with quiet_peft():
+        model = peft.PeftModel.from_pretrained(load_causal_lm(base, dtype="auto"), adapter).merge_and_unload()
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        (out / name).unlink()
+    with quiet_transformers():
+        model.save_pretrained(out, safe_serialization=True)
 
 
 def _assemble(model_dir: Path, out: Path) -> None:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from posttrain.errors import UserError
+
 MARKER = "latest_checkpointed_iteration.txt"
 TRAINER_STATE = "trainer_state.json"
 RNG_FILE = "rng.safetensors"
@@ -29,6 +31,10 @@ OPTIMIZER_FILE = "optimizer.pt"
 EXTRA_FILE = "extra.pt"
 STAGE_COMPLETE = "stage_complete.json"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+class CheckpointError(UserError):
+    """A checkpoint is missing, incomplete or does not fit the run resuming from it."""
 
 
 def step_dir(root: Path, step: int) -> Path:

@@ -17,16 +17,15 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
-from posttrain.checkpoint.layout import EXTRA_FILE, OPTIMIZER_FILE, RNG_FILE, TRAINER_STATE
+from posttrain.checkpoint.adapter import check_role_kind, load_adapter_role
+from posttrain.checkpoint.layout import EXTRA_FILE, OPTIMIZER_FILE, RNG_FILE, TRAINER_STATE, CheckpointError
 from posttrain.checkpoint.save import Parts
 from posttrain.checkpoint.sharded import is_dcp_role, load_dcp_role, load_into_sharded
 from posttrain.cluster.fsdp import is_sharded, load_full_optimizer_state
+from posttrain.models.lora import is_adapter_dir
 from posttrain.checkpoint.state import load_generators, load_torch_state, read_json, restore_python_numpy_rng
-from posttrain.errors import UserError
 
-
-class CheckpointError(UserError):
-    """A checkpoint is missing, incomplete or does not fit the run resuming from it."""
+__all__ = ["CheckpointError", "load_checkpoint", "load_weights"]
 
 
 @contextmanager
@@ -91,7 +90,11 @@ def load_checkpoint(path: Path, parts: Parts, load_contents: dict[str, Iterable[
             raise CheckpointError(f"{path}: no {name}/ directory; this checkpoint was written by a run without a {name}")
         contents = set(load_contents.get(name, ("model", "optimizer", "extra")))
         weights, optimizer = bool(contents & {"model", "hf_model"}), "optimizer" in contents and role.optimizer is not None
-        if is_dcp_role(role_dir):  # written by several workers: loads on any number of them, or one
+        check_role_kind(role.model, role_dir)
+        if is_adapter_dir(role_dir):  # a LoRA role: its adapter and the adapter's optimizer state
+            with _reading(role_dir):
+                load_adapter_role(role.model, role.optimizer, role_dir, weights=weights, optimizer_state=optimizer)
+        elif is_dcp_role(role_dir):  # written by several workers: loads on any number of them, or one
             load_dcp_role(role.model, role.optimizer, role_dir, weights=weights, optimizer_state=optimizer)
         else:
             if weights:

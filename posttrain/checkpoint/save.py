@@ -17,6 +17,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from posttrain.checkpoint.adapter import save_adapter_role, save_merged
 from posttrain.checkpoint.layout import (
     EXTRA_FILE, MARKER, OPTIMIZER_FILE, RNG_FILE, TRAINER_STATE, read_marker, step_dir, step_dirs,
 )
@@ -28,6 +29,7 @@ from posttrain.cluster.fsdp import full_state_dict, is_sharded
 from posttrain.cluster.world import World
 from posttrain.checkpoint.manifest import write_manifest
 from posttrain.files import fsync_dir, fsync_tree
+from posttrain.models.lora import is_lora
 from posttrain.models.quiet import quiet_transformers
 
 
@@ -56,7 +58,11 @@ def save_hf(model: nn.Module, out: Path, tokenizer: Any = None) -> None:
     """A Hugging Face directory: safetensors weights and config (and the tokenizer when given).
 
     A model sharded over worker processes is gathered whole first: a collective every rank calls;
-    rank 0 writes the directory."""
+    rank 0 writes the directory. A model with a LoRA adapter is written merged, with the adapter
+    in `adapter/` (posttrain.checkpoint.adapter)."""
+    if is_lora(model):
+        save_merged(model, out, tokenizer)
+        return
     state = None
     if is_sharded(model):
         state = full_state_dict(model, main_only=True)
@@ -85,6 +91,9 @@ def save_checkpoint(root: Path, step: int, parts: Parts, trainer_state: dict[str
     world.barrier()  # the directory exists before any rank writes into it
     for name, role in parts.roles.items():
         out = tmp / name
+        if is_lora(role.model):  # the adapter and its optimizer state, whole, however the model is sharded
+            save_adapter_role(role, out)
+            continue
         if is_sharded(role.model):
             save_sharded_role(role, out, world.is_main)
             continue

@@ -11,6 +11,9 @@ travel. Which way is fixed when the roles are built (`weight_sync_for`):
   holds a whole copy: each parameter is all-gathered from its shards and copied into the engine's
   tensor of the same name, one parameter at a time, so no second whole copy of the model is ever
   held beside the engine's (the peak is the engine plus the largest single parameter).
+- `MergedAdapters`: the actor trains LoRA adapters (`posttrain.models.lora`) and the engine holds a
+  plain copy of the base model: each targeted weight is sent merged, W + (alpha / r) B A, the
+  others as they are; sharded or not, one tensor at a time as `GatherShards` does.
 
 Every `push` is timed by the trainer (`timing/sync_s`).
 """
@@ -82,8 +85,24 @@ def whole_tensors(module: nn.Module) -> Iterator[tuple[str, Tensor]]:
             yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
-def weight_sync_for(engine: Engine, actor_model: nn.Module, sharded: bool) -> WeightSync:
-    """The way weights travel for this placement (see the module docstring)."""
+@dataclass
+class MergedAdapters:
+    """The actor's LoRA model, merged into the engine's plain copy (a collective when sharded)."""
+
+    engine: Engine
+    module: nn.Module  # the actor's model with its adapter (inside its FSDP root when sharded)
+
+    def push(self, version: int) -> None:
+        from posttrain.models.lora import merged_tensors
+
+        self.engine.update_weights(merged_tensors(self.module), version)
+
+
+def weight_sync_for(engine: Engine, actor_model: nn.Module, sharded: bool, adapters: bool = False) -> WeightSync:
+    """The way weights travel for this placement (see the module docstring); `adapters`: the actor
+    trains LoRA adapters."""
+    if adapters:
+        return MergedAdapters(engine, actor_model)
     if sharded:
         return GatherShards(engine, actor_model)
     if engine.model is actor_model:

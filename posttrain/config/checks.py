@@ -339,6 +339,28 @@ def check_sharded_checkpoints(cfg: Any) -> list[str]:
     return []
 
 
+# LoRA options with their defaults: read only when the section's LoRA is on.
+_LORA_DEFAULTS = {"lora_alpha": 16, "target_modules": "all-linear", "exclude_modules": None}
+
+
+def check_lora(cfg: Any) -> list[str]:
+    """LoRA options need LoRA on (lora_rank > 0 or lora_adapter_path); and a LoRA run's checkpoints
+    hold only the adapter, which cannot stand in for the final model as save_hf_checkpoint=never asks."""
+    problems = []
+    for section in ("model", "critic.model"):
+        on = get_path(cfg, f"{section}.lora_rank", 0) > 0 or get_path(cfg, f"{section}.lora_adapter_path", None) is not None
+        changed = [f"{section}.{k}" for k, d in _LORA_DEFAULTS.items() if get_path(cfg, f"{section}.{k}", d) != d]
+        if changed and not on:
+            problems.append(f"{', '.join(changed)}: read only with LoRA on, and {section}.lora_rank is 0; set it > 0 or remove them")
+        if on and section == "model" and get_path(cfg, "trainer.save_hf_checkpoint", "last") == "never":
+            problems.append(
+                "trainer.save_hf_checkpoint=never keeps the final policy only in the last checkpoint, but a LoRA run's "
+                "checkpoints hold only the adapter, not a model; use save_hf_checkpoint: last (final_model/ is then the "
+                "merged model, with the adapter in final_model/adapter/)"
+            )
+    return problems
+
+
 # Sharding keys of a role's fsdp_config with their defaults: they only act on a sharded model.
 _SHARDING_DEFAULTS = {
     "reshard_after_forward": True, "forward_prefetch": False, "min_num_params": 0, "transformer_layer_cls_to_wrap": [],
@@ -416,6 +438,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_device_mapping,
     check_sharded_checkpoints,
     check_sharding,
+    check_lora,
     check_actor_batches,
     check_critic_batches,
     check_token_budget,

@@ -38,8 +38,8 @@ def lean_unsupported_reason(model: nn.Module) -> str | None:
     for layer in body.layers:
         attn, mlp = layer.self_attn, layer.mlp
         for linear in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
-            if type(linear) is not nn.Linear:
-                return f"{type(linear).__name__} instead of nn.Linear"
+            if type(linear) is not nn.Linear:  # e.g. a LoRA layer (posttrain.models.lora): the HF path runs it
+                return f"{type(linear).__module__}.{type(linear).__qualname__} instead of nn.Linear"
     return None
 
 

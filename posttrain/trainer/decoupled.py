@@ -49,6 +49,7 @@ from posttrain.checkpoint.manager import kill_point
 from posttrain.cluster.fsdp import full_state_dict
 from posttrain.config.schema import Config
 from posttrain.data import collate_prompts
+from posttrain.models.lora import is_lora, merged_tensors
 from posttrain.trainer.metrics import PhaseTimer
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir
 
@@ -246,8 +247,10 @@ def run_learner(ctx: StageContext) -> StageResult:
 
 
 def _publish(learner, weights: WeightFiles, step: int) -> None:
-    """The actor's whole weights as those of `step` (a collective when sharded; rank 0 writes)."""
-    state = full_state_dict(learner.roles.actor.model, main_only=True)
+    """The actor's whole weights as those of `step` (a collective when sharded; rank 0 writes): with
+    LoRA, the base weights with the adapters merged in, which is what the explorer's plain model holds."""
+    model = learner.roles.actor.model
+    state = dict(merged_tensors(model)) if is_lora(model) else full_state_dict(model, main_only=True)
     if learner.ctx.world.is_main:
         weights.publish(state, step)
 

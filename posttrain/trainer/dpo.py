@@ -17,7 +17,8 @@ difference (`margin`) and the share of pairs where chosen out-scores rejected (`
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,7 @@ from torch import Tensor, nn
 from posttrain.config.sections.algorithm import DPOConfig
 from posttrain.data import DPOExample, collate_sft, pad_token_id
 from posttrain.models.loading import causal_lm_from_config
+from posttrain.models.lora import add_lora, lora_settings
 from posttrain.models.precision import autocast
 from posttrain.trainer.sequence_logprobs import sequence_logprobs
 from posttrain.cluster.fsdp import forward_runner
@@ -83,20 +85,29 @@ def freeze(model: nn.Module) -> nn.Module:
 
 def dpo_objective(
     policy: nn.Module, reference: nn.Module, pad_id: int, settings: DPOConfig,
-    policy_dtype: str = "fp32", ref_dtype: str = "fp32",
+    policy_dtype: str = "fp32", ref_dtype: str = "fp32", adapters_off: Callable[[], AbstractContextManager] | None = None,
 ) -> Objective:
     """The DPO loss of `settings` over pairs, normalised by the pairs of the whole batch.
     `policy_dtype`/`ref_dtype`: actor./ref.fsdp_config.mixed_precision.param_dtype (bf16: autocast).
-    Either model may be a sharded model's FSDP root (`posttrain.cluster.fsdp`)."""
+    Either model may be a sharded model's FSDP root (`posttrain.cluster.fsdp`). `adapters_off`: the
+    reference is the policy's own LoRA model run inside this context (peft's `disable_adapter`)."""
     run_policy, policy = forward_runner(policy)
     run_reference, reference = forward_runner(reference)
+    base = adapters_off or nullcontext
 
     def micro_loss(pairs: Sequence[DPOExample], total: float) -> tuple[Tensor, dict[str, float]]:
+        # The reference first: when it is the policy's own model, its no-grad forward must not come
+        # between the policy's forward and that forward's backward.
+        was_training = reference.training
+        reference.eval()
+        try:
+            with torch.inference_mode(), base(), autocast(reference, ref_dtype):
+                ref_chosen, ref_rejected = run_reference(pair_logprobs, reference, pairs, pad_id)
+        finally:
+            reference.train(was_training)
+        ref_chosen, ref_rejected = ref_chosen.clone(), ref_rejected.clone()  # usable by autograd
         with autocast(policy, policy_dtype):
             chosen, rejected = run_policy(pair_logprobs, policy, pairs, pad_id)  # (N,) each
-        with torch.inference_mode(), autocast(reference, ref_dtype):
-            ref_chosen, ref_rejected = run_reference(pair_logprobs, reference, pairs, pad_id)
-        ref_chosen, ref_rejected = ref_chosen.clone(), ref_rejected.clone()  # usable by autograd
         losses = preference_losses(
             chosen, rejected, ref_chosen, ref_rejected,
             beta=settings.beta, label_smoothing=settings.label_smoothing, loss_type=settings.loss_type,
@@ -133,11 +144,16 @@ def run_dpo(ctx: StageContext) -> StageResult:
     inputs = ctx.inputs or stage_inputs(cfg)  # every check before training (posttrain.trainer.preflight)
     tokenizer, train_set, val_set = inputs.tokenizer, inputs.train_set, inputs.val_set
     device = stage_device(ctx)
-    policy = ctx.world.shard(causal_lm_from_config(cfg.model, device=device), cfg.actor.fsdp_config)
-    reference = ctx.world.shard(freeze(causal_lm_from_config(cfg.model, device=device)), cfg.ref.fsdp_config)
+    model = causal_lm_from_config(cfg.model, device=device)
+    lora = lora_settings(cfg.model, "model")
+    adapters = add_lora(model, lora, cfg.model.path) if lora is not None else None
+    policy = ctx.world.shard(model, cfg.actor.fsdp_config)
+    # With LoRA the reference is the policy's base weights (adapters off): no second copy.
+    reference = policy if adapters is not None else ctx.world.shard(freeze(causal_lm_from_config(cfg.model, device=device)), cfg.ref.fsdp_config)
     derived, trackers = open_stage(ctx, len(train_set))
     objective = dpo_objective(
         policy, reference, pad_token_id(tokenizer), cfg.algorithm.dpo,
         cfg.actor.fsdp_config.mixed_precision.param_dtype, cfg.ref.fsdp_config.mixed_precision.param_dtype,
+        adapters_off=adapters.disable_adapter if adapters is not None else None,
     )
     return fit(ctx, policy, tokenizer, objective, train_set, val_set, derived, trackers)

@@ -19,6 +19,7 @@ from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.errors import ConfigError
 from posttrain.models.loading import causal_lm_from_config, load_tokenizer, load_value_model, resolve_dtype
+from posttrain.models.lora import add_lora, lora_settings, value_head_name
 from posttrain.optim import build_optimization
 from posttrain.cluster.weight_sync import WeightSync, weight_sync_for
 from posttrain.cluster.world import World
@@ -153,15 +154,20 @@ def check_critic_tokenizer(cfg: Config, tokenizer: Any) -> None:
 
 def critic_model_from_config(cfg: Config, tokenizer: Any, device: torch.device | str = "cpu") -> nn.Module:
     """The critic's value model from `critic.model`: its own directory, dtype, config overrides and
-    loading options, or the policy's (model.path, model.dtype, model.trust_remote_code) where null."""
+    loading options, or the policy's (model.path, model.dtype, model.trust_remote_code) where null;
+    with `critic.model.lora_rank` its LoRA adapter in it."""
     m = cfg.critic.model
     check_critic_tokenizer(cfg, tokenizer)
-    return load_value_model(
+    model = load_value_model(
         m.path or cfg.model.path, dtype=cfg.model.dtype if m.dtype == "auto" else m.dtype,
         trust_remote_code=m.trust_remote_code or (m.path is None and cfg.model.trust_remote_code),
         override_config=dict(m.override_config), gradient_checkpointing=m.enable_gradient_checkpointing,
         external_lib=m.external_lib, device=device,
     )
+    lora = lora_settings(m, "critic.model")
+    if lora is not None:  # adapters on the body; the new value head is trained whole (posttrain.models.lora)
+        add_lora(model, lora, m.path or cfg.model.path, task="TOKEN_CLS", train_whole=(value_head_name(model),))
+    return model
 
 
 @dataclass
@@ -209,11 +215,15 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     if halves == "explorer":
         engine = make_engine(cfg, policy.eval().requires_grad_(False).to(engine_dtype), tokenizer)
         return RLRoles(rollout=RolloutWorker(engine, dp), actor=None, reference=None, critic=None, sync=None)
+    lora = lora_settings(cfg.model, "model")
     # Copies of the unsharded policy first: the engine's (when it keeps its own) and the reference's.
-    own_copy = halves == "both" and (world.distributed or engine_dtype != next(policy.parameters()).dtype)
+    # With LoRA the engine keeps a plain copy to merge into, and the reference is the actor's own
+    # model with its adapters off (posttrain.models.lora): no copy.
+    own_copy = halves == "both" and (world.distributed or lora is not None or engine_dtype != next(policy.parameters()).dtype)
     engine_model = copy.deepcopy(policy) if own_copy else policy
     needs = role_needs(cfg)  # from the estimator's registry entry and the KL switches
-    ref_model = copy.deepcopy(policy) if needs.reference else None
+    ref_model = copy.deepcopy(policy) if needs.reference and lora is None else None
+    adapters = add_lora(policy, lora, cfg.model.path) if lora is not None else None
     trained = world.shard(policy, a.fsdp_config)
     optimizer, scheduler = build_optimization(trained.parameters(), a.optim, warmup_steps=derived.actor_warmup_steps or 0, total_steps=total)
     actor = Actor(
@@ -260,17 +270,20 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         if own_copy:
             engine_model.eval().requires_grad_(False).to(engine_dtype)
         engine = make_engine(cfg, engine_model, tokenizer)
-        rollout, sync = RolloutWorker(engine, dp), weight_sync_for(engine, actor.model, sharded=world.distributed)
+        sync = weight_sync_for(engine, actor.model, sharded=world.distributed, adapters=adapters is not None)
+        rollout = RolloutWorker(engine, dp)
     reference = None
-    if ref_model is not None:
+    if needs.reference:
         size, max_tokens = forward_batching(
             cfg.ref.log_prob_micro_batch_size_per_gpu, cfg.ref.log_prob_use_dynamic_bsz, cfg.ref.log_prob_max_token_len_per_gpu,
             **actor_budget,
         )
         reference = ReferencePolicy(
-            world.shard(ref_model, cfg.ref.fsdp_config), temperature=policy_temperature(cfg), micro_batch_size=size,
+            trained if adapters is not None else world.shard(ref_model, cfg.ref.fsdp_config),
+            temperature=policy_temperature(cfg), micro_batch_size=size,
             max_tokens=max_tokens, compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype,
             pack=cfg.model.use_remove_padding, lean_forward=lean, dp=dp,
+            adapters_off=adapters.disable_adapter if adapters is not None else None,
         )
     critic = None
     if needs.critic:

@@ -36,6 +36,7 @@ from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.data import SFTExample, collate_sft, make_sampler, pad_token_id
 from posttrain.models.loading import causal_lm_from_config
+from posttrain.models.lora import add_lora, lora_settings
 from posttrain.optim import build_optimization
 from posttrain.records import pack_greedy
 from posttrain.tracking import Trackers
@@ -212,7 +213,11 @@ def run_sft(ctx: StageContext) -> StageResult:
     seed_everything(cfg.trainer.seed)
     inputs = ctx.inputs or stage_inputs(cfg)  # every check before training (posttrain.trainer.preflight)
     tokenizer, train_set, val_set = inputs.tokenizer, inputs.train_set, inputs.val_set
-    model = ctx.world.shard(causal_lm_from_config(cfg.model, device=stage_device(ctx)), cfg.actor.fsdp_config)
+    policy = causal_lm_from_config(cfg.model, device=stage_device(ctx))
+    lora = lora_settings(cfg.model, "model")
+    if lora is not None:  # only the adapter trains (posttrain.models.lora)
+        add_lora(policy, lora, cfg.model.path)
+    model = ctx.world.shard(policy, cfg.actor.fsdp_config)
     derived, trackers = open_stage(ctx, len(train_set))
     objective = sft_objective(model, pad_token_id(tokenizer), cfg.actor.fsdp_config.mixed_precision.param_dtype)
     return fit(ctx, model, tokenizer, objective, train_set, val_set, derived, trackers)

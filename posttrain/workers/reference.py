@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+from typing import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -20,12 +23,17 @@ class ReferencePolicy:
     def __init__(
         self, model: nn.Module, *, temperature: float, micro_batch_size: int, max_tokens: int | None = None,
         compute_dtype: str = "fp32", pack: bool = True, lean_forward: str = "off", dp: DataParallel = SINGLE,
+        adapters_off: Callable[[], AbstractContextManager] | None = None,
     ):
         """`compute_dtype`: ref.fsdp_config.mixed_precision.param_dtype (posttrain.models.precision);
         `pack`: model.use_remove_padding; `lean_forward`: posttrain.models.lean_forward's mode;
-        `dp`: this process's data-parallel rank of the role."""
+        `dp`: this process's data-parallel rank of the role. `adapters_off`: the model is the
+        actor's LoRA model (posttrain.models.lora), shared, and every forward runs inside this
+        context (peft's `disable_adapter`): its frozen base weights are the starting policy."""
         self.run, self.model = forward_runner(model)
-        self.model.eval().requires_grad_(False)
+        self.adapters_off = adapters_off or nullcontext
+        if adapters_off is None:  # its own copy: frozen for good (a shared model stays the actor's)
+            self.model.eval().requires_grad_(False)
         self.temperature = temperature
         self.micro_batch_size = micro_batch_size
         self.max_tokens = max_tokens
@@ -37,10 +45,15 @@ class ReferencePolicy:
     @torch.inference_mode()
     def compute_logprobs(self, batch: RolloutBatch) -> Tensor:
         """log pi_ref of each response token, (B, T); 0 on padding."""
-        with autocast(self.model, self.compute_dtype), lean_mode(self.lean_forward):
-            return batched_logprobs(
-                self.model, batch, self.temperature, self.micro_batch_size, self.max_tokens, self.pack, self.dp, self.run
-            )
+        was_training = self.model.training
+        self.model.eval()  # a model shared with the actor may be in training mode
+        try:
+            with self.adapters_off(), autocast(self.model, self.compute_dtype), lean_mode(self.lean_forward):
+                return batched_logprobs(
+                    self.model, batch, self.temperature, self.micro_batch_size, self.max_tokens, self.pack, self.dp, self.run
+                )
+        finally:
+            self.model.train(was_training)
 
 
 def batched_logprobs(

@@ -65,6 +65,8 @@ DPO = ("algorithm.kind=dpo", "data.train_files={data}/dpo_train.parquet", "data.
 PREP_MODEL = ("prepare.model.path={root}/prepared_model", "prepare.model.tiny.layers=1", "prepare.model.tiny.hidden=16")
 PREP_DATA = ("prepare.data.dir={root}/prepared_data", "prepare.data.train=8", "prepare.data.test=4")
 PARALLEL = ("reward.reward_manager=parallel", "reward.num_workers=1")
+LORA = ("model.lora_rank=4",)
+CRITIC_LORA = (*CRITIC, "critic.model.lora_rank=2")
 # A rerun that continues the first run's step-1 checkpoint in another directory.
 RESUME = ("trainer.resume_mode=resume_path", "trainer.default_local_dir={root}/resumed")
 STEP = "{root}/posttrain/run/checkpoints/global_step_"
@@ -104,6 +106,10 @@ KNOBS = [
     knob("model.rope_theta=0.5", "metrics"),
     knob("model.rope_scaling={rope_type: linear, factor: 4.0}", "metrics"),
     knob("model.use_remove_padding=false", "forwards", *VARIED),
+    knob("model.lora_rank=4", "weights"),
+    knob("model.lora_alpha=64", "weights", *LORA),
+    knob("model.target_modules=[q_proj]", "weights", *LORA),
+    knob("model.exclude_modules=[q_proj]", "weights", *LORA),
     # rollout
     knob("rollout.n=3", "responses", "actor.ppo_micro_batch_size_per_gpu=4"),
     knob("rollout.temperature=2.0", "responses"),
@@ -198,6 +204,9 @@ KNOBS = [
     knob("critic.model.external_lib=knob_critic_lib", "printed", *CRITIC),
     knob("critic.model.enable_gradient_checkpointing=true", "forwards", *CRITIC),
     knob("critic.model.use_remove_padding=false", "forwards", *CRITIC, *VARIED),
+    knob("critic.model.lora_rank=2", "metrics", *CRITIC),
+    knob("critic.model.lora_alpha=64", "metrics", *CRITIC_LORA),
+    knob("critic.model.target_modules=[q_proj]", "metrics", *CRITIC_LORA),
     knob("critic.fsdp_config.mixed_precision.param_dtype=bf16", "metrics", *CRITIC),
     knob("critic.checkpoint.load_contents=[model]", "metrics", *CRITIC, *CKPT, *RESUME, f"trainer.resume_from_path={STEP}1", first=(*CRITIC, *CKPT)),
     # reward
@@ -348,10 +357,17 @@ ELSEWHERE = {
     "buffer.trainer_input.experience_buffer.name": f"{SYNC}::test_the_buffer_file_is_named_by_the_buffer_name_unless_a_path_is_given",
     "buffer.trainer_input.experience_buffer.path": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
     "buffer.trainer_input.experience_buffer.max_read_timeout": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
+    # needs an adapter written by an earlier run
+    "model.lora_adapter_path": "tests/trainer/test_lora_rl.py::test_a_run_starts_from_an_adapter_given_by_lora_adapter_path",
 }
 
 # Keys whose requested behaviour posttrain always has (each field's doc says so): no effect, checked.
+# A tuple is (overrides of both runs..., the change).
 SAME_RESULT = {
+    "model.use_shm": (*LORA, "model.use_shm=true"),
+    "critic.model.use_shm": (*CRITIC, "critic.model.use_shm=true"),
+    # the LoRA weight sync gathers one tensor at a time whatever it says
+    "rollout.layered_summon": (*LORA, "rollout.layered_summon=true"),
     "rollout.calculate_log_probs": "rollout.calculate_log_probs=true",
     "actor.entropy_from_logits_with_chunking": "actor.entropy_from_logits_with_chunking=true",
     "ref.entropy_from_logits_with_chunking": "ref.entropy_from_logits_with_chunking=true",
@@ -429,4 +445,7 @@ def test_changing_the_key_changes_the_run(harness, row):
 
 @pytest.mark.parametrize("key", sorted(SAME_RESULT))
 def test_keys_posttrain_always_honours_change_nothing(harness, key):
-    assert _observe(harness, (SAME_RESULT[key],), None, "same").differences(_observe(harness, (), None, "base")) == []
+    *context, change = (SAME_RESULT[key],) if isinstance(SAME_RESULT[key], str) else SAME_RESULT[key]
+    base = _observe(harness, tuple(context), None, "base")
+    assert base.exit[0] == 0, f"the run without the change failed: {base.exit}"
+    assert _observe(harness, (*context, change), None, "same").differences(base) == []

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.source import hydra_ignorable
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.values import parse_device_list, value_hook as common_value_hook
@@ -128,4 +129,4 @@ def _device_count(ctx: Context, role: str) -> int:
     return (ctx.get("num_nodes", 1) or 1) * ctx.get("num_gpus_per_node", 8)
 
 
-HANDLERS = [reward_norm, mini_batch]
+HANDLERS = [reward_norm, mini_batch, roll_lora]

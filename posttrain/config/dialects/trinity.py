@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from posttrain.config.dialects.lora import trinity_lora
 from posttrain.config.dialects.translate import Context
 from posttrain.config.sections.algorithm import TRINITY_ALGORITHM_TYPES, TRINITY_ALGORITHM_TYPES_TODO
 
@@ -208,4 +209,4 @@ def ignorable(ctx: Context, key: str, value: Any) -> str | None:
     return None
 
 
-HANDLERS = [algorithm_type, tasksets, trainer_config, batch_sizes, stages]
+HANDLERS = [algorithm_type, tasksets, trainer_config, batch_sizes, stages, trinity_lora]

@@ -95,16 +95,31 @@ class ModelConfig:
         todo="fused kernels (GPU performance issue)",
         refs=["verl:actor_rollout_ref.model.fused_kernel_options.impl_backend"],
     )
+    # ---- LoRA (posttrain.models.lora) --------------------------------------------------------
     lora_rank: int = param(
-        0, doc="LoRA rank; 0 trains all weights.", ge=0, todo="LoRA adapters (LoRA issue)",
-        refs=["verl:model.lora_rank"],
+        0, doc="LoRA rank: > 0 trains low-rank adapters (peft) on the policy instead of all its weights; the reference is the base model with the adapters off and the rollout engine gets the merged weights. 0 (and no lora_adapter_path) trains all weights.",
+        ge=0, refs=["verl:actor_rollout_ref.model.lora_rank", "verl:model.lora_rank", "roll:actor_train.model_args.lora_rank",
+                    "trinity:model.lora_configs"],
     )
     lora_alpha: float = param(
-        16, doc="LoRA scaling alpha.", gt=0, todo="LoRA adapters (LoRA issue)", refs=["verl:model.lora_alpha"],
+        16, doc="LoRA scaling: the adapter adds (lora_alpha / lora_rank) * B @ A to each targeted weight.", gt=0,
+        refs=["verl:actor_rollout_ref.model.lora_alpha", "verl:model.lora_alpha", "roll:actor_train.model_args.lora_alpha"],
     )
     target_modules: str | list[str] = param(
-        "all-linear", doc="Modules that get LoRA adapters: all-linear or a list of module names.",
-        todo="LoRA adapters (LoRA issue)", refs=["verl:model.target_modules"],
+        "all-linear", doc="Layers that get adapters: all-linear (every linear layer but the output head), a list of module names (matched as name suffixes, e.g. [q_proj, v_proj]) or one regular expression matched against full module names.",
+        refs=["verl:actor_rollout_ref.model.target_modules", "verl:model.target_modules", "roll:actor_train.model_args.lora_target"],
+    )
+    exclude_modules: str | list[str] | None = param(
+        None, doc="Layers kept without adapters although target_modules matches them: module names (suffixes) or one regular expression; null excludes none.",
+        refs=["verl:actor_rollout_ref.model.exclude_modules"],
+    )
+    lora_adapter_path: str | None = param(
+        None, doc="Local peft adapter directory (adapter_config.json, adapter_model.safetensors) the policy's adapter starts from, which turns LoRA on; its own rank, alpha and targets are used (lora_rank/lora_alpha, if set, must agree).",
+        refs=["verl:actor_rollout_ref.model.lora_adapter_path"],
+    )
+    use_shm: bool = param(
+        False, doc="verl copies the model (and adapter) to /dev/shm before loading; posttrain loads the local directory directly and the OS page cache serves repeated loads, so true loads the same weights the same way: accepted, no effect.",
+        refs=["verl:actor_rollout_ref.model.use_shm", "verl:model.use_shm"],
     )
 
 
@@ -116,20 +131,12 @@ NEGATED_REFS: dict[str, str] = {
 # Reference keys about the policy model that posttrain refuses, and why.
 _TINKER = "Tinker is a remote training service; posttrain trains the model locally"
 UNSUPPORTED: dict[str, str] = {
-    "verl:actor_rollout_ref.model.use_shm": (
-        "copies weights to shared memory before loading; posttrain loads a local directory directly "
-        "and the OS page cache already serves repeated loads"
-    ),
     "verl:actor_rollout_ref.model.override_config.moe_config.freeze_moe_router": (
         "Megatron MoE option; posttrain has no Megatron backend"
     ),
     "roll:actor_train.model_args.model_type": (
         "ROLL picks a TRL value-head class with it; posttrain picks the model class from the role "
         "(critic: value model, reward: sequence classifier)"
-    ),
-    "trinity:model.lora_configs": (
-        "several named adapters loaded from paths; posttrain will support one adapter through "
-        "model.lora_rank/lora_alpha/target_modules"
     ),
     "trinity:model.tinker.enable": _TINKER,
     "trinity:model.tinker.rank": _TINKER,

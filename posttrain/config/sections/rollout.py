@@ -103,6 +103,7 @@ class RolloutConfig:
     seed: int | None = param(None, doc="Seed of the engine's sampler, which also reseeds it before every validation; null uses trainer.seed.", refs=[f"{_TRINITY}.seed"])
     enable_thinking: bool = param(False, doc="Pass enable_thinking to the chat template at generation (Qwen3-style reasoning switch).", todo="per-engine chat-template switches; use data.apply_chat_template_kwargs (later issue)", refs=[f"{_TRINITY}.enable_thinking"])
     calculate_log_probs: bool = param(False, doc="Return the engine's own log-probs of the sampled tokens (verl needs true for algorithm.rollout_is_threshold). The hf engine always returns them, since old-log-prob reuse and rollout importance sampling read them, so false changes nothing with it.", refs=[f"{_VERL}.calculate_log_probs"])
+    layered_summon: bool = param(False, doc="verl gathers a sharded LoRA actor layer by layer for the weight sync, to bound its peak memory; posttrain's weight sync always gathers one tensor at a time (never the whole model), so true changes nothing: accepted, no effect.", refs=[f"{_VERL}.layered_summon"])
     val_kwargs: ValKwargsConfig = param(factory=ValKwargsConfig, doc="Sampling parameters used for validation.")
 
     # ---- old log-probs (recomputed by the actor after generation) -----------------------------
