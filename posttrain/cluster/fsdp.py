@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions, get_model_state_dict, set_optimizer_state_dict,
+    StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
@@ -187,6 +187,21 @@ def _param_index(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str
     name_of = {id(p): n for n, p in model.named_parameters()}
     order = [name_of[id(p)] for g in optimizer.param_groups for p in g["params"]]
     return {n: i for i, n in enumerate(order)}
+
+
+def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's state with whole tensors, in `optimizer.state_dict()`'s own layout (as one
+    process saves it). Sharded: a collective; only rank 0 receives it (others get {})."""
+    if not is_sharded(model):
+        return optimizer.state_dict()
+    named = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not named:
+        return {}
+    index = _param_index(model, optimizer)
+    return {
+        "state": {index[n]: v for n, v in named["state"].items()},
+        "param_groups": [dict(g, params=[index[n] for n in g["params"]]) for g in named["param_groups"]],
+    }
 
 
 def load_full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
