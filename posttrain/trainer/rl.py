@@ -29,6 +29,7 @@ from posttrain.trainer.rl_build import (
     sampling_params,
 )
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, open_stage, seed_everything
+from posttrain.trainer.throughput import StepObserver
 
 
 class RLTrainer:
@@ -49,12 +50,13 @@ class RLTrainer:
         self.sampling, self.val_sampling = sampling_params(cfg, self.tokenizer)
         self.baseline_sampling = baseline_sampling_params(cfg, self.sampling)  # None unless the estimator needs it
         self.max_new_tokens = response_length(cfg)
+        self.observer = StepObserver(cfg, self.roles, ctx.world, ctx.run_dir)  # perf/* metrics; the profiler
 
     # ---------------------------------------------------------------- the RL step
     def step(self, prompts: PromptBatch, step: int) -> dict[str, float]:
         """One RL step on a batch of prompts; returns its metrics."""
         actor, critic, ref, rollout = self.roles.actor, self.roles.critic, self.roles.reference, self.roles.rollout
-        timer, metrics = PhaseTimer(), {}
+        timer, metrics = PhaseTimer(self.observer.watch()), {}
         with timer("gen"):
             batch = rollout.generate(prompts, self.sampling, expected_version=actor.version)
         if self.baseline_sampling is not None:
@@ -89,8 +91,7 @@ class RLTrainer:
         metrics.update(reward_metrics)
         metrics.update(batch_metrics(batch, scores, self.max_new_tokens))
         metrics.update(timer.metrics())
-        metrics["perf/tokens_per_s"] = batch.num_tokens() / metrics["timing/step_s"]
-        metrics["perf/generated_tokens_per_s"] = batch.num_response_tokens() / max(metrics["timing/gen_s"], 1e-9)
+        metrics.update(self.observer.metrics(timer, batch, train))  # tokens/s, MFU, peak memory
         metrics["dist/world_size"] = float(self.ctx.world.size)
         self._dump(self.cfg.trainer.rollout_data_dir, step, batch, texts, scores)
         return metrics
@@ -132,7 +133,8 @@ class RLTrainer:
             for step in range(start + 1, total + 1):
                 rows = self.sampler.next_batch()
                 prompts = collate_prompts([self.train_set[i] for i in rows], self.pad_id, uid_prefix=f"s{step}")
-                metrics = self.step(prompts, step)
+                with self.observer.step(step):  # the profiler's window when this step is profiled
+                    metrics = self.step(prompts, step)
                 metrics["training/epoch"] = float(self.sampler.epoch)
                 if self.val_set is not None and (step == total or (cfg.test_freq > 0 and step % cfg.test_freq == 0)):
                     metrics.update(self.validate(step))
