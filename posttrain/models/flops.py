@@ -123,20 +123,24 @@ def gpu_spec_peak(name: str, dtype: torch.dtype, tf32: bool) -> Peak | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
 def peak_flops(device: str, dtype: torch.dtype) -> Peak:
-    """This process's matmul ceiling on `device` ("cpu" or "cuda") in `dtype`, measured once per
-    process: a CPU's at the current torch thread count (1024-wide matmuls, a fraction of a second),
-    a GPU's from `GPU_PEAK_TFLOPS` or measured when the table does not know it."""
+    """This process's matmul ceiling on `device` ("cpu" or "cuda") in `dtype`: a CPU's measured at
+    the current torch thread count (1024-wide matmuls, a fraction of a second, once per process and
+    thread count), a GPU's from `GPU_PEAK_TFLOPS`, or measured once when the table does not know it."""
     if device == "cuda":
         name = torch.cuda.get_device_name()
         spec = gpu_spec_peak(name, dtype, torch.backends.cuda.matmul.allow_tf32)
         return spec if spec is not None else Peak(_cuda_matmul_flops(dtype), f"measured: {name} matmul")
-    threads = torch.get_num_threads()
+    return _cpu_peak(torch.get_num_threads(), dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_peak(threads: int, dtype: torch.dtype) -> Peak:
     rate = matmul_gflops(threads, n=1024, repeats=3, dtype=dtype) * 1e9
     return Peak(rate, f"measured: CPU matmul at {threads} thread{'s' * (threads > 1)}")
 
 
+@functools.lru_cache(maxsize=None)
 def _cuda_matmul_flops(dtype: torch.dtype, n: int = 8192, repeats: int = 5) -> float:
     gen = torch.Generator().manual_seed(0)
     a, b = (torch.randn(n, n, generator=gen).to("cuda", dtype) for _ in range(2))

@@ -76,8 +76,11 @@ class StepObserver:
         bf16 = cfg.actor.fsdp_config.mixed_precision.param_dtype == "bf16"
         dtype = torch.bfloat16 if bf16 else next(roles.actor.model.parameters()).dtype
         peak = peak_flops(world.device, dtype)
-        self.peak_source = peak.source
         self.peak_total = self.dp.sum({"peak": peak.flops})["peak"]  # every worker's device together
+        if self.profiler is not None and world.is_main:
+            plan = self.profiler.plan
+            print(f"profiling steps {sorted(plan.windows)} with {plan.tool} into {plan.out_dir}; MFU against "
+                  f"{self.peak_total / 1e12:.3g} TFLOP/s ({peak.source}, x{world.size} workers)", flush=True)
 
     def step(self, step: int) -> contextlib.AbstractContextManager:
         """The profiler's window around a training step (nothing when not profiling)."""

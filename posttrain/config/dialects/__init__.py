@@ -32,7 +32,7 @@ from posttrain.config.schema import Config
 from posttrain.errors import ConfigError, UserError
 
 _RULES = {
-    "verl": ([], value_hook, verl.ignorable),
+    "verl": (verl.HANDLERS, value_hook, verl.ignorable),
     "roll": (roll.HANDLERS, roll.value_hook, roll.ignorable),
     "trinity": (trinity.HANDLERS, value_hook, trinity.ignorable),
 }

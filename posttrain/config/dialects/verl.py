@@ -1,5 +1,8 @@
 """verl keys dropped rather than refused, beyond Hydra's own (posttrain.config.dialects.source).
 
+`null_profile_steps` is a handler (it runs before the key-by-key translation); `ignorable` decides
+for keys without a field.
+
 verl's default config spells out every profiler tool's options (nsys, npu, torch_memory) and each
 role's copy of the global tool and save path. Those configure a tool the run does not use, or repeat
 a global value: dropping them changes nothing, and refusing them would refuse every whole verl
@@ -16,6 +19,18 @@ from posttrain.config.dialects.source import hydra_ignorable
 
 _ROLLOUT, _ACTOR = "actor_rollout_ref.rollout.profiler.", "actor_rollout_ref.actor.profiler."
 _TOOL_OPTIONS = re.compile(r"(^global_profiler\.global_tool_config|\.profiler\.tool_config)\.(nsys|npu|torch_memory)\.")
+
+
+def null_profile_steps(ctx: Any) -> None:
+    """verl's `steps: null` (no profiling) in either of its two spellings is left out, so that it
+    does not conflict with a list given in the other one."""
+    for key in ("global_profiler.steps", "trainer.profile_steps"):
+        if ctx.has(key) and ctx.get(key) is None:
+            ctx.consume(key)
+            ctx.drop(key, "null: no steps profiled (posttrain's default, profiler.steps: [])")
+
+
+HANDLERS = [null_profile_steps]
 
 
 def ignorable(ctx: Any, key: str, value: Any) -> str | None:
