@@ -89,6 +89,7 @@ def test_a_profiled_run_traces_exactly_the_chosen_steps_and_the_report_breaks_ti
         named = ranges(run / "profile" / "e2e" / trace)
         assert PHASES <= set(named), PHASES - set(named)
         assert all(named.count(p) == 1 for p in PHASES)  # one step per trace
+        assert not any("Input Dims" in e.get("args", {}) for e in events(run / "profile" / "e2e" / trace))  # no shapes asked
     report = (run / "report.html").read_text()
     assert 'id="time-breakdown"' in report and "time per step by phase: main" in report
     assert all(f">{p}</text>" in report for p in PHASES)  # the legend names every phase
@@ -98,10 +99,12 @@ def test_a_profiled_run_traces_exactly_the_chosen_steps_and_the_report_breaks_ti
 def test_continuous_steps_share_one_trace_under_save_path(assets, tmp_path):
     out = tmp_path / "traces"
     status, err = train(assets, tmp_path / "run", "trainer.total_training_steps=2", *TORCH, "profiler.steps=[1,2]",
-                        "profiler.profile_continuous_steps=true", f"profiler.save_path={out}", "actor.profiler.enable=true")
+                        "profiler.profile_continuous_steps=true", f"profiler.save_path={out}", "actor.profiler.enable=true",
+                        "actor.profiler.contents=[cpu,shapes]")
     assert status == 0, err
     assert files(out) == ["e2e/step1-2_rank0.json"] and not (tmp_path / "run" / "profile").exists()
     assert ranges(out / "e2e" / "step1-2_rank0.json").count("gen") == 2
+    assert any("Input Dims" in e.get("args", {}) for e in events(out / "e2e" / "step1-2_rank0.json"))  # contents: shapes
 
 
 def test_discrete_traces_are_one_per_phase_of_each_enabled_role(assets, tmp_path):
