@@ -104,8 +104,9 @@ class ProfilePlan:
     memory: Any  # profiler.torch_memory (the CUDA memory history options)
 
 
-def profile_plan(cfg: Config, rank: int, run_dir: Path, device: str) -> ProfilePlan | None:
-    """This rank's plan, or None when it profiles nothing (no tool, no steps or no role on this rank)."""
+def profile_plan(cfg: Config, rank: int, run_dir: Path, device: str, stage: str = "main") -> ProfilePlan | None:
+    """This rank's plan, or None when it profiles nothing (no tool, no steps or no role on this rank).
+    Files go to `<run_dir>/profile`, or to save_path (`<save_path>/<stage>` in a multi-stage run)."""
     p = cfg.profiler
     settings = {role: s for role, s in role_settings(cfg).items() if selects(s, rank)}
     if p.tool is None or not p.steps or not settings:
@@ -113,7 +114,7 @@ def profile_plan(cfg: Config, rank: int, run_dir: Path, device: str) -> ProfileP
     discrete = any(s.discrete for s in settings.values())  # the checks make enabled roles agree
     contents = {role: tuple(s.contents) for role, s in settings.items()}
     contents[""] = tuple(sorted({c for s in settings.values() for c in s.contents}))
-    out = Path(p.save_path) if p.save_path else run_dir / "profile"
+    out = run_dir / "profile" if not p.save_path else Path(p.save_path) / (stage if stage != "main" else "")
     windows = trace_windows(list(p.steps), p.profile_continuous_steps and not discrete)
     return ProfilePlan(p.tool, windows, frozenset(settings), discrete, contents, out, rank, device, p.torch_memory)
 
@@ -135,8 +136,13 @@ class StepProfiler:
         self.opened: int | None = None  # first step of the open window
 
     @classmethod
-    def build(cls, cfg: Config, rank: int, run_dir: Path, device: str) -> StepProfiler | None:
-        plan = profile_plan(cfg, rank, run_dir, device)
+    def build(cls, cfg: Config, rank: int, run_dir: Path, device: str, stage: str, total_steps: int) -> StepProfiler | None:
+        """This rank's profiler, or None; refuses steps the stage does not have (on every rank alike)."""
+        beyond = [s for s in cfg.profiler.steps if s > total_steps] if cfg.profiler.tool is not None else []
+        if beyond:
+            raise ConfigError(f"profiler.steps {beyond}: stage {stage} has {total_steps} training step(s); "
+                              f"profile steps 1..{total_steps}")
+        plan = profile_plan(cfg, rank, run_dir, device, stage)
         if plan is None:
             return None
         from posttrain.trainer.profile_tools import make_tool  # torch.profiler only when profiling

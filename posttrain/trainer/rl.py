@@ -50,7 +50,7 @@ class RLTrainer:
         self.sampling, self.val_sampling = sampling_params(cfg, self.tokenizer)
         self.baseline_sampling = baseline_sampling_params(cfg, self.sampling)  # None unless the estimator needs it
         self.max_new_tokens = response_length(cfg)
-        self.observer = StepObserver(cfg, self.roles, ctx.world, ctx.run_dir)  # perf/* metrics; the profiler
+        self.observer = StepObserver(cfg, self.roles, ctx, self.derived.total_training_steps)  # perf/*; the profiler
 
     # ---------------------------------------------------------------- the RL step
     def step(self, prompts: PromptBatch, step: int) -> dict[str, float]:

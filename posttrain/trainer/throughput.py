@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from pathlib import Path
 from typing import Any, Iterator
 
 import torch
@@ -65,10 +64,11 @@ def _model_config(model: torch.nn.Module) -> Any:
 class StepObserver:
     """Throughput, MFU and memory metrics of every step, and the profiler of the chosen steps."""
 
-    def __init__(self, cfg: Any, roles: Any, world: Any, run_dir: Path):
-        self.world, self.actor, self.dp = world, roles.actor, roles.actor.dp
+    def __init__(self, cfg: Any, roles: Any, ctx: Any, total_steps: int):
+        world = ctx.world
+        self.actor, self.dp = roles.actor, roles.actor.dp
         self.memory = MemoryProbe(world.torch_device)
-        self.profiler = StepProfiler.build(cfg, world.rank, run_dir, world.device)  # None: not profiling
+        self.profiler = StepProfiler.build(cfg, world.rank, ctx.run_dir, world.device, ctx.name, total_steps)  # None: off
         self.policy = MatmulParams.of(_model_config(roles.actor.model))
         critic = roles.critic
         self.critic = MatmulParams.of(_model_config(critic.model), head_outputs=1) if critic is not None else None
@@ -76,7 +76,7 @@ class StepObserver:
         bf16 = cfg.actor.fsdp_config.mixed_precision.param_dtype == "bf16"
         dtype = torch.bfloat16 if bf16 else next(roles.actor.model.parameters()).dtype
         peak = peak_flops(world.device, dtype)
-        self.peak_total = self.dp.sum({"peak": peak.flops})["peak"]  # every worker's device together
+        self.peak_total = sum(self.dp.gather_objects(peak.flops))  # every worker's device together
         if self.profiler is not None and world.is_main:
             plan = self.profiler.plan
             print(f"profiling steps {sorted(plan.windows)} with {plan.tool} into {plan.out_dir}; MFU against "

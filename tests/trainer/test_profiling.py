@@ -232,6 +232,15 @@ def test_what_this_machine_lacks_is_refused_before_the_run(assets, tmp_path):
     assert "Traceback" not in err
 
 
+def test_steps_the_stage_does_not_have_are_refused_and_stages_get_their_own_directory(assets, tmp_path):
+    status, err = train(assets, tmp_path / "run", "trainer.total_training_steps=2", *TORCH, "profiler.steps=[2,3]",
+                        "actor.profiler.enable=true")
+    assert status == 2 and "profiler.steps [3]: stage main has 2 training step(s); profile steps 1..2" in err
+    cfg = load_config(None, [*TORCH, "profiler.steps=[1]", "actor.profiler.enable=true", f"profiler.save_path={tmp_path}"])
+    assert profile_plan(cfg, 0, tmp_path / "run", "cpu").out_dir == tmp_path
+    assert profile_plan(cfg, 0, tmp_path / "run", "cpu", stage="grpo").out_dir == tmp_path / "grpo"  # stages do not overwrite
+
+
 def test_verl_profiler_keys_translate_and_unused_tool_options_are_dropped(tmp_path):
     from posttrain.config.dialects import read_foreign
 
