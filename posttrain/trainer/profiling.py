@@ -16,11 +16,12 @@ import contextlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Iterator, Protocol
 
+from posttrain.config.checks import get_path
 from posttrain.config.checks_profiler import ROLE_PROFILERS
 from posttrain.config.schema import Config
-from posttrain.config.sections.profiler import ProfilerConfig
+from posttrain.config.sections.profiler import ProfilerConfig, TorchMemoryConfig
 from posttrain.errors import ConfigError
 
 # The role that runs each phase of the RL step (posttrain.trainer.rl); `trainer` is the driver.
@@ -46,18 +47,11 @@ def check_profiler_machine(cfg: Config, device: str) -> None:
         raise ConfigError("profiler.tool=nsys: the nsys program (Nsight Systems) is not on PATH on this machine; install it "
                           "and start the run under `nsys profile --capture-range=cudaProfilerApi`, or use profiler.tool: torch")
     if tool == "torch" and device != "cuda":
-        asked = [path for path in ROLE_PROFILERS if _setting(cfg, path).enable and "cuda" in _setting(cfg, path).contents]
+        asked = [path for path in ROLE_PROFILERS if get_path(cfg, path).enable and "cuda" in get_path(cfg, path).contents]
         if asked:
             shown = " and ".join(f"{path}.contents" for path in asked)
             raise ConfigError(f"{shown}: cuda traces GPU kernels, and this run computes on the CPU; remove cuda "
                               "(cpu is recorded by default)")
-
-
-def _setting(cfg: Config, path: str) -> ProfilerConfig:
-    node: Any = cfg
-    for part in path.split("."):
-        node = getattr(node, part)
-    return node
 
 
 def selects(settings: ProfilerConfig, rank: int) -> bool:
@@ -101,12 +95,13 @@ class ProfilePlan:
     out_dir: Path
     rank: int
     device: str
-    memory: Any  # profiler.torch_memory (the CUDA memory history options)
+    memory: TorchMemoryConfig  # profiler.torch_memory (the CUDA memory history options)
 
 
 def profile_plan(cfg: Config, rank: int, run_dir: Path, device: str, stage: str = "main") -> ProfilePlan | None:
     """This rank's plan, or None when it profiles nothing (no tool, no steps or no role on this rank).
-    Files go to `<run_dir>/profile`, or to save_path (`<save_path>/<stage>` in a multi-stage run)."""
+    Files go to `<run_dir>/profile`, or to save_path (`<save_path>/<stage name>` for a stage of `stages`,
+    so that stages do not overwrite each other's files)."""
     p = cfg.profiler
     settings = {role: s for role, s in role_settings(cfg).items() if selects(s, rank)}
     if p.tool is None or not p.steps or not settings:

@@ -225,8 +225,8 @@ def test_each_worker_writes_its_own_trace_of_a_profiled_step(inputs):
                 "profiler.tool=torch", "profiler.steps=[1]", f"profiler.save_path={traces}", "actor.profiler.enable=true",
                 "actor.profiler.all_ranks=true")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert sorted(p.name for p in (traces / "e2e").iterdir()) == ["step1_rank0.json", "step1_rank1.json"]
-    for path in (traces / "e2e").iterdir():
+    assert sorted(p.name for p in (traces / "rl" / "e2e").iterdir()) == ["step1_rank0.json", "step1_rank1.json"]
+    for path in (traces / "rl" / "e2e").iterdir():
         named = {e["name"] for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "user_annotation"}
         assert {"gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "sync"} <= named, path.name
     rows = [json.loads(line) for line in (inputs / "profiled" / "metrics.jsonl").read_text().splitlines()]  # one stage
