@@ -353,7 +353,7 @@ ELSEWHERE = {
     "cluster.ray_namespace": f"{LAUNCH}::test_ray_workers_train_as_one_process_and_name_a_killed_worker",
     "cluster.ray_timeline_file": f"{LAUNCH}::test_ray_workers_train_as_one_process_and_name_a_killed_worker",
     # profiling: what a trace holds, which of several workers profile, the CUDA memory history (GPU only)
-    "actor.profiler.contents": f"{PROFILING}::test_continuous_steps_share_one_trace_under_save_path",
+    "actor.profiler.contents": f"{PROFILING}::test_continuous_steps_share_one_trace_under_save_path",  # stack: ::test_a_run_without_profiling_makes_no_profiler
     **{f"{role}.profiler.contents": f"{PROFILING}::test_discrete_traces_are_one_per_phase_of_each_enabled_role" for role in PROFILED[1:]},
     **{f"{role}.profiler.{key}": f"{PROFILING}::test_ranks_and_all_ranks_choose_the_workers_that_profile_a_role"
        for role in PROFILED for key in ("ranks", "all_ranks")},
