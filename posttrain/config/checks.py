@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorNeeds, estimator_needs
+from posttrain.config.checks_profiler import check_profiler
 
 _ABSENT = object()
 
@@ -449,6 +450,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_supervised_compile,
     check_rollout_correction,
     check_pf_ppo,
+    check_profiler,
 ]
 
 

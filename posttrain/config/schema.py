@@ -25,6 +25,7 @@ from posttrain.config.sections.explorer import ExplorerConfig
 from posttrain.config.sections.log import LogConfig
 from posttrain.config.sections.model import ModelConfig
 from posttrain.config.sections.prepare import PrepareConfig
+from posttrain.config.sections.profiler import GlobalProfilerConfig
 from posttrain.config.sections.ref import RefConfig
 from posttrain.config.sections.reward import RewardConfig
 from posttrain.config.sections.rollout import RolloutConfig
@@ -47,6 +48,7 @@ class Config:
     algorithm: AlgorithmConfig = param(factory=AlgorithmConfig, doc="Algorithm, advantages, KL and reward shaping.")
     trainer: TrainerConfig = param(factory=TrainerConfig, doc="Run length, logging, validation, checkpoints.")
     cluster: ClusterConfig = param(factory=ClusterConfig, doc="Nodes, devices and processes.")
+    profiler: GlobalProfilerConfig = param(factory=GlobalProfilerConfig, doc="Profiling of chosen RL steps (torch traces, memory snapshots).")
     log: LogConfig = param(factory=LogConfig, doc="Text logs of the run's processes.")
     env: EnvConfig = param(factory=EnvConfig, doc="Environments of agentic (multi-turn) RL.")
     explorer: ExplorerConfig = param(factory=ExplorerConfig, doc="Generating half of a decoupled explorer/trainer run.")

@@ -1,8 +1,9 @@
 """The run report: one self-contained HTML page (inline SVG, no scripts, no network).
 
 Sections: the summary lines (posttrain.report.summary), one chart per metric that any stage logged
-(reward, validation accuracy, KL, entropy, response length, grad norm, tokens/s, SFT/DPO losses,
-in that order), and per stage a table of validation generations at its first and its last
+(reward, validation accuracy, KL, entropy, response length, grad norm, tokens/s, MFU, peak memory,
+SFT/DPO losses, in that order), per RL stage the time of each step split by phase (stacked bars of
+`timing/<phase>_s`), and per stage a table of validation generations at its first and its last
 validation (`trainer.log_val_generations` of them are kept in val_generations.jsonl).
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from posttrain.files import atomic_write_text
 from posttrain.report.rundir import StageRun, load_run
 from posttrain.report.summary import summary_lines
-from posttrain.report.svg import Series, line_chart
+from posttrain.report.svg import Series, line_chart, stacked_bars
 
 # (title, metric key or fnmatch pattern), in display order; a pattern gives one chart per key.
 CURVES = (
@@ -29,6 +30,8 @@ CURVES = (
     ("response length (mean tokens)", "response_length/mean"),
     ("grad norm", "actor/grad_norm"),
     ("tokens per second", "perf/tokens_per_s"),
+    ("model FLOPs utilisation (MFU)", "perf/mfu"),
+    ("peak memory of a worker process (GB)", "perf/peak_memory_gb"),
     ("critic value loss", "critic/vf_loss"),
     ("SFT loss", "sft/loss"),
     ("SFT validation loss", "val/sft/loss"),
@@ -39,6 +42,10 @@ CURVES = (
     ("DPO loss", "dpo/loss"),
     ("DPO held-out loss", "val/dpo/loss"),
 )
+
+# The RL step's phases in the order they run (posttrain.trainer.rl), bottom of each stacked bar first.
+PHASE_ORDER = tuple(f"timing/{p}_s" for p in ("gen", "gen_baseline", "reward", "old_log_prob", "ref", "values", "adv",
+                                               "update_critic", "update_actor", "sync"))
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1250px}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px}.charts{display:flex;flex-wrap:wrap;gap:8px}
@@ -64,6 +71,9 @@ def render(run_dir: Path, stages: list[StageRun]) -> str:
         body.append(f'<div class="summary">{escape(chr(10).join(lines))}</div>')
     charts = [c for c in (line_chart(title, series) for title, series in curves(stages)) if c]
     body.append("<h2>Curves</h2>" + (f'<div class="charts">{"".join(charts)}</div>' if charts else "<p>no metrics logged yet</p>"))
+    breakdowns = [c for c in (time_breakdown(stage) for stage in stages) if c]
+    if breakdowns:
+        body.append('<h2 id="time-breakdown">Time per step by phase</h2><div class="charts">' + "".join(breakdowns) + "</div>")
     for stage in stages:
         body.append(generations_table(stage))
     return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>posttrain report: {escape(run_dir.name)}</title>"
@@ -84,6 +94,19 @@ def curves(stages: list[StageRun]) -> list[tuple[str, list[Series]]]:
             if series:
                 out.append((title if "*" not in pattern else f"{title}: {key}", series))
     return out
+
+
+def time_breakdown(stage: StageRun) -> str:
+    """A stacked bar per logged step of the stage: the seconds of each phase (`timing/<phase>_s`)
+    and `other` (the rest of `timing/step_s`: metrics, bookkeeping); empty for a stage without them."""
+    rows = [r for r in stage.metrics if _is_number(r.get("timing/step_s"))]
+    logged = {k for r in rows for k in r if k.startswith("timing/") and k.endswith("_s")} - {"timing/step_s", "timing/stage_s"}
+    phases = sorted(logged, key=lambda k: (PHASE_ORDER.index(k) if k in PHASE_ORDER else len(PHASE_ORDER), k))
+    if not rows or not phases:
+        return ""
+    layers = [(k[len("timing/"):-2], [float(r[k]) if _is_number(r.get(k)) else 0.0 for r in rows]) for k in phases]
+    other = [max(float(r["timing/step_s"]) - sum(values[i] for _, values in layers), 0.0) for i, r in enumerate(rows)]
+    return stacked_bars(f"time per step by phase: {stage.name}", [float(r["step"]) for r in rows], layers + [("other", other)])
 
 
 def generations_table(stage: StageRun) -> str:

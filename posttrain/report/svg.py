@@ -1,7 +1,8 @@
-"""Line charts as inline SVG: a self-contained report page needs no plotting library.
+"""Charts as inline SVG: a self-contained report page needs no plotting library.
 
-One chart is one metric against the global step, one polyline per stage (stages follow each other
-on the step axis). Non-finite values break the line rather than bending the axis.
+A line chart is one metric against the global step, one polyline per stage (stages follow each
+other on the step axis); non-finite values break the line rather than bending the axis. A stacked
+bar chart shows how each step's total splits into parts (the time of each phase of an RL step).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from html import escape
 
 WIDTH, HEIGHT = 380, 210
 LEFT, RIGHT, TOP, BOTTOM = 56, 10, 24, 30
-COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f")
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f", "#bcbd22",
+           "#e377c2", "#aec7e8", "#ffbb78")
 
 Series = tuple[str, list[tuple[float, float]]]  # (stage name, [(step, value), ...])
 
@@ -89,3 +91,47 @@ def _finite_runs(points: list[tuple[float, float]]) -> list[list[tuple[float, fl
         elif runs[-1]:
             runs.append([])
     return [r for r in runs if r]
+
+
+def stacked_bars(title: str, steps: list[float], layers: list[tuple[str, list[float]]], unit: str = "s") -> str:
+    """An SVG chart of one bar per step, each the stack of `layers` (name, one value per step; 0
+    where a layer did not run), with a legend; an empty string when there is nothing to draw."""
+    totals = [sum(values[i] for _, values in layers) for i in range(len(steps))]
+    if not steps or not layers or max(totals, default=0.0) <= 0:
+        return ""
+    legend_w = 110
+    plot_w, plot_h = WIDTH + 120 - LEFT - RIGHT - legend_w, HEIGHT - TOP - BOTTOM
+    top = max(totals)
+    slot = plot_w / len(steps)
+    bar = max(slot * 0.8, 1.0)
+
+    def sy(y: float) -> float:
+        return TOP + (1 - y / top) * plot_h
+
+    width = WIDTH + 120
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{HEIGHT}" '
+             f'viewBox="0 0 {width} {HEIGHT}" role="img" aria-label="{escape(title)}">',
+             f'<text x="{LEFT}" y="15" font-size="13" font-weight="bold">{escape(title)}</text>',
+             f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#bbb"/>']
+    for k in range(5):
+        y = top * k / 4
+        parts.append(f'<text x="{LEFT - 4}" y="{sy(y) + 4:.1f}" font-size="10" text-anchor="end">{nice_number(y)} {unit}</text>')
+    for i, step in enumerate(steps):
+        x, base = LEFT + i * slot + (slot - bar) / 2, 0.0
+        for j, (name, values) in enumerate(layers):
+            if values[i] > 0:
+                parts.append(f'<rect x="{x:.1f}" y="{sy(base + values[i]):.1f}" width="{bar:.1f}" '
+                             f'height="{sy(base) - sy(base + values[i]):.1f}" fill="{COLOURS[j % len(COLOURS)]}">'
+                             f'<title>step {round(step)} {escape(name)}: {nice_number(values[i])} {unit}</title></rect>')
+                base += values[i]
+    shown = range(len(steps)) if len(steps) <= 12 else sorted({0, len(steps) // 2, len(steps) - 1})
+    for x_i in shown:
+        x = LEFT + (x_i + 0.5) * slot
+        parts.append(f'<text x="{x:.1f}" y="{HEIGHT - 14}" font-size="10" text-anchor="middle">{round(steps[x_i])}</text>')
+    parts.append(f'<text x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 2}" font-size="10" text-anchor="middle">step</text>')
+    for j, (name, _) in enumerate(layers):  # legend, top layer last as in the stack
+        y = TOP + 10 + 13 * j
+        parts.append(f'<rect x="{LEFT + plot_w + 8}" y="{y - 8}" width="9" height="9" fill="{COLOURS[j % len(COLOURS)]}"/>'
+                     f'<text x="{LEFT + plot_w + 21}" y="{y}" font-size="10">{escape(name)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)

@@ -227,12 +227,12 @@ def run_learner(ctx: StageContext) -> StageResult:
         for step in range(start + 1, total + 1):
             buffer.report("trainer", f"training step {step}")
             experience = buffer.claim(step, wait, waiting_for="the explorer")
-            timer = PhaseTimer()
-            metrics = learner.learn(experience, step, timer)
+            timer = PhaseTimer(learner.observer.watch())
+            metrics, train = learner.learn(experience, step, timer)
             if weights is not None and (step % cfg.synchronizer.sync_interval == 0 or step in val_steps or step == total):
                 with timer("sync"):
                     _publish(learner, weights, step)
-            metrics = learner.step_metrics(experience, metrics, timer, step)
+            metrics = learner.step_metrics(experience, metrics, timer, step, train)
             metrics["async/staleness"] = float(step - 1 - experience.policy_step)
             if step in val_steps:
                 metrics.update(_evaluation(buffer, step, cfg.synchronizer.sync_timeout))

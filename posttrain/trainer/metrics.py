@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from contextlib import contextmanager
-from typing import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Callable, Iterator
 
 import torch
 
@@ -14,23 +14,36 @@ from posttrain.records import RolloutBatch
 
 
 class PhaseTimer:
-    """Wall time per phase of the step, reported as `timing/<phase>_s`."""
+    """Wall time per phase of the step, reported as `timing/<phase>_s`.
 
-    def __init__(self) -> None:
+    `watch`, when given, is entered around every phase with the phase's name: the one place where
+    per-phase observation (peak memory, profiler ranges: posttrain.trainer.throughput) hooks in,
+    so the step names each phase once."""
+
+    def __init__(self, watch: Callable[[str], AbstractContextManager] | None = None) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
+        self.watch = watch
         self.start = time.perf_counter()
+        self.end: float | None = None
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
         t0 = time.perf_counter()
         try:
-            yield
+            with self.watch(phase) if self.watch is not None else nullcontext():
+                yield
         finally:
             self.seconds[phase] += time.perf_counter() - t0
 
+    def elapsed(self) -> float:
+        """Seconds from the timer's creation to the first call of `elapsed` (or `metrics`)."""
+        if self.end is None:
+            self.end = time.perf_counter()
+        return self.end - self.start
+
     def metrics(self) -> dict[str, float]:
         out = {f"timing/{k}_s": v for k, v in self.seconds.items()}
-        out["timing/step_s"] = time.perf_counter() - self.start
+        out["timing/step_s"] = self.elapsed()
         return out
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from posttrain.cluster.placement import plan_world
 from posttrain.config.checks import role_needs
 from posttrain.config.schema import Config
 from posttrain.data import build_dpo_dataset, build_rl_dataset, build_sft_dataset
@@ -33,6 +34,7 @@ from posttrain.models.loading import (
 )
 from posttrain.rewards import RewardFunction, check_reward_manager
 from posttrain.tracking import check_trackers
+from posttrain.trainer.profiling import check_profiler_machine
 from posttrain.trainer.rewarding import manager_options, reward_function
 
 # algorithm.kind -> the dataset builder of its train and validation files
@@ -61,6 +63,7 @@ def stage_inputs(cfg: Config) -> StageInputs:
     val_set = build(cfg.data, cfg.data.val_files, tokenizer, split="val") if cfg.data.val_files else None
     reward_fn = None
     if kind == "rl":
+        check_profiler_machine(cfg, plan_world(cfg).device)
         check_rl_roles(cfg, tokenizer)
         reward_fn = check_reward(cfg)
     return StageInputs(tokenizer, train_set, val_set, reward_fn)

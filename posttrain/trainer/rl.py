@@ -31,6 +31,7 @@ from posttrain.trainer.rl_build import (
     sampling_params,
 )
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, open_stage, seed_everything
+from posttrain.trainer.throughput import StepObserver
 
 
 class RLTrainer:
@@ -55,18 +56,20 @@ class RLTrainer:
         self.sampling, self.val_sampling = sampling_params(cfg, self.tokenizer)
         self.baseline_sampling = baseline_sampling_params(cfg, self.sampling)  # None unless the estimator needs it
         self.max_new_tokens = response_length(cfg)
+        # perf/* and the profiler; a decoupled explorer holds no policy to measure
+        self.observer = StepObserver(cfg, self.roles, ctx, self.derived.total_training_steps) if halves != "explorer" else None
 
     # ---------------------------------------------------------------- the RL step
     def step(self, prompts: PromptBatch, step: int) -> dict[str, float]:
         """One RL step on a batch of prompts: explore it (rollout, reward), learn from it (log-probs,
         advantages, updates), hand the new weights to the engine; returns its metrics. A decoupled
         run (`posttrain.trainer.decoupled`) runs the same two halves in two processes."""
-        timer = PhaseTimer()
+        timer = PhaseTimer(self.observer.watch())
         experience = self.explore(prompts, timer, expected_version=self.roles.actor.version)
-        metrics = self.learn(experience, step, timer)
+        metrics, train = self.learn(experience, step, timer)
         with timer("sync"):
             self.roles.sync.push(self.roles.actor.version)
-        return self.step_metrics(experience, metrics, timer, step)
+        return self.step_metrics(experience, metrics, timer, step, train)
 
     def explore(self, prompts: PromptBatch, timer: PhaseTimer, *, expected_version: int, policy_step: int = 0) -> Experience:
         """Rollout and reward of a batch of prompts with the engine's weights, which must be
@@ -84,9 +87,9 @@ class RLTrainer:
             scores, reward_metrics, _ = self.rewards.score(batch, texts)  # (B,)
         return Experience(batch, scores, texts, reward_metrics, policy_step=policy_step)
 
-    def learn(self, experience: Experience, step: int, timer: PhaseTimer) -> dict[str, float]:
+    def learn(self, experience: Experience, step: int, timer: PhaseTimer) -> tuple[dict[str, float], RolloutBatch]:
         """Old and reference log-probs, values, advantages, critic and actor updates on an explored
-        batch; returns their metrics."""
+        batch; returns their metrics and the rows the updates trained on (fewer under PF-PPO)."""
         actor, critic, ref = self.roles.actor, self.roles.critic, self.roles.reference
         batch, scores, metrics = experience.batch, experience.scores, {}
         with timer("old_log_prob"):
@@ -109,9 +112,11 @@ class RLTrainer:
         if step > self.cfg.trainer.critic_warmup:
             with timer("update_actor"):
                 metrics.update(actor.update(train))
-        return metrics
+        return metrics, train
 
-    def step_metrics(self, experience: Experience, metrics: dict[str, float], timer: PhaseTimer, step: int) -> dict[str, float]:
+    def step_metrics(
+        self, experience: Experience, metrics: dict[str, float], timer: PhaseTimer, step: int, train: RolloutBatch
+    ) -> dict[str, float]:
         """A step's metrics: its updates', its batch's, its phases' times and throughput (the
         explorer's times come with a decoupled run's experience); dumps the batch when asked."""
         batch, scores = experience.batch, experience.scores
@@ -119,8 +124,9 @@ class RLTrainer:
         metrics.update(batch_metrics(batch, scores, self.max_new_tokens))
         metrics.update(timer.metrics())
         metrics.update(experience.explore_metrics)
-        metrics["perf/tokens_per_s"] = batch.num_tokens() / metrics["timing/step_s"]
-        metrics["perf/generated_tokens_per_s"] = batch.num_response_tokens() / max(metrics["timing/gen_s"], 1e-9)
+        metrics.update(self.observer.metrics(timer, batch, train))  # tokens/s, MFU, peak memory
+        if "timing/gen_s" in experience.explore_metrics:  # a decoupled run: the explorer generated it
+            metrics["perf/generated_tokens_per_s"] = batch.num_response_tokens() / max(metrics["timing/gen_s"], 1e-9)
         metrics["dist/world_size"] = float(self.ctx.world.size)
         self._dump(self.cfg.trainer.rollout_data_dir, step, batch, experience.texts, scores)
         return metrics
@@ -164,7 +170,8 @@ class RLTrainer:
             for step in range(start + 1, total + 1):
                 rows = self.sampler.next_batch()
                 prompts = collate_prompts([self.train_set[i] for i in rows], self.pad_id, uid_prefix=f"s{step}")
-                metrics = self.step(prompts, step)
+                with self.observer.step(step):  # the profiler's window when this step is profiled
+                    metrics = self.step(prompts, step)
                 metrics["training/epoch"] = float(self.sampler.epoch)
                 if self.val_set is not None and (step == total or (cfg.test_freq > 0 and step % cfg.test_freq == 0)):
                     metrics.update(self.validate(step))

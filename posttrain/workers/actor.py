@@ -106,6 +106,7 @@ class Actor:
         self.generator = torch.Generator().manual_seed(settings.seed)
         self.reuse_checked: bool | None = None  # rollout log-probs checked equal to a recomputation
         self.reused_last = False  # whether the last `old_logprobs` call reused the rollout's
+        self.recomputed_last = False  # whether it ran a forward (also when it checked, then reused)
 
     def old_logprobs(self, batch: RolloutBatch) -> Tensor:
         """log pi_old of the PPO ratio, (B, T): the rollout's own log-probs when they are the actor's,
@@ -121,13 +122,14 @@ class Actor:
         With `force_reuse` ("always") on-policy rows reuse the rollout's log-probs unchecked, whatever
         dtype the engine computed in.
         """
-        self.reused_last = False
+        self.reused_last, self.recomputed_last = False, True
         if not self.s.reuse_rollout_logprobs or self.reuse_checked is False:
             return self.compute_logprobs(batch)
         if not bool((batch.weights_version == self.version).all()):
             return self.compute_logprobs(batch)  # off-policy rows: their sampler's weights are gone
+        self.recomputed_last = self.reuse_checked is None  # only the first batch is checked
         if self.s.force_reuse:  # "always": the engine's numerics stand in for the actor's, unchecked
-            self.reused_last = True
+            self.reused_last, self.recomputed_last = True, False
             return batch.rollout_logprobs.clone()
         if self.reuse_checked is None:
             recomputed = self.compute_logprobs(batch)

@@ -216,3 +216,19 @@ def test_env_vars_reach_every_worker(inputs):
                 "cluster.env_vars={POSTTRAIN_ENV_PROBE: hello}")
     assert out.returncode == 0, out.stderr[-3000:]
     assert sorted(p.read_text() for p in seen.iterdir()) == ["hello", "hello"]  # both workers scored, both saw it
+
+
+@pytest.mark.slow
+def test_each_worker_writes_its_own_trace_of_a_profiled_step(inputs):
+    traces = inputs / "traces"
+    out = train(inputs, "profiled", 2, None, "stages=[{name: rl}]", "trainer.total_training_steps=1", "trainer.save_freq=-1",
+                "profiler.tool=torch", "profiler.steps=[1]", f"profiler.save_path={traces}", "actor.profiler.enable=true",
+                "actor.profiler.all_ranks=true")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert sorted(p.name for p in (traces / "rl" / "e2e").iterdir()) == ["step1_rank0.json", "step1_rank1.json"]
+    for path in (traces / "rl" / "e2e").iterdir():
+        named = {e["name"] for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "user_annotation"}
+        assert {"gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "sync"} <= named, path.name
+    rows = [json.loads(line) for line in (inputs / "profiled" / "metrics.jsonl").read_text().splitlines()]  # one stage
+    step = [r for r in rows if "timing/step_s" in r][0]
+    assert 0 < step["perf/mfu"] <= 1 and step["perf/peak_memory_gb/actor"] > 0

@@ -22,17 +22,19 @@ from posttrain.config.sections import (
     env,
     explorer,
     log,
+    profiler,
     reward,
     service,
     synchronizer,
     trainer,
 )
 
-MODULES = (algorithm, reward, trainer, cluster, log, env, explorer, buffer, synchronizer, service, data_processor)
+MODULES = (algorithm, reward, trainer, profiler, cluster, log, env, explorer, buffer, synchronizer, service, data_processor)
 ROOTS = {
     "algorithm": algorithm.AlgorithmConfig,
     "reward": reward.RewardConfig,
     "trainer": trainer.TrainerConfig,
+    "profiler": profiler.GlobalProfilerConfig,
     "cluster": cluster.ClusterConfig,
     "log": log.LogConfig,
     "env": env.EnvConfig,
@@ -135,6 +137,8 @@ def test_names_the_config_machinery_relies_on_exist():
     "verl:custom_reward_function.path", "verl:reward_model.overlong_buffer.len", "verl:reward_model.sandbox_fusion.url",
     "roll:rewards",
     "verl:trainer.logger", "verl:trainer.save_freq", "verl:trainer.resume_mode", "verl:trainer.profile_steps",
+    "verl:global_profiler.tool", "verl:global_profiler.steps", "verl:global_profiler.profile_continuous_steps",
+    "verl:global_profiler.save_path", "verl:reward_model.profiler.enable",
     "roll:exp_name", "roll:max_steps", "roll:track_with", "roll:eval_steps", "roll:save_steps", "roll:seed",
     "trinity:monitor.monitor_type", "trinity:checkpoint_root_dir", "trinity:mode", "trinity:trainer.save_hf_checkpoint",
     "trinity:buffer.total_epochs", "trinity:explorer.eval_interval",

@@ -202,9 +202,10 @@ def _metrics(root: Path) -> tuple:
     return tuple(out)
 
 
-# Files compared by name only: their bytes differ between two runs of one config (timings, hosts),
+# Files compared by name only: their bytes differ between two runs of one config (timings, hosts,
+# profiler traces),
 # config.yaml and prepare.json echo the settings: a changed key must show in what the run made.
-VOLATILE = (".jsonl", "stage_complete.json", "report.html", "tfevents", "config.yaml", "prepare.json")
+VOLATILE = (".jsonl", "stage_complete.json", "report.html", "tfevents", "config.yaml", "prepare.json", "_rank0.json")
 
 
 def _files(root: Path) -> tuple:

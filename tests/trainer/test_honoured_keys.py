@@ -70,6 +70,9 @@ CRITIC_LORA = (*CRITIC, "critic.model.lora_rank=2")
 # A rerun that continues the first run's step-1 checkpoint in another directory.
 RESUME = ("trainer.resume_mode=resume_path", "trainer.default_local_dir={root}/resumed")
 STEP = "{root}/posttrain/run/checkpoints/global_step_"
+# Profiling (trace files are compared by name: their bytes hold timings). PROF_D: the actor in discrete mode.
+PROF = ("profiler.tool=torch", "profiler.steps=[1]", "actor.profiler.enable=true")
+PROF_D = (*PROF, "actor.profiler.discrete=true")
 
 KNOBS = [
     # data
@@ -282,6 +285,19 @@ KNOBS = [
     knob("trainer.max_critic_ckpt_to_keep=1", "files", *CKPT, *CRITIC),
     knob("trainer.del_local_ckpt_after_load=true", "files", *CKPT, *RESUME, f"trainer.resume_from_path={STEP}1", first=CKPT),
     knob("trainer.save_hf_checkpoint=always", "files", *CKPT),
+    # profiler
+    knob("profiler.tool=torch_memory", "files", *PROF),
+    knob("profiler.steps=[2]", "files", *PROF),
+    knob("profiler.profile_continuous_steps=true", "files", *PROF, "profiler.steps=[1,2]"),
+    knob("profiler.save_path={root}/traces", "files", *PROF),
+    knob("actor.profiler.enable=true", "files", *PROF_D[:2], "actor.profiler.discrete=true", *REF, "ref.profiler.enable=true", "ref.profiler.discrete=true"),
+    knob("ref.profiler.enable=true", "files", *PROF_D, *REF, "ref.profiler.discrete=true"),
+    knob("critic.profiler.enable=true", "files", *PROF_D, *CRITIC, "critic.profiler.discrete=true"),
+    knob("reward.reward_model.profiler.enable=true", "files", *PROF_D, "reward.reward_model.profiler.discrete=true"),
+    knob("actor.profiler.discrete=true", "files", *PROF),
+    knob("ref.profiler.discrete=true", "files", *PROF[:2], *REF, "ref.profiler.enable=true"),
+    knob("critic.profiler.discrete=true", "files", *PROF[:2], *CRITIC, "critic.profiler.enable=true"),
+    knob("reward.reward_model.profiler.discrete=true", "files", *PROF[:2], "reward.reward_model.profiler.enable=true"),
     # cluster: the batch arithmetic of the checks (one process on CPU)
     knob("cluster.nnodes=3", "exit", "cluster.n_gpus_per_node=1"),
     knob("cluster.n_gpus_per_node=3", "exit"),
@@ -311,6 +327,7 @@ KNOBS = [
 
 SHARDING, PLACEMENT, LAUNCH = (f"tests/cluster/{m}.py" for m in ("test_sharding_and_sync", "test_placement", "test_launch"))
 DECOUPLED, SYNC = (f"tests/buffer/{m}.py" for m in ("test_decoupled_runs", "test_sync_settings"))
+PROFILING, PROFILED = "tests/trainer/test_profiling.py", ("actor", "ref", "critic", "reward.reward_model")
 FSDP_KEYS = ("param_offload", "optimizer_offload", "offload_policy", "reshard_after_forward", "forward_prefetch", "fsdp_size",
              "min_num_params", "transformer_layer_cls_to_wrap", "mixed_precision.reduce_dtype")
 
@@ -359,6 +376,13 @@ ELSEWHERE = {
     "buffer.trainer_input.experience_buffer.max_read_timeout": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
     # needs an adapter written by an earlier run
     "model.lora_adapter_path": "tests/trainer/test_lora_rl.py::test_a_run_starts_from_an_adapter_given_by_lora_adapter_path",
+    # profiling: what a trace holds, which of several workers profile, the CUDA memory history (GPU only)
+    "actor.profiler.contents": f"{PROFILING}::test_continuous_steps_share_one_trace_under_save_path",  # stack: ::test_a_run_without_profiling_makes_no_profiler
+    **{f"{role}.profiler.contents": f"{PROFILING}::test_discrete_traces_are_one_per_phase_of_each_enabled_role" for role in PROFILED[1:]},
+    **{f"{role}.profiler.{key}": f"{PROFILING}::test_ranks_and_all_ranks_choose_the_workers_that_profile_a_role"
+       for role in PROFILED for key in ("ranks", "all_ranks")},
+    **{f"profiler.torch_memory.{key}": f"{PROFILING}::test_the_cuda_memory_history_gets_the_torch_memory_options"
+       for key in ("trace_alloc_max_entries", "context", "stacks")},
 }
 
 # Keys whose requested behaviour posttrain always has (each field's doc says so): no effect, checked.

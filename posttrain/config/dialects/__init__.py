@@ -21,10 +21,10 @@ from typing import Any, Mapping
 
 import yaml
 
-from posttrain.config.dialects import roll, trinity
+from posttrain.config.dialects import roll, trinity, verl
 from posttrain.config.dialects.detect import DIALECTS, TITLES, detect
 from posttrain.config.dialects.report import Entry, Report
-from posttrain.config.dialects.source import compose, hydra_ignorable, read_yaml, references, resolve
+from posttrain.config.dialects.source import compose, read_yaml, references, resolve
 from posttrain.config.dialects.translate import translate_dict
 from posttrain.config.dialects.values import value_hook
 from posttrain.config.fields import section_class, section_fields
@@ -33,7 +33,7 @@ from posttrain.config.validate import deep_merge, validate
 from posttrain.errors import ConfigError, UserError
 
 _RULES = {
-    "verl": ([], value_hook, hydra_ignorable),
+    "verl": (verl.HANDLERS, value_hook, verl.ignorable),
     "roll": (roll.HANDLERS, roll.value_hook, roll.ignorable),
     "trinity": (trinity.HANDLERS, value_hook, trinity.ignorable),
 }

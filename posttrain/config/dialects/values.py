@@ -33,6 +33,8 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
         return _resume(ctx, key, value)
     if native.startswith("cluster.device_mapping."):
         return _device_mapping(ctx, value)
+    if native == "profiler.steps" and value is None:  # verl's "no profiling"
+        return []
     return value
 
 

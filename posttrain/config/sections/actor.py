@@ -5,7 +5,7 @@ is global over all devices; ``ppo_micro_batch_size_per_gpu`` counts responses on
 token budget ``ppo_max_token_len_per_gpu`` counts prompt + response tokens on one device.
 
 This module also holds the sub-sections the `ref` and `critic` sections reuse (FSDP options,
-checkpoint contents, profiler). Their refs are relative (``"verl:.param_offload"``); the holding
+checkpoint contents; the profiler settings come from posttrain.config.sections.profiler). Their refs are relative (``"verl:.param_offload"``); the holding
 field gives each role's prefix.
 
 `UNSUPPORTED` lists reference keys that have no field here, each with the reason.
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from posttrain.config.fields import param, section
 from posttrain.config.sections.optim import OptimConfig
+from posttrain.config.sections.profiler import ProfilerConfig
 
 _VERL = "verl:actor_rollout_ref.actor"
 _TRINITY_ALGO = "trinity:algorithm"
 
 _CKPT = "choosing what a checkpoint saves (every checkpoint holds model, optimizer and extra so that resuming is exact; checkpoint issue)"
-_PROFILE = "per-role profiling (profiling issue)"
 _PERF = "memory/speed options of the training backend (performance issue)"
 
 # Kept equal to posttrain.algorithms (the config layer does not import it; a test compares them).
@@ -65,15 +65,6 @@ class CheckpointConfig:
 
     save_contents: list[str] = param(factory=lambda: ["model", "optimizer", "extra"], doc="Parts saved: model, optimizer, extra (LR scheduler, RNG) and hf_model (a Hugging Face copy).", choices=["model", "optimizer", "extra", "hf_model"], todo=_CKPT, refs=["verl:.save_contents", "verl:.contents"])
     load_contents: list[str] = param(factory=lambda: ["model", "optimizer", "extra"], doc="Parts restored on resume: model (hf_model is the same: the weights are a Hugging Face directory), optimizer, extra (LR schedule, generators, sampler and RNG); leaving one out continues without it, not exactly.", choices=["model", "optimizer", "extra", "hf_model"], refs=["verl:.load_contents"])
-
-
-@section
-class ProfilerConfig:
-    """Nsight profiling of one role's processes."""
-
-    discrete: bool = param(False, doc="One profile database per task (true) or one shared by all tasks (false).", todo=_PROFILE, refs=["verl:.discrete"])
-    all_ranks: bool = param(False, doc="Profile every rank of the role.", todo=_PROFILE, refs=["verl:.all_ranks"])
-    ranks: list[int] = param(factory=list, doc="Ranks to profile when not all_ranks; empty profiles none.", ge=0, todo=_PROFILE, refs=["verl:.ranks"])
 
 
 _MEGATRON_STRATEGY_KEYS = (
@@ -163,7 +154,7 @@ class ActorConfig:
     entropy_from_logits_with_chunking: bool = param(False, doc="Compute token entropy in chunks to lower peak memory. posttrain always does (log-probs and entropy from at most 2**26 logits at a time, posttrain.models.logprobs), so true is what happens and false changes nothing: the values are the same either way.", refs=[f"{_VERL}.entropy_from_logits_with_chunking"])
     entropy_checkpointing: bool = param(False, doc="Recompute the entropy in the backward pass instead of storing activations.", todo=_PERF, refs=[f"{_VERL}.entropy_checkpointing"])
     checkpoint: CheckpointConfig = param(factory=CheckpointConfig, doc="What the actor's checkpoints hold.", refs=[f"{_VERL}.checkpoint"])
-    profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the actor's processes.", refs=[f"{_VERL}.profiler"])
+    profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the actor (and of the rollout, which follows it) in profiler.steps.", refs=[f"{_VERL}.profiler"])
 
 
 # Reference keys with no field in `actor`, and why (read by the mapping generator and dialect loaders).

@@ -21,10 +21,10 @@ from posttrain.config.sections.actor import (
     LOSS_AGG_MODES,
     CheckpointConfig,
     FsdpConfig,
-    ProfilerConfig,
     roll_worker_unsupported,
 )
 from posttrain.config.sections.optim import CriticOptimConfig
+from posttrain.config.sections.profiler import ProfilerConfig
 
 _MODEL = "verl:critic.model"
 
@@ -76,7 +76,7 @@ class CriticConfig:
     fsdp_config: FsdpConfig = param(factory=FsdpConfig, doc="FSDP sharding and offload of the critic (verl keeps it under critic.model).", refs=[f"{_MODEL}.fsdp_config"])
     ulysses_sequence_parallel_size: int = param(1, doc="Devices one sequence is split over (Ulysses sequence parallelism).", ge=1, todo="Ulysses sequence parallelism (one sequence split over several devices)", refs=["verl:critic.ulysses_sequence_parallel_size"])
     checkpoint: CheckpointConfig = param(factory=CheckpointConfig, doc="What the critic's checkpoints hold.", refs=["verl:critic.checkpoint"])
-    profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the critic's processes.", refs=["verl:critic.profiler"])
+    profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the critic in profiler.steps.", refs=["verl:critic.profiler"])
 
 
 # Reference keys that map onto a field with the opposite meaning: a dialect loader must negate them.

@@ -11,7 +11,8 @@ value, as verl's defaults interpolate them.
 from __future__ import annotations
 
 from posttrain.config.fields import param, section
-from posttrain.config.sections.actor import FsdpConfig, ProfilerConfig, roll_worker_unsupported
+from posttrain.config.sections.actor import FsdpConfig, roll_worker_unsupported
+from posttrain.config.sections.profiler import ProfilerConfig
 
 _VERL = "verl:actor_rollout_ref.ref"
 
@@ -30,7 +31,7 @@ class RefConfig:
     ulysses_sequence_parallel_size: int | None = param(None, doc="Devices one sequence is split over; null follows actor.ulysses_sequence_parallel_size.", ge=1, todo="Ulysses sequence parallelism (one sequence split over several devices)", refs=[f"{_VERL}.ulysses_sequence_parallel_size"])
     entropy_from_logits_with_chunking: bool | None = param(None, doc="Compute token entropy in chunks; null follows the actor. posttrain always computes log-probs in chunks (see actor.entropy_from_logits_with_chunking), so every value gives the same result.", refs=[f"{_VERL}.entropy_from_logits_with_chunking"])
     entropy_checkpointing: bool | None = param(None, doc="Recompute the entropy in the backward pass; null follows the actor.", todo=_PERF, refs=[f"{_VERL}.entropy_checkpointing"])
-    profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the reference's processes.", refs=[f"{_VERL}.profiler"])
+    profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the reference in profiler.steps.", refs=[f"{_VERL}.profiler"])
 
 
 # Reference keys with no field in `ref`, and why (read by the mapping generator and dialect loaders).

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.fields import param, section
+from posttrain.config.sections.profiler import ProfilerConfig
 
 
 @section
@@ -40,7 +41,7 @@ class RewardModelConfig:
     use_fused_kernels: bool = param(False, doc="Use fused kernels in the reward model's forward pass.", todo="fused kernels; performance issue", refs=["verl:reward_model.model.use_fused_kernels"])
     use_shm: bool = param(False, doc="Load reward-model weights through shared memory.", todo="shared-memory model loading; performance issue", refs=["verl:reward_model.model.use_shm"])
     fsdp_config: dict[str, Any] = param(factory=dict, doc="FSDP options of the reward model (wrap_policy.min_num_params, param_offload, reshard_after_forward, fsdp_size, forward_prefetch).", todo="sharded reward model; distributed backend issue", refs=["verl:reward_model.model.fsdp_config", "verl:reward_model.model.fsdp_config.wrap_policy.min_num_params", "verl:reward_model.model.fsdp_config.param_offload", "verl:reward_model.model.fsdp_config.reshard_after_forward", "verl:reward_model.model.fsdp_config.fsdp_size", "verl:reward_model.model.fsdp_config.forward_prefetch"])
-    profiler: dict[str, Any] = param(factory=dict, doc="Profiler options of the reward-model worker (discrete, all_ranks, ranks).", todo="profiling; profiling issue", refs=["verl:reward_model.profiler", "verl:reward_model.profiler.discrete"])
+    profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the reward phase (reward function and reward model) in profiler.steps.", refs=["verl:reward_model.profiler"])
 
 
 @section

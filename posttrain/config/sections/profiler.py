@@ -1,0 +1,85 @@
+"""`profiler`: which steps are profiled, with which tool, and where the results go (verl's
+`global_profiler`); and `ProfilerConfig`, the per-role settings held by `actor.profiler`,
+`ref.profiler`, `critic.profiler` and `reward.reward_model.profiler` (which roles and ranks).
+
+Every worker process hosts every role (docs/scaling.md), so one process runs one profiler at a
+time. A step is profiled on a rank when some role with `enable` selects that rank (`all_ranks`, or
+`ranks`, or rank 0 when both are unset, as in verl). Continuous mode (`discrete: false`) writes one
+trace per rank for the whole step, every phase in it as a named range; discrete mode writes one
+trace per phase of each enabled role. The rollout follows the actor's settings (verl's hybrid
+actor-rollout worker), the advantage computation is the driver's and shows only in whole-step
+traces. The profiler itself lives in `posttrain.trainer.profiling`; docs/profiling.md tells how to
+read what it writes.
+"""
+
+from __future__ import annotations
+
+from posttrain.config.fields import param, section
+
+_VERL = "verl:global_profiler"
+
+TOOLS = (None, "torch", "torch_memory", "nsys", "npu")
+CONTENTS = ("cpu", "cuda", "memory", "shapes", "stack")
+
+
+@section
+class ProfilerConfig:
+    """Which ranks of one role are profiled, and how (the tool is `profiler.tool`)."""
+
+    enable: bool = param(False, doc="Profile this role in the steps of profiler.steps.", refs=["verl:.enable"])
+    all_ranks: bool = param(False, doc="Profile every rank (worker process) of the role.", refs=["verl:.all_ranks"])
+    ranks: list[int] = param(factory=list, doc="Ranks to profile when not all_ranks; empty profiles rank 0.", ge=0, refs=["verl:.ranks"])
+    discrete: bool = param(False, doc="tool torch: one trace per phase of this role (true) instead of one trace of the whole step per rank (false); every enabled role must agree.", refs=["verl:.tool_config.torch.discrete", "verl:.discrete"])
+    contents: list[str] = param(factory=list, doc="tool torch: what the trace records: cpu (operators), cuda (kernels), memory (allocations), shapes (operator input shapes), stack (Python source lines); empty records cpu, and cuda on GPUs.", choices=CONTENTS, refs=["verl:.tool_config.torch.contents"])
+
+
+@section
+class TorchMemoryConfig:
+    """CUDA memory history of tool torch_memory (torch.cuda.memory._record_memory_history)."""
+
+    trace_alloc_max_entries: int = param(100_000, doc="GPU: allocation events kept in the CUDA memory history (the oldest are dropped).", ge=1, refs=[f"{_VERL}.global_tool_config.torch_memory.trace_alloc_max_entries"])
+    context: str = param("all", doc="GPU: which events the history records: alloc (allocations), state (the allocator's state changes) or all.", choices=["alloc", "state", "all"], refs=[f"{_VERL}.global_tool_config.torch_memory.context"])
+    stacks: str = param("all", doc="GPU: stack traces recorded per event: python, or all (Python and C++).", choices=["python", "all"], refs=[f"{_VERL}.global_tool_config.torch_memory.stacks"])
+
+
+@section
+class GlobalProfilerConfig:
+    """Profiling of chosen RL steps: tool, steps and output directory."""
+
+    tool: str | None = param(None, doc="torch (torch.profiler Chrome traces), torch_memory (memory per phase; a CUDA memory snapshot on GPUs), nsys (NVTX ranges and a cudaProfilerApi capture range for a run started under Nsight Systems; needs an NVIDIA GPU and nsys) or npu (refused: posttrain has no Ascend support); null profiles nothing.", choices=TOOLS, refs=[f"{_VERL}.tool"])
+    steps: list[int] = param(factory=list, doc="Stage-local training steps to profile (1 is the first); empty profiles none.", ge=1, refs=[f"{_VERL}.steps", "verl:trainer.profile_steps"])
+    profile_continuous_steps: bool = param(False, doc="Consecutive profiled steps share one trace per rank ([1, 2] in one, [5] in another) instead of one trace per step; continuous (not discrete) roles only.", refs=[f"{_VERL}.profile_continuous_steps"])
+    save_path: str | None = param(None, doc="Directory of the traces and snapshots (a stage of `stages` writes into its own <save_path>/<stage name>); null means <stage run dir>/profile.", refs=[f"{_VERL}.save_path"])
+    torch_memory: TorchMemoryConfig = param(factory=TorchMemoryConfig, doc="CUDA memory history options of tool torch_memory.")
+
+
+_ONE_TOOL = "posttrain uses one profiler tool for every role: set profiler.tool"
+_ONE_PATH = "posttrain writes every role's traces under one directory: set profiler.save_path"
+_NSYS_LAUNCH = "posttrain does not start workers under Nsight Systems: start the run under nsys yourself (docs/profiling.md)"
+
+
+def role_unsupported(prefix: str) -> dict[str, str]:
+    """Keys of a verl role profiler with no field: the per-role tool, save path and tool options."""
+    out = {f"{prefix}.tool": _ONE_TOOL, f"{prefix}.save_path": _ONE_PATH}
+    for key in ("tool_config.npu.contents", "tool_config.npu.level", "tool_config.npu.analysis", "tool_config.npu.discrete"):
+        out[f"{prefix}.{key}"] = "Ascend NPUs are not supported by posttrain"
+    out[f"{prefix}.tool_config.nsys.discrete"] = "nsys ranges are always per phase (NVTX): nothing to choose"
+    for key in ("trace_alloc_max_entries", "stack_depth"):
+        out[f"{prefix}.tool_config.torch_memory.{key}"] = "the CUDA memory history is one per process: set profiler.torch_memory"
+    return out
+
+
+# Reference keys with no field, and why (read by the mapping generator and dialect loaders).
+UNSUPPORTED: dict[str, str] = {
+    f"{_VERL}.global_tool_config.nsys.discrete": "nsys ranges are always per phase (NVTX): nothing to choose",
+    f"{_VERL}.global_tool_config.nsys.controller_nsight_options": _NSYS_LAUNCH,
+    f"{_VERL}.global_tool_config.nsys.worker_nsight_options": _NSYS_LAUNCH,
+    f"{_VERL}.global_tool_config.torch_memory.stack_depth": "torch's CUDA memory history has no stack-depth option",
+    f"{_VERL}.global_tool_config.torch_memory.kw_args": "the CUDA memory history is recorded for this worker's own GPU",
+    **{f"verl:actor_rollout_ref.rollout.profiler.{k}": "the rollout is profiled with the actor (one hybrid worker): set actor.profiler"
+       for k in ("enable", "all_ranks", "ranks", "tool", "save_path", "tool_config.torch.contents", "tool_config.torch.discrete")},
+    **role_unsupported("verl:actor_rollout_ref.actor.profiler"),
+    **role_unsupported("verl:actor_rollout_ref.ref.profiler"),
+    **role_unsupported("verl:critic.profiler"),
+    **role_unsupported("verl:reward_model.profiler"),
+}
