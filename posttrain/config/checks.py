@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorNeeds, estimator_needs
+from posttrain.config.sections.data import check_domain_probs
+from posttrain.config.sections.reward import check_reward_workers
 
 _ABSENT = object()
 
@@ -426,6 +428,8 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_supervised_compile,
     check_rollout_correction,
     check_pf_ppo,
+    check_reward_workers,
+    check_domain_probs,
 ]
 
 
