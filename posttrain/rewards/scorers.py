@@ -23,6 +23,7 @@ from posttrain.rewards.function import RewardFunction, load_reward_function
 # name -> (module, function); imported on first use, so a scorer's packages load only when used.
 BUILTIN_SCORERS: dict[str, tuple[str, str]] = {
     "tasks": ("posttrain.tasks", "compute_score"),
+    "math": ("posttrain.rewards.math_scorer", "math_score"),
     "multiple_choice": ("posttrain.rewards.choice", "multiple_choice_score"),
 }
 

@@ -57,3 +57,57 @@ def test_reward_type_picks_the_reward_table_of_a_worker(reward_type, expected):
 def test_a_ground_truth_without_an_option_letter_is_a_failure():
     with pytest.raises(ValueError, match="names no option letter"):
         choice.multiple_choice_score("mc", "\\boxed{B}", "42")
+
+
+# (response, ground truth, equal?): hand-written, one equivalence each
+MATH = [
+    ("\\boxed{\\frac{1}{2}}", "0.5", True),  # fraction vs decimal
+    ("1/2", "\\frac{1}{2}", True),  # plain text vs LaTeX
+    ("\\boxed{\\dfrac{3}{4}}", "0.75", True),  # \dfrac
+    ("\\boxed{\\frac{2}{6}}", "\\frac{1}{3}", True),  # unreduced fraction
+    ("\\boxed{0.333}", "\\frac{1}{3}", False),  # a rounded decimal is not 1/3
+    ("\\boxed{2\\sqrt{2}}", "\\sqrt{8}", True),  # surds
+    ("\\boxed{\\sqrt{2}/2}", "\\frac{\\sqrt{2}}{2}", True),
+    ("\\boxed{x^2+2x+1}", "(x+1)^2", True),  # polynomial identity
+    ("\\boxed{\\sin^2 x + \\cos^2 x}", "1", True),  # trigonometric identity
+    ("\\boxed{\\frac{\\pi}{2}}", "\\pi/2", True),
+    ("\\boxed{3.14}", "\\pi", False),  # an approximation of pi is not pi
+    ("\\boxed{3+4i}", "4i+3", True),  # complex numbers, terms reordered
+    ("\\boxed{50\\%}", "0.5", True),  # percent
+    ("\\boxed{1,000}", "1000", True),  # thousands separator
+    ("\\boxed{2}", "2.0", True),
+    ("\\boxed{-7}", "-7", True),
+    ("\\boxed{7}", "-7", False),  # sign matters
+    ("19<|im_end|>", "19", True),  # a bare number, end marker removed
+    ("x=5", "5", True),  # an equation's right-hand side
+    ("\\boxed{x=5}", "5", True),
+    ("\\boxed{5 \\text{ cm}}", "5", True),  # units dropped
+    ("\\boxed{30^\\circ}", "30", True),  # degrees
+    ("The answer is $\\boxed{\\{1,2\\}}$", "\\{2,1\\}", True),  # sets are unordered
+    ("\\boxed{(1,2)}", "(1,2)", True),  # tuples...
+    ("\\boxed{(2,1)}", "(1,2)", False),  # ...are ordered
+    ("\\boxed{[0,1)}", "[0,1)", True),  # intervals
+    ("\\boxed{[0,1]}", "[0,1)", False),  # a closed end differs
+    ("$x \\in (1, 3)$", "(1,3)", True),
+    ("\\boxed{\\infty}", "\\infty", True),
+    ("\\boxed{12}", "\\boxed{12}", True),  # a boxed ground truth
+    ("<think>\\boxed{3}</think> \\boxed{4}", "4", True),  # the answer after the thinking counts
+    ("<think>\\boxed{4}</think> \\boxed{3}", "4", False),
+    ("no answer here", "4", False),
+    ("", "4", False),
+]
+
+
+@pytest.mark.parametrize("response, truth, equal", MATH)
+def test_math_equivalence_table(response, truth, equal):
+    from posttrain.rewards.math_scorer import math_score
+
+    assert math_score("math", response, truth) == {"score": float(equal), "acc": float(equal)}
+
+
+def test_math_doctests_and_a_ground_truth_that_is_no_math_is_a_failure():
+    from posttrain.rewards import math_scorer
+
+    assert doctest.testmod(math_scorer).failed == 0
+    with pytest.raises(ValueError, match="no math expression"):
+        math_scorer.math_score("math", "\\boxed{1}", "")
