@@ -25,6 +25,7 @@ BUILTIN_SCORERS: dict[str, tuple[str, str]] = {
     "tasks": ("posttrain.tasks", "compute_score"),
     "math": ("posttrain.rewards.math_scorer", "math_score"),
     "multiple_choice": ("posttrain.rewards.choice", "multiple_choice_score"),
+    "code": ("posttrain.rewards.code", "code_score"),
 }
 
 
