@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorNeeds, estimator_needs
 from posttrain.config.checks_profiler import check_profiler
+from posttrain.config.sections.data import check_domain_probs
+from posttrain.config.sections.reward import check_reward_workers
 
 _ABSENT = object()
 
@@ -451,6 +453,8 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_rollout_correction,
     check_pf_ppo,
     check_profiler,
+    check_reward_workers,
+    check_domain_probs,
 ]
 
 

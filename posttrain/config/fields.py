@@ -120,6 +120,14 @@ def section_class(tp: Any) -> type | None:
     return None
 
 
+def entry_section(tp: Any) -> type | None:
+    """The section class of the values of a ``dict[str, Section]`` field (reward.workers), else None."""
+    if typing.get_origin(tp) is dict:
+        args = typing.get_args(tp)
+        return section_class(args[1]) if len(args) == 2 else None
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def section_fields(cls: type) -> tuple[FieldInfo, ...]:
     """The init fields of a section, in declaration order, with resolved types and metadata."""
@@ -167,7 +175,9 @@ def iter_fields(
     schema: type, prefix: str = "", _prefixes: dict[str, str] | None = None
 ) -> Iterator[tuple[str, FieldInfo]]:
     """Every field of a schema, depth first, as ``(dotted.path, info)``; sections come before
-    their fields. ``info.refs`` has relative refs resolved against the enclosing section's refs."""
+    their fields. ``info.refs`` has relative refs resolved against the enclosing section's refs.
+    The fields of the sections a ``dict[str, Section]`` field holds follow it as
+    ``<field>.*.<name>`` (``reward.workers.*.tag_included``)."""
     prefixes = _prefixes or {}
     for info in section_fields(schema):
         path = f"{prefix}{info.name}"
@@ -177,6 +187,10 @@ def iter_fields(
         if sub is not None:
             sub_prefixes = {r.partition(":")[0]: r.partition(":")[2] for r in refs}
             yield from iter_fields(sub, f"{path}.", sub_prefixes)
+        entry = entry_section(info.type)
+        if entry is not None:  # a mapping of named sections: its fields under a `*` component
+            entry_prefixes = {r.partition(":")[0]: r.partition(":")[2] + ".*" for r in refs}
+            yield from iter_fields(entry, f"{path}.*.", entry_prefixes)
 
 
 def find_field(schema: type, path: str) -> tuple[type | None, FieldInfo | None]:

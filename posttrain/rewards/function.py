@@ -1,7 +1,9 @@
 """Finding the reward function: the built-in task scorers or a user's function in a Python file.
 
 A user function has verl's signature ``fn(data_source, solution_str, ground_truth, extra_info,
-**reward_kwargs) -> float | dict`` and is named in the config by file path and function name.
+**reward_kwargs) -> float | dict`` and is named in the config by file path and function name, or
+(a reward worker's ``worker_cls``) by ``module:name``. A class named there is built once per process
+with the keyword arguments, and its instances are called with verl's four arguments.
 
 `RewardFunction` keeps the *path and name*, not the function object: functions from a file loaded
 with ``spec_from_file_location`` cannot be pickled by reference, so a worker process of the parallel
@@ -11,6 +13,7 @@ manager receives (path, name, kwargs) and imports the file itself on its first c
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import inspect
 import os
@@ -32,43 +35,57 @@ class RewardFunction:
     """A picklable handle on a reward function; calling it calls the function with keywords.
 
     ``path=None`` means the built-in task scorers (`posttrain.tasks.compute_score`, dispatching on
-    ``data_source``). ``kwargs`` are verl's ``reward_kwargs``: extra keyword arguments on every call.
+    ``data_source``), unless ``module`` names the module ``name`` is imported from. ``kwargs`` are
+    verl's ``reward_kwargs``: extra keyword arguments on every call (of a class: of its constructor).
+    ``settings`` are the config keys errors name: (the file's key, the name's key).
     """
 
     path: str | None
     name: str = "compute_score"
     kwargs: dict[str, Any] = field(default_factory=dict)
+    module: str | None = None
+    settings: tuple[str, str] = (PATH_KEY, NAME_KEY)
     _fn: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
+    _built: bool = field(default=False, repr=False, compare=False)  # _fn is an instance holding kwargs
 
     @property
     def label(self) -> str:
         """How errors name the function."""
+        if self.module is not None:
+            return f"{self.module}:{self.name}"
         if self.path is None:
             return "posttrain.tasks.compute_score"
         return f"{self.name} in {self.path}"
 
     def resolve(self) -> Callable[..., Any]:
-        """Import the function (once per process) and return it."""
+        """Import the function (once per process; a class is built then) and return it."""
         if self._fn is None:
-            self._fn = _default_scorer() if self.path is None else _load_from_file(self.path, self.name)
+            if self.module is not None:
+                raw = _load_from_module(self.module, self.name, self.settings[1])
+            elif self.path is None:
+                raw = _default_scorer()
+            else:
+                raw = _load_from_file(self.path, self.name, self.settings)
+            if isinstance(raw, type):  # a scorer class: one instance per process, built with the kwargs
+                _check_call(raw, self, self.kwargs, constructor=True)
+                raw, self._built = raw(**self.kwargs), True
+            self._fn = raw
         return self._fn
 
     def __call__(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> Any:
-        return self.resolve()(
-            data_source=data_source,
-            solution_str=solution_str,
-            ground_truth=ground_truth,
-            extra_info=extra_info,
-            **self.kwargs,
-        )
+        fn = self.resolve()
+        kwargs = {} if self._built else self.kwargs
+        return fn(data_source=data_source, solution_str=solution_str, ground_truth=ground_truth, extra_info=extra_info, **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
-        # Ship only the path and name; the receiving process imports the file itself.
-        return {"path": self.path, "name": self.name, "kwargs": self.kwargs, "_fn": None}
+        # Ship only the names; the receiving process imports the file or module itself.
+        return {"path": self.path, "name": self.name, "kwargs": self.kwargs, "module": self.module,
+                "settings": self.settings, "_fn": None, "_built": False}
 
 
 def load_reward_function(
-    path: str | None, name: str = "compute_score", reward_kwargs: dict[str, Any] | None = None
+    path: str | None, name: str = "compute_score", reward_kwargs: dict[str, Any] | None = None,
+    *, module: str | None = None, settings: tuple[str, str] = (PATH_KEY, NAME_KEY),
 ) -> RewardFunction:
     """Load and check a reward function now, so config mistakes surface before training starts.
 
@@ -78,11 +95,14 @@ def load_reward_function(
     ``reward_kwargs``.
     """
     kwargs = dict(reward_kwargs or {})
-    if path is None:
-        fn = RewardFunction(None, "compute_score", kwargs)
+    if module is not None:
+        fn = RewardFunction(None, name, kwargs, module=module, settings=settings)
+    elif path is None:
+        fn = RewardFunction(None, "compute_score", kwargs, settings=settings)
     else:
-        fn = RewardFunction(os.path.abspath(os.path.expanduser(path)), name, kwargs)
-    _check_signature(fn.resolve(), fn, kwargs)
+        fn = RewardFunction(os.path.abspath(os.path.expanduser(path)), name, kwargs, settings=settings)
+    raw = fn.resolve()
+    _check_call(raw, fn, {} if fn._built else kwargs)
     return fn
 
 
@@ -94,24 +114,36 @@ def _default_scorer() -> Callable[..., Any]:
     return compute_score
 
 
-def _load_from_file(path: str, name: str) -> Callable[..., Any]:
+def _load_from_file(path: str, name: str, settings: tuple[str, str] = (PATH_KEY, NAME_KEY)) -> Callable[..., Any]:
     """Import ``path`` as a module and return its attribute ``name``."""
     if not os.path.isfile(path):
-        raise ConfigError(f"{PATH_KEY}: reward function file not found: {path}")
-    module = _import_file(path)
+        raise ConfigError(f"{settings[0]}: reward function file not found: {path}")
+    return _attribute(_import_file(path, settings[0]), name, path, settings[1])
+
+
+def _load_from_module(module_name: str, name: str, setting: str) -> Callable[..., Any]:
+    """Import the module ``module_name`` (from sys.path) and return its attribute ``name``."""
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{setting}: cannot import module {module_name!r} ({exc}); is it on PYTHONPATH?") from exc
+    return _attribute(module, name, f"module {module_name}", setting)
+
+
+def _attribute(module: ModuleType, name: str, where: str, setting: str) -> Callable[..., Any]:
     if not hasattr(module, name):
         public = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
         raise ConfigError(
-            f"{NAME_KEY}: {path} has no function named {name!r}"
+            f"{setting}: {where} has no function named {name!r}"
             f" (callables defined there: {', '.join(public) or 'none'})"
         )
     fn = getattr(module, name)
     if not callable(fn):
-        raise ConfigError(f"{NAME_KEY}: {name!r} in {path} is a {type(fn).__name__}, not a function")
+        raise ConfigError(f"{setting}: {name!r} in {where} is a {type(fn).__name__}, not a function")
     return fn
 
 
-def _import_file(path: str) -> ModuleType:
+def _import_file(path: str, setting: str = PATH_KEY) -> ModuleType:
     """Execute a Python file as a uniquely named module (two files may share a basename)."""
     digest = hashlib.sha1(path.encode()).hexdigest()[:10]
     module_name = f"posttrain_user_reward_{digest}"
@@ -119,8 +151,8 @@ def _import_file(path: str) -> ModuleType:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise ConfigError(f"{PATH_KEY}: cannot import {path} as Python (is it a .py file?)")
-    check_python_source(path, lambda message: ConfigError(f"{PATH_KEY}: {message}"))
+        raise ConfigError(f"{setting}: cannot import {path} as Python (is it a .py file?)")
+    check_python_source(path, lambda message: ConfigError(f"{setting}: {message}"))
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
@@ -135,17 +167,21 @@ def _import_file(path: str) -> ModuleType:
     return module
 
 
-def _check_signature(raw: Callable[..., Any], fn: RewardFunction, kwargs: dict[str, Any]) -> None:
-    """Refuse a function that cannot be called the way the managers call it."""
+def _check_call(raw: Callable[..., Any], fn: RewardFunction, kwargs: dict[str, Any], *, constructor: bool = False) -> None:
+    """Refuse a function (or a class's constructor) that cannot be called the way the managers
+    call it: verl's four keyword arguments plus ``kwargs`` (a constructor: ``kwargs`` alone)."""
     try:
         signature = inspect.signature(raw)
     except (TypeError, ValueError):
         return  # builtins and some C callables have no signature; the first call will tell
+    args = {} if constructor else {arg: None for arg in VERL_ARGS}
     try:
-        signature.bind(**{arg: None for arg in VERL_ARGS}, **kwargs)
+        signature.bind(**args, **kwargs)
     except TypeError as exc:
-        extra = f" plus reward_kwargs {sorted(kwargs)}" if kwargs else ""
+        extra = f" plus reward_kwargs {sorted(kwargs)}" if kwargs and not constructor else ""
+        called = f"keyword arguments {sorted(kwargs)}" if constructor else f"keyword arguments ({', '.join(VERL_ARGS)}){extra}"
+        what = "the class" if constructor else ""
         raise ConfigError(
-            f"{NAME_KEY}: {fn.label} has signature {fn.name}{signature}, but it is called with keyword "
-            f"arguments ({', '.join(VERL_ARGS)}){extra}: {exc}"
+            f"{fn.settings[1]}: {what + ' ' if what else ''}{fn.label} has signature {fn.name}{signature}, but it is "
+            f"{'built' if constructor else 'called'} with {called}: {exc}"
         ) from exc

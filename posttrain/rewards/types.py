@@ -18,7 +18,8 @@ class RewardInput:
     """One response to score.
 
     ``index`` identifies the sample in error messages (the trainer passes the row's position in the
-    batch); it is not given to the reward function.
+    batch); it is not given to the reward function, nor is ``response_length`` (the response's
+    tokens, which a reward worker's length penalty reads).
     """
 
     data_source: str
@@ -26,6 +27,24 @@ class RewardInput:
     ground_truth: Any
     extra_info: dict[str, Any] | None = None
     index: int = 0
+    response_length: int = 0
+
+
+@dataclass(frozen=True)
+class WorkerTally:
+    """What one reward worker did in a batch: samples scored, the sum of their scores (the
+    scorer's, before weight and length penalty), failures, the length-penalty sum, seconds."""
+
+    count: int = 0
+    score_sum: float = 0.0
+    failures: int = 0
+    penalty_sum: float = 0.0
+    seconds: float = 0.0
+
+    def __add__(self, other: "WorkerTally") -> "WorkerTally":
+        """Two shares of one batch scored side by side: counts add, the time is the longer one."""
+        return WorkerTally(self.count + other.count, self.score_sum + other.score_sum, self.failures + other.failures,
+                           self.penalty_sum + other.penalty_sum, max(self.seconds, other.seconds))
 
 
 @dataclass(frozen=True)
@@ -35,12 +54,14 @@ class RewardOutput:
     ``extra`` holds one list per key that any sample's dict return carried besides ``"score"``
     (each list has one value per sample). A sample whose dict lacked a key, returned a plain float,
     or failed gets NaN there, so callers average with a NaN-ignoring mean (`metrics` does).
-    ``num_failures`` counts samples scored with the configured failure reward.
+    ``num_failures`` counts samples scored with the configured failure reward. ``workers`` holds
+    each reward worker's tally when a router scored the batch (`posttrain.rewards.routing`).
     """
 
     scores: list[float]  # (B,)
     extra: dict[str, list[float]] = field(default_factory=dict)  # each (B,)
     num_failures: int = 0
+    workers: dict[str, WorkerTally] = field(default_factory=dict)
 
     def tensor(self) -> "torch.Tensor":  # noqa: F821 - torch is imported lazily on purpose
         """The scores as a float32 tensor, shape (B,)."""
@@ -57,7 +78,27 @@ class RewardOutput:
         """
         result = {f"{prefix}{key}": _nanmean(values) for key, values in self.extra.items()}
         result[f"{prefix}failures"] = float(self.num_failures)
+        for name, tally in self.workers.items():
+            result.update(worker_metrics(name, tally, prefix))
         return result
+
+
+def worker_metrics(name: str, tally: WorkerTally, prefix: str = "reward/") -> dict[str, float]:
+    """One worker's metrics: mean score (NaN when it scored nothing), samples, failures, seconds,
+    and the mean length penalty when it has one.
+
+    >>> worker_metrics("math", WorkerTally(count=4, score_sum=3.0, failures=1, seconds=0.5))
+    {'reward/math/mean': 0.75, 'reward/math/count': 4.0, 'reward/math/failures': 1.0, 'reward/math/time_s': 0.5}
+    """
+    out = {
+        f"{prefix}{name}/mean": tally.score_sum / tally.count if tally.count else float("nan"),
+        f"{prefix}{name}/count": float(tally.count),
+        f"{prefix}{name}/failures": float(tally.failures),
+        f"{prefix}{name}/time_s": tally.seconds,
+    }
+    if tally.penalty_sum:
+        out[f"{prefix}{name}/length_penalty"] = tally.penalty_sum / tally.count
+    return out
 
 
 def _nanmean(values: list[float]) -> float:

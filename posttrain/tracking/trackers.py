@@ -56,10 +56,26 @@ def format_console_line(
     for key, short in CONSOLE_KEYS:
         if key in metrics:
             parts.append(f"{short} {_fmt(metrics[key])}")
+    parts += _domain_parts(metrics)
     if eta_s is not None:
         minutes, seconds = divmod(int(round(eta_s)), 60)
         parts.append(f"eta {minutes}m{seconds:02d}s")
     return " | ".join(parts)
+
+
+def _domain_parts(metrics: dict[str, float]) -> list[str]:
+    """``val[sort] 0.41`` for each data source's validation score when there are several domains
+    (`val/<source>/score/mean@n`; the source's last path part names it).
+
+    >>> _domain_parts({"val/posttrain/sort/score/mean@1": 0.5, "val/posttrain/arithmetic/score/mean@1": 0.25})
+    ['val[sort] 0.5', 'val[arithmetic] 0.25']
+    >>> _domain_parts({"val/posttrain/sort/score/mean@1": 0.5})
+    []
+    """
+    found = [(k[len("val/"):k.rindex("/score/mean@")], v) for k, v in metrics.items() if k.startswith("val/") and "/score/mean@" in k]
+    if len(found) < 2:
+        return []
+    return [f"val[{source.rsplit('/', 1)[-1]}] {_fmt(value)}" for source, value in found]
 
 
 class ConsoleTracker:

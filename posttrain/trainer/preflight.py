@@ -23,6 +23,7 @@ from posttrain.cluster.placement import plan_world
 from posttrain.config.checks import role_needs
 from posttrain.config.schema import Config
 from posttrain.data import build_dpo_dataset, build_rl_dataset, build_sft_dataset
+from posttrain.data.domains import make_train_sampler, tag_locations, worker_tag_map
 from posttrain.models.integrity import check_weight_files
 from posttrain.models.loading import (
     check_max_model_len,
@@ -32,10 +33,10 @@ from posttrain.models.loading import (
     resolve_model_dir,
     tokenizer_from_config,
 )
-from posttrain.rewards import RewardFunction, check_reward_manager
+from posttrain.rewards import check_reward_manager
 from posttrain.tracking import check_trackers
 from posttrain.trainer.profiling import check_profiler_machine
-from posttrain.trainer.rewarding import manager_options, reward_function
+from posttrain.trainer.rewarding import Scorers, manager_options, reward_function, worker_manager
 
 # algorithm.kind -> the dataset builder of its train and validation files
 DATASETS: dict[str, Callable[..., Any]] = {"rl": build_rl_dataset, "sft": build_sft_dataset, "dpo": build_dpo_dataset}
@@ -48,7 +49,7 @@ class StageInputs:
     tokenizer: Any
     train_set: Any  # the kind's dataset (RLDataset, SFTDataset, DPODataset or the user's custom_cls)
     val_set: Any | None
-    reward_fn: RewardFunction | None = None  # RL only
+    reward_fn: Scorers | None = None  # RL only: the reward function, or each reward worker's
 
 
 def stage_inputs(cfg: Config) -> StageInputs:
@@ -66,6 +67,10 @@ def stage_inputs(cfg: Config) -> StageInputs:
         check_profiler_machine(cfg, plan_world(cfg).device)
         check_rl_roles(cfg, tokenizer)
         reward_fn = check_reward(cfg)
+        if cfg.reward.workers:  # every tag of the data has a worker, before any model is loaded
+            check_worker_tags(cfg, [("data.train_files", train_set), ("data.val_files", val_set)])
+        if cfg.data.domain_interleave_probs:  # every row in a domain, every domain with rows
+            make_train_sampler(cfg.data, train_set, worker_tag_map(cfg.reward.workers))
     return StageInputs(tokenizer, train_set, val_set, reward_fn)
 
 
@@ -77,13 +82,28 @@ def check_stage_names(cfg: Config) -> None:
         check_rl_names(cfg)
 
 
-def check_reward(cfg: Config) -> RewardFunction | None:
-    """An RL stage's reward function (imported and checked) and its manager's name and options."""
+def check_reward(cfg: Config) -> Scorers | None:
+    """An RL stage's reward function (imported and checked), or each reward worker's, and the
+    names and options of their managers."""
     if cfg.algorithm.kind != "rl":
         return None
     fn = reward_function(cfg)
     check_reward_manager(cfg.reward.reward_manager, manager_options(cfg))
+    for name in cfg.reward.workers:
+        check_reward_manager(*worker_manager(cfg, name))
     return fn
+
+
+def check_worker_tags(cfg: Config, datasets: list[tuple[str, Any]]) -> None:
+    """Every tag in the datasets is claimed by a reward worker (a DataError naming the tag, the
+    file and row where it first occurs, and the workers' tags, otherwise)."""
+    from posttrain.rewards.routing import RewardRouter, RoutedWorker
+
+    # tag routing needs only the tags: managers are not built (a parallel one starts processes)
+    router = RewardRouter([RoutedWorker(n, None, tuple(w.tag_included)) for n, w in cfg.reward.workers.items()])  # type: ignore[arg-type]
+    for setting, dataset in datasets:
+        if dataset is not None:
+            router.check_tags(tag_locations(dataset, setting))
 
 
 def check_model_dir(cfg: Config) -> None:

@@ -1,8 +1,10 @@
 """The reward role as the trainer sees it: responses in, one score per response out.
 
 Combines the rule/custom reward function (through a reward manager) with an optional reward model:
-score = function_weight x function score + reward_model_weight x reward-model score. Built once per
-stage from the `reward` section; the trainer only calls `score` and `close`.
+score = function_weight x function score + reward_model_weight x reward-model score. With
+`reward.workers` the function score comes from the workers that claim each sample's tag
+(`posttrain.rewards.routing`). Built once per stage from the `reward` section; the trainer only
+calls `score` and `close`.
 """
 
 from __future__ import annotations
@@ -15,13 +17,52 @@ from posttrain.cluster.parallel import DataParallel, contiguous_shares
 from posttrain.config.schema import Config
 from posttrain.records import RolloutBatch
 from posttrain.rewards import RewardFunction, RewardInput, RewardOutput, build_reward_manager, load_reward_function
+from posttrain.rewards.routing import RewardRouter, RoutedWorker, label_worker
+from posttrain.rewards.scorers import load_scorer
+from posttrain.rewards.types import WorkerTally
 from posttrain.workers.microbatch import SINGLE
 
+# What scores a stage's responses: one reward function, or each reward worker's by name.
+Scorers = RewardFunction | dict[str, RewardFunction]
 
-def reward_function(cfg: Config) -> RewardFunction:
-    """The configured reward function, imported and its signature checked."""
+
+def reward_function(cfg: Config) -> Scorers:
+    """The configured reward function (or each reward worker's), imported and its signature checked."""
+    if cfg.reward.workers:
+        return {name: worker_function(cfg, name) for name in cfg.reward.workers}
     f = cfg.reward.custom_reward_function
     return load_reward_function(f.path, f.name, dict(f.reward_kwargs))
+
+
+def worker_function(cfg: Config, name: str) -> RewardFunction:
+    """Reward worker `name`'s scorer, called with its reward_kwargs (and reward_type when set)."""
+    w = cfg.reward.workers[name]
+    kwargs = dict(w.reward_kwargs)
+    if w.reward_type is not None:
+        kwargs["reward_type"] = w.reward_type
+    return load_scorer(w.worker_cls, kwargs, f"reward.workers.{name}.worker_cls")
+
+
+def worker_manager(cfg: Config, name: str) -> tuple[str, dict[str, Any]]:
+    """(manager, options) of reward worker `name`: reward.reward_manager's, or with world_size a
+    process pool of that many processes."""
+    size = cfg.reward.workers[name].world_size
+    options = manager_options(cfg)
+    if size is None:
+        return cfg.reward.reward_manager, options
+    options["num_workers"] = size
+    return "parallel", options
+
+
+def build_router(cfg: Config, fns: dict[str, RewardFunction]) -> RewardRouter:
+    """The reward workers of `cfg.reward.workers`, each with its own manager (`fns`: their scorers)."""
+    routed = []
+    for name, w in cfg.reward.workers.items():
+        kind, options = worker_manager(cfg, name)
+        manager = build_reward_manager(kind, fns[name], **options)
+        label_worker(manager, name)
+        routed.append(RoutedWorker(name, manager, tuple(w.tag_included), w.weight, w.response_length_penalty_coef, kind == "naive"))
+    return RewardRouter(routed)
 
 
 def manager_options(cfg: Config) -> dict[str, Any]:
@@ -36,14 +77,17 @@ def manager_options(cfg: Config) -> dict[str, Any]:
 class RewardStage:
     """Scores decoded responses; `score` returns (scores (B,), metrics)."""
 
-    def __init__(self, cfg: Config, tokenizer: Any, fn: RewardFunction | None = None, dp: DataParallel = SINGLE):
-        """``fn``: the reward function `reward_function` already loaded (loaded here when None).
+    def __init__(self, cfg: Config, tokenizer: Any, fn: Scorers | None = None, dp: DataParallel = SINGLE):
+        """``fn``: what `reward_function` already loaded (loaded here when None).
         ``dp``: with several worker processes each scores a consecutive share of the rows (a reward
         function runs once per sample in the whole run) and every rank receives all the scores."""
         self.dp = dp
         r = cfg.reward
         fn = fn or reward_function(cfg)
-        self.manager = build_reward_manager(r.reward_manager, fn, **manager_options(cfg))
+        if isinstance(fn, dict):
+            self.manager = build_router(cfg, fn)
+        else:
+            self.manager = build_reward_manager(r.reward_manager, fn, **manager_options(cfg))
         self.tokenizer = tokenizer
         self.function_weight = r.function_weight
         self.rm_weight = r.reward_model_weight
@@ -70,9 +114,10 @@ class RewardStage:
     ) -> tuple[torch.Tensor, dict[str, float], dict[str, list[float]]]:
         """Scores (B,), batch metrics, and the per-sample extra values of dict-returning functions."""
         rows = contiguous_shares(len(batch), self.dp.size)[self.dp.rank]  # every row with one process
+        lengths = batch.response_mask.sum(1).long().tolist()  # response tokens: a worker's length penalty
         samples = [
             RewardInput(data_source=batch.data_source[i], solution_str=texts[i], ground_truth=batch.ground_truth[i],
-                        extra_info=batch.extra_info[i], index=i)
+                        extra_info=batch.extra_info[i], index=i, response_length=lengths[i])
             for i in rows
         ]
         out = self.manager.score(samples) if samples else RewardOutput([])
@@ -123,11 +168,15 @@ class RewardStage:
 def merge_outputs(parts: list[RewardOutput]) -> RewardOutput:
     """The outputs of consecutive shares of a batch as one output of the whole batch: scores and extra
     values in row order (NaN for the rows of a share whose samples never returned that key, as a
-    sample that lacked it gets within one share), failures summed.
+    sample that lacked it gets within one share), failures and reward workers' tallies summed.
 
     >>> merge_outputs([RewardOutput([1.0], {"acc": [1.0]}), RewardOutput([0.0, 0.5], num_failures=1)]).extra
     {'acc': [1.0, nan, nan]}
     """
     keys = list(dict.fromkeys(k for p in parts for k in p.extra))
     extra = {k: [v for p in parts for v in p.extra.get(k, [float("nan")] * len(p.scores))] for k in keys}
-    return RewardOutput([s for p in parts for s in p.scores], extra, sum(p.num_failures for p in parts))
+    workers: dict[str, WorkerTally] = {}
+    for p in parts:
+        for name, tally in p.workers.items():
+            workers[name] = workers[name] + tally if name in workers else tally
+    return RewardOutput([s for p in parts for s in p.scores], extra, sum(p.num_failures for p in parts), workers)

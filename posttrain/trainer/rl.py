@@ -17,6 +17,7 @@ import torch
 from posttrain.buffer.experience import Experience
 from posttrain.checkpoint import Checkpointer, Parts
 from posttrain.data import collate_prompts, make_sampler, pad_token_id
+from posttrain.data.domains import make_train_sampler, worker_tag_map
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.tracking import Generation, phase
 from posttrain.trainer.advantages import compute_advantages, correct_rollout_mismatch, filter_by_reward, make_shaping_state
@@ -47,7 +48,7 @@ class RLTrainer:
         inputs = ctx.inputs or stage_inputs(cfg)  # every check before training (posttrain.trainer.preflight)
         self.tokenizer, self.train_set, self.val_set = inputs.tokenizer, inputs.train_set, inputs.val_set
         self.derived, self.trackers = open_stage(ctx, len(self.train_set), writes=halves != "explorer")
-        self.sampler = make_sampler(cfg.data, len(self.train_set), split="train")
+        self.sampler = make_train_sampler(cfg.data, self.train_set, worker_tag_map(cfg.reward.workers))  # by domain when asked
         self.pad_id = pad_token_id(self.tokenizer)
         self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves)
         dp = (self.roles.actor or self.roles.rollout).dp

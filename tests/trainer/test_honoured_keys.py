@@ -220,6 +220,7 @@ KNOBS = [
     knob("reward.function_weight=2.0", "metrics"),
     knob("reward.reward_model_weight=2.0", "metrics", *RM),
     knob("reward.custom_reward_function.path={data}/reward.py", "metrics"),
+    knob("reward.workers={len: {worker_cls: '{data}/reward.py:by_length', tag_included: [posttrain/sort]}}", "metrics"),
     knob("reward.custom_reward_function.name=by_length", "metrics", *REWARD_FILE),
     knob("reward.custom_reward_function.reward_kwargs={bonus: 1.0}", "metrics", *REWARD_FILE),
     knob("reward.reward_model.enable=true", "metrics", "reward.reward_model.path={assets}/rm"),
@@ -328,6 +329,7 @@ KNOBS = [
 SHARDING, PLACEMENT, LAUNCH = (f"tests/cluster/{m}.py" for m in ("test_sharding_and_sync", "test_placement", "test_launch"))
 DECOUPLED, SYNC = (f"tests/buffer/{m}.py" for m in ("test_decoupled_runs", "test_sync_settings"))
 PROFILING, PROFILED = "tests/trainer/test_profiling.py", ("actor", "ref", "critic", "reward.reward_model")
+ROUTING = "tests/rewards/test_reward_routing.py"
 FSDP_KEYS = ("param_offload", "optimizer_offload", "offload_policy", "reshard_after_forward", "forward_prefetch", "fsdp_size",
              "min_num_params", "transformer_layer_cls_to_wrap", "mixed_precision.reduce_dtype")
 
@@ -349,6 +351,16 @@ ELSEWHERE = {
     "actor.use_torch_compile": "tests/trainer/test_use_torch_compile.py::test_the_flag_selects_the_compiled_lean_forward_per_role",
     # a reward function that hangs: seconds of waiting
     "reward.timeout_s": "tests/rewards/test_reward_parallel.py::test_hanging_call_times_out_and_the_pool_stays_usable",
+    # the keys of one reward worker (reward.workers.<name>.<key>): unit tests of the router
+    **{f"reward.workers.*.{k}": f"{ROUTING}::{test}" for k, test in {
+        "worker_cls": "test_worker_cls_forms_and_kwargs", "reward_kwargs": "test_worker_cls_forms_and_kwargs",
+        "tag_included": "test_each_sample_goes_to_the_workers_of_its_tag_and_their_scores_add",
+        "weight": "test_each_sample_goes_to_the_workers_of_its_tag_and_their_scores_add",
+        "response_length_penalty_coef": "test_the_response_length_penalty_follows_roll",
+        "world_size": "test_world_size_gives_the_worker_a_pool_of_its_own",
+    }.items()},
+    "data.domain_interleave_probs": "tests/data/test_data_domains.py::test_the_training_sampler_draws_by_domain_from_the_files",
+    "reward.workers.*.reward_type": "tests/rewards/test_reward_scorers.py::test_reward_type_picks_the_reward_table_of_a_worker",
     # several worker processes: the harness runs one process in-process
     **{f"actor.fsdp_config.{k}": f"{SHARDING}::test_each_fsdp_key_changes_the_sharding" for k in FSDP_KEYS},
     **{f"{role}.fsdp_config.{k}": f"{SHARDING}::test_each_role_is_sharded_by_its_own_fsdp_config_and_balance_batch_splits_by_tokens"

@@ -12,18 +12,25 @@ some lives in tests/config/reference_configs).
 - ``hf_infer`` (plain Hugging Face inference) is posttrain's only engine: ``hf``.
 - Per-role settings posttrain takes from the policy (reference dtype, other roles' chat template)
   are dropped when they agree with the policy's, refused when they differ.
+- ``rewards``: each reward worker becomes ``reward.workers.<name>`` with ROLL's class path turned
+  into posttrain's scorer (`reward_workers`); its model/template/placement keys are dropped for a
+  rule worker (it runs no model), and a worker posttrain has no scorer for is refused whole. The
+  samples' tag column is ROLL's default ``tag`` unless ``actor_train.data_args.tag`` names another.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from posttrain.config.dialects.lora import roll_lora
+from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.values import parse_device_list, value_hook as common_value_hook
 from posttrain.config.sections import env
 from posttrain.config.sections.algorithm import roll_reward_norm
+from posttrain.config.sections.reward import ROLL_WORKER_CLASSES, ROLL_WORKER_TODO
 
 _NORM_KEYS = ("norm_mean_type", "norm_std_type", "reward_norm", "reward_shift", "reward_scale", "use_reward_scaling", "use_reward_norm")
 _NO_BACKWARD = "this role runs no backward pass, so gradient checkpointing has no meaning there"
@@ -129,4 +136,76 @@ def _device_count(ctx: Context, role: str) -> int:
     return (ctx.get("num_nodes", 1) or 1) * ctx.get("num_gpus_per_node", 8)
 
 
-HANDLERS = [reward_norm, mini_batch, roll_lora]
+# Keys of a ROLL reward worker that a rule worker has no use for: it runs no model on no device.
+_RULE_WORKER_UNUSED = {
+    "model_args": "a rule worker reads the text the policy's tokenizer decoded: it loads no model or tokenizer",
+    "data_args": "a rule worker has no chat template of its own",
+    "strategy_args": "a rule worker runs no model",
+    "device_mapping": "a rule worker runs in CPU processes (world_size), on no device",
+    "infer_batch_size": "a rule worker scores one sample per call",
+}
+# The keys ROLL's rule workers read besides tag_included, by the posttrain scorer they become:
+# reward_type and response_length_penalty_coef only matter to ROLL's CrossThinkQA worker.
+_READS = {f"{k.rpartition('.')[0].rpartition('.')[2]}": () for k in ROLL_WORKER_CLASSES}
+_READS["crossthinkqa_rule_reward_worker"] = ("reward_type", "response_length_penalty_coef")
+
+
+def reward_workers(ctx: Context) -> None:
+    """ROLL's ``rewards`` section -> ``reward.workers`` (module docstring)."""
+    workers = ctx.get("rewards")
+    if not isinstance(workers, Mapping) or not workers:
+        return
+    ctx.consume("rewards")
+    translated = False
+    for name, spec in workers.items():
+        prefix = f"rewards.{name}"
+        if not isinstance(spec, Mapping):
+            ctx.refuse(prefix, f"expected a mapping of reward worker keys, got {spec!r}")
+            continue
+        why_not = _unbuildable(spec.get("worker_cls"))
+        if why_not is not None:
+            for key, value in spec.items():
+                ctx.refuse(f"{prefix}.{key}", why_not, None, value)
+            continue
+        for key, value in spec.items():
+            _worker_key(ctx, name, spec["worker_cls"], key, value)
+        translated = True
+    if translated and not ctx.has("actor_train.data_args.tag"):
+        ctx.set("data.reward_fn_key", "tag", "actor_train.data_args.tag", "ROLL's default tag column (not written in the file)")
+
+
+def _unbuildable(worker_cls: Any) -> str | None:
+    """Why posttrain cannot build this ROLL worker class, or None when it has its scorer."""
+    if worker_cls in ROLL_WORKER_CLASSES:
+        return None
+    if worker_cls in ROLL_WORKER_TODO:
+        return f"not implemented yet: {ROLL_WORKER_TODO[worker_cls]}"
+    return (
+        f"no posttrain scorer for ROLL worker class {worker_cls!r}: ROLL's worker classes score DataProto batches; write "
+        "a scorer with verl's signature (data_source, solution_str, ground_truth, extra_info) and set "
+        "reward.workers.<name>.worker_cls to path/file.py:function"
+    )
+
+
+def _worker_key(ctx: Context, name: str, worker_cls: str, key: str, value: Any) -> None:
+    foreign, native = f"rewards.{name}.{key}", f"reward.workers.{name}.{key}"
+    module = worker_cls.rpartition(".")[0].rpartition(".")[2]
+    if key == "worker_cls":
+        ctx.set(native, ROLL_WORKER_CLASSES[worker_cls], foreign, f"ROLL's {worker_cls.rpartition('.')[2]}")
+    elif key in _RULE_WORKER_UNUSED:
+        ctx.drop(foreign, _RULE_WORKER_UNUSED[key])
+    elif key in ("reward_type", "response_length_penalty_coef") and key not in _READS[module]:
+        ctx.drop(foreign, f"ROLL's {worker_cls.rpartition('.')[2]} does not read it")
+    elif key == "query_filter_config" and isinstance(value, Mapping) and value.get("type", "no_filter") == "no_filter":
+        ctx.drop(foreign, "no_filter: every prompt group is kept, as posttrain does")
+    elif key in ("tag_included", "reward_type", "response_length_penalty_coef", "world_size", "use_local", "query_filter_config", "judge_prompt", "judge_model_type", "generating_args"):
+        info = native_paths().get(f"reward.workers.*.{key}")
+        if info is not None and info.todo and value != info.default():
+            ctx.refuse(foreign, f"not implemented yet: {info.todo}", native, value)
+        else:
+            ctx.set(native, value, foreign)
+    else:
+        ctx.refuse(foreign, "no posttrain equivalent for this reward worker key", None, value)
+
+
+HANDLERS = [reward_norm, mini_batch, roll_lora, reward_workers]

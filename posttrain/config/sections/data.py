@@ -42,7 +42,7 @@ class DataConfig:
     response_dict_keys: list[str] = param(factory=list, doc="Keys followed inside a dict-valued response column to reach the response (SFT).", refs=["verl:data.response_dict_keys"])
     chosen_key: str = param("chosen", doc="Column holding the preferred response of a DPO pair (string or message list).")
     rejected_key: str = param("rejected", doc="Column holding the dispreferred response of a DPO pair (string or message list).")
-    reward_fn_key: str = param("data_source", doc="Column naming each row's data source, which selects its reward function.", refs=["verl:data.reward_fn_key"])
+    reward_fn_key: str = param("data_source", doc="Column naming each row's data source (its tag), which selects its reward function or reward workers.", refs=["verl:data.reward_fn_key", "roll:actor_train.data_args.tag"])
     system_prompt: str | None = param(None, doc="System message put before prompts that have none.")
     system_prompt_key: str | None = param(None, doc="Column holding a per-row system message; wins over system_prompt.")
 
@@ -78,7 +78,7 @@ class DataConfig:
     dataloader_num_workers: int = param(0, doc="Background processes preparing batches.", ge=0, todo="background batch preparation (later issue)", refs=["verl:data.dataloader_num_workers"])
     sampler: dict[str, Any] = param(factory=dict, doc="A custom (curriculum) sampler class: {class_path, class_name}.", todo="custom samplers (curriculum issue)", refs=["verl:data.sampler"])
     datagen: dict[str, Any] = param(factory=dict, doc="A dynamic data generator class: {path, name}.", todo="generated datasets (later issue)", refs=["verl:data.datagen"])
-    domain_interleave_probs: dict[str, float] = param(factory=dict, doc="Sampling probability of each data domain (tag) in a batch.", todo="domain-weighted sampling (later issue)", refs=["roll:actor_train.data_args.domain_interleave_probs"])
+    domain_interleave_probs: dict[str, float] = param(factory=dict, doc="RL training batches drawn by domain: each prompt's domain (a reward worker's name, standing for its tag_included, or a tag) is drawn with these probabilities (normalised); empty draws rows uniformly.", refs=["roll:actor_train.data_args.domain_interleave_probs"])
     interleave_probs: str | None = param(None, doc="Sampling probability of each training file, comma separated.", todo="file-weighted sampling (later issue)", refs=["roll:actor_train.data_args.interleave_probs"])
 
 
@@ -89,3 +89,20 @@ UNSUPPORTED: dict[str, str] = {
     "verl:data.trust_remote_code": "one switch covers model and tokenizer code: model.trust_remote_code",
     "roll:actor_train.data_args.template": "ROLL's named templates are not built in: 'native' is data.chat_template: null; otherwise give the template text or a .jinja file in data.chat_template",
 }
+
+
+def check_domain_probs(cfg: Any) -> list[str]:
+    """data.domain_interleave_probs: non-negative, not all zero, and for RL batches only."""
+    data = getattr(cfg, "data", None)
+    probs = dict(getattr(data, "domain_interleave_probs", None) or {})
+    if not probs:
+        return []
+    bad = {k: v for k, v in probs.items() if not v >= 0}
+    if bad:
+        return [f"data.domain_interleave_probs: probabilities must be >= 0, got {bad}"]
+    if sum(probs.values()) <= 0:
+        return ["data.domain_interleave_probs: at least one probability must be > 0"]
+    kind = getattr(getattr(cfg, "algorithm", None), "kind", "rl")
+    if kind != "rl":
+        return [f"data.domain_interleave_probs: domain mixing draws RL prompt batches; algorithm.kind={kind} samples its rows uniformly, so leave it empty"]
+    return []

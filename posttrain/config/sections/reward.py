@@ -62,6 +62,45 @@ class SandboxFusionConfig:
     max_concurrent: int = param(64, doc="Most requests in flight to the sandbox.", ge=1, todo="remote code sandbox; code reward issue", refs=["verl:reward_model.sandbox_fusion.max_concurrent"])
 
 
+# ROLL's reward worker classes and the posttrain scorer (worker_cls) each is translated to; None:
+# no posttrain scorer yet, with the reason the translation refuses the worker.
+_ROLL_RLVR = "roll.pipeline.rlvr.rewards."
+ROLL_WORKER_CLASSES: dict[str, str] = {
+    f"{_ROLL_RLVR}math_rule_reward_worker.MathRuleRewardWorker": "math",
+    f"{_ROLL_RLVR}code_sandbox_reward_worker.CodeSandboxRewardWorker": "code",
+    f"{_ROLL_RLVR}crossthinkqa_rule_reward_worker.CrossThinkQARuleRewardWorker": "multiple_choice",
+    f"{_ROLL_RLVR}multiple_choice_boxed_rule_reward_worker.MultipleChoiceBoxedRuleRewardWorker": "multiple_choice",
+}
+ROLL_WORKER_TODO: dict[str, str] = {
+    f"{_ROLL_RLVR}llm_judge_reward_worker.LLMJudgeRewardWorker": "LLM judge reward worker (a generative model scoring responses); reward routing issue",
+    f"{_ROLL_RLVR}ifeval_rule_reward_worker.GeneralRuleRewardWorker": "IFEval instruction-following checks; reward routing issue",
+    f"{_ROLL_RLVR}general_val_rule_reward_worker.GeneralValRuleRewardWorker": "ROLL's general validation rules; reward routing issue",
+    f"{_ROLL_RLVR}detection_reward_worker.DetectionRewardWorker": "vision detection rewards; multimodal issue",
+    f"{_ROLL_RLVR}remote_reward_system_worker.RemoteRewardSystemWorker": "remote reward services; reward routing issue",
+}
+_JUDGE = "LLM judge reward worker (a generative model scoring responses); reward routing issue"
+
+
+@section
+class RewardWorkerConfig:
+    """One reward worker: a scorer for the samples whose tag is in `tag_included`."""
+
+    worker_cls: str = param("tasks", doc="The scorer: a built-in (tasks, math, multiple_choice, code), `file.py:function` or `module:function` (a class there is built once with reward_kwargs and called per sample).", refs=["roll:.worker_cls"])
+    tag_included: list[str] = param(factory=list, doc="Tags (the data.reward_fn_key column) of the samples this worker scores; at least one.", refs=["roll:.tag_included"])
+    reward_kwargs: dict[str, Any] = param(factory=dict, doc="Extra keyword arguments of every call of the scorer (for a class: of its constructor).")
+    weight: float = param(1.0, doc="Weight of this worker's score in a sample's reward, the sum over every worker that claims its tag.", ge=0)
+    reward_type: str | None = param(None, doc="Reward table of the multiple_choice scorer: loose, soft or strict (ROLL's, from +1 to -1 by answer and format); null: 1 for a right boxed answer, else 0.", choices=[None, "loose", "soft", "strict"], refs=["roll:.reward_type"])
+    response_length_penalty_coef: float = param(0.0, doc="Adds coef x ROLL's length reward: -0.5 below 100 response tokens, rising linearly to 0 at 400 and above.", refs=["roll:.response_length_penalty_coef"])
+    world_size: int | None = param(None, doc="Processes scoring this worker's samples (a parallel pool of that size); null follows reward.reward_manager and reward.num_workers.", ge=1, refs=["roll:.world_size"])
+    use_local: bool = param(True, doc="Run code in the local sandbox (false: a remote sandbox service).", todo="remote code sandbox; code reward issue", refs=["roll:.use_local"])
+    query_filter_config: dict[str, Any] = param(factory=dict, doc="Drop prompts whose group rewards carry no signal (mean_filter threshold_up/threshold_down, std_filter std_threshold) and refill the batch.", todo="dropping and refilling prompt groups; dynamic sampling issue", refs=["roll:.query_filter_config", "roll:.query_filter_config.type", "roll:.query_filter_config.filter_args"])
+    infer_batch_size: int | None = param(None, doc="Samples per forward pass of a model-based worker.", ge=1, todo=_JUDGE, refs=["roll:.infer_batch_size"])
+    judge_prompt: str | None = param(None, doc="Prompt template of an LLM judge.", todo=_JUDGE, refs=["roll:.judge_prompt"])
+    judge_model_type: str | None = param(None, doc="How the judge model is served (inference, api).", todo=_JUDGE, refs=["roll:.judge_model_type"])
+    model_args: dict[str, Any] = param(factory=dict, doc="The judge model (model_name_or_path, dtype, ...).", todo=_JUDGE, refs=["roll:.model_args"])
+    generating_args: dict[str, Any] = param(factory=dict, doc="Sampling settings of the judge model.", todo=_JUDGE, refs=["roll:.generating_args"])
+
+
 @section
 class RewardConfig:
     """How responses are scored."""
@@ -79,10 +118,39 @@ class RewardConfig:
     launch_reward_fn_async: bool = param(False, doc="Score with the reward function in the background while log-probs are computed.", todo="asynchronous reward; reward issue", refs=["verl:reward_model.launch_reward_fn_async"])
     overlong_buffer: OverlongBufferConfig = param(factory=OverlongBufferConfig, doc="DAPO soft overlong punishment.")
     sandbox_fusion: SandboxFusionConfig = param(factory=SandboxFusionConfig, doc="Remote code-execution sandbox.")
-    workers: dict[str, Any] = param(factory=dict, doc="ROLL reward workers by name, each scoring the samples whose tag is in its tag_included (worker_cls, tag_included, world_size, judge_prompt, ...).", todo="per-domain reward workers (rule, code sandbox, LLM judge); reward routing issue", refs=["roll:rewards", "roll:rewards.*.tag_included", "roll:rewards.*.world_size", "roll:rewards.*.worker_cls", "roll:rewards.*.judge_prompt", "roll:rewards.*.judge_model_type", "roll:rewards.*.reward_type", "roll:rewards.*.response_length_penalty_coef", "roll:rewards.*.query_filter_config", "roll:rewards.*.use_local", "roll:rewards.*.model_args", "roll:rewards.*.data_args", "roll:rewards.*.generating_args", "roll:rewards.*.strategy_args", "roll:rewards.*.device_mapping", "roll:rewards.*.infer_batch_size"])
+    workers: dict[str, RewardWorkerConfig] = param(factory=dict, doc="Reward workers by name, each scoring the samples whose tag (data.reward_fn_key) is in its tag_included; empty scores every sample with custom_reward_function.", refs=["roll:rewards"])
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     "verl:reward_model.micro_batch_size": "deprecated global micro-batch size; set reward.reward_model.micro_batch_size_per_gpu",
+    "roll:rewards.*.data_args": "a rule worker reads the response text the policy's tokenizer decoded, so it has no template of its own (a judge worker's template comes with the LLM judge)",
+    "roll:rewards.*.strategy_args": "a rule worker runs no model (a judge worker's engine comes with the LLM judge)",
+    "roll:rewards.*.device_mapping": "a rule worker runs on CPU processes (reward.workers.*.world_size), not on devices",
 }
+
+
+def check_reward_workers(cfg: Any) -> list[str]:
+    """reward.workers: each worker names tags and a scorer, and no user reward function competes
+    with them (checks that need no files; the scorers are imported before training starts)."""
+    reward = getattr(cfg, "reward", None)
+    workers = getattr(reward, "workers", None)
+    if not workers:
+        return []
+    problems = []
+    if reward.custom_reward_function.path is not None:
+        problems.append(
+            "reward.custom_reward_function.path and reward.workers both choose how samples are scored; give the "
+            "function to a worker instead (worker_cls: path/to/file.py:function_name)"
+        )
+    for name, worker in workers.items():
+        key = f"reward.workers.{name}"
+        if not name or "/" in name:
+            problems.append(f"{key}: a worker name must be non-empty and without '/' (it names the metrics reward/<worker>/...)")
+        if not worker.tag_included:
+            problems.append(f"{key}.tag_included: name at least one tag (a value of the data.reward_fn_key column) this worker scores")
+        if worker.worker_cls in ROLL_WORKER_CLASSES or worker.worker_cls in ROLL_WORKER_TODO:
+            native = ROLL_WORKER_CLASSES.get(worker.worker_cls)
+            fix = f"write worker_cls: {native}" if native else f"not implemented yet: {ROLL_WORKER_TODO[worker.worker_cls]}"
+            problems.append(f"{key}.worker_cls: {worker.worker_cls!r} is ROLL's class; {fix} (posttrain config convert translates ROLL files)")
+    return problems

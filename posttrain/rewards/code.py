@@ -1,0 +1,88 @@
+"""The ``code`` scorer: run the response's Python against the row's tests in the local sandbox.
+
+The program is the last fenced code block of the response (```` ```python ... ``` ```` or a bare
+fence), else the whole response, read after the last ``</think>`` with end-of-turn markers removed.
+The ground truth holds the tests, as a mapping or its JSON text, in ROLL's layout:
+
+- ``{"case_type": "input", "test_cases": [{"stdin": "...", "expected_stdout": "..."}, ...]}``: the
+  program reads stdin; its stdout must equal the expected one (trailing spaces on each line and
+  trailing blank lines ignored);
+- ``{"case_type": "assert", "test_cases": [{"assert_code": "assert f(2) == 4"}, ...]}``: each case
+  runs after the program, which passes when it exits with status 0.
+
+The score is 1.0 when every case passes, else 0.0; ``pass_rate`` is the fraction passed and
+``timeouts`` whether a case hit a time limit. A program that hangs, floods its output or forks
+without end only fails its case (it is the response's fault); a ground truth in another layout is a
+reward failure (``reward.on_error``). Sandbox limits come from the worker's reward_kwargs:
+``cpu_s``, ``wall_s``, ``memory_mb``, ``output_bytes``, ``processes`` (`posttrain.rewards.sandbox`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from posttrain.rewards.sandbox import Limits, run_python
+from posttrain.tasks.answers import END_MARKERS
+
+_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def extract_code(response: str) -> str:
+    """The program of a response: its last fenced block, else all of it.
+
+    >>> extract_code("Here:\\n```python\\nprint(1)\\n```\\nand\\n```\\nprint(2)\\n```<|im_end|>")
+    'print(2)\\n'
+    >>> extract_code("print(3)<|im_end|>")
+    'print(3)'
+    """
+    text = response.rpartition("</think>")[2] if "</think>" in response else response
+    for marker in END_MARKERS:
+        text = text.replace(marker, "")
+    blocks = _FENCE.findall(text)
+    return blocks[-1] if blocks else text.strip()
+
+
+def read_tests(ground_truth: Any) -> tuple[str, list[dict[str, str]]]:
+    """(case_type, cases) of a ground truth; a ValueError names what is wrong with it."""
+    tests = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
+    if not isinstance(tests, dict) or tests.get("case_type") not in ("input", "assert") or not isinstance(tests.get("test_cases"), list):
+        raise ValueError(
+            "a code row's ground truth must be {case_type: input | assert, test_cases: [...]} "
+            f"(or its JSON text), got {str(ground_truth)[:120]!r}"
+        )
+    key = "stdin" if tests["case_type"] == "input" else "assert_code"
+    for case in tests["test_cases"]:
+        if not isinstance(case, dict) or key not in case or (key == "stdin" and "expected_stdout" not in case):
+            raise ValueError(f"a {tests['case_type']} test case needs {key!r}{' and expected_stdout' if key == 'stdin' else ''}, got {case!r}")
+    return tests["case_type"], tests["test_cases"]
+
+
+def _same_output(actual: str, expected: str) -> bool:
+    def lines(text: str) -> list[str]:
+        return [line.rstrip() for line in text.rstrip().splitlines()]
+
+    return lines(actual) == lines(expected)
+
+
+def code_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, *,
+    cpu_s: float = 5.0, wall_s: float = 10.0, memory_mb: int = 512, output_bytes: int = 65_536, processes: int = 32,
+) -> dict[str, float]:
+    """1.0 when the response's program passes every test case (module docstring), else 0.0."""
+    case_type, cases = read_tests(ground_truth)
+    box = Limits(cpu_s=cpu_s, wall_s=wall_s, memory_mb=memory_mb, output_bytes=output_bytes, processes=processes)
+    program = extract_code(solution_str)
+    passed = timeouts = 0
+    for case in cases:
+        if case_type == "input":
+            result = run_python(program, str(case["stdin"]), box)
+            ok = result.ok and _same_output(result.stdout, str(case["expected_stdout"]))
+        else:
+            result = run_python(f"{program}\n\n{case['assert_code']}\n", "", box)
+            ok = result.ok
+        passed += ok
+        timeouts += result.limit == "wall" or result.returncode in (152, -24)  # wall clock or SIGXCPU
+    rate = passed / len(cases) if cases else 0.0
+    return {"score": float(bool(cases) and passed == len(cases)), "pass_rate": rate, "timeouts": float(timeouts > 0)}

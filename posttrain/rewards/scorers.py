@@ -1,0 +1,52 @@
+"""Which function a reward worker's ``worker_cls`` names: a built-in scorer, a file or a module.
+
+``worker_cls`` is one of
+
+- a built-in scorer's name (`BUILTIN_SCORERS`): ``tasks`` (posttrain's synthetic tasks, by the
+  sample's data_source), ``math`` (symbolic equivalence), ``multiple_choice``, ``code`` (the local
+  sandbox);
+- ``path/to/file.py:name``: a function (or class) in a Python file, as custom_reward_function;
+- ``package.module:name``: a function (or class) importable from ``sys.path``.
+
+A class is built once per process with the worker's ``reward_kwargs`` and its instances are called
+per sample (ROLL's reward workers are classes too). Every function is checked (imported, signature
+bound) before training starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.errors import ConfigError
+from posttrain.rewards.function import RewardFunction, load_reward_function
+
+# name -> (module, function); imported on first use, so a scorer's packages load only when used.
+BUILTIN_SCORERS: dict[str, tuple[str, str]] = {
+    "tasks": ("posttrain.tasks", "compute_score"),
+    "math": ("posttrain.rewards.math_scorer", "math_score"),
+    "multiple_choice": ("posttrain.rewards.choice", "multiple_choice_score"),
+    "code": ("posttrain.rewards.code", "code_score"),
+}
+
+
+def load_scorer(worker_cls: str, kwargs: dict[str, Any], setting: str) -> RewardFunction:
+    """The checked, picklable function ``worker_cls`` names (module docstring); ``setting`` is the
+    config key errors name (``reward.workers.<name>.worker_cls``).
+
+    >>> load_scorer("tasks", {}, "k").label
+    'posttrain.tasks:compute_score'
+    """
+    settings = (setting, setting)
+    if worker_cls in BUILTIN_SCORERS:
+        module, name = BUILTIN_SCORERS[worker_cls]
+        return load_reward_function(None, name, kwargs, module=module, settings=settings)
+    where, colon, name = worker_cls.rpartition(":")
+    if not colon or not where or not name:
+        hint = " (a class path? write it as package.module:ClassName)" if "." in worker_cls else ""
+        raise ConfigError(
+            f"{setting}: unknown scorer {worker_cls!r}{hint}; use a built-in ({', '.join(BUILTIN_SCORERS)}), "
+            "path/to/file.py:function or package.module:function"
+        )
+    if where.endswith(".py") or "/" in where:
+        return load_reward_function(where, name, kwargs, settings=settings)
+    return load_reward_function(None, name, kwargs, module=where, settings=settings)

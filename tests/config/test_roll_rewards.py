@@ -1,0 +1,78 @@
+"""ROLL's `rewards:` section becomes reward.workers: class paths become posttrain's scorers, a rule
+worker's model keys are dropped with the reason, a worker posttrain cannot build is refused whole."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from posttrain.config.dialects import read_foreign
+from posttrain.config.load import load_config
+from posttrain.cli import main
+
+REFERENCE = Path(__file__).parent / "reference_configs" / "roll_qwen2.5-7B-rlvr_megatron_rlvr_config.yaml"
+RLVR = "roll.pipeline.rlvr.rewards."
+
+
+def _entry(report, key):
+    entry = report.entry(key)
+    assert entry is not None, key
+    return entry
+
+
+def test_the_rlvr_reference_rewards_translate_worker_by_worker():
+    foreign = read_foreign(REFERENCE)
+    report, workers = foreign.report, foreign.native["reward"]["workers"]
+    assert workers["math_rule"] == {"worker_cls": "math", "tag_included": ["deepmath_103k", "aime"], "world_size": 8}
+    assert workers["crossthinkqa"]["worker_cls"] == "multiple_choice" and workers["crossthinkqa"]["reward_type"] == "soft"
+    assert workers["code_sandbox"]["worker_cls"] == "code" and set(workers) == {"math_rule", "crossthinkqa", "code_sandbox"}
+    assert _entry(report, "rewards.math_rule.model_args").status == "dropped"
+    assert _entry(report, "rewards.math_rule.infer_batch_size").reason == "a rule worker scores one sample per call"
+    judge = _entry(report, "rewards.llm_judge.tag_included")
+    assert judge.status == "refused" and judge.reason.startswith("not implemented yet: LLM judge")
+    assert _entry(report, "rewards.ifeval.worker_cls").reason.startswith("not implemented yet: IFEval")
+    tag = _entry(report, "actor_train.data_args.tag")
+    assert (tag.native, tag.value) == ("data.reward_fn_key", "tag")  # ROLL's default column
+    probs = _entry(report, "actor_train.data_args.domain_interleave_probs")
+    assert probs.status == "translated" and probs.value["math_rule"] == 0.4
+
+
+def test_the_converted_rlvr_file_loads_with_its_workers(tmp_path):
+    out = tmp_path / "rlvr.yaml"
+    assert main(["config", "convert", str(REFERENCE), str(out)]) == 1  # some keys refused
+    cfg = load_config(out)
+    assert sorted(cfg.reward.workers) == ["code_sandbox", "crossthinkqa", "math_rule"]
+    assert cfg.reward.workers["math_rule"].worker_cls == "math" and cfg.data.reward_fn_key == "tag"
+
+
+def test_filters_keys_roll_ignores_and_user_classes(tmp_path):
+    path = tmp_path / "roll.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        pretrain: Qwen/Qwen2.5-0.5B
+        rollout_batch_size: 4
+        actor_train:
+          data_args: {{file_name: [a.jsonl], tag: domain_tag}}
+        rewards:
+          math:
+            worker_cls: {RLVR}math_rule_reward_worker.MathRuleRewardWorker
+            tag_included: [gsm8k]
+            reward_type: soft
+            query_filter_config: {{type: no_filter}}
+          mc:
+            worker_cls: {RLVR}multiple_choice_boxed_rule_reward_worker.MultipleChoiceBoxedRuleRewardWorker
+            tag_included: [quiz]
+            query_filter_config: {{type: std_filter, filter_args: {{std_threshold: 0}}}}
+          mine:
+            worker_cls: my_project.rewards.MyRewardWorker
+            tag_included: [custom]
+        """))
+    foreign = read_foreign(path)
+    report = foreign.report
+    assert _entry(report, "rewards.math.reward_type").reason == "ROLL's MathRuleRewardWorker does not read it"
+    assert _entry(report, "rewards.math.query_filter_config").status == "dropped"
+    std = _entry(report, "rewards.mc.query_filter_config")
+    assert std.status == "refused" and "dynamic sampling issue" in std.reason
+    mine = _entry(report, "rewards.mine.worker_cls")
+    assert mine.status == "refused" and "path/file.py:function" in mine.reason
+    assert foreign.native["data"]["reward_fn_key"] == "domain_tag"  # the file's own tag column
+    assert set(foreign.native["reward"]["workers"]) == {"math", "mc"}

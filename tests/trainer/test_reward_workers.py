@@ -1,0 +1,99 @@
+"""Reward workers in a training run: each domain scored by its worker, per-worker metrics in the
+step's metrics, and a tag no worker claims refused before the first step, naming tag and file."""
+
+from __future__ import annotations
+
+import pytest
+from rl_helpers import tiny_rl_trainer
+
+from posttrain.cli import main
+from posttrain.models.tiny import make_tiny_model
+from posttrain.tasks import write_task_data
+
+SORT, ARITH = "posttrain/sort", "posttrain/arithmetic"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("workers")
+    model = make_tiny_model(root / "model", layers=1, hidden=32, heads=4, seed=0)
+    write_task_data("sort", root / "sort", train=8, test=4, sft=0, dpo=0)
+    write_task_data("arithmetic", root / "arith", train=8, test=4, sft=0, dpo=0)
+    return root, model
+
+
+def _workers(root):
+    return [
+        f"data.train_files=[{root}/sort/train.parquet, {root}/arith/train.parquet]",
+        "reward.workers.sorting.worker_cls=tasks", f"reward.workers.sorting.tag_included=[{SORT}]",
+        "reward.workers.sums.worker_cls=tasks", f"reward.workers.sums.tag_included=[{ARITH}]",
+        "reward.workers.sums.weight=0.5",
+    ]
+
+
+def test_a_step_scores_each_domain_with_its_worker_and_logs_per_worker_metrics(files):
+    root, model = files
+    trainer = tiny_rl_trainer((root, model), *_workers(root), "data.train_batch_size=8", "actor.ppo_mini_batch_size=8",
+                              "actor.ppo_micro_batch_size_per_gpu=16", run="two")
+    prompts = trainer.train_set
+    tags = [prompts[k].data_source for k in range(len(prompts))]
+    assert tags.count(SORT) == 8 and tags.count(ARITH) == 8
+    rows = trainer.sampler.next_batch()
+    from posttrain.data import collate_prompts
+    batch = collate_prompts([prompts[i] for i in rows], trainer.pad_id, uid_prefix="s1")
+    metrics = trainer.step(batch, 1)
+    n_sort = sum(prompts[i].data_source == SORT for i in rows) * 2  # rollout.n = 2
+    assert metrics["reward/sorting/count"] == n_sort and metrics["reward/sums/count"] == 16 - n_sort
+    for name in ("sorting", "sums"):
+        assert metrics[f"reward/{name}/failures"] == 0 and metrics[f"reward/{name}/time_s"] >= 0
+    # the step's score is each worker's score times its weight, in the batch's mean
+    total = metrics["reward/sorting/mean"] * n_sort + 0.5 * metrics["reward/sums/mean"] * (16 - n_sort)
+    assert metrics["critic/score/mean"] == pytest.approx(total / 16)
+    trainer.rewards.close()
+
+
+def test_a_tag_no_worker_claims_is_refused_before_training(files, tmp_path, capsys):
+    root, model = files
+    config = tmp_path / "exp.yaml"
+    config.write_text("{}\n")
+    args = [f"model.path={model}", *_workers(root), "reward.workers.sums.tag_included=[other]", "trainer.logger=[]",
+            "data.max_prompt_length=32", "data.max_response_length=6", "data.train_batch_size=4", "rollout.n=2",
+            "actor.ppo_mini_batch_size=4", f"trainer.default_local_dir={tmp_path / 'run'}"]
+    assert main(["train", str(config), *args]) == 2
+    err = capsys.readouterr().err
+    assert f"arith/train.parquet: row 0, column 'data_source': tag '{ARITH}'" in err and "claimed by no reward worker" in err
+    assert "sums: ['other']" in err and not (tmp_path / "run").exists()
+
+
+def _run(config, *overrides):
+    return main(["train", str(config), *overrides])
+
+
+def _per_step(run_dir):
+    import json
+
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    keys = ("reward/sorting/count", "reward/sums/count", "critic/score/mean")
+    return [(r["step"], *(r[k] for k in keys)) for r in rows if "reward/sorting/count" in r]
+
+
+def test_domain_mixing_resumes_exactly_from_a_checkpoint(files, tmp_path):
+    """Steps 3-4 of a run continued from its step-2 checkpoint draw the prompts (and so the domain
+    counts and scores) of an uninterrupted 4-step run."""
+    root, model = files
+    config = tmp_path / "exp.yaml"
+    config.write_text("{}\n")
+    base = [f"model.path={model}", *_workers(root), "data.domain_interleave_probs={sorting: 0.3, sums: 0.7}",
+            "data.max_prompt_length=32", "data.max_response_length=6", "data.train_batch_size=4", "rollout.n=2",
+            "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size_per_gpu=8", "trainer.logger=[jsonl]",
+            "trainer.save_freq=1", "actor.optim.lr=1e-3"]
+    assert _run(config, *base, "trainer.total_training_steps=4", f"trainer.default_local_dir={tmp_path / 'whole'}") == 0
+    part = tmp_path / "part"
+    assert _run(config, *base, "trainer.total_training_steps=2", f"trainer.default_local_dir={part}") == 0
+    last = part / "checkpoints" / "global_step_2"
+    assert _run(config, *base, "trainer.total_training_steps=4", f"trainer.default_local_dir={part}",
+                "trainer.resume_mode=resume_path", f"trainer.resume_from_path={last}") == 0
+    whole = _per_step(tmp_path / "whole")
+    assert [s[0] for s in whole] == [1, 2, 3, 4]
+    assert _per_step(part) == whole
+    assert len({s[1] for s in whole}) > 1 or len({s[2] for s in whole}) > 1  # the domain counts vary by step
