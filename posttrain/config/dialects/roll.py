@@ -12,6 +12,8 @@ some lives in tests/config/reference_configs).
 - ``hf_infer`` (plain Hugging Face inference) is posttrain's only engine: ``hf``.
 - Per-role settings posttrain takes from the policy (reference dtype, other roles' chat template)
   are dropped when they agree with the policy's, refused when they differ.
+- Named chat templates (``global_template`` over ``actor_train.data_args.template``) are
+  ``data.chat_template_name``: posttrain.data.templates writes ROLL's names.
 """
 
 from __future__ import annotations
@@ -86,6 +88,20 @@ def ignorable(ctx: Context, key: str, value: Any) -> str | None:
     return None
 
 
+def template(ctx: Context) -> None:
+    """ROLL's pipelines take ``global_template`` when it is set and ``actor_train.data_args.template``
+    otherwise; both name posttrain's ``data.chat_template_name``. A null one names nothing."""
+    keys = ("global_template", "actor_train.data_args.template")
+    for key in keys:
+        if ctx.has(key) and ctx.get(key) is None:
+            ctx.consume(key)
+            ctx.drop(key, "null: no template named here")
+    chosen, other = (ctx.get(k) for k in keys)
+    if chosen is not None and other is not None and other != chosen:
+        ctx.consume(keys[1])
+        ctx.drop(keys[1], f"ROLL uses global_template ({chosen!r}) when it is set")
+
+
 def reward_norm(ctx: Context) -> None:
     present = {k: ctx.get(k) for k in _NORM_KEYS if ctx.has(k)}
     if not present:
@@ -128,4 +144,4 @@ def _device_count(ctx: Context, role: str) -> int:
     return (ctx.get("num_nodes", 1) or 1) * ctx.get("num_gpus_per_node", 8)
 
 
-HANDLERS = [reward_norm, mini_batch]
+HANDLERS = [template, reward_norm, mini_batch]

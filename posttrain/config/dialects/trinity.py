@@ -26,7 +26,7 @@ from posttrain.config.sections.algorithm import TRINITY_ALGORITHM_TYPES, TRINITY
 _TS = "buffer.explorer_input.taskset"
 _EVAL = "buffer.explorer_input.eval_tasksets"
 _EXTS = ("parquet", "jsonl", "json", "csv")
-_FORMAT_TO_DATA = {"prompt_key": "data.prompt_key", "response_key": "data.response_key", "system_prompt": "data.system_prompt", "system_prompt_key": "data.system_prompt_key"}
+_FORMAT_TO_DATA = {name: f"data.{name}" for name in ("prompt_key", "response_key", "system_prompt", "system_prompt_key", "reply_prefix", "enable_thinking")}
 
 
 def algorithm_type(ctx: Context) -> None:

@@ -24,10 +24,10 @@ class TasksetFormatConfig:
     """Column layout of a taskset; a synchronous run reads the same keys from data.*."""
 
     prompt_type: str = param("plaintext", doc="plaintext (prompt is a string column) or messages (a chat message list).", choices=["plaintext", "messages"], todo=_TODO, refs=[f"{_TS}.format.prompt_type"])
-    prompt_key: str = param("prompt", doc="Column of the prompt (data.prompt_key in a synchronous run).", todo=_TODO, refs=[f"{_TS}.format.prompt_key"])
-    response_key: str = param("response", doc="Column of the reference answer given to the reward function (data.response_key).", todo=_TODO, refs=[f"{_TS}.format.response_key"])
-    system_prompt_key: str | None = param(None, doc="Column of a per-row system prompt; wins over system_prompt (data.system_prompt_key).", todo=_TODO, refs=[f"{_TS}.format.system_prompt_key"])
-    system_prompt: str | None = param(None, doc="System prompt for every row (data.system_prompt).", todo=_TODO, refs=[f"{_TS}.format.system_prompt"])
+    prompt_key: str = param("prompt", doc="Column of the prompt (data.prompt_key in a synchronous run).", todo=_TODO)
+    response_key: str = param("response", doc="Column of the reference answer given to the reward function (data.response_key).", todo=_TODO)
+    system_prompt_key: str | None = param(None, doc="Column of a per-row system prompt; wins over system_prompt (data.system_prompt_key).", todo=_TODO)
+    system_prompt: str | None = param(None, doc="System prompt for every row (data.system_prompt).", todo=_TODO)
 
 
 @section
