@@ -16,9 +16,10 @@ from typing import Any, Iterable, Self, Sequence
 from posttrain.config.sections.data import DataConfig
 from posttrain.data import rows
 from posttrain.data.examples import DPOExample, RLExample, SFTExample
-from posttrain.data.files import RowTable, as_file_list, load_files
+from posttrain.data.files import RowTable, as_file_list
 from posttrain.data.filtering import check_lengths
 from posttrain.data.prompts import Message, PromptFormatter, cut, kept_ends, resolve_chat_template, truncate
+from posttrain.data.sources import load_table
 from posttrain.data.templates import named_template, with_suffix
 from posttrain.errors import ConfigError, ModelError
 
@@ -240,6 +241,11 @@ def _load(cfg: DataConfig, files: str | Iterable[str], split: str) -> tuple[list
     return as_file_list(files, cfg.dataset_dir), SPLITS[split]
 
 
+def _table(cfg: DataConfig, files: str | Iterable[str], setting: str) -> RowTable:
+    """The rows of every entry (files, dataset folders, dataset names: posttrain.data.sources)."""
+    return load_table(as_file_list(files), setting=setting, base_dir=cfg.dataset_dir)
+
+
 def build_rl_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any, *, split: str = "train") -> RLDataset:
     """The RL prompt dataset of `files` (or the user's `data.custom_cls`), overlong prompts
     dropped when `data.filter_overlong_prompts` is set."""
@@ -248,7 +254,7 @@ def build_rl_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any
         from posttrain.data.custom import build_custom_dataset
 
         return build_custom_dataset(cfg, paths, tokenizer, RLExample)
-    dataset = RLDataset(load_files(paths, setting=setting), make_formatter(cfg, tokenizer), cfg)
+    dataset = RLDataset(_table(cfg, files, setting), make_formatter(cfg, tokenizer), cfg)
     return check_lengths(dataset, cfg.truncation, drop=cfg.filter_overlong_prompts,
                          workers=cfg.filter_overlong_prompts_workers, setting=setting)
 
@@ -261,7 +267,7 @@ def build_sft_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: An
         from posttrain.data.custom import build_custom_dataset
 
         return build_custom_dataset(cfg, paths, tokenizer, SFTExample)
-    dataset = SFTDataset(load_files(paths, setting=setting), make_formatter(cfg, tokenizer), cfg)
+    dataset = SFTDataset(_table(cfg, files, setting), make_formatter(cfg, tokenizer), cfg)
     return check_lengths(dataset, cfg.truncation, workers=cfg.filter_overlong_prompts_workers, setting=setting)
 
 
@@ -273,5 +279,5 @@ def build_dpo_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: An
         from posttrain.data.custom import build_custom_dataset
 
         return build_custom_dataset(cfg, paths, tokenizer, DPOExample)
-    dataset = DPODataset(load_files(paths, setting=setting), make_formatter(cfg, tokenizer), cfg)
+    dataset = DPODataset(_table(cfg, files, setting), make_formatter(cfg, tokenizer), cfg)
     return check_lengths(dataset, cfg.truncation, workers=cfg.filter_overlong_prompts_workers, setting=setting)

@@ -36,9 +36,9 @@ class TasksetConfig:
 
     name: str = param("taskset", doc="Unique name of the taskset (used in metrics).", todo=_TODO, refs=[f"{_TS}.name"])
     storage_type: str = param("file", doc="file (jsonl/parquet in a Hugging Face dataset layout), queue or sql.", choices=["file", "queue", "sql"], todo=_TODO, refs=[f"{_TS}.storage_type"])
-    path: str = param("", doc="Dataset directory or file for file storage; sqlite database for sql storage.", todo=_TODO, refs=[f"{_TS}.path"])
-    subset_name: str | None = param(None, doc="Dataset configuration name (load_dataset's `name`).", todo=_TODO, refs=[f"{_TS}.subset_name"])
-    split: str = param("train", doc="Dataset split.", todo=_TODO, refs=[f"{_TS}.split"])
+    path: str = param("", doc="Dataset directory or file for file storage; sqlite database for sql storage.", todo=_TODO)
+    subset_name: str | None = param(None, doc="Dataset configuration name (load_dataset's `name`).", todo=_TODO)
+    split: str = param("train", doc="Dataset split.", todo=_TODO)
     repeat_times: int | None = param(None, doc="Rollouts per task; null means rollout.n.", ge=1, todo=_TODO, refs=[f"{_TS}.repeat_times"])
     format: TasksetFormatConfig = param(factory=TasksetFormatConfig, doc="Column layout of the taskset.")
     rollout_args: dict[str, Any] = param(factory=dict, doc="Sampling overrides for this taskset (temperature, top_p, top_k, ...).", todo=_TODO, refs=[f"{_TS}.rollout_args", f"{_TS}.rollout_args.temperature"])

@@ -32,8 +32,8 @@ class DataConfig:
     """Training/validation data files, prompt formatting, lengths and batch size."""
 
     # ---- files -------------------------------------------------------------------------------
-    train_files: list[str] = param(factory=list, doc="Training data file(s): parquet, jsonl, json or csv.", refs=["verl:data.train_files", "roll:actor_train.data_args.file_name"])
-    val_files: list[str] = param(factory=list, doc="Validation data file(s); empty means no validation.", refs=["verl:data.val_files", "roll:validation.data_args.file_name"])
+    train_files: list[str] = param(factory=list, doc="Training data: files (parquet, jsonl, json, csv), dataset folders (save_to_disk output, split files) or Hugging Face dataset names read from the local cache, a folder or name written PATH[:SUBSET][@SPLIT] (split train by default; docs/data.md).", refs=["verl:data.train_files", "roll:actor_train.data_args.file_name", "trinity:buffer.explorer_input.taskset.path", "trinity:buffer.explorer_input.taskset.subset_name", "trinity:buffer.explorer_input.taskset.split"])
+    val_files: list[str] = param(factory=list, doc="Validation data, written as data.train_files (split test by default); empty means no validation.", refs=["verl:data.val_files", "roll:validation.data_args.file_name"])
     dataset_dir: str | None = param(None, doc="Folder that relative train/val file paths are read from; null means the working directory.", refs=["roll:actor_train.data_args.dataset_dir"])
     custom_cls: CustomClsConfig = param(factory=CustomClsConfig, doc="A user dataset class instead of posttrain's.", refs=["verl:data.custom_cls"])
 
