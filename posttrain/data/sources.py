@@ -104,12 +104,12 @@ def _hub_rows(name: str, subset: str | None, split: str, setting: str) -> list[d
     with _offline(datasets):
         try:
             return datasets.load_dataset(name, subset, split=split).to_list()
-        except ValueError as err:  # cached, but not this subset or split
-            raise DataError(f"{label}: {_first_lines(err)}") from err
-        except (ConnectionError, FileNotFoundError):  # not in the datasets cache
-            pass
+        except (ValueError, ConnectionError, FileNotFoundError) as err:  # not cached, or not this subset or split
+            cache_error = err
         snapshot = _hub_snapshot(name)
         if snapshot is None:
+            if isinstance(cache_error, ValueError):  # the datasets cache holds the dataset, not what was asked
+                raise DataError(f"{label}: {_first_lines(cache_error)}") from cache_error
             raise DataError(_missing(name, subset, split, setting, datasets))
         try:  # the repository's README says which files make each subset and split
             return datasets.load_dataset(str(snapshot), subset, split=split).to_list()

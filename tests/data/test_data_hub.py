@@ -143,3 +143,11 @@ def test_sft_rows_by_name(tmp_path, caches, tokenizer):
     _hub_dataset(tmp_path, hub_cache)
     sft = build_sft_dataset(DataConfig(prompt_key="question", response_key="answer", max_length=64), "acme/tiny:main", tokenizer)
     assert len(sft) == 2 and sft[0].input_ids == chatml_ids(("user", "1+1"), ("assistant", "2"))
+
+
+def test_a_subset_missing_from_the_datasets_cache_comes_from_the_hub_cache(tmp_path, caches, tokenizer):
+    hub_cache, data_cache = caches
+    _hub_dataset(tmp_path, hub_cache)
+    prepared_dataset(data_cache, hub_cache, "acme/tiny", "main", {"train": "main/train-00000-of-00001.parquet"})
+    assert _questions(build_rl_dataset(CFG, "acme/tiny:main", tokenizer)) == ["1+1", "2+2"]
+    assert _questions(build_rl_dataset(CFG, "acme/tiny:other", tokenizer)) == ["3+3"]  # only the hub cache has it
