@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import re
 import tokenize
 from pathlib import Path
 from typing import Callable
@@ -105,3 +106,60 @@ def check_python_source(path: str | Path, error: Callable[[str], Exception]) -> 
         data.decode(encoding)
     except UnicodeDecodeError as err:
         raise error(f"{not_utf8_message(path, data, err.start, err.reason)} (or fix its coding line: {encoding})") from None
+
+
+# ---- dataset folders and dataset names ------------------------------------------------------------
+# Written here (the core layer) because the Trinity-RFT dialect resolves tasksets with them at load
+# time and posttrain.data reads the same entries at build time.
+
+SPLIT_FILE_EXTS = ("parquet", "jsonl", "json", "csv")
+# A hub repository name: "org/name" or "name" (letters, digits, '-', '_', '.'), nothing path-like.
+_HUB_NAME = re.compile(r"[\w][\w.-]*(/[\w][\w.-]*)?")
+
+
+def is_hub_name(text: str) -> bool:
+    """Whether `text` can name a Hugging Face repository (``openai/gsm8k``), rather than a path."""
+    return bool(_HUB_NAME.fullmatch(text)) and not text.startswith(".")
+
+
+def split_files(folder: str | Path, split: str, subset: str | None = None) -> list[str]:
+    """The data files of one split in a dataset folder, in the layouts datasets are saved in:
+    ``{split}.parquet`` (`posttrain data fetch`, `posttrain make-data`), ``{split}-00000-of-00001.parquet``
+    and ``data/{split}-*.parquet`` (Hugging Face repositories), under ``{subset}/`` or
+    ``data/{subset}/`` for a subset; likewise .jsonl/.json/.csv. Empty when there are none."""
+    root = Path(folder)
+    for prefix in ([subset, f"data/{subset}"] if subset else ["", "data"]):
+        base = root / prefix if prefix else root
+        for pattern in ("{split}.{ext}", "{split}-*.{ext}"):
+            for ext in SPLIT_FILE_EXTS:
+                found = sorted(str(f) for f in base.glob(pattern.format(split=split, ext=ext)))
+                if found:
+                    return found
+    return []
+
+
+def dataset_entry(path: str, subset: str | None, split: str | None) -> str:
+    """The `data.train_files` entry of a dataset folder or hub dataset: ``PATH[:SUBSET][@SPLIT]``.
+
+    >>> dataset_entry("openai/gsm8k", "main", "test"), dataset_entry("./gsm8k", None, "train")
+    ('openai/gsm8k:main@test', './gsm8k@train')
+    """
+    return path + (f":{subset}" if subset else "") + (f"@{split}" if split else "")
+
+
+def parse_dataset_entry(text: str) -> tuple[str, str | None, str | None]:
+    """(path, subset, split) of ``PATH[:SUBSET][@SPLIT]``; a suffix holding '/' is part of the path.
+
+    >>> parse_dataset_entry("openai/gsm8k:main@test"), parse_dataset_entry("data/x@2024/y")
+    (('openai/gsm8k', 'main', 'test'), ('data/x@2024/y', None, None))
+    """
+    path, split = _split_suffix(text, "@")
+    path, subset = _split_suffix(path, ":")
+    return path, subset, split
+
+
+def _split_suffix(text: str, sep: str) -> tuple[str, str | None]:
+    head, found, tail = text.rpartition(sep)
+    if not found or not head or not tail or "/" in tail:
+        return text, None
+    return head, tail

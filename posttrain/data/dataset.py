@@ -16,22 +16,58 @@ from typing import Any, Iterable, Self, Sequence
 from posttrain.config.sections.data import DataConfig
 from posttrain.data import rows
 from posttrain.data.examples import DPOExample, RLExample, SFTExample
-from posttrain.data.files import RowTable, as_file_list, load_files
+from posttrain.data.files import RowTable, as_file_list
 from posttrain.data.filtering import check_lengths
 from posttrain.data.prompts import Message, PromptFormatter, cut, kept_ends, resolve_chat_template, truncate
-from posttrain.errors import ModelError
+from posttrain.data.sources import load_table
+from posttrain.data.templates import named_template, with_suffix
+from posttrain.errors import ConfigError, ModelError
 
 SPLITS = {"train": "data.train_files", "val": "data.val_files"}
 
 
 def make_formatter(cfg: DataConfig, tokenizer: Any) -> PromptFormatter:
-    """The formatter `cfg` describes: chat template, system prompt, template variables."""
+    """The formatter `cfg` describes: chat template (named, inline, a file or the tokenizer's),
+    system prompt, template variables, reply prefix. Explicit settings win over what a named
+    template brings: data.system_prompt over its system prompt, data.enable_thinking and
+    data.apply_chat_template_kwargs over its variables."""
+    named = named_template(cfg.chat_template_name)
+    if named.jinja is not None and cfg.chat_template is not None:
+        raise ConfigError(f"data.chat_template_name: {cfg.chat_template_name} writes its own template, so data.chat_template "
+                          f"would be ignored; unset one of them")
+    template = named.jinja if named.jinja is not None else resolve_chat_template(cfg.chat_template, tokenizer)
+    kwargs = {**named.kwargs, **thinking_kwargs(cfg), **cfg.apply_chat_template_kwargs}
     return PromptFormatter(
         tokenizer=tokenizer,
-        chat_template=resolve_chat_template(cfg.chat_template, tokenizer),
-        system_prompt=cfg.system_prompt,
-        template_kwargs=dict(cfg.apply_chat_template_kwargs),
+        chat_template=with_suffix(template, named.generation_suffix),
+        system_prompt=cfg.system_prompt if cfg.system_prompt is not None else named.system_prompt,
+        template_kwargs=kwargs,
+        user_prefix=named.user_prefix,
+        reply_prefix=cfg.reply_prefix,
     )
+
+
+def refuse_prompt_only(cfg: DataConfig, kind: str) -> None:
+    """SFT and DPO render finished conversations; settings that shape only a prompt's open assistant
+    turn (a reply prefix, text after the assistant header) would change nothing there or break the
+    loss spans, so they are refused rather than ignored."""
+    if cfg.reply_prefix is not None:
+        raise ConfigError(f"data.reply_prefix starts the replies of RL prompts; {kind} sequences hold their whole reply, so unset it")
+    if named_template(cfg.chat_template_name).generation_suffix:
+        raise ConfigError(f"data.chat_template_name: {cfg.chat_template_name} writes text after the assistant header of RL "
+                          f"prompts only; {kind} data needs a template of finished turns (native, chatml, ...)")
+
+
+def thinking_kwargs(cfg: DataConfig) -> dict[str, Any]:
+    """{'enable_thinking': ...} when data.enable_thinking is set; a different value under the same
+    name in data.apply_chat_template_kwargs is a contradiction, refused."""
+    if cfg.enable_thinking is None:
+        return {}
+    other = cfg.apply_chat_template_kwargs.get("enable_thinking", cfg.enable_thinking)
+    if other != cfg.enable_thinking:
+        raise ConfigError(f"data.enable_thinking is {cfg.enable_thinking} but data.apply_chat_template_kwargs.enable_thinking "
+                          f"is {other}; keep one of them")
+    return {"enable_thinking": cfg.enable_thinking}
 
 
 def pad_token_id(tokenizer: Any) -> int:
@@ -205,6 +241,11 @@ def _load(cfg: DataConfig, files: str | Iterable[str], split: str) -> tuple[list
     return as_file_list(files, cfg.dataset_dir), SPLITS[split]
 
 
+def _table(cfg: DataConfig, files: str | Iterable[str], setting: str) -> RowTable:
+    """The rows of every entry (files, dataset folders, dataset names: posttrain.data.sources)."""
+    return load_table(as_file_list(files), setting=setting, base_dir=cfg.dataset_dir)
+
+
 def build_rl_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any, *, split: str = "train") -> RLDataset:
     """The RL prompt dataset of `files` (or the user's `data.custom_cls`), overlong prompts
     dropped when `data.filter_overlong_prompts` is set."""
@@ -213,28 +254,30 @@ def build_rl_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any
         from posttrain.data.custom import build_custom_dataset
 
         return build_custom_dataset(cfg, paths, tokenizer, RLExample)
-    dataset = RLDataset(load_files(paths, setting=setting), make_formatter(cfg, tokenizer), cfg)
+    dataset = RLDataset(_table(cfg, files, setting), make_formatter(cfg, tokenizer), cfg)
     return check_lengths(dataset, cfg.truncation, drop=cfg.filter_overlong_prompts,
                          workers=cfg.filter_overlong_prompts_workers, setting=setting)
 
 
 def build_sft_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any, *, split: str = "train") -> SFTDataset:
     """The SFT dataset of `files` (or the user's `data.custom_cls`)."""
+    refuse_prompt_only(cfg, "SFT")
     paths, setting = _load(cfg, files, split)
     if cfg.custom_cls.path is not None:
         from posttrain.data.custom import build_custom_dataset
 
         return build_custom_dataset(cfg, paths, tokenizer, SFTExample)
-    dataset = SFTDataset(load_files(paths, setting=setting), make_formatter(cfg, tokenizer), cfg)
+    dataset = SFTDataset(_table(cfg, files, setting), make_formatter(cfg, tokenizer), cfg)
     return check_lengths(dataset, cfg.truncation, workers=cfg.filter_overlong_prompts_workers, setting=setting)
 
 
 def build_dpo_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any, *, split: str = "train") -> DPODataset:
     """The DPO pair dataset of `files` (or the user's `data.custom_cls`)."""
+    refuse_prompt_only(cfg, "DPO")
     paths, setting = _load(cfg, files, split)
     if cfg.custom_cls.path is not None:
         from posttrain.data.custom import build_custom_dataset
 
         return build_custom_dataset(cfg, paths, tokenizer, DPOExample)
-    dataset = DPODataset(load_files(paths, setting=setting), make_formatter(cfg, tokenizer), cfg)
+    dataset = DPODataset(_table(cfg, files, setting), make_formatter(cfg, tokenizer), cfg)
     return check_lengths(dataset, cfg.truncation, workers=cfg.filter_overlong_prompts_workers, setting=setting)

@@ -115,12 +115,20 @@ def _describe(value: Any) -> str:
 
 @dataclass
 class PromptFormatter:
-    """Messages → text → token ids for one tokenizer and one chat template."""
+    """Messages → text → token ids for one tokenizer and one chat template.
+
+    `user_prefix` goes before every user message's content when rendering (a named template's
+    instruction); `reply_prefix` is the start of the assistant's reply in every prompt: the prompt is
+    rendered with an assistant message holding it, which the template continues instead of opening
+    a new turn, so the response the policy generates follows it.
+    """
 
     tokenizer: Any
     chat_template: str
     system_prompt: str | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    user_prefix: str = ""
+    reply_prefix: str | None = None
 
     def with_system(self, messages: list[Message], system: str | None = None) -> list[Message]:
         """Put `system` (or the configured system prompt) first unless a system message exists."""
@@ -129,20 +137,29 @@ class PromptFormatter:
             return messages
         return [{"role": "system", "content": system}, *messages]
 
-    def render(self, messages: list[Message], *, generation_prompt: bool, what: str) -> str:
-        """The chat template applied to `messages`; a template error names the row (`what`)."""
+    def render(self, messages: list[Message], *, generation_prompt: bool, what: str, continue_final: bool = False) -> str:
+        """The chat template applied to `messages`; a template error names the row (`what`).
+        `continue_final` leaves the last (assistant) message open instead of closing its turn."""
         import jinja2
 
+        if self.user_prefix:
+            messages = [{**m, "content": self.user_prefix + m["content"]} if m["role"] == "user" else m for m in messages]
         try:
             text = self.tokenizer.apply_chat_template(
                 messages,
                 chat_template=self.chat_template,
                 add_generation_prompt=generation_prompt,
+                continue_final_message=continue_final,
                 tokenize=False,
                 **self.template_kwargs,
             )
         except jinja2.TemplateError as e:
             raise DataError(f"{what}: the chat template failed on this row: {e}") from e
+        except ValueError as e:  # transformers: the template dropped or rewrote the message to continue
+            if not continue_final:
+                raise
+            raise DataError(f"{what}: the chat template does not write data.reply_prefix {self.reply_prefix!r} back as an "
+                            f"open assistant message ({str(e).splitlines()[0]}); use a template that renders the assistant's content as given") from e
         if not isinstance(text, str):  # some versions return a list for batched input
             text = text[0]
         return text
@@ -152,8 +169,13 @@ class PromptFormatter:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def encode_prompt(self, messages: list[Message], *, what: str) -> tuple[str, list[int]]:
-        """(templated text, ids) of a prompt, ending with the assistant generation header."""
-        text = self.render(messages, generation_prompt=True, what=what)
+        """(templated text, ids) of a prompt, ending with the assistant generation header, or with
+        the reply prefix inside the open assistant turn when one is set."""
+        if self.reply_prefix:
+            opened = [*messages, {"role": "assistant", "content": self.reply_prefix}]
+            text = self.render(opened, generation_prompt=False, what=what, continue_final=True)
+        else:
+            text = self.render(messages, generation_prompt=True, what=what)
         return text, self.encode(text)
 
     def encode_conversation(self, messages: list[Message], *, loss_from: int, what: str) -> tuple[list[int], list[int]]:

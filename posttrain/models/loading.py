@@ -1,9 +1,10 @@
 """Load the model of every role (policy, reference, critic, reward model) from a local HF directory.
 
 posttrain never downloads weights at run time: a path must be an existing local directory with a
-config.json, and every transformers call passes `local_files_only=True`. A hub id such as
-"Qwen/Qwen2.5-0.5B" is refused with a message saying how to get a local copy, so a typo never turns
-into a silent multi-gigabyte download on a training node.
+config.json, or a hub name such as "Qwen/Qwen2.5-0.5B" whose snapshot the local Hugging Face cache
+holds (read offline), and every transformers call passes `local_files_only=True`. A hub name the
+cache lacks is refused with a message saying how to get a local copy, so a typo never turns into a
+silent multi-gigabyte download on a training node.
 
 Critic: `load_value_model` loads the directory as `AutoModelForTokenClassification` with one label,
 i.e. the causal LM body plus a linear head giving one value per token (the lm_head is dropped, the
@@ -38,7 +39,7 @@ from transformers import (
 
 from posttrain.config.sections.model import ModelConfig
 from posttrain.errors import ConfigError, ModelError
-from posttrain.files import read_utf8
+from posttrain.files import is_hub_name, read_utf8
 from posttrain.models.integrity import check_load_info, check_text_files, check_weight_files, explain_load_error
 from posttrain.models.quiet import quiet_transformers
 
@@ -55,19 +56,29 @@ _ATTN_ALIASES = {"fa2": "flash_attention_2", "auto": None}
 def resolve_model_dir(path: str | Path, *, what: str = "model") -> Path:
     """The local directory `path` names, or a ModelError explaining that nothing is downloaded.
 
-    A model directory needs config.json; a tokenizer directory needs tokenizer_config.json or
-    tokenizer.json (a tokenizer_path may point at a tokenizer-only directory).
+    `path` is a directory, or a Hugging Face hub name (``Qwen/Qwen2.5-0.5B``) whose snapshot is in
+    the local hub cache (``HF_HUB_CACHE``, filled by ``hf download NAME`` on a connected machine);
+    the cache is read offline. A model directory needs config.json; a tokenizer directory needs
+    tokenizer_config.json or tokenizer.json (a tokenizer_path may point at a tokenizer-only directory).
     """
     text = str(path)
     local = Path(text).expanduser()
     if not text:
         raise ModelError(f"no {what} path given; set it to a local Hugging Face model directory")
     if not local.is_dir():
-        raise ModelError(
-            f"{what} path {text!r} is not an existing local directory. posttrain never downloads models "
-            f"at run time: download it once (e.g. `hf download {text} --local-dir DIR`, the command huggingface_hub installs) or "
-            f"build one with `posttrain make-model tiny DIR`, then point the path at DIR"
-        )
+        cached = cached_snapshot(text)
+        if cached is None and not is_hub_name(text):
+            raise ModelError(f"{what} path {text!r} is not an existing local directory; point it at a directory written by "
+                             f"save_pretrained, or at a hub name (org/name) in the local Hugging Face cache")
+        if cached is None:
+            raise ModelError(
+                f"{what} path {text!r} is not an existing local directory, nor a model the local Hugging Face cache holds. "
+                f"posttrain never downloads models at run time: on a connected machine run `hf download {text}` "
+                f"(the command huggingface_hub installs; it fills the cache this run reads, HF_HUB_CACHE) or "
+                f"`hf download {text} --local-dir DIR` and point the path at DIR, or build a model with "
+                f"`posttrain make-model tiny DIR`"
+            )
+        local = cached
     needed = ("tokenizer_config.json", "tokenizer.json") if what == "tokenizer" else ("config.json",)
     if not any((local / name).is_file() for name in needed):
         raise ModelError(
@@ -75,6 +86,20 @@ def resolve_model_dir(path: str | Path, *, what: str = "model") -> Path:
             f"written by save_pretrained (or `posttrain make-model tiny`)"
         )
     return local
+
+
+def cached_snapshot(name: str) -> Path | None:
+    """The snapshot directory of hub model `name` in the local Hugging Face cache, or None when
+    `name` is not a hub name or the cache does not hold it. Never touches the network."""
+    if not is_hub_name(name):
+        return None
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(name, local_files_only=True))
+    except (LocalEntryNotFoundError, HFValidationError, FileNotFoundError):
+        return None
 
 
 def resolve_dtype(dtype: str) -> torch.dtype | str:

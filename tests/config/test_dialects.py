@@ -130,8 +130,9 @@ def test_trinity_gsm8k_translation_names_keys():
     kinds = [(e.native, e.value) for e in report.entries if e.key == "algorithm.algorithm_type"]
     assert kinds == [("algorithm.kind", "rl"), ("algorithm.adv_estimator", "grpo")]
     assert (_entry(report, "explorer.rollout_model.dtype").native, _entry(report, "explorer.rollout_model.dtype").value) == ("rollout.dtype", "bf16")
-    path = _entry(report, "buffer.explorer_input.taskset.path")
-    assert path.status == "refused" and "never downloads" in path.reason
+    path = _entry(report, "buffer.explorer_input.taskset.path")  # a hub name: read from the local cache when built
+    assert (path.status, path.native, path.value) == ("translated", "data.train_files", ["openai/gsm8k:main@train"])
+    assert _entry(report, "buffer.explorer_input.eval_tasksets[0].path").value == ["openai/gsm8k:main@test"]
     assert _entry(report, "trainer.trainer_type").status == "dropped"
     assert _entry(report, "buffer.explorer_input.taskset.format.prompt_key").native == "data.prompt_key"
 

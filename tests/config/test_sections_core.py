@@ -18,6 +18,7 @@ from posttrain.config.sections import (
     algorithm,
     buffer,
     cluster,
+    data,
     data_processor,
     env,
     explorer,
@@ -29,7 +30,8 @@ from posttrain.config.sections import (
     trainer,
 )
 
-MODULES = (algorithm, reward, trainer, profiler, cluster, log, env, explorer, buffer, synchronizer, service, data_processor)
+# data: the Trinity taskset format keys a synchronous run reads are data.* fields
+MODULES = (algorithm, reward, trainer, profiler, cluster, log, env, explorer, buffer, synchronizer, service, data_processor, data)
 ROOTS = {
     "algorithm": algorithm.AlgorithmConfig,
     "reward": reward.RewardConfig,
@@ -43,6 +45,7 @@ ROOTS = {
     "synchronizer": synchronizer.SynchronizerConfig,
     "service": service.ServiceConfig,
     "data_processor": data_processor.DataProcessorConfig,
+    "data": data.DataConfig,
 }
 
 

@@ -308,7 +308,7 @@ _T_RM = "trinity:explorer.rollout_model."
 TRINITY_KEYS = [
     *(_T_RM + k for k in (
         "engine_type", "engine_num", "tensor_parallel_size", "enable_history", "enable_prefix_caching",
-        "enforce_eager", "dtype", "seed", "gpu_memory_utilization", "enable_chunked_prefill", "enable_thinking")),
+        "enforce_eager", "dtype", "seed", "gpu_memory_utilization", "enable_chunked_prefill")),  # enable_thinking: data.enable_thinking
     "trinity:algorithm.repeat_times", "trinity:algorithm.optimizer.lr", "trinity:algorithm.optimizer.warmup_style",
     "trinity:algorithm.optimizer.lr_warmup_steps_ratio", "trinity:algorithm.kl_loss_fn",
     "trinity:algorithm.entropy_loss_fn", "trinity:algorithm.loss_agg_mode", "trinity:algorithm.policy_loss_fn",

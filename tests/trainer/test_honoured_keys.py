@@ -346,6 +346,9 @@ ELSEWHERE = {
     "data.response_dict_keys": "tests/data/test_data_sft_dpo.py::test_response_dict_keys",
     "data.chosen_key": "tests/data/test_data_sft_dpo.py::test_dpo_custom_keys_and_missing_column",
     "data.rejected_key": "tests/data/test_data_sft_dpo.py::test_dpo_custom_keys_and_missing_column",
+    "data.chat_template_name": "tests/data/test_data_templates.py::test_chatml_writes_its_own_template",
+    "data.enable_thinking": "tests/data/test_data_templates.py::test_enable_thinking_qwen3_and_template_kwargs",
+    "data.reply_prefix": "tests/data/test_data_templates.py::test_reply_prefix_opens_the_assistant_turn",
     "critic.model.tokenizer_path": "tests/trainer/test_rl_build.py::test_a_critic_tokenizer_with_another_vocabulary_is_refused",
     # 27 s of compilation on 2 cores: its own test checks the compiled forward is chosen per role
     "actor.use_torch_compile": "tests/trainer/test_use_torch_compile.py::test_the_flag_selects_the_compiled_lean_forward_per_role",

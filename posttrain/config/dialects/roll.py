@@ -16,6 +16,8 @@ some lives in tests/config/reference_configs).
   into posttrain's scorer (`reward_workers`); its model/template/placement keys are dropped for a
   rule worker (it runs no model), and a worker posttrain has no scorer for is refused whole. The
   samples' tag column is ROLL's default ``tag`` unless ``actor_train.data_args.tag`` names another.
+- Named chat templates (``global_template`` over ``actor_train.data_args.template``) are
+  ``data.chat_template_name``: posttrain.data.templates writes ROLL's names.
 """
 
 from __future__ import annotations
@@ -92,6 +94,20 @@ def ignorable(ctx: Context, key: str, value: Any) -> str | None:
     if key.endswith(".strategy_args.strategy_config") and value is None:
         return "empty strategy options"
     return None
+
+
+def template(ctx: Context) -> None:
+    """ROLL's pipelines take ``global_template`` when it is set and ``actor_train.data_args.template``
+    otherwise; both name posttrain's ``data.chat_template_name``. A null one names nothing."""
+    keys = ("global_template", "actor_train.data_args.template")
+    for key in keys:
+        if ctx.has(key) and ctx.get(key) is None:
+            ctx.consume(key)
+            ctx.drop(key, "null: no template named here")
+    chosen, other = (ctx.get(k) for k in keys)
+    if chosen is not None and other is not None and other != chosen:
+        ctx.consume(keys[1])
+        ctx.drop(keys[1], f"ROLL uses global_template ({chosen!r}) when it is set")
 
 
 def reward_norm(ctx: Context) -> None:
@@ -208,4 +224,4 @@ def _worker_key(ctx: Context, name: str, worker_cls: str, key: str, value: Any) 
         ctx.refuse(foreign, "no posttrain equivalent for this reward worker key", None, value)
 
 
-HANDLERS = [reward_norm, mini_batch, roll_lora, reward_workers]
+HANDLERS = [template, reward_norm, mini_batch, roll_lora, reward_workers]

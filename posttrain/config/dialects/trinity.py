@@ -7,8 +7,9 @@ some lives in tests/config/reference_configs).
   `TRINITY_ALGORITHM_TYPES` (posttrain.config.sections.algorithm) splits it; an explicit
   ``algorithm.advantage_fn`` wins over the type's estimator.
 - A synchronous run's tasksets are posttrain's ``data`` section (see posttrain.config.sections.buffer):
-  the training taskset's ``path`` + ``split`` become ``data.train_files`` (a local file, or the
-  split's file in a local directory: posttrain never downloads), its ``format`` keys the ``data``
+  the training taskset's ``path`` + ``subset_name`` + ``split`` become ``data.train_files`` (a local
+  file, the split's files in a local folder, else ``PATH[:SUBSET]@SPLIT``: a save_to_disk folder or a
+  Hugging Face dataset name, read from the local cache; posttrain never downloads), its ``format`` keys the ``data``
   column keys, its ``rollout_args`` the rollout sampling; evaluation tasksets become
   ``data.val_files`` and ``rollout.val_kwargs``.
 - ``trainer.trainer_config`` is an inline verl config: it is translated with the verl dialect.
@@ -23,11 +24,11 @@ from typing import Any
 from posttrain.config.dialects.lora import trinity_lora
 from posttrain.config.dialects.translate import Context
 from posttrain.config.sections.algorithm import TRINITY_ALGORITHM_TYPES, TRINITY_ALGORITHM_TYPES_TODO
+from posttrain.files import dataset_entry, is_hub_name, split_files
 
 _TS = "buffer.explorer_input.taskset"
 _EVAL = "buffer.explorer_input.eval_tasksets"
-_EXTS = ("parquet", "jsonl", "json", "csv")
-_FORMAT_TO_DATA = {"prompt_key": "data.prompt_key", "response_key": "data.response_key", "system_prompt": "data.system_prompt", "system_prompt_key": "data.system_prompt_key"}
+_FORMAT_TO_DATA = {name: f"data.{name}" for name in ("prompt_key", "response_key", "system_prompt", "system_prompt_key", "reply_prefix", "enable_thinking")}
 
 
 def algorithm_type(ctx: Context) -> None:
@@ -49,23 +50,26 @@ def algorithm_type(ctx: Context) -> None:
         ctx.set("algorithm.adv_estimator", estimator, key, f"{value!r} -> adv_estimator {estimator!r}")
 
 
-def data_files(path: Any, split: str) -> list[str]:
-    """Local data files of one taskset split, or ValueError saying why there are none."""
+def data_files(path: Any, split: str, subset: str | None = None) -> list[str]:
+    """The `data.*_files` entries of one taskset split, or ValueError saying why there are none: a
+    local file; the split's files in a local folder; else a ``PATH[:SUBSET]@SPLIT`` entry that the
+    data layer reads when the dataset is built (a save_to_disk folder, or a Hugging Face dataset
+    name read from the local cache: posttrain.data.sources)."""
     if not isinstance(path, str) or not path or "${" in path:
-        raise ValueError(f"path {path!r} is not a local file or directory")
-    p = Path(path)
+        raise ValueError(f"path {path!r} is not a local file, a folder or a dataset name")
+    p = Path(path).expanduser()
     if p.is_file():
+        if subset is not None:
+            raise ValueError(f"subset_name {subset!r} names a configuration of a dataset folder or hub dataset; {path} is one file")
         return [path]
     if p.is_dir():
-        patterns = [f"{split}.{e}" for e in _EXTS] + [f"{split}-*.{e}" for e in _EXTS] + [f"data/{split}-*.{e}" for e in _EXTS]
-        for pattern in patterns:
-            found = sorted(str(f) for f in p.glob(pattern))
-            if found:
-                return found
-        raise ValueError(f"no {split!r} split in directory {path} (looked for {split}.parquet/.jsonl/.json/.csv)")
+        found = split_files(p, split, subset)
+        return found if found else [dataset_entry(path, subset, split)]
+    if is_hub_name(path):
+        return [dataset_entry(path, subset, split)]
     raise ValueError(
-        f"{path!r} is neither a local file nor a directory: posttrain reads local parquet/jsonl/json/csv "
-        f"files and never downloads; save the dataset locally and point path there"
+        f"{path!r} is neither a local file, a folder nor a Hugging Face dataset name; posttrain reads local files "
+        f"and cached datasets and never downloads: save the dataset locally (`posttrain data fetch NAME OUT`) and point path there"
     )
 
 
@@ -75,18 +79,16 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         ctx.consume(f"{prefix}.{name}")
     if item.get("storage_type", "file") != "file":
         ctx.refuse(f"{prefix}.storage_type", "not implemented yet: queue/sql tasksets (decoupled explorer/trainer issue); a synchronous run reads files", None, item.get("storage_type"))
-    if item.get("subset_name") is not None:
-        ctx.refuse(f"{prefix}.subset_name", "not supported: posttrain reads local files, not Hugging Face dataset configurations; point path at the subset's files", None, item.get("subset_name"))
     if f"{prefix}.path" not in ctx.unresolved:  # an unresolved path is already refused by name
         split = item.get("split", "train" if training else "test")
         native = "data.train_files" if training else "data.val_files"
         try:
-            files = data_files(item.get("path"), split)
+            files = data_files(item.get("path"), split, item.get("subset_name"))
         except ValueError as err:
             ctx.refuse(f"{prefix}.path", str(err), native, item.get("path"))
         else:
             if training:
-                ctx.set(native, files, f"{prefix}.path", f"split {split!r}")
+                ctx.set(native, files, f"{prefix}.path", f"split {split!r}" + (f", subset {item['subset_name']!r}" if item.get("subset_name") else ""))
             else:
                 ctx.native.setdefault("data", {}).setdefault("val_files", [])
                 ctx.native["data"]["val_files"] += files

@@ -24,10 +24,10 @@ class TasksetFormatConfig:
     """Column layout of a taskset; a synchronous run reads the same keys from data.*."""
 
     prompt_type: str = param("plaintext", doc="plaintext (prompt is a string column) or messages (a chat message list).", choices=["plaintext", "messages"], todo=_TODO, refs=[f"{_TS}.format.prompt_type"])
-    prompt_key: str = param("prompt", doc="Column of the prompt (data.prompt_key in a synchronous run).", todo=_TODO, refs=[f"{_TS}.format.prompt_key"])
-    response_key: str = param("response", doc="Column of the reference answer given to the reward function (data.response_key).", todo=_TODO, refs=[f"{_TS}.format.response_key"])
-    system_prompt_key: str | None = param(None, doc="Column of a per-row system prompt; wins over system_prompt (data.system_prompt_key).", todo=_TODO, refs=[f"{_TS}.format.system_prompt_key"])
-    system_prompt: str | None = param(None, doc="System prompt for every row (data.system_prompt).", todo=_TODO, refs=[f"{_TS}.format.system_prompt"])
+    prompt_key: str = param("prompt", doc="Column of the prompt (data.prompt_key in a synchronous run).", todo=_TODO)
+    response_key: str = param("response", doc="Column of the reference answer given to the reward function (data.response_key).", todo=_TODO)
+    system_prompt_key: str | None = param(None, doc="Column of a per-row system prompt; wins over system_prompt (data.system_prompt_key).", todo=_TODO)
+    system_prompt: str | None = param(None, doc="System prompt for every row (data.system_prompt).", todo=_TODO)
 
 
 @section
@@ -36,9 +36,9 @@ class TasksetConfig:
 
     name: str = param("taskset", doc="Unique name of the taskset (used in metrics).", todo=_TODO, refs=[f"{_TS}.name"])
     storage_type: str = param("file", doc="file (jsonl/parquet in a Hugging Face dataset layout), queue or sql.", choices=["file", "queue", "sql"], todo=_TODO, refs=[f"{_TS}.storage_type"])
-    path: str = param("", doc="Dataset directory or file for file storage; sqlite database for sql storage.", todo=_TODO, refs=[f"{_TS}.path"])
-    subset_name: str | None = param(None, doc="Dataset configuration name (load_dataset's `name`).", todo=_TODO, refs=[f"{_TS}.subset_name"])
-    split: str = param("train", doc="Dataset split.", todo=_TODO, refs=[f"{_TS}.split"])
+    path: str = param("", doc="Dataset directory or file for file storage; sqlite database for sql storage.", todo=_TODO)
+    subset_name: str | None = param(None, doc="Dataset configuration name (load_dataset's `name`).", todo=_TODO)
+    split: str = param("train", doc="Dataset split.", todo=_TODO)
     repeat_times: int | None = param(None, doc="Rollouts per task; null means rollout.n.", ge=1, todo=_TODO, refs=[f"{_TS}.repeat_times"])
     format: TasksetFormatConfig = param(factory=TasksetFormatConfig, doc="Column layout of the taskset.")
     rollout_args: dict[str, Any] = param(factory=dict, doc="Sampling overrides for this taskset (temperature, top_p, top_k, ...).", todo=_TODO, refs=[f"{_TS}.rollout_args", f"{_TS}.rollout_args.temperature"])

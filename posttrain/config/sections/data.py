@@ -14,6 +14,9 @@ from typing import Any
 
 from posttrain.config.fields import param, section
 
+_TS = "trinity:buffer.explorer_input.taskset.format"
+# The named templates of posttrain.data.templates (ROLL's names), listed here for the validator.
+CHAT_TEMPLATE_NAMES = ("native", "qwen2_5", "qwen3", "chatml", "empty", "base", "longCOT_qwen2.5", "longcot_V3")
 
 
 @section
@@ -29,26 +32,29 @@ class DataConfig:
     """Training/validation data files, prompt formatting, lengths and batch size."""
 
     # ---- files -------------------------------------------------------------------------------
-    train_files: list[str] = param(factory=list, doc="Training data file(s): parquet, jsonl, json or csv.", refs=["verl:data.train_files", "roll:actor_train.data_args.file_name"])
-    val_files: list[str] = param(factory=list, doc="Validation data file(s); empty means no validation.", refs=["verl:data.val_files", "roll:validation.data_args.file_name"])
+    train_files: list[str] = param(factory=list, doc="Training data: files (parquet, jsonl, json, csv), dataset folders (save_to_disk output, split files) or Hugging Face dataset names read from the local cache, a folder or name written PATH[:SUBSET][@SPLIT] (split train by default; docs/data.md).", refs=["verl:data.train_files", "roll:actor_train.data_args.file_name", "trinity:buffer.explorer_input.taskset.path", "trinity:buffer.explorer_input.taskset.subset_name", "trinity:buffer.explorer_input.taskset.split"])
+    val_files: list[str] = param(factory=list, doc="Validation data, written as data.train_files (split test by default); empty means no validation.", refs=["verl:data.val_files", "roll:validation.data_args.file_name"])
     dataset_dir: str | None = param(None, doc="Folder that relative train/val file paths are read from; null means the working directory.", refs=["roll:actor_train.data_args.dataset_dir"])
     custom_cls: CustomClsConfig = param(factory=CustomClsConfig, doc="A user dataset class instead of posttrain's.", refs=["verl:data.custom_cls"])
 
     # ---- columns -----------------------------------------------------------------------------
-    prompt_key: str = param("prompt", doc="Column holding the prompt: a string or a chat message list.", refs=["verl:data.prompt_key", "roll:actor_train.data_args.prompt"])
+    prompt_key: str = param("prompt", doc="Column holding the prompt: a string or a chat message list.", refs=["verl:data.prompt_key", "roll:actor_train.data_args.prompt", f"{_TS}.prompt_key"])
     prompt_dict_keys: list[str] = param(factory=list, doc="Keys followed inside a dict-valued prompt column to reach the prompt (SFT).", refs=["verl:data.prompt_dict_keys"])
     messages_key: str | None = param(None, doc="Column holding a chat message list, used instead of prompt_key (SFT: the whole conversation).", refs=["verl:data.multiturn.messages_key", "roll:actor_train.data_args.messages"])
-    response_key: str = param("response", doc="Column holding the SFT response; for RL rows without reward_model, the ground truth.", refs=["verl:data.response_key"])
+    response_key: str = param("response", doc="Column holding the SFT response; for RL rows without reward_model, the ground truth.", refs=["verl:data.response_key", f"{_TS}.response_key"])
     response_dict_keys: list[str] = param(factory=list, doc="Keys followed inside a dict-valued response column to reach the response (SFT).", refs=["verl:data.response_dict_keys"])
     chosen_key: str = param("chosen", doc="Column holding the preferred response of a DPO pair (string or message list).")
     rejected_key: str = param("rejected", doc="Column holding the dispreferred response of a DPO pair (string or message list).")
     reward_fn_key: str = param("data_source", doc="Column naming each row's data source (its tag), which selects its reward function or reward workers.", refs=["verl:data.reward_fn_key", "roll:actor_train.data_args.tag"])
-    system_prompt: str | None = param(None, doc="System message put before prompts that have none.")
-    system_prompt_key: str | None = param(None, doc="Column holding a per-row system message; wins over system_prompt.")
+    system_prompt: str | None = param(None, doc="System message put before prompts that have none.", refs=[f"{_TS}.system_prompt"])
+    system_prompt_key: str | None = param(None, doc="Column holding a per-row system message; wins over system_prompt.", refs=[f"{_TS}.system_prompt_key"])
 
     # ---- chat template -----------------------------------------------------------------------
     chat_template: str | None = param(None, doc="Jinja chat template, inline or a path to a .jinja file; null uses the tokenizer's.", refs=["verl:data.chat_template"])
+    chat_template_name: str = param("native", doc="A named prompt template (ROLL's names, docs/data.md): native/qwen2_5 use the chat template as it is, qwen3 adds enable_thinking=True, chatml/empty/base write their own text, longCOT_qwen2.5 adds a long-thought system prompt and a boxed-answer instruction, longcot_V3 opens <think> after the assistant header.", choices=CHAT_TEMPLATE_NAMES, refs=["roll:actor_train.data_args.template", "roll:global_template"])
     apply_chat_template_kwargs: dict[str, Any] = param(factory=dict, doc="Extra variables passed to the chat template (e.g. enable_thinking).", refs=["verl:data.apply_chat_template_kwargs"])
+    enable_thinking: bool | None = param(None, doc="Pass enable_thinking to the chat template (Qwen3-style reasoning switch); null passes nothing, so the template's own default holds.", refs=["trinity:model.enable_thinking", "trinity:explorer.rollout_model.enable_thinking", f"{_TS}.enable_thinking"])
+    reply_prefix: str | None = param(None, doc="Text the assistant's reply starts with: written into every RL prompt after the assistant header (the chat template continues an assistant message holding it), so responses continue it.", refs=[f"{_TS}.reply_prefix"])
 
     # ---- lengths -----------------------------------------------------------------------------
     max_prompt_length: int = param(512, doc="Longest prompt in tokens after the chat template.", ge=1, refs=["verl:data.max_prompt_length", "roll:prompt_length", "trinity:model.max_prompt_tokens"])
@@ -87,7 +93,6 @@ UNSUPPORTED: dict[str, str] = {
     "trinity:model.enable_prompt_truncation": "what a prompt longer than data.max_prompt_length does is data.truncation: left, right or middle cuts it (Trinity's true), error refuses the row naming it; prompts are never let through uncut",
     "verl:data.multiturn.enable": "set data.messages_key to the conversation column instead (verl's multiturn.messages_key)",
     "verl:data.trust_remote_code": "one switch covers model and tokenizer code: model.trust_remote_code",
-    "roll:actor_train.data_args.template": "ROLL's named templates are not built in: 'native' is data.chat_template: null; otherwise give the template text or a .jinja file in data.chat_template",
 }
 
 

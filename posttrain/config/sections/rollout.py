@@ -101,7 +101,6 @@ class RolloutConfig:
     use_fire_sampling: bool = param(False, doc="FIRE sampling: a high temperature for the first token only (Chen et al., 2024).", todo="FIRE sampling (later issue)", refs=[f"{_VERL}.use_fire_sampling"])
     num_beams: int = param(1, doc="Beam search width; 1 samples (RL needs independent samples, so only 1 is meaningful).", ge=1, todo="beam search (not planned for RL; kept so ROLL files with num_beams: 1 load)", refs=[f"{_ROLL_GEN}.num_beams"])
     seed: int | None = param(None, doc="Seed of the engine's sampler, which also reseeds it before every validation; null uses trainer.seed.", refs=[f"{_TRINITY}.seed"])
-    enable_thinking: bool = param(False, doc="Pass enable_thinking to the chat template at generation (Qwen3-style reasoning switch).", todo="per-engine chat-template switches; use data.apply_chat_template_kwargs (later issue)", refs=[f"{_TRINITY}.enable_thinking"])
     calculate_log_probs: bool = param(False, doc="Return the engine's own log-probs of the sampled tokens (verl needs true for algorithm.rollout_is_threshold). The hf engine always returns them, since old-log-prob reuse and rollout importance sampling read them, so false changes nothing with it.", refs=[f"{_VERL}.calculate_log_probs"])
     layered_summon: bool = param(False, doc="verl gathers a sharded LoRA actor layer by layer for the weight sync, to bound its peak memory; posttrain's weight sync always gathers one tensor at a time (never the whole model), so true changes nothing: accepted, no effect.", refs=[f"{_VERL}.layered_summon"])
     val_kwargs: ValKwargsConfig = param(factory=ValKwargsConfig, doc="Sampling parameters used for validation.")
@@ -143,7 +142,7 @@ UNSUPPORTED: dict[str, str] = {
     f"{_ROLL_VAL_GEN}.max_new_tokens": "validation generates up to rollout.response_length tokens like training",
     f"{_ROLL_VAL_GEN}.num_beams": "beam search is not offered; validation samples or decodes greedily (rollout.val_kwargs.do_sample)",
     "roll:actor_infer.model_args.disable_gradient_checkpointing": "the rollout engine runs no backward pass, so gradient checkpointing has no meaning there",
-    "roll:actor_infer.data_args.template": "every role uses one chat template: data.chat_template",
+    "roll:actor_infer.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     "roll:actor_infer.world_size": "ROLL derives it from device_mapping; posttrain derives process counts from the cluster section",
     "roll:generate_opt_level": "ROLL's request scheduler switch; posttrain's hf engine generates one batch per call (async server: later issue)",
     "roll:is_num_return_sequences_expand": "ROLL implementation detail: posttrain always samples rollout.n independent responses per prompt",
