@@ -7,7 +7,7 @@ workers joined by gloo. `n_gpus_per_node: 0` is one process and no torch.distrib
 
 ROLL's per-role `device_mapping` says the same thing another way: when every role lists the same
 devices 0..k-1 (ROLL's colocated layout, `list(range(0,8))` for each worker), the world is those k
-devices (`posttrain.config.checks.world_size`; roles on different devices are refused at load time).
+devices (`posttrain.config.access.world_size`; roles on different devices are refused at load time).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from posttrain.config.checks import world_size
+from posttrain.config.access import world_size
 from posttrain.errors import ConfigError
 
 RAY_KEYS = {"ray_namespace": None, "ray_num_cpus": None, "ray_timeline_file": None, "register_timeout_s": 300.0}

@@ -9,7 +9,8 @@
 what the user asked for, and re-loads to the same run.
 """
 
-from posttrain.config.checks import run_checks, world_size
+from posttrain.config.access import world_size
+from posttrain.config.checks import run_checks
 from posttrain.config.derive import Derived, count_rows, derive
 from posttrain.config.load import load_config, load_raw, save_resolved, to_dict, to_yaml
 from posttrain.config.schema import Config, defaults_dict

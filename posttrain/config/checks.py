@@ -18,40 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorNeeds, estimator_needs
+from posttrain.config.access import device_lists, get_path, is_rl, training_kind, world_size
 from posttrain.config.checks_profiler import check_profiler
 from posttrain.config.sections.data import check_domain_probs
 from posttrain.config.sections.reward import check_reward_workers
-
-_ABSENT = object()
-
-
-def get_path(cfg: Any, path: str, default: Any = _ABSENT) -> Any:
-    """``cfg.a.b.c`` for ``"a.b.c"``, or ``default`` when some part does not exist."""
-    node = cfg
-    for part in path.split("."):
-        node = getattr(node, part, _ABSENT)
-        if node is _ABSENT:
-            return default
-    return node
-
-
-MAPPED_ROLES = ("actor", "rollout", "ref", "critic")  # the roles cluster.device_mapping places
-
-
-def device_lists(cfg: Any) -> dict[str, list[int]]:
-    """The non-empty device lists of cluster.device_mapping, by role."""
-    lists = {role: list(get_path(cfg, f"cluster.device_mapping.{role}", None) or []) for role in MAPPED_ROLES}
-    return {role: ids for role, ids in lists.items() if ids}
-
-
-def world_size(cfg: Any) -> int:
-    """Worker processes: the devices of a (colocated) cluster.device_mapping when one is given, else
-    nodes × devices per node, or 1 process with 0 devices per node."""
-    lists = device_lists(cfg)
-    if lists:
-        return len(next(iter(lists.values())))
-    gpus = get_path(cfg, "cluster.n_gpus_per_node", 0)
-    return get_path(cfg, "cluster.nnodes", 1) * gpus if gpus > 0 else 1
 
 
 def check_device_mapping(cfg: Any) -> list[str]:
@@ -74,15 +44,6 @@ def check_device_mapping(cfg: Any) -> list[str]:
             f"{nodes} × cluster.n_gpus_per_node {gpus}"
         ]
     return []
-
-
-def training_kind(cfg: Any) -> str:
-    """``algorithm.kind``: rl, sft or dpo (rl on schemas without the field)."""
-    return get_path(cfg, "algorithm.kind", "rl")
-
-
-def is_rl(cfg: Any) -> bool:
-    return training_kind(cfg) == "rl"
 
 
 @dataclass(frozen=True)

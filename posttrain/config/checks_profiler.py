@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from posttrain.config.access import get_path, training_kind, world_size
+
 # The roles with a `profiler` sub-section, by their config path.
 ROLE_PROFILERS = ("actor.profiler", "ref.profiler", "critic.profiler", "reward.reward_model.profiler")
 
 
 def check_profiler(cfg: Any) -> list[str]:
-    from posttrain.config.checks import get_path, training_kind, world_size
-
     p = get_path(cfg, "profiler", None)
     if p is None or not hasattr(p, "tool"):
         return []

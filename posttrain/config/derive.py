@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from posttrain.config.checks import get_path, world_size
+from posttrain.config.access import get_path, world_size
 from posttrain.errors import ConfigError
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from posttrain.config.checks import get_path, role_needs, training_kind
+from posttrain.config.access import get_path, training_kind
+from posttrain.config.checks import role_needs
 from posttrain.config.derive import Derived
 
 Row = tuple[str, str, str]  # label, value, how it was computed

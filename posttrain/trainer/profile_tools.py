@@ -17,7 +17,7 @@ import torch
 import torch.profiler
 
 from posttrain.trainer.memory import MemoryProbe
-from posttrain.trainer.profiling import PHASE_ROLE, ProfilePlan, Tool, trace_name
+from posttrain.trainer.profile_plan import PHASE_ROLE, ProfilePlan, Tool, trace_name
 
 
 def _activities(contents: tuple[str, ...], device: str) -> list[torch.profiler.ProfilerActivity]:

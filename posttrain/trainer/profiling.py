@@ -6,7 +6,7 @@ on this rank, and the tools (`posttrain.trainer.profile_tools`, which imports to
 only imported when one is needed. With profiling off a step makes no profiler object, no range and
 no device synchronisation: the trainer's `PhaseTimer` holds no profiler and times as before.
 
-The RL step's phases belong to roles (`PHASE_ROLE`). Every worker hosts every role, so a whole-step
+The RL step's phases belong to roles (`posttrain.trainer.profile_plan.PHASE_ROLE`). Every worker hosts every role, so a whole-step
 ("continuous") trace covers them all; discrete traces are per phase, for the roles that asked.
 """
 
@@ -14,22 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Iterator
 
-from posttrain.config.checks import get_path
+from posttrain.config.access import get_path
 from posttrain.config.checks_profiler import ROLE_PROFILERS
 from posttrain.config.schema import Config
-from posttrain.config.sections.profiler import ProfilerConfig, TorchMemoryConfig
+from posttrain.config.sections.profiler import ProfilerConfig
 from posttrain.errors import ConfigError
-
-# The role that runs each phase of the RL step (posttrain.trainer.rl); `trainer` is the driver.
-PHASE_ROLE = {
-    "gen": "rollout", "gen_baseline": "rollout", "reward": "reward", "old_log_prob": "actor", "ref": "ref",
-    "values": "critic", "adv": "trainer", "update_critic": "critic", "update_actor": "actor", "sync": "rollout",
-}
-
+from posttrain.trainer.profile_plan import ProfilePlan, Tool
 
 def role_settings(cfg: Config) -> dict[str, ProfilerConfig]:
     """Each profiled role's settings; the rollout follows the actor's (verl's hybrid worker)."""
@@ -83,21 +76,6 @@ def trace_windows(steps: list[int], continuous: bool) -> dict[int, int]:
     return out
 
 
-@dataclass(frozen=True)
-class ProfilePlan:
-    """What this rank profiles: the tool, the steps (each with the last step of its trace) and the roles."""
-
-    tool: str
-    windows: dict[int, int]
-    roles: frozenset[str]
-    discrete: bool
-    contents: dict[str, tuple[str, ...]]  # role -> torch trace contents ("" -> every enabled role's, merged)
-    out_dir: Path
-    rank: int
-    device: str
-    memory: TorchMemoryConfig  # profiler.torch_memory (the CUDA memory history options)
-
-
 def profile_plan(cfg: Config, rank: int, run_dir: Path, device: str, stage: str = "main") -> ProfilePlan | None:
     """This rank's plan, or None when it profiles nothing (no tool, no steps or no role on this rank).
     Files go to `<run_dir>/profile`, or to save_path (`<save_path>/<stage name>` for a stage of `stages`,
@@ -112,14 +90,6 @@ def profile_plan(cfg: Config, rank: int, run_dir: Path, device: str, stage: str 
     out = run_dir / "profile" if not p.save_path else Path(p.save_path) / (stage if stage != "main" else "")
     windows = trace_windows(list(p.steps), p.profile_continuous_steps and not discrete)
     return ProfilePlan(p.tool, windows, frozenset(settings), discrete, contents, out, rank, device, p.torch_memory)
-
-
-class Tool(Protocol):
-    """One profiling tool: a trace window over one or more steps, and a range per phase inside it."""
-
-    def start(self, step: int) -> None: ...
-    def stop(self, first: int, last: int) -> None: ...
-    def phase(self, step: int, name: str) -> contextlib.AbstractContextManager: ...
 
 
 class StepProfiler:
@@ -172,13 +142,3 @@ class StepProfiler:
         if self.current is None:
             return contextlib.nullcontext()
         return self.tool.phase(self.current, name)
-
-
-def trace_name(first: int, last: int, rank: int, suffix: str) -> str:
-    """`step3_rank0.json`, or `step1-2_rank1.json` for a window of consecutive steps.
-
-    >>> trace_name(1, 2, 1, ".json")
-    'step1-2_rank1.json'
-    """
-    steps = f"{first}" if first == last else f"{first}-{last}"
-    return f"step{steps}_rank{rank}{suffix}"

@@ -32,7 +32,8 @@ from posttrain.models.flops import MatmulParams, peak_flops
 from posttrain.records import RolloutBatch
 from posttrain.trainer.memory import MemoryProbe
 from posttrain.trainer.metrics import PhaseTimer
-from posttrain.trainer.profiling import PHASE_ROLE, StepProfiler
+from posttrain.trainer.profile_plan import PHASE_ROLE
+from posttrain.trainer.profiling import StepProfiler
 
 GB = 1024**3
 
