@@ -17,10 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from posttrain.cli.config_cmd import plan_text
-from posttrain.cli.studio.form import Problem, compose, default_texts, field_of, field_order, flatten, render_yaml
+from posttrain.cli.studio.form import NotYaml, Problem, compose, default_texts, field_of, field_order, flatten, parse_value, render_yaml
 from posttrain.config.dialects import TITLES, detect, read_foreign
 from posttrain.config.dialects.source import read_yaml
 from posttrain.config.explain import yaml_scalar
@@ -29,7 +27,7 @@ from posttrain.errors import ConfigError, UserError
 from posttrain.files import atomic_write_text
 
 _NAME = re.compile(r"^[\w][\w.-]*\.ya?ml$")
-_LEADING_KEY = re.compile(r"^([A-Za-z_][\w\[\].]*): ")
+_KEY = re.compile(r"(?<![\w/.\[])[a-z_]\w*(?:\.\w+|\[\d+\])+")  # a dotted key, not part of a path
 
 
 def file_name(name: Any) -> str:
@@ -51,10 +49,12 @@ def check_text(text: str, name: str = "studio.yaml") -> dict[str, Any]:
         except ConfigError as err:
             return {"problems": [_problem(shown(p)) for p in err.problems], "plan": None, "plan_error": None}
         except UserError as err:
-            return {"problems": [{"field": None, "message": shown(str(err))}], "plan": None, "plan_error": None}
+            return {"problems": [{"field": None, "fields": [], "message": shown(str(err))}], "plan": None, "plan_error": None}
         try:
             return {"problems": [], "plan": shown(plan_text(cfg, str(path), [])), "plan_error": None}
-        except UserError as err:  # valid, but `train` would stop before its first step
+        except ConfigError as err:  # a check `train` makes before its first step (registry names, ...)
+            return {"problems": [_problem(shown(p)) for p in err.problems], "plan": None, "plan_error": None}
+        except UserError as err:  # valid, but `train` would stop before its first step: model, data
             return {"problems": [], "plan": None, "plan_error": shown(str(err))}
 
 
@@ -64,7 +64,8 @@ def check_values(values: Mapping[str, str], name: str = "studio.yaml", base: Map
     text = render_yaml(tree)
     result = {"yaml": text, "commands": commands(values, file_name(name), base)}
     if problems:
-        return {**result, "problems": [{"field": p.field, "message": p.message} for p in problems], "plan": None, "plan_error": None}
+        found = [{"field": p.field, "fields": [p.field] if p.field else [], "message": p.message} for p in problems]
+        return {**result, "problems": found, "plan": None, "plan_error": None}
     return {**result, **check_text(text, name)}
 
 
@@ -76,8 +77,12 @@ def _renamer(temp: str, name: str):
 
 
 def _problem(message: str) -> dict[str, Any]:
-    match = _LEADING_KEY.match(message)
-    return {"field": field_of(match.group(1)) if match else None, "message": message}
+    """A problem and the form fields it names: its leading key first (``field``), then every other
+    key it mentions (a batch size that does not divide names both sizes)."""
+    fields = list(dict.fromkeys(f for f in (field_of(k) for k in _KEY.findall(message)) if f is not None))
+    leading = _KEY.match(message)
+    first = field_of(leading.group(0)) if leading else None
+    return {"field": first, "fields": fields, "message": message}
 
 
 def commands(values: Mapping[str, str], name: str, base: Mapping[str, Any] | None) -> list[str]:
@@ -97,8 +102,8 @@ def commands(values: Mapping[str, str], name: str, base: Mapping[str, Any] | Non
 def _one_line(text: str) -> str:
     """A form value as one override value (a YAML block becomes flow style; empty stays null)."""
     try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
+        value = parse_value(text)
+    except NotYaml:
         return text
     return "" if value is None else yaml_scalar(value)
 

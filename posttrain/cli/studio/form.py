@@ -4,7 +4,7 @@ The page knows nothing about posttrain's config: it renders the tree `schema_tre
 section, and every field with its doc, type, default, allowed values and `todo` marker, all read
 from the `param` metadata that `config explain` and docs/config-mapping.md read too) and sends
 back the values the user set, ``{dotted key: text}``. Each text is YAML, as in a command-line
-override (``1e-5``, ``[a, b]``, ``null``; an empty text is null), so the page needs no YAML
+override and parsed the same way (``1e-5``, ``[a, b]``, ``null``; an empty text is null), so the page needs no YAML
 library: `compose` parses the texts and writes the config file, and `flatten` turns a config file
 back into texts for the page (import).
 """
@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from posttrain.config.explain import allowed_text, default_text, yaml_scalar
 from posttrain.config.fields import FieldInfo, iter_fields, section_class, section_doc, section_fields
@@ -43,19 +45,19 @@ def _members(tp: Any) -> list[Any]:
 
 
 def widget(info: FieldInfo) -> tuple[str, list[str]]:
-    """How the page edits a field: ``select`` (with its options), ``yaml`` (a text area for lists
-    and mappings) or ``text``. Booleans are a select of true/false; ``null`` is offered whenever
+    """How the page edits a field: ``yaml`` (a text area for lists and mappings), ``select`` (with
+    its options) or ``text``. Booleans are a select of true/false; ``null`` is offered whenever
     the type admits None."""
     members = _members(info.type)
     optional = type(None) in members
     null = ["null"] if optional else []
+    if any(typing.get_origin(m) in (list, dict) or m in (list, dict) for m in members):
+        return "yaml", []  # choices of a list field are its items' (trainer.logger): shown as allowed values
     if info.choices is not None:
         options = [yaml_scalar(c) for c in info.choices]
         return "select", options + ([o for o in null if o not in options])
     if members and all(m is bool or m is type(None) for m in members):
         return "select", ["true", "false"] + null
-    if any(typing.get_origin(m) in (list, dict) or m in (list, dict) for m in members):
-        return "yaml", []
     return "text", []
 
 
@@ -113,6 +115,19 @@ def field_order() -> dict[str, int]:
     return {p: i for i, p in enumerate(default_texts())}
 
 
+class NotYaml(ValueError):
+    """A form value that does not parse."""
+
+
+def parse_value(text: str) -> Any:
+    """A form value as `posttrain train` reads ``key=TEXT`` on its command line (OmegaConf's YAML:
+    ``2e-5`` is a float, which plain YAML 1.1 reads as a string); empty is null."""
+    try:
+        return OmegaConf.to_container(OmegaConf.from_dotlist([f"v={text}"]), resolve=False)["v"]  # type: ignore[index]
+    except (yaml.YAMLError, OmegaConfBaseException) as err:
+        raise NotYaml(str(getattr(err, "problem", None) or str(err).splitlines()[0])) from None
+
+
 @dataclasses.dataclass(frozen=True)
 class Problem:
     """One problem, with the form field it belongs to (None: shown above the form)."""
@@ -130,9 +145,9 @@ def compose(values: Mapping[str, str]) -> tuple[dict[str, Any], list[Problem]]:
     for path in sorted(values, key=lambda p: (order.get(p, len(order)), p)):
         text = values[path]
         try:
-            value = yaml.safe_load(text) if text.strip() else None  # empty means null, as in `key=`
-        except yaml.YAMLError as err:
-            problems.append(Problem(path, f"{path}: not valid YAML: {getattr(err, 'problem', None) or err}"))
+            value = parse_value(text)
+        except NotYaml as err:
+            problems.append(Problem(path, f"{path}: not valid YAML: {err}"))
             continue
         *parents, leaf = path.split(".")
         node = tree

@@ -177,15 +177,18 @@ function showResult(result) {
   const list = $("problems");
   list.replaceChildren();
   for (const problem of result.problems) {
-    const path = problem.field || Object.keys(state.values).find((p) => problem.message.startsWith(p + ":"));
-    const row = path ? document.querySelector(`.field[data-path="${CSS.escape(path)}"]`) : null;
-    if (row) {
+    // next to every key the problem names (a batch size that does not divide names both sizes)
+    const extra = Object.keys(state.values).filter((p) => !(p in state.fields) && problem.message.startsWith(p + ":"));
+    const rows = [...problem.fields, ...extra]
+      .map((path) => document.querySelector(`.field[data-path="${CSS.escape(path)}"]`)).filter((row) => row);
+    for (const row of rows) {
+      const error = row.querySelector(".error");
       row.classList.add("has-error");
-      row.querySelector(".error").textContent += (row.querySelector(".error").textContent ? "\n" : "") + problem.message;
+      error.textContent += (error.textContent ? "\n" : "") + problem.message;
       for (let box = row.parentElement; box && box.tagName === "DETAILS"; box = box.parentElement) box.open = true;
     }
     const item = el("li", { text: problem.message });
-    if (row) item.addEventListener("click", () => row.scrollIntoView({ block: "center" }));
+    if (rows.length) item.addEventListener("click", () => rows[0].scrollIntoView({ block: "center" }));
     list.append(item);
   }
   const ok = result.problems.length === 0;
