@@ -26,13 +26,14 @@ from posttrain.config.load import load_config
 from posttrain.errors import ConfigError, UserError
 from posttrain.files import atomic_write_text
 
-_NAME = re.compile(r"^[\w][\w.-]*\.ya?ml$")
+_NAME = re.compile(r"^[^\0\n]*[^/\0\n]\.ya?ml$")  # a file path ending in .yaml or .yml
 _KEY = re.compile(r"(?<![\w/.\[])[a-z_]\w*(?:\.\w+|\[\d+\])+")  # a dotted key, not part of a path
 
 
 def file_name(name: Any) -> str:
-    """The export's file name as the page gave it, when it is a plain ``*.yaml`` name."""
-    name = str(name or "")
+    """The export's file name (a path relative to where the studio runs, or absolute) as the page
+    gave it, when it names a ``.yaml``/``.yml`` file; else ``studio.yaml``."""
+    name = str(name or "").strip()
     return name if _NAME.match(name) else "studio.yaml"
 
 
@@ -41,7 +42,7 @@ def check_text(text: str, name: str = "studio.yaml") -> dict[str, Any]:
     ``{"problems": [{"field", "message"}], "plan": text or None, "plan_error": text or None}``."""
     name = file_name(name)
     with tempfile.TemporaryDirectory(prefix="posttrain-studio-") as tmp:
-        path = Path(tmp) / name
+        path = Path(tmp) / Path(name).name
         path.write_text(text, encoding="utf-8")
         shown = _renamer(str(path), name)
         try:
@@ -115,7 +116,7 @@ def import_config(path: str | None = None, name: str | None = None, text: str | 
     if path is not None:
         return _import(Path(path), base=str(path))
     with tempfile.TemporaryDirectory(prefix="posttrain-studio-") as tmp:
-        upload = Path(tmp) / file_name(name if name and _NAME.match(Path(str(name)).name) else "upload.yaml")
+        upload = Path(tmp) / Path(file_name(name)).name
         upload.write_text(text or "", encoding="utf-8")
         result = _import(upload, base=None)
         shown = _renamer(str(upload), Path(str(name or upload.name)).name)

@@ -67,6 +67,8 @@ class StudioHandler(BaseHTTPRequestHandler):
             name, kind = PAGE_FILES[path]
             body = resources.files("posttrain.cli.studio").joinpath("page", name).read_bytes()
             self._send(HTTPStatus.OK, body, f"{kind}; charset=utf-8")
+        elif path == "/favicon.ico":
+            self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
         elif path == "/api/schema":
             self._json({"sections": schema_tree(), "opened": self.server.opened, "cwd": self.server.cwd})
         else:

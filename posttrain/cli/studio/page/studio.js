@@ -48,7 +48,7 @@ function inputFor(field) {
   }
   input.id = "f-" + field.path;
   input.dataset.path = field.path;
-  input.addEventListener("input", () => setValue(field.path, input.value));
+  for (const event of ["input", "change"]) input.addEventListener(event, () => setValue(field.path, input.value));
   return input;
 }
 
