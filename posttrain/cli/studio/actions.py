@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.cli.config_cmd import plan_text
-from posttrain.cli.studio.form import NotYaml, Problem, compose, default_texts, field_of, field_order, flatten, parse_value, render_yaml
+from posttrain.cli.studio.form import NotYaml, compose, default_texts, field_of, field_order, flatten, parse_value, render_yaml
 from posttrain.config.dialects import TITLES, detect, read_foreign
 from posttrain.config.dialects.source import read_yaml
 from posttrain.config.explain import yaml_scalar
@@ -39,7 +39,8 @@ def file_name(name: Any) -> str:
 
 def check_text(text: str, name: str = "studio.yaml") -> dict[str, Any]:
     """Validate a config's YAML as `posttrain train NAME` would, then plan it when it is valid:
-    ``{"problems": [{"field", "message"}], "plan": text or None, "plan_error": text or None}``."""
+    ``{"problems": [{"field", "fields", "message"}], "plan": text or None, "plan_error": text or None}``
+    (``field``: the problem's leading key's form field; ``fields``: every field it names)."""
     name = file_name(name)
     with tempfile.TemporaryDirectory(prefix="posttrain-studio-") as tmp:
         path = Path(tmp) / Path(name).name
@@ -158,4 +159,4 @@ def save(values: Mapping[str, str], path: str, overwrite: bool = False) -> dict[
     return {"saved": str(target), "exists": None}
 
 
-__all__ = ["Problem", "check_text", "check_values", "commands", "file_name", "import_config", "save"]
+__all__ = ["check_text", "check_values", "commands", "file_name", "import_config", "save"]
