@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "posttrain.cli.export",
     "posttrain.cli.report",
     "posttrain.cli.doctor",
+    "posttrain.cli.studio",
 ]
 
 

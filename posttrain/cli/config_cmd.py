@@ -72,26 +72,32 @@ def run_explain(args: argparse.Namespace) -> int:
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    path, overrides = split_args(args.args)
+    print(plan_text(load_config(path, overrides), path, overrides), end="")
+    return 0
+
+
+def plan_text(cfg, path: str | None, overrides: list[str]) -> str:
     """Run every check `posttrain train` runs before its first step (the same function: registry
     names, model directory, tokenizer, data, reward function; no weights read, nothing trained or
-    built), then print each stage's batch arithmetic from its real dataset size."""
+    built), then each stage's batch arithmetic from its real dataset size. `posttrain studio`
+    shows the same text as the user edits a config."""
     from posttrain.cli.train import naming_config_source
     from posttrain.cluster.placement import plan_world
     from posttrain.trainer.prepare import pending_builds
     from posttrain.trainer.run import check_run
 
-    path, overrides = split_args(args.args)
-    cfg = load_config(path, overrides)
     with naming_config_source(path, overrides, cfg.stages):
         plan_world(cfg)  # the placement train would start: devices, launcher, Ray keys
         checks = check_run(cfg, pending=pending_builds(cfg.prepare))
+    out = []
     for i, check in enumerate(checks):
         if len(checks) > 1:
-            print(f"{'' if i == 0 else chr(10)}stage {i} ({check.name}):")
+            out.append(f"{'' if i == 0 else chr(10)}stage {i} ({check.name}):\n")
         if check.skipped:
-            print(f"(model and data not checked: {check.skipped})")
-        print(_plan_text(check, path), end="")
-    return 0
+            out.append(f"(model and data not checked: {check.skipped})\n")
+        out.append(_plan_text(check, path))
+    return "".join(out)
 
 
 def run_convert(args: argparse.Namespace) -> int:

@@ -40,7 +40,7 @@ def _explain_section(path: str, cls: type) -> str:
             rows.append((info.name, "[section]", info.doc or section_doc(sub)))
         else:
             todo = "  [not implemented yet]" if info.todo else ""
-            rows.append((info.name, f"{info.annotation} = {_default_text(info)}", info.doc + todo))
+            rows.append((info.name, f"{info.annotation} = {default_text(info)}", info.doc + todo))
     name_w = max((len(r[0]) for r in rows), default=0)
     type_w = min(max((len(r[1]) for r in rows), default=0), 32)
     lines = [f"{title}: {section_doc(cls)}", ""]
@@ -53,8 +53,8 @@ def _explain_section(path: str, cls: type) -> str:
 
 
 def _explain_field(path: str, info: FieldInfo, schema: type) -> str:
-    lines = [path, f"  {info.doc}", "", f"  type:     {info.annotation}", f"  default:  {_default_text(info)}"]
-    allowed = _allowed_text(info)
+    lines = [path, f"  {info.doc}", "", f"  type:     {info.annotation}", f"  default:  {default_text(info)}"]
+    allowed = allowed_text(info)
     if allowed:
         lines.append(f"  allowed:  {allowed}")
     lines.append(f"  status:   {'not implemented yet: ' + info.todo if info.todo else 'implemented'}")
@@ -69,21 +69,21 @@ def _resolved_refs(path: str, schema: type) -> list[str]:
     return next((list(info.refs) for p, info in iter_fields(schema) if p == path), [])
 
 
-def _default_text(info: FieldInfo) -> str:
+def default_text(info: FieldInfo) -> str:
     if not info.has_default():
         return "(required)"
-    return _yaml_scalar(info.default())
+    return yaml_scalar(info.default())
 
 
-def _yaml_scalar(value: Any) -> str:
+def yaml_scalar(value: Any) -> str:
     """A value written the way the user writes it in YAML (null, true, [a, b])."""
     return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
 
 
-def _allowed_text(info: FieldInfo) -> str:
+def allowed_text(info: FieldInfo) -> str:
     parts = []
     if info.choices is not None:
-        parts.append("one of " + ", ".join(_yaml_scalar(c) for c in info.choices))
+        parts.append("one of " + ", ".join(yaml_scalar(c) for c in info.choices))
     symbols = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
     parts += [f"{symbols[op]} {bound}" for op, bound in info.bounds.items()]
     return "; ".join(parts)
