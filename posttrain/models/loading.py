@@ -68,8 +68,9 @@ def resolve_model_dir(path: str | Path, *, what: str = "model") -> Path:
     if not local.is_dir():
         cached = cached_snapshot(text)
         if cached is None and not is_hub_name(text):
-            raise ModelError(f"{what} path {text!r} is not an existing local directory; point it at a directory written by "
-                             f"save_pretrained, or at a hub name (org/name) in the local Hugging Face cache")
+            raise ModelError(f"{what} path {text!r} is not an existing local directory (posttrain never downloads models at run "
+                             f"time); point it at a directory written by save_pretrained, or at a hub name (org/name) in "
+                             f"the local Hugging Face cache")
         if cached is None:
             raise ModelError(
                 f"{what} path {text!r} is not an existing local directory, nor a model the local Hugging Face cache holds. "

@@ -98,9 +98,9 @@ class StepObserver:
             m["perf/generated_tokens_per_s"] = batch.num_response_tokens() / max(seconds["gen"], 1e-9)
         tokens, flops = self._work(seconds, batch, train)
         for phase, n in tokens.items():
-            m[f"perf/tokens_per_s/{phase}"] = n / max(seconds[phase], 1e-9)
+            m[f"perf/tokens_per_s_by_phase/{phase}"] = n / max(seconds[phase], 1e-9)
         for phase, f in flops.items():
-            m[f"perf/mfu/{phase}"] = f / (max(seconds[phase], 1e-9) * self.peak_total)
+            m[f"perf/mfu_by_phase/{phase}"] = f / (max(seconds[phase], 1e-9) * self.peak_total)
         m["perf/mfu"] = sum(flops.values()) / (step_s * self.peak_total)
         m["perf/peak_tflops"] = self.peak_total / 1e12
         m.update(self._memory(getattr(timer.watch, "peaks", {})))
@@ -129,7 +129,7 @@ class StepObserver:
         return {k: v for k, v in tokens.items() if k in ran}, {k: v for k, v in flops.items() if k in ran}
 
     def _memory(self, peaks: dict[str, int]) -> dict[str, float]:
-        """perf/peak_memory_gb/<role>: the highest peak over the role's phases and over the workers."""
+        """perf/peak_memory_gb_by_role/<role>: the highest peak over the role's phases and over the workers."""
         by_role: dict[str, int] = defaultdict(int)
         for phase, peak in peaks.items():
             role = PHASE_ROLE.get(phase, phase)
@@ -140,7 +140,7 @@ class StepObserver:
                 for role, peak in ranks.items():
                     gathered[role] = max(gathered[role], peak)
             by_role = gathered
-        out = {f"perf/peak_memory_gb/{role}": peak / GB for role, peak in by_role.items()}
+        out = {f"perf/peak_memory_gb_by_role/{role}": peak / GB for role, peak in by_role.items()}
         if by_role:
             out["perf/peak_memory_gb"] = max(by_role.values()) / GB
         return out

@@ -231,4 +231,4 @@ def test_each_worker_writes_its_own_trace_of_a_profiled_step(inputs):
         assert {"gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "sync"} <= named, path.name
     rows = [json.loads(line) for line in (inputs / "profiled" / "metrics.jsonl").read_text().splitlines()]  # one stage
     step = [r for r in rows if "timing/step_s" in r][0]
-    assert 0 < step["perf/mfu"] <= 1 and step["perf/peak_memory_gb/actor"] > 0
+    assert 0 < step["perf/mfu"] <= 1 and step["perf/peak_memory_gb_by_role/actor"] > 0

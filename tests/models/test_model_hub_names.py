@@ -24,5 +24,5 @@ def test_a_cached_hub_name_loads_its_snapshot(tmp_path, monkeypatch):
     assert load_tokenizer("acme/tiny")("ab")["input_ids"] == load_tokenizer(model_dir)("ab")["input_ids"]
     with pytest.raises(ModelError, match=r"'acme/other' is not an existing local directory, nor a model the local Hugging Face cache holds.*`hf download acme/other`"):
         resolve_model_dir("acme/other")
-    with pytest.raises(ModelError, match=r"'\./acme/tiny' is not an existing local directory; point it at a directory"):
+    with pytest.raises(ModelError, match=r"'\./acme/tiny' is not an existing local directory \(posttrain never downloads models at run time\); point it at a directory"):
         resolve_model_dir("./acme/tiny")  # a path, not a name: the cache is not consulted

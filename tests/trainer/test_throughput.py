@@ -82,26 +82,28 @@ def test_mfu_is_within_0_and_1_and_tokens_per_second_follow_their_definition(fil
                    run="gae")
     for m in rows:
         mfu = {k: v for k, v in m.items() if k.startswith("perf/mfu")}
-        assert {"perf/mfu", "perf/mfu/gen", "perf/mfu/ref", "perf/mfu/values", "perf/mfu/update_critic", "perf/mfu/update_actor"} <= set(mfu)
+        assert {"perf/mfu", "perf/mfu_by_phase/gen", "perf/mfu_by_phase/ref", "perf/mfu_by_phase/values", "perf/mfu_by_phase/update_critic", "perf/mfu_by_phase/update_actor"} <= set(mfu)
         assert all(0 < v <= 1 for v in mfu.values()), mfu
         assert m["perf/peak_tflops"] > 0
         rows_b = 8  # 4 prompts x 2 responses
         tokens = rows_b * (m["prompt_length/mean"] + m["response_length/mean"])
-        assert m["perf/tokens_per_s/update_actor"] * m["timing/update_actor_s"] == pytest.approx(2 * tokens)  # 2 epochs
-        assert m["perf/tokens_per_s/values"] * m["timing/values_s"] == pytest.approx(tokens)
-        assert m["perf/tokens_per_s/gen"] * m["timing/gen_s"] == pytest.approx(rows_b * m["response_length/mean"])
-        roles = {k.rpartition("/")[2] for k in m if k.startswith("perf/peak_memory_gb/")}
+        assert m["perf/tokens_per_s_by_phase/update_actor"] * m["timing/update_actor_s"] == pytest.approx(2 * tokens)  # 2 epochs
+        assert m["perf/tokens_per_s_by_phase/values"] * m["timing/values_s"] == pytest.approx(tokens)
+        assert m["perf/tokens_per_s_by_phase/gen"] * m["timing/gen_s"] == pytest.approx(rows_b * m["response_length/mean"])
+        roles = {k.rpartition("/")[2] for k in m if k.startswith("perf/peak_memory_gb_by_role/")}
         assert roles == {"rollout", "reward", "actor", "ref", "critic", "trainer"}
-        assert all(0.05 < m[f"perf/peak_memory_gb/{r}"] <= m["perf/peak_memory_gb"] for r in roles)
+        assert all(0.05 < m[f"perf/peak_memory_gb_by_role/{r}"] <= m["perf/peak_memory_gb"] for r in roles)
+        # no metric is also a folder of others (mlflow's file store keeps each metric as a file)
+        assert not [k for k in m if any(other.startswith(k + "/") for other in m)]
 
 
 def test_reused_old_log_probs_count_no_forward(files):
     """auto reuse: step 1 checks the rollout's log-probs against a recomputation, step 2 reuses them."""
     first, second = _logged(files, run="reuse")
-    assert "perf/mfu/old_log_prob" in first and "perf/tokens_per_s/old_log_prob" in first
-    assert "perf/mfu/old_log_prob" not in second and "perf/tokens_per_s/old_log_prob" not in second
+    assert "perf/mfu_by_phase/old_log_prob" in first and "perf/tokens_per_s_by_phase/old_log_prob" in first
+    assert "perf/mfu_by_phase/old_log_prob" not in second and "perf/tokens_per_s_by_phase/old_log_prob" not in second
     never = _logged(files, "actor.reuse_rollout_logprobs=never", run="never")
-    assert all("perf/mfu/old_log_prob" in m for m in never)
+    assert all("perf/mfu_by_phase/old_log_prob" in m for m in never)
 
 
 def test_the_memory_probe_sees_a_phase_peak_that_is_gone_by_its_end():
