@@ -7,6 +7,7 @@ plus Hydra-style overrides; a key verl's tree lacks is an error unless added wit
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -152,3 +153,16 @@ def test_hydra_values():
     assert hydra.parse_value("${data.max_prompt_length}") == "${data.max_prompt_length}"
     with pytest.raises(ConfigError, match="expected key=value"):
         hydra.parse("trainer.total_epochs")
+
+
+def test_train_from_a_verl_launch_line(inputs, tmp_path):
+    # the whole run from verl's words: 2 GRPO steps, verl's actor lr 1e-6 (a default the line leaves out),
+    # verl's `file` tracker is posttrain's metrics.jsonl
+    words = [w for w in line(inputs) if not w.startswith(("trainer.logger", "trainer.default_local_dir"))]
+    run = tmp_path / "run"
+    assert main(["train", "--dialect", "verl", *words, "trainer.logger=[console,file]", f"trainer.default_local_dir={run}",
+                 "trainer.total_training_steps=2", "actor_rollout_ref.actor.use_torch_compile=False"]) == 0
+    rows = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "actor/lr" in r]
+    assert len(steps) == 2 and all(r["actor/lr"] == pytest.approx(1e-6) for r in steps)
+    assert (run / "final_model" / "config.json").is_file()
