@@ -44,7 +44,13 @@ def config_source(args: argparse.Namespace) -> tuple[str | None, list[str], str 
         path = str(base if base.suffix in (".yaml", ".yml") else base.with_suffix(".yaml"))
         if dialect is None:
             dialect = "verl"  # Hydra's flags: verl's launcher (ROLL's scripts take their own)
-        if dialect == "verl" and Path(path).stem in ("ppo_trainer", "ppo_megatron_trainer") and not Path(path).is_file():
+        if dialect == "verl" and Path(path).stem == "ppo_megatron_trainer" and not Path(path).is_file():
+            raise ConfigError(
+                f"--config-name {name}: verl's Megatron trainer config; posttrain has no Megatron backend (its "
+                "training backend is FSDP2): drop --config-path/--config-name and the actor_rollout_ref.*.megatron.* "
+                "overrides to start from verl's FSDP trainer config"
+            )
+        if dialect == "verl" and Path(path).stem == "ppo_trainer" and not Path(path).is_file():
             path = None  # verl's own trainer config, which the verl dialect starts from anyway
     elif folder is not None:
         raise ConfigError("--config-path names the directory of --config-name; give --config-name too")
