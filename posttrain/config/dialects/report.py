@@ -17,6 +17,8 @@ import dataclasses
 import json
 from typing import Any
 
+import yaml
+
 from posttrain.config.dialects.detect import TITLES
 
 
@@ -96,8 +98,10 @@ class Report:
         lines = []
         for e in self.refused:
             if e.native:
-                # JSON is YAML and always one line: a multi-line string stays inside this comment
-                value = json.dumps(e.value, ensure_ascii=False, default=str)
+                value = yaml.safe_dump(e.value, default_flow_style=True, width=10**6).strip()
+                value = value.removesuffix("\n...").removesuffix("...").strip()
+                if "\n" in value:  # JSON is YAML too, and always one line: the value stays inside this comment
+                    value = json.dumps(e.value, ensure_ascii=False, default=str)
                 lines.append(_commented(f"{e.native}: {value}    # from {e.key}", indent="# "))
         if not lines:
             return ""
