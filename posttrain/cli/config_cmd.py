@@ -20,6 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from posttrain.cli.sources import add_dialect_options, config_source, split_args  # noqa: F401 (split_args: re-exported)
 from posttrain.config.derive import count_rows, derive
 from posttrain.config.dialects import TITLES, convert
 from posttrain.config.explain import explain
@@ -32,15 +33,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("config", help="show, explain or plan a config", description=__doc__)
     sub = parser.add_subparsers(dest="config_command", metavar="ACTION")
     sub.required = True
-    usage = "[CONFIG] [KEY=VALUE ...]"
+    usage = "[--dialect verl|roll|trinity] [CONFIG] [KEY=VALUE ...]"
     show = sub.add_parser("show", help="print the resolved config as YAML", usage=f"posttrain config show {usage}")
     show.add_argument("args", nargs="*", metavar="CONFIG|KEY=VALUE", help="a YAML file, then dotted overrides")
+    add_dialect_options(show)
     show.set_defaults(func=run_show)
     exp = sub.add_parser("explain", help="document a key or a section")
     exp.add_argument("key", nargs="?", default=None, help="dotted key or section, e.g. actor.ppo_epochs; none lists sections")
     exp.set_defaults(func=run_explain)
     plan = sub.add_parser("plan", help="print the batch arithmetic of one step", usage=f"posttrain config plan {usage}")
     plan.add_argument("args", nargs="*", metavar="CONFIG|KEY=VALUE", help="a YAML file, then dotted overrides")
+    add_dialect_options(plan)
     plan.set_defaults(func=run_plan)
     conv = sub.add_parser("convert", help="translate a verl/ROLL/Trinity-RFT config into a posttrain config",
                           usage="posttrain config convert IN [OUT] [--dialect verl|roll|trinity]",
@@ -53,16 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     conv.set_defaults(func=run_convert)
 
 
-def split_args(args: list[str]) -> tuple[str | None, list[str]]:
-    """``[CONFIG] [KEY=VALUE ...]``: the first argument is the file unless it is an override."""
-    if args and "=" not in args[0]:
-        return args[0], list(args[1:])
-    return None, list(args)
-
-
 def run_show(args: argparse.Namespace) -> int:
-    path, overrides = split_args(args.args)
-    print(to_yaml(load_config(path, overrides)), end="")
+    path, overrides, dialect = config_source(args)
+    print(to_yaml(load_config(path, overrides, dialect=dialect)), end="")
     return 0
 
 
@@ -72,8 +68,10 @@ def run_explain(args: argparse.Namespace) -> int:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    path, overrides = split_args(args.args)
-    print(plan_text(load_config(path, overrides), path, overrides), end="")
+    path, overrides, dialect = config_source(args)
+    cfg = load_config(path, overrides, dialect=dialect)
+    # a dialect's overrides are named by the dialect's loader; posttrain's own by the override itself
+    print(plan_text(cfg, path, [] if dialect else overrides), end="")
     return 0
 
 

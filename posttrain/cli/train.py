@@ -21,17 +21,25 @@ def register(subparsers) -> None:
         description="Run every stage of CONFIG (SFT, RL, DPO), each from the previous stage's final policy. "
         "Rerunning the same command continues an interrupted run.",
     )
-    p.add_argument("config", help="YAML config file")
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. actor.optim.lr=1e-5")
+    p.add_argument("args", nargs="*", metavar="CONFIG|KEY=VALUE",
+                   help="YAML config file, then dotted overrides, e.g. actor.optim.lr=1e-5 (with --dialect verl the file may be left out)")
+    from posttrain.cli.sources import add_dialect_options
+
+    add_dialect_options(p)
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from posttrain.cli.sources import config_source
     from posttrain.config import load_config
+    from posttrain.errors import ConfigError
     from posttrain.runlock import hold_run_lock
     from posttrain.trainer.run import run_directory
 
-    cfg = load_config(args.config, args.overrides)
+    args.config, args.overrides, args.dialect = config_source(args)
+    if args.config is None and args.dialect is None:
+        raise ConfigError("posttrain train: give a config file (or --dialect verl and a verl launch line's KEY=VALUE words)")
+    cfg = load_config(args.config, args.overrides, dialect=args.dialect)
     # One run per directory, held by this process for the whole command (workers it starts are let
     # in): a second command on the same directory is refused before it prepares or writes anything.
     with hold_run_lock(run_directory(cfg)):
@@ -50,7 +58,8 @@ def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.trainer.run import check_run, run, run_directory
 
     world = world_from_env()  # set when this process is one of the workers a launcher started
-    with naming_config_source(args.config, args.overrides, cfg.stages):
+    argv = ["train", *(["--dialect", args.dialect] if args.dialect else []), *([args.config] if args.config else []), *args.overrides]
+    with naming_config_source(args.config, () if args.dialect else args.overrides, cfg.stages):
         refuse_stage_prepare(cfg.stages)
         plan = plan_world(cfg)
         if world is None:
@@ -59,10 +68,9 @@ def _train(args: argparse.Namespace, cfg) -> int:
         base = run_directory(cfg)
         if world is None and ROLE_ENV not in os.environ and any(is_decoupled(s.config) for s in stages):
             check_run(cfg)  # every check before the first step, before either process starts
-            return launch_halves(["train", args.config, *args.overrides], base, ROLE_ENV)
+            return launch_halves(argv, base, ROLE_ENV)
         if world is None and plan.size > 1:
             check_run(cfg)  # every check before the first step, before any worker starts
-            argv = ["train", args.config, *args.overrides]
             if plan.launcher == "ray":
                 from posttrain.cli import main  # each actor runs this command's main in-process
 

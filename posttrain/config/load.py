@@ -22,7 +22,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from posttrain.config.dialects import native_dict
+from posttrain.config.dialects import foreign_native, native_dict
 from posttrain.config.dialects.source import read_yaml
 from posttrain.config.overrides import apply_overrides, locate
 from posttrain.config.schema import Config, defaults_dict
@@ -31,24 +31,32 @@ from posttrain.errors import ConfigError
 from posttrain.files import atomic_write_text
 
 
-def load_config(path: str | Path | None, overrides: Sequence[str] = (), schema: type = Config) -> Any:
+def load_config(path: str | Path | None, overrides: Sequence[str] = (), schema: type = Config, *, dialect: str | None = None) -> Any:
     """Read, override, resolve and validate a config. ``path=None`` starts from the defaults.
+
+    With ``dialect`` (verl, roll, trinity) the file and the overrides are that framework's, Hydra
+    style (``+key=v``, ``~key``): a verl launch line needs no file (verl's own defaults are the base,
+    `posttrain.config.dialects.verl_launch`); the result is translated, then validated.
 
     Validation problems name where the value came from: the config file
     (``examples/grpo.yaml: actor.optim.lr: ...``) or, for a key set by an override, that override
     as typed (``command line override 'rollout.n=0': rollout.n: ...``; see `posttrain.config.overrides`).
     """
-    raw = load_raw(path, overrides, schema)
+    raw = load_raw(path, overrides, schema, dialect=dialect)
     try:
         return validate(raw, schema)
     except ConfigError as err:
         stages = raw.get("stages") if isinstance(raw, dict) else None
-        raise ConfigError([locate(p, path, overrides, stages) for p in err.problems]) from None
+        native_overrides = () if dialect else overrides  # foreign overrides name foreign keys
+        raise ConfigError([locate(p, path, native_overrides, stages) for p in err.problems]) from None
 
 
-def load_raw(path: str | Path | None, overrides: Sequence[str] = (), schema: type = Config) -> dict[str, Any]:
+def load_raw(path: str | Path | None, overrides: Sequence[str] = (), schema: type = Config, *, dialect: str | None = None) -> dict[str, Any]:
     """The merged and resolved config as a plain dict, not yet validated."""
     merged = defaults_dict(schema)
+    if dialect is not None:
+        merged = deep_merge(merged, foreign_native(dialect, path, list(overrides)))
+        return _resolve(OmegaConf.create(merged), path, (), merged.get("stages"))
     if path is not None:
         raw = read_yaml(Path(path))
         # a verl/ROLL/Trinity-RFT file is translated first (or refused, every refused key named)

@@ -3,6 +3,7 @@
     dialect = detect(raw)                           # "native" | "verl" | "roll" | "trinity"
     native, report = translate(raw, dialect)        # native dict + what happened to every key
     foreign = read_foreign("roll.yaml")             # Hydra includes, interpolations, translation
+    native = foreign_native("verl", None, ["data.train_batch_size=8"])   # a verl launch line
     text, foreign, problems = convert("roll.yaml")  # native YAML with the report as comments
 
 The translation is driven by the schema (each field's ``refs``, the section modules' ``UNSUPPORTED``
@@ -21,7 +22,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from posttrain.config.dialects import roll, trinity, verl
+from posttrain.config.dialects import hydra, roll, trinity, verl, verl_launch
 from posttrain.config.dialects.detect import DIALECTS, TITLES, detect
 from posttrain.config.dialects.report import Entry, Report
 from posttrain.config.dialects.source import compose, read_yaml, references, resolve
@@ -52,14 +53,23 @@ def translate(raw: Mapping[str, Any], dialect: str, *, interpolated: set[str] = 
 class Foreign:
     """A foreign file after reading and translation."""
 
-    path: Path
+    path: Path | None
     dialect: str
     native: dict[str, Any]
     report: Report
+    set_by: dict[str, str] = dataclasses.field(default_factory=dict)  # foreign key -> command-line override
+
+    def where(self, key: str) -> str:
+        """Where a foreign key came from, as the start of a message: the override or the file."""
+        if self.dialect == "verl" and (self.path is None or self.set_by):
+            return verl_launch.locate(key, self.set_by, self.path)
+        text = hydra.origin(key, self.set_by)
+        return f"command line override {text!r}: " if text else f"{self.path}: "
 
 
-def read_foreign(path: str | Path, dialect: str | None = None, raw: dict[str, Any] | None = None) -> Foreign:
-    """Read, compose (Hydra ``defaults``), resolve and translate a foreign file."""
+def read_foreign(path: str | Path, dialect: str | None = None, raw: dict[str, Any] | None = None, overrides: list[str] = ()) -> Foreign:
+    """Read, compose (Hydra ``defaults``), apply Hydra-style ``overrides`` (ROLL: only to keys the
+    file has, or with ``+``, as Hydra), resolve and translate a foreign file."""
     path = Path(path)
     raw = read_yaml(path) if raw is None else raw
     dialect = dialect or detect(raw, str(path))
@@ -67,9 +77,26 @@ def read_foreign(path: str | Path, dialect: str | None = None, raw: dict[str, An
         raise UserError(f"{path}: this is already a posttrain config (give --dialect verl|roll|trinity if it is not)")
     problems: dict[str, str] = {}
     composed = compose(raw, path, problems)
+    set_by: dict[str, str] = {}
+    if overrides:
+        composed, set_by = hydra.apply(composed, list(overrides), strict=dialect == "roll", what=f"the {TITLES[dialect]} config {path}")
     resolved, unresolved = resolve(composed)
     native, report = translate(resolved, dialect, interpolated=references(composed), unresolved={**problems, **unresolved})
-    return Foreign(path, dialect, native, report)
+    return Foreign(path, dialect, native, report, set_by)
+
+
+def foreign_native(dialect: str, path: str | Path | None, overrides: list[str]) -> dict[str, Any]:
+    """What `load_config` merges over the defaults for ``--dialect DIALECT [FILE] [KEY=VALUE ...]``:
+    a verl launch line (verl's trainer defaults, the file, the overrides: `verl_launch`), or a ROLL /
+    Trinity-RFT file with the dialect's overrides applied before translation."""
+    if dialect == "verl":
+        native, report, set_by = verl_launch.launch(path, list(overrides))
+        return _native_or_refuse(Foreign(Path(path) if path is not None else None, "verl", native, report, set_by))
+    if dialect not in _RULES:
+        raise ConfigError(f"--dialect {dialect!r}: expected verl, roll or trinity")
+    if path is None:
+        raise ConfigError(f"--dialect {dialect}: give the {TITLES[dialect]} config file first, then its KEY=VALUE overrides")
+    return _native_or_refuse(read_foreign(path, dialect, overrides=list(overrides)))
 
 
 def native_dict(raw: dict[str, Any], path: str | Path) -> dict[str, Any]:
@@ -79,15 +106,19 @@ def native_dict(raw: dict[str, Any], path: str | Path) -> dict[str, Any]:
     dialect = detect(raw, str(path))
     if dialect == "native":
         return raw
-    foreign = read_foreign(path, dialect, raw)
-    problems = [f"{path}: {e.line()}" for e in foreign.report.refused]
-    problems += [f"{path}: {p}" for p in check(foreign)]
+    return _native_or_refuse(read_foreign(path, dialect, raw))
+
+
+def _native_or_refuse(foreign: Foreign) -> dict[str, Any]:
+    """The translation, or one `ConfigError` naming every refused key (and where it came from)."""
+    problems = [f"{foreign.where(e.key)}{e.line()}" for e in foreign.report.refused]
+    problems += [f"{foreign.where(_LEADING_KEY.match(p).group(0) if _LEADING_KEY.match(p) else '')}{p}" for p in check(foreign)]
     if problems:
-        title = TITLES[dialect]
-        problems.append(
-            f"{path}: read as a {title} config ({foreign.report.counts()}); `posttrain config convert {path} OUT.yaml` "
-            f"writes a posttrain config without the refused keys, with this list as comments"
-        )
+        title = TITLES[foreign.dialect]
+        source = foreign.path if foreign.path is not None else "the command line"
+        convert_hint = (f"; `posttrain config convert {foreign.path} OUT.yaml` writes a posttrain config without the "
+                        f"refused keys, with this list as comments") if foreign.path is not None and not foreign.set_by else ""
+        problems.append(f"{source}: read as a {title} config ({foreign.report.counts()}){convert_hint}")
         raise ConfigError(problems)
     return foreign.native
 
@@ -130,4 +161,4 @@ def _schema_order(value: Any, cls: type | None) -> Any:
     return {k: _schema_order(value[k], section_class(fields[k].type) if k in fields else None) for k in ordered}
 
 
-__all__ = ["DIALECTS", "Entry", "Foreign", "Report", "check", "convert", "detect", "native_dict", "read_foreign", "translate"]
+__all__ = ["DIALECTS", "Entry", "Foreign", "Report", "check", "convert", "detect", "foreign_native", "native_dict", "read_foreign", "translate"]

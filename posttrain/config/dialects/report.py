@@ -14,6 +14,7 @@ Three outcomes, and no fourth (a key is never silently lost):
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import yaml
@@ -77,19 +78,19 @@ class Report:
         out = [f"# Converted by `posttrain config convert` from a {TITLES[self.dialect]} config.", f"# {self.summary()}."]
         if problems:
             out += ["#", "# The converted config does not validate yet (fix these, then `posttrain config show FILE`):"]
-            out += [f"#   {p}" for p in problems]
+            out += [_commented(p) for p in problems]
         refused = self.refused
         if refused:
             out += ["#", "# REFUSED (left out: posttrain cannot honour them; a native key, where shown, is commented out below):"]
-            out += [f"#   {e.line()}" for e in refused]
+            out += [_commented(e.line()) for e in refused]
         dropped = self.of("dropped")
         if dropped:
             out += ["#", "# DROPPED (no effect in posttrain):"]
-            out += [f"#   {e.line()}" for e in dropped]
+            out += [_commented(e.line()) for e in dropped]
         translated = self.of("translated")
         if translated:
             out += ["#", "# TRANSLATED (foreign key -> posttrain key):"]
-            out += [f"#   {e.key} -> {e.native}" + (f"  ({e.reason})" if e.reason else "") for e in translated]
+            out += [_commented(f"{e.key} -> {e.native}" + (f"  ({e.reason})" if e.reason else "")) for e in translated]
         return "\n".join(out) + "\n"
 
     def refused_native_yaml(self) -> str:
@@ -99,7 +100,16 @@ class Report:
             if e.native:
                 value = yaml.safe_dump(e.value, default_flow_style=True, width=10**6).strip()
                 value = value.removesuffix("\n...").removesuffix("...").strip()
-                lines.append(f"# {e.native}: {value}    # from {e.key}")
+                if "\n" in value:  # JSON is YAML too, and always one line: the value stays inside this comment
+                    value = json.dumps(e.value, ensure_ascii=False, default=str)
+                lines.append(_commented(f"{e.native}: {value}    # from {e.key}", indent="# "))
         if not lines:
             return ""
         return "\n# Refused settings, at their posttrain keys (uncomment once supported):\n" + "\n".join(lines) + "\n"
+
+
+def _commented(text: str, indent: str = "#   ") -> str:
+    """``text`` as YAML comment lines, however many lines it has (a message may quote a
+    multi-line value; an uncommented continuation would break the converted file)."""
+    lines = str(text).splitlines() or [""]
+    return "\n".join([indent + lines[0]] + [f"#     {line}" for line in lines[1:]])

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from posttrain.config.dialects import roll_defaults
 from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
@@ -115,7 +116,8 @@ def reward_norm(ctx: Context) -> None:
     if not present:
         return
     ctx.consume(*present)
-    given = {k: v for k, v in present.items() if v is not None}
+    # null and ROLL examples' string "None" both mean off (ROLL's normalisation keys are Optional)
+    given = {k: v for k, v in present.items() if v is not None and not (isinstance(v, str) and v.lower() in ("none", "null", ""))}
     mean, std = roll_reward_norm(**given)
     note = "via roll_reward_norm(" + ", ".join(f"{k}={v!r}" for k, v in present.items()) + ")"
     origin = ", ".join(present)
@@ -124,7 +126,12 @@ def reward_norm(ctx: Context) -> None:
 
 
 def mini_batch(ctx: Context) -> None:
-    """``gradient_accumulation_steps`` of actor_train/critic -> the role's ppo_mini_batch_size."""
+    """``gradient_accumulation_steps`` of actor_train/critic -> the role's ppo_mini_batch_size.
+
+    ROLL's optimizer step takes per_device_train_batch_size x gradient_accumulation_steps responses on
+    each data-parallel rank; the ranks are the role's devices divided by its model-parallel split
+    (Megatron: TP x PP x CP; FSDP2: the Ulysses size), as ROLL's own batch arithmetic divides them.
+    """
     for role, section in (("actor_train", "actor"), ("critic", "critic")):
         key = f"{role}.training_args.gradient_accumulation_steps"
         if not ctx.has(key):
@@ -134,12 +141,34 @@ def mini_batch(ctx: Context) -> None:
         per_device = ctx.get(f"{role}.training_args.per_device_train_batch_size", 1)
         n = ctx.get("num_return_sequences_in_group", ctx.get("actor_infer.generating_args.num_return_sequences", 1))
         devices = _device_count(ctx, role)
-        ints = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (steps, per_device, n, devices))
-        if not ints or (per_device * steps * devices) % n:
-            ctx.refuse(key, f"{per_device} x {steps} x {devices} devices responses per optimizer step is not a whole number of prompts at {n} responses each; set {section}.ppo_mini_batch_size (prompts) yourself", f"{section}.ppo_mini_batch_size", steps)
+        split, split_text = _model_parallel(ctx, role)
+        ints = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (steps, per_device, n, devices, split))
+        if ints and devices % split:
+            ctx.refuse(key, f"{devices} devices do not divide into data-parallel ranks of {split_text} = {split} devices each; ROLL refuses this layout too", f"{section}.ppo_mini_batch_size", steps)
             continue
-        prompts = per_device * steps * devices // n
-        ctx.set(f"{section}.ppo_mini_batch_size", prompts, key, f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {steps} x {devices} devices / {n} responses per prompt")
+        ranks = devices // split if ints else 0
+        if not ints or (per_device * steps * ranks) % n:
+            ctx.refuse(key, f"{per_device} x {steps} x {ranks} data-parallel ranks responses per optimizer step is not a whole number of prompts at {n} responses each; set {section}.ppo_mini_batch_size (prompts) yourself", f"{section}.ppo_mini_batch_size", steps)
+            continue
+        prompts = per_device * steps * ranks // n
+        dp = f"{ranks} data-parallel ranks ({devices} devices / {split_text})" if split > 1 else f"{devices} devices"
+        ctx.set(f"{section}.ppo_mini_batch_size", prompts, key, f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {steps} x {dp} / {n} responses per prompt")
+
+
+def _model_parallel(ctx: Context, role: str) -> tuple[Any, str]:
+    """How many devices one data-parallel rank of ``role`` spans under ROLL's strategy, and the text."""
+    strategy = ctx.get(f"{role}.strategy_args.strategy_name")
+    if strategy == "megatron_train":
+        cfg = ctx.get(f"{role}.strategy_args.strategy_config") or {}
+        parts = [(name, cfg.get(f"{key}_parallel_size", 1) if isinstance(cfg, Mapping) else 1)
+                 for name, key in (("TP", "tensor_model"), ("PP", "pipeline_model"), ("CP", "context"))]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for _, v in parts):
+            return 0, "its parallel sizes"
+        return parts[0][1] * parts[1][1] * parts[2][1], " x ".join(f"{name} {v}" for name, v in parts)
+    if strategy == "fsdp2_train":
+        ulysses = ctx.get(f"{role}.model_args.ulysses_size") or 1
+        return ulysses, f"Ulysses size {ulysses}"
+    return 1, "1"
 
 
 def _device_count(ctx: Context, role: str) -> int:
@@ -224,4 +253,4 @@ def _worker_key(ctx: Context, name: str, worker_cls: str, key: str, value: Any) 
         ctx.refuse(foreign, "no posttrain equivalent for this reward worker key", None, value)
 
 
-HANDLERS = [template, reward_norm, mini_batch, roll_lora, reward_workers]
+HANDLERS = [template, reward_norm, mini_batch, roll_lora, reward_workers, *roll_defaults.HANDLERS]

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.config.dialects.lora import trinity_lora
-from posttrain.config.dialects.translate import Context
+from posttrain.config.dialects.trinity_defaults import batching, kl_defaults, stage_kl_defaults
+from posttrain.config.dialects.translate import Context, translate_dict
+from posttrain.config.dialects.values import value_hook
 from posttrain.config.sections.algorithm import TRINITY_ALGORITHM_TYPES, TRINITY_ALGORITHM_TYPES_TODO
 from posttrain.files import dataset_entry, is_hub_name, split_files
 
@@ -168,8 +170,6 @@ def stages(ctx: Context) -> None:
     if not isinstance(items, list):
         return
     ctx.consume("stages")
-    from posttrain.config.dialects import translate
-
     out = []
     for i, stage in enumerate(items):
         prefix = f"stages[{i}]"
@@ -177,7 +177,7 @@ def stages(ctx: Context) -> None:
             ctx.refuse(prefix, "expected a mapping of stage settings", None, stage)
             continue
         body = {k: v for k, v in stage.items() if k != "stage_name"}
-        native, report = translate(body, "trinity")
+        native, report = translate_dict(body, "trinity", STAGE_HANDLERS, value_hook, ignorable)
         native = {"name": stage.get("stage_name", f"stage{i}"), **native}
         for e in report.entries:
             ctx.report.add(type(e)(f"{prefix}.{e.key}", e.status, e.native and f"{prefix}.{e.native}", e.value, e.reason))
@@ -211,4 +211,6 @@ def ignorable(ctx: Context, key: str, value: Any) -> str | None:
     return None
 
 
-HANDLERS = [algorithm_type, tasksets, trainer_config, batch_sizes, stages, trinity_lora]
+HANDLERS = [algorithm_type, kl_defaults, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
+# A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).
+STAGE_HANDLERS = [algorithm_type, stage_kl_defaults, tasksets, trainer_config, batch_sizes, stages, trinity_lora]

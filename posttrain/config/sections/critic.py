@@ -65,7 +65,7 @@ class CriticConfig:
     forward_max_token_len_per_gpu: int | None = param(None, doc="Token budget of one value forward pass on one device when use_dynamic_bsz; null uses ppo_max_token_len_per_gpu.", ge=1, refs=["verl:critic.forward_max_token_len_per_gpu"])
 
     # ---- loss and optimization ---------------------------------------------------------------
-    cliprange_value: float = param(0.5, doc="Value clipping: new values stay within this distance of the rollout-time values in the clipped loss term.", gt=0, refs=["verl:critic.cliprange_value", "roll:value_clip"])
+    cliprange_value: float | None = param(0.5, doc="Value clipping: new values stay within this distance of the rollout-time values in the clipped loss term; null does not clip.", gt=0, refs=["verl:critic.cliprange_value", "roll:value_clip"])
     loss_agg_mode: str = param("token-mean", doc="How per-token value losses become one number (same modes as actor.loss_agg_mode).", choices=LOSS_AGG_MODES, refs=["verl:critic.loss_agg_mode"])
     grad_clip: float = param(1.0, doc="Clip the critic's global gradient norm to this value before each optimizer step.", gt=0, refs=["verl:critic.grad_clip"])
     optim: CriticOptimConfig = param(factory=CriticOptimConfig, doc="Optimizer and LR schedule of the critic.", refs=["verl:critic.optim", "roll:critic.training_args"])

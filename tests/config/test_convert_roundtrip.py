@@ -1,0 +1,97 @@
+"""`posttrain config convert`: the written file is valid YAML for any input, and planning it gives the
+same plan as planning the original (verl, ROLL and Trinity-RFT files, through the real CLI)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from posttrain.cli import main
+from posttrain.config import load_config
+from posttrain.models.tiny import make_tiny_model
+from posttrain.tasks import write_task_data
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("convert")
+    make_tiny_model(root / "model", layers=1, hidden=32, heads=4, seed=0)
+    write_task_data("sort", root / "data", train=16, test=4)
+    return root
+
+
+def _files(root: Path) -> dict[str, str]:
+    """One config per dialect that translates completely, on the tiny model and task."""
+    return {
+        "verl": f"""\
+            data: {{train_files: {root}/data/train.parquet, val_files: {root}/data/test.parquet, train_batch_size: 4, max_prompt_length: 32, max_response_length: 8}}
+            algorithm: {{adv_estimator: grpo}}
+            actor_rollout_ref:
+              model: {{path: {root}/model}}
+              actor: {{ppo_mini_batch_size: 2, ppo_micro_batch_size_per_gpu: 4, use_kl_loss: true, optim: {{lr: 1.0e-4}}}}
+              rollout: {{n: 4, temperature: 0.9}}
+            trainer: {{total_epochs: 2, logger: ['console'], default_local_dir: {root}/run_verl}}
+        """,
+        "roll": f"""\
+            pretrain: {root}/model
+            rollout_batch_size: 4
+            num_return_sequences_in_group: 4
+            prompt_length: 32
+            response_length: 8
+            dual_clip_loss: true
+            pg_clip: 0.25
+            num_gpus_per_node: 1
+            actor_train:
+              training_args: {{learning_rate: 2.0e-5, per_device_train_batch_size: 2, gradient_accumulation_steps: 4}}
+              data_args: {{file_name: [{root}/data/train.parquet]}}
+            actor_infer:
+              generating_args: {{temperature: 0.8, num_return_sequences: 4, max_new_tokens: 8}}
+              strategy_args: {{strategy_name: hf_infer}}
+        """,
+        "trinity": f"""\
+            algorithm: {{algorithm_type: grpo, repeat_times: 4}}
+            model: {{model_path: {root}/model, max_model_len: 40, max_response_tokens: 8}}
+            buffer:
+              batch_size: 4
+              total_epochs: 2
+              explorer_input:
+                taskset: {{path: {root}/data, split: train}}
+        """,
+    }
+
+
+@pytest.mark.parametrize("dialect", ["verl", "roll", "trinity"])
+def test_plan_of_the_converted_file_is_the_plan_of_the_original(dialect, inputs, tmp_path, capsys):
+    original = tmp_path / f"{dialect}.yaml"
+    original.write_text(textwrap.dedent(_files(inputs)[dialect]))
+    converted = tmp_path / "converted.yaml"
+    assert main(["config", "convert", str(original), str(converted)]) == 0
+    capsys.readouterr()
+    assert main(["config", "plan", str(original)]) == 0
+    plan_original = capsys.readouterr().out
+    assert main(["config", "plan", str(converted)]) == 0
+    assert capsys.readouterr().out == plan_original and "responses per step" in plan_original
+    assert load_config(converted) == load_config(original)  # every value, not only the arithmetic
+
+
+def test_multi_line_refused_values_keep_the_file_valid(inputs, tmp_path, capsys):
+    original = tmp_path / "roll.yaml"
+    original.write_text(textwrap.dedent(_files(inputs)["roll"]).replace("strategy_name: hf_infer", 'strategy_name: "vllm\\nsglang"') + textwrap.dedent("""\
+        my_knob: |
+          first line
+          second: line
+        my_list: ["a\\nb", "it's\\n  indented"]
+    """))
+    converted = tmp_path / "converted.yaml"
+    assert main(["config", "convert", str(original), str(converted)]) == 1  # written, with refused keys
+    err = capsys.readouterr().out
+    assert "refused: my_knob" in err and "refused: actor_infer.strategy_args.strategy_name" in err
+    text = converted.read_text()
+    parsed = yaml.safe_load(text)  # every refused value stays inside its comment
+    assert "my_knob" not in parsed and "my_list" not in parsed and parsed["rollout"].get("name") is None
+    assert '# rollout.name: "vllm\\nsglang"' in text
+    assert main(["config", "show", str(converted)]) == 0  # the rest is a valid posttrain config
+    assert yaml.safe_load(capsys.readouterr().out)["actor"]["clip_ratio_c"] == pytest.approx(1.5)
