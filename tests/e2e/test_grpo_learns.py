@@ -1,10 +1,8 @@
 """End to end through the real CLI: make a tiny model and the sort task, SFT warm-up, then GRPO.
 
 Asserts that RL raises the training reward, not only that the run finished (STYLE.md, point 11),
-in one process and as an explorer and a trainer process meeting in an experience buffer (at most one
-step stale). Two worker processes are not run here: tests/cluster/test_launch.py shows that they log
-the same metrics as one process, step for step, so they learn as this one-process run does.
-Budget: well under 2 minutes each on 2 CPU cores.
+in one process, on two worker processes (gloo), and as an explorer and a trainer process meeting in
+an experience buffer (at most one step stale). Budget: well under 2 minutes each on 2 CPU cores.
 """
 
 import json
@@ -54,15 +52,18 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "placement", [(), ("synchronizer.sync_interval=2",)], ids=["one process", "explorer and trainer processes"],
+    "placement", [(), ("cluster.n_gpus_per_node=2",), ("synchronizer.sync_interval=2",)],
+    ids=["one process", "two worker processes", "explorer and trainer processes"],
 )
 def test_sft_then_grpo_raises_the_training_reward(tmp_path, placement):
     _cli("make-model", "tiny", "model", cwd=tmp_path)
     _cli("make-data", "sort", "data", "--train", "2000", "--test", "50", "--seed", "1", cwd=tmp_path)
     (tmp_path / "run.yaml").write_text(CONFIG.format(d="data", m="model", r="run"))
     out = _cli("train", "run.yaml", *placement, cwd=tmp_path)
+    workers = 2 if "cluster.n_gpus_per_node=2" in placement else 0
     decoupled = "synchronizer.sync_interval=2" in placement
     assert "final model: run/grpo/final_model" in out.stdout
+    assert ("2 worker processes" in out.stdout) == (workers == 2)
     assert ("decoupled run: trainer" in out.stdout) == decoupled
 
     run = tmp_path / "run"
@@ -74,7 +75,7 @@ def test_sft_then_grpo_raises_the_training_reward(tmp_path, placement):
     assert sft[-1]["sft/loss"] < 0.5 * sft[0]["sft/loss"]
     rows = [json.loads(line) for line in (run / "grpo" / "metrics.jsonl").read_text().splitlines()]
     scores = [r["critic/score/mean"] for r in rows if "critic/score/mean" in r]
-    assert {r["dist/world_size"] for r in rows if "dist/world_size" in r} == {1.0}
+    assert {r["dist/world_size"] for r in rows if "dist/world_size" in r} == {2.0 if workers else 1.0}
     staleness = [r["async/staleness"] for r in rows if "async/staleness" in r]
     if decoupled:  # every trained batch sampled by the newest weights or the ones before (sync_interval 2)
         assert len(staleness) == 80 and set(staleness) <= {0.0, 1.0}
