@@ -78,7 +78,7 @@ def _train(args: argparse.Namespace, cfg) -> int:
             return launch(argv, plan.size, base, plan.device, dict(cfg.cluster.env_vars))
         stage_dirs = [base / s.name for s in stages] if len(stages) > 1 else [base]
         was_complete = all((d / STAGE_COMPLETE).is_file() for d in stage_dirs)
-        world = world or World()
+        world = world or World(device=plan.device)  # one process: on the GPU when cluster asks for one (n_gpus_per_node 1)
         if world.distributed:
             join_world(world, cfg.cluster.rpc_timeout_s)
         results = run(cfg, world)
