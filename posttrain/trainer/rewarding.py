@@ -17,6 +17,7 @@ from posttrain.cluster.parallel import DataParallel, contiguous_shares
 from posttrain.config.schema import Config
 from posttrain.records import RolloutBatch
 from posttrain.rewards import RewardFunction, RewardInput, RewardOutput, build_reward_manager, load_reward_function
+from posttrain.rewards.query_filter import GroupFilter, filter_groups
 from posttrain.rewards.routing import RewardRouter, RoutedWorker, label_worker
 from posttrain.rewards.scorers import load_scorer
 from posttrain.rewards.types import WorkerTally
@@ -65,6 +66,18 @@ def build_router(cfg: Config, fns: dict[str, RewardFunction]) -> RewardRouter:
     return RewardRouter(routed)
 
 
+def group_filters(cfg: Config) -> dict[str, list[tuple[str, GroupFilter]]]:
+    """tag -> [(worker, filter)] of the reward workers with a query filter; empty when none has one."""
+    out: dict[str, list[tuple[str, GroupFilter]]] = {}
+    for name, w in cfg.reward.workers.items():
+        qf = w.query_filter_config
+        if qf.type == "no_filter":
+            continue
+        for tag in w.tag_included:
+            out.setdefault(tag, []).append((name, GroupFilter.from_config(qf.type, qf.filter_args)))
+    return out
+
+
 def manager_options(cfg: Config) -> dict[str, Any]:
     """The keyword arguments of the configured reward manager."""
     r = cfg.reward
@@ -89,6 +102,7 @@ class RewardStage:
         else:
             self.manager = build_reward_manager(r.reward_manager, fn, **manager_options(cfg))
         self.tokenizer = tokenizer
+        self.group_filters = group_filters(cfg)
         self.function_weight = r.function_weight
         self.rm_weight = r.reward_model_weight
         self.reward_model = None
@@ -100,6 +114,20 @@ class RewardStage:
                 rm.path, micro_batch_size=rm.micro_batch_size_per_gpu, max_length=rm.max_length,
                 max_tokens=rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None,
             )
+
+    def keep_informative(
+        self, batch: RolloutBatch, scores: torch.Tensor, texts: list[str]
+    ) -> tuple[RolloutBatch, torch.Tensor, list[str], dict[str, float]]:
+        """The training batch's groups that the reward workers' query filters keep (all of them
+        without a filter), their scores (B',) and texts, and the counts of groups dropped. Every rank
+        holds every score, so every rank keeps the same rows."""
+        if not self.group_filters:
+            return batch, scores, texts, {}
+        rows, metrics = filter_groups(batch.group_index, batch.data_source, scores, self.group_filters)
+        if len(rows) == len(batch):
+            return batch, scores, texts, metrics
+        index = torch.tensor(rows, dtype=torch.long)  # (B',) long even when no row is kept
+        return batch[index], scores[index], [texts[i] for i in rows], metrics
 
     def decode(self, batch: RolloutBatch) -> list[str]:
         """Response texts without padding (special tokens kept, as verl passes them to scorers)."""

@@ -71,7 +71,8 @@ def test_filters_keys_roll_ignores_and_user_classes(tmp_path):
     assert _entry(report, "rewards.math.reward_type").reason == "ROLL's MathRuleRewardWorker does not read it"
     assert _entry(report, "rewards.math.query_filter_config").status == "dropped"
     std = _entry(report, "rewards.mc.query_filter_config")
-    assert std.status == "refused" and "dynamic sampling issue" in std.reason
+    assert std.status == "translated"
+    assert foreign.native["reward"]["workers"]["mc"]["query_filter_config"] == {"type": "std_filter", "filter_args": {"std_threshold": 0}}
     mine = _entry(report, "rewards.mine.worker_cls")
     assert mine.status == "refused" and "path/file.py:function" in mine.reason
     assert foreign.native["data"]["reward_fn_key"] == "domain_tag"  # the file's own tag column

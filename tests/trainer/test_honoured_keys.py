@@ -364,6 +364,8 @@ ELSEWHERE = {
     }.items()},
     "data.domain_interleave_probs": "tests/data/test_data_domains.py::test_the_training_sampler_draws_by_domain_from_the_files",
     "reward.workers.*.reward_type": "tests/rewards/test_reward_scorers.py::test_reward_type_picks_the_reward_table_of_a_worker",
+    **{f"reward.workers.*.query_filter_config.{k}": "tests/trainer/test_reward_workers.py::test_query_filter_thresholds_choose_which_groups_train"
+       for k in ("type", "filter_args")},
     # several worker processes: the harness runs one process in-process
     **{f"actor.fsdp_config.{k}": f"{SHARDING}::test_each_fsdp_key_changes_the_sharding" for k in FSDP_KEYS},
     **{f"{role}.fsdp_config.{k}": f"{SHARDING}::test_each_role_is_sharded_by_its_own_fsdp_config_and_balance_batch_splits_by_tokens"

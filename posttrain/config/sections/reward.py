@@ -82,6 +82,14 @@ _JUDGE = "LLM judge reward worker (a generative model scoring responses); reward
 
 
 @section
+class QueryFilterConfig:
+    """Which prompt groups of a reward worker's tags train: all, or those whose rewards vary."""
+
+    type: str = param("no_filter", doc="no_filter keeps every group; mean_filter drops a group whose mean reward is <= threshold_down or >= threshold_up; std_filter drops one whose reward std is <= std_threshold.", choices=["no_filter", "mean_filter", "std_filter"], refs=["roll:.type"])
+    filter_args: dict[str, float] = param(factory=dict, doc="The filter's thresholds: threshold_up (default +inf) and threshold_down (default -1) of mean_filter, std_threshold (default -1) of std_filter.", refs=["roll:.filter_args"])
+
+
+@section
 class RewardWorkerConfig:
     """One reward worker: a scorer for the samples whose tag is in `tag_included`."""
 
@@ -93,7 +101,7 @@ class RewardWorkerConfig:
     response_length_penalty_coef: float = param(0.0, doc="Adds coef x ROLL's length reward: -0.5 below 100 response tokens, rising linearly to 0 at 400 and above.", refs=["roll:.response_length_penalty_coef"])
     world_size: int | None = param(None, doc="Processes scoring this worker's samples (a parallel pool of that size); null follows reward.reward_manager and reward.num_workers.", ge=1, refs=["roll:.world_size"])
     use_local: bool = param(True, doc="Run code in the local sandbox (false: a remote sandbox service).", todo="remote code sandbox; code reward issue", refs=["roll:.use_local"])
-    query_filter_config: dict[str, Any] = param(factory=dict, doc="Drop prompts whose group rewards carry no signal (mean_filter threshold_up/threshold_down, std_filter std_threshold) and refill the batch.", todo="dropping and refilling prompt groups; dynamic sampling issue", refs=["roll:.query_filter_config", "roll:.query_filter_config.type", "roll:.query_filter_config.filter_args"])
+    query_filter_config: QueryFilterConfig = param(factory=QueryFilterConfig, doc="Drop the prompt groups of this worker's tags whose rewards carry no signal (posttrain.rewards.query_filter).", refs=["roll:.query_filter_config"])
     infer_batch_size: int | None = param(None, doc="Samples per forward pass of a model-based worker.", ge=1, todo=_JUDGE, refs=["roll:.infer_batch_size"])
     judge_prompt: str | None = param(None, doc="Prompt template of an LLM judge.", todo=_JUDGE, refs=["roll:.judge_prompt"])
     judge_model_type: str | None = param(None, doc="How the judge model is served (inference, api).", todo=_JUDGE, refs=["roll:.judge_model_type"])
@@ -119,6 +127,14 @@ class RewardConfig:
     overlong_buffer: OverlongBufferConfig = param(factory=OverlongBufferConfig, doc="DAPO soft overlong punishment.")
     sandbox_fusion: SandboxFusionConfig = param(factory=SandboxFusionConfig, doc="Remote code-execution sandbox.")
     workers: dict[str, RewardWorkerConfig] = param(factory=dict, doc="Reward workers by name, each scoring the samples whose tag (data.reward_fn_key) is in its tag_included; empty scores every sample with custom_reward_function.", refs=["roll:rewards"])
+
+
+# The thresholds each query filter reads (posttrain.rewards.query_filter; the config layer cannot import it).
+QUERY_FILTER_ARGS: dict[str, tuple[str, ...]] = {
+    "no_filter": (),
+    "mean_filter": ("threshold_up", "threshold_down"),
+    "std_filter": ("std_threshold",),
+}
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
@@ -149,6 +165,11 @@ def check_reward_workers(cfg: Any) -> list[str]:
             problems.append(f"{key}: a worker name must be non-empty and without '/' (it names the metrics reward/<worker>/...)")
         if not worker.tag_included:
             problems.append(f"{key}.tag_included: name at least one tag (a value of the data.reward_fn_key column) this worker scores")
+        qf = worker.query_filter_config
+        allowed = QUERY_FILTER_ARGS[qf.type]
+        unknown = sorted(set(qf.filter_args) - set(allowed))
+        if unknown:
+            problems.append(f"{key}.query_filter_config.filter_args: {qf.type} does not read {', '.join(unknown)}; it takes: {', '.join(allowed) or 'nothing'}")
         if worker.worker_cls in ROLL_WORKER_CLASSES or worker.worker_cls in ROLL_WORKER_TODO:
             native = ROLL_WORKER_CLASSES.get(worker.worker_cls)
             fix = f"write worker_cls: {native}" if native else f"not implemented yet: {ROLL_WORKER_TODO[worker.worker_cls]}"
