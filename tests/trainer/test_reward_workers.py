@@ -166,3 +166,25 @@ def test_query_filter_arguments_are_checked(files, tmp_path, capsys):
             "reward.workers.sums.query_filter_config.filter_args={threshold_up: 1.0}", "trainer.logger=[]"]
     assert main(["train", str(config), *args]) == 2
     assert "reward.workers.sums.query_filter_config.filter_args: std_filter does not read threshold_up; it takes: std_threshold" in capsys.readouterr().err
+
+
+def test_an_llm_judge_worker_scores_its_tag_in_a_training_step(files):
+    """The judge (here the tiny policy model itself) reads each arithmetic sample's question and
+    response; its answers have no YES/NO, so under on_error=fixed every one is a counted failure
+    scored failure_reward, while the sort worker scores the other rows as usual."""
+    root, model = files
+    judge = ("reward.workers.sums.worker_cls=llm_judge", f"reward.workers.sums.model_args={{model_name_or_path: {model}}}",
+             "reward.workers.sums.generating_args={max_new_tokens: 3}", "reward.workers.sums.infer_batch_size=4",
+             "reward.on_error=fixed", "reward.failure_reward=0.25")
+    trainer = tiny_rl_trainer((root, model), *_workers(root), *judge, "data.train_batch_size=8", "actor.ppo_mini_batch_size=8",
+                              "actor.ppo_micro_batch_size_per_gpu=16", run="judge")
+    exp = _explore(trainer)
+    batch = exp.batch
+    arith = [i for i, tag in enumerate(batch.data_source) if tag == ARITH]
+    questions = trainer.rewards._questions(batch, arith)
+    assert arith and all(q.endswith("=") and "+" in q for q in questions.values())  # "45+30=": the question, no template
+    m = exp.reward_metrics
+    assert m["reward/sums/count"] == len(arith) and m["reward/sums/failures"] == len(arith)
+    assert m["reward/sums/mean"] == pytest.approx(0.25) and m["reward/judge_parsed"] == 0.0
+    assert m["reward/sorting/failures"] == 0
+    trainer.rewards.close()

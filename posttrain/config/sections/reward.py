@@ -70,15 +70,17 @@ ROLL_WORKER_CLASSES: dict[str, str] = {
     f"{_ROLL_RLVR}code_sandbox_reward_worker.CodeSandboxRewardWorker": "code",
     f"{_ROLL_RLVR}crossthinkqa_rule_reward_worker.CrossThinkQARuleRewardWorker": "multiple_choice",
     f"{_ROLL_RLVR}multiple_choice_boxed_rule_reward_worker.MultipleChoiceBoxedRuleRewardWorker": "multiple_choice",
+    f"{_ROLL_RLVR}llm_judge_reward_worker.LLMJudgeRewardWorker": "llm_judge",
 }
 ROLL_WORKER_TODO: dict[str, str] = {
-    f"{_ROLL_RLVR}llm_judge_reward_worker.LLMJudgeRewardWorker": "LLM judge reward worker (a generative model scoring responses); reward routing issue",
     f"{_ROLL_RLVR}ifeval_rule_reward_worker.GeneralRuleRewardWorker": "IFEval instruction-following checks; reward routing issue",
     f"{_ROLL_RLVR}general_val_rule_reward_worker.GeneralValRuleRewardWorker": "ROLL's general validation rules; reward routing issue",
     f"{_ROLL_RLVR}detection_reward_worker.DetectionRewardWorker": "vision detection rewards; multimodal issue",
     f"{_ROLL_RLVR}remote_reward_system_worker.RemoteRewardSystemWorker": "remote reward services; reward routing issue",
 }
-_JUDGE = "LLM judge reward worker (a generative model scoring responses); reward routing issue"
+# The worker_cls of the LLM judge and the keys only it reads (posttrain.rewards.judge).
+JUDGE = "llm_judge"
+JUDGE_KEYS = ("judge_prompt", "judge_model_type", "model_args", "generating_args", "infer_batch_size")
 
 
 @section
@@ -93,7 +95,7 @@ class QueryFilterConfig:
 class RewardWorkerConfig:
     """One reward worker: a scorer for the samples whose tag is in `tag_included`."""
 
-    worker_cls: str = param("tasks", doc="The scorer: a built-in (tasks, math, multiple_choice, code), `file.py:function` or `module:function` (a class there is built once with reward_kwargs and called per sample).", refs=["roll:.worker_cls"])
+    worker_cls: str = param("tasks", doc="The scorer: a built-in (tasks, math, multiple_choice, code, llm_judge), `file.py:function` or `module:function` (a class there is built once with reward_kwargs and called per sample).", refs=["roll:.worker_cls"])
     tag_included: list[str] = param(factory=list, doc="Tags (the data.reward_fn_key column) of the samples this worker scores; at least one.", refs=["roll:.tag_included"])
     reward_kwargs: dict[str, Any] = param(factory=dict, doc="Extra keyword arguments of every call of the scorer (for a class: of its constructor).")
     weight: float = param(1.0, doc="Weight of this worker's score in a sample's reward, the sum over every worker that claims its tag.", ge=0)
@@ -102,12 +104,11 @@ class RewardWorkerConfig:
     world_size: int | None = param(None, doc="Processes scoring this worker's samples (a parallel pool of that size); null follows reward.reward_manager and reward.num_workers.", ge=1, refs=["roll:.world_size"])
     use_local: bool = param(True, doc="Run code in the local sandbox (false: a remote sandbox service).", todo="remote code sandbox; code reward issue", refs=["roll:.use_local"])
     query_filter_config: QueryFilterConfig = param(factory=QueryFilterConfig, doc="Drop the prompt groups of this worker's tags whose rewards carry no signal (posttrain.rewards.query_filter).", refs=["roll:.query_filter_config"])
-    infer_batch_size: int | None = param(None, doc="Samples per forward pass of a model-based worker.", ge=1, todo=_JUDGE, refs=["roll:.infer_batch_size"])
-    judge_prompt: str | None = param(None, doc="Prompt template of an LLM judge.", todo=_JUDGE, refs=["roll:.judge_prompt"])
-    judge_model_type: str | None = param(None, doc="How the judge model is served (inference, api).", todo=_JUDGE, refs=["roll:.judge_model_type"])
-    model_args: dict[str, Any] = param(factory=dict, doc="The judge model (model_name_or_path, dtype, ...).", todo=_JUDGE, refs=["roll:.model_args"])
-    generating_args: dict[str, Any] = param(factory=dict, doc="Sampling settings of the judge model.", todo=_JUDGE, refs=["roll:.generating_args"])
-
+    infer_batch_size: int | None = param(None, doc="LLM judge: judge prompts per generation pass; null: the whole batch at once.", ge=1, refs=["roll:.infer_batch_size"])
+    judge_prompt: str | None = param(None, doc="LLM judge: a built-in template (reference_match, score_0_10) or a template with {response} (and {question}, {reference}); null: reference_match.", refs=["roll:.judge_prompt"])
+    judge_model_type: str | None = param(None, doc="LLM judge: inference runs the judge model with posttrain's HF engine in the training process (api, a served model, is not implemented); null: inference.", choices=[None, "inference", "api"], refs=["roll:.judge_model_type"])
+    model_args: dict[str, Any] = param(factory=dict, doc="LLM judge: model_name_or_path (a local directory or cached hub name) and dtype of the judge model.", refs=["roll:.model_args"])
+    generating_args: dict[str, Any] = param(factory=dict, doc="LLM judge: max_new_tokens (32), do_sample (false), temperature, top_p, top_k, repetition_penalty of the judge's answers.", refs=["roll:.generating_args"])
 
 @section
 class RewardConfig:
@@ -170,8 +171,23 @@ def check_reward_workers(cfg: Any) -> list[str]:
         unknown = sorted(set(qf.filter_args) - set(allowed))
         if unknown:
             problems.append(f"{key}.query_filter_config.filter_args: {qf.type} does not read {', '.join(unknown)}; it takes: {', '.join(allowed) or 'nothing'}")
+        problems.extend(_judge_problems(key, worker))
         if worker.worker_cls in ROLL_WORKER_CLASSES or worker.worker_cls in ROLL_WORKER_TODO:
             native = ROLL_WORKER_CLASSES.get(worker.worker_cls)
             fix = f"write worker_cls: {native}" if native else f"not implemented yet: {ROLL_WORKER_TODO[worker.worker_cls]}"
             problems.append(f"{key}.worker_cls: {worker.worker_cls!r} is ROLL's class; {fix} (posttrain config convert translates ROLL files)")
+    return problems
+
+
+def _judge_problems(key: str, worker: Any) -> list[str]:
+    """An LLM judge's keys on another worker, a served judge, a judge in a process pool."""
+    if worker.worker_cls != JUDGE:
+        return [f"{key}.{k}: only an LLM judge (worker_cls: {JUDGE}) reads it" for k in JUDGE_KEYS if getattr(worker, k) not in (None, {})]
+    problems = []
+    if worker.judge_model_type == "api":
+        problems.append(f"{key}.judge_model_type: api (a judge served over HTTP) is not implemented; run the judge model "
+                        "in the training process with judge_model_type: inference")
+    if worker.world_size is not None:
+        problems.append(f"{key}.world_size: an LLM judge runs its model in the training process, not in a pool of "
+                        "processes; leave world_size out (infer_batch_size sets its batch)")
     return problems
