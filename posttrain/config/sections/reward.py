@@ -71,9 +71,9 @@ ROLL_WORKER_CLASSES: dict[str, str] = {
     f"{_ROLL_RLVR}crossthinkqa_rule_reward_worker.CrossThinkQARuleRewardWorker": "multiple_choice",
     f"{_ROLL_RLVR}multiple_choice_boxed_rule_reward_worker.MultipleChoiceBoxedRuleRewardWorker": "multiple_choice",
     f"{_ROLL_RLVR}llm_judge_reward_worker.LLMJudgeRewardWorker": "llm_judge",
+    f"{_ROLL_RLVR}ifeval_rule_reward_worker.GeneralRuleRewardWorker": "ifeval",
 }
 ROLL_WORKER_TODO: dict[str, str] = {
-    f"{_ROLL_RLVR}ifeval_rule_reward_worker.GeneralRuleRewardWorker": "IFEval instruction-following checks; reward routing issue",
     f"{_ROLL_RLVR}general_val_rule_reward_worker.GeneralValRuleRewardWorker": "ROLL's general validation rules; reward routing issue",
     f"{_ROLL_RLVR}detection_reward_worker.DetectionRewardWorker": "vision detection rewards; multimodal issue",
     f"{_ROLL_RLVR}remote_reward_system_worker.RemoteRewardSystemWorker": "remote reward services; reward routing issue",
@@ -95,7 +95,7 @@ class QueryFilterConfig:
 class RewardWorkerConfig:
     """One reward worker: a scorer for the samples whose tag is in `tag_included`."""
 
-    worker_cls: str = param("tasks", doc="The scorer: a built-in (tasks, math, multiple_choice, code, llm_judge), `file.py:function` or `module:function` (a class there is built once with reward_kwargs and called per sample).", refs=["roll:.worker_cls"])
+    worker_cls: str = param("tasks", doc="The scorer: a built-in (tasks, math, multiple_choice, code, ifeval, llm_judge), `file.py:function` or `module:function` (a class there is built once with reward_kwargs and called per sample).", refs=["roll:.worker_cls"])
     tag_included: list[str] = param(factory=list, doc="Tags (the data.reward_fn_key column) of the samples this worker scores; at least one.", refs=["roll:.tag_included"])
     reward_kwargs: dict[str, Any] = param(factory=dict, doc="Extra keyword arguments of every call of the scorer (for a class: of its constructor).")
     weight: float = param(1.0, doc="Weight of this worker's score in a sample's reward, the sum over every worker that claims its tag.", ge=0)
