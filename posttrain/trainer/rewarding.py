@@ -49,6 +49,9 @@ def worker_function(cfg: Config, name: str) -> RewardFunction | JudgeSpec:
     kwargs = dict(w.reward_kwargs)
     if w.reward_type is not None:
         kwargs["reward_type"] = w.reward_type
+    remote = cfg.reward.sandbox_fusion
+    if w.worker_cls == "code" and remote.url:  # the code worker's programs run on the remote sandbox
+        kwargs["sandbox_fusion"] = {"url": remote.url, "max_concurrent": remote.max_concurrent, "memory_limit_mb": remote.memory_limit_mb}
     return load_scorer(w.worker_cls, kwargs, f"reward.workers.{name}.worker_cls")
 
 

@@ -371,6 +371,11 @@ ELSEWHERE = {
         "generating_args": "test_a_tiny_model_judges_through_the_hf_engine",
         "infer_batch_size": "test_a_tiny_model_judges_through_the_hf_engine",
     }.items()},
+    **{f"reward.sandbox_fusion.{k}": f"tests/rewards/test_reward_sandbox_remote.py::{test}" for k, test in {
+        "url": "test_the_url_reaches_the_code_worker_and_needs_one",
+        "memory_limit_mb": "test_the_url_reaches_the_code_worker_and_needs_one",
+        "max_concurrent": "test_max_concurrent_bounds_the_requests_in_flight",
+    }.items()},
     **{f"reward.workers.*.query_filter_config.{k}": "tests/trainer/test_reward_workers.py::test_query_filter_thresholds_choose_which_groups_train"
        for k in ("type", "filter_args")},
     # several worker processes: the harness runs one process in-process

@@ -58,8 +58,9 @@ class OverlongBufferConfig:
 class SandboxFusionConfig:
     """A remote code-execution sandbox used by code reward functions."""
 
-    url: str | None = param(None, doc="URL of the sandbox service; null runs code rewards locally.", todo="remote code sandbox; code reward issue", refs=["verl:reward_model.sandbox_fusion.url"])
-    max_concurrent: int = param(64, doc="Most requests in flight to the sandbox.", ge=1, todo="remote code sandbox; code reward issue", refs=["verl:reward_model.sandbox_fusion.max_concurrent"])
+    url: str | None = param(None, doc="URL of a SandboxFusion service (its run_code endpoint) that runs the code workers' programs; null runs them in the local sandbox.", refs=["verl:reward_model.sandbox_fusion.url"])
+    max_concurrent: int = param(64, doc="Most requests in flight to the sandbox from one scoring process.", ge=1, refs=["verl:reward_model.sandbox_fusion.max_concurrent"])
+    memory_limit_mb: int = param(1024, doc="Memory limit of one program on the remote sandbox, in MB.", ge=1, refs=["verl:reward_model.sandbox_fusion.memory_limit_mb"])
 
 
 # ROLL's reward worker classes and the posttrain scorer (worker_cls) each is translated to; None:
@@ -152,6 +153,8 @@ def check_reward_workers(cfg: Any) -> list[str]:
     with them (checks that need no files; the scorers are imported before training starts)."""
     reward = getattr(cfg, "reward", None)
     workers = getattr(reward, "workers", None)
+    if reward is not None and reward.sandbox_fusion.url and not any(w.worker_cls == "code" for w in (workers or {}).values()):
+        return ["reward.sandbox_fusion.url: only a code reward worker (reward.workers.<name>.worker_cls: code) runs programs; add one or drop the url"]
     if not workers:
         return []
     problems = []
