@@ -15,6 +15,9 @@ The score is 1.0 when every case passes, else 0.0; ``pass_rate`` is the fraction
 without end only fails its case (it is the response's fault); a ground truth in another layout is a
 reward failure (``reward.on_error``). Sandbox limits come from the worker's reward_kwargs:
 ``cpu_s``, ``wall_s``, ``memory_mb``, ``output_bytes``, ``processes`` (`posttrain.rewards.sandbox`).
+With ``reward.sandbox_fusion.url`` set the cases run on that remote sandbox instead
+(`posttrain.rewards.sandbox_remote`), ``wall_s`` as its time limit and the section's
+``memory_limit_mb`` as its memory limit.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import re
 from typing import Any
 
 from posttrain.rewards.sandbox import Limits, run_python
+from posttrain.rewards.sandbox_remote import RemoteSandbox
 from posttrain.tasks.answers import END_MARKERS
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -69,19 +73,25 @@ def _same_output(actual: str, expected: str) -> bool:
 def code_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, *,
     cpu_s: float = 5.0, wall_s: float = 10.0, memory_mb: int = 512, output_bytes: int = 65_536, processes: int = 32,
+    sandbox_fusion: dict[str, Any] | None = None,
 ) -> dict[str, float]:
-    """1.0 when the response's program passes every test case (module docstring), else 0.0."""
+    """1.0 when the response's program passes every test case (module docstring), else 0.0.
+    ``sandbox_fusion`` ({url, max_concurrent, memory_limit_mb}, from reward.sandbox_fusion) runs the
+    cases on that remote sandbox instead of the local one."""
     case_type, cases = read_tests(ground_truth)
     box = Limits(cpu_s=cpu_s, wall_s=wall_s, memory_mb=memory_mb, output_bytes=output_bytes, processes=processes)
     program = extract_code(solution_str)
+    if case_type == "input":
+        jobs = [(program, str(case["stdin"])) for case in cases]
+    else:
+        jobs = [(f"{program}\n\n{case['assert_code']}\n", "") for case in cases]
+    if sandbox_fusion is not None:
+        results = RemoteSandbox(**sandbox_fusion).run_all(jobs, box)  # SandboxUnavailable: a reward failure
+    else:
+        results = [run_python(code, stdin, box) for code, stdin in jobs]
     passed = timeouts = 0
-    for case in cases:
-        if case_type == "input":
-            result = run_python(program, str(case["stdin"]), box)
-            ok = result.ok and _same_output(result.stdout, str(case["expected_stdout"]))
-        else:
-            result = run_python(f"{program}\n\n{case['assert_code']}\n", "", box)
-            ok = result.ok
+    for case, result in zip(cases, results):
+        ok = result.ok and (case_type != "input" or _same_output(result.stdout, str(case["expected_stdout"])))
         passed += ok
         timeouts += result.limit == "wall" or result.returncode in (152, -24)  # wall clock or SIGXCPU
     rate = passed / len(cases) if cases else 0.0

@@ -4,7 +4,8 @@
 
 - a built-in scorer's name (`BUILTIN_SCORERS`): ``tasks`` (posttrain's synthetic tasks, by the
   sample's data_source), ``math`` (symbolic equivalence), ``multiple_choice``, ``code`` (the local
-  sandbox);
+  sandbox), ``ifeval`` (verifiable instructions); ``llm_judge`` is a worker of its own
+  (`posttrain.rewards.judge`);
 - ``path/to/file.py:name``: a function (or class) in a Python file, as custom_reward_function;
 - ``package.module:name``: a function (or class) importable from ``sys.path``.
 
@@ -26,6 +27,7 @@ BUILTIN_SCORERS: dict[str, tuple[str, str]] = {
     "math": ("posttrain.rewards.math_scorer", "math_score"),
     "multiple_choice": ("posttrain.rewards.choice", "multiple_choice_score"),
     "code": ("posttrain.rewards.code", "code_score"),
+    "ifeval": ("posttrain.rewards.instructions", "ifeval_score"),
 }
 
 

@@ -19,7 +19,8 @@ class RewardInput:
 
     ``index`` identifies the sample in error messages (the trainer passes the row's position in the
     batch); it is not given to the reward function, nor is ``response_length`` (the response's
-    tokens, which a reward worker's length penalty reads).
+    tokens, which a reward worker's length penalty reads). ``prompt`` is the sample's question as
+    text, filled only for the workers that read it (an LLM judge); empty otherwise.
     """
 
     data_source: str
@@ -28,6 +29,7 @@ class RewardInput:
     extra_info: dict[str, Any] | None = None
     index: int = 0
     response_length: int = 0
+    prompt: str = ""
 
 
 @dataclass(frozen=True)

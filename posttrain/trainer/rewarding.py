@@ -17,13 +17,17 @@ from posttrain.cluster.parallel import DataParallel, contiguous_shares
 from posttrain.config.schema import Config
 from posttrain.records import RolloutBatch
 from posttrain.rewards import RewardFunction, RewardInput, RewardOutput, build_reward_manager, load_reward_function
+from posttrain.config.sections.reward import JUDGE
+from posttrain.rewards.judge import JudgeSpec, judge_spec
+from posttrain.rewards.query_filter import GroupFilter, filter_groups
 from posttrain.rewards.routing import RewardRouter, RoutedWorker, label_worker
 from posttrain.rewards.scorers import load_scorer
 from posttrain.rewards.types import WorkerTally
 from posttrain.workers.microbatch import SINGLE
 
-# What scores a stage's responses: one reward function, or each reward worker's by name.
-Scorers = RewardFunction | dict[str, RewardFunction]
+# What scores a stage's responses: one reward function, or each reward worker's by name (an LLM
+# judge's is its checked spec; its model loads when the reward stage is built).
+Scorers = RewardFunction | dict[str, RewardFunction | JudgeSpec]
 
 
 def reward_function(cfg: Config) -> Scorers:
@@ -34,12 +38,20 @@ def reward_function(cfg: Config) -> Scorers:
     return load_reward_function(f.path, f.name, dict(f.reward_kwargs))
 
 
-def worker_function(cfg: Config, name: str) -> RewardFunction:
-    """Reward worker `name`'s scorer, called with its reward_kwargs (and reward_type when set)."""
+def worker_function(cfg: Config, name: str) -> RewardFunction | JudgeSpec:
+    """Reward worker `name`'s scorer, called with its reward_kwargs (and reward_type when set), or
+    an LLM judge's checked spec."""
     w = cfg.reward.workers[name]
+    if w.worker_cls == JUDGE:
+        return judge_spec(f"reward.workers.{name}", judge_prompt=w.judge_prompt, model_args=dict(w.model_args),
+                          generating_args=dict(w.generating_args), infer_batch_size=w.infer_batch_size,
+                          reward_kwargs=dict(w.reward_kwargs))
     kwargs = dict(w.reward_kwargs)
     if w.reward_type is not None:
         kwargs["reward_type"] = w.reward_type
+    remote = cfg.reward.sandbox_fusion
+    if w.worker_cls == "code" and remote.url:  # the code worker's programs run on the remote sandbox
+        kwargs["sandbox_fusion"] = {"url": remote.url, "max_concurrent": remote.max_concurrent, "memory_limit_mb": remote.memory_limit_mb}
     return load_scorer(w.worker_cls, kwargs, f"reward.workers.{name}.worker_cls")
 
 
@@ -54,15 +66,33 @@ def worker_manager(cfg: Config, name: str) -> tuple[str, dict[str, Any]]:
     return "parallel", options
 
 
-def build_router(cfg: Config, fns: dict[str, RewardFunction]) -> RewardRouter:
-    """The reward workers of `cfg.reward.workers`, each with its own manager (`fns`: their scorers)."""
+def build_router(cfg: Config, fns: dict[str, RewardFunction | JudgeSpec]) -> RewardRouter:
+    """The reward workers of `cfg.reward.workers`, each with its own manager (`fns`: their scorers;
+    an LLM judge is a manager of its own, run on the calling thread)."""
     routed = []
     for name, w in cfg.reward.workers.items():
         kind, options = worker_manager(cfg, name)
-        manager = build_reward_manager(kind, fns[name], **options)
-        label_worker(manager, name)
+        fn = fns[name]
+        if isinstance(fn, JudgeSpec):
+            manager = fn.build(on_error=cfg.reward.on_error, failure_reward=cfg.reward.failure_reward, seed=cfg.trainer.seed)
+            kind = "naive"
+        else:
+            manager = build_reward_manager(kind, fn, **options)
+            label_worker(manager, name)
         routed.append(RoutedWorker(name, manager, tuple(w.tag_included), w.weight, w.response_length_penalty_coef, kind == "naive"))
     return RewardRouter(routed)
+
+
+def group_filters(cfg: Config) -> dict[str, list[tuple[str, GroupFilter]]]:
+    """tag -> [(worker, filter)] of the reward workers with a query filter; empty when none has one."""
+    out: dict[str, list[tuple[str, GroupFilter]]] = {}
+    for name, w in cfg.reward.workers.items():
+        qf = w.query_filter_config
+        if qf.type == "no_filter":
+            continue
+        for tag in w.tag_included:
+            out.setdefault(tag, []).append((name, GroupFilter.from_config(qf.type, qf.filter_args)))
+    return out
 
 
 def manager_options(cfg: Config) -> dict[str, Any]:
@@ -89,6 +119,8 @@ class RewardStage:
         else:
             self.manager = build_reward_manager(r.reward_manager, fn, **manager_options(cfg))
         self.tokenizer = tokenizer
+        self.group_filters = group_filters(cfg)
+        self.reads_prompts = any(w.worker_cls == JUDGE for w in r.workers.values())  # a judge reads the question
         self.function_weight = r.function_weight
         self.rm_weight = r.reward_model_weight
         self.reward_model = None
@@ -100,6 +132,20 @@ class RewardStage:
                 rm.path, micro_batch_size=rm.micro_batch_size_per_gpu, max_length=rm.max_length,
                 max_tokens=rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None,
             )
+
+    def keep_informative(
+        self, batch: RolloutBatch, scores: torch.Tensor, texts: list[str]
+    ) -> tuple[RolloutBatch, torch.Tensor, list[str], dict[str, float]]:
+        """The training batch's groups that the reward workers' query filters keep (all of them
+        without a filter), their scores (B',) and texts, and the counts of groups dropped. Every rank
+        holds every score, so every rank keeps the same rows."""
+        if not self.group_filters:
+            return batch, scores, texts, {}
+        rows, metrics = filter_groups(batch.group_index, batch.data_source, scores, self.group_filters)
+        if len(rows) == len(batch):
+            return batch, scores, texts, metrics
+        index = torch.tensor(rows, dtype=torch.long)  # (B',) long even when no row is kept
+        return batch[index], scores[index], [texts[i] for i in rows], metrics
 
     def decode(self, batch: RolloutBatch) -> list[str]:
         """Response texts without padding (special tokens kept, as verl passes them to scorers)."""
@@ -115,9 +161,10 @@ class RewardStage:
         """Scores (B,), batch metrics, and the per-sample extra values of dict-returning functions."""
         rows = contiguous_shares(len(batch), self.dp.size)[self.dp.rank]  # every row with one process
         lengths = batch.response_mask.sum(1).long().tolist()  # response tokens: a worker's length penalty
+        questions = self._questions(batch, rows) if self.reads_prompts else {}
         samples = [
             RewardInput(data_source=batch.data_source[i], solution_str=texts[i], ground_truth=batch.ground_truth[i],
-                        extra_info=batch.extra_info[i], index=i, response_length=lengths[i])
+                        extra_info=batch.extra_info[i], index=i, response_length=lengths[i], prompt=questions.get(i, ""))
             for i in rows
         ]
         out = self.manager.score(samples) if samples else RewardOutput([])
@@ -135,6 +182,21 @@ class RewardStage:
             scores = scores + self.rm_weight * rm_scores
             metrics["reward/rm_score"] = float(rm_scores.mean())
         return scores, metrics, out.extra
+
+    def _questions(self, batch: RolloutBatch, rows: list[int]) -> dict[int, str]:
+        """Each row's question for a judge: the last user message of its raw chat (data.return_raw_chat),
+        else its prompt decoded without special tokens, from after the last "user" line (as ROLL)."""
+        out = {}
+        for i in rows:
+            chat = batch.raw_chat[i] if batch.raw_chat is not None else None
+            users = [m.get("content", "") for m in chat or [] if isinstance(m, dict) and m.get("role") == "user"]
+            if users:
+                out[i] = str(users[-1])
+                continue
+            text = self.tokenizer.decode(batch.prompt_ids[i][batch.prompt_mask[i] > 0].tolist(), skip_special_tokens=True)
+            text = text.rpartition("user\n")[2]  # drop a template's system turn and role name
+            out[i] = text.removesuffix("assistant\n").rstrip().removesuffix("assistant").rstrip()
+        return out
 
     def _reward_model_scores(self, batch: RolloutBatch, texts: list[str]) -> torch.Tensor:
         """The reward model's score of each response: of the conversation rebuilt in the reward

@@ -86,6 +86,8 @@ class RLTrainer:
         with timer("reward"):
             texts = self.rewards.decode(batch)
             scores, reward_metrics, _ = self.rewards.score(batch, texts)  # (B,)
+            batch, scores, texts, dropped = self.rewards.keep_informative(batch, scores, texts)  # (B',) query filters
+            reward_metrics.update(dropped)
         return Experience(batch, scores, texts, reward_metrics, policy_step=policy_step)
 
     def learn(self, experience: Experience, step: int, timer: PhaseTimer) -> tuple[dict[str, float], RolloutBatch]:
@@ -93,6 +95,9 @@ class RLTrainer:
         batch; returns their metrics and the rows the updates trained on (fewer under PF-PPO)."""
         actor, critic, ref = self.roles.actor, self.roles.critic, self.roles.reference
         batch, scores, metrics = experience.batch, experience.scores, {}
+        if len(batch) == 0:  # the query filters dropped every group: nothing to learn from this step
+            metrics["query_filter/skipped_update"] = 1.0
+            return metrics, batch
         with timer("old_log_prob"):
             batch.old_logprobs = actor.old_logprobs(batch)  # (B, T), maybe the rollout's (reuse_rollout_logprobs)
         if self.cfg.algorithm.rollout_is_threshold is not None:

@@ -25,12 +25,17 @@ def test_the_rlvr_reference_rewards_translate_worker_by_worker():
     report, workers = foreign.report, foreign.native["reward"]["workers"]
     assert workers["math_rule"] == {"worker_cls": "math", "tag_included": ["deepmath_103k", "aime"], "world_size": 8}
     assert workers["crossthinkqa"]["worker_cls"] == "multiple_choice" and workers["crossthinkqa"]["reward_type"] == "soft"
-    assert workers["code_sandbox"]["worker_cls"] == "code" and set(workers) == {"math_rule", "crossthinkqa", "code_sandbox"}
+    assert workers["code_sandbox"]["worker_cls"] == "code" and set(workers) == {"math_rule", "crossthinkqa", "code_sandbox", "llm_judge", "ifeval"}
     assert _entry(report, "rewards.math_rule.model_args").status == "dropped"
     assert _entry(report, "rewards.math_rule.infer_batch_size").reason == "a rule worker scores one sample per call"
-    judge = _entry(report, "rewards.llm_judge.tag_included")
-    assert judge.status == "refused" and judge.reason.startswith("not implemented yet: LLM judge")
-    assert _entry(report, "rewards.ifeval.worker_cls").reason.startswith("not implemented yet: IFEval")
+    judge = workers["llm_judge"]
+    assert judge["worker_cls"] == "llm_judge" and judge["judge_prompt"] == "Qwen2.5-7B-Instruct-RLVR-prompt"
+    assert judge["model_args"]["model_name_or_path"] == "virtuoussy/Qwen2.5-7B-Instruct-RLVR" and judge["infer_batch_size"] == 4
+    assert _entry(report, "rewards.llm_judge.device_mapping").status == "dropped"
+    assert "HF engine" in _entry(report, "rewards.llm_judge.strategy_args").reason  # vllm: refused
+    assert _entry(report, "rewards.llm_judge.data_args").status == "refused"
+    assert workers["ifeval"] == {"worker_cls": "ifeval", "tag_included": ["ifeval"], "world_size": 8}
+    assert _entry(report, "rewards.ifeval.reward_type").reason == "ROLL's GeneralRuleRewardWorker does not read it"
     tag = _entry(report, "actor_train.data_args.tag")
     assert (tag.native, tag.value) == ("data.reward_fn_key", "tag")  # ROLL's default column
     probs = _entry(report, "actor_train.data_args.domain_interleave_probs")
@@ -41,7 +46,8 @@ def test_the_converted_rlvr_file_loads_with_its_workers(tmp_path):
     out = tmp_path / "rlvr.yaml"
     assert main(["config", "convert", str(REFERENCE), str(out)]) == 1  # some keys refused
     cfg = load_config(out)
-    assert sorted(cfg.reward.workers) == ["code_sandbox", "crossthinkqa", "math_rule"]
+    assert sorted(cfg.reward.workers) == ["code_sandbox", "crossthinkqa", "ifeval", "llm_judge", "math_rule"]
+    assert cfg.reward.workers["llm_judge"].generating_args["max_new_tokens"] == 100
     assert cfg.reward.workers["math_rule"].worker_cls == "math" and cfg.data.reward_fn_key == "tag"
 
 
@@ -71,7 +77,8 @@ def test_filters_keys_roll_ignores_and_user_classes(tmp_path):
     assert _entry(report, "rewards.math.reward_type").reason == "ROLL's MathRuleRewardWorker does not read it"
     assert _entry(report, "rewards.math.query_filter_config").status == "dropped"
     std = _entry(report, "rewards.mc.query_filter_config")
-    assert std.status == "refused" and "dynamic sampling issue" in std.reason
+    assert std.status == "translated"
+    assert foreign.native["reward"]["workers"]["mc"]["query_filter_config"] == {"type": "std_filter", "filter_args": {"std_threshold": 0}}
     mine = _entry(report, "rewards.mine.worker_cls")
     assert mine.status == "refused" and "path/file.py:function" in mine.reason
     assert foreign.native["data"]["reward_fn_key"] == "domain_tag"  # the file's own tag column

@@ -156,8 +156,9 @@ def test_kwargs_the_scorer_does_not_take_are_refused(scorers):
     (["reward.workers.w.tag_included=[a]", "reward.custom_reward_function.path=x.py"], "both choose how samples are scored"),
     (["reward.workers.w.tag_included=[a]",
       "reward.workers.w.worker_cls=roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker"], "write worker_cls: math"),
-    (["reward.workers.w.tag_included=[a]", "reward.workers.w.judge_prompt=judge this"], "not implemented yet (LLM judge"),
-    (["reward.workers.w.tag_included=[a]", "reward.workers.w.query_filter_config={type: std_filter}"], "dynamic sampling issue"),
+    (["reward.workers.w.tag_included=[a]", "reward.workers.w.judge_prompt=judge this"], "only an LLM judge (worker_cls: llm_judge) reads it"),
+    (["reward.workers.w.tag_included=[a]", "reward.workers.w.query_filter_config={type: mean_filter, filter_args: {std_threshold: 0}}"],
+     "mean_filter does not read std_threshold; it takes: threshold_up, threshold_down"),
     (["reward.workers.w.tag_included=[a]", "reward.workers.w.world_size=0"], "reward.workers.w.world_size: must be >= 1"),
     (["reward.workers.w.tag_included=[a]", "reward.workers.w.tag_include=[b]"], "reward.workers.w.tag_include: unknown key"),
 ])

@@ -364,6 +364,20 @@ ELSEWHERE = {
     }.items()},
     "data.domain_interleave_probs": "tests/data/test_data_domains.py::test_the_training_sampler_draws_by_domain_from_the_files",
     "reward.workers.*.reward_type": "tests/rewards/test_reward_scorers.py::test_reward_type_picks_the_reward_table_of_a_worker",
+    **{f"reward.workers.*.{k}": f"tests/rewards/test_reward_judge.py::{test}" for k, test in {
+        "judge_prompt": "test_a_fake_engine_s_answers_become_scores_and_an_unparsable_one_is_counted",
+        "judge_model_type": "test_judge_keys_are_checked_at_load",
+        "model_args": "test_judge_spec_checks_keys_without_loading",
+        "generating_args": "test_a_tiny_model_judges_through_the_hf_engine",
+        "infer_batch_size": "test_a_tiny_model_judges_through_the_hf_engine",
+    }.items()},
+    **{f"reward.sandbox_fusion.{k}": f"tests/rewards/test_reward_sandbox_remote.py::{test}" for k, test in {
+        "url": "test_the_url_reaches_the_code_worker_and_needs_one",
+        "memory_limit_mb": "test_the_url_reaches_the_code_worker_and_needs_one",
+        "max_concurrent": "test_max_concurrent_bounds_the_requests_in_flight",
+    }.items()},
+    **{f"reward.workers.*.query_filter_config.{k}": "tests/trainer/test_reward_workers.py::test_query_filter_thresholds_choose_which_groups_train"
+       for k in ("type", "filter_args")},
     # several worker processes: the harness runs one process in-process
     **{f"actor.fsdp_config.{k}": f"{SHARDING}::test_each_fsdp_key_changes_the_sharding" for k in FSDP_KEYS},
     **{f"{role}.fsdp_config.{k}": f"{SHARDING}::test_each_role_is_sharded_by_its_own_fsdp_config_and_balance_batch_splits_by_tokens"

@@ -33,7 +33,7 @@ from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.values import parse_device_list, value_hook as common_value_hook
 from posttrain.config.sections import env
 from posttrain.config.sections.algorithm import roll_reward_norm
-from posttrain.config.sections.reward import ROLL_WORKER_CLASSES, ROLL_WORKER_TODO
+from posttrain.config.sections.reward import JUDGE, JUDGE_KEYS, ROLL_WORKER_CLASSES, ROLL_WORKER_TODO
 
 _NORM_KEYS = ("norm_mean_type", "norm_std_type", "reward_norm", "reward_shift", "reward_scale", "use_reward_scaling", "use_reward_norm")
 _NO_BACKWARD = "this role runs no backward pass, so gradient checkpointing has no meaning there"
@@ -237,6 +237,10 @@ def _worker_key(ctx: Context, name: str, worker_cls: str, key: str, value: Any) 
     module = worker_cls.rpartition(".")[0].rpartition(".")[2]
     if key == "worker_cls":
         ctx.set(native, ROLL_WORKER_CLASSES[worker_cls], foreign, f"ROLL's {worker_cls.rpartition('.')[2]}")
+    elif ROLL_WORKER_CLASSES[worker_cls] == JUDGE and key in _JUDGE_PLACEMENT:
+        _judge_placement(ctx, foreign, key, value)
+    elif ROLL_WORKER_CLASSES[worker_cls] == JUDGE and key in JUDGE_KEYS:
+        ctx.set(native, value, foreign)
     elif key in _RULE_WORKER_UNUSED:
         ctx.drop(foreign, _RULE_WORKER_UNUSED[key])
     elif key in ("reward_type", "response_length_penalty_coef") and key not in _READS[module]:
@@ -251,6 +255,23 @@ def _worker_key(ctx: Context, name: str, worker_cls: str, key: str, value: Any) 
             ctx.set(native, value, foreign)
     else:
         ctx.refuse(foreign, "no posttrain equivalent for this reward worker key", None, value)
+
+
+# Keys of ROLL's LLM judge that place it; posttrain runs the judge in the training process.
+_JUDGE_PLACEMENT = ("device_mapping", "world_size", "strategy_args", "data_args")
+
+
+def _judge_placement(ctx: Context, foreign: str, key: str, value: Any) -> None:
+    """An LLM judge's placement keys: dropped where they only place it, refused where they would
+    change its answers (another engine, another chat template)."""
+    if key in ("device_mapping", "world_size"):
+        ctx.drop(foreign, "the LLM judge runs in the training process, on its device: placement only, the scores are the same")
+    elif key == "strategy_args" and isinstance(value, Mapping) and value.get("strategy_name") == "hf_infer" and not value.get("strategy_config"):
+        ctx.drop(foreign, "hf_infer: posttrain's HF engine runs the judge")
+    elif key == "strategy_args":
+        ctx.refuse(foreign, "posttrain runs the judge with its HF engine (strategy_name: hf_infer) only", None, value)
+    else:
+        ctx.refuse(foreign, "the judge writes its prompt in its own tokenizer's chat template; remove data_args when that is the template meant", None, value)
 
 
 HANDLERS = [template, reward_norm, mini_batch, roll_lora, reward_workers, *roll_defaults.HANDLERS]

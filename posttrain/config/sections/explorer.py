@@ -40,7 +40,7 @@ class ExplorerConfig:
     max_timeout: float = param(900.0, doc="Seconds one workflow (rollout + reward) may run before it is retried.", gt=0, todo=_TODO, refs=["trinity:explorer.max_timeout"])
     max_retry_times: int = param(2, doc="Retries of a workflow that failed or timed out.", ge=0, todo=_TODO, refs=["trinity:explorer.max_retry_times"])
     env_vars: dict[str, Any] = param(factory=dict, doc="Environment variables set in every workflow runner.", todo=_TODO, refs=["trinity:explorer.env_vars"])
-    auxiliary_models: list[dict[str, Any]] = param(factory=list, doc="Extra inference models that workflows may call (model_path, tensor_parallel_size, ...).", todo="auxiliary models for workflows; decoupled explorer/trainer issue", refs=["trinity:explorer.auxiliary_models"])
+    auxiliary_models: list[dict[str, Any]] = param(factory=list, doc="Extra inference models that workflows may call (model_path, tensor_parallel_size, ...).", todo="auxiliary models for workflows: Trinity's rubric and RULER judges are workflows that call these models over an OpenAI-compatible server (RULER ranks a whole group in one call), which posttrain does not run; a per-response judge on a local model is reward.workers.<name>.worker_cls: llm_judge", refs=["trinity:explorer.auxiliary_models"])
     over_rollout: OverRolloutConfig = param(factory=OverRolloutConfig, doc="Proceed without the slowest tasks.")
     dynamic_timeout: DynamicTimeoutConfig = param(factory=DynamicTimeoutConfig, doc="Adaptive per-task timeout.")
     runner_state_report_interval: float = param(0.0, doc="Seconds between workflow-runner status reports on the console; 0 disables.", ge=0, todo=_TODO, refs=["trinity:explorer.runner_state_report_interval"])

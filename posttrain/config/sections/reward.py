@@ -58,8 +58,9 @@ class OverlongBufferConfig:
 class SandboxFusionConfig:
     """A remote code-execution sandbox used by code reward functions."""
 
-    url: str | None = param(None, doc="URL of the sandbox service; null runs code rewards locally.", todo="remote code sandbox; code reward issue", refs=["verl:reward_model.sandbox_fusion.url"])
-    max_concurrent: int = param(64, doc="Most requests in flight to the sandbox.", ge=1, todo="remote code sandbox; code reward issue", refs=["verl:reward_model.sandbox_fusion.max_concurrent"])
+    url: str | None = param(None, doc="URL of a SandboxFusion service (its run_code endpoint) that runs the code workers' programs; null runs them in the local sandbox.", refs=["verl:reward_model.sandbox_fusion.url"])
+    max_concurrent: int = param(64, doc="Most requests in flight to the sandbox from one scoring process.", ge=1, refs=["verl:reward_model.sandbox_fusion.max_concurrent"])
+    memory_limit_mb: int = param(1024, doc="Memory limit of one program on the remote sandbox, in MB.", ge=1, refs=["verl:reward_model.sandbox_fusion.memory_limit_mb"])
 
 
 # ROLL's reward worker classes and the posttrain scorer (worker_cls) each is translated to; None:
@@ -70,22 +71,32 @@ ROLL_WORKER_CLASSES: dict[str, str] = {
     f"{_ROLL_RLVR}code_sandbox_reward_worker.CodeSandboxRewardWorker": "code",
     f"{_ROLL_RLVR}crossthinkqa_rule_reward_worker.CrossThinkQARuleRewardWorker": "multiple_choice",
     f"{_ROLL_RLVR}multiple_choice_boxed_rule_reward_worker.MultipleChoiceBoxedRuleRewardWorker": "multiple_choice",
+    f"{_ROLL_RLVR}llm_judge_reward_worker.LLMJudgeRewardWorker": "llm_judge",
+    f"{_ROLL_RLVR}ifeval_rule_reward_worker.GeneralRuleRewardWorker": "ifeval",
 }
 ROLL_WORKER_TODO: dict[str, str] = {
-    f"{_ROLL_RLVR}llm_judge_reward_worker.LLMJudgeRewardWorker": "LLM judge reward worker (a generative model scoring responses); reward routing issue",
-    f"{_ROLL_RLVR}ifeval_rule_reward_worker.GeneralRuleRewardWorker": "IFEval instruction-following checks; reward routing issue",
     f"{_ROLL_RLVR}general_val_rule_reward_worker.GeneralValRuleRewardWorker": "ROLL's general validation rules; reward routing issue",
     f"{_ROLL_RLVR}detection_reward_worker.DetectionRewardWorker": "vision detection rewards; multimodal issue",
     f"{_ROLL_RLVR}remote_reward_system_worker.RemoteRewardSystemWorker": "remote reward services; reward routing issue",
 }
-_JUDGE = "LLM judge reward worker (a generative model scoring responses); reward routing issue"
+# The worker_cls of the LLM judge and the keys only it reads (posttrain.rewards.judge).
+JUDGE = "llm_judge"
+JUDGE_KEYS = ("judge_prompt", "judge_model_type", "model_args", "generating_args", "infer_batch_size")
+
+
+@section
+class QueryFilterConfig:
+    """Which prompt groups of a reward worker's tags train: all, or those whose rewards vary."""
+
+    type: str = param("no_filter", doc="no_filter keeps every group; mean_filter drops a group whose mean reward is <= threshold_down or >= threshold_up; std_filter drops one whose reward std is <= std_threshold.", choices=["no_filter", "mean_filter", "std_filter"], refs=["roll:.type"])
+    filter_args: dict[str, float] = param(factory=dict, doc="The filter's thresholds: threshold_up (default +inf) and threshold_down (default -1) of mean_filter, std_threshold (default -1) of std_filter.", refs=["roll:.filter_args"])
 
 
 @section
 class RewardWorkerConfig:
     """One reward worker: a scorer for the samples whose tag is in `tag_included`."""
 
-    worker_cls: str = param("tasks", doc="The scorer: a built-in (tasks, math, multiple_choice, code), `file.py:function` or `module:function` (a class there is built once with reward_kwargs and called per sample).", refs=["roll:.worker_cls"])
+    worker_cls: str = param("tasks", doc="The scorer: a built-in (tasks, math, multiple_choice, code, ifeval, llm_judge), `file.py:function` or `module:function` (a class there is built once with reward_kwargs and called per sample).", refs=["roll:.worker_cls"])
     tag_included: list[str] = param(factory=list, doc="Tags (the data.reward_fn_key column) of the samples this worker scores; at least one.", refs=["roll:.tag_included"])
     reward_kwargs: dict[str, Any] = param(factory=dict, doc="Extra keyword arguments of every call of the scorer (for a class: of its constructor).")
     weight: float = param(1.0, doc="Weight of this worker's score in a sample's reward, the sum over every worker that claims its tag.", ge=0)
@@ -93,13 +104,12 @@ class RewardWorkerConfig:
     response_length_penalty_coef: float = param(0.0, doc="Adds coef x ROLL's length reward: -0.5 below 100 response tokens, rising linearly to 0 at 400 and above.", refs=["roll:.response_length_penalty_coef"])
     world_size: int | None = param(None, doc="Processes scoring this worker's samples (a parallel pool of that size); null follows reward.reward_manager and reward.num_workers.", ge=1, refs=["roll:.world_size"])
     use_local: bool = param(True, doc="Run code in the local sandbox (false: a remote sandbox service).", todo="remote code sandbox; code reward issue", refs=["roll:.use_local"])
-    query_filter_config: dict[str, Any] = param(factory=dict, doc="Drop prompts whose group rewards carry no signal (mean_filter threshold_up/threshold_down, std_filter std_threshold) and refill the batch.", todo="dropping and refilling prompt groups; dynamic sampling issue", refs=["roll:.query_filter_config", "roll:.query_filter_config.type", "roll:.query_filter_config.filter_args"])
-    infer_batch_size: int | None = param(None, doc="Samples per forward pass of a model-based worker.", ge=1, todo=_JUDGE, refs=["roll:.infer_batch_size"])
-    judge_prompt: str | None = param(None, doc="Prompt template of an LLM judge.", todo=_JUDGE, refs=["roll:.judge_prompt"])
-    judge_model_type: str | None = param(None, doc="How the judge model is served (inference, api).", todo=_JUDGE, refs=["roll:.judge_model_type"])
-    model_args: dict[str, Any] = param(factory=dict, doc="The judge model (model_name_or_path, dtype, ...).", todo=_JUDGE, refs=["roll:.model_args"])
-    generating_args: dict[str, Any] = param(factory=dict, doc="Sampling settings of the judge model.", todo=_JUDGE, refs=["roll:.generating_args"])
-
+    query_filter_config: QueryFilterConfig = param(factory=QueryFilterConfig, doc="Drop the prompt groups of this worker's tags whose rewards carry no signal (posttrain.rewards.query_filter).", refs=["roll:.query_filter_config"])
+    infer_batch_size: int | None = param(None, doc="LLM judge: judge prompts per generation pass; null: the whole batch at once.", ge=1, refs=["roll:.infer_batch_size"])
+    judge_prompt: str | None = param(None, doc="LLM judge: a built-in template (reference_match, score_0_10) or a template with {response} (and {question}, {reference}); null: reference_match.", refs=["roll:.judge_prompt"])
+    judge_model_type: str | None = param(None, doc="LLM judge: inference runs the judge model with posttrain's HF engine in the training process (api, a served model, is not implemented); null: inference.", choices=[None, "inference", "api"], refs=["roll:.judge_model_type"])
+    model_args: dict[str, Any] = param(factory=dict, doc="LLM judge: model_name_or_path (a local directory or cached hub name) and dtype of the judge model.", refs=["roll:.model_args"])
+    generating_args: dict[str, Any] = param(factory=dict, doc="LLM judge: max_new_tokens (32), do_sample (false), temperature, top_p, top_k, repetition_penalty of the judge's answers.", refs=["roll:.generating_args"])
 
 @section
 class RewardConfig:
@@ -121,6 +131,14 @@ class RewardConfig:
     workers: dict[str, RewardWorkerConfig] = param(factory=dict, doc="Reward workers by name, each scoring the samples whose tag (data.reward_fn_key) is in its tag_included; empty scores every sample with custom_reward_function.", refs=["roll:rewards"])
 
 
+# The thresholds each query filter reads (posttrain.rewards.query_filter; the config layer cannot import it).
+QUERY_FILTER_ARGS: dict[str, tuple[str, ...]] = {
+    "no_filter": (),
+    "mean_filter": ("threshold_up", "threshold_down"),
+    "std_filter": ("std_threshold",),
+}
+
+
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     "verl:reward_model.micro_batch_size": "deprecated global micro-batch size; set reward.reward_model.micro_batch_size_per_gpu",
@@ -135,6 +153,8 @@ def check_reward_workers(cfg: Any) -> list[str]:
     with them (checks that need no files; the scorers are imported before training starts)."""
     reward = getattr(cfg, "reward", None)
     workers = getattr(reward, "workers", None)
+    if reward is not None and reward.sandbox_fusion.url and not any(w.worker_cls == "code" for w in (workers or {}).values()):
+        return ["reward.sandbox_fusion.url: only a code reward worker (reward.workers.<name>.worker_cls: code) runs programs; add one or drop the url"]
     if not workers:
         return []
     problems = []
@@ -149,8 +169,28 @@ def check_reward_workers(cfg: Any) -> list[str]:
             problems.append(f"{key}: a worker name must be non-empty and without '/' (it names the metrics reward/<worker>/...)")
         if not worker.tag_included:
             problems.append(f"{key}.tag_included: name at least one tag (a value of the data.reward_fn_key column) this worker scores")
+        qf = worker.query_filter_config
+        allowed = QUERY_FILTER_ARGS[qf.type]
+        unknown = sorted(set(qf.filter_args) - set(allowed))
+        if unknown:
+            problems.append(f"{key}.query_filter_config.filter_args: {qf.type} does not read {', '.join(unknown)}; it takes: {', '.join(allowed) or 'nothing'}")
+        problems.extend(_judge_problems(key, worker))
         if worker.worker_cls in ROLL_WORKER_CLASSES or worker.worker_cls in ROLL_WORKER_TODO:
             native = ROLL_WORKER_CLASSES.get(worker.worker_cls)
             fix = f"write worker_cls: {native}" if native else f"not implemented yet: {ROLL_WORKER_TODO[worker.worker_cls]}"
             problems.append(f"{key}.worker_cls: {worker.worker_cls!r} is ROLL's class; {fix} (posttrain config convert translates ROLL files)")
+    return problems
+
+
+def _judge_problems(key: str, worker: Any) -> list[str]:
+    """An LLM judge's keys on another worker, a served judge, a judge in a process pool."""
+    if worker.worker_cls != JUDGE:
+        return [f"{key}.{k}: only an LLM judge (worker_cls: {JUDGE}) reads it" for k in JUDGE_KEYS if getattr(worker, k) not in (None, {})]
+    problems = []
+    if worker.judge_model_type == "api":
+        problems.append(f"{key}.judge_model_type: api (a judge served over HTTP) is not implemented; run the judge model "
+                        "in the training process with judge_model_type: inference")
+    if worker.world_size is not None:
+        problems.append(f"{key}.world_size: an LLM judge runs its model in the training process, not in a pool of "
+                        "processes; leave world_size out (infer_batch_size sets its batch)")
     return problems
