@@ -26,7 +26,6 @@ from posttrain.config.dialects import hydra
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.report import Report
 from posttrain.config.dialects.source import compose, read_yaml, references, resolve
-from posttrain.errors import ConfigError
 
 DEFAULTS_FILE = Path(__file__).with_name("verl_defaults.yaml")
 WHAT = "verl's trainer config"
