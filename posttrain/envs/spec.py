@@ -12,6 +12,9 @@ An entry of ``custom_envs`` names one environment configuration (its tag) in ROL
         action_pattern: "<a>(.*?)</a>"  # optional: the action is group 1 (or the whole match)
         env_instruction: "..."       # the system message; else the class's `instruction`
 
+As in ROLL, max_steps, max_actions_per_traj, format_penalty, action_pattern and env_instruction may
+also sit inside env_config; the loop reads them from there and does not pass them to the class.
+
 An env manager (`train_env_manager`, `val_env_manager`) runs `num_env_groups` groups of
 `group_size` environments, split over its `tags` by `num_groups_partition` (evenly when empty).
 """
@@ -29,7 +32,8 @@ from posttrain.errors import ConfigError
 # Keys of a custom_envs entry that posttrain refuses, with the reason (the rest of ROLL's per-env
 # keys are templating helpers or belong to features not built yet).
 REFUSED = {
-    "env_manager_cls": "posttrain has one env manager, the batched agent loop; remove the key",
+    "env_manager_cls": "posttrain has one env manager, the batched trajectory-level agent loop; remove the key",
+    "agent_runner_cls": "posttrain runs its own agent loop; remove the key",
     "agent_system_template": "posttrain renders turns with the model's chat template; put the text in env_instruction",
     "agent_template": "posttrain renders turns with the model's chat template; put the text in env_instruction",
     "grid_vocab": "templating helper: write the symbol legend into env_instruction",
@@ -37,7 +41,12 @@ REFUSED = {
     "max_tokens": "ambiguous in ROLL (per step or per trajectory): use max_tokens_per_step",
 }
 KNOWN = ("env_type", "env_config", "max_steps", "max_actions_per_traj", "max_tokens_per_step", "format_penalty",
-         "action_pattern", "env_instruction")
+         "action_pattern", "env_instruction", "use_thread_lock")
+# ROLL writes the loop's settings inside env_config (its envs parse their own actions); posttrain's
+# loop reads them there too and does not pass them to the class.
+LIFTED = ("max_steps", "max_actions_per_traj", "format_penalty", "action_pattern", "env_instruction")
+# What each refused key may hold because it says what posttrain does anyway.
+SAME = {"env_manager_cls": ("roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager",), "agent_runner_cls": (None,)}
 DEFAULT_MAX_STEPS = 10
 
 
@@ -82,7 +91,9 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
     key = f"env.custom_envs.{tag}"
     if not isinstance(entry, dict):
         raise ConfigError(f"{key}: expected a mapping with env_type, env_config, ..., got {type(entry).__name__}")
-    problems = [f"{key}.{k}: not supported: {REFUSED[k]}" for k in entry if k in REFUSED]
+    if isinstance(entry.get("env_config"), dict):
+        entry = _lift(entry, key)
+    problems = [f"{key}.{k}: not supported: {REFUSED[k]}" for k in entry if k in REFUSED and entry[k] not in SAME.get(k, ())]
     problems += [f"{key}.{k}: unknown key; an environment entry takes {list(KNOWN)}" for k in entry if k not in REFUSED and k not in KNOWN]
     if "env_type" not in entry:
         problems.append(f"{key}.env_type: missing; name a registered environment, 'module:Class' or 'file.py:Class'")
@@ -117,6 +128,19 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
         instruction = getattr(cls, "instruction", "")
     return EnvSpec(tag, str(entry["env_type"]), cls, dict(env_config), max_steps, tokens,
                    None if penalty is None else float(penalty), pattern, str(instruction))
+
+
+def _lift(entry: dict[str, Any], key: str) -> dict[str, Any]:
+    """`entry` with the loop's settings moved out of env_config (see LIFTED)."""
+    entry, env_config = dict(entry), dict(entry["env_config"])
+    for name in LIFTED:
+        if name in env_config:
+            value = env_config.pop(name)
+            if entry.get(name, value) != value:
+                raise ConfigError(f"{key}: {name} is {entry[name]!r} and env_config.{name} is {value!r}; keep one")
+            entry[name] = value
+    entry["env_config"] = env_config
+    return entry
 
 
 def tag_groups(manager: EnvManagerConfig, specs: dict[str, EnvSpec], key: str) -> list[str]:
