@@ -85,7 +85,8 @@ def to_rollout_batch(trajectories: Sequence[Trajectory], pad_id: int, version: i
         group_index=[t.group for t in trajectories],
         data_source=[t.tag for t in trajectories],
         ground_truth=[None] * len(trajectories),
-        extra_info=[{"seed": t.seed, "turns": len(t.turns), "success": t.success, "done": t.done} for t in trajectories],
+        extra_info=[{"seed": t.seed, "turns": len(t.turns), "invalid_actions": sum(not x.valid for x in t.turns),
+                     "success": t.success, "done": t.done} for t in trajectories],
         raw_prompt=list(raw_prompts),
         loss_mask=_pad([t.model_mask for t in trajectories], 0.0, False, torch.float32),  # (B, T) model tokens only
     )

@@ -137,7 +137,7 @@ class AgenticRollout:
 
 
 def episode_metrics(trajs: list[Trajectory], prefix: str) -> dict[str, float]:
-    """Mean success, reward, turns, invalid-action and truncation rates, overall and per tag."""
+    """Episode count, mean success, reward, turns, invalid-action and truncation rates, overall and per tag."""
     by_tag: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajs:
         by_tag[t.tag].append(t)
@@ -145,6 +145,7 @@ def episode_metrics(trajs: list[Trajectory], prefix: str) -> dict[str, float]:
     for name, group in [("", trajs), *((f"{tag}/", g) for tag, g in sorted(by_tag.items()))]:
         n = len(group)
         actions = sum(len(t.turns) for t in group)
+        out[f"{prefix}/{name}episodes"] = float(n)
         out[f"{prefix}/{name}success"] = sum(t.success for t in group) / n
         out[f"{prefix}/{name}reward"] = sum(t.reward for t in group) / n
         out[f"{prefix}/{name}turns"] = actions / n
