@@ -89,3 +89,20 @@ def test_groups_are_split_over_tags_by_partition_or_evenly():
         tag_groups(EnvManagerConfig(num_env_groups=3, tags=["A", "B"], num_groups_partition=[1, 1]), specs, "m")
     with pytest.raises(ConfigError, match=r"m.tags: \['C'\] not in env.custom_envs"):
         tag_groups(EnvManagerConfig(tags=["C"]), specs, "m")
+
+
+def test_the_docs_example_env_plays_as_documented(tmp_path):
+    import re
+    from pathlib import Path
+
+    from posttrain.envs.base import check_step
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "agentic.md").read_text()
+    (source,) = re.findall(r"```python\n(.*?)```", doc, re.DOTALL)
+    (tmp_path / "my_envs.py").write_text(source)
+    spec = parse_custom_envs({"G": {"env_type": f"{tmp_path / 'my_envs.py'}:MyEnv", "env_config": {"high": 5}}})["G"]
+    env = spec.cls(**spec.env_config)
+    assert spec.instruction.startswith("Guess the number") and env.reset(seed=9) == "a number from 0 to 5"
+    assert check_step(env.step("x"), "G", 9, 1).info == {"action_is_valid": False}
+    assert check_step(env.step("1"), "G", 9, 2).observation == "higher"
+    assert check_step(env.step("3"), "G", 9, 3).done  # the secret is 9 % 6
