@@ -43,6 +43,15 @@ def is_agentic(cfg: Config) -> bool:
     return cfg.algorithm.kind == "rl" and bool(cfg.env.train_env_manager.tags)
 
 
+def check_idle_env_keys(cfg: Config) -> None:
+    """An RL stage that is not agentic must not set environments it would never play."""
+    e = cfg.env
+    idle = [k for k, on in (("env.val_env_manager.tags", e.val_env_manager.tags), ("env.custom_envs", e.custom_envs)) if on]
+    if cfg.algorithm.kind == "rl" and idle and not is_agentic(cfg):
+        raise ConfigError(f"{' and '.join(idle)}: set, but env.train_env_manager.tags is empty, so this RL stage answers "
+                          "prompts from data.train_files and would play no environment; set env.train_env_manager.tags or remove them")
+
+
 @dataclass(frozen=True)
 class AgenticPlan:
     """The checked environment configuration of an agentic stage."""

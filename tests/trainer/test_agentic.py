@@ -105,6 +105,8 @@ def test_agentic_config_mistakes_are_named(model, tmp_path):
                 "env.train_env_manager.group_size=2", "data.train_batch_size=8")
     with pytest.raises(ConfigError, match=r"env.train_env_manager.tags: \['C'\] not in env.custom_envs"):
         trainer(model, tmp_path, "env.train_env_manager.tags=[C]")
+    with pytest.raises(ConfigError, match=r"env.val_env_manager.tags and env.custom_envs: set, but env.train_env_manager.tags is empty"):
+        trainer(model, tmp_path, "env.val_env_manager.tags=[A]")
 
 
 def _env_rows(run_dir):
