@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-from posttrain.errors import ConfigError
 from posttrain.buffer.experience import Experience
 from posttrain.checkpoint import Checkpointer, Parts
 from posttrain.data import collate_prompts, make_sampler, pad_token_id
 from posttrain.data.domains import make_train_sampler, worker_tag_map
+from posttrain.errors import ConfigError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.tracking import Generation, phase
 from posttrain.trainer.agentic import AgenticRollout, check_agentic, is_agentic
