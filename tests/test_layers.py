@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1] / "posttrain"
 # the ones above it in this list.
 LAYERS: list[tuple[str, set[str]]] = [
     ("core", {"", "errors", "files", "records", "config", "algorithms"}),
-    ("components", {"models", "data", "tasks", "rewards", "rollout", "cluster", "optim", "checkpoint", "buffer",
+    ("components", {"models", "data", "tasks", "rewards", "envs", "rollout", "cluster", "optim", "checkpoint", "buffer",
                     "tracking", "report", "runlock", "runtime"}),
     ("roles", {"workers"}),
     ("drivers", {"trainer"}),

@@ -68,12 +68,12 @@ def correct_rollout_mismatch(batch: RolloutBatch, alg: AlgorithmConfig) -> dict[
     policy loss (`batch.rollout_is_weights`, when `rollout_is`) and the tokens rejected by mask
     mode or the veto (`batch.loss_mask`, read by advantages and losses); returns its metrics."""
     out = rollout_importance_weights(
-        batch.old_logprobs, batch.rollout_logprobs, batch.response_mask, threshold=alg.rollout_is_threshold,
+        batch.old_logprobs, batch.rollout_logprobs, batch.train_mask, threshold=alg.rollout_is_threshold,  # agentic: model tokens only
         threshold_lower=alg.rollout_is_threshold_lower, level=alg.rollout_is_level, mode=alg.rollout_is_mode,
         veto_threshold=alg.rollout_is_veto_threshold,
     )
     if alg.rollout_is_mode == "mask" or alg.rollout_is_veto_threshold is not None:
-        batch.loss_mask = out.keep
+        batch.loss_mask = out.keep * batch.train_mask  # keeps an agentic batch's env tokens out too
     if alg.rollout_is:
         batch.rollout_is_weights = out.weights
     return out.metrics

@@ -35,6 +35,7 @@ from posttrain.models.loading import (
 )
 from posttrain.rewards import check_reward_manager
 from posttrain.tracking import check_trackers
+from posttrain.trainer.agentic import check_agentic, check_idle_env_keys, is_agentic
 from posttrain.trainer.profiling import check_profiler_machine
 from posttrain.trainer.rewarding import Scorers, manager_options, reward_function, worker_manager
 
@@ -59,6 +60,12 @@ def stage_inputs(cfg: Config) -> StageInputs:
     check_trackers(list(cfg.trainer.logger), dict(cfg.trainer.tracker_kwargs))
     check_model_dir(cfg)
     tokenizer = tokenizer_from_config(cfg.model)
+    if is_agentic(cfg):  # environments instead of files: no datasets, no reward function
+        check_agentic(cfg)
+        check_profiler_machine(cfg, plan_world(cfg).device)
+        check_rl_roles(cfg, tokenizer)
+        return StageInputs(tokenizer, None, None, None)
+    check_idle_env_keys(cfg)
     build = DATASETS[kind]
     train_set = build(cfg.data, cfg.data.train_files, tokenizer, split="train")
     val_set = build(cfg.data, cfg.data.val_files, tokenizer, split="val") if cfg.data.val_files else None

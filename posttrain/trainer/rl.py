@@ -18,8 +18,10 @@ from posttrain.buffer.experience import Experience
 from posttrain.checkpoint import Checkpointer, Parts
 from posttrain.data import collate_prompts, make_sampler, pad_token_id
 from posttrain.data.domains import make_train_sampler, worker_tag_map
+from posttrain.errors import ConfigError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.tracking import Generation, phase
+from posttrain.trainer.agentic import AgenticRollout, check_agentic, is_agentic
 from posttrain.trainer.advantages import compute_advantages, correct_rollout_mismatch, filter_by_reward, make_shaping_state
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
@@ -47,12 +49,16 @@ class RLTrainer:
         self.ctx, self.cfg = ctx, cfg
         inputs = ctx.inputs or stage_inputs(cfg)  # every check before training (posttrain.trainer.preflight)
         self.tokenizer, self.train_set, self.val_set = inputs.tokenizer, inputs.train_set, inputs.val_set
-        self.derived, self.trackers = open_stage(ctx, len(self.train_set), writes=halves != "explorer")
-        self.sampler = make_train_sampler(cfg.data, self.train_set, worker_tag_map(cfg.reward.workers))  # by domain when asked
+        # an agentic stage plays environments (posttrain.trainer.agentic): no dataset, sampler or reward function
+        self.agent = AgenticRollout(cfg, self.tokenizer, check_agentic(cfg)) if is_agentic(cfg) else None
+        if self.agent is not None and halves != "both":
+            raise ConfigError("trainer.mode / synchronizer: a decoupled agentic run is not supported yet; run explorer and trainer in step")
+        self.derived, self.trackers = open_stage(ctx, len(self.train_set) if self.agent is None else None, writes=halves != "explorer")
+        self.sampler = None if self.agent else make_train_sampler(cfg.data, self.train_set, worker_tag_map(cfg.reward.workers))
         self.pad_id = pad_token_id(self.tokenizer)
         self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves)
         dp = (self.roles.actor or self.roles.rollout).dp
-        self.rewards = RewardStage(cfg, self.tokenizer, inputs.reward_fn, dp) if halves != "learner" else None
+        self.rewards = RewardStage(cfg, self.tokenizer, inputs.reward_fn, dp) if halves != "learner" and not self.agent else None
         self.shaping = make_shaping_state(cfg.algorithm)
         self.sampling, self.val_sampling = sampling_params(cfg, self.tokenizer)
         self.baseline_sampling = baseline_sampling_params(cfg, self.sampling)  # None unless the estimator needs it
@@ -61,7 +67,7 @@ class RLTrainer:
         self.observer = StepObserver(cfg, self.roles, ctx, self.derived.total_training_steps) if halves != "explorer" else None
 
     # ---------------------------------------------------------------- the RL step
-    def step(self, prompts: PromptBatch, step: int) -> dict[str, float]:
+    def step(self, prompts: PromptBatch | int, step: int) -> dict[str, float]:
         """One RL step on a batch of prompts: explore it (rollout, reward), learn from it (log-probs,
         advantages, updates), hand the new weights to the engine; returns its metrics. A decoupled
         run (`posttrain.trainer.decoupled`) runs the same two halves in two processes."""
@@ -72,11 +78,14 @@ class RLTrainer:
             self.roles.sync.push(self.roles.actor.version)
         return self.step_metrics(experience, metrics, timer, step, train)
 
-    def explore(self, prompts: PromptBatch, timer: PhaseTimer, *, expected_version: int, policy_step: int = 0) -> Experience:
+    def explore(self, prompts: PromptBatch | int, timer: PhaseTimer, *, expected_version: int, policy_step: int = 0) -> Experience:
         """Rollout and reward of a batch of prompts with the engine's weights, which must be
         `expected_version` (a missed weight sync fails here, not silently) and are those of trainer
-        step `policy_step`."""
+        step `policy_step`. An agentic stage's "prompts" is the step number its env groups are
+        seeded by (`posttrain.trainer.agentic`)."""
         rollout, version = self.roles.rollout, expected_version
+        if isinstance(prompts, int):  # an agentic step: the step number seeds its env groups
+            return self.agent.explore(rollout, self.sampling, prompts, version, timer, policy_step)
         with timer("gen"):
             batch = rollout.generate(prompts, self.sampling, expected_version=version)
         if self.baseline_sampling is not None:
@@ -139,12 +148,15 @@ class RLTrainer:
 
     # ---------------------------------------------------------------- validation
     def validate(self, step: int) -> dict[str, float]:
-        """Generate for every validation prompt with `val_kwargs` and score per data source."""
-        if self.val_set is None:
-            return {}
+        """Generate for every validation prompt with `val_kwargs` and score per data source (an
+        agentic stage: play the validation env groups and report success per tag)."""
         rollout = self.roles.rollout
         # the actor's version in step with it; an explorer's engine has no actor beside it
         version = self.roles.actor.version if self.roles.actor is not None else self.roles.engine.weights_version
+        if self.agent is not None:
+            return self.agent.validate(rollout, self.val_sampling, version)
+        if self.val_set is None:
+            return {}
         sampler = make_sampler(self.cfg.data, len(self.val_set), split="val")
         batches: list[RolloutBatch] = []
         for rows in phase(sampler, len(sampler), "validation", self.ctx.world.is_main):  # a bar on a terminal
@@ -174,12 +186,11 @@ class RLTrainer:
                 if cfg.val_only:
                     return StageResult(ckpt.final_model(self.save_final, final), last, 0)
             for step in range(start + 1, total + 1):
-                rows = self.sampler.next_batch()
-                prompts = collate_prompts([self.train_set[i] for i in rows], self.pad_id, uid_prefix=f"s{step}")
+                prompts = step if self.agent else self._next_prompts(step)
                 with self.observer.step(step):  # the profiler's window when this step is profiled
                     metrics = self.step(prompts, step)
-                metrics["training/epoch"] = float(self.sampler.epoch)
-                if self.val_set is not None and (step == total or (cfg.test_freq > 0 and step % cfg.test_freq == 0)):
+                metrics["training/epoch"] = float(self.sampler.epoch) if self.sampler else 0.0
+                if (self.val_set is not None or self.agent is not None) and (step == total or (cfg.test_freq > 0 and step % cfg.test_freq == 0)):
                     metrics.update(self.validate(step))
                 self._log(metrics, offset + step)
                 ckpt.after_step(step)
@@ -189,6 +200,10 @@ class RLTrainer:
             if self.rewards is not None:
                 self.rewards.close()
             self.trackers.close()
+
+    def _next_prompts(self, step: int) -> PromptBatch:
+        rows = self.sampler.next_batch()
+        return collate_prompts([self.train_set[i] for i in rows], self.pad_id, uid_prefix=f"s{step}")
 
     def save_final(self, out: Path) -> None:
         self.roles.actor.save_pretrained(out, self.tokenizer)
@@ -200,7 +215,7 @@ class RLTrainer:
         roles = {"actor": self.roles.actor.checkpoint_role(self.tokenizer)}
         if self.roles.critic is not None:
             roles["critic"] = self.roles.critic.checkpoint_role()
-        states = {"sampler": self.sampler, "running": self.shaping.running}
+        states = {"sampler": self.sampler, "running": self.shaping.running} if self.sampler else {"running": self.shaping.running}
         if self.shaping.kl_ctrl is not None:
             states["kl_ctrl"] = self.shaping.kl_ctrl
         return Parts(roles, states)

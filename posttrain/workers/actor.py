@@ -133,7 +133,7 @@ class Actor:
             return batch.rollout_logprobs.clone()
         if self.reuse_checked is None:
             recomputed = self.compute_logprobs(batch)
-            gap = float(((recomputed - batch.rollout_logprobs).abs() * batch.response_mask).max()) if recomputed.numel() else 0.0
+            gap = float(((recomputed - batch.rollout_logprobs).abs() * batch.train_mask).max())  # sampled tokens only if recomputed.numel() else 0.0
             self.reuse_checked = gap <= REUSE_ATOL
             if not self.reuse_checked:
                 warnings.warn(

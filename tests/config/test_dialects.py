@@ -99,7 +99,9 @@ def test_roll_sokoban_translation_names_keys():
     assert "cannot resolve interpolation" in _entry(report, "custom_envs.SimpleSokoban").reason
     sequence = _entry(report, "sequence_length")  # prompt + response: model.max_model_len
     assert (sequence.status, sequence.native) == ("translated", "model.max_model_len")
-    assert _entry(report, "train_env_manager.group_size").reason.startswith("not implemented yet: agentic")
+    group = _entry(report, "train_env_manager.group_size")  # honoured since the agent loop (docs/agentic.md)
+    assert (group.status, group.native, group.value) == ("translated", "env.train_env_manager.group_size", 8)
+    assert _entry(report, "render_save_dir").reason.startswith("not implemented yet: agentic")
     assert _entry(report, "reward_normalization.grouping").status == "translated"  # the default value: nothing to refuse
     assert _entry(report, "reference.strategy_args.strategy_name").status == "dropped"  # hf_infer is posttrain's engine
 
@@ -112,7 +114,7 @@ def test_roll_hydra_include_is_composed(tmp_path):
     report = read_foreign(tmp_path / "examples" / "sokoban.yaml").report
     assert report.entry("defaults[0]") is None  # found and merged
     envs = _entry(report, "custom_envs")
-    assert envs.status == "refused" and envs.native == "env.custom_envs"
+    assert envs.status == "translated" and envs.native == "env.custom_envs"
     simple = envs.value["SimpleSokoban"]
     assert simple["max_tokens_per_step"] == 64  # the including file's value wins over traj_envs.yaml's 128
     assert simple["env_config"]["max_steps"] == 10 and simple["env_config"]["format_penalty"] == -0.15

@@ -334,6 +334,13 @@ FSDP_KEYS = ("param_offload", "optimizer_offload", "offload_policy", "reshard_af
              "min_num_params", "transformer_layer_cls_to_wrap", "mixed_precision.reduce_dtype")
 
 # Keys a named test varies and checks the effect of (module path, test function).
+AGENTIC = "tests/trainer/test_agentic.py"
+AGENTIC_TESTS = {
+    **{k: "test_tags_groups_partition_and_group_size_lay_out_the_step" for k in ("tags", "num_env_groups", "num_groups_partition", "group_size")},
+    "format_penalty": "test_the_score_is_the_trajectory_reward_with_the_format_penalty",
+    "max_env_num_per_worker": "test_max_env_num_per_worker_splits_each_turn_into_generate_calls",
+}
+
 ELSEWHERE = {
     "data.custom_cls.path": "tests/data/test_data_custom_cls.py::test_custom_class_is_loaded_and_built_with_files_tokenizer_config",
     "data.custom_cls.name": "tests/data/test_data_custom_cls.py::test_custom_class_is_loaded_and_built_with_files_tokenizer_config",
@@ -412,6 +419,11 @@ ELSEWHERE = {
        for role in PROFILED for key in ("ranks", "all_ranks")},
     **{f"profiler.torch_memory.{key}": f"{PROFILING}::test_the_cuda_memory_history_gets_the_torch_memory_options"
        for key in ("trace_alloc_max_entries", "context", "stacks")},
+    # agentic stages: the harness's runs answer prompts from files, these play environments
+    "env.custom_envs": f"{AGENTIC}::test_tags_groups_partition_and_group_size_lay_out_the_step",
+    **{f"env.train_env_manager.{k}": f"{AGENTIC}::{test}" for k, test in AGENTIC_TESTS.items()},
+    **{f"env.val_env_manager.{k}": f"{AGENTIC}::test_validation_reports_success_per_tag_over_the_val_manager_groups"
+       for k in AGENTIC_TESTS},
 }
 
 # Keys whose requested behaviour posttrain always has (each field's doc says so): no effect, checked.

@@ -2,8 +2,9 @@
 
 An env manager runs `num_env_groups` groups of `group_size` environments; the environments of one group
 share config and seed, so their trajectories form one comparison group (like rollout.n for a prompt).
-Everything here waits for the agentic env issue. `EnvManagerConfig` serves both managers, so its refs
-are relative (``"roll:.group_size"``) to the holding field's (``roll:train_env_manager``). The agentic
+Setting `train_env_manager.tags` makes an RL stage agentic (posttrain.trainer.agentic, docs/agentic.md);
+the keys still marked todo wait for later parts of the agentic env issue. `EnvManagerConfig` serves
+both managers, so its refs are relative (``"roll:.group_size"``) to the holding field's (``roll:train_env_manager``). The agentic
 reward normalisation lives in algorithm.agentic_reward_norm.
 """
 
@@ -20,13 +21,13 @@ _TODO = "agentic env issue"
 class EnvManagerConfig:
     """Environments run by one env manager (training or validation)."""
 
-    num_env_groups: int = param(1, doc="Environment groups run per step.", ge=1, todo=_TODO, refs=["roll:.num_env_groups", "roll:.env_groups"])
-    group_size: int = param(1, doc="Environments per group; they share env config and seed.", ge=1, todo=_TODO, refs=["roll:.group_size"])
-    tags: list[str] = param(factory=list, doc="Names of the environments (keys of env.custom_envs) to run.", todo=_TODO, refs=["roll:.tags"])
-    num_groups_partition: list[int] = param(factory=list, doc="Groups given to each tag, in order; empty splits num_env_groups evenly.", todo=_TODO, refs=["roll:.num_groups_partition", "roll:.n_groups"])
+    num_env_groups: int = param(1, doc="Environment groups run per step (validation: per validation).", ge=1, refs=["roll:.num_env_groups", "roll:.env_groups"])
+    group_size: int = param(1, doc="Environments per group; they share env config and seed.", ge=1, refs=["roll:.group_size"])
+    tags: list[str] = param(factory=list, doc="Names of the environments (keys of env.custom_envs) to run.", refs=["roll:.tags"])
+    num_groups_partition: list[int] = param(factory=list, doc="Groups given to each tag, in order; empty splits num_env_groups evenly.", refs=["roll:.num_groups_partition", "roll:.n_groups"])
     max_traj_per_env: int = param(-1, doc="Most trajectories one environment may produce; -1 means no limit.", ge=-1, todo=_TODO, refs=["roll:.max_traj_per_env"])
-    format_penalty: float = param(0.0, doc="Reward added (a negative number) when a response does not follow the action format.", le=0, todo=_TODO, refs=["roll:.format_penalty"])
-    max_env_num_per_worker: int = param(0, doc="Most environments hosted by one env worker; 0 means no limit.", ge=0, todo=_TODO, refs=["roll:.max_env_num_per_worker"])
+    format_penalty: float = param(0.0, doc="Reward added (a negative number) per action the action_pattern or the env rejects; a custom_envs entry's own format_penalty wins.", le=0, refs=["roll:.format_penalty"])
+    max_env_num_per_worker: int = param(0, doc="Most environments whose turns go to the engine in one generate call; 0 means all live ones.", ge=0, refs=["roll:.max_env_num_per_worker"])
     worker_cls: str | None = param(None, doc="Import path of the env-manager worker class; null uses posttrain's.", todo=_TODO, refs=["roll:.worker_cls"])
 
 
@@ -34,7 +35,7 @@ class EnvManagerConfig:
 class EnvConfig:
     """Agentic environments and their managers."""
 
-    custom_envs: dict[str, Any] = param(factory=dict, doc="Environment definitions by name (env_type, max_steps, max_tokens_per_step, env_config, templates, ...).", todo=_TODO, refs=["roll:custom_envs"])
+    custom_envs: dict[str, Any] = param(factory=dict, doc="Environment entries by tag: env_type, env_config, max_steps/max_actions_per_traj, max_tokens_per_step, format_penalty, action_pattern, env_instruction (docs/agentic.md).", refs=["roll:custom_envs"])
     env_manager_cls: str | None = param(None, doc="Import path of the env-manager class (e.g. a trajectory-level manager); null uses posttrain's.", todo=_TODO, refs=["roll:env_manager_cls"])
     train_env_manager: EnvManagerConfig = param(factory=EnvManagerConfig, doc="Environments that produce training trajectories.", refs=["roll:train_env_manager"])
     val_env_manager: EnvManagerConfig = param(factory=EnvManagerConfig, doc="Environments that produce validation trajectories.", refs=["roll:val_env_manager"])

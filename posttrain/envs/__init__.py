@@ -1,0 +1,13 @@
+"""Environments of agentic (multi-turn) RL: the `Env` protocol, the registry and built-in envs.
+
+An environment speaks text: `reset(seed)` returns the first observation, `step(action_text)` the
+next observation, the reward of that action, whether the episode is over and an info dict. The
+agent loop (`posttrain.rollout.agent_loop`) turns the exchange into token sequences; environments
+never see tokens.
+"""
+
+from posttrain.envs.base import Env, EnvError, StepResult
+from posttrain.envs.registry import ENVS, env_class, register_env
+from posttrain.envs import walk  # noqa: F401  (registers the built-in environments)
+
+__all__ = ["ENVS", "Env", "EnvError", "StepResult", "env_class", "register_env"]

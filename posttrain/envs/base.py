@@ -1,0 +1,85 @@
+"""The environment protocol and the check that turns a user env's mistakes into one clear error.
+
+Gymnasium's `Env` was considered: its `step` returns five values over array observations and its
+spaces describe tensors, while an LLM environment exchanges text. A four-method Protocol says what
+the agent loop needs and nothing more (a gymnasium toy-text env is wrapped in a few lines).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from posttrain.errors import UserError
+
+
+class EnvError(UserError):
+    """A user environment raised or returned something the agent loop cannot use.
+
+    The message names the environment (its `custom_envs` tag and class), the seed and the turn, so
+    the failing episode can be replayed by hand with `reset(seed)` and the same actions."""
+
+
+@runtime_checkable
+class Env(Protocol):
+    """A text environment. One instance runs one episode at a time; `reset` starts a new one."""
+
+    def reset(self, seed: int) -> str:
+        """Start an episode determined by `seed` (the same seed, the same episode) and return the
+        first observation."""
+        ...
+
+    def step(self, action_text: str) -> tuple[str, float, bool, dict[str, Any]]:
+        """Apply the model's action; return (observation, reward, done, info).
+
+        info may hold ``success`` (bool: the episode's goal was reached; validation counts it) and
+        ``action_is_valid`` (bool: False adds the env's format penalty)."""
+        ...
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One checked `Env.step` result."""
+
+    observation: str
+    reward: float
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def where(name: str, seed: int, turn: int | None) -> str:
+    """'environment X (seed S, turn K)': how every env error starts."""
+    at = "reset" if turn is None else f"turn {turn}"
+    return f"environment {name} (seed {seed}, {at})"
+
+
+def check_observation(value: Any, name: str, seed: int, turn: int | None) -> str:
+    if not isinstance(value, str):
+        raise EnvError(f"{where(name, seed, turn)}: the observation must be a str, got {type(value).__name__}: {value!r:.80}")
+    return value
+
+
+def check_step(value: Any, name: str, seed: int, turn: int) -> StepResult:
+    """`value` as a `StepResult`, or an `EnvError` saying what is wrong with it.
+
+    >>> check_step(("ok", 1, False, {}), "walk", 3, 1).reward
+    1.0
+    >>> check_step(("ok", 1.0), "walk", 3, 1)
+    Traceback (most recent call last):
+    ...
+    posttrain.envs.base.EnvError: environment walk (seed 3, turn 1): step() must return (observation, reward, done, info), got a tuple of 2
+    """
+    head = where(name, seed, turn)
+    if not isinstance(value, tuple) or len(value) != 4:
+        got = f"a tuple of {len(value)}" if isinstance(value, tuple) else type(value).__name__
+        raise EnvError(f"{head}: step() must return (observation, reward, done, info), got {got}")
+    observation, reward, done, info = value
+    check_observation(observation, name, seed, turn)
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(float(reward)):
+        raise EnvError(f"{head}: the reward must be a finite number, got {reward!r:.80}")
+    if not isinstance(done, bool):
+        raise EnvError(f"{head}: done must be a bool, got {type(done).__name__}: {done!r:.80}")
+    if not isinstance(info, dict):
+        raise EnvError(f"{head}: info must be a dict, got {type(info).__name__}")
+    return StepResult(observation, float(reward), done, info)

@@ -1,0 +1,91 @@
+"""Environments by name: the built-in ones registered here, a user's by ``module:Class`` or
+``path/to/file.py:Class``.
+
+A boring registry (STYLE.md): a module-level dict filled by a decorator, duplicates rejected,
+unknown names answered with the list of valid ones. The package's `__init__` imports the built-in
+environments, so they are registered before anything reads the registry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from typing import Any, Callable
+
+from posttrain.errors import ConfigError
+
+ENVS: dict[str, type] = {}
+
+
+def register_env(name: str) -> Callable[[type], type]:
+    """Class decorator: make `name` an `env_type` of `custom_envs`."""
+
+    def add(cls: type) -> type:
+        if name in ENVS:
+            raise ValueError(f"environment {name!r} is registered twice")
+        ENVS[name] = cls
+        return cls
+
+    return add
+
+
+def env_class(env_type: str, key: str) -> type:
+    """The class named by `env_type`; `key` is the config key that holds it, for the messages."""
+    if env_type in ENVS:
+        return ENVS[env_type]
+    if ":" not in env_type:
+        raise ConfigError(
+            f"{key}: unknown environment {env_type!r}; registered: {sorted(ENVS)}, "
+            "or give your own class as 'module:Class' or 'path/to/file.py:Class'"
+        )
+    where, _, name = env_type.rpartition(":")
+    module = _import_file(where, key) if where.endswith(".py") else _import_module(where, key)
+    cls = getattr(module, name, None)
+    if not inspect.isclass(cls):
+        classes = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module.__name__)
+        raise ConfigError(f"{key}: {where} defines no class {name!r}; its classes are {classes}")
+    missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
+    if missing:
+        raise ConfigError(f"{key}: {env_type} has no method {' or '.join(missing)}; an environment needs reset(seed) and step(action_text)")
+    return cls
+
+
+def make_env(cls: type, env_config: dict[str, Any], key: str) -> Any:
+    """`cls(**env_config)`, with a constructor's refusal named by its config key."""
+    try:
+        return cls(**env_config)
+    except TypeError as e:
+        raise ConfigError(f"{key}.env_config: {cls.__name__}({', '.join(map(str, env_config))}) failed: {e}") from e
+    except ValueError as e:
+        raise ConfigError(f"{key}.env_config: {e}") from e
+
+
+def _import_module(name: str, key: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise ConfigError(f"{key}: cannot import module {name!r}: {e}") from e
+
+
+def _import_file(path: str, key: str) -> Any:
+    if not os.path.isfile(path):
+        raise ConfigError(f"{key}: file not found: {path}")
+    digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]
+    module_name = f"posttrain_user_env_{digest}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{key}: {path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # instances pickle by reference
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[module_name]
+        raise ConfigError(f"{key}: importing {path} failed: {type(e).__name__}: {e}") from e
+    return module

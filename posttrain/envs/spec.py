@@ -1,0 +1,163 @@
+"""`env.custom_envs` entries and env-manager layouts as typed records, checked at load time.
+
+An entry of ``custom_envs`` names one environment configuration (its tag) in ROLL's layout::
+
+    custom_envs:
+      Walk4:
+        env_type: walk               # a registered name, module:Class or path.py:Class
+        env_config: {size: 4}        # keyword arguments of the class
+        max_actions_per_traj: 4      # or max_steps: actions before the episode is cut
+        max_tokens_per_step: 2       # new tokens the model may write per action
+        format_penalty: -0.1         # added per action the pattern or the env rejects
+        action_pattern: "<a>(.*?)</a>"  # optional: the action is group 1 (or the whole match)
+        env_instruction: "..."       # the system message; else the class's `instruction`
+
+As in ROLL, max_steps, max_actions_per_traj, format_penalty, action_pattern and env_instruction may
+also sit inside env_config; the loop reads them from there and does not pass them to the class.
+
+An env manager (`train_env_manager`, `val_env_manager`) runs `num_env_groups` groups of
+`group_size` environments, split over its `tags` by `num_groups_partition` (evenly when empty).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from posttrain.config.sections.env import EnvManagerConfig
+from posttrain.envs.registry import env_class
+from posttrain.errors import ConfigError
+
+# Keys of a custom_envs entry that posttrain refuses, with the reason (the rest of ROLL's per-env
+# keys are templating helpers or belong to features not built yet).
+REFUSED = {
+    "env_manager_cls": "posttrain has one env manager, the batched trajectory-level agent loop; remove the key",
+    "agent_runner_cls": "posttrain runs its own agent loop; remove the key",
+    "agent_system_template": "posttrain renders turns with the model's chat template; put the text in env_instruction",
+    "agent_template": "posttrain renders turns with the model's chat template; put the text in env_instruction",
+    "grid_vocab": "templating helper: write the symbol legend into env_instruction",
+    "action_lookup": "templating helper: write the action list into env_instruction",
+    "max_tokens": "ambiguous in ROLL (per step or per trajectory): use max_tokens_per_step",
+}
+KNOWN = ("env_type", "env_config", "max_steps", "max_actions_per_traj", "max_tokens_per_step", "format_penalty",
+         "action_pattern", "env_instruction", "use_thread_lock")
+# ROLL writes the loop's settings inside env_config (its envs parse their own actions); posttrain's
+# loop reads them there too and does not pass them to the class.
+LIFTED = ("max_steps", "max_actions_per_traj", "format_penalty", "action_pattern", "env_instruction")
+# What each refused key may hold because it says what posttrain does anyway.
+SAME = {"env_manager_cls": ("roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager",), "agent_runner_cls": (None,)}
+DEFAULT_MAX_STEPS = 10
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """One checked `custom_envs` entry."""
+
+    tag: str
+    env_type: str
+    cls: type
+    env_config: dict[str, Any]
+    max_steps: int  # actions before the episode is cut (truncated, not done)
+    max_tokens_per_step: int | None  # None: whatever is left of data.max_response_length
+    format_penalty: float | None  # None: the env manager's
+    action_pattern: re.Pattern[str] | None
+    instruction: str
+
+    def parse_action(self, text: str) -> str | None:
+        """The action inside the model's text, or None when the pattern does not match it."""
+        if self.action_pattern is None:
+            return text
+        found = self.action_pattern.search(text)
+        if found is None:
+            return None
+        return found.group(1) if self.action_pattern.groups else found.group(0)
+
+
+def parse_custom_envs(custom_envs: dict[str, Any]) -> dict[str, EnvSpec]:
+    """Every entry of `env.custom_envs` as an `EnvSpec`; every problem of every entry in one error."""
+    specs, problems = {}, []
+    for tag, entry in custom_envs.items():
+        try:
+            specs[tag] = _parse_entry(str(tag), entry)
+        except ConfigError as e:
+            problems.extend(e.problems)
+    if problems:
+        raise ConfigError(problems)
+    return specs
+
+
+def _parse_entry(tag: str, entry: Any) -> EnvSpec:
+    key = f"env.custom_envs.{tag}"
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{key}: expected a mapping with env_type, env_config, ..., got {type(entry).__name__}")
+    if isinstance(entry.get("env_config"), dict):
+        entry = _lift(entry, key)
+    problems = [f"{key}.{k}: not supported: {REFUSED[k]}" for k in entry if k in REFUSED and entry[k] not in SAME.get(k, ())]
+    problems += [f"{key}.{k}: unknown key; an environment entry takes {list(KNOWN)}" for k in entry if k not in REFUSED and k not in KNOWN]
+    if "env_type" not in entry:
+        problems.append(f"{key}.env_type: missing; name a registered environment, 'module:Class' or 'file.py:Class'")
+    env_config = entry.get("env_config") or {}
+    if not isinstance(env_config, dict):
+        problems.append(f"{key}.env_config: expected a mapping of constructor arguments, got {type(env_config).__name__}")
+    steps = {k: entry[k] for k in ("max_steps", "max_actions_per_traj") if entry.get(k) is not None}
+    if len(set(steps.values())) > 1:
+        problems.append(f"{key}: max_steps and max_actions_per_traj mean the same here and differ ({steps}); keep one")
+    max_steps = next(iter(steps.values()), DEFAULT_MAX_STEPS)
+    tokens = entry.get("max_tokens_per_step")
+    for name, value in (("max_steps", max_steps), ("max_tokens_per_step", tokens)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            problems.append(f"{key}.{name}: must be an integer >= 1, got {value!r}")
+    penalty = entry.get("format_penalty")
+    if penalty is not None and (isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty > 0):
+        problems.append(f"{key}.format_penalty: must be a number <= 0 (a penalty), got {penalty!r}")
+    pattern = None
+    if entry.get("action_pattern") is not None:
+        try:
+            pattern = re.compile(str(entry["action_pattern"]), re.DOTALL)
+        except re.error as e:
+            problems.append(f"{key}.action_pattern: not a regular expression: {e}")
+        else:
+            if pattern.groups > 1:
+                problems.append(f"{key}.action_pattern: at most one capture group (the action), got {pattern.groups}")
+    if problems:
+        raise ConfigError(problems)
+    cls = env_class(str(entry["env_type"]), f"{key}.env_type")
+    instruction = entry.get("env_instruction")
+    if instruction is None:
+        instruction = getattr(cls, "instruction", "")
+    return EnvSpec(tag, str(entry["env_type"]), cls, dict(env_config), max_steps, tokens,
+                   None if penalty is None else float(penalty), pattern, str(instruction))
+
+
+def _lift(entry: dict[str, Any], key: str) -> dict[str, Any]:
+    """`entry` with the loop's settings moved out of env_config (see LIFTED)."""
+    entry, env_config = dict(entry), dict(entry["env_config"])
+    for name in LIFTED:
+        if name in env_config:
+            value = env_config.pop(name)
+            if entry.get(name, value) != value:
+                raise ConfigError(f"{key}: {name} is {entry[name]!r} and env_config.{name} is {value!r}; keep one")
+            entry[name] = value
+    entry["env_config"] = env_config
+    return entry
+
+
+def tag_groups(manager: EnvManagerConfig, specs: dict[str, EnvSpec], key: str) -> list[str]:
+    """The tag of each of the manager's `num_env_groups` groups, in order."""
+    tags = list(manager.tags)
+    unknown = [t for t in tags if t not in specs]
+    if unknown:
+        raise ConfigError(f"{key}.tags: {unknown} not in env.custom_envs (defined: {sorted(specs)})")
+    if not tags:
+        raise ConfigError(f"{key}.tags: empty; name the env.custom_envs entries this manager runs")
+    parts = list(manager.num_groups_partition)
+    if not parts:  # evenly, the first tags taking the remainder
+        share, extra = divmod(manager.num_env_groups, len(tags))
+        parts = [share + (i < extra) for i in range(len(tags))]
+    if len(parts) != len(tags) or sum(parts) != manager.num_env_groups or min(parts) < 0:
+        raise ConfigError(
+            f"{key}.num_groups_partition: {parts} must give one count per tag ({len(tags)} tags) summing to "
+            f"num_env_groups ({manager.num_env_groups})"
+        )
+    return [tag for tag, n in zip(tags, parts) for _ in range(n)]

@@ -1,0 +1,140 @@
+"""The agent loop: many environments played at once against one rollout engine, turn by turn.
+
+Every turn, the contexts of all live environments (prompt plus the response so far) go to the
+engine together, one `generate` call per group of at most `envs_per_call` environments (all of them
+by default), so generation is batched across environments exactly as it is across prompts in the
+single-turn path. Each row's new tokens become that environment's action; its answer is appended as
+context; environments that finished drop out of the next turn's batch. The episodes become
+`Trajectory` records (`posttrain.rollout.trajectory`), whose `to_rollout_batch` the unchanged
+learner trains on.
+
+Budgets: an action gets at most the env's `max_tokens_per_step` new tokens, and the whole response
+(actions and observations) at most `max_response_length`, so the batch fits the shapes the rest of
+the step was sized for. An episode ends when its env says done, after `max_steps` actions, or when
+the next observation would leave no room for another action (the last two are `truncated`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
+
+import torch
+
+from posttrain.envs.base import EnvError, check_observation, check_step, where
+from posttrain.envs.spec import EnvSpec
+from posttrain.errors import ConfigError
+from posttrain.records import PromptBatch, RolloutBatch
+from posttrain.rollout.base import SamplingParams
+from posttrain.rollout.trajectory import Trajectory, Turn
+from posttrain.rollout.turns import TurnRenderer
+
+Generate = Callable[[PromptBatch, SamplingParams], RolloutBatch]
+
+
+@dataclass
+class EnvSlot:
+    """One environment of a batch and what the loop needs to run it."""
+
+    env: Any  # an `posttrain.envs.Env`
+    spec: EnvSpec
+    seed: int
+    group: str  # the GRPO group (shared by the environments of one env group)
+    format_penalty: float  # added per rejected action: the entry's, else its manager's
+
+
+@dataclass(frozen=True)
+class LoopLimits:
+    max_prompt_length: int
+    max_response_length: int
+    envs_per_call: int = 0  # environments per generate call; 0: all live ones (max_env_num_per_worker)
+
+
+def run_episodes(
+    slots: Sequence[EnvSlot], generate: Generate, params: SamplingParams, renderer: TurnRenderer,
+    limits: LoopLimits, uid_prefix: str,
+) -> list[Trajectory]:
+    """Play one episode in every slot; returns their trajectories in slot order."""
+    trajectories = [_start(slot, renderer, limits) for slot in slots]
+    live = list(range(len(slots)))
+    turn = 0
+    while live:
+        turn += 1
+        size = limits.envs_per_call or len(live)
+        for first in range(0, len(live), size):
+            chunk = live[first : first + size]
+            budgets = [_budget(slots[i].spec, trajectories[i], limits) for i in chunk]
+            prompts = _contexts([trajectories[i] for i in chunk], renderer, [f"{uid_prefix}/{i}/t{turn}" for i in chunk])
+            # one response per environment: the group is made of environments, not of samples
+            out = generate(prompts, replace(params, n=1, max_new_tokens=max(budgets)))
+            for row, i in enumerate(chunk):
+                ids = out.response_ids[row][out.response_mask[row] > 0][: budgets[row]].tolist()
+                logprobs = out.rollout_logprobs[row][out.response_mask[row] > 0][: budgets[row]].tolist()
+                _act(slots[i], trajectories[i], ids, logprobs, turn, renderer, limits)
+        live = [i for i in live if not (trajectories[i].done or trajectories[i].truncated)]
+    return trajectories
+
+
+def _name(slot: EnvSlot) -> str:
+    return f"{slot.spec.tag} ({slot.spec.env_type})"
+
+
+def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits) -> Trajectory:
+    try:
+        first = slot.env.reset(seed=slot.seed)
+    except Exception as e:
+        raise EnvError(f"{where(_name(slot), slot.seed, None)}: reset raised {type(e).__name__}: {e}") from e
+    first = check_observation(first, _name(slot), slot.seed, None)
+    ids = renderer.prompt_ids(slot.spec.instruction, first)
+    if len(ids) > limits.max_prompt_length:
+        raise ConfigError(
+            f"data.max_prompt_length: the first prompt of {where(_name(slot), slot.seed, None)} has {len(ids)} "
+            f"tokens (instruction and first observation), more than {limits.max_prompt_length}; raise it"
+        )
+    return Trajectory(slot.spec.tag, slot.seed, slot.group, ids, observation=first)
+
+
+def _budget(spec: EnvSpec, traj: Trajectory, limits: LoopLimits) -> int:
+    left = limits.max_response_length - len(traj.response_ids)  # >= 1: an episode without room has ended
+    return min(spec.max_tokens_per_step or left, left)
+
+
+def _contexts(trajs: Sequence[Trajectory], renderer: TurnRenderer, uids: list[str]) -> PromptBatch:
+    """Prompt plus response so far of each trajectory, left-padded: the next turn's prompts."""
+    rows = [t.prompt_ids + t.response_ids for t in trajs]
+    width = max(len(r) for r in rows)
+    pad = renderer.pad_id
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long)  # (B, P)
+    mask = torch.tensor([[0.0] * (width - len(r)) + [1.0] * len(r) for r in rows])  # (B, P)
+    return PromptBatch(input_ids=ids, attention_mask=mask, uid=uids, data_source=[t.tag for t in trajs])
+
+
+def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float], turn: int,
+         renderer: TurnRenderer, limits: LoopLimits) -> None:
+    """Record the model's action, step the env with it, and append the env's answer as context."""
+    span = traj.add(ids, logprobs)
+    text = renderer.decode(ids)
+    action = slot.spec.parse_action(text)
+    reward, valid = 0.0, action is not None
+    if action is not None:  # a text the pattern rejects never reaches the env: the state stays
+        try:
+            raw = slot.env.step(action)
+        except Exception as e:
+            raise EnvError(f"{where(_name(slot), slot.seed, turn)}: step raised {type(e).__name__}: {e}") from e
+        result = check_step(raw, _name(slot), slot.seed, turn)
+        reward, traj.observation, traj.done = result.reward, result.observation, result.done
+        valid = bool(result.info.get("action_is_valid", True))
+        traj.success = bool(result.info.get("success", False))
+    if not valid:
+        reward += slot.format_penalty
+    observation: tuple[int, int] = (span[1], span[1])
+    if not traj.done:
+        if turn >= slot.spec.max_steps:
+            traj.truncated = True
+        else:
+            answer = renderer.observation_ids(traj.observation, ended=bool(ids) and ids[-1] == renderer.eos_id)
+            if len(traj.response_ids) + len(answer) >= limits.max_response_length:
+                traj.truncated = True  # no room left for one more action after this observation
+            else:
+                observation = traj.add(answer, None)
+    traj.turns.append(Turn(span, observation, text, reward, valid))

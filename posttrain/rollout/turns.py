@@ -1,0 +1,58 @@
+"""Token ids of the text around the model's actions: the first prompt and each observation turn.
+
+With a chat template the instruction is the system message, each observation a user message and
+each action an assistant message. Observation turns are rendered as the template's *difference*
+between a conversation ending with an assistant message and the same conversation with one more
+user message and the generation prompt, so their tokens are exactly what the template would write
+there. The model's own tokens are never re-tokenized: what the engine sampled is what is trained.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_ACTION = "\x00ACTION\x00"  # a placeholder the templates pass through unchanged
+
+
+class TurnRenderer:
+    """Renders prompts and observation turns for one tokenizer and chat template (None: plain text)."""
+
+    def __init__(self, tokenizer: Any, chat_template: str | None):
+        self.tokenizer, self.template = tokenizer, chat_template
+        self.eos_text = tokenizer.eos_token or ""
+        self.eos_id = tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (self.eos_id or 0)
+
+    def decode(self, ids: list[int]) -> str:
+        """An action's text, special tokens (the EOS that ended it) removed."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _render(self, messages: list[dict[str, str]], generation: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, chat_template=self.template, tokenize=False, add_generation_prompt=generation
+        )
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def prompt_ids(self, instruction: str, observation: str) -> list[int]:
+        """The first prompt: instruction (system message, when there is one) and first observation."""
+        if self.template is None:
+            return self._ids(f"{instruction}\n{observation}\n" if instruction else f"{observation}\n")
+        messages = [{"role": "system", "content": instruction}] if instruction else []
+        return self._ids(self._render([*messages, {"role": "user", "content": observation}], True))
+
+    def observation_ids(self, observation: str, ended: bool) -> list[int]:
+        """Tokens after an action: the close of the assistant turn (less the EOS the model already
+        wrote when `ended`), the observation as a user turn, and the generation prompt."""
+        if self.template is None:
+            return self._ids(f"\n{observation}\n")
+        turn = [{"role": "user", "content": "."}, {"role": "assistant", "content": _ACTION}]
+        base = self._render(turn, False)
+        full = self._render([*turn, {"role": "user", "content": observation}], True)
+        if not full.startswith(base) or _ACTION not in base:
+            raise ValueError("the chat template rewrites earlier turns when a message follows; multi-turn rollout needs one that appends")
+        close = base[base.index(_ACTION) + len(_ACTION):]  # e.g. "<|im_end|>\n" after the assistant's text
+        if ended and self.eos_text and close.startswith(self.eos_text):
+            close = close[len(self.eos_text):]  # the model wrote it: its sampled token stays, not a second one
+        return self._ids(close + full[len(base):])

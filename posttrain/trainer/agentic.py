@@ -1,0 +1,163 @@
+"""Agentic (multi-turn) RL inside the RL trainer: env groups from the config, the agent loop, scores.
+
+An RL stage is agentic when `env.train_env_manager.tags` names `env.custom_envs` entries. Its step
+is the ordinary one (`RLTrainer.step`): only the source of the batch changes. Instead of prompts
+from files, every step plays `num_env_groups` groups of `group_size` environments through the agent
+loop (`posttrain.rollout.agent_loop`); a trajectory's reward (the sum of its turns' rewards and
+format penalties) is its sequence score, and the environments of one group share tag and seed, so
+their trajectories form one GRPO group, as the responses to one prompt do. `learn` then trains on
+the batch unchanged, only the model's tokens counting (`train_mask`).
+
+Seeds: a training group's seed is drawn from (trainer.seed, step, group), so a resumed run replays
+exactly the episodes it would have played, with no sampler state to save; validation's groups use
+(trainer.seed, "val", group), the same held-fixed episodes at every validation. Validation reports
+the success rate, reward and turns per tag (`val/<tag>/success`, ...).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from posttrain.buffer.experience import Experience
+from posttrain.config.schema import Config
+from posttrain.config.sections.env import EnvManagerConfig
+from posttrain.data.prompts import resolve_chat_template
+from posttrain.envs.registry import make_env
+from posttrain.envs.spec import EnvSpec, parse_custom_envs, tag_groups
+from posttrain.errors import ConfigError
+from posttrain.rollout.agent_loop import EnvSlot, LoopLimits, run_episodes
+from posttrain.rollout.base import SamplingParams
+from posttrain.rollout.trajectory import Trajectory, to_rollout_batch
+from posttrain.rollout.turns import TurnRenderer
+from posttrain.trainer.metrics import PhaseTimer
+from posttrain.trainer.rl_build import response_length
+
+
+def is_agentic(cfg: Config) -> bool:
+    """Whether this RL stage plays environments instead of answering prompts from files."""
+    return cfg.algorithm.kind == "rl" and bool(cfg.env.train_env_manager.tags)
+
+
+def check_idle_env_keys(cfg: Config) -> None:
+    """An RL stage that is not agentic must not set environments it would never play."""
+    e = cfg.env
+    idle = [k for k, on in (("env.val_env_manager.tags", e.val_env_manager.tags), ("env.custom_envs", e.custom_envs)) if on]
+    if cfg.algorithm.kind == "rl" and idle and not is_agentic(cfg):
+        raise ConfigError(f"{' and '.join(idle)}: set, but env.train_env_manager.tags is empty, so this RL stage answers "
+                          "prompts from data.train_files and would play no environment; set env.train_env_manager.tags or remove them")
+
+
+@dataclass(frozen=True)
+class AgenticPlan:
+    """The checked environment configuration of an agentic stage."""
+
+    specs: dict[str, EnvSpec]
+    train_groups: list[str]  # tag of every training group, in order
+    val_groups: list[str]  # tag of every validation group; empty: no validation
+
+
+def check_agentic(cfg: Config) -> AgenticPlan:
+    """Every check of an agentic stage's configuration, before any model is loaded."""
+    specs = parse_custom_envs(dict(cfg.env.custom_envs))
+    train_m, val_m = cfg.env.train_env_manager, cfg.env.val_env_manager
+    train = tag_groups(train_m, specs, "env.train_env_manager")
+    val = tag_groups(val_m, specs, "env.val_env_manager") if val_m.tags else []
+    problems = []
+    if cfg.data.train_files or cfg.data.val_files:
+        problems.append("data.train_files / data.val_files: an agentic stage (env.train_env_manager.tags set) plays "
+                        "environments instead of prompts from files; remove them")
+    if cfg.trainer.total_training_steps is None:
+        problems.append("trainer.total_training_steps: required by an agentic stage (there is no dataset to count epochs of)")
+    trajectories = train_m.num_env_groups * train_m.group_size
+    if cfg.data.train_batch_size * cfg.rollout.n != trajectories:
+        problems.append(
+            f"data.train_batch_size ({cfg.data.train_batch_size}) x rollout.n ({cfg.rollout.n}) must equal the trajectories of "
+            f"a step, env.train_env_manager.num_env_groups x group_size = {trajectories} (mini-batches are counted in them); "
+            f"set data.train_batch_size: {train_m.num_env_groups} and rollout.n: {train_m.group_size}"
+        )
+    if problems:
+        raise ConfigError(problems)
+    return AgenticPlan(specs, train, val)
+
+
+def group_seed(base: int, kind: str, step: int, group: int) -> int:
+    """A reproducible 31-bit seed for one env group (see the module docstring)."""
+    digest = hashlib.blake2b(f"{base}\x1f{kind}\x1f{step}\x1f{group}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % 2**31
+
+
+class AgenticRollout:
+    """Builds each step's env groups and plays them with the trainer's rollout role."""
+
+    def __init__(self, cfg: Config, tokenizer: Any, plan: AgenticPlan):
+        self.cfg, self.plan = cfg, plan
+        template = resolve_chat_template(cfg.data.chat_template, tokenizer) if (
+            cfg.data.chat_template or getattr(tokenizer, "chat_template", None)) else None
+        self.renderer = TurnRenderer(tokenizer, template)
+        self.tokenizer = tokenizer
+
+    def _slots(self, manager: EnvManagerConfig, key: str, groups: list[str], kind: str, step: int) -> list[EnvSlot]:
+        slots = []
+        for g, tag in enumerate(groups):
+            spec = self.plan.specs[tag]
+            seed = group_seed(self.cfg.trainer.seed, kind, step, g)
+            penalty = manager.format_penalty if spec.format_penalty is None else spec.format_penalty
+            for _ in range(manager.group_size):  # same tag and seed: one comparison group
+                env = make_env(spec.cls, spec.env_config, f"env.custom_envs.{tag}")
+                slots.append(EnvSlot(env, spec, seed, f"{kind}{step}/{tag}/g{g}", penalty))
+        return slots
+
+    def _play(self, rollout: Any, manager: EnvManagerConfig, slots: list[EnvSlot], params: SamplingParams,
+              version: int, prefix: str) -> list[Trajectory]:
+        limits = LoopLimits(self.cfg.data.max_prompt_length, response_length(self.cfg), manager.max_env_num_per_worker)
+
+        def generate(prompts, p):  # the rollout role: data-parallel ranks share the rows
+            return rollout.generate(prompts, p, expected_version=version)
+
+        return run_episodes(slots, generate, params, self.renderer, limits, prefix)
+
+    def explore(self, rollout: Any, params: SamplingParams, step: int, version: int, timer: PhaseTimer,
+                policy_step: int = 0) -> Experience:
+        """Play one step's training groups; the scored batch as `Experience`."""
+        manager = self.cfg.env.train_env_manager
+        with timer("gen"):
+            slots = self._slots(manager, "env.train_env_manager", self.plan.train_groups, "s", step)
+            trajs = self._play(rollout, manager, slots, params, version, f"s{step}")
+        batch = to_rollout_batch(trajs, self.renderer.pad_id, version, self._prompts(trajs))
+        scores = torch.tensor([t.reward for t in trajs], dtype=torch.float32)  # (B,) the trajectory's reward
+        texts = self.tokenizer.batch_decode([t.response_ids for t in trajs], skip_special_tokens=False)
+        return Experience(batch, scores, texts, episode_metrics(trajs, "env"), policy_step=policy_step)
+
+    def validate(self, rollout: Any, params: SamplingParams, version: int) -> dict[str, float]:
+        """Success rate, reward and turns per tag over the fixed validation groups."""
+        if not self.plan.val_groups:
+            return {}
+        manager = self.cfg.env.val_env_manager
+        slots = self._slots(manager, "env.val_env_manager", self.plan.val_groups, "val", 0)
+        return episode_metrics(self._play(rollout, manager, slots, params, version, "val"), "val")
+
+    def _prompts(self, trajs: list[Trajectory]) -> list[str]:
+        return self.tokenizer.batch_decode([t.prompt_ids for t in trajs], skip_special_tokens=False)
+
+
+def episode_metrics(trajs: list[Trajectory], prefix: str) -> dict[str, float]:
+    """Episode count, mean success, reward, turns, invalid-action and truncation rates, overall and per tag."""
+    by_tag: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajs:
+        by_tag[t.tag].append(t)
+    out: dict[str, float] = {}
+    for name, group in [("", trajs), *((f"{tag}/", g) for tag, g in sorted(by_tag.items()))]:
+        n = len(group)
+        actions = sum(len(t.turns) for t in group)
+        out[f"{prefix}/{name}episodes"] = float(n)
+        out[f"{prefix}/{name}success"] = sum(t.success for t in group) / n
+        out[f"{prefix}/{name}reward"] = sum(t.reward for t in group) / n
+        out[f"{prefix}/{name}turns"] = actions / n
+        out[f"{prefix}/{name}invalid_action_rate"] = sum(not x.valid for t in group for x in t.turns) / max(actions, 1)
+        out[f"{prefix}/{name}truncated"] = sum(t.truncated for t in group) / n
+    return out

@@ -1,0 +1,140 @@
+"""Agentic stages in the RL trainer: each `env.*` key changes the episodes a step or a validation
+plays, checked on a tiny random model (its actions are mostly invalid, which is what the format
+penalty tests need)."""
+
+from __future__ import annotations
+
+import pytest
+
+from posttrain.config.load import load_config
+from posttrain.errors import ConfigError
+from posttrain.models.tiny import make_tiny_model
+from posttrain.trainer.metrics import PhaseTimer
+from posttrain.trainer.rl import RLTrainer
+from posttrain.trainer.stage import StageContext
+
+ENVS = "env.custom_envs={A: {env_type: walk, env_config: {size: 4}, max_steps: 3, max_tokens_per_step: 2}, B: {env_type: walk, env_config: {size: 7}, max_steps: 2, max_tokens_per_step: 2}}"
+BASE = ["data.max_prompt_length=64", "data.max_response_length=96", "actor.ppo_mini_batch_size=1",
+        "actor.ppo_micro_batch_size_per_gpu=16", "trainer.total_training_steps=1", "trainer.logger=[]", ENVS]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return make_tiny_model(tmp_path_factory.mktemp("agentic") / "model", layers=1, hidden=32, heads=4, seed=0)
+
+
+def trainer(model, tmp_path, *overrides: str) -> RLTrainer:
+    cfg = load_config(None, [f"model.path={model}", *BASE, *overrides])
+    return RLTrainer(StageContext(name="main", cfg=cfg, run_dir=tmp_path / "run", model_path=str(model)))
+
+
+def explore(t: RLTrainer, step: int = 1):
+    calls = []
+    generate = t.roles.rollout.generate
+    t.roles.rollout.generate = lambda prompts, *a, **k: (calls.append(len(prompts)), generate(prompts, *a, **k))[1]
+    t.roles.sync.push(t.roles.actor.version)
+    return t.explore(step, PhaseTimer(t.observer.watch()), expected_version=t.roles.actor.version), calls
+
+
+def test_tags_groups_partition_and_group_size_lay_out_the_step(model, tmp_path):
+    t = trainer(model, tmp_path, "env.train_env_manager.tags=[A,B]", "env.train_env_manager.num_env_groups=3",
+                "env.train_env_manager.num_groups_partition=[1,2]", "env.train_env_manager.group_size=2",
+                "data.train_batch_size=3", "rollout.n=2")
+    batch = explore(t)[0].batch
+    assert batch.data_source == ["A", "A", "B", "B", "B", "B"]
+    assert batch.group_index == ["s1/A/g0", "s1/A/g0", "s1/B/g1", "s1/B/g1", "s1/B/g2", "s1/B/g2"]
+    seeds = [e["seed"] for e in batch.extra_info]
+    assert seeds[0] == seeds[1] and seeds[2] == seeds[3] and len(set(seeds[::2])) == 3  # a group shares its seed
+    boards = [p.split("user\n")[1].split("<|im_end|>")[0] for p in batch.raw_prompt]
+    assert [len(b) for b in boards] == [4, 4, 7, 7, 7, 7]  # custom_envs' env_config reached the class
+    assert boards[2] == boards[3]
+    # evenly split without a partition: the first tag takes the remainder
+    t = trainer(model, tmp_path, "env.train_env_manager.tags=[A,B]", "env.train_env_manager.num_env_groups=3",
+                "data.train_batch_size=3")
+    assert explore(t)[0].batch.data_source == ["A", "A", "B"]
+
+
+def test_the_score_is_the_trajectory_reward_with_the_format_penalty(model, tmp_path):
+    scores = {}
+    for penalty in ("0.0", "-0.5"):
+        t = trainer(model, tmp_path, "env.train_env_manager.tags=[A]", "env.train_env_manager.num_env_groups=4",
+                    f"env.train_env_manager.format_penalty={penalty}", "data.train_batch_size=4")
+        exp = explore(t)[0]
+        invalid = [e["invalid_actions"] for e in exp.batch.extra_info]
+        success = [float(e["success"]) for e in exp.batch.extra_info]
+        assert sum(invalid) > 0  # a random model rarely writes L or R
+        assert exp.scores.tolist() == pytest.approx([s + float(penalty) * i for s, i in zip(success, invalid)])
+        scores[penalty] = exp.scores.tolist()
+    assert scores["0.0"] != scores["-0.5"]
+
+
+def test_max_env_num_per_worker_splits_each_turn_into_generate_calls(model, tmp_path):
+    common = ("env.train_env_manager.tags=[A]", "env.train_env_manager.num_env_groups=5", "data.train_batch_size=5")
+    _, all_at_once = explore(trainer(model, tmp_path, *common))
+    _, split = explore(trainer(model, tmp_path, *common, "env.train_env_manager.max_env_num_per_worker=2"))
+    assert all_at_once[0] == 5 and max(all_at_once) == 5 and len(all_at_once) <= 3  # one call per turn (max_steps 3)
+    assert split[:3] == [2, 2, 1] and max(split) == 2 and len(split) > len(all_at_once)
+
+
+def test_validation_reports_success_per_tag_over_the_val_manager_groups(model, tmp_path):
+    t = trainer(model, tmp_path, "env.train_env_manager.tags=[A]", "data.train_batch_size=1",
+                "env.val_env_manager.tags=[A,B]", "env.val_env_manager.num_env_groups=3",
+                "env.val_env_manager.num_groups_partition=[2,1]", "env.val_env_manager.group_size=2",
+                "env.val_env_manager.format_penalty=-1.0")
+    metrics = t.validate(0)
+    assert (metrics["val/A/episodes"], metrics["val/B/episodes"], metrics["val/episodes"]) == (4.0, 2.0, 6.0)
+    assert {"val/A/success", "val/B/success", "val/A/reward", "val/B/turns"} <= set(metrics)
+    # the val manager's penalty: every invalid action costs 1.0 (greedy actions of a random model)
+    assert metrics["val/B/reward"] == pytest.approx(metrics["val/B/success"] - metrics["val/B/invalid_action_rate"] * metrics["val/B/turns"])
+    calls = []
+    generate = t.roles.rollout.generate
+    t.roles.rollout.generate = lambda prompts, *a, **k: (calls.append(len(prompts)), generate(prompts, *a, **k))[1]
+    t.validate(0)
+    assert calls[0] == 6
+    t2 = trainer(model, tmp_path, "env.train_env_manager.tags=[A]", "data.train_batch_size=1",
+                 "env.val_env_manager.tags=[A]", "env.val_env_manager.num_env_groups=4", "env.val_env_manager.max_env_num_per_worker=3")
+    t2.roles.rollout.generate = lambda prompts, *a, **k: (calls.append(len(prompts)), generate(prompts, *a, **k))[1]
+    calls.clear()
+    t2.validate(0)
+    assert calls[:2] == [3, 1]
+
+
+def test_agentic_config_mistakes_are_named(model, tmp_path):
+    with pytest.raises(ConfigError, match=r"data.train_batch_size \(8\) x rollout.n \(1\) must equal the trajectories of a step, .* = 4"):
+        trainer(model, tmp_path, "env.train_env_manager.tags=[A]", "env.train_env_manager.num_env_groups=2",
+                "env.train_env_manager.group_size=2", "data.train_batch_size=8")
+    with pytest.raises(ConfigError, match=r"env.train_env_manager.tags: \['C'\] not in env.custom_envs"):
+        trainer(model, tmp_path, "env.train_env_manager.tags=[C]")
+    with pytest.raises(ConfigError, match=r"env.val_env_manager.tags and env.custom_envs: set, but env.train_env_manager.tags is empty"):
+        trainer(model, tmp_path, "env.val_env_manager.tags=[A]")
+    cfg = load_config(None, [f"model.path={model}", *BASE, "env.train_env_manager.tags=[A]", "data.train_batch_size=1"])
+    with pytest.raises(ConfigError, match="a decoupled agentic run is not supported yet"):
+        RLTrainer(StageContext(name="main", cfg=cfg, run_dir=tmp_path / "run", model_path=str(model)), halves="explorer")
+
+
+def _env_rows(run_dir):
+    import json
+
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["env/reward"], r["env/invalid_action_rate"], r["env/turns"]) for r in rows if "env/reward" in r]
+
+
+def test_an_agentic_run_resumes_exactly_from_a_checkpoint(model, tmp_path):
+    """Steps 3-4 continued from a step-2 checkpoint play the episodes of an uninterrupted run: the
+    groups' seeds come from (seed, step, group), the weights and optimizer from the checkpoint."""
+    from posttrain.cli import main
+
+    config = tmp_path / "exp.yaml"
+    config.write_text("{}\n")
+    base = [f"model.path={model}", *BASE, "env.train_env_manager.tags=[A]", "env.train_env_manager.num_env_groups=2",
+            "env.train_env_manager.group_size=2", "data.train_batch_size=2", "rollout.n=2", "actor.ppo_mini_batch_size=2",
+            "trainer.logger=[jsonl]", "trainer.save_freq=1", "actor.optim.lr=5e-3"]
+    assert main(["train", str(config), *base, "trainer.total_training_steps=4", f"trainer.default_local_dir={tmp_path / 'whole'}"]) == 0
+    part = tmp_path / "part"
+    assert main(["train", str(config), *base, "trainer.total_training_steps=2", f"trainer.default_local_dir={part}"]) == 0
+    assert main(["train", str(config), *base, "trainer.total_training_steps=4", f"trainer.default_local_dir={part}",
+                 "trainer.resume_mode=resume_path", f"trainer.resume_from_path={part / 'checkpoints' / 'global_step_2'}"]) == 0
+    whole = _env_rows(tmp_path / "whole")
+    assert [s[0] for s in whole] == [1, 2, 3, 4]
+    assert _env_rows(part) == whole
+    assert len({s[1:] for s in whole}) > 1  # the steps differ: a resume replaying step 1 would not match
