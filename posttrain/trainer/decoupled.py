@@ -121,13 +121,16 @@ def run_explorer(ctx: StageContext) -> StageResult:
     engine = explorer.roles.engine
     try:
         for b in range(start + 1, total + 1):
+            idle = follow.idle_s
             follow.freshen(b - 1 - max_staleness(cfg))  # weights new enough for batch b (validating on the way)
+            idle = follow.idle_s - idle
             buffer.report("explorer", f"exploring batch {b} with the weights of step {follow.loaded}")
             rows = explorer.sampler.next_batch()
             prompts = collate_prompts([explorer.train_set[i] for i in rows], explorer.pad_id, uid_prefix=f"s{b}")
             timer = PhaseTimer()
             experience = explorer.explore(prompts, timer, expected_version=engine.weights_version, policy_step=follow.loaded)
             experience.explore_metrics = {k: v for k, v in timer.metrics().items() if k != "timing/step_s"}
+            experience.explore_metrics["timing/idle_explorer_s"] = idle  # this batch's wait for fresh weights
             buffer.write(b, experience)
             kill_point(ctx.name, b, "explored")  # the test hook (posttrain.checkpoint.manager)
         follow.finish()
@@ -152,6 +155,7 @@ class _Follower:
         done = buffer.evaluations_through(max(steps, default=0))
         self.pending = [s for s in steps if s not in done and (weights is not None or s == 0)]
         self.loaded = 0  # the trainer step whose weights the engine holds (0: the starting weights)
+        self.idle_s = 0.0  # seconds spent waiting for the trainer's weights (validations not counted)
 
     def freshen(self, needed: int) -> None:
         """Hold the newest published weights, waiting until they are at least those of `needed`."""
@@ -170,7 +174,9 @@ class _Follower:
                     f"(newest published: {latest if latest is not None else 'none'}; trainer: {self.buffer.state('trainer')}); "
                     "raise synchronizer.sync_timeout or check the trainer"
                 )
+            slept = time.monotonic()
             time.sleep(self.buffer.poll_s)
+            self.idle_s += time.monotonic() - slept
         if latest is not None and latest != self.loaded:
             self._load(latest)
 
@@ -226,7 +232,9 @@ def run_learner(ctx: StageContext) -> StageResult:
             learner._log(last, ctx.step_offset)
         for step in range(start + 1, total + 1):
             buffer.report("trainer", f"training step {step}")
+            waited = time.monotonic()
             experience = buffer.claim(step, wait, waiting_for="the explorer")
+            waited = time.monotonic() - waited
             timer = PhaseTimer(learner.observer.watch())
             metrics, train = learner.learn(experience, step, timer)
             if weights is not None and (step % cfg.synchronizer.sync_interval == 0 or step in val_steps or step == total):
@@ -234,6 +242,7 @@ def run_learner(ctx: StageContext) -> StageResult:
                     _publish(learner, weights, step)
             metrics = learner.step_metrics(experience, metrics, timer, step, train)
             metrics["async/staleness"] = float(step - 1 - experience.policy_step)
+            metrics["timing/idle_trainer_s"] = waited  # the wait for this step's batch
             if step in val_steps:
                 metrics.update(_evaluation(buffer, step, cfg.synchronizer.sync_timeout))
             learner._log(metrics, ctx.step_offset + step)

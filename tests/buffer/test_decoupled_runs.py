@@ -86,6 +86,11 @@ def test_split_placement_trains_on_policy_as_the_synchronous_loop(inputs, in_ste
     assert "decoupled run: trainer (pid" in out.stdout  # the engine in a process of its own
     got = rows(inputs, "split")
     assert [r.get("async/staleness") for r in got] == [None] + [0.0] * STEPS  # every batch sampled by the newest weights
+    # on-policy, each side waits for the other: the explorer for step b-1's weights before batch b
+    # (none before batch 1), the trainer for every batch while the explorer generates it
+    idle_explorer = [r["timing/idle_explorer_s"] for r in got[1:]]
+    assert idle_explorer[0] == 0.0 and all(s > 0 for s in idle_explorer[1:]), idle_explorer
+    assert all(r["timing/idle_trainer_s"] > 0 for r in got[1:])
     # the same weights sample the same batches: every step as in step, to float rounding (old log-probs
     # are recomputed by the trainer instead of reused from the rollout)
     for mine, theirs in zip(got, in_step):
