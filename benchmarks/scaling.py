@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -46,7 +47,8 @@ def peak_rss_mib(pid: int) -> float | None:
 
 
 def run(workers: int, steps: int, workdir: Path, launcher: str) -> dict:
-    run_dir = workdir / f"run-{workers}"
+    run_dir = workdir / f"run-{workers}-{launcher}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a finished run in place would be reported, not run again
     args = [sys.executable, "-u", "-m", "posttrain", "train", str(ROOT / "examples" / "grpo.yaml"),
             f"trainer.default_local_dir={run_dir}", f"cluster.n_gpus_per_node={0 if workers == 1 else workers}",
             f"trainer.total_training_steps={steps}", "trainer.save_freq=-1", "trainer.test_freq=-1",
