@@ -10,11 +10,15 @@ followed by an fsync of the directory holding the new name.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
-import tempfile
 import re
+import sys
+import tempfile
 import tokenize
 from pathlib import Path
+from types import ModuleType
 from typing import Callable
 
 
@@ -106,6 +110,40 @@ def check_python_source(path: str | Path, error: Callable[[str], Exception]) -> 
         data.decode(encoding)
     except UnicodeDecodeError as err:
         raise error(f"{not_utf8_message(path, data, err.start, err.reason)} (or fix its coding line: {encoding})") from None
+
+
+def import_python_file(
+    path: str, kind: str, refuse: Callable[[str], Exception], failed: Callable[[BaseException], Exception]
+) -> ModuleType:
+    """Run a user's Python file (a reward function, a dataset class, an environment) as a module.
+
+    The module is named after `kind` and a digest of the file's absolute path, since two files may
+    share a basename, and stays in ``sys.modules`` so that the classes it defines pickle by reference
+    (into worker processes too); a second import of the same file returns the same module. A path
+    that is not a Python file raises ``refuse(message)``; an exception the file raises while it runs,
+    ``SystemExit`` included, raises ``failed(exception)`` and leaves nothing registered.
+    KeyboardInterrupt is let through."""
+    if not os.path.isfile(path):
+        raise refuse(f"file not found: {path}")
+    digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]
+    name = f"posttrain_user_{kind}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise refuse(f"{path} is not a Python file (is it a .py file?)")
+    check_python_source(path, refuse)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except KeyboardInterrupt:
+        del sys.modules[name]
+        raise
+    except BaseException as exc:  # a file that ends the process on import gets a message too
+        del sys.modules[name]
+        raise failed(exc) from exc
+    return module
 
 
 # ---- dataset folders and dataset names ------------------------------------------------------------

@@ -10,39 +10,25 @@ owns everything between files and examples: posttrain applies no template, trunc
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import inspect
-import os
-import sys
 from typing import Any
 
 from posttrain.config.sections.data import DataConfig
 from posttrain.errors import ConfigError, DataError
-from posttrain.files import check_python_source
+from posttrain.files import import_python_file
 
 
 def load_class(path: str, name: str | None) -> type:
     """The class `name` defined in the Python file `path`."""
     if not name:
         raise ConfigError("data.custom_cls.name: empty; name the dataset class defined in data.custom_cls.path")
-    if not os.path.isfile(path):
-        raise ConfigError(f"data.custom_cls.path: file not found: {path}")
-    digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]
-    module_name = f"posttrain_custom_dataset_{digest}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"data.custom_cls.path: {path} is not a Python file")
-    check_python_source(path, lambda message: ConfigError(f"data.custom_cls.path: {message}"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # so instances pickle by reference (and reach forked workers)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        raise ConfigError(f"data.custom_cls.path: importing {path} failed: {type(e).__name__}: {e}") from e
+    module = import_python_file(
+        path, "dataset", lambda message: ConfigError(f"data.custom_cls.path: {message}"),
+        lambda exc: ConfigError(f"data.custom_cls.path: importing {path} failed: {type(exc).__name__}: {exc}"),
+    )
     cls = getattr(module, name, None)
     if not inspect.isclass(cls):
-        classes = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module_name)
+        classes = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module.__name__)
         raise ConfigError(f"data.custom_cls.name: {path} defines no class '{name}'; its classes are {classes}")
     return cls
 

@@ -8,15 +8,13 @@ environments, so they are registered before anything reads the registry.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import inspect
-import os
-import sys
 from typing import Any, Callable
 
 from posttrain.errors import ConfigError
+from posttrain.files import import_python_file
 
 ENVS: dict[str, type] = {}
 
@@ -72,20 +70,7 @@ def _import_module(name: str, key: str) -> Any:
 
 
 def _import_file(path: str, key: str) -> Any:
-    if not os.path.isfile(path):
-        raise ConfigError(f"{key}: file not found: {path}")
-    digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]
-    module_name = f"posttrain_user_env_{digest}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"{key}: {path} is not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # instances pickle by reference
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        del sys.modules[module_name]
-        raise ConfigError(f"{key}: importing {path} failed: {type(e).__name__}: {e}") from e
-    return module
+    return import_python_file(
+        path, "env", lambda message: ConfigError(f"{key}: {message}"),
+        lambda exc: ConfigError(f"{key}: importing {path} failed: {type(exc).__name__}: {exc}"),
+    )

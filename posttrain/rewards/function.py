@@ -12,18 +12,16 @@ manager receives (path, name, kwargs) and imports the file itself on its first c
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import inspect
 import os
-import sys
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
 from posttrain.errors import ConfigError, RewardFunctionError
-from posttrain.files import check_python_source
+from posttrain.files import import_python_file
 
 PATH_KEY = "reward.custom_reward_function.path"
 NAME_KEY = "reward.custom_reward_function.name"
@@ -144,27 +142,10 @@ def _attribute(module: ModuleType, name: str, where: str, setting: str) -> Calla
 
 
 def _import_file(path: str, setting: str = PATH_KEY) -> ModuleType:
-    """Execute a Python file as a uniquely named module (two files may share a basename)."""
-    digest = hashlib.sha1(path.encode()).hexdigest()[:10]
-    module_name = f"posttrain_user_reward_{digest}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"{setting}: cannot import {path} as Python (is it a .py file?)")
-    check_python_source(path, lambda message: ConfigError(f"{setting}: {message}"))
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # SystemExit too: a file ending the process on import gets a message
-        raise RewardFunctionError(
-            f"importing the reward function file {path} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    # Registered so that pickle and dataclasses defined in the file work within this process.
-    sys.modules[module_name] = module
-    return module
+    return import_python_file(
+        path, "reward", lambda message: ConfigError(f"{setting}: {message}"),
+        lambda exc: RewardFunctionError(f"importing the reward function file {path} failed: {type(exc).__name__}: {exc}"),
+    )
 
 
 def _check_call(raw: Callable[..., Any], fn: RewardFunction, kwargs: dict[str, Any], *, constructor: bool = False) -> None:
