@@ -23,6 +23,7 @@ CURVES = (
     ("training reward (mean score)", "critic/score/mean"),
     ("validation accuracy", "val/*/acc/mean@*"),
     ("validation score", "val/score/mean"),
+    ("validation score by data source", "val/*/score/mean@*"),
     ("KL, current vs rollout policy", "actor/ppo_kl"),
     ("KL loss to the reference", "actor/kl_loss"),
     ("KL, rollout vs reference", "actor/ref_kl"),
@@ -100,7 +101,9 @@ def time_breakdown(stage: StageRun) -> str:
     """A stacked bar per logged step of the stage: the seconds of each phase (`timing/<phase>_s`)
     and `other` (the rest of `timing/step_s`: metrics, bookkeeping); empty for a stage without them."""
     rows = [r for r in stage.metrics if _is_number(r.get("timing/step_s"))]
-    logged = {k for r in rows for k in r if k.startswith("timing/") and k.endswith("_s")} - {"timing/step_s", "timing/stage_s"}
+    # idle times (a decoupled run's waits) overlap the other side's phases: not a slice of the step
+    logged = {k for r in rows for k in r if k.startswith("timing/") and k.endswith("_s") and not k.startswith("timing/idle_")}
+    logged -= {"timing/step_s", "timing/stage_s"}
     phases = sorted(logged, key=lambda k: (PHASE_ORDER.index(k) if k in PHASE_ORDER else len(PHASE_ORDER), k))
     if not rows or not phases:
         return ""

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from posttrain.report import RunDirError, load_run, summary_lines, write_report
-from posttrain.report.page import curves
+from posttrain.report.page import curves, time_breakdown
 from posttrain.report.svg import line_chart
 
 ACC = "val/posttrain/arithmetic/acc/mean@1"
@@ -141,3 +141,19 @@ def test_cli_report_and_wrong_run_dirs(run_dir, tmp_path):
     (tmp_path / "empty").mkdir()
     empty = cli(str(tmp_path / "empty"))
     assert empty.returncode == 2 and "no metrics.jsonl" in empty.stderr
+
+
+def test_each_data_source_gets_its_validation_score_curve_and_idle_time_is_not_a_phase(tmp_path):
+    """A multi-domain run shows each domain's validation score; a decoupled run's waits are left
+    out of the time breakdown (they overlap the other process's phases)."""
+    rows = [{"step": s, "val/sort/score/mean@1": 0.1 * s, "val/arith/score/mean@1": 0.2 * s, "timing/step_s": 1.0,
+             "timing/gen_s": 0.25, "timing/update_actor_s": 0.5, "timing/idle_trainer_s": 0.75} for s in (1, 2)]
+    _stage(tmp_path, "rl", {"algorithm": {"kind": "rl"}, "trainer": {"val_only": False}}, rows)
+    stages = load_run(tmp_path)
+    charts = dict(curves(stages))
+    by_source = {t: series for t, series in charts.items() if t.startswith("validation score by data source: ")}
+    assert sorted(by_source) == ["validation score by data source: val/arith/score/mean@1",
+                                 "validation score by data source: val/sort/score/mean@1"]
+    assert by_source["validation score by data source: val/sort/score/mean@1"] == [("rl", [(1.0, 0.1), (2.0, 0.2)])]
+    bars = time_breakdown(stages[0])
+    assert "update_actor" in bars and "gen" in bars and "idle" not in bars
