@@ -14,3 +14,11 @@ def tiny_lm() -> Qwen2ForCausalLM:
         num_key_value_heads=2, intermediate_size=64,
     )
     return Qwen2ForCausalLM(config).eval()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding a `slow` test run first. The suite runs two files at a time (pytest-xdist,
+    `--dist loadfile`, in the order collected): starting the minute-long end-to-end files first
+    keeps one of them from being the last thing running while the other process sits idle."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: each file keeps its order
