@@ -137,6 +137,15 @@ class RowTable:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def append(self, label: str, rows: list[dict[str, Any]], setting: str) -> None:
+        """Add the rows of one file (`label` names it in messages); a file without rows is a
+        DataError naming it and the setting that listed it."""
+        if not rows:
+            raise DataError(f"{label}: no rows (from {setting}); a data file needs at least one row")
+        self.paths.append(label)
+        self.starts.append(len(self.rows))
+        self.rows.extend(rows)
+
     def where(self, index: int) -> tuple[str, int]:
         """(file, row within that file) of a global row index."""
         k = bisect.bisect_right(self.starts, index) - 1
@@ -166,10 +175,5 @@ def load_files(files: str | Iterable[str], *, setting: str = "data.train_files")
         raise DataError(f"{setting} is empty; give at least one parquet, jsonl, json or csv file")
     table = RowTable(rows=[])
     for path in paths:
-        rows = read_rows(path)
-        if not rows:
-            raise DataError(f"{path}: no rows (from {setting}); a data file needs at least one row")
-        table.paths.append(path)
-        table.starts.append(len(table.rows))
-        table.rows.extend(rows)
+        table.append(path, read_rows(path), setting)
     return table

@@ -43,11 +43,7 @@ def load_table(entries: Iterable[str], *, setting: str, base_dir: str | None = N
     table = RowTable(rows=[])
     for entry in entries:
         for label, rows in read_entry(entry, setting=setting, base_dir=base_dir):
-            if not rows:
-                raise DataError(f"{label}: no rows (from {setting}); a data file needs at least one row")
-            table.paths.append(label)
-            table.starts.append(len(table.rows))
-            table.rows.extend(rows)
+            table.append(label, rows, setting)
     return table
 
 
