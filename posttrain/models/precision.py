@@ -8,9 +8,11 @@ log-softmax, norms' reductions) in fp32; parameters, gradients and AdamW state s
 dtype. posttrain's log-probs are computed from fp32 logits in any case
 (`posttrain.models.lm_head_logits`).
 
-Why offer it on CPU: on processors with AVX512-BF16 or AMX, oneDNN's bf16 matmuls run 2-3x the
-fp32 rate (docs/performance.md). It changes the arithmetic, so it is an explicit option, never a
-default.
+The default, `auto`, is bf16 on a GPU and fp32 on the CPU: the GPU's tensor cores run bf16 matmuls
+at many times the fp32 rate (and verl's FSDP workers compute in bf16 unless told otherwise), while on
+the CPU bf16 pays only on processors with AVX512-BF16 or AMX (oneDNN's bf16 matmuls then run 2-3x
+the fp32 rate, docs/performance.md), and it changes the arithmetic, so there it stays an explicit
+choice.
 """
 
 from __future__ import annotations
@@ -23,11 +25,20 @@ from torch import nn
 
 from posttrain.models.loading import resolve_dtype
 
+def compute_dtype(param_dtype: str, device: torch.device | str) -> str:
+    """`fsdp_config.mixed_precision.param_dtype` for a role computing on `device`: "auto" is "bf16" on
+    a GPU and "fp32" on the CPU; "fp32" and "bf16" stay as they are."""
+    if param_dtype != "auto":
+        return param_dtype
+    return "bf16" if torch.device(device).type == "cuda" else "fp32"
+
+
 def autocast(model: nn.Module, param_dtype: str) -> ContextManager:
     """The context a role's forward runs in: `torch.autocast` to `param_dtype` when the model's
-    parameters are wider, else nothing ("fp32" always means: compute in the parameters' dtype)."""
-    target = resolve_dtype(param_dtype)  # the config allows fp32 and bf16 here
+    parameters are wider, else nothing ("fp32" always means: compute in the parameters' dtype;
+    "auto" follows the parameters' device, `compute_dtype`)."""
     weight = next(model.parameters())
+    target = resolve_dtype(compute_dtype(param_dtype, weight.device))  # fp32 or bf16 here
     if target == torch.float32 or weight.dtype == target:
         return contextlib.nullcontext()
     return torch.autocast(device_type=weight.device.type, dtype=target)

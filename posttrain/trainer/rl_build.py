@@ -20,6 +20,7 @@ from posttrain.config.schema import Config
 from posttrain.errors import ConfigError
 from posttrain.models.loading import causal_lm_from_config, load_tokenizer, load_value_model, resolve_dtype
 from posttrain.models.lora import add_lora, lora_settings, value_head_name
+from posttrain.models.precision import compute_dtype
 from posttrain.optim import build_optimization
 from posttrain.cluster.weight_sync import WeightSync, weight_sync_for
 from posttrain.cluster.world import World
@@ -208,7 +209,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     policy = causal_lm_from_config(cfg.model, device=world.torch_device)
     a = cfg.actor
     n = cfg.rollout.n
-    actor_compute = a.fsdp_config.mixed_precision.param_dtype
+    actor_compute = compute_dtype(a.fsdp_config.mixed_precision.param_dtype, world.torch_device)  # auto: bf16 on a GPU
     lean = "compiled" if a.use_torch_compile else "off"  # one switch for the actor, reference and critic forwards
     actor_budget = dict(default_dynamic=a.use_dynamic_bsz, default_budget=a.ppo_max_token_len_per_gpu)
     engine_dtype, same_numerics = engine_precision(policy, actor_compute, cfg.rollout.dtype)

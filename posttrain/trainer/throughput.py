@@ -29,6 +29,7 @@ from typing import Any, Iterator
 import torch
 
 from posttrain.models.flops import MatmulParams, peak_flops
+from posttrain.models.precision import compute_dtype
 from posttrain.records import RolloutBatch
 from posttrain.trainer.memory import MemoryProbe
 from posttrain.trainer.metrics import PhaseTimer
@@ -74,7 +75,7 @@ class StepObserver:
         critic = roles.critic
         self.critic = MatmulParams.of(_model_config(critic.model), head_outputs=1) if critic is not None else None
         self.epochs = {"update_actor": cfg.actor.ppo_epochs, "update_critic": cfg.critic.ppo_epochs}
-        bf16 = cfg.actor.fsdp_config.mixed_precision.param_dtype == "bf16"
+        bf16 = compute_dtype(cfg.actor.fsdp_config.mixed_precision.param_dtype, world.torch_device) == "bf16"
         dtype = torch.bfloat16 if bf16 else next(roles.actor.model.parameters()).dtype
         peak = peak_flops(world.device, dtype)
         self.peak_total = sum(self.dp.gather_objects(peak.flops))  # every worker's device together

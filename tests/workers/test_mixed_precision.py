@@ -186,3 +186,16 @@ def test_fp16_compute_and_a_reduce_dtype_without_sharding_are_refused():
     with pytest.raises(ConfigError, match="reduce_dtype: only act on a model sharded over several worker processes"):
         load_config(None, ["actor.fsdp_config.mixed_precision.reduce_dtype=bf16"])
     load_config(None, ["actor.fsdp_config.mixed_precision.reduce_dtype=bf16", "cluster.n_gpus_per_node=2"])
+
+
+def test_auto_compute_dtype_is_bf16_on_a_gpu_and_fp32_on_the_cpu():
+    """param_dtype's default, auto: bf16 autocast where a role computes on CUDA, none on the CPU."""
+    from posttrain.models.precision import compute_dtype
+
+    assert load_config(None, []).actor.fsdp_config.mixed_precision.param_dtype == "auto"
+    assert compute_dtype("auto", torch.device("cuda", 0)) == "bf16"
+    assert compute_dtype("auto", "cpu") == "fp32"
+    assert compute_dtype("fp32", "cuda") == "fp32" and compute_dtype("bf16", "cpu") == "bf16"
+    model = torch.nn.Linear(4, 4)
+    with autocast(model, "auto"):  # CPU parameters: no autocast, the matmul stays fp32
+        assert model(torch.ones(1, 4)).dtype == torch.float32

@@ -36,7 +36,7 @@ class MixedPrecisionConfig:
     """The dtype a role computes in while its parameters, gradients and optimizer state stay in
     model.dtype (`torch.autocast` in one process and on every worker alike)."""
 
-    param_dtype: str = param("fp32", doc="Compute dtype of forward and backward: fp32 (as model.dtype: no autocast) or bf16 (matmuls and attention in bfloat16 under torch.autocast, fp32 master weights: the role's forwards in RL stages, the policy's in SFT and DPO, the reference's in DPO). fp16 is refused: it needs loss scaling, which posttrain does not do.", choices=["fp32", "bf16"], refs=["verl:.param_dtype"])
+    param_dtype: str = param("auto", doc="Compute dtype of forward and backward: auto (bf16 when the role computes on a GPU, fp32 on the CPU), fp32 (as model.dtype: no autocast) or bf16 (matmuls and attention in bfloat16 under torch.autocast, fp32 master weights: the role's forwards in RL stages, the policy's in SFT and DPO, the reference's in DPO). fp16 is refused: it needs loss scaling, which posttrain does not do.", choices=["auto", "fp32", "bf16"], refs=["verl:.param_dtype"])
     reduce_dtype: str = param("fp32", doc="Dtype of the gradient reduction across worker processes when the role is sharded (FSDP2's reduce dtype); one process has nothing to reduce.", choices=["fp32", "bf16"], refs=["verl:.reduce_dtype"])
     buffer_dtype: str = param("fp32", doc="Dtype module buffers are cast to. Only fp32 is accepted: FSDP2 has no buffer cast, buffers (rotary frequencies) keep model.dtype.", choices=["fp32"], refs=["verl:.buffer_dtype"])
 
