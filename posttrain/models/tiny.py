@@ -33,7 +33,21 @@ DEFAULT_HIDDEN = 128
 DEFAULT_HEADS = 4
 DEFAULT_MAX_POSITION = 512
 
-__all__ = ["build_tiny_tokenizer", "make_tiny_config", "make_tiny_model"]
+# Real architectures' shapes (their config.json values) for throughput and memory tests: random
+# weights and the character tokenizer padded with filler tokens to the real vocabulary size, since
+# no weights can be downloaded. `make-model tiny OUT --shape qwen2.5-0.5b`.
+SHAPES: dict[str, dict] = {
+    "qwen2.5-0.5b": dict(layers=24, hidden=896, heads=14, kv_heads=2, intermediate=4864, vocab_size=151936,
+                         max_position=32768, tie_embeddings=True),
+    "qwen2.5-1.5b": dict(layers=28, hidden=1536, heads=12, kv_heads=2, intermediate=8960, vocab_size=151936,
+                         max_position=32768, tie_embeddings=True),
+    "qwen2.5-3b": dict(layers=36, hidden=2048, heads=16, kv_heads=2, intermediate=11008, vocab_size=151936,
+                       max_position=32768, tie_embeddings=True),
+    "qwen2.5-7b": dict(layers=28, hidden=3584, heads=28, kv_heads=4, intermediate=18944, vocab_size=152064,
+                       max_position=32768, tie_embeddings=False),
+}
+
+__all__ = ["SHAPES", "build_tiny_tokenizer", "make_tiny_config", "make_tiny_model"]
 
 
 def check_shape(layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int, max_position: int) -> None:
@@ -99,13 +113,17 @@ def make_tiny_model(
     max_position: int = DEFAULT_MAX_POSITION,
     tie_embeddings: bool = False,
     seed: int = 0,
+    dtype: str = "fp32",
 ) -> Path:
     """Write a random-init tiny Qwen2 model and its tokenizer to `out_dir`; return the directory.
 
     `vocab_size` None uses the tokenizer's own size (100); a larger value pads the tokenizer with
     filler tokens so `len(tokenizer) == config.vocab_size` always holds. The global torch RNG is left
-    untouched (initialisation runs under a forked RNG seeded with `seed`).
+    untouched (initialisation runs under a forked RNG seeded with `seed`). `dtype` ("fp32" or "bf16")
+    is the dtype the weights are saved in (initialised in fp32 either way).
     """
+    if dtype not in ("fp32", "bf16"):
+        raise ConfigError(f"--dtype must be fp32 or bf16, got {dtype!r}")
     tokenizer = build_tiny_tokenizer(vocab_size, model_max_length=max_position)
     config = make_tiny_config(
         layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, intermediate=intermediate,
@@ -114,6 +132,9 @@ def make_tiny_model(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(config)
+    if dtype == "bf16":
+        model.to(torch.bfloat16)
+        model.config.dtype = "bfloat16"
     model.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id,
         # Chat generation ends at <|im_end|>; <|endoftext|> also stops a model that emits it.
