@@ -3,9 +3,10 @@
     python benchmarks/bench_workers.py {posttrain,trl} SPEC_JSON
 
 SPEC_JSON holds model_dir, data (a train.parquet of `posttrain make-data arithmetic`), steps, bf16, fused_adamw,
-threads, prompts, n, completion_length, lr, seed and run_dir. The last stdout line is a JSON
-object: per step its wall seconds, phase seconds, generated (response) and trained (prompt +
-response) real tokens, plus the process's peak RSS.
+threads, prompts, n, completion_length, lr, seed, run_dir and optionally device ("cpu", the default,
+or "cuda": the first GPU for both frameworks). The last stdout line is a JSON object: per step its
+wall seconds, phase seconds, generated (response) and trained (prompt + response) real tokens, plus
+the process's peak RSS and, on a GPU, its peak allocated GPU memory.
 
 Phases: gen (sampling), reward, logprob (no-grad log-prob passes: old/ref), fwd_loss (training
 forward + loss), backward, optim (clip + optimizer step), other (the rest of the step). Timing
@@ -30,7 +31,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["posttrain"]:
 
 import torch  # noqa: E402
 
-PHASES = ("gen", "reward", "logprob", "fwd_loss", "backward", "optim", "other")
+PHASES = ("gen", "reward", "logprob", "fwd_loss", "backward", "optim", "sync", "other")
 
 
 def _timed(fn, sink: dict, key: str, when=lambda: True):
@@ -74,7 +75,7 @@ def run_posttrain(spec: dict) -> list[dict]:
         "algorithm.kind=rl", "algorithm.adv_estimator=grpo",
         f"trainer.total_training_steps={spec['steps']}", "trainer.logger=[]",
         f"trainer.default_local_dir={spec['run_dir']}", f"trainer.seed={spec['seed']}",
-    ] + list(spec.get("posttrain_overrides", []))
+    ] + (["cluster.n_gpus_per_node=1"] if spec.get("device") == "cuda" else []) + list(spec.get("posttrain_overrides", []))
     cfg = load_config(None, overrides)
     trainer = RLTrainer(StageContext("main", cfg, Path(spec["run_dir"]), cfg.model.path))
     phases: dict = defaultdict(float)
@@ -100,6 +101,7 @@ def run_posttrain(spec: dict) -> list[dict]:
         phases["gen"] = m.get("timing/gen_s", 0.0)
         phases["reward"] = m.get("timing/reward_s", 0.0)
         phases["logprob"] = m.get("timing/old_log_prob_s", 0.0) + m.get("timing/ref_s", 0.0)
+        phases["sync"] = m.get("timing/sync_s", 0.0)
         update = m.get("timing/update_actor_s", 0.0)
         phases["backward"] = max(0.0, update - phases["fwd_loss"] - phases["optim"])
         batch = seen[-1]
@@ -138,7 +140,7 @@ def run_trl(spec: dict) -> list[dict]:
         num_generations=spec["n"], max_completion_length=spec["completion_length"], learning_rate=spec["lr"],
         beta=0.0, num_iterations=1, gradient_accumulation_steps=1, max_steps=spec["steps"],
         lr_scheduler_type="constant", weight_decay=0.01, max_grad_norm=1.0, optim="adamw_torch_fused" if spec.get("fused_adamw") else "adamw_torch",
-        gradient_checkpointing=False, use_cpu=True, bf16=bool(spec.get("bf16")), fp16=False, temperature=1.0, top_p=1.0, top_k=0,
+        gradient_checkpointing=False, use_cpu=spec.get("device", "cpu") == "cpu", bf16=bool(spec.get("bf16")), fp16=False, temperature=1.0, top_p=1.0, top_k=0,
         epsilon=0.2, loss_type="dapo", scale_rewards="group", logging_steps=1, save_strategy="no",
         report_to=[], seed=spec["seed"], disable_tqdm=True, dataloader_num_workers=0,
     )
@@ -156,6 +158,8 @@ def run_trl(spec: dict) -> list[dict]:
             phases["optim"] += time.perf_counter() - self.t_opt
 
         def on_step_end(self, *a, **k):
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()  # the step's kernels have finished before it is timed
             step_s, cpu_s = time.perf_counter() - self.t0, time.process_time() - self.c0
             results.append(_finish(step_s, cpu_s, dict(phases), counts["gen"], counts["trained"]))
 
@@ -186,7 +190,10 @@ def main() -> None:
     torch.manual_seed(spec["seed"])
     steps = {"posttrain": run_posttrain, "trl": run_trl}[framework](spec)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-    print(json.dumps({"framework": framework, "steps": steps, "peak_rss_mib": peak_mib}))
+    out = {"framework": framework, "steps": steps, "peak_rss_mib": peak_mib}
+    if spec.get("device") == "cuda":
+        out["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -78,7 +78,10 @@ def _train(args: argparse.Namespace, cfg) -> int:
             return launch(argv, plan.size, base, plan.device, dict(cfg.cluster.env_vars))
         stage_dirs = [base / s.name for s in stages] if len(stages) > 1 else [base]
         was_complete = all((d / STAGE_COMPLETE).is_file() for d in stage_dirs)
-        world = world or World(device=plan.device)  # one process: on the GPU when cluster asks for one (n_gpus_per_node 1)
+        if world is None and plan.device == "cuda":  # one process on the GPU (n_gpus_per_node 1): say where once
+            world = World(device="cuda")
+            print(f"posttrain: 1 process on {world.torch_device} ({torch_cuda_name()})", flush=True)
+        world = world or World(device=plan.device)
         if world.distributed:
             join_world(world, cfg.cluster.rpc_timeout_s)
         results = run(cfg, world)
@@ -93,6 +96,12 @@ def _train(args: argparse.Namespace, cfg) -> int:
             print(f"final model: {r.final_model}")
     _print_summary(base, stages, results)
     return 0
+
+
+def torch_cuda_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(torch.cuda.current_device())
 
 
 @contextmanager
