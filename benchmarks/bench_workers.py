@@ -57,6 +57,12 @@ def _finish(step_s: float, cpu_s: float, phases: dict, gen_tokens: int, trained_
     return {"step_s": step_s, "cpu_s": cpu_s, "phases": out, "gen_tokens": gen_tokens, "trained_tokens": trained_tokens}
 
 
+def _progress(framework: str, step: int, record: dict) -> None:
+    """One line per step on stderr (stdout's last line is the result), so a slow run shows where it is."""
+    phases = " ".join(f"{k} {v:.2f}" for k, v in record["phases"].items() if v >= 0.005)
+    print(f"[{framework}] step {step}: {record['step_s']:.2f} s ({phases})", file=sys.stderr, flush=True)
+
+
 # ---------------------------------------------------------------------------------- posttrain
 def run_posttrain(spec: dict) -> list[dict]:
     import posttrain.workers.actor as actor_module
@@ -106,6 +112,7 @@ def run_posttrain(spec: dict) -> list[dict]:
         phases["backward"] = max(0.0, update - phases["fwd_loss"] - phases["optim"])
         batch = seen[-1]
         results.append(_finish(step_s, cpu_s, dict(phases), batch.num_response_tokens(), batch.num_tokens()))
+        _progress("posttrain", step, results[-1])
     return results
 
 
@@ -162,6 +169,7 @@ def run_trl(spec: dict) -> list[dict]:
                 torch.cuda.synchronize()  # the step's kernels have finished before it is timed
             step_s, cpu_s = time.perf_counter() - self.t0, time.process_time() - self.c0
             results.append(_finish(step_s, cpu_s, dict(phases), counts["gen"], counts["trained"]))
+            _progress("trl", len(results), results[-1])
 
     trainer.add_callback(StepClock())
     trainer.model.generate = _timed(trainer.model.generate, phases, "gen")

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
+import os
 import shutil
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,7 +34,17 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))
 
 from bench_workers import PHASES  # noqa: E402
-from grpo_vs_trl import run_worker  # noqa: E402
+
+
+def run_worker(framework: str, spec: dict) -> dict:
+    """`bench_workers.py` in its own process; its per-step lines (stderr) pass through as they come."""
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, str(HERE / "bench_workers.py"), framework, json.dumps(spec)],
+                          env=env, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{framework} worker failed (exit {proc.returncode}); its output is above")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def prepare(workdir: Path, shape: str) -> tuple[Path, Path]:
@@ -104,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
             "bf16": True, "run_dir": str(workdir / "runs" / name), "posttrain_overrides": overrides,
         }
         shutil.rmtree(spec["run_dir"], ignore_errors=True)
-        results[name] = summarise(run_worker(framework, spec, threads=8))
+        results[name] = summarise(run_worker(framework, spec))
         report(name, results[name])
     if "posttrain" in results and "trl" in results:
         pt, trl = results["posttrain"], results["trl"]

@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hf-path", action="store_true", help="also time the engine without its lean decoder")
     ap.add_argument("--bf16", action="store_true", help="the model in bf16 for both (ceiling: a bf16 matmul)")
     ap.add_argument("--one-worker", action="store_true", help="also time the engine with decode_workers=1")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (the first GPU; the decode ceiling is then not computed)")
+    ap.add_argument("--shape", default=None, help="a real architecture's shape (posttrain.models.tiny.SHAPES), random weights")
     args = ap.parse_args(argv)
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     torch.set_num_threads(args.threads)
@@ -61,9 +63,15 @@ def main(argv: list[str] | None = None) -> None:
     from posttrain.rollout import HFEngine, SamplingParams
 
     model_dir, data = prepare(Path(args.workdir), args.vocab)
+    if args.shape:
+        from posttrain.models.tiny import SHAPES, make_tiny_model
+
+        model_dir = Path(args.workdir) / f"model-{args.shape}"
+        if not (model_dir / "config.json").exists():
+            make_tiny_model(model_dir, seed=0, **SHAPES[args.shape])
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
-    batch = prompts_batch(tokenizer, data, args.batch // 8, 8)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval().to(args.device)
+    batch = prompts_batch(tokenizer, data, args.batch // 8, 8).to(args.device)
     engine = HFEngine(model, eos_token_ids=[], pad_token_id=tokenizer.pad_token_id, copy_weights=False)
     hf_path = HFEngine(
         model, eos_token_ids=[], pad_token_id=tokenizer.pad_token_id, copy_weights=False, lean_decode=False
@@ -98,18 +106,22 @@ def main(argv: list[str] | None = None) -> None:
         for name, fn in contenders:
             t0 = time.perf_counter()
             tokens = fn()
+            if args.device != "cpu":
+                torch.cuda.synchronize()
             if repeat:  # the first round warms up both
                 rates[name].append(tokens / (time.perf_counter() - t0))
-    params_mm = MatmulParams.of(model.config)
-    ceiling = matmul_gflops(args.threads, dtype=dtype)
-    decode_ceiling = ceiling * 1e9 / params_mm.forward_flops(1, 1)
     prompt_tokens = int(batch.attention_mask.sum())
-    print(f"batch {args.batch}, {args.new_tokens} new tokens per row, prompts {prompt_tokens / len(batch):.1f} tokens, "
-          f"threads {args.threads}, {dtype}; matmul ceiling {ceiling:.1f} GFLOP/s = {decode_ceiling:.0f} tok/s decode ceiling")
+    if args.device == "cpu":
+        ceiling = matmul_gflops(args.threads, dtype=dtype)
+        decode_ceiling = ceiling * 1e9 / MatmulParams.of(model.config).forward_flops(1, 1)
+        where = f"threads {args.threads}, {dtype}; matmul ceiling {ceiling:.1f} GFLOP/s = {decode_ceiling:.0f} tok/s decode ceiling"
+    else:
+        decode_ceiling, where = None, f"{torch.cuda.get_device_name(0)}, {dtype}"
+    print(f"batch {args.batch}, {args.new_tokens} new tokens per row, prompts {prompt_tokens / len(batch):.1f} tokens, {where}")
     for name, values in rates.items():
         med = statistics.median(values)
-        print(f"{name:>12}: {med:8.0f} generated tok/s ({100 * med / decode_ceiling:.0f}% of the decode ceiling; "
-              f"prefill included)  runs: {', '.join(f'{v:.0f}' for v in values)}")
+        share = f"{100 * med / decode_ceiling:.0f}% of the decode ceiling; " if decode_ceiling else ""
+        print(f"{name:>12}: {med:8.0f} generated tok/s ({share}prefill included)  runs: {', '.join(f'{v:.0f}' for v in values)}")
     ratio = statistics.median(a / b for a, b in zip(rates["posttrain"], rates["hf_generate"]))
     print(f"posttrain / HF generate (generated tok/s): {ratio:.2f}")
 

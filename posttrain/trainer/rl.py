@@ -103,7 +103,8 @@ class RLTrainer:
         """Old and reference log-probs, values, advantages, critic and actor updates on an explored
         batch; returns their metrics and the rows the updates trained on (fewer under PF-PPO)."""
         actor, critic, ref = self.roles.actor, self.roles.critic, self.roles.reference
-        batch, scores, metrics = experience.batch, experience.scores, {}
+        batch, metrics = experience.batch, {}
+        scores = experience.scores.to(batch.response_mask.device)  # (B,) scored on the CPU; the batch may be on a GPU
         if len(batch) == 0:  # the query filters dropped every group: nothing to learn from this step
             metrics["query_filter/skipped_update"] = 1.0
             return metrics, batch
