@@ -66,6 +66,7 @@ def _progress(framework: str, step: int, record: dict) -> None:
 # ---------------------------------------------------------------------------------- posttrain
 def run_posttrain(spec: dict) -> list[dict]:
     import posttrain.workers.actor as actor_module
+    from posttrain.cluster.world import World
     from posttrain.config import load_config
     from posttrain.data import collate_prompts
     from posttrain.trainer.rl import RLTrainer
@@ -83,9 +84,15 @@ def run_posttrain(spec: dict) -> list[dict]:
         f"trainer.default_local_dir={spec['run_dir']}", f"trainer.seed={spec['seed']}",
     ] + (["cluster.n_gpus_per_node=1"] if spec.get("device") == "cuda" else []) + list(spec.get("posttrain_overrides", []))
     cfg = load_config(None, overrides)
-    trainer = RLTrainer(StageContext("main", cfg, Path(spec["run_dir"]), cfg.model.path))
+    # The CLI gives a one-process GPU run World(device="cuda") (posttrain/cli/train.py); so must this
+    # caller, or every role is built on the CPU whatever cluster.n_gpus_per_node says.
+    world = World(device="cuda" if spec.get("device") == "cuda" else "cpu")
+    trainer = RLTrainer(StageContext("main", cfg, Path(spec["run_dir"]), cfg.model.path, world=world))
     phases: dict = defaultdict(float)
     actor = trainer.roles.actor
+    placed = next(actor.model.parameters()).device.type
+    if placed != world.device:
+        raise SystemExit(f"posttrain built its actor on {placed}, not {world.device}: the benchmark would time the wrong device")
     actor._micro_loss = _timed(actor._micro_loss, phases, "fwd_loss")
     actor_module.clip_and_step = _timed(actor_module.clip_and_step, phases, "optim")
     seen = []  # the step's rollout batch, for its token counts
