@@ -113,13 +113,49 @@ def _walk(ctx: Context, node: Mapping[str, Any], prefix: str, inherited: str | N
             continue
         target = ctx.index.lookup(key)
         if target is not None and target.native is not None:
+            if isinstance(value, Mapping):
+                value = _without_refused_below(ctx, key, value)
             _translate_leaf(ctx, key, value, target, value_hook)
+            continue
+        if target is not None and target.no_effect is not None:
+            ctx.drop(key, target.no_effect)
             continue
         reason = target.unsupported if target is not None else inherited
         if isinstance(value, Mapping) and value and (target is None or ctx.index.has_below(key)):
             _walk(ctx, value, f"{key}.", reason, value_hook, ignorable)
             continue
         _unmapped_leaf(ctx, key, value, reason, ignorable)
+
+
+def _without_refused_below(ctx: Context, key: str, value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A dict-valued field (``model.override_config``) whose value holds a key the schema refuses
+    (``override_config.moe_config.freeze_moe_router``): that key is refused by name, the rest moves."""
+    out = dict(value)
+    for below, target in ctx.index.exact.items():
+        if target.unsupported is None or not below.startswith(key + "."):
+            continue
+        *parents, last = below[len(key) + 1:].split(".")
+        node: Any = out
+        for i, part in enumerate(parents):
+            if not isinstance(node, Mapping) or part not in node:
+                break
+            node[part] = dict(node[part]) if isinstance(node[part], Mapping) else node[part]
+            node = node[part]
+        else:
+            if isinstance(node, dict) and last in node:
+                ctx.refuse(below, f"not supported: {target.unsupported}", None, node.pop(last))
+                _prune(out, parents)
+    return out
+
+
+def _prune(tree: dict[str, Any], parents: list[str]) -> None:
+    """Remove the mappings along ``parents`` that the refusal left empty, deepest first."""
+    for depth in range(len(parents), 0, -1):
+        node: Any = tree
+        for part in parents[: depth - 1]:
+            node = node[part]
+        if node.get(parents[depth - 1]) == {}:
+            del node[parents[depth - 1]]
 
 
 def _translate_leaf(ctx: Context, key: str, value: Any, target: Target, value_hook: ValueHook) -> None:

@@ -25,6 +25,7 @@ from posttrain.config.dialects.lora import trinity_lora
 from posttrain.config.dialects.trinity_defaults import batching, kl_defaults, stage_kl_defaults
 from posttrain.config.dialects.translate import Context, translate_dict
 from posttrain.config.dialects.values import value_hook
+from posttrain.config.tables import Rule
 from posttrain.config.sections.algorithm import TRINITY_ALGORITHM_TYPES, TRINITY_ALGORITHM_TYPES_TODO
 from posttrain.files import dataset_entry, is_hub_name, split_files
 
@@ -81,6 +82,8 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         ctx.consume(f"{prefix}.{name}")
     if item.get("storage_type", "file") != "file":
         ctx.refuse(f"{prefix}.storage_type", "not implemented yet: queue/sql tasksets (decoupled explorer/trainer issue); a synchronous run reads files", None, item.get("storage_type"))
+    elif "storage_type" in item:
+        ctx.drop(f"{prefix}.storage_type", "file: the taskset is read from files, as posttrain does")
     if f"{prefix}.path" not in ctx.unresolved:  # an unresolved path is already refused by name
         split = item.get("split", "train" if training else "test")
         native = "data.train_files" if training else "data.val_files"
@@ -89,6 +92,9 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         except ValueError as err:
             ctx.refuse(f"{prefix}.path", str(err), native, item.get("path"))
         else:
+            for name in ("split", "subset_name"):  # each named in the report, though path carries them
+                if name in item:
+                    ctx.report.add(_entry(f"{prefix}.{name}", native, files, f"read with {prefix}.path"))
             if training:
                 ctx.set(native, files, f"{prefix}.path", f"split {split!r}" + (f", subset {item['subset_name']!r}" if item.get("subset_name") else ""))
             else:
@@ -210,6 +216,24 @@ def ignorable(ctx: Context, key: str, value: Any) -> str | None:
         return "Trinity-RFT's verl trainer: posttrain trains with its own backend and reads trainer_config with the verl dialect"
     return None
 
+
+_DATASET = "org/dataset"  # a Hugging Face dataset name: translated without a file on disk
+_WITH_PATH = ((f"{_TS}.path", _DATASET),)
+# Keys the handlers above translate (docs/config-mapping.md reads this table: posttrain.config.tables).
+RULES: dict[str, Rule] = {
+    "algorithm.algorithm_type": Rule("algorithm.kind", "the kind of training and its advantage estimator at once (TRINITY_ALGORITHM_TYPES): ppo -> rl with gae, grpo -> rl with grpo, sft, dpo, ...; an explicit advantage_fn wins over the type's estimator", "grpo"),
+    f"{_TS}.path": Rule("data.train_files", "the training taskset: a local file, the split's files in a local folder, else PATH[:SUBSET]@SPLIT (a save_to_disk folder or a cached Hugging Face dataset; never downloaded)", _DATASET),
+    f"{_TS}.split": Rule("data.train_files", "the split of the taskset's path that trains", "train", _WITH_PATH),
+    f"{_TS}.subset_name": Rule("data.train_files", "the configuration (subset) of the taskset's dataset", "main", _WITH_PATH),
+    f"{_TS}.name": Rule(None, "names the taskset's metrics in Trinity-RFT; posttrain's metrics are named by stage", "gsm8k", _WITH_PATH),
+    f"{_TS}.repeat_times": Rule("rollout.n", "responses sampled per task", 4, _WITH_PATH),
+    f"{_TS}.rollout_args": Rule("rollout.temperature, rollout.top_p, rollout.top_k", "the taskset's sampling settings (other keys are refused)", {"temperature": 0.7}, _WITH_PATH),
+    f"{_TS}.rollout_args.temperature": Rule("rollout.temperature", "sampling temperature of the training rollouts", 0.7, _WITH_PATH),
+    f"{_TS}.format.prompt_type": Rule(None, "plaintext or messages: posttrain reads a string or a chat message list from data.prompt_key alike", "messages", _WITH_PATH),
+    f"{_EVAL}": Rule("data.val_files, rollout.val_kwargs", "each evaluation taskset's files are appended to data.val_files; its repeat_times and rollout_args are the validation sampling", [{"path": _DATASET, "repeat_times": 2}]),
+    "buffer.train_batch_size": Rule("actor.ppo_mini_batch_size", "experiences per optimizer step / algorithm.repeat_times (prompts; refused unless whole)", 8),
+    "trainer.trainer_config": Rule("(each verl key's posttrain home)", "an inline verl trainer config, translated with the verl dialect (a value it sets wins over Trinity's derived defaults)", {"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}),
+}
 
 HANDLERS = [algorithm_type, kl_defaults, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
 # A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).

@@ -42,8 +42,6 @@ def _profiler_ignorable(ctx: Any, key: str, value: Any) -> str | None:
     match = _TOOL_OPTIONS.search(key + ".")
     if match and match.group(2) != tool:
         return f"options of the {match.group(2)} profiler, and global_profiler.tool is {tool or 'null'}: not used"
-    if key.endswith("torch_memory.stack_depth"):
-        return "torch's CUDA memory history has no stack-depth option (verl passes it only where torch has one)"
     if key.startswith(_ROLLOUT) and value == ctx.get(_ACTOR + key[len(_ROLLOUT):]):
         return "the same as the actor's (posttrain's rollout is profiled with actor.profiler)"
     if key.endswith(".profiler.tool") and value in (None, tool):

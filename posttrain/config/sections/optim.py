@@ -69,8 +69,6 @@ UNSUPPORTED: dict[str, str] = {
     "verl:optim.clip_grad": "posttrain's SFT trains the actor: set actor.grad_clip",
     "verl:optim.lr_scheduler": "posttrain's SFT trains the actor: set actor.optim.lr_scheduler_type",
     # ROLL's Hugging Face TrainingArguments that have no direct counterpart.
-    "roll:actor_train.training_args.gradient_accumulation_steps": "give the optimizer-step size instead: actor.ppo_mini_batch_size = per_device_train_batch_size x gradient_accumulation_steps x devices / rollout.n (prompts)",
-    "roll:critic.training_args.gradient_accumulation_steps": "give the optimizer-step size instead: critic.ppo_mini_batch_size = per_device_train_batch_size x gradient_accumulation_steps x devices / rollout.n (prompts)",
     "roll:actor_train.training_args.num_train_epochs": "Hugging Face epochs do not apply to RL: run length is trainer.total_epochs/total_training_steps, passes per batch are actor.ppo_epochs",
     "roll:critic.training_args.num_train_epochs": "Hugging Face epochs do not apply to RL: run length is trainer.total_epochs/total_training_steps, passes per batch are critic.ppo_epochs",
 }

@@ -142,9 +142,6 @@ QUERY_FILTER_ARGS: dict[str, tuple[str, ...]] = {
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     "verl:reward_model.micro_batch_size": "deprecated global micro-batch size; set reward.reward_model.micro_batch_size_per_gpu",
-    "roll:rewards.*.data_args": "a rule worker reads the response text the policy's tokenizer decoded, so it has no template of its own (a judge worker's template comes with the LLM judge)",
-    "roll:rewards.*.strategy_args": "a rule worker runs no model (a judge worker's engine comes with the LLM judge)",
-    "roll:rewards.*.device_mapping": "a rule worker runs on CPU processes (reward.workers.*.world_size), not on devices",
 }
 
 

@@ -141,10 +141,15 @@ UNSUPPORTED: dict[str, str] = {
     f"{_VERL}.log_prob_micro_batch_size": "deprecated in verl (a global count); use rollout.log_prob_micro_batch_size_per_gpu (equal on one device)",
     f"{_ROLL_VAL_GEN}.max_new_tokens": "validation generates up to rollout.response_length tokens like training",
     f"{_ROLL_VAL_GEN}.num_beams": "beam search is not offered; validation samples or decodes greedily (rollout.val_kwargs.do_sample)",
-    "roll:actor_infer.model_args.disable_gradient_checkpointing": "the rollout engine runs no backward pass, so gradient checkpointing has no meaning there",
     "roll:actor_infer.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
-    "roll:actor_infer.world_size": "ROLL derives it from device_mapping; posttrain derives process counts from the cluster section",
-    "roll:generate_opt_level": "ROLL's request scheduler switch; posttrain's hf engine generates one batch per call (async server: later issue)",
-    "roll:is_num_return_sequences_expand": "ROLL implementation detail: posttrain always samples rollout.n independent responses per prompt",
-    "roll:max_running_requests": "ROLL's request scheduler concurrency; the vLLM/SGLang engines' limit will be rollout.max_num_seqs",
+}
+
+_SCHEDULING = "request scheduling inside ROLL's generation workers: it changes when requests run, not what is sampled"
+# Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
+NO_EFFECT: dict[str, str] = {
+    "roll:actor_infer.model_args.disable_gradient_checkpointing": "the rollout engine runs no backward pass, so gradient checkpointing has no meaning there",
+    "roll:actor_infer.world_size": "derived from device_mapping in ROLL too (posttrain: from the cluster section)",
+    "roll:generate_opt_level": _SCHEDULING,
+    "roll:max_running_requests": _SCHEDULING,
+    "roll:is_num_return_sequences_expand": "posttrain always samples rollout.n independent responses per prompt, the result either value gives",
 }

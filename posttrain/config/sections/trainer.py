@@ -73,5 +73,4 @@ UNSUPPORTED: dict[str, str] = {
     "roll:checkpoint_config.type": "posttrain writes checkpoints to a file system path only; set trainer.checkpoint_dir",
     "trinity:trainer.name": "Ray actor names are chosen by posttrain",
     "trinity:trainer.trainer_type": "posttrain trains with its own backend, not verl",
-    "trinity:trainer.trainer_config": "inline verl trainer config; write those keys in posttrain's sections (or load them with the verl dialect)",
 }
