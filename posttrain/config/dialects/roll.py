@@ -134,6 +134,22 @@ def mini_batch(ctx: Context) -> None:
         ctx.set(f"{section}.ppo_mini_batch_size", prompts, key, f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {steps} x {dp} / {n} responses per prompt")
 
 
+def topr(ctx: Context) -> None:
+    """``use_topr_loss: true`` is ROLL's TOPR policy loss, which splits responses by score:
+    posttrain's ``topr_roll`` (posttrain.algorithms.policy_losses)."""
+    key = "use_topr_loss"
+    if not ctx.has(key):
+        return
+    ctx.consume(key)
+    value = ctx.get(key)
+    if value is True:
+        ctx.set("actor.policy_loss.loss_mode", "topr_roll", key, "ROLL's TOPR: negatives are the responses with score <= 0")
+    elif value in (False, None):
+        ctx.drop(key, "false: no TOPR loss (the policy loss is actor.policy_loss.loss_mode)")
+    else:
+        ctx.refuse(key, f"expected true or false, got {value!r}", None, value)
+
+
 def _model_parallel(ctx: Context, role: str) -> tuple[Any, str]:
     """How many devices one data-parallel rank of ``role`` spans under ROLL's strategy, and the text."""
     strategy = ctx.get(f"{role}.strategy_args.strategy_name")
@@ -259,6 +275,7 @@ _ACCUMULATION = "the optimizer step: per_device_train_batch_size x gradient_accu
 RULES: dict[str, Rule] = {
     "actor_train.training_args.gradient_accumulation_steps": Rule("actor.ppo_mini_batch_size", _ACCUMULATION, 4),
     "critic.training_args.gradient_accumulation_steps": Rule("critic.ppo_mini_batch_size", _ACCUMULATION, 4),
+    "use_topr_loss": Rule("actor.policy_loss.loss_mode", "true: ROLL's TOPR loss, topr_roll (full REINFORCE on responses scoring > 0, importance weight truncated at 1 on the others); false: nothing", True),
     # a reward worker's placement (reward_workers): a rule worker runs no model
     **{f"rewards.*.{key}": Rule(None, f"{why}; for the LLM judge: {judge}", "anything", (("rewards.w.worker_cls", _MATH_WORKER),))
        for key, why, judge in (
@@ -267,4 +284,4 @@ RULES: dict[str, Rule] = {
            ("device_mapping", _RULE_WORKER_UNUSED["device_mapping"], "dropped (it runs in the training process, on its device)"))},
 }
 
-HANDLERS = [template, reward_norm, mini_batch, roll_lora, reward_workers, *roll_defaults.HANDLERS]
+HANDLERS = [template, reward_norm, mini_batch, topr, roll_lora, reward_workers, *roll_defaults.HANDLERS]

@@ -211,7 +211,28 @@ def batch_sizes(ctx: Context) -> None:
         ctx.set("actor.ppo_mini_batch_size", ctx.get("buffer.batch_size"), "buffer.batch_size", "train_batch_size not given: Trinity-RFT takes one optimizer step per explored batch")
 
 
+def prompt_truncation(ctx: Context) -> None:
+    """``model.enable_prompt_truncation``: Trinity-RFT does not generate for a prompt longer than
+    max_prompt_tokens (true, its default): it cuts the prompt and records an experience with reward 0
+    and no sampled response, so the prompt gives no training signal. posttrain leaves such prompts
+    out when the dataset is built (data.filter_overlong_prompts), the same signal. false lets the
+    whole prompt through, which posttrain never does (data.max_prompt_length bounds every prompt)."""
+    key = "model.enable_prompt_truncation"
+    if not ctx.has(key):
+        return
+    ctx.consume(key)
+    value = ctx.get(key)
+    if value is True:
+        ctx.set("data.filter_overlong_prompts", True, key, "a prompt over max_prompt_tokens gives no training signal in Trinity-RFT: posttrain leaves it out")
+    elif value is False:
+        ctx.refuse(key, "false lets a prompt longer than max_prompt_tokens through uncut; posttrain bounds every prompt by data.max_prompt_length (data.truncation cuts or refuses it, data.filter_overlong_prompts leaves it out)", "data.filter_overlong_prompts", value)
+    else:
+        ctx.refuse(key, f"expected true or false, got {value!r}", None, value)
+
+
 def ignorable(ctx: Context, key: str, value: Any) -> str | None:
+    if key == "algorithm.entropy_loss_fn" and value == "default":
+        return "Trinity-RFT's default entropy loss, entropy_coef x mean token entropy: posttrain's entropy term (actor.entropy_coeff)"
     if key == "trainer.trainer_type" and value == "verl":
         return "Trinity-RFT's verl trainer: posttrain trains with its own backend and reads trainer_config with the verl dialect"
     return None
@@ -232,9 +253,10 @@ RULES: dict[str, Rule] = {
     f"{_TS}.format.prompt_type": Rule(None, "plaintext or messages: posttrain reads a string or a chat message list from data.prompt_key alike", "messages", _WITH_PATH),
     f"{_EVAL}": Rule("data.val_files, rollout.val_kwargs", "each evaluation taskset's files are appended to data.val_files; its repeat_times and rollout_args are the validation sampling", [{"path": _DATASET, "repeat_times": 2}]),
     "buffer.train_batch_size": Rule("actor.ppo_mini_batch_size", "experiences per optimizer step / algorithm.repeat_times (prompts; refused unless whole)", 8),
+    "model.enable_prompt_truncation": Rule("data.filter_overlong_prompts", "true (Trinity-RFT's default): a prompt over max_prompt_tokens gets no sampled response in Trinity-RFT, so no training signal; posttrain leaves it out at load. false (let it through uncut) is refused", True),
     "trainer.trainer_config": Rule("(each verl key's posttrain home)", "an inline verl trainer config, translated with the verl dialect (a value it sets wins over Trinity's derived defaults)", {"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}),
 }
 
-HANDLERS = [algorithm_type, kl_defaults, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
+HANDLERS = [algorithm_type, kl_defaults, prompt_truncation, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
 # A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).
-STAGE_HANDLERS = [algorithm_type, stage_kl_defaults, tasksets, trainer_config, batch_sizes, stages, trinity_lora]
+STAGE_HANDLERS = [algorithm_type, stage_kl_defaults, prompt_truncation, tasksets, trainer_config, batch_sizes, stages, trinity_lora]

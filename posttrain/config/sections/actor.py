@@ -159,10 +159,8 @@ class ActorConfig:
 
 # Reference keys with no field in `actor`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
-    f"{_VERL}.ppo_micro_batch_size": "deprecated in verl (a global count); use actor.ppo_micro_batch_size_per_gpu (equal on one device)",
     f"{_VERL}.data_loader_seed": "a workaround for Megatron's data order across context-parallel ranks; posttrain's shuffle is seeded from the run seed",
-    "roll:use_topr_loss": "choose the policy loss by name in actor.policy_loss.loss_mode",
-    f"{_TRINITY_ALGO}.entropy_loss_fn": "posttrain has one entropy term, its weight is actor.entropy_coeff (0 disables)",
+    f"{_TRINITY_ALGO}.entropy_loss_fn": "posttrain has one entropy term, Trinity-RFT's default (entropy_coef x mean token entropy, weighted by actor.entropy_coeff): `default` is accepted, another entropy function is refused",
     "roll:l2": "use decoupled weight decay: actor.optim.weight_decay",
     **roll_worker_unsupported("actor_train", "actor"),
 }

@@ -86,8 +86,6 @@ NEGATED_REFS: dict[str, str] = {
 
 # Reference keys with no field in `critic`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
-    "verl:critic.ppo_micro_batch_size": "deprecated in verl (a global count); use critic.ppo_micro_batch_size_per_gpu (equal on one device)",
-    "verl:critic.forward_micro_batch_size": "deprecated in verl (a global count); use critic.forward_micro_batch_size_per_gpu (equal on one device)",
     "roll:critic.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     **roll_worker_unsupported("critic", "critic"),
 }

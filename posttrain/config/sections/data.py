@@ -90,9 +90,7 @@ class DataConfig:
 
 # Reference keys with no field in `data`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
-    "trinity:model.enable_prompt_truncation": "what a prompt longer than data.max_prompt_length does is data.truncation: left, right or middle cuts it (Trinity's true), error refuses the row naming it; prompts are never let through uncut",
     "verl:data.multiturn.enable": "set data.messages_key to the conversation column instead (verl's multiturn.messages_key)",
-    "verl:data.trust_remote_code": "one switch covers model and tokenizer code: model.trust_remote_code",
 }
 
 

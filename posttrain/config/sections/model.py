@@ -34,8 +34,8 @@ class ModelConfig:
         choices=DTYPES, refs=["verl:model.fsdp_config.model_dtype", "roll:actor_train.model_args.dtype"],
     )
     trust_remote_code: bool = param(
-        False, doc="Allow modelling/tokenizer code shipped inside the model directory to run.",
-        refs=["verl:actor_rollout_ref.model.trust_remote_code", "verl:model.trust_remote_code"],
+        False, doc="Allow modelling/tokenizer code shipped inside the model directory to run (one switch for both: verl's data.trust_remote_code, the tokenizer's, is this one).",
+        refs=["verl:actor_rollout_ref.model.trust_remote_code", "verl:model.trust_remote_code", "verl:data.trust_remote_code"],
     )
     external_lib: str | None = param(
         None, doc="Python module imported before loading, to register custom models/tokenizers with transformers.",

@@ -62,12 +62,6 @@ def _unsupported(verl_prefix: str) -> dict[str, str]:
 UNSUPPORTED: dict[str, str] = {
     **_unsupported("verl:actor_rollout_ref.actor.optim"),
     **_unsupported("verl:critic.optim"),
-    # verl's SFT trainer (sft_trainer.yaml) has a top-level optim; posttrain's SFT trains the actor.
-    "verl:optim.lr": "posttrain's SFT trains the actor: set actor.optim.lr",
-    "verl:optim.weight_decay": "posttrain's SFT trains the actor: set actor.optim.weight_decay",
-    "verl:optim.warmup_steps_ratio": "posttrain's SFT trains the actor: set actor.optim.lr_warmup_steps_ratio",
-    "verl:optim.clip_grad": "posttrain's SFT trains the actor: set actor.grad_clip",
-    "verl:optim.lr_scheduler": "posttrain's SFT trains the actor: set actor.optim.lr_scheduler_type",
     # ROLL's Hugging Face TrainingArguments that have no direct counterpart.
     "roll:actor_train.training_args.num_train_epochs": "Hugging Face epochs do not apply to RL: run length is trainer.total_epochs/total_training_steps, passes per batch are actor.ppo_epochs",
     "roll:critic.training_args.num_train_epochs": "Hugging Face epochs do not apply to RL: run length is trainer.total_epochs/total_training_steps, passes per batch are critic.ppo_epochs",

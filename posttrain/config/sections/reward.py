@@ -141,7 +141,6 @@ QUERY_FILTER_ARGS: dict[str, tuple[str, ...]] = {
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
-    "verl:reward_model.micro_batch_size": "deprecated global micro-batch size; set reward.reward_model.micro_batch_size_per_gpu",
 }
 
 
