@@ -61,3 +61,56 @@ def test_trinity_prompt_truncation_leaves_overlong_prompts_out_and_entropy_defau
     assert report.entry("algorithm.entropy_loss_fn").status == "dropped"
     _, report = _native({"model": {"enable_prompt_truncation": False}, "algorithm": {"entropy_loss_fn": "mix"}}, "trinity")
     assert {e.key for e in report.refused} == {"model.enable_prompt_truncation", "algorithm.entropy_loss_fn"}
+
+
+# ---- the frameworks' own defaults and placeholders ------------------------------------------------
+
+import shutil  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from posttrain.config import load_config  # noqa: E402
+from posttrain.config.dialects import read_foreign  # noqa: E402
+from posttrain.config.dialects.verl_launch import DEFAULTS_FILE  # noqa: E402
+from posttrain.errors import ConfigError  # noqa: E402
+
+TEMPLATE = Path(__file__).parent / "reference_configs" / "trinity_verl_trainer_template.yaml"
+
+
+def test_verl_s_complete_default_trainer_config_loads_unmodified(tmp_path):
+    path = shutil.copy(DEFAULTS_FILE, tmp_path / "ppo_trainer.yaml")
+    foreign = read_foreign(path)
+    assert foreign.report.refused == []
+    optimizer_impl = foreign.report.entry("actor_rollout_ref.actor.optim.optimizer_impl")
+    assert optimizer_impl.status == "dropped" and "verl's own default ('torch.optim')" in optimizer_impl.reason
+    cfg = load_config(path)
+    assert cfg.actor.optim.lr == 1e-6 and cfg.rollout.prompt_length == cfg.data.max_prompt_length == 512
+    assert cfg.actor.use_torch_compile is False  # 8 worker processes: verl's default true cannot act, so it is left out
+
+
+def test_a_value_other_than_verl_s_default_is_still_refused(tmp_path):
+    _, report = translate({"actor_rollout_ref": {"actor": {"optim": {"optimizer_impl": "bitsandbytes.optim", "total_training_steps": 99},
+                                                            "fsdp_config": {"seed": 7}}}}, "verl")
+    assert {e.key for e in report.refused} == {
+        "actor_rollout_ref.actor.optim.optimizer_impl", "actor_rollout_ref.actor.optim.total_training_steps",
+        "actor_rollout_ref.actor.fsdp_config.seed"}
+    native, report = translate({"actor_rollout_ref": {"actor": {"optim": {"optimizer": "AdamW", "clip_grad": 0.5, "warmup_style": None}}}}, "verl")
+    assert not report.refused and native["actor"]["optim"] == {"optimizer": "adamw"} and native["actor"]["grad_clip"] == 0.5
+
+
+def test_rollout_prompt_length_is_accepted_only_as_the_prompt_limit(tmp_path):
+    (tmp_path / "a.yaml").write_text("data:\n  max_prompt_length: 1024\nactor_rollout_ref:\n  rollout:\n    prompt_length: ${data.max_prompt_length}\n")
+    assert load_config(tmp_path / "a.yaml").rollout.prompt_length == 1024
+    (tmp_path / "b.yaml").write_text("data:\n  max_prompt_length: 1024\nactor_rollout_ref:\n  rollout:\n    prompt_length: 2048\n")
+    with pytest.raises(ConfigError, match="differs from data.max_prompt_length"):
+        load_config(tmp_path / "b.yaml")
+
+
+def test_trinity_s_verl_trainer_template_loads_with_its_interpolations_inside_it():
+    foreign = read_foreign(TEMPLATE)
+    assert foreign.report.refused == []
+    native = foreign.native
+    # ${actor_rollout_ref.actor.use_dynamic_bsz} and friends resolve inside the inline verl config
+    assert native["ref"]["log_prob_use_dynamic_bsz"] is True and native["critic"]["ppo_epochs"] == 1
+    assert native["critic"]["forward_micro_batch_size_per_gpu"] == 8

@@ -134,6 +134,7 @@ KNOBS = [
     knob("rollout.dtype=bf16", "metrics"),
     knob("rollout.enable_prefix_caching=true", "forwards"),
     knob("rollout.engine_kwargs.hf.decode_workers=2", "pools"),
+    knob("rollout.prompt_length=7", "exit"),  # another limit than data.max_prompt_length is refused
     # actor
     knob("actor.ppo_mini_batch_size=2", "weights"),
     knob("actor.ppo_micro_batch_size_per_gpu=4", "forwards"),

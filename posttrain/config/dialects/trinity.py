@@ -23,6 +23,7 @@ from typing import Any
 
 from posttrain.config.dialects.lora import trinity_lora
 from posttrain.config.dialects.trinity_defaults import batching, kl_defaults, stage_kl_defaults
+from posttrain.config.dialects.source import resolve
 from posttrain.config.dialects.translate import Context, translate_dict
 from posttrain.config.dialects.values import value_hook
 from posttrain.config.tables import Rule
@@ -151,6 +152,19 @@ def tasksets(ctx: Context) -> None:
             for name, value in item.items():  # what _taskset did not take: workflows and the like
                 if f"{prefix}.{name}" not in ctx.handled:
                     ctx.refuse(f"{prefix}.{name}", "not implemented yet: decoupled explorer/trainer issue (workflows, per-taskset reward functions)", None, value)
+
+
+def resolve_trainer_config(composed: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The inline verl config resolved on its own, before the file is: its interpolations
+    (``${actor_rollout_ref.actor.ppo_epochs}``) name keys of that verl config, as Trinity-RFT hands it
+    to verl. Returns the file with it resolved and ``{key: why not resolvable}``."""
+    trainer = composed.get("trainer")
+    inline = trainer.get("trainer_config") if isinstance(trainer, dict) else None
+    if not isinstance(inline, dict):
+        return composed, {}
+    resolved, failures = resolve(inline)
+    prefix = "trainer.trainer_config."
+    return {**composed, "trainer": {**trainer, "trainer_config": resolved}}, {prefix + k: why for k, why in failures.items()}
 
 
 def trainer_config(ctx: Context) -> None:

@@ -13,10 +13,11 @@ path) is still refused with the reason from the schema's UNSUPPORTED tables.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
-from posttrain.config.dialects.source import hydra_ignorable
+from posttrain.config.dialects.source import hydra_ignorable, resolve
 from posttrain.config.tables import Rule
 
 _ROLLOUT, _ACTOR = "actor_rollout_ref.rollout.profiler.", "actor_rollout_ref.actor.profiler."
@@ -105,6 +106,17 @@ def sft_optim(ctx: Any) -> None:
             ctx.set(native, ctx.get(key), key, "verl's SFT optimizer is posttrain's actor optimizer")
 
 
+def compile_default(ctx: Any) -> None:
+    """verl's default ``use_torch_compile: true`` (verl compiles its entropy function with it: the
+    values are the same either way) is left out where posttrain's meaning, compiled decoder layers,
+    cannot run: a model sharded over several worker processes. Another value, or the same one
+    on one process, translates as usual (posttrain.config.sections.actor)."""
+    key = "actor_rollout_ref.actor.use_torch_compile"
+    if ctx.has(key) and world_size(ctx) > 1 and is_default(key, ctx.get(key)):
+        ctx.consume(key)
+        ctx.drop(key, f"verl's own default (true), left out: posttrain compiles whole decoder layers with it, which a model sharded over {world_size(ctx)} worker processes cannot run")
+
+
 _MICRO_HOW = "a global count of responses: divided by the worker processes (trainer.nnodes x trainer.n_gpus_per_node; one process without them), as verl's workers do"
 # Keys the handlers translate (docs/config-mapping.md reads this table: posttrain.config.tables).
 RULES: dict[str, Rule] = {
@@ -114,7 +126,26 @@ RULES: dict[str, Rule] = {
        for key, native in _SFT_OPTIM.items()},
 }
 
-HANDLERS = [null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim]
+HANDLERS = [null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default]
+
+
+@functools.lru_cache(maxsize=1)
+def _defaults() -> dict[str, Any]:
+    """verl's trainer config (verl_defaults.yaml), resolved."""
+    from posttrain.config.dialects.verl_launch import defaults_tree
+
+    return resolve(defaults_tree())[0]
+
+
+def is_default(key: str, value: Any) -> bool:
+    """Whether ``value`` is verl's own default for ``key`` (a leaf or a whole mapping): a file that
+    spells out verl's defaults (its complete ppo_trainer.yaml) loads as the launch line without them does."""
+    node: Any = _defaults()
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return node == value and type(node) is type(value)
 
 
 def ignorable(ctx: Any, key: str, value: Any) -> str | None:

@@ -143,7 +143,7 @@ class ActorConfig:
     sft_loss_coef: float = param(0.0, doc="Weight of an SFT (negative log-likelihood) loss on positive-reward responses; 0 disables.", ge=0, todo="mixing an SFT loss into the RL loss (later issue)", refs=["roll:sft_loss_coef"])
 
     # ---- optimization ------------------------------------------------------------------------
-    grad_clip: float = param(1.0, doc="Clip the global gradient norm to this value before each optimizer step.", gt=0, refs=[f"{_VERL}.grad_clip", "roll:max_grad_norm", "trinity:trainer.grad_clip"])
+    grad_clip: float = param(1.0, doc="Clip the global gradient norm to this value before each optimizer step.", gt=0, refs=[f"{_VERL}.grad_clip", f"{_VERL}.optim.clip_grad", "roll:max_grad_norm", "trinity:trainer.grad_clip"])
     optim: OptimConfig = param(factory=OptimConfig, doc="Optimizer and LR schedule of the actor.", refs=[f"{_VERL}.optim", "roll:actor_train.training_args", f"{_TRINITY_ALGO}.optimizer"])
 
     # ---- backend, parallelism and performance -------------------------------------------------

@@ -67,7 +67,7 @@ class CriticConfig:
     # ---- loss and optimization ---------------------------------------------------------------
     cliprange_value: float | None = param(0.5, doc="Value clipping: new values stay within this distance of the rollout-time values in the clipped loss term; null does not clip.", gt=0, refs=["verl:critic.cliprange_value", "roll:value_clip"])
     loss_agg_mode: str = param("token-mean", doc="How per-token value losses become one number (same modes as actor.loss_agg_mode).", choices=LOSS_AGG_MODES, refs=["verl:critic.loss_agg_mode"])
-    grad_clip: float = param(1.0, doc="Clip the critic's global gradient norm to this value before each optimizer step.", gt=0, refs=["verl:critic.grad_clip"])
+    grad_clip: float = param(1.0, doc="Clip the critic's global gradient norm to this value before each optimizer step.", gt=0, refs=["verl:critic.grad_clip", "verl:critic.optim.clip_grad"])
     optim: CriticOptimConfig = param(factory=CriticOptimConfig, doc="Optimizer and LR schedule of the critic.", refs=["verl:critic.optim", "roll:critic.training_args"])
 
     # ---- model, backend and placement --------------------------------------------------------
