@@ -432,6 +432,8 @@ ELSEWHERE = {
 SAME_RESULT = {
     "model.use_shm": (*LORA, "model.use_shm=true"),
     "critic.model.use_shm": (*CRITIC, "critic.model.use_shm=true"),
+    "data.use_shm": "data.use_shm=true",
+    "reward.reward_model.use_shm": (*RM, "reward.reward_model.use_shm=true"),
     # the LoRA weight sync gathers one tensor at a time whatever it says
     "rollout.layered_summon": (*LORA, "rollout.layered_summon=true"),
     "rollout.calculate_log_probs": "rollout.calculate_log_probs=true",

@@ -62,7 +62,7 @@ class ModelConfig:
         refs=["trinity:model.chat_template_path"],
     )
     max_model_len: int | None = param(
-        None, doc="Longest prompt+response in tokens; refused at load if above the model's max_position_embeddings.",
+        None, doc="Longest prompt + response in tokens: each response stops after max_model_len minus its prompt's tokens (at least one), before rollout.response_length if that comes first; refused at load if above the model's max_position_embeddings. null: prompt and response limits alone.",
         ge=1, refs=["trinity:model.max_model_len", "roll:sequence_length"],
     )
     rope_theta: float | None = param(
@@ -118,7 +118,7 @@ class ModelConfig:
         refs=["verl:actor_rollout_ref.model.lora_adapter_path"],
     )
     use_shm: bool = param(
-        False, doc="verl copies the model (and adapter) to /dev/shm before loading; posttrain loads the local directory directly and the OS page cache serves repeated loads, so true loads the same weights the same way: accepted, no effect.",
+        False, doc="verl copies the model (and adapter) to /dev/shm before reading; posttrain reads the local model directory directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.",
         refs=["verl:actor_rollout_ref.model.use_shm", "verl:model.use_shm"],
     )
 
