@@ -243,6 +243,29 @@ def topr_loss(
     return LossOutput(loss, _metrics(clipfrac, masked_mean(old - logp.detach(), mask), 0.0))
 
 
+@register_policy_loss("topr_roll")
+def topr_roll_loss(
+    *,
+    old_logprob: torch.Tensor,
+    logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    scores: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
+    sample_weights: torch.Tensor | None = None,
+) -> LossOutput:
+    """TOPR as ROLL splits it (`use_topr_loss: true`): a response is negative when its score (B,) is
+    <= 0, whatever its advantage; positives and negatives are aggregated on their own tokens and
+    added with weight 1 each. The actor passes `scores`, the summed token-level scores of each
+    response, to a loss that requires them. See `topr_loss` for the formula and paper.
+    """
+    return topr_loss(
+        old_logprob=old_logprob, logprob=logprob, advantages=advantages, response_mask=response_mask,
+        loss_agg_mode=loss_agg_mode, scores=scores, loss_scale_factor=loss_scale_factor, sample_weights=sample_weights,
+    )
+
+
 @register_policy_loss("opmd")
 def opmd_loss(
     *,

@@ -2,23 +2,35 @@
 
     python -m posttrain.config.mapping > docs/config-mapping.md
 
-The table is built from the schema itself, so it cannot drift: each field's ``refs`` say which
-reference keys it stands for (its ``todo`` marks one that has a home but no behaviour yet), and a
-section module may define ``UNSUPPORTED: dict[str, str]`` mapping ``"<framework>:<dotted key>"``
-to the reason posttrain does not offer that key. A test regenerates the file and compares.
+The table is built from the tables the dialect loaders translate with, so the document and the
+loaders cannot disagree (tests/config/test_mapping_statuses.py loads every key through its dialect
+and checks the status written here):
+
+- each field's ``refs`` (its ``todo`` marks one that has a home but no behaviour yet) and the
+  section modules' ``NEGATED_REFS`` (keys meaning the opposite of a field);
+- the dialect modules' ``RULES`` (keys their handlers translate by a rule, posttrain.config.tables.Rule);
+- the ``NO_EFFECT`` tables (keys any value of which changes nothing: the loaders drop them);
+- the ``UNSUPPORTED`` tables (keys posttrain refuses, with the reason).
+
+A key in two of these is a contradiction and raises ValueError, except that a dialect ``RULE``
+overrides a field's ref: the handler runs before the key-by-key translation and consumes the key.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from collections import defaultdict
 from dataclasses import dataclass
 
 from posttrain.config.fields import FRAMEWORKS, iter_fields, section_class
 from posttrain.config.schema import Config
+from posttrain.config.tables import Rule, collect_no_effect, collect_unsupported
 
 TITLES = {"verl": "verl", "roll": "ROLL", "trinity": "Trinity-RFT"}
+STATUSES = ("supported", "no effect", "not implemented yet", "not supported")
+DIALECT_MODULES = {fw: f"posttrain.config.dialects.{fw}" for fw in FRAMEWORKS}
+
+__all__ = ["MappingRow", "collect_unsupported", "dialect_rules", "mapping_rows", "render"]
 
 
 @dataclass(frozen=True)
@@ -28,47 +40,74 @@ class MappingRow:
     framework: str
     key: str
     native: str | None
-    status: str  # "supported", "not implemented yet: ...", or "not supported: ..."
+    status: str  # "supported", "no effect: ...", "not implemented yet: ...", or "not supported: ..."
     doc: str
 
 
-def collect_unsupported(modules: list[str] | None = None) -> dict[str, str]:
-    """Merge the ``UNSUPPORTED`` dicts of the schema's modules (all section modules by default)."""
-    if modules is None:
-        import posttrain.config.sections as sections
-
-        modules = ["posttrain.config.schema"] + [
-            f"{sections.__name__}.{m.name}" for m in pkgutil.iter_modules(sections.__path__)
-        ]
-    merged: dict[str, str] = {}
-    for name in modules:
-        for ref, reason in getattr(importlib.import_module(name), "UNSUPPORTED", {}).items():
-            framework, _, key = ref.partition(":")
-            if framework not in FRAMEWORKS or not key or not reason:
-                raise ValueError(f"{name}.UNSUPPORTED: bad entry {ref!r}: {reason!r} (want 'framework:key': 'reason')")
-            if merged.get(ref, reason) != reason:  # the same entry re-exported by another module is fine
-                raise ValueError(f"{name}.UNSUPPORTED: {ref!r} is listed elsewhere with another reason: {merged[ref]!r}")
-            merged[ref] = reason
-    return merged
+def dialect_rules() -> dict[str, Rule]:
+    """``framework:key`` -> `Rule`, from each dialect module's ``RULES`` (keyed by the bare key)."""
+    out: dict[str, Rule] = {}
+    for fw, name in DIALECT_MODULES.items():
+        for key, rule in getattr(importlib.import_module(name), "RULES", {}).items():
+            out[f"{fw}:{key}"] = rule
+    return out
 
 
-def mapping_rows(schema: type = Config, unsupported: dict[str, str] | None = None) -> list[MappingRow]:
-    """All rows, sorted by framework then key. A key both referenced by a field and listed as
-    unsupported is a contradiction in the schema and raises ValueError."""
-    unsupported = collect_unsupported() if unsupported is None else unsupported
+def _negated() -> dict[str, str]:
+    from posttrain.config.dialects.index import negated_refs
+
+    return negated_refs()
+
+
+def mapping_rows(
+    schema: type = Config,
+    unsupported: dict[str, str] | None = None,
+    no_effect: dict[str, str] | None = None,
+    rules: dict[str, Rule] | None = None,
+    negated: dict[str, str] | None = None,
+) -> list[MappingRow]:
+    """All rows, sorted by framework then key. A key in two tables raises ValueError (a rule
+    overrides a field's ref: see the module docstring)."""
+    real = schema is Config
+    unsupported = (collect_unsupported() if real else {}) if unsupported is None else unsupported
+    no_effect = (collect_no_effect() if real else {}) if no_effect is None else no_effect
+    rules = (dialect_rules() if real else {}) if rules is None else rules
+    negated = (_negated() if real else {}) if negated is None else negated
     rows = []
     claimed: dict[str, list[str]] = defaultdict(list)
-    for path, info in iter_fields(schema):
+    infos = dict(iter_fields(schema))
+    for path, info in infos.items():
         if section_class(info.type) is not None:
             continue  # a section's refs are the prefix of its fields' relative refs, not a parameter
         for ref in info.refs:
+            if ref in rules:
+                continue
             framework, _, key = ref.partition(":")
             claimed[ref].append(path)
             status = f"not implemented yet: {info.todo}" if info.todo else "supported"
             rows.append(MappingRow(framework, key, path, status, info.doc))
-    both = sorted(set(claimed) & set(unsupported))
+    for ref, native in negated.items():
+        framework, _, key = ref.partition(":")
+        claimed[ref].append(native)
+        doc = infos[native].doc if native in infos else ""
+        rows.append(MappingRow(framework, key, native, "supported", f"The opposite of {native}: {doc}"))
+    for ref, rule in rules.items():
+        framework, _, key = ref.partition(":")
+        claimed[ref].append(rule.native or "RULES")
+        status = "supported" if rule.native else f"no effect: {rule.how}"
+        rows.append(MappingRow(framework, key, rule.native, status, rule.how if rule.native else ""))
+    tables = {"NO_EFFECT": no_effect, "UNSUPPORTED": unsupported}
+    for name, table in tables.items():
+        both = sorted(set(claimed) & set(table))
+        if both:
+            raise ValueError(f"keys both mapped by a field and listed as {name} (fields, NEGATED_REFS or RULES): {both}")
+        claimed.update({ref: [name] for ref in table})
+    both = sorted(set(no_effect) & set(unsupported))
     if both:
-        raise ValueError(f"keys both mapped by a field and listed as UNSUPPORTED: {both} (fields: {[claimed[r] for r in both]})")
+        raise ValueError(f"keys listed both as NO_EFFECT and UNSUPPORTED: {both}")
+    for ref, reason in no_effect.items():
+        framework, _, key = ref.partition(":")
+        rows.append(MappingRow(framework, key, None, f"no effect: {reason}", ""))
     for ref, reason in unsupported.items():
         framework, _, key = ref.partition(":")
         rows.append(MappingRow(framework, key, None, f"not supported: {reason}", ""))
@@ -82,19 +121,21 @@ def render(schema: type = Config, unsupported: dict[str, str] | None = None) -> 
     out = [
         "# Config mapping: verl, ROLL and Trinity-RFT keys in posttrain",
         "",
-        "Generated from the schema by `python -m posttrain.config.mapping > docs/config-mapping.md`; "
-        "do not edit by hand. Each reference key is **supported** (the posttrain key means the same), "
-        "**not implemented yet** (it has a home, but setting it is refused until it works), or **not "
-        "supported** (with the reason). `posttrain config explain KEY` documents any posttrain key.",
+        "Generated from the schema and the dialect loaders' tables by `python -m posttrain.config.mapping > docs/config-mapping.md`; "
+        "do not edit by hand. Each reference key is **supported** (the posttrain key means the same; "
+        "a verl, ROLL or Trinity-RFT file or launch line with it is translated), **no effect** (accepted "
+        "and dropped: no value of it changes what posttrain does, for the reason given), **not "
+        "implemented yet** (it has a home, but setting it is refused until it works), or **not "
+        "supported** (refused, with the reason). `posttrain config explain KEY` documents any posttrain key.",
         "",
-        "| framework | keys | supported | not implemented yet | not supported |",
-        "|---|---:|---:|---:|---:|",
+        "| framework | keys | " + " | ".join(STATUSES) + " |",
+        "|---|---:|" + "---:|" * len(STATUSES),
     ]
     by_fw: dict[str, list[MappingRow]] = defaultdict(list)
     for row in rows:
         by_fw[row.framework].append(row)
     for fw in FRAMEWORKS:
-        counts = [sum(r.status.startswith(s) for r in by_fw[fw]) for s in ("supported", "not implemented", "not supported")]
+        counts = [sum(r.status.startswith(s) for r in by_fw[fw]) for s in STATUSES]
         out.append(f"| {TITLES[fw]} | {len(by_fw[fw])} | " + " | ".join(str(c) for c in counts) + " |")
     for fw in FRAMEWORKS:
         out += ["", f"## {TITLES[fw]}", ""]

@@ -41,6 +41,9 @@ class SamplingParams:
     ignore_eos: bool = False  # keep going after EOS; extra `stop_token_ids` still stop
     repetition_penalty: float = 1.0  # 1.0: off; CTRL-style, as HF's RepetitionPenaltyLogitsProcessor
     stop_token_ids: tuple[int, ...] = ()  # stop after any of these, in addition to EOS
+    # prompt + response cap per row (model.max_model_len): a row stops after max_total_tokens minus its
+    # prompt's real tokens, at least one token; None: max_new_tokens alone
+    max_total_tokens: int | None = None
 
     def __post_init__(self) -> None:
         problems = []

@@ -304,6 +304,9 @@ class HFEngine:
         lps = torch.zeros(B, T, dtype=torch.float32, device=self.device)  # (B, T)
         rows = torch.arange(B, device=self.device)  # (b,): the rows of the output still being decoded
         finished = torch.zeros(B, dtype=torch.bool, device=self.device)  # (b,)
+        budget = None
+        if params.max_total_tokens is not None:  # each row's room under the prompt + response cap
+            budget = (params.max_total_tokens - prompt_mask.sum(1).long()).clamp(min=1)  # (B,)
         used = 0
         for step in range(T):
             used = step + 1
@@ -318,6 +321,8 @@ class HFEngine:
             if seen is not None:
                 seen[torch.arange(len(rows), device=self.device), token] |= alive
             finished = finished | torch.isin(token, stop_ids)
+            if budget is not None:  # this row has used up its share of max_total_tokens
+                finished = finished | (step + 1 >= budget[rows])
             if step + 1 == T or bool(finished.all()):
                 break
             if 4 * int(finished.sum()) >= len(rows):

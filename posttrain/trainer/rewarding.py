@@ -164,7 +164,7 @@ class RewardStage:
         questions = self._questions(batch, rows) if self.reads_prompts else {}
         samples = [
             RewardInput(data_source=batch.data_source[i], solution_str=texts[i], ground_truth=batch.ground_truth[i],
-                        extra_info=batch.extra_info[i], index=i, response_length=lengths[i], prompt=questions.get(i, ""))
+                        extra_info=_with_raw_chat(batch, i), index=i, response_length=lengths[i], prompt=questions.get(i, ""))
             for i in rows
         ]
         out = self.manager.score(samples) if samples else RewardOutput([])
@@ -242,3 +242,12 @@ def merge_outputs(parts: list[RewardOutput]) -> RewardOutput:
         for name, tally in p.workers.items():
             workers[name] = workers[name] + tally if name in workers else tally
     return RewardOutput([s for p in parts for s in p.scores], extra, sum(p.num_failures for p in parts), workers)
+
+
+def _with_raw_chat(batch: RolloutBatch, i: int) -> Any:
+    """Row i's extra_info, with its chat messages before the template under ``raw_chat`` when
+    data.return_raw_chat kept them (a reward function can then read the conversation)."""
+    chat = batch.raw_chat[i] if batch.raw_chat is not None else None
+    if chat is None:
+        return batch.extra_info[i]
+    return {**(batch.extra_info[i] or {}), "raw_chat": chat}

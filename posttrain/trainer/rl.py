@@ -231,9 +231,11 @@ class RLTrainer:
         path = Path(directory) / f"{step}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         prompts = self._prompt_texts(batch)
+        chats = batch.raw_chat if batch.raw_chat is not None else [None] * len(prompts)  # data.return_raw_chat
         with path.open("w", encoding="utf-8") as f:
-            for p, t, gt, s, ds in zip(prompts, texts, batch.ground_truth, scores.tolist(), batch.data_source):
-                f.write(json.dumps({"step": step, "data_source": ds, "prompt": p, "response": t, "ground_truth": gt, "score": s}) + "\n")
+            for p, t, gt, s, ds, chat in zip(prompts, texts, batch.ground_truth, scores.tolist(), batch.data_source, chats):
+                row = {"step": step, "data_source": ds, "prompt": p, "response": t, "ground_truth": gt, "score": s}
+                f.write(json.dumps(row if chat is None else {**row, "raw_chat": chat}) + "\n")
 
     def _prompt_texts(self, batch: RolloutBatch) -> list[str]:
         """Prompts as text, padding removed, chat special tokens kept."""

@@ -50,11 +50,13 @@ def sampling_params(cfg: Config, tokenizer: Any) -> tuple[SamplingParams, Sampli
     train = SamplingParams(
         temperature=policy_temperature(cfg), top_k=r.top_k, top_p=r.top_p, do_sample=r.do_sample, n=r.n,
         max_new_tokens=length, ignore_eos=r.ignore_eos, repetition_penalty=r.repetition_penalty,
+        max_total_tokens=cfg.model.max_model_len,
     )
     # Greedy validation ignores the temperature for the choice of token; 1.0 keeps SamplingParams valid.
     val = SamplingParams(
         temperature=v.temperature if v.do_sample else 1.0, top_k=v.top_k, top_p=v.top_p, do_sample=v.do_sample,
         n=v.n, max_new_tokens=length, ignore_eos=r.ignore_eos, repetition_penalty=r.repetition_penalty,
+        max_total_tokens=cfg.model.max_model_len,
     )
     return train, val
 
@@ -83,10 +85,17 @@ def _loss_options(cfg: Config) -> dict[str, Any]:
     return {k: v for k, v in candidates.items() if k in accepted}
 
 
-# What the actor passes every policy loss, besides `_loss_options`.
+# What the actor passes every policy loss, besides `_loss_options` (`scores` only to a loss that
+# requires them: `loss_takes_scores`).
 _ACTOR_LOSS_ARGS = frozenset(
-    {"old_logprob", "logprob", "advantages", "response_mask", "loss_agg_mode", "loss_scale_factor"}
+    {"old_logprob", "logprob", "advantages", "response_mask", "loss_agg_mode", "loss_scale_factor", "scores"}
 )
+
+
+def loss_takes_scores(mode: str) -> bool:
+    """Whether the policy loss requires each response's score (ROLL's TOPR split: topr_roll)."""
+    params = inspect.signature(get_policy_loss(mode)).parameters
+    return "scores" in params and params["scores"].default is inspect.Parameter.empty
 
 
 def check_rl_names(cfg: Config) -> None:
@@ -235,6 +244,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             temperature=policy_temperature(cfg),
             loss_mode=a.policy_loss.loss_mode,
             loss_options=_loss_options(cfg),
+            loss_takes_scores=loss_takes_scores(a.policy_loss.loss_mode),
             loss_agg_mode=a.loss_agg_mode,
             loss_scale_factor=float(response_length(cfg)) if a.loss_agg_mode == "seq-mean-token-sum-norm" else None,
             entropy_coeff=a.entropy_coeff,

@@ -68,6 +68,7 @@ class ActorSettings:
     logprob_batching: tuple[int, int | None] | None = None
     pack: bool = True  # model.use_remove_padding (posttrain.models.packing)
     lean_forward: str = "off"  # "compiled" with actor.use_torch_compile (posttrain.models.lean_forward)
+    loss_takes_scores: bool = False  # the loss splits responses by score (topr_roll): pass each one's
 
     def __post_init__(self) -> None:
         # seq-mean-token-sum-norm divides by a constant. Left as None, `aggregate_loss` would divide
@@ -209,6 +210,8 @@ class Actor:
         agg = dict(loss_agg_mode=self.s.loss_agg_mode)
         if micro.rollout_is_weights is not None:  # algorithm.rollout_is: weights the policy loss only, as verl
             agg["sample_weights"] = micro.rollout_is_weights
+        if self.s.loss_takes_scores:  # the response's score: its token-level scores sum to it
+            agg["scores"] = micro.token_level_scores.sum(-1)  # (b,)
         pg = self.loss_fn(
             old_logprob=micro.old_logprobs,
             logprob=out.logprobs,

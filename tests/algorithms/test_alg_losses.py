@@ -140,6 +140,14 @@ def test_topr_trinity_and_roll_variants():
     assert math.isclose(loss.item(), 1.0 + 0.5 * (0.5 * 2.0 * LN(0.5)), rel_tol=1e-6)
 
 
+def test_topr_roll_splits_by_score_even_where_the_advantage_says_otherwise():
+    # response 1: score 0 (negative) with A = +1 and ratio 0.5 -> alpha 0.5; response 2: score 1, A = -2, alpha 1
+    kw = base([[0.0], [0.0]], [[LN(0.5)], [LN(2.0)]], [[1.0], [-2.0]])
+    loss, m = POLICY_LOSSES["topr_roll"](**kw, scores=torch.tensor([0.0, 1.0]))
+    assert math.isclose(loss.item(), -0.5 * 1.0 * LN(0.5) + 2.0 * LN(2.0), rel_tol=1e-6)
+    assert math.isclose(m["pg_clipfrac"], 0.5, rel_tol=1e-6)
+
+
 def test_clip_cov_drops_gradient_of_high_covariance_token():
     # token (0,0): A=2, logp=1; others A=0, logp=0 -> cov at (0,0) = (2 - .5)(1 - .25) = 1.125 in (1, 5)
     kw = base(torch.tensor([[1.0, 0.0], [0.0, 0.0]]), torch.tensor([[1.0, 0.0], [0.0, 0.0]], requires_grad=True),

@@ -115,7 +115,7 @@ def test_mapping_refuses_a_key_that_is_both_mapped_and_unsupported():
 
 def test_render_groups_by_framework():
     text = render(Toy, {"roll:strategy.megatron": "Megatron | DeepSpeed are out of scope"})
-    assert "| verl | 3 | 3 | 0 | 0 |" in text
+    assert "| verl | 3 | 3 | 0 | 0 | 0 |" in text
     assert "| `strategy.megatron` | — | not supported: Megatron \\| DeepSpeed are out of scope |  |" in text
     assert text.index("## verl") < text.index("## ROLL") < text.index("## Trinity-RFT")
 

@@ -109,6 +109,20 @@ def test_eos_stops_each_row_and_pads_after_it(tiny_lm):
     assert stopped.response_mask[0].tolist() == [1.0] * 3 + [0.0] * 7
 
 
+def test_max_total_tokens_caps_each_row_s_prompt_plus_response(tiny_lm):
+    """model.max_model_len: prompts of 3, 5 and 1 tokens under a cap of 7 get 4, 2 and 6 tokens; the
+    tokens they get are the uncapped greedy ones (the cap only stops a row)."""
+    engine = HFEngine(tiny_lm, eos_token_ids=[], pad_token_id=PAD)
+    capped = engine.generate(prompt_batch(), SamplingParams(do_sample=False, max_new_tokens=12, max_total_tokens=7), expected_version=0)
+    assert capped.response_mask.sum(1).tolist() == [4.0, 2.0, 6.0]
+    full = engine.generate(prompt_batch(), SamplingParams(do_sample=False, max_new_tokens=12), expected_version=0)
+    for i, n in enumerate((4, 2, 6)):
+        assert capped.response_ids[i, :n].tolist() == full.response_ids[i, :n].tolist()
+    # the response limit still binds first when it is the shorter one, and a row always gets one token
+    short = engine.generate(prompt_batch(), SamplingParams(do_sample=False, max_new_tokens=3, max_total_tokens=2), expected_version=0)
+    assert short.response_mask.sum(1).tolist() == [1.0, 1.0, 1.0]
+
+
 def test_generation_ends_when_all_rows_stopped(tiny_lm):
     free = HFEngine(tiny_lm, eos_token_ids=[], pad_token_id=PAD)
     row0 = free.generate(prompt_batch([[5, 6, 7]]), SamplingParams(do_sample=False, max_new_tokens=10), expected_version=0)

@@ -134,6 +134,7 @@ KNOBS = [
     knob("rollout.dtype=bf16", "metrics"),
     knob("rollout.enable_prefix_caching=true", "forwards"),
     knob("rollout.engine_kwargs.hf.decode_workers=2", "pools"),
+    knob("rollout.prompt_length=7", "exit"),  # another limit than data.max_prompt_length is refused
     # actor
     knob("actor.ppo_mini_batch_size=2", "weights"),
     knob("actor.ppo_micro_batch_size_per_gpu=4", "forwards"),
@@ -431,6 +432,8 @@ ELSEWHERE = {
 SAME_RESULT = {
     "model.use_shm": (*LORA, "model.use_shm=true"),
     "critic.model.use_shm": (*CRITIC, "critic.model.use_shm=true"),
+    "data.use_shm": "data.use_shm=true",
+    "reward.reward_model.use_shm": (*RM, "reward.reward_model.use_shm=true"),
     # the LoRA weight sync gathers one tensor at a time whatever it says
     "rollout.layered_summon": (*LORA, "rollout.layered_summon=true"),
     "rollout.calculate_log_probs": "rollout.calculate_log_probs=true",

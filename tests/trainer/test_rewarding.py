@@ -41,3 +41,22 @@ def test_the_reward_model_reads_the_conversation_in_its_own_template_when_raw_ch
     torch.testing.assert_close(stage._reward_model_scores(chat, texts), by_template)
     assert not torch.allclose(by_template, scorer.score_texts([prompt + "123<|im_end|>"]))
     stage.close()
+
+
+def test_a_reward_function_reads_the_raw_chat_from_extra_info_when_it_is_kept(tmp_path):
+    policy = make_tiny_model(tmp_path / "policy", layers=1, hidden=32, heads=4)
+    (tmp_path / "reward.py").write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    chat = (extra_info or {}).get('raw_chat')\n"
+        "    return 1.0 if chat and chat[-1]['content'] == ':321=' else 0.0\n"
+    )
+    cfg = load_config(None, [f"model.path={policy}", f"reward.custom_reward_function.path={tmp_path / 'reward.py'}"])
+    from posttrain.models.loading import load_tokenizer
+
+    stage = RewardStage(cfg, load_tokenizer(str(policy)))
+    for raw_chat, expected in ((None, 0.0), ([CHAT], 1.0)):
+        batch = _batch(stage.tokenizer, raw_chat)
+        scores, _, _ = stage.score(batch, stage.decode(batch))
+        assert scores.tolist() == [expected]
+    assert batch.extra_info == [{}]  # the batch's own extra_info is left as it was
+    stage.close()

@@ -17,6 +17,7 @@ from posttrain.trainer.rl_build import (
     baseline_sampling_params,
     build_roles,
     check_rl_names,
+    loss_takes_scores,
     sampling_params,
 )
 
@@ -30,6 +31,11 @@ def test_sampling_params_defaults_sample_for_training_and_decode_greedily_for_va
     assert train == SamplingParams(temperature=1.0, top_k=-1, top_p=1.0, do_sample=True, n=1, max_new_tokens=512)
     assert val.do_sample is False and val.n == 1 and val.max_new_tokens == 512
     assert val.temperature == 1.0  # 0 would be refused by SamplingParams; greedy ignores it anyway
+
+
+def test_model_max_model_len_caps_training_and_validation_rollouts():
+    train, val = sampling_params(cfg("model.max_model_len=600"), tokenizer=None)
+    assert train.max_total_tokens == val.max_total_tokens == 600
 
 
 def test_sampling_params_map_rollout_and_val_kwargs():
@@ -82,6 +88,8 @@ def test_every_registered_loss_accepts_what_the_actor_passes(mode):
     g = torch.Generator().manual_seed(0)
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     logprob = (-torch.rand(2, 3, generator=g)).requires_grad_()
+    if loss_takes_scores(mode):  # the actor passes each response's score to a loss that requires them
+        options = {**options, "scores": torch.tensor([1.0, 0.0])}
     out = get_policy_loss(mode)(
         old_logprob=-torch.rand(2, 3, generator=g), logprob=logprob, advantages=torch.randn(2, 3, generator=g),
         response_mask=mask, loss_agg_mode="token-mean", loss_scale_factor=None, **options,

@@ -282,3 +282,20 @@ def test_rollout_correction_weights_the_policy_loss_and_drops_rejected_tokens(po
     plain = prepared_batch(policy)
     with pytest.raises(AssertionError):  # the correction really changes the gradient
         assert_same_grads(got, grads_after_update(policy, plain, micro_batch_size=B, **common)[0])
+
+
+def test_a_loss_that_requires_scores_gets_each_response_s_summed_token_level_scores(policy):
+    """topr_roll splits by score: flipping the scores' signs moves responses between its two terms."""
+    from posttrain.trainer.rl_build import loss_takes_scores
+
+    assert loss_takes_scores("topr_roll") and not loss_takes_scores("topr")
+    batch = prepared_batch(policy)
+    batch.old_logprobs = batch.old_logprobs - 0.5 * batch.response_mask  # ratios above 1: truncation binds
+    settings = dict(loss_mode="topr_roll", loss_options={}, loss_takes_scores=True)
+    last = (batch.response_mask.cumsum(-1) == batch.response_mask.sum(-1, keepdim=True)) * batch.response_mask
+    signs = torch.tensor([1.0, -1.0] * len(last))[: len(last), None]  # (B, 1)
+    batch.token_level_scores = last * signs  # (B, T): each response's score at its last token
+    first, _ = grads_after_update(policy, batch, **settings)
+    batch.token_level_scores = -batch.token_level_scores
+    second, _ = grads_after_update(policy, batch, **settings)
+    assert any(not torch.allclose(first[k], second[k]) for k in first)

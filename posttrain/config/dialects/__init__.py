@@ -34,9 +34,9 @@ from posttrain.config.validate import deep_merge, validate
 from posttrain.errors import ConfigError, UserError
 
 _RULES = {
-    "verl": (verl.HANDLERS, value_hook, verl.ignorable),
-    "roll": (roll.HANDLERS, roll.value_hook, roll.ignorable),
-    "trinity": (trinity.HANDLERS, value_hook, trinity.ignorable),
+    "verl": (verl.HANDLERS, value_hook, verl.ignorable, verl.is_default),
+    "roll": (roll.HANDLERS, roll.value_hook, roll.ignorable, None),
+    "trinity": (trinity.HANDLERS, value_hook, trinity.ignorable, None),
 }
 
 
@@ -45,8 +45,8 @@ def translate(raw: Mapping[str, Any], dialect: str, *, interpolated: set[str] = 
     the report says what was refused and why."""
     if dialect not in _RULES:
         raise ValueError(f"unknown dialect {dialect!r}: expected one of {', '.join(_RULES)}")
-    handlers, hook, ignorable = _RULES[dialect]
-    return translate_dict(raw, dialect, handlers, hook, ignorable, interpolated=interpolated, unresolved=unresolved)
+    handlers, hook, ignorable, is_default = _RULES[dialect]
+    return translate_dict(raw, dialect, handlers, hook, ignorable, interpolated=interpolated, unresolved=unresolved, is_default=is_default)
 
 
 @dataclasses.dataclass
@@ -80,6 +80,9 @@ def read_foreign(path: str | Path, dialect: str | None = None, raw: dict[str, An
     set_by: dict[str, str] = {}
     if overrides:
         composed, set_by = hydra.apply(composed, list(overrides), strict=dialect == "roll", what=f"the {TITLES[dialect]} config {path}")
+    if dialect == "trinity":  # the inline verl config's interpolations point inside it
+        composed, inline_problems = trinity.resolve_trainer_config(composed)
+        problems.update(inline_problems)
     resolved, unresolved = resolve(composed)
     native, report = translate(resolved, dialect, interpolated=references(composed), unresolved={**problems, **unresolved})
     return Foreign(path, dialect, native, report, set_by)

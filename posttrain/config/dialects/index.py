@@ -1,8 +1,9 @@
 """What the schema knows about one framework's keys: the reverse of the fields' ``refs``.
 
 Built from the same walk as docs/config-mapping.md (`posttrain.config.fields.iter_fields`), the
-section modules' ``UNSUPPORTED`` tables (keys posttrain refuses, with the reason) and their
-``NEGATED_REFS`` tables (keys meaning the opposite of a field). Nothing here is written by hand, so a
+section modules' ``UNSUPPORTED`` tables (keys posttrain refuses, with the reason), ``NO_EFFECT``
+tables (keys any value of which changes nothing: dropped, with the reason) and ``NEGATED_REFS``
+tables (keys meaning the opposite of a field): posttrain.config.tables. Nothing here is written by hand, so a
 field that gains a ref is translated by every dialect loader at once.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 
 from posttrain.config.fields import FieldInfo, iter_fields, section_class
 from posttrain.config.schema import Config
+from posttrain.config.tables import collect_no_effect, collect_unsupported
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +28,7 @@ class Target:
     info: FieldInfo | None = None
     negated: bool = False
     unsupported: str | None = None  # the schema's reason when posttrain refuses the key
+    no_effect: str | None = None  # why any value of the key changes nothing (it is dropped)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +73,7 @@ class Index:
         return out
 
 
-def _negated_refs() -> dict[str, str]:
+def negated_refs() -> dict[str, str]:
     """``framework:key`` -> native dotted path, from every section module's ``NEGATED_REFS``.
 
     A module's table names fields relative to the section it defines (``enable_gradient_checkpointing``
@@ -88,10 +91,7 @@ def _negated_refs() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=None)
 def build_index(framework: str, schema: Any = Config) -> Index:
-    """One framework's keys. (mapping is imported here, not at the top: `python -m
-    posttrain.config.mapping` must not find itself already imported through posttrain.config.)"""
-    from posttrain.config.mapping import collect_unsupported
-
+    """One framework's keys."""
     exact: dict[str, Target] = {}
     patterns: dict[str, Target] = {}
     infos = dict(iter_fields(schema))
@@ -106,7 +106,7 @@ def build_index(framework: str, schema: Any = Config) -> Index:
             fw, _, key = ref.partition(":")
             if fw == framework:
                 put(key, Target(path, info))
-    for ref, native in _negated_refs().items():
+    for ref, native in negated_refs().items():
         fw, _, key = ref.partition(":")
         if fw == framework:
             put(key, Target(native, infos.get(native), negated=True))
@@ -114,6 +114,10 @@ def build_index(framework: str, schema: Any = Config) -> Index:
         fw, _, key = ref.partition(":")
         if fw == framework:
             put(key, Target(None, unsupported=reason))
+    for ref, reason in collect_no_effect().items():
+        fw, _, key = ref.partition(":")
+        if fw == framework:
+            put(key, Target(None, no_effect=reason))
     return Index(framework, exact, patterns)
 
 

@@ -30,25 +30,12 @@ from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
 from posttrain.config.dialects.translate import Context
+from posttrain.config.tables import Rule
 from posttrain.config.dialects.values import parse_device_list, value_hook as common_value_hook
-from posttrain.config.sections import env
 from posttrain.config.sections.algorithm import roll_reward_norm
 from posttrain.config.sections.reward import JUDGE, JUDGE_KEYS, ROLL_WORKER_CLASSES, ROLL_WORKER_TODO
 
 _NORM_KEYS = ("norm_mean_type", "norm_std_type", "reward_norm", "reward_shift", "reward_scale", "use_reward_scaling", "use_reward_norm")
-_NO_BACKWARD = "this role runs no backward pass, so gradient checkpointing has no meaning there"
-_SCHEDULING = "request scheduling inside ROLL's generation workers; no effect on what is sampled"
-
-# Keys that change nothing in posttrain whatever their value, and why.
-_ANY_VALUE = {
-    "actor_infer.model_args.disable_gradient_checkpointing": _NO_BACKWARD,
-    "reference.model_args.disable_gradient_checkpointing": _NO_BACKWARD,
-    "actor_infer.world_size": "derived from device_mapping in ROLL too",
-    "is_num_return_sequences_expand": "posttrain always samples rollout.n independent responses per prompt",
-    "generate_opt_level": _SCHEDULING,
-    "max_running_requests": _SCHEDULING,
-    "custom_env": "template library of traj_envs.yaml: its entries reach posttrain through custom_envs' interpolations",
-}
 # Keys that change nothing when they hold one of these values.
 _HARMLESS_VALUES = {
     "checkpoint_config.type": ("file_system",),
@@ -68,10 +55,6 @@ _SAME_AS = {
     "reward_pretrain": "pretrain",
     "validation.generating_args.max_new_tokens": "actor_infer.generating_args.max_new_tokens",
 }
-# Variables of ROLL's traj_envs.yaml that exist only to be interpolated (env section's UNSUPPORTED).
-_TEMPLATE_VARIABLES = {k.partition(":")[2] for k, v in env.UNSUPPORTED.items() if v == env.UNSUPPORTED["roll:action_pattern"]}
-
-
 def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
     if native == "rollout.name" and value == "hf_infer":
         return "hf"
@@ -80,10 +63,6 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
 
 def ignorable(ctx: Context, key: str, value: Any) -> str | None:
     """Why a key with no posttrain field can be dropped without changing the run, else None."""
-    if key in _ANY_VALUE:
-        return _ANY_VALUE[key]
-    if key in _TEMPLATE_VARIABLES:
-        return "template variable of traj_envs.yaml: no effect by itself (where interpolated, its value was substituted)"
     hydra = hydra_ignorable(ctx, key, value)
     if hydra is not None:
         return hydra
@@ -153,6 +132,22 @@ def mini_batch(ctx: Context) -> None:
         prompts = per_device * steps * ranks // n
         dp = f"{ranks} data-parallel ranks ({devices} devices / {split_text})" if split > 1 else f"{devices} devices"
         ctx.set(f"{section}.ppo_mini_batch_size", prompts, key, f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {steps} x {dp} / {n} responses per prompt")
+
+
+def topr(ctx: Context) -> None:
+    """``use_topr_loss: true`` is ROLL's TOPR policy loss, which splits responses by score:
+    posttrain's ``topr_roll`` (posttrain.algorithms.policy_losses)."""
+    key = "use_topr_loss"
+    if not ctx.has(key):
+        return
+    ctx.consume(key)
+    value = ctx.get(key)
+    if value is True:
+        ctx.set("actor.policy_loss.loss_mode", "topr_roll", key, "ROLL's TOPR: negatives are the responses with score <= 0")
+    elif value in (False, None):
+        ctx.drop(key, "false: no TOPR loss (the policy loss is actor.policy_loss.loss_mode)")
+    else:
+        ctx.refuse(key, f"expected true or false, got {value!r}", None, value)
 
 
 def _model_parallel(ctx: Context, role: str) -> tuple[Any, str]:
@@ -274,4 +269,19 @@ def _judge_placement(ctx: Context, foreign: str, key: str, value: Any) -> None:
         ctx.refuse(foreign, "the judge writes its prompt in its own tokenizer's chat template; remove data_args when that is the template meant", None, value)
 
 
-HANDLERS = [template, reward_norm, mini_batch, roll_lora, reward_workers, *roll_defaults.HANDLERS]
+_MATH_WORKER = next(cls for cls, scorer in ROLL_WORKER_CLASSES.items() if scorer == "math")
+_ACCUMULATION = "the optimizer step: per_device_train_batch_size x gradient_accumulation_steps x data-parallel ranks / responses per prompt (prompts; refused unless whole)"
+# Keys the handlers above translate (docs/config-mapping.md reads this table: posttrain.config.tables).
+RULES: dict[str, Rule] = {
+    "actor_train.training_args.gradient_accumulation_steps": Rule("actor.ppo_mini_batch_size", _ACCUMULATION, 4),
+    "critic.training_args.gradient_accumulation_steps": Rule("critic.ppo_mini_batch_size", _ACCUMULATION, 4),
+    "use_topr_loss": Rule("actor.policy_loss.loss_mode", "true: ROLL's TOPR loss, topr_roll (full REINFORCE on responses scoring > 0, importance weight truncated at 1 on the others); false: nothing", True),
+    # a reward worker's placement (reward_workers): a rule worker runs no model
+    **{f"rewards.*.{key}": Rule(None, f"{why}; for the LLM judge: {judge}", "anything", (("rewards.w.worker_cls", _MATH_WORKER),))
+       for key, why, judge in (
+           ("data_args", _RULE_WORKER_UNUSED["data_args"], "refused unless left out (the judge writes its prompt in its own tokenizer's template)"),
+           ("strategy_args", _RULE_WORKER_UNUSED["strategy_args"], "hf_infer is dropped (posttrain's HF engine runs it), another engine is refused"),
+           ("device_mapping", _RULE_WORKER_UNUSED["device_mapping"], "dropped (it runs in the training process, on its device)"))},
+}
+
+HANDLERS = [template, reward_norm, mini_batch, topr, roll_lora, reward_workers, *roll_defaults.HANDLERS]

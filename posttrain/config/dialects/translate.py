@@ -16,6 +16,7 @@ only what posttrain can run.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -38,6 +39,9 @@ class Context:
     origin: dict[str, tuple[str, Any]] = dataclasses.field(default_factory=dict)  # native -> (key, value)
     interpolated: set[str] = dataclasses.field(default_factory=set)  # keys other keys interpolate
     unresolved: dict[str, str] = dataclasses.field(default_factory=dict)  # key -> why not resolvable
+    # (key, value) -> whether it is the framework's own default (verl: its trainer config), which a
+    # file may spell out: such a key posttrain cannot honour is left out, as a launch line leaves it
+    is_default: Callable[[str, Any], bool] = lambda key, value: False
 
     # ---- reading the foreign dict ---------------------------------------------------------------
     def get(self, key: str, default: Any = None) -> Any:
@@ -56,7 +60,7 @@ class Context:
         """Put ``value`` at ``native`` for foreign ``key``, refusing a todo value or a conflict."""
         info = native_paths().get(native)
         if info is not None and info.todo and info.has_default() and value != info.default():
-            self.refuse(key, f"not implemented yet: {info.todo}", native, value)
+            self.refuse_unless_default(key, f"not implemented yet: {info.todo}", native, value)
             return
         if native in self.origin and self.origin[native][1] != value:
             other, other_value = self.origin[native]
@@ -72,6 +76,14 @@ class Context:
 
     def refuse(self, key: str, reason: str, native: str | None = None, value: Any = None) -> None:
         self.report.add(Entry(key, "refused", native, value, reason))
+
+    def refuse_unless_default(self, key: str, reason: str, native: str | None = None, value: Any = None) -> None:
+        """Refuse, unless ``value`` is the framework's own default for ``key`` (then drop it, naming
+        what another value would meet)."""
+        if self.is_default(key, value):
+            self.drop(key, f"{_title(self.dialect)}'s own default ({value!r}), left out as a launch line leaves it; another value: {reason}")
+        else:
+            self.refuse(key, reason, native, value)
 
     def drop(self, key: str, reason: str) -> None:
         self.report.add(Entry(key, "dropped", None, None, reason))
@@ -93,10 +105,13 @@ def translate_dict(
     *,
     interpolated: set[str] = frozenset(),
     unresolved: Mapping[str, str] | None = None,
+    is_default: Callable[[str, Any], bool] | None = None,
 ) -> tuple[dict[str, Any], Report]:
     """The native dict and the report. ``ignorable(ctx, key, value)`` returns why a key posttrain
     does not have may be dropped without changing the run (else None: it is refused)."""
     ctx = Context(dialect, raw, build_index(dialect), Report(dialect), interpolated=set(interpolated), unresolved=dict(unresolved or {}))
+    if is_default is not None:
+        ctx.is_default = is_default
     for key, why in ctx.unresolved.items():
         ctx.consume(key)
         ctx.refuse(key, why)
@@ -113,7 +128,12 @@ def _walk(ctx: Context, node: Mapping[str, Any], prefix: str, inherited: str | N
             continue
         target = ctx.index.lookup(key)
         if target is not None and target.native is not None:
+            if isinstance(value, Mapping):
+                value = _without_refused_below(ctx, key, value)
             _translate_leaf(ctx, key, value, target, value_hook)
+            continue
+        if target is not None and target.no_effect is not None:
+            ctx.drop(key, target.no_effect)
             continue
         reason = target.unsupported if target is not None else inherited
         if isinstance(value, Mapping) and value and (target is None or ctx.index.has_below(key)):
@@ -122,7 +142,42 @@ def _walk(ctx: Context, node: Mapping[str, Any], prefix: str, inherited: str | N
         _unmapped_leaf(ctx, key, value, reason, ignorable)
 
 
+def _without_refused_below(ctx: Context, key: str, value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A dict-valued field (``model.override_config``) whose value holds a key the schema refuses
+    (``override_config.moe_config.freeze_moe_router``): that key is refused by name, the rest moves."""
+    out = dict(value)
+    for below, target in ctx.index.exact.items():
+        if target.unsupported is None or not below.startswith(key + "."):
+            continue
+        *parents, last = below[len(key) + 1:].split(".")
+        node: Any = out
+        for i, part in enumerate(parents):
+            if not isinstance(node, Mapping) or part not in node:
+                break
+            node[part] = dict(node[part]) if isinstance(node[part], Mapping) else node[part]
+            node = node[part]
+        else:
+            if isinstance(node, dict) and last in node:
+                ctx.refuse(below, f"not supported: {target.unsupported}", None, node.pop(last))
+                _prune(out, parents)
+    return out
+
+
+def _prune(tree: dict[str, Any], parents: list[str]) -> None:
+    """Remove the mappings along ``parents`` that the refusal left empty, deepest first."""
+    for depth in range(len(parents), 0, -1):
+        node: Any = tree
+        for part in parents[: depth - 1]:
+            node = node[part]
+        if node.get(parents[depth - 1]) == {}:
+            del node[parents[depth - 1]]
+
+
 def _translate_leaf(ctx: Context, key: str, value: Any, target: Target, value_hook: ValueHook) -> None:
+    if value is None and target.info is not None and not _holds_none(target.info):
+        # null is "not set" in the frameworks' configs; posttrain's field cannot be null
+        ctx.drop(key, f"null: not set, posttrain's {target.native} keeps its default ({target.info.default()!r})")
+        return
     if target.negated:
         if not isinstance(value, bool):
             ctx.refuse(key, f"expected true or false (posttrain stores the opposite at {target.native}), got {value!r}", target.native, value)
@@ -132,7 +187,7 @@ def _translate_leaf(ctx: Context, key: str, value: Any, target: Target, value_ho
     try:
         converted = value_hook(ctx, key, value, target.native)
     except _Refusal as refusal:
-        ctx.refuse(key, str(refusal), target.native, value)
+        ctx.refuse_unless_default(key, str(refusal), target.native, value)
         return
     note = "" if converted == value and type(converted) is type(value) else f"{value!r} -> {converted!r}"
     ctx.set(target.native, converted, key, note)
@@ -147,9 +202,16 @@ def _unmapped_leaf(ctx: Context, key: str, value: Any, reason: str | None, ignor
     elif any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in ctx.interpolated):
         ctx.drop(key, "interpolation source: its value was substituted where it is referenced" + (f" ({reason})" if reason else ""))
     elif reason is not None:
-        ctx.refuse(key, f"not supported: {reason}", None, value)
+        ctx.refuse_unless_default(key, f"not supported: {reason}", None, value)
     else:
-        ctx.refuse(key, f"no posttrain equivalent: not a {_title(ctx.dialect)} key the schema knows (docs/config-mapping.md lists those it does)", None, value)
+        ctx.refuse_unless_default(key, f"no posttrain equivalent: not a {_title(ctx.dialect)} key the schema knows (docs/config-mapping.md lists those it does)", None, value)
+
+
+def _holds_none(info: Any) -> bool:
+    """Whether a field can hold null (its type admits None, or its default is None)."""
+    if info.has_default() and info.default() is None:
+        return True
+    return type(None) in typing.get_args(info.type) or info.type is Any
 
 
 def _title(dialect: str) -> str:

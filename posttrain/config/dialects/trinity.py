@@ -23,8 +23,10 @@ from typing import Any
 
 from posttrain.config.dialects.lora import trinity_lora
 from posttrain.config.dialects.trinity_defaults import batching, kl_defaults, stage_kl_defaults
+from posttrain.config.dialects.source import resolve
 from posttrain.config.dialects.translate import Context, translate_dict
 from posttrain.config.dialects.values import value_hook
+from posttrain.config.tables import Rule
 from posttrain.config.sections.algorithm import TRINITY_ALGORITHM_TYPES, TRINITY_ALGORITHM_TYPES_TODO
 from posttrain.files import dataset_entry, is_hub_name, split_files
 
@@ -81,6 +83,8 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         ctx.consume(f"{prefix}.{name}")
     if item.get("storage_type", "file") != "file":
         ctx.refuse(f"{prefix}.storage_type", "not implemented yet: queue/sql tasksets (decoupled explorer/trainer issue); a synchronous run reads files", None, item.get("storage_type"))
+    elif "storage_type" in item:
+        ctx.drop(f"{prefix}.storage_type", "file: the taskset is read from files, as posttrain does")
     if f"{prefix}.path" not in ctx.unresolved:  # an unresolved path is already refused by name
         split = item.get("split", "train" if training else "test")
         native = "data.train_files" if training else "data.val_files"
@@ -89,6 +93,9 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         except ValueError as err:
             ctx.refuse(f"{prefix}.path", str(err), native, item.get("path"))
         else:
+            for name in ("split", "subset_name"):  # each named in the report, though path carries them
+                if name in item:
+                    ctx.report.add(_entry(f"{prefix}.{name}", native, files, f"read with {prefix}.path"))
             if training:
                 ctx.set(native, files, f"{prefix}.path", f"split {split!r}" + (f", subset {item['subset_name']!r}" if item.get("subset_name") else ""))
             else:
@@ -145,6 +152,19 @@ def tasksets(ctx: Context) -> None:
             for name, value in item.items():  # what _taskset did not take: workflows and the like
                 if f"{prefix}.{name}" not in ctx.handled:
                     ctx.refuse(f"{prefix}.{name}", "not implemented yet: decoupled explorer/trainer issue (workflows, per-taskset reward functions)", None, value)
+
+
+def resolve_trainer_config(composed: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The inline verl config resolved on its own, before the file is: its interpolations
+    (``${actor_rollout_ref.actor.ppo_epochs}``) name keys of that verl config, as Trinity-RFT hands it
+    to verl. Returns the file with it resolved and ``{key: why not resolvable}``."""
+    trainer = composed.get("trainer")
+    inline = trainer.get("trainer_config") if isinstance(trainer, dict) else None
+    if not isinstance(inline, dict):
+        return composed, {}
+    resolved, failures = resolve(inline)
+    prefix = "trainer.trainer_config."
+    return {**composed, "trainer": {**trainer, "trainer_config": resolved}}, {prefix + k: why for k, why in failures.items()}
 
 
 def trainer_config(ctx: Context) -> None:
@@ -205,12 +225,52 @@ def batch_sizes(ctx: Context) -> None:
         ctx.set("actor.ppo_mini_batch_size", ctx.get("buffer.batch_size"), "buffer.batch_size", "train_batch_size not given: Trinity-RFT takes one optimizer step per explored batch")
 
 
+def prompt_truncation(ctx: Context) -> None:
+    """``model.enable_prompt_truncation``: Trinity-RFT does not generate for a prompt longer than
+    max_prompt_tokens (true, its default): it cuts the prompt and records an experience with reward 0
+    and no sampled response, so the prompt gives no training signal. posttrain leaves such prompts
+    out when the dataset is built (data.filter_overlong_prompts), the same signal. false lets the
+    whole prompt through, which posttrain never does (data.max_prompt_length bounds every prompt)."""
+    key = "model.enable_prompt_truncation"
+    if not ctx.has(key):
+        return
+    ctx.consume(key)
+    value = ctx.get(key)
+    if value is True:
+        ctx.set("data.filter_overlong_prompts", True, key, "a prompt over max_prompt_tokens gives no training signal in Trinity-RFT: posttrain leaves it out")
+    elif value is False:
+        ctx.refuse(key, "false lets a prompt longer than max_prompt_tokens through uncut; posttrain bounds every prompt by data.max_prompt_length (data.truncation cuts or refuses it, data.filter_overlong_prompts leaves it out)", "data.filter_overlong_prompts", value)
+    else:
+        ctx.refuse(key, f"expected true or false, got {value!r}", None, value)
+
+
 def ignorable(ctx: Context, key: str, value: Any) -> str | None:
+    if key == "algorithm.entropy_loss_fn" and value == "default":
+        return "Trinity-RFT's default entropy loss, entropy_coef x mean token entropy: posttrain's entropy term (actor.entropy_coeff)"
     if key == "trainer.trainer_type" and value == "verl":
         return "Trinity-RFT's verl trainer: posttrain trains with its own backend and reads trainer_config with the verl dialect"
     return None
 
 
-HANDLERS = [algorithm_type, kl_defaults, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
+_DATASET = "org/dataset"  # a Hugging Face dataset name: translated without a file on disk
+_WITH_PATH = ((f"{_TS}.path", _DATASET),)
+# Keys the handlers above translate (docs/config-mapping.md reads this table: posttrain.config.tables).
+RULES: dict[str, Rule] = {
+    "algorithm.algorithm_type": Rule("algorithm.kind", "the kind of training and its advantage estimator at once (TRINITY_ALGORITHM_TYPES): ppo -> rl with gae, grpo -> rl with grpo, sft, dpo, ...; an explicit advantage_fn wins over the type's estimator", "grpo"),
+    f"{_TS}.path": Rule("data.train_files", "the training taskset: a local file, the split's files in a local folder, else PATH[:SUBSET]@SPLIT (a save_to_disk folder or a cached Hugging Face dataset; never downloaded)", _DATASET),
+    f"{_TS}.split": Rule("data.train_files", "the split of the taskset's path that trains", "train", _WITH_PATH),
+    f"{_TS}.subset_name": Rule("data.train_files", "the configuration (subset) of the taskset's dataset", "main", _WITH_PATH),
+    f"{_TS}.name": Rule(None, "names the taskset's metrics in Trinity-RFT; posttrain's metrics are named by stage", "gsm8k", _WITH_PATH),
+    f"{_TS}.repeat_times": Rule("rollout.n", "responses sampled per task", 4, _WITH_PATH),
+    f"{_TS}.rollout_args": Rule("rollout.temperature, rollout.top_p, rollout.top_k", "the taskset's sampling settings (other keys are refused)", {"temperature": 0.7}, _WITH_PATH),
+    f"{_TS}.rollout_args.temperature": Rule("rollout.temperature", "sampling temperature of the training rollouts", 0.7, _WITH_PATH),
+    f"{_TS}.format.prompt_type": Rule(None, "plaintext or messages: posttrain reads a string or a chat message list from data.prompt_key alike", "messages", _WITH_PATH),
+    f"{_EVAL}": Rule("data.val_files, rollout.val_kwargs", "each evaluation taskset's files are appended to data.val_files; its repeat_times and rollout_args are the validation sampling", [{"path": _DATASET, "repeat_times": 2}]),
+    "buffer.train_batch_size": Rule("actor.ppo_mini_batch_size", "experiences per optimizer step / algorithm.repeat_times (prompts; refused unless whole)", 8),
+    "model.enable_prompt_truncation": Rule("data.filter_overlong_prompts", "true (Trinity-RFT's default): a prompt over max_prompt_tokens gets no sampled response in Trinity-RFT, so no training signal; posttrain leaves it out at load. false (let it through uncut) is refused", True),
+    "trainer.trainer_config": Rule("(each verl key's posttrain home)", "an inline verl trainer config, translated with the verl dialect (a value it sets wins over Trinity's derived defaults)", {"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}),
+}
+
+HANDLERS = [algorithm_type, kl_defaults, prompt_truncation, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
 # A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).
-STAGE_HANDLERS = [algorithm_type, stage_kl_defaults, tasksets, trainer_config, batch_sizes, stages, trinity_lora]
+STAGE_HANDLERS = [algorithm_type, stage_kl_defaults, prompt_truncation, tasksets, trainer_config, batch_sizes, stages, trinity_lora]

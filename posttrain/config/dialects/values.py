@@ -35,6 +35,10 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
         return _device_mapping(ctx, value)
     if native == "profiler.steps" and value is None:  # verl's "no profiling"
         return []
+    if native == "model.fused_kernel_impl_backend" and value == "None":
+        return None  # Trinity-RFT's verl template writes None (a string in YAML) for "no backend chosen"
+    if native.endswith("optim.optimizer") and isinstance(value, str) and value.lower() == "adamw":
+        return "adamw"  # verl's AdamW (torch.optim.AdamW), posttrain's one optimizer
     return value
 
 

@@ -1,7 +1,8 @@
 """verl keys dropped rather than refused, beyond Hydra's own (posttrain.config.dialects.source).
 
-`null_profile_steps` is a handler (it runs before the key-by-key translation); `ignorable` decides
-for keys without a field.
+`null_profile_steps`, `global_micro_batches`, `keep_one_checkpoint` and `sft_optim` are handlers
+(they run before the key-by-key translation; `RULES` lists what they translate); `ignorable`
+decides for keys without a field.
 
 verl's default config spells out every profiler tool's options (nsys, npu, torch_memory) and each
 role's copy of the global tool and save path. Those configure a tool the run does not use, or repeat
@@ -12,10 +13,12 @@ path) is still refused with the reason from the schema's UNSUPPORTED tables.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
-from posttrain.config.dialects.source import hydra_ignorable
+from posttrain.config.dialects.source import hydra_ignorable, resolve
+from posttrain.config.tables import Rule
 
 _ROLLOUT, _ACTOR = "actor_rollout_ref.rollout.profiler.", "actor_rollout_ref.actor.profiler."
 _TOOL_OPTIONS = re.compile(r"(^global_profiler\.global_tool_config|\.profiler\.tool_config)\.(nsys|npu|torch_memory)\.")
@@ -30,7 +33,119 @@ def null_profile_steps(ctx: Any) -> None:
             ctx.drop(key, "null: no steps profiled (posttrain's default, profiler.steps: [])")
 
 
-HANDLERS = [null_profile_steps]
+# verl's deprecated global micro-batch sizes, by the per-device key verl derives from each.
+_GLOBAL_MICRO = {
+    "actor_rollout_ref.actor.ppo_micro_batch_size": "actor.ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size": "rollout.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size": "ref.log_prob_micro_batch_size_per_gpu",
+    "critic.ppo_micro_batch_size": "critic.ppo_micro_batch_size_per_gpu",
+    "critic.forward_micro_batch_size": "critic.forward_micro_batch_size_per_gpu",
+    "reward_model.micro_batch_size": "reward.reward_model.micro_batch_size_per_gpu",
+}
+
+
+def world_size(ctx: Any) -> int:
+    """The worker processes posttrain runs the file with: trainer.nnodes x trainer.n_gpus_per_node as
+    written (posttrain.config.access.world_size); a file without n_gpus_per_node runs one process."""
+    gpus, nodes = ctx.get("trainer.n_gpus_per_node", 0) or 0, ctx.get("trainer.nnodes", 1) or 1
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (gpus, nodes))
+    return nodes * gpus if ints and gpus > 0 else 1
+
+
+def global_micro_batches(ctx: Any) -> None:
+    """A global micro-batch size is split over the worker processes, as verl's workers do at start
+    (``micro_batch_size //= world size``, the per-device size; posttrain has no sequence parallelism
+    to divide the world by). Zero per process is refused, as verl's own assertion does."""
+    world = world_size(ctx)
+    for key, native in _GLOBAL_MICRO.items():
+        if not ctx.has(key):
+            continue
+        ctx.consume(key)
+        value = ctx.get(key)
+        if value is None:
+            ctx.drop(key, f"null: the per-device size {native} applies")
+        elif not isinstance(value, int) or isinstance(value, bool) or value // world < 1:
+            ctx.refuse(key, f"a global micro-batch of {value!r} responses over {world} worker process(es) leaves none per process; give at least {world}", native, value)
+        else:
+            ctx.set(native, value // world, key, f"{value} // {world} worker process(es)")
+
+
+def keep_one_checkpoint(ctx: Any) -> None:
+    """verl's deprecated ``remove_previous_ckpt_in_save: true`` keeps only the newest checkpoint of
+    each role (verl reads it as max_actor_ckpt_to_keep = max_critic_ckpt_to_keep = 1)."""
+    key = "trainer.remove_previous_ckpt_in_save"
+    if not ctx.has(key):
+        return
+    ctx.consume(key)
+    value = ctx.get(key)
+    if value in (None, False):
+        ctx.drop(key, "false: the checkpoints kept follow max_actor_ckpt_to_keep / max_critic_ckpt_to_keep")
+    elif value is True:
+        for role in ("actor", "critic"):
+            ctx.set(f"trainer.max_{role}_ckpt_to_keep", 1, key, "true: keep only the newest checkpoint")
+    else:
+        ctx.refuse(key, f"expected true or false, got {value!r}", None, value)
+
+
+# verl's SFT trainer (sft_trainer.yaml) keeps its optimizer at the top level; posttrain's SFT trains
+# the actor with actor.optim.
+_SFT_OPTIM = {
+    "optim.lr": "actor.optim.lr",
+    "optim.weight_decay": "actor.optim.weight_decay",
+    "optim.warmup_steps_ratio": "actor.optim.lr_warmup_steps_ratio",
+    "optim.clip_grad": "actor.grad_clip",
+    "optim.lr_scheduler": "actor.optim.lr_scheduler_type",
+}
+
+
+def sft_optim(ctx: Any) -> None:
+    """sft_trainer.yaml's ``optim.*`` -> the actor's optimizer (module comment above)."""
+    for key, native in _SFT_OPTIM.items():
+        if ctx.has(key):
+            ctx.consume(key)
+            ctx.set(native, ctx.get(key), key, "verl's SFT optimizer is posttrain's actor optimizer")
+
+
+def compile_default(ctx: Any) -> None:
+    """verl's default ``use_torch_compile: true`` (verl compiles its entropy function with it: the
+    values are the same either way) is left out where posttrain's meaning, compiled decoder layers,
+    cannot run: a model sharded over several worker processes. Another value, or the same one
+    on one process, translates as usual (posttrain.config.sections.actor)."""
+    key = "actor_rollout_ref.actor.use_torch_compile"
+    if ctx.has(key) and world_size(ctx) > 1 and is_default(key, ctx.get(key)):
+        ctx.consume(key)
+        ctx.drop(key, f"verl's own default (true), left out: posttrain compiles whole decoder layers with it, which a model sharded over {world_size(ctx)} worker processes cannot run")
+
+
+_MICRO_HOW = "a global count of responses: divided by the worker processes (trainer.nnodes x trainer.n_gpus_per_node; one process without them), as verl's workers do"
+# Keys the handlers translate (docs/config-mapping.md reads this table: posttrain.config.tables).
+RULES: dict[str, Rule] = {
+    **{key: Rule(native, _MICRO_HOW, 8) for key, native in _GLOBAL_MICRO.items()},
+    "trainer.remove_previous_ckpt_in_save": Rule("trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep", "true keeps only the newest checkpoint of each role (both set to 1); false leaves them", True),
+    **{key: Rule(native, "sft_trainer.yaml's optimizer: posttrain's SFT trains the actor", "cosine" if key.endswith("lr_scheduler") else 0.1)
+       for key, native in _SFT_OPTIM.items()},
+}
+
+HANDLERS = [null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default]
+
+
+@functools.lru_cache(maxsize=1)
+def _defaults() -> dict[str, Any]:
+    """verl's trainer config (verl_defaults.yaml), resolved."""
+    from posttrain.config.dialects.verl_launch import defaults_tree
+
+    return resolve(defaults_tree())[0]
+
+
+def is_default(key: str, value: Any) -> bool:
+    """Whether ``value`` is verl's own default for ``key`` (a leaf or a whole mapping): a file that
+    spells out verl's defaults (its complete ppo_trainer.yaml) loads as the launch line without them does."""
+    node: Any = _defaults()
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return node == value and type(node) is type(value)
 
 
 def ignorable(ctx: Any, key: str, value: Any) -> str | None:
@@ -42,8 +157,6 @@ def _profiler_ignorable(ctx: Any, key: str, value: Any) -> str | None:
     match = _TOOL_OPTIONS.search(key + ".")
     if match and match.group(2) != tool:
         return f"options of the {match.group(2)} profiler, and global_profiler.tool is {tool or 'null'}: not used"
-    if key.endswith("torch_memory.stack_depth"):
-        return "torch's CUDA memory history has no stack-depth option (verl passes it only where torch has one)"
     if key.startswith(_ROLLOUT) and value == ctx.get(_ACTOR + key[len(_ROLLOUT):]):
         return "the same as the actor's (posttrain's rollout is profiled with actor.profiler)"
     if key.endswith(".profiler.tool") and value in (None, tool):

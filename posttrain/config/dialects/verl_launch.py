@@ -84,7 +84,9 @@ def honoured_defaults() -> frozenset[str]:
 
     raw = _leaves(defaults_tree())
     resolved, _ = resolve(defaults_tree())
-    _, report = translate(resolved, "verl")
+    # translated without verl's machine (MACHINE_DEFAULTS), as the line is: no sharded worker processes
+    machine_free = _tree({k: v for k, v in _leaves(resolved).items() if k not in MACHINE_DEFAULTS})
+    _, report = translate(machine_free, "verl")
     infos = native_paths()
     keep = set()
     for entry in report.of("translated"):

@@ -143,7 +143,7 @@ class ActorConfig:
     sft_loss_coef: float = param(0.0, doc="Weight of an SFT (negative log-likelihood) loss on positive-reward responses; 0 disables.", ge=0, todo="mixing an SFT loss into the RL loss (later issue)", refs=["roll:sft_loss_coef"])
 
     # ---- optimization ------------------------------------------------------------------------
-    grad_clip: float = param(1.0, doc="Clip the global gradient norm to this value before each optimizer step.", gt=0, refs=[f"{_VERL}.grad_clip", "roll:max_grad_norm", "trinity:trainer.grad_clip"])
+    grad_clip: float = param(1.0, doc="Clip the global gradient norm to this value before each optimizer step.", gt=0, refs=[f"{_VERL}.grad_clip", f"{_VERL}.optim.clip_grad", "roll:max_grad_norm", "trinity:trainer.grad_clip"])
     optim: OptimConfig = param(factory=OptimConfig, doc="Optimizer and LR schedule of the actor.", refs=[f"{_VERL}.optim", "roll:actor_train.training_args", f"{_TRINITY_ALGO}.optimizer"])
 
     # ---- backend, parallelism and performance -------------------------------------------------
@@ -159,10 +159,8 @@ class ActorConfig:
 
 # Reference keys with no field in `actor`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
-    f"{_VERL}.ppo_micro_batch_size": "deprecated in verl (a global count); use actor.ppo_micro_batch_size_per_gpu (equal on one device)",
     f"{_VERL}.data_loader_seed": "a workaround for Megatron's data order across context-parallel ranks; posttrain's shuffle is seeded from the run seed",
-    "roll:use_topr_loss": "choose the policy loss by name in actor.policy_loss.loss_mode",
-    f"{_TRINITY_ALGO}.entropy_loss_fn": "posttrain has one entropy term, its weight is actor.entropy_coeff (0 disables)",
+    f"{_TRINITY_ALGO}.entropy_loss_fn": "posttrain has one entropy term, Trinity-RFT's default (entropy_coef x mean token entropy, weighted by actor.entropy_coeff): `default` is accepted, another entropy function is refused",
     "roll:l2": "use decoupled weight decay: actor.optim.weight_decay",
     **roll_worker_unsupported("actor_train", "actor"),
 }

@@ -47,7 +47,7 @@ class CriticModelConfig:
     lora_rank: int = param(0, doc="LoRA rank of the critic: > 0 trains low-rank adapters (peft) on its body and its new value head in full, instead of all its weights; 0 trains all weights.", ge=0, refs=[f"{_MODEL}.lora_rank", "roll:critic.model_args.lora_rank"])
     lora_alpha: float = param(16, doc="LoRA scaling of the critic's adapters: each adds (lora_alpha / lora_rank) * B @ A to its weight.", gt=0, refs=[f"{_MODEL}.lora_alpha", "roll:critic.model_args.lora_alpha"])
     target_modules: str | list[str] = param("all-linear", doc="The critic's layers that get adapters: all-linear (every linear layer of the body; the value head is trained whole), module names (suffixes) or one regular expression.", refs=[f"{_MODEL}.target_modules", "roll:critic.model_args.lora_target"])
-    use_shm: bool = param(False, doc="verl copies the critic's model to /dev/shm before loading; posttrain loads the local directory directly (the OS page cache serves repeated loads), so true changes nothing: accepted, no effect.", refs=[f"{_MODEL}.use_shm"])
+    use_shm: bool = param(False, doc="verl copies the critic's model to /dev/shm before reading; posttrain reads the local model directory directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.", refs=[f"{_MODEL}.use_shm"])
 
 
 @section
@@ -67,7 +67,7 @@ class CriticConfig:
     # ---- loss and optimization ---------------------------------------------------------------
     cliprange_value: float | None = param(0.5, doc="Value clipping: new values stay within this distance of the rollout-time values in the clipped loss term; null does not clip.", gt=0, refs=["verl:critic.cliprange_value", "roll:value_clip"])
     loss_agg_mode: str = param("token-mean", doc="How per-token value losses become one number (same modes as actor.loss_agg_mode).", choices=LOSS_AGG_MODES, refs=["verl:critic.loss_agg_mode"])
-    grad_clip: float = param(1.0, doc="Clip the critic's global gradient norm to this value before each optimizer step.", gt=0, refs=["verl:critic.grad_clip"])
+    grad_clip: float = param(1.0, doc="Clip the critic's global gradient norm to this value before each optimizer step.", gt=0, refs=["verl:critic.grad_clip", "verl:critic.optim.clip_grad"])
     optim: CriticOptimConfig = param(factory=CriticOptimConfig, doc="Optimizer and LR schedule of the critic.", refs=["verl:critic.optim", "roll:critic.training_args"])
 
     # ---- model, backend and placement --------------------------------------------------------
@@ -86,8 +86,6 @@ NEGATED_REFS: dict[str, str] = {
 
 # Reference keys with no field in `critic`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
-    "verl:critic.ppo_micro_batch_size": "deprecated in verl (a global count); use critic.ppo_micro_batch_size_per_gpu (equal on one device)",
-    "verl:critic.forward_micro_batch_size": "deprecated in verl (a global count); use critic.forward_micro_batch_size_per_gpu (equal on one device)",
     "roll:critic.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     **roll_worker_unsupported("critic", "critic"),
 }

@@ -72,7 +72,7 @@ class DataConfig:
     seed: int = param(1, doc="Seed of the data shuffle; with the epoch it fixes the order exactly.", ge=0, refs=["verl:data.seed"])
 
     # ---- optional outputs --------------------------------------------------------------------
-    return_raw_chat: bool = param(False, doc="Keep each RL prompt's chat messages (system prompt added) before the template: a reward model then scores the conversation rebuilt in its own chat template.", refs=["verl:data.return_raw_chat"])
+    return_raw_chat: bool = param(False, doc="Keep each RL prompt's chat messages (system prompt added) before the template: a reward model then scores the conversation rebuilt in its own chat template, reward functions get them as extra_info['raw_chat'], and trainer.rollout_data_dir dumps write them as raw_chat.", refs=["verl:data.return_raw_chat"])
     return_full_prompt: bool = param(False, doc="Keep each RL prompt's text after the chat template (untruncated): a reward model then reads it instead of the decoded prompt ids.", refs=["verl:data.return_full_prompt"])
 
     # ---- not implemented yet -----------------------------------------------------------------
@@ -80,7 +80,7 @@ class DataConfig:
     image_key: str = param("images", doc="Column holding images of a multimodal row.", todo="multimodal data (later issue)", refs=["verl:data.image_key"])
     video_key: str = param("videos", doc="Column holding videos of a multimodal row.", todo="multimodal data (later issue)", refs=["verl:data.video_key"])
     tools_key: str | None = param(None, doc="Column holding the tool schemas offered to the model.", todo="tool calling (multi-turn issue)", refs=["verl:data.multiturn.tools_key"])
-    use_shm: bool = param(False, doc="Load data files through shared memory.", todo="shared-memory loading (later issue)", refs=["verl:data.use_shm"])
+    use_shm: bool = param(False, doc="verl copies the data files to /dev/shm before reading; posttrain reads the local files directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.", refs=["verl:data.use_shm"])
     dataloader_num_workers: int = param(0, doc="Background processes preparing batches.", ge=0, todo="background batch preparation (later issue)", refs=["verl:data.dataloader_num_workers"])
     sampler: dict[str, Any] = param(factory=dict, doc="A custom (curriculum) sampler class: {class_path, class_name}.", todo="custom samplers (curriculum issue)", refs=["verl:data.sampler"])
     datagen: dict[str, Any] = param(factory=dict, doc="A dynamic data generator class: {path, name}.", todo="generated datasets (later issue)", refs=["verl:data.datagen"])
@@ -90,9 +90,7 @@ class DataConfig:
 
 # Reference keys with no field in `data`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
-    "trinity:model.enable_prompt_truncation": "what a prompt longer than data.max_prompt_length does is data.truncation: left, right or middle cuts it (Trinity's true), error refuses the row naming it; prompts are never let through uncut",
     "verl:data.multiturn.enable": "set data.messages_key to the conversation column instead (verl's multiturn.messages_key)",
-    "verl:data.trust_remote_code": "one switch covers model and tokenizer code: model.trust_remote_code",
 }
 
 

@@ -42,21 +42,15 @@ class EnvConfig:
     render_save_dir: str | None = param(None, doc="Directory for rendered frames of validation episodes; null saves none.", todo=_TODO, refs=["roll:render_save_dir"])
 
 
-_HELPER = "interpolation variable of ROLL's traj_envs.yaml; resolve it into env.custom_envs before loading"
+_HELPER = "template variable of ROLL's traj_envs.yaml: it does nothing by itself; where custom_envs interpolates it, its value was substituted there"
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
-UNSUPPORTED: dict[str, str] = {
-    "roll:custom_env": "template library referenced by interpolation from custom_envs; resolve it before loading",
-    "roll:agent_runner_cls": _HELPER,
-    "roll:all_response_pattern": _HELPER,
-    "roll:action_pattern": _HELPER,
-    "roll:think_action_pattern": _HELPER,
-    "roll:max_tokens_per_step": _HELPER,
-    "roll:max_actions_per_traj": _HELPER,
-    "roll:sokoban_format_penalty": _HELPER,
-    "roll:frozen_format_penalty": _HELPER,
-    "roll:agent_system_template": _HELPER,
-    "roll:agent_template": _HELPER,
-    "roll:single_prompt_agent_system_template": _HELPER,
-    "roll:single_prompt_agent_template": _HELPER,
+UNSUPPORTED: dict[str, str] = {}
+# Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
+NO_EFFECT: dict[str, str] = {
+    "roll:custom_env": "template library of ROLL's traj_envs.yaml: its entries reach posttrain through custom_envs' interpolations",
+    **{f"roll:{name}": _HELPER for name in (
+        "agent_runner_cls", "all_response_pattern", "action_pattern", "think_action_pattern", "max_tokens_per_step",
+        "max_actions_per_traj", "sokoban_format_penalty", "frozen_format_penalty", "agent_system_template", "agent_template",
+        "single_prompt_agent_system_template", "single_prompt_agent_template")},
 }

@@ -34,8 +34,8 @@ class ModelConfig:
         choices=DTYPES, refs=["verl:model.fsdp_config.model_dtype", "roll:actor_train.model_args.dtype"],
     )
     trust_remote_code: bool = param(
-        False, doc="Allow modelling/tokenizer code shipped inside the model directory to run.",
-        refs=["verl:actor_rollout_ref.model.trust_remote_code", "verl:model.trust_remote_code"],
+        False, doc="Allow modelling/tokenizer code shipped inside the model directory to run (one switch for both: verl's data.trust_remote_code, the tokenizer's, is this one).",
+        refs=["verl:actor_rollout_ref.model.trust_remote_code", "verl:model.trust_remote_code", "verl:data.trust_remote_code"],
     )
     external_lib: str | None = param(
         None, doc="Python module imported before loading, to register custom models/tokenizers with transformers.",
@@ -62,7 +62,7 @@ class ModelConfig:
         refs=["trinity:model.chat_template_path"],
     )
     max_model_len: int | None = param(
-        None, doc="Longest prompt+response in tokens; refused at load if above the model's max_position_embeddings.",
+        None, doc="Longest prompt + response in tokens: each response stops after max_model_len minus its prompt's tokens (at least one), before rollout.response_length if that comes first; refused at load if above the model's max_position_embeddings. null: prompt and response limits alone.",
         ge=1, refs=["trinity:model.max_model_len", "roll:sequence_length"],
     )
     rope_theta: float | None = param(
@@ -118,7 +118,7 @@ class ModelConfig:
         refs=["verl:actor_rollout_ref.model.lora_adapter_path"],
     )
     use_shm: bool = param(
-        False, doc="verl copies the model (and adapter) to /dev/shm before loading; posttrain loads the local directory directly and the OS page cache serves repeated loads, so true loads the same weights the same way: accepted, no effect.",
+        False, doc="verl copies the model (and adapter) to /dev/shm before reading; posttrain reads the local model directory directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.",
         refs=["verl:actor_rollout_ref.model.use_shm", "verl:model.use_shm"],
     )
 

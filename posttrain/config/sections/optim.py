@@ -48,8 +48,7 @@ class CriticOptimConfig(OptimConfig):
 def _unsupported(verl_prefix: str) -> dict[str, str]:
     """Megatron-scheduler keys under one role's verl ``optim`` with no field here."""
     return {
-        f"{verl_prefix}.total_training_steps": "filled in by verl at run time; posttrain takes the schedule length from trainer.total_training_steps",
-        f"{verl_prefix}.clip_grad": f"set the role's grad_clip ({'critic' if verl_prefix.startswith('verl:critic') else 'actor'}.grad_clip)",
+        f"{verl_prefix}.total_training_steps": "a placeholder verl fills in at run time (its default -1 is accepted); posttrain's schedule length is trainer.total_training_steps",
         f"{verl_prefix}.min_lr": "give the final LR as a fraction of lr in optim.min_lr_ratio (= min_lr / lr)",
         f"{verl_prefix}.weight_decay_incr_style": "Megatron scheduler only: posttrain's weight decay is constant",
         f"{verl_prefix}.lr_wsd_decay_style": "Megatron scheduler only: posttrain's wsd decays linearly",
@@ -62,15 +61,7 @@ def _unsupported(verl_prefix: str) -> dict[str, str]:
 UNSUPPORTED: dict[str, str] = {
     **_unsupported("verl:actor_rollout_ref.actor.optim"),
     **_unsupported("verl:critic.optim"),
-    # verl's SFT trainer (sft_trainer.yaml) has a top-level optim; posttrain's SFT trains the actor.
-    "verl:optim.lr": "posttrain's SFT trains the actor: set actor.optim.lr",
-    "verl:optim.weight_decay": "posttrain's SFT trains the actor: set actor.optim.weight_decay",
-    "verl:optim.warmup_steps_ratio": "posttrain's SFT trains the actor: set actor.optim.lr_warmup_steps_ratio",
-    "verl:optim.clip_grad": "posttrain's SFT trains the actor: set actor.grad_clip",
-    "verl:optim.lr_scheduler": "posttrain's SFT trains the actor: set actor.optim.lr_scheduler_type",
     # ROLL's Hugging Face TrainingArguments that have no direct counterpart.
-    "roll:actor_train.training_args.gradient_accumulation_steps": "give the optimizer-step size instead: actor.ppo_mini_batch_size = per_device_train_batch_size x gradient_accumulation_steps x devices / rollout.n (prompts)",
-    "roll:critic.training_args.gradient_accumulation_steps": "give the optimizer-step size instead: critic.ppo_mini_batch_size = per_device_train_batch_size x gradient_accumulation_steps x devices / rollout.n (prompts)",
     "roll:actor_train.training_args.num_train_epochs": "Hugging Face epochs do not apply to RL: run length is trainer.total_epochs/total_training_steps, passes per batch are actor.ppo_epochs",
     "roll:critic.training_args.num_train_epochs": "Hugging Face epochs do not apply to RL: run length is trainer.total_epochs/total_training_steps, passes per batch are critic.ppo_epochs",
 }

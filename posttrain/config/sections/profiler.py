@@ -64,9 +64,11 @@ def role_unsupported(prefix: str) -> dict[str, str]:
     for key in ("tool_config.npu.contents", "tool_config.npu.level", "tool_config.npu.analysis", "tool_config.npu.discrete"):
         out[f"{prefix}.{key}"] = "Ascend NPUs are not supported by posttrain"
     out[f"{prefix}.tool_config.nsys.discrete"] = "nsys ranges are always per phase (NVTX): nothing to choose"
-    for key in ("trace_alloc_max_entries", "stack_depth"):
-        out[f"{prefix}.tool_config.torch_memory.{key}"] = "the CUDA memory history is one per process: set profiler.torch_memory"
+    out[f"{prefix}.tool_config.torch_memory.trace_alloc_max_entries"] = "the CUDA memory history is one per process: set profiler.torch_memory"
     return out
+
+
+_NO_STACK_DEPTH = "torch's CUDA memory history has no stack-depth option (verl passes it only where torch has one)"
 
 
 # Reference keys with no field, and why (read by the mapping generator and dialect loaders).
@@ -74,7 +76,6 @@ UNSUPPORTED: dict[str, str] = {
     f"{_VERL}.global_tool_config.nsys.discrete": "nsys ranges are always per phase (NVTX): nothing to choose",
     f"{_VERL}.global_tool_config.nsys.controller_nsight_options": _NSYS_LAUNCH,
     f"{_VERL}.global_tool_config.nsys.worker_nsight_options": _NSYS_LAUNCH,
-    f"{_VERL}.global_tool_config.torch_memory.stack_depth": "torch's CUDA memory history has no stack-depth option",
     f"{_VERL}.global_tool_config.torch_memory.kw_args": "the CUDA memory history is recorded for this worker's own GPU",
     **{f"verl:actor_rollout_ref.rollout.profiler.{k}": "the rollout is profiled with the actor (one hybrid worker): set actor.profiler"
        for k in ("enable", "all_ranks", "ranks", "tool", "save_path", "tool_config.torch.contents", "tool_config.torch.discrete")},
@@ -82,4 +83,11 @@ UNSUPPORTED: dict[str, str] = {
     **role_unsupported("verl:actor_rollout_ref.ref.profiler"),
     **role_unsupported("verl:critic.profiler"),
     **role_unsupported("verl:reward_model.profiler"),
+}
+
+# Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
+NO_EFFECT: dict[str, str] = {
+    f"{_VERL}.global_tool_config.torch_memory.stack_depth": _NO_STACK_DEPTH,
+    **{f"{role}.profiler.tool_config.torch_memory.stack_depth": _NO_STACK_DEPTH
+       for role in ("verl:actor_rollout_ref.actor", "verl:actor_rollout_ref.ref", "verl:critic", "verl:reward_model")},
 }

@@ -36,9 +36,12 @@ class RefConfig:
 
 # Reference keys with no field in `ref`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
-    f"{_VERL}.log_prob_micro_batch_size": "deprecated in verl (a global count); use ref.log_prob_micro_batch_size_per_gpu (equal on one device)",
     "roll:reference.model_args.dtype": "the reference loads the policy weights with the policy's dtype (model section)",
-    "roll:reference.model_args.disable_gradient_checkpointing": "the reference runs no backward pass, so gradient checkpointing has no meaning there",
     "roll:reference.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     **roll_worker_unsupported("reference", "ref"),
+}
+
+# Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
+NO_EFFECT: dict[str, str] = {
+    "roll:reference.model_args.disable_gradient_checkpointing": "the reference runs no backward pass, so gradient checkpointing has no meaning there",
 }

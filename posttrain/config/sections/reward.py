@@ -39,7 +39,7 @@ class RewardModelConfig:
     forward_max_token_len_per_gpu: int = param(32768, doc="Token budget of one reward-model micro-batch when use_dynamic_bsz.", ge=1, refs=["verl:reward_model.forward_max_token_len_per_gpu"])
     use_remove_padding: bool = param(False, doc="Run the reward model on unpadded (packed) sequences.", todo="padding-free forward; performance issue", refs=["verl:reward_model.model.use_remove_padding"])
     use_fused_kernels: bool = param(False, doc="Use fused kernels in the reward model's forward pass.", todo="fused kernels; performance issue", refs=["verl:reward_model.model.use_fused_kernels"])
-    use_shm: bool = param(False, doc="Load reward-model weights through shared memory.", todo="shared-memory model loading; performance issue", refs=["verl:reward_model.model.use_shm"])
+    use_shm: bool = param(False, doc="verl copies the reward model to /dev/shm before reading; posttrain reads the local model directory directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.", refs=["verl:reward_model.model.use_shm"])
     fsdp_config: dict[str, Any] = param(factory=dict, doc="FSDP options of the reward model (wrap_policy.min_num_params, param_offload, reshard_after_forward, fsdp_size, forward_prefetch).", todo="sharded reward model; distributed backend issue", refs=["verl:reward_model.model.fsdp_config", "verl:reward_model.model.fsdp_config.wrap_policy.min_num_params", "verl:reward_model.model.fsdp_config.param_offload", "verl:reward_model.model.fsdp_config.reshard_after_forward", "verl:reward_model.model.fsdp_config.fsdp_size", "verl:reward_model.model.fsdp_config.forward_prefetch"])
     profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the reward phase (reward function and reward model) in profiler.steps.", refs=["verl:reward_model.profiler"])
 
@@ -141,10 +141,6 @@ QUERY_FILTER_ARGS: dict[str, tuple[str, ...]] = {
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
-    "verl:reward_model.micro_batch_size": "deprecated global micro-batch size; set reward.reward_model.micro_batch_size_per_gpu",
-    "roll:rewards.*.data_args": "a rule worker reads the response text the policy's tokenizer decoded, so it has no template of its own (a judge worker's template comes with the LLM judge)",
-    "roll:rewards.*.strategy_args": "a rule worker runs no model (a judge worker's engine comes with the LLM judge)",
-    "roll:rewards.*.device_mapping": "a rule worker runs on CPU processes (reward.workers.*.world_size), not on devices",
 }
 
 

@@ -12,6 +12,8 @@ Units: ``n`` is responses per prompt; lengths are tokens; ``max_num_seqs`` count
 
 from __future__ import annotations
 
+from typing import Any
+
 from posttrain.config.fields import param, section
 
 _VERL = "verl:actor_rollout_ref.rollout"
@@ -97,7 +99,7 @@ class RolloutConfig:
     repetition_penalty: float = param(1.0, doc="Divide positive logits (multiply negative ones) of tokens already in the sequence by this; 1.0 disables.", gt=0, refs=[f"{_VERL}.repetition_penalty", f"{_ROLL_GEN}.repetition_penalty", "trinity:model.repetition_penalty"])
     ignore_eos: bool = param(False, doc="Keep generating after the end-of-sequence token until response_length.", refs=[f"{_VERL}.ignore_eos", f"{_TRINITY}.ignore_eos"])
     response_length: int | None = param(None, doc="Most tokens generated per response; null uses data.max_response_length.", ge=1, refs=[f"{_VERL}.response_length", f"{_ROLL_GEN}.max_new_tokens"])
-    prompt_length: int | None = param(None, doc="Longest prompt the engine accepts in tokens; null uses data.max_prompt_length.", ge=1, todo="a rollout prompt limit apart from data.max_prompt_length (unused in verl too)", refs=[f"{_VERL}.prompt_length"])
+    prompt_length: int | None = param(None, doc="Longest prompt the engine accepts in tokens: data.max_prompt_length bounds every prompt, so null or that same value (verl's default, ${data.max_prompt_length}); another value is refused.", ge=1, refs=[f"{_VERL}.prompt_length"])
     use_fire_sampling: bool = param(False, doc="FIRE sampling: a high temperature for the first token only (Chen et al., 2024).", todo="FIRE sampling (later issue)", refs=[f"{_VERL}.use_fire_sampling"])
     num_beams: int = param(1, doc="Beam search width; 1 samples (RL needs independent samples, so only 1 is meaningful).", ge=1, todo="beam search (not planned for RL; kept so ROLL files with num_beams: 1 load)", refs=[f"{_ROLL_GEN}.num_beams"])
     seed: int | None = param(None, doc="Seed of the engine's sampler, which also reseeds it before every validation; null uses trainer.seed.", refs=[f"{_TRINITY}.seed"])
@@ -138,13 +140,27 @@ class RolloutConfig:
 
 # Reference keys with no field in `rollout`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
-    f"{_VERL}.log_prob_micro_batch_size": "deprecated in verl (a global count); use rollout.log_prob_micro_batch_size_per_gpu (equal on one device)",
     f"{_ROLL_VAL_GEN}.max_new_tokens": "validation generates up to rollout.response_length tokens like training",
     f"{_ROLL_VAL_GEN}.num_beams": "beam search is not offered; validation samples or decodes greedily (rollout.val_kwargs.do_sample)",
-    "roll:actor_infer.model_args.disable_gradient_checkpointing": "the rollout engine runs no backward pass, so gradient checkpointing has no meaning there",
     "roll:actor_infer.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
-    "roll:actor_infer.world_size": "ROLL derives it from device_mapping; posttrain derives process counts from the cluster section",
-    "roll:generate_opt_level": "ROLL's request scheduler switch; posttrain's hf engine generates one batch per call (async server: later issue)",
-    "roll:is_num_return_sequences_expand": "ROLL implementation detail: posttrain always samples rollout.n independent responses per prompt",
-    "roll:max_running_requests": "ROLL's request scheduler concurrency; the vLLM/SGLang engines' limit will be rollout.max_num_seqs",
 }
+
+_SCHEDULING = "request scheduling inside ROLL's generation workers: it changes when requests run, not what is sampled"
+# Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
+NO_EFFECT: dict[str, str] = {
+    "roll:actor_infer.model_args.disable_gradient_checkpointing": "the rollout engine runs no backward pass, so gradient checkpointing has no meaning there",
+    "roll:actor_infer.world_size": "derived from device_mapping in ROLL too (posttrain: from the cluster section)",
+    "roll:generate_opt_level": _SCHEDULING,
+    "roll:max_running_requests": _SCHEDULING,
+    "roll:is_num_return_sequences_expand": "posttrain always samples rollout.n independent responses per prompt, the result either value gives",
+}
+
+
+def check_prompt_length(cfg: Any) -> list[str]:
+    """rollout.prompt_length is verl's copy of data.max_prompt_length (its default interpolates it):
+    posttrain's prompts are bounded by data.max_prompt_length alone, so another value is refused."""
+    rollout, data = getattr(cfg, "rollout", None), getattr(cfg, "data", None)
+    limit = getattr(rollout, "prompt_length", None)
+    if limit is not None and data is not None and limit != data.max_prompt_length:
+        return [f"rollout.prompt_length ({limit}) differs from data.max_prompt_length ({data.max_prompt_length}): posttrain bounds every prompt by data.max_prompt_length; set that, and leave prompt_length out or equal to it"]
+    return []

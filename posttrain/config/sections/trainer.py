@@ -69,9 +69,7 @@ class TrainerConfig:
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     "verl:trainer.default_hdfs_dir": "HDFS upload is not supported; copy the run directory with your own tooling",
-    "verl:trainer.remove_previous_ckpt_in_save": "deprecated in verl; set trainer.max_actor_ckpt_to_keep: 1 and trainer.max_critic_ckpt_to_keep: 1",
     "roll:checkpoint_config.type": "posttrain writes checkpoints to a file system path only; set trainer.checkpoint_dir",
     "trinity:trainer.name": "Ray actor names are chosen by posttrain",
     "trinity:trainer.trainer_type": "posttrain trains with its own backend, not verl",
-    "trinity:trainer.trainer_config": "inline verl trainer config; write those keys in posttrain's sections (or load them with the verl dialect)",
 }
