@@ -115,8 +115,12 @@ def grads(model) -> dict[str, torch.Tensor]:
 
 
 def assert_same_grads(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], rtol=1e-4, atol=1e-7) -> None:
+    """Equal to float rounding. Summing micro-batches in another order moves each entry by a few
+    ulps of the largest terms summed, not of the entry itself, so the absolute tolerance grows with
+    the tensor's scale (token-sum losses have gradients ~T times larger than token-mean ones)."""
     for name in a:
-        torch.testing.assert_close(a[name], b[name], rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+        scale = float(b[name].abs().max())
+        torch.testing.assert_close(a[name], b[name], rtol=rtol, atol=atol + 1e-5 * scale, msg=lambda m: f"{name}: {m}")
 
 
 def flat(model) -> torch.Tensor:
