@@ -35,6 +35,8 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
         return _device_mapping(ctx, value)
     if native == "profiler.steps" and value is None:  # verl's "no profiling"
         return []
+    if native == "rollout.multi_turn.tokenization_sanity_check_mode" and isinstance(value, bool):
+        return "strict" if value else "disable"  # verl's older enable_tokenization_sanity_check
     return value
 
 
