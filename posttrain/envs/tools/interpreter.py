@@ -1,4 +1,4 @@
-"""`code_interpreter`: runs the model's Python in the local sandbox (`posttrain.rewards.sandbox`).
+"""`code_interpreter`: runs the model's Python in the local sandbox (`posttrain.sandbox`).
 
 Each call is a fresh ``python -I`` in an empty temporary directory, with a CPU-time and wall-time
 limit, a memory limit, no network and the run directory (and `hidden_paths`) hidden; what it
@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from posttrain.envs.tools.base import function_schema, register_tool
 from posttrain.errors import ConfigError
-from posttrain.rewards.sandbox import Limits, run_python
+from posttrain.sandbox import Limits, run_python
 
 
 @register_tool("code_interpreter")
