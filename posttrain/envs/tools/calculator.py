@@ -101,8 +101,9 @@ class _Parser:
         token = self.take()
         if token == "(":
             value = self.expr()
-            if self.take() != ")":
+            if self.peek() != ")":
                 raise ValueError("a '(' is not closed")
+            self.take()
             return value
         if token[0].isdigit() or token[0] == ".":
             return float(token) if "." in token else int(token)

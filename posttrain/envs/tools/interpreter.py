@@ -35,8 +35,7 @@ class CodeInterpreter:
         """Hide these directories from every run too (the trainer adds the run directory)."""
         for path in paths:
             real = os.path.realpath(path)
-            prefix = os.path.realpath(sys.prefix)
-            if prefix == real or prefix.startswith(real + os.sep):
+            if os.path.commonpath([real, os.path.realpath(sys.prefix)]) == real:
                 raise ConfigError(f"code_interpreter: cannot hide {path}: the Python interpreter ({sys.prefix}) is inside it")
             self.hidden.append(real)
 
