@@ -24,6 +24,7 @@ from typing import Any
 from posttrain.config.dialects.lora import trinity_lora
 from posttrain.config.dialects.trinity_defaults import batching, kl_defaults, stage_kl_defaults
 from posttrain.config.dialects.translate import Context, translate_dict
+from posttrain.config.dialects.trinity_workflows import workflows
 from posttrain.config.dialects.values import value_hook
 from posttrain.config.sections.algorithm import TRINITY_ALGORITHM_TYPES, TRINITY_ALGORITHM_TYPES_TODO
 from posttrain.files import dataset_entry, is_hub_name, split_files
@@ -211,6 +212,6 @@ def ignorable(ctx: Context, key: str, value: Any) -> str | None:
     return None
 
 
-HANDLERS = [algorithm_type, kl_defaults, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
+HANDLERS = [algorithm_type, kl_defaults, workflows, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
 # A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).
-STAGE_HANDLERS = [algorithm_type, stage_kl_defaults, tasksets, trainer_config, batch_sizes, stages, trinity_lora]
+STAGE_HANDLERS = [algorithm_type, stage_kl_defaults, workflows, tasksets, trainer_config, batch_sizes, stages, trinity_lora]
