@@ -42,7 +42,7 @@ class Env(Protocol):
 class StepResult:
     """One checked `Env.step` result."""
 
-    observation: str
+    observation: str | list[dict[str, str]]
     reward: float
     done: bool
     info: dict[str, Any] = field(default_factory=dict)
@@ -54,7 +54,12 @@ def where(name: str, seed: int, turn: int | None) -> str:
     return f"environment {name} (seed {seed}, {at})"
 
 
-def check_observation(value: Any, name: str, seed: int, turn: int | None) -> str:
+def check_observation(value: Any, name: str, seed: int, turn: int | None) -> str | list[dict[str, str]]:
+    """A str (one user turn) or, after an action, a list of chat messages ({role, content}: a tool
+    env's tool answers) rendered as they are."""
+    if isinstance(value, list) and turn is not None and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value):
+        return value
     if not isinstance(value, str):
         raise EnvError(f"{where(name, seed, turn)}: the observation must be a str, got {type(value).__name__}: {value!r:.80}")
     return value

@@ -37,12 +37,45 @@ BASE_VOCAB_SIZE = len(SPECIAL_TOKENS) + len(CHARACTERS)
 # ChatML as in the Qwen2 family, without Qwen's default system prompt (it would cost ~30 character
 # tokens per prompt on a model whose context is a few hundred tokens). Unknown roles are refused
 # so a typo in a data file fails loudly instead of producing a silently odd prompt.
+#
+# Tools as Qwen2.5 renders them, in less text: the `tools` passed to the template go into the system
+# turn (here one line, `<tools>name(arg,...)</tools>`, where Qwen writes every schema as JSON: hundreds
+# of character tokens), an assistant message's `tool_calls` become Hermes `<tool_call>` blocks, and
+# consecutive `tool` messages become one user turn of `<tool_response>` blocks, exactly as Qwen2.5.
 CHATML_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{%- if message['role'] not in ['system', 'user', 'assistant'] -%}"
-    "{{- raise_exception('unknown chat role ' + message['role'] + '; use system, user or assistant') -}}"
+    "{%- if tools -%}"
+    "{{- '<|im_start|>system\\n' -}}"
+    "{%- if messages and messages[0]['role'] == 'system' -%}{{- messages[0]['content'] + '\\n' -}}{%- endif -%}"
+    "{{- '<tools>' -}}"
+    "{%- for tool in tools -%}"
+    "{%- set f = tool['function'] if tool['function'] is defined else tool -%}"
+    "{{- (' ' if not loop.first else '') + f['name'] + '(' -}}"
+    "{%- if f['parameters'] is defined and f['parameters']['properties'] is defined -%}"
+    "{{- f['parameters']['properties'] | list | join(',') -}}"
     "{%- endif -%}"
+    "{{- ')' -}}"
+    "{%- endfor -%}"
+    "{{- '</tools><|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] not in ['system', 'user', 'assistant', 'tool'] -%}"
+    "{{- raise_exception('unknown chat role ' + message['role'] + '; use system, user, assistant or tool') -}}"
+    "{%- elif message['role'] == 'system' and tools and loop.first -%}"
+    "{%- elif message['role'] == 'tool' -%}"
+    "{%- if loop.first or loop.previtem['role'] != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}"
+    "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' -}}"
+    "{%- if loop.last or loop.nextitem['role'] != 'tool' -%}{{- '<|im_end|>\\n' -}}{%- endif -%}"
+    "{%- elif message['role'] == 'assistant' and message['tool_calls'] is defined and message['tool_calls'] -%}"
+    "{{- '<|im_start|>assistant' + ('\\n' + message['content'] if message['content'] else '') -}}"
+    "{%- for call in message['tool_calls'] -%}"
+    "{%- set call = call['function'] if call['function'] is defined else call -%}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + call['name'] + '\", \"arguments\": ' -}}"
+    "{{- (call['arguments'] if call['arguments'] is string else call['arguments'] | tojson) + '}\\n</tool_call>' -}}"
+    "{%- endfor -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- else -%}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' -}}"
+    "{%- endif -%}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}"
     "{{- '<|im_start|>assistant\\n' -}}"

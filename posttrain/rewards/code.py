@@ -14,7 +14,7 @@ The score is 1.0 when every case passes, else 0.0; ``pass_rate`` is the fraction
 ``timeouts`` whether a case hit a time limit. A program that hangs, floods its output or forks
 without end only fails its case (it is the response's fault); a ground truth in another layout is a
 reward failure (``reward.on_error``). Sandbox limits come from the worker's reward_kwargs:
-``cpu_s``, ``wall_s``, ``memory_mb``, ``output_bytes``, ``processes`` (`posttrain.rewards.sandbox`).
+``cpu_s``, ``wall_s``, ``memory_mb``, ``output_bytes``, ``processes`` (`posttrain.sandbox`).
 With ``reward.sandbox_fusion.url`` set the cases run on that remote sandbox instead
 (`posttrain.rewards.sandbox_remote`), ``wall_s`` as its time limit and the section's
 ``memory_limit_mb`` as its memory limit.
@@ -26,7 +26,7 @@ import json
 import re
 from typing import Any
 
-from posttrain.rewards.sandbox import Limits, run_python
+from posttrain.sandbox import Limits, run_python
 from posttrain.rewards.sandbox_remote import RemoteSandbox
 from posttrain.tasks.answers import END_MARKERS
 

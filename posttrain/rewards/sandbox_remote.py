@@ -29,7 +29,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from posttrain.rewards.sandbox import Limits, RunResult
+from posttrain.sandbox import Limits, RunResult
 
 RETRY_DELAYS_S = (1.0, 2.0)  # waits before the 2nd and 3rd try of a 504
 HTTP_SLACK_S = 10.0  # the request may take this much longer than the run's own time limits

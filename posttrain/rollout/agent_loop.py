@@ -41,6 +41,8 @@ class EnvSlot:
     seed: int
     group: str  # the GRPO group (shared by the environments of one env group)
     format_penalty: float  # added per rejected action: the entry's, else its manager's
+    prompt_ids: list[int] | None = None  # a prompt templated already (tool calling: the data's); None renders the env's
+    context: Callable[[Trajectory], list[int]] | None = None  # the engine's next prompt; None: prompt + response so far
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,8 @@ def run_episodes(
         for first in range(0, len(live), size):
             chunk = live[first : first + size]
             budgets = [_budget(slots[i].spec, trajectories[i], limits) for i in chunk]
-            prompts = _contexts([trajectories[i] for i in chunk], renderer, [f"{uid_prefix}/{i}/t{turn}" for i in chunk])
+            prompts = _contexts([slots[i] for i in chunk], [trajectories[i] for i in chunk], renderer,
+                                [f"{uid_prefix}/{i}/t{turn}" for i in chunk])
             # one response per environment: the group is made of environments, not of samples
             out = generate(prompts, replace(params, n=1, max_new_tokens=max(budgets)))
             for row, i in enumerate(chunk):
@@ -85,7 +88,7 @@ def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits) -> Traject
     except Exception as e:
         raise EnvError(f"{where(_name(slot), slot.seed, None)}: reset raised {type(e).__name__}: {e}") from e
     first = check_observation(first, _name(slot), slot.seed, None)
-    ids = renderer.prompt_ids(slot.spec.instruction, first)
+    ids = slot.prompt_ids if slot.prompt_ids is not None else renderer.prompt_ids(slot.spec.instruction, first)
     if len(ids) > limits.max_prompt_length:
         raise ConfigError(
             f"data.max_prompt_length: the first prompt of {where(_name(slot), slot.seed, None)} has {len(ids)} "
@@ -99,9 +102,9 @@ def _budget(spec: EnvSpec, traj: Trajectory, limits: LoopLimits) -> int:
     return min(spec.max_tokens_per_step or left, left)
 
 
-def _contexts(trajs: Sequence[Trajectory], renderer: TurnRenderer, uids: list[str]) -> PromptBatch:
-    """Prompt plus response so far of each trajectory, left-padded: the next turn's prompts."""
-    rows = [t.prompt_ids + t.response_ids for t in trajs]
+def _contexts(slots: Sequence[EnvSlot], trajs: Sequence[Trajectory], renderer: TurnRenderer, uids: list[str]) -> PromptBatch:
+    """Prompt plus response so far of each trajectory (or its slot's `context`), left-padded: the next turn's prompts."""
+    rows = [s.context(t) if s.context is not None else t.prompt_ids + t.response_ids for s, t in zip(slots, trajs)]
     width = max(len(r) for r in rows)
     pad = renderer.pad_id
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long)  # (B, P)

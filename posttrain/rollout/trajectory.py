@@ -49,7 +49,7 @@ class Trajectory:
     done: bool = False  # the environment ended the episode
     success: bool = False  # info["success"] of the last step
     truncated: bool = False  # cut by max_steps or the token budget before the env ended it
-    observation: str = ""  # the latest observation
+    observation: str | list[dict[str, str]] = ""  # the latest observation (a tool env: its tool messages)
 
     @property
     def reward(self) -> float:

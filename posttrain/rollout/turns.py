@@ -1,7 +1,8 @@
 """Token ids of the text around the model's actions: the first prompt and each observation turn.
 
 With a chat template the instruction is the system message, each observation a user message and
-each action an assistant message. Observation turns are rendered as the template's *difference*
+each action an assistant message; an observation that is a list of chat messages (a tool env's
+``tool`` messages) is rendered as those messages. Observation turns are rendered as the template's *difference*
 between a conversation ending with an assistant message and the same conversation with one more
 user message and the generation prompt, so their tokens are exactly what the template would write
 there. The model's own tokens are never re-tokenized: what the engine sampled is what is trained.
@@ -17,8 +18,12 @@ _ACTION = "\x00ACTION\x00"  # a placeholder the templates pass through unchanged
 class TurnRenderer:
     """Renders prompts and observation turns for one tokenizer and chat template (None: plain text)."""
 
-    def __init__(self, tokenizer: Any, chat_template: str | None):
+    def __init__(self, tokenizer: Any, chat_template: str | None, tools: list[dict[str, Any]] | None = None,
+                 template_kwargs: dict[str, Any] | None = None):
+        """`tools` and `template_kwargs` reach the template when a whole conversation is rendered
+        (`conversation_text`); observation turns are differences, which the tools do not change."""
         self.tokenizer, self.template = tokenizer, chat_template
+        self.tools, self.template_kwargs = tools or None, dict(template_kwargs or {})
         self.eos_text = tokenizer.eos_token or ""
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (self.eos_id or 0)
@@ -42,14 +47,24 @@ class TurnRenderer:
         messages = [{"role": "system", "content": instruction}] if instruction else []
         return self._ids(self._render([*messages, {"role": "user", "content": observation}], True))
 
-    def observation_ids(self, observation: str, ended: bool) -> list[int]:
+    def conversation_text(self, messages: list[dict[str, Any]], generation: bool) -> str:
+        """A whole conversation in the template, with the tools and the data's template variables."""
+        return self.tokenizer.apply_chat_template(messages, chat_template=self.template, tools=self.tools, tokenize=False,
+                                                  add_generation_prompt=generation, **self.template_kwargs)
+
+    def ids(self, text: str) -> list[int]:
+        return self._ids(text)
+
+    def observation_ids(self, observation: str | list[dict[str, Any]], ended: bool) -> list[int]:
         """Tokens after an action: the close of the assistant turn (less the EOS the model already
-        wrote when `ended`), the observation as a user turn, and the generation prompt."""
+        wrote when `ended`), the observation as a user turn (or as its messages), and the
+        generation prompt."""
+        messages = [{"role": "user", "content": observation}] if isinstance(observation, str) else list(observation)
         if self.template is None:
-            return self._ids(f"\n{observation}\n")
+            return self._ids("".join(f"\n{m['content']}" for m in messages) + "\n")
         turn = [{"role": "user", "content": "."}, {"role": "assistant", "content": _ACTION}]
         base = self._render(turn, False)
-        full = self._render([*turn, {"role": "user", "content": observation}], True)
+        full = self._render([*turn, *messages], True)
         if not full.startswith(base) or _ACTION not in base:
             raise ValueError("the chat template rewrites earlier turns when a message follows; multi-turn rollout needs one that appends")
         close = base[base.index(_ACTION) + len(_ACTION):]  # e.g. "<|im_end|>\n" after the assistant's text

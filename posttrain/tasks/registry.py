@@ -22,11 +22,16 @@ Scorer = Callable[..., dict[str, float]]
 
 @dataclass(frozen=True)
 class Problem:
-    """One drawn problem: the user message, the scorer's ground truth, and one correct response."""
+    """One drawn problem: the user message, the scorer's ground truth, and one correct response.
+
+    `turns`: a task whose answer takes several turns (tool calls) gives the messages after the user's
+    one correct conversation (assistant, tool, ..., assistant); its SFT rows then hold the whole
+    conversation in a `messages` column (train with data.messages_key: messages)."""
 
     prompt: str
     ground_truth: str
     response: str
+    turns: tuple[dict[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -83,17 +83,21 @@ def rl_rows(spec: TaskSpec, problems: list[Problem], *, split: str, options: dic
 
 def sft_rows(spec: TaskSpec, problems: list[Problem], *, options: dict[str, Any],
              system_prompt: str | None = None) -> list[dict[str, Any]]:
-    """Rows for SFT: the chat prompt and the correct response text."""
+    """Rows for SFT: the chat prompt and the correct response text (and, for a multi-turn task, the
+    whole conversation under `messages`)."""
     options_json = json.dumps(options, sort_keys=True)
-    return [
-        {
+    rows = []
+    for i, p in enumerate(problems):
+        row = {
             "data_source": spec.data_source,
             "prompt": _messages(p, system_prompt),
             "response": p.response,
             "extra_info": {"index": i, "split": "sft", "task": spec.name, "options": options_json},
         }
-        for i, p in enumerate(problems)
-    ]
+        if p.turns:
+            row["messages"] = _messages(p, system_prompt) + [dict(m) for m in p.turns]
+        rows.append(row)
+    return rows
 
 
 def _wrong_sort(problem: Problem, rng: random.Random) -> str:

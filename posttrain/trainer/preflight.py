@@ -38,6 +38,7 @@ from posttrain.tracking import check_trackers
 from posttrain.trainer.agentic import check_agentic, check_idle_env_keys, is_agentic
 from posttrain.trainer.profiling import check_profiler_machine
 from posttrain.trainer.rewarding import Scorers, manager_options, reward_function, worker_manager
+from posttrain.trainer.tools import data_with_tools
 
 # algorithm.kind -> the dataset builder of its train and validation files
 DATASETS: dict[str, Callable[..., Any]] = {"rl": build_rl_dataset, "sft": build_sft_dataset, "dpo": build_dpo_dataset}
@@ -67,8 +68,9 @@ def stage_inputs(cfg: Config) -> StageInputs:
         return StageInputs(tokenizer, None, None, None)
     check_idle_env_keys(cfg)
     build = DATASETS[kind]
-    train_set = build(cfg.data, cfg.data.train_files, tokenizer, split="train")
-    val_set = build(cfg.data, cfg.data.val_files, tokenizer, split="val") if cfg.data.val_files else None
+    data = data_with_tools(cfg)  # tool calling: the tool schemas go into every prompt (posttrain.trainer.tools)
+    train_set = build(data, cfg.data.train_files, tokenizer, split="train")
+    val_set = build(data, cfg.data.val_files, tokenizer, split="val") if cfg.data.val_files else None
     reward_fn = None
     if kind == "rl":
         check_profiler_machine(cfg, plan_world(cfg).device)

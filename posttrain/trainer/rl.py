@@ -20,6 +20,7 @@ from posttrain.data import collate_prompts, make_sampler, pad_token_id
 from posttrain.data.domains import make_train_sampler, worker_tag_map
 from posttrain.errors import ConfigError
 from posttrain.records import PromptBatch, RolloutBatch
+from posttrain.rollout.base import SamplingParams
 from posttrain.tracking import Generation, phase
 from posttrain.trainer.agentic import AgenticRollout, check_agentic, is_agentic
 from posttrain.trainer.advantages import compute_advantages, correct_rollout_mismatch, filter_by_reward, make_shaping_state
@@ -34,6 +35,7 @@ from posttrain.trainer.rl_build import (
     sampling_params,
 )
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, open_stage, seed_everything
+from posttrain.trainer.tools import make_tool_rollout
 from posttrain.trainer.throughput import StepObserver
 
 
@@ -54,6 +56,7 @@ class RLTrainer:
         if self.agent is not None and halves != "both":
             raise ConfigError("trainer.mode / synchronizer: a decoupled agentic run is not supported yet; run explorer and trainer in step")
         self.derived, self.trackers = open_stage(ctx, len(self.train_set) if self.agent is None else None, writes=halves != "explorer")
+        self.tools = make_tool_rollout(cfg, self.tokenizer, ctx.run_dir)  # rollout.multi_turn: conversations with tools
         self.sampler = None if self.agent else make_train_sampler(cfg.data, self.train_set, worker_tag_map(cfg.reward.workers))
         self.pad_id = pad_token_id(self.tokenizer)
         self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves)
@@ -87,17 +90,26 @@ class RLTrainer:
         if isinstance(prompts, int):  # an agentic step: the step number seeds its env groups
             return self.agent.explore(rollout, self.sampling, prompts, version, timer, policy_step)
         with timer("gen"):
-            batch = rollout.generate(prompts, self.sampling, expected_version=version)
+            batch, tool_metrics = self._generate(prompts, self.sampling, version)
         if self.baseline_sampling is not None:
             with timer("gen_baseline"):
-                greedy = rollout.generate(prompts, self.baseline_sampling, expected_version=version)
+                greedy, _ = self._generate(prompts, self.baseline_sampling, version)
                 batch.reward_baselines = self.rewards.baseline_scores(greedy, batch)  # (B,)
         with timer("reward"):
             texts = self.rewards.decode(batch)
             scores, reward_metrics, _ = self.rewards.score(batch, texts)  # (B,)
             batch, scores, texts, dropped = self.rewards.keep_informative(batch, scores, texts)  # (B',) query filters
             reward_metrics.update(dropped)
+            reward_metrics.update(tool_metrics)
         return Experience(batch, scores, texts, reward_metrics, policy_step=policy_step)
+
+    def _generate(self, prompts: PromptBatch, params: SamplingParams, version: int, seed: int | None = None) -> tuple[RolloutBatch, dict[str, float]]:
+        """The rollout role's responses, or with tool calling the conversations of the tool rollout
+        (each of its turns one batched `generate`); and the tool/* metrics (empty without tools)."""
+        rollout = self.roles.rollout
+        if self.tools is None:
+            return rollout.generate(prompts, params, expected_version=version, seed=seed), {}
+        return self.tools.generate(lambda p, sp: rollout.generate(p, sp, expected_version=version, seed=seed), prompts, params, version)
 
     def learn(self, experience: Experience, step: int, timer: PhaseTimer) -> tuple[dict[str, float], RolloutBatch]:
         """Old and reference log-probs, values, advantages, critic and actor updates on an explored
@@ -160,14 +172,18 @@ class RLTrainer:
             return {}
         sampler = make_sampler(self.cfg.data, len(self.val_set), split="val")
         batches: list[RolloutBatch] = []
+        tools: list[dict[str, float]] = []
         for rows in phase(sampler, len(sampler), "validation", self.ctx.world.is_main):  # a bar on a terminal
             prompts = collate_prompts([self.val_set[i] for i in rows], self.pad_id, uid_prefix="val")
-            batches.append(rollout.generate(prompts, self.val_sampling, expected_version=version, seed=rollout_seed(self.cfg)))
+            batch, tool_metrics = self._generate(prompts, self.val_sampling, version, seed=rollout_seed(self.cfg))
+            batches.append(batch)
+            tools.append({k: v * len(batch) for k, v in tool_metrics.items()})  # weighted by rows, averaged below
         batch = RolloutBatch.cat(batches)
         texts = self.rewards.decode(batch)
         scores, _, extra = self.rewards.score(batch, texts)
         answers = [t.split(self.tokenizer.eos_token)[0].strip() for t in texts]
         metrics = validation_metrics(batch.data_source, batch.group_index, scores.tolist(), answers, extra)
+        metrics.update({f"val/{k}": sum(t[k] for t in tools) / len(batch) for k in (tools[0] if tools else {})})
         self._dump(self.cfg.trainer.validation_data_dir, step, batch, texts, scores)
         self._log_generations(step, batch, texts, scores)
         return metrics

@@ -151,7 +151,7 @@ def test_every_choice_of_an_implemented_field_is_accepted():
     [
         "rollout.name=vllm",
         "rollout.gpu_memory_utilization=0.9",
-        "rollout.multi_turn.enable=true",
+        "rollout.multi_turn.completion_callback=my.callback",
         "critic.model.enable_activation_offload=true",
         "ref.entropy_checkpointing=true",
         "actor.optim.lr_decay_steps=10",
@@ -233,7 +233,9 @@ VERL_KEYS = [
         "engine_kwargs.sglang.attention_backend",
         "multi_turn.enable", "multi_turn.max_turns", "multi_turn.tool_config_path", "multi_turn.format",
         "multi_turn.completion_callback", "multi_turn.use_inference_chat_template",
-        "multi_turn.enable_tokenization_sanity_check",
+        "multi_turn.enable_tokenization_sanity_check", "multi_turn.max_assistant_turns", "multi_turn.max_user_turns",
+        "multi_turn.max_parallel_calls", "multi_turn.max_tool_response_length", "multi_turn.tool_response_truncate_side",
+        "multi_turn.interaction_config_path", "multi_turn.tokenization_sanity_check_mode", "multi_turn.num_repeat_rollouts",
         "agent.custom_async_server.path", "agent.custom_async_server.name",
     )),
     *(_V_ACT + k for k in (

@@ -79,7 +79,26 @@ def test_chat_template_multi_turn_with_system_and_no_generation_prompt():
 def test_chat_template_refuses_unknown_roles():
     tok = build_tiny_tokenizer()
     with pytest.raises(TemplateError, match="unknown chat role"):
-        tok.apply_chat_template([{"role": "tool", "content": "x"}], tokenize=False)
+        tok.apply_chat_template([{"role": "robot", "content": "x"}], tokenize=False)
+
+
+def test_chat_template_renders_tools_tool_calls_and_tool_messages_as_qwen():
+    tok = build_tiny_tokenizer()
+    tools = [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object", "properties": {"a": {}, "b": {}}}}}]
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "calc", "arguments": {"a": 1}}}]},
+        {"role": "tool", "content": "1"},
+        {"role": "tool", "content": "2"},
+        {"role": "assistant", "content": "3"},
+    ]
+    assert tok.apply_chat_template(messages, tools=tools, tokenize=False) == (
+        "<|im_start|>system\ns\n<tools>calc(a,b)</tools><|im_end|>\n<|im_start|>user\nq<|im_end|>\n"
+        '<|im_start|>assistant\n<tool_call>\n{"name": "calc", "arguments": {"a": 1}}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\n<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n3<|im_end|>\n"
+    )
 
 
 def test_vocab_size_pads_with_unreachable_fillers():

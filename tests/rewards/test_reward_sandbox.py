@@ -16,7 +16,7 @@ import pytest
 
 from posttrain.config import load_config
 from posttrain.rewards import RewardInput, code
-from posttrain.rewards.sandbox import Limits, probe, run_python
+from posttrain.sandbox import Limits, probe, run_python
 from posttrain.trainer.rewarding import build_router, reward_function
 
 TIGHT = Limits(cpu_s=1, wall_s=3, memory_mb=256, output_bytes=4096, processes=16)
@@ -136,7 +136,7 @@ def test_a_bad_code_row_is_a_counted_failure_of_the_code_worker():
 
 
 def test_without_namespaces_an_audit_hook_blocks_network_and_new_processes(monkeypatch):
-    from posttrain.rewards import sandbox
+    from posttrain import sandbox
 
     monkeypatch.setattr(sandbox, "probe", lambda: sandbox.Isolation("audit-hook", None))
     net = run_python("import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)", "", TIGHT)
@@ -145,3 +145,19 @@ def test_without_namespaces_an_audit_hook_blocks_network_and_new_processes(monke
     for result, event in ((net, "socket."), (fork, "os.fork"), (spawn, "subprocess.Popen")):
         assert not result.ok and f"posttrain sandbox: {event}" in result.stderr, result.stderr
     assert run_python("print(sum(range(10)))", "", TIGHT).stdout == "45\n"
+
+
+@pytest.mark.parametrize("isolation", ["namespaces", "audit-hook"])
+def test_hidden_directories_are_invisible_to_the_code(tmp_path, monkeypatch, isolation):
+    from posttrain import sandbox
+
+    if isolation == "namespaces" and probe().isolation != "namespaces":
+        pytest.skip("this machine has no user namespaces")
+    monkeypatch.setattr(sandbox, "probe", lambda: sandbox.Isolation(isolation, None))
+    secret = tmp_path / "run"
+    secret.mkdir()
+    (secret / "key.txt").write_text("s3cret")
+    code = f"import os\ntry:\n    print(open({str(secret / 'key.txt')!r}).read())\nexcept OSError as e:\n    print('refused', type(e).__name__)\n"
+    assert run_python(code, "", TIGHT).stdout == "s3cret\n"
+    hidden = run_python(code, "", TIGHT, hidden=[str(secret)])
+    assert hidden.stdout.startswith("refused") and "s3cret" not in hidden.stdout

@@ -16,7 +16,7 @@ ANY_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=60) | st.samp
 )
 
 
-@pytest.mark.parametrize("module", [tasks, tasks.answers, arithmetic, countdown, sort])
+@pytest.mark.parametrize("module", [tasks, tasks.answers, arithmetic, countdown, sort, tasks.tool_calc])
 def test_doctests(module):
     assert doctest.testmod(module).failed == 0
 

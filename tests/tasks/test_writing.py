@@ -23,7 +23,8 @@ def test_verl_layout_and_every_row_scores_its_own_answer(tmp_path, task):
     assert row["reward_model"]["style"] == "rule"
     assert row["extra_info"]["split"] == "train" and row["extra_info"]["task"] == task
     assert [r["extra_info"]["index"] for r in test] == list(range(20))
-    assert set(sft[0]) == {"data_source", "prompt", "response", "extra_info"}
+    multi_turn = {"messages"} if task == "tool_calc" else set()  # a multi-turn task's SFT row holds the conversation too
+    assert set(sft[0]) == {"data_source", "prompt", "response", "extra_info"} | multi_turn
     # The SFT response is a correct answer for its problem; prompts stay short for a char tokenizer.
     for r in sft:
         truth = _ground_truth_of(task, r["prompt"][0]["content"], r["response"])
@@ -35,7 +36,7 @@ def _ground_truth_of(task, prompt, response):
     """Regenerate ground truth from a prompt (used to check SFT responses)."""
     if task == "sort":
         return "".join(sorted(prompt[1:-1]))
-    if task == "arithmetic":
+    if task in ("arithmetic", "tool_calc"):
         a, op, b = re.fullmatch(r"(\d+)([-+*])(\d+)=", prompt).groups()
         return str({"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op])
     numbers, target = prompt[:-1].split("->")
@@ -160,3 +161,11 @@ def test_cli_make_data_dpo_option(tmp_path, capsys):
     assert "7 DPO pairs" in capsys.readouterr().out
     assert len(pq.read_table(tmp_path / "dpo_train.parquet")) == 7
     assert len(pq.read_table(tmp_path / "dpo_test.parquet")) == 5
+
+
+def test_a_multi_turn_task_writes_its_sft_conversation(tmp_path):
+    [row] = pq.read_table(write_task_data("tool_calc", tmp_path, train=1, test=1, sft=1, seed=0)["sft"]).to_pylist()
+    question, call, tool, answer = row["messages"]
+    a, b = question["content"][:-1].split("*")
+    assert (call["role"], tool["role"], answer["role"]) == ("assistant", "tool", "assistant")
+    assert f'"expression": "{a}*{b}"' in call["content"] and tool["content"] == answer["content"] == str(int(a) * int(b))

@@ -425,6 +425,20 @@ ELSEWHERE = {
     **{f"env.train_env_manager.{k}": f"{AGENTIC}::{test}" for k, test in AGENTIC_TESTS.items()},
     **{f"env.val_env_manager.{k}": f"{AGENTIC}::test_validation_reports_success_per_tag_over_the_val_manager_groups"
        for k in AGENTIC_TESTS},
+    # tool calling: unit tests of the tool rollout on a scripted engine, and the RL stage with the tools
+    "rollout.multi_turn.enable": "tests/trainer/test_tool_stage.py::test_enable_plays_conversations_with_the_tools_and_scores_them_with_the_reward_function",
+    "rollout.multi_turn.format": "tests/trainer/test_tool_stage.py::test_tool_calling_mistakes_are_named_before_a_model_loads",
+    **{f"rollout.multi_turn.{k}": f"tests/rollout/test_tool_loop.py::{test}" for k, test in {
+        "tool_config_path": "test_a_call_runs_the_tool_and_only_the_model_tokens_train",
+        "max_assistant_turns": "test_max_assistant_turns_and_max_user_turns_end_the_conversation",
+        "max_user_turns": "test_max_assistant_turns_and_max_user_turns_end_the_conversation",
+        "max_parallel_calls": "test_max_parallel_calls_runs_that_many_calls_of_a_turn",
+        "max_tool_response_length": "test_a_long_tool_response_is_truncated_on_the_configured_side",
+        "tool_response_truncate_side": "test_a_long_tool_response_is_truncated_on_the_configured_side",
+        "interaction_config_path": "test_an_interaction_answers_turns_without_tool_calls",
+        "use_inference_chat_template": "test_use_inference_chat_template_re_renders_the_history",
+        "tokenization_sanity_check_mode": "test_tokenization_sanity_check_counts_conversations_the_template_renders_otherwise",
+    }.items()},
 }
 
 # Keys whose requested behaviour posttrain always has (each field's doc says so): no effect, checked.

@@ -25,6 +25,7 @@ from posttrain.config.dialects.lora import trinity_lora
 from posttrain.config.dialects.trinity_defaults import batching, kl_defaults, stage_kl_defaults
 from posttrain.config.dialects.source import resolve
 from posttrain.config.dialects.translate import Context, translate_dict
+from posttrain.config.dialects.trinity_workflows import workflows
 from posttrain.config.dialects.values import value_hook
 from posttrain.config.tables import Rule
 from posttrain.config.sections.algorithm import TRINITY_ALGORITHM_TYPES, TRINITY_ALGORITHM_TYPES_TODO
@@ -271,6 +272,6 @@ RULES: dict[str, Rule] = {
     "trainer.trainer_config": Rule("(each verl key's posttrain home)", "an inline verl trainer config, translated with the verl dialect (a value it sets wins over Trinity's derived defaults)", {"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}),
 }
 
-HANDLERS = [algorithm_type, kl_defaults, prompt_truncation, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
+HANDLERS = [algorithm_type, kl_defaults, prompt_truncation, workflows, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
 # A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).
-STAGE_HANDLERS = [algorithm_type, stage_kl_defaults, prompt_truncation, tasksets, trainer_config, batch_sizes, stages, trinity_lora]
+STAGE_HANDLERS = [algorithm_type, stage_kl_defaults, prompt_truncation, workflows, tasksets, trainer_config, batch_sizes, stages, trinity_lora]

@@ -39,6 +39,8 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
         return None  # Trinity-RFT's verl template writes None (a string in YAML) for "no backend chosen"
     if native.endswith("optim.optimizer") and isinstance(value, str) and value.lower() == "adamw":
         return "adamw"  # verl's AdamW (torch.optim.AdamW), posttrain's one optimizer
+    if native == "rollout.multi_turn.tokenization_sanity_check_mode" and isinstance(value, bool):
+        return "strict" if value else "disable"  # verl's older enable_tokenization_sanity_check
     return value
 
 

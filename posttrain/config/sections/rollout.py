@@ -23,7 +23,7 @@ _ROLL_VAL_GEN = "roll:validation.generating_args"
 _TRINITY = "trinity:explorer.rollout_model"
 
 _ENGINES = "vLLM/SGLang rollout engines (later issue)"
-_MULTI_TURN = "multi-turn tool calling (agentic issue)"
+_MULTI_TURN = "completion callbacks of SGLang's multi-turn rollout (not planned: the tool env is the extension point)"
 
 
 @section
@@ -39,15 +39,20 @@ class ValKwargsConfig:
 
 @section
 class MultiTurnConfig:
-    """Multi-turn rollouts with tool calls (the model calls tools between its turns)."""
+    """Multi-turn rollouts with tool calls (verl's tool agent loop; docs/agentic.md, "Tool calling")."""
 
-    enable: bool = param(False, doc="Roll out conversations of several assistant turns with tool calls.", todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.enable"])
-    max_turns: int | None = param(None, doc="Most assistant turns per conversation; null means a limit derived from the model length.", ge=1, todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.max_turns", f"{_VERL}.multi_turn.max_assistant_turns"])
-    tool_config_path: str | None = param(None, doc="YAML file declaring the tools the model may call.", todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.tool_config_path"])
-    format: str = param("hermes", doc="Tool-call syntax the model writes (parser name, e.g. hermes).", todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.format"])
+    enable: bool = param(False, doc="Roll out conversations in which the model may call the tools of tool_config_path (Hermes <tool_call> JSON); each response interleaves the model's turns with the tools' answers, and only the model's tokens are trained.", refs=[f"{_VERL}.multi_turn.enable"])
+    max_assistant_turns: int | None = param(None, doc="Most model turns per conversation; null: until the model stops calling tools or the response length is used up.", ge=1, refs=[f"{_VERL}.multi_turn.max_assistant_turns", f"{_VERL}.multi_turn.max_turns"])
+    max_user_turns: int | None = param(None, doc="Most tool (or interaction) turns added per conversation; the model turn after the last one ends it; null: no limit.", ge=1, refs=[f"{_VERL}.multi_turn.max_user_turns"])
+    tool_config_path: str | None = param(None, doc="YAML file of the tools the model may call (verl's layout: tools: [{class_name, config, tool_schema}]); their schemas go into every prompt through the chat template.", refs=[f"{_VERL}.multi_turn.tool_config_path", "verl:data.tool_config_path"])
+    interaction_config_path: str | None = param(None, doc="YAML file of interactions (simulated users: interaction: [{name, class_name, config}]) that answer a model turn without tool calls; each row names its own in extra_info.interaction_kwargs.name.", refs=[f"{_VERL}.multi_turn.interaction_config_path"])
+    format: str = param("hermes", doc="Tool-call syntax the model writes: hermes (<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>, Qwen2.5's).", choices=["hermes"], refs=[f"{_VERL}.multi_turn.format"])
+    max_parallel_calls: int = param(1, doc="Tool calls of one model turn that run; the rest are dropped (counted in tool/dropped_calls).", ge=1, refs=[f"{_VERL}.multi_turn.max_parallel_calls"])
+    max_tool_response_length: int = param(256, doc="Longest tool answer in characters; a longer one is cut on tool_response_truncate_side.", ge=1, refs=[f"{_VERL}.multi_turn.max_tool_response_length"])
+    tool_response_truncate_side: str = param("middle", doc="Which part of a long tool answer is kept (as verl): left keeps its start, right its end, middle both ends.", choices=["left", "right", "middle"], refs=[f"{_VERL}.multi_turn.tool_response_truncate_side"])
+    use_inference_chat_template: bool = param(False, doc="true: each turn's prompt is the conversation re-rendered by the chat template from its messages (a template may drop earlier reasoning), as at inference; false: the exact tokens so far. Training always uses the exact tokens. true needs data.return_raw_chat.", refs=[f"{_VERL}.multi_turn.use_inference_chat_template"])
+    tokenization_sanity_check_mode: str = param("strict", doc="Compare each conversation's turn-by-turn tokens with the chat template's rendering of its messages: strict counts any difference, ignore_strippable only differences beyond whitespace, disable skips the check; a difference is logged once and counted in tool/tokenization_mismatch.", choices=["strict", "ignore_strippable", "disable"], refs=[f"{_VERL}.multi_turn.tokenization_sanity_check_mode", f"{_VERL}.multi_turn.enable_tokenization_sanity_check"])
     completion_callback: str | None = param(None, doc="Dotted path of a function run after each generated turn.", todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.completion_callback"])
-    use_inference_chat_template: bool = param(False, doc="Tokenise the history with the inference chat template (e.g. dropping earlier reasoning) instead of the full training one.", todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.use_inference_chat_template"])
-    enable_tokenization_sanity_check: bool = param(True, doc="Check that turn-by-turn tokenisation equals tokenising the whole conversation at once.", todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.enable_tokenization_sanity_check"])
 
 
 @section
@@ -140,6 +145,7 @@ class RolloutConfig:
 
 # Reference keys with no field in `rollout`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
+    f"{_VERL}.multi_turn.num_repeat_rollouts": "declared in verl's config but read by none of its rollouts; rollout.n sets the responses per prompt",
     f"{_ROLL_VAL_GEN}.max_new_tokens": "validation generates up to rollout.response_length tokens like training",
     f"{_ROLL_VAL_GEN}.num_beams": "beam search is not offered; validation samples or decodes greedily (rollout.val_kwargs.do_sample)",
     "roll:actor_infer.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",

@@ -16,6 +16,11 @@ an almost empty environment and returns what it printed and how it ended. What b
   shell waiting for the code; when it ends, or is killed, the kernel kills every process the code
   started, however it detached.
 
+- **hidden directories**: `run_python(..., hidden=[...])` makes directories invisible to the code (the
+  tool-calling code interpreter hides the run directory). With namespaces the code also gets its own
+  mount namespace, where an empty tmpfs is mounted over each of them; without, the audit hook refuses
+  to open or list anything under them.
+
 Where namespaces are not available, a Python audit hook installed before the code runs refuses to
 open sockets, start programs, fork or load C libraries with ctypes. That stops Python code, but
 not a C extension that calls the system directly; `probe().isolation` says which of the two a
@@ -28,6 +33,7 @@ import functools
 import os
 import resource
 import selectors
+import shlex
 import shutil
 import signal
 import subprocess
@@ -37,8 +43,10 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 UNSHARE = ("--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child")
+UNSHARE_MOUNT = ("--mount",)  # added when directories are hidden: their tmpfs stays in the run's namespace
 # Run in the sandboxed interpreter before the code when namespaces are missing: a hook that refuses
 # network, new programs, forks and ctypes (audit hooks cannot be removed once added).
 _AUDIT_PRELUDE = """
@@ -48,6 +56,17 @@ def _posttrain_guard(event, args):
         raise PermissionError(f"posttrain sandbox: {event} is not allowed")
 sys.addaudithook(_posttrain_guard)
 del _posttrain_guard
+"""
+# Added to the prelude when directories are hidden and namespaces are missing.
+_HIDE_PRELUDE = """
+import os, sys
+def _posttrain_hide(event, args, _hidden=tuple(os.path.realpath(p) for p in {hidden!r})):
+    if event in ("open", "os.listdir", "os.scandir", "os.chdir") and args and isinstance(args[0], (str, bytes)):
+        path = os.path.realpath(os.fsdecode(args[0]))
+        if any(path == h or path.startswith(h + os.sep) for h in _hidden):
+            raise PermissionError(f"posttrain sandbox: {{path}} is hidden")
+sys.addaudithook(_posttrain_hide)
+del _posttrain_hide
 """
 
 
@@ -118,20 +137,25 @@ def _pids_cgroup_root() -> str | None:
     return None
 
 
-def run_python(code: str, stdin: str = "", limits: Limits = Limits()) -> RunResult:
-    """Run ``code`` with ``stdin`` under ``limits`` (module docstring); never raises for what the
-    code does, only when the sandbox itself cannot start."""
+def run_python(code: str, stdin: str = "", limits: Limits = Limits(), hidden: Sequence[str] = ()) -> RunResult:
+    """Run ``code`` with ``stdin`` under ``limits`` (module docstring), the directories ``hidden``
+    invisible to it; never raises for what the code does, only when the sandbox itself cannot start."""
     iso = probe()
     workdir = tempfile.mkdtemp(prefix="posttrain-sandbox-")
+    hidden = [os.path.realpath(h) for h in hidden if os.path.isdir(h)]
     cgroup = _make_cgroup(iso.pids_cgroup, limits.processes)
     try:
         script = Path(workdir, "main.py")
-        script.write_text(code if iso.isolation == "namespaces" else _AUDIT_PRELUDE + code, encoding="utf-8")
+        guard = _AUDIT_PRELUDE + (_HIDE_PRELUDE.format(hidden=hidden) if hidden else "")
+        script.write_text(code if iso.isolation == "namespaces" else guard + code, encoding="utf-8")
         command = [sys.executable, "-I", str(script)]
         if iso.isolation == "namespaces":
             # sh is the namespace's PID 1, python its child: the kernel shields a PID 1 from the
-            # signals of RLIMIT_CPU, so the code must not be PID 1 itself
-            command = ["unshare", *UNSHARE, "--", "/bin/sh", "-c", '"$@"; exit $?', "sh", *command]
+            # signals of RLIMIT_CPU, so the code must not be PID 1 itself. A hidden directory gets
+            # an empty tmpfs over it first (exit 97 if the mount fails: the code never runs unhidden).
+            mounts = "".join(f"mount -t tmpfs -o size=4k tmpfs {shlex.quote(h)} || exit 97; " for h in hidden)
+            flags = (*UNSHARE, *UNSHARE_MOUNT) if hidden else UNSHARE
+            command = ["unshare", *flags, "--", "/bin/sh", "-c", mounts + '"$@"; exit $?', "sh", *command]
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "PYTHONIOENCODING": "utf-8"}
         process = subprocess.Popen(
             command, cwd=workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
