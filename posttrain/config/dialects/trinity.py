@@ -253,6 +253,7 @@ def ignorable(ctx: Context, key: str, value: Any) -> str | None:
     return None
 
 
+_IN = "buffer.explorer_input"
 _DATASET = "org/dataset"  # a Hugging Face dataset name: translated without a file on disk
 _WITH_PATH = ((f"{_TS}.path", _DATASET),)
 # Keys the handlers above translate (docs/config-mapping.md reads this table: posttrain.config.tables).
@@ -269,6 +270,10 @@ RULES: dict[str, Rule] = {
     f"{_EVAL}": Rule("data.val_files, rollout.val_kwargs", "each evaluation taskset's files are appended to data.val_files; its repeat_times and rollout_args are the validation sampling", [{"path": _DATASET, "repeat_times": 2}]),
     "buffer.train_batch_size": Rule("actor.ppo_mini_batch_size", "experiences per optimizer step / algorithm.repeat_times (prompts; refused unless whole)", 8),
     "model.enable_prompt_truncation": Rule("data.filter_overlong_prompts", "true (Trinity-RFT's default): a prompt over max_prompt_tokens gets no sampled response in Trinity-RFT, so no training signal; posttrain leaves it out at load. false (let it through uncut) is refused", True),
+    f"{_IN}.default_workflow_type": Rule("rollout.multi_turn", "the workflow of tasksets that name none (posttrain.config.dialects.trinity_workflows): simple/math workflows are the single-turn rollout, posttrain_tool_workflow turns on tool calling (rollout.multi_turn); the others are refused naming what they need", "posttrain_tool_workflow", _WITH_PATH),
+    f"{_TS}.default_workflow_type": Rule("rollout.multi_turn", "this taskset's workflow, as buffer.explorer_input.default_workflow_type", "posttrain_tool_workflow", _WITH_PATH),
+    f"{_TS}.workflow_args": Rule("rollout.multi_turn.*", "posttrain_tool_workflow's arguments are the rollout.multi_turn keys; the single-turn workflows take none", {"max_assistant_turns": 3}, _WITH_PATH + ((f"{_TS}.default_workflow_type", "posttrain_tool_workflow"),)),
+    f"{_IN}.default_eval_workflow_type": Rule(None, "the workflow of evaluation tasksets that name none: validation runs the training stage's own rollout path, so the workflows standing for it are accepted and change nothing, the others are refused", "simple_workflow", ((f"{_IN}.eval_tasksets", [{"path": _DATASET}]),)),
     "trainer.trainer_config": Rule("(each verl key's posttrain home)", "an inline verl trainer config, translated with the verl dialect (a value it sets wins over Trinity's derived defaults)", {"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}),
 }
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.dialects.translate import Context
+from posttrain.config.sections.buffer import REWARD_FN_REASON
 
 _IN = "buffer.explorer_input"
 SINGLE_TURN = ("simple_workflow", "async_simple_workflow")
@@ -63,8 +64,10 @@ def workflows(ctx: Context) -> None:
     taskset = ctx.get(f"{_IN}.taskset")
     if isinstance(taskset, dict):
         _one(ctx, f"{_IN}.taskset", taskset, default, f"{_IN}.default_workflow_type", training=True)
-    evals = ctx.get(f"{_IN}.eval_tasksets")
-    for i, item in enumerate(evals if isinstance(evals, list) else []):
+    evals = [item for item in (ctx.get(f"{_IN}.eval_tasksets") or []) if isinstance(item, dict)]
+    if default_eval is not None and not evals:  # judged as an evaluation taskset's would be, never silently kept
+        _one(ctx, f"{_IN}.default_eval", {}, default_eval, f"{_IN}.default_eval_workflow_type", training=False)
+    for i, item in enumerate(ctx.get(f"{_IN}.eval_tasksets") or []):
         if isinstance(item, dict):
             key = f"{_IN}.default_eval_workflow_type" if default_eval is not None else f"{_IN}.default_workflow_type"
             _one(ctx, f"{_IN}.eval_tasksets[{i}]", item, default_eval or default, key, training=False)
@@ -82,8 +85,7 @@ def _reward_fn(ctx: Context, prefix: str) -> None:
         value = _take(ctx, key)
         if value in (None, {}, ""):
             continue
-        ctx.refuse(key, "Trinity's reward-function classes are not translated: score with reward.custom_reward_function "
-                        "(a file's function) or reward.workers (built-in scorers: tasks, math, multiple_choice, code, ifeval)", None, value)
+        ctx.refuse(key, REWARD_FN_REASON, None, value)
 
 
 def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inherited_key: str, training: bool) -> None:

@@ -42,9 +42,9 @@ class TasksetConfig:
     repeat_times: int | None = param(None, doc="Rollouts per task; null means rollout.n.", ge=1, todo=_TODO, refs=[f"{_TS}.repeat_times"])
     format: TasksetFormatConfig = param(factory=TasksetFormatConfig, doc="Column layout of the taskset.")
     rollout_args: dict[str, Any] = param(factory=dict, doc="Sampling overrides for this taskset (temperature, top_p, top_k, ...).", todo=_TODO, refs=[f"{_TS}.rollout_args", f"{_TS}.rollout_args.temperature"])
-    workflow_args: dict[str, Any] = param(factory=dict, doc="Extra arguments passed to this taskset's workflow.", todo=_TODO, refs=[f"{_TS}.workflow_args"])
-    default_workflow_type: str | None = param(None, doc="Workflow of this taskset; null uses explorer_input.default_workflow_type.", todo=_TODO, refs=[f"{_TS}.default_workflow_type"])
-    default_reward_fn_type: str | None = param(None, doc="Reward function of this taskset; null uses explorer_input.default_reward_fn_type.", todo=_TODO, refs=[f"{_TS}.default_reward_fn_type"])
+    workflow_args: dict[str, Any] = param(factory=dict, doc="Extra arguments passed to this taskset's workflow.", todo=_TODO)
+    default_workflow_type: str | None = param(None, doc="Workflow of this taskset; null uses explorer_input.default_workflow_type.", todo=_TODO)
+    default_reward_fn_type: str | None = param(None, doc="Reward function of this taskset; null uses explorer_input.default_reward_fn_type.", todo=_TODO)
 
 
 @section
@@ -53,9 +53,9 @@ class ExplorerInputConfig:
 
     taskset: TasksetConfig = param(factory=TasksetConfig, doc="Training taskset.")
     eval_tasksets: list[dict[str, Any]] = param(factory=list, doc="Evaluation tasksets, each with the keys of a taskset (repeat_times defaults to 1).", todo=_TODO, refs=["trinity:buffer.explorer_input.eval_tasksets"])
-    default_workflow_type: str | None = param(None, doc="Workflow of tasksets that name none (e.g. math_workflow).", todo=_TODO, refs=["trinity:buffer.explorer_input.default_workflow_type"])
-    default_eval_workflow_type: str | None = param(None, doc="Workflow of evaluation tasksets that name none.", todo=_TODO, refs=["trinity:buffer.explorer_input.default_eval_workflow_type"])
-    default_reward_fn_type: str | None = param(None, doc="Reward function of tasksets that name none (e.g. countdown_reward).", todo=_TODO, refs=["trinity:buffer.explorer_input.default_reward_fn_type"])
+    default_workflow_type: str | None = param(None, doc="Workflow of tasksets that name none (e.g. math_workflow).", todo=_TODO)
+    default_eval_workflow_type: str | None = param(None, doc="Workflow of evaluation tasksets that name none.", todo=_TODO)
+    default_reward_fn_type: str | None = param(None, doc="Reward function of tasksets that name none (e.g. countdown_reward).", todo=_TODO)
 
 
 @section
@@ -116,4 +116,8 @@ class BufferConfig:
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
-UNSUPPORTED: dict[str, str] = {}
+REWARD_FN_REASON = ("Trinity-RFT's reward-function classes are not translated: posttrain scores with reward.custom_reward_function (a file's function) or reward.workers (built-in scorers: tasks, math, multiple_choice, code, ifeval)")
+UNSUPPORTED: dict[str, str] = {
+    "trinity:buffer.explorer_input.default_reward_fn_type": REWARD_FN_REASON,
+    "trinity:buffer.explorer_input.taskset.default_reward_fn_type": REWARD_FN_REASON,
+}
