@@ -35,6 +35,8 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
         return _device_mapping(ctx, value)
     if native == "profiler.steps" and value is None:  # verl's "no profiling"
         return []
+    if native == "rollout.name" and value == "vllm_async":  # Trinity: "the same as vllm" (its guide)
+        return "vllm"
     return value
 
 
