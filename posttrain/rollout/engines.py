@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from posttrain.errors import ConfigError
+from posttrain.errors import UserError
 from posttrain.rollout import sglang_engine, vllm_engine  # noqa: F401 (registers the vllm and sglang engines)
 from posttrain.rollout.base import RolloutEngine
 from posttrain.rollout.hf_engine import HFEngine
@@ -39,13 +39,13 @@ def build_engine(cfg: Any, model: nn.Module, tokenizer: Any, *, seed: int, owns_
 
 
 def check_engine_machine(cfg: Any) -> None:
-    """A ConfigError of one line when this machine cannot run `rollout.name` (a package, a GPU or a
+    """A UserError of one line when this machine cannot run `rollout.name` (a package, a GPU or a
     supported version missing), saying what to install or choose instead. `config plan` runs it."""
     engine_builder(cfg.rollout.name)  # an unknown name lists the valid ones
     check = MACHINE_CHECKS.get(cfg.rollout.name)
     problem = check(cfg) if check is not None else None
     if problem is not None:
-        raise ConfigError(f"rollout.name={cfg.rollout.name}: {problem}")
+        raise UserError(f"rollout.name={cfg.rollout.name}: {problem}")
 
 
 # Settings that only some engines read (the rest are read by every engine: sampling, lengths,

@@ -154,8 +154,9 @@ def test_build_sends_the_policy_weights_only_with_a_dummy_load_format(fake_vllm,
     sent = [n for b in dummy.llm.loaded for n, _ in b]
     assert sent == list(tiny_lm.state_dict()) and dummy.weights_version == 0
     assert environ == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # one TP rank: the engine core in-process
-    from_disk = build_vllm_engine(cfg("rollout.load_format=auto"), tiny_lm, tokenizer, seed=5, owns_weights=False)
-    assert from_disk.llm.loaded == []
+    from_disk = build_vllm_engine(cfg("rollout.load_format=auto", "rollout.update_weights_bucket_megabytes=3"), tiny_lm,
+                                  tokenizer, seed=5, owns_weights=False)
+    assert from_disk.llm.loaded == [] and (dummy.bucket_bytes, from_disk.bucket_bytes) == (512 << 20, 3 << 20)
 
 
 def test_the_machine_check_names_what_is_missing(fake_vllm, monkeypatch):
