@@ -355,3 +355,12 @@ def test_convert_api_raises_user_error_for_native(tmp_path):
     path = _write(tmp_path / "n.yaml", "actor: {ppo_epochs: 2}\n")
     with pytest.raises(UserError):
         convert(path)
+
+
+def test_trinity_engine_types_name_the_vllm_engine(tmp_path):
+    for engine_type in ("vllm", "vllm_async"):  # "the same meaning" in Trinity-RFT's guide
+        raw = {"mode": "both", "explorer": {"rollout_model": {"engine_type": engine_type, "gpu_memory_utilization": 0.7}}}
+        report = read_foreign(tmp_path / "trinity.yaml", "trinity", raw=raw).report
+        name = _entry(report, "explorer.rollout_model.engine_type")
+        assert (name.status, name.native, name.value) == ("translated", "rollout.name", "vllm")
+        assert _entry(report, "explorer.rollout_model.gpu_memory_utilization").native == "rollout.gpu_memory_utilization"
