@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "posttrain.cli.report",
     "posttrain.cli.doctor",
     "posttrain.cli.studio",
+    "posttrain.cli.serve",
 ]
 
 

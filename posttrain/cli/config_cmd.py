@@ -82,13 +82,14 @@ def plan_text(cfg, path: str | None, overrides: list[str]) -> str:
     shows the same text as the user edits a config."""
     from posttrain.cli.train import naming_config_source
     from posttrain.cluster.placement import plan_world
+    from posttrain.trainer.preflight import engine_notes
     from posttrain.trainer.prepare import pending_builds
     from posttrain.trainer.run import check_run
 
     with naming_config_source(path, overrides, cfg.stages):
         plan_world(cfg)  # the placement train would start: devices, launcher, Ray keys
         checks = check_run(cfg, pending=pending_builds(cfg.prepare))
-    out = []
+    out = [note + "\n" for note in engine_notes([c.config for c in checks])]
     for i, check in enumerate(checks):
         if len(checks) > 1:
             out.append(f"{'' if i == 0 else chr(10)}stage {i} ({check.name}):\n")

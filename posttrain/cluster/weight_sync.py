@@ -5,8 +5,9 @@ travel. Which way is fixed when the roles are built (`weight_sync_for`):
 
 - `SharedModule`: one process, the engine samples from the actor's very module (same dtype): there
   is nothing to copy; only the version moves.
-- `LocalCopy`: one process, the engine keeps its own copy (another dtype: `rollout.dtype`): the
-  actor's tensors are copied into it in place.
+- `LocalCopy`: one process, the engine keeps its own copy (another dtype: `rollout.dtype`, or an
+  engine of another library: vLLM, SGLang): the actor's tensors are sent one by one as (name,
+  tensor) pairs and copied in place (an engine in another library groups them into buckets).
 - `GatherShards`: the actor is sharded over the worker processes (FSDP2) and every worker's engine
   holds a whole copy: each parameter is all-gathered from its shards and copied into the engine's
   tensor of the same name, one parameter at a time, so no second whole copy of the model is ever
@@ -21,19 +22,13 @@ Every `push` is timed by the trainer (`timing/sync_s`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, Protocol
+from typing import Iterator, Protocol
 
 import torch
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 
-
-class Engine(Protocol):
-    """What a weight sync needs of a rollout engine (`posttrain.rollout.hf_engine.HFEngine`)."""
-
-    model: nn.Module
-
-    def update_weights(self, weights: nn.Module | Mapping[str, Tensor] | Iterable[tuple[str, Tensor]], version: int) -> None: ...
+from posttrain.rollout.base import RolloutEngine as Engine
 
 
 class WeightSync(Protocol):
@@ -61,7 +56,7 @@ class LocalCopy:
     module: nn.Module
 
     def push(self, version: int) -> None:
-        self.engine.update_weights(self.module.state_dict(), version)
+        self.engine.update_weights(iter(self.module.state_dict().items()), version)
 
 
 @dataclass
@@ -105,6 +100,6 @@ def weight_sync_for(engine: Engine, actor_model: nn.Module, sharded: bool, adapt
         return MergedAdapters(engine, actor_model)
     if sharded:
         return GatherShards(engine, actor_model)
-    if engine.model is actor_model:
+    if getattr(engine, "model", None) is actor_model:  # the hf engine over the actor's own module
         return SharedModule(engine, actor_model)
     return LocalCopy(engine, actor_model)

@@ -138,12 +138,12 @@ class HFJudgeEngine:
     def __init__(self, model_dir: str, *, dtype: str = "fp32", generating_args: dict[str, Any] | None = None,
                  batch_size: int | None = None, seed: int = 0):
         from posttrain.models.loading import load_causal_lm, load_tokenizer
-        from posttrain.rollout.base import SamplingParams
+        from posttrain.rollout.base import RolloutEngine, SamplingParams
         from posttrain.rollout.hf_engine import HFEngine
 
         self.tokenizer = load_tokenizer(model_dir)
         model = load_causal_lm(model_dir, dtype=dtype)
-        self.engine = HFEngine(model, pad_token_id=self.tokenizer.pad_token_id, copy_weights=False,
+        self.engine: RolloutEngine = HFEngine(model, pad_token_id=self.tokenizer.pad_token_id, copy_weights=False,
                                max_num_seqs=batch_size, seed=seed)
         self.params = SamplingParams(**sampling_kwargs(generating_args or {}))
 

@@ -1,16 +1,19 @@
 """The rollout engine extension point: sampling parameters, the engine protocol, the staleness error.
 
-Engines (the built-in `hf` one now, vLLM/SGLang later) all take a `PromptBatch` and return a
-`RolloutBatch`, and all track which version of the policy weights they hold. The trainer says which
-version it expects on every call, so an engine that missed a weight sync fails loudly instead of
-sampling from a stale policy while the log-probs it reports look perfectly plausible.
+Engines (`hf`, built in; `vllm` and `sglang`, adapters over those libraries; chosen by `rollout.name`
+through `posttrain.rollout.engines`) all take a `PromptBatch` and return a `RolloutBatch`, and all
+track which version of the policy weights they hold. The trainer says which version it expects on
+every call, so an engine that missed a weight sync fails loudly instead of sampling from a stale
+policy while the log-probs it reports look perfectly plausible. The contract every engine keeps is
+written down in docs/engines.md and checked by tests/rollout/engine_contract.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping, Protocol, runtime_checkable
+from typing import Iterable, Mapping, Protocol, runtime_checkable
 
+import torch
 from torch import Tensor, nn
 
 from posttrain.records import PromptBatch, RolloutBatch
@@ -28,8 +31,13 @@ class SamplingParams:
     """How to sample responses. The trainer maps `rollout.*` (and `rollout.val_kwargs.*`) onto it.
 
     Recorded log-probs are always log softmax(logits / temperature) of the unmodified model, the
-    distribution the actor recomputes; top-k, top-p and the repetition penalty only shape which
-    token is drawn (see `posttrain.rollout.sampling`).
+    distribution the actor recomputes; top-k, top-p, min-p and the repetition penalty only shape
+    which token is drawn (see `posttrain.rollout.sampling`).
+
+    A response ends at EOS (unless `ignore_eos`), at any of `stop_token_ids`, or at the token that
+    completes one of the `stop` strings; that token is part of the response. `seed` makes this
+    request's samples reproducible: the same seed, prompt uid and weights give the same responses
+    whatever else shares the batch (None: the engine's own seed for the call).
     """
 
     temperature: float = 1.0
@@ -44,9 +52,16 @@ class SamplingParams:
     # prompt + response cap per row (model.max_model_len): a row stops after max_total_tokens minus its
     # prompt's real tokens, at least one token; None: max_new_tokens alone
     max_total_tokens: int | None = None
+    min_p: float = 0.0  # 0.0: off; else drop tokens less likely than min_p x the most likely one
+    stop: tuple[str, ...] = ()  # stop after the token that completes any of these strings
+    seed: int | None = None  # this request's sampling seed; None: the engine's
 
     def __post_init__(self) -> None:
         problems = []
+        if not 0.0 <= self.min_p <= 1.0:
+            problems.append(f"min_p must be in [0, 1], got {self.min_p}")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            problems.append(f"stop must hold non-empty strings, got {self.stop!r}")
         if self.temperature <= 0:
             problems.append(f"temperature must be > 0 (use do_sample=False for greedy), got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
@@ -62,25 +77,78 @@ class SamplingParams:
 
     def greedy(self) -> SamplingParams:
         """The same limits with argmax decoding and one response: validation's default."""
-        return replace(self, do_sample=False, n=1, top_k=-1, top_p=1.0)
+        return replace(self, do_sample=False, n=1, top_k=-1, top_p=1.0, min_p=0.0)
+
+
+# What `update_weights` accepts: (name, tensor) pairs as they arrive (a generator: a sharded actor
+# gathers each tensor just before it is sent, so no second whole copy is held), a state dict, or
+# the module itself.
+Weights = Iterable[tuple[str, Tensor]] | Mapping[str, Tensor] | nn.Module
+
+
+def named_tensors(weights: Weights) -> Iterable[tuple[str, Tensor]]:
+    """(name, tensor) pairs of any `Weights` form, without copying."""
+    if isinstance(weights, nn.Module):
+        return weights.state_dict().items()
+    if isinstance(weights, Mapping):
+        return weights.items()
+    return weights
+
+
+def buckets(pairs: Iterable[tuple[str, Tensor]], bucket_bytes: int) -> Iterable[list[tuple[str, Tensor]]]:
+    """Group (name, tensor) pairs into lists of about `bucket_bytes` each (a tensor larger than a
+    bucket travels alone), in order, pulling from `pairs` only as each bucket fills: an engine in
+    another process or library loads one bucket per call, so at most one bucket is in flight.
+
+    >>> t = torch.zeros(4)  # 16 bytes
+    >>> [[n for n, _ in b] for b in buckets([("a", t), ("b", t), ("c", t)], 32)]
+    [['a', 'b'], ['c']]
+    """
+    bucket: list[tuple[str, Tensor]] = []
+    size = 0
+    for name, tensor in pairs:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
 
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """What the trainer needs from a generation backend."""
+    """What the trainer needs from a generation backend (docs/engines.md has the whole contract)."""
+
+    device: torch.device  # where the returned RolloutBatch's tensors live
 
     @property
     def weights_version(self) -> int:
         """Version of the policy weights the engine samples from (set by `update_weights`)."""
         ...
 
-    def generate(self, prompts: PromptBatch, params: SamplingParams, *, expected_version: int) -> RolloutBatch:
-        """`params.n` responses per prompt, rows of a prompt adjacent, `group_index` = prompt uid.
+    def generate(
+        self, prompts: PromptBatch, params: SamplingParams, *, expected_version: int, seed: int | None = None
+    ) -> RolloutBatch:
+        """`params.n` responses per prompt, rows of a prompt adjacent, `group_index` = prompt uid,
+        `rollout_logprobs` = log softmax(logits / temperature) of each sampled token.
 
-        Raises `StalePolicyError` when `expected_version != weights_version`.
+        Raises `StalePolicyError` when `expected_version != weights_version`. `seed` replaces the
+        engine's seed for this call (`params.seed`, when set, wins over both).
         """
         ...
 
-    def update_weights(self, weights: Mapping[str, Tensor] | nn.Module, version: int) -> None:
-        """Load the actor's new weights (a state dict or the module itself) as `version`."""
+    def update_weights(self, weights: Weights, version: int) -> None:
+        """Load the actor's new weights as `version`, in place, consuming (name, tensor) pairs as
+        they arrive; every tensor of the engine's model must be named once."""
+        ...
+
+    def sleep(self, level: int = 1) -> None:
+        """Free device memory between generations: level 1 keeps the weights in host memory, level
+        2 drops them (the next `update_weights` must refill them before `generate`)."""
+        ...
+
+    def wake_up(self) -> None:
+        """Retake the device memory `sleep` freed (a no-op when awake)."""
         ...

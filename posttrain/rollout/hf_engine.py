@@ -35,24 +35,34 @@ eval mode and out of the actor's autograd, lets it run in another dtype, and is 
 rollout with training will need. `copy_weights=False` shares the actor's module (no extra memory;
 the engine switches it to eval mode while sampling). Either way the engine records the version it
 was given and refuses to sample when the trainer expects another one.
+
+Sleeping (`sleep`/`wake_up`, what `rollout.free_cache_engine` asks between generations): the engine
+keeps no KV cache between calls (each `generate` allocates its cache and drops it on return), so
+what sleep can free is the weight copy the engine owns (`copy_weights=True`, or `owns_weights=True`
+for a copy made by the caller) and, on CUDA, the allocator's cached blocks. Level 1 moves an owned
+copy to host memory and `wake_up` moves it back; level 2 drops it (its storage is freed; `wake_up`
+reallocates it uninitialised and the next `update_weights` refills it, before which `generate`
+refuses). An engine that shares the actor's module frees nothing of it: the actor trains those
+weights. On a CPU device nothing moves at either level. `generate` while asleep is refused.
 """
 
 from __future__ import annotations
 
 import copy
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
-from transformers import StaticCache
 
 from posttrain.models.logprobs import check_head_matches, lm_head_logits
 from posttrain.models.positions import position_ids_from_mask
 from posttrain.records import PromptBatch, RolloutBatch
-from posttrain.rollout.base import SamplingParams, StalePolicyError
+from posttrain.rollout.base import SamplingParams, StalePolicyError, Weights, named_tensors
 from posttrain.models.lean_decoder import LeanDecoder, lean_unsupported_reason
+from posttrain.rollout.hf_decoder import HFDecoder, auto_decode_workers
 from posttrain.rollout.sampling import keyed_uniforms, next_tokens, row_keys
+from posttrain.rollout.stops import StopStrings
 
 
 def _token_ids(value: int | Sequence[int] | None) -> list[int]:
@@ -79,6 +89,8 @@ class HFEngine:
         share_prompt_prefill: bool = False,
         lean_decode: bool = True,
         decode_workers: int | None = None,
+        tokenizer: Any = None,
+        owns_weights: bool = False,
     ):
         """`eos_token_ids`/`pad_token_id` default to the model's generation config, then its config.
         `max_num_seqs` caps the rows decoded at once (KV-cache memory); None decodes all together.
@@ -90,7 +102,9 @@ class HFEngine:
         `lean_decode` uses `LeanDecoder` when `lean_unsupported_reason` accepts the model (checked
         at every `generate`, so hooks added later are honoured); False always takes the HF path.
         `decode_workers` is how many threads decode shards of the batch at once (see the module
-        docstring); None picks `auto_decode_workers`."""
+        docstring); None picks `auto_decode_workers`. `tokenizer` decodes responses for stop
+        strings (`SamplingParams.stop`). `owns_weights`: `model` is a copy no one else uses, so
+        `sleep` may move it (implied by `copy_weights`)."""
         self.model = copy.deepcopy(model) if copy_weights else model
         if copy_weights:
             self.model.eval().requires_grad_(False)
@@ -121,6 +135,10 @@ class HFEngine:
         self.decode_workers = decode_workers
         self._pool: ThreadPoolExecutor | None = None  # created at the first sharded rollout
         self._pool_size = 0
+        self.tokenizer = tokenizer
+        self.owns_weights = copy_weights or owns_weights
+        self.asleep = 0  # the level of the last sleep, 0 when awake
+        self.weights_dropped = False  # a level-2 sleep freed the owned copy; update_weights refills it
 
     def workers_for(self, rows: int) -> int:
         """Threads that decode a batch of `rows` rows: `decode_workers`, else `auto_decode_workers`;
@@ -136,13 +154,43 @@ class HFEngine:
     def weights_version(self) -> int:
         return self._version
 
-    def update_weights(
-        self, weights: Mapping[str, Tensor] | nn.Module | Iterable[tuple[str, Tensor]], version: int
-    ) -> None:
+    def sleep(self, level: int = 1) -> None:
+        """Free what the engine holds between generations (see the module docstring)."""
+        if level not in (1, 2):
+            raise ValueError(f"sleep level must be 1 (offload the weights) or 2 (drop them), got {level}")
+        if self.owns_weights and self.device.type != "cpu" and not self.asleep:
+            # level 2 keeps the parameter objects but frees their storage (meta tensors)
+            self.model.to("cpu" if level == 1 else "meta")
+            self.weights_dropped = level == 2
+        if self._pool is not None and level == 2:
+            self._pool.shutdown(wait=True)
+            self._pool, self._pool_size = None, 0
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # the finished rollout's cache blocks go back to the device
+        self.asleep = max(self.asleep, level)
+
+    def wake_up(self) -> None:
+        """Retake the device memory: an offloaded copy moves back, a dropped one is reallocated
+        (uninitialised, until `update_weights`)."""
+        if not self.asleep:
+            return
+        if self.owns_weights and self.device.type != "cpu":
+            if self.weights_dropped:
+                self.model.to_empty(device=self.device)
+            else:
+                self.model.to(self.device)
+        self.asleep = 0
+
+    def update_weights(self, weights: Weights, version: int) -> None:
         """Take the actor's weights as `version`: copied in place (no reallocation), or nothing to
         copy when the engine shares the very module it is given. An iterable of (name, tensor)
         pairs is copied one tensor at a time as it arrives (a sharded actor gathers each parameter
-        just before it is needed); every parameter and buffer of the engine must be named once."""
+        just before it is needed); every parameter and buffer of the engine must be named once.
+        Asleep at level 1 the copy lands in the offloaded weights; at level 2 the engine wakes
+        its weights first (they are about to be refilled)."""
+        if self.weights_dropped:
+            self.model.to_empty(device=self.device)
+            self.asleep = 0
         if weights is self.model:
             pass
         elif isinstance(weights, (nn.Module, Mapping)):
@@ -153,13 +201,14 @@ class HFEngine:
             own = self.model.state_dict(keep_vars=True)
             missing = set(own)
             with torch.no_grad():
-                for name, tensor in weights:
+                for name, tensor in named_tensors(weights):
                     if name not in own:
                         raise KeyError(f"update_weights: the engine's model has no tensor {name!r}")
                     own[name].copy_(tensor)  # in place, casting to the engine's dtype and device
                     missing.discard(name)
             if missing:
                 raise KeyError(f"update_weights: no value was given for {sorted(missing)[:3]}")
+        self.weights_dropped = False
         self._version = int(version)
 
     def generate(
@@ -170,9 +219,14 @@ class HFEngine:
         `expected_version` is the actor's current weights version; a mismatch raises
         `StalePolicyError`. Row i's sampling noise is keyed by (seed, its prompt's uid, its index
         within the group) (`posttrain.rollout.sampling.row_keys`); `seed` replaces the engine's seed
-        for this call. Prompts that must sample independently need distinct uids (the trainer makes
-        them unique per step; a validation reuses its uids, so every validation draws the same noise).
+        for this call and `params.seed` both. Prompts that must sample independently need distinct
+        uids (the trainer makes them unique per step; a validation reuses its uids, so every
+        validation draws the same noise).
         """
+        if self.asleep:
+            raise RuntimeError(f"the hf engine is asleep (level {self.asleep}): call wake_up() before generate")
+        if self.weights_dropped:
+            raise RuntimeError("the hf engine's weights were dropped by sleep(level=2): call update_weights before generate")
         if expected_version != self._version:
             raise StalePolicyError(
                 f"rollout engine holds weights version {self._version} but the trainer expects "
@@ -183,7 +237,8 @@ class HFEngine:
             raise ValueError("every prompt needs at least one real token (a row of attention_mask is all 0)")
         rows = prompts.repeat_interleave(params.n)
         samples = list(range(params.n)) * len(prompts)  # index of each row within its group
-        keys = row_keys(self.seed if seed is None else seed, rows.uid, samples, self.device)  # (B, 2)
+        seed = params.seed if params.seed is not None else self.seed if seed is None else seed
+        keys = row_keys(seed, rows.uid, samples, self.device)  # (B, 2)
         chunk = self.max_num_seqs or len(rows)
         pieces = []
         was_training = self.model.training
@@ -293,6 +348,7 @@ class HFEngine:
             sorted(set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.eos_token_ids))),
             dtype=torch.long, device=self.device,
         )
+        stops = StopStrings(self.tokenizer, params.stop) if params.stop else None
         seen = None
         if params.repetition_penalty != 1.0:
             vocab = self.model.get_output_embeddings().weight.shape[0]
@@ -323,6 +379,8 @@ class HFEngine:
             finished = finished | torch.isin(token, stop_ids)
             if budget is not None:  # this row has used up its share of max_total_tokens
                 finished = finished | (step + 1 >= budget[rows])
+            if stops is not None:
+                finished = finished | (stops.hits(ids[rows], step + 1) & alive)
             if step + 1 == T or bool(finished.all()):
                 break
             if 4 * int(finished.sum()) >= len(rows):
@@ -338,53 +396,3 @@ class HFEngine:
             hidden = decoder.step(token, next_pos)  # (b, H)
             next_pos = next_pos + 1
         return ids[:, :used], masks[:, :used], lps[:, :used]  # (B, T) each
-
-
-# Rows per decode thread below which `auto_decode_workers` adds no thread: measured on 2 cores,
-# two shards of 8 rows still decoded 1.34x faster than one batch of 16 (docs/performance.md).
-MIN_ROWS_PER_WORKER = 8
-
-
-def auto_decode_workers(device: torch.device, rows: int) -> int:
-    """Decode threads for `rows` rows when not configured: on CPU one per torch thread, with at
-    least `MIN_ROWS_PER_WORKER` rows each; 1 elsewhere (a GPU runs one batch's kernels best)."""
-    if device.type != "cpu":
-        return 1
-    return max(1, min(torch.get_num_threads(), rows // MIN_ROWS_PER_WORKER))
-
-
-class HFDecoder:
-    """The HF path behind `LeanDecoder`'s interface: the model's decoder body over a `StaticCache`,
-    with an attention mask of the cache's final length (slots not yet written are masked out)."""
-
-    def __init__(self, model: nn.Module, max_len: int):
-        self.body = model.get_decoder()
-        self.cache = StaticCache(config=model.config, max_cache_len=max_len)
-        self.max_len = max_len
-        self.mask: Tensor | None = None  # (b, max_len) long
-        self.length = 0
-
-    def prefill(self, ids: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
-        """Left-padded prompts ids (b, P), mask (b, P), positions (b, P) -> last hidden states (b, H)."""
-        b, P = ids.shape
-        self.mask = torch.zeros(b, self.max_len, dtype=torch.long, device=ids.device)
-        self.mask[:, :P] = mask
-        self.length = P
-        return self._forward(ids, positions)
-
-    def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        """One new real token per row, tokens (b,) at positions (b,) -> hidden states (b, H)."""
-        self.mask[:, self.length] = 1
-        self.length += 1
-        return self._forward(tokens.unsqueeze(1), positions.unsqueeze(1))
-
-    def reorder(self, index: Tensor) -> None:
-        for layer in self.cache.layers:
-            layer.reorder_cache(index)
-        self.mask = self.mask[index]
-
-    def _forward(self, ids: Tensor, positions: Tensor) -> Tensor:
-        out = self.body(
-            input_ids=ids, attention_mask=self.mask, position_ids=positions, past_key_values=self.cache, use_cache=True
-        )
-        return out.last_hidden_state[:, -1]  # (b, H): left padding puts every row's last token here

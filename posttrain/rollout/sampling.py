@@ -5,7 +5,7 @@ actor's recomputation `log_softmax(logits / temperature)` (posttrain.models), an
 log-probs stand in for pi_old when no separate recomputation is done, so the engine records exactly
 that quantity: the unmodified model's distribution at the sampling temperature.
 
-Top-k and top-p truncation and the repetition penalty change which token is drawn but not what is
+Top-k, top-p and min-p truncation and the repetition penalty change which token is drawn but not what is
 recorded (vLLM and verl report untruncated log-probs the same way). The sampler is then slightly
 off-policy with respect to the recorded distribution: truncation drops tokens that would have
 had small probability, and a repetition penalty > 1 makes repeated tokens rarer than their recorded
@@ -70,6 +70,21 @@ def apply_top_p(logits: Tensor, p: float) -> Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def apply_min_p(logits: Tensor, p: float) -> Tensor:
+    """Min-p sampling (Nguyen et al. 2024, "Turning Up the Heat"): keep the tokens whose probability
+    is at least p times the most likely token's, -inf elsewhere. Applied to temperature-scaled
+    logits, as vLLM and SGLang do. p = 1 keeps only the most likely token(s).
+
+    >>> apply_min_p(torch.log(torch.tensor([[0.5, 0.3, 0.2]])), 0.5).isinf().tolist()
+    [[False, False, True]]
+    """
+    if p <= 0.0:
+        return logits
+    # log p_i >= log p + log p_max  <=>  logit_i >= log p + max logit (the normaliser cancels)
+    floor = logits.amax(dim=-1, keepdim=True) + torch.log(torch.tensor(p, dtype=logits.dtype))  # (B, 1)
+    return logits.masked_fill(logits < floor, float("-inf"))
+
+
 _MASK32 = 0xFFFFFFFF
 _GOLDEN32 = 0x9E3779B9  # 2**32 / golden ratio: spreads consecutive step counters over the key space
 
@@ -85,6 +100,18 @@ def row_keys(seed: int, uids: Sequence[str], samples: Sequence[int], device: tor
         digest = hashlib.blake2b(f"{seed}\x1f{uid}\x1f{j}".encode(), digest_size=8).digest()
         words.append((int.from_bytes(digest[:4], "little"), int.from_bytes(digest[4:], "little")))
     return torch.tensor(words, dtype=torch.long, device=device).reshape(-1, 2)
+
+
+def request_seed(seed: int, uid: str, sample: int) -> int:
+    """A 31-bit seed for one response, from (seed, prompt uid, sample index): what an engine that
+    seeds whole requests (vLLM, SGLang) gets in place of `row_keys`, so its samples too depend on
+    the response's own identity rather than on the batch it was decoded in.
+
+    >>> request_seed(1, "a", 0) == request_seed(1, "a", 0) != request_seed(1, "a", 1)
+    True
+    """
+    digest = hashlib.blake2b(f"{seed}\x1f{uid}\x1f{sample}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little") & 0x7FFFFFFF
 
 
 def _mul32(x: Tensor, m: int) -> Tensor:
@@ -128,7 +155,7 @@ def next_tokens(logits: Tensor, params: SamplingParams, seen: Tensor | None, uni
     shifted = scaled - scaled.amax(dim=-1, keepdim=True)  # (B, V)
     weights = shifted.exp()  # (B, V) probabilities up to each row's normaliser
     log_norm = weights.sum(dim=-1).log()  # (B,)
-    shaping = seen is not None or params.top_k > 0 or params.top_p < 1.0
+    shaping = seen is not None or params.top_k > 0 or params.top_p < 1.0 or params.min_p > 0.0
     if not params.do_sample:
         shaped = scaled if seen is None else apply_repetition_penalty(scaled, seen, params.repetition_penalty)
         tokens = shaped.argmax(dim=-1)  # (B,)
@@ -136,7 +163,8 @@ def next_tokens(logits: Tensor, params: SamplingParams, seen: Tensor | None, uni
         tokens = sample_categorical(weights, uniforms)  # (B,)
     else:
         shaped = scaled if seen is None else apply_repetition_penalty(scaled, seen, params.repetition_penalty)
-        shaped = apply_top_p(apply_top_k(shaped, params.top_k), params.top_p)
+        # vLLM's order: min-p on the scaled logits, then top-k, then top-p
+        shaped = apply_top_p(apply_top_k(apply_min_p(shaped, params.min_p), params.top_k), params.top_p)
         tokens = sample_categorical(torch.softmax(shaped, dim=-1), uniforms)  # (B,)
     return tokens, shifted.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - log_norm
 

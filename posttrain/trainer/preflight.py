@@ -84,11 +84,24 @@ def stage_inputs(cfg: Config) -> StageInputs:
 
 
 def check_stage_names(cfg: Config) -> None:
-    """The checks that need no files: registry names of an RL stage."""
+    """The checks that need no files: registry names of an RL stage, and that this machine can run
+    its rollout engine (`rollout.name=vllm` without vLLM or a GPU is one line naming what is missing)."""
     if cfg.algorithm.kind == "rl":
+        from posttrain.rollout.engines import check_engine_machine
         from posttrain.trainer.rl_build import check_rl_names
 
         check_rl_names(cfg)
+        check_engine_machine(cfg)
+
+
+def engine_notes(configs: list[Config]) -> list[str]:
+    """One line per distinct set of settings made for rollout engines that the stages do not run
+    (`rollout.gpu_memory_utilization` with `rollout.name=hf`, ...): accepted, reported unused."""
+    from posttrain.config.sections.rollout import RolloutConfig
+    from posttrain.rollout.engines import unused_engine_settings
+
+    notes = [unused_engine_settings(c, RolloutConfig()) for c in configs if c.algorithm.kind == "rl"]
+    return list(dict.fromkeys(n for n in notes if n is not None))
 
 
 def check_reward(cfg: Config) -> Scorers | None:

@@ -24,8 +24,8 @@ from posttrain.models.precision import compute_dtype
 from posttrain.optim import build_optimization
 from posttrain.cluster.weight_sync import WeightSync, weight_sync_for
 from posttrain.cluster.world import World
-from posttrain.rollout.base import SamplingParams
-from posttrain.rollout.hf_engine import HFEngine
+from posttrain.rollout.base import RolloutEngine, SamplingParams
+from posttrain.rollout.engines import build_engine
 from posttrain.workers import Actor, ActorSettings, Critic, CriticSettings, ReferencePolicy
 from posttrain.workers.rollout import RolloutWorker
 
@@ -191,19 +191,15 @@ class RLRoles:
     sync: WeightSync | None  # actor -> rollout engine, after every update
 
     @property
-    def engine(self) -> HFEngine | None:
+    def engine(self) -> RolloutEngine | None:
         """The rollout role's engine (this process's)."""
         return self.rollout.engine if self.rollout is not None else None
 
 
-def make_engine(cfg: Config, model: nn.Module, tokenizer: Any) -> HFEngine:
-    """The rollout engine over `model` (EOS ids from the model's generation_config: Qwen-style
-    <|im_end|> and <|endoftext|>)."""
-    return HFEngine(
-        model, eos_token_ids=None, pad_token_id=tokenizer.pad_token_id, copy_weights=False,
-        seed=rollout_seed(cfg), share_prompt_prefill=cfg.rollout.enable_prefix_caching,
-        decode_workers=cfg.rollout.engine_kwargs.hf.decode_workers,
-    )
+def make_engine(cfg: Config, model: nn.Module, tokenizer: Any, owns_weights: bool = False) -> RolloutEngine:
+    """The rollout engine `rollout.name` names, over `model`'s weights (`posttrain.rollout.engines`);
+    `owns_weights`: `model` is the engine's own copy, which it may move while asleep."""
+    return build_engine(cfg, model, tokenizer, seed=rollout_seed(cfg), owns_weights=owns_weights)
 
 
 def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = World(), halves: str = "both") -> RLRoles:
@@ -223,8 +219,9 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     actor_budget = dict(default_dynamic=a.use_dynamic_bsz, default_budget=a.ppo_max_token_len_per_gpu)
     engine_dtype, same_numerics = engine_precision(policy, actor_compute, cfg.rollout.dtype)
     if halves == "explorer":
-        engine = make_engine(cfg, policy.eval().requires_grad_(False).to(engine_dtype), tokenizer)
-        return RLRoles(rollout=RolloutWorker(engine, dp), actor=None, reference=None, critic=None, sync=None)
+        engine = make_engine(cfg, policy.eval().requires_grad_(False).to(engine_dtype), tokenizer, owns_weights=True)
+        rollout = RolloutWorker(engine, dp, free_cache=cfg.rollout.free_cache_engine)
+        return RLRoles(rollout=rollout, actor=None, reference=None, critic=None, sync=None)
     lora = lora_settings(cfg.model, "model")
     # Copies of the unsharded policy first: the engine's (when it keeps its own) and the reference's.
     # With LoRA the engine keeps a plain copy to merge into, and the reference is the actor's own
@@ -280,9 +277,9 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     if halves == "both":
         if own_copy:
             engine_model.eval().requires_grad_(False).to(engine_dtype)
-        engine = make_engine(cfg, engine_model, tokenizer)
+        engine = make_engine(cfg, engine_model, tokenizer, owns_weights=own_copy)
         sync = weight_sync_for(engine, actor.model, sharded=world.distributed, adapters=adapters is not None)
-        rollout = RolloutWorker(engine, dp)
+        rollout = RolloutWorker(engine, dp, free_cache=cfg.rollout.free_cache_engine)
     reference = None
     if needs.reference:
         size, max_tokens = forward_batching(

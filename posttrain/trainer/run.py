@@ -32,7 +32,7 @@ from posttrain.config import stage_configs
 from posttrain.config.schema import Config
 from posttrain.data import as_file_list
 from posttrain.errors import ConfigError, UserError
-from posttrain.trainer.preflight import StageInputs, check_reward, check_stage_names, stage_inputs
+from posttrain.trainer.preflight import StageInputs, check_reward, check_stage_names, engine_notes, stage_inputs
 from posttrain.trainer.prepare import refuse_stage_prepare
 from posttrain.trainer.stage import StageContext, StageResult, changed_keys, changes_the_work, with_model_path
 
@@ -235,6 +235,9 @@ def run(cfg: Config, world: World = World()) -> list[StageResult]:
     from posttrain.trainer.decoupled import ROLE_ENV
 
     checks = check_run(cfg)  # everything before the first step, for every stage
+    if world.is_main:
+        for note in engine_notes([c.config for c in checks]):
+            print(note, flush=True)
     if os.environ.get(ROLE_ENV) == "explorer":
         return _explore_stages(cfg, checks)
     stages = stage_configs(cfg)

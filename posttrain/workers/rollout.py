@@ -7,28 +7,41 @@ roles after it expect (`posttrain.cluster.parallel`). Each response's sampling n
 rollout seed, its prompt's uid and its sample index (`posttrain.rollout.sampling`), not by the rank
 or the batch it was decoded in, so the batch is the same on any number of ranks (to float rounding
 of the logits in other batch shapes).
+
+With `free_cache` (`rollout.free_cache_engine`) the engine sleeps after every generation and wakes
+before the next (level 1: KV cache released, weights kept in host memory), so that training has the
+device memory in between; weights pushed while it sleeps land in the sleeping engine.
 """
 
 from __future__ import annotations
 
 from posttrain.cluster.parallel import DataParallel, contiguous_shares
 from posttrain.records import PromptBatch, RolloutBatch
-from posttrain.rollout.base import SamplingParams
-from posttrain.rollout.hf_engine import HFEngine
+from posttrain.rollout.base import RolloutEngine, SamplingParams
 from posttrain.workers.microbatch import SINGLE
 
 
 class RolloutWorker:
     """An engine and this rank's place among the rollout ranks; `generate` returns the whole batch."""
 
-    def __init__(self, engine: HFEngine, dp: DataParallel = SINGLE):
+    def __init__(self, engine: RolloutEngine, dp: DataParallel = SINGLE, free_cache: bool = False):
         self.engine = engine
         self.dp = dp
+        self.free_cache = free_cache
 
     def generate(
         self, prompts: PromptBatch, params: SamplingParams, *, expected_version: int, seed: int | None = None
     ) -> RolloutBatch:
-        """`params.n` responses for every prompt of `prompts` (see `HFEngine.generate`)."""
+        """`params.n` responses for every prompt of `prompts` (see `RolloutEngine.generate`)."""
+        if not self.free_cache:
+            return self._generate(prompts, params, expected_version, seed)
+        self.engine.wake_up()
+        try:
+            return self._generate(prompts, params, expected_version, seed)
+        finally:
+            self.engine.sleep(level=1)
+
+    def _generate(self, prompts: PromptBatch, params: SamplingParams, expected_version: int, seed: int | None) -> RolloutBatch:
         if not self.dp.distributed:
             return self.engine.generate(prompts, params, expected_version=expected_version, seed=seed)
         # Consecutive shares keep every prompt's group on one rank and the gathered rows in order.

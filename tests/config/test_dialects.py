@@ -78,7 +78,11 @@ def test_roll_rlvr_translation_names_keys():
     megatron = _entry(report, "actor_train.strategy_args.strategy_name")
     assert megatron.status == "refused" and "Megatron backends are not provided" in megatron.reason
     vllm = _entry(report, "actor_infer.strategy_args.strategy_name")
-    assert (vllm.status, vllm.native) == ("refused", "rollout.name") and vllm.reason.startswith("not implemented yet: vLLM")
+    assert (vllm.status, vllm.native, vllm.value) == ("translated", "rollout.name", "vllm")
+    # strategy_config goes to the vLLM constructor: rollout keys where posttrain has them, the rest as they are
+    assert _entry(report, "actor_infer.strategy_args.strategy_config.gpu_memory_utilization").native == "rollout.gpu_memory_utilization"
+    block = _entry(report, "actor_infer.strategy_args.strategy_config.block_size")
+    assert (block.status, block.native, block.value) == ("translated", "rollout.engine_kwargs.vllm.block_size", 16)
     mapping = _entry(report, "actor_infer.device_mapping")  # 12 of 16 devices: a real placement, not colocation
     assert (mapping.status, mapping.native, mapping.value) == ("refused", "cluster.device_mapping.rollout", "list(range(0,12))")
     assert "split placement" in mapping.reason and "actor_infer 0..11" in mapping.reason
@@ -171,7 +175,7 @@ def test_converted_roll_rlvr_loads(tmp_path):
     cfg = load_config(out)
     assert (cfg.actor.ppo_mini_batch_size, cfg.data.train_batch_size, cfg.rollout.n) == (64, 64, 8)
     assert (cfg.model.dtype, cfg.algorithm.adv_estimator, cfg.actor.optim.lr) == ("bf16", "reinforce", 1e-6)
-    assert "# rollout.name: vllm    # from actor_infer.strategy_args.strategy_name" in out.read_text()
+    assert (cfg.rollout.name, cfg.rollout.engine_kwargs.vllm) == ("vllm", {"block_size": 16})
 
 
 # ---- hand-written files that load -----------------------------------------------------------------
@@ -289,13 +293,14 @@ def test_refused_keys_make_one_message_naming_each(tmp_path, capsys):
           strategy_args: {{strategy_name: megatron_train}}
         actor_infer:
           strategy_args: {{strategy_name: vllm}}
+          generating_args: {{num_beams: 4}}
         my_own_knob: 3
     """)
     with pytest.raises(ConfigError) as err:
         load_config(path)
     problems = err.value.problems
     assert f"{path}: actor_train.strategy_args.strategy_name: not supported: DeepSpeed and Megatron" in problems[0]
-    assert problems[1] == f"{path}: actor_infer.strategy_args.strategy_name (posttrain: rollout.name): not implemented yet: vLLM/SGLang rollout engines (later issue)"
+    assert problems[1].startswith(f"{path}: actor_infer.generating_args.num_beams (posttrain: rollout.num_beams): not implemented yet: beam search")
     assert problems[2].startswith(f"{path}: my_own_knob: no posttrain equivalent")
     assert "posttrain config convert" in problems[3] and len(problems) == 4
     assert main(["train", str(path)]) == 2  # one message, nothing trained or written
@@ -350,3 +355,12 @@ def test_convert_api_raises_user_error_for_native(tmp_path):
     path = _write(tmp_path / "n.yaml", "actor: {ppo_epochs: 2}\n")
     with pytest.raises(UserError):
         convert(path)
+
+
+def test_trinity_engine_types_name_the_vllm_engine(tmp_path):
+    for engine_type in ("vllm", "vllm_async"):  # "the same meaning" in Trinity-RFT's guide
+        raw = {"mode": "both", "explorer": {"rollout_model": {"engine_type": engine_type, "gpu_memory_utilization": 0.7}}}
+        report = read_foreign(tmp_path / "trinity.yaml", "trinity", raw=raw).report
+        name = _entry(report, "explorer.rollout_model.engine_type")
+        assert (name.status, name.native, name.value) == ("translated", "rollout.name", "vllm")
+        assert _entry(report, "explorer.rollout_model.gpu_memory_utilization").native == "rollout.gpu_memory_utilization"

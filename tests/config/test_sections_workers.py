@@ -149,8 +149,7 @@ def test_every_choice_of_an_implemented_field_is_accepted():
 @pytest.mark.parametrize(
     "override",
     [
-        "rollout.name=vllm",
-        "rollout.gpu_memory_utilization=0.9",
+        "rollout.mode=async",
         "rollout.multi_turn.completion_callback=my.callback",
         "critic.model.enable_activation_offload=true",
         "ref.entropy_checkpointing=true",
@@ -229,8 +228,7 @@ VERL_KEYS = [
         "log_prob_max_token_len_per_gpu", "disable_log_stats", "enable_chunked_prefill", "use_fire_sampling",
         "calculate_log_probs", "repetition_penalty",
         "val_kwargs.top_k", "val_kwargs.top_p", "val_kwargs.temperature", "val_kwargs.n", "val_kwargs.do_sample",
-        "engine_kwargs.vllm.swap_space", "engine_kwargs.vllm.disable_mm_preprocessor_cache",
-        "engine_kwargs.sglang.attention_backend",
+        "engine_kwargs.vllm", "engine_kwargs.sglang", "checkpoint_engine.update_weights_bucket_megabytes",
         "multi_turn.enable", "multi_turn.max_turns", "multi_turn.tool_config_path", "multi_turn.format",
         "multi_turn.completion_callback", "multi_turn.use_inference_chat_template",
         "multi_turn.enable_tokenization_sanity_check", "multi_turn.max_assistant_turns", "multi_turn.max_user_turns",
@@ -291,7 +289,7 @@ ROLL_KEYS = [
     *(f"roll:validation.generating_args.{k}" for k in (
         "max_new_tokens", "temperature", "top_p", "top_k", "num_beams", "num_return_sequences")),
     *(f"roll:actor_infer.strategy_args.{k}" for k in (
-        "strategy_name", "strategy_config.gpu_memory_utilization", "strategy_config.block_size",
+        "strategy_name", "strategy_config.gpu_memory_utilization",
         "strategy_config.max_model_len", "strategy_config.load_format", "strategy_config.mem_fraction_static")),
     "roll:actor_infer.num_gpus_per_worker", "roll:actor_infer.model_args.dtype",
     "roll:actor_infer.model_args.disable_gradient_checkpointing",

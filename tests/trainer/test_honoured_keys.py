@@ -135,6 +135,7 @@ KNOBS = [
     knob("rollout.enable_prefix_caching=true", "forwards"),
     knob("rollout.engine_kwargs.hf.decode_workers=2", "pools"),
     knob("rollout.prompt_length=7", "exit"),  # another limit than data.max_prompt_length is refused
+    knob("rollout.max_num_seqs=2", "forwards"),  # the hf engine decodes 2 rows at a time
     # actor
     knob("actor.ppo_mini_batch_size=2", "weights"),
     knob("actor.ppo_micro_batch_size_per_gpu=4", "forwards"),
@@ -331,6 +332,7 @@ SHARDING, PLACEMENT, LAUNCH = (f"tests/cluster/{m}.py" for m in ("test_sharding_
 DECOUPLED, SYNC = (f"tests/buffer/{m}.py" for m in ("test_decoupled_runs", "test_sync_settings"))
 PROFILING, PROFILED = "tests/trainer/test_profiling.py", ("actor", "ref", "critic", "reward.reward_model")
 ROUTING = "tests/rewards/test_reward_routing.py"
+ENGINES = "tests/rollout/"
 FSDP_KEYS = ("param_offload", "optimizer_offload", "offload_policy", "reshard_after_forward", "forward_prefetch", "fsdp_size",
              "min_num_params", "transformer_layer_cls_to_wrap", "mixed_precision.reduce_dtype")
 
@@ -411,6 +413,15 @@ ELSEWHERE = {
     "buffer.trainer_input.experience_buffer.name": f"{SYNC}::test_the_buffer_file_is_named_by_the_buffer_name_unless_a_path_is_given",
     "buffer.trainer_input.experience_buffer.path": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
     "buffer.trainer_input.experience_buffer.max_read_timeout": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
+    # rollout engines: the name picks one (a GPU engine is refused on this machine); the vLLM/SGLang
+    # settings reach those libraries' constructors (stand-in modules: the libraries do not run here)
+    "rollout.name": f"{ENGINES}test_engines.py::test_rollout_name_picks_the_engine_and_plan_names_what_the_machine_lacks",
+    "rollout.free_cache_engine": "tests/trainer/test_rl_build.py::test_free_cache_engine_sleeps_the_engine_between_generations",
+    **{f"rollout.{k}": f"{ENGINES}test_vllm_adapter.py::test_rollout_keys_become_llm_arguments" for k in (
+        "tensor_model_parallel_size", "gpu_memory_utilization", "enforce_eager", "load_format", "max_model_len",
+        "max_num_batched_tokens", "enable_chunked_prefill", "disable_log_stats", "engine_kwargs.vllm")},
+    "rollout.engine_kwargs.sglang": f"{ENGINES}test_sglang_adapter.py::test_rollout_keys_become_engine_arguments",
+    "rollout.update_weights_bucket_megabytes": f"{ENGINES}test_vllm_adapter.py::test_build_sends_the_policy_weights_only_with_a_dummy_load_format",
     # needs an adapter written by an earlier run
     "model.lora_adapter_path": "tests/trainer/test_lora_rl.py::test_a_run_starts_from_an_adapter_given_by_lora_adapter_path",
     # profiling: what a trace holds, which of several workers profile, the CUDA memory history (GPU only)

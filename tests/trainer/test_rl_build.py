@@ -279,3 +279,21 @@ def test_optim_fused_reaches_the_actor_and_critic_optimizers(tmp_path, fused):
     roles = build_roles(c, derive(c, 64), tokenizer_from_config(c.model))
     for optimizer in (roles.actor.optimizer, roles.critic.optimizer):
         assert bool(optimizer.param_groups[0]["fused"]) is fused
+
+
+@pytest.mark.parametrize("free", [True, False])
+def test_free_cache_engine_sleeps_the_engine_between_generations(tiny_dir, free):
+    from posttrain.records import PromptBatch
+
+    r = roles(tiny_dir, f"rollout.free_cache_engine={str(free).lower()}", "rollout.dtype=bf16")
+    engine, calls = r.engine, []
+    assert engine.owns_weights  # another dtype: the engine's own copy, which sleep may move off a GPU
+    sleep, wake_up = engine.sleep, engine.wake_up
+    engine.sleep = lambda level=1: (calls.append(("sleep", level)), sleep(level))[1]
+    engine.wake_up = lambda: (calls.append("wake_up"), wake_up())[1]
+    ids = torch.tensor([[5, 6, 7]])
+    r.rollout.generate(PromptBatch(ids, torch.ones(1, 3), uid=["a"]), SamplingParams(max_new_tokens=2), expected_version=0)
+    assert calls == (["wake_up", ("sleep", 1)] if free else [])
+    assert engine.asleep == (1 if free else 0)
+    r.sync.push(1)  # weights pushed while it sleeps land in the sleeping engine
+    assert engine.weights_version == 1

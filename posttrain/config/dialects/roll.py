@@ -269,6 +269,22 @@ def _judge_placement(ctx: Context, foreign: str, key: str, value: Any) -> None:
         ctx.refuse(foreign, "the judge writes its prompt in its own tokenizer's chat template; remove data_args when that is the template meant", None, value)
 
 
+def infer_engine_kwargs(ctx: Context) -> None:
+    """ROLL passes ``actor_infer.strategy_args.strategy_config`` to the vLLM / SGLang constructor.
+    The options posttrain has a rollout key for translate by their refs (gpu_memory_utilization,
+    mem_fraction_static, load_format, max_model_len); every other one is handed to the same
+    constructor through ``rollout.engine_kwargs.<strategy_name>``."""
+    name = ctx.get("actor_infer.strategy_args.strategy_name")
+    options = ctx.get("actor_infer.strategy_args.strategy_config")
+    if name not in ("vllm", "sglang") or not isinstance(options, Mapping):
+        return
+    for option, value in options.items():
+        key = f"actor_infer.strategy_args.strategy_config.{option}"
+        if ctx.index.lookup(key) is None:
+            ctx.consume(key)
+            ctx.set(f"rollout.engine_kwargs.{name}.{option}", value, key, f"passed to the {name} engine's constructor")
+
+
 _MATH_WORKER = next(cls for cls, scorer in ROLL_WORKER_CLASSES.items() if scorer == "math")
 _ACCUMULATION = "the optimizer step: per_device_train_batch_size x gradient_accumulation_steps x data-parallel ranks / responses per prompt (prompts; refused unless whole)"
 # Keys the handlers above translate (docs/config-mapping.md reads this table: posttrain.config.tables).
@@ -284,4 +300,4 @@ RULES: dict[str, Rule] = {
            ("device_mapping", _RULE_WORKER_UNUSED["device_mapping"], "dropped (it runs in the training process, on its device)"))},
 }
 
-HANDLERS = [template, reward_norm, mini_batch, topr, roll_lora, reward_workers, *roll_defaults.HANDLERS]
+HANDLERS = [template, reward_norm, mini_batch, topr, roll_lora, reward_workers, infer_engine_kwargs, *roll_defaults.HANDLERS]

@@ -1,9 +1,11 @@
 """`rollout`: the generation engine and its sampling parameters.
 
 The built-in engine is ``hf``: the policy's own torch module samples with a KV cache in the training
-process, so actor and rollout always share weights (verl's "hybrid engine"). vLLM and SGLang engines
-are a later issue; their options have a home here already, marked `todo`, so a verl/ROLL/Trinity file
-that sets them is refused by name rather than silently ignored.
+process, so actor and rollout always share weights (verl's "hybrid engine"). ``vllm`` and ``sglang``
+are adapters over those libraries (posttrain.rollout.vllm_engine / sglang_engine, docs/engines.md).
+Settings that only some engines read (``gpu_memory_utilization``, ``enforce_eager``,
+``engine_kwargs.vllm``, ...) are accepted whatever engine runs, so a config written for vLLM plans
+on a CPU laptop with ``rollout.name=hf``; `config plan` and `train` then name them once as unused.
 
 Units: ``n`` is responses per prompt; lengths are tokens; ``max_num_seqs`` counts sequences.
 
@@ -22,7 +24,8 @@ _ROLL_STRAT = "roll:actor_infer.strategy_args.strategy_config"
 _ROLL_VAL_GEN = "roll:validation.generating_args"
 _TRINITY = "trinity:explorer.rollout_model"
 
-_ENGINES = "vLLM/SGLang rollout engines (later issue)"
+_VLLM_ONLY = "Read by the vllm engine only (a setting of another engine is reported unused, not refused)."
+_GPU_ENGINES = "Read by the vllm and sglang engines only (a setting of another engine is reported unused, not refused)."
 _MULTI_TURN = "completion callbacks of SGLang's multi-turn rollout (not planned: the tool env is the extension point)"
 
 
@@ -56,22 +59,6 @@ class MultiTurnConfig:
 
 
 @section
-class VllmEngineKwargs:
-    """Extra options passed to a vLLM engine."""
-
-    swap_space: int | None = param(None, doc="CPU swap space for the KV cache in GiB; null keeps vLLM's default (4).", ge=0, todo=_ENGINES, refs=[f"{_VERL}.engine_kwargs.vllm.swap_space"])
-    disable_mm_preprocessor_cache: bool = param(False, doc="Turn off vLLM's cache of preprocessed multimodal inputs.", todo=_ENGINES, refs=[f"{_VERL}.engine_kwargs.vllm.disable_mm_preprocessor_cache"])
-    block_size: int | None = param(None, doc="Tokens per KV-cache block; null keeps vLLM's default.", ge=1, todo=_ENGINES, refs=[f"{_ROLL_STRAT}.block_size"])
-
-
-@section
-class SglangEngineKwargs:
-    """Extra options passed to an SGLang engine."""
-
-    attention_backend: str | None = param(None, doc="SGLang attention kernels (flashinfer, triton, flashmla); null keeps SGLang's default.", todo=_ENGINES, refs=[f"{_VERL}.engine_kwargs.sglang.attention_backend"])
-
-
-@section
 class HfEngineKwargs:
     """Options of the built-in hf engine."""
 
@@ -83,8 +70,8 @@ class EngineKwargsConfig:
     """Engine-specific options, one group per engine; only the chosen engine's group is used."""
 
     hf: HfEngineKwargs = param(factory=HfEngineKwargs, doc="Options of the built-in hf engine.")
-    vllm: VllmEngineKwargs = param(factory=VllmEngineKwargs, doc="Options of the vLLM engine.")
-    sglang: SglangEngineKwargs = param(factory=SglangEngineKwargs, doc="Options of the SGLang engine.")
+    vllm: dict[str, Any] = param(factory=dict, doc="Keyword arguments passed as they are to vllm.LLM(...) (e.g. swap_space, block_size, compilation_config; null values are left out, so vLLM's defaults hold).", refs=[f"{_VERL}.engine_kwargs.vllm"])
+    sglang: dict[str, Any] = param(factory=dict, doc="Keyword arguments passed as they are to sglang.Engine(...) (e.g. attention_backend, mem_fraction_static; null values are left out).", refs=[f"{_VERL}.engine_kwargs.sglang"])
 
 
 @section
@@ -92,7 +79,7 @@ class RolloutConfig:
     """Sampling responses from the current policy."""
 
     # ---- engine ------------------------------------------------------------------------------
-    name: str = param("hf", doc="Generation engine: hf (built in: the training model samples with a KV cache), vllm or sglang.", choices=["hf", "vllm", "sglang"], todo=_ENGINES, refs=[f"{_VERL}.name", "roll:actor_infer.strategy_args.strategy_name", f"{_TRINITY}.engine_type"])
+    name: str = param("hf", doc="Generation engine: hf (built in: the training model samples with a KV cache, CPU or GPU), vllm or sglang (pip install 'posttrain[vllm]' / 'posttrain[sglang]'; a CUDA GPU).", choices=["hf", "vllm", "sglang"], refs=[f"{_VERL}.name", "roll:actor_infer.strategy_args.strategy_name", f"{_TRINITY}.engine_type"])
     mode: str = param("sync", doc="sync generates a whole batch per call; async serves requests from a rollout server.", choices=["sync", "async"], todo="asynchronous rollout server (later issue)", refs=[f"{_VERL}.mode"])
 
     # ---- sampling ----------------------------------------------------------------------------
@@ -119,21 +106,22 @@ class RolloutConfig:
 
     # ---- placement and parallelism ------------------------------------------------------------
     hybrid_engine: bool = param(True, doc="true: the rollout engine lives in the training process(es) (verl's hybrid engine, colocated). false: split placement, the engine in an explorer process of its own and training in a trainer process, synchronised every step (on-policy; the decoupled layout of docs/async.md with sync_interval 1, sync_offset 0).", refs=["verl:actor_rollout_ref.hybrid_engine"])
-    tensor_model_parallel_size: int = param(1, doc="Devices one engine replica is split over (tensor parallelism).", ge=1, todo=_ENGINES, refs=[f"{_VERL}.tensor_model_parallel_size", f"{_TRINITY}.tensor_parallel_size", "roll:actor_infer.num_gpus_per_worker"])
+    tensor_model_parallel_size: int = param(1, doc=f"Devices one engine replica is split over (tensor parallelism; vLLM tensor_parallel_size, SGLang tp_size). {_GPU_ENGINES}", ge=1, refs=[f"{_VERL}.tensor_model_parallel_size", f"{_TRINITY}.tensor_parallel_size", "roll:actor_infer.num_gpus_per_worker"])
     engine_num: int = param(1, doc="Engine replicas generating in parallel.", ge=1, todo="several engine replicas per worker (every worker has one engine; more workers give more replicas)", refs=[f"{_TRINITY}.engine_num"])
 
     # ---- engine memory and performance (vLLM/SGLang) -----------------------------------------
     dtype: str = param("auto", doc="Engine weight dtype: auto (the actor's compute dtype: actor.fsdp_config.mixed_precision.param_dtype, else model.dtype), fp32, bf16 or fp16. Another dtype than the actor's parameters gives the engine its own copy of the weights in that dtype, refreshed after every optimizer step.", choices=["auto", "fp32", "bf16", "fp16"], refs=[f"{_VERL}.dtype", f"{_TRINITY}.dtype", "roll:actor_infer.model_args.dtype"])
-    gpu_memory_utilization: float = param(0.5, doc="Fraction of device memory the engine may take for weights and KV cache (SGLang: mem_fraction_static).", gt=0, le=1, todo=_ENGINES, refs=[f"{_VERL}.gpu_memory_utilization", f"{_TRINITY}.gpu_memory_utilization", f"{_ROLL_STRAT}.gpu_memory_utilization", f"{_ROLL_STRAT}.mem_fraction_static"])
-    free_cache_engine: bool = param(True, doc="Release the engine's KV cache after each generation phase so training has the memory.", todo=_ENGINES, refs=[f"{_VERL}.free_cache_engine"])
-    enforce_eager: bool = param(True, doc="Run the engine eagerly, without CUDA graphs.", todo=_ENGINES, refs=[f"{_VERL}.enforce_eager", f"{_TRINITY}.enforce_eager"])
-    load_format: str = param("dummy_dtensor", doc="How the engine gets its first weights (dummy_* = random, overwritten by the first weight sync; hf, dtensor, auto, ...).", todo=_ENGINES, refs=[f"{_VERL}.load_format", f"{_ROLL_STRAT}.load_format"])
-    max_model_len: int | None = param(None, doc="Longest prompt + response the engine holds in tokens; null derives it from the data lengths.", ge=1, todo=_ENGINES, refs=[f"{_VERL}.max_model_len", f"{_ROLL_STRAT}.max_model_len"])
-    max_num_batched_tokens: int = param(8192, doc="Most tokens the engine processes in one scheduler step.", ge=1, todo=_ENGINES, refs=[f"{_VERL}.max_num_batched_tokens"])
-    max_num_seqs: int = param(1024, doc="Most sequences the engine generates at once.", ge=1, todo=_ENGINES, refs=[f"{_VERL}.max_num_seqs", "roll:actor_infer.infer_batch_size"])
-    enable_chunked_prefill: bool = param(True, doc="Split long prompt prefills into chunks to cap peak memory.", todo=_ENGINES, refs=[f"{_VERL}.enable_chunked_prefill", f"{_TRINITY}.enable_chunked_prefill"])
-    enable_prefix_caching: bool = param(False, doc="Reuse the KV cache of shared prompt prefixes across requests (hf engine: each distinct prompt is prefilled once for its n responses).", refs=[f"{_VERL}.enable_prefix_caching", f"{_TRINITY}.enable_prefix_caching"])
-    disable_log_stats: bool = param(True, doc="Silence the engine's periodic statistics log.", todo=_ENGINES, refs=[f"{_VERL}.disable_log_stats"])
+    gpu_memory_utilization: float = param(0.5, doc=f"Fraction of device memory the engine may take for weights and KV cache (SGLang: mem_fraction_static). {_GPU_ENGINES}", gt=0, le=1, refs=[f"{_VERL}.gpu_memory_utilization", f"{_TRINITY}.gpu_memory_utilization", f"{_ROLL_STRAT}.gpu_memory_utilization", f"{_ROLL_STRAT}.mem_fraction_static"])
+    free_cache_engine: bool = param(True, doc="Put the engine to sleep after each generation and wake it before the next, so training has the memory: vLLM sleep(level=1) / SGLang release_memory_occupation (KV cache dropped, weights to host memory); the hf engine keeps no KV cache between calls and moves only a weight copy it owns on a GPU.", refs=[f"{_VERL}.free_cache_engine"])
+    enforce_eager: bool = param(True, doc=f"Run the engine eagerly, without CUDA graphs (SGLang: disable_cuda_graph). {_GPU_ENGINES}", refs=[f"{_VERL}.enforce_eager", f"{_TRINITY}.enforce_eager"])
+    load_format: str = param("dummy_dtensor", doc=f"How the engine gets its first weights: dummy* = random, then the policy's weights are sent in before the first rollout (nothing read from disk twice); anything else (auto, safetensors, ...) is passed to the engine, which reads model.path itself. {_GPU_ENGINES}", refs=[f"{_VERL}.load_format", f"{_ROLL_STRAT}.load_format"])
+    max_model_len: int | None = param(None, doc=f"Longest prompt + response the engine holds in tokens (SGLang: context_length); null: data.max_prompt_length + the response length. {_GPU_ENGINES}", ge=1, refs=[f"{_VERL}.max_model_len", f"{_ROLL_STRAT}.max_model_len"])
+    max_num_batched_tokens: int = param(8192, doc=f"Most tokens the engine processes in one scheduler step (SGLang: chunked_prefill_size). {_GPU_ENGINES}", ge=1, refs=[f"{_VERL}.max_num_batched_tokens"])
+    max_num_seqs: int = param(1024, doc="Most sequences the engine generates at once (SGLang: max_running_requests; hf: rows decoded together, the rest in later chunks).", ge=1, refs=[f"{_VERL}.max_num_seqs", "roll:actor_infer.infer_batch_size"])
+    enable_chunked_prefill: bool = param(True, doc=f"Split long prompt prefills into chunks to cap peak memory (SGLang: false sets chunked_prefill_size -1). {_GPU_ENGINES}", refs=[f"{_VERL}.enable_chunked_prefill", f"{_TRINITY}.enable_chunked_prefill"])
+    enable_prefix_caching: bool = param(False, doc="Reuse the KV cache of shared prompt prefixes across requests (hf engine: each distinct prompt is prefilled once for its n responses; SGLang: false sets disable_radix_cache).", refs=[f"{_VERL}.enable_prefix_caching", f"{_TRINITY}.enable_prefix_caching"])
+    disable_log_stats: bool = param(True, doc=f"Silence the engine's periodic statistics log. {_VLLM_ONLY}", refs=[f"{_VERL}.disable_log_stats"])
+    update_weights_bucket_megabytes: int = param(512, doc=f"The weight sync sends the actor's tensors to the engine in buckets of about this many MiB, one call each (a tensor larger than a bucket goes alone), so no second whole copy of the model is held. {_GPU_ENGINES}", ge=1, refs=[f"{_VERL}.checkpoint_engine.update_weights_bucket_megabytes"])
     engine_kwargs: EngineKwargsConfig = param(factory=EngineKwargsConfig, doc="Engine-specific options (hf, vllm, sglang).")
 
     # ---- agentic ------------------------------------------------------------------------------
@@ -149,6 +137,10 @@ UNSUPPORTED: dict[str, str] = {
     f"{_ROLL_VAL_GEN}.max_new_tokens": "validation generates up to rollout.response_length tokens like training",
     f"{_ROLL_VAL_GEN}.num_beams": "beam search is not offered; validation samples or decodes greedily (rollout.val_kwargs.do_sample)",
     "roll:actor_infer.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
+    "roll:actor_infer.world_size": "ROLL derives it from device_mapping; posttrain derives process counts from the cluster section",
+    "roll:generate_opt_level": "ROLL's request scheduler switch; posttrain's hf engine generates one batch per call (async server: later issue)",
+    "roll:is_num_return_sequences_expand": "ROLL implementation detail: posttrain always samples rollout.n independent responses per prompt",
+    "roll:max_running_requests": "ROLL's request scheduler concurrency; the vLLM/SGLang engines' limit is rollout.max_num_seqs",
 }
 
 _SCHEDULING = "request scheduling inside ROLL's generation workers: it changes when requests run, not what is sampled"

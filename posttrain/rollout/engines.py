@@ -1,0 +1,87 @@
+"""Every rollout engine, by `rollout.name`: building one, checking the machine can run it, and
+naming the settings of the engines that are not running.
+
+Importing this module registers all engines (`posttrain.rollout.registry`): the built-in `hf` one
+here, `vllm` and `sglang` from their adapter modules, which import their libraries only when an
+engine is built or checked. So a config written for vLLM loads, plans and names what is missing on
+a machine without vLLM or a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from posttrain.errors import UserError
+from posttrain.rollout import sglang_engine, vllm_engine  # noqa: F401 (registers the vllm and sglang engines)
+from posttrain.rollout.base import RolloutEngine
+from posttrain.rollout.hf_engine import HFEngine
+from posttrain.rollout.registry import ENGINES, MACHINE_CHECKS, engine_builder, register_engine
+
+
+@register_engine("hf")
+def build_hf_engine(cfg: Any, model: nn.Module, tokenizer: Any, *, seed: int, owns_weights: bool) -> RolloutEngine:
+    """The built-in engine over the policy module itself (EOS ids from the model's generation_config:
+    Qwen-style <|im_end|> and <|endoftext|>)."""
+    r = cfg.rollout
+    return HFEngine(
+        model, eos_token_ids=None, pad_token_id=tokenizer.pad_token_id, copy_weights=False, seed=seed,
+        share_prompt_prefill=r.enable_prefix_caching, decode_workers=r.engine_kwargs.hf.decode_workers,
+        max_num_seqs=r.max_num_seqs, tokenizer=tokenizer, owns_weights=owns_weights,
+    )
+
+
+def build_engine(cfg: Any, model: nn.Module, tokenizer: Any, *, seed: int, owns_weights: bool = False) -> RolloutEngine:
+    """The engine `rollout.name` names, over `model`'s weights (see `registry.EngineBuilder`)."""
+    check_engine_machine(cfg)
+    return engine_builder(cfg.rollout.name)(cfg, model, tokenizer, seed=seed, owns_weights=owns_weights)
+
+
+def check_engine_machine(cfg: Any) -> None:
+    """A UserError of one line when this machine cannot run `rollout.name` (a package, a GPU or a
+    supported version missing), saying what to install or choose instead. `config plan` runs it."""
+    engine_builder(cfg.rollout.name)  # an unknown name lists the valid ones
+    check = MACHINE_CHECKS.get(cfg.rollout.name)
+    problem = check(cfg) if check is not None else None
+    if problem is not None:
+        raise UserError(f"rollout.name={cfg.rollout.name}: {problem}")
+
+
+# Settings that only some engines read (the rest are read by every engine: sampling, lengths,
+# free_cache_engine, max_num_seqs, enable_prefix_caching, dtype). Anything under
+# rollout.engine_kwargs.<engine> belongs to that engine.
+ENGINE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "tensor_model_parallel_size": ("vllm", "sglang"),
+    "gpu_memory_utilization": ("vllm", "sglang"),
+    "enforce_eager": ("vllm",),
+    "load_format": ("vllm", "sglang"),
+    "max_model_len": ("vllm", "sglang"),
+    "max_num_batched_tokens": ("vllm", "sglang"),
+    "enable_chunked_prefill": ("vllm", "sglang"),
+    "disable_log_stats": ("vllm", "sglang"),
+}
+
+
+def unused_engine_settings(cfg: Any, defaults: Any) -> str | None:
+    """One line naming the settings made (different from `defaults`, a default RolloutConfig) for
+    engines other than `rollout.name`: accepted as those engines' settings, unused by this run."""
+    r, name = cfg.rollout, cfg.rollout.name
+    unused = [f"rollout.{key}" for key, engines in ENGINE_SETTINGS.items()
+              if name not in engines and getattr(r, key) != getattr(defaults, key)]
+    for engine in ENGINES:
+        if engine != name:
+            ours, default = getattr(r.engine_kwargs, engine), getattr(defaults.engine_kwargs, engine)
+            unused += [f"rollout.engine_kwargs.{engine}.{k}" for k in sorted(_changed(ours, default))]
+    if not unused:
+        return None
+    return (f"note: {', '.join(unused)}: settings of another rollout engine, unused by the {name} engine this run "
+            f"uses (rollout.name={name})")
+
+
+def _changed(ours: Any, default: Any) -> list[str]:
+    """Keys of an engine_kwargs group that differ from the default (a section or a dict)."""
+    if isinstance(ours, dict):
+        return [k for k, v in ours.items() if default.get(k, object()) != v]
+    return [k for k in vars(ours) if getattr(ours, k) != getattr(default, k)]
+

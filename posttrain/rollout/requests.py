@@ -1,0 +1,97 @@
+"""What the engines over other libraries (vLLM, SGLang) share: one request per response, and the
+`RolloutBatch` made back from their token lists.
+
+Those libraries take prompts as lists of token ids (no padding) and return each response as lists
+of token ids and per-token log-probs. Every response is sent as its own request (n = 1), so that a
+seeded request is keyed like the hf engine's rows: by (seed, prompt uid, sample index)
+(`posttrain.rollout.sampling.request_seed`), whatever else shares the batch. Rows come back in
+the order of `PromptBatch.repeat_interleave(n)`: the n responses of a prompt adjacent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from posttrain.records import PromptBatch, RolloutBatch
+from posttrain.rollout.base import SamplingParams, StalePolicyError
+from posttrain.rollout.sampling import request_seed
+
+
+@dataclass(frozen=True)
+class Request:
+    """One response to generate: its prompt's token ids and its seed (None: unseeded)."""
+
+    prompt_ids: list[int]
+    seed: int | None
+
+
+def requests_for(prompts: PromptBatch, params: SamplingParams, seed: int | None) -> list[Request]:
+    """One request per response, prompt-major. Seeded when `params.seed` or `seed` is given (the
+    validation's reseed); a training rollout passes neither and lets the engine draw, which is
+    faster in vLLM (a seeded request samples with a generator of its own)."""
+    base = params.seed if params.seed is not None else seed
+    out = []
+    for i in range(len(prompts)):
+        ids = prompts.input_ids[i][prompts.attention_mask[i] > 0].tolist()  # left padding dropped
+        if not ids:
+            raise ValueError("every prompt needs at least one real token (a row of attention_mask is all 0)")
+        for j in range(params.n):
+            out.append(Request(ids, None if base is None else request_seed(base, prompts.uid[i], j)))
+    return out
+
+
+def check_version(engine_version: int, expected: int, name: str) -> None:
+    if expected != engine_version:
+        raise StalePolicyError(
+            f"{name} engine holds weights version {engine_version} but the trainer expects {expected}: call "
+            f"update_weights(actor weights, version={expected}) after every optimizer step before generating"
+        )
+
+
+def rollout_batch(
+    prompts: PromptBatch, n: int, responses: Sequence[Sequence[int]], logprobs: Sequence[Sequence[float]],
+    *, version: int, pad_token_id: int, device: torch.device,
+) -> RolloutBatch:
+    """The `RolloutBatch` of `responses` (token ids per row, prompt-major, n per prompt) with
+    their `logprobs`; rows right-padded with `pad_token_id` (mask 0.0, log-prob 0.0)."""
+    rows = prompts.repeat_interleave(n)
+    if len(responses) != len(rows) or len(logprobs) != len(rows):
+        raise ValueError(f"the engine returned {len(responses)} responses for {len(rows)} requests")
+    T = max(1, max(len(r) for r in responses))
+    ids = torch.full((len(rows), T), pad_token_id, dtype=torch.long)  # (B, T)
+    mask = torch.zeros(len(rows), T)  # (B, T)
+    lps = torch.zeros(len(rows), T)  # (B, T)
+    for i, (tokens, values) in enumerate(zip(responses, logprobs)):
+        if len(values) != len(tokens):
+            raise ValueError(f"response {i}: {len(tokens)} tokens but {len(values)} log-probs")
+        ids[i, : len(tokens)] = torch.tensor(list(tokens), dtype=torch.long)
+        mask[i, : len(tokens)] = 1.0
+        lps[i, : len(tokens)] = torch.tensor(list(values), dtype=torch.float32)
+    return RolloutBatch(
+        prompt_ids=rows.input_ids.to(device),
+        prompt_mask=rows.attention_mask.to(device, torch.float32),
+        response_ids=ids.to(device),
+        response_mask=mask.to(device),
+        rollout_logprobs=lps.to(device),
+        weights_version=torch.full((len(rows),), version, dtype=torch.long, device=device),
+        group_index=list(rows.uid),
+        data_source=list(rows.data_source),
+        ground_truth=list(rows.ground_truth),
+        extra_info=[dict(x) if x else {} for x in rows.extra_info],
+        raw_prompt=list(rows.raw_prompt),
+        raw_chat=list(rows.raw_chat),
+    )
+
+
+def max_model_len(cfg) -> int:
+    """`rollout.max_model_len`, else the longest prompt plus the longest response."""
+    r = cfg.rollout
+    return r.max_model_len or cfg.data.max_prompt_length + (r.response_length or cfg.data.max_response_length)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The dtype spelling vLLM and SGLang take."""
+    return {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(dtype, "auto")

@@ -1,0 +1,131 @@
+"""`posttrain serve`: the OpenAI-compatible endpoint, over HTTP on a free port."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import torch
+
+from posttrain.cluster.launch import free_port
+from posttrain.models.tiny import make_tiny_model
+from posttrain.models.tokenizer import build_tiny_tokenizer
+from posttrain.records import PromptBatch, RolloutBatch
+from posttrain.rollout import HFEngine
+from posttrain.rollout.server import ChatService, make_server
+
+
+def call(port, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+class ScriptedEngine:
+    """Answers every prompt with a fixed text (the tool-call path needs a model that writes one)."""
+
+    device = torch.device("cpu")
+    weights_version = 0
+
+    def __init__(self, tokenizer, text):
+        self.ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        self.eos_token_ids = [self.ids[-1]]
+
+    def generate(self, prompts: PromptBatch, params, *, expected_version, seed=None) -> RolloutBatch:
+        B, T = len(prompts) * params.n, len(self.ids)
+        return RolloutBatch(
+            prompt_ids=prompts.input_ids.repeat(params.n, 1), prompt_mask=prompts.attention_mask.repeat(params.n, 1),
+            response_ids=torch.tensor([self.ids] * B), response_mask=torch.ones(B, T), rollout_logprobs=torch.full((B, T), -0.5),
+            weights_version=torch.zeros(B, dtype=torch.long), group_index=["u"] * B, data_source=[""] * B,
+            ground_truth=[None] * B, extra_info=[{}] * B, raw_prompt=[""] * B,
+        )
+
+
+@pytest.fixture
+def serving():
+    servers = []
+
+    def start(engine, tokenizer):
+        port = free_port()
+        server = make_server(ChatService(engine, tokenizer, "tiny"), "127.0.0.1", port)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return port
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_chat_completions_sample_n_with_logprobs_and_stop(serving, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(make_tiny_model(tmp_path / "m", layers=1, hidden=32, heads=4)).eval()
+    tokenizer = build_tiny_tokenizer()
+    engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id, eos_token_ids=[], tokenizer=tokenizer)
+    port = serving(engine, tokenizer)
+    assert call(port, "/v1/models") == (200, {"object": "list", "data": [{"id": "tiny", "object": "model", "owned_by": "posttrain"}]})
+    messages = [{"role": "user", "content": "hi"}]
+    status, out = call(port, "/v1/chat/completions", {"model": "tiny", "messages": messages, "n": 3, "temperature": 0.8,
+                                                       "top_p": 0.9, "max_tokens": 6, "logprobs": True, "seed": 1})
+    assert status == 200 and len(out["choices"]) == 3 and out["usage"]["completion_tokens"] == 18
+    first = out["choices"][0]
+    assert first["finish_reason"] == "length" and len(first["logprobs"]["content"]) == 6
+    assert all(entry["logprob"] <= 0 for entry in first["logprobs"]["content"])
+    again = call(port, "/v1/chat/completions", {"messages": messages, "n": 3, "temperature": 0.8, "top_p": 0.9, "max_tokens": 6, "seed": 1})[1]
+    assert [c["message"]["content"] for c in again["choices"]] == [c["message"]["content"] for c in out["choices"]]  # seeded
+    greedy = call(port, "/v1/chat/completions", {"messages": messages, "temperature": 0, "max_tokens": 8})[1]["choices"][0]
+    text = greedy["message"]["content"]
+    stop = text[2:4]
+    stopped = call(port, "/v1/chat/completions", {"messages": messages, "temperature": 0, "max_tokens": 8, "stop": stop})[1]
+    assert stopped["choices"][0]["message"]["content"] == text[: text.index(stop)]  # the stop string is left out
+    assert stopped["choices"][0]["finish_reason"] == "stop"
+    bad = call(port, "/v1/chat/completions", {"messages": messages, "frequency_penalty": 1.0})
+    assert bad == (400, {"error": {"message": "unsupported field(s): frequency_penalty", "type": "invalid_request_error"}})
+    assert call(port, "/v1/chat/completions", {"messages": []})[0] == 400
+    assert call(port, "/v1/completions", {})[0] == 404
+
+
+def test_hermes_tool_calls_become_tool_calls(serving):
+    tokenizer = build_tiny_tokenizer()
+    text = 'Let me add.<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+    port = serving(ScriptedEngine(tokenizer, text), tokenizer)
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+    status, out = call(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "1+2"}], "tools": tools})
+    message = out["choices"][0]["message"]
+    assert status == 200 and out["choices"][0]["finish_reason"] == "tool_calls"
+    assert message == {"role": "assistant", "content": "Let me add.", "tool_calls": [
+        {"id": "call_0", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}]}
+
+
+def test_posttrain_serve_answers_over_http(tmp_path):
+    model = make_tiny_model(tmp_path / "model", layers=1, hidden=32, heads=4)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "posttrain", "serve", str(model), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith(f"serving {model} as model on http://127.0.0.1:{port}/v1"), line
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                status, out = call(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "2+2"}], "max_tokens": 4})
+                break
+            except urllib.error.URLError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        assert status == 200 and out["model"] == "model" and out["usage"]["completion_tokens"] >= 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
