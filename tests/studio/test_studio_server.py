@@ -169,9 +169,9 @@ def test_a_verl_file_imports_translated_and_exports_to_the_same_config(studio, t
 def test_refused_foreign_keys_are_reported_and_leave_no_base(studio, tmp_path):
     _, client = studio
     verl = tmp_path / "verl.yaml"
-    verl.write_text(VERL.format(d=tmp_path).replace("    temperature: 0.9", "    temperature: 0.9\n    mode: async"))
+    verl.write_text(VERL.format(d=tmp_path).replace("    temperature: 0.9", "    temperature: 0.9\n    agent:\n      custom_async_server:\n        name: my_server"))
     result = client.post("/api/import", {"path": str(verl)}).json()
-    assert any(line.startswith("actor_rollout_ref.rollout.mode") for line in result["report"]["refused"])
+    assert any(line.startswith("actor_rollout_ref.rollout.agent.custom_async_server.name") for line in result["report"]["refused"])
     assert result["base"] is None  # `posttrain train verl.yaml` would refuse it: no override command from it
 
 

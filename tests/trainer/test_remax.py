@@ -57,7 +57,7 @@ def test_remax_step_subtracts_the_greedy_score_of_the_same_prompt(files):
     prompts, metrics, batch = one_step(t)
     assert "timing/gen_baseline_s" in metrics and "critic/reward_baseline/mean" in metrics
     # The baseline is the score of the current policy's greedy answer to each row's prompt.
-    greedy = t.roles.engine.generate(prompts, t.sampling.greedy(), expected_version=t.roles.actor.version)
+    greedy = t.roles.rollout.generate(prompts, t.sampling.greedy(), expected_version=t.roles.actor.version)  # wakes the engine (free_cache_engine)
     greedy_scores, _, _ = t.rewards.score(greedy, t.rewards.decode(greedy))  # (4,)
     torch.testing.assert_close(batch.reward_baselines, greedy_scores.repeat_interleave(3))
     # ReMax: advantage = undiscounted return-to-go minus the baseline, on valid tokens only.

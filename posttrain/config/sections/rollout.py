@@ -137,10 +137,6 @@ UNSUPPORTED: dict[str, str] = {
     f"{_ROLL_VAL_GEN}.max_new_tokens": "validation generates up to rollout.response_length tokens like training",
     f"{_ROLL_VAL_GEN}.num_beams": "beam search is not offered; validation samples or decodes greedily (rollout.val_kwargs.do_sample)",
     "roll:actor_infer.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
-    "roll:actor_infer.world_size": "ROLL derives it from device_mapping; posttrain derives process counts from the cluster section",
-    "roll:generate_opt_level": "ROLL's request scheduler switch; posttrain's hf engine generates one batch per call (async server: later issue)",
-    "roll:is_num_return_sequences_expand": "ROLL implementation detail: posttrain always samples rollout.n independent responses per prompt",
-    "roll:max_running_requests": "ROLL's request scheduler concurrency; the vLLM/SGLang engines' limit is rollout.max_num_seqs",
 }
 
 _SCHEDULING = "request scheduling inside ROLL's generation workers: it changes when requests run, not what is sampled"
