@@ -161,7 +161,7 @@ def main() -> int:
                         help="print each file of that outcome with its message")
     parser.add_argument("--unknown", action="store_true", help="list the keys refused as not known to the schema, with counts")
     args = parser.parse_args()
-    held = set() if args.with_corpus else {p.name for p in CORPUS.rglob("*") if p.is_file()}
+    held = set() if args.with_corpus else {str(p.relative_to(CORPUS)) for p in CORPUS.rglob("*") if p.is_file()}
     jobs = []
     if args.verl:
         jobs += [("verl", args.verl, *run, {}) for run in verl_runs(args.verl.resolve())]
@@ -201,7 +201,7 @@ def main() -> int:
 
 def _corpus_name(dialect: str, rel: str) -> str:
     """The file name a corpus copy of ``rel`` has (tests/config/corpus/README.md names the scheme)."""
-    return f"{dialect}__" + rel.removeprefix("examples/").replace("/", "__")
+    return f"{dialect}/" + rel.removeprefix("examples/")
 
 
 def _report(counts, reasons, skipped) -> None:

@@ -39,6 +39,8 @@ _NORM_KEYS = ("norm_mean_type", "norm_std_type", "reward_norm", "reward_shift", 
 _NO_BACKWARD = "this role runs no backward pass, so gradient checkpointing has no meaning there"
 _SCHEDULING = "request scheduling inside ROLL's generation workers; no effect on what is sampled"
 
+# ROLL builds its config with dacite's from_dict, which ignores keys its dataclasses do not declare.
+_NOT_READ = "not read by ROLL (no field of its config dataclasses declares it; ROLL ignores such keys)"
 # Keys that change nothing in posttrain whatever their value, and why.
 _ANY_VALUE = {
     "actor_infer.model_args.disable_gradient_checkpointing": _NO_BACKWARD,
@@ -48,6 +50,11 @@ _ANY_VALUE = {
     "generate_opt_level": _SCHEDULING,
     "max_running_requests": _SCHEDULING,
     "custom_env": "template library of traj_envs.yaml: its entries reach posttrain through custom_envs' interpolations",
+    "validation.eval_steps": _NOT_READ + " (its validation frequency is the top-level eval_steps)",
+    **{f"{role}.model_args.flash_attn": _NOT_READ + " (the attention kernel is model_args.attn_implementation)"
+       for role in ("actor_train", "actor_infer", "reference", "critic")},
+    **{f"{role}.sequence_length_round_in_{phase}": "padding granularity of ROLL's dynamic micro-batches: padding is masked out, so it changes no result"
+       for role in ("actor_train", "reference", "critic") for phase in ("train", "infer")},
 }
 # Keys that change nothing when they hold one of these values.
 _HARMLESS_VALUES = {
@@ -55,6 +62,8 @@ _HARMLESS_VALUES = {
     "validation.generating_args.num_beams": (1,),
     "reference.strategy_args.strategy_name": ("hf_infer",),
     "actor_infer.strategy_args.strategy_name": ("hf_infer",),
+    "async_generation_ratio": (0, 0.0),  # ROLL's default: a synchronous pipeline
+    "ipo": (False,),  # plain DPO (sigmoid loss), posttrain's algorithm.dpo.loss_type default
 }
 # Per-role keys posttrain takes from another key: dropped when equal to it.
 _SAME_AS = {
@@ -67,6 +76,9 @@ _SAME_AS = {
     "validation.data_args.template": "actor_train.data_args.template",
     "reward_pretrain": "pretrain",
     "validation.generating_args.max_new_tokens": "actor_infer.generating_args.max_new_tokens",
+    "actor_infer.model_args.attn_implementation": "actor_train.model_args.attn_implementation",
+    "validation.data_args.dataset_dir": "actor_train.data_args.dataset_dir",
+    "validation.data_args.preprocessing_num_workers": "actor_train.data_args.preprocessing_num_workers",
 }
 # Variables of ROLL's traj_envs.yaml that exist only to be interpolated (env section's UNSUPPORTED).
 _TEMPLATE_VARIABLES = {k.partition(":")[2] for k, v in env.UNSUPPORTED.items() if v == env.UNSUPPORTED["roll:action_pattern"]}
@@ -94,6 +106,17 @@ def ignorable(ctx: Context, key: str, value: Any) -> str | None:
         return f"posttrain uses {other}'s value for every role, and they agree"
     if key.endswith(".strategy_args.strategy_config") and value is None:
         return "empty strategy options"
+    return _env_template(ctx, key)
+
+
+def _env_template(ctx: Context, key: str) -> str | None:
+    """An entry of an included environment library (``gem_math.GSM8K`` of traj_envs_gem_math.yaml)
+    that custom_envs does not use: a template, as traj_envs.yaml's custom_env is."""
+    top = key.split(".")[0]
+    library = ctx.get(top)
+    if "." in key and top not in ("custom_envs", "train_env_manager", "val_env_manager") and isinstance(library, Mapping) and library \
+            and all(isinstance(v, Mapping) and "env_type" in v for v in library.values()):
+        return f"environment template library {top!r} of an included env file: entries custom_envs does not interpolate are not used"
     return None
 
 
@@ -274,4 +297,22 @@ def _judge_placement(ctx: Context, foreign: str, key: str, value: Any) -> None:
         ctx.refuse(foreign, "the judge writes its prompt in its own tokenizer's chat template; remove data_args when that is the template meant", None, value)
 
 
-HANDLERS = [template, reward_norm, mini_batch, roll_lora, reward_workers, *roll_defaults.HANDLERS]
+_DPO_KEYS = ("ipo", "beta", "label_smoothing", "chosen_key", "rejected_key")
+
+
+def dpo_pipeline(ctx: Context) -> None:
+    """ROLL's DPO pipeline (start_dpo_pipeline.py) has no key naming it: its keys (beta, ipo,
+    label_smoothing, chosen_key, rejected_key) make the file a DPO config, posttrain's
+    ``algorithm.kind: dpo``. ROLL's loss (roll/pipeline/dpo/actor_worker.py) is the sigmoid loss with
+    label smoothing, or IPO's squared loss (h - 1/(2 beta))^2 when ipo is true: posttrain's
+    algorithm.dpo.loss_type sigmoid / ipo (posttrain.trainer.dpo.preference_losses)."""
+    present = [k for k in _DPO_KEYS if ctx.has(k)]
+    if not present:
+        return
+    ctx.set("algorithm.kind", "dpo", present[0], f"ROLL's DPO pipeline keys ({', '.join(present)})")
+    if ctx.get("ipo") is True:
+        ctx.consume("ipo")
+        ctx.set("algorithm.dpo.loss_type", "ipo", "ipo", "IPO's squared loss")
+
+
+HANDLERS = [template, reward_norm, mini_batch, roll_lora, reward_workers, dpo_pipeline, *roll_defaults.HANDLERS]

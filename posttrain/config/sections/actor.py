@@ -120,8 +120,8 @@ class ActorConfig:
     # ---- batching ----------------------------------------------------------------------------
     ppo_mini_batch_size: int = param(8, doc="Prompts per optimizer step (x rollout.n responses), across all devices.", ge=1, refs=[f"{_VERL}.ppo_mini_batch_size"])
     ppo_micro_batch_size_per_gpu: int = param(8, doc="Responses per forward/backward pass on one device (gradient accumulation unit).", ge=1, refs=[f"{_VERL}.ppo_micro_batch_size_per_gpu", "roll:actor_train.training_args.per_device_train_batch_size"])
-    use_dynamic_bsz: bool = param(False, doc="Pack micro-batches by token budget (ppo_max_token_len_per_gpu) instead of a fixed count.", refs=[f"{_VERL}.use_dynamic_bsz", "trinity:trainer.use_dynamic_bsz"])
-    ppo_max_token_len_per_gpu: int = param(16384, doc="Token budget (prompt + response tokens) of one micro-batch on one device when use_dynamic_bsz.", ge=1, refs=[f"{_VERL}.ppo_max_token_len_per_gpu", "trinity:trainer.max_token_len_per_gpu"])
+    use_dynamic_bsz: bool = param(False, doc="Pack micro-batches by token budget (ppo_max_token_len_per_gpu) instead of a fixed count.", refs=[f"{_VERL}.use_dynamic_bsz", "trinity:trainer.use_dynamic_bsz", "roll:actor_train.use_dynamic_batching_in_train"])
+    ppo_max_token_len_per_gpu: int = param(16384, doc="Token budget (prompt + response tokens) of one micro-batch on one device when use_dynamic_bsz.", ge=1, refs=[f"{_VERL}.ppo_max_token_len_per_gpu", "trinity:trainer.max_token_len_per_gpu", "roll:actor_train.max_tokens_per_microbatch_in_train"])
     ppo_epochs: int = param(1, doc="Passes over each rollout batch.", ge=1, refs=[f"{_VERL}.ppo_epochs", "roll:ppo_epochs"])
     shuffle: bool = param(False, doc="Shuffle the responses before splitting them into mini-batches, each epoch.", refs=[f"{_VERL}.shuffle"])
     share_prompt_forward: bool = param(False, doc="Training forward computes each prompt once for its group of responses (one row: prompt, then every response, with a mask that keeps responses apart); same results to float rounding, less work when prompts are long.")
@@ -149,7 +149,7 @@ class ActorConfig:
     # ---- backend, parallelism and performance -------------------------------------------------
     strategy: str = param("fsdp", doc="Training backend across worker processes: fsdp and fsdp2 both select posttrain's one sharding backend, FSDP2 (one process trains plain torch either way).", choices=["fsdp", "fsdp2"], refs=[f"{_VERL}.strategy", "trinity:trainer.trainer_strategy"])
     fsdp_config: FsdpConfig = param(factory=FsdpConfig, doc="FSDP sharding and offload of the actor.", refs=[f"{_VERL}.fsdp_config"])
-    ulysses_sequence_parallel_size: int = param(1, doc="Devices one sequence is split over (Ulysses sequence parallelism).", ge=1, todo="Ulysses sequence parallelism (one sequence split over several devices)", refs=[f"{_VERL}.ulysses_sequence_parallel_size", "trinity:trainer.ulysses_sequence_parallel_size"])
+    ulysses_sequence_parallel_size: int = param(1, doc="Devices one sequence is split over (Ulysses sequence parallelism).", ge=1, todo="Ulysses sequence parallelism (one sequence split over several devices)", refs=[f"{_VERL}.ulysses_sequence_parallel_size", "trinity:trainer.ulysses_sequence_parallel_size", "roll:actor_train.model_args.ulysses_size"])
     use_torch_compile: bool = param(False, doc="RL stages: run the decoder layers of the training-side forwards (actor update and log-probs; the reference and critic take the same setting) of supported Llama/Qwen2 models as a lean forward compiled with torch.compile (exact to float rounding; ~10 s compile; falls back to eager when compiling fails). Refused for SFT/DPO stages.", refs=[f"{_VERL}.use_torch_compile"])
     entropy_from_logits_with_chunking: bool = param(False, doc="Compute token entropy in chunks to lower peak memory. posttrain always does (log-probs and entropy from at most 2**26 logits at a time, posttrain.models.logprobs), so true is what happens and false changes nothing: the values are the same either way.", refs=[f"{_VERL}.entropy_from_logits_with_chunking"])
     entropy_checkpointing: bool = param(False, doc="Recompute the entropy in the backward pass instead of storing activations.", todo=_PERF, refs=[f"{_VERL}.entropy_checkpointing"])
@@ -165,4 +165,15 @@ UNSUPPORTED: dict[str, str] = {
     f"{_TRINITY_ALGO}.entropy_loss_fn": "posttrain has one entropy term, its weight is actor.entropy_coeff (0 disables)",
     "roll:l2": "use decoupled weight decay: actor.optim.weight_decay",
     **roll_worker_unsupported("actor_train", "actor"),
+    # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
+    "roll:actor_train.offload_nccl": "not implemented yet: offloading NCCL buffers while a colocated role sleeps (GPU memory; issue 19)",
+    "roll:actor_train.model_args.freeze_module_prefix": "not implemented yet: freezing modules by name prefix (the vision tower of a multimodal model; later issue)",
+    "roll:actor_train.worker_cls": "ROLL's worker class for the role; posttrain's roles are its own (posttrain.workers), chosen by the algorithm",
+    "roll:actor_train.pg_variant": "not implemented yet: ROLL's agentic policy-gradient variants (agentic issue 15)",
+    "roll:actor_train.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
+    "verl:actor_rollout_ref.actor.freeze_vision_tower": "not implemented yet: multimodal data (images, video; later issue)",
+    "verl:actor_rollout_ref.actor.calculate_sum_pi_squared": "not implemented yet: the sum of squared token probabilities as a metric (verl's optimal-token-baseline statistics; issue 22)",
+    "verl:actor_rollout_ref.actor.use_prefix_grouper": "not implemented yet: one forward pass of a shared prompt for its group's responses in training (posttrain shares it in the rollout only; performance issue)",
+    "verl:actor_rollout_ref.actor.megatron": "Megatron backend options; posttrain has no Megatron backend (it trains with FSDP2: actor.fsdp_config)",
+    "verl:actor_rollout_ref.nccl_timeout": "timeout of verl's NCCL process groups; posttrain's is cluster.rpc_timeout_s (its own default, not the same key)",
 }

@@ -90,4 +90,5 @@ UNSUPPORTED: dict[str, str] = {
     "verl:critic.forward_micro_batch_size": "deprecated in verl (a global count); use critic.forward_micro_batch_size_per_gpu (equal on one device)",
     "roll:critic.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     **roll_worker_unsupported("critic", "critic"),
+    "verl:critic.megatron": "Megatron backend options; posttrain has no Megatron backend (the critic trains with FSDP2: critic.model.fsdp_config)",
 }

@@ -144,4 +144,5 @@ UNSUPPORTED: dict[str, str] = {
     "trinity:model.tinker.train_mlp": _TINKER,
     "trinity:model.tinker.train_attn": _TINKER,
     "trinity:model.tinker.train_unembed": _TINKER,
+    "trinity:model.external_model": "not implemented yet: an external OpenAI-compatible model as the explorer's policy (decoupled explorer/trainer issue 16)",
 }

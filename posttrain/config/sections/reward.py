@@ -140,11 +140,21 @@ QUERY_FILTER_ARGS: dict[str, tuple[str, ...]] = {
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
+_REWARD_LOOP = "not implemented yet: verl's reward loop (a generative reward model served by a vLLM/SGLang engine; issue 19)"
+
+
 UNSUPPORTED: dict[str, str] = {
     "verl:reward_model.micro_batch_size": "deprecated global micro-batch size; set reward.reward_model.micro_batch_size_per_gpu",
     "roll:rewards.*.data_args": "a rule worker reads the response text the policy's tokenizer decoded, so it has no template of its own (a judge worker's template comes with the LLM judge)",
     "roll:rewards.*.strategy_args": "a rule worker runs no model (a judge worker's engine comes with the LLM judge)",
     "roll:rewards.*.device_mapping": "a rule worker runs on CPU processes (reward.workers.*.world_size), not on devices",
+    # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
+    "verl:reward_model.use_reward_loop": _REWARD_LOOP,
+    "verl:reward_model.num_workers": _REWARD_LOOP,
+    "verl:reward_model.rollout": _REWARD_LOOP,
+    "verl:reward_model.reward_kwargs": "keyword arguments of verl's reward manager class (reward_model.reward_manager; DAPO's overlong_buffer_cfg is reward.overlong_buffer): not translated yet (issue 18)",
+    "roll:reward_system_config": "not implemented yet: ROLL's agentic reward system settings (agentic issue 15)",
+    "trinity:buffer.explorer_input.taskset.reward_fn_args": "arguments of Trinity-RFT's workflow reward functions: not implemented yet (Trinity workflows: decoupled explorer/trainer issue 16)",
 }
 
 
