@@ -50,6 +50,10 @@ _ANY_VALUE = {
     "generate_opt_level": _SCHEDULING,
     "max_running_requests": _SCHEDULING,
     "custom_env": "template library of traj_envs.yaml: its entries reach posttrain through custom_envs' interpolations",
+    "positive_loss_coef": _NOT_READ + " (ROLL spells its field postive_loss_coef)",
+    "enable_old_logprobs_recompute": "when ROLL computes old log-probs (a scheduling optimisation with the same values); posttrain decides with actor.reuse_rollout_logprobs",
+    "reference.use_dynamic_batching_in_train": "the reference is never trained",
+    "reference.max_tokens_per_microbatch_in_train": "the reference is never trained",
     "validation.eval_steps": _NOT_READ + " (its validation frequency is the top-level eval_steps)",
     **{f"{role}.model_args.flash_attn": _NOT_READ + " (the attention kernel is model_args.attn_implementation)"
        for role in ("actor_train", "actor_infer", "reference", "critic")},
@@ -63,7 +67,9 @@ _HARMLESS_VALUES = {
     "reference.strategy_args.strategy_name": ("hf_infer",),
     "actor_infer.strategy_args.strategy_name": ("hf_infer",),
     "async_generation_ratio": (0, 0.0),  # ROLL's default: a synchronous pipeline
-    "ipo": (False,),  # plain DPO (sigmoid loss), posttrain's algorithm.dpo.loss_type default
+    "ipo": (False,),
+    "importance_sampling": ("token",),  # ROLL's default: the per-token ratio, as posttrain's
+    "use_topr_neg_loss_coef": (0, 0.0),  # plain DPO (sigmoid loss), posttrain's algorithm.dpo.loss_type default
 }
 # Per-role keys posttrain takes from another key: dropped when equal to it.
 _SAME_AS = {
@@ -77,6 +83,9 @@ _SAME_AS = {
     "reward_pretrain": "pretrain",
     "validation.generating_args.max_new_tokens": "actor_infer.generating_args.max_new_tokens",
     "actor_infer.model_args.attn_implementation": "actor_train.model_args.attn_implementation",
+    "reference.model_args.attn_implementation": "actor_train.model_args.attn_implementation",
+    "actor_infer.model_args.model_name_or_path": "pretrain",
+    "reference.model_args.model_name_or_path": "pretrain",
     "validation.data_args.dataset_dir": "actor_train.data_args.dataset_dir",
     "validation.data_args.preprocessing_num_workers": "actor_train.data_args.preprocessing_num_workers",
 }

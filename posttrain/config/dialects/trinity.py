@@ -210,6 +210,8 @@ def batch_sizes(ctx: Context) -> None:
 def ignorable(ctx: Context, key: str, value: Any) -> str | None:
     if key.endswith(".enable_progress_bar"):
         return "a progress bar of Trinity-RFT's buffer reader: display only"
+    if key == "model.logprobs" and value in (0, None):
+        return "0: the sampled token's log-prob only, which posttrain always computes"
     if key == "trainer.enable_preview":
         return "a preview table of rollouts in Trinity-RFT's wandb logging: display only, no effect on training"
     if key == "trainer.trainer_type" and value == "verl":

@@ -98,6 +98,10 @@ def roll_worker_unsupported(role: str, section_name: str) -> dict[str, str]:
     return out
 
 
+_PACKING = "not implemented yet: ROLL's sequence packing (Megatron only in ROLL); posttrain packs the real tokens of a micro-batch with model.use_remove_padding and sizes micro-batches by tokens with actor.use_dynamic_bsz (issue 22)"
+_OFFLOAD = "not implemented yet: moving a role's states to CPU between its phases (ROLL; posttrain offloads with actor.fsdp_config.param_offload / optimizer_offload, issue 14)"
+
+
 # ---- the actor -------------------------------------------------------------------------------
 
 
@@ -176,4 +180,11 @@ UNSUPPORTED: dict[str, str] = {
     "verl:actor_rollout_ref.actor.use_prefix_grouper": "not implemented yet: one forward pass of a shared prompt for its group's responses in training (posttrain shares it in the rollout only; performance issue)",
     "verl:actor_rollout_ref.actor.megatron": "Megatron backend options; posttrain has no Megatron backend (it trains with FSDP2: actor.fsdp_config)",
     "verl:actor_rollout_ref.nccl_timeout": "timeout of verl's NCCL process groups; posttrain's is cluster.rpc_timeout_s (its own default, not the same key)",
+    "roll:actor_train.use_sequence_packing": _PACKING,
+    "roll:actor_train.sequence_packing_args": _PACKING,
+    "roll:is_offload_states": _OFFLOAD,
+    "roll:is_offload_optimizer_states_in_train_step": _OFFLOAD,
+    "roll:importance_sampling": "not implemented yet: ROLL's sequence-level importance ratio (importance_sampling: seq); the token ratio is posttrain's (issue 22)",
+    "roll:use_topr_neg_loss_coef": "ROLL's TOPR loss options: choose the policy loss by name in actor.policy_loss.loss_mode",
+    "roll:train_infer_correction": "ROLL's correction of the training/inference mismatch: not translated yet onto posttrain's algorithm.rollout_is_* (issue 18)",
 }

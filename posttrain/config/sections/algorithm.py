@@ -178,4 +178,7 @@ UNSUPPORTED: dict[str, str] = {
     "trinity:algorithm.advantage_fn_args": "arguments of Trinity-RFT's advantage functions: not translated yet (Trinity algorithm types; issue 18)",
     "trinity:algorithm.policy_loss_fn_args": "arguments of Trinity-RFT's policy loss functions: not translated yet (Trinity algorithm types; issue 18)",
     "trinity:algorithm.sample_strategy_args": "not implemented yet: Trinity-RFT's sample strategies (mixing expert data into batches; decoupled explorer/trainer issue 16)",
+    "roll:student_infer": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "roll:question_key": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "roll:answer_key": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
 }

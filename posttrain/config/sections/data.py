@@ -112,6 +112,7 @@ UNSUPPORTED: dict[str, str] = {
     "roll:response_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage: data.response_key; issue 18)",
     "verl:data.return_multi_modal_inputs": "not implemented yet: multimodal data (images, video; later issue)",
     "trinity:buffer.explorer_input.taskset.data_selector": "not implemented yet: Trinity-RFT's task selectors (difficulty-based curricula: custom samplers, curriculum issue)",
+    "roll:actor_train.data_args.audio_folder": "not implemented yet: multimodal data (images, video; later issue)",
 }
 
 

@@ -66,4 +66,5 @@ UNSUPPORTED: dict[str, str] = {
     "roll:val_env_manager.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
     "roll:parse_tool_call_parameter_to_dict": "not implemented yet: tool calls in agentic environments (agentic issue 15)",
     "roll:skip_mock_system_prompt": "not implemented yet: tool calls in agentic environments (agentic issue 15)",
+    "roll:default_history_length": "not implemented yet: ROLL's agent history window (agentic issue 15)",
 }

@@ -45,4 +45,8 @@ UNSUPPORTED: dict[str, str] = {
     "roll:reference.model_args.freeze_module_prefix": "the reference is never trained, so freezing its modules changes nothing only when the actor freezes the same ones: not implemented yet (later issue)",
     "verl:actor_rollout_ref.ref.use_torch_compile": "the reference runs the actor's forward, compiled when actor.use_torch_compile is (a different value cannot be honoured)",
     "verl:actor_rollout_ref.ref.megatron": "Megatron backend options; posttrain has no Megatron backend (the reference runs with FSDP2: ref.fsdp_config)",
+    "roll:reference.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
+    "roll:reference.use_sequence_packing": "not implemented yet: ROLL's sequence packing (posttrain packs real tokens with model.use_remove_padding; issue 22)",
+    "roll:reference.sequence_packing_args": "not implemented yet: ROLL's sequence packing (posttrain packs real tokens with model.use_remove_padding; issue 22)",
+    "roll:reference.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
 }

@@ -155,6 +155,8 @@ UNSUPPORTED: dict[str, str] = {
     "verl:reward_model.reward_kwargs": "keyword arguments of verl's reward manager class (reward_model.reward_manager; DAPO's overlong_buffer_cfg is reward.overlong_buffer): not translated yet (issue 18)",
     "roll:reward_system_config": "not implemented yet: ROLL's agentic reward system settings (agentic issue 15)",
     "trinity:buffer.explorer_input.taskset.reward_fn_args": "arguments of Trinity-RFT's workflow reward functions: not implemented yet (Trinity workflows: decoupled explorer/trainer issue 16)",
+    "roll:reward": "ROLL's reward-model role (a model served by vLLM to score responses): not implemented yet: vLLM/SGLang engines (issue 19); posttrain's reward model is reward.reward_model (a sequence classifier)",
+    "roll:reward_model": "ROLL's shared reward-model cluster (InferWorker + vLLM): not implemented yet: vLLM/SGLang engines (issue 19); posttrain's reward model is reward.reward_model (a sequence classifier)",
 }
 
 

@@ -169,4 +169,5 @@ UNSUPPORTED: dict[str, str] = {
     "verl:actor_rollout_ref.rollout.checkpoint_engine": "verl's weight-transfer engine to vLLM/SGLang servers; posttrain syncs weights itself (cluster/weight_sync.py): " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
     "verl:actor_rollout_ref.rollout.multi_turn": "not implemented yet: multi-turn tool calling (agentic issue 15)",
     "trinity:explorer.rollout_model": "options of Trinity-RFT's vLLM rollout model (OpenAI API server, tool-call and reasoning parsers): " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
+    "trinity:model.logprobs": "log-probs of the top alternatives of each sampled token (vLLM's logprobs > 0): posttrain keeps the sampled token's only",
 }
