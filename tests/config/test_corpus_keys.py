@@ -63,3 +63,20 @@ def test_verl_keys_that_change_nothing_are_dropped():
     assert report.entry("actor_rollout_ref.ref.use_torch_compile").status == "dropped"
     _, report = translate({"actor_rollout_ref": {"actor": {"use_torch_compile": False}, "ref": {"use_torch_compile": True}}}, "verl")
     assert report.entry("actor_rollout_ref.ref.use_torch_compile").status == "refused"
+
+
+def test_verl_default_that_fails_validation_with_the_users_keys_is_left_out():
+    # verl's default use_torch_compile: true compiles helper functions under FSDP; posttrain's compiles
+    # the whole forward, which a sharded model cannot run: with 2 processes the default leaves, a
+    # user's own true is still refused
+    from posttrain.config.dialects import foreign_native
+    from posttrain.errors import ConfigError
+
+    native = foreign_native("verl", None, ["trainer.n_gpus_per_node=2"])
+    assert native.get("actor", {}).get("use_torch_compile") is not True
+    try:
+        foreign_native("verl", None, ["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.use_torch_compile=true"])
+    except ConfigError as err:
+        assert "use_torch_compile" in str(err)
+    else:
+        raise AssertionError("a user's use_torch_compile with 2 processes was accepted")
