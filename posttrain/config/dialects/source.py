@@ -124,7 +124,8 @@ def _register_resolvers() -> None:
     Hydra's ``now``. verl, ROLL and Trinity-RFT register none of their own, so there is no arithmetic
     resolver to mirror; an unknown one (``${eval:...}``) is refused on its key, naming it."""
     if not OmegaConf.has_resolver("now"):
-        OmegaConf.register_new_resolver("now", _now, use_cache=True)  # one time per run, as Hydra's
+        register = getattr(OmegaConf, "register_resolver", None) or OmegaConf.register_new_resolver  # 2.4 renamed it
+        register("now", _now, use_cache=True)  # one time per run, as Hydra's
 
 
 def resolve(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
