@@ -8,7 +8,9 @@ from posttrain.config.dialects import translate
 def test_roll_dpo_pipeline_keys_make_a_dpo_config():
     # ROLL's DPO pipeline: loss = (h - 1/(2 beta))^2 with ipo, else the label-smoothed sigmoid loss
     native, report = translate({"pretrain": "m", "ipo": True, "beta": 0.2, "label_smoothing": 0.1,
-                                "chosen_key": "good", "rejected_key": "bad"}, "roll")
+                                "chosen_key": "good", "rejected_key": "bad",
+                                "actor_train": {"training_args": {"num_train_epochs": 3}}}, "roll")
+    assert native["trainer"]["total_epochs"] == 3  # the DPO pipeline's passes over the pairs
     assert native["algorithm"]["kind"] == "dpo"
     assert native["algorithm"]["dpo"] == {"loss_type": "ipo", "beta": 0.2, "label_smoothing": 0.1}
     assert (native["data"]["chosen_key"], native["data"]["rejected_key"]) == ("good", "bad")

@@ -322,6 +322,14 @@ def dpo_pipeline(ctx: Context) -> None:
     if ctx.get("ipo") is True:
         ctx.consume("ipo")
         ctx.set("algorithm.dpo.loss_type", "ipo", "ipo", "IPO's squared loss")
+    epochs = "actor_train.training_args.num_train_epochs"
+    if ctx.has(epochs):  # the DPO pipeline passes over the pairs this many times (stopping at max_steps)
+        ctx.consume(epochs)
+        value = ctx.get(epochs)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
+            ctx.set("trainer.total_epochs", int(value), epochs, "ROLL's DPO pipeline runs int(num_train_epochs) passes over the pairs")
+        else:
+            ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
 HANDLERS = [template, reward_norm, mini_batch, roll_lora, reward_workers, dpo_pipeline, *roll_defaults.HANDLERS]
