@@ -44,6 +44,9 @@ from posttrain.cli import main as posttrain_main  # noqa: E402
 from posttrain.config.dialects.detect import detect  # noqa: E402
 from posttrain.config.dialects.launch_script import extract  # noqa: E402
 from posttrain.config.dialects.source import read_yaml  # noqa: E402
+from posttrain.trainer.smoke import machine_refusal  # noqa: E402
+
+SMOKE_MARK = "\n(smoke-able: refused only for the engine, backend, devices, model or data, which `posttrain smoke` substitutes)"
 
 CORPUS = ROOT / "tests" / "config" / "corpus"
 ABSENT = "/nonexistent"  # a machine without the users' data and models
@@ -133,6 +136,9 @@ def plan(words: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, str]:
     lacks = {name for name, pattern in MACHINE for p in problems if pattern.search(p)}
     if problems and all(any(pattern.search(p) for _, pattern in MACHINE) for p in problems):
         return "machine", "lacks " + ", ".join(sorted(lacks))
+    smokeable = [machine_refusal(_reason(p)) and "--config-name" not in p or any(pattern.search(p) for _, pattern in MACHINE) for p in problems]
+    if problems and all(smokeable):
+        return "refused", text + SMOKE_MARK
     return "refused", text
 
 
@@ -144,11 +150,15 @@ def problem_lines(text: str) -> list[str]:
     return [p for p in items if p and not re.search(r"read as a .* config \(\d+ keys translated", p)]
 
 
-def reason_of(line: str) -> str:
-    """A refusal line's reason, shortened to group alike lines: the words after the key."""
+def _reason(line: str) -> str:
+    """A refusal line without where it came from and the key: its reason."""
     line = re.sub(r"^(command line override '[^']*'|verl's default|/\S*\.(yaml|sh)):\s*", "", line.strip())
-    line = re.sub(r"^[\w.\[\]*-]+( \(posttrain: [^)]*\))?:\s*", "", line)
-    return re.split(r"[;(]", line)[0].strip()[:100]
+    return re.sub(r"^[\w.\[\]*-]+( \(posttrain: [^)]*\))?:\s*", "", line)
+
+
+def reason_of(line: str) -> str:
+    """A refusal line's reason, shortened to group alike lines."""
+    return re.split(r"[;(]", _reason(line))[0].strip()[:100]
 
 
 def main() -> int:
@@ -182,6 +192,7 @@ def main() -> int:
             continue
         outcome, text = plan(words, checkout.resolve(), env)
         counts[dialect][outcome] += 1
+        counts[dialect]["smoke"] += outcome == "refused" and text.endswith(SMOKE_MARK)
         if outcome == "refused":
             reasons.update({reason_of(p) for p in problem_lines(text)})
             for p in problem_lines(text):
@@ -209,11 +220,13 @@ def _report(counts, reasons, skipped) -> None:
     print(f"{'dialect':10s} {'files':>5s} {'accepted':>9s} {'machine':>8s} {'refused':>8s} {'traceback':>10s}")
     for dialect, c in counts.items():
         total.update(c)
-        n = sum(c.values())
+        n = sum(v for k, v in c.items() if k != "smoke")
         print(f"{dialect:10s} {n:5d} {c['accepted']:9d} {c['machine']:8d} {c['refused']:8d} {c['traceback']:10d}")
+    total["smoke"], smoke = 0, total["smoke"]
     n = sum(total.values())
     print(f"{'all':10s} {n:5d} {total['accepted']:9d} {total['machine']:8d} {total['refused']:8d} {total['traceback']:10d}")
     print(f"\naccepted or refused only for what the machine lacks: {total['accepted'] + total['machine']} of {n}")
+    print(f"refused only for the engine/backend/devices/model/data (`posttrain smoke` runs them here): {smoke} of {n}")
     if skipped:
         print("\nnot planned:")
         for what, k in sorted(skipped.items()):

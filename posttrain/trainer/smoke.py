@@ -42,7 +42,7 @@ BATCH = 2  # prompts per step
 PROMPT_LENGTH, RESPONSE_LENGTH = 256, 16
 # Refusals that only say what this machine lacks: the engine, the training backend, the devices.
 _MACHINE = re.compile(r"vLLM|SGLang|TensorRT|several engine replicas|asynchronous rollout server|Megatron|DeepSpeed|"
-                      r"Ulysses|NPU|split placement|roles on different devices|NCCL|GPU", re.I)
+                      r"Ulysses|NPU|split placement|roles on different devices|NCCL|GPU")  # case matters: keys say megatron
 _LOCAL_TRACKERS = ("console", "jsonl", "tensorboard")
 
 
@@ -128,9 +128,10 @@ def _model(native: dict[str, Any], workdir: Path) -> list[str]:
     model.pop("tokenizer_path", None)
     lines = [f"model.path: {source or '(none)'} -> {how}"]
     critic = native.get("critic", {}).get("model", {})
-    if critic.get("path"):
-        lines.append(f"critic.model.path: {critic['path']} -> the same tiny model")
-        critic["path"] = str(tiny)
+    for key in ("path", "tokenizer_path"):
+        if critic.get(key):
+            lines.append(f"critic.model.{key}: {critic[key]} -> the same tiny model")
+            critic[key] = str(tiny)
     reward_model = native.get("reward", {}).get("reward_model", {})
     if reward_model.get("enable"):
         lines.append(f"reward.reward_model.path: {reward_model.get('path')} -> the same tiny model (a new score head)")
