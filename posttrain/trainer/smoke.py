@@ -60,8 +60,13 @@ def smoke_config(path: str | None, overrides: list[str], dialect: str | None, wo
     lines += _model(native, workdir)
     lines += _data(native, workdir)
     lines += _sizes(native, workdir)
+    if native.pop("prepare", None):
+        lines.append("prepare: -> left out (the smoke run brings its own model and data)")
     for i, stage in enumerate(native.get("stages") or []):
-        lines += [f"stages[{i}].{line}" for line in _sizes(stage, workdir, stage=True)]
+        if (stage.get("model") or {}).get("path"):
+            lines.append(f"stages[{i}].model.path: {stage['model']['path']} -> the same tiny model")
+            stage["model"]["path"] = native["model"]["path"]
+        lines += [f"stages[{i}].{line}" for line in _data(stage, workdir, f"stage{i}_") + _sizes(stage, workdir, stage=True)]
     out = workdir / "smoke.yaml"
     out.write_text(yaml.safe_dump(native, sort_keys=False, allow_unicode=True))
     return out, lines
@@ -139,8 +144,10 @@ def _model(native: dict[str, Any], workdir: Path) -> list[str]:
     return lines
 
 
-def _data(native: dict[str, Any], workdir: Path) -> list[str]:
-    data = native.setdefault("data", {})
+def _data(native: dict[str, Any], workdir: Path, prefix: str = "") -> list[str]:
+    data = native.get("data") if prefix else native.setdefault("data", {})
+    if data is None:
+        return []  # a stage without data keys reads the run's
     lines = []
     for key, rows_needed in (("train_files", 2 * BATCH), ("val_files", 2)):
         files = data.get(key) or []
@@ -152,12 +159,13 @@ def _data(native: dict[str, Any], workdir: Path) -> list[str]:
             rows, how = _synthetic(rows_needed, native), f"{rows_needed} synthetic rows with the config's columns ({how})"
         else:
             data["truncation"], data["filter_overlong_prompts"] = "left", False  # the prompt limit below is ours
-        out = workdir / "data" / f"{key}.jsonl"
+        out = workdir / "data" / f"{prefix}{key}.jsonl"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("".join(json.dumps(r, default=_plain) + "\n" for r in rows))
         data[key] = [str(out)]
         lines.append(f"data.{key}: {_short(files)} -> {how}")
-    data.pop("dataset_dir", None)
+    if data.pop("dataset_dir", None):
+        lines.append("data.dataset_dir: -> left out (the smoke data is under the smoke folder)")
     return lines
 
 
