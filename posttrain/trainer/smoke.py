@@ -116,6 +116,15 @@ def _machine(native: dict[str, Any]) -> list[str]:
     placed = {k: cluster.pop(k) for k in _PLACEMENT if k in cluster}
     lines = [f"cluster: {_short(placed)} -> one CPU process"] if placed else []
     cluster.update(n_gpus_per_node=0, nnodes=1, device="cpu")  # env_vars and timeouts stay the user's
+    profiler = native.get("profiler") or {}
+    if profiler.get("tool") == "npu":  # Ascend's profiler needs an NPU
+        lines.append("profiler.tool: npu -> torch (no NPU here: torch's profiler traces the same steps)")
+        profiler["tool"] = "torch"
+    steps = profiler.get("steps")
+    if isinstance(steps, list) and any(isinstance(k, int) and k > STEPS for k in steps):
+        kept = [k for k in steps if isinstance(k, int) and k <= STEPS] or [STEPS]
+        lines.append(f"profiler.steps: {steps} -> {kept} (the smoke run has {STEPS} steps)")
+        profiler["steps"] = kept
     rollout = native.setdefault("rollout", {})
     if rollout.get("name", "hf") != "hf":
         lines.append(f"rollout.name: {rollout['name']} -> hf (the HF engine)")

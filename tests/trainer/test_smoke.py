@@ -90,3 +90,18 @@ def test_smoke_a_trinity_config(tmp_path, capsys, monkeypatch):
     assert 'cluster: {"nnodes": 1, "n_gpus_per_node": 2} -> one CPU process' in out
     assert "rollout.n: 8 -> 2" in out and "data.train_files: " in out
     assert [m["step"] for m in metrics(tmp_path / "w") if "actor/pg_loss" in m] == [1, 2]
+
+
+def test_smoke_config_substitutes_an_npu_profiler_and_out_of_run_steps(tmp_path):
+    from posttrain.trainer.smoke import smoke_config
+
+    path, lines = smoke_config(None, ["global_profiler.tool=npu", "global_profiler.steps=[2,4]", "trainer.total_training_steps=10",
+                                      "actor_rollout_ref.model.path=/nonexistent/model"], "verl", tmp_path)
+    assert "profiler.tool: npu -> torch (no NPU here: torch's profiler traces the same steps)" in lines
+    assert "profiler.steps: [2, 4] -> [2] (the smoke run has 2 steps)" in lines
+    assert "trainer.total_training_steps: 10 -> 2" in lines
+    import yaml
+
+    written = yaml.safe_load(path.read_text())
+    assert written["profiler"]["tool"] == "torch" and written["cluster"]["n_gpus_per_node"] == 0
+    assert written["trainer"]["default_local_dir"] == str(tmp_path / "run")
