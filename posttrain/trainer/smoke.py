@@ -125,10 +125,29 @@ def _machine(native: dict[str, Any]) -> list[str]:
         kept = [k for k in steps if isinstance(k, int) and k <= STEPS] or [STEPS]
         lines.append(f"profiler.steps: {steps} -> {kept} (the smoke run has {STEPS} steps)")
         profiler["steps"] = kept
+    lines += _unshard(native)
     rollout = native.setdefault("rollout", {})
     if rollout.get("name", "hf") != "hf":
         lines.append(f"rollout.name: {rollout['name']} -> hf (the HF engine)")
     rollout["name"] = "hf"
+    return lines
+
+
+def _unshard(native: dict[str, Any]) -> list[str]:
+    """FSDP options that act only on a model sharded over several processes: one process has none."""
+    from posttrain.config.checks import SHARDING_DEFAULTS
+
+    lines = []
+    for role in ("actor", "ref", "critic"):
+        fsdp = (native.get(role) or {}).get("fsdp_config") or {}
+        for key, default in {**SHARDING_DEFAULTS, "fsdp_size": -1}.items():
+            *parents, last = key.split(".")
+            node = fsdp
+            for part in parents:
+                node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, dict) and last in node and node[last] not in (default, 1 if last == "fsdp_size" else default):
+                lines.append(f"{role}.fsdp_config.{key}: {node[last]} -> {default} (one process shards nothing)")
+                node[last] = default
     return lines
 
 
