@@ -337,9 +337,9 @@ class Shell:
 
     def _substitute(self, command: str) -> str:
         """The few command substitutions that name a path or a date; anything else is a gap."""
-        commands = [[f for w in raw for f in self.fields(w)] for raw in commands(command + "\n")]
-        words = commands[0] if commands else []
-        if len(commands) == 2 and commands[1] == ["pwd"] and words[:1] == ["cd"]:  # $(cd DIR && pwd)
+        parts = [[f for w in raw for f in self.fields(w)] for raw in commands(command + "\n")]
+        words = parts[0] if parts else []
+        if len(parts) == 2 and parts[1] == ["pwd"] and words[:1] == ["cd"]:  # $(cd DIR && pwd)
             return next((w for w in words[1:] if not w.startswith("-")), "")
         if words == ["pwd"]:
             return _scalar(self.vars.get("PWD", "."))
