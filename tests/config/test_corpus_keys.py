@@ -26,12 +26,12 @@ def test_roll_dynamic_batching_and_ulysses_keys():
                         "sequence_length_round_in_train": 128, "use_dynamic_batching_in_infer": True,
                         "max_tokens_per_microbatch_in_infer": 16384, "model_args": {"flash_attn": "fa2"}},
         "reference": {"use_dynamic_batching_in_infer": True, "max_tokens_per_microbatch_in_infer": 4096},
-        "validation": {"eval_steps": 10},
+        "validation": {"eval_steps": 10}, "model_name": "demo-20260101",
     }, "roll")
     assert native["actor"]["use_dynamic_bsz"] is True and native["actor"]["ppo_max_token_len_per_gpu"] == 8192
     assert native["rollout"]["log_prob_use_dynamic_bsz"] is True and native["rollout"]["log_prob_max_token_len_per_gpu"] == 16384
     assert native["ref"]["log_prob_use_dynamic_bsz"] is True and native["ref"]["log_prob_max_token_len_per_gpu"] == 4096
-    for key in ("actor_train.sequence_length_round_in_train", "actor_train.model_args.flash_attn", "validation.eval_steps"):
+    for key in ("actor_train.sequence_length_round_in_train", "actor_train.model_args.flash_attn", "validation.eval_steps", "model_name"):
         assert report.entry(key).status == "dropped", key
     assert not report.refused
 

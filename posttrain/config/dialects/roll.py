@@ -51,6 +51,7 @@ _ANY_VALUE = {
     "max_running_requests": _SCHEDULING,
     "custom_env": "template library of traj_envs.yaml: its entries reach posttrain through custom_envs' interpolations",
     "positive_loss_coef": _NOT_READ + " (ROLL spells its field postive_loss_coef)",
+    "model_name": _NOT_READ + " (a name the agentic examples build with ${now:...})",
     "enable_old_logprobs_recompute": "when ROLL computes old log-probs (a scheduling optimisation with the same values); posttrain decides with actor.reuse_rollout_logprobs",
     "reference.use_dynamic_batching_in_train": "the reference is never trained",
     "reference.max_tokens_per_microbatch_in_train": "the reference is never trained",
