@@ -120,6 +120,11 @@ def _machine(native: dict[str, Any]) -> list[str]:
     if profiler.get("tool") == "npu":  # Ascend's profiler needs an NPU
         lines.append("profiler.tool: npu -> torch (no NPU here: torch's profiler traces the same steps)")
         profiler["tool"] = "torch"
+    for role in ("actor", "ref", "critic", "rollout"):  # ranks beyond the one process here
+        node = (native.get(role) or {}).get("profiler") or {}
+        if isinstance(node.get("ranks"), list) and any(r != 0 for r in node["ranks"]):
+            lines.append(f"{role}.profiler.ranks: {node['ranks']} -> [0] (one process here)")
+            node["ranks"] = [0]
     steps = profiler.get("steps")
     if isinstance(steps, list) and any(isinstance(k, int) and k > STEPS for k in steps):
         kept = [k for k in steps if isinstance(k, int) and k <= STEPS] or [STEPS]
@@ -178,10 +183,10 @@ def _data(native: dict[str, Any], workdir: Path, prefix: str = "") -> list[str]:
         return []  # a stage without data keys reads the run's
     lines = []
     for key, rows_needed in (("train_files", 2 * BATCH), ("val_files", 2)):
-        files = data.get(key) or []
-        files = [files] if isinstance(files, str) else list(files)
-        if not files:
+        files = data.get(key)
+        if files is None or files == []:
             continue
+        files = [files] if isinstance(files, str) else list(files)  # '' (an unset variable) stays: not on this machine
         rows, how = _first_rows(files, rows_needed, data)
         if rows is None:
             rows, how = _synthetic(rows_needed, native), f"{rows_needed} synthetic rows with the config's columns ({how})"
@@ -206,7 +211,7 @@ def _first_rows(files: list[str], n: int, data: dict[str, Any]) -> tuple[list[di
     from posttrain.errors import UserError
 
     base = Path(data.get("dataset_dir") or ".")
-    if not all((base / Path(f).expanduser()).exists() for f in files if isinstance(f, str) and "@" not in f):
+    if not all(f and (base / Path(f).expanduser()).exists() for f in files if isinstance(f, str) and "@" not in f):
         return None, "not on this machine"
     try:
         table = load_table(files, setting="data.train_files", base_dir=data.get("dataset_dir"))
