@@ -47,7 +47,10 @@ def test_smoke_a_verl_launch_script_with_its_first_data_rows(tmp_path, capsys, m
     rows.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": f"{i} + {i} = ?"}], "data_source": "posttrain/arithmetic",
                                         "reward_model": {"ground_truth": str(2 * i)}}) + "\n" for i in range(10)))
     words = launch_words((CORPUS / "verl/grpo_trainer/run_qwen2-7b.sh").read_text(), {"HOME": "/nonexistent"})
-    rc = main(["smoke", "--workdir", str(tmp_path / "w"), "--dialect", "verl", *words, f"data.train_files={rows}"])
+    # verl's default use_torch_compile would compile the tiny model's forward with inductor: seconds of
+    # C++ compilation per test run for nothing this test checks, so the line turns it off as a user may
+    rc = main(["smoke", "--workdir", str(tmp_path / "w"), "--dialect", "verl", *words, f"data.train_files={rows}",
+               "actor_rollout_ref.actor.use_torch_compile=false"])
     out = capsys.readouterr().out
     assert rc == 0, out
     for line in ('actor_rollout_ref.rollout.name: "vllm" -> left out (the HF engine generates here)',
