@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "posttrain.cli.data_cmd",
     "posttrain.cli.config_cmd",
     "posttrain.cli.train",
+    "posttrain.cli.smoke",
     "posttrain.cli.export",
     "posttrain.cli.report",
     "posttrain.cli.doctor",

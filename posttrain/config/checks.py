@@ -327,7 +327,7 @@ def check_lora(cfg: Any) -> list[str]:
 
 
 # Sharding keys of a role's fsdp_config with their defaults: they only act on a sharded model.
-_SHARDING_DEFAULTS = {
+SHARDING_DEFAULTS = {
     "reshard_after_forward": True, "forward_prefetch": False, "min_num_params": 0, "transformer_layer_cls_to_wrap": [],
     "mixed_precision.reduce_dtype": "fp32",
 }
@@ -351,7 +351,7 @@ def check_sharding(cfg: Any) -> list[str]:
             problems.append(f"{role}.fsdp_config.fsdp_size={size} does not divide the {world} worker processes; use -1 (shard over all) or a divisor of {world}")
         if world > 1:
             continue
-        changed = [k for k, default in _SHARDING_DEFAULTS.items() if get_path(fsdp, k, default) != default]
+        changed = [k for k, default in SHARDING_DEFAULTS.items() if get_path(fsdp, k, default) != default]
         changed += ["fsdp_size"] if size not in (-1, 1) else []
         if changed:
             problems.append(

@@ -42,6 +42,10 @@ _HARMLESS_VALUES = {
     "validation.generating_args.num_beams": (1,),
     "reference.strategy_args.strategy_name": ("hf_infer",),
     "actor_infer.strategy_args.strategy_name": ("hf_infer",),
+    "async_generation_ratio": (0, 0.0),  # ROLL's default: a synchronous pipeline
+    "ipo": (False,),
+    "importance_sampling": ("token",),  # ROLL's default: the per-token ratio, as posttrain's
+    "use_topr_neg_loss_coef": (0, 0.0),  # plain DPO (sigmoid loss), posttrain's algorithm.dpo.loss_type default
 }
 # Per-role keys posttrain takes from another key: dropped when equal to it.
 _SAME_AS = {
@@ -54,6 +58,12 @@ _SAME_AS = {
     "validation.data_args.template": "actor_train.data_args.template",
     "reward_pretrain": "pretrain",
     "validation.generating_args.max_new_tokens": "actor_infer.generating_args.max_new_tokens",
+    "actor_infer.model_args.attn_implementation": "actor_train.model_args.attn_implementation",
+    "reference.model_args.attn_implementation": "actor_train.model_args.attn_implementation",
+    "actor_infer.model_args.model_name_or_path": "pretrain",
+    "reference.model_args.model_name_or_path": "pretrain",
+    "validation.data_args.dataset_dir": "actor_train.data_args.dataset_dir",
+    "validation.data_args.preprocessing_num_workers": "actor_train.data_args.preprocessing_num_workers",
 }
 def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
     if native == "rollout.name" and value == "hf_infer":
@@ -73,6 +83,17 @@ def ignorable(ctx: Context, key: str, value: Any) -> str | None:
         return f"posttrain uses {other}'s value for every role, and they agree"
     if key.endswith(".strategy_args.strategy_config") and value is None:
         return "empty strategy options"
+    return _env_template(ctx, key)
+
+
+def _env_template(ctx: Context, key: str) -> str | None:
+    """An entry of an included environment library (``gem_math.GSM8K`` of traj_envs_gem_math.yaml)
+    that custom_envs does not use: a template, as traj_envs.yaml's custom_env is."""
+    top = key.split(".")[0]
+    library = ctx.get(top)
+    if "." in key and top not in ("custom_envs", "train_env_manager", "val_env_manager") and isinstance(library, Mapping) and library \
+            and all(isinstance(v, Mapping) and "env_type" in v for v in library.values()):
+        return f"environment template library {top!r} of an included env file: entries custom_envs does not interpolate are not used"
     return None
 
 
@@ -300,4 +321,30 @@ RULES: dict[str, Rule] = {
            ("device_mapping", _RULE_WORKER_UNUSED["device_mapping"], "dropped (it runs in the training process, on its device)"))},
 }
 
-HANDLERS = [template, reward_norm, mini_batch, topr, roll_lora, reward_workers, infer_engine_kwargs, *roll_defaults.HANDLERS]
+_DPO_KEYS = ("ipo", "beta", "label_smoothing", "chosen_key", "rejected_key")
+
+
+def dpo_pipeline(ctx: Context) -> None:
+    """ROLL's DPO pipeline (start_dpo_pipeline.py) has no key naming it: its keys (beta, ipo,
+    label_smoothing, chosen_key, rejected_key) make the file a DPO config, posttrain's
+    ``algorithm.kind: dpo``. ROLL's loss (roll/pipeline/dpo/actor_worker.py) is the sigmoid loss with
+    label smoothing, or IPO's squared loss (h - 1/(2 beta))^2 when ipo is true: posttrain's
+    algorithm.dpo.loss_type sigmoid / ipo (posttrain.trainer.dpo.preference_losses)."""
+    present = [k for k in _DPO_KEYS if ctx.has(k)]
+    if not present:
+        return
+    ctx.set("algorithm.kind", "dpo", present[0], f"ROLL's DPO pipeline keys ({', '.join(present)})")
+    if ctx.get("ipo") is True:
+        ctx.consume("ipo")
+        ctx.set("algorithm.dpo.loss_type", "ipo", "ipo", "IPO's squared loss")
+    epochs = "actor_train.training_args.num_train_epochs"
+    if ctx.has(epochs):  # the DPO pipeline passes over the pairs this many times (stopping at max_steps)
+        ctx.consume(epochs)
+        value = ctx.get(epochs)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
+            ctx.set("trainer.total_epochs", int(value), epochs, "ROLL's DPO pipeline runs int(num_train_epochs) passes over the pairs")
+        else:
+            ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
+
+
+HANDLERS = [template, reward_norm, mini_batch, topr, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, *roll_defaults.HANDLERS]

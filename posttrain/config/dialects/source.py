@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from posttrain.config.validate import deep_merge
 from posttrain.errors import ConfigError
 from posttrain.files import read_utf8
 
+_MISSING_ENV = re.compile(r"Environment variable '([^']+)' not found")
 _REFERENCE = re.compile(r"\$\{\s*([A-Za-z_][\w.]*)\s*\}")  # ${a.b}, not ${resolver:...}
 
 
@@ -112,9 +114,24 @@ def references(raw: Any) -> set[str]:
     return out
 
 
+def _now(pattern: str = "%Y-%m-%d_%H-%M-%S") -> str:
+    """Hydra's ``${now:FORMAT}`` resolver (verl and ROLL compose with Hydra): the local time, strftime."""
+    return time.strftime(pattern)
+
+
+def _register_resolvers() -> None:
+    """The resolvers real configs use beyond OmegaConf's own (``oc.env``, ``oc.select``, ...): only
+    Hydra's ``now``. verl, ROLL and Trinity-RFT register none of their own, so there is no arithmetic
+    resolver to mirror; an unknown one (``${eval:...}``) is refused on its key, naming it."""
+    if not OmegaConf.has_resolver("now"):
+        register = getattr(OmegaConf, "register_resolver", None) or OmegaConf.register_new_resolver  # 2.4 renamed it
+        register("now", _now, use_cache=True)  # one time per run, as Hydra's
+
+
 def resolve(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """Interpolations resolved key by key: ``(resolved dict, {key: why it could not be resolved})``.
     An unresolved leaf keeps its ``${...}`` text."""
+    _register_resolvers()
     failures: dict[str, str] = {}
     conf = OmegaConf.create(raw)
     return _resolve_node(conf, "", failures), failures
@@ -130,9 +147,14 @@ def _resolve_node(node: DictConfig | ListConfig, prefix: str, failures: dict[str
             value = node[k]
         except OmegaConfBaseException as err:
             message = str(err).strip().splitlines()[0]
-            if "Environment variable" in message:
-                message += "; set it before converting, or give a default: ${oc.env:NAME,default}"
-            failures[key] = f"cannot resolve interpolation {node._get_node(k)._value()!r}: {message}"
+            text = node._get_node(k)._value()
+            missing = _MISSING_ENV.search(message)
+            if missing:  # one line naming the variable and the two ways out
+                name = missing.group(1)
+                failures[key] = (f"environment variable {name} is not set (read by {text!r}): export {name}=..., "
+                                 f"or give the file a default: ${{oc.env:{name},DEFAULT}}")
+            else:
+                failures[key] = f"cannot resolve interpolation {text!r}: {message}"
             value = node._get_node(k)._value()
         if isinstance(value, (DictConfig, ListConfig)):
             value = _resolve_node(value, key, failures)

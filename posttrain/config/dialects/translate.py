@@ -202,7 +202,7 @@ def _unmapped_leaf(ctx: Context, key: str, value: Any, reason: str | None, ignor
     elif any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in ctx.interpolated):
         ctx.drop(key, "interpolation source: its value was substituted where it is referenced" + (f" ({reason})" if reason else ""))
     elif reason is not None:
-        ctx.refuse_unless_default(key, f"not supported: {reason}", None, value)
+        ctx.refuse_unless_default(key, reason if reason.startswith("not implemented yet") else f"not supported: {reason}", None, value)
     else:
         ctx.refuse_unless_default(key, f"no posttrain equivalent: not a {_title(ctx.dialect)} key the schema knows (docs/config-mapping.md lists those it does)", None, value)
 

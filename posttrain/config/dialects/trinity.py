@@ -122,7 +122,9 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         ctx.set("rollout.val_kwargs.temperature", ctx.get("model.temperature", 1.0), f"{prefix}.rollout_args", "temperature not given: model.temperature (Trinity's default 1.0)")
     for name, value in args.items():
         key = f"{prefix}.rollout_args.{name}"
-        if name not in ("temperature", "top_p", "top_k"):
+        if name == "logprobs" and value in (0, None):
+            ctx.drop(key, "0: the sampled token's log-prob only, which posttrain always computes")
+        elif name not in ("temperature", "top_p", "top_k"):
             ctx.refuse(key, "no posttrain equivalent: only temperature, top_p and top_k are sampling settings posttrain has", None, value)
         elif training:
             ctx.set(f"rollout.{name}", value, key)
@@ -248,6 +250,12 @@ def prompt_truncation(ctx: Context) -> None:
 def ignorable(ctx: Context, key: str, value: Any) -> str | None:
     if key == "algorithm.entropy_loss_fn" and value == "default":
         return "Trinity-RFT's default entropy loss, entropy_coef x mean token entropy: posttrain's entropy term (actor.entropy_coeff)"
+    if key.endswith(".enable_progress_bar"):
+        return "a progress bar of Trinity-RFT's buffer reader: display only"
+    if key == "model.logprobs" and value in (0, None):
+        return "0: the sampled token's log-prob only, which posttrain always computes"
+    if key == "trainer.enable_preview":
+        return "a preview table of rollouts in Trinity-RFT's wandb logging: display only, no effect on training"
     if key == "trainer.trainer_type" and value == "verl":
         return "Trinity-RFT's verl trainer: posttrain trains with its own backend and reads trainer_config with the verl dialect"
     return None

@@ -148,7 +148,17 @@ def is_default(key: str, value: Any) -> bool:
     return node == value and type(node) is type(value)
 
 
+_ANY_VALUE = {
+    "trainer.use_legacy_worker_impl": "which of verl's two worker implementations runs; posttrain has one",
+    "actor_rollout_ref.actor.fsdp_config.use_orig_params": "an FSDP1 option; FSDP2 (posttrain's) always keeps the original parameters",
+}
+
+
 def ignorable(ctx: Any, key: str, value: Any) -> str | None:
+    if key in _ANY_VALUE:
+        return _ANY_VALUE[key]
+    if key == "actor_rollout_ref.ref.use_torch_compile" and value == ctx.get("actor_rollout_ref.actor.use_torch_compile", True):
+        return "the same as the actor's use_torch_compile (posttrain's reference runs the actor's forward)"
     return hydra_ignorable(ctx, key, value) or _profiler_ignorable(ctx, key, value)
 
 

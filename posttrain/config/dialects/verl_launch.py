@@ -121,13 +121,30 @@ def launch(path: str | Path | None, overrides: list[str]) -> tuple[dict[str, Any
     unresolved = {k: why for k, why in unresolved.items() if _owner(k, user)}
     while True:
         native, report = translate(_tree(chosen), "verl", interpolated=references(tree), unresolved={**problems, **unresolved})
-        # a default that posttrain refuses, or that stands in the way of the user's key, leaves
+        # a default that posttrain refuses, that stands in the way of the user's key, or whose value
+        # posttrain's validation rejects with the user's other keys (verl's use_torch_compile with
+        # several worker processes), leaves
         blocking = {e.key for e in report.refused if not _owner(e.key, user)}
+        blocking |= {key for key in _invalid(native, report) if not _owner(key, user)}
         blocking |= {other for e in report.refused if _owner(e.key, user) for other in _conflict(e.reason) if not _owner(other, user)}
         blocking &= set(chosen)
         if not blocking:
             return native, report, set_by
         chosen = {k: v for k, v in chosen.items() if k not in blocking}
+
+
+def _invalid(native: dict[str, Any], report: Report) -> set[str]:
+    """The foreign keys whose translated values native validation names in a problem."""
+    from posttrain.config.schema import defaults_dict
+    from posttrain.config.validate import deep_merge, validate
+    from posttrain.errors import ConfigError
+
+    try:
+        validate(deep_merge(defaults_dict(), native))
+    except ConfigError as err:
+        origin = report.native_origin()
+        return {origin[p.split(" ", 1)[0].rstrip(":")] for p in err.problems if p.split(" ", 1)[0].rstrip(":") in origin}
+    return set()
 
 
 def _conflict(reason: str) -> list[str]:

@@ -98,6 +98,10 @@ def roll_worker_unsupported(role: str, section_name: str) -> dict[str, str]:
     return out
 
 
+_PACKING = "not implemented yet: ROLL's sequence packing (Megatron only in ROLL); posttrain packs the real tokens of a micro-batch with model.use_remove_padding and sizes micro-batches by tokens with actor.use_dynamic_bsz (issue 22)"
+_OFFLOAD = "not implemented yet: moving a role's states to CPU between its phases (ROLL; posttrain offloads with actor.fsdp_config.param_offload / optimizer_offload, issue 14)"
+
+
 # ---- the actor -------------------------------------------------------------------------------
 
 
@@ -120,8 +124,8 @@ class ActorConfig:
     # ---- batching ----------------------------------------------------------------------------
     ppo_mini_batch_size: int = param(8, doc="Prompts per optimizer step (x rollout.n responses), across all devices.", ge=1, refs=[f"{_VERL}.ppo_mini_batch_size"])
     ppo_micro_batch_size_per_gpu: int = param(8, doc="Responses per forward/backward pass on one device (gradient accumulation unit).", ge=1, refs=[f"{_VERL}.ppo_micro_batch_size_per_gpu", "roll:actor_train.training_args.per_device_train_batch_size"])
-    use_dynamic_bsz: bool = param(False, doc="Pack micro-batches by token budget (ppo_max_token_len_per_gpu) instead of a fixed count.", refs=[f"{_VERL}.use_dynamic_bsz", "trinity:trainer.use_dynamic_bsz"])
-    ppo_max_token_len_per_gpu: int = param(16384, doc="Token budget (prompt + response tokens) of one micro-batch on one device when use_dynamic_bsz.", ge=1, refs=[f"{_VERL}.ppo_max_token_len_per_gpu", "trinity:trainer.max_token_len_per_gpu"])
+    use_dynamic_bsz: bool = param(False, doc="Pack micro-batches by token budget (ppo_max_token_len_per_gpu) instead of a fixed count.", refs=[f"{_VERL}.use_dynamic_bsz", "trinity:trainer.use_dynamic_bsz", "roll:actor_train.use_dynamic_batching_in_train"])
+    ppo_max_token_len_per_gpu: int = param(16384, doc="Token budget (prompt + response tokens) of one micro-batch on one device when use_dynamic_bsz.", ge=1, refs=[f"{_VERL}.ppo_max_token_len_per_gpu", "trinity:trainer.max_token_len_per_gpu", "roll:actor_train.max_tokens_per_microbatch_in_train"])
     ppo_epochs: int = param(1, doc="Passes over each rollout batch.", ge=1, refs=[f"{_VERL}.ppo_epochs", "roll:ppo_epochs"])
     shuffle: bool = param(False, doc="Shuffle the responses before splitting them into mini-batches, each epoch.", refs=[f"{_VERL}.shuffle"])
     share_prompt_forward: bool = param(False, doc="Training forward computes each prompt once for its group of responses (one row: prompt, then every response, with a mask that keeps responses apart); same results to float rounding, less work when prompts are long.")
@@ -149,7 +153,7 @@ class ActorConfig:
     # ---- backend, parallelism and performance -------------------------------------------------
     strategy: str = param("fsdp", doc="Training backend across worker processes: fsdp and fsdp2 both select posttrain's one sharding backend, FSDP2 (one process trains plain torch either way).", choices=["fsdp", "fsdp2"], refs=[f"{_VERL}.strategy", "trinity:trainer.trainer_strategy"])
     fsdp_config: FsdpConfig = param(factory=FsdpConfig, doc="FSDP sharding and offload of the actor.", refs=[f"{_VERL}.fsdp_config"])
-    ulysses_sequence_parallel_size: int = param(1, doc="Devices one sequence is split over (Ulysses sequence parallelism).", ge=1, todo="Ulysses sequence parallelism (one sequence split over several devices)", refs=[f"{_VERL}.ulysses_sequence_parallel_size", "trinity:trainer.ulysses_sequence_parallel_size"])
+    ulysses_sequence_parallel_size: int = param(1, doc="Devices one sequence is split over (Ulysses sequence parallelism).", ge=1, todo="Ulysses sequence parallelism (one sequence split over several devices)", refs=[f"{_VERL}.ulysses_sequence_parallel_size", "trinity:trainer.ulysses_sequence_parallel_size", "roll:actor_train.model_args.ulysses_size"])
     use_torch_compile: bool = param(False, doc="RL stages: run the decoder layers of the training-side forwards (actor update and log-probs; the reference and critic take the same setting) of supported Llama/Qwen2 models as a lean forward compiled with torch.compile (exact to float rounding; ~10 s compile; falls back to eager when compiling fails). Refused for SFT/DPO stages.", refs=[f"{_VERL}.use_torch_compile"])
     entropy_from_logits_with_chunking: bool = param(False, doc="Compute token entropy in chunks to lower peak memory. posttrain always does (log-probs and entropy from at most 2**26 logits at a time, posttrain.models.logprobs), so true is what happens and false changes nothing: the values are the same either way.", refs=[f"{_VERL}.entropy_from_logits_with_chunking"])
     entropy_checkpointing: bool = param(False, doc="Recompute the entropy in the backward pass instead of storing activations.", todo=_PERF, refs=[f"{_VERL}.entropy_checkpointing"])
@@ -163,4 +167,39 @@ UNSUPPORTED: dict[str, str] = {
     f"{_TRINITY_ALGO}.entropy_loss_fn": "posttrain has one entropy term, Trinity-RFT's default (entropy_coef x mean token entropy, weighted by actor.entropy_coeff): `default` is accepted, another entropy function is refused",
     "roll:l2": "use decoupled weight decay: actor.optim.weight_decay",
     **roll_worker_unsupported("actor_train", "actor"),
+    # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
+    "roll:actor_train.offload_nccl": "not implemented yet: offloading NCCL buffers while a colocated role sleeps (GPU memory; issue 19)",
+    "roll:actor_train.model_args.freeze_module_prefix": "not implemented yet: freezing modules by name prefix (the vision tower of a multimodal model; later issue)",
+    "roll:actor_train.worker_cls": "ROLL's worker class for the role; posttrain's roles are its own (posttrain.workers), chosen by the algorithm",
+    "roll:actor_train.pg_variant": "not implemented yet: ROLL's agentic policy-gradient variants (agentic issue 15)",
+    "roll:actor_train.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
+    "verl:actor_rollout_ref.actor.freeze_vision_tower": "not implemented yet: multimodal data (images, video; later issue)",
+    "verl:actor_rollout_ref.actor.calculate_sum_pi_squared": "not implemented yet: the sum of squared token probabilities as a metric (verl's optimal-token-baseline statistics; issue 22)",
+    "verl:actor_rollout_ref.actor.use_prefix_grouper": "not implemented yet: one forward pass of a shared prompt for its group's responses in training (posttrain shares it in the rollout only; performance issue)",
+    "verl:actor_rollout_ref.actor.megatron": "Megatron backend options; posttrain has no Megatron backend (it trains with FSDP2: actor.fsdp_config)",
+    "verl:actor_rollout_ref.nccl_timeout": "timeout of verl's NCCL process groups; posttrain's is cluster.rpc_timeout_s (its own default, not the same key)",
+    "roll:actor_train.use_sequence_packing": _PACKING,
+    "roll:actor_train.sequence_packing_args": _PACKING,
+    "roll:is_offload_states": _OFFLOAD,
+    "roll:is_offload_optimizer_states_in_train_step": _OFFLOAD,
+    "roll:importance_sampling": "not implemented yet: ROLL's sequence-level importance ratio (importance_sampling: seq); the token ratio is posttrain's (issue 22)",
+    "roll:use_topr_neg_loss_coef": "ROLL's TOPR loss options: choose the policy loss by name in actor.policy_loss.loss_mode",
+    "roll:train_infer_correction": "ROLL's correction of the training/inference mismatch: not translated yet onto posttrain's algorithm.rollout_is_* (issue 18)",
+}
+
+
+# ROLL builds its config with dacite's from_dict, which ignores keys its dataclasses do not declare.
+_NOT_READ = "not read by ROLL (no field of its config dataclasses declares it; ROLL ignores such keys)"
+# ROLL keys met in its published examples that change nothing whatever their value (the loaders drop them).
+NO_EFFECT: dict[str, str] = {
+    "roll:positive_loss_coef": _NOT_READ + " (ROLL spells its field postive_loss_coef)",
+    "roll:model_name": _NOT_READ + " (a name the agentic examples build with ${now:...})",
+    "roll:enable_old_logprobs_recompute": "when ROLL computes old log-probs (a scheduling optimisation with the same values); posttrain decides with actor.reuse_rollout_logprobs",
+    "roll:reference.use_dynamic_batching_in_train": "the reference is never trained",
+    "roll:reference.max_tokens_per_microbatch_in_train": "the reference is never trained",
+    "roll:validation.eval_steps": _NOT_READ + " (its validation frequency is the top-level eval_steps)",
+    **{f"roll:{role}.model_args.flash_attn": _NOT_READ + " (the attention kernel is model_args.attn_implementation)"
+       for role in ("actor_train", "actor_infer", "reference", "critic")},
+    **{f"roll:{role}.sequence_length_round_in_{phase}": "padding granularity of ROLL's dynamic micro-batches: padding is masked out, so it changes no result"
+       for role in ("actor_train", "reference", "critic") for phase in ("train", "infer")},
 }

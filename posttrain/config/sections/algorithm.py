@@ -99,8 +99,8 @@ class FilterGroupsConfig:
 class DPOConfig:
     """Direct preference optimisation (Rafailov et al. 2023); used when kind is dpo."""
 
-    beta: float = param(0.1, doc="Inverse temperature of the implicit reward (log-ratio scale).", gt=0, refs=["trinity:algorithm.policy_loss_fn_args.beta"])
-    label_smoothing: float = param(0.0, doc="Probability that a preference label is flipped (conservative DPO); 0 is plain DPO.", ge=0, lt=0.5, refs=["trinity:algorithm.policy_loss_fn_args.label_smoothing"])
+    beta: float = param(0.1, doc="Inverse temperature of the implicit reward (log-ratio scale).", gt=0, refs=["trinity:algorithm.policy_loss_fn_args.beta", "roll:beta"])
+    label_smoothing: float = param(0.0, doc="Probability that a preference label is flipped (conservative DPO); 0 is plain DPO.", ge=0, lt=0.5, refs=["trinity:algorithm.policy_loss_fn_args.label_smoothing", "roll:label_smoothing"])
     loss_type: str = param("sigmoid", doc="sigmoid (DPO), ipo (squared loss, Azar et al. 2023) or hinge (SLiC).", choices=["sigmoid", "ipo", "hinge"])
 
 
@@ -157,4 +157,28 @@ class AlgorithmConfig:
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
-UNSUPPORTED: dict[str, str] = {}
+UNSUPPORTED: dict[str, str] = {
+    # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
+    "roll:step_reward_gamma": "not implemented yet: step-level rewards of agentic trajectories (GiGPO; agentic issue 15)",
+    "roll:step_reward_weight": "not implemented yet: step-level rewards of agentic trajectories (GiGPO; agentic issue 15)",
+    "roll:episode_reward_weight": "not implemented yet: step-level rewards of agentic trajectories (GiGPO; agentic issue 15)",
+    "roll:batch_adjust_mode": "not implemented yet: resizing an agentic batch to the rollout batch size after filtering (agentic issue 15)",
+    "roll:reward_normalization": "not implemented yet: agentic reward normalisation (agentic issue 15)",
+    "roll:student": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "roll:teacher": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "roll:student_train": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "roll:student_pretrain": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "roll:teacher_pretrain": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "roll:logits_topk": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "roll:distill_loss_weight": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "roll:kd_objective": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "roll:distill_on_prompt": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "roll:logits_transfer_backend": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "verl:algorithm.rollout_correction": "verl's current spelling of rollout importance sampling and rejection (rollout_is, rollout_rs, bypass_mode): not translated yet onto posttrain's algorithm.rollout_is_* (verl's earlier spelling; issue 18)",
+    "trinity:algorithm.advantage_fn_args": "arguments of Trinity-RFT's advantage functions: not translated yet (Trinity algorithm types; issue 18)",
+    "trinity:algorithm.policy_loss_fn_args": "arguments of Trinity-RFT's policy loss functions: not translated yet (Trinity algorithm types; issue 18)",
+    "trinity:algorithm.sample_strategy_args": "not implemented yet: Trinity-RFT's sample strategies (mixing expert data into batches; decoupled explorer/trainer issue 16)",
+    "roll:student_infer": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "roll:question_key": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "roll:answer_key": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+}

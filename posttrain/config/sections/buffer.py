@@ -120,4 +120,5 @@ REWARD_FN_REASON = ("Trinity-RFT's reward-function classes are not translated: p
 UNSUPPORTED: dict[str, str] = {
     "trinity:buffer.explorer_input.default_reward_fn_type": REWARD_FN_REASON,
     "trinity:buffer.explorer_input.taskset.default_reward_fn_type": REWARD_FN_REASON,
+    "trinity:buffer.trainer_input.experience_buffer.subset_name": "not implemented yet: reading experience (SFT/DPO) datasets from files (decoupled explorer/trainer issue 16)",
 }

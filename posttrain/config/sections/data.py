@@ -43,14 +43,14 @@ class DataConfig:
     messages_key: str | None = param(None, doc="Column holding a chat message list, used instead of prompt_key (SFT: the whole conversation).", refs=["verl:data.multiturn.messages_key", "roll:actor_train.data_args.messages"])
     response_key: str = param("response", doc="Column holding the SFT response; for RL rows without reward_model, the ground truth.", refs=["verl:data.response_key", f"{_TS}.response_key"])
     response_dict_keys: list[str] = param(factory=list, doc="Keys followed inside a dict-valued response column to reach the response (SFT).", refs=["verl:data.response_dict_keys"])
-    chosen_key: str = param("chosen", doc="Column holding the preferred response of a DPO pair (string or message list).")
-    rejected_key: str = param("rejected", doc="Column holding the dispreferred response of a DPO pair (string or message list).")
+    chosen_key: str = param("chosen", doc="Column holding the preferred response of a DPO pair (string or message list).", refs=["roll:chosen_key"])
+    rejected_key: str = param("rejected", doc="Column holding the dispreferred response of a DPO pair (string or message list).", refs=["roll:rejected_key"])
     reward_fn_key: str = param("data_source", doc="Column naming each row's data source (its tag), which selects its reward function or reward workers.", refs=["verl:data.reward_fn_key", "roll:actor_train.data_args.tag"])
     system_prompt: str | None = param(None, doc="System message put before prompts that have none.", refs=[f"{_TS}.system_prompt"])
     system_prompt_key: str | None = param(None, doc="Column holding a per-row system message; wins over system_prompt.", refs=[f"{_TS}.system_prompt_key"])
 
     # ---- chat template -----------------------------------------------------------------------
-    chat_template: str | None = param(None, doc="Jinja chat template, inline or a path to a .jinja file; null uses the tokenizer's.", refs=["verl:data.chat_template"])
+    chat_template: str | None = param(None, doc="Jinja chat template, inline or a path to a .jinja file; null uses the tokenizer's.", refs=["verl:data.chat_template", "verl:actor_rollout_ref.model.custom_chat_template"])
     chat_template_name: str = param("native", doc="A named prompt template (ROLL's names, docs/data.md): native/qwen2_5 use the chat template as it is, qwen3 adds enable_thinking=True, chatml/empty/base write their own text, longCOT_qwen2.5 adds a long-thought system prompt and a boxed-answer instruction, longcot_V3 opens <think> after the assistant header.", choices=CHAT_TEMPLATE_NAMES, refs=["roll:actor_train.data_args.template", "roll:global_template"])
     apply_chat_template_kwargs: dict[str, Any] = param(factory=dict, doc="Extra variables passed to the chat template (e.g. enable_thinking).", refs=["verl:data.apply_chat_template_kwargs"])
     enable_thinking: bool | None = param(None, doc="Pass enable_thinking to the chat template (Qwen3-style reasoning switch); null passes nothing, so the template's own default holds.", refs=["trinity:model.enable_thinking", "trinity:explorer.rollout_model.enable_thinking", f"{_TS}.enable_thinking"])
@@ -91,6 +91,26 @@ class DataConfig:
 # Reference keys with no field in `data`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
     "verl:data.multiturn.enable": "set data.messages_key to the conversation column instead (verl's multiturn.messages_key)",
+    # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
+    "roll:actor_train.data_args.image_max_pixels": "not implemented yet: multimodal data (images, video; later issue)",
+    "roll:actor_train.data_args.video_total_pixels": "not implemented yet: multimodal data (images, video; later issue)",
+    "roll:actor_train.data_args.video_min_pixels": "not implemented yet: multimodal data (images, video; later issue)",
+    "roll:actor_train.data_args.video_max_pixels": "not implemented yet: multimodal data (images, video; later issue)",
+    "roll:actor_train.data_args.video_fps": "not implemented yet: multimodal data (images, video; later issue)",
+    "roll:actor_train.data_args.video_max_frames": "not implemented yet: multimodal data (images, video; later issue)",
+    "roll:actor_train.data_args.video_folder": "not implemented yet: multimodal data (images, video; later issue)",
+    "roll:validation.data_args.image_max_pixels": "not implemented yet: multimodal data (images, video; later issue)",
+    "roll:actor_train.data_args.custom_data_kwargs_func": "not implemented yet: a user function building extra row columns (use a custom dataset class: data.custom_cls; issue 22)",
+    "roll:validation.data_args.dataset_dir": "validation files are read relative to data.dataset_dir (ROLL: actor_train.data_args.dataset_dir), the training files' folder",
+    "roll:validation.data_args.preprocessing_num_workers": "the validation set is tokenised with data.filter_overlong_prompts_workers processes, the training set's",
+    "roll:validation.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
+    "roll:sft_train": "ROLL's SFT pipeline (start_sft_pipeline.py): not translated yet; write it as a posttrain SFT stage (algorithm.kind: sft; issue 18)",
+    "roll:prompt_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage: data.prompt_key; issue 18)",
+    "roll:query_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage; issue 18)",
+    "roll:response_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage: data.response_key; issue 18)",
+    "verl:data.return_multi_modal_inputs": "not implemented yet: multimodal data (images, video; later issue)",
+    "trinity:buffer.explorer_input.taskset.data_selector": "not implemented yet: Trinity-RFT's task selectors (difficulty-based curricula: custom samplers, curriculum issue)",
+    "roll:actor_train.data_args.audio_folder": "not implemented yet: multimodal data (images, video; later issue)",
 }
 
 

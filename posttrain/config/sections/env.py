@@ -45,7 +45,15 @@ class EnvConfig:
 _HELPER = "template variable of ROLL's traj_envs.yaml: it does nothing by itself; where custom_envs interpolates it, its value was substituted there"
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
-UNSUPPORTED: dict[str, str] = {}
+UNSUPPORTED: dict[str, str] = {
+    # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
+    "roll:train_env_manager.generating_args": "not implemented yet: sampling settings per environment manager (agentic issue 15; posttrain samples agentic turns with rollout.*)",
+    "roll:val_env_manager.generating_args": "not implemented yet: sampling settings per environment manager (agentic issue 15; posttrain samples agentic turns with rollout.val_kwargs.*)",
+    "roll:train_env_manager.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
+    "roll:val_env_manager.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
+    "roll:parse_tool_call_parameter_to_dict": "not implemented yet: tool calls in agentic environments (agentic issue 15)",
+    "roll:skip_mock_system_prompt": "not implemented yet: tool calls in agentic environments (agentic issue 15)",
+}
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
     "roll:custom_env": "template library of ROLL's traj_envs.yaml: its entries reach posttrain through custom_envs' interpolations",

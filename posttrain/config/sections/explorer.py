@@ -49,4 +49,6 @@ class ExplorerConfig:
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     "trinity:explorer.name": "Ray actor names are chosen by posttrain",
+    "trinity:explorer.max_repeat_times_per_runner": "not implemented yet: splitting a task's repeats over workflow runners (decoupled explorer/trainer issue 16)",
+    "trinity:explorer.bench_on_latest_checkpoint": "not implemented yet: `trinity bench` (decoupled explorer/trainer issue 16)",
 }

@@ -31,7 +31,7 @@ class ModelConfig:
     )
     dtype: str = param(
         "fp32", doc="Parameter dtype: fp32, bf16, fp16, or auto (the dtype saved in config.json).",
-        choices=DTYPES, refs=["verl:model.fsdp_config.model_dtype", "roll:actor_train.model_args.dtype"],
+        choices=DTYPES, refs=["verl:model.fsdp_config.model_dtype", "verl:actor_rollout_ref.actor.fsdp_config.model_dtype", "roll:actor_train.model_args.dtype"],
     )
     trust_remote_code: bool = param(
         False, doc="Allow modelling/tokenizer code shipped inside the model directory to run (one switch for both: verl's data.trust_remote_code, the tokenizer's, is this one).",
@@ -80,7 +80,7 @@ class ModelConfig:
     )
     use_remove_padding: bool = param(
         True, doc="Training-side forwards of the policy (actor update, old and reference log-probs) pack the real tokens of several sequences into one row instead of padding them, where the model keeps packed sequences apart (posttrain.models.packing; equal up to float rounding). On by default, unlike verl: it is exact and faster. false runs padded batches.",
-        refs=["verl:actor_rollout_ref.model.use_remove_padding"],
+        refs=["verl:actor_rollout_ref.model.use_remove_padding", "roll:actor_train.use_remove_padding"],
     )
     use_liger: bool = param(
         False, doc="Replace layers with Liger kernels.", todo="Liger kernels (GPU performance issue)",
@@ -144,4 +144,13 @@ UNSUPPORTED: dict[str, str] = {
     "trinity:model.tinker.train_mlp": _TINKER,
     "trinity:model.tinker.train_attn": _TINKER,
     "trinity:model.tinker.train_unembed": _TINKER,
+    "trinity:model.external_model": "not implemented yet: an external OpenAI-compatible model as the explorer's policy (decoupled explorer/trainer issue 16)",
+    "roll:critic.model_args.model_type": (
+        "ROLL picks a TRL value-head class with it; posttrain picks the model class from the role "
+        "(critic: value model, reward: sequence classifier)"
+    ),
+    "roll:model_download_type": "where ROLL downloads models from; posttrain never downloads (model paths are local directories or the local cache)",
+    "roll:actor_infer.model_args.model_name_or_path": "every role loads the policy's weights (model.path, ROLL: pretrain)",
+    "roll:reference.model_args.model_name_or_path": "every role loads the policy's weights (model.path, ROLL: pretrain)",
+    "roll:tag_to_template": "not implemented yet: a chat template per data tag (every row uses data.chat_template_name; issue 22)",
 }

@@ -24,11 +24,11 @@ class RefConfig:
     """The frozen reference policy (created when a KL term needs it)."""
 
     log_prob_micro_batch_size_per_gpu: int = param(8, doc="Responses per reference log-prob forward pass on one device.", ge=1, refs=[f"{_VERL}.log_prob_micro_batch_size_per_gpu", "roll:reference.infer_batch_size"])
-    log_prob_use_dynamic_bsz: bool | None = param(None, doc="Pack reference forward passes by tokens; null follows actor.use_dynamic_bsz.", refs=[f"{_VERL}.log_prob_use_dynamic_bsz"])
-    log_prob_max_token_len_per_gpu: int | None = param(None, doc="Token budget (prompt + response tokens) of one reference forward pass on one device; null uses actor.ppo_max_token_len_per_gpu.", ge=1, refs=[f"{_VERL}.log_prob_max_token_len_per_gpu"])
+    log_prob_use_dynamic_bsz: bool | None = param(None, doc="Pack reference forward passes by tokens; null follows actor.use_dynamic_bsz.", refs=[f"{_VERL}.log_prob_use_dynamic_bsz", "roll:reference.use_dynamic_batching_in_infer"])
+    log_prob_max_token_len_per_gpu: int | None = param(None, doc="Token budget (prompt + response tokens) of one reference forward pass on one device; null uses actor.ppo_max_token_len_per_gpu.", ge=1, refs=[f"{_VERL}.log_prob_max_token_len_per_gpu", "roll:reference.max_tokens_per_microbatch_in_infer"])
     strategy: str = param("fsdp", doc="Backend across worker processes: fsdp and fsdp2 both select posttrain's one sharding backend, FSDP2 (one process runs plain torch either way).", choices=["fsdp", "fsdp2"], refs=[f"{_VERL}.strategy"])
     fsdp_config: FsdpConfig = param(factory=FsdpConfig, doc="FSDP sharding and offload of the reference model.", refs=[f"{_VERL}.fsdp_config"])
-    ulysses_sequence_parallel_size: int | None = param(None, doc="Devices one sequence is split over; null follows actor.ulysses_sequence_parallel_size.", ge=1, todo="Ulysses sequence parallelism (one sequence split over several devices)", refs=[f"{_VERL}.ulysses_sequence_parallel_size"])
+    ulysses_sequence_parallel_size: int | None = param(None, doc="Devices one sequence is split over; null follows actor.ulysses_sequence_parallel_size.", ge=1, todo="Ulysses sequence parallelism (one sequence split over several devices)", refs=[f"{_VERL}.ulysses_sequence_parallel_size", "roll:reference.model_args.ulysses_size"])
     entropy_from_logits_with_chunking: bool | None = param(None, doc="Compute token entropy in chunks; null follows the actor. posttrain always computes log-probs in chunks (see actor.entropy_from_logits_with_chunking), so every value gives the same result.", refs=[f"{_VERL}.entropy_from_logits_with_chunking"])
     entropy_checkpointing: bool | None = param(None, doc="Recompute the entropy in the backward pass; null follows the actor.", todo=_PERF, refs=[f"{_VERL}.entropy_checkpointing"])
     profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the reference in profiler.steps.", refs=[f"{_VERL}.profiler"])
@@ -39,6 +39,14 @@ UNSUPPORTED: dict[str, str] = {
     "roll:reference.model_args.dtype": "the reference loads the policy weights with the policy's dtype (model section)",
     "roll:reference.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     **roll_worker_unsupported("reference", "ref"),
+    "roll:reference.offload_nccl": "not implemented yet: offloading NCCL buffers while a colocated role sleeps (GPU memory; issue 19)",
+    "roll:reference.model_args.freeze_module_prefix": "the reference is never trained, so freezing its modules changes nothing only when the actor freezes the same ones: not implemented yet (later issue)",
+    "verl:actor_rollout_ref.ref.use_torch_compile": "the reference runs the actor's forward, compiled when actor.use_torch_compile is (a different value cannot be honoured)",
+    "verl:actor_rollout_ref.ref.megatron": "Megatron backend options; posttrain has no Megatron backend (the reference runs with FSDP2: ref.fsdp_config)",
+    "roll:reference.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
+    "roll:reference.use_sequence_packing": "not implemented yet: ROLL's sequence packing (posttrain packs real tokens with model.use_remove_padding; issue 22)",
+    "roll:reference.sequence_packing_args": "not implemented yet: ROLL's sequence packing (posttrain packs real tokens with model.use_remove_padding; issue 22)",
+    "roll:reference.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
 }
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).

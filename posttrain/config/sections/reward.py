@@ -140,7 +140,19 @@ QUERY_FILTER_ARGS: dict[str, tuple[str, ...]] = {
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
+_REWARD_LOOP = "not implemented yet: verl's reward loop (a generative reward model served by a vLLM/SGLang engine; issue 19)"
+
+
 UNSUPPORTED: dict[str, str] = {
+    # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
+    "verl:reward_model.use_reward_loop": _REWARD_LOOP,
+    "verl:reward_model.num_workers": _REWARD_LOOP,
+    "verl:reward_model.rollout": _REWARD_LOOP,
+    "verl:reward_model.reward_kwargs": "keyword arguments of verl's reward manager class (reward_model.reward_manager; DAPO's overlong_buffer_cfg is reward.overlong_buffer): not translated yet (issue 18)",
+    "roll:reward_system_config": "not implemented yet: ROLL's agentic reward system settings (agentic issue 15)",
+    "trinity:buffer.explorer_input.taskset.reward_fn_args": "arguments of Trinity-RFT's workflow reward functions: not implemented yet (Trinity workflows: decoupled explorer/trainer issue 16)",
+    "roll:reward": "ROLL's reward-model role (a model served by vLLM to score responses): not implemented yet: vLLM/SGLang engines (issue 19); posttrain's reward model is reward.reward_model (a sequence classifier)",
+    "roll:reward_model": "ROLL's shared reward-model cluster (InferWorker + vLLM): not implemented yet: vLLM/SGLang engines (issue 19); posttrain's reward model is reward.reward_model (a sequence classifier)",
 }
 
 

@@ -101,8 +101,8 @@ class RolloutConfig:
 
     # ---- old log-probs (recomputed by the actor after generation) -----------------------------
     log_prob_micro_batch_size_per_gpu: int | None = param(None, doc="Responses per forward pass when recomputing old log-probs on one device; null uses actor.ppo_micro_batch_size_per_gpu.", ge=1, refs=[f"{_VERL}.log_prob_micro_batch_size_per_gpu", "roll:actor_train.infer_batch_size"])
-    log_prob_use_dynamic_bsz: bool | None = param(None, doc="Pack old-log-prob micro-batches by tokens; null follows actor.use_dynamic_bsz.", refs=[f"{_VERL}.log_prob_use_dynamic_bsz"])
-    log_prob_max_token_len_per_gpu: int | None = param(None, doc="Token budget of one old-log-prob micro-batch on one device; null uses actor.ppo_max_token_len_per_gpu.", ge=1, refs=[f"{_VERL}.log_prob_max_token_len_per_gpu"])
+    log_prob_use_dynamic_bsz: bool | None = param(None, doc="Pack old-log-prob micro-batches by tokens; null follows actor.use_dynamic_bsz.", refs=[f"{_VERL}.log_prob_use_dynamic_bsz", "roll:actor_train.use_dynamic_batching_in_infer"])
+    log_prob_max_token_len_per_gpu: int | None = param(None, doc="Token budget of one old-log-prob micro-batch on one device; null uses actor.ppo_max_token_len_per_gpu.", ge=1, refs=[f"{_VERL}.log_prob_max_token_len_per_gpu", "roll:actor_train.max_tokens_per_microbatch_in_infer"])
 
     # ---- placement and parallelism ------------------------------------------------------------
     hybrid_engine: bool = param(True, doc="true: the rollout engine lives in the training process(es) (verl's hybrid engine, colocated). false: split placement, the engine in an explorer process of its own and training in a trainer process, synchronised every step (on-policy; the decoupled layout of docs/async.md with sync_interval 1, sync_offset 0).", refs=["verl:actor_rollout_ref.hybrid_engine"])
@@ -131,12 +131,33 @@ class RolloutConfig:
     enable_history: bool = param(False, doc="Record every model call of a workflow as training experience.", todo="workflow call history (agentic issue)", refs=[f"{_TRINITY}.enable_history"])
 
 
+_NCCL_OFFLOAD = "not implemented yet: offloading NCCL buffers while a colocated role sleeps (GPU memory; issue 19)"
+_STOP = "not implemented yet: stop strings (a response ends at the end-of-sequence token or the length limit; issue 22)"
+_DUMP = "not implemented yet: dumping rollouts to files and replaying them instead of generating (no issue yet)"
+
 # Reference keys with no field in `rollout`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
     f"{_VERL}.multi_turn.num_repeat_rollouts": "declared in verl's config but read by none of its rollouts; rollout.n sets the responses per prompt",
     f"{_ROLL_VAL_GEN}.max_new_tokens": "validation generates up to rollout.response_length tokens like training",
     f"{_ROLL_VAL_GEN}.num_beams": "beam search is not offered; validation samples or decodes greedily (rollout.val_kwargs.do_sample)",
     "roll:actor_infer.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
+    # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
+    "roll:actor_infer.offload_nccl": _NCCL_OFFLOAD,
+    "roll:actor_infer.generating_args.stop_strings": _STOP,
+    "roll:actor_infer.generating_args.include_stop_str_in_output": _STOP,
+    "roll:actor_infer.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
+    "roll:async_generation_ratio": "not implemented yet: generating the next batches while training (ROLL's asynchronous pipeline): decoupled explorer/trainer (issue 16)",
+    "roll:rollout_dump_dir": _DUMP,
+    "roll:rollout_mock": _DUMP,
+    "verl:actor_rollout_ref.rollout.multi_stage_wake_up": "vLLM/SGLang memory wake-up order: " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
+    "verl:actor_rollout_ref.rollout.sglang_rollout_mode": "SGLang's rollout mode: " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
+    "verl:actor_rollout_ref.rollout.server": "HTTP rollout server settings: not implemented yet: asynchronous rollout server (issue 19)",
+    "verl:actor_rollout_ref.rollout.trace": "not implemented yet: tracing rollouts to an external tracer (weave, mlflow; agentic issue 15)",
+    "verl:actor_rollout_ref.rollout.over_sample_rate": "not implemented yet: over-sampling and cutting the slowest rollouts (asynchronous rollout server, issue 19)",
+    "verl:actor_rollout_ref.rollout.engine_kwargs.trtllm": "the TensorRT-LLM engine is not provided (engines: hf; vLLM/SGLang: issue 19)",
+    "verl:actor_rollout_ref.rollout.checkpoint_engine": "verl's weight-transfer engine to vLLM/SGLang servers; posttrain syncs weights itself (cluster/weight_sync.py): " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
+    "trinity:explorer.rollout_model": "options of Trinity-RFT's vLLM rollout model (OpenAI API server, tool-call and reasoning parsers): " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
+    "trinity:model.logprobs": "log-probs of the top alternatives of each sampled token (vLLM's logprobs > 0): posttrain keeps the sampled token's only",
 }
 
 _SCHEDULING = "request scheduling inside ROLL's generation workers: it changes when requests run, not what is sampled"

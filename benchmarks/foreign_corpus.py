@@ -1,0 +1,241 @@
+"""Plan every example config of local verl / ROLL / Trinity-RFT checkouts, and count the outcomes.
+
+    python benchmarks/foreign_corpus.py --verl ~/src/verl --roll ~/src/ROLL --trinity ~/src/Trinity-RFT
+    python benchmarks/foreign_corpus.py --roll ~/src/ROLL --show refused     # every refusal line, by file
+    python benchmarks/foreign_corpus.py --verl ~/src/verl --unknown           # keys the schema does not know
+
+This is the held-out sweep of issue 18 (the handful committed under tests/config/corpus is left out
+by default: `--with-corpus` keeps it). Each file is planned as its users run it, with
+`posttrain config plan` in this process:
+
+- verl: every ``examples/**/*.sh`` that runs ``python3 -m verl.trainer.main_ppo``; the command's
+  words are read out of the script with its shell variables substituted (posttrain.config.dialects.
+  launch_script; nothing is executed) and planned as ``posttrain config plan --dialect verl WORDS``
+  from the checkout's root (verl's scripts use paths relative to it). ``HOME`` is the one variable
+  verl's docs tell users about (``$HOME/data/gsm8k``); it is set to a folder that does not exist.
+- ROLL: every ``examples/**/*.yaml`` that detects as a ROLL pipeline config (the ``examples/config``
+  include files are not pipelines), planned as ``posttrain config plan --dialect roll FILE``.
+- Trinity-RFT: every ``examples/**/*.yaml`` detected as Trinity-RFT, with the ``TRINITY_*``
+  variables its docs have users export (model, taskset, checkpoint folder) set to paths that do not
+  exist here, as on a machine that lacks the data and the model.
+
+Each file ends in one outcome: ``accepted`` (the plan printed), ``machine`` (refused only for what
+this machine lacks: the model, a data file, a GPU), ``refused`` (some key or value posttrain cannot
+honour: grouped by the reason's first words), or ``traceback`` (a bug: never acceptable). The issue's
+acceptance counts accepted + machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import io
+import os
+import re
+import sys
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from posttrain.cli import main as posttrain_main  # noqa: E402
+from posttrain.config.dialects.detect import detect  # noqa: E402
+from posttrain.config.dialects.launch_script import extract  # noqa: E402
+from posttrain.config.dialects.source import read_yaml  # noqa: E402
+from posttrain.trainer.smoke import machine_refusal  # noqa: E402
+
+SMOKE_MARK = "\n(smoke-able: refused only for the engine, backend, devices, model or data, which `posttrain smoke` substitutes)"
+
+CORPUS = ROOT / "tests" / "config" / "corpus"
+ABSENT = "/nonexistent"  # a machine without the users' data and models
+TRINITY_ENV = {
+    "TRINITY_MODEL_PATH": f"{ABSENT}/model",
+    "TRINITY_TASKSET_PATH": f"{ABSENT}/taskset",
+    "TRINITY_SFT_DATASET_PATH": f"{ABSENT}/sft_dataset",
+    "TRINITY_AUX_MODEL_PATH": f"{ABSENT}/aux_model",
+    "TRINITY_BUFFER_PATH": f"{ABSENT}/buffer",
+    "TRINITY_CHECKPOINT_ROOT_DIR": "./checkpoints",
+}
+# What a machine lacks, as the problem lines of `config plan` say it (posttrain never downloads).
+MACHINE = [
+    ("the model", re.compile(r"model path .* is not an existing local directory|is not a model directory|no config\.json|nor a model the local Hugging Face cache")),
+    ("a data file", re.compile(r"data file .* not found|no such data file|file not found|is neither a local file|not found in the local|dataset .* not .* cache|does not exist", re.I)),
+    ("a GPU", re.compile(r"CUDA is not available|no GPU|needs? (a )?GPU|\bcuda\b.*not available", re.I)),
+]
+
+
+def verl_runs(checkout: Path) -> list[tuple[str, list[str] | None, str]]:
+    """``(relative path, plan words or None, note)`` for each verl launch script."""
+    out = []
+    env = {"HOME": f"{ABSENT}/home", "PWD": str(checkout)}
+    for script in sorted(checkout.glob("examples/**/*.sh")):
+        found = extract(script.read_text(errors="replace"), env, script=str(script))
+        rel = str(script.relative_to(checkout))
+        note = "; ".join(found.unresolved)
+        out.append((rel, None if found.words is None else ["config", "plan", "--dialect", "verl", *found.words], note))
+    return out
+
+
+def yaml_runs(checkout: Path, dialect: str) -> list[tuple[str, list[str] | None, str]]:
+    """``(relative path, plan words or None, note)`` for each YAML file of ``examples``; a file that
+    other files include through their Hydra ``defaults`` is a part, not a config of its own."""
+    files = sorted(checkout.glob("examples/**/*.yaml"))
+    parts = set()
+    for file in files:
+        for entry in _defaults(file):
+            name = entry.split("@")[0] if isinstance(entry, str) else ""
+            if name and name != "_self_":
+                parts.add((file.parent / name).with_suffix(".yaml").resolve())
+    out = []
+    for file in files:
+        rel = str(file.relative_to(checkout))
+        if file.resolve() in parts:
+            out.append((rel, None, "included by other files' defaults (a part, not a config)"))
+            continue
+        try:
+            found = detect(read_yaml(file), rel)
+        except Exception as err:  # noqa: BLE001 - an unreadable file is an outcome of its own
+            out.append((rel, ["config", "plan", "--dialect", dialect, str(file)], f"unreadable: {err}"))
+            continue
+        out.append((rel, ["config", "plan", "--dialect", dialect, str(file)] if found == dialect else None, f"detected as {found}"))
+    return out
+
+
+def _defaults(file: Path) -> list:
+    try:
+        found = read_yaml(file).get("defaults")
+    except Exception:  # noqa: BLE001 - the file's own run reports it
+        return []
+    return found if isinstance(found, list) else []
+
+
+def plan(words: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, str]:
+    """``(outcome, text)``: run `posttrain config plan` in this process, from ``cwd``."""
+    old_cwd, old_env = os.getcwd(), dict(os.environ)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.chdir(cwd)
+        os.environ.update(env)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = posttrain_main(words)
+            except SystemExit as stop:  # argparse
+                rc = stop.code if isinstance(stop.code, int) else 2
+    except Exception:  # noqa: BLE001 - a traceback is what this sweep looks for
+        return "traceback", traceback.format_exc()
+    finally:
+        os.chdir(old_cwd)
+        os.environ.clear()
+        os.environ.update(old_env)
+    if rc == 0:
+        return "accepted", out.getvalue()
+    text = err.getvalue().removeprefix("posttrain: error: ")
+    problems = problem_lines(text)
+    lacks = {name for name, pattern in MACHINE for p in problems if pattern.search(p)}
+    if problems and all(any(pattern.search(p) for _, pattern in MACHINE) for p in problems):
+        return "machine", "lacks " + ", ".join(sorted(lacks))
+    smokeable = [machine_refusal(_reason(p)) and "--config-name" not in p or any(pattern.search(p) for _, pattern in MACHINE) for p in problems]
+    if problems and all(smokeable):
+        return "refused", text + SMOKE_MARK
+    return "refused", text
+
+
+def problem_lines(text: str) -> list[str]:
+    """The problems of an error message: its ``  - `` items, else the message (the closing
+    "read as a ... config (N keys translated ...)" summary left out)."""
+    items = [line.strip()[2:] for line in text.splitlines() if line.startswith("  - ")]
+    items = items or [text.strip()]
+    return [p for p in items if p and not re.search(r"read as a .* config \(\d+ keys translated", p)]
+
+
+def _reason(line: str) -> str:
+    """A refusal line without where it came from and the key: its reason."""
+    line = re.sub(r"^(command line override '[^']*'|verl's default|/\S*\.(yaml|sh)):\s*", "", line.strip())
+    return re.sub(r"^[\w.\[\]*-]+( \(posttrain: [^)]*\))?:\s*", "", line)
+
+
+def reason_of(line: str) -> str:
+    """A refusal line's reason, shortened to group alike lines."""
+    return re.split(r"[;(]", _reason(line))[0].strip()[:100]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--verl", type=Path)
+    parser.add_argument("--roll", type=Path)
+    parser.add_argument("--trinity", type=Path)
+    parser.add_argument("--with-corpus", action="store_true", help="also plan the files committed under tests/config/corpus")
+    parser.add_argument("--show", choices=["refused", "machine", "accepted", "traceback", "all"], default=None,
+                        help="print each file of that outcome with its message")
+    parser.add_argument("--unknown", action="store_true", help="list the keys refused as not known to the schema, with counts")
+    args = parser.parse_args()
+    held = set() if args.with_corpus else {str(p.relative_to(CORPUS)) for p in CORPUS.rglob("*") if p.is_file()}
+    jobs = []
+    if args.verl:
+        jobs += [("verl", args.verl, *run, {}) for run in verl_runs(args.verl.resolve())]
+    if args.roll:
+        jobs += [("roll", args.roll, *run, {}) for run in yaml_runs(args.roll.resolve(), "roll")]
+    if args.trinity:
+        jobs += [("trinity", args.trinity, *run, TRINITY_ENV) for run in yaml_runs(args.trinity.resolve(), "trinity")]
+    counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    reasons: collections.Counter = collections.Counter()
+    unknown: collections.Counter = collections.Counter()
+    skipped = collections.Counter()
+    for dialect, checkout, rel, words, note, env in jobs:
+        if _corpus_name(dialect, rel) in held:
+            skipped[f"{dialect}: in tests/config/corpus"] += 1
+            continue
+        if words is None:
+            skipped[f"{dialect}: {note if dialect != 'verl' else 'no main_ppo command'}"] += 1
+            continue
+        outcome, text = plan(words, checkout.resolve(), env)
+        counts[dialect][outcome] += 1
+        counts[dialect]["smoke"] += outcome == "refused" and text.endswith(SMOKE_MARK)
+        if outcome == "refused":
+            reasons.update({reason_of(p) for p in problem_lines(text)})
+            for p in problem_lines(text):
+                m = re.search(r"(\S+): no posttrain equivalent: not a .* key the schema knows", p)
+                if m:
+                    unknown[dialect + ":" + re.sub(r"\[\d+\]", "[i]", m.group(1))] += 1
+        if args.show in (outcome, "all"):
+            print(f"== {dialect} {rel} [{outcome}]" + (f"  (script: {note})" if note and dialect == "verl" else ""))
+            print(text.rstrip() if outcome != "accepted" else text.splitlines()[0] if text else "")
+    _report(counts, reasons, skipped)
+    if args.unknown:
+        print("\nkeys not known to the schema (files):")
+        for key, n in unknown.most_common():
+            print(f"  {n:4d}  {key}")
+    return 1 if any(c["traceback"] for c in counts.values()) else 0
+
+
+def _corpus_name(dialect: str, rel: str) -> str:
+    """The file name a corpus copy of ``rel`` has (tests/config/corpus/README.md names the scheme)."""
+    return f"{dialect}/" + rel.removeprefix("examples/")
+
+
+def _report(counts, reasons, skipped) -> None:
+    total = collections.Counter()
+    print(f"{'dialect':10s} {'files':>5s} {'accepted':>9s} {'machine':>8s} {'refused':>8s} {'traceback':>10s}")
+    for dialect, c in counts.items():
+        total.update(c)
+        n = sum(v for k, v in c.items() if k != "smoke")
+        print(f"{dialect:10s} {n:5d} {c['accepted']:9d} {c['machine']:8d} {c['refused']:8d} {c['traceback']:10d}")
+    total["smoke"], smoke = 0, total["smoke"]
+    n = sum(total.values())
+    print(f"{'all':10s} {n:5d} {total['accepted']:9d} {total['machine']:8d} {total['refused']:8d} {total['traceback']:10d}")
+    print(f"\naccepted or refused only for what the machine lacks: {total['accepted'] + total['machine']} of {n}")
+    print(f"refused only for the engine/backend/devices/model/data (`posttrain smoke` runs them here): {smoke} of {n}")
+    if skipped:
+        print("\nnot planned:")
+        for what, k in sorted(skipped.items()):
+            print(f"  {k:4d}  {what}")
+    if reasons:
+        print("\nrefusal reasons (files):")
+        for reason, k in reasons.most_common(40):
+            print(f"  {k:4d}  {reason}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

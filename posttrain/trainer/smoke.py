@@ -1,0 +1,314 @@
+"""`posttrain smoke`: two RL steps of a user's real config on this machine, before cluster hours are spent.
+
+    config, lines = smoke_config("rlvr_config.yaml", [], "roll", Path("/tmp/smoke"))
+    # lines: "model.path: Qwen/Qwen2.5-7B -> a tiny random qwen2 model (...)", ...
+
+The config (posttrain's, or a verl / ROLL / Trinity-RFT one, launch lines included) is read as
+`posttrain train` reads it. Then only what this machine cannot provide is substituted, each with a
+line saying so:
+
+- the model: a tiny random model of the same architecture family (config.json of the model path,
+  when the directory or the local Hugging Face cache holds it, with its tokenizer), else posttrain's
+  default tiny model; the critic and the reward model get one too;
+- the engine and the devices: keys refused only because they need vLLM/SGLang, Megatron/DeepSpeed,
+  GPUs or a split placement are left out (the HF engine, one CPU process);
+- the data: the first rows of each data file when it is here, else synthetic rows with the columns
+  the config names (arithmetic problems that posttrain's scorers grade);
+- the sizes: 2 training steps of 2 prompts x at most 2 responses, short prompts and responses,
+  micro-batches of 2, the run under the smoke folder, no remote trackers.
+
+Every other key keeps the user's value, and a key posttrain refuses for another reason (a missing
+feature) is still refused: the smoke run is the user's config, not a different one.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from posttrain.config.dialects import Foreign, check, read_foreign, verl_launch
+from posttrain.config.dialects.detect import detect
+from posttrain.config.dialects.source import read_yaml
+from posttrain.config.load import load_config, to_dict
+from posttrain.errors import ConfigError
+
+STEPS = 2
+BATCH = 2  # prompts per step
+PROMPT_LENGTH, RESPONSE_LENGTH = 256, 16
+# Refusals that only say what this machine lacks: the engine, the training backend, the devices.
+_MACHINE = re.compile(r"vLLM|SGLang|TensorRT|several engine replicas|asynchronous rollout server|Megatron|DeepSpeed|"
+                      r"Ulysses|NPU|split placement|roles on different devices|NCCL|GPU")  # case matters: keys say megatron
+_LOCAL_TRACKERS = ("console", "jsonl", "tensorboard")
+
+
+def machine_refusal(reason: str) -> bool:
+    """Whether a refusal names only something this machine lacks (what smoke substitutes)."""
+    return bool(_MACHINE.search(reason))
+
+
+def smoke_config(path: str | None, overrides: list[str], dialect: str | None, workdir: Path) -> tuple[Path, list[str]]:
+    """``(the smoke run's posttrain config file, one line per substitution)``; ConfigError listing
+    the refusals that are not about the machine."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    native, lines = _native(path, overrides, dialect)
+    lines += _machine(native)
+    lines += _model(native, workdir)
+    lines += _data(native, workdir)
+    lines += _sizes(native, workdir)
+    if native.pop("prepare", None):
+        lines.append("prepare: -> left out (the smoke run brings its own model and data)")
+    for i, stage in enumerate(native.get("stages") or []):
+        if (stage.get("model") or {}).get("path"):
+            lines.append(f"stages[{i}].model.path: {stage['model']['path']} -> the same tiny model")
+            stage["model"]["path"] = native["model"]["path"]
+        lines += [f"stages[{i}].{line}" for line in _data(stage, workdir, f"stage{i}_") + _sizes(stage, workdir, stage=True)]
+    out = workdir / "smoke.yaml"
+    out.write_text(yaml.safe_dump(native, sort_keys=False, allow_unicode=True))
+    return out, lines
+
+
+def _native(path: str | None, overrides: list[str], dialect: str | None) -> tuple[dict[str, Any], list[str]]:
+    if dialect is None and path is not None:
+        found = detect(read_yaml(Path(path)), str(path))
+        dialect = None if found == "native" else found
+    if dialect is None:
+        return to_dict(load_config(path, overrides)), []
+    if dialect == "verl":
+        native, report, set_by = verl_launch.launch(path, list(overrides))
+        foreign = Foreign(Path(path) if path else None, "verl", native, report, set_by)
+    else:
+        if path is None:
+            raise ConfigError(f"--dialect {dialect}: give the config file first, then its KEY=VALUE overrides")
+        foreign = read_foreign(path, dialect, overrides=list(overrides))
+    kept = [e for e in foreign.report.refused if not machine_refusal(e.reason)]
+    problems = [f"{foreign.where(e.key)}{e.line()}" for e in kept]
+    problems += [p for p in check(foreign) if not machine_refusal(p) and not p.startswith("cluster.")]
+    if problems:
+        raise ConfigError(problems + [f"smoke substitutes only what this machine lacks (model, engine, devices, data, sizes); "
+                                      f"these keys are refused for another reason"])
+    return foreign.native, [f"{e.key}: {_short(e.value)} -> left out ({_why(e.reason)})" for e in foreign.report.refused]
+
+
+def _why(reason: str) -> str:
+    """What runs here instead, for a refusal `machine_refusal` accepts."""
+    if re.search(r"vLLM|SGLang|TensorRT|engine replicas|rollout server", reason, re.I):
+        return "the HF engine generates here"
+    if re.search(r"Megatron|DeepSpeed", reason):
+        return "torch trains here, in one CPU process"
+    return "one CPU process here"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_PLACEMENT = ("nnodes", "n_gpus_per_node", "device", "device_mapping", "launcher", "ray_address")
+
+
+def _machine(native: dict[str, Any]) -> list[str]:
+    cluster = native.setdefault("cluster", {})
+    placed = {k: cluster.pop(k) for k in _PLACEMENT if k in cluster}
+    lines = [f"cluster: {_short(placed)} -> one CPU process"] if placed else []
+    cluster.update(n_gpus_per_node=0, nnodes=1, device="cpu")  # env_vars and timeouts stay the user's
+    profiler = native.get("profiler") or {}
+    if profiler.get("tool") == "npu":  # Ascend's profiler needs an NPU
+        lines.append("profiler.tool: npu -> torch (no NPU here: torch's profiler traces the same steps)")
+        profiler["tool"] = "torch"
+    for role in ("actor", "ref", "critic", "rollout"):  # ranks beyond the one process here
+        node = (native.get(role) or {}).get("profiler") or {}
+        if isinstance(node.get("ranks"), list) and any(r != 0 for r in node["ranks"]):
+            lines.append(f"{role}.profiler.ranks: {node['ranks']} -> [0] (one process here)")
+            node["ranks"] = [0]
+    steps = profiler.get("steps")
+    if isinstance(steps, list) and any(isinstance(k, int) and k > STEPS for k in steps):
+        kept = [k for k in steps if isinstance(k, int) and k <= STEPS] or [STEPS]
+        lines.append(f"profiler.steps: {steps} -> {kept} (the smoke run has {STEPS} steps)")
+        profiler["steps"] = kept
+    lines += _unshard(native)
+    rollout = native.setdefault("rollout", {})
+    if rollout.get("name", "hf") != "hf":
+        lines.append(f"rollout.name: {rollout['name']} -> hf (the HF engine)")
+    rollout["name"] = "hf"
+    return lines
+
+
+def _unshard(native: dict[str, Any]) -> list[str]:
+    """FSDP options that act only on a model sharded over several processes: one process has none."""
+    from posttrain.config.checks import SHARDING_DEFAULTS
+
+    lines = []
+    for role in ("actor", "ref", "critic"):
+        fsdp = (native.get(role) or {}).get("fsdp_config") or {}
+        for key, default in {**SHARDING_DEFAULTS, "fsdp_size": -1}.items():
+            *parents, last = key.split(".")
+            node = fsdp
+            for part in parents:
+                node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, dict) and last in node and node[last] not in (default, 1 if last == "fsdp_size" else default):
+                lines.append(f"{role}.fsdp_config.{key}: {node[last]} -> {default} (one process shards nothing)")
+                node[last] = default
+    return lines
+
+
+def _model(native: dict[str, Any], workdir: Path) -> list[str]:
+    from posttrain.trainer.smoke_model import tiny_like
+
+    model = native.setdefault("model", {})
+    source = model.get("path", "")
+    tiny, how = tiny_like(source, workdir / "model")
+    model["path"] = str(tiny)
+    model.pop("tokenizer_path", None)
+    lines = [f"model.path: {source or '(none)'} -> {how}"]
+    critic = native.get("critic", {}).get("model", {})
+    for key in ("path", "tokenizer_path"):
+        if critic.get(key):
+            lines.append(f"critic.model.{key}: {critic[key]} -> the same tiny model")
+            critic[key] = str(tiny)
+    reward_model = native.get("reward", {}).get("reward_model", {})
+    if reward_model.get("enable"):
+        lines.append(f"reward.reward_model.path: {reward_model.get('path')} -> the same tiny model (a new score head)")
+        reward_model["path"] = str(tiny)
+    return lines
+
+
+def _data(native: dict[str, Any], workdir: Path, prefix: str = "") -> list[str]:
+    data = native.get("data") if prefix else native.setdefault("data", {})
+    if data is None:
+        return []  # a stage without data keys reads the run's
+    lines = []
+    for key, rows_needed in (("train_files", 2 * BATCH), ("val_files", 2)):
+        files = data.get(key)
+        if files is None or files == []:
+            continue
+        files = [files] if isinstance(files, str) else list(files)  # '' (an unset variable) stays: not on this machine
+        rows, how = _first_rows(files, rows_needed, data)
+        if rows is None:
+            rows, how = _synthetic(rows_needed, native), f"{rows_needed} synthetic rows with the config's columns ({how})"
+        else:
+            data["truncation"], data["filter_overlong_prompts"] = "left", False  # the prompt limit below is ours
+        out = workdir / "data" / f"{prefix}{key}.jsonl"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(json.dumps(r, default=_plain) + "\n" for r in rows))
+        data[key] = [str(out)]
+        lines.append(f"data.{key}: {_short(files)} -> {how}")
+    if data.pop("dataset_dir", None):
+        lines.append("data.dataset_dir: -> left out (the smoke data is under the smoke folder)")
+    return lines
+
+
+def _plain(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def _first_rows(files: list[str], n: int, data: dict[str, Any]) -> tuple[list[dict] | None, str]:
+    from posttrain.data.sources import load_table
+    from posttrain.errors import UserError
+
+    base = Path(data.get("dataset_dir") or ".")
+    if not all(f and (base / Path(f).expanduser()).exists() for f in files if isinstance(f, str) and "@" not in f):
+        return None, "not on this machine"
+    try:
+        table = load_table(files, setting="data.train_files", base_dir=data.get("dataset_dir"))
+    except UserError as err:
+        return None, str(err).splitlines()[0][:100]
+    return table.rows[:n], f"its first {min(n, len(table))} rows"
+
+
+def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
+    """Arithmetic problems under the columns the config reads (prompt, messages, response, DPO pair,
+    verl's reward_model.ground_truth, the tag column), tagged so the config's scorer takes them."""
+    from posttrain.tasks.registry import TASKS
+
+    data, reward = native.get("data", {}), native.get("reward", {})
+    task = TASKS["arithmetic"]
+    workers = reward.get("workers") or {}
+    tags = [t for w in workers.values() for t in (w.get("tag_included") or [])]
+    custom = (reward.get("custom_reward_function") or {}).get("path")
+    tag = tags[0] if tags else ("smoke" if custom else task.data_source)
+    rng = random.Random(0)
+    rows = []
+    for _ in range(n):
+        p = task.draw(rng, task.defaults)
+        user = [{"role": "user", "content": p.prompt}]
+        row = {data.get("prompt_key", "prompt"): user, data.get("response_key", "response"): p.response,
+               "reward_model": {"style": "rule", "ground_truth": p.ground_truth}, "data_source": tag,
+               data.get("reward_fn_key", "data_source"): tag, data.get("chosen_key", "chosen"): p.response,
+               data.get("rejected_key", "rejected"): p.response[::-1] + " no", "extra_info": {}}
+        if data.get("messages_key"):
+            row[data["messages_key"]] = [*user, {"role": "assistant", "content": p.response}]
+        rows.append(row)
+    return rows
+
+
+# (section, key, smoke value or a function of the user's value): tiny sizes and short lengths.
+# A key the config does not set keeps posttrain's default, except the batch and the step count.
+_ALWAYS = {("data", "train_batch_size"), ("trainer", "total_training_steps")}
+_SIZES = [
+    ("data", "train_batch_size", BATCH), ("data", "val_batch_size", None),
+    ("actor.optim", "lr_warmup_steps", lambda v: min(v, STEPS - 1)), ("critic.optim", "lr_warmup_steps", lambda v: min(v, STEPS - 1)),
+    ("data", "max_prompt_length", lambda v: min(v, PROMPT_LENGTH)), ("data", "max_response_length", lambda v: min(v, RESPONSE_LENGTH)),
+    ("data", "max_length", lambda v: min(v, PROMPT_LENGTH + RESPONSE_LENGTH)),
+    ("model", "max_model_len", None), ("rollout", "n", lambda v: min(v, 2)),
+    ("actor", "ppo_mini_batch_size", BATCH), ("critic", "ppo_mini_batch_size", BATCH),
+    ("actor", "ppo_micro_batch_size_per_gpu", lambda v: min(v, 2)), ("critic", "ppo_micro_batch_size_per_gpu", lambda v: min(v, 2)),
+    ("rollout", "log_prob_micro_batch_size_per_gpu", lambda v: min(v, 2)), ("ref", "log_prob_micro_batch_size_per_gpu", lambda v: min(v, 2)),
+    ("critic", "forward_micro_batch_size_per_gpu", lambda v: min(v, 2)),
+    ("trainer", "total_training_steps", STEPS),
+]
+
+
+def _sizes(native: dict[str, Any], workdir: Path, stage: bool = False) -> list[str]:
+    lines = []
+    for section, key, new in _SIZES:
+        node = native
+        for part in section.split("."):
+            node = node.setdefault(part, {}) if isinstance(node, dict) else {}
+        old = node.get(key)
+        if old is None and (stage or (section, key) not in _ALWAYS):
+            continue  # posttrain's default (a stage changes only what it sets)
+        value = new(old) if callable(new) else new
+        if value != old:
+            node[key] = value
+            lines.append(f"{section}.{key}: {old} -> {value}")
+    if not stage:
+        lines += _outputs(native, workdir)
+        trainer = native.setdefault("trainer", {})
+        loggers = trainer.get("logger") or ["console"]
+        kept = [n for n in loggers if n in _LOCAL_TRACKERS] if isinstance(loggers, list) else []
+        kept = list(dict.fromkeys(["console", "jsonl", *kept]))  # the smoke run's metrics.jsonl
+        if kept != loggers:
+            lines.append(f"trainer.logger: {loggers} -> {kept} (no remote trackers here; metrics.jsonl kept)")
+        trainer["logger"] = kept
+        trainer.pop("resume_from_path", None)
+        trainer["resume_mode"] = "disable"
+    return lines
+
+
+# Where a run writes, besides its run directory: moved under the smoke folder, as the run directory is.
+_OUTPUTS = [("trainer", "rollout_data_dir"), ("trainer", "validation_data_dir"), ("trainer", "checkpoint_dir"),
+            ("profiler", "save_path"), ("log", "dir")]
+
+
+def _outputs(native: dict[str, Any], workdir: Path) -> list[str]:
+    trainer = native.setdefault("trainer", {})
+    lines = [f"trainer.default_local_dir: {trainer.get('default_local_dir')} -> {workdir / 'run'}"] if trainer.get("default_local_dir") else []
+    trainer["default_local_dir"] = str(workdir / "run")
+    for section, key in _OUTPUTS:
+        node = native.get(section) or {}
+        if node.get(key):
+            lines.append(f"{section}.{key}: {node[key]} -> {workdir / 'out' / key}")
+            node[key] = str(workdir / "out" / key)
+    kwargs = trainer.get("tracker_kwargs") or {}
+    if kwargs:  # a tracker's folder or server is the cluster's
+        lines.append(f"trainer.tracker_kwargs: {_short(kwargs)} -> {{}} (trackers write under the run directory)")
+        trainer["tracker_kwargs"] = {}
+    return lines
+
+
+__all__ = ["machine_refusal", "smoke_config"]

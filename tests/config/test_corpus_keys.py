@@ -1,0 +1,84 @@
+"""Keys the published examples use (tests/config/corpus, benchmarks/foreign_corpus.py): translated
+where posttrain has the feature, dropped where the source framework does not read them, refused with
+the feature that would add them otherwise."""
+
+from posttrain.config.dialects import translate
+
+
+def test_roll_dpo_pipeline_keys_make_a_dpo_config():
+    # ROLL's DPO pipeline: loss = (h - 1/(2 beta))^2 with ipo, else the label-smoothed sigmoid loss
+    native, report = translate({"pretrain": "m", "ipo": True, "beta": 0.2, "label_smoothing": 0.1,
+                                "chosen_key": "good", "rejected_key": "bad",
+                                "actor_train": {"training_args": {"num_train_epochs": 3}}}, "roll")
+    assert native["trainer"]["total_epochs"] == 3  # the DPO pipeline's passes over the pairs
+    assert native["algorithm"]["kind"] == "dpo"
+    assert native["algorithm"]["dpo"] == {"loss_type": "ipo", "beta": 0.2, "label_smoothing": 0.1}
+    assert (native["data"]["chosen_key"], native["data"]["rejected_key"]) == ("good", "bad")
+    assert not report.refused
+    native, report = translate({"ipo": False, "beta": 0.1}, "roll")
+    assert native["algorithm"]["kind"] == "dpo" and "loss_type" not in native["algorithm"]["dpo"]
+    assert report.entry("ipo").status == "dropped"
+
+
+def test_roll_dynamic_batching_and_ulysses_keys():
+    native, report = translate({
+        "actor_train": {"use_dynamic_batching_in_train": True, "max_tokens_per_microbatch_in_train": 8192,
+                        "sequence_length_round_in_train": 128, "use_dynamic_batching_in_infer": True,
+                        "max_tokens_per_microbatch_in_infer": 16384, "model_args": {"flash_attn": "fa2"}},
+        "reference": {"use_dynamic_batching_in_infer": True, "max_tokens_per_microbatch_in_infer": 4096},
+        "validation": {"eval_steps": 10}, "model_name": "demo-20260101",
+    }, "roll")
+    assert native["actor"]["use_dynamic_bsz"] is True and native["actor"]["ppo_max_token_len_per_gpu"] == 8192
+    assert native["rollout"]["log_prob_use_dynamic_bsz"] is True and native["rollout"]["log_prob_max_token_len_per_gpu"] == 16384
+    assert native["ref"]["log_prob_use_dynamic_bsz"] is True and native["ref"]["log_prob_max_token_len_per_gpu"] == 4096
+    for key in ("actor_train.sequence_length_round_in_train", "actor_train.model_args.flash_attn", "validation.eval_steps", "model_name"):
+        assert report.entry(key).status == "dropped", key
+    assert not report.refused
+
+
+def test_unknown_children_inherit_their_sections_reason():
+    # a mapping listed as unsupported names the feature for every key below it, known or not
+    _, report = translate({"actor_rollout_ref": {"rollout": {"trace": {"backend": "weave", "some_new_key": 1}}}}, "verl")
+    (entry,) = report.refused  # one line for the section, whatever keys it holds
+    assert entry.key == "actor_rollout_ref.rollout.trace"
+    assert entry.reason.startswith("not implemented yet: tracing rollouts to an external tracer"), entry
+    _, report = translate({"student": {"model_args": {"dtype": "bf16"}}, "kd_objective": "forward_kl"}, "roll")
+    assert all("knowledge distillation" in e.reason for e in report.refused) and len(report.refused) == 2
+
+
+def test_trinity_logprobs_zero_and_display_keys_are_dropped():
+    base = {"buffer": {"explorer_input": {"taskset": {"path": "/nonexistent", "rollout_args": {"temperature": 1.0, "logprobs": 0},
+                                                      "enable_progress_bar": True}}},
+            "trainer": {"enable_preview": True}}
+    _, report = translate(base, "trinity")
+    for key in ("buffer.explorer_input.taskset.rollout_args.logprobs", "buffer.explorer_input.taskset.enable_progress_bar", "trainer.enable_preview"):
+        assert report.entry(key).status == "dropped", key
+    base["buffer"]["explorer_input"]["taskset"]["rollout_args"]["logprobs"] = 5
+    _, report = translate(base, "trinity")
+    assert report.entry("buffer.explorer_input.taskset.rollout_args.logprobs").status == "refused"
+
+
+def test_verl_keys_that_change_nothing_are_dropped():
+    _, report = translate({"trainer": {"use_legacy_worker_impl": "auto"},
+                           "actor_rollout_ref": {"actor": {"use_torch_compile": False}, "ref": {"use_torch_compile": False}}}, "verl")
+    assert report.entry("trainer.use_legacy_worker_impl").status == "dropped"
+    assert report.entry("actor_rollout_ref.ref.use_torch_compile").status == "dropped"
+    # the reference runs the actor's forward: true is verl's own default, left out with the reason;
+    # another value than the actor's, when it is not verl's default, is refused
+    _, report = translate({"actor_rollout_ref": {"actor": {"use_torch_compile": False}, "ref": {"use_torch_compile": True}}}, "verl")
+    entry = report.entry("actor_rollout_ref.ref.use_torch_compile")
+    assert entry.status == "dropped" and "verl's own default" in entry.reason
+
+
+def test_verl_default_that_fails_validation_with_the_users_keys_is_left_out():
+    # verl's default use_torch_compile: true compiles helper functions under FSDP; posttrain's compiles
+    # the whole forward, which a sharded model cannot run: with 2 processes the default leaves, a
+    # user's own true is still refused
+    from posttrain.config.dialects import foreign_native
+
+    native = foreign_native("verl", None, ["trainer.n_gpus_per_node=2"])
+    assert native.get("actor", {}).get("use_torch_compile") is not True
+    # a true written out equals verl's default, and is left out alike (a file cannot tell the two apart)
+    native = foreign_native("verl", None, ["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.use_torch_compile=true"])
+    assert native.get("actor", {}).get("use_torch_compile") is not True
+    assert foreign_native("verl", None, ["actor_rollout_ref.actor.use_torch_compile=true"])["actor"]["use_torch_compile"] is True

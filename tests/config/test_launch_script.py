@@ -1,0 +1,76 @@
+"""Reading a verl launch line out of a shell script (posttrain.config.dialects.launch_script)."""
+
+from posttrain.config.dialects.launch_script import extract, launch_words
+
+SCRIPT = r"""#!/bin/bash
+set -x
+# data prepared as verl's docs say: $HOME/data/gsm8k
+gsm8k_train_path=$HOME/data/gsm8k/train.parquet
+math_train_path=$HOME/data/math/train.parquet
+train_files="['$gsm8k_train_path', '$math_train_path']"
+MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2-7B-Instruct}
+max_prompt_length=$((1024 * 2))
+max_response_length=1024
+export VLLM_USE_V1=1
+extra=(trainer.total_epochs=2 "trainer.project_name=my project")
+if [ "$x" = 1 ]; then
+    echo skipped
+fi
+
+PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo \
+    algorithm.adv_estimator=grpo \
+    data.train_files="$train_files" \
+    data.max_prompt_length=${max_prompt_length} \
+    actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$(((max_prompt_length + max_response_length) * 2)) \
+    actor_rollout_ref.model.path=$MODEL_PATH \
+    trainer.logger='["console","wandb"]' \
+    trainer.default_local_dir=$(pwd)/ckpt \
+    "${extra[@]}" \
+    trainer.total_training_steps=$STEPS $@ 2>&1 | tee log.txt
+python3 -m verl.trainer.main_ppo trainer.nnodes=2
+"""
+
+
+def test_words_are_the_expanded_launch_line():
+    found = extract(SCRIPT, {"HOME": "/home/me", "PWD": "/work"})
+    assert found.words == [
+        "algorithm.adv_estimator=grpo",
+        "data.train_files=['/home/me/data/gsm8k/train.parquet', '/home/me/data/math/train.parquet']",
+        "data.max_prompt_length=2048",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=6144",
+        "actor_rollout_ref.model.path=Qwen/Qwen2-7B-Instruct",
+        'trainer.logger=["console","wandb"]',
+        "trainer.default_local_dir=/work/ckpt",
+        "trainer.total_epochs=2",
+        "trainer.project_name=my project",
+        "trainer.total_training_steps=",
+    ]
+    # an unset variable is named, as bash would have expanded it to nothing
+    assert found.unresolved == ["$x is not set (expanded to nothing)", "$STEPS is not set (expanded to nothing)"]
+    assert found.variables["VLLM_USE_V1"] == "1"
+
+
+def test_defaults_and_trims_and_substitutions():
+    text = r"""
+A=${A:-first}
+A=${A:-second}
+B=${UNSET-dflt}
+P=/models/Qwen/Qwen3-8B
+name=$(basename $P)
+dir=$(dirname "$P")
+short=${P##*/}
+stem=${P%/*}
+swapped=${P//Qwen/QW}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+python -m verl.trainer.main_ppo a=$A b=$B c=$name d=$dir e=$short f=$stem g=$swapped h=$here i=${1:-vllm} j=$(nvidia-smi -L | wc -l)
+"""
+    found = extract(text, {}, script="/src/run.sh")
+    assert found.words == ["a=first", "b=dflt", "c=Qwen3-8B", "d=/models/Qwen", "e=Qwen3-8B", "f=/models/Qwen",
+                           "g=/models/QW/QW3-8B", "h=/src", "i=vllm", "j="]
+    assert found.unresolved == ["$(nvidia-smi -L | wc -l) is a command posttrain does not run (expanded to nothing)"]
+
+
+def test_no_launch_line():
+    assert launch_words("torchrun -m verl.trainer.fsdp_sft_trainer data.x=1\n") is None
+    # `-m` must precede the module: a path mentioning it is not the command
+    assert launch_words("echo verl.trainer.main_ppo\n") is None
