@@ -253,6 +253,7 @@ _SIZES = [
     ("data", "train_batch_size", BATCH), ("data", "val_batch_size", None),
     ("actor.optim", "lr_warmup_steps", lambda v: min(v, STEPS - 1)), ("critic.optim", "lr_warmup_steps", lambda v: min(v, STEPS - 1)),
     ("data", "max_prompt_length", lambda v: min(v, PROMPT_LENGTH)), ("data", "max_response_length", lambda v: min(v, RESPONSE_LENGTH)),
+    ("rollout", "prompt_length", lambda v: min(v, PROMPT_LENGTH)),  # set only to equal data.max_prompt_length: shrinks with it
     ("data", "max_length", lambda v: min(v, PROMPT_LENGTH + RESPONSE_LENGTH)),
     ("model", "max_model_len", None), ("rollout", "n", lambda v: min(v, 2)),
     ("actor", "ppo_mini_batch_size", BATCH), ("critic", "ppo_mini_batch_size", BATCH),

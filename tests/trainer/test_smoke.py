@@ -53,7 +53,7 @@ def test_smoke_a_verl_launch_script_with_its_first_data_rows(tmp_path, capsys, m
                "actor_rollout_ref.actor.use_torch_compile=false"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    for line in ('actor_rollout_ref.rollout.name: "vllm" -> left out (the HF engine generates here)',
+    for line in ("rollout.name: vllm -> hf (the HF engine)",
                  'cluster: {"nnodes": 1, "n_gpus_per_node": 8} -> one CPU process',
                  "model.path: Qwen/Qwen2-7B-Instruct -> posttrain's default tiny model",
                  "data.train_files: ", "-> its first 4 rows", "data.val_files: ", "-> 2 synthetic rows",
