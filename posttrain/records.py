@@ -240,6 +240,28 @@ class RolloutBatch(_Rows):
             out[f.name] = value
         return RolloutBatch(**out)
 
+    @classmethod
+    def sampled(
+        cls, rows: PromptBatch, response_ids: Tensor, response_mask: Tensor, rollout_logprobs: Tensor, version: int,
+    ) -> RolloutBatch:
+        """What a rollout engine returns: `rows` (one prompt per response, on the responses' device)
+        with their sampled responses (B, T), masks and log-probs, and the weights version that sampled them."""
+        device = response_ids.device
+        return cls(
+            prompt_ids=rows.input_ids.to(device),
+            prompt_mask=rows.attention_mask.to(device, torch.float32),
+            response_ids=response_ids,
+            response_mask=response_mask,
+            rollout_logprobs=rollout_logprobs,
+            weights_version=torch.full((len(rows),), version, dtype=torch.long, device=device),
+            group_index=list(rows.uid),
+            data_source=list(rows.data_source),
+            ground_truth=list(rows.ground_truth),
+            extra_info=[dict(x) if x else {} for x in rows.extra_info],
+            raw_prompt=list(rows.raw_prompt),
+            raw_chat=list(rows.raw_chat),
+        )
+
     def split_by_tokens(self, max_tokens: int) -> MicroBatches:
         """Dynamic batch size: micro-batches each costing at most `max_tokens` when run trimmed.
 

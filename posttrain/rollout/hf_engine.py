@@ -299,20 +299,7 @@ class HFEngine:
         with torch.inference_mode():
             response_ids, response_mask, logprobs = self._decode(prompt_ids, prompt_mask, params, lean, keys)
         # Inference tensors cannot be saved for backward; the actor's forward will use these ids.
-        return RolloutBatch(
-            prompt_ids=prompt_ids,
-            prompt_mask=prompt_mask,
-            response_ids=response_ids.clone(),
-            response_mask=response_mask.clone(),
-            rollout_logprobs=logprobs.clone(),
-            weights_version=torch.full((len(rows),), self._version, dtype=torch.long, device=self.device),
-            group_index=list(rows.uid),
-            data_source=list(rows.data_source),
-            ground_truth=list(rows.ground_truth),
-            extra_info=[dict(x) if x else {} for x in rows.extra_info],
-            raw_prompt=list(rows.raw_prompt),
-            raw_chat=list(rows.raw_chat),
-        )
+        return RolloutBatch.sampled(rows, response_ids.clone(), response_mask.clone(), logprobs.clone(), self._version)
 
     def _prefill(self, decoder: LeanDecoder | HFDecoder, ids: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
         """Run the prompts (B, P) into the decoder's cache; return each row's last hidden state (B, H).

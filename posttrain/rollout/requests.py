@@ -70,20 +70,7 @@ def rollout_batch(
         ids[i, : len(tokens)] = torch.tensor(list(tokens), dtype=torch.long)
         mask[i, : len(tokens)] = 1.0
         lps[i, : len(tokens)] = torch.tensor(list(values), dtype=torch.float32)
-    return RolloutBatch(
-        prompt_ids=rows.input_ids.to(device),
-        prompt_mask=rows.attention_mask.to(device, torch.float32),
-        response_ids=ids.to(device),
-        response_mask=mask.to(device),
-        rollout_logprobs=lps.to(device),
-        weights_version=torch.full((len(rows),), version, dtype=torch.long, device=device),
-        group_index=list(rows.uid),
-        data_source=list(rows.data_source),
-        ground_truth=list(rows.ground_truth),
-        extra_info=[dict(x) if x else {} for x in rows.extra_info],
-        raw_prompt=list(rows.raw_prompt),
-        raw_chat=list(rows.raw_chat),
-    )
+    return RolloutBatch.sampled(rows, ids.to(device), mask.to(device), lps.to(device), version)
 
 
 def max_model_len(cfg) -> int:
@@ -95,3 +82,12 @@ def max_model_len(cfg) -> int:
 def dtype_name(dtype: torch.dtype) -> str:
     """The dtype spelling vLLM and SGLang take."""
     return {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(dtype, "auto")
+
+
+def tensor_parallel_problem(cfg) -> str | None:
+    """Why `rollout.tensor_model_parallel_size` cannot be met: every worker process holds a whole
+    engine (colocated placement), so only a one-process run can split one over several GPUs."""
+    if cfg.rollout.tensor_model_parallel_size > 1 and cfg.cluster.n_gpus_per_node * cfg.cluster.nnodes > 1:
+        return ("rollout.tensor_model_parallel_size > 1 with several worker processes: every worker holds a whole "
+                "engine, so tensor parallelism is only available to a one-process run")
+    return None

@@ -32,7 +32,9 @@ from torch import nn
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, Weights, buckets, named_tensors
 from posttrain.rollout.registry import register_engine
-from posttrain.rollout.requests import Request, check_version, dtype_name, max_model_len, requests_for, rollout_batch
+from posttrain.rollout.requests import (
+    Request, check_version, dtype_name, max_model_len, requests_for, rollout_batch, tensor_parallel_problem,
+)
 
 
 def machine_problem(cfg: Any) -> str | None:
@@ -46,10 +48,7 @@ def machine_problem(cfg: Any) -> str | None:
         missing.append("this machine has no CUDA GPU, which SGLang needs")
     if missing:
         return "; ".join(missing) + ". Use rollout.name=hf on this machine (its SGLang settings are then reported unused)"
-    if cfg.rollout.tensor_model_parallel_size > 1 and cfg.cluster.n_gpus_per_node * cfg.cluster.nnodes > 1:
-        return ("rollout.tensor_model_parallel_size > 1 with several worker processes: every worker holds a whole "
-                "engine, so tensor parallelism is only available to a one-process run")
-    return None
+    return tensor_parallel_problem(cfg)
 
 
 def engine_kwargs(cfg: Any, dtype: torch.dtype, seed: int) -> dict[str, Any]:

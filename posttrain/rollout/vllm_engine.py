@@ -39,7 +39,9 @@ from torch import nn
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, Weights, buckets, named_tensors
 from posttrain.rollout.registry import register_engine
-from posttrain.rollout.requests import Request, check_version, dtype_name, max_model_len, requests_for, rollout_batch
+from posttrain.rollout.requests import (
+    Request, check_version, dtype_name, max_model_len, requests_for, rollout_batch, tensor_parallel_problem,
+)
 
 # [lowest, first unsupported): logprobs_mode arrived in 0.10.2; 0.33 is the newest release seen
 # when this adapter was written (a newer one is named at start, not refused).
@@ -86,11 +88,7 @@ def machine_problem(cfg: Any) -> str | None:
         missing.append("this machine has no CUDA GPU, which vLLM needs")
     if missing:
         return "; ".join(missing) + ". Use rollout.name=hf on this machine (its vLLM settings are then reported unused)"
-    problem = version_problem(getattr(vllm, "__version__", "0"))
-    if problem is None and cfg.rollout.tensor_model_parallel_size > 1 and cfg.cluster.n_gpus_per_node * cfg.cluster.nnodes > 1:
-        problem = ("rollout.tensor_model_parallel_size > 1 with several worker processes: every worker holds a whole "
-                   "engine, so tensor parallelism is only available to a one-process run")
-    return problem
+    return version_problem(getattr(vllm, "__version__", "0")) or tensor_parallel_problem(cfg)
 
 
 def llm_kwargs(cfg: Any, dtype: torch.dtype, seed: int) -> dict[str, Any]:
