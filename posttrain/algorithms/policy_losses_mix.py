@@ -112,13 +112,14 @@ def mix_loss(
     clip_ratio: float = 0.2,
     clip_ratio_low: float | None = None,
     clip_ratio_high: float | None = None,
+    clip_ratio_c: float | None = 3.0,
     loss_scale_factor: float | None = None,
     sample_weights: torch.Tensor | None = None,
 ) -> LossOutput:
     """MIX: PPO on explored rows and SFT on expert rows of the same batch, blended by a fixed mu.
 
     Formula:
-        L = (1 - mu) agg_u(PPO-clip) + mu agg_e(-log pi), agg_u over the tokens of rows with
+        L = (1 - mu) agg_u(PPO-clip, dual clip c = clip_ratio_c) + mu agg_e(-log pi), agg_u over the tokens of rows with
         expert_mask False, agg_e over those with True (each normalised by its own count).
     Names:
         Trinity-RFT `policy_loss_fn: mix` (`mu`, `clip_range*`), the loss of `algorithm_type: mix`
@@ -129,13 +130,13 @@ def mix_loss(
     Deviation:
         each micro-batch blends its own two means and weighs the result by its share of the
         mini-batch's tokens: exact when a micro-batch is the whole mini-batch (Trinity-RFT weighs by
-        row counts of fixed-size batches instead). The PPO part has no dual clip.
+        row counts of fixed-size batches instead).
     """
     if not 0.0 <= mu <= 1.0:
         raise ValueError(f"mix mu must lie in [0, 1], got {mu}")
     agg = dict(loss_agg_mode=loss_agg_mode, loss_scale_factor=loss_scale_factor, sample_weights=sample_weights)
     ppo_args = dict(old_logprob=old_logprob, logprob=logprob, advantages=advantages, response_mask=response_mask,
-                    clip_ratio=clip_ratio, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, clip_ratio_c=None, **agg)
+                    clip_ratio=clip_ratio, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c, **agg)
     sft_args = dict(old_logprob=None, logprob=logprob, advantages=None, response_mask=response_mask, **agg)
     return _blend(mu, expert_mask, ppo_args, sft_loss, sft_args)
 
@@ -174,6 +175,7 @@ def mix_chord_loss(
     clip_ratio: float = 0.2,
     clip_ratio_low: float | None = None,
     clip_ratio_high: float | None = None,
+    clip_ratio_c: float | None = 3.0,
     loss_scale_factor: float | None = None,
     sample_weights: torch.Tensor | None = None,
 ) -> LossOutput:
@@ -195,6 +197,6 @@ def mix_chord_loss(
     mu = chord_mu(int(global_step), mu_warmup_steps, mu_decay_steps, mu_peak, mu_valley)
     agg = dict(loss_agg_mode=loss_agg_mode, loss_scale_factor=loss_scale_factor, sample_weights=sample_weights)
     ppo_args = dict(old_logprob=old_logprob, logprob=logprob, advantages=advantages, response_mask=response_mask,
-                    clip_ratio=clip_ratio, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, clip_ratio_c=None, **agg)
+                    clip_ratio=clip_ratio, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c, **agg)
     sft_args = dict(old_logprob=None, logprob=logprob, advantages=None, response_mask=response_mask, **agg)
     return _blend(mu, expert_mask, ppo_args, sft_phi_loss if enable_phi_function else sft_loss, sft_args)

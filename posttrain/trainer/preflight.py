@@ -35,6 +35,9 @@ from posttrain.models.loading import (
 )
 from posttrain.rewards import check_reward_manager
 from posttrain.tracking import check_trackers
+from posttrain.errors import ConfigError
+from posttrain.trainer.mixing import expert_dataset
+from posttrain.trainer.rl_build import mixes_expert_rows
 from posttrain.trainer.agentic import check_agentic, check_idle_env_keys, is_agentic
 from posttrain.trainer.profiling import check_profiler_machine
 from posttrain.trainer.rewarding import Scorers, manager_options, reward_function, worker_manager
@@ -51,6 +54,7 @@ class StageInputs:
     train_set: Any  # the kind's dataset (RLDataset, SFTDataset, DPODataset or the user's custom_cls)
     val_set: Any | None
     reward_fn: Scorers | None = None  # RL only: the reward function, or each reward worker's
+    expert_set: Any | None = None  # RL with algorithm.mix: the expert SFT rows (posttrain.trainer.mixing)
 
 
 def stage_inputs(cfg: Config) -> StageInputs:
@@ -78,7 +82,15 @@ def stage_inputs(cfg: Config) -> StageInputs:
             check_worker_tags(cfg, [("data.train_files", train_set), ("data.val_files", val_set)])
         if cfg.data.domain_interleave_probs:  # every row in a domain, every domain with rows
             make_train_sampler(cfg.data, train_set, worker_tag_map(cfg.reward.workers))
-    return StageInputs(tokenizer, train_set, val_set, reward_fn)
+    expert_set = None
+    if kind == "rl" and mixes_expert_rows(cfg):
+        expert_set = expert_dataset(cfg, tokenizer)
+        if len(expert_set) < cfg.algorithm.mix.expert_batch_size:
+            raise ConfigError(
+                f"algorithm.mix.expert_batch_size {cfg.algorithm.mix.expert_batch_size} exceeds the "
+                f"{len(expert_set)} rows of algorithm.mix.expert_files; lower it or add expert data"
+            )
+    return StageInputs(tokenizer, train_set, val_set, reward_fn, expert_set)
 
 
 def check_stage_names(cfg: Config) -> None:

@@ -26,9 +26,11 @@ from posttrain.trainer.advantages import compute_advantages, correct_rollout_mis
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
 from posttrain.trainer.rewarding import RewardStage
+from posttrain.trainer.mixing import ExpertRows, expert_dataset
 from posttrain.trainer.rl_build import (
     baseline_sampling_params,
     build_roles,
+    mixes_expert_rows,
     response_length,
     rollout_seed,
     sampling_params,
@@ -60,6 +62,11 @@ class RLTrainer:
         dp = (self.roles.actor or self.roles.rollout).dp
         self.rewards = RewardStage(cfg, self.tokenizer, inputs.reward_fn, dp) if halves != "learner" and not self.agent else None
         self.shaping = make_shaping_state(cfg.algorithm)
+        # expert SFT rows joined to each batch for the mix losses (algorithm.mix); the learning half only
+        self.expert = None
+        if mixes_expert_rows(cfg) and halves != "explorer":
+            expert_set = inputs.expert_set if inputs.expert_set is not None else expert_dataset(cfg, self.tokenizer)
+            self.expert = ExpertRows(expert_set, cfg.algorithm.mix.expert_batch_size, self.pad_id, cfg.trainer.seed)
         self.sampling, self.val_sampling = sampling_params(cfg, self.tokenizer)
         self.baseline_sampling = baseline_sampling_params(cfg, self.sampling)  # None unless the estimator needs it
         self.max_new_tokens = response_length(cfg)
@@ -125,8 +132,10 @@ class RLTrainer:
             with timer("update_critic"):
                 metrics.update(critic.update(train))
         if step > self.cfg.trainer.critic_warmup:
+            if self.expert is not None:  # after the critic: expert rows train the actor only
+                train = self.expert.join(train, step, actor.version, ref.compute_logprobs if ref is not None else None)
             with timer("update_actor"):
-                metrics.update(actor.update(train))
+                metrics.update(actor.update(train, step))
         return metrics, train
 
     def step_metrics(
@@ -218,6 +227,8 @@ class RLTrainer:
         states = {"sampler": self.sampler, "running": self.shaping.running} if self.sampler else {"running": self.shaping.running}
         if self.shaping.kl_ctrl is not None:
             states["kl_ctrl"] = self.shaping.kl_ctrl
+        if self.expert is not None:
+            states["expert"] = self.expert
         return Parts(roles, states)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:

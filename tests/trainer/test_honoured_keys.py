@@ -342,6 +342,14 @@ AGENTIC_TESTS = {
 }
 
 ELSEWHERE = {
+    "algorithm.adv_estimator_args": "tests/trainer/test_algorithm_parts.py::test_estimator_options_and_old_logprobs_reach_the_estimator",
+    "actor.policy_loss.loss_args": "tests/trainer/test_algorithm_parts.py::test_estimator_and_loss_options_are_checked_by_name",
+    "ref.model_path": "tests/trainer/test_algorithm_parts.py::test_a_teacher_is_the_reference_and_its_vocabulary_is_checked",
+    "algorithm.mix.expert_files": "tests/trainer/test_algorithm_parts.py::test_mix_trains_expert_rows_by_likelihood",
+    "algorithm.mix.expert_batch_size": "tests/trainer/test_algorithm_parts.py::test_mix_trains_expert_rows_by_likelihood",
+    "algorithm.mix.prompt_key": "tests/trainer/test_algorithm_parts.py::test_expert_files_are_read_with_the_mix_sections_column_keys",
+    "algorithm.mix.response_key": "tests/trainer/test_algorithm_parts.py::test_expert_files_are_read_with_the_mix_sections_column_keys",
+    "algorithm.mix.messages_key": "tests/trainer/test_algorithm_parts.py::test_expert_files_are_read_with_the_mix_sections_column_keys",
     "data.custom_cls.path": "tests/data/test_data_custom_cls.py::test_custom_class_is_loaded_and_built_with_files_tokenizer_config",
     "data.custom_cls.name": "tests/data/test_data_custom_cls.py::test_custom_class_is_loaded_and_built_with_files_tokenizer_config",
     "data.prompt_key": "tests/data/test_data_rl.py::test_string_prompt_system_prompt_and_optional_outputs",
