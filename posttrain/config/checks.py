@@ -379,8 +379,6 @@ def check_decoupled(cfg: Any) -> list[str]:
     """What the explorer/trainer split (trainer.mode, synchronizer, experience buffer) cannot do yet."""
     mode = get_path(cfg, "trainer.mode", "both")
     problems = []
-    if mode == "bench":
-        problems.append("trainer.mode=bench (evaluate every checkpoint of a run) is not implemented yet; use both, explore or train")
     if get_path(cfg, "synchronizer.sync_style", "fixed") != "fixed":
         problems.append("synchronizer.sync_style=dynamic_by_explorer is not implemented yet; use fixed (the trainer publishes every sync_interval steps)")
     if get_path(cfg, "buffer.trainer_input.experience_buffer.storage_type", "queue") == "file":

@@ -122,3 +122,10 @@ def test_the_docs_table_lists_every_type_with_its_parts():
             assert f"`{ta.ADVANTAGE_FNS[t.advantage_fn][0]}`" in row and f"`{ta.POLICY_LOSS_FNS[t.policy_loss_fn]}`" in row, name
             assert f"| {t.kl_loss_fn} |" in row, name
     assert all(f"| {name} " in doc.replace("`", "") or f"| `{name}` | refused" in doc for name in ta.REFUSED)
+
+
+def test_modes_bench_is_translated_and_serve_refused_with_the_reason():
+    native, _ = translate({"mode": "bench", "explorer": {"bench_on_latest_checkpoint": True}}, "trinity")
+    assert native["trainer"]["mode"] == "bench" and native["explorer"]["bench_on_latest_checkpoint"] is True
+    _, report = translate({"mode": "serve"}, "trinity")
+    assert "OpenAI-compatible endpoint" in _entry(report, "mode").reason and _entry(report, "mode").status == "refused"

@@ -342,6 +342,7 @@ AGENTIC_TESTS = {
 }
 
 ELSEWHERE = {
+    "explorer.bench_on_latest_checkpoint": "tests/trainer/test_bench.py::test_bench_writes_a_table_for_three_checkpoints",
     "algorithm.adv_estimator_args": "tests/trainer/test_algorithm_parts.py::test_estimator_options_and_old_logprobs_reach_the_estimator",
     "actor.policy_loss.loss_args": "tests/trainer/test_algorithm_parts.py::test_estimator_and_loss_options_are_checked_by_name",
     "ref.model_path": "tests/trainer/test_algorithm_parts.py::test_a_teacher_is_the_reference_and_its_vocabulary_is_checked",

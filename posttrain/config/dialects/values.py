@@ -35,7 +35,16 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
         return _device_mapping(ctx, value)
     if native == "profiler.steps" and value is None:  # verl's "no profiling"
         return []
+    if native == "trainer.mode" and value in MODES_REFUSED:
+        raise refusal(MODES_REFUSED[value])
     return value
+
+
+#: Trinity-RFT run modes posttrain does not run, with the reason.
+MODES_REFUSED = {
+    "serve": "not built here: an OpenAI-compatible endpoint over the current policy belongs to the engines and server work",
+    "colocate": "not translated: Trinity-RFT's explorer and trainer sharing devices in one process is what posttrain's mode both does with sync_interval 1 (the default); set mode both",
+}
 
 
 def _loggers(value: Any) -> Any:

@@ -43,6 +43,7 @@ class ExplorerConfig:
     auxiliary_models: list[dict[str, Any]] = param(factory=list, doc="Extra inference models that workflows may call (model_path, tensor_parallel_size, ...).", todo="auxiliary models for workflows: Trinity's rubric and RULER judges are workflows that call these models over an OpenAI-compatible server (RULER ranks a whole group in one call), which posttrain does not run; a per-response judge on a local model is reward.workers.<name>.worker_cls: llm_judge", refs=["trinity:explorer.auxiliary_models"])
     over_rollout: OverRolloutConfig = param(factory=OverRolloutConfig, doc="Proceed without the slowest tasks.")
     dynamic_timeout: DynamicTimeoutConfig = param(factory=DynamicTimeoutConfig, doc="Adaptive per-task timeout.")
+    bench_on_latest_checkpoint: bool = param(False, doc="trainer.mode bench: evaluate only the newest checkpoint instead of every one.", refs=["trinity:explorer.bench_on_latest_checkpoint"])
     runner_state_report_interval: float = param(0.0, doc="Seconds between workflow-runner status reports on the console; 0 disables.", ge=0, todo=_TODO, refs=["trinity:explorer.runner_state_report_interval"])
 
 
