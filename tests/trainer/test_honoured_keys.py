@@ -342,6 +342,11 @@ AGENTIC_TESTS = {
 }
 
 ELSEWHERE = {
+    "buffer.trainer_input.experience_buffer.capacity": "tests/buffer/test_replay.py::test_capacity_makes_the_explorer_wait_for_the_trainer",
+    "buffer.trainer_input.experience_buffer.replay_buffer.enable": "tests/buffer/test_replay.py::test_a_train_run_replays_an_explored_buffer_past_its_batches",
+    "buffer.trainer_input.experience_buffer.replay_buffer.reuse_cooldown_time": "tests/buffer/test_replay.py::test_cooldown_no_reuse_use_count_limit_and_capacity",
+    "buffer.trainer_input.experience_buffer.replay_buffer.priority_fn": "tests/buffer/test_replay.py::test_cooldown_no_reuse_use_count_limit_and_capacity",
+    "buffer.trainer_input.experience_buffer.replay_buffer.priority_fn_args": "tests/buffer/test_replay.py::test_cooldown_no_reuse_use_count_limit_and_capacity",
     "explorer.bench_on_latest_checkpoint": "tests/trainer/test_bench.py::test_bench_writes_a_table_for_three_checkpoints",
     "algorithm.adv_estimator_args": "tests/trainer/test_algorithm_parts.py::test_estimator_options_and_old_logprobs_reach_the_estimator",
     "actor.policy_loss.loss_args": "tests/trainer/test_algorithm_parts.py::test_estimator_and_loss_options_are_checked_by_name",

@@ -75,14 +75,34 @@ class ExperienceFormatConfig:
     chat_template: str | None = param(None, doc="Jinja chat template for this data; null uses the model's (data.chat_template).", todo=_TODO, refs=[f"{_EB}.format.chat_template"])
 
 
+#: priority_fn -> its arguments and their defaults (Trinity-RFT's default_config of each).
+PRIORITY_FNS: dict[str, dict[str, float]] = {
+    "linear_decay": {"decay": 2.0},
+    "decay_limit_randomization": {"decay": 2.0, "use_count_limit": 3, "sigma": 0.0},
+}
+#: Trinity-RFT's older name of decay_limit_randomization.
+PRIORITY_FN_ALIASES = {"linear_decay_use_count_control_randomization": "decay_limit_randomization"}
+
+
+def priority_args(fn: str, given: dict[str, Any]) -> dict[str, float]:
+    """The priority function's arguments: its defaults, overridden by `given` (unknown names raise)."""
+    fn = PRIORITY_FN_ALIASES.get(fn, fn)
+    if fn not in PRIORITY_FNS:
+        raise ValueError(f"unknown priority_fn {fn!r}; known: {', '.join(PRIORITY_FNS)}")
+    unknown = sorted(set(given) - set(PRIORITY_FNS[fn]))
+    if unknown:
+        raise ValueError(f"priority_fn {fn} has no argument {', '.join(unknown)} (its arguments: {', '.join(PRIORITY_FNS[fn])})")
+    return {**PRIORITY_FNS[fn], **given}
+
+
 @section
 class ReplayBufferConfig:
-    """Reuse of experiences from a queue buffer, ordered by a priority function."""
+    """Reading the buffer as a priority queue with reuse (posttrain.buffer.replay; Trinity-RFT's replay buffer)."""
 
-    enable: bool = param(False, doc="Put read experiences back into the queue for reuse.", todo=_TODO, refs=[f"{_EB}.replay_buffer.enable"])
-    reuse_cooldown_time: float | None = param(None, doc="Seconds before an experience may be read again; null never reuses.", ge=0, todo=_TODO, refs=[f"{_EB}.replay_buffer.reuse_cooldown_time"])
-    priority_fn: str = param("linear_decay", doc="Priority of an experience: linear_decay or linear_decay_use_count_control_randomization.", choices=["linear_decay", "linear_decay_use_count_control_randomization"], todo=_TODO, refs=[f"{_EB}.replay_buffer.priority_fn"])
-    priority_fn_args: dict[str, Any] = param(factory=dict, doc="Arguments of the priority function.", todo=_TODO, refs=[f"{_EB}.replay_buffer.priority_fn_args"])
+    enable: bool = param(False, doc="Read the highest-priority stored batch each step instead of batch s at step s, and (with reuse_cooldown_time) read batches again.", refs=[f"{_EB}.replay_buffer.enable", f"{_EB}.use_priority_queue"])
+    reuse_cooldown_time: float | None = param(None, doc="Seconds after its last read before a batch may be read again; null never reuses (a priority queue of fresh batches).", ge=0, refs=[f"{_EB}.replay_buffer.reuse_cooldown_time", f"{_EB}.reuse_cooldown_time"])
+    priority_fn: str = param("linear_decay", doc="Priority of a stored batch: linear_decay (policy step - decay x use count) or decay_limit_randomization (the same plus Gaussian noise of std sigma, retired after use_count_limit reads); linear_decay_use_count_control_randomization is the older name of the second.", choices=["linear_decay", "decay_limit_randomization", "linear_decay_use_count_control_randomization"], refs=[f"{_EB}.replay_buffer.priority_fn", f"{_EB}.priority_fn"])
+    priority_fn_args: dict[str, Any] = param(factory=dict, doc="Arguments of the priority function: decay (2.0); decay_limit_randomization also use_count_limit (3; 0: no limit) and sigma (0.0).", refs=[f"{_EB}.replay_buffer.priority_fn_args", f"{_EB}.priority_fn_args"])
 
 
 @section
@@ -90,8 +110,9 @@ class ExperienceBufferConfig:
     """Where the explorer writes experiences and the trainer reads them."""
 
     name: str = param("experience_buffer", doc="Name of the buffer: its file is <stage dir>/<name>.sqlite unless path is set.", refs=[f"{_EB}.name"])
-    storage_type: str = param("queue", doc="queue and sql: an SQLite database shared by the explorer and trainer processes (posttrain keeps a queue durable, so an experience survives a crash of either side); file (JSON files) is refused: not implemented yet.", choices=["queue", "sql", "file"], refs=[f"{_EB}.storage_type"])
-    path: str | None = param(None, doc="The buffer's SQLite file (a path or a sqlite:/// URL); null: <stage dir>/<name>.sqlite.", refs=[f"{_EB}.path"])
+    storage_type: str = param("queue", doc="queue and sql: an SQLite database shared by the explorer and trainer processes (posttrain keeps a queue durable, so an experience survives a crash of either side); file: a directory of JSON-lines files with the same guarantees (posttrain.buffer.jsonl).", choices=["queue", "sql", "file"], refs=[f"{_EB}.storage_type"])
+    capacity: int = param(10000, doc="Most unread prompt groups the buffer holds (Trinity-RFT's queue items: one task's responses): the explorer waits for the trainer to read before it writes a batch that would exceed it (up to synchronizer.sync_timeout); with replay, the lowest-priority batches past it are dropped.", ge=1, refs=[f"{_EB}.capacity"])
+    path: str | None = param(None, doc="The buffer's SQLite file (a path or a sqlite:/// URL), or its directory for storage_type file; null: <stage dir>/<name>.sqlite (file: <stage dir>/<name>).", refs=[f"{_EB}.path"])
     max_read_timeout: float = param(1800.0, doc="Seconds the trainer waits for the explorer's next batch before the run fails, naming what the explorer last did (posttrain never trains on a partial batch).", gt=0, refs=[f"{_EB}.max_read_timeout"])
     format: ExperienceFormatConfig = param(factory=ExperienceFormatConfig, doc="Column layout of stored experiences.")
     replay_buffer: ReplayBufferConfig = param(factory=ReplayBufferConfig, doc="Experience reuse.")
