@@ -380,8 +380,12 @@ def check_decoupled(cfg: Any) -> list[str]:
     """What the explorer/trainer split (trainer.mode, synchronizer, experience buffer) cannot do yet."""
     mode = get_path(cfg, "trainer.mode", "both")
     problems = []
-    if get_path(cfg, "synchronizer.sync_style", "fixed") != "fixed":
-        problems.append("synchronizer.sync_style=dynamic_by_explorer is not implemented yet; use fixed (the trainer publishes every sync_interval steps)")
+    style = get_path(cfg, "synchronizer.sync_style", "fixed")
+    if style != "fixed":
+        problems.append(
+            f"synchronizer.sync_style={style} is not implemented: posttrain's explorer and trainer keep in step by a "
+            "staleness bound (docs/async.md); use fixed with sync_interval / sync_offset"
+        )
     eb = "buffer.trainer_input.experience_buffer"
     capacity, prompts = get_path(cfg, f"{eb}.capacity", 10000), get_path(cfg, "data.train_batch_size", 1)
     if capacity < prompts and not get_path(cfg, f"{eb}.replay_buffer.enable", False):
