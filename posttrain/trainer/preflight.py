@@ -35,6 +35,7 @@ from posttrain.models.loading import (
 )
 from posttrain.rewards import check_reward_manager
 from posttrain.tracking import check_trackers
+from posttrain.buffer.operators import check_pipeline
 from posttrain.errors import ConfigError
 from posttrain.trainer.mixing import expert_dataset
 from posttrain.trainer.rl_build import mixes_expert_rows
@@ -94,11 +95,18 @@ def stage_inputs(cfg: Config) -> StageInputs:
 
 
 def check_stage_names(cfg: Config) -> None:
-    """The checks that need no files: registry names of an RL stage."""
+    """The checks that need no files: registry names of an RL stage and its experience operators."""
     if cfg.algorithm.kind == "rl":
         from posttrain.trainer.rl_build import check_rl_names
 
         check_rl_names(cfg)
+    operators = cfg.data_processor.experience_pipeline.operators
+    if operators:
+        problems = check_pipeline(operators, "data_processor.experience_pipeline.operators")
+        if cfg.algorithm.kind != "rl":
+            problems.append(f"data_processor.experience_pipeline runs on explored batches; a {cfg.algorithm.kind} stage has none")
+        if problems:
+            raise ConfigError("; ".join(problems))
 
 
 def check_reward(cfg: Config) -> Scorers | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from posttrain.buffer.experience import Experience
+from posttrain.buffer.operators import run_pipeline
 from posttrain.checkpoint import Checkpointer, Parts
 from posttrain.data import collate_prompts, make_sampler, pad_token_id
 from posttrain.data.domains import make_train_sampler, worker_tag_map
@@ -62,6 +63,7 @@ class RLTrainer:
         dp = (self.roles.actor or self.roles.rollout).dp
         self.rewards = RewardStage(cfg, self.tokenizer, inputs.reward_fn, dp) if halves != "learner" and not self.agent else None
         self.shaping = make_shaping_state(cfg.algorithm)
+        self.operators = list(cfg.data_processor.experience_pipeline.operators)
         # expert SFT rows joined to each batch for the mix losses (algorithm.mix); the learning half only
         self.expert = None
         if mixes_expert_rows(cfg) and halves != "explorer":
@@ -104,6 +106,9 @@ class RLTrainer:
             scores, reward_metrics, _ = self.rewards.score(batch, texts)  # (B,)
             batch, scores, texts, dropped = self.rewards.keep_informative(batch, scores, texts)  # (B',) query filters
             reward_metrics.update(dropped)
+            if self.operators:  # data_processor.experience_pipeline (posttrain.buffer.operators)
+                batch, scores, texts, piped = run_pipeline(self.operators, batch, scores, texts)  # (B'',)
+                reward_metrics.update(piped)
         return Experience(batch, scores, texts, reward_metrics, policy_step=policy_step)
 
     def learn(self, experience: Experience, step: int, timer: PhaseTimer) -> tuple[dict[str, float], RolloutBatch]:

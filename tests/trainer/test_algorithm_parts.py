@@ -127,3 +127,18 @@ def test_expert_files_are_read_with_the_mix_sections_column_keys(files, tmp_path
     assert tok.decode(reply.response_ids[0][reply.loss_mask[0] > 0]).startswith("ok")
     with pytest.raises(Exception, match="'q'"):  # without the key the data section's prompt column is missing
         expert_dataset(_cfg(f"algorithm.mix.expert_files=[{path}]"), tok)
+
+
+def test_the_experience_pipeline_runs_between_reward_and_training(files):
+    from posttrain.trainer.metrics import PhaseTimer
+    from posttrain.trainer.preflight import check_stage_names
+
+    base, _, _ = files
+    t = tiny_rl_trainer(base, "data_processor.experience_pipeline.operators=[{name: response_length_filter, args: {max_length: 3}}]", run="pipe")
+    prompts = t._next_prompts(1)
+    experience = t.explore(prompts, PhaseTimer(), expected_version=t.roles.actor.version)
+    lengths = experience.batch.response_mask.sum(1)
+    dropped = experience.reward_metrics["experience_pipeline/0_response_length_filter/filtered"]
+    assert bool((lengths <= 3).all()) and len(experience.batch) + dropped == 8 and len(experience.texts) == len(experience.batch)
+    with pytest.raises(ConfigError, match=r"operators\[0\]: data_juicer is refused"):
+        check_stage_names(_cfg("data_processor.experience_pipeline.operators=[{name: data_juicer}]"))

@@ -342,6 +342,7 @@ AGENTIC_TESTS = {
 }
 
 ELSEWHERE = {
+    "data_processor.experience_pipeline.operators": "tests/trainer/test_algorithm_parts.py::test_the_experience_pipeline_runs_between_reward_and_training",
     "buffer.trainer_input.experience_buffer.capacity": "tests/buffer/test_replay.py::test_capacity_makes_the_explorer_wait_for_the_trainer",
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": "tests/buffer/test_replay.py::test_a_train_run_replays_an_explored_buffer_past_its_batches",
     "buffer.trainer_input.experience_buffer.replay_buffer.reuse_cooldown_time": "tests/buffer/test_replay.py::test_cooldown_no_reuse_use_count_limit_and_capacity",
