@@ -145,8 +145,9 @@ def check_model_dir(cfg: Config) -> None:
 
 
 def check_rl_roles(cfg: Config, tokenizer: Any) -> None:
-    """The critic's directory and tokenizer when a critic is trained; the reward model's directory."""
-    from posttrain.trainer.rl_build import check_critic_tokenizer
+    """The critic's directory and tokenizer when a critic is trained; a teacher's (ref.model_path)
+    directory and vocabulary; the reward model's directory."""
+    from posttrain.trainer.rl_build import check_critic_tokenizer, check_teacher_tokenizer
 
     if role_needs(cfg).critic:
         c = cfg.critic.model
@@ -156,6 +157,11 @@ def check_rl_roles(cfg: Config, tokenizer: Any) -> None:
         load_config(path, trust_remote_code=c.trust_remote_code or (c.path is None and cfg.model.trust_remote_code),
                     override_config=dict(c.override_config), what="critic")
         check_weight_files(resolve_model_dir(path, what="critic"))
+    teacher = cfg.ref.model_path
+    if teacher is not None and role_needs(cfg).reference:
+        load_config(teacher, trust_remote_code=cfg.model.trust_remote_code, what="teacher (ref.model_path)")
+        check_weight_files(resolve_model_dir(teacher, what="teacher (ref.model_path)"))
+        check_teacher_tokenizer(cfg, tokenizer)
     rm = cfg.reward.reward_model
     if rm.enable:
         load_config(rm.path, what="reward model")

@@ -203,10 +203,8 @@ def check_critic_tokenizer(cfg: Config, tokenizer: Any) -> None:
         )
 
 
-def teacher_from_config(cfg: Config, tokenizer: Any, device: torch.device | str = "cpu") -> nn.Module:
-    """The reference role's model when `ref.model_path` names a teacher: loaded with the policy's
-    model options, frozen; its tokenizer must have the policy's vocabulary (it scores the policy's
-    token ids)."""
+def check_teacher_tokenizer(cfg: Config, tokenizer: Any) -> None:
+    """A teacher (`ref.model_path`) scores the policy's token ids: its tokenizer must have the same vocabulary."""
     path = cfg.ref.model_path
     theirs = load_tokenizer(path)
     if theirs.get_vocab() != tokenizer.get_vocab():
@@ -214,6 +212,13 @@ def teacher_from_config(cfg: Config, tokenizer: Any, device: torch.device | str 
             f"ref.model_path {path!r}: its vocabulary differs from the policy's tokenizer ({len(theirs)} vs "
             f"{len(tokenizer)} tokens); a teacher scores the policy's token ids, so it needs the same tokenizer"
         )
+
+
+def teacher_from_config(cfg: Config, tokenizer: Any, device: torch.device | str = "cpu") -> nn.Module:
+    """The reference role's model when `ref.model_path` names a teacher: loaded with the policy's
+    model options, frozen (its vocabulary checked by `check_teacher_tokenizer`)."""
+    path = cfg.ref.model_path
+    check_teacher_tokenizer(cfg, tokenizer)
     model = causal_lm_from_config(dataclasses.replace(cfg.model, path=path, enable_gradient_checkpointing=False), device=device)
     return model.eval().requires_grad_(False)
 
