@@ -183,7 +183,10 @@ class ExperienceBuffer:
 
 def wait_for_room(buffer, groups: int, capacity: int, timeout_s: float) -> float:
     """The explorer's wait (either storage) until `groups` more prompt groups fit under `capacity`
-    unread ones; returns the seconds waited, or raises naming what the trainer last did."""
+    unread ones; returns the seconds waited (0.0 when there was room at once), or raises naming what
+    the trainer last did."""
+    if buffer.unread_groups() + groups <= capacity:
+        return 0.0
     start = time.monotonic()
     while buffer.unread_groups() + groups > capacity:
         if time.monotonic() - start > timeout_s:
