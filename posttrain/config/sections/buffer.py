@@ -15,6 +15,9 @@ from typing import Any
 from posttrain.config.fields import param, section
 
 _TODO = "decoupled explorer/trainer issue"
+_AUX = "auxiliary buffers: the expert SFT data of the mix losses is algorithm.mix (the Trinity dialect translates an auxiliary buffer there); no other use is built"
+_SAMPLE = "sampling strategies: the trainer reads batches in order (or by priority with replay_buffer); Trinity's mix strategy is algorithm.mix, staleness_control is not provided"
+_TBS = "a native train_batch_size: experiences per step are data.train_batch_size x rollout.n (the Trinity dialect translates its buffer.train_batch_size into actor.ppo_mini_batch_size)"
 _TS = "trinity:buffer.explorer_input.taskset"
 _EB = "trinity:buffer.trainer_input.experience_buffer"
 
@@ -123,15 +126,15 @@ class TrainerInputConfig:
     """What the trainer reads."""
 
     experience_buffer: ExperienceBufferConfig = param(factory=ExperienceBufferConfig, doc="Experiences from the explorer (or a stored SFT/DPO dataset).")
-    auxiliary_buffers: dict[str, Any] = param(factory=dict, doc="Extra named buffers for the trainer (e.g. SFT data mixed into RL), each shaped like experience_buffer.", todo=_TODO, refs=["trinity:buffer.trainer_input.auxiliary_buffers"])
+    auxiliary_buffers: dict[str, Any] = param(factory=dict, doc="Extra named buffers for the trainer (e.g. SFT data mixed into RL), each shaped like experience_buffer.", todo=_AUX, refs=["trinity:buffer.trainer_input.auxiliary_buffers"])
 
 
 @section
 class BufferConfig:
     """Tasks for the explorer and experiences for the trainer."""
 
-    train_batch_size: int | None = param(None, doc="Experiences per training step; null means data.train_batch_size x rollout.n.", ge=1, todo=_TODO, refs=["trinity:buffer.train_batch_size"])
-    sample_strategy: str = param("default", doc="How the trainer draws experiences: default (in order), staleness_control (bounded policy lag) or mix (with auxiliary buffers).", choices=["default", "staleness_control", "mix"], todo=_TODO, refs=["trinity:algorithm.sample_strategy"])
+    train_batch_size: int | None = param(None, doc="Experiences per training step; null means data.train_batch_size x rollout.n.", ge=1, todo=_TBS, refs=["trinity:buffer.train_batch_size"])
+    sample_strategy: str = param("default", doc="How the trainer draws experiences: default (in order), staleness_control (bounded policy lag) or mix (with auxiliary buffers).", choices=["default", "staleness_control", "mix"], todo=_SAMPLE, refs=["trinity:algorithm.sample_strategy"])
     explorer_input: ExplorerInputConfig = param(factory=ExplorerInputConfig, doc="Training and evaluation tasksets.")
     trainer_input: TrainerInputConfig = param(factory=TrainerInputConfig, doc="Experience buffer and auxiliary buffers.")
 
