@@ -1,15 +1,19 @@
 """The GRPO example in step and decoupled (explorer + trainer processes): time to reach a reward.
 
-    python benchmarks/async_vs_sync.py                          # 100 GRPO steps: sync, interval 2, interval 4
+    python benchmarks/async_vs_sync.py                          # 100 GRPO steps: sync, interval 1 (split), 2, 4
     python benchmarks/async_vs_sync.py --steps 200 --target 0.6 --workdir /tmp/async
 
 Each variant runs `posttrain train examples/grpo.yaml` (the SFT warm-up, then GRPO cut to
-`--steps` steps, validation only at the end) with the synchronizer settings of the variant, in a
+`--steps` steps, validation only at the end) with the synchronizer settings of the variant:
+the synchronous loop ("in step"), and `mode: both` as an explorer and a trainer process with
+`sync_interval` 1 (`rollout.hybrid_engine: false`: interval 1 with offset 0 is otherwise the
+synchronous loop itself), 2 and 4; in a
 working directory where the tiny model and the sort task were built once. From the console it
 timestamps every GRPO step as it is logged; from metrics.jsonl it reads each step's training reward
 and staleness. It prints, per variant: the GRPO stage's wall time and seconds per step, the wall time
-until the training reward (mean over the last 10 steps) first reaches `--target`, the final greedy
-validation accuracy, and how many steps trained on batches 0, 1, 2... steps stale.
+until the training reward (mean over the last 10 steps) first reaches `--target` (the same reward for
+every variant), the final greedy validation accuracy, and the staleness histogram: how many steps
+trained on batches 0, 1, 2... steps stale.
 
 On 2 cores the explorer and the trainer share the same two cores the synchronous loop had, so the
 overlap buys little: what this shows is what the split costs or saves here, and that learning
@@ -32,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEP = re.compile(r"^\[rl\] step (\d+)/")
 VARIANTS = {
     "in step": [],
+    "interval 1 (split)": ["rollout.hybrid_engine=false"],  # both processes, on-policy: what the split alone costs
     "interval 2": ["synchronizer.sync_interval=2"],
     "interval 4": ["synchronizer.sync_interval=4"],
     "interval 1, offset 1": ["synchronizer.sync_offset=1"],
@@ -79,7 +84,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100, help="GRPO steps per run")
     parser.add_argument("--target", type=float, default=0.5, help="training reward (mean of 10 steps) to time")
-    parser.add_argument("--variants", nargs="+", default=["in step", "interval 2", "interval 4"], choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=["in step", "interval 1 (split)", "interval 2", "interval 4"], choices=list(VARIANTS))
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/posttrain-async"))
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)

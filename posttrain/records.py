@@ -196,6 +196,8 @@ class RolloutBatch(_Rows):
     loss_mask: Tensor | None = field(default=None, metadata=RIGHT)
     # (B,) float: score of a greedy response to the row's prompt, for estimators that need one (ReMax).
     reward_baselines: Tensor | None = None
+    # (B,) bool: True on expert (SFT) rows joined to the batch for the mix losses (posttrain.trainer.mixing).
+    expert_mask: Tensor | None = None
     # The prompt's chat messages before the template (data.return_raw_chat), else None per row: a
     # reward model re-templates them in its own chat format.
     raw_chat: list[Any] | None = None

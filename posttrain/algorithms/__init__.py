@@ -36,6 +36,10 @@ from posttrain.algorithms.policy_losses import (
     topr_loss,
 )
 from posttrain.algorithms.policy_losses_cov import clip_cov_loss, kl_cov_loss
+from posttrain.algorithms.policy_losses_reinforce import importance_sampling_loss, rec_loss, sapo_loss, sppo_loss
+from posttrain.algorithms.policy_losses_mix import chord_mu, mix_chord_loss, mix_loss, sft_is_loss, sft_phi_loss
+from posttrain.algorithms.advantages_shifted import asymre_advantage, rec_advantage
+from posttrain.algorithms.advantages_distill import jsd_advantage, on_policy_distill_advantage
 from posttrain.algorithms.aggregation import LOSS_AGG_MODES, aggregate_loss
 from posttrain.algorithms.entropy import entropy_from_logits, entropy_from_logits_chunked
 from posttrain.algorithms.groups import group_stats
@@ -51,6 +55,7 @@ from posttrain.algorithms.registry import (
     advantage_estimator_names,
     EstimatorNeeds,
     estimator_needs,
+    estimator_options,
     get_advantage_estimator,
     get_policy_loss,
     policy_loss_names,
@@ -85,6 +90,7 @@ __all__ = [
     "advantage_estimator_names",
     "EstimatorNeeds",
     "estimator_needs",
+    "estimator_options",
     "policy_loss_names",
     "policy_loss_options",
     "aggregate_loss",
@@ -132,6 +138,10 @@ __all__ = [
     "remax_advantage",
     "reinforce_advantage",
     "opmd_advantage",
+    "asymre_advantage",
+    "rec_advantage",
+    "on_policy_distill_advantage",
+    "jsd_advantage",
     "ppo_clip_loss",
     "gspo_loss",
     "cispo_loss",
@@ -142,4 +152,13 @@ __all__ = [
     "kl_cov_loss",
     "sft_loss",
     "dpo_policy_loss",
+    "sapo_loss",
+    "sppo_loss",
+    "rec_loss",
+    "importance_sampling_loss",
+    "sft_is_loss",
+    "sft_phi_loss",
+    "mix_loss",
+    "mix_chord_loss",
+    "chord_mu",
 ]

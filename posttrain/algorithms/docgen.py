@@ -119,6 +119,12 @@ def render() -> str:
         "take `old_logprob, logprob, advantages, response_mask, loss_agg_mode` plus their own options",
         "(`posttrain.algorithms.policy_loss_options(name)` lists them) and return `(loss, metrics)`.",
         "Register your own with `@register_advantage_estimator(name)` / `@register_policy_loss(name)`.",
+        "Options an estimator or loss declares beyond those go in `algorithm.adv_estimator_args` and",
+        "`actor.policy_loss.loss_args` (checked by name before any model loads).",
+        "",
+        "Trinity-RFT's algorithm types (`grpo`, `opmd`, `asymre`, `sapo`, `rec`, `mix_chord`,",
+        "`on_policy_distill`, `jsd`, ...) are compositions of these parts: docs/foreign-configs.md,",
+        "\"Trinity-RFT algorithm types\", lists which estimator, loss and KL term each selects.",
         "",
     ]
     parts = {"advantage": "## Advantage estimators", "policy": "## Policy losses"}

@@ -165,6 +165,20 @@ def policy_loss_names() -> list[str]:
     return list(_CANONICAL[id(POLICY_LOSSES)])
 
 
+#: What the trainer passes every advantage estimator; its other keywords are its own options
+#: (algorithm.adv_estimator_args). `epsilon` is passed too but an estimator may take it as an option.
+ESTIMATOR_INPUTS = frozenset(
+    {"token_level_rewards", "response_mask", "values", "ref_logprobs", "old_logprobs", "group_index", "gamma", "lam",
+     "norm_adv_by_std", "reward_baselines"}
+)
+
+
+def estimator_options(name: str) -> frozenset[str]:
+    """Keyword options of the estimator registered as `name` beyond `ESTIMATOR_INPUTS`."""
+    params = inspect.signature(get_advantage_estimator(name)).parameters.values()
+    return frozenset(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in ESTIMATOR_INPUTS)
+
+
 _BASE_LOSS_ARGS = frozenset({"old_logprob", "logprob", "advantages", "response_mask", "loss_agg_mode"})
 
 

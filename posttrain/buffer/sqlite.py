@@ -2,10 +2,12 @@
 
 One row per explored batch, numbered by the explorer (batch 1, 2, ...), written in one transaction
 (a batch is in the buffer whole or not at all). The trainer claims batch k for its step k by
-writing the step into the row; the claim is undone for every step after the checkpoint a trainer
-resumes from (`release_after`). So an experience the explorer wrote is either trained on in a
-checkpointed step or still in the buffer after a crash of either side, and nothing is trained on
-twice. The explorer resumes after its last written batch (`explored`).
+recording (step, batch) in `claims`; the claims of every step after the checkpoint a trainer
+resumes from are undone (`release_after`). So an experience the explorer wrote is either trained on
+in a checkpointed step or still in the buffer after a crash of either side, and nothing is trained
+on twice unless the buffer replays (`posttrain.buffer.replay`: then the claims say which step read
+which batch, and how often). The explorer resumes after its last written batch (`explored`); with
+a `capacity` it waits for the trainer to read before it writes more (`wait_for_room`).
 
 The file is in WAL mode (readers never block the writer; two processes on one machine, or on a
 network file system that supports SQLite locking), and every connection waits for locks instead
@@ -25,9 +27,10 @@ import time
 from pathlib import Path
 
 from posttrain.buffer.experience import Experience
+from posttrain.buffer.replay import Replay, Stored, pick
 from posttrain.errors import UserError
 
-SCHEMA = "posttrain-experience-buffer-1"
+SCHEMA = "posttrain-experience-buffer-2"
 
 
 class BufferError(UserError):
@@ -63,8 +66,9 @@ class ExperienceBuffer:
             self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA,))
             self.db.execute(
                 "CREATE TABLE IF NOT EXISTS experiences (batch INTEGER PRIMARY KEY, policy_step INTEGER NOT NULL, "
-                "created REAL NOT NULL, claimed_by_step INTEGER, payload BLOB NOT NULL)"
+                "created REAL NOT NULL, groups INTEGER NOT NULL, evicted INTEGER NOT NULL DEFAULT 0, payload BLOB NOT NULL)"
             )
+            self.db.execute("CREATE TABLE IF NOT EXISTS claims (step INTEGER PRIMARY KEY, batch INTEGER NOT NULL, at REAL NOT NULL)")
             self.db.execute("CREATE TABLE IF NOT EXISTS evaluations (policy_step INTEGER PRIMARY KEY, metrics TEXT NOT NULL)")
             self.db.execute("CREATE TABLE IF NOT EXISTS progress (side TEXT PRIMARY KEY, state TEXT NOT NULL, at REAL NOT NULL)")
         (schema,) = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
@@ -78,12 +82,23 @@ class ExperienceBuffer:
     def write(self, batch: int, experience: Experience) -> None:
         """Store explored batch number `batch` (1-based); writing a number again replaces it (an
         explorer that died after writing it and before recording that it did)."""
+        groups = len(set(experience.batch.group_index))
         with self.db:
             self.db.execute(
-                "INSERT OR REPLACE INTO experiences (batch, policy_step, created, claimed_by_step, payload) "
-                "VALUES (?, ?, ?, NULL, ?)",
-                (batch, experience.policy_step, time.time(), sqlite3.Binary(experience.to_bytes())),
+                "INSERT OR REPLACE INTO experiences (batch, policy_step, created, groups, evicted, payload) VALUES (?, ?, ?, ?, 0, ?)",
+                (batch, experience.policy_step, time.time(), groups, sqlite3.Binary(experience.to_bytes())),
             )
+
+    def unread_groups(self) -> int:
+        """Prompt groups of the stored batches no step has read yet."""
+        (n,) = self.db.execute(
+            "SELECT COALESCE(SUM(groups), 0) FROM experiences WHERE evicted = 0 AND batch NOT IN (SELECT batch FROM claims)"
+        ).fetchone()
+        return int(n)
+
+    def wait_for_room(self, groups: int, capacity: int, timeout_s: float) -> float:
+        """Wait until `groups` more prompt groups fit under `capacity` unread ones; returns the seconds waited."""
+        return wait_for_room(self, groups, capacity, timeout_s)
 
     def explored(self) -> int:
         """The last batch number written (0 when none)."""
@@ -95,33 +110,58 @@ class ExperienceBuffer:
             self.db.execute("INSERT OR REPLACE INTO evaluations VALUES (?, ?)", (policy_step, json.dumps(metrics)))
 
     # ---------------------------------------------------------------- trainer side
-    def claim(self, step: int, timeout_s: float, waiting_for: str = "the explorer") -> Experience:
-        """Batch `step` for trainer step `step`, waiting up to `timeout_s` for the explorer to write it."""
+    def claim(self, step: int, timeout_s: float, waiting_for: str = "the explorer", replay: Replay = Replay()) -> Experience:
+        """The batch trainer step `step` trains on, waiting up to `timeout_s` for one: batch `step`,
+        or with replay the highest-priority usable one (`posttrain.buffer.replay.pick`)."""
         deadline = time.monotonic() + timeout_s
         while True:
             with self.db:
-                row = self.db.execute("SELECT payload FROM experiences WHERE batch = ?", (step,)).fetchone()
-                if row is not None:
-                    self.db.execute("UPDATE experiences SET claimed_by_step = ? WHERE batch = ?", (step, step))
-                    return Experience.from_bytes(bytes(row[0]))
+                batch = self._choose(step, replay)
+                if batch is not None:
+                    (payload,) = self.db.execute("SELECT payload FROM experiences WHERE batch = ?", (batch,)).fetchone()
+                    self.db.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?)", (step, batch, time.time()))
+                    return Experience.from_bytes(bytes(payload))
             if time.monotonic() > deadline:
+                wanted = f"explored batch {step}" if not replay.enable else "a batch it may read (replay: none fresh, none out of its reuse cooldown)"
                 raise BufferError(
-                    f"{self.path}: trainer step {step} waited {timeout_s:g} s for explored batch {step}, which "
+                    f"{self.path}: trainer step {step} waited {timeout_s:g} s for {wanted}, which "
                     f"{waiting_for} has not written ({self.explored()} written; explorer: {self.state('explorer')}); "
                     "raise buffer.trainer_input.experience_buffer.max_read_timeout or check the explorer"
                 )
             time.sleep(self.poll_s)
 
+    def _choose(self, step: int, replay: Replay) -> int | None:
+        if not replay.enable:
+            found = self.db.execute("SELECT batch FROM experiences WHERE batch = ?", (step,)).fetchone()
+            return None if found is None else step
+        rows = self.db.execute(
+            "SELECT e.batch, e.policy_step, e.groups, COUNT(c.step), MAX(c.at) FROM experiences e "
+            "LEFT JOIN claims c ON c.batch = e.batch WHERE e.evicted = 0 GROUP BY e.batch"
+        ).fetchall()
+        batch, evicted = pick([Stored(*r) for r in rows], replay, time.time())
+        if evicted:  # past the capacity: dropped for good, as a full priority queue drops its lowest item
+            self.db.executemany("UPDATE experiences SET evicted = 1 WHERE batch = ?", [(b,) for b in evicted])
+        return batch
+
     def release_after(self, step: int) -> int:
         """Undo the claims of steps after `step` (a trainer resuming from its checkpoint of `step`
         trains them again); returns how many were released."""
         with self.db:
-            cur = self.db.execute("UPDATE experiences SET claimed_by_step = NULL WHERE claimed_by_step > ?", (step,))
+            cur = self.db.execute("DELETE FROM claims WHERE step > ?", (step,))
         return cur.rowcount
 
     def claimed(self) -> list[tuple[int, int | None]]:
-        """(batch, claiming step or None) of every stored batch, in batch order."""
-        return [(int(b), s) for b, s in self.db.execute("SELECT batch, claimed_by_step FROM experiences ORDER BY batch")]
+        """(batch, first claiming step or None) of every stored batch, in batch order."""
+        return [(int(b), s) for b, s in self.db.execute(
+            "SELECT e.batch, MIN(c.step) FROM experiences e LEFT JOIN claims c ON c.batch = e.batch GROUP BY e.batch ORDER BY e.batch")]
+
+    def claims(self) -> list[tuple[int, int]]:
+        """(step, batch) of every claim, in step order: with replay a batch may appear more than once."""
+        return [(int(s), int(b)) for s, b in self.db.execute("SELECT step, batch FROM claims ORDER BY step")]
+
+    def evicted(self) -> list[int]:
+        """Batches a replaying buffer dropped past its capacity."""
+        return [int(b) for (b,) in self.db.execute("SELECT batch FROM experiences WHERE evicted = 1 ORDER BY batch")]
 
     def evaluations_through(self, policy_step: int) -> dict[int, dict[str, float]]:
         """The explorer's evaluations of the weights of steps <= `policy_step`, by step."""
@@ -139,3 +179,21 @@ class ExperienceBuffer:
         if row is None:
             return "not started"
         return f"{row[0]} ({time.time() - row[1]:.0f} s ago)"
+
+
+def wait_for_room(buffer, groups: int, capacity: int, timeout_s: float) -> float:
+    """The explorer's wait (either storage) until `groups` more prompt groups fit under `capacity`
+    unread ones; returns the seconds waited (0.0 when there was room at once), or raises naming what
+    the trainer last did."""
+    if buffer.unread_groups() + groups <= capacity:
+        return 0.0
+    start = time.monotonic()
+    while buffer.unread_groups() + groups > capacity:
+        if time.monotonic() - start > timeout_s:
+            raise BufferError(
+                f"{buffer.path}: the buffer holds {buffer.unread_groups()} unread prompt groups and the next batch's {groups} "
+                f"exceed its capacity {capacity}; the explorer waited {timeout_s:g} s for the trainer to read "
+                f"(trainer: {buffer.state('trainer')}); raise buffer.trainer_input.experience_buffer.capacity"
+            )
+        time.sleep(buffer.poll_s)
+    return time.monotonic() - start

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorNeeds, estimator_needs
 from posttrain.config.access import device_lists, get_path, is_rl, training_kind, world_size
 from posttrain.config.checks_profiler import check_profiler
+from posttrain.config.sections.buffer import priority_args
 from posttrain.config.sections.data import check_domain_probs
 from posttrain.config.sections.reward import check_reward_workers
 from posttrain.config.sections.rollout import check_prompt_length
@@ -380,12 +381,20 @@ def check_decoupled(cfg: Any) -> list[str]:
     """What the explorer/trainer split (trainer.mode, synchronizer, experience buffer) cannot do yet."""
     mode = get_path(cfg, "trainer.mode", "both")
     problems = []
-    if mode == "bench":
-        problems.append("trainer.mode=bench (evaluate every checkpoint of a run) is not implemented yet; use both, explore or train")
-    if get_path(cfg, "synchronizer.sync_style", "fixed") != "fixed":
-        problems.append("synchronizer.sync_style=dynamic_by_explorer is not implemented yet; use fixed (the trainer publishes every sync_interval steps)")
-    if get_path(cfg, "buffer.trainer_input.experience_buffer.storage_type", "queue") == "file":
-        problems.append("buffer.trainer_input.experience_buffer.storage_type=file is not implemented yet; use sql or queue (an SQLite database)")
+    style = get_path(cfg, "synchronizer.sync_style", "fixed")
+    if style != "fixed":
+        problems.append(
+            f"synchronizer.sync_style={style} is not implemented: posttrain's explorer and trainer keep in step by a "
+            "staleness bound (docs/async.md); use fixed with sync_interval / sync_offset"
+        )
+    eb = "buffer.trainer_input.experience_buffer"
+    capacity, prompts = get_path(cfg, f"{eb}.capacity", 10000), get_path(cfg, "data.train_batch_size", 1)
+    if capacity < prompts and not get_path(cfg, f"{eb}.replay_buffer.enable", False):
+        problems.append(f"{eb}.capacity ({capacity} prompt groups) cannot hold one batch of data.train_batch_size ({prompts}) prompts; raise it to at least {prompts}")
+    try:
+        priority_args(get_path(cfg, f"{eb}.replay_buffer.priority_fn", "linear_decay"), dict(get_path(cfg, f"{eb}.replay_buffer.priority_fn_args", {})))
+    except ValueError as err:
+        problems.append(f"{eb}.replay_buffer: {err}")
     lagging = get_path(cfg, "synchronizer.sync_interval", 1) > 1 or get_path(cfg, "synchronizer.sync_offset", 0) > 0
     apart = lagging or not get_path(cfg, "rollout.hybrid_engine", True)
     split = mode in ("explore", "train") or (mode == "both" and apart)

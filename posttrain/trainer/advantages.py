@@ -99,13 +99,14 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
         token_level_rewards=rewards,
         response_mask=mask,
         values=batch.values,
-        ref_logprobs=batch.ref_logprobs,
+        ref_logprobs=batch.ref_logprobs,  # the teacher's when ref.model_path is set (on-policy distillation)
+        old_logprobs=batch.old_logprobs,
         group_index=batch.group_index,
         gamma=alg.gamma,
         lam=alg.lam,
         norm_adv_by_std=alg.norm_adv_by_std_in_grpo,
-        epsilon=1e-6,
         reward_baselines=batch.reward_baselines,
+        **{"epsilon": 1e-6, **alg.adv_estimator_args},  # the estimator's own options (checked at load)
     )
     if batch.reward_baselines is not None:
         metrics["critic/reward_baseline/mean"] = float(batch.reward_baselines.mean())

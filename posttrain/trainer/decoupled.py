@@ -42,6 +42,8 @@ import os
 import time
 from pathlib import Path
 
+from posttrain.buffer.jsonl import JsonlBuffer
+from posttrain.buffer.replay import replay_from_config
 from posttrain.buffer.sqlite import BufferError, ExperienceBuffer
 from posttrain.buffer.weights import WeightFiles
 from posttrain.checkpoint import Checkpointer
@@ -91,12 +93,19 @@ def validation_steps(cfg: Config, total: int) -> list[int]:
 
 
 def buffer_path(cfg: Config, stage_dir: Path) -> Path:
-    """The experience buffer's SQLite file: buffer.trainer_input.experience_buffer.path (a path or a
-    sqlite:/// URL), else <stage dir>/<buffer name>.sqlite."""
+    """The experience buffer's place: buffer.trainer_input.experience_buffer.path (a path or a
+    sqlite:/// URL), else <stage dir>/<buffer name>.sqlite, or the directory <stage dir>/<buffer
+    name> for storage_type file (JSON-lines files)."""
     b = cfg.buffer.trainer_input.experience_buffer
     if b.path:
         return Path(b.path.removeprefix("sqlite:///")).expanduser()
-    return stage_dir / f"{b.name}.sqlite"
+    return stage_dir / (b.name if b.storage_type == "file" else f"{b.name}.sqlite")
+
+
+def open_buffer(cfg: Config, stage_dir: Path) -> ExperienceBuffer | JsonlBuffer:
+    """The experience buffer of the stage: SQLite (storage_type queue or sql) or JSON-lines files (file)."""
+    path = buffer_path(cfg, stage_dir)
+    return JsonlBuffer(path) if cfg.buffer.trainer_input.experience_buffer.storage_type == "file" else ExperienceBuffer(path)
 
 
 def weights_dir(stage_dir: Path) -> Path:
@@ -112,9 +121,10 @@ def run_explorer(ctx: StageContext) -> StageResult:
     cfg, stage_dir = ctx.cfg, ctx.run_dir
     explorer = RLTrainer(dataclasses.replace(ctx, run_dir=stage_dir / "explorer"), halves="explorer")
     total = explorer.derived.total_training_steps
-    buffer = ExperienceBuffer(buffer_path(cfg, stage_dir))
+    buffer = open_buffer(cfg, stage_dir)
     weights = WeightFiles(weights_dir(stage_dir)) if cfg.trainer.mode == "both" else None
     follow = _Follower(explorer, buffer, weights, cfg.synchronizer.sync_timeout, validation_steps(cfg, total))
+    replay = replay_from_config(cfg.buffer.trainer_input.experience_buffer)
     start = buffer.explored()
     for _ in range(start):  # the data order continues after the last batch written
         explorer.sampler.next_batch()
@@ -130,7 +140,9 @@ def run_explorer(ctx: StageContext) -> StageResult:
             timer = PhaseTimer()
             experience = explorer.explore(prompts, timer, expected_version=engine.weights_version, policy_step=follow.loaded)
             experience.explore_metrics = {k: v for k, v in timer.metrics().items() if k != "timing/step_s"}
-            experience.explore_metrics["timing/idle_explorer_s"] = idle  # this batch's wait for fresh weights
+            if not replay.enable:  # a replaying buffer drops its lowest batches instead of waiting
+                idle += buffer.wait_for_room(len(set(experience.batch.group_index)), replay.capacity_groups, cfg.synchronizer.sync_timeout)
+            experience.explore_metrics["timing/idle_explorer_s"] = idle  # this batch's wait for fresh weights (and room)
             buffer.write(b, experience)
             kill_point(ctx.name, b, "explored")  # the test hook (posttrain.checkpoint.manager)
         follow.finish()
@@ -206,20 +218,21 @@ def run_learner(ctx: StageContext) -> StageResult:
 
     cfg, stage_dir = ctx.cfg, ctx.run_dir
     path = buffer_path(cfg, stage_dir)
-    if cfg.trainer.mode == "train" and (not path.is_file() or ExperienceBuffer(path).explored() == 0):
+    if cfg.trainer.mode == "train" and (not path.exists() or open_buffer(cfg, stage_dir).explored() == 0):
         raise BufferError(
             f"trainer.mode=train reads experiences from {path}, which holds none; fill it first with trainer.mode=explore "
             "(same buffer path), or run trainer.mode=both"
         )
     learner = RLTrainer(ctx, halves="learner")
     total = learner.derived.total_training_steps
-    buffer = ExperienceBuffer(path)
+    buffer = open_buffer(cfg, stage_dir)
     following = cfg.trainer.mode == "both"
     weights = WeightFiles(weights_dir(stage_dir)) if following else None
     val_steps = set(validation_steps(cfg, total)) if following else set()
     ckpt = Checkpointer(ctx, total, learner.checkpoint_parts())
     last: dict[str, float] = {}
     wait = cfg.buffer.trainer_input.experience_buffer.max_read_timeout
+    replay = replay_from_config(cfg.buffer.trainer_input.experience_buffer)
     try:
         start = ckpt.restore()
         released = buffer.release_after(start)
@@ -233,7 +246,7 @@ def run_learner(ctx: StageContext) -> StageResult:
         for step in range(start + 1, total + 1):
             buffer.report("trainer", f"training step {step}")
             waited = time.monotonic()
-            experience = buffer.claim(step, wait, waiting_for="the explorer")
+            experience = buffer.claim(step, wait, waiting_for="the explorer", replay=replay)
             waited = time.monotonic() - waited
             timer = PhaseTimer(learner.observer.watch())
             metrics, train = learner.learn(experience, step, timer)

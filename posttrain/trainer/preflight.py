@@ -35,6 +35,10 @@ from posttrain.models.loading import (
 )
 from posttrain.rewards import check_reward_manager
 from posttrain.tracking import check_trackers
+from posttrain.buffer.operators import check_pipeline
+from posttrain.errors import ConfigError
+from posttrain.trainer.mixing import expert_dataset
+from posttrain.trainer.rl_build import mixes_expert_rows
 from posttrain.trainer.agentic import check_agentic, check_idle_env_keys, is_agentic
 from posttrain.trainer.profiling import check_profiler_machine
 from posttrain.trainer.rewarding import Scorers, manager_options, reward_function, worker_manager
@@ -52,6 +56,7 @@ class StageInputs:
     train_set: Any  # the kind's dataset (RLDataset, SFTDataset, DPODataset or the user's custom_cls)
     val_set: Any | None
     reward_fn: Scorers | None = None  # RL only: the reward function, or each reward worker's
+    expert_set: Any | None = None  # RL with algorithm.mix: the expert SFT rows (posttrain.trainer.mixing)
 
 
 def stage_inputs(cfg: Config) -> StageInputs:
@@ -80,18 +85,34 @@ def stage_inputs(cfg: Config) -> StageInputs:
             check_worker_tags(cfg, [("data.train_files", train_set), ("data.val_files", val_set)])
         if cfg.data.domain_interleave_probs:  # every row in a domain, every domain with rows
             make_train_sampler(cfg.data, train_set, worker_tag_map(cfg.reward.workers))
-    return StageInputs(tokenizer, train_set, val_set, reward_fn)
+    expert_set = None
+    if kind == "rl" and mixes_expert_rows(cfg):
+        expert_set = expert_dataset(cfg, tokenizer)
+        if len(expert_set) < cfg.algorithm.mix.expert_batch_size:
+            raise ConfigError(
+                f"algorithm.mix.expert_batch_size {cfg.algorithm.mix.expert_batch_size} exceeds the "
+                f"{len(expert_set)} rows of algorithm.mix.expert_files; lower it or add expert data"
+            )
+    return StageInputs(tokenizer, train_set, val_set, reward_fn, expert_set)
 
 
 def check_stage_names(cfg: Config) -> None:
-    """The checks that need no files: registry names of an RL stage, and that this machine can run
-    its rollout engine (`rollout.name=vllm` without vLLM or a GPU is one line naming what is missing)."""
+    """The checks that need no files: registry names of an RL stage and its experience operators, and
+    that this machine can run its rollout engine (`rollout.name=vllm` without vLLM or a GPU is one
+    line naming what is missing)."""
     if cfg.algorithm.kind == "rl":
         from posttrain.rollout.engines import check_engine_machine
         from posttrain.trainer.rl_build import check_rl_names
 
         check_rl_names(cfg)
         check_engine_machine(cfg)
+    operators = cfg.data_processor.experience_pipeline.operators
+    if operators:
+        problems = check_pipeline(operators, "data_processor.experience_pipeline.operators")
+        if cfg.algorithm.kind != "rl":
+            problems.append(f"data_processor.experience_pipeline runs on explored batches; a {cfg.algorithm.kind} stage has none")
+        if problems:
+            raise ConfigError("; ".join(problems))
 
 
 def engine_notes(configs: list[Config]) -> list[str]:
@@ -140,8 +161,9 @@ def check_model_dir(cfg: Config) -> None:
 
 
 def check_rl_roles(cfg: Config, tokenizer: Any) -> None:
-    """The critic's directory and tokenizer when a critic is trained; the reward model's directory."""
-    from posttrain.trainer.rl_build import check_critic_tokenizer
+    """The critic's directory and tokenizer when a critic is trained; a teacher's (ref.model_path)
+    directory and vocabulary; the reward model's directory."""
+    from posttrain.trainer.rl_build import check_critic_tokenizer, check_teacher_tokenizer
 
     if role_needs(cfg).critic:
         c = cfg.critic.model
@@ -151,6 +173,11 @@ def check_rl_roles(cfg: Config, tokenizer: Any) -> None:
         load_config(path, trust_remote_code=c.trust_remote_code or (c.path is None and cfg.model.trust_remote_code),
                     override_config=dict(c.override_config), what="critic")
         check_weight_files(resolve_model_dir(path, what="critic"))
+    teacher = cfg.ref.model_path
+    if teacher is not None and role_needs(cfg).reference:
+        load_config(teacher, trust_remote_code=cfg.model.trust_remote_code, what="teacher (ref.model_path)")
+        check_weight_files(resolve_model_dir(teacher, what="teacher (ref.model_path)"))
+        check_teacher_tokenizer(cfg, tokenizer)
     rm = cfg.reward.reward_model
     if rm.enable:
         load_config(rm.path, what="reward model")

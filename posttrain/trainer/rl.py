@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from posttrain.buffer.experience import Experience
+from posttrain.buffer.operators import run_pipeline
 from posttrain.checkpoint import Checkpointer, Parts
 from posttrain.data import collate_prompts, make_sampler, pad_token_id
 from posttrain.data.domains import make_train_sampler, worker_tag_map
@@ -27,9 +28,11 @@ from posttrain.trainer.advantages import compute_advantages, correct_rollout_mis
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
 from posttrain.trainer.rewarding import RewardStage
+from posttrain.trainer.mixing import ExpertRows, expert_dataset
 from posttrain.trainer.rl_build import (
     baseline_sampling_params,
     build_roles,
+    mixes_expert_rows,
     response_length,
     rollout_seed,
     sampling_params,
@@ -63,6 +66,12 @@ class RLTrainer:
         dp = (self.roles.actor or self.roles.rollout).dp
         self.rewards = RewardStage(cfg, self.tokenizer, inputs.reward_fn, dp) if halves != "learner" and not self.agent else None
         self.shaping = make_shaping_state(cfg.algorithm)
+        self.operators = list(cfg.data_processor.experience_pipeline.operators)
+        # expert SFT rows joined to each batch for the mix losses (algorithm.mix); the learning half only
+        self.expert = None
+        if mixes_expert_rows(cfg) and halves != "explorer":
+            expert_set = inputs.expert_set if inputs.expert_set is not None else expert_dataset(cfg, self.tokenizer)
+            self.expert = ExpertRows(expert_set, cfg.algorithm.mix.expert_batch_size, self.pad_id, cfg.trainer.seed)
         self.sampling, self.val_sampling = sampling_params(cfg, self.tokenizer)
         self.baseline_sampling = baseline_sampling_params(cfg, self.sampling)  # None unless the estimator needs it
         self.max_new_tokens = response_length(cfg)
@@ -101,6 +110,9 @@ class RLTrainer:
             batch, scores, texts, dropped = self.rewards.keep_informative(batch, scores, texts)  # (B',) query filters
             reward_metrics.update(dropped)
             reward_metrics.update(tool_metrics)
+            if self.operators:  # data_processor.experience_pipeline (posttrain.buffer.operators)
+                batch, scores, texts, piped = run_pipeline(self.operators, batch, scores, texts)  # (B'',)
+                reward_metrics.update(piped)
         return Experience(batch, scores, texts, reward_metrics, policy_step=policy_step)
 
     def _generate(self, prompts: PromptBatch, params: SamplingParams, version: int, seed: int | None = None) -> tuple[RolloutBatch, dict[str, float]]:
@@ -138,8 +150,10 @@ class RLTrainer:
             with timer("update_critic"):
                 metrics.update(critic.update(train))
         if step > self.cfg.trainer.critic_warmup:
+            if self.expert is not None:  # after the critic: expert rows train the actor only
+                train = self.expert.join(train, step, actor.version, ref.compute_logprobs if ref is not None else None)
             with timer("update_actor"):
-                metrics.update(actor.update(train))
+                metrics.update(actor.update(train, step))
         return metrics, train
 
     def step_metrics(
@@ -235,6 +249,8 @@ class RLTrainer:
         states = {"sampler": self.sampler, "running": self.shaping.running} if self.sampler else {"running": self.shaping.running}
         if self.shaping.kl_ctrl is not None:
             states["kl_ctrl"] = self.shaping.kl_ctrl
+        if self.expert is not None:
+            states["expert"] = self.expert
         return Parts(roles, states)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:

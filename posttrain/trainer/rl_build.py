@@ -6,6 +6,7 @@ Kept apart from the step so that `rl.py` reads as the algorithm; this module is 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from posttrain.algorithms import check_kl_kind, get_advantage_estimator, get_policy_loss, policy_loss_options
+from posttrain.algorithms import check_kl_kind, estimator_options, get_advantage_estimator, get_policy_loss, policy_loss_options
 from posttrain.config.checks import role_needs
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
@@ -67,10 +68,10 @@ def baseline_sampling_params(cfg: Config, train: SamplingParams) -> SamplingPara
     return train.greedy() if role_needs(cfg).greedy_baseline else None
 
 
-def _loss_options(cfg: Config) -> dict[str, Any]:
-    """The configured options the selected policy loss accepts (only those: a loss refuses unknown ones)."""
+def _fielded_loss_options(cfg: Config) -> dict[str, Any]:
+    """The loss options that have config fields of their own (clip ratios, clip-cov, kl-cov)."""
     a, pl = cfg.actor, cfg.actor.policy_loss
-    candidates = {
+    return {
         "clip_ratio": a.clip_ratio,
         "clip_ratio_low": a.clip_ratio_low,
         "clip_ratio_high": a.clip_ratio_high,
@@ -81,36 +82,81 @@ def _loss_options(cfg: Config) -> dict[str, Any]:
         "kl_cov_ratio": pl.kl_cov_ratio,
         "ppo_kl_coef": pl.ppo_kl_coef,
     }
-    accepted = policy_loss_options(pl.loss_mode)
-    return {k: v for k, v in candidates.items() if k in accepted}
 
 
-# What the actor passes every policy loss, besides `_loss_options` (`scores` only to a loss that
-# requires them: `loss_takes_scores`).
+def _loss_options(cfg: Config) -> dict[str, Any]:
+    """The configured options the selected policy loss accepts (only those: a loss refuses unknown
+    ones), then `actor.policy_loss.loss_args` (checked by `check_rl_names`)."""
+    accepted = policy_loss_options(cfg.actor.policy_loss.loss_mode)
+    options = {k: v for k, v in _fielded_loss_options(cfg).items() if k in accepted}
+    options.update(cfg.actor.policy_loss.loss_args)
+    return options
+
+
+# What the actor passes every policy loss, besides `_loss_options` and the batch inputs a loss
+# declares (`loss_inputs`).
 _ACTOR_LOSS_ARGS = frozenset(
-    {"old_logprob", "logprob", "advantages", "response_mask", "loss_agg_mode", "loss_scale_factor", "scores"}
+    {"old_logprob", "logprob", "advantages", "response_mask", "loss_agg_mode", "loss_scale_factor", "sample_weights"}
 )
+# Batch inputs the actor passes to a loss that declares them (ActorSettings.loss_inputs): the mix
+# losses' expert rows, mix_chord's step, topr_roll's response scores.
+_BATCH_LOSS_INPUTS = frozenset({"expert_mask", "global_step", "scores"})
 
 
-def loss_takes_scores(mode: str) -> bool:
-    """Whether the policy loss requires each response's score (ROLL's TOPR split: topr_roll)."""
-    params = inspect.signature(get_policy_loss(mode)).parameters
-    return "scores" in params and params["scores"].default is inspect.Parameter.empty
+def loss_inputs(cfg: Config) -> frozenset[str]:
+    """The batch inputs (`_BATCH_LOSS_INPUTS`) the selected policy loss declares."""
+    return policy_loss_options(cfg.actor.policy_loss.loss_mode) & _BATCH_LOSS_INPUTS
+
+
+def mixes_expert_rows(cfg: Config) -> bool:
+    """Whether expert SFT rows join each step's batch (`algorithm.mix`)."""
+    return bool(cfg.algorithm.mix.expert_files) and cfg.algorithm.mix.expert_batch_size > 0
+
+
+def _check_args(cfg: Config) -> None:
+    """`algorithm.adv_estimator_args` and `actor.policy_loss.loss_args` name options their function declares."""
+    est = cfg.algorithm.adv_estimator
+    bad = sorted(set(cfg.algorithm.adv_estimator_args) - estimator_options(est))
+    if bad:
+        raise ConfigError(
+            f"algorithm.adv_estimator_args: {', '.join(bad)} is not an option of estimator {est!r} "
+            f"(its options: {', '.join(sorted(estimator_options(est))) or 'none'})"
+        )
+    mode = cfg.actor.policy_loss.loss_mode
+    own = policy_loss_options(mode) - _BATCH_LOSS_INPUTS - {"loss_scale_factor", "sample_weights"} - set(_fielded_loss_options(cfg))
+    for key in cfg.actor.policy_loss.loss_args:
+        if key in _fielded_loss_options(cfg):
+            raise ConfigError(f"actor.policy_loss.loss_args.{key}: this option has its own field; set actor.{key} (or actor.policy_loss.{key})")
+        if key not in own:
+            raise ConfigError(
+                f"actor.policy_loss.loss_args.{key}: not an option of policy loss {mode!r} (its options: {', '.join(sorted(own)) or 'none'})"
+            )
 
 
 def check_rl_names(cfg: Config) -> None:
-    """Registry names are checked before any model is loaded: the estimator, the policy loss and
-    its inputs, and the KL kinds of the terms that are on."""
+    """Registry names are checked before any model is loaded: the estimator and its options, the
+    policy loss, its options and inputs, and the KL kinds of the terms that are on."""
     get_advantage_estimator(cfg.algorithm.adv_estimator)
     if cfg.algorithm.use_kl_in_reward:
         check_kl_kind(cfg.algorithm.kl_penalty, "algorithm.kl_penalty")
     if cfg.actor.use_kl_loss:
         check_kl_kind(cfg.actor.kl_loss_type, "actor.kl_loss_type")
+    _check_args(cfg)
     mode = cfg.actor.policy_loss.loss_mode
     params = inspect.signature(get_policy_loss(mode)).parameters
+    if "expert_mask" in params and not mixes_expert_rows(cfg):
+        raise ConfigError(
+            f"actor.policy_loss.loss_mode={mode}: this loss trains expert rows beside the explored ones; set "
+            "algorithm.mix.expert_files (SFT data) and algorithm.mix.expert_batch_size (rows per step)"
+        )
+    if mixes_expert_rows(cfg) and "expert_mask" not in params:
+        raise ConfigError(
+            f"algorithm.mix: expert rows are mixed in, but policy loss {mode!r} cannot tell them apart; "
+            "use loss_mode mix or mix_chord, or leave algorithm.mix.expert_files empty"
+        )
     # A registered loss may need inputs the actor does not have (dpo needs ref_logprob and pairs):
     # refuse it here rather than with a TypeError after the first rollout.
-    given = _ACTOR_LOSS_ARGS | set(_loss_options(cfg))
+    given = _ACTOR_LOSS_ARGS | set(_loss_options(cfg)) | _BATCH_LOSS_INPUTS
     missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in given]
     if "loss_scale_factor" not in params:
         missing.append("loss_scale_factor (as an option)")
@@ -160,6 +206,26 @@ def check_critic_tokenizer(cfg: Config, tokenizer: Any) -> None:
             f"tokenizer ({len(theirs)} vs {len(tokenizer)} tokens); the critic reads the policy's token ids, so "
             "leave tokenizer_path null or give a tokenizer with the same vocabulary"
         )
+
+
+def check_teacher_tokenizer(cfg: Config, tokenizer: Any) -> None:
+    """A teacher (`ref.model_path`) scores the policy's token ids: its tokenizer must have the same vocabulary."""
+    path = cfg.ref.model_path
+    theirs = load_tokenizer(path)
+    if theirs.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(
+            f"ref.model_path {path!r}: its vocabulary differs from the policy's tokenizer ({len(theirs)} vs "
+            f"{len(tokenizer)} tokens); a teacher scores the policy's token ids, so it needs the same tokenizer"
+        )
+
+
+def teacher_from_config(cfg: Config, tokenizer: Any, device: torch.device | str = "cpu") -> nn.Module:
+    """The reference role's model when `ref.model_path` names a teacher: loaded with the policy's
+    model options, frozen (its vocabulary checked by `check_teacher_tokenizer`)."""
+    path = cfg.ref.model_path
+    check_teacher_tokenizer(cfg, tokenizer)
+    model = causal_lm_from_config(dataclasses.replace(cfg.model, path=path, enable_gradient_checkpointing=False), device=device)
+    return model.eval().requires_grad_(False)
 
 
 def critic_model_from_config(cfg: Config, tokenizer: Any, device: torch.device | str = "cpu") -> nn.Module:
@@ -229,7 +295,10 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     own_copy = halves == "both" and (world.distributed or lora is not None or engine_dtype != next(policy.parameters()).dtype)
     engine_model = copy.deepcopy(policy) if own_copy else policy
     needs = role_needs(cfg)  # from the estimator's registry entry and the KL switches
-    ref_model = copy.deepcopy(policy) if needs.reference and lora is None else None
+    teacher = cfg.ref.model_path is not None  # the reference is another model (on-policy distillation)
+    ref_model = None
+    if needs.reference:
+        ref_model = teacher_from_config(cfg, tokenizer, world.torch_device) if teacher else copy.deepcopy(policy) if lora is None else None
     adapters = add_lora(policy, lora, cfg.model.path) if lora is not None else None
     trained = world.shard(policy, a.fsdp_config)
     optimizer, scheduler = build_optimization(trained.parameters(), a.optim, warmup_steps=derived.actor_warmup_steps or 0, total_steps=total)
@@ -241,7 +310,6 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             temperature=policy_temperature(cfg),
             loss_mode=a.policy_loss.loss_mode,
             loss_options=_loss_options(cfg),
-            loss_takes_scores=loss_takes_scores(a.policy_loss.loss_mode),
             loss_agg_mode=a.loss_agg_mode,
             loss_scale_factor=float(response_length(cfg)) if a.loss_agg_mode == "seq-mean-token-sum-norm" else None,
             entropy_coeff=a.entropy_coeff,
@@ -262,6 +330,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             compute_dtype=actor_compute,
             pack=cfg.model.use_remove_padding,
             lean_forward=lean,
+            loss_inputs=loss_inputs(cfg),
             logprob_batching=forward_batching(
                 cfg.rollout.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,
                 cfg.rollout.log_prob_use_dynamic_bsz, cfg.rollout.log_prob_max_token_len_per_gpu, **actor_budget,
@@ -287,11 +356,11 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             **actor_budget,
         )
         reference = ReferencePolicy(
-            trained if adapters is not None else world.shard(ref_model, cfg.ref.fsdp_config),
+            trained if ref_model is None else world.shard(ref_model, cfg.ref.fsdp_config),
             temperature=policy_temperature(cfg), micro_batch_size=size,
             max_tokens=max_tokens, compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype,
             pack=cfg.model.use_remove_padding, lean_forward=lean, dp=dp,
-            adapters_off=adapters.disable_adapter if adapters is not None else None,
+            adapters_off=adapters.disable_adapter if ref_model is None else None,
         )
     critic = None
     if needs.critic:

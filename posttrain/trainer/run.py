@@ -57,11 +57,20 @@ def _runner(cfg: Config) -> Callable[[StageContext], StageResult]:
     process runs (`posttrain.trainer.decoupled`)."""
     from posttrain.trainer.decoupled import half_of
 
+    if cfg.algorithm.kind == "rl" and cfg.trainer.mode == "bench":  # evaluates the stage's checkpoints
+        from posttrain.trainer.bench import run_bench
+
+        return run_bench
     half = half_of(cfg)
     target = {"explorer": "posttrain.trainer.decoupled:run_explorer", "trainer": "posttrain.trainer.decoupled:run_learner"}.get(
         half or "", RUNNERS[cfg.algorithm.kind])
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def _benches(cfg: Config) -> bool:
+    """An RL stage in trainer.mode bench: it evaluates the checkpoints a training run of it saved."""
+    return cfg.algorithm.kind == "rl" and cfg.trainer.mode == "bench"
 
 
 def _completed(stage_dir: Path) -> StageResult | None:
@@ -183,7 +192,7 @@ def check_run(cfg: Config, pending: Collection[Path] = ()) -> list[StageCheck]:
     for stage, stage_dir in zip(stages, dirs):
         config = with_model_path(stage.config, cfg.model.path)
         explicit = target is not None and target[1] == stage.name
-        if not explicit and cfg.trainer.resume_mode != "disable" and _completed(stage_dir) is not None:
+        if not explicit and cfg.trainer.resume_mode != "disable" and _completed(stage_dir) is not None and not _benches(config):
             checks.append(StageCheck(stage.name, config, None, "already complete"))
         elif (waiting := _waiting_on(config, pending)) is not None:
             check_stage_names(config)
@@ -250,7 +259,9 @@ def run(cfg: Config, world: World = World()) -> list[StageResult]:
         explicit = target[0] if target is not None and target[1] == stage.name else None
         root = checkpoint_root(stage.config, stage_dir, stage.name, multi)
         decision = None
-        if world.is_main:  # rank 0 reads the run directory and decides; every rank continues the same way
+        if _benches(stage.config):  # reads the stage's checkpoints: nothing to resume or skip
+            decision = (None, None)
+        elif world.is_main:  # rank 0 reads the run directory and decides; every rank continues the same way
             try:
                 decision = _decide(stage.name, stage_dir, dirs[i + 1:], with_model_path(stage.config, model_path), explicit, root, cfg)
             except UserError as err:
@@ -270,7 +281,7 @@ def run(cfg: Config, world: World = World()) -> list[StageResult]:
             if resume is not None and world.is_main:
                 print(f"[{stage.name}] resuming from {resume} (after step {ctx.resume_step()})", flush=True)
             done = _runner(stage.config)(ctx)
-            if world.is_main:
+            if world.is_main and not _benches(stage.config):
                 _mark_complete(stage_dir, done)
             world.barrier()
         results.append(done)

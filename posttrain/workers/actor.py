@@ -68,7 +68,9 @@ class ActorSettings:
     logprob_batching: tuple[int, int | None] | None = None
     pack: bool = True  # model.use_remove_padding (posttrain.models.packing)
     lean_forward: str = "off"  # "compiled" with actor.use_torch_compile (posttrain.models.lean_forward)
-    loss_takes_scores: bool = False  # the loss splits responses by score (topr_roll): pass each one's
+    # batch inputs the loss declares beyond the five every loss takes: "expert_mask" (the mix
+    # losses' expert rows), "global_step" (mix_chord's mu schedule), "scores" (topr_roll's split)
+    loss_inputs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         # seq-mean-token-sum-norm divides by a constant. Left as None, `aggregate_loss` would divide
@@ -108,6 +110,7 @@ class Actor:
         self.reuse_checked: bool | None = None  # rollout log-probs checked equal to a recomputation
         self.reused_last = False  # whether the last `old_logprobs` call reused the rollout's
         self.recomputed_last = False  # whether it ran a forward (also when it checked, then reused)
+        self.step = 0  # the trainer step of the running update (for losses that declare global_step)
 
     def old_logprobs(self, batch: RolloutBatch) -> Tensor:
         """log pi_old of the PPO ratio, (B, T): the rollout's own log-probs when they are the actor's,
@@ -158,9 +161,13 @@ class Actor:
         finally:
             self.model.train(was_training)
 
-    def update(self, batch: RolloutBatch) -> dict[str, float]:
+    def update(self, batch: RolloutBatch, step: int = 0) -> dict[str, float]:
         """PPO update on a batch with `old_logprobs` and `advantages` (and `ref_logprobs` when the KL
-        loss is on). Returns metrics averaged over micro-batches (losses) and optimizer steps."""
+        loss is on) at trainer step `step`. Returns metrics averaged over micro-batches (losses) and
+        optimizer steps."""
+        self.step = step
+        if "expert_mask" in self.s.loss_inputs and batch.expert_mask is None:
+            raise ValueError(f"policy loss {self.s.loss_mode} needs expert rows on the batch (algorithm.mix)")
         if batch.old_logprobs is None or batch.advantages is None:
             raise ValueError("actor.update needs old_logprobs and advantages on the batch")
         if self.s.use_kl_loss and batch.ref_logprobs is None:
@@ -210,8 +217,12 @@ class Actor:
         agg = dict(loss_agg_mode=self.s.loss_agg_mode)
         if micro.rollout_is_weights is not None:  # algorithm.rollout_is: weights the policy loss only, as verl
             agg["sample_weights"] = micro.rollout_is_weights
-        if self.s.loss_takes_scores:  # the response's score: its token-level scores sum to it
+        if "scores" in self.s.loss_inputs:  # the response's score (topr_roll): its token-level scores sum to it
             agg["scores"] = micro.token_level_scores.sum(-1)  # (b,)
+        if "expert_mask" in self.s.loss_inputs:
+            agg["expert_mask"] = micro.expert_mask  # (b,) bool
+        if "global_step" in self.s.loss_inputs:
+            agg["global_step"] = self.step
         pg = self.loss_fn(
             old_logprob=micro.old_logprobs,
             logprob=out.logprobs,

@@ -37,11 +37,19 @@ def mini_batches(batch: RolloutBatch, size: int, *, shuffle: bool, generator: to
     """Cut a rollout batch into mini-batches of `size` rows (one optimizer step each).
 
     With `shuffle`, rows are permuted first (a fresh permutation per call, from `generator`).
+    Expert rows joined for the mix losses (`expert_mask`) do not count toward `size`: the explored
+    rows are cut as without them and the expert rows are dealt out evenly over those mini-batches,
+    so mixing adds no optimizer step and every step sees both kinds.
     """
     if shuffle:
         order = torch.randperm(len(batch), generator=generator)
         batch = batch[order]
-    return batch.split(size)
+    if batch.expert_mask is None or not bool(batch.expert_mask.any()):
+        return batch.split(size)
+    explored = batch[~batch.expert_mask].split(size)
+    expert = batch[batch.expert_mask]
+    shares = torch.tensor_split(torch.arange(len(expert)), len(explored))  # as even as the counts allow
+    return [RolloutBatch.cat([part, expert[rows]]) if len(rows) else part for part, rows in zip(explored, shares)]
 
 
 def cut(batch: RolloutBatch, *, size: int | None, max_tokens: int | None) -> MicroBatches:

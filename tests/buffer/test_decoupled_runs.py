@@ -147,5 +147,5 @@ def test_a_killed_side_stops_the_run_and_the_rerun_loses_and_repeats_nothing(inp
 def test_what_the_split_cannot_do_yet_is_refused_before_it_starts(inputs):
     out = train(inputs, "refused", "synchronizer.sync_interval=2", "cluster.n_gpus_per_node=2")
     assert out.returncode == 2 and "runs one explorer process and one trainer process; 2 worker processes" in out.stderr
-    out = train(inputs, "refused", "trainer.mode=bench")
-    assert out.returncode == 2 and "trainer.mode=bench (evaluate every checkpoint of a run) is not implemented yet" in out.stderr
+    out = train(inputs, "refused", "buffer.trainer_input.experience_buffer.capacity=2")
+    assert out.returncode == 2 and "capacity (2 prompt groups) cannot hold one batch of data.train_batch_size (4)" in out.stderr

@@ -48,3 +48,17 @@ def test_the_explorer_waits_sync_timeout_for_fresh_weights_then_names_the_traine
         follow.freshen(2)
     follow.freshen(0)  # the first batches need no published weights
     assert follow.loaded == 0
+
+
+def test_sync_styles_methods_and_workflow_keys_are_answered_with_their_reasons():
+    from posttrain.errors import ConfigError
+
+    for method in ("nccl", "checkpoint", "memory", "online", "offline"):  # all move weights through the run directory
+        assert load_config(None, [f"synchronizer.sync_method={method}"]).synchronizer.sync_method == method
+    for style in ("dynamic_by_explorer", "dynamic_by_trainer"):
+        with pytest.raises(ConfigError, match=f"sync_style={style} is not implemented: .*staleness bound"):
+            load_config(None, [f"synchronizer.sync_style={style}"])
+    with pytest.raises(ConfigError, match="explorer.max_timeout.*rolls out a whole batch in one generate call"):
+        load_config(None, ["explorer.max_timeout=60"])
+    with pytest.raises(ConfigError, match="explorer.over_rollout.ratio.*every batch is generated whole"):
+        load_config(None, ["explorer.over_rollout.ratio=0.5"])

@@ -134,7 +134,7 @@ def test_roll_envs_fragment():
 def test_trinity_gsm8k_translation_names_keys():
     report = read_foreign(REFERENCE / TRINITY_GSM8K).report
     kinds = [(e.native, e.value) for e in report.entries if e.key == "algorithm.algorithm_type"]
-    assert kinds == [("algorithm.kind", "rl"), ("algorithm.adv_estimator", "grpo")]
+    assert kinds == [("algorithm.kind", "rl"), ("algorithm.adv_estimator", "grpo"), ("actor.policy_loss.loss_mode", "vanilla")]
     assert (_entry(report, "explorer.rollout_model.dtype").native, _entry(report, "explorer.rollout_model.dtype").value) == ("rollout.dtype", "bf16")
     path = _entry(report, "buffer.explorer_input.taskset.path")  # a hub name: read from the local cache when built
     assert (path.status, path.native, path.value) == ("translated", "data.train_files", ["openai/gsm8k:main@train"])
@@ -320,9 +320,12 @@ def test_conflicting_keys_are_refused():
     assert entry.status == "refused" and "conflicts with num_return_sequences_in_group (8)" in entry.reason
 
 
-def test_trinity_todo_algorithm_type_is_refused():
-    _, report = translate({"algorithm": {"algorithm_type": "opmd"}}, "trinity")
-    assert _entry(report, "algorithm.algorithm_type").reason.startswith("not implemented yet: online policy mirror descent")
+def test_trinity_refused_and_unknown_algorithm_types():
+    _, report = translate({"algorithm": {"algorithm_type": "raft"}}, "trinity")
+    assert _entry(report, "algorithm.algorithm_type").reason.startswith("not implemented: RAFT's experience filtering")
+    _, report = translate({"algorithm": {"algorithm_type": "grpoo"}}, "trinity")
+    reason = _entry(report, "algorithm.algorithm_type").reason
+    assert reason.startswith("unknown algorithm_type 'grpoo'") and "mix_chord" in reason and "multi_step_grpo" in reason
 
 
 def test_device_lists():

@@ -155,12 +155,21 @@ def test_reference_key_has_a_home(key):
     assert key in set(_all_refs()) | set(_unsupported()), f"{key} has no home"
 
 
-def test_trinity_algorithm_types_map_onto_kind_and_estimator():
+def test_trinity_algorithm_types_map_onto_registered_parts():
+    from posttrain.algorithms import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
+    from posttrain.config.dialects import trinity_algorithms as ta
+
     kinds = find_field(Config, "algorithm.kind")[1].choices
-    for trinity_type, (kind, _estimator) in algorithm.TRINITY_ALGORITHM_TYPES.items():
-        assert kind in kinds, trinity_type
-    assert set(algorithm.TRINITY_ALGORITHM_TYPES).isdisjoint(algorithm.TRINITY_ALGORITHM_TYPES_TODO)
-    assert set(algorithm.TRINITY_ALGORITHM_TYPES) | set(algorithm.TRINITY_ALGORITHM_TYPES_TODO) == {"ppo", "grpo", "opmd", "dpo", "sft", "mix"}
+    for name, t in ta.TYPES.items():
+        assert t.kind in kinds, name
+        assert ta.POLICY_LOSS_FNS[t.policy_loss_fn] in POLICY_LOSSES, name
+        if t.kind == "rl":
+            assert ta.ADVANTAGE_FNS[t.advantage_fn][0] in ADVANTAGE_ESTIMATORS, name
+    assert set(ta.TYPES).isdisjoint(ta.REFUSED)
+    # every type Trinity-RFT registers (trinity/algorithm/__init__.py, with jsd) is run or refused
+    assert set(ta.TYPES) | set(ta.REFUSED) == {
+        "sft", "ppo", "grpo", "reinforceplusplus", "rloo", "opmd", "asymre", "dpo", "topr", "cispo", "gspo", "sapo",
+        "mix", "mix_chord", "raft", "sppo", "rec", "multi_step_grpo", "on_policy_distill", "jsd"}
 
 
 @pytest.mark.parametrize("keys, expected", [

@@ -345,6 +345,21 @@ AGENTIC_TESTS = {
 }
 
 ELSEWHERE = {
+    "data_processor.experience_pipeline.operators": "tests/trainer/test_algorithm_parts.py::test_the_experience_pipeline_runs_between_reward_and_training",
+    "buffer.trainer_input.experience_buffer.capacity": "tests/buffer/test_replay.py::test_capacity_makes_the_explorer_wait_for_the_trainer",
+    "buffer.trainer_input.experience_buffer.replay_buffer.enable": "tests/buffer/test_replay.py::test_a_train_run_replays_an_explored_buffer_past_its_batches",
+    "buffer.trainer_input.experience_buffer.replay_buffer.reuse_cooldown_time": "tests/buffer/test_replay.py::test_cooldown_no_reuse_use_count_limit_and_capacity",
+    "buffer.trainer_input.experience_buffer.replay_buffer.priority_fn": "tests/buffer/test_replay.py::test_cooldown_no_reuse_use_count_limit_and_capacity",
+    "buffer.trainer_input.experience_buffer.replay_buffer.priority_fn_args": "tests/buffer/test_replay.py::test_cooldown_no_reuse_use_count_limit_and_capacity",
+    "explorer.bench_on_latest_checkpoint": "tests/trainer/test_bench.py::test_bench_writes_a_table_for_three_checkpoints",
+    "algorithm.adv_estimator_args": "tests/trainer/test_algorithm_parts.py::test_estimator_options_and_old_logprobs_reach_the_estimator",
+    "actor.policy_loss.loss_args": "tests/trainer/test_algorithm_parts.py::test_estimator_and_loss_options_are_checked_by_name",
+    "ref.model_path": "tests/trainer/test_algorithm_parts.py::test_a_teacher_is_the_reference_and_its_vocabulary_is_checked",
+    "algorithm.mix.expert_files": "tests/trainer/test_algorithm_parts.py::test_mix_trains_expert_rows_by_likelihood",
+    "algorithm.mix.expert_batch_size": "tests/trainer/test_algorithm_parts.py::test_mix_trains_expert_rows_by_likelihood",
+    "algorithm.mix.prompt_key": "tests/trainer/test_algorithm_parts.py::test_expert_files_are_read_with_the_mix_sections_column_keys",
+    "algorithm.mix.response_key": "tests/trainer/test_algorithm_parts.py::test_expert_files_are_read_with_the_mix_sections_column_keys",
+    "algorithm.mix.messages_key": "tests/trainer/test_algorithm_parts.py::test_expert_files_are_read_with_the_mix_sections_column_keys",
     "data.custom_cls.path": "tests/data/test_data_custom_cls.py::test_custom_class_is_loaded_and_built_with_files_tokenizer_config",
     "data.custom_cls.name": "tests/data/test_data_custom_cls.py::test_custom_class_is_loaded_and_built_with_files_tokenizer_config",
     "data.prompt_key": "tests/data/test_data_rl.py::test_string_prompt_system_prompt_and_optional_outputs",

@@ -17,7 +17,6 @@ from posttrain.trainer.rl_build import (
     baseline_sampling_params,
     build_roles,
     check_rl_names,
-    loss_takes_scores,
     sampling_params,
 )
 
@@ -82,13 +81,22 @@ def test_every_registered_loss_accepts_what_the_actor_passes(mode):
         with pytest.raises(ConfigError, match=r"loss_mode=dpo.*ref_logprob"):
             check_rl_names(c)
         return
+    batch_inputs = {}
+    if "expert_mask" in policy_loss_options(mode):  # the mix losses: expert rows configured, the actor passes the mask
+        with pytest.raises(ConfigError, match="set algorithm.mix.expert_files"):
+            check_rl_names(c)
+        c = cfg(f"actor.policy_loss.loss_mode={mode}", "algorithm.mix.expert_files=[x.parquet]", "algorithm.mix.expert_batch_size=1")
+        batch_inputs = {"expert_mask": torch.tensor([False, True])}
+    if "global_step" in policy_loss_options(mode):
+        batch_inputs["global_step"] = 3
     check_rl_names(c)
     options = _loss_options(c)
     assert set(options) <= policy_loss_options(mode)
+    options.update(batch_inputs)
     g = torch.Generator().manual_seed(0)
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     logprob = (-torch.rand(2, 3, generator=g)).requires_grad_()
-    if loss_takes_scores(mode):  # the actor passes each response's score to a loss that requires them
+    if "scores" in policy_loss_options(mode):  # the actor passes each response's score to a loss that declares them
         options = {**options, "scores": torch.tensor([1.0, 0.0])}
     out = get_policy_loss(mode)(
         old_logprob=-torch.rand(2, 3, generator=g), logprob=logprob, advantages=torch.randn(2, 3, generator=g),

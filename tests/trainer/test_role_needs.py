@@ -32,6 +32,8 @@ NEEDS = {
     "gpg": EstimatorNeeds(), "opmd": EstimatorNeeds(), "reinforce": EstimatorNeeds(),
     "reinforce_plus_plus": EstimatorNeeds(), "reinforceplusplus": EstimatorNeeds(),
     "reinforce_plus_plus_baseline": EstimatorNeeds(), "reinforceplusplus_baseline": EstimatorNeeds(),
+    "asymre": EstimatorNeeds(), "rec": EstimatorNeeds(),
+    "on_policy_distill": EstimatorNeeds(reference=True), "jsd": EstimatorNeeds(reference=True),
 }
 
 

@@ -286,12 +286,14 @@ def test_rollout_correction_weights_the_policy_loss_and_drops_rejected_tokens(po
 
 def test_a_loss_that_requires_scores_gets_each_response_s_summed_token_level_scores(policy):
     """topr_roll splits by score: flipping the scores' signs moves responses between its two terms."""
-    from posttrain.trainer.rl_build import loss_takes_scores
+    from posttrain.config import load_config
+    from posttrain.trainer.rl_build import loss_inputs
 
-    assert loss_takes_scores("topr_roll") and not loss_takes_scores("topr")
+    assert "scores" in loss_inputs(load_config(None, ["actor.policy_loss.loss_mode=topr_roll"]))
+    assert "scores" not in loss_inputs(load_config(None, ["actor.policy_loss.loss_mode=topr"]))
     batch = prepared_batch(policy)
     batch.old_logprobs = batch.old_logprobs - 0.5 * batch.response_mask  # ratios above 1: truncation binds
-    settings = dict(loss_mode="topr_roll", loss_options={}, loss_takes_scores=True)
+    settings = dict(loss_mode="topr_roll", loss_options={}, loss_inputs=frozenset({"scores"}))
     last = (batch.response_mask.cumsum(-1) == batch.response_mask.sum(-1, keepdim=True)) * batch.response_mask
     signs = torch.tensor([1.0, -1.0] * len(last))[: len(last), None]  # (B, 1)
     batch.token_level_scores = last * signs  # (B, T): each response's score at its last token

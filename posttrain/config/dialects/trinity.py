@@ -3,9 +3,9 @@
 Source of the semantics: Trinity-RFT's configuration guide and its published example configs (a copy of
 some lives in tests/config/reference_configs).
 
-- ``algorithm.algorithm_type`` names the kind of training and the advantage estimator at once:
-  `TRINITY_ALGORITHM_TYPES` (posttrain.config.sections.algorithm) splits it; an explicit
-  ``algorithm.advantage_fn`` wins over the type's estimator.
+- ``algorithm.algorithm_type`` names a bundle of parts (kind, advantage function, policy loss, KL,
+  entropy, sample strategy): posttrain.config.dialects.trinity_types writes the fields they select;
+  an explicit ``advantage_fn`` / ``policy_loss_fn`` wins over the type's.
 - A synchronous run's tasksets are posttrain's ``data`` section (see posttrain.config.sections.buffer):
   the training taskset's ``path`` + ``subset_name`` + ``split`` become ``data.train_files`` (a local
   file, the split's files in a local folder, else ``PATH[:SUBSET]@SPLIT``: a save_to_disk folder or a
@@ -18,7 +18,6 @@ some lives in tests/config/reference_configs).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from posttrain.config.dialects.lora import trinity_lora
@@ -28,54 +27,12 @@ from posttrain.config.dialects.translate import Context, translate_dict
 from posttrain.config.dialects.trinity_workflows import workflows
 from posttrain.config.dialects.values import value_hook
 from posttrain.config.tables import Rule
-from posttrain.config.sections.algorithm import TRINITY_ALGORITHM_TYPES, TRINITY_ALGORITHM_TYPES_TODO
-from posttrain.files import dataset_entry, is_hub_name, split_files
+from posttrain.config.dialects.trinity_types import algorithm_type, stage_algorithm_type
+from posttrain.config.dialects.trinity_files import data_files
 
 _TS = "buffer.explorer_input.taskset"
 _EVAL = "buffer.explorer_input.eval_tasksets"
 _FORMAT_TO_DATA = {name: f"data.{name}" for name in ("prompt_key", "response_key", "system_prompt", "system_prompt_key", "reply_prefix", "enable_thinking")}
-
-
-def algorithm_type(ctx: Context) -> None:
-    key = "algorithm.algorithm_type"
-    if not ctx.has(key):
-        return
-    ctx.consume(key)
-    value = ctx.get(key)
-    if value in TRINITY_ALGORITHM_TYPES_TODO:
-        ctx.refuse(key, f"not implemented yet: {TRINITY_ALGORITHM_TYPES_TODO[value]}", "algorithm.kind", value)
-        return
-    if value not in TRINITY_ALGORITHM_TYPES:
-        known = ", ".join(list(TRINITY_ALGORITHM_TYPES) + list(TRINITY_ALGORITHM_TYPES_TODO))
-        ctx.refuse(key, f"unknown algorithm_type {value!r}; Trinity-RFT's are {known}", "algorithm.kind", value)
-        return
-    kind, estimator = TRINITY_ALGORITHM_TYPES[value]
-    ctx.set("algorithm.kind", kind, key, f"{value!r} -> kind {kind!r}")
-    if estimator is not None and not ctx.has("algorithm.advantage_fn"):
-        ctx.set("algorithm.adv_estimator", estimator, key, f"{value!r} -> adv_estimator {estimator!r}")
-
-
-def data_files(path: Any, split: str, subset: str | None = None) -> list[str]:
-    """The `data.*_files` entries of one taskset split, or ValueError saying why there are none: a
-    local file; the split's files in a local folder; else a ``PATH[:SUBSET]@SPLIT`` entry that the
-    data layer reads when the dataset is built (a save_to_disk folder, or a Hugging Face dataset
-    name read from the local cache: posttrain.data.sources)."""
-    if not isinstance(path, str) or not path or "${" in path:
-        raise ValueError(f"path {path!r} is not a local file, a folder or a dataset name")
-    p = Path(path).expanduser()
-    if p.is_file():
-        if subset is not None:
-            raise ValueError(f"subset_name {subset!r} names a configuration of a dataset folder or hub dataset; {path} is one file")
-        return [path]
-    if p.is_dir():
-        found = split_files(p, split, subset)
-        return found if found else [dataset_entry(path, subset, split)]
-    if is_hub_name(path):
-        return [dataset_entry(path, subset, split)]
-    raise ValueError(
-        f"{path!r} is neither a local file, a folder nor a Hugging Face dataset name; posttrain reads local files "
-        f"and cached datasets and never downloads: save the dataset locally (`posttrain data fetch NAME OUT`) and point path there"
-    )
 
 
 def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) -> None:
@@ -220,6 +177,9 @@ def batch_sizes(ctx: Context) -> None:
     if ctx.has(key):
         ctx.consume(key)
         experiences = ctx.get(key)
+        expert = ctx.origin.get("algorithm.mix.expert_batch_size")  # the mix types' expert rows ride along
+        if expert is not None and isinstance(experiences, int):
+            experiences -= expert[1]
         if not isinstance(experiences, int) or not isinstance(repeat, int) or repeat < 1 or experiences % repeat:
             ctx.refuse(key, f"{experiences!r} experiences is not a whole number of prompts at repeat_times {repeat!r}; set actor.ppo_mini_batch_size (prompts) yourself", "actor.ppo_mini_batch_size", experiences)
             return
@@ -266,7 +226,7 @@ _DATASET = "org/dataset"  # a Hugging Face dataset name: translated without a fi
 _WITH_PATH = ((f"{_TS}.path", _DATASET),)
 # Keys the handlers above translate (docs/config-mapping.md reads this table: posttrain.config.tables).
 RULES: dict[str, Rule] = {
-    "algorithm.algorithm_type": Rule("algorithm.kind", "the kind of training and its advantage estimator at once (TRINITY_ALGORITHM_TYPES): ppo -> rl with gae, grpo -> rl with grpo, sft, dpo, ...; an explicit advantage_fn wins over the type's estimator", "grpo"),
+    "algorithm.algorithm_type": Rule("algorithm.kind", "a composition of posttrain's registered parts (posttrain.config.dialects.trinity_algorithms, the table in docs/foreign-configs.md): kind, advantage estimator, policy loss, KL and entropy terms; advantage_fn / policy_loss_fn written in the file win over the type's; a file without one gets Trinity-RFT's default, ppo", "grpo"),
     f"{_TS}.path": Rule("data.train_files", "the training taskset: a local file, the split's files in a local folder, else PATH[:SUBSET]@SPLIT (a save_to_disk folder or a cached Hugging Face dataset; never downloaded)", _DATASET),
     f"{_TS}.split": Rule("data.train_files", "the split of the taskset's path that trains", "train", _WITH_PATH),
     f"{_TS}.subset_name": Rule("data.train_files", "the configuration (subset) of the taskset's dataset", "main", _WITH_PATH),
@@ -287,4 +247,4 @@ RULES: dict[str, Rule] = {
 
 HANDLERS = [algorithm_type, kl_defaults, prompt_truncation, workflows, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
 # A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).
-STAGE_HANDLERS = [algorithm_type, stage_kl_defaults, prompt_truncation, workflows, tasksets, trainer_config, batch_sizes, stages, trinity_lora]
+STAGE_HANDLERS = [stage_algorithm_type, stage_kl_defaults, prompt_truncation, workflows, tasksets, trainer_config, batch_sizes, stages, trinity_lora]

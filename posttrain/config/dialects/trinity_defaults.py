@@ -3,9 +3,10 @@
 Trinity-RFT fills what a file leaves out when it validates the config, and hands the result to its
 verl trainer. The rules here follow that validation, not posttrain's field defaults:
 
-- KL: each ``algorithm_type`` brings default loss functions; ``ppo``, ``grpo`` (and the types that
-  do not name one) use a KL *loss* ``k2`` (``(log pi - log pi_ref)^2 / 2``) with coefficient 0.001,
-  while ``sft``, ``raft`` and ``asymre`` use none. The KL loss is on exactly when ``kl_loss_fn`` is
+- KL: each ``algorithm_type`` brings default loss functions (the ``kl_loss_fn`` column of
+  posttrain.config.dialects.trinity_algorithms.TYPES); most use a KL *loss* ``k2``
+  (``(log pi - log pi_ref)^2 / 2``) with coefficient 0.001, while ``sft``, ``asymre``, ``sppo`` and
+  the distillation types use none. The KL loss is on exactly when ``kl_loss_fn`` is
   not ``none``, and KL in the reward exactly when ``kl_penalty_fn`` (default ``none``) is not. A
   file without ``algorithm_type`` is Trinity's default type, ``ppo``.
 - Lengths: of ``max_model_len``, ``max_prompt_tokens`` and ``max_response_tokens``, a missing one is
@@ -29,25 +30,23 @@ import math
 from typing import Any
 
 from posttrain.config.dialects.translate import Context
+from posttrain.config.dialects.trinity_algorithms import TYPES
 
 TRINITY_DEFAULT = "Trinity-RFT's default (not written in the file)"
 DEFAULT_ALGORITHM_TYPE = "ppo"
-#: algorithm_type -> its default kl_loss_fn; a type not listed takes the global default, k2.
-KL_LOSS_DEFAULTS = {"sft": "none", "raft": "none", "asymre": "none"}
 KL_COEF_DEFAULT = 0.001
-_RL_TYPES = ("ppo", "grpo")  # the types posttrain runs as algorithm.kind rl
 
 
 def _kl(ctx: Context, default_type: str | None) -> None:
     kind = ctx.get("algorithm.algorithm_type", default_type)
     loss_key, penalty_key, coef_key = "algorithm.kl_loss_fn", "algorithm.kl_penalty_fn", "algorithm.kl_penalty_fn_args.kl_coef"
-    if kind not in _RL_TYPES:
+    if kind not in TYPES or TYPES[kind].kind != "rl":
         for key in (loss_key, penalty_key):  # "none" is what posttrain's SFT/DPO do anyway
             if ctx.get(key) == "none":
                 ctx.consume(key)
                 ctx.drop(key, "none: no KL term, as posttrain trains this kind")
         return  # other values reach their fields (or are refused) one to one
-    loss = ctx.get(loss_key, KL_LOSS_DEFAULTS.get(kind, "k2"))
+    loss = ctx.get(loss_key, TYPES[kind].kl_loss_fn)
     why = "" if ctx.has(loss_key) else f"{TRINITY_DEFAULT}: algorithm_type {kind!r} uses kl_loss_fn {loss!r}"
     ctx.consume(loss_key)
     ctx.set("actor.use_kl_loss", loss != "none", loss_key, why or "on unless kl_loss_fn is none")

@@ -43,7 +43,16 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
         return "strict" if value else "disable"  # verl's older enable_tokenization_sanity_check
     if native == "rollout.name" and value == "vllm_async":  # Trinity: "the same as vllm" (its guide)
         return "vllm"
+    if native == "trainer.mode" and value in MODES_REFUSED:
+        raise refusal(MODES_REFUSED[value])
     return value
+
+
+#: Trinity-RFT run modes posttrain does not run, with the reason.
+MODES_REFUSED = {
+    "serve": "not built here: an OpenAI-compatible endpoint over the current policy belongs to the engines and server work",
+    "colocate": "not translated: Trinity-RFT's explorer and trainer sharing devices in one process is what posttrain's mode both does with sync_interval 1 (the default); set mode both",
+}
 
 
 def _loggers(value: Any) -> Any:

@@ -13,6 +13,8 @@ field gives each role's prefix.
 
 from __future__ import annotations
 
+from typing import Any
+
 from posttrain.config.fields import param, section
 from posttrain.config.sections.optim import OptimConfig
 from posttrain.config.sections.profiler import ProfilerConfig
@@ -115,6 +117,7 @@ class PolicyLossConfig:
     clip_cov_ub: float = param(5.0, doc="clip-cov: upper covariance bound of the tokens eligible for cutting.", refs=[f"{_VERL}.policy_loss.clip_cov_ub"])
     kl_cov_ratio: float = param(0.0002, doc="kl-cov: fraction of tokens (largest covariance) that get a KL penalty instead of clipping.", gt=0, le=1, refs=[f"{_VERL}.policy_loss.kl_cov_ratio"])
     ppo_kl_coef: float = param(0.1, doc="kl-cov: coefficient of that per-token KL penalty.", ge=0, refs=[f"{_VERL}.policy_loss.ppo_kl_coef"])
+    loss_args: dict[str, Any] = param(factory=dict, doc="Options of the policy loss that have no field of their own (opmd tau, sapo tau_pos/tau_neg, sppo epsilon, rec clip_mode, mix mu, ...); each must be a keyword the loss declares (Trinity-RFT's policy_loss_fn_args).")
 
 
 @section
@@ -136,7 +139,7 @@ class ActorConfig:
     clip_ratio_low: float | None = param(None, doc="Lower clip range (ratio >= 1 - clip_ratio_low); null uses clip_ratio.", gt=0, refs=[f"{_VERL}.clip_ratio_low", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range_low"])
     clip_ratio_high: float | None = param(None, doc="Upper clip range (ratio <= 1 + clip_ratio_high; DAPO's clip-higher); null uses clip_ratio.", gt=0, refs=[f"{_VERL}.clip_ratio_high", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range_high"])
     dual_clip: bool = param(True, doc="Dual-clip PPO: bound the loss of negative-advantage tokens at clip_ratio_c x |advantage|.", refs=["roll:dual_clip_loss"])
-    clip_ratio_c: float = param(3.0, doc="Dual-clip bound c (> 1) used when dual_clip.", gt=1, refs=[f"{_VERL}.clip_ratio_c"])
+    clip_ratio_c: float = param(3.0, doc="Dual-clip bound c (> 1) used when dual_clip.", gt=1, refs=[f"{_VERL}.clip_ratio_c", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_ratio_c"])
     loss_agg_mode: str = param("token-mean", doc="How per-token losses become one number: token-mean, token-sum (no normaliser), seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm.", choices=LOSS_AGG_MODES, refs=[f"{_VERL}.loss_agg_mode", "roll:loss_agg_mode", f"{_TRINITY_ALGO}.loss_agg_mode"])
     policy_loss: PolicyLossConfig = param(factory=PolicyLossConfig, doc="Policy loss choice and its options.")
     entropy_coeff: float = param(0.0, doc="Weight of the entropy bonus: loss -= entropy_coeff x mean token entropy; 0 disables.", refs=[f"{_VERL}.entropy_coeff", "roll:entropy_loss_coef", f"{_TRINITY_ALGO}.entropy_loss_fn_args.entropy_coef"])

@@ -5,8 +5,8 @@ advantage estimator (a registry name: `gae`, `grpo`, `rloo`, `reinforce_plus_plu
 is `kind: rl` + `adv_estimator: gae` + a critic; "GRPO" is `kind: rl` + `adv_estimator: grpo`. The
 policy loss, its clip ratios, entropy and KL-loss terms belong to the `actor` section.
 
-Trinity-RFT names the pair with one key, `algorithm.algorithm_type`; `TRINITY_ALGORITHM_TYPES` below is
-the translation (its `opmd` and `mix` types have no posttrain equivalent yet). ROLL's reward
+Trinity-RFT names a bundle of parts with one key, `algorithm.algorithm_type`; the Trinity dialect
+(posttrain.config.dialects.trinity_algorithms) writes the fields its parts select. ROLL's reward
 normalisation keys, old and new, are translated to `reward_norm_mean`/`reward_norm_std` by
 `roll_reward_norm`.
 
@@ -18,24 +18,11 @@ penalty (use_kl_in_reward), whiten token rewards (whiten_rewards), estimate adva
 
 from __future__ import annotations
 
+from typing import Any
+
 from posttrain.config.fields import param, section
 
 NORM_SOURCES = (None, "batch", "group", "running")
-
-#: Trinity-RFT `algorithm.algorithm_type` -> (algorithm.kind, algorithm.adv_estimator or None to keep).
-TRINITY_ALGORITHM_TYPES: dict[str, tuple[str, str | None]] = {
-    "ppo": ("rl", "gae"),
-    "grpo": ("rl", "grpo"),
-    "sft": ("sft", None),
-    "dpo": ("dpo", None),
-}
-
-#: Trinity-RFT algorithm types that posttrain cannot run yet, with the reason a loader reports.
-TRINITY_ALGORITHM_TYPES_TODO: dict[str, str] = {
-    "opmd": "online policy mirror descent needs its own advantage and loss functions (algorithm registry issue)",
-    "mix": "mixing expert SFT data into RL batches needs auxiliary buffers (decoupled explorer/trainer issue)",
-}
-
 
 def roll_reward_norm(
     *,
@@ -105,6 +92,17 @@ class DPOConfig:
 
 
 @section
+class MixConfig:
+    """Expert rows (SFT data) joined to every RL step's batch, for the mix and mix_chord policy losses."""
+
+    expert_files: list[str] = param(factory=list, doc="SFT data files (prompt + response, or a conversation under messages_key) whose rows join each step's batch; empty: no expert rows.")
+    expert_batch_size: int = param(0, doc="Expert rows joined to each step's batch, drawn in order through the files (reshuffled each pass); spread evenly over the step's mini-batches.", ge=0)
+    prompt_key: str | None = param(None, doc="Prompt column of the expert files; null uses data.prompt_key.")
+    response_key: str | None = param(None, doc="Response column of the expert files; null uses data.response_key.")
+    messages_key: str | None = param(None, doc="Conversation column of the expert files (used instead of prompt/response); null uses data.messages_key.")
+
+
+@section
 class AgenticRewardNormConfig:
     """ROLL agentic pipeline: how trajectory rewards are grouped and normalised."""
 
@@ -120,6 +118,7 @@ class AlgorithmConfig:
     adv_estimator: str = param("grpo", doc="Advantage estimator name from posttrain.algorithms.ADVANTAGE_ESTIMATORS.", refs=["verl:algorithm.adv_estimator", "roll:adv_estimator", "trinity:algorithm.advantage_fn"])
     gamma: float = param(1.0, doc="Discount factor.", ge=0, le=1, refs=["verl:algorithm.gamma", "roll:gamma"])
     lam: float = param(1.0, doc="GAE lambda.", ge=0, le=1, refs=["verl:algorithm.lam", "roll:lambd"])
+    adv_estimator_args: dict[str, Any] = param(factory=dict, doc="Options of the advantage estimator beyond the shared ones (opmd tau, asymre baseline_shift, on_policy_distill kl_coef, reinforce reinforce_mode, ...); each must be a keyword the estimator declares.", refs=["trinity:algorithm.advantage_fn_args"])
     norm_adv_by_std_in_grpo: bool = param(True, doc="GRPO divides group-centred rewards by the group std; false keeps only the centring (Dr. GRPO).", refs=["verl:algorithm.norm_adv_by_std_in_grpo"])
 
     use_kl_in_reward: bool = param(False, doc="Subtract kl_ctrl.kl_coef x KL(policy || ref) from each token's reward.", refs=["verl:algorithm.use_kl_in_reward", "roll:add_token_level_kl"])
@@ -137,6 +136,7 @@ class AlgorithmConfig:
     pf_ppo: PFPPOConfig = param(factory=PFPPOConfig, doc="PF-PPO's weighting of responses by score (read when use_pf_ppo).")
     filter_groups: FilterGroupsConfig = param(factory=FilterGroupsConfig, doc="DAPO dynamic sampling of informative prompt groups.")
     dpo: DPOConfig = param(factory=DPOConfig, doc="DPO loss settings (kind: dpo).")
+    mix: MixConfig = param(factory=MixConfig, doc="Expert SFT rows mixed into RL batches (policy losses mix and mix_chord).")
 
     add_len_reward: bool = param(False, doc="Add ROLL's response-length term to the reward.", todo="length reward shaping; reward shaping issue", refs=["roll:add_len_reward"])
     difficulty_loss_weight: bool = param(False, doc="Weight each sample's loss by its prompt's difficulty (share of failed responses in the group).", todo="per-sample loss weights; reward shaping issue", refs=["roll:difficulty_loss_weight"])

@@ -15,6 +15,9 @@ from typing import Any
 from posttrain.config.fields import param, section
 
 _TODO = "decoupled explorer/trainer issue"
+_AUX = "auxiliary buffers: the expert SFT data of the mix losses is algorithm.mix (the Trinity dialect translates an auxiliary buffer there); no other use is built"
+_SAMPLE = "sampling strategies: the trainer reads batches in order (or by priority with replay_buffer); Trinity's mix strategy is algorithm.mix, staleness_control is not provided"
+_TBS = "a native train_batch_size: experiences per step are data.train_batch_size x rollout.n (the Trinity dialect translates its buffer.train_batch_size into actor.ppo_mini_batch_size)"
 _TS = "trinity:buffer.explorer_input.taskset"
 _EB = "trinity:buffer.trainer_input.experience_buffer"
 
@@ -75,14 +78,34 @@ class ExperienceFormatConfig:
     chat_template: str | None = param(None, doc="Jinja chat template for this data; null uses the model's (data.chat_template).", todo=_TODO, refs=[f"{_EB}.format.chat_template"])
 
 
+#: priority_fn -> its arguments and their defaults (Trinity-RFT's default_config of each).
+PRIORITY_FNS: dict[str, dict[str, float]] = {
+    "linear_decay": {"decay": 2.0},
+    "decay_limit_randomization": {"decay": 2.0, "use_count_limit": 3, "sigma": 0.0},
+}
+#: Trinity-RFT's older name of decay_limit_randomization.
+PRIORITY_FN_ALIASES = {"linear_decay_use_count_control_randomization": "decay_limit_randomization"}
+
+
+def priority_args(fn: str, given: dict[str, Any]) -> dict[str, float]:
+    """The priority function's arguments: its defaults, overridden by `given` (unknown names raise)."""
+    fn = PRIORITY_FN_ALIASES.get(fn, fn)
+    if fn not in PRIORITY_FNS:
+        raise ValueError(f"unknown priority_fn {fn!r}; known: {', '.join(PRIORITY_FNS)}")
+    unknown = sorted(set(given) - set(PRIORITY_FNS[fn]))
+    if unknown:
+        raise ValueError(f"priority_fn {fn} has no argument {', '.join(unknown)} (its arguments: {', '.join(PRIORITY_FNS[fn])})")
+    return {**PRIORITY_FNS[fn], **given}
+
+
 @section
 class ReplayBufferConfig:
-    """Reuse of experiences from a queue buffer, ordered by a priority function."""
+    """Reading the buffer as a priority queue with reuse (posttrain.buffer.replay; Trinity-RFT's replay buffer)."""
 
-    enable: bool = param(False, doc="Put read experiences back into the queue for reuse.", todo=_TODO, refs=[f"{_EB}.replay_buffer.enable"])
-    reuse_cooldown_time: float | None = param(None, doc="Seconds before an experience may be read again; null never reuses.", ge=0, todo=_TODO, refs=[f"{_EB}.replay_buffer.reuse_cooldown_time"])
-    priority_fn: str = param("linear_decay", doc="Priority of an experience: linear_decay or linear_decay_use_count_control_randomization.", choices=["linear_decay", "linear_decay_use_count_control_randomization"], todo=_TODO, refs=[f"{_EB}.replay_buffer.priority_fn"])
-    priority_fn_args: dict[str, Any] = param(factory=dict, doc="Arguments of the priority function.", todo=_TODO, refs=[f"{_EB}.replay_buffer.priority_fn_args"])
+    enable: bool = param(False, doc="Read the highest-priority stored batch each step instead of batch s at step s, and (with reuse_cooldown_time) read batches again.", refs=[f"{_EB}.replay_buffer.enable", f"{_EB}.use_priority_queue"])
+    reuse_cooldown_time: float | None = param(None, doc="Seconds after its last read before a batch may be read again; null never reuses (a priority queue of fresh batches).", ge=0, refs=[f"{_EB}.replay_buffer.reuse_cooldown_time", f"{_EB}.reuse_cooldown_time"])
+    priority_fn: str = param("linear_decay", doc="Priority of a stored batch: linear_decay (policy step - decay x use count) or decay_limit_randomization (the same plus Gaussian noise of std sigma, retired after use_count_limit reads); linear_decay_use_count_control_randomization is the older name of the second.", choices=["linear_decay", "decay_limit_randomization", "linear_decay_use_count_control_randomization"], refs=[f"{_EB}.replay_buffer.priority_fn", f"{_EB}.priority_fn"])
+    priority_fn_args: dict[str, Any] = param(factory=dict, doc="Arguments of the priority function: decay (2.0); decay_limit_randomization also use_count_limit (3; 0: no limit) and sigma (0.0).", refs=[f"{_EB}.replay_buffer.priority_fn_args", f"{_EB}.priority_fn_args"])
 
 
 @section
@@ -90,8 +113,9 @@ class ExperienceBufferConfig:
     """Where the explorer writes experiences and the trainer reads them."""
 
     name: str = param("experience_buffer", doc="Name of the buffer: its file is <stage dir>/<name>.sqlite unless path is set.", refs=[f"{_EB}.name"])
-    storage_type: str = param("queue", doc="queue and sql: an SQLite database shared by the explorer and trainer processes (posttrain keeps a queue durable, so an experience survives a crash of either side); file (JSON files) is refused: not implemented yet.", choices=["queue", "sql", "file"], refs=[f"{_EB}.storage_type"])
-    path: str | None = param(None, doc="The buffer's SQLite file (a path or a sqlite:/// URL); null: <stage dir>/<name>.sqlite.", refs=[f"{_EB}.path"])
+    storage_type: str = param("queue", doc="queue and sql: an SQLite database shared by the explorer and trainer processes (posttrain keeps a queue durable, so an experience survives a crash of either side); file: a directory of JSON-lines files with the same guarantees (posttrain.buffer.jsonl).", choices=["queue", "sql", "file"], refs=[f"{_EB}.storage_type"])
+    capacity: int = param(10000, doc="Most unread prompt groups the buffer holds (Trinity-RFT's queue items: one task's responses): the explorer waits for the trainer to read before it writes a batch that would exceed it (up to synchronizer.sync_timeout); with replay, the lowest-priority batches past it are dropped.", ge=1, refs=[f"{_EB}.capacity"])
+    path: str | None = param(None, doc="The buffer's SQLite file (a path or a sqlite:/// URL), or its directory for storage_type file; null: <stage dir>/<name>.sqlite (file: <stage dir>/<name>).", refs=[f"{_EB}.path"])
     max_read_timeout: float = param(1800.0, doc="Seconds the trainer waits for the explorer's next batch before the run fails, naming what the explorer last did (posttrain never trains on a partial batch).", gt=0, refs=[f"{_EB}.max_read_timeout"])
     format: ExperienceFormatConfig = param(factory=ExperienceFormatConfig, doc="Column layout of stored experiences.")
     replay_buffer: ReplayBufferConfig = param(factory=ReplayBufferConfig, doc="Experience reuse.")
@@ -102,15 +126,15 @@ class TrainerInputConfig:
     """What the trainer reads."""
 
     experience_buffer: ExperienceBufferConfig = param(factory=ExperienceBufferConfig, doc="Experiences from the explorer (or a stored SFT/DPO dataset).")
-    auxiliary_buffers: dict[str, Any] = param(factory=dict, doc="Extra named buffers for the trainer (e.g. SFT data mixed into RL), each shaped like experience_buffer.", todo=_TODO, refs=["trinity:buffer.trainer_input.auxiliary_buffers"])
+    auxiliary_buffers: dict[str, Any] = param(factory=dict, doc="Extra named buffers for the trainer (e.g. SFT data mixed into RL), each shaped like experience_buffer.", todo=_AUX, refs=["trinity:buffer.trainer_input.auxiliary_buffers"])
 
 
 @section
 class BufferConfig:
     """Tasks for the explorer and experiences for the trainer."""
 
-    train_batch_size: int | None = param(None, doc="Experiences per training step; null means data.train_batch_size x rollout.n.", ge=1, todo=_TODO, refs=["trinity:buffer.train_batch_size"])
-    sample_strategy: str = param("default", doc="How the trainer draws experiences: default (in order), staleness_control (bounded policy lag) or mix (with auxiliary buffers).", choices=["default", "staleness_control", "mix"], todo=_TODO, refs=["trinity:algorithm.sample_strategy"])
+    train_batch_size: int | None = param(None, doc="Experiences per training step; null means data.train_batch_size x rollout.n.", ge=1, todo=_TBS, refs=["trinity:buffer.train_batch_size"])
+    sample_strategy: str = param("default", doc="How the trainer draws experiences: default (in order), staleness_control (bounded policy lag) or mix (with auxiliary buffers).", choices=["default", "staleness_control", "mix"], todo=_SAMPLE, refs=["trinity:algorithm.sample_strategy"])
     explorer_input: ExplorerInputConfig = param(factory=ExplorerInputConfig, doc="Training and evaluation tasksets.")
     trainer_input: TrainerInputConfig = param(factory=TrainerInputConfig, doc="Experience buffer and auxiliary buffers.")
 

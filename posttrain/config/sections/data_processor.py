@@ -1,4 +1,9 @@
-"""`data_processor`: operator pipelines over tasks and experiences (Trinity-RFT's data processor)."""
+"""`data_processor`: operator pipelines over tasks and experiences (Trinity-RFT's data processor).
+
+The experience pipeline runs posttrain.buffer.operators on every scored batch before training
+(reward filters, reward shaping, length and duplicate filters). Trinity-RFT's task pipeline runs
+data-juicer operators only, which posttrain does not run: it is refused with that reason.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +11,31 @@ from typing import Any
 
 from posttrain.config.fields import param, section
 
-_TODO = "task/experience processing pipelines; data processing issue"
+_TP = "trinity:data_processor.task_pipeline"
+_EP = "trinity:data_processor.experience_pipeline"
+_DJ = ("Trinity-RFT's task pipeline runs data-juicer operators, which posttrain does not run; filter or "
+       "transform the task files before the run (or use data.filter_overlong_prompts)")
+
+
+@section
+class ExperiencePipelineConfig:
+    """Operators applied in order to each scored batch before training."""
+
+    operators: list[dict[str, Any]] = param(factory=list, doc="Operators {name, args} from posttrain.buffer.operators: reward_filter, reward_std_filter, invalid_reward_filter, reward_shaping_mapper, response_length_filter, dedup_filter (data_juicer refused with the reason).", refs=[f"{_EP}.operators"])
 
 
 @section
 class DataProcessorConfig:
     """Pipelines of named operators applied to tasks before exploring and to experiences before training."""
 
-    task_pipeline: dict[str, Any] = param(factory=dict, doc="Task pipeline: operators (name, args), inputs, target_fields, num_process; its output feeds the explorer.", todo=_TODO, refs=["trinity:data_processor.task_pipeline", "trinity:data_processor.task_pipeline.num_process", "trinity:data_processor.task_pipeline.operators", "trinity:data_processor.task_pipeline.inputs", "trinity:data_processor.task_pipeline.target_fields"])
-    experience_pipeline: dict[str, Any] = param(factory=dict, doc="Experience pipeline: operators (name, args) such as data_juicer scoring or reward_shaping_mapper.", todo=_TODO, refs=["trinity:data_processor.experience_pipeline", "trinity:data_processor.experience_pipeline.operators"])
+    task_pipeline: dict[str, Any] = param(factory=dict, doc="Task pipeline: data-juicer operators over the task files.", todo=_DJ, refs=[_TP, f"{_TP}.num_process", f"{_TP}.operators", f"{_TP}.inputs", f"{_TP}.target_fields"])
+    experience_pipeline: ExperiencePipelineConfig = param(factory=ExperiencePipelineConfig, doc="Experience pipeline: operators over each scored batch, between reward and training.")
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
-UNSUPPORTED: dict[str, str] = {}
+UNSUPPORTED: dict[str, str] = {
+    f"{_EP}.save_input": "the experiences a pipeline reads are not saved apart; a decoupled run's buffer keeps what the explorer wrote",
+    f"{_EP}.input_save_path": "the experiences a pipeline reads are not saved apart; a decoupled run's buffer keeps what the explorer wrote",
+    f"{_EP}.inputs": "the pipeline reads the explored batches only (no extra input buffers)",
+    f"{_EP}.output": "the pipeline's output is the trainer's input (the experience buffer or the step)",
+}

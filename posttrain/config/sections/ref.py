@@ -23,6 +23,7 @@ _PERF = "memory/speed options of the training backend (performance issue)"
 class RefConfig:
     """The frozen reference policy (created when a KL term needs it)."""
 
+    model_path: str | None = param(None, doc="Weights of the reference policy: null uses the policy's initial weights (model.path); a model directory makes it a teacher whose log-probs the estimators on_policy_distill and jsd read (on-policy distillation); the KL terms, when on, then measure the distance to the teacher. Its tokenizer must have the policy's vocabulary.")
     log_prob_micro_batch_size_per_gpu: int = param(8, doc="Responses per reference log-prob forward pass on one device.", ge=1, refs=[f"{_VERL}.log_prob_micro_batch_size_per_gpu", "roll:reference.infer_batch_size"])
     log_prob_use_dynamic_bsz: bool | None = param(None, doc="Pack reference forward passes by tokens; null follows actor.use_dynamic_bsz.", refs=[f"{_VERL}.log_prob_use_dynamic_bsz", "roll:reference.use_dynamic_batching_in_infer"])
     log_prob_max_token_len_per_gpu: int | None = param(None, doc="Token budget (prompt + response tokens) of one reference forward pass on one device; null uses actor.ppo_max_token_len_per_gpu.", ge=1, refs=[f"{_VERL}.log_prob_max_token_len_per_gpu", "roll:reference.max_tokens_per_microbatch_in_infer"])

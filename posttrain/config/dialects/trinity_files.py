@@ -1,0 +1,31 @@
+"""Where a Trinity-RFT taskset or buffer's ``path`` + ``split`` + ``subset_name`` points, as posttrain data entries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from posttrain.files import dataset_entry, is_hub_name, split_files
+
+
+def data_files(path: Any, split: str, subset: str | None = None) -> list[str]:
+    """The `data.*_files` entries of one taskset split, or ValueError saying why there are none: a
+    local file; the split's files in a local folder; else a ``PATH[:SUBSET]@SPLIT`` entry that the
+    data layer reads when the dataset is built (a save_to_disk folder, or a Hugging Face dataset
+    name read from the local cache: posttrain.data.sources)."""
+    if not isinstance(path, str) or not path or "${" in path:
+        raise ValueError(f"path {path!r} is not a local file, a folder or a dataset name")
+    p = Path(path).expanduser()
+    if p.is_file():
+        if subset is not None:
+            raise ValueError(f"subset_name {subset!r} names a configuration of a dataset folder or hub dataset; {path} is one file")
+        return [path]
+    if p.is_dir():
+        found = split_files(p, split, subset)
+        return found if found else [dataset_entry(path, subset, split)]
+    if is_hub_name(path):
+        return [dataset_entry(path, subset, split)]
+    raise ValueError(
+        f"{path!r} is neither a local file, a folder nor a Hugging Face dataset name; posttrain reads local files "
+        f"and cached datasets and never downloads: save the dataset locally (`posttrain data fetch NAME OUT`) and point path there"
+    )
