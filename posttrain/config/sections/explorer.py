@@ -58,5 +58,4 @@ class ExplorerConfig:
 UNSUPPORTED: dict[str, str] = {
     "trinity:explorer.name": "Ray actor names are chosen by posttrain",
     "trinity:explorer.max_repeat_times_per_runner": "not implemented yet: splitting a task's repeats over workflow runners (decoupled explorer/trainer issue 16)",
-    "trinity:explorer.bench_on_latest_checkpoint": "not implemented yet: `trinity bench` (decoupled explorer/trainer issue 16)",
 }
