@@ -255,10 +255,17 @@ def topr_roll_loss(
     loss_scale_factor: float | None = None,
     sample_weights: torch.Tensor | None = None,
 ) -> LossOutput:
-    """TOPR as ROLL splits it (`use_topr_loss: true`): a response is negative when its score (B,) is
-    <= 0, whatever its advantage; positives and negatives are aggregated on their own tokens and
-    added with weight 1 each. The actor passes `scores`, the summed token-level scores of each
-    response, to a loss that requires them. See `topr_loss` for the formula and paper.
+    """TOPR as ROLL splits it: by each response's score, not by the sign of the advantage.
+
+    Formula:
+        negative = score <= 0 (per response); alpha = sg[clip(pi / pi_old, 0, 1)];
+        L = agg_pos(-A log pi) + agg_neg(-alpha A log pi), each aggregated over its own tokens.
+        The actor passes `scores` (B,), each response's summed token-level scores, to a loss that
+        requires them. `topr_loss` with `scores` and both coefficients 1.
+    Names:
+        ROLL `use_topr_loss: true`; not in verl or Trinity-RFT (Trinity's topr is `topr`).
+    Paper:
+        Le Roux et al. 2025, Tapered Off-Policy REINFORCE, arXiv:2503.14286.
     """
     return topr_loss(
         old_logprob=old_logprob, logprob=logprob, advantages=advantages, response_mask=response_mask,

@@ -104,8 +104,14 @@ _BATCH_LOSS_INPUTS = frozenset({"expert_mask", "global_step", "scores"})
 
 
 def loss_inputs(cfg: Config) -> frozenset[str]:
-    """The batch inputs (`_BATCH_LOSS_INPUTS`) the selected policy loss declares."""
-    return policy_loss_options(cfg.actor.policy_loss.loss_mode) & _BATCH_LOSS_INPUTS
+    """The batch inputs (`_BATCH_LOSS_INPUTS`) the selected policy loss declares; `scores` only when
+    it requires them (topr takes them optionally, and with them becomes ROLL's split: topr_roll)."""
+    mode = cfg.actor.policy_loss.loss_mode
+    declared = policy_loss_options(mode) & _BATCH_LOSS_INPUTS
+    scores = inspect.signature(get_policy_loss(mode)).parameters.get("scores")
+    if scores is not None and scores.default is not inspect.Parameter.empty:
+        declared -= {"scores"}
+    return declared
 
 
 def mixes_expert_rows(cfg: Config) -> bool:

@@ -59,7 +59,9 @@ def test_trinity_prompt_truncation_leaves_overlong_prompts_out_and_entropy_defau
     native, report = _native({"model": {"enable_prompt_truncation": True}, "algorithm": {"entropy_loss_fn": "default"}}, "trinity")
     assert native["data"]["filter_overlong_prompts"] is True
     assert report.entry("algorithm.entropy_loss_fn").status == "dropped"
-    _, report = _native({"model": {"enable_prompt_truncation": False}, "algorithm": {"entropy_loss_fn": "mix"}}, "trinity")
+    # mix puts the bonus on explored rows only: refused when it has a weight (posttrain's covers expert rows too)
+    _, report = _native({"model": {"enable_prompt_truncation": False},
+                         "algorithm": {"entropy_loss_fn": "mix", "entropy_loss_fn_args": {"entropy_coef": 0.01}}}, "trinity")
     assert {e.key for e in report.refused} == {"model.enable_prompt_truncation", "algorithm.entropy_loss_fn"}
 
 

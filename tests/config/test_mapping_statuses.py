@@ -23,6 +23,8 @@ SAMPLES: dict[str, Any] = {
     **{f"roll:{role}.device_mapping": "list(range(0,2))" for role in ("actor_train", "actor_infer", "reference", "critic")},
     "trinity:model.lora_configs": [{"lora_rank": 8, "lora_alpha": 16}],
     "roll:rewards.*.query_filter_config.type": "std_filter",
+    "trinity:algorithm.policy_loss_fn": "ppo",  # Trinity-RFT's names (posttrain's vanilla is its ppo)
+    "trinity:algorithm.advantage_fn_args": {"gae_whiten": False},  # an option of its default type's (ppo) estimator, gae
 }
 _JUDGE = "roll.pipeline.rlvr.rewards.llm_judge_reward_worker.LLMJudgeRewardWorker"
 _MATH = "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker"

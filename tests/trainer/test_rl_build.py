@@ -17,6 +17,7 @@ from posttrain.trainer.rl_build import (
     baseline_sampling_params,
     build_roles,
     check_rl_names,
+    loss_inputs,
     sampling_params,
 )
 
@@ -96,7 +97,7 @@ def test_every_registered_loss_accepts_what_the_actor_passes(mode):
     g = torch.Generator().manual_seed(0)
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     logprob = (-torch.rand(2, 3, generator=g)).requires_grad_()
-    if "scores" in policy_loss_options(mode):  # the actor passes each response's score to a loss that declares them
+    if "scores" in loss_inputs(c):  # the actor passes each response's score to a loss that requires them
         options = {**options, "scores": torch.tensor([1.0, 0.0])}
     out = get_policy_loss(mode)(
         old_logprob=-torch.rand(2, 3, generator=g), logprob=logprob, advantages=torch.randn(2, 3, generator=g),

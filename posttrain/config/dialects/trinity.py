@@ -208,8 +208,6 @@ def prompt_truncation(ctx: Context) -> None:
 
 
 def ignorable(ctx: Context, key: str, value: Any) -> str | None:
-    if key == "algorithm.entropy_loss_fn" and value == "default":
-        return "Trinity-RFT's default entropy loss, entropy_coef x mean token entropy: posttrain's entropy term (actor.entropy_coeff)"
     if key.endswith(".enable_progress_bar"):
         return "a progress bar of Trinity-RFT's buffer reader: display only"
     if key == "model.logprobs" and value in (0, None):

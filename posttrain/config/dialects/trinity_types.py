@@ -69,6 +69,9 @@ def _advantage(ctx: Context, t: TrinityType, why: str) -> None:
     estimator, implied = ADVANTAGE_FNS[fn]
     ctx.set("algorithm.adv_estimator", estimator, source, f"{why}: advantage_fn {fn!r}" if source == TYPE_KEY else f"{fn!r} -> {estimator!r}")
     given = ctx.get(args_key)
+    if given is not None and not isinstance(given, dict):
+        ctx.refuse(args_key, "expected a mapping of the advantage function's option names to values", "algorithm.adv_estimator_args", given)
+        given = None
     args = dict(given) if isinstance(given, dict) else dict(t.advantage_fn_args if fn == t.advantage_fn else {})
     options = estimator_options(estimator) if estimator in ADVANTAGE_ESTIMATORS else frozenset()
     for name in sorted(set(args) - options):
@@ -90,6 +93,9 @@ def _policy_loss(ctx: Context, t: TrinityType, why: str) -> str | None:
     ctx.set("actor.policy_loss.loss_mode", loss, source, f"{why}: policy_loss_fn {fn!r}" if source == TYPE_KEY else f"{fn!r} -> {loss!r}")
     args = ctx.get(args_key)
     if not isinstance(args, dict):
+        if args is not None:
+            ctx.consume(args_key)
+            ctx.refuse(args_key, "expected a mapping of the policy loss's option names to values", "actor.policy_loss.loss_args", args)
         return loss
     options = policy_loss_options(loss) if loss in POLICY_LOSSES else frozenset()
     loss_args: dict[str, Any] = {}
