@@ -36,8 +36,8 @@ def test_walk_is_reproducible_by_seed_and_walls_stop_the_player():
 
 
 def test_unknown_env_type_lists_the_registered_ones():
-    with pytest.raises(ConfigError, match=r"env.custom_envs.X.env_type: unknown environment 'sokoban'; registered: \['walk'\]"):
-        parse_custom_envs({"X": {"env_type": "sokoban"}})
+    with pytest.raises(ConfigError, match=r"env.custom_envs.X.env_type: unknown environment 'webshop'; registered: \['frozen_lake', 'sokoban', 'task', 'walk'\]"):
+        parse_custom_envs({"X": {"env_type": "webshop"}})
     assert ENVS["walk"] is Walk
 
 
