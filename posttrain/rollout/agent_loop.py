@@ -113,6 +113,7 @@ def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float],
          renderer: TurnRenderer, limits: LoopLimits) -> None:
     """Record the model's action, step the env with it, and append the env's answer as context."""
     span = traj.add(ids, logprobs)
+    state = anchor_state(slot, traj, turn)  # the state the action was taken in (GiGPO groups steps by it)
     text = renderer.decode(ids)
     action = slot.spec.parse_action(text)
     reward, valid = 0.0, action is not None
@@ -137,4 +138,18 @@ def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float],
                 traj.truncated = True  # no room left for one more action after this observation
             else:
                 observation = traj.add(answer, None)
-    traj.turns.append(Turn(span, observation, text, reward, valid))
+    traj.turns.append(Turn(span, observation, text, reward, valid, state))
+
+
+def anchor_state(slot: EnvSlot, traj: Trajectory, turn: int) -> Any:
+    """The env's `state()` when it has one (any hashable value), else the observation the model
+    was shown: equal values are the same environment state."""
+    state = getattr(slot.env, "state", None)
+    if not callable(state):
+        return traj.observation
+    try:
+        value = state()
+        hash(value)
+    except Exception as e:
+        raise EnvError(f"{where(_name(slot), slot.seed, turn)}: state() raised or is not hashable: {type(e).__name__}: {e}") from e
+    return value

@@ -17,12 +17,13 @@ the success rate, reward and turns per tag (`val/<tag>/success`, ...).
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, estimator_needs
 from posttrain.buffer.experience import Experience
 from posttrain.config.schema import Config
 from posttrain.config.sections.env import EnvManagerConfig
@@ -32,7 +33,7 @@ from posttrain.envs.spec import EnvSpec, parse_custom_envs, tag_groups
 from posttrain.errors import ConfigError
 from posttrain.rollout.agent_loop import EnvSlot, LoopLimits, run_episodes
 from posttrain.rollout.base import SamplingParams
-from posttrain.rollout.trajectory import Trajectory, to_rollout_batch
+from posttrain.rollout.trajectory import Trajectory, anchor_ids, to_rollout_batch
 from posttrain.rollout.turns import TurnRenderer
 from posttrain.trainer.metrics import PhaseTimer
 from posttrain.trainer.rl_build import response_length
@@ -50,6 +51,10 @@ def check_idle_env_keys(cfg: Config) -> None:
     if cfg.algorithm.kind == "rl" and idle and not is_agentic(cfg):
         raise ConfigError(f"{' and '.join(idle)}: set, but env.train_env_manager.tags is empty, so this RL stage answers "
                           "prompts from data.train_files and would play no environment; set env.train_env_manager.tags or remove them")
+    name = cfg.algorithm.adv_estimator
+    if cfg.algorithm.kind == "rl" and not is_agentic(cfg) and name in ADVANTAGE_ESTIMATORS and estimator_needs(name).turns:
+        raise ConfigError(f"algorithm.adv_estimator: {name} gives step-level credit over the turns of multi-turn episodes; this RL "
+                          "stage answers single prompts (env.train_env_manager.tags is empty): use grpo, or make the stage agentic")
 
 
 @dataclass(frozen=True)
@@ -160,4 +165,7 @@ def episode_metrics(trajs: list[Trajectory], prefix: str) -> dict[str, float]:
         out[f"{prefix}/{name}turns"] = actions / n
         out[f"{prefix}/{name}invalid_action_rate"] = sum(not x.valid for t in group for x in t.turns) / max(actions, 1)
         out[f"{prefix}/{name}truncated"] = sum(t.truncated for t in group) / n
+    sizes = Counter(a for row in anchor_ids(trajs) for a in row).values()
+    # GiGPO's step groups: turns per distinct (group, state); 1.0 means no state was met twice
+    out[f"{prefix}/step_group_size"] = sum(sizes) / max(len(sizes), 1)
     return out

@@ -424,6 +424,8 @@ ELSEWHERE = {
     **{f"env.train_env_manager.{k}": f"{AGENTIC}::{test}" for k, test in AGENTIC_TESTS.items()},
     **{f"env.val_env_manager.{k}": f"{AGENTIC}::test_validation_reports_success_per_tag_over_the_val_manager_groups"
        for k in AGENTIC_TESTS},
+    **{f"algorithm.gigpo.{k}": "tests/trainer/test_agentic_credit.py::test_gigpo_keys_change_the_step_advantages_as_the_formula_says"
+       for k in ("step_weight", "episode_weight", "step_gamma")},
 }
 
 # Keys whose requested behaviour posttrain always has (each field's doc says so): no effect, checked.

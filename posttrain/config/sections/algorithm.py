@@ -113,6 +113,15 @@ class AgenticRewardNormConfig:
 
 
 @section
+class GiGPOConfig:
+    """Step-level credit of `adv_estimator: gigpo` (posttrain.algorithms.gigpo_advantage)."""
+
+    step_weight: float = param(1.0, doc="Weight of the step-level (anchor-state) advantage added to the episode-level one.", ge=0, refs=["roll:step_reward_weight"])
+    episode_weight: float = param(1.0, doc="Weight of the episode-level (GRPO group) advantage.", ge=0, refs=["roll:episode_reward_weight"])
+    step_gamma: float = param(0.95, doc="Discount of the per-turn returns that the step-level advantage compares.", ge=0, le=1, refs=["roll:step_reward_gamma"])
+
+
+@section
 class AlgorithmConfig:
     """Kind of training, advantage estimation, KL in reward and reward shaping."""
 
@@ -147,6 +156,7 @@ class AlgorithmConfig:
     difficulty_low_threshold: float = param(0.1, doc="Lowest group mean reward kept by difficulty_mask.", ge=0, le=1, todo="difficulty filtering; dynamic sampling issue", refs=["roll:difficulty_low_threshold"])
     difficulty_high_threshold: float = param(0.95, doc="Highest group mean reward kept by difficulty_mask.", ge=0, le=1, todo="difficulty filtering; dynamic sampling issue", refs=["roll:difficulty_high_threshold"])
     agentic_reward_norm: AgenticRewardNormConfig = param(factory=AgenticRewardNormConfig, doc="Agentic (multi-turn env) reward normalisation.")
+    gigpo: GiGPOConfig = param(factory=GiGPOConfig, doc="Weights and discount of GiGPO's step-level credit (adv_estimator: gigpo, agentic stages).")
 
     rollout_is: bool = param(False, doc="Multiply the policy loss by the rollout importance weights pi_old / pi_rollout (posttrain.algorithms.rollout_importance_weights); false only logs them (rejection by rollout_is_mode=mask and the veto still applies). Needs rollout_is_threshold.", refs=["verl:algorithm.rollout_is"])
     rollout_is_threshold: float | None = param(None, doc="Upper bound U of the rollout importance weight; null switches rollout importance sampling off (no weights, metrics or rejection). Useful where the engine computes differently from the actor (rollout.dtype bf16); with equal numerics every weight is 1.", gt=0, refs=["verl:algorithm.rollout_is_threshold"])
