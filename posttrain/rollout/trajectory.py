@@ -51,6 +51,7 @@ class Trajectory:
     success: bool = False  # info["success"] of the last step
     truncated: bool = False  # cut by max_steps or the token budget before the env ended it
     observation: str = ""  # the latest observation
+    failed: str | None = None  # why an env call failed and ended the episode (posttrain.rollout.env_guard), else None
 
     @property
     def reward(self) -> float:
@@ -99,7 +100,7 @@ def to_rollout_batch(trajectories: Sequence[Trajectory], pad_id: int, version: i
         data_source=[t.tag for t in trajectories],
         ground_truth=[None] * len(trajectories),
         extra_info=[{"seed": t.seed, "turns": len(t.turns), "invalid_actions": sum(not x.valid for x in t.turns),
-                     "success": t.success, "done": t.done, "turn_spans": [list(x.action) for x in t.turns],
+                     "success": t.success, "done": t.done, "failed": t.failed is not None, "turn_spans": [list(x.action) for x in t.turns],
                      "turn_rewards": [x.reward for x in t.turns], "turn_states": a} for t, a in zip(trajectories, anchors)],
         raw_prompt=list(raw_prompts),
         loss_mask=_pad([t.model_mask for t in trajectories], 0.0, False, torch.float32),  # (B, T) model tokens only

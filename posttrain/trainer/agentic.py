@@ -33,6 +33,7 @@ from posttrain.envs.spec import EnvSpec, parse_custom_envs, tag_groups
 from posttrain.errors import ConfigError
 from posttrain.rollout.agent_loop import EnvSlot, LoopLimits, run_episodes
 from posttrain.rollout.base import SamplingParams
+from posttrain.rollout.env_guard import FaultPolicy
 from posttrain.rollout.trajectory import Trajectory, anchor_ids, to_rollout_batch
 from posttrain.rollout.turns import TurnRenderer
 from posttrain.trainer.metrics import PhaseTimer
@@ -119,7 +120,9 @@ class AgenticRollout:
 
     def _play(self, rollout: Any, manager: EnvManagerConfig, slots: list[EnvSlot], params: SamplingParams,
               version: int, prefix: str) -> list[Trajectory]:
-        limits = LoopLimits(self.cfg.data.max_prompt_length, response_length(self.cfg), manager.max_env_num_per_worker)
+        e = self.cfg.env
+        faults = FaultPolicy(e.step_timeout, e.failure_penalty, e.max_failure_rate)
+        limits = LoopLimits(self.cfg.data.max_prompt_length, response_length(self.cfg), manager.max_env_num_per_worker, faults)
 
         def generate(prompts, p):  # the rollout role: data-parallel ranks share the rows
             return rollout.generate(prompts, p, expected_version=version)
@@ -165,6 +168,7 @@ def episode_metrics(trajs: list[Trajectory], prefix: str) -> dict[str, float]:
         out[f"{prefix}/{name}turns"] = actions / n
         out[f"{prefix}/{name}invalid_action_rate"] = sum(not x.valid for t in group for x in t.turns) / max(actions, 1)
         out[f"{prefix}/{name}truncated"] = sum(t.truncated for t in group) / n
+        out[f"{prefix}/{name}failed"] = sum(t.failed is not None for t in group) / n  # env calls that raised, hung or were malformed
     sizes = Counter(a for row in anchor_ids(trajs) for a in row).values()
     # GiGPO's step groups: turns per distinct (group, state); 1.0 means no state was met twice
     out[f"{prefix}/step_group_size"] = sum(sizes) / max(len(sizes), 1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from posttrain.config.load import load_config
+from posttrain.envs.base import EnvError
 from posttrain.errors import ConfigError
 from posttrain.models.tiny import make_tiny_model
 from posttrain.trainer.metrics import PhaseTimer
@@ -138,3 +139,31 @@ def test_an_agentic_run_resumes_exactly_from_a_checkpoint(model, tmp_path):
     assert [s[0] for s in whole] == [1, 2, 3, 4]
     assert _env_rows(part) == whole
     assert len({s[1:] for s in whole}) > 1  # the steps differ: a resume replaying step 1 would not match
+
+
+SLOW_ENV = '''
+import time
+
+
+class Slow:
+    def reset(self, seed):
+        return "go"
+
+    def step(self, action_text):
+        time.sleep(0.3)
+        return "done", 0.5, True, {"success": True}
+'''
+
+
+def test_env_fault_keys_time_out_penalise_and_stop(model, tmp_path):
+    (tmp_path / "slow_env.py").write_text(SLOW_ENV)
+    slow = (f"env.custom_envs.S={{env_type: '{tmp_path / 'slow_env.py'}:Slow', max_tokens_per_step: 2}}",
+            "env.train_env_manager.tags=[S]", "env.train_env_manager.num_env_groups=2", "data.train_batch_size=2")
+    waited = explore(trainer(model, tmp_path, *slow, "env.step_timeout=null"))[0]
+    assert waited.scores.tolist() == [0.5, 0.5] and waited.reward_metrics["env/failed"] == 0.0
+    cut = explore(trainer(model, tmp_path, *slow, "env.step_timeout=0.1", "env.failure_penalty=-2.0", "env.max_failure_rate=1.0"))[0]
+    assert cut.scores.tolist() == [-2.0, -2.0] and cut.reward_metrics["env/failed"] == cut.reward_metrics["env/S/failed"] == 1.0
+    assert [e["failed"] for e in cut.batch.extra_info] == [True, True]
+    with pytest.raises(EnvError, match=r"environment S \(.*slow_env.py:Slow\) \(seed \d+, turn 1\): step took longer than "
+                                       r"env.step_timeout \(0.1 s\).* \(1 of 2 episodes of this step failed, more than env.max_failure_rate 0.1"):
+        explore(trainer(model, tmp_path, *slow, "env.step_timeout=0.1"))

@@ -424,6 +424,7 @@ ELSEWHERE = {
     **{f"env.train_env_manager.{k}": f"{AGENTIC}::{test}" for k, test in AGENTIC_TESTS.items()},
     **{f"env.val_env_manager.{k}": f"{AGENTIC}::test_validation_reports_success_per_tag_over_the_val_manager_groups"
        for k in AGENTIC_TESTS},
+    **{f"env.{k}": f"{AGENTIC}::test_env_fault_keys_time_out_penalise_and_stop" for k in ("step_timeout", "failure_penalty", "max_failure_rate")},
     **{f"algorithm.gigpo.{k}": "tests/trainer/test_agentic_credit.py::test_gigpo_keys_change_the_step_advantages_as_the_formula_says"
        for k in ("step_weight", "episode_weight", "step_gamma")},
 }

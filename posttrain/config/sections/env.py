@@ -39,6 +39,9 @@ class EnvConfig:
     env_manager_cls: str | None = param(None, doc="Import path of the env-manager class (e.g. a trajectory-level manager); null uses posttrain's.", todo=_TODO, refs=["roll:env_manager_cls"])
     train_env_manager: EnvManagerConfig = param(factory=EnvManagerConfig, doc="Environments that produce training trajectories.", refs=["roll:train_env_manager"])
     val_env_manager: EnvManagerConfig = param(factory=EnvManagerConfig, doc="Environments that produce validation trajectories.", refs=["roll:val_env_manager"])
+    step_timeout: float | None = param(60.0, doc="Seconds one reset, step or state call of an environment may take; a slower call ends its trajectory as failed. Null waits forever.", gt=0)
+    failure_penalty: float = param(0.0, doc="Reward of the turn whose environment call raised, hung or returned something malformed (that trajectory ends there).", le=0)
+    max_failure_rate: float = param(0.1, doc="Share of a step's (or a validation's) episodes whose environment may fail before the run stops with the first failure's error.", ge=0, le=1)
     render_save_dir: str | None = param(None, doc="Directory for rendered frames of validation episodes; null saves none.", todo=_TODO, refs=["roll:render_save_dir"])
 
 
