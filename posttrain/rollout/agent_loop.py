@@ -11,7 +11,10 @@ learner trains on.
 Budgets: an action gets at most the env's `max_tokens_per_step` new tokens, and the whole response
 (actions and observations) at most `max_response_length`, so the batch fits the shapes the rest of
 the step was sized for. An episode ends when its env says done, after `max_steps` actions, or when
-the next observation would leave no room for another action (the last two are `truncated`).
+the next observation would leave no room for another action (the last two are `truncated`), or
+when an env call raises, hangs past `env.step_timeout` or answers malformed (`failed`, with the
+failure penalty; posttrain.rollout.env_guard). Each turn records the env's state for step-level
+credit (`anchor_state`).
 """
 
 from __future__ import annotations

@@ -160,7 +160,7 @@ def test_trinity_algorithm_types_map_onto_kind_and_estimator():
     for trinity_type, (kind, _estimator) in algorithm.TRINITY_ALGORITHM_TYPES.items():
         assert kind in kinds, trinity_type
     assert set(algorithm.TRINITY_ALGORITHM_TYPES).isdisjoint(algorithm.TRINITY_ALGORITHM_TYPES_TODO)
-    assert set(algorithm.TRINITY_ALGORITHM_TYPES) | set(algorithm.TRINITY_ALGORITHM_TYPES_TODO) == {"ppo", "grpo", "opmd", "dpo", "sft", "mix"}
+    assert set(algorithm.TRINITY_ALGORITHM_TYPES) | set(algorithm.TRINITY_ALGORITHM_TYPES_TODO) == {"ppo", "grpo", "multi_step_grpo", "opmd", "dpo", "sft", "mix"}
 
 
 @pytest.mark.parametrize("keys, expected", [

@@ -51,3 +51,13 @@ def test_gigpo_on_a_single_turn_stage_is_refused():
     cfg = load_config(None, ["algorithm.adv_estimator=gigpo"])
     with pytest.raises(ConfigError, match="algorithm.adv_estimator: gigpo gives step-level credit over the turns"):
         check_idle_env_keys(cfg)
+
+
+def test_trinity_multi_step_grpo_and_step_wise_grpo_are_grpo_over_whole_episodes(tmp_path):
+    from posttrain.algorithms import get_advantage_estimator, grpo_advantage
+    from posttrain.config.dialects import read_foreign
+
+    (tmp_path / "trinity.yaml").write_text("mode: both\nalgorithm: {algorithm_type: multi_step_grpo, repeat_times: 4}\n")
+    native = read_foreign(tmp_path / "trinity.yaml").native
+    assert native["algorithm"]["kind"] == "rl" and native["algorithm"]["adv_estimator"] == "grpo"
+    assert get_advantage_estimator("step_wise_grpo") is grpo_advantage

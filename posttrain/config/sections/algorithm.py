@@ -26,6 +26,11 @@ NORM_SOURCES = (None, "batch", "group", "running")
 TRINITY_ALGORITHM_TYPES: dict[str, tuple[str, str | None]] = {
     "ppo": ("rl", "gae"),
     "grpo": ("rl", "grpo"),
+    # Trinity's multi-turn GRPO normalises each run's reward within its task group and gives it to
+    # every step of the run (its step_wise_grpo advantage); posttrain's agentic rows hold every turn
+    # of an episode and GRPO gives the episode's advantage to all of them: the same credit, with the
+    # episode's reward the sum of its turns' rewards (Trinity reads the last step's).
+    "multi_step_grpo": ("rl", "grpo"),
     "sft": ("sft", None),
     "dpo": ("dpo", None),
 }
