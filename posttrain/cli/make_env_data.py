@@ -31,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--instruction", default=None,
                    help="The system message; default: the class's instruction (what the agent loop shows without env_instruction).")
     p.add_argument("--include-failures", action="store_true", help="Keep episodes the expert does not win (e.g. slipped into a hole).")
+    p.add_argument("--holdout", default=None, metavar="CONFIG",
+                   help="An agentic posttrain config: leave out every episode that starts on one of its validation boards "
+                        "(env.val_env_manager's first observations), so validation success is measured on boards SFT never showed.")
     p.set_defaults(func=_run)
 
 
@@ -49,10 +52,17 @@ def _run(args: argparse.Namespace) -> int:
             raise ConfigError(f"{flag}: must be >= 1, got {value}")
     cls = env_class(args.env, "ENV")
     instruction = getattr(cls, "instruction", "") if args.instruction is None else args.instruction
+    exclude = frozenset()
+    if args.holdout is not None:
+        from posttrain.config.load import load_config
+        from posttrain.trainer.agentic import validation_first_observations
+
+        exclude = validation_first_observations(load_config(args.holdout))
     rows = expert_rows(cls, env_config, instruction, episodes=args.episodes, seed=args.seed, max_steps=args.max_steps,
-                       successful_only=not args.include_failures, name=args.env)
+                       successful_only=not args.include_failures, name=args.env, exclude=exclude)
     path = write_expert_data(rows, args.out_dir)
     turns = sum(r["extra_info"]["turns"] for r in rows) / len(rows)
     success = sum(r["extra_info"]["success"] for r in rows) / len(rows)
-    print(f"wrote {len(rows)} expert episodes of {args.env} ({turns:.2f} actions each, success {success:.2f}) to {path}")
+    held = f", none starting on the {len(exclude)} validation boards of {args.holdout}" if args.holdout else ""
+    print(f"wrote {len(rows)} expert episodes of {args.env} ({turns:.2f} actions each, success {success:.2f}{held}) to {path}")
     return 0

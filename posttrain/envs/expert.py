@@ -51,10 +51,12 @@ def play_expert(env: Any, seed: int, max_steps: int) -> ExpertEpisode:
 
 
 def expert_rows(cls: type, env_config: dict[str, Any], instruction: str, *, episodes: int, seed: int,
-                max_steps: int, successful_only: bool = True, name: str = "") -> list[dict[str, Any]]:
+                max_steps: int, successful_only: bool = True, name: str = "",
+                exclude: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """`episodes` SFT rows (columns data_source, messages, extra_info) from distinct episode seeds
     drawn by `random.Random(seed)`; with `successful_only`, episodes the expert fails are skipped
-    and others drawn in their place (a slippery lake can throw the expert into a hole)."""
+    and others drawn in their place (a slippery lake can throw the expert into a hole). Episodes
+    whose first observation is in `exclude` (held-out validation boards) are skipped too."""
     if not callable(getattr(cls, "expert_action", None)):
         raise ConfigError(f"environment {name or cls.__name__} has no expert_action(): it cannot write expert trajectories")
     rng, rows, seen = random.Random(seed), [], set()
@@ -66,7 +68,7 @@ def expert_rows(cls: type, env_config: dict[str, Any], instruction: str, *, epis
         if len(seen) > 20 * episodes + 100:
             raise ConfigError(f"the expert of {name or cls.__name__} succeeded in only {len(rows)} of {len(seen)} episodes")
         episode = play_expert(make_env(cls, env_config, "env_config"), episode_seed, max_steps)
-        if successful_only and not episode.success:
+        if (successful_only and not episode.success) or episode.observations[0] in exclude:
             continue
         rows.append({
             "data_source": f"env/{name or cls.__name__}",

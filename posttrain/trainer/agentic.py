@@ -91,6 +91,18 @@ def check_agentic(cfg: Config) -> AgenticPlan:
     return AgenticPlan(specs, train, val)
 
 
+def validation_first_observations(cfg: Config) -> frozenset[str]:
+    """The first observation of every validation episode of an agentic config (what `make-env-data
+    --holdout` keeps out of the expert data)."""
+    plan = check_agentic(cfg)
+    firsts = set()
+    for g, tag in enumerate(plan.val_groups):
+        spec = plan.specs[tag]
+        env = make_env(spec.cls, spec.env_config, f"env.custom_envs.{tag}")
+        firsts.add(env.reset(seed=group_seed(cfg.trainer.seed, "val", 0, g)))
+    return frozenset(firsts)
+
+
 def group_seed(base: int, kind: str, step: int, group: int) -> int:
     """A reproducible 31-bit seed for one env group (see the module docstring)."""
     digest = hashlib.blake2b(f"{base}\x1f{kind}\x1f{step}\x1f{group}".encode(), digest_size=8).digest()

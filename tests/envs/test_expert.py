@@ -77,3 +77,23 @@ def test_make_env_data_writes_the_conversations(tmp_path, capsys):
     assert main(["make-env-data", "frozen_lake", str(out), "--env-config", "{size: 1}"]) == 2
     assert "env_config: size must be between 2 and 16, got 1" in capsys.readouterr().err
     assert main(["make-env-data", "walk", str(out)]) == 2
+
+
+def test_holdout_leaves_out_the_validation_boards(tmp_path, capsys):
+    from posttrain.config.load import load_config
+    from posttrain.trainer.agentic import validation_first_observations
+
+    config = tmp_path / "lake.yaml"
+    config.write_text("env:\n  custom_envs: {L: {env_type: frozen_lake, env_config: {size: 2, is_slippery: false}}}\n"
+                      "  train_env_manager: {tags: [L]}\n  val_env_manager: {tags: [L], num_env_groups: 6}\n"
+                      "data: {train_batch_size: 1}\nactor: {ppo_mini_batch_size: 1}\ntrainer: {total_training_steps: 1, seed: 3}\n")
+    boards = validation_first_observations(load_config(config))
+    assert 1 < len(boards) <= 6
+    out = tmp_path / "expert"
+    assert main(["make-env-data", "frozen_lake", str(out), "--env-config", "{size: 2, is_slippery: false}", "--episodes", "30",
+                 "--holdout", str(config)]) == 0
+    firsts = [r["messages"][1]["content"] for r in pq.read_table(out / "sft_train.parquet").to_pylist()]
+    assert len(firsts) == 30 and not boards & set(firsts)
+    assert f"none starting on the {len(boards)} validation boards of {config}" in capsys.readouterr().out
+    everything = expert_rows(FrozenLake, {"size": 2, "is_slippery": False}, "x", episodes=30, seed=0, max_steps=10)
+    assert boards & {r["messages"][1]["content"] for r in everything}  # without it, 2x2 lakes repeat
