@@ -98,6 +98,10 @@ class FrozenLake:
             raise ValueError(f"size must be between 2 and 16, got {size}")
         if not 0.0 < p <= 1.0:
             raise ValueError(f"p (the chance a cell is frozen) must be in (0, 1], got {p}")
+        try:
+            import gymnasium  # noqa: F401  (the lake's dynamics)
+        except ImportError:
+            raise ValueError("frozen_lake steps gymnasium's FrozenLake: pip install 'posttrain[envs]' (or gymnasium)") from None
         self.size, self.p, self.is_slippery, self.random_start = size, p, bool(is_slippery), bool(random_start)
         self.lake: Any = None
 
