@@ -63,7 +63,7 @@ class AgenticPlan:
     """The checked environment configuration of an agentic stage."""
 
     specs: dict[str, EnvSpec]
-    train_groups: list[str]  # tag of every training group, in order
+    train_groups: list[str]  # tag of every training group, in order (an env group playing k episodes per step counts k times)
     val_groups: list[str]  # tag of every validation group; empty: no validation
 
 
@@ -79,16 +79,24 @@ def check_agentic(cfg: Config) -> AgenticPlan:
                         "environments instead of prompts from files; remove them")
     if cfg.trainer.total_training_steps is None:
         problems.append("trainer.total_training_steps: required by an agentic stage (there is no dataset to count epochs of)")
-    trajectories = train_m.num_env_groups * train_m.group_size
-    if cfg.data.train_batch_size * cfg.rollout.n != trajectories:
+    envs = train_m.num_env_groups * train_m.group_size
+    batch = cfg.data.train_batch_size * cfg.rollout.n
+    if batch % envs:
         problems.append(
-            f"data.train_batch_size ({cfg.data.train_batch_size}) x rollout.n ({cfg.rollout.n}) must equal the trajectories of "
-            f"a step, env.train_env_manager.num_env_groups x group_size = {trajectories} (mini-batches are counted in them); "
-            f"set data.train_batch_size: {train_m.num_env_groups} and rollout.n: {train_m.group_size}"
+            f"data.train_batch_size ({cfg.data.train_batch_size}) x rollout.n ({cfg.rollout.n}) = {batch} trajectories per step must be "
+            f"a multiple of the environments, env.train_env_manager.num_env_groups x group_size = {envs} (each plays the same number "
+            f"of episodes; mini-batches are counted in trajectories); e.g. set data.train_batch_size: {train_m.num_env_groups} and "
+            f"rollout.n: {train_m.group_size}"
         )
+    per_env = max(batch // envs, 1)  # episodes each environment plays per step (ROLL: traj_per_env)
+    for key, manager, need in (("env.train_env_manager", train_m, per_env), ("env.val_env_manager", val_m, 1)):
+        if manager.max_traj_per_env != -1 and manager.max_traj_per_env < need:
+            problems.append(f"{key}.max_traj_per_env: {manager.max_traj_per_env} is below the {need} episode(s) each environment "
+                            f"plays per {'step' if key == 'env.train_env_manager' else 'validation'}; raise it or set -1")
     if problems:
         raise ConfigError(problems)
-    return AgenticPlan(specs, train, val)
+    # each env group plays per_env episodes with their own seeds: per_env groups of group_size trajectories
+    return AgenticPlan(specs, [tag for tag in train for _ in range(per_env)], val)
 
 
 def validation_first_observations(cfg: Config) -> frozenset[str]:

@@ -339,6 +339,7 @@ AGENTIC_TESTS = {
     **{k: "test_tags_groups_partition_and_group_size_lay_out_the_step" for k in ("tags", "num_env_groups", "num_groups_partition", "group_size")},
     "format_penalty": "test_the_score_is_the_trajectory_reward_with_the_format_penalty",
     "max_env_num_per_worker": "test_max_env_num_per_worker_splits_each_turn_into_generate_calls",
+    "max_traj_per_env": "test_each_env_plays_the_episodes_the_batch_needs_up_to_max_traj_per_env",
 }
 
 ELSEWHERE = {
@@ -423,7 +424,8 @@ ELSEWHERE = {
     "env.custom_envs": f"{AGENTIC}::test_tags_groups_partition_and_group_size_lay_out_the_step",
     **{f"env.train_env_manager.{k}": f"{AGENTIC}::{test}" for k, test in AGENTIC_TESTS.items()},
     **{f"env.val_env_manager.{k}": f"{AGENTIC}::test_validation_reports_success_per_tag_over_the_val_manager_groups"
-       for k in AGENTIC_TESTS},
+       for k in AGENTIC_TESTS if k != "max_traj_per_env"},
+    "env.val_env_manager.max_traj_per_env": f"{AGENTIC}::{AGENTIC_TESTS['max_traj_per_env']}",
     **{f"env.{k}": f"{AGENTIC}::test_env_fault_keys_time_out_penalise_and_stop" for k in ("step_timeout", "failure_penalty", "max_failure_rate")},
     **{f"algorithm.gigpo.{k}": "tests/trainer/test_agentic_credit.py::test_gigpo_keys_change_the_step_advantages_as_the_formula_says"
        for k in ("step_weight", "episode_weight", "step_gamma")},

@@ -47,7 +47,7 @@ _ANY_VALUE = {
     "is_num_return_sequences_expand": "posttrain always samples rollout.n independent responses per prompt",
     "generate_opt_level": _SCHEDULING,
     "max_running_requests": _SCHEDULING,
-    "batch_adjust_mode": "posttrain trains one row per trajectory (all its turns), so a step is always num_env_groups x group_size rows: no step samples to copy or delete",
+    "batch_adjust_mode": "posttrain trains one row per trajectory (all its turns), so a step is always rollout_batch_size rows: no step samples to copy or delete",
     "custom_env": "template library of traj_envs.yaml: its entries reach posttrain through custom_envs' interpolations",
 }
 # Keys that change nothing when they hold one of these values.

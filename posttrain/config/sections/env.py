@@ -25,7 +25,7 @@ class EnvManagerConfig:
     group_size: int = param(1, doc="Environments per group; they share env config and seed.", ge=1, refs=["roll:.group_size"])
     tags: list[str] = param(factory=list, doc="Names of the environments (keys of env.custom_envs) to run.", refs=["roll:.tags"])
     num_groups_partition: list[int] = param(factory=list, doc="Groups given to each tag, in order; empty splits num_env_groups evenly.", refs=["roll:.num_groups_partition", "roll:.n_groups"])
-    max_traj_per_env: int = param(-1, doc="Most trajectories one environment may produce; -1 means no limit.", ge=-1, todo=_TODO, refs=["roll:.max_traj_per_env"])
+    max_traj_per_env: int = param(-1, doc="Most episodes one environment may play per step (validation: per validation); -1 means as many as the step needs. Training environments play data.train_batch_size x rollout.n / (num_env_groups x group_size) episodes each, with their own seeds, validation ones one: a smaller value is refused, a larger one changes nothing.", ge=-1, refs=["roll:.max_traj_per_env"])
     format_penalty: float = param(0.0, doc="Reward added (a negative number) per action the action_pattern or the env rejects; a custom_envs entry's own format_penalty wins.", le=0, refs=["roll:.format_penalty"])
     max_env_num_per_worker: int = param(0, doc="Most environments whose turns go to the engine in one generate call; 0 means all live ones.", ge=0, refs=["roll:.max_env_num_per_worker"])
     worker_cls: str | None = param(None, doc="Import path of the env-manager worker class; null uses posttrain's.", todo=_TODO, refs=["roll:.worker_cls"])
