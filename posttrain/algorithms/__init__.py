@@ -27,6 +27,7 @@ from posttrain.algorithms.advantages_returns import (
     reinforce_plus_plus_advantage,
     remax_advantage,
 )
+from posttrain.algorithms.advantages_steps import gigpo_advantage, step_reinforce_advantage
 from posttrain.algorithms.policy_losses import (
     cispo_loss,
     gpg_loss,
@@ -128,6 +129,8 @@ __all__ = [
     "pf_ppo_resample",
     # the registered implementations, callable directly
     "gae_advantage",
+    "gigpo_advantage",
+    "step_reinforce_advantage",
     "grpo_advantage",
     "grpo_passk_advantage",
     "rloo_advantage",

@@ -28,7 +28,7 @@ def _broadcast(per_response: torch.Tensor, response_mask: torch.Tensor) -> Advan
     return AdvantageOutput(adv, adv.clone())
 
 
-@register_advantage_estimator("grpo")
+@register_advantage_estimator("grpo", aliases=("step_wise_grpo",))
 @torch.no_grad()
 def grpo_advantage(
     *,
@@ -46,7 +46,10 @@ def grpo_advantage(
         with norm_adv_by_std=False (Dr.GRPO) a_i = s_i - mean_g. A group of one has mean 0, std 1.
     Names:
         verl `algorithm.adv_estimator=grpo` (+ `norm_adv_by_std_in_grpo`); ROLL `adv_estimator: grpo`
-        (group reward normalisation then returns); Trinity-RFT `advantage_fn: grpo`.
+        (group reward normalisation then returns); Trinity-RFT `advantage_fn: grpo`, and its
+        `step_wise_grpo` (algorithm_type `multi_step_grpo`) on an agentic stage, where one row holds
+        all turns of an episode and s_i is the sum of their rewards (Trinity: the last step's reward)
+        (its enable_step_norm, std_cal_level and std_threshold options are not offered).
     Paper:
         Shao et al. 2024, DeepSeekMath, arXiv:2402.03300. Dr.GRPO: Liu et al. 2025, arXiv:2503.20783.
     Reads:

@@ -55,10 +55,12 @@ class EstimatorNeeds:
     values: bool = False  # per-token values V(s_t) of a critic trained alongside the actor (GAE)
     reference: bool = False  # per-token log-probs of the frozen reference policy
     greedy_baseline: bool = False  # the score of one greedy response to each row's prompt (ReMax)
+    turns: bool = False  # per-turn spans, rewards and anchor states of an agentic (multi-turn) batch (GiGPO)
 
     def describe(self) -> str:
         """The needs in words, for the generated docs ("" when it needs nothing extra)."""
-        words = {"values": "critic values", "reference": "reference log-probs", "greedy_baseline": "a greedy baseline"}
+        words = {"values": "critic values", "reference": "reference log-probs", "greedy_baseline": "a greedy baseline",
+                 "turns": "an agentic stage's per-turn records"}
         return ", ".join(text for key, text in words.items() if getattr(self, key))
 
 
@@ -106,8 +108,9 @@ def register_advantage_estimator(
 
     The function is called with keyword arguments only, always the same set (`token_level_rewards`,
     `response_mask`, `values`, `ref_logprobs`, `group_index`, `gamma`, `lam`, `norm_adv_by_std`,
-    `epsilon`, `reward_baselines`, ...), so it must accept `**kwargs` and ignore what it does not
-    read. It returns `AdvantageOutput`.
+    `epsilon`, `reward_baselines`, the per-turn `turn_index`/`turn_rewards`/`turn_states` of an
+    agentic batch (else None) and `algorithm.gigpo`'s `step_weight`/`episode_weight`/`step_gamma`),
+    so it must accept `**kwargs` and ignore what it does not read. It returns `AdvantageOutput`.
 
     `needs` declares the inputs that cost a role: `values` (B, T) from a critic, `ref_logprobs`
     (B, T) from a reference policy, `reward_baselines` (B,) from a greedy rollout; an input no

@@ -24,6 +24,7 @@ from posttrain.errors import UserError  # noqa: E402
 COMMAND_MODULES = [
     "posttrain.cli.make_model",
     "posttrain.cli.make_data",
+    "posttrain.cli.make_env_data",
     "posttrain.cli.data_cmd",
     "posttrain.cli.config_cmd",
     "posttrain.cli.train",

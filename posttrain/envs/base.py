@@ -38,6 +38,13 @@ class Env(Protocol):
         ...
 
 
+# Optional methods (not part of the Protocol: the loop checks for them):
+#   state() -> Hashable: the environment's current state. GiGPO (adv_estimator: gigpo) groups the
+#       turns of an env group taken in equal states; without it the observation text stands in.
+#   expert_action() -> str: a planner's action in the current state; `posttrain make-env-data`
+#       writes expert trajectories for an SFT warm-up with it (posttrain.envs.expert).
+
+
 @dataclass(frozen=True)
 class StepResult:
     """One checked `Env.step` result."""

@@ -9,7 +9,7 @@ An entry of ``custom_envs`` names one environment configuration (its tag) in ROL
         max_actions_per_traj: 4      # or max_steps: actions before the episode is cut
         max_tokens_per_step: 2       # new tokens the model may write per action
         format_penalty: -0.1         # added per action the pattern or the env rejects
-        action_pattern: "<a>(.*?)</a>"  # optional: the action is group 1 (or the whole match)
+        action_pattern: "<a>(.*?)</a>"  # optional: the action is the last of at most 2 groups (or the whole match)
         env_instruction: "..."       # the system message; else the class's `instruction`
 
 As in ROLL, max_steps, max_actions_per_traj, format_penalty, action_pattern and env_instruction may
@@ -71,7 +71,9 @@ class EnvSpec:
         found = self.action_pattern.search(text)
         if found is None:
             return None
-        return found.group(1) if self.action_pattern.groups else found.group(0)
+        # ROLL's think-then-answer patterns have two groups (thought, action): the action is the last
+        return found.group(self.action_pattern.groups).strip() if self.action_pattern.groups == 2 else (
+            found.group(1) if self.action_pattern.groups else found.group(0))
 
 
 def parse_custom_envs(custom_envs: dict[str, Any]) -> dict[str, EnvSpec]:
@@ -118,8 +120,8 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
         except re.error as e:
             problems.append(f"{key}.action_pattern: not a regular expression: {e}")
         else:
-            if pattern.groups > 1:
-                problems.append(f"{key}.action_pattern: at most one capture group (the action), got {pattern.groups}")
+            if pattern.groups > 2:
+                problems.append(f"{key}.action_pattern: at most two capture groups (the action, or a thought and the action), got {pattern.groups}")
     if problems:
         raise ConfigError(problems)
     cls = env_class(str(entry["env_type"]), f"{key}.env_type")

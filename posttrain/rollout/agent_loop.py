@@ -11,7 +11,10 @@ learner trains on.
 Budgets: an action gets at most the env's `max_tokens_per_step` new tokens, and the whole response
 (actions and observations) at most `max_response_length`, so the batch fits the shapes the rest of
 the step was sized for. An episode ends when its env says done, after `max_steps` actions, or when
-the next observation would leave no room for another action (the last two are `truncated`).
+the next observation would leave no room for another action (the last two are `truncated`), or
+when an env call raises, hangs past `env.step_timeout` or answers malformed (`failed`, with the
+failure penalty; posttrain.rollout.env_guard). Each turn records the env's state for step-level
+credit (`anchor_state`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from posttrain.envs.spec import EnvSpec
 from posttrain.errors import ConfigError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
+from posttrain.rollout.env_guard import EnvFailure, FailureCount, FaultPolicy, call_env
 from posttrain.rollout.trajectory import Trajectory, Turn
 from posttrain.rollout.turns import TurnRenderer
 
@@ -50,6 +54,7 @@ class LoopLimits:
     max_prompt_length: int
     max_response_length: int
     envs_per_call: int = 0  # environments per generate call; 0: all live ones (max_env_num_per_worker)
+    faults: FaultPolicy = FaultPolicy()  # timeouts and failure penalties of env calls (env.step_timeout, ...)
 
 
 def run_episodes(
@@ -57,8 +62,9 @@ def run_episodes(
     limits: LoopLimits, uid_prefix: str,
 ) -> list[Trajectory]:
     """Play one episode in every slot; returns their trajectories in slot order."""
-    trajectories = [_start(slot, renderer, limits) for slot in slots]
-    live = list(range(len(slots)))
+    failures = FailureCount(len(slots), limits.faults)
+    trajectories = [_start(slot, renderer, limits, failures) for slot in slots]
+    live = [i for i, t in enumerate(trajectories) if t.failed is None]
     turn = 0
     while live:
         turn += 1
@@ -73,8 +79,8 @@ def run_episodes(
             for row, i in enumerate(chunk):
                 ids = out.response_ids[row][out.response_mask[row] > 0][: budgets[row]].tolist()
                 logprobs = out.rollout_logprobs[row][out.response_mask[row] > 0][: budgets[row]].tolist()
-                _act(slots[i], trajectories[i], ids, logprobs, turn, renderer, limits)
-        live = [i for i in live if not (trajectories[i].done or trajectories[i].truncated)]
+                _act(slots[i], trajectories[i], ids, logprobs, turn, renderer, limits, failures)
+        live = [i for i in live if not (trajectories[i].done or trajectories[i].truncated or trajectories[i].failed)]
     return trajectories
 
 
@@ -82,12 +88,18 @@ def _name(slot: EnvSlot) -> str:
     return f"{slot.spec.tag} ({slot.spec.env_type})"
 
 
-def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits) -> Trajectory:
+def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: FailureCount) -> Trajectory:
+    head = where(_name(slot), slot.seed, None)
     try:
-        first = slot.env.reset(seed=slot.seed)
-    except Exception as e:
-        raise EnvError(f"{where(_name(slot), slot.seed, None)}: reset raised {type(e).__name__}: {e}") from e
-    first = check_observation(first, _name(slot), slot.seed, None)
+        first = call_env(lambda: slot.env.reset(seed=slot.seed), limits.faults.step_timeout, head, "reset")
+        first = check_observation(first, _name(slot), slot.seed, None)
+    except (EnvFailure, EnvError) as failure:
+        # no first observation, so no action: a row of one environment token that trains nothing
+        traj = Trajectory(slot.spec.tag, slot.seed, slot.group, renderer.prompt_ids(slot.spec.instruction, ""), failed=str(failure))
+        traj.add([renderer.eos_id if renderer.eos_id is not None else renderer.pad_id], None)
+        traj.turns.append(Turn((0, 0), (0, 1), "", limits.faults.failure_penalty, True, None))
+        failures.add(failure)
+        return traj
     ids = slot.prompt_ids if slot.prompt_ids is not None else renderer.prompt_ids(slot.spec.instruction, first)
     if len(ids) > limits.max_prompt_length:
         raise ConfigError(
@@ -113,21 +125,26 @@ def _contexts(slots: Sequence[EnvSlot], trajs: Sequence[Trajectory], renderer: T
 
 
 def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float], turn: int,
-         renderer: TurnRenderer, limits: LoopLimits) -> None:
-    """Record the model's action, step the env with it, and append the env's answer as context."""
+         renderer: TurnRenderer, limits: LoopLimits, failures: FailureCount) -> None:
+    """Record the model's action, step the env with it, and append the env's answer as context.
+    An env call that fails ends the trajectory with the failure penalty (`env_guard`)."""
     span = traj.add(ids, logprobs)
     text = renderer.decode(ids)
     action = slot.spec.parse_action(text)
-    reward, valid = 0.0, action is not None
-    if action is not None:  # a text the pattern rejects never reaches the env: the state stays
-        try:
-            raw = slot.env.step(action)
-        except Exception as e:
-            raise EnvError(f"{where(_name(slot), slot.seed, turn)}: step raised {type(e).__name__}: {e}") from e
-        result = check_step(raw, _name(slot), slot.seed, turn)
-        reward, traj.observation, traj.done = result.reward, result.observation, result.done
-        valid = bool(result.info.get("action_is_valid", True))
-        traj.success = bool(result.info.get("success", False))
+    reward, valid, state = 0.0, action is not None, None
+    try:
+        state = anchor_state(slot, traj, turn, limits.faults.step_timeout)  # the state the action was taken in (GiGPO)
+        if action is not None:  # a text the pattern rejects never reaches the env: the state stays
+            raw = call_env(lambda: slot.env.step(action), limits.faults.step_timeout, where(_name(slot), slot.seed, turn), "step")
+            result = check_step(raw, _name(slot), slot.seed, turn)
+            reward, traj.observation, traj.done = result.reward, result.observation, result.done
+            valid = bool(result.info.get("action_is_valid", True))
+            traj.success = bool(result.info.get("success", False))
+    except (EnvFailure, EnvError) as failure:
+        traj.failed = str(failure)
+        traj.turns.append(Turn(span, (span[1], span[1]), text, limits.faults.failure_penalty, True, state))
+        failures.add(failure)
+        return
     if not valid:
         reward += slot.format_penalty
     observation: tuple[int, int] = (span[1], span[1])
@@ -140,4 +157,18 @@ def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float],
                 traj.truncated = True  # no room left for one more action after this observation
             else:
                 observation = traj.add(answer, None)
-    traj.turns.append(Turn(span, observation, text, reward, valid))
+    traj.turns.append(Turn(span, observation, text, reward, valid, state))
+
+
+def anchor_state(slot: EnvSlot, traj: Trajectory, turn: int, timeout: float | None) -> Any:
+    """The env's `state()` when it has one (any hashable value), else the observation the model
+    was shown: equal values are the same environment state."""
+    state = getattr(slot.env, "state", None)
+    if not callable(state):
+        return traj.observation
+    value = call_env(state, timeout, where(_name(slot), slot.seed, turn), "state()")
+    try:
+        hash(value)
+    except TypeError as e:
+        raise EnvFailure(f"{where(_name(slot), slot.seed, turn)}: state() returned an unhashable {type(value).__name__}") from e
+    return value

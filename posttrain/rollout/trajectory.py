@@ -32,6 +32,7 @@ class Turn:
     action_text: str  # the model's text, special tokens removed
     reward: float  # the env's reward plus any format penalty
     valid: bool  # the action matched the pattern and the env accepted it
+    state: Any = None  # the env's state when the action was taken (hashable; GiGPO's anchor)
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Trajectory:
     success: bool = False  # info["success"] of the last step
     truncated: bool = False  # cut by max_steps or the token budget before the env ended it
     observation: str | list[dict[str, str]] = ""  # the latest observation (a tool env: its tool messages)
+    failed: str | None = None  # why an env call failed and ended the episode (posttrain.rollout.env_guard), else None
 
     @property
     def reward(self) -> float:
@@ -71,9 +73,21 @@ def _pad(rows: list[list[Any]], value: Any, left: bool, dtype: torch.dtype) -> t
     return torch.tensor(out, dtype=dtype)
 
 
+def anchor_ids(trajectories: Sequence[Trajectory]) -> list[list[int]]:
+    """Per trajectory, an id for each turn's state: equal ids mean the same state within the same
+    group (the states of different groups never share an id, even when equal)."""
+    ids: dict[tuple[str, Any], int] = {}
+    return [[ids.setdefault((t.group, turn.state), len(ids)) for turn in t.turns] for t in trajectories]
+
+
 def to_rollout_batch(trajectories: Sequence[Trajectory], pad_id: int, version: int, raw_prompts: Sequence[str]) -> RolloutBatch:
-    """The trajectories as rows of a `RolloutBatch` (see the module docstring for the masks)."""
+    """The trajectories as rows of a `RolloutBatch` (see the module docstring for the masks).
+
+    Each row's extra_info keeps its per-turn records for step-level credit: ``turn_spans`` (the
+    [start, end) of every action in the response), ``turn_rewards`` and ``turn_states`` (anchor ids,
+    `anchor_ids`); `turn_tensors` turns them into tensors."""
     prompts = [t.prompt_ids for t in trajectories]
+    anchors = anchor_ids(trajectories)
     responses = [t.response_ids for t in trajectories]
     return RolloutBatch(
         prompt_ids=_pad(prompts, pad_id, True, torch.long),  # (B, P) left-padded
@@ -86,7 +100,34 @@ def to_rollout_batch(trajectories: Sequence[Trajectory], pad_id: int, version: i
         data_source=[t.tag for t in trajectories],
         ground_truth=[None] * len(trajectories),
         extra_info=[{"seed": t.seed, "turns": len(t.turns), "invalid_actions": sum(not x.valid for x in t.turns),
-                     "success": t.success, "done": t.done} for t in trajectories],
+                     "success": t.success, "done": t.done, "failed": t.failed is not None, "turn_spans": [list(x.action) for x in t.turns],
+                     "turn_rewards": [x.reward for x in t.turns], "turn_states": a} for t, a in zip(trajectories, anchors)],
         raw_prompt=list(raw_prompts),
         loss_mask=_pad([t.model_mask for t in trajectories], 0.0, False, torch.float32),  # (B, T) model tokens only
     )
+
+
+@dataclass(frozen=True)
+class TurnTensors:
+    """Per-turn records of a batch as tensors (the inputs of step-level advantage estimators)."""
+
+    index: torch.Tensor  # (B, T) long: the turn of each action token, -1 on environment tokens and padding
+    rewards: torch.Tensor  # (B, K) float: each turn's reward, 0 past a row's last turn
+    states: torch.Tensor  # (B, K) long: anchor-state id of each turn, -1 past a row's last turn
+
+
+def turn_tensors(extra_info: Sequence[dict[str, Any]], width: int) -> TurnTensors | None:
+    """`TurnTensors` of a batch whose rows carry turn records (`to_rollout_batch`), for a response
+    width of `width` tokens; None when a row has none (not an agentic batch)."""
+    if not extra_info or any("turn_spans" not in row for row in extra_info):
+        return None
+    k = max(1, max(len(row["turn_spans"]) for row in extra_info))
+    index = torch.full((len(extra_info), width), -1, dtype=torch.long)  # (B, T)
+    rewards = torch.zeros(len(extra_info), k, dtype=torch.float32)  # (B, K)
+    states = torch.full((len(extra_info), k), -1, dtype=torch.long)  # (B, K)
+    for b, row in enumerate(extra_info):
+        for turn, (start, end) in enumerate(row["turn_spans"]):
+            index[b, start:end] = turn
+        rewards[b, : len(row["turn_rewards"])] = torch.tensor(row["turn_rewards"], dtype=torch.float32)
+        states[b, : len(row["turn_states"])] = torch.tensor(row["turn_states"], dtype=torch.long)
+    return TurnTensors(index, rewards, states)

@@ -31,6 +31,7 @@ from posttrain.algorithms import (
 )
 from posttrain.config.sections.algorithm import AlgorithmConfig
 from posttrain.records import RolloutBatch
+from posttrain.rollout.trajectory import turn_tensors
 from posttrain.rewards.placement import place_scores
 
 
@@ -95,6 +96,7 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
         state.kl_ctrl.update(out.mean_kl, n_steps)
     batch.token_level_rewards = rewards
     estimator = get_advantage_estimator(alg.adv_estimator)
+    turns = turn_tensors(batch.extra_info, mask.shape[1])  # an agentic batch's per-turn records, else None
     adv, ret = estimator(
         token_level_rewards=rewards,
         response_mask=mask,
@@ -107,6 +109,12 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
         norm_adv_by_std=alg.norm_adv_by_std_in_grpo,
         reward_baselines=batch.reward_baselines,
         **{"epsilon": 1e-6, **alg.adv_estimator_args},  # the estimator's own options (checked at load)
+        turn_index=None if turns is None else turns.index,
+        turn_rewards=None if turns is None else turns.rewards,
+        turn_states=None if turns is None else turns.states,
+        step_weight=alg.gigpo.step_weight,
+        episode_weight=alg.gigpo.episode_weight,
+        step_gamma=alg.gigpo.step_gamma,
     )
     if batch.reward_baselines is not None:
         metrics["critic/reward_baseline/mean"] = float(batch.reward_baselines.mean())

@@ -17,12 +17,13 @@ the success rate, reward and turns per tag (`val/<tag>/success`, ...).
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, estimator_needs
 from posttrain.buffer.experience import Experience
 from posttrain.config.schema import Config
 from posttrain.config.sections.env import EnvManagerConfig
@@ -32,7 +33,8 @@ from posttrain.envs.spec import EnvSpec, parse_custom_envs, tag_groups
 from posttrain.errors import ConfigError
 from posttrain.rollout.agent_loop import EnvSlot, LoopLimits, run_episodes
 from posttrain.rollout.base import SamplingParams
-from posttrain.rollout.trajectory import Trajectory, to_rollout_batch
+from posttrain.rollout.env_guard import FaultPolicy
+from posttrain.rollout.trajectory import Trajectory, anchor_ids, to_rollout_batch
 from posttrain.rollout.turns import TurnRenderer
 from posttrain.trainer.metrics import PhaseTimer
 from posttrain.trainer.rl_build import response_length
@@ -50,6 +52,10 @@ def check_idle_env_keys(cfg: Config) -> None:
     if cfg.algorithm.kind == "rl" and idle and not is_agentic(cfg):
         raise ConfigError(f"{' and '.join(idle)}: set, but env.train_env_manager.tags is empty, so this RL stage answers "
                           "prompts from data.train_files and would play no environment; set env.train_env_manager.tags or remove them")
+    name = cfg.algorithm.adv_estimator
+    if cfg.algorithm.kind == "rl" and not is_agentic(cfg) and name in ADVANTAGE_ESTIMATORS and estimator_needs(name).turns:
+        raise ConfigError(f"algorithm.adv_estimator: {name} gives step-level credit over the turns of multi-turn episodes; this RL "
+                          "stage answers single prompts (env.train_env_manager.tags is empty): use grpo, or make the stage agentic")
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,7 @@ class AgenticPlan:
     """The checked environment configuration of an agentic stage."""
 
     specs: dict[str, EnvSpec]
-    train_groups: list[str]  # tag of every training group, in order
+    train_groups: list[str]  # tag of every training group, in order (an env group playing k episodes per step counts k times)
     val_groups: list[str]  # tag of every validation group; empty: no validation
 
 
@@ -73,16 +79,36 @@ def check_agentic(cfg: Config) -> AgenticPlan:
                         "environments instead of prompts from files; remove them")
     if cfg.trainer.total_training_steps is None:
         problems.append("trainer.total_training_steps: required by an agentic stage (there is no dataset to count epochs of)")
-    trajectories = train_m.num_env_groups * train_m.group_size
-    if cfg.data.train_batch_size * cfg.rollout.n != trajectories:
+    envs = train_m.num_env_groups * train_m.group_size
+    batch = cfg.data.train_batch_size * cfg.rollout.n
+    if batch % envs:
         problems.append(
-            f"data.train_batch_size ({cfg.data.train_batch_size}) x rollout.n ({cfg.rollout.n}) must equal the trajectories of "
-            f"a step, env.train_env_manager.num_env_groups x group_size = {trajectories} (mini-batches are counted in them); "
-            f"set data.train_batch_size: {train_m.num_env_groups} and rollout.n: {train_m.group_size}"
+            f"data.train_batch_size ({cfg.data.train_batch_size}) x rollout.n ({cfg.rollout.n}) = {batch} trajectories per step must be "
+            f"a multiple of the environments, env.train_env_manager.num_env_groups x group_size = {envs} (each plays the same number "
+            f"of episodes; mini-batches are counted in trajectories); e.g. set data.train_batch_size: {train_m.num_env_groups} and "
+            f"rollout.n: {train_m.group_size}"
         )
+    per_env = max(batch // envs, 1)  # episodes each environment plays per step (ROLL: traj_per_env)
+    for key, manager, need in (("env.train_env_manager", train_m, per_env), ("env.val_env_manager", val_m, 1)):
+        if manager.max_traj_per_env != -1 and manager.max_traj_per_env < need:
+            problems.append(f"{key}.max_traj_per_env: {manager.max_traj_per_env} is below the {need} episode(s) each environment "
+                            f"plays per {'step' if key == 'env.train_env_manager' else 'validation'}; raise it or set -1")
     if problems:
         raise ConfigError(problems)
-    return AgenticPlan(specs, train, val)
+    # each env group plays per_env episodes with their own seeds: per_env groups of group_size trajectories
+    return AgenticPlan(specs, [tag for tag in train for _ in range(per_env)], val)
+
+
+def validation_first_observations(cfg: Config) -> frozenset[str]:
+    """The first observation of every validation episode of an agentic config (what `make-env-data
+    --holdout` keeps out of the expert data)."""
+    plan = check_agentic(cfg)
+    firsts = set()
+    for g, tag in enumerate(plan.val_groups):
+        spec = plan.specs[tag]
+        env = make_env(spec.cls, spec.env_config, f"env.custom_envs.{tag}")
+        firsts.add(env.reset(seed=group_seed(cfg.trainer.seed, "val", 0, g)))
+    return frozenset(firsts)
 
 
 def group_seed(base: int, kind: str, step: int, group: int) -> int:
@@ -114,7 +140,9 @@ class AgenticRollout:
 
     def _play(self, rollout: Any, manager: EnvManagerConfig, slots: list[EnvSlot], params: SamplingParams,
               version: int, prefix: str) -> list[Trajectory]:
-        limits = LoopLimits(self.cfg.data.max_prompt_length, response_length(self.cfg), manager.max_env_num_per_worker)
+        e = self.cfg.env
+        faults = FaultPolicy(e.step_timeout, e.failure_penalty, e.max_failure_rate)
+        limits = LoopLimits(self.cfg.data.max_prompt_length, response_length(self.cfg), manager.max_env_num_per_worker, faults)
 
         def generate(prompts, p):  # the rollout role: data-parallel ranks share the rows
             return rollout.generate(prompts, p, expected_version=version)
@@ -160,4 +188,8 @@ def episode_metrics(trajs: list[Trajectory], prefix: str) -> dict[str, float]:
         out[f"{prefix}/{name}turns"] = actions / n
         out[f"{prefix}/{name}invalid_action_rate"] = sum(not x.valid for t in group for x in t.turns) / max(actions, 1)
         out[f"{prefix}/{name}truncated"] = sum(t.truncated for t in group) / n
+        out[f"{prefix}/{name}failed"] = sum(t.failed is not None for t in group) / n  # env calls that raised, hung or were malformed
+    sizes = Counter(a for row in anchor_ids(trajs) for a in row).values()
+    # GiGPO's step groups: turns per distinct (group, state); 1.0 means no state was met twice
+    out[f"{prefix}/step_group_size"] = sum(sizes) / max(len(sizes), 1)
     return out

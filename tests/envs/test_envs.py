@@ -36,8 +36,8 @@ def test_walk_is_reproducible_by_seed_and_walls_stop_the_player():
 
 
 def test_unknown_env_type_lists_the_registered_ones():
-    with pytest.raises(ConfigError, match=r"env.custom_envs.X.env_type: unknown environment 'sokoban'; registered: \['walk'\]"):
-        parse_custom_envs({"X": {"env_type": "sokoban"}})
+    with pytest.raises(ConfigError, match=r"env.custom_envs.X.env_type: unknown environment 'webshop'; registered: \['frozen_lake', 'sokoban', 'task', 'walk'\]"):
+        parse_custom_envs({"X": {"env_type": "webshop"}})
     assert ENVS["walk"] is Walk
 
 
@@ -69,7 +69,7 @@ def test_roll_entries_lift_loop_settings_out_of_env_config():
 
 def test_refused_and_bad_entry_keys_are_all_named():
     entry = {"env_type": "walk", "agent_template": "{obs}", "env_manager_cls": "my.Manager", "max_steps": 3,
-             "max_actions_per_traj": 4, "format_penalty": 0.5, "action_pattern": "(a)(b)", "history": 2}
+             "max_actions_per_traj": 4, "format_penalty": 0.5, "action_pattern": "(a)(b)(c)", "history": 2}
     with pytest.raises(ConfigError) as e:
         parse_custom_envs({"W": entry})
     problems = e.value.problems
@@ -78,7 +78,7 @@ def test_refused_and_bad_entry_keys_are_all_named():
     assert any(p.startswith("env.custom_envs.W.history: unknown key") for p in problems)
     assert any("max_steps and max_actions_per_traj mean the same here and differ" in p for p in problems)
     assert any(p.startswith("env.custom_envs.W.format_penalty: must be a number <= 0") for p in problems)
-    assert any(p.startswith("env.custom_envs.W.action_pattern: at most one capture group") for p in problems)
+    assert any(p.startswith("env.custom_envs.W.action_pattern: at most two capture groups") for p in problems)
 
 
 def test_groups_are_split_over_tags_by_partition_or_evenly():
@@ -106,3 +106,10 @@ def test_the_docs_example_env_plays_as_documented(tmp_path):
     assert check_step(env.step("x"), "G", 9, 1).info == {"action_is_valid": False}
     assert check_step(env.step("1"), "G", 9, 2).observation == "higher"
     assert check_step(env.step("3"), "G", 9, 3).done  # the secret is 9 % 6
+
+
+def test_a_think_then_answer_pattern_takes_the_last_group_as_the_action():
+    entry = {"env_type": "walk", "env_config": {"action_pattern": r"<think>(.*?)</think>\s*<answer>(.*?)</answer>"}}
+    spec = parse_custom_envs({"W": entry})["W"]
+    assert spec.parse_action("<think>left is closer</think> <answer> L </answer>") == "L"
+    assert spec.parse_action("<answer>L</answer>") is None  # no thought: the pattern does not match

@@ -131,4 +131,4 @@ def test_a_broken_env_names_itself_the_seed_and_the_turn(script, message):
     slot.env = Broken()
     with pytest.raises(EnvError) as e:
         run_episodes([slot], ScriptedEngine(script), SamplingParams(), TurnRenderer(TOK, CHATML_TEMPLATE), LoopLimits(128, 64), "s")
-    assert str(e.value) == message
+    assert str(e.value) == message + " (1 of 1 episodes of this step failed, more than env.max_failure_rate 0 allows; fix the environment or raise env.max_failure_rate)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from posttrain.config.load import load_config
+from posttrain.envs.base import EnvError
 from posttrain.errors import ConfigError
 from posttrain.models.tiny import make_tiny_model
 from posttrain.trainer.metrics import PhaseTimer
@@ -100,9 +101,9 @@ def test_validation_reports_success_per_tag_over_the_val_manager_groups(model, t
 
 
 def test_agentic_config_mistakes_are_named(model, tmp_path):
-    with pytest.raises(ConfigError, match=r"data.train_batch_size \(8\) x rollout.n \(1\) must equal the trajectories of a step, .* = 4"):
+    with pytest.raises(ConfigError, match=r"data.train_batch_size \(6\) x rollout.n \(1\) = 6 trajectories per step must be a multiple of the environments, .* = 4"):
         trainer(model, tmp_path, "env.train_env_manager.tags=[A]", "env.train_env_manager.num_env_groups=2",
-                "env.train_env_manager.group_size=2", "data.train_batch_size=8")
+                "env.train_env_manager.group_size=2", "data.train_batch_size=6")
     with pytest.raises(ConfigError, match=r"env.train_env_manager.tags: \['C'\] not in env.custom_envs"):
         trainer(model, tmp_path, "env.train_env_manager.tags=[C]")
     with pytest.raises(ConfigError, match=r"env.val_env_manager.tags and env.custom_envs: set, but env.train_env_manager.tags is empty"):
@@ -138,3 +139,46 @@ def test_an_agentic_run_resumes_exactly_from_a_checkpoint(model, tmp_path):
     assert [s[0] for s in whole] == [1, 2, 3, 4]
     assert _env_rows(part) == whole
     assert len({s[1:] for s in whole}) > 1  # the steps differ: a resume replaying step 1 would not match
+
+
+SLOW_ENV = '''
+import time
+
+
+class Slow:
+    def reset(self, seed):
+        return "go"
+
+    def step(self, action_text):
+        time.sleep(0.3)
+        return "done", 0.5, True, {"success": True}
+'''
+
+
+def test_env_fault_keys_time_out_penalise_and_stop(model, tmp_path):
+    (tmp_path / "slow_env.py").write_text(SLOW_ENV)
+    slow = (f"env.custom_envs.S={{env_type: '{tmp_path / 'slow_env.py'}:Slow', max_tokens_per_step: 2}}",
+            "env.train_env_manager.tags=[S]", "env.train_env_manager.num_env_groups=2", "data.train_batch_size=2")
+    waited = explore(trainer(model, tmp_path, *slow, "env.step_timeout=null"))[0]
+    assert waited.scores.tolist() == [0.5, 0.5] and waited.reward_metrics["env/failed"] == 0.0
+    cut = explore(trainer(model, tmp_path, *slow, "env.step_timeout=0.1", "env.failure_penalty=-2.0", "env.max_failure_rate=1.0"))[0]
+    assert cut.scores.tolist() == [-2.0, -2.0] and cut.reward_metrics["env/failed"] == cut.reward_metrics["env/S/failed"] == 1.0
+    assert [e["failed"] for e in cut.batch.extra_info] == [True, True]
+    with pytest.raises(EnvError, match=r"environment S \(.*slow_env.py:Slow\) \(seed \d+, turn 1\): step took longer than "
+                                       r"env.step_timeout \(0.1 s\).* \(1 of 2 episodes of this step failed, more than env.max_failure_rate 0.1"):
+        explore(trainer(model, tmp_path, *slow, "env.step_timeout=0.1"))
+
+
+def test_each_env_plays_the_episodes_the_batch_needs_up_to_max_traj_per_env(model, tmp_path):
+    common = ("env.train_env_manager.tags=[A]", "env.train_env_manager.num_env_groups=2", "env.train_env_manager.group_size=2",
+              "data.train_batch_size=4", "rollout.n=2")  # 8 trajectories from 4 environments: 2 episodes each
+    batch = explore(trainer(model, tmp_path, *common))[0].batch
+    assert batch.group_index == ["s1/A/g0"] * 2 + ["s1/A/g1"] * 2 + ["s1/A/g2"] * 2 + ["s1/A/g3"] * 2
+    seeds = [e["seed"] for e in batch.extra_info]
+    assert len(set(seeds)) == 4 and seeds[0] == seeds[1]  # each episode its own seed, shared by its group
+    same = explore(trainer(model, tmp_path, *common, "env.train_env_manager.max_traj_per_env=5"))[0].batch
+    assert same.group_index == batch.group_index and [e["seed"] for e in same.extra_info] == seeds
+    with pytest.raises(ConfigError, match=r"env.train_env_manager.max_traj_per_env: 1 is below the 2 episode\(s\) each environment plays per step"):
+        trainer(model, tmp_path, *common, "env.train_env_manager.max_traj_per_env=1")
+    with pytest.raises(ConfigError, match=r"env.val_env_manager.max_traj_per_env: 0 is below the 1 episode\(s\) each environment plays per validation"):
+        trainer(model, tmp_path, *common, "env.val_env_manager.max_traj_per_env=0")

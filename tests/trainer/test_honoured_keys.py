@@ -342,6 +342,7 @@ AGENTIC_TESTS = {
     **{k: "test_tags_groups_partition_and_group_size_lay_out_the_step" for k in ("tags", "num_env_groups", "num_groups_partition", "group_size")},
     "format_penalty": "test_the_score_is_the_trajectory_reward_with_the_format_penalty",
     "max_env_num_per_worker": "test_max_env_num_per_worker_splits_each_turn_into_generate_calls",
+    "max_traj_per_env": "test_each_env_plays_the_episodes_the_batch_needs_up_to_max_traj_per_env",
 }
 
 ELSEWHERE = {
@@ -450,7 +451,7 @@ ELSEWHERE = {
     "env.custom_envs": f"{AGENTIC}::test_tags_groups_partition_and_group_size_lay_out_the_step",
     **{f"env.train_env_manager.{k}": f"{AGENTIC}::{test}" for k, test in AGENTIC_TESTS.items()},
     **{f"env.val_env_manager.{k}": f"{AGENTIC}::test_validation_reports_success_per_tag_over_the_val_manager_groups"
-       for k in AGENTIC_TESTS},
+       for k in AGENTIC_TESTS if k != "max_traj_per_env"},
     # tool calling: unit tests of the tool rollout on a scripted engine, and the RL stage with the tools
     "rollout.multi_turn.enable": "tests/trainer/test_tool_stage.py::test_enable_plays_conversations_with_the_tools_and_scores_them_with_the_reward_function",
     "rollout.multi_turn.format": "tests/trainer/test_tool_stage.py::test_tool_calling_mistakes_are_named_before_a_model_loads",
@@ -465,6 +466,10 @@ ELSEWHERE = {
         "use_inference_chat_template": "test_use_inference_chat_template_re_renders_the_history",
         "tokenization_sanity_check_mode": "test_tokenization_sanity_check_counts_conversations_the_template_renders_otherwise",
     }.items()},
+    "env.val_env_manager.max_traj_per_env": f"{AGENTIC}::{AGENTIC_TESTS['max_traj_per_env']}",
+    **{f"env.{k}": f"{AGENTIC}::test_env_fault_keys_time_out_penalise_and_stop" for k in ("step_timeout", "failure_penalty", "max_failure_rate")},
+    **{f"algorithm.gigpo.{k}": "tests/trainer/test_agentic_credit.py::test_gigpo_keys_change_the_step_advantages_as_the_formula_says"
+       for k in ("step_weight", "episode_weight", "step_gamma")},
 }
 
 # Keys whose requested behaviour posttrain always has (each field's doc says so): no effect, checked.

@@ -49,13 +49,14 @@ TYPES: dict[str, TrinityType] = {
     "mix_chord": TrinityType("rl", "grpo", "mix_chord", expert=True),
     "on_policy_distill": TrinityType("rl", "on_policy_distill", "ppo", kl_loss_fn="none", advantage_fn_args={"kl_coef": 1.0}, teacher=True),
     "jsd": TrinityType("rl", "jsd", "ppo", kl_loss_fn="none", advantage_fn_args={"kl_coef": 1.0, "lambda_coef": 0.5}, teacher=True),
+    # an agentic stage's rows hold all turns of an episode: GRPO over them (see step_wise_grpo below)
+    "multi_step_grpo": TrinityType("rl", "step_wise_grpo", "ppo"),
     "sft": TrinityType("sft", None, "sft", kl_loss_fn="none"),
     "dpo": TrinityType("dpo", None, "dpo"),
 }
 
 #: Types posttrain does not run, with the reason the loader gives.
 REFUSED: dict[str, str] = {
-    "multi_step_grpo": "step-wise GRPO over multi-turn agent trajectories belongs to the agentic environments work (not implemented here yet)",
     "raft": "RAFT's experience filtering is done by Trinity-RFT's RAFT workflows, which posttrain does not run; to fine-tune on responses you filtered, use algorithm_type sft on them",
 }
 
@@ -63,6 +64,9 @@ REFUSED: dict[str, str] = {
 ADVANTAGE_FNS: dict[str, tuple[str, dict[str, Any]]] = {
     "ppo": ("gae", {}),
     "grpo": ("grpo", {}),
+    # Trinity normalises each episode's reward in its task group and gives it to every step; one
+    # posttrain agentic row is a whole episode (reward: the sum of its turns'), so this is GRPO
+    "step_wise_grpo": ("grpo", {}),
     "reinforceplusplus": ("reinforce_plus_plus", {}),
     "rloo": ("rloo", {}),
     "remax": ("remax", {}),

@@ -63,8 +63,7 @@ def _advantage(ctx: Context, t: TrinityType, why: str) -> None:
     ctx.consume(key, args_key)
     source = key if ctx.has(key) else TYPE_KEY
     if fn not in ADVANTAGE_FNS:
-        hint = " (step_wise_grpo belongs to the agentic environments work)" if fn == "step_wise_grpo" else ""
-        ctx.refuse(source, f"advantage_fn {fn!r} has no posttrain estimator{hint}; known: {', '.join(sorted(ADVANTAGE_FNS))}", "algorithm.adv_estimator", fn)
+        ctx.refuse(source, f"advantage_fn {fn!r} has no posttrain estimator; known: {', '.join(sorted(ADVANTAGE_FNS))}", "algorithm.adv_estimator", fn)
         return
     estimator, implied = ADVANTAGE_FNS[fn]
     ctx.set("algorithm.adv_estimator", estimator, source, f"{why}: advantage_fn {fn!r}" if source == TYPE_KEY else f"{fn!r} -> {estimator!r}")

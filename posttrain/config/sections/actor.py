@@ -200,6 +200,7 @@ NO_EFFECT: dict[str, str] = {
     "roll:enable_old_logprobs_recompute": "when ROLL computes old log-probs (a scheduling optimisation with the same values); posttrain decides with actor.reuse_rollout_logprobs",
     "roll:reference.use_dynamic_batching_in_train": "the reference is never trained",
     "roll:reference.max_tokens_per_microbatch_in_train": "the reference is never trained",
+    "roll:batch_adjust_mode": "posttrain trains one row per trajectory (all its turns), so a step is always rollout_batch_size rows: no step samples to copy or delete",
     "roll:validation.eval_steps": _NOT_READ + " (its validation frequency is the top-level eval_steps)",
     **{f"roll:{role}.model_args.flash_attn": _NOT_READ + " (the attention kernel is model_args.attn_implementation)"
        for role in ("actor_train", "actor_infer", "reference", "critic")},

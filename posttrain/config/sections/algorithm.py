@@ -111,6 +111,15 @@ class AgenticRewardNormConfig:
 
 
 @section
+class GiGPOConfig:
+    """Step-level credit of `adv_estimator: gigpo` (posttrain.algorithms.gigpo_advantage)."""
+
+    step_weight: float = param(1.0, doc="Weight of the step-level (anchor-state) advantage added to the episode-level one.", ge=0, refs=["roll:step_reward_weight"])
+    episode_weight: float = param(1.0, doc="Weight of the episode-level (GRPO group) advantage.", ge=0, refs=["roll:episode_reward_weight"])
+    step_gamma: float = param(0.95, doc="Discount of the per-turn returns that the step-level advantage compares.", ge=0, le=1, refs=["roll:step_reward_gamma"])
+
+
+@section
 class AlgorithmConfig:
     """Kind of training, advantage estimation, KL in reward and reward shaping."""
 
@@ -147,6 +156,7 @@ class AlgorithmConfig:
     difficulty_low_threshold: float = param(0.1, doc="Lowest group mean reward kept by difficulty_mask.", ge=0, le=1, todo="difficulty filtering; dynamic sampling issue", refs=["roll:difficulty_low_threshold"])
     difficulty_high_threshold: float = param(0.95, doc="Highest group mean reward kept by difficulty_mask.", ge=0, le=1, todo="difficulty filtering; dynamic sampling issue", refs=["roll:difficulty_high_threshold"])
     agentic_reward_norm: AgenticRewardNormConfig = param(factory=AgenticRewardNormConfig, doc="Agentic (multi-turn env) reward normalisation.")
+    gigpo: GiGPOConfig = param(factory=GiGPOConfig, doc="Weights and discount of GiGPO's step-level credit (adv_estimator: gigpo, agentic stages).")
 
     rollout_is: bool = param(False, doc="Multiply the policy loss by the rollout importance weights pi_old / pi_rollout (posttrain.algorithms.rollout_importance_weights); false only logs them (rejection by rollout_is_mode=mask and the veto still applies). Needs rollout_is_threshold.", refs=["verl:algorithm.rollout_is"])
     rollout_is_threshold: float | None = param(None, doc="Upper bound U of the rollout importance weight; null switches rollout importance sampling off (no weights, metrics or rejection). Useful where the engine computes differently from the actor (rollout.dtype bf16); with equal numerics every weight is 1.", gt=0, refs=["verl:algorithm.rollout_is_threshold"])
@@ -159,10 +169,6 @@ class AlgorithmConfig:
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "roll:step_reward_gamma": "not implemented yet: step-level rewards of agentic trajectories (GiGPO; agentic issue 15)",
-    "roll:step_reward_weight": "not implemented yet: step-level rewards of agentic trajectories (GiGPO; agentic issue 15)",
-    "roll:episode_reward_weight": "not implemented yet: step-level rewards of agentic trajectories (GiGPO; agentic issue 15)",
-    "roll:batch_adjust_mode": "not implemented yet: resizing an agentic batch to the rollout batch size after filtering (agentic issue 15)",
     "roll:reward_normalization": "not implemented yet: agentic reward normalisation (agentic issue 15)",
     "roll:student": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
     "roll:teacher": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",

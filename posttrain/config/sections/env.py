@@ -25,7 +25,7 @@ class EnvManagerConfig:
     group_size: int = param(1, doc="Environments per group; they share env config and seed.", ge=1, refs=["roll:.group_size"])
     tags: list[str] = param(factory=list, doc="Names of the environments (keys of env.custom_envs) to run.", refs=["roll:.tags"])
     num_groups_partition: list[int] = param(factory=list, doc="Groups given to each tag, in order; empty splits num_env_groups evenly.", refs=["roll:.num_groups_partition", "roll:.n_groups"])
-    max_traj_per_env: int = param(-1, doc="Most trajectories one environment may produce; -1 means no limit.", ge=-1, todo=_TODO, refs=["roll:.max_traj_per_env"])
+    max_traj_per_env: int = param(-1, doc="Most episodes one environment may play per step (validation: per validation); -1 means as many as the step needs. Training environments play data.train_batch_size x rollout.n / (num_env_groups x group_size) episodes each, with their own seeds, validation ones one: a smaller value is refused, a larger one changes nothing.", ge=-1, refs=["roll:.max_traj_per_env"])
     format_penalty: float = param(0.0, doc="Reward added (a negative number) per action the action_pattern or the env rejects; a custom_envs entry's own format_penalty wins.", le=0, refs=["roll:.format_penalty"])
     max_env_num_per_worker: int = param(0, doc="Most environments whose turns go to the engine in one generate call; 0 means all live ones.", ge=0, refs=["roll:.max_env_num_per_worker"])
     worker_cls: str | None = param(None, doc="Import path of the env-manager worker class; null uses posttrain's.", todo=_TODO, refs=["roll:.worker_cls"])
@@ -39,6 +39,9 @@ class EnvConfig:
     env_manager_cls: str | None = param(None, doc="Import path of the env-manager class (e.g. a trajectory-level manager); null uses posttrain's.", todo=_TODO, refs=["roll:env_manager_cls"])
     train_env_manager: EnvManagerConfig = param(factory=EnvManagerConfig, doc="Environments that produce training trajectories.", refs=["roll:train_env_manager"])
     val_env_manager: EnvManagerConfig = param(factory=EnvManagerConfig, doc="Environments that produce validation trajectories.", refs=["roll:val_env_manager"])
+    step_timeout: float | None = param(60.0, doc="Seconds one reset, step or state call of an environment may take; a slower call ends its trajectory as failed. Null waits forever.", gt=0)
+    failure_penalty: float = param(0.0, doc="Reward of the turn whose environment call raised, hung or returned something malformed (that trajectory ends there).", le=0)
+    max_failure_rate: float = param(0.1, doc="Share of a step's (or a validation's) episodes whose environment may fail before the run stops with the first failure's error.", ge=0, le=1)
     render_save_dir: str | None = param(None, doc="Directory for rendered frames of validation episodes; null saves none.", todo=_TODO, refs=["roll:render_save_dir"])
 
 
