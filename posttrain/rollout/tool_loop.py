@@ -1,7 +1,7 @@
 """Tool calling (verl's multi-turn rollout) on the agent loop: a batch of prompts in, a batch of
 multi-turn responses out, shaped as the engine's `generate` shapes them.
 
-Each of the `n` responses to a prompt is one `ToolEnv` conversation (`posttrain.envs.tools`) played
+Each of the `n` responses to a prompt is one `ToolEnv` conversation (`posttrain.tools`) played
 by the agent loop (`posttrain.rollout.agent_loop`), which batches every live conversation's next
 turn into one `generate` call. The prompt is the data's, templated with the tool schemas; a
 response is the model's turns interleaved with the tools' answers (rendered by the chat template as
@@ -17,9 +17,9 @@ from typing import Any, Sequence
 
 from posttrain.config.sections.rollout import MultiTurnConfig
 from posttrain.envs.spec import EnvSpec
-from posttrain.envs.tools import PARSERS, ToolEnv, ToolLimits, build_tools, load_tool_config
-from posttrain.envs.tools.config import load_interactions
-from posttrain.envs.tools.interpreter import CodeInterpreter
+from posttrain.tools import PARSERS, ToolEnv, ToolLimits, build_tools, load_tool_config
+from posttrain.tools.config import load_interactions
+from posttrain.tools.interpreter import CodeInterpreter
 from posttrain.errors import ConfigError, DataError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.agent_loop import EnvSlot, Generate, LoopLimits, run_episodes

@@ -19,6 +19,8 @@ import json
 import random
 
 from posttrain.errors import ConfigError
+from posttrain.tools.calculator import evaluate
+from posttrain.tools.hermes import parse_hermes
 from posttrain.tasks.answers import extract_answer
 from posttrain.tasks.registry import Problem, TaskOption, register_task
 
@@ -40,11 +42,6 @@ def final_answer(solution_str: str) -> str:
 
 
 def _correct_call(solution_str: str, truth: int) -> bool:
-    # imported here: posttrain.envs imports the tasks (its one-action task environment), so the tasks
-    # package must not import posttrain.envs while it loads
-    from posttrain.envs.tools.calculator import evaluate
-    from posttrain.envs.tools.hermes import parse_hermes
-
     for call in parse_hermes(solution_str):
         if call.name == "calculator" and call.arguments is not None:
             try:

@@ -16,7 +16,7 @@ from typing import Any
 from posttrain.config.schema import Config
 from posttrain.config.sections.data import DataConfig
 from posttrain.data.dataset import make_formatter
-from posttrain.envs.tools import load_tool_config
+from posttrain.tools import load_tool_config
 from posttrain.errors import ConfigError
 from posttrain.rollout.tool_loop import ToolRollout
 from posttrain.trainer.agentic import is_agentic

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from posttrain.envs.tools import base, calculator, config, hermes, session
-from posttrain.envs.tools.calculator import evaluate
-from posttrain.envs.tools.config import build_tools, load_interactions, load_tool_config
-from posttrain.envs.tools.interpreter import CodeInterpreter
+from posttrain.tools import base, calculator, config, hermes, session
+from posttrain.tools.calculator import evaluate
+from posttrain.tools.config import build_tools, load_interactions, load_tool_config
+from posttrain.tools.interpreter import CodeInterpreter
 from posttrain.errors import ConfigError
 
 

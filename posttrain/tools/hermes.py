@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 
-from posttrain.envs.tools.base import ToolCall
+from posttrain.tools.base import ToolCall
 
 START, END = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(re.escape(START) + r"(.*?)" + re.escape(END), re.DOTALL)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from posttrain.envs.tools.base import function_schema, register_tool
+from posttrain.tools.base import function_schema, register_tool
 
 MAX_CHARS = 200
 MAX_EXPONENT = 64

@@ -1,7 +1,7 @@
 """What a tool is, what a call and its result are, and the registry of built-in tools.
 
 A tool is any class whose instances have ``execute(arguments: dict) -> str | ToolResult``; the tool
-config (`posttrain.envs.tools.config`) builds it with its ``config`` mapping as keyword arguments
+config (`posttrain.tools.config`) builds it with its ``config`` mapping as keyword arguments
 and gives it an OpenAI function schema (the config's ``tool_schema``, else the class's ``schema``
 attribute). The schema's ``function.name`` is the name the model calls it by. verl's tools take
 ``(config, tool_schema)`` and are asynchronous with per-trajectory instances; posttrain's are plain

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, Sequence
 
-from posttrain.envs.tools.base import function_schema, register_tool
+from posttrain.tools.base import function_schema, register_tool
 from posttrain.errors import ConfigError
 from posttrain.sandbox import Limits, run_python
 

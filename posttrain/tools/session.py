@@ -1,6 +1,6 @@
 """`ToolEnv`: one conversation in which the model may call tools, as an environment of the agent loop.
 
-Each model turn is parsed for tool calls (`posttrain.envs.tools.hermes`). With calls, the first
+Each model turn is parsed for tool calls (`posttrain.tools.hermes`). With calls, the first
 `max_parallel_calls` run and their answers come back as ``tool`` messages (the observation is that
 list of messages, rendered by the chat template as the tool turn); without, the conversation ends,
 unless an interaction (a simulated user, verl's ``interaction_config_path``) answers with a user
@@ -24,7 +24,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from posttrain.envs.tools.base import ToolCall, ToolResult
+from posttrain.tools.base import ToolCall, ToolResult
 
 Message = dict[str, Any]
 TRUNCATED = "...(truncated)..."

@@ -24,9 +24,9 @@ from typing import Any
 
 import yaml
 
-from posttrain.envs.tools import interpreter  # noqa: F401  (registers the built-in tools)
-from posttrain.envs.tools import calculator  # noqa: F401
-from posttrain.envs.tools.base import TOOLS
+from posttrain.tools import interpreter  # noqa: F401  (registers the built-in tools)
+from posttrain.tools import calculator  # noqa: F401
+from posttrain.tools.base import TOOLS
 from posttrain.errors import ConfigError
 from posttrain.files import import_python_file
 
