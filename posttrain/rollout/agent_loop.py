@@ -19,6 +19,8 @@ credit (`anchor_state`).
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -165,7 +167,8 @@ def anchor_state(slot: EnvSlot, traj: Trajectory, turn: int, timeout: float | No
     was shown: equal values are the same environment state."""
     state = getattr(slot.env, "state", None)
     if not callable(state):
-        return traj.observation
+        observation = traj.observation  # a tool env's observation is a list of messages: compared as JSON
+        return observation if isinstance(observation, str) else json.dumps(observation, sort_keys=True)
     value = call_env(state, timeout, where(_name(slot), slot.seed, turn), "state()")
     try:
         hash(value)

@@ -67,7 +67,10 @@ def _actor_run(model_dir, dp, case, offload=False):
     batch = _batch(_load(model_dir, DataParallel()))
     model = _load(model_dir, dp, offload=offload)
     settings = actor_settings(use_kl_loss=True, kl_loss_coef=0.3, entropy_coeff=0.05, grad_clip=0.5, **{"mini_batch_size": 7, **case})
-    actor = Actor(model, torch.optim.AdamW(model.parameters(), lr=1e-2), NoSchedule(), settings, dp=dp)
+    # eps 1e-6: Adam divides by sqrt(v) + eps, so with the default 1e-8 an entry whose gradient is
+    # ~1e-9 moves by a large share of lr, and summing two ranks' shares in another order (a rounding)
+    # moved such an entry by 6e-5; 1e-6 keeps the update a smooth function of the gradient
+    actor = Actor(model, torch.optim.AdamW(model.parameters(), lr=1e-2, eps=1e-6), NoSchedule(), settings, dp=dp)
     metrics = actor.update(batch)
     return metrics, _full(model), actor.compute_logprobs(batch)
 

@@ -34,6 +34,7 @@ NEEDS = {
     "reinforce_plus_plus_baseline": EstimatorNeeds(), "reinforceplusplus_baseline": EstimatorNeeds(),
     "asymre": EstimatorNeeds(), "rec": EstimatorNeeds(),
     "on_policy_distill": EstimatorNeeds(reference=True), "jsd": EstimatorNeeds(reference=True),
+    "step_wise_grpo": EstimatorNeeds(), "gigpo": EstimatorNeeds(turns=True), "step_reinforce": EstimatorNeeds(turns=True),
 }
 
 
