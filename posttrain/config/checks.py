@@ -22,7 +22,7 @@ from posttrain.config.access import device_lists, get_path, is_rl, training_kind
 from posttrain.config.checks_profiler import check_profiler
 from posttrain.config.sections.data import check_domain_probs
 from posttrain.config.sections.reward import check_reward_workers
-from posttrain.config.sections.rollout import check_prompt_length
+from posttrain.config.sections.rollout import check_min_response_length, check_prompt_length
 
 
 def check_device_mapping(cfg: Any) -> list[str]:
@@ -418,6 +418,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_reward_workers,
     check_domain_probs,
     check_prompt_length,
+    check_min_response_length,
 ]
 
 

@@ -44,6 +44,20 @@ class SamplingParams:
     # prompt + response cap per row (model.max_model_len): a row stops after max_total_tokens minus its
     # prompt's real tokens, at least one token; None: max_new_tokens alone
     max_total_tokens: int | None = None
+    # EOS and stop ids cannot be drawn at the first min_new_tokens decode steps (vLLM's min_tokens,
+    # SGLang's min_new_tokens); 0: off. max_new_tokens and max_total_tokens still end a row earlier.
+    min_new_tokens: int = 0
+    # The first token alone is drawn at this temperature and top-k (FIRE sampling); None: the
+    # temperature/top_k above. Recorded log-probs stay at `temperature` (module docstring).
+    first_token_temperature: float | None = None
+    first_token_top_k: int | None = None
+
+    def draw_settings(self, step: int) -> tuple[float, int]:
+        """(temperature, top_k) that draw decode step `step` (0: the first response token)."""
+        if step == 0:
+            temperature = self.temperature if self.first_token_temperature is None else self.first_token_temperature
+            return temperature, self.top_k if self.first_token_top_k is None else self.first_token_top_k
+        return self.temperature, self.top_k
 
     def __post_init__(self) -> None:
         problems = []
@@ -57,12 +71,18 @@ class SamplingParams:
             problems.append(f"n and max_new_tokens must be >= 1, got n={self.n}, max_new_tokens={self.max_new_tokens}")
         if self.repetition_penalty <= 0:
             problems.append(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.min_new_tokens < 0:
+            problems.append(f"min_new_tokens must be >= 0, got {self.min_new_tokens}")
+        if self.first_token_temperature is not None and self.first_token_temperature <= 0:
+            problems.append(f"first_token_temperature must be > 0, got {self.first_token_temperature}")
+        if self.first_token_top_k is not None and self.first_token_top_k < -1:
+            problems.append(f"first_token_top_k must be -1 (off), 0 (off) or positive, got {self.first_token_top_k}")
         if problems:
             raise ValueError("; ".join(problems))
 
     def greedy(self) -> SamplingParams:
         """The same limits with argmax decoding and one response: validation's default."""
-        return replace(self, do_sample=False, n=1, top_k=-1, top_p=1.0)
+        return replace(self, do_sample=False, n=1, top_k=-1, top_p=1.0, first_token_temperature=None, first_token_top_k=None)
 
 
 @runtime_checkable

@@ -123,6 +123,8 @@ KNOBS = [
     knob("rollout.ignore_eos=true", "responses", "data.max_response_length=48"),
     knob("rollout.response_length=3", "responses"),
     knob("rollout.seed=2", "responses"),
+    knob("rollout.min_response_length=5", "responses"),
+    knob("rollout.use_fire_sampling=true", "responses"),
     knob(("rollout.val_kwargs.do_sample=true", "rollout.val_kwargs.temperature=1.0"), "validation", *VAL),
     knob("rollout.val_kwargs.temperature=3.0", "validation", *VAL_SAMPLED),
     knob("rollout.val_kwargs.top_k=1", "validation", *VAL_SAMPLED),
