@@ -20,6 +20,7 @@ from typing import Any, Callable
 from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorNeeds, estimator_needs
 from posttrain.config.access import device_lists, get_path, is_rl, training_kind, world_size
 from posttrain.config.checks_profiler import check_profiler
+from posttrain.config.sections.actor import check_save_contents
 from posttrain.config.sections.data import check_domain_probs
 from posttrain.config.sections.reward import check_reward_workers
 from posttrain.config.sections.rollout import check_min_response_length, check_prompt_length
@@ -419,6 +420,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_domain_probs,
     check_prompt_length,
     check_min_response_length,
+    check_save_contents,
 ]
 
 

@@ -175,6 +175,7 @@ KNOBS = [
     knob("actor.optim.num_cycles=1.0", "metrics", *COSINE),
     knob("actor.optim.lr_warmup_init=5e-4", "metrics", "actor.optim.lr_warmup_steps=2"),
     knob("actor.fsdp_config.mixed_precision.param_dtype=bf16", "metrics"),
+    knob("actor.checkpoint.save_contents=[model]", "files", *CKPT),
     knob("actor.checkpoint.load_contents=[model]", "weights", *CKPT, *RESUME, f"trainer.resume_from_path={STEP}1", first=CKPT),
     # reference
     knob("ref.log_prob_micro_batch_size_per_gpu=2", "forwards", *REF),
@@ -214,6 +215,7 @@ KNOBS = [
     knob("critic.model.lora_alpha=64", "metrics", *CRITIC_LORA),
     knob("critic.model.target_modules=[q_proj]", "metrics", *CRITIC_LORA),
     knob("critic.fsdp_config.mixed_precision.param_dtype=bf16", "metrics", *CRITIC),
+    knob("critic.checkpoint.save_contents=[model]", "files", *CRITIC, *CKPT),
     knob("critic.checkpoint.load_contents=[model]", "metrics", *CRITIC, *CKPT, *RESUME, f"trainer.resume_from_path={STEP}1", first=(*CRITIC, *CKPT)),
     # reward
     knob("reward.reward_manager=parallel", "pools", "reward.num_workers=1"),
