@@ -415,6 +415,10 @@ ELSEWHERE = {
     "buffer.trainer_input.experience_buffer.name": f"{SYNC}::test_the_buffer_file_is_named_by_the_buffer_name_unless_a_path_is_given",
     "buffer.trainer_input.experience_buffer.path": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
     "buffer.trainer_input.experience_buffer.max_read_timeout": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
+    # the log files of a run of several processes, and what posttrain's loggers write
+    "log.dir": "tests/cluster/test_process_logs.py::test_the_local_launcher_writes_the_workers_logs_where_log_says",
+    "log.group_by_node": "tests/cluster/test_process_logs.py::test_log_dir_and_group_by_node_place_each_process_s_file",
+    "log.level": "tests/cluster/test_process_logs.py::test_log_level_decides_which_records_posttrain_s_loggers_write",
     # needs an adapter written by an earlier run
     "model.lora_adapter_path": "tests/trainer/test_lora_rl.py::test_a_run_starts_from_an_adapter_given_by_lora_adapter_path",
     # profiling: what a trace holds, which of several workers profile, the CUDA memory history (GPU only)
