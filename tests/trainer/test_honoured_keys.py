@@ -451,6 +451,8 @@ SAME_RESULT = {
     "synchronizer.sync_method": "synchronizer.sync_method=checkpoint",
     # queue and sql are both the SQLite buffer (a decoupled run's; the synchronous loop has none)
     "buffer.trainer_input.experience_buffer.storage_type": "buffer.trainer_input.experience_buffer.storage_type=sql",
+    # one process writes one checkpoint at a time: every strategy is met (several processes: tests/config)
+    "trainer.save_strategy": (*CKPT, "trainer.save_strategy=single_thread"),
     # fsdp and fsdp2 both select FSDP2, posttrain's one sharding backend
     "actor.strategy": "actor.strategy=fsdp2",
     "ref.strategy": "ref.strategy=fsdp2",
