@@ -36,6 +36,7 @@ SHAPING: tuple[Callable, ...] = (
     A.whiten,
     A.clip_advantages,
     A.sample_loss_weights,
+    A.sample_keep_mask,
     A.rollout_importance_weights,
     A.pf_ppo_weights,
     A.pf_ppo_resample,

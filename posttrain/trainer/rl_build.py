@@ -251,6 +251,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             loss_mode=a.policy_loss.loss_mode,
             loss_options=_loss_options(cfg),
             loss_takes_scores=loss_takes_scores(a.policy_loss.loss_mode),
+            difficulty_loss_weight=cfg.algorithm.difficulty_loss_weight,
+            length_loss_weight=cfg.algorithm.length_loss_weight,
             loss_agg_mode=a.loss_agg_mode,
             loss_scale_factor=float(response_length(cfg)) if a.loss_agg_mode == "seq-mean-token-sum-norm" else None,
             entropy_coeff=a.entropy_coeff,

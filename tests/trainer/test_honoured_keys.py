@@ -57,6 +57,7 @@ COSINE = ("actor.optim.lr_scheduler_type=cosine",)
 CKPT = ("trainer.save_freq=1",)
 RIS = ("algorithm.rollout_is_threshold=1.001", "actor.reuse_rollout_logprobs=never", "rollout.dtype=bf16")
 REWARD_FILE = ("reward.custom_reward_function.path={data}/reward.py",)
+BY_LENGTH = (*REWARD_FILE, "reward.custom_reward_function.name=by_length")  # scores vary within a group
 FLAKY = (*REWARD_FILE, "reward.custom_reward_function.name=flaky", "reward.on_error=fixed")
 RM = ("reward.reward_model.enable=true", "reward.reward_model.path={assets}/rm")
 SFT_DATA = ("data.train_files={data}/sft_train.parquet", "data.max_length=48", "actor.ppo_micro_batch_size_per_gpu=4")
@@ -255,6 +256,14 @@ KNOBS = [
     knob("algorithm.use_pf_ppo=true", "weights"),
     knob("algorithm.pf_ppo.reweight_method=max_min", "weights", "algorithm.use_pf_ppo=true"),
     knob("algorithm.pf_ppo.weight_pow=8.0", "weights", "algorithm.use_pf_ppo=true"),
+    knob("algorithm.max_len_mask=true", "weights", *BY_LENGTH),  # every response fills the budget: none trains
+    knob("algorithm.difficulty_mask=true", "weights", *BY_LENGTH, "algorithm.difficulty_high_threshold=0.6"),
+    knob("algorithm.difficulty_low_threshold=0.6", "metrics", *BY_LENGTH, "algorithm.difficulty_mask=true"),
+    knob("algorithm.difficulty_high_threshold=0.6", "metrics", *BY_LENGTH, "algorithm.difficulty_mask=true"),
+    knob("algorithm.error_max_len_clip=true", "weights", *BY_LENGTH),  # scores other than 0 and 1 leave
+    knob("algorithm.error_max_len_threshold=3", "metrics", *REWARD_FILE, "algorithm.error_max_len_clip=true"),
+    knob("algorithm.length_loss_weight=true", "metrics", *VARIED, "model.max_model_len=74"),  # rows cut at 2 to 48 tokens
+    knob("algorithm.difficulty_loss_weight=true", "exit"),  # the task's rows have no extra_info.difficulty: refused by row
     knob("algorithm.dpo.beta=0.5", "metrics", *DPO),
     knob("algorithm.dpo.label_smoothing=0.2", "metrics", *DPO),
     knob("algorithm.dpo.loss_type=ipo", "metrics", *DPO),

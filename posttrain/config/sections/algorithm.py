@@ -138,14 +138,14 @@ class AlgorithmConfig:
     filter_groups: FilterGroupsConfig = param(factory=FilterGroupsConfig, doc="DAPO dynamic sampling of informative prompt groups.")
     dpo: DPOConfig = param(factory=DPOConfig, doc="DPO loss settings (kind: dpo).")
 
-    add_len_reward: bool = param(False, doc="Add ROLL's response-length term to the reward.", todo="length reward shaping; reward shaping issue", refs=["roll:add_len_reward"])
-    difficulty_loss_weight: bool = param(False, doc="Weight each sample's loss by its prompt's difficulty (share of failed responses in the group).", todo="per-sample loss weights; reward shaping issue", refs=["roll:difficulty_loss_weight"])
-    length_loss_weight: bool = param(False, doc="Weight each sample's loss by its response length relative to the batch.", todo="per-sample loss weights; reward shaping issue", refs=["roll:length_loss_weight"])
-    max_len_mask: bool = param(False, doc="Drop responses cut at max_response_length from the loss (overlong filtering).", todo="overlong filtering; reward shaping issue", refs=["roll:max_len_mask"])
-    error_max_len_clip: bool = param(False, doc="Like max_len_mask but only for truncated responses that also scored as wrong.", todo="overlong filtering; reward shaping issue", refs=["roll:error_max_len_clip"])
-    difficulty_mask: bool = param(False, doc="Drop prompt groups whose mean reward is outside [difficulty_low_threshold, difficulty_high_threshold].", todo="difficulty filtering; dynamic sampling issue", refs=["roll:difficulty_mask"])
-    difficulty_low_threshold: float = param(0.1, doc="Lowest group mean reward kept by difficulty_mask.", ge=0, le=1, todo="difficulty filtering; dynamic sampling issue", refs=["roll:difficulty_low_threshold"])
-    difficulty_high_threshold: float = param(0.95, doc="Highest group mean reward kept by difficulty_mask.", ge=0, le=1, todo="difficulty filtering; dynamic sampling issue", refs=["roll:difficulty_high_threshold"])
+    difficulty_loss_weight: bool = param(False, doc="ROLL's difficulty weights: each response's policy loss is weighted by 0.5 + 1.5 x its row's extra_info.difficulty (clamped to [0, 1]; every row needs one), rescaled to mean 1 per micro-batch as ROLL does (posttrain.algorithms.sample_loss_weights).", refs=["roll:difficulty_loss_weight"])
+    length_loss_weight: bool = param(False, doc="ROLL's length weights: each response's policy loss is weighted by 1.5 - its length's position between the micro-batch's shortest (1.5) and longest (0.5) response, rescaled to mean 1.", refs=["roll:length_loss_weight"])
+    max_len_mask: bool = param(False, doc="Leave responses as long as the response budget (cut before their end) out of the losses after the advantages (DAPO's overlong filtering; posttrain.algorithms.sample_keep_mask).", refs=["roll:max_len_mask"])
+    error_max_len_clip: bool = param(False, doc="Keep in the losses (after the advantages) only responses scored exactly 1, or exactly 0 and shorter than error_max_len_threshold tokens (ROLL's rule: any other score is left out too).", refs=["roll:error_max_len_clip"])
+    error_max_len_threshold: int = param(2**62, doc="Length from which a response scored 0 is left out by error_max_len_clip (ROLL's default: no length limit).", ge=1, refs=["roll:error_max_len_threshold"])
+    difficulty_mask: bool = param(False, doc="Leave prompt groups whose mean score is not strictly between difficulty_low_threshold and difficulty_high_threshold out of the losses (policy, KL, entropy and value; the advantages still see them).", refs=["roll:difficulty_mask"])
+    difficulty_low_threshold: float = param(0.1, doc="A group's mean score must exceed this to stay in the losses under difficulty_mask.", refs=["roll:difficulty_low_threshold"])
+    difficulty_high_threshold: float = param(0.95, doc="A group's mean score must stay below this to stay in the losses under difficulty_mask.", refs=["roll:difficulty_high_threshold"])
     agentic_reward_norm: AgenticRewardNormConfig = param(factory=AgenticRewardNormConfig, doc="Agentic (multi-turn env) reward normalisation.")
 
     rollout_is: bool = param(False, doc="Multiply the policy loss by the rollout importance weights pi_old / pi_rollout (posttrain.algorithms.rollout_importance_weights); false only logs them (rejection by rollout_is_mode=mask and the veto still applies). Needs rollout_is_threshold.", refs=["verl:algorithm.rollout_is"])
@@ -158,3 +158,8 @@ class AlgorithmConfig:
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {}
+
+# Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
+NO_EFFECT: dict[str, str] = {
+    "roll:add_len_reward": "declared in ROLL's PPOConfig but read nowhere in ROLL's code, so no value of it changes a ROLL run either (checked against alibaba/ROLL's source)",
+}
