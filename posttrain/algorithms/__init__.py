@@ -60,6 +60,7 @@ from posttrain.algorithms.registry import (
 )
 from posttrain.algorithms.rollout_correction import RolloutCorrection, rollout_importance_weights
 from posttrain.algorithms.running import RunningMoments
+from posttrain.algorithms.agentic_norm import agentic_reward_norm
 from posttrain.algorithms.sample_controls import sample_keep_mask
 from posttrain.algorithms.shaping import (
     NORM_TYPES,
@@ -75,6 +76,7 @@ from posttrain.algorithms.supervised import dpo_loss, dpo_policy_loss, sft_loss
 from posttrain.algorithms.value import ValueLossOutput, value_loss
 
 __all__ = [
+    "agentic_reward_norm",
     "sample_keep_mask",
     "ADVANTAGE_ESTIMATORS",
     "POLICY_LOSSES",

@@ -21,6 +21,7 @@ from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorNeeds, 
 from posttrain.config.access import device_lists, get_path, is_rl, training_kind, world_size
 from posttrain.config.checks_profiler import check_profiler
 from posttrain.config.sections.actor import check_save_contents
+from posttrain.config.sections.algorithm import check_agentic_reward_norm
 from posttrain.config.sections.data import check_domain_probs
 from posttrain.config.sections.reward import check_reward_workers
 from posttrain.config.sections.trainer import check_save_strategy
@@ -423,6 +424,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_min_response_length,
     check_save_contents,
     check_save_strategy,
+    check_agentic_reward_norm,
 ]
 
 

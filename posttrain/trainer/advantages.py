@@ -18,6 +18,7 @@ import torch
 
 from posttrain.algorithms import (
     AdaptiveKLController,
+    agentic_reward_norm,
     FixedKLController,
     RunningMoments,
     apply_kl_penalty,
@@ -30,7 +31,7 @@ from posttrain.algorithms import (
     sample_keep_mask,
     whiten,
 )
-from posttrain.config.sections.algorithm import AlgorithmConfig
+from posttrain.config.sections.algorithm import AgenticRewardNormConfig, AlgorithmConfig
 from posttrain.records import RolloutBatch
 from posttrain.rewards.placement import place_scores
 
@@ -117,6 +118,15 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
         adv, metrics["critic/advantage_clip_frac"] = clipped.values * mask, clipped.clip_frac
     batch.advantages, batch.returns = adv, ret
     return metrics
+
+
+def agentic_scores(scores: torch.Tensor, batch: RolloutBatch, norm: AgenticRewardNormConfig) -> torch.Tensor:
+    """An agentic stage's trajectory scores (B,) after ROLL's reward normalisation
+    (`algorithm.agentic_reward_norm`), which comes before the shaping every stage shares. The groups:
+    traj_group_id is the row's environment group (`group_index`), tags its environment type
+    (`data_source`), batch all rows."""
+    groups = {"batch": None, "traj_group_id": batch.group_index, "tags": batch.data_source}[norm.grouping]
+    return agentic_reward_norm(scores, groups, norm.method)
 
 
 def mask_samples(batch: RolloutBatch, scores: torch.Tensor, alg: AlgorithmConfig, max_length: int) -> dict[str, float]:

@@ -424,6 +424,9 @@ ELSEWHERE = {
     "buffer.trainer_input.experience_buffer.name": f"{SYNC}::test_the_buffer_file_is_named_by_the_buffer_name_unless_a_path_is_given",
     "buffer.trainer_input.experience_buffer.path": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
     "buffer.trainer_input.experience_buffer.max_read_timeout": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
+    # agentic stages: the harness plays no environment; the mapping of each grouping to rows
+    **{f"algorithm.agentic_reward_norm.{k}": "tests/algorithms/test_agentic_norm.py::test_grouping_picks_the_environment_group_the_tag_or_the_batch"
+       for k in ("grouping", "method")},
     # the log files of a run of several processes, and what posttrain's loggers write
     "log.dir": "tests/cluster/test_process_logs.py::test_the_local_launcher_writes_the_workers_logs_where_log_says",
     "log.group_by_node": "tests/cluster/test_process_logs.py::test_log_dir_and_group_by_node_place_each_process_s_file",

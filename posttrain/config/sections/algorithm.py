@@ -18,6 +18,8 @@ penalty (use_kl_in_reward), whiten token rewards (whiten_rewards), estimate adva
 
 from __future__ import annotations
 
+from typing import Any
+
 from posttrain.config.fields import param, section
 
 NORM_SOURCES = (None, "batch", "group", "running")
@@ -108,8 +110,8 @@ class DPOConfig:
 class AgenticRewardNormConfig:
     """ROLL agentic pipeline: how trajectory rewards are grouped and normalised."""
 
-    grouping: str = param("traj_group_id", doc="What shares statistics: traj_group_id (same env seed), tags (env type), batch, state or inductive.", todo="agentic reward normalisation; agentic env issue", refs=["roll:reward_normalization.grouping"])
-    method: str = param("mean_std", doc="mean_std (standardise), asym_clip (standardise then clip asymmetrically) or identity.", choices=["mean_std", "asym_clip", "identity"], todo="agentic reward normalisation; agentic env issue", refs=["roll:reward_normalization.method"])
+    grouping: str = param("batch", doc="Which trajectories share the statistics (agentic stages): traj_group_id (one environment group: same tag and seed), tags (one environment type) or batch. ROLL's state and inductive need per-state keys posttrain's trajectories do not carry (they serve GiGPO's step rewards).", choices=["traj_group_id", "tags", "batch"], refs=["roll:reward_normalization.grouping"])
+    method: str = param("identity", doc="identity (scores as they are), mean (subtract the mean), mean_std (standardise) or asym_clip (ROLL computes it as mean_std); applied to an agentic stage's trajectory scores before the advantage estimator (posttrain.algorithms.agentic_reward_norm).", choices=["identity", "mean", "mean_std", "asym_clip"], refs=["roll:reward_normalization.method"])
 
 
 @section
@@ -163,3 +165,13 @@ UNSUPPORTED: dict[str, str] = {}
 NO_EFFECT: dict[str, str] = {
     "roll:add_len_reward": "declared in ROLL's PPOConfig but read nowhere in ROLL's code, so no value of it changes a ROLL run either (checked against alibaba/ROLL's source)",
 }
+
+
+def check_agentic_reward_norm(cfg: Any) -> list[str]:
+    """The agentic reward normalisation acts on environment trajectories only."""
+    norm = getattr(getattr(cfg, "algorithm", None), "agentic_reward_norm", None)
+    env = getattr(cfg, "env", None)
+    if norm is None or env is None or env.train_env_manager.tags or (norm.method, norm.grouping) == ("identity", "batch"):
+        return []
+    return [f"algorithm.agentic_reward_norm (method {norm.method}, grouping {norm.grouping}) normalises the trajectory scores of an agentic stage, "
+            "but env.train_env_manager.tags is empty: this stage answers prompts (use algorithm.reward_norm_mean / reward_norm_std there), or set the tags"]
