@@ -68,6 +68,7 @@ from posttrain.algorithms.shaping import (
     clip_advantages,
     clip_rewards,
     normalize_rewards,
+    overlong_penalty,
     sample_loss_weights,
     scores_to_token_rewards,
     whiten,
@@ -77,6 +78,7 @@ from posttrain.algorithms.value import ValueLossOutput, value_loss
 
 __all__ = [
     "agentic_reward_norm",
+    "overlong_penalty",
     "sample_keep_mask",
     "ADVANTAGE_ESTIMATORS",
     "POLICY_LOSSES",

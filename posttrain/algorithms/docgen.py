@@ -37,6 +37,7 @@ SHAPING: tuple[Callable, ...] = (
     A.clip_advantages,
     A.sample_loss_weights,
     A.sample_keep_mask,
+    A.overlong_penalty,
     A.agentic_reward_norm,
     A.rollout_importance_weights,
     A.pf_ppo_weights,

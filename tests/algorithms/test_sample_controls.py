@@ -52,3 +52,14 @@ def test_a_row_without_a_numeric_difficulty_is_named():
     assert difficulty_of([{"difficulty": 0.25}, {"difficulty": 1}], ["a", "b"]).tolist() == [0.25, 1.0]
     with pytest.raises(DataError, match="data source 'math' has extra_info.difficulty 'hard'"):
         difficulty_of([{"difficulty": "hard"}], ["math"])
+
+
+def test_overlong_penalty_ramps_over_the_last_tokens_of_the_budget():
+    """Budget 10, ramp 4, factor 2: free up to 6 tokens, then -0.5 per token down to -2 at 10."""
+    from posttrain.algorithms import overlong_penalty
+    from posttrain.config import load_config
+    from posttrain.errors import ConfigError
+
+    assert overlong_penalty(torch.tensor([3, 6, 7, 9, 10]), 10, 4, 2.0).tolist() == pytest.approx([0.0, 0.0, -0.5, -1.5, -2.0])
+    with pytest.raises(ConfigError, match="overlong_buffer.len \\(0\\) must be between 1 and the response length"):
+        load_config(None, ["reward.overlong_buffer.enable=true"])

@@ -58,6 +58,7 @@ CKPT = ("trainer.save_freq=1",)
 RIS = ("algorithm.rollout_is_threshold=1.001", "actor.reuse_rollout_logprobs=never", "rollout.dtype=bf16")
 REWARD_FILE = ("reward.custom_reward_function.path={data}/reward.py",)
 BY_LENGTH = (*REWARD_FILE, "reward.custom_reward_function.name=by_length")  # scores vary within a group
+OVERLONG = ("reward.overlong_buffer.len=4",)  # responses of 6 tokens against the budget of 6: in the ramp
 FLAKY = (*REWARD_FILE, "reward.custom_reward_function.name=flaky", "reward.on_error=fixed")
 RM = ("reward.reward_model.enable=true", "reward.reward_model.path={assets}/rm")
 SFT_DATA = ("data.train_files={data}/sft_train.parquet", "data.max_length=48", "actor.ppo_micro_batch_size_per_gpu=4")
@@ -229,6 +230,10 @@ KNOBS = [
     knob("reward.workers={len: {worker_cls: '{data}/reward.py:by_length', tag_included: [posttrain/sort]}}", "metrics"),
     knob("reward.custom_reward_function.name=by_length", "metrics", *REWARD_FILE),
     knob("reward.custom_reward_function.reward_kwargs={bonus: 1.0}", "metrics", *REWARD_FILE),
+    knob("reward.overlong_buffer.enable=true", "metrics", *OVERLONG),
+    knob("reward.overlong_buffer.len=40", "metrics", *OVERLONG, "reward.overlong_buffer.enable=true", "data.max_response_length=48"),  # answers end (EOS) before 48 tokens
+    knob("reward.overlong_buffer.penalty_factor=3.0", "metrics", *OVERLONG, "reward.overlong_buffer.enable=true"),
+    knob("reward.overlong_buffer.log=true", "metrics", *OVERLONG, "reward.overlong_buffer.enable=true"),
     knob("reward.reward_model.enable=true", "metrics", "reward.reward_model.path={assets}/rm"),
     knob("reward.reward_model.path={assets}/rm", "exit", "reward.reward_model.enable=true"),
     knob("reward.reward_model.micro_batch_size_per_gpu=2", "forwards", *RM),
