@@ -194,7 +194,10 @@ def _judge_problems(key: str, worker: Any) -> list[str]:
 
 def check_overlong_buffer(cfg: Any) -> list[str]:
     """The penalty ramp must fit in the response budget and have a length."""
-    buf, rollout, data = cfg.reward.overlong_buffer, getattr(cfg, "rollout", None), getattr(cfg, "data", None)
+    buf = getattr(getattr(cfg, "reward", None), "overlong_buffer", None)
+    rollout, data = getattr(cfg, "rollout", None), getattr(cfg, "data", None)
+    if buf is None:
+        return []
     budget = getattr(rollout, "response_length", None) or getattr(data, "max_response_length", None)
     if buf.enable and not (1 <= buf.len <= (budget or buf.len)):
         return [f"reward.overlong_buffer.len ({buf.len}) must be between 1 and the response length ({budget}) when the overlong penalty is enabled: the penalty ramps over the last len tokens of the budget"]
