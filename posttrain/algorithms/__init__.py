@@ -66,12 +66,15 @@ from posttrain.algorithms.registry import (
 )
 from posttrain.algorithms.rollout_correction import RolloutCorrection, rollout_importance_weights
 from posttrain.algorithms.running import RunningMoments
+from posttrain.algorithms.agentic_norm import agentic_reward_norm
+from posttrain.algorithms.sample_controls import sample_keep_mask
 from posttrain.algorithms.shaping import (
     NORM_TYPES,
     Clipped,
     clip_advantages,
     clip_rewards,
     normalize_rewards,
+    overlong_penalty,
     sample_loss_weights,
     scores_to_token_rewards,
     whiten,
@@ -80,6 +83,9 @@ from posttrain.algorithms.supervised import dpo_loss, dpo_policy_loss, sft_loss
 from posttrain.algorithms.value import ValueLossOutput, value_loss
 
 __all__ = [
+    "agentic_reward_norm",
+    "overlong_penalty",
+    "sample_keep_mask",
     "ADVANTAGE_ESTIMATORS",
     "POLICY_LOSSES",
     "AdvantageOutput",

@@ -168,3 +168,22 @@ def scores_to_token_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -
     rows = torch.nonzero(last >= 0).squeeze(-1)
     rewards[rows, last[rows]] = scores.float().reshape(-1)[rows]
     return rewards
+
+
+def overlong_penalty(lengths: torch.Tensor, max_length: int, buffer_len: int, penalty_factor: float) -> torch.Tensor:
+    """DAPO's soft overlong punishment (B,): 0 up to max_length - buffer_len tokens, then a linear
+    ramp down to -penalty_factor at max_length, added to each response's reward.
+
+    Formula:
+        p_i = min(-(L_i - (L_max - L_buf)) / L_buf * penalty_factor, 0) for response lengths L (B,).
+    Names:
+        verl `reward_model.overlong_buffer.{enable, len, penalty_factor}` (its DAPO reward manager's
+        `overlong_buffer_cfg`, with `max_resp_len` the response budget).
+    Paper:
+        DAPO: Yu et al. 2025, arXiv:2503.14476, section 3.4 (soft overlong punishment).
+
+    >>> overlong_penalty(torch.tensor([4, 6, 8]), 8, 4, 1.0).tolist()
+    [-0.0, -0.5, -1.0]
+    """
+    exceed = lengths.float() - (max_length - buffer_len)  # (B,) tokens into the ramp (negative before it)
+    return torch.clamp(-exceed / buffer_len * penalty_factor, max=0.0)

@@ -9,6 +9,7 @@ bit-for-bit those saved. Nothing is unpickled: see `posttrain.checkpoint.state`.
 from __future__ import annotations
 
 import pickle
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -74,6 +75,19 @@ def _tied(model: nn.Module, name: str, saved: dict[str, Any]) -> bool:
     return any(other in saved and params[other] is params[name] for other in params if other != name)
 
 
+def _not_saved(path: Path, role: str, wanted: set[str], saved: Iterable[str] | None) -> set[str]:
+    """The parts `wanted` that the checkpoint's role left out (its save_contents; None: everything
+    was saved), each named once on stderr: the run continues without them, not exactly."""
+    if saved is None:
+        return set()
+    missing = {part for part in wanted & {"optimizer", "extra"} if part not in saved}
+    for part in sorted(missing):
+        what = "the optimizer restarts with empty moments" if part == "optimizer" else "the LR schedule, generators and sampler restart"
+        print(f"posttrain: warning: {path}/{role} was saved without its {part} (checkpoint.save_contents); "
+              f"resuming continues without it, not exactly: {what}", file=sys.stderr)
+    return missing
+
+
 def load_checkpoint(path: Path, parts: Parts, load_contents: dict[str, Iterable[str]]) -> dict[str, Any]:
     """Restore `parts` from checkpoint directory `path`; returns its trainer state (step, ...).
 
@@ -89,6 +103,7 @@ def load_checkpoint(path: Path, parts: Parts, load_contents: dict[str, Iterable[
         if not role_dir.is_dir():
             raise CheckpointError(f"{path}: no {name}/ directory; this checkpoint was written by a run without a {name}")
         contents = set(load_contents.get(name, ("model", "optimizer", "extra")))
+        contents -= _not_saved(path, name, contents, state.get("contents", {}).get(name))
         weights, optimizer = bool(contents & {"model", "hf_model"}), "optimizer" in contents and role.optimizer is not None
         check_role_kind(role.model, role_dir)
         if is_adapter_dir(role_dir):  # a LoRA role: its adapter and the adapter's optimizer state
@@ -110,7 +125,8 @@ def load_checkpoint(path: Path, parts: Parts, load_contents: dict[str, Iterable[
             with _reading(role_dir / EXTRA_FILE):
                 extra_state = load_torch_state(role_dir / EXTRA_FILE)
             role.extra.load_state_dict(extra_state)
-    if all("extra" in set(load_contents.get(n, ("extra",))) for n in parts.roles):
+    if all("extra" in set(load_contents.get(n, ("extra",))) and "extra" in state.get("contents", {}).get(n, ("extra",))
+           for n in parts.roles):
         saved = state.get("states", {})
         for name, obj in parts.states.items():
             if name not in saved:

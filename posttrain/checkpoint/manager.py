@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -64,7 +65,14 @@ class Checkpointer:
         self.freq = t.save_freq
         self.keep = {"actor": t.max_actor_ckpt_to_keep, "critic": t.max_critic_ckpt_to_keep}
         self.load_contents = {"actor": ctx.cfg.actor.checkpoint.load_contents, "critic": ctx.cfg.critic.checkpoint.load_contents}
+        self.save_contents = {"actor": ctx.cfg.actor.checkpoint.save_contents, "critic": ctx.cfg.critic.checkpoint.save_contents}
         self.last_saved: Path | None = None
+        if self.freq > 0 and ctx.world.is_main:
+            for role in parts.roles:
+                left_out = [p for p in ("optimizer", "extra") if p not in self.save_contents.get(role, ("optimizer", "extra"))]
+                if left_out:
+                    print(f"posttrain: warning: {role}.checkpoint.save_contents leaves out {' and '.join(left_out)}: "
+                          "a run resumed from these checkpoints continues without it, not exactly", file=sys.stderr)
         if t.save_hf_checkpoint == "never" and self.freq <= 0 and total_steps > 0:
             raise CheckpointError(
                 "trainer.save_hf_checkpoint=never keeps the final policy only in the last checkpoint, but "
@@ -112,7 +120,7 @@ class Checkpointer:
             }
             world = self.ctx.world
             self.last_saved = save_checkpoint(
-                self.root, step, self.parts, state, world=world,
+                self.root, step, self.parts, state, world=world, contents=self.save_contents,
                 before_marker=lambda: kill_point(self.ctx.name, step, "before_marker", world.rank),
             )
             if world.is_main:

@@ -74,10 +74,26 @@ def save_hf(model: nn.Module, out: Path, tokenizer: Any = None) -> None:
             tokenizer.save_pretrained(out)
 
 
+ALL_CONTENTS = ("model", "optimizer", "extra")
+HF_SUBDIR = "huggingface"  # verl's name for a role's standalone Hugging Face copy (save_contents hf_model)
+
+
+def _saved_view(role: Role, contents: set[str]) -> Role:
+    """The role as far as `contents` saves it: the optimizer and the extra state only when listed."""
+    return Role(role.model, role.optimizer if "optimizer" in contents else None,
+                role.extra if "extra" in contents else None, role.tokenizer)
+
+
 def save_checkpoint(root: Path, step: int, parts: Parts, trainer_state: dict[str, Any],
-                    before_marker: Callable[[], None] | None = None, world: World = World()) -> Path:
+                    before_marker: Callable[[], None] | None = None, world: World = World(),
+                    contents: dict[str, Any] | None = None) -> Path:
     """Write checkpoint `step` under `root` and name it in the marker; returns its directory.
     `before_marker` runs between the rename and the marker (the kill-during-save test hook).
+    `contents[role]` (actor/critic.checkpoint.save_contents; default model, optimizer, extra) picks
+    what each role writes: the weights always (model and hf_model both name them), optimizer.pt and
+    extra.pt only when listed, and with hf_model a standalone Hugging Face copy in `<role>/huggingface/`
+    where the role directory is not one already (a LoRA adapter, or a sharded model's DCP files).
+    What was saved is recorded in trainer_state.json, so a resume knows what it cannot restore.
 
     With several worker processes every rank calls this: each writes its shards of the sharded
     roles (`posttrain.checkpoint.sharded`) into the same temporary directory, and rank 0 renames it
@@ -89,8 +105,13 @@ def save_checkpoint(root: Path, step: int, parts: Parts, trainer_state: dict[str
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
     world.barrier()  # the directory exists before any rank writes into it
-    for name, role in parts.roles.items():
+    saved = {name: sorted(set((contents or {}).get(name) or ALL_CONTENTS)) for name in parts.roles}
+    for name, whole in parts.roles.items():
         out = tmp / name
+        role = _saved_view(whole, set(saved[name]))
+        standalone = not (is_lora(role.model) or is_sharded(role.model))
+        if "hf_model" in saved[name] and not standalone:  # the role directory is no model by itself
+            save_hf(role.model, out / HF_SUBDIR, role.tokenizer)
         if is_lora(role.model):  # the adapter and its optimizer state, whole, however the model is sharded
             save_adapter_role(role, out)
             continue
@@ -104,7 +125,7 @@ def save_checkpoint(root: Path, step: int, parts: Parts, trainer_state: dict[str
             save_torch_state(out / EXTRA_FILE, role.extra.state_dict())
     world.barrier()  # every rank's shards are written
     if world.is_main:
-        _complete(root, final, tmp, step, parts, trainer_state, before_marker)
+        _complete(root, final, tmp, step, parts, dict(trainer_state, contents=saved), before_marker)
     world.barrier()  # no rank runs ahead into a step while the marker may still name an older checkpoint
     return final
 

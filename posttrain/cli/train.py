@@ -51,6 +51,7 @@ def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.cluster.launch import launch, launch_halves
     from posttrain.trainer.decoupled import ROLE_ENV, is_decoupled
     from posttrain.cluster.placement import plan_world
+    from posttrain.cluster.process_logs import configure_logging
     from posttrain.cluster.ray_launch import launch_ray
     from posttrain.cluster.world import World, join_world, leave_world, world_from_env
     from posttrain.config import stage_configs
@@ -58,6 +59,7 @@ def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.trainer.run import check_run, run, run_directory
 
     world = world_from_env()  # set when this process is one of the workers a launcher started
+    configure_logging(cfg.log.level)  # every process of the run: the launcher and each worker
     argv = ["train", *(["--dialect", args.dialect] if args.dialect else []), *([args.config] if args.config else []), *args.overrides]
     with naming_config_source(args.config, () if args.dialect else args.overrides, cfg.stages):
         refuse_stage_prepare(cfg.stages)
@@ -68,14 +70,14 @@ def _train(args: argparse.Namespace, cfg) -> int:
         base = run_directory(cfg)
         if world is None and ROLE_ENV not in os.environ and any(is_decoupled(s.config) for s in stages):
             check_run(cfg)  # every check before the first step, before either process starts
-            return launch_halves(argv, base, ROLE_ENV)
+            return launch_halves(argv, base, ROLE_ENV, cfg.log)
         if world is None and plan.size > 1:
             check_run(cfg)  # every check before the first step, before any worker starts
             if plan.launcher == "ray":
                 from posttrain.cli import main  # each actor runs this command's main in-process
 
-                return launch_ray(main, argv, plan, base, cfg.cluster)
-            return launch(argv, plan.size, base, plan.device, dict(cfg.cluster.env_vars))
+                return launch_ray(main, argv, plan, base, cfg.cluster, cfg.log)
+            return launch(argv, plan.size, base, plan.device, dict(cfg.cluster.env_vars), cfg.log)
         stage_dirs = [base / s.name for s in stages] if len(stages) > 1 else [base]
         was_complete = all((d / STAGE_COMPLETE).is_file() for d in stage_dirs)
         if world is None and plan.device == "cuda":  # one process on the GPU (n_gpus_per_node 1): say where once

@@ -3,7 +3,8 @@
 The command the user typed becomes the launcher: it prepares the run's inputs once, then starts
 `world_size` copies of itself (`python -m posttrain train CONFIG overrides...`), each told its rank
 by the environment (`posttrain.cluster.world`). Rank 0's output is the run's console; every rank's
-error output also goes to `<run dir>/workers/rank<r>.log`.
+error output also goes to `<log dir>/rank<r>.log` (`<run dir>/workers` unless `log.dir` says;
+posttrain.cluster.process_logs).
 
 The launcher's only other job is to end the run cleanly when a worker does not finish: a worker that
 exits non-zero or is killed (SIGKILL, out of memory) stops the others, and the launcher exits
@@ -22,8 +23,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from posttrain.cluster import RANK_ENV, WORLD_ENV
+from posttrain.cluster.process_logs import log_paths
 
 # Roles every worker hosts: all roles share each process (colocated placement).
 ROLES = "actor, rollout, reference, critic, reward"
@@ -68,13 +71,13 @@ def worker_env(rank: int, world_size: int, local_rank: int, master: tuple[str, i
     return env
 
 
-def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_vars: dict[str, str]) -> int:
-    """Run `python -m posttrain <argv>` as `world_size` workers; returns the launcher's exit status."""
-    log_dir = run_dir / "workers"
-    log_dir.mkdir(parents=True, exist_ok=True)
+def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_vars: dict[str, str], log: Any = None) -> int:
+    """Run `python -m posttrain <argv>` as `world_size` workers; returns the launcher's exit status.
+    `log` is the config's log section (where the workers' log files go)."""
     master = ("127.0.0.1", free_port())
     procs: list[subprocess.Popen] = []
-    logs = [log_dir / f"rank{r}.log" for r in range(world_size)]
+    logs = log_paths(log, run_dir, [f"rank{r}" for r in range(world_size)])
+    log_dir = logs[0].parent
     threads = max(1, (os.cpu_count() or 1) // world_size)  # each worker computes on its own share of the cores
     for rank in range(world_size):
         env = dict(os.environ, **worker_env(rank, world_size, rank, master, device, env_vars, threads))
@@ -87,14 +90,13 @@ def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_var
     return watch(procs, logs)
 
 
-def launch_halves(argv: list[str], run_dir: Path, role_env: str) -> int:
+def launch_halves(argv: list[str], run_dir: Path, role_env: str, log: Any = None) -> int:
     """Run `python -m posttrain <argv>` twice, as the trainer and the explorer of a decoupled run
     (`posttrain.trainer.decoupled`), each told its half by `role_env`; watched like workers. The
-    trainer's output is the console; both log to `<run dir>/workers/{trainer,explorer}.log`."""
-    log_dir = run_dir / "workers"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    trainer's output is the console; both log to `<log dir>/{trainer,explorer}.log`."""
     halves = ["trainer", "explorer"]
-    logs = [log_dir / f"{half}.log" for half in halves]
+    logs = log_paths(log, run_dir, halves)
+    log_dir = logs[0].parent
     threads = max(1, (os.cpu_count() or 1) // 2)
     procs = []
     for half, log in zip(halves, logs):

@@ -24,10 +24,11 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from posttrain.cluster.launch import ROLES, watch, worker_env
 from posttrain.cluster.placement import WorldPlan
+from posttrain.cluster.process_logs import log_paths
 from posttrain.errors import ConfigError
 
 KILLED = -9  # what a dead actor's exit status reads as (Ray does not report the signal)
@@ -117,7 +118,7 @@ def check_answers(address: str, timeout_s: float = 10.0) -> None:
         ) from None
 
 
-def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPlan, run_dir: Path, cluster) -> int:
+def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPlan, run_dir: Path, cluster, log: Any = None) -> int:
     """Run `entry(argv)` (the `posttrain` command's main, given by the command line) as `plan.size`
     Ray actors; returns the launcher's exit status."""
     try:
@@ -148,7 +149,7 @@ def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPl
                 f"{cluster.register_timeout_s:g} s; the cluster has {ray.cluster_resources()}. Lower the worker count "
                 "(cluster.nnodes × n_gpus_per_node) or add nodes"
             ) from None
-        return _run_actors(ray, group, entry, argv, plan, run_dir, cluster, PlacementGroupSchedulingStrategy)
+        return _run_actors(ray, group, entry, argv, plan, run_dir, cluster, PlacementGroupSchedulingStrategy, log)
     finally:
         remove_placement_group(group)
         if cluster.ray_timeline_file:
@@ -156,7 +157,7 @@ def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPl
         ray.shutdown()
 
 
-def _run_actors(ray, group, entry, argv, plan: WorldPlan, run_dir: Path, cluster, strategy) -> int:
+def _run_actors(ray, group, entry, argv, plan: WorldPlan, run_dir: Path, cluster, strategy, log: Any = None) -> int:
     remote = ray.remote(RankWorker)
     actors = [
         remote.options(num_cpus=1, num_gpus=1 if plan.device == "cuda" else 0,
@@ -167,8 +168,8 @@ def _run_actors(ray, group, entry, argv, plan: WorldPlan, run_dir: Path, cluster
     # Ranks in bundle order (PACK fills a node before the next); on a GPU each actor sees only its
     # own device (Ray sets CUDA_VISIBLE_DEVICES), so its local device index is 0.
     local = [sum(ip == addresses[r][0] for ip, _ in addresses[:r]) for r in range(plan.size)]
-    log_dir = run_dir.resolve() / "workers"
-    logs = [log_dir / f"rank{r}.log" for r in range(plan.size)]
+    logs = log_paths(log, run_dir.resolve(), [f"rank{r}" for r in range(plan.size)], [ip for ip, _ in addresses])
+    log_dir = logs[0].parent if not getattr(log, "group_by_node", False) else logs[0].parent.parent
     refs = []
     for rank, actor in enumerate(actors):
         # actors do not inherit this process's environment on a running cluster: forward posttrain's own

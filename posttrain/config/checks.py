@@ -21,9 +21,12 @@ from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorNeeds, 
 from posttrain.config.access import device_lists, get_path, is_rl, training_kind, world_size
 from posttrain.config.checks_profiler import check_profiler
 from posttrain.config.sections.buffer import priority_args
+from posttrain.config.sections.actor import check_save_contents
+from posttrain.config.sections.algorithm import check_agentic_reward_norm
 from posttrain.config.sections.data import check_domain_probs
-from posttrain.config.sections.reward import check_reward_workers
-from posttrain.config.sections.rollout import check_prompt_length
+from posttrain.config.sections.reward import check_overlong_buffer, check_reward_workers
+from posttrain.config.sections.trainer import check_save_strategy
+from posttrain.config.sections.rollout import check_min_response_length, check_prompt_length
 
 
 def check_device_mapping(cfg: Any) -> list[str]:
@@ -427,6 +430,11 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_reward_workers,
     check_domain_probs,
     check_prompt_length,
+    check_min_response_length,
+    check_save_contents,
+    check_save_strategy,
+    check_agentic_reward_norm,
+    check_overlong_buffer,
 ]
 
 

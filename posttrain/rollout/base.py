@@ -55,6 +55,20 @@ class SamplingParams:
     min_p: float = 0.0  # 0.0: off; else drop tokens less likely than min_p x the most likely one
     stop: tuple[str, ...] = ()  # stop after the token that completes any of these strings
     seed: int | None = None  # this request's sampling seed; None: the engine's
+    # EOS and stop ids cannot be drawn at the first min_new_tokens decode steps (vLLM's min_tokens,
+    # SGLang's min_new_tokens); 0: off. max_new_tokens and max_total_tokens still end a row earlier.
+    min_new_tokens: int = 0
+    # The first token alone is drawn at this temperature and top-k (FIRE sampling); None: the
+    # temperature/top_k above. Recorded log-probs stay at `temperature` (module docstring).
+    first_token_temperature: float | None = None
+    first_token_top_k: int | None = None
+
+    def draw_settings(self, step: int) -> tuple[float, int]:
+        """(temperature, top_k) that draw decode step `step` (0: the first response token)."""
+        if step == 0:
+            temperature = self.temperature if self.first_token_temperature is None else self.first_token_temperature
+            return temperature, self.top_k if self.first_token_top_k is None else self.first_token_top_k
+        return self.temperature, self.top_k
 
     def __post_init__(self) -> None:
         problems = []
@@ -72,12 +86,18 @@ class SamplingParams:
             problems.append(f"n and max_new_tokens must be >= 1, got n={self.n}, max_new_tokens={self.max_new_tokens}")
         if self.repetition_penalty <= 0:
             problems.append(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.min_new_tokens < 0:
+            problems.append(f"min_new_tokens must be >= 0, got {self.min_new_tokens}")
+        if self.first_token_temperature is not None and self.first_token_temperature <= 0:
+            problems.append(f"first_token_temperature must be > 0, got {self.first_token_temperature}")
+        if self.first_token_top_k is not None and self.first_token_top_k < -1:
+            problems.append(f"first_token_top_k must be -1 (off), 0 (off) or positive, got {self.first_token_top_k}")
         if problems:
             raise ValueError("; ".join(problems))
 
     def greedy(self) -> SamplingParams:
         """The same limits with argmax decoding and one response: validation's default."""
-        return replace(self, do_sample=False, n=1, top_k=-1, top_p=1.0, min_p=0.0)
+        return replace(self, do_sample=False, n=1, top_k=-1, top_p=1.0, min_p=0.0, first_token_temperature=None, first_token_top_k=None)
 
 
 # What `update_weights` accepts: (name, tensor) pairs as they arrive (a generator: a sharded actor

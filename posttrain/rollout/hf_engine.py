@@ -11,7 +11,9 @@ re-copies itself every token), sampling from the last position's logits. Rows st
 `ignore_eos`) or a stop id; the stopping token is part of the response (mask 1.0), everything after
 it is `pad_token_id` with mask 0.0 and log-prob 0.0. Finished rows leave the decode batch (their
 cache rows are dropped), and the loop ends when every row has stopped or `max_new_tokens` is
-reached, so T is at most `max_new_tokens`. With `share_prompt_prefill` the prompt of a group is
+reached, so T is at most `max_new_tokens`. Before `min_new_tokens` the stop ids cannot be drawn;
+the first token is drawn with `first_token_temperature`/`first_token_top_k` when they are set
+(FIRE sampling); recorded log-probs are unaffected by either (posttrain.rollout.sampling). With `share_prompt_prefill` the prompt of a group is
 run through the model once and its cache copied to the group's n rows (vLLM's prefix caching,
 restricted to identical prompts): the same arithmetic on fewer rows, equal up to float rounding.
 
@@ -355,7 +357,9 @@ class HFEngine:
             used = step + 1
             logits = lm_head_logits(self.model, hidden)  # (b, V) fp32
             uniforms = keyed_uniforms(keys, step) if params.do_sample else None  # (b,): row i's noise at this step
-            token, logprob = next_tokens(logits, params, seen, uniforms)  # (b,), (b,)
+            # the stop ids cannot be drawn before min_new_tokens (the row's budget still ends it)
+            banned = stop_ids if step < params.min_new_tokens and len(stop_ids) else None
+            token, logprob = next_tokens(logits, params, seen, uniforms, step=step, banned=banned)  # (b,), (b,)
             alive = ~finished
             token = torch.where(alive, token, self.pad_token_id)
             ids[rows, step] = token

@@ -9,7 +9,13 @@ Top-k, top-p and min-p truncation and the repetition penalty change which token 
 recorded (vLLM and verl report untruncated log-probs the same way). The sampler is then slightly
 off-policy with respect to the recorded distribution: truncation drops tokens that would have
 had small probability, and a repetition penalty > 1 makes repeated tokens rarer than their recorded
-probability says. Keep both off (the defaults) when the rollout log-probs must be exact.
+probability says. Keep both off (the defaults) when the rollout log-probs must be exact. The same
+holds for the two draw-only settings: a minimum response length (the stop ids cannot be drawn
+before it, vLLM's `min_tokens`) and FIRE sampling (Chen et al. 2024, "Flaming-hot Initiation with
+Regular Execution Sampling for Large Language Models", arXiv:2410.21236: the first response token is
+drawn at a very high temperature among the top-k tokens, the rest at the regular temperature, to
+diversify the group's openings). The actor recomputes every token, the first included, at the
+regular temperature, so the recorded log-prob is that one too.
 
 Randomness is keyed, not drawn from a generator. Each response row has a key made from the rollout
 seed, its prompt's uid and its sample index within the group (`row_keys`), and the uniform that
@@ -142,12 +148,18 @@ def keyed_uniforms(keys: Tensor, counter: int) -> Tensor:
     return (h >> 8).to(torch.float32) * (1.0 / (1 << 24))  # (b,)
 
 
-def next_tokens(logits: Tensor, params: SamplingParams, seen: Tensor | None, uniforms: Tensor | None) -> tuple[Tensor, Tensor]:
+def next_tokens(
+    logits: Tensor, params: SamplingParams, seen: Tensor | None, uniforms: Tensor | None,
+    *, step: int = 1, banned: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
     """Pick one token per row from fp32 logits (B, V); return `(tokens (B,), logprobs (B,))`.
 
-    `logprobs` are log softmax(logits / temperature) at the chosen tokens, before any penalty or
-    truncation (see the module docstring). `seen` (B, V) marks tokens the repetition penalty hits.
-    `uniforms` (B,) in [0, 1) choose the sampled tokens (`keyed_uniforms`); greedy decoding needs none.
+    `logprobs` are log softmax(logits / temperature) at the chosen tokens, before any penalty,
+    truncation, ban or first-token setting (see the module docstring). `seen` (B, V) marks tokens
+    the repetition penalty hits. `uniforms` (B,) in [0, 1) choose the sampled tokens
+    (`keyed_uniforms`); greedy decoding needs none. `step` is the decode step (0: the first
+    response token, which `params.first_token_*` draw: FIRE sampling); `banned` holds token ids
+    that cannot be drawn at this step (the stop ids before `params.min_new_tokens`).
     """
     scaled = logits / params.temperature if params.temperature != 1.0 else logits  # (B, V)
     # log_softmax by hand, keeping the unnormalised probabilities for the sampler: one exp pass
@@ -155,18 +167,29 @@ def next_tokens(logits: Tensor, params: SamplingParams, seen: Tensor | None, uni
     shifted = scaled - scaled.amax(dim=-1, keepdim=True)  # (B, V)
     weights = shifted.exp()  # (B, V) probabilities up to each row's normaliser
     log_norm = weights.sum(dim=-1).log()  # (B,)
-    shaping = seen is not None or params.top_k > 0 or params.top_p < 1.0 or params.min_p > 0.0
+    temperature, top_k = params.draw_settings(step)
+    shaping = (seen is not None or banned is not None or top_k > 0 or params.top_p < 1.0 or params.min_p > 0.0
+               or temperature != params.temperature)
     if not params.do_sample:
-        shaped = scaled if seen is None else apply_repetition_penalty(scaled, seen, params.repetition_penalty)
-        tokens = shaped.argmax(dim=-1)  # (B,)
+        tokens = _shaped(scaled, params, seen, banned).argmax(dim=-1)  # (B,): temperature cannot move an argmax
     elif not shaping:
         tokens = sample_categorical(weights, uniforms)  # (B,)
     else:
-        shaped = scaled if seen is None else apply_repetition_penalty(scaled, seen, params.repetition_penalty)
+        drawn = scaled if temperature == params.temperature else logits / temperature  # (B, V)
         # vLLM's order: min-p on the scaled logits, then top-k, then top-p
-        shaped = apply_top_p(apply_top_k(apply_min_p(shaped, params.min_p), params.top_k), params.top_p)
+        shaped = apply_top_p(apply_top_k(apply_min_p(_shaped(drawn, params, seen, banned), params.min_p), top_k), params.top_p)
         tokens = sample_categorical(torch.softmax(shaped, dim=-1), uniforms)  # (B,)
     return tokens, shifted.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - log_norm
+
+
+def _shaped(logits: Tensor, params: SamplingParams, seen: Tensor | None, banned: Tensor | None) -> Tensor:
+    """The repetition penalty, then the banned tokens at -inf (before top-k and top-p, as vLLM
+    applies min_tokens: truncation then keeps the best tokens that may be drawn)."""
+    if seen is not None:
+        logits = apply_repetition_penalty(logits, seen, params.repetition_penalty)
+    if banned is not None and banned.numel():
+        logits = logits.index_fill(-1, banned, float("-inf"))  # (B, V)
+    return logits
 
 
 def sample_categorical(weights: Tensor, uniforms: Tensor) -> Tensor:

@@ -18,6 +18,7 @@ import torch
 
 from posttrain.algorithms import (
     AdaptiveKLController,
+    agentic_reward_norm,
     FixedKLController,
     RunningMoments,
     apply_kl_penalty,
@@ -27,9 +28,10 @@ from posttrain.algorithms import (
     normalize_rewards,
     pf_ppo_resample,
     rollout_importance_weights,
+    sample_keep_mask,
     whiten,
 )
-from posttrain.config.sections.algorithm import AlgorithmConfig
+from posttrain.config.sections.algorithm import AgenticRewardNormConfig, AlgorithmConfig
 from posttrain.records import RolloutBatch
 from posttrain.rollout.trajectory import turn_tensors
 from posttrain.rewards.placement import place_scores
@@ -124,6 +126,35 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
         clipped = clip_advantages(adv, alg.advantage_clip)
         adv, metrics["critic/advantage_clip_frac"] = clipped.values * mask, clipped.clip_frac
     batch.advantages, batch.returns = adv, ret
+    return metrics
+
+
+def agentic_scores(scores: torch.Tensor, batch: RolloutBatch, norm: AgenticRewardNormConfig) -> torch.Tensor:
+    """An agentic stage's trajectory scores (B,) after ROLL's reward normalisation
+    (`algorithm.agentic_reward_norm`), which comes before the shaping every stage shares. The groups:
+    traj_group_id is the row's environment group (`group_index`), tags its environment type
+    (`data_source`), batch all rows."""
+    groups = {"batch": None, "traj_group_id": batch.group_index, "tags": batch.data_source}[norm.grouping]
+    return agentic_reward_norm(scores, groups, norm.method)
+
+
+def mask_samples(batch: RolloutBatch, scores: torch.Tensor, alg: AlgorithmConfig, max_length: int) -> dict[str, float]:
+    """ROLL's sample filters (`algorithm.max_len_mask`, `difficulty_mask`, `error_max_len_clip`) from
+    the raw scores (B,) and the response budget: the rows they reject leave `batch.loss_mask`, after
+    the advantages (which, as in ROLL, see every row); returns the share each filter kept.
+
+    Deviation: ROLL leaves the rows out of its policy and KL losses only; here the entropy bonus and
+    the critic's value loss skip them too, so that every loss of a micro-batch has the normaliser the
+    gradient accumulation weighs it by (posttrain.workers.microbatch)."""
+    if not (alg.max_len_mask or alg.difficulty_mask or alg.error_max_len_clip):
+        return {}
+    lengths = batch.response_mask.sum(-1)  # (B,)
+    keep, metrics = sample_keep_mask(
+        scores, lengths, max_length, batch.group_index, max_len_mask=alg.max_len_mask,
+        difficulty_mask=alg.difficulty_mask, low=alg.difficulty_low_threshold, high=alg.difficulty_high_threshold,
+        error_max_len_clip=alg.error_max_len_clip, error_threshold=alg.error_max_len_threshold,
+    )
+    batch.loss_mask = batch.train_mask * keep.unsqueeze(-1)  # (B, T): with what rollout correction rejected
     return metrics
 
 

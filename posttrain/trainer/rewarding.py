@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from posttrain.algorithms import overlong_penalty
 from posttrain.cluster.parallel import DataParallel, contiguous_shares
 from posttrain.config.schema import Config
 from posttrain.records import RolloutBatch
@@ -123,6 +124,8 @@ class RewardStage:
         self.reads_prompts = any(w.worker_cls == JUDGE for w in r.workers.values())  # a judge reads the question
         self.function_weight = r.function_weight
         self.rm_weight = r.reward_model_weight
+        self.overlong = r.overlong_buffer if r.overlong_buffer.enable else None
+        self.max_response_length = cfg.rollout.response_length or cfg.data.max_response_length
         self.reward_model = None
         if r.reward_model.enable:
             from posttrain.rewards import RewardModelScorer
@@ -181,6 +184,11 @@ class RewardStage:
             rm_scores = torch.tensor(rm, dtype=torch.float32)  # (B,)
             scores = scores + self.rm_weight * rm_scores
             metrics["reward/rm_score"] = float(rm_scores.mean())
+        if self.overlong is not None:  # DAPO's soft overlong punishment on every score, as verl's DAPO manager
+            penalty = overlong_penalty(torch.tensor(lengths), self.max_response_length, self.overlong.len, self.overlong.penalty_factor)
+            scores = scores + penalty  # (B,)
+            if self.overlong.log:
+                metrics.update({"reward/overlong_reward": float(penalty.mean()), "reward/overlong": float((penalty < 0).float().mean())})
         return scores, metrics, out.extra
 
     def _questions(self, batch: RolloutBatch, rows: list[int]) -> dict[int, str]:

@@ -24,7 +24,7 @@ from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
 from posttrain.tracking import Generation, phase
 from posttrain.trainer.agentic import AgenticRollout, check_agentic, is_agentic
-from posttrain.trainer.advantages import compute_advantages, correct_rollout_mismatch, filter_by_reward, make_shaping_state
+from posttrain.trainer.advantages import agentic_scores, compute_advantages, correct_rollout_mismatch, filter_by_reward, make_shaping_state, mask_samples
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
 from posttrain.trainer.rewarding import RewardStage
@@ -143,7 +143,9 @@ class RLTrainer:
             with timer("values"):
                 batch.values = critic.compute_values(batch)  # (B, T)
         with timer("adv"):
-            metrics.update(compute_advantages(batch, scores, self.cfg.algorithm, self.shaping, len(batch)))
+            shaped = scores if self.agent is None else agentic_scores(scores, batch, self.cfg.algorithm.agentic_reward_norm)
+            metrics.update(compute_advantages(batch, shaped, self.cfg.algorithm, self.shaping, len(batch)))
+            metrics.update(mask_samples(batch, scores, self.cfg.algorithm, response_length(self.cfg)))  # ROLL's filters
             train, pf_metrics = filter_by_reward(batch, self.cfg.algorithm, self.cfg.trainer.seed, step)  # PF-PPO, else batch
             metrics.update(pf_metrics)
         if critic is not None:

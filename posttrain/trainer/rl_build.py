@@ -44,20 +44,26 @@ def policy_temperature(cfg: Config) -> float:
     return r.temperature if r.do_sample or r.temperature > 0 else 1.0
 
 
+# FIRE sampling's first-token settings, as verl's FIRE rollout sets them (a top_k of the config wins).
+FIRE_TEMPERATURE, FIRE_TOP_K = 30.0, 16
+
+
 def sampling_params(cfg: Config, tokenizer: Any) -> tuple[SamplingParams, SamplingParams]:
-    """(training, validation) sampling parameters from `rollout` and `rollout.val_kwargs`."""
+    """(training, validation) sampling parameters from `rollout` and `rollout.val_kwargs`; FIRE
+    sampling (`rollout.use_fire_sampling`) draws the first token of training rollouts only."""
     r, v = cfg.rollout, cfg.rollout.val_kwargs
     length = response_length(cfg)
+    fire = {"first_token_temperature": FIRE_TEMPERATURE, "first_token_top_k": r.top_k if r.top_k > 0 else FIRE_TOP_K} if r.use_fire_sampling else {}
     train = SamplingParams(
         temperature=policy_temperature(cfg), top_k=r.top_k, top_p=r.top_p, do_sample=r.do_sample, n=r.n,
         max_new_tokens=length, ignore_eos=r.ignore_eos, repetition_penalty=r.repetition_penalty,
-        max_total_tokens=cfg.model.max_model_len,
+        max_total_tokens=cfg.model.max_model_len, min_new_tokens=r.min_response_length, **fire,
     )
     # Greedy validation ignores the temperature for the choice of token; 1.0 keeps SamplingParams valid.
     val = SamplingParams(
         temperature=v.temperature if v.do_sample else 1.0, top_k=v.top_k, top_p=v.top_p, do_sample=v.do_sample,
         n=v.n, max_new_tokens=length, ignore_eos=r.ignore_eos, repetition_penalty=r.repetition_penalty,
-        max_total_tokens=cfg.model.max_model_len,
+        max_total_tokens=cfg.model.max_model_len, min_new_tokens=r.min_response_length,
     )
     return train, val
 
@@ -316,6 +322,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             temperature=policy_temperature(cfg),
             loss_mode=a.policy_loss.loss_mode,
             loss_options=_loss_options(cfg),
+            difficulty_loss_weight=cfg.algorithm.difficulty_loss_weight,
+            length_loss_weight=cfg.algorithm.length_loss_weight,
             loss_agg_mode=a.loss_agg_mode,
             loss_scale_factor=float(response_length(cfg)) if a.loss_agg_mode == "seq-mean-token-sum-norm" else None,
             entropy_coeff=a.entropy_coeff,

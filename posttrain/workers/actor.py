@@ -21,12 +21,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from posttrain.algorithms import aggregate_loss, get_policy_loss, kl_penalty
+from posttrain.algorithms import aggregate_loss, get_policy_loss, kl_penalty, sample_loss_weights
 from posttrain.checkpoint.save import Role, save_hf
 from posttrain.checkpoint.state import Extra
 from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_logprobs
 from posttrain.models.precision import autocast
+from posttrain.errors import DataError
 from posttrain.records import RolloutBatch
 from posttrain.cluster.fsdp import forward_runner
 from posttrain.cluster.parallel import DataParallel
@@ -71,6 +72,8 @@ class ActorSettings:
     # batch inputs the loss declares beyond the five every loss takes: "expert_mask" (the mix
     # losses' expert rows), "global_step" (mix_chord's mu schedule), "scores" (topr_roll's split)
     loss_inputs: frozenset[str] = frozenset()
+    difficulty_loss_weight: bool = False  # algorithm.difficulty_loss_weight (posttrain.algorithms.sample_loss_weights)
+    length_loss_weight: bool = False  # algorithm.length_loss_weight
 
     def __post_init__(self) -> None:
         # seq-mean-token-sum-norm divides by a constant. Left as None, `aggregate_loss` would divide
@@ -213,10 +216,13 @@ class Actor:
                 share_prompt=self.s.share_prompt,
                 pack=self.s.pack,
             )
-        mask = micro.train_mask  # response_mask less the tokens rollout correction rejected
+        mask = micro.train_mask  # response_mask less the tokens rollout correction and ROLL's sample filters rejected
         agg = dict(loss_agg_mode=self.s.loss_agg_mode)
+        weights = self._sample_weights(micro)  # (b,) or None
         if micro.rollout_is_weights is not None:  # algorithm.rollout_is: weights the policy loss only, as verl
-            agg["sample_weights"] = micro.rollout_is_weights
+            weights = micro.rollout_is_weights if weights is None else micro.rollout_is_weights * weights.unsqueeze(-1)
+        if weights is not None:
+            agg["sample_weights"] = weights
         if "scores" in self.s.loss_inputs:  # the response's score (topr_roll): its token-level scores sum to it
             agg["scores"] = micro.token_level_scores.sum(-1)  # (b,)
         if "expert_mask" in self.s.loss_inputs:
@@ -237,6 +243,8 @@ class Actor:
         if self.s.entropy_coeff != 0.0:
             loss = loss - self.s.entropy_coeff * entropy
         parts = {"actor/pg_loss": float(pg.loss.detach()), "actor/entropy": float(entropy.detach())}
+        if weights is not None and weights.dim() == 1:  # ROLL's difficulty/length weights, as ROLL logs them
+            parts.update({"actor/sample_weights_min": float(weights.min()), "actor/sample_weights_max": float(weights.max())})
         parts.update({f"actor/{k}": float(v) for k, v in pg.metrics.items()})
         if self.s.use_kl_loss:
             kld = kl_penalty(out.logprobs, micro.ref_logprobs, self.s.kl_loss_type)  # (b, T)
@@ -245,6 +253,14 @@ class Actor:
             parts["actor/kl_loss"] = float(kl_loss.detach())
             parts["actor/kl_coef"] = self.s.kl_loss_coef
         return loss, parts
+
+    def _sample_weights(self, micro: RolloutBatch) -> Tensor | None:
+        """ROLL's difficulty and length weights of this micro-batch's responses (ROLL computes them
+        per micro-batch too), or None when both are off."""
+        if not (self.s.difficulty_loss_weight or self.s.length_loss_weight):
+            return None
+        difficulty = difficulty_of(micro.extra_info, micro.data_source) if self.s.difficulty_loss_weight else None
+        return sample_loss_weights(micro.response_mask, difficulty, self.s.length_loss_weight)  # (b,)
 
     def extra_state(self) -> dict[str, Any]:
         """What a checkpoint needs besides weights and optimizer (posttrain.checkpoint): the LR
@@ -269,3 +285,17 @@ class Actor:
         LR schedule / shuffle generator / weights version as `extra`. The trainer passes it to the
         checkpointer without reaching into the model or optimizer itself."""
         return Role(self.model, self.optimizer, Extra(self.extra_state, self.load_extra_state), tokenizer)
+
+
+def difficulty_of(extra_info: list[dict], data_source: list[str]) -> Tensor:
+    """(b,) each row's `extra_info["difficulty"]`, a number (algorithm.difficulty_loss_weight)."""
+    values = []
+    for i, info in enumerate(extra_info):
+        value = (info or {}).get("difficulty")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise DataError(
+                f"algorithm.difficulty_loss_weight: a row of data source {data_source[i]!r} has extra_info.difficulty "
+                f"{value!r}; every training row needs a number in [0, 1] there (harder prompts weigh more), or turn the weights off"
+            )
+        values.append(float(value))
+    return torch.tensor(values)

@@ -147,3 +147,37 @@ def test_resume_path_must_name_a_complete_checkpoint(tmp_path):
         run(cfg)
     with pytest.raises(ConfigError, match="needs trainer.resume_from_path"):
         run(load_config(None, [f"trainer.default_local_dir={tmp_path}", "trainer.resume_mode=resume_path"]))
+
+
+def test_save_contents_leaves_out_the_optimizer_and_extra_and_a_resume_says_it_is_not_exact(tiny, tmp_path, capsys):
+    model_dir, tok = tiny
+    parts = _parts(model_dir, tok)
+    _train_a_bit(parts)
+    path = save_checkpoint(tmp_path, 3, parts, {"stage": "main"}, contents={"actor": ["model"]})
+    assert not (path / "actor" / "optimizer.pt").exists()
+    assert json.loads((path / "trainer_state.json").read_text())["contents"] == {"actor": ["model"]}
+    fresh = _parts(model_dir, tok)
+    load_checkpoint(path, fresh, {"actor": ["model", "optimizer", "extra"]})
+    for a, b in zip(parts.roles["actor"].model.parameters(), fresh.roles["actor"].model.parameters()):
+        assert torch.equal(a, b)  # the weights are back
+    assert fresh.roles["actor"].optimizer.state_dict()["state"] == {}  # empty moments: not exact
+    assert fresh.states["sampler"].state_dict()["position"] == 0  # the sampler restarts with extra
+    err = capsys.readouterr().err
+    assert "saved without its optimizer" in err and "saved without its extra" in err and "not exactly" in err
+    with pytest.raises(ConfigError, match="save_contents \\['optimizer'\\] leaves out the weights"):
+        load_config(None, ["actor.checkpoint.save_contents=[optimizer]"])
+
+
+def test_save_contents_hf_model_adds_a_standalone_model_beside_a_lora_adapter(tiny, tmp_path):
+    from posttrain.models.lora import LoraSettings, add_lora
+
+    model_dir, tok = tiny
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    add_lora(model, LoraSettings(key="model", rank=2, alpha=4.0, target_modules=["q_proj"], exclude_modules=None, adapter_path=None), model_dir)
+    parts = Parts({"actor": Role(model, None, None, tok)})
+    plain = save_checkpoint(tmp_path / "plain", 1, parts, {})
+    assert not (plain / "actor" / "huggingface").exists()
+    path = save_checkpoint(tmp_path / "hf", 1, parts, {}, contents={"actor": ["model", "hf_model"]})
+    standalone = AutoModelForCausalLM.from_pretrained(path / "actor" / "huggingface")  # no adapter: merged weights
+    ids = torch.tensor([[1, 2, 3]])
+    torch.testing.assert_close(standalone(ids).logits, model(ids).logits)

@@ -242,3 +242,14 @@ def test_sft_refuses_a_loss_agg_mode_it_would_ignore():
     with pytest.raises(ConfigError, match="actor.loss_agg_mode=seq-mean-token-mean is not implemented for algorithm.kind sft"):
         load_config(None, ["algorithm.kind=sft", "actor.loss_agg_mode=seq-mean-token-mean"])
     assert load_config(None, ["algorithm.kind=sft"]).actor.loss_agg_mode == "token-mean"
+
+
+def test_save_strategy_refuses_turns_that_several_writers_would_have_to_take():
+    two = batch_overrides(gpus=2, micro=4)  # one node, 2 worker processes writing their shards at once
+    for strategy in ("unrestricted", "single_node"):
+        assert load_config(None, [*two, f"trainer.save_strategy={strategy}"]).trainer.save_strategy == strategy
+    with pytest.raises(ConfigError, match="save_strategy=single_process asks checkpoint writers to take turns, but the 2 worker"):
+        load_config(None, [*two, "trainer.save_strategy=single_process"])
+    with pytest.raises(ConfigError, match="single_node asks the nodes to take turns"):
+        load_config(None, [*batch_overrides(nodes=2, gpus=2, micro=2), "trainer.save_strategy=single_node"])
+    assert load_config(None, [*batch_overrides(), "trainer.save_strategy=single_thread"]).trainer.save_strategy == "single_thread"

@@ -228,3 +228,32 @@ def test_absolute_position_model_gets_positions_that_ignore_padding():
         assert out.response_ids[i].tolist() == hf_greedy(model, p, 8)
     actor = response_logprobs(model, out.prompt_ids, out.prompt_mask, out.response_ids, out.response_mask)
     torch.testing.assert_close(actor.logprobs, out.rollout_logprobs, atol=1e-5, rtol=0)
+
+
+def test_min_new_tokens_keeps_eos_out_of_the_first_tokens(tiny_lm):
+    """Greedy row 0 says EOS at its third token; with min_new_tokens=5 it cannot before the sixth,
+    and the tokens before the first ban are the unconstrained ones."""
+    free = HFEngine(tiny_lm, eos_token_ids=[], pad_token_id=PAD)
+    unconstrained = free.generate(prompt_batch(), SamplingParams(do_sample=False, max_new_tokens=10), expected_version=0)
+    eos = unconstrained.response_ids[0, 2].item()
+    engine = HFEngine(tiny_lm, eos_token_ids=[eos], pad_token_id=PAD)
+    out = engine.generate(prompt_batch(), SamplingParams(do_sample=False, max_new_tokens=10, min_new_tokens=5), expected_version=0)
+    assert out.response_mask.sum(1).min() >= 5 and out.response_mask[0].sum() > 3
+    assert eos not in out.response_ids[:, :5].flatten().tolist()
+    assert out.response_ids[0, :2].tolist() == unconstrained.response_ids[0, :2].tolist()
+    actor = batch_logprobs(tiny_lm, out, temperature=1.0)  # the ban shapes the draw, not the record
+    torch.testing.assert_close(actor.logprobs, out.rollout_logprobs, atol=1e-5, rtol=0)
+
+
+def test_fire_diversifies_first_tokens_and_keeps_recorded_logprobs_exact(tiny_lm):
+    with torch.no_grad():
+        tiny_lm.lm_head.weight.mul_(100.0)  # peaked next-token distributions: sampling at 1.0 is near greedy
+    engine = HFEngine(tiny_lm, eos_token_ids=[], pad_token_id=PAD, seed=3)
+    plain = SamplingParams(n=16, max_new_tokens=4)
+    fire = SamplingParams(n=16, max_new_tokens=4, first_token_temperature=30.0, first_token_top_k=16)
+    plain_out = engine.generate(prompt_batch(), plain, expected_version=0)
+    fire_out = engine.generate(prompt_batch(), fire, expected_version=0)
+    distinct = lambda out: len(set(out.response_ids[:16, 0].tolist()))  # noqa: E731: prompt 0's first tokens
+    assert distinct(plain_out) <= 3 < 8 <= distinct(fire_out), (distinct(plain_out), distinct(fire_out))
+    actor = batch_logprobs(tiny_lm, fire_out, temperature=1.0)
+    torch.testing.assert_close(actor.logprobs, fire_out.rollout_logprobs, atol=1e-4, rtol=0)

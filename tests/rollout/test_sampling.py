@@ -90,3 +90,33 @@ def test_keys_depend_on_seed_uid_and_sample_only():
     assert len({tuple(k) for k in a.tolist()} | {tuple(row_keys(2, ["x"], [0])[0].tolist())}) == 4
     # the same key gives the same uniform on every call, whatever rows surround it
     assert torch.equal(keyed_uniforms(a, 5)[2:], keyed_uniforms(a[2:], 5))
+
+
+def test_banned_tokens_are_not_drawn_but_the_recorded_logprob_is_unchanged():
+    """min_new_tokens bans the stop ids: greedy takes the best other token, whose log-prob is of the
+    whole distribution: 1 - log(e^3 + e^1 + e^0) = -2.16985."""
+    logits = torch.tensor([[3.0, 1.0, 0.0]])
+    token, logprob = next_tokens(logits, SamplingParams(do_sample=False), None, None, banned=torch.tensor([0]))
+    assert token.item() == 1 and logprob.item() == pytest.approx(-2.16985, abs=1e-5)
+    # sampling: a uniform that would land on token 0 (its share is 0.844) lands on token 1 or 2
+    token, _ = next_tokens(logits, SamplingParams(), None, torch.tensor([0.1]), banned=torch.tensor([0]))
+    assert token.item() == 1
+
+
+def test_fire_draws_the_first_token_hot_among_the_top_k_and_records_the_regular_logprob():
+    """logits (2, 0, -2), first token at temperature 30 among the top 2: shares sigmoid(2/30) =
+    0.5167 and 0.4833, so u = 0.6 draws token 1 (at temperature 1 token 0 holds 0.867 and wins);
+    u = 0.99 still cannot draw token 2. The recorded log-prob is log softmax at temperature 1:
+    0 - log(e^2 + 1 + e^-2) = -2.14293."""
+    params = SamplingParams(first_token_temperature=30.0, first_token_top_k=2)
+    logits = torch.tensor([[2.0, 0.0, -2.0]] * 2)
+    token, logprob = next_tokens(logits, params, None, torch.tensor([0.6, 0.99]), step=0)
+    assert token.tolist() == [1, 1] and logprob[0].item() == pytest.approx(-2.14293, abs=1e-5)
+    later, _ = next_tokens(logits, params, None, torch.tensor([0.6, 0.99]), step=1)
+    assert later.tolist() == [0, 2]  # regular temperature, no top-k after the first token
+    assert params.draw_settings(0) == (30.0, 2) and params.draw_settings(1) == (1.0, -1)
+    assert params.greedy().first_token_temperature is None
+    with pytest.raises(ValueError, match="first_token_temperature"):
+        SamplingParams(first_token_temperature=0.0)
+    with pytest.raises(ValueError, match="min_new_tokens"):
+        SamplingParams(min_new_tokens=-1)

@@ -57,6 +57,8 @@ COSINE = ("actor.optim.lr_scheduler_type=cosine",)
 CKPT = ("trainer.save_freq=1",)
 RIS = ("algorithm.rollout_is_threshold=1.001", "actor.reuse_rollout_logprobs=never", "rollout.dtype=bf16")
 REWARD_FILE = ("reward.custom_reward_function.path={data}/reward.py",)
+BY_LENGTH = (*REWARD_FILE, "reward.custom_reward_function.name=by_length")  # scores vary within a group
+OVERLONG = ("reward.overlong_buffer.len=4",)  # responses of 6 tokens against the budget of 6: in the ramp
 FLAKY = (*REWARD_FILE, "reward.custom_reward_function.name=flaky", "reward.on_error=fixed")
 RM = ("reward.reward_model.enable=true", "reward.reward_model.path={assets}/rm")
 SFT_DATA = ("data.train_files={data}/sft_train.parquet", "data.max_length=48", "actor.ppo_micro_batch_size_per_gpu=4")
@@ -123,6 +125,8 @@ KNOBS = [
     knob("rollout.ignore_eos=true", "responses", "data.max_response_length=48"),
     knob("rollout.response_length=3", "responses"),
     knob("rollout.seed=2", "responses"),
+    knob("rollout.min_response_length=5", "responses"),
+    knob("rollout.use_fire_sampling=true", "responses"),
     knob(("rollout.val_kwargs.do_sample=true", "rollout.val_kwargs.temperature=1.0"), "validation", *VAL),
     knob("rollout.val_kwargs.temperature=3.0", "validation", *VAL_SAMPLED),
     knob("rollout.val_kwargs.top_k=1", "validation", *VAL_SAMPLED),
@@ -174,6 +178,7 @@ KNOBS = [
     knob("actor.optim.num_cycles=1.0", "metrics", *COSINE),
     knob("actor.optim.lr_warmup_init=5e-4", "metrics", "actor.optim.lr_warmup_steps=2"),
     knob("actor.fsdp_config.mixed_precision.param_dtype=bf16", "metrics"),
+    knob("actor.checkpoint.save_contents=[model]", "files", *CKPT),
     knob("actor.checkpoint.load_contents=[model]", "weights", *CKPT, *RESUME, f"trainer.resume_from_path={STEP}1", first=CKPT),
     # reference
     knob("ref.log_prob_micro_batch_size_per_gpu=2", "forwards", *REF),
@@ -213,6 +218,7 @@ KNOBS = [
     knob("critic.model.lora_alpha=64", "metrics", *CRITIC_LORA),
     knob("critic.model.target_modules=[q_proj]", "metrics", *CRITIC_LORA),
     knob("critic.fsdp_config.mixed_precision.param_dtype=bf16", "metrics", *CRITIC),
+    knob("critic.checkpoint.save_contents=[model]", "files", *CRITIC, *CKPT),
     knob("critic.checkpoint.load_contents=[model]", "metrics", *CRITIC, *CKPT, *RESUME, f"trainer.resume_from_path={STEP}1", first=(*CRITIC, *CKPT)),
     # reward
     knob("reward.reward_manager=parallel", "pools", "reward.num_workers=1"),
@@ -225,6 +231,10 @@ KNOBS = [
     knob("reward.workers={len: {worker_cls: '{data}/reward.py:by_length', tag_included: [posttrain/sort]}}", "metrics"),
     knob("reward.custom_reward_function.name=by_length", "metrics", *REWARD_FILE),
     knob("reward.custom_reward_function.reward_kwargs={bonus: 1.0}", "metrics", *REWARD_FILE),
+    knob("reward.overlong_buffer.enable=true", "metrics", *OVERLONG),
+    knob("reward.overlong_buffer.len=40", "metrics", *OVERLONG, "reward.overlong_buffer.enable=true", "data.max_response_length=48"),  # answers end (EOS) before 48 tokens
+    knob("reward.overlong_buffer.penalty_factor=3.0", "metrics", *OVERLONG, "reward.overlong_buffer.enable=true"),
+    knob("reward.overlong_buffer.log=true", "metrics", *OVERLONG, "reward.overlong_buffer.enable=true"),
     knob("reward.reward_model.enable=true", "metrics", "reward.reward_model.path={assets}/rm"),
     knob("reward.reward_model.path={assets}/rm", "exit", "reward.reward_model.enable=true"),
     knob("reward.reward_model.micro_batch_size_per_gpu=2", "forwards", *RM),
@@ -252,6 +262,14 @@ KNOBS = [
     knob("algorithm.use_pf_ppo=true", "weights"),
     knob("algorithm.pf_ppo.reweight_method=max_min", "weights", "algorithm.use_pf_ppo=true"),
     knob("algorithm.pf_ppo.weight_pow=8.0", "weights", "algorithm.use_pf_ppo=true"),
+    knob("algorithm.max_len_mask=true", "weights", *BY_LENGTH),  # every response fills the budget: none trains
+    knob("algorithm.difficulty_mask=true", "weights", *BY_LENGTH, "algorithm.difficulty_high_threshold=0.6"),
+    knob("algorithm.difficulty_low_threshold=0.6", "metrics", *BY_LENGTH, "algorithm.difficulty_mask=true"),
+    knob("algorithm.difficulty_high_threshold=0.6", "metrics", *BY_LENGTH, "algorithm.difficulty_mask=true"),
+    knob("algorithm.error_max_len_clip=true", "weights", *BY_LENGTH),  # scores other than 0 and 1 leave
+    knob("algorithm.error_max_len_threshold=3", "metrics", *REWARD_FILE, "algorithm.error_max_len_clip=true"),
+    knob("algorithm.length_loss_weight=true", "metrics", *VARIED, "model.max_model_len=74"),  # rows cut at 2 to 48 tokens
+    knob("algorithm.difficulty_loss_weight=true", "exit"),  # the task's rows have no extra_info.difficulty: refused by row
     knob("algorithm.dpo.beta=0.5", "metrics", *DPO),
     knob("algorithm.dpo.label_smoothing=0.2", "metrics", *DPO),
     knob("algorithm.dpo.loss_type=ipo", "metrics", *DPO),
@@ -438,6 +456,13 @@ ELSEWHERE = {
         "max_num_batched_tokens", "enable_chunked_prefill", "disable_log_stats", "engine_kwargs.vllm")},
     "rollout.engine_kwargs.sglang": f"{ENGINES}test_sglang_adapter.py::test_rollout_keys_become_engine_arguments",
     "rollout.update_weights_bucket_megabytes": f"{ENGINES}test_vllm_adapter.py::test_build_sends_the_policy_weights_only_with_a_dummy_load_format",
+    # agentic stages: the harness plays no environment; the mapping of each grouping to rows
+    **{f"algorithm.agentic_reward_norm.{k}": "tests/algorithms/test_agentic_norm.py::test_grouping_picks_the_environment_group_the_tag_or_the_batch"
+       for k in ("grouping", "method")},
+    # the log files of a run of several processes, and what posttrain's loggers write
+    "log.dir": "tests/cluster/test_process_logs.py::test_the_local_launcher_writes_the_workers_logs_where_log_says",
+    "log.group_by_node": "tests/cluster/test_process_logs.py::test_log_dir_and_group_by_node_place_each_process_s_file",
+    "log.level": "tests/cluster/test_process_logs.py::test_log_level_decides_which_records_posttrain_s_loggers_write",
     # needs an adapter written by an earlier run
     "model.lora_adapter_path": "tests/trainer/test_lora_rl.py::test_a_run_starts_from_an_adapter_given_by_lora_adapter_path",
     # profiling: what a trace holds, which of several workers profile, the CUDA memory history (GPU only)
@@ -488,6 +513,8 @@ SAME_RESULT = {
     "synchronizer.sync_method": "synchronizer.sync_method=checkpoint",
     # queue and sql are both the SQLite buffer (a decoupled run's; the synchronous loop has none)
     "buffer.trainer_input.experience_buffer.storage_type": "buffer.trainer_input.experience_buffer.storage_type=sql",
+    # one process writes one checkpoint at a time: every strategy is met (several processes: tests/config)
+    "trainer.save_strategy": (*CKPT, "trainer.save_strategy=single_thread"),
     # fsdp and fsdp2 both select FSDP2, posttrain's one sharding backend
     "actor.strategy": "actor.strategy=fsdp2",
     "ref.strategy": "ref.strategy=fsdp2",

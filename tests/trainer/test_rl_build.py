@@ -38,6 +38,17 @@ def test_model_max_model_len_caps_training_and_validation_rollouts():
     assert train.max_total_tokens == val.max_total_tokens == 600
 
 
+def test_min_response_length_binds_both_and_fire_only_training_rollouts():
+    train, val = sampling_params(cfg("rollout.min_response_length=3", "rollout.use_fire_sampling=true"), tokenizer=None)
+    assert train.min_new_tokens == val.min_new_tokens == 3
+    assert (train.first_token_temperature, train.first_token_top_k) == (30.0, 16)  # top_k off: FIRE's 16
+    assert (val.first_token_temperature, val.first_token_top_k) == (None, None)
+    train, _ = sampling_params(cfg("rollout.use_fire_sampling=true", "rollout.top_k=5"), tokenizer=None)
+    assert train.first_token_top_k == 5
+    with pytest.raises(ConfigError, match="min_response_length \\(600\\) exceeds the response length \\(512\\)"):
+        cfg("rollout.min_response_length=600")
+
+
 def test_sampling_params_map_rollout_and_val_kwargs():
     train, val = sampling_params(
         cfg(

@@ -240,6 +240,7 @@ RULES: dict[str, Rule] = {
     f"{_TS}.default_workflow_type": Rule("rollout.multi_turn", "this taskset's workflow, as buffer.explorer_input.default_workflow_type", "posttrain_tool_workflow", _WITH_PATH),
     f"{_TS}.workflow_args": Rule("rollout.multi_turn.*", "posttrain_tool_workflow's arguments are the rollout.multi_turn keys; the single-turn workflows take none", {"max_assistant_turns": 3}, _WITH_PATH + ((f"{_TS}.default_workflow_type", "posttrain_tool_workflow"),)),
     f"{_IN}.default_eval_workflow_type": Rule(None, "the workflow of evaluation tasksets that name none: validation runs the training stage's own rollout path, so the workflows standing for it are accepted and change nothing, the others are refused", "simple_workflow", ((f"{_IN}.eval_tasksets", [{"path": _DATASET}]),)),
+    "algorithm.policy_loss_fn_args": Rule("actor.clip_ratio*, actor.clip_ratio_c, actor.loss_agg_mode, actor.policy_loss.loss_args", "the policy loss's options: clip_range* and clip_ratio_c to the actor's clip fields, loss_agg_mode to the actor's, the rest to actor.policy_loss.loss_args (an option posttrain's loss does not declare is refused by name)", {"clip_range": 0.2}),
     "trainer.trainer_config": Rule("(each verl key's posttrain home)", "an inline verl trainer config, translated with the verl dialect (a value it sets wins over Trinity's derived defaults)", {"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}),
 }
 

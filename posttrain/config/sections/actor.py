@@ -22,7 +22,6 @@ from posttrain.config.sections.profiler import ProfilerConfig
 _VERL = "verl:actor_rollout_ref.actor"
 _TRINITY_ALGO = "trinity:algorithm"
 
-_CKPT = "choosing what a checkpoint saves (every checkpoint holds model, optimizer and extra so that resuming is exact; checkpoint issue)"
 _PERF = "memory/speed options of the training backend (performance issue)"
 
 # Kept equal to posttrain.algorithms (the config layer does not import it; a test compares them).
@@ -65,7 +64,7 @@ class FsdpConfig:
 class CheckpointConfig:
     """What a role saves in, and restores from, a checkpoint."""
 
-    save_contents: list[str] = param(factory=lambda: ["model", "optimizer", "extra"], doc="Parts saved: model, optimizer, extra (LR scheduler, RNG) and hf_model (a Hugging Face copy).", choices=["model", "optimizer", "extra", "hf_model"], todo=_CKPT, refs=["verl:.save_contents", "verl:.contents"])
+    save_contents: list[str] = param(factory=lambda: ["model", "optimizer", "extra"], doc="Parts saved: the weights (model; hf_model also adds a standalone Hugging Face copy in <role>/huggingface/ where the role directory is a LoRA adapter or sharded files, and is the same as model otherwise), optimizer (optimizer.pt), extra (LR schedule, generators, sampler). Leaving out optimizer or extra saves space, and a resume from such a checkpoint continues without them, not exactly (a warning says so).", choices=["model", "optimizer", "extra", "hf_model"], refs=["verl:.save_contents", "verl:.contents"])
     load_contents: list[str] = param(factory=lambda: ["model", "optimizer", "extra"], doc="Parts restored on resume: model (hf_model is the same: the weights are a Hugging Face directory), optimizer, extra (LR schedule, generators, sampler and RNG); leaving one out continues without it, not exactly.", choices=["model", "optimizer", "extra", "hf_model"], refs=["verl:.load_contents"])
 
 
@@ -207,3 +206,13 @@ NO_EFFECT: dict[str, str] = {
     **{f"roll:{role}.sequence_length_round_in_{phase}": "padding granularity of ROLL's dynamic micro-batches: padding is masked out, so it changes no result"
        for role in ("actor_train", "reference", "critic") for phase in ("train", "infer")},
 }
+
+
+def check_save_contents(cfg: Any) -> list[str]:
+    """A checkpoint always holds the weights: save_contents must name model or hf_model."""
+    problems = []
+    for role in ("actor", "critic"):
+        contents = getattr(getattr(getattr(cfg, role, None), "checkpoint", None), "save_contents", None)
+        if contents is not None and not {"model", "hf_model"} & set(contents):
+            problems.append(f"{role}.checkpoint.save_contents {list(contents)} leaves out the weights: a checkpoint without them cannot be resumed or exported; add model (or hf_model)")
+    return problems

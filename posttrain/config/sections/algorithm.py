@@ -106,8 +106,8 @@ class MixConfig:
 class AgenticRewardNormConfig:
     """ROLL agentic pipeline: how trajectory rewards are grouped and normalised."""
 
-    grouping: str = param("traj_group_id", doc="What shares statistics: traj_group_id (same env seed), tags (env type), batch, state or inductive.", todo="agentic reward normalisation; agentic env issue", refs=["roll:reward_normalization.grouping"])
-    method: str = param("mean_std", doc="mean_std (standardise), asym_clip (standardise then clip asymmetrically) or identity.", choices=["mean_std", "asym_clip", "identity"], todo="agentic reward normalisation; agentic env issue", refs=["roll:reward_normalization.method"])
+    grouping: str = param("batch", doc="Which trajectories share the statistics (agentic stages): traj_group_id (one environment group: same tag and seed), tags (one environment type) or batch. ROLL's state and inductive need per-state keys posttrain's trajectories do not carry (they serve GiGPO's step rewards).", choices=["traj_group_id", "tags", "batch"], refs=["roll:reward_normalization.grouping"])
+    method: str = param("identity", doc="identity (scores as they are), mean (subtract the mean), mean_std (standardise) or asym_clip (ROLL computes it as mean_std); applied to an agentic stage's trajectory scores before the advantage estimator (posttrain.algorithms.agentic_reward_norm).", choices=["identity", "mean", "mean_std", "asym_clip"], refs=["roll:reward_normalization.method"])
 
 
 @section
@@ -147,14 +147,14 @@ class AlgorithmConfig:
     dpo: DPOConfig = param(factory=DPOConfig, doc="DPO loss settings (kind: dpo).")
     mix: MixConfig = param(factory=MixConfig, doc="Expert SFT rows mixed into RL batches (policy losses mix and mix_chord).")
 
-    add_len_reward: bool = param(False, doc="Add ROLL's response-length term to the reward.", todo="length reward shaping; reward shaping issue", refs=["roll:add_len_reward"])
-    difficulty_loss_weight: bool = param(False, doc="Weight each sample's loss by its prompt's difficulty (share of failed responses in the group).", todo="per-sample loss weights; reward shaping issue", refs=["roll:difficulty_loss_weight"])
-    length_loss_weight: bool = param(False, doc="Weight each sample's loss by its response length relative to the batch.", todo="per-sample loss weights; reward shaping issue", refs=["roll:length_loss_weight"])
-    max_len_mask: bool = param(False, doc="Drop responses cut at max_response_length from the loss (overlong filtering).", todo="overlong filtering; reward shaping issue", refs=["roll:max_len_mask"])
-    error_max_len_clip: bool = param(False, doc="Like max_len_mask but only for truncated responses that also scored as wrong.", todo="overlong filtering; reward shaping issue", refs=["roll:error_max_len_clip"])
-    difficulty_mask: bool = param(False, doc="Drop prompt groups whose mean reward is outside [difficulty_low_threshold, difficulty_high_threshold].", todo="difficulty filtering; dynamic sampling issue", refs=["roll:difficulty_mask"])
-    difficulty_low_threshold: float = param(0.1, doc="Lowest group mean reward kept by difficulty_mask.", ge=0, le=1, todo="difficulty filtering; dynamic sampling issue", refs=["roll:difficulty_low_threshold"])
-    difficulty_high_threshold: float = param(0.95, doc="Highest group mean reward kept by difficulty_mask.", ge=0, le=1, todo="difficulty filtering; dynamic sampling issue", refs=["roll:difficulty_high_threshold"])
+    difficulty_loss_weight: bool = param(False, doc="ROLL's difficulty weights: each response's policy loss is weighted by 0.5 + 1.5 x its row's extra_info.difficulty (clamped to [0, 1]; every row needs one), rescaled to mean 1 per micro-batch as ROLL does (posttrain.algorithms.sample_loss_weights).", refs=["roll:difficulty_loss_weight"])
+    length_loss_weight: bool = param(False, doc="ROLL's length weights: each response's policy loss is weighted by 1.5 - its length's position between the micro-batch's shortest (1.5) and longest (0.5) response, rescaled to mean 1.", refs=["roll:length_loss_weight"])
+    max_len_mask: bool = param(False, doc="Leave responses as long as the response budget (cut before their end) out of the losses after the advantages (DAPO's overlong filtering; posttrain.algorithms.sample_keep_mask).", refs=["roll:max_len_mask"])
+    error_max_len_clip: bool = param(False, doc="Keep in the losses (after the advantages) only responses scored exactly 1, or exactly 0 and shorter than error_max_len_threshold tokens (ROLL's rule: any other score is left out too).", refs=["roll:error_max_len_clip"])
+    error_max_len_threshold: int = param(2**62, doc="Length from which a response scored 0 is left out by error_max_len_clip (ROLL's default: no length limit).", ge=1, refs=["roll:error_max_len_threshold"])
+    difficulty_mask: bool = param(False, doc="Leave prompt groups whose mean score is not strictly between difficulty_low_threshold and difficulty_high_threshold out of the losses (policy, KL, entropy and value; the advantages still see them).", refs=["roll:difficulty_mask"])
+    difficulty_low_threshold: float = param(0.1, doc="A group's mean score must exceed this to stay in the losses under difficulty_mask.", refs=["roll:difficulty_low_threshold"])
+    difficulty_high_threshold: float = param(0.95, doc="A group's mean score must stay below this to stay in the losses under difficulty_mask.", refs=["roll:difficulty_high_threshold"])
     agentic_reward_norm: AgenticRewardNormConfig = param(factory=AgenticRewardNormConfig, doc="Agentic (multi-turn env) reward normalisation.")
     gigpo: GiGPOConfig = param(factory=GiGPOConfig, doc="Weights and discount of GiGPO's step-level credit (adv_estimator: gigpo, agentic stages).")
 
@@ -169,7 +169,6 @@ class AlgorithmConfig:
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "roll:reward_normalization": "not implemented yet: agentic reward normalisation (agentic issue 15)",
     "roll:student": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
     "roll:teacher": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
     "roll:student_train": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
@@ -181,9 +180,23 @@ UNSUPPORTED: dict[str, str] = {
     "roll:distill_on_prompt": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
     "roll:logits_transfer_backend": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
     "verl:algorithm.rollout_correction": "verl's current spelling of rollout importance sampling and rejection (rollout_is, rollout_rs, bypass_mode): not translated yet onto posttrain's algorithm.rollout_is_* (verl's earlier spelling; issue 18)",
-    "trinity:algorithm.policy_loss_fn_args": "arguments of Trinity-RFT's policy loss functions: not translated yet (Trinity algorithm types; issue 18)",
     "trinity:algorithm.sample_strategy_args": "not implemented yet: Trinity-RFT's sample strategies (mixing expert data into batches; decoupled explorer/trainer issue 16)",
     "roll:student_infer": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
     "roll:question_key": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
     "roll:answer_key": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
 }
+
+# Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
+NO_EFFECT: dict[str, str] = {
+    "roll:add_len_reward": "declared in ROLL's PPOConfig but read nowhere in ROLL's code, so no value of it changes a ROLL run either (checked against alibaba/ROLL's source)",
+}
+
+
+def check_agentic_reward_norm(cfg: Any) -> list[str]:
+    """The agentic reward normalisation acts on environment trajectories only."""
+    norm = getattr(getattr(cfg, "algorithm", None), "agentic_reward_norm", None)
+    env = getattr(cfg, "env", None)
+    if norm is None or env is None or env.train_env_manager.tags or (norm.method, norm.grouping) == ("identity", "batch"):
+        return []
+    return [f"algorithm.agentic_reward_norm (method {norm.method}, grouping {norm.grouping}) normalises the trajectory scores of an agentic stage, "
+            "but env.train_env_manager.tags is empty: this stage answers prompts (use algorithm.reward_norm_mean / reward_norm_std there), or set the tags"]

@@ -48,10 +48,10 @@ class RewardModelConfig:
 class OverlongBufferConfig:
     """DAPO soft overlong punishment: a penalty ramping up over the last `len` tokens of the budget."""
 
-    enable: bool = param(False, doc="Penalise responses longer than max_response_length - len, linearly up to -penalty_factor.", todo="DAPO overlong reward shaping; reward shaping issue", refs=["verl:reward_model.overlong_buffer.enable"])
-    len: int = param(0, doc="Length of the penalty ramp in tokens at the end of the response budget.", ge=0, todo="DAPO overlong reward shaping; reward shaping issue", refs=["verl:reward_model.overlong_buffer.len"])
-    penalty_factor: float = param(1.0, doc="Penalty at the full response budget.", ge=0, todo="DAPO overlong reward shaping; reward shaping issue", refs=["verl:reward_model.overlong_buffer.penalty_factor"])
-    log: bool = param(False, doc="Log the overlong penalty as a metric.", todo="DAPO overlong reward shaping; reward shaping issue", refs=["verl:reward_model.overlong_buffer.log"])
+    enable: bool = param(False, doc="Add DAPO's soft overlong penalty to every training and validation score: 0 up to response_length - len tokens, then linearly down to -penalty_factor at response_length (posttrain.algorithms.overlong_penalty).", refs=["verl:reward_model.overlong_buffer.enable"])
+    len: int = param(0, doc="Length of the penalty ramp in tokens at the end of the response budget (at least 1, at most the budget, when enabled).", ge=0, refs=["verl:reward_model.overlong_buffer.len"])
+    penalty_factor: float = param(1.0, doc="Penalty at the full response budget.", ge=0, refs=["verl:reward_model.overlong_buffer.penalty_factor"])
+    log: bool = param(False, doc="Log the penalty: reward/overlong_reward (its mean) and reward/overlong (the share of responses it hit).", refs=["verl:reward_model.overlong_buffer.log"])
 
 
 @section
@@ -202,3 +202,15 @@ def _judge_problems(key: str, worker: Any) -> list[str]:
         problems.append(f"{key}.world_size: an LLM judge runs its model in the training process, not in a pool of "
                         "processes; leave world_size out (infer_batch_size sets its batch)")
     return problems
+
+
+def check_overlong_buffer(cfg: Any) -> list[str]:
+    """The penalty ramp must fit in the response budget and have a length."""
+    buf = getattr(getattr(cfg, "reward", None), "overlong_buffer", None)
+    rollout, data = getattr(cfg, "rollout", None), getattr(cfg, "data", None)
+    if buf is None:
+        return []
+    budget = getattr(rollout, "response_length", None) or getattr(data, "max_response_length", None)
+    if buf.enable and not (1 <= buf.len <= (budget or buf.len)):
+        return [f"reward.overlong_buffer.len ({buf.len}) must be between 1 and the response length ({budget}) when the overlong penalty is enabled: the penalty ramps over the last len tokens of the budget"]
+    return []

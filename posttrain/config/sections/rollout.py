@@ -92,7 +92,8 @@ class RolloutConfig:
     ignore_eos: bool = param(False, doc="Keep generating after the end-of-sequence token until response_length.", refs=[f"{_VERL}.ignore_eos", f"{_TRINITY}.ignore_eos"])
     response_length: int | None = param(None, doc="Most tokens generated per response; null uses data.max_response_length.", ge=1, refs=[f"{_VERL}.response_length", f"{_ROLL_GEN}.max_new_tokens"])
     prompt_length: int | None = param(None, doc="Longest prompt the engine accepts in tokens: data.max_prompt_length bounds every prompt, so null or that same value (verl's default, ${data.max_prompt_length}); another value is refused.", ge=1, refs=[f"{_VERL}.prompt_length"])
-    use_fire_sampling: bool = param(False, doc="FIRE sampling: a high temperature for the first token only (Chen et al., 2024).", todo="FIRE sampling (later issue)", refs=[f"{_VERL}.use_fire_sampling"])
+    min_response_length: int = param(0, doc="Fewest tokens per response: the end-of-sequence and stop tokens cannot be drawn before it (vLLM's min_tokens), in training and validation rollouts; 0 disables. A row still ends at response_length or model.max_model_len.", ge=0, refs=["trinity:model.min_response_tokens"])
+    use_fire_sampling: bool = param(False, doc="FIRE sampling (Chen et al., 2024): the first token of each training response is drawn at temperature 30 among the top_k tokens (16 when top_k is off), the rest as configured; log-probs stay at the regular temperature. Validation is not affected.", refs=[f"{_VERL}.use_fire_sampling"])
     num_beams: int = param(1, doc="Beam search width; 1 samples (RL needs independent samples, so only 1 is meaningful).", ge=1, todo="beam search (not planned for RL; kept so ROLL files with num_beams: 1 load)", refs=[f"{_ROLL_GEN}.num_beams"])
     seed: int | None = param(None, doc="Seed of the engine's sampler, which also reseeds it before every validation; null uses trainer.seed.", refs=[f"{_TRINITY}.seed"])
     calculate_log_probs: bool = param(False, doc="Return the engine's own log-probs of the sampled tokens (verl needs true for algorithm.rollout_is_threshold). The hf engine always returns them, since old-log-prob reuse and rollout importance sampling read them, so false changes nothing with it.", refs=[f"{_VERL}.calculate_log_probs"])
@@ -169,6 +170,16 @@ NO_EFFECT: dict[str, str] = {
     "roll:max_running_requests": _SCHEDULING,
     "roll:is_num_return_sequences_expand": "posttrain always samples rollout.n independent responses per prompt, the result either value gives",
 }
+
+
+def check_min_response_length(cfg: Any) -> list[str]:
+    """A minimum beyond the response budget would forbid every end-of-sequence token."""
+    rollout, data = getattr(cfg, "rollout", None), getattr(cfg, "data", None)
+    least = getattr(rollout, "min_response_length", 0)
+    most = getattr(rollout, "response_length", None) or getattr(data, "max_response_length", None)
+    if least and most is not None and least > most:
+        return [f"rollout.min_response_length ({least}) exceeds the response length ({most}): no response could end before its budget; lower it or raise rollout.response_length / data.max_response_length"]
+    return []
 
 
 def check_prompt_length(cfg: Any) -> list[str]:

@@ -60,7 +60,7 @@ class TrainerConfig:
     max_critic_ckpt_to_keep: int | None = param(None, doc="Newest critic checkpoints kept on disk (older ones deleted after a new one is complete); null keeps all.", ge=1, refs=["verl:trainer.max_critic_ckpt_to_keep"])
     del_local_ckpt_after_load: bool = param(False, doc="Delete the checkpoint directory a stage resumed from once it is loaded.", refs=["verl:trainer.del_local_ckpt_after_load"])
     save_hf_checkpoint: str = param("last", doc="Standalone Hugging Face model copies: last writes <stage dir>/final_model, always also copies every checkpoint's actor to <stage dir>/hf_checkpoints/global_step_N, never leaves the final model in the last checkpoint's actor/ (needs save_freq > 0).", choices=["last", "always", "never"], refs=["trinity:trainer.save_hf_checkpoint"])
-    save_strategy: str = param("unrestricted", doc="How many savers may write at once: single_thread, single_process, single_node, unrestricted.", choices=["single_thread", "single_process", "single_node", "unrestricted"], todo="concurrent multi-node checkpoint writes; checkpoint/resume issue", refs=["trinity:trainer.save_strategy"])
+    save_strategy: str = param("unrestricted", doc="Which checkpoint writers may write at once (Trinity-RFT): unrestricted, single_node (the processes of one node together), single_process or single_thread (one writer at a time). posttrain writes one checkpoint at a time, synchronously, and each worker process writes only its own shard, all at once: every value means that on one process, unrestricted and single_node on one node; a strategy that would make several processes or nodes take turns is refused.", choices=["single_thread", "single_process", "single_node", "unrestricted"], refs=["trinity:trainer.save_strategy"])
 
     controller_nsight_options: dict[str, Any] = param(factory=dict, doc="Nsight Systems options of the driver process (trace, cuda-memory-usage, cuda-graph-trace).", todo="starting the driver or workers under Nsight Systems (start posttrain under nsys yourself with profiler.tool: nsys, docs/profiling.md)", refs=["verl:trainer.controller_nsight_options", "verl:trainer.controller_nsight_options.trace", "verl:trainer.controller_nsight_options.cuda-memory-usage", "verl:trainer.controller_nsight_options.cuda-graph-trace"])
     worker_nsight_options: dict[str, Any] = param(factory=dict, doc="Nsight Systems options of worker processes (trace, cuda-memory-usage, cuda-graph-trace, capture-range, capture-range-end, kill).", todo="starting the driver or workers under Nsight Systems (start posttrain under nsys yourself with profiler.tool: nsys, docs/profiling.md)", refs=["verl:trainer.worker_nsight_options", "verl:trainer.worker_nsight_options.trace", "verl:trainer.worker_nsight_options.cuda-memory-usage", "verl:trainer.worker_nsight_options.cuda-graph-trace", "verl:trainer.worker_nsight_options.capture-range", "verl:trainer.worker_nsight_options.capture-range-end", "verl:trainer.worker_nsight_options.kill"])
@@ -73,3 +73,16 @@ UNSUPPORTED: dict[str, str] = {
     "trinity:trainer.name": "Ray actor names are chosen by posttrain",
     "trinity:trainer.trainer_type": "posttrain trains with its own backend, not verl",
 }
+
+
+def check_save_strategy(cfg: Any) -> list[str]:
+    """posttrain's sharded checkpoint is one collective write by every worker process at once, so a
+    strategy asking the writers to take turns is refused where there are several of them."""
+    from posttrain.config.access import get_path, world_size
+
+    strategy, world = get_path(cfg, "trainer.save_strategy", "unrestricted"), world_size(cfg)
+    if strategy in ("single_thread", "single_process") and world > 1:
+        return [f"trainer.save_strategy={strategy} asks checkpoint writers to take turns, but the {world} worker processes write their shards of a checkpoint at once (one collective write); use single_node (one node) or unrestricted"]
+    if strategy == "single_node" and get_path(cfg, "cluster.nnodes", 1) > 1 and world > 1:
+        return [f"trainer.save_strategy=single_node asks the nodes to take turns writing checkpoints, but the processes of all {get_path(cfg, 'cluster.nnodes', 1)} nodes write their shards at once; use unrestricted"]
+    return []
