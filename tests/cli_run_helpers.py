@@ -1,12 +1,25 @@
-"""Running `posttrain` as a user does, in a subprocess, on a tiny RL stage (a module name no other
-test folder uses): the user-fault tests assert the exit status, the one-line message and that no
-Python traceback reached the terminal."""
+"""Running `posttrain` as a user does, on a tiny RL stage (a module name no other test folder uses):
+the user-fault tests assert the exit status, the one-line message and that no Python traceback
+reached the terminal.
+
+By default the command runs in this process (`posttrain.cli.main` with the output captured, as
+`python -m posttrain` calls it): a fresh interpreter spends ~5 s importing torch and transformers
+before it reads the config, which across these tests was minutes of CI. An exception escaping
+`main` fails the test with its traceback, as it would have reached the user's terminal. Tests of
+what only a process shows (a reward function calling `sys.exit`, a hang, worker processes) pass
+`subprocess=True`.
+"""
 
 from __future__ import annotations
 
-import subprocess
+import io
+import os
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+
+from subprocess import CompletedProcess
+from subprocess import run as run_process
 
 from posttrain.models.tiny import make_tiny_model
 from posttrain.tasks import write_task_data
@@ -29,11 +42,23 @@ def tiny_run(root: Path) -> list[str]:
     ]
 
 
-def posttrain(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m posttrain ARGS` in `cwd`, output captured as text."""
-    return subprocess.run(
-        [sys.executable, "-m", "posttrain", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-    )
+def posttrain(*args: str, cwd: Path, timeout: float = 300, subprocess: bool = False) -> CompletedProcess:
+    """`python -m posttrain ARGS` in `cwd`, output captured as text (in this process unless `subprocess`)."""
+    if subprocess:
+        return run_process([sys.executable, "-m", "posttrain", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    from posttrain.cli import main
+
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(cwd)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exit_:  # argparse's usage errors, as the interpreter would report them
+                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    finally:
+        os.chdir(here)
+    return CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def write_config(root: Path, text: str = "{}\n") -> Path:
@@ -42,7 +67,7 @@ def write_config(root: Path, text: str = "{}\n") -> Path:
     return path
 
 
-def assert_user_error(out: subprocess.CompletedProcess, *fragments: str) -> str:
+def assert_user_error(out: CompletedProcess, *fragments: str) -> str:
     """Exit status 2, one `posttrain: error:` message holding every fragment, no traceback; returns it."""
     both = out.stdout + out.stderr
     assert "Traceback" not in both, both[-4000:]

@@ -31,6 +31,9 @@ from posttrain.cluster.process_logs import log_paths
 # Roles every worker hosts: all roles share each process (colocated placement).
 ROLES = "actor, rollout, reference, critic, reward"
 GRACE_S = 10.0  # how long the other workers get to notice a dead peer and exit on their own
+# After a collective timed out the peers' own timeouts fire within moments, and a hung worker will
+# not exit at all: waiting the full grace would only delay the message.
+TIMEOUT_GRACE_S = 3.0
 
 
 def how_it_ended(code: int) -> str:
@@ -138,7 +141,7 @@ def _watch(procs: list, logs: list[Path], names: list[str]) -> int:
     else:
         return 0
     first = next(r for r in order if procs[r].returncode != 0)
-    deadline = time.monotonic() + GRACE_S
+    deadline = time.monotonic() + (TIMEOUT_GRACE_S if _timed_out(logs[first]) else GRACE_S)
     while time.monotonic() < deadline and any(p.poll() is None for p in procs):
         time.sleep(0.2)
     hung = [r for r, p in enumerate(procs) if p.poll() is None]  # still running after their peer failed
@@ -153,9 +156,14 @@ def _cause(procs: list, logs: list[Path], first: int, hung: list[int]) -> int:
     killed = [r for r, p in enumerate(procs) if p.returncode is not None and p.returncode < 0 and r not in hung]
     if killed:
         return killed[0]
-    if hung and any("Timed out" in line or "timed out" in line for line in tail(logs[first], 20)):
+    if hung and _timed_out(logs[first]):
         return hung[0]
     return first
+
+
+def _timed_out(log: Path) -> bool:
+    """Whether a worker's log ends with a collective's timeout (gloo: "Timed out", NCCL: "timed out")."""
+    return any("Timed out" in line or "timed out" in line for line in tail(log, 20))
 
 
 def _report(procs: list, logs: list[Path], names: list[str], cause: int, hung: list[int]) -> int:

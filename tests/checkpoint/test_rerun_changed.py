@@ -8,17 +8,14 @@ is refused while a later stage's results (trained from its old final model) are 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
+from cli_run_helpers import posttrain
 
 from posttrain.models.tiny import make_tiny_model
 from posttrain.tasks import write_task_data
-
-REPO = Path(__file__).resolve().parents[2]
 
 SFT = """
 model: {{path: {m}}}
@@ -29,11 +26,8 @@ trainer: {{total_training_steps: {steps}, save_freq: 1, logger: [jsonl], default
 """
 
 
-def _cli(config: Path, *overrides: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "posttrain", "train", str(config), *overrides], env=env,
-                          capture_output=True, text=True, timeout=600)
+def _cli(config: Path, *overrides: str) -> CompletedProcess:
+    return posttrain("train", str(config), *overrides, cwd=config.parent)
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,10 @@ of the run, and a problem in a command-line value names the override as typed, n
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+from subprocess import CompletedProcess
+
+from cli_run_helpers import posttrain
 
 from posttrain.models.tiny import make_tiny_model
 from posttrain.tasks import write_task_data
@@ -26,10 +26,8 @@ stages:
 """
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "posttrain", *args], env=env, capture_output=True, text=True, timeout=600)
+def _cli(*args: str) -> CompletedProcess:
+    return posttrain(*args, cwd=REPO)
 
 
 def test_a_stage_override_changes_that_stage_of_the_run(tmp_path):

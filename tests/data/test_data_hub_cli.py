@@ -3,6 +3,8 @@ under HF_HOME, and `posttrain data fetch`."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pyarrow.parquet as pq
 import pytest
 from cli_run_helpers import TINY_RL, assert_user_error, posttrain, write_config
@@ -10,6 +12,9 @@ from hub_cache_helpers import hub_repo, prepared_dataset
 
 from posttrain.models.tiny import make_tiny_model
 from posttrain.tasks import write_task_data
+
+# HF_HOME is read when huggingface_hub and datasets are imported: each command runs in a fresh process.
+posttrain = partial(posttrain, subprocess=True)
 
 pytest.importorskip("datasets", reason="the datasets extra: pip install 'posttrain[datasets]'")
 

@@ -2,7 +2,7 @@
 
 Asserts that RL raises the training reward, not only that the run finished (STYLE.md, point 11),
 in one process, on two worker processes (gloo), and as an explorer and a trainer process meeting in
-an experience buffer (at most one step stale). Budget: well under 2 minutes each on 2 CPU cores.
+an experience buffer (at most one step stale). Budget: under a minute each on 2 CPU cores.
 """
 
 import json
@@ -27,9 +27,9 @@ actor:
   ppo_mini_batch_size: 16
   ppo_micro_batch_size_per_gpu: 128
   optim:
-    lr: 1e-4
+    lr: 3e-4  # 40 steps: measured rises of 0.08-0.11 (first 10 -> last 10) over three seeds
 trainer:
-  total_training_steps: 80
+  total_training_steps: 40
   test_freq: -1
   val_before_train: false
   logger: [console, jsonl, tensorboard]
@@ -78,10 +78,10 @@ def test_sft_then_grpo_raises_the_training_reward(tmp_path, placement):
     assert {r["dist/world_size"] for r in rows if "dist/world_size" in r} == {2.0 if workers else 1.0}
     staleness = [r["async/staleness"] for r in rows if "async/staleness" in r]
     if decoupled:  # every trained batch sampled by the newest weights or the ones before (sync_interval 2)
-        assert len(staleness) == 80 and set(staleness) <= {0.0, 1.0}
+        assert len(staleness) == 40 and set(staleness) <= {0.0, 1.0}
     else:
         assert staleness == []
-    assert len(scores) == 80
+    assert len(scores) == 40
     assert [r["step"] for r in rows][:1] == [31]  # stages continue each other's step count
-    first, last = sum(scores[:20]) / 20, sum(scores[-20:]) / 20
-    assert last > first + 0.05, f"training reward did not rise: first 20 steps {first:.3f}, last 20 {last:.3f}"
+    first, last = sum(scores[:10]) / 10, sum(scores[-10:]) / 10
+    assert last > first + 0.05, f"training reward did not rise: first 10 steps {first:.3f}, last 10 {last:.3f}"

@@ -68,7 +68,7 @@ def test_parallel_manager_refuses_sys_exit_in_its_worker(exiting_file):
 def test_train_with_an_exiting_reward_function_exits_2_naming_file_and_function(tmp_path, exiting_file, manager):
     out = posttrain(
         "train", str(write_config(tmp_path)), *tiny_run(tmp_path), f"reward.custom_reward_function.path={exiting_file}",
-        f"reward.reward_manager={manager}", "reward.num_workers=1", cwd=tmp_path,
+        f"reward.reward_manager={manager}", "reward.num_workers=1", cwd=tmp_path, subprocess=True,
     )
     assert_user_error(out, f"reward function compute_score in {exiting_file} called sys.exit(0)", "sample 0")
     assert not (tmp_path / "run" / "final_model").exists()

@@ -121,7 +121,7 @@ def test_a_fast_call_returns_its_value_and_its_exceptions():
 def test_train_with_a_hanging_reward_function_exits_2_naming_file_function_and_sample(tmp_path, hanging_file):
     out = posttrain(
         "train", str(write_config(tmp_path)), *tiny_run(tmp_path), f"reward.custom_reward_function.path={hanging_file}",
-        "reward.custom_reward_function.name=always_hangs", "reward.timeout_s=0.5", cwd=tmp_path, timeout=120,
+        "reward.custom_reward_function.name=always_hangs", "reward.timeout_s=0.5", cwd=tmp_path, timeout=120, subprocess=True,
     )
     assert_user_error(
         out, f"reward function always_hangs in {hanging_file} did not return within 0.5 s",
@@ -133,7 +133,7 @@ def test_train_with_on_error_fixed_scores_hangs_as_failure_reward_and_finishes(t
     out = posttrain(
         "train", str(write_config(tmp_path)), *tiny_run(tmp_path), f"reward.custom_reward_function.path={hanging_file}",
         "reward.custom_reward_function.name=always_hangs", "reward.timeout_s=0.2", "reward.on_error=fixed",
-        "reward.failure_reward=-0.5", "trainer.logger=[jsonl]", cwd=tmp_path, timeout=120,
+        "reward.failure_reward=-0.5", "trainer.logger=[jsonl]", cwd=tmp_path, timeout=120, subprocess=True,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Traceback" not in out.stderr

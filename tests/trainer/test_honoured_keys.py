@@ -436,8 +436,8 @@ ELSEWHERE = {
     "cluster.ray_address": f"{LAUNCH}::test_ray_refuses_what_it_cannot_place_or_reach",
     "cluster.ray_num_cpus": f"{LAUNCH}::test_ray_refuses_what_it_cannot_place_or_reach",
     "cluster.register_timeout_s": f"{LAUNCH}::test_ray_refuses_what_it_cannot_place_or_reach",
-    "cluster.ray_namespace": f"{LAUNCH}::test_ray_workers_train_as_one_process_and_name_a_killed_worker",
-    "cluster.ray_timeline_file": f"{LAUNCH}::test_ray_workers_train_as_one_process_and_name_a_killed_worker",
+    "cluster.ray_namespace": f"{LAUNCH}::test_ray_workers_name_a_killed_worker_and_the_rerun_trains_as_one_process",
+    "cluster.ray_timeline_file": f"{LAUNCH}::test_ray_workers_name_a_killed_worker_and_the_rerun_trains_as_one_process",
     # the explorer and trainer processes of a decoupled run (the harness runs one process)
     "trainer.mode": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
     "rollout.hybrid_engine": f"{DECOUPLED}::test_split_placement_trains_on_policy_as_the_synchronous_loop",
