@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_run_helpers import posttrain
 from safetensors.torch import load_file
 
 from posttrain.models.tiny import make_tiny_model
@@ -196,14 +197,15 @@ def test_ray_refuses_what_it_cannot_place_or_reach(inputs):
 
 
 def test_ray_keys_need_ray_workers(inputs):
-    out = train(inputs, "ray-keys", 0, None, "cluster.ray_num_cpus=4")
+    out = posttrain("train", str(inputs / "run.yaml"), f"trainer.default_local_dir={inputs / 'ray-keys'}",
+                    "cluster.n_gpus_per_node=0", "cluster.ray_num_cpus=4", cwd=inputs)
     assert out.returncode == 2
     assert "cluster.ray_num_cpus: only act when Ray starts the workers, and this run has one process" in out.stderr
 
 
 @pytest.mark.slow
-def test_env_vars_reach_every_worker(inputs):
-    seen = inputs / "seen"
+def test_env_vars_reach_every_worker_and_each_writes_its_own_trace_of_a_profiled_step(inputs):
+    seen, traces = inputs / "seen", inputs / "traces"
     seen.mkdir()
     reward = inputs / "env_reward.py"
     reward.write_text(
@@ -215,22 +217,15 @@ def test_env_vars_reach_every_worker(inputs):
     )
     out = train(inputs, "env", 2, None, "stages=[{name: rl}]", "trainer.total_training_steps=1", "trainer.save_freq=-1",
                 f"reward.custom_reward_function.path={reward}", "reward.custom_reward_function.name=score",
-                "cluster.env_vars={POSTTRAIN_ENV_PROBE: hello}")
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert sorted(p.read_text() for p in seen.iterdir()) == ["hello", "hello"]  # both workers scored, both saw it
-
-
-@pytest.mark.slow
-def test_each_worker_writes_its_own_trace_of_a_profiled_step(inputs):
-    traces = inputs / "traces"
-    out = train(inputs, "profiled", 2, None, "stages=[{name: rl}]", "trainer.total_training_steps=1", "trainer.save_freq=-1",
+                "cluster.env_vars={POSTTRAIN_ENV_PROBE: hello}",
                 "profiler.tool=torch", "profiler.steps=[1]", f"profiler.save_path={traces}", "actor.profiler.enable=true",
                 "actor.profiler.all_ranks=true")
     assert out.returncode == 0, out.stderr[-3000:]
+    assert sorted(p.read_text() for p in seen.iterdir()) == ["hello", "hello"]  # both workers scored, both saw it
     assert sorted(p.name for p in (traces / "rl" / "e2e").iterdir()) == ["step1_rank0.json", "step1_rank1.json"]
     for path in (traces / "rl" / "e2e").iterdir():
         named = {e["name"] for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "user_annotation"}
         assert {"gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "sync"} <= named, path.name
-    rows = [json.loads(line) for line in (inputs / "profiled" / "metrics.jsonl").read_text().splitlines()]  # one stage
+    rows = [json.loads(line) for line in (inputs / "env" / "metrics.jsonl").read_text().splitlines()]  # one stage
     step = [r for r in rows if "timing/step_s" in r][0]
     assert 0 < step["perf/mfu"] <= 1 and step["perf/peak_memory_gb_by_role/actor"] > 0

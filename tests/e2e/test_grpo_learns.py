@@ -50,15 +50,22 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return out
 
 
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    """The tiny model and the sort task, made once by the CLI for the three placements."""
+    root = tmp_path_factory.mktemp("inputs")
+    _cli("make-model", "tiny", "model", cwd=root)
+    _cli("make-data", "sort", "data", "--train", "2000", "--test", "50", "--seed", "1", cwd=root)
+    return root
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "placement", [(), ("cluster.n_gpus_per_node=2",), ("synchronizer.sync_interval=2",)],
     ids=["one process", "two worker processes", "explorer and trainer processes"],
 )
-def test_sft_then_grpo_raises_the_training_reward(tmp_path, placement):
-    _cli("make-model", "tiny", "model", cwd=tmp_path)
-    _cli("make-data", "sort", "data", "--train", "2000", "--test", "50", "--seed", "1", cwd=tmp_path)
-    (tmp_path / "run.yaml").write_text(CONFIG.format(d="data", m="model", r="run"))
+def test_sft_then_grpo_raises_the_training_reward(tmp_path, inputs, placement):
+    (tmp_path / "run.yaml").write_text(CONFIG.format(d=inputs / "data", m=inputs / "model", r="run"))
     out = _cli("train", "run.yaml", *placement, cwd=tmp_path)
     workers = 2 if "cluster.n_gpus_per_node=2" in placement else 0
     decoupled = "synchronizer.sync_interval=2" in placement

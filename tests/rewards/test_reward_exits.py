@@ -48,7 +48,7 @@ def test_naive_manager_refuses_sys_exit_under_either_policy(exiting_file, on_err
         manager.score(sample())
     message = str(err.value)
     assert f"reward function compute_score in {exiting_file} called sys.exit(0)" in message
-    assert f"(at {exiting_file}:10)" in message and "on sample 0 (data_source='unit/test')" in message
+    assert f"(at {exiting_file}:10)" in message and "on sample 0 (data_source='unit/test')" in message, message
     assert "return a score" in message
 
 

@@ -431,7 +431,7 @@ ELSEWHERE = {
        for role in ("actor", "rollout", "ref", "critic")},
     "cluster.launcher": f"{PLACEMENT}::test_one_process_by_default_and_n_local_workers_per_device",
     "cluster.device": f"{PLACEMENT}::test_cuda_is_refused_without_a_gpu",
-    "cluster.env_vars": f"{LAUNCH}::test_env_vars_reach_every_worker",
+    "cluster.env_vars": f"{LAUNCH}::test_env_vars_reach_every_worker_and_each_writes_its_own_trace_of_a_profiled_step",
     "cluster.rpc_timeout_s": f"{LAUNCH}::test_a_hung_worker_is_named_once_its_peers_time_out",
     "cluster.ray_address": f"{LAUNCH}::test_ray_refuses_what_it_cannot_place_or_reach",
     "cluster.ray_num_cpus": f"{LAUNCH}::test_ray_refuses_what_it_cannot_place_or_reach",
