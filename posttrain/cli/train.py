@@ -34,12 +34,15 @@ def _run(args: argparse.Namespace) -> int:
     from posttrain.config import load_config
     from posttrain.errors import ConfigError
     from posttrain.runlock import hold_run_lock
-    from posttrain.trainer.run import run_directory
 
     args.config, args.overrides, args.dialect = config_source(args)
     if args.config is None and args.dialect is None:
         raise ConfigError("posttrain train: give a config file (or --dialect verl and a verl launch line's KEY=VALUE words)")
     cfg = load_config(args.config, args.overrides, dialect=args.dialect)
+    # Imported once the config has loaded: the trainer pulls in transformers and torch.distributed
+    # (~4 s), which a config that does not load should not make the user wait for.
+    from posttrain.trainer.run import run_directory
+
     # One run per directory, held by this process for the whole command (workers it starts are let
     # in): a second command on the same directory is refused before it prepares or writes anything.
     with hold_run_lock(run_directory(cfg)):
