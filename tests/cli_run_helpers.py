@@ -17,7 +17,6 @@ import os
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-
 from subprocess import CompletedProcess
 from subprocess import run as run_process
 
@@ -43,7 +42,8 @@ def tiny_run(root: Path) -> list[str]:
 
 
 def posttrain(*args: str, cwd: Path, timeout: float = 300, subprocess: bool = False) -> CompletedProcess:
-    """`python -m posttrain ARGS` in `cwd`, output captured as text (in this process unless `subprocess`)."""
+    """`python -m posttrain ARGS` in `cwd`, output captured as text (in this process unless `subprocess`;
+    `timeout` bounds the subprocess only)."""
     if subprocess:
         return run_process([sys.executable, "-m", "posttrain", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
     from posttrain.cli import main
