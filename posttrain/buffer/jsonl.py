@@ -30,7 +30,7 @@ from typing import Any
 
 from posttrain.buffer.experience import Experience
 from posttrain.buffer.replay import Replay, Stored, pick
-from posttrain.buffer.sqlite import BufferError, wait_for_room
+from posttrain.buffer.sqlite import BufferError, read_timed_out, wait_for_room
 from posttrain.files import atomic_write_text
 
 SCHEMA = "posttrain-experience-buffer-jsonl-1"
@@ -145,12 +145,7 @@ class JsonlBuffer:
                 data = base64.b64decode(self._batches()[batch]["experience"])
                 return Experience.from_bytes(data)
             if time.monotonic() > deadline:
-                wanted = f"explored batch {step}" if not replay.enable else "a batch it may read (replay: none fresh, none out of its reuse cooldown)"
-                raise BufferError(
-                    f"{self.path}: trainer step {step} waited {timeout_s:g} s for {wanted}, which {waiting_for} has not "
-                    f"written ({self.explored()} written; explorer: {self.state('explorer')}); "
-                    "raise buffer.trainer_input.experience_buffer.max_read_timeout or check the explorer"
-                )
+                raise read_timed_out(self, step, timeout_s, waiting_for, replay)
             time.sleep(self.poll_s)
 
     def _choose(self, step: int, replay: Replay) -> int | None:

@@ -122,12 +122,7 @@ class ExperienceBuffer:
                     self.db.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?)", (step, batch, time.time()))
                     return Experience.from_bytes(bytes(payload))
             if time.monotonic() > deadline:
-                wanted = f"explored batch {step}" if not replay.enable else "a batch it may read (replay: none fresh, none out of its reuse cooldown)"
-                raise BufferError(
-                    f"{self.path}: trainer step {step} waited {timeout_s:g} s for {wanted}, which "
-                    f"{waiting_for} has not written ({self.explored()} written; explorer: {self.state('explorer')}); "
-                    "raise buffer.trainer_input.experience_buffer.max_read_timeout or check the explorer"
-                )
+                raise read_timed_out(self, step, timeout_s, waiting_for, replay)
             time.sleep(self.poll_s)
 
     def _choose(self, step: int, replay: Replay) -> int | None:
@@ -179,6 +174,17 @@ class ExperienceBuffer:
         if row is None:
             return "not started"
         return f"{row[0]} ({time.time() - row[1]:.0f} s ago)"
+
+
+def read_timed_out(buffer, step: int, timeout_s: float, waiting_for: str, replay: Replay) -> BufferError:
+    """The trainer's error (either storage) when no batch it may read arrived within `timeout_s`,
+    naming what the explorer wrote and last did."""
+    wanted = f"explored batch {step}" if not replay.enable else "a batch it may read (replay: none fresh, none out of its reuse cooldown)"
+    return BufferError(
+        f"{buffer.path}: trainer step {step} waited {timeout_s:g} s for {wanted}, which {waiting_for} has not written "
+        f"({buffer.explored()} written; explorer: {buffer.state('explorer')}); "
+        "raise buffer.trainer_input.experience_buffer.max_read_timeout or check the explorer"
+    )
 
 
 def wait_for_room(buffer, groups: int, capacity: int, timeout_s: float) -> float:
