@@ -62,7 +62,9 @@ TRINITY_ENV = {
 MACHINE = [
     ("the model", re.compile(r"model path .* is not an existing local directory|is not a model directory|no config\.json|nor a model the local Hugging Face cache")),
     ("a data file", re.compile(r"data file .* not found|no such data file|file not found|is neither a local file|not found in the local|dataset .* not .* cache|does not exist", re.I)),
-    ("a GPU", re.compile(r"CUDA is not available|no GPU|needs? (a )?GPU|\bcuda\b.*not available", re.I)),
+    ("a GPU", re.compile(r"CUDA is not available|no (CUDA )?GPU|needs? (a )?GPU|\bcuda\b.*not available", re.I)),
+    # vLLM/SGLang rollout: the engine package is missing because the machine has no CUDA GPU for it
+    ("vLLM/SGLang", re.compile(r"(vLLM|SGLang) is not installed .*no CUDA GPU")),
 ]
 
 
