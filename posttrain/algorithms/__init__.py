@@ -38,6 +38,7 @@ from posttrain.algorithms.policy_losses import (
 )
 from posttrain.algorithms.policy_losses_cov import clip_cov_loss, kl_cov_loss
 from posttrain.algorithms.policy_losses_reinforce import importance_sampling_loss, rec_loss, sapo_loss, sppo_loss
+from posttrain.algorithms.bypass_loss import bypass_mode_loss
 from posttrain.algorithms.policy_losses_mix import chord_mu, mix_chord_loss, mix_loss, sft_is_loss, sft_phi_loss
 from posttrain.algorithms.advantages_shifted import asymre_advantage, rec_advantage
 from posttrain.algorithms.advantages_distill import jsd_advantage, on_policy_distill_advantage
@@ -64,7 +65,7 @@ from posttrain.algorithms.registry import (
     register_advantage_estimator,
     register_policy_loss,
 )
-from posttrain.algorithms.rollout_correction import RolloutCorrection, rollout_importance_weights
+from posttrain.algorithms.rollout_correction import RolloutCorrection, rollout_importance_weights, rollout_rejection, rs_thresholds
 from posttrain.algorithms.running import RunningMoments
 from posttrain.algorithms.agentic_norm import agentic_reward_norm
 from posttrain.algorithms.sample_controls import sample_keep_mask
@@ -103,6 +104,8 @@ __all__ = [
     "aggregate_loss",
     "LOSS_AGG_MODES",
     "rollout_importance_weights",
+    "rollout_rejection",
+    "rs_thresholds",
     "RolloutCorrection",
     "kl_penalty",
     "check_kl_kind",
@@ -165,6 +168,7 @@ __all__ = [
     "sppo_loss",
     "rec_loss",
     "importance_sampling_loss",
+    "bypass_mode_loss",
     "sft_is_loss",
     "sft_phi_loss",
     "mix_loss",

@@ -40,6 +40,7 @@ SHAPING: tuple[Callable, ...] = (
     A.overlong_penalty,
     A.agentic_reward_norm,
     A.rollout_importance_weights,
+    A.rollout_rejection,
     A.pf_ppo_weights,
     A.pf_ppo_resample,
 )

@@ -42,6 +42,7 @@ def rollout_importance_weights(
     level: str = "token",
     mode: str = "truncate",
     veto_threshold: float | None = None,
+    batch_normalize: bool = False,
 ) -> RolloutCorrection:
     """Importance weights pi_old / pi_rollout of the sampled tokens, and which tokens to reject.
 
@@ -56,6 +57,11 @@ def rollout_importance_weights(
                        w outside [L, U] are rejected: keep = 0 there.
         veto (any level and mode): a sequence with a real token whose unclamped ratio exp(d_t) is
                        below veto_threshold is rejected whole.
+        batch_normalize: weights /= their batch mean (over real tokens at the token level, over
+                       sequences with a real token, one weight each, at the other levels), after
+                       the truncation, unless that mean is <= 1e-8; the mean is reported as
+                       rollout_is/batch_norm_factor and the other metrics describe the weights
+                       before it (verl `rollout_correction.rollout_is_batch_normalize`).
         Weights are not changed by rejection; rejected tokens leave the loss through `keep`, which
         replaces the mask the losses and their normalisers count, as in verl.
     Metrics (prefix rollout_is/): mean, std (population, over real tokens) and min/max of the
@@ -113,6 +119,9 @@ def rollout_importance_weights(
     n_real = mask.sum()
     used = weights[real]
     mean = masked_mean(weights, mask)
+    norm: dict[str, float] = {}
+    if batch_normalize:
+        weights, norm = _batch_normalize(weights, mask, real, level)
     metrics = {
         "rollout_is/mean": float(mean),
         "rollout_is/std": float(used.std(unbiased=False)) if used.numel() else 0.0,
@@ -124,5 +133,119 @@ def rollout_importance_weights(
         "rollout_is/veto_fraction": float(vetoed[real.any(-1)].float().mean()) if bool(real.any()) else 0.0,
         "rollout_is/masked_fraction": float(1.0 - keep.sum() / n_real) if n_real > 0 else 0.0,
         "rollout_is/mismatch_kl": float(masked_mean(-diff, mask)),
+        **norm,
     }
     return RolloutCorrection(weights, keep, metrics)
+
+
+def _batch_normalize(weights: torch.Tensor, mask: torch.Tensor, real: torch.Tensor, level: str) -> tuple[torch.Tensor, dict[str, float]]:
+    """Weights rescaled to mean 1 over the batch's units (tokens, or sequences at a sequence level)."""
+    if level == "token":
+        mean = masked_mean(weights, mask)
+    else:
+        has_real = real.any(-1)  # (B,)
+        per_seq = (weights * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # (B,): the sequence's one weight
+        mean = per_seq[has_real].mean() if bool(has_real.any()) else torch.zeros(())
+    if float(mean) <= 1e-8:
+        return weights, {"rollout_is/batch_norm_factor": 1.0}
+    return weights / mean, {"rollout_is/batch_norm_factor": float(mean)}
+
+
+# Rejection sampling: a divergence statistic of pi_old against pi_rollout per token or per sequence.
+RS_OPTIONS = (
+    "token_k1", "token_k2", "token_k3",
+    "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
+    "seq_mean_k1", "seq_mean_k2", "seq_mean_k3",
+    "seq_max_k2", "seq_max_k3",
+)
+
+
+def rs_thresholds(options: str, threshold: str | float | None) -> dict[str, tuple[float | None, float]]:
+    """``{option: (lower, upper)}`` from the comma-separated ``options`` and ``threshold`` (one value
+    shared by every option, or one per option, comma-separated). A k1 option takes "L_U" ratio
+    bounds, or one number U meaning L = 1/U; the k2/k3 options take one upper bound. ValueError
+    names what is wrong."""
+    names = list(dict.fromkeys(o.strip() for o in options.split(",") if o.strip()))
+    unknown = [o for o in names if o not in RS_OPTIONS]
+    if not names or unknown:
+        raise ValueError(f"unknown rejection option(s) {unknown or [options]}; valid: {', '.join(RS_OPTIONS)}")
+    if threshold is None:
+        raise ValueError("rejection sampling needs a threshold (rollout_rs_threshold)")
+    specs = [str(threshold)] if isinstance(threshold, (int, float)) else [p.strip() for p in str(threshold).split(",") if p.strip()]
+    if len(specs) == 1:
+        specs = specs * len(names)
+    if len(specs) != len(names):
+        raise ValueError(f"{len(specs)} thresholds for {len(names)} rejection options; give one shared value or one per option")
+    out: dict[str, tuple[float | None, float]] = {}
+    for name, spec in zip(names, specs):
+        try:
+            if name.endswith("k1"):
+                lower_s, _, upper_s = spec.rpartition("_") if "_" in spec else ("", "", spec)
+                upper = float(upper_s)
+                lower = float(lower_s) if lower_s else 1.0 / upper
+            elif "_" in spec:
+                raise ValueError(f"{name} takes one upper bound, not the range {spec!r}")
+            else:
+                lower, upper = None, float(spec)
+        except (ValueError, ZeroDivisionError) as err:
+            raise ValueError(f"threshold {spec!r} of {name}: {err}") from None
+        if upper <= 0 or (lower is not None and lower <= 0):
+            raise ValueError(f"threshold {spec!r} of {name} must be positive")
+        out[name] = (lower, upper)
+    return out
+
+
+@torch.no_grad()
+def rollout_rejection(
+    old_logprob: torch.Tensor,
+    rollout_logprob: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    options: str,
+    threshold: str | float | None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Tokens kept by divergence-based rejection sampling: ``(keep (B, T) float, metrics)``.
+
+    Formula:
+        r_t = clamp(log pi_old(y_t) - log pi_rollout(y_t), -20, 20) on real tokens (m_t = 1).
+        Per-token divergences: k1 = -r_t, k2 = r_t^2 / 2, k3 = exp(r_t) - 1 - r_t.
+        token_kX keeps token t when its kX passes; seq_sum_kX, seq_mean_kX and seq_max_kX reduce the
+        sequence's real tokens by sum, mean or max and keep or reject the whole sequence.
+        A k1 statistic passes when log L <= k <= log U (L, U: the option's ratio bounds; verl's
+        convention, symmetric when L = 1/U); a k2/k3 statistic passes when k <= U.
+        keep = m times the product over the options of their pass indicators (every option must pass).
+    Metrics (prefix rollout_rs/): masked_fraction (share of real tokens rejected), seq_masked_fraction
+        (share of sequences with a rejected real token), and per option <option>_masked_fraction.
+    Names:
+        verl `algorithm.rollout_correction.rollout_rs` / `rollout_rs_threshold`.
+    Paper:
+        Liu, Li et al. 2025, When Speed Kills Stability: Demystifying RL Collapse from the
+        Inference-Training Mismatch (rejection by k1/k2/k3 divergence bounds).
+    """
+    bounds = rs_thresholds(options, threshold)
+    mask = response_mask.float()
+    real = mask > 0
+    r = torch.where(real, old_logprob.float() - rollout_logprob.float(), 0.0).clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    per_token = {"k1": -r, "k2": 0.5 * r**2, "k3": torch.exp(r) - 1.0 - r}  # (B, T) each
+    n_tokens = mask.sum(-1).clamp(min=1.0)  # (B,)
+    keep = mask.clone()
+    metrics: dict[str, float] = {}
+    n_real = float(mask.sum())
+    for name, (lower, upper) in bounds.items():
+        stat = per_token[name[-2:]]
+        if name.startswith("seq_sum"):
+            stat = (stat * mask).sum(-1, keepdim=True)
+        elif name.startswith("seq_mean"):
+            stat = ((stat * mask).sum(-1) / n_tokens)[:, None]
+        elif name.startswith("seq_max"):
+            stat = stat.masked_fill(~real, float("-inf")).max(-1, keepdim=True).values
+            stat = torch.where(torch.isinf(stat), torch.zeros_like(stat), stat)
+        passed = stat <= upper if lower is None else (stat >= math.log(lower)) & (stat <= math.log(upper))
+        passed = passed.expand_as(mask).float()
+        keep = keep * passed
+        metrics[f"rollout_rs/{name}_masked_fraction"] = float(((1 - passed) * mask).sum() / n_real) if n_real else 0.0
+    seq_real = real.any(-1)
+    rejected_seq = ((keep == 0) & real).any(-1)
+    metrics["rollout_rs/masked_fraction"] = float(1.0 - keep.sum() / n_real) if n_real else 0.0
+    metrics["rollout_rs/seq_masked_fraction"] = float(rejected_seq[seq_real].float().mean()) if bool(seq_real.any()) else 0.0
+    return keep, metrics

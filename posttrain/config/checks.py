@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorNeeds, estimator_needs
+from posttrain.algorithms.rollout_correction import rs_thresholds
 from posttrain.config.access import device_lists, get_path, is_rl, training_kind, world_size
 from posttrain.config.checks_profiler import check_profiler
 from posttrain.config.sections.buffer import priority_args
@@ -275,6 +276,9 @@ def check_rollout_correction(cfg: Any) -> list[str]:
         "algorithm.rollout_is_level": (get_path(cfg, "algorithm.rollout_is_level", "token"), "token"),
         "algorithm.rollout_is_mode": (get_path(cfg, "algorithm.rollout_is_mode", "truncate"), "truncate"),
         "algorithm.rollout_is_veto_threshold": (get_path(cfg, "algorithm.rollout_is_veto_threshold", None), None),
+        "algorithm.rollout_is_batch_normalize": (get_path(cfg, "algorithm.rollout_is_batch_normalize", False), False),
+        "algorithm.rollout_rs": (get_path(cfg, "algorithm.rollout_rs", None), None),
+        "algorithm.rollout_rs_threshold": (get_path(cfg, "algorithm.rollout_rs_threshold", None), None),
     }
     if threshold is None:
         changed = [f"{key}={value}" for key, (value, default) in shaping.items() if value != default]
@@ -282,6 +286,14 @@ def check_rollout_correction(cfg: Any) -> list[str]:
             return [f"{', '.join(changed)} need(s) algorithm.rollout_is_threshold (null switches rollout importance sampling off); set a threshold, e.g. 2.0"]
         return []
     problems = []
+    rs, rs_threshold = shaping["algorithm.rollout_rs"][0], shaping["algorithm.rollout_rs_threshold"][0]
+    if rs is not None:
+        try:
+            rs_thresholds(rs, rs_threshold)
+        except ValueError as err:
+            problems.append(f"algorithm.rollout_rs={rs}, rollout_rs_threshold={rs_threshold}: {err}")
+    elif rs_threshold is not None:
+        problems.append("algorithm.rollout_rs_threshold is only read with algorithm.rollout_rs (the rejection options); set both or neither")
     lower = shaping["algorithm.rollout_is_threshold_lower"][0]
     mode = shaping["algorithm.rollout_is_mode"][0]
     if lower is not None and mode != "mask":

@@ -28,6 +28,7 @@ from posttrain.algorithms import (
     normalize_rewards,
     pf_ppo_resample,
     rollout_importance_weights,
+    rollout_rejection,
     sample_keep_mask,
     whiten,
 )
@@ -73,13 +74,19 @@ def correct_rollout_mismatch(batch: RolloutBatch, alg: AlgorithmConfig) -> dict[
     out = rollout_importance_weights(
         batch.old_logprobs, batch.rollout_logprobs, batch.train_mask, threshold=alg.rollout_is_threshold,  # agentic: model tokens only
         threshold_lower=alg.rollout_is_threshold_lower, level=alg.rollout_is_level, mode=alg.rollout_is_mode,
-        veto_threshold=alg.rollout_is_veto_threshold,
+        veto_threshold=alg.rollout_is_veto_threshold, batch_normalize=alg.rollout_is_batch_normalize,
     )
-    if alg.rollout_is_mode == "mask" or alg.rollout_is_veto_threshold is not None:
-        batch.loss_mask = out.keep * batch.train_mask  # keeps an agentic batch's env tokens out too
+    keep, metrics = out.keep, dict(out.metrics)
+    if alg.rollout_rs is not None:  # rejection by divergence bounds, on top of the IS mode's own
+        rs_keep, rs_metrics = rollout_rejection(
+            batch.old_logprobs, batch.rollout_logprobs, batch.train_mask, options=alg.rollout_rs, threshold=alg.rollout_rs_threshold
+        )
+        keep, metrics = keep * rs_keep, {**metrics, **rs_metrics}
+    if alg.rollout_is_mode == "mask" or alg.rollout_is_veto_threshold is not None or alg.rollout_rs is not None:
+        batch.loss_mask = keep * batch.train_mask  # keeps an agentic batch's env tokens out too
     if alg.rollout_is:
         batch.rollout_is_weights = out.weights
-    return out.metrics
+    return metrics
 
 
 def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: AlgorithmConfig, state: ShapingState, n_steps: int) -> dict[str, float]:

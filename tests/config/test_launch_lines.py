@@ -168,3 +168,47 @@ def test_train_from_a_verl_launch_line(inputs, tmp_path):
     steps = [r for r in rows if "actor/lr" in r]
     assert len(steps) == 2 and all(r["actor/lr"] == pytest.approx(1e-6) for r in steps)
     assert (run / "final_model" / "config.json").is_file()
+
+
+RC = "algorithm.rollout_correction."
+
+
+@pytest.mark.parametrize(
+    "words, algorithm, actor",
+    [
+        # decoupled mode (verl's default): posttrain's rollout_is* / rollout_rs* keys
+        ([RC + "rollout_is=sequence", RC + "rollout_is_batch_normalize=true"],
+         {"rollout_is": True, "rollout_is_level": "sequence", "rollout_is_threshold": 2.0, "rollout_is_batch_normalize": True}, {}),
+        ([RC + "rollout_rs='token_k1,seq_max_k2'", RC + "rollout_rs_threshold='0.6_1.6,2.5'"],
+         {"rollout_is": False, "rollout_is_threshold": 2.0, "rollout_rs": "token_k1,seq_max_k2", "rollout_rs_threshold": "0.6_1.6,2.5"}, {}),
+        ([RC + "rollout_is_threshold=2.0"], {"rollout_is": False, "rollout_is_threshold": None}, {}),  # verl's default: off
+        # bypass mode: the rollout's log-probs are the old ones and the loss corrects
+        ([RC + "bypass_mode=true", RC + "loss_type=reinforce", RC + "rollout_is=token", RC + "rollout_rs=token_k3", RC + "rollout_rs_threshold=0.01"],
+         {"rollout_is": False, "rollout_is_threshold": None, "rollout_rs": None},
+         {"reuse_rollout_logprobs": "always", "policy_loss": {"loss_mode": "bypass_mode", "loss_args": {
+             "loss_type": "reinforce", "rollout_is": "token", "rollout_rs": "token_k3", "rollout_rs_threshold": 0.01}}}),
+    ],
+)
+def test_verl_rollout_correction_lands_on_posttrains_keys(inputs, capsys, words, algorithm, actor):
+    assert main(["config", "show", "--dialect", "verl", *line(inputs), *words]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert {k: shown["algorithm"][k] for k in algorithm} == algorithm
+    for key, value in actor.items():
+        if key == "policy_loss":
+            assert shown["actor"]["policy_loss"]["loss_mode"] == value["loss_mode"]
+            assert shown["actor"]["policy_loss"]["loss_args"] == value["loss_args"]
+        else:
+            assert shown["actor"][key] == value
+
+
+@pytest.mark.parametrize(
+    "words, message",
+    [
+        ([RC + "loss_type=dpo", RC + "bypass_mode=true"], "not one of verl's values: ppo_clip, reinforce"),
+        ([RC + "rollout_rs=token_k9", RC + "rollout_rs_threshold=0.1"], "unknown rejection option(s) ['token_k9']"),
+        ([RC + "rollout_rs=token_k2", RC + "rollout_rs_threshold=0.1_0.5"], "token_k2 takes one upper bound"),
+    ],
+)
+def test_verl_rollout_correction_mistakes_are_named(inputs, capsys, words, message):
+    assert main(["config", "plan", "--dialect", "verl", *line(inputs), *words]) == 2
+    assert message in capsys.readouterr().err

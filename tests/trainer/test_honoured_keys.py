@@ -279,6 +279,9 @@ KNOBS = [
     knob("algorithm.rollout_is_level=sequence", "weights", *RIS, "algorithm.rollout_is=true"),
     knob("algorithm.rollout_is_mode=mask", "metrics", *RIS),
     knob("algorithm.rollout_is_veto_threshold=0.999", "metrics", *RIS),
+    knob("algorithm.rollout_is_batch_normalize=true", "metrics", *RIS, "algorithm.rollout_is=true"),
+    knob(("algorithm.rollout_rs=token_k2", "algorithm.rollout_rs_threshold=1e-12"), "metrics", *RIS),
+    knob("algorithm.rollout_rs_threshold=1e-12", "metrics", *RIS, "algorithm.rollout_rs=token_k2", "algorithm.rollout_rs_threshold=10"),
     # trainer
     knob("trainer.project_name=elsewhere", "files"),
     knob("trainer.experiment_name=other", "files"),

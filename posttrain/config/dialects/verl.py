@@ -117,6 +117,61 @@ def compile_default(ctx: Any) -> None:
         ctx.drop(key, f"verl's own default (true), left out: posttrain compiles whole decoder layers with it, which a model sharded over {world_size(ctx)} worker processes cannot run")
 
 
+_RC = "algorithm.rollout_correction."
+
+
+def rollout_correction(ctx: Any) -> None:
+    """verl's current spelling of rollout correction (``algorithm.rollout_correction.*``).
+
+    Decoupled mode (``bypass_mode: false``, the actor recomputes the old log-probs) lands on
+    posttrain's ``algorithm.rollout_is*`` / ``rollout_rs*``: ``rollout_is: token|sequence`` is
+    rollout_is true at that level, truncated at rollout_is_threshold (verl always truncates);
+    ``rollout_is: null`` gives no weights, and the block still runs (metrics, rejection) when
+    rollout_rs is set or the threshold is not verl's default. rollout_rs, rollout_rs_threshold and
+    rollout_is_batch_normalize translate key by key.
+
+    Bypass mode (``bypass_mode: true``) takes the rollout's log-probs as the old ones
+    (actor.reuse_rollout_logprobs: always) and corrects inside the loss: the policy loss becomes
+    posttrain's ``bypass_mode`` with the block's settings as its options (loss_type, rollout_is,
+    rollout_is_threshold, rollout_is_batch_normalize, rollout_rs, rollout_rs_threshold), and the
+    decoupled keys are left unset, as verl skips that step there.
+    """
+    names = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs", "rollout_rs_threshold", "bypass_mode", "loss_type")
+    if not any(ctx.has(_RC + k) for k in names):
+        return
+    value = {k: ctx.get(_RC + k, default) for k, default in zip(names, (None, 2.0, False, None, None, False, "ppo_clip"))}
+    valid = {"bypass_mode": (True, False), "loss_type": ("ppo_clip", "reinforce"), "rollout_is": (None, "token", "sequence")}
+    for k, allowed in valid.items():
+        if value[k] not in allowed:
+            ctx.consume(*[_RC + n for n in names if ctx.has(_RC + n)])
+            ctx.refuse(_RC + k, f"{value[k]!r} is not one of verl's values: {', '.join(map(str, allowed))}", None, value[k])
+            return
+    if value["bypass_mode"]:
+        ctx.consume(*[_RC + n for n in names if ctx.has(_RC + n)])
+        ctx.set("actor.reuse_rollout_logprobs", "always", _RC + "bypass_mode", "true: the rollout's log-probs are the old ones")
+        ctx.set("actor.policy_loss.loss_mode", "bypass_mode", _RC + "bypass_mode", "true: the correction is taken inside the loss (posttrain.algorithms.bypass_mode_loss)")
+        for k in names[:-2] + ("loss_type",):
+            if ctx.has(_RC + k):
+                ctx.set(f"actor.policy_loss.loss_args.{k}", value[k], _RC + k, "an option of the bypass_mode loss")
+        return
+    present = [_RC + k for k in ("rollout_is", "rollout_is_threshold", "bypass_mode", "loss_type") if ctx.has(_RC + k)]
+    ctx.consume(*present)
+    for key in present:
+        if key.endswith(("loss_type", "bypass_mode")):
+            ctx.drop(key, "only read in bypass mode (bypass_mode: true)")
+    if value["rollout_is"] is None and value["rollout_rs"] is None and value["rollout_is_threshold"] == 2.0:
+        for key in present:
+            if not key.endswith(("loss_type", "bypass_mode")):
+                ctx.drop(key, "rollout_is and rollout_rs null (verl's default): no weights and no rejection")
+        return
+    ctx.set("algorithm.rollout_is_threshold", value["rollout_is_threshold"], _RC + "rollout_is_threshold", "the truncation bound of the weights (verl's default 2.0 when not given)")
+    if value["rollout_is"] is not None:
+        ctx.set("algorithm.rollout_is", True, _RC + "rollout_is", f"{value['rollout_is']}: weights at that level multiply the policy loss")
+        ctx.set("algorithm.rollout_is_level", value["rollout_is"], _RC + "rollout_is", "")
+    elif _RC + "rollout_is" in present:
+        ctx.drop(_RC + "rollout_is", "null: no weights (metrics and any rejection only)")
+
+
 _MICRO_HOW = "a global count of responses: divided by the worker processes (trainer.nnodes x trainer.n_gpus_per_node; one process without them), as verl's workers do"
 # Keys the handlers translate (docs/config-mapping.md reads this table: posttrain.config.tables).
 RULES: dict[str, Rule] = {
@@ -124,9 +179,13 @@ RULES: dict[str, Rule] = {
     "trainer.remove_previous_ckpt_in_save": Rule("trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep", "true keeps only the newest checkpoint of each role (both set to 1); false leaves them", True),
     **{key: Rule(native, "sft_trainer.yaml's optimizer: posttrain's SFT trains the actor", "cosine" if key.endswith("lr_scheduler") else 0.1)
        for key, native in _SFT_OPTIM.items()},
+    _RC + "rollout_is": Rule("algorithm.rollout_is, algorithm.rollout_is_level", "token or sequence: rollout_is true at that level (truncated weights); null: no weights", "sequence"),
+    _RC + "rollout_is_threshold": Rule("algorithm.rollout_is_threshold", "the truncation bound of the weights; at verl's default (2.0) with rollout_is and rollout_rs null the block is off", 3.0),
+    _RC + "bypass_mode": Rule("actor.reuse_rollout_logprobs, actor.policy_loss.loss_mode", "true: the rollout's log-probs are the old ones (always) and the policy loss is bypass_mode, with the block's settings as its loss_args", True),
+    _RC + "loss_type": Rule("actor.policy_loss.loss_args.loss_type", "the loss of bypass mode (ppo_clip or reinforce); only read with bypass_mode: true", "reinforce", ((_RC + "bypass_mode", True),)),
 }
 
-HANDLERS = [null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default]
+HANDLERS = [null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default, rollout_correction]
 
 
 @functools.lru_cache(maxsize=1)

@@ -164,6 +164,9 @@ class AlgorithmConfig:
     rollout_is_level: str = param("token", doc="Importance weight per token, per sequence (product of the token ratios) or geometric (their geometric mean, shared by the sequence's tokens).", choices=["token", "sequence", "geometric"], refs=["verl:algorithm.rollout_is_level"])
     rollout_is_mode: str = param("truncate", doc="truncate caps the weights at the upper bound (TIS); mask keeps them and drops tokens (token level) or sequences outside [lower, upper] from the losses and advantages.", choices=["truncate", "mask"], refs=["verl:algorithm.rollout_is_mode"])
     rollout_is_veto_threshold: float | None = param(None, doc="Drop a whole sequence from the losses and advantages when one of its tokens has an (unbounded) ratio below this, e.g. 1e-4; null disables.", gt=0, refs=["verl:algorithm.rollout_is_veto_threshold"])
+    rollout_is_batch_normalize: bool = param(False, doc="Rescale the rollout importance weights to mean 1 over the batch (tokens at the token level, sequences otherwise), after truncation; rollout_is/batch_norm_factor logs the mean.", refs=["verl:algorithm.rollout_correction.rollout_is_batch_normalize"])
+    rollout_rs: str | None = param(None, doc="Rejection sampling: drop tokens or whole sequences whose divergence between pi_old and pi_rollout is out of bounds, before advantages and losses (posttrain.algorithms.rollout_rejection). Comma-separated options, all of which must pass: token_k1/k2/k3, seq_sum_k1/k2/k3, seq_mean_k1/k2/k3, seq_max_k2/k3 (k1 = -log ratio, k2 = (log ratio)^2 / 2, k3 = ratio - 1 - log ratio); null: none. Needs rollout_is_threshold.", refs=["verl:algorithm.rollout_correction.rollout_rs"])
+    rollout_rs_threshold: str | float | None = param(None, doc="Bounds of rollout_rs: one value shared by every option or one per option, comma-separated; a k1 option takes ratio bounds 'L_U' (or U, meaning L = 1/U), a k2/k3 option one upper bound.", refs=["verl:algorithm.rollout_correction.rollout_rs_threshold"])
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
@@ -179,7 +182,6 @@ UNSUPPORTED: dict[str, str] = {
     "roll:kd_objective": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
     "roll:distill_on_prompt": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
     "roll:logits_transfer_backend": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
-    "verl:algorithm.rollout_correction": "verl's current spelling of rollout importance sampling and rejection (rollout_is, rollout_rs, bypass_mode): not translated yet onto posttrain's algorithm.rollout_is_* (verl's earlier spelling; issue 18)",
     "trinity:algorithm.sample_strategy_args": "not implemented yet: Trinity-RFT's sample strategies (mixing expert data into batches; decoupled explorer/trainer issue 16)",
     "roll:student_infer": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
     "roll:question_key": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
