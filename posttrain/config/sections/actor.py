@@ -179,7 +179,6 @@ UNSUPPORTED: dict[str, str] = {
     "verl:actor_rollout_ref.actor.calculate_sum_pi_squared": "not implemented yet: the sum of squared token probabilities as a metric (verl's optimal-token-baseline statistics; issue 22)",
     "verl:actor_rollout_ref.actor.use_prefix_grouper": "not implemented yet: one forward pass of a shared prompt for its group's responses in training (posttrain shares it in the rollout only; performance issue)",
     "verl:actor_rollout_ref.actor.megatron": "Megatron backend options; posttrain has no Megatron backend (it trains with FSDP2: actor.fsdp_config)",
-    "verl:actor_rollout_ref.nccl_timeout": "timeout of verl's NCCL process groups; posttrain's is cluster.rpc_timeout_s (its own default, not the same key)",
     "roll:actor_train.use_sequence_packing": _PACKING,
     "roll:actor_train.sequence_packing_args": _PACKING,
     "roll:is_offload_states": _OFFLOAD,

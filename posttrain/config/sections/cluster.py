@@ -41,7 +41,7 @@ class ClusterConfig:
     ray_num_cpus: int | None = param(None, doc="CPUs the embedded local Ray cluster may use; null lets Ray detect them (set it under SLURM). Refused with a ray_address: a running cluster has its own.", ge=1, refs=["verl:ray_init.num_cpus"])
     ray_timeline_file: str | None = param(None, doc="Write the Ray timeline (chrome://tracing JSON) of the run here at the end; null writes none (Trinity's enable_ray_timeline means <run dir>/monitor/timeline.json).", refs=["verl:ray_init.timeline_json_file", "trinity:monitor.enable_ray_timeline"])
     register_timeout_s: float = param(300.0, doc="Seconds to wait for Ray to place every worker (free CPUs/GPUs for each bundle) before failing with what was asked.", gt=0, refs=["verl:trainer.ray_wait_register_center_timeout"])
-    rpc_timeout_s: float = param(3600.0, doc="Seconds a collective between worker processes may wait for a peer before the run fails (catches a hung worker).", gt=0, refs=["roll:rpc_timeout"])
+    rpc_timeout_s: float = param(3600.0, doc="Seconds a collective between worker processes may wait for a peer before the run fails (catches a hung worker).", gt=0, refs=["roll:rpc_timeout", "verl:actor_rollout_ref.nccl_timeout"])
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
