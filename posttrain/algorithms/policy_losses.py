@@ -133,6 +133,57 @@ def gspo_loss(
     return LossOutput(loss, _metrics(clipfrac, masked_mean(-log_ratio, mask), 0.0))
 
 
+@register_policy_loss("geo_mean", aliases=("gmpo",))
+def gmpo_loss(
+    *,
+    old_logprob: torch.Tensor,
+    logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    loss_scale_factor: float | None = None,
+    sample_weights: torch.Tensor | None = None,
+) -> LossOutput:
+    """GMPO: the geometric mean of the clipped token ratios of a sequence times its advantage.
+
+    Formula:
+        d_t = log pi - log pi_old;  c_t = clamp(d_t, -eps_low, eps_high) (clipped in log space);
+        s = sign(A_t);  d'_t = s min(s d_t, s c_t) (the pessimistic side for the advantage's sign);
+        r_i = exp(sum_t m_it d'_t / (sum_t m_it + 1e-8));  A_i = sum_t m_it A_it / (sum_t m_it + 1e-8);
+        L = mean_i(-A_i r_i w_i) over the micro-batch's sequences (so `actor.loss_agg_mode` other
+        than token-mean is refused with this loss, and loss_scale_factor is not read).
+        w_i: a (B,) sample weight, or the geometric mean over the sequence's real tokens of a (B, T)
+        rollout importance weight (exp of the masked mean of log(w + 1e-10)); 1 without weights.
+        pg_clipfrac / pg_clipfrac_lower: share of real tokens whose d_t was clipped with A > 0 / A < 0.
+    Names:
+        verl `actor.policy_loss.loss_mode=geo_mean` (clip_ratio_low / clip_ratio_high are the log-space
+        bounds; its GMPO recipe uses 0.4 each).
+    Paper:
+        Zhao et al. 2025, Geometric-Mean Policy Optimization, arXiv:2507.20673.
+    """
+    old, logp, adv, mask = _f32(old_logprob, logprob, advantages, response_mask)
+    eps_low, eps_high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+    log_ratio = logp - old  # (B, T)
+    clipped_log = torch.clamp(log_ratio, -eps_low, eps_high)
+    sign = torch.sign(adv)
+    pessimistic = sign * torch.minimum(sign * log_ratio, sign * clipped_log)  # (B, T)
+    n = mask.sum(-1) + 1e-8  # (B,)
+    ratio = torch.exp((pessimistic * mask).sum(-1) / n)  # (B,): the geometric mean of the clipped ratios
+    seq_adv = (adv * mask).sum(-1) / n  # (B,): GMPO takes one advantage per sequence
+    losses = -seq_adv * ratio
+    if sample_weights is not None:
+        w = sample_weights.float()
+        losses = losses * (torch.exp((torch.log(w + 1e-10) * mask).sum(-1) / n) if w.dim() == 2 else w)
+    loss = losses.mean()  # a plain mean over sequences, as verl
+    was_clipped = torch.ne(log_ratio, clipped_log)
+    return LossOutput(loss, _metrics(
+        masked_mean((was_clipped & (adv > 0)).float(), mask), masked_mean(-log_ratio, mask), masked_mean((was_clipped & (adv < 0)).float(), mask)
+    ))
+
+
 @register_policy_loss("cispo")
 def cispo_loss(
     *,

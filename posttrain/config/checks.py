@@ -253,6 +253,16 @@ def check_supervised_loss_agg(cfg: Any) -> list[str]:
     return []
 
 
+def check_gmpo_agg(cfg: Any) -> list[str]:
+    """GMPO (`loss_mode: geo_mean`) averages its sequence-level loss over sequences: it reads no
+    aggregation mode, so setting one would do nothing and is refused."""
+    if not is_rl(cfg) or get_path(cfg, "actor.policy_loss.loss_mode", "vanilla") not in ("geo_mean", "gmpo"):
+        return []
+    if get_path(cfg, "actor.loss_agg_mode", "token-mean") != "token-mean":
+        return ["actor.loss_agg_mode is not read by policy loss geo_mean (GMPO averages one loss per sequence); leave it at token-mean"]
+    return []
+
+
 def check_supervised_compile(cfg: Any) -> list[str]:
     """`actor.use_torch_compile` switches the RL stage's training forward; SFT/DPO stages compute
     their log-probs another way, so the flag would do nothing there and is refused."""
@@ -435,6 +445,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_val_sampling,
     check_dpo_label_smoothing,
     check_supervised_loss_agg,
+    check_gmpo_agg,
     check_supervised_compile,
     check_rollout_correction,
     check_pf_ppo,
