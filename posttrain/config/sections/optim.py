@@ -61,7 +61,12 @@ def _unsupported(verl_prefix: str) -> dict[str, str]:
 UNSUPPORTED: dict[str, str] = {
     **_unsupported("verl:actor_rollout_ref.actor.optim"),
     **_unsupported("verl:critic.optim"),
-    # ROLL's Hugging Face TrainingArguments that have no direct counterpart.
-    "roll:actor_train.training_args.num_train_epochs": "Hugging Face epochs do not apply to RL: run length is trainer.total_epochs/total_training_steps, passes per batch are actor.ppo_epochs",
-    "roll:critic.training_args.num_train_epochs": "Hugging Face epochs do not apply to RL: run length is trainer.total_epochs/total_training_steps, passes per batch are critic.ppo_epochs",
+}
+
+# ROLL's RLVR and agentic pipelines never read their roles' Hugging Face epoch count: their length is
+# max_steps (a DPO file's num_train_epochs is its passes over the pairs: the ROLL dialect's DPO handler).
+_ROLL_EPOCHS = "ROLL's RL pipelines do not read it (their length is max_steps; posttrain's trainer.total_training_steps)"
+NO_EFFECT: dict[str, str] = {
+    "roll:actor_train.training_args.num_train_epochs": _ROLL_EPOCHS,
+    "roll:critic.training_args.num_train_epochs": _ROLL_EPOCHS,
 }
