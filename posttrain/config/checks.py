@@ -26,6 +26,7 @@ from posttrain.config.sections.algorithm import check_agentic_reward_norm
 from posttrain.config.sections.data import check_domain_probs
 from posttrain.config.sections.reward import check_overlong_buffer, check_reward_workers
 from posttrain.config.sections.trainer import check_save_strategy
+from posttrain.config.sections.optim import check_optimizer_args
 from posttrain.config.sections.rollout import check_min_response_length, check_prompt_length
 
 
@@ -433,6 +434,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_min_response_length,
     check_save_contents,
     check_save_strategy,
+    check_optimizer_args,
     check_agentic_reward_norm,
     check_overlong_buffer,
 ]
