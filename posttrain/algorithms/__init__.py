@@ -79,7 +79,7 @@ from posttrain.algorithms.shaping import (
     scores_to_token_rewards,
     whiten,
 )
-from posttrain.algorithms.supervised import dpo_loss, dpo_policy_loss, sft_loss
+from posttrain.algorithms.supervised import dpo_loss, dpo_policy_loss, positive_sft_loss, sft_loss
 from posttrain.algorithms.value import ValueLossOutput, value_loss
 
 __all__ = [
@@ -160,6 +160,7 @@ __all__ = [
     "clip_cov_loss",
     "kl_cov_loss",
     "sft_loss",
+    "positive_sft_loss",
     "dpo_policy_loss",
     "sapo_loss",
     "sppo_loss",

@@ -262,6 +262,16 @@ def check_supervised_compile(cfg: Any) -> list[str]:
     return []
 
 
+def check_supervised_loss_coefs(cfg: Any) -> list[str]:
+    """ROLL's rl_loss_coef and sft_loss_coef weigh parts of the RL actor loss; SFT/DPO stages have
+    neither part, so a changed value is refused there."""
+    kind = training_kind(cfg)
+    changed = [f"{k}={get_path(cfg, k, d)}" for k, d in (("actor.rl_loss_coef", 1.0), ("actor.sft_loss_coef", 0.0)) if get_path(cfg, k, d) != d]
+    if kind in ("sft", "dpo") and changed:
+        return [f"{', '.join(changed)}: these weigh the RL loss's parts and algorithm.kind {kind} has no RL loss; leave them at their defaults for this stage"]
+    return []
+
+
 def check_rollout_correction(cfg: Any) -> list[str]:
     """Rollout importance sampling (verl's `algorithm.rollout_is*`) is on when
     `rollout_is_threshold` is set; its other keys only shape it, so setting them without a threshold,
@@ -425,6 +435,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_dpo_label_smoothing,
     check_supervised_loss_agg,
     check_supervised_compile,
+    check_supervised_loss_coefs,
     check_rollout_correction,
     check_pf_ppo,
     check_profiler,

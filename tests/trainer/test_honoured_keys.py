@@ -59,6 +59,7 @@ RIS = ("algorithm.rollout_is_threshold=1.001", "actor.reuse_rollout_logprobs=nev
 REWARD_FILE = ("reward.custom_reward_function.path={data}/reward.py",)
 BY_LENGTH = (*REWARD_FILE, "reward.custom_reward_function.name=by_length")  # scores vary within a group
 OVERLONG = ("reward.overlong_buffer.len=4",)  # responses of 6 tokens against the budget of 6: in the ramp
+POSITIVE = (*REWARD_FILE, "reward.custom_reward_function.reward_kwargs={bonus: 1.0}")  # every response scores >= 1
 FLAKY = (*REWARD_FILE, "reward.custom_reward_function.name=flaky", "reward.on_error=fixed")
 RM = ("reward.reward_model.enable=true", "reward.reward_model.path={assets}/rm")
 SFT_DATA = ("data.train_files={data}/sft_train.parquet", "data.max_length=48", "actor.ppo_micro_batch_size_per_gpu=4")
@@ -165,6 +166,8 @@ KNOBS = [
     knob("actor.use_kl_loss=true", "forwards"),
     knob("actor.kl_loss_coef=1.0", "weights", *REF),
     knob("actor.kl_loss_type=abs", "weights", *REF),
+    knob("actor.rl_loss_coef=0.5", "weights"),
+    knob("actor.sft_loss_coef=1.0", "weights", *POSITIVE),  # the policy loss is 0 there: the SFT term alone moves the weights
     knob("actor.grad_clip=1e-4", "weights"),
     knob("actor.optim.lr=2e-3", "weights"),
     knob("actor.optim.betas=[0.5,0.9]", "weights"),

@@ -145,8 +145,8 @@ class ActorConfig:
     use_kl_loss: bool = param(False, doc="Add a KL(policy || reference) term to the actor loss (GRPO-style, instead of KL in the reward).", refs=[f"{_VERL}.use_kl_loss", "roll:use_kl_loss"])
     kl_loss_coef: float = param(0.001, doc="Weight of the KL loss term when use_kl_loss.", ge=0, refs=[f"{_VERL}.kl_loss_coef", "roll:kl_loss_coef", f"{_TRINITY_ALGO}.kl_loss_fn_args.kl_coef"])
     kl_loss_type: str = param("low_var_kl", doc="KL estimator of the KL loss: kl/k1, abs, mse/k2, low_var_kl/k3 or full (needs whole distributions).", choices=KL_LOSS_TYPES, refs=[f"{_VERL}.kl_loss_type", f"{_TRINITY_ALGO}.kl_loss_fn"])
-    rl_loss_coef: float = param(1.0, doc="Weight of the policy-gradient loss when an SFT loss is mixed in.", ge=0, todo="mixing an SFT loss into the RL loss (later issue)", refs=["roll:rl_loss_coef"])
-    sft_loss_coef: float = param(0.0, doc="Weight of an SFT (negative log-likelihood) loss on positive-reward responses; 0 disables.", ge=0, todo="mixing an SFT loss into the RL loss (later issue)", refs=["roll:sft_loss_coef"])
+    rl_loss_coef: float = param(1.0, doc="Weight of the RL part of the actor loss, policy loss plus KL loss (ROLL): loss = rl_loss_coef x (pg_loss + kl_loss_coef x kl_loss) - entropy_coeff x entropy + sft_loss_coef x sft_loss. RL stages only.", ge=0, refs=["roll:rl_loss_coef"])
+    sft_loss_coef: float = param(0.0, doc="Weight of ROLL's SFT term on the responses that scored above 0: the mean over them of -score x (the response's probability under the sampling policy) x its log-likelihood (posttrain.algorithms.positive_sft_loss), logged as actor/sft_loss; 0 disables. RL stages only.", ge=0, refs=["roll:sft_loss_coef"])
 
     # ---- optimization ------------------------------------------------------------------------
     grad_clip: float = param(1.0, doc="Clip the global gradient norm to this value before each optimizer step.", gt=0, refs=[f"{_VERL}.grad_clip", f"{_VERL}.optim.clip_grad", "roll:max_grad_norm", "trinity:trainer.grad_clip"])
