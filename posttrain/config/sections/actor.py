@@ -184,7 +184,6 @@ UNSUPPORTED: dict[str, str] = {
     "roll:actor_train.sequence_packing_args": _PACKING,
     "roll:is_offload_states": _OFFLOAD,
     "roll:is_offload_optimizer_states_in_train_step": _OFFLOAD,
-    "roll:importance_sampling": "not implemented yet: ROLL's sequence-level importance ratio (importance_sampling: seq); the token ratio is posttrain's (issue 22)",
     "roll:use_topr_neg_loss_coef": "ROLL's TOPR loss options: choose the policy loss by name in actor.policy_loss.loss_mode",
     "roll:train_infer_correction": "ROLL's correction of the training/inference mismatch: not translated yet onto posttrain's algorithm.rollout_is_* (issue 18)",
 }
