@@ -42,7 +42,8 @@ from posttrain.algorithms.policy_losses_mix import chord_mu, mix_chord_loss, mix
 from posttrain.algorithms.advantages_shifted import asymre_advantage, rec_advantage
 from posttrain.algorithms.advantages_distill import jsd_advantage, on_policy_distill_advantage
 from posttrain.algorithms.aggregation import LOSS_AGG_MODES, aggregate_loss
-from posttrain.algorithms.entropy import entropy_from_logits, entropy_from_logits_chunked
+from posttrain.algorithms.entropy import entropy_from_logits, entropy_from_logits_chunked, sum_pi_squared_from_logits
+from posttrain.algorithms.variance_proxy import variance_proxy_metrics
 from posttrain.algorithms.groups import group_stats
 from posttrain.algorithms.kl import KL_PENALTY_KINDS, KLRewardOutput, apply_kl_penalty, check_kl_kind, kl_penalty
 from posttrain.algorithms.kl_controllers import AdaptiveKLController, FixedKLController
@@ -113,6 +114,8 @@ __all__ = [
     "ValueLossOutput",
     "entropy_from_logits",
     "entropy_from_logits_chunked",
+    "sum_pi_squared_from_logits",
+    "variance_proxy_metrics",
     "FixedKLController",
     "AdaptiveKLController",
     "dpo_loss",

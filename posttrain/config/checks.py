@@ -263,12 +263,14 @@ def check_supervised_compile(cfg: Any) -> list[str]:
 
 
 def check_supervised_loss_coefs(cfg: Any) -> list[str]:
-    """ROLL's rl_loss_coef and sft_loss_coef weigh parts of the RL actor loss; SFT/DPO stages have
-    neither part, so a changed value is refused there."""
+    """ROLL's rl_loss_coef and sft_loss_coef weigh parts of the RL actor loss, and verl's
+    calculate_sum_pi_squared measures its policy gradient; SFT/DPO stages have no RL loss, so a
+    changed value is refused there."""
     kind = training_kind(cfg)
-    changed = [f"{k}={get_path(cfg, k, d)}" for k, d in (("actor.rl_loss_coef", 1.0), ("actor.sft_loss_coef", 0.0)) if get_path(cfg, k, d) != d]
+    keys = (("actor.rl_loss_coef", 1.0), ("actor.sft_loss_coef", 0.0), ("actor.calculate_sum_pi_squared", False))
+    changed = [f"{k}={get_path(cfg, k, d)}" for k, d in keys if get_path(cfg, k, d) != d]
     if kind in ("sft", "dpo") and changed:
-        return [f"{', '.join(changed)}: these weigh the RL loss's parts and algorithm.kind {kind} has no RL loss; leave them at their defaults for this stage"]
+        return [f"{', '.join(changed)}: these act on the RL loss and algorithm.kind {kind} has no RL loss; leave them at their defaults for this stage"]
     return []
 
 

@@ -29,12 +29,15 @@ from posttrain.checkpoint.save import Role, save_hf
 from posttrain.checkpoint.state import Extra
 from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_logprobs
+from posttrain.models.pi_squared import response_sum_pi_squared
 from posttrain.models.precision import autocast
 from posttrain.errors import DataError
 from posttrain.records import RolloutBatch
 from posttrain.cluster.fsdp import forward_runner
 from posttrain.cluster.parallel import DataParallel
-from posttrain.workers.microbatch import SINGLE, accumulate_gradients, clip_and_step, loss_weight, micro_weight, mini_batches, normaliser
+from posttrain.workers.microbatch import (
+    SINGLE, accumulate_gradients, clip_and_step, forward_in_order, loss_weight, micro_weight, mini_batches, normaliser,
+)
 from posttrain.workers.reference import batched_logprobs
 
 # Metrics that are aggregates of the loss mode (weighted like the loss across micro-batches); the
@@ -167,6 +170,26 @@ class Actor:
             size, max_tokens = self.s.logprob_batching or (self.s.micro_batch_size, self.s.max_tokens_per_micro_batch)
             with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward):
                 return batched_logprobs(self.model, batch, self.s.temperature, size, max_tokens, self.s.pack, self.dp, self.run)
+        finally:
+            self.model.train(was_training)
+
+    @torch.inference_mode()
+    def sum_pi_squared(self, batch: RolloutBatch) -> Tensor:
+        """sum_v pi(v)^2 of the current policy at each response token, (B, T); 0 on padding
+        (actor.calculate_sum_pi_squared: the variance-proxy metrics). Batched as `compute_logprobs`."""
+        was_training = self.model.training
+        self.model.eval()
+        size, max_tokens = self.s.logprob_batching or (self.s.micro_batch_size, self.s.max_tokens_per_micro_batch)
+
+        def one(micro: RolloutBatch) -> Tensor:
+            return self.run(
+                response_sum_pi_squared, self.model, micro.prompt_ids, micro.prompt_mask, micro.response_ids,
+                micro.response_mask, temperature=self.s.temperature, pack=self.s.pack,
+            )  # (b, T')
+
+        try:
+            with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward):
+                return forward_in_order(batch, one, size=size, max_tokens=max_tokens, dp=self.dp)
         finally:
             self.model.train(was_training)
 

@@ -17,10 +17,12 @@ def test_roll_s_loss_coefficients_land_on_the_actor():
 
 
 def test_the_rl_loss_weights_are_refused_for_a_supervised_stage():
-    with pytest.raises(ConfigError, match=r"actor.sft_loss_coef=0.1: these weigh the RL loss's parts and algorithm.kind sft"):
+    with pytest.raises(ConfigError, match=r"actor.sft_loss_coef=0.1: these act on the RL loss and algorithm.kind sft"):
         load_config(None, ["algorithm.kind=sft", "actor.sft_loss_coef=0.1"])
     with pytest.raises(ConfigError, match="algorithm.kind dpo has no RL loss"):
         load_config(None, ["algorithm.kind=dpo", "actor.rl_loss_coef=2.0"])
+    with pytest.raises(ConfigError, match="actor.calculate_sum_pi_squared=True: these act on the RL loss"):
+        load_config(None, ["algorithm.kind=sft", "actor.calculate_sum_pi_squared=true"])
     assert load_config(None, ["actor.sft_loss_coef=0.1", "actor.rl_loss_coef=2.0"]).actor.rl_loss_coef == 2.0
 
 

@@ -166,6 +166,7 @@ KNOBS = [
     knob("actor.use_kl_loss=true", "forwards"),
     knob("actor.kl_loss_coef=1.0", "weights", *REF),
     knob("actor.kl_loss_type=abs", "weights", *REF),
+    knob("actor.calculate_sum_pi_squared=true", "metrics"),  # the variance_proxy/ metrics
     knob("actor.rl_loss_coef=0.5", "weights"),
     knob("actor.sft_loss_coef=1.0", "weights", *POSITIVE),  # the policy loss is 0 there: the SFT term alone moves the weights
     knob("actor.grad_clip=1e-4", "weights"),
