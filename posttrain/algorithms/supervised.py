@@ -31,7 +31,7 @@ def sft_loss(
         L = agg(-log pi(y_t)); token-mean is the usual cross-entropy, seq-mean-token-mean is Trinity-RFT's
         `use_token_level_loss: false`. metrics["nll"] is the token-mean NLL whatever the mode.
     Names:
-        verl SFT trainer; ROLL `sft_loss_coef` (as an auxiliary term); Trinity-RFT `policy_loss_fn: sft`.
+        verl SFT trainer; Trinity-RFT `policy_loss_fn: sft`; ROLL `sft_loss_coef` adds another term, `positive_sft_loss`.
     Paper:
         Ouyang et al. 2022, Training Language Models to Follow Instructions with Human Feedback,
         arXiv:2203.02155 (supervised fine-tuning stage).
