@@ -11,7 +11,8 @@ can be tested with numbers and restored exactly on resume (the step count is the
   ``decay_ratio`` x total steps, then a linear decay to ``min_lr_ratio`` x peak.
 
 ``decay_steps`` (``optim.lr_decay_steps``) ends the decay of cosine and wsd at that step instead of
-at ``total_steps``; the LR then stays at ``min_lr_ratio`` x peak. The step is counted from the start,
+at ``total_steps``; the LR then holds the value the decay ended at (``min_lr_ratio`` x peak, for cosine
+with ``num_cycles`` 0.5). The step is counted from the start,
 warm-up included, as Megatron's OptimizerParamScheduler (the scheduler verl's and ROLL's
 ``lr_decay_steps`` configure) counts it: decay progress = (step - warm-up) / (decay_steps - warm-up).
 """

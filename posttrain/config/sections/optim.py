@@ -34,7 +34,7 @@ class OptimConfig:
     lr: float = param(1e-6, doc="Peak learning rate.", gt=0, refs=["verl:.lr", "roll:.learning_rate", "trinity:.lr"])
     betas: list[float] = param(factory=lambda: [0.9, 0.999], doc="adamw/adam (beta1, beta2): decay rates of the gradient mean and square averages.", ge=0, lt=1, refs=["verl:.betas", "trinity:.betas"])
     eps: float = param(1e-8, doc="adamw/adam epsilon added to the denominator.", gt=0)
-    fused: bool = param(False, doc="torch's fused optimizer kernel (one pass per tensor; adamw, adam and sgd have one): the same update up to float rounding, 8-9 ms instead of 30-34 ms for clip + step at 4.2M parameters on 2 CPU threads. Off by default so that runs keep their exact trajectories (float rounding moves a chaotic run: the quickstart's SFT warm-up ends at another accuracy).")
+    fused: bool = param(False, doc="torch's fused optimizer kernel (one pass per tensor; adamw, adam and sgd have one): the same update up to float rounding; for adamw, 8-9 ms instead of 30-34 ms for clip + step at 4.2M parameters on 2 CPU threads. Off by default so that runs keep their exact trajectories (float rounding moves a chaotic run: the quickstart's SFT warm-up ends at another accuracy).")
     weight_decay: float = param(0.01, doc="Weight decay: adamw decouples it (each step subtracts lr x weight_decay x weight), adam and sgd add weight_decay x weight to the gradient (L2).", ge=0, refs=["verl:.weight_decay", "roll:.weight_decay", "trinity:.weight_decay"])
     lr_warmup_steps: int = param(-1, doc="Linear warm-up in optimizer steps; -1 derives it from lr_warmup_steps_ratio.", ge=-1, refs=["verl:.lr_warmup_steps", "roll:.warmup_steps", "trinity:.lr_warmup_steps"])
     lr_warmup_steps_ratio: float = param(0.0, doc="Warm-up as a fraction of total training steps (used when lr_warmup_steps is -1).", ge=0, le=1, refs=["verl:.lr_warmup_steps_ratio", "trinity:.lr_warmup_steps_ratio", "roll:.warmup_ratio"])
@@ -42,7 +42,7 @@ class OptimConfig:
     min_lr_ratio: float = param(0.0, doc="Final LR of cosine and wsd as a fraction of lr.", ge=0, le=1, refs=["verl:.min_lr_ratio", "trinity:.min_lr_ratio"])
     num_cycles: float = param(0.5, doc="Cosine periods over the decay (0.5: one half-wave from lr down to the minimum).", gt=0, refs=["verl:.num_cycles"])
     lr_warmup_init: float = param(0.0, doc="LR the warm-up starts from, as an absolute value: warm-up step k (0-based) uses init + (lr - init) * (k + 1) / warm-up steps.", ge=0, refs=["verl:.lr_warmup_init"])
-    lr_decay_steps: int | None = param(None, doc="Training step at which the decay of cosine or wsd ends, counted from the start (warm-up included, as Megatron's scheduler that verl and ROLL use): the LR decays from the end of warm-up to min_lr_ratio x lr at this step and stays there; null ends the decay at the last step. Must exceed the warm-up; constant has no decay.", ge=1, refs=["verl:.lr_decay_steps"])
+    lr_decay_steps: int | None = param(None, doc="Training step at which the decay of cosine or wsd ends, counted from the start (warm-up included, as Megatron's scheduler that verl and ROLL use): the LR decays from the end of warm-up to its final value at this step (min_lr_ratio x lr; for cosine with the default num_cycles) and stays there; null ends the decay at the last step. Must exceed the warm-up; constant has no decay.", ge=1, refs=["verl:.lr_decay_steps"])
 
 
 @section
