@@ -33,3 +33,11 @@ def test_variance_proxy_metrics_by_hand():
     got = variance_proxy_metrics(old, pi_sq, adv, mask, rollout_is_weights=rho)
     assert got["variance_proxy/expected_w"] == pytest.approx((4 * 0.5 + 4 * 0.8) / 2)
     assert got["variance_proxy/proxy2_total_power"] == pytest.approx(4 * 4 * 1.3 / 2)
+
+
+def test_verl_s_keys_reach_the_actor():
+    from posttrain.config.dialects import translate
+
+    native, report = translate({"actor_rollout_ref": {"actor": {"calculate_sum_pi_squared": True, "sum_pi_squared_checkpointing": True}}}, "verl")
+    assert native == {"actor": {"calculate_sum_pi_squared": True}} and not report.refused
+    assert "a pass without gradients" in report.entry("actor_rollout_ref.actor.sum_pi_squared_checkpointing").reason
