@@ -43,7 +43,8 @@ from posttrain.algorithms.policy_losses_mix import chord_mu, mix_chord_loss, mix
 from posttrain.algorithms.advantages_shifted import asymre_advantage, rec_advantage
 from posttrain.algorithms.advantages_distill import jsd_advantage, on_policy_distill_advantage
 from posttrain.algorithms.aggregation import LOSS_AGG_MODES, aggregate_loss
-from posttrain.algorithms.entropy import entropy_from_logits, entropy_from_logits_chunked
+from posttrain.algorithms.entropy import entropy_from_logits, entropy_from_logits_chunked, sum_pi_squared_from_logits
+from posttrain.algorithms.variance_proxy import variance_proxy_metrics
 from posttrain.algorithms.groups import group_stats
 from posttrain.algorithms.kl import KL_PENALTY_KINDS, KLRewardOutput, apply_kl_penalty, check_kl_kind, kl_penalty
 from posttrain.algorithms.kl_controllers import AdaptiveKLController, FixedKLController
@@ -80,7 +81,7 @@ from posttrain.algorithms.shaping import (
     scores_to_token_rewards,
     whiten,
 )
-from posttrain.algorithms.supervised import dpo_loss, dpo_policy_loss, sft_loss
+from posttrain.algorithms.supervised import dpo_loss, dpo_policy_loss, positive_sft_loss, sft_loss
 from posttrain.algorithms.value import ValueLossOutput, value_loss
 
 __all__ = [
@@ -116,6 +117,8 @@ __all__ = [
     "ValueLossOutput",
     "entropy_from_logits",
     "entropy_from_logits_chunked",
+    "sum_pi_squared_from_logits",
+    "variance_proxy_metrics",
     "FixedKLController",
     "AdaptiveKLController",
     "dpo_loss",
@@ -163,6 +166,7 @@ __all__ = [
     "clip_cov_loss",
     "kl_cov_loss",
     "sft_loss",
+    "positive_sft_loss",
     "dpo_policy_loss",
     "sapo_loss",
     "sppo_loss",

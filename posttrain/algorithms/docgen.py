@@ -27,6 +27,7 @@ BUILDING_BLOCKS: tuple[Callable, ...] = (
     A.FixedKLController,
     A.AdaptiveKLController,
     A.dpo_loss,
+    A.positive_sft_loss,
 )
 SHAPING: tuple[Callable, ...] = (
     A.scores_to_token_rewards,

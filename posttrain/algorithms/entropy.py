@@ -38,3 +38,20 @@ def entropy_from_logits_chunked(logits: torch.Tensor, chunk_size: int = 2048) ->
     parts = [entropy_from_logits(flat[i : i + chunk_size]) for i in range(0, flat.shape[0], chunk_size)]
     out = torch.cat(parts) if parts else flat.new_zeros(0, dtype=torch.float32)
     return out.reshape(logits.shape[:-1])
+
+
+def sum_pi_squared_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Per-position sum over the vocabulary of the squared probabilities, shape logits.shape[:-1].
+
+    Formula:
+        sum_v p_v^2 = exp(logsumexp(2 z) - 2 logsumexp(z)) for p = softmax(z): exact, and no (.., V)
+        probability tensor is squared (stable for large logits). It is the collision probability of
+        the next-token distribution: 1 for a certain token, 1 / V for a uniform one.
+    Names:
+        verl `actor.calculate_sum_pi_squared` (its input to the variance-proxy metrics,
+        `posttrain.algorithms.variance_proxy_metrics`).
+    Paper:
+        (a statistic of the distribution; no separate paper)
+    """
+    z = logits.float()
+    return torch.exp(torch.logsumexp(2.0 * z, dim=-1) - 2.0 * torch.logsumexp(z, dim=-1))

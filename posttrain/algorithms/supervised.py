@@ -31,7 +31,7 @@ def sft_loss(
         L = agg(-log pi(y_t)); token-mean is the usual cross-entropy, seq-mean-token-mean is Trinity-RFT's
         `use_token_level_loss: false`. metrics["nll"] is the token-mean NLL whatever the mode.
     Names:
-        verl SFT trainer; ROLL `sft_loss_coef` (as an auxiliary term); Trinity-RFT `policy_loss_fn: sft`.
+        verl SFT trainer; Trinity-RFT `policy_loss_fn: sft`; ROLL `sft_loss_coef` adds another term, `positive_sft_loss`.
     Paper:
         Ouyang et al. 2022, Training Language Models to Follow Instructions with Human Feedback,
         arXiv:2203.02155 (supervised fine-tuning stage).
@@ -104,3 +104,40 @@ def dpo_policy_loss(
     seq_logp = masked_sum(logprob.float(), mask, dim=-1)  # (2N,)
     seq_ref = masked_sum(ref_logprob.float().detach(), mask, dim=-1)  # (2N,)
     return dpo_loss(seq_logp[0::2], seq_logp[1::2], seq_ref[0::2], seq_ref[1::2], beta, label_smoothing)
+
+
+def positive_sft_loss(
+    logprob: torch.Tensor,
+    old_logprob: torch.Tensor,
+    scores: torch.Tensor,
+    response_mask: torch.Tensor,
+    num_positive: float | None = None,
+) -> torch.Tensor:
+    """The SFT term ROLL adds to the RL loss: a score- and probability-weighted NLL of the responses
+    that scored above 0.
+
+    Formula:
+        per response i: l_i = -score_i * exp(sum_t m_it log pi_old,it) * sum_t m_it log pi_it, where
+        exp(sum log pi_old) is the response's whole probability under the sampling policy (a
+        constant weight: no gradient); L = sum_{i: score_i > 0} l_i / N_pos. N_pos is `num_positive`
+        (the positive responses of the whole mini-batch, so that micro-batches add up to it), or the
+        positive rows among these when None; a row whose tokens are all masked out does not count.
+        0 when none scored above 0.
+        The actor adds `sft_loss_coef * L` to `rl_loss_coef * (pg_loss + kl_loss_coef * kl_loss)`.
+    Names:
+        ROLL `sft_loss_coef` (its RLVR actor loss in its releases of 2025-05 to 2025-07, which averaged
+        over the positive responses of each micro-batch; later ROLL renamed the key postive_loss_coef
+        and no longer reads it). ROLL also added a truncated-importance term on negative responses
+        under `use_topr_loss`; posttrain reads use_topr_loss as ROLL does now, the topr_roll policy loss.
+    Paper:
+        ROLL names none; the idea is imitating the samples that succeeded, as in Oh et al. 2018,
+        Self-Imitation Learning, arXiv:1806.05635.
+    """
+    mask = response_mask.float()
+    seq_logp = masked_sum(logprob.float(), mask, dim=-1)  # (B,)
+    seq_prob_old = torch.exp(masked_sum(old_logprob.float().detach(), mask, dim=-1))  # (B,)
+    positive = ((scores.float() > 0) & (mask.sum(-1) > 0)).float()  # (B,) rows with a token left to train
+    count = float(positive.sum()) if num_positive is None else num_positive
+    if count == 0:
+        return seq_logp.sum() * 0.0  # keeps the graph (and the dtype) with no positive response
+    return (-scores.float() * seq_prob_old * seq_logp * positive).sum() / count

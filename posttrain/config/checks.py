@@ -27,6 +27,7 @@ from posttrain.config.sections.algorithm import check_agentic_reward_norm
 from posttrain.config.sections.data import check_domain_probs
 from posttrain.config.sections.reward import check_overlong_buffer, check_reward_workers
 from posttrain.config.sections.trainer import check_save_strategy
+from posttrain.config.sections.optim import check_optimizer_args
 from posttrain.config.sections.rollout import check_min_response_length, check_prompt_length
 
 
@@ -272,6 +273,18 @@ def check_supervised_compile(cfg: Any) -> list[str]:
     return []
 
 
+def check_supervised_loss_coefs(cfg: Any) -> list[str]:
+    """ROLL's rl_loss_coef and sft_loss_coef weigh parts of the RL actor loss, and verl's
+    calculate_sum_pi_squared measures its policy gradient; SFT/DPO stages have no RL loss, so a
+    changed value is refused there."""
+    kind = training_kind(cfg)
+    keys = (("actor.rl_loss_coef", 1.0), ("actor.sft_loss_coef", 0.0), ("actor.calculate_sum_pi_squared", False))
+    changed = [f"{k}={get_path(cfg, k, d)}" for k, d in keys if get_path(cfg, k, d) != d]
+    if kind in ("sft", "dpo") and changed:
+        return [f"{', '.join(changed)}: these act on the RL loss and algorithm.kind {kind} has no RL loss; leave them at their defaults for this stage"]
+    return []
+
+
 def check_rollout_correction(cfg: Any) -> list[str]:
     """Rollout importance sampling (verl's `algorithm.rollout_is*`) is on when
     `rollout_is_threshold` is set; its other keys only shape it, so setting them without a threshold,
@@ -447,6 +460,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_supervised_loss_agg,
     check_gmpo_agg,
     check_supervised_compile,
+    check_supervised_loss_coefs,
     check_rollout_correction,
     check_pf_ppo,
     check_profiler,
@@ -456,6 +470,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_min_response_length,
     check_save_contents,
     check_save_strategy,
+    check_optimizer_args,
     check_agentic_reward_norm,
     check_overlong_buffer,
 ]

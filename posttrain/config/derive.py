@@ -66,6 +66,18 @@ def derive(cfg: Any, train_dataset_size: int | None) -> Derived:
 
 
 def _warmup(cfg: Any, optim: str, total: int | None) -> int | None:
+    steps = _warmup_steps(cfg, optim, total)
+    decay = get_path(cfg, f"{optim}.lr_decay_steps", None)
+    # the decay runs from the end of warm-up to lr_decay_steps: it needs at least one step
+    if decay is not None and steps is not None and decay <= steps:
+        raise ConfigError(
+            f"{optim}.lr_decay_steps ({decay}) ends the decay before warm-up ({steps} steps) is over; "
+            f"make it larger than the warm-up, counted from the start of training (as Megatron counts it)"
+        )
+    return steps
+
+
+def _warmup_steps(cfg: Any, optim: str, total: int | None) -> int | None:
     steps = get_path(cfg, f"{optim}.lr_warmup_steps", None)
     ratio = get_path(cfg, f"{optim}.lr_warmup_steps_ratio", 0.0)
     if steps is None:

@@ -13,17 +13,21 @@ from typing import Iterable
 import torch
 
 from posttrain.config.sections.optim import OptimConfig
-from posttrain.optim.schedules import build_optimizer, build_scheduler
+from posttrain.optim.optimizers import build_optimizer
+from posttrain.optim.schedules import build_scheduler
 
 
 def build_optimization(
     params: Iterable[torch.nn.Parameter], o: OptimConfig, *, warmup_steps: int, total_steps: int
-) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over `params` and its LR schedule, as `o` configures them."""
-    optimizer = build_optimizer(params, lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas), eps=o.eps, fused=o.fused)
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """The optimizer `o.optimizer` over `params` and its LR schedule, as `o` configures them."""
+    optimizer = build_optimizer(
+        params, name=o.optimizer, lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas), eps=o.eps, fused=o.fused,
+        extra=o.override_optimizer_config,
+    )
     scheduler = build_scheduler(
         optimizer, o.lr_scheduler_type, warmup_steps=warmup_steps, total_steps=total_steps,
-        min_lr_ratio=o.min_lr_ratio, num_cycles=o.num_cycles,
+        min_lr_ratio=o.min_lr_ratio, num_cycles=o.num_cycles, decay_steps=o.lr_decay_steps,
         # lr_warmup_init is an absolute LR; the schedule works in multiples of the peak
         warmup_init_ratio=o.lr_warmup_init / o.lr if o.lr > 0 else 0.0,
     )

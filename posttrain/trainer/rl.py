@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from posttrain.algorithms import variance_proxy_metrics
 from posttrain.buffer.experience import Experience
 from posttrain.buffer.operators import run_pipeline
 from posttrain.checkpoint import Checkpointer, Parts
@@ -134,6 +135,8 @@ class RLTrainer:
             return metrics, batch
         with timer("old_log_prob"):
             batch.old_logprobs = actor.old_logprobs(batch)  # (B, T), maybe the rollout's (reuse_rollout_logprobs)
+            # sum_v pi^2 of the same (pre-update) policy, for the variance-proxy metrics
+            pi_squared = actor.sum_pi_squared(batch) if self.cfg.actor.calculate_sum_pi_squared else None  # (B, T)
         if self.cfg.algorithm.rollout_is_threshold is not None:
             metrics.update(correct_rollout_mismatch(batch, self.cfg.algorithm))
         if ref is not None:
@@ -156,6 +159,9 @@ class RLTrainer:
                 train = self.expert.join(train, step, actor.version, ref.compute_logprobs if ref is not None else None)
             with timer("update_actor"):
                 metrics.update(actor.update(train, step))
+        if pi_squared is not None:  # verl's variance proxies of this batch's policy gradient
+            metrics.update(variance_proxy_metrics(batch.old_logprobs, pi_squared, batch.advantages, batch.response_mask,
+                                                  metrics.get("actor/grad_norm"), batch.rollout_is_weights))
         return metrics, train
 
     def step_metrics(

@@ -4,11 +4,14 @@ The update follows the reference guides' batching: each rollout batch is split i
 (one optimizer step each), each mini-batch into micro-batches (one forward/backward each, or packed
 by a token budget), repeated for `ppo_epochs`. Micro-batch losses are weighted by their share of the
 mini-batch normaliser (see `posttrain.workers.microbatch`), so the gradient does not depend on the
-split. The loss is the registered policy loss plus an optional entropy bonus and KL loss:
+split. The loss is the registered policy loss plus an optional entropy bonus and KL loss, and
+ROLL's weights of the RL part and of an SFT term on positive responses:
 
-    loss = pg_loss - entropy_coeff * entropy + kl_loss_coef * kl(logprob, ref_logprob)
+    loss = rl_loss_coef * (pg_loss + kl_loss_coef * kl(logprob, ref_logprob)) - entropy_coeff * entropy
+           + sft_loss_coef * positive_sft_loss
 
-each term aggregated with the same `loss_agg_mode` (as verl does).
+each token term aggregated with the same `loss_agg_mode` (as verl does); the SFT term averages over
+the mini-batch's positive responses (`posttrain.algorithms.positive_sft_loss`).
 """
 
 from __future__ import annotations
@@ -21,22 +24,25 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from posttrain.algorithms import aggregate_loss, get_policy_loss, kl_penalty, sample_loss_weights
+from posttrain.algorithms import aggregate_loss, get_policy_loss, kl_penalty, positive_sft_loss, sample_loss_weights
 from posttrain.checkpoint.save import Role, save_hf
 from posttrain.checkpoint.state import Extra
 from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_logprobs
+from posttrain.models.pi_squared import response_sum_pi_squared
 from posttrain.models.precision import autocast
 from posttrain.errors import DataError
 from posttrain.records import RolloutBatch
 from posttrain.cluster.fsdp import forward_runner
 from posttrain.cluster.parallel import DataParallel
-from posttrain.workers.microbatch import SINGLE, accumulate_gradients, clip_and_step, mini_batches
+from posttrain.workers.microbatch import (
+    SINGLE, accumulate_gradients, clip_and_step, forward_in_order, loss_weight, micro_weight, mini_batches, normaliser,
+)
 from posttrain.workers.reference import batched_logprobs
 
 # Metrics that are aggregates of the loss mode (weighted like the loss across micro-batches); the
 # others (clip fractions, ppo_kl, coefficients) are averages over the mini-batch.
-ACTOR_LOSS_VALUES = frozenset({"actor/pg_loss", "actor/entropy", "actor/kl_loss"})
+ACTOR_LOSS_VALUES = frozenset({"actor/pg_loss", "actor/entropy", "actor/kl_loss", "actor/sft_loss"})
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,8 @@ class ActorSettings:
     loss_inputs: frozenset[str] = frozenset()
     difficulty_loss_weight: bool = False  # algorithm.difficulty_loss_weight (posttrain.algorithms.sample_loss_weights)
     length_loss_weight: bool = False  # algorithm.length_loss_weight
+    rl_loss_coef: float = 1.0  # actor.rl_loss_coef: weight of pg_loss + KL loss (ROLL)
+    sft_loss_coef: float = 0.0  # actor.sft_loss_coef: weight of ROLL's SFT term on positive responses
 
     def __post_init__(self) -> None:
         # seq-mean-token-sum-norm divides by a constant. Left as None, `aggregate_loss` would divide
@@ -114,6 +122,7 @@ class Actor:
         self.reused_last = False  # whether the last `old_logprobs` call reused the rollout's
         self.recomputed_last = False  # whether it ran a forward (also when it checked, then reused)
         self.step = 0  # the trainer step of the running update (for losses that declare global_step)
+        self.mini_totals = (0.0, 0.0)  # the running mini-batch's (loss normaliser, positive responses): the SFT term
 
     def old_logprobs(self, batch: RolloutBatch) -> Tensor:
         """log pi_old of the PPO ratio, (B, T): the rollout's own log-probs when they are the actor's,
@@ -164,6 +173,26 @@ class Actor:
         finally:
             self.model.train(was_training)
 
+    @torch.inference_mode()
+    def sum_pi_squared(self, batch: RolloutBatch) -> Tensor:
+        """sum_v pi(v)^2 of the current policy at each response token, (B, T); 0 on padding
+        (actor.calculate_sum_pi_squared: the variance-proxy metrics). Batched as `compute_logprobs`."""
+        was_training = self.model.training
+        self.model.eval()
+        size, max_tokens = self.s.logprob_batching or (self.s.micro_batch_size, self.s.max_tokens_per_micro_batch)
+
+        def one(micro: RolloutBatch) -> Tensor:
+            return self.run(
+                response_sum_pi_squared, self.model, micro.prompt_ids, micro.prompt_mask, micro.response_ids,
+                micro.response_mask, temperature=self.s.temperature, pack=self.s.pack,
+            )  # (b, T')
+
+        try:
+            with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward):
+                return forward_in_order(batch, one, size=size, max_tokens=max_tokens, dp=self.dp)
+        finally:
+            self.model.train(was_training)
+
     def update(self, batch: RolloutBatch, step: int = 0) -> dict[str, float]:
         """PPO update on a batch with `old_logprobs` and `advantages` (and `ref_logprobs` when the KL
         loss is on) at trainer step `step`. Returns metrics averaged over micro-batches (losses) and
@@ -173,6 +202,8 @@ class Actor:
             raise ValueError(f"policy loss {self.s.loss_mode} needs expert rows on the batch (algorithm.mix)")
         if batch.old_logprobs is None or batch.advantages is None:
             raise ValueError("actor.update needs old_logprobs and advantages on the batch")
+        if self.s.sft_loss_coef and batch.token_level_scores is None:
+            raise ValueError("actor.sft_loss_coef needs the responses' scores (token_level_scores) on the batch")
         if self.s.use_kl_loss and batch.ref_logprobs is None:
             raise ValueError("actor.use_kl_loss needs ref_logprobs on the batch")
         self.model.train()
@@ -191,6 +222,9 @@ class Actor:
 
     def _optimizer_step(self, mini: RolloutBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
+        if self.s.sft_loss_coef:  # the whole mini-batch's counts, the same on every rank
+            positive = (mini.token_level_scores.sum(-1) > 0) & (mini.train_mask.sum(-1) > 0)  # as positive_sft_loss counts
+            self.mini_totals = (normaliser(mini.train_mask, self.s.loss_agg_mode), float(positive.sum()))
         metrics = accumulate_gradients(
             mini, self._micro_loss, loss_agg_mode=self.s.loss_agg_mode, size=self.s.micro_batch_size,
             max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp, loss_values=ACTOR_LOSS_VALUES,
@@ -238,7 +272,8 @@ class Actor:
             **agg,
             **self.s.loss_options,
         )
-        loss = pg.loss
+        # ROLL's rl_loss_coef scales the policy and KL losses, not the entropy bonus (1.0 leaves them exact)
+        loss = self.s.rl_loss_coef * pg.loss
         entropy = aggregate_loss(out.entropy, mask, self.s.loss_agg_mode, loss_scale_factor=self.s.loss_scale_factor)
         if self.s.entropy_coeff != 0.0:
             loss = loss - self.s.entropy_coeff * entropy
@@ -249,10 +284,24 @@ class Actor:
         if self.s.use_kl_loss:
             kld = kl_penalty(out.logprobs, micro.ref_logprobs, self.s.kl_loss_type)  # (b, T)
             kl_loss = aggregate_loss(kld, mask, self.s.loss_agg_mode, loss_scale_factor=self.s.loss_scale_factor)
-            loss = loss + self.s.kl_loss_coef * kl_loss
+            loss = loss + self.s.rl_loss_coef * self.s.kl_loss_coef * kl_loss
             parts["actor/kl_loss"] = float(kl_loss.detach())
             parts["actor/kl_coef"] = self.s.kl_loss_coef
+        if self.s.sft_loss_coef:
+            sft = self._sft_term(micro, out.logprobs, mask)
+            loss = loss + self.s.sft_loss_coef * sft
+            parts["actor/sft_loss"] = float(sft.detach())
         return loss, parts
+
+    def _sft_term(self, micro: RolloutBatch, logprobs: Tensor, mask: Tensor) -> Tensor:
+        """This micro-batch's share of the mini-batch's SFT term, divided by the weight
+        `accumulate_gradients` will multiply the micro-batch's loss by: the weighted shares add up to
+        the mean over the mini-batch's positive responses whatever the split."""
+        total, positives = self.mini_totals
+        weight = loss_weight(micro_weight(mask, total, self.s.loss_agg_mode), self.s.loss_agg_mode)
+        sft = positive_sft_loss(logprobs, micro.old_logprobs, micro.token_level_scores.sum(-1), mask, num_positive=positives)
+        # weight 0: no trained token here, so no positive row of this micro-batch adds anything
+        return sft / weight if weight > 0 else sft * 0.0
 
     def _sample_weights(self, micro: RolloutBatch) -> Tensor | None:
         """ROLL's difficulty and length weights of this micro-batch's responses (ROLL computes them

@@ -229,3 +229,24 @@ def test_sample_weights_scale_each_sequence_like_roll():
                                                              kw["advantages"][i:i + 1])).loss for i in range(2)])
         assert loss.item() == pytest.approx(float((per_token * w).mean()), rel=1e-6), name
         assert plain.item() == pytest.approx(float(per_token.mean()), rel=1e-6), name
+
+
+def test_positive_sft_loss_by_hand():
+    """ROLL's SFT term: -score x exp(sum old log-prob) x sum log-prob, averaged over positive rows."""
+    from posttrain.algorithms import positive_sft_loss
+
+    logp = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0], [-1.0, -1.0, -1.0]], requires_grad=True)
+    old = torch.tensor([[-0.5, -0.5, 0.0], [-1.0, 0.0, 0.0], [-0.1, -0.1, -0.1]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    scores = torch.tensor([2.0, 0.0, 1.0])  # row 1 scored 0: no SFT term
+    loss = positive_sft_loss(logp, old, scores, mask)
+    # row 0: -2 * e^-1 * -3 = 6 e^-1; row 2: -1 * e^-0.3 * -3 = 3 e^-0.3; two positive rows
+    assert float(loss) == pytest.approx((6 * math.exp(-1) + 3 * math.exp(-0.3)) / 2)
+    loss.backward()
+    expected = torch.tensor([[-math.exp(-1), -math.exp(-1), 0.0], [0.0, 0.0, 0.0], [-math.exp(-0.3) / 2] * 3])
+    torch.testing.assert_close(logp.grad, expected)
+    # a mini-batch count of 4 positives divides the same sum by 4; no positive row: 0
+    assert float(positive_sft_loss(logp, old, scores, mask, num_positive=4.0)) == pytest.approx((6 * math.exp(-1) + 3 * math.exp(-0.3)) / 4)
+    assert float(positive_sft_loss(logp, old, -scores, mask)) == 0.0
+    # a positive row whose tokens are all masked out neither adds nor counts
+    assert float(positive_sft_loss(logp, old, scores, mask * torch.tensor([[1.0], [1.0], [0.0]]))) == pytest.approx(6 * math.exp(-1))

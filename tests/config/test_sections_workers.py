@@ -155,7 +155,6 @@ def test_every_choice_of_an_implemented_field_is_accepted():
         "rollout.multi_turn.completion_callback=my.callback",
         "critic.model.enable_activation_offload=true",
         "ref.entropy_checkpointing=true",
-        "actor.optim.lr_decay_steps=10",
     ],
 )
 def test_setting_a_todo_field_is_refused_by_name(override):
@@ -199,8 +198,10 @@ def test_constants_match_the_code_that_honours_them():
     from posttrain.algorithms.aggregation import LOSS_AGG_MODES
     from posttrain.algorithms.kl import KL_PENALTY_KINDS
     from posttrain.config.sections import actor, optim
+    from posttrain.optim.optimizers import OPTIMIZERS
     from posttrain.optim.schedules import SCHEDULES
 
+    assert optim.OPTIMIZERS == tuple(OPTIMIZERS)
     assert actor.LOSS_AGG_MODES == LOSS_AGG_MODES
     assert actor.KL_LOSS_TYPES == KL_PENALTY_KINDS
     assert optim.SCHEDULERS == SCHEDULES

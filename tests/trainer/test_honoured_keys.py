@@ -59,6 +59,7 @@ RIS = ("algorithm.rollout_is_threshold=1.001", "actor.reuse_rollout_logprobs=nev
 REWARD_FILE = ("reward.custom_reward_function.path={data}/reward.py",)
 BY_LENGTH = (*REWARD_FILE, "reward.custom_reward_function.name=by_length")  # scores vary within a group
 OVERLONG = ("reward.overlong_buffer.len=4",)  # responses of 6 tokens against the budget of 6: in the ramp
+POSITIVE = (*REWARD_FILE, "reward.custom_reward_function.reward_kwargs={bonus: 1.0}")  # every response scores >= 1
 FLAKY = (*REWARD_FILE, "reward.custom_reward_function.name=flaky", "reward.on_error=fixed")
 RM = ("reward.reward_model.enable=true", "reward.reward_model.path={assets}/rm")
 SFT_DATA = ("data.train_files={data}/sft_train.parquet", "data.max_length=48", "actor.ppo_micro_batch_size_per_gpu=4")
@@ -165,6 +166,9 @@ KNOBS = [
     knob("actor.use_kl_loss=true", "forwards"),
     knob("actor.kl_loss_coef=1.0", "weights", *REF),
     knob("actor.kl_loss_type=abs", "weights", *REF),
+    knob("actor.calculate_sum_pi_squared=true", "metrics"),  # the variance_proxy/ metrics
+    knob("actor.rl_loss_coef=0.5", "weights"),
+    knob("actor.sft_loss_coef=1.0", "weights", *POSITIVE),  # the policy loss is 0 there: the SFT term alone moves the weights
     knob("actor.grad_clip=1e-4", "weights"),
     knob("actor.optim.lr=2e-3", "weights"),
     knob("actor.optim.betas=[0.5,0.9]", "weights"),
@@ -177,6 +181,9 @@ KNOBS = [
     knob("actor.optim.min_lr_ratio=0.5", "metrics", *COSINE),
     knob("actor.optim.num_cycles=1.0", "metrics", *COSINE),
     knob("actor.optim.lr_warmup_init=5e-4", "metrics", "actor.optim.lr_warmup_steps=2"),
+    knob("actor.optim.optimizer=sgd", "weights"),
+    knob("actor.optim.override_optimizer_config={maximize: true}", "weights"),
+    knob("actor.optim.lr_decay_steps=1", "metrics", *COSINE),  # step 2's LR: the minimum instead of half-way
     knob("actor.fsdp_config.mixed_precision.param_dtype=bf16", "metrics"),
     knob("actor.checkpoint.save_contents=[model]", "files", *CKPT),
     knob("actor.checkpoint.load_contents=[model]", "weights", *CKPT, *RESUME, f"trainer.resume_from_path={STEP}1", first=CKPT),
@@ -208,6 +215,9 @@ KNOBS = [
     knob("critic.optim.min_lr_ratio=0.5", "metrics", *CRITIC, "critic.optim.lr_scheduler_type=cosine"),
     knob("critic.optim.num_cycles=1.0", "metrics", *CRITIC, "critic.optim.lr_scheduler_type=cosine"),
     knob("critic.optim.lr_warmup_init=5e-4", "metrics", *CRITIC, "critic.optim.lr_warmup_steps=2"),
+    knob("critic.optim.optimizer=sgd", "metrics", *CRITIC),
+    knob("critic.optim.override_optimizer_config={maximize: true}", "metrics", *CRITIC),
+    knob("critic.optim.lr_decay_steps=1", "metrics", *CRITIC, "critic.optim.lr_scheduler_type=cosine"),
     knob("critic.model.path={assets}/critic_model", "metrics", *CRITIC),
     knob("critic.model.dtype=bf16", "metrics", *CRITIC),
     knob("critic.model.override_config={rms_norm_eps: 0.5}", "metrics", *CRITIC),

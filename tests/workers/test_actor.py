@@ -301,3 +301,35 @@ def test_a_loss_that_requires_scores_gets_each_response_s_summed_token_level_sco
     batch.token_level_scores = -batch.token_level_scores
     second, _ = grads_after_update(policy, batch, **settings)
     assert any(not torch.allclose(first[k], second[k]) for k in first)
+
+
+def test_rl_and_sft_loss_coefs_follow_roll_s_formula_for_every_split(policy):
+    """loss = rl_loss_coef * (pg + kl_coef * kl) - entropy_coeff * entropy + sft_loss_coef * sft, the SFT
+    term averaged over the mini-batch's positive responses however the micro-batches cut them."""
+    from posttrain.algorithms import aggregate_loss, kl_penalty, positive_sft_loss, ppo_clip_loss
+    from posttrain.models.logprobs import batch_logprobs
+
+    batch = prepared_batch(policy)
+    mask = batch.response_mask
+    batch.old_logprobs = -0.05 * mask  # each response likely under pi_old: its SFT weight exp(sum) is near 1
+    last = (mask.cumsum(-1) == mask.sum(-1, keepdim=True)) * mask
+    scores = torch.tensor([1.0, 0.0, 0.5, -1.0, 2.0, 1.0, 0.0])  # four positive rows of seven
+    batch.token_level_scores = last * scores[:, None]  # (B, T): each score at the response's last token
+    coefs = dict(rl_loss_coef=0.5, sft_loss_coef=2.0, **LOSS_TERMS)
+    got, metrics = grads_after_update(policy, batch, micro_batch_size=B, **coefs)
+    model = copy.deepcopy(policy)
+    out = batch_logprobs(model, batch, with_entropy=True)
+    pg = ppo_clip_loss(old_logprob=batch.old_logprobs, logprob=out.logprobs, advantages=batch.advantages,
+                       response_mask=mask, clip_ratio=0.2, clip_ratio_c=3.0).loss
+    ent = aggregate_loss(out.entropy, mask, "token-mean")
+    kl = aggregate_loss(kl_penalty(out.logprobs, batch.ref_logprobs, "low_var_kl"), mask, "token-mean")
+    sft = positive_sft_loss(out.logprobs, batch.old_logprobs, scores, mask)
+    (0.5 * (pg + 0.3 * kl) - 0.05 * ent + 2.0 * sft).backward()
+    assert_same_grads(grads(model), got)
+    assert metrics["actor/sft_loss"] == pytest.approx(float(sft.detach()), rel=1e-5)
+    for name in ("micro3", "budget"):  # positives spread unevenly over the micro-batches
+        grads_split, split_metrics = grads_after_update(policy, batch, **coefs, **SPLITS[name])
+        assert_same_grads(got, grads_split)
+        assert split_metrics["actor/sft_loss"] == pytest.approx(float(sft.detach()), rel=1e-5), name
+    with pytest.raises(AssertionError):  # the SFT term is a real part of the gradient
+        assert_same_grads(got, grads_after_update(policy, batch, micro_batch_size=B, **{**coefs, "sft_loss_coef": 0.0})[0])

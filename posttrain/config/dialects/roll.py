@@ -171,6 +171,27 @@ def topr(ctx: Context) -> None:
         ctx.refuse(key, f"expected true or false, got {value!r}", None, value)
 
 
+def importance_sampling(ctx: Context) -> None:
+    """``importance_sampling: seq`` is ROLL's sequence-level PPO ratio, exp of the mean token log-ratio
+    of each response, clipped as the token ratio is: posttrain's ``gspo`` loss, which has the same
+    value and gradient whenever a response's tokens weigh alike in the aggregate (every
+    loss_agg_mode; tests/config/test_roll_loss_keys.py), and apart from gspo's cap of the ratio at
+    e^10. ``token`` is posttrain's own ratio."""
+    key = "importance_sampling"
+    if not ctx.has(key):
+        return
+    ctx.consume(key)
+    value = ctx.get(key)
+    if value in ("token", None):
+        ctx.drop(key, "token: the per-token ratio, posttrain's own (actor.policy_loss.loss_mode vanilla)")
+    elif value != "seq":
+        ctx.refuse(key, f"expected token or seq, got {value!r}", None, value)
+    elif ctx.get("dual_clip_loss") is True:
+        ctx.refuse(key, "seq with dual_clip_loss: posttrain's sequence-ratio loss (gspo) has no dual clip; drop one of the two", "actor.policy_loss.loss_mode", value)
+    else:
+        ctx.set("actor.policy_loss.loss_mode", "gspo", key, "seq: ROLL's sequence ratio, exp(mean token log-ratio), is gspo's")
+
+
 def _model_parallel(ctx: Context, role: str) -> tuple[Any, str]:
     """How many devices one data-parallel rank of ``role`` spans under ROLL's strategy, and the text."""
     strategy = ctx.get(f"{role}.strategy_args.strategy_name")
@@ -312,6 +333,7 @@ _ACCUMULATION = "the optimizer step: per_device_train_batch_size x gradient_accu
 RULES: dict[str, Rule] = {
     "actor_train.training_args.gradient_accumulation_steps": Rule("actor.ppo_mini_batch_size", _ACCUMULATION, 4),
     "critic.training_args.gradient_accumulation_steps": Rule("critic.ppo_mini_batch_size", _ACCUMULATION, 4),
+    "importance_sampling": Rule("actor.policy_loss.loss_mode", "seq: ROLL's sequence-level ratio, the gspo loss (refused with dual_clip_loss: gspo has no dual clip); token: nothing (posttrain's ratio)", "seq"),
     "use_topr_loss": Rule("actor.policy_loss.loss_mode", "true: ROLL's TOPR loss, topr_roll (full REINFORCE on responses scoring > 0, importance weight truncated at 1 on the others); false: nothing", True),
     # a reward worker's placement (reward_workers): a rule worker runs no model
     **{f"rewards.*.{key}": Rule(None, f"{why}; for the LLM judge: {judge}", "anything", (("rewards.w.worker_cls", _MATH_WORKER),))
@@ -347,4 +369,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [template, reward_norm, mini_batch, topr, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, *roll_defaults.HANDLERS]
+HANDLERS = [template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, *roll_defaults.HANDLERS]

@@ -13,6 +13,7 @@ from typing import Any
 
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.translate import Context, refusal
+from posttrain.config.sections.optim import OPTIMIZERS
 from posttrain.config.sections.trainer import LOGGER_ALIASES, REFUSED_LOGGERS
 
 DTYPE_SPELLINGS = {
@@ -37,8 +38,8 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
         return []
     if native == "model.fused_kernel_impl_backend" and value == "None":
         return None  # Trinity-RFT's verl template writes None (a string in YAML) for "no backend chosen"
-    if native.endswith("optim.optimizer") and isinstance(value, str) and value.lower() == "adamw":
-        return "adamw"  # verl's AdamW (torch.optim.AdamW), posttrain's one optimizer
+    if native.endswith("optim.optimizer") and isinstance(value, str) and value.lower() in OPTIMIZERS:
+        return value.lower()  # verl's torch.optim class names (AdamW, Adam, SGD): posttrain's names
     if native == "rollout.multi_turn.tokenization_sanity_check_mode" and isinstance(value, bool):
         return "strict" if value else "disable"  # verl's older enable_tokenization_sanity_check
     if native == "rollout.name" and value == "vllm_async":  # Trinity: "the same as vllm" (its guide)

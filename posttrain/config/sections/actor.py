@@ -145,8 +145,9 @@ class ActorConfig:
     use_kl_loss: bool = param(False, doc="Add a KL(policy || reference) term to the actor loss (GRPO-style, instead of KL in the reward).", refs=[f"{_VERL}.use_kl_loss", "roll:use_kl_loss"])
     kl_loss_coef: float = param(0.001, doc="Weight of the KL loss term when use_kl_loss.", ge=0, refs=[f"{_VERL}.kl_loss_coef", "roll:kl_loss_coef", f"{_TRINITY_ALGO}.kl_loss_fn_args.kl_coef"])
     kl_loss_type: str = param("low_var_kl", doc="KL estimator of the KL loss: kl/k1, abs, mse/k2, low_var_kl/k3 or full (needs whole distributions).", choices=KL_LOSS_TYPES, refs=[f"{_VERL}.kl_loss_type", f"{_TRINITY_ALGO}.kl_loss_fn"])
-    rl_loss_coef: float = param(1.0, doc="Weight of the policy-gradient loss when an SFT loss is mixed in.", ge=0, todo="mixing an SFT loss into the RL loss (later issue)", refs=["roll:rl_loss_coef"])
-    sft_loss_coef: float = param(0.0, doc="Weight of an SFT (negative log-likelihood) loss on positive-reward responses; 0 disables.", ge=0, todo="mixing an SFT loss into the RL loss (later issue)", refs=["roll:sft_loss_coef"])
+    rl_loss_coef: float = param(1.0, doc="Weight of the RL part of the actor loss, policy loss plus KL loss (ROLL): loss = rl_loss_coef x (pg_loss + kl_loss_coef x kl_loss) - entropy_coeff x entropy + sft_loss_coef x sft_loss. RL stages only.", ge=0, refs=["roll:rl_loss_coef"])
+    calculate_sum_pi_squared: bool = param(False, doc="Compute sum_v pi(v)^2, the squared next-token probabilities summed over the vocabulary, at every response token of the policy before its update (one more forward pass over the batch per step; verl computes it in its old-log-prob pass) and log verl's variance-proxy metrics of the policy gradient from it: variance_proxy/expected_w, expected_a_squared, proxy1_signal_strength (grad_norm^2), proxy2_total_power, proxy3_pure_noise (posttrain.algorithms.variance_proxy_metrics). RL stages only.", refs=[f"{_VERL}.calculate_sum_pi_squared"])
+    sft_loss_coef: float = param(0.0, doc="Weight of ROLL's SFT term on the responses that scored above 0: the mean over them of -score x (the response's probability under the sampling policy) x its log-likelihood (posttrain.algorithms.positive_sft_loss), logged as actor/sft_loss; 0 disables. RL stages only.", ge=0, refs=["roll:sft_loss_coef"])
 
     # ---- optimization ------------------------------------------------------------------------
     grad_clip: float = param(1.0, doc="Clip the global gradient norm to this value before each optimizer step.", gt=0, refs=[f"{_VERL}.grad_clip", f"{_VERL}.optim.clip_grad", "roll:max_grad_norm", "trinity:trainer.grad_clip"])
@@ -176,14 +177,12 @@ UNSUPPORTED: dict[str, str] = {
     "roll:actor_train.pg_variant": "not implemented yet: ROLL's agentic policy-gradient variants (agentic issue 15)",
     "roll:actor_train.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
     "verl:actor_rollout_ref.actor.freeze_vision_tower": "not implemented yet: multimodal data (images, video; later issue)",
-    "verl:actor_rollout_ref.actor.calculate_sum_pi_squared": "not implemented yet: the sum of squared token probabilities as a metric (verl's optimal-token-baseline statistics; issue 22)",
     "verl:actor_rollout_ref.actor.use_prefix_grouper": "not implemented yet: one forward pass of a shared prompt for its group's responses in training (posttrain shares it in the rollout only; performance issue)",
     "verl:actor_rollout_ref.actor.megatron": "Megatron backend options; posttrain has no Megatron backend (it trains with FSDP2: actor.fsdp_config)",
     "roll:actor_train.use_sequence_packing": _PACKING,
     "roll:actor_train.sequence_packing_args": _PACKING,
     "roll:is_offload_states": _OFFLOAD,
     "roll:is_offload_optimizer_states_in_train_step": _OFFLOAD,
-    "roll:importance_sampling": "not implemented yet: ROLL's sequence-level importance ratio (importance_sampling: seq); the token ratio is posttrain's (issue 22)",
     "roll:use_topr_neg_loss_coef": "ROLL's TOPR loss options: choose the policy loss by name in actor.policy_loss.loss_mode",
     "roll:train_infer_correction": "ROLL's correction of the training/inference mismatch: not translated yet onto posttrain's algorithm.rollout_is_* (issue 18)",
 }
@@ -195,6 +194,7 @@ _NOT_READ = "not read by ROLL (no field of its config dataclasses declares it; R
 NO_EFFECT: dict[str, str] = {
     "roll:positive_loss_coef": _NOT_READ + " (ROLL spells its field postive_loss_coef)",
     "roll:model_name": _NOT_READ + " (a name the agentic examples build with ${now:...})",
+    "verl:actor_rollout_ref.actor.sum_pi_squared_checkpointing": "recomputes verl's sum of squared probabilities in its backward to save memory; posttrain computes it (actor.calculate_sum_pi_squared) in a pass without gradients, which keeps no activations",
     "roll:enable_old_logprobs_recompute": "when ROLL computes old log-probs (a scheduling optimisation with the same values); posttrain decides with actor.reuse_rollout_logprobs",
     "roll:reference.use_dynamic_batching_in_train": "the reference is never trained",
     "roll:reference.max_tokens_per_microbatch_in_train": "the reference is never trained",

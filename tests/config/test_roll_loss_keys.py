@@ -1,0 +1,68 @@
+"""ROLL's loss keys of the actor: rl_loss_coef, sft_loss_coef (and where they do not apply)."""
+
+import math
+
+import pytest
+import torch
+
+from posttrain.config import load_config
+from posttrain.config.dialects import translate
+from posttrain.errors import ConfigError
+
+
+def test_roll_s_loss_coefficients_land_on_the_actor():
+    native, report = translate({"rl_loss_coef": 0.5, "sft_loss_coef": 0.1}, "roll")
+    assert not report.refused
+    assert native["actor"]["rl_loss_coef"] == 0.5 and native["actor"]["sft_loss_coef"] == 0.1
+
+
+def test_the_rl_loss_weights_are_refused_for_a_supervised_stage():
+    with pytest.raises(ConfigError, match=r"actor.sft_loss_coef=0.1: these act on the RL loss and algorithm.kind sft"):
+        load_config(None, ["algorithm.kind=sft", "actor.sft_loss_coef=0.1"])
+    with pytest.raises(ConfigError, match="algorithm.kind dpo has no RL loss"):
+        load_config(None, ["algorithm.kind=dpo", "actor.rl_loss_coef=2.0"])
+    with pytest.raises(ConfigError, match="actor.calculate_sum_pi_squared=True: these act on the RL loss"):
+        load_config(None, ["algorithm.kind=sft", "actor.calculate_sum_pi_squared=true"])
+    assert load_config(None, ["actor.sft_loss_coef=0.1", "actor.rl_loss_coef=2.0"]).actor.rl_loss_coef == 2.0
+
+
+def test_importance_sampling_seq_is_the_gspo_loss_and_token_is_posttrain_s_ratio():
+    assert translate({"importance_sampling": "seq"}, "roll")[0]["actor"]["policy_loss"]["loss_mode"] == "gspo"
+    native, report = translate({"importance_sampling": "token"}, "roll")
+    assert "actor" not in native and report.entry("importance_sampling").status == "dropped"
+    _, report = translate({"importance_sampling": "seq", "dual_clip_loss": True}, "roll")
+    assert "gspo) has no dual clip" in report.entry("importance_sampling").reason
+    _, report = translate({"importance_sampling": "seq", "use_topr_loss": True}, "roll")
+    assert "conflicts with use_topr_loss" in report.entry("importance_sampling").reason
+
+
+def _roll_sequence_ratio_loss(logp, old, adv, mask, eps, agg):
+    """ROLL's importance_sampling: seq, from its formula: one ratio per response, the exp of the mean
+    token log-ratio (its gradient spread over the response's tokens), broadcast to every token."""
+    from posttrain.algorithms import aggregate_loss
+
+    ratio = torch.exp(((logp - old) * mask).sum(-1) / mask.sum(-1)).unsqueeze(-1).expand_as(logp)  # (B, T)
+    loss = -torch.min(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv)
+    return aggregate_loss(loss, mask, agg)
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"])
+def test_roll_s_sequence_ratio_has_gspo_s_value_and_gradient(agg):
+    from posttrain.algorithms import gspo_loss
+
+    logp = torch.tensor([[-1.0, -1.2, -0.8], [-0.5, -0.7, 0.0]])
+    old = torch.tensor([[-1.1, -1.0, -1.0], [-0.6, -0.4, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    adv = torch.tensor([[1.0], [-1.0]]) * mask
+    got, want = logp.clone().requires_grad_(), logp.clone().requires_grad_()
+    gspo = gspo_loss(old_logprob=old, logprob=got, advantages=adv, response_mask=mask, loss_agg_mode=agg, clip_ratio=0.05).loss
+    roll = _roll_sequence_ratio_loss(want, old, adv, mask, 0.05, agg)
+    if agg == "token-mean":
+        # s_0 = exp(0.1 / 3) = 1.0339 inside [0.95, 1.05]: -s_0 on 3 tokens; s_1 = exp(-0.1) = 0.905 < 0.95
+        # with A = -1: the clipped 0.95 on 2 tokens (no gradient); over 5 tokens
+        assert float(roll.detach()) == pytest.approx((-3 * math.exp(0.1 / 3) + 2 * 0.95) / 5, abs=1e-6)
+    assert float(gspo.detach()) == pytest.approx(float(roll.detach()), abs=1e-6)
+    gspo.backward()
+    roll.backward()
+    torch.testing.assert_close(got.grad, want.grad)
+    assert float(got.grad[0].abs().sum()) > 0 and float(got.grad[1].abs().sum()) == 0  # row 1 clipped
