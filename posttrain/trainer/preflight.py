@@ -180,6 +180,9 @@ def check_rl_roles(cfg: Config, tokenizer: Any) -> None:
         check_teacher_tokenizer(cfg, tokenizer)
     rm = cfg.reward.reward_model
     if rm.enable:
-        load_config(rm.path, what="reward model")
-        load_tokenizer(rm.path)
+        import_external_lib(rm.external_lib, key="reward.reward_model.external_lib")
+        load_config(rm.path, trust_remote_code=rm.trust_remote_code, what="reward model")
+        load_tokenizer(rm.path, trust_remote_code=rm.trust_remote_code)
         check_weight_files(resolve_model_dir(rm.path, what="reward model"))
+        if rm.input_tokenizer is not None:  # decodes the policy's responses for the re-rendering
+            load_tokenizer(rm.input_tokenizer, trust_remote_code=cfg.model.trust_remote_code)
