@@ -34,13 +34,11 @@ class RewardModelConfig:
     max_length: int | None = param(None, doc="Truncate reward-model inputs to their last this many tokens (the end of the response is what it judges; a warning says when it happens); null never truncates.", ge=1, refs=["verl:reward_model.max_length"])
     trust_remote_code: bool = param(False, doc="Allow Python code shipped with the reward model's directory (its config, model and tokenizer classes) to run.", refs=["verl:reward_model.model.trust_remote_code"])
     external_lib: str | None = param(None, doc="Python module imported before the reward model loads, so it can register custom model classes with transformers' Auto classes.", refs=["verl:reward_model.model.external_lib"])
-    strategy: str | None = param(None, doc="Training backend that hosts the reward model (fsdp, fsdp2, megatron); null uses the actor's.", todo="sharded reward model; distributed backend issue", refs=["verl:reward_model.strategy"])
     use_dynamic_bsz: bool = param(False, doc="Group consecutive responses into reward-model forward passes of at most forward_max_token_len_per_gpu tokens instead of micro_batch_size_per_gpu responses.", refs=["verl:reward_model.use_dynamic_bsz"])
     forward_max_token_len_per_gpu: int = param(32768, doc="Token budget of one reward-model micro-batch when use_dynamic_bsz.", ge=1, refs=["verl:reward_model.forward_max_token_len_per_gpu"])
     use_remove_padding: bool = param(False, doc="Run the reward model on unpadded (packed) sequences.", todo="padding-free forward; performance issue", refs=["verl:reward_model.model.use_remove_padding"])
     use_fused_kernels: bool = param(False, doc="Use fused kernels in the reward model's forward pass.", todo="fused kernels; performance issue", refs=["verl:reward_model.model.use_fused_kernels"])
     use_shm: bool = param(False, doc="verl copies the reward model to /dev/shm before reading; posttrain reads the local model directory directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.", refs=["verl:reward_model.model.use_shm"])
-    fsdp_config: dict[str, Any] = param(factory=dict, doc="FSDP options of the reward model (wrap_policy.min_num_params, param_offload, reshard_after_forward, fsdp_size, forward_prefetch).", todo="sharded reward model; distributed backend issue", refs=["verl:reward_model.model.fsdp_config", "verl:reward_model.model.fsdp_config.wrap_policy.min_num_params", "verl:reward_model.model.fsdp_config.param_offload", "verl:reward_model.model.fsdp_config.reshard_after_forward", "verl:reward_model.model.fsdp_config.fsdp_size", "verl:reward_model.model.fsdp_config.forward_prefetch"])
     profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the reward phase (reward function and reward model) in profiler.steps.", refs=["verl:reward_model.profiler"])
 
 
@@ -140,20 +138,21 @@ QUERY_FILTER_ARGS: dict[str, tuple[str, ...]] = {
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
-_REWARD_LOOP = "not implemented yet: verl's reward loop (a generative reward model served by a vLLM/SGLang engine; issue 19)"
-
-
 # Keys any value of which changes nothing in posttrain, with the reason (the loaders drop them).
 NO_EFFECT: dict[str, str] = {
     "verl:data.return_raw_input_ids": "verl's code never reads it: a reward model with another chat template re-renders each conversation from the prompt's chat messages (data.return_raw_chat) when reward_model.model.input_tokenizer is set, in verl as in posttrain (reward.reward_model.input_tokenizer)",
 }
 
 
+# The reward model is not sharded: every worker process holds a full copy (posttrain.trainer.rewarding).
+_RM_REPLICATED = ("posttrain does not shard the reward model: every worker process holds a full copy and scores its "
+                  "share of the batch (a forward pass only, with no gradients or optimizer state to shard); remove the key")
+_RM_FSDP = "verl:reward_model.model.fsdp_config"
+
 UNSUPPORTED: dict[str, str] = {
+    "verl:reward_model.strategy": _RM_REPLICATED,
+    **{f"{_RM_FSDP}{k}": _RM_REPLICATED for k in ("", ".wrap_policy.min_num_params", ".param_offload", ".reshard_after_forward", ".fsdp_size", ".forward_prefetch")},
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "verl:reward_model.use_reward_loop": _REWARD_LOOP,
-    "verl:reward_model.num_workers": _REWARD_LOOP,
-    "verl:reward_model.rollout": _REWARD_LOOP,
     "verl:reward_model.reward_kwargs": "keyword arguments of verl's reward manager class (reward_model.reward_manager; DAPO's overlong_buffer_cfg is reward.overlong_buffer): not translated yet (issue 18)",
     "roll:reward_system_config": "not implemented yet: ROLL's agentic reward system settings (agentic issue 15)",
     "trinity:buffer.explorer_input.taskset.reward_fn_args": "arguments of Trinity-RFT's workflow reward functions: not implemented yet (Trinity workflows: decoupled explorer/trainer issue 16)",
