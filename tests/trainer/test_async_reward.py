@@ -93,9 +93,18 @@ def test_a_run_scoring_in_the_background_trains_and_logs_as_one_scoring_in_place
         assert in_place.exit[0] == 0 and set(started) == {False}
         started.clear()
         background = observe(assets, ("reward.launch_reward_fn_async=true",), "background")
+        # a reward function that raises: the run ends with the same refusal (exit 2, one message)
+        flaky = (f"reward.custom_reward_function.path={assets.data / 'reward.py'}", "reward.custom_reward_function.name=flaky")
+        failed = [observe(assets, (*flaky, *extra), f"flaky{i}").exit for i, extra in enumerate(((), ("reward.launch_reward_fn_async=true",)))]
     finally:
         torch.set_num_threads(threads)
     assert True in started  # the training steps scored in the background (validation scores in place)
     # the same rollouts, metrics (scores, losses), weights and files; one more pool: the reward thread
     assert background.differences(in_place) == ["pools"]
     assert Counter(background.pools) - Counter(in_place.pools) == Counter({("threads", 1): 1})
+    assert failed[0] == failed[1] and failed[0][0] == 2 and "an odd number of distinct characters" in failed[0][1]
+
+
+def test_an_llm_judge_scores_in_place():
+    with pytest.raises(ConfigError, match="launch_reward_fn_async: reward.workers.judge is an LLM judge"):
+        load_config(None, ["reward.launch_reward_fn_async=true", "reward.workers={judge: {worker_cls: llm_judge, tag_included: [t]}}"])

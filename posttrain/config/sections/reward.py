@@ -240,6 +240,10 @@ def check_async_reward(cfg: Any) -> list[str]:
     if reward is None or not reward.launch_reward_fn_async:
         return []
     users = [f"reward.workers.{name}.query_filter_config" for name, w in reward.workers.items() if w.query_filter_config.type != "no_filter"]
+    judges = [f"reward.workers.{name}" for name, w in reward.workers.items() if w.worker_cls == JUDGE]
+    if judges:  # a judge generates with the trainer's device and random generator, which the passes use meanwhile
+        return [f"reward.launch_reward_fn_async: {', '.join(judges)} is an LLM judge, which generates with a model on the "
+                "trainer's device and its random generator; it scores in place: turn launch_reward_fn_async off"]
     pipeline = getattr(getattr(getattr(cfg, "data_processor", None), "experience_pipeline", None), "operators", None)
     if pipeline:
         users.append("data_processor.experience_pipeline.operators")
