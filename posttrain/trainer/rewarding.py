@@ -17,7 +17,7 @@ import torch
 from posttrain.algorithms import overlong_penalty
 from posttrain.cluster.parallel import DataParallel, contiguous_shares
 from posttrain.config.schema import Config
-from posttrain.errors import ConfigError
+from posttrain.errors import ConfigError, ModelError
 from posttrain.records import RolloutBatch
 from posttrain.rewards import RewardFunction, RewardInput, RewardOutput, build_reward_manager, load_reward_function
 from posttrain.config.sections.reward import JUDGE
@@ -107,6 +107,19 @@ def manager_options(cfg: Config) -> dict[str, Any]:
     return options
 
 
+def input_tokenizer(cfg: Config) -> Any:
+    """reward.reward_model.input_tokenizer loaded (None when unset); a ModelError names the key."""
+    path = cfg.reward.reward_model.input_tokenizer
+    if path is None:
+        return None
+    from posttrain.models.loading import load_tokenizer
+
+    try:
+        return load_tokenizer(path, trust_remote_code=cfg.model.trust_remote_code)
+    except ModelError as err:
+        raise ModelError(f"reward.reward_model.input_tokenizer: {err}") from None
+
+
 class RewardStage:
     """Scores decoded responses; `score` returns (scores (B,), metrics)."""
 
@@ -139,10 +152,7 @@ class RewardStage:
                 max_tokens=rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None,
                 trust_remote_code=rm.trust_remote_code, external_lib=rm.external_lib,
             )
-            if rm.input_tokenizer is not None:
-                from posttrain.models.loading import load_tokenizer
-
-                self.rm_input_tokenizer = load_tokenizer(rm.input_tokenizer, trust_remote_code=cfg.model.trust_remote_code)
+            self.rm_input_tokenizer = input_tokenizer(cfg)
         # reward.launch_reward_fn_async: one background thread runs the reward function of a batch
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="reward") if r.launch_reward_fn_async else None
 

@@ -9,11 +9,11 @@ import torch
 
 from knob_harness import make_reward_model
 from posttrain.config import load_config
-from posttrain.errors import ConfigError
+from posttrain.errors import ConfigError, ModelError
 from posttrain.models.tiny import make_tiny_model
 from posttrain.records import RolloutBatch
 from posttrain.rewards import RewardModelScorer
-from posttrain.trainer.rewarding import RewardStage
+from posttrain.trainer.rewarding import RewardStage, input_tokenizer
 
 CHAT = [{"role": "user", "content": ":321="}]
 
@@ -67,11 +67,14 @@ def test_input_tokenizer_re_renders_the_conversation_in_the_reward_model_s_own_t
         stage.close()
 
 
-def test_input_tokenizer_needs_the_raw_chat(tmp_path):
+def test_input_tokenizer_needs_the_raw_chat_and_an_existing_directory(tmp_path):
     make_reward_model(tmp_path / "rm")
+    keys = ["reward.reward_model.enable=true", f"reward.reward_model.path={tmp_path / 'rm'}"]
     with pytest.raises(ConfigError, match="input_tokenizer re-renders .* set data.return_raw_chat: true"):
-        load_config(None, ["reward.reward_model.enable=true", f"reward.reward_model.path={tmp_path / 'rm'}",
-                           f"reward.reward_model.input_tokenizer={tmp_path / 'rm'}"])
+        load_config(None, [*keys, f"reward.reward_model.input_tokenizer={tmp_path / 'rm'}"])
+    cfg = load_config(None, [*keys, "data.return_raw_chat=true", f"reward.reward_model.input_tokenizer={tmp_path / 'nothing'}"])
+    with pytest.raises(ModelError, match="^reward.reward_model.input_tokenizer: tokenizer path .*nothing"):
+        input_tokenizer(cfg)
 
 
 def test_a_reward_function_reads_the_raw_chat_from_extra_info_when_it_is_kept(tmp_path):
