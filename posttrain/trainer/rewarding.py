@@ -3,8 +3,8 @@
 Combines the rule/custom reward function (through a reward manager) with an optional reward model:
 score = function_weight x function score + reward_model_weight x reward-model score. With
 `reward.workers` the function score comes from the workers that claim each sample's tag
-(`posttrain.rewards.routing`). Built once per stage from the `reward` section; the trainer only
-calls `score` and `close`.
+(`posttrain.rewards.routing`). Built once per stage from the `reward` section; the trainer calls
+`score` (or `start`, whose job it joins later: reward.launch_reward_fn_async) and `close`.
 """
 
 from __future__ import annotations

@@ -137,18 +137,17 @@ QUERY_FILTER_ARGS: dict[str, tuple[str, ...]] = {
 }
 
 
-#: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
-# Keys any value of which changes nothing in posttrain, with the reason (the loaders drop them).
+#: Keys any value of which changes nothing in posttrain, with the reason (the loaders drop them).
 NO_EFFECT: dict[str, str] = {
     "verl:data.return_raw_input_ids": "verl's code never reads it: a reward model with another chat template re-renders each conversation from the prompt's chat messages (data.return_raw_chat) when reward_model.model.input_tokenizer is set, in verl as in posttrain (reward.reward_model.input_tokenizer)",
 }
-
 
 # The reward model is not sharded: every worker process holds a full copy (posttrain.trainer.rewarding).
 _RM_REPLICATED = ("posttrain does not shard the reward model: every worker process holds a full copy and scores its "
                   "share of the batch (a forward pass only, with no gradients or optimizer state to shard); remove the key")
 _RM_FSDP = "verl:reward_model.model.fsdp_config"
 
+#: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     "verl:reward_model.strategy": _RM_REPLICATED,
     **{f"{_RM_FSDP}{k}": _RM_REPLICATED for k in ("", ".wrap_policy.min_num_params", ".param_offload", ".reshard_after_forward", ".fsdp_size", ".forward_prefetch")},
