@@ -28,14 +28,27 @@ class Experience:
     """A scored batch of rollouts and what the explorer knew when it made it."""
 
     batch: RolloutBatch  # prompts and responses, rollout log-probs, sampling version, reward baselines
-    scores: torch.Tensor  # (B,) reward of every response
+    scores: torch.Tensor | None  # (B,) reward of every response; None while reward_job runs
     texts: list[str]  # decoded responses (for dumps)
     reward_metrics: dict[str, float] = field(default_factory=dict)  # reward/... of this batch
     explore_metrics: dict[str, float] = field(default_factory=dict)  # timing/gen_s, ... of the explorer
     policy_step: int = 0  # the trainer step whose weights sampled it (0: the starting weights)
+    # reward.launch_reward_fn_async: the scoring still running (its result() gives scores, metrics,
+    # extras); the synchronous loop's learner settles it after the log-prob passes
+    reward_job: Any = None
+
+    def settle(self) -> None:
+        """Wait for a background scoring and take its scores and metrics (nothing when none runs)."""
+        if self.reward_job is None:
+            return
+        self.scores, metrics, _ = self.reward_job.result()
+        self.reward_metrics.update(metrics)
+        self.reward_job = None
 
     def to_bytes(self) -> bytes:
         """The experience as one self-describing byte string (see the module docstring)."""
+        if self.reward_job is not None or self.scores is None:
+            raise RuntimeError("an experience still being scored cannot be stored: settle() it first")
         tensors: dict[str, torch.Tensor] = {"scores": self.scores.detach().cpu().contiguous()}
         lists: dict[str, Any] = {}
         for f in dataclasses.fields(self.batch):

@@ -25,7 +25,7 @@ from posttrain.config.sections.buffer import priority_args
 from posttrain.config.sections.actor import check_save_contents
 from posttrain.config.sections.algorithm import check_agentic_reward_norm
 from posttrain.config.sections.data import check_domain_probs
-from posttrain.config.sections.reward import check_overlong_buffer, check_reward_workers
+from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers
 from posttrain.config.sections.trainer import check_save_strategy
 from posttrain.config.sections.optim import check_optimizer_args
 from posttrain.config.sections.rollout import check_min_response_length, check_prompt_length
@@ -473,6 +473,8 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_optimizer_args,
     check_agentic_reward_norm,
     check_overlong_buffer,
+    check_reward_model,
+    check_async_reward,
 ]
 
 

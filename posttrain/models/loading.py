@@ -110,16 +110,19 @@ def resolve_dtype(dtype: str) -> torch.dtype | str:
     return DTYPES[dtype]
 
 
-def import_external_lib(module: str | None) -> None:
-    """Import the user's module that registers custom architectures with transformers' Auto classes."""
+def import_external_lib(module: str | None, key: str = "model.external_lib") -> None:
+    """Import the user's module that registers custom architectures with transformers' Auto classes
+    (`key`: the config key that named it, for the error)."""
     if not module:
         return
     try:
         importlib.import_module(module)
     except ImportError as err:
         raise ModelError(
-            f"model.external_lib {module!r} could not be imported ({err}); install it or fix the module name"
+            f"{key} {module!r} could not be imported ({err}); install it or fix the module name"
         ) from err
+    except Exception as err:  # the module was found but failed while it ran: the user's code, named by its key
+        raise ModelError(f"{key} {module!r} failed while being imported ({type(err).__name__}: {err}); fix that module") from err
 
 
 def apply_overrides(

@@ -40,10 +40,14 @@ class RewardModelScorer:
         max_length: int | None = None,
         max_tokens: int | None = None,
         device: str = "cpu",
+        trust_remote_code: bool = False,
+        external_lib: str | None = None,
     ):
         """`max_tokens` (reward_model.use_dynamic_bsz with forward_max_token_len_per_gpu): consecutive
         texts share a forward pass while their token counts sum to at most this many (a longer text
-        gets a pass of its own) instead of `micro_batch_size` texts per pass."""
+        gets a pass of its own) instead of `micro_batch_size` texts per pass. `external_lib` is
+        imported first (it may register the model's classes); `trust_remote_code` lets the
+        directory's own code run."""
         if micro_batch_size < 1 or (max_length is not None and max_length < 2) or (max_tokens is not None and max_tokens < 1):
             raise ConfigError("reward.reward_model: micro_batch_size must be >= 1, max_length >= 2 (or null), forward_max_token_len_per_gpu >= 1")
         self.model_dir = model_dir
@@ -51,7 +55,7 @@ class RewardModelScorer:
         self.max_length = max_length
         self.max_tokens = max_tokens
         self.device = torch.device(device)
-        self.tokenizer, self.model = _load(model_dir, dtype, device)
+        self.tokenizer, self.model = _load(model_dir, dtype, device, trust_remote_code, external_lib)
         self._warned_truncation = False
 
     @torch.no_grad()
@@ -120,12 +124,13 @@ class RewardModelScorer:
                            max(lengths), self.max_length)
 
 
-def _load(model_dir: str, dtype: str, device: str) -> tuple[Any, torch.nn.Module]:
+def _load(model_dir: str, dtype: str, device: str, trust_remote_code: bool, external_lib: str | None) -> tuple[Any, torch.nn.Module]:
     """Load tokenizer and model from a local directory only; pad right, truncate left."""
-    from posttrain.models.loading import load_reward_model, load_tokenizer
+    from posttrain.models.loading import import_external_lib, load_reward_model, load_tokenizer
 
-    tokenizer = load_tokenizer(model_dir)  # ModelError for a missing dir; eos stands in for a missing pad
-    model = load_reward_model(model_dir, dtype=dtype, device=device)
+    import_external_lib(external_lib, key="reward.reward_model.external_lib")  # before the tokenizer: it may register one
+    tokenizer = load_tokenizer(model_dir, trust_remote_code=trust_remote_code)  # ModelError for a missing dir; eos stands in for a missing pad
+    model = load_reward_model(model_dir, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
     tokenizer.padding_side = "right"
     tokenizer.truncation_side = "left"
     # The model finds the last real token by comparing ids to its pad id; it must be the id we pad with.

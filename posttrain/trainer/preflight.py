@@ -41,7 +41,7 @@ from posttrain.trainer.mixing import expert_dataset
 from posttrain.trainer.rl_build import mixes_expert_rows
 from posttrain.trainer.agentic import check_agentic, check_idle_env_keys, is_agentic
 from posttrain.trainer.profiling import check_profiler_machine
-from posttrain.trainer.rewarding import Scorers, manager_options, reward_function, worker_manager
+from posttrain.trainer.rewarding import Scorers, input_tokenizer, manager_options, reward_function, worker_manager
 from posttrain.trainer.tools import data_with_tools
 
 # algorithm.kind -> the dataset builder of its train and validation files
@@ -180,6 +180,8 @@ def check_rl_roles(cfg: Config, tokenizer: Any) -> None:
         check_teacher_tokenizer(cfg, tokenizer)
     rm = cfg.reward.reward_model
     if rm.enable:
-        load_config(rm.path, what="reward model")
-        load_tokenizer(rm.path)
+        import_external_lib(rm.external_lib, key="reward.reward_model.external_lib")
+        load_config(rm.path, trust_remote_code=rm.trust_remote_code, what="reward model")
+        load_tokenizer(rm.path, trust_remote_code=rm.trust_remote_code)
         check_weight_files(resolve_model_dir(rm.path, what="reward model"))
+        input_tokenizer(cfg)  # decodes the policy's responses for the re-rendering

@@ -3,12 +3,13 @@
 Combines the rule/custom reward function (through a reward manager) with an optional reward model:
 score = function_weight x function score + reward_model_weight x reward-model score. With
 `reward.workers` the function score comes from the workers that claim each sample's tag
-(`posttrain.rewards.routing`). Built once per stage from the `reward` section; the trainer only
-calls `score` and `close`.
+(`posttrain.rewards.routing`). Built once per stage from the `reward` section; the trainer calls
+`score` (or `start`, whose job it joins later: reward.launch_reward_fn_async) and `close`.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ import torch
 from posttrain.algorithms import overlong_penalty
 from posttrain.cluster.parallel import DataParallel, contiguous_shares
 from posttrain.config.schema import Config
+from posttrain.errors import ConfigError, ModelError
 from posttrain.records import RolloutBatch
 from posttrain.rewards import RewardFunction, RewardInput, RewardOutput, build_reward_manager, load_reward_function
 from posttrain.config.sections.reward import JUDGE
@@ -105,6 +107,19 @@ def manager_options(cfg: Config) -> dict[str, Any]:
     return options
 
 
+def input_tokenizer(cfg: Config) -> Any:
+    """reward.reward_model.input_tokenizer loaded (None when unset); a ModelError names the key."""
+    path = cfg.reward.reward_model.input_tokenizer
+    if path is None:
+        return None
+    from posttrain.models.loading import load_tokenizer
+
+    try:
+        return load_tokenizer(path, trust_remote_code=cfg.model.trust_remote_code)
+    except ModelError as err:
+        raise ModelError(f"reward.reward_model.input_tokenizer: {err}") from None
+
+
 class RewardStage:
     """Scores decoded responses; `score` returns (scores (B,), metrics)."""
 
@@ -127,6 +142,7 @@ class RewardStage:
         self.overlong = r.overlong_buffer if r.overlong_buffer.enable else None
         self.max_response_length = cfg.rollout.response_length or cfg.data.max_response_length
         self.reward_model = None
+        self.rm_input_tokenizer = None  # reward_model.input_tokenizer: decodes responses for re-rendering
         if r.reward_model.enable:
             from posttrain.rewards import RewardModelScorer
 
@@ -134,7 +150,11 @@ class RewardStage:
             self.reward_model = RewardModelScorer(
                 rm.path, micro_batch_size=rm.micro_batch_size_per_gpu, max_length=rm.max_length,
                 max_tokens=rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None,
+                trust_remote_code=rm.trust_remote_code, external_lib=rm.external_lib,
             )
+            self.rm_input_tokenizer = input_tokenizer(cfg)
+        # reward.launch_reward_fn_async: one background thread runs the reward function of a batch
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="reward") if r.launch_reward_fn_async else None
 
     def keep_informative(
         self, batch: RolloutBatch, scores: torch.Tensor, texts: list[str]
@@ -162,6 +182,13 @@ class RewardStage:
         self, batch: RolloutBatch, texts: list[str]
     ) -> tuple[torch.Tensor, dict[str, float], dict[str, list[float]]]:
         """Scores (B,), batch metrics, and the per-sample extra values of dict-returning functions."""
+        return self.start(batch, texts, background=False).result()
+
+    def start(self, batch: RolloutBatch, texts: list[str], *, background: bool) -> "RewardJob":
+        """Begin scoring: the reward model scores now; the reward function runs now, or with
+        `background` on this stage's thread (reward.launch_reward_fn_async) while the caller computes
+        log-probs. `RewardJob.result` joins it. Only the function goes to the thread: the gather
+        across ranks is a collective and stays on the main thread, in step with the other ranks."""
         rows = contiguous_shares(len(batch), self.dp.size)[self.dp.rank]  # every row with one process
         lengths = batch.response_mask.sum(1).long().tolist()  # response tokens: a worker's length penalty
         questions = self._questions(batch, rows) if self.reads_prompts else {}
@@ -170,10 +197,19 @@ class RewardStage:
                         extra_info=_with_raw_chat(batch, i), index=i, response_length=lengths[i], prompt=questions.get(i, ""))
             for i in rows
         ]
-        out = self.manager.score(samples) if samples else RewardOutput([])
         rm = None
         if self.reward_model is not None:
             rm = self._reward_model_scores(batch[rows], [texts[i] for i in rows]).tolist() if rows else []
+        call = (lambda: self.manager.score(samples)) if samples else (lambda: RewardOutput([]))
+        if background and self.executor is not None:
+            return RewardJob(self, self.executor.submit(call), rm, lengths)
+        done: Future = Future()
+        done.set_result(call())  # a reward error is raised here, as before
+        return RewardJob(self, done, rm, lengths)
+
+    def finish(self, out: RewardOutput, rm: list[float] | None, lengths: list[int]) -> tuple[torch.Tensor, dict[str, float], dict[str, list[float]]]:
+        """Combine this rank's function output and reward-model scores (gathered from every rank
+        first) into the batch's scores (B,), metrics and per-sample extra values."""
         if self.dp.distributed:  # each rank scored its share: every rank assembles the batch's
             parts = self.dp.gather_objects((out, rm))
             out = merge_outputs([o for o, _ in parts])
@@ -207,14 +243,21 @@ class RewardStage:
         return out
 
     def _reward_model_scores(self, batch: RolloutBatch, texts: list[str]) -> torch.Tensor:
-        """The reward model's score of each response: of the conversation rebuilt in the reward
-        model's own chat template from the raw messages (data.return_raw_chat, as verl), else of
-        the policy's prompt text followed by the response."""
-        if batch.raw_chat is not None and all(chat is not None for chat in batch.raw_chat):
-            eos = self.tokenizer.eos_token or ""
-            answers = [t.removesuffix(eos) if eos else t for t in texts]  # the template closes the turn itself
-            return self.reward_model.score_conversations(batch.raw_chat, answers)
-        return self.reward_model.score_texts([p + t for p, t in zip(self._prompt_texts(batch), texts)])
+        """The reward model's score of each response. With reward_model.input_tokenizer (the reward
+        model's chat template differs from the policy's, as verl's switch): the response decoded by
+        that tokenizer without its eos text, appended to the prompt's chat messages and rendered in
+        the reward model's own template. Without: the policy's rendering, prompt text + response."""
+        if self.rm_input_tokenizer is None:
+            return self.reward_model.score_texts([p + t for p, t in zip(self._prompt_texts(batch), texts)])
+        if batch.raw_chat is None or any(chat is None for chat in batch.raw_chat):
+            raise ConfigError("reward.reward_model.input_tokenizer: a prompt of this batch has no chat messages to re-render; "
+                              "set data.return_raw_chat: true")
+        source = self.rm_input_tokenizer
+        eos = source.eos_token or ""
+        lengths = batch.response_mask.sum(1).long().tolist()
+        answers = [source.decode(ids[:n].tolist(), skip_special_tokens=False) for ids, n in zip(batch.response_ids, lengths)]
+        answers = [a.replace(eos, "") if eos else a for a in answers]  # the reward model's template closes the turn itself
+        return self.reward_model.score_conversations(batch.raw_chat, answers)
 
     def _prompt_texts(self, batch: RolloutBatch) -> list[str]:
         """Templated prompt texts: the dataset's (data.return_full_prompt), else decoded from the ids."""
@@ -232,7 +275,20 @@ class RewardStage:
         return torch.tensor(rows, dtype=torch.float32, device=batch.response_mask.device)  # (B,)
 
     def close(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
         self.manager.close()
+
+
+class RewardJob:
+    """A batch being scored (`RewardStage.start`); `result` joins the reward function and returns
+    (scores (B,), metrics, per-sample extra values), raising the reward function's error if it failed."""
+
+    def __init__(self, stage: RewardStage, future: Future, rm: list[float] | None, lengths: list[int]):
+        self.stage, self.future, self.rm, self.lengths = stage, future, rm, lengths
+
+    def result(self) -> tuple[torch.Tensor, dict[str, float], dict[str, list[float]]]:
+        return self.stage.finish(self.future.result(), self.rm, self.lengths)
 
 
 def merge_outputs(parts: list[RewardOutput]) -> RewardOutput:

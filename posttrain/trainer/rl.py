@@ -66,6 +66,9 @@ class RLTrainer:
         self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves)
         dp = (self.roles.actor or self.roles.rollout).dp
         self.rewards = RewardStage(cfg, self.tokenizer, inputs.reward_fn, dp) if halves != "learner" and not self.agent else None
+        # reward.launch_reward_fn_async overlaps scoring with this process's log-prob passes: only when
+        # one process explores and learns (a decoupled explorer scores while the trainer trains anyway)
+        self.score_in_background = cfg.reward.launch_reward_fn_async and halves == "both" and self.rewards is not None
         self.shaping = make_shaping_state(cfg.algorithm)
         self.operators = list(cfg.data_processor.experience_pipeline.operators)
         # expert SFT rows joined to each batch for the mix losses (algorithm.mix); the learning half only
@@ -107,7 +110,10 @@ class RLTrainer:
                 batch.reward_baselines = self.rewards.baseline_scores(greedy, batch)  # (B,)
         with timer("reward"):
             texts = self.rewards.decode(batch)
-            scores, reward_metrics, _ = self.rewards.score(batch, texts)  # (B,)
+            job = self.rewards.start(batch, texts, background=self.score_in_background)
+            if self.score_in_background:  # reward.launch_reward_fn_async: `learn` joins it after the log-probs
+                return Experience(batch, None, texts, tool_metrics, policy_step=policy_step, reward_job=job)
+            scores, reward_metrics, _ = job.result()  # (B,)
             batch, scores, texts, dropped = self.rewards.keep_informative(batch, scores, texts)  # (B',) query filters
             reward_metrics.update(dropped)
             reward_metrics.update(tool_metrics)
@@ -129,8 +135,8 @@ class RLTrainer:
         batch; returns their metrics and the rows the updates trained on (fewer under PF-PPO)."""
         actor, critic, ref = self.roles.actor, self.roles.critic, self.roles.reference
         batch, metrics = experience.batch, {}
-        scores = experience.scores.to(batch.response_mask.device)  # (B,) scored on the CPU; the batch may be on a GPU
         if len(batch) == 0:  # the query filters dropped every group: nothing to learn from this step
+            experience.settle()
             metrics["query_filter/skipped_update"] = 1.0
             return metrics, batch
         with timer("old_log_prob"):
@@ -145,6 +151,10 @@ class RLTrainer:
         if critic is not None:
             with timer("values"):
                 batch.values = critic.compute_values(batch)  # (B, T)
+        if experience.reward_job is not None:  # reward.launch_reward_fn_async: it ran beside the passes above
+            with timer("reward_wait"):
+                experience.settle()
+        scores = experience.scores.to(batch.response_mask.device)  # (B,) scored on the CPU; the batch may be on a GPU
         with timer("adv"):
             shaped = scores if self.agent is None else agentic_scores(scores, batch, self.cfg.algorithm.agentic_reward_norm)
             metrics.update(compute_advantages(batch, shaped, self.cfg.algorithm, self.shaping, len(batch)))

@@ -22,7 +22,7 @@ from posttrain.errors import ConfigError
 REFERENCE_KEYS = [
     "verl:data.train_files", "verl:data.val_files", "verl:data.prompt_key", "verl:data.max_prompt_length",
     "verl:data.max_response_length", "verl:data.train_batch_size", "verl:data.val_batch_size",
-    "verl:data.return_raw_input_ids", "verl:data.return_raw_chat", "verl:data.return_full_prompt",
+    "verl:data.return_raw_chat", "verl:data.return_full_prompt",
     "verl:data.shuffle", "verl:data.validation_shuffle", "verl:data.filter_overlong_prompts",
     "verl:data.filter_overlong_prompts_workers", "verl:data.truncation", "verl:data.image_key",
     "verl:data.video_key", "verl:data.trust_remote_code", "verl:data.custom_cls.path", "verl:data.custom_cls.name",

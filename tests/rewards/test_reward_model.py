@@ -114,3 +114,78 @@ def test_reward_model_config_reaches_the_scorer(rm_dir, tmp_path):
     ])
     scorer = RewardStage(cfg, load_tokenizer(rm_dir)).reward_model
     assert (scorer.max_length, scorer.max_tokens) == (16, 64)
+
+
+# A user module that registers its own reward-model architecture with transformers' Auto classes.
+CUSTOM_LIB = """
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, Qwen2Config, Qwen2ForSequenceClassification, Qwen2Model
+
+class TinyRMConfig(Qwen2Config):
+    model_type = "posttrain_test_tiny_rm"
+
+class TinyRMBody(Qwen2Model):
+    config_class = TinyRMConfig
+
+class TinyRM(Qwen2ForSequenceClassification):
+    config_class = TinyRMConfig
+
+AutoConfig.register(TinyRMConfig.model_type, TinyRMConfig)
+AutoModel.register(TinyRMConfig, TinyRMBody)  # the body the classifier builds
+AutoModelForSequenceClassification.register(TinyRMConfig, TinyRM)
+"""
+
+
+def test_external_lib_registers_the_reward_model_s_class_before_it_loads(rm_dir, tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    from posttrain.config import load_config
+    from posttrain.trainer.rewarding import RewardStage
+
+    custom = shutil.copytree(rm_dir, tmp_path / "custom_rm")
+    config = json.loads((custom / "config.json").read_text())
+    (custom / "config.json").write_text(json.dumps({**config, "model_type": "posttrain_test_tiny_rm", "architectures": ["TinyRM"]}))
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "tiny_rm_registry.py").write_text(CUSTOM_LIB)
+    (tmp_path / "lib" / "broken_rm_registry.py").write_text("raise RuntimeError('no GPU here')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    with pytest.raises(ModelError, match="posttrain_test_tiny_rm"):  # transformers does not know the type
+        RewardModelScorer(str(custom))
+    keys = ["reward.reward_model.enable=true", f"reward.reward_model.path={custom}"]
+    stage = RewardStage(load_config(None, [*keys, "reward.reward_model.external_lib=tiny_rm_registry"]), RewardModelScorer(rm_dir).tokenizer)
+    assert type(stage.reward_model.model).__name__ == "TinyRM"
+    torch.testing.assert_close(stage.reward_model.score_texts(TEXTS), RewardModelScorer(rm_dir).score_texts(TEXTS))
+    stage.close()
+    with pytest.raises(ModelError, match="reward.reward_model.external_lib 'no_such_rm_lib' could not be imported"):
+        RewardStage(load_config(None, [*keys, "reward.reward_model.external_lib=no_such_rm_lib"]), None)
+    with pytest.raises(ModelError, match="reward.reward_model.external_lib 'broken_rm_registry' failed while being imported .*no GPU here"):
+        RewardStage(load_config(None, [*keys, "reward.reward_model.external_lib=broken_rm_registry"]), None)
+
+
+def test_trust_remote_code_runs_the_code_shipped_in_the_reward_model_s_directory(rm_dir, tmp_path, monkeypatch):
+    import json
+    import shutil
+    import sys
+
+    import transformers.dynamic_module_utils as dynamic
+
+    from posttrain.config import load_config
+    from posttrain.trainer.rewarding import RewardStage
+
+    # transformers copies the directory's code into its module cache and imports it from there:
+    # a cache under tmp_path, and sys.path restored afterwards
+    monkeypatch.setattr(dynamic, "HF_MODULES_CACHE", str(tmp_path / "modules"))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    remote = shutil.copytree(rm_dir, tmp_path / "remote_rm")
+    config = json.loads((remote / "config.json").read_text())
+    auto_map = {"AutoConfig": "remote_rm_code.TinyRMConfig", "AutoModelForSequenceClassification": "remote_rm_code.TinyRM"}
+    (remote / "config.json").write_text(json.dumps({**config, "model_type": "posttrain_test_remote_rm", "auto_map": auto_map}))
+    (remote / "remote_rm_code.py").write_text(CUSTOM_LIB.replace("posttrain_test_tiny_rm", "posttrain_test_remote_rm").split("AutoConfig.register")[0]
+                                              + "AutoModel.register(TinyRMConfig, TinyRMBody)\n")
+    keys = ["reward.reward_model.enable=true", f"reward.reward_model.path={remote}"]
+    with pytest.raises(ModelError, match="trust_remote_code"):
+        RewardStage(load_config(None, keys), None)
+    stage = RewardStage(load_config(None, [*keys, "reward.reward_model.trust_remote_code=true"]), None)
+    assert type(stage.reward_model.model).__module__.endswith("remote_rm_code")
+    torch.testing.assert_close(stage.reward_model.score_texts(TEXTS), RewardModelScorer(rm_dir).score_texts(TEXTS))
+    stage.close()

@@ -54,6 +54,10 @@ def by_length(data_source, solution_str, ground_truth, extra_info=None):
     return len(solution_str) / 10.0
 
 
+def chat_turns(data_source, solution_str, ground_truth, extra_info=None):
+    return float(len((extra_info or {}).get("raw_chat") or []))
+
+
 def flaky(data_source, solution_str, ground_truth, extra_info=None):
     if len(set(solution_str)) % 2:
         raise ValueError("an odd number of distinct characters")

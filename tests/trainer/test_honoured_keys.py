@@ -97,7 +97,7 @@ KNOBS = [
     knob("data.chat_template=Q:{% for m in messages %}{{ m['content'] }}{% endfor %}A:", "prompts"),
     knob("data.apply_chat_template_kwargs={flag: true}", "prompts", "model.chat_template_path={data}/flag.jinja"),
     knob("data.return_full_prompt=true", "metrics", *RM, "data.max_prompt_length=20", "data.truncation=left"),
-    knob("data.return_raw_chat=true", "metrics", *RM),
+    knob("data.return_raw_chat=true", "metrics", *REWARD_FILE, "reward.custom_reward_function.name=chat_turns"),  # extra_info['raw_chat']
     # model
     knob("model.path={assets}/critic_model", "responses"),
     knob("model.tokenizer_path={assets}/tokenizer", "prompts"),
@@ -409,6 +409,11 @@ ELSEWHERE = {
     "critic.model.tokenizer_path": "tests/trainer/test_rl_build.py::test_a_critic_tokenizer_with_another_vocabulary_is_refused",
     # 27 s of compilation on 2 cores: its own test checks the compiled forward is chosen per role
     "actor.use_torch_compile": "tests/trainer/test_use_torch_compile.py::test_the_flag_selects_the_compiled_lean_forward_per_role",
+    # the reward model's own classes and chat template: unit tests with a tiny reward model
+    "reward.reward_model.external_lib": "tests/rewards/test_reward_model.py::test_external_lib_registers_the_reward_model_s_class_before_it_loads",
+    "reward.launch_reward_fn_async": "tests/trainer/test_async_reward.py::test_a_run_scoring_in_the_background_trains_and_logs_as_one_scoring_in_place",
+    "reward.reward_model.trust_remote_code": "tests/rewards/test_reward_model.py::test_trust_remote_code_runs_the_code_shipped_in_the_reward_model_s_directory",
+    "reward.reward_model.input_tokenizer": "tests/trainer/test_rewarding.py::test_input_tokenizer_re_renders_the_conversation_in_the_reward_model_s_own_template",
     # a reward function that hangs: seconds of waiting
     "reward.timeout_s": "tests/rewards/test_reward_parallel.py::test_hanging_call_times_out_and_the_pool_stays_usable",
     # the keys of one reward worker (reward.workers.<name>.<key>): unit tests of the router

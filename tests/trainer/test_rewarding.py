@@ -1,16 +1,19 @@
-"""The reward stage's reward-model input: the conversation in the reward model's own chat template
-when the prompts keep their raw messages (data.return_raw_chat), else prompt text + response."""
+"""The reward stage's reward-model input: the conversation re-rendered in the reward model's own chat
+template with reward.reward_model.input_tokenizer, else the policy's prompt text + response; and the
+raw chat a reward function reads (data.return_raw_chat)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from knob_harness import make_reward_model
 from posttrain.config import load_config
+from posttrain.errors import ConfigError, ModelError
 from posttrain.models.tiny import make_tiny_model
 from posttrain.records import RolloutBatch
 from posttrain.rewards import RewardModelScorer
-from posttrain.trainer.rewarding import RewardStage
+from posttrain.trainer.rewarding import RewardStage, input_tokenizer
 
 CHAT = [{"role": "user", "content": ":321="}]
 
@@ -26,21 +29,52 @@ def _batch(tokenizer, raw_chat) -> RolloutBatch:
     )
 
 
-def test_the_reward_model_reads_the_conversation_in_its_own_template_when_raw_chat_is_kept(tmp_path):
-    policy = make_tiny_model(tmp_path / "policy", layers=1, hidden=32, heads=4)
-    make_reward_model(tmp_path / "rm")
-    cfg = load_config(None, [f"model.path={policy}", "reward.reward_model.enable=true", f"reward.reward_model.path={tmp_path / 'rm'}"])
-    stage = RewardStage(cfg, RewardModelScorer(str(tmp_path / "rm")).tokenizer)
-    scorer = stage.reward_model
-    plain, chat = _batch(stage.tokenizer, None), _batch(stage.tokenizer, [CHAT])
-    texts = stage.decode(plain)
+# The reward model's own chat template, unlike the policy's ChatML: "role: content" lines.
+RM_TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+
+
+def _stage(tmp_path, *overrides):
+    """A reward stage with a reward model whose chat template is RM_TEMPLATE; the texts it is fed
+    are recorded in stage.fed."""
+    policy = tmp_path / "policy"
+    if not policy.exists():
+        make_tiny_model(policy, layers=1, hidden=32, heads=4)
+        make_reward_model(tmp_path / "rm")
+        (tmp_path / "rm" / "chat_template.jinja").write_text(RM_TEMPLATE)
+    cfg = load_config(None, [f"model.path={policy}", "reward.reward_model.enable=true", f"reward.reward_model.path={tmp_path / 'rm'}", *overrides])
+    stage = RewardStage(cfg, RewardModelScorer(str(policy)).tokenizer)
+    stage.fed = []
+    score_texts = stage.reward_model.score_texts
+    stage.reward_model.score_texts = lambda texts: (stage.fed.extend(texts), score_texts(texts))[1]
+    return stage
+
+
+def test_input_tokenizer_re_renders_the_conversation_in_the_reward_model_s_own_template(tmp_path):
+    """verl's template switch: with input_tokenizer the reward model reads the raw chat plus the
+    decoded response (eos dropped) in its own template; without, the policy's ChatML rendering."""
+    plain = _stage(tmp_path, "data.return_raw_chat=true")
+    batch = _batch(plain.tokenizer, [CHAT])
+    texts = plain.decode(batch)
     assert texts == ["123<|im_end|>"]
-    prompt = stage.tokenizer.decode(plain.prompt_ids[0].tolist(), skip_special_tokens=False)
-    torch.testing.assert_close(stage._reward_model_scores(plain, texts), scorer.score_texts([prompt + "123<|im_end|>"]))
-    by_template = scorer.score_conversations([CHAT], ["123"])  # the template closes the assistant turn itself
-    torch.testing.assert_close(stage._reward_model_scores(chat, texts), by_template)
-    assert not torch.allclose(by_template, scorer.score_texts([prompt + "123<|im_end|>"]))
-    stage.close()
+    policy_scores = plain._reward_model_scores(batch, texts)
+    assert plain.fed == ["<|im_start|>user\n:321=<|im_end|>\n<|im_start|>assistant\n123<|im_end|>"]
+    switched = _stage(tmp_path, "data.return_raw_chat=true", f"reward.reward_model.input_tokenizer={tmp_path / 'policy'}")
+    rm_scores = switched._reward_model_scores(batch, texts)
+    assert switched.fed == ["user: :321=\nassistant: 123\n"]  # the reward model's rendering, by hand
+    torch.testing.assert_close(rm_scores, switched.reward_model.score_texts(["user: :321=\nassistant: 123\n"]))
+    assert not torch.allclose(rm_scores, policy_scores)
+    for stage in (plain, switched):
+        stage.close()
+
+
+def test_input_tokenizer_needs_the_raw_chat_and_an_existing_directory(tmp_path):
+    make_reward_model(tmp_path / "rm")
+    keys = ["reward.reward_model.enable=true", f"reward.reward_model.path={tmp_path / 'rm'}"]
+    with pytest.raises(ConfigError, match="input_tokenizer re-renders .* set data.return_raw_chat: true"):
+        load_config(None, [*keys, f"reward.reward_model.input_tokenizer={tmp_path / 'rm'}"])
+    cfg = load_config(None, [*keys, "data.return_raw_chat=true", f"reward.reward_model.input_tokenizer={tmp_path / 'nothing'}"])
+    with pytest.raises(ModelError, match="^reward.reward_model.input_tokenizer: tokenizer path .*nothing"):
+        input_tokenizer(cfg)
 
 
 def test_a_reward_function_reads_the_raw_chat_from_extra_info_when_it_is_kept(tmp_path):

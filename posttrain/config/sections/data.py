@@ -72,11 +72,10 @@ class DataConfig:
     seed: int = param(1, doc="Seed of the data shuffle; with the epoch it fixes the order exactly.", ge=0, refs=["verl:data.seed"])
 
     # ---- optional outputs --------------------------------------------------------------------
-    return_raw_chat: bool = param(False, doc="Keep each RL prompt's chat messages (system prompt added) before the template: a reward model then scores the conversation rebuilt in its own chat template, reward functions get them as extra_info['raw_chat'], and trainer.rollout_data_dir dumps write them as raw_chat.", refs=["verl:data.return_raw_chat"])
+    return_raw_chat: bool = param(False, doc="Keep each RL prompt's chat messages (system prompt added) before the template: reward.reward_model.input_tokenizer then re-renders the conversation in the reward model's own chat template, reward functions get them as extra_info['raw_chat'], and trainer.rollout_data_dir dumps write them as raw_chat.", refs=["verl:data.return_raw_chat"])
     return_full_prompt: bool = param(False, doc="Keep each RL prompt's text after the chat template (untruncated): a reward model then reads it instead of the decoded prompt ids.", refs=["verl:data.return_full_prompt"])
 
     # ---- not implemented yet -----------------------------------------------------------------
-    return_raw_input_ids: bool = param(False, doc="Also return prompt ids without the chat template (reward model with its own template).", todo="reward models with their own chat template (reward-model issue)", refs=["verl:data.return_raw_input_ids"])
     image_key: str = param("images", doc="Column holding images of a multimodal row.", todo="multimodal data (later issue)", refs=["verl:data.image_key"])
     video_key: str = param("videos", doc="Column holding videos of a multimodal row.", todo="multimodal data (later issue)", refs=["verl:data.video_key"])
     tools_key: str | None = param(None, doc="Column holding the tool schemas offered to the model.", todo="tool calling (multi-turn issue)", refs=["verl:data.multiturn.tools_key"])

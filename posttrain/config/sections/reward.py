@@ -30,17 +30,15 @@ class RewardModelConfig:
     enable: bool = param(False, doc="Score responses with the reward model at `path`.", refs=["verl:reward_model.enable"])
     path: str = param("", doc="Local Hugging Face directory of an AutoModelForSequenceClassification reward model.", refs=["verl:reward_model.model.path"])
     micro_batch_size_per_gpu: int = param(8, doc="Responses per reward-model forward pass on one device.", ge=1, refs=["verl:reward_model.micro_batch_size_per_gpu"])
-    input_tokenizer: str | None = param(None, doc="Tokenizer of the policy when its chat template differs from the reward model's: responses are decoded and re-encoded; null feeds the policy's token ids.", todo="re-tokenising for a reward model with another chat template; reward model issue", refs=["verl:reward_model.model.input_tokenizer"])
+    input_tokenizer: str | None = param(None, doc="Local tokenizer directory of the policy, set when the reward model's chat template differs: each response is decoded with it (its eos text removed), appended to the prompt's chat messages (data.return_raw_chat) as the assistant turn, and the conversation is rendered with the reward model's own chat template and tokenizer; null: the reward model reads the policy's rendering (prompt text + response).", refs=["verl:reward_model.model.input_tokenizer"])
     max_length: int | None = param(None, doc="Truncate reward-model inputs to their last this many tokens (the end of the response is what it judges; a warning says when it happens); null never truncates.", ge=1, refs=["verl:reward_model.max_length"])
-    trust_remote_code: bool = param(False, doc="Allow Python code shipped with the reward model's directory.", todo="remote-code models; model loading issue", refs=["verl:reward_model.model.trust_remote_code"])
-    external_lib: str | None = param(None, doc="Python module imported first so it can register custom model classes.", todo="external model libraries; model loading issue", refs=["verl:reward_model.model.external_lib"])
-    strategy: str | None = param(None, doc="Training backend that hosts the reward model (fsdp, fsdp2, megatron); null uses the actor's.", todo="sharded reward model; distributed backend issue", refs=["verl:reward_model.strategy"])
+    trust_remote_code: bool = param(False, doc="Allow Python code shipped with the reward model's directory (its config, model and tokenizer classes) to run.", refs=["verl:reward_model.model.trust_remote_code"])
+    external_lib: str | None = param(None, doc="Python module imported before the reward model loads, so it can register custom model classes with transformers' Auto classes.", refs=["verl:reward_model.model.external_lib"])
     use_dynamic_bsz: bool = param(False, doc="Group consecutive responses into reward-model forward passes of at most forward_max_token_len_per_gpu tokens instead of micro_batch_size_per_gpu responses.", refs=["verl:reward_model.use_dynamic_bsz"])
     forward_max_token_len_per_gpu: int = param(32768, doc="Token budget of one reward-model micro-batch when use_dynamic_bsz.", ge=1, refs=["verl:reward_model.forward_max_token_len_per_gpu"])
     use_remove_padding: bool = param(False, doc="Run the reward model on unpadded (packed) sequences.", todo="padding-free forward; performance issue", refs=["verl:reward_model.model.use_remove_padding"])
     use_fused_kernels: bool = param(False, doc="Use fused kernels in the reward model's forward pass.", todo="fused kernels; performance issue", refs=["verl:reward_model.model.use_fused_kernels"])
     use_shm: bool = param(False, doc="verl copies the reward model to /dev/shm before reading; posttrain reads the local model directory directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.", refs=["verl:reward_model.model.use_shm"])
-    fsdp_config: dict[str, Any] = param(factory=dict, doc="FSDP options of the reward model (wrap_policy.min_num_params, param_offload, reshard_after_forward, fsdp_size, forward_prefetch).", todo="sharded reward model; distributed backend issue", refs=["verl:reward_model.model.fsdp_config", "verl:reward_model.model.fsdp_config.wrap_policy.min_num_params", "verl:reward_model.model.fsdp_config.param_offload", "verl:reward_model.model.fsdp_config.reshard_after_forward", "verl:reward_model.model.fsdp_config.fsdp_size", "verl:reward_model.model.fsdp_config.forward_prefetch"])
     profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the reward phase (reward function and reward model) in profiler.steps.", refs=["verl:reward_model.profiler"])
 
 
@@ -125,7 +123,7 @@ class RewardConfig:
     custom_reward_function: CustomRewardFunctionConfig = param(factory=CustomRewardFunctionConfig, doc="User reward function (file and name).")
     reward_model: RewardModelConfig = param(factory=RewardModelConfig, doc="Model-based reward.")
 
-    launch_reward_fn_async: bool = param(False, doc="Score with the reward function in the background while log-probs are computed.", todo="asynchronous reward; reward issue", refs=["verl:reward_model.launch_reward_fn_async"])
+    launch_reward_fn_async: bool = param(False, doc="Run the reward function (manager or workers) on a background thread while the old and reference log-probs and the values are computed, and join it before the advantages; the scores are the same. The reward model still scores before the log-probs, as in verl.", refs=["verl:reward_model.launch_reward_fn_async"])
     overlong_buffer: OverlongBufferConfig = param(factory=OverlongBufferConfig, doc="DAPO soft overlong punishment.")
     sandbox_fusion: SandboxFusionConfig = param(factory=SandboxFusionConfig, doc="Remote code-execution sandbox.")
     workers: dict[str, RewardWorkerConfig] = param(factory=dict, doc="Reward workers by name, each scoring the samples whose tag (data.reward_fn_key) is in its tag_included; empty scores every sample with custom_reward_function.", refs=["roll:rewards"])
@@ -139,15 +137,21 @@ QUERY_FILTER_ARGS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Keys any value of which changes nothing in posttrain, with the reason (the loaders drop them).
+NO_EFFECT: dict[str, str] = {
+    "verl:data.return_raw_input_ids": "verl's code never reads it: a reward model with another chat template re-renders each conversation from the prompt's chat messages (data.return_raw_chat) when reward_model.model.input_tokenizer is set, in verl as in posttrain (reward.reward_model.input_tokenizer)",
+}
+
+# The reward model is not sharded: every worker process holds a full copy (posttrain.trainer.rewarding).
+_RM_REPLICATED = ("posttrain does not shard the reward model: every worker process holds a full copy and scores its "
+                  "share of the batch (a forward pass only, with no gradients or optimizer state to shard); remove the key")
+_RM_FSDP = "verl:reward_model.model.fsdp_config"
+
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
-_REWARD_LOOP = "not implemented yet: verl's reward loop (a generative reward model served by a vLLM/SGLang engine; issue 19)"
-
-
 UNSUPPORTED: dict[str, str] = {
+    "verl:reward_model.strategy": _RM_REPLICATED,
+    **{f"{_RM_FSDP}{k}": _RM_REPLICATED for k in ("", ".wrap_policy.min_num_params", ".param_offload", ".reshard_after_forward", ".fsdp_size", ".forward_prefetch")},
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "verl:reward_model.use_reward_loop": _REWARD_LOOP,
-    "verl:reward_model.num_workers": _REWARD_LOOP,
-    "verl:reward_model.rollout": _REWARD_LOOP,
     "verl:reward_model.reward_kwargs": "keyword arguments of verl's reward manager class (reward_model.reward_manager; DAPO's overlong_buffer_cfg is reward.overlong_buffer): not translated yet (issue 18)",
     "roll:reward_system_config": "not implemented yet: ROLL's agentic reward system settings (agentic issue 15)",
     "trinity:buffer.explorer_input.taskset.reward_fn_args": "arguments of Trinity-RFT's workflow reward functions: not implemented yet (Trinity workflows: decoupled explorer/trainer issue 16)",
@@ -214,3 +218,36 @@ def check_overlong_buffer(cfg: Any) -> list[str]:
     if buf.enable and not (1 <= buf.len <= (budget or buf.len)):
         return [f"reward.overlong_buffer.len ({buf.len}) must be between 1 and the response length ({budget}) when the overlong penalty is enabled: the penalty ramps over the last len tokens of the budget"]
     return []
+
+
+def check_reward_model(cfg: Any) -> list[str]:
+    """An input_tokenizer re-renders each conversation from its chat messages, which the prompts
+    keep only with data.return_raw_chat (verl reads them from the same place)."""
+    rm = getattr(getattr(cfg, "reward", None), "reward_model", None)
+    data = getattr(cfg, "data", None)
+    if rm is None or not rm.enable or rm.input_tokenizer is None or getattr(data, "return_raw_chat", True):
+        return []
+    return ["reward.reward_model.input_tokenizer re-renders each conversation in the reward model's chat template from "
+            "the prompt's chat messages: set data.return_raw_chat: true so that the prompts keep them (or set "
+            "input_tokenizer: null when both models share one chat template)"]
+
+
+def check_async_reward(cfg: Any) -> list[str]:
+    """launch_reward_fn_async joins the scores after the log-prob passes: nothing before them may need
+    the scores (posttrain.trainer.rl)."""
+    reward = getattr(cfg, "reward", None)
+    if reward is None or not reward.launch_reward_fn_async:
+        return []
+    users = [f"reward.workers.{name}.query_filter_config" for name, w in reward.workers.items() if w.query_filter_config.type != "no_filter"]
+    judges = [f"reward.workers.{name}" for name, w in reward.workers.items() if w.worker_cls == JUDGE]
+    if judges:  # a judge generates with the trainer's device and random generator, which the passes use meanwhile
+        return [f"reward.launch_reward_fn_async: {', '.join(judges)} is an LLM judge, which generates with a model on the "
+                "trainer's device and its random generator; it scores in place: turn launch_reward_fn_async off"]
+    pipeline = getattr(getattr(getattr(cfg, "data_processor", None), "experience_pipeline", None), "operators", None)
+    if pipeline:
+        users.append("data_processor.experience_pipeline.operators")
+    if not users:
+        return []
+    return [f"reward.launch_reward_fn_async scores in the background while the log-probs are computed, but {', '.join(users)} "
+            "choose(s) the rows to train from the scores before those passes; turn launch_reward_fn_async off or remove them"]
+
