@@ -87,6 +87,8 @@ KNOBS = [
     knob("data.truncation=left", "prompts", "data.max_prompt_length=20", "data.truncation=right"),
     knob("data.filter_overlong_prompts=true", "prompts", *VARIED, "data.max_prompt_length=50", "data.truncation=right"),
     knob("data.filter_overlong_prompts_workers=2", "pools", *VARIED, "data.max_prompt_length=50", "data.filter_overlong_prompts=true"),
+    knob("data.dataloader_num_workers=2", "pools"),
+    knob("data.sampler={class_path: {data}/sampler.py, class_name: Rotating}", "prompts"),
     knob("data.train_batch_size=2", "prompts", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=4"),
     knob("data.val_batch_size=2", "validation", *VAL),
     knob("data.shuffle=false", "prompts"),
@@ -407,6 +409,7 @@ ELSEWHERE = {
         "world_size": "test_world_size_gives_the_worker_a_pool_of_its_own",
     }.items()},
     "data.domain_interleave_probs": "tests/data/test_data_domains.py::test_the_training_sampler_draws_by_domain_from_the_files",
+    "data.interleave_probs": "tests/data/test_data_interleave.py::test_rows_are_drawn_by_file_with_the_probabilities",
     "reward.workers.*.reward_type": "tests/rewards/test_reward_scorers.py::test_reward_type_picks_the_reward_table_of_a_worker",
     **{f"reward.workers.*.{k}": f"tests/rewards/test_reward_judge.py::{test}" for k, test in {
         "judge_prompt": "test_a_fake_engine_s_answers_become_scores_and_an_unparsable_one_is_counted",

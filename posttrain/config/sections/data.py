@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.fields import param, section
+from posttrain.errors import ConfigError
 
 _TS = "trinity:buffer.explorer_input.taskset.format"
 # The named templates of posttrain.data.templates (ROLL's names), listed here for the validator.
@@ -81,11 +82,11 @@ class DataConfig:
     video_key: str = param("videos", doc="Column holding videos of a multimodal row.", todo="multimodal data (later issue)", refs=["verl:data.video_key"])
     tools_key: str | None = param(None, doc="Column holding the tool schemas offered to the model.", todo="tool calling (multi-turn issue)", refs=["verl:data.multiturn.tools_key"])
     use_shm: bool = param(False, doc="verl copies the data files to /dev/shm before reading; posttrain reads the local files directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.", refs=["verl:data.use_shm"])
-    dataloader_num_workers: int = param(0, doc="Background processes preparing batches.", ge=0, todo="background batch preparation (later issue)", refs=["verl:data.dataloader_num_workers"])
-    sampler: dict[str, Any] = param(factory=dict, doc="A custom (curriculum) sampler class: {class_path, class_name}.", todo="custom samplers (curriculum issue)", refs=["verl:data.sampler"])
+    dataloader_num_workers: int = param(0, doc="Processes that read each RL training batch (template and tokenise its prompts), started once by the first batch; 0 reads in the trainer process. The examples are the same either way, and the batch the sampler chose is read, never one ahead, so resume stays exact.", ge=0, refs=["verl:data.dataloader_num_workers"])
+    sampler: dict[str, Any] = param(factory=dict, doc="A user sampler class choosing the RL training rows: {class_path: a Python file, class_name}; built as cls(data_source=dataset, data_config=data), iterated for dataset positions (one pass an epoch, data.train_batch_size a step); an update(batch) method gets each step's positions and scores (a curriculum); state_dict/load_state_dict make resume exact. Empty: posttrain's shuffled order.", refs=["verl:data.sampler"])
     datagen: dict[str, Any] = param(factory=dict, doc="A dynamic data generator class: {path, name}.", todo="generated datasets (later issue)", refs=["verl:data.datagen"])
     domain_interleave_probs: dict[str, float] = param(factory=dict, doc="RL training batches drawn by domain: each prompt's domain (a reward worker's name, standing for its tag_included, or a tag) is drawn with these probabilities (normalised); empty draws rows uniformly.", refs=["roll:actor_train.data_args.domain_interleave_probs"])
-    interleave_probs: str | None = param(None, doc="Sampling probability of each training file, comma separated.", todo="file-weighted sampling (later issue)", refs=["roll:actor_train.data_args.interleave_probs"])
+    interleave_probs: str | None = param(None, doc="RL training rows drawn by file: one probability per data.train_files entry, comma separated (\"0.7,0.3\"; normalised); each prompt picks an entry, then the next row of that entry's own shuffled order, which repeats when used up (Hugging Face interleave_datasets with all_exhausted). Null draws rows uniformly.", refs=["roll:actor_train.data_args.interleave_probs"])
 
 
 # Reference keys with no field in `data`, and why (read by the mapping generator and dialect loaders).
@@ -112,6 +113,47 @@ UNSUPPORTED: dict[str, str] = {
     "trinity:buffer.explorer_input.taskset.data_selector": "not implemented yet: Trinity-RFT's task selectors (difficulty-based curricula: custom samplers, curriculum issue)",
     "roll:actor_train.data_args.audio_folder": "not implemented yet: multimodal data (images, video; later issue)",
 }
+
+
+def parse_interleave_probs(text: str, entries: int) -> list[float]:
+    """One probability per listed entry from ROLL's comma-separated text.
+
+    >>> parse_interleave_probs("0.7, 0.3", 2)
+    [0.7, 0.3]
+    """
+    try:
+        probs = [float(part) for part in str(text).split(",")]
+    except ValueError:
+        raise ConfigError(f"data.interleave_probs: {text!r} is not a comma-separated list of numbers (e.g. \"0.7,0.3\")") from None
+    if len(probs) != entries:
+        raise ConfigError(f"data.interleave_probs: {len(probs)} probabilities for {entries} entries of data.train_files; "
+                          "give one per entry, in the same order, or leave it out to draw rows uniformly")
+    if any(not p >= 0 for p in probs) or sum(probs) <= 0:
+        raise ConfigError(f"data.interleave_probs: probabilities must be >= 0 with at least one > 0, got {text!r}")
+    return probs
+
+
+def check_row_choosers(cfg: Any) -> list[str]:
+    """data.sampler, data.interleave_probs and data.domain_interleave_probs each decide which row every
+    RL prompt draws: at most one, and for RL batches only."""
+    data = getattr(cfg, "data", None)
+    if data is None:
+        return []
+    chosen = [k for k, on in (("data.sampler", bool(data.sampler)), ("data.interleave_probs", data.interleave_probs is not None),
+                              ("data.domain_interleave_probs", bool(data.domain_interleave_probs))) if on]
+    if len(chosen) > 1:
+        return [f"{' and '.join(chosen)} each choose the row every prompt draws; keep one of them"]
+    kind = getattr(getattr(cfg, "algorithm", None), "kind", "rl")
+    if chosen and chosen[0] != "data.domain_interleave_probs" and kind != "rl":
+        return [f"{chosen[0]}: it chooses RL prompt batches; algorithm.kind={kind} samples its rows uniformly, so leave it unset"]
+    if data.interleave_probs is not None and data.train_files:
+        try:
+            parse_interleave_probs(data.interleave_probs, len(data.train_files))
+        except ConfigError as e:
+            return list(e.problems)
+    if data.sampler and data.dataloader_num_workers:
+        return [f"data.sampler with data.dataloader_num_workers={data.dataloader_num_workers}: a sampler picks each batch after the previous step's update, so no batch can be prepared ahead; set dataloader_num_workers: 0 (as verl requires)"]
+    return []
 
 
 def check_domain_probs(cfg: Any) -> list[str]:
