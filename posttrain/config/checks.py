@@ -26,7 +26,7 @@ from posttrain.config.sections.algorithm import check_agentic_reward_norm
 from posttrain.config.sections.data import check_domain_probs, check_row_choosers
 from posttrain.config.sections.reward import check_overlong_buffer, check_reward_workers
 from posttrain.config.sections.trainer import check_save_strategy
-from posttrain.config.sections.rollout import check_min_response_length, check_prompt_length
+from posttrain.config.sections.rollout import check_min_response_length, check_num_beams, check_prompt_length
 
 
 def check_device_mapping(cfg: Any) -> list[str]:
@@ -432,6 +432,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_row_choosers,
     check_prompt_length,
     check_min_response_length,
+    check_num_beams,
     check_save_contents,
     check_save_strategy,
     check_agentic_reward_norm,

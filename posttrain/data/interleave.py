@@ -1,15 +1,15 @@
 """File mixing: training rows drawn from the listed training files with fixed probabilities
-(`data.interleave_probs`, ROLL's comma-separated `interleave_probs`).
+(`data.interleave_probs`, comma-separated as in the LLaMA-Factory-style data arguments).
 
 `data.train_files` lists entries (files, dataset folders, dataset names); entry k gets probability
 p_k (normalised to sum to 1). Each prompt of a batch picks an entry with those probabilities, then
 takes the next row of that entry's own shuffled stream, as Hugging Face datasets'
 ``interleave_datasets(probabilities=..., stopping_strategy="all_exhausted")`` does (the
-"interleave_over" mix of the LLaMA-Factory data arguments ROLL's key comes from): a small file
-repeats while a large one is still in its first pass, and no file is cut short. ROLL's own loaders
-read no `interleave_probs` (its data-argument dataclass has no such field, and unknown keys are
-dropped), so posttrain follows that origin. Under "first_exhausted" the run would stop
-once the smallest file ran out; an RL run's length is set by its steps instead.
+"interleave_over" mix; "interleave_under" is "first_exhausted"): a small file repeats while a large
+one is still in its first pass, and no file is cut short. Why not "first_exhausted": it ends the
+data when the smallest file runs out, while an RL run's length is set by its steps. ROLL documents
+an `interleave_probs` key in its examples but reads none (posttrain.config.sections.data.NO_EFFECT),
+so this is posttrain's own key.
 
 The draws are `posttrain.data.domains.DomainSampler`'s with one "domain" per entry: a pure
 function of (seed, batch number, entry epoch), so a resumed run continues exactly.

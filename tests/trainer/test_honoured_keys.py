@@ -410,6 +410,8 @@ ELSEWHERE = {
     }.items()},
     "data.domain_interleave_probs": "tests/data/test_data_domains.py::test_the_training_sampler_draws_by_domain_from_the_files",
     "data.interleave_probs": "tests/data/test_data_interleave.py::test_rows_are_drawn_by_file_with_the_probabilities",
+    "rollout.stop_strings": "tests/rollout/test_stop_strings.py::test_configured_stop_strings_end_responses_and_false_leaves_them_out",
+    "rollout.include_stop_str_in_output": "tests/rollout/test_stop_strings.py::test_configured_stop_strings_end_responses_and_false_leaves_them_out",
     "reward.workers.*.reward_type": "tests/rewards/test_reward_scorers.py::test_reward_type_picks_the_reward_table_of_a_worker",
     **{f"reward.workers.*.{k}": f"tests/rewards/test_reward_judge.py::{test}" for k, test in {
         "judge_prompt": "test_a_fake_engine_s_answers_become_scores_and_an_unparsable_one_is_counted",
@@ -526,6 +528,7 @@ SAME_RESULT = {
 
 # Keys no test can show the effect of yet, with the reason.
 UNCOVERED = {
+    "rollout.num_beams": "1 is its only accepted value (beam search gives no policy samples: tests/config/test_sections_workers.py refuses 4): nothing to vary",
     "model.trust_remote_code": "needs a model directory with its own modelling code, which transformers copies into its module cache outside the repository",
     "critic.model.trust_remote_code": "as model.trust_remote_code",
     **{f"{role}.fsdp_config.mixed_precision.buffer_dtype": "fp32 is its only accepted value (FSDP2 has no buffer cast): nothing to vary"

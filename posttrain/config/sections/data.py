@@ -84,13 +84,18 @@ class DataConfig:
     use_shm: bool = param(False, doc="verl copies the data files to /dev/shm before reading; posttrain reads the local files directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.", refs=["verl:data.use_shm"])
     dataloader_num_workers: int = param(0, doc="Processes that read each RL training batch (template and tokenise its prompts), started once by the first batch; 0 reads in the trainer process. The examples are the same either way, and the batch the sampler chose is read, never one ahead, so resume stays exact.", ge=0, refs=["verl:data.dataloader_num_workers"])
     sampler: dict[str, Any] = param(factory=dict, doc="A user sampler class choosing the RL training rows: {class_path: a Python file, class_name}; built as cls(data_source=dataset, data_config=data), iterated for dataset positions (one pass an epoch, data.train_batch_size a step); an update(batch) method gets each step's positions and scores (a curriculum); state_dict/load_state_dict make resume exact. Empty: posttrain's shuffled order.", refs=["verl:data.sampler"])
-    datagen: dict[str, Any] = param(factory=dict, doc="A dynamic data generator class: {path, name}.", todo="generated datasets (later issue)", refs=["verl:data.datagen"])
     domain_interleave_probs: dict[str, float] = param(factory=dict, doc="RL training batches drawn by domain: each prompt's domain (a reward worker's name, standing for its tag_included, or a tag) is drawn with these probabilities (normalised); empty draws rows uniformly.", refs=["roll:actor_train.data_args.domain_interleave_probs"])
-    interleave_probs: str | None = param(None, doc="RL training rows drawn by file: one probability per data.train_files entry, comma separated (\"0.7,0.3\"; normalised); each prompt picks an entry, then the next row of that entry's own shuffled order, which repeats when used up (Hugging Face interleave_datasets with all_exhausted). Null draws rows uniformly.", refs=["roll:actor_train.data_args.interleave_probs"])
+    interleave_probs: str | None = param(None, doc="RL training rows drawn by file: one probability per data.train_files entry, comma separated (\"0.7,0.3\"; normalised); each prompt picks an entry, then the next row of that entry's own shuffled order, which repeats when used up (Hugging Face interleave_datasets with all_exhausted). Null draws rows uniformly.", refs=[])
 
 
+_DATAGEN = ("verl's DynamicGenDataset appends generated rows to the training set after every step; posttrain's training set "
+            "is fixed when the stage starts (every row checked and measured once, the sampler's order a function of the "
+            "seed over a fixed size, which is what makes resume exact): generate the rows before the run, and reorder or "
+            "reweight them during it with a data.sampler class (its update() sees each step's scores)")
 # Reference keys with no field in `data`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
+    "verl:data.datagen.path": _DATAGEN,
+    "verl:data.datagen.name": _DATAGEN,
     "verl:data.multiturn.enable": "set data.messages_key to the conversation column instead (verl's multiturn.messages_key)",
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "roll:actor_train.data_args.image_max_pixels": "not implemented yet: multimodal data (images, video; later issue)",
@@ -133,13 +138,27 @@ def parse_interleave_probs(text: str, entries: int) -> list[float]:
     return probs
 
 
+# Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
+NO_EFFECT: dict[str, str] = {
+    "roll:actor_train.data_args.interleave_probs": (
+        "ROLL reads no interleave_probs: its DataArguments dataclass has no such field and its config loader "
+        "(dacite, not strict) drops unknown keys, so the key changes nothing there; posttrain's own "
+        "data.interleave_probs draws rows by file"),
+}
+
+
+def sampler_set(data: Any) -> bool:
+    """Whether data.sampler names a class: verl's tree carries {class_path: null, class_name: null}."""
+    return any(v is not None for v in dict(getattr(data, "sampler", None) or {}).values())
+
+
 def check_row_choosers(cfg: Any) -> list[str]:
     """data.sampler, data.interleave_probs and data.domain_interleave_probs each decide which row every
     RL prompt draws: at most one, and for RL batches only."""
     data = getattr(cfg, "data", None)
     if data is None:
         return []
-    chosen = [k for k, on in (("data.sampler", bool(data.sampler)), ("data.interleave_probs", data.interleave_probs is not None),
+    chosen = [k for k, on in (("data.sampler", sampler_set(data)), ("data.interleave_probs", data.interleave_probs is not None),
                               ("data.domain_interleave_probs", bool(data.domain_interleave_probs))) if on]
     if len(chosen) > 1:
         return [f"{' and '.join(chosen)} each choose the row every prompt draws; keep one of them"]
@@ -151,7 +170,7 @@ def check_row_choosers(cfg: Any) -> list[str]:
             parse_interleave_probs(data.interleave_probs, len(data.train_files))
         except ConfigError as e:
             return list(e.problems)
-    if data.sampler and data.dataloader_num_workers:
+    if sampler_set(data) and data.dataloader_num_workers:
         return [f"data.sampler with data.dataloader_num_workers={data.dataloader_num_workers}: a sampler picks each batch after the previous step's update, so no batch can be prepared ahead; set dataloader_num_workers: 0 (as verl requires)"]
     return []
 
