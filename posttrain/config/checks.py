@@ -23,7 +23,7 @@ from posttrain.config.checks_profiler import check_profiler
 from posttrain.config.sections.buffer import priority_args
 from posttrain.config.sections.actor import check_save_contents
 from posttrain.config.sections.algorithm import check_agentic_reward_norm
-from posttrain.config.sections.data import check_domain_probs, check_row_choosers
+from posttrain.config.sections.data import check_domain_probs, check_row_choosers, check_row_templates
 from posttrain.config.sections.reward import check_overlong_buffer, check_reward_workers
 from posttrain.config.sections.trainer import check_save_strategy
 from posttrain.config.sections.rollout import check_min_response_length, check_num_beams, check_prompt_length
@@ -430,6 +430,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_reward_workers,
     check_domain_probs,
     check_row_choosers,
+    check_row_templates,
     check_prompt_length,
     check_min_response_length,
     check_num_beams,

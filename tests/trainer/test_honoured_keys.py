@@ -410,6 +410,8 @@ ELSEWHERE = {
     }.items()},
     "data.domain_interleave_probs": "tests/data/test_data_domains.py::test_the_training_sampler_draws_by_domain_from_the_files",
     "data.interleave_probs": "tests/data/test_data_interleave.py::test_rows_are_drawn_by_file_with_the_probabilities",
+    "data.tools_key": "tests/data/test_data_row_templates.py::test_each_rows_tools_reach_the_chat_template",
+    "data.tag_to_template": "tests/data/test_data_row_templates.py::test_a_tags_template_renders_its_rows",
     "rollout.stop_strings": "tests/rollout/test_stop_strings.py::test_configured_stop_strings_end_responses_and_false_leaves_them_out",
     "rollout.include_stop_str_in_output": "tests/rollout/test_stop_strings.py::test_configured_stop_strings_end_responses_and_false_leaves_them_out",
     "reward.workers.*.reward_type": "tests/rewards/test_reward_scorers.py::test_reward_type_picks_the_reward_table_of_a_worker",
