@@ -12,7 +12,8 @@ A class with an ``update(batch)`` method is a curriculum sampler (verl's
 `SamplerFeedback` holding the dataset position and the score of every response, so the sampler can
 reorder what comes next (verl hands its whole batch; posttrain hands these typed fields). The
 sampler is asked for positions one batch at a time, after the previous step's update, so it
-always decides with the latest scores.
+always decides with the latest scores; data.dataloader_num_workers only reads the batch it chose,
+never one ahead, so unlike verl it may be combined with a curriculum.
 
 Resume: a sampler with ``state_dict()`` / ``load_state_dict(state)`` is saved and restored through
 them (its state must say where its current pass stands, as torchdata's stateful samplers do: its

@@ -189,8 +189,6 @@ def check_row_choosers(cfg: Any) -> list[str]:
             parse_interleave_probs(data.interleave_probs, len(data.train_files))
         except ConfigError as e:
             return list(e.problems)
-    if sampler_set(data) and data.dataloader_num_workers:
-        return [f"data.sampler with data.dataloader_num_workers={data.dataloader_num_workers}: a sampler picks each batch after the previous step's update, so no batch can be prepared ahead; set dataloader_num_workers: 0 (as verl requires)"]
     return []
 
 
