@@ -7,7 +7,8 @@ chunks, one per worker, and the examples come back in the batch's order: the sam
 one process, made elsewhere. The pool only reads the batch the sampler has already chosen; it
 never reads ahead, so the sampler's saved state stays the exact point a resume continues from
 (verl's DataLoader workers prefetch, which its resumable sampler state then has to account for).
-Processes are forked where the platform can (the dataset is inherited), else spawned.
+Processes are forked where the platform can (the dataset is inherited), else spawned; a worker only
+renders and tokenises text, so being forked after the models loaded is safe (it touches no device).
 """
 
 from __future__ import annotations

@@ -139,6 +139,8 @@ _DUMP = "not implemented yet: dumping rollouts to files and replaying them inste
 UNSUPPORTED: dict[str, str] = {
     f"{_VERL}.multi_turn.num_repeat_rollouts": "declared in verl's config but read by none of its rollouts; rollout.n sets the responses per prompt",
     f"{_ROLL_VAL_GEN}.max_new_tokens": "validation generates up to rollout.response_length tokens like training",
+    f"{_ROLL_VAL_GEN}.stop_strings": "validation stops at rollout.stop_strings like training (ROLL: actor_infer.generating_args.stop_strings)",
+    f"{_ROLL_VAL_GEN}.include_stop_str_in_output": "validation follows rollout.include_stop_str_in_output like training (ROLL: actor_infer.generating_args.include_stop_str_in_output)",
     f"{_ROLL_VAL_GEN}.num_beams": "beam search is not offered; validation samples or decodes greedily (rollout.val_kwargs.do_sample)",
     "roll:actor_infer.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
