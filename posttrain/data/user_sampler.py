@@ -16,7 +16,7 @@ always decides with the latest scores; data.dataloader_num_workers only reads th
 never one ahead, so unlike verl it may be combined with a curriculum.
 
 Resume: a sampler with ``state_dict()`` / ``load_state_dict(state)`` is saved and restored through
-them (its state must say where its current pass stands, as torchdata's stateful samplers do: its
+them (JSON data, kept in the checkpoint's trainer_state.json; its state must say where its current pass stands, as torchdata's stateful samplers do: its
 next ``iter()`` continues there); without them posttrain rebuilds it and replays the passes and
 positions already taken, which is exact for a sampler whose order depends only on how it was built
 (a seeded shuffle), not on updates.
@@ -24,6 +24,7 @@ positions already taken, which is exact for a sampler whose order depends only o
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -96,6 +97,11 @@ class UserSampler:
         state: dict[str, Any] = {"epoch": self.epoch, "position": self.position, "size": self.size, "batch_size": self.batch_size}
         if hasattr(self.sampler, "state_dict"):
             state["user"] = self.sampler.state_dict()
+            try:  # it is written into the checkpoint's trainer_state.json
+                json.dumps(state["user"])
+            except (TypeError, ValueError) as e:
+                raise DataError(f"{self.where}: state_dict() must return JSON data (lists, dicts, numbers, strings) for the "
+                                f"checkpoint's trainer_state.json: {e}") from e
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -105,6 +105,9 @@ def test_resume_replays_a_stateless_sampler_and_restores_a_stateful_one(sampler_
     assert restored.sampler.seen == {0: [0.0]} and restored.position == 4
     with pytest.raises(DataError, match="batch_size: saved 4, now 2"):
         _make(sampler_file, "Reverse", batch=2).load_state_dict(state)
+    restored.sampler.seen = {0: {1, 2}}  # a set is not JSON: the checkpoint could not hold it
+    with pytest.raises(DataError, match=r"Hardest from .*: state_dict\(\) must return JSON data"):
+        restored.state_dict()
 
 
 @pytest.mark.parametrize("spec, message", [
