@@ -74,9 +74,9 @@ class UserSampler:
         fresh_pass = self.position == 0
         while len(rows) < self.batch_size:
             k = self._take()
-            if k is None:
-                if fresh_pass and not rows:
-                    raise DataError(f"{self.where}: a whole pass yielded fewer than data.train_batch_size={self.batch_size} positions")
+            if k is None:  # the pass is over; its short tail is dropped
+                if fresh_pass:  # this whole pass could not fill one batch: no pass ever will
+                    raise DataError(f"{self.where}: a whole pass yielded {len(rows)} positions, fewer than data.train_batch_size={self.batch_size}")
                 self.epoch, self.position, self._iter, rows, fresh_pass = self.epoch + 1, 0, None, [], True
                 continue
             rows.append(k)

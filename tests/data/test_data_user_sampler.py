@@ -75,6 +75,8 @@ def test_the_users_order_is_taken_a_batch_at_a_time_and_a_short_tail_starts_the_
     assert isinstance(sampler, UserSampler)
     assert [sampler.next_batch() for _ in range(3)] == [[9, 8, 7, 6], [5, 4, 3, 2], [9, 8, 7, 6]]  # 1, 0 dropped
     assert sampler.epoch == 1 and len(sampler) == 2
+    with pytest.raises(DataError, match="a whole pass yielded 3 positions, fewer than data.train_batch_size=4"):
+        _make(sampler_file, "Reverse", size=3).next_batch()
 
 
 def test_a_curriculum_sees_each_steps_positions_and_scores_and_reorders(sampler_file):
