@@ -24,11 +24,11 @@ from posttrain.config.checks_profiler import check_profiler
 from posttrain.config.sections.buffer import priority_args
 from posttrain.config.sections.actor import check_save_contents
 from posttrain.config.sections.algorithm import check_agentic_reward_norm
-from posttrain.config.sections.data import check_domain_probs
+from posttrain.config.sections.data import check_domain_probs, check_row_choosers, check_row_templates
 from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers
 from posttrain.config.sections.trainer import check_save_strategy
 from posttrain.config.sections.optim import check_optimizer_args
-from posttrain.config.sections.rollout import check_min_response_length, check_prompt_length
+from posttrain.config.sections.rollout import check_min_response_length, check_num_beams, check_prompt_length
 
 
 def check_device_mapping(cfg: Any) -> list[str]:
@@ -466,8 +466,11 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_profiler,
     check_reward_workers,
     check_domain_probs,
+    check_row_choosers,
+    check_row_templates,
     check_prompt_length,
     check_min_response_length,
+    check_num_beams,
     check_save_contents,
     check_save_strategy,
     check_optimizer_args,

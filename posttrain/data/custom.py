@@ -18,18 +18,20 @@ from posttrain.errors import ConfigError, DataError
 from posttrain.files import import_python_file
 
 
-def load_class(path: str, name: str | None) -> type:
-    """The class `name` defined in the Python file `path`."""
+def load_class(path: str, name: str | None, key: str = "data.custom_cls", keys: tuple[str, str] = ("path", "name"), what: str = "dataset") -> type:
+    """The class `name` defined in the Python file `path`; errors name `key`.path / `key`.name
+    (or the sub-keys `keys`, e.g. data.sampler's class_path and class_name)."""
+    path_key, name_key = f"{key}.{keys[0]}", f"{key}.{keys[1]}"
     if not name:
-        raise ConfigError("data.custom_cls.name: empty; name the dataset class defined in data.custom_cls.path")
+        raise ConfigError(f"{name_key}: empty; name the {what} class defined in {path_key}")
     module = import_python_file(
-        path, "dataset", lambda message: ConfigError(f"data.custom_cls.path: {message}"),
-        lambda exc: ConfigError(f"data.custom_cls.path: importing {path} failed: {type(exc).__name__}: {exc}"),
+        path, what, lambda message: ConfigError(f"{path_key}: {message}"),
+        lambda exc: ConfigError(f"{path_key}: importing {path} failed: {type(exc).__name__}: {exc}"),
     )
     cls = getattr(module, name, None)
     if not inspect.isclass(cls):
         classes = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module.__name__)
-        raise ConfigError(f"data.custom_cls.name: {path} defines no class '{name}'; its classes are {classes}")
+        raise ConfigError(f"{name_key}: {path} defines no class '{name}'; its classes are {classes}")
     return cls
 
 

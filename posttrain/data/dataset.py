@@ -11,6 +11,7 @@ A dataset is a sequence: ``len(ds)`` and ``ds[k]`` -> example, k in 0..len-1.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any, Iterable, Self, Sequence
 
 from posttrain.config.sections.data import DataConfig
@@ -21,7 +22,7 @@ from posttrain.data.filtering import check_lengths
 from posttrain.data.prompts import Message, PromptFormatter, cut, kept_ends, resolve_chat_template, truncate
 from posttrain.data.sources import load_table
 from posttrain.data.templates import named_template, with_suffix
-from posttrain.errors import ConfigError, ModelError
+from posttrain.errors import ConfigError, DataError, ModelError
 
 SPLITS = {"train": "data.train_files", "val": "data.val_files"}
 
@@ -53,9 +54,10 @@ def refuse_prompt_only(cfg: DataConfig, kind: str) -> None:
     loss spans, so they are refused rather than ignored."""
     if cfg.reply_prefix is not None:
         raise ConfigError(f"data.reply_prefix starts the replies of RL prompts; {kind} sequences hold their whole reply, so unset it")
-    if named_template(cfg.chat_template_name).generation_suffix:
-        raise ConfigError(f"data.chat_template_name: {cfg.chat_template_name} writes text after the assistant header of RL "
-                          f"prompts only; {kind} data needs a template of finished turns (native, chatml, ...)")
+    for key, name in (("data.chat_template_name", cfg.chat_template_name), *((f"data.tag_to_template.{t}", n) for t, n in cfg.tag_to_template.items())):
+        if named_template(name).generation_suffix:
+            raise ConfigError(f"{key}: {name} writes text after the assistant header of RL "
+                              f"prompts only; {kind} data needs a template of finished turns (native, chatml, ...)")
 
 
 def thinking_kwargs(cfg: DataConfig) -> dict[str, Any]:
@@ -92,8 +94,13 @@ class _RowDataset:
         self.formatter = formatter
         self.cfg = cfg
         self.indices = list(range(len(table))) if indices is None else list(indices)
+        self._tag_formatters: dict[str, PromptFormatter] = {}  # data.tag_to_template: one per template named
         for i in self.indices:  # fail on a bad row now, not steps into training
             self.check_row(i)
+            rows.row_tools(table, i, cfg)
+        if cfg.tools_key is not None and not any(cfg.tools_key in table.rows[i] for i in self.indices):
+            raise DataError(f"data.tools_key: no row of {', '.join(table.paths)} has a column '{cfg.tools_key}'; "
+                            f"its first row's columns are {sorted(table.rows[self.indices[0]]) if self.indices else []}")
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -124,11 +131,26 @@ class _RowDataset:
             raise IndexError(f"dataset index {k} out of range for {len(self.indices)} examples")
         return self.indices[k]
 
+    def _formatter(self, i: int) -> PromptFormatter:
+        """Row i's formatter: its tag's template (data.tag_to_template, else data.chat_template_name)
+        with its tool schemas (data.tools_key) as the template's `tools`."""
+        formatter = self.formatter
+        name = self.cfg.tag_to_template.get(rows.data_source(self.table, i, self.cfg)) if self.cfg.tag_to_template else None
+        if name is not None:
+            if name not in self._tag_formatters:
+                tagged = dataclasses.replace(self.cfg, chat_template_name=name)
+                self._tag_formatters[name] = make_formatter(tagged, self.formatter.tokenizer)
+            formatter = self._tag_formatters[name]
+        tools = rows.row_tools(self.table, i, self.cfg)
+        if tools is not None:  # per row: the rows' tool sets differ
+            formatter = dataclasses.replace(formatter, template_kwargs={**formatter.template_kwargs, "tools": tools})
+        return formatter
+
     def _with_system(self, i: int, messages: list[Message]) -> list[Message]:
-        return self.formatter.with_system(messages, rows.row_system_prompt(self.table, i, self.cfg))
+        return self._formatter(i).with_system(messages, rows.row_system_prompt(self.table, i, self.cfg))
 
     def _encode(self, i: int, messages: list[Message], loss_from: int, column: str) -> tuple[list[int], list[int]]:
-        return self.formatter.encode_conversation(messages, loss_from=loss_from, what=self.table.locate(i, column))
+        return self._formatter(i).encode_conversation(messages, loss_from=loss_from, what=self.table.locate(i, column))
 
     def _sequence(self, i: int, messages: list[Message], loss_from: int, column: str) -> SFTExample:
         ids, mask = self._encode(i, messages, loss_from, column)
@@ -163,7 +185,7 @@ class RLDataset(_RowDataset):
         """(raw cell, messages, templated text, untruncated ids, column) of global row i."""
         raw, messages, column = rows.prompt_cell(self.table, i, self.cfg)
         messages = self._with_system(i, messages)
-        text, ids = self.formatter.encode_prompt(messages, what=self.table.locate(i, column))
+        text, ids = self._formatter(i).encode_prompt(messages, what=self.table.locate(i, column))
         return raw, messages, text, ids, column
 
     def __getitem__(self, k: int) -> RLExample:

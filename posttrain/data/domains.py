@@ -65,7 +65,8 @@ def domain_of_tags(probs: dict[str, float], worker_tags: dict[str, list[str]]) -
 class DomainSampler:
     """Batches of dataset positions drawn by domain (module docstring); `state_dict` resumes exactly."""
 
-    def __init__(self, domains: dict[str, list[int]], probs: dict[str, float], batch_size: int, *, seed: int = 0, shuffle: bool = True):
+    def __init__(self, domains: dict[str, list[int]], probs: dict[str, float], batch_size: int, *, seed: int = 0, shuffle: bool = True,
+                 setting: str = "data.domain_interleave_probs"):
         if batch_size < 1 or any(not rows_ for rows_ in domains.values()) or set(domains) != set(probs):
             raise ValueError("DomainSampler needs batch_size >= 1 and rows for every domain it has a probability for")
         self.domains = {name: list(positions) for name, positions in domains.items()}
@@ -73,6 +74,7 @@ class DomainSampler:
         self.names = list(probs)
         self.weights = [probs[n] / total for n in self.names]  # normalised: the shares of a batch
         self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
+        self.setting = setting  # the key that asked for this sampler, named in resume errors
         self.size = sum(len(v) for v in self.domains.values())
         self.batches = 0  # batches handed out
         self.streams = {name: [0, 0] for name in self.names}  # domain -> [epoch, rows taken in it]
@@ -130,10 +132,10 @@ class DomainSampler:
         mismatch is a DataError naming what changed."""
         now = self.state_dict()
         if "streams" not in state:
-            raise DataError("cannot resume the data order: the checkpoint was saved without data.domain_interleave_probs; resume with the same data settings")
+            raise DataError(f"cannot resume the data order: the checkpoint was saved without {self.setting}; resume with the same data settings")
         changed = [f"{k}: saved {state[k]!r}, now {now[k]!r}" for k in ("domains", "weights", "batch_size", "seed", "shuffle") if state.get(k) != now[k]]
         if changed:
-            raise DataError("cannot resume the data order: the checkpoint's domain sampler differs (" + "; ".join(changed) + "); resume with the same data files and data settings")
+            raise DataError(f"cannot resume the data order: the checkpoint's {self.setting} sampler differs (" + "; ".join(changed) + "); resume with the same data files and data settings")
         self.batches = int(state["batches"])
         self.streams = {n: [int(e), int(p)] for n, (e, p) in state["streams"].items()}
 

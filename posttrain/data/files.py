@@ -133,16 +133,19 @@ class RowTable:
     rows: list[dict[str, Any]]
     paths: list[str] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)  # global index of each file's first row
+    entries: list[int] = field(default_factory=list)  # which listed entry (data.train_files item) each file came from
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def append(self, label: str, rows: list[dict[str, Any]], setting: str) -> None:
-        """Add the rows of one file (`label` names it in messages); a file without rows is a
-        DataError naming it and the setting that listed it."""
+    def append(self, label: str, rows: list[dict[str, Any]], setting: str, entry: int | None = None) -> None:
+        """Add the rows of one file (`label` names it in messages) read for listed entry `entry`
+        (default: one entry per file); a file without rows is a DataError naming it and the
+        setting that listed it."""
         if not rows:
             raise DataError(f"{label}: no rows (from {setting}); a data file needs at least one row")
         self.paths.append(label)
+        self.entries.append(len(self.paths) - 1 if entry is None else entry)
         self.starts.append(len(self.rows))
         self.rows.extend(rows)
 
@@ -150,6 +153,10 @@ class RowTable:
         """(file, row within that file) of a global row index."""
         k = bisect.bisect_right(self.starts, index) - 1
         return self.paths[k], index - self.starts[k]
+
+    def entry_of(self, index: int) -> int:
+        """The listed entry (0-based position in data.train_files) a global row index came from."""
+        return self.entries[bisect.bisect_right(self.starts, index) - 1]
 
     def locate(self, index: int, column: str | None = None) -> str:
         """``<file>: row <i>[, column '<c>']``: the prefix of every message about a cell."""

@@ -6,6 +6,7 @@ Every function takes the `RowTable` and a global row index so that any bad cell 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from posttrain.config.sections.data import DataConfig
@@ -92,4 +93,22 @@ def extra_info(table: RowTable, i: int) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise DataError(f"{table.locate(i, 'extra_info')}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def row_tools(table: RowTable, i: int, cfg: DataConfig) -> list[dict[str, Any]] | None:
+    """The row's tool schemas (`tools_key`: a list of objects, or its JSON text), for the chat
+    template's `tools`; None when the key is unset or the row has no such cell (or null)."""
+    if cfg.tools_key is None:
+        return None
+    value = table.get(i, cfg.tools_key, None)
+    if isinstance(value, str):  # csv cells and some exports hold the list as JSON text
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{table.locate(i, cfg.tools_key)}: not valid JSON ({e.msg}); give a list of tool schemas") from e
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise DataError(f"{table.locate(i, cfg.tools_key)}: expected a list of tool schemas (objects), got {type(value).__name__}")
     return value

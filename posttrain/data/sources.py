@@ -41,9 +41,9 @@ def load_table(entries: Iterable[str], *, setting: str, base_dir: str | None = N
     if not entries:
         raise DataError(f"{setting} is empty; give at least one data file (parquet, jsonl, json, csv), dataset folder or dataset name")
     table = RowTable(rows=[])
-    for entry in entries:
+    for k, entry in enumerate(entries):
         for label, rows in read_entry(entry, setting=setting, base_dir=base_dir):
-            table.append(label, rows, setting)
+            table.append(label, rows, setting, entry=k)
     return table
 
 

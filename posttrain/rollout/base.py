@@ -35,7 +35,8 @@ class SamplingParams:
     which token is drawn (see `posttrain.rollout.sampling`).
 
     A response ends at EOS (unless `ignore_eos`), at any of `stop_token_ids`, or at the token that
-    completes one of the `stop` strings; that token is part of the response. `seed` makes this
+    completes one of the `stop` strings; that token is part of the response (unless `include_stop`
+    is False: then the stop string's tokens are taken off again). `seed` makes this
     request's samples reproducible: the same seed, prompt uid and weights give the same responses
     whatever else shares the batch (None: the engine's own seed for the call).
     """
@@ -54,6 +55,10 @@ class SamplingParams:
     max_total_tokens: int | None = None
     min_p: float = 0.0  # 0.0: off; else drop tokens less likely than min_p x the most likely one
     stop: tuple[str, ...] = ()  # stop after the token that completes any of these strings
+    # False: the rollout role drops the tokens of the stop string from the response (the tokens
+    # from the one where the string starts; posttrain.rollout.stops.kept_length), so neither the
+    # reward's text nor the loss sees it
+    include_stop: bool = True
     seed: int | None = None  # this request's sampling seed; None: the engine's
     # EOS and stop ids cannot be drawn at the first min_new_tokens decode steps (vLLM's min_tokens,
     # SGLang's min_new_tokens); 0: off. max_new_tokens and max_total_tokens still end a row earlier.

@@ -136,7 +136,7 @@ def run_explorer(ctx: StageContext) -> StageResult:
             idle = follow.idle_s - idle
             buffer.report("explorer", f"exploring batch {b} with the weights of step {follow.loaded}")
             rows = explorer.sampler.next_batch()
-            prompts = collate_prompts([explorer.train_set[i] for i in rows], explorer.pad_id, uid_prefix=f"s{b}")
+            prompts = collate_prompts(explorer.reader(rows), explorer.pad_id, uid_prefix=f"s{b}")
             timer = PhaseTimer()
             experience = explorer.explore(prompts, timer, expected_version=engine.weights_version, policy_step=follow.loaded)
             experience.explore_metrics = {k: v for k, v in timer.metrics().items() if k != "timing/step_s"}
@@ -148,6 +148,7 @@ def run_explorer(ctx: StageContext) -> StageResult:
         follow.finish()
         buffer.report("explorer", f"finished: {total} batches written")
     finally:
+        explorer.reader.close()
         explorer.rewards.close()
         buffer.close()
     # The explorer trains nothing: its "final model" is what it sampled with last.

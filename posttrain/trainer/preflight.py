@@ -23,7 +23,8 @@ from posttrain.cluster.placement import plan_world
 from posttrain.config.checks import role_needs
 from posttrain.config.schema import Config
 from posttrain.data import build_dpo_dataset, build_rl_dataset, build_sft_dataset
-from posttrain.data.domains import make_train_sampler, tag_locations, worker_tag_map
+from posttrain.data.domains import tag_locations, worker_tag_map
+from posttrain.data.train_sampler import make_train_sampler, needs_early_build
 from posttrain.models.integrity import check_weight_files
 from posttrain.models.loading import (
     check_max_model_len,
@@ -83,7 +84,7 @@ def stage_inputs(cfg: Config) -> StageInputs:
         reward_fn = check_reward(cfg)
         if cfg.reward.workers:  # every tag of the data has a worker, before any model is loaded
             check_worker_tags(cfg, [("data.train_files", train_set), ("data.val_files", val_set)])
-        if cfg.data.domain_interleave_probs:  # every row in a domain, every domain with rows
+        if needs_early_build(cfg.data):  # every row in a domain or file, the user's sampler class loads
             make_train_sampler(cfg.data, train_set, worker_tag_map(cfg.reward.workers))
     expert_set = None
     if kind == "rl" and mixes_expert_rows(cfg):

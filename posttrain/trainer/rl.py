@@ -19,7 +19,9 @@ from posttrain.buffer.experience import Experience
 from posttrain.buffer.operators import run_pipeline
 from posttrain.checkpoint import Checkpointer, Parts
 from posttrain.data import collate_prompts, make_sampler, pad_token_id
-from posttrain.data.domains import make_train_sampler, worker_tag_map
+from posttrain.data.domains import worker_tag_map
+from posttrain.data.loader import ExampleReader
+from posttrain.data.train_sampler import make_train_sampler
 from posttrain.errors import ConfigError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
@@ -62,6 +64,8 @@ class RLTrainer:
         self.derived, self.trackers = open_stage(ctx, len(self.train_set) if self.agent is None else None, writes=halves != "explorer")
         self.tools = make_tool_rollout(cfg, self.tokenizer, ctx.run_dir)  # rollout.multi_turn: conversations with tools
         self.sampler = None if self.agent else make_train_sampler(cfg.data, self.train_set, worker_tag_map(cfg.reward.workers))
+        # data.dataloader_num_workers: processes that template and tokenise each batch
+        self.reader = ExampleReader(self.train_set, cfg.data.dataloader_num_workers if self.sampler else 0)
         self.pad_id = pad_token_id(self.tokenizer)
         self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves)
         dp = (self.roles.actor or self.roles.rollout).dp
@@ -120,6 +124,8 @@ class RLTrainer:
             if self.operators:  # data_processor.experience_pipeline (posttrain.buffer.operators)
                 batch, scores, texts, piped = run_pipeline(self.operators, batch, scores, texts)  # (B'',)
                 reward_metrics.update(piped)
+        if hasattr(self.sampler, "feedback"):  # a data.sampler curriculum sees this batch's scores before it picks the next
+            self.sampler.feedback(prompts.uid, batch.group_index, scores.tolist(), batch.data_source)
         return Experience(batch, scores, texts, reward_metrics, policy_step=policy_step)
 
     def _generate(self, prompts: PromptBatch, params: SamplingParams, version: int, seed: int | None = None) -> tuple[RolloutBatch, dict[str, float]]:
@@ -246,13 +252,14 @@ class RLTrainer:
                 last = metrics
             return StageResult(ckpt.final_model(self.save_final, final), last, total)
         finally:
+            self.reader.close()
             if self.rewards is not None:
                 self.rewards.close()
             self.trackers.close()
 
     def _next_prompts(self, step: int) -> PromptBatch:
         rows = self.sampler.next_batch()
-        return collate_prompts([self.train_set[i] for i in rows], self.pad_id, uid_prefix=f"s{step}")
+        return collate_prompts(self.reader(rows), self.pad_id, uid_prefix=f"s{step}")
 
     def save_final(self, out: Path) -> None:
         self.roles.actor.save_pretrained(out, self.tokenizer)

@@ -53,17 +53,18 @@ def sampling_params(cfg: Config, tokenizer: Any) -> tuple[SamplingParams, Sampli
     sampling (`rollout.use_fire_sampling`) draws the first token of training rollouts only."""
     r, v = cfg.rollout, cfg.rollout.val_kwargs
     length = response_length(cfg)
+    stops = {"stop": tuple(r.stop_strings), "include_stop": r.include_stop_str_in_output}  # rollout.stop_strings, both phases
     fire = {"first_token_temperature": FIRE_TEMPERATURE, "first_token_top_k": r.top_k if r.top_k > 0 else FIRE_TOP_K} if r.use_fire_sampling else {}
     train = SamplingParams(
         temperature=policy_temperature(cfg), top_k=r.top_k, top_p=r.top_p, do_sample=r.do_sample, n=r.n,
         max_new_tokens=length, ignore_eos=r.ignore_eos, repetition_penalty=r.repetition_penalty,
-        max_total_tokens=cfg.model.max_model_len, min_new_tokens=r.min_response_length, **fire,
+        max_total_tokens=cfg.model.max_model_len, min_new_tokens=r.min_response_length, **stops, **fire,
     )
     # Greedy validation ignores the temperature for the choice of token; 1.0 keeps SamplingParams valid.
     val = SamplingParams(
         temperature=v.temperature if v.do_sample else 1.0, top_k=v.top_k, top_p=v.top_p, do_sample=v.do_sample,
         n=v.n, max_new_tokens=length, ignore_eos=r.ignore_eos, repetition_penalty=r.repetition_penalty,
-        max_total_tokens=cfg.model.max_model_len, min_new_tokens=r.min_response_length,
+        max_total_tokens=cfg.model.max_model_len, min_new_tokens=r.min_response_length, **stops,
     )
     return train, val
 
@@ -298,7 +299,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     engine_dtype, same_numerics = engine_precision(policy, actor_compute, cfg.rollout.dtype)
     if halves == "explorer":
         engine = make_engine(cfg, policy.eval().requires_grad_(False).to(engine_dtype), tokenizer, owns_weights=True)
-        rollout = RolloutWorker(engine, dp, free_cache=cfg.rollout.free_cache_engine)
+        rollout = RolloutWorker(engine, dp, free_cache=cfg.rollout.free_cache_engine, tokenizer=tokenizer)
         return RLRoles(rollout=rollout, actor=None, reference=None, critic=None, sync=None)
     lora = lora_settings(cfg.model, "model")
     # Copies of the unsharded policy first: the engine's (when it keeps its own) and the reference's.
@@ -364,7 +365,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             engine_model.eval().requires_grad_(False).to(engine_dtype)
         engine = make_engine(cfg, engine_model, tokenizer, owns_weights=own_copy)
         sync = weight_sync_for(engine, actor.model, sharded=world.distributed, adapters=adapters is not None)
-        rollout = RolloutWorker(engine, dp, free_cache=cfg.rollout.free_cache_engine)
+        rollout = RolloutWorker(engine, dp, free_cache=cfg.rollout.free_cache_engine, tokenizer=tokenizer)
     reference = None
     if needs.reference:
         size, max_tokens = forward_batching(

@@ -35,6 +35,7 @@ from posttrain.checkpoint.save import save_hf
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.data import SFTExample, collate_sft, make_sampler, pad_token_id
+from posttrain.data.loader import ExampleReader
 from posttrain.models.loading import causal_lm_from_config
 from posttrain.models.lora import add_lora, lora_settings
 from posttrain.optim import build_optimization
@@ -161,6 +162,7 @@ def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objectiv
         total_steps=derived.total_training_steps or 1,
     )
     sampler = make_sampler(cfg.data, len(train_set))
+    reader = ExampleReader(train_set, cfg.data.dataloader_num_workers)  # processes that tokenise each batch
     micro = MicroBatching.from_config(cfg)
     val_micro = MicroBatching.for_validation(cfg)
     total = 0 if cfg.trainer.val_only else derived.total_training_steps or 0
@@ -174,7 +176,7 @@ def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objectiv
             last = evaluate(model, objective, val_examples, val_micro, dp)
             trackers.log(last, ctx.step_offset)
         for step in range(start + 1, total + 1):
-            examples = [train_set[k] for k in sampler.next_batch()]
+            examples = reader(sampler.next_batch())
             last = train_step(model, optimizer, scheduler, objective, examples, micro, cfg.actor.grad_clip, dp)
             last["training/epoch"] = float(sampler.epoch)
             if val_examples and ((freq > 0 and step % freq == 0) or step == total):
@@ -182,6 +184,7 @@ def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objectiv
             trackers.log(last, ctx.step_offset + step)
             ckpt.after_step(step)
     finally:
+        reader.close()
         trackers.close()
     out = ckpt.final_model(lambda path: save_hf(inner, path, tokenizer), final_model_dir(ctx))
     return StageResult(final_model=out, last_metrics=last, steps=total)

@@ -15,31 +15,44 @@ device memory in between; weights pushed while it sleeps land in the sleeping en
 
 from __future__ import annotations
 
+from typing import Any
+
 from posttrain.cluster.parallel import DataParallel, contiguous_shares
+from posttrain.data.dataset import pad_token_id
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import RolloutEngine, SamplingParams
+from posttrain.rollout.stops import drop_stop_strings
 from posttrain.workers.microbatch import SINGLE
 
 
 class RolloutWorker:
     """An engine and this rank's place among the rollout ranks; `generate` returns the whole batch."""
 
-    def __init__(self, engine: RolloutEngine, dp: DataParallel = SINGLE, free_cache: bool = False):
+    def __init__(self, engine: RolloutEngine, dp: DataParallel = SINGLE, free_cache: bool = False, tokenizer: Any = None):
         self.engine = engine
         self.dp = dp
         self.free_cache = free_cache
+        self.tokenizer = tokenizer  # decodes responses for stop strings left out of the output
 
     def generate(
         self, prompts: PromptBatch, params: SamplingParams, *, expected_version: int, seed: int | None = None
     ) -> RolloutBatch:
-        """`params.n` responses for every prompt of `prompts` (see `RolloutEngine.generate`)."""
+        """`params.n` responses for every prompt of `prompts` (see `RolloutEngine.generate`); with
+        `params.include_stop` False, each stop string's tokens are taken off again, whatever the engine."""
         if not self.free_cache:
-            return self._generate(prompts, params, expected_version, seed)
-        self.engine.wake_up()
-        try:
-            return self._generate(prompts, params, expected_version, seed)
-        finally:
-            self.engine.sleep(level=1)
+            batch = self._generate(prompts, params, expected_version, seed)
+        else:
+            self.engine.wake_up()
+            try:
+                batch = self._generate(prompts, params, expected_version, seed)
+            finally:
+                self.engine.sleep(level=1)
+        if params.stop and not params.include_stop:
+            if self.tokenizer is None:
+                raise ValueError("stop strings left out of the output need the tokenizer: build RolloutWorker with tokenizer=")
+            batch.response_ids, batch.response_mask, batch.rollout_logprobs = drop_stop_strings(
+                batch.response_ids, batch.response_mask, batch.rollout_logprobs, self.tokenizer, params.stop, pad_token_id(self.tokenizer))
+        return batch
 
     def _generate(self, prompts: PromptBatch, params: SamplingParams, expected_version: int, seed: int | None) -> RolloutBatch:
         if not self.dp.distributed:

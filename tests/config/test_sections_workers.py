@@ -151,8 +151,6 @@ def test_every_choice_of_an_implemented_field_is_accepted():
 @pytest.mark.parametrize(
     "override",
     [
-        "rollout.mode=async",
-        "rollout.multi_turn.completion_callback=my.callback",
         "critic.model.enable_activation_offload=true",
         "ref.entropy_checkpointing=true",
     ],
@@ -170,6 +168,7 @@ def test_setting_a_todo_field_is_refused_by_name(override):
         ("actor.kl_loss_type=k4", "not one of"),
         ("rollout.top_p=0", "must be > 0"),
         ("rollout.n=0", "must be >= 1"),
+        ("rollout.num_beams=4", "beam search returns the most likely sequences, not independent samples"),
         ("actor.optim.lr_scheduler_type=linear", "not one of"),
         ("actor.optim.betas=[0.9,1.0]", "must be < 1"),
         ("critic.cliprange_value=0", "must be > 0"),

@@ -115,6 +115,26 @@ def check_stop_token_ids_and_stop_strings(case: EngineCase) -> None:
     assert stopped == full[:k]
 
 
+def check_stop_strings_left_out_of_the_output(case: EngineCase) -> None:
+    """include_stop false (rollout.include_stop_str_in_output): the rollout role takes the stop
+    string's tokens off again, whatever the engine; ids, mask and log-probs end before it."""
+    from posttrain.workers.rollout import RolloutWorker
+
+    worker = RolloutWorker(case.make(), tokenizer=case.tokenizer)
+    full = _rows(worker.generate(prompts(case), greedy(), expected_version=0))[0]
+    text = case.tokenizer.decode(full, skip_special_tokens=False)
+    stop = text[4:6]
+    kept = worker.generate(prompts(case), greedy(stop=(stop,)), expected_version=0)
+    left = worker.generate(prompts(case), greedy(stop=(stop,), include_stop=False), expected_version=0)
+    with_stop, without = _rows(kept)[0], _rows(left)[0]
+    assert case.tokenizer.decode(with_stop, skip_special_tokens=False).endswith(stop)
+    without_text = case.tokenizer.decode(without, skip_special_tokens=False)
+    assert stop not in without_text and text.startswith(without_text) and without == with_stop[: len(without)]
+    n = len(without)
+    assert torch.all(left.response_mask[0, n:] == 0) and torch.all(left.rollout_logprobs[0, n:] == 0)
+    assert torch.equal(left.rollout_logprobs[0, :n], kept.rollout_logprobs[0, :n])
+
+
 def check_seed_reproduces(case: EngineCase) -> None:
     engine = case.make()
     params = SamplingParams(temperature=1.0, n=3, max_new_tokens=12, ignore_eos=True, seed=7)
@@ -167,6 +187,6 @@ def check_sleep_and_wake_up_round_trip(case: EngineCase) -> None:
 CHECKS = [
     check_logprobs_equal_the_actor_recomputation, check_n_gives_adjacent_groups, check_max_new_tokens_and_ignore_eos,
     check_greedy_is_the_argmax, check_temperature_sharpens, check_truncation_params_reach_greedy,
-    check_stop_token_ids_and_stop_strings, check_seed_reproduces, check_stale_version_is_refused,
+    check_stop_token_ids_and_stop_strings, check_stop_strings_left_out_of_the_output, check_seed_reproduces, check_stale_version_is_refused,
     check_update_weights_from_pairs, check_sleep_and_wake_up_round_trip,
 ]

@@ -121,6 +121,19 @@ def _varied(data: Path) -> None:
 
 
 # A chat template that reads a keyword of apply_chat_template (data.apply_chat_template_kwargs).
+# data.sampler: a curriculum whose order moves on by 3 rows for every update() (each scored step)
+SAMPLER_PY = '''
+class Rotating:
+    def __init__(self, data_source, data_config):
+        self.n, self.updates = len(data_source), 0
+    def update(self, batch):
+        assert len(batch.positions) == len(batch.scores) > 0
+        self.updates += 1
+    def __iter__(self):
+        for i in range(self.n):  # lazily: a step's update moves the rest of the pass
+            yield (i + 3 * self.updates) % self.n
+'''
+
 FLAG_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if flag %}!{% endif %}<|im_start|>assistant\n"
@@ -138,6 +151,7 @@ def make_assets(root: Path) -> Assets:
     _varied(root / "data")
     (root / "data" / "reward.py").write_text(REWARD_PY)
     (root / "data" / "flag.jinja").write_text(FLAG_TEMPLATE)
+    (root / "data" / "sampler.py").write_text(SAMPLER_PY)
     tokenizer = root / "tokenizer"  # the policy's tokenizer with another chat template
     tokenizer.mkdir()
     for name in ("tokenizer.json", "tokenizer_config.json"):

@@ -88,6 +88,8 @@ KNOBS = [
     knob("data.truncation=left", "prompts", "data.max_prompt_length=20", "data.truncation=right"),
     knob("data.filter_overlong_prompts=true", "prompts", *VARIED, "data.max_prompt_length=50", "data.truncation=right"),
     knob("data.filter_overlong_prompts_workers=2", "pools", *VARIED, "data.max_prompt_length=50", "data.filter_overlong_prompts=true"),
+    knob("data.dataloader_num_workers=2", "pools"),
+    knob("data.sampler={class_path: {data}/sampler.py, class_name: Rotating}", "prompts"),
     knob("data.train_batch_size=2", "prompts", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=4"),
     knob("data.val_batch_size=2", "validation", *VAL),
     knob("data.shuffle=false", "prompts"),
@@ -425,6 +427,11 @@ ELSEWHERE = {
         "world_size": "test_world_size_gives_the_worker_a_pool_of_its_own",
     }.items()},
     "data.domain_interleave_probs": "tests/data/test_data_domains.py::test_the_training_sampler_draws_by_domain_from_the_files",
+    "data.interleave_probs": "tests/data/test_data_interleave.py::test_rows_are_drawn_by_file_with_the_probabilities",
+    "data.tools_key": "tests/data/test_data_row_templates.py::test_each_rows_tools_reach_the_chat_template",
+    "data.tag_to_template": "tests/data/test_data_row_templates.py::test_a_tags_template_renders_its_rows",
+    "rollout.stop_strings": "tests/rollout/test_stop_strings.py::test_configured_stop_strings_end_responses_and_false_leaves_them_out",
+    "rollout.include_stop_str_in_output": "tests/rollout/test_stop_strings.py::test_configured_stop_strings_end_responses_and_false_leaves_them_out",
     "reward.workers.*.reward_type": "tests/rewards/test_reward_scorers.py::test_reward_type_picks_the_reward_table_of_a_worker",
     **{f"reward.workers.*.{k}": f"tests/rewards/test_reward_judge.py::{test}" for k, test in {
         "judge_prompt": "test_a_fake_engine_s_answers_become_scores_and_an_unparsable_one_is_counted",
@@ -541,6 +548,7 @@ SAME_RESULT = {
 
 # Keys no test can show the effect of yet, with the reason.
 UNCOVERED = {
+    "rollout.num_beams": "1 is its only accepted value (beam search gives no policy samples: tests/config/test_sections_workers.py refuses 4): nothing to vary",
     "model.trust_remote_code": "needs a model directory with its own modelling code, which transformers copies into its module cache outside the repository",
     "critic.model.trust_remote_code": "as model.trust_remote_code",
     **{f"{role}.fsdp_config.mixed_precision.buffer_dtype": "fp32 is its only accepted value (FSDP2 has no buffer cast): nothing to vary"

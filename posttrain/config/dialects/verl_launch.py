@@ -30,9 +30,10 @@ from posttrain.config.dialects.source import compose, read_yaml, references, res
 DEFAULTS_FILE = Path(__file__).with_name("verl_defaults.yaml")
 WHAT = "verl's trainer config"
 _BASE_NAMES = ("ppo_trainer", "ppo_trainer.yaml")  # a user YAML's `defaults` entry naming verl's tree
-# Defaults that describe verl's machine (8 accelerators per node, CUDA), not the run: posttrain
-# sizes the run to the machine it is on unless the line names them.
-MACHINE_DEFAULTS = frozenset({"trainer.device", "trainer.n_gpus_per_node", "trainer.nnodes"})
+# Defaults that describe verl's machine (8 accelerators per node, CUDA, 8 data-loading processes),
+# not the run: posttrain sizes the run to the machine it is on unless the line names them (the
+# loading processes change where a batch is tokenised, never what it holds).
+MACHINE_DEFAULTS = frozenset({"trainer.device", "trainer.n_gpus_per_node", "trainer.nnodes", "data.dataloader_num_workers"})
 
 
 @functools.lru_cache(maxsize=1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.fields import param, section
+from posttrain.errors import ConfigError
 
 _TS = "trinity:buffer.explorer_input.taskset.format"
 # The named templates of posttrain.data.templates (ROLL's names), listed here for the validator.
@@ -54,6 +55,8 @@ class DataConfig:
     chat_template_name: str = param("native", doc="A named prompt template (ROLL's names, docs/data.md): native/qwen2_5 use the chat template as it is, qwen3 adds enable_thinking=True, chatml/empty/base write their own text, longCOT_qwen2.5 adds a long-thought system prompt and a boxed-answer instruction, longcot_V3 opens <think> after the assistant header.", choices=CHAT_TEMPLATE_NAMES, refs=["roll:actor_train.data_args.template", "roll:global_template"])
     apply_chat_template_kwargs: dict[str, Any] = param(factory=dict, doc="Extra variables passed to the chat template (e.g. enable_thinking).", refs=["verl:data.apply_chat_template_kwargs"])
     enable_thinking: bool | None = param(None, doc="Pass enable_thinking to the chat template (Qwen3-style reasoning switch); null passes nothing, so the template's own default holds.", refs=["trinity:model.enable_thinking", "trinity:explorer.rollout_model.enable_thinking", f"{_TS}.enable_thinking"])
+    tag_to_template: dict[str, str] = param(factory=dict, doc="A named template (data.chat_template_name's names) per row tag (the data.reward_fn_key column, ROLL's tag): rows of a listed tag are rendered with it, the others with data.chat_template_name.", refs=["roll:tag_to_template"])
+    tools_key: str | None = param(None, doc="Column holding each row's tool schemas (a list of objects, or its JSON text), passed to the chat template as `tools`, so the prompt lists the tools the row may call; a row without the column or with null offers none (as verl), a file set without it is refused. Null: no column read.", refs=["verl:data.multiturn.tools_key"])
     reply_prefix: str | None = param(None, doc="Text the assistant's reply starts with: written into every RL prompt after the assistant header (the chat template continues an assistant message holding it), so responses continue it.", refs=[f"{_TS}.reply_prefix"])
 
     # ---- lengths -----------------------------------------------------------------------------
@@ -78,17 +81,21 @@ class DataConfig:
     # ---- not implemented yet -----------------------------------------------------------------
     image_key: str = param("images", doc="Column holding images of a multimodal row.", todo="multimodal data (later issue)", refs=["verl:data.image_key"])
     video_key: str = param("videos", doc="Column holding videos of a multimodal row.", todo="multimodal data (later issue)", refs=["verl:data.video_key"])
-    tools_key: str | None = param(None, doc="Column holding the tool schemas offered to the model.", todo="tool calling (multi-turn issue)", refs=["verl:data.multiturn.tools_key"])
     use_shm: bool = param(False, doc="verl copies the data files to /dev/shm before reading; posttrain reads the local files directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.", refs=["verl:data.use_shm"])
-    dataloader_num_workers: int = param(0, doc="Background processes preparing batches.", ge=0, todo="background batch preparation (later issue)", refs=["verl:data.dataloader_num_workers"])
-    sampler: dict[str, Any] = param(factory=dict, doc="A custom (curriculum) sampler class: {class_path, class_name}.", todo="custom samplers (curriculum issue)", refs=["verl:data.sampler"])
-    datagen: dict[str, Any] = param(factory=dict, doc="A dynamic data generator class: {path, name}.", todo="generated datasets (later issue)", refs=["verl:data.datagen"])
+    dataloader_num_workers: int = param(0, doc="Processes that read each training batch (template and tokenise its prompts, sequences or pairs), started once by the first batch; 0 reads in the trainer process. The examples are the same either way, and the batch the sampler chose is read, never one ahead, so resume stays exact.", ge=0, refs=["verl:data.dataloader_num_workers"])
+    sampler: dict[str, Any] = param(factory=dict, doc="A user sampler class choosing the RL training rows: {class_path: a Python file, class_name}; built as cls(data_source=dataset, data_config=data), iterated for dataset positions (one pass an epoch, data.train_batch_size a step); an update(batch) method gets each step's positions and scores (a curriculum); state_dict/load_state_dict make resume exact. Empty: posttrain's shuffled order.", refs=["verl:data.sampler"])
     domain_interleave_probs: dict[str, float] = param(factory=dict, doc="RL training batches drawn by domain: each prompt's domain (a reward worker's name, standing for its tag_included, or a tag) is drawn with these probabilities (normalised); empty draws rows uniformly.", refs=["roll:actor_train.data_args.domain_interleave_probs"])
-    interleave_probs: str | None = param(None, doc="Sampling probability of each training file, comma separated.", todo="file-weighted sampling (later issue)", refs=["roll:actor_train.data_args.interleave_probs"])
+    interleave_probs: str | None = param(None, doc="RL training rows drawn by file: one probability per data.train_files entry, comma separated (\"0.7,0.3\"; normalised); each prompt picks an entry, then the next row of that entry's own shuffled order, which repeats when used up (Hugging Face interleave_datasets with all_exhausted). Null draws rows uniformly.", refs=[])
 
 
+_DATAGEN = ("verl's DynamicGenDataset appends generated rows to the training set after every step; posttrain's training set "
+            "is fixed when the stage starts (every row checked and measured once, the sampler's order a function of the "
+            "seed over a fixed size, which is what makes resume exact): generate the rows before the run, and reorder or "
+            "reweight them during it with a data.sampler class (its update() sees each step's scores)")
 # Reference keys with no field in `data`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
+    "verl:data.datagen.path": _DATAGEN,
+    "verl:data.datagen.name": _DATAGEN,
     "verl:data.multiturn.enable": "set data.messages_key to the conversation column instead (verl's multiturn.messages_key)",
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "roll:actor_train.data_args.image_max_pixels": "not implemented yet: multimodal data (images, video; later issue)",
@@ -99,7 +106,7 @@ UNSUPPORTED: dict[str, str] = {
     "roll:actor_train.data_args.video_max_frames": "not implemented yet: multimodal data (images, video; later issue)",
     "roll:actor_train.data_args.video_folder": "not implemented yet: multimodal data (images, video; later issue)",
     "roll:validation.data_args.image_max_pixels": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:actor_train.data_args.custom_data_kwargs_func": "not implemented yet: a user function building extra row columns (use a custom dataset class: data.custom_cls; issue 22)",
+    "roll:actor_train.data_args.custom_data_kwargs_func": "ROLL calls it only in its vision-language pipeline, in place of the function that builds image and video inputs with the model's processor; posttrain has no multimodal data path (data.image_key), and a text row gains columns through a data.custom_cls dataset class",
     "roll:validation.data_args.dataset_dir": "validation files are read relative to data.dataset_dir (ROLL: actor_train.data_args.dataset_dir), the training files' folder",
     "roll:validation.data_args.preprocessing_num_workers": "the validation set is tokenised with data.filter_overlong_prompts_workers processes, the training set's",
     "roll:validation.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
@@ -111,6 +118,77 @@ UNSUPPORTED: dict[str, str] = {
     "trinity:buffer.explorer_input.taskset.data_selector": "not implemented yet: Trinity-RFT's task selectors (difficulty-based curricula: custom samplers, curriculum issue)",
     "roll:actor_train.data_args.audio_folder": "not implemented yet: multimodal data (images, video; later issue)",
 }
+
+
+def parse_interleave_probs(text: str, entries: int) -> list[float]:
+    """One probability per listed entry from ROLL's comma-separated text.
+
+    >>> parse_interleave_probs("0.7, 0.3", 2)
+    [0.7, 0.3]
+    """
+    try:
+        probs = [float(part) for part in str(text).split(",")]
+    except ValueError:
+        raise ConfigError(f"data.interleave_probs: {text!r} is not a comma-separated list of numbers (e.g. \"0.7,0.3\")") from None
+    if len(probs) != entries:
+        raise ConfigError(f"data.interleave_probs: {len(probs)} probabilities for {entries} entries of data.train_files; "
+                          "give one per entry, in the same order, or leave it out to draw rows uniformly")
+    if any(not p >= 0 for p in probs) or sum(probs) <= 0:
+        raise ConfigError(f"data.interleave_probs: probabilities must be >= 0 with at least one > 0, got {text!r}")
+    return probs
+
+
+# Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
+NO_EFFECT: dict[str, str] = {
+    "roll:actor_train.data_args.interleave_probs": (
+        "ROLL reads no interleave_probs: its DataArguments dataclass has no such field and its config loader "
+        "(dacite, not strict) drops unknown keys, so the key changes nothing there; posttrain's own "
+        "data.interleave_probs draws rows by file"),
+}
+
+
+def sampler_set(data: Any) -> bool:
+    """Whether data.sampler names a class: verl's tree carries {class_path: null, class_name: null}."""
+    return any(v is not None for v in dict(getattr(data, "sampler", None) or {}).values())
+
+
+def check_row_templates(cfg: Any) -> list[str]:
+    """data.tag_to_template names known templates; it and data.tools_key shape posttrain's own
+    templating of each row, which a data.custom_cls dataset and the tool loop do not use."""
+    data = getattr(cfg, "data", None)
+    if data is None or not (data.tag_to_template or data.tools_key is not None):
+        return []
+    problems = [f"data.tag_to_template.{tag}: {name!r} is not a named template; valid: {', '.join(CHAT_TEMPLATE_NAMES)}"
+                for tag, name in data.tag_to_template.items() if name not in CHAT_TEMPLATE_NAMES]
+    keys = " and ".join(k for k, on in (("data.tag_to_template", bool(data.tag_to_template)), ("data.tools_key", data.tools_key is not None)) if on)
+    if data.custom_cls.path is not None:
+        problems.append(f"{keys}: a data.custom_cls dataset templates its own rows; set it in the class, or drop data.custom_cls")
+    multi_turn = getattr(getattr(getattr(cfg, "rollout", None), "multi_turn", None), "enable", False)
+    if multi_turn:
+        problems.append(f"{keys}: rollout.multi_turn offers the tools of tool_config_path to every prompt and renders later turns "
+                        "with one template; per-row tools or templates would offer tools the tool loop cannot run or switch templates mid-conversation")
+    return problems
+
+
+def check_row_choosers(cfg: Any) -> list[str]:
+    """data.sampler, data.interleave_probs and data.domain_interleave_probs each decide which row every
+    RL prompt draws: at most one, and for RL batches only."""
+    data = getattr(cfg, "data", None)
+    if data is None:
+        return []
+    chosen = [k for k, on in (("data.sampler", sampler_set(data)), ("data.interleave_probs", data.interleave_probs is not None),
+                              ("data.domain_interleave_probs", bool(data.domain_interleave_probs))) if on]
+    if len(chosen) > 1:
+        return [f"{' and '.join(chosen)} each choose the row every prompt draws; keep one of them"]
+    kind = getattr(getattr(cfg, "algorithm", None), "kind", "rl")
+    if chosen and chosen[0] != "data.domain_interleave_probs" and kind != "rl":
+        return [f"{chosen[0]}: it chooses RL prompt batches; algorithm.kind={kind} samples its rows uniformly, so leave it unset"]
+    if data.interleave_probs is not None and data.train_files:
+        try:
+            parse_interleave_probs(data.interleave_probs, len(data.train_files))
+        except ConfigError as e:
+            return list(e.problems)
+    return []
 
 
 def check_domain_probs(cfg: Any) -> list[str]:

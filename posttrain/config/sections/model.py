@@ -152,5 +152,4 @@ UNSUPPORTED: dict[str, str] = {
     "roll:model_download_type": "where ROLL downloads models from; posttrain never downloads (model paths are local directories or the local cache)",
     "roll:actor_infer.model_args.model_name_or_path": "every role loads the policy's weights (model.path, ROLL: pretrain)",
     "roll:reference.model_args.model_name_or_path": "every role loads the policy's weights (model.path, ROLL: pretrain)",
-    "roll:tag_to_template": "not implemented yet: a chat template per data tag (every row uses data.chat_template_name; issue 22)",
 }

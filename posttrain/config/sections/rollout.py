@@ -26,7 +26,6 @@ _TRINITY = "trinity:explorer.rollout_model"
 
 _VLLM_ONLY = "Read by the vllm engine only (a setting of another engine is reported unused, not refused)."
 _GPU_ENGINES = "Read by the vllm and sglang engines only (a setting of another engine is reported unused, not refused)."
-_MULTI_TURN = "completion callbacks of SGLang's multi-turn rollout (not planned: the tool env is the extension point)"
 
 
 @section
@@ -55,7 +54,6 @@ class MultiTurnConfig:
     tool_response_truncate_side: str = param("middle", doc="Which part of a long tool answer is kept (as verl): left keeps its start, right its end, middle both ends.", choices=["left", "right", "middle"], refs=[f"{_VERL}.multi_turn.tool_response_truncate_side"])
     use_inference_chat_template: bool = param(False, doc="true: each turn's prompt is the conversation re-rendered by the chat template from its messages (a template may drop earlier reasoning), as at inference; false: the exact tokens so far. Training always uses the exact tokens. true needs data.return_raw_chat.", refs=[f"{_VERL}.multi_turn.use_inference_chat_template"])
     tokenization_sanity_check_mode: str = param("strict", doc="Compare each conversation's turn-by-turn tokens with the chat template's rendering of its messages: strict counts any difference, ignore_strippable only differences beyond whitespace, disable skips the check; a difference is logged once and counted in tool/tokenization_mismatch.", choices=["strict", "ignore_strippable", "disable"], refs=[f"{_VERL}.multi_turn.tokenization_sanity_check_mode", f"{_VERL}.multi_turn.enable_tokenization_sanity_check"])
-    completion_callback: str | None = param(None, doc="Dotted path of a function run after each generated turn.", todo=_MULTI_TURN, refs=[f"{_VERL}.multi_turn.completion_callback"])
 
 
 @section
@@ -80,7 +78,6 @@ class RolloutConfig:
 
     # ---- engine ------------------------------------------------------------------------------
     name: str = param("hf", doc="Generation engine: hf (built in: the training model samples with a KV cache, CPU or GPU), vllm or sglang (pip install 'posttrain[vllm]' / 'posttrain[sglang]'; a CUDA GPU).", choices=["hf", "vllm", "sglang"], refs=[f"{_VERL}.name", "roll:actor_infer.strategy_args.strategy_name", f"{_TRINITY}.engine_type"])
-    mode: str = param("sync", doc="sync generates a whole batch per call; async serves requests from a rollout server.", choices=["sync", "async"], todo="asynchronous rollout server (later issue)", refs=[f"{_VERL}.mode"])
 
     # ---- sampling ----------------------------------------------------------------------------
     n: int = param(1, doc="Responses sampled per prompt (the group size of GRPO/RLOO).", ge=1, refs=[f"{_VERL}.n", "roll:num_return_sequences_in_group", f"{_ROLL_GEN}.num_return_sequences", "trinity:algorithm.repeat_times"])
@@ -94,7 +91,9 @@ class RolloutConfig:
     prompt_length: int | None = param(None, doc="Longest prompt the engine accepts in tokens: data.max_prompt_length bounds every prompt, so null or that same value (verl's default, ${data.max_prompt_length}); another value is refused.", ge=1, refs=[f"{_VERL}.prompt_length"])
     min_response_length: int = param(0, doc="Fewest tokens per response: the end-of-sequence and stop tokens cannot be drawn before it (vLLM's min_tokens), in training and validation rollouts; 0 disables. A row still ends at response_length or model.max_model_len.", ge=0, refs=["trinity:model.min_response_tokens"])
     use_fire_sampling: bool = param(False, doc="FIRE sampling (Chen et al., 2024): the first token of each training response is drawn at temperature 30 among the top_k tokens (16 when top_k is off), the rest as configured; log-probs stay at the regular temperature. Validation is not affected.", refs=[f"{_VERL}.use_fire_sampling"])
-    num_beams: int = param(1, doc="Beam search width; 1 samples (RL needs independent samples, so only 1 is meaningful).", ge=1, todo="beam search (not planned for RL; kept so ROLL files with num_beams: 1 load)", refs=[f"{_ROLL_GEN}.num_beams"])
+    num_beams: int = param(1, doc="Beam search width: 1, sampling (the only value: RL needs the n responses of a prompt drawn independently from the policy, with the policy's log-probs; beam search returns the n most likely sequences instead, which are neither independent nor distributed as the policy).", ge=1, refs=[f"{_ROLL_GEN}.num_beams"])
+    stop_strings: list[str] = param(factory=list, doc="Strings that end a response: generation stops after the token whose decoded text completes one (training and validation rollouts, every engine); the response mask ends there too. Empty: only EOS and the length end a response.", refs=[f"{_ROLL_GEN}.stop_strings"])
+    include_stop_str_in_output: bool = param(True, doc="Keep the stop string in the response (ROLL's default). false takes its tokens off again, from the token in which it starts (that token's text before the string goes with it), so the reward's text and the trained tokens both end before it.", refs=[f"{_ROLL_GEN}.include_stop_str_in_output"])
     seed: int | None = param(None, doc="Seed of the engine's sampler, which also reseeds it before every validation; null uses trainer.seed.", refs=[f"{_TRINITY}.seed"])
     calculate_log_probs: bool = param(False, doc="Return the engine's own log-probs of the sampled tokens (verl needs true for algorithm.rollout_is_threshold). The hf engine always returns them, since old-log-prob reuse and rollout importance sampling read them, so false changes nothing with it.", refs=[f"{_VERL}.calculate_log_probs"])
     layered_summon: bool = param(False, doc="verl gathers a sharded LoRA actor layer by layer for the weight sync, to bound its peak memory; posttrain's weight sync always gathers one tensor at a time (never the whole model), so true changes nothing: accepted, no effect.", refs=[f"{_VERL}.layered_summon"])
@@ -127,25 +126,31 @@ class RolloutConfig:
 
     # ---- agentic ------------------------------------------------------------------------------
     multi_turn: MultiTurnConfig = param(factory=MultiTurnConfig, doc="Multi-turn rollouts with tool calls.")
-    custom_async_server_path: str | None = param(None, doc="Python file defining a custom asynchronous rollout server class.", todo="custom async rollout servers (later issue)", refs=[f"{_VERL}.agent.custom_async_server.path"])
-    custom_async_server_name: str | None = param(None, doc="Name of the async server class in that file.", todo="custom async rollout servers (later issue)", refs=[f"{_VERL}.agent.custom_async_server.name"])
     enable_history: bool = param(False, doc="Record every model call of a workflow as training experience.", todo="workflow call history (agentic issue)", refs=[f"{_TRINITY}.enable_history"])
 
 
 _NCCL_OFFLOAD = "not implemented yet: offloading NCCL buffers while a colocated role sleeps (GPU memory; issue 19)"
-_STOP = "not implemented yet: stop strings (a response ends at the end-of-sequence token or the length limit; issue 22)"
+_ASYNC_SERVER = ("verl's replacement for its vLLM/SGLang HTTP server class; posttrain has no rollout server between trainer "
+                 "and engine: engines run in the worker and implement posttrain.rollout.base.RolloutEngine, registered "
+                 "by name with posttrain.rollout.registry.register_engine and chosen with rollout.name")
 _DUMP = "not implemented yet: dumping rollouts to files and replaying them instead of generating (no issue yet)"
 
 # Reference keys with no field in `rollout`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
     f"{_VERL}.multi_turn.num_repeat_rollouts": "declared in verl's config but read by none of its rollouts; rollout.n sets the responses per prompt",
     f"{_ROLL_VAL_GEN}.max_new_tokens": "validation generates up to rollout.response_length tokens like training",
+    f"{_ROLL_VAL_GEN}.stop_strings": "validation stops at rollout.stop_strings like training (ROLL: actor_infer.generating_args.stop_strings)",
+    f"{_ROLL_VAL_GEN}.include_stop_str_in_output": "validation follows rollout.include_stop_str_in_output like training (ROLL: actor_infer.generating_args.include_stop_str_in_output)",
     f"{_ROLL_VAL_GEN}.num_beams": "beam search is not offered; validation samples or decodes greedily (rollout.val_kwargs.do_sample)",
     "roll:actor_infer.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "roll:actor_infer.offload_nccl": _NCCL_OFFLOAD,
-    "roll:actor_infer.generating_args.stop_strings": _STOP,
-    "roll:actor_infer.generating_args.include_stop_str_in_output": _STOP,
+    f"{_VERL}.agent.custom_async_server.path": _ASYNC_SERVER,
+    f"{_VERL}.agent.custom_async_server.name": _ASYNC_SERVER,
+    f"{_VERL}.multi_turn.completion_callback": ("a function verl's chat scheduler ran after each completion to decide the next request; "
+                                               "posttrain's multi-turn loop decides the next turn from the model's tool calls: add behaviour "
+                                               "as a tool (rollout.multi_turn.tool_config_path), an interaction "
+                                               "(rollout.multi_turn.interaction_config_path) or an environment (docs/agentic.md)"),
     "roll:actor_infer.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
     "roll:async_generation_ratio": "not implemented yet: generating the next batches while training (ROLL's asynchronous pipeline): decoupled explorer/trainer (issue 16)",
     "roll:rollout_dump_dir": _DUMP,
@@ -169,7 +174,20 @@ NO_EFFECT: dict[str, str] = {
     "roll:generate_opt_level": _SCHEDULING,
     "roll:max_running_requests": _SCHEDULING,
     "roll:is_num_return_sequences_expand": "posttrain always samples rollout.n independent responses per prompt, the result either value gives",
+    f"{_VERL}.mode": ("verl's async mode serves generation from inference servers that an agent loop sends requests to, and its "
+                      "sync mode (removed in current verl) called the engine for a whole batch; both return the same responses, "
+                      "log-probs and masks. posttrain's engines run inside the worker and generate each batch directly, "
+                      "the same records whichever was named"),
 }
+
+
+def check_num_beams(cfg: Any) -> list[str]:
+    """Beam search cannot give RL its samples (rollout.num_beams doc)."""
+    beams = getattr(getattr(cfg, "rollout", None), "num_beams", 1)
+    if beams != 1:
+        return [f"rollout.num_beams={beams}: beam search returns the most likely sequences, not independent samples of the "
+                "policy, so their log-probs and advantages would not estimate the policy gradient; use 1 (sampling) with rollout.n responses"]
+    return []
 
 
 def check_min_response_length(cfg: Any) -> list[str]:
