@@ -24,6 +24,7 @@ from posttrain.config.sections.buffer import priority_args
 from posttrain.config.sections.actor import check_save_contents
 from posttrain.config.sections.algorithm import check_agentic_reward_norm
 from posttrain.config.sections.data import check_domain_probs
+from posttrain.config.sections.model import check_kernel_flags
 from posttrain.config.sections.reward import check_overlong_buffer, check_reward_workers
 from posttrain.config.sections.trainer import check_save_strategy
 from posttrain.config.sections.rollout import check_min_response_length, check_prompt_length
@@ -424,6 +425,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_dpo_label_smoothing,
     check_supervised_loss_agg,
     check_supervised_compile,
+    check_kernel_flags,
     check_rollout_correction,
     check_pf_ppo,
     check_profiler,
