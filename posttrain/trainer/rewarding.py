@@ -134,6 +134,7 @@ class RewardStage:
             self.reward_model = RewardModelScorer(
                 rm.path, micro_batch_size=rm.micro_batch_size_per_gpu, max_length=rm.max_length,
                 max_tokens=rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None,
+                remove_padding=rm.use_remove_padding,
             )
 
     def keep_informative(

@@ -372,6 +372,7 @@ ELSEWHERE = {
     "model.enable_activation_offload": f"{KERNELS}::test_the_config_reaches_every_role",
     "critic.model.enable_activation_offload": f"{KERNELS}::test_the_config_reaches_every_role",
     "model.use_liger": f"{KERNELS}::test_liger_is_reported_once_where_it_cannot_run_and_applied_where_it_can",
+    "reward.reward_model.use_remove_padding": "tests/rewards/test_reward_model_packed.py::test_the_key_reaches_the_reward_stage_s_scorer",
     "data_processor.experience_pipeline.operators": "tests/trainer/test_algorithm_parts.py::test_the_experience_pipeline_runs_between_reward_and_training",
     "buffer.trainer_input.experience_buffer.capacity": "tests/buffer/test_replay.py::test_capacity_makes_the_explorer_wait_for_the_trainer",
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": "tests/buffer/test_replay.py::test_a_train_run_replays_an_explored_buffer_past_its_batches",
