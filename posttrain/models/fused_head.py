@@ -26,8 +26,8 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-# Elements of one chunk's logits: 2**24 fp32 values is 64 MiB; the backward holds about four such
-# (logits, probabilities, their gradient, the one-hot scatter target is done in place).
+# Elements of one chunk's logits: 2**24 fp32 values is 64 MiB; a chunk's forward and backward each
+# hold two such tensors at most (the logits and their softmax, reused in place for the gradient).
 FUSED_CHUNK_ELEMENTS = 2**24
 BACKENDS = ("torch", "triton")
 
@@ -68,22 +68,28 @@ def _forward_chunk(h: Tensor, weight: Tensor, y: Tensor, a: float, with_entropy:
     logprobs = z.gather(-1, y.unsqueeze(-1)).squeeze(-1) - lse  # (n,)
     if not with_entropy:
         return logprobs, logprobs.new_zeros(logprobs.shape)
-    entropy = lse - (torch.softmax(z, dim=-1) * z).sum(-1)  # (n,)
+    # E_p[z] as a row-wise dot product: no (n, V) product tensor next to z and p
+    entropy = lse - torch.einsum("nv,nv->n", torch.softmax(z, dim=-1), z)  # (n,)
     return logprobs, entropy
 
 
 def _backward_chunk(
     h: Tensor, weight: Tensor, y: Tensor, a: float, g_lp: Tensor, g_ent: Tensor | None
 ) -> tuple[Tensor, Tensor]:
-    """(dL/dh (n, H), dL/dW (V, H)) of one chunk, from the gradients of its log-probs and entropy."""
+    """(dL/dh (n, H), dL/dW (V, H)) of one chunk, from the gradients of its log-probs and entropy.
+
+    In place on two (n, V) buffers, z and p, so a chunk's backward peaks at two logit-sized tensors.
+    """
     z = _logits(h, weight, a)  # (n, V), recomputed: the forward kept nothing of it
     p = torch.softmax(z, dim=-1)  # (n, V)
-    dz = -g_lp.unsqueeze(-1) * p  # (n, V): the -p part of onehot(y) - p
+    if g_ent is not None:
+        z.sub_(torch.einsum("nv,nv->n", p, z).unsqueeze(-1))  # z - E_p[z] = log p + H
+        z.mul_(p).mul_(-g_ent.unsqueeze(-1))  # the entropy's part: -g_H p (z - E_p[z])
+    dz = p.mul_(-g_lp.unsqueeze(-1))  # (n, V): the -p part of onehot(y) - p
     dz.scatter_add_(-1, y.unsqueeze(-1), g_lp.unsqueeze(-1))  # + g_lp at the target
     if g_ent is not None:
-        centred = z - (p * z).sum(-1, keepdim=True)  # z - E_p[z] = log p + H
-        dz -= g_ent.unsqueeze(-1) * p * centred
-    dz = dz * a  # through z = a * (h W^T)
+        dz.add_(z)
+    dz.mul_(a)  # through z = a * (h W^T)
     dtype = torch.get_autocast_dtype(h.device.type) if torch.is_autocast_enabled(h.device.type) else weight.dtype
     dz = dz.to(dtype)
     return (dz @ weight.to(dtype)).to(h.dtype), (dz.t() @ h.to(dtype)).to(weight.dtype)
