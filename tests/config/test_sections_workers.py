@@ -153,8 +153,8 @@ def test_every_choice_of_an_implemented_field_is_accepted():
     [
         "rollout.mode=async",
         "rollout.multi_turn.completion_callback=my.callback",
-        "critic.model.enable_activation_offload=true",
-        "ref.entropy_checkpointing=true",
+        "critic.ulysses_sequence_parallel_size=2",
+        "ref.ulysses_sequence_parallel_size=2",
         "actor.optim.lr_decay_steps=10",
     ],
 )
