@@ -26,6 +26,8 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from posttrain.errors import ConfigError
+
 # Elements of one chunk's logits: 2**24 fp32 values is 64 MiB; a chunk's forward and backward each
 # hold two such tensors at most (the logits and their softmax, reused in place for the gradient).
 FUSED_CHUNK_ELEMENTS = 2**24
@@ -74,9 +76,10 @@ def _forward_chunk(h: Tensor, weight: Tensor, y: Tensor, a: float, with_entropy:
 
 
 def _backward_chunk(
-    h: Tensor, weight: Tensor, y: Tensor, a: float, g_lp: Tensor, g_ent: Tensor | None
-) -> tuple[Tensor, Tensor]:
-    """(dL/dh (n, H), dL/dW (V, H)) of one chunk, from the gradients of its log-probs and entropy.
+    h: Tensor, weight: Tensor, y: Tensor, a: float, g_lp: Tensor, g_ent: Tensor | None, with_dw: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """(dL/dh (n, H), dL/dW (V, H) or None without `with_dw`) of one chunk, from the gradients of
+    its log-probs and entropy.
 
     In place on two (n, V) buffers, z and p, so a chunk's backward peaks at two logit-sized tensors.
     """
@@ -92,7 +95,8 @@ def _backward_chunk(
     dz.mul_(a)  # through z = a * (h W^T)
     dtype = torch.get_autocast_dtype(h.device.type) if torch.is_autocast_enabled(h.device.type) else weight.dtype
     dz = dz.to(dtype)
-    return (dz @ weight.to(dtype)).to(h.dtype), (dz.t() @ h.to(dtype)).to(weight.dtype)
+    dw = (dz.t() @ h.to(dtype)).to(weight.dtype) if with_dw else None  # a frozen head (LoRA) needs none
+    return (dz @ weight.to(dtype)).to(h.dtype), dw
 
 
 _COMPILED: dict[str, Callable] = {}
@@ -131,18 +135,20 @@ class _FusedHead(torch.autograd.Function):
         if g_lp is None:
             g_lp = hidden.new_zeros(hidden.shape[0], dtype=torch.float32)
         g_ent = g_ent if with_entropy else None
+        with_dw = ctx.needs_input_grad[1]
         d_hidden = torch.zeros_like(hidden)
-        d_weight = torch.zeros_like(weight)
+        d_weight = torch.zeros_like(weight) if with_dw else None
         enabled, dtype = ctx.autocast
         # the backward recomputes the logits in the forward's compute dtype
         with torch.autocast(hidden.device.type, dtype=dtype, enabled=enabled):
             for start in range(0, hidden.shape[0], chunk):
                 end = start + chunk
                 dh, dw = bwd(hidden[start:end], weight, targets[start:end], a, g_lp[start:end],
-                             None if g_ent is None else g_ent[start:end])
+                             None if g_ent is None else g_ent[start:end], with_dw)
                 d_hidden[start:end] = dh
-                d_weight += dw
-        return d_hidden, (d_weight if ctx.needs_input_grad[1] else None), None, None, None, None, None
+                if with_dw:
+                    d_weight += dw
+        return d_hidden, d_weight, None, None, None, None, None
 
 
 def fused_token_logprobs(
@@ -159,6 +165,10 @@ def fused_token_logprobs(
     the same numbers as `posttrain.models.logprobs.token_logprobs_from_hidden` to float rounding."""
     if backend not in BACKENDS:
         raise ValueError(f"fused head backend must be one of {BACKENDS}, got {backend!r}")
+    reason = fused_head_reason(model)  # checked at load too; a LoRA adapter on the head comes later
+    if reason is not None:
+        raise ConfigError(f"model.use_fused_kernels: {reason}; the fused head reproduces a plain linear head only, "
+                          "so set use_fused_kernels to false (or keep the output head out of model.target_modules)")
     weight = model.get_output_embeddings().weight  # (V, H)
     chunk = chunk_tokens or max(1, FUSED_CHUNK_ELEMENTS // weight.shape[0])
     a = head_scale(model) / temperature

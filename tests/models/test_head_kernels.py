@@ -29,7 +29,7 @@ def run(model, kernel, temperature=1.0, chunk_tokens=None):
     out = response_logprobs(model, *padded(), temperature=temperature, with_entropy=True, kernel=kernel,
                             chunk_tokens=chunk_tokens)
     (out.logprobs.sum() - 0.3 * out.entropy.sum()).backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
     return out.logprobs.detach(), out.entropy.detach(), grads
 
 
@@ -125,3 +125,16 @@ def test_the_fused_head_under_inference_mode_and_bf16_autocast(tiny_lm):
             want16 = response_logprobs(tiny_lm, *padded()).logprobs
             got16 = response_logprobs(tiny_lm, *padded(), kernel=HeadKernel(fused="torch")).logprobs
     torch.testing.assert_close(got16, want16, atol=2e-2, rtol=0)  # both matmul the head in bf16
+
+
+def test_a_frozen_head_gets_no_weight_gradient_and_an_adapted_head_is_refused(tiny_lm):
+    from posttrain.errors import ConfigError
+
+    tiny_lm.lm_head.requires_grad_(False)  # a LoRA run's base head
+    plain = run(tiny_lm, HeadKernel())
+    fused = run(tiny_lm, HeadKernel(fused="torch"))
+    assert "lm_head.weight" not in plain[2] and tiny_lm.lm_head.weight.grad is None
+    assert_same(plain, fused)
+    tiny_lm.lm_head = torch.nn.Sequential(tiny_lm.lm_head)  # what a wrapped (adapted) head looks like
+    with pytest.raises(ConfigError, match="not a plain linear layer"):
+        run(tiny_lm, HeadKernel(fused="torch"))
