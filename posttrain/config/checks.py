@@ -25,6 +25,7 @@ from posttrain.config.sections.buffer import priority_args
 from posttrain.config.sections.actor import check_save_contents
 from posttrain.config.sections.algorithm import check_agentic_reward_norm
 from posttrain.config.sections.data import check_domain_probs, check_row_choosers, check_row_templates
+from posttrain.config.sections.model import check_kernel_flags
 from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers
 from posttrain.config.sections.trainer import check_save_strategy
 from posttrain.config.sections.optim import check_optimizer_args
@@ -461,6 +462,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_gmpo_agg,
     check_supervised_compile,
     check_supervised_loss_coefs,
+    check_kernel_flags,
     check_rollout_correction,
     check_pf_ppo,
     check_profiler,

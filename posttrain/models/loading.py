@@ -41,6 +41,7 @@ from posttrain.config.sections.model import ModelConfig
 from posttrain.errors import ConfigError, ModelError
 from posttrain.files import is_hub_name, read_utf8
 from posttrain.models.integrity import check_load_info, check_text_files, check_weight_files, explain_load_error
+from posttrain.models.kernels import apply_model_kernels
 from posttrain.models.quiet import quiet_transformers
 
 DTYPES: dict[str, torch.dtype | str] = {
@@ -379,6 +380,7 @@ def causal_lm_from_config(cfg: ModelConfig, *, device: str | torch.device = "cpu
         external_lib=cfg.external_lib, device=device,
     )
     check_max_model_len(cfg, model.config)
+    apply_model_kernels(cfg, model, device)  # use_fused_kernels checked, use_liger applied or reported
     return model
 
 

@@ -8,8 +8,9 @@ hidden states that predict real response tokens, and in chunks of `chunk_tokens`
 is recomputed during backward (activation checkpointing) instead of keeping every chunk's logits
 alive until then. That trades time for memory: on a head-dominated toy (hidden 128, vocab 32k,
 4,096 tokens, CPU) forward+backward took 1.4-1.6x as long as without recomputation; on real models
-the decoder body dominates. A fused head+loss kernel that computes gradients in the forward pass
-(as Liger's fused linear cross-entropy does) would remove the recomputation.
+the decoder body dominates. `model.use_fused_kernels` swaps this for a hand-written backward
+(`posttrain.models.fused_head`) that keeps no chunk's graph at all; `actor.entropy_checkpointing`
+recomputes the entropy's softmax in the backward instead of storing it.
 
 Log-probs are of the distribution the sampler used: softmax(logits / temperature), with the
 logsumexp taken in fp32 whatever the model's dtype.
@@ -23,6 +24,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from posttrain.models.fused_head import fused_token_logprobs
 from posttrain.models.lean_forward import lean_forward_reason, lean_hidden_states
 from posttrain.models.packing import pack_batch, packing_supported
 from posttrain.models.positions import concat_prompt_response
@@ -32,6 +34,17 @@ from posttrain.records import RolloutBatch
 # Cap on one chunk's logits, in elements: 2**26 fp32 values is 256 MiB, a few copies of which
 # (logits, probabilities, their gradients) stay well within any accelerator.
 MAX_CHUNK_ELEMENTS = 2**26
+
+
+@dataclass(frozen=True)
+class HeadKernel:
+    """How the LM head turns hidden states into log-probs and entropy (the model section's kernel flags)."""
+
+    fused: str | None = None  # model.use_fused_kernels: the backend of `posttrain.models.fused_head`, None: autograd
+    entropy_checkpointing: bool = False  # actor.entropy_checkpointing: recompute the entropy's ops in backward
+
+
+PLAIN_HEAD = HeadKernel()
 
 
 @dataclass
@@ -83,17 +96,27 @@ def check_head_matches(model: nn.Module, atol: float = 1e-4) -> None:
         )
 
 
+def entropy_from_scaled(scaled: Tensor, lse: Tensor) -> Tensor:
+    """Token entropy (n,) from scaled logits (n, V) and their logsumexp (n,).
+
+    H = -sum p log p = lse - sum p * scaled, which avoids a second (n, V) log-prob tensor.
+    """
+    return lse - (torch.softmax(scaled, dim=-1) * scaled).sum(-1)  # (n,)
+
+
 def _chunk_logprobs(
-    model: nn.Module, hidden: Tensor, targets: Tensor, temperature: float, with_entropy: bool
+    model: nn.Module, hidden: Tensor, targets: Tensor, temperature: float, with_entropy: bool, entropy_checkpointing: bool = False,
 ) -> tuple[Tensor, Tensor]:
     scaled = lm_head_logits(model, hidden) / temperature  # (n, V) fp32
     lse = torch.logsumexp(scaled, dim=-1)  # (n,)
     logprobs = scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse  # (n,)
     if not with_entropy:
         return logprobs, logprobs.new_zeros(())
-    # H = -sum p log p = lse - sum p * scaled, which avoids a second (n, V) log-prob tensor.
-    entropy = lse - (torch.softmax(scaled, dim=-1) * scaled).sum(-1)  # (n,)
-    return logprobs, entropy
+    if entropy_checkpointing and torch.is_grad_enabled() and scaled.requires_grad:
+        # verl's entropy_checkpointing: keep only `scaled` and `lse` (kept anyway) for the backward
+        # and recompute the softmax and its product there, instead of storing two more (n, V) tensors.
+        return logprobs, checkpoint(entropy_from_scaled, scaled, lse, use_reentrant=False)
+    return logprobs, entropy_from_scaled(scaled, lse)
 
 
 def token_logprobs_from_hidden(
@@ -104,13 +127,21 @@ def token_logprobs_from_hidden(
     temperature: float = 1.0,
     with_entropy: bool = False,
     chunk_tokens: int | None = None,
+    kernel: HeadKernel = PLAIN_HEAD,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-prob of `targets` (N,) under the head applied to `hidden` (N, H), chunk by chunk.
 
-    Returns `(logprobs (N,), entropy (N,) or None)`, both fp32.
+    Returns `(logprobs (N,), entropy (N,) or None)`, both fp32. `kernel.fused` hands the whole
+    computation to the fused head (`posttrain.models.fused_head`), which needs no recomputation
+    of its own and ignores `kernel.entropy_checkpointing` (it stores nothing the size of the logits).
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    if kernel.fused is not None:
+        return fused_token_logprobs(
+            model, hidden, targets, temperature=temperature, with_entropy=with_entropy, backend=kernel.fused,
+            chunk_tokens=chunk_tokens,
+        )
     vocab = model.get_output_embeddings().weight.shape[0]
     step = chunk_tokens or max(1, MAX_CHUNK_ELEMENTS // vocab)
     # Recompute chunks in backward only when keeping them would exceed one chunk's memory: below
@@ -123,9 +154,11 @@ def token_logprobs_from_hidden(
     for start in range(0, max(hidden.shape[0], 1), step):
         h, y = hidden[start : start + step], targets[start : start + step]
         if recompute:
-            lp, ent = checkpoint(_chunk_logprobs, model, h, y, temperature, with_entropy, use_reentrant=False)
+            lp, ent = checkpoint(
+                _chunk_logprobs, model, h, y, temperature, with_entropy, kernel.entropy_checkpointing, use_reentrant=False
+            )
         else:
-            lp, ent = _chunk_logprobs(model, h, y, temperature, with_entropy)
+            lp, ent = _chunk_logprobs(model, h, y, temperature, with_entropy, kernel.entropy_checkpointing)
         lps.append(lp)
         ents.append(ent)
     return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
@@ -208,11 +241,13 @@ def response_logprobs(
     chunk_tokens: int | None = None,
     share_prompt: bool = False,
     pack: bool = True,
+    kernel: HeadKernel = PLAIN_HEAD,
 ) -> TokenLogProbs:
     """log softmax(logits / temperature) of each real response token, and optionally the entropy.
 
     Works with gradients (actor update) and under `torch.inference_mode` (old/ref log-probs).
-    Padded response positions hold 0 in both outputs. `share_prompt`, `pack`: see `response_hidden_states`.
+    Padded response positions hold 0 in both outputs. `share_prompt`, `pack`: see `response_hidden_states`;
+    `kernel`: how the head runs (`HeadKernel`).
     """
     hidden = response_hidden_states(
         model, prompt_ids, prompt_mask, response_ids, response_mask, share_prompt=share_prompt, pack=pack
@@ -225,6 +260,7 @@ def response_logprobs(
         temperature=temperature,
         with_entropy=with_entropy,
         chunk_tokens=chunk_tokens,
+        kernel=kernel,
     )
     zeros = torch.zeros(response_ids.shape, dtype=torch.float32, device=response_ids.device)  # (B, T)
     return TokenLogProbs(

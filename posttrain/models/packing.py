@@ -129,3 +129,26 @@ def packing_supported(model: nn.Module) -> bool:
         err = float((packed.float() - expected).abs().max())
         known[kernel] = err <= 1e-4 * max(1.0, float(expected.abs().max()))
     return known[kernel]
+
+
+@dataclass(frozen=True)
+class PackedSequences:
+    """Whole sequences (no prompt/response split) packed into K rows; what a reward model reads."""
+
+    input_ids: Tensor  # (K, W)
+    position_ids: Tensor  # (K, W): 0, 1, ... within each sequence
+    starts: Tensor  # (B,) long: flat index into the (K * W) slots of each sequence's first token
+
+
+def pack_sequences(sequences: list[list[int]], pad_id: int = 0, device: torch.device | str = "cpu") -> PackedSequences:
+    """First-fit decreasing packing of token lists into rows as wide as the longest one."""
+    lengths = [len(s) for s in sequences]
+    width = max(lengths)
+    bins, offsets, K = _first_fit(lengths, width)
+    input_ids = torch.full((K * width,), pad_id, dtype=torch.long)
+    position_ids = torch.zeros(K * width, dtype=torch.long)  # unused tail slots: position 0, see pack_batch
+    starts = torch.tensor([b * width + o for b, o in zip(bins, offsets)], dtype=torch.long)  # (B,)
+    for start, seq in zip(starts.tolist(), sequences):
+        input_ids[start : start + len(seq)] = torch.tensor(seq, dtype=torch.long)
+        position_ids[start : start + len(seq)] = torch.arange(len(seq))
+    return PackedSequences(input_ids.view(K, width).to(device), position_ids.view(K, width).to(device), starts.to(device))

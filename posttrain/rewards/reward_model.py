@@ -5,6 +5,14 @@ reads the whole conversation (prompt + response) and its score is the logit at t
 is not the pad token — the position Hugging Face's own sequence-classification pooling uses, so a
 model trained with that pooling is scored exactly as it was trained.
 
+With ``remove_padding`` (reward_model.use_remove_padding) the texts of a forward pass are packed
+one after another into rows without padding (position ids restarting per text, as the actor's
+model.use_remove_padding does), the decoder runs on those rows, and the score head reads the same
+last token of each text: the same scores to float rounding, no compute on padding. It needs a model
+whose decoder keeps packed sequences apart (`posttrain.models.packing.packing_supported`) and whose
+head is the `score` layer of transformers' sequence classifiers; otherwise the padded batch runs
+and one log line says why.
+
 The final reward is ``function_weight * function_score + rm_weight * rm_score`` (`combine_scores`).
 """
 
@@ -16,6 +24,7 @@ from typing import Any
 import torch
 
 from posttrain.errors import ConfigError, ModelError
+from posttrain.models.packing import pack_sequences, packing_supported
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +51,7 @@ class RewardModelScorer:
         device: str = "cpu",
         trust_remote_code: bool = False,
         external_lib: str | None = None,
+        remove_padding: bool = False,
     ):
         """`max_tokens` (reward_model.use_dynamic_bsz with forward_max_token_len_per_gpu): consecutive
         texts share a forward pass while their token counts sum to at most this many (a longer text
@@ -57,22 +67,54 @@ class RewardModelScorer:
         self.device = torch.device(device)
         self.tokenizer, self.model = _load(model_dir, dtype, device, trust_remote_code, external_lib)
         self._warned_truncation = False
+        self.remove_padding = remove_padding and self._packs()
+
+    def _packs(self) -> bool:
+        """Whether this model can score packed rows exactly; says once why not."""
+        head = getattr(self.model, "score", None)
+        if not isinstance(head, torch.nn.Linear):
+            why = f"{type(self.model).__name__} has no `score` head"
+        elif not packing_supported(self.model):
+            why = f"{type(self.model).__name__}'s decoder does not keep packed sequences apart"
+        else:
+            return True
+        logger.warning("reward.reward_model.use_remove_padding: %s; scoring padded batches", why)
+        return False
 
     @torch.no_grad()
     def score_texts(self, texts: list[str]) -> torch.Tensor:
         """Score full texts (prompt and response already joined, in the reward model's format)."""
         scores = []
         for chunk in self._chunks(texts):
-            encoded = self.tokenizer(chunk, add_special_tokens=False, padding=True, return_tensors="pt",
-                                     truncation=self.max_length is not None, max_length=self.max_length)
             self._warn_if_truncated(chunk)
-            input_ids = encoded["input_ids"].to(self.device)  # (B, S)
-            attention_mask = encoded["attention_mask"].to(self.device)  # (B, S)
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, 1)
-            scores.append(logits[:, 0].float().cpu())
+            scores.append(self._score_packed(chunk) if self.remove_padding else self._score_padded(chunk))
         if not scores:
             return torch.zeros(0)
         return torch.cat(scores)  # (B,)
+
+    def _score_padded(self, chunk: list[str]) -> torch.Tensor:
+        encoded = self.tokenizer(chunk, add_special_tokens=False, padding=True, return_tensors="pt",
+                                 truncation=self.max_length is not None, max_length=self.max_length)
+        input_ids = encoded["input_ids"].to(self.device)  # (B, S)
+        attention_mask = encoded["attention_mask"].to(self.device)  # (B, S)
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, 1)
+        return logits[:, 0].float().cpu()
+
+    def _score_packed(self, chunk: list[str]) -> torch.Tensor:
+        ids = self.tokenizer(chunk, add_special_tokens=False, truncation=self.max_length is not None,
+                             max_length=self.max_length)["input_ids"]
+        if not all(ids):
+            return self._score_padded(chunk)  # an empty text has no token of its own to score
+        pad = self.tokenizer.pad_token_id
+        packed = pack_sequences(ids, pad, self.device)
+        # No attention mask: transformers keeps the texts apart by their restarting position ids.
+        hidden = self.model.base_model(
+            input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=None, use_cache=False
+        ).last_hidden_state  # (K, W, H)
+        # HF's pooling reads the rightmost token that is not the pad id (the first if all are).
+        last = torch.tensor([max((j for j, t in enumerate(seq) if t != pad), default=0) for seq in ids], device=self.device)
+        pooled = hidden.reshape(-1, hidden.shape[-1])[packed.starts + last]  # (B, H)
+        return self.model.score(pooled)[:, 0].float().cpu()
 
     def _chunks(self, texts: list[str]) -> list[list[str]]:
         """Consecutive texts per forward pass: `micro_batch_size` of them, or by the token budget."""

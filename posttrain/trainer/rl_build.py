@@ -19,6 +19,7 @@ from posttrain.config.checks import role_needs
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.errors import ConfigError
+from posttrain.models.kernels import head_kernel
 from posttrain.models.loading import causal_lm_from_config, load_tokenizer, load_value_model, resolve_dtype
 from posttrain.models.lora import add_lora, lora_settings, value_head_name
 from posttrain.models.precision import compute_dtype
@@ -347,6 +348,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             compute_dtype=actor_compute,
             pack=cfg.model.use_remove_padding,
             lean_forward=lean,
+            head=head_kernel(cfg.model, a.entropy_checkpointing),
+            activation_offload=cfg.model.enable_activation_offload,
             loss_inputs=loss_inputs(cfg),
             logprob_batching=forward_batching(
                 cfg.rollout.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,
@@ -377,7 +380,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             temperature=policy_temperature(cfg), micro_batch_size=size,
             max_tokens=max_tokens, compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype,
             pack=cfg.model.use_remove_padding, lean_forward=lean, dp=dp,
-            adapters_off=adapters.disable_adapter if ref_model is None else None,
+            adapters_off=adapters.disable_adapter if ref_model is None else None, head=head_kernel(cfg.model),
         )
     critic = None
     if needs.critic:
@@ -402,6 +405,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
                 loss_agg_mode=c.loss_agg_mode,
                 pack=c.model.use_remove_padding,
                 lean_forward=lean,
+                activation_offload=c.model.enable_activation_offload,
                 loss_scale_factor=float(response_length(cfg)) if c.loss_agg_mode == "seq-mean-token-sum-norm" else None,
                 shuffle=a.shuffle if c.shuffle is None else c.shuffle,
                 max_tokens_per_micro_batch=c.ppo_max_token_len_per_gpu if c.use_dynamic_bsz else None,

@@ -30,6 +30,8 @@ from posttrain.checkpoint.state import Extra
 from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_logprobs
 from posttrain.models.pi_squared import response_sum_pi_squared
+from posttrain.models.kernels import activation_offload
+from posttrain.models.logprobs import PLAIN_HEAD, HeadKernel, response_logprobs
 from posttrain.models.precision import autocast
 from posttrain.errors import DataError
 from posttrain.records import RolloutBatch
@@ -82,6 +84,8 @@ class ActorSettings:
     length_loss_weight: bool = False  # algorithm.length_loss_weight
     rl_loss_coef: float = 1.0  # actor.rl_loss_coef: weight of pg_loss + KL loss (ROLL)
     sft_loss_coef: float = 0.0  # actor.sft_loss_coef: weight of ROLL's SFT term on positive responses
+    head: HeadKernel = PLAIN_HEAD  # model.use_fused_kernels, actor.entropy_checkpointing (posttrain.models.kernels)
+    activation_offload: bool = False  # model.enable_activation_offload: saved activations in host memory
 
     def __post_init__(self) -> None:
         # seq-mean-token-sum-norm divides by a constant. Left as None, `aggregate_loss` would divide
@@ -169,7 +173,9 @@ class Actor:
         try:
             size, max_tokens = self.s.logprob_batching or (self.s.micro_batch_size, self.s.max_tokens_per_micro_batch)
             with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward):
-                return batched_logprobs(self.model, batch, self.s.temperature, size, max_tokens, self.s.pack, self.dp, self.run)
+                return batched_logprobs(
+                    self.model, batch, self.s.temperature, size, max_tokens, self.s.pack, self.dp, self.run, self.s.head
+                )
         finally:
             self.model.train(was_training)
 
@@ -237,7 +243,9 @@ class Actor:
 
     def _micro_loss(self, micro: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
         need_entropy = True  # entropy is always logged; its gradient only flows with entropy_coeff
-        with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward):
+        device = next(self.model.parameters()).device
+        with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward), \
+                activation_offload(self.s.activation_offload, device):
             out = self.run(
                 response_logprobs,
                 self.model,
@@ -249,6 +257,7 @@ class Actor:
                 with_entropy=need_entropy,
                 share_prompt=self.s.share_prompt,
                 pack=self.s.pack,
+                kernel=self.s.head,
             )
         mask = micro.train_mask  # response_mask less the tokens rollout correction and ROLL's sample filters rejected
         agg = dict(loss_agg_mode=self.s.loss_agg_mode)

@@ -19,6 +19,7 @@ from posttrain.checkpoint.save import Role
 from posttrain.checkpoint.state import Extra
 from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_hidden_states
+from posttrain.models.kernels import activation_offload
 from posttrain.models.precision import autocast
 from posttrain.records import RolloutBatch
 from posttrain.cluster.fsdp import forward_runner
@@ -45,6 +46,7 @@ class CriticSettings:
     forward_batching: tuple[int, int | None] | None = None
     pack: bool = True  # critic.model.use_remove_padding (posttrain.models.packing)
     lean_forward: str = "off"  # "compiled" with actor.use_torch_compile (posttrain.models.lean_forward)
+    activation_offload: bool = False  # critic.model.enable_activation_offload (posttrain.models.kernels)
 
 
 class Critic:
@@ -76,7 +78,9 @@ class Critic:
         return Role(self.model, self.optimizer, Extra(self.extra_state, self.load_extra_state))
 
     def _values(self, batch: RolloutBatch) -> Tensor:
-        with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward):
+        device = next(self.model.parameters()).device
+        with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward), \
+                activation_offload(self.s.activation_offload, device):
             return self.run(token_values, self.model, batch, self.s.pack)  # (b, T)
 
     @torch.inference_mode()

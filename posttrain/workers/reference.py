@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from posttrain.models.lean_forward import lean_mode
-from posttrain.models.logprobs import response_logprobs
+from posttrain.models.logprobs import PLAIN_HEAD, HeadKernel, response_logprobs
 from posttrain.models.precision import autocast
 from posttrain.records import RolloutBatch
 from posttrain.cluster.fsdp import forward_runner, run_directly
@@ -23,13 +23,14 @@ class ReferencePolicy:
     def __init__(
         self, model: nn.Module, *, temperature: float, micro_batch_size: int, max_tokens: int | None = None,
         compute_dtype: str = "fp32", pack: bool = True, lean_forward: str = "off", dp: DataParallel = SINGLE,
-        adapters_off: Callable[[], AbstractContextManager] | None = None,
+        adapters_off: Callable[[], AbstractContextManager] | None = None, head: HeadKernel = PLAIN_HEAD,
     ):
         """`compute_dtype`: ref.fsdp_config.mixed_precision.param_dtype (posttrain.models.precision);
         `pack`: model.use_remove_padding; `lean_forward`: posttrain.models.lean_forward's mode;
         `dp`: this process's data-parallel rank of the role. `adapters_off`: the model is the
         actor's LoRA model (posttrain.models.lora), shared, and every forward runs inside this
-        context (peft's `disable_adapter`): its frozen base weights are the starting policy."""
+        context (peft's `disable_adapter`): its frozen base weights are the starting policy.
+        `head`: how the LM head runs (model.use_fused_kernels; no backward, so no entropy checkpointing)."""
         self.run, self.model = forward_runner(model)
         self.adapters_off = adapters_off or nullcontext
         if adapters_off is None:  # its own copy: frozen for good (a shared model stays the actor's)
@@ -41,6 +42,7 @@ class ReferencePolicy:
         self.pack = pack
         self.lean_forward = lean_forward
         self.dp = dp
+        self.head = head
 
     @torch.inference_mode()
     def compute_logprobs(self, batch: RolloutBatch) -> Tensor:
@@ -50,7 +52,8 @@ class ReferencePolicy:
         try:
             with self.adapters_off(), autocast(self.model, self.compute_dtype), lean_mode(self.lean_forward):
                 return batched_logprobs(
-                    self.model, batch, self.temperature, self.micro_batch_size, self.max_tokens, self.pack, self.dp, self.run
+                    self.model, batch, self.temperature, self.micro_batch_size, self.max_tokens, self.pack, self.dp, self.run,
+                    self.head,
                 )
         finally:
             self.model.train(was_training)
@@ -60,6 +63,7 @@ def batched_logprobs(
     model: nn.Module, batch: RolloutBatch, temperature: float, size: int, max_tokens: int | None, pack: bool = True,
     dp: DataParallel = SINGLE,
     run=run_directly,
+    head: HeadKernel = PLAIN_HEAD,
 ) -> Tensor:
     """Log-probs of a whole batch (B, T), micro-batch by micro-batch, in the original row order
     (with several ranks: this rank's share, gathered on every rank); `run` runs each forward (the
@@ -69,7 +73,7 @@ def batched_logprobs(
         return run(
             response_logprobs,
             model, micro.prompt_ids, micro.prompt_mask, micro.response_ids, micro.response_mask, temperature=temperature,
-            pack=pack,
+            pack=pack, kernel=head,
         ).logprobs  # (b, T')
 
     return forward_in_order(batch, logprobs, size=size, max_tokens=max_tokens, dp=dp)

@@ -151,8 +151,8 @@ def test_every_choice_of_an_implemented_field_is_accepted():
 @pytest.mark.parametrize(
     "override",
     [
-        "critic.model.enable_activation_offload=true",
-        "ref.entropy_checkpointing=true",
+        "critic.ulysses_sequence_parallel_size=2",
+        "ref.ulysses_sequence_parallel_size=2",
     ],
 )
 def test_setting_a_todo_field_is_refused_by_name(override):

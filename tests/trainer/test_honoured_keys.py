@@ -378,7 +378,16 @@ AGENTIC_TESTS = {
     "max_traj_per_env": "test_each_env_plays_the_episodes_the_batch_needs_up_to_max_traj_per_env",
 }
 
+KERNELS = "tests/workers/test_kernel_flags.py"
 ELSEWHERE = {
+    # the LM-head and memory flags give the same numbers by design: unit tests show the path they take
+    "actor.entropy_checkpointing": "tests/models/test_head_kernels.py::test_entropy_checkpointing_gives_the_same_numbers_and_recomputes_the_entropy",
+    "model.use_fused_kernels": f"{KERNELS}::test_the_config_reaches_every_role",
+    "model.fused_kernel_impl_backend": f"{KERNELS}::test_what_the_fused_head_cannot_do_is_refused_at_load",
+    "model.enable_activation_offload": f"{KERNELS}::test_the_config_reaches_every_role",
+    "critic.model.enable_activation_offload": f"{KERNELS}::test_the_config_reaches_every_role",
+    "model.use_liger": f"{KERNELS}::test_liger_is_reported_once_where_it_cannot_run_and_applied_where_it_can",
+    "reward.reward_model.use_remove_padding": "tests/rewards/test_reward_model_packed.py::test_the_key_reaches_the_reward_stage_s_scorer",
     "data_processor.experience_pipeline.operators": "tests/trainer/test_algorithm_parts.py::test_the_experience_pipeline_runs_between_reward_and_training",
     "buffer.trainer_input.experience_buffer.capacity": "tests/buffer/test_replay.py::test_capacity_makes_the_explorer_wait_for_the_trainer",
     "buffer.trainer_input.experience_buffer.replay_buffer.enable": "tests/buffer/test_replay.py::test_a_train_run_replays_an_explored_buffer_past_its_batches",
@@ -529,6 +538,9 @@ SAME_RESULT = {
     "critic.model.use_shm": (*CRITIC, "critic.model.use_shm=true"),
     "data.use_shm": "data.use_shm=true",
     "reward.reward_model.use_shm": (*RM, "reward.reward_model.use_shm=true"),
+    # a sequence classifier has no vocabulary softmax to fuse; the reference computes no entropy and no backward
+    "reward.reward_model.use_fused_kernels": (*RM, "reward.reward_model.use_fused_kernels=true"),
+    "ref.entropy_checkpointing": (*REF, "ref.entropy_checkpointing=true"),
     # the LoRA weight sync gathers one tensor at a time whatever it says
     "rollout.layered_summon": (*LORA, "rollout.layered_summon=true"),
     "rollout.calculate_log_probs": "rollout.calculate_log_probs=true",

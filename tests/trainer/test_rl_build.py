@@ -200,7 +200,7 @@ def test_log_prob_passes_have_their_own_batching(tmp_path, monkeypatch):
     assert roles.actor.s.logprob_batching == (3, 2000)
     assert roles.reference.max_tokens == 16384  # null budget: actor.ppo_max_token_len_per_gpu
     seen = []
-    monkeypatch.setattr(actor_module, "batched_logprobs", lambda model, batch, t, size, max_tokens, pack, dp, run: seen.append((size, max_tokens)))
+    monkeypatch.setattr(actor_module, "batched_logprobs", lambda model, batch, t, size, max_tokens, pack, dp, run, head: seen.append((size, max_tokens)))
     roles.actor.compute_logprobs(object())
     assert seen == [(3, 2000)]
 

@@ -22,8 +22,6 @@ from posttrain.config.sections.profiler import ProfilerConfig
 _VERL = "verl:actor_rollout_ref.actor"
 _TRINITY_ALGO = "trinity:algorithm"
 
-_PERF = "memory/speed options of the training backend (performance issue)"
-
 # Kept equal to posttrain.algorithms (the config layer does not import it; a test compares them).
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_LOSS_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
@@ -159,7 +157,7 @@ class ActorConfig:
     ulysses_sequence_parallel_size: int = param(1, doc="Devices one sequence is split over (Ulysses sequence parallelism).", ge=1, todo="Ulysses sequence parallelism (one sequence split over several devices)", refs=[f"{_VERL}.ulysses_sequence_parallel_size", "trinity:trainer.ulysses_sequence_parallel_size", "roll:actor_train.model_args.ulysses_size"])
     use_torch_compile: bool = param(False, doc="RL stages: run the decoder layers of the training-side forwards (actor update and log-probs; the reference and critic take the same setting) of supported Llama/Qwen2 models as a lean forward compiled with torch.compile (exact to float rounding; ~10 s compile; falls back to eager when compiling fails). Refused for SFT/DPO stages.", refs=[f"{_VERL}.use_torch_compile"])
     entropy_from_logits_with_chunking: bool = param(False, doc="Compute token entropy in chunks to lower peak memory. posttrain always does (log-probs and entropy from at most 2**26 logits at a time, posttrain.models.logprobs), so true is what happens and false changes nothing: the values are the same either way.", refs=[f"{_VERL}.entropy_from_logits_with_chunking"])
-    entropy_checkpointing: bool = param(False, doc="Recompute the entropy in the backward pass instead of storing activations.", todo=_PERF, refs=[f"{_VERL}.entropy_checkpointing"])
+    entropy_checkpointing: bool = param(False, doc="Recompute the token entropy's softmax and products in the backward pass instead of storing them (torch.utils.checkpoint around the entropy of each chunk of logits): one (tokens, vocabulary) tensor less per chunk, same numbers. No effect with model.use_fused_kernels, whose head stores no logits.", refs=[f"{_VERL}.entropy_checkpointing"])
     checkpoint: CheckpointConfig = param(factory=CheckpointConfig, doc="What the actor's checkpoints hold.", refs=[f"{_VERL}.checkpoint"])
     profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the actor (and of the rollout, which follows it) in profiler.steps.", refs=[f"{_VERL}.profiler"])
 

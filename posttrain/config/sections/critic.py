@@ -28,8 +28,6 @@ from posttrain.config.sections.profiler import ProfilerConfig
 
 _MODEL = "verl:critic.model"
 
-_LOAD = "critic model options apart from the policy's (model loading issue)"
-
 
 @section
 class CriticModelConfig:
@@ -42,7 +40,7 @@ class CriticModelConfig:
     external_lib: str | None = param(None, doc="Python module imported before loading the critic (registers custom models).", refs=[f"{_MODEL}.external_lib"])
     trust_remote_code: bool = param(False, doc="Allow code shipped inside the critic's model directory to run.", refs=[f"{_MODEL}.trust_remote_code"])
     enable_gradient_checkpointing: bool = param(False, doc="Recompute the critic's activations in the backward pass (less memory, slower).", refs=[f"{_MODEL}.enable_gradient_checkpointing"])
-    enable_activation_offload: bool = param(False, doc="Move the critic's saved activations to CPU memory during training.", todo=_LOAD, refs=[f"{_MODEL}.enable_activation_offload"])
+    enable_activation_offload: bool = param(False, doc="The critic's training forward keeps the tensors autograd saves for the backward in host memory (as model.enable_activation_offload): less GPU memory; on a CPU the hooks run and move nothing.", refs=[f"{_MODEL}.enable_activation_offload"])
     use_remove_padding: bool = param(True, doc="Run the critic's forwards on packed sequences without padding tokens (as model.use_remove_padding; on by default, unlike verl); false runs padded batches.", refs=[f"{_MODEL}.use_remove_padding"])
     lora_rank: int = param(0, doc="LoRA rank of the critic: > 0 trains low-rank adapters (peft) on its body and its new value head in full, instead of all its weights; 0 trains all weights.", ge=0, refs=[f"{_MODEL}.lora_rank", "roll:critic.model_args.lora_rank"])
     lora_alpha: float = param(16, doc="LoRA scaling of the critic's adapters: each adds (lora_alpha / lora_rank) * B @ A to its weight.", gt=0, refs=[f"{_MODEL}.lora_alpha", "roll:critic.model_args.lora_alpha"])

@@ -74,8 +74,7 @@ class ModelConfig:
         refs=["trinity:model.rope_scaling"],
     )
     enable_activation_offload: bool = param(
-        False, doc="Keep checkpointed activations in host memory during training.",
-        todo="activation offload needs a GPU training backend (GPU/FSDP issue)",
+        False, doc="RL stages: the actor's training forward keeps the tensors autograd saves for the backward in host memory (torch.autograd.graph.save_on_cpu, pinned on CUDA) and copies them back in the backward: less GPU memory, one copy each way. On a CPU they already live in host memory: the hooks run and move nothing. Refused for SFT/DPO stages.",
         refs=["verl:actor_rollout_ref.model.enable_activation_offload"],
     )
     use_remove_padding: bool = param(
@@ -83,16 +82,15 @@ class ModelConfig:
         refs=["verl:actor_rollout_ref.model.use_remove_padding", "roll:actor_train.use_remove_padding"],
     )
     use_liger: bool = param(
-        False, doc="Replace layers with Liger kernels.", todo="Liger kernels (GPU performance issue)",
+        False, doc="Patch the liger-kernel package's Triton kernels (RMSNorm, rotary, SwiGLU: apply_liger_kernel_to_<model family>) into the policy when it is loaded on a CUDA GPU and the package imports (it is not a posttrain dependency); elsewhere the model runs its own layers and one logged warning says why. The lean forward of actor.use_torch_compile bypasses the patched layers.",
         refs=["verl:actor_rollout_ref.model.use_liger", "verl:model.use_liger"],
     )
     use_fused_kernels: bool = param(
-        False, doc="Use fused log-prob/entropy kernels in the forward pass.",
-        todo="fused kernels (GPU performance issue)", refs=["verl:actor_rollout_ref.model.use_fused_kernels"],
+        False, doc="RL stages: compute log-probs and entropy from the last hidden states and the output head's weight chunk by chunk with a hand-written backward (posttrain.models.fused_head), so no (tokens, vocabulary) logits outlive their chunk in the forward or the backward; same numbers to float rounding. Refused for a head it does not reproduce (a bias, LoRA on the head, logit soft-capping) and for SFT/DPO stages.",
+        refs=["verl:actor_rollout_ref.model.use_fused_kernels"],
     )
     fused_kernel_impl_backend: str | None = param(
-        None, doc="Backend of the fused kernels: triton or torch.", choices=[None, "triton", "torch"],
-        todo="fused kernels (GPU performance issue)",
+        None, doc="Backend of the fused head when use_fused_kernels: torch (eager torch ops; null is torch, verl's default) or triton (the same chunk functions compiled by torch.compile into Triton kernels: refused unless the policy computes on a CUDA GPU).", choices=[None, "triton", "torch"],
         refs=["verl:actor_rollout_ref.model.fused_kernel_options.impl_backend"],
     )
     # ---- LoRA (posttrain.models.lora) --------------------------------------------------------
@@ -153,3 +151,14 @@ UNSUPPORTED: dict[str, str] = {
     "roll:actor_infer.model_args.model_name_or_path": "every role loads the policy's weights (model.path, ROLL: pretrain)",
     "roll:reference.model_args.model_name_or_path": "every role loads the policy's weights (model.path, ROLL: pretrain)",
 }
+
+
+def check_kernel_flags(cfg: Any) -> list[str]:
+    """The fused head and activation offload act on the RL stage's actor (posttrain.workers.actor);
+    SFT and DPO compute their log-probs through another loop, where the flags would do nothing."""
+    kind = getattr(getattr(cfg, "algorithm", None), "kind", "rl")
+    model = getattr(cfg, "model", None)
+    if kind not in ("sft", "dpo") or model is None:
+        return []
+    return [f"model.{key} acts on the RL actor's training forward; algorithm.kind {kind} trains through its own loop, where it would change nothing: set it to false for this stage"
+            for key in ("use_fused_kernels", "enable_activation_offload") if getattr(model, key, False)]

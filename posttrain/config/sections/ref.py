@@ -16,8 +16,6 @@ from posttrain.config.sections.profiler import ProfilerConfig
 
 _VERL = "verl:actor_rollout_ref.ref"
 
-_PERF = "memory/speed options of the training backend (performance issue)"
-
 
 @section
 class RefConfig:
@@ -31,7 +29,7 @@ class RefConfig:
     fsdp_config: FsdpConfig = param(factory=FsdpConfig, doc="FSDP sharding and offload of the reference model.", refs=[f"{_VERL}.fsdp_config"])
     ulysses_sequence_parallel_size: int | None = param(None, doc="Devices one sequence is split over; null follows actor.ulysses_sequence_parallel_size.", ge=1, todo="Ulysses sequence parallelism (one sequence split over several devices)", refs=[f"{_VERL}.ulysses_sequence_parallel_size", "roll:reference.model_args.ulysses_size"])
     entropy_from_logits_with_chunking: bool | None = param(None, doc="Compute token entropy in chunks; null follows the actor. posttrain always computes log-probs in chunks (see actor.entropy_from_logits_with_chunking), so every value gives the same result.", refs=[f"{_VERL}.entropy_from_logits_with_chunking"])
-    entropy_checkpointing: bool | None = param(None, doc="Recompute the entropy in the backward pass; null follows the actor.", todo=_PERF, refs=[f"{_VERL}.entropy_checkpointing"])
+    entropy_checkpointing: bool | None = param(None, doc="Recompute the entropy in the backward pass. The reference computes log-probs only (no entropy) and runs no backward pass, in verl as in posttrain, so every value gives the same run: accepted, no effect.", refs=[f"{_VERL}.entropy_checkpointing"])
     profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the reference in profiler.steps.", refs=[f"{_VERL}.profiler"])
 
 
