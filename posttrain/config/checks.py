@@ -22,7 +22,7 @@ from posttrain.config.access import device_lists, get_path, is_rl, training_kind
 from posttrain.config.checks_profiler import check_profiler
 from posttrain.config.sections.buffer import priority_args
 from posttrain.config.sections.actor import check_save_contents
-from posttrain.config.sections.algorithm import check_agentic_reward_norm
+from posttrain.config.sections.algorithm import check_agentic_reward_norm, check_filter_groups
 from posttrain.config.sections.data import check_domain_probs
 from posttrain.config.sections.reward import check_overlong_buffer, check_reward_workers
 from posttrain.config.sections.trainer import check_save_strategy
@@ -434,6 +434,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_save_contents,
     check_save_strategy,
     check_agentic_reward_norm,
+    check_filter_groups,
     check_overlong_buffer,
 ]
 

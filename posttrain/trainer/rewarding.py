@@ -9,7 +9,7 @@ calls `score` and `close`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -25,6 +25,17 @@ from posttrain.rewards.routing import RewardRouter, RoutedWorker, label_worker
 from posttrain.rewards.scorers import load_scorer
 from posttrain.rewards.types import WorkerTally
 from posttrain.workers.microbatch import SINGLE
+
+class Scored(NamedTuple):
+    """A scored batch: final scores (B,) (function x function_weight + reward model + overlong
+    penalty), the batch's reward metrics, the extra values of dict-returning functions (each (B,)),
+    and the reward function's own scores (B,) before weights and penalties."""
+
+    scores: torch.Tensor
+    metrics: dict[str, float]
+    extra: dict[str, list[float]]
+    function_scores: torch.Tensor
+
 
 # What scores a stage's responses: one reward function, or each reward worker's by name (an LLM
 # judge's is its checked spec; its model loads when the reward stage is built).
@@ -142,13 +153,18 @@ class RewardStage:
         """The training batch's groups that the reward workers' query filters keep (all of them
         without a filter), their scores (B',) and texts, and the counts of groups dropped. Every rank
         holds every score, so every rank keeps the same rows."""
-        if not self.group_filters:
-            return batch, scores, texts, {}
-        rows, metrics = filter_groups(batch.group_index, batch.data_source, scores, self.group_filters)
-        if len(rows) == len(batch):
+        rows, metrics = self.informative_rows(batch, scores)
+        if rows is None:
             return batch, scores, texts, metrics
         index = torch.tensor(rows, dtype=torch.long)  # (B',) long even when no row is kept
         return batch[index], scores[index], [texts[i] for i in rows], metrics
+
+    def informative_rows(self, batch: RolloutBatch, scores: torch.Tensor) -> tuple[list[int] | None, dict[str, float]]:
+        """The rows the query filters keep (None: every row) and their counts of groups."""
+        if not self.group_filters:
+            return None, {}
+        rows, metrics = filter_groups(batch.group_index, batch.data_source, scores, self.group_filters)
+        return (None if len(rows) == len(batch) else rows), metrics
 
     def decode(self, batch: RolloutBatch) -> list[str]:
         """Response texts without padding (special tokens kept, as verl passes them to scorers)."""
@@ -162,6 +178,11 @@ class RewardStage:
         self, batch: RolloutBatch, texts: list[str]
     ) -> tuple[torch.Tensor, dict[str, float], dict[str, list[float]]]:
         """Scores (B,), batch metrics, and the per-sample extra values of dict-returning functions."""
+        scored = self.score_parts(batch, texts)
+        return scored.scores, scored.metrics, scored.extra
+
+    def score_parts(self, batch: RolloutBatch, texts: list[str]) -> Scored:
+        """`score`'s results, with the reward function's own scores beside the final ones."""
         rows = contiguous_shares(len(batch), self.dp.size)[self.dp.rank]  # every row with one process
         lengths = batch.response_mask.sum(1).long().tolist()  # response tokens: a worker's length penalty
         questions = self._questions(batch, rows) if self.reads_prompts else {}
@@ -189,7 +210,7 @@ class RewardStage:
             scores = scores + penalty  # (B,)
             if self.overlong.log:
                 metrics.update({"reward/overlong_reward": float(penalty.mean()), "reward/overlong": float((penalty < 0).float().mean())})
-        return scores, metrics, out.extra
+        return Scored(scores, metrics, out.extra, out.tensor())
 
     def _questions(self, batch: RolloutBatch, rows: list[int]) -> dict[int, str]:
         """Each row's question for a judge: the last user message of its raw chat (data.return_raw_chat),
