@@ -136,7 +136,8 @@ class RewardStage:
         self.function_weight = r.function_weight
         self.rm_weight = r.reward_model_weight
         self.overlong = r.overlong_buffer if r.overlong_buffer.enable else None
-        self.max_response_length = cfg.rollout.response_length or cfg.data.max_response_length
+        # where the overlong ramp ends: verl DAPO's max_resp_len, else the response budget
+        self.max_response_length = r.overlong_buffer.max_resp_len or cfg.rollout.response_length or cfg.data.max_response_length
         self.reward_model = None
         if r.reward_model.enable:
             from posttrain.rewards import RewardModelScorer

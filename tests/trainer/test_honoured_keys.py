@@ -235,6 +235,7 @@ KNOBS = [
     knob("reward.overlong_buffer.len=40", "metrics", *OVERLONG, "reward.overlong_buffer.enable=true", "data.max_response_length=48"),  # answers end (EOS) before 48 tokens
     knob("reward.overlong_buffer.penalty_factor=3.0", "metrics", *OVERLONG, "reward.overlong_buffer.enable=true"),
     knob("reward.overlong_buffer.log=true", "metrics", *OVERLONG, "reward.overlong_buffer.enable=true"),
+    knob("reward.overlong_buffer.max_resp_len=8", "metrics", *OVERLONG, "reward.overlong_buffer.enable=true"),  # the ramp ends 2 tokens later
     knob("reward.reward_model.enable=true", "metrics", "reward.reward_model.path={assets}/rm"),
     knob("reward.reward_model.path={assets}/rm", "exit", "reward.reward_model.enable=true"),
     knob("reward.reward_model.micro_batch_size_per_gpu=2", "forwards", *RM),

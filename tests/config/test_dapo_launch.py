@@ -1,0 +1,55 @@
+"""A DAPO launch line (verl's `reward_model.reward_manager=dapo` with the manager's reward_kwargs, and
+dynamic sampling added with `+`, as verl's DAPO example scripts write them) through `--dialect verl`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from posttrain.cli import main
+from posttrain.models.tiny import make_tiny_model
+from posttrain.tasks import write_task_data
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("dapo_line")
+    make_tiny_model(root / "model", layers=1, hidden=32, heads=4, seed=0)
+    write_task_data("sort", root / "data", train=16, test=4)
+    return root
+
+
+def dapo_line(root: Path, *extra: str) -> list[str]:
+    return [
+        "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False",
+        f"data.train_files={root}/data/train.parquet", f"data.val_files={root}/data/test.parquet",
+        "data.train_batch_size=4", "data.max_prompt_length=32", "data.max_response_length=16",
+        f"actor_rollout_ref.model.path={root}/model", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.clip_ratio_low=0.2",
+        "actor_rollout_ref.actor.clip_ratio_high=0.28", "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        "reward_model.reward_manager=dapo",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.len=4",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.log=False",
+        "+reward_model.reward_kwargs.max_resp_len=16",
+        "+algorithm.filter_groups.enable=True", "+algorithm.filter_groups.metric=acc",
+        "+algorithm.filter_groups.max_num_gen_batches=10",
+        "trainer.logger=[\"console\"]", "trainer.total_epochs=1", f"trainer.default_local_dir={root}/run", *extra,
+    ]
+
+
+def test_a_dapo_launch_line_lands_on_the_dapo_manager_overlong_buffer_and_dynamic_sampling(inputs, capsys):
+    assert main(["config", "show", "--dialect", "verl", *dapo_line(inputs)]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["reward"]["reward_manager"] == "dapo"
+    assert shown["reward"]["overlong_buffer"] == {"enable": True, "len": 4, "penalty_factor": 1.0, "log": False, "max_resp_len": 16}
+    assert shown["algorithm"]["filter_groups"] == {"enable": True, "metric": "acc", "max_num_gen_batches": 10}
+    # another keyword argument of verl's reward managers is refused by name, with what posttrain reads instead
+    assert main(["config", "plan", "--dialect", "verl", *dapo_line(inputs, "+reward_model.reward_kwargs.num_examine=2")]) == 2
+    assert "reward_model.reward_kwargs.num_examine: not supported: keyword arguments of verl's reward manager classes" in capsys.readouterr().err
+    # verl asserts max_resp_len >= overlong_buffer_cfg.len; posttrain refuses it at load
+    assert main(["config", "plan", "--dialect", "verl", *dapo_line(inputs, "++reward_model.reward_kwargs.max_resp_len=3")]) == 2
+    assert "reward.overlong_buffer.len (4) must be between 1 and max_resp_len (3)" in capsys.readouterr().err
