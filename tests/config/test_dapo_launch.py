@@ -36,7 +36,7 @@ def dapo_line(root: Path, *extra: str) -> list[str]:
         "+reward_model.reward_kwargs.overlong_buffer_cfg.log=False",
         "+reward_model.reward_kwargs.max_resp_len=16",
         "+algorithm.filter_groups.enable=True", "+algorithm.filter_groups.metric=acc",
-        "+algorithm.filter_groups.max_num_gen_batches=10",
+        "+algorithm.filter_groups.max_num_gen_batches=10", "+data.gen_batch_size=8",
         "trainer.logger=[\"console\"]", "trainer.total_epochs=1", f"trainer.default_local_dir={root}/run", *extra,
     ]
 
@@ -47,6 +47,7 @@ def test_a_dapo_launch_line_lands_on_the_dapo_manager_overlong_buffer_and_dynami
     assert shown["reward"]["reward_manager"] == "dapo"
     assert shown["reward"]["overlong_buffer"] == {"enable": True, "len": 4, "penalty_factor": 1.0, "log": False, "max_resp_len": 16}
     assert shown["algorithm"]["filter_groups"] == {"enable": True, "metric": "acc", "max_num_gen_batches": 10}
+    assert shown["data"]["gen_batch_size"] == 8  # verl's DAPO lines sample rounds of gen_batch_size prompts
     # another keyword argument of verl's reward managers is refused by name, with what posttrain reads instead
     assert main(["config", "plan", "--dialect", "verl", *dapo_line(inputs, "+reward_model.reward_kwargs.num_examine=2")]) == 2
     assert "reward_model.reward_kwargs.num_examine: not supported: keyword arguments of verl's reward manager classes" in capsys.readouterr().err

@@ -115,6 +115,13 @@ def test_a_step_samples_more_prompts_until_its_groups_are_informative(files):
     assert "actor/pg_loss" in metrics
     dyn.rewards.close()
 
+    # data.gen_batch_size: rounds of 8 prompts for 4 trained groups
+    wide = tiny_rl_trainer(files, *n, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=score", "data.gen_batch_size=8", run="wide")
+    m = _explore(wide).reward_metrics
+    assert wide.sampler.batch_size == 8 and m["filter_groups/groups"] == 8 * m["filter_groups/num_gen_batches"]
+    assert m["filter_groups/trained_groups"] == 4 and wide.derived.steps_per_epoch == 2  # 16 rows / 8
+    wide.rewards.close()
+
     acc = tiny_rl_trainer(files, *n, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=2", run="acc")
     with pytest.raises(DataError, match="after 2 generation rounds"):
         _explore(acc)
@@ -130,6 +137,8 @@ def test_filter_groups_is_refused_where_it_cannot_draw_more_prompts(files):
     with pytest.raises(ConfigError, match="metric=seq_final_reward with algorithm.use_kl_in_reward"):
         load_config(None, [*base, "algorithm.filter_groups.metric=seq_final_reward", "algorithm.use_kl_in_reward=true"])
     load_config(None, [*base, "algorithm.filter_groups.metric=seq_final_reward"])  # no KL in reward: the final reward is the score
+    with pytest.raises(ConfigError, match=r"data.gen_batch_size \(8\) differs from data.train_batch_size \(4\), but it is read only by dynamic sampling"):
+        load_config(None, [*base[:2], "data.train_batch_size=4", "data.gen_batch_size=8"])
 
 
 def _metrics(path):

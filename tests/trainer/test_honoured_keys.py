@@ -426,6 +426,7 @@ ELSEWHERE = {
     # DAPO dynamic sampling: a step's rounds, metrics and error (the harness's random model scores acc 0 everywhere)
     **{f"algorithm.filter_groups.{k}": "tests/trainer/test_dynamic_sampling.py::test_a_step_samples_more_prompts_until_its_groups_are_informative"
        for k in ("enable", "metric", "max_num_gen_batches")},
+    "data.gen_batch_size": "tests/trainer/test_dynamic_sampling.py::test_a_step_samples_more_prompts_until_its_groups_are_informative",
     # several worker processes: the harness runs one process in-process
     **{f"actor.fsdp_config.{k}": f"{SHARDING}::test_each_fsdp_key_changes_the_sharding" for k in FSDP_KEYS},
     **{f"{role}.fsdp_config.{k}": f"{SHARDING}::test_each_role_is_sharded_by_its_own_fsdp_config_and_balance_batch_splits_by_tokens"

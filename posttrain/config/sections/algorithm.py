@@ -206,7 +206,13 @@ def check_agentic_reward_norm(cfg: Any) -> list[str]:
 
 def check_filter_groups(cfg: Any) -> list[str]:
     """Dynamic sampling draws more prompt batches inside one synchronous RL step."""
-    if not is_rl(cfg) or not get_path(cfg, "algorithm.filter_groups.enable", False):
+    gen, train = get_path(cfg, "data.gen_batch_size", None), get_path(cfg, "data.train_batch_size", 1)
+    enabled = is_rl(cfg) and get_path(cfg, "algorithm.filter_groups.enable", False)
+    if gen is not None and gen != train and not enabled:
+        return [f"data.gen_batch_size ({gen}) differs from data.train_batch_size ({train}), but it is read only by dynamic sampling "
+                "(algorithm.filter_groups.enable, RL stages): without it a posttrain step trains on data.train_batch_size prompts "
+                f"(verl's DAPO trainer would train on all {gen}); enable dynamic sampling, or set data.train_batch_size to {gen}"]
+    if not enabled:
         return []
     problems = []
     if get_path(cfg, "env.train_env_manager.tags", []):
