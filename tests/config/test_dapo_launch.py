@@ -54,3 +54,33 @@ def test_a_dapo_launch_line_lands_on_the_dapo_manager_overlong_buffer_and_dynami
     # verl asserts max_resp_len >= overlong_buffer_cfg.len; posttrain refuses it at load
     assert main(["config", "plan", "--dialect", "verl", *dapo_line(inputs, "++reward_model.reward_kwargs.max_resp_len=3")]) == 2
     assert "reward.overlong_buffer.len (4) must be between 1 and max_resp_len (3)" in capsys.readouterr().err
+
+
+# The DAPO recipe's trainer YAML: verl's tree plus the keys its trainer reads (recipe/dapo's
+# dapo_trainer.yaml has these keys and defaults), so its launch lines set them without `+`.
+RECIPE_YAML = """
+hydra:
+  searchpath: [file://verl/trainer/config]
+defaults: [ppo_trainer, _self_]
+data:
+  gen_batch_size: ${data.train_batch_size}
+reward_model:
+  reward_manager: dapo
+  overlong_buffer: {enable: false, len: 0, penalty_factor: 0.0, log: false}
+algorithm:
+  filter_groups: {_target_: verl.trainer.config.FilterGroupsConfig, enable: false, metric: null, max_num_gen_batches: 0}
+"""
+
+
+def test_a_dapo_recipe_line_over_the_recipe_yaml(inputs, tmp_path, capsys):
+    (tmp_path / "dapo_trainer.yaml").write_text(RECIPE_YAML)
+    words = [f"data.train_files={inputs}/data/train.parquet", f"actor_rollout_ref.model.path={inputs}/model",
+             "algorithm.adv_estimator=grpo", "data.train_batch_size=2", "data.gen_batch_size=6", "data.max_response_length=16",
+             "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=4",
+             "reward_model.overlong_buffer.enable=True", "reward_model.overlong_buffer.len=4", "reward_model.overlong_buffer.penalty_factor=1.0",
+             "algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=seq_reward", "algorithm.filter_groups.max_num_gen_batches=5"]
+    assert main(["config", "show", "--dialect", "verl", "--config-path", str(tmp_path), "--config-name", "dapo_trainer", *words]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["data"]["gen_batch_size"] == 6 and shown["reward"]["reward_manager"] == "dapo"
+    assert shown["reward"]["overlong_buffer"] == {"enable": True, "len": 4, "penalty_factor": 1.0, "log": False, "max_resp_len": None}
+    assert shown["algorithm"]["filter_groups"] == {"enable": True, "metric": "seq_reward", "max_num_gen_batches": 5}
