@@ -1,7 +1,7 @@
 """DAPO dynamic sampling in the RL step (`algorithm.filter_groups`).
 
 With `enable`, the step's exploration runs in rounds: each round takes the sampler's next batch of
-`data.train_batch_size` prompts, generates and scores it (query filters included), and keeps the
+`data.gen_batch_size` prompts (null: `data.train_batch_size`), generates and scores it (query filters included), and keeps the
 groups whose `metric` is not the same for all their responses (posttrain.algorithms.dynamic_sampling).
 Rounds go on until `data.train_batch_size` groups are kept; the first that many, in the order
 generated, train and the rest are discarded, as verl's DAPO trainer does. `max_num_gen_batches` > 0

@@ -8,6 +8,7 @@ sync. Which estimator, loss, KL terms or critic are used are options of the step
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -86,7 +87,7 @@ class RLTrainer:
         advantages, updates), hand the new weights to the engine; returns its metrics. A decoupled
         run (`posttrain.trainer.decoupled`) runs the same two halves in two processes."""
         timer = PhaseTimer(self.observer.watch())
-        refill = lambda r: self._next_prompts(step, r)  # noqa: E731 - more prompts for dynamic sampling's round r
+        refill = functools.partial(self._next_prompts, step)  # round r's prompts, for dynamic sampling
         experience = self.explore(prompts, timer, expected_version=self.roles.actor.version, refill=refill)
         metrics, train = self.learn(experience, step, timer)
         with timer("sync"):
@@ -258,11 +259,11 @@ class RLTrainer:
                 self.rewards.close()
             self.trackers.close()
 
-    def _next_prompts(self, step: int, round: int = 1) -> PromptBatch:
+    def _next_prompts(self, step: int, gen_round: int = 1) -> PromptBatch:
         """The sampler's next batch; uids name the step (and a dynamic-sampling round after the first),
         so no two groups of a step share one and each round's sampling noise is its own."""
         rows = self.sampler.next_batch()
-        prefix = f"s{step}" if round == 1 else f"s{step}g{round}"
+        prefix = f"s{step}" if gen_round == 1 else f"s{step}g{gen_round}"
         return collate_prompts([self.train_set[i] for i in rows], self.pad_id, uid_prefix=prefix)
 
     def save_final(self, out: Path) -> None:
