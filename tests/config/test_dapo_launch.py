@@ -51,6 +51,9 @@ def test_a_dapo_launch_line_lands_on_the_dapo_manager_overlong_buffer_and_dynami
     # another keyword argument of verl's reward managers is refused by name, with what posttrain reads instead
     assert main(["config", "plan", "--dialect", "verl", *dapo_line(inputs, "+reward_model.reward_kwargs.num_examine=2")]) == 2
     assert "reward_model.reward_kwargs.num_examine: not supported: keyword arguments of verl's reward manager classes" in capsys.readouterr().err
+    # verl's prime manager (a process pool) is posttrain's parallel one
+    assert main(["config", "show", "--dialect", "verl", *dapo_line(inputs, "reward_model.reward_manager=prime")]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["reward"]["reward_manager"] == "parallel"
     # verl asserts max_resp_len >= overlong_buffer_cfg.len; posttrain refuses it at load
     assert main(["config", "plan", "--dialect", "verl", *dapo_line(inputs, "++reward_model.reward_kwargs.max_resp_len=3")]) == 2
     assert "reward.overlong_buffer.len (4) must be between 1 and max_resp_len (3)" in capsys.readouterr().err
