@@ -70,6 +70,7 @@ from posttrain.algorithms.rollout_correction import RolloutCorrection, rollout_i
 from posttrain.algorithms.running import RunningMoments
 from posttrain.algorithms.agentic_norm import agentic_reward_norm
 from posttrain.algorithms.sample_controls import sample_keep_mask
+from posttrain.algorithms.dynamic_sampling import informative_groups, rows_of_groups
 from posttrain.algorithms.shaping import (
     NORM_TYPES,
     Clipped,
@@ -85,6 +86,8 @@ from posttrain.algorithms.supervised import dpo_loss, dpo_policy_loss, positive_
 from posttrain.algorithms.value import ValueLossOutput, value_loss
 
 __all__ = [
+    "informative_groups",
+    "rows_of_groups",
     "agentic_reward_norm",
     "overlong_penalty",
     "sample_keep_mask",

@@ -39,6 +39,7 @@ SHAPING: tuple[Callable, ...] = (
     A.sample_loss_weights,
     A.sample_keep_mask,
     A.overlong_penalty,
+    A.informative_groups,
     A.agentic_reward_norm,
     A.rollout_importance_weights,
     A.rollout_rejection,

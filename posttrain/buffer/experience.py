@@ -41,8 +41,9 @@ class Experience:
         """Wait for a background scoring and take its scores and metrics (nothing when none runs)."""
         if self.reward_job is None:
             return
-        self.scores, metrics, _ = self.reward_job.result()
-        self.reward_metrics.update(metrics)
+        scored = self.reward_job.result()
+        self.scores = scored.scores
+        self.reward_metrics.update(scored.metrics)
         self.reward_job = None
 
     def to_bytes(self) -> bytes:

@@ -47,3 +47,10 @@ def training_kind(cfg: Any) -> str:
 
 def is_rl(cfg: Any) -> bool:
     return training_kind(cfg) == "rl"
+
+
+def sampler_batch(cfg: Any) -> tuple[int, str]:
+    """Prompts per batch the training sampler draws, and the key that sets it: data.gen_batch_size
+    (a round of dynamic sampling) when set, else data.train_batch_size."""
+    gen = get_path(cfg, "data.gen_batch_size", None)
+    return (gen, "data.gen_batch_size") if gen is not None else (get_path(cfg, "data.train_batch_size"), "data.train_batch_size")

@@ -23,7 +23,7 @@ from posttrain.config.access import device_lists, get_path, is_rl, training_kind
 from posttrain.config.checks_profiler import check_profiler
 from posttrain.config.sections.buffer import priority_args
 from posttrain.config.sections.actor import check_save_contents
-from posttrain.config.sections.algorithm import check_agentic_reward_norm
+from posttrain.config.sections.algorithm import check_agentic_reward_norm, check_filter_groups
 from posttrain.config.sections.data import check_domain_probs, check_row_choosers, check_row_templates
 from posttrain.config.sections.model import check_kernel_flags
 from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers
@@ -477,6 +477,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_save_strategy,
     check_optimizer_args,
     check_agentic_reward_norm,
+    check_filter_groups,
     check_overlong_buffer,
     check_reward_model,
     check_async_reward,

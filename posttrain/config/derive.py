@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from posttrain.config.access import get_path, world_size
+from posttrain.config.access import get_path, sampler_batch, world_size
 from posttrain.errors import ConfigError
 
 
@@ -41,15 +41,15 @@ def derive(cfg: Any, train_dataset_size: int | None) -> Derived:
     """Compute the derived numbers of a validated config; ``train_dataset_size`` is the number of
     training rows, or None when unknown. Raises `ConfigError` when the data cannot fill a batch or
     warm-up is longer than training."""
-    batch = get_path(cfg, "data.train_batch_size")
+    batch, key = sampler_batch(cfg)  # data.gen_batch_size (dynamic sampling's rounds) or data.train_batch_size
     steps_per_epoch = None
     if train_dataset_size is not None:
         steps_per_epoch = train_dataset_size // batch
         if steps_per_epoch == 0:
             raise ConfigError(
-                f"data.train_files has {train_dataset_size} rows, fewer than data.train_batch_size "
+                f"data.train_files has {train_dataset_size} rows, fewer than {key} "
                 f"({batch}): not one full batch, so no training step would run; lower "
-                f"data.train_batch_size to at most {train_dataset_size} or add data"
+                f"{key} to at most {train_dataset_size} or add data"
             )
     total = get_path(cfg, "trainer.total_training_steps", None)
     if total is None and steps_per_epoch is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from posttrain.config.access import get_path, training_kind
+from posttrain.config.access import get_path, sampler_batch, training_kind
 from posttrain.config.checks import role_needs
 from posttrain.config.derive import Derived
 
@@ -163,14 +163,14 @@ def _role_rows(r: RolePlan, plan: BatchPlan) -> list[Row]:
 
 
 def _length_rows(cfg: Any, d: Derived, size_note: str) -> list[Row]:
-    batch = get_path(cfg, "data.train_batch_size")
+    batch, key = sampler_batch(cfg)
     if d.steps_per_epoch is None:
         rows: list[Row] = [("steps per epoch", "?", f"unknown: {size_note or 'dataset size unknown'}")]
     else:
         rows = [(
             "steps per epoch",
             str(d.steps_per_epoch),
-            f"{d.train_dataset_size} rows / data.train_batch_size {batch}, last partial batch dropped",
+            f"{d.train_dataset_size} rows / {key} {batch}, last partial batch dropped",
         )]
     set_total = get_path(cfg, "trainer.total_training_steps", None)
     if set_total is not None:

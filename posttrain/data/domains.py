@@ -159,7 +159,7 @@ def make_train_sampler(cfg: DataConfig, dataset: Any, worker_tags: dict[str, lis
     if empty:
         raise DataError(f"data.domain_interleave_probs: no row of data.train_files has a tag of domain(s) {', '.join(empty)}; check the tags (data.reward_fn_key column) or drop the domain")
     drawn = {name: p for name, p in probs.items() if p > 0}  # a domain at 0 is never drawn
-    return DomainSampler({n: domains[n] for n in drawn}, drawn, cfg.train_batch_size, seed=cfg.seed, shuffle=cfg.shuffle)
+    return DomainSampler({n: domains[n] for n in drawn}, drawn, cfg.gen_batch_size or cfg.train_batch_size, seed=cfg.seed, shuffle=cfg.shuffle)
 
 
 def worker_tag_map(workers: dict[str, Any]) -> dict[str, list[str]]:

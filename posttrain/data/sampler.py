@@ -102,9 +102,11 @@ def make_sampler(cfg: DataConfig, size: int, *, split: str = "train") -> BatchSa
     and `seed`, last incomplete batch dropped; validation batches of val_batch_size (null: all
     rows at once), shuffled by `validation_shuffle`, nothing dropped."""
     if split == "train":
-        if size < cfg.train_batch_size:
-            raise ConfigError(f"data.train_batch_size={cfg.train_batch_size} is larger than the {size} training examples; lower it or add data")
-        return BatchSampler(size, cfg.train_batch_size, seed=cfg.seed, shuffle=cfg.shuffle, drop_last=True)
+        # data.gen_batch_size: the prompts of a round of dynamic sampling (algorithm.filter_groups)
+        batch, key = (cfg.gen_batch_size, "data.gen_batch_size") if cfg.gen_batch_size else (cfg.train_batch_size, "data.train_batch_size")
+        if size < batch:
+            raise ConfigError(f"{key}={batch} is larger than the {size} training examples; lower it or add data")
+        return BatchSampler(size, batch, seed=cfg.seed, shuffle=cfg.shuffle, drop_last=True)
     if split == "val":
         return BatchSampler(size, cfg.val_batch_size or size, seed=cfg.seed, shuffle=cfg.validation_shuffle, drop_last=False)
     raise ValueError(f"unknown split {split!r}; expected 'train' or 'val'")

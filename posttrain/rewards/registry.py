@@ -6,6 +6,7 @@ import inspect
 from typing import Any, Callable, Protocol
 
 from posttrain.errors import ConfigError
+from posttrain.rewards.dapo import DapoRewardManager
 from posttrain.rewards.naive import NaiveRewardManager
 from posttrain.rewards.parallel import ParallelRewardManager
 from posttrain.rewards.types import RewardInput, RewardOutput
@@ -64,3 +65,4 @@ def check_reward_manager(name: str, options: dict[str, Any]) -> Callable[..., Re
 
 register_reward_manager("naive")(NaiveRewardManager)
 register_reward_manager("parallel")(ParallelRewardManager)
+register_reward_manager("dapo")(DapoRewardManager)

@@ -10,7 +10,7 @@ score = function_weight x function score + reward_model_weight x reward-model sc
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -27,6 +27,17 @@ from posttrain.rewards.routing import RewardRouter, RoutedWorker, label_worker
 from posttrain.rewards.scorers import load_scorer
 from posttrain.rewards.types import WorkerTally
 from posttrain.workers.microbatch import SINGLE
+
+class Scored(NamedTuple):
+    """A scored batch: final scores (B,) (function x function_weight + reward model + overlong
+    penalty), the batch's reward metrics, the extra values of dict-returning functions (each (B,)),
+    and the reward function's own scores (B,) before weights and penalties."""
+
+    scores: torch.Tensor
+    metrics: dict[str, float]
+    extra: dict[str, list[float]]
+    function_scores: torch.Tensor
+
 
 # What scores a stage's responses: one reward function, or each reward worker's by name (an LLM
 # judge's is its checked spec; its model loads when the reward stage is built).
@@ -140,7 +151,8 @@ class RewardStage:
         self.function_weight = r.function_weight
         self.rm_weight = r.reward_model_weight
         self.overlong = r.overlong_buffer if r.overlong_buffer.enable else None
-        self.max_response_length = cfg.rollout.response_length or cfg.data.max_response_length
+        # where the overlong ramp ends: verl DAPO's max_resp_len, else the response budget
+        self.max_response_length = r.overlong_buffer.max_resp_len or cfg.rollout.response_length or cfg.data.max_response_length
         self.reward_model = None
         self.rm_input_tokenizer = None  # reward_model.input_tokenizer: decodes responses for re-rendering
         if r.reward_model.enable:
@@ -163,13 +175,18 @@ class RewardStage:
         """The training batch's groups that the reward workers' query filters keep (all of them
         without a filter), their scores (B',) and texts, and the counts of groups dropped. Every rank
         holds every score, so every rank keeps the same rows."""
-        if not self.group_filters:
-            return batch, scores, texts, {}
-        rows, metrics = filter_groups(batch.group_index, batch.data_source, scores, self.group_filters)
-        if len(rows) == len(batch):
+        rows, metrics = self.informative_rows(batch, scores)
+        if rows is None:
             return batch, scores, texts, metrics
         index = torch.tensor(rows, dtype=torch.long)  # (B',) long even when no row is kept
         return batch[index], scores[index], [texts[i] for i in rows], metrics
+
+    def informative_rows(self, batch: RolloutBatch, scores: torch.Tensor) -> tuple[list[int] | None, dict[str, float]]:
+        """The rows the query filters keep (None: every row) and their counts of groups."""
+        if not self.group_filters:
+            return None, {}
+        rows, metrics = filter_groups(batch.group_index, batch.data_source, scores, self.group_filters)
+        return (None if len(rows) == len(batch) else rows), metrics
 
     def decode(self, batch: RolloutBatch) -> list[str]:
         """Response texts without padding (special tokens kept, as verl passes them to scorers)."""
@@ -183,6 +200,11 @@ class RewardStage:
         self, batch: RolloutBatch, texts: list[str]
     ) -> tuple[torch.Tensor, dict[str, float], dict[str, list[float]]]:
         """Scores (B,), batch metrics, and the per-sample extra values of dict-returning functions."""
+        scored = self.score_parts(batch, texts)
+        return scored.scores, scored.metrics, scored.extra
+
+    def score_parts(self, batch: RolloutBatch, texts: list[str]) -> Scored:
+        """`score`'s results, with the reward function's own scores beside the final ones."""
         return self.start(batch, texts, background=False).result()
 
     def start(self, batch: RolloutBatch, texts: list[str], *, background: bool) -> "RewardJob":
@@ -208,9 +230,10 @@ class RewardStage:
         done.set_result(call())  # a reward error is raised here, as before
         return RewardJob(self, done, rm, lengths)
 
-    def finish(self, out: RewardOutput, rm: list[float] | None, lengths: list[int]) -> tuple[torch.Tensor, dict[str, float], dict[str, list[float]]]:
+    def finish(self, out: RewardOutput, rm: list[float] | None, lengths: list[int]) -> Scored:
         """Combine this rank's function output and reward-model scores (gathered from every rank
-        first) into the batch's scores (B,), metrics and per-sample extra values."""
+        first) into the batch's scores (B,), metrics, per-sample extra values and the function's own
+        scores."""
         if self.dp.distributed:  # each rank scored its share: every rank assembles the batch's
             parts = self.dp.gather_objects((out, rm))
             out = merge_outputs([o for o, _ in parts])
@@ -226,7 +249,7 @@ class RewardStage:
             scores = scores + penalty  # (B,)
             if self.overlong.log:
                 metrics.update({"reward/overlong_reward": float(penalty.mean()), "reward/overlong": float((penalty < 0).float().mean())})
-        return scores, metrics, out.extra
+        return Scored(scores, metrics, out.extra, out.tensor())
 
     def _questions(self, batch: RolloutBatch, rows: list[int]) -> dict[int, str]:
         """Each row's question for a judge: the last user message of its raw chat (data.return_raw_chat),
@@ -282,13 +305,13 @@ class RewardStage:
 
 
 class RewardJob:
-    """A batch being scored (`RewardStage.start`); `result` joins the reward function and returns
-    (scores (B,), metrics, per-sample extra values), raising the reward function's error if it failed."""
+    """A batch being scored (`RewardStage.start`); `result` joins the reward function and returns the
+    batch's `Scored`, raising the reward function's error if it failed."""
 
     def __init__(self, stage: RewardStage, future: Future, rm: list[float] | None, lengths: list[int]):
         self.stage, self.future, self.rm, self.lengths = stage, future, rm, lengths
 
-    def result(self) -> tuple[torch.Tensor, dict[str, float], dict[str, list[float]]]:
+    def result(self) -> Scored:
         return self.stage.finish(self.future.result(), self.rm, self.lengths)
 
 

@@ -8,8 +8,10 @@ sync. Which estimator, loss, KL terms or critic are used are options of the step
 
 from __future__ import annotations
 
+import functools
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -30,6 +32,7 @@ from posttrain.trainer.agentic import AgenticRollout, check_agentic, is_agentic
 from posttrain.trainer.advantages import agentic_scores, compute_advantages, correct_rollout_mismatch, filter_by_reward, make_shaping_state, mask_samples
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
+from posttrain.trainer.dynamic_sampling import Round, gather_groups, metric_values
 from posttrain.trainer.rewarding import RewardStage
 from posttrain.trainer.mixing import ExpertRows, expert_dataset
 from posttrain.trainer.rl_build import (
@@ -92,20 +95,49 @@ class RLTrainer:
         advantages, updates), hand the new weights to the engine; returns its metrics. A decoupled
         run (`posttrain.trainer.decoupled`) runs the same two halves in two processes."""
         timer = PhaseTimer(self.observer.watch())
-        experience = self.explore(prompts, timer, expected_version=self.roles.actor.version)
+        refill = functools.partial(self._next_prompts, step)  # round r's prompts, for dynamic sampling
+        experience = self.explore(prompts, timer, expected_version=self.roles.actor.version, refill=refill)
         metrics, train = self.learn(experience, step, timer)
         with timer("sync"):
             self.roles.sync.push(self.roles.actor.version)
         return self.step_metrics(experience, metrics, timer, step, train)
 
-    def explore(self, prompts: PromptBatch | int, timer: PhaseTimer, *, expected_version: int, policy_step: int = 0) -> Experience:
+    def explore(
+        self, prompts: PromptBatch | int, timer: PhaseTimer, *, expected_version: int, policy_step: int = 0,
+        refill: Callable[[int], PromptBatch] | None = None,
+    ) -> Experience:
         """Rollout and reward of a batch of prompts with the engine's weights, which must be
         `expected_version` (a missed weight sync fails here, not silently) and are those of trainer
         step `policy_step`. An agentic stage's "prompts" is the step number its env groups are
-        seeded by (`posttrain.trainer.agentic`)."""
+        seeded by (`posttrain.trainer.agentic`). With algorithm.filter_groups, `refill(r)` gives
+        round r's prompts (r >= 2) until enough informative groups are kept
+        (`posttrain.trainer.dynamic_sampling`)."""
         rollout, version = self.roles.rollout, expected_version
         if isinstance(prompts, int):  # an agentic step: the step number seeds its env groups
             return self.agent.explore(rollout, self.sampling, prompts, version, timer, policy_step)
+        if self.score_in_background:  # reward.launch_reward_fn_async: `learn` joins it after the log-probs
+            batch, texts, tool_metrics = self._rollout(prompts, timer, version)
+            with timer("reward"):
+                job = self.rewards.start(batch, texts, background=True)
+            return Experience(batch, None, texts, tool_metrics, policy_step=policy_step, reward_job=job)
+        dynamic: dict[str, float] = {}
+        if self.cfg.algorithm.filter_groups.enable:
+            def explore_round(r: int) -> Round:
+                return self._explore_round(prompts if r == 1 else refill(r), timer, version)
+
+            rnd, dynamic = gather_groups(explore_round, self.cfg.algorithm.filter_groups, self.cfg.data.train_batch_size)
+        else:
+            rnd = self._explore_round(prompts, timer, version)
+        batch, scores, texts, reward_metrics = rnd.batch, rnd.scores, rnd.texts, {**rnd.metrics, **dynamic}
+        if self.operators:  # data_processor.experience_pipeline (posttrain.buffer.operators)
+            with timer("reward"):
+                batch, scores, texts, piped = run_pipeline(self.operators, batch, scores, texts)  # (B'',)
+                reward_metrics.update(piped)
+        return Experience(batch, scores, texts, reward_metrics, policy_step=policy_step)
+
+    def _rollout(self, prompts: PromptBatch, timer: PhaseTimer, version: int) -> tuple[RolloutBatch, list[str], dict[str, float]]:
+        """The responses to a batch of prompts (with the greedy baseline's scores when the estimator
+        needs them), their texts and the tool/* metrics."""
         with timer("gen"):
             batch, tool_metrics = self._generate(prompts, self.sampling, version)
         if self.baseline_sampling is not None:
@@ -114,19 +146,22 @@ class RLTrainer:
                 batch.reward_baselines = self.rewards.baseline_scores(greedy, batch)  # (B,)
         with timer("reward"):
             texts = self.rewards.decode(batch)
-            job = self.rewards.start(batch, texts, background=self.score_in_background)
-            if self.score_in_background:  # reward.launch_reward_fn_async: `learn` joins it after the log-probs
-                return Experience(batch, None, texts, tool_metrics, policy_step=policy_step, reward_job=job)
-            scores, reward_metrics, _ = job.result()  # (B,)
-            batch, scores, texts, dropped = self.rewards.keep_informative(batch, scores, texts)  # (B',) query filters
-            reward_metrics.update(dropped)
-            reward_metrics.update(tool_metrics)
-            if self.operators:  # data_processor.experience_pipeline (posttrain.buffer.operators)
-                batch, scores, texts, piped = run_pipeline(self.operators, batch, scores, texts)  # (B'',)
-                reward_metrics.update(piped)
-        if hasattr(self.sampler, "feedback"):  # a data.sampler curriculum sees this batch's scores before it picks the next
-            self.sampler.feedback(prompts.uid, batch.group_index, scores.tolist(), batch.data_source)
-        return Experience(batch, scores, texts, reward_metrics, policy_step=policy_step)
+        return batch, texts, tool_metrics
+
+    def _explore_round(self, prompts: PromptBatch, timer: PhaseTimer, version: int) -> Round:
+        """Rollout and reward of one batch of prompts, the query filters' groups dropped, with the
+        filter_groups metric of every response kept."""
+        batch, texts, tool_metrics = self._rollout(prompts, timer, version)
+        with timer("reward"):
+            scored = self.rewards.score_parts(batch, texts)  # scores (B,)
+            values = metric_values(self.cfg.algorithm.filter_groups.metric, scored.scores, scored.function_scores, scored.extra)  # (B,)
+            rnd = Round(batch, scored.scores, texts, {**scored.metrics, **tool_metrics}, values)
+            rows, dropped = self.rewards.informative_rows(batch, scored.scores)  # the query filters
+            rnd.metrics.update(dropped)
+            rnd = rnd if rows is None else rnd.take(rows)  # (B',)
+        if hasattr(self.sampler, "feedback"):  # a data.sampler curriculum sees this round's scores before it picks the next
+            self.sampler.feedback(prompts.uid, rnd.batch.group_index, rnd.scores.tolist(), rnd.batch.data_source)
+        return rnd
 
     def _generate(self, prompts: PromptBatch, params: SamplingParams, version: int, seed: int | None = None) -> tuple[RolloutBatch, dict[str, float]]:
         """The rollout role's responses, or with tool calling the conversations of the tool rollout
@@ -257,9 +292,12 @@ class RLTrainer:
                 self.rewards.close()
             self.trackers.close()
 
-    def _next_prompts(self, step: int) -> PromptBatch:
+    def _next_prompts(self, step: int, gen_round: int = 1) -> PromptBatch:
+        """The sampler's next batch; uids name the step (and a dynamic-sampling round after the first),
+        so no two groups of a step share one and each round's sampling noise is its own."""
         rows = self.sampler.next_batch()
-        return collate_prompts(self.reader(rows), self.pad_id, uid_prefix=f"s{step}")
+        prefix = f"s{step}" if gen_round == 1 else f"s{step}g{gen_round}"
+        return collate_prompts(self.reader(rows), self.pad_id, uid_prefix=prefix)
 
     def save_final(self, out: Path) -> None:
         self.roles.actor.save_pretrained(out, self.tokenizer)

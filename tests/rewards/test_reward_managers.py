@@ -108,7 +108,7 @@ def test_registry_builds_by_name_and_lists_names_when_unknown(reward_file):
     fn = load_reward_function(reward_file)
     manager = build_reward_manager("naive", fn, on_error="fixed", failure_reward=0.5)
     assert isinstance(manager, NaiveRewardManager) and manager.policy.failure_reward == 0.5
-    with pytest.raises(ConfigError, match="unknown reward manager 'batched'; choose one of: naive, parallel"):
+    with pytest.raises(ConfigError, match="unknown reward manager 'batched'; choose one of: dapo, naive, parallel"):
         build_reward_manager("batched", fn)
 
 

@@ -77,6 +77,8 @@ def test_a_reward_error_in_the_background_ends_the_run_with_the_usual_message():
 def test_scores_that_choose_rows_before_the_log_probs_cannot_be_awaited_after_them():
     with pytest.raises(ConfigError, match="launch_reward_fn_async .* data_processor.experience_pipeline.operators"):
         load_config(None, ["reward.launch_reward_fn_async=true", "data_processor.experience_pipeline.operators=[{name: reward_filter}]"])
+    with pytest.raises(ConfigError, match=r"launch_reward_fn_async .* algorithm.filter_groups \(dynamic sampling\)"):
+        load_config(None, ["reward.launch_reward_fn_async=true", "algorithm.filter_groups.enable=true"])
 
 
 def test_a_run_scoring_in_the_background_trains_and_logs_as_one_scoring_in_place(tmp_path, monkeypatch):

@@ -247,6 +247,7 @@ KNOBS = [
     knob("reward.overlong_buffer.len=40", "metrics", *OVERLONG, "reward.overlong_buffer.enable=true", "data.max_response_length=48"),  # answers end (EOS) before 48 tokens
     knob("reward.overlong_buffer.penalty_factor=3.0", "metrics", *OVERLONG, "reward.overlong_buffer.enable=true"),
     knob("reward.overlong_buffer.log=true", "metrics", *OVERLONG, "reward.overlong_buffer.enable=true"),
+    knob("reward.overlong_buffer.max_resp_len=8", "metrics", *OVERLONG, "reward.overlong_buffer.enable=true"),  # the ramp ends 2 tokens later
     knob("reward.reward_model.enable=true", "metrics", "reward.reward_model.path={assets}/rm"),
     knob("reward.reward_model.path={assets}/rm", "exit", "reward.reward_model.enable=true"),
     knob("reward.reward_model.micro_batch_size_per_gpu=2", "forwards", *RM),
@@ -456,6 +457,10 @@ ELSEWHERE = {
     }.items()},
     **{f"reward.workers.*.query_filter_config.{k}": "tests/trainer/test_reward_workers.py::test_query_filter_thresholds_choose_which_groups_train"
        for k in ("type", "filter_args")},
+    # DAPO dynamic sampling: a step's rounds, metrics and error (the harness's random model scores acc 0 everywhere)
+    **{f"algorithm.filter_groups.{k}": "tests/trainer/test_dynamic_sampling.py::test_a_step_samples_more_prompts_until_its_groups_are_informative"
+       for k in ("enable", "metric", "max_num_gen_batches")},
+    "data.gen_batch_size": "tests/trainer/test_dynamic_sampling.py::test_a_step_samples_more_prompts_until_its_groups_are_informative",
     # several worker processes: the harness runs one process in-process
     **{f"actor.fsdp_config.{k}": f"{SHARDING}::test_each_fsdp_key_changes_the_sharding" for k in FSDP_KEYS},
     **{f"{role}.fsdp_config.{k}": f"{SHARDING}::test_each_role_is_sharded_by_its_own_fsdp_config_and_balance_batch_splits_by_tokens"

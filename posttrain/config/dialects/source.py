@@ -171,4 +171,6 @@ def hydra_ignorable(ctx: Any, key: str, value: Any) -> str | None:
         return "Hydra launcher setting (run directory, output subdirectory); posttrain writes to trainer.default_local_dir"
     if key == "defaults":
         return "Hydra defaults list: its includes are merged in (a missing one is refused on its own key)"
+    if key.rsplit(".", 1)[-1] == "_target_":
+        return "Hydra's class path of the framework's own config class for this section; posttrain's schema types it"
     return None

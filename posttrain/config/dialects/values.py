@@ -42,6 +42,8 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
         return value.lower()  # verl's torch.optim class names (AdamW, Adam, SGD): posttrain's names
     if native == "rollout.multi_turn.tokenization_sanity_check_mode" and isinstance(value, bool):
         return "strict" if value else "disable"  # verl's older enable_tokenization_sanity_check
+    if native == "reward.reward_manager" and value == "prime":
+        return "parallel"  # verl's prime manager: a process pool of scorers with a per-call timeout, posttrain's parallel
     if native == "rollout.name" and value == "vllm_async":  # Trinity: "the same as vllm" (its guide)
         return "vllm"
     if native == "trainer.mode" and value in MODES_REFUSED:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from posttrain.config.access import get_path, is_rl
 from posttrain.config.fields import param, section
 
 NORM_SOURCES = (None, "batch", "group", "running")
@@ -75,11 +76,12 @@ class PFPPOConfig:
 
 @section
 class FilterGroupsConfig:
-    """DAPO dynamic sampling: drop prompt groups whose responses all score the same, then refill."""
+    """DAPO dynamic sampling: drop prompt groups whose responses all score the same, then refill
+    (posttrain.trainer.dynamic_sampling)."""
 
-    enable: bool = param(False, doc="Drop groups whose `metric` has zero variance and sample more prompts until the batch is full.", todo="DAPO dynamic sampling; dynamic sampling issue", refs=["verl:algorithm.filter_groups.enable"])
-    metric: str = param("acc", doc="Per-response value whose within-group variance decides: acc, score, seq_reward or seq_final_reward.", choices=["acc", "score", "seq_reward", "seq_final_reward"], todo="DAPO dynamic sampling; dynamic sampling issue", refs=["verl:algorithm.filter_groups.metric"])
-    max_num_gen_batches: int = param(0, doc="Most generation rounds per step before giving up; 0 means no limit.", ge=0, todo="DAPO dynamic sampling; dynamic sampling issue", refs=["verl:algorithm.filter_groups.max_num_gen_batches"])
+    enable: bool = param(False, doc="Dynamic sampling: generate and score further batches of data.train_batch_size prompts until that many groups whose `metric` is not the same for all their responses are kept; the first that many train, the rest are discarded (RL stages answering prompts, synchronous loop).", refs=["verl:algorithm.filter_groups.enable"])
+    metric: str = param("acc", doc="Per-response value whose spread decides (read when enable): acc (the function's acc, else its score), score (the function's score), seq_reward (the final score, with reward model and overlong penalty) or seq_final_reward (the same: no KL penalty is in the reward when groups are chosen).", choices=["acc", "score", "seq_reward", "seq_final_reward"], refs=["verl:algorithm.filter_groups.metric"])
+    max_num_gen_batches: int = param(0, doc="Most generation rounds per step (read when enable); a step still short after that many stops the run with an error naming the counts; 0 means no limit.", ge=0, refs=["verl:algorithm.filter_groups.max_num_gen_batches"])
 
 
 @section
@@ -202,3 +204,31 @@ def check_agentic_reward_norm(cfg: Any) -> list[str]:
         return []
     return [f"algorithm.agentic_reward_norm (method {norm.method}, grouping {norm.grouping}) normalises the trajectory scores of an agentic stage, "
             "but env.train_env_manager.tags is empty: this stage answers prompts (use algorithm.reward_norm_mean / reward_norm_std there), or set the tags"]
+
+
+def check_filter_groups(cfg: Any) -> list[str]:
+    """Dynamic sampling draws more prompt batches inside one synchronous RL step."""
+    gen, train = get_path(cfg, "data.gen_batch_size", None), get_path(cfg, "data.train_batch_size", 1)
+    enabled = is_rl(cfg) and get_path(cfg, "algorithm.filter_groups.enable", False)
+    if gen is not None and gen != train and not enabled:
+        return [f"data.gen_batch_size ({gen}) differs from data.train_batch_size ({train}), but it is read only by dynamic sampling "
+                "(algorithm.filter_groups.enable, RL stages): without it a posttrain step trains on data.train_batch_size prompts "
+                f"(verl's DAPO trainer would train on all {gen}); enable dynamic sampling, or set data.train_batch_size to {gen}"]
+    if not enabled:
+        return []
+    problems = []
+    if get_path(cfg, "env.train_env_manager.tags", []):
+        problems.append("algorithm.filter_groups.enable: an agentic stage plays one set of environment groups per step, seeded by the step "
+                        "(env.train_env_manager), with no further prompts to draw; switch it off there")
+    apart = (get_path(cfg, "synchronizer.sync_interval", 1) > 1 or get_path(cfg, "synchronizer.sync_offset", 0) > 0
+             or not get_path(cfg, "rollout.hybrid_engine", True))
+    if get_path(cfg, "trainer.mode", "both") != "both" or apart:
+        problems.append("algorithm.filter_groups.enable: a decoupled explorer writes one prompt batch per step to the experience buffer and "
+                        "resumes by counting them; dynamic sampling runs in the synchronous loop (trainer.mode both, rollout.hybrid_engine "
+                        "true, sync_interval 1, sync_offset 0); there, the query filters (reward.workers.*.query_filter_config) drop "
+                        "uninformative groups without refilling")
+    if get_path(cfg, "algorithm.filter_groups.metric", "acc") == "seq_final_reward" and get_path(cfg, "algorithm.use_kl_in_reward", False):
+        problems.append("algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward: the KL penalty needs the reference "
+                        "log-probs, which posttrain computes for the kept groups only (verl's DAPO trainer applies it before they exist); "
+                        "use metric seq_reward")
+    return problems

@@ -68,6 +68,7 @@ class DataConfig:
     filter_overlong_prompts_workers: int = param(1, doc="Processes that tokenise the rows when a dataset is built, to hold each length against its limit (max_prompt_length for RL prompts, max_length for SFT/DPO).", ge=1, refs=["verl:data.filter_overlong_prompts_workers", "roll:actor_train.data_args.preprocessing_num_workers"])
 
     # ---- batching and order ------------------------------------------------------------------
+    gen_batch_size: int | None = param(None, doc="Prompts per generation round of dynamic sampling (algorithm.filter_groups): the data sampler's batch, so an epoch is rows // gen_batch_size steps; null: data.train_batch_size. Another value than train_batch_size needs filter_groups.enable.", ge=1, refs=["verl:data.gen_batch_size"])
     train_batch_size: int = param(8, doc="Prompts sampled per training step (each gets rollout.n responses).", ge=1, refs=["verl:data.train_batch_size", "roll:rollout_batch_size", "trinity:buffer.batch_size"])
     val_batch_size: int | None = param(None, doc="Prompts (SFT/DPO: examples) per validation batch; null validates the whole set as one batch (SFT/DPO: in training micro-batches).", ge=1, refs=["verl:data.val_batch_size", "roll:val_batch_size"])
     shuffle: bool = param(True, doc="Shuffle the training data each epoch (seeded by seed and the epoch).", refs=["verl:data.shuffle"])

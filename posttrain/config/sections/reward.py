@@ -46,10 +46,11 @@ class RewardModelConfig:
 class OverlongBufferConfig:
     """DAPO soft overlong punishment: a penalty ramping up over the last `len` tokens of the budget."""
 
-    enable: bool = param(False, doc="Add DAPO's soft overlong penalty to every training and validation score: 0 up to response_length - len tokens, then linearly down to -penalty_factor at response_length (posttrain.algorithms.overlong_penalty).", refs=["verl:reward_model.overlong_buffer.enable"])
-    len: int = param(0, doc="Length of the penalty ramp in tokens at the end of the response budget (at least 1, at most the budget, when enabled).", ge=0, refs=["verl:reward_model.overlong_buffer.len"])
-    penalty_factor: float = param(1.0, doc="Penalty at the full response budget.", ge=0, refs=["verl:reward_model.overlong_buffer.penalty_factor"])
-    log: bool = param(False, doc="Log the penalty: reward/overlong_reward (its mean) and reward/overlong (the share of responses it hit).", refs=["verl:reward_model.overlong_buffer.log"])
+    enable: bool = param(False, doc="Add DAPO's soft overlong penalty to every training and validation score: 0 up to response_length - len tokens, then linearly down to -penalty_factor at response_length (posttrain.algorithms.overlong_penalty).", refs=["verl:reward_model.overlong_buffer.enable", "verl:reward_model.reward_kwargs.overlong_buffer_cfg.enable"])
+    len: int = param(0, doc="Length of the penalty ramp in tokens at the end of the response budget (at least 1, at most the budget, when enabled).", ge=0, refs=["verl:reward_model.overlong_buffer.len", "verl:reward_model.reward_kwargs.overlong_buffer_cfg.len"])
+    penalty_factor: float = param(1.0, doc="Penalty at the full response budget.", ge=0, refs=["verl:reward_model.overlong_buffer.penalty_factor", "verl:reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor"])
+    log: bool = param(False, doc="Log the penalty: reward/overlong_reward (its mean) and reward/overlong (the share of responses it hit).", refs=["verl:reward_model.overlong_buffer.log", "verl:reward_model.reward_kwargs.overlong_buffer_cfg.log"])
+    max_resp_len: int | None = param(None, doc="Response length at which the ramp ends (the penalty reaches penalty_factor; it starts len tokens before); null: the response budget (rollout.response_length, else data.max_response_length). verl's DAPO manager takes it as max_resp_len.", ge=1, refs=["verl:reward_model.reward_kwargs.max_resp_len"])
 
 
 @section
@@ -113,7 +114,7 @@ class RewardWorkerConfig:
 class RewardConfig:
     """How responses are scored."""
 
-    reward_manager: str = param("naive", doc="How scoring is run: naive (in-process, one call at a time) or parallel (process pool of num_workers; verl's prime).", choices=["naive", "parallel"], refs=["verl:reward_model.reward_manager"])
+    reward_manager: str = param("naive", doc="How scoring is run: naive (in-process, one call at a time), parallel (process pool of num_workers; verl's prime) or dapo (naive, and every sample's acc is its function's acc, else its score, as verl's DAPO manager records it; its overlong penalty is overlong_buffer).", choices=["naive", "parallel", "dapo"], refs=["verl:reward_model.reward_manager"])
     num_workers: int = param(2, doc="Processes of the parallel reward manager.", ge=1)
     timeout_s: float = param(60.0, doc="Seconds one reward-function call may take before it counts as a failure (naive: interrupted in-process; parallel: its worker process is killed).", gt=0)
     on_error: str = param("raise", doc="When a scoring call raises or times out: raise stops the run, fixed scores the response failure_reward.", choices=["raise", "fixed"])
@@ -152,7 +153,7 @@ UNSUPPORTED: dict[str, str] = {
     "verl:reward_model.strategy": _RM_REPLICATED,
     **{f"{_RM_FSDP}{k}": _RM_REPLICATED for k in ("", ".wrap_policy.min_num_params", ".param_offload", ".reshard_after_forward", ".fsdp_size", ".forward_prefetch")},
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "verl:reward_model.reward_kwargs": "keyword arguments of verl's reward manager class (reward_model.reward_manager; DAPO's overlong_buffer_cfg is reward.overlong_buffer): not translated yet (issue 18)",
+    "verl:reward_model.reward_kwargs": "keyword arguments of verl's reward manager classes: posttrain's managers read their settings from the reward section (the DAPO manager's overlong_buffer_cfg and max_resp_len are reward.overlong_buffer)",
     "roll:reward_system_config": "not implemented yet: ROLL's agentic reward system settings (agentic issue 15)",
     "trinity:buffer.explorer_input.taskset.reward_fn_args": "arguments of Trinity-RFT's workflow reward functions: not implemented yet (Trinity workflows: decoupled explorer/trainer issue 16)",
     "roll:reward": "ROLL's reward-model role (a model served by vLLM to score responses): not implemented yet: vLLM/SGLang engines (issue 19); posttrain's reward model is reward.reward_model (a sequence classifier)",
@@ -215,7 +216,10 @@ def check_overlong_buffer(cfg: Any) -> list[str]:
     if buf is None:
         return []
     budget = getattr(rollout, "response_length", None) or getattr(data, "max_response_length", None)
-    if buf.enable and not (1 <= buf.len <= (budget or buf.len)):
+    end = getattr(buf, "max_resp_len", None)
+    if end is not None and buf.enable and not (1 <= buf.len <= end):
+        return [f"reward.overlong_buffer.len ({buf.len}) must be between 1 and max_resp_len ({end}) when the overlong penalty is enabled: the penalty ramps over the last len tokens before max_resp_len"]
+    if end is None and buf.enable and not (1 <= buf.len <= (budget or buf.len)):
         return [f"reward.overlong_buffer.len ({buf.len}) must be between 1 and the response length ({budget}) when the overlong penalty is enabled: the penalty ramps over the last len tokens of the budget"]
     return []
 
@@ -246,6 +250,9 @@ def check_async_reward(cfg: Any) -> list[str]:
     pipeline = getattr(getattr(getattr(cfg, "data_processor", None), "experience_pipeline", None), "operators", None)
     if pipeline:
         users.append("data_processor.experience_pipeline.operators")
+    filter_groups = getattr(getattr(cfg, "algorithm", None), "filter_groups", None)
+    if filter_groups is not None and filter_groups.enable:
+        users.append("algorithm.filter_groups (dynamic sampling)")
     if not users:
         return []
     return [f"reward.launch_reward_fn_async scores in the background while the log-probs are computed, but {', '.join(users)} "
