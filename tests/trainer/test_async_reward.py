@@ -46,7 +46,7 @@ def test_the_function_scores_while_the_caller_works_and_the_scores_are_the_same(
     texts = background.decode(batch)
     job = background.start(batch, texts, background=True)  # returns at once: the function waits for `computed`
     computed.set()  # the caller's log-prob passes ran here
-    scores, metrics, extra = job.result()
+    scores, metrics, extra, _ = job.result()
     in_place = _stage(by_length)
     assert in_place.executor is None
     expected = in_place.score(batch, texts)
