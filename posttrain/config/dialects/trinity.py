@@ -12,6 +12,8 @@ some lives in tests/config/reference_configs).
   Hugging Face dataset name, read from the local cache; posttrain never downloads), its ``format`` keys the ``data``
   column keys, its ``rollout_args`` the rollout sampling; evaluation tasksets become
   ``data.val_files`` and ``rollout.val_kwargs``.
+- An SFT/DPO run's ``buffer.trainer_input.experience_buffer`` (its files and ``format`` keys) is
+  posttrain's ``data`` section too: posttrain.config.dialects.trinity_experience.
 - ``trainer.trainer_config`` is an inline verl config: it is translated with the verl dialect.
 - ``stages``: each stage's keys are Trinity keys too; ``stage_name`` is posttrain's ``name``.
 """
@@ -29,6 +31,7 @@ from posttrain.config.dialects.values import value_hook
 from posttrain.config.tables import Rule
 from posttrain.config.dialects.trinity_types import algorithm_type, stage_algorithm_type
 from posttrain.config.dialects.trinity_files import data_files
+from posttrain.config.dialects.trinity_experience import RULES as EXPERIENCE_RULES, experience_files, stage_experience_files
 
 _TS = "buffer.explorer_input.taskset"
 _EVAL = "buffer.explorer_input.eval_tasksets"
@@ -242,8 +245,9 @@ RULES: dict[str, Rule] = {
     f"{_IN}.default_eval_workflow_type": Rule(None, "the workflow of evaluation tasksets that name none: validation runs the training stage's own rollout path, so the workflows standing for it are accepted and change nothing, the others are refused", "simple_workflow", ((f"{_IN}.eval_tasksets", [{"path": _DATASET}]),)),
     "algorithm.policy_loss_fn_args": Rule("actor.clip_ratio*, actor.clip_ratio_c, actor.loss_agg_mode, actor.policy_loss.loss_args", "the policy loss's options: clip_range* and clip_ratio_c to the actor's clip fields, loss_agg_mode to the actor's, the rest to actor.policy_loss.loss_args (an option posttrain's loss does not declare is refused by name)", {"clip_range": 0.2}),
     "trainer.trainer_config": Rule("(each verl key's posttrain home)", "an inline verl trainer config, translated with the verl dialect (a value it sets wins over Trinity's derived defaults)", {"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}),
+    **EXPERIENCE_RULES,
 }
 
-HANDLERS = [algorithm_type, kl_defaults, prompt_truncation, workflows, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
+HANDLERS = [algorithm_type, kl_defaults, prompt_truncation, workflows, experience_files, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
 # A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).
-STAGE_HANDLERS = [stage_algorithm_type, stage_kl_defaults, prompt_truncation, workflows, tasksets, trainer_config, batch_sizes, stages, trinity_lora]
+STAGE_HANDLERS = [stage_algorithm_type, stage_kl_defaults, prompt_truncation, workflows, stage_experience_files, tasksets, trainer_config, batch_sizes, stages, trinity_lora]
