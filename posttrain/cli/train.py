@@ -62,6 +62,7 @@ def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.trainer.run import check_run, run, run_directory
 
     world = world_from_env()  # set when this process is one of the workers a launcher started
+    _explorer_env(cfg)
     configure_logging(cfg.log.level)  # every process of the run: the launcher and each worker
     argv = ["train", *(["--dialect", args.dialect] if args.dialect else []), *([args.config] if args.config else []), *args.overrides]
     with naming_config_source(args.config, () if args.dialect else args.overrides, cfg.stages):
@@ -101,6 +102,19 @@ def _train(args: argparse.Namespace, cfg) -> int:
             print(f"final model: {r.final_model}")
     _print_summary(base, stages, results)
     return 0
+
+
+def _explorer_env(cfg) -> None:
+    """explorer.env_vars, in this process when it explores: set before the run builds anything, so
+    the engine, reward functions and the processes they start (reward pools, sandboxes) inherit
+    them; a launcher of workers sets them before it starts them (they inherit them). The launcher of a
+    decoupled run sets none: its trainer half must not inherit them, and its explorer half sets its own."""
+    from posttrain.config.sections.explorer import explorer_env
+    from posttrain.trainer.decoupled import ROLE_ENV, half_of, is_decoupled
+
+    if is_decoupled(cfg) and ROLE_ENV not in os.environ:
+        return
+    os.environ.update(explorer_env(cfg, half_of(cfg)))
 
 
 def torch_cuda_name() -> str:

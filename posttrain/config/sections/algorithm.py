@@ -180,7 +180,6 @@ UNSUPPORTED: dict[str, str] = {
     "roll:distill_on_prompt": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
     "roll:logits_transfer_backend": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
     "verl:algorithm.rollout_correction": "verl's current spelling of rollout importance sampling and rejection (rollout_is, rollout_rs, bypass_mode): not translated yet onto posttrain's algorithm.rollout_is_* (verl's earlier spelling; issue 18)",
-    "trinity:algorithm.sample_strategy_args": "not implemented yet: Trinity-RFT's sample strategies (mixing expert data into batches; decoupled explorer/trainer issue 16)",
     "roll:student_infer": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
     "roll:question_key": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
     "roll:answer_key": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",

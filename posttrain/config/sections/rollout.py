@@ -108,7 +108,6 @@ class RolloutConfig:
     # ---- placement and parallelism ------------------------------------------------------------
     hybrid_engine: bool = param(True, doc="true: the rollout engine lives in the training process(es) (verl's hybrid engine, colocated). false: split placement, the engine in an explorer process of its own and training in a trainer process, synchronised every step (on-policy; the decoupled layout of docs/async.md with sync_interval 1, sync_offset 0).", refs=["verl:actor_rollout_ref.hybrid_engine"])
     tensor_model_parallel_size: int = param(1, doc=f"Devices one engine replica is split over (tensor parallelism; vLLM tensor_parallel_size, SGLang tp_size). {_GPU_ENGINES}", ge=1, refs=[f"{_VERL}.tensor_model_parallel_size", f"{_TRINITY}.tensor_parallel_size", "roll:actor_infer.num_gpus_per_worker"])
-    engine_num: int = param(1, doc="Engine replicas generating in parallel.", ge=1, todo="several engine replicas per worker (every worker has one engine; more workers give more replicas)", refs=[f"{_TRINITY}.engine_num"])
 
     # ---- engine memory and performance (vLLM/SGLang) -----------------------------------------
     dtype: str = param("auto", doc="Engine weight dtype: auto (the actor's compute dtype: actor.fsdp_config.mixed_precision.param_dtype, else model.dtype), fp32, bf16 or fp16. Another dtype than the actor's parameters gives the engine its own copy of the weights in that dtype, refreshed after every optimizer step.", choices=["auto", "fp32", "bf16", "fp16"], refs=[f"{_VERL}.dtype", f"{_TRINITY}.dtype", "roll:actor_infer.model_args.dtype"])
@@ -129,7 +128,6 @@ class RolloutConfig:
     multi_turn: MultiTurnConfig = param(factory=MultiTurnConfig, doc="Multi-turn rollouts with tool calls.")
     custom_async_server_path: str | None = param(None, doc="Python file defining a custom asynchronous rollout server class.", todo="custom async rollout servers (later issue)", refs=[f"{_VERL}.agent.custom_async_server.path"])
     custom_async_server_name: str | None = param(None, doc="Name of the async server class in that file.", todo="custom async rollout servers (later issue)", refs=[f"{_VERL}.agent.custom_async_server.name"])
-    enable_history: bool = param(False, doc="Record every model call of a workflow as training experience.", todo="workflow call history (agentic issue)", refs=[f"{_TRINITY}.enable_history"])
 
 
 _NCCL_OFFLOAD = "not implemented yet: offloading NCCL buffers while a colocated role sleeps (GPU memory; issue 19)"
@@ -158,6 +156,8 @@ UNSUPPORTED: dict[str, str] = {
     "verl:actor_rollout_ref.rollout.engine_kwargs.trtllm": "the TensorRT-LLM engine is not provided (engines: hf; vLLM/SGLang: issue 19)",
     "verl:actor_rollout_ref.rollout.checkpoint_engine": "verl's weight-transfer engine to vLLM/SGLang servers; posttrain syncs weights itself (cluster/weight_sync.py): " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
     "trinity:explorer.rollout_model": "options of Trinity-RFT's vLLM rollout model (OpenAI API server, tool-call and reasoning parsers): " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
+    f"{_TRINITY}.engine_num": "several engine replicas per process: each posttrain worker process holds one engine, so replicas come from worker processes (cluster.n_gpus_per_node x cluster.nnodes); 1 is accepted",
+    f"{_TRINITY}.enable_history": "recording the model calls of a Trinity-RFT workflow as experiences: posttrain's rollout paths (single-turn, tool calling, agentic environments) build the training rows from the turns they generate, with no workflow between; false is accepted",
     "trinity:model.logprobs": "log-probs of the top alternatives of each sampled token (vLLM's logprobs > 0): posttrain keeps the sampled token's only",
 }
 
