@@ -149,8 +149,9 @@ UNSUPPORTED: dict[str, str] = {
     "verl:reward_model.num_workers": _REWARD_LOOP,
     "verl:reward_model.rollout": _REWARD_LOOP,
     "verl:reward_model.reward_kwargs": "keyword arguments of verl's reward manager class (reward_model.reward_manager; DAPO's overlong_buffer_cfg is reward.overlong_buffer): not translated yet (issue 18)",
-    "roll:reward_system_config": "not implemented yet: ROLL's agentic reward system settings (agentic issue 15)",
-    "trinity:buffer.explorer_input.taskset.reward_fn_args": "arguments of Trinity-RFT's workflow reward functions: not implemented yet (Trinity workflows: decoupled explorer/trainer issue 16)",
+    "roll:reward_system_config": ("ROLL's remote reward-system worker (a reward service over HTTP, with its URLs and credentials): "
+                                  "posttrain scores with reward functions and workers in its own processes (reward.*), not a remote service"),
+    "trinity:buffer.explorer_input.taskset.reward_fn_args": "arguments of Trinity-RFT's reward-function classes, which are not translated: posttrain scores with reward.custom_reward_function (its reward_kwargs) or reward.workers",
     "roll:reward": "ROLL's reward-model role (a model served by vLLM to score responses): not implemented yet: vLLM/SGLang engines (issue 19); posttrain's reward model is reward.reward_model (a sequence classifier)",
     "roll:reward_model": "ROLL's shared reward-model cluster (InferWorker + vLLM): not implemented yet: vLLM/SGLang engines (issue 19); posttrain's reward model is reward.reward_model (a sequence classifier)",
 }

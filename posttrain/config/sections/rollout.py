@@ -130,9 +130,12 @@ class RolloutConfig:
     custom_async_server_name: str | None = param(None, doc="Name of the async server class in that file.", todo="custom async rollout servers (later issue)", refs=[f"{_VERL}.agent.custom_async_server.name"])
 
 
-_NCCL_OFFLOAD = "not implemented yet: offloading NCCL buffers while a colocated role sleeps (GPU memory; issue 19)"
+_NCCL_OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleeps (ROLL, GPU memory): posttrain keeps its process "
+                 "groups for the whole run; it frees the rollout engine's memory between generations with rollout.free_cache_engine")
 _STOP = "not implemented yet: stop strings (a response ends at the end-of-sequence token or the length limit; issue 22)"
-_DUMP = "not implemented yet: dumping rollouts to files and replaying them instead of generating (no issue yet)"
+_DUMP = ("ROLL's dump and replay of rollouts in place of generating (for debugging): posttrain writes each step's rollouts to "
+         "trainer.rollout_data_dir to read, and trains on stored rollouts by exploring into a buffer (trainer.mode explore) "
+         "and training from it (trainer.mode train); a run is reproduced from its seeds")
 
 # Reference keys with no field in `rollout`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
@@ -145,13 +148,16 @@ UNSUPPORTED: dict[str, str] = {
     "roll:actor_infer.generating_args.stop_strings": _STOP,
     "roll:actor_infer.generating_args.include_stop_str_in_output": _STOP,
     "roll:actor_infer.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
-    "roll:async_generation_ratio": "not implemented yet: generating the next batches while training (ROLL's asynchronous pipeline): decoupled explorer/trainer (issue 16)",
+    "roll:async_generation_ratio": ("ROLL's share of the next batch generated while training: posttrain generates ahead of training with its "
+                                    "decoupled explorer and trainer, bounded in whole batches by synchronizer.sync_offset (docs/async.md); set that instead"),
     "roll:rollout_dump_dir": _DUMP,
     "roll:rollout_mock": _DUMP,
     "verl:actor_rollout_ref.rollout.multi_stage_wake_up": "vLLM/SGLang memory wake-up order: " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
     "verl:actor_rollout_ref.rollout.sglang_rollout_mode": "SGLang's rollout mode: " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
     "verl:actor_rollout_ref.rollout.server": "HTTP rollout server settings: not implemented yet: asynchronous rollout server (issue 19)",
-    "verl:actor_rollout_ref.rollout.trace": "not implemented yet: tracing rollouts to an external tracer (weave, mlflow; agentic issue 15)",
+    "verl:actor_rollout_ref.rollout.trace": ("tracing rollouts to an external tracer (weave, mlflow): posttrain writes rollouts to "
+                                             "trainer.rollout_data_dir and validation generations to trainer.validation_data_dir (JSONL), "
+                                             "and shows validation samples in wandb/mlflow with trainer.log_val_generations"),
     "verl:actor_rollout_ref.rollout.over_sample_rate": "not implemented yet: over-sampling and cutting the slowest rollouts (asynchronous rollout server, issue 19)",
     "verl:actor_rollout_ref.rollout.engine_kwargs.trtllm": "the TensorRT-LLM engine is not provided (engines: hf; vLLM/SGLang: issue 19)",
     "verl:actor_rollout_ref.rollout.checkpoint_engine": "verl's weight-transfer engine to vLLM/SGLang servers; posttrain syncs weights itself (cluster/weight_sync.py): " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
