@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 
@@ -52,6 +55,8 @@ def _run(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.checkpoint import STAGE_COMPLETE
     from posttrain.cluster.launch import launch, launch_halves
+    from posttrain.cluster.nsight import UNDER_NSYS_ENV
+    from posttrain.errors import ConfigError
     from posttrain.trainer.decoupled import ROLE_ENV, is_decoupled
     from posttrain.cluster.placement import plan_world
     from posttrain.cluster.process_logs import configure_logging
@@ -72,16 +77,23 @@ def _train(args: argparse.Namespace, cfg) -> int:
             prepare(cfg.prepare)  # once, before any worker starts
         stages = stage_configs(cfg)
         base = run_directory(cfg)
+        nsys = _nsight_prefix(cfg, base) if world is None and UNDER_NSYS_ENV not in os.environ else None
         if world is None and ROLE_ENV not in os.environ and any(is_decoupled(s.config) for s in stages):
             check_run(cfg)  # every check before the first step, before either process starts
-            return launch_halves(argv, base, ROLE_ENV, cfg.log)
+            return launch_halves(argv, base, ROLE_ENV, cfg.log, prefix=nsys)
         if world is None and plan.size > 1:
             check_run(cfg)  # every check before the first step, before any worker starts
             if plan.launcher == "ray":
+                if nsys is not None:
+                    raise ConfigError("trainer.worker_nsight_options: the Ray launcher (cluster.launcher: ray) runs the workers as Ray actors, "
+                                      "which posttrain does not start itself; use cluster.launcher: local, or start the run under nsys yourself")
                 from posttrain.cli import main  # each actor runs this command's main in-process
 
                 return launch_ray(main, argv, plan, base, cfg.cluster, cfg.log)
-            return launch(argv, plan.size, base, plan.device, dict(cfg.cluster.env_vars), cfg.log)
+            return launch(argv, plan.size, base, plan.device, dict(cfg.cluster.env_vars), cfg.log, prefix=nsys)
+        if nsys is not None:  # this process computes alone: the same command again, under nsys
+            check_run(cfg)
+            return subprocess.call([*nsys(0), sys.executable, "-m", "posttrain", *argv])
         stage_dirs = [base / s.name for s in stages] if len(stages) > 1 else [base]
         was_complete = all((d / STAGE_COMPLETE).is_file() for d in stage_dirs)
         if world is None and plan.device == "cuda":  # one process on the GPU (n_gpus_per_node 1): say where once
@@ -102,6 +114,29 @@ def _train(args: argparse.Namespace, cfg) -> int:
             print(f"final model: {r.final_model}")
     _print_summary(base, stages, results)
     return 0
+
+
+def _nsight_prefix(cfg, base):
+    """rank -> `nsys profile ...` prefix when trainer.worker_nsight_options asks for one (profiler.tool
+    nsys over profiler.steps), else None; the processes started under it inherit UNDER_NSYS_ENV, so
+    they run instead of wrapping themselves again."""
+    from posttrain.cluster.nsight import UNDER_NSYS_ENV, nsys_prefix
+    from posttrain.errors import ConfigError
+    from posttrain.trainer.profiling import trace_windows
+
+    p, options = cfg.profiler, dict(cfg.trainer.worker_nsight_options)
+    if not options or p.tool != "nsys" or not p.steps:
+        return None
+    windows = len(set(trace_windows(list(p.steps), p.profile_continuous_steps).values()))
+    out_dir = Path(p.save_path).expanduser() if p.save_path else base / "profile"
+    try:
+        prefix = nsys_prefix(options, windows, out_dir)
+    except FileNotFoundError:
+        raise ConfigError("trainer.worker_nsight_options: starting the workers under Nsight Systems needs the nsys program, "
+                          "which is not on PATH on this machine; install Nsight Systems, or remove the options") from None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.environ[UNDER_NSYS_ENV] = "1"
+    return prefix
 
 
 def _explorer_env(cfg) -> None:

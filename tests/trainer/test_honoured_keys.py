@@ -364,6 +364,7 @@ AGENTIC_TESTS = {
 }
 
 ELSEWHERE = {
+    "trainer.worker_nsight_options": "tests/cluster/test_nsight.py::test_workers_start_under_nsys_with_the_options",
     "env.render_save_dir": "tests/trainer/test_agentic.py::test_render_save_dir_writes_each_validation_episode_as_text_frames",
     "explorer.env_vars": "tests/trainer/test_explorer_env.py::test_the_reward_function_of_a_run_sees_the_variables",
     "data.sft_loss_turns": "tests/data/test_data_sft_dpo.py::test_sft_loss_turns_last_trains_only_the_final_message",
