@@ -89,19 +89,20 @@ class DataConfig:
     interleave_probs: str | None = param(None, doc="Sampling probability of each training file, comma separated.", todo="file-weighted sampling (later issue)", refs=["roll:actor_train.data_args.interleave_probs"])
 
 
+_MULTIMODAL = "multimodal data (images, video): posttrain trains text-only models (until multimodal support)"
 # Reference keys with no field in `data`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
     "verl:data.multiturn.enable": "set data.messages_key to the conversation column instead (verl's multiturn.messages_key)",
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "roll:actor_train.data_args.image_max_pixels": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:actor_train.data_args.video_total_pixels": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:actor_train.data_args.video_min_pixels": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:actor_train.data_args.video_max_pixels": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:actor_train.data_args.video_fps": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:actor_train.data_args.video_max_frames": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:actor_train.data_args.video_folder": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:validation.data_args.image_max_pixels": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:actor_train.data_args.custom_data_kwargs_func": "not implemented yet: a user function building extra row columns (use a custom dataset class: data.custom_cls; issue 22)",
+    "roll:actor_train.data_args.image_max_pixels": _MULTIMODAL,
+    "roll:actor_train.data_args.video_total_pixels": _MULTIMODAL,
+    "roll:actor_train.data_args.video_min_pixels": _MULTIMODAL,
+    "roll:actor_train.data_args.video_max_pixels": _MULTIMODAL,
+    "roll:actor_train.data_args.video_fps": _MULTIMODAL,
+    "roll:actor_train.data_args.video_max_frames": _MULTIMODAL,
+    "roll:actor_train.data_args.video_folder": _MULTIMODAL,
+    "roll:validation.data_args.image_max_pixels": _MULTIMODAL,
+    "roll:actor_train.data_args.custom_data_kwargs_func": "a user function building extra row columns (ROLL): posttrain builds rows from a file with a custom dataset class instead (data.custom_cls)",
     "roll:validation.data_args.dataset_dir": "validation files are read relative to data.dataset_dir (ROLL: actor_train.data_args.dataset_dir), the training files' folder",
     "roll:validation.data_args.preprocessing_num_workers": "the validation set is tokenised with data.filter_overlong_prompts_workers processes, the training set's",
     "roll:validation.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
@@ -109,9 +110,9 @@ UNSUPPORTED: dict[str, str] = {
     "roll:prompt_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage: data.prompt_key; issue 18)",
     "roll:query_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage; issue 18)",
     "roll:response_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage: data.response_key; issue 18)",
-    "verl:data.return_multi_modal_inputs": "not implemented yet: multimodal data (images, video; later issue)",
-    "trinity:buffer.explorer_input.taskset.data_selector": "not implemented yet: Trinity-RFT's task selectors (difficulty-based curricula: custom samplers, curriculum issue)",
-    "roll:actor_train.data_args.audio_folder": "not implemented yet: multimodal data (images, video; later issue)",
+    "verl:data.return_multi_modal_inputs": _MULTIMODAL,
+    "trinity:buffer.explorer_input.taskset.data_selector": "Trinity-RFT's task selectors (curricula that re-rank tasks by their rollout results): posttrain draws tasks in a seeded shuffled order (data.shuffle, data.seed) or by domain (data.domain_interleave_probs)",
+    "roll:actor_train.data_args.audio_folder": _MULTIMODAL,
 }
 
 

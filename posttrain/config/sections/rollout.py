@@ -158,7 +158,7 @@ UNSUPPORTED: dict[str, str] = {
     "verl:actor_rollout_ref.rollout.trace": ("tracing rollouts to an external tracer (weave, mlflow): posttrain writes rollouts to "
                                              "trainer.rollout_data_dir and validation generations to trainer.validation_data_dir (JSONL), "
                                              "and shows validation samples in wandb/mlflow with trainer.log_val_generations"),
-    "verl:actor_rollout_ref.rollout.over_sample_rate": "not implemented yet: over-sampling and cutting the slowest rollouts (asynchronous rollout server, issue 19)",
+    "verl:actor_rollout_ref.rollout.over_sample_rate": "over-sampling and cutting the slowest rollouts: posttrain generates every batch whole in one engine call (and keeps explorer and trainer in step by synchronizer.sync_interval / sync_offset)",
     "verl:actor_rollout_ref.rollout.engine_kwargs.trtllm": "the TensorRT-LLM engine is not provided (engines: hf; vLLM/SGLang: issue 19)",
     "verl:actor_rollout_ref.rollout.checkpoint_engine": "verl's weight-transfer engine to vLLM/SGLang servers; posttrain syncs weights itself (cluster/weight_sync.py): " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
     "trinity:explorer.rollout_model": "options of Trinity-RFT's vLLM rollout model (OpenAI API server, tool-call and reasoning parsers): " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
