@@ -118,17 +118,26 @@ def _train(args: argparse.Namespace, cfg) -> int:
 
 def _nsight_prefix(cfg, base):
     """rank -> `nsys profile ...` prefix when trainer.worker_nsight_options asks for one (profiler.tool
-    nsys over profiler.steps), else None; the processes started under it inherit UNDER_NSYS_ENV, so
-    they run instead of wrapping themselves again."""
+    nsys over profiler.steps, in the base config or a stage's), else None; the processes started under
+    it inherit UNDER_NSYS_ENV, so they run instead of wrapping themselves again. A process is started
+    once for all its stages, so the stages that ask must agree on the options; each traced window of
+    each of them is one capture range."""
     from posttrain.cluster.nsight import UNDER_NSYS_ENV, nsys_prefix
+    from posttrain.config import stage_configs
     from posttrain.errors import ConfigError
     from posttrain.trainer.profiling import trace_windows
 
-    p, options = cfg.profiler, dict(cfg.trainer.worker_nsight_options)
-    if not options or p.tool != "nsys" or not p.steps:
+    asked = [s.config for s in stage_configs(cfg) if s.config.trainer.worker_nsight_options
+             and s.config.profiler.tool == "nsys" and s.config.profiler.steps]
+    if not asked:
         return None
-    windows = len(set(trace_windows(list(p.steps), p.profile_continuous_steps).values()))
-    out_dir = Path(p.save_path).expanduser() if p.save_path else base / "profile"
+    options = dict(asked[0].trainer.worker_nsight_options)
+    if any(dict(c.trainer.worker_nsight_options) != options for c in asked):
+        raise ConfigError("trainer.worker_nsight_options: the stages that profile with nsys give different options, but each "
+                          "process is started under nsys once for the whole run; give the same options to every such stage")
+    windows = sum(len(set(trace_windows(list(c.profiler.steps), c.profiler.profile_continuous_steps).values())) for c in asked)
+    save = asked[0].profiler.save_path
+    out_dir = Path(save).expanduser() if save else base / "profile"
     try:
         prefix = nsys_prefix(options, windows, out_dir)
     except FileNotFoundError:
@@ -143,13 +152,21 @@ def _explorer_env(cfg) -> None:
     """explorer.env_vars, in this process when it explores: set before the run builds anything, so
     the engine, reward functions and the processes they start (reward pools, sandboxes) inherit
     them; a launcher of workers sets them before it starts them (they inherit them). The launcher of a
-    decoupled run sets none: its trainer half must not inherit them, and its explorer half sets its own."""
+    decoupled run sets none: its trainer half must not inherit them, and its explorer half sets its own.
+    The environment is the process's, for all its stages: stages must agree on the variables."""
+    from posttrain.config import stage_configs
     from posttrain.config.sections.explorer import explorer_env
+    from posttrain.errors import ConfigError
     from posttrain.trainer.decoupled import ROLE_ENV, half_of, is_decoupled
 
-    if is_decoupled(cfg) and ROLE_ENV not in os.environ:
+    stages = [s.config for s in stage_configs(cfg)]
+    if any(dict(c.explorer.env_vars) != dict(cfg.explorer.env_vars) for c in stages):
+        raise ConfigError("explorer.env_vars: a stage gives other variables than the base config, but they are set in the "
+                          "process for the whole run; give them once, in the base config")
+    if any(is_decoupled(c) for c in stages) and ROLE_ENV not in os.environ:
         return
-    os.environ.update(explorer_env(cfg, half_of(cfg)))
+    halves = {half_of(c) for c in stages}
+    os.environ.update(explorer_env(cfg, "trainer" if halves == {"trainer"} else None))
 
 
 def torch_cuda_name() -> str:

@@ -76,3 +76,13 @@ def test_without_nsys_the_options_are_refused_naming_the_machine(tmp_path, monke
     monkeypatch.setenv("PATH", str(tmp_path))  # no nsys here
     with pytest.raises(ConfigError, match="needs the nsys program, which is not on PATH on this machine"):
         _nsight_prefix(load_config(None, list(NSYS)), tmp_path)
+
+
+def test_stages_profiling_with_nsys_count_their_windows_and_must_agree_on_options(fake_nsys, tmp_path):
+    rl = "{name: rl, profiler: {tool: nsys, steps: [2]}, actor: {profiler: {enable: true}}}"
+    cfg = load_config(None, ["trainer.worker_nsight_options={capture-range-end: null}", f"stages=[{{name: sft}}, {rl}]"])
+    prefix = _nsight_prefix(cfg, tmp_path)  # the RL stage's overrides ask for nsys: one traced window
+    assert "--capture-range-end=repeat-shutdown:1" in prefix(0)
+    other = rl.replace("actor:", "trainer: {worker_nsight_options: {trace: cuda}}, actor:")
+    with pytest.raises(ConfigError, match="stages that profile with nsys give different options"):
+        _nsight_prefix(load_config(None, ["trainer.worker_nsight_options={capture-range-end: null}", f"stages=[{rl}, {other.replace('name: rl', 'name: rl2')}]"]), tmp_path)

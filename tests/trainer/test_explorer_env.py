@@ -45,3 +45,15 @@ def test_the_reward_function_of_a_run_sees_the_variables(tmp_path, monkeypatch):
     step = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     rewards = [v for k, v in step.items() if k.startswith("critic/score/mean") or k == "reward/mean"]
     assert rewards and all(r == 0.75 for r in rewards), step
+
+
+def test_stages_must_agree_on_the_variables_of_the_process(monkeypatch):
+    import pytest
+
+    from posttrain.errors import ConfigError
+
+    monkeypatch.setenv(VAR, "unset")
+    cfg = load_config(None, [f"explorer.env_vars={{{VAR}: 7}}", f"stages=[{{name: a}}, {{name: b, explorer: {{env_vars: {{{VAR}: 8}}}}}}]"])
+    with pytest.raises(ConfigError, match="explorer.env_vars: a stage gives other variables"):
+        _explorer_env(cfg)
+    assert os.environ[VAR] == "unset"
