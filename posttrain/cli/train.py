@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 
@@ -52,6 +55,8 @@ def _run(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.checkpoint import STAGE_COMPLETE
     from posttrain.cluster.launch import launch, launch_halves
+    from posttrain.cluster.nsight import UNDER_NSYS_ENV
+    from posttrain.errors import ConfigError
     from posttrain.trainer.decoupled import ROLE_ENV, is_decoupled
     from posttrain.cluster.placement import plan_world
     from posttrain.cluster.process_logs import configure_logging
@@ -62,6 +67,7 @@ def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.trainer.run import check_run, run, run_directory
 
     world = world_from_env()  # set when this process is one of the workers a launcher started
+    _explorer_env(cfg)
     configure_logging(cfg.log.level)  # every process of the run: the launcher and each worker
     argv = ["train", *(["--dialect", args.dialect] if args.dialect else []), *([args.config] if args.config else []), *args.overrides]
     with naming_config_source(args.config, () if args.dialect else args.overrides, cfg.stages):
@@ -71,16 +77,23 @@ def _train(args: argparse.Namespace, cfg) -> int:
             prepare(cfg.prepare)  # once, before any worker starts
         stages = stage_configs(cfg)
         base = run_directory(cfg)
+        nsys = _nsight_prefix(cfg, base) if world is None and UNDER_NSYS_ENV not in os.environ else None
         if world is None and ROLE_ENV not in os.environ and any(is_decoupled(s.config) for s in stages):
             check_run(cfg)  # every check before the first step, before either process starts
-            return launch_halves(argv, base, ROLE_ENV, cfg.log)
+            return launch_halves(argv, base, ROLE_ENV, cfg.log, prefix=nsys)
         if world is None and plan.size > 1:
             check_run(cfg)  # every check before the first step, before any worker starts
             if plan.launcher == "ray":
+                if nsys is not None:
+                    raise ConfigError("trainer.worker_nsight_options: the Ray launcher (cluster.launcher: ray) runs the workers as Ray actors, "
+                                      "which posttrain does not start itself; use cluster.launcher: local, or start the run under nsys yourself")
                 from posttrain.cli import main  # each actor runs this command's main in-process
 
                 return launch_ray(main, argv, plan, base, cfg.cluster, cfg.log)
-            return launch(argv, plan.size, base, plan.device, dict(cfg.cluster.env_vars), cfg.log)
+            return launch(argv, plan.size, base, plan.device, dict(cfg.cluster.env_vars), cfg.log, prefix=nsys)
+        if nsys is not None:  # this process computes alone: the same command again, under nsys
+            check_run(cfg)
+            return subprocess.call([*nsys(0), sys.executable, "-m", "posttrain", *argv])
         stage_dirs = [base / s.name for s in stages] if len(stages) > 1 else [base]
         was_complete = all((d / STAGE_COMPLETE).is_file() for d in stage_dirs)
         if world is None and plan.device == "cuda":  # one process on the GPU (n_gpus_per_node 1): say where once
@@ -101,6 +114,59 @@ def _train(args: argparse.Namespace, cfg) -> int:
             print(f"final model: {r.final_model}")
     _print_summary(base, stages, results)
     return 0
+
+
+def _nsight_prefix(cfg, base):
+    """rank -> `nsys profile ...` prefix when trainer.worker_nsight_options asks for one (profiler.tool
+    nsys over profiler.steps, in the base config or a stage's), else None; the processes started under
+    it inherit UNDER_NSYS_ENV, so they run instead of wrapping themselves again. A process is started
+    once for all its stages, so the stages that ask must agree on the options; each traced window of
+    each of them is one capture range."""
+    from posttrain.cluster.nsight import UNDER_NSYS_ENV, nsys_prefix
+    from posttrain.config import stage_configs
+    from posttrain.errors import ConfigError
+    from posttrain.trainer.profiling import trace_windows
+
+    asked = [s.config for s in stage_configs(cfg) if s.config.trainer.worker_nsight_options
+             and s.config.profiler.tool == "nsys" and s.config.profiler.steps]
+    if not asked:
+        return None
+    options = dict(asked[0].trainer.worker_nsight_options)
+    if any(dict(c.trainer.worker_nsight_options) != options for c in asked):
+        raise ConfigError("trainer.worker_nsight_options: the stages that profile with nsys give different options, but each "
+                          "process is started under nsys once for the whole run; give the same options to every such stage")
+    windows = sum(len(set(trace_windows(list(c.profiler.steps), c.profiler.profile_continuous_steps).values())) for c in asked)
+    save = asked[0].profiler.save_path
+    out_dir = Path(save).expanduser() if save else base / "profile"
+    try:
+        prefix = nsys_prefix(options, windows, out_dir)
+    except FileNotFoundError:
+        raise ConfigError("trainer.worker_nsight_options: starting the workers under Nsight Systems needs the nsys program, "
+                          "which is not on PATH on this machine; install Nsight Systems, or remove the options") from None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.environ[UNDER_NSYS_ENV] = "1"
+    return prefix
+
+
+def _explorer_env(cfg) -> None:
+    """explorer.env_vars, in this process when it explores: set before the run builds anything, so
+    the engine, reward functions and the processes they start (reward pools, sandboxes) inherit
+    them; a launcher of workers sets them before it starts them (they inherit them). The launcher of a
+    decoupled run sets none: its trainer half must not inherit them, and its explorer half sets its own.
+    The environment is the process's, for all its stages: stages must agree on the variables."""
+    from posttrain.config import stage_configs
+    from posttrain.config.sections.explorer import explorer_env
+    from posttrain.errors import ConfigError
+    from posttrain.trainer.decoupled import ROLE_ENV, half_of, is_decoupled
+
+    stages = [s.config for s in stage_configs(cfg)]
+    if any(dict(c.explorer.env_vars) != dict(cfg.explorer.env_vars) for c in stages):
+        raise ConfigError("explorer.env_vars: a stage gives other variables than the base config, but they are set in the "
+                          "process for the whole run; give them once, in the base config")
+    if any(is_decoupled(c) for c in stages) and ROLE_ENV not in os.environ:
+        return
+    halves = {half_of(c) for c in stages}
+    os.environ.update(explorer_env(cfg, "trainer" if halves == {"trainer"} else None))
 
 
 def torch_cuda_name() -> str:

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from posttrain.cluster import RANK_ENV, WORLD_ENV
 from posttrain.cluster.process_logs import log_paths
@@ -74,9 +74,11 @@ def worker_env(rank: int, world_size: int, local_rank: int, master: tuple[str, i
     return env
 
 
-def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_vars: dict[str, str], log: Any = None) -> int:
+def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_vars: dict[str, str], log: Any = None,
+           prefix: Callable[[int], list[str]] | None = None) -> int:
     """Run `python -m posttrain <argv>` as `world_size` workers; returns the launcher's exit status.
-    `log` is the config's log section (where the workers' log files go)."""
+    `log` is the config's log section (where the workers' log files go); `prefix(rank)`, when given,
+    is put in front of each worker's command (`nsys profile ...`: posttrain.cluster.nsight)."""
     master = ("127.0.0.1", free_port())
     procs: list[subprocess.Popen] = []
     logs = log_paths(log, run_dir, [f"rank{r}" for r in range(world_size)])
@@ -86,14 +88,16 @@ def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_var
         env = dict(os.environ, **worker_env(rank, world_size, rank, master, device, env_vars, threads))
         err = logs[rank].open("w", encoding="utf-8")
         out = None if rank == 0 else err  # rank 0 is the console; the others only log
-        procs.append(subprocess.Popen([sys.executable, "-m", "posttrain", *argv], env=env, stdout=out, stderr=err))
+        command = [*(prefix(rank) if prefix else []), sys.executable, "-m", "posttrain", *argv]
+        procs.append(subprocess.Popen(command, env=env, stdout=out, stderr=err))
         err.close()
     print(f"posttrain: {world_size} worker processes on {device} (pids {', '.join(str(p.pid) for p in procs)}); "
           f"each hosts {ROLES}; logs in {log_dir}", flush=True)
     return watch(procs, logs)
 
 
-def launch_halves(argv: list[str], run_dir: Path, role_env: str, log: Any = None) -> int:
+def launch_halves(argv: list[str], run_dir: Path, role_env: str, log: Any = None,
+                  prefix: Callable[[int], list[str]] | None = None) -> int:
     """Run `python -m posttrain <argv>` twice, as the trainer and the explorer of a decoupled run
     (`posttrain.trainer.decoupled`), each told its half by `role_env`; watched like workers. The
     trainer's output is the console; both log to `<log dir>/{trainer,explorer}.log`."""
@@ -107,8 +111,8 @@ def launch_halves(argv: list[str], run_dir: Path, role_env: str, log: Any = None
         if "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = str(threads)
         err = log.open("w", encoding="utf-8")
-        procs.append(subprocess.Popen([sys.executable, "-m", "posttrain", *argv], env=env,
-                                      stdout=None if half == "trainer" else err, stderr=err))
+        command = [*(prefix(len(procs)) if prefix else []), sys.executable, "-m", "posttrain", *argv]
+        procs.append(subprocess.Popen(command, env=env, stdout=None if half == "trainer" else err, stderr=err))
         err.close()
     print(f"posttrain: decoupled run: trainer (pid {procs[0].pid}) and explorer (pid {procs[1].pid}) meet in the "
           f"experience buffer; logs in {log_dir}", flush=True)

@@ -29,7 +29,6 @@ from posttrain.config.sections.profiler import GlobalProfilerConfig
 from posttrain.config.sections.ref import RefConfig
 from posttrain.config.sections.reward import RewardConfig
 from posttrain.config.sections.rollout import RolloutConfig
-from posttrain.config.sections.service import ServiceConfig
 from posttrain.config.sections.synchronizer import SynchronizerConfig
 from posttrain.config.sections.trainer import TrainerConfig
 
@@ -54,7 +53,6 @@ class Config:
     explorer: ExplorerConfig = param(factory=ExplorerConfig, doc="Generating half of a decoupled explorer/trainer run.")
     buffer: BufferConfig = param(factory=BufferConfig, doc="Tasksets and experience buffers of a decoupled run.")
     synchronizer: SynchronizerConfig = param(factory=SynchronizerConfig, doc="Weight synchronisation of a decoupled run.")
-    service: ServiceConfig = param(factory=ServiceConfig, doc="External services (Data-Juicer).")
     data_processor: DataProcessorConfig = param(factory=DataProcessorConfig, doc="Operator pipelines over tasks and experiences.")
     prepare: PrepareConfig = param(factory=PrepareConfig, doc="Tiny model and synthetic task built before the run when missing.")
     stages: list[dict[str, Any]] = param(factory=list, doc="Multi-stage run: each item has `name` plus section overrides, run in order.", refs=["trinity:stages", "trinity:stages.stage_name"])

@@ -52,10 +52,12 @@ def response_text(table: RowTable, i: int, cfg: DataConfig) -> str:
 
 def sft_conversation(table: RowTable, i: int, cfg: DataConfig) -> tuple[list[Message], int, str]:
     """(messages, first message the loss may cover, column) of an SFT row: a whole conversation
-    under `messages_key` (loss on every assistant turn), or prompt + response (loss on the response)."""
+    under `messages_key` (loss on every assistant turn, or with `sft_loss_turns: last` on the final
+    message only), or prompt + response (loss on the response)."""
     raw, messages, col = prompt_cell(table, i, cfg)
     if cfg.messages_key is not None:
-        return messages, 0, col
+        # last: earlier assistant turns are context, as when Trinity-RFT renders messages[:-1] as the prompt
+        return messages, (len(messages) - 1 if cfg.sft_loss_turns == "last" else 0), col
     return [*messages, {"role": "assistant", "content": response_text(table, i, cfg)}], len(messages), cfg.response_key
 
 

@@ -11,7 +11,8 @@ the batch unchanged, only the model's tokens counting (`train_mask`).
 Seeds: a training group's seed is drawn from (trainer.seed, step, group), so a resumed run replays
 exactly the episodes it would have played, with no sampler state to save; validation's groups use
 (trainer.seed, "val", group), the same held-fixed episodes at every validation. Validation reports
-the success rate, reward and turns per tag (`val/<tag>/success`, ...).
+the success rate, reward and turns per tag (`val/<tag>/success`, ...), and with env.render_save_dir
+writes each validation episode's frames as text (posttrain.rollout.episode_render).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,6 +36,7 @@ from posttrain.errors import ConfigError
 from posttrain.rollout.agent_loop import EnvSlot, LoopLimits, run_episodes
 from posttrain.rollout.base import SamplingParams
 from posttrain.rollout.env_guard import FaultPolicy
+from posttrain.rollout.episode_render import write_episode_renders
 from posttrain.rollout.trajectory import Trajectory, anchor_ids, to_rollout_batch
 from posttrain.rollout.turns import TurnRenderer
 from posttrain.trainer.metrics import PhaseTimer
@@ -161,13 +164,17 @@ class AgenticRollout:
         texts = self.tokenizer.batch_decode([t.response_ids for t in trajs], skip_special_tokens=False)
         return Experience(batch, scores, texts, episode_metrics(trajs, "env"), policy_step=policy_step)
 
-    def validate(self, rollout: Any, params: SamplingParams, version: int) -> dict[str, float]:
-        """Success rate, reward and turns per tag over the fixed validation groups."""
+    def validate(self, rollout: Any, params: SamplingParams, version: int, render_dir: Path | None = None) -> dict[str, float]:
+        """Success rate, reward and turns per tag over the fixed validation groups; with `render_dir`
+        (env.render_save_dir/global_step_N on the main process), every episode's frames as text there."""
         if not self.plan.val_groups:
             return {}
         manager = self.cfg.env.val_env_manager
         slots = self._slots(manager, "env.val_env_manager", self.plan.val_groups, "val", 0)
-        return episode_metrics(self._play(rollout, manager, slots, params, version, "val"), "val")
+        trajs = self._play(rollout, manager, slots, params, version, "val")
+        if render_dir is not None:
+            write_episode_renders(render_dir, trajs, lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True))
+        return episode_metrics(trajs, "val")
 
     def _prompts(self, trajs: list[Trajectory]) -> list[str]:
         return self.tokenizer.batch_decode([t.prompt_ids for t in trajs], skip_special_tokens=False)

@@ -240,7 +240,9 @@ class RLTrainer:
         # the actor's version in step with it; an explorer's engine has no actor beside it
         version = self.roles.actor.version if self.roles.actor is not None else self.roles.engine.weights_version
         if self.agent is not None:
-            return self.agent.validate(rollout, self.val_sampling, version)
+            renders = self.cfg.env.render_save_dir
+            render_dir = Path(renders) / f"global_step_{step}" if renders and self.ctx.world.is_main else None
+            return self.agent.validate(rollout, self.val_sampling, version, render_dir)
         if self.val_set is None:
             return {}
         sampler = make_sampler(self.cfg.data, len(self.val_set), split="val")

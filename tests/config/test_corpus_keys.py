@@ -41,9 +41,9 @@ def test_unknown_children_inherit_their_sections_reason():
     _, report = translate({"actor_rollout_ref": {"rollout": {"trace": {"backend": "weave", "some_new_key": 1}}}}, "verl")
     (entry,) = report.refused  # one line for the section, whatever keys it holds
     assert entry.key == "actor_rollout_ref.rollout.trace"
-    assert entry.reason.startswith("not implemented yet: tracing rollouts to an external tracer"), entry
+    assert entry.reason.startswith("not supported: tracing rollouts to an external tracer"), entry
     _, report = translate({"student": {"model_args": {"dtype": "bf16"}}, "kd_objective": "forward_kl"}, "roll")
-    assert all("knowledge distillation" in e.reason for e in report.refused) and len(report.refused) == 2
+    assert all("knowledge-distillation pipeline" in e.reason for e in report.refused) and len(report.refused) == 2
 
 
 def test_trinity_logprobs_zero_and_display_keys_are_dropped():

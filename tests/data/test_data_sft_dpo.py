@@ -32,6 +32,22 @@ def test_multi_turn_loss_on_every_assistant_turn_only(tmp_path, tokenizer):
     assert ex.loss_mask == [0] * len(head) + [1] * turn + [0] * len(mid) + [1] * turn
 
 
+def test_sft_loss_turns_last_trains_only_the_final_message(tmp_path, tokenizer):
+    chat = [
+        {"role": "user", "content": "u1"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "u2"},
+        {"role": "assistant", "content": "a2"},
+    ]
+    path = write_rows(tmp_path / "s.jsonl", [{"messages": chat}])
+    cfg = DataConfig(messages_key="messages", sft_loss_turns="last", system_prompt="s")
+    ex = build_sft_dataset(cfg, path, tokenizer)[0]
+    context = chatml_ids(("system", "s"), ("user", "u1"), ("assistant", "a1"), ("user", "u2"), generation_prompt=True)
+    assert ex.input_ids == chatml_ids(("system", "s"), *[(m["role"], m["content"]) for m in chat])
+    # a1 is context now (the system prompt added in front shifts the turns by one)
+    assert ex.loss_mask == [0] * len(context) + [1] * 4
+
+
 def test_system_prompt_is_added_and_not_trained(tmp_path, tokenizer):
     path = write_rows(tmp_path / "s.jsonl", [{"prompt": "q", "response": "r"}])
     ex = build_sft_dataset(DataConfig(system_prompt="sys"), path, tokenizer)[0]

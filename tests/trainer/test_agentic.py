@@ -182,3 +182,17 @@ def test_each_env_plays_the_episodes_the_batch_needs_up_to_max_traj_per_env(mode
         trainer(model, tmp_path, *common, "env.train_env_manager.max_traj_per_env=1")
     with pytest.raises(ConfigError, match=r"env.val_env_manager.max_traj_per_env: 0 is below the 1 episode\(s\) each environment plays per validation"):
         trainer(model, tmp_path, *common, "env.val_env_manager.max_traj_per_env=0")
+
+
+def test_render_save_dir_writes_each_validation_episode_as_text_frames(model, tmp_path):
+    renders = tmp_path / "render"
+    t = trainer(model, tmp_path, "env.train_env_manager.tags=[A]", "data.train_batch_size=1", "env.val_env_manager.tags=[A,B]",
+                "env.val_env_manager.num_env_groups=2", f"env.render_save_dir={renders}")
+    metrics = t.validate(3)
+    files = sorted((renders / "global_step_3").iterdir())
+    assert len(files) == metrics["val/episodes"] == 2
+    assert [f.name.split("_")[1] for f in files] == ["A", "B"]  # <index>_<tag>_<reward>.txt
+    text = files[0].read_text()
+    assert text.startswith("# tag A, seed ") and "## frame 0" in text and "## action 1" in text
+    assert text.count("## action ") <= 3  # A's max_steps
+    assert not (tmp_path / "run" / "render").exists() and len(list(renders.iterdir())) == 1

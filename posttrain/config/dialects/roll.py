@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from posttrain.config.dialects import roll_defaults
+from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, env_manager_sampling
 from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
@@ -46,6 +47,8 @@ _HARMLESS_VALUES = {
     "ipo": (False,),
     "importance_sampling": ("token",),  # ROLL's default: the per-token ratio, as posttrain's
     "use_topr_neg_loss_coef": (0, 0.0),  # plain DPO (sigmoid loss), posttrain's algorithm.dpo.loss_type default
+    **{f"{m}.worker_cls": ("roll.pipeline.agentic.environment_worker.EnvironmentWorker",) for m in ("train_env_manager", "val_env_manager")},
+    "skip_mock_system_prompt": (True,),  # the chat template as it is, as posttrain renders turns
 }
 # Per-role keys posttrain takes from another key: dropped when equal to it.
 _SAME_AS = {
@@ -341,6 +344,7 @@ RULES: dict[str, Rule] = {
            ("data_args", _RULE_WORKER_UNUSED["data_args"], "refused unless left out (the judge writes its prompt in its own tokenizer's template)"),
            ("strategy_args", _RULE_WORKER_UNUSED["strategy_args"], "hf_infer is dropped (posttrain's HF engine runs it), another engine is refused"),
            ("device_mapping", _RULE_WORKER_UNUSED["device_mapping"], "dropped (it runs in the training process, on its device)"))},
+    **AGENTIC_RULES,
 }
 
 _DPO_KEYS = ("ipo", "beta", "label_smoothing", "chosen_key", "rejected_key")
@@ -369,4 +373,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, *roll_defaults.HANDLERS]
+HANDLERS = [template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, *roll_defaults.HANDLERS]

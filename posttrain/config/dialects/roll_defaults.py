@@ -97,7 +97,7 @@ def sampling(ctx: Context) -> None:
             continue  # no validation worker: ROLL does not validate
         args = ctx.get(f"{role}.generating_args") or {}
         for name, value in GENERATING_DEFAULTS.items():
-            if name not in args:
+            if name not in args and f"{native}.{name}" not in ctx.origin:  # a training env manager's own settings win
                 ctx.set(f"{native}.{name}", value, f"{role}.generating_args.{name}", ROLL_DEFAULT)
         if role == "validation":
             key = f"{role}.generating_args.do_sample"

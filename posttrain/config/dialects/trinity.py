@@ -12,6 +12,8 @@ some lives in tests/config/reference_configs).
   Hugging Face dataset name, read from the local cache; posttrain never downloads), its ``format`` keys the ``data``
   column keys, its ``rollout_args`` the rollout sampling; evaluation tasksets become
   ``data.val_files`` and ``rollout.val_kwargs``.
+- An SFT/DPO run's ``buffer.trainer_input.experience_buffer`` (its files and ``format`` keys) is
+  posttrain's ``data`` section too: posttrain.config.dialects.trinity_experience.
 - ``trainer.trainer_config`` is an inline verl config: it is translated with the verl dialect.
 - ``stages``: each stage's keys are Trinity keys too; ``stage_name`` is posttrain's ``name``.
 """
@@ -29,9 +31,13 @@ from posttrain.config.dialects.values import value_hook
 from posttrain.config.tables import Rule
 from posttrain.config.dialects.trinity_types import algorithm_type, stage_algorithm_type
 from posttrain.config.dialects.trinity_files import data_files
+from posttrain.config.dialects.trinity_explorer import RULES as EXPLORER_RULES, accepted_default, auxiliary, sample_strategy
+from posttrain.config.dialects.trinity_experience import RULES as EXPERIENCE_RULES, experience_files, stage_experience_files
 
 _TS = "buffer.explorer_input.taskset"
 _EVAL = "buffer.explorer_input.eval_tasksets"
+_TASK_FILES = ("posttrain reads tasks from files (data.train_files, data.val_files); a queue or SQL taskset that another "
+               "process fills during the run is not read: write the tasks to a jsonl or parquet file and point path there")
 _FORMAT_TO_DATA = {name: f"data.{name}" for name in ("prompt_key", "response_key", "system_prompt", "system_prompt_key", "reply_prefix", "enable_thinking")}
 
 
@@ -40,7 +46,7 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
     for name in ("path", "split", "subset_name", "storage_type", "name", "repeat_times", "rollout_args", "format"):
         ctx.consume(f"{prefix}.{name}")
     if item.get("storage_type", "file") != "file":
-        ctx.refuse(f"{prefix}.storage_type", "not implemented yet: queue/sql tasksets (decoupled explorer/trainer issue); a synchronous run reads files", None, item.get("storage_type"))
+        ctx.refuse(f"{prefix}.storage_type", _TASK_FILES, None, item.get("storage_type"))
     elif "storage_type" in item:
         ctx.drop(f"{prefix}.storage_type", "file: the taskset is read from files, as posttrain does")
     if f"{prefix}.path" not in ctx.unresolved:  # an unresolved path is already refused by name
@@ -111,7 +117,7 @@ def tasksets(ctx: Context) -> None:
             _taskset(ctx, prefix, item, training=False)
             for name, value in item.items():  # what _taskset did not take: workflows and the like
                 if f"{prefix}.{name}" not in ctx.handled:
-                    ctx.refuse(f"{prefix}.{name}", "not implemented yet: decoupled explorer/trainer issue (workflows, per-taskset reward functions)", None, value)
+                    ctx.refuse(f"{prefix}.{name}", "an evaluation taskset's own setting beyond its files, format, repeat_times and rollout_args: posttrain validates data.val_files with the training stage's rollout path and reward.*", None, value)
 
 
 def resolve_trainer_config(composed: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -208,6 +214,9 @@ def prompt_truncation(ctx: Context) -> None:
 
 
 def ignorable(ctx: Context, key: str, value: Any) -> str | None:
+    accepted = accepted_default(key, value)  # a refused explorer key at a value that is what posttrain does
+    if accepted is not None:
+        return accepted
     if key.endswith(".enable_progress_bar"):
         return "a progress bar of Trinity-RFT's buffer reader: display only"
     if key == "model.logprobs" and value in (0, None):
@@ -229,6 +238,7 @@ RULES: dict[str, Rule] = {
     f"{_TS}.split": Rule("data.train_files", "the split of the taskset's path that trains", "train", _WITH_PATH),
     f"{_TS}.subset_name": Rule("data.train_files", "the configuration (subset) of the taskset's dataset", "main", _WITH_PATH),
     f"{_TS}.name": Rule(None, "names the taskset's metrics in Trinity-RFT; posttrain's metrics are named by stage", "gsm8k", _WITH_PATH),
+    f"{_TS}.storage_type": Rule(None, "file (Trinity-RFT's default): the taskset is read from files, as posttrain does; queue and sql are refused (" + _TASK_FILES + ")", "file", _WITH_PATH),
     f"{_TS}.repeat_times": Rule("rollout.n", "responses sampled per task", 4, _WITH_PATH),
     f"{_TS}.rollout_args": Rule("rollout.temperature, rollout.top_p, rollout.top_k", "the taskset's sampling settings (other keys are refused)", {"temperature": 0.7}, _WITH_PATH),
     f"{_TS}.rollout_args.temperature": Rule("rollout.temperature", "sampling temperature of the training rollouts", 0.7, _WITH_PATH),
@@ -242,8 +252,10 @@ RULES: dict[str, Rule] = {
     f"{_IN}.default_eval_workflow_type": Rule(None, "the workflow of evaluation tasksets that name none: validation runs the training stage's own rollout path, so the workflows standing for it are accepted and change nothing, the others are refused", "simple_workflow", ((f"{_IN}.eval_tasksets", [{"path": _DATASET}]),)),
     "algorithm.policy_loss_fn_args": Rule("actor.clip_ratio*, actor.clip_ratio_c, actor.loss_agg_mode, actor.policy_loss.loss_args", "the policy loss's options: clip_range* and clip_ratio_c to the actor's clip fields, loss_agg_mode to the actor's, the rest to actor.policy_loss.loss_args (an option posttrain's loss does not declare is refused by name)", {"clip_range": 0.2}),
     "trainer.trainer_config": Rule("(each verl key's posttrain home)", "an inline verl trainer config, translated with the verl dialect (a value it sets wins over Trinity's derived defaults)", {"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}),
+    **EXPERIENCE_RULES,
+    **EXPLORER_RULES,
 }
 
-HANDLERS = [algorithm_type, kl_defaults, prompt_truncation, workflows, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
+HANDLERS = [algorithm_type, sample_strategy, auxiliary, kl_defaults, prompt_truncation, workflows, experience_files, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
 # A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).
-STAGE_HANDLERS = [stage_algorithm_type, stage_kl_defaults, prompt_truncation, workflows, tasksets, trainer_config, batch_sizes, stages, trinity_lora]
+STAGE_HANDLERS = [stage_algorithm_type, sample_strategy, auxiliary, stage_kl_defaults, prompt_truncation, workflows, stage_experience_files, tasksets, trainer_config, batch_sizes, stages, trinity_lora]

@@ -97,8 +97,12 @@ def roll_worker_unsupported(role: str, section_name: str) -> dict[str, str]:
     return out
 
 
-_PACKING = "not implemented yet: ROLL's sequence packing (Megatron only in ROLL); posttrain packs the real tokens of a micro-batch with model.use_remove_padding and sizes micro-batches by tokens with actor.use_dynamic_bsz (issue 22)"
-_OFFLOAD = "not implemented yet: moving a role's states to CPU between its phases (ROLL; posttrain offloads with actor.fsdp_config.param_offload / optimizer_offload, issue 14)"
+_PACKING = "ROLL's sequence packing (Megatron only in ROLL): posttrain packs the real tokens of a micro-batch with model.use_remove_padding and sizes micro-batches by tokens with actor.use_dynamic_bsz"
+NCCL_OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleeps (ROLL, GPU memory): posttrain keeps its process "
+                "groups for the whole run; it frees the rollout engine's memory between generations with rollout.free_cache_engine")
+FREEZE = ("freezing modules by name prefix (ROLL, for a multimodal model's vision tower): posttrain trains every parameter of the "
+          "policy, or with model.lora_rank only adapters on model.target_modules (the base frozen)")
+_OFFLOAD = "moving a role's weights and optimizer states to CPU between its phases (ROLL): posttrain keeps them on the device, or in host memory throughout with FSDP CPU offload (actor.fsdp_config.param_offload / optimizer_offload)"
 
 
 # ---- the actor -------------------------------------------------------------------------------
@@ -169,12 +173,14 @@ UNSUPPORTED: dict[str, str] = {
     "roll:l2": "use decoupled weight decay: actor.optim.weight_decay",
     **roll_worker_unsupported("actor_train", "actor"),
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "roll:actor_train.offload_nccl": "not implemented yet: offloading NCCL buffers while a colocated role sleeps (GPU memory; issue 19)",
-    "roll:actor_train.model_args.freeze_module_prefix": "not implemented yet: freezing modules by name prefix (the vision tower of a multimodal model; later issue)",
+    "roll:actor_train.offload_nccl": NCCL_OFFLOAD,
+    "roll:actor_train.model_args.freeze_module_prefix": FREEZE,
     "roll:actor_train.worker_cls": "ROLL's worker class for the role; posttrain's roles are its own (posttrain.workers), chosen by the algorithm",
-    "roll:actor_train.pg_variant": "not implemented yet: ROLL's agentic policy-gradient variants (agentic issue 15)",
+    "roll:actor_train.pg_variant": ("the loss variants of ROLL's agentic PG worker (actor_train.worker_cls agentic_actor_pg_worker), each with ROLL's own "
+                                   "clipping: posttrain chooses an agentic stage's policy loss as any RL stage's, with actor.policy_loss.loss_mode "
+                                   "(vanilla PPO clip, cispo, topr, gspo, ...): set that instead"),
     "roll:actor_train.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
-    "verl:actor_rollout_ref.actor.freeze_vision_tower": "not implemented yet: multimodal data (images, video; later issue)",
+    "verl:actor_rollout_ref.actor.freeze_vision_tower": "a vision tower to freeze: posttrain trains text-only models (until multimodal support)",
     "verl:actor_rollout_ref.actor.use_prefix_grouper": "not implemented yet: one forward pass of a shared prompt for its group's responses in training (posttrain shares it in the rollout only; performance issue)",
     "verl:actor_rollout_ref.actor.megatron": "Megatron backend options; posttrain has no Megatron backend (it trains with FSDP2: actor.fsdp_config)",
     "roll:actor_train.use_sequence_packing": _PACKING,

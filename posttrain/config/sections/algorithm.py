@@ -172,22 +172,24 @@ class AlgorithmConfig:
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
+_DISTILL = ("ROLL's knowledge-distillation pipeline (a teacher's top-k logits on fixed data): posttrain distils on-policy, "
+            "the teacher scoring the student's own samples (algorithm.adv_estimator on_policy_distill or jsd, the teacher at "
+            "ref.model_path; Trinity-RFT's on_policy_distill and jsd types); write the run as that")
 UNSUPPORTED: dict[str, str] = {
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "roll:student": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
-    "roll:teacher": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
-    "roll:student_train": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
-    "roll:student_pretrain": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
-    "roll:teacher_pretrain": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
-    "roll:logits_topk": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
-    "roll:distill_loss_weight": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
-    "roll:kd_objective": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
-    "roll:distill_on_prompt": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
-    "roll:logits_transfer_backend": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
-    "trinity:algorithm.sample_strategy_args": "not implemented yet: Trinity-RFT's sample strategies (mixing expert data into batches; decoupled explorer/trainer issue 16)",
-    "roll:student_infer": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
-    "roll:question_key": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
-    "roll:answer_key": "not implemented yet: knowledge distillation from a teacher model (ROLL's distill pipelines; no issue yet)",
+    "roll:student": _DISTILL,
+    "roll:teacher": _DISTILL,
+    "roll:student_train": _DISTILL,
+    "roll:student_pretrain": _DISTILL,
+    "roll:teacher_pretrain": _DISTILL,
+    "roll:logits_topk": _DISTILL,
+    "roll:distill_loss_weight": _DISTILL,
+    "roll:kd_objective": _DISTILL,
+    "roll:distill_on_prompt": _DISTILL,
+    "roll:logits_transfer_backend": _DISTILL,
+    "roll:student_infer": _DISTILL,
+    "roll:question_key": _DISTILL,
+    "roll:answer_key": _DISTILL,
 }
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).

@@ -2,10 +2,10 @@
 
 For the synchronous loop a taskset is what the `data` section describes: `taskset.path` plays
 data.train_files, `eval_tasksets` data.val_files, `repeat_times` rollout.n, Trinity's buffer.batch_size
-data.train_batch_size, and the column keys under `format` (prompt_key, response_key, messages_key,
-chosen_key, ...) the data.* fields of the same names. A Trinity loader should translate a synchronous config
-into those sections; the fields here hold what only a decoupled run can use (queues, replay, auxiliary
-buffers, workflows) and all wait for the decoupled explorer/trainer issue.
+data.train_batch_size, and the column keys under `format` the data.* fields of the same names; the
+Trinity dialect translates them there (posttrain.config.dialects.trinity), as it translates the
+experience buffer of an SFT/DPO run (files and format keys: posttrain.config.dialects.trinity_experience).
+The experience buffer here is the decoupled RL run's: storage, capacity, timeouts and replay.
 """
 
 from __future__ import annotations
@@ -14,68 +14,7 @@ from typing import Any
 
 from posttrain.config.fields import param, section
 
-_TODO = "decoupled explorer/trainer issue"
-_AUX = "auxiliary buffers: the expert SFT data of the mix losses is algorithm.mix (the Trinity dialect translates an auxiliary buffer there); no other use is built"
-_SAMPLE = "sampling strategies: the trainer reads batches in order (or by priority with replay_buffer); Trinity's mix strategy is algorithm.mix, staleness_control is not provided"
-_TBS = "a native train_batch_size: experiences per step are data.train_batch_size x rollout.n (the Trinity dialect translates its buffer.train_batch_size into actor.ppo_mini_batch_size)"
-_TS = "trinity:buffer.explorer_input.taskset"
 _EB = "trinity:buffer.trainer_input.experience_buffer"
-
-
-@section
-class TasksetFormatConfig:
-    """Column layout of a taskset; a synchronous run reads the same keys from data.*."""
-
-    prompt_type: str = param("plaintext", doc="plaintext (prompt is a string column) or messages (a chat message list).", choices=["plaintext", "messages"], todo=_TODO, refs=[f"{_TS}.format.prompt_type"])
-    prompt_key: str = param("prompt", doc="Column of the prompt (data.prompt_key in a synchronous run).", todo=_TODO)
-    response_key: str = param("response", doc="Column of the reference answer given to the reward function (data.response_key).", todo=_TODO)
-    system_prompt_key: str | None = param(None, doc="Column of a per-row system prompt; wins over system_prompt (data.system_prompt_key).", todo=_TODO)
-    system_prompt: str | None = param(None, doc="System prompt for every row (data.system_prompt).", todo=_TODO)
-
-
-@section
-class TasksetConfig:
-    """The tasks the explorer trains on."""
-
-    name: str = param("taskset", doc="Unique name of the taskset (used in metrics).", todo=_TODO, refs=[f"{_TS}.name"])
-    storage_type: str = param("file", doc="file (jsonl/parquet in a Hugging Face dataset layout), queue or sql.", choices=["file", "queue", "sql"], todo=_TODO, refs=[f"{_TS}.storage_type"])
-    path: str = param("", doc="Dataset directory or file for file storage; sqlite database for sql storage.", todo=_TODO)
-    subset_name: str | None = param(None, doc="Dataset configuration name (load_dataset's `name`).", todo=_TODO)
-    split: str = param("train", doc="Dataset split.", todo=_TODO)
-    repeat_times: int | None = param(None, doc="Rollouts per task; null means rollout.n.", ge=1, todo=_TODO, refs=[f"{_TS}.repeat_times"])
-    format: TasksetFormatConfig = param(factory=TasksetFormatConfig, doc="Column layout of the taskset.")
-    rollout_args: dict[str, Any] = param(factory=dict, doc="Sampling overrides for this taskset (temperature, top_p, top_k, ...).", todo=_TODO, refs=[f"{_TS}.rollout_args", f"{_TS}.rollout_args.temperature"])
-    workflow_args: dict[str, Any] = param(factory=dict, doc="Extra arguments passed to this taskset's workflow.", todo=_TODO)
-    default_workflow_type: str | None = param(None, doc="Workflow of this taskset; null uses explorer_input.default_workflow_type.", todo=_TODO)
-    default_reward_fn_type: str | None = param(None, doc="Reward function of this taskset; null uses explorer_input.default_reward_fn_type.", todo=_TODO)
-
-
-@section
-class ExplorerInputConfig:
-    """Tasksets for training and evaluation, and their default workflows."""
-
-    taskset: TasksetConfig = param(factory=TasksetConfig, doc="Training taskset.")
-    eval_tasksets: list[dict[str, Any]] = param(factory=list, doc="Evaluation tasksets, each with the keys of a taskset (repeat_times defaults to 1).", todo=_TODO, refs=["trinity:buffer.explorer_input.eval_tasksets"])
-    default_workflow_type: str | None = param(None, doc="Workflow of tasksets that name none (e.g. math_workflow).", todo=_TODO)
-    default_eval_workflow_type: str | None = param(None, doc="Workflow of evaluation tasksets that name none.", todo=_TODO)
-    default_reward_fn_type: str | None = param(None, doc="Reward function of tasksets that name none (e.g. countdown_reward).", todo=_TODO)
-
-
-@section
-class ExperienceFormatConfig:
-    """Column layout of a stored experience dataset (SFT/DPO data); a synchronous run reads the same keys from data.*."""
-
-    prompt_type: str = param("messages", doc="plaintext (prompt/response string columns) or messages (a chat message list).", choices=["plaintext", "messages"], todo=_TODO, refs=[f"{_EB}.format.prompt_type"])
-    prompt_key: str = param("prompt", doc="Column of the user prompt, plaintext only (data.prompt_key).", todo=_TODO, refs=[f"{_EB}.format.prompt_key"])
-    response_key: str = param("response", doc="Column of the response, plaintext only (data.response_key).", todo=_TODO, refs=[f"{_EB}.format.response_key"])
-    system_prompt_key: str | None = param(None, doc="Column of a per-row system prompt, plaintext only; wins over system_prompt (data.system_prompt_key).", todo=_TODO, refs=[f"{_EB}.format.system_prompt_key"])
-    system_prompt: str | None = param(None, doc="System prompt for every row, plaintext only (data.system_prompt).", todo=_TODO, refs=[f"{_EB}.format.system_prompt"])
-    messages_key: str = param("messages", doc="Column of the chat message list, messages only (data.messages_key).", todo=_TODO, refs=[f"{_EB}.format.messages_key"])
-    tools_key: str = param("tools", doc="Column of the tool definitions, a list of dicts (data.tools_key).", todo=_TODO, refs=[f"{_EB}.format.tools_key"])
-    chosen_key: str = param("chosen", doc="Column of the preferred response of a DPO pair (data.chosen_key).", todo=_TODO, refs=[f"{_EB}.format.chosen_key"])
-    rejected_key: str = param("rejected", doc="Column of the rejected response of a DPO pair (data.rejected_key).", todo=_TODO, refs=[f"{_EB}.format.rejected_key"])
-    enable_concatenated_multi_turn: bool = param(False, doc="Train SFT on every assistant turn of a conversation at once, messages only.", todo=_TODO, refs=[f"{_EB}.format.enable_concatenated_multi_turn"])
-    chat_template: str | None = param(None, doc="Jinja chat template for this data; null uses the model's (data.chat_template).", todo=_TODO, refs=[f"{_EB}.format.chat_template"])
 
 
 #: priority_fn -> its arguments and their defaults (Trinity-RFT's default_config of each).
@@ -117,26 +56,21 @@ class ExperienceBufferConfig:
     capacity: int = param(10000, doc="Most unread prompt groups the buffer holds (Trinity-RFT's queue items: one task's responses): the explorer waits for the trainer to read before it writes a batch that would exceed it (up to synchronizer.sync_timeout); with replay, the lowest-priority batches past it are dropped.", ge=1, refs=[f"{_EB}.capacity"])
     path: str | None = param(None, doc="The buffer's SQLite file (a path or a sqlite:/// URL), or its directory for storage_type file; null: <stage dir>/<name>.sqlite (file: <stage dir>/<name>).", refs=[f"{_EB}.path"])
     max_read_timeout: float = param(1800.0, doc="Seconds the trainer waits for the explorer's next batch before the run fails, naming what the explorer last did (posttrain never trains on a partial batch).", gt=0, refs=[f"{_EB}.max_read_timeout"])
-    format: ExperienceFormatConfig = param(factory=ExperienceFormatConfig, doc="Column layout of stored experiences.")
     replay_buffer: ReplayBufferConfig = param(factory=ReplayBufferConfig, doc="Experience reuse.")
 
 
 @section
 class TrainerInputConfig:
-    """What the trainer reads."""
+    """What the trainer reads (Trinity-RFT's auxiliary buffers: posttrain.config.dialects.trinity_explorer)."""
 
-    experience_buffer: ExperienceBufferConfig = param(factory=ExperienceBufferConfig, doc="Experiences from the explorer (or a stored SFT/DPO dataset).")
-    auxiliary_buffers: dict[str, Any] = param(factory=dict, doc="Extra named buffers for the trainer (e.g. SFT data mixed into RL), each shaped like experience_buffer.", todo=_AUX, refs=["trinity:buffer.trainer_input.auxiliary_buffers"])
+    experience_buffer: ExperienceBufferConfig = param(factory=ExperienceBufferConfig, doc="Experiences from the explorer (a Trinity-RFT SFT/DPO run's buffer of files is translated to data.*).")
 
 
 @section
 class BufferConfig:
     """Tasks for the explorer and experiences for the trainer."""
 
-    train_batch_size: int | None = param(None, doc="Experiences per training step; null means data.train_batch_size x rollout.n.", ge=1, todo=_TBS, refs=["trinity:buffer.train_batch_size"])
-    sample_strategy: str = param("default", doc="How the trainer draws experiences: default (in order), staleness_control (bounded policy lag) or mix (with auxiliary buffers).", choices=["default", "staleness_control", "mix"], todo=_SAMPLE, refs=["trinity:algorithm.sample_strategy"])
-    explorer_input: ExplorerInputConfig = param(factory=ExplorerInputConfig, doc="Training and evaluation tasksets.")
-    trainer_input: TrainerInputConfig = param(factory=TrainerInputConfig, doc="Experience buffer and auxiliary buffers.")
+    trainer_input: TrainerInputConfig = param(factory=TrainerInputConfig, doc="The experience buffer.")
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
@@ -144,5 +78,4 @@ REWARD_FN_REASON = ("Trinity-RFT's reward-function classes are not translated: p
 UNSUPPORTED: dict[str, str] = {
     "trinity:buffer.explorer_input.default_reward_fn_type": REWARD_FN_REASON,
     "trinity:buffer.explorer_input.taskset.default_reward_fn_type": REWARD_FN_REASON,
-    "trinity:buffer.trainer_input.experience_buffer.subset_name": "not implemented yet: reading experience (SFT/DPO) datasets from files (decoupled explorer/trainer issue 16)",
 }

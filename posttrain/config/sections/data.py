@@ -49,6 +49,7 @@ class DataConfig:
     reward_fn_key: str = param("data_source", doc="Column naming each row's data source (its tag), which selects its reward function or reward workers.", refs=["verl:data.reward_fn_key", "roll:actor_train.data_args.tag"])
     system_prompt: str | None = param(None, doc="System message put before prompts that have none.", refs=[f"{_TS}.system_prompt"])
     system_prompt_key: str | None = param(None, doc="Column holding a per-row system message; wins over system_prompt.", refs=[f"{_TS}.system_prompt_key"])
+    sft_loss_turns: str = param("all", doc="SFT rows under messages_key: the loss covers every assistant message (all) or only the conversation's final message (last, Trinity-RFT's default for SFT files: format.enable_concatenated_multi_turn false).", choices=["all", "last"])
 
     # ---- chat template -----------------------------------------------------------------------
     chat_template: str | None = param(None, doc="Jinja chat template, inline or a path to a .jinja file; null uses the tokenizer's.", refs=["verl:data.chat_template", "verl:actor_rollout_ref.model.custom_chat_template"])
@@ -93,20 +94,21 @@ _DATAGEN = ("verl's DynamicGenDataset appends generated rows to the training set
             "is fixed when the stage starts (every row checked and measured once, the sampler's order a function of the "
             "seed over a fixed size, which is what makes resume exact): generate the rows before the run, and reorder or "
             "reweight them during it with a data.sampler class (its update() sees each step's scores)")
+_MULTIMODAL = "multimodal data (images, video): posttrain trains text-only models (until multimodal support)"
 # Reference keys with no field in `data`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
     "verl:data.datagen.path": _DATAGEN,
     "verl:data.datagen.name": _DATAGEN,
     "verl:data.multiturn.enable": "set data.messages_key to the conversation column instead (verl's multiturn.messages_key)",
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "roll:actor_train.data_args.image_max_pixels": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:actor_train.data_args.video_total_pixels": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:actor_train.data_args.video_min_pixels": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:actor_train.data_args.video_max_pixels": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:actor_train.data_args.video_fps": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:actor_train.data_args.video_max_frames": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:actor_train.data_args.video_folder": "not implemented yet: multimodal data (images, video; later issue)",
-    "roll:validation.data_args.image_max_pixels": "not implemented yet: multimodal data (images, video; later issue)",
+    "roll:actor_train.data_args.image_max_pixels": _MULTIMODAL,
+    "roll:actor_train.data_args.video_total_pixels": _MULTIMODAL,
+    "roll:actor_train.data_args.video_min_pixels": _MULTIMODAL,
+    "roll:actor_train.data_args.video_max_pixels": _MULTIMODAL,
+    "roll:actor_train.data_args.video_fps": _MULTIMODAL,
+    "roll:actor_train.data_args.video_max_frames": _MULTIMODAL,
+    "roll:actor_train.data_args.video_folder": _MULTIMODAL,
+    "roll:validation.data_args.image_max_pixels": _MULTIMODAL,
     "roll:actor_train.data_args.custom_data_kwargs_func": "ROLL calls it only in its vision-language pipeline, in place of the function that builds image and video inputs with the model's processor; posttrain has no multimodal data path (data.image_key), and a text row gains columns through a data.custom_cls dataset class",
     "roll:validation.data_args.dataset_dir": "validation files are read relative to data.dataset_dir (ROLL: actor_train.data_args.dataset_dir), the training files' folder",
     "roll:validation.data_args.preprocessing_num_workers": "the validation set is tokenised with data.filter_overlong_prompts_workers processes, the training set's",
@@ -115,9 +117,9 @@ UNSUPPORTED: dict[str, str] = {
     "roll:prompt_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage: data.prompt_key; issue 18)",
     "roll:query_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage; issue 18)",
     "roll:response_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage: data.response_key; issue 18)",
-    "verl:data.return_multi_modal_inputs": "not implemented yet: multimodal data (images, video; later issue)",
-    "trinity:buffer.explorer_input.taskset.data_selector": "not implemented yet: Trinity-RFT's task selectors (difficulty-based curricula: custom samplers, curriculum issue)",
-    "roll:actor_train.data_args.audio_folder": "not implemented yet: multimodal data (images, video; later issue)",
+    "verl:data.return_multi_modal_inputs": _MULTIMODAL,
+    "trinity:buffer.explorer_input.taskset.data_selector": "Trinity-RFT's task selectors (curricula that re-rank tasks by their rollout results): posttrain draws tasks in a seeded shuffled order (data.shuffle, data.seed) or by domain (data.domain_interleave_probs)",
+    "roll:actor_train.data_args.audio_folder": _MULTIMODAL,
 }
 
 

@@ -26,14 +26,14 @@ class ExperiencePipelineConfig:
 
 @section
 class DataProcessorConfig:
-    """Pipelines of named operators applied to tasks before exploring and to experiences before training."""
+    """The pipeline of named operators applied to experiences before training (Trinity-RFT's task pipeline is refused)."""
 
-    task_pipeline: dict[str, Any] = param(factory=dict, doc="Task pipeline: data-juicer operators over the task files.", todo=_DJ, refs=[_TP, f"{_TP}.num_process", f"{_TP}.operators", f"{_TP}.inputs", f"{_TP}.target_fields"])
     experience_pipeline: ExperiencePipelineConfig = param(factory=ExperiencePipelineConfig, doc="Experience pipeline: operators over each scored batch, between reward and training.")
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
+    **{f"{_TP}{sub}": _DJ for sub in ("", ".num_process", ".operators", ".inputs", ".target_fields")},
     f"{_EP}.save_input": "the experiences a pipeline reads are not saved apart; a decoupled run's buffer keeps what the explorer wrote",
     f"{_EP}.input_save_path": "the experiences a pipeline reads are not saved apart; a decoupled run's buffer keeps what the explorer wrote",
     f"{_EP}.inputs": "the pipeline reads the explored batches only (no extra input buffers)",

@@ -2,8 +2,9 @@
 
 An env manager runs `num_env_groups` groups of `group_size` environments; the environments of one group
 share config and seed, so their trajectories form one comparison group (like rollout.n for a prompt).
-Setting `train_env_manager.tags` makes an RL stage agentic (posttrain.trainer.agentic, docs/agentic.md);
-the keys still marked todo wait for later parts of the agentic env issue. `EnvManagerConfig` serves
+Setting `train_env_manager.tags` makes an RL stage agentic (posttrain.trainer.agentic, docs/agentic.md).
+The env managers' sampling settings (`generating_args`) are rollout.* and rollout.val_kwargs.*
+(posttrain.config.dialects.roll_agentic). `EnvManagerConfig` serves
 both managers, so its refs are relative (``"roll:.group_size"``) to the holding field's (``roll:train_env_manager``). The agentic
 reward normalisation lives in algorithm.agentic_reward_norm.
 """
@@ -13,8 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.fields import param, section
-
-_TODO = "agentic env issue"
 
 
 @section
@@ -28,7 +27,6 @@ class EnvManagerConfig:
     max_traj_per_env: int = param(-1, doc="Most episodes one environment may play per step (validation: per validation); -1 means as many as the step needs. Training environments play data.train_batch_size x rollout.n / (num_env_groups x group_size) episodes each, with their own seeds, validation ones one: a smaller value is refused, a larger one changes nothing.", ge=-1, refs=["roll:.max_traj_per_env"])
     format_penalty: float = param(0.0, doc="Reward added (a negative number) per action the action_pattern or the env rejects; a custom_envs entry's own format_penalty wins.", le=0, refs=["roll:.format_penalty"])
     max_env_num_per_worker: int = param(0, doc="Most environments whose turns go to the engine in one generate call; 0 means all live ones.", ge=0, refs=["roll:.max_env_num_per_worker"])
-    worker_cls: str | None = param(None, doc="Import path of the env-manager worker class; null uses posttrain's.", todo=_TODO, refs=["roll:.worker_cls"])
 
 
 @section
@@ -36,32 +34,35 @@ class EnvConfig:
     """Agentic environments and their managers."""
 
     custom_envs: dict[str, Any] = param(factory=dict, doc="Environment entries by tag: env_type, env_config, max_steps/max_actions_per_traj, max_tokens_per_step, format_penalty, action_pattern, env_instruction (docs/agentic.md).", refs=["roll:custom_envs"])
-    env_manager_cls: str | None = param(None, doc="Import path of the env-manager class (e.g. a trajectory-level manager); null uses posttrain's.", todo=_TODO, refs=["roll:env_manager_cls"])
     train_env_manager: EnvManagerConfig = param(factory=EnvManagerConfig, doc="Environments that produce training trajectories.", refs=["roll:train_env_manager"])
     val_env_manager: EnvManagerConfig = param(factory=EnvManagerConfig, doc="Environments that produce validation trajectories.", refs=["roll:val_env_manager"])
     step_timeout: float | None = param(60.0, doc="Seconds one reset, step or state call of an environment may take; a slower call ends its trajectory as failed. Null waits forever.", gt=0)
     failure_penalty: float = param(0.0, doc="Reward of the turn whose environment call raised, hung or returned something malformed (that trajectory ends there).", le=0)
     max_failure_rate: float = param(0.1, doc="Share of a step's (or a validation's) episodes whose environment may fail before the run stops with the first failure's error.", ge=0, le=1)
-    render_save_dir: str | None = param(None, doc="Directory for rendered frames of validation episodes; null saves none.", todo=_TODO, refs=["roll:render_save_dir"])
+    render_save_dir: str | None = param(None, doc="Directory for the rendered frames of every validation episode: <dir>/global_step_<N>/<index>_<tag>_<reward>.txt per episode, its observations (posttrain's environments render as text) with the action between each two; null saves none.", refs=["roll:render_save_dir"])
 
 
+_WORKER = ("a custom environment-worker class: posttrain's agent loop steps the environments itself (ROLL's own "
+           "EnvironmentWorker is accepted); a custom environment is an env class (custom_envs.<tag>.env_type: module:Class)")
 _HELPER = "template variable of ROLL's traj_envs.yaml: it does nothing by itself; where custom_envs interpolates it, its value was substituted there"
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "roll:train_env_manager.generating_args": "not implemented yet: sampling settings per environment manager (agentic issue 15; posttrain samples agentic turns with rollout.*)",
-    "roll:val_env_manager.generating_args": "not implemented yet: sampling settings per environment manager (agentic issue 15; posttrain samples agentic turns with rollout.val_kwargs.*)",
     "roll:train_env_manager.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
     "roll:val_env_manager.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
-    "roll:parse_tool_call_parameter_to_dict": "not implemented yet: tool calls in agentic environments (agentic issue 15)",
-    "roll:skip_mock_system_prompt": "not implemented yet: tool calls in agentic environments (agentic issue 15)",
+    **{f"roll:{m}.worker_cls": _WORKER for m in ("train_env_manager", "val_env_manager")},
+    "roll:skip_mock_system_prompt": ("false strips the system block a chat template adds to a conversation that has none; posttrain renders "
+                                     "turns with the template as it is (ROLL's true, accepted): an environment's env_instruction is its system "
+                                     "message, or use a template without a default system prompt (data.chat_template)"),
 }
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    "roll:parse_tool_call_parameter_to_dict": ("ROLL turns tool-call arguments into dicts before it renders the model's turns again "
+                                               "with the chat template; posttrain never renders the model's turns again (it keeps the sampled tokens)"),
     "roll:custom_env": "template library of ROLL's traj_envs.yaml: its entries reach posttrain through custom_envs' interpolations",
     **{f"roll:{name}": _HELPER for name in (
-        "agent_runner_cls", "all_response_pattern", "action_pattern", "think_action_pattern", "max_tokens_per_step",
+        "env_manager_cls", "agent_runner_cls", "all_response_pattern", "action_pattern", "think_action_pattern", "max_tokens_per_step",
         "max_actions_per_traj", "sokoban_format_penalty", "frozen_format_penalty", "agent_system_template", "agent_template",
         "single_prompt_agent_system_template", "single_prompt_agent_template")},
 }

@@ -55,7 +55,6 @@ class GlobalProfilerConfig:
 
 _ONE_TOOL = "posttrain uses one profiler tool for every role: set profiler.tool"
 _ONE_PATH = "posttrain writes every role's traces under one directory: set profiler.save_path"
-_NSYS_LAUNCH = "posttrain does not start workers under Nsight Systems: start the run under nsys yourself (docs/profiling.md)"
 
 
 def role_unsupported(prefix: str) -> dict[str, str]:
@@ -74,8 +73,6 @@ _NO_STACK_DEPTH = "torch's CUDA memory history has no stack-depth option (verl p
 # Reference keys with no field, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
     f"{_VERL}.global_tool_config.nsys.discrete": "nsys ranges are always per phase (NVTX): nothing to choose",
-    f"{_VERL}.global_tool_config.nsys.controller_nsight_options": _NSYS_LAUNCH,
-    f"{_VERL}.global_tool_config.nsys.worker_nsight_options": _NSYS_LAUNCH,
     f"{_VERL}.global_tool_config.torch_memory.kw_args": "the CUDA memory history is recorded for this worker's own GPU",
     **{f"verl:actor_rollout_ref.rollout.profiler.{k}": "the rollout is profiled with the actor (one hybrid worker): set actor.profiler"
        for k in ("enable", "all_ranks", "ranks", "tool", "save_path", "tool_config.torch.contents", "tool_config.torch.discrete")},

@@ -11,7 +11,7 @@ value, as verl's defaults interpolate them.
 from __future__ import annotations
 
 from posttrain.config.fields import param, section
-from posttrain.config.sections.actor import FsdpConfig, roll_worker_unsupported
+from posttrain.config.sections.actor import FREEZE, NCCL_OFFLOAD, FsdpConfig, roll_worker_unsupported
 from posttrain.config.sections.profiler import ProfilerConfig
 
 _VERL = "verl:actor_rollout_ref.ref"
@@ -34,17 +34,18 @@ class RefConfig:
 
 
 # Reference keys with no field in `ref`, and why (read by the mapping generator and dialect loaders).
+_REF_PACKING = "ROLL's sequence packing (Megatron only in ROLL): posttrain packs the real tokens of a micro-batch with model.use_remove_padding"
 UNSUPPORTED: dict[str, str] = {
     "roll:reference.model_args.dtype": "the reference loads the policy weights with the policy's dtype (model section)",
     "roll:reference.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     **roll_worker_unsupported("reference", "ref"),
-    "roll:reference.offload_nccl": "not implemented yet: offloading NCCL buffers while a colocated role sleeps (GPU memory; issue 19)",
-    "roll:reference.model_args.freeze_module_prefix": "the reference is never trained, so freezing its modules changes nothing only when the actor freezes the same ones: not implemented yet (later issue)",
+    "roll:reference.offload_nccl": NCCL_OFFLOAD,
+    "roll:reference.model_args.freeze_module_prefix": "the reference is never trained, so its frozen modules matter only as the actor's, and " + FREEZE,
     "verl:actor_rollout_ref.ref.use_torch_compile": "the reference runs the actor's forward, compiled when actor.use_torch_compile is (a different value cannot be honoured)",
     "verl:actor_rollout_ref.ref.megatron": "Megatron backend options; posttrain has no Megatron backend (the reference runs with FSDP2: ref.fsdp_config)",
     "roll:reference.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
-    "roll:reference.use_sequence_packing": "not implemented yet: ROLL's sequence packing (posttrain packs real tokens with model.use_remove_padding; issue 22)",
-    "roll:reference.sequence_packing_args": "not implemented yet: ROLL's sequence packing (posttrain packs real tokens with model.use_remove_padding; issue 22)",
+    "roll:reference.use_sequence_packing": _REF_PACKING,
+    "roll:reference.sequence_packing_args": _REF_PACKING,
     "roll:reference.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
 }
 

@@ -154,8 +154,8 @@ UNSUPPORTED: dict[str, str] = {
     **{f"{_RM_FSDP}{k}": _RM_REPLICATED for k in ("", ".wrap_policy.min_num_params", ".param_offload", ".reshard_after_forward", ".fsdp_size", ".forward_prefetch")},
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "verl:reward_model.reward_kwargs": "keyword arguments of verl's reward manager classes: posttrain's managers read their settings from the reward section (the DAPO manager's overlong_buffer_cfg and max_resp_len are reward.overlong_buffer)",
-    "roll:reward_system_config": "not implemented yet: ROLL's agentic reward system settings (agentic issue 15)",
-    "trinity:buffer.explorer_input.taskset.reward_fn_args": "arguments of Trinity-RFT's workflow reward functions: not implemented yet (Trinity workflows: decoupled explorer/trainer issue 16)",
+    "roll:reward_system_config": ("ROLL's remote reward-system worker (a reward service over HTTP, with its URLs and credentials): "
+                                  "posttrain scores with reward functions and workers in its own processes (reward.*), not a remote service"),
     "roll:reward": "ROLL's reward-model role (a model served by vLLM to score responses): not implemented yet: vLLM/SGLang engines (issue 19); posttrain's reward model is reward.reward_model (a sequence classifier)",
     "roll:reward_model": "ROLL's shared reward-model cluster (InferWorker + vLLM): not implemented yet: vLLM/SGLang engines (issue 19); posttrain's reward model is reward.reward_model (a sequence classifier)",
 }

@@ -107,7 +107,6 @@ class RolloutConfig:
     # ---- placement and parallelism ------------------------------------------------------------
     hybrid_engine: bool = param(True, doc="true: the rollout engine lives in the training process(es) (verl's hybrid engine, colocated). false: split placement, the engine in an explorer process of its own and training in a trainer process, synchronised every step (on-policy; the decoupled layout of docs/async.md with sync_interval 1, sync_offset 0).", refs=["verl:actor_rollout_ref.hybrid_engine"])
     tensor_model_parallel_size: int = param(1, doc=f"Devices one engine replica is split over (tensor parallelism; vLLM tensor_parallel_size, SGLang tp_size). {_GPU_ENGINES}", ge=1, refs=[f"{_VERL}.tensor_model_parallel_size", f"{_TRINITY}.tensor_parallel_size", "roll:actor_infer.num_gpus_per_worker"])
-    engine_num: int = param(1, doc="Engine replicas generating in parallel.", ge=1, todo="several engine replicas per worker (every worker has one engine; more workers give more replicas)", refs=[f"{_TRINITY}.engine_num"])
 
     # ---- engine memory and performance (vLLM/SGLang) -----------------------------------------
     dtype: str = param("auto", doc="Engine weight dtype: auto (the actor's compute dtype: actor.fsdp_config.mixed_precision.param_dtype, else model.dtype), fp32, bf16 or fp16. Another dtype than the actor's parameters gives the engine its own copy of the weights in that dtype, refreshed after every optimizer step.", choices=["auto", "fp32", "bf16", "fp16"], refs=[f"{_VERL}.dtype", f"{_TRINITY}.dtype", "roll:actor_infer.model_args.dtype"])
@@ -126,14 +125,16 @@ class RolloutConfig:
 
     # ---- agentic ------------------------------------------------------------------------------
     multi_turn: MultiTurnConfig = param(factory=MultiTurnConfig, doc="Multi-turn rollouts with tool calls.")
-    enable_history: bool = param(False, doc="Record every model call of a workflow as training experience.", todo="workflow call history (agentic issue)", refs=[f"{_TRINITY}.enable_history"])
 
 
-_NCCL_OFFLOAD = "not implemented yet: offloading NCCL buffers while a colocated role sleeps (GPU memory; issue 19)"
+_NCCL_OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleeps (ROLL, GPU memory): posttrain keeps its process "
+                 "groups for the whole run; it frees the rollout engine's memory between generations with rollout.free_cache_engine")
 _ASYNC_SERVER = ("verl's replacement for its vLLM/SGLang HTTP server class; posttrain has no rollout server between trainer "
                  "and engine: engines run in the worker and implement posttrain.rollout.base.RolloutEngine, registered "
                  "by name with posttrain.rollout.registry.register_engine and chosen with rollout.name")
-_DUMP = "not implemented yet: dumping rollouts to files and replaying them instead of generating (no issue yet)"
+_DUMP = ("ROLL's dump and replay of rollouts in place of generating (for debugging): posttrain writes each step's rollouts to "
+         "trainer.rollout_data_dir to read, and trains on stored rollouts by exploring into a buffer (trainer.mode explore) "
+         "and training from it (trainer.mode train); a run is reproduced from its seeds")
 
 # Reference keys with no field in `rollout`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
@@ -152,17 +153,22 @@ UNSUPPORTED: dict[str, str] = {
                                                "as a tool (rollout.multi_turn.tool_config_path), an interaction "
                                                "(rollout.multi_turn.interaction_config_path) or an environment (docs/agentic.md)"),
     "roll:actor_infer.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
-    "roll:async_generation_ratio": "not implemented yet: generating the next batches while training (ROLL's asynchronous pipeline): decoupled explorer/trainer (issue 16)",
+    "roll:async_generation_ratio": ("ROLL's share of the next batch generated while training: posttrain generates ahead of training with its "
+                                    "decoupled explorer and trainer, bounded in whole batches by synchronizer.sync_offset (docs/async.md); set that instead"),
     "roll:rollout_dump_dir": _DUMP,
     "roll:rollout_mock": _DUMP,
     "verl:actor_rollout_ref.rollout.multi_stage_wake_up": "vLLM/SGLang memory wake-up order: " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
     "verl:actor_rollout_ref.rollout.sglang_rollout_mode": "SGLang's rollout mode: " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
     "verl:actor_rollout_ref.rollout.server": "HTTP rollout server settings: not implemented yet: asynchronous rollout server (issue 19)",
-    "verl:actor_rollout_ref.rollout.trace": "not implemented yet: tracing rollouts to an external tracer (weave, mlflow; agentic issue 15)",
-    "verl:actor_rollout_ref.rollout.over_sample_rate": "not implemented yet: over-sampling and cutting the slowest rollouts (asynchronous rollout server, issue 19)",
+    "verl:actor_rollout_ref.rollout.trace": ("tracing rollouts to an external tracer (weave, mlflow): posttrain writes rollouts to "
+                                             "trainer.rollout_data_dir and validation generations to trainer.validation_data_dir (JSONL), "
+                                             "and shows validation samples in wandb/mlflow with trainer.log_val_generations"),
+    "verl:actor_rollout_ref.rollout.over_sample_rate": "over-sampling and cutting the slowest rollouts: posttrain generates every batch whole in one engine call (and keeps explorer and trainer in step by synchronizer.sync_interval / sync_offset)",
     "verl:actor_rollout_ref.rollout.engine_kwargs.trtllm": "the TensorRT-LLM engine is not provided (engines: hf; vLLM/SGLang: issue 19)",
     "verl:actor_rollout_ref.rollout.checkpoint_engine": "verl's weight-transfer engine to vLLM/SGLang servers; posttrain syncs weights itself (cluster/weight_sync.py): " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
     "trinity:explorer.rollout_model": "options of Trinity-RFT's vLLM rollout model (OpenAI API server, tool-call and reasoning parsers): " + "not implemented yet: vLLM/SGLang rollout engines (issue 19)",
+    f"{_TRINITY}.engine_num": "several engine replicas per process: each posttrain worker process holds one engine, so replicas come from worker processes (cluster.n_gpus_per_node x cluster.nnodes); 1 is accepted",
+    f"{_TRINITY}.enable_history": "recording the model calls of a Trinity-RFT workflow as experiences: posttrain's rollout paths (single-turn, tool calling, agentic environments) build the training rows from the turns they generate, with no workflow between; false is accepted",
     "trinity:model.logprobs": "log-probs of the top alternatives of each sampled token (vLLM's logprobs > 0): posttrain keeps the sampled token's only",
 }
 

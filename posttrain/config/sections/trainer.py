@@ -62,16 +62,19 @@ class TrainerConfig:
     save_hf_checkpoint: str = param("last", doc="Standalone Hugging Face model copies: last writes <stage dir>/final_model, always also copies every checkpoint's actor to <stage dir>/hf_checkpoints/global_step_N, never leaves the final model in the last checkpoint's actor/ (needs save_freq > 0).", choices=["last", "always", "never"], refs=["trinity:trainer.save_hf_checkpoint"])
     save_strategy: str = param("unrestricted", doc="Which checkpoint writers may write at once (Trinity-RFT): unrestricted, single_node (the processes of one node together), single_process or single_thread (one writer at a time). posttrain writes one checkpoint at a time, synchronously, and each worker process writes only its own shard, all at once: every value means that on one process, unrestricted and single_node on one node; a strategy that would make several processes or nodes take turns is refused.", choices=["single_thread", "single_process", "single_node", "unrestricted"], refs=["trinity:trainer.save_strategy"])
 
-    controller_nsight_options: dict[str, Any] = param(factory=dict, doc="Nsight Systems options of the driver process (trace, cuda-memory-usage, cuda-graph-trace).", todo="starting the driver or workers under Nsight Systems (start posttrain under nsys yourself with profiler.tool: nsys, docs/profiling.md)", refs=["verl:trainer.controller_nsight_options", "verl:trainer.controller_nsight_options.trace", "verl:trainer.controller_nsight_options.cuda-memory-usage", "verl:trainer.controller_nsight_options.cuda-graph-trace"])
-    worker_nsight_options: dict[str, Any] = param(factory=dict, doc="Nsight Systems options of worker processes (trace, cuda-memory-usage, cuda-graph-trace, capture-range, capture-range-end, kill).", todo="starting the driver or workers under Nsight Systems (start posttrain under nsys yourself with profiler.tool: nsys, docs/profiling.md)", refs=["verl:trainer.worker_nsight_options", "verl:trainer.worker_nsight_options.trace", "verl:trainer.worker_nsight_options.cuda-memory-usage", "verl:trainer.worker_nsight_options.cuda-graph-trace", "verl:trainer.worker_nsight_options.capture-range", "verl:trainer.worker_nsight_options.capture-range-end", "verl:trainer.worker_nsight_options.kill"])
+    worker_nsight_options: dict[str, Any] = param(factory=dict, doc="profiler.tool nsys with profiler.steps: the processes that compute (the workers posttrain starts, or this process when it runs alone) are started under `nsys profile` with these options, each KEY: VALUE passed as --KEY=VALUE (trace, cuda-memory-usage, cuda-graph-trace, capture-range, capture-range-end, kill; capture-range-end null is repeat-shutdown:<traced windows>), writing <stage run dir>/profile/nsys_rank<r> unless output is given; empty: start the run under nsys yourself. Needs the nsys program on PATH.", refs=[*(f"verl:{p}.worker_nsight_options{k}" for p in ("trainer", "global_profiler.global_tool_config.nsys") for k in ("", ".trace", ".cuda-memory-usage", ".cuda-graph-trace", ".capture-range", ".capture-range-end", ".kill"))])
 
 
+_CONTROLLER = ("Nsight options of verl's controller process: posttrain has no controller apart from its workers (each worker "
+               "process runs the RL loop itself), so the processes that compute are started under nsys with worker_nsight_options")
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     "verl:trainer.default_hdfs_dir": "HDFS upload is not supported; copy the run directory with your own tooling",
     "roll:checkpoint_config.type": "posttrain writes checkpoints to a file system path only; set trainer.checkpoint_dir",
     "trinity:trainer.name": "Ray actor names are chosen by posttrain",
     "trinity:trainer.trainer_type": "posttrain trains with its own backend, not verl",
+    **{f"verl:{p}.controller_nsight_options{k}": _CONTROLLER for p in ("trainer", "global_profiler.global_tool_config.nsys")
+       for k in ("", ".trace", ".cuda-memory-usage", ".cuda-graph-trace")},
 }
 
 

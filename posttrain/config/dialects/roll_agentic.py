@@ -1,0 +1,85 @@
+"""ROLL's per-env-manager sampling settings (``train_env_manager.generating_args`` and
+``val_env_manager.generating_args``) onto posttrain's rollout.* and rollout.val_kwargs.*.
+
+ROLL's agentic config (roll/pipeline/agentic/agentic_config.py) decides who samples with what:
+``actor_infer.generating_args``, when set, replaces both managers' own (so theirs change nothing);
+otherwise the training manager's becomes the engine's, and the validation manager keeps its own.
+``num_return_sequences`` is forced to 1 for both (a group is group_size environments, not n
+samples). A manager's ``max_new_tokens`` caps each turn together with the environment's
+``max_tokens_per_step`` (the smaller wins), so it changes nothing where every environment the manager
+runs has a per-step cap at most that large; posttrain's per-turn cap is custom_envs.<tag>.max_tokens_per_step.
+Validation generates with the validation manager's settings, sampling unless it says
+``do_sample: false`` (ROLL's GeneratingArguments default, temperature 0.95, top_p 0.7, top_k 50, is
+what the file leaves out).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.config.dialects.roll_defaults import GENERATING_DEFAULTS, ROLL_DEFAULT, is_pipeline
+from posttrain.config.dialects.translate import Context
+from posttrain.config.tables import Rule
+
+_SAMPLING = ("temperature", "top_p", "top_k", "do_sample")
+_TRAIN_ONLY = {"repetition_penalty": "rollout.repetition_penalty"}
+
+
+def env_manager_sampling(ctx: Context) -> None:
+    for manager, native in (("train_env_manager", "rollout"), ("val_env_manager", "rollout.val_kwargs")):
+        key = f"{manager}.generating_args"
+        args = ctx.get(key)
+        if args is None:
+            continue
+        ctx.consume(key)
+        if not isinstance(args, dict):
+            ctx.refuse(key, "expected a mapping of sampling settings", None, args)
+        elif ctx.get("actor_infer.generating_args"):
+            ctx.drop(key, "ROLL replaces it with actor_infer.generating_args when that is set (its agentic config), as posttrain samples with rollout.*")
+        else:
+            _manager(ctx, manager, native, args)
+
+
+def _manager(ctx: Context, manager: str, native: str, args: dict[str, Any]) -> None:
+    prefix = f"{manager}.generating_args"
+    for name, value in args.items():
+        key = f"{prefix}.{name}"
+        if name in _SAMPLING:
+            ctx.set(f"{native}.{name}", value, key)
+        elif name in _TRAIN_ONLY and manager == "train_env_manager":
+            ctx.set(_TRAIN_ONLY[name], value, key)
+        elif name == "num_return_sequences":
+            ctx.drop(key, "ROLL sets it to 1 for an env manager: a group is group_size environments (env.*_env_manager.group_size)")
+        elif name == "max_new_tokens":
+            _turn_cap(ctx, manager, key, value)
+        else:
+            ctx.refuse(key, f"no posttrain equivalent for an env manager's {name}: its sampling settings are temperature, top_p, top_k, do_sample" + (", repetition_penalty" if manager == "train_env_manager" else ""), None, value)
+    if not is_pipeline(ctx):
+        return
+    for name, value in GENERATING_DEFAULTS.items():  # what ROLL samples with where the file says nothing
+        if name not in args and f"{native}.{name}" not in ctx.origin:
+            ctx.set(f"{native}.{name}", value, f"{prefix}.{name}", ROLL_DEFAULT)
+    if "do_sample" not in args and manager == "val_env_manager":
+        ctx.set(f"{native}.do_sample", True, f"{prefix}.do_sample", ROLL_DEFAULT + ": ROLL's validation samples with its generating_args")
+
+
+def _turn_cap(ctx: Context, manager: str, key: str, value: Any) -> None:
+    """ROLL's per-turn cap is min(max_new_tokens, the env's max_tokens_per_step): no change where every
+    environment the manager runs has a cap of at most max_new_tokens."""
+    envs = ctx.get("custom_envs") or {}
+    tags = ctx.get(f"{manager}.tags") or []
+    caps = {tag: (envs.get(tag) or {}).get("max_tokens_per_step") if isinstance(envs, dict) else None for tag in tags}
+    looser = sorted(tag for tag, cap in caps.items() if not isinstance(cap, int) or cap > value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        ctx.refuse(key, f"expected a number of tokens, got {value!r}", None, value)
+    elif tags and not looser:
+        ctx.drop(key, f"each turn is capped by the environment's max_tokens_per_step ({', '.join(f'{t}: {caps[t]}' for t in tags)}), at most {value}: ROLL takes the smaller, so this changes nothing")
+    else:
+        ctx.refuse(key, f"a per-turn cap of {value} tokens: posttrain caps each turn by custom_envs.<tag>.max_tokens_per_step; set it to at most {value} for {', '.join(looser) or 'every environment the manager runs'}", None, value)
+
+
+_AGENTIC = (("train_env_manager.tags", ["E"]), ("custom_envs", {"E": {"env_type": "frozen_lake", "max_tokens_per_step": 16}}))
+RULES: dict[str, Rule] = {
+    "train_env_manager.generating_args": Rule("rollout.temperature, rollout.top_p, rollout.top_k, rollout.do_sample, rollout.repetition_penalty", "the training environments' sampling (when actor_infer.generating_args is not set: ROLL then samples with these); max_new_tokens is a per-turn cap, accepted where every environment's max_tokens_per_step is at most it (posttrain's per-turn cap), num_return_sequences is 1 in ROLL", {"temperature": 0.9, "top_p": 0.99}, _AGENTIC),
+    "val_env_manager.generating_args": Rule("rollout.val_kwargs.temperature, rollout.val_kwargs.top_p, rollout.val_kwargs.top_k, rollout.val_kwargs.do_sample", "the validation environments' sampling (when actor_infer.generating_args is not set), sampling unless do_sample is false; max_new_tokens and num_return_sequences as for train_env_manager", {"temperature": 0.2}, _AGENTIC),
+}

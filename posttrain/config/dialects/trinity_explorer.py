@@ -1,0 +1,105 @@
+"""Trinity-RFT's explorer-side keys that are more than one key to one key.
+
+- Workflow-runner keys posttrain refuses (posttrain.config.sections.explorer.UNSUPPORTED) are
+  accepted at the values that are what posttrain does anyway: no per-task timeout fires at
+  Trinity-RFT's default ``max_timeout``, nothing is retried, over-rollout ratio 0 waits for every
+  task, dynamic timeouts off, one engine per worker, no workflow call history (`accepted_default`).
+- ``algorithm.sample_strategy``: ``default`` (and its deprecated alias ``warmup``) reads the buffer's
+  batches in order, as posttrain's trainer does; ``staleness_control`` drops experiences whose
+  model version lags the step by more than ``staleness_limit``, which posttrain never produces when
+  its own bound (sync_interval - 1 + sync_offset, enforced where it generates) is tighter; ``mix`` is
+  the mix types' expert rows (posttrain.config.dialects.trinity_types).
+- ``buffer.trainer_input.auxiliary_buffers`` and ``explorer.auxiliary_models`` serve the mix and the
+  distillation types (trinity_types translates them there); any other use is a Trinity-RFT workflow
+  or sample strategy posttrain does not run, refused with that reason.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from posttrain.config.dialects.translate import Context
+from posttrain.config.dialects.trinity_algorithms import TYPES
+from posttrain.config.tables import Rule
+
+# key -> (values accepted as what posttrain does, why)
+ACCEPTED: dict[str, tuple[tuple[Any, ...], str]] = {
+    "explorer.max_timeout": ((900, 1800), "Trinity-RFT's default per-task timeout: no task of posttrain's times out (a batch is one engine call)"),
+    "explorer.max_retry_times": ((2,), "Trinity-RFT's default retries: posttrain retries nothing (a failing reward is reward.on_error)"),
+    "explorer.over_rollout.ratio": ((0, 0.0), "0: wait for every task of a batch, as posttrain does"),
+    "explorer.dynamic_timeout.enable": ((False,), "false: no dynamic timeout, as posttrain has none"),
+    "explorer.rollout_model.engine_num": ((1,), "1: one engine, as each posttrain worker process holds"),
+    "explorer.rollout_model.enable_history": ((False,), "false: no workflow call history, as posttrain records none"),
+}
+
+
+def accepted_default(key: str, value: Any) -> str | None:
+    """Why ``value`` of a refused explorer key may be dropped (it is what posttrain does), else None."""
+    values, why = ACCEPTED.get(key, ((), ""))
+    return why if any(value == v and type(value) is type(v) for v in values) else None
+
+
+_STRATEGY, _ARGS = "algorithm.sample_strategy", "algorithm.sample_strategy_args"
+_AUX_BUFFERS, _AUX_MODELS = "buffer.trainer_input.auxiliary_buffers", "explorer.auxiliary_models"
+
+
+def sample_strategy(ctx: Context) -> None:
+    """The sample strategy of a type that is not a mix type (those: trinity_types._expert)."""
+    if _STRATEGY in ctx.handled or not ctx.has(_STRATEGY):
+        return
+    ctx.consume(_STRATEGY, _ARGS)
+    name, args = ctx.get(_STRATEGY), ctx.get(_ARGS) or {}
+    if not isinstance(args, dict):
+        ctx.refuse(_ARGS, "expected a mapping of the sample strategy's arguments", None, args)
+        return
+    if name in ("default", "warmup"):
+        ctx.drop(_STRATEGY, f"{name}: the trainer reads the buffer's batches in order, as posttrain's does")
+        for arg, value in args.items():
+            ctx.refuse(f"{_ARGS}.{arg}", f"the {name} sample strategy takes no arguments", None, value)
+    elif name == "staleness_control":
+        _staleness(ctx, args)
+    elif name == "mix":
+        ctx.refuse(_STRATEGY, "the mix strategy feeds expert rows to the mix and mix_chord algorithm types (posttrain: algorithm.mix); name one of those types", None, name)
+    else:
+        ctx.refuse(_STRATEGY, f"unknown sample_strategy {name!r}; Trinity-RFT's are default, staleness_control and mix", None, name)
+
+
+def _staleness(ctx: Context, args: dict[str, Any]) -> None:
+    """Trinity-RFT trains step s only on experiences of model version >= s - staleness_limit. posttrain
+    never samples batch s with weights older than step s - 1 - bound (bound = sync_interval - 1 +
+    sync_offset), so step - version <= bound + 1: within the limit, nothing is ever dropped."""
+    names = [n for n in ("staleness_limit", "max_staleness") if n in args]  # Trinity-RFT's name, then its older one
+    for other in sorted(set(args) - set(names)):
+        ctx.refuse(f"{_ARGS}.{other}", "not an argument of the staleness_control sample strategy (staleness_limit)", None, args[other])
+    limit = args[names[0]] if names else math.inf
+    bound = ctx.get("synchronizer.sync_interval", 1) - 1 + ctx.get("synchronizer.sync_offset", 0)
+    if not isinstance(limit, (int, float)) or isinstance(limit, bool):
+        ctx.refuse(f"{_ARGS}.{names[0]}", f"expected a number of steps, got {limit!r}", None, limit)
+    elif bound + 1 <= limit:
+        ctx.drop(_STRATEGY, f"staleness_control (limit {limit}): posttrain's explorer never samples with weights more than sync_interval - 1 + sync_offset = {bound} steps behind the step's, so no experience is past the limit")
+        for name in names:
+            ctx.drop(f"{_ARGS}.{name}", "read with sample_strategy staleness_control")
+    else:
+        ctx.refuse(_STRATEGY, f"posttrain bounds staleness where it generates, not by dropping stale experiences: its bound (sync_interval - 1 + sync_offset = {bound}) lets experiences {bound + 1} steps behind through, past staleness_limit {limit}; lower synchronizer.sync_interval / sync_offset so that sync_interval + sync_offset <= {limit}", None, "staleness_control")
+
+
+def auxiliary(ctx: Context) -> None:
+    """Auxiliary buffers and models that no mix or distillation type took."""
+    kind = TYPES.get(ctx.get("algorithm.algorithm_type", "ppo"))
+    if ctx.has(_AUX_BUFFERS) and _AUX_BUFFERS not in ctx.handled and ctx.get(_AUX_BUFFERS):
+        ctx.consume(_AUX_BUFFERS)
+        ctx.refuse(_AUX_BUFFERS, "Trinity-RFT reads auxiliary buffers in its mix sample strategy (posttrain: the mix and mix_chord types' expert rows, algorithm.mix) or in custom strategies posttrain does not run; this algorithm type trains on the explorer's experiences alone", None, ctx.get(_AUX_BUFFERS))
+    if ctx.has(_AUX_MODELS) and _AUX_MODELS not in ctx.handled and ctx.get(_AUX_MODELS):
+        ctx.consume(_AUX_MODELS)
+        why = "" if kind is None or not kind.teacher else " (beyond the distillation teacher)"
+        ctx.refuse(_AUX_MODELS, f"auxiliary models{why} serve Trinity-RFT workflows, such as the rubric and RULER judges, that call them over an OpenAI-compatible server, which posttrain does not run; a per-response judge on a local model is reward.workers.<name>.worker_cls: llm_judge", None, ctx.get(_AUX_MODELS))
+
+
+_MIX = (("algorithm.algorithm_type", "mix"),)
+RULES: dict[str, Rule] = {
+    _STRATEGY: Rule(None, "default (and warmup) read the buffer's batches in order, as posttrain does; staleness_control is accepted when posttrain's own staleness bound (sync_interval - 1 + sync_offset, enforced where it generates) keeps every experience within staleness_limit, else refused; mix is the mix types' expert rows (algorithm.mix)", "default"),
+    _ARGS: Rule(None, "staleness_control: staleness_limit, checked against posttrain's bound (see sample_strategy); mix: expert_data_ratio and sft_dataset_name (algorithm.mix)", {"staleness_limit": 4}, ((_STRATEGY, "staleness_control"),)),
+    _AUX_BUFFERS: Rule("algorithm.mix.expert_files", "the mix and mix_chord types: the expert SFT buffer named by sample_strategy_args.sft_dataset_name (posttrain.config.dialects.trinity_types); other types' auxiliary buffers are refused (custom sample strategies posttrain does not run)", {"sft_dataset": {"path": "org/dataset"}}, _MIX),
+    _AUX_MODELS: Rule("ref.model_path", "the distillation types (on_policy_distill, jsd): the first model is the teacher, posttrain's reference role; other auxiliary models serve Trinity-RFT workflows (rubric and RULER judges over an OpenAI-compatible server) and are refused", [{"model_path": "teacher"}], (("algorithm.algorithm_type", "on_policy_distill"),)),
+}

@@ -1,0 +1,43 @@
+"""Trinity-RFT's explorer, sample-strategy, auxiliary and service keys: accepted where they are what posttrain
+does, translated where posttrain has the feature, refused with a reason true of posttrain's design otherwise."""
+
+from __future__ import annotations
+
+from posttrain.config.dialects import translate
+
+
+def entries(raw: dict, prefix: str = "") -> dict:
+    return {e.key: (e.status, e.reason, e.native, e.value) for e in translate(raw, "trinity")[1].entries if e.key.startswith(prefix)}
+
+
+def test_runner_keys_at_what_posttrain_does_are_accepted_other_values_refused():
+    accepted = {"max_timeout": 900, "max_retry_times": 2, "runner_per_model": 16, "runner_state_report_interval": 10,
+                "over_rollout": {"ratio": 0.0, "wait_after_min": 30.0}, "dynamic_timeout": {"enable": False, "ratio": 3.0},
+                "rollout_model": {"engine_num": 1, "enable_history": False}}
+    got = entries({"explorer": accepted}, "explorer.")
+    assert {k: v[0] for k, v in got.items()} == {k: "dropped" for k in got} and len(got) == 10
+    refused = entries({"explorer": {"max_timeout": 60, "max_retry_times": 0, "dynamic_timeout": {"enable": True},
+                                    "rollout_model": {"engine_num": 2, "enable_history": True}, "max_repeat_times_per_runner": 4}}, "explorer.")
+    assert {v[0] for v in refused.values()} == {"refused"}
+    assert "worker process" in refused["explorer.rollout_model.engine_num"][1]
+    assert all("not implemented yet" not in v[1] for v in refused.values())
+
+
+def test_staleness_control_is_accepted_within_posttrains_own_bound():
+    base = {"algorithm": {"sample_strategy": "staleness_control", "sample_strategy_args": {"staleness_limit": 2}}}
+    assert entries({**base, "synchronizer": {"sync_interval": 2}})["algorithm.sample_strategy"][0] == "dropped"  # lag <= 1 step: 2 behind at most
+    got = entries({**base, "synchronizer": {"sync_interval": 2, "sync_offset": 1}})["algorithm.sample_strategy"]
+    assert got[0] == "refused" and "sync_interval + sync_offset <= 2" in got[1]
+    assert entries({"algorithm": {"sample_strategy": "default"}})["algorithm.sample_strategy"][0] == "dropped"
+    assert entries({"algorithm": {"sample_strategy": "mix"}})["algorithm.sample_strategy"][0] == "refused"  # outside the mix types
+
+
+def test_auxiliary_buffers_and_models_outside_their_types_and_services_are_refused_by_reason():
+    got = entries({"algorithm": {"algorithm_type": "grpo"}, "buffer": {"trainer_input": {"auxiliary_buffers": {"x": {"path": "p"}}}},
+                   "explorer": {"auxiliary_models": [{"model_path": "judge"}]},
+                   "service": {"data_juicer": {"auto_start": True}}, "data_processor": {"task_pipeline": {"operators": []}}})
+    assert got["buffer.trainer_input.auxiliary_buffers"][0] == got["explorer.auxiliary_models"][0] == "refused"
+    assert "OpenAI-compatible server" in got["explorer.auxiliary_models"][1]
+    assert got["service.data_juicer.auto_start"][0] == "refused" and "Data-Juicer" in got["service.data_juicer.auto_start"][1]
+    teacher = entries({"algorithm": {"algorithm_type": "on_policy_distill"}, "explorer": {"auxiliary_models": [{"model_path": "t"}]}})
+    assert teacher["explorer.auxiliary_models[0].model_path"][2:] == ("ref.model_path", "t")
