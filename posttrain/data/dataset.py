@@ -264,8 +264,26 @@ def _load(cfg: DataConfig, files: str | Iterable[str], split: str) -> tuple[list
 
 
 def _table(cfg: DataConfig, files: str | Iterable[str], setting: str) -> RowTable:
-    """The rows of every entry (files, dataset folders, dataset names: posttrain.data.sources)."""
-    return load_table(as_file_list(files), setting=setting, base_dir=cfg.dataset_dir)
+    """The rows of every entry (files, dataset folders, dataset names: posttrain.data.sources); rows
+    with images or videos (data.image_key / video_key) are refused rather than trained as text."""
+    table = load_table(as_file_list(files), setting=setting, base_dir=cfg.dataset_dir)
+    refuse_media(table, cfg)
+    return table
+
+
+def refuse_media(table: RowTable, cfg: DataConfig) -> None:
+    """posttrain trains text-only models: a row whose data.image_key / data.video_key column holds
+    something (not null, not empty) is one DataError naming the file, row and key, instead of the
+    images being dropped without a word."""
+    for key, column in (("data.image_key", cfg.image_key), ("data.video_key", cfg.video_key)):
+        for i, row in enumerate(table.rows):
+            value = row.get(column)
+            if value is not None and not (hasattr(value, "__len__") and len(value) == 0):
+                raise DataError(
+                    f"{table.locate(i, column)}: this row has {'images' if key == 'data.image_key' else 'videos'} "
+                    f"({key}: {column}); posttrain trains text-only models (until multimodal support): drop the column, "
+                    f"or set {key} to a column the data does not have"
+                )
 
 
 def build_rl_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any, *, split: str = "train") -> RLDataset:

@@ -176,3 +176,16 @@ def test_val_split_and_files_relative_to_dataset_dir(tmp_path, tokenizer):
     assert ds.table.paths == [str(tmp_path / "v.jsonl")]
     with pytest.raises(DataError, match=r"v.jsonl: data file not found"):
         build_rl_dataset(DataConfig(), "v.jsonl", tokenizer)
+
+
+def test_rows_with_images_or_videos_are_refused_not_trained_as_text(tmp_path, tokenizer):
+    rows = [{"prompt": "x", "images": []}, {"prompt": "y", "images": None}, {"prompt": "z", "images": ["a.png"]}]
+    path = write_rows(tmp_path / "mm.jsonl", rows)
+    with pytest.raises(DataError, match=r"mm.jsonl: row 2, column 'images': this row has images \(data.image_key: images\); "
+                                        r"posttrain trains text-only models"):
+        build_rl_dataset(DataConfig(prompt_key="prompt"), path, tokenizer)
+    assert len(build_rl_dataset(DataConfig(prompt_key="prompt", image_key="pictures"), path, tokenizer)) == 3  # another column
+    clips = write_rows(tmp_path / "clips.jsonl", [{"prompt": "x", "clip": "v.mp4"}])
+    with pytest.raises(DataError, match=r"row 0, column 'clip': this row has videos \(data.video_key: clip\)"):
+        build_rl_dataset(DataConfig(prompt_key="prompt", video_key="clip"), clips, tokenizer)
+    assert len(build_rl_dataset(DataConfig(prompt_key="prompt"), clips, tokenizer)) == 1

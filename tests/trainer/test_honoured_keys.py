@@ -447,6 +447,9 @@ ELSEWHERE = {
     "rollout.stop_strings": "tests/rollout/test_stop_strings.py::test_configured_stop_strings_end_responses_and_false_leaves_them_out",
     "rollout.include_stop_str_in_output": "tests/rollout/test_stop_strings.py::test_configured_stop_strings_end_responses_and_false_leaves_them_out",
     "reward.workers.*.reward_type": "tests/rewards/test_reward_scorers.py::test_reward_type_picks_the_reward_table_of_a_worker",
+    "reward.workers.*.use_local": "tests/trainer/test_reward_workers.py::test_roll_s_remote_code_sandbox_is_refused_by_name",  # true is the only behaviour
+    "data.image_key": "tests/data/test_data_rl.py::test_rows_with_images_or_videos_are_refused_not_trained_as_text",
+    "data.video_key": "tests/data/test_data_rl.py::test_rows_with_images_or_videos_are_refused_not_trained_as_text",
     **{f"reward.workers.*.{k}": f"tests/rewards/test_reward_judge.py::{test}" for k, test in {
         "judge_prompt": "test_a_fake_engine_s_answers_become_scores_and_an_unparsable_one_is_counted",
         "judge_model_type": "test_judge_keys_are_checked_at_load",

@@ -188,3 +188,12 @@ def test_an_llm_judge_worker_scores_its_tag_in_a_training_step(files):
     assert m["reward/sums/mean"] == pytest.approx(0.25) and m["reward/judge_parsed"] == 0.0
     assert m["reward/sorting/failures"] == 0
     trainer.rewards.close()
+
+
+def test_roll_s_remote_code_sandbox_is_refused_by_name(files, tmp_path, capsys):
+    root, model = files
+    config = tmp_path / "exp.yaml"
+    config.write_text("{}\n")
+    args = [f"model.path={model}", *_workers(root), "reward.workers.sums.use_local=false", "trainer.logger=[]"]
+    assert main(["train", str(config), *args]) == 2
+    assert "reward.workers.sums.use_local: false sends programs to ROLL's own HTTP sandbox service" in capsys.readouterr().err

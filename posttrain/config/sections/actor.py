@@ -132,7 +132,7 @@ class ActorConfig:
     ppo_max_token_len_per_gpu: int = param(16384, doc="Token budget (prompt + response tokens) of one micro-batch on one device when use_dynamic_bsz.", ge=1, refs=[f"{_VERL}.ppo_max_token_len_per_gpu", "trinity:trainer.max_token_len_per_gpu", "roll:actor_train.max_tokens_per_microbatch_in_train"])
     ppo_epochs: int = param(1, doc="Passes over each rollout batch.", ge=1, refs=[f"{_VERL}.ppo_epochs", "roll:ppo_epochs"])
     shuffle: bool = param(False, doc="Shuffle the responses before splitting them into mini-batches, each epoch.", refs=[f"{_VERL}.shuffle"])
-    share_prompt_forward: bool = param(False, doc="Training forward computes each prompt once for its group of responses (one row: prompt, then every response, with a mask that keeps responses apart); same results to float rounding, less work when prompts are long.")
+    share_prompt_forward: bool = param(False, doc="Training forward computes each prompt once for its group of responses (one row: prompt, then every response, with a mask that keeps responses apart); same results to float rounding, less work when prompts are long.", refs=[f"{_VERL}.use_prefix_grouper"])
     reuse_rollout_logprobs: str = param("auto", doc="Old log-probs of the PPO ratio: never reuse the rollout's (always recompute them with the actor); auto reuses the rollout's when it sampled on-policy with the actor's weights in the actor's compute dtype, after checking on the first step that they equal a recomputation; always reuses them for on-policy rows even when the engine computes in another dtype (rollout.dtype, fsdp_config.mixed_precision), so the first PPO ratio is pi_actor / pi_rollout rather than 1 (what ROLL does without old-log-prob recomputation).", choices=["never", "auto", "always"])
 
     # ---- policy loss -------------------------------------------------------------------------
@@ -181,14 +181,13 @@ UNSUPPORTED: dict[str, str] = {
                                    "(vanilla PPO clip, cispo, topr, gspo, ...): set that instead"),
     "roll:actor_train.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
     "verl:actor_rollout_ref.actor.freeze_vision_tower": "a vision tower to freeze: posttrain trains text-only models (until multimodal support)",
-    "verl:actor_rollout_ref.actor.use_prefix_grouper": "not implemented yet: one forward pass of a shared prompt for its group's responses in training (posttrain shares it in the rollout only; performance issue)",
     "verl:actor_rollout_ref.actor.megatron": "Megatron backend options; posttrain has no Megatron backend (it trains with FSDP2: actor.fsdp_config)",
     "roll:actor_train.use_sequence_packing": _PACKING,
     "roll:actor_train.sequence_packing_args": _PACKING,
     "roll:is_offload_states": _OFFLOAD,
     "roll:is_offload_optimizer_states_in_train_step": _OFFLOAD,
     "roll:use_topr_neg_loss_coef": "ROLL's TOPR loss options: choose the policy loss by name in actor.policy_loss.loss_mode",
-    "roll:train_infer_correction": "ROLL's correction of the training/inference mismatch: not translated yet onto posttrain's algorithm.rollout_is_* (issue 18)",
+    "roll:train_infer_correction": "ROLL's spelling of the training/inference mismatch correction (its is_weight and filter blocks), which the ROLL dialect does not translate: write posttrain's algorithm.rollout_is_* and algorithm.rollout_rs* instead (the same weights and divergence filters)",
 }
 
 

@@ -102,7 +102,7 @@ class RewardWorkerConfig:
     reward_type: str | None = param(None, doc="Reward table of the multiple_choice scorer: loose, soft or strict (ROLL's, from +1 to -1 by answer and format); null: 1 for a right boxed answer, else 0.", choices=[None, "loose", "soft", "strict"], refs=["roll:.reward_type"])
     response_length_penalty_coef: float = param(0.0, doc="Adds coef x ROLL's length reward: -0.5 below 100 response tokens, rising linearly to 0 at 400 and above.", refs=["roll:.response_length_penalty_coef"])
     world_size: int | None = param(None, doc="Processes scoring this worker's samples (a parallel pool of that size); null follows reward.reward_manager and reward.num_workers.", ge=1, refs=["roll:.world_size"])
-    use_local: bool = param(True, doc="Run code in the local sandbox (false: a remote sandbox service).", todo="remote code sandbox; code reward issue", refs=["roll:.use_local"])
+    use_local: bool = param(True, doc="Run a code worker's programs on this machine (ROLL's key; true is posttrain's local sandbox, or reward.sandbox_fusion.url's service). false, ROLL's own HTTP sandbox API, is refused.", refs=["roll:.use_local"])
     query_filter_config: QueryFilterConfig = param(factory=QueryFilterConfig, doc="Drop the prompt groups of this worker's tags whose rewards carry no signal (posttrain.rewards.query_filter).", refs=["roll:.query_filter_config"])
     infer_batch_size: int | None = param(None, doc="LLM judge: judge prompts per generation pass; null: the whole batch at once.", ge=1, refs=["roll:.infer_batch_size"])
     judge_prompt: str | None = param(None, doc="LLM judge: a built-in template (reference_match, score_0_10) or a template with {response} (and {question}, {reference}); null: reference_match.", refs=["roll:.judge_prompt"])
@@ -156,8 +156,8 @@ UNSUPPORTED: dict[str, str] = {
     "verl:reward_model.reward_kwargs": "keyword arguments of verl's reward manager classes: posttrain's managers read their settings from the reward section (the DAPO manager's overlong_buffer_cfg and max_resp_len are reward.overlong_buffer)",
     "roll:reward_system_config": ("ROLL's remote reward-system worker (a reward service over HTTP, with its URLs and credentials): "
                                   "posttrain scores with reward functions and workers in its own processes (reward.*), not a remote service"),
-    "roll:reward": "ROLL's reward-model role (a model served by vLLM to score responses): not implemented yet: vLLM/SGLang engines (issue 19); posttrain's reward model is reward.reward_model (a sequence classifier)",
-    "roll:reward_model": "ROLL's shared reward-model cluster (InferWorker + vLLM): not implemented yet: vLLM/SGLang engines (issue 19); posttrain's reward model is reward.reward_model (a sequence classifier)",
+    "roll:reward": "ROLL's reward-model role, a model served by its inference engine to score responses: posttrain's reward model is reward.reward_model (a sequence classifier on every worker), and a generative judge is a reward worker (reward.workers.<name>.worker_cls: llm_judge)",
+    "roll:reward_model": "ROLL's shared reward-model cluster served by its inference engine: posttrain's reward model is reward.reward_model (a sequence classifier on every worker), and a generative judge is a reward worker (reward.workers.<name>.worker_cls: llm_judge)",
 }
 
 
@@ -188,6 +188,10 @@ def check_reward_workers(cfg: Any) -> list[str]:
         if unknown:
             problems.append(f"{key}.query_filter_config.filter_args: {qf.type} does not read {', '.join(unknown)}; it takes: {', '.join(allowed) or 'nothing'}")
         problems.extend(_judge_problems(key, worker))
+        if not worker.use_local:
+            problems.append(f"{key}.use_local: false sends programs to ROLL's own HTTP sandbox service, whose API posttrain does not "
+                            "speak; posttrain runs a code worker's programs in its local sandbox, or on a SandboxFusion service "
+                            "(reward.sandbox_fusion.url): leave use_local true")
         if worker.worker_cls in ROLL_WORKER_CLASSES or worker.worker_cls in ROLL_WORKER_TODO:
             native = ROLL_WORKER_CLASSES.get(worker.worker_cls)
             fix = f"write worker_cls: {native}" if native else f"not implemented yet: {ROLL_WORKER_TODO[worker.worker_cls]}"
