@@ -113,7 +113,6 @@ def _format(ctx: Context, kind: str, fmt: dict[str, Any]) -> None:
         elif name == "tools_key" and kind == "dpo":
             ctx.drop(key, "Trinity-RFT's DPO rows are rendered without tools")
         elif name in ("prompt_key", "response_key", "system_prompt", "system_prompt_key", "chosen_key", "rejected_key", "tools_key", "chat_template"):
-            # tools_key reaches data.tools_key, refused with that field's reason while it has none
             ctx.set(f"data.{name}", value, key)
         else:
             ctx.refuse(key, f"not a column key of Trinity-RFT's {kind.upper()} rows that posttrain reads (data.* holds those)", None, value)
@@ -124,7 +123,6 @@ _DPO = (("algorithm.algorithm_type", "dpo"), (f"{EB}.path", "org/dataset"))
 _PLAIN_SFT = (*_SFT, (f"{EB}.format.prompt_type", "plaintext"))
 _PLAIN_DPO = (*_DPO, (f"{EB}.format.prompt_type", "plaintext"))
 # Keys experience_files translates (docs/config-mapping.md reads these through posttrain.config.dialects.trinity.RULES).
-# format.tools_key joins them once data.tools_key has a behaviour (until then setting it is refused with that field's reason).
 RULES: dict[str, Rule] = {
     f"{EB}.path": Rule("data.train_files", "algorithm_type sft/dpo: the rows' files (a local file, the split's files in a local folder, else PATH[:SUBSET]@SPLIT); an RL run's buffer file stays buffer.trainer_input.experience_buffer.path", "org/dataset", (("algorithm.algorithm_type", "sft"),)),
     f"{EB}.subset_name": Rule(None, "algorithm_type sft/dpo: the configuration of the rows' dataset, read with path into data.train_files", "main", _SFT),
@@ -138,5 +136,6 @@ RULES: dict[str, Rule] = {
     f"{EB}.format.system_prompt_key": Rule("data.system_prompt_key", "prompt_type plaintext: a per-row system prompt, winning over system_prompt", "system", _PLAIN_SFT),
     f"{EB}.format.chosen_key": Rule("data.chosen_key", "DPO: the preferred response (a string, or assistant messages)", "good", _PLAIN_DPO),
     f"{EB}.format.rejected_key": Rule("data.rejected_key", "DPO: the rejected response (a string, or assistant messages)", "bad", _PLAIN_DPO),
+    f"{EB}.format.tools_key": Rule("data.tools_key", "SFT: the column of each row's tool schemas, passed to the chat template as tools", "tools", _SFT),
     f"{EB}.format.chat_template": Rule("data.chat_template", "the Jinja chat template of these rows (null: the model's)", "{{ messages[0]['content'] }}", _SFT),
 }
