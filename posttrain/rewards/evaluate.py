@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import sysconfig
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
@@ -166,13 +167,19 @@ def _as_float(value: Any) -> float | None:
 
 
 def _where(exc: BaseException) -> str:
-    """' (at file.py:12)' for the innermost frame of the traceback, to point at the user's line
-    (frames of the deadline's own signal handler are skipped)."""
+    """' (at file.py:12)' for the innermost frame of the traceback outside installed libraries and
+    the standard library, to point at the user's line: a library may wrap sys.exit (wandb does, once
+    it has started in the process), which would otherwise be named instead. Frames of the deadline's
+    own signal handler are skipped; with only library frames, the innermost is named."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != deadline_module.__file__]
     if not frames:
         return ""
-    last = frames[-1]
+    own = [f for f in frames if not f.filename.startswith(_LIBRARY_DIRS)]
+    last = (own or frames)[-1]
     return f" (at {last.filename}:{last.lineno})"
+
+
+_LIBRARY_DIRS = tuple(sorted({p for k in ("stdlib", "platstdlib", "purelib", "platlib") if (p := sysconfig.get_paths().get(k))}))
 
 
 def failure_message(fn_label: str, sample: RewardInput, failure: Failure) -> str:

@@ -116,8 +116,9 @@ class RLTrainer:
         if isinstance(prompts, int):  # an agentic step: the step number seeds its env groups
             return self.agent.explore(rollout, self.sampling, prompts, version, timer, policy_step)
         if self.score_in_background:  # reward.launch_reward_fn_async: `learn` joins it after the log-probs
-            batch, texts, tool_metrics = self._rollout(prompts, timer, version)
+            batch, tool_metrics = self._rollout(prompts, timer, version)
             with timer("reward"):
+                texts = self.rewards.decode(batch)
                 job = self.rewards.start(batch, texts, background=True)
             return Experience(batch, None, texts, tool_metrics, policy_step=policy_step, reward_job=job)
         dynamic: dict[str, float] = {}
@@ -135,24 +136,23 @@ class RLTrainer:
                 reward_metrics.update(piped)
         return Experience(batch, scores, texts, reward_metrics, policy_step=policy_step)
 
-    def _rollout(self, prompts: PromptBatch, timer: PhaseTimer, version: int) -> tuple[RolloutBatch, list[str], dict[str, float]]:
+    def _rollout(self, prompts: PromptBatch, timer: PhaseTimer, version: int) -> tuple[RolloutBatch, dict[str, float]]:
         """The responses to a batch of prompts (with the greedy baseline's scores when the estimator
-        needs them), their texts and the tool/* metrics."""
+        needs them) and the tool/* metrics."""
         with timer("gen"):
             batch, tool_metrics = self._generate(prompts, self.sampling, version)
         if self.baseline_sampling is not None:
             with timer("gen_baseline"):
                 greedy, _ = self._generate(prompts, self.baseline_sampling, version)
                 batch.reward_baselines = self.rewards.baseline_scores(greedy, batch)  # (B,)
-        with timer("reward"):
-            texts = self.rewards.decode(batch)
-        return batch, texts, tool_metrics
+        return batch, tool_metrics
 
     def _explore_round(self, prompts: PromptBatch, timer: PhaseTimer, version: int) -> Round:
         """Rollout and reward of one batch of prompts, the query filters' groups dropped, with the
         filter_groups metric of every response kept."""
-        batch, texts, tool_metrics = self._rollout(prompts, timer, version)
+        batch, tool_metrics = self._rollout(prompts, timer, version)
         with timer("reward"):
+            texts = self.rewards.decode(batch)
             scored = self.rewards.score_parts(batch, texts)  # scores (B,)
             values = metric_values(self.cfg.algorithm.filter_groups.metric, scored.scores, scored.function_scores, scored.extra)  # (B,)
             rnd = Round(batch, scored.scores, texts, {**scored.metrics, **tool_metrics}, values)

@@ -52,6 +52,20 @@ def test_naive_manager_refuses_sys_exit_under_either_policy(exiting_file, on_err
     assert "return a score" in message
 
 
+def test_the_user_s_line_is_named_when_a_library_wraps_sys_exit(exiting_file, monkeypatch):
+    # wandb, once started in a process, replaces sys.exit with its own function: the innermost frame
+    # is then in site-packages, and the message must still point at the reward file's line
+    import sys
+    import sysconfig
+
+    library = {}
+    exec(compile("def wrapped_exit(code=None):\n    raise SystemExit(code)\n", f"{sysconfig.get_paths()['purelib']}/hooks.py", "exec"), library)
+    monkeypatch.setattr(sys, "exit", library["wrapped_exit"])
+    with pytest.raises(RewardFunctionError) as err:
+        NaiveRewardManager(load_reward_function(exiting_file)).score(sample())
+    assert f"called sys.exit(0) (at {exiting_file}:10)" in str(err.value), str(err.value)
+
+
 def test_naive_manager_refuses_any_base_exception(exiting_file):
     manager = NaiveRewardManager(load_reward_function(exiting_file, "stop"), on_error="fixed")
     with pytest.raises(RewardFunctionError, match=r"stop in .* raised Stop: enough \(a BaseException"):
