@@ -159,9 +159,13 @@ class RLTrainer:
             rows, dropped = self.rewards.informative_rows(batch, scored.scores)  # the query filters
             rnd.metrics.update(dropped)
             rnd = rnd if rows is None else rnd.take(rows)  # (B',)
-        if hasattr(self.sampler, "feedback"):  # a data.sampler curriculum sees this round's scores before it picks the next
-            self.sampler.feedback(prompts.uid, rnd.batch.group_index, rnd.scores.tolist(), rnd.batch.data_source)
+        self._feedback(prompts.uid, rnd.batch, rnd.scores)
         return rnd
+
+    def _feedback(self, uids: list[str], batch: RolloutBatch, scores: torch.Tensor) -> None:
+        """A data.sampler curriculum sees a batch's scores before it picks the next batch."""
+        if hasattr(self.sampler, "feedback"):
+            self.sampler.feedback(uids, batch.group_index, scores.tolist(), batch.data_source)
 
     def _generate(self, prompts: PromptBatch, params: SamplingParams, version: int, seed: int | None = None) -> tuple[RolloutBatch, dict[str, float]]:
         """The rollout role's responses, or with tool calling the conversations of the tool rollout
@@ -195,6 +199,8 @@ class RLTrainer:
         if experience.reward_job is not None:  # reward.launch_reward_fn_async: it ran beside the passes above
             with timer("reward_wait"):
                 experience.settle()
+            # no query filter runs with background scoring, so every prompt's group is here, in order
+            self._feedback(list(dict.fromkeys(batch.group_index)), batch, experience.scores)
         scores = experience.scores.to(batch.response_mask.device)  # (B,) scored on the CPU; the batch may be on a GPU
         with timer("adv"):
             shaped = scores if self.agent is None else agentic_scores(scores, batch, self.cfg.algorithm.agentic_reward_norm)

@@ -639,3 +639,12 @@ def test_keys_posttrain_always_honours_change_nothing(harness, key):
     base = _observe(harness, tuple(context), None, "base")
     assert base.exit[0] == 0, f"the run without the change failed: {base.exit}"
     assert _observe(harness, (*context, change), None, "same").differences(base) == []
+
+
+def test_a_curriculum_sampler_sees_the_scores_computed_in_the_background_too(harness):
+    # the step's update() must reach the sampler before it draws the next batch, however the reward ran
+    sampler = "data.sampler={class_path: {data}/sampler.py, class_name: Rotating}"
+    in_place = _observe(harness, (sampler,), None, "base")
+    background = _observe(harness, (sampler, "reward.launch_reward_fn_async=true"), None, "async")
+    assert in_place.exit[0] == 0 and background.exit[0] == 0, (in_place.exit, background.exit)
+    assert background.prompts == in_place.prompts
