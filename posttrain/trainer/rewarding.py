@@ -169,18 +169,6 @@ class RewardStage:
         # reward.launch_reward_fn_async: one background thread runs the reward function of a batch
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="reward") if r.launch_reward_fn_async else None
 
-    def keep_informative(
-        self, batch: RolloutBatch, scores: torch.Tensor, texts: list[str]
-    ) -> tuple[RolloutBatch, torch.Tensor, list[str], dict[str, float]]:
-        """The training batch's groups that the reward workers' query filters keep (all of them
-        without a filter), their scores (B',) and texts, and the counts of groups dropped. Every rank
-        holds every score, so every rank keeps the same rows."""
-        rows, metrics = self.informative_rows(batch, scores)
-        if rows is None:
-            return batch, scores, texts, metrics
-        index = torch.tensor(rows, dtype=torch.long)  # (B',) long even when no row is kept
-        return batch[index], scores[index], [texts[i] for i in rows], metrics
-
     def informative_rows(self, batch: RolloutBatch, scores: torch.Tensor) -> tuple[list[int] | None, dict[str, float]]:
         """The rows the query filters keep (None: every row) and their counts of groups."""
         if not self.group_filters:

@@ -184,8 +184,8 @@ def rollout_correction(ctx: Any) -> None:
         ctx.consume(*[_RC + n for n in names if ctx.has(_RC + n)])
         ctx.set("actor.reuse_rollout_logprobs", "always", _RC + "bypass_mode", "true: the rollout's log-probs are the old ones")
         ctx.set("actor.policy_loss.loss_mode", "bypass_mode", _RC + "bypass_mode", "true: the correction is taken inside the loss (posttrain.algorithms.bypass_mode_loss)")
-        for k in names[:-2] + ("loss_type",):
-            if ctx.has(_RC + k):
+        for k in names:
+            if k != "bypass_mode" and ctx.has(_RC + k):
                 ctx.set(f"actor.policy_loss.loss_args.{k}", value[k], _RC + k, "an option of the bypass_mode loss")
         return
     present = [_RC + k for k in ("rollout_is", "rollout_is_threshold", "bypass_mode", "loss_type") if ctx.has(_RC + k)]
