@@ -2,7 +2,9 @@
 
 Asserts that RL raises the training reward, not only that the run finished (STYLE.md, point 11),
 in one process, on two worker processes (gloo), and as an explorer and a trainer process meeting in
-an experience buffer (at most one step stale). Budget: under a minute each on 2 CPU cores.
+an experience buffer (at most one step stale). The one-process run does both stages; the other two
+placements start GRPO from its SFT model (the warm-up is the same for all three, and SFT on two
+workers is tested against one process in tests/cluster). Budget: under a minute each on 2 CPU cores.
 """
 
 import json
@@ -59,28 +61,45 @@ def inputs(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def two_stage_run(tmp_path_factory, inputs) -> Path:
+    """SFT then GRPO in one process: the one-process case, and the warm model of the other two."""
+    root = tmp_path_factory.mktemp("one-process")
+    (root / "run.yaml").write_text(CONFIG.format(d=inputs / "data", m=inputs / "model", r="run"))
+    return root, _cli("train", "run.yaml", cwd=root)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "placement", [(), ("cluster.n_gpus_per_node=2",), ("synchronizer.sync_interval=2",)],
     ids=["one process", "two worker processes", "explorer and trainer processes"],
 )
-def test_sft_then_grpo_raises_the_training_reward(tmp_path, inputs, placement):
-    (tmp_path / "run.yaml").write_text(CONFIG.format(d=inputs / "data", m=inputs / "model", r="run"))
-    out = _cli("train", "run.yaml", *placement, cwd=tmp_path)
+def test_sft_then_grpo_raises_the_training_reward(tmp_path, inputs, two_stage_run, placement):
+    if placement:  # GRPO alone, from the one-process run's SFT model
+        warm = two_stage_run[0] / "run" / "sft" / "final_model"
+        (tmp_path / "run.yaml").write_text(CONFIG.split("stages:")[0].format(d=inputs / "data", m=warm, r="run"))
+        out = _cli("train", "run.yaml", *placement, cwd=tmp_path)
+        run, stages = tmp_path / "run", ()
+    else:
+        (root, out), stages = two_stage_run, ("sft", "grpo")
+        run = root / "run"
     workers = 2 if "cluster.n_gpus_per_node=2" in placement else 0
     decoupled = "synchronizer.sync_interval=2" in placement
-    assert "final model: run/grpo/final_model" in out.stdout
     assert ("2 worker processes" in out.stdout) == (workers == 2)
     assert ("decoupled run: trainer" in out.stdout) == decoupled
 
-    run = tmp_path / "run"
-    for stage in ("sft", "grpo"):
+    for stage in stages:
         assert (run / stage / "config.yaml").is_file()
         assert list((run / stage / "tensorboard").glob("events.out.tfevents.*"))
         assert (run / stage / "final_model" / "model.safetensors").is_file()
-    sft = [json.loads(line) for line in (run / "sft" / "metrics.jsonl").read_text().splitlines()]
-    assert sft[-1]["sft/loss"] < 0.5 * sft[0]["sft/loss"]
-    rows = [json.loads(line) for line in (run / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    if stages:
+        assert "final model: run/grpo/final_model" in out.stdout
+        sft = [json.loads(line) for line in (run / "sft" / "metrics.jsonl").read_text().splitlines()]
+        assert sft[-1]["sft/loss"] < 0.5 * sft[0]["sft/loss"]
+    else:
+        assert "final model: run/final_model" in out.stdout
+        assert (run / "final_model" / "model.safetensors").is_file()
+    rows = [json.loads(line) for line in (run / (stages[-1] if stages else "") / "metrics.jsonl").read_text().splitlines()]
     scores = [r["critic/score/mean"] for r in rows if "critic/score/mean" in r]
     assert {r["dist/world_size"] for r in rows if "dist/world_size" in r} == {2.0 if workers else 1.0}
     staleness = [r["async/staleness"] for r in rows if "async/staleness" in r]
@@ -89,6 +108,6 @@ def test_sft_then_grpo_raises_the_training_reward(tmp_path, inputs, placement):
     else:
         assert staleness == []
     assert len(scores) == 40
-    assert [r["step"] for r in rows][:1] == [31]  # stages continue each other's step count
+    assert [r["step"] for r in rows][:1] == ([31] if stages else [1])  # stages continue each other's step count
     first, last = sum(scores[:10]) / 10, sum(scores[-10:]) / 10
     assert last > first + 0.05, f"training reward did not rise: first 10 steps {first:.3f}, last 10 {last:.3f}"
