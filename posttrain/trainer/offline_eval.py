@@ -63,6 +63,8 @@ def evaluate_file(cfg: Config) -> EvalResult:
     path = _checked_path(cfg)
     table = load_files(path, setting="eval.path")
     samples, row_of = read_samples(table, cfg)
+    if cfg.reward.custom_reward_function.path is None and not cfg.reward.workers:
+        _check_built_in(table, cfg.eval.data_source_key)
     out = _score(cfg, samples, path)
     sources = [table.get(i, cfg.eval.data_source_key) for i in range(len(table))]
     return EvalResult(path, summarise([str(s) for s in sources], out.scores, row_of), out.num_failures)
@@ -132,6 +134,23 @@ def write_table(result: EvalResult, out: str | Path) -> Path:
     else:
         raise UserError(f"--output {out}: write the table to a .json or .csv file")
     return atomic_write_text(out, text)
+
+
+def _check_built_in(table: RowTable, column: str) -> None:
+    """Each data source has a built-in scorer (the default reward function), checked before any
+    scoring: a DataError names the first row of one that has none and the known ones."""
+    from posttrain.tasks import task_for_data_source
+
+    seen: set[str] = set()
+    for i in range(len(table)):
+        source = str(table.get(i, column))
+        if source not in seen:
+            seen.add(source)
+            try:
+                task_for_data_source(source)
+            except DataError as err:
+                raise DataError(f"{table.locate(i, column)}: {err} (set reward.custom_reward_function.path; in verl's "
+                                "evaluation.yaml custom_reward_function.path)") from None
 
 
 def _checked_path(cfg: Config) -> str:
