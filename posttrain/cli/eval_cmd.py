@@ -3,7 +3,8 @@
 CONFIG is a posttrain config (its `eval` section names the file and its columns, its `reward`
 section the reward function) or verl's evaluation.yaml; ``--dialect verl`` reads the words of
 ``python3 -m verl.trainer.main_eval KEY=VALUE ...`` with verl's evaluation.yaml as the base
-(posttrain.config.dialects.verl_eval). A ROLL or Trinity-RFT file is read for its reward settings.
+(posttrain.config.dialects.verl_eval). A verl trainer config, or a ROLL or Trinity-RFT one, is read
+for its reward settings, as `posttrain train` reads it; eval.path=FILE then names the responses.
 Prints one line per data source (verl's ``test_score/<data source>``); see posttrain.trainer.offline_eval.
 """
 
@@ -54,15 +55,17 @@ def load_eval_config(args: argparse.Namespace):
     from posttrain.config import load_config
     from posttrain.config.dialects.detect import detect
     from posttrain.config.dialects.source import read_yaml
-    from posttrain.config.dialects.verl_eval import eval_native
+    from posttrain.config.dialects.verl_eval import eval_native, is_evaluation_config
     from posttrain.config.schema import defaults_dict
     from posttrain.config.validate import deep_merge, validate
 
     path, overrides, dialect = config_source(args)
     if dialect == "verl" and path is not None and Path(path).stem == "evaluation" and not Path(path).is_file():
         path = None  # --config-name evaluation: verl's own evaluation.yaml, the base anyway
-    if dialect is None and path is not None and detect(read_yaml(Path(path)), path) == "verl":
-        dialect = "verl"
-    if dialect == "verl":
-        return validate(deep_merge(defaults_dict(), eval_native(path, overrides)))
+    raw = read_yaml(Path(path)) if path is not None else {}
+    if dialect == "verl" or (dialect is None and path is not None and detect(raw, path) == "verl"):
+        if is_evaluation_config(raw):
+            return validate(deep_merge(defaults_dict(), eval_native(path, overrides)))
+        # a verl trainer config: its reward settings, with posttrain overrides (eval.path=...)
+        # after the file, or verl's with --dialect verl
     return load_config(path, overrides, dialect=dialect)

@@ -91,6 +91,15 @@ def test_verl_evaluation_yaml_with_a_custom_reward_function(tmp_path, capsys):
     assert code == 0 and _table(out) == {"test_score/a": (1, 2, 2.0), "test_score/b": (1, 1, 2.0)}
 
 
+def test_a_verl_trainer_config_lends_its_reward_function(tmp_path, capsys):
+    (tmp_path / "my_reward.py").write_text(REWARD)
+    gen = _parquet(tmp_path / "gen.parquet", ROWS)
+    (tmp_path / "ppo.yaml").write_text("actor_rollout_ref:\n  actor:\n    ppo_epochs: 1\n"
+                                       "custom_reward_function:\n  path: my_reward.py\n  name: exact\n")
+    code, out, _ = _eval(tmp_path, capsys, "ppo.yaml", f"eval.path={gen}")
+    assert code == 0 and _table(out) == {f"test_score/{ARITH}": (2, 4, 0.5), f"test_score/{SORT}": (1, 2, 0.5)}
+
+
 def test_the_eval_keys_choose_the_columns(tmp_path, capsys):
     rows = [{**r, "other": ["0"], "source2": "b", "truth2": {"ground_truth": "0"}} for r in ROWS]
     gen = _parquet(tmp_path / "gen.parquet", rows)

@@ -60,6 +60,15 @@ NO_EFFECT: dict[str, str] = {
 NUM_CPUS = ("ray_kwargs.ray_init.num_cpus", "ray_init.num_cpus")
 
 
+def is_evaluation_config(raw: dict[str, Any]) -> bool:
+    """Whether a verl file is an evaluation config (only evaluation.yaml's sections), not a trainer one.
+
+    >>> is_evaluation_config({"data": {"path": "g.parquet"}}), is_evaluation_config({"actor_rollout_ref": {}, "data": {}})
+    (True, False)
+    """
+    return set(raw) <= {*DEFAULTS, "ray_init", "defaults", "hydra"}
+
+
 def eval_native(path: str | Path | None, overrides: list[str]) -> dict[str, Any]:
     """The posttrain dict of a verl evaluation config (verl's defaults, the file, the overrides);
     one `ConfigError` naming every key posttrain refuses, where it came from and why."""
@@ -126,4 +135,4 @@ def _where(problem: str, set_by: dict[str, str], path: str | Path | None) -> str
     return f"{path}: {problem}" if path is not None else f"{WHAT}: {problem}"
 
 
-__all__ = ["DEFAULTS", "KEYS", "NO_EFFECT", "eval_native", "translate"]
+__all__ = ["DEFAULTS", "KEYS", "NO_EFFECT", "eval_native", "is_evaluation_config", "translate"]
