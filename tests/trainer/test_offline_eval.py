@@ -84,8 +84,9 @@ def test_verl_evaluation_yaml_with_a_custom_reward_function(tmp_path, capsys):
     )
     code, out, _ = _eval(tmp_path, capsys, "evaluation.yaml")
     assert code == 0 and _table(out) == {"test_score/a": (1, 2, 1.0), "test_score/b": (1, 1, 1.0)}
-    # the launch line's words: verl's evaluation.yaml is the base, Hydra overrides on top (+ adds a key)
-    words = ["data.path=gen.jsonl", "data.response_key=gens", "data.data_source_key=src", "data.reward_model_key=ref",
+    # the launch line's words: verl's evaluation.yaml is the base, Hydra overrides on top (+ adds a key);
+    # Ray's CPUs become a pool of that many scoring processes
+    words = ["ray_kwargs.ray_init.num_cpus=1", "data.path=gen.jsonl", "data.response_key=gens", "data.data_source_key=src", "data.reward_model_key=ref",
              "custom_reward_function.path=my_reward.py", "custom_reward_function.name=exact", "+custom_reward_function.reward_kwargs={bonus: 1}"]
     code, out, _ = _eval(tmp_path, capsys, "--dialect", "verl", *words)
     assert code == 0 and _table(out) == {"test_score/a": (1, 2, 2.0), "test_score/b": (1, 1, 2.0)}
