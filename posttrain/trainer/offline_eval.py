@@ -61,13 +61,17 @@ class EvalResult:
 def evaluate_file(cfg: Config) -> EvalResult:
     """Read cfg.eval.path, score every response with cfg.reward's function, return the table."""
     path = _checked_path(cfg)
+    _check_reward(cfg)
     table = load_files(path, setting="eval.path")
     samples, row_of = read_samples(table, cfg)
+    sources = [str(table.get(i, cfg.eval.data_source_key)) for i in range(len(table))]
+    first: dict[str, str] = {}  # where each data source first occurs, to name it in an error before anything is scored
+    for i, source in enumerate(sources):
+        first.setdefault(source, table.locate(i, cfg.eval.data_source_key))
     if cfg.reward.custom_reward_function.path is None and not cfg.reward.workers:
-        _check_built_in(table, cfg.eval.data_source_key)
-    out = _score(cfg, samples, path)
-    sources = [table.get(i, cfg.eval.data_source_key) for i in range(len(table))]
-    return EvalResult(path, summarise([str(s) for s in sources], out.scores, row_of), out.num_failures)
+        _check_built_in(first)
+    out = _score(cfg, samples, path, first)
+    return EvalResult(path, summarise(sources, out.scores, row_of), out.num_failures)
 
 
 def read_samples(table: RowTable, cfg: Config) -> tuple[list[RewardInput], list[int]]:
@@ -136,21 +140,28 @@ def write_table(result: EvalResult, out: str | Path) -> Path:
     return atomic_write_text(out, text)
 
 
-def _check_built_in(table: RowTable, column: str) -> None:
-    """Each data source has a built-in scorer (the default reward function), checked before any
-    scoring: a DataError names the first row of one that has none and the known ones."""
+def _check_built_in(first: dict[str, str]) -> None:
+    """Each data source has a built-in scorer (the default reward function): a DataError names the
+    first row of one that has none, and the known ones. ``first``: data source -> where it first occurs."""
     from posttrain.tasks import task_for_data_source
 
-    seen: set[str] = set()
-    for i in range(len(table)):
-        source = str(table.get(i, column))
-        if source not in seen:
-            seen.add(source)
-            try:
-                task_for_data_source(source)
-            except DataError as err:
-                raise DataError(f"{table.locate(i, column)}: {err} (set reward.custom_reward_function.path; in verl's "
-                                "evaluation.yaml custom_reward_function.path)") from None
+    for source, where in first.items():
+        try:
+            task_for_data_source(source)
+        except DataError as err:
+            raise DataError(f"{where}: {err} (set reward.custom_reward_function.path; in verl's "
+                            "evaluation.yaml custom_reward_function.path)") from None
+
+
+def _check_reward(cfg: Config) -> None:
+    """Refuse the scorers that need the prompts, which posttrain eval does not read."""
+    if cfg.reward.reward_model.enable:
+        raise ConfigError("reward.reward_model.enable: posttrain eval scores with the reward function, as verl's main_eval does; "
+                          "the reward model is not run: set reward.reward_model.enable=false")
+    judges = [name for name, w in cfg.reward.workers.items() if w.worker_cls == JUDGE]
+    if judges:
+        raise ConfigError(f"reward.workers.{judges[0]}: an LLM judge reads each row's question, and posttrain eval reads only the "
+                          "responses and the ground truth; score with rule-based workers or a reward function")
 
 
 def _checked_path(cfg: Config) -> str:
@@ -179,19 +190,16 @@ def _shown(value: Any) -> str:
     return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
-def _score(cfg: Config, samples: list[RewardInput], path: str):
-    """Every response's score, by reward.custom_reward_function (or reward.workers) through the
-    configured manager; a reward error names the file (its "sample" number is the file's row)."""
-    if cfg.reward.reward_model.enable:
-        raise ConfigError("reward.reward_model.enable: posttrain eval scores with the reward function, as verl's main_eval does; "
-                          "the reward model is not run: set reward.reward_model.enable=false")
-    judges = [name for name, w in cfg.reward.workers.items() if w.worker_cls == JUDGE]
-    if judges:
-        raise ConfigError(f"reward.workers.{judges[0]}: an LLM judge reads each row's question, and posttrain eval reads only the "
-                          "responses and the ground truth; score with rule-based workers or a reward function")
+def _score(cfg: Config, samples: list[RewardInput], path: str, first: dict[str, str]):
+    """Every response's score, by reward.custom_reward_function (or reward.workers, each data source
+    a tag: ``first`` says where each first occurs) through the configured manager; a reward error
+    names the file (its "sample" number is the file's row)."""
     fn = reward_function(cfg)
-    manager = build_router(cfg, fn) if isinstance(fn, dict) else build_reward_manager(cfg.reward.reward_manager, fn, **manager_options(cfg))
+    routed = isinstance(fn, dict)
+    manager = build_router(cfg, fn) if routed else build_reward_manager(cfg.reward.reward_manager, fn, **manager_options(cfg))
     try:
+        if routed:
+            manager.check_tags(first)
         return manager.score(samples)
     except RewardFunctionError as err:
         raise RewardFunctionError(f"{path}: {err} (sample N is row N of the file)") from None

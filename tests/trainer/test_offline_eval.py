@@ -101,6 +101,14 @@ def test_a_verl_trainer_config_lends_its_reward_function(tmp_path, capsys):
     assert code == 0 and _table(out) == {f"test_score/{ARITH}": (2, 4, 0.5), f"test_score/{SORT}": (1, 2, 0.5)}
 
 
+def test_reward_workers_score_the_data_sources_they_claim(tmp_path, capsys):
+    (tmp_path / "my_reward.py").write_text(REWARD)
+    gen = _parquet(tmp_path / "gen.parquet", ROWS)
+    workers = f"reward.workers={{a: {{worker_cls: tasks, tag_included: [{ARITH}]}}, s: {{worker_cls: 'my_reward.py:exact', tag_included: [{SORT}], weight: 2.0}}}}"
+    code, out, _ = _eval(tmp_path, capsys, f"eval.path={gen}", workers)
+    assert code == 0 and _table(out) == {f"test_score/{ARITH}": (2, 4, 0.5), f"test_score/{SORT}": (1, 2, 1.0)}  # 2 x (1 + 0) / 2
+
+
 def test_the_eval_keys_choose_the_columns(tmp_path, capsys):
     rows = [{**r, "other": ["0"], "source2": "b", "truth2": {"ground_truth": "0"}} for r in ROWS]
     gen = _parquet(tmp_path / "gen.parquet", rows)
@@ -160,6 +168,10 @@ def test_failures_under_on_error_fixed_are_counted(tmp_path, capsys):
     (("eval.path=gen.parquet", "reward.custom_reward_function.path=nope.py"), "reward function file not found"),
     (("eval.path=gen.parquet", "--output", "t.txt"), "--output t.txt: write the table to a .json or .csv file"),
     (("--dialect", "verl", "data.path=gen.parquet", "data.nope=1"), "verl's evaluation config has no key data.nope"),
+    (("eval.path=gen.parquet", "reward.reward_model.enable=true"), "reward.reward_model.enable: posttrain eval scores with the reward function"),
+    (("eval.path=gen.parquet", "reward.workers={j: {worker_cls: llm_judge, tag_included: [t]}}"), "reward.workers.j: an LLM judge reads"),
+    (("eval.path=gen.parquet", "reward.workers={w: {worker_cls: tasks, tag_included: [t]}}"),
+     f"gen.parquet: row 0, column 'data_source': tag '{ARITH}' (the data.reward_fn_key column) is claimed by no reward worker"),
 ])
 def test_bad_input_is_one_message_and_exit_2(tmp_path, capsys, args, message):
     (tmp_path / "my_reward.py").write_text(REWARD)
