@@ -55,7 +55,7 @@ def load_eval_config(args: argparse.Namespace):
     from posttrain.config import load_config
     from posttrain.config.dialects.detect import detect
     from posttrain.config.dialects.source import read_yaml
-    from posttrain.config.dialects.verl_eval import eval_native, is_evaluation_config
+    from posttrain.config.dialects.verl_eval import eval_native, fits_evaluation
     from posttrain.config.schema import defaults_dict
     from posttrain.config.validate import deep_merge, validate
 
@@ -64,7 +64,7 @@ def load_eval_config(args: argparse.Namespace):
         path = None  # --config-name evaluation: verl's own evaluation.yaml, the base anyway
     raw = read_yaml(Path(path)) if path is not None else {}
     if dialect == "verl" or (dialect is None and path is not None and detect(raw, path) == "verl"):
-        if is_evaluation_config(raw):
+        if fits_evaluation(raw):
             return validate(deep_merge(defaults_dict(), eval_native(path, overrides)))
         # a verl trainer config: its reward settings, with posttrain overrides (eval.path=...)
         # after the file, or verl's with --dialect verl

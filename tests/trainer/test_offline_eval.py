@@ -137,13 +137,22 @@ def test_a_jsonl_file_and_the_output_files(tmp_path, capsys):
 
 
 def test_verl_ray_cpus_become_a_pool_and_other_keys_are_dropped_or_refused():
-    native, problems = translate({"ray_kwargs": {"ray_init": {"num_cpus": 3}, "timeline_json_file": "t.json"},
-                                  "data": {"prompt_key": "p", "use_shm": True}})
-    assert native == {"reward": {"reward_manager": "parallel", "num_workers": 3}} and problems == []
-    native, problems = translate({"ray_kwargs": {"ray_init": {"num_cpus": None, "address": "auto"}}, "trainer": {"x": 1}})
+    native, report = translate({"ray_kwargs": {"ray_init": {"num_cpus": 3}, "timeline_json_file": "t.json"},
+                                "data": {"prompt_key": "p", "use_shm": True}})
+    assert native == {"reward": {"reward_manager": "parallel", "num_workers": 3}} and report.counts() == "1 keys translated, 3 dropped, 0 refused"
+    native, report = translate({"ray_kwargs": {"ray_init": {"num_cpus": None, "address": "auto"}}, "trainer": {"x": 1}})
     assert native == {}
-    assert problems[0].startswith("ray_kwargs.ray_init.address: posttrain eval starts no Ray cluster")
-    assert problems[1].startswith("trainer.x: not a key of verl's evaluation config")
+    assert report.refused[0].line().startswith("ray_kwargs.ray_init.address: posttrain eval starts no Ray cluster")
+    assert report.refused[1].line().startswith("trainer.x: not a key of verl's evaluation config")
+
+
+def test_config_convert_reads_an_evaluation_yaml_as_one(tmp_path, capsys):
+    gen = _parquet(tmp_path / "gen.parquet", [{**r, "gens": r["responses"]} for r in ROWS])
+    (tmp_path / "evaluation.yaml").write_text(f"data:\n  path: {gen}\n  response_key: gens\n")
+    assert main(["config", "convert", str(tmp_path / "evaluation.yaml"), str(tmp_path / "native.yaml")]) == 0
+    capsys.readouterr()
+    code, out, _ = _eval(tmp_path, capsys, "native.yaml")  # data.response_key is the responses column, not SFT's
+    assert code == 0 and _table(out) == {f"test_score/{ARITH}": (2, 4, 0.5), f"test_score/{SORT}": (1, 2, 0.74)}
 
 
 def test_failures_under_on_error_fixed_are_counted(tmp_path, capsys):

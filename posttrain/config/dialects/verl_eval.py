@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.config.dialects import hydra
+from posttrain.config.dialects.report import Entry, Report
 from posttrain.config.dialects.source import read_yaml, resolve
 from posttrain.config.validate import deep_merge
 from posttrain.errors import ConfigError
@@ -56,17 +57,31 @@ NO_EFFECT: dict[str, str] = {
     "ray_kwargs.timeline_json_file": "main_eval writes no Ray timeline (verl's trainer does)",
     "ray_init.allow_external_dashboard": _NO_RAY + ", so there is no dashboard to expose",
 }
+_DATA_KEYS = {*DEFAULTS["data"], "last_user_msg_template", "use_shm"}
+_EVAL_ONLY = {"path", "data_source_key", "reward_model_key"}  # data keys verl's trainer config does not have
 # How many CPUs verl's Ray may use: main_eval scores one row per Ray task, so this many rows at once.
 NUM_CPUS = ("ray_kwargs.ray_init.num_cpus", "ray_init.num_cpus")
 
 
-def is_evaluation_config(raw: dict[str, Any]) -> bool:
-    """Whether a verl file is an evaluation config (only evaluation.yaml's sections), not a trainer one.
+def fits_evaluation(raw: dict[str, Any]) -> bool:
+    """Whether a verl file has only evaluation.yaml's sections and data keys (`posttrain eval` reads
+    such a file as an evaluation config).
 
-    >>> is_evaluation_config({"data": {"path": "g.parquet"}}), is_evaluation_config({"actor_rollout_ref": {}, "data": {}})
+    >>> fits_evaluation({"custom_reward_function": {"path": "r.py"}}), fits_evaluation({"data": {"train_files": "t.parquet"}})
     (True, False)
     """
-    return set(raw) <= {*DEFAULTS, "ray_init", "defaults", "hydra"}
+    data = raw.get("data") or {}
+    return set(raw) <= {*DEFAULTS, "ray_init", "defaults", "hydra"} and isinstance(data, dict) and set(data) <= _DATA_KEYS
+
+
+def is_evaluation_config(raw: dict[str, Any]) -> bool:
+    """Whether a verl file is an evaluation config wherever it is read (`posttrain config convert`
+    too): it fits evaluation.yaml and names a data key only evaluation.yaml has.
+
+    >>> is_evaluation_config({"data": {"path": "g.parquet"}}), is_evaluation_config({"custom_reward_function": {}})
+    (True, False)
+    """
+    return fits_evaluation(raw) and bool(set(raw.get("data") or {}) & _EVAL_ONLY)
 
 
 def eval_native(path: str | Path | None, overrides: list[str]) -> dict[str, Any]:
@@ -78,35 +93,42 @@ def eval_native(path: str | Path | None, overrides: list[str]) -> dict[str, Any]
         tree = deep_merge(tree, mine)
     tree, set_by = hydra.apply(tree, overrides, strict=True, what=WHAT)
     resolved, unresolved = resolve(tree)
-    native, problems = translate(resolved)
+    native, report = translate(resolved)
+    problems = [e.line() for e in report.refused]
     problems += [f"{key}: cannot resolve interpolation: {why}" for key, why in unresolved.items()]
     if problems:
         raise ConfigError([_where(p, set_by, path) for p in problems])
     return native
 
 
-def translate(tree: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``(posttrain dict, refused keys as "key: why")`` of a resolved evaluation tree.
+def translate(tree: dict[str, Any]) -> tuple[dict[str, Any], Report]:
+    """``(posttrain dict, what happened to every key)`` of a resolved evaluation tree.
 
-    >>> translate({"data": {"path": "g.parquet", "prompt_key": "prompt"}, "ray_kwargs": {"ray_init": {"num_cpus": 4}}})
-    ({'eval': {'path': 'g.parquet'}, 'reward': {'reward_manager': 'parallel', 'num_workers': 4}}, [])
+    >>> native, report = translate({"data": {"path": "g.parquet", "prompt_key": "prompt"}, "ray_kwargs": {"ray_init": {"num_cpus": 4}}})
+    >>> native, report.counts()
+    ({'eval': {'path': 'g.parquet'}, 'reward': {'reward_manager': 'parallel', 'num_workers': 4}}, '2 keys translated, 1 dropped, 0 refused')
     """
     native: dict[str, Any] = {}
-    problems = []
+    report = Report("verl")
     for key, value in _leaves(tree).items():
+        if key in ("defaults", "hydra") or key.startswith("hydra."):
+            continue  # Hydra's own: how verl's launcher composes the file
         if key in KEYS:
             _put(native, KEYS[key], value)
+            report.add(Entry(key, "translated", KEYS[key], value))
+        elif key in NUM_CPUS and value is None:  # verl's Ray takes every CPU; posttrain keeps reward.reward_manager
+            report.add(Entry(key, "dropped", reason="null lets verl's Ray take every CPU; posttrain scores as reward.reward_manager says (naive: in this process)"))
         elif key in NUM_CPUS:
-            if value is not None:  # null: verl's Ray takes every CPU; posttrain keeps reward.reward_manager
-                _put(native, "reward.reward_manager", "parallel")
-                _put(native, "reward.num_workers", value)
+            _put(native, "reward.reward_manager", "parallel")
+            _put(native, "reward.num_workers", value)
+            report.add(Entry(key, "translated", "reward.num_workers", value, "a pool of that many scoring processes (reward.reward_manager: parallel)"))
         elif key in NO_EFFECT:
-            continue
+            report.add(Entry(key, "dropped", reason=NO_EFFECT[key]))
         elif key.startswith(("ray_kwargs.", "ray_init.")):
-            problems.append(f"{key}: {_NO_RAY}; remove the key")
+            report.add(Entry(key, "refused", value=value, reason=f"{_NO_RAY}; remove the key"))
         else:
-            problems.append(f"{key}: not a key of {WHAT} (evaluation.yaml: {', '.join(sorted(_leaves(DEFAULTS)))})")
-    return native, problems
+            report.add(Entry(key, "refused", value=value, reason=f"not a key of {WHAT} (evaluation.yaml: {', '.join(sorted(_leaves(DEFAULTS)))})"))
+    return native, report
 
 
 def _leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -135,4 +157,4 @@ def _where(problem: str, set_by: dict[str, str], path: str | Path | None) -> str
     return f"{path}: {problem}" if path is not None else f"{WHAT}: {problem}"
 
 
-__all__ = ["DEFAULTS", "KEYS", "NO_EFFECT", "eval_native", "is_evaluation_config", "translate"]
+__all__ = ["DEFAULTS", "KEYS", "NO_EFFECT", "eval_native", "fits_evaluation", "is_evaluation_config", "translate"]
