@@ -7,7 +7,9 @@ evaluation.yaml tree (`DEFAULTS`), the file goes over it, then Hydra overrides (
 not have needs ``+``, as in Hydra). Every leaf is then translated by `KEYS`, dropped by `NO_EFFECT`
 (with the reason) or refused: the keys are not those of verl's trainer config (``data.response_key``
 is the responses column here, the SFT response there), so this table is separate from the trainer
-dialect's.
+dialect's; `posttrain.config.dialects.translate` uses it for a verl file that `is_evaluation_config`
+(``config convert`` and ``config show``). Keys of older evaluation.yaml versions (top-level
+``ray_init``, ``data.last_user_msg_template``) are read too.
 """
 
 from __future__ import annotations
