@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "posttrain.cli.data_cmd",
     "posttrain.cli.config_cmd",
     "posttrain.cli.train",
+    "posttrain.cli.eval_cmd",
     "posttrain.cli.smoke",
     "posttrain.cli.export",
     "posttrain.cli.report",

@@ -21,6 +21,7 @@ from posttrain.config.sections.critic import CriticConfig
 from posttrain.config.sections.data import DataConfig
 from posttrain.config.sections.data_processor import DataProcessorConfig
 from posttrain.config.sections.env import EnvConfig
+from posttrain.config.sections.eval import EvalConfig
 from posttrain.config.sections.explorer import ExplorerConfig
 from posttrain.config.sections.log import LogConfig
 from posttrain.config.sections.model import ModelConfig
@@ -55,6 +56,7 @@ class Config:
     synchronizer: SynchronizerConfig = param(factory=SynchronizerConfig, doc="Weight synchronisation of a decoupled run.")
     data_processor: DataProcessorConfig = param(factory=DataProcessorConfig, doc="Operator pipelines over tasks and experiences.")
     prepare: PrepareConfig = param(factory=PrepareConfig, doc="Tiny model and synthetic task built before the run when missing.")
+    eval: EvalConfig = param(factory=EvalConfig, doc="The file of generated responses `posttrain eval` scores (verl's offline evaluation).")
     stages: list[dict[str, Any]] = param(factory=list, doc="Multi-stage run: each item has `name` plus section overrides, run in order.", refs=["trinity:stages", "trinity:stages.stage_name"])
 
 
