@@ -54,6 +54,7 @@ from posttrain.data import collate_prompts
 from posttrain.models.lora import is_lora, merged_tensors
 from posttrain.trainer.metrics import PhaseTimer
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir
+from posttrain.trainer.sync import DYNAMIC, Follower, Publisher
 
 ROLE_ENV = "POSTTRAIN_DECOUPLED"  # "explorer" or "trainer": this process is that half of a `both` run
 
@@ -63,7 +64,7 @@ def is_decoupled(cfg: Config) -> bool:
     lagging synchronizer, or with the rollout engine off the training process (verl's
     `hybrid_engine: false`, split placement: on-policy with interval 1 and offset 0)."""
     s = cfg.synchronizer
-    lagging = s.sync_interval > 1 or s.sync_offset > 0
+    lagging = s.sync_interval > 1 or s.sync_offset > 0 or s.sync_style in DYNAMIC
     return cfg.algorithm.kind == "rl" and cfg.trainer.mode == "both" and (lagging or not cfg.rollout.hybrid_engine)
 
 
@@ -123,16 +124,17 @@ def run_explorer(ctx: StageContext) -> StageResult:
     total = explorer.derived.total_training_steps
     buffer = open_buffer(cfg, stage_dir)
     weights = WeightFiles(weights_dir(stage_dir)) if cfg.trainer.mode == "both" else None
-    follow = _Follower(explorer, buffer, weights, cfg.synchronizer.sync_timeout, validation_steps(cfg, total))
-    replay = replay_from_config(cfg.buffer.trainer_input.experience_buffer)
     start = buffer.explored()
+    sync = cfg.synchronizer
+    follow = Follower(explorer, buffer, weights, sync.sync_timeout, validation_steps(cfg, total), sync.sync_style, sync.sync_interval)
+    replay = replay_from_config(cfg.buffer.trainer_input.experience_buffer)
     for _ in range(start):  # the data order continues after the last batch written
         explorer.sampler.next_batch()
     engine = explorer.roles.engine
     try:
         for b in range(start + 1, total + 1):
             idle = follow.idle_s
-            follow.freshen(b - 1 - max_staleness(cfg))  # weights new enough for batch b (validating on the way)
+            follow.before_batch(b, max_staleness(cfg))  # the weights batch b may use (validating on the way)
             idle = follow.idle_s - idle
             buffer.report("explorer", f"exploring batch {b} with the weights of step {follow.loaded}")
             rows = explorer.sampler.next_batch()
@@ -153,62 +155,6 @@ def run_explorer(ctx: StageContext) -> StageResult:
         buffer.close()
     # The explorer trains nothing: its "final model" is what it sampled with last.
     return StageResult(final_model=Path(ctx.model_path), last_metrics={}, steps=total)
-
-
-class _Follower:
-    """The explorer's side of the synchronizer: which weights it holds, and the validations it owes.
-
-    Without a trainer (mode explore) it holds the starting weights and owes only their validation
-    (step 0, with val_before_train). With one, every wait for newer weights also runs the
-    validations whose weights are published, in order: the trainer waits for each of them before
-    it trains further, so the explorer must never wait for weights without doing them."""
-
-    def __init__(self, explorer, buffer: ExperienceBuffer, weights: WeightFiles | None, timeout_s: float, steps: list[int]):
-        self.explorer, self.buffer, self.weights, self.timeout_s = explorer, buffer, weights, timeout_s
-        done = buffer.evaluations_through(max(steps, default=0))
-        self.pending = [s for s in steps if s not in done and (weights is not None or s == 0)]
-        self.loaded = 0  # the trainer step whose weights the engine holds (0: the starting weights)
-        self.idle_s = 0.0  # seconds spent waiting for the trainer's weights (validations not counted)
-
-    def freshen(self, needed: int) -> None:
-        """Hold the newest published weights, waiting until they are at least those of `needed`."""
-        if self.weights is None:
-            self._validate_due(0)
-            return
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            latest = self.weights.latest()
-            self._validate_due(latest)
-            if needed <= 0 or (latest is not None and latest >= needed):
-                break
-            if time.monotonic() > deadline:
-                raise BufferError(
-                    f"{self.weights.dir}: the explorer waited {self.timeout_s:g} s for the weights of trainer step {needed} "
-                    f"(newest published: {latest if latest is not None else 'none'}; trainer: {self.buffer.state('trainer')}); "
-                    "raise synchronizer.sync_timeout or check the trainer"
-                )
-            slept = time.monotonic()
-            time.sleep(self.buffer.poll_s)
-            self.idle_s += time.monotonic() - slept
-        if latest is not None and latest != self.loaded:
-            self._load(latest)
-
-    def finish(self) -> None:
-        """Run the validations still owed (the last waits for the trainer's last weights)."""
-        while self.pending:
-            self.freshen(self.pending[0])
-
-    def _validate_due(self, latest: int | None) -> None:
-        while self.pending and latest is not None and self.pending[0] <= latest:
-            step = self.pending.pop(0)
-            if step != self.loaded:  # the trainer publishes its starting (or resumed) weights too
-                self._load(step)
-            self.buffer.report("explorer", f"validating the weights of step {step}")
-            self.buffer.write_evaluation(step, self.explorer.validate(step))
-
-    def _load(self, step: int) -> None:
-        self.explorer.roles.engine.update_weights(self.weights.load(step), step)
-        self.loaded = step
 
 
 # ---------------------------------------------------------------- the trainer
@@ -239,26 +185,28 @@ def run_learner(ctx: StageContext) -> StageResult:
         released = buffer.release_after(start)
         if released:
             print(f"[{ctx.name}] {released} explored batch(es) claimed after step {start} go back to the buffer", flush=True)
-        if weights is not None:
-            _publish(learner, weights, start)
+        sync = cfg.synchronizer
+        publisher = None if weights is None else Publisher(
+            lambda k: _publish(learner, weights, k), weights, sync.sync_style, sync.sync_interval, val_steps | {total}, start)
+        answer = publisher.answer if publisher is not None else None  # a dynamic sync_style: answer the explorer while waiting
         if 0 in val_steps and start == 0:
-            last = _evaluation(buffer, 0, cfg.synchronizer.sync_timeout)
+            last = _evaluation(buffer, 0, cfg.synchronizer.sync_timeout, answer)
             learner._log(last, ctx.step_offset)
         for step in range(start + 1, total + 1):
             buffer.report("trainer", f"training step {step}")
             waited = time.monotonic()
-            experience = buffer.claim(step, wait, waiting_for="the explorer", replay=replay)
+            experience = buffer.claim(step, wait, waiting_for="the explorer", replay=replay, while_waiting=answer)
             waited = time.monotonic() - waited
             timer = PhaseTimer(learner.observer.watch())
             metrics, train = learner.learn(experience, step, timer)
-            if weights is not None and (step % cfg.synchronizer.sync_interval == 0 or step in val_steps or step == total):
+            if publisher is not None:
                 with timer("sync"):
-                    _publish(learner, weights, step)
+                    publisher.after_step(step)
             metrics = learner.step_metrics(experience, metrics, timer, step, train)
             metrics["async/staleness"] = float(step - 1 - experience.policy_step)
             metrics["timing/idle_trainer_s"] = waited  # the wait for this step's batch
             if step in val_steps:
-                metrics.update(_evaluation(buffer, step, cfg.synchronizer.sync_timeout))
+                metrics.update(_evaluation(buffer, step, cfg.synchronizer.sync_timeout, answer))
             learner._log(metrics, ctx.step_offset + step)
             ckpt.after_step(step)
             last = metrics
@@ -278,7 +226,7 @@ def _publish(learner, weights: WeightFiles, step: int) -> None:
         weights.publish(state, step)
 
 
-def _evaluation(buffer: ExperienceBuffer, step: int, timeout_s: float) -> dict[str, float]:
+def _evaluation(buffer: ExperienceBuffer, step: int, timeout_s: float, while_waiting=None) -> dict[str, float]:
     """The explorer's evaluation of the weights of `step`, waiting for it."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -290,4 +238,6 @@ def _evaluation(buffer: ExperienceBuffer, step: int, timeout_s: float) -> dict[s
                 f"the trainer waited {timeout_s:g} s for the explorer's validation of the weights of step {step} "
                 f"(explorer: {buffer.state('explorer')}); raise synchronizer.sync_timeout or check the explorer"
             )
+        if while_waiting is not None:
+            while_waiting()
         time.sleep(buffer.poll_s)
