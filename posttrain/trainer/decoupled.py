@@ -5,8 +5,8 @@ processes that meet in an experience buffer.
     trainer:  claim batch s from the buffer -> log-probs, advantages, updates -> publish weights
 
 `trainer.mode`:
-- `both` with `synchronizer.sync_interval` 1 and `sync_offset` 0 is the synchronous loop
-  (`posttrain.trainer.rl`); any other interval or offset, or `rollout.hybrid_engine: false` (the
+- `both` with `synchronizer.sync_interval` 1, `sync_offset` 0 and `sync_style` fixed is the synchronous
+  loop (`posttrain.trainer.rl`); any other interval, offset or style, or `rollout.hybrid_engine: false` (the
   engine in a process of its own: split placement), starts an explorer process and a trainer
   process (`posttrain.cli.train`) that run `run_explorer` and `run_learner` concurrently;
 - `explore` runs the explorer alone with the starting weights (collecting experiences, e.g. for a
@@ -17,7 +17,8 @@ Staleness. Batch b is generated with the newest weights the explorer has, and it
 before the trainer has published the weights of step b - 1 - max_staleness, where max_staleness =
 sync_interval - 1 + sync_offset: the trainer publishes every sync_interval steps, and sync_offset
 lets the explorer run that many more batches ahead. With interval 1 and offset 0 every batch is
-on-policy, as in the synchronous loop. Each trained step logs `async/staleness`: how many steps
+on-policy, as in the synchronous loop. That is the fixed `synchronizer.sync_style`; in the dynamic
+styles the explorer syncs when it or the trainer asks (`posttrain.trainer.sync`). Each trained step logs `async/staleness`: how many steps
 older the weights that sampled it are than the ones it trains (0 = on-policy). Off-policy rows get
 their old log-probs recomputed by the actor (`Actor.old_logprobs`), and rollout importance sampling
 (`algorithm.rollout_is_*`) corrects for the sampler's lag when asked.

@@ -1,6 +1,7 @@
 """The synchronizer of a decoupled run: when the trainer's weights reach the explorer.
 
-`synchronizer.sync_style` (Trinity-RFT's SyncStyle, read from its explorer and trainer loops):
+`synchronizer.sync_style` (Trinity-RFT's SyncStyle, read from its explorer and trainer loops; its
+0.5 names explorer_driven and trainer_driven are the dynamic styles' aliases):
 
 - `fixed`: the trainer publishes every sync_interval steps (and at validation steps and the last);
   the explorer may not sample batch b before the weights of step b - 1 - max_staleness are published
@@ -29,7 +30,9 @@ from posttrain.buffer.sqlite import BufferError
 from posttrain.buffer.sync_requests import SyncRequests
 from posttrain.buffer.weights import WeightFiles
 
-DYNAMIC = ("dynamic_by_explorer", "dynamic_by_trainer")
+# Trinity-RFT 0.5 names them explorer_driven / trainer_driven and keeps the older names as aliases
+EXPLORER_DRIVEN, TRAINER_DRIVEN = ("dynamic_by_explorer", "explorer_driven"), ("dynamic_by_trainer", "trainer_driven")
+DYNAMIC = EXPLORER_DRIVEN + TRAINER_DRIVEN
 
 
 class Follower:
@@ -64,7 +67,7 @@ class Follower:
             self.last_sync = b - 1
             return
         self._validate_due(self.weights.latest())
-        asked = (b - 1 - self.last_sync >= self.interval if self.style == "dynamic_by_explorer"
+        asked = (b - 1 - self.last_sync >= self.interval if self.style in EXPLORER_DRIVEN
                  else self.requests.trainer_wants() is not None)
         if asked:
             self.sync(b - 1)
@@ -143,7 +146,7 @@ class Publisher:
         fixed = self.style not in DYNAMIC and step % self.interval == 0
         if fixed or step in self.must_publish:
             self.publish(step)
-        if self.style == "dynamic_by_trainer" and step - self.last_sync >= self.interval:
+        if self.style in TRAINER_DRIVEN and step - self.last_sync >= self.interval:
             self.requests.want(step)
         self.answer()
 

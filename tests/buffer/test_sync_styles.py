@@ -109,3 +109,17 @@ def test_dynamic_styles_split_the_stage_and_refuse_an_offset(style):
     assert is_decoupled(load_config(None, [f"synchronizer.sync_style={style}"]))  # even at interval 1
     with pytest.raises(ConfigError, match=f"with sync_style={style} the explorer syncs when a side asks, and sync_offset is not read"):
         load_config(None, [f"synchronizer.sync_style={style}", "synchronizer.sync_offset=1"])
+
+
+def test_trinity_names_translate_and_a_staleness_limit_is_refused_with_a_dynamic_style():
+    from posttrain.config.dialects import translate
+
+    raw = {"synchronizer": {"sync_style": "explorer_driven", "sync_interval": 2},  # Trinity-RFT 0.5's name
+           "algorithm": {"sample_strategy": "staleness_control", "sample_strategy_args": {"staleness_limit": 4}}}
+    out, report = translate(raw, "trinity")
+    assert out["synchronizer"]["sync_style"] == "explorer_driven"
+    refused = {e.key: e.reason for e in report.entries if e.status == "refused"}
+    assert "with synchronizer.sync_style explorer_driven only the buffer's capacity bounds" in refused["algorithm.sample_strategy"]
+    # with the fixed style the same limit is within posttrain's bound (interval 2: one step behind at most)
+    raw["synchronizer"]["sync_style"] = "fixed"
+    assert "algorithm.sample_strategy" not in {e.key for e in translate(raw, "trinity")[1].entries if e.status == "refused"}
