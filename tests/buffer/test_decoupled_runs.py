@@ -159,7 +159,8 @@ def test_what_the_split_cannot_do_yet_is_refused_before_it_starts(inputs):
 
 @pytest.mark.slow
 def test_a_dynamic_sync_style_runs_explorer_and_trainer_and_records_each_batch_version(inputs):
-    out = train(inputs, "dynamic", "synchronizer.sync_style=dynamic_by_explorer", "synchronizer.sync_interval=2")
+    out = train(inputs, "dynamic", "synchronizer.sync_style=dynamic_by_explorer", "synchronizer.sync_interval=2",
+                "trainer.save_freq=0", "trainer.val_before_train=false")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "decoupled run: trainer (pid" in out.stdout
     got = [r for r in rows(inputs, "dynamic") if "async/staleness" in r]
