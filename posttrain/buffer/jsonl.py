@@ -26,7 +26,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from posttrain.buffer.experience import Experience
 from posttrain.buffer.replay import Replay, Stored, pick
@@ -136,8 +136,7 @@ class JsonlBuffer:
         self.evaluations.append({"policy_step": policy_step, "metrics": metrics})
 
     # ---------------------------------------------------------------- trainer side
-    def claim(self, step: int, timeout_s: float, waiting_for: str = "the explorer", replay: Replay = Replay(),
-              while_waiting: Callable[[], None] | None = None) -> Experience:
+    def claim(self, step: int, timeout_s: float, waiting_for: str = "the explorer", replay: Replay = Replay()) -> Experience:
         deadline = time.monotonic() + timeout_s
         while True:
             batch = self._choose(step, replay)
@@ -147,8 +146,6 @@ class JsonlBuffer:
                 return Experience.from_bytes(data)
             if time.monotonic() > deadline:
                 raise read_timed_out(self, step, timeout_s, waiting_for, replay)
-            if while_waiting is not None:  # e.g. answer the explorer's sync request (a dynamic sync_style)
-                while_waiting()
             time.sleep(self.poll_s)
 
     def _choose(self, step: int, replay: Replay) -> int | None:

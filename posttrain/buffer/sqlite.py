@@ -25,7 +25,6 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Callable
 
 from posttrain.buffer.experience import Experience
 from posttrain.buffer.replay import Replay, Stored, pick
@@ -111,8 +110,7 @@ class ExperienceBuffer:
             self.db.execute("INSERT OR REPLACE INTO evaluations VALUES (?, ?)", (policy_step, json.dumps(metrics)))
 
     # ---------------------------------------------------------------- trainer side
-    def claim(self, step: int, timeout_s: float, waiting_for: str = "the explorer", replay: Replay = Replay(),
-              while_waiting: Callable[[], None] | None = None) -> Experience:
+    def claim(self, step: int, timeout_s: float, waiting_for: str = "the explorer", replay: Replay = Replay()) -> Experience:
         """The batch trainer step `step` trains on, waiting up to `timeout_s` for one: batch `step`,
         or with replay the highest-priority usable one (`posttrain.buffer.replay.pick`)."""
         deadline = time.monotonic() + timeout_s
@@ -125,8 +123,6 @@ class ExperienceBuffer:
                     return Experience.from_bytes(bytes(payload))
             if time.monotonic() > deadline:
                 raise read_timed_out(self, step, timeout_s, waiting_for, replay)
-            if while_waiting is not None:  # e.g. answer the explorer's sync request (a dynamic sync_style)
-                while_waiting()
             time.sleep(self.poll_s)
 
     def _choose(self, step: int, replay: Replay) -> int | None:

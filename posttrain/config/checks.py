@@ -417,7 +417,7 @@ def check_pf_ppo(cfg: Any) -> list[str]:
 
 
 def check_decoupled(cfg: Any) -> list[str]:
-    """What the explorer/trainer split (trainer.mode, synchronizer, experience buffer) cannot do yet."""
+    """What the explorer/trainer split (trainer.mode, synchronizer, experience buffer) cannot do."""
     mode = get_path(cfg, "trainer.mode", "both")
     problems = []
     style = get_path(cfg, "synchronizer.sync_style", "fixed")
@@ -436,14 +436,11 @@ def check_decoupled(cfg: Any) -> list[str]:
         priority_args(get_path(cfg, f"{eb}.replay_buffer.priority_fn", "linear_decay"), dict(get_path(cfg, f"{eb}.replay_buffer.priority_fn_args", {})))
     except ValueError as err:
         problems.append(f"{eb}.replay_buffer: {err}")
-    lagging = get_path(cfg, "synchronizer.sync_interval", 1) > 1 or get_path(cfg, "synchronizer.sync_offset", 0) > 0 or dynamic
-    apart = lagging or not get_path(cfg, "rollout.hybrid_engine", True)
-    split = mode in ("explore", "train") or (mode == "both" and apart)
-    if split and is_rl(cfg) and world_size(cfg) > 1:
-        why = {"explore": "", "train": ""}.get(mode, " with a lagging or dynamic synchronizer or rollout.hybrid_engine=false")
+    if mode == "explore" and is_rl(cfg) and world_size(cfg) > 1:
         problems.append(
-            f"trainer.mode={mode}{why} runs one explorer process and one trainer process; {world_size(cfg)} worker "
-            "processes per side are not built yet: set cluster.n_gpus_per_node to 0 or 1"
+            f"trainer.mode=explore runs the explorer alone, and posttrain's explorer is one process holding one engine (the "
+            f"{world_size(cfg)} worker processes of cluster.* are trainer ranks in trainer.mode both and train); set "
+            "cluster.n_gpus_per_node to 0 or 1"
         )
     return problems
 

@@ -42,16 +42,18 @@ import dataclasses
 import os
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 from posttrain.buffer.jsonl import JsonlBuffer
 from posttrain.buffer.replay import replay_from_config
-from posttrain.buffer.sqlite import BufferError, ExperienceBuffer
+from posttrain.buffer.sqlite import BufferError, ExperienceBuffer, read_timed_out
 from posttrain.buffer.weights import WeightFiles
 from posttrain.checkpoint import Checkpointer
 from posttrain.checkpoint.manager import kill_point
 from posttrain.cluster.fsdp import full_state_dict
 from posttrain.config.schema import Config
 from posttrain.data import collate_prompts
+from posttrain.errors import UserError
 from posttrain.models.lora import is_lora, merged_tensors
 from posttrain.trainer.metrics import PhaseTimer
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir
@@ -173,7 +175,8 @@ def run_learner(ctx: StageContext) -> StageResult:
         )
     learner = RLTrainer(ctx, halves="learner")
     total = learner.derived.total_training_steps
-    buffer = open_buffer(cfg, stage_dir)
+    world = ctx.world  # several trainer ranks: rank 0 alone reads and writes the buffer, and tells the others
+    buffer = open_buffer(cfg, stage_dir) if world.is_main else None
     following = cfg.trainer.mode == "both"
     weights = WeightFiles(weights_dir(stage_dir)) if following else None
     val_steps = set(validation_steps(cfg, total)) if following else set()
@@ -181,22 +184,23 @@ def run_learner(ctx: StageContext) -> StageResult:
     last: dict[str, float] = {}
     wait = cfg.buffer.trainer_input.experience_buffer.max_read_timeout
     replay = replay_from_config(cfg.buffer.trainer_input.experience_buffer)
+    sync = cfg.synchronizer
     try:
         start = ckpt.restore()
-        released = buffer.release_after(start)
+        released = buffer.release_after(start) if buffer is not None else 0
         if released:
             print(f"[{ctx.name}] {released} explored batch(es) claimed after step {start} go back to the buffer", flush=True)
-        sync = cfg.synchronizer
         publisher = None if weights is None else Publisher(
-            lambda k: _publish(learner, weights, k), weights, sync.sync_style, sync.sync_interval, val_steps | {total}, start)
-        answer = publisher.answer if publisher is not None else None  # a dynamic sync_style: answer the explorer while waiting
+            lambda k: _publish(learner, weights, k), weights, sync.sync_style, sync.sync_interval, val_steps | {total}, start, world)
+        answer = publisher.answer if publisher is not None else (lambda: None)  # a dynamic sync_style: answer while waiting
         if 0 in val_steps and start == 0:
-            last = _evaluation(buffer, 0, cfg.synchronizer.sync_timeout, answer)
+            last = _on_main(world, _evaluation(buffer, 0, sync.sync_timeout), answer)
             learner._log(last, ctx.step_offset)
         for step in range(start + 1, total + 1):
-            buffer.report("trainer", f"training step {step}")
+            if buffer is not None:
+                buffer.report("trainer", f"training step {step}")
             waited = time.monotonic()
-            experience = buffer.claim(step, wait, waiting_for="the explorer", replay=replay, while_waiting=answer)
+            experience = _on_main(world, _claim(buffer, step, wait, replay), answer)  # the whole batch, on every rank
             waited = time.monotonic() - waited
             timer = PhaseTimer(learner.observer.watch())
             metrics, train = learner.learn(experience, step, timer)
@@ -207,15 +211,49 @@ def run_learner(ctx: StageContext) -> StageResult:
             metrics["async/staleness"] = float(step - 1 - experience.policy_step)
             metrics["timing/idle_trainer_s"] = waited  # the wait for this step's batch
             if step in val_steps:
-                metrics.update(_evaluation(buffer, step, cfg.synchronizer.sync_timeout, answer))
+                metrics.update(_on_main(world, _evaluation(buffer, step, sync.sync_timeout), answer))
             learner._log(metrics, ctx.step_offset + step)
             ckpt.after_step(step)
             last = metrics
-        buffer.report("trainer", f"finished: {total} steps")
+        if buffer is not None:
+            buffer.report("trainer", f"finished: {total} steps")
         return StageResult(ckpt.final_model(learner.save_final, final_model_dir(ctx)), last, total)
     finally:
-        buffer.close()
+        if buffer is not None:
+            buffer.close()
         learner.trackers.close()
+
+
+def _on_main(world, attempt: Callable[[], Any], between: Callable[[], None], poll_s: float = 0.05) -> Any:
+    """Rank 0's `attempt()` (None: not there yet; it raises when it gives up) repeated until it gives
+    a result, which every rank returns. Between attempts every rank runs `between` together (answering
+    the explorer's sync request: a collective when the actor is sharded). One rank: the same loop."""
+    while True:
+        try:
+            result = attempt() if world.is_main else None
+        except UserError as err:  # rank 0 gave up: every rank stops with its message
+            result = err
+        result = world.from_main(result)
+        if isinstance(result, UserError):
+            raise result
+        if result is not None:
+            return result
+        between()
+        time.sleep(poll_s)
+
+
+def _claim(buffer, step: int, timeout_s: float, replay) -> Callable[[], Any]:
+    """An attempt (for `_on_main`) at the batch of trainer step `step`, giving up after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+
+    def attempt():
+        try:
+            return buffer.claim(step, 0.0, waiting_for="the explorer", replay=replay)
+        except BufferError:
+            if time.monotonic() > deadline:
+                raise read_timed_out(buffer, step, timeout_s, "the explorer", replay) from None
+            return None
+    return attempt
 
 
 def _publish(learner, weights: WeightFiles, step: int) -> None:
@@ -227,18 +265,16 @@ def _publish(learner, weights: WeightFiles, step: int) -> None:
         weights.publish(state, step)
 
 
-def _evaluation(buffer: ExperienceBuffer, step: int, timeout_s: float, while_waiting=None) -> dict[str, float]:
-    """The explorer's evaluation of the weights of `step`, waiting for it."""
+def _evaluation(buffer: ExperienceBuffer, step: int, timeout_s: float) -> Callable[[], dict[str, float] | None]:
+    """An attempt (for `_on_main`) at the explorer's evaluation of the weights of `step`."""
     deadline = time.monotonic() + timeout_s
-    while True:
+
+    def attempt():
         found = buffer.evaluations_through(step).get(step)
-        if found is not None:
-            return found
-        if time.monotonic() > deadline:
+        if found is None and time.monotonic() > deadline:
             raise BufferError(
                 f"the trainer waited {timeout_s:g} s for the explorer's validation of the weights of step {step} "
                 f"(explorer: {buffer.state('explorer')}); raise synchronizer.sync_timeout or check the explorer"
             )
-        if while_waiting is not None:
-            while_waiting()
-        time.sleep(buffer.poll_s)
+        return found
+    return attempt

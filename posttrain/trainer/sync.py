@@ -129,13 +129,19 @@ class Follower:
 
 class Publisher:
     """The trainer's side: publishes its weights (`publish(step)`, whole tensors into the weights
-    directory) when the sync style says, and answers the explorer's requests."""
+    directory) when the sync style says, and answers the explorer's requests.
+
+    With several trainer ranks every rank calls every method at the same points (publishing is a
+    collective when the actor is sharded): rank 0 reads the explorer's files and decides, `share`
+    (World.from_main) gives its decision to the others, and only rank 0 writes files."""
 
     def __init__(self, publish: Callable[[int], None], weights: WeightFiles, style: str, interval: int,
-                 must_publish: set[int], start: int):
+                 must_publish: set[int], start: int, world=None):
         self.publish, self.weights, self.style, self.interval = publish, weights, style, interval
         self.must_publish = must_publish  # the steps the explorer validates, and the last
         self.requests = SyncRequests(weights.dir)
+        self.main = world is None or world.is_main
+        self.share = world.from_main if world is not None else (lambda decision: decision)
         self.trained = start  # the step whose weights the actor holds
         self.last_sync = start
         self.publish(start)  # the starting (or resumed) weights: the explorer's first sync brings them
@@ -146,7 +152,7 @@ class Publisher:
         fixed = self.style not in DYNAMIC and step % self.interval == 0
         if fixed or step in self.must_publish:
             self.publish(step)
-        if self.style in TRAINER_DRIVEN and step - self.last_sync >= self.interval:
+        if self.style in TRAINER_DRIVEN and step - self.last_sync >= self.interval and self.main:
             self.requests.want(step)
         self.answer()
 
@@ -155,10 +161,13 @@ class Publisher:
         unless they are the newest already). Called after each step and while the trainer waits."""
         if self.style not in DYNAMIC:
             return
-        pending = self.requests.pending()
+        pending = self.requests.pending() if self.main else None
+        stale = pending is not None and self.weights.latest() != self.trained
+        pending, stale = self.share((pending, stale))
         if pending is None:
             return
-        if self.weights.latest() != self.trained:
+        if stale:
             self.publish(self.trained)
-        self.requests.answer(pending[0], self.trained)
+        if self.main:
+            self.requests.answer(pending[0], self.trained)
         self.last_sync = self.trained

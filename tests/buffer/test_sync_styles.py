@@ -123,3 +123,29 @@ def test_trinity_names_translate_and_a_staleness_limit_is_refused_with_a_dynamic
     # with the fixed style the same limit is within posttrain's bound (interval 2: one step behind at most)
     raw["synchronizer"]["sync_style"] = "fixed"
     assert "algorithm.sample_strategy" not in {e.key for e in translate(raw, "trinity")[1].entries if e.status == "refused"}
+
+
+def test_every_trainer_rank_publishes_when_rank_0_answers_but_only_rank_0_writes(tmp_path):
+    """Several trainer ranks: rank 0 reads the request and decides; the others follow its decision
+    (World.from_main) and take part in publishing (a collective when the actor is sharded)."""
+    weights = WeightFiles(tmp_path)
+    SyncRequests(tmp_path).ask(held=0)
+    rank0_decision = []
+    published = {"rank0": [], "rank1": []}
+
+    def record(d):
+        rank0_decision.append(d)
+        return d
+
+    def publish(rank):
+        return lambda k: published[rank].append(k) or (weights.publish({"w": torch.zeros(1)}, k) if rank == "rank0" else None)
+
+    rank0 = Publisher(publish("rank0"), weights, "dynamic_by_explorer", 2, set(), 0, SimpleNamespace(is_main=True, from_main=record))
+    rank1 = Publisher(publish("rank1"), weights, "dynamic_by_explorer", 2, set(), 0, SimpleNamespace(is_main=False, from_main=lambda _: rank0_decision[-1]))
+    assert rank0_decision[-1][0] is not None  # the start's answer: rank 0 answered the pending request
+    rank0.trained = rank1.trained = 1
+    request = SyncRequests(tmp_path).ask(held=0)
+    rank0.answer()
+    rank1.answer()
+    assert published == {"rank0": [0, 1], "rank1": [0, 1]}
+    assert SyncRequests(tmp_path).answer_to(request) == 1 and weights.latest() == 1
