@@ -45,7 +45,7 @@ class Follower:
     weights of a validation step leaves them in the engine: the explorer samples with them after."""
 
     def __init__(self, explorer, buffer, weights: WeightFiles | None, timeout_s: float, steps: list[int],
-                 style: str = "fixed", interval: int = 1, explored: int = 0):
+                 style: str = "fixed", interval: int = 1):
         self.explorer, self.buffer, self.weights, self.timeout_s = explorer, buffer, weights, timeout_s
         self.style, self.interval = style, interval
         self.requests = SyncRequests(weights.dir) if weights is not None else None
@@ -53,7 +53,6 @@ class Follower:
         self.pending = [s for s in steps if s not in done and (weights is not None or s == 0)]
         self.loaded = 0  # the trainer step whose weights the engine holds (0: the starting weights)
         self.last_sync: int | None = None  # batches explored at the last sync that brought new weights (dynamic)
-        self.explored = explored  # batches explored before this process started
         self.idle_s = 0.0  # seconds spent waiting for the trainer's weights (validations not counted)
         self.sleep = time.sleep  # one poll of a wait (tests drive a fake trainer from it)
 
@@ -76,11 +75,16 @@ class Follower:
         """Ask the trainer for its weights and wait for the answer; `explored` batches are done."""
         request = self.requests.ask(self.loaded)
         self.buffer.report("explorer", f"waiting for the trainer to answer sync request {request} (holding the weights of step {self.loaded})")
-        self._wait(lambda: self.requests.answer_to(request) is not None, f"an answer to its sync request {request}")
-        latest = max(self.weights.latest() or 0, self.requests.answer_to(request))
+        self._wait(lambda: self.requests.answer_to(request) is not None or self._trainer_finished(), f"an answer to its sync request {request}")
+        latest = max(self.weights.latest() or 0, self.requests.answer_to(request) or 0)
         if latest > self.loaded:
             self._load(latest)
             self.last_sync = explored
+
+    def _trainer_finished(self) -> bool:
+        """A trainer that finished (with replay it may need fewer batches) answers nothing more; the
+        explorer goes on with what it holds, as Trinity-RFT's does once its trainer has stopped."""
+        return self.buffer.state("trainer").startswith("finished")
 
     def freshen(self, needed: int) -> None:
         """Hold the newest published weights, waiting until they are at least those of `needed`."""
