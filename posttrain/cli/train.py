@@ -81,7 +81,7 @@ def _train(args: argparse.Namespace, cfg) -> int:
         if world is None and ROLE_ENV not in os.environ and any(is_decoupled(s.config) for s in stages):
             check_run(cfg)  # every check before the first step, before either process starts
             return launch_halves(argv, base, ROLE_ENV, cfg.log, prefix=nsys)
-        if world is None and plan.size > 1:
+        if world is None and plan.size > 1 and os.environ.get(ROLE_ENV) != "explorer":  # a decoupled explorer is one process
             check_run(cfg)  # every check before the first step, before any worker starts
             if plan.launcher == "ray":
                 if nsys is not None:

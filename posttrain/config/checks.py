@@ -417,14 +417,16 @@ def check_pf_ppo(cfg: Any) -> list[str]:
 
 
 def check_decoupled(cfg: Any) -> list[str]:
-    """What the explorer/trainer split (trainer.mode, synchronizer, experience buffer) cannot do yet."""
+    """What the explorer/trainer split (trainer.mode, synchronizer, experience buffer) cannot do."""
     mode = get_path(cfg, "trainer.mode", "both")
     problems = []
     style = get_path(cfg, "synchronizer.sync_style", "fixed")
-    if style != "fixed":
+    dynamic = style != "fixed"
+    if dynamic and get_path(cfg, "synchronizer.sync_offset", 0) > 0:
         problems.append(
-            f"synchronizer.sync_style={style} is not implemented: posttrain's explorer and trainer keep in step by a "
-            "staleness bound (docs/async.md); use fixed with sync_interval / sync_offset"
+            f"synchronizer.sync_offset={get_path(cfg, 'synchronizer.sync_offset', 0)} lets the explorer start that many batches ahead on the "
+            f"fixed schedule; with sync_style={style} the explorer syncs when a side asks, and sync_offset is not read (as in "
+            "Trinity-RFT); remove it, or use sync_style fixed"
         )
     eb = "buffer.trainer_input.experience_buffer"
     capacity, prompts = get_path(cfg, f"{eb}.capacity", 10000), get_path(cfg, "data.train_batch_size", 1)
@@ -434,14 +436,11 @@ def check_decoupled(cfg: Any) -> list[str]:
         priority_args(get_path(cfg, f"{eb}.replay_buffer.priority_fn", "linear_decay"), dict(get_path(cfg, f"{eb}.replay_buffer.priority_fn_args", {})))
     except ValueError as err:
         problems.append(f"{eb}.replay_buffer: {err}")
-    lagging = get_path(cfg, "synchronizer.sync_interval", 1) > 1 or get_path(cfg, "synchronizer.sync_offset", 0) > 0
-    apart = lagging or not get_path(cfg, "rollout.hybrid_engine", True)
-    split = mode in ("explore", "train") or (mode == "both" and apart)
-    if split and is_rl(cfg) and world_size(cfg) > 1:
-        why = {"explore": "", "train": ""}.get(mode, " with a lagging synchronizer or rollout.hybrid_engine=false")
+    if mode == "explore" and is_rl(cfg) and world_size(cfg) > 1:
         problems.append(
-            f"trainer.mode={mode}{why} runs one explorer process and one trainer process; {world_size(cfg)} worker "
-            "processes per side are not built yet: set cluster.n_gpus_per_node to 0 or 1"
+            f"trainer.mode=explore runs the explorer alone, and posttrain's explorer is one process holding one engine (the "
+            f"{world_size(cfg)} worker processes of cluster.* are trainer ranks in trainer.mode both and train); set "
+            "cluster.n_gpus_per_node to 0 or 1"
         )
     return problems
 

@@ -5,8 +5,8 @@ processes that meet in an experience buffer.
     trainer:  claim batch s from the buffer -> log-probs, advantages, updates -> publish weights
 
 `trainer.mode`:
-- `both` with `synchronizer.sync_interval` 1 and `sync_offset` 0 is the synchronous loop
-  (`posttrain.trainer.rl`); any other interval or offset, or `rollout.hybrid_engine: false` (the
+- `both` with `synchronizer.sync_interval` 1, `sync_offset` 0 and `sync_style` fixed is the synchronous
+  loop (`posttrain.trainer.rl`); any other interval, offset or style, or `rollout.hybrid_engine: false` (the
   engine in a process of its own: split placement), starts an explorer process and a trainer
   process (`posttrain.cli.train`) that run `run_explorer` and `run_learner` concurrently;
 - `explore` runs the explorer alone with the starting weights (collecting experiences, e.g. for a
@@ -17,7 +17,8 @@ Staleness. Batch b is generated with the newest weights the explorer has, and it
 before the trainer has published the weights of step b - 1 - max_staleness, where max_staleness =
 sync_interval - 1 + sync_offset: the trainer publishes every sync_interval steps, and sync_offset
 lets the explorer run that many more batches ahead. With interval 1 and offset 0 every batch is
-on-policy, as in the synchronous loop. Each trained step logs `async/staleness`: how many steps
+on-policy, as in the synchronous loop. That is the fixed `synchronizer.sync_style`; in the dynamic
+styles the explorer syncs when it or the trainer asks (`posttrain.trainer.sync`). Each trained step logs `async/staleness`: how many steps
 older the weights that sampled it are than the ones it trains (0 = on-policy). Off-policy rows get
 their old log-probs recomputed by the actor (`Actor.old_logprobs`), and rollout importance sampling
 (`algorithm.rollout_is_*`) corrects for the sampler's lag when asked.
@@ -41,19 +42,22 @@ import dataclasses
 import os
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 from posttrain.buffer.jsonl import JsonlBuffer
 from posttrain.buffer.replay import replay_from_config
-from posttrain.buffer.sqlite import BufferError, ExperienceBuffer
+from posttrain.buffer.sqlite import BufferError, ExperienceBuffer, read_timed_out
 from posttrain.buffer.weights import WeightFiles
 from posttrain.checkpoint import Checkpointer
 from posttrain.checkpoint.manager import kill_point
 from posttrain.cluster.fsdp import full_state_dict
 from posttrain.config.schema import Config
 from posttrain.data import collate_prompts
+from posttrain.errors import UserError
 from posttrain.models.lora import is_lora, merged_tensors
 from posttrain.trainer.metrics import PhaseTimer
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir
+from posttrain.trainer.sync import DYNAMIC, Follower, Publisher
 
 ROLE_ENV = "POSTTRAIN_DECOUPLED"  # "explorer" or "trainer": this process is that half of a `both` run
 
@@ -63,7 +67,7 @@ def is_decoupled(cfg: Config) -> bool:
     lagging synchronizer, or with the rollout engine off the training process (verl's
     `hybrid_engine: false`, split placement: on-policy with interval 1 and offset 0)."""
     s = cfg.synchronizer
-    lagging = s.sync_interval > 1 or s.sync_offset > 0
+    lagging = s.sync_interval > 1 or s.sync_offset > 0 or s.sync_style in DYNAMIC
     return cfg.algorithm.kind == "rl" and cfg.trainer.mode == "both" and (lagging or not cfg.rollout.hybrid_engine)
 
 
@@ -123,16 +127,17 @@ def run_explorer(ctx: StageContext) -> StageResult:
     total = explorer.derived.total_training_steps
     buffer = open_buffer(cfg, stage_dir)
     weights = WeightFiles(weights_dir(stage_dir)) if cfg.trainer.mode == "both" else None
-    follow = _Follower(explorer, buffer, weights, cfg.synchronizer.sync_timeout, validation_steps(cfg, total))
-    replay = replay_from_config(cfg.buffer.trainer_input.experience_buffer)
     start = buffer.explored()
+    sync = cfg.synchronizer
+    follow = Follower(explorer, buffer, weights, sync.sync_timeout, validation_steps(cfg, total), sync.sync_style, sync.sync_interval)
+    replay = replay_from_config(cfg.buffer.trainer_input.experience_buffer)
     for _ in range(start):  # the data order continues after the last batch written
         explorer.sampler.next_batch()
     engine = explorer.roles.engine
     try:
         for b in range(start + 1, total + 1):
             idle = follow.idle_s
-            follow.freshen(b - 1 - max_staleness(cfg))  # weights new enough for batch b (validating on the way)
+            follow.before_batch(b, max_staleness(cfg))  # the weights batch b may use (validating on the way)
             idle = follow.idle_s - idle
             buffer.report("explorer", f"exploring batch {b} with the weights of step {follow.loaded}")
             rows = explorer.sampler.next_batch()
@@ -155,62 +160,6 @@ def run_explorer(ctx: StageContext) -> StageResult:
     return StageResult(final_model=Path(ctx.model_path), last_metrics={}, steps=total)
 
 
-class _Follower:
-    """The explorer's side of the synchronizer: which weights it holds, and the validations it owes.
-
-    Without a trainer (mode explore) it holds the starting weights and owes only their validation
-    (step 0, with val_before_train). With one, every wait for newer weights also runs the
-    validations whose weights are published, in order: the trainer waits for each of them before
-    it trains further, so the explorer must never wait for weights without doing them."""
-
-    def __init__(self, explorer, buffer: ExperienceBuffer, weights: WeightFiles | None, timeout_s: float, steps: list[int]):
-        self.explorer, self.buffer, self.weights, self.timeout_s = explorer, buffer, weights, timeout_s
-        done = buffer.evaluations_through(max(steps, default=0))
-        self.pending = [s for s in steps if s not in done and (weights is not None or s == 0)]
-        self.loaded = 0  # the trainer step whose weights the engine holds (0: the starting weights)
-        self.idle_s = 0.0  # seconds spent waiting for the trainer's weights (validations not counted)
-
-    def freshen(self, needed: int) -> None:
-        """Hold the newest published weights, waiting until they are at least those of `needed`."""
-        if self.weights is None:
-            self._validate_due(0)
-            return
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            latest = self.weights.latest()
-            self._validate_due(latest)
-            if needed <= 0 or (latest is not None and latest >= needed):
-                break
-            if time.monotonic() > deadline:
-                raise BufferError(
-                    f"{self.weights.dir}: the explorer waited {self.timeout_s:g} s for the weights of trainer step {needed} "
-                    f"(newest published: {latest if latest is not None else 'none'}; trainer: {self.buffer.state('trainer')}); "
-                    "raise synchronizer.sync_timeout or check the trainer"
-                )
-            slept = time.monotonic()
-            time.sleep(self.buffer.poll_s)
-            self.idle_s += time.monotonic() - slept
-        if latest is not None and latest != self.loaded:
-            self._load(latest)
-
-    def finish(self) -> None:
-        """Run the validations still owed (the last waits for the trainer's last weights)."""
-        while self.pending:
-            self.freshen(self.pending[0])
-
-    def _validate_due(self, latest: int | None) -> None:
-        while self.pending and latest is not None and self.pending[0] <= latest:
-            step = self.pending.pop(0)
-            if step != self.loaded:  # the trainer publishes its starting (or resumed) weights too
-                self._load(step)
-            self.buffer.report("explorer", f"validating the weights of step {step}")
-            self.buffer.write_evaluation(step, self.explorer.validate(step))
-
-    def _load(self, step: int) -> None:
-        self.explorer.roles.engine.update_weights(self.weights.load(step), step)
-        self.loaded = step
-
-
 # ---------------------------------------------------------------- the trainer
 def run_learner(ctx: StageContext) -> StageResult:
     """Train on the buffer's batches in order; with an explorer (mode both), publish weights for it
@@ -226,7 +175,8 @@ def run_learner(ctx: StageContext) -> StageResult:
         )
     learner = RLTrainer(ctx, halves="learner")
     total = learner.derived.total_training_steps
-    buffer = open_buffer(cfg, stage_dir)
+    world = ctx.world  # several trainer ranks: rank 0 alone reads and writes the buffer, and tells the others
+    buffer = open_buffer(cfg, stage_dir) if world.is_main else None
     following = cfg.trainer.mode == "both"
     weights = WeightFiles(weights_dir(stage_dir)) if following else None
     val_steps = set(validation_steps(cfg, total)) if following else set()
@@ -234,39 +184,76 @@ def run_learner(ctx: StageContext) -> StageResult:
     last: dict[str, float] = {}
     wait = cfg.buffer.trainer_input.experience_buffer.max_read_timeout
     replay = replay_from_config(cfg.buffer.trainer_input.experience_buffer)
+    sync = cfg.synchronizer
     try:
         start = ckpt.restore()
-        released = buffer.release_after(start)
+        released = buffer.release_after(start) if buffer is not None else 0
         if released:
             print(f"[{ctx.name}] {released} explored batch(es) claimed after step {start} go back to the buffer", flush=True)
-        if weights is not None:
-            _publish(learner, weights, start)
+        publisher = None if weights is None else Publisher(
+            lambda k: _publish(learner, weights, k), weights, sync.sync_style, sync.sync_interval, val_steps | {total}, start, world)
+        answer = publisher.answer if publisher is not None else (lambda: None)  # a dynamic sync_style: answer while waiting
         if 0 in val_steps and start == 0:
-            last = _evaluation(buffer, 0, cfg.synchronizer.sync_timeout)
+            last = _on_main(world, _evaluation(buffer, 0, sync.sync_timeout), answer)
             learner._log(last, ctx.step_offset)
         for step in range(start + 1, total + 1):
-            buffer.report("trainer", f"training step {step}")
+            if buffer is not None:
+                buffer.report("trainer", f"training step {step}")
             waited = time.monotonic()
-            experience = buffer.claim(step, wait, waiting_for="the explorer", replay=replay)
+            experience = _on_main(world, _claim(buffer, step, wait, replay), answer)  # the whole batch, on every rank
             waited = time.monotonic() - waited
             timer = PhaseTimer(learner.observer.watch())
             metrics, train = learner.learn(experience, step, timer)
-            if weights is not None and (step % cfg.synchronizer.sync_interval == 0 or step in val_steps or step == total):
+            if publisher is not None:
                 with timer("sync"):
-                    _publish(learner, weights, step)
+                    publisher.after_step(step)
             metrics = learner.step_metrics(experience, metrics, timer, step, train)
             metrics["async/staleness"] = float(step - 1 - experience.policy_step)
             metrics["timing/idle_trainer_s"] = waited  # the wait for this step's batch
             if step in val_steps:
-                metrics.update(_evaluation(buffer, step, cfg.synchronizer.sync_timeout))
+                metrics.update(_on_main(world, _evaluation(buffer, step, sync.sync_timeout), answer))
             learner._log(metrics, ctx.step_offset + step)
             ckpt.after_step(step)
             last = metrics
-        buffer.report("trainer", f"finished: {total} steps")
+        if buffer is not None:
+            buffer.report("trainer", f"finished: {total} steps")
         return StageResult(ckpt.final_model(learner.save_final, final_model_dir(ctx)), last, total)
     finally:
-        buffer.close()
+        if buffer is not None:
+            buffer.close()
         learner.trackers.close()
+
+
+def _on_main(world, attempt: Callable[[], Any], between: Callable[[], None], poll_s: float = 0.05) -> Any:
+    """Rank 0's `attempt()` (None: not there yet; it raises when it gives up) repeated until it gives
+    a result, which every rank returns. Between attempts every rank runs `between` together (answering
+    the explorer's sync request: a collective when the actor is sharded). One rank: the same loop."""
+    while True:
+        try:
+            result = attempt() if world.is_main else None
+        except UserError as err:  # rank 0 gave up: every rank stops with its message
+            result = err
+        result = world.from_main(result)
+        if isinstance(result, UserError):
+            raise result
+        if result is not None:
+            return result
+        between()
+        time.sleep(poll_s)
+
+
+def _claim(buffer, step: int, timeout_s: float, replay) -> Callable[[], Any]:
+    """An attempt (for `_on_main`) at the batch of trainer step `step`, giving up after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+
+    def attempt():
+        try:
+            return buffer.claim(step, 0.0, waiting_for="the explorer", replay=replay)
+        except BufferError:
+            if time.monotonic() > deadline:
+                raise read_timed_out(buffer, step, timeout_s, "the explorer", replay) from None
+            return None
+    return attempt
 
 
 def _publish(learner, weights: WeightFiles, step: int) -> None:
@@ -278,16 +265,16 @@ def _publish(learner, weights: WeightFiles, step: int) -> None:
         weights.publish(state, step)
 
 
-def _evaluation(buffer: ExperienceBuffer, step: int, timeout_s: float) -> dict[str, float]:
-    """The explorer's evaluation of the weights of `step`, waiting for it."""
+def _evaluation(buffer: ExperienceBuffer, step: int, timeout_s: float) -> Callable[[], dict[str, float] | None]:
+    """An attempt (for `_on_main`) at the explorer's evaluation of the weights of `step`."""
     deadline = time.monotonic() + timeout_s
-    while True:
+
+    def attempt():
         found = buffer.evaluations_through(step).get(step)
-        if found is not None:
-            return found
-        if time.monotonic() > deadline:
+        if found is None and time.monotonic() > deadline:
             raise BufferError(
                 f"the trainer waited {timeout_s:g} s for the explorer's validation of the weights of step {step} "
                 f"(explorer: {buffer.state('explorer')}); raise synchronizer.sync_timeout or check the explorer"
             )
-        time.sleep(buffer.poll_s)
+        return found
+    return attempt

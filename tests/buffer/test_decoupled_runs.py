@@ -150,8 +150,29 @@ def test_a_killed_side_stops_the_run_and_the_rerun_loses_and_repeats_nothing(inp
     assert logged == list(range(1, STEPS + 1))  # each step logged once after the resume's trimming
 
 
-def test_what_the_split_cannot_do_yet_is_refused_before_it_starts(inputs):
-    out = train(inputs, "refused", "synchronizer.sync_interval=2", "cluster.n_gpus_per_node=2", in_process=True)
-    assert out.returncode == 2 and "runs one explorer process and one trainer process; 2 worker processes" in out.stderr
+def test_what_the_split_cannot_do_is_refused_before_it_starts(inputs):
+    out = train(inputs, "refused", "trainer.mode=explore", "cluster.n_gpus_per_node=2", in_process=True)
+    assert out.returncode == 2 and "posttrain's explorer is one process holding one engine" in out.stderr
     out = train(inputs, "refused", "buffer.trainer_input.experience_buffer.capacity=2", in_process=True)
     assert out.returncode == 2 and "capacity (2 prompt groups) cannot hold one batch of data.train_batch_size (4)" in out.stderr
+
+
+@pytest.mark.slow
+def test_a_dynamic_sync_style_with_two_trainer_ranks_trains_as_one_and_records_each_batch_version(inputs, in_step):
+    out = train(inputs, "dynamic", "synchronizer.sync_style=dynamic_by_explorer", "synchronizer.sync_interval=2",
+                "cluster.n_gpus_per_node=2", "trainer.save_freq=0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "decoupled run: trainer (pid" in out.stdout and "2 worker processes on cpu" in out.stdout
+    got = [r for r in rows(inputs, "dynamic") if "async/staleness" in r]
+    assert [r["step"] for r in got] == list(range(1, STEPS + 1)) and {r["dist/world_size"] for r in got} == {2.0}
+    assert claims(inputs, "dynamic") == [(b, b) for b in range(1, STEPS + 1)]
+    buffer = ExperienceBuffer(inputs / "dynamic" / "experience_buffer.sqlite")
+    versions = [v for _, v in buffer.db.execute("SELECT batch, policy_step FROM experiences ORDER BY batch")]
+    buffer.close()
+    # the explorer first asks after 2 batches: batches 1 and 2 are sampled by the starting weights
+    assert versions[:2] == [0, 0] and versions == sorted(versions) and all(v <= b - 1 for b, v in enumerate(versions, 1))
+    assert [r["async/staleness"] for r in got] == [float(s - 1 - v) for s, v in zip(range(1, STEPS + 1), versions)]
+    assert (inputs / "dynamic" / "published_weights" / "sync_answer.json").is_file()  # the trainer answered
+    # step 1 trains the batch the starting weights sampled: the two ranks' update is the one process's
+    for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm"):
+        assert got[0][key] == pytest.approx(in_step[1][key], rel=1e-5, abs=1e-6), key

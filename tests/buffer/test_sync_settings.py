@@ -9,7 +9,8 @@ import pytest
 from posttrain.buffer.sqlite import BufferError, ExperienceBuffer
 from posttrain.buffer.weights import WeightFiles
 from posttrain.config.load import load_config
-from posttrain.trainer.decoupled import _Follower, buffer_path, half_of, is_decoupled, max_staleness, validation_steps
+from posttrain.trainer.decoupled import buffer_path, half_of, is_decoupled, max_staleness, validation_steps
+from posttrain.trainer.sync import Follower
 
 
 @pytest.mark.parametrize(
@@ -42,7 +43,7 @@ def test_the_buffer_file_is_named_by_the_buffer_name_unless_a_path_is_given(tmp_
 def test_the_explorer_waits_sync_timeout_for_fresh_weights_then_names_the_trainer(tmp_path):
     buffer = ExperienceBuffer(tmp_path / "b.sqlite")
     buffer.report("trainer", "training step 1")
-    follow = _Follower(explorer=None, buffer=buffer, weights=WeightFiles(tmp_path / "w"), timeout_s=0.2, steps=[])
+    follow = Follower(explorer=None, buffer=buffer, weights=WeightFiles(tmp_path / "w"), timeout_s=0.2, steps=[])
     with pytest.raises(BufferError, match=r"waited 0.2 s for the weights of trainer step 2 \(newest published: none; "
                                           r"trainer: training step 1"):
         follow.freshen(2)
@@ -50,14 +51,9 @@ def test_the_explorer_waits_sync_timeout_for_fresh_weights_then_names_the_traine
     assert follow.loaded == 0
 
 
-def test_sync_styles_methods_and_workflow_keys_are_answered_with_their_reasons():
-    from posttrain.errors import ConfigError
-
+def test_sync_methods_and_workflow_keys_are_answered_with_their_reasons():
     for method in ("nccl", "checkpoint", "memory", "online", "offline"):  # all move weights through the run directory
         assert load_config(None, [f"synchronizer.sync_method={method}"]).synchronizer.sync_method == method
-    for style in ("dynamic_by_explorer", "dynamic_by_trainer"):
-        with pytest.raises(ConfigError, match=f"sync_style={style} is not implemented: .*staleness bound"):
-            load_config(None, [f"synchronizer.sync_style={style}"])
     from posttrain.config.dialects import translate
 
     raw = {"explorer": {"max_timeout": 60, "max_retry_times": 2, "over_rollout": {"ratio": 0.5, "wait_after_min": 9}}}

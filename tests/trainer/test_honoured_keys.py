@@ -338,8 +338,6 @@ KNOBS = [
     # cluster: the batch arithmetic of the checks (one process on CPU)
     knob("cluster.nnodes=3", "exit", "cluster.n_gpus_per_node=1"),
     knob("cluster.n_gpus_per_node=3", "exit"),
-    # the explorer/trainer split: values not built yet are refused at load
-    knob("synchronizer.sync_style=dynamic_by_explorer", "exit"),
     # prepare
     knob("prepare.model.path={root}/prepared_model", "files"),
     knob("prepare.model.tiny.layers=2", "files", *PREP_MODEL),
@@ -495,6 +493,7 @@ ELSEWHERE = {
     "synchronizer.sync_interval": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
     "synchronizer.sync_offset": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
     "synchronizer.sync_timeout": f"{SYNC}::test_the_explorer_waits_sync_timeout_for_fresh_weights_then_names_the_trainer",
+    "synchronizer.sync_style": "tests/buffer/test_sync_styles.py::test_a_slow_trainer_fixed_waits_for_its_schedule_dynamic_by_explorer_takes_what_is_trained",
     "buffer.trainer_input.experience_buffer.name": f"{SYNC}::test_the_buffer_file_is_named_by_the_buffer_name_unless_a_path_is_given",
     "buffer.trainer_input.experience_buffer.path": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
     "buffer.trainer_input.experience_buffer.max_read_timeout": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",

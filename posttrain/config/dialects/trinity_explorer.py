@@ -74,8 +74,11 @@ def _staleness(ctx: Context, args: dict[str, Any]) -> None:
         ctx.refuse(f"{_ARGS}.{other}", "not an argument of the staleness_control sample strategy (staleness_limit)", None, args[other])
     limit = args[names[0]] if names else math.inf
     bound = ctx.get("synchronizer.sync_interval", 1) - 1 + ctx.get("synchronizer.sync_offset", 0)
+    style = ctx.get("synchronizer.sync_style", "fixed")
     if not isinstance(limit, (int, float)) or isinstance(limit, bool):
         ctx.refuse(f"{_ARGS}.{names[0]}", f"expected a number of steps, got {limit!r}", None, limit)
+    elif style != "fixed" and limit != math.inf:
+        ctx.refuse(_STRATEGY, f"posttrain bounds staleness where it generates, not by dropping stale experiences, and with synchronizer.sync_style {style} only the buffer's capacity bounds how far the explorer runs ahead, so experiences past staleness_limit {limit} could be trained on; use sync_style fixed with sync_interval + sync_offset <= {limit}", None, "staleness_control")
     elif bound + 1 <= limit:
         ctx.drop(_STRATEGY, f"staleness_control (limit {limit}): posttrain's explorer never samples with weights more than sync_interval - 1 + sync_offset = {bound} steps behind the step's, so no experience is past the limit")
         for name in names:

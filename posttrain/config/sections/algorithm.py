@@ -223,11 +223,11 @@ def check_filter_groups(cfg: Any) -> list[str]:
         problems.append("algorithm.filter_groups.enable: an agentic stage plays one set of environment groups per step, seeded by the step "
                         "(env.train_env_manager), with no further prompts to draw; switch it off there")
     apart = (get_path(cfg, "synchronizer.sync_interval", 1) > 1 or get_path(cfg, "synchronizer.sync_offset", 0) > 0
-             or not get_path(cfg, "rollout.hybrid_engine", True))
+             or get_path(cfg, "synchronizer.sync_style", "fixed") != "fixed" or not get_path(cfg, "rollout.hybrid_engine", True))
     if get_path(cfg, "trainer.mode", "both") != "both" or apart:
         problems.append("algorithm.filter_groups.enable: a decoupled explorer writes one prompt batch per step to the experience buffer and "
                         "resumes by counting them; dynamic sampling runs in the synchronous loop (trainer.mode both, rollout.hybrid_engine "
-                        "true, sync_interval 1, sync_offset 0); there, the query filters (reward.workers.*.query_filter_config) drop "
+                        "true, sync_interval 1, sync_offset 0, sync_style fixed); there, the query filters (reward.workers.*.query_filter_config) drop "
                         "uninformative groups without refilling")
     if get_path(cfg, "algorithm.filter_groups.metric", "acc") == "seq_final_reward" and get_path(cfg, "algorithm.use_kl_in_reward", False):
         problems.append("algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward: the KL penalty needs the reference "
