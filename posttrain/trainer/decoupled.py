@@ -55,6 +55,7 @@ from posttrain.config.schema import Config
 from posttrain.data import collate_prompts
 from posttrain.errors import UserError
 from posttrain.models.lora import is_lora, merged_tensors
+from posttrain.records import PromptBatch
 from posttrain.trainer.metrics import PhaseTimer
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir
 from posttrain.trainer.sync import DYNAMIC, Follower, Publisher
@@ -88,7 +89,7 @@ def max_staleness(cfg: Config) -> int:
 
 def validation_steps(cfg: Config, total: int) -> list[int]:
     t = cfg.trainer
-    if not cfg.data.val_files:
+    if not (cfg.data.val_files or cfg.env.val_env_manager.tags):  # no prompts and no env groups to validate on
         return []
     steps = {total} | ({0} if t.val_before_train else set())
     if t.test_freq > 0:
@@ -131,7 +132,7 @@ def run_explorer(ctx: StageContext) -> StageResult:
     sync = cfg.synchronizer
     follow = Follower(explorer, buffer, weights, sync.sync_timeout, validation_steps(cfg, total), sync.sync_style, sync.sync_interval)
     replay = replay_from_config(cfg.buffer.trainer_input.experience_buffer)
-    for _ in range(start):  # the data order continues after the last batch written
+    for _ in range(start if explorer.sampler else 0):  # the data order continues after the last batch written
         explorer.sampler.next_batch()
     engine = explorer.roles.engine
     try:
@@ -140,10 +141,8 @@ def run_explorer(ctx: StageContext) -> StageResult:
             follow.before_batch(b, max_staleness(cfg))  # the weights batch b may use (validating on the way)
             idle = follow.idle_s - idle
             buffer.report("explorer", f"exploring batch {b} with the weights of step {follow.loaded}")
-            rows = explorer.sampler.next_batch()
-            prompts = collate_prompts(explorer.reader(rows), explorer.pad_id, uid_prefix=f"s{b}")
             timer = PhaseTimer()
-            experience = explorer.explore(prompts, timer, expected_version=engine.weights_version, policy_step=follow.loaded)
+            experience = explorer.explore(_prompts(explorer, b), timer, expected_version=engine.weights_version, policy_step=follow.loaded)
             experience.explore_metrics = {k: v for k, v in timer.metrics().items() if k != "timing/step_s"}
             if not replay.enable:  # a replaying buffer drops its lowest batches instead of waiting
                 idle += buffer.wait_for_room(len(set(experience.batch.group_index)), replay.capacity_groups, cfg.synchronizer.sync_timeout)
@@ -154,10 +153,19 @@ def run_explorer(ctx: StageContext) -> StageResult:
         buffer.report("explorer", f"finished: {total} batches written")
     finally:
         explorer.reader.close()
-        explorer.rewards.close()
+        if explorer.rewards is not None:  # an agentic stage scores in its environments
+            explorer.rewards.close()
         buffer.close()
     # The explorer trains nothing: its "final model" is what it sampled with last.
     return StageResult(final_model=Path(ctx.model_path), last_metrics={}, steps=total)
+
+
+def _prompts(explorer, b: int) -> PromptBatch | int:
+    """Batch b's prompts: the sampler's next rows, or for an agentic stage the step number its env
+    groups are seeded by, as in the synchronous loop (so the explorer plays the same episodes)."""
+    if explorer.agent is not None:
+        return b
+    return collate_prompts(explorer.reader(explorer.sampler.next_batch()), explorer.pad_id, uid_prefix=f"s{b}")
 
 
 # ---------------------------------------------------------------- the trainer

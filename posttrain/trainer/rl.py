@@ -24,7 +24,6 @@ from posttrain.data import collate_prompts, make_sampler, pad_token_id
 from posttrain.data.domains import worker_tag_map
 from posttrain.data.loader import ExampleReader
 from posttrain.data.train_sampler import make_train_sampler
-from posttrain.errors import ConfigError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
 from posttrain.tracking import Generation, phase
@@ -62,8 +61,6 @@ class RLTrainer:
         self.tokenizer, self.train_set, self.val_set = inputs.tokenizer, inputs.train_set, inputs.val_set
         # an agentic stage plays environments (posttrain.trainer.agentic): no dataset, sampler or reward function
         self.agent = AgenticRollout(cfg, self.tokenizer, check_agentic(cfg)) if is_agentic(cfg) else None
-        if self.agent is not None and halves != "both":
-            raise ConfigError("trainer.mode / synchronizer: a decoupled agentic run is not supported yet; run explorer and trainer in step")
         self.derived, self.trackers = open_stage(ctx, len(self.train_set) if self.agent is None else None, writes=halves != "explorer")
         self.tools = make_tool_rollout(cfg, self.tokenizer, ctx.run_dir)  # rollout.multi_turn: conversations with tools
         self.sampler = None if self.agent else make_train_sampler(cfg.data, self.train_set, worker_tag_map(cfg.reward.workers))

@@ -108,9 +108,6 @@ def test_agentic_config_mistakes_are_named(model, tmp_path):
         trainer(model, tmp_path, "env.train_env_manager.tags=[C]")
     with pytest.raises(ConfigError, match=r"env.val_env_manager.tags and env.custom_envs: set, but env.train_env_manager.tags is empty"):
         trainer(model, tmp_path, "env.val_env_manager.tags=[A]")
-    cfg = load_config(None, [f"model.path={model}", *BASE, "env.train_env_manager.tags=[A]", "data.train_batch_size=1"])
-    with pytest.raises(ConfigError, match="a decoupled agentic run is not supported yet"):
-        RLTrainer(StageContext(name="main", cfg=cfg, run_dir=tmp_path / "run", model_path=str(model)), halves="explorer")
 
 
 def _env_rows(run_dir):

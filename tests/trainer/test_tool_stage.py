@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from posttrain.buffer.experience import Experience
 from posttrain.config.load import load_config
 from posttrain.errors import ConfigError
 from posttrain.models.tiny import make_tiny_model
@@ -26,12 +27,12 @@ def assets(tmp_path_factory):
     return make_tiny_model(root / "model", layers=1, hidden=32, heads=4, seed=0), root
 
 
-def trainer(assets, tmp_path, *overrides: str) -> RLTrainer:
+def trainer(assets, tmp_path, *overrides: str, halves: str = "both") -> RLTrainer:
     model, root = assets
     cfg = load_config(None, [f"model.path={model}", f"data.train_files={root}/data/train.parquet", "data.train_batch_size=2",
                              "data.max_prompt_length=80", "data.max_response_length=160", "rollout.n=2",
                              "actor.ppo_mini_batch_size=2", "trainer.total_training_steps=1", "trainer.logger=[]", *overrides])
-    return RLTrainer(StageContext(name="main", cfg=cfg, run_dir=tmp_path / "run", model_path=str(model)))
+    return RLTrainer(StageContext(name="main", cfg=cfg, run_dir=tmp_path / "run", model_path=str(model)), halves=halves)
 
 
 def solve(t: RLTrainer):
@@ -78,6 +79,22 @@ def test_enable_plays_conversations_with_the_tools_and_scores_them_with_the_rewa
     exp = explore(plain)
     assert exp.batch.loss_mask is None and "tool/calls_per_traj" not in exp.reward_metrics
     assert exp.scores.tolist() == [0.0] * 4  # a call alone is no answer
+
+
+def test_a_decoupled_explorer_stores_the_conversations_with_their_masks(assets, tmp_path):
+    tools = ["rollout.multi_turn.enable=true", f"rollout.multi_turn.tool_config_path={assets[1]}/tools.yaml"]
+    sync = trainer(assets, tmp_path / "sync", *tools)
+    solve(sync)
+    want = explore(sync)
+    half = trainer(assets, tmp_path / "explorer", *tools, halves="explorer")  # the explorer process of a split run
+    solve(half)
+    got = half.explore(half._next_prompts(1), PhaseTimer(), expected_version=half.roles.engine.weights_version)
+    stored = Experience.from_bytes(got.to_bytes())  # through the experience buffer's byte form
+    for name in ("prompt_ids", "response_ids", "response_mask", "loss_mask"):
+        assert torch.equal(getattr(stored.batch, name), getattr(want.batch, name)), name
+    assert stored.batch.loss_mask.sum() < stored.batch.response_mask.sum()  # the tool's answers stay context
+    assert stored.scores.tolist() == want.scores.tolist() == [1.0] * 4
+    assert stored.reward_metrics["tool/calls_per_traj"] == want.reward_metrics["tool/calls_per_traj"] == 1.0
 
 
 def test_tool_calling_mistakes_are_named_before_a_model_loads(tmp_path):
