@@ -29,6 +29,7 @@ from posttrain.models.lean_forward import lean_forward_reason, lean_hidden_state
 from posttrain.models.packing import pack_batch, packing_supported
 from posttrain.models.positions import concat_prompt_response
 from posttrain.models.shared_prompt import mask_for_kernel, pack_shared_prompts, shared_prompt_supported
+from posttrain.models.ulysses import current_group, ulysses_hidden_states
 from posttrain.records import RolloutBatch
 
 # Cap on one chunk's logits, in elements: 2**26 fp32 values is 256 MiB, a few copies of which
@@ -165,7 +166,11 @@ def token_logprobs_from_hidden(
 
 
 def _decoder_hidden(model: nn.Module, input_ids: Tensor, position_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
-    """Final-norm decoder states (K, W, H): the lean forward where it is exact, else HF's decoder."""
+    """Final-norm decoder states (K, W, H): split over the sequence-parallel group when the context
+    names one (`posttrain.models.ulysses`), else the lean forward where it is exact, else HF's decoder."""
+    sp = current_group()
+    if sp is not None:
+        return ulysses_hidden_states(model, input_ids, position_ids, attention_mask, sp)
     if lean_forward_reason(model) is None:
         return lean_hidden_states(model, input_ids, position_ids, attention_mask)
     out = model.get_decoder()(
@@ -197,7 +202,8 @@ def response_hidden_states(
     B, P = prompt_ids.shape
     T = response_ids.shape[1]
     packed, mask = None, None
-    if share_prompt and shared_prompt_supported(model):
+    # Shared-prompt rows need a 4-D mask only HF's decoder takes, which cannot split a sequence.
+    if share_prompt and current_group() is None and shared_prompt_supported(model):
         packed = pack_shared_prompts(prompt_ids, prompt_mask, response_ids, response_mask)
         if packed is not None:
             mask = mask_for_kernel(model, packed.attention_mask, next(model.parameters()).dtype)
