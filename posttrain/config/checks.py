@@ -446,8 +446,34 @@ def check_decoupled(cfg: Any) -> list[str]:
     return problems
 
 
+def check_sequence_parallel(cfg: Any) -> list[str]:
+    """Ulysses sizes divide the worker processes (they form a dp x sp grid), and a DPO stage's
+    reference runs in the policy's loop, so it splits its sequences as the policy does."""
+    world, needs = world_size(cfg), role_needs(cfg)
+    actor = get_path(cfg, "actor.ulysses_sequence_parallel_size", 1)
+    ref = get_path(cfg, "ref.ulysses_sequence_parallel_size", None)
+    sizes = {"actor": actor}
+    if needs.reference:
+        sizes["ref"] = ref or actor
+    if needs.critic:
+        sizes["critic"] = get_path(cfg, "critic.ulysses_sequence_parallel_size", 1)
+    problems = [
+        f"{role}.ulysses_sequence_parallel_size={sp} does not divide the {world} worker process(es) (cluster.nnodes "
+        f"{get_path(cfg, 'cluster.nnodes', 1)} × cluster.n_gpus_per_node {get_path(cfg, 'cluster.n_gpus_per_node', 0)}): "
+        f"each sequence is split over {sp} processes; use a divisor of {world}, or a multiple of {sp} worker processes"
+        for role, sp in sizes.items() if sp > 1 and world % sp
+    ]
+    if training_kind(cfg) == "dpo" and ref not in (None, actor):
+        problems.append(
+            f"ref.ulysses_sequence_parallel_size={ref} differs from actor.ulysses_sequence_parallel_size={actor} in a DPO "
+            "stage: the reference's forwards run in the policy's micro-batch loop, split as the policy's; set it to null"
+        )
+    return problems
+
+
 CHECKS: list[Callable[[Any], list[str]]] = [
     check_decoupled,
+    check_sequence_parallel,
     check_device_mapping,
     check_sharded_checkpoints,
     check_sharding,

@@ -23,11 +23,14 @@ computes the same loss of the same rows; the caller weights each rank's loss by 
 gradients of each slice, and the gradient reduction over ranks sums the rest, so the gradient is
 exactly the one-process gradient (tests/models/test_ulysses.py).
 
-The arithmetic per layer is the lean forward's (`posttrain.models.lean_forward`: Llama/Qwen2
-families, `lean_unsupported_reason`), with positions of the whole sequence for the rotary tables
-and the attention mask, which is built once for the whole sequence. Which group a forward splits
-over is a context variable (`sequence_parallel(...)`), set by the role around its forwards, so
-nothing process-wide is left behind and roles with different sizes can share a process.
+The layers are the model's own modules (so FSDP gathers each sharded layer as in any forward, and
+LoRA layers, biases, norms and rotary embeddings are the model's), with positions of the whole
+sequence; only the attention function is this module's, registered with transformers' attention
+interface and named by the model's config for the duration of the call. The attention mask is built
+once for the whole sequence (`posttrain.models.lean_forward.training_attention_mask`: causal, within
+a packed segment, real keys). Which group a forward splits over is a context variable
+(`sequence_parallel(...)`), set by the role around its forwards, so nothing process-wide is left
+behind and roles with different sizes can share a process.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posttrain.models.lean_ops import lean_unsupported_reason, rms_norm, rotary_tables, swap_halves
+from transformers import AttentionInterface
+
+from posttrain.models.lean_forward import training_attention_mask
 
 
 @dataclass(frozen=True)
@@ -74,10 +79,14 @@ def current_group() -> SequenceGroup | None:
 
 def ulysses_unsupported_reason(model: nn.Module, sp_size: int) -> str | None:
     """Why `model` cannot run split over `sp_size` ranks, or None."""
-    reason = lean_unsupported_reason(model)
-    if reason is not None:
-        return reason
-    heads = model.config.num_attention_heads
+    config = model.config
+    if not getattr(model, "_supports_attention_backend", False):
+        return f"{type(model).__name__} does not run its attention through transformers' attention interface"
+    if any(t != "full_attention" for t in getattr(config, "layer_types", None) or []):
+        return "sliding-window attention layers"
+    if getattr(model.get_decoder(), "gradient_checkpointing", False):
+        return "gradient checkpointing, whose recomputation in the backward would not split the sequence"
+    heads = config.num_attention_heads
     if heads % sp_size:
         return f"its {heads} attention heads do not divide over {sp_size} ranks"
     return None
@@ -133,63 +142,72 @@ def _pad_columns(t: Tensor, width: int, value: Tensor | int) -> Tensor:
     return F.pad(t, (0, extra), value=value)
 
 
+ATTENTION_NAME = "posttrain_ulysses"
+# The split and the whole-sequence mask of the running `ulysses_hidden_states` call: what the
+# attention function registered below reads (HF calls it with this rank's slice of q, k, v).
+_CALL: ContextVar[tuple[SequenceGroup, Tensor | None] | None] = ContextVar("posttrain_ulysses_call", default=None)
+
+
 def ulysses_hidden_states(
     model: nn.Module, input_ids: Tensor, position_ids: Tensor, attention_mask: Tensor | None, sp: SequenceGroup
 ) -> Tensor:
     """Final-norm hidden states (K, W, H) of the whole sequence on every rank of `sp`, each rank
-    computing the decoder on its W'/sp columns (W' = W rounded up to a multiple of sp).
+    running the model's own decoder on its W'/sp columns (W' = W rounded up to a multiple of sp).
 
-    Same contract as `posttrain.models.lean_forward.lean_hidden_states`. The padding columns go at
-    the end, with positions continuing the row's last one, and are cut from the result: as keys they
+    `attention_mask` (K, W), 1 = real token, or None (packed rows restart their positions at 0), as
+    `posttrain.models.lean_forward.lean_hidden_states` takes them. The padding columns go at the
+    end, with positions continuing the row's last one, and are cut from the result: as keys they
     come after every real token, so causal attention keeps them from every real query.
-    """
-    from posttrain.models.lean_forward import _attention_mask
 
+    The decoder runs through its modules (so FSDP gathers each layer as usual), with this module's
+    attention function in place of the model's own for the call: the model's config names it only
+    while the call runs. transformers builds no mask for an attention it does not know, so the
+    mask of the whole sequence is built here once and handed to the attention function.
+    """
     K, W = input_ids.shape
     padded = -(-W // sp.size) * sp.size
     ids = _pad_columns(input_ids, padded, 0)  # (K, W')
     positions = _pad_columns(position_ids, padded, position_ids[:, -1:] + 1)  # (K, W')
     mask_in = None if attention_mask is None else _pad_columns(attention_mask, padded, 0)
-    mask = _attention_mask(positions, mask_in)  # (K, 1, W', W') over the whole sequence, or None
+    mask = training_attention_mask(positions, mask_in)  # (K, 1, W', W') over the whole sequence, or None
     w = padded // sp.size
     mine = slice(sp.rank * w, (sp.rank + 1) * w)
-    body, config = model.get_decoder(), model.config
-    x = body.embed_tokens(ids[:, mine])  # (K, w, H)
-    cos, sin = rotary_tables(body.rotary_emb, positions[:, mine], x.dtype)  # (K, w, D) each
-    cos, sin = cos[:, None], sin[:, None]  # (K, 1, w, D)
-    for layer in body.layers:
-        x = _ulysses_layer(x, cos, sin, mask, layer, config.num_attention_heads, config.num_key_value_heads, sp)
-    x = rms_norm(x, body.norm.weight, body.norm.variance_epsilon)  # (K, w, H)
+    config = model.config
+    own, token = config._attn_implementation, _CALL.set((sp, mask))
+    config._attn_implementation = ATTENTION_NAME
+    try:
+        x = model.get_decoder()(input_ids=ids[:, mine], position_ids=positions[:, mine], use_cache=False).last_hidden_state
+    finally:
+        config._attn_implementation = own
+        _CALL.reset(token)
     return _GatherSequence.apply(x, sp)[:, :W]  # (K, W, H)
 
 
-def _ulysses_layer(
-    x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, layer: nn.Module, heads: int, kv_heads: int,
-    sp: SequenceGroup,
-) -> Tensor:
-    """One decoder layer on this rank's slice x (K, w, H), as `lean_forward._layer` computes it."""
-    attn, mlp = layer.self_attn, layer.mlp
-    K, w = x.shape[:2]
-    D = cos.shape[-1]
-    h = rms_norm(x, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
-    q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(K, w, heads, D).transpose(1, 2)
-    k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(K, w, kv_heads, D).transpose(1, 2)
-    v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(K, w, kv_heads, D).transpose(1, 2)
-    q = q * cos + swap_halves(q) * sin  # (K, heads, w, D)
-    k = k * cos + swap_halves(k) * sin  # (K, kv_heads, w, D)
+def ulysses_attention(
+    module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
+    dropout: float = 0.0, scaling: float | None = None, **kwargs: Any,
+) -> tuple[Tensor, None]:
+    """transformers' attention-function contract: q (K, heads, w, D), k and v (K, kv_heads, w, D) of
+    this rank's columns; returns (K, w, heads, D). Attention runs over the whole sequence for
+    heads/sp heads between two all-to-all exchanges (see the module docstring)."""
+    call = _CALL.get()
+    if call is None:
+        raise RuntimeError(f"attention implementation {ATTENTION_NAME!r} runs only inside ulysses_hidden_states")
+    sp, mask = call
+    heads, kv_heads = query.shape[1], key.shape[1]
     if kv_heads % sp.size:  # too few kv heads to share out: every query head gets its own copy first
-        k, v = _repeat_kv(k, heads // kv_heads), _repeat_kv(v, heads // kv_heads)
-    q = _AllToAll.apply(q, sp, 1, 2)  # (K, heads/sp, W, D): this rank's heads, whole sequence
-    k = _AllToAll.apply(k, sp, 1, 2)
-    v = _AllToAll.apply(v, sp, 1, 2)
+        key, value = _repeat_kv(key, heads // kv_heads), _repeat_kv(value, heads // kv_heads)
+    q = _AllToAll.apply(query, sp, 1, 2)  # (K, heads/sp, W, D): this rank's heads, whole sequence
+    k = _AllToAll.apply(key, sp, 1, 2)
+    v = _AllToAll.apply(value, sp, 1, 2)
     group = q.shape[1] // k.shape[1]  # the local kv heads serve a contiguous block of query heads
     k, v = _repeat_kv(k, group), _repeat_kv(v, group)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=attn.scaling)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=mask is None, scale=scaling)
     out = _AllToAll.apply(out, sp, 2, 1)  # (K, heads, w, D): every head, this rank's columns
-    x = x + F.linear(out.transpose(1, 2).reshape(K, w, heads * D), attn.o_proj.weight, attn.o_proj.bias)
-    h = rms_norm(x, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
-    gate = F.silu(F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias))
-    return x + F.linear(gate * F.linear(h, mlp.up_proj.weight, mlp.up_proj.bias), mlp.down_proj.weight, mlp.down_proj.bias)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(ATTENTION_NAME, ulysses_attention)
 
 
 def _repeat_kv(t: Tensor, group: int) -> Tensor:
