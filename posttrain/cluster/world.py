@@ -106,8 +106,8 @@ def role_parallelism(world: World, balance: bool) -> Callable[[Any, str, int], D
             reason = ulysses_unsupported_reason(model, sp)
             if reason is not None:
                 raise ConfigError(
-                    f"{role}.ulysses_sequence_parallel_size={sp}: the split forward is the lean Llama/Qwen2 forward and "
-                    f"cannot run this model ({reason}); set it to 1"
+                    f"{role}.ulysses_sequence_parallel_size={sp}: the forward that splits each sequence cannot run "
+                    f"this model ({reason}); set it to 1"
                 )
         if sp not in made:
             made[sp] = world.data_parallel(balance, sp)

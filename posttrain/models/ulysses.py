@@ -21,11 +21,10 @@ rank, and the LM head (or value head) runs on them as in one process. Every sp r
 computes the same loss of the same rows; the caller weights each rank's loss by 1/sp
 (`posttrain.cluster.parallel.DataParallel.loss_share`), the gather's backward sums the sp ranks'
 gradients of each slice, and the gradient reduction over ranks sums the rest, so the gradient is
-exactly the one-process gradient (tests/models/test_ulysses.py).
+exactly the one-process gradient (tests/cluster/test_ulysses.py).
 
 The layers are the model's own modules (so FSDP gathers each sharded layer as in any forward, and
-LoRA layers, biases, norms and rotary embeddings are the model's), with positions of the whole
-sequence; only the attention function is this module's, registered with transformers' attention
+projections, norms and rotary embeddings are the model's), with positions of the whole sequence; only the attention function is this module's, registered with transformers' attention
 interface and named by the model's config for the duration of the call. The attention mask is built
 once for the whole sequence (`posttrain.models.lean_forward.training_attention_mask`: causal, within
 a packed segment, real keys). Which group a forward splits over is a context variable
@@ -44,7 +43,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
-
 from transformers import AttentionInterface
 
 from posttrain.models.lean_forward import training_attention_mask

@@ -125,6 +125,11 @@ def test_unsupported_models_are_named():
     assert "gradient checkpointing" in ulysses_unsupported_reason(model, 2)
     model._supports_attention_backend = False
     assert "attention interface" in ulysses_unsupported_reason(model, 2)
+    from posttrain.cluster.world import role_parallelism
+    from posttrain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"critic.ulysses_sequence_parallel_size=2: .* \(Qwen2ForCausalLM does not run its attention"):
+        role_parallelism(World(), True)(model, "critic", 2)
 
 
 
@@ -233,3 +238,14 @@ def test_a_size_that_does_not_divide_the_workers_is_refused():
     with pytest.raises(ConfigError, match="differs from actor.ulysses_sequence_parallel_size=2 in a DPO stage"):
         load_config(None, ["algorithm.kind=dpo", "cluster.n_gpus_per_node=2", "actor.ulysses_sequence_parallel_size=2",
                            "ref.ulysses_sequence_parallel_size=1"])
+
+
+def test_batches_divide_over_data_parallel_groups_not_workers():
+    """verl's rule: a mini-batch splits over world / sp data-parallel groups (each sp group takes the same rows)."""
+    from posttrain.config.load import load_config
+    from posttrain.errors import ConfigError
+
+    four = ["cluster.n_gpus_per_node=4", "data.train_batch_size=2", "rollout.n=1", "actor.ppo_mini_batch_size=2"]
+    load_config(None, [*four, "actor.ulysses_sequence_parallel_size=2"])  # 2 responses over 2 groups
+    with pytest.raises(ConfigError, match=r"2 responses per mini-batch cannot be split evenly over 4 devices"):
+        load_config(None, four)
