@@ -249,3 +249,35 @@ def test_batches_divide_over_data_parallel_groups_not_workers():
     load_config(None, [*four, "actor.ulysses_sequence_parallel_size=2"])  # 2 responses over 2 groups
     with pytest.raises(ConfigError, match=r"2 responses per mini-batch cannot be split evenly over 4 devices"):
         load_config(None, four)
+
+
+def _grid(rank: int, world: int, model_dir: str) -> dict:
+    """4 ranks as 2 data-parallel groups x 2 sp ranks: who is in which group, and the roles' results."""
+    from posttrain.cluster.parallel import DataParallel
+
+    dp = World(rank, world).data_parallel(sp=2)
+    members = torch.zeros(world)
+    members[rank] = 1.0
+    seq_members, dp_members = members.clone(), members.clone()
+    dist.all_reduce(seq_members, group=dp.seq.group)
+    dist.all_reduce(dp_members, group=dp.group)
+    return {"place": (dp.rank, dp.size, dp.seq.rank, seq_members.tolist(), dp_members.tolist()),
+            "single": _roles(model_dir, DataParallel(), 1), "split": _roles(model_dir, dp, world)}
+
+
+@pytest.mark.slow
+def test_a_dp_by_sp_grid_of_four_ranks_computes_what_one_process_computes(tmp_path):
+    from posttrain.models.tiny import make_tiny_model
+    from test_data_parallel_roles import _compare
+
+    model_dir = str(make_tiny_model(tmp_path / "m", layers=2, hidden=32, heads=4, seed=0))
+    results = run_ranks(_grid, 4, model_dir, timeout=600)
+    # sp groups are consecutive ranks {0, 1}, {2, 3}; data-parallel groups {0, 2}, {1, 3} (verl's (dp, sp) mesh)
+    assert [r["place"] for r in results] == [
+        (0, 2, 0, [1, 1, 0, 0], [1, 0, 1, 0]), (0, 2, 1, [1, 1, 0, 0], [0, 1, 0, 1]),
+        (1, 2, 0, [0, 0, 1, 1], [1, 0, 1, 0]), (1, 2, 1, [0, 0, 1, 1], [0, 1, 0, 1]),
+    ]
+    for result in results:
+        for one, split in zip(result["single"][:2], result["split"][:2]):
+            _compare(one, [split])
+        torch.testing.assert_close(result["split"][2], result["single"][2], atol=1e-5, rtol=0)
