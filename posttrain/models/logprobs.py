@@ -29,7 +29,7 @@ from posttrain.models.lean_forward import lean_forward_reason, lean_hidden_state
 from posttrain.models.packing import pack_batch, packing_supported
 from posttrain.models.positions import concat_prompt_response
 from posttrain.models.shared_prompt import mask_for_kernel, pack_shared_prompts, shared_prompt_supported
-from posttrain.models.ulysses import current_group, ulysses_hidden_states
+from posttrain.models.ulysses import current_group, split_head, ulysses_hidden_states
 from posttrain.records import RolloutBatch
 
 # Cap on one chunk's logits, in elements: 2**26 fp32 values is 256 MiB, a few copies of which
@@ -138,6 +138,20 @@ def token_logprobs_from_hidden(
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    sp = current_group()
+    if sp is not None:  # the sequence-parallel ranks score a share of the tokens each (posttrain.models.ulysses)
+        return split_head(hidden, targets, sp, lambda h, y: _head_logprobs(
+            model, h, y, temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens, kernel=kernel))
+    return _head_logprobs(
+        model, hidden, targets, temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens, kernel=kernel
+    )
+
+
+def _head_logprobs(
+    model: nn.Module, hidden: Tensor, targets: Tensor, *, temperature: float, with_entropy: bool,
+    chunk_tokens: int | None, kernel: HeadKernel,
+) -> tuple[Tensor, Tensor | None]:
+    """`token_logprobs_from_hidden` on this process's tokens."""
     if kernel.fused is not None:
         return fused_token_logprobs(
             model, hidden, targets, temperature=temperature, with_entropy=with_entropy, backend=kernel.fused,

@@ -17,8 +17,9 @@ query heads uses a contiguous block of kv heads); otherwise k and v are repeated
 head before the exchange. The number of query heads must be a multiple of sp.
 
 The decoder's final hidden states are gathered back to the whole sequence, (K, W, H), on every sp
-rank, and the LM head (or value head) runs on them as in one process. Every sp rank therefore
-computes the same loss of the same rows; the caller weights each rank's loss by 1/sp
+rank. The LM head scores each rank's share of the response tokens and the per-token log-probs and
+entropies are gathered too (`split_head`); a critic's value head (one output) runs on every rank.
+Every sp rank therefore computes the same loss of the same rows; the caller weights each rank's loss by 1/sp
 (`posttrain.cluster.parallel.DataParallel.loss_share`), the gather's backward sums the sp ranks'
 gradients of each slice, and the gradient reduction over ranks sums the rest, so the gradient is
 exactly the one-process gradient (tests/cluster/test_ulysses.py).
@@ -37,7 +38,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -112,22 +113,41 @@ def _all_to_all(x: Tensor, sp: SequenceGroup, scatter_dim: int, gather_dim: int)
     return torch.cat(receives, dim=gather_dim)
 
 
-class _GatherSequence(torch.autograd.Function):
-    """Concatenate every sp rank's slice along dim 1. Backward: this rank's slice of the gradient
-    SUMMED over the ranks (each rank's loss used the whole gathered tensor)."""
+class _Gather(torch.autograd.Function):
+    """Concatenate every sp rank's equal-sized piece along `dim`. Backward: this rank's piece of the
+    gradient SUMMED over the ranks (each rank's loss used the whole gathered tensor)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, sp: SequenceGroup) -> Tensor:
-        ctx.sp = sp
+    def forward(ctx, x: Tensor, sp: SequenceGroup, dim: int) -> Tensor:
+        ctx.sp, ctx.dim = sp, dim
         pieces = [torch.empty_like(x) for _ in range(sp.size)]
         dist.all_gather(pieces, x.contiguous(), group=sp.group)
-        return torch.cat(pieces, dim=1)
+        return torch.cat(pieces, dim=dim)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         grad = grad.contiguous()
         dist.all_reduce(grad, group=ctx.sp.group)
-        return grad.chunk(ctx.sp.size, dim=1)[ctx.sp.rank].contiguous(), None
+        return grad.chunk(ctx.sp.size, dim=ctx.dim)[ctx.sp.rank].contiguous(), None, None
+
+
+def split_head(
+    hidden: Tensor, targets: Tensor, sp: SequenceGroup, head: Callable[[Tensor, Tensor], tuple[Tensor, Tensor | None]],
+) -> tuple[Tensor, Tensor | None]:
+    """`head(hidden, targets)` -> (log-probs (N,), entropy (N,) or None) with each sp rank scoring
+    ceil(N/sp) of the N tokens, gathered to every rank. `hidden` (N, H) and `targets` (N,) are the
+    same on every rank of the group (the gathered decoder states), so the LM head, the largest
+    per-token cost after the decoder, is not computed sp times. The gather's backward sums the
+    ranks' gradients of each piece, as for the decoder states (see the module docstring)."""
+    N = hidden.shape[0]
+    n = max(1, -(-N // sp.size))  # every rank sends a piece of n (padded): all_gather needs equal sizes
+    start = min(sp.rank * n, N)
+    logprobs, entropy = head(hidden[start : start + n], targets[start : start + n])
+
+    def gathered(t: Tensor) -> Tensor:
+        return _Gather.apply(F.pad(t, (0, n - t.shape[0])), sp, 0)[:N]  # (N,)
+
+    return gathered(logprobs), (gathered(entropy) if entropy is not None else None)
 
 
 def _pad_columns(t: Tensor, width: int, value: Tensor | int) -> Tensor:
@@ -178,7 +198,7 @@ def ulysses_hidden_states(
     finally:
         config._attn_implementation = own
         _CALL.reset(token)
-    return _GatherSequence.apply(x, sp)[:, :W]  # (K, W, H)
+    return _Gather.apply(x, sp, 1)[:, :W]  # (K, W, H)
 
 
 def ulysses_attention(

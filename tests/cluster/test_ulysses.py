@@ -17,7 +17,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from dist_harness import run_ranks
 from posttrain.cluster.world import World
 from posttrain.models.logprobs import response_logprobs
-from posttrain.models.ulysses import SequenceGroup, sequence_parallel, ulysses_unsupported_reason
+from posttrain.models.ulysses import SequenceGroup, current_group, sequence_parallel, ulysses_unsupported_reason
 
 
 def _model(kv_heads: int) -> Qwen2ForCausalLM:
@@ -77,6 +77,15 @@ def _primitive(rank: int, world: int) -> dict:
         return ulysses_attention(module, query, *args, **kwargs)
 
     AttentionInterface.register(ATTENTION_NAME, spy)
+    import posttrain.models.logprobs as logprobs_module
+
+    head, rows = logprobs_module._head_logprobs, {True: 0, False: 0}  # tokens the LM head scored, split or not
+
+    def head_spy(model, hidden, *args, **kwargs):
+        rows[current_group() is not None] += hidden.shape[0]
+        return head(model, hidden, *args, **kwargs)
+
+    logprobs_module._head_logprobs = head_spy
     out = {"sft": _sft_errors(sp, world)}
     for kv_heads in (2, 1):
         model = _model(kv_heads)
@@ -92,7 +101,9 @@ def _primitive(rank: int, world: int) -> dict:
                 float((lp - lp1).abs().max()), float((ent - ent1).abs().max()), max(errs), float(lp1.abs().sum()),
             )
     AttentionInterface.register(ATTENTION_NAME, ulysses_attention)
+    logprobs_module._head_logprobs = head
     out["widths"] = sorted(set(widths))
+    out["head_rows"] = (rows[False], rows[True])
     return out
 
 
@@ -107,6 +118,8 @@ def _sft_errors(sp: SequenceGroup, world: int) -> tuple[float, float]:
 
 
 def test_split_sequence_matches_one_process(ranked):
+    rows = [r["primitive"].pop("head_rows") for r in ranked]  # (tokens the LM head scored unsplit, split)
+    assert rows[0][0] == rows[1][0] == rows[0][1] + rows[1][1] > 0  # split: each token scored on one rank
     for rank_result in (r["primitive"] for r in ranked):
         # padded: 13 columns to 14 (7 per rank); packed: rows of 12 columns; SFT: 9 columns to 10
         assert rank_result.pop("widths") == [5, 6, 7]
