@@ -19,6 +19,11 @@ The invariants that keep a distributed step equal to the single-process step:
   fewer micro-batches (their forwards run; their backward contributes exactly zero).
 - Metrics that are weighted shares of the global normaliser add up over ranks (`sum`); values that
   are the same on every rank (grad norm after the reduction, learning rate) are left as they are.
+- With Ulysses sequence parallelism (`seq`, `posttrain.models.ulysses`) the ranks form a dp x sp
+  grid: the sp ranks of one data-parallel rank hold the same rows, split each sequence between them,
+  and each computes the whole loss of those rows; each weighs its loss by `loss_share` = 1/sp, so
+  the gradient, summed over every rank, is still the single-process one. `sum`, `gather_rows` and
+  `max_count` run over the data-parallel group only: the sp ranks of a group hold the same values.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
+
+from posttrain.models.ulysses import SequenceGroup
 
 T = TypeVar("T")
 
@@ -78,6 +85,7 @@ class DataParallel:
     size: int = 1
     group: Any = None  # the role's torch.distributed process group; None with one process
     balance: bool = True  # trainer.balance_batch: share rows by token count, else contiguous runs
+    seq: SequenceGroup | None = None  # the role's sequence-parallel group (ulysses_sequence_parallel_size > 1)
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.size:
@@ -88,6 +96,11 @@ class DataParallel:
     @property
     def distributed(self) -> bool:
         return self.size > 1
+
+    @property
+    def loss_share(self) -> float:
+        """The weight of this rank's loss: 1/sp, as every rank of an sp group computes the same loss."""
+        return 1.0 / self.seq.size if self.seq is not None else 1.0
 
     def shares(self, costs: Sequence[int]) -> list[list[int]]:
         """Every rank's rows of a batch whose rows cost `costs` (tokens); the same on every rank."""

@@ -14,13 +14,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
 from posttrain.cluster import RANK_ENV, WORLD_ENV
 from posttrain.cluster.parallel import DataParallel
+from posttrain.errors import ConfigError
+from posttrain.models.ulysses import SequenceGroup, ulysses_unsupported_reason
 
 
 @dataclass(frozen=True)
@@ -40,11 +42,28 @@ class World:
     def distributed(self) -> bool:
         return self.size > 1
 
-    def data_parallel(self, balance: bool = True) -> DataParallel:
-        """Every rank as one data-parallel group (all roles share every process)."""
-        if self.size == 1:
-            return DataParallel(balance=balance)
-        return DataParallel(self.rank, self.size, dist.group.WORLD, balance)
+    def data_parallel(self, balance: bool = True, sp: int = 1) -> DataParallel:
+        """Every rank as one data-parallel group (all roles share every process), or with `sp` > 1 a
+        dp x sp grid (`posttrain.cluster.parallel`): ranks r with the same r // sp hold the same rows
+        and split each sequence between them (Ulysses), ranks with the same r % sp are a
+        data-parallel group. Every rank must call this alike: it creates process groups."""
+        if sp == 1:
+            if self.size == 1:
+                return DataParallel(balance=balance)
+            return DataParallel(self.rank, self.size, dist.group.WORLD, balance)
+        if self.size % sp:
+            raise ConfigError(
+                f"ulysses_sequence_parallel_size={sp} does not divide the {self.size} worker process(es); "
+                f"use a divisor of {self.size}, or as many worker processes as a multiple of {sp}"
+            )
+        dp = self.size // sp
+        # new_group is itself a collective: every rank creates every group, in the same order.
+        seq_groups = [dist.new_group(list(range(d * sp, (d + 1) * sp))) for d in range(dp)]
+        dp_groups = [dist.new_group(list(range(s, self.size, sp))) for s in range(sp)] if dp > 1 else []
+        seq = SequenceGroup(self.rank % sp, sp, seq_groups[self.rank // sp])
+        if dp == 1:
+            return DataParallel(balance=balance, seq=seq)
+        return DataParallel(self.rank // sp, dp, dp_groups[self.rank % sp], balance, seq)
 
     @property
     def torch_device(self) -> torch.device:
@@ -74,6 +93,27 @@ class World:
         box = [obj]
         dist.broadcast_object_list(box, src=0)
         return box[0]
+
+
+def role_parallelism(world: World, balance: bool) -> Callable[[Any, str, int], DataParallel]:
+    """`dp(model, role, sp)`: a role's data parallelism, with its sequences split over `sp` ranks
+    (Ulysses: `posttrain.models.ulysses`) when sp > 1. Roles of one size share their process groups;
+    a model the split cannot run is refused, naming the role's key."""
+    made: dict[int, DataParallel] = {}
+
+    def dp(model: Any, role: str, sp: int) -> DataParallel:
+        if sp > 1:
+            reason = ulysses_unsupported_reason(model, sp)
+            if reason is not None:
+                raise ConfigError(
+                    f"{role}.ulysses_sequence_parallel_size={sp}: the forward that splits each sequence cannot run "
+                    f"this model ({reason}); set it to 1"
+                )
+        if sp not in made:
+            made[sp] = world.data_parallel(balance, sp)
+        return made[sp]
+
+    return dp
 
 
 def world_from_env() -> World | None:

@@ -83,6 +83,18 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in shown)
 
 
+def _data_parallel(cfg: Any, role: str) -> tuple[int, str]:
+    """(ranks that share a role's batch, those words): every device, or with Ulysses sequence
+    parallelism the devices / the role's sp size (each sp group takes the same rows), as verl divides."""
+    world = world_size(cfg)
+    devices = (f"{world} devices (cluster.nnodes {get_path(cfg, 'cluster.nnodes', 1)} × cluster.n_gpus_per_node "
+               f"{get_path(cfg, 'cluster.n_gpus_per_node', 0)})")
+    sp = get_path(cfg, f"{role}.ulysses_sequence_parallel_size", 1) or 1
+    if sp == 1 or world % sp:  # a size that does not divide is check_sequence_parallel's to report
+        return world, devices
+    return world // sp, f"{world // sp} data-parallel groups ({devices} / {role}.ulysses_sequence_parallel_size {sp})"
+
+
 def _mini_batch_rules(cfg: Any, role: str) -> list[str]:
     """The three batch rules of one trained role (``actor`` or ``critic``), verl semantics:
     the step's prompts split into mini-batches of ``ppo_mini_batch_size`` prompts (× rollout.n
@@ -103,21 +115,19 @@ def _mini_batch_rules(cfg: Any, role: str) -> list[str]:
             f"data.train_batch_size ({prompts}) is not divisible by {role}.ppo_mini_batch_size ({mini}): "
             f"each step's prompts are split into equal mini-batches; use one of {_divisors(prompts)}"
         ]
-    world = world_size(cfg)
+    world, where = _data_parallel(cfg, role)
     responses = mini * n
     if responses % world:
         return [
             f"{role}.ppo_mini_batch_size ({mini}) × rollout.n ({n}) = {responses} responses per mini-batch "
-            f"cannot be split evenly over {world} devices (cluster.nnodes {get_path(cfg, 'cluster.nnodes', 1)}"
-            f" × cluster.n_gpus_per_node {get_path(cfg, 'cluster.n_gpus_per_node', 0)}); make the "
-            f"product a multiple of {world}"
+            f"cannot be split evenly over {where}; make the product a multiple of {world}"
         ]
     micro = get_path(cfg, f"{role}.ppo_micro_batch_size_per_gpu", None)
     if micro is None or get_path(cfg, f"{role}.use_dynamic_bsz", False):
         return []
     per_device = responses // world
     if micro < per_device and per_device % micro:  # a larger micro-batch is the whole share in one pass
-        device_word = "device" if world == 1 else "devices"
+        device_word = "data-parallel groups" if world != world_size(cfg) else "device" if world == 1 else "devices"
         return [
             f"{role}.ppo_micro_batch_size_per_gpu ({micro}) does not divide the per-device mini-batch of "
             f"{per_device} responses ({role}.ppo_mini_batch_size {mini} × rollout.n {n} / {world} "
@@ -135,18 +145,17 @@ def _sequence_batch_rules(cfg: Any) -> list[str]:
     if batch is None:
         return []
     unit = "pairs" if training_kind(cfg) == "dpo" else "sequences"
-    world = world_size(cfg)
+    world, where = _data_parallel(cfg, "actor")
     if batch % world:
         return [
-            f"data.train_batch_size ({batch}) {unit} per step cannot be split evenly over {world} devices "
-            f"(cluster.nnodes {get_path(cfg, 'cluster.nnodes', 1)} × cluster.n_gpus_per_node "
-            f"{get_path(cfg, 'cluster.n_gpus_per_node', 0)}); make it a multiple of {world}"
+            f"data.train_batch_size ({batch}) {unit} per step cannot be split evenly over {where}; make it a "
+            f"multiple of {world}"
         ]
     if micro is None or get_path(cfg, "actor.use_dynamic_bsz", False):
         return []
     per_device = batch // world
     if micro < per_device and per_device % micro:  # a larger micro-batch is the whole share in one pass
-        device_word = "device" if world == 1 else "devices"
+        device_word = "data-parallel groups" if world != world_size(cfg) else "device" if world == 1 else "devices"
         return [
             f"actor.ppo_micro_batch_size_per_gpu ({micro}) does not divide the per-device batch of "
             f"{per_device} {unit} (data.train_batch_size {batch} / {world} {device_word}, algorithm.kind "
@@ -445,8 +454,34 @@ def check_decoupled(cfg: Any) -> list[str]:
     return problems
 
 
+def check_sequence_parallel(cfg: Any) -> list[str]:
+    """Ulysses sizes divide the worker processes (they form a dp x sp grid), and a DPO stage's
+    reference runs in the policy's loop, so it splits its sequences as the policy does."""
+    world, needs = world_size(cfg), role_needs(cfg)
+    actor = get_path(cfg, "actor.ulysses_sequence_parallel_size", 1)
+    ref = get_path(cfg, "ref.ulysses_sequence_parallel_size", None)
+    sizes = {"actor": actor}
+    if needs.reference:
+        sizes["ref"] = ref or actor
+    if needs.critic:
+        sizes["critic"] = get_path(cfg, "critic.ulysses_sequence_parallel_size", 1)
+    problems = [
+        f"{role}.ulysses_sequence_parallel_size={sp} does not divide the {world} worker process(es) (cluster.nnodes "
+        f"{get_path(cfg, 'cluster.nnodes', 1)} × cluster.n_gpus_per_node {get_path(cfg, 'cluster.n_gpus_per_node', 0)}): "
+        f"each sequence is split over {sp} processes; use a divisor of {world}, or a multiple of {sp} worker processes"
+        for role, sp in sizes.items() if sp > 1 and world % sp
+    ]
+    if training_kind(cfg) == "dpo" and ref not in (None, actor):
+        problems.append(
+            f"ref.ulysses_sequence_parallel_size={ref} differs from actor.ulysses_sequence_parallel_size={actor} in a DPO "
+            "stage: the reference's forwards run in the policy's micro-batch loop, split as the policy's; set it to null"
+        )
+    return problems
+
+
 CHECKS: list[Callable[[Any], list[str]]] = [
     check_decoupled,
+    check_sequence_parallel,
     check_device_mapping,
     check_sharded_checkpoints,
     check_sharding,

@@ -88,7 +88,7 @@ def lean_forward_reason(model: nn.Module) -> str | None:
     return None
 
 
-def _attention_mask(position_ids: Tensor, attention_mask: Tensor | None) -> Tensor | None:
+def training_attention_mask(position_ids: Tensor, attention_mask: Tensor | None) -> Tensor | None:
     """(K, 1, W, W) bool, True = attend; None when plain causal attention is exact (no padding
     and, without a mask, one sequence per row starting at position 0)."""
     K, W = position_ids.shape
@@ -122,7 +122,7 @@ def lean_hidden_states(
     x = body.embed_tokens(input_ids)  # (K, W, H); the module keeps padding_idx's gradient rule
     cos, sin = rotary_tables(body.rotary_emb, position_ids, x.dtype)  # (K, W, D) each
     cos, sin = cos[:, None], sin[:, None]  # (K, 1, W, D): broadcast over heads
-    mask = _attention_mask(position_ids, attention_mask)
+    mask = training_attention_mask(position_ids, attention_mask)
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     for layer in body.layers:
         attn, mlp = layer.self_attn, layer.mlp

@@ -29,6 +29,7 @@ from posttrain.models.lean_forward import lean_forward_reason, lean_hidden_state
 from posttrain.models.packing import pack_batch, packing_supported
 from posttrain.models.positions import concat_prompt_response
 from posttrain.models.shared_prompt import mask_for_kernel, pack_shared_prompts, shared_prompt_supported
+from posttrain.models.ulysses import current_group, split_head, ulysses_hidden_states
 from posttrain.records import RolloutBatch
 
 # Cap on one chunk's logits, in elements: 2**26 fp32 values is 256 MiB, a few copies of which
@@ -137,6 +138,20 @@ def token_logprobs_from_hidden(
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    sp = current_group()
+    if sp is not None:  # the sequence-parallel ranks score a share of the tokens each (posttrain.models.ulysses)
+        return split_head(hidden, targets, sp, lambda h, y: _head_logprobs(
+            model, h, y, temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens, kernel=kernel))
+    return _head_logprobs(
+        model, hidden, targets, temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens, kernel=kernel
+    )
+
+
+def _head_logprobs(
+    model: nn.Module, hidden: Tensor, targets: Tensor, *, temperature: float, with_entropy: bool,
+    chunk_tokens: int | None, kernel: HeadKernel,
+) -> tuple[Tensor, Tensor | None]:
+    """`token_logprobs_from_hidden` on this process's tokens."""
     if kernel.fused is not None:
         return fused_token_logprobs(
             model, hidden, targets, temperature=temperature, with_entropy=with_entropy, backend=kernel.fused,
@@ -165,7 +180,11 @@ def token_logprobs_from_hidden(
 
 
 def _decoder_hidden(model: nn.Module, input_ids: Tensor, position_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
-    """Final-norm decoder states (K, W, H): the lean forward where it is exact, else HF's decoder."""
+    """Final-norm decoder states (K, W, H): split over the sequence-parallel group when the context
+    names one (`posttrain.models.ulysses`), else the lean forward where it is exact, else HF's decoder."""
+    sp = current_group()
+    if sp is not None:
+        return ulysses_hidden_states(model, input_ids, position_ids, attention_mask, sp)
     if lean_forward_reason(model) is None:
         return lean_hidden_states(model, input_ids, position_ids, attention_mask)
     out = model.get_decoder()(
@@ -197,7 +216,8 @@ def response_hidden_states(
     B, P = prompt_ids.shape
     T = response_ids.shape[1]
     packed, mask = None, None
-    if share_prompt and shared_prompt_supported(model):
+    # Shared-prompt rows need a 4-D mask only HF's decoder takes, which cannot split a sequence.
+    if share_prompt and current_group() is None and shared_prompt_supported(model):
         packed = pack_shared_prompts(prompt_ids, prompt_mask, response_ids, response_mask)
         if packed is not None:
             mask = mask_for_kernel(model, packed.attention_mask, next(model.parameters()).dtype)

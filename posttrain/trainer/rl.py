@@ -232,6 +232,10 @@ class RLTrainer:
         if "timing/gen_s" in experience.explore_metrics:  # a decoupled run: the explorer generated it
             metrics["perf/generated_tokens_per_s"] = batch.num_response_tokens() / max(metrics["timing/gen_s"], 1e-9)
         metrics["dist/world_size"] = float(self.ctx.world.size)
+        for name in ("actor", "reference", "critic"):  # roles that split each sequence (Ulysses)
+            seq = getattr(getattr(getattr(self.roles, name), "dp", None), "seq", None)
+            if seq is not None:
+                metrics[f"dist/sequence_parallel/{name}"] = float(seq.size)
         self._dump(self.cfg.trainer.rollout_data_dir, step, batch, experience.texts, scores)
         return metrics
 

@@ -25,7 +25,7 @@ from posttrain.models.lora import add_lora, lora_settings, value_head_name
 from posttrain.models.precision import compute_dtype
 from posttrain.optim import build_optimization
 from posttrain.cluster.weight_sync import WeightSync, weight_sync_for
-from posttrain.cluster.world import World
+from posttrain.cluster.world import World, role_parallelism
 from posttrain.rollout.base import RolloutEngine, SamplingParams
 from posttrain.rollout.engines import build_engine
 from posttrain.workers import Actor, ActorSettings, Critic, CriticSettings, ReferencePolicy
@@ -314,6 +314,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     if needs.reference:
         ref_model = teacher_from_config(cfg, tokenizer, world.torch_device) if teacher else copy.deepcopy(policy) if lora is None else None
     adapters = add_lora(policy, lora, cfg.model.path) if lora is not None else None
+    train_dp = role_parallelism(world, cfg.trainer.balance_batch)
+    actor_dp = train_dp(policy, "actor", a.ulysses_sequence_parallel_size)
     trained = world.shard(policy, a.fsdp_config)
     optimizer, scheduler = build_optimization(trained.parameters(), a.optim, warmup_steps=derived.actor_warmup_steps or 0, total_steps=total)
     actor = Actor(
@@ -356,7 +358,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
                 cfg.rollout.log_prob_use_dynamic_bsz, cfg.rollout.log_prob_max_token_len_per_gpu, **actor_budget,
             ),
         ),
-        dp=dp,
+        dp=actor_dp,
     )
     # In one process and the actor's dtype the engine shares the actor's module: a copy would only
     # cost memory and a per-step state-dict copy. In another dtype (rollout.dtype), or when the
@@ -379,14 +381,17 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             trained if ref_model is None else world.shard(ref_model, cfg.ref.fsdp_config),
             temperature=policy_temperature(cfg), micro_batch_size=size,
             max_tokens=max_tokens, compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype,
-            pack=cfg.model.use_remove_padding, lean_forward=lean, dp=dp,
+            pack=cfg.model.use_remove_padding, lean_forward=lean,
+            dp=train_dp(policy if ref_model is None else ref_model, "ref", cfg.ref.ulysses_sequence_parallel_size or a.ulysses_sequence_parallel_size),
             adapters_off=adapters.disable_adapter if ref_model is None else None, head=head_kernel(cfg.model),
         )
     critic = None
     if needs.critic:
         c = cfg.critic
         torch.manual_seed(seed)  # the value head is initialised from the global RNG (alike on every rank)
-        value_model = world.shard(critic_model_from_config(cfg, tokenizer, world.torch_device), c.fsdp_config)
+        value_model = critic_model_from_config(cfg, tokenizer, world.torch_device)
+        critic_dp = train_dp(value_model, "critic", c.ulysses_sequence_parallel_size)
+        value_model = world.shard(value_model, c.fsdp_config)
         c_opt, c_sched = build_optimization(
             value_model.parameters(), c.optim, warmup_steps=derived.critic_warmup_steps or 0, total_steps=total
         )
@@ -414,6 +419,6 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
                     c.forward_max_token_len_per_gpu, default_dynamic=c.use_dynamic_bsz, default_budget=c.ppo_max_token_len_per_gpu,
                 ),
             ),
-            dp=dp,
+            dp=critic_dp,
         )
     return RLRoles(rollout=rollout, actor=actor, reference=reference, critic=critic, sync=sync)

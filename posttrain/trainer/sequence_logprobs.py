@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from posttrain.data import SequenceBatch
 from posttrain.models.logprobs import token_logprobs_from_hidden
+from posttrain.models.ulysses import current_group, ulysses_hidden_states
 
 
 @dataclass
@@ -41,8 +42,13 @@ def sequence_logprobs(model: nn.Module, batch: SequenceBatch, *, chunk_tokens: i
     input_ids = batch.input_ids[:, :width].to(device)  # (B, S)
     attention_mask = batch.attention_mask[:, :width].to(device)  # (B, S)
     mask = batch.loss_mask[:, 1:width].to(device).float()  # (B, S-1)
-    out = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-    hidden = out.last_hidden_state[:, :-1]  # (B, S-1, H): position s predicts token s + 1
+    sp = current_group()
+    if sp is not None:  # each sequence split over the sp ranks (posttrain.models.ulysses)
+        positions = torch.arange(width, device=device)[None].expand(len(input_ids), width)  # (B, S)
+        last_hidden = ulysses_hidden_states(model, input_ids, positions, attention_mask, sp)
+    else:
+        last_hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    hidden = last_hidden[:, :-1]  # (B, S-1, H): position s predicts token s + 1
     targets = input_ids[:, 1:]  # (B, S-1)
     real = mask > 0  # (B, S-1)
     logprobs, _ = token_logprobs_from_hidden(model, hidden[real], targets[real], chunk_tokens=chunk_tokens)  # (N,)

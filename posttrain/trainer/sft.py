@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from posttrain.checkpoint import Checkpointer, Parts, Role
 from posttrain.cluster.fsdp import forward_runner
 from posttrain.cluster.parallel import DataParallel
+from posttrain.cluster.world import role_parallelism
 from posttrain.workers.microbatch import SINGLE, accumulate_units, clip_and_step
 from posttrain.checkpoint.save import save_hf
 from posttrain.config.derive import Derived
@@ -155,8 +156,8 @@ def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objectiv
     trainer.save_freq (resuming from ctx.resume), save the final policy.
     With trainer.val_only it validates the starting policy and saves it unchanged (0 steps)."""
     cfg = ctx.cfg
-    dp = ctx.world.data_parallel(cfg.trainer.balance_batch)
     _, inner = forward_runner(model)  # the model itself when `model` is its FSDP root
+    dp = role_parallelism(ctx.world, cfg.trainer.balance_batch)(inner, "actor", cfg.actor.ulysses_sequence_parallel_size)
     optimizer, scheduler = build_optimization(
         model.parameters(), cfg.actor.optim, warmup_steps=derived.actor_warmup_steps or 0,
         total_steps=derived.total_training_steps or 1,

@@ -42,7 +42,7 @@ BATCH = 2  # prompts per step
 PROMPT_LENGTH, RESPONSE_LENGTH = 256, 16
 # Refusals that only say what this machine lacks: the engine, the training backend, the devices.
 _MACHINE = re.compile(r"vLLM|SGLang|TensorRT|several engine replicas|asynchronous rollout server|Megatron|DeepSpeed|"
-                      r"Ulysses|NPU|split placement|roles on different devices|NCCL|GPU")  # case matters: keys say megatron
+                      r"NPU|split placement|roles on different devices|NCCL|GPU")  # case matters: keys say megatron
 _LOCAL_TRACKERS = ("console", "jsonl", "tensorboard")
 
 
@@ -139,12 +139,18 @@ def _machine(native: dict[str, Any]) -> list[str]:
 
 
 def _unshard(native: dict[str, Any]) -> list[str]:
-    """FSDP options that act only on a model sharded over several processes: one process has none."""
+    """FSDP options that act only on a model sharded over several processes, and Ulysses sizes (a
+    sequence split over several processes): one process has neither."""
     from posttrain.config.checks import SHARDING_DEFAULTS
 
     lines = []
     for role in ("actor", "ref", "critic"):
-        fsdp = (native.get(role) or {}).get("fsdp_config") or {}
+        section = native.get(role) or {}
+        sp = section.get("ulysses_sequence_parallel_size")
+        if isinstance(sp, int) and sp > 1:
+            lines.append(f"{role}.ulysses_sequence_parallel_size: {sp} -> 1 (one process splits no sequence)")
+            section["ulysses_sequence_parallel_size"] = 1
+        fsdp = section.get("fsdp_config") or {}
         for key, default in {**SHARDING_DEFAULTS, "fsdp_size": -1}.items():
             *parents, last = key.split(".")
             node = fsdp

@@ -27,6 +27,7 @@ from typing import Callable, TypeVar
 import torch
 
 from posttrain.cluster.parallel import DataParallel
+from posttrain.models.ulysses import sequence_parallel
 from posttrain.records import MicroBatches, RolloutBatch
 
 SINGLE = DataParallel()  # one process: every data-parallel call is the identity
@@ -86,10 +87,11 @@ def forward_in_order(
     mine = batch if not dp.distributed else batch[shares[dp.rank]]
     units = cut(mine, size=size, max_tokens=max_tokens) if len(mine) else None
     results = []
-    for unit, real in dp.pad_units(units.batches if units else [], lambda: batch[:1].trim()):
-        out = fn(unit)  # a padding unit still runs: a sharded model's forward is a collective
-        if real:
-            results.append(out)
+    with sequence_parallel(dp.seq):  # the role's forwards split each sequence over its sp ranks
+        for unit, real in dp.pad_units(units.batches if units else [], lambda: batch[:1].trim()):
+            out = fn(unit)  # a padding unit still runs: a sharded model's forward is a collective
+            if real:
+                results.append(out)
     local = units.restore(results, width=width) if units else batch.response_mask.new_zeros(0, width)
     return dp.gather_rows(local, shares, len(batch))
 
@@ -148,14 +150,16 @@ def accumulate_units(
     A rank with fewer units than the busiest runs `padding()` units until it has as many (a sharded
     model's forward and backward are collectives every rank must join): their loss is multiplied by
     0 before the backward, and their metrics add their keys (every rank must sum the same keys) but
-    not their values."""
+    not their values. With sequence parallelism every sp rank computes the same loss; each
+    backpropagates its `dp.loss_share` of it (`posttrain.cluster.parallel`)."""
     sums: dict[str, float] = defaultdict(float)
-    for unit, real in dp.pad_units(units, padding):
-        loss, parts = weighted_loss(unit)
-        if backward:
-            (loss if real else loss * 0.0).backward()
-        for key, value in parts.items():
-            sums[key] += value if real else 0.0
+    with sequence_parallel(dp.seq):
+        for unit, real in dp.pad_units(units, padding):
+            loss, parts = weighted_loss(unit)
+            if backward:
+                (loss * dp.loss_share if real else loss * 0.0).backward()
+            for key, value in parts.items():
+                sums[key] += value if real else 0.0
     return dp.sum(sums)
 
 

@@ -110,6 +110,18 @@ def test_two_workers_train_as_one_process(inputs, one_process, two_workers):
 
 
 @pytest.mark.slow
+def test_sequence_parallel_workers_train_as_one_process(inputs, one_process):
+    """Two workers that split every sequence between them (Ulysses, dp 1 x sp 2) in the SFT, DPO and
+    RL stages log what one process logs; the reference follows the actor's size."""
+    out = train(inputs, "sp", 2, None, "actor.ulysses_sequence_parallel_size=2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert_same_run(inputs, one_process, "sp")
+    rows = [r for r in metrics(inputs, "sp", "rl") if "dist/world_size" in r]
+    assert rows and all(r["dist/sequence_parallel/actor"] == r["dist/sequence_parallel/reference"] == 2.0 for r in rows)
+    assert not any("dist/sequence_parallel/actor" in r for r in metrics(inputs, one_process, "rl"))
+
+
+@pytest.mark.slow
 def test_a_killed_worker_stops_the_run_and_the_rerun_finishes_it_on_one_process(inputs, one_process):
     start = time.monotonic()
     out = train(inputs, "killed", 2, kill="rl:2:after_step:1")

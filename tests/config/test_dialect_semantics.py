@@ -205,6 +205,10 @@ def test_trinity_critic_and_dynamic_batching_defaults(tmp_path):
     raw["trainer"] = {"trainer_config": {"critic": {"use_dynamic_bsz": False, "ppo_mini_batch_size": 2}}}
     native, _ = translate(raw, "trinity")
     assert (native["critic"]["use_dynamic_bsz"], native["actor"]["use_dynamic_bsz"], native["critic"]["ppo_mini_batch_size"]) == (False, True, 2)
+    raw["trainer"] = {"ulysses_sequence_parallel_size": 2}  # Trinity-RFT gives it to actor, reference and critic
+    native, _ = translate(raw, "trinity")
+    assert native["actor"]["ulysses_sequence_parallel_size"] == native["critic"]["ulysses_sequence_parallel_size"] == 2
+    assert native.get("ref", {}).get("ulysses_sequence_parallel_size") is None  # null: the actor's size
     path = _write(tmp_path / "t.yaml", "algorithm: {algorithm_type: ppo, repeat_times: 2}\nmodel: {model_path: m, max_model_len: 64}\nbuffer: {batch_size: 4}\n")
     cfg = load_config(path)
     assert (cfg.critic.use_dynamic_bsz, cfg.critic.ppo_max_token_len_per_gpu, cfg.critic.ppo_mini_batch_size, cfg.data.max_prompt_length) == (True, 128, 4, 32)

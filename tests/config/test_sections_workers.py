@@ -149,18 +149,6 @@ def test_every_choice_of_an_implemented_field_is_accepted():
 
 
 @pytest.mark.parametrize(
-    "override",
-    [
-        "critic.ulysses_sequence_parallel_size=2",
-        "ref.ulysses_sequence_parallel_size=2",
-    ],
-)
-def test_setting_a_todo_field_is_refused_by_name(override):
-    with pytest.raises(ConfigError, match="not implemented yet"):
-        load_config(None, [override])
-
-
-@pytest.mark.parametrize(
     "override, message",
     [
         ("actor.clip_ratio_c=1.0", "must be > 1"),

@@ -111,7 +111,7 @@ def test_unpadded_rows_use_plain_causal_attention_and_match_hf(tiny_lm):
     positions = torch.arange(9).expand(3, 9)
     expected = tiny_lm.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
     for mask in (None, torch.ones(3, 9)):
-        assert lean_forward._attention_mask(positions, mask) is None
+        assert lean_forward.training_attention_mask(positions, mask) is None
         torch.testing.assert_close(lean_hidden_states(tiny_lm, ids, positions, mask), expected, atol=1e-5, rtol=0)
 
 

@@ -378,12 +378,17 @@ AGENTIC_TESTS = {
 }
 
 KERNELS = "tests/workers/test_kernel_flags.py"
+ULYSSES = "tests/cluster/test_ulysses.py::test_each_role_splits_by_its_own_key_and_the_reference_follows_the_actor"
 ELSEWHERE = {
     # `posttrain eval` reads the file of generated responses these name; the tests score it with each changed
     "eval.path": "tests/trainer/test_offline_eval.py::test_two_data_sources_give_the_exact_table",
     "eval.response_key": "tests/trainer/test_offline_eval.py::test_the_eval_keys_choose_the_columns",
     "eval.data_source_key": "tests/trainer/test_offline_eval.py::test_the_eval_keys_choose_the_columns",
     "eval.reward_model_key": "tests/trainer/test_offline_eval.py::test_the_eval_keys_choose_the_columns",
+    # sequence parallelism needs several worker processes: the 2-process tests set each key
+    "actor.ulysses_sequence_parallel_size": f"{LAUNCH}::test_sequence_parallel_workers_train_as_one_process",
+    "ref.ulysses_sequence_parallel_size": ULYSSES,
+    "critic.ulysses_sequence_parallel_size": ULYSSES,
     # the LM-head and memory flags give the same numbers by design: unit tests show the path they take
     "actor.entropy_checkpointing": "tests/models/test_head_kernels.py::test_entropy_checkpointing_gives_the_same_numbers_and_recomputes_the_entropy",
     "model.use_fused_kernels": f"{KERNELS}::test_the_config_reaches_every_role",

@@ -140,6 +140,10 @@ def batching(ctx: Context) -> None:
             ctx.set(f"{role}.use_dynamic_bsz", dynamic, dynamic_key, "" if ctx.has(dynamic_key) else TRINITY_DEFAULT + ": true")
         if budget is not None and f"{role}.ppo_max_token_len_per_gpu" not in ctx.origin:
             ctx.set(f"{role}.ppo_max_token_len_per_gpu", budget, budget_key, why_budget)
+    if _positive_int(sp) and sp > 1 and "critic.ulysses_sequence_parallel_size" not in ctx.origin:
+        # Trinity-RFT hands trainer.ulysses_sequence_parallel_size to the critic too (the actor's
+        # field names the key; the reference follows the actor's size in posttrain)
+        ctx.set("critic.ulysses_sequence_parallel_size", sp, "trainer.ulysses_sequence_parallel_size", "Trinity-RFT splits the critic's sequences as the actor's")
     actor_step = ctx.origin.get("actor.ppo_mini_batch_size")
     if actor_step is not None and "critic.ppo_mini_batch_size" not in ctx.origin:
         ctx.set("critic.ppo_mini_batch_size", actor_step[1], actor_step[0], "Trinity-RFT gives the critic the actor's optimizer step")

@@ -72,7 +72,7 @@ class CriticConfig:
     model: CriticModelConfig = param(factory=CriticModelConfig, doc="Where the critic's weights come from.")
     strategy: str = param("fsdp", doc="Training backend across worker processes: fsdp and fsdp2 both select posttrain's one sharding backend, FSDP2 (one process trains plain torch either way).", choices=["fsdp", "fsdp2"], refs=["verl:critic.strategy"])
     fsdp_config: FsdpConfig = param(factory=FsdpConfig, doc="FSDP sharding and offload of the critic (verl keeps it under critic.model).", refs=[f"{_MODEL}.fsdp_config"])
-    ulysses_sequence_parallel_size: int = param(1, doc="Devices one sequence is split over (Ulysses sequence parallelism).", ge=1, todo="Ulysses sequence parallelism (one sequence split over several devices)", refs=["verl:critic.ulysses_sequence_parallel_size"])
+    ulysses_sequence_parallel_size: int = param(1, doc="Worker processes one sequence is split over in the critic's forwards (Ulysses sequence parallelism, as actor.ulysses_sequence_parallel_size); must divide the worker processes.", ge=1, refs=["verl:critic.ulysses_sequence_parallel_size"])
     checkpoint: CheckpointConfig = param(factory=CheckpointConfig, doc="What the critic's checkpoints hold.", refs=["verl:critic.checkpoint"])
     profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the critic in profiler.steps.", refs=["verl:critic.profiler"])
 
