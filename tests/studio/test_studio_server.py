@@ -62,7 +62,8 @@ def test_the_page_and_the_schema_are_served(studio):
     assert fields["rollout.n"]["allowed"] == ">= 1"
     assert fields["trainer.val_before_train"]["options"] == ["true", "false"]
     assert fields["stages"]["widget"] == "yaml" and fields["trainer.logger"]["widget"] == "yaml"
-    assert any(f["todo"] for f in fields.values())  # not-implemented keys are marked
+    # each field carries its not-implemented marker (none is left in the schema today)
+    assert {f["path"]: f["todo"] for f in fields.values()} == {p: find_field(Config, p)[1].todo for p in fields}
 
 
 def test_a_bad_value_is_a_problem_on_its_field_and_the_rest_still_checks(studio):
