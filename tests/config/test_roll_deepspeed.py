@@ -153,3 +153,19 @@ def test_refusals_name_the_key_and_megatron_stays_refused(tmp_path):
     assert "actor_train.strategy_args.strategy_config.fp16.enabled (posttrain: " in text and "loss scaling" in text
     assert "initial_scale_power" not in text  # fp16's own options follow fp16.enabled: one refusal
     assert "reference.strategy_args.strategy_name" in text and "Megatron backends are not provided" in text
+
+
+def test_a_missing_deepspeed_preset_says_where_it_went(tmp_path):
+    path = _pipeline(tmp_path, "deepspeed_zero3")
+    (tmp_path / "config" / "deepspeed_zero2.yaml").unlink()
+    with pytest.raises(ConfigError, match=r"deepspeed_zero2.yaml not found .*ROLL v0.3.0 removed its DeepSpeed presets"):
+        load_config(path, dialect="roll")
+
+
+def test_an_llm_judge_on_deepspeed_infer_runs_on_the_hf_engine():
+    judge = "roll.pipeline.rlvr.rewards.llm_judge_reward_worker.LLMJudgeRewardWorker"
+    raw = {"rewards": {"judge": {"worker_cls": judge, "strategy_args": {"strategy_name": "deepspeed_infer", "strategy_config": {"zero_optimization": {"stage": 3}}}}}}
+    _, report = translate(raw, "roll")
+    assert report.entry("rewards.judge.strategy_args").status == "dropped"
+    raw["rewards"]["judge"]["strategy_args"] = {"strategy_name": "megatron_infer"}
+    assert translate(raw, "roll")[1].entry("rewards.judge.strategy_args").status == "refused"

@@ -308,6 +308,8 @@ def _judge_placement(ctx: Context, foreign: str, key: str, value: Any) -> None:
         ctx.drop(foreign, "the LLM judge runs in the training process, on its device: placement only, the scores are the same")
     elif key == "strategy_args" and isinstance(value, Mapping) and value.get("strategy_name") == "hf_infer" and not value.get("strategy_config"):
         ctx.drop(foreign, "hf_infer: posttrain's HF engine runs the judge")
+    elif key == "strategy_args" and isinstance(value, Mapping) and value.get("strategy_name") == "deepspeed_infer":
+        ctx.drop(foreign, "deepspeed_infer: ZeRO-3 inference only shards the judge's weights over its devices; posttrain's HF engine runs it whole in the training process, with the same weights and sampling")
     elif key == "strategy_args":
         ctx.refuse(foreign, "posttrain runs the judge with its HF engine (strategy_name: hf_infer) only", None, value)
     else:
@@ -342,7 +344,7 @@ RULES: dict[str, Rule] = {
     **{f"rewards.*.{key}": Rule(None, f"{why}; for the LLM judge: {judge}", "anything", (("rewards.w.worker_cls", _MATH_WORKER),))
        for key, why, judge in (
            ("data_args", _RULE_WORKER_UNUSED["data_args"], "refused unless left out (the judge writes its prompt in its own tokenizer's template)"),
-           ("strategy_args", _RULE_WORKER_UNUSED["strategy_args"], "hf_infer is dropped (posttrain's HF engine runs it), another engine is refused"),
+           ("strategy_args", _RULE_WORKER_UNUSED["strategy_args"], "hf_infer and deepspeed_infer are dropped (posttrain's HF engine runs it), another engine is refused"),
            ("device_mapping", _RULE_WORKER_UNUSED["device_mapping"], "dropped (it runs in the training process, on its device)"))},
     **AGENTIC_RULES,
     **roll_strategy.RULES,
