@@ -127,6 +127,8 @@ def test_stages_offload_and_precision_translate_per_deepspeed():
     native, report = _actor({"zero_optimization": {"stage": 3}, "bf16": {"enabled": True}}, "deepspeed_infer", "reference")
     assert native["ref"] == {"strategy": "fsdp2", "fsdp_config": {"reshard_after_forward": True}}
     assert not report.refused
+    _, report = _actor({"zero_optimization": {"stage": 2}}, "deepspeed_infer", "reference")
+    assert "stage 3 only" in report.entry("reference.strategy_args.strategy_config.zero_optimization.stage").reason
 
 
 @pytest.mark.parametrize(("options", "name", "key", "words"), [
@@ -136,6 +138,7 @@ def test_stages_offload_and_precision_translate_per_deepspeed():
     ({"zero_optimization": {"stage": 3}, "gradient_accumulation_steps": 8}, "deepspeed_train", "gradient_accumulation_steps", "equals training_args"),
     ({}, "deepspeed_train", "zero_optimization.stage", "ZeRO stage 1, 2 or 3 only"),
     ({"zero_optimization": {"stage": 2}}, "deepspeed_infer", "strategy_name", "with deepspeed_train, not deepspeed_infer"),
+    ({"zero_optimization": {"stage": 3}}, "diffusion_deepspeed_train", "strategy_name", "to which ROLL's DeepSpeed strategies translate"),
 ])
 def test_options_posttrain_cannot_honour_are_refused(options, name, key, words):
     _, report = _actor(options, name)

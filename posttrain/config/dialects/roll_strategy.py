@@ -39,7 +39,7 @@ from posttrain.config.tables import Rule
 
 # ROLL role -> posttrain section, and the DeepSpeed strategy names ROLL runs each with.
 ROLES = {"actor_train": ("actor", ("deepspeed_train",)), "critic": ("critic", ("deepspeed_train",)),
-         "reference": ("ref", ("deepspeed_infer", "deepspeed_train"))}
+         "reference": ("ref", ("deepspeed_infer",))}
 _MIN_STAGE = {"deepspeed_train": 1, "deepspeed_infer": 3}  # ROLL's asserts
 _OVERWRITTEN = {
     "train_micro_batch_size_per_gpu": "training_args.per_device_train_batch_size",
@@ -82,7 +82,7 @@ def _leaves(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def train_strategy(ctx: Context) -> None:
     """Each role's ``strategy_name``: DeepSpeed -> FSDP2 (`deepspeed`), hf_infer for the reference
-    (a plain torch forward, what posttrain runs) dropped, Megatron and ROLL's FSDP2 refused."""
+    (a plain torch forward, what posttrain runs) dropped, Megatron, ROLL's FSDP2 and others refused."""
     for role, (section, names) in ROLES.items():
         name_key = f"{role}.strategy_args.strategy_name"
         name = ctx.get(name_key)
@@ -96,8 +96,11 @@ def train_strategy(ctx: Context) -> None:
         elif isinstance(name, str) and name.startswith("fsdp2"):
             why = f"ROLL's FSDP2 strategy options are not read: posttrain's own FSDP2 takes {section}.fsdp_config (fsdp_size, reshard_after_forward, offload_policy, mixed_precision); set those and remove strategy_args"
             ctx.refuse(name_key, f"not supported: {why}", None, name)
-        else:
+        elif isinstance(name, str) and name.startswith("megatron"):
             ctx.refuse(name_key, f"not supported: {megatron_backend(section)}", None, name)
+        else:
+            why = f"{name!r} for {role}: posttrain runs {section} with torch (FSDP across devices: {section}.strategy), to which ROLL's DeepSpeed strategies translate"
+            ctx.refuse(name_key, f"not supported: {why}", None, name)
 
 
 def deepspeed(ctx: Context, role: str, section: str, names: tuple[str, ...], name: str) -> None:
