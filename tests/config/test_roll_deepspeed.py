@@ -123,6 +123,8 @@ def test_stages_offload_and_precision_translate_per_deepspeed():
     assert report.entry("actor_train.strategy_args.strategy_config.zero_optimization.offload_param.device").status == "dropped"
     native, _ = _actor({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})
     assert native["actor"]["fsdp_config"]["param_offload"] is True
+    native, _ = _actor({"zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}, role="critic")
+    assert native["critic"] == {"strategy": "fsdp2", "fsdp_config": {"reshard_after_forward": False}}
     # the reference: deepspeed_infer (ZeRO-3) is posttrain's FSDP2 forward
     native, report = _actor({"zero_optimization": {"stage": 3}, "bf16": {"enabled": True}}, "deepspeed_infer", "reference")
     assert native["ref"] == {"strategy": "fsdp2", "fsdp_config": {"reshard_after_forward": True}}
