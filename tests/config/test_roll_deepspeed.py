@@ -140,7 +140,7 @@ def test_stages_offload_and_precision_translate_per_deepspeed():
     ({"zero_optimization": {"stage": 3}, "gradient_accumulation_steps": 8}, "deepspeed_train", "gradient_accumulation_steps", "equals training_args"),
     ({}, "deepspeed_train", "zero_optimization.stage", "ZeRO stage 1, 2 or 3 only"),
     ({"zero_optimization": {"stage": 2}}, "deepspeed_infer", "strategy_name", "with deepspeed_train, not deepspeed_infer"),
-    ({"zero_optimization": {"stage": 3}}, "diffusion_deepspeed_train", "strategy_name", "to which ROLL's DeepSpeed strategies translate"),
+    ({"zero_optimization": {"stage": 3}}, "diffusion_deepspeed_train", "strategy_name", "to which ROLL's DeepSpeed and FSDP2 strategies translate"),
 ])
 def test_options_posttrain_cannot_honour_are_refused(options, name, key, words):
     _, report = _actor(options, name)

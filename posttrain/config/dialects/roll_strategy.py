@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from posttrain.config.dialects import roll_fsdp2
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.values import parse_device_list
 from posttrain.config.sections.actor import megatron_backend
@@ -81,8 +82,9 @@ def _leaves(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def train_strategy(ctx: Context) -> None:
-    """Each role's ``strategy_name``: DeepSpeed -> FSDP2 (`deepspeed`), hf_infer for the reference
-    (a plain torch forward, what posttrain runs) dropped, Megatron, ROLL's FSDP2 and others refused."""
+    """Each role's ``strategy_name``: DeepSpeed -> FSDP2 (`deepspeed`), ROLL's FSDP2 -> FSDP2
+    (posttrain.config.dialects.roll_fsdp2), hf_infer for the reference (a plain torch forward, what
+    posttrain runs) dropped, Megatron and others refused."""
     for role, (section, names) in ROLES.items():
         name_key = f"{role}.strategy_args.strategy_name"
         name = ctx.get(name_key)
@@ -94,12 +96,11 @@ def train_strategy(ctx: Context) -> None:
         elif name == "hf_infer" and role == "reference":
             ctx.drop(name_key, "'hf_infer' is what posttrain does: a plain torch forward of the reference")
         elif isinstance(name, str) and name.startswith("fsdp2"):
-            why = f"ROLL's FSDP2 strategy options are not read: posttrain's own FSDP2 takes {section}.fsdp_config (fsdp_size, reshard_after_forward, offload_policy, mixed_precision); set those and remove strategy_args"
-            ctx.refuse(name_key, f"not supported: {why}", None, name)
+            roll_fsdp2.fsdp2(ctx, role, section, name, _devices(ctx, role))
         elif isinstance(name, str) and name.startswith("megatron"):
             ctx.refuse(name_key, f"not supported: {megatron_backend(section)}", None, name)
         else:
-            why = f"{name!r} for {role}: posttrain runs {section} with torch (FSDP across devices: {section}.strategy), to which ROLL's DeepSpeed strategies translate"
+            why = f"{name!r} for {role}: posttrain runs {section} with torch (FSDP across devices: {section}.strategy), to which ROLL's DeepSpeed and FSDP2 strategies translate"
             ctx.refuse(name_key, f"not supported: {why}", None, name)
 
 
@@ -216,7 +217,7 @@ def _rules() -> dict[str, Rule]:
         name_ctx = (f"{role}.strategy_args.strategy_name", names[0])
         stage3 = (f"{base}.zero_optimization.stage", 3)
         rules[f"{role}.strategy_args.strategy_name"] = Rule(
-            f"{section}.strategy", f"{' / '.join(names)}: posttrain's FSDP2 (fsdp2), the DeepSpeed options of strategy_config translated as their rows say; Megatron and the other strategies are refused", names[0], (stage3,))
+            f"{section}.strategy", f"{' / '.join(names)} or {roll_fsdp2.NAMES[role]}: posttrain's FSDP2 (fsdp2), the DeepSpeed or FSDP2 options of strategy_config translated as their rows say; Megatron and the other strategies are refused", names[0], (stage3,))
         rules[f"{base}.zero_optimization.stage"] = Rule(
             f"{section}.fsdp_config.reshard_after_forward", "3: true (full sharding); 1 or 2 on several devices: false (parameters gathered once per forward, kept until the backward); 0 refused, as ROLL asserts; deepspeed_infer: 3 only", 2,
             (name_ctx, (f"{role}.device_mapping", "list(range(0,2))")) if names[0] == "deepspeed_train" else (name_ctx,))
@@ -233,5 +234,5 @@ def _rules() -> dict[str, Rule]:
     return rules
 
 
-RULES = _rules()
+RULES = {**_rules(), **roll_fsdp2.rules()}
 HANDLERS = [train_strategy]

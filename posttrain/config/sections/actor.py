@@ -91,9 +91,9 @@ def megatron_backend(section_name: str) -> str:
 def roll_worker_unsupported(role: str, section_name: str) -> dict[str, str]:
     """UNSUPPORTED entries for a ROLL worker (``actor_train``, ``reference``, ``critic``) trained or run
     with ROLL's Megatron backend: its strategy options and parallel sizes. Its ``strategy_name``, and
-    DeepSpeed's options, are rules of posttrain.config.dialects.roll_strategy (DeepSpeed -> FSDP2)."""
+    DeepSpeed's and FSDP2's options, are rules of posttrain.config.dialects.roll_strategy and roll_fsdp2."""
     out = {
-        f"roll:{role}.strategy_args.strategy_config": f"an option of ROLL's Megatron or FSDP2 strategy: posttrain runs {section_name} with its own FSDP2, set by {section_name}.fsdp_config (DeepSpeed's options are translated)",
+        f"roll:{role}.strategy_args.strategy_config": f"an option of ROLL's Megatron strategy: posttrain runs {section_name} with its own FSDP2, set by {section_name}.fsdp_config (DeepSpeed's and FSDP2's options are translated)",
         f"roll:{role}.world_size": "ROLL derives it from device_mapping; posttrain derives process counts from the cluster section",
     }
     for key in _MEGATRON_STRATEGY_KEYS:
