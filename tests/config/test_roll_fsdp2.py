@@ -94,6 +94,8 @@ def test_a_roll_file_loads_and_its_settings_reach_the_sharding_backend(tmp_path)
     ({"ep_size": 8, "efsdp_size": 2}, "fsdp2_train", "ep_size", "expert parallelism is not provided"),
     ({"ep_size": 8, "efsdp_size": 2}, "fsdp2_train", "efsdp_size", "expert parallelism is not provided"),
     ({"cpu_offload_grads": True}, "fsdp2_train", "cpu_offload_grads", "no counterpart"),
+    ({"offload_policy": "cpu"}, "fsdp2_train", "offload_policy", "expected true or false"),
+    ({"wrap_policy": {"transformer_layer_cls_to_wrap": [1]}}, "fsdp2_train", "wrap_policy.transformer_layer_cls_to_wrap", "module class name"),
     ({}, "fsdp2_infer", "strategy_name", "with fsdp2_train, not fsdp2_infer"),
 ])
 def test_options_posttrain_cannot_honour_are_refused(options, name, key, words):

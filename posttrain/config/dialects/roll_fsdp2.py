@@ -101,10 +101,16 @@ def fsdp2(ctx: Context, role: str, section: str, name: str, devices: int) -> Non
                 _dtype(ctx, key, value, f"{fsdp}.mixed_precision.{sub}", reduce=sub == "reduce_dtype")
         elif sub == "fsdp_size":
             _fsdp_size(ctx, key, value, f"{fsdp}.fsdp_size", devices)
-        elif sub in ("reshard_after_forward", "offload_policy") and isinstance(value, bool):
-            ctx.set(f"{fsdp}.{sub}", value, key, "torch fully_shard's option of the same name")
-        elif sub == "wrap_policy.transformer_layer_cls_to_wrap" and isinstance(value, (str, list)):
-            ctx.set(f"{fsdp}.transformer_layer_cls_to_wrap", [value] if isinstance(value, str) else list(value), key, "these module classes are the sharding units")
+        elif sub in ("reshard_after_forward", "offload_policy"):
+            if isinstance(value, bool):
+                ctx.set(f"{fsdp}.{sub}", value, key, "torch fully_shard's option of the same name")
+            else:
+                ctx.refuse(key, f"expected true or false, got {value!r}", f"{fsdp}.{sub}", value)
+        elif sub == "wrap_policy.transformer_layer_cls_to_wrap":
+            if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                ctx.set(f"{fsdp}.transformer_layer_cls_to_wrap", [value] if isinstance(value, str) else list(value), key, "these module classes are the sharding units")
+            else:
+                ctx.refuse(key, f"expected a module class name or a list of them, got {value!r}", f"{fsdp}.transformer_layer_cls_to_wrap", value)
         elif sub in ("ep_size", "efsdp_size"):
             if value == 1:
                 ctx.drop(key, "1: no expert parallelism, as posttrain")
