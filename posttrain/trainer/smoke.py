@@ -42,7 +42,7 @@ BATCH = 2  # prompts per step
 PROMPT_LENGTH, RESPONSE_LENGTH = 256, 16
 # Refusals that only say what this machine lacks: the engine, the training backend, the devices.
 _MACHINE = re.compile(r"vLLM|SGLang|TensorRT|several engine replicas|asynchronous rollout server|Megatron|DeepSpeed|"
-                      r"NPU|split placement|roles on different devices|NCCL|GPU")  # case matters: keys say megatron
+                      r"NPU|split placement|roles on different devices|NCCL|GPU|expert parallelism")  # case matters: keys say megatron
 _LOCAL_TRACKERS = ("console", "jsonl", "tensorboard")
 
 

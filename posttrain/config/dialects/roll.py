@@ -27,6 +27,7 @@ from typing import Any
 
 from posttrain.config.dialects import roll_defaults
 from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, env_manager_sampling
+from posttrain.config.dialects import roll_strategy
 from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
@@ -41,7 +42,6 @@ _NORM_KEYS = ("norm_mean_type", "norm_std_type", "reward_norm", "reward_shift", 
 _HARMLESS_VALUES = {
     "checkpoint_config.type": ("file_system",),
     "validation.generating_args.num_beams": (1,),
-    "reference.strategy_args.strategy_name": ("hf_infer",),
     "actor_infer.strategy_args.strategy_name": ("hf_infer",),
     "async_generation_ratio": (0, 0.0),  # ROLL's default: a synchronous pipeline
     "ipo": (False,),
@@ -86,7 +86,7 @@ def ignorable(ctx: Context, key: str, value: Any) -> str | None:
         return f"posttrain uses {other}'s value for every role, and they agree"
     if key.endswith(".strategy_args.strategy_config") and value is None:
         return "empty strategy options"
-    return _env_template(ctx, key)
+    return _env_template(ctx, key) or roll_strategy.preset_library(ctx, key)
 
 
 def _env_template(ctx: Context, key: str) -> str | None:
@@ -308,6 +308,8 @@ def _judge_placement(ctx: Context, foreign: str, key: str, value: Any) -> None:
         ctx.drop(foreign, "the LLM judge runs in the training process, on its device: placement only, the scores are the same")
     elif key == "strategy_args" and isinstance(value, Mapping) and value.get("strategy_name") == "hf_infer" and not value.get("strategy_config"):
         ctx.drop(foreign, "hf_infer: posttrain's HF engine runs the judge")
+    elif key == "strategy_args" and isinstance(value, Mapping) and value.get("strategy_name") == "deepspeed_infer":
+        ctx.drop(foreign, "deepspeed_infer: ZeRO-3 inference only shards the judge's weights over its devices; posttrain's HF engine runs it whole in the training process, with the same weights and sampling")
     elif key == "strategy_args":
         ctx.refuse(foreign, "posttrain runs the judge with its HF engine (strategy_name: hf_infer) only", None, value)
     else:
@@ -342,9 +344,10 @@ RULES: dict[str, Rule] = {
     **{f"rewards.*.{key}": Rule(None, f"{why}; for the LLM judge: {judge}", "anything", (("rewards.w.worker_cls", _MATH_WORKER),))
        for key, why, judge in (
            ("data_args", _RULE_WORKER_UNUSED["data_args"], "refused unless left out (the judge writes its prompt in its own tokenizer's template)"),
-           ("strategy_args", _RULE_WORKER_UNUSED["strategy_args"], "hf_infer is dropped (posttrain's HF engine runs it), another engine is refused"),
+           ("strategy_args", _RULE_WORKER_UNUSED["strategy_args"], "hf_infer and deepspeed_infer are dropped (posttrain's HF engine runs it), another engine is refused"),
            ("device_mapping", _RULE_WORKER_UNUSED["device_mapping"], "dropped (it runs in the training process, on its device)"))},
     **AGENTIC_RULES,
+    **roll_strategy.RULES,
 }
 
 _DPO_KEYS = ("ipo", "beta", "label_smoothing", "chosen_key", "rejected_key")
@@ -373,4 +376,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, *roll_defaults.HANDLERS]
+HANDLERS = [*roll_strategy.HANDLERS, template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, *roll_defaults.HANDLERS]

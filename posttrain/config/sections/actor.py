@@ -83,13 +83,17 @@ _MEGATRON_STRATEGY_KEYS = (
 )
 
 
+def megatron_backend(section_name: str) -> str:
+    """Why a ROLL role's Megatron (or another non-DeepSpeed) strategy is refused."""
+    return f"Megatron backends are not provided: posttrain runs {section_name} with torch (FSDP across devices: {section_name}.strategy)"
+
+
 def roll_worker_unsupported(role: str, section_name: str) -> dict[str, str]:
     """UNSUPPORTED entries for a ROLL worker (``actor_train``, ``reference``, ``critic``) trained or run
-    with ROLL's own backends: its strategy (DeepSpeed/Megatron) and the Megatron parallel options."""
-    backend = f"DeepSpeed and Megatron backends are not provided: posttrain runs {section_name} with torch (FSDP across devices: {section_name}.strategy)"
+    with ROLL's Megatron backend: its strategy options and parallel sizes. Its ``strategy_name``, and
+    DeepSpeed's and FSDP2's options, are rules of posttrain.config.dialects.roll_strategy and roll_fsdp2."""
     out = {
-        f"roll:{role}.strategy_args.strategy_name": backend,
-        f"roll:{role}.strategy_args.strategy_config": backend,
+        f"roll:{role}.strategy_args.strategy_config": f"an option of ROLL's Megatron strategy: posttrain runs {section_name} with its own FSDP2, set by {section_name}.fsdp_config (DeepSpeed's and FSDP2's options are translated)",
         f"roll:{role}.world_size": "ROLL derives it from device_mapping; posttrain derives process counts from the cluster section",
     }
     for key in _MEGATRON_STRATEGY_KEYS:
