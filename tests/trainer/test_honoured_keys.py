@@ -436,6 +436,8 @@ ELSEWHERE = {
     # the reward model's own classes and chat template: unit tests with a tiny reward model
     "reward.reward_model.external_lib": "tests/rewards/test_reward_model.py::test_external_lib_registers_the_reward_model_s_class_before_it_loads",
     "reward.launch_reward_fn_async": "tests/trainer/test_async_reward.py::test_a_run_scoring_in_the_background_trains_and_logs_as_one_scoring_in_place",
+    "model.trust_remote_code": "tests/trainer/test_trust_remote_code.py::test_trust_remote_code_runs_the_policy_s_and_the_critic_s_shipped_code",
+    "critic.model.trust_remote_code": "tests/trainer/test_trust_remote_code.py::test_trust_remote_code_runs_the_policy_s_and_the_critic_s_shipped_code",
     "reward.reward_model.trust_remote_code": "tests/rewards/test_reward_model.py::test_trust_remote_code_runs_the_code_shipped_in_the_reward_model_s_directory",
     "reward.reward_model.input_tokenizer": "tests/trainer/test_rewarding.py::test_input_tokenizer_re_renders_the_conversation_in_the_reward_model_s_own_template",
     # a reward function that hangs: seconds of waiting
@@ -582,8 +584,6 @@ SAME_RESULT = {
 # Keys no test can show the effect of yet, with the reason.
 UNCOVERED = {
     "rollout.num_beams": "1 is its only accepted value (beam search gives no policy samples: tests/config/test_sections_workers.py refuses 4): nothing to vary",
-    "model.trust_remote_code": "needs a model directory with its own modelling code, which transformers copies into its module cache outside the repository",
-    "critic.model.trust_remote_code": "as model.trust_remote_code",
     **{f"{role}.fsdp_config.mixed_precision.buffer_dtype": "fp32 is its only accepted value (FSDP2 has no buffer cast): nothing to vary"
        for role in ("actor", "ref", "critic")},
 }
