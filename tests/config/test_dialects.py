@@ -299,7 +299,7 @@ def test_refused_keys_make_one_message_naming_each(tmp_path, capsys):
     with pytest.raises(ConfigError) as err:
         load_config(path)
     problems = err.value.problems
-    assert f"{path}: actor_train.strategy_args.strategy_name: not supported: DeepSpeed and Megatron" in problems[0]
+    assert f"{path}: actor_train.strategy_args.strategy_name: not supported: Megatron backends are not provided" in problems[0]
     assert problems[1].startswith(f"{path}: my_own_knob: no posttrain equivalent")
     assert "posttrain config convert" in problems[2] and len(problems) == 3
     assert main(["train", str(path)]) == 2  # one message, nothing trained or written
