@@ -140,7 +140,7 @@ def test_a_killed_worker_stops_the_run_and_the_rerun_finishes_it_on_one_process(
     assert_same_run(inputs, one_process, "killed")
 
 
-@pytest.mark.slow
+@pytest.mark.long  # CI resumes a one-process checkpoint on two workers in test_lora_workers (adapters)
 def test_a_one_process_checkpoint_resumes_on_two_workers(inputs, one_process):
     out = train(inputs, "from0to2", 0, kill="rl:2:after_step")
     assert out.returncode != 0

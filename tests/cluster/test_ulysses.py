@@ -278,7 +278,7 @@ def _grid(rank: int, world: int, model_dir: str) -> dict:
             "single": _roles(model_dir, DataParallel(), 1), "split": _roles(model_dir, dp, world)}
 
 
-@pytest.mark.slow
+@pytest.mark.long  # 4 processes on 2 cores (~35 CPU s); CI covers sp with 2 ranks and the dp-group batch rule
 def test_a_dp_by_sp_grid_of_four_ranks_computes_what_one_process_computes(tmp_path):
     from posttrain.models.tiny import make_tiny_model
     from test_data_parallel_roles import _compare

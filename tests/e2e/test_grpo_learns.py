@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run_helpers import posttrain
 
 CONFIG = """
 data:
@@ -56,8 +57,9 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def inputs(tmp_path_factory) -> Path:
     """The tiny model and the sort task, made once by the CLI for the three placements."""
     root = tmp_path_factory.mktemp("inputs")
-    _cli("make-model", "tiny", "model", cwd=root)
-    _cli("make-data", "sort", "data", "--train", "2000", "--test", "50", "--seed", "1", cwd=root)
+    for args in (("make-model", "tiny", "model"), ("make-data", "sort", "data", "--train", "2000", "--test", "50", "--seed", "1")):
+        out = posttrain(*args, cwd=root)  # in this process: a fresh interpreter would only add its imports
+        assert out.returncode == 0, out.stderr[-3000:]
     return root
 
 
