@@ -33,7 +33,7 @@ from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
 from posttrain.config.dialects.translate import Context
 from posttrain.config.tables import Rule
-from posttrain.config.dialects.values import parse_device_list, value_hook as common_value_hook
+from posttrain.config.dialects.values import value_hook as common_value_hook
 from posttrain.config.sections.algorithm import roll_reward_norm
 from posttrain.config.sections.reward import JUDGE, JUDGE_KEYS, ROLL_WORKER_CLASSES, ROLL_WORKER_TODO
 
@@ -143,7 +143,7 @@ def mini_batch(ctx: Context) -> None:
         steps = ctx.get(key)
         per_device = ctx.get(f"{role}.training_args.per_device_train_batch_size", 1)
         n = ctx.get("num_return_sequences_in_group", ctx.get("actor_infer.generating_args.num_return_sequences", 1))
-        devices = _device_count(ctx, role)
+        devices = roll_strategy.device_count(ctx, role)
         split, split_text = _model_parallel(ctx, role)
         ints = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (steps, per_device, n, devices, split))
         if ints and devices % split:
@@ -209,16 +209,6 @@ def _model_parallel(ctx: Context, role: str) -> tuple[Any, str]:
         ulysses = ctx.get(f"{role}.model_args.ulysses_size") or 1
         return ulysses, f"Ulysses size {ulysses}"
     return 1, "1"
-
-
-def _device_count(ctx: Context, role: str) -> int:
-    mapping = ctx.get(f"{role}.device_mapping")
-    if mapping is not None:
-        try:
-            return len(parse_device_list(mapping))
-        except Exception:  # the device_mapping key itself reports the problem
-            return 0
-    return (ctx.get("num_nodes", 1) or 1) * ctx.get("num_gpus_per_node", 8)
 
 
 # Keys of a ROLL reward worker that a rule worker has no use for: it runs no model on no device.

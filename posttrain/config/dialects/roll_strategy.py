@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from posttrain.config.dialects import roll_fsdp2
+from posttrain.config.dialects.source import leaves as dotted_leaves
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.values import parse_device_list
 from posttrain.config.sections.actor import megatron_backend
@@ -61,7 +62,9 @@ _NO_EFFECT: dict[str, str] = {
 }
 
 
-def _devices(ctx: Context, role: str) -> int:
+def device_count(ctx: Context, role: str) -> int:
+    """The devices a ROLL role runs on: its device_mapping, else every GPU of every node (0 where
+    either is unreadable: the key itself reports that)."""
     mapping = ctx.get(f"{role}.device_mapping")
     if mapping is not None:
         try:
@@ -69,16 +72,6 @@ def _devices(ctx: Context, role: str) -> int:
         except Exception:  # the device_mapping key itself reports the problem
             return 0
     return (ctx.get("num_nodes", 1) or 1) * (ctx.get("num_gpus_per_node", 8) or 0)
-
-
-def _leaves(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in node.items():
-        if isinstance(value, Mapping) and value:
-            out.update(_leaves(value, f"{prefix}{name}."))
-        else:
-            out[f"{prefix}{name}"] = value
-    return out
 
 
 def train_strategy(ctx: Context) -> None:
@@ -96,7 +89,7 @@ def train_strategy(ctx: Context) -> None:
         elif name == "hf_infer" and role == "reference":
             ctx.drop(name_key, "'hf_infer' is what posttrain does: a plain torch forward of the reference")
         elif isinstance(name, str) and name.startswith("fsdp2"):
-            roll_fsdp2.fsdp2(ctx, role, section, name, _devices(ctx, role))
+            roll_fsdp2.fsdp2(ctx, role, section, name, device_count(ctx, role))
         elif isinstance(name, str) and name.startswith("megatron"):
             ctx.refuse(name_key, f"not supported: {megatron_backend(section)}", None, name)
         else:
@@ -115,7 +108,7 @@ def deepspeed(ctx: Context, role: str, section: str, names: tuple[str, ...], nam
     if not isinstance(options, Mapping):
         ctx.refuse(base, f"expected a DeepSpeed config mapping, got {options!r}", None, options)
         return
-    leaves = _leaves(options)
+    leaves = dotted_leaves(options)
     stage = leaves.pop("zero_optimization.stage", 0)
     if not isinstance(stage, int) or isinstance(stage, bool) or not _MIN_STAGE[name] <= stage <= 3:
         need = "3" if name == "deepspeed_infer" else "1, 2 or 3"
@@ -133,7 +126,7 @@ def _stage(ctx: Context, role: str, section: str, key: str, stage: int) -> None:
     native = f"{section}.fsdp_config.reshard_after_forward"
     if stage == 3:
         ctx.set(native, True, key, "ZeRO-3: parameters, gradients and optimizer state sharded, each layer gathered for its forward and again for its backward")
-    elif _devices(ctx, role) <= 1:
+    elif device_count(ctx, role) <= 1:
         ctx.drop(key, f"ZeRO-{stage} on one device shards nothing, as posttrain's one process")
     else:
         what = "gradients and optimizer state" if stage == 2 else "optimizer state only (FSDP2 shards gradients and parameters at rest too: the same updates, less memory)"

@@ -32,6 +32,19 @@ _MISSING_ENV = re.compile(r"Environment variable '([^']+)' not found")
 _REFERENCE = re.compile(r"\$\{\s*([A-Za-z_][\w.]*)\s*\}")  # ${a.b}, not ${resolver:...}
 
 
+def leaves(tree: Mapping[str, Any], prefix: str = "", whole: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``: every non-empty mapping is walked into, except the dotted
+    keys in `whole` (mappings that are one value, such as a function's keyword arguments)."""
+    out: dict[str, Any] = {}
+    for name, value in tree.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, Mapping) and value and key not in whole:
+            out.update(leaves(value, key + ".", whole))
+        else:
+            out[key] = value
+    return out
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """The file as plain data, interpolations untouched; one clear error for a bad file. Every
     config file is read here: posttrain's own (`posttrain.config.load`) and foreign ones."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from posttrain.config.dialects import hydra
 from posttrain.config.dialects.report import Entry, Report
-from posttrain.config.dialects.source import read_yaml, resolve
+from posttrain.config.dialects.source import leaves, read_yaml, resolve
 from posttrain.config.validate import deep_merge
 from posttrain.errors import ConfigError
 
@@ -112,7 +112,7 @@ def translate(tree: dict[str, Any]) -> tuple[dict[str, Any], Report]:
     """
     native: dict[str, Any] = {}
     report = Report("verl")
-    for key, value in _leaves(tree).items():
+    for key, value in _eval_leaves(tree).items():
         if key in ("defaults", "hydra") or key.startswith("hydra."):
             continue  # Hydra's own: how verl's launcher composes the file
         if key in KEYS:
@@ -129,20 +129,13 @@ def translate(tree: dict[str, Any]) -> tuple[dict[str, Any], Report]:
         elif key.startswith(("ray_kwargs.", "ray_init.")):
             report.add(Entry(key, "refused", value=value, reason=f"{_NO_RAY}; remove the key"))
         else:
-            report.add(Entry(key, "refused", value=value, reason=f"not a key of {WHAT} (evaluation.yaml: {', '.join(sorted(_leaves(DEFAULTS)))})"))
+            report.add(Entry(key, "refused", value=value, reason=f"not a key of {WHAT} (evaluation.yaml: {', '.join(sorted(_eval_leaves(DEFAULTS)))})"))
     return native, report
 
 
-def _leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in tree.items():
-        key = f"{prefix}{name}"
-        # reward_kwargs is one value (the function's keyword arguments), not keys to translate
-        if isinstance(value, dict) and value and key != "custom_reward_function.reward_kwargs":
-            out.update(_leaves(value, key + "."))
-        else:
-            out[key] = value
-    return out
+def _eval_leaves(tree: dict[str, Any]) -> dict[str, Any]:
+    # reward_kwargs is one value (the function's keyword arguments), not keys to translate
+    return leaves(tree, whole=frozenset({"custom_reward_function.reward_kwargs"}))
 
 
 def _put(out: dict[str, Any], dotted: str, value: Any) -> None:

@@ -26,6 +26,7 @@ from posttrain.config.dialects import hydra
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.report import Report
 from posttrain.config.dialects.source import compose, read_yaml, references, resolve
+from posttrain.config.dialects.source import leaves as dotted_leaves
 
 DEFAULTS_FILE = Path(__file__).with_name("verl_defaults.yaml")
 WHAT = "verl's trainer config"
@@ -55,17 +56,6 @@ def user_file(path: str | Path, problems: dict[str, str]) -> dict[str, Any]:
     return {k: v for k, v in composed.items() if k not in ("defaults", "hydra")}
 
 
-def _leaves(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in tree.items():
-        key = f"{prefix}{name}"
-        if isinstance(value, Mapping) and value:
-            out.update(_leaves(value, key + "."))
-        else:
-            out[key] = value
-    return out
-
-
 def _tree(leaves: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in leaves.items():
@@ -83,10 +73,10 @@ def honoured_defaults() -> frozenset[str]:
     interpolate another key (their value then follows the user's override)."""
     from posttrain.config.dialects import translate
 
-    raw = _leaves(defaults_tree())
+    raw = dotted_leaves(defaults_tree())
     resolved, _ = resolve(defaults_tree())
     # translated without verl's machine (MACHINE_DEFAULTS), as the line is: no sharded worker processes
-    machine_free = _tree({k: v for k, v in _leaves(resolved).items() if k not in MACHINE_DEFAULTS})
+    machine_free = _tree({k: v for k, v in dotted_leaves(resolved).items() if k not in MACHINE_DEFAULTS})
     _, report = translate(machine_free, "verl")
     infos = native_paths()
     keep = set()
@@ -112,12 +102,12 @@ def launch(path: str | Path | None, overrides: list[str]) -> tuple[dict[str, Any
     user: set[str] = set()
     if path is not None:
         mine = user_file(path, problems)
-        user |= set(_leaves(mine))
+        user |= set(dotted_leaves(mine))
         tree = _merge(tree, mine)
     tree, set_by = hydra.apply(tree, overrides, strict=True, what=WHAT)
     user |= set(set_by)
     resolved, unresolved = resolve(tree)
-    leaves = _leaves(resolved)
+    leaves = dotted_leaves(resolved)
     chosen = {k: v for k, v in leaves.items() if _owner(k, user) or (k in honoured_defaults() and v is not None)}
     unresolved = {k: why for k, why in unresolved.items() if _owner(k, user)}
     while True:
