@@ -9,6 +9,7 @@ validating RL stage the held-out accuracy before and after RL (posttrain.report.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
@@ -54,10 +55,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.checkpoint import STAGE_COMPLETE
-    from posttrain.cluster.launch import launch, launch_halves
+    from posttrain.cluster.launch import EXPLORER_ROLES, launch, launch_halves
     from posttrain.cluster.nsight import UNDER_NSYS_ENV
     from posttrain.errors import ConfigError
-    from posttrain.trainer.decoupled import ROLE_ENV, is_decoupled
+    from posttrain.config.access import explorer_processes
+    from posttrain.trainer.decoupled import ROLE_ENV, explorer_devices, explores_alone, is_decoupled
     from posttrain.cluster.placement import plan_world
     from posttrain.cluster.process_logs import configure_logging
     from posttrain.cluster.ray_launch import launch_ray
@@ -80,8 +82,11 @@ def _train(args: argparse.Namespace, cfg) -> int:
         nsys = _nsight_prefix(cfg, base) if world is None and UNDER_NSYS_ENV not in os.environ else None
         if world is None and ROLE_ENV not in os.environ and any(is_decoupled(s.config) for s in stages):
             check_run(cfg)  # every check before the first step, before either process starts
-            return launch_halves(argv, base, ROLE_ENV, cfg.log, prefix=nsys)
-        if world is None and plan.size > 1 and os.environ.get(ROLE_ENV) != "explorer":  # a decoupled explorer is one process
+            return launch_halves(argv, base, ROLE_ENV, cfg.log, prefix=nsys, explorer_device=explorer_devices(cfg)[0])
+        explorer = explores_alone(cfg)  # its processes: one per engine, on the rollout's devices
+        size = explorer_processes(cfg) if explorer else plan.size
+        named = dict(roles=EXPLORER_ROLES, log_name="explorer_rank") if explorer else {}
+        if world is None and size > 1:
             check_run(cfg)  # every check before the first step, before any worker starts
             if plan.launcher == "ray":
                 if nsys is not None:
@@ -89,8 +94,9 @@ def _train(args: argparse.Namespace, cfg) -> int:
                                       "which posttrain does not start itself; use cluster.launcher: local, or start the run under nsys yourself")
                 from posttrain.cli import main  # each actor runs this command's main in-process
 
-                return launch_ray(main, argv, plan, base, cfg.cluster, cfg.log)
-            return launch(argv, plan.size, base, plan.device, dict(cfg.cluster.env_vars), cfg.log, prefix=nsys)
+                return launch_ray(main, argv, dataclasses.replace(plan, size=size), base, cfg.cluster, cfg.log, **named)
+            return launch(argv, size, base, plan.device, dict(cfg.cluster.env_vars), cfg.log, prefix=nsys,
+                          devices=explorer_devices(cfg) if explorer else None, **named)
         if nsys is not None:  # this process computes alone: the same command again, under nsys
             check_run(cfg)
             return subprocess.call([*nsys(0), sys.executable, "-m", "posttrain", *argv])

@@ -30,6 +30,7 @@ from posttrain.cluster.process_logs import log_paths
 
 # Roles every worker hosts: all roles share each process (colocated placement).
 ROLES = "actor, rollout, reference, critic, reward"
+EXPLORER_ROLES = "rollout, reward (an explorer: posttrain.trainer.decoupled)"
 GRACE_S = 10.0  # how long the other workers get to notice a dead peer and exit on their own
 # After a collective timed out the peers' own timeouts fire within moments, and a hung worker will
 # not exit at all: waiting the full grace would only delay the message.
@@ -75,32 +76,37 @@ def worker_env(rank: int, world_size: int, local_rank: int, master: tuple[str, i
 
 
 def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_vars: dict[str, str], log: Any = None,
-           prefix: Callable[[int], list[str]] | None = None) -> int:
+           prefix: Callable[[int], list[str]] | None = None, devices: list[int] | None = None, roles: str = ROLES,
+           log_name: str = "rank") -> int:
     """Run `python -m posttrain <argv>` as `world_size` workers; returns the launcher's exit status.
     `log` is the config's log section (where the workers' log files go); `prefix(rank)`, when given,
-    is put in front of each worker's command (`nsys profile ...`: posttrain.cluster.nsight)."""
+    is put in front of each worker's command (`nsys profile ...`: posttrain.cluster.nsight). `devices`
+    gives each rank's device (LOCAL_RANK; default: its rank), `roles` what the workers host, and
+    `log_name` their log files' names (`<log_name><rank>.log`)."""
     master = ("127.0.0.1", free_port())
     procs: list[subprocess.Popen] = []
-    logs = log_paths(log, run_dir, [f"rank{r}" for r in range(world_size)])
+    logs = log_paths(log, run_dir, [f"{log_name}{r}" for r in range(world_size)])
     log_dir = logs[0].parent
     threads = max(1, (os.cpu_count() or 1) // world_size)  # each worker computes on its own share of the cores
     for rank in range(world_size):
-        env = dict(os.environ, **worker_env(rank, world_size, rank, master, device, env_vars, threads))
+        local = devices[rank] if devices else rank
+        env = dict(os.environ, **worker_env(rank, world_size, local, master, device, env_vars, threads))
         err = logs[rank].open("w", encoding="utf-8")
         out = None if rank == 0 else err  # rank 0 is the console; the others only log
         command = [*(prefix(rank) if prefix else []), sys.executable, "-m", "posttrain", *argv]
         procs.append(subprocess.Popen(command, env=env, stdout=out, stderr=err))
         err.close()
     print(f"posttrain: {world_size} worker processes on {device} (pids {', '.join(str(p.pid) for p in procs)}); "
-          f"each hosts {ROLES}; logs in {log_dir}", flush=True)
-    return watch(procs, logs)
+          f"each hosts {roles}; logs in {log_dir}", flush=True)
+    return watch(procs, logs, [f"worker rank {r} of {world_size} (roles: {roles})" for r in range(world_size)])
 
 
 def launch_halves(argv: list[str], run_dir: Path, role_env: str, log: Any = None,
-                  prefix: Callable[[int], list[str]] | None = None) -> int:
+                  prefix: Callable[[int], list[str]] | None = None, explorer_device: int = 0) -> int:
     """Run `python -m posttrain <argv>` twice, as the trainer and the explorer of a decoupled run
     (`posttrain.trainer.decoupled`), each told its half by `role_env`; watched like workers. The
-    trainer's output is the console; both log to `<log dir>/{trainer,explorer}.log`."""
+    trainer's output is the console; both log to `<log dir>/{trainer,explorer}.log`. Each half may
+    start workers of its own (`launch`); a one-process explorer computes on `explorer_device`."""
     halves = ["trainer", "explorer"]
     logs = log_paths(log, run_dir, halves)
     log_dir = logs[0].parent
@@ -108,6 +114,8 @@ def launch_halves(argv: list[str], run_dir: Path, role_env: str, log: Any = None
     procs = []
     for half, log in zip(halves, logs):
         env = dict(os.environ, **{role_env: half})
+        if half == "explorer" and "LOCAL_RANK" not in os.environ:
+            env["LOCAL_RANK"] = str(explorer_device)
         if "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = str(threads)
         err = log.open("w", encoding="utf-8")

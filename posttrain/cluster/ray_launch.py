@@ -118,9 +118,10 @@ def check_answers(address: str, timeout_s: float = 10.0) -> None:
         ) from None
 
 
-def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPlan, run_dir: Path, cluster, log: Any = None) -> int:
+def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPlan, run_dir: Path, cluster, log: Any = None,
+               roles: str = ROLES, log_name: str = "rank") -> int:
     """Run `entry(argv)` (the `posttrain` command's main, given by the command line) as `plan.size`
-    Ray actors; returns the launcher's exit status."""
+    Ray actors hosting `roles`, logging to `<log_name><rank>.log`; returns the launcher's exit status."""
     try:
         import ray
     except ImportError:
@@ -149,7 +150,7 @@ def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPl
                 f"{cluster.register_timeout_s:g} s; the cluster has {ray.cluster_resources()}. Lower the worker count "
                 "(cluster.nnodes × n_gpus_per_node) or add nodes"
             ) from None
-        return _run_actors(ray, group, entry, argv, plan, run_dir, cluster, PlacementGroupSchedulingStrategy, log)
+        return _run_actors(ray, group, entry, argv, plan, run_dir, cluster, PlacementGroupSchedulingStrategy, log, roles, log_name)
     finally:
         remove_placement_group(group)
         if cluster.ray_timeline_file:
@@ -157,7 +158,8 @@ def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPl
         ray.shutdown()
 
 
-def _run_actors(ray, group, entry, argv, plan: WorldPlan, run_dir: Path, cluster, strategy, log: Any = None) -> int:
+def _run_actors(ray, group, entry, argv, plan: WorldPlan, run_dir: Path, cluster, strategy, log: Any = None,
+                roles: str = ROLES, log_name: str = "rank") -> int:
     remote = ray.remote(RankWorker)
     actors = [
         remote.options(num_cpus=1, num_gpus=1 if plan.device == "cuda" else 0,
@@ -168,7 +170,7 @@ def _run_actors(ray, group, entry, argv, plan: WorldPlan, run_dir: Path, cluster
     # Ranks in bundle order (PACK fills a node before the next); on a GPU each actor sees only its
     # own device (Ray sets CUDA_VISIBLE_DEVICES), so its local device index is 0.
     local = [sum(ip == addresses[r][0] for ip, _ in addresses[:r]) for r in range(plan.size)]
-    logs = log_paths(log, run_dir.resolve(), [f"rank{r}" for r in range(plan.size)], [ip for ip, _ in addresses])
+    logs = log_paths(log, run_dir.resolve(), [f"{log_name}{r}" for r in range(plan.size)], [ip for ip, _ in addresses])
     log_dir = logs[0].parent if not getattr(log, "group_by_node", False) else logs[0].parent.parent
     refs = []
     for rank, actor in enumerate(actors):
@@ -179,5 +181,6 @@ def _run_actors(ray, group, entry, argv, plan: WorldPlan, run_dir: Path, cluster
         refs.append(actor.run.remote(entry, argv, env, os.getcwd(), str(logs[rank]), rank == 0))
     nodes = len({ip for ip, _ in addresses})
     print(f"posttrain: {plan.size} Ray workers on {plan.device} across {nodes} node(s) ({', '.join(sorted({ip for ip, _ in addresses}))}), "
-          f"Ray namespace {ray.get_runtime_context().namespace}; each hosts {ROLES}; logs in {log_dir}", flush=True)
-    return watch([ActorProcess(ray, a, ref) for a, ref in zip(actors, refs)], logs)
+          f"Ray namespace {ray.get_runtime_context().namespace}; each hosts {roles}; logs in {log_dir}", flush=True)
+    names = [f"worker rank {r} of {plan.size} (roles: {roles})" for r in range(plan.size)]
+    return watch([ActorProcess(ray, a, ref) for a, ref in zip(actors, refs)], logs, names)

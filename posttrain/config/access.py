@@ -22,6 +22,7 @@ def get_path(cfg: Any, path: str, default: Any = _ABSENT) -> Any:
 
 
 MAPPED_ROLES = ("actor", "rollout", "ref", "critic")  # the roles cluster.device_mapping places
+TRAINING_ROLES = ("actor", "ref", "critic")  # the roles every trainer rank hosts
 
 
 def device_lists(cfg: Any) -> dict[str, list[int]]:
@@ -31,13 +32,60 @@ def device_lists(cfg: Any) -> dict[str, list[int]]:
 
 
 def world_size(cfg: Any) -> int:
-    """Worker processes: the devices of a (colocated) cluster.device_mapping when one is given, else
-    nodes × devices per node, or 1 process with 0 devices per node."""
+    """Worker processes of the training side: the devices the training roles' cluster.device_mapping
+    lists (when given), else nodes × devices per node, or 1 process with 0 devices per node."""
     lists = device_lists(cfg)
-    if lists:
-        return len(next(iter(lists.values())))
+    training = [ids for role, ids in lists.items() if role in TRAINING_ROLES]
+    if training:
+        return len(training[0])
+    if "rollout" in lists and not get_path(cfg, "cluster.n_gpus_per_node", 0):  # the rollout's devices, no others
+        return len(lists["rollout"])
     gpus = get_path(cfg, "cluster.n_gpus_per_node", 0)
     return get_path(cfg, "cluster.nnodes", 1) * gpus if gpus > 0 else 1
+
+
+def rollout_placement(cfg: Any) -> str:
+    """Where the rollout engines run beside the W training workers (cluster.device_mapping.rollout):
+    "colocated" (on every worker: no list, or the workers' own devices), "subset" (on workers
+    0..m-1 of them, m < W: the others only train) or "split" (on devices W..W+m-1 of their own:
+    an explorer of m processes beside a trainer of W). Other layouts are refused at load time."""
+    ids = device_lists(cfg).get("rollout")
+    world = world_size(cfg)
+    if not ids or ids == list(range(world)):
+        return "colocated"
+    return "subset" if ids == list(range(len(ids))) and len(ids) < world else "split"
+
+
+def explorer_processes(cfg: Any) -> int:
+    """Processes of a decoupled explorer: one per engine, an engine over rollout.tensor_model_parallel_size
+    of cluster.device_mapping.rollout's devices; 1 without a rollout device list."""
+    ids = device_lists(cfg).get("rollout")
+    if not ids or rollout_placement(cfg) == "colocated":
+        return 1
+    return max(1, len(ids) // get_path(cfg, "rollout.tensor_model_parallel_size", 1))
+
+
+def placement_problem(training: list[int] | None, rollout: list[int] | None, devices: int | None) -> str | None:
+    """Why a device layout cannot run, or None: `training` is the one device list of the actor,
+    reference and critic (None: every worker), `rollout` the engines' list (None: colocated), `devices`
+    the cluster's (nodes × devices per node; None when not counted)."""
+    world = len(training) if training else devices
+    if training and training != list(range(len(training))):
+        return f"the training roles' devices {_span(training)} must be 0..k-1 (each worker process trains on its own device)"
+    if rollout and world:
+        if rollout != list(range(rollout[0], rollout[0] + len(rollout))) or not (
+                rollout[0] == 0 and len(rollout) <= world or rollout[0] == world):
+            return (f"the rollout's devices {_span(rollout)} beside training on {_span(list(range(world)))}: posttrain runs the "
+                    f"engines on workers 0..m-1 of the training devices (m <= {world}: colocated, the others only train), or on "
+                    f"devices {world}..{world}+m-1 of their own (split: an explorer of m processes beside the trainer)")
+    used = (world or 0) + (len(rollout) if rollout and world and rollout[0] == world else 0)
+    if devices and used > devices:
+        return f"the layout needs {used} devices, but cluster.nnodes × cluster.n_gpus_per_node gives {devices}"
+    return None
+
+
+def _span(ids: list[int]) -> str:
+    return f"{ids[0]}..{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) else str(ids)
 
 
 def training_kind(cfg: Any) -> str:

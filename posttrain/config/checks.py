@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorNeeds, estimator_needs
 from posttrain.algorithms.rollout_correction import rs_thresholds
-from posttrain.config.access import device_lists, get_path, is_rl, training_kind, world_size
+from posttrain.config.access import TRAINING_ROLES, device_lists, get_path, is_rl, placement_problem, training_kind, world_size
 from posttrain.config.checks_profiler import check_profiler
 from posttrain.config.sections.buffer import priority_args
 from posttrain.config.sections.actor import check_save_contents
@@ -33,25 +33,22 @@ from posttrain.config.sections.rollout import check_min_response_length, check_n
 
 
 def check_device_mapping(cfg: Any) -> list[str]:
-    """ROLL's device_mapping is honoured for its colocated layout (every role on the same devices
-    0..k-1); roles on different devices are refused, since posttrain places every role on every worker."""
+    """ROLL's device_mapping: the actor, reference and critic on the same devices 0..k-1 (every
+    trainer worker hosts them all), and the rollout engines on the same workers, on the first m of
+    them, or on devices k..k+m-1 of their own (a split placement: `access.rollout_placement`)."""
     lists = device_lists(cfg)
     if not lists:
         return []
-    if len({tuple(ids) for ids in lists.values()}) > 1:
-        shown = "; ".join(f"{role} {ids}" for role, ids in lists.items())
+    training = {role: ids for role, ids in lists.items() if role in TRAINING_ROLES}
+    if len({tuple(ids) for ids in training.values()}) > 1:
+        shown = "; ".join(f"{role} {ids}" for role, ids in training.items())
         return [
-            f"cluster.device_mapping puts roles on different devices ({shown}): posttrain places every role on every "
-            "worker (colocated), so give every role the same device list (or leave the lists empty)"
+            f"cluster.device_mapping puts training roles on different devices ({shown}): every trainer worker hosts the "
+            "actor, the reference and the critic, so give them the same device list (or leave theirs empty)"
         ]
-    ids = next(iter(lists.values()))
     nodes, gpus = get_path(cfg, "cluster.nnodes", 1), get_path(cfg, "cluster.n_gpus_per_node", 0)
-    if ids != list(range(len(ids))) or (gpus and len(ids) > nodes * gpus):
-        return [
-            f"cluster.device_mapping {ids}: the devices must be 0..k-1 within the {nodes * gpus} of cluster.nnodes "
-            f"{nodes} × cluster.n_gpus_per_node {gpus}"
-        ]
-    return []
+    problem = placement_problem(next(iter(training.values()), None), lists.get("rollout"), nodes * gpus or None)
+    return [f"cluster.device_mapping: {problem}"] if problem else []
 
 
 @dataclass(frozen=True)
@@ -445,11 +442,11 @@ def check_decoupled(cfg: Any) -> list[str]:
         priority_args(get_path(cfg, f"{eb}.replay_buffer.priority_fn", "linear_decay"), dict(get_path(cfg, f"{eb}.replay_buffer.priority_fn_args", {})))
     except ValueError as err:
         problems.append(f"{eb}.replay_buffer: {err}")
-    if mode == "explore" and is_rl(cfg) and world_size(cfg) > 1:
+    if mode == "explore" and is_rl(cfg) and world_size(cfg) > 1 and "rollout" not in device_lists(cfg):
         problems.append(
-            f"trainer.mode=explore runs the explorer alone, and posttrain's explorer is one process holding one engine (the "
-            f"{world_size(cfg)} worker processes of cluster.* are trainer ranks in trainer.mode both and train); set "
-            "cluster.n_gpus_per_node to 0 or 1"
+            f"trainer.mode=explore runs the explorer alone, one process per engine on cluster.device_mapping.rollout's devices; "
+            f"the {world_size(cfg)} worker processes of cluster.* are trainer ranks (trainer.mode both and train). Give the "
+            "explorer's devices (cluster.device_mapping.rollout: [0, 1] for two engines), or set cluster.n_gpus_per_node to 0 or 1"
         )
     return problems
 

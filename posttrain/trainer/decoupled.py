@@ -6,9 +6,10 @@ processes that meet in an experience buffer.
 
 `trainer.mode`:
 - `both` with `synchronizer.sync_interval` 1, `sync_offset` 0 and `sync_style` fixed is the synchronous
-  loop (`posttrain.trainer.rl`); any other interval, offset or style, or `rollout.hybrid_engine: false` (the
-  engine in a process of its own: split placement), starts an explorer process and a trainer
-  process (`posttrain.cli.train`) that run `run_explorer` and `run_learner` concurrently;
+  loop (`posttrain.trainer.rl`); any other interval, offset or style, or a split placement (the
+  engines on devices of their own: `rollout.hybrid_engine: false`, or `cluster.device_mapping.rollout`
+  after the training devices), starts an explorer and a trainer (`posttrain.cli.train`) that run
+  `run_explorer` and `run_learner` concurrently, each one process or several;
 - `explore` runs the explorer alone with the starting weights (collecting experiences, e.g. for a
   later `train` run or offline analysis);
 - `train` runs the trainer alone on a buffer an earlier `explore` run (or another process) filled.
@@ -51,11 +52,11 @@ from posttrain.buffer.weights import WeightFiles
 from posttrain.checkpoint import Checkpointer
 from posttrain.checkpoint.manager import kill_point
 from posttrain.cluster.fsdp import full_state_dict
+from posttrain.config.access import device_lists, explorer_processes, rollout_placement
 from posttrain.config.schema import Config
-from posttrain.data import collate_prompts
 from posttrain.errors import UserError
 from posttrain.models.lora import is_lora, merged_tensors
-from posttrain.records import PromptBatch
+from posttrain.trainer.explorer_crew import Crew, follow_orders
 from posttrain.trainer.metrics import PhaseTimer
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir
 from posttrain.trainer.sync import DYNAMIC, Follower, Publisher
@@ -69,7 +70,22 @@ def is_decoupled(cfg: Config) -> bool:
     `hybrid_engine: false`, split placement: on-policy with interval 1 and offset 0)."""
     s = cfg.synchronizer
     lagging = s.sync_interval > 1 or s.sync_offset > 0 or s.sync_style in DYNAMIC
-    return cfg.algorithm.kind == "rl" and cfg.trainer.mode == "both" and (lagging or not cfg.rollout.hybrid_engine)
+    split = not cfg.rollout.hybrid_engine or rollout_placement(cfg) == "split"
+    return cfg.algorithm.kind == "rl" and cfg.trainer.mode == "both" and (lagging or split)
+
+
+def explores_alone(cfg: Config) -> bool:
+    """Whether this command runs only the explorer of an RL stage: a decoupled run's explorer half, or
+    trainer.mode explore. Its processes are one per engine (`access.explorer_processes`)."""
+    return os.environ.get(ROLE_ENV) == "explorer" or (cfg.algorithm.kind == "rl" and cfg.trainer.mode == "explore")
+
+
+def explorer_devices(cfg: Config) -> list[int]:
+    """The device of each explorer process (its engine's first): cluster.device_mapping.rollout's, every
+    rollout.tensor_model_parallel_size-th; [0] without a list."""
+    ids = device_lists(cfg).get("rollout") or [0]
+    tp = cfg.rollout.tensor_model_parallel_size
+    return ids[::tp][:explorer_processes(cfg)]
 
 
 def half_of(cfg: Config) -> str | None:
@@ -120,52 +136,60 @@ def weights_dir(stage_dir: Path) -> Path:
 # ---------------------------------------------------------------- the explorer
 def run_explorer(ctx: StageContext) -> StageResult:
     """Generate and score batches into the buffer; with a trainer (mode both), follow its weights
-    and validate them; alone (mode explore), explore with the starting weights."""
+    and validate them; alone (mode explore), explore with the starting weights. With several explorer
+    processes rank 0 runs this loop and the others its orders (`posttrain.trainer.explorer_crew`)."""
     from posttrain.trainer.rl import RLTrainer
 
-    cfg, stage_dir = ctx.cfg, ctx.run_dir
+    cfg, stage_dir, world = ctx.cfg, ctx.run_dir, ctx.world
     explorer = RLTrainer(dataclasses.replace(ctx, run_dir=stage_dir / "explorer"), halves="explorer")
     total = explorer.derived.total_training_steps
-    buffer = open_buffer(cfg, stage_dir)
+    buffer = open_buffer(cfg, stage_dir) if world.is_main else None
     weights = WeightFiles(weights_dir(stage_dir)) if cfg.trainer.mode == "both" else None
-    start = buffer.explored()
-    sync = cfg.synchronizer
-    follow = Follower(explorer, buffer, weights, sync.sync_timeout, validation_steps(cfg, total), sync.sync_style, sync.sync_interval)
-    replay = replay_from_config(cfg.buffer.trainer_input.experience_buffer)
+    start = world.from_main(buffer.explored() if buffer is not None else None)
     for _ in range(start if explorer.sampler else 0):  # the data order continues after the last batch written
         explorer.sampler.next_batch()
-    engine = explorer.roles.engine
     try:
-        for b in range(start + 1, total + 1):
-            idle = follow.idle_s
-            follow.before_batch(b, max_staleness(cfg))  # the weights batch b may use (validating on the way)
-            idle = follow.idle_s - idle
-            buffer.report("explorer", f"exploring batch {b} with the weights of step {follow.loaded}")
-            timer = PhaseTimer()
-            experience = explorer.explore(_prompts(explorer, b), timer, expected_version=engine.weights_version, policy_step=follow.loaded)
-            experience.explore_metrics = {k: v for k, v in timer.metrics().items() if k != "timing/step_s"}
-            if not replay.enable:  # a replaying buffer drops its lowest batches instead of waiting
-                idle += buffer.wait_for_room(len(set(experience.batch.group_index)), replay.capacity_groups, cfg.synchronizer.sync_timeout)
-            experience.explore_metrics["timing/idle_explorer_s"] = idle  # this batch's wait for fresh weights (and room)
-            buffer.write(b, experience)
-            kill_point(ctx.name, b, "explored")  # the test hook (posttrain.checkpoint.manager)
-        follow.finish()
-        buffer.report("explorer", f"finished: {total} batches written")
+        if world.is_main:
+            crew = Crew(explorer, world)
+            try:
+                _explore(ctx, crew, buffer, weights, start, total)
+            except BaseException as err:
+                crew.stop(err)
+                raise
+            crew.stop()
+        else:
+            follow_orders(explorer, world, weights)
     finally:
         explorer.reader.close()
         if explorer.rewards is not None:  # an agentic stage scores in its environments
             explorer.rewards.close()
-        buffer.close()
+        if buffer is not None:
+            buffer.close()
     # The explorer trains nothing: its "final model" is what it sampled with last.
     return StageResult(final_model=Path(ctx.model_path), last_metrics={}, steps=total)
 
 
-def _prompts(explorer, b: int) -> PromptBatch | int:
-    """Batch b's prompts: the sampler's next rows, or for an agentic stage the step number its env
-    groups are seeded by, as in the synchronous loop (so the explorer plays the same episodes)."""
-    if explorer.agent is not None:
-        return b
-    return collate_prompts(explorer.reader(explorer.sampler.next_batch()), explorer.pad_id, uid_prefix=f"s{b}")
+def _explore(ctx: StageContext, crew: Crew, buffer, weights: WeightFiles | None, start: int, total: int) -> None:
+    """Rank 0's loop: batches start+1..total into the buffer, each sampled with weights the
+    synchronizer allows, validating on the way."""
+    cfg, sync = ctx.cfg, ctx.cfg.synchronizer
+    follow = Follower(crew, buffer, weights, sync.sync_timeout, validation_steps(cfg, total), sync.sync_style, sync.sync_interval)
+    replay = replay_from_config(cfg.buffer.trainer_input.experience_buffer)
+    for b in range(start + 1, total + 1):
+        idle = follow.idle_s
+        follow.before_batch(b, max_staleness(cfg))  # the weights batch b may use (validating on the way)
+        idle = follow.idle_s - idle
+        buffer.report("explorer", f"exploring batch {b} with the weights of step {follow.loaded}")
+        timer = PhaseTimer()
+        experience = crew.explore(b, timer, policy_step=follow.loaded)
+        experience.explore_metrics = {k: v for k, v in timer.metrics().items() if k != "timing/step_s"}
+        if not replay.enable:  # a replaying buffer drops its lowest batches instead of waiting
+            idle += buffer.wait_for_room(len(set(experience.batch.group_index)), replay.capacity_groups, sync.sync_timeout)
+        experience.explore_metrics["timing/idle_explorer_s"] = idle  # this batch's wait for fresh weights (and room)
+        buffer.write(b, experience)
+        kill_point(ctx.name, b, "explored")  # the test hook (posttrain.checkpoint.manager)
+    follow.finish()
+    buffer.report("explorer", f"finished: {total} batches written")
 
 
 # ---------------------------------------------------------------- the trainer

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from posttrain.algorithms import check_kl_kind, estimator_options, get_advantage_estimator, get_policy_loss, policy_loss_options
+from posttrain.config.access import device_lists, rollout_placement
 from posttrain.config.checks import role_needs
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
@@ -282,6 +283,12 @@ def make_engine(cfg: Config, model: nn.Module, tokenizer: Any, owns_weights: boo
     return build_engine(cfg, model, tokenizer, seed=rollout_seed(cfg), owns_weights=owns_weights)
 
 
+def rollout_engines(cfg: Config, world: World) -> int:
+    """Ranks that generate in the synchronous loop: the first m workers with cluster.device_mapping.rollout
+    on a subset of them, else every worker."""
+    return len(device_lists(cfg)["rollout"]) if rollout_placement(cfg) == "subset" else world.size
+
+
 def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = World(), halves: str = "both") -> RLRoles:
     """Every role of the stage on this worker process. With several workers each role's model is
     sharded over all of them (FSDP2, its own `fsdp_config`) and the engine holds a whole copy of the
@@ -370,7 +377,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             engine_model.eval().requires_grad_(False).to(engine_dtype)
         engine = make_engine(cfg, engine_model, tokenizer, owns_weights=own_copy)
         sync = weight_sync_for(engine, actor.model, sharded=world.distributed, adapters=adapters is not None)
-        rollout = RolloutWorker(engine, dp, free_cache=cfg.rollout.free_cache_engine, tokenizer=tokenizer)
+        rollout = RolloutWorker(engine, dp, free_cache=cfg.rollout.free_cache_engine, tokenizer=tokenizer, engines=rollout_engines(cfg, world))
     reference = None
     if needs.reference:
         size, max_tokens = forward_batching(

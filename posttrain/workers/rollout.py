@@ -3,7 +3,10 @@
 With several worker processes every rank holds a whole copy of the policy in its engine (the weights
 arrive through `posttrain.cluster.weight_sync`), samples the responses of its consecutive share of
 the step's prompts, and every rank then receives the whole batch in prompt order, which is what the
-roles after it expect (`posttrain.cluster.parallel`). Each response's sampling noise is keyed by the
+roles after it expect (`posttrain.cluster.parallel`). With `cluster.device_mapping.rollout` on the
+first m of the workers only those m ranks generate and the others wait for the batch (ROLL's layouts
+that give the engines fewer devices than training). Those others still hold an engine, kept in step by
+the weight sync like every rank's, which keeps the sync one collective for all ranks. Each response's sampling noise is keyed by the
 rollout seed, its prompt's uid and its sample index (`posttrain.rollout.sampling`), not by the rank
 or the batch it was decoded in, so the batch is the same on any number of ranks (to float rounding
 of the logits in other batch shapes).
@@ -28,9 +31,12 @@ from posttrain.workers.microbatch import SINGLE
 class RolloutWorker:
     """An engine and this rank's place among the rollout ranks; `generate` returns the whole batch."""
 
-    def __init__(self, engine: RolloutEngine, dp: DataParallel = SINGLE, free_cache: bool = False, tokenizer: Any = None):
+    def __init__(self, engine: RolloutEngine, dp: DataParallel = SINGLE, free_cache: bool = False, tokenizer: Any = None,
+                 engines: int | None = None):
         self.engine = engine
         self.dp = dp
+        # ranks 0..engines-1 generate (cluster.device_mapping.rollout on a subset of the workers); None: every rank
+        self.engines = dp.size if engines is None else min(engines, dp.size)
         self.free_cache = free_cache
         self.tokenizer = tokenizer  # decodes responses for stop strings left out of the output
 
@@ -57,8 +63,10 @@ class RolloutWorker:
     def _generate(self, prompts: PromptBatch, params: SamplingParams, expected_version: int, seed: int | None) -> RolloutBatch:
         if not self.dp.distributed:
             return self.engine.generate(prompts, params, expected_version=expected_version, seed=seed)
-        # Consecutive shares keep every prompt's group on one rank and the gathered rows in order.
-        rows = contiguous_shares(len(prompts), self.dp.size)[self.dp.rank]
+        # Consecutive shares keep every prompt's group on one rank and the gathered rows in order;
+        # ranks past the engines' get none and only receive the batch.
+        shares = contiguous_shares(len(prompts), self.engines) + [[]] * (self.dp.size - self.engines)
+        rows = shares[self.dp.rank]
         mine = None
         if rows:
             # pickled between ranks from host memory: a CUDA tensor would unpickle onto the sender's GPU

@@ -4,6 +4,9 @@ before anything starts (each with the numbers that do not fit)."""
 from __future__ import annotations
 
 import pytest
+
+from posttrain.config.access import explorer_processes, rollout_placement, world_size
+from posttrain.trainer.decoupled import explorer_devices, is_decoupled
 import torch
 
 from posttrain.cluster.placement import WorldPlan, plan_world
@@ -39,10 +42,14 @@ def test_a_colocated_device_mapping_is_the_same_placement_as_devices_per_node(mo
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[0,1]", "cluster.device_mapping.rollout=[2,3]"],
-         "cluster.device_mapping puts roles on different devices (actor [0, 1]; rollout [2, 3])"),
-        (["cluster.n_gpus_per_node=2", "cluster.device_mapping.actor=[0,1,2]"],
-         "cluster.device_mapping [0, 1, 2]: the devices must be 0..k-1 within the 2 of cluster.nnodes 1"),
+        (["cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[0,1]", "cluster.device_mapping.critic=[2,3]"],
+         "cluster.device_mapping puts training roles on different devices (actor [0, 1]; critic [2, 3])"),
+        (["cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[0,1]", "cluster.device_mapping.rollout=[1,2]"],
+         "cluster.device_mapping: the rollout's devices 1..2 beside training on 0..1: posttrain runs the engines on workers 0..m-1"),
+        (["cluster.n_gpus_per_node=3", "cluster.device_mapping.actor=[0,1]", "cluster.device_mapping.rollout=[2,3]"],
+         "cluster.device_mapping: the layout needs 4 devices, but cluster.nnodes × cluster.n_gpus_per_node gives 3"),
+        (["cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[1,2]"],
+         "cluster.device_mapping: the training roles' devices 1..2 must be 0..k-1"),
         (["cluster.n_gpus_per_node=4", "actor.fsdp_config.fsdp_size=3"],
          "actor.fsdp_config.fsdp_size=3 does not divide the 4 worker processes"),
         (["actor.fsdp_config.forward_prefetch=true", "ref.fsdp_config.fsdp_size=2"],
@@ -58,6 +65,18 @@ def test_a_colocated_device_mapping_is_the_same_placement_as_devices_per_node(mo
 def test_layouts_that_cannot_work_are_refused_at_load(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
         load_config(None, overrides)
+
+
+def test_the_rollout_on_some_workers_or_on_devices_of_its_own_is_a_placement(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    colocated = load_config(None, ["cluster.n_gpus_per_node=4", "cluster.device_mapping.rollout=[0,1,2,3]"])
+    subset = load_config(None, ["cluster.n_gpus_per_node=4", "cluster.device_mapping.rollout=[0,1]"])
+    split = load_config(None, ["cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.rollout=[1,2,3]"])
+    assert [rollout_placement(c) for c in (colocated, subset, split)] == ["colocated", "subset", "split"]
+    assert [world_size(c) for c in (colocated, subset, split)] == [4, 4, 1]  # trainer processes
+    assert [explorer_processes(c) for c in (colocated, subset, split)] == [1, 2, 3]  # a decoupled explorer's engines
+    assert [is_decoupled(c) for c in (colocated, subset, split)] == [False, False, True]  # split: explorer and trainer
+    assert explorer_devices(split) == [1, 2, 3]  # each explorer process on its own device
 
 
 def test_offload_with_one_cpu_process_is_accepted():

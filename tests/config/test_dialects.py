@@ -83,13 +83,14 @@ def test_roll_rlvr_translation_names_keys():
     assert _entry(report, "actor_infer.strategy_args.strategy_config.gpu_memory_utilization").native == "rollout.gpu_memory_utilization"
     block = _entry(report, "actor_infer.strategy_args.strategy_config.block_size")
     assert (block.status, block.native, block.value) == ("translated", "rollout.engine_kwargs.vllm.block_size", 16)
-    mapping = _entry(report, "actor_infer.device_mapping")  # 12 of 16 devices: a real placement, not colocation
-    assert (mapping.status, mapping.native, mapping.value) == ("refused", "cluster.device_mapping.rollout", "list(range(0,12))")
-    assert "split placement" in mapping.reason and "actor_infer 0..11" in mapping.reason
-    # the same layout written natively is refused as a whole by the config check
+    mapping = _entry(report, "actor_infer.device_mapping")  # 12 of 16 devices: the engines on workers 0..11
+    assert (mapping.status, mapping.native, mapping.value) == ("translated", "cluster.device_mapping.rollout", list(range(12)))
+    # the same layout written natively is accepted; engines on devices that overlap training otherwise are refused
     native = {"cluster": {"nnodes": 2, "n_gpus_per_node": 8, "device_mapping": {"actor": list(range(16)), "rollout": list(range(12))}}}
+    assert check_device_mapping(OmegaConf.create(native)) == []
+    native["cluster"]["device_mapping"]["rollout"] = list(range(4, 16))
     problems = check_device_mapping(OmegaConf.create(native))
-    assert len(problems) == 1 and "puts roles on different devices" in problems[0] and "rollout [0, 1, 2" in problems[0]
+    assert len(problems) == 1 and "the rollout's devices 4..15 beside training on 0..15" in problems[0]
     assert _entry(report, "hydra.run.dir").status == "dropped"
     assert _entry(report, "reference.model_args.dtype").status == "dropped"  # same dtype as the policy
 

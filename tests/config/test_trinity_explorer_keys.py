@@ -19,8 +19,22 @@ def test_runner_keys_at_what_posttrain_does_are_accepted_other_values_refused():
     refused = entries({"explorer": {"max_timeout": 60, "max_retry_times": 0, "dynamic_timeout": {"enable": True},
                                     "rollout_model": {"engine_num": 2, "enable_history": True}, "max_repeat_times_per_runner": 4}}, "explorer.")
     assert {v[0] for v in refused.values()} == {"refused"}
-    assert "worker process" in refused["explorer.rollout_model.engine_num"][1]
+    assert "need 2 devices, but cluster.node_num × gpu_per_node gives none" in refused["explorer.rollout_model.engine_num"][1]
     assert all("not implemented yet" not in v[1] for v in refused.values())
+
+
+def test_engine_num_places_the_explorer_on_devices_of_its_own_as_trinity_does():
+    def placed(mode: str, engines: int) -> dict:
+        raw = {"mode": mode, "cluster": {"node_num": 1, "gpu_per_node": 8}, "explorer": {"rollout_model": {"engine_num": engines}}}
+        return translate(raw, "trinity")[0]["cluster"].get("device_mapping", {})
+    # mode both: the trainer gets the 8 devices less the explorer's (Trinity-RFT's rule), the explorer the rest
+    assert placed("both", 2) == {"actor": [0, 1, 2, 3, 4, 5], "rollout": [6, 7]}
+    assert placed("both", 4) == {"actor": [0, 1, 2, 3], "rollout": [4, 5, 6, 7]}
+    assert placed("explore", 2) == {"rollout": [0, 1]}  # the explorer alone: two engine processes
+    refused = entries({"cluster": {"gpu_per_node": 8}, "explorer": {"rollout_model": {"engine_num": 8}}})["explorer.rollout_model.engine_num"]
+    assert refused[0] == "refused" and "leave none of the cluster's 8 for the trainer" in refused[1]
+    assert entries({"mode": "train", "cluster": {"gpu_per_node": 8}, "explorer": {"rollout_model": {"engine_num": 4}}})[
+        "explorer.rollout_model.engine_num"][0] == "dropped"  # a train run has no explorer
 
 
 def test_staleness_control_is_accepted_within_posttrains_own_bound():

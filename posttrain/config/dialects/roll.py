@@ -33,6 +33,7 @@ from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
 from posttrain.config.dialects.translate import Context
 from posttrain.config.tables import Rule
+from posttrain.config.dialects.values import roll_nodes
 from posttrain.config.dialects.values import value_hook as common_value_hook
 from posttrain.config.sections.algorithm import roll_reward_norm
 from posttrain.config.sections.reward import JUDGE, JUDGE_KEYS, ROLL_WORKER_CLASSES, ROLL_WORKER_TODO
@@ -126,6 +127,20 @@ def reward_norm(ctx: Context) -> None:
     origin = ", ".join(present)
     ctx.set("algorithm.reward_norm_mean", mean, origin, note)
     ctx.set("algorithm.reward_norm_std", std, origin, note)
+
+
+def node_count(ctx: Context) -> None:
+    """``num_nodes``: ROLL derives it from the workers' device_mapping (`values.roll_nodes`), so the
+    node count posttrain gets (cluster.nnodes) is the derived one wherever a mapping names a device
+    past the file's nodes."""
+    nodes = roll_nodes(ctx)
+    if nodes == (ctx.get("num_nodes", 1) or 1):
+        return
+    mapped = [f"{w}.device_mapping" for w in ("actor_train", "actor_infer", "reference", "critic") if ctx.has(f"{w}.device_mapping")]
+    origin = "num_nodes" if ctx.has("num_nodes") else (mapped or ["num_gpus_per_node"])[0]
+    ctx.consume("num_nodes")
+    ctx.set("cluster.nnodes", nodes, origin,
+            f"ROLL sets num_nodes from the highest device of its workers' device_mapping: {nodes} node(s) of num_gpus_per_node")
 
 
 def mini_batch(ctx: Context) -> None:
@@ -366,4 +381,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [*roll_strategy.HANDLERS, template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, *roll_defaults.HANDLERS]
+HANDLERS = [*roll_strategy.HANDLERS, node_count, template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, *roll_defaults.HANDLERS]

@@ -35,7 +35,7 @@ from typing import Any
 from posttrain.config.dialects import roll_fsdp2
 from posttrain.config.dialects.source import leaves as dotted_leaves
 from posttrain.config.dialects.translate import Context
-from posttrain.config.dialects.values import parse_device_list
+from posttrain.config.dialects.values import parse_device_list, roll_nodes
 from posttrain.config.sections.actor import megatron_backend
 from posttrain.config.tables import Rule
 
@@ -71,7 +71,7 @@ def device_count(ctx: Context, role: str) -> int:
             return len(parse_device_list(mapping))
         except Exception:  # the device_mapping key itself reports the problem
             return 0
-    return (ctx.get("num_nodes", 1) or 1) * (ctx.get("num_gpus_per_node", 8) or 0)
+    return roll_nodes(ctx) * (ctx.get("num_gpus_per_node", 8) or 0)
 
 
 def train_strategy(ctx: Context) -> None:

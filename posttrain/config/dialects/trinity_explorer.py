@@ -3,7 +3,9 @@
 - Workflow-runner keys posttrain refuses (posttrain.config.sections.explorer.UNSUPPORTED) are
   accepted at the values that are what posttrain does anyway: no per-task timeout fires at
   Trinity-RFT's default ``max_timeout``, nothing is retried, over-rollout ratio 0 waits for every
-  task, dynamic timeouts off, one engine per worker, no workflow call history (`accepted_default`).
+  task, dynamic timeouts off, no workflow call history (`accepted_default`).
+- ``explorer.rollout_model.engine_num`` × ``tensor_parallel_size``: the explorer's devices, which
+  posttrain places as Trinity-RFT does (`engines`).
 - ``algorithm.sample_strategy``: ``default`` (and its deprecated alias ``warmup``) reads the buffer's
   batches in order, as posttrain's trainer does; ``staleness_control`` drops experiences whose
   model version lags the step by more than ``staleness_limit``, which posttrain never produces when
@@ -29,7 +31,6 @@ ACCEPTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "explorer.max_retry_times": ((2,), "Trinity-RFT's default retries: posttrain retries nothing (a failing reward is reward.on_error)"),
     "explorer.over_rollout.ratio": ((0, 0.0), "0: wait for every task of a batch, as posttrain does"),
     "explorer.dynamic_timeout.enable": ((False,), "false: no dynamic timeout, as posttrain has none"),
-    "explorer.rollout_model.engine_num": ((1,), "1: one engine, as each posttrain worker process holds"),
     "explorer.rollout_model.enable_history": ((False,), "false: no workflow call history, as posttrain records none"),
 }
 
@@ -38,6 +39,51 @@ def accepted_default(key: str, value: Any) -> str | None:
     """Why ``value`` of a refused explorer key may be dropped (it is what posttrain does), else None."""
     values, why = ACCEPTED.get(key, ((), ""))
     return why if any(value == v and type(value) is type(v) for v in values) else None
+
+
+_ENGINES, _TP = "explorer.rollout_model.engine_num", "explorer.rollout_model.tensor_parallel_size"
+
+
+def engines(ctx: Context) -> None:
+    """Trinity-RFT gives its explorer engine_num × tensor_parallel_size of the cluster's
+    node_num × gpu_per_node devices and its trainer the rest (mode both), or the explorer alone
+    (mode explore). posttrain places it the same way: cluster.device_mapping.actor on the first
+    devices and .rollout on the explorer's after them (a split placement: an explorer of engine_num
+    processes beside the trainer), or .rollout alone in mode explore. One device in all runs everything in
+    one process, as Trinity-RFT's colocate mode does."""
+    given = ctx.has(_ENGINES)
+    ctx.consume(_ENGINES)
+    count, tp, mode = ctx.get(_ENGINES, 1), ctx.get(_TP, 1), ctx.get("mode", "both")
+    nodes, per_node = ctx.get("cluster.node_num", 1), ctx.get("cluster.gpu_per_node", 0)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (count, tp, nodes, per_node)) or count < 1 or tp < 1:
+        if given:
+            ctx.refuse(_ENGINES, f"expected a whole number of engines (>= 1) with whole device counts, got engine_num {count!r}, tensor_parallel_size {tp!r}", None, count)
+        return
+    total, need = nodes * per_node, count * tp
+    origin = _ENGINES if given else "cluster.gpu_per_node"
+    if mode not in ("both", "explore"):
+        if given:
+            ctx.drop(_ENGINES, f"mode {mode} runs no explorer")
+        return
+    if total <= 1:
+        if need > 1:
+            ctx.refuse(_ENGINES, f"{count} engine(s) × tensor_parallel_size {tp} need {need} devices, but cluster.node_num × gpu_per_node gives {total or 'none (one process)'}; set cluster.gpu_per_node", None, count)
+        elif given:
+            ctx.drop(_ENGINES, "one engine in the run's one process (Trinity-RFT's colocate mode: one device)")
+        return
+    if mode == "explore":
+        if need > total:
+            ctx.refuse(_ENGINES, f"the explorer's {need} devices (engine_num × tensor_parallel_size) exceed the cluster's {total}", None, count)
+        else:
+            ctx.set("cluster.device_mapping.rollout", list(range(need)), origin, f"the explorer alone: {count} engine process(es) on devices 0..{need - 1}")
+        return
+    if need >= total:
+        ctx.refuse(_ENGINES, f"the explorer's {need} devices (engine_num × tensor_parallel_size) leave none of the cluster's {total} for the trainer (Trinity-RFT refuses this too)", None, count)
+        return
+    trainer = total - need
+    ctx.set("cluster.device_mapping.actor", list(range(trainer)), origin, f"Trinity-RFT's trainer devices: the {total} of the cluster less the explorer's {need}")
+    ctx.set("cluster.device_mapping.rollout", list(range(trainer, total)), origin,
+            f"split placement: an explorer of {count} engine process(es) on devices {trainer}..{total - 1}, beside a trainer of {trainer}")
 
 
 _STRATEGY, _ARGS = "algorithm.sample_strategy", "algorithm.sample_strategy_args"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from posttrain.config.access import placement_problem
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.translate import Context, refusal
 from posttrain.config.sections.optim import OPTIMIZERS
@@ -123,24 +124,47 @@ def _eval_devices(node: ast.AST) -> list[int]:
 _MAPPED_WORKERS = ("actor_train", "actor_infer", "reference", "critic")
 
 
+def roll_nodes(ctx: Context) -> Any:
+    """ROLL's node count: it sets num_nodes itself from the highest device any worker's device_mapping
+    names (its pipeline config: every worker, reward workers too), as many nodes of num_gpus_per_node
+    as that needs; the file's num_nodes (default 1) only without mappings."""
+    per_node = ctx.get("num_gpus_per_node", 8)  # ROLL's default
+    highest = -1
+    rewards = ctx.get("rewards")
+    for key in [f"{w}.device_mapping" for w in _MAPPED_WORKERS] + [f"rewards.{n}.device_mapping" for n in (rewards if isinstance(rewards, dict) else {})]:
+        try:
+            highest = max([highest, *parse_device_list(ctx.get(key))]) if ctx.get(key) is not None else highest
+        except Exception:  # noqa: BLE001 - that key reports its own problem
+            continue
+    if highest < 0 or not isinstance(per_node, int) or per_node <= 0:
+        return ctx.get("num_nodes", 1) or 1
+    return max(1, -(-(highest + 1) // per_node))
+
+
 def _device_mapping(ctx: Context, value: Any) -> list[int]:
     devices = parse_device_list(value)
-    nodes = ctx.get("num_nodes", 1) or 1
+    nodes = roll_nodes(ctx)
     per_node = ctx.get("num_gpus_per_node", 8)  # ROLL's default
     if isinstance(per_node, int) and isinstance(nodes, int) and sorted(devices) == list(range(nodes * per_node)):
         return []  # every device of the cluster: posttrain's default placement (all roles colocated)
-    others = {}
+    # ROLL's workers by posttrain's roles: the trainer's (actor, reference, critic) and the engines'
+    lists: dict[str, list[int]] = {}
     for worker in _MAPPED_WORKERS:
         mapping = ctx.get(f"{worker}.device_mapping")
         if mapping is not None:
             try:
-                others[worker] = parse_device_list(mapping)
+                lists[worker] = parse_device_list(mapping)
             except Exception:  # noqa: BLE001 - that key reports its own problem
                 continue
-    if any(ids != devices for ids in others.values()):
-        shown = "; ".join(f"{w} {ids[0]}..{ids[-1]}" if ids else f"{w} []" for w, ids in others.items())
-        raise refusal(
-            f"roles on different devices ({shown}) is a split placement: posttrain places every role on every "
-            "worker (colocated), over cluster.nnodes × n_gpus_per_node devices"
-        )
+    total = nodes * per_node if isinstance(per_node, int) and isinstance(nodes, int) else None
+    every = list(range(total or -1))  # the whole cluster: posttrain's default for a list
+    training = [ids for w, ids in lists.items() if w != "actor_infer"]
+    rollout = lists.get("actor_infer")
+    problem = ("training roles on different devices: every trainer worker hosts the actor, the reference and the critic"
+               if len({tuple(ids) for ids in training}) > 1 else
+               placement_problem(training[0] if training and training[0] != every else None,
+                                 None if rollout == every else rollout, total))
+    if problem:
+        shown = "; ".join(f"{w} {ids[0]}..{ids[-1]}" if ids else f"{w} []" for w, ids in lists.items())
+        raise refusal(f"{shown}: {problem}")
     return devices

@@ -16,12 +16,13 @@ from posttrain.config.fields import param, section
 @section
 class DeviceMappingConfig:
     """Which global device ids each role's workers use (ROLL's device_mapping); empty lists colocate on all devices.
-    Honoured for the colocated layout: every listed role on the same devices 0..k-1 runs k workers;
-    roles on different devices are refused (posttrain places every role on every worker)."""
+    The actor, reference and critic share one list 0..k-1 (k trainer workers, each hosting all three);
+    the rollout engines run on the same workers, on the first m of them (the others only train), or on
+    devices k..k+m-1 of their own (split: an explorer of m processes beside the trainer, docs/scaling.md)."""
 
-    actor: list[int] = param(factory=list, doc="Device ids of the policy-training workers.", refs=["roll:actor_train.device_mapping"])
-    rollout: list[int] = param(factory=list, doc="Device ids of the generation (inference-engine) workers.", refs=["roll:actor_infer.device_mapping"])
-    ref: list[int] = param(factory=list, doc="Device ids of the reference-policy workers.", refs=["roll:reference.device_mapping"])
+    actor: list[int] = param(factory=list, doc="Device ids of the policy-training workers (0..k-1: k trainer processes).", refs=["roll:actor_train.device_mapping"])
+    rollout: list[int] = param(factory=list, doc="Device ids of the generation engines: the training devices (colocated), their first m (only those m workers generate), or the m devices after them (split placement: an explorer of m processes, one engine each, beside the trainer).", refs=["roll:actor_infer.device_mapping", "trinity:explorer.rollout_model.engine_num"])
+    ref: list[int] = param(factory=list, doc="Device ids of the reference-policy workers (the actor's).", refs=["roll:reference.device_mapping"])
     critic: list[int] = param(factory=list, doc="Device ids of the critic workers.", refs=["roll:critic.device_mapping"])
 
 
