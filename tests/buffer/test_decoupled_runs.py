@@ -87,9 +87,13 @@ def test_both_with_a_lagging_synchronizer_runs_an_explorer_and_a_trainer(inputs,
 
 @pytest.mark.slow
 def test_split_placement_trains_on_policy_as_the_synchronous_loop(inputs, in_step):
-    out = train(inputs, "split", "rollout.hybrid_engine=false")
+    # the trainer on device 0, an explorer of two engine processes on devices 1 and 2
+    out = train(inputs, "split", "cluster.n_gpus_per_node=3", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.rollout=[1,2]")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "decoupled run: trainer (pid" in out.stdout  # the engine in a process of its own
+    assert "decoupled run: trainer (pid" in out.stdout  # the engines in processes of their own
+    explorer_log = (inputs / "split" / "workers" / "explorer.log").read_text()
+    assert "2 worker processes on cpu" in explorer_log and "each hosts rollout, reward (an explorer" in explorer_log
+    assert (inputs / "split" / "workers" / "explorer_rank1.log").is_file()
     got = rows(inputs, "split")
     assert [r.get("async/staleness") for r in got] == [None] + [0.0] * STEPS  # every batch sampled by the newest weights
     # on-policy, each side waits for the other: the explorer for step b-1's weights before batch b
@@ -112,7 +116,9 @@ def test_explore_then_train_trains_every_stored_batch_once(inputs, in_step):
     empty = train(inputs, "offline-early", "trainer.mode=train", buffer, in_process=True)
     assert empty.returncode == 2 and "holds none; fill it first with trainer.mode=explore" in empty.stderr
     assert not (inputs / "offline-early" / "checkpoints").exists()  # said before any model was built
-    explored = train(inputs, "offline-explore", "trainer.mode=explore", buffer, in_process=True)
+    # two engines (two explorer processes) store the batches one engine would
+    explored = train(inputs, "offline-explore", "trainer.mode=explore", buffer, "cluster.n_gpus_per_node=2",
+                     "cluster.device_mapping.rollout=[0,1]", in_process=True)
     assert explored.returncode == 0, explored.stderr[-3000:]
     buf = ExperienceBuffer(inputs / "offline.sqlite")
     assert buf.explored() == STEPS and buf.evaluations_through(STEPS) and list(buf.evaluations_through(STEPS)) == [0]
@@ -152,7 +158,7 @@ def test_a_killed_side_stops_the_run_and_the_rerun_loses_and_repeats_nothing(inp
 
 def test_what_the_split_cannot_do_is_refused_before_it_starts(inputs):
     out = train(inputs, "refused", "trainer.mode=explore", "cluster.n_gpus_per_node=2", in_process=True)
-    assert out.returncode == 2 and "posttrain's explorer is one process holding one engine" in out.stderr
+    assert out.returncode == 2 and "one process per engine on cluster.device_mapping.rollout's devices" in out.stderr
     out = train(inputs, "refused", "buffer.trainer_input.experience_buffer.capacity=2", in_process=True)
     assert out.returncode == 2 and "capacity (2 prompt groups) cannot hold one batch of data.train_batch_size (4)" in out.stderr
 

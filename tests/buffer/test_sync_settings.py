@@ -17,7 +17,9 @@ from posttrain.trainer.sync import Follower
     "overrides, split, staleness",
     [([], False, 0), (["synchronizer.sync_interval=2"], True, 1), (["synchronizer.sync_offset=1"], True, 1),
      (["synchronizer.sync_interval=3", "synchronizer.sync_offset=2"], True, 4),
-     (["synchronizer.sync_interval=2", "algorithm.kind=sft"], False, 1)],
+     (["synchronizer.sync_interval=2", "algorithm.kind=sft"], False, 1),
+     (["rollout.hybrid_engine=false"], True, 0),  # the engine in a process of its own, on-policy
+     (["cluster.n_gpus_per_node=2", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.rollout=[1]"], True, 0)],
 )
 def test_interval_and_offset_decide_the_split_and_the_staleness_bound(overrides, split, staleness):
     cfg = load_config(None, overrides)

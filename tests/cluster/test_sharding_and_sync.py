@@ -108,11 +108,16 @@ def _sync_rollout_and_reward(rank, world, model_dir, cfg_overrides):
     same = all(torch.equal(engine.model.state_dict()[n], t) for n, t in whole.items())
     dp = w.data_parallel()
     batch = RolloutWorker(engine, dp).generate(_prompts(full.config.vocab_size), SamplingParams(n=2, max_new_tokens=4), expected_version=1)
+    # cluster.device_mapping.rollout on the first worker only: rank 0 samples every prompt, rank 1 none
+    real, asked = engine.generate, []
+    engine.generate = lambda prompts, *a, **k: (asked.append(len(prompts)), real(prompts, *a, **k))[1]
+    one = RolloutWorker(engine, dp, engines=1).generate(_prompts(full.config.vocab_size), SamplingParams(n=2, max_new_tokens=4), expected_version=1)
     stage = RewardStage(cfg, tokenizer=None, dp=dp)
     texts = [f"{i}" for i in range(len(batch))]
     scores, metrics, _ = stage.score(batch, texts)
     return {"synced": same, "is_gather": isinstance(sync, GatherShards), "engine": engine.model.state_dict(),
-            "ids": batch.response_ids, "logprobs": batch.rollout_logprobs, "scores": scores, "metrics": metrics}
+            "ids": batch.response_ids, "logprobs": batch.rollout_logprobs, "scores": scores, "metrics": metrics,
+            "one_engine_ids": one.response_ids, "one_engine_asked": asked}
 
 
 def test_weight_sync_rollout_and_reward_on_two_ranks(model_dir, tmp_path):
@@ -139,6 +144,8 @@ def test_weight_sync_rollout_and_reward_on_two_ranks(model_dir, tmp_path):
     for r in ranks:
         assert torch.equal(r["ids"], expected.response_ids)
         assert torch.allclose(r["logprobs"], expected.rollout_logprobs, atol=1e-5)
+        assert torch.equal(r["one_engine_ids"], expected.response_ids)  # the same batch from one engine
+    assert [r["one_engine_asked"] for r in ranks] == [[6], []]
     # 12 responses scored once each, 6 per rank; every rank has all 12 scores
     per_process = sorted(len(f.read_text().split()) for f in calls.iterdir())
     assert per_process == [6, 6]

@@ -484,7 +484,9 @@ ELSEWHERE = {
        for role in ("ref", "critic") for k in FSDP_KEYS},
     "trainer.balance_batch": f"{SHARDING}::test_each_role_is_sharded_by_its_own_fsdp_config_and_balance_batch_splits_by_tokens",
     **{f"cluster.device_mapping.{role}": f"{PLACEMENT}::test_a_colocated_device_mapping_is_the_same_placement_as_devices_per_node"
-       for role in ("actor", "rollout", "ref", "critic")},
+       for role in ("ref", "critic")},
+    "cluster.device_mapping.actor": f"{DECOUPLED}::test_split_placement_trains_on_policy_as_the_synchronous_loop",
+    "cluster.device_mapping.rollout": f"{DECOUPLED}::test_split_placement_trains_on_policy_as_the_synchronous_loop",
     "cluster.launcher": f"{PLACEMENT}::test_one_process_by_default_and_n_local_workers_per_device",
     "cluster.device": f"{PLACEMENT}::test_cuda_is_refused_without_a_gpu",
     "cluster.env_vars": f"{LAUNCH}::test_env_vars_reach_every_worker_and_each_writes_its_own_trace_of_a_profiled_step",
@@ -496,7 +498,7 @@ ELSEWHERE = {
     "cluster.ray_timeline_file": f"{LAUNCH}::test_ray_workers_name_a_killed_worker_and_the_rerun_trains_as_one_process",
     # the explorer and trainer processes of a decoupled run (the harness runs one process)
     "trainer.mode": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
-    "rollout.hybrid_engine": f"{DECOUPLED}::test_split_placement_trains_on_policy_as_the_synchronous_loop",
+    "rollout.hybrid_engine": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
     "synchronizer.sync_interval": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
     "synchronizer.sync_offset": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
     "synchronizer.sync_timeout": f"{SYNC}::test_the_explorer_waits_sync_timeout_for_fresh_weights_then_names_the_trainer",
