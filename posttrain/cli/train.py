@@ -58,7 +58,7 @@ def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.cluster.launch import EXPLORER_ROLES, launch, launch_halves
     from posttrain.cluster.nsight import UNDER_NSYS_ENV
     from posttrain.errors import ConfigError
-    from posttrain.config.access import explorer_processes
+    from posttrain.config.access import explorer_processes, training_devices
     from posttrain.trainer.decoupled import ROLE_ENV, explorer_devices, explores_alone, is_decoupled
     from posttrain.cluster.placement import plan_world
     from posttrain.cluster.process_logs import configure_logging
@@ -82,7 +82,8 @@ def _train(args: argparse.Namespace, cfg) -> int:
         nsys = _nsight_prefix(cfg, base) if world is None and UNDER_NSYS_ENV not in os.environ else None
         if world is None and ROLE_ENV not in os.environ and any(is_decoupled(s.config) for s in stages):
             check_run(cfg)  # every check before the first step, before either process starts
-            return launch_halves(argv, base, ROLE_ENV, cfg.log, prefix=nsys, explorer_device=explorer_devices(cfg)[0])
+            return launch_halves(argv, base, ROLE_ENV, cfg.log, prefix=nsys,
+                                 devices={"trainer": (training_devices(cfg) or [0])[0], "explorer": explorer_devices(cfg)[0]})
         explorer = explores_alone(cfg)  # its processes: one per engine, on the rollout's devices
         size = explorer_processes(cfg) if explorer else plan.size
         named = dict(roles=EXPLORER_ROLES, log_name="explorer_rank") if explorer else {}
@@ -96,13 +97,14 @@ def _train(args: argparse.Namespace, cfg) -> int:
 
                 return launch_ray(main, argv, dataclasses.replace(plan, size=size), base, cfg.cluster, cfg.log, **named)
             return launch(argv, size, base, plan.device, dict(cfg.cluster.env_vars), cfg.log, prefix=nsys,
-                          devices=explorer_devices(cfg) if explorer else None, **named)
+                          devices=explorer_devices(cfg) if explorer else training_devices(cfg), **named)
         if nsys is not None:  # this process computes alone: the same command again, under nsys
             check_run(cfg)
             return subprocess.call([*nsys(0), sys.executable, "-m", "posttrain", *argv])
         stage_dirs = [base / s.name for s in stages] if len(stages) > 1 else [base]
         was_complete = all((d / STAGE_COMPLETE).is_file() for d in stage_dirs)
         if world is None and plan.device == "cuda":  # one process on the GPU (n_gpus_per_node 1): say where once
+            os.environ.setdefault("LOCAL_RANK", str((training_devices(cfg) or [0])[0]))  # cluster.device_mapping's device
             world = World(device="cuda")
             print(f"posttrain: 1 process on {world.torch_device} ({torch_cuda_name()})", flush=True)
         world = world or World(device=plan.device)

@@ -102,11 +102,12 @@ def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_var
 
 
 def launch_halves(argv: list[str], run_dir: Path, role_env: str, log: Any = None,
-                  prefix: Callable[[int], list[str]] | None = None, explorer_device: int = 0) -> int:
+                  prefix: Callable[[int], list[str]] | None = None, devices: dict[str, int] | None = None) -> int:
     """Run `python -m posttrain <argv>` twice, as the trainer and the explorer of a decoupled run
     (`posttrain.trainer.decoupled`), each told its half by `role_env`; watched like workers. The
     trainer's output is the console; both log to `<log dir>/{trainer,explorer}.log`. Each half may
-    start workers of its own (`launch`); a one-process explorer computes on `explorer_device`."""
+    start workers of its own (`launch`); a half of one process computes on its device in `devices`
+    (by half; default 0)."""
     halves = ["trainer", "explorer"]
     logs = log_paths(log, run_dir, halves)
     log_dir = logs[0].parent
@@ -114,8 +115,8 @@ def launch_halves(argv: list[str], run_dir: Path, role_env: str, log: Any = None
     procs = []
     for half, log in zip(halves, logs):
         env = dict(os.environ, **{role_env: half})
-        if half == "explorer" and "LOCAL_RANK" not in os.environ:
-            env["LOCAL_RANK"] = str(explorer_device)
+        if "LOCAL_RANK" not in os.environ:
+            env["LOCAL_RANK"] = str((devices or {}).get(half, 0))
         if "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = str(threads)
         err = log.open("w", encoding="utf-8")

@@ -44,16 +44,22 @@ def world_size(cfg: Any) -> int:
     return get_path(cfg, "cluster.nnodes", 1) * gpus if gpus > 0 else 1
 
 
+def training_devices(cfg: Any) -> list[int] | None:
+    """The devices of the training roles (one list for actor, reference and critic), None when
+    cluster.device_mapping gives them none (then the trainer workers are devices 0..W-1)."""
+    return next((ids for role, ids in device_lists(cfg).items() if role in TRAINING_ROLES), None)
+
+
 def rollout_placement(cfg: Any) -> str:
     """Where the rollout engines run beside the W training workers (cluster.device_mapping.rollout):
-    "colocated" (on every worker: no list, or the workers' own devices), "subset" (on workers
-    0..m-1 of them, m < W: the others only train) or "split" (on devices W..W+m-1 of their own:
-    an explorer of m processes beside a trainer of W). Other layouts are refused at load time."""
+    "colocated" (on every worker: no list, or the workers' own devices), "subset" (on the first m < W
+    of the workers' devices: the others only train) or "split" (on m devices of their own: an
+    explorer of m processes beside a trainer of W). Other layouts are refused at load time."""
     ids = device_lists(cfg).get("rollout")
-    world = world_size(cfg)
-    if not ids or ids == list(range(world)):
+    training = training_devices(cfg) or list(range(world_size(cfg)))
+    if not ids or ids == training:
         return "colocated"
-    return "subset" if ids == list(range(len(ids))) and len(ids) < world else "split"
+    return "subset" if ids == training[:len(ids)] else "split"
 
 
 def explorer_processes(cfg: Any) -> int:
@@ -67,20 +73,20 @@ def explorer_processes(cfg: Any) -> int:
 
 def placement_problem(training: list[int] | None, rollout: list[int] | None, devices: int | None) -> str | None:
     """Why a device layout cannot run, or None: `training` is the one device list of the actor,
-    reference and critic (None: every worker), `rollout` the engines' list (None: colocated), `devices`
-    the cluster's (nodes × devices per node; None when not counted)."""
-    world = len(training) if training else devices
-    if training and training != list(range(len(training))):
-        return f"the training roles' devices {_span(training)} must be 0..k-1 (each worker process trains on its own device)"
-    if rollout and world:
-        if rollout != list(range(rollout[0], rollout[0] + len(rollout))) or not (
-                rollout[0] == 0 and len(rollout) <= world or rollout[0] == world):
-            return (f"the rollout's devices {_span(rollout)} beside training on {_span(list(range(world)))}: posttrain runs the "
-                    f"engines on workers 0..m-1 of the training devices (m <= {world}: colocated, the others only train), or on "
-                    f"devices {world}..{world}+m-1 of their own (split: an explorer of m processes beside the trainer)")
-    used = (world or 0) + (len(rollout) if rollout and world and rollout[0] == world else 0)
-    if devices and used > devices:
-        return f"the layout needs {used} devices, but cluster.nnodes × cluster.n_gpus_per_node gives {devices}"
+    reference and critic (None: devices 0..W-1), `rollout` the engines' list (None: colocated),
+    `devices` the cluster's (nodes × devices per node; None when not counted). Engines run on the
+    training devices, on the first m of them, or on devices of their own."""
+    for name, ids in (("training roles'", training), ("rollout's", rollout)):
+        if ids and len(set(ids)) < len(ids):
+            return f"the {name} devices {ids} name a device twice (one worker process per device)"
+    train = training or (list(range(devices)) if devices else None)
+    if rollout and train and rollout != train[:len(rollout)] and set(rollout) & set(train):
+        return (f"the rollout's devices {_span(rollout)} beside training on {_span(train)}: posttrain runs the engines on the "
+                f"training devices, on the first m of them (the others only train), or on devices of their own (split: an "
+                f"explorer of m processes beside the trainer)")
+    highest = max([*(training or []), *(rollout or [])], default=-1)
+    if devices and highest >= devices:
+        return f"device {highest} is past the {devices} of cluster.nnodes × cluster.n_gpus_per_node"
     return None
 
 

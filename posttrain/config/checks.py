@@ -33,9 +33,9 @@ from posttrain.config.sections.rollout import check_min_response_length, check_n
 
 
 def check_device_mapping(cfg: Any) -> list[str]:
-    """ROLL's device_mapping: the actor, reference and critic on the same devices 0..k-1 (every
-    trainer worker hosts them all), and the rollout engines on the same workers, on the first m of
-    them, or on devices k..k+m-1 of their own (a split placement: `access.rollout_placement`)."""
+    """ROLL's device_mapping: the actor, reference and critic on the same k devices (every trainer
+    worker hosts them all), and the rollout engines on the same workers, on the first m of them, or
+    on m devices of their own (a split placement: `access.rollout_placement`)."""
     lists = device_lists(cfg)
     if not lists:
         return []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.config.access import explorer_processes, rollout_placement, world_size
+from posttrain.config.access import explorer_processes, rollout_placement, training_devices, world_size
 from posttrain.trainer.decoupled import explorer_devices, is_decoupled
 import torch
 
@@ -45,11 +45,11 @@ def test_a_colocated_device_mapping_is_the_same_placement_as_devices_per_node(mo
         (["cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[0,1]", "cluster.device_mapping.critic=[2,3]"],
          "cluster.device_mapping puts training roles on different devices (actor [0, 1]; critic [2, 3])"),
         (["cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[0,1]", "cluster.device_mapping.rollout=[1,2]"],
-         "cluster.device_mapping: the rollout's devices 1..2 beside training on 0..1: posttrain runs the engines on workers 0..m-1"),
+         "cluster.device_mapping: the rollout's devices 1..2 beside training on 0..1: posttrain runs the engines on the training devices, on the first m of them"),
         (["cluster.n_gpus_per_node=3", "cluster.device_mapping.actor=[0,1]", "cluster.device_mapping.rollout=[2,3]"],
-         "cluster.device_mapping: the layout needs 4 devices, but cluster.nnodes × cluster.n_gpus_per_node gives 3"),
-        (["cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[1,2]"],
-         "cluster.device_mapping: the training roles' devices 1..2 must be 0..k-1"),
+         "cluster.device_mapping: device 3 is past the 3 of cluster.nnodes × cluster.n_gpus_per_node"),
+        (["cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[1,1]"],
+         "cluster.device_mapping: the training roles' devices [1, 1] name a device twice"),
         (["cluster.n_gpus_per_node=4", "actor.fsdp_config.fsdp_size=3"],
          "actor.fsdp_config.fsdp_size=3 does not divide the 4 worker processes"),
         (["actor.fsdp_config.forward_prefetch=true", "ref.fsdp_config.fsdp_size=2"],
@@ -77,6 +77,9 @@ def test_the_rollout_on_some_workers_or_on_devices_of_its_own_is_a_placement(mon
     assert [explorer_processes(c) for c in (colocated, subset, split)] == [1, 2, 3]  # a decoupled explorer's engines
     assert [is_decoupled(c) for c in (colocated, subset, split)] == [False, False, True]  # split: explorer and trainer
     assert explorer_devices(split) == [1, 2, 3]  # each explorer process on its own device
+    # any devices: the engines before the trainer's (ROLL's actor_infer on 1, actor_train on 2)
+    before = load_config(None, ["cluster.n_gpus_per_node=3", "cluster.device_mapping.actor=[2]", "cluster.device_mapping.rollout=[1]"])
+    assert (rollout_placement(before), world_size(before), training_devices(before), explorer_devices(before)) == ("split", 1, [2], [1])
 
 
 def test_offload_with_one_cpu_process_is_accepted():
