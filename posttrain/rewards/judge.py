@@ -29,12 +29,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from posttrain.errors import ConfigError
 from posttrain.rewards.evaluate import Failure, FailurePolicy, SampleResult
 from posttrain.rewards.types import RewardInput, RewardOutput
 from posttrain.tasks.answers import END_MARKERS
+
+if TYPE_CHECKING:
+    from posttrain.data.prompts import PromptFormatter
 
 # A judge's text generator: prompts (already in the judge's chat template) -> answers.
 Generate = Callable[[list[str]], list[str]]
@@ -178,7 +181,7 @@ class HFJudgeEngine:
         return [self.tokenizer.decode(r[:n].tolist(), skip_special_tokens=True) for r, n in zip(out.response_ids, lengths)]
 
 
-def named_formatter(tokenizer: Any, name: str, where: str) -> Any:
+def named_formatter(tokenizer: Any, name: str, where: str) -> PromptFormatter:
     """The `PromptFormatter` of named template `name` on the judge's tokenizer: the one a policy
     prompt gets from ``data.chat_template_name: name`` with no other data settings."""
     from posttrain.config.sections.data import DataConfig
