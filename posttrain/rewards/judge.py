@@ -7,7 +7,10 @@ The judge is a reward manager of its own (`LLMJudge`): a batch's samples become 
    ``{reference}`` (the sample's prompt, its response without thinking and end-of-turn markers, and
    its ground truth), or the name of a built-in template (`TEMPLATES`; ROLL's
    ``Qwen2.5-7B-Instruct-RLVR-prompt`` names ``reference_match``). The filled text is the user turn
-   of a conversation in the judge tokenizer's chat template (the plain text when it has none).
+   of a conversation in the judge tokenizer's chat template (the plain text when it has none), or,
+   with ``chat_template_name``, in that named template (posttrain.data.templates: ROLL's names, as
+   ROLL's judge renders its prompt with its ``data_args.template``), exactly as a policy prompt of
+   one user message is rendered with ``data.chat_template_name`` set to it.
 2. **Generation.** posttrain's HF engine (`posttrain.rollout.hf_engine`) on CPU (or the device the
    model is on) samples ``generating_args.max_new_tokens`` tokens, greedily unless
    ``generating_args.do_sample`` is true, ``infer_batch_size`` prompts per pass.
@@ -26,12 +29,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from posttrain.errors import ConfigError
 from posttrain.rewards.evaluate import Failure, FailurePolicy, SampleResult
 from posttrain.rewards.types import RewardInput, RewardOutput
 from posttrain.tasks.answers import END_MARKERS
+
+if TYPE_CHECKING:
+    from posttrain.data.prompts import PromptFormatter
 
 # A judge's text generator: prompts (already in the judge's chat template) -> answers.
 Generate = Callable[[list[str]], list[str]]
@@ -136,19 +142,25 @@ class HFJudgeEngine:
     (max_new_tokens, do_sample, temperature, top_p, top_k; num_beams and num_return_sequences 1)."""
 
     def __init__(self, model_dir: str, *, dtype: str = "fp32", generating_args: dict[str, Any] | None = None,
-                 batch_size: int | None = None, seed: int = 0):
+                 batch_size: int | None = None, seed: int = 0, chat_template_name: str | None = None,
+                 where: str = "reward.workers.<name>"):
         from posttrain.models.loading import load_causal_lm, load_tokenizer
         from posttrain.rollout.base import RolloutEngine, SamplingParams
         from posttrain.rollout.hf_engine import HFEngine
 
         self.tokenizer = load_tokenizer(model_dir)
+        self.formatter = None if chat_template_name is None else named_formatter(self.tokenizer, chat_template_name, where)
         model = load_causal_lm(model_dir, dtype=dtype)
         self.engine: RolloutEngine = HFEngine(model, pad_token_id=self.tokenizer.pad_token_id, copy_weights=False,
                                max_num_seqs=batch_size, seed=seed)
         self.params = SamplingParams(**sampling_kwargs(generating_args or {}))
 
     def chat(self, text: str) -> list[int]:
-        """The judge prompt's token ids: the user turn in the tokenizer's chat template, else the text."""
+        """The judge prompt's token ids: the user turn in the named template, else in the tokenizer's
+        chat template, else the text."""
+        if self.formatter is not None:
+            messages = self.formatter.with_system([{"role": "user", "content": text}])  # longCOT_qwen2.5's system prompt
+            return self.formatter.encode_prompt(messages, what="the LLM judge's prompt")[1]
         if getattr(self.tokenizer, "chat_template", None):
             text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]  # the template wrote the special tokens
@@ -167,6 +179,20 @@ class HFJudgeEngine:
         out = self.engine.generate(PromptBatch(input_ids=input_ids, attention_mask=mask), self.params, expected_version=0)
         lengths = out.response_mask.sum(1).long().tolist()
         return [self.tokenizer.decode(r[:n].tolist(), skip_special_tokens=True) for r, n in zip(out.response_ids, lengths)]
+
+
+def named_formatter(tokenizer: Any, name: str, where: str) -> PromptFormatter:
+    """The `PromptFormatter` of named template `name` on the judge's tokenizer: the one a policy
+    prompt gets from ``data.chat_template_name: name`` with no other data settings."""
+    from posttrain.config.sections.data import DataConfig
+    from posttrain.data.dataset import make_formatter
+    from posttrain.data.templates import named_template
+
+    if named_template(name).jinja is None and not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"{where}.chat_template_name: {name} renders the judge tokenizer's own chat template, and the judge's "
+                          "tokenizer has none; name a template that writes its own text (chatml, empty, base) or leave it null "
+                          "for the plain text")
+    return make_formatter(DataConfig(chat_template_name=name), tokenizer)
 
 
 _SAMPLING_KEYS = {"max_new_tokens": int, "do_sample": bool, "temperature": float, "top_p": float, "top_k": int,
@@ -220,18 +246,21 @@ class JudgeSpec:
     parser: str
     generating_args: dict[str, Any] = field(default_factory=dict)
     batch_size: int | None = None
+    chat_template_name: str | None = None
+    where: str = "reward.workers.<name>"
 
     def build(self, *, on_error: str, failure_reward: float, seed: int = 0, generate: Generate | None = None) -> LLMJudge:
         """The judge; ``generate`` replaces the model (a fake engine in tests), else it is loaded here."""
         if generate is None:
             generate = HFJudgeEngine(self.model_dir, dtype=self.dtype, generating_args=self.generating_args,
-                                     batch_size=self.batch_size, seed=seed)
+                                     batch_size=self.batch_size, seed=seed, chat_template_name=self.chat_template_name,
+                                     where=self.where)
         return LLMJudge(generate, template=self.template, parser=self.parser, label=self.label,
                         on_error=on_error, failure_reward=failure_reward)
 
 
 def judge_spec(where: str, *, judge_prompt: str | None, model_args: dict[str, Any], generating_args: dict[str, Any],
-               infer_batch_size: int | None, reward_kwargs: dict[str, Any]) -> JudgeSpec:
+               infer_batch_size: int | None, reward_kwargs: dict[str, Any], chat_template_name: str | None = None) -> JudgeSpec:
     """Check an LLM judge worker's keys (``where``: reward.workers.<name>) without loading its model:
     template, parser, sampling arguments, and that the model directory is there."""
     from posttrain.models.loading import resolve_model_dir
@@ -243,4 +272,5 @@ def judge_spec(where: str, *, judge_prompt: str | None, model_args: dict[str, An
     sampling_kwargs(generating_args, where)
     path, dtype = check_model_args(model_args, where)
     resolve_model_dir(path, what="judge model")  # a ModelError now, not after the first rollout
-    return JudgeSpec(f"{where} (LLM judge {path})", path, dtype, template, parser, dict(generating_args), infer_batch_size)
+    return JudgeSpec(f"{where} (LLM judge {path})", path, dtype, template, parser, dict(generating_args), infer_batch_size,
+                     chat_template_name, where)

@@ -9,7 +9,8 @@ line saying so:
 
 - the model: a tiny random model of the same architecture family (config.json of the model path,
   when the directory or the local Hugging Face cache holds it, with its tokenizer), else posttrain's
-  default tiny model; the critic and the reward model get one too;
+  default tiny model; the critic, the reward model and each LLM judge get one too (a random judge
+  writes no verdict, so ``reward.on_error: raise`` becomes ``fixed``);
 - the engine and the devices: keys refused only because they need vLLM/SGLang, Megatron/DeepSpeed,
   GPUs or a split placement are left out (the HF engine, one CPU process);
 - the data: the first rows of each data file when it is here, else synthetic rows with the columns
@@ -181,6 +182,22 @@ def _model(native: dict[str, Any], workdir: Path) -> list[str]:
     if reward_model.get("enable"):
         lines.append(f"reward.reward_model.path: {reward_model.get('path')} -> the same tiny model (a new score head)")
         reward_model["path"] = str(tiny)
+    return lines + _judges(native, tiny)
+
+
+def _judges(native: dict[str, Any], tiny: Path) -> list[str]:
+    """Each LLM judge reads with the tiny model too (its template and chat template as given). A
+    random model writes no verdict, so those samples score reward.failure_reward, counted as failures."""
+    reward = native.get("reward", {})
+    lines = []
+    for name, worker in (reward.get("workers") or {}).items():
+        args = worker.get("model_args") if worker.get("worker_cls") == "llm_judge" else None
+        if isinstance(args, dict) and args.get("model_name_or_path"):
+            lines.append(f"reward.workers.{name}.model_args.model_name_or_path: {args['model_name_or_path']} -> the same tiny model (a random judge)")
+            args["model_name_or_path"] = str(tiny)
+    if lines and reward.get("on_error", "raise") == "raise":
+        lines.append("reward.on_error: raise -> fixed (the random judge writes no verdict: reward/<worker>/failures counts them)")
+        reward["on_error"] = "fixed"
     return lines
 
 

@@ -40,7 +40,8 @@ def _context(row) -> dict[str, Any]:
         return {row.key.rpartition(".")[0] + ".lora_target": "q_proj"}  # LoRA is off in ROLL without a target
     if row.framework == "roll" and row.key.startswith("rewards.*.") and row.key != "rewards.*.worker_cls":
         name = row.key.split(".")[2]
-        worker = _JUDGE if name in JUDGE_KEYS else _CROSSTHINK if name in ("reward_type", "response_length_penalty_coef") else _MATH
+        judge = name in JUDGE_KEYS or row.key == "rewards.*.data_args.template"  # a judge's data_args.template acts on it
+        worker = _JUDGE if judge else _CROSSTHINK if name in ("reward_type", "response_length_penalty_coef") else _MATH
         extra = {"rewards.w.query_filter_config.type": "std_filter"} if name == "query_filter_config" and row.key.endswith("filter_args") else {}
         return {"rewards.w.worker_cls": worker, **extra}
     if row.framework == "trinity" and row.key == "explorer.rollout_model.engine_num":

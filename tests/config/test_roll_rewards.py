@@ -1,13 +1,17 @@
 """ROLL's `rewards:` section becomes reward.workers: class paths become posttrain's scorers, a rule
-worker's model keys are dropped with the reason, a worker posttrain cannot build is refused whole."""
+worker's model keys are dropped with the reason, a worker posttrain cannot build is refused whole;
+an LLM judge's data_args.template names the chat template of its prompt."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
-from posttrain.config.dialects import read_foreign
+import pytest
+
+from posttrain.config.dialects import read_foreign, translate
 from posttrain.config.load import load_config
+from posttrain.errors import ConfigError
 from posttrain.cli import main
 
 REFERENCE = Path(__file__).parent / "reference_configs" / "roll_qwen2.5-7B-rlvr_megatron_rlvr_config.yaml"
@@ -33,7 +37,8 @@ def test_the_rlvr_reference_rewards_translate_worker_by_worker():
     assert judge["model_args"]["model_name_or_path"] == "virtuoussy/Qwen2.5-7B-Instruct-RLVR" and judge["infer_batch_size"] == 4
     assert _entry(report, "rewards.llm_judge.device_mapping").status == "dropped"
     assert "HF engine" in _entry(report, "rewards.llm_judge.strategy_args").reason  # vllm: refused
-    assert _entry(report, "rewards.llm_judge.data_args").status == "refused"
+    template = _entry(report, "rewards.llm_judge.data_args.template")  # the chat template of the judge's prompt
+    assert (template.status, template.native, judge["chat_template_name"]) == ("translated", "reward.workers.llm_judge.chat_template_name", "qwen2_5")
     assert workers["ifeval"] == {"worker_cls": "ifeval", "tag_included": ["ifeval"], "world_size": 8}
     assert _entry(report, "rewards.ifeval.reward_type").reason == "ROLL's GeneralRuleRewardWorker does not read it"
     tag = _entry(report, "actor_train.data_args.tag")
@@ -83,3 +88,46 @@ def test_filters_keys_roll_ignores_and_user_classes(tmp_path):
     assert mine.status == "refused" and "path/file.py:function" in mine.reason
     assert foreign.native["data"]["reward_fn_key"] == "domain_tag"  # the file's own tag column
     assert set(foreign.native["reward"]["workers"]) == {"math", "mc"}
+
+
+JUDGE = f"{RLVR}llm_judge_reward_worker.LLMJudgeRewardWorker"
+
+
+@pytest.mark.parametrize("data_args, expected", [
+    ({"template": "qwen3"}, {"template": ("translated", "qwen3")}),
+    ({"template": "longCOT_qwen2.5", "file_name": "unused.jsonl", "prompt": "q"},
+     {"template": ("translated", "longCOT_qwen2.5"), "file_name": ("dropped", None), "prompt": ("dropped", None)}),
+    ({"template": None}, {"template": ("dropped", None)}),
+])
+def test_a_judge_s_data_args_template_names_its_chat_template(data_args, expected):
+    raw = {"rewards": {"judge": {"worker_cls": JUDGE, "tag_included": ["qa"], "data_args": data_args}}}
+    native, report = translate(raw, "roll")[:2]
+    for sub, (status, _) in expected.items():
+        entry = _entry(report, f"rewards.judge.data_args.{sub}")
+        assert entry.status == status, sub
+        if status == "dropped":  # a null template names none; the judge reads no other data_args key
+            assert ("null names no template" if sub == "template" else "reads only data_args.template") in entry.reason
+    assert native["reward"]["workers"]["judge"].get("chat_template_name") == expected["template"][1]
+
+
+def test_a_judge_s_data_args_must_be_a_mapping_and_a_rule_worker_s_are_dropped():
+    raw = {"rewards": {"judge": {"worker_cls": JUDGE, "tag_included": ["qa"], "data_args": "qwen2_5"}}}
+    assert _entry(translate(raw, "roll")[1], "rewards.judge.data_args").status == "refused"
+    raw = {"rewards": {"math": {"worker_cls": f"{RLVR}math_rule_reward_worker.MathRuleRewardWorker", "tag_included": ["m"],
+                                "data_args": {"template": "qwen3"}}}}
+    native, report = translate(raw, "roll")[:2]
+    assert _entry(report, "rewards.math.data_args").status == "dropped" and "chat_template_name" not in native["reward"]["workers"]["math"]
+
+
+def test_a_judge_s_unknown_template_is_refused_at_load_with_the_names(tmp_path):
+    path = tmp_path / "roll.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        rewards:
+          judge:
+            worker_cls: {JUDGE}
+            tag_included: [qa]
+            data_args: {{template: qwen9}}
+        """))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "rewards.judge.data_args.template (posttrain: reward.workers.judge.chat_template_name: 'qwen9' is not one of" in str(info.value)

@@ -4,6 +4,9 @@ HF engine; the worker's keys checked at load."""
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 
 from posttrain.config.load import load_config
@@ -100,6 +103,40 @@ def judge_text_of(template, sample):
     return judge_text(template, sample)
 
 
+def _prompt_ids(judge_model, name):
+    """The token ids of the judge prompt "Is 2+2=4?" of a judge built from its spec with chat_template_name `name`."""
+    spec = judge_spec("reward.workers.j", judge_prompt=None, model_args={"model_name_or_path": str(judge_model)}, generating_args={},
+                      infer_batch_size=None, reward_kwargs={}, chat_template_name=name)
+    engine = spec.build(on_error="raise", failure_reward=0.0).generate
+    return engine, engine.chat("Is 2+2=4?")
+
+
+def test_chat_template_name_changes_the_judge_prompt_s_token_ids(judge_model):
+    engine, own = _prompt_ids(judge_model, None)  # null: the judge tokenizer's own chat template (ChatML here)
+    chatml = "<|im_start|>user\nIs 2+2=4?<|im_end|>\n<|im_start|>assistant\n"
+    assert own == engine.tokenizer(chatml, add_special_tokens=False)["input_ids"]
+    assert _prompt_ids(judge_model, "native")[1] == own  # ROLL's native: the tokenizer's template as it is
+    # longcot_V3 opens the judge's thinking after the assistant header, as ROLL's template of that name
+    assert _prompt_ids(judge_model, "longcot_V3")[1] == engine.tokenizer(chatml + "<think>\n", add_special_tokens=False)["input_ids"]
+    base = engine.tokenizer.decode(_prompt_ids(judge_model, "base")[1])  # ROLL's plain-text instruction for base models
+    assert base.startswith("A conversation between User and Assistant.") and base.endswith("User: Is 2+2=4? Assistant:")
+    long_cot = engine.tokenizer.decode(_prompt_ids(judge_model, "longCOT_qwen2.5")[1])  # its system prompt and instruction
+    assert long_cot.startswith("<|im_start|>system\nYour role as an assistant") and "Return your final response within \\boxed{}. Is 2+2=4?" in long_cot
+
+
+def test_a_named_template_that_needs_the_tokenizer_s_own_is_refused_without_one(judge_model, tmp_path):
+    bare = tmp_path / "bare"  # the judge model with its chat template removed from both places it is kept
+    shutil.copytree(judge_model, bare)
+    (bare / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((bare / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (bare / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"reward.workers.j.chat_template_name: native renders the judge tokenizer's own chat template"):
+        _prompt_ids(bare, "native")
+    engine, plain = _prompt_ids(bare, "chatml")  # a template that writes its own text needs none
+    assert engine.tokenizer.decode(plain) == "<|im_start|>user\nIs 2+2=4?<|im_end|>\n<|im_start|>assistant\n"
+
+
 def test_judge_spec_checks_keys_without_loading(judge_model, tmp_path):
     spec = judge_spec("reward.workers.j", judge_prompt=None, model_args={"model_name_or_path": str(judge_model), "attn_implementation": "fa2"},
                       generating_args={"max_new_tokens": 4, "num_beams": 1}, infer_batch_size=2, reward_kwargs={"parse": "yes_no"})
@@ -122,6 +159,7 @@ def test_judge_spec_checks_keys_without_loading(judge_model, tmp_path):
     (["reward.workers.w.judge_prompt=x {response}"], "reward.workers.w.judge_prompt: only an LLM judge (worker_cls: llm_judge) reads it"),
     (["reward.workers.w.worker_cls=llm_judge", "reward.workers.w.judge_model_type=api"], "api (a judge served over HTTP) is not implemented"),
     (["reward.workers.w.worker_cls=llm_judge", "reward.workers.w.world_size=2"], "an LLM judge runs its model in the training process"),
+    (["reward.workers.w.chat_template_name=qwen3"], "reward.workers.w.chat_template_name: only an LLM judge (worker_cls: llm_judge) reads it"),
 ])
 def test_judge_keys_are_checked_at_load(overrides, message):
     with pytest.raises(ConfigError) as info:

@@ -466,6 +466,7 @@ ELSEWHERE = {
         "model_args": "test_judge_spec_checks_keys_without_loading",
         "generating_args": "test_a_tiny_model_judges_through_the_hf_engine",
         "infer_batch_size": "test_a_tiny_model_judges_through_the_hf_engine",
+        "chat_template_name": "test_chat_template_name_changes_the_judge_prompt_s_token_ids",
     }.items()},
     **{f"reward.sandbox_fusion.{k}": f"tests/rewards/test_reward_sandbox_remote.py::{test}" for k, test in {
         "url": "test_the_url_reaches_the_code_worker_and_needs_one",

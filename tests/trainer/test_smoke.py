@@ -107,3 +107,22 @@ def test_smoke_config_substitutes_an_npu_profiler_and_out_of_run_steps(tmp_path)
     assert written["profiler"]["tool"] == "torch" and written["cluster"]["n_gpus_per_node"] == 0
     assert written["actor"]["ulysses_sequence_parallel_size"] == 1
     assert written["trainer"]["default_local_dir"] == str(tmp_path / "run")
+
+
+def test_smoke_config_gives_an_llm_judge_the_tiny_model(tmp_path):
+    from posttrain.trainer.smoke import smoke_config
+    import yaml
+
+    judge = "roll.pipeline.rlvr.rewards.llm_judge_reward_worker.LLMJudgeRewardWorker"
+    config = tmp_path / "rlvr.yaml"
+    config.write_text(yaml.safe_dump({
+        "pretrain": "/nonexistent/policy", "rollout_batch_size": 8,
+        "rewards": {"judge": {"worker_cls": judge, "tag_included": ["qa"], "data_args": {"template": "qwen2_5"},
+                              "model_args": {"model_name_or_path": "/nonexistent/judge"}}}}))
+    path, lines = smoke_config(str(config), [], "roll", tmp_path / "w")
+    assert "reward.workers.judge.model_args.model_name_or_path: /nonexistent/judge -> the same tiny model (a random judge)" in lines
+    assert any(line.startswith("reward.on_error: raise -> fixed") for line in lines)
+    written = yaml.safe_load(path.read_text())
+    worker = written["reward"]["workers"]["judge"]
+    assert worker["model_args"]["model_name_or_path"] == written["model"]["path"] and worker["chat_template_name"] == "qwen2_5"
+    assert written["reward"]["on_error"] == "fixed"

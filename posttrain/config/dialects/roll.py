@@ -14,7 +14,8 @@ some lives in tests/config/reference_configs).
   are dropped when they agree with the policy's, refused when they differ.
 - ``rewards``: each reward worker becomes ``reward.workers.<name>`` with ROLL's class path turned
   into posttrain's scorer (`reward_workers`); its model/template/placement keys are dropped for a
-  rule worker (it runs no model), and a worker posttrain has no scorer for is refused whole. The
+  rule worker (it runs no model), an LLM judge's ``data_args.template`` names the chat template of
+  its prompt, and a worker posttrain has no scorer for is refused whole. The
   samples' tag column is ROLL's default ``tag`` unless ``actor_train.data_args.tag`` names another.
 - Named chat templates (``global_template`` over ``actor_train.data_args.template``) are
   ``data.chat_template_name``: posttrain.data.templates writes ROLL's names.
@@ -282,9 +283,11 @@ def _worker_key(ctx: Context, name: str, worker_cls: str, key: str, value: Any) 
     module = worker_cls.rpartition(".")[0].rpartition(".")[2]
     if key == "worker_cls":
         ctx.set(native, ROLL_WORKER_CLASSES[worker_cls], foreign, f"ROLL's {worker_cls.rpartition('.')[2]}")
+    elif ROLL_WORKER_CLASSES[worker_cls] == JUDGE and key == "data_args":
+        _judge_data_args(ctx, name, value)
     elif ROLL_WORKER_CLASSES[worker_cls] == JUDGE and key in _JUDGE_PLACEMENT:
         _judge_placement(ctx, foreign, key, value)
-    elif ROLL_WORKER_CLASSES[worker_cls] == JUDGE and key in JUDGE_KEYS:
+    elif ROLL_WORKER_CLASSES[worker_cls] == JUDGE and key in JUDGE_KEYS and key != "chat_template_name":  # posttrain's key, not ROLL's
         ctx.set(native, value, foreign)
     elif key in _RULE_WORKER_UNUSED:
         ctx.drop(foreign, _RULE_WORKER_UNUSED[key])
@@ -303,22 +306,38 @@ def _worker_key(ctx: Context, name: str, worker_cls: str, key: str, value: Any) 
 
 
 # Keys of ROLL's LLM judge that place it; posttrain runs the judge in the training process.
-_JUDGE_PLACEMENT = ("device_mapping", "world_size", "strategy_args", "data_args")
+_JUDGE_PLACEMENT = ("device_mapping", "world_size", "strategy_args")
+
+
+def _judge_data_args(ctx: Context, name: str, value: Any) -> None:
+    """ROLL's LLM judge reads one key of its data_args: ``template``, the chat template its prompt is
+    rendered in (roll/pipeline/rlvr/rewards/llm_judge_reward_worker.py, ``_run_local_inference``):
+    posttrain's ``reward.workers.<name>.chat_template_name``. The judge reads no data, so the other
+    DataArguments keys (file_name, prompt, ...) change nothing there."""
+    foreign = f"rewards.{name}.data_args"
+    if not isinstance(value, Mapping):
+        ctx.refuse(foreign, f"expected a mapping of ROLL data arguments (template: ...), got {value!r}", None, value)
+        return
+    for sub, v in value.items():
+        if sub == "template" and v is not None:
+            ctx.set(f"reward.workers.{name}.chat_template_name", v, f"{foreign}.template", "the chat template of the judge's prompt")
+        elif sub == "template":
+            ctx.drop(f"{foreign}.template", "null names no template: the judge's prompt is in its tokenizer's own chat template")
+        else:
+            ctx.drop(f"{foreign}.{sub}", "ROLL's LLM judge reads only data_args.template (it reads no data)")
 
 
 def _judge_placement(ctx: Context, foreign: str, key: str, value: Any) -> None:
     """An LLM judge's placement keys: dropped where they only place it, refused where they would
-    change its answers (another engine, another chat template)."""
+    change its answers (another engine)."""
     if key in ("device_mapping", "world_size"):
         ctx.drop(foreign, "the LLM judge runs in the training process, on its device: placement only, the scores are the same")
     elif key == "strategy_args" and isinstance(value, Mapping) and value.get("strategy_name") == "hf_infer" and not value.get("strategy_config"):
         ctx.drop(foreign, "hf_infer: posttrain's HF engine runs the judge")
     elif key == "strategy_args" and isinstance(value, Mapping) and value.get("strategy_name") == "deepspeed_infer":
         ctx.drop(foreign, "deepspeed_infer: ZeRO-3 inference only shards the judge's weights over its devices; posttrain's HF engine runs it whole in the training process, with the same weights and sampling")
-    elif key == "strategy_args":
-        ctx.refuse(foreign, "posttrain runs the judge with its HF engine (strategy_name: hf_infer) only", None, value)
     else:
-        ctx.refuse(foreign, "the judge writes its prompt in its own tokenizer's chat template; remove data_args when that is the template meant", None, value)
+        ctx.refuse(foreign, "posttrain runs the judge with its HF engine (strategy_name: hf_infer) only", None, value)
 
 
 def infer_engine_kwargs(ctx: Context) -> None:
@@ -348,7 +367,7 @@ RULES: dict[str, Rule] = {
     # a reward worker's placement (reward_workers): a rule worker runs no model
     **{f"rewards.*.{key}": Rule(None, f"{why}; for the LLM judge: {judge}", "anything", (("rewards.w.worker_cls", _MATH_WORKER),))
        for key, why, judge in (
-           ("data_args", _RULE_WORKER_UNUSED["data_args"], "refused unless left out (the judge writes its prompt in its own tokenizer's template)"),
+           ("data_args", _RULE_WORKER_UNUSED["data_args"], "template is reward.workers.<name>.chat_template_name (the chat template of its prompt), the other keys are dropped (ROLL's judge reads only template)"),
            ("strategy_args", _RULE_WORKER_UNUSED["strategy_args"], "hf_infer and deepspeed_infer are dropped (posttrain's HF engine runs it), another engine is refused"),
            ("device_mapping", _RULE_WORKER_UNUSED["device_mapping"], "dropped (it runs in the training process, on its device)"))},
     **AGENTIC_RULES,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.fields import param, section
+from posttrain.config.sections.data import CHAT_TEMPLATE_NAMES
 from posttrain.config.sections.profiler import ProfilerConfig
 
 
@@ -80,7 +81,7 @@ ROLL_WORKER_TODO: dict[str, str] = {
 }
 # The worker_cls of the LLM judge and the keys only it reads (posttrain.rewards.judge).
 JUDGE = "llm_judge"
-JUDGE_KEYS = ("judge_prompt", "judge_model_type", "model_args", "generating_args", "infer_batch_size")
+JUDGE_KEYS = ("judge_prompt", "judge_model_type", "model_args", "generating_args", "infer_batch_size", "chat_template_name")
 
 
 @section
@@ -109,6 +110,7 @@ class RewardWorkerConfig:
     judge_model_type: str | None = param(None, doc="LLM judge: inference runs the judge model with posttrain's HF engine in the training process (api, a served model, is not implemented); null: inference.", choices=[None, "inference", "api"], refs=["roll:.judge_model_type"])
     model_args: dict[str, Any] = param(factory=dict, doc="LLM judge: model_name_or_path (a local directory or cached hub name) and dtype of the judge model.", refs=["roll:.model_args"])
     generating_args: dict[str, Any] = param(factory=dict, doc="LLM judge: max_new_tokens (32), do_sample (false), temperature, top_p, top_k, repetition_penalty of the judge's answers.", refs=["roll:.generating_args"])
+    chat_template_name: str | None = param(None, doc="LLM judge: the named prompt template its prompt is written in (data.chat_template_name's names, applied to the judge's tokenizer); null: the judge tokenizer's own chat template, or the plain text when it has none.", choices=[None, *CHAT_TEMPLATE_NAMES], refs=["roll:.data_args.template"])
 
 @section
 class RewardConfig:
