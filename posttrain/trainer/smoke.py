@@ -213,7 +213,8 @@ def _data(native: dict[str, Any], workdir: Path, prefix: str = "") -> list[str]:
         files = [files] if isinstance(files, str) else list(files)  # '' (an unset variable) stays: not on this machine
         rows, how = _first_rows(files, rows_needed, data)
         if rows is None:
-            rows, how = _synthetic(rows_needed, native), f"{rows_needed} synthetic rows with the config's columns ({how})"
+            rows = _synthetic(max(rows_needed, len((native.get("reward") or {}).get("workers") or {})), native)  # a row per worker's domain at least
+            how = f"{len(rows)} synthetic rows with the config's columns ({how})"
         else:
             data["truncation"], data["filter_overlong_prompts"] = "left", False  # the prompt limit below is ours
         out = workdir / "data" / f"{prefix}{key}.jsonl"
@@ -252,12 +253,14 @@ def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
     data, reward = native.get("data", {}), native.get("reward", {})
     task = TASKS["arithmetic"]
     workers = reward.get("workers") or {}
-    tags = [t for w in workers.values() for t in (w.get("tag_included") or [])]
+    # one tag of each reward worker, in turn, so that every worker's domain has rows (a batch drawn
+    # by data.domain_interleave_probs draws from each of them)
+    tags = [w["tag_included"][0] for w in workers.values() if w.get("tag_included")]
     custom = (reward.get("custom_reward_function") or {}).get("path")
-    tag = tags[0] if tags else ("smoke" if custom else task.data_source)
     rng = random.Random(0)
     rows = []
-    for _ in range(n):
+    for i in range(n):
+        tag = tags[i % len(tags)] if tags else ("smoke" if custom else task.data_source)
         p = task.draw(rng, task.defaults)
         user = [{"role": "user", "content": p.prompt}]
         row = {data.get("prompt_key", "prompt"): user, data.get("response_key", "response"): p.response,

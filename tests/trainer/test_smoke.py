@@ -126,3 +126,22 @@ def test_smoke_config_gives_an_llm_judge_the_tiny_model(tmp_path):
     worker = written["reward"]["workers"]["judge"]
     assert worker["model_args"]["model_name_or_path"] == written["model"]["path"] and worker["chat_template_name"] == "qwen2_5"
     assert written["reward"]["on_error"] == "fixed"
+
+
+def test_smoke_rows_give_every_reward_workers_domain_rows(tmp_path):
+    from posttrain.trainer.smoke import smoke_config
+    import json
+    import yaml
+
+    math = "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker"
+    config = tmp_path / "rlvr.yaml"
+    workers = {name: {"worker_cls": math, "tag_included": [f"{name}_tag", "other"]} for name in ("a", "b", "c", "d", "e")}
+    config.write_text(yaml.safe_dump({
+        "pretrain": "/nonexistent/policy", "rollout_batch_size": 8, "rewards": workers,
+        "actor_train": {"data_args": {"file_name": ["/nonexistent/train.jsonl"],
+                                      "domain_interleave_probs": {name: 0.2 for name in workers}}}}))
+    path, lines = smoke_config(str(config), [], "roll", tmp_path / "w")
+    written = yaml.safe_load(path.read_text())
+    rows = [json.loads(line) for line in open(written["data"]["train_files"][0])]
+    # 5 domains drawn by data.domain_interleave_probs: a row of each, more than the 4 the 2 steps need
+    assert sorted({r["data_source"] for r in rows}) == [f"{name}_tag" for name in "abcde"] and len(rows) == 5
