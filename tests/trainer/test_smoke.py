@@ -86,7 +86,8 @@ def test_smoke_a_trinity_config(tmp_path, capsys, monkeypatch):
     rc = main(["smoke", "--workdir", str(tmp_path / "w"), "--dialect", "trinity", config, "~buffer.explorer_input.default_workflow_type"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert 'cluster: {"nnodes": 1, "n_gpus_per_node": 2} -> one CPU process' in out
+    # Trinity's 2 devices: a trainer on one and the engine on the other (a split placement), here one CPU process
+    assert 'cluster: {"nnodes": 1, "n_gpus_per_node": 2, "device_mapping": {"a... -> one CPU process' in out
     assert "rollout.n: 8 -> 2" in out and "data.train_files: " in out
     assert [m["step"] for m in metrics(tmp_path / "w") if "actor/pg_loss" in m] == [1, 2]
 
