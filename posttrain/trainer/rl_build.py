@@ -283,12 +283,6 @@ def make_engine(cfg: Config, model: nn.Module, tokenizer: Any, owns_weights: boo
     return build_engine(cfg, model, tokenizer, seed=rollout_seed(cfg), owns_weights=owns_weights)
 
 
-def rollout_engines(cfg: Config, world: World) -> int:
-    """Ranks that generate in the synchronous loop: the first m workers with cluster.device_mapping.rollout
-    on a subset of them, else every worker."""
-    return len(device_lists(cfg)["rollout"]) if rollout_placement(cfg) == "subset" else world.size
-
-
 def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = World(), halves: str = "both") -> RLRoles:
     """Every role of the stage on this worker process. With several workers each role's model is
     sharded over all of them (FSDP2, its own `fsdp_config`) and the engine holds a whole copy of the
@@ -377,7 +371,9 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             engine_model.eval().requires_grad_(False).to(engine_dtype)
         engine = make_engine(cfg, engine_model, tokenizer, owns_weights=own_copy)
         sync = weight_sync_for(engine, actor.model, sharded=world.distributed, adapters=adapters is not None)
-        rollout = RolloutWorker(engine, dp, free_cache=cfg.rollout.free_cache_engine, tokenizer=tokenizer, engines=rollout_engines(cfg, world))
+        # cluster.device_mapping.rollout on the first m workers: only those generate
+        engines = len(device_lists(cfg)["rollout"]) if rollout_placement(cfg) == "subset" else None
+        rollout = RolloutWorker(engine, dp, free_cache=cfg.rollout.free_cache_engine, tokenizer=tokenizer, engines=engines)
     reference = None
     if needs.reference:
         size, max_tokens = forward_batching(
