@@ -5,9 +5,12 @@ reached the terminal.
 By default the command runs in this process (`posttrain.cli.main` with the output captured, as
 `python -m posttrain` calls it): a fresh interpreter spends ~5 s importing torch and transformers
 before it reads the config, which across these tests was minutes of CI. An exception escaping
-`main` fails the test with its traceback, as it would have reached the user's terminal. Tests of
-what only a process shows (a reward function calling `sys.exit`, a hang, worker processes) pass
-`subprocess=True`.
+`main` fails the test with its traceback, as it would have reached the user's terminal. A run with
+worker processes (or a decoupled run's explorer and trainer) runs in this process too, with
+`fds=True`: its workers are forked from posttrain's fork server (posttrain.cluster.process_start),
+and what they print to the inherited console is captured. Tests of what only a process of its own
+shows (a reward function calling `sys.exit`, a hang, the test hook killing the process that trains,
+environment isolation) pass `subprocess=True`.
 """
 
 from __future__ import annotations
