@@ -9,8 +9,10 @@ watches) is posttrain.cluster.process_start.
 What keeps a fork safe here:
 - The server runs no torch operation, starts no thread and initialises no GPU: libgomp's thread
   pool and CUDA do not survive a fork, and a fork of a multi-threaded process can inherit a lock
-  held by a thread that does not exist in the child. Before serving, the server checks that it has
-  one thread; if not, it says so and exits, and the client starts plain processes instead.
+  held by a thread that does not exist in the child. Before each fork the server checks that it
+  runs no Python thread, no native thread beyond those of libraries that handle a fork themselves
+  (OpenBLAS, jemalloc: `_fork_aware_pools`) and no CUDA; if it does, it says so and exits, and the
+  client starts plain processes from then on.
 - Each child then becomes what `python -m posttrain ARGS` would have been: the launcher's working
   directory, environment and standard streams (sent as file descriptors), default signal handlers,
   `sys.argv`, its share of the CPU threads (`torch.set_num_threads`, since libgomp read
