@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from posttrain.cluster import RANK_ENV, WORLD_ENV
 from posttrain.cluster.process_logs import log_paths
+from posttrain.cluster.process_start import start_process
 
 # Roles every worker hosts: all roles share each process (colocated placement).
 ROLES = "actor, rollout, reference, critic, reward"
@@ -84,7 +85,7 @@ def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_var
     gives each rank's device (LOCAL_RANK; default: its rank), `roles` what the workers host, and
     `log_name` their log files' names (`<log_name><rank>.log`)."""
     master = ("127.0.0.1", free_port())
-    procs: list[subprocess.Popen] = []
+    procs: list = []  # subprocess.Popen or process_start.ForkedProcess
     logs = log_paths(log, run_dir, [f"{log_name}{r}" for r in range(world_size)])
     log_dir = logs[0].parent
     threads = max(1, (os.cpu_count() or 1) // world_size)  # each worker computes on its own share of the cores
@@ -93,8 +94,7 @@ def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_var
         env = dict(os.environ, **worker_env(rank, world_size, local, master, device, env_vars, threads))
         err = logs[rank].open("w", encoding="utf-8")
         out = None if rank == 0 else err  # rank 0 is the console; the others only log
-        command = [*(prefix(rank) if prefix else []), sys.executable, "-m", "posttrain", *argv]
-        procs.append(subprocess.Popen(command, env=env, stdout=out, stderr=err))
+        procs.append(start_process(argv, env, out, err, device=device, prefix=prefix(rank) if prefix else None))
         err.close()
     print(f"posttrain: {world_size} worker processes on {device} (pids {', '.join(str(p.pid) for p in procs)}); "
           f"each hosts {roles}; logs in {log_dir}", flush=True)
@@ -120,8 +120,8 @@ def launch_halves(argv: list[str], run_dir: Path, role_env: str, log: Any = None
         if "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = str(threads)
         err = log.open("w", encoding="utf-8")
-        command = [*(prefix(len(procs)) if prefix else []), sys.executable, "-m", "posttrain", *argv]
-        procs.append(subprocess.Popen(command, env=env, stdout=None if half == "trainer" else err, stderr=err))
+        procs.append(start_process(argv, env, None if half == "trainer" else err, err,
+                                   prefix=prefix(len(procs)) if prefix else None, runtime_env=(role_env,)))
         err.close()
     print(f"posttrain: decoupled run: trainer (pid {procs[0].pid}) and explorer (pid {procs[1].pid}) meet in the "
           f"experience buffer; logs in {log_dir}", flush=True)

@@ -4,9 +4,7 @@ explorer process and a trainer process), `explore` then `train`, and the faults 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -36,14 +34,12 @@ def inputs(tmp_path_factory) -> Path:
     return root
 
 
-def train(inputs: Path, run: str, *overrides: str, kill: str = "", in_process: bool = False) -> subprocess.CompletedProcess:
-    """The command in a subprocess (it starts an explorer and a trainer process, or is killed), or
-    in this process where one process does the whole run or the command refuses it."""
+def train(inputs: Path, run: str, *overrides: str, kill: str = "") -> subprocess.CompletedProcess:
+    """The command in this process. The explorer and trainer processes it starts (forked by the fork
+    server) are processes of their own all the same: the test hook kills one of them, never this one,
+    and the trainer's console output is captured with the command's."""
     args = ["train", str(inputs / "run.yaml"), f"trainer.default_local_dir={inputs / run}", *overrides]
-    if in_process:
-        return posttrain(*args, cwd=inputs)
-    return subprocess.run([sys.executable, "-m", "posttrain", *args], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, POSTTRAIN_TEST_KILL=kill))
+    return posttrain(*args, cwd=inputs, env={"POSTTRAIN_TEST_KILL": kill}, fds=True)
 
 
 def rows(inputs: Path, run: str) -> list[dict]:
@@ -60,7 +56,7 @@ def claims(inputs: Path, run: str, name: str = "experience_buffer") -> list[tupl
 
 @pytest.fixture(scope="module")
 def in_step(inputs) -> list[dict]:
-    out = train(inputs, "sync", in_process=True)
+    out = train(inputs, "sync")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "decoupled run" not in out.stdout  # interval 1, offset 0: the synchronous loop
     return rows(inputs, "sync")
@@ -113,17 +109,17 @@ def test_split_placement_trains_on_policy_as_the_synchronous_loop(inputs, in_ste
 def test_explore_then_train_trains_every_stored_batch_once(inputs, in_step):
     buffer = f"buffer.trainer_input.experience_buffer.path={inputs / 'offline.sqlite'}"
     assert "explorer" not in "".join(p.name for p in inputs.glob("offline*"))
-    empty = train(inputs, "offline-early", "trainer.mode=train", buffer, in_process=True)
+    empty = train(inputs, "offline-early", "trainer.mode=train", buffer)
     assert empty.returncode == 2 and "holds none; fill it first with trainer.mode=explore" in empty.stderr
     assert not (inputs / "offline-early" / "checkpoints").exists()  # said before any model was built
     # two engines (two explorer processes) store the batches one engine would
     explored = train(inputs, "offline-explore", "trainer.mode=explore", buffer, "cluster.n_gpus_per_node=2",
-                     "cluster.device_mapping.rollout=[0,1]", in_process=True)
+                     "cluster.device_mapping.rollout=[0,1]")
     assert explored.returncode == 0, explored.stderr[-3000:]
     buf = ExperienceBuffer(inputs / "offline.sqlite")
     assert buf.explored() == STEPS and buf.evaluations_through(STEPS) and list(buf.evaluations_through(STEPS)) == [0]
     buf.close()
-    trained = train(inputs, "offline-train", "trainer.mode=train", buffer, in_process=True)
+    trained = train(inputs, "offline-train", "trainer.mode=train", buffer)
     assert trained.returncode == 0, trained.stderr[-3000:]
     got = [r for r in rows(inputs, "offline-train") if "async/staleness" in r]
     assert [r["async/staleness"] for r in got] == [float(s) for s in range(STEPS)]  # all sampled by the starting weights
@@ -134,7 +130,7 @@ def test_explore_then_train_trains_every_stored_batch_once(inputs, in_step):
     buf.close()
     # one step more than the explorer stored: the trainer waits max_read_timeout, then names what the explorer did
     short = train(inputs, "offline-short", "trainer.mode=train", buffer, f"trainer.total_training_steps={STEPS + 1}",
-                  "buffer.trainer_input.experience_buffer.max_read_timeout=1", in_process=True)
+                  "buffer.trainer_input.experience_buffer.max_read_timeout=1")
     assert short.returncode == 2
     assert f"trainer step {STEPS + 1} waited 1 s for explored batch {STEPS + 1}" in short.stderr
     assert f"explorer: finished: {STEPS} batches written" in short.stderr
@@ -157,9 +153,9 @@ def test_a_killed_side_stops_the_run_and_the_rerun_loses_and_repeats_nothing(inp
 
 
 def test_what_the_split_cannot_do_is_refused_before_it_starts(inputs):
-    out = train(inputs, "refused", "trainer.mode=explore", "cluster.n_gpus_per_node=2", in_process=True)
+    out = train(inputs, "refused", "trainer.mode=explore", "cluster.n_gpus_per_node=2")
     assert out.returncode == 2 and "one process per engine on cluster.device_mapping.rollout's devices" in out.stderr
-    out = train(inputs, "refused", "buffer.trainer_input.experience_buffer.capacity=2", in_process=True)
+    out = train(inputs, "refused", "buffer.trainer_input.experience_buffer.capacity=2")
     assert out.returncode == 2 and "capacity (2 prompt groups) cannot hold one batch of data.train_batch_size (4)" in out.stderr
 
 

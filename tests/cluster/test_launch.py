@@ -2,16 +2,15 @@
 stages as one process, a killed worker ends the run with a message naming it, and a rerun resumes
 from the newest complete checkpoint, on the same or another number of workers.
 
-Every run is the real command in a subprocess: SFT (2 steps) -> DPO (2 steps) -> GRPO (3 steps) on a
+Every run is the real command (in this process unless the test hook kills that process: its worker
+processes are forked from posttrain's fork server all the same): SFT (2 steps) -> DPO (2 steps) -> GRPO (3 steps) on a
 1-layer model, checkpoints after every step.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -59,10 +58,13 @@ def inputs(tmp_path_factory) -> Path:
 
 
 def train(inputs: Path, run: str, workers: int, kill: str | None = None, *overrides: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, POSTTRAIN_TEST_KILL=kill or "")
-    args = [sys.executable, "-m", "posttrain", "train", str(inputs / "run.yaml"), f"trainer.default_local_dir={inputs / run}",
-            f"cluster.n_gpus_per_node={workers}", *overrides]
-    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    """The command in this process, its workers' output captured with its own (the workers are
+    processes of their own all the same); in a subprocess where the test hook kills the one process
+    that trains, or Ray starts the workers (Ray's driver state stays out of the test process)."""
+    args = ["train", str(inputs / "run.yaml"), f"trainer.default_local_dir={inputs / run}", f"cluster.n_gpus_per_node={workers}",
+            *overrides]
+    apart = bool(kill and workers <= 1) or any(o.startswith(("cluster.launcher=ray", "cluster.ray_address")) for o in overrides)
+    return posttrain(*args, cwd=inputs, env={"POSTTRAIN_TEST_KILL": kill or ""}, fds=True, subprocess=apart, timeout=600)
 
 
 def metrics(inputs: Path, run: str, stage: str) -> list[dict]:
@@ -163,8 +165,7 @@ def test_a_hung_worker_is_named_once_its_peers_time_out(inputs):
 def test_export_assembles_a_sharded_checkpoint(inputs, two_workers, tmp_path):
     assert two_workers.returncode == 0, two_workers.stderr[-3000:]
     checkpoint = inputs / "two" / "rl" / "checkpoints" / "global_step_3"
-    out = subprocess.run([sys.executable, "-m", "posttrain", "export", str(checkpoint), str(tmp_path / "hf")],
-                         capture_output=True, text=True, timeout=300)
+    out = posttrain("export", str(checkpoint), str(tmp_path / "hf"), cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     exported = load_file(str(tmp_path / "hf" / "model.safetensors"))
     final = load_file(str(inputs / "two" / "rl" / "final_model" / "model.safetensors"))

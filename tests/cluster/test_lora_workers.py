@@ -6,12 +6,11 @@ killed on one process resumes on two; export merges the two-worker checkpoint's 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli_run_helpers import posttrain
 from safetensors.torch import load_file
 
 from posttrain.models.tiny import make_tiny_model
@@ -68,8 +67,7 @@ def test_two_workers_train_the_adapters_as_one_process(inputs, one_process, tmp_
     final = load_file(str(inputs / "two" / "rl" / "final_model" / "model.safetensors"))
     single = load_file(str(inputs / one_process / "rl" / "final_model" / "model.safetensors"))
     assert final.keys() == single.keys() and all(torch.allclose(final[k], single[k], atol=1e-5) for k in final)
-    merged = subprocess.run([sys.executable, "-m", "posttrain", "export", str(checkpoint), str(tmp_path / "hf"), "--merge"],
-                            capture_output=True, text=True, timeout=300)
+    merged = posttrain("export", str(checkpoint), str(tmp_path / "hf"), "--merge", cwd=tmp_path)
     assert merged.returncode == 0, merged.stderr[-3000:]
     exported = load_file(str(tmp_path / "hf" / "model.safetensors"))
     assert all(torch.allclose(exported[k], final[k], atol=1e-6) for k in final)

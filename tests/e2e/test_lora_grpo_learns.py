@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run_helpers import posttrain
 
 CONFIG = """
 data: {{train_files: {d}/train.parquet, val_files: {d}/test.parquet, train_batch_size: 16, max_prompt_length: 32, max_response_length: 8}}
@@ -39,8 +40,9 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_lora_grpo_raises_the_training_reward(tmp_path):
-    _cli("make-model", "tiny", "model", cwd=tmp_path)
-    _cli("make-data", "sort", "data", "--train", "2000", "--test", "50", "--seed", "1", cwd=tmp_path)
+    for args in (("make-model", "tiny", "model"), ("make-data", "sort", "data", "--train", "2000", "--test", "50", "--seed", "1")):
+        out = posttrain(*args, cwd=tmp_path)  # in this process: a fresh interpreter would only add its imports
+        assert out.returncode == 0, out.stderr[-3000:]
     (tmp_path / "run.yaml").write_text(CONFIG.format(d="data", m="model", r="run"))
     _cli("train", "run.yaml", cwd=tmp_path)
     grpo = tmp_path / "run" / "grpo"
