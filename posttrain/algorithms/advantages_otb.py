@@ -74,19 +74,22 @@ def optimal_token_baseline_advantage(
 ) -> AdvantageOutput:
     """Optimal token baseline: each token's reward-to-go minus a per-token, variance-weighted group mean.
 
-    Formula (m the mask, pi_j = exp(old_logprob_j), rho_j the rollout IS weight or 1):
-        G_{i,t} = sum_{j>=t} m_{i,j} r_{i,j}                                  (reward-to-go)
-        w_{i,j} = rho_{i,j}^2 (1 - 2 pi_{i,j} + sum_v pi_{i,j}(v)^2)           (squared score norm)
-        W_{i,t} = sum_{j<=t} m_{i,j} w_{i,j}                                  (path variance so far)
-        B_{g,t} = sum_{i in g} m_{i,t} G_{i,t} W_{i,t} / (sum_{i in g} m_{i,t} W_{i,t} + epsilon)
-        A_{i,t} = (G_{i,t} - B_{g(i),t}) m_{i,t};   returns = G
-    Responses are aligned by absolute token position t. A group of one has B = 0 (A = G).
-    With handle_zero_tail, B is 0 on a group's single longest response from the second-longest's
-    length on. epsilon defaults to 1e-8, as verl.
+    Formula:
+        m the mask, pi = exp(old_logprob), rho the rollout IS weight (1 without rollout_is);
+        reward-to-go G_{i,t} = sum_{j>=t} m_{i,j} r_{i,j};
+        squared score norm w_{i,j} = rho_{i,j}^2 (1 - 2 pi_{i,j} + sum_v pi_{i,j}(v)^2);
+        path variance so far W_{i,t} = sum_{j<=t} m_{i,j} w_{i,j};
+        B_{g,t} = sum_{i in g} m_{i,t} G_{i,t} W_{i,t} / (sum_{i in g} m_{i,t} W_{i,t} + epsilon);
+        A_{i,t} = (G_{i,t} - B_{g(i),t}) m_{i,t}; returns = G.
+        Responses are aligned by absolute token position t. A group of one has B = 0 (A = G).
+        With handle_zero_tail, B is 0 on a group's single longest response from the second-longest's
+        length on. epsilon defaults to 1e-8, as verl.
     Names:
         verl `algorithm.adv_estimator=optimal_token_baseline` (verl also needs
         `actor.calculate_sum_pi_squared=True`; posttrain computes sum_v pi^2 whenever this estimator
         is chosen). The IS weights are `algorithm.rollout_is`'s, as verl's rollout_is_weights.
+    Paper:
+        none named in verl's source (verl core_algos.compute_optimal_token_baseline_advantage).
     Reads:
         token_level_rewards, response_mask, group_index, old_logprobs, sum_pi_squared,
         rollout_is_weights (None), handle_zero_tail (False), epsilon (1e-8).
@@ -116,14 +119,18 @@ def tir_optimal_token_baseline_advantage(
     """Optimal token baseline for multi-turn (tool-integrated) responses: as `optimal_token_baseline`,
     but responses are aligned by the index k of their k-th *counted* token, not by position.
 
-    Formula: G, w, W as in `optimal_token_baseline`. Let t_i(k) be the position of row i's k-th token
-    with m = 1 (tool outputs and other masked spans are skipped), n_i = sum_t m_{i,t}. Then
-        B_{g,k} = sum_{i in g, k < n_i} G_{i,t_i(k)} W_{i,t_i(k)} / (sum_{i in g, k < n_i} W_{i,t_i(k)} + epsilon)
-        A_{i,t_i(k)} = G_{i,t_i(k)} - B_{g(i),k};  A = 0 where m = 0;  returns = G
-    Rows with no counted token join no group; a group of one has B = 0. handle_zero_tail (default True
-    here, as verl) zeroes B on a group's single longest row from the second-longest's length on.
+    Formula:
+        G, w, W as in `optimal_token_baseline`. Let t_i(k) be the position of row i's k-th token
+        with m = 1 (tool outputs and other masked spans are skipped), n_i = sum_t m_{i,t}. Then
+        B_{g,k} = sum_{i in g, k < n_i} G_{i,t_i(k)} W_{i,t_i(k)} / (sum_{i in g, k < n_i} W_{i,t_i(k)} + epsilon);
+        A_{i,t_i(k)} = G_{i,t_i(k)} - B_{g(i),k}; A = 0 where m = 0; returns = G.
+        Rows with no counted token join no group; a group of one has B = 0. handle_zero_tail (default
+        True here, as verl) zeroes B on a group's single longest row from the second-longest's length on.
     Names:
-        verl `algorithm.adv_estimator=tir_optimal_token_baseline`.
+        verl `algorithm.adv_estimator=tir_optimal_token_baseline` (tool-integrated reasoning: the
+        mask is posttrain's train mask, whose tool-output tokens are 0 in a tool or agentic stage).
+    Paper:
+        none named in verl's source.
     Reads:
         token_level_rewards, response_mask, group_index, old_logprobs, sum_pi_squared,
         rollout_is_weights (None), handle_zero_tail (True), epsilon (1e-8).

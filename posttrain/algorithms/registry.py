@@ -62,7 +62,7 @@ class EstimatorNeeds:
         """The needs in words, for the generated docs ("" when it needs nothing extra)."""
         words = {"values": "critic values", "reference": "reference log-probs", "greedy_baseline": "a greedy baseline",
                  "turns": "an agentic stage's per-turn records",
-                 "sum_pi_squared": "the policy's sum of squared probabilities"}
+                 "sum_pi_squared": "the actor's per-token sum of squared probabilities (one more forward pass)"}
         return ", ".join(text for key, text in words.items() if getattr(self, key))
 
 
