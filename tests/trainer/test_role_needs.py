@@ -126,11 +126,11 @@ def test_an_otb_estimator_gets_sum_pi_squared_without_calculate_sum_pi_squared(f
         return otb(**kw)
 
     spy.needs = otb.needs  # what the trainer reads to decide on the extra pass
-    t = tiny_rl_trainer(files, "algorithm.adv_estimator=optimal_token_baseline", "trainer.total_training_steps=1", run="otb")
+    t = tiny_rl_trainer(files, "algorithm.adv_estimator=optimal_token_baseline", "trainer.total_training_steps=2", run="otb")
     assert not t.cfg.actor.calculate_sum_pi_squared
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(ADVANTAGE_ESTIMATORS, "optimal_token_baseline", spy)
         result = t.fit()
-    assert len(seen) == 1 and seen[0] is not None and seen[0].shape[0] == 8  # 4 prompts x 2
-    assert ((seen[0] > 0) & (seen[0] <= 1)).all()  # sum_v pi(v)^2 of a distribution
+    assert result.steps == 2 and len(seen) == 2 and seen[0].shape[0] == 8  # 4 prompts x 2
+    assert all(((s > 0) & (s <= 1)).all() for s in seen)  # sum_v pi(v)^2 of a distribution
     assert "variance_proxy/expected_w" in result.last_metrics
