@@ -101,3 +101,14 @@ def test_otb_needs_sum_pi_squared_and_offers_its_options(name):
     assert estimator_options(name) == {"handle_zero_tail", "epsilon"}
     assert not math.isnan(EST[name](token_level_rewards=REWARDS, response_mask=MASK, group_index=GROUPS,
                                     old_logprobs=OLD, sum_pi_squared=PI2)[0].sum().item())
+
+
+@pytest.mark.parametrize("name", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_verl_s_estimator_names_load(name):
+    from posttrain.config import load_config
+    from posttrain.config.dialects import translate
+
+    native, report = translate({"algorithm": {"adv_estimator": name}, "actor_rollout_ref": {"actor": {"calculate_sum_pi_squared": True}}}, "verl")
+    assert native["algorithm"] == {"adv_estimator": name} and not report.refused
+    cfg = load_config(None, [f"algorithm.adv_estimator={name}", "algorithm.adv_estimator_args={handle_zero_tail: true}"])
+    assert cfg.algorithm.adv_estimator_args == {"handle_zero_tail": True}
