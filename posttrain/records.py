@@ -194,6 +194,8 @@ class RolloutBatch(_Rows):
     # `loss_mask` never replaces response_mask, which also tells the forward where the tokens are.
     rollout_is_weights: Tensor | None = field(default=None, metadata=RIGHT)
     loss_mask: Tensor | None = field(default=None, metadata=RIGHT)
+    # sum_v pi(v)^2 of the policy before its update (actor.calculate_sum_pi_squared, or an estimator's need).
+    sum_pi_squared: Tensor | None = field(default=None, metadata=RIGHT)
     # (B,) float: score of a greedy response to the row's prompt, for estimators that need one (ReMax).
     reward_baselines: Tensor | None = None
     # (B,) bool: True on expert (SFT) rows joined to the batch for the mix losses (posttrain.trainer.mixing).

@@ -42,6 +42,7 @@ from posttrain.algorithms.bypass_loss import bypass_mode_loss
 from posttrain.algorithms.policy_losses_mix import chord_mu, mix_chord_loss, mix_loss, sft_is_loss, sft_phi_loss
 from posttrain.algorithms.advantages_shifted import asymre_advantage, rec_advantage
 from posttrain.algorithms.advantages_distill import jsd_advantage, on_policy_distill_advantage
+from posttrain.algorithms.advantages_otb import optimal_token_baseline_advantage, tir_optimal_token_baseline_advantage
 from posttrain.algorithms.aggregation import LOSS_AGG_MODES, aggregate_loss
 from posttrain.algorithms.entropy import entropy_from_logits, entropy_from_logits_chunked, sum_pi_squared_from_logits
 from posttrain.algorithms.variance_proxy import variance_proxy_metrics
@@ -121,6 +122,8 @@ __all__ = [
     "entropy_from_logits",
     "entropy_from_logits_chunked",
     "sum_pi_squared_from_logits",
+    "optimal_token_baseline_advantage",
+    "tir_optimal_token_baseline_advantage",
     "variance_proxy_metrics",
     "FixedKLController",
     "AdaptiveKLController",

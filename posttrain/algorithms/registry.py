@@ -56,11 +56,13 @@ class EstimatorNeeds:
     reference: bool = False  # per-token log-probs of the frozen reference policy
     greedy_baseline: bool = False  # the score of one greedy response to each row's prompt (ReMax)
     turns: bool = False  # per-turn spans, rewards and anchor states of an agentic (multi-turn) batch (GiGPO)
+    sum_pi_squared: bool = False  # per-token sum_v pi(v)^2 of the policy before its update (one more actor pass)
 
     def describe(self) -> str:
         """The needs in words, for the generated docs ("" when it needs nothing extra)."""
         words = {"values": "critic values", "reference": "reference log-probs", "greedy_baseline": "a greedy baseline",
-                 "turns": "an agentic stage's per-turn records"}
+                 "turns": "an agentic stage's per-turn records",
+                 "sum_pi_squared": "the actor's per-token sum of squared probabilities (one more forward pass)"}
         return ", ".join(text for key, text in words.items() if getattr(self, key))
 
 
@@ -108,13 +110,13 @@ def register_advantage_estimator(
 
     The function is called with keyword arguments only, always the same set (`token_level_rewards`,
     `response_mask`, `values`, `ref_logprobs`, `group_index`, `gamma`, `lam`, `norm_adv_by_std`,
-    `epsilon`, `reward_baselines`, the per-turn `turn_index`/`turn_rewards`/`turn_states` of an
+    `epsilon`, `reward_baselines`, `old_logprobs`, `sum_pi_squared`, `rollout_is_weights`, the per-turn `turn_index`/`turn_rewards`/`turn_states` of an
     agentic batch (else None) and `algorithm.gigpo`'s `step_weight`/`episode_weight`/`step_gamma`),
     so it must accept `**kwargs` and ignore what it does not read. It returns `AdvantageOutput`.
 
     `needs` declares the inputs that cost a role: `values` (B, T) from a critic, `ref_logprobs`
     (B, T) from a reference policy, `reward_baselines` (B,) from a greedy rollout; an input no
-    role provides arrives as None. The config checks and the trainer read
+    role provides arrives as None; `sum_pi_squared` asks the actor for sum_v pi(v)^2 (B, T). The config checks and the trainer read
     `estimator_needs(name)`, so an alias builds the same roles as its canonical name.
     """
     if not isinstance(needs, EstimatorNeeds):
@@ -172,7 +174,7 @@ def policy_loss_names() -> list[str]:
 #: (algorithm.adv_estimator_args). `epsilon` is passed too but an estimator may take it as an option.
 ESTIMATOR_INPUTS = frozenset(
     {"token_level_rewards", "response_mask", "values", "ref_logprobs", "old_logprobs", "group_index", "gamma", "lam",
-     "norm_adv_by_std", "reward_baselines"}
+     "norm_adv_by_std", "reward_baselines", "sum_pi_squared", "rollout_is_weights"}
 )
 
 

@@ -117,7 +117,9 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
         lam=alg.lam,
         norm_adv_by_std=alg.norm_adv_by_std_in_grpo,
         reward_baselines=batch.reward_baselines,
-        **{"epsilon": 1e-6, **alg.adv_estimator_args},  # the estimator's own options (checked at load)
+        sum_pi_squared=batch.sum_pi_squared,
+        rollout_is_weights=batch.rollout_is_weights,
+        **alg.adv_estimator_args,  # the estimator's own options (checked at load); epsilon defaults per estimator
         turn_index=None if turns is None else turns.index,
         turn_rewards=None if turns is None else turns.rewards,
         turn_states=None if turns is None else turns.states,

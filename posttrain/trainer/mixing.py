@@ -23,7 +23,7 @@ from posttrain.data.sampler import BatchSampler
 from posttrain.records import RolloutBatch
 
 # Fields of an explored batch the expert rows fill with zeros when the batch has them.
-_ZERO_FIELDS = ("old_logprobs", "values", "token_level_scores", "token_level_rewards", "advantages", "returns")
+_ZERO_FIELDS = ("old_logprobs", "values", "token_level_scores", "token_level_rewards", "advantages", "returns", "sum_pi_squared")
 
 
 def expert_dataset(cfg: Config, tokenizer: Any) -> Any:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain.algorithms import variance_proxy_metrics
+from posttrain.algorithms import estimator_needs, variance_proxy_metrics
 from posttrain.buffer.experience import Experience
 from posttrain.buffer.operators import run_pipeline
 from posttrain.checkpoint import Checkpointer, Parts
@@ -183,8 +183,10 @@ class RLTrainer:
             return metrics, batch
         with timer("old_log_prob"):
             batch.old_logprobs = actor.old_logprobs(batch)  # (B, T), maybe the rollout's (reuse_rollout_logprobs)
-            # sum_v pi^2 of the same (pre-update) policy, for the variance-proxy metrics
-            pi_squared = actor.sum_pi_squared(batch) if self.cfg.actor.calculate_sum_pi_squared else None  # (B, T)
+            # sum_v pi^2 of the same (pre-update) policy: the variance-proxy metrics and the OTB estimators
+            if self.cfg.actor.calculate_sum_pi_squared or estimator_needs(self.cfg.algorithm.adv_estimator).sum_pi_squared:
+                batch.sum_pi_squared = actor.sum_pi_squared(batch)  # (B, T)
+            pi_squared = batch.sum_pi_squared  # (B, T) or None
         if self.cfg.algorithm.rollout_is_threshold is not None:
             metrics.update(correct_rollout_mismatch(batch, self.cfg.algorithm))
         if ref is not None:

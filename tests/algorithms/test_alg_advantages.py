@@ -218,7 +218,8 @@ def test_every_estimator_accepts_the_full_keyword_set():
     rewards, mask, index, values = _random_batch(0)
     full = dict(token_level_rewards=rewards, response_mask=mask, values=values, group_index=index, gamma=1.0,
                 lam=0.95, norm_adv_by_std=True, epsilon=1e-6, reward_baselines=torch.zeros(8), unused_option=1,
-                old_logprobs=-torch.rand_like(rewards), ref_logprobs=-torch.rand_like(rewards))
+                old_logprobs=-torch.rand_like(rewards), ref_logprobs=-torch.rand_like(rewards),
+                sum_pi_squared=torch.rand_like(rewards), rollout_is_weights=None)
     for name, fn in EST.items():
         if estimator_needs(name).turns:  # per-turn records of agentic rows: tests/algorithms/test_alg_gigpo.py
             continue

@@ -142,3 +142,15 @@ def test_the_experience_pipeline_runs_between_reward_and_training(files):
     assert bool((lengths <= 3).all()) and len(experience.batch) + dropped == 8 and len(experience.texts) == len(experience.batch)
     with pytest.raises(ConfigError, match=r"operators\[0\]: data_juicer is refused"):
         check_stage_names(_cfg("data_processor.experience_pipeline.operators=[{name: data_juicer}]"))
+
+
+def test_expert_rows_join_a_batch_that_carries_sum_pi_squared(files):
+    """calculate_sum_pi_squared keeps sum_v pi^2 on the batch (the OTB estimators read it there):
+    the expert rows joined after the advantages carry zeros for it, so the two parts concatenate."""
+    base, _, sft = files
+    t = tiny_rl_trainer(
+        base, "actor.policy_loss.loss_mode=mix", f"algorithm.mix.expert_files=[{sft}]", "algorithm.mix.expert_batch_size=4",
+        "actor.calculate_sum_pi_squared=true", "trainer.total_training_steps=1", run="mix_pi2",
+    )
+    metrics = t.step(t._next_prompts(1), 1)
+    assert "actor/expert_sft_loss" in metrics and "variance_proxy/expected_w" in metrics

@@ -35,6 +35,8 @@ NEEDS = {
     "asymre": EstimatorNeeds(), "rec": EstimatorNeeds(),
     "on_policy_distill": EstimatorNeeds(reference=True), "jsd": EstimatorNeeds(reference=True),
     "step_wise_grpo": EstimatorNeeds(), "gigpo": EstimatorNeeds(turns=True), "step_reinforce": EstimatorNeeds(turns=True),
+    "optimal_token_baseline": EstimatorNeeds(sum_pi_squared=True),
+    "tir_optimal_token_baseline": EstimatorNeeds(sum_pi_squared=True),
 }
 
 
@@ -112,3 +114,23 @@ def test_an_estimator_that_declares_the_reference_gets_one_and_its_log_probs(fil
         registry.ADVANTAGE_ESTIMATORS.clear()
         registry.ADVANTAGE_ESTIMATORS.update(saved[0])
         registry._CANONICAL[id(registry.ADVANTAGE_ESTIMATORS)][:] = saved[1]
+
+
+def test_an_otb_estimator_gets_sum_pi_squared_without_calculate_sum_pi_squared(files):
+    """optimal_token_baseline declares sum_pi_squared: the actor computes it although
+    actor.calculate_sum_pi_squared is false, the estimator reads it, and the variance proxies log."""
+    seen, otb = [], ADVANTAGE_ESTIMATORS["optimal_token_baseline"]
+
+    def spy(**kw):
+        seen.append(kw["sum_pi_squared"])
+        return otb(**kw)
+
+    spy.needs = otb.needs  # what the trainer reads to decide on the extra pass
+    t = tiny_rl_trainer(files, "algorithm.adv_estimator=optimal_token_baseline", "trainer.total_training_steps=2", run="otb")
+    assert not t.cfg.actor.calculate_sum_pi_squared
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(ADVANTAGE_ESTIMATORS, "optimal_token_baseline", spy)
+        result = t.fit()
+    assert result.steps == 2 and len(seen) == 2 and seen[0].shape[0] == 8  # 4 prompts x 2
+    assert all(((s > 0) & (s <= 1)).all() for s in seen)  # sum_v pi(v)^2 of a distribution
+    assert "variance_proxy/expected_w" in result.last_metrics
