@@ -40,6 +40,8 @@ VARIANTS = {
     "interval 2": ["synchronizer.sync_interval=2"],
     "interval 4": ["synchronizer.sync_interval=4"],
     "interval 1, offset 1": ["synchronizer.sync_offset=1"],
+    # split placement by device: a trainer process beside an explorer of two engine processes
+    "split, 2 engines": ["cluster.n_gpus_per_node=3", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.rollout=[1,2]"],
 }
 
 
