@@ -98,7 +98,7 @@ def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_var
         err.close()
     print(f"posttrain: {world_size} worker processes on {device} (pids {', '.join(str(p.pid) for p in procs)}); "
           f"each hosts {roles}; logs in {log_dir}", flush=True)
-    return watch(procs, logs, [f"worker rank {r} of {world_size} (roles: {roles})" for r in range(world_size)])
+    return watch(procs, logs, roles=roles)
 
 
 def launch_halves(argv: list[str], run_dir: Path, role_env: str, log: Any = None,
@@ -128,10 +128,10 @@ def launch_halves(argv: list[str], run_dir: Path, role_env: str, log: Any = None
     return watch(procs, logs, names=[f"the {half} process" for half in halves])
 
 
-def watch(procs: list, logs: list[Path], names: list[str] | None = None) -> int:
+def watch(procs: list, logs: list[Path], names: list[str] | None = None, roles: str = ROLES) -> int:
     """`_watch` the workers (Popen-like: poll, returncode, send_signal, wait, kill); Ctrl-C stops them.
-    `names` says what each is in messages (default: worker rank r of N and the roles it hosts)."""
-    names = names or [f"worker rank {r} of {len(procs)} (roles: {ROLES})" for r in range(len(procs))]
+    `names` says what each is in messages (default: worker rank r of N and the `roles` it hosts)."""
+    names = names or [f"worker rank {r} of {len(procs)} (roles: {roles})" for r in range(len(procs))]
     try:
         return _watch(procs, logs, names)
     except KeyboardInterrupt:

@@ -182,5 +182,4 @@ def _run_actors(ray, group, entry, argv, plan: WorldPlan, run_dir: Path, cluster
     nodes = len({ip for ip, _ in addresses})
     print(f"posttrain: {plan.size} Ray workers on {plan.device} across {nodes} node(s) ({', '.join(sorted({ip for ip, _ in addresses}))}), "
           f"Ray namespace {ray.get_runtime_context().namespace}; each hosts {roles}; logs in {log_dir}", flush=True)
-    names = [f"worker rank {r} of {plan.size} (roles: {roles})" for r in range(plan.size)]
-    return watch([ActorProcess(ray, a, ref) for a, ref in zip(actors, refs)], logs, names)
+    return watch([ActorProcess(ray, a, ref) for a, ref in zip(actors, refs)], logs, roles=roles)
