@@ -4,7 +4,9 @@
 
 - a built-in scorer's name (`BUILTIN_SCORERS`): ``tasks`` (posttrain's synthetic tasks, by the
   sample's data_source), ``math`` (symbolic equivalence), ``multiple_choice``, ``code`` (the local
-  sandbox), ``ifeval`` (verifiable instructions); ``llm_judge`` is a worker of its own
+  sandbox), ``ifeval`` (verifiable instructions), ``think_answer`` (accuracy + format of an
+  R1-style ``<think>``/``<answer>`` response), ``countdown_equation`` (TinyZero's Countdown reward);
+  ``llm_judge`` is a worker of its own
   (`posttrain.rewards.judge`);
 - ``path/to/file.py:name``: a function (or class) in a Python file, as custom_reward_function;
 - ``package.module:name``: a function (or class) importable from ``sys.path``.
@@ -28,6 +30,8 @@ BUILTIN_SCORERS: dict[str, tuple[str, str]] = {
     "multiple_choice": ("posttrain.rewards.choice", "multiple_choice_score"),
     "code": ("posttrain.rewards.code", "code_score"),
     "ifeval": ("posttrain.rewards.instructions", "ifeval_score"),
+    "think_answer": ("posttrain.rewards.think_answer", "think_answer_score"),
+    "countdown_equation": ("posttrain.rewards.countdown_equation", "countdown_equation_score"),
 }
 
 

@@ -28,6 +28,7 @@ from posttrain.data.files import RowTable, load_files
 from posttrain.errors import ConfigError, DataError, RewardFunctionError, UserError
 from posttrain.files import atomic_write_text
 from posttrain.rewards import RewardInput, build_reward_manager
+from posttrain.rewards.scorers import BUILTIN_SCORERS
 from posttrain.trainer.rewarding import build_router, manager_options, reward_function
 
 FORMATS = (".parquet", ".jsonl")
@@ -68,7 +69,8 @@ def evaluate_file(cfg: Config) -> EvalResult:
     first: dict[str, str] = {}  # where each data source first occurs, to name it in an error before anything is scored
     for i, source in enumerate(sources):
         first.setdefault(source, table.locate(i, cfg.eval.data_source_key))
-    if cfg.reward.custom_reward_function.path is None and not cfg.reward.workers:
+    f = cfg.reward.custom_reward_function
+    if f.path is None and (f.name == "tasks" or f.name not in BUILTIN_SCORERS) and not cfg.reward.workers:  # the task scorers, by data source
         _check_built_in(first)
     out = _score(cfg, samples, path, first)
     return EvalResult(path, summarise(sources, out.scores, row_of), out.num_failures)

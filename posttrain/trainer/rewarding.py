@@ -24,7 +24,7 @@ from posttrain.config.sections.reward import JUDGE
 from posttrain.rewards.judge import JudgeSpec, judge_spec
 from posttrain.rewards.query_filter import GroupFilter, filter_groups
 from posttrain.rewards.routing import RewardRouter, RoutedWorker, label_worker
-from posttrain.rewards.scorers import load_scorer
+from posttrain.rewards.scorers import BUILTIN_SCORERS, load_scorer
 from posttrain.rewards.types import WorkerTally
 from posttrain.workers.microbatch import SINGLE
 
@@ -49,6 +49,8 @@ def reward_function(cfg: Config) -> Scorers:
     if cfg.reward.workers:
         return {name: worker_function(cfg, name) for name in cfg.reward.workers}
     f = cfg.reward.custom_reward_function
+    if f.path is None and f.name in BUILTIN_SCORERS:  # a built-in scorer for every sample, by its name
+        return load_scorer(f.name, dict(f.reward_kwargs), "reward.custom_reward_function.name")
     return load_reward_function(f.path, f.name, dict(f.reward_kwargs))
 
 

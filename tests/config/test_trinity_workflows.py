@@ -18,13 +18,10 @@ def test_single_turn_workflows_are_the_ordinary_rollout(tmp_path):
         assert "multi_turn" not in native.get("rollout", {})
 
 
-def test_math_workflow_needs_the_system_prompt_trinity_would_add():
-    _, entries = run({}, default_workflow_type="math_workflow")
-    status, reason = entries["buffer.explorer_input.default_workflow_type"]
-    assert status == "refused" and "format.system_prompt" in reason
+def test_math_workflow_keeps_the_tasksets_system_prompt():
     native, entries = run({"format": {"system_prompt": "Think, then answer."}}, default_workflow_type="math_workflow")
-    assert entries["buffer.explorer_input.default_workflow_type"][0] == "dropped"
     assert native["data"]["system_prompt"] == "Think, then answer."
+    assert native["reward"]["custom_reward_function"]["name"] == "think_answer"  # its default reward, math_reward
 
 
 def test_the_tool_workflow_sets_rollout_multi_turn_from_workflow_args():
@@ -42,9 +39,6 @@ def test_other_workflows_and_reward_functions_are_refused_with_what_they_need():
         _, entries = run({"default_workflow_type": name})
         status, reason = entries["buffer.explorer_input.taskset.default_workflow_type"]
         assert status == "refused" and needle in reason, name
-    _, entries = run({"default_reward_fn_type": "math_reward"}, default_reward_fn_type="countdown_reward")
-    for key in ("buffer.explorer_input.taskset.default_reward_fn_type", "buffer.explorer_input.default_reward_fn_type"):
-        assert entries[key][0] == "refused" and "reward.custom_reward_function" in entries[key][1]
     _, entries = run({"workflow_args": {"x": 1}})
     assert entries["buffer.explorer_input.taskset.workflow_args.x"][0] == "refused"
 

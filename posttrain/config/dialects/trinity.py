@@ -116,7 +116,9 @@ def tasksets(ctx: Context) -> None:
                 continue
             _taskset(ctx, prefix, item, training=False)
             for name, value in item.items():  # what _taskset did not take: workflows and the like
-                if f"{prefix}.{name}" not in ctx.handled:
+                if name == "enable_progress_bar":
+                    ctx.drop(f"{prefix}.{name}", "a progress bar of Trinity-RFT's buffer reader: display only")
+                elif f"{prefix}.{name}" not in ctx.handled:
                     ctx.refuse(f"{prefix}.{name}", "an evaluation taskset's own setting beyond its files, format, repeat_times and rollout_args: posttrain validates data.val_files with the training stage's rollout path and reward.*", None, value)
 
 
@@ -246,9 +248,11 @@ RULES: dict[str, Rule] = {
     f"{_EVAL}": Rule("data.val_files, rollout.val_kwargs", "each evaluation taskset's files are appended to data.val_files; its repeat_times and rollout_args are the validation sampling", [{"path": _DATASET, "repeat_times": 2}]),
     "buffer.train_batch_size": Rule("actor.ppo_mini_batch_size", "experiences per optimizer step / algorithm.repeat_times (prompts; refused unless whole)", 8),
     "model.enable_prompt_truncation": Rule("data.filter_overlong_prompts", "true (Trinity-RFT's default): a prompt over max_prompt_tokens gets no sampled response in Trinity-RFT, so no training signal; posttrain leaves it out at load. false (let it through uncut) is refused", True),
-    f"{_IN}.default_workflow_type": Rule("rollout.multi_turn", "the workflow of tasksets that name none (posttrain.config.dialects.trinity_workflows): simple/math workflows are the single-turn rollout, posttrain_tool_workflow turns on tool calling (rollout.multi_turn); the others are refused naming what they need", "posttrain_tool_workflow", _WITH_PATH),
+    f"{_IN}.default_workflow_type": Rule("rollout.multi_turn, data.system_prompt, reward.custom_reward_function.name", "the workflow of tasksets that name none (posttrain.config.dialects.trinity_workflows): simple/math workflows are the single-turn rollout (math_workflow scores with math_reward, the think_answer scorer, and without a format.system_prompt sends the DeepSeek-R1 template as data.system_prompt), posttrain_tool_workflow turns on tool calling (rollout.multi_turn); the others are refused naming what they need", "posttrain_tool_workflow", _WITH_PATH),
     f"{_TS}.default_workflow_type": Rule("rollout.multi_turn", "this taskset's workflow, as buffer.explorer_input.default_workflow_type", "posttrain_tool_workflow", _WITH_PATH),
     f"{_TS}.workflow_args": Rule("rollout.multi_turn.*", "posttrain_tool_workflow's arguments are the rollout.multi_turn keys; the single-turn workflows take none", {"max_assistant_turns": 3}, _WITH_PATH + ((f"{_TS}.default_workflow_type", "posttrain_tool_workflow"),)),
+    f"{_IN}.default_reward_fn_type": Rule("reward.custom_reward_function.name", "the reward function of tasksets that name none: Trinity-RFT's math_reward and countdown_reward are posttrain's built-in think_answer and countdown_equation scorers (the same scores); the others are refused naming what they need (posttrain.config.dialects.trinity_workflows)", "math_reward", _WITH_PATH),
+    f"{_TS}.default_reward_fn_type": Rule("reward.custom_reward_function.name", "this taskset's reward function, as buffer.explorer_input.default_reward_fn_type", "countdown_reward", _WITH_PATH),
     f"{_IN}.default_eval_workflow_type": Rule(None, "the workflow of evaluation tasksets that name none: validation runs the training stage's own rollout path, so the workflows standing for it are accepted and change nothing, the others are refused", "simple_workflow", ((f"{_IN}.eval_tasksets", [{"path": _DATASET}]),)),
     "algorithm.policy_loss_fn_args": Rule("actor.clip_ratio*, actor.clip_ratio_c, actor.loss_agg_mode, actor.policy_loss.loss_args", "the policy loss's options: clip_range* and clip_ratio_c to the actor's clip fields, loss_agg_mode to the actor's, the rest to actor.policy_loss.loss_args (an option posttrain's loss does not declare is refused by name)", {"clip_range": 0.2}),
     "trainer.trainer_config": Rule("(each verl key's posttrain home)", "an inline verl trainer config, translated with the verl dialect (a value it sets wins over Trinity's derived defaults)", {"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}),

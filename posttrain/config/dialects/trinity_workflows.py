@@ -6,9 +6,12 @@ In Trinity-RFT a taskset names a workflow (``default_workflow_type``, else
 paths, chosen by the native config rather than by a class per task:
 
 - **single turn** (one response per prompt, scored by the reward function): Trinity's
-  ``simple_workflow`` and ``math_workflow`` (and their ``async_`` twins). ``math_workflow`` adds
-  Trinity's R1-style system prompt when the taskset gives none and scores with its math reward; it is
-  translated only when the taskset's ``format.system_prompt`` is set (the prompt then is the user's).
+  ``simple_workflow`` and ``math_workflow`` (and their ``async_`` twins). ``math_workflow`` scores
+  with ``math_reward`` unless the taskset names another reward, and with ``math_reward`` it puts the
+  DeepSeek-R1 template (posttrain.config.dialects.prompts.R1_SYSTEM_PROMPT) before the question when
+  the taskset's ``format.system_prompt`` is unset: ``data.system_prompt``. The messages are then
+  Trinity's: the system prompt, the question as the user turn, ``format.reply_prefix`` as the open
+  assistant turn.
 - **tool-using agent** (`rollout.multi_turn`, docs/agentic.md): posttrain's own name
   ``posttrain_tool_workflow``; its ``workflow_args`` are the ``rollout.multi_turn`` keys
   (tool_config_path, max_assistant_turns, ...).
@@ -17,17 +20,20 @@ paths, chosen by the native config rather than by a class per task:
   Trinity's environment workflows (frozen_lake_workflow, alfworld_workflow, ...) are refused with that
   pointer.
 
-Every other workflow is refused naming what it needs. Trinity's reward-function classes
-(``default_reward_fn_type``, ``reward_fn_args``) are refused: posttrain scores with
-``reward.custom_reward_function`` or ``reward.workers`` (built-in math, tasks, code, ... scorers).
+Every other workflow is refused naming what it needs. Trinity's registered reward functions
+(``default_reward_fn_type`` of the taskset, else of ``buffer.explorer_input``) are posttrain's built-in
+scorers of the same values (`REWARDS`), chosen by ``reward.custom_reward_function.name``; they take no
+``reward_fn_args``. The others are refused with what they would need (`REFUSED_REWARDS`). Evaluation
+tasksets are scored and prompted as the training taskset (posttrain validates with the stage's own
+reward and data settings): a different reward or system prompt there is refused as a conflict.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from posttrain.config.dialects.prompts import R1_SYSTEM_PROMPT
 from posttrain.config.dialects.translate import Context
-from posttrain.config.sections.buffer import REWARD_FN_REASON
 
 _IN = "buffer.explorer_input"
 SINGLE_TURN = ("simple_workflow", "async_simple_workflow")
@@ -54,13 +60,31 @@ REFUSED = {
              "and your own format.system_prompt"
        for name in ("math_boxed_workflow", "async_math_boxed_workflow", "math_eval_workflow", "async_math_eval_workflow")},
 }
+# Trinity-RFT's registered reward functions -> the posttrain built-in scorer giving the same scores
+# (posttrain.rewards.scorers.BUILTIN_SCORERS), and those refused with what they would need.
+REWARDS = {"math_reward": "think_answer", "countdown_reward": "countdown_equation"}
+_NATIVE_REWARD = "reward.custom_reward_function.name"
+_MATH_NATIVE = "posttrain's math scorer (reward.custom_reward_function.name: math) compares the boxed answer symbolically with math-verify"
+REFUSED_REWARDS = {
+    "math_boxed_reward": "compares the last \\boxed{} answer with the truth after Trinity-RFT's own string normalisation (the "
+                         "Hendrycks MATH answer cleaning with its list of unit words and word-to-number conversion), which posttrain "
+                         f"does not carry; {_MATH_NATIVE}",
+    "math_dapo_reward": f"DAPO's math scoring with Trinity-RFT's answer normalisation, which posttrain does not carry; {_MATH_NATIVE}, "
+                        "and reward.overlong_buffer is DAPO's overlong penalty",
+    "accuracy_reward": f"math-verify with Trinity-RFT's own extraction settings (boxed answers first, no format part); {_MATH_NATIVE}",
+    "format_reward": "a format check alone; posttrain's think_answer scorer (reward.custom_reward_function.name: think_answer) adds "
+                     "the same +-0.1 format part to the answer's accuracy",
+    "rm_gallery_reward": "calls the RM-Gallery package's reward models, which posttrain does not run; a reward model is "
+                         "reward.reward_model, a per-response judge reward.workers.<name>.worker_cls: llm_judge",
+}
 
 
 def workflows(ctx: Context) -> None:
     """Translate or refuse the workflow, workflow_args and reward-function keys of every taskset."""
     default = _take(ctx, f"{_IN}.default_workflow_type")
     default_eval = _take(ctx, f"{_IN}.default_eval_workflow_type")
-    _reward_fn(ctx, _IN)
+    for name in ("default_reward_fn_type", "reward_fn_args"):
+        _take(ctx, f"{_IN}.{name}")
     taskset = ctx.get(f"{_IN}.taskset")
     if isinstance(taskset, dict):
         _one(ctx, f"{_IN}.taskset", taskset, default, f"{_IN}.default_workflow_type", training=True)
@@ -71,6 +95,7 @@ def workflows(ctx: Context) -> None:
         if isinstance(item, dict):
             key = f"{_IN}.default_eval_workflow_type" if default_eval is not None else f"{_IN}.default_workflow_type"
             _one(ctx, f"{_IN}.eval_tasksets[{i}]", item, default_eval or default, key, training=False)
+    _unused_default_reward(ctx)
 
 
 def _take(ctx: Context, key: str) -> Any:
@@ -79,35 +104,68 @@ def _take(ctx: Context, key: str) -> Any:
     return ctx.get(key)
 
 
-def _reward_fn(ctx: Context, prefix: str) -> None:
+def _own(ctx: Context, prefix: str, item: dict[str, Any], name: str) -> Any:
+    """The taskset's own ``name`` (read from the item: an evaluation taskset sits in a list), marked read."""
+    ctx.consume(f"{prefix}.{name}")
+    return item.get(name)
+
+
+def _reward_of(ctx: Context, prefix: str, item: dict[str, Any]) -> tuple[Any, str | None, dict[str, Any], str | None]:
+    """(reward type, the key naming it, reward_fn_args, the key holding them) of one taskset: its
+    own, else buffer.explorer_input's, as Trinity-RFT fills them in."""
+    name_key, args_key = f"{prefix}.default_reward_fn_type", f"{prefix}.reward_fn_args"
+    own, args = _own(ctx, prefix, item, "default_reward_fn_type"), _own(ctx, prefix, item, "reward_fn_args")
+    if own is None:
+        own, name_key = ctx.get(f"{_IN}.default_reward_fn_type"), f"{_IN}.default_reward_fn_type"
+    if args in (None, {}):
+        args, args_key = ctx.get(f"{_IN}.reward_fn_args"), f"{_IN}.reward_fn_args"
+    return own, (name_key if own is not None else None), args or {}, (args_key if args else None)
+
+
+def _reward(ctx: Context, prefix: str, item: dict[str, Any], workflow: Any, source: str) -> Any:
+    """Translate the taskset's reward function; returns its Trinity name (None: none named, and the
+    workflow has no default one)."""
+    name, key, args, args_key = _reward_of(ctx, prefix, item)
+    if name is None and workflow in MATH:
+        name = "math_reward"  # math_workflow's own default
+    if name is None:
+        return None
+    where = key or source
+    why = "" if key else f"{workflow}'s default reward function"
+    if name in REWARDS:
+        ctx.set(_NATIVE_REWARD, REWARDS[name], where, why or f"Trinity-RFT's {name}: the built-in scorer of the same scores")
+        if args_key is not None:
+            ctx.refuse(args_key, f"{name} ({REWARDS[name]}) takes no arguments", None, args)
+    else:
+        reason = REFUSED_REWARDS.get(name, f"unknown to posttrain; the reward functions it translates are {list(REWARDS)}")
+        ctx.refuse(where, f"reward function {name!r}: {reason}", _NATIVE_REWARD, name)
+        if args_key is not None:
+            ctx.drop(args_key, f"the arguments of {name}, which is refused")
+    return name
+
+
+def _unused_default_reward(ctx: Context) -> None:
+    """buffer.explorer_input's reward keys when no taskset read them (e.g. an SFT file): reported."""
     for name in ("default_reward_fn_type", "reward_fn_args"):
-        key = f"{prefix}.{name}"
-        value = _take(ctx, key)
-        if value in (None, {}, ""):
-            continue
-        ctx.refuse(key, REWARD_FN_REASON, None, value)
+        key = f"{_IN}.{name}"
+        value = ctx.get(key)
+        if value not in (None, {}, "") and not any(e.key == key for e in ctx.report.entries):
+            ctx.refuse(key, "no taskset is explored with it here: posttrain scores an RL stage's responses with reward.*", None, value)
 
 
 def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inherited_key: str, training: bool) -> None:
-    """One taskset's workflow (its own, else the inherited default) and its workflow_args."""
+    """One taskset's workflow (its own, else the inherited default), workflow_args and reward function."""
     key = f"{prefix}.default_workflow_type"
-    own = _take(ctx, key)
+    own = _own(ctx, prefix, item, "default_workflow_type")
     name = own if own is not None else inherited
     source = key if own is not None else inherited_key
-    args = _take(ctx, f"{prefix}.workflow_args") or {}
-    _reward_fn(ctx, prefix)
-    if name is None or name in SINGLE_TURN:
-        if name is not None:
-            ctx.drop(source, "posttrain's single-turn rollout: one response per prompt, scored by the reward function")
-        _no_args(ctx, prefix, args, name)
-    elif name in MATH:
-        if (item.get("format") or {}).get("system_prompt") is None:
-            ctx.refuse(source, f"{name} adds Trinity's R1 system prompt (think/answer tags) when the taskset has none; set "
-                               f"{prefix}.format.system_prompt to the prompt you want (then it is the single-turn rollout)", None, name)
-        else:
-            ctx.drop(source, "posttrain's single-turn rollout, with the taskset's format.system_prompt")
+    args = _own(ctx, prefix, item, "workflow_args") or {}
+    if name is None or name in SINGLE_TURN + MATH:
+        reward = _reward(ctx, prefix, item, name, source)
+        _single_turn(ctx, prefix, item, name, source, reward)
         _no_args(ctx, prefix, args, name)
     elif name == TOOLS:
+        _reward(ctx, prefix, item, name, source)
         if not training:
             ctx.drop(source, "evaluation uses the training stage's tool calling (rollout.multi_turn)")
             return
@@ -118,8 +176,27 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
             else:
                 ctx.refuse(f"{prefix}.workflow_args.{arg}", f"{TOOLS} takes the rollout.multi_turn keys {list(TOOL_ARGS)}", None, value)
     else:
+        _, key_read, _, args_read = _reward_of(ctx, prefix, item)
+        for read in (key_read, args_read):  # the reward of a refused workflow: named with it, not run
+            if read is not None:
+                ctx.drop(read, f"the reward function of workflow {name!r} at {source}, which is refused")
         reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH) + [TOOLS]}")
         ctx.refuse(source, f"workflow {name!r}: {reason}", None, name)
+
+
+def _single_turn(ctx: Context, prefix: str, item: dict[str, Any], name: Any, source: str, reward: Any) -> None:
+    """simple/math workflow: the single-turn rollout; math_workflow with math_reward and no system
+    prompt of the taskset's own sends the R1 template as the system message."""
+    if name is None:
+        return
+    if name in MATH and reward == "math_reward" and (item.get("format") or {}).get("system_prompt") is None:
+        ctx.set("data.system_prompt", R1_SYSTEM_PROMPT, source,
+                f"{name} with math_reward and no format.system_prompt: the DeepSeek-R1 template (posttrain.config.dialects.prompts.R1_SYSTEM_PROMPT)")
+    else:
+        system = (item.get("format") or {}).get("system_prompt")
+        note = "" if name not in MATH else (", with the taskset's format.system_prompt" if system is not None
+                                            else f" ({name} adds its system prompt only with math_reward)")
+        ctx.drop(source, "posttrain's single-turn rollout: one response per prompt, scored by the reward function" + note)
 
 
 def _no_args(ctx: Context, prefix: str, args: dict[str, Any], name: Any) -> None:

@@ -74,8 +74,4 @@ class BufferConfig:
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
-REWARD_FN_REASON = ("Trinity-RFT's reward-function classes are not translated: posttrain scores with reward.custom_reward_function (a file's function) or reward.workers (built-in scorers: tasks, math, multiple_choice, code, ifeval)")
-UNSUPPORTED: dict[str, str] = {
-    "trinity:buffer.explorer_input.default_reward_fn_type": REWARD_FN_REASON,
-    "trinity:buffer.explorer_input.taskset.default_reward_fn_type": REWARD_FN_REASON,
-}
+UNSUPPORTED: dict[str, str] = {}
