@@ -40,7 +40,7 @@ from posttrain.errors import ConfigError
 
 STEPS = 2
 BATCH = 2  # prompts per step
-PROMPT_LENGTH, RESPONSE_LENGTH = 256, 16
+PROMPT_LENGTH, RESPONSE_LENGTH = 512, 16  # prompt room for a system prompt such as the R1 template (~440 tiny-tokenizer tokens)
 # Refusals that only say what this machine lacks: the engine, the training backend, the devices.
 _MACHINE = re.compile(r"vLLM|SGLang|TensorRT|asynchronous rollout server|Megatron|DeepSpeed|engine\(s\) × tensor_parallel_size|"
                       r"NPU|roles on different devices|beside training on|of cluster.nnodes × cluster.n_gpus_per_node|"

@@ -193,7 +193,7 @@ def test_trinity_critic_and_dynamic_batching_defaults(tmp_path):
     # ceil(2 x max_model_len / ulysses_sequence_parallel_size); both apply to actor and critic, a
     # budget below max_model_len / sp is raised to it, and the critic's mini-batch is the actor's.
     raw = {"algorithm": {"algorithm_type": "ppo", "repeat_times": 4}, "model": {"max_model_len": 100},
-           "buffer": {"batch_size": 8, "train_batch_size": 16}}
+           "buffer": {"batch_size": 4, "train_batch_size": 16}}
     native, _ = translate(raw, "trinity")
     for role in ("actor", "critic"):
         assert (native[role]["use_dynamic_bsz"], native[role]["ppo_max_token_len_per_gpu"], native[role]["ppo_mini_batch_size"]) == (True, 200, 4)

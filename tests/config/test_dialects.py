@@ -161,7 +161,14 @@ def test_trinity_frozen_lake_env_path(tmp_path, monkeypatch):
     assert foreign.native["rollout"]["val_kwargs"] == {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "do_sample": True, "n": 4}
 
 
-@pytest.mark.parametrize("name", [ROLL_RLVR, ROLL_SOKOBAN, TRINITY_GSM8K, TRINITY_LAKE])
+def test_convert_cli_translates_every_key_of_trinitys_gsm8k(tmp_path, capsys):
+    out = tmp_path / "native.yaml"
+    assert main(["config", "convert", str(REFERENCE / TRINITY_GSM8K), str(out)]) == 0  # math_workflow: R1 prompt, think_answer
+    text = out.read_text()
+    assert "# REFUSED" not in text and "think_answer" in text and "0 refused" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", [ROLL_RLVR, ROLL_SOKOBAN, TRINITY_LAKE])
 def test_convert_cli_on_reference_configs(name, tmp_path, capsys):
     out = tmp_path / "native.yaml"
     assert main(["config", "convert", str(REFERENCE / name), str(out)]) == 1  # written, with refused keys

@@ -82,14 +82,19 @@ def test_smoke_a_trinity_config(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("TRINITY_TASKSET_PATH", raising=False)
     monkeypatch.delenv("TRINITY_MODEL_PATH", raising=False)
     config = str(CORPUS / "trinity/grpo_gsm8k/gsm8k.yaml")
-    # Trinity's math workflow is not implemented (decoupled explorer/trainer issue): deleted here
-    rc = main(["smoke", "--workdir", str(tmp_path / "w"), "--dialect", "trinity", config, "~buffer.explorer_input.default_workflow_type"])
+    # its math_workflow scores with think_answer (accuracy + format); a short system prompt of the
+    # taskset's own stands in for the R1 template (tests/config/test_trinity_math.py) to keep prompts
+    # short, and the evaluation taskset, which would still get the R1 template, is left out
+    rc = main(["smoke", "--workdir", str(tmp_path / "w"), "--dialect", "trinity", config,
+               "buffer.explorer_input.taskset.format.system_prompt=Think then answer.", "~buffer.explorer_input.eval_tasksets"])
     out = capsys.readouterr().out
     assert rc == 0, out
     # Trinity's 2 devices: a trainer on one and the engine on the other (a split placement), here one CPU process
     assert 'cluster: {"nnodes": 1, "n_gpus_per_node": 2, "device_mapping": {"a... -> one CPU process' in out
     assert "rollout.n: 8 -> 2" in out and "data.train_files: " in out
-    assert [m["step"] for m in metrics(tmp_path / "w") if "actor/pg_loss" in m] == [1, 2]
+    steps = [m for m in metrics(tmp_path / "w") if "actor/pg_loss" in m]
+    assert [m["step"] for m in steps] == [1, 2]
+    assert all("reward/format_score" in m and "reward/accuracy" in m for m in steps)  # the scorer's two parts
 
 
 def test_smoke_config_substitutes_an_npu_profiler_and_out_of_run_steps(tmp_path):

@@ -26,6 +26,7 @@ from posttrain.config.dialects.lora import trinity_lora
 from posttrain.config.dialects.trinity_defaults import batching, kl_defaults, stage_kl_defaults
 from posttrain.config.dialects.source import resolve
 from posttrain.config.dialects.translate import Context, translate_dict
+from posttrain.config.dialects.trinity_batches import RULES as BATCH_RULES, batch_sizes, stage_batch_sizes
 from posttrain.config.dialects.trinity_workflows import workflows
 from posttrain.config.dialects.values import value_hook
 from posttrain.config.tables import Rule
@@ -173,29 +174,6 @@ def stages(ctx: Context) -> None:
     ctx.set("stages", out, "stages", "stage_name -> name; each stage's keys translated")
 
 
-def batch_sizes(ctx: Context) -> None:
-    """Trinity's optimizer step takes ``buffer.train_batch_size`` experiences (default ``batch_size x
-    repeat_times``: one step per explored batch); posttrain's ``actor.ppo_mini_batch_size`` counts
-    prompts, so it is that divided by ``repeat_times`` (Trinity-RFT's "Align with veRL" guide maps
-    buffer.batch_size/train_batch_size to verl's train_batch_size/ppo_mini_batch_size)."""
-    if "actor.ppo_mini_batch_size" in ctx.origin:  # set by trainer_config: that wins
-        return
-    repeat = ctx.get("algorithm.repeat_times", 1)
-    key = "buffer.train_batch_size"
-    if ctx.has(key):
-        ctx.consume(key)
-        experiences = ctx.get(key)
-        expert = ctx.origin.get("algorithm.mix.expert_batch_size")  # the mix types' expert rows ride along
-        if expert is not None and isinstance(experiences, int):
-            experiences -= expert[1]
-        if not isinstance(experiences, int) or not isinstance(repeat, int) or repeat < 1 or experiences % repeat:
-            ctx.refuse(key, f"{experiences!r} experiences is not a whole number of prompts at repeat_times {repeat!r}; set actor.ppo_mini_batch_size (prompts) yourself", "actor.ppo_mini_batch_size", experiences)
-            return
-        ctx.set("actor.ppo_mini_batch_size", experiences // repeat, key, f"{experiences} experiences / repeat_times {repeat}")
-    elif isinstance(ctx.get("buffer.batch_size"), int):
-        ctx.set("actor.ppo_mini_batch_size", ctx.get("buffer.batch_size"), "buffer.batch_size", "train_batch_size not given: Trinity-RFT takes one optimizer step per explored batch")
-
-
 def prompt_truncation(ctx: Context) -> None:
     """``model.enable_prompt_truncation``: Trinity-RFT does not generate for a prompt longer than
     max_prompt_tokens (true, its default): it cuts the prompt and records an experience with reward 0
@@ -246,7 +224,6 @@ RULES: dict[str, Rule] = {
     f"{_TS}.rollout_args.temperature": Rule("rollout.temperature", "sampling temperature of the training rollouts", 0.7, _WITH_PATH),
     f"{_TS}.format.prompt_type": Rule(None, "plaintext or messages: posttrain reads a string or a chat message list from data.prompt_key alike", "messages", _WITH_PATH),
     f"{_EVAL}": Rule("data.val_files, rollout.val_kwargs", "each evaluation taskset's files are appended to data.val_files; its repeat_times and rollout_args are the validation sampling", [{"path": _DATASET, "repeat_times": 2}]),
-    "buffer.train_batch_size": Rule("actor.ppo_mini_batch_size", "experiences per optimizer step / algorithm.repeat_times (prompts; refused unless whole)", 8),
     "model.enable_prompt_truncation": Rule("data.filter_overlong_prompts", "true (Trinity-RFT's default): a prompt over max_prompt_tokens gets no sampled response in Trinity-RFT, so no training signal; posttrain leaves it out at load. false (let it through uncut) is refused", True),
     f"{_IN}.default_workflow_type": Rule("rollout.multi_turn, data.system_prompt, reward.custom_reward_function.name", "the workflow of tasksets that name none (posttrain.config.dialects.trinity_workflows): simple/math workflows are the single-turn rollout (math_workflow scores with math_reward, the think_answer scorer, and without a format.system_prompt sends the DeepSeek-R1 template as data.system_prompt), posttrain_tool_workflow turns on tool calling (rollout.multi_turn); the others are refused naming what they need", "posttrain_tool_workflow", _WITH_PATH),
     f"{_TS}.default_workflow_type": Rule("rollout.multi_turn", "this taskset's workflow, as buffer.explorer_input.default_workflow_type", "posttrain_tool_workflow", _WITH_PATH),
@@ -257,9 +234,10 @@ RULES: dict[str, Rule] = {
     "algorithm.policy_loss_fn_args": Rule("actor.clip_ratio*, actor.clip_ratio_c, actor.loss_agg_mode, actor.policy_loss.loss_args", "the policy loss's options: clip_range* and clip_ratio_c to the actor's clip fields, loss_agg_mode to the actor's, the rest to actor.policy_loss.loss_args (an option posttrain's loss does not declare is refused by name)", {"clip_range": 0.2}),
     "trainer.trainer_config": Rule("(each verl key's posttrain home)", "an inline verl trainer config, translated with the verl dialect (a value it sets wins over Trinity's derived defaults)", {"actor_rollout_ref": {"actor": {"ppo_epochs": 2}}}),
     **EXPERIENCE_RULES,
+    **BATCH_RULES,
     **EXPLORER_RULES,
 }
 
 HANDLERS = [algorithm_type, engines, sample_strategy, auxiliary, kl_defaults, prompt_truncation, workflows, experience_files, tasksets, trainer_config, batch_sizes, batching, stages, trinity_lora]
 # A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).
-STAGE_HANDLERS = [stage_algorithm_type, engines, sample_strategy, auxiliary, stage_kl_defaults, prompt_truncation, workflows, stage_experience_files, tasksets, trainer_config, batch_sizes, stages, trinity_lora]
+STAGE_HANDLERS = [stage_algorithm_type, engines, sample_strategy, auxiliary, stage_kl_defaults, prompt_truncation, workflows, stage_experience_files, tasksets, trainer_config, stage_batch_sizes, stages, trinity_lora]

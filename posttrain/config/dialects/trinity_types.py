@@ -176,6 +176,11 @@ def _expert(ctx: Context, name: str) -> None:
         ctx.refuse(TYPE_KEY, f"{name} needs its expert data: {aux}.{buffer_name} (an SFT dataset)", "algorithm.mix.expert_files", name)
         return
     prefix = f"{aux}.{buffer_name}"
+    # the rows per step, before the files: a missing file leaves the batch arithmetic intact
+    repeat = ctx.get("algorithm.repeat_times", 1)
+    total = ctx.get("buffer.train_batch_size") or (ctx.get("buffer.batch_size", 1) * repeat)
+    rows = math.ceil(ratio * total)
+    ctx.set("algorithm.mix.expert_batch_size", rows, f"{args}.expert_data_ratio", f"ceil({ratio} x train_batch_size {total}), Trinity-RFT's mix sample strategy")
     try:
         files = data_files(buf.get("path"), buf.get("split", "train"), buf.get("subset_name"))
     except ValueError as err:
@@ -188,10 +193,6 @@ def _expert(ctx: Context, name: str) -> None:
             ctx.refuse(f"{prefix}.{other}", "no posttrain equivalent for an expert buffer (it is read as a file of SFT rows)", None, buf[other])
     if buf.get("storage_type", "file") != "file":
         ctx.refuse(f"{prefix}.storage_type", "an expert buffer is read from files here", None, buf.get("storage_type"))
-    repeat = ctx.get("algorithm.repeat_times", 1)
-    total = ctx.get("buffer.train_batch_size") or (ctx.get("buffer.batch_size", 1) * repeat)
-    rows = math.ceil(ratio * total)
-    ctx.set("algorithm.mix.expert_batch_size", rows, f"{args}.expert_data_ratio", f"ceil({ratio} x train_batch_size {total}), Trinity-RFT's mix sample strategy")
 
 
 def _expert_format(ctx: Context, prefix: str, buf: dict[str, Any]) -> None:
