@@ -200,3 +200,13 @@ def test_the_printed_table():
     text = format_table(EvalResult("g.parquet", [SourceScore("a", 2, 4, 0.5)], failures=0))
     assert text == ("metric          rows  responses     score\n"
                     "test_score/a       2          4    0.5000\n")
+
+
+def test_a_built_in_scorer_named_by_the_function_name_scores_any_data_source(tmp_path, capsys):
+    # reward.custom_reward_function.name with no path: that built-in for every row (here think_answer:
+    # accuracy + 0.1 for the think/answer layout, - 0.1 without it)
+    _parquet(tmp_path / "gen.parquet", [{"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "#### 72"},
+                                         "responses": ["<think>48+24</think><answer>72</answer>", "72"]}])
+    code, out, err = _eval(tmp_path, capsys, "eval.path=gen.parquet", "reward.custom_reward_function.name=think_answer")
+    assert code == 0, err
+    assert _table(out) == {"test_score/openai/gsm8k": (1, 2, 1.0)}  # (1.1 + 0.9) / 2

@@ -56,8 +56,8 @@ REFUSED = {
        for name in ("math_ruler_workflow", "async_math_ruler_workflow", "math_trainable_ruler_workflow", "rubric_judge_workflow")},
     **{name: "needs a reward model scoring inside the workflow; use reward.reward_model (or reward.workers) with simple_workflow"
        for name in ("math_rm_workflow", "async_math_rm_workflow")},
-    **{name: "boxed-answer prompting and scoring: use simple_workflow with the math scorer (reward.workers.<name>.worker_cls: math) "
-             "and your own format.system_prompt"
+    **{name: "boxed-answer prompting and scoring with Trinity-RFT's answer cleaning: use simple_workflow with posttrain's math "
+             "scorer (reward.custom_reward_function.name: math) and your own format.system_prompt"
        for name in ("math_boxed_workflow", "async_math_boxed_workflow", "math_eval_workflow", "async_math_eval_workflow")},
 }
 # Trinity-RFT's registered reward functions -> the posttrain built-in scorer giving the same scores
@@ -66,9 +66,9 @@ REWARDS = {"math_reward": "think_answer", "countdown_reward": "countdown_equatio
 _NATIVE_REWARD = "reward.custom_reward_function.name"
 _MATH_NATIVE = "posttrain's math scorer (reward.custom_reward_function.name: math) compares the boxed answer symbolically with math-verify"
 REFUSED_REWARDS = {
-    "math_boxed_reward": "compares the last \\boxed{} answer with the truth after Trinity-RFT's own string normalisation (the "
-                         "Hendrycks MATH answer cleaning with its list of unit words and word-to-number conversion), which posttrain "
-                         f"does not carry; {_MATH_NATIVE}",
+    "math_boxed_reward": "compares the last \\boxed{} answer with the truth as strings after Trinity-RFT's answer cleaning "
+                         "(Qwen2.5-Math's evaluation normalisation, with its list of unit words and word-to-number conversion), "
+                         f"which posttrain does not carry; {_MATH_NATIVE}",
     "math_dapo_reward": f"DAPO's math scoring with Trinity-RFT's answer normalisation, which posttrain does not carry; {_MATH_NATIVE}, "
                         "and reward.overlong_buffer is DAPO's overlong penalty",
     "accuracy_reward": f"math-verify with Trinity-RFT's own extraction settings (boxed answers first, no format part); {_MATH_NATIVE}",
