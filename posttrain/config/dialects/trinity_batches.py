@@ -95,6 +95,11 @@ def _sizes(ctx: Context, stage: bool) -> None:
         _both(ctx, given, explored, repeat, expert, stage)
 
 
+def experiences_of(explored: Any, expert: Any) -> Any:
+    """train_batch_size as written: the explored experiences plus the mix types' expert rows."""
+    return explored + expert[1] if expert is not None and isinstance(explored, int) else explored
+
+
 def _tasks_unused(ctx: Context, why: str) -> None:
     if ctx.has(TASKS):
         ctx.consume(TASKS)
@@ -117,8 +122,10 @@ def _both(ctx: Context, given: bool, explored: Any, repeat: int, expert: Any, st
     tasks = ctx.get(TASKS, TRINITY_TASKS_DEFAULT)
     if not ctx.has(TASKS) and not stage and "data.train_batch_size" not in ctx.origin:
         ctx.set("data.train_batch_size", TRINITY_TASKS_DEFAULT, TASKS, "Trinity-RFT's default batch_size (not written in the file)")
-    if not _whole(tasks):
-        return  # the one-to-one rule of buffer.batch_size refuses it by name
+    if not _whole(tasks):  # the one-to-one rule of buffer.batch_size refuses it by name
+        if given:
+            ctx.refuse(KEY, f"read against buffer.batch_size, which is not a whole number of tasks ({tasks!r})", _MINI, experiences_of(explored, expert))
+        return
     if not given:
         ctx.set(_MINI, tasks, TASKS, "train_batch_size not given: Trinity-RFT's default batch_size x repeat_times, one optimizer step per explored batch")
         return
