@@ -145,12 +145,13 @@ def _reward(ctx: Context, prefix: str, item: dict[str, Any], workflow: Any, sour
 
 
 def _unused_default_reward(ctx: Context) -> None:
-    """buffer.explorer_input's reward keys when no taskset read them (e.g. an SFT file): reported."""
+    """buffer.explorer_input's reward keys when no taskset read them (e.g. an SFT file): Trinity-RFT
+    calls the reward only in the workflows of tasksets, so they change nothing there either."""
     for name in ("default_reward_fn_type", "reward_fn_args"):
         key = f"{_IN}.{name}"
         value = ctx.get(key)
         if value not in (None, {}, "") and not any(e.key == key for e in ctx.report.entries):
-            ctx.refuse(key, "no taskset is explored with it here: posttrain scores an RL stage's responses with reward.*", None, value)
+            ctx.drop(key, "no taskset names a workflow that would call it (Trinity-RFT calls reward functions in taskset workflows only)")
 
 
 def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inherited_key: str, training: bool) -> None:
