@@ -48,3 +48,13 @@ def test_countdown_equation_scores(response, score):
 def test_the_scorers_are_built_ins_by_name():
     assert load_scorer("think_answer", {}, "k")("", "<answer>2</answer>", "2") == {"score": 0.9, "accuracy": 1.0, "format_score": -0.1}
     assert load_scorer("countdown_equation", {}, "k")("", "<answer>1+2</answer>", '{"target": 3, "numbers": [1, 2]}') == {"score": 1.0}
+
+
+def test_the_docstring_examples_hold():
+    import doctest
+
+    import posttrain.rewards.countdown_equation as countdown
+    import posttrain.rewards.think_answer as think
+
+    for module in (think, countdown):
+        assert doctest.testmod(module).failed == 0, module.__name__
