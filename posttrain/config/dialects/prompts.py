@@ -8,10 +8,6 @@ it as one paragraph followed by ``User: prompt. Assistant:``; here it is the sys
 prompt (the user turn and the assistant header come from the chat template), with the two tag
 examples on lines of their own and a closing newline, which is how Trinity-RFT's ``math_workflow``
 lays it out: the same characters give the same tokens.
-
-``BOXED_COT_PROMPT`` is the chain-of-thought instruction of Qwen2.5-Math's evaluation (Yang et al.
-2024, "Qwen2.5-Math Technical Report", arXiv:2409.12122): reason step by step and put the final answer
-in ``\\boxed{}``; Trinity-RFT's ``math_boxed_workflow`` uses it as its default system prompt.
 """
 
 from __future__ import annotations
@@ -24,8 +20,3 @@ R1_SYSTEM_PROMPT = (
     "<think> reasoning process here </think>\n"
     "<answer> answer here </answer>.\n"
 )
-
-BOXED_COT_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
-
-#: The prompts by the name a reader meets them under.
-NAMED_PROMPTS = {"r1": R1_SYSTEM_PROMPT, "boxed_cot": BOXED_COT_PROMPT}
