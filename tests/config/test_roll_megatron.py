@@ -107,6 +107,20 @@ def test_the_moe_router_loss_is_honoured_at_zero_only():
     assert report.entry("actor_train.model_args.moe_aux_loss_coef").status == "dropped"
 
 
+def test_an_moe_model_on_this_machine_is_known_from_its_config(tmp_path):
+    # expert_model_parallel_size 1 says nothing; the model's config.json (a nested text config too) does
+    model = tmp_path / "moe"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "qwen3_vl_moe", "text_config": {"num_experts": 8, "router_aux_loss_coef": 0.001}}')
+    _, report = _role({"expert_model_parallel_size": 1}, model_args={"model_name_or_path": str(model)})
+    entry = report.entry(f"{BASE}.moe_aux_loss_coeff")
+    assert entry.status == "refused" and "router_aux_loss_coef 0.001" in entry.reason
+    _, report = _role({"moe_aux_loss_coeff": 0}, model_args={"model_name_or_path": str(model)})
+    assert not report.refused
+    (model / "config.json").write_text('{"model_type": "qwen2", "num_hidden_layers": 2}')  # dense: no router
+    assert not _role({}, model_args={"model_name_or_path": str(model)})[1].refused
+
+
 @pytest.mark.parametrize(("options", "name", "key", "words"), [
     ({"moe_expert_capacity_factor": 1.0}, "megatron_train", "moe_expert_capacity_factor", "drops the tokens"),
     ({"fp8": "e4m3"}, "megatron_train", "fp8", "no counterpart"),

@@ -30,13 +30,16 @@ mcore_adapter/training_args.py). What each option does to the numbers decides it
   training, with ``moe_aux_loss_coeff`` (else ``model_args.moe_aux_loss_coef``, else the model's
   ``router_aux_loss_coef`` for the Qwen-MoE and Mixtral families). posttrain adds no router loss (nor
   do ROLL's FSDP2 and DeepSpeed strategies, which read the logits only), so a coefficient of 0 is
-  honoured, another refused, and a trained role with experts split over devices (the file's sign of
-  an MoE model) is refused unless the coefficient is 0.
+  honoured, another refused, and a trained role whose model is an MoE one is refused unless the
+  coefficient is 0: known from the file when experts are split over devices, else from the model's
+  config.json when the model is on this machine (as on the cluster that runs it).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from posttrain.config.dialects.translate import Context
@@ -185,6 +188,47 @@ def _aux_loss(ctx: Context, role: str, base: str, leaves: dict[str, Any]) -> Non
         ctx.refuse(f"{base}.expert_model_parallel_size",
                    f"{ep}: experts split over devices mean a mixture-of-experts model, to whose loss megatron_train adds the router's load-balancing "
                    f"loss (coefficient: the model's router_aux_loss_coef, e.g. 0.001 for Qwen3-MoE); posttrain adds no router loss: {how}", None, ep)
+        return
+    found = _model_router_coefficient(ctx.get(f"{role}.model_args.model_name_or_path") or ctx.get("pretrain"))
+    if found is not None:  # the model is here (a run's machine): its config says whether it routes with a loss
+        path, coef = found
+        ctx.refuse(f"{base}.moe_aux_loss_coeff", f"not set: the model {path} is a mixture-of-experts model with router_aux_loss_coef {coef}, which "
+                   f"megatron_train adds to the loss as the router's load-balancing loss; posttrain adds no router loss: {how}", None, None)
+
+
+def _model_router_coefficient(path: Any) -> tuple[str, float] | None:
+    """(path, router_aux_loss_coef) when the role's model is on this machine (a directory, or a hub
+    name in the local Hugging Face cache, read offline) and its config.json (or a nested text
+    config) has experts and a positive router_aux_loss_coef: the families whose coefficient
+    mcore_adapter hands Megatron (Qwen-MoE, Mixtral). None otherwise, as on a machine without it."""
+    if not isinstance(path, str) or not path:
+        return None
+    config_file = Path(path).expanduser() / "config.json"
+    if not config_file.is_file():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(path, "config.json")
+        except Exception:  # not a hub name: nothing cached under it
+            return None
+        if not isinstance(cached, str):
+            return None
+        config_file = Path(cached)
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError):
+        return None  # an unreadable config.json is the model loader's to report
+    nodes = [config]
+    while nodes:
+        node = nodes.pop()
+        if not isinstance(node, dict):
+            continue
+        experts = node.get("num_experts") or node.get("num_local_experts") or 0
+        coef = node.get("router_aux_loss_coef")
+        if isinstance(experts, int) and experts > 1 and isinstance(coef, (int, float)) and coef > 0:
+            return path, coef
+        nodes.extend(v for v in node.values() if isinstance(v, dict))
+    return None
 
 
 def moe_aux_loss_coef(ctx: Context, role: str) -> None:
