@@ -90,10 +90,12 @@ def megatron(ctx: Context, role: str, name: str) -> None:
         return
     leaves = _flat(options)
     cp = leaves.get("context_parallel_size", 1) or 1
+    trained = name == "megatron_train"
+    moe = ("; posttrain adds no MoE router load-balancing loss, which megatron_train adds to an MoE model's loss unless "
+           "moe_aux_loss_coeff is 0 (refused where the file or the model's config.json shows an MoE model)") if trained else ""
     ctx.set(f"{section}.strategy", "fsdp2", name_key,
             f"ROLL's {name} runs as posttrain's FSDP2 (torch fully_shard over the role's devices): its parallel layouts, "
-            "overlaps and fusions change where and how fast the same numbers are computed")
-    trained = name == "megatron_train"
+            f"overlaps and fusions change where and how fast the same numbers are computed{moe}")
     _precision(ctx, role, section, base, leaves)
     if trained:
         _aux_loss(ctx, role, base, leaves)
