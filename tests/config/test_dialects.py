@@ -72,11 +72,13 @@ def test_roll_rlvr_translation_names_keys():
     report = read_foreign(REFERENCE / ROLL_RLVR).report
     mini = _entry(report, "actor_train.training_args.gradient_accumulation_steps")
     assert (mini.status, mini.native, mini.value) == ("translated", "actor.ppo_mini_batch_size", 64)  # 1 x 32 x 16 devices / 8
-    gc = _entry(report, "actor_train.model_args.disable_gradient_checkpointing")
-    assert (gc.native, gc.value, gc.reason) == ("model.enable_gradient_checkpointing", True, "negated")
+    # megatron_train reads recompute_granularity (full here), not model_args.disable_gradient_checkpointing (false)
+    assert _entry(report, "actor_train.model_args.disable_gradient_checkpointing").status == "dropped"
+    gc = _entry(report, "actor_train.strategy_args.strategy_config.recompute_granularity")
+    assert (gc.native, gc.value) == ("model.enable_gradient_checkpointing", True)
     assert _entry(report, "track_with").value == ["console", "jsonl", "tensorboard"]
     megatron = _entry(report, "actor_train.strategy_args.strategy_name")
-    assert megatron.status == "refused" and "Megatron backends are not provided" in megatron.reason
+    assert (megatron.status, megatron.native, megatron.value) == ("translated", "actor.strategy", "fsdp2")
     vllm = _entry(report, "actor_infer.strategy_args.strategy_name")
     assert (vllm.status, vllm.native, vllm.value) == ("translated", "rollout.name", "vllm")
     # strategy_config goes to the vLLM constructor: rollout keys where posttrain has them, the rest as they are
@@ -299,7 +301,7 @@ def test_refused_keys_make_one_message_naming_each(tmp_path, capsys):
         pretrain: {tmp_path}/model
         rollout_batch_size: 8
         actor_train:
-          strategy_args: {{strategy_name: megatron_train}}
+          strategy_args: {{strategy_name: megatron_infer}}
         actor_infer:
           strategy_args: {{strategy_name: vllm}}
         my_own_knob: 3
@@ -307,7 +309,7 @@ def test_refused_keys_make_one_message_naming_each(tmp_path, capsys):
     with pytest.raises(ConfigError) as err:
         load_config(path)
     problems = err.value.problems
-    assert f"{path}: actor_train.strategy_args.strategy_name: not supported: Megatron backends are not provided" in problems[0]
+    assert f"{path}: actor_train.strategy_args.strategy_name (posttrain: actor.strategy): ROLL runs actor_train with megatron_train, not megatron_infer" in problems[0]
     assert problems[1].startswith(f"{path}: my_own_knob: no posttrain equivalent")
     assert "posttrain config convert" in problems[2] and len(problems) == 3
     assert main(["train", str(path)]) == 2  # one message, nothing trained or written

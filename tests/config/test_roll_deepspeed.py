@@ -140,7 +140,7 @@ def test_stages_offload_and_precision_translate_per_deepspeed():
     ({"zero_optimization": {"stage": 3}, "gradient_accumulation_steps": 8}, "deepspeed_train", "gradient_accumulation_steps", "equals training_args"),
     ({}, "deepspeed_train", "zero_optimization.stage", "ZeRO stage 1, 2 or 3 only"),
     ({"zero_optimization": {"stage": 2}}, "deepspeed_infer", "strategy_name", "with deepspeed_train, not deepspeed_infer"),
-    ({"zero_optimization": {"stage": 3}}, "diffusion_deepspeed_train", "strategy_name", "to which ROLL's DeepSpeed and FSDP2 strategies translate"),
+    ({"zero_optimization": {"stage": 3}}, "diffusion_deepspeed_train", "strategy_name", "to which ROLL's DeepSpeed, FSDP2 and Megatron strategies translate"),
 ])
 def test_options_posttrain_cannot_honour_are_refused(options, name, key, words):
     _, report = _actor(options, name)
@@ -149,15 +149,15 @@ def test_options_posttrain_cannot_honour_are_refused(options, name, key, words):
     assert entry is not None and entry.status == "refused" and words in entry.reason, report.refused
 
 
-def test_refusals_name_the_key_and_megatron_stays_refused(tmp_path):
-    path = _pipeline(tmp_path, "deepspeed_zero3", extra="reference:\n  strategy_args: {strategy_name: megatron_infer}\n")
+def test_refusals_name_the_key_and_a_mismatched_strategy_stays_refused(tmp_path):
+    path = _pipeline(tmp_path, "deepspeed_zero3", extra="reference:\n  strategy_args: {strategy_name: megatron_train}\n")
     (tmp_path / "config" / "deepspeed_zero3.yaml").write_text(ZERO3.replace("enabled: false", "enabled: true"))
     with pytest.raises(ConfigError) as err:
         load_config(path, dialect="roll")
     text = str(err.value)
     assert "actor_train.strategy_args.strategy_config.fp16.enabled (posttrain: " in text and "loss scaling" in text
     assert "initial_scale_power" not in text  # fp16's own options follow fp16.enabled: one refusal
-    assert "reference.strategy_args.strategy_name" in text and "Megatron backends are not provided" in text
+    assert "reference.strategy_args.strategy_name" in text and "ROLL runs reference with megatron_infer, not megatron_train" in text
 
 
 def test_a_missing_deepspeed_preset_says_where_it_went(tmp_path):

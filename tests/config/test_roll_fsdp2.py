@@ -91,8 +91,7 @@ def test_a_roll_file_loads_and_its_settings_reach_the_sharding_backend(tmp_path)
     ({"param_dtype": "fp16"}, "fsdp2_train", "param_dtype", "loss scaling"),
     ({"reduce_dtype": "int8"}, "fsdp2_train", "reduce_dtype", "expected bf16 or float32"),
     ({"fsdp_size": 6}, "fsdp2_train", "fsdp_size", "does not divide the role's 16 devices"),
-    ({"ep_size": 8, "efsdp_size": 2}, "fsdp2_train", "ep_size", "expert parallelism is not provided"),
-    ({"ep_size": 8, "efsdp_size": 2}, "fsdp2_train", "efsdp_size", "expert parallelism is not provided"),
+    ({"ep_size": "8"}, "fsdp2_train", "ep_size", "expected a whole number of devices"),
     ({"cpu_offload_grads": True}, "fsdp2_train", "cpu_offload_grads", "no counterpart"),
     ({"offload_policy": "cpu"}, "fsdp2_train", "offload_policy", "expected true or false"),
     ({"wrap_policy": {"transformer_layer_cls_to_wrap": [1]}}, "fsdp2_train", "wrap_policy.transformer_layer_cls_to_wrap", "module class name"),
@@ -103,6 +102,14 @@ def test_options_posttrain_cannot_honour_are_refused(options, name, key, words):
     full = f"actor_train.strategy_args.{key}" if key == "strategy_name" else f"{BASE}.{key}"
     entry = report.entry(full)
     assert entry is not None and entry.status == "refused" and words in entry.reason, report.refused
+
+
+def test_expert_parallelism_is_dropped_as_placement():
+    # ROLL's all-to-all dispatch is dropless: the experts' placement changes no value, as for Megatron's EP
+    native, report = _role({"ep_size": 8, "efsdp_size": 2, "moe_use_grouped_mm": True})
+    assert not report.refused and native["actor"]["strategy"] == "fsdp2" and "fsdp_config" not in native["actor"]
+    assert "dropless" in report.entry(f"{BASE}.ep_size").reason
+    assert report.entry(f"{BASE}.efsdp_size").status == "dropped"
 
 
 def test_moe_options_without_expert_parallelism_are_dropped():

@@ -72,7 +72,7 @@ def test_smoke_a_roll_dpo_config(tmp_path, capsys):
     rc = main(["smoke", "--workdir", str(tmp_path / "w"), "--dialect", "roll", config])
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert 'actor_train.strategy_args.strategy_name: "megatron_train" -> left out (torch trains here, in one CPU process)' in out
+    assert "strategy_name" not in out  # megatron_train / megatron_infer translate onto FSDP2: nothing to substitute
     assert "trainer.tracker_kwargs: " in out  # its TensorBoard folder is the cluster's
     assert not Path("/data/oss_bucket_0").exists()
     assert len([m for m in metrics(tmp_path / "w") if "step" in m]) >= 2

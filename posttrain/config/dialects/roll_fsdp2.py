@@ -18,8 +18,11 @@ ROLL's roll/distributed/strategy/fsdp2_strategy.py and roll/utils/fsdp_utils.py 
   ``_no_split_modules``, is its decoder layers, as posttrain's empty list is). Wrapping embeddings,
   the LM head or single MoE experts as units of their own only changes which parameters are gathered
   together, not the values computed.
-- Expert parallelism (``ep_size`` / ``efsdp_size`` above 1) is refused: posttrain shards MoE experts
-  with the rest of their decoder layer.
+- Expert parallelism (``ep_size``, with ``efsdp_size`` sharding each expert group) only places the
+  experts: ROLL's all-to-all dispatch is dropless (every token reaches its top-k experts, weighted as
+  in the unsplit layer), so it computes what posttrain computes with each MoE layer's experts kept in
+  its decoder layer's FSDP unit. Dropped, as Megatron's expert parallelism is
+  (posttrain.config.dialects.roll_megatron).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ _NO_EFFECT = {
     "apply_tiled_mlp": "computes each MLP in sequence chunks to lower peak memory: the same values (to float rounding); posttrain computes it whole",
     "tiled_num_shards": "the chunk count of apply_tiled_mlp: memory only",
     "model_type": "read by ROLL's tiled MLP only (memory only)",
-    "moe_use_grouped_mm": "read by ROLL only with expert parallelism (ep_size > 1), which posttrain refuses",
+    "moe_use_grouped_mm": "a grouped-matmul kernel for a rank's experts, read with expert parallelism only: the same values",
     "reduce_scatter_during_grad_accumulation": "when the gradients are reduce-scattered during accumulation: the same sums, a different schedule",
     "async_save_ckpt": "whether ROLL writes checkpoints in a background thread: the same files; posttrain writes them synchronously",
     "use_batched_model_update": "read nowhere in ROLL's source (8eb27cc); posttrain syncs weights to the rollout engine its own way",
@@ -116,8 +119,10 @@ def fsdp2(ctx: Context, role: str, section: str, name: str, devices: int) -> Non
                 ctx.drop(key, "1: no expert parallelism, as posttrain")
             elif sub == "efsdp_size" and ep == 1:
                 ctx.drop(key, "read by ROLL only with expert parallelism (ep_size > 1)")
+            elif isinstance(value, int) and not isinstance(value, bool) and value > 1:
+                ctx.drop(key, f"{value}: places the experts over devices; ROLL's all-to-all dispatch is dropless, so the values are the unsplit MoE layer's, which posttrain computes with each layer's experts in its decoder layer's FSDP unit")
             else:
-                ctx.refuse(key, "expert parallelism is not provided: posttrain shards MoE experts with the rest of their decoder layer (FSDP over all the role's devices); set it to 1", None, value)
+                ctx.refuse(key, f"expected a whole number of devices, got {value!r}", None, value)
         elif sub in _NO_EFFECT:
             ctx.drop(key, _NO_EFFECT[sub])
         else:
@@ -148,8 +153,8 @@ def rules() -> dict[str, Rule]:
         out[f"{base}.reshard_after_forward"] = Rule(f"{section}.fsdp_config.reshard_after_forward", "the same", False, (ctx_name,))
         out[f"{base}.offload_policy"] = Rule(f"{section}.fsdp_config.offload_policy", "the same (torch's CPU offload policy)", True, (ctx_name,))
         out[f"{base}.wrap_policy.transformer_layer_cls_to_wrap"] = Rule(f"{section}.fsdp_config.transformer_layer_cls_to_wrap", "the same class names", ["Qwen2DecoderLayer"], (ctx_name,))
-        out[f"{base}.ep_size"] = Rule(None, "1: nothing; above 1 refused (no expert parallelism)", 1, (ctx_name,))
-        out[f"{base}.efsdp_size"] = Rule(None, "read only with ep_size above 1, which is refused; 1: nothing", 1, (ctx_name,))
+        out[f"{base}.ep_size"] = Rule(None, "expert parallelism places the experts; ROLL's dispatch is dropless, so the values are the unsplit MoE layer's (posttrain keeps each layer's experts in its FSDP unit)", 8, (ctx_name,))
+        out[f"{base}.efsdp_size"] = Rule(None, "shards each expert group with ep_size above 1: placement only, the same values", 2, (ctx_name, (f"{base}.ep_size", 8)))
         for sub, why in _NO_EFFECT.items():
             out[f"{base}.{sub}"] = Rule(None, why, False, (ctx_name,))
     return out

@@ -32,11 +32,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from posttrain.config.dialects import roll_fsdp2
+from posttrain.config.dialects import roll_fsdp2, roll_megatron
 from posttrain.config.dialects.source import leaves as dotted_leaves
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.values import parse_device_list, roll_nodes
-from posttrain.config.sections.actor import megatron_backend
 from posttrain.config.tables import Rule
 
 # ROLL role -> posttrain section, and the DeepSpeed strategy names ROLL runs each with.
@@ -77,7 +76,7 @@ def device_count(ctx: Context, role: str) -> int:
 def train_strategy(ctx: Context) -> None:
     """Each role's ``strategy_name``: DeepSpeed -> FSDP2 (`deepspeed`), ROLL's FSDP2 -> FSDP2
     (posttrain.config.dialects.roll_fsdp2), hf_infer for the reference (a plain torch forward, what
-    posttrain runs) dropped, Megatron and others refused."""
+    posttrain runs) dropped, Megatron -> FSDP2 (posttrain.config.dialects.roll_megatron), others refused."""
     for role, (section, names) in ROLES.items():
         name_key = f"{role}.strategy_args.strategy_name"
         name = ctx.get(name_key)
@@ -91,10 +90,12 @@ def train_strategy(ctx: Context) -> None:
         elif isinstance(name, str) and name.startswith("fsdp2"):
             roll_fsdp2.fsdp2(ctx, role, section, name, device_count(ctx, role))
         elif isinstance(name, str) and name.startswith("megatron"):
-            ctx.refuse(name_key, f"not supported: {megatron_backend(section)}", None, name)
+            roll_megatron.megatron(ctx, role, name)
         else:
-            why = f"{name!r} for {role}: posttrain runs {section} with torch (FSDP across devices: {section}.strategy), to which ROLL's DeepSpeed and FSDP2 strategies translate"
+            why = f"{name!r} for {role}: posttrain runs {section} with torch (FSDP across devices: {section}.strategy), to which ROLL's DeepSpeed, FSDP2 and Megatron strategies translate"
             ctx.refuse(name_key, f"not supported: {why}", None, name)
+    for role in ROLES:
+        roll_megatron.moe_aux_loss_coef(ctx, role)
 
 
 def deepspeed(ctx: Context, role: str, section: str, names: tuple[str, ...], name: str) -> None:
@@ -210,7 +211,7 @@ def _rules() -> dict[str, Rule]:
         name_ctx = (f"{role}.strategy_args.strategy_name", names[0])
         stage3 = (f"{base}.zero_optimization.stage", 3)
         rules[f"{role}.strategy_args.strategy_name"] = Rule(
-            f"{section}.strategy", f"{' / '.join(names)} or {roll_fsdp2.NAMES[role]}: posttrain's FSDP2 (fsdp2), the DeepSpeed or FSDP2 options of strategy_config translated as their rows say; Megatron and the other strategies are refused", names[0], (stage3,))
+            f"{section}.strategy", f"{' / '.join(names)}, {roll_fsdp2.NAMES[role]} or {roll_megatron.NAMES[role][1]}: posttrain's FSDP2 (fsdp2), the DeepSpeed, FSDP2 or Megatron options of strategy_config translated as their rows say; other strategies are refused", names[0], (stage3,))
         rules[f"{base}.zero_optimization.stage"] = Rule(
             f"{section}.fsdp_config.reshard_after_forward", "3: true (full sharding); 1 or 2 on several devices: false (parameters gathered once per forward, kept until the backward); 0 refused, as ROLL asserts; deepspeed_infer: 3 only", 2,
             (name_ctx, (f"{role}.device_mapping", "list(range(0,2))")) if names[0] == "deepspeed_train" else (name_ctx,))
@@ -227,5 +228,5 @@ def _rules() -> dict[str, Rule]:
     return rules
 
 
-RULES = {**_rules(), **roll_fsdp2.rules()}
+RULES = {**_rules(), **roll_fsdp2.rules(), **roll_megatron.rules()}
 HANDLERS = [train_strategy]

@@ -66,39 +66,14 @@ class CheckpointConfig:
     load_contents: list[str] = param(factory=lambda: ["model", "optimizer", "extra"], doc="Parts restored on resume: model (hf_model is the same: the weights are a Hugging Face directory), optimizer, extra (LR schedule, generators, sampler and RNG); leaving one out continues without it, not exactly.", choices=["model", "optimizer", "extra", "hf_model"], refs=["verl:.load_contents"])
 
 
-_MEGATRON_STRATEGY_KEYS = (
-    "tensor_model_parallel_size",
-    "pipeline_model_parallel_size",
-    "expert_model_parallel_size",
-    "context_parallel_size",
-    "virtual_pipeline_model_parallel_size",
-    "sequence_parallel",
-    "recompute_granularity",
-    "moe_layer_recompute",
-    "moe_token_dispatcher_type",
-    "moe_grouped_gemm",
-    "moe_shared_expert_overlap",
-    "overlap_grad_reduce",
-    "use_distributed_optimizer",
-)
-
-
-def megatron_backend(section_name: str) -> str:
-    """Why a ROLL role's Megatron (or another non-DeepSpeed) strategy is refused."""
-    return f"Megatron backends are not provided: posttrain runs {section_name} with torch (FSDP across devices: {section_name}.strategy)"
-
-
 def roll_worker_unsupported(role: str, section_name: str) -> dict[str, str]:
-    """UNSUPPORTED entries for a ROLL worker (``actor_train``, ``reference``, ``critic``) trained or run
-    with ROLL's Megatron backend: its strategy options and parallel sizes. Its ``strategy_name``, and
-    DeepSpeed's and FSDP2's options, are rules of posttrain.config.dialects.roll_strategy and roll_fsdp2."""
-    out = {
-        f"roll:{role}.strategy_args.strategy_config": f"an option of ROLL's Megatron strategy: posttrain runs {section_name} with its own FSDP2, set by {section_name}.fsdp_config (DeepSpeed's and FSDP2's options are translated)",
+    """UNSUPPORTED entries for a ROLL worker (``actor_train``, ``reference``, ``critic``). Its
+    ``strategy_name`` and its DeepSpeed, FSDP2 and Megatron options are rules of
+    posttrain.config.dialects.roll_strategy, roll_fsdp2 and roll_megatron."""
+    return {
+        f"roll:{role}.strategy_args.strategy_config": f"options of a strategy posttrain does not translate: it runs {section_name} with its own FSDP2 (ROLL's DeepSpeed, FSDP2 and Megatron options are translated)",
         f"roll:{role}.world_size": "ROLL derives it from device_mapping; posttrain derives process counts from the cluster section",
     }
-    for key in _MEGATRON_STRATEGY_KEYS:
-        out[f"roll:{role}.strategy_args.strategy_config.{key}"] = f"Megatron parallelism is not provided: posttrain shards {section_name} with FSDP ({section_name}.fsdp_config)"
-    return out
 
 
 _PACKING = "ROLL's sequence packing (Megatron only in ROLL): posttrain packs the real tokens of a micro-batch with model.use_remove_padding and sizes micro-batches by tokens with actor.use_dynamic_bsz"

@@ -1,0 +1,300 @@
+"""ROLL's Megatron strategies run on posttrain's FSDP2.
+
+ROLL trains ``actor_train`` and ``critic`` with ``strategy_name: megatron_train`` and runs
+``reference`` with ``megatron_infer``. Both build mcore_adapter's ``TrainingArguments`` from the
+role's ``training_args`` updated by ``strategy_config``, then overwrite ``max_grad_norm`` with the
+pipeline's (roll/distributed/strategy/megatron_strategy.py; the fields are
+mcore_adapter/training_args.py). What each option does to the numbers decides its translation:
+
+- Parallel layouts (TP, PP, virtual PP, EP, sequence parallelism, the pipeline split and layout),
+  the distributed optimizer, overlap and kernel fusions change which device computes what, not what
+  is computed (to float rounding). posttrain's FSDP2 shards the role over the devices its
+  ``device_mapping`` gives; ROLL's optimizer-step arithmetic counts data-parallel ranks as devices /
+  (TP x PP x CP), which posttrain.config.dialects.roll.mini_batch keeps, so the global batch is the
+  same. Expert parallelism is a layout too when the dispatch is dropless (Megatron's without
+  ``moe_expert_capacity_factor``, ROLL's FSDP2 all-to-all): every token reaches the same top-k
+  experts with the same weights as in the unsplit MoE layer, which is what posttrain computes with
+  each layer's experts kept in its decoder layer's FSDP unit.
+- ``context_parallel_size`` > 1 splits each sequence over that many devices: posttrain's Ulysses
+  sequence parallelism of the same size (``<role>.ulysses_sequence_parallel_size``): the same
+  attention result, the heads exchanged instead of the keys and values.
+- Recomputation (``recompute_granularity`` full or selective, ``recompute_modules``,
+  ``moe_layer_recompute``) trades memory for time with the same numbers: the trained role's gradient
+  checkpointing (whole decoder layers). posttrain's Ulysses does not split a recomputation, so with
+  context parallelism the recomputation is dropped (the same numbers, more activation memory).
+  Under Megatron, ROLL does not read ``model_args.disable_gradient_checkpointing``.
+- Precision: ``bf16`` (else ``training_args.bf16``, which ROLL sets from ``model_args.dtype: bf16``,
+  its default) computes in bf16 with fp32 main weights: posttrain's ``param_dtype: auto``; without
+  bf16 the model computes in fp32: ``fp32``; fp16 is refused (no loss scaling).
+- MoE router loss: for a mixture-of-experts model Megatron adds the router's load-balancing loss in
+  training, with ``moe_aux_loss_coeff`` (else ``model_args.moe_aux_loss_coef``, else the model's
+  ``router_aux_loss_coef`` for the Qwen-MoE and Mixtral families). posttrain adds no router loss (nor
+  do ROLL's FSDP2 and DeepSpeed strategies, which read the logits only), so a coefficient of 0 is
+  honoured, another refused, and a trained role whose model is an MoE one is refused unless the
+  coefficient is 0: known from the file when experts are split over devices, else from the model's
+  config.json when the model is on this machine (as on the cluster that runs it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from posttrain.config.dialects.translate import Context
+from posttrain.config.tables import Rule
+
+# ROLL role -> (posttrain section, the Megatron strategy ROLL runs it with)
+NAMES = {"actor_train": ("actor", "megatron_train"), "critic": ("critic", "megatron_train"),
+         "reference": ("ref", "megatron_infer")}
+_GC = {"actor": "model.enable_gradient_checkpointing", "critic": "critic.model.enable_gradient_checkpointing"}
+_PLACE = "changes which device computes what, not the values (to float rounding): posttrain's FSDP2 shards the role over the devices of its device_mapping"
+_KERNEL = "a fused kernel of the same computation (to float rounding); posttrain runs torch's and transformers' own"
+_SCHEDULE = "schedules communication against compute: the same sums, hence the same updates"
+NO_EFFECT: dict[str, str] = {
+    "tensor_model_parallel_size": f"splits each layer's matmuls over TP devices: {_PLACE} (ROLL's data-parallel ranks, devices / (TP x PP x CP), still size the optimizer step)",
+    "pipeline_model_parallel_size": f"places consecutive layers on PP devices: {_PLACE} (ROLL's data-parallel ranks, devices / (TP x PP x CP), still size the optimizer step)",
+    "virtual_pipeline_model_parallel_size": f"interleaves the pipeline's layer chunks: {_PLACE}",
+    "pipeline_model_parallel_layout": f"which layers each pipeline stage holds: {_PLACE}",
+    "account_for_embedding_in_pipeline_split": f"counts the embedding as a layer when splitting the pipeline: {_PLACE}",
+    "account_for_loss_in_pipeline_split": f"counts the loss as a layer when splitting the pipeline: {_PLACE}",
+    "sequence_parallel": f"splits the norms and dropout of tensor parallelism along the sequence: {_PLACE}",
+    "expert_tensor_parallel_size": f"splits each expert's matmuls: {_PLACE}",
+    "use_distributed_optimizer": "shards the optimizer state over data-parallel ranks (as ZeRO-1): posttrain's FSDP2 shards it too; the same updates",
+    "distrib_optim_fully_reshardable": "the layout of the distributed optimizer's checkpoint; posttrain saves its own checkpoint format",
+    "overlap_grad_reduce": _SCHEDULE,
+    "moe_shared_expert_overlap": _SCHEDULE + " (the shared experts run beside the routed experts' dispatch)",
+    "moe_token_dispatcher_type": "how tokens travel to their experts (allgather or alltoall); without a capacity factor both are dropless: every token reaches its top-k experts, as in posttrain's unsplit MoE layer",
+    "moe_grouped_gemm": _KERNEL + " (one grouped matmul for a rank's experts)",
+    "bias_activation_fusion": _KERNEL,
+    "apply_rope_fusion": _KERNEL,
+    "cross_entropy_loss_fusion": _KERNEL + " (log-probabilities and entropy)",
+    "additional_configs.moe_permute_fusion": _KERNEL + " (the token permutation of the MoE dispatch)",
+    "max_grad_norm": "ROLL overwrites it with the pipeline's max_grad_norm (posttrain's actor.grad_clip) before Megatron reads it",
+}
+_RECOMPUTE = ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules", "moe_layer_recompute")
+
+
+def megatron(ctx: Context, role: str, name: str) -> None:
+    """A role's ROLL Megatron strategy -> its posttrain section's FSDP2 settings (module docstring)."""
+    section, expected = NAMES[role]
+    name_key, base = f"{role}.strategy_args.strategy_name", f"{role}.strategy_args.strategy_config"
+    options = ctx.get(base) or {}
+    ctx.consume(base)
+    if name != expected:
+        ctx.refuse(name_key, f"ROLL runs {role} with {expected}, not {name}", f"{section}.strategy", name)
+        return
+    if not isinstance(options, Mapping):
+        ctx.refuse(base, f"expected a mapping of {name} options, got {options!r}", None, options)
+        return
+    leaves = _flat(options)
+    cp = leaves.get("context_parallel_size", 1) or 1
+    trained = name == "megatron_train"
+    moe = ("; posttrain adds no MoE router load-balancing loss, which megatron_train adds to an MoE model's loss unless "
+           "moe_aux_loss_coeff is 0 (refused where the file or the model's config.json shows an MoE model)") if trained else ""
+    ctx.set(f"{section}.strategy", "fsdp2", name_key,
+            f"ROLL's {name} runs as posttrain's FSDP2 (torch fully_shard over the role's devices): its parallel layouts, "
+            f"overlaps and fusions change where and how fast the same numbers are computed{moe}")
+    _precision(ctx, role, section, base, leaves)
+    if trained:
+        _aux_loss(ctx, role, base, leaves)
+        _recompute(ctx, role, section, base, leaves, cp)
+    else:  # megatron_infer: forward passes only
+        for sub in [s for s in leaves if s in _RECOMPUTE]:
+            leaves.pop(sub)
+            ctx.drop(f"{base}.{sub}", "the reference runs no backward pass: nothing to recompute")
+    for sub, value in leaves.items():
+        _option(ctx, section, f"{base}.{sub}", sub, value, trained)
+
+
+def _option(ctx: Context, section: str, key: str, sub: str, value: Any, trained: bool) -> None:
+    if value is None:
+        ctx.drop(key, "null: not set (mcore_adapter's default)")
+    elif sub == "context_parallel_size":
+        _context_parallel(ctx, section, key, value)
+    elif sub == "expert_model_parallel_size":
+        if value == 1:
+            ctx.drop(key, "1: every expert on each device of the role, as posttrain")
+        elif isinstance(value, int) and not isinstance(value, bool) and value > 1:
+            ctx.drop(key, f"{value}: experts split over {value} devices with a dropless dispatch compute what the unsplit MoE layer computes; posttrain keeps each layer's experts in its decoder layer's FSDP unit")
+        else:
+            ctx.refuse(key, f"expected a whole number of devices, got {value!r}", None, value)
+    elif sub == "moe_expert_capacity_factor":
+        ctx.refuse(key, "drops the tokens past an expert's capacity; posttrain's MoE layers (transformers') route every token: remove it (null is dropless)", None, value)
+    elif sub in NO_EFFECT:
+        ctx.drop(key, NO_EFFECT[sub] if trained or sub not in ("use_distributed_optimizer", "overlap_grad_reduce", "distrib_optim_fully_reshardable", "max_grad_norm")
+                 else "megatron_infer builds no optimizer: nothing to shard, reduce or clip")
+    else:
+        ctx.refuse(key, "an option of ROLL's megatron strategies posttrain has no counterpart for (it translates the parallel sizes, bf16, "
+                   "recomputation and moe_aux_loss_coeff, and drops layouts, overlaps and fused kernels); remove it", None, value)
+
+
+def _context_parallel(ctx: Context, section: str, key: str, value: Any) -> None:
+    native = f"{section}.ulysses_sequence_parallel_size"
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        ctx.refuse(key, f"expected a whole number of devices, got {value!r}", native, value)
+    elif value == 1:
+        ctx.drop(key, "1: each sequence on one device, as posttrain without Ulysses")
+    else:
+        ctx.set(native, value, key, f"{value}: each sequence split over {value} devices by Ulysses sequence parallelism (the same attention result; heads exchanged by all-to-all)")
+
+
+def _precision(ctx: Context, role: str, section: str, base: str, leaves: dict[str, Any]) -> None:
+    """bf16 / fp16 of strategy_config, else training_args', which ROLL sets from model_args.dtype."""
+    bf16, fp16 = leaves.pop("bf16", None), leaves.pop("fp16", None)
+    native = f"{section}.fsdp_config.mixed_precision.param_dtype"
+    for sub, value in (("bf16", bf16), ("fp16", fp16)):
+        if value is not None and not isinstance(value, bool):
+            ctx.refuse(f"{base}.{sub}", f"expected true or false, got {value!r}", native, value)
+            return
+    if fp16:
+        ctx.refuse(f"{base}.fp16", "fp16 needs loss scaling, which posttrain does not do; use bf16 (bf16: true)", native, True)
+        return
+    if fp16 is False:
+        ctx.drop(f"{base}.fp16", "false: no fp16")
+    if bf16 is None:  # ROLL's worker config sets training_args.bf16 from model_args.dtype (default bf16)
+        dtype = ctx.get(f"{role}.model_args.dtype", "bf16")
+        bf16 = bool(ctx.get(f"{role}.training_args.bf16")) or dtype == "bf16"
+        if bf16:
+            ctx.drop(f"{base}.bf16", f"not set: training_args.bf16, which ROLL sets from model_args.dtype {dtype}: bf16 compute, posttrain's auto (bf16 on a GPU)")
+        else:
+            ctx.set(native, "fp32", f"{base}.bf16", f"not set, and model_args.dtype {dtype}: the model computes in fp32 (no autocast)")
+    elif bf16:
+        ctx.drop(f"{base}.bf16", "true: bf16 compute, posttrain's auto (bf16 on a GPU; fp32 master weights where it trains)")
+    else:
+        ctx.set(native, "fp32", f"{base}.bf16", "false: the model computes in fp32 (no autocast)")
+
+
+def _aux_loss(ctx: Context, role: str, base: str, leaves: dict[str, Any]) -> None:
+    """The MoE router's load-balancing loss: honoured at 0 (posttrain adds none), refused otherwise.
+    Megatron's coefficient is strategy_config.moe_aux_loss_coeff, else model_args.moe_aux_loss_coef
+    (ROLL's model provider copies it only when the former is unset), else the model's own."""
+    how = "set strategy_config.moe_aux_loss_coeff: 0 to train without it, as posttrain (and ROLL's fsdp2_train) does"
+    model_key = f"{role}.model_args.moe_aux_loss_coef"
+    given = [(k, v) for k, v in ((f"{base}.moe_aux_loss_coeff", leaves.pop("moe_aux_loss_coeff", None)), (model_key, ctx.get(model_key)))
+             if v is not None]
+    ctx.consume(model_key)
+    for key, coef in given[1:]:
+        ctx.drop(key, f"megatron_train takes {given[0][0]} ({given[0][1]!r}) over it")
+    if given:
+        key, coef = given[0]
+        if isinstance(coef, (int, float)) and not isinstance(coef, bool) and coef == 0:
+            ctx.drop(key, "0: no router load-balancing loss, as posttrain trains")
+        else:
+            ctx.refuse(key, f"megatron_train adds the MoE router's load-balancing loss x {coef!r} to the loss; posttrain adds no router loss: {how}", None, coef)
+        return
+    ep = leaves.get("expert_model_parallel_size", 1)
+    if isinstance(ep, int) and not isinstance(ep, bool) and ep > 1:
+        leaves.pop("expert_model_parallel_size")
+        ctx.refuse(f"{base}.expert_model_parallel_size",
+                   f"{ep}: experts split over devices mean a mixture-of-experts model, to whose loss megatron_train adds the router's load-balancing "
+                   f"loss (coefficient: the model's router_aux_loss_coef, e.g. 0.001 for Qwen3-MoE); posttrain adds no router loss: {how}", None, ep)
+        return
+    found = _model_router_coefficient(ctx.get(f"{role}.model_args.model_name_or_path") or ctx.get("pretrain"))
+    if found is not None:  # the model is here (a run's machine): its config says whether it routes with a loss
+        path, coef = found
+        ctx.refuse(f"{base}.moe_aux_loss_coeff", f"not set: the model {path} is a mixture-of-experts model with router_aux_loss_coef {coef}, which "
+                   f"megatron_train adds to the loss as the router's load-balancing loss; posttrain adds no router loss: {how}", None, None)
+
+
+def _model_router_coefficient(path: Any) -> tuple[str, float] | None:
+    """(path, router_aux_loss_coef) when the role's model is on this machine (a directory, or a hub
+    name in the local Hugging Face cache, read offline) and its config.json (or a nested text
+    config) has experts and a positive router_aux_loss_coef: the families whose coefficient
+    mcore_adapter hands Megatron (Qwen-MoE, Mixtral). None otherwise, as on a machine without it."""
+    if not isinstance(path, str) or not path:
+        return None
+    config_file = Path(path).expanduser() / "config.json"
+    if not config_file.is_file():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(path, "config.json")
+        except Exception:  # not a hub name: nothing cached under it
+            return None
+        if not isinstance(cached, str):
+            return None
+        config_file = Path(cached)
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError):
+        return None  # an unreadable config.json is the model loader's to report
+    nodes = [config]
+    while nodes:
+        node = nodes.pop()
+        if not isinstance(node, dict):
+            continue
+        experts = node.get("num_experts") or node.get("num_local_experts") or 0
+        coef = node.get("router_aux_loss_coef")
+        if isinstance(experts, int) and experts > 1 and isinstance(coef, (int, float)) and coef > 0:
+            return path, coef
+        nodes.extend(v for v in node.values() if isinstance(v, dict))
+    return None
+
+
+def moe_aux_loss_coef(ctx: Context, role: str) -> None:
+    """``model_args.moe_aux_loss_coef`` outside megatron_train: ROLL's FSDP2 and DeepSpeed strategies
+    only make the model return its router logits, and no loss reads them."""
+    key = f"{role}.model_args.moe_aux_loss_coef"
+    if ctx.has(key) and key not in ctx.handled:
+        ctx.consume(key)
+        ctx.drop(key, "only ROLL's megatron_train adds a router loss; its other strategies at most have the model return its router logits, which no loss reads (posttrain adds no router loss either)")
+
+
+def _recompute(ctx: Context, role: str, section: str, base: str, leaves: dict[str, Any], cp: Any) -> None:
+    """Megatron's recomputation -> the trained role's gradient checkpointing (module docstring)."""
+    flag = f"{role}.model_args.disable_gradient_checkpointing"
+    if ctx.has(flag):
+        ctx.consume(flag)
+        ctx.drop(flag, "ROLL's megatron_train does not read it: strategy_config.recompute_granularity decides what is recomputed")
+    subs = {s: leaves.pop(s) for s in _RECOMPUTE if s in leaves}
+    granularity = subs.get("recompute_granularity")
+    if granularity not in (None, "full", "selective"):
+        ctx.refuse(f"{base}.recompute_granularity", f"expected full, selective or null, got {granularity!r}", _GC[section], granularity)
+        return
+    for sub, value in subs.items():
+        key = f"{base}.{sub}"
+        active = value not in (None, False) and (sub in ("recompute_granularity", "moe_layer_recompute") or granularity is not None)
+        if not active:
+            ctx.drop(key, f"{value!r}: nothing recomputed by it" if sub in ("recompute_granularity", "moe_layer_recompute")
+                     else "read by Megatron only with recompute_granularity set")
+        elif isinstance(cp, int) and cp > 1:
+            ctx.drop(key, f"recomputation only saves memory (the same numbers); with context_parallel_size {cp} posttrain runs Ulysses, which does not split a recomputation, so the role keeps its activations")
+        else:
+            what = "the whole decoder layer" if sub != "moe_layer_recompute" and granularity == "full" else "whole decoder layers (more than Megatron's selected modules: the same numbers, less memory, more time)"
+            ctx.set(_GC[section], True, key, f"{value!r}: gradient checkpointing recomputes {what} in the backward pass")
+
+
+def _flat(options: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        if name == "additional_configs" and isinstance(value, Mapping):
+            out.update({f"additional_configs.{k}": v for k, v in value.items()})
+        else:
+            out[str(name)] = value
+    return out
+
+
+# ---- docs/config-mapping.md rows (posttrain.config.tables.Rule) ----------------------------------
+def rules() -> dict[str, Rule]:
+    out: dict[str, Rule] = {}
+    for role, (section, name) in NAMES.items():
+        base, ctx_name = f"{role}.strategy_args.strategy_config", ((f"{role}.strategy_args.strategy_name", name),)
+        out[f"{base}.context_parallel_size"] = Rule(f"{section}.ulysses_sequence_parallel_size", "above 1: Ulysses sequence parallelism of that size (the same attention result); 1: nothing", 2, ctx_name)
+        out[f"{base}.bf16"] = Rule(f"{section}.fsdp_config.mixed_precision.param_dtype", "true (or absent with model_args.dtype bf16, ROLL's default): nothing (auto computes in bf16 on a GPU); false: fp32; fp16: true is refused (no loss scaling)", False, ctx_name)
+        out[f"{base}.expert_model_parallel_size"] = Rule(None, "experts split over devices with a dropless dispatch compute what the unsplit MoE layer computes; in megatron_train above 1 it is refused unless moe_aux_loss_coeff is 0 (an MoE model: the router loss posttrain does not add)", 1, ctx_name)
+        for sub, why in NO_EFFECT.items():
+            out[f"{base}.{sub}"] = Rule(None, why, True, ctx_name)
+        if name == "megatron_train":
+            gc = _GC[section]
+            out[f"{base}.recompute_granularity"] = Rule(gc, "full or selective: true (whole decoder layers recomputed: the same numbers); dropped with context_parallel_size above 1 (Ulysses does not split a recomputation)", "full", ctx_name)
+            out[f"{base}.moe_layer_recompute"] = Rule(gc, "true: true, as recompute_granularity", True, ctx_name)
+            for sub in ("recompute_modules", "recompute_method", "recompute_num_layers"):
+                out[f"{base}.{sub}"] = Rule(gc, "with recompute_granularity: true (whole decoder layers: the same numbers, less memory); without it dropped (Megatron reads it only then)", "moe" if sub == "recompute_modules" else "uniform" if sub == "recompute_method" else 1, (*ctx_name, (f"{base}.recompute_granularity", "selective")))
+            out[f"{base}.moe_aux_loss_coeff"] = Rule(None, "0: dropped (posttrain adds no router load-balancing loss); another value is refused", 0.0, ctx_name)
+        else:
+            for sub in _RECOMPUTE:
+                out[f"{base}.{sub}"] = Rule(None, "the reference runs no backward pass: nothing to recompute", "full", ctx_name)
+        out[f"{role}.model_args.moe_aux_loss_coef"] = Rule(None, "megatron_train: 0 dropped (posttrain adds no router load-balancing loss), another value refused, strategy_config.moe_aux_loss_coeff taken over it; other strategies: dropped (no loss reads the router logits)", 0.0)
+    return out

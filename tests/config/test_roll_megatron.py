@@ -1,0 +1,181 @@
+"""ROLL's Megatron strategies load as posttrain's FSDP2 (posttrain.config.dialects.roll_megatron).
+
+ROLL's megatron_train (actor_train, critic) and megatron_infer (reference) take mcore_adapter's
+TrainingArguments in strategy_config; the options below are those ROLL's examples set.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from posttrain.config import load_config
+from posttrain.config.dialects import translate
+from posttrain.errors import ConfigError
+from posttrain.trainer.smoke import machine_refusal
+
+BASE = "actor_train.strategy_args.strategy_config"
+REF = "reference.strategy_args.strategy_config"
+
+
+def _role(options: dict, name: str = "megatron_train", role: str = "actor_train", **role_keys) -> tuple[dict, object]:
+    raw = {role: {"device_mapping": "list(range(0,16))", "strategy_args": {"strategy_name": name, "strategy_config": options}, **role_keys}}
+    return translate(raw, "roll")
+
+
+def test_an_example_strategy_translates_option_by_option():
+    # ROLL's qwen2.5-7B rlvr_megatron example (actor_train), with the options its other examples add
+    options = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2,
+               "expert_model_parallel_size": 1, "sequence_parallel": True, "use_distributed_optimizer": True,
+               "overlap_grad_reduce": True, "recompute_granularity": "full", "bf16": True, "bias_activation_fusion": True,
+               "apply_rope_fusion": True, "moe_grouped_gemm": True, "moe_token_dispatcher_type": "alltoall",
+               "account_for_loss_in_pipeline_split": True, "max_grad_norm": 1.0, "additional_configs": {"moe_permute_fusion": True}}
+    native, report = _role(options, model_args={"disable_gradient_checkpointing": True})
+    assert not report.refused, report.refused
+    assert native["actor"]["strategy"] == "fsdp2" and "fsdp_config" not in native["actor"]  # bf16: auto, the default
+    # megatron_train recomputes by recompute_granularity; it does not read model_args.disable_gradient_checkpointing
+    assert native["model"] == {"enable_gradient_checkpointing": True}
+    assert report.entry("actor_train.model_args.disable_gradient_checkpointing").status == "dropped"
+    assert "megatron_train runs as posttrain's FSDP2" in report.entry("actor_train.strategy_args.strategy_name").reason
+    for sub in ("tensor_model_parallel_size", "sequence_parallel", "use_distributed_optimizer", "moe_token_dispatcher_type",
+                "additional_configs.moe_permute_fusion", "max_grad_norm"):
+        assert report.entry(f"{BASE}.{sub}").status == "dropped", sub
+    assert "not the values" in report.entry(f"{BASE}.pipeline_model_parallel_size").reason
+    assert "pipeline's max_grad_norm" in report.entry(f"{BASE}.max_grad_norm").reason
+
+
+def test_context_parallelism_is_ulysses_and_drops_the_recomputation():
+    native, report = _role({"context_parallel_size": 4, "recompute_granularity": "full"})
+    assert native["actor"]["ulysses_sequence_parallel_size"] == 4 and "model" not in native
+    assert "does not split a recomputation" in report.entry(f"{BASE}.recompute_granularity").reason
+    native, _ = _role({"context_parallel_size": 2}, "megatron_infer", "reference")
+    assert native["ref"]["ulysses_sequence_parallel_size"] == 2
+    native, report = _role({"context_parallel_size": 1})
+    assert "ulysses_sequence_parallel_size" not in native["actor"] and report.entry(f"{BASE}.context_parallel_size").status == "dropped"
+
+
+@pytest.mark.parametrize(("options", "role", "checkpointing"), [
+    ({"recompute_granularity": "selective", "recompute_modules": "moe,layernorm"}, "actor_train", True),
+    ({"moe_layer_recompute": True}, "actor_train", True),
+    ({"recompute_modules": "moe"}, "actor_train", None),  # read by Megatron only with recompute_granularity
+    ({"recompute_granularity": None}, "actor_train", None),
+    ({"recompute_granularity": "full"}, "critic", True),
+])
+def test_recomputation_is_the_trained_roles_gradient_checkpointing(options, role, checkpointing):
+    native, report = _role(options, role=role)
+    assert not report.refused
+    got = (native.get("critic", {}).get("model", {}) if role == "critic" else native.get("model", {})).get("enable_gradient_checkpointing")
+    assert got is checkpointing
+
+
+def test_the_reference_recomputes_nothing():
+    native, report = _role({"recompute_granularity": "full", "use_distributed_optimizer": True}, "megatron_infer", "reference")
+    assert "model" not in native and not report.refused
+    assert "no backward pass" in report.entry(f"{REF}.recompute_granularity").reason
+    assert "builds no optimizer" in report.entry(f"{REF}.use_distributed_optimizer").reason
+
+
+def test_bf16_follows_strategy_config_then_model_args_dtype():
+    param_dtype = lambda native: native["actor"].get("fsdp_config", {}).get("mixed_precision", {}).get("param_dtype")  # noqa: E731
+    assert param_dtype(_role({"bf16": True})[0]) is None  # auto: bf16 on a GPU
+    assert param_dtype(_role({"bf16": False})[0]) == "fp32"
+    assert param_dtype(_role({})[0]) is None  # ROLL's model_args.dtype default bf16 sets training_args.bf16
+    assert param_dtype(_role({}, model_args={"dtype": "fp32"})[0]) == "fp32"
+    assert param_dtype(_role({}, model_args={"dtype": "fp32"}, training_args={"bf16": True})[0]) is None
+    _, report = _role({"fp16": True})
+    assert "loss scaling" in report.entry(f"{BASE}.fp16").reason and report.entry(f"{BASE}.fp16").status == "refused"
+
+
+def test_the_moe_router_loss_is_honoured_at_zero_only():
+    # experts over devices: an MoE model, whose loss megatron_train adds the router loss to by default
+    _, report = _role({"expert_model_parallel_size": 8})
+    entry = report.entry(f"{BASE}.expert_model_parallel_size")
+    assert entry.status == "refused" and "moe_aux_loss_coeff: 0" in entry.reason and not machine_refusal(entry.reason)
+    native, report = _role({"expert_model_parallel_size": 8, "moe_aux_loss_coeff": 0.0})
+    assert not report.refused and "dropless" in report.entry(f"{BASE}.expert_model_parallel_size").reason
+    _, report = _role({"expert_model_parallel_size": 8}, model_args={"moe_aux_loss_coef": 0})
+    assert not report.refused  # ROLL's model provider copies model_args' coefficient when strategy_config has none
+    _, report = _role({"moe_aux_loss_coeff": 0.001})
+    entry = report.entry(f"{BASE}.moe_aux_loss_coeff")
+    assert entry.status == "refused" and "0.001" in entry.reason and not machine_refusal(entry.reason)
+    # the reference trains nothing: its experts' placement is all that EP says there
+    _, report = _role({"expert_model_parallel_size": 8}, "megatron_infer", "reference")
+    assert not report.refused
+    # ROLL's other strategies read no router loss: model_args' coefficient changes nothing there
+    _, report = _role({}, "fsdp2_train", model_args={"moe_aux_loss_coef": 0.01})
+    assert report.entry("actor_train.model_args.moe_aux_loss_coef").status == "dropped"
+
+
+def test_an_moe_model_on_this_machine_is_known_from_its_config(tmp_path):
+    # expert_model_parallel_size 1 says nothing; the model's config.json (a nested text config too) does
+    model = tmp_path / "moe"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "qwen3_vl_moe", "text_config": {"num_experts": 8, "router_aux_loss_coef": 0.001}}')
+    _, report = _role({"expert_model_parallel_size": 1}, model_args={"model_name_or_path": str(model)})
+    entry = report.entry(f"{BASE}.moe_aux_loss_coeff")
+    assert entry.status == "refused" and "router_aux_loss_coef 0.001" in entry.reason
+    _, report = _role({"moe_aux_loss_coeff": 0}, model_args={"model_name_or_path": str(model)})
+    assert not report.refused
+    (model / "config.json").write_text('{"model_type": "qwen2", "num_hidden_layers": 2}')  # dense: no router
+    assert not _role({}, model_args={"model_name_or_path": str(model)})[1].refused
+
+
+@pytest.mark.parametrize(("options", "name", "key", "words"), [
+    ({"moe_expert_capacity_factor": 1.0}, "megatron_train", "moe_expert_capacity_factor", "drops the tokens"),
+    ({"fp8": "e4m3"}, "megatron_train", "fp8", "no counterpart"),
+    ({"additional_configs": {"moe_router_topk": 4}}, "megatron_train", "additional_configs.moe_router_topk", "no counterpart"),
+    ({"recompute_granularity": "partial"}, "megatron_train", "recompute_granularity", "full, selective or null"),
+    ({"context_parallel_size": 0}, "megatron_train", "context_parallel_size", "whole number"),
+    ({}, "megatron_infer", "strategy_name", "with megatron_train, not megatron_infer"),
+])
+def test_options_posttrain_cannot_honour_are_refused(options, name, key, words):
+    _, report = _role(options, name)
+    full = f"actor_train.strategy_args.{key}" if key == "strategy_name" else f"{BASE}.{key}"
+    entry = report.entry(full)
+    assert entry is not None and entry.status == "refused" and words in entry.reason, report.refused
+    assert not machine_refusal(entry.reason)  # a user's fix, not what smoke substitutes
+
+
+PIPELINE = """\
+    pretrain: {d}/model
+    rollout_batch_size: 16
+    num_return_sequences_in_group: 4
+    adv_estimator: grpo
+    num_gpus_per_node: 8
+    actor_train:
+      training_args: {{learning_rate: 1.0e-6, per_device_train_batch_size: 1, gradient_accumulation_steps: 16}}
+      data_args: {{file_name: [{d}/train.jsonl]}}
+      device_mapping: list(range(0,16))
+      model_args: {{disable_gradient_checkpointing: true, dtype: bf16}}
+      strategy_args:
+        strategy_name: megatron_train
+        strategy_config: {{tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2, context_parallel_size: {cp},
+                           use_distributed_optimizer: true, recompute_granularity: full, sequence_parallel: true}}
+    actor_infer:
+      generating_args: {{num_return_sequences: 4, max_new_tokens: 8}}
+      strategy_args: {{strategy_name: hf_infer}}
+      device_mapping: list(range(0,16))
+    reference:
+      device_mapping: list(range(0,16))
+      strategy_args:
+        strategy_name: megatron_infer
+        strategy_config: {{tensor_model_parallel_size: 2, context_parallel_size: {cp}}}
+    """
+
+
+@pytest.mark.parametrize(("cp", "prompts"), [(1, 16), (2, 8)])
+def test_a_roll_megatron_file_loads_with_rolls_global_batch(tmp_path, cp, prompts):
+    # ROLL's optimizer step: 1 x 16 responses on each of devices / (TP 2 x PP 2 x CP) data-parallel ranks;
+    # 16 devices: 4 ranks at CP 1 (64 responses: 16 prompts of 4), 2 ranks at CP 2 (8 prompts)
+    (tmp_path / "train.jsonl").write_text('{"prompt": "q", "ground_truth": "1"}\n' * 16)
+    path = tmp_path / "rlvr.yaml"
+    path.write_text(textwrap.dedent(PIPELINE.format(d=tmp_path, cp=cp)))
+    cfg = load_config(path, dialect="roll")
+    assert (cfg.actor.strategy, cfg.ref.strategy, cfg.actor.ppo_mini_batch_size) == ("fsdp2", "fsdp2", prompts)
+    assert (cfg.actor.ulysses_sequence_parallel_size, cfg.ref.ulysses_sequence_parallel_size) == (cp, cp if cp > 1 else None)
+    assert cfg.model.enable_gradient_checkpointing is (cp == 1)  # Ulysses keeps the activations
+    bad = PIPELINE.format(d=tmp_path, cp=cp).replace("sequence_parallel: true", "sequence_parallel: true, moe_aux_loss_coeff: 0.01")
+    path.write_text(textwrap.dedent(bad))
+    with pytest.raises(ConfigError, match=r"strategy_config\.moe_aux_loss_coeff: megatron_train adds the MoE router's load-balancing loss"):
+        load_config(path, dialect="roll")
