@@ -28,7 +28,7 @@ from typing import Any
 
 from posttrain.config.dialects import roll_defaults
 from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, env_manager_sampling
-from posttrain.config.dialects import roll_strategy
+from posttrain.config.dialects import roll_async, roll_strategy
 from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
@@ -45,7 +45,6 @@ _HARMLESS_VALUES = {
     "checkpoint_config.type": ("file_system",),
     "validation.generating_args.num_beams": (1,),
     "actor_infer.strategy_args.strategy_name": ("hf_infer",),
-    "async_generation_ratio": (0, 0.0),  # ROLL's default: a synchronous pipeline
     "ipo": (False,),
     "importance_sampling": ("token",),  # ROLL's default: the per-token ratio, as posttrain's
     "use_topr_neg_loss_coef": (0, 0.0),  # plain DPO (sigmoid loss), posttrain's algorithm.dpo.loss_type default
@@ -372,6 +371,7 @@ RULES: dict[str, Rule] = {
            ("device_mapping", _RULE_WORKER_UNUSED["device_mapping"], "dropped (it runs in the training process, on its device)"))},
     **AGENTIC_RULES,
     **roll_strategy.RULES,
+    **roll_async.RULES,
 }
 
 _DPO_KEYS = ("ipo", "beta", "label_smoothing", "chosen_key", "rejected_key")
@@ -400,4 +400,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [*roll_strategy.HANDLERS, node_count, template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, *roll_defaults.HANDLERS]
+HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, node_count, template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, *roll_defaults.HANDLERS]
