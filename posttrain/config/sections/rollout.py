@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.fields import param, section
+from posttrain.config.sections.data import TEMPLATE_UNREAD
 
 _VERL = "verl:actor_rollout_ref.rollout"
 _ROLL_GEN = "roll:actor_infer.generating_args"
@@ -143,7 +144,6 @@ UNSUPPORTED: dict[str, str] = {
     f"{_ROLL_VAL_GEN}.stop_strings": "validation stops at rollout.stop_strings like training (ROLL: actor_infer.generating_args.stop_strings)",
     f"{_ROLL_VAL_GEN}.include_stop_str_in_output": "validation follows rollout.include_stop_str_in_output like training (ROLL: actor_infer.generating_args.include_stop_str_in_output)",
     f"{_ROLL_VAL_GEN}.num_beams": "beam search is not offered; validation samples or decodes greedily (rollout.val_kwargs.do_sample)",
-    "roll:actor_infer.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "roll:actor_infer.offload_nccl": _NCCL_OFFLOAD,
     f"{_VERL}.agent.custom_async_server.path": _ASYNC_SERVER,
@@ -172,6 +172,7 @@ UNSUPPORTED: dict[str, str] = {
 _SCHEDULING = "request scheduling inside ROLL's generation workers: it changes when requests run, not what is sampled"
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    "roll:actor_infer.data_args.template": TEMPLATE_UNREAD,
     "roll:actor_infer.model_args.disable_gradient_checkpointing": "the rollout engine runs no backward pass, so gradient checkpointing has no meaning there",
     "roll:actor_infer.world_size": "derived from device_mapping in ROLL too (posttrain: from the cluster section)",
     "roll:generate_opt_level": _SCHEDULING,
