@@ -32,3 +32,19 @@ def test_a_role_s_attention_kernel_counts_only_where_roll_builds_a_hugging_face_
     _, report = translate(raw, "roll")
     entry = report.entry(f"{role}.model_args.attn_implementation")
     assert entry.status == status and words in entry.reason
+
+
+@pytest.mark.parametrize("key", ["actor_train.data_args.template", "global_template"])
+def test_an_agentic_file_s_template_is_dropped_as_roll_s_agentic_pipeline_reads_none(key):
+    head, _, leaf = key.rpartition(".")
+    raw = {"train_env_manager": {"group_size": 2}}
+    if head:
+        raw["actor_train"] = {"data_args": {leaf: "qwen3_coder"}}  # a name posttrain has no template for
+    else:
+        raw[key] = "qwen3_coder"
+    native, report = translate(raw, "roll")
+    entry = report.entry(key)
+    assert entry.status == "dropped" and "tokenizer's own chat template" in entry.reason
+    assert "chat_template_name" not in native.get("data", {})
+    native, _ = translate({"actor_train": {"data_args": {"template": "qwen3"}}}, "roll")  # an RLVR file reads it
+    assert native["data"]["chat_template_name"] == "qwen3"

@@ -30,7 +30,7 @@ from typing import Any
 
 from posttrain.config.dialects import roll_defaults
 from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, env_manager_sampling
-from posttrain.config.dialects import roll_async, roll_roles, roll_strategy
+from posttrain.config.dialects import roll_async, roll_outputs, roll_roles, roll_strategy
 from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
@@ -104,8 +104,14 @@ def _env_template(ctx: Context, key: str) -> str | None:
 
 def template(ctx: Context) -> None:
     """ROLL's pipelines take ``global_template`` when it is set and ``actor_train.data_args.template``
-    otherwise; both name posttrain's ``data.chat_template_name``. A null one names nothing."""
+    otherwise; both name posttrain's ``data.chat_template_name``. A null one names nothing. Its
+    agentic pipeline reads neither (`roll_roles.AGENTIC_TEMPLATE`)."""
     keys = ("global_template", "actor_train.data_args.template")
+    if roll_roles.agentic(ctx):
+        for key in (k for k in keys if ctx.has(k)):
+            ctx.consume(key)
+            ctx.drop(key, roll_roles.AGENTIC_TEMPLATE)
+        return
     for key in keys:
         if ctx.has(key) and ctx.get(key) is None:
             ctx.consume(key)
@@ -374,6 +380,7 @@ RULES: dict[str, Rule] = {
     **roll_strategy.RULES,
     **roll_async.RULES,
     **roll_roles.RULES,
+    **roll_outputs.RULES,
 }
 
 _DPO_KEYS = ("ipo", "beta", "label_smoothing", "chosen_key", "rejected_key")
@@ -402,4 +409,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_roles.HANDLERS, node_count, template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, *roll_defaults.HANDLERS]
+HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, node_count, template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, *roll_defaults.HANDLERS]

@@ -75,6 +75,16 @@ def unread_attention(ctx: Context, key: str) -> str | None:
     return None
 
 
+AGENTIC_TEMPLATE = ("ROLL's agentic pipeline renders every turn with the tokenizer's own chat template (env_manager/"
+                    "token_mask_utils.py) and reads no named template; posttrain's agentic stage renders turns with the "
+                    "tokenizer's chat template too (or data.chat_template)")
+
+
+def agentic(ctx: Context) -> bool:
+    """Whether the file is one of ROLL's agentic pipelines (it has environment managers)."""
+    return ctx.has("train_env_manager") or ctx.has("val_env_manager")
+
+
 RULES: dict[str, Rule] = {
     FREEZE: Rule("actor.freeze_module_prefix", "ROLL's comma-separated string split into prefixes; refused when one names a "
                  "vision or audio tower (posttrain loads text models); dropped with lora_target (ROLL ignores it then)",

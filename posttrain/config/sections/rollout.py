@@ -153,7 +153,6 @@ UNSUPPORTED: dict[str, str] = {
                                                "as a tool (rollout.multi_turn.tool_config_path), an interaction "
                                                "(rollout.multi_turn.interaction_config_path) or an environment (docs/agentic.md)"),
     "roll:actor_infer.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
-    "roll:rollout_dump_dir": _DUMP,
     "roll:rollout_mock": _DUMP,
     "verl:actor_rollout_ref.rollout.multi_stage_wake_up": "the order verl's colocated vLLM/SGLang server restores its weights and KV cache in; posttrain's engine frees and restores its memory between generations itself (rollout.free_cache_engine)",
     "verl:actor_rollout_ref.rollout.sglang_rollout_mode": "an older verl spelling that started SGLang as a separate HTTP server; posttrain's SGLang engine (rollout.name: sglang) runs inside the worker, with no server",
