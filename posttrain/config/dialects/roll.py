@@ -102,26 +102,6 @@ def _env_template(ctx: Context, key: str) -> str | None:
     return None
 
 
-def template(ctx: Context) -> None:
-    """ROLL's pipelines take ``global_template`` when it is set and ``actor_train.data_args.template``
-    otherwise; both name posttrain's ``data.chat_template_name``. A null one names nothing. Its
-    agentic pipeline reads neither (`roll_roles.AGENTIC_TEMPLATE`)."""
-    keys = ("global_template", "actor_train.data_args.template")
-    if roll_roles.agentic(ctx):
-        for key in (k for k in keys if ctx.has(k)):
-            ctx.consume(key)
-            ctx.drop(key, roll_roles.AGENTIC_TEMPLATE)
-        return
-    for key in keys:
-        if ctx.has(key) and ctx.get(key) is None:
-            ctx.consume(key)
-            ctx.drop(key, "null: no template named here")
-    chosen, other = (ctx.get(k) for k in keys)
-    if chosen is not None and other is not None and other != chosen:
-        ctx.consume(keys[1])
-        ctx.drop(keys[1], f"ROLL uses global_template ({chosen!r}) when it is set")
-
-
 def reward_norm(ctx: Context) -> None:
     present = {k: ctx.get(k) for k in _NORM_KEYS if ctx.has(k)}
     if not present:
@@ -409,4 +389,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, node_count, template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, *roll_defaults.HANDLERS]
+HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, node_count, roll_roles.template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, *roll_defaults.HANDLERS]

@@ -1,4 +1,4 @@
-"""ROLL's per-role model keys that posttrain reads once for the policy: frozen modules and attention.
+"""ROLL's per-role keys that posttrain reads once for the policy: frozen modules, attention, templates.
 
 - ``actor_train.model_args.freeze_module_prefix`` (roll/configs/model_args.py splits the string at
   commas; roll/models/model_providers.py ``freeze_model`` freezes every parameter whose name starts
@@ -10,6 +10,9 @@
   sglang builds its engine from the model path and strategy_config) nor by its Megatron models. There
   it changes nothing and is dropped; elsewhere it must agree with the policy's kernel
   (roll.py's ``_SAME_AS``), since posttrain runs every role with model.attn_implementation.
+- The prompt template: ``global_template``, else ``actor_train.data_args.template``, is
+  ``data.chat_template_name`` (`template`); the other roles' ``data_args.template`` is read nowhere
+  in ROLL (sections.data.TEMPLATE_UNREAD), and an agentic file's is not read either (`AGENTIC_TEMPLATE`).
 """
 
 from __future__ import annotations
@@ -83,6 +86,26 @@ AGENTIC_TEMPLATE = ("ROLL's agentic pipeline renders every turn with the tokeniz
 def agentic(ctx: Context) -> bool:
     """Whether the file is one of ROLL's agentic pipelines (it has environment managers)."""
     return ctx.has("train_env_manager") or ctx.has("val_env_manager")
+
+
+def template(ctx: Context) -> None:
+    """ROLL's pipelines take ``global_template`` when it is set and ``actor_train.data_args.template``
+    otherwise; both name posttrain's ``data.chat_template_name``. A null one names nothing. Its
+    agentic pipeline reads neither (`AGENTIC_TEMPLATE`)."""
+    keys = ("global_template", "actor_train.data_args.template")
+    if agentic(ctx):
+        for key in (k for k in keys if ctx.has(k)):
+            ctx.consume(key)
+            ctx.drop(key, AGENTIC_TEMPLATE)
+        return
+    for key in keys:
+        if ctx.has(key) and ctx.get(key) is None:
+            ctx.consume(key)
+            ctx.drop(key, "null: no template named here")
+    chosen, other = (ctx.get(k) for k in keys)
+    if chosen is not None and other is not None and other != chosen:
+        ctx.consume(keys[1])
+        ctx.drop(keys[1], f"ROLL uses global_template ({chosen!r}) when it is set")
 
 
 RULES: dict[str, Rule] = {
