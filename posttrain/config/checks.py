@@ -22,7 +22,7 @@ from posttrain.algorithms.rollout_correction import rs_thresholds
 from posttrain.config.access import TRAINING_ROLES, device_lists, get_path, is_rl, placement_problem, training_kind, world_size
 from posttrain.config.checks_profiler import check_profiler
 from posttrain.config.sections.buffer import priority_args
-from posttrain.config.sections.actor import check_save_contents
+from posttrain.config.sections.actor import check_freeze_prefix, check_save_contents
 from posttrain.config.sections.algorithm import check_agentic_reward_norm, check_filter_groups
 from posttrain.config.sections.data import check_domain_probs, check_row_choosers, check_row_templates
 from posttrain.config.sections.model import check_kernel_flags
@@ -483,6 +483,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_sharded_checkpoints,
     check_sharding,
     check_lora,
+    check_freeze_prefix,
     check_actor_batches,
     check_critic_batches,
     check_token_budget,

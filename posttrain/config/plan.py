@@ -100,7 +100,7 @@ def format_plan(cfg: Any, derived: Derived, size_note: str = "") -> str:
     ]
     for role in plan.roles:
         rows += _role_rows(role, plan)
-    rows += _length_rows(cfg, derived, size_note)
+    rows += _length_rows(cfg, derived, size_note) + _lag_rows(cfg)
     text = _table(rows)
     if plan.world_size > 1:
         text += "\n" + _device_block(cfg, plan)
@@ -195,6 +195,20 @@ def _length_rows(cfg: Any, d: Derived, size_note: str) -> list[Row]:
         f"{get_path(cfg, 'data.max_response_length')} tokens",
     ))
     return rows
+
+
+def _lag_rows(cfg: Any) -> list[Row]:
+    """How far the explorer of a decoupled run (trainer.mode both with a lagging synchronizer) may run
+    ahead of the trained weights: docs/async.md's max_staleness, in steps."""
+    interval, offset = get_path(cfg, "synchronizer.sync_interval", 1), get_path(cfg, "synchronizer.sync_offset", 0)
+    style = get_path(cfg, "synchronizer.sync_style", "fixed")
+    if get_path(cfg, "trainer.mode", "both") != "both" or (interval == 1 and offset == 0 and style == "fixed"):
+        return []
+    if style != "fixed":
+        return [("max staleness (steps)", "?", f"synchronizer.sync_style {style}: bounded only by the buffer's capacity; explorer and trainer processes")]
+    return [("max staleness (steps)", str(interval - 1 + offset),
+             f"synchronizer.sync_interval {interval} - 1 + sync_offset {offset}: explorer and trainer processes, "
+             "the explorer up to that many batches ahead of the trained weights")]
 
 
 def _warmup_row(cfg: Any, role: str, warm: int | None) -> Row:

@@ -22,6 +22,7 @@ from posttrain.config.schema import Config
 from posttrain.errors import ConfigError
 from posttrain.models.kernels import head_kernel
 from posttrain.models.loading import causal_lm_from_config, load_tokenizer, load_value_model, resolve_dtype
+from posttrain.models.freeze import freeze_by_prefix
 from posttrain.models.lora import add_lora, lora_settings, value_head_name
 from posttrain.models.precision import compute_dtype
 from posttrain.optim import build_optimization
@@ -315,6 +316,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     if needs.reference:
         ref_model = teacher_from_config(cfg, tokenizer, world.torch_device) if teacher else copy.deepcopy(policy) if lora is None else None
     adapters = add_lora(policy, lora, cfg.model.path) if lora is not None else None
+    freeze_by_prefix(policy, a.freeze_module_prefix)  # before sharding: the optimizer takes what still trains
     train_dp = role_parallelism(world, cfg.trainer.balance_batch)
     actor_dp = train_dp(policy, "actor", a.ulysses_sequence_parallel_size)
     trained = world.shard(policy, a.fsdp_config)

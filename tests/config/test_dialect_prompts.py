@@ -33,7 +33,7 @@ def test_roll_template_names_and_global_template():
     native, report = translate({"global_template": None, "actor_train": {"data_args": {"template": "base"}}}, "roll")
     assert native["data"]["chat_template_name"] == "base" and _entry(report, "global_template").status == "dropped"
     _, report = translate({"actor_train": {"data_args": {"template": "qwen2_5"}}, "reference": {"data_args": {"template": "chatml"}}}, "roll")
-    assert _entry(report, "reference.data_args.template").status == "refused"  # one template for every role
+    assert _entry(report, "reference.data_args.template").status == "dropped"  # ROLL reads the training role's only
 
 
 def test_trinity_prompt_keys():

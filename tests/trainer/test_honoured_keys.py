@@ -500,6 +500,7 @@ ELSEWHERE = {
     # the explorer and trainer processes of a decoupled run (the harness runs one process)
     "trainer.mode": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
     "rollout.hybrid_engine": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
+    "actor.freeze_module_prefix": "tests/trainer/test_freeze_prefix.py::test_frozen_prefixes_keep_their_values_through_an_update_and_the_rest_trains",
     "synchronizer.sync_interval": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
     "synchronizer.sync_offset": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
     "synchronizer.sync_timeout": f"{SYNC}::test_the_explorer_waits_sync_timeout_for_fresh_weights_then_names_the_trainer",

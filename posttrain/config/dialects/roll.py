@@ -10,8 +10,10 @@ some lives in tests/config/reference_configs).
   ``ppo_mini_batch_size`` counts prompts over all devices, so it is that product times the number of
   devices, divided by the responses per prompt (refused when that is not a whole number).
 - ``hf_infer`` (plain Hugging Face inference) is posttrain's only engine: ``hf``.
-- Per-role settings posttrain takes from the policy (reference dtype, other roles' chat template)
-  are dropped when they agree with the policy's, refused when they differ.
+- Per-role settings posttrain takes from the policy (reference dtype, attention kernel) are dropped
+  when they agree with the policy's, refused when they differ; the other roles' ``data_args.template``
+  is read nowhere in ROLL (sections.data.TEMPLATE_UNREAD), and a role's attention kernel not where
+  ROLL builds no Hugging Face model (`roll_roles`).
 - ``rewards``: each reward worker becomes ``reward.workers.<name>`` with ROLL's class path turned
   into posttrain's scorer (`reward_workers`); its model/template/placement keys are dropped for a
   rule worker (it runs no model), an LLM judge's ``data_args.template`` names the chat template of
@@ -28,7 +30,7 @@ from typing import Any
 
 from posttrain.config.dialects import roll_defaults
 from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, env_manager_sampling
-from posttrain.config.dialects import roll_strategy
+from posttrain.config.dialects import roll_async, roll_lengths, roll_outputs, roll_roles, roll_strategy
 from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
@@ -45,7 +47,6 @@ _HARMLESS_VALUES = {
     "checkpoint_config.type": ("file_system",),
     "validation.generating_args.num_beams": (1,),
     "actor_infer.strategy_args.strategy_name": ("hf_infer",),
-    "async_generation_ratio": (0, 0.0),  # ROLL's default: a synchronous pipeline
     "ipo": (False,),
     "importance_sampling": ("token",),  # ROLL's default: the per-token ratio, as posttrain's
     "use_topr_neg_loss_coef": (0, 0.0),  # plain DPO (sigmoid loss), posttrain's algorithm.dpo.loss_type default
@@ -57,10 +58,6 @@ _SAME_AS = {
     "reference.model_args.dtype": "actor_train.model_args.dtype",
     "reference.model_args.attn_implementation": "actor_train.model_args.attn_implementation",
     "reference.model_args.model_type": "actor_train.model_args.model_type",
-    "actor_infer.data_args.template": "actor_train.data_args.template",
-    "reference.data_args.template": "actor_train.data_args.template",
-    "critic.data_args.template": "actor_train.data_args.template",
-    "validation.data_args.template": "actor_train.data_args.template",
     "reward_pretrain": "pretrain",
     "validation.generating_args.max_new_tokens": "actor_infer.generating_args.max_new_tokens",
     "actor_infer.model_args.attn_implementation": "actor_train.model_args.attn_implementation",
@@ -83,6 +80,9 @@ def ignorable(ctx: Context, key: str, value: Any) -> str | None:
         return hydra
     if value in _HARMLESS_VALUES.get(key, ()):
         return f"{value!r} is what posttrain does"
+    unread = roll_roles.unread_attention(ctx, key)
+    if unread is not None:
+        return unread
     other = _SAME_AS.get(key)
     if other is not None and ctx.has(other) and ctx.get(other) == value:
         return f"posttrain uses {other}'s value for every role, and they agree"
@@ -100,20 +100,6 @@ def _env_template(ctx: Context, key: str) -> str | None:
             and all(isinstance(v, Mapping) and "env_type" in v for v in library.values()):
         return f"environment template library {top!r} of an included env file: entries custom_envs does not interpolate are not used"
     return None
-
-
-def template(ctx: Context) -> None:
-    """ROLL's pipelines take ``global_template`` when it is set and ``actor_train.data_args.template``
-    otherwise; both name posttrain's ``data.chat_template_name``. A null one names nothing."""
-    keys = ("global_template", "actor_train.data_args.template")
-    for key in keys:
-        if ctx.has(key) and ctx.get(key) is None:
-            ctx.consume(key)
-            ctx.drop(key, "null: no template named here")
-    chosen, other = (ctx.get(k) for k in keys)
-    if chosen is not None and other is not None and other != chosen:
-        ctx.consume(keys[1])
-        ctx.drop(keys[1], f"ROLL uses global_template ({chosen!r}) when it is set")
 
 
 def reward_norm(ctx: Context) -> None:
@@ -372,6 +358,9 @@ RULES: dict[str, Rule] = {
            ("device_mapping", _RULE_WORKER_UNUSED["device_mapping"], "dropped (it runs in the training process, on its device)"))},
     **AGENTIC_RULES,
     **roll_strategy.RULES,
+    **roll_async.RULES,
+    **roll_roles.RULES,
+    **roll_outputs.RULES,
 }
 
 _DPO_KEYS = ("ipo", "beta", "label_smoothing", "chosen_key", "rejected_key")
@@ -400,4 +389,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [*roll_strategy.HANDLERS, node_count, template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, *roll_defaults.HANDLERS]
+HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, node_count, roll_roles.template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, *roll_defaults.HANDLERS]

@@ -79,6 +79,8 @@ def roll_worker_unsupported(role: str, section_name: str) -> dict[str, str]:
 _PACKING = "ROLL's sequence packing (Megatron only in ROLL): posttrain packs the real tokens of a micro-batch with model.use_remove_padding and sizes micro-batches by tokens with actor.use_dynamic_bsz"
 NCCL_OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleeps (ROLL, GPU memory): posttrain keeps its process "
                 "groups for the whole run; it frees the rollout engine's memory between generations with rollout.free_cache_engine")
+_OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleeps (ROLL, GPU memory): posttrain keeps its process "
+                "groups for the whole run; it frees the rollout engine's memory between generations with rollout.free_cache_engine")
 FREEZE = ("freezing modules by name prefix (ROLL, for a multimodal model's vision tower): posttrain trains every parameter of the "
           "policy, or with model.lora_rank only adapters on model.target_modules (the base frozen)")
 _OFFLOAD = "moving a role's weights and optimizer states to CPU between its phases (ROLL): posttrain keeps them on the device, or in host memory throughout with FSDP CPU offload (actor.fsdp_config.param_offload / optimizer_offload)"
@@ -132,6 +134,7 @@ class ActorConfig:
 
     # ---- optimization ------------------------------------------------------------------------
     grad_clip: float = param(1.0, doc="Clip the global gradient norm to this value before each optimizer step.", gt=0, refs=[f"{_VERL}.grad_clip", f"{_VERL}.optim.clip_grad", "roll:max_grad_norm", "trinity:trainer.grad_clip"])
+    freeze_module_prefix: list[str] = param(factory=list, doc="Freeze the policy's parameters whose names (model.named_parameters() of the loaded model: model.embed_tokens, model.layers.0.mlp, lm_head, ...) start with one of these prefixes: no gradient and no optimizer state, so they keep their loaded values (ROLL's freeze_module_prefix, translated from its comma-separated string). A prefix that names no parameter, or prefixes that freeze every parameter, are refused when the model loads. RL stages only; refused with LoRA (model.lora_rank), whose base is frozen already.")
     optim: OptimConfig = param(factory=OptimConfig, doc="Optimizer and LR schedule of the actor.", refs=[f"{_VERL}.optim", "roll:actor_train.training_args", f"{_TRINITY_ALGO}.optimizer"])
 
     # ---- backend, parallelism and performance -------------------------------------------------
@@ -153,7 +156,6 @@ UNSUPPORTED: dict[str, str] = {
     **roll_worker_unsupported("actor_train", "actor"),
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "roll:actor_train.offload_nccl": NCCL_OFFLOAD,
-    "roll:actor_train.model_args.freeze_module_prefix": FREEZE,
     "roll:actor_train.worker_cls": "ROLL's worker class for the role; posttrain's roles are its own (posttrain.workers), chosen by the algorithm",
     "roll:actor_train.pg_variant": ("the loss variants of ROLL's agentic PG worker (actor_train.worker_cls agentic_actor_pg_worker), each with ROLL's own "
                                    "clipping: posttrain chooses an agentic stage's policy loss as any RL stage's, with actor.policy_loss.loss_mode "
@@ -196,4 +198,24 @@ def check_save_contents(cfg: Any) -> list[str]:
         contents = getattr(getattr(getattr(cfg, role, None), "checkpoint", None), "save_contents", None)
         if contents is not None and not {"model", "hf_model"} & set(contents):
             problems.append(f"{role}.checkpoint.save_contents {list(contents)} leaves out the weights: a checkpoint without them cannot be resumed or exported; add model (or hf_model)")
+    return problems
+
+
+def check_freeze_prefix(cfg: Any) -> list[str]:
+    """actor.freeze_module_prefix acts on the RL actor's full model: not on an SFT/DPO stage, not beside
+    LoRA (whose base is frozen already; ROLL ignores the prefixes then), and not with an empty prefix
+    (every name starts with it)."""
+    prefixes = list(getattr(getattr(cfg, "actor", None), "freeze_module_prefix", None) or [])
+    if not prefixes:
+        return []
+    model = getattr(cfg, "model", None)
+    kind = getattr(getattr(cfg, "algorithm", None), "kind", "rl")
+    problems = []
+    if "" in prefixes:
+        problems.append(f"actor.freeze_module_prefix {prefixes} holds an empty prefix, which every parameter name starts with; remove it")
+    if kind != "rl":
+        problems.append(f"actor.freeze_module_prefix is read by RL stages only, and algorithm.kind is {kind}; leave it empty for this stage")
+    if getattr(model, "lora_rank", 0) > 0 or getattr(model, "lora_adapter_path", None) is not None:
+        problems.append("actor.freeze_module_prefix with LoRA (model.lora_rank / lora_adapter_path): LoRA trains only its adapters "
+                        "and freezes the whole base already; drop one of the two")
     return problems

@@ -23,6 +23,7 @@ from posttrain.config.sections.actor import (
     FsdpConfig,
     roll_worker_unsupported,
 )
+from posttrain.config.sections.data import TEMPLATE_UNREAD
 from posttrain.config.sections.optim import CriticOptimConfig
 from posttrain.config.sections.profiler import ProfilerConfig
 
@@ -84,7 +85,11 @@ NEGATED_REFS: dict[str, str] = {
 
 # Reference keys with no field in `critic`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
-    "roll:critic.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     **roll_worker_unsupported("critic", "critic"),
     "verl:critic.megatron": "Megatron backend options; posttrain has no Megatron backend (the critic trains with FSDP2: critic.model.fsdp_config)",
+}
+
+# Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
+NO_EFFECT: dict[str, str] = {
+    "roll:critic.data_args.template": TEMPLATE_UNREAD,
 }

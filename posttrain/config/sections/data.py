@@ -95,6 +95,13 @@ _DATAGEN = ("verl's DynamicGenDataset appends generated rows to the training set
             "seed over a fixed size, which is what makes resume exact): generate the rows before the run, and reorder or "
             "reweight them during it with a data.sampler class (its update() sees each step's scores)")
 _MULTIMODAL = "multimodal data (images, video): posttrain trains text-only models (until multimodal support)"
+# ROLL reads one prompt template per run (roll/pipeline/rlvr/rlvr_pipeline.py; the SFT, DPO and distill
+# pipelines alike): global_template, else the training role's data_args.template, for the training and
+# the validation prompts; its agentic pipeline renders with the tokenizer's chat template. Another
+# role's data_args.template is read nowhere (an LLM judge's is its own: reward.workers.<name>).
+TEMPLATE_UNREAD = ("read nowhere in ROLL: its pipelines render training and validation prompts with global_template or "
+                   "actor_train.data_args.template (posttrain: data.chat_template_name), its agentic pipeline with the "
+                   "tokenizer's chat template")
 # Reference keys with no field in `data`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
     "verl:data.datagen.path": _DATAGEN,
@@ -112,7 +119,6 @@ UNSUPPORTED: dict[str, str] = {
     "roll:actor_train.data_args.custom_data_kwargs_func": "ROLL calls it only in its vision-language pipeline, in place of the function that builds image and video inputs with the model's processor; posttrain has no multimodal data path (data.image_key), and a text row gains columns through a data.custom_cls dataset class",
     "roll:validation.data_args.dataset_dir": "validation files are read relative to data.dataset_dir (ROLL: actor_train.data_args.dataset_dir), the training files' folder",
     "roll:validation.data_args.preprocessing_num_workers": "the validation set is tokenised with data.filter_overlong_prompts_workers processes, the training set's",
-    "roll:validation.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     "roll:sft_train": "ROLL's SFT pipeline (start_sft_pipeline.py): not translated yet; write it as a posttrain SFT stage (algorithm.kind: sft; issue 18)",
     "roll:prompt_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage: data.prompt_key; issue 18)",
     "roll:query_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage; issue 18)",
@@ -147,6 +153,7 @@ NO_EFFECT: dict[str, str] = {
         "ROLL reads no interleave_probs: its DataArguments dataclass has no such field and its config loader "
         "(dacite, not strict) drops unknown keys, so the key changes nothing there; posttrain's own "
         "data.interleave_probs draws rows by file"),
+    "roll:validation.data_args.template": TEMPLATE_UNREAD,
 }
 
 

@@ -61,6 +61,9 @@ NO_EFFECT: dict[str, str] = {
     "roll:parse_tool_call_parameter_to_dict": ("ROLL turns tool-call arguments into dicts before it renders the model's turns again "
                                                "with the chat template; posttrain never renders the model's turns again (it keeps the sampled tokens)"),
     "roll:custom_env": "template library of ROLL's traj_envs.yaml: its entries reach posttrain through custom_envs' interpolations",
+    "roll:default_history_length": ("template variable of ROLL's step_envs.yaml (the history_length its entries interpolate): "
+                                    "not a field of ROLL's config, it does nothing by itself; where custom_envs interpolates it, "
+                                    "its value was substituted there"),
     **{f"roll:{name}": _HELPER for name in (
         "env_manager_cls", "agent_runner_cls", "all_response_pattern", "action_pattern", "think_action_pattern", "max_tokens_per_step",
         "max_actions_per_traj", "sokoban_format_penalty", "frozen_format_penalty", "agent_system_template", "agent_template",

@@ -11,7 +11,8 @@ value, as verl's defaults interpolate them.
 from __future__ import annotations
 
 from posttrain.config.fields import param, section
-from posttrain.config.sections.actor import FREEZE, NCCL_OFFLOAD, FsdpConfig, roll_worker_unsupported
+from posttrain.config.sections.actor import NCCL_OFFLOAD, FsdpConfig, roll_worker_unsupported
+from posttrain.config.sections.data import TEMPLATE_UNREAD
 from posttrain.config.sections.profiler import ProfilerConfig
 
 _VERL = "verl:actor_rollout_ref.ref"
@@ -37,10 +38,8 @@ class RefConfig:
 _REF_PACKING = "ROLL's sequence packing (Megatron only in ROLL): posttrain packs the real tokens of a micro-batch with model.use_remove_padding"
 UNSUPPORTED: dict[str, str] = {
     "roll:reference.model_args.dtype": "the reference loads the policy weights with the policy's dtype (model section)",
-    "roll:reference.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     **roll_worker_unsupported("reference", "ref"),
     "roll:reference.offload_nccl": NCCL_OFFLOAD,
-    "roll:reference.model_args.freeze_module_prefix": "the reference is never trained, so its frozen modules matter only as the actor's, and " + FREEZE,
     "verl:actor_rollout_ref.ref.use_torch_compile": "the reference runs the actor's forward, compiled when actor.use_torch_compile is (a different value cannot be honoured)",
     "verl:actor_rollout_ref.ref.megatron": "Megatron backend options; posttrain has no Megatron backend (the reference runs with FSDP2: ref.fsdp_config)",
     "roll:reference.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
@@ -51,5 +50,7 @@ UNSUPPORTED: dict[str, str] = {
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    "roll:reference.model_args.freeze_module_prefix": "ROLL loads the reference with every parameter frozen (load_model with is_trainable false), so naming some of them frozen changes nothing; posttrain's reference is never trained either",
+    "roll:reference.data_args.template": TEMPLATE_UNREAD,
     "roll:reference.model_args.disable_gradient_checkpointing": "the reference runs no backward pass, so gradient checkpointing has no meaning there",
 }

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.fields import param, section
+from posttrain.config.sections.data import TEMPLATE_UNREAD
 
 _VERL = "verl:actor_rollout_ref.rollout"
 _ROLL_GEN = "roll:actor_infer.generating_args"
@@ -87,7 +88,7 @@ class RolloutConfig:
     do_sample: bool = param(True, doc="Sample during training rollouts; false decodes greedily (every response of a group is then the same).", refs=[f"{_VERL}.do_sample", f"{_ROLL_GEN}.do_sample"])
     repetition_penalty: float = param(1.0, doc="Divide positive logits (multiply negative ones) of tokens already in the sequence by this; 1.0 disables.", gt=0, refs=[f"{_VERL}.repetition_penalty", f"{_ROLL_GEN}.repetition_penalty", "trinity:model.repetition_penalty"])
     ignore_eos: bool = param(False, doc="Keep generating after the end-of-sequence token until response_length.", refs=[f"{_VERL}.ignore_eos", f"{_TRINITY}.ignore_eos"])
-    response_length: int | None = param(None, doc="Most tokens generated per response; null uses data.max_response_length.", ge=1, refs=[f"{_VERL}.response_length", f"{_ROLL_GEN}.max_new_tokens"])
+    response_length: int | None = param(None, doc="Most tokens generated per response; null uses data.max_response_length. (A ROLL RLVR file's actor_infer max_new_tokens is not read: ROLL generates sequence_length - prompt_length tokens, data.max_response_length.)", ge=1, refs=[f"{_VERL}.response_length", f"{_ROLL_GEN}.max_new_tokens"])
     prompt_length: int | None = param(None, doc="Longest prompt the engine accepts in tokens: data.max_prompt_length bounds every prompt, so null or that same value (verl's default, ${data.max_prompt_length}); another value is refused.", ge=1, refs=[f"{_VERL}.prompt_length"])
     min_response_length: int = param(0, doc="Fewest tokens per response: the end-of-sequence and stop tokens cannot be drawn before it (vLLM's min_tokens), in training and validation rollouts; 0 disables. A row still ends at response_length or model.max_model_len.", ge=0, refs=["trinity:model.min_response_tokens"])
     use_fire_sampling: bool = param(False, doc="FIRE sampling (Chen et al., 2024): the first token of each training response is drawn at temperature 30 among the top_k tokens (16 when top_k is off), the rest as configured; log-probs stay at the regular temperature. Validation is not affected.", refs=[f"{_VERL}.use_fire_sampling"])
@@ -143,7 +144,6 @@ UNSUPPORTED: dict[str, str] = {
     f"{_ROLL_VAL_GEN}.stop_strings": "validation stops at rollout.stop_strings like training (ROLL: actor_infer.generating_args.stop_strings)",
     f"{_ROLL_VAL_GEN}.include_stop_str_in_output": "validation follows rollout.include_stop_str_in_output like training (ROLL: actor_infer.generating_args.include_stop_str_in_output)",
     f"{_ROLL_VAL_GEN}.num_beams": "beam search is not offered; validation samples or decodes greedily (rollout.val_kwargs.do_sample)",
-    "roll:actor_infer.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "roll:actor_infer.offload_nccl": _NCCL_OFFLOAD,
     f"{_VERL}.agent.custom_async_server.path": _ASYNC_SERVER,
@@ -153,9 +153,6 @@ UNSUPPORTED: dict[str, str] = {
                                                "as a tool (rollout.multi_turn.tool_config_path), an interaction "
                                                "(rollout.multi_turn.interaction_config_path) or an environment (docs/agentic.md)"),
     "roll:actor_infer.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
-    "roll:async_generation_ratio": ("ROLL's share of the next batch generated while training: posttrain generates ahead of training with its "
-                                    "decoupled explorer and trainer, bounded in whole batches by synchronizer.sync_offset (docs/async.md); set that instead"),
-    "roll:rollout_dump_dir": _DUMP,
     "roll:rollout_mock": _DUMP,
     "verl:actor_rollout_ref.rollout.multi_stage_wake_up": "the order verl's colocated vLLM/SGLang server restores its weights and KV cache in; posttrain's engine frees and restores its memory between generations itself (rollout.free_cache_engine)",
     "verl:actor_rollout_ref.rollout.sglang_rollout_mode": "an older verl spelling that started SGLang as a separate HTTP server; posttrain's SGLang engine (rollout.name: sglang) runs inside the worker, with no server",
@@ -174,6 +171,7 @@ UNSUPPORTED: dict[str, str] = {
 _SCHEDULING = "request scheduling inside ROLL's generation workers: it changes when requests run, not what is sampled"
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    "roll:actor_infer.data_args.template": TEMPLATE_UNREAD,
     "roll:actor_infer.model_args.disable_gradient_checkpointing": "the rollout engine runs no backward pass, so gradient checkpointing has no meaning there",
     "roll:actor_infer.world_size": "derived from device_mapping in ROLL too (posttrain: from the cluster section)",
     "roll:generate_opt_level": _SCHEDULING,

@@ -1,0 +1,71 @@
+"""How many tokens ROLL's RLVR pipeline generates, whatever ``max_new_tokens`` says.
+
+ROLL's configs (roll/configs/base_config.py, roll/pipeline/rlvr/rlvr_config.py ``__post_init__``):
+
+- ``sequence_length`` defaults to ``response_length + prompt_length``; once it is set,
+  ``response_length`` is reset to None (read nowhere after). ``prompt_length`` defaults to 1024.
+- The RLVR config then overwrites ``actor_infer.generating_args.max_new_tokens`` with
+  ``sequence_length - prompt_length``, and ``validation.generating_args.max_new_tokens`` with
+  ``val_sequence_length - val_prompt_length`` (which default to the training lengths).
+
+So the value a file writes for either max_new_tokens is never used: the budget is
+``sequence_length - prompt_length``, posttrain's ``data.max_response_length`` (which
+``rollout.response_length`` follows when unset, for training and validation alike). The agentic
+pipeline does not rewrite it (its max_new_tokens caps each turn: posttrain.config.dialects.roll_agentic),
+and the DPO/SFT pipelines generate nothing, so only an RLVR file (one with ``actor_infer`` and no
+environment managers) is read this way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.config.dialects.roll_defaults import ROLL_DEFAULT
+from posttrain.config.dialects.roll_roles import agentic
+from posttrain.config.dialects.translate import Context
+
+PROMPT_DEFAULT = 1024  # ROLL's BaseConfig.prompt_length
+TRAIN, VAL = "actor_infer.generating_args.max_new_tokens", "validation.generating_args.max_new_tokens"
+_REWRITTEN = ("ROLL's RLVR config replaces it with {what} = {budget} (rlvr_config.py), the budget posttrain generates "
+              "up to (data.max_response_length)")
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def generation_budget(ctx: Context) -> None:
+    if agentic(ctx) or not ctx.has("actor_infer"):
+        return
+    prompt, seq, resp = ctx.get("prompt_length", PROMPT_DEFAULT), ctx.get("sequence_length"), ctx.get("response_length")
+    if not _whole(prompt) or not (_whole(seq) or _whole(resp)) or (seq is not None and not _whole(seq)):
+        return  # ROLL refuses such a file itself; the keys translate one by one and are checked there
+    if not ctx.has("prompt_length"):
+        ctx.set("data.max_prompt_length", PROMPT_DEFAULT, "prompt_length", f"{ROLL_DEFAULT}: {PROMPT_DEFAULT}")
+    budget = seq - prompt if seq is not None else resp
+    if seq is not None:
+        if budget <= 0:
+            ctx.consume("sequence_length")
+            ctx.refuse("sequence_length", f"sequence_length {seq} leaves no tokens to generate after prompt_length {prompt}",
+                       "model.max_model_len", seq)
+            return
+        if ctx.has("response_length"):
+            ctx.consume("response_length")
+            ctx.drop("response_length", "ROLL resets it to None once sequence_length is set (BaseConfig); it generates "
+                                        "sequence_length - prompt_length tokens")
+        ctx.consume("sequence_length")  # it sets two keys: the model length and the response budget
+        ctx.set("model.max_model_len", seq, "sequence_length")
+        ctx.set("data.max_response_length", budget, "sequence_length", f"sequence_length {seq} - prompt_length {prompt}")
+    what = f"sequence_length {seq} - prompt_length {prompt}" if seq is not None else f"response_length {resp}"
+    for key, val_lengths in ((TRAIN, ()), (VAL, ("val_prompt_length", "val_sequence_length"))):
+        if not ctx.has(key) or any(ctx.has(k) for k in val_lengths):
+            continue  # validation lengths of their own: posttrain validates with the training budget (refused there)
+        ctx.consume(key)
+        value = ctx.get(key)
+        if value == budget:
+            ctx.drop(key, f"{budget}: ROLL's RLVR config sets it to {what}, the budget posttrain generates up to")
+        else:
+            ctx.drop(key, _REWRITTEN.format(what=what, budget=budget))
+
+
+HANDLERS = [generation_budget]

@@ -1,0 +1,116 @@
+"""ROLL's per-role keys that posttrain reads once for the policy: frozen modules, attention, templates.
+
+- ``actor_train.model_args.freeze_module_prefix`` (roll/configs/model_args.py splits the string at
+  commas; roll/models/model_providers.py ``freeze_model`` freezes every parameter whose name starts
+  with one, and only when ``lora_target`` is unset) is ``actor.freeze_module_prefix``
+  (posttrain.models.freeze). Prefixes of a vision or audio tower are refused: posttrain loads text
+  models, which have no such modules. With LoRA ROLL does not read it, so it is dropped.
+- ``<role>.model_args.attn_implementation`` is read by ROLL only where it builds a Hugging Face
+  model (model_providers.py): not by its vLLM/SGLang engines (``actor_infer`` with strategy vllm or
+  sglang builds its engine from the model path and strategy_config) nor by its Megatron models. There
+  it changes nothing and is dropped; elsewhere it must agree with the policy's kernel
+  (roll.py's ``_SAME_AS``), since posttrain runs every role with model.attn_implementation.
+- The prompt template: ``global_template``, else ``actor_train.data_args.template``, is
+  ``data.chat_template_name`` (`template`); the other roles' ``data_args.template`` is read nowhere
+  in ROLL (sections.data.TEMPLATE_UNREAD), and an agentic file's is not read either (`AGENTIC_TEMPLATE`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.config.dialects.translate import Context
+from posttrain.config.tables import Rule
+
+FREEZE = "actor_train.model_args.freeze_module_prefix"
+# Module names of the vision and audio parts of ROLL's multimodal examples (Qwen2.5-VL's model.visual,
+# Megatron's vision_model, Qwen3-Omni's audio_model/talker/code2wav) and of other HF VLMs.
+_TOWERS = frozenset({"visual", "vision_model", "vision_tower", "audio_model", "audio_tower", "audio", "talker", "code2wav",
+                     "multi_modal_projector", "mm_projector"})
+_ENGINES = ("vllm", "sglang")
+_MEGATRON = ("megatron_train", "megatron_infer")
+
+
+def split_prefixes(value: Any) -> list[str]:
+    """ROLL's freeze_module_prefix as a list: a string is split at commas and stripped.
+
+    >>> split_prefixes("vision_model.blocks, vision_model.patch_embed")
+    ['vision_model.blocks', 'vision_model.patch_embed']
+    """
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",")]
+    return list(value)
+
+
+def freeze_prefix(ctx: Context) -> None:
+    if not ctx.has(FREEZE):
+        return
+    ctx.consume(FREEZE)
+    value = ctx.get(FREEZE)
+    if value is None:
+        ctx.drop(FREEZE, "null: nothing frozen")
+        return
+    if ctx.get("actor_train.model_args.lora_target") is not None:
+        ctx.drop(FREEZE, "ROLL freezes by prefix only without LoRA (lora_target is set), so nothing reads it")
+        return
+    if not isinstance(value, (str, list)) or not all(isinstance(p, str) for p in split_prefixes(value)):
+        ctx.refuse(FREEZE, f"expected comma-separated parameter-name prefixes, got {value!r}", "actor.freeze_module_prefix", value)
+        return
+    prefixes = split_prefixes(value)
+    towers = [p for p in prefixes if _TOWERS & set(p.split("."))]
+    if towers:
+        ctx.refuse(FREEZE, f"{', '.join(towers)} name(s) a multimodal model's vision or audio modules: posttrain loads and trains "
+                   "text models, which have none (multimodal data is not supported)", "actor.freeze_module_prefix", value)
+    else:
+        ctx.set("actor.freeze_module_prefix", prefixes, FREEZE, "ROLL's comma-separated prefixes of the parameters it freezes")
+
+
+def unread_attention(ctx: Context, key: str) -> str | None:
+    """Why a role's attn_implementation is not read by ROLL, or None where ROLL reads it."""
+    role, _, rest = key.partition(".")
+    if rest != "model_args.attn_implementation":
+        return None
+    strategy = ctx.get(f"{role}.strategy_args.strategy_name")
+    if strategy in _ENGINES:
+        return f"ROLL's {strategy} engine is built from the model path and strategy_config and chooses its own attention backend"
+    if strategy in _MEGATRON:
+        return f"ROLL's {strategy} builds a Megatron model with its own attention; only its Hugging Face models read the key"
+    return None
+
+
+AGENTIC_TEMPLATE = ("ROLL's agentic pipeline renders every turn with the tokenizer's own chat template (env_manager/"
+                    "token_mask_utils.py) and reads no named template; posttrain's agentic stage renders turns with the "
+                    "tokenizer's chat template too (or data.chat_template)")
+
+
+def agentic(ctx: Context) -> bool:
+    """Whether the file is one of ROLL's agentic pipelines (it has environment managers)."""
+    return ctx.has("train_env_manager") or ctx.has("val_env_manager")
+
+
+def template(ctx: Context) -> None:
+    """ROLL's pipelines take ``global_template`` when it is set and ``actor_train.data_args.template``
+    otherwise; both name posttrain's ``data.chat_template_name``. A null one names nothing. Its
+    agentic pipeline reads neither (`AGENTIC_TEMPLATE`)."""
+    keys = ("global_template", "actor_train.data_args.template")
+    if agentic(ctx):
+        for key in (k for k in keys if ctx.has(k)):
+            ctx.consume(key)
+            ctx.drop(key, AGENTIC_TEMPLATE)
+        return
+    for key in keys:
+        if ctx.has(key) and ctx.get(key) is None:
+            ctx.consume(key)
+            ctx.drop(key, "null: no template named here")
+    chosen, other = (ctx.get(k) for k in keys)
+    if chosen is not None and other is not None and other != chosen:
+        ctx.consume(keys[1])
+        ctx.drop(keys[1], f"ROLL uses global_template ({chosen!r}) when it is set")
+
+
+RULES: dict[str, Rule] = {
+    FREEZE: Rule("actor.freeze_module_prefix", "ROLL's comma-separated string split into prefixes; refused when one names a "
+                 "vision or audio tower (posttrain loads text models); dropped with lora_target (ROLL ignores it then)",
+                 "model.layers.0"),
+}
+HANDLERS = [freeze_prefix]

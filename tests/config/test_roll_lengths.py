@@ -1,0 +1,55 @@
+"""ROLL's RLVR pipeline generates sequence_length - prompt_length tokens whatever max_new_tokens says
+(its config rewrites max_new_tokens): posttrain.config.dialects.roll_lengths."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from posttrain.config import load_config
+from posttrain.config.dialects import translate
+from posttrain.trainer.rl_build import sampling_params
+
+GEN = "actor_infer.generating_args.max_new_tokens"
+
+
+@pytest.mark.parametrize(("lengths", "max_new", "prompt", "budget"), [
+    ({"prompt_length": 100, "sequence_length": 300, "response_length": 7}, 30, 100, 200),  # response_length reset by ROLL
+    ({"prompt_length": 100, "response_length": 50}, 30, 100, 50),  # sequence_length = 50 + 100
+    ({"sequence_length": 3000}, 1976, 1024, 1976),  # ROLL's prompt_length default 1024
+])
+def test_the_budget_is_sequence_length_minus_prompt_length(lengths, max_new, prompt, budget):
+    raw = {**lengths, "actor_infer": {"generating_args": {"max_new_tokens": max_new}},
+           "validation": {"generating_args": {"max_new_tokens": 5}}}
+    native, report = translate(raw, "roll")
+    assert native["data"]["max_prompt_length"] == prompt and native["data"]["max_response_length"] == budget
+    assert "response_length" not in native.get("rollout", {})  # rollout.response_length follows data.max_response_length
+    for key in (GEN, "validation.generating_args.max_new_tokens"):
+        assert report.entry(key).status == "dropped"
+    assert ("replaces it" in report.entry(GEN).reason) == (max_new != budget)
+
+
+def test_an_agentic_file_keeps_its_max_new_tokens():
+    native, report = translate({"train_env_manager": {}, "response_length": 8, "actor_infer": {"generating_args": {"max_new_tokens": 4}}}, "roll")
+    assert native["rollout"]["response_length"] == 4 and report.entry(GEN).status == "translated"
+
+
+def test_a_loaded_file_samples_the_budget_roll_samples(tmp_path):
+    (tmp_path / "train.jsonl").write_text('{"prompt": "q", "ground_truth": "1"}\n' * 8)
+    path = tmp_path / "rlvr.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        pretrain: {tmp_path}/model
+        rollout_batch_size: 4
+        prompt_length: 64
+        num_gpus_per_node: 1
+        sequence_length: 160
+        actor_train:
+          training_args: {{per_device_train_batch_size: 4, gradient_accumulation_steps: 1}}
+          data_args: {{file_name: [{tmp_path}/train.jsonl]}}
+        actor_infer:
+          generating_args: {{num_return_sequences: 1, max_new_tokens: 16}}
+        """))
+    cfg = load_config(path, dialect="roll")
+    train, val = sampling_params(cfg, tokenizer=None)
+    assert train.max_new_tokens == val.max_new_tokens == 96  # 160 - 64, not the file's 16

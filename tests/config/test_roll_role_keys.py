@@ -1,0 +1,50 @@
+"""ROLL's per-role template and attention keys: dropped where ROLL reads them nowhere, kept to the
+policy's value where ROLL builds a Hugging Face model with them (posttrain.config.dialects.roll_roles)."""
+
+from __future__ import annotations
+
+import pytest
+
+from posttrain.config.dialects import translate
+
+TRAIN = {"actor_train": {"data_args": {"template": "qwen2_5"}, "model_args": {"attn_implementation": "sdpa"}}}
+
+
+@pytest.mark.parametrize("role", ["actor_infer", "validation", "critic", "reference"])
+def test_another_role_s_template_is_read_nowhere_in_roll_whatever_its_value(role):
+    for value in ("qwen2_5", "chatml"):
+        native, report = translate({**TRAIN, role: {"data_args": {"template": value}}}, "roll")
+        entry = report.entry(f"{role}.data_args.template")
+        assert entry.status == "dropped" and "read nowhere in ROLL" in entry.reason
+        assert native["data"]["chat_template_name"] == "qwen2_5"  # the training role's template renders every prompt
+
+
+@pytest.mark.parametrize(("role", "strategy", "value", "status", "words"), [
+    ("actor_infer", "vllm", "fa2", "dropped", "vllm engine is built from the model path"),
+    ("actor_infer", "sglang", "fa2", "dropped", "sglang engine"),
+    ("reference", "megatron_infer", "fa2", "dropped", "Megatron model with its own attention"),
+    ("actor_infer", "hf_infer", "sdpa", "dropped", "they agree"),
+    ("actor_infer", "hf_infer", "fa2", "refused", "every role runs the policy's attention kernel"),
+    ("reference", "hf_infer", "fa2", "refused", "every role runs the policy's attention kernel"),
+])
+def test_a_role_s_attention_kernel_counts_only_where_roll_builds_a_hugging_face_model(role, strategy, value, status, words):
+    raw = {**TRAIN, role: {"model_args": {"attn_implementation": value}, "strategy_args": {"strategy_name": strategy}}}
+    _, report = translate(raw, "roll")
+    entry = report.entry(f"{role}.model_args.attn_implementation")
+    assert entry.status == status and words in entry.reason
+
+
+@pytest.mark.parametrize("key", ["actor_train.data_args.template", "global_template"])
+def test_an_agentic_file_s_template_is_dropped_as_roll_s_agentic_pipeline_reads_none(key):
+    head, _, leaf = key.rpartition(".")
+    raw = {"train_env_manager": {"group_size": 2}}
+    if head:
+        raw["actor_train"] = {"data_args": {leaf: "qwen3_coder"}}  # a name posttrain has no template for
+    else:
+        raw[key] = "qwen3_coder"
+    native, report = translate(raw, "roll")
+    entry = report.entry(key)
+    assert entry.status == "dropped" and "tokenizer's own chat template" in entry.reason
+    assert "chat_template_name" not in native.get("data", {})
+    native, _ = translate({"actor_train": {"data_args": {"template": "qwen3"}}}, "roll")  # an RLVR file reads it
+    assert native["data"]["chat_template_name"] == "qwen3"
