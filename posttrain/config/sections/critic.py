@@ -86,5 +86,4 @@ NEGATED_REFS: dict[str, str] = {
 UNSUPPORTED: dict[str, str] = {
     "roll:critic.data_args.template": "every role uses one prompt template: data.chat_template_name (ROLL: actor_train.data_args.template) with data.chat_template",
     **roll_worker_unsupported("critic", "critic"),
-    "verl:critic.megatron": "Megatron backend options; posttrain has no Megatron backend (the critic trains with FSDP2: critic.model.fsdp_config)",
 }

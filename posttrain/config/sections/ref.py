@@ -42,7 +42,6 @@ UNSUPPORTED: dict[str, str] = {
     "roll:reference.offload_nccl": NCCL_OFFLOAD,
     "roll:reference.model_args.freeze_module_prefix": "the reference is never trained, so its frozen modules matter only as the actor's, and " + FREEZE,
     "verl:actor_rollout_ref.ref.use_torch_compile": "the reference runs the actor's forward, compiled when actor.use_torch_compile is (a different value cannot be honoured)",
-    "verl:actor_rollout_ref.ref.megatron": "Megatron backend options; posttrain has no Megatron backend (the reference runs with FSDP2: ref.fsdp_config)",
     "roll:reference.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
     "roll:reference.use_sequence_packing": _REF_PACKING,
     "roll:reference.sequence_packing_args": _REF_PACKING,
