@@ -279,7 +279,30 @@ def _megatron_optimizer_options(ctx: Any, role: str, key: str, options: dict[str
             ctx.refuse(sub, f"an option of Megatron's optimizer ({option}) that posttrain's torch optimizers have no counterpart of", None, value)
 
 
-HANDLERS = [strategies, megatron, optimizers]
+_LOAD_WEIGHT = ("actor_rollout_ref.actor.load_weight", "actor_rollout_ref.ref.load_weight", "critic.load_weight", "reward_model.load_weight")
+_TIMEOUTS = ("critic.nccl_timeout", "reward_model.nccl_timeout")
+_LAYER_NAMES = "actor_rollout_ref.rollout.layer_name_map"
+
+
+def other_keys(ctx: Any) -> None:
+    """The Megatron tree's other keys: ``load_weight`` (declared by verl's config classes, read
+    nowhere), the critic's and reward model's process-group timeouts (posttrain's roles share one
+    set of processes: cluster.rpc_timeout_s), and the names of Megatron's fused layers that verl's
+    weight sync to the engine maps (posttrain's engine gets Hugging Face weights by name)."""
+    for key in _LOAD_WEIGHT:
+        if ctx.has(key):
+            ctx.consume(key)
+            ctx.drop(key, "declared by verl's config classes but read nowhere in verl: the weights always load")
+    for key in _TIMEOUTS:
+        if ctx.has(key):
+            ctx.consume(key)
+            ctx.set("cluster.rpc_timeout_s", ctx.get(key), key, "the role's process-group timeout; posttrain's roles share its processes")
+    if ctx.has(_LAYER_NAMES):
+        ctx.consume(_LAYER_NAMES)
+        ctx.drop(_LAYER_NAMES, "names of Megatron's fused layers for verl's weight sync to the engine; posttrain's engine takes Hugging Face weights by name")
+
+
+HANDLERS = [strategies, megatron, optimizers, other_keys]
 
 
 def _rules() -> dict[str, Rule]:
@@ -304,6 +327,9 @@ def _rules() -> dict[str, Rule]:
             out[m + "optimizer_offload"] = Rule(f"{role}.fsdp_config.optimizer_offload", "CPU offload of the role's optimizer state (FSDP2)", True)
             gc = "model.enable_gradient_checkpointing" if role == "actor" else "critic.model.enable_gradient_checkpointing"
             out[m + "override_transformer_config"] = Rule(gc, "Megatron's TransformerConfig: recompute_granularity full/selective -> gradient checkpointing; recompute_method/num_layers/modules, kernels, fusions, dispatchers, pipeline splits and moe_router_dtype dropped (same numbers to rounding); dropout, MoE capacity and balancing losses and other options refused", {"recompute_granularity": "full"})
+    out.update({key: Rule(None, "declared by verl's config classes but read nowhere in verl", False) for key in _LOAD_WEIGHT})
+    out.update({key: Rule("cluster.rpc_timeout_s", "the role's process-group timeout (seconds); posttrain's roles share one set of processes", 1200) for key in _TIMEOUTS})
+    out[_LAYER_NAMES] = Rule(None, "names of Megatron's fused layers for verl's weight sync to the engine; posttrain's engine takes Hugging Face weights by name", {"qkv_layer_name": "qkv"})
     return out
 
 
