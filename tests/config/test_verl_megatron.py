@@ -53,7 +53,8 @@ SCENARIOS = {
                "critic.megatron.override_transformer_config.recompute_granularity=selective", "actor_rollout_ref.model.enable_gradient_checkpointing=true",
                A + "seed=7", R + "seed=7", A + "dtype=bfloat16", OPT + "betas=[0.9,0.95]",
                f"+{OPT}override_optimizer_config.adam_beta2=0.95", f"+{OPT}override_optimizer_config.optimizer_cpu_offload=true"),
-    "own": (R + "context_parallel_size=4", A + "param_offload=false", A + "grad_offload=true"),
+    "own": (R + "context_parallel_size=4", A + "param_offload=false", A + "grad_offload=true", "actor_rollout_ref.model.use_remove_padding=true",
+            A + "use_remove_padding=false"),
     "refused": (A + "seed=7", R + "seed=8", A + "dtype=float16", f"+{OTC}moe_aux_loss_coeff=0.01", f"+{OTC}moe_expert_capacity_factor=1.0",
                 f"+{OTC}moe_router_load_balancing_type=aux_loss", f"+{OTC}hidden_dropout=0.1", f"+{OTC}some_new_option=1",
                 f"+{A}override_mcore_model_config.x=1", f"+{OPT}override_optimizer_config.decoupled_weight_decay=false",
@@ -146,6 +147,8 @@ def test_a_users_yaml_on_the_megatron_tree(inputs, tmp_path, capsys):
     ("layout", OTC + "recompute_method", ("dropped", None)),
     ("layout", "critic.megatron.override_transformer_config.recompute_granularity", ("translated", "critic.model.enable_gradient_checkpointing", True)),
     ("layout", "actor_rollout_ref.model.enable_gradient_checkpointing", ("dropped", None)),
+    ("own", "actor_rollout_ref.model.use_remove_padding", ("dropped", None)),  # verl's Megatron actor packs by megatron.use_remove_padding
+    ("own", A + "use_remove_padding", ("translated", "model.use_remove_padding", False)),
     # the seed of the role's processes, the compute dtype
     ("layout", A + "seed", ("translated", "trainer.seed", 7)),
     ("layout", R + "seed", ("dropped", None)),

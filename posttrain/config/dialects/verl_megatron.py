@@ -30,8 +30,9 @@ FSDP2, so each key lands on what it means there:
   one-dimensional parameters (megatron.core.optimizer) -> adamw with ``decay_bias_and_norm: false``.
   verl passes Megatron no betas: ``optim.betas`` is not read, Megatron's adam_beta1/adam_beta2 (0.9,
   0.999, or override_optimizer_config's) apply.
-- ``model.enable_gradient_checkpointing`` is not read by verl's Megatron workers (recomputation is
-  ``recompute_granularity``): dropped with the Megatron tree.
+- ``model.enable_gradient_checkpointing`` and ``model.use_remove_padding`` are not read by verl's
+  Megatron workers (recomputation is ``recompute_granularity``, packing ``megatron.use_remove_padding``,
+  which lands on posttrain's use_remove_padding): dropped with the Megatron tree.
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ LAYOUT = {
     "dist_checkpointing_prefix": _WEIGHTS,
     "use_mbridge": "how verl converts Hugging Face weights into Megatron's modules; posttrain trains the Hugging Face model itself",
     "vanilla_mbridge": "how verl converts Hugging Face weights into Megatron's modules; posttrain trains the Hugging Face model itself",
-    "use_remove_padding": "packed (thd) or padded (bshd) sequences: padding is masked out either way (posttrain packs with model.use_remove_padding)",
     "forward_only": "verl marks the reference as forward-only; posttrain's reference never trains",
 }
 _DDP_LAYOUT = frozenset({"overlap_grad_reduce", "overlap_param_gather", "bucket_size", "average_in_collective", "align_param_gather",
@@ -103,10 +103,12 @@ def strategies(ctx: Any) -> None:
         if ctx.get(key) == "megatron":
             ctx.consume(key)
             ctx.drop(key, f"megatron: verl's Megatron workers; posttrain trains with FSDP2, onto which {prefix}.megatron translates")
-    key = "actor_rollout_ref.model.enable_gradient_checkpointing"
-    if is_megatron(ctx, "actor_rollout_ref.actor") and ctx.has(key):
-        ctx.consume(key)
-        ctx.drop(key, "not read by verl's Megatron workers: they recompute by actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity")
+    unread = {"actor_rollout_ref.model.enable_gradient_checkpointing": "they recompute by actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity",
+              "actor_rollout_ref.model.use_remove_padding": "they pack sequences by actor_rollout_ref.actor.megatron.use_remove_padding (true by default)"}
+    for key, why in unread.items():
+        if is_megatron(ctx, "actor_rollout_ref.actor") and ctx.has(key):
+            ctx.consume(key)
+            ctx.drop(key, f"not read by verl's Megatron workers: {why}")
 
 
 def megatron(ctx: Any) -> None:
@@ -127,6 +129,8 @@ def _one(ctx: Any, prefix: str, role: str, key: str, name: str, value: Any) -> N
     head, _, rest = name.partition(".")
     if head in LAYOUT:
         ctx.drop(key, LAYOUT[head])
+    elif head == "use_remove_padding":
+        _packing(ctx, role, key, value)
     elif head == "context_parallel_size":
         _context_parallel(ctx, prefix, role, key, value)
     elif head == "seed":
@@ -173,6 +177,16 @@ def _offload(ctx: Any, prefix: str, role: str, section: dict[str, Any]) -> None:
             ctx.drop(keys["optimizer_offload"], "the reference has no optimizer")
         else:
             ctx.set(f"{role}.fsdp_config.optimizer_offload", bool(section["optimizer_offload"]), keys["optimizer_offload"])
+
+
+def _packing(ctx: Any, role: str, key: str, value: Any) -> None:
+    """verl's Megatron workers pack sequences (thd) by megatron.use_remove_padding, posttrain by
+    model.use_remove_padding (the policy's roles) and critic.model.use_remove_padding."""
+    if role == "ref":
+        ctx.drop(key, "posttrain's reference packs as the policy does (model.use_remove_padding)")
+        return
+    native = "model.use_remove_padding" if role == "actor" else "critic.model.use_remove_padding"
+    ctx.set(native, value, key, "packed (thd) or padded (bshd) sequences: the same numbers, padding is masked out")
 
 
 def _context_parallel(ctx: Any, prefix: str, role: str, key: str, value: Any) -> None:
@@ -312,6 +326,8 @@ def _rules() -> dict[str, Rule]:
         out[f"{prefix}.strategy"] = Rule(f"{role}.strategy", "fsdp or fsdp2: posttrain's FSDP2; megatron (verl's Megatron workers): dropped, the role's megatron keys translate onto FSDP2", "fsdp2")
         for name, how in LAYOUT.items():
             out[m + name] = Rule(None, how, 2 if name.endswith("size") else True)
+        out[m + "use_remove_padding"] = (Rule(None, "posttrain's reference packs as the policy does", True) if role == "ref" else
+                                         Rule("model.use_remove_padding" if role == "actor" else "critic.model.use_remove_padding", "packed (thd) or padded (bshd) sequences", True))
         out[m + "context_parallel_size"] = Rule(f"{role}.ulysses_sequence_parallel_size", "Megatron's context parallelism -> Ulysses sequence parallelism of that size (exact attention either way); the reference's follows the actor's", 2)
         out[m + "seed"] = Rule("trainer.seed" if role == "actor" else None, "the seed of the role's processes: trainer.seed" if role == "actor" else "dropped when it is the actor's seed (posttrain seeds every role with trainer.seed), else refused", 7 if role == "actor" else 42)
         out[m + "dtype"] = Rule(None, "bfloat16: bf16 compute with fp32 master weights, what posttrain's mixed precision does on a GPU; float16 is refused (loss scaling)", "bfloat16")
