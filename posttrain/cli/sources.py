@@ -44,12 +44,8 @@ def config_source(args: argparse.Namespace) -> tuple[str | None, list[str], str 
         path = str(base if base.suffix in (".yaml", ".yml") else base.with_suffix(".yaml"))
         if dialect is None:
             dialect = "verl"  # Hydra's flags: verl's launcher (ROLL's scripts take their own)
-        if dialect == "verl" and Path(path).stem == "ppo_megatron_trainer" and not Path(path).is_file():
-            raise ConfigError(
-                f"--config-name {name}: verl's Megatron trainer config; posttrain has no Megatron backend (its "
-                "training backend is FSDP2): drop --config-path/--config-name and the actor_rollout_ref.*.megatron.* "
-                "overrides to start from verl's FSDP trainer config"
-            )
+        # ppo_megatron_trainer with no such file here: verl's Megatron tree, which the verl dialect
+        # recognises by the name (posttrain.config.dialects.verl_launch.builtin)
         if dialect == "verl" and Path(path).stem == "ppo_trainer" and not Path(path).is_file():
             path = None  # verl's own trainer config, which the verl dialect starts from anyway
     elif folder is not None:

@@ -13,17 +13,19 @@ from typing import Iterable
 import torch
 
 from posttrain.config.sections.optim import OptimConfig
-from posttrain.optim.optimizers import build_optimizer
+from posttrain.optim.optimizers import build_optimizer, exempt_from_decay
 from posttrain.optim.schedules import build_scheduler
 
 
 def build_optimization(
-    params: Iterable[torch.nn.Parameter], o: OptimConfig, *, warmup_steps: int, total_steps: int
+    params: Iterable[torch.nn.Parameter | tuple[str, torch.nn.Parameter]], o: OptimConfig, *, warmup_steps: int, total_steps: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """The optimizer `o.optimizer` over `params` and its LR schedule, as `o` configures them."""
+    """The optimizer `o.optimizer` over `params` (parameters, or a module's ``named_parameters()``:
+    `o.decay_bias_and_norm` reads the names) and its LR schedule, as `o` configures them."""
+    named = [item if isinstance(item, tuple) else ("", item) for item in params]
     optimizer = build_optimizer(
-        params, name=o.optimizer, lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas), eps=o.eps, fused=o.fused,
-        extra=o.override_optimizer_config,
+        [p for _, p in named], name=o.optimizer, lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas), eps=o.eps, fused=o.fused,
+        extra=o.override_optimizer_config, no_decay=() if o.decay_bias_and_norm else exempt_from_decay(named),
     )
     scheduler = build_scheduler(
         optimizer, o.lr_scheduler_type, warmup_steps=warmup_steps, total_steps=total_steps,

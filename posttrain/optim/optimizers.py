@@ -10,13 +10,18 @@ SGD; the dialect loaders lower-case them):
 - ``sgd``: stochastic gradient descent; weight_decay is L2 as in adam. Momentum and Nesterov come
   through ``optim.override_optimizer_config`` ({momentum: 0.9, nesterov: true}).
 
+``optim.decay_bias_and_norm: false`` exempts biases and one-dimensional parameters (norm weights) from
+weight decay, as Megatron-LM's optimizer does (megatron.core.optimizer: a parameter whose name ends
+in ``.bias`` or that has one dimension joins a group with weight decay 0); verl's Megatron trainer
+trains that way.
+
 Whatever the optimizer, its state is what ``state_dict()`` returns, so checkpoints save and restore
 it the same way (posttrain.checkpoint).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 import torch
 
@@ -42,6 +47,7 @@ def build_optimizer(
     fused: bool = False,
     name: str = "adamw",
     extra: dict[str, Any] | None = None,
+    no_decay: Collection[torch.nn.Parameter] = (),
 ) -> torch.optim.Optimizer:
     """Optimizer `name` over the parameters that require gradients.
 
@@ -50,7 +56,8 @@ def build_optimizer(
     `fused` uses torch's fused kernel (`optim.fused`): one pass per tensor instead of a dozen
     elementwise ops, the same update up to float rounding; measured for AdamW at 4.2M parameters on
     2 CPU threads, clip + step took 8-9 ms instead of 30-34 ms (docs/performance.md). It needs
-    floating-point parameters on CPU or CUDA."""
+    floating-point parameters on CPU or CUDA. The parameters in `no_decay` form a second group with
+    weight decay 0 (`exempt_from_decay`)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
     trainable = [p for p in params if p.requires_grad]
@@ -61,4 +68,17 @@ def build_optimizer(
     kwargs: dict[str, Any] = {"lr": lr, "weight_decay": weight_decay, "fused": True if fused else None}
     if name in ADAM_FAMILY:
         kwargs.update(betas=betas, eps=eps)
-    return OPTIMIZERS[name](trainable, **kwargs, **(extra or {}))
+    exempt = {id(p) for p in no_decay}
+    groups: Any = trainable
+    if exempt and weight_decay > 0:
+        groups = [{"params": [p for p in trainable if id(p) not in exempt]},
+                  {"params": [p for p in trainable if id(p) in exempt], "weight_decay": 0.0}]
+        groups = [g for g in groups if g["params"]]
+    return OPTIMIZERS[name](groups, **kwargs, **(extra or {}))
+
+
+def exempt_from_decay(named: Iterable[tuple[str, torch.nn.Parameter]]) -> list[torch.nn.Parameter]:
+    """Megatron's rule for the parameters without weight decay: biases (a name ending in ``.bias``)
+    and every one-dimensional parameter (norm weights). A sharded parameter (FSDP2's DTensor) has
+    its whole shape, so the rule sees the same dimensions on every rank."""
+    return [p for n, p in named if n.endswith(".bias") or p.dim() == 1]

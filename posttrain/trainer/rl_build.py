@@ -320,7 +320,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     train_dp = role_parallelism(world, cfg.trainer.balance_batch)
     actor_dp = train_dp(policy, "actor", a.ulysses_sequence_parallel_size)
     trained = world.shard(policy, a.fsdp_config)
-    optimizer, scheduler = build_optimization(trained.parameters(), a.optim, warmup_steps=derived.actor_warmup_steps or 0, total_steps=total)
+    optimizer, scheduler = build_optimization(trained.named_parameters(), a.optim, warmup_steps=derived.actor_warmup_steps or 0, total_steps=total)
     actor = Actor(
         trained,
         optimizer,
@@ -398,7 +398,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         critic_dp = train_dp(value_model, "critic", c.ulysses_sequence_parallel_size)
         value_model = world.shard(value_model, c.fsdp_config)
         c_opt, c_sched = build_optimization(
-            value_model.parameters(), c.optim, warmup_steps=derived.critic_warmup_steps or 0, total_steps=total
+            value_model.named_parameters(), c.optim, warmup_steps=derived.critic_warmup_steps or 0, total_steps=total
         )
         critic = Critic(
             value_model,

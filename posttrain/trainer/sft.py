@@ -159,7 +159,7 @@ def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objectiv
     _, inner = forward_runner(model)  # the model itself when `model` is its FSDP root
     dp = role_parallelism(ctx.world, cfg.trainer.balance_batch)(inner, "actor", cfg.actor.ulysses_sequence_parallel_size)
     optimizer, scheduler = build_optimization(
-        model.parameters(), cfg.actor.optim, warmup_steps=derived.actor_warmup_steps or 0,
+        model.named_parameters(), cfg.actor.optim, warmup_steps=derived.actor_warmup_steps or 0,
         total_steps=derived.total_training_steps or 1,
     )
     sampler = make_sampler(cfg.data, len(train_set))

@@ -42,7 +42,10 @@ STEPS = 2
 BATCH = 2  # prompts per step
 PROMPT_LENGTH, RESPONSE_LENGTH = 512, 16  # prompt room for a system prompt such as the R1 template (~440 tiny-tokenizer tokens)
 # Refusals that only say what this machine lacks: the engine, the training backend, the devices.
-_MACHINE = re.compile(r"vLLM|SGLang|TensorRT|asynchronous rollout server|Megatron|DeepSpeed|engine\(s\) × tensor_parallel_size|"
+# "Megatron" alone is not enough: a refusal of a Megatron option that changes the numbers (a MoE
+# balancing loss, dropout, Megatron's LoRA: posttrain.config.dialects.verl_megatron) names Megatron too.
+_MACHINE = re.compile(r"vLLM|SGLang|TensorRT|asynchronous rollout server|Megatron backend|Megatron parallelism|ROLL's Megatron strategy|"
+                      r"Megatron and the other strategies|DeepSpeed|engine\(s\) × tensor_parallel_size|"
                       r"NPU|roles on different devices|beside training on|of cluster.nnodes × cluster.n_gpus_per_node|"
                       r"explorer's \d+ devices|NCCL|GPU|expert parallelism")  # case matters: keys say megatron
 _LOCAL_TRACKERS = ("console", "jsonl", "tensorboard")

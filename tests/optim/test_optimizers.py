@@ -89,3 +89,22 @@ def test_lr_decay_steps_must_outlast_the_warm_up():
     with pytest.raises(ConfigError, match="critic.optim.lr_decay_steps"):
         derive(cfg, None)
     assert derive(load_config(None, ["actor.optim.lr_decay_steps=5", "actor.optim.lr_warmup_steps=4"]), None).actor_warmup_steps == 4
+
+
+def test_decay_bias_and_norm_false_exempts_biases_and_1d_parameters_as_megatron_does():
+    # AdamW, lr 0.01, weight_decay 0.1, zero gradients: a decayed weight becomes 1 x (1 - 0.01 x 0.1) = 0.999;
+    # Megatron's rule leaves the bias (name ends in .bias) and the norm weight (one dimension) at 1.
+    model = torch.nn.ModuleDict({"proj": torch.nn.Linear(2, 2), "norm": torch.nn.LayerNorm(2, bias=False)})
+    for p in model.parameters():
+        torch.nn.init.ones_(p)
+    for decay_all, expected_bias in ((True, 0.999), (False, 1.0)):
+        o = OptimConfig(optimizer="adamw", lr=0.01, weight_decay=0.1, decay_bias_and_norm=decay_all)
+        optimizer, _ = build_optimization(model.named_parameters(), o, warmup_steps=0, total_steps=10)
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        assert model["proj"].weight.detach().flatten().tolist() == pytest.approx([0.999] * 4)
+        assert model["proj"].bias.detach().tolist() == pytest.approx([expected_bias] * 2)
+        assert model["norm"].weight.detach().tolist() == pytest.approx([expected_bias] * 2)
+        for p in model.parameters():
+            torch.nn.init.ones_(p)

@@ -185,7 +185,8 @@ KNOBS = [
     knob("actor.optim.lr_warmup_init=5e-4", "metrics", "actor.optim.lr_warmup_steps=2"),
     knob("actor.optim.optimizer=sgd", "weights"),
     knob("actor.optim.override_optimizer_config={maximize: true}", "weights"),
-    knob("actor.optim.lr_decay_steps=1", "metrics", *COSINE),  # step 2's LR: the minimum instead of half-way
+    knob("actor.optim.lr_decay_steps=1", "metrics", *COSINE),
+    knob("actor.optim.decay_bias_and_norm=false", "weights", "actor.optim.weight_decay=0.5"),  # norm weights keep their decay-free value  # step 2's LR: the minimum instead of half-way
     knob("actor.fsdp_config.mixed_precision.param_dtype=bf16", "metrics"),
     knob("actor.checkpoint.save_contents=[model]", "files", *CKPT),
     knob("actor.checkpoint.load_contents=[model]", "weights", *CKPT, *RESUME, f"trainer.resume_from_path={STEP}1", first=CKPT),
@@ -220,6 +221,7 @@ KNOBS = [
     knob("critic.optim.optimizer=sgd", "metrics", *CRITIC),
     knob("critic.optim.override_optimizer_config={maximize: true}", "metrics", *CRITIC),
     knob("critic.optim.lr_decay_steps=1", "metrics", *CRITIC, "critic.optim.lr_scheduler_type=cosine"),
+    knob("critic.optim.decay_bias_and_norm=false", "metrics", *CRITIC, "critic.optim.weight_decay=0.5"),
     knob("critic.model.path={assets}/critic_model", "metrics", *CRITIC),
     knob("critic.model.dtype=bf16", "metrics", *CRITIC),
     knob("critic.model.override_config={rms_norm_eps: 0.5}", "metrics", *CRITIC),

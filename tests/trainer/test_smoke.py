@@ -23,6 +23,9 @@ def test_machine_refusals_are_only_the_machines():
     assert machine_refusal("roles on different devices (actor_train 0..15; actor_infer 0..11) is a split placement: ...")
     assert not machine_refusal("not implemented yet: file-weighted sampling (later issue)")
     assert not machine_refusal("not implemented yet: multi-turn tool calling (agentic issue 15)")
+    # a Megatron option that changes the numbers is not the machine's (posttrain.config.dialects.verl_megatron)
+    assert not machine_refusal("not supported: Megatron's MoE load-balancing loss: posttrain's actor loss has no balancing term")
+    assert machine_refusal("not supported: Megatron backends are not provided: posttrain runs actor with torch")
 
 
 def test_tiny_model_of_the_users_family(tmp_path):

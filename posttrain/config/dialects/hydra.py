@@ -140,7 +140,8 @@ def apply(tree: Mapping[str, Any], overrides: Sequence[str], *, strict: bool, wh
                 _delete(out, item.key)
                 set_by = {k: v for k, v in set_by.items() if k != item.key and not k.startswith(item.key + ".")}
             continue
-        if item.op == "add" and current is not _MISSING:
+        # Hydra appends over a key that holds null (its check is `OmegaConf.select(cfg, key) is None`)
+        if item.op == "add" and current is not _MISSING and current is not None:
             problems.append(f"command line override {text!r}: {what} already has {item.key}; set it with {text[1:]!r} (or ++ to add or set)")
             continue
         if item.op == "set" and current is _MISSING and strict:

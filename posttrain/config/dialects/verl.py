@@ -17,6 +17,7 @@ import functools
 import re
 from typing import Any
 
+from posttrain.config.dialects import verl_megatron
 from posttrain.config.dialects.source import hydra_ignorable, resolve
 from posttrain.config.tables import Rule
 
@@ -222,26 +223,39 @@ RULES: dict[str, Rule] = {
     _RC + "loss_type": Rule("actor.policy_loss.loss_args.loss_type", "the loss of bypass mode (ppo_clip or reinforce); only read with bypass_mode: true", "reinforce", ((_RC + "bypass_mode", True),)),
 }
 
-HANDLERS = [null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default, rollout_correction, reward_loop]
+RULES.update(verl_megatron.RULES)  # verl's Megatron trainer: its strategy and megatron sections
+
+HANDLERS = [*verl_megatron.HANDLERS, null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default, rollout_correction, reward_loop]
 
 
-@functools.lru_cache(maxsize=1)
-def _defaults() -> dict[str, Any]:
-    """verl's trainer config (verl_defaults.yaml), resolved."""
+@functools.lru_cache(maxsize=2)
+def _defaults(base: str = "ppo_trainer") -> dict[str, Any]:
+    """verl's trainer config (verl_defaults.yaml; or the Megatron one), resolved."""
     from posttrain.config.dialects.verl_launch import defaults_tree
 
-    return resolve(defaults_tree())[0]
+    return resolve(defaults_tree(base))[0]
+
+
+_ABSENT = object()
+
+
+def _default_of(key: str, base: str) -> Any:
+    node: Any = _defaults(base)
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
 
 
 def is_default(key: str, value: Any) -> bool:
     """Whether ``value`` is verl's own default for ``key`` (a leaf or a whole mapping): a file that
-    spells out verl's defaults (its complete ppo_trainer.yaml) loads as the launch line without them does."""
-    node: Any = _defaults()
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return node == value and type(node) is type(value)
+    spells out verl's defaults (its complete ppo_trainer.yaml) loads as the launch line without them does.
+    A key only verl's Megatron tree has (its megatron and model.lora sections) is read there."""
+    node = _default_of(key, "ppo_trainer")
+    if node is _ABSENT:
+        node = _default_of(key, "ppo_megatron_trainer")
+    return node is not _ABSENT and node == value and type(node) is type(value)
 
 
 _ANY_VALUE = {

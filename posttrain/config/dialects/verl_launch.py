@@ -6,6 +6,12 @@ verl's PPO trainer config (verl_defaults.yaml here: its keys and defaults). ``po
 unless added with ``+``, as in Hydra; ``--config-path DIR --config-name NAME`` puts the user's YAML
 (whose ``defaults`` name verl's ``ppo_trainer``) between the tree and the overrides.
 
+verl has two trainer trees: ``ppo_trainer`` (FSDP) and ``ppo_megatron_trainer`` (Megatron: each
+role's ``megatron`` section, Megatron's optimizer and scheduler keys, its own defaults). A line with
+``--config-name ppo_megatron_trainer``, or a user YAML whose ``defaults`` name it, starts from the
+second (verl_megatron_defaults.yaml): a key that tree lacks is an error as Hydra makes it, and its
+``megatron`` keys translate onto posttrain's FSDP2 (posttrain.config.dialects.verl_megatron).
+
 What is translated: every key the user set (file or override), and each of verl's defaults that
 lands on a posttrain field with a different default of its own (``actor.optim.lr`` 1e-6, ``rollout.n``
 1, ``adv_estimator`` gae, ...), so the run gets verl's defaults. A default that posttrain cannot
@@ -29,31 +35,56 @@ from posttrain.config.dialects.source import compose, read_yaml, references, res
 from posttrain.config.dialects.source import leaves as dotted_leaves
 
 DEFAULTS_FILE = Path(__file__).with_name("verl_defaults.yaml")
-WHAT = "verl's trainer config"
-_BASE_NAMES = ("ppo_trainer", "ppo_trainer.yaml")  # a user YAML's `defaults` entry naming verl's tree
+MEGATRON = "ppo_megatron_trainer"
+BASES = {"ppo_trainer": DEFAULTS_FILE, MEGATRON: Path(__file__).with_name("verl_megatron_defaults.yaml")}
+WHATS = {"ppo_trainer": "verl's trainer config", MEGATRON: "verl's Megatron trainer config"}
+WHAT = WHATS["ppo_trainer"]
+# The roles whose backend the Megatron tree names (`strategy: megatron`): always part of a Megatron
+# line, so that the translation knows which tree the line is (posttrain.config.dialects.verl_megatron).
+MEGATRON_STRATEGIES = ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")
 # Defaults that describe verl's machine (8 accelerators per node, CUDA, 8 data-loading processes),
 # not the run: posttrain sizes the run to the machine it is on unless the line names them (the
 # loading processes change where a batch is tokenised, never what it holds).
 MACHINE_DEFAULTS = frozenset({"trainer.device", "trainer.n_gpus_per_node", "trainer.nnodes", "data.dataloader_num_workers"})
 
 
-@functools.lru_cache(maxsize=1)
-def defaults_tree() -> dict[str, Any]:
-    """verl's trainer config: every key and its default (interpolations unresolved)."""
-    return yaml.safe_load(DEFAULTS_FILE.read_text())
+@functools.lru_cache(maxsize=2)
+def defaults_tree(base: str = "ppo_trainer") -> dict[str, Any]:
+    """verl's trainer config ``base`` (a name in BASES): every key and its default (interpolations unresolved)."""
+    return yaml.safe_load(BASES[base].read_text())
 
 
-def user_file(path: str | Path, problems: dict[str, str]) -> dict[str, Any]:
-    """A verl YAML (``--config-name``, or a file given with ``--dialect verl``) composed: its
-    ``defaults`` entries naming verl's ppo_trainer are the tree it goes on top of; others are included."""
+def _base_name(entry: Any) -> str | None:
+    """The verl tree a ``defaults`` entry (``ppo_trainer``, ``ppo_megatron_trainer.yaml``) names, if any."""
+    if not isinstance(entry, str):
+        return None
+    name = entry.split("@")[0].strip()
+    name = name[: -len(".yaml")] if name.endswith(".yaml") else name
+    return name if name in BASES else None
+
+
+def builtin(path: str | Path | None) -> str | None:
+    """The verl tree that ``--config-name`` names when no such file is here (verl's own config
+    directory), else None: ``config/ppo_megatron_trainer.yaml`` -> ppo_megatron_trainer."""
+    if path is None or Path(path).is_file():
+        return None
+    return _base_name(Path(path).name)
+
+
+def user_file(path: str | Path, problems: dict[str, str]) -> tuple[dict[str, Any], str]:
+    """``(composed YAML, the verl tree it goes on top of)`` of a verl YAML (``--config-name``, or a file
+    given with ``--dialect verl``): its ``defaults`` entry naming ppo_trainer or ppo_megatron_trainer is
+    the tree (ppo_trainer when none does); other entries are included."""
     path = Path(path)
     raw = read_yaml(path)
     defaults = raw.get("defaults")
+    base = "ppo_trainer"
     if isinstance(defaults, list):
-        kept = [d for d in defaults if not (isinstance(d, str) and d.split("@")[0] in _BASE_NAMES)]
-        raw = {**raw, "defaults": kept}
+        named = [_base_name(d) for d in defaults if _base_name(d)]
+        base = named[-1] if named else base
+        raw = {**raw, "defaults": [d for d in defaults if not _base_name(d)]}
     composed = compose(raw, path, problems)
-    return {k: v for k, v in composed.items() if k not in ("defaults", "hydra")}
+    return {k: v for k, v in composed.items() if k not in ("defaults", "hydra")}, base
 
 
 def _tree(leaves: Mapping[str, Any]) -> dict[str, Any]:
@@ -67,14 +98,14 @@ def _tree(leaves: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def honoured_defaults() -> frozenset[str]:
-    """verl's default keys that translate onto a posttrain field whose own default differs, or that
-    interpolate another key (their value then follows the user's override)."""
+@functools.lru_cache(maxsize=2)
+def honoured_defaults(base: str = "ppo_trainer") -> frozenset[str]:
+    """verl's default keys (of tree ``base``) that translate onto a posttrain field whose own default
+    differs, or that interpolate another key (their value then follows the user's override)."""
     from posttrain.config.dialects import translate
 
-    raw = dotted_leaves(defaults_tree())
-    resolved, _ = resolve(defaults_tree())
+    raw = dotted_leaves(defaults_tree(base))
+    resolved, _ = resolve(defaults_tree(base))
     # translated without verl's machine (MACHINE_DEFAULTS), as the line is: no sharded worker processes
     machine_free = _tree({k: v for k, v in dotted_leaves(resolved).items() if k not in MACHINE_DEFAULTS})
     _, report = translate(machine_free, "verl")
@@ -98,24 +129,24 @@ def launch(path: str | Path | None, overrides: list[str]) -> tuple[dict[str, Any
     from posttrain.config.dialects import translate
 
     problems: dict[str, str] = {}
-    tree = defaults_tree()
-    user: set[str] = set()
-    if path is not None:
-        mine = user_file(path, problems)
-        user |= set(dotted_leaves(mine))
-        tree = _merge(tree, mine)
-    tree, set_by = hydra.apply(tree, overrides, strict=True, what=WHAT)
+    base, mine = builtin(path) or "ppo_trainer", {}
+    if path is not None and builtin(path) is None:
+        mine, base = user_file(path, problems)
+    tree = _merge(defaults_tree(base), mine)
+    user: set[str] = set(dotted_leaves(mine))
+    tree, set_by = hydra.apply(tree, overrides, strict=True, what=WHATS[base])
     user |= set(set_by)
     resolved, unresolved = resolve(tree)
     leaves = dotted_leaves(resolved)
-    chosen = {k: v for k, v in leaves.items() if _owner(k, user) or (k in honoured_defaults() and v is not None)}
+    always = MEGATRON_STRATEGIES if base == MEGATRON else ()
+    chosen = {k: v for k, v in leaves.items() if _owner(k, user) or k in always or (k in honoured_defaults(base) and v is not None)}
     unresolved = {k: why for k, why in unresolved.items() if _owner(k, user)}
     while True:
         native, report = translate(_tree(chosen), "verl", interpolated=references(tree), unresolved={**problems, **unresolved})
         # a default that posttrain refuses, that stands in the way of the user's key, or whose value
         # posttrain's validation rejects with the user's other keys (verl's use_torch_compile with
         # several worker processes), leaves
-        blocking = {e.key for e in report.refused if not _owner(e.key, user)}
+        blocking = {e.key for e in report.refused if not _owner(e.key, user) and e.key not in always}
         blocking |= {key for key in _invalid(native, report) if not _owner(key, user)}
         blocking |= {other for e in report.refused if _owner(e.key, user) for other in _conflict(e.reason) if not _owner(other, user)}
         blocking &= set(chosen)
@@ -155,7 +186,9 @@ def locate(key: str, set_by: Mapping[str, str], path: str | Path | None) -> str:
     text = hydra.origin(key, set_by)
     if text is not None:
         return f"command line override {text!r}: "
-    return f"{path}: " if path is not None else "verl's default: "
+    if builtin(path) == MEGATRON:
+        return "verl's default (ppo_megatron_trainer): "
+    return f"{path}: " if path is not None and builtin(path) is None else "verl's default: "
 
 
-__all__ = ["DEFAULTS_FILE", "defaults_tree", "honoured_defaults", "launch", "locate"]
+__all__ = ["BASES", "DEFAULTS_FILE", "MEGATRON", "builtin", "defaults_tree", "honoured_defaults", "launch", "locate"]

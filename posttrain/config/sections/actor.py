@@ -162,7 +162,6 @@ UNSUPPORTED: dict[str, str] = {
                                    "(vanilla PPO clip, cispo, topr, gspo, ...): set that instead"),
     "roll:actor_train.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
     "verl:actor_rollout_ref.actor.freeze_vision_tower": "a vision tower to freeze: posttrain trains text-only models (until multimodal support)",
-    "verl:actor_rollout_ref.actor.megatron": "Megatron backend options; posttrain has no Megatron backend (it trains with FSDP2: actor.fsdp_config)",
     "roll:actor_train.use_sequence_packing": _PACKING,
     "roll:actor_train.sequence_packing_args": _PACKING,
     "roll:is_offload_states": _OFFLOAD,

@@ -86,7 +86,6 @@ NEGATED_REFS: dict[str, str] = {
 # Reference keys with no field in `critic`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
     **roll_worker_unsupported("critic", "critic"),
-    "verl:critic.megatron": "Megatron backend options; posttrain has no Megatron backend (the critic trains with FSDP2: critic.model.fsdp_config)",
 }
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).

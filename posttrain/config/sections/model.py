@@ -128,7 +128,13 @@ NEGATED_REFS: dict[str, str] = {
 
 # Reference keys about the policy model that posttrain refuses, and why.
 _TINKER = "Tinker is a remote training service; posttrain trains the model locally"
+# verl's Megatron trainer spells LoRA as model.lora.* (Megatron-Bridge's adapters).
+_MEGATRON_LORA = ("Megatron's LoRA (verl's Megatron trainer): adapters on Megatron's modules, by default one adapter over the fused "
+                  "query/key/value and gate/up matrices, with Megatron's initialisation; posttrain's LoRA is PEFT's, one adapter per "
+                  "Hugging Face projection: set model.lora_rank, model.lora_alpha and model.target_modules instead")
 UNSUPPORTED: dict[str, str] = {
+    "verl:actor_rollout_ref.model.lora": _MEGATRON_LORA,
+    "verl:critic.model.lora": _MEGATRON_LORA,
     "verl:actor_rollout_ref.model.override_config.moe_config.freeze_moe_router": (
         "Megatron MoE option; posttrain has no Megatron backend"
     ),

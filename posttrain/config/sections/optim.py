@@ -42,6 +42,7 @@ class OptimConfig:
     min_lr_ratio: float = param(0.0, doc="Final LR of cosine and wsd as a fraction of lr.", ge=0, le=1, refs=["verl:.min_lr_ratio", "trinity:.min_lr_ratio"])
     num_cycles: float = param(0.5, doc="Cosine periods over the decay (0.5: one half-wave from lr down to the minimum).", gt=0, refs=["verl:.num_cycles"])
     lr_warmup_init: float = param(0.0, doc="LR the warm-up starts from, as an absolute value: warm-up step k (0-based) uses init + (lr - init) * (k + 1) / warm-up steps.", ge=0, refs=["verl:.lr_warmup_init"])
+    decay_bias_and_norm: bool = param(True, doc="Apply weight_decay to every parameter that trains; false exempts biases and all one-dimensional parameters (norm weights), as Megatron's optimizer does (a parameter whose name ends in .bias or that has one dimension gets no weight decay): verl's Megatron trainer sets it false.")
     lr_decay_steps: int | None = param(None, doc="Training step at which the decay of cosine or wsd ends, counted from the start (warm-up included, as Megatron's scheduler that verl and ROLL use): the LR decays from the end of warm-up to its final value at this step (min_lr_ratio x lr; for cosine with the default num_cycles) and stays there; null ends the decay at the last step. Must exceed the warm-up; constant has no decay.", ge=1, refs=["verl:.lr_decay_steps"])
 
 

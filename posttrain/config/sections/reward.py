@@ -154,6 +154,7 @@ _RM_FSDP = "verl:reward_model.model.fsdp_config"
 UNSUPPORTED: dict[str, str] = {
     "verl:reward_model.strategy": _RM_REPLICATED,
     **{f"{_RM_FSDP}{k}": _RM_REPLICATED for k in ("", ".wrap_policy.min_num_params", ".param_offload", ".reshard_after_forward", ".fsdp_size", ".forward_prefetch")},
+    "verl:reward_model.megatron": _RM_REPLICATED,  # verl's Megatron trainer: how it splits the reward model
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "verl:reward_model.reward_kwargs": "keyword arguments of verl's reward manager classes: posttrain's managers read their settings from the reward section (the DAPO manager's overlong_buffer_cfg and max_resp_len are reward.overlong_buffer)",
     "roll:reward_system_config": ("ROLL's remote reward-system worker (a reward service over HTTP, with its URLs and credentials): "

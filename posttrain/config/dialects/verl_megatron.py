@@ -1,0 +1,352 @@
+"""verl's Megatron trainer (``--config-name ppo_megatron_trainer``) on posttrain's FSDP2.
+
+verl's Megatron workers read each role's ``megatron`` section (actor, reference, critic, reward
+model; verl/trainer/config/engine/megatron.yaml) and, for the actor and critic, an ``optim`` section
+that is Megatron's optimizer (verl/utils/megatron/optimizer.py). posttrain trains every role with
+FSDP2, so each key lands on what it means there:
+
+- **Layout** (tensor/pipeline/virtual-pipeline/expert/expert-tensor parallel sizes, sequence
+  parallelism, the distributed optimizer, mbridge, packing, fusions, DDP buckets and overlap):
+  where the work runs, not the numbers. FSDP2 shards the role over the same devices; the global
+  mini-batch is ``ppo_mini_batch_size x rollout.n`` responses whatever the data-parallel size (verl
+  divides it by world / (TP x PP x CP) per rank; posttrain by its own data-parallel groups). Dropped.
+- **Expert parallelism** > 1 is layout too: verl leaves Megatron's MoE layer dropless (no
+  ``moe_expert_capacity_factor``; verl/models/mcore/config_converter.py) and turns its load-balancing
+  loss off (``moe_router_load_balancing_type: none``), so the experts split over devices compute what
+  the unsplit layer computes. A capacity factor (dropped tokens) or a balancing loss is refused.
+- ``context_parallel_size`` -> the role's Ulysses sequence parallelism of that size (both split one
+  sequence over that many devices and compute exact attention).
+- ``param_offload`` / ``grad_offload`` / ``optimizer_offload`` -> the role's ``fsdp_config``
+  offload keys (FSDP2 offloads gradients with their parameters).
+- ``override_transformer_config``: ``recompute_granularity`` full/selective -> gradient checkpointing
+  (recomputation; the other recompute keys say which layers, posttrain recomputes whole decoder
+  layers); kernels, fusions and pipeline splits dropped; anything that changes the model's
+  computation (dropout, MoE capacity and balancing losses, ...) refused.
+- ``seed`` (verl seeds torch/numpy/random of the role's processes with it) -> ``trainer.seed``.
+- ``dtype: bfloat16``: bf16 compute with fp32 master weights, what posttrain's mixed precision does
+  on a GPU; float16 (loss scaling) is refused.
+- ``optim.optimizer: adam`` is Megatron's Adam: decoupled weight decay (AdamW: TransformerEngine's or
+  Apex's FusedAdam in AdamW mode, torch's AdamW without them), with no weight decay on biases and
+  one-dimensional parameters (megatron.core.optimizer) -> adamw with ``decay_bias_and_norm: false``.
+  verl passes Megatron no betas: ``optim.betas`` is not read, Megatron's adam_beta1/adam_beta2 (0.9,
+  0.999, or override_optimizer_config's) apply.
+- ``model.enable_gradient_checkpointing`` and ``model.use_remove_padding`` are not read by verl's
+  Megatron workers (recomputation is ``recompute_granularity``, packing ``megatron.use_remove_padding``,
+  which lands on posttrain's use_remove_padding): dropped with the Megatron tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.config.dialects.source import leaves
+from posttrain.config.tables import Rule
+
+# verl's role prefix -> posttrain's section
+ROLES = {"actor_rollout_ref.actor": "actor", "actor_rollout_ref.ref": "ref", "critic": "critic"}
+_SAME = "where the work runs, not the numbers: posttrain's FSDP2 shards the role over the same devices"
+_EP = ("expert parallelism: experts split over devices; verl keeps Megatron's MoE layer dropless (no capacity factor) "
+       "and without a balancing loss, so it computes what the unsplit layer computes")
+_WEIGHTS = ("where verl reads the initial weights: a Megatron-format copy of model.path; posttrain reads model.path itself "
+            "(the same weights in Hugging Face format)")
+LAYOUT = {
+    "tensor_model_parallel_size": f"tensor parallelism, {_SAME}",
+    "pipeline_model_parallel_size": f"pipeline parallelism, {_SAME}",
+    "virtual_pipeline_model_parallel_size": f"interleaved pipeline stages, {_SAME}",
+    "expert_model_parallel_size": f"{_EP}; {_SAME}",
+    "expert_tensor_parallel_size": f"tensor parallelism inside each expert, {_SAME}",
+    "sequence_parallel": f"Megatron's sequence parallelism inside tensor parallelism, {_SAME}",
+    "use_distributed_optimizer": "shards the optimizer state over data-parallel ranks, as FSDP2 does",
+    "use_dist_checkpointing": _WEIGHTS,
+    "dist_checkpointing_path": _WEIGHTS,
+    "dist_checkpointing_prefix": _WEIGHTS,
+    "use_mbridge": "how verl converts Hugging Face weights into Megatron's modules; posttrain trains the Hugging Face model itself",
+    "vanilla_mbridge": "how verl converts Hugging Face weights into Megatron's modules; posttrain trains the Hugging Face model itself",
+    "forward_only": "verl marks the reference as forward-only; posttrain's reference never trains",
+}
+_DDP_LAYOUT = frozenset({"overlap_grad_reduce", "overlap_param_gather", "bucket_size", "average_in_collective", "align_param_gather",
+                         "use_distributed_optimizer", "num_distributed_optimizer_instances", "check_for_nan_in_grad"})
+_KERNELS = frozenset({"attention_backend", "apply_rope_fusion", "bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion",
+                      "gradient_accumulation_fusion", "moe_permute_fusion", "persist_layer_norm", "cross_entropy_loss_fusion",
+                      "moe_grouped_gemm", "moe_token_dispatcher_type", "moe_enable_deepep", "moe_shared_expert_overlap"})
+_PIPELINE = frozenset({"deallocate_pipeline_outputs", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+                       "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage", "pipeline_model_parallel_layout"})
+_WHICH_RECOMPUTED = frozenset({"recompute_method", "recompute_num_layers", "recompute_modules"})
+_CHANGES = {
+    "moe_expert_capacity_factor": "a capacity factor drops the tokens over each expert's capacity; posttrain's MoE layers (the Hugging Face model's) drop none",
+    "moe_pad_expert_input_to_capacity": "pads experts to a capacity, which only a capacity factor sets; posttrain's MoE layers drop and pad nothing",
+    "moe_token_drop_policy": "which tokens a capacity factor drops; posttrain's MoE layers drop none",
+    "moe_aux_loss_coeff": "Megatron's MoE load-balancing loss: posttrain's actor loss has no balancing term (verl turns it off: moe_router_load_balancing_type none)",
+    "moe_z_loss_coeff": "Megatron's router z-loss: posttrain's actor loss has no router term",
+    "hidden_dropout": "dropout in Megatron's layers; posttrain's model takes its dropout from its config.json: set it with actor_rollout_ref.model.override_config",
+    "attention_dropout": "dropout in Megatron's attention; posttrain's model takes its dropout from its config.json: set it with actor_rollout_ref.model.override_config",
+}
+_ROUTER_DTYPE = ("the precision of the MoE router's computation (rounding only: the same routing rule); posttrain computes the "
+                 "router in the role's compute dtype (fsdp_config.mixed_precision.param_dtype)")
+_ADAM = ("Megatron's adam: decoupled weight decay (AdamW) with none on biases and one-dimensional parameters "
+         "(posttrain: adamw, decay_bias_and_norm false)")
+_MEGATRON_OPT = {"adam_beta1": ("betas", 0), "adam_beta2": ("betas", 1), "adam_eps": ("eps", None), "sgd_momentum": ("momentum", None)}
+_OPT_PLACEMENT = frozenset({"optimizer_cpu_offload", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "pin_cpu_grads", "pin_cpu_params"})
+
+
+def is_megatron(ctx: Any, prefix: str) -> bool:
+    """Whether verl runs the role at ``prefix`` with its Megatron workers (``strategy: megatron``)."""
+    return ctx.get(f"{prefix}.strategy") == "megatron"
+
+
+def strategies(ctx: Any) -> None:
+    """``strategy: megatron`` names verl's backend: posttrain's is FSDP2, onto which the role's
+    ``megatron`` keys translate. With the Megatron tree, model.enable_gradient_checkpointing is
+    not read by verl (recomputation is override_transformer_config.recompute_granularity)."""
+    for prefix in ROLES:
+        key = f"{prefix}.strategy"
+        if ctx.get(key) == "megatron":
+            ctx.consume(key)
+            ctx.drop(key, f"megatron: verl's Megatron workers; posttrain trains with FSDP2, onto which {prefix}.megatron translates")
+    unread = {"actor_rollout_ref.model.enable_gradient_checkpointing": "they recompute by actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity",
+              "actor_rollout_ref.model.use_remove_padding": "they pack sequences by actor_rollout_ref.actor.megatron.use_remove_padding (true by default)"}
+    for key, why in unread.items():
+        if is_megatron(ctx, "actor_rollout_ref.actor") and ctx.has(key):
+            ctx.consume(key)
+            ctx.drop(key, f"not read by verl's Megatron workers: {why}")
+
+
+def megatron(ctx: Any) -> None:
+    """Each role's ``megatron`` section (module docstring)."""
+    for prefix, role in ROLES.items():
+        section = ctx.get(f"{prefix}.megatron")
+        if not isinstance(section, dict):
+            continue
+        _offload(ctx, prefix, role, section)
+        for name, value in leaves(section, whole=frozenset({"override_mcore_model_config"})).items():
+            key = f"{prefix}.megatron.{name}"
+            if ctx.has(key) and key not in ctx.handled:
+                ctx.consume(key)
+                _one(ctx, prefix, role, key, name, value)
+
+
+def _one(ctx: Any, prefix: str, role: str, key: str, name: str, value: Any) -> None:
+    head, _, rest = name.partition(".")
+    if head in LAYOUT:
+        ctx.drop(key, LAYOUT[head])
+    elif head == "use_remove_padding":
+        _packing(ctx, role, key, value)
+    elif head == "context_parallel_size":
+        _context_parallel(ctx, prefix, role, key, value)
+    elif head == "seed":
+        _seed(ctx, prefix, key, value)
+    elif head == "dtype":
+        if value in ("bfloat16", "bf16"):
+            ctx.drop(key, "bf16 compute with fp32 master weights: what posttrain's fsdp_config.mixed_precision.param_dtype auto does on a GPU")
+        else:
+            ctx.refuse(key, f"{value!r}: Megatron's fp16 trains with loss scaling, which posttrain does not do; use bfloat16", None, value)
+    elif head == "override_transformer_config":
+        _transformer(ctx, prefix, role, key, rest, value)
+    elif head == "override_ddp_config":
+        if value in ({}, None) or rest in _DDP_LAYOUT:
+            ctx.drop(key, f"Megatron DDP's gradient buckets and communication overlap, {_SAME}")
+        else:
+            ctx.refuse(key, f"an option of Megatron's DDP ({rest}) that posttrain's FSDP2 has no counterpart of; remove it", None, value)
+    elif head == "override_mcore_model_config":
+        if value in ({}, None):
+            ctx.drop(key, "empty: nothing overridden")
+        else:
+            ctx.refuse(key, "options of Megatron's model class; posttrain builds the Hugging Face model from its config.json (actor_rollout_ref.model.override_config)", None, value)
+    else:
+        ctx.refuse(key, f"not a key of verl's Megatron engine config ({prefix}.megatron)", None, value)
+
+
+def _offload(ctx: Any, prefix: str, role: str, section: dict[str, Any]) -> None:
+    """param_offload and grad_offload -> fsdp_config.param_offload (FSDP2's CPU offload moves a
+    parameter's gradient with it); optimizer_offload -> fsdp_config.optimizer_offload."""
+    keys = {k: f"{prefix}.megatron.{k}" for k in ("param_offload", "grad_offload", "optimizer_offload") if k in section}
+    ctx.consume(*keys.values())
+    param, grad = bool(section.get("param_offload")), bool(section.get("grad_offload"))
+    if "param_offload" in keys:
+        ctx.set(f"{role}.fsdp_config.param_offload", param or (grad and role != "ref"), keys["param_offload"],
+                "true with grad_offload: FSDP2 offloads gradients with their parameters" if grad and not param and role != "ref" else "")
+    if "grad_offload" in keys:
+        if role == "ref":
+            ctx.drop(keys["grad_offload"], "the reference computes no gradients")
+        elif grad and "param_offload" not in keys:
+            ctx.set(f"{role}.fsdp_config.param_offload", True, keys["grad_offload"], "FSDP2 offloads gradients with their parameters")
+        else:
+            ctx.drop(keys["grad_offload"], f"follows param_offload: FSDP2 offloads gradients with their parameters ({role}.fsdp_config.param_offload)")
+    if "optimizer_offload" in keys:
+        if role == "ref":
+            ctx.drop(keys["optimizer_offload"], "the reference has no optimizer")
+        else:
+            ctx.set(f"{role}.fsdp_config.optimizer_offload", bool(section["optimizer_offload"]), keys["optimizer_offload"])
+
+
+def _packing(ctx: Any, role: str, key: str, value: Any) -> None:
+    """verl's Megatron workers pack sequences (thd) by megatron.use_remove_padding, posttrain by
+    model.use_remove_padding (the policy's roles) and critic.model.use_remove_padding."""
+    if role == "ref":
+        ctx.drop(key, "posttrain's reference packs as the policy does (model.use_remove_padding)")
+        return
+    native = "model.use_remove_padding" if role == "actor" else "critic.model.use_remove_padding"
+    ctx.set(native, value, key, "packed (thd) or padded (bshd) sequences: the same numbers, padding is masked out")
+
+
+def _context_parallel(ctx: Any, prefix: str, role: str, key: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        ctx.refuse(key, f"expected a whole number of devices >= 1, got {value!r}", None, value)
+        return
+    actor = ctx.get("actor_rollout_ref.actor.megatron.context_parallel_size", 1)
+    if role == "ref" and value == actor:
+        ctx.drop(key, "the actor's: posttrain's reference splits its sequences as the actor does (ref.ulysses_sequence_parallel_size null)")
+        return
+    ctx.set(f"{role}.ulysses_sequence_parallel_size", value, key, "context parallelism -> Ulysses sequence parallelism of that size (exact attention either way)")
+
+
+def _seed(ctx: Any, prefix: str, key: str, value: Any) -> None:
+    actor_key = "actor_rollout_ref.actor.megatron.seed"
+    if prefix == "actor_rollout_ref.actor":
+        ctx.set("trainer.seed", value, key, "verl seeds torch, numpy and random of the role's processes with it, as trainer.seed does")
+    elif value == ctx.get(actor_key, 42):
+        ctx.drop(key, "the actor's seed: posttrain seeds every role's processes with trainer.seed")
+    else:
+        ctx.refuse(key, f"posttrain seeds every role's processes with one seed (trainer.seed, from {actor_key}); give this role the actor's", None, value)
+
+
+def _transformer(ctx: Any, prefix: str, role: str, key: str, name: str, value: Any) -> None:
+    """One key of ``override_transformer_config`` (Megatron's TransformerConfig)."""
+    if name == "" and value in ({}, None):
+        ctx.drop(key, "empty: nothing overridden")
+    elif name == "recompute_granularity":
+        _recompute(ctx, role, key, value)
+    elif name in _WHICH_RECOMPUTED:
+        ctx.drop(key, "which layers or modules Megatron recomputes; posttrain recomputes whole decoder layers when recompute_granularity is set (gradient checkpointing): the same numbers")
+    elif name in _KERNELS:
+        ctx.drop(key, "a kernel or dispatch choice: the same computation to float rounding")
+    elif name in _PIPELINE:
+        ctx.drop(key, f"how layers split into pipeline stages, {_SAME}")
+    elif name == "moe_router_dtype":
+        ctx.drop(key, _ROUTER_DTYPE)
+    elif name == "moe_router_load_balancing_type" and value == "none":
+        ctx.drop(key, "none: no balancing loss (verl's own setting), as posttrain's loss has none")
+    elif name in _CHANGES:
+        ctx.refuse(key, _CHANGES[name], None, value)
+    elif name == "moe_router_load_balancing_type":
+        ctx.refuse(key, f"{value!r}: Megatron's MoE balancing loss; posttrain's actor loss has no balancing term (verl's own setting is none)", None, value)
+    else:
+        ctx.refuse(key, f"an option of Megatron's TransformerConfig ({name}) that can change the model's computation; posttrain builds the "
+                        "Hugging Face model from its config.json: set the model's own attribute with actor_rollout_ref.model.override_config", None, value)
+
+
+def _recompute(ctx: Any, role: str, key: str, value: Any) -> None:
+    if value is None:
+        ctx.drop(key, "null: no recomputation")
+    elif value not in ("full", "selective"):
+        ctx.refuse(key, f"{value!r} is not one of Megatron's full, selective", None, value)
+    elif role == "ref":
+        ctx.drop(key, "the reference computes no gradients: nothing to recompute")
+    else:
+        native = "model.enable_gradient_checkpointing" if role == "actor" else "critic.model.enable_gradient_checkpointing"
+        ctx.set(native, True, key, f"{value}: recompute activations in the backward pass (gradient checkpointing of every decoder layer)")
+
+
+def optimizers(ctx: Any) -> None:
+    """The actor's and critic's ``optim`` under verl's Megatron workers: Megatron's optimizer."""
+    for prefix, role in (("actor_rollout_ref.actor", "actor"), ("critic", "critic")):
+        if not is_megatron(ctx, prefix):
+            continue
+        name_key, betas_key, extra_key = (f"{prefix}.optim.{k}" for k in ("optimizer", "betas", "override_optimizer_config"))
+        name = ctx.get(name_key, "adam")
+        if ctx.has(name_key):
+            ctx.consume(name_key)
+            if name not in ("adam", "sgd"):
+                ctx.refuse(name_key, f"{name!r} is not one of Megatron's optimizers (adam, sgd)", None, name)
+                continue
+            ctx.set(f"{role}.optim.optimizer", "adamw" if name == "adam" else "sgd", name_key, _ADAM if name == "adam" else "Megatron's sgd (momentum 0.9 unless override_optimizer_config's sgd_momentum)")
+            ctx.set(f"{role}.optim.decay_bias_and_norm", False, name_key, "Megatron gives biases and one-dimensional parameters no weight decay")
+            if name == "sgd":
+                ctx.set(f"{role}.optim.override_optimizer_config", {"momentum": (ctx.get(extra_key) or {}).get("sgd_momentum", 0.9)}, name_key, "Megatron's sgd_momentum")
+        if ctx.has(betas_key):
+            ctx.consume(betas_key)
+            ctx.drop(betas_key, "not read by verl's Megatron optimizer: Megatron's adam_beta1/adam_beta2 apply (0.9, 0.999 unless override_optimizer_config sets them)")
+        if ctx.has(extra_key):
+            ctx.consume(extra_key)
+            _megatron_optimizer_options(ctx, role, extra_key, ctx.get(extra_key) or {}, name)
+
+
+def _megatron_optimizer_options(ctx: Any, role: str, key: str, options: dict[str, Any], name: str) -> None:
+    """override_optimizer_config under Megatron holds Megatron's OptimizerConfig fields."""
+    if not options:
+        ctx.drop(key, "empty: nothing overridden")
+        return
+    betas = [options.get("adam_beta1", 0.9), options.get("adam_beta2", 0.999)]
+    for option, value in options.items():
+        sub = f"{key}.{option}"
+        if option in ("adam_beta1", "adam_beta2"):
+            ctx.set(f"{role}.optim.betas", betas, sub, "Megatron's Adam betas")
+        elif option == "adam_eps":
+            ctx.set(f"{role}.optim.eps", value, sub, "Megatron's Adam epsilon")
+        elif option == "sgd_momentum" and name == "sgd":
+            ctx.drop(sub, "read with optim.optimizer sgd (override_optimizer_config.momentum)")
+        elif option in _OPT_PLACEMENT:
+            ctx.drop(sub, "where Megatron runs the optimizer step (CPU or device): the same update; posttrain offloads with the role's fsdp_config.optimizer_offload")
+        elif option == "use_precision_aware_optimizer" and not {"main_params_dtype", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"} & set(options):
+            ctx.drop(sub, "with Megatron's default dtypes (fp32 master weights, gradients and moments) the same update, as posttrain's fp32 optimizer state")
+        else:
+            ctx.refuse(sub, f"an option of Megatron's optimizer ({option}) that posttrain's torch optimizers have no counterpart of", None, value)
+
+
+_LOAD_WEIGHT = ("actor_rollout_ref.actor.load_weight", "actor_rollout_ref.ref.load_weight", "critic.load_weight", "reward_model.load_weight")
+_TIMEOUTS = ("critic.nccl_timeout", "reward_model.nccl_timeout")
+_LAYER_NAMES = "actor_rollout_ref.rollout.layer_name_map"
+
+
+def other_keys(ctx: Any) -> None:
+    """The Megatron tree's other keys: ``load_weight`` (declared by verl's config classes, read
+    nowhere), the critic's and reward model's process-group timeouts (posttrain's roles share one
+    set of processes: cluster.rpc_timeout_s), and the names of Megatron's fused layers that verl's
+    weight sync to the engine maps (posttrain's engine gets Hugging Face weights by name)."""
+    for key in _LOAD_WEIGHT:
+        if ctx.has(key):
+            ctx.consume(key)
+            ctx.drop(key, "declared by verl's config classes but read nowhere in verl: the weights always load")
+    for key in _TIMEOUTS:
+        if ctx.has(key):
+            ctx.consume(key)
+            ctx.set("cluster.rpc_timeout_s", ctx.get(key), key, "the role's process-group timeout; posttrain's roles share its processes")
+    if ctx.has(_LAYER_NAMES):
+        ctx.consume(_LAYER_NAMES)
+        ctx.drop(_LAYER_NAMES, "names of Megatron's fused layers for verl's weight sync to the engine; posttrain's engine takes Hugging Face weights by name")
+
+
+HANDLERS = [strategies, megatron, optimizers, other_keys]
+
+
+def _rules() -> dict[str, Rule]:
+    out: dict[str, Rule] = {}
+    for prefix, role in ROLES.items():
+        m = f"{prefix}.megatron."
+        out[f"{prefix}.strategy"] = Rule(f"{role}.strategy", "fsdp or fsdp2: posttrain's FSDP2; megatron (verl's Megatron workers): dropped, the role's megatron keys translate onto FSDP2", "fsdp2")
+        for name, how in LAYOUT.items():
+            out[m + name] = Rule(None, how, 2 if name.endswith("size") else True)
+        out[m + "use_remove_padding"] = (Rule(None, "posttrain's reference packs as the policy does", True) if role == "ref" else
+                                         Rule("model.use_remove_padding" if role == "actor" else "critic.model.use_remove_padding", "packed (thd) or padded (bshd) sequences", True))
+        out[m + "context_parallel_size"] = Rule(f"{role}.ulysses_sequence_parallel_size", "Megatron's context parallelism -> Ulysses sequence parallelism of that size (exact attention either way); the reference's follows the actor's", 2)
+        out[m + "seed"] = Rule("trainer.seed" if role == "actor" else None, "the seed of the role's processes: trainer.seed" if role == "actor" else "dropped when it is the actor's seed (posttrain seeds every role with trainer.seed), else refused", 7 if role == "actor" else 42)
+        out[m + "dtype"] = Rule(None, "bfloat16: bf16 compute with fp32 master weights, what posttrain's mixed precision does on a GPU; float16 is refused (loss scaling)", "bfloat16")
+        out[m + "param_offload"] = Rule(f"{role}.fsdp_config.param_offload", "CPU offload of the role's parameters (FSDP2)", True)
+        out[m + "override_ddp_config"] = Rule(None, f"Megatron DDP's buckets and communication overlap, {_SAME}; other DDP options are refused", {"overlap_grad_reduce": True})
+        out[m + "override_mcore_model_config"] = Rule(None, "empty: nothing; any entry is refused (posttrain builds the Hugging Face model from its config.json)", {})
+        if role == "ref":
+            out[m + "grad_offload"] = Rule(None, "the reference computes no gradients", True)
+            out[m + "optimizer_offload"] = Rule(None, "the reference has no optimizer", True)
+            out[m + "override_transformer_config"] = Rule(None, "as the actor's; recompute_granularity: nothing to recompute without gradients", {"recompute_granularity": "full"})
+        else:
+            out[m + "grad_offload"] = Rule(f"{role}.fsdp_config.param_offload", "FSDP2 offloads gradients with their parameters: true sets param_offload", True)
+            out[m + "optimizer_offload"] = Rule(f"{role}.fsdp_config.optimizer_offload", "CPU offload of the role's optimizer state (FSDP2)", True)
+            gc = "model.enable_gradient_checkpointing" if role == "actor" else "critic.model.enable_gradient_checkpointing"
+            out[m + "override_transformer_config"] = Rule(gc, "Megatron's TransformerConfig: recompute_granularity full/selective -> gradient checkpointing; recompute_method/num_layers/modules, kernels, fusions, dispatchers, pipeline splits and moe_router_dtype dropped (same numbers to rounding); dropout, MoE capacity and balancing losses and other options refused", {"recompute_granularity": "full"})
+    out.update({key: Rule(None, "declared by verl's config classes but read nowhere in verl", False) for key in _LOAD_WEIGHT})
+    out.update({key: Rule("cluster.rpc_timeout_s", "the role's process-group timeout (seconds); posttrain's roles share one set of processes", 1200) for key in _TIMEOUTS})
+    out[_LAYER_NAMES] = Rule(None, "names of Megatron's fused layers for verl's weight sync to the engine; posttrain's engine takes Hugging Face weights by name", {"qkv_layer_name": "qkv"})
+    return out
+
+
+RULES: dict[str, Rule] = _rules()
