@@ -144,7 +144,7 @@ def agentic_scores(scores: torch.Tensor, batch: RolloutBatch, norm: AgenticRewar
     traj_group_id is the row's environment group (`group_index`), tags its environment type
     (`data_source`), batch all rows."""
     groups = {"batch": None, "traj_group_id": batch.group_index, "tags": batch.data_source}[norm.grouping]
-    return agentic_reward_norm(scores, groups, norm.method)
+    return agentic_reward_norm(scores, groups, norm.method, norm.norm_mean_type, norm.norm_std_type)
 
 
 def mask_samples(batch: RolloutBatch, scores: torch.Tensor, alg: AlgorithmConfig, max_length: int) -> dict[str, float]:

@@ -520,8 +520,8 @@ ELSEWHERE = {
     "rollout.engine_kwargs.sglang": f"{ENGINES}test_sglang_adapter.py::test_rollout_keys_become_engine_arguments",
     "rollout.update_weights_bucket_megabytes": f"{ENGINES}test_vllm_adapter.py::test_build_sends_the_policy_weights_only_with_a_dummy_load_format",
     # agentic stages: the harness plays no environment; the mapping of each grouping to rows
-    **{f"algorithm.agentic_reward_norm.{k}": "tests/algorithms/test_agentic_norm.py::test_grouping_picks_the_environment_group_the_tag_or_the_batch"
-       for k in ("grouping", "method")},
+    **{f"algorithm.agentic_reward_norm.{k}": "tests/algorithms/test_agentic_norm.py::test_grouping_picks_the_environment_group_the_tag_or_the_batch" if k in ("grouping", "method") else "tests/algorithms/test_agentic_norm.py::test_the_scope_keys_reach_the_scores_and_a_roll_file_sets_them"
+       for k in ("grouping", "method", "norm_mean_type", "norm_std_type")},
     # the log files of a run of several processes, and what posttrain's loggers write
     "log.dir": "tests/cluster/test_process_logs.py::test_the_local_launcher_writes_the_workers_logs_where_log_says",
     "log.group_by_node": "tests/cluster/test_process_logs.py::test_log_dir_and_group_by_node_place_each_process_s_file",

@@ -149,7 +149,10 @@ class ActorConfig:
 
 
 # Reference keys with no field in `actor`, and why (read by the mapping generator and dialect loaders).
+ROUTER_REPLAY = ("replaying the rollout engine's MoE routing in training (router replay, R3): posttrain's training forward routes "
+                 "every token with the model's own router, and its engines record no routing; `mode: disabled` is accepted")
 UNSUPPORTED: dict[str, str] = {
+    **{f"{_VERL}.router_replay.{k}": ROUTER_REPLAY for k in ("mode", "record_file", "replay_file")},
     f"{_VERL}.data_loader_seed": "a workaround for Megatron's data order across context-parallel ranks; posttrain's shuffle is seeded from the run seed",
     f"{_TRINITY_ALGO}.entropy_loss_fn": "posttrain has one entropy term, Trinity-RFT's default (entropy_coef x mean token entropy, weighted by actor.entropy_coeff): `default` is accepted, another entropy function is refused",
     "roll:l2": "use decoupled weight decay: actor.optim.weight_decay",

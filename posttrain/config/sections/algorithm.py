@@ -110,6 +110,8 @@ class AgenticRewardNormConfig:
 
     grouping: str = param("batch", doc="Which trajectories share the statistics (agentic stages): traj_group_id (one environment group: same tag and seed), tags (one environment type) or batch. ROLL's state and inductive need per-state keys posttrain's trajectories do not carry (they serve GiGPO's step rewards).", choices=["traj_group_id", "tags", "batch"], refs=["roll:reward_normalization.grouping"])
     method: str = param("identity", doc="identity (scores as they are), mean (subtract the mean), mean_std (standardise) or asym_clip (ROLL computes it as mean_std); applied to an agentic stage's trajectory scores before the advantage estimator (posttrain.algorithms.agentic_reward_norm).", choices=["identity", "mean", "mean_std", "asym_clip"], refs=["roll:reward_normalization.method"])
+    norm_mean_type: str | None = param(None, doc="Where the subtracted mean comes from, overriding what method gives: batch (all the step's trajectories), group (the row's group of grouping); null: as method says (mean, mean_std and asym_clip subtract it over the grouping's scope).", choices=[None, "batch", "group"], refs=["roll:reward_normalization.norm_mean_type"])
+    norm_std_type: str | None = param(None, doc="Where the dividing standard deviation comes from, overriding what method gives: batch or group, as norm_mean_type; null: as method says (mean_std and asym_clip divide by it). A std without a mean divides the raw scores.", choices=[None, "batch", "group"], refs=["roll:reward_normalization.norm_std_type"])
 
 
 @section
@@ -202,7 +204,9 @@ def check_agentic_reward_norm(cfg: Any) -> list[str]:
     """The agentic reward normalisation acts on environment trajectories only."""
     norm = getattr(getattr(cfg, "algorithm", None), "agentic_reward_norm", None)
     env = getattr(cfg, "env", None)
-    if norm is None or env is None or env.train_env_manager.tags or (norm.method, norm.grouping) == ("identity", "batch"):
+    if norm is None or env is None or env.train_env_manager.tags:
+        return []
+    if (norm.method, norm.grouping, norm.norm_mean_type, norm.norm_std_type) == ("identity", "batch", None, None):
         return []
     return [f"algorithm.agentic_reward_norm (method {norm.method}, grouping {norm.grouping}) normalises the trajectory scores of an agentic stage, "
             "but env.train_env_manager.tags is empty: this stage answers prompts (use algorithm.reward_norm_mean / reward_norm_std there), or set the tags"]

@@ -132,7 +132,12 @@ _TINKER = "Tinker is a remote training service; posttrain trains the model local
 _MEGATRON_LORA = ("Megatron's LoRA (verl's Megatron trainer): adapters on Megatron's modules, by default one adapter over the fused "
                   "query/key/value and gate/up matrices, with Megatron's initialisation; posttrain's LoRA is PEFT's, one adapter per "
                   "Hugging Face projection: set model.lora_rank, model.lora_alpha and model.target_modules instead")
+_MTP = ("multi-token prediction (extra MTP heads trained beside the LM head, and used by the engine for speculative decoding): "
+        "posttrain trains and samples the model's next-token head only; its defaults (enable: false) are accepted")
 UNSUPPORTED: dict[str, str] = {
+    **{f"verl:actor_rollout_ref.model.mtp.{k}": _MTP for k in (
+        "enable", "enable_train", "enable_rollout", "detach_encoder", "mtp_loss_scaling_factor", "speculative_algorithm",
+        "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "method", "num_speculative_tokens")},
     "verl:actor_rollout_ref.model.lora": _MEGATRON_LORA,
     "verl:critic.model.lora": _MEGATRON_LORA,
     "verl:actor_rollout_ref.model.override_config.moe_config.freeze_moe_router": (

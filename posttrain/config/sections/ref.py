@@ -11,7 +11,7 @@ value, as verl's defaults interpolate them.
 from __future__ import annotations
 
 from posttrain.config.fields import param, section
-from posttrain.config.sections.actor import NCCL_OFFLOAD, FsdpConfig, roll_worker_unsupported
+from posttrain.config.sections.actor import NCCL_OFFLOAD, ROUTER_REPLAY, FsdpConfig, roll_worker_unsupported
 from posttrain.config.sections.data import TEMPLATE_UNREAD
 from posttrain.config.sections.profiler import ProfilerConfig
 
@@ -37,6 +37,7 @@ class RefConfig:
 # Reference keys with no field in `ref`, and why (read by the mapping generator and dialect loaders).
 _REF_PACKING = "ROLL's sequence packing (Megatron only in ROLL): posttrain packs the real tokens of a micro-batch with model.use_remove_padding"
 UNSUPPORTED: dict[str, str] = {
+    **{f"{_VERL}.router_replay.{k}": ROUTER_REPLAY for k in ("mode", "record_file", "replay_file")},
     "roll:reference.model_args.dtype": "the reference loads the policy weights with the policy's dtype (model section)",
     **roll_worker_unsupported("reference", "ref"),
     "roll:reference.offload_nccl": NCCL_OFFLOAD,

@@ -138,6 +138,8 @@ _DUMP = ("ROLL's dump and replay of rollouts in place of generating (for debuggi
          "and training from it (trainer.mode train); a run is reproduced from its seeds")
 
 # Reference keys with no field in `rollout`, and why (read by the mapping generator and dialect loaders).
+_REPLICAS = ("data- or expert-parallel ranks inside one vLLM/SGLang engine (for MoE models): posttrain's engine on each worker "
+             "splits a model only by tensor parallelism (rollout.tensor_model_parallel_size); 1 is accepted")
 UNSUPPORTED: dict[str, str] = {
     f"{_VERL}.multi_turn.num_repeat_rollouts": "declared in verl's config but read by none of its rollouts; rollout.n sets the responses per prompt",
     f"{_ROLL_VAL_GEN}.max_new_tokens": "validation generates up to rollout.response_length tokens like training",
@@ -160,6 +162,14 @@ UNSUPPORTED: dict[str, str] = {
     "verl:actor_rollout_ref.rollout.trace": ("tracing rollouts to an external tracer (weave, mlflow): posttrain writes rollouts to "
                                              "trainer.rollout_data_dir and validation generations to trainer.validation_data_dir (JSONL), "
                                              "and shows validation samples in wandb/mlflow with trainer.log_val_generations"),
+    "verl:actor_rollout_ref.rollout.enable_rollout_routing_replay": ("recording the engine's MoE routing for the training forward to replay (R3): "
+                                                                     "posttrain's training forward routes every token with the model's own router; false is accepted"),
+    "verl:actor_rollout_ref.rollout.data_parallel_size": _REPLICAS,
+    "verl:actor_rollout_ref.rollout.expert_parallel_size": _REPLICAS,
+    **{f"verl:actor_rollout_ref.rollout.prometheus.{k}": ("Prometheus metrics of verl's rollout servers: posttrain's engines run inside the "
+                                                          "workers with no server, and its generation metrics go to trainer.logger; the defaults "
+                                                          "(enable: false) are accepted") for k in ("enable", "port", "file", "served_model_name")},
+    "verl:actor_rollout_ref.rollout.mtp": "the rollout's copy of actor_rollout_ref.model.mtp (multi-token prediction), which posttrain does not provide",
     "verl:actor_rollout_ref.rollout.over_sample_rate": "over-sampling and cutting the slowest rollouts: posttrain generates every batch whole in one engine call (and keeps explorer and trainer in step by synchronizer.sync_interval / sync_offset)",
     "verl:actor_rollout_ref.rollout.engine_kwargs.trtllm": "the TensorRT-LLM engine is not provided (engines: hf; vLLM/SGLang: issue 19)",
     "verl:actor_rollout_ref.rollout.checkpoint_engine": "verl's weight-transfer engine to its vLLM/SGLang servers; posttrain's weight sync (posttrain/cluster/weight_sync.py) hands the actor's tensors to the engine in the same process, in buckets of rollout.update_weights_bucket_megabytes",
