@@ -17,8 +17,10 @@ def test_runner_keys_at_what_posttrain_does_are_accepted_other_values_refused():
     got = entries({"explorer": accepted}, "explorer.")
     assert {k: v[0] for k, v in got.items()} == {k: "dropped" for k in got} and len(got) == 10
     refused = entries({"explorer": {"max_timeout": 60, "max_retry_times": 0, "dynamic_timeout": {"enable": True},
-                                    "rollout_model": {"engine_num": 2, "enable_history": True}, "max_repeat_times_per_runner": 4}}, "explorer.")
+                                    "rollout_model": {"engine_num": 2, "enable_history": True}}}, "explorer.")
     assert {v[0] for v in refused.values()} == {"refused"}
+    split = entries({"explorer": {"max_repeat_times_per_runner": 4}}, "explorer.")["explorer.max_repeat_times_per_runner"]
+    assert split[0] == "dropped" and "joins back into the task's group" in split[1]  # scheduling only
     assert "need 2 devices, but cluster.node_num × gpu_per_node gives none" in refused["explorer.rollout_model.engine_num"][1]
     assert all("not implemented yet" not in v[1] for v in refused.values())
 

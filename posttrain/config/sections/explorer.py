@@ -27,8 +27,9 @@ _RETRY = (f"retrying a failed workflow: {_BATCH} to retry (a failing reward func
 _OVER = ("leaving a batch's slowest tasks for the next step: posttrain's explorer and trainer keep in step by a staleness "
          "bound (synchronizer.sync_interval / sync_offset) and every batch is generated whole; ratio 0 (wait for every task) is accepted")
 _DYNAMIC = f"a per-task timeout from the mean duration of successful tasks: {_BATCH}; enable false is accepted"
-_REPEATS = ("splitting a task's repeat_times over workflow runners: posttrain generates a prompt's rollout.n responses in the "
-            "same engine call as the rest of the batch")
+_REPEATS = ("splitting a task's repeat_times over several workflow runners, whose experiences Trinity-RFT joins back into the "
+            "task's group before any advantage is computed (scheduling only): posttrain generates a prompt's rollout.n responses "
+            "in the same engine call as the rest of the batch")
 _NO_RUNNERS = "posttrain has no workflow-runner pool: the explorer generates a batch's prompts together in one engine call"
 
 
@@ -47,10 +48,10 @@ UNSUPPORTED: dict[str, str] = {
     f"{_E}.max_retry_times": _RETRY,
     f"{_E}.over_rollout.ratio": _OVER,
     f"{_E}.dynamic_timeout.enable": _DYNAMIC,
-    f"{_E}.max_repeat_times_per_runner": _REPEATS,
 }
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    f"{_E}.max_repeat_times_per_runner": _REPEATS,
     f"{_E}.runner_per_model": f"{_NO_RUNNERS}, which is what any number of runners per engine converges to",
     f"{_E}.runner_state_report_interval": f"display only (runner status lines on the console); {_NO_RUNNERS}, and a decoupled explorer's state is written to the buffer and named in timeouts",
     f"{_E}.over_rollout.wait_after_min": "read only when over_rollout.ratio > 0, which is refused",
