@@ -30,8 +30,9 @@ def agentic_reward_norm(scores: Tensor, groups: Sequence[str] | None, method: st
                         mean_type: str | None = None, std_type: str | None = None) -> Tensor:
     """Trajectory scores (B,) normalised within each group of `groups` (None: the whole batch).
 
-    Formula (mu, sigma: the statistics of the scope `norm_scopes` picks; batch: all B scores,
-    group: the row's group G; sigma unbiased):
+    Formula:
+        mu, sigma: the statistics of the scope `norm_scopes` picks (batch: all B scores, group: the
+        row's group G; sigma unbiased);
         r_i = s_i - mu                           with a mean scope and no std scope;
         r_i = (s_i - mu) / (sigma + 1e-6)        with a std scope (mu = 0 without a mean scope),
         r_i = 0 for the whole group G when it has one trajectory or |sigma| <= 1e-6;
