@@ -193,7 +193,8 @@ class PromptFormatter:
             if messages[i]["role"] != "assistant":
                 continue
             before = self.render(messages[:i], generation_prompt=True, what=what) if i else ""
-            through = self.render(messages[: i + 1], generation_prompt=False, what=what)
+            # the last message's rendering is `full` itself: one render fewer per conversation
+            through = full if i == len(messages) - 1 else self.render(messages[: i + 1], generation_prompt=False, what=what)
             if not (full.startswith(through) and through.startswith(before)):
                 raise DataError(f"{what}: the chat template renders message {i} differently once later messages follow, so the loss cannot be placed on it; use a template that leaves earlier turns unchanged (data.chat_template)")
             spans.append((len(before), len(through)))
