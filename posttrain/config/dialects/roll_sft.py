@@ -17,6 +17,10 @@ does, read from sft_pipeline.py, sft_worker.py and the strategies' ``op_compute_
   ranks rows (data.train_batch_size), micro-batches of per_device_train_batch_size; the rows are read
   in file order (DataLoader shuffle false, data.shuffle false), the last incomplete batch dropped (as
   posttrain's sampler does), for int(num_train_epochs) passes (trainer.total_epochs).
+- Optimizer: ROLL's TrainingArguments defaults where posttrain's differ (weight_decay 0, the
+  ``linear`` schedule). Its scheduler's horizon is floor(floor(epochs x rows / (per_device x GA)) /
+  data-parallel ranks) steps, which is posttrain's total epochs x floor(rows / batch) for one epoch;
+  with E epochs and rows not a multiple of the batch ROLL's horizon is longer by fewer than E steps.
 - Lengths: every row is padded to ``sequence_length`` and a longer one fails the batch (the collator
   pads without truncating): data.max_length with posttrain's default data.truncation error.
 - Validation (only with ``validation.data_args``): before the first step and every ``eval_steps``
@@ -91,8 +95,9 @@ def pipeline(ctx: Context) -> None:
         if ctx.has(key):
             ctx.consume(key)
             ctx.drop(key, _PACKING)
-    if not ctx.has(f"{_TRAINING}.weight_decay"):
-        ctx.set("actor.optim.weight_decay", 0.0, f"{_TRAINING}.weight_decay", f"{ROLL_DEFAULT}: 0.0")
+    for name, native, value in (("weight_decay", "actor.optim.weight_decay", 0.0), ("lr_scheduler_type", "actor.optim.lr_scheduler_type", "linear")):
+        if not ctx.has(f"{_TRAINING}.{name}"):
+            ctx.set(native, value, f"{_TRAINING}.{name}", f"{ROLL_DEFAULT}: {value!r}")
     _batch(ctx)
     _epochs(ctx)
     _lengths(ctx)
