@@ -139,3 +139,12 @@ def test_query_key_joins_the_query_to_the_prompt_after_a_newline(tmp_path, token
     bad = write_rows(tmp_path / "b.jsonl", [{"instruction": "a", "input": 5, "output": "b"}])
     with pytest.raises(DataError, match=r"row 0, column 'input'.*expected a string query"):
         build_sft_dataset(cfg, bad, tokenizer)
+
+
+def test_sft_trim_final_newline_ends_the_sequence_at_the_end_of_turn(tmp_path, tokenizer):
+    # ROLL's SFT rows: the newline chatml writes after the final <|im_end|> is neither input nor trained
+    path = write_rows(tmp_path / "s.parquet", [{"prompt": "2+2", "response": "4"}])
+    full = build_sft_dataset(DataConfig(), path, tokenizer)[0]
+    cut = build_sft_dataset(DataConfig(sft_trim_final_newline=True), path, tokenizer)[0]
+    assert cut.input_ids == full.input_ids[:-1] and full.input_ids[-1] == tokenizer.encode("\n")[-1]
+    assert cut.loss_mask == full.loss_mask[:-1] and sum(cut.loss_mask) == 2  # "4" and <|im_end|>

@@ -9,7 +9,8 @@ does, read from sft_pipeline.py, sft_worker.py and the strategies' ``op_compute_
 - Rows: ``system_key`` (default null), ``prompt_key`` (default ``instruction``), ``query_key``
   (default null) and ``response_key`` (default ``output``). The user turn is
   ``prompt + "\\n" + query`` when the query is non-empty (posttrain: data.query_key); an empty system
-  cell adds no system message. The loss covers the response tokens only.
+  cell adds no system message. The loss covers the response tokens only, up to the end-of-turn
+  token: a newline the template writes after it is cut (data.sft_trim_final_newline).
 - Loss: the summed token cross-entropy of a micro-batch divided by the trained tokens of the whole
   global batch (all data-parallel ranks), so one optimizer step is the token mean over the batch:
   posttrain's SFT objective (posttrain.trainer.sft).
@@ -91,6 +92,7 @@ def pipeline(ctx: Context) -> None:
         elif default is not None:
             ctx.set(native, default, key, f"{ROLL_DEFAULT}: {default!r}")
     ctx.set("data.shuffle", False, f"{ACTOR}.data_args", "ROLL's SFT pipeline reads the rows in file order (its DataLoader does not shuffle)")
+    ctx.set("data.sft_trim_final_newline", True, f"{ACTOR}.data_args", "ROLL's SFT pipeline cuts the newline a template writes after the response (its rows end at the end-of-turn token)")
     for key in (f"{ACTOR}.use_sequence_packing", f"{ACTOR}.sequence_packing_args"):
         if ctx.has(key):
             ctx.consume(key)

@@ -50,6 +50,7 @@ class DataConfig:
     reward_fn_key: str = param("data_source", doc="Column naming each row's data source (its tag), which selects its reward function or reward workers.", refs=["verl:data.reward_fn_key", "roll:actor_train.data_args.tag"])
     system_prompt: str | None = param(None, doc="System message put before prompts that have none.", refs=[f"{_TS}.system_prompt"])
     system_prompt_key: str | None = param(None, doc="Column holding a per-row system message; wins over system_prompt.", refs=[f"{_TS}.system_prompt_key", "roll:system_key"])
+    sft_trim_final_newline: bool = param(False, doc="SFT: cut a newline the chat template writes after the conversation's last message, so the sequence ends at the end-of-turn token and that newline is neither input nor trained (ROLL's SFT pipeline does this).")
     sft_loss_turns: str = param("all", doc="SFT rows under messages_key: the loss covers every assistant message (all) or only the conversation's final message (last, Trinity-RFT's default for SFT files: format.enable_concatenated_multi_turn false).", choices=["all", "last"])
 
     # ---- chat template -----------------------------------------------------------------------
