@@ -348,6 +348,7 @@ _ACCUMULATION = "the optimizer step: per_device_train_batch_size x gradient_accu
 RULES: dict[str, Rule] = {
     "actor_train.training_args.gradient_accumulation_steps": Rule("actor.ppo_mini_batch_size", _ACCUMULATION, 4),
     "critic.training_args.gradient_accumulation_steps": Rule("critic.ppo_mini_batch_size", _ACCUMULATION, 4),
+    "sft_train": Rule("algorithm.kind", "ROLL's SFT pipeline (a file with sft_train and no actor_train): an SFT stage whose sft_train keys translate as actor_train's; data.train_batch_size = per_device_train_batch_size x gradient_accumulation_steps x data-parallel ranks, rows in file order, ROLL's training defaults (posttrain.config.dialects.roll_sft)", {"model_args": {"dtype": "bf16"}}),
     "importance_sampling": Rule("actor.policy_loss.loss_mode", "seq: ROLL's sequence-level ratio, the gspo loss (refused with dual_clip_loss: gspo has no dual clip); token: nothing (posttrain's ratio)", "seq"),
     "use_topr_loss": Rule("actor.policy_loss.loss_mode", "true: ROLL's TOPR loss, topr_roll (full REINFORCE on responses scoring > 0, importance weight truncated at 1 on the others); false: nothing", True),
     # a reward worker's placement (reward_workers): a rule worker runs no model
