@@ -107,6 +107,10 @@ def test_validation_only_with_validation_data():
     native, report = _plan(_file(_FSDP2, 1, validation=False))
     assert "val_before_train" not in native["trainer"] and "test_freq" not in native["trainer"]
     assert "does not validate" in report.entry("eval_steps").reason
+    raw = _file(_FSDP2, 1)
+    del raw["eval_steps"], raw["save_steps"]
+    native, _ = _plan(raw)
+    assert (native["trainer"]["test_freq"], native["trainer"]["save_freq"]) == (10, 50)  # ROLL's BaseConfig defaults
 
 
 def test_an_rl_file_keeps_its_rules():

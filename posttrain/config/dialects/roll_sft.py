@@ -46,6 +46,7 @@ COLUMNS = {"prompt_key": ("data.prompt_key", "instruction"), "response_key": ("d
 # ROLL's TrainingArguments defaults (roll/configs/training_args.py) where posttrain's differ.
 TRAINING_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "num_train_epochs": 1.0}
 _TRAINING = f"{ACTOR}.training_args"
+EVAL_STEPS, SAVE_STEPS = 10, 50  # BaseConfig's defaults (roll/configs/base_config.py)
 _PACKING = ("packing regroups a step's rows into micro-batches by tokens (megatron_train; fsdp2_train does not read it), and ROLL's SFT "
             "loss divides every micro-batch's summed cross-entropy by the whole batch's trained tokens, so the step is the same "
             "whatever the grouping (speed and memory only; posttrain packs real tokens with model.use_remove_padding)")
@@ -100,6 +101,8 @@ def pipeline(ctx: Context) -> None:
     for name, native, value in (("weight_decay", "actor.optim.weight_decay", 0.0), ("lr_scheduler_type", "actor.optim.lr_scheduler_type", "linear")):
         if not ctx.has(f"{_TRAINING}.{name}"):
             ctx.set(native, value, f"{_TRAINING}.{name}", f"{ROLL_DEFAULT}: {value!r}")
+    if not ctx.has("save_steps"):
+        ctx.set("trainer.save_freq", SAVE_STEPS, "save_steps", f"{ROLL_DEFAULT}: {SAVE_STEPS}")
     _batch(ctx)
     _epochs(ctx)
     _lengths(ctx)
@@ -167,6 +170,8 @@ def _validation(ctx: Context) -> None:
             ctx.drop(key, "no validation.data_args: ROLL's SFT pipeline does not validate")
         return
     ctx.set("trainer.val_before_train", True, "eval_steps", "ROLL's SFT pipeline validates at step 0 (global_step % eval_steps == 0)")
+    if not ctx.has("eval_steps"):
+        ctx.set("trainer.test_freq", EVAL_STEPS, "eval_steps", f"{ROLL_DEFAULT}: {EVAL_STEPS}")
     if ctx.has(infer):
         ctx.consume(infer)
         ctx.set("data.val_batch_size", ctx.get(infer), infer, "rows per validation forward")
