@@ -88,6 +88,7 @@ class _RowDataset:
     limit_key = "data.max_length"
     unit = "sequences"
     hint = ""
+    _trim_final_newline = False  # SFT rows only (data.sft_trim_final_newline)
 
     def __init__(self, table: RowTable, formatter: PromptFormatter, cfg: DataConfig, indices: Sequence[int] | None = None):
         self.table = table
@@ -150,7 +151,8 @@ class _RowDataset:
         return self._formatter(i).with_system(messages, rows.row_system_prompt(self.table, i, self.cfg))
 
     def _encode(self, i: int, messages: list[Message], loss_from: int, column: str) -> tuple[list[int], list[int]]:
-        return self._formatter(i).encode_conversation(messages, loss_from=loss_from, what=self.table.locate(i, column))
+        return self._formatter(i).encode_conversation(messages, loss_from=loss_from, what=self.table.locate(i, column),
+                                                      trim_final_newline=self._trim_final_newline)
 
     def _sequence(self, i: int, messages: list[Message], loss_from: int, column: str) -> SFTExample:
         ids, mask = self._encode(i, messages, loss_from, column)
@@ -206,6 +208,10 @@ class RLDataset(_RowDataset):
 
 class SFTDataset(_RowDataset):
     """Supervised sequences: prompt + response, or whole conversations, with a loss mask."""
+
+    @property
+    def _trim_final_newline(self) -> bool:
+        return self.cfg.sft_trim_final_newline
 
     def check_row(self, i: int) -> None:
         rows.sft_conversation(self.table, i, self.cfg)

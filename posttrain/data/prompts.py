@@ -178,9 +178,11 @@ class PromptFormatter:
             text = self.render(messages, generation_prompt=True, what=what)
         return text, self.encode(text)
 
-    def encode_conversation(self, messages: list[Message], *, loss_from: int, what: str) -> tuple[list[int], list[int]]:
+    def encode_conversation(self, messages: list[Message], *, loss_from: int, what: str, trim_final_newline: bool = False) -> tuple[list[int], list[int]]:
         """(input_ids, loss_mask) of a whole conversation: the mask is 1 on the tokens of every
         assistant message at index >= `loss_from` (its content and end-of-turn tokens), 0 elsewhere.
+        `trim_final_newline`: a newline the template writes after the last message is cut off (ROLL's
+        SFT rows end at the end-of-turn token: data.sft_trim_final_newline).
 
         Why spans of text: each assistant turn is located by rendering the conversation up to it
         (with the generation header) and through it; the full text is tokenised once and each token
@@ -200,6 +202,9 @@ class PromptFormatter:
             spans.append((len(before), len(through)))
         if not spans:
             raise DataError(f"{what}: no assistant message to train on; a conversation needs at least one message with role 'assistant'")
+        if trim_final_newline and full.endswith("\n"):
+            full = full[:-1]
+            spans = [(s, min(e, len(full))) for s, e in spans]
         return self._ids_and_mask(full, spans)
 
     def _ids_and_mask(self, text: str, spans: list[tuple[int, int]]) -> tuple[list[int], list[int]]:

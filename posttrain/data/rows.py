@@ -25,7 +25,21 @@ def prompt_cell(table: RowTable, i: int, cfg: DataConfig) -> tuple[Any, list[Mes
     col = cfg.prompt_key
     raw = table.get(i, col, setting="data.prompt_key")
     value = follow_keys(raw, cfg.prompt_dict_keys, what=table.locate(i, col), setting="data.prompt_dict_keys")
+    if cfg.query_key is not None:
+        value = with_query(table, i, cfg, value)
     return value, as_messages(value, what=table.locate(i, col)), col
+
+
+def with_query(table: RowTable, i: int, cfg: DataConfig, prompt: Any) -> str:
+    """The prompt text, then a newline and the row's `query_key` cell when that is non-empty (ROLL's
+    SFT pipeline writes the user turn as ``prompt + "\n" + query``; an empty or null query adds
+    nothing, not even the newline)."""
+    if not isinstance(prompt, str):
+        raise DataError(f"{table.locate(i, cfg.prompt_key)}: data.query_key joins a query to a string prompt, got {type(prompt).__name__}")
+    query = table.get(i, cfg.query_key, setting="data.query_key")
+    if query is not None and not isinstance(query, str):
+        raise DataError(f"{table.locate(i, cfg.query_key)}: expected a string query (or null), got {type(query).__name__}")
+    return prompt + ("\n" + query if query else "")
 
 
 def row_system_prompt(table: RowTable, i: int, cfg: DataConfig) -> str | None:

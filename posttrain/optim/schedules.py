@@ -7,6 +7,8 @@ can be tested with numbers and restored exactly on resume (the step count is the
   to the peak over ``warmup_steps``, then the peak.
 - ``cosine``: linear warm-up, then a cosine from the peak down to ``min_lr_ratio`` x peak at
   ``total_steps`` (``num_cycles`` = 0.5 is a half cosine, as in Loshchilov & Hutter, SGDR, 2017).
+- ``linear``: linear warm-up, then a straight line from the peak down to ``min_lr_ratio`` x peak at
+  ``total_steps`` (Hugging Face's ``linear`` schedule with min_lr_ratio 0: ROLL's default).
 - ``wsd``: warm-up, stable, decay (Hu et al., MiniCPM, 2024): the peak until the last
   ``decay_ratio`` x total steps, then a linear decay to ``min_lr_ratio`` x peak.
 
@@ -23,7 +25,7 @@ import math
 
 import torch
 
-SCHEDULES = ("constant", "cosine", "wsd")
+SCHEDULES = ("constant", "cosine", "linear", "wsd")
 
 
 def lr_multiplier(
@@ -54,6 +56,9 @@ def lr_multiplier(
         progress = min((step - warmup_steps) / span, 1.0)
         cosine = 0.5 * (1.0 + math.cos(math.pi * 2.0 * num_cycles * progress))
         return min_lr_ratio + (1.0 - min_lr_ratio) * cosine
+    if style == "linear":  # HF: (total - step) / (total - warm-up) after warm-up, here floored at min_lr_ratio
+        progress = min((step - warmup_steps) / max(total_steps - warmup_steps, 1), 1.0)
+        return 1.0 - (1.0 - min_lr_ratio) * progress
     decay_steps = max(int(round(total_steps * decay_ratio)), 1)
     decay_start = total_steps - decay_steps
     if step < decay_start:

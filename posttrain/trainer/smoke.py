@@ -272,6 +272,10 @@ def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
                data.get("rejected_key", "rejected"): p.response[::-1] + " no", "extra_info": {}}
         if data.get("messages_key"):
             row[data["messages_key"]] = [*user, {"role": "assistant", "content": p.response}]
+        if data.get("query_key"):  # a query is joined to a string prompt (ROLL's SFT rows: instruction + input)
+            row[data.get("prompt_key", "prompt")], row[data["query_key"]] = p.prompt, ("" if i % 2 else "Answer with the number.")
+        if data.get("system_prompt_key"):
+            row[data["system_prompt_key"]] = "You are a careful calculator."
         rows.append(row)
     return rows
 

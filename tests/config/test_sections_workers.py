@@ -157,7 +157,7 @@ def test_every_choice_of_an_implemented_field_is_accepted():
         ("rollout.top_p=0", "must be > 0"),
         ("rollout.n=0", "must be >= 1"),
         ("rollout.num_beams=4", "beam search returns the most likely sequences, not independent samples"),
-        ("actor.optim.lr_scheduler_type=linear", "not one of"),
+        ("actor.optim.lr_scheduler_type=polynomial", "not one of"),
         ("actor.optim.betas=[0.9,1.0]", "must be < 1"),
         ("critic.cliprange_value=0", "must be > 0"),
     ],

@@ -122,3 +122,29 @@ def test_dpo_custom_keys_and_missing_column(tmp_path, tokenizer):
     with pytest.raises(DataError) as err:
         build_dpo_dataset(DataConfig(), path, tokenizer)
     assert str(err.value) == f"{path}: row 0 has no column 'chosen'; its columns are ['bad', 'good', 'prompt']; set data.chosen_key to one of them"
+
+
+def test_query_key_joins_the_query_to_the_prompt_after_a_newline(tmp_path, tokenizer):
+    # ROLL's SFT rows (code_alpaca): instruction + "\n" + input, no newline when the input is empty or null
+    rows = [{"instruction": "add", "input": "1 2", "output": "3"}, {"instruction": "hi", "input": "", "output": "yo"},
+            {"instruction": "hey", "input": None, "output": "yo"}]
+    path = write_rows(tmp_path / "s.jsonl", rows)
+    cfg = DataConfig(prompt_key="instruction", query_key="input", response_key="output")
+    ds = build_sft_dataset(cfg, path, tokenizer)
+    assert ds[0].input_ids == chatml_ids(("user", "add\n1 2"), ("assistant", "3"))
+    assert ds[1].input_ids == chatml_ids(("user", "hi"), ("assistant", "yo"))
+    assert ds[2].input_ids == chatml_ids(("user", "hey"), ("assistant", "yo"))
+    without = build_sft_dataset(DataConfig(prompt_key="instruction", response_key="output"), path, tokenizer)
+    assert without[0].input_ids == chatml_ids(("user", "add"), ("assistant", "3"))
+    bad = write_rows(tmp_path / "b.jsonl", [{"instruction": "a", "input": 5, "output": "b"}])
+    with pytest.raises(DataError, match=r"row 0, column 'input'.*expected a string query"):
+        build_sft_dataset(cfg, bad, tokenizer)
+
+
+def test_sft_trim_final_newline_ends_the_sequence_at_the_end_of_turn(tmp_path, tokenizer):
+    # ROLL's SFT rows: the newline chatml writes after the final <|im_end|> is neither input nor trained
+    path = write_rows(tmp_path / "s.parquet", [{"prompt": "2+2", "response": "4"}])
+    full = build_sft_dataset(DataConfig(), path, tokenizer)[0]
+    cut = build_sft_dataset(DataConfig(sft_trim_final_newline=True), path, tokenizer)[0]
+    assert cut.input_ids == full.input_ids[:-1] and full.input_ids[-1] == tokenizer.encode("\n")[-1]
+    assert cut.loss_mask == full.loss_mask[:-1] and sum(cut.loss_mask) == 2  # "4" and <|im_end|>

@@ -31,8 +31,8 @@ def test_wsd_stable_then_linear_decay():
 
 
 def test_unknown_schedule_names_choices():
-    with pytest.raises(ValueError, match="constant, cosine, wsd"):
-        lr_multiplier("linear", 0, warmup_steps=0, total_steps=1)
+    with pytest.raises(ValueError, match="constant, cosine, linear, wsd"):
+        lr_multiplier("polynomial", 0, warmup_steps=0, total_steps=1)
 
 
 def test_scheduler_drives_optimizer_lr():
@@ -105,3 +105,12 @@ def test_one_builder_turns_an_optim_section_into_adamw_and_its_schedule():
     # warm-up from 5e-4 to 1e-3 over 2 steps, then a half cosine from 1e-3 down towards 0.5 x 1e-3
     assert lrs[:3] == pytest.approx([7.5e-4, 1e-3, 1e-3])
     assert lrs[3:] == pytest.approx([1e-3 * (0.5 + 0.5 * 0.5 * (1 + math.cos(math.pi * k / 4))) for k in (1, 2, 3)])
+
+
+def test_linear_decays_in_a_straight_line_to_min_ratio_after_warmup():
+    # Hugging Face's linear: (total - step) / (total - warm-up) after warm-up
+    got = [lr_multiplier("linear", s, warmup_steps=0, total_steps=4) for s in range(5)]
+    assert got == pytest.approx([1.0, 0.75, 0.5, 0.25, 0.0])
+    assert lr_multiplier("linear", 1, warmup_steps=2, total_steps=6) == pytest.approx(1.0)  # still warming up
+    assert lr_multiplier("linear", 4, warmup_steps=2, total_steps=6, min_lr_ratio=0.2) == pytest.approx(0.2 + 0.8 * 0.5)
+    assert lr_multiplier("linear", 9, warmup_steps=2, total_steps=6) == pytest.approx(0.0)  # holds past the end

@@ -81,6 +81,18 @@ def test_smoke_a_roll_dpo_config(tmp_path, capsys):
     assert len([m for m in metrics(tmp_path / "w") if "step" in m]) >= 2
 
 
+def test_smoke_a_roll_sft_config(tmp_path, capsys):
+    # ROLL's SFT pipeline file: an SFT stage on rows with its instruction / input / output columns
+    config = str(CORPUS / "roll/qwen2.5-7B-sft_megatron/sft_config.yaml")
+    rc = main(["smoke", "--workdir", str(tmp_path / "w"), config])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = [json.loads(line) for line in open(tmp_path / "w" / "data" / "train_files.jsonl")]
+    assert {"instruction", "input", "output"} <= set(rows[0]) and isinstance(rows[0]["instruction"], str)
+    steps = [m for m in metrics(tmp_path / "w") if "sft/loss" in m]
+    assert len(steps) == 2 and steps[1]["actor/lr"] < steps[0]["actor/lr"]  # ROLL's default linear decay
+
+
 def test_smoke_a_trinity_config(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("TRINITY_TASKSET_PATH", raising=False)
     monkeypatch.delenv("TRINITY_MODEL_PATH", raising=False)

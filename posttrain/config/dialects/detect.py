@@ -22,7 +22,7 @@ TITLES = {"native": "posttrain", "verl": "verl", "roll": "ROLL", "trinity": "Tri
 
 # Keys of the frameworks' own launchers, absent from the configuration guides but telling.
 _EXTRA = {
-    "roll": {"hydra", "defaults", "hydra.run", "hydra.output_subdir"},
+    "roll": {"hydra", "defaults", "hydra.run", "hydra.output_subdir", "sft_train", "sft_train.*"},  # SFT: actor_train's keys (roll_sft)
     "verl": {"ray_init", "hydra", "defaults"},
     "trinity": {"monitor", "continue_from_checkpoint", "ray_namespace"},
 }

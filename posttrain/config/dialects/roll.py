@@ -139,14 +139,14 @@ def mini_batch(ctx: Context) -> None:
     """
     for role, section in (("actor_train", "actor"), ("critic", "critic")):
         key = f"{role}.training_args.gradient_accumulation_steps"
-        if not ctx.has(key):
+        if not ctx.has(key) or key in ctx.handled:  # an SFT file's: its global batch (roll_sft)
             continue
         ctx.consume(key)
         steps = ctx.get(key)
         per_device = ctx.get(f"{role}.training_args.per_device_train_batch_size", 1)
         n = ctx.get("num_return_sequences_in_group", ctx.get("actor_infer.generating_args.num_return_sequences", 1))
         devices = roll_strategy.device_count(ctx, role)
-        split, split_text = _model_parallel(ctx, role)
+        split, split_text = model_parallel(ctx, role)
         ints = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (steps, per_device, n, devices, split))
         if ints and devices % split:
             ctx.refuse(key, f"{devices} devices do not divide into data-parallel ranks of {split_text} = {split} devices each; ROLL refuses this layout too", f"{section}.ppo_mini_batch_size", steps)
@@ -197,7 +197,7 @@ def importance_sampling(ctx: Context) -> None:
         ctx.set("actor.policy_loss.loss_mode", "gspo", key, "seq: ROLL's sequence ratio, exp(mean token log-ratio), is gspo's")
 
 
-def _model_parallel(ctx: Context, role: str) -> tuple[Any, str]:
+def model_parallel(ctx: Context, role: str) -> tuple[Any, str]:
     """How many devices one data-parallel rank of ``role`` spans under ROLL's strategy, and the text."""
     strategy = ctx.get(f"{role}.strategy_args.strategy_name")
     if strategy == "megatron_train":
@@ -348,6 +348,7 @@ _ACCUMULATION = "the optimizer step: per_device_train_batch_size x gradient_accu
 RULES: dict[str, Rule] = {
     "actor_train.training_args.gradient_accumulation_steps": Rule("actor.ppo_mini_batch_size", _ACCUMULATION, 4),
     "critic.training_args.gradient_accumulation_steps": Rule("critic.ppo_mini_batch_size", _ACCUMULATION, 4),
+    "sft_train": Rule("algorithm.kind", "ROLL's SFT pipeline (a file with sft_train and no actor_train): an SFT stage whose sft_train keys translate as actor_train's; data.train_batch_size = per_device_train_batch_size x gradient_accumulation_steps x data-parallel ranks, rows in file order, ROLL's training defaults (posttrain.config.dialects.roll_sft)", {"model_args": {"dtype": "bf16"}}),
     "importance_sampling": Rule("actor.policy_loss.loss_mode", "seq: ROLL's sequence-level ratio, the gspo loss (refused with dual_clip_loss: gspo has no dual clip); token: nothing (posttrain's ratio)", "seq"),
     "use_topr_loss": Rule("actor.policy_loss.loss_mode", "true: ROLL's TOPR loss, topr_roll (full REINFORCE on responses scoring > 0, importance weight truncated at 1 on the others); false: nothing", True),
     # a reward worker's placement (reward_workers): a rule worker runs no model

@@ -39,16 +39,18 @@ class DataConfig:
     custom_cls: CustomClsConfig = param(factory=CustomClsConfig, doc="A user dataset class instead of posttrain's.", refs=["verl:data.custom_cls"])
 
     # ---- columns -----------------------------------------------------------------------------
-    prompt_key: str = param("prompt", doc="Column holding the prompt: a string or a chat message list.", refs=["verl:data.prompt_key", "roll:actor_train.data_args.prompt", f"{_TS}.prompt_key"])
+    prompt_key: str = param("prompt", doc="Column holding the prompt: a string or a chat message list.", refs=["verl:data.prompt_key", "roll:actor_train.data_args.prompt", "roll:prompt_key", f"{_TS}.prompt_key"])
+    query_key: str | None = param(None, doc="Column whose text is added to a string prompt after a newline, when the row's cell is non-empty (ROLL's SFT input field: the user turn is prompt + \"\\n\" + query); null reads no such column.", refs=["roll:query_key"])
     prompt_dict_keys: list[str] = param(factory=list, doc="Keys followed inside a dict-valued prompt column to reach the prompt (SFT).", refs=["verl:data.prompt_dict_keys"])
     messages_key: str | None = param(None, doc="Column holding a chat message list, used instead of prompt_key (SFT: the whole conversation).", refs=["verl:data.multiturn.messages_key", "roll:actor_train.data_args.messages"])
-    response_key: str = param("response", doc="Column holding the SFT response; for RL rows without reward_model, the ground truth.", refs=["verl:data.response_key", f"{_TS}.response_key"])
+    response_key: str = param("response", doc="Column holding the SFT response; for RL rows without reward_model, the ground truth.", refs=["verl:data.response_key", "roll:response_key", f"{_TS}.response_key"])
     response_dict_keys: list[str] = param(factory=list, doc="Keys followed inside a dict-valued response column to reach the response (SFT).", refs=["verl:data.response_dict_keys"])
     chosen_key: str = param("chosen", doc="Column holding the preferred response of a DPO pair (string or message list).", refs=["roll:chosen_key"])
     rejected_key: str = param("rejected", doc="Column holding the dispreferred response of a DPO pair (string or message list).", refs=["roll:rejected_key"])
     reward_fn_key: str = param("data_source", doc="Column naming each row's data source (its tag), which selects its reward function or reward workers.", refs=["verl:data.reward_fn_key", "roll:actor_train.data_args.tag"])
     system_prompt: str | None = param(None, doc="System message put before prompts that have none.", refs=[f"{_TS}.system_prompt"])
-    system_prompt_key: str | None = param(None, doc="Column holding a per-row system message; wins over system_prompt.", refs=[f"{_TS}.system_prompt_key"])
+    system_prompt_key: str | None = param(None, doc="Column holding a per-row system message; wins over system_prompt.", refs=[f"{_TS}.system_prompt_key", "roll:system_key"])
+    sft_trim_final_newline: bool = param(False, doc="SFT: cut a newline the chat template writes after the conversation's last message, so the sequence ends at the end-of-turn token and that newline is neither input nor trained (ROLL's SFT pipeline does this).")
     sft_loss_turns: str = param("all", doc="SFT rows under messages_key: the loss covers every assistant message (all) or only the conversation's final message (last, Trinity-RFT's default for SFT files: format.enable_concatenated_multi_turn false).", choices=["all", "last"])
 
     # ---- chat template -----------------------------------------------------------------------
@@ -119,10 +121,6 @@ UNSUPPORTED: dict[str, str] = {
     "roll:actor_train.data_args.custom_data_kwargs_func": "ROLL calls it only in its vision-language pipeline, in place of the function that builds image and video inputs with the model's processor; posttrain has no multimodal data path (data.image_key), and a text row gains columns through a data.custom_cls dataset class",
     "roll:validation.data_args.dataset_dir": "validation files are read relative to data.dataset_dir (ROLL: actor_train.data_args.dataset_dir), the training files' folder",
     "roll:validation.data_args.preprocessing_num_workers": "the validation set is tokenised with data.filter_overlong_prompts_workers processes, the training set's",
-    "roll:sft_train": "ROLL's SFT pipeline (start_sft_pipeline.py): not translated yet; write it as a posttrain SFT stage (algorithm.kind: sft; issue 18)",
-    "roll:prompt_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage: data.prompt_key; issue 18)",
-    "roll:query_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage; issue 18)",
-    "roll:response_key": "a key of ROLL's SFT pipeline: not translated yet (write a posttrain SFT stage: data.response_key; issue 18)",
     "verl:data.return_multi_modal_inputs": _MULTIMODAL,
     "trinity:buffer.explorer_input.taskset.data_selector": "Trinity-RFT's task selectors (curricula that re-rank tasks by their rollout results): posttrain draws tasks in a seeded shuffled order (data.shuffle, data.seed) or by domain (data.domain_interleave_probs)",
     "roll:actor_train.data_args.audio_folder": _MULTIMODAL,
@@ -216,3 +214,11 @@ def check_domain_probs(cfg: Any) -> list[str]:
     if kind != "rl":
         return [f"data.domain_interleave_probs: domain mixing draws RL prompt batches; algorithm.kind={kind} samples its rows uniformly, so leave it empty"]
     return []
+
+
+def check_query_key(cfg: Any) -> list[str]:
+    """data.query_key joins a query to the prompt_key text; a messages_key conversation has no such prompt."""
+    data = getattr(cfg, "data", None)
+    if data is None or data.query_key is None or data.messages_key is None:
+        return []
+    return [f"data.query_key: it is added to the data.prompt_key text, and data.messages_key ({data.messages_key!r}) replaces that prompt; drop one of them"]

@@ -19,7 +19,7 @@ from typing import Any
 
 from posttrain.config.fields import param, section
 
-SCHEDULERS = ("constant", "cosine", "wsd")  # must match posttrain.optim.schedules.SCHEDULES
+SCHEDULERS = ("constant", "cosine", "linear", "wsd")  # must match posttrain.optim.schedules.SCHEDULES
 OPTIMIZERS = ("adamw", "adam", "sgd")  # must match posttrain.optim.optimizers.OPTIMIZERS
 # The constructor arguments that have a field of their own (override_optimizer_config may not set them).
 OWN_FIELDS = ("params", "lr", "betas", "eps", "weight_decay", "fused")
@@ -38,7 +38,7 @@ class OptimConfig:
     weight_decay: float = param(0.01, doc="Weight decay: adamw decouples it (each step subtracts lr x weight_decay x weight), adam and sgd add weight_decay x weight to the gradient (L2).", ge=0, refs=["verl:.weight_decay", "roll:.weight_decay", "trinity:.weight_decay"])
     lr_warmup_steps: int = param(-1, doc="Linear warm-up in optimizer steps; -1 derives it from lr_warmup_steps_ratio.", ge=-1, refs=["verl:.lr_warmup_steps", "roll:.warmup_steps", "trinity:.lr_warmup_steps"])
     lr_warmup_steps_ratio: float = param(0.0, doc="Warm-up as a fraction of total training steps (used when lr_warmup_steps is -1).", ge=0, le=1, refs=["verl:.lr_warmup_steps_ratio", "trinity:.lr_warmup_steps_ratio", "roll:.warmup_ratio"])
-    lr_scheduler_type: str = param("constant", doc="LR after warm-up: constant, cosine (down to min_lr_ratio x lr at the end) or wsd (stable, then linear decay over the last 10% of steps).", choices=SCHEDULERS, refs=["verl:.lr_scheduler_type", "verl:.warmup_style", "verl:.lr_decay_style", "roll:.lr_scheduler_type", "trinity:.warmup_style", "trinity:.lr_scheduler_type"])
+    lr_scheduler_type: str = param("constant", doc="LR after warm-up: constant, cosine (down to min_lr_ratio x lr at the end), linear (a straight line down to min_lr_ratio x lr at the end: Hugging Face's and ROLL's default) or wsd (stable, then linear decay over the last 10% of steps).", choices=SCHEDULERS, refs=["verl:.lr_scheduler_type", "verl:.warmup_style", "verl:.lr_decay_style", "roll:.lr_scheduler_type", "trinity:.warmup_style", "trinity:.lr_scheduler_type"])
     min_lr_ratio: float = param(0.0, doc="Final LR of cosine and wsd as a fraction of lr.", ge=0, le=1, refs=["verl:.min_lr_ratio", "trinity:.min_lr_ratio"])
     num_cycles: float = param(0.5, doc="Cosine periods over the decay (0.5: one half-wave from lr down to the minimum).", gt=0, refs=["verl:.num_cycles"])
     lr_warmup_init: float = param(0.0, doc="LR the warm-up starts from, as an absolute value: warm-up step k (0-based) uses init + (lr - init) * (k + 1) / warm-up steps.", ge=0, refs=["verl:.lr_warmup_init"])
