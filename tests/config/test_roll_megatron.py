@@ -179,3 +179,19 @@ def test_a_roll_megatron_file_loads_with_rolls_global_batch(tmp_path, cp, prompt
     path.write_text(textwrap.dedent(bad))
     with pytest.raises(ConfigError, match=r"strategy_config\.moe_aux_loss_coeff: megatron_train adds the MoE router's load-balancing loss"):
         load_config(path, dialect="roll")
+
+
+def test_megatron_train_exempts_biases_and_norms_from_weight_decay_as_megatrons_optimizer():
+    native, _ = _role({"tensor_model_parallel_size": 2})
+    assert native["actor"]["optim"]["decay_bias_and_norm"] is False
+    native, _ = _role({}, name="fsdp2_train")  # ROLL's FSDP2 decays every parameter
+    assert "decay_bias_and_norm" not in native["actor"].get("optim", {})
+
+
+def test_rolls_training_args_defaults_fill_what_an_rl_file_leaves_out():
+    """ROLL's TrainingArguments: linear decay and no weight decay unless the file says otherwise."""
+    native, report = _role({}, name="fsdp2_train", training_args={"learning_rate": 1e-6})
+    assert (native["actor"]["optim"]["lr_scheduler_type"], native["actor"]["optim"]["weight_decay"]) == ("linear", 0.0)
+    assert report.entry("actor_train.training_args.lr_scheduler_type").reason.startswith("ROLL's default")
+    native, _ = _role({}, name="fsdp2_train", training_args={"lr_scheduler_type": "constant", "weight_decay": 0.01})
+    assert (native["actor"]["optim"]["lr_scheduler_type"], native["actor"]["optim"]["weight_decay"]) == ("constant", 0.01)

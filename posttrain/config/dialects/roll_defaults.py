@@ -10,6 +10,9 @@ posttrain's default for the field the key lands on:
 - ``value_clip`` (default null): null means the critic's value loss is not clipped at all.
 - ``target_kl`` (default null): null keeps ROLL's fixed KL-in-reward coefficient; a number selects
   its adaptive controller (Ziegler et al.), so ``algorithm.kl_ctrl.type`` becomes ``adaptive``.
+- ``training_args`` of ``actor_train`` and ``critic``: ROLL's ``lr_scheduler_type`` default is
+  ``linear`` (Hugging Face's: down to 0 at the last step) and its ``weight_decay`` default 0, where
+  posttrain's are constant and 0.01; a file that leaves them out gets ROLL's.
 - Generation: ROLL's ``generating_args`` of ``actor_infer`` and of ``validation`` sample
   (``do_sample`` true) with ROLL's defaults temperature 0.95, top_p 0.7, top_k 50 for what a file
   leaves out; validation is not greedy unless the file says ``do_sample: false``.
@@ -110,4 +113,22 @@ def sampling(ctx: Context) -> None:
             ctx.set("rollout.val_kwargs.do_sample", given, key, why)
 
 
-HANDLERS = [dual_clip, value_clip, target_kl, sampling]
+# ROLL's TrainingArguments defaults that differ from posttrain's optimizer defaults (roll/configs/
+# training_args.py): Hugging Face's linear decay to 0 over the role's optimizer steps, no weight decay.
+TRAINING_DEFAULTS: dict[str, tuple[str, Any]] = {"lr_scheduler_type": ("lr_scheduler_type", "linear"), "weight_decay": ("weight_decay", 0.0)}
+
+
+def training_args(ctx: Context) -> None:
+    """ROLL's training_args defaults for the trained roles of an RL pipeline file (the SFT pipeline's
+    `sft_train` has its own handler): what the file leaves out takes ROLL's value, not posttrain's."""
+    if not is_pipeline(ctx) or ctx.has("sft_train"):
+        return
+    for role, section in (("actor_train", "actor"), ("critic", "critic")):
+        if role == "critic" and not ctx.has(role):
+            continue  # no critic worker: nothing trains a value model
+        for name, (field, value) in TRAINING_DEFAULTS.items():
+            if not ctx.has(f"{role}.training_args.{name}"):
+                ctx.set(f"{section}.optim.{field}", value, f"{role}.training_args.{name}", f"{ROLL_DEFAULT}: {value!r}")
+
+
+HANDLERS = [dual_clip, value_clip, target_kl, sampling, training_args]

@@ -93,6 +93,11 @@ def megatron(ctx: Context, role: str, name: str) -> None:
     trained = name == "megatron_train"
     moe = ("; posttrain adds no MoE router load-balancing loss, which megatron_train adds to an MoE model's loss unless "
            "moe_aux_loss_coeff is 0 (refused where the file or the model's config.json shows an MoE model)") if trained else ""
+    if trained:  # set first: the report names the strategy line last for this key
+        # Megatron-core's optimizer groups exempt biases and one-dimensional parameters (norm
+        # weights) from weight decay; ROLL's megatron_train builds its optimizer through them.
+        ctx.set(f"{section}.optim.decay_bias_and_norm", False, name_key,
+                "Megatron's optimizer exempts biases and norm weights (1-D parameters) from weight decay")
     ctx.set(f"{section}.strategy", "fsdp2", name_key,
             f"ROLL's {name} runs as posttrain's FSDP2 (torch fully_shard over the role's devices): its parallel layouts, "
             f"overlaps and fusions change where and how fast the same numbers are computed{moe}")
