@@ -10,7 +10,7 @@ posttrain's default for the field the key lands on:
 - ``value_clip`` (default null): null means the critic's value loss is not clipped at all.
 - ``target_kl`` (default null): null keeps ROLL's fixed KL-in-reward coefficient; a number selects
   its adaptive controller (Ziegler et al.), so ``algorithm.kl_ctrl.type`` becomes ``adaptive``.
-- ``training_args`` of ``actor_train`` and ``critic``: ROLL's ``lr_scheduler_type`` default is
+- ``training_args`` of ``actor_train`` and ``critic`` (and an SFT file's ``sft_train``): ROLL's ``lr_scheduler_type`` default is
   ``linear`` (Hugging Face's: down to 0 at the last step) and its ``weight_decay`` default 0, where
   posttrain's are constant and 0.01; a file that leaves them out gets ROLL's.
 - Generation: ROLL's ``generating_args`` of ``actor_infer`` and of ``validation`` sample
@@ -119,9 +119,9 @@ TRAINING_DEFAULTS: dict[str, tuple[str, Any]] = {"lr_scheduler_type": ("lr_sched
 
 
 def training_args(ctx: Context) -> None:
-    """ROLL's training_args defaults for the trained roles of an RL pipeline file (the SFT pipeline's
-    `sft_train` has its own handler): what the file leaves out takes ROLL's value, not posttrain's."""
-    if not is_pipeline(ctx) or ctx.has("sft_train"):
+    """ROLL's training_args defaults for the trained roles of a pipeline file (an SFT file's sft_train
+    is read as actor_train): what the file leaves out takes ROLL's value, not posttrain's."""
+    if not is_pipeline(ctx):
         return
     for role, section in (("actor_train", "actor"), ("critic", "critic")):
         if role == "critic" and not ctx.has(role):

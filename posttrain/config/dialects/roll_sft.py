@@ -68,8 +68,10 @@ def _to_role(text: str) -> str:
 def translate(raw: Mapping[str, Any], *, interpolated: set[str] = frozenset(), unresolved: Mapping[str, str] | None = None) -> tuple[dict[str, Any], Report]:
     """The native dict and the report of a ROLL SFT file (module docstring)."""
     renamed = {_to_actor(k): v for k, v in raw.items()}
-    # ROLL's RL defaults (dual clip, sampling) belong to pipelines that generate; the SFT one does not
-    handlers = [pipeline, *(h for h in roll.HANDLERS if h not in roll_defaults.HANDLERS)]
+    # ROLL's RL defaults (dual clip, sampling) belong to pipelines that generate; its TrainingArguments
+    # defaults (linear schedule, no weight decay) are every trained role's
+    rl_only = [h for h in roll_defaults.HANDLERS if h is not roll_defaults.training_args]
+    handlers = [pipeline, *(h for h in roll.HANDLERS if h not in rl_only)]
     native, report = translate_dict(renamed, "roll", handlers, roll.value_hook, roll.ignorable,
                                     interpolated={_to_actor(k) for k in interpolated},
                                     unresolved={_to_actor(k): v for k, v in (unresolved or {}).items()})
@@ -98,9 +100,6 @@ def pipeline(ctx: Context) -> None:
         if ctx.has(key):
             ctx.consume(key)
             ctx.drop(key, _PACKING)
-    for name, native, value in (("weight_decay", "actor.optim.weight_decay", 0.0), ("lr_scheduler_type", "actor.optim.lr_scheduler_type", "linear")):
-        if not ctx.has(f"{_TRAINING}.{name}"):
-            ctx.set(native, value, f"{_TRAINING}.{name}", f"{ROLL_DEFAULT}: {value!r}")
     if not ctx.has("save_steps"):
         ctx.set("trainer.save_freq", SAVE_STEPS, "save_steps", f"{ROLL_DEFAULT}: {SAVE_STEPS}")
     _batch(ctx)
