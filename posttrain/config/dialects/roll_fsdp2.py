@@ -93,7 +93,7 @@ def fsdp2(ctx: Context, role: str, section: str, name: str, devices: int) -> Non
     if "param_dtype" not in options:  # ROLL's default is bf16, posttrain's auto
         ctx.drop(f"{base}.param_dtype", "not set: ROLL's default bf16, posttrain's auto (bf16 on a GPU)")
     ep = options.get("ep_size", 1)
-    for sub, value in _flat(options).items():
+    for sub, value in flat_options(options, "wrap_policy").items():
         key = f"{base}.{sub}"
         if value is None:
             ctx.drop(key, "null: ROLL's default")
@@ -129,11 +129,13 @@ def fsdp2(ctx: Context, role: str, section: str, name: str, devices: int) -> Non
             ctx.refuse(key, "an FSDP2 option posttrain has no counterpart for (it translates fsdp_size, param_dtype, reduce_dtype, reshard_after_forward, offload_policy and wrap_policy.transformer_layer_cls_to_wrap); remove it", None, value)
 
 
-def _flat(options: Mapping[str, Any]) -> dict[str, Any]:
+def flat_options(options: Mapping[str, Any], nested: str) -> dict[str, Any]:
+    """A strategy_config's options by name, the mapping under `nested` (FSDP2's wrap_policy,
+    Megatron's additional_configs) spelled out as ``nested.key``."""
     out: dict[str, Any] = {}
     for name, value in options.items():
-        if name == "wrap_policy" and isinstance(value, Mapping):
-            out.update({f"wrap_policy.{k}": v for k, v in value.items()})
+        if name == nested and isinstance(value, Mapping):
+            out.update({f"{nested}.{k}": v for k, v in value.items()})
         else:
             out[str(name)] = value
     return out

@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from posttrain.config.dialects.roll_fsdp2 import flat_options
 from posttrain.config.dialects.translate import Context
 from posttrain.config.tables import Rule
 
@@ -88,7 +89,7 @@ def megatron(ctx: Context, role: str, name: str) -> None:
     if not isinstance(options, Mapping):
         ctx.refuse(base, f"expected a mapping of {name} options, got {options!r}", None, options)
         return
-    leaves = _flat(options)
+    leaves = flat_options(options, "additional_configs")
     cp = leaves.get("context_parallel_size", 1) or 1
     trained = name == "megatron_train"
     moe = ("; posttrain adds no MoE router load-balancing loss, which megatron_train adds to an MoE model's loss unless "
@@ -269,16 +270,6 @@ def _recompute(ctx: Context, role: str, section: str, base: str, leaves: dict[st
         else:
             what = "the whole decoder layer" if sub != "moe_layer_recompute" and granularity == "full" else "whole decoder layers (more than Megatron's selected modules: the same numbers, less memory, more time)"
             ctx.set(_GC[section], True, key, f"{value!r}: gradient checkpointing recomputes {what} in the backward pass")
-
-
-def _flat(options: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in options.items():
-        if name == "additional_configs" and isinstance(value, Mapping):
-            out.update({f"additional_configs.{k}": v for k, v in value.items()})
-        else:
-            out[str(name)] = value
-    return out
 
 
 # ---- docs/config-mapping.md rows (posttrain.config.tables.Rule) ----------------------------------
