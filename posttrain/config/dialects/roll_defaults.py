@@ -115,7 +115,7 @@ def sampling(ctx: Context) -> None:
 
 # ROLL's TrainingArguments defaults that differ from posttrain's optimizer defaults (roll/configs/
 # training_args.py): Hugging Face's linear decay to 0 over the role's optimizer steps, no weight decay.
-TRAINING_DEFAULTS: dict[str, tuple[str, Any]] = {"lr_scheduler_type": ("lr_scheduler_type", "linear"), "weight_decay": ("weight_decay", 0.0)}
+TRAINING_DEFAULTS: dict[str, Any] = {"lr_scheduler_type": "linear", "weight_decay": 0.0}
 
 
 def training_args(ctx: Context) -> None:
@@ -126,9 +126,9 @@ def training_args(ctx: Context) -> None:
     for role, section in (("actor_train", "actor"), ("critic", "critic")):
         if role == "critic" and not ctx.has(role):
             continue  # no critic worker: nothing trains a value model
-        for name, (field, value) in TRAINING_DEFAULTS.items():
+        for name, value in TRAINING_DEFAULTS.items():  # the same names under posttrain's optim
             if not ctx.has(f"{role}.training_args.{name}"):
-                ctx.set(f"{section}.optim.{field}", value, f"{role}.training_args.{name}", f"{ROLL_DEFAULT}: {value!r}")
+                ctx.set(f"{section}.optim.{name}", value, f"{role}.training_args.{name}", f"{ROLL_DEFAULT}: {value!r}")
 
 
 HANDLERS = [dual_clip, value_clip, target_kl, sampling, training_args]
