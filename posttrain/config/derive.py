@@ -8,7 +8,9 @@ numbers were typed and which were computed.
 verl semantics, which we follow: the dataloader drops the last incomplete batch, so one epoch is
 ``floor(rows / data.train_batch_size)`` steps; ``trainer.total_training_steps`` overrides
 ``trainer.total_epochs × steps per epoch``; ``lr_warmup_steps = -1`` means
-``int(lr_warmup_steps_ratio × total steps)``.
+``int(lr_warmup_steps_ratio × total steps)``. A role whose ``optim.lr_schedule_unit`` is ``update``
+(ROLL's count) has a schedule of ``total steps × updates per step`` steps instead, and its warm-up is
+counted in those (rounded up with ``optim.lr_warmup_rounding: ceil``, as Hugging Face rounds).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
-from posttrain.config.access import get_path, sampler_batch, world_size
+from posttrain.config.access import get_path, is_rl, sampler_batch, world_size
 from posttrain.errors import ConfigError
 
 
@@ -31,10 +34,14 @@ class Derived:
     train_dataset_size: int | None  # rows in data.train_files
     steps_per_epoch: int | None  # full batches of data.train_batch_size prompts per epoch
     total_training_steps: int | None
-    actor_warmup_steps: int | None
+    actor_warmup_steps: int | None  # in steps of the actor's LR schedule (optim.lr_schedule_unit)
     critic_warmup_steps: int | None
     max_model_len: int  # data.max_prompt_length + data.max_response_length
     world_size: int  # training processes (1 on CPU)
+    # each role's LR schedule's length in its own steps (optim.lr_schedule_unit): training steps, or
+    # optimizer updates; None: the training steps
+    actor_schedule_steps: int | None = None
+    critic_schedule_steps: int | None = None
 
 
 def derive(cfg: Any, train_dataset_size: int | None) -> Derived:
@@ -54,15 +61,38 @@ def derive(cfg: Any, train_dataset_size: int | None) -> Derived:
     total = get_path(cfg, "trainer.total_training_steps", None)
     if total is None and steps_per_epoch is not None:
         total = get_path(cfg, "trainer.total_epochs", 1) * steps_per_epoch
+    actor_length, critic_length = schedule_length(cfg, "actor", total), schedule_length(cfg, "critic", total)
     return Derived(
         train_dataset_size=train_dataset_size,
         steps_per_epoch=steps_per_epoch,
         total_training_steps=total,
-        actor_warmup_steps=_warmup(cfg, "actor.optim", total),
-        critic_warmup_steps=_warmup(cfg, "critic.optim", total),
+        actor_warmup_steps=_warmup(cfg, "actor.optim", actor_length),
+        critic_warmup_steps=_warmup(cfg, "critic.optim", critic_length),
+        actor_schedule_steps=actor_length,
+        critic_schedule_steps=critic_length,
         max_model_len=get_path(cfg, "data.max_prompt_length", 0) + get_path(cfg, "data.max_response_length", 0),
         world_size=world_size(cfg),
     )
+
+
+def updates_per_step(cfg: Any, role: str) -> int:
+    """Optimizer updates the RL role (actor or critic) makes in one training step: ppo_epochs passes
+    over the step's data.train_batch_size prompts in mini-batches of ppo_mini_batch_size prompts (the
+    nominal count, as ROLL sizes its schedule; a step whose batch was filtered smaller makes fewer).
+    An SFT or DPO step is one update."""
+    if not is_rl(cfg):
+        return 1
+    mini = get_path(cfg, f"{role}.ppo_mini_batch_size", None) or 1
+    batch = get_path(cfg, "data.train_batch_size", mini)
+    return get_path(cfg, f"{role}.ppo_epochs", 1) * max(1, math.ceil(batch / mini))
+
+
+def schedule_length(cfg: Any, role: str, total: int | None) -> int | None:
+    """The length of `role`'s LR schedule in its own steps (optim.lr_schedule_unit): the training
+    steps, or the optimizer updates over them."""
+    if total is None or get_path(cfg, f"{role}.optim.lr_schedule_unit", "step") == "step":
+        return total
+    return total * updates_per_step(cfg, role)
 
 
 def _warmup(cfg: Any, optim: str, total: int | None) -> int | None:
@@ -87,10 +117,11 @@ def _warmup_steps(cfg: Any, optim: str, total: int | None) -> int | None:
             return 0
         if total is None:
             return None
-        return int(ratio * total)
+        return math.ceil(ratio * total) if get_path(cfg, f"{optim}.lr_warmup_rounding", "floor") == "ceil" else int(ratio * total)
     if total is not None and steps > total:
+        unit = "optimizer updates" if get_path(cfg, f"{optim}.lr_schedule_unit", "step") == "update" else "training steps"
         raise ConfigError(
-            f"{optim}.lr_warmup_steps ({steps}) is longer than the run ({total} training steps); "
+            f"{optim}.lr_warmup_steps ({steps}) is longer than the run ({total} {unit}); "
             f"lower it or use {optim}.lr_warmup_steps_ratio"
         )
     return steps

@@ -320,7 +320,9 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     train_dp = role_parallelism(world, cfg.trainer.balance_batch)
     actor_dp = train_dp(policy, "actor", a.ulysses_sequence_parallel_size)
     trained = world.shard(policy, a.fsdp_config)
-    optimizer, scheduler = build_optimization(trained.named_parameters(), a.optim, warmup_steps=derived.actor_warmup_steps or 0, total_steps=total)
+    optimizer, scheduler = build_optimization(
+        trained.named_parameters(), a.optim, warmup_steps=derived.actor_warmup_steps or 0, total_steps=derived.actor_schedule_steps or total
+    )
     actor = Actor(
         trained,
         optimizer,
@@ -340,6 +342,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             sft_loss_coef=a.sft_loss_coef,
             kl_loss_type=a.kl_loss_type,
             ppo_epochs=a.ppo_epochs,
+            schedule_per_update=a.optim.lr_schedule_unit == "update",
             mini_batch_size=a.ppo_mini_batch_size * n,
             micro_batch_size=a.ppo_micro_batch_size_per_gpu,
             max_tokens_per_micro_batch=a.ppo_max_token_len_per_gpu if a.use_dynamic_bsz else None,
@@ -398,7 +401,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         critic_dp = train_dp(value_model, "critic", c.ulysses_sequence_parallel_size)
         value_model = world.shard(value_model, c.fsdp_config)
         c_opt, c_sched = build_optimization(
-            value_model.named_parameters(), c.optim, warmup_steps=derived.critic_warmup_steps or 0, total_steps=total
+            value_model.named_parameters(), c.optim, warmup_steps=derived.critic_warmup_steps or 0,
+            total_steps=derived.critic_schedule_steps or total,
         )
         critic = Critic(
             value_model,
@@ -406,6 +410,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             c_sched,
             CriticSettings(
                 ppo_epochs=c.ppo_epochs,
+                schedule_per_update=c.optim.lr_schedule_unit == "update",
                 mini_batch_size=c.ppo_mini_batch_size * n,
                 micro_batch_size=c.ppo_micro_batch_size_per_gpu,
                 cliprange_value=c.cliprange_value,

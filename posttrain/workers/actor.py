@@ -68,6 +68,7 @@ class ActorSettings:
     shuffle: bool
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    schedule_per_update: bool = False  # actor.optim.lr_schedule_unit == "update": the LR moves after each optimizer step
     reuse_rollout_logprobs: bool = False  # "auto" with engine numerics equal to the actor's, or "always" (see `old_logprobs`)
     share_prompt: bool = False  # actor.share_prompt_forward (posttrain.models.shared_prompt)
     compute_dtype: str = "fp32"  # actor.fsdp_config.mixed_precision.param_dtype (posttrain.models.precision)
@@ -221,9 +222,12 @@ class Actor:
                 for k, v in step_metrics.items():
                     sums[k] += v
                     counts[k] += 1
-        # One LR-schedule step per training step (not per optimizer step), as verl counts
+                if self.s.schedule_per_update:  # ROLL's count: the schedule's steps are optimizer updates
+                    self.scheduler.step()
+        # Otherwise one LR-schedule step per training step (not per optimizer step), as verl counts
         # trainer.total_training_steps: warm-up and decay are in RL steps.
-        self.scheduler.step()
+        if not self.s.schedule_per_update:
+            self.scheduler.step()
         return {k: sums[k] / counts[k] for k in sums}
 
     def _optimizer_step(self, mini: RolloutBatch) -> dict[str, float]:

@@ -47,6 +47,7 @@ class CriticSettings:
     pack: bool = True  # critic.model.use_remove_padding (posttrain.models.packing)
     lean_forward: str = "off"  # "compiled" with actor.use_torch_compile (posttrain.models.lean_forward)
     activation_offload: bool = False  # critic.model.enable_activation_offload (posttrain.models.kernels)
+    schedule_per_update: bool = False  # critic.optim.lr_schedule_unit == "update": the LR moves after each optimizer step
 
 
 class Critic:
@@ -102,7 +103,10 @@ class Critic:
                 for k, v in self._optimizer_step(mini).items():
                     sums[k] += v
                 steps += 1
-        self.scheduler.step()  # once per training step, like the actor's
+                if self.s.schedule_per_update:
+                    self.scheduler.step()
+        if not self.s.schedule_per_update:
+            self.scheduler.step()  # once per training step, like the actor's
         return {k: v / max(steps, 1) for k, v in sums.items()}
 
     def _micro_loss(self, micro: RolloutBatch) -> tuple[Tensor, dict[str, float]]:

@@ -46,6 +46,25 @@ def test_explicit_total_steps_and_warmup_steps_win():
     assert (d.total_training_steps, d.actor_warmup_steps) == (50, 5)
 
 
+def test_lr_schedule_unit_update_counts_optimizer_updates():
+    # 36 steps; 8 prompts / mini-batches of 2 = 4 updates per epoch, 2 epochs: 8 updates a step
+    d = derive(cfg_with("actor.ppo_epochs=2", "actor.optim.lr_schedule_unit=update", "actor.optim.lr_warmup_steps_ratio=0.01"), 100)
+    assert (d.total_training_steps, d.actor_schedule_steps, d.actor_warmup_steps) == (36, 288, 2)  # int(2.88)
+    assert derive(cfg_with("actor.ppo_epochs=2", "actor.optim.lr_warmup_steps_ratio=0.01"), 100).actor_warmup_steps == 0  # int(0.36)
+    ceil = derive(cfg_with("actor.ppo_epochs=2", "actor.optim.lr_schedule_unit=update", "actor.optim.lr_warmup_steps_ratio=0.01",
+                           "actor.optim.lr_warmup_rounding=ceil"), 100)
+    assert ceil.actor_warmup_steps == 3  # ceil(2.88), as Hugging Face and ROLL round
+    # the critic counts its own updates: 8 prompts / mini-batches of 4, one epoch = 2 a step
+    critic = derive(cfg_with("algorithm.adv_estimator=gae", "critic.ppo_mini_batch_size=4", "critic.optim.lr_warmup_steps=-1",
+                             "critic.optim.lr_warmup_steps_ratio=0.05", "critic.optim.lr_schedule_unit=update"), 100)
+    assert (critic.critic_schedule_steps, critic.critic_warmup_steps) == (72, 3)  # int(3.6)
+    critic_ceil = derive(cfg_with("algorithm.adv_estimator=gae", "critic.ppo_mini_batch_size=4", "critic.optim.lr_warmup_steps=-1",
+                                  "critic.optim.lr_warmup_steps_ratio=0.05", "critic.optim.lr_warmup_rounding=ceil"), 100)
+    assert (critic_ceil.critic_schedule_steps, critic_ceil.critic_warmup_steps) == (36, 2)  # per step: ceil(1.8)
+    with pytest.raises(ConfigError, match=r"longer than the run \(288 optimizer updates\)"):
+        derive(cfg_with("actor.ppo_epochs=2", "actor.optim.lr_schedule_unit=update", "actor.optim.lr_warmup_steps=300"), 100)
+
+
 def test_unknown_dataset_size_leaves_steps_unknown():
     d = derive(cfg_with(), None)
     assert (d.steps_per_epoch, d.total_training_steps, d.actor_warmup_steps) == (None, None, None)

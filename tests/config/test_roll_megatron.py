@@ -195,3 +195,32 @@ def test_rolls_training_args_defaults_fill_what_an_rl_file_leaves_out():
     assert report.entry("actor_train.training_args.lr_scheduler_type").reason.startswith("ROLL's default")
     native, _ = _role({}, name="fsdp2_train", training_args={"lr_scheduler_type": "constant", "weight_decay": 0.01})
     assert (native["actor"]["optim"]["lr_scheduler_type"], native["actor"]["optim"]["weight_decay"]) == ("constant", 0.01)
+
+
+ROLL_SCHEDULE = """\
+max_steps: 500
+rollout_batch_size: 64
+num_return_sequences_in_group: 8
+ppo_epochs: 1
+actor_train:
+  device_mapping: list(range(0,1))
+  training_args: {per_device_train_batch_size: 1, gradient_accumulation_steps: 32, warmup_ratio: 0.0031}
+  strategy_args: {strategy_name: fsdp2_train}
+actor_infer:
+  device_mapping: list(range(0,1))
+  generating_args: {num_return_sequences: 8}
+"""
+
+
+def test_rolls_lr_schedule_counts_optimizer_updates_and_rounds_the_warmup_up(tmp_path):
+    """ROLL sizes the actor's schedule as max_steps x rollout_batch_size x n x ppo_epochs / backward
+    batch = 500 x 64 x 8 / 32 = 8000 updates (roll/configs/base_config.py set_max_steps), steps it
+    after every update, and warms up ceil(0.0031 x 8000) = 25 updates (get_warmup_steps)."""
+    from posttrain.config import derive, load_config
+
+    path = tmp_path / "rlvr.yaml"
+    path.write_text(ROLL_SCHEDULE)
+    cfg = load_config(path, [])
+    assert (cfg.actor.optim.lr_schedule_unit, cfg.actor.optim.lr_warmup_rounding) == ("update", "ceil")
+    d = derive(cfg, None)
+    assert (d.total_training_steps, d.actor_schedule_steps, d.actor_warmup_steps) == (500, 8000, 25)

@@ -64,7 +64,7 @@ def test_each_example_shape_plans_as_an_sft_stage_with_rolls_global_batch(strate
     assert native["data"]["shuffle"] is False  # ROLL's SFT DataLoader reads in file order
     assert native["data"]["max_length"] == 2048
     megatron = {"decay_bias_and_norm": False} if strategy is _MEGATRON else {}  # Megatron's optimizer: no decay on biases and norms
-    assert native["actor"]["optim"] == {"lr": 5.0e-6, "weight_decay": 0.0, "lr_scheduler_type": "linear", **megatron}
+    assert native["actor"]["optim"] == {"lr": 5.0e-6, "weight_decay": 0.0, "lr_scheduler_type": "linear", "lr_warmup_rounding": "ceil", **megatron}
     # the report names the keys as the file wrote them
     assert report.entry("sft_train.training_args.gradient_accumulation_steps").native == "data.train_batch_size"
     assert report.entry("sft_train.use_sequence_packing").status == "dropped"

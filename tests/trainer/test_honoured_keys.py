@@ -186,6 +186,7 @@ KNOBS = [
     knob("actor.optim.optimizer=sgd", "weights"),
     knob("actor.optim.override_optimizer_config={maximize: true}", "weights"),
     knob("actor.optim.lr_decay_steps=1", "metrics", *COSINE),
+    knob("actor.optim.lr_schedule_unit=update", "metrics", *COSINE, "actor.ppo_mini_batch_size=2"),  # the LR moves between updates
     knob("actor.optim.decay_bias_and_norm=false", "weights", "actor.optim.weight_decay=0.5"),  # norm weights keep their decay-free value  # step 2's LR: the minimum instead of half-way
     knob("actor.fsdp_config.mixed_precision.param_dtype=bf16", "metrics"),
     knob("actor.checkpoint.save_contents=[model]", "files", *CKPT),
@@ -382,6 +383,9 @@ AGENTIC_TESTS = {
 KERNELS = "tests/workers/test_kernel_flags.py"
 ULYSSES = "tests/cluster/test_ulysses.py::test_each_role_splits_by_its_own_key_and_the_reference_follows_the_actor"
 ELSEWHERE = {
+    # the warm-up's rounding and the critic's schedule length are derived numbers: the test varies each key
+    **{key: "tests/config/test_config_derive_plan.py::test_lr_schedule_unit_update_counts_optimizer_updates"
+       for key in ("actor.optim.lr_warmup_rounding", "critic.optim.lr_warmup_rounding", "critic.optim.lr_schedule_unit")},
     # `posttrain eval` reads the file of generated responses these name; the tests score it with each changed
     "eval.path": "tests/trainer/test_offline_eval.py::test_two_data_sources_give_the_exact_table",
     "eval.response_key": "tests/trainer/test_offline_eval.py::test_the_eval_keys_choose_the_columns",

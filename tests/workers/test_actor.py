@@ -171,6 +171,21 @@ def test_lr_scheduler_steps_once_per_update(policy):
     assert actor.update(batch)["actor/lr"] == pytest.approx(0.05)
 
 
+def test_lr_schedule_unit_update_steps_the_schedule_after_every_optimizer_step(policy):
+    """optim.lr_schedule_unit: update (ROLL's clock): 7 rows in mini-batches of 3, 2 epochs -> 6
+    optimizer steps, each at the LR the schedule had reached, and 6 schedule steps per update."""
+    batch = prepared_batch(policy)
+    counted = sgd_actor(policy, scheduler=NoSchedule(), ppo_epochs=2, mini_batch_size=3, schedule_per_update=True)
+    counted.update(batch)
+    assert counted.scheduler.steps == 6
+    opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5**step)
+    actor = Actor(policy, opt, sched, actor_settings(ppo_epochs=2, mini_batch_size=3, schedule_per_update=True))
+    metrics = actor.update(batch)
+    assert metrics["actor/lr"] == pytest.approx(sum(0.1 * 0.5**k for k in range(6)) / 6)  # the mean over the 6 steps
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5**6)
+
+
 def test_grad_clip_bounds_the_step_and_reports_the_norm_before_clipping(policy):
     batch = prepared_batch(policy)
     full, metrics = grads_after_update(policy, batch)

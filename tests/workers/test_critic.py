@@ -72,6 +72,19 @@ def test_update_lowers_the_value_loss_on_a_fixed_batch(value_model):
     assert critic.scheduler.steps == 6
 
 
+def test_lr_schedule_unit_update_steps_the_critics_schedule_per_optimizer_step(value_model):
+    batch = make_batch(value_model.config.vocab_size)
+    per_update = Critic(value_model, torch.optim.SGD(value_model.parameters(), lr=0.0), NoSchedule(),
+                        critic_settings(ppo_epochs=2, mini_batch_size=2, schedule_per_update=True))
+    with_targets(batch, per_update.compute_values(batch))
+    per_update.update(batch)
+    minis = -(-batch.response_mask.shape[0] // 2)
+    assert per_update.scheduler.steps == 2 * minis
+    per_step = sgd_critic(value_model, ppo_epochs=2, mini_batch_size=2)
+    per_step.update(batch)
+    assert per_step.scheduler.steps == 1
+
+
 def test_first_step_reports_the_hand_computed_loss(value_model):
     """At the first step new values equal the rollout values: loss 0.5 * token-mean (V - R)^2, no clip."""
     batch = make_batch(value_model.config.vocab_size)

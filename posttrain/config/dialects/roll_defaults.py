@@ -13,6 +13,11 @@ posttrain's default for the field the key lands on:
 - ``training_args`` of ``actor_train`` and ``critic`` (and an SFT file's ``sft_train``): ROLL's ``lr_scheduler_type`` default is
   ``linear`` (Hugging Face's: down to 0 at the last step) and its ``weight_decay`` default 0, where
   posttrain's are constant and 0.01; a file that leaves them out gets ROLL's.
+- The LR schedule's clock: every ROLL strategy steps its scheduler after each optimizer update, over
+  ``max_steps x rollout_batch_size x num_return_sequences x ppo_epochs / backward batch`` updates
+  (the critic's count without ppo_epochs: its worker makes one pass), and a ``warmup_ratio`` becomes
+  ``ceil(ratio x updates)`` (Hugging Face's TrainingArguments.get_warmup_steps): posttrain's
+  ``optim.lr_schedule_unit: update`` and ``lr_warmup_rounding: ceil`` for both trained roles.
 - Generation: ROLL's ``generating_args`` of ``actor_infer`` and of ``validation`` sample
   (``do_sample`` true) with ROLL's defaults temperature 0.95, top_p 0.7, top_k 50 for what a file
   leaves out; validation is not greedy unless the file says ``do_sample: false``.
@@ -129,6 +134,10 @@ def training_args(ctx: Context) -> None:
         for name, value in TRAINING_DEFAULTS.items():  # the same names under posttrain's optim
             if not ctx.has(f"{role}.training_args.{name}"):
                 ctx.set(f"{section}.optim.{name}", value, f"{role}.training_args.{name}", f"{ROLL_DEFAULT}: {value!r}")
+        if ctx.origin.get("algorithm.kind", (None, "rl"))[1] == "rl":  # an SFT or DPO step is one update already
+            ctx.set(f"{section}.optim.lr_schedule_unit", "update", f"{role}.training_args",
+                    "ROLL steps the LR schedule after every optimizer update, so warmup_steps and the schedule's length count updates")
+        ctx.set(f"{section}.optim.lr_warmup_rounding", "ceil", f"{role}.training_args", "ROLL rounds warmup_ratio x updates up")
 
 
 HANDLERS = [dual_clip, value_clip, target_kl, sampling, training_args]

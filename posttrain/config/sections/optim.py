@@ -4,10 +4,12 @@ One class serves both roles, so its refs are relative (``"verl:.lr"``); the hold
 prefix (``actor.optim`` holds ``verl:actor_rollout_ref.actor.optim``, ``critic.optim`` holds
 ``verl:critic.optim``). The code that honours these fields is `posttrain.optim`.
 
-The schedule is a multiplier of ``lr`` per optimizer step: linear warm-up over ``lr_warmup_steps``
-(or ``lr_warmup_steps_ratio`` x total steps when that is -1), then ``lr_scheduler_type``. The total is
-``trainer.total_training_steps`` (derived from the epochs when null); verl injects the same number
-into ``optim.total_training_steps`` at run time, which is why that key has no field here.
+The schedule is a multiplier of ``lr``: linear warm-up over ``lr_warmup_steps`` (or
+``lr_warmup_steps_ratio`` x total steps when that is -1), then ``lr_scheduler_type``. It advances once
+per training step (``lr_schedule_unit: step``, verl) or once per optimizer update (``update``, ROLL).
+The total is ``trainer.total_training_steps`` (derived from the epochs when null), times the role's
+updates per step with ``update``; verl injects the training steps into ``optim.total_training_steps``
+at run time, which is why that key has no field here.
 
 Gradient clipping is a field of the role (``actor.grad_clip``, ``critic.grad_clip``), not of optim.
 """
@@ -43,6 +45,8 @@ class OptimConfig:
     num_cycles: float = param(0.5, doc="Cosine periods over the decay (0.5: one half-wave from lr down to the minimum).", gt=0, refs=["verl:.num_cycles"])
     lr_warmup_init: float = param(0.0, doc="LR the warm-up starts from, as an absolute value: warm-up step k (0-based) uses init + (lr - init) * (k + 1) / warm-up steps.", ge=0, refs=["verl:.lr_warmup_init"])
     decay_bias_and_norm: bool = param(True, doc="Apply weight_decay to every parameter that trains; false exempts biases and all one-dimensional parameters (norm weights), as Megatron's optimizer does (a parameter whose name ends in .bias or that has one dimension gets no weight decay): verl's Megatron trainer sets it false.")
+    lr_schedule_unit: str = param("step", doc="What one step of the LR schedule is, in an RL stage: step (one per training step, as verl counts: warm-up, lr_decay_steps and the schedule's length count training steps) or update (one per optimizer update, as ROLL and Hugging Face count: the schedule is trainer.total_training_steps x this role's updates per step long, ppo_epochs x data.train_batch_size / ppo_mini_batch_size, and lr_warmup_steps and lr_decay_steps count updates, so the LR also moves between the updates of one step). An SFT or DPO step is one update, so both units give the same schedule there.", choices=("step", "update"))
+    lr_warmup_rounding: str = param("floor", doc="How lr_warmup_steps_ratio x the schedule's length becomes whole steps: floor (verl's int()) or ceil (Hugging Face's and ROLL's math.ceil).", choices=("floor", "ceil"))
     lr_decay_steps: int | None = param(None, doc="Training step at which the decay of cosine or wsd ends, counted from the start (warm-up included, as Megatron's scheduler that verl and ROLL use): the LR decays from the end of warm-up to its final value at this step (min_lr_ratio x lr; for cosine with the default num_cycles) and stays there; null ends the decay at the last step. Must exceed the warm-up; constant has no decay.", ge=1, refs=["verl:.lr_decay_steps"])
 
 
