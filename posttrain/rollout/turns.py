@@ -20,8 +20,9 @@ class TurnRenderer:
 
     def __init__(self, tokenizer: Any, chat_template: str | None, tools: list[dict[str, Any]] | None = None,
                  template_kwargs: dict[str, Any] | None = None):
-        """`tools` and `template_kwargs` reach the template when a whole conversation is rendered
-        (`conversation_text`); observation turns are differences, which the tools do not change."""
+        """`tools` reach the template when a whole conversation is rendered (`conversation_text`);
+        observation turns are differences, which the tools do not change. `template_kwargs` (e.g.
+        enable_thinking, which changes the generation prompt) reach every render."""
         self.tokenizer, self.template = tokenizer, chat_template
         self.tools, self.template_kwargs = tools or None, dict(template_kwargs or {})
         self.eos_text = tokenizer.eos_token or ""
@@ -34,7 +35,7 @@ class TurnRenderer:
 
     def _render(self, messages: list[dict[str, str]], generation: bool) -> str:
         return self.tokenizer.apply_chat_template(
-            messages, chat_template=self.template, tokenize=False, add_generation_prompt=generation
+            messages, chat_template=self.template, tokenize=False, add_generation_prompt=generation, **self.template_kwargs
         )
 
     def _ids(self, text: str) -> list[int]:

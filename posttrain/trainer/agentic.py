@@ -29,7 +29,8 @@ from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, estimator_needs
 from posttrain.buffer.experience import Experience
 from posttrain.config.schema import Config
 from posttrain.config.sections.env import EnvManagerConfig
-from posttrain.data.prompts import resolve_chat_template
+from posttrain.data.dataset import make_formatter
+from posttrain.data.templates import named_template
 from posttrain.envs.registry import make_env
 from posttrain.envs.spec import EnvSpec, parse_custom_envs, tag_groups
 from posttrain.errors import ConfigError
@@ -82,6 +83,14 @@ def check_agentic(cfg: Config) -> AgenticPlan:
                         "environments instead of prompts from files; remove them")
     if cfg.trainer.total_training_steps is None:
         problems.append("trainer.total_training_steps: required by an agentic stage (there is no dataset to count epochs of)")
+    if cfg.data.system_prompt is not None:
+        problems.append("data.system_prompt: an agentic stage's system message is each environment's instruction "
+                        "(env.custom_envs.<tag>.env_instruction); move the text there")
+    named = named_template(cfg.data.chat_template_name)
+    if named.system_prompt is not None or named.user_prefix or cfg.data.chat_template_name in ("empty", "base"):
+        problems.append(f"data.chat_template_name: {cfg.data.chat_template_name} rewrites a prompt of one question (its own system "
+                        "prompt, user prefix or single-message text); an agentic stage renders instruction and observations as "
+                        "conversation turns of a chat template: use native, qwen2_5, qwen3, chatml or longcot_V3")
     envs = train_m.num_env_groups * train_m.group_size
     batch = cfg.data.train_batch_size * cfg.rollout.n
     if batch % envs:
@@ -125,9 +134,11 @@ class AgenticRollout:
 
     def __init__(self, cfg: Config, tokenizer: Any, plan: AgenticPlan):
         self.cfg, self.plan = cfg, plan
-        template = resolve_chat_template(cfg.data.chat_template, tokenizer) if (
-            cfg.data.chat_template or getattr(tokenizer, "chat_template", None)) else None
-        self.renderer = TurnRenderer(tokenizer, template)
+        # the data section's template settings, as prompts from files get them (make_formatter):
+        # data.chat_template(_name), data.enable_thinking, data.apply_chat_template_kwargs
+        formatter = make_formatter(cfg.data, tokenizer) if (
+            cfg.data.chat_template or named_template(cfg.data.chat_template_name).jinja or getattr(tokenizer, "chat_template", None)) else None
+        self.renderer = TurnRenderer(tokenizer, formatter.chat_template, template_kwargs=formatter.template_kwargs) if formatter else TurnRenderer(tokenizer, None)
         self.tokenizer = tokenizer
 
     def _slots(self, manager: EnvManagerConfig, key: str, groups: list[str], kind: str, step: int) -> list[EnvSlot]:

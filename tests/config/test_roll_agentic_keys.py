@@ -42,3 +42,12 @@ def test_roll_defaults_are_accepted_and_other_agentic_keys_refused_by_reason():
                         ("actor_train.pg_variant", "actor.policy_loss.loss_mode"), ("reward_system_config", "remote service")):
         assert entries[key][0] == "refused" and needle in entries[key][1], (key, entries[key])
         assert "not implemented yet" not in entries[key][1]
+
+
+def test_an_agentic_file_renders_turns_without_thinking_as_rolls_env_managers_do():
+    native, entries = run(actor_train={"data_args": {"template": "qwen3"}})
+    assert native["data"] == {"enable_thinking": False}  # ROLL's agentic pipeline does not read the template name
+    assert entries["actor_train.data_args.template"][0] == "dropped"
+    assert "enable_thinking=False" in entries["train_env_manager"][1]
+    rlvr, _ = translate({"actor_train": {}, "rollout_batch_size": 8}, "roll")
+    assert "enable_thinking" not in rlvr.get("data", {})  # prompts from files follow their template

@@ -70,6 +70,21 @@ def test_mask_covers_exactly_the_model_tokens_of_every_turn():
     assert batch.rollout_logprobs[0].tolist() == [-0.5 if m else 0.0 for m in expected_mask]
 
 
+# ChatML whose generation prompt closes an empty thinking block when enable_thinking is false (as Qwen3's does)
+THINKING = CHATML_TEMPLATE.replace(
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
+    "{%- if enable_thinking is defined and not enable_thinking -%}{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}{%- endif -%}")
+
+
+def test_template_variables_reach_the_prompt_and_every_observation_turn():
+    assert THINKING != CHATML_TEMPLATE
+    plain, off = TurnRenderer(TOK, THINKING), TurnRenderer(TOK, THINKING, template_kwargs={"enable_thinking": False})
+    empty = "<think>\n\n</think>\n\n"
+    assert TOK.decode(off.prompt_ids("i", "o")) == TOK.decode(plain.prompt_ids("i", "o")) + empty
+    assert TOK.decode(off.observation_ids("o2", ended=True)) == TOK.decode(plain.observation_ids("o2", ended=True)) + empty
+
+
 def test_generation_is_batched_across_live_envs_one_call_per_turn():
     engine = ScriptedEngine(["R", "L", "L", "L"])
     renderer = TurnRenderer(TOK, CHATML_TEMPLATE)

@@ -110,6 +110,17 @@ def test_agentic_config_mistakes_are_named(model, tmp_path):
         trainer(model, tmp_path, "env.val_env_manager.tags=[A]")
 
 
+def test_the_data_sections_template_settings_render_the_turns(model, tmp_path):
+    t = trainer(model, tmp_path, "env.train_env_manager.tags=[A]", "data.chat_template_name=qwen3", "data.apply_chat_template_kwargs={x: 1}")
+    assert t.agent.renderer.template_kwargs == {"enable_thinking": True, "x": 1}  # qwen3's variable
+    t = trainer(model, tmp_path, "env.train_env_manager.tags=[A]", "data.chat_template_name=qwen3", "data.enable_thinking=false")
+    assert t.agent.renderer.template_kwargs == {"enable_thinking": False}  # the explicit setting wins
+    with pytest.raises(ConfigError, match=r"data.chat_template_name: longCOT_qwen2.5 rewrites a prompt of one question"):
+        trainer(model, tmp_path, "env.train_env_manager.tags=[A]", "data.chat_template_name=longCOT_qwen2.5")
+    with pytest.raises(ConfigError, match=r"data.system_prompt: an agentic stage's system message is each environment's instruction"):
+        trainer(model, tmp_path, "env.train_env_manager.tags=[A]", "data.system_prompt=hi")
+
+
 def _env_rows(run_dir):
     import json
 

@@ -8,6 +8,10 @@ otherwise the training manager's becomes the engine's, and the validation manage
 samples). A manager's ``max_new_tokens`` caps each turn together with the environment's
 ``max_tokens_per_step`` (the smaller wins), so it changes nothing where every environment the manager
 runs has a per-step cap at most that large; posttrain's per-turn cap is custom_envs.<tag>.max_tokens_per_step.
+ROLL's environment managers apply the chat template with ``enable_thinking=False`` whatever the
+file's template name says (roll/pipeline/agentic/env_manager/token_mask_utils.py), so an agentic
+pipeline file gets ``data.enable_thinking: false`` (a Qwen3 template then writes its empty thinking
+block after each generation prompt, as ROLL's prompts have it).
 Validation generates with the validation manager's settings, sampling unless it says
 ``do_sample: false`` (ROLL's GeneratingArguments default, temperature 0.95, top_p 0.7, top_k 50, is
 what the file leaves out).
@@ -38,6 +42,11 @@ def env_manager_sampling(ctx: Context) -> None:
             ctx.drop(key, "ROLL replaces it with actor_infer.generating_args when that is set (its agentic config), as posttrain samples with rollout.*")
         else:
             _manager(ctx, manager, native, args)
+
+
+def agentic_thinking(ctx: Context) -> None:
+    if is_pipeline(ctx) and ctx.has("train_env_manager"):
+        ctx.set("data.enable_thinking", False, "train_env_manager", "ROLL's environment managers render every turn with enable_thinking=False")
 
 
 def _manager(ctx: Context, manager: str, native: str, args: dict[str, Any]) -> None:
