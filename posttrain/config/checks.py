@@ -93,10 +93,17 @@ def _data_parallel(cfg: Any, role: str) -> tuple[int, str]:
 
 
 def _mini_batch_rules(cfg: Any, role: str) -> list[str]:
-    """The three batch rules of one trained role (``actor`` or ``critic``), verl semantics:
-    the step's prompts split into mini-batches of ``ppo_mini_batch_size`` prompts (× rollout.n
-    responses); each mini-batch splits evenly over the devices; each device's share splits into
-    micro-batches of ``ppo_micro_batch_size_per_gpu`` responses (unless packing by tokens)."""
+    """The batch rules of one trained role (``actor`` or ``critic``), verl semantics: the step's
+    prompts split into mini-batches of ``ppo_mini_batch_size`` prompts (× rollout.n responses); a
+    device's share of a mini-batch splits into micro-batches of ``ppo_micro_batch_size_per_gpu``
+    responses (unless packing by tokens).
+
+    verl also requires each mini-batch to split evenly over its data-parallel ranks (it cuts the batch
+    into equal chunks). posttrain does not: ranks take shares that differ by at most one response (or
+    balance tokens, trainer.balance_batch), and each micro-batch's loss is weighted by its share of the
+    whole mini-batch's normaliser (posttrain.workers.microbatch), so the gradient is the mini-batch's
+    whatever the split. That matters for Megatron files, whose data-parallel size is devices / (TP x
+    PP x CP) while posttrain's FSDP2 ranks are all the devices."""
     prompts = get_path(cfg, "data.train_batch_size", None)
     mini = get_path(cfg, f"{role}.ppo_mini_batch_size", None)
     n = get_path(cfg, "rollout.n", 1)
@@ -112,16 +119,11 @@ def _mini_batch_rules(cfg: Any, role: str) -> list[str]:
             f"data.train_batch_size ({prompts}) is not divisible by {role}.ppo_mini_batch_size ({mini}): "
             f"each step's prompts are split into equal mini-batches; use one of {_divisors(prompts)}"
         ]
-    world, where = _data_parallel(cfg, role)
+    world, _ = _data_parallel(cfg, role)
     responses = mini * n
-    if responses % world:
-        return [
-            f"{role}.ppo_mini_batch_size ({mini}) × rollout.n ({n}) = {responses} responses per mini-batch "
-            f"cannot be split evenly over {where}; make the product a multiple of {world}"
-        ]
     micro = get_path(cfg, f"{role}.ppo_micro_batch_size_per_gpu", None)
-    if micro is None or get_path(cfg, f"{role}.use_dynamic_bsz", False):
-        return []
+    if micro is None or get_path(cfg, f"{role}.use_dynamic_bsz", False) or responses % world:
+        return []  # uneven shares: a rank's last micro-batch is smaller, which the weighting allows
     per_device = responses // world
     if micro < per_device and per_device % micro:  # a larger micro-batch is the whole share in one pass
         device_word = "data-parallel groups" if world != world_size(cfg) else "device" if world == 1 else "devices"
@@ -134,21 +136,17 @@ def _mini_batch_rules(cfg: Any, role: str) -> list[str]:
 
 
 def _sequence_batch_rules(cfg: Any) -> list[str]:
-    """SFT/DPO: the step's data.train_batch_size sequences (pairs) split evenly over the devices, and
-    each device's share into micro-batches of ``actor.ppo_micro_batch_size_per_gpu`` (unless packing
-    by tokens). verl's SFT trainer asserts the same."""
+    """SFT/DPO: each device's share of the step's data.train_batch_size sequences (pairs) splits into
+    micro-batches of ``actor.ppo_micro_batch_size_per_gpu`` (unless packing by tokens), as verl's SFT
+    trainer asserts. verl also asserts that the batch splits evenly over the devices; posttrain
+    weights each micro-batch by its share of the whole batch, so uneven shares give the same step."""
     batch = get_path(cfg, "data.train_batch_size", None)
     micro = get_path(cfg, "actor.ppo_micro_batch_size_per_gpu", None)
     if batch is None:
         return []
     unit = "pairs" if training_kind(cfg) == "dpo" else "sequences"
-    world, where = _data_parallel(cfg, "actor")
-    if batch % world:
-        return [
-            f"data.train_batch_size ({batch}) {unit} per step cannot be split evenly over {where}; make it a "
-            f"multiple of {world}"
-        ]
-    if micro is None or get_path(cfg, "actor.use_dynamic_bsz", False):
+    world, _ = _data_parallel(cfg, "actor")
+    if micro is None or get_path(cfg, "actor.use_dynamic_bsz", False) or batch % world:
         return []
     per_device = batch // world
     if micro < per_device and per_device % micro:  # a larger micro-batch is the whole share in one pass

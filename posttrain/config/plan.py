@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from posttrain.config.access import get_path, sampler_batch, training_kind
+from posttrain.config.access import get_path, is_rl, sampler_batch, training_kind
 from posttrain.config.checks import role_needs
-from posttrain.config.derive import Derived
+from posttrain.config.derive import Derived, updates_per_step
 
 Row = tuple[str, str, str]  # label, value, how it was computed
 
@@ -32,7 +32,7 @@ class RolePlan:
     mini_batch_prompts: int  # role.ppo_mini_batch_size
     mini_batch_responses: int  # × rollout.n, across all devices
     mini_batches_per_epoch: int
-    per_device_mini_batch: int  # responses of one mini-batch on one device
+    per_device_mini_batch: int  # responses of one mini-batch on the busiest device
     micro_batch: int | None  # responses per forward/backward on one device; None when packed by tokens
     micro_batches_per_mini_batch: int | None
     token_budget: int | None  # tokens per micro-batch on one device when packed by tokens
@@ -67,9 +67,16 @@ def batch_plan(cfg: Any, derived: Derived) -> BatchPlan:
     )
 
 
+def share_text(total: int, parts: int) -> str:
+    """A device's share of `total` rows over `parts` devices: "k", or "k or k+1" when they do not
+    divide (posttrain splits unevenly; the loss weighting keeps the step exact)."""
+    low, extra = divmod(total, parts)
+    return str(low) if not extra else f"{low} or {low + 1}"
+
+
 def _role_plan(cfg: Any, role: str, prompts: int, n: int, world: int) -> RolePlan:
     mini = get_path(cfg, f"{role}.ppo_mini_batch_size")
-    per_device = mini * n // world
+    per_device = -(-mini * n // world)  # the busiest device's share
     dynamic = bool(get_path(cfg, f"{role}.use_dynamic_bsz", False))
     micro = None if dynamic else get_path(cfg, f"{role}.ppo_micro_batch_size_per_gpu")
     epochs = get_path(cfg, f"{role}.ppo_epochs", get_path(cfg, "actor.ppo_epochs", 1))
@@ -112,10 +119,10 @@ def _supervised_rows(cfg: Any, d: Derived) -> list[Row]:
     kind = training_kind(cfg)
     unit = "pairs" if kind == "dpo" else "sequences"
     batch, w = get_path(cfg, "data.train_batch_size"), d.world_size
-    per_device = batch // w
+    per_device = -(-batch // w)  # the busiest device's share
     rows: list[Row] = [(f"{unit} per step", str(batch), f"data.train_batch_size; algorithm.kind {kind}: no rollout")]
     if w > 1:
-        rows.append((f"  {unit} per device", str(per_device), f"{batch} / {w} devices"))
+        rows.append((f"  {unit} per device", share_text(batch, w), f"{batch} / {w} devices"))
     if get_path(cfg, "actor.use_dynamic_bsz", False):
         budget = get_path(cfg, "actor.ppo_max_token_len_per_gpu")
         rows.append(("  micro-batches/step", "varies", f"{per_device} {unit} per device packed into micro-batches of <= "
@@ -130,7 +137,7 @@ def _supervised_rows(cfg: Any, d: Derived) -> list[Row]:
 
 def _role_rows(r: RolePlan, plan: BatchPlan) -> list[Row]:
     w = plan.world_size
-    split = f"{r.mini_batch_responses} / {w} devices = {r.per_device_mini_batch} per device" if w > 1 else f"{r.mini_batch_responses} responses"
+    split = f"{r.mini_batch_responses} / {w} devices = {share_text(r.mini_batch_responses, w)} per device" if w > 1 else f"{r.mini_batch_responses} responses"
     rows: list[Row] = [
         (
             f"{r.role} mini-batches/epoch",
@@ -214,13 +221,16 @@ def _lag_rows(cfg: Any) -> list[Row]:
 def _warmup_row(cfg: Any, role: str, warm: int | None) -> Row:
     steps = get_path(cfg, f"{role}.optim.lr_warmup_steps", None)
     ratio = get_path(cfg, f"{role}.optim.lr_warmup_steps_ratio", 0.0)
-    label = f"{role} LR warm-up steps"
+    updates = is_rl(cfg) and get_path(cfg, f"{role}.optim.lr_schedule_unit", "step") == "update"
+    label = f"{role} LR warm-up {'updates' if updates else 'steps'}"
     if steps is not None and steps >= 0:
         return (label, str(steps), f"{role}.optim.lr_warmup_steps")
     if ratio == 0:
         return (label, "0", f"{role}.optim.lr_warmup_steps_ratio 0: no warm-up")
-    how = f"int({role}.optim.lr_warmup_steps_ratio {ratio} × total training steps)"
-    return (label, "?" if warm is None else str(warm), how)
+    rounding = "ceil" if get_path(cfg, f"{role}.optim.lr_warmup_rounding", "floor") == "ceil" else "int"
+    over = (f"total training steps × {updates_per_step(cfg, role)} optimizer updates per step (lr_schedule_unit update)"
+            if updates else "total training steps")
+    return (label, "?" if warm is None else str(warm), f"{rounding}({role}.optim.lr_warmup_steps_ratio {ratio} × {over})")
 
 
 def _device_block(cfg: Any, plan: BatchPlan) -> str:
@@ -228,11 +238,10 @@ def _device_block(cfg: Any, plan: BatchPlan) -> str:
     nodes = get_path(cfg, "cluster.nnodes", 1)
     gpus = get_path(cfg, "cluster.n_gpus_per_node", 0)
     rows: list[Row] = [
-        # even by validation: prompts split into whole mini-batches, and each splits over devices
-        ("responses per step", str(plan.responses_per_step // w), f"{plan.responses_per_step} / {w}"),
+        ("responses per step", share_text(plan.responses_per_step, w), f"{plan.responses_per_step} / {w}"),
     ]
     for r in plan.roles:
-        rows.append((f"{r.role} mini-batch", str(r.per_device_mini_batch), f"{r.mini_batch_responses} responses / {w}"))
+        rows.append((f"{r.role} mini-batch", share_text(r.mini_batch_responses, w), f"{r.mini_batch_responses} responses / {w}"))
         if r.micro_batch is not None:
             rows.append((f"{r.role} micro-batch", str(r.micro_batch), f"{r.role}.ppo_micro_batch_size_per_gpu"))
     head = f"per device ({nodes} nodes × {gpus} devices = {w} processes):\n"

@@ -58,8 +58,6 @@ def test_a_colocated_device_mapping_is_the_same_placement_as_devices_per_node(mo
          "trainer.save_hf_checkpoint=never keeps the final policy only in the last checkpoint, but with 2 worker processes"),
         (["cluster.n_gpus_per_node=2", "actor.use_torch_compile=true"],
          "actor.use_torch_compile with 2 worker processes: the compiled lean forward reads each layer's parameters directly"),
-        (["cluster.n_gpus_per_node=4", "actor.ppo_mini_batch_size=3", "data.train_batch_size=3", "rollout.n=1"],
-         "3 responses per mini-batch cannot be split evenly over 4 devices"),
     ],
 )
 def test_layouts_that_cannot_work_are_refused_at_load(overrides, message):

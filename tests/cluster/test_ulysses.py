@@ -260,8 +260,11 @@ def test_batches_divide_over_data_parallel_groups_not_workers():
 
     four = ["cluster.n_gpus_per_node=4", "data.train_batch_size=2", "rollout.n=1", "actor.ppo_mini_batch_size=2"]
     load_config(None, [*four, "actor.ulysses_sequence_parallel_size=2"])  # 2 responses over 2 groups
-    with pytest.raises(ConfigError, match=r"2 responses per mini-batch cannot be split evenly over 4 devices"):
-        load_config(None, four)
+    # 2 responses over 4 devices: two ranks get none and run zero-weight passes (posttrain.workers.microbatch)
+    load_config(None, four)
+    with pytest.raises(ConfigError, match=r"does not divide the per-device mini-batch of 4 responses .* / 2 data-parallel groups"):
+        load_config(None, [*four, "data.train_batch_size=8", "actor.ppo_mini_batch_size=8", "actor.ppo_micro_batch_size_per_gpu=3",
+                           "actor.ulysses_sequence_parallel_size=2"])
 
 
 def _grid(rank: int, world: int, model_dir: str) -> dict:
