@@ -5,6 +5,11 @@ reads the whole conversation (prompt + response) and its score is the logit at t
 is not the pad token — the position Hugging Face's own sequence-classification pooling uses, so a
 model trained with that pooling is scored exactly as it was trained.
 
+With ``offload`` (reward_model.param_offload) the weights live in host memory between scoring
+passes and are copied to ``device`` for each pass (verl's legacy reward-model worker with FSDP's
+parameter offload; its reward loop's engine, asleep between passes, with free_cache_engine): the
+same scores, less device memory between passes, one host-to-device copy per pass.
+
 With ``remove_padding`` (reward_model.use_remove_padding) the texts of a forward pass are packed
 one after another into rows without padding (position ids restarting per text, as the actor's
 model.use_remove_padding does), the decoder runs on those rows, and the score head reads the same
@@ -18,7 +23,9 @@ The final reward is ``function_weight * function_score + rm_weight * rm_score`` 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -52,12 +59,13 @@ class RewardModelScorer:
         trust_remote_code: bool = False,
         external_lib: str | None = None,
         remove_padding: bool = False,
+        offload: bool = False,
     ):
         """`max_tokens` (reward_model.use_dynamic_bsz with forward_max_token_len_per_gpu): consecutive
         texts share a forward pass while their token counts sum to at most this many (a longer text
         gets a pass of its own) instead of `micro_batch_size` texts per pass. `external_lib` is
         imported first (it may register the model's classes); `trust_remote_code` lets the
-        directory's own code run."""
+        directory's own code run. `offload`: the weights stay on the CPU between passes (see the module)."""
         if micro_batch_size < 1 or (max_length is not None and max_length < 2) or (max_tokens is not None and max_tokens < 1):
             raise ConfigError("reward.reward_model: micro_batch_size must be >= 1, max_length >= 2 (or null), forward_max_token_len_per_gpu >= 1")
         self.model_dir = model_dir
@@ -65,7 +73,9 @@ class RewardModelScorer:
         self.max_length = max_length
         self.max_tokens = max_tokens
         self.device = torch.device(device)
-        self.tokenizer, self.model = _load(model_dir, dtype, device, trust_remote_code, external_lib)
+        self.offload = offload
+        home = "cpu" if offload else device  # where the weights wait between passes (on a CPU run: the device)
+        self.tokenizer, self.model = _load(model_dir, dtype, home, trust_remote_code, external_lib)
         self._warned_truncation = False
         self.remove_padding = remove_padding and self._packs()
 
@@ -85,12 +95,28 @@ class RewardModelScorer:
     def score_texts(self, texts: list[str]) -> torch.Tensor:
         """Score full texts (prompt and response already joined, in the reward model's format)."""
         scores = []
-        for chunk in self._chunks(texts):
-            self._warn_if_truncated(chunk)
-            scores.append(self._score_packed(chunk) if self.remove_padding else self._score_padded(chunk))
+        with self._weights_on_device():
+            for chunk in self._chunks(texts):
+                self._warn_if_truncated(chunk)
+                scores.append(self._score_packed(chunk) if self.remove_padding else self._score_padded(chunk))
         if not scores:
             return torch.zeros(0)
         return torch.cat(scores)  # (B,)
+
+    @contextlib.contextmanager
+    def _weights_on_device(self) -> Iterator[None]:
+        """With `offload`, the weights visit the device for one scoring pass and go back to host
+        memory after it (also when the pass raises); otherwise they stay where they are."""
+        if not self.offload:
+            yield
+            return
+        self.model.to(self.device)
+        try:
+            yield
+        finally:
+            self.model.to("cpu")
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()  # hand the freed weight memory back to the other roles
 
     def _score_padded(self, chunk: list[str]) -> torch.Tensor:
         encoded = self.tokenizer(chunk, add_special_tokens=False, padding=True, return_tensors="pt",

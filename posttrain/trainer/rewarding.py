@@ -136,8 +136,11 @@ def input_tokenizer(cfg: Config) -> Any:
 class RewardStage:
     """Scores decoded responses; `score` returns (scores (B,), metrics)."""
 
-    def __init__(self, cfg: Config, tokenizer: Any, fn: Scorers | None = None, dp: DataParallel = SINGLE):
-        """``fn``: what `reward_function` already loaded (loaded here when None).
+    def __init__(self, cfg: Config, tokenizer: Any, fn: Scorers | None = None, dp: DataParallel = SINGLE,
+                 device: torch.device | str = "cpu"):
+        """``fn``: what `reward_function` already loaded (loaded here when None). ``device``: where
+        the reward model computes (this worker's device; reward_model.param_offload keeps its weights
+        in host memory between passes).
         ``dp``: with several worker processes each scores a consecutive share of the rows (a reward
         function runs once per sample in the whole run) and every rank receives all the scores."""
         self.dp = dp
@@ -165,7 +168,7 @@ class RewardStage:
                 rm.path, micro_batch_size=rm.micro_batch_size_per_gpu, max_length=rm.max_length,
                 max_tokens=rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None,
                 trust_remote_code=rm.trust_remote_code, external_lib=rm.external_lib,
-                remove_padding=rm.use_remove_padding,
+                remove_padding=rm.use_remove_padding, device=str(device), offload=rm.param_offload,
             )
             self.rm_input_tokenizer = input_tokenizer(cfg)
         # reward.launch_reward_fn_async: one background thread runs the reward function of a batch

@@ -111,9 +111,10 @@ def test_reward_model_config_reaches_the_scorer(rm_dir, tmp_path):
     cfg = load_config(None, [
         "reward.reward_model.enable=true", f"reward.reward_model.path={rm_dir}", "reward.reward_model.max_length=16",
         "reward.reward_model.use_dynamic_bsz=true", "reward.reward_model.forward_max_token_len_per_gpu=64",
+        "reward.reward_model.param_offload=true",
     ])
-    scorer = RewardStage(cfg, load_tokenizer(rm_dir)).reward_model
-    assert (scorer.max_length, scorer.max_tokens) == (16, 64)
+    scorer = RewardStage(cfg, load_tokenizer(rm_dir), device="cpu").reward_model
+    assert (scorer.max_length, scorer.max_tokens, scorer.offload, scorer.device.type) == (16, 64, True, "cpu")
 
 
 # A user module that registers its own reward-model architecture with transformers' Auto classes.
@@ -189,3 +190,22 @@ def test_trust_remote_code_runs_the_code_shipped_in_the_reward_model_s_directory
     assert type(stage.reward_model.model).__module__.endswith("remote_rm_code")
     torch.testing.assert_close(stage.reward_model.score_texts(TEXTS), RewardModelScorer(rm_dir).score_texts(TEXTS))
     stage.close()
+
+
+def test_param_offload_moves_the_weights_to_the_device_for_each_pass_only(rm_dir, monkeypatch):
+    """reward_model.param_offload: the weights wait in host memory and visit the scoring device for
+    each pass (recorded here on a CPU machine through the moves the scorer asks for); scores unchanged."""
+    resident = RewardModelScorer(rm_dir, micro_batch_size=2)
+    offloaded = RewardModelScorer(rm_dir, micro_batch_size=2, offload=True)
+    moves, forward_on = [], []
+    real_to = offloaded.model.to
+    monkeypatch.setattr(offloaded.model, "to", lambda device: (moves.append(str(device)), real_to(device))[1])
+    offloaded.model.register_forward_pre_hook(lambda module, args: forward_on.append(list(moves)))
+    torch.testing.assert_close(offloaded.score_texts(TEXTS), resident.score_texts(TEXTS), atol=1e-6, rtol=1e-6)
+    assert moves == ["cpu", "cpu"]  # to the scoring device (the CPU here) before the pass, home after it
+    assert forward_on and all(seen == ["cpu"] for seen in forward_on)  # every forward ran between the two moves
+    assert next(offloaded.model.parameters()).device.type == "cpu"
+    resident_moves = []
+    monkeypatch.setattr(resident.model, "to", lambda device: resident_moves.append(device))
+    resident.score_texts(TEXTS)
+    assert resident_moves == []  # without offload the weights never move

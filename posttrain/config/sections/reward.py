@@ -39,6 +39,7 @@ class RewardModelConfig:
     forward_max_token_len_per_gpu: int = param(32768, doc="Token budget of one reward-model micro-batch when use_dynamic_bsz.", ge=1, refs=["verl:reward_model.forward_max_token_len_per_gpu"])
     use_remove_padding: bool = param(False, doc="Run the reward model on packed texts without padding tokens (as model.use_remove_padding does for the policy): the same scores to float rounding, no compute on padding. Where the model cannot (no `score` head, a decoder that does not keep packed sequences apart) padded batches run and a logged line says why.", refs=["verl:reward_model.model.use_remove_padding"])
     use_fused_kernels: bool = param(False, doc="verl's fused kernels compute token log-probs and entropy over the vocabulary; the reward model is a sequence classifier whose head gives one score per sequence, so there is nothing to fuse (verl's reward-model worker does not read the key either; its default copies the policy's value): accepted, no effect.", refs=["verl:reward_model.model.use_fused_kernels"])
+    param_offload: bool = param(False, doc="Keep the reward model's weights in host memory between scoring passes and copy them to the worker's device for each pass (then back): the same scores, less device memory outside the reward phase, one copy per pass. false keeps them on the device.", refs=["verl:reward_model.model.fsdp_config.param_offload"])
     use_shm: bool = param(False, doc="verl copies the reward model to /dev/shm before reading; posttrain reads the local model directory directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.", refs=["verl:reward_model.model.use_shm"])
     profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the reward phase (reward function and reward model) in profiler.steps.", refs=["verl:reward_model.profiler"])
 
@@ -153,7 +154,7 @@ _RM_FSDP = "verl:reward_model.model.fsdp_config"
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     "verl:reward_model.strategy": _RM_REPLICATED,
-    **{f"{_RM_FSDP}{k}": _RM_REPLICATED for k in ("", ".wrap_policy.min_num_params", ".param_offload", ".reshard_after_forward", ".fsdp_size", ".forward_prefetch")},
+    **{f"{_RM_FSDP}{k}": _RM_REPLICATED for k in ("", ".wrap_policy.min_num_params", ".reshard_after_forward", ".fsdp_size", ".forward_prefetch")},
     "verl:reward_model.megatron": _RM_REPLICATED,  # verl's Megatron trainer: how it splits the reward model
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "verl:reward_model.reward_kwargs": "keyword arguments of verl's reward manager classes: posttrain's managers read their settings from the reward section (the DAPO manager's overlong_buffer_cfg and max_resp_len are reward.overlong_buffer)",
