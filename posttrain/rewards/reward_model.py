@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from posttrain.errors import ConfigError, ModelError
+from posttrain.errors import ConfigError, DataError, ModelError
 from posttrain.models.packing import pack_sequences, packing_supported
 
 logger = logging.getLogger(__name__)
@@ -43,8 +43,10 @@ class RewardModelScorer:
     that is not a local directory raises `ModelError`: posttrain never downloads at run time.
 
     Texts are tokenized without adding special tokens (a chat template already wrote them), padded
-    on the right and, past ``max_length`` tokens (None: never), truncated on the *left* so the end of
-    the response — what the reward model judges — is always kept (a warning says when that happens).
+    on the right and, past ``max_length`` tokens (None: never), cut by ``truncation``: ``left`` drops
+    the beginning so the end of the response — what the reward model judges — is always kept,
+    ``right`` drops the end (verl's legacy reward-model worker), ``error`` raises a DataError (a
+    warning says when a text is cut).
     """
 
     def __init__(
@@ -60,6 +62,7 @@ class RewardModelScorer:
         external_lib: str | None = None,
         remove_padding: bool = False,
         offload: bool = False,
+        truncation: str = "left",
     ):
         """`max_tokens` (reward_model.use_dynamic_bsz with forward_max_token_len_per_gpu): consecutive
         texts share a forward pass while their token counts sum to at most this many (a longer text
@@ -68,6 +71,8 @@ class RewardModelScorer:
         directory's own code run. `offload`: the weights stay on the CPU between passes (see the module)."""
         if micro_batch_size < 1 or (max_length is not None and max_length < 2) or (max_tokens is not None and max_tokens < 1):
             raise ConfigError("reward.reward_model: micro_batch_size must be >= 1, max_length >= 2 (or null), forward_max_token_len_per_gpu >= 1")
+        if truncation not in ("left", "right", "error"):
+            raise ConfigError(f"reward.reward_model.truncation: {truncation!r} is not one of left, right, error")
         self.model_dir = model_dir
         self.micro_batch_size = micro_batch_size
         self.max_length = max_length
@@ -76,6 +81,8 @@ class RewardModelScorer:
         self.offload = offload
         home = "cpu" if offload else device  # where the weights wait between passes (on a CPU run: the device)
         self.tokenizer, self.model = _load(model_dir, dtype, home, trust_remote_code, external_lib)
+        self.truncation = truncation
+        self.tokenizer.truncation_side = "right" if truncation == "right" else "left"
         self._warned_truncation = False
         self.remove_padding = remove_padding and self._packs()
 
@@ -97,7 +104,7 @@ class RewardModelScorer:
         scores = []
         with self._weights_on_device():
             for chunk in self._chunks(texts):
-                self._warn_if_truncated(chunk)
+                self._check_lengths(chunk)
                 scores.append(self._score_packed(chunk) if self.remove_padding else self._score_padded(chunk))
         if not scores:
             return torch.zeros(0)
@@ -120,14 +127,14 @@ class RewardModelScorer:
 
     def _score_padded(self, chunk: list[str]) -> torch.Tensor:
         encoded = self.tokenizer(chunk, add_special_tokens=False, padding=True, return_tensors="pt",
-                                 truncation=self.max_length is not None, max_length=self.max_length)
+                                 truncation=self._cuts, max_length=self.max_length)
         input_ids = encoded["input_ids"].to(self.device)  # (B, S)
         attention_mask = encoded["attention_mask"].to(self.device)  # (B, S)
         logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, 1)
         return logits[:, 0].float().cpu()
 
     def _score_packed(self, chunk: list[str]) -> torch.Tensor:
-        ids = self.tokenizer(chunk, add_special_tokens=False, truncation=self.max_length is not None,
+        ids = self.tokenizer(chunk, add_special_tokens=False, truncation=self._cuts,
                              max_length=self.max_length)["input_ids"]
         if not all(ids):
             return self._score_padded(chunk)  # an empty text has no token of its own to score
@@ -182,18 +189,30 @@ class RewardModelScorer:
         ]
         return self.score_texts(texts)
 
-    def _warn_if_truncated(self, texts: list[str]) -> None:
-        if self._warned_truncation or self.max_length is None:
+    @property
+    def _cuts(self) -> bool:
+        """Whether the tokenizer cuts texts longer than max_length (`error` checks them instead)."""
+        return self.max_length is not None and self.truncation != "error"
+
+    def _check_lengths(self, texts: list[str]) -> None:
+        """Past max_length: raise with `error`, else warn once that texts are being cut."""
+        if self.max_length is None or (self._warned_truncation and self.truncation != "error"):
             return
-        lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
-        if max(lengths) > self.max_length:
-            self._warned_truncation = True
-            logger.warning("reward model input of %d tokens was cut to its last %d (reward.reward_model.max_length)",
-                           max(lengths), self.max_length)
+        longest = max(len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"])
+        if longest <= self.max_length:
+            return
+        if self.truncation == "error":
+            raise DataError(f"a reward-model input of {longest} tokens is longer than reward.reward_model.max_length "
+                            f"({self.max_length}) and reward.reward_model.truncation is error; raise max_length or cut it (left, right)")
+        self._warned_truncation = True
+        kept = "last" if self.truncation == "left" else "first"
+        logger.warning("reward model input of %d tokens was cut to its %s %d (reward.reward_model.max_length)",
+                       longest, kept, self.max_length)
 
 
 def _load(model_dir: str, dtype: str, device: str, trust_remote_code: bool, external_lib: str | None) -> tuple[Any, torch.nn.Module]:
-    """Load tokenizer and model from a local directory only; pad right, truncate left."""
+    """Load tokenizer and model from a local directory only; pad right, truncate left (the scorer may
+    set the other side)."""
     from posttrain.models.loading import import_external_lib, load_reward_model, load_tokenizer
 
     import_external_lib(external_lib, key="reward.reward_model.external_lib")  # before the tokenizer: it may register one

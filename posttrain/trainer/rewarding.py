@@ -172,7 +172,7 @@ class RewardStage:
                 rm.path, micro_batch_size=rm.micro_batch_size_per_gpu, max_length=rm.max_length,
                 max_tokens=rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None,
                 trust_remote_code=rm.trust_remote_code, external_lib=rm.external_lib,
-                remove_padding=rm.use_remove_padding, device=str(device), offload=rm.param_offload,
+                remove_padding=rm.use_remove_padding, device=str(device), offload=rm.param_offload, truncation=rm.truncation,
             )
             self.rm_input_tokenizer = input_tokenizer(cfg)
         # reward.launch_reward_fn_async: one background thread runs the reward function of a batch

@@ -61,9 +61,20 @@ def test_the_legacy_worker_reads_its_own_keys_and_param_offload():
                                  "reward_model.model.fsdp_config.param_offload=True", "reward_model.model.input_tokenizer=/elsewhere")
     rm = native["reward"]["reward_model"]
     assert (rm["max_length"], rm["input_tokenizer"], rm["param_offload"]) == (16, "/elsewhere", True)
+    assert rm["truncation"] == "right"  # verl's postprocess_data(truncation="right") keeps the beginning
     assert native["reward"]["function_weight"] == 0.0
-    native, _ = _translate(*LOOP_LINE[:4], "reward_model.use_reward_loop=False")
-    assert "param_offload" not in native["reward"]["reward_model"]  # verl's default false: on the device
+    legacy = [*LOOP_LINE[:4], "reward_model.use_reward_loop=False", "data.max_prompt_length=32", "data.max_response_length=16"]
+    native, _ = _translate(*legacy)
+    rm = native["reward"]["reward_model"]
+    assert "param_offload" not in rm  # verl's default false: on the device
+    assert (rm["max_length"], rm["truncation"]) == (48, "right")  # null: the policy's sequence width, 32 + 16
+    native, entries = _translate(*legacy, "reward_model.model.input_tokenizer=null", "reward_model.max_length=16")
+    assert "max_length" not in native["reward"]["reward_model"] and "truncation" not in native["reward"]["reward_model"]
+    assert entries["reward_model.max_length"][0][0] == "dropped"  # without the template switch verl never reads it
+    native, entries = _translate(*legacy, "+reward_model.truncation=left")
+    assert native["reward"]["reward_model"]["truncation"] == "left"
+    _, entries = _translate(*legacy, "+reward_model.truncation=middle")
+    assert entries["reward_model.truncation"][0][0] == "refused"
 
 
 def test_what_posttrain_cannot_reproduce_is_refused_with_the_reason():

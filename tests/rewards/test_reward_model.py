@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import Qwen2ForSequenceClassification
 
-from posttrain.errors import ModelError
+from posttrain.errors import DataError, ModelError
 from posttrain.models.tiny import build_tiny_tokenizer, make_tiny_config, make_tiny_model
 from posttrain.rewards import RewardModelScorer, combine_scores
 
@@ -76,6 +76,21 @@ def test_long_inputs_keep_their_end(rm_dir, caplog):
         got = scorer.score_texts(["0123456789abcdef"])
     torch.testing.assert_close(got, torch.tensor([by_hand(rm_dir, "89abcdef")]), atol=1e-5, rtol=1e-5)
     assert "cut to its last 8" in caplog.text
+
+
+
+def test_truncation_right_keeps_the_beginning_and_error_stops(rm_dir, caplog):
+    """reward_model.truncation: right is verl's legacy worker (postprocess_data truncation='right');
+    error names the input's length and the key."""
+    scorer = RewardModelScorer(rm_dir, max_length=8, truncation="right")
+    with caplog.at_level(logging.WARNING, logger="posttrain.rewards"):
+        got = scorer.score_texts(["0123456789abcdef", "01"])
+    torch.testing.assert_close(got, torch.tensor([by_hand(rm_dir, "01234567"), by_hand(rm_dir, "01")]), atol=1e-5, rtol=1e-5)
+    assert "cut to its first 8" in caplog.text
+    strict = RewardModelScorer(rm_dir, max_length=8, truncation="error")
+    torch.testing.assert_close(strict.score_texts(["01234567"]), torch.tensor([by_hand(rm_dir, "01234567")]), atol=1e-5, rtol=1e-5)
+    with pytest.raises(DataError, match="input of 16 tokens is longer than reward.reward_model.max_length \\(8\\)"):
+        strict.score_texts(["0123456789abcdef"])
 
 
 def test_missing_model_directory_says_nothing_is_downloaded(tmp_path):

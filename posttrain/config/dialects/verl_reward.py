@@ -7,7 +7,12 @@ say how, and the engine that runs the forward pass is a speed and memory choice:
 
 - The legacy worker (``use_reward_loop: false``) reads ``reward_model.model.input_tokenizer``,
   ``max_length``, the micro-batch keys and ``model.fsdp_config.param_offload``; the key-by-key
-  translation maps them (their fields' refs).
+  translation maps most of them (their fields' refs). Its cut differs from posttrain's default: with
+  an input tokenizer (the template switch) it cuts the re-rendered conversation to ``max_length``,
+  or when that is null to the policy's sequence width (prompt_length + response_length), keeping
+  the *beginning* (``reward_model.truncation``, added with ``+``, default right), so
+  ``reward.reward_model.truncation`` and ``max_length`` are set to match; without one the reward
+  model reads the policy's own tokens and ``max_length`` is not read.
 - The reward loop (verl's ``experimental/reward_loop``) serves the reward model with a vLLM/SGLang
   engine (``reward_model.rollout``) that reward-loop workers (``num_workers``) post each conversation
   to. The conversation is the prompt's chat messages (verl's dataset always keeps them) plus the
@@ -90,6 +95,34 @@ def reward_model(ctx: Any) -> None:
     ctx.set("reward.function_weight", 0.0, _ENABLE, "verl takes the reward model's score as the reward and does not call the reward function")
     if loop and not custom:
         _loop_inputs(ctx)
+    elif not loop:
+        _legacy_cut(ctx)
+
+
+_MAX_LENGTH, _TRUNCATION, _INPUT_TOKENIZER = "reward_model.max_length", "reward_model.truncation", "reward_model.model.input_tokenizer"
+
+
+def _legacy_cut(ctx: Any) -> None:
+    """How verl's legacy worker cuts a long reward-model input (module docstring)."""
+    if ctx.get(_INPUT_TOKENIZER, "the policy's path (verl's default)") is None:
+        if ctx.has(_MAX_LENGTH):
+            ctx.consume(_MAX_LENGTH)
+            ctx.drop(_MAX_LENGTH, "read only by verl's template switch (model.input_tokenizer), which is off: the reward model reads the policy's own tokens, never cut")
+        return
+    side = ctx.get(_TRUNCATION, "right")
+    if ctx.has(_TRUNCATION):
+        ctx.consume(_TRUNCATION)
+    if side not in ("left", "right", "error"):
+        ctx.refuse(_TRUNCATION, f"{side!r}: posttrain cuts a reward-model input on the left or the right (or stops: error), not the middle", "reward.reward_model.truncation", side)
+        return
+    ctx.set("reward.reward_model.truncation", side, _TRUNCATION if ctx.has(_TRUNCATION) else _ENABLE,
+            "verl's legacy worker cuts the re-rendered conversation with this side (its default: right, keeping the beginning)")
+    if ctx.get(_MAX_LENGTH) is None:
+        ctx.consume(_MAX_LENGTH)
+        prompt = ctx.get("actor_rollout_ref.rollout.prompt_length") or ctx.get("data.max_prompt_length", 512)
+        response = ctx.get("actor_rollout_ref.rollout.response_length") or ctx.get("data.max_response_length", 512)
+        ctx.set("reward.reward_model.max_length", prompt + response, _MAX_LENGTH if ctx.has(_MAX_LENGTH) else _ENABLE,
+                f"null: verl's legacy worker cuts to the policy's sequence width, prompt_length ({prompt}) + response_length ({response})")
 
 
 def _loop_inputs(ctx: Any) -> None:
