@@ -75,6 +75,8 @@ def test_the_legacy_worker_reads_its_own_keys_and_param_offload():
     assert native["reward"]["reward_model"]["truncation"] == "left"
     _, entries = _translate(*legacy, "+reward_model.truncation=middle")
     assert entries["reward_model.truncation"][0][0] == "refused"
+    _, entries = _translate(*LOOP_LINE, "+reward_model.truncation=left")  # the loop does not read it
+    assert entries["reward_model.truncation"][0][0] == "dropped"
 
 
 def test_what_posttrain_cannot_reproduce_is_refused_with_the_reason():

@@ -97,6 +97,9 @@ def reward_model(ctx: Any) -> None:
         _loop_inputs(ctx)
     elif not loop:
         _legacy_cut(ctx)
+    if ctx.has(_TRUNCATION) and _TRUNCATION not in ctx.handled:  # verl's get() with a default: a key added with +
+        ctx.consume(_TRUNCATION)
+        ctx.drop(_TRUNCATION, "read only by verl's legacy reward-model worker when it re-renders the conversation (model.input_tokenizer): not used here")
 
 
 _MAX_LENGTH, _TRUNCATION, _INPUT_TOKENIZER = "reward_model.max_length", "reward_model.truncation", "reward_model.model.input_tokenizer"
@@ -121,6 +124,8 @@ def _legacy_cut(ctx: Any) -> None:
         ctx.consume(_MAX_LENGTH)
         prompt = ctx.get("actor_rollout_ref.rollout.prompt_length") or ctx.get("data.max_prompt_length", 512)
         response = ctx.get("actor_rollout_ref.rollout.response_length") or ctx.get("data.max_response_length", 512)
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (prompt, response)):
+            return  # the length keys' own translation reports a value that is not a number
         ctx.set("reward.reward_model.max_length", prompt + response, _MAX_LENGTH if ctx.has(_MAX_LENGTH) else _ENABLE,
                 f"null: verl's legacy worker cuts to the policy's sequence width, prompt_length ({prompt}) + response_length ({response})")
 
