@@ -127,7 +127,7 @@ class RewardModelScorer:
 
     def _score_padded(self, chunk: list[str]) -> torch.Tensor:
         encoded = self.tokenizer(chunk, add_special_tokens=False, padding=True, return_tensors="pt",
-                                 truncation=self._cuts, max_length=self.max_length)
+                                 truncation=self._cuts, max_length=self.max_length if self._cuts else None)
         input_ids = encoded["input_ids"].to(self.device)  # (B, S)
         attention_mask = encoded["attention_mask"].to(self.device)  # (B, S)
         logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, 1)
@@ -135,7 +135,7 @@ class RewardModelScorer:
 
     def _score_packed(self, chunk: list[str]) -> torch.Tensor:
         ids = self.tokenizer(chunk, add_special_tokens=False, truncation=self._cuts,
-                             max_length=self.max_length)["input_ids"]
+                             max_length=self.max_length if self._cuts else None)["input_ids"]
         if not all(ids):
             return self._score_padded(chunk)  # an empty text has no token of its own to score
         pad = self.tokenizer.pad_token_id
