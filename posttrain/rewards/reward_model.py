@@ -5,6 +5,11 @@ reads the whole conversation (prompt + response) and its score is the logit at t
 is not the pad token — the position Hugging Face's own sequence-classification pooling uses, so a
 model trained with that pooling is scored exactly as it was trained.
 
+With ``offload`` (reward_model.param_offload) the weights live in host memory between scoring
+passes and are copied to ``device`` for each pass (verl's legacy reward-model worker with FSDP's
+parameter offload; its reward loop's engine, asleep between passes, with free_cache_engine): the
+same scores, less device memory between passes, one host-to-device copy per pass.
+
 With ``remove_padding`` (reward_model.use_remove_padding) the texts of a forward pass are packed
 one after another into rows without padding (position ids restarting per text, as the actor's
 model.use_remove_padding does), the decoder runs on those rows, and the score head reads the same
@@ -18,12 +23,14 @@ The final reward is ``function_weight * function_score + rm_weight * rm_score`` 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from posttrain.errors import ConfigError, ModelError
+from posttrain.errors import ConfigError, DataError, ModelError
 from posttrain.models.packing import pack_sequences, packing_supported
 
 logger = logging.getLogger(__name__)
@@ -36,8 +43,10 @@ class RewardModelScorer:
     that is not a local directory raises `ModelError`: posttrain never downloads at run time.
 
     Texts are tokenized without adding special tokens (a chat template already wrote them), padded
-    on the right and, past ``max_length`` tokens (None: never), truncated on the *left* so the end of
-    the response — what the reward model judges — is always kept (a warning says when that happens).
+    on the right and, past ``max_length`` tokens (None: never), cut by ``truncation``: ``left`` drops
+    the beginning so the end of the response — what the reward model judges — is always kept,
+    ``right`` drops the end (verl's legacy reward-model worker), ``error`` raises a DataError (a
+    warning says when a text is cut).
     """
 
     def __init__(
@@ -52,20 +61,28 @@ class RewardModelScorer:
         trust_remote_code: bool = False,
         external_lib: str | None = None,
         remove_padding: bool = False,
+        offload: bool = False,
+        truncation: str = "left",
     ):
         """`max_tokens` (reward_model.use_dynamic_bsz with forward_max_token_len_per_gpu): consecutive
         texts share a forward pass while their token counts sum to at most this many (a longer text
         gets a pass of its own) instead of `micro_batch_size` texts per pass. `external_lib` is
         imported first (it may register the model's classes); `trust_remote_code` lets the
-        directory's own code run."""
+        directory's own code run. `offload`: the weights stay on the CPU between passes (see the module)."""
         if micro_batch_size < 1 or (max_length is not None and max_length < 2) or (max_tokens is not None and max_tokens < 1):
             raise ConfigError("reward.reward_model: micro_batch_size must be >= 1, max_length >= 2 (or null), forward_max_token_len_per_gpu >= 1")
+        if truncation not in ("left", "right", "error"):
+            raise ConfigError(f"reward.reward_model.truncation: {truncation!r} is not one of left, right, error")
         self.model_dir = model_dir
         self.micro_batch_size = micro_batch_size
         self.max_length = max_length
         self.max_tokens = max_tokens
         self.device = torch.device(device)
-        self.tokenizer, self.model = _load(model_dir, dtype, device, trust_remote_code, external_lib)
+        self.offload = offload
+        home = "cpu" if offload else device  # where the weights wait between passes (on a CPU run: the device)
+        self.tokenizer, self.model = _load(model_dir, dtype, home, trust_remote_code, external_lib)
+        self.truncation = truncation
+        self.tokenizer.truncation_side = "right" if truncation == "right" else "left"
         self._warned_truncation = False
         self.remove_padding = remove_padding and self._packs()
 
@@ -85,24 +102,40 @@ class RewardModelScorer:
     def score_texts(self, texts: list[str]) -> torch.Tensor:
         """Score full texts (prompt and response already joined, in the reward model's format)."""
         scores = []
-        for chunk in self._chunks(texts):
-            self._warn_if_truncated(chunk)
-            scores.append(self._score_packed(chunk) if self.remove_padding else self._score_padded(chunk))
+        with self._weights_on_device():
+            for chunk in self._chunks(texts):
+                self._check_lengths(chunk)
+                scores.append(self._score_packed(chunk) if self.remove_padding else self._score_padded(chunk))
         if not scores:
             return torch.zeros(0)
         return torch.cat(scores)  # (B,)
 
+    @contextlib.contextmanager
+    def _weights_on_device(self) -> Iterator[None]:
+        """With `offload`, the weights visit the device for one scoring pass and go back to host
+        memory after it (also when the pass raises); otherwise they stay where they are."""
+        if not self.offload:
+            yield
+            return
+        self.model.to(self.device)
+        try:
+            yield
+        finally:
+            self.model.to("cpu")
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()  # hand the freed weight memory back to the other roles
+
     def _score_padded(self, chunk: list[str]) -> torch.Tensor:
         encoded = self.tokenizer(chunk, add_special_tokens=False, padding=True, return_tensors="pt",
-                                 truncation=self.max_length is not None, max_length=self.max_length)
+                                 truncation=self._cuts, max_length=self.max_length if self._cuts else None)
         input_ids = encoded["input_ids"].to(self.device)  # (B, S)
         attention_mask = encoded["attention_mask"].to(self.device)  # (B, S)
         logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, 1)
         return logits[:, 0].float().cpu()
 
     def _score_packed(self, chunk: list[str]) -> torch.Tensor:
-        ids = self.tokenizer(chunk, add_special_tokens=False, truncation=self.max_length is not None,
-                             max_length=self.max_length)["input_ids"]
+        ids = self.tokenizer(chunk, add_special_tokens=False, truncation=self._cuts,
+                             max_length=self.max_length if self._cuts else None)["input_ids"]
         if not all(ids):
             return self._score_padded(chunk)  # an empty text has no token of its own to score
         pad = self.tokenizer.pad_token_id
@@ -156,18 +189,30 @@ class RewardModelScorer:
         ]
         return self.score_texts(texts)
 
-    def _warn_if_truncated(self, texts: list[str]) -> None:
-        if self._warned_truncation or self.max_length is None:
+    @property
+    def _cuts(self) -> bool:
+        """Whether the tokenizer cuts texts longer than max_length (`error` checks them instead)."""
+        return self.max_length is not None and self.truncation != "error"
+
+    def _check_lengths(self, texts: list[str]) -> None:
+        """Past max_length: raise with `error`, else warn once that texts are being cut."""
+        if self.max_length is None or (self._warned_truncation and self.truncation != "error"):
             return
-        lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
-        if max(lengths) > self.max_length:
-            self._warned_truncation = True
-            logger.warning("reward model input of %d tokens was cut to its last %d (reward.reward_model.max_length)",
-                           max(lengths), self.max_length)
+        longest = max(len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"])
+        if longest <= self.max_length:
+            return
+        if self.truncation == "error":
+            raise DataError(f"a reward-model input of {longest} tokens is longer than reward.reward_model.max_length "
+                            f"({self.max_length}) and reward.reward_model.truncation is error; raise max_length or cut it (left, right)")
+        self._warned_truncation = True
+        kept = "last" if self.truncation == "left" else "first"
+        logger.warning("reward model input of %d tokens was cut to its %s %d (reward.reward_model.max_length)",
+                       longest, kept, self.max_length)
 
 
 def _load(model_dir: str, dtype: str, device: str, trust_remote_code: bool, external_lib: str | None) -> tuple[Any, torch.nn.Module]:
-    """Load tokenizer and model from a local directory only; pad right, truncate left."""
+    """Load tokenizer and model from a local directory only; pad right, truncate left (the scorer may
+    set the other side)."""
     from posttrain.models.loading import import_external_lib, load_reward_model, load_tokenizer
 
     import_external_lib(external_lib, key="reward.reward_model.external_lib")  # before the tokenizer: it may register one

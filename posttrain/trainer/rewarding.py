@@ -9,6 +9,7 @@ score = function_weight x function score + reward_model_weight x reward-model sc
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -136,8 +137,11 @@ def input_tokenizer(cfg: Config) -> Any:
 class RewardStage:
     """Scores decoded responses; `score` returns (scores (B,), metrics)."""
 
-    def __init__(self, cfg: Config, tokenizer: Any, fn: Scorers | None = None, dp: DataParallel = SINGLE):
-        """``fn``: what `reward_function` already loaded (loaded here when None).
+    def __init__(self, cfg: Config, tokenizer: Any, fn: Scorers | None = None, dp: DataParallel = SINGLE,
+                 device: torch.device | str = "cpu"):
+        """``fn``: what `reward_function` already loaded (loaded here when None). ``device``: where
+        the reward model computes (this worker's device; reward_model.param_offload keeps its weights
+        in host memory between passes).
         ``dp``: with several worker processes each scores a consecutive share of the rows (a reward
         function runs once per sample in the whole run) and every rank receives all the scores."""
         self.dp = dp
@@ -151,6 +155,9 @@ class RewardStage:
         self.group_filters = group_filters(cfg)
         self.reads_prompts = any(w.worker_cls == JUDGE for w in r.workers.values())  # a judge reads the question
         self.function_weight = r.function_weight
+        # function_weight 0 with a reward model: its score is the reward and the function is not called
+        # (verl's rule; a data source without a scorer then trains); reward workers are always called
+        self.skips_function = r.function_weight == 0 and r.reward_model.enable and not r.workers
         self.rm_weight = r.reward_model_weight
         self.overlong = r.overlong_buffer if r.overlong_buffer.enable else None
         # where the overlong ramp ends: verl DAPO's max_resp_len, else the response budget
@@ -165,7 +172,7 @@ class RewardStage:
                 rm.path, micro_batch_size=rm.micro_batch_size_per_gpu, max_length=rm.max_length,
                 max_tokens=rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None,
                 trust_remote_code=rm.trust_remote_code, external_lib=rm.external_lib,
-                remove_padding=rm.use_remove_padding,
+                remove_padding=rm.use_remove_padding, device=str(device), offload=rm.param_offload, truncation=rm.truncation,
             )
             self.rm_input_tokenizer = input_tokenizer(cfg)
         # reward.launch_reward_fn_async: one background thread runs the reward function of a batch
@@ -213,7 +220,10 @@ class RewardStage:
         rm = None
         if self.reward_model is not None:
             rm = self._reward_model_scores(batch[rows], [texts[i] for i in rows]).tolist() if rows else []
-        call = (lambda: self.manager.score(samples)) if samples else (lambda: RewardOutput([]))
+        if self.skips_function or not samples:  # the reward model alone (function_weight 0): not called, as in verl
+            call = functools.partial(RewardOutput, [0.0] * len(samples))
+        else:
+            call = functools.partial(self.manager.score, samples)
         if background and self.executor is not None:
             return RewardJob(self, self.executor.submit(call), rm, lengths)
         done: Future = Future()

@@ -69,7 +69,7 @@ class RLTrainer:
         self.pad_id = pad_token_id(self.tokenizer)
         self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves)
         dp = (self.roles.actor or self.roles.rollout).dp
-        self.rewards = RewardStage(cfg, self.tokenizer, inputs.reward_fn, dp) if halves != "learner" and not self.agent else None
+        self.rewards = RewardStage(cfg, self.tokenizer, inputs.reward_fn, dp, ctx.world.torch_device) if halves != "learner" and not self.agent else None
         # reward.launch_reward_fn_async overlaps scoring with this process's log-prob passes: only when
         # one process explores and learns (a decoupled explorer scores while the trainer trains anyway)
         self.score_in_background = cfg.reward.launch_reward_fn_async and halves == "both" and self.rewards is not None

@@ -185,6 +185,9 @@ def _model(native: dict[str, Any], workdir: Path) -> list[str]:
     if reward_model.get("enable"):
         lines.append(f"reward.reward_model.path: {reward_model.get('path')} -> the same tiny model (a new score head)")
         reward_model["path"] = str(tiny)
+        if reward_model.get("input_tokenizer"):  # the policy's tokenizer, which re-renders the conversation
+            lines.append(f"reward.reward_model.input_tokenizer: {reward_model['input_tokenizer']} -> the same tiny model")
+            reward_model["input_tokenizer"] = str(tiny)
     return lines + _judges(native, tiny)
 
 

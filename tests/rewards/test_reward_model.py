@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import Qwen2ForSequenceClassification
 
-from posttrain.errors import ModelError
+from posttrain.errors import DataError, ModelError
 from posttrain.models.tiny import build_tiny_tokenizer, make_tiny_config, make_tiny_model
 from posttrain.rewards import RewardModelScorer, combine_scores
 
@@ -78,6 +78,21 @@ def test_long_inputs_keep_their_end(rm_dir, caplog):
     assert "cut to its last 8" in caplog.text
 
 
+
+def test_truncation_right_keeps_the_beginning_and_error_stops(rm_dir, caplog):
+    """reward_model.truncation: right is verl's legacy worker (postprocess_data truncation='right');
+    error names the input's length and the key."""
+    scorer = RewardModelScorer(rm_dir, max_length=8, truncation="right")
+    with caplog.at_level(logging.WARNING, logger="posttrain.rewards"):
+        got = scorer.score_texts(["0123456789abcdef", "01"])
+    torch.testing.assert_close(got, torch.tensor([by_hand(rm_dir, "01234567"), by_hand(rm_dir, "01")]), atol=1e-5, rtol=1e-5)
+    assert "cut to its first 8" in caplog.text
+    strict = RewardModelScorer(rm_dir, max_length=8, truncation="error")
+    torch.testing.assert_close(strict.score_texts(["01234567"]), torch.tensor([by_hand(rm_dir, "01234567")]), atol=1e-5, rtol=1e-5)
+    with pytest.raises(DataError, match="input of 16 tokens is longer than reward.reward_model.max_length \\(8\\)"):
+        strict.score_texts(["0123456789abcdef"])
+
+
 def test_missing_model_directory_says_nothing_is_downloaded(tmp_path):
     with pytest.raises(ModelError) as err:
         RewardModelScorer(str(tmp_path / "no-such-rm"))
@@ -111,9 +126,10 @@ def test_reward_model_config_reaches_the_scorer(rm_dir, tmp_path):
     cfg = load_config(None, [
         "reward.reward_model.enable=true", f"reward.reward_model.path={rm_dir}", "reward.reward_model.max_length=16",
         "reward.reward_model.use_dynamic_bsz=true", "reward.reward_model.forward_max_token_len_per_gpu=64",
+        "reward.reward_model.param_offload=true",
     ])
-    scorer = RewardStage(cfg, load_tokenizer(rm_dir)).reward_model
-    assert (scorer.max_length, scorer.max_tokens) == (16, 64)
+    scorer = RewardStage(cfg, load_tokenizer(rm_dir), device="cpu").reward_model
+    assert (scorer.max_length, scorer.max_tokens, scorer.offload, scorer.device.type) == (16, 64, True, "cpu")
 
 
 # A user module that registers its own reward-model architecture with transformers' Auto classes.
@@ -189,3 +205,22 @@ def test_trust_remote_code_runs_the_code_shipped_in_the_reward_model_s_directory
     assert type(stage.reward_model.model).__module__.endswith("remote_rm_code")
     torch.testing.assert_close(stage.reward_model.score_texts(TEXTS), RewardModelScorer(rm_dir).score_texts(TEXTS))
     stage.close()
+
+
+def test_param_offload_moves_the_weights_to_the_device_for_each_pass_only(rm_dir, monkeypatch):
+    """reward_model.param_offload: the weights wait in host memory and visit the scoring device for
+    each pass (recorded here on a CPU machine through the moves the scorer asks for); scores unchanged."""
+    resident = RewardModelScorer(rm_dir, micro_batch_size=2)
+    offloaded = RewardModelScorer(rm_dir, micro_batch_size=2, offload=True)
+    moves, forward_on = [], []
+    real_to = offloaded.model.to
+    monkeypatch.setattr(offloaded.model, "to", lambda device: (moves.append(str(device)), real_to(device))[1])
+    offloaded.model.register_forward_pre_hook(lambda module, args: forward_on.append(list(moves)))
+    torch.testing.assert_close(offloaded.score_texts(TEXTS), resident.score_texts(TEXTS), atol=1e-6, rtol=1e-6)
+    assert moves == ["cpu", "cpu"]  # to the scoring device (the CPU here) before the pass, home after it
+    assert forward_on and all(seen == ["cpu"] for seen in forward_on)  # every forward ran between the two moves
+    assert next(offloaded.model.parameters()).device.type == "cpu"
+    resident_moves = []
+    monkeypatch.setattr(resident.model, "to", lambda device: resident_moves.append(device))
+    resident.score_texts(TEXTS)
+    assert resident_moves == []  # without offload the weights never move

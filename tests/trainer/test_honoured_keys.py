@@ -447,6 +447,8 @@ ELSEWHERE = {
     "model.trust_remote_code": "tests/trainer/test_trust_remote_code.py::test_trust_remote_code_runs_the_policy_s_and_the_critic_s_shipped_code",
     "critic.model.trust_remote_code": "tests/trainer/test_trust_remote_code.py::test_trust_remote_code_runs_the_policy_s_and_the_critic_s_shipped_code",
     "reward.reward_model.trust_remote_code": "tests/rewards/test_reward_model.py::test_trust_remote_code_runs_the_code_shipped_in_the_reward_model_s_directory",
+    "reward.reward_model.truncation": "tests/rewards/test_reward_model.py::test_truncation_right_keeps_the_beginning_and_error_stops",
+    "reward.reward_model.param_offload": "tests/rewards/test_reward_model.py::test_param_offload_moves_the_weights_to_the_device_for_each_pass_only",
     "reward.reward_model.input_tokenizer": "tests/trainer/test_rewarding.py::test_input_tokenizer_re_renders_the_conversation_in_the_reward_model_s_own_template",
     # a reward function that hangs: seconds of waiting
     "reward.timeout_s": "tests/rewards/test_reward_parallel.py::test_hanging_call_times_out_and_the_pool_stays_usable",

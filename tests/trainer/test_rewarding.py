@@ -94,3 +94,20 @@ def test_a_reward_function_reads_the_raw_chat_from_extra_info_when_it_is_kept(tm
         assert scores.tolist() == [expected]
     assert batch.extra_info == [{}]  # the batch's own extra_info is left as it was
     stage.close()
+
+
+def test_function_weight_zero_with_a_reward_model_does_not_call_the_function(tmp_path):
+    """verl's rule (a reward model's score is the reward; the function is not called): a data source
+    no scorer knows trains with function_weight 0, and the scores are the reward model's."""
+    stage = _stage(tmp_path, "reward.function_weight=0")
+    batch = _batch(stage.tokenizer, None)
+    batch.data_source = ["Dahoas/full-hh-rlhf"]  # no built-in scorer: calling the function would raise
+    texts = stage.decode(batch)
+    scores, metrics, _ = stage.score(batch, texts)
+    torch.testing.assert_close(scores, stage.reward_model.score_texts(stage.fed[:1]))
+    assert metrics["reward/rm_score"] == pytest.approx(float(scores[0]))
+    stage.close()
+    weighted = _stage(tmp_path, "reward.function_weight=0.5")  # any other weight calls the function
+    with pytest.raises(Exception, match="no built-in scorer for data_source 'Dahoas/full-hh-rlhf'"):
+        weighted.score(batch, texts)
+    weighted.close()

@@ -130,6 +130,19 @@ def test_smoke_config_substitutes_an_npu_profiler_and_out_of_run_steps(tmp_path)
     assert written["trainer"]["default_local_dir"] == str(tmp_path / "run")
 
 
+def test_smoke_config_gives_a_reward_model_and_its_input_tokenizer_the_tiny_model(tmp_path):
+    """verl's reward model (its reward loop re-renders with the policy's tokenizer): both paths are
+    the tiny model's."""
+    from posttrain.trainer.smoke import smoke_config
+    import yaml
+
+    path, lines = smoke_config(None, ["actor_rollout_ref.model.path=/nonexistent/model", "reward_model.enable=True",
+                                      "reward_model.model.path=/nonexistent/rm", "data.return_raw_chat=True"], "verl", tmp_path)
+    assert "reward.reward_model.input_tokenizer: /nonexistent/model -> the same tiny model" in lines
+    rm = yaml.safe_load(path.read_text())["reward"]["reward_model"]
+    assert rm["path"] == rm["input_tokenizer"] == yaml.safe_load(path.read_text())["model"]["path"]
+
+
 def test_smoke_config_gives_an_llm_judge_the_tiny_model(tmp_path):
     from posttrain.trainer.smoke import smoke_config
     import yaml

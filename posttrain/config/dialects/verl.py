@@ -17,7 +17,7 @@ import functools
 import re
 from typing import Any
 
-from posttrain.config.dialects import verl_megatron
+from posttrain.config.dialects import verl_megatron, verl_reward
 from posttrain.config.dialects.source import hydra_ignorable, resolve
 from posttrain.config.tables import Rule
 
@@ -86,40 +86,6 @@ def keep_one_checkpoint(ctx: Any) -> None:
             ctx.set(f"trainer.max_{role}_ckpt_to_keep", 1, key, "true: keep only the newest checkpoint")
     else:
         ctx.refuse(key, f"expected true or false, got {value!r}", None, value)
-
-
-# verl's reward loop (reward_model.use_reward_loop, its default) scores inside the agent loop while
-# responses are generated, with reward-loop workers (num_workers) and a reward model served by a
-# vLLM/SGLang engine (rollout). With use_reward_loop: false verl takes its other path, posttrain's
-# design: the reward function and a sequence-classifier reward model score after generation.
-REWARD_LOOP = "reward_model.use_reward_loop"
-REWARD_LOOP_KEYS = ("reward_model.num_workers", "reward_model.rollout")
-_LOOP_TRUE = ("verl's reward loop computes the scores while responses are generated; posttrain computes the same scores "
-              "after generation in the trainer (reward.launch_reward_fn_async overlaps them with the log-prob passes)")
-_REWARD_LOOP_WHY = (
-    "verl's reward loop scores during generation in reward-loop workers, with a reward model served by a "
-    "vLLM/SGLang engine; posttrain scores after generation in the trainer (reward.reward_manager: parallel "
-    "for a process pool, reward.launch_reward_fn_async to overlap the log-prob passes, reward.reward_model "
-    "for a sequence classifier, a reward worker with worker_cls: llm_judge for a generative judge): set "
-    "reward_model.use_reward_loop: false")
-
-
-def reward_loop(ctx: Any) -> None:
-    """use_reward_loop picks where verl computes the scores (during generation, or after it as
-    posttrain does), not what they are: either value is dropped. The reward loop's own keys are
-    dropped with false (verl reads them only in the loop), else refused unless they are verl's defaults."""
-    off = ctx.get(REWARD_LOOP, True) is False
-    if ctx.has(REWARD_LOOP):
-        ctx.consume(REWARD_LOOP)
-        ctx.drop(REWARD_LOOP, "false: the reward function and reward model score after generation, as in posttrain" if off else
-                 f"true: {_LOOP_TRUE}")
-    for key in REWARD_LOOP_KEYS:
-        if ctx.has(key):
-            ctx.consume(key)
-            if off:
-                ctx.drop(key, "read only by verl's reward loop, and use_reward_loop is false")
-            else:
-                ctx.refuse_unless_default(key, _REWARD_LOOP_WHY, None, ctx.get(key))
 
 
 # verl's SFT trainer (sft_trainer.yaml) keeps its optimizer at the top level; posttrain's SFT trains
@@ -211,9 +177,6 @@ _MICRO_HOW = "a global count of responses: divided by the worker processes (trai
 # Keys the handlers translate (docs/config-mapping.md reads this table: posttrain.config.tables).
 RULES: dict[str, Rule] = {
     **{key: Rule(native, _MICRO_HOW, 8) for key, native in _GLOBAL_MICRO.items()},
-    REWARD_LOOP: Rule(None, f"false: the reward function and reward model score after generation, as in posttrain; true: {_LOOP_TRUE}", True),
-    **{key: Rule(None, f"read only by verl's reward loop: dropped with use_reward_loop: false; else refused: {_REWARD_LOOP_WHY}", 4 if key.endswith("num_workers") else {"name": "vllm"}, ((REWARD_LOOP, False),))
-       for key in REWARD_LOOP_KEYS},
     "trainer.remove_previous_ckpt_in_save": Rule("trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep", "true keeps only the newest checkpoint of each role (both set to 1); false leaves them", True),
     **{key: Rule(native, "sft_trainer.yaml's optimizer: posttrain's SFT trains the actor", "cosine" if key.endswith("lr_scheduler") else 0.1)
        for key, native in _SFT_OPTIM.items()},
@@ -224,8 +187,9 @@ RULES: dict[str, Rule] = {
 }
 
 RULES.update(verl_megatron.RULES)  # verl's Megatron trainer: its strategy and megatron sections
+RULES.update(verl_reward.RULES)  # verl's reward model, on its legacy worker or its reward loop
 
-HANDLERS = [*verl_megatron.HANDLERS, null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default, rollout_correction, reward_loop]
+HANDLERS = [*verl_megatron.HANDLERS, null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default, rollout_correction, *verl_reward.HANDLERS]
 
 
 @functools.lru_cache(maxsize=2)

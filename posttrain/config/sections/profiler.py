@@ -53,6 +53,11 @@ class GlobalProfilerConfig:
     torch_memory: TorchMemoryConfig = param(factory=TorchMemoryConfig, doc="CUDA memory history options of tool torch_memory.")
 
 
+# verl's NsightSystemsProfiler: discrete false starts the cudaProfilerApi range with the step and stops
+# it after, each task an NVTX range inside; true starts and stops one around each task.
+_NSYS_DISCRETE = ("true makes each worker task its own nsys capture range (and report); posttrain's nsys tool captures "
+                  "each profiled step as one range with an NVTX range per phase inside it, which is verl's false (its "
+                  "default, accepted): set it false or remove it")
 _ONE_TOOL = "posttrain uses one profiler tool for every role: set profiler.tool"
 _ONE_PATH = "posttrain writes every role's traces under one directory: set profiler.save_path"
 
@@ -62,7 +67,7 @@ def role_unsupported(prefix: str) -> dict[str, str]:
     out = {f"{prefix}.tool": _ONE_TOOL, f"{prefix}.save_path": _ONE_PATH}
     for key in ("tool_config.npu.contents", "tool_config.npu.level", "tool_config.npu.analysis", "tool_config.npu.discrete"):
         out[f"{prefix}.{key}"] = "Ascend NPUs are not supported by posttrain"
-    out[f"{prefix}.tool_config.nsys.discrete"] = "nsys ranges are always per phase (NVTX): nothing to choose"
+    out[f"{prefix}.tool_config.nsys.discrete"] = _NSYS_DISCRETE
     out[f"{prefix}.tool_config.torch_memory.trace_alloc_max_entries"] = "the CUDA memory history is one per process: set profiler.torch_memory"
     return out
 
@@ -72,7 +77,7 @@ _NO_STACK_DEPTH = "torch's CUDA memory history has no stack-depth option (verl p
 
 # Reference keys with no field, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
-    f"{_VERL}.global_tool_config.nsys.discrete": "nsys ranges are always per phase (NVTX): nothing to choose",
+    f"{_VERL}.global_tool_config.nsys.discrete": _NSYS_DISCRETE,
     f"{_VERL}.global_tool_config.torch_memory.kw_args": "the CUDA memory history is recorded for this worker's own GPU",
     **{f"verl:actor_rollout_ref.rollout.profiler.{k}": "the rollout is profiled with the actor (one hybrid worker): set actor.profiler"
        for k in ("enable", "all_ranks", "ranks", "tool", "save_path", "tool_config.torch.contents", "tool_config.torch.discrete")},
