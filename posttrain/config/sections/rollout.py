@@ -156,7 +156,6 @@ UNSUPPORTED: dict[str, str] = {
                                                "(rollout.multi_turn.interaction_config_path) or an environment (docs/agentic.md)"),
     "roll:actor_infer.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
     "roll:rollout_mock": _DUMP,
-    "verl:actor_rollout_ref.rollout.multi_stage_wake_up": "the order verl's colocated vLLM/SGLang server restores its weights and KV cache in; posttrain's engine frees and restores its memory between generations itself (rollout.free_cache_engine)",
     "verl:actor_rollout_ref.rollout.sglang_rollout_mode": "an older verl spelling that started SGLang as a separate HTTP server; posttrain's SGLang engine (rollout.name: sglang) runs inside the worker, with no server",
     "verl:actor_rollout_ref.rollout.server": "settings of verl's HTTP rollout server (timeouts, retries, concurrency); posttrain's engines run inside the worker and are called directly, with no server between",
     "verl:actor_rollout_ref.rollout.trace": ("tracing rollouts to an external tracer (weave, mlflow): posttrain writes rollouts to "
@@ -191,6 +190,10 @@ NO_EFFECT: dict[str, str] = {
                       "sync mode (removed in current verl) called the engine for a whole batch; both return the same responses, "
                       "log-probs and masks. posttrain's engines run inside the worker and generate each batch directly, "
                       "the same records whichever was named"),
+    f"{_VERL}.multi_stage_wake_up": ("posttrain's vllm and sglang engines always wake in stages, what true asks: a weight sync "
+                                     "while the engine sleeps (rollout.free_cache_engine) wakes the weights alone, and the KV "
+                                     "cache comes back only when the next generation starts. verl 0.8 declares the key and "
+                                     "does the same whatever its value"),
 }
 
 
