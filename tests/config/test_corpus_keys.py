@@ -82,3 +82,13 @@ def test_verl_default_that_fails_validation_with_the_users_keys_is_left_out():
     native = foreign_native("verl", None, ["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.use_torch_compile=true"])
     assert native.get("actor", {}).get("use_torch_compile") is not True
     assert foreign_native("verl", None, ["actor_rollout_ref.actor.use_torch_compile=true"])["actor"]["use_torch_compile"] is True
+
+
+def test_verl_rollout_keys_verl_itself_no_longer_reads_are_dropped():
+    # verl 0.8 always wakes weights before the KV cache and cuts no requests, whatever these say
+    _, report = translate({"actor_rollout_ref": {"rollout": {"multi_stage_wake_up": True, "over_sample_rate": 0.1}}}, "verl")
+    assert not report.refused
+    wake = report.entry("actor_rollout_ref.rollout.multi_stage_wake_up")
+    over = report.entry("actor_rollout_ref.rollout.over_sample_rate")
+    assert wake.status == over.status == "dropped"
+    assert "always wake in stages" in wake.reason and "reads it nowhere" in over.reason

@@ -169,7 +169,6 @@ UNSUPPORTED: dict[str, str] = {
                                                           "workers with no server, and its generation metrics go to trainer.logger; the defaults "
                                                           "(enable: false) are accepted") for k in ("enable", "port", "file", "served_model_name")},
     "verl:actor_rollout_ref.rollout.mtp": "the rollout's copy of actor_rollout_ref.model.mtp (multi-token prediction), which posttrain does not provide",
-    "verl:actor_rollout_ref.rollout.over_sample_rate": "over-sampling and cutting the slowest rollouts: posttrain generates every batch whole in one engine call (and keeps explorer and trainer in step by synchronizer.sync_interval / sync_offset)",
     "verl:actor_rollout_ref.rollout.engine_kwargs.trtllm": "the TensorRT-LLM engine is not provided (engines: hf; vLLM/SGLang: issue 19)",
     "verl:actor_rollout_ref.rollout.checkpoint_engine": "verl's weight-transfer engine to its vLLM/SGLang servers; posttrain's weight sync (posttrain/cluster/weight_sync.py) hands the actor's tensors to the engine in the same process, in buckets of rollout.update_weights_bucket_megabytes",
     "trinity:explorer.rollout_model": "options of Trinity-RFT's vLLM rollout model that posttrain has no counterpart for (its OpenAI API server, tool-call and reasoning parsers): posttrain calls its engine in-process and parses tool calls with rollout.multi_turn.format",
@@ -194,6 +193,10 @@ NO_EFFECT: dict[str, str] = {
                                      "while the engine sleeps (rollout.free_cache_engine) wakes the weights alone, and the KV "
                                      "cache comes back only when the next generation starts. verl 0.8 declares the key and "
                                      "does the same whatever its value"),
+    f"{_VERL}.over_sample_rate": ("verl 0.8 declares it and reads it nowhere: the SGLang batch rollout that stopped once "
+                                  "(1 - rate) of a batch's requests had finished, and put masked padding rows in place of the "
+                                  "rest, is gone, and its agent loop waits for every request. posttrain too trains on every "
+                                  "response of the batch"),
 }
 
 
