@@ -92,3 +92,11 @@ def test_verl_rollout_keys_verl_itself_no_longer_reads_are_dropped():
     over = report.entry("actor_rollout_ref.rollout.over_sample_rate")
     assert wake.status == over.status == "dropped"
     assert "always wake in stages" in wake.reason and "reads it nowhere" in over.reason
+
+
+def test_verl_qwen_tool_format_is_hermes_calls():
+    # verl's older SGLang rollout: format qwen = Hermes <tool_call> JSON, answers in Qwen2.5's framing
+    native, report = translate({"actor_rollout_ref": {"rollout": {"multi_turn": {"enable": True, "format": "qwen"}}}}, "verl")
+    assert native["rollout"]["multi_turn"]["format"] == "hermes" and not report.refused
+    native, _ = translate({"actor_rollout_ref": {"rollout": {"multi_turn": {"format": "chatml"}}}}, "verl")
+    assert native["rollout"]["multi_turn"]["format"] == "chatml"  # another framing: left for the schema to refuse
