@@ -100,3 +100,12 @@ def test_verl_qwen_tool_format_is_hermes_calls():
     assert native["rollout"]["multi_turn"]["format"] == "hermes" and not report.refused
     native, _ = translate({"actor_rollout_ref": {"rollout": {"multi_turn": {"format": "chatml"}}}}, "verl")
     assert native["rollout"]["multi_turn"]["format"] == "chatml"  # another framing: left for the schema to refuse
+
+
+def test_verl_sglang_server_mode_keys_are_dropped():
+    # where an older verl ran SGLang (in the worker or behind HTTP) samples the same responses
+    rollout = {"name": "sglang", "sglang_rollout_mode": "server", "server": {"timeout": 60, "max_attempts": 3, "retry_delay": 2}}
+    _, report = translate({"actor_rollout_ref": {"rollout": rollout}}, "verl")
+    assert not report.refused
+    assert report.entry("actor_rollout_ref.rollout.sglang_rollout_mode").status == "dropped"
+    assert "no HTTP request" in report.entry("actor_rollout_ref.rollout.server").reason

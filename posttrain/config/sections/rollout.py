@@ -156,8 +156,6 @@ UNSUPPORTED: dict[str, str] = {
                                                "(rollout.multi_turn.interaction_config_path) or an environment (docs/agentic.md)"),
     "roll:actor_infer.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
     "roll:rollout_mock": _DUMP,
-    "verl:actor_rollout_ref.rollout.sglang_rollout_mode": "an older verl spelling that started SGLang as a separate HTTP server; posttrain's SGLang engine (rollout.name: sglang) runs inside the worker, with no server",
-    "verl:actor_rollout_ref.rollout.server": "settings of verl's HTTP rollout server (timeouts, retries, concurrency); posttrain's engines run inside the worker and are called directly, with no server between",
     "verl:actor_rollout_ref.rollout.trace": ("tracing rollouts to an external tracer (weave, mlflow): posttrain writes rollouts to "
                                              "trainer.rollout_data_dir and validation generations to trainer.validation_data_dir (JSONL), "
                                              "and shows validation samples in wandb/mlflow with trainer.log_val_generations"),
@@ -197,6 +195,13 @@ NO_EFFECT: dict[str, str] = {
                                   "(1 - rate) of a batch's requests had finished, and put masked padding rows in place of the "
                                   "rest, is gone, and its agent loop waits for every request. posttrain too trains on every "
                                   "response of the batch"),
+    # an older verl's SGLang rollout: in the worker (engine) or behind an HTTP server (server); verl 0.8 has neither key
+    f"{_VERL}.sglang_rollout_mode": ("where an older verl ran SGLang: in the worker (engine) or as an HTTP server the worker "
+                                     "sends requests to (server); either samples the same responses. posttrain's sglang "
+                                     "engine runs in the worker"),
+    f"{_VERL}.server": ("the HTTP client settings of an older verl's SGLang server mode (timeout, max_attempts, retry_delay, "
+                        "max_connections, max_start_wait_time): posttrain calls its engine in the worker, with no HTTP "
+                        "request to time out, retry or pool"),
 }
 
 

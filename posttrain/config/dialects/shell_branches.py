@@ -1,0 +1,97 @@
+"""Which branch of a launch script's ``if`` bash would take, for the conditions scripts branch on.
+
+verl's scripts pick settings by a variable they set a few lines up::
+
+    backend=megatron
+    if [[ $backend == "megatron" ]]; then
+        CONFIG_NAME=ppo_megatron_trainer
+    else
+        CONFIG_NAME=ppo_trainer
+    fi
+
+`Branches` follows ``if``/``elif``/``else``/``fi`` and says whether each command runs. A condition it
+evaluates is one comparison of two words: ``[[ A == B ]]``, ``[[ A = B ]]``, ``[[ A != B ]]`` (an
+unquoted right side is a glob pattern, as in bash) or ``[ A = B ]``, ``[ A == B ]``, ``[ A != B ]``
+(literal), with every variable in them set (by the script or the environment given). Any other
+condition (``-n``, ``&&``, a command, an unset variable) is not evaluated: every branch of that
+``if`` runs, the last assignment winning, and the gap is named in the shell's `unresolved` list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+
+from posttrain.config.dialects.shell_words import Shell
+
+_TESTS = {"[[": "]]", "[": "]"}
+
+
+@dataclasses.dataclass
+class _Frame:
+    outer: bool  # whether the commands around the `if` run
+    known: bool  # every condition so far was evaluated
+    taken: bool = False  # a branch ran already (known frames)
+    runs: bool = True  # whether the current branch runs
+
+
+class Branches:
+    """The ``if`` frames open at the current command of a script read by `Shell`."""
+
+    def __init__(self, shell: Shell):
+        self.shell = shell
+        self.frames: list[_Frame] = []
+
+    @property
+    def running(self) -> bool:
+        return not self.frames or self.frames[-1].runs
+
+    def step(self, raw: list[str]) -> list[str]:
+        """Follow the keywords at the start of command ``raw``; return the rest of it ([] for none).
+        The rest runs only when `running` says so afterwards."""
+        head = raw[0] if raw else ""
+        if head == "if":
+            outer = self.running
+            verdict = self._condition(raw[1:]) if outer else False
+            self.frames.append(_Frame(outer, verdict is not None, bool(verdict), outer and verdict is not False))
+            return []
+        if head == "elif" and self.frames:
+            frame = self.frames[-1]
+            if frame.outer and frame.known and not frame.taken:
+                verdict = self._condition(raw[1:])
+                frame.known, frame.taken = verdict is not None, bool(verdict)
+                frame.runs = verdict is not False
+            else:
+                frame.runs = frame.outer and not frame.known
+            return []
+        if head == "else" and self.frames:
+            frame = self.frames[-1]
+            frame.runs = frame.outer and (not frame.known or not frame.taken)
+            return raw[1:]
+        if head == "fi" and self.frames:
+            self.frames.pop()
+            return raw[1:]
+        if head == "then":
+            return raw[1:]
+        return raw
+
+    def _condition(self, raw: list[str]) -> bool | None:
+        """The comparison's truth, or None (named in `unresolved`) when it is not one this reads."""
+        shown = " ".join(raw)
+        verdict = None
+        if len(raw) == 5 and raw[0] in _TESTS and raw[4] == _TESTS[raw[0]] and raw[2] in ("==", "=", "!="):
+            kept, self.shell.unresolved = self.shell.unresolved, []  # this comparison's own gaps
+            left, right = self.shell.fields(raw[1]), self.shell.fields(raw[3])
+            gaps, self.shell.unresolved = self.shell.unresolved, kept
+            kept.extend(g for g in gaps if g not in kept)
+            if not gaps and len(left) <= 1 and len(right) <= 1:
+                a, b = (left or [""])[0], (right or [""])[0]
+                pattern = raw[0] == "[[" and raw[3][:1] not in "'\""  # [[ x == glob ]], unquoted
+                equal = fnmatch.fnmatchcase(a, b) if pattern else a == b
+                verdict = equal if raw[2] != "!=" else not equal
+        if verdict is None:
+            self.shell.unresolved.append(f"if {shown}: a condition posttrain does not evaluate (every branch read, the last assignment wins)")
+        return verdict
+
+
+__all__ = ["Branches"]
