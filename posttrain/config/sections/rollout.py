@@ -58,6 +58,15 @@ class MultiTurnConfig:
 
 
 @section
+class TraceConfig:
+    """Rollout traces to an external tracer (verl's rollout.trace; posttrain.tracking.rollout_traces)."""
+
+    backend: str | None = param(None, doc="mlflow: one MLflow trace per response of every training and validation rollout (tags step, sample_index, rollout_n, validate; the prompt's and the response's token ids, the score), in the MLflow store and experiment of trainer.logger's mlflow tracker (tracker_kwargs.uri, MLFLOW_TRACKING_URI, else <run dir>/mlruns), attached to its run when it logs one; weave is refused; null traces nothing.", refs=[f"{_VERL}.trace.backend"])
+    token2text: bool = param(False, doc="Add the decoded prompt and response text to each trace.", refs=[f"{_VERL}.trace.token2text"])
+    max_samples_per_step_per_worker: int | None = param(None, doc="Trace at most this many prompts of a rollout (each with all its responses), chosen at random; null traces all. verl counts per agent-loop worker; posttrain traces in its driver, so the limit is the rollout's.", ge=0, refs=[f"{_VERL}.trace.max_samples_per_step_per_worker"])
+
+
+@section
 class HfEngineKwargs:
     """Options of the built-in hf engine."""
 
@@ -126,6 +135,7 @@ class RolloutConfig:
 
     # ---- agentic ------------------------------------------------------------------------------
     multi_turn: MultiTurnConfig = param(factory=MultiTurnConfig, doc="Multi-turn rollouts with tool calls.")
+    trace: TraceConfig = param(factory=TraceConfig, doc="Rollout traces to MLflow.")
 
 
 _NCCL_OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleeps (ROLL, GPU memory): posttrain keeps its process "
@@ -156,9 +166,6 @@ UNSUPPORTED: dict[str, str] = {
                                                "(rollout.multi_turn.interaction_config_path) or an environment (docs/agentic.md)"),
     "roll:actor_infer.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
     "roll:rollout_mock": _DUMP,
-    "verl:actor_rollout_ref.rollout.trace": ("tracing rollouts to an external tracer (weave, mlflow): posttrain writes rollouts to "
-                                             "trainer.rollout_data_dir and validation generations to trainer.validation_data_dir (JSONL), "
-                                             "and shows validation samples in wandb/mlflow with trainer.log_val_generations"),
     "verl:actor_rollout_ref.rollout.enable_rollout_routing_replay": ("recording the engine's MoE routing for the training forward to replay (R3): "
                                                                      "posttrain's training forward routes every token with the model's own router; false is accepted"),
     "verl:actor_rollout_ref.rollout.data_parallel_size": _REPLICAS,
@@ -231,4 +238,16 @@ def check_prompt_length(cfg: Any) -> list[str]:
     limit = getattr(rollout, "prompt_length", None)
     if limit is not None and data is not None and limit != data.max_prompt_length:
         return [f"rollout.prompt_length ({limit}) differs from data.max_prompt_length ({data.max_prompt_length}): posttrain bounds every prompt by data.max_prompt_length; set that, and leave prompt_length out or equal to it"]
+    return []
+
+
+def check_trace(cfg: Any) -> list[str]:
+    """rollout.trace.backend: MLflow is the tracer posttrain writes traces to."""
+    backend = getattr(getattr(getattr(cfg, "rollout", None), "trace", None), "backend", None)
+    if backend == "weave":
+        return ["rollout.trace.backend=weave: posttrain writes rollout traces to MLflow, through the tracing API of the "
+                "mlflow tracker it has; W&B Weave is not one of its tracers. Use rollout.trace.backend: mlflow (trainer.logger "
+                "may still name wandb for the metrics)"]
+    if backend not in (None, "mlflow"):
+        return [f"rollout.trace.backend={backend}: not a tracer; use mlflow, or null for no traces"]
     return []
