@@ -124,3 +124,8 @@ def test_if_branches_on_set_variables_are_taken_as_bash_would():
     assert extract(BRANCHES.replace("backend=megatron", "backend=other"), {}).words[:2] == ["--config-name=ppo_trainer", "critic.fsdp=1"]
     async_run = extract(BRANCHES, {"MODE": "async"})
     assert async_run.words == ["wrong=branch"]  # the first launch line bash would run
+    # a condition of two tests (&&, ||) is not evaluated, though its first test is one this reads
+    compound = 'b=x\nif [[ $b == "y" ]] || [[ $b == "x" ]]; then A=1; else A=2; fi\npython -m verl.trainer.main_ppo a=$A\n'
+    found = extract(compound, {})
+    assert found.words == ["a=2"] and found.unresolved == [
+        'if [[ $b == "y" ]] ... [[ $b == "x" ]]: a condition posttrain does not evaluate (every branch read, the last assignment wins)']

@@ -41,6 +41,8 @@ class Branches:
     def __init__(self, shell: Shell):
         self.shell = shell
         self.frames: list[_Frame] = []
+        self.condition: list[str] | None = None  # the if/elif whose `then` has not come yet
+        self.evaluated = False  # that if/elif's comparison decided its frame
 
     @property
     def running(self) -> bool:
@@ -50,19 +52,23 @@ class Branches:
         """Follow the keywords at the start of command ``raw``; return the rest of it ([] for none).
         The rest runs only when `running` says so afterwards."""
         head = raw[0] if raw else ""
+        if self.condition is not None and head != "then":
+            self._compound(raw)  # `if [[ a ]] && [[ b ]]`, `||`, a pipe: the condition goes on
+            return []
         if head == "if":
             outer = self.running
-            verdict = self._condition(raw[1:]) if outer else False
+            verdict = self._condition(raw) if outer else False
             self.frames.append(_Frame(outer, verdict is not None, bool(verdict), outer and verdict is not False))
             return []
         if head == "elif" and self.frames:
             frame = self.frames[-1]
             if frame.outer and frame.known and not frame.taken:
-                verdict = self._condition(raw[1:])
+                verdict = self._condition(raw)
                 frame.known, frame.taken = verdict is not None, bool(verdict)
                 frame.runs = verdict is not False
             else:
                 frame.runs = frame.outer and not frame.known
+                self.condition, self.evaluated = raw, False
             return []
         if head == "else" and self.frames:
             frame = self.frames[-1]
@@ -72,12 +78,25 @@ class Branches:
             self.frames.pop()
             return raw[1:]
         if head == "then":
+            self.condition = None
             return raw[1:]
         return raw
 
-    def _condition(self, raw: list[str]) -> bool | None:
-        """The comparison's truth, or None (named in `unresolved`) when it is not one this reads."""
-        shown = " ".join(raw)
+    def _compound(self, more: list[str]) -> None:
+        """The condition is longer than one comparison: from its branch on every branch is read, as
+        for any condition this does not evaluate."""
+        if self.evaluated:
+            frame = self.frames[-1]
+            frame.known, frame.runs = False, True
+            shown = " ".join([*self.condition, "...", *more])
+            self.shell.unresolved.append(f"{shown}: a condition posttrain does not evaluate (every branch read, the last assignment wins)")
+            self.evaluated = False
+        self.condition = [*self.condition, *more]
+
+    def _condition(self, command: list[str]) -> bool | None:
+        """The truth of the comparison after ``if``/``elif``, or None (named in `unresolved`) when it
+        is not one this reads."""
+        raw, shown = command[1:], " ".join(command)
         verdict = None
         if len(raw) == 5 and raw[0] in _TESTS and raw[4] == _TESTS[raw[0]] and raw[2] in ("==", "=", "!="):
             kept, self.shell.unresolved = self.shell.unresolved, []  # this comparison's own gaps
@@ -89,8 +108,9 @@ class Branches:
                 pattern = raw[0] == "[[" and raw[3][:1] not in "'\""  # [[ x == glob ]], unquoted
                 equal = fnmatch.fnmatchcase(a, b) if pattern else a == b
                 verdict = equal if raw[2] != "!=" else not equal
+        self.condition, self.evaluated = command, verdict is not None
         if verdict is None:
-            self.shell.unresolved.append(f"if {shown}: a condition posttrain does not evaluate (every branch read, the last assignment wins)")
+            self.shell.unresolved.append(f"{shown}: a condition posttrain does not evaluate (every branch read, the last assignment wins)")
         return verdict
 
 
