@@ -42,7 +42,8 @@ class Branches:
         self.shell = shell
         self.frames: list[_Frame] = []
         self.condition: list[str] | None = None  # the if/elif whose `then` has not come yet
-        self.evaluated = False  # that if/elif's comparison decided its frame
+        self.judged = False  # that condition was looked at (not skipped after a branch was taken)
+        self.evaluated = False  # and its comparison decided its frame
 
     @property
     def running(self) -> bool:
@@ -68,7 +69,7 @@ class Branches:
                 frame.runs = verdict is not False
             else:
                 frame.runs = frame.outer and not frame.known
-                self.condition, self.evaluated = raw, False
+                self.condition, self.judged, self.evaluated = raw, False, False
             return []
         if head == "else" and self.frames:
             frame = self.frames[-1]
@@ -78,6 +79,9 @@ class Branches:
             self.frames.pop()
             return raw[1:]
         if head == "then":
+            if self.condition is not None and self.judged and not self.evaluated:
+                shown = " ".join(self.condition)
+                self.shell.unresolved.append(f"{shown}: a condition posttrain does not evaluate (every branch read, the last assignment wins)")
             self.condition = None
             return raw[1:]
         return raw
@@ -88,15 +92,12 @@ class Branches:
         if self.evaluated:
             frame = self.frames[-1]
             frame.known, frame.runs = False, True
-            shown = " ".join([*self.condition, "...", *more])
-            self.shell.unresolved.append(f"{shown}: a condition posttrain does not evaluate (every branch read, the last assignment wins)")
             self.evaluated = False
-        self.condition = [*self.condition, *more]
+        self.condition = [*self.condition, "...", *more]  # "...": the && or || the split dropped
 
     def _condition(self, command: list[str]) -> bool | None:
-        """The truth of the comparison after ``if``/``elif``, or None (named in `unresolved`) when it
-        is not one this reads."""
-        raw, shown = command[1:], " ".join(command)
+        """The truth of the comparison after ``if``/``elif``, or None when it is not one this reads."""
+        raw = command[1:]
         verdict = None
         if len(raw) == 5 and raw[0] in _TESTS and raw[4] == _TESTS[raw[0]] and raw[2] in ("==", "=", "!="):
             kept, self.shell.unresolved = self.shell.unresolved, []  # this comparison's own gaps
@@ -108,10 +109,8 @@ class Branches:
                 pattern = raw[0] == "[[" and raw[3][:1] not in "'\""  # [[ x == glob ]], unquoted
                 equal = fnmatch.fnmatchcase(a, b) if pattern else a == b
                 verdict = equal if raw[2] != "!=" else not equal
-        self.condition, self.evaluated = command, verdict is not None
-        if verdict is None:
-            self.shell.unresolved.append(f"{shown}: a condition posttrain does not evaluate (every branch read, the last assignment wins)")
-        return verdict
+        self.condition, self.judged, self.evaluated = command, True, verdict is not None
+        return verdict  # one not evaluated is named when its `then` comes, the whole condition read
 
 
 __all__ = ["Branches"]
