@@ -29,7 +29,7 @@ from posttrain.config.sections.model import check_kernel_flags
 from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers
 from posttrain.config.sections.trainer import check_save_strategy
 from posttrain.config.sections.optim import check_optimizer_args
-from posttrain.config.sections.rollout import check_min_response_length, check_num_beams, check_prompt_length
+from posttrain.config.sections.rollout import check_min_response_length, check_num_beams, check_prompt_length, check_trace
 
 
 def check_device_mapping(cfg: Any) -> list[str]:
@@ -504,6 +504,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_prompt_length,
     check_min_response_length,
     check_num_beams,
+    check_trace,
     check_save_contents,
     check_save_strategy,
     check_optimizer_args,

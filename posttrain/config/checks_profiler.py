@@ -32,6 +32,8 @@ def check_profiler(cfg: Any) -> list[str]:
     if p.tool == "npu":
         return [f"{tool}: posttrain has no Ascend NPU support (no torch_npu backend); use profiler.tool: torch"]
     problems = []
+    if every_step_memory(cfg):
+        return problems  # torch_memory named alone: every step of every rank (verl's snapshot after each update)
     if not p.steps:
         problems.append(f"{tool} profiles the steps listed in profiler.steps, which is empty; list them, e.g. profiler.steps: [1, 2]")
     if not enabled:
@@ -53,3 +55,14 @@ def check_profiler(cfg: Any) -> list[str]:
         if out_of_range and not s.all_ranks:
             problems.append(f"{path}.ranks {out_of_range}: the run has {world_size(cfg)} worker process(es), ranks 0..{world_size(cfg) - 1}")
     return problems
+
+
+def every_step_memory(cfg: Any) -> bool:
+    """profiler.tool torch_memory with no profiler.steps and no role's profiler.enable: record every
+    step on every rank. verl, given only global_profiler.tool=torch_memory, dumps a CUDA memory
+    snapshot on every actor rank after every update (its trainer does so whatever the steps and the
+    roles' enable say)."""
+    p = get_path(cfg, "profiler", None)
+    if p is None or getattr(p, "tool", None) != "torch_memory" or p.steps:
+        return False
+    return not any(get_path(cfg, path).enable for path in ROLE_PROFILERS if get_path(cfg, path, None) is not None)

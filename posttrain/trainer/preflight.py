@@ -36,6 +36,7 @@ from posttrain.models.loading import (
 )
 from posttrain.rewards import check_reward_manager
 from posttrain.tracking import check_trackers
+from posttrain.tracking.rollout_traces import check_rollout_tracer
 from posttrain.buffer.operators import check_pipeline
 from posttrain.errors import ConfigError
 from posttrain.trainer.mixing import expert_dataset
@@ -65,6 +66,7 @@ def stage_inputs(cfg: Config) -> StageInputs:
     kind = cfg.algorithm.kind
     check_stage_names(cfg)
     check_trackers(list(cfg.trainer.logger), dict(cfg.trainer.tracker_kwargs))
+    check_rollout_tracer(cfg.rollout.trace.backend)
     check_model_dir(cfg)
     tokenizer = tokenizer_from_config(cfg.model)
     if is_agentic(cfg):  # environments instead of files: no datasets, no reward function

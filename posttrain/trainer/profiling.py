@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from posttrain.config.access import get_path
-from posttrain.config.checks_profiler import ROLE_PROFILERS
+from posttrain.config.checks_profiler import ROLE_PROFILERS, every_step_memory
 from posttrain.config.schema import Config
 from posttrain.config.sections.profiler import ProfilerConfig
 from posttrain.errors import ConfigError
@@ -76,19 +76,23 @@ def trace_windows(steps: list[int], continuous: bool) -> dict[int, int]:
     return out
 
 
-def profile_plan(cfg: Config, rank: int, run_dir: Path, device: str, stage: str = "main") -> ProfilePlan | None:
+def profile_plan(cfg: Config, rank: int, run_dir: Path, device: str, stage: str = "main", total_steps: int = 0) -> ProfilePlan | None:
     """This rank's plan, or None when it profiles nothing (no tool, no steps or no role on this rank).
     Files go to `<run_dir>/profile`, or to save_path (`<save_path>/<stage name>` for a stage of `stages`,
-    so that stages do not overwrite each other's files)."""
+    so that stages do not overwrite each other's files). torch_memory named alone (`every_step_memory`)
+    records steps 1..total_steps on every rank, every role's phases."""
     p = cfg.profiler
+    steps = list(p.steps)
     settings = {role: s for role, s in role_settings(cfg).items() if selects(s, rank)}
-    if p.tool is None or not p.steps or not settings:
+    if every_step_memory(cfg):
+        steps, settings = list(range(1, total_steps + 1)), role_settings(cfg)
+    if p.tool is None or not steps or not settings:
         return None
     discrete = any(s.discrete for s in settings.values())  # the checks make enabled roles agree
     contents = {role: tuple(s.contents) for role, s in settings.items()}
     contents[""] = tuple(sorted({c for s in settings.values() for c in s.contents}))
     out = run_dir / "profile" if not p.save_path else Path(p.save_path) / (stage if stage != "main" else "")
-    windows = trace_windows(list(p.steps), p.profile_continuous_steps and not discrete)
+    windows = trace_windows(steps, p.profile_continuous_steps and not discrete)
     return ProfilePlan(p.tool, windows, frozenset(settings), discrete, contents, out, rank, device, p.torch_memory)
 
 
@@ -107,7 +111,7 @@ class StepProfiler:
         if beyond:
             raise ConfigError(f"profiler.steps {beyond}: stage {stage} has {total_steps} training step(s); "
                               f"profile steps 1..{total_steps}")
-        plan = profile_plan(cfg, rank, run_dir, device, stage)
+        plan = profile_plan(cfg, rank, run_dir, device, stage, total_steps)
         if plan is None:
             return None
         from posttrain.trainer.profile_tools import make_tool  # torch.profiler only when profiling

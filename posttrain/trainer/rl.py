@@ -33,6 +33,7 @@ from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metr
 from posttrain.trainer.preflight import stage_inputs
 from posttrain.trainer.dynamic_sampling import Round, gather_groups, metric_values
 from posttrain.trainer.rewarding import RewardStage
+from posttrain.trainer.rollout_tracing import open_rollout_tracer, trace_rollout
 from posttrain.trainer.mixing import ExpertRows, expert_dataset
 from posttrain.trainer.rl_build import (
     baseline_sampling_params,
@@ -63,6 +64,7 @@ class RLTrainer:
         self.agent = AgenticRollout(cfg, self.tokenizer, check_agentic(cfg)) if is_agentic(cfg) else None
         self.derived, self.trackers = open_stage(ctx, len(self.train_set) if self.agent is None else None, writes=halves != "explorer")
         self.tools = make_tool_rollout(cfg, self.tokenizer, ctx.run_dir)  # rollout.multi_turn: conversations with tools
+        self.tracer = open_rollout_tracer(ctx, self.trackers, self.tokenizer, writes=halves != "explorer")  # rollout.trace
         self.sampler = None if self.agent else make_train_sampler(cfg.data, self.train_set, worker_tag_map(cfg.reward.workers))
         # data.dataloader_num_workers: processes that template and tokenise each batch
         self.reader = ExampleReader(self.train_set, cfg.data.dataloader_num_workers if self.sampler else 0)
@@ -239,6 +241,7 @@ class RLTrainer:
             if seq is not None:
                 metrics[f"dist/sequence_parallel/{name}"] = float(seq.size)
         self._dump(self.cfg.trainer.rollout_data_dir, step, batch, experience.texts, scores)
+        trace_rollout(self.tracer, batch, scores, self.ctx.step_offset + step, validate=False)
         return metrics
 
     # ---------------------------------------------------------------- validation
@@ -269,6 +272,7 @@ class RLTrainer:
         metrics = validation_metrics(batch.data_source, batch.group_index, scores.tolist(), answers, extra)
         metrics.update({f"val/{k}": sum(t[k] for t in tools) / len(batch) for k in (tools[0] if tools else {})})
         self._dump(self.cfg.trainer.validation_data_dir, step, batch, texts, scores)
+        trace_rollout(self.tracer, batch, scores, self.ctx.step_offset + step, validate=True)
         self._log_generations(step, batch, texts, scores)
         return metrics
 

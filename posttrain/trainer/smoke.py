@@ -323,6 +323,10 @@ def _sizes(native: dict[str, Any], workdir: Path, stage: bool = False) -> list[s
         if kept != loggers:
             lines.append(f"trainer.logger: {loggers} -> {kept} (no remote trackers here; metrics.jsonl kept)")
         trainer["logger"] = kept
+        trace = (native.get("rollout") or {}).get("trace") or {}
+        if trace.get("backend"):  # rollout traces go to the tracker's store, maybe the cluster's server
+            lines.append(f"rollout.trace.backend: {trace['backend']} -> None (no remote trackers here)")
+            trace["backend"] = None
         trainer.pop("resume_from_path", None)
         trainer["resume_mode"] = "disable"
     return lines

@@ -122,7 +122,7 @@ OUTPUT_ONLY_KEYS = (
     "trainer.save_freq", "trainer.resume_mode", "trainer.resume_from_path", "trainer.checkpoint_dir",
     "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.del_local_ckpt_after_load",
     "trainer.save_hf_checkpoint", "trainer.save_strategy", "actor.checkpoint.", "critic.checkpoint.",
-    "profiler.", "actor.profiler.", "ref.profiler.", "critic.profiler.", "reward.reward_model.profiler.",
+    "profiler.", "actor.profiler.", "ref.profiler.", "critic.profiler.", "reward.reward_model.profiler.", "rollout.trace.",
     "trainer.controller_nsight_options", "trainer.worker_nsight_options", "log.",
     "cluster.", "trainer.balance_batch",
 )

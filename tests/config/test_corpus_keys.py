@@ -2,7 +2,11 @@
 where posttrain has the feature, dropped where the source framework does not read them, refused with
 the feature that would add them otherwise."""
 
+import pytest
+
+from posttrain.config import load_config
 from posttrain.config.dialects import translate
+from posttrain.errors import ConfigError
 
 
 def test_roll_dpo_pipeline_keys_make_a_dpo_config():
@@ -38,10 +42,10 @@ def test_roll_dynamic_batching_and_ulysses_keys():
 
 def test_unknown_children_inherit_their_sections_reason():
     # a mapping listed as unsupported names the feature for every key below it, known or not
-    _, report = translate({"actor_rollout_ref": {"rollout": {"trace": {"backend": "weave", "some_new_key": 1}}}}, "verl")
+    _, report = translate({"actor_rollout_ref": {"rollout": {"mtp": {"enable": True, "some_new_key": 1}}}}, "verl")
     (entry,) = report.refused  # one line for the section, whatever keys it holds
-    assert entry.key == "actor_rollout_ref.rollout.trace"
-    assert entry.reason.startswith("not supported: tracing rollouts to an external tracer"), entry
+    assert entry.key == "actor_rollout_ref.rollout.mtp"
+    assert entry.reason.startswith("not supported: the rollout's copy of actor_rollout_ref.model.mtp"), entry
     _, report = translate({"student": {"model_args": {"dtype": "bf16"}}, "kd_objective": "forward_kl"}, "roll")
     assert all("knowledge-distillation pipeline" in e.reason for e in report.refused) and len(report.refused) == 2
 
@@ -82,3 +86,38 @@ def test_verl_default_that_fails_validation_with_the_users_keys_is_left_out():
     native = foreign_native("verl", None, ["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.use_torch_compile=true"])
     assert native.get("actor", {}).get("use_torch_compile") is not True
     assert foreign_native("verl", None, ["actor_rollout_ref.actor.use_torch_compile=true"])["actor"]["use_torch_compile"] is True
+
+
+def test_verl_rollout_keys_verl_itself_no_longer_reads_are_dropped():
+    # verl 0.8 always wakes weights before the KV cache and cuts no requests, whatever these say
+    _, report = translate({"actor_rollout_ref": {"rollout": {"multi_stage_wake_up": True, "over_sample_rate": 0.1}}}, "verl")
+    assert not report.refused
+    wake = report.entry("actor_rollout_ref.rollout.multi_stage_wake_up")
+    over = report.entry("actor_rollout_ref.rollout.over_sample_rate")
+    assert wake.status == over.status == "dropped"
+    assert "always wake in stages" in wake.reason and "reads it nowhere" in over.reason
+
+
+def test_verl_qwen_tool_format_is_hermes_calls():
+    # verl's older SGLang rollout: format qwen = Hermes <tool_call> JSON, answers in Qwen2.5's framing
+    native, report = translate({"actor_rollout_ref": {"rollout": {"multi_turn": {"enable": True, "format": "qwen"}}}}, "verl")
+    assert native["rollout"]["multi_turn"]["format"] == "hermes" and not report.refused
+    native, _ = translate({"actor_rollout_ref": {"rollout": {"multi_turn": {"format": "chatml"}}}}, "verl")
+    assert native["rollout"]["multi_turn"]["format"] == "chatml"  # another framing: left for the schema to refuse
+
+
+def test_verl_sglang_server_mode_keys_are_dropped():
+    # where an older verl ran SGLang (in the worker or behind HTTP) samples the same responses
+    rollout = {"name": "sglang", "sglang_rollout_mode": "server", "server": {"timeout": 60, "max_attempts": 3, "retry_delay": 2}}
+    _, report = translate({"actor_rollout_ref": {"rollout": rollout}}, "verl")
+    assert not report.refused
+    assert report.entry("actor_rollout_ref.rollout.sglang_rollout_mode").status == "dropped"
+    assert "no HTTP request" in report.entry("actor_rollout_ref.rollout.server").reason
+
+
+def test_verl_rollout_trace_keys_translate_and_weave_is_refused():
+    trace = {"backend": "mlflow", "token2text": True, "max_samples_per_step_per_worker": 3}
+    native, report = translate({"actor_rollout_ref": {"rollout": {"trace": trace}}}, "verl")
+    assert native["rollout"]["trace"] == trace and not report.refused
+    with pytest.raises(ConfigError, match="rollout.trace.backend=weave: posttrain writes rollout traces to MLflow"):
+        load_config(None, ["rollout.trace.backend=weave"])

@@ -46,7 +46,9 @@ def test_words_are_the_expanded_launch_line():
         "trainer.total_training_steps=",
     ]
     # an unset variable is named, as bash would have expanded it to nothing
-    assert found.unresolved == ["$x is not set (expanded to nothing)", "$STEPS is not set (expanded to nothing)"]
+    assert found.unresolved == ["$x is not set (expanded to nothing)",
+                                'if [ "$x" = 1 ]: a condition posttrain does not evaluate (every branch read, the last assignment wins)',
+                                "$STEPS is not set (expanded to nothing)"]
     assert found.variables["VLLM_USE_V1"] == "1"
 
 
@@ -74,3 +76,56 @@ def test_no_launch_line():
     assert launch_words("torchrun -m verl.trainer.fsdp_sft_trainer data.x=1\n") is None
     # `-m` must precede the module: a path mentioning it is not the command
     assert launch_words("echo verl.trainer.main_ppo\n") is None
+
+
+BRANCHES = r"""
+backend=megatron # fsdp, fsdp2, megatron
+adv=grpo
+mode=${MODE:-sync}
+if [[ $backend == "megatron" ]]; then
+    CONFIG_NAME=ppo_megatron_trainer
+    if [[ $adv == "gae" ]]; then
+        CRITIC="critic.megatron.x=1"
+    else
+        CRITIC=""
+    fi
+elif [[ $backend == fsdp* ]]; then
+    CONFIG_NAME=fsdp_glob
+else # fsdp, fsdp2
+    CONFIG_NAME=ppo_trainer
+    CRITIC="critic.fsdp=1"
+fi
+if [ "$mode" = "async" ]; then EXTRA=async; else EXTRA=sync; fi
+if [ "$mode" != sync ]; then
+    python3 -m verl.trainer.main_ppo wrong=branch
+fi
+if [[ -n "$SLURM_JOB_ID" ]]; then
+    WHERE=slurm
+else
+    WHERE=local
+fi
+if [ "$UNSET_VAR" = 1 ]; then
+    SEEN=unset
+fi
+python3 -m verl.trainer.main_ppo --config-name=$CONFIG_NAME $CRITIC extra=$EXTRA where=$WHERE seen=${SEEN:-no}
+"""
+
+
+def test_if_branches_on_set_variables_are_taken_as_bash_would():
+    found = extract(BRANCHES, {})
+    assert found.words == ["--config-name=ppo_megatron_trainer", "extra=sync", "where=local", "seen=unset"]
+    # conditions it does not evaluate read every branch (the last assignment wins) and are named
+    assert found.unresolved == [
+        'if [[ -n "$SLURM_JOB_ID" ]]: a condition posttrain does not evaluate (every branch read, the last assignment wins)',
+        "$UNSET_VAR is not set (expanded to nothing)",
+        'if [ "$UNSET_VAR" = 1 ]: a condition posttrain does not evaluate (every branch read, the last assignment wins)',
+    ]
+    assert extract(BRANCHES.replace("backend=megatron", "backend=fsdp2"), {}).words[0] == "--config-name=fsdp_glob"
+    assert extract(BRANCHES.replace("backend=megatron", "backend=other"), {}).words[:2] == ["--config-name=ppo_trainer", "critic.fsdp=1"]
+    async_run = extract(BRANCHES, {"MODE": "async"})
+    assert async_run.words == ["wrong=branch"]  # the first launch line bash would run
+    # a condition of two tests (&&, ||) is not evaluated, though its first test is one this reads
+    compound = 'b=x\nif [[ $b == "y" ]] || [[ $b == "x" ]]; then A=1; else A=2; fi\npython -m verl.trainer.main_ppo a=$A\n'
+    found = extract(compound, {})
+    assert found.words == ["a=2"] and found.unresolved == [
+        'if [[ $b == "y" ]] ... [[ $b == "x" ]]: a condition posttrain does not evaluate (every branch read, the last assignment wins)']

@@ -93,6 +93,22 @@ def test_buckets_flush_the_cache_once_and_sleep_releases(fake_sglang, tiny_lm):
     assert [c[0] for c in built.engine.calls] == ["update"] and built.engine.calls[-1][2] is True  # dummy: weights sent
 
 
+def test_a_training_step_resumes_the_weights_for_the_sync_and_the_kv_cache_for_the_rollout(fake_sglang):
+    # verl's multi_stage_wake_up (a NO_EFFECT key): posttrain always wakes in stages, weights first
+    from posttrain.cluster.weight_sync import LocalCopy
+    from posttrain.workers.rollout import RolloutWorker
+
+    engine = SGLangEngine(FakeEngine(), pad_token_id=0, bucket_bytes=1 << 20, device=torch.device("cpu"))
+    worker, sync = RolloutWorker(engine, free_cache=True), LocalCopy(engine, torch.nn.Linear(2, 2))
+    ids = torch.tensor([[0, 5, 6]])
+    prompts = PromptBatch(ids, (ids > 0).float(), uid=["a"])
+    worker.generate(prompts, SamplingParams(max_new_tokens=2), expected_version=0)
+    sync.push(1)
+    worker.generate(prompts, SamplingParams(max_new_tokens=2), expected_version=1)
+    assert [c[:2] if c[0] in ("release", "resume") else c[:1] for c in engine.engine.calls] == [
+        ("generate",), ("release", None), ("resume", ["weights"]), ("update",), ("resume", ["kv_cache"]), ("generate",), ("release", None)]
+
+
 def test_the_machine_check_names_what_is_missing(fake_sglang, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert machine_problem(cfg()).startswith("this machine has no CUDA GPU, which SGLang needs")

@@ -145,6 +145,22 @@ def test_weights_travel_in_buckets_and_wake_only_the_weights_while_asleep(fake_v
     assert llm.calls[-2:] == [("sleep", 2), ("wake_up", None)]
 
 
+def test_a_training_step_wakes_the_weights_for_the_sync_and_the_kv_cache_for_the_rollout(fake_vllm):
+    # verl's multi_stage_wake_up (a NO_EFFECT key): posttrain always wakes in stages, weights first
+    from posttrain.cluster.weight_sync import LocalCopy
+    from posttrain.workers.rollout import RolloutWorker
+
+    llm = FakeLLM()
+    engine = VLLMEngine(llm, fake_vllm, pad_token_id=0, bucket_bytes=1 << 20, device=torch.device("cpu"))
+    worker, sync = RolloutWorker(engine, free_cache=True), LocalCopy(engine, torch.nn.Linear(2, 2))
+    worker.generate(batch(), SamplingParams(max_new_tokens=2), expected_version=0)  # step 1's rollout
+    sync.push(1)  # after step 1's update, the engine asleep
+    worker.generate(batch(), SamplingParams(max_new_tokens=2), expected_version=1)  # step 2's rollout
+    memory = [c for c in llm.calls if c[0] in ("generate", "sleep", "wake_up", "rpc")]
+    assert [c[:2] if c[0] != "generate" else ("generate",) for c in memory] == [
+        ("generate",), ("sleep", 1), ("wake_up", ["weights"]), ("rpc",), ("wake_up", ["kv_cache"]), ("generate",), ("sleep", 1)]
+
+
 def test_build_sends_the_policy_weights_only_with_a_dummy_load_format(fake_vllm, tiny_lm, monkeypatch):
     environ = {}
     monkeypatch.setattr(vllm_engine.os, "environ", environ)

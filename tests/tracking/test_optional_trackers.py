@@ -109,6 +109,46 @@ def test_tracker_kwargs_name_the_run_and_move_its_files(offline, tmp_path):
     assert (run["project"], run["name"]) == ("other", "renamed")
 
 
+class _Words:
+    """A tokenizer stand-in: token id k decodes to the word wk."""
+
+    def decode(self, ids):
+        return " ".join(f"w{i}" for i in ids)
+
+
+def test_rollout_traces_go_to_the_mlflow_store_tagged_as_verl_tags_them(offline, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from mlflow.tracking import MlflowClient
+
+    from posttrain.config import load_config
+    from posttrain.tracking.rollout_traces import check_rollout_tracer, rollout_traces
+    from posttrain.trainer.rollout_tracing import open_rollout_tracer
+
+    cfg = load_config(None, ["rollout.trace.backend=mlflow", "rollout.trace.token2text=true", "trainer.project_name=proj",
+                             "trainer.experiment_name=exp"])
+    ctx = SimpleNamespace(cfg=cfg, world=SimpleNamespace(is_main=True), run_dir=tmp_path / "run")
+    tracer = open_rollout_tracer(ctx, build_trackers([], tmp_path / "run", 3), _Words())
+    groups, prompts, responses = ["u0", "u0", "u1", "u1", "u2", "u2"], [[1, 2]] * 2 + [[3]] * 2 + [[4]] * 2, [[5], [6, 7], [8], [9], [10], [11]]
+    assert tracer.trace(groups, prompts, responses, [1.0, 0.0, 0.5, 0.5, 0.0, 1.0], step=3, validate=False) == 6
+    client = MlflowClient(tracking_uri=(tmp_path / "run" / "mlruns").resolve().as_uri())
+    traces = client.search_traces(locations=[client.get_experiment_by_name("proj").experiment_id])
+    traces.sort(key=lambda t: (t.info.tags["sample_index"], t.info.tags["rollout_n"]))
+    assert [(t.info.tags["step"], t.info.tags["sample_index"], t.info.tags["rollout_n"], t.info.tags["validate"]) for t in traces] == [
+        ("3", "0", "0", "False"), ("3", "0", "1", "False"), ("3", "1", "0", "False"), ("3", "1", "1", "False"),
+        ("3", "2", "0", "False"), ("3", "2", "1", "False")]
+    second = traces[1].data.spans[0]
+    assert second.inputs == {"prompt_ids": [1, 2], "prompt_text": "w1 w2"}
+    assert second.outputs == {"response_ids": [6, 7], "score": 0.0, "response_text": "w6 w7"}
+    # a limit of prompts keeps each chosen prompt's every response, the same ones for the same seed
+    chosen = rollout_traces(groups, prompts, responses, [0.0] * 6, limit=2, seed=4)
+    assert len(chosen) == 4 and len({t.sample_index for t in chosen}) == 2 and {t.rollout_n for t in chosen} == {0, 1}
+    assert chosen == rollout_traces(groups, prompts, responses, [0.0] * 6, limit=2, seed=4)
+    monkeypatch.setitem(sys.modules, "mlflow", None)
+    with pytest.raises(ConfigError, match=r"rollout.trace.backend=mlflow: the mlflow package is not installed: pip install 'posttrain\[mlflow\]'"):
+        check_rollout_tracer("mlflow")
+
+
 def test_a_missing_package_is_one_error_with_the_pip_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "swanlab", None)  # what an absent package looks like to the finder
     monkeypatch.setitem(sys.modules, "wandb", None)
@@ -156,7 +196,8 @@ def test_a_training_run_sends_the_same_metrics_and_samples_to_every_tracker(offl
     from posttrain.cli import main
 
     overrides = [*tiny_run(tmp_path), "trainer.total_training_steps=2", f"data.val_files={tmp_path / 'data' / 'test.parquet'}",
-                 "trainer.log_val_generations=2", "trainer.test_freq=1", "trainer.logger=[jsonl,wandb,mlflow,swanlab]", "trainer.experiment_name=e2e"]
+                 "trainer.log_val_generations=2", "trainer.test_freq=1", "trainer.logger=[jsonl,wandb,mlflow,swanlab]", "trainer.experiment_name=e2e",
+                 "rollout.trace.backend=mlflow", "rollout.trace.max_samples_per_step_per_worker=1"]
     assert main(["train", str(write_config(tmp_path)), *overrides]) == 0
     run_dir = tmp_path / "run"
     jsonl = {r.pop("step"): r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
@@ -175,6 +216,13 @@ def test_a_training_run_sends_the_same_metrics_and_samples_to_every_tracker(offl
     history = client.get_metric_history(run.info.run_id, "critic/score/mean")
     assert [(m.step, m.value) for m in history] == [(s, pytest.approx(jsonl[s]["critic/score/mean"])) for s in (1, 2)]
     assert run.data.params["trainer.log_val_generations"] == "2"
+    # rollout.trace: the responses of one prompt per rollout (two training, three validation), in the tracker's run
+    traces = client.search_traces(locations=[run.info.experiment_id])
+    by_kind = {(t.info.tags["validate"], t.info.tags["step"]) for t in traces}
+    assert by_kind == {("False", "1"), ("False", "2"), ("True", "0"), ("True", "1"), ("True", "2")}
+    assert {t.info.request_metadata.get("mlflow.sourceRun") for t in traces} == {run.info.run_id}
+    counts = {kind: sum((t.info.tags["validate"], t.info.tags["step"]) == kind for t in traces) for kind in by_kind}
+    assert counts == {("False", "1"): 2, ("False", "2"): 2, ("True", "0"): 1, ("True", "1"): 1, ("True", "2"): 1}  # rollout.n 2, val n 1
 
     swan = swanlab_run(run_dir / "swanlog")
     assert swan["scalars"][2]["val/score/mean"] == pytest.approx(jsonl[2]["val/score/mean"])

@@ -566,6 +566,9 @@ ELSEWHERE = {
     **{f"env.{k}": f"{AGENTIC}::test_env_fault_keys_time_out_penalise_and_stop" for k in ("step_timeout", "failure_penalty", "max_failure_rate")},
     **{f"algorithm.gigpo.{k}": "tests/trainer/test_agentic_credit.py::test_gigpo_keys_change_the_step_advantages_as_the_formula_says"
        for k in ("step_weight", "episode_weight", "step_gamma")},
+    **{f"rollout.trace.{k}": "tests/tracking/test_optional_trackers.py::test_rollout_traces_go_to_the_mlflow_store_tagged_as_verl_tags_them"
+       for k in ("backend", "token2text")},
+    "rollout.trace.max_samples_per_step_per_worker": "tests/tracking/test_optional_trackers.py::test_a_training_run_sends_the_same_metrics_and_samples_to_every_tracker",
 }
 
 # Keys whose requested behaviour posttrain always has (each field's doc says so): no effect, checked.

@@ -158,6 +158,30 @@ def test_the_cuda_memory_history_gets_the_torch_memory_options(monkeypatch, tmp_
     assert calls == [{"enabled": "all", "context": "state", "stacks": "python", "max_entries": 7}]
 
 
+def test_torch_memory_named_alone_records_every_step_on_every_rank(tmp_path):
+    """verl's global_profiler.tool=torch_memory with no steps and no role enabled: a snapshot of
+    every rank after every update. posttrain: every step its own window, every rank, every phase."""
+    from posttrain.config.dialects.verl_launch import launch
+
+    native, report, _ = launch(None, ["global_profiler.tool=torch_memory", "actor_rollout_ref.model.path=/m"])
+    assert report.refused == [] and "steps" not in native["profiler"]
+    cfg = load_config(None, [f"profiler.tool={native['profiler']['tool']}", "cluster.n_gpus_per_node=2"])
+    assert not cfg.profiler.steps and not cfg.actor.profiler.enable
+    for rank in (0, 1):
+        plan = profile_plan(cfg, rank, tmp_path, "cpu", total_steps=3)
+        assert plan.windows == {1: 1, 2: 2, 3: 3} and plan.roles == {"actor", "rollout", "ref", "critic", "reward"}
+    assert profile_plan(cfg, 0, tmp_path, "cpu", total_steps=3).out_dir == tmp_path / "profile"
+    with pytest.raises(ConfigError, match="profiler.steps, which is empty"):  # torch needs chosen steps
+        load_config(None, [*TORCH])
+    profiler = StepProfiler.build(cfg, 1, tmp_path, "cpu", "main", total_steps=2)
+    for step in (1, 2):
+        with profiler.step(step), profiler.phase("gen"):
+            pass
+    assert files(tmp_path / "profile") == ["torch_memory/step1_rank1.json", "torch_memory/step2_rank1.json"]
+    record = json.loads((tmp_path / "profile" / "torch_memory" / "step2_rank1.json").read_text())
+    assert [(p["step"], p["phase"]) for p in record["phases"]] == [(2, "gen")]
+
+
 ROLES = {"actor": ["rollout", "actor"], "ref": ["ref"], "critic": ["critic"], "reward.reward_model": ["reward"]}
 
 

@@ -117,8 +117,10 @@ def test_smoke_config_substitutes_an_npu_profiler_and_out_of_run_steps(tmp_path)
 
     path, lines = smoke_config(None, ["global_profiler.tool=npu", "global_profiler.steps=[2,4]", "trainer.total_training_steps=10",
                                       "actor_rollout_ref.model.path=/nonexistent/model",
-                                      "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "trainer.n_gpus_per_node=2"], "verl", tmp_path)
+                                      "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "trainer.n_gpus_per_node=2",
+                                      "actor_rollout_ref.rollout.trace.backend=mlflow"], "verl", tmp_path)
     assert "actor.ulysses_sequence_parallel_size: 2 -> 1 (one process splits no sequence)" in lines
+    assert "rollout.trace.backend: mlflow -> None (no remote trackers here)" in lines
     assert "profiler.tool: npu -> torch (no NPU here: torch's profiler traces the same steps)" in lines
     assert "profiler.steps: [2, 4] -> [2] (the smoke run has 2 steps)" in lines
     assert "trainer.total_training_steps: 10 -> 2" in lines

@@ -11,10 +11,11 @@ file (the corpus sweep in benchmarks/foreign_corpus.py and the corpus tests use 
 
 Nothing is executed. The script is read top to bottom as bash would, one simple command at a time:
 assignments (``NAME=value``, ``export NAME=value``, arrays ``NAME=(a b)``) update the variables;
-quoting, escapes and field splitting of unquoted expansions follow bash. Control flow is not
-followed (both branches of an ``if`` assign, the last one wins), and a command substitution other
-than ``$(pwd)``, ``$(date +FORMAT)``, ``$(basename X)``, ``$(dirname X)`` and ``$(cd X && pwd)``
-expands to nothing; every such gap is listed in `Extraction.unresolved`.
+quoting, escapes and field splitting of unquoted expansions follow bash. An ``if`` comparing a set
+variable with a word takes the branch bash would (`posttrain.config.dialects.shell_branches`); any
+other condition reads every branch (the last assignment wins), and loops are not followed. A
+command substitution other than ``$(pwd)``, ``$(date +FORMAT)``, ``$(basename X)``, ``$(dirname X)``
+and ``$(cd X && pwd)`` expands to nothing; every such gap is listed in `Extraction.unresolved`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
+from posttrain.config.dialects.shell_branches import Branches
 from posttrain.config.dialects.shell_words import Shell, commands
 
 VERL_MODULE = "verl.trainer.main_ppo"
@@ -46,7 +48,11 @@ def launch_words(text: str, env: Mapping[str, str] = (), module: str = VERL_MODU
 def extract(text: str, env: Mapping[str, str] = (), module: str = VERL_MODULE, script: str = "script.sh") -> Extraction:
     """Read ``text`` as bash would, stopping at the first command running ``python -m MODULE``."""
     shell = Shell(dict(env), script)
+    branches = Branches(shell)
     for raw in commands(text):
+        raw = branches.step(raw)
+        if not raw or not branches.running:
+            continue  # an if/elif/else/fi keyword, or a command in a branch bash would not take
         words = shell.run(raw)
         if words is not None and module in words:
             at = words.index(module)

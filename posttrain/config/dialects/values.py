@@ -45,6 +45,10 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
         return "strict" if value else "disable"  # verl's older enable_tokenization_sanity_check
     if native == "reward.reward_manager" and value == "prime":
         return "parallel"  # verl's prime manager: a process pool of scorers with a per-call timeout, posttrain's parallel
+    if native == "rollout.multi_turn.format" and value == "qwen":
+        # verl's older SGLang rollout: Hermes <tool_call> JSON, tool answers framed as Qwen2.5's chat template
+        # frames them (one user turn of <tool_response> blocks); posttrain renders them with the model's template
+        return "hermes"
     if native == "rollout.name" and value == "vllm_async":  # Trinity: "the same as vllm" (its guide)
         return "vllm"
     if native == "trainer.mode" and value in MODES_REFUSED:

@@ -24,8 +24,10 @@ _TIMEOUT = (f"a per-task workflow timeout: {_BATCH} to time out (a reward functi
             "an environment call's env.step_timeout); Trinity-RFT's default is accepted, since no task of posttrain's ever times out")
 _RETRY = (f"retrying a failed workflow: {_BATCH} to retry (a failing reward function is reward.on_error, a failing "
           "environment env.failure_penalty); Trinity-RFT's default is accepted, since posttrain retries nothing")
-_OVER = ("leaving a batch's slowest tasks for the next step: posttrain's explorer and trainer keep in step by a staleness "
-         "bound (synchronizer.sync_interval / sync_offset) and every batch is generated whole; ratio 0 (wait for every task) is accepted")
+_OVER = ("training a step on the tasks that finished first: Trinity-RFT's explorer waits for (1 - ratio) of a batch's tasks, "
+         "then up to wait_after_min seconds, and cancels the tasks still running, so the step has fewer groups. posttrain's "
+         "explorer generates a batch in one engine call, which returns when every response has ended: no task finishes "
+         "apart from the others, so none can be cut; ratio 0 (wait for every task) is accepted")
 _DYNAMIC = f"a per-task timeout from the mean duration of successful tasks: {_BATCH}; enable false is accepted"
 _REPEATS = ("splitting a task's repeat_times over several workflow runners, whose experiences Trinity-RFT joins back into the "
             "task's group before any advantage is computed (scheduling only): posttrain generates a prompt's rollout.n responses "

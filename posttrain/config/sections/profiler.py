@@ -46,8 +46,8 @@ class TorchMemoryConfig:
 class GlobalProfilerConfig:
     """Profiling of chosen RL steps: tool, steps and output directory."""
 
-    tool: str | None = param(None, doc="torch (torch.profiler Chrome traces), torch_memory (memory per phase; a CUDA memory snapshot on GPUs), nsys (NVTX ranges and a cudaProfilerApi capture range for a run started under Nsight Systems; needs an NVIDIA GPU and nsys) or npu (refused: posttrain has no Ascend support); null profiles nothing.", choices=TOOLS, refs=[f"{_VERL}.tool"])
-    steps: list[int] = param(factory=list, doc="Stage-local training steps to profile (1 is the first); empty profiles none.", ge=1, refs=[f"{_VERL}.steps", "verl:trainer.profile_steps"])
+    tool: str | None = param(None, doc="torch (torch.profiler Chrome traces), torch_memory (memory per phase; a CUDA memory snapshot on GPUs; named with no steps and no role's profiler.enable: every step on every rank, as verl's snapshot after each update), nsys (NVTX ranges and a cudaProfilerApi capture range for a run started under Nsight Systems; needs an NVIDIA GPU and nsys) or npu (refused: posttrain has no Ascend support); null profiles nothing.", choices=TOOLS, refs=[f"{_VERL}.tool"])
+    steps: list[int] = param(factory=list, doc="Stage-local training steps to profile (1 is the first); empty profiles none (tool torch_memory with no role enabled: every step).", ge=1, refs=[f"{_VERL}.steps", "verl:trainer.profile_steps"])
     profile_continuous_steps: bool = param(False, doc="Consecutive profiled steps share one trace per rank ([1, 2] in one, [5] in another) instead of one trace per step; continuous (not discrete) roles only.", refs=[f"{_VERL}.profile_continuous_steps"])
     save_path: str | None = param(None, doc="Directory of the traces and snapshots (a stage of `stages` writes into its own <save_path>/<stage name>); null means <stage run dir>/profile.", refs=[f"{_VERL}.save_path"])
     torch_memory: TorchMemoryConfig = param(factory=TorchMemoryConfig, doc="CUDA memory history options of tool torch_memory.")

@@ -49,12 +49,21 @@ class MultiTurnConfig:
     max_user_turns: int | None = param(None, doc="Most tool (or interaction) turns added per conversation; the model turn after the last one ends it; null: no limit.", ge=1, refs=[f"{_VERL}.multi_turn.max_user_turns"])
     tool_config_path: str | None = param(None, doc="YAML file of the tools the model may call (verl's layout: tools: [{class_name, config, tool_schema}]); their schemas go into every prompt through the chat template.", refs=[f"{_VERL}.multi_turn.tool_config_path", "verl:data.tool_config_path"])
     interaction_config_path: str | None = param(None, doc="YAML file of interactions (simulated users: interaction: [{name, class_name, config}]) that answer a model turn without tool calls; each row names its own in extra_info.interaction_kwargs.name.", refs=[f"{_VERL}.multi_turn.interaction_config_path"])
-    format: str = param("hermes", doc="Tool-call syntax the model writes: hermes (<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>, Qwen2.5's).", choices=["hermes"], refs=[f"{_VERL}.multi_turn.format"])
+    format: str = param("hermes", doc="Tool-call syntax the model writes: hermes (<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>, Qwen2.5's); tool answers are framed by the model's chat template. A verl config's older qwen (Hermes calls, answers framed as Qwen2.5's template frames them) is read as hermes.", choices=["hermes"], refs=[f"{_VERL}.multi_turn.format"])
     max_parallel_calls: int = param(1, doc="Tool calls of one model turn that run; the rest are dropped (counted in tool/dropped_calls).", ge=1, refs=[f"{_VERL}.multi_turn.max_parallel_calls"])
     max_tool_response_length: int = param(256, doc="Longest tool answer in characters; a longer one is cut on tool_response_truncate_side.", ge=1, refs=[f"{_VERL}.multi_turn.max_tool_response_length"])
     tool_response_truncate_side: str = param("middle", doc="Which part of a long tool answer is kept (as verl): left keeps its start, right its end, middle both ends.", choices=["left", "right", "middle"], refs=[f"{_VERL}.multi_turn.tool_response_truncate_side"])
     use_inference_chat_template: bool = param(False, doc="true: each turn's prompt is the conversation re-rendered by the chat template from its messages (a template may drop earlier reasoning), as at inference; false: the exact tokens so far. Training always uses the exact tokens. true needs data.return_raw_chat.", refs=[f"{_VERL}.multi_turn.use_inference_chat_template"])
     tokenization_sanity_check_mode: str = param("strict", doc="Compare each conversation's turn-by-turn tokens with the chat template's rendering of its messages: strict counts any difference, ignore_strippable only differences beyond whitespace, disable skips the check; a difference is logged once and counted in tool/tokenization_mismatch.", choices=["strict", "ignore_strippable", "disable"], refs=[f"{_VERL}.multi_turn.tokenization_sanity_check_mode", f"{_VERL}.multi_turn.enable_tokenization_sanity_check"])
+
+
+@section
+class TraceConfig:
+    """Rollout traces to an external tracer (verl's rollout.trace; posttrain.tracking.rollout_traces)."""
+
+    backend: str | None = param(None, doc="mlflow: one MLflow trace per response of every training and validation rollout (tags step, sample_index, rollout_n, validate; the prompt's and the response's token ids, the score), in the MLflow store and experiment of trainer.logger's mlflow tracker (tracker_kwargs.uri, MLFLOW_TRACKING_URI, else <run dir>/mlruns), attached to its run when it logs one; weave is refused; null traces nothing.", refs=[f"{_VERL}.trace.backend"])
+    token2text: bool = param(False, doc="Add the decoded prompt and response text to each trace.", refs=[f"{_VERL}.trace.token2text"])
+    max_samples_per_step_per_worker: int | None = param(None, doc="Trace at most this many prompts of a rollout (each with all its responses), chosen at random; null traces all. verl counts per agent-loop worker; posttrain traces in its driver, so the limit is the rollout's.", ge=0, refs=[f"{_VERL}.trace.max_samples_per_step_per_worker"])
 
 
 @section
@@ -126,6 +135,7 @@ class RolloutConfig:
 
     # ---- agentic ------------------------------------------------------------------------------
     multi_turn: MultiTurnConfig = param(factory=MultiTurnConfig, doc="Multi-turn rollouts with tool calls.")
+    trace: TraceConfig = param(factory=TraceConfig, doc="Rollout traces to MLflow.")
 
 
 _NCCL_OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleeps (ROLL, GPU memory): posttrain keeps its process "
@@ -156,12 +166,6 @@ UNSUPPORTED: dict[str, str] = {
                                                "(rollout.multi_turn.interaction_config_path) or an environment (docs/agentic.md)"),
     "roll:actor_infer.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
     "roll:rollout_mock": _DUMP,
-    "verl:actor_rollout_ref.rollout.multi_stage_wake_up": "the order verl's colocated vLLM/SGLang server restores its weights and KV cache in; posttrain's engine frees and restores its memory between generations itself (rollout.free_cache_engine)",
-    "verl:actor_rollout_ref.rollout.sglang_rollout_mode": "an older verl spelling that started SGLang as a separate HTTP server; posttrain's SGLang engine (rollout.name: sglang) runs inside the worker, with no server",
-    "verl:actor_rollout_ref.rollout.server": "settings of verl's HTTP rollout server (timeouts, retries, concurrency); posttrain's engines run inside the worker and are called directly, with no server between",
-    "verl:actor_rollout_ref.rollout.trace": ("tracing rollouts to an external tracer (weave, mlflow): posttrain writes rollouts to "
-                                             "trainer.rollout_data_dir and validation generations to trainer.validation_data_dir (JSONL), "
-                                             "and shows validation samples in wandb/mlflow with trainer.log_val_generations"),
     "verl:actor_rollout_ref.rollout.enable_rollout_routing_replay": ("recording the engine's MoE routing for the training forward to replay (R3): "
                                                                      "posttrain's training forward routes every token with the model's own router; false is accepted"),
     "verl:actor_rollout_ref.rollout.data_parallel_size": _REPLICAS,
@@ -170,7 +174,6 @@ UNSUPPORTED: dict[str, str] = {
                                                           "workers with no server, and its generation metrics go to trainer.logger; the defaults "
                                                           "(enable: false) are accepted") for k in ("enable", "port", "file", "served_model_name")},
     "verl:actor_rollout_ref.rollout.mtp": "the rollout's copy of actor_rollout_ref.model.mtp (multi-token prediction), which posttrain does not provide",
-    "verl:actor_rollout_ref.rollout.over_sample_rate": "over-sampling and cutting the slowest rollouts: posttrain generates every batch whole in one engine call (and keeps explorer and trainer in step by synchronizer.sync_interval / sync_offset)",
     "verl:actor_rollout_ref.rollout.engine_kwargs.trtllm": "the TensorRT-LLM engine is not provided (engines: hf; vLLM/SGLang: issue 19)",
     "verl:actor_rollout_ref.rollout.checkpoint_engine": "verl's weight-transfer engine to its vLLM/SGLang servers; posttrain's weight sync (posttrain/cluster/weight_sync.py) hands the actor's tensors to the engine in the same process, in buckets of rollout.update_weights_bucket_megabytes",
     "trinity:explorer.rollout_model": "options of Trinity-RFT's vLLM rollout model that posttrain has no counterpart for (its OpenAI API server, tool-call and reasoning parsers): posttrain calls its engine in-process and parses tool calls with rollout.multi_turn.format",
@@ -191,6 +194,21 @@ NO_EFFECT: dict[str, str] = {
                       "sync mode (removed in current verl) called the engine for a whole batch; both return the same responses, "
                       "log-probs and masks. posttrain's engines run inside the worker and generate each batch directly, "
                       "the same records whichever was named"),
+    f"{_VERL}.multi_stage_wake_up": ("posttrain's vllm and sglang engines always wake in stages, what true asks: a weight sync "
+                                     "while the engine sleeps (rollout.free_cache_engine) wakes the weights alone, and the KV "
+                                     "cache comes back only when the next generation starts. verl 0.8 declares the key and "
+                                     "does the same whatever its value"),
+    f"{_VERL}.over_sample_rate": ("verl 0.8 declares it and reads it nowhere: the SGLang batch rollout that stopped once "
+                                  "(1 - rate) of a batch's requests had finished, and put masked padding rows in place of the "
+                                  "rest, is gone, and its agent loop waits for every request. posttrain too trains on every "
+                                  "response of the batch"),
+    # an older verl's SGLang rollout: in the worker (engine) or behind an HTTP server (server); verl 0.8 has neither key
+    f"{_VERL}.sglang_rollout_mode": ("where an older verl ran SGLang: in the worker (engine) or as an HTTP server the worker "
+                                     "sends requests to (server); either samples the same responses. posttrain's sglang "
+                                     "engine runs in the worker"),
+    f"{_VERL}.server": ("the HTTP client settings of an older verl's SGLang server mode (timeout, max_attempts, retry_delay, "
+                        "max_connections, max_start_wait_time): posttrain calls its engine in the worker, with no HTTP "
+                        "request to time out, retry or pool"),
 }
 
 
@@ -220,4 +238,16 @@ def check_prompt_length(cfg: Any) -> list[str]:
     limit = getattr(rollout, "prompt_length", None)
     if limit is not None and data is not None and limit != data.max_prompt_length:
         return [f"rollout.prompt_length ({limit}) differs from data.max_prompt_length ({data.max_prompt_length}): posttrain bounds every prompt by data.max_prompt_length; set that, and leave prompt_length out or equal to it"]
+    return []
+
+
+def check_trace(cfg: Any) -> list[str]:
+    """rollout.trace.backend: MLflow is the tracer posttrain writes traces to."""
+    backend = getattr(getattr(getattr(cfg, "rollout", None), "trace", None), "backend", None)
+    if backend == "weave":
+        return ["rollout.trace.backend=weave: posttrain writes rollout traces to MLflow, through the tracing API of the "
+                "mlflow tracker it has; W&B Weave is not one of its tracers. Use rollout.trace.backend: mlflow (trainer.logger "
+                "may still name wandb for the metrics)"]
+    if backend not in (None, "mlflow"):
+        return [f"rollout.trace.backend={backend}: not a tracer; use mlflow, or null for no traces"]
     return []
