@@ -340,7 +340,7 @@ KNOBS = [
     knob("reward.reward_model.profiler.discrete=true", "files", *PROF[:2], "reward.reward_model.profiler.enable=true"),
     # cluster: the batch arithmetic of the checks (one process on CPU)
     knob("cluster.nnodes=3", "exit", "cluster.n_gpus_per_node=1"),
-    knob("cluster.n_gpus_per_node=3", "exit"),
+    knob("cluster.n_gpus_per_node=3", "files"),  # three worker processes, three rank logs (the mini-batch is split unevenly)
     # prepare
     knob("prepare.model.path={root}/prepared_model", "files"),
     knob("prepare.model.tiny.layers=2", "files", *PREP_MODEL),
