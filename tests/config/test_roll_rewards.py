@@ -36,7 +36,12 @@ def test_the_rlvr_reference_rewards_translate_worker_by_worker():
     assert judge["worker_cls"] == "llm_judge" and judge["judge_prompt"] == "Qwen2.5-7B-Instruct-RLVR-prompt"
     assert judge["model_args"]["model_name_or_path"] == "virtuoussy/Qwen2.5-7B-Instruct-RLVR" and judge["infer_batch_size"] == 4
     assert _entry(report, "rewards.llm_judge.device_mapping").status == "dropped"
-    assert "HF engine" in _entry(report, "rewards.llm_judge.strategy_args").reason  # vllm: refused
+    # vllm: the judge's engine, its sizes as the engine's options, block_size handed to vLLM
+    assert judge["engine"] == {"name": "vllm", "gpu_memory_utilization": 0.8, "max_model_len": 8000, "kwargs": {"block_size": 16}}
+    assert _entry(report, "rewards.llm_judge.strategy_args.strategy_config.load_format").status == "dropped"  # auto
+    # ROLL's sampling defaults fill the file's generating_args; on vLLM the temperature decides that it samples
+    assert judge["generating_args"] == {"do_sample": True, "temperature": 0.8, "top_p": 0.8, "top_k": 50, "max_new_tokens": 100,
+                                        "num_beams": 1, "num_return_sequences": 1}
     template = _entry(report, "rewards.llm_judge.data_args.template")  # the chat template of the judge's prompt
     assert (template.status, template.native, judge["chat_template_name"]) == ("translated", "reward.workers.llm_judge.chat_template_name", "qwen2_5")
     assert workers["ifeval"] == {"worker_cls": "ifeval", "tag_included": ["ifeval"], "world_size": 8}
@@ -49,8 +54,9 @@ def test_the_rlvr_reference_rewards_translate_worker_by_worker():
 
 def test_the_converted_rlvr_file_loads_with_its_workers(tmp_path):
     out = tmp_path / "rlvr.yaml"
-    assert main(["config", "convert", str(REFERENCE), str(out)]) == 1  # some keys refused
+    assert main(["config", "convert", str(REFERENCE), str(out)]) == 0
     cfg = load_config(out)
+    assert cfg.reward.workers["llm_judge"].engine.name == "vllm" and cfg.reward.workers["llm_judge"].engine.kwargs == {"block_size": 16}
     assert sorted(cfg.reward.workers) == ["code_sandbox", "crossthinkqa", "ifeval", "llm_judge", "math_rule"]
     assert cfg.reward.workers["llm_judge"].generating_args["max_new_tokens"] == 100
     assert cfg.reward.workers["math_rule"].worker_cls == "math" and cfg.data.reward_fn_key == "tag"
