@@ -30,16 +30,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from posttrain.config.sections.reward import JudgeEngineConfig
 from posttrain.errors import ConfigError
 from posttrain.rewards.evaluate import Failure, FailurePolicy, SampleResult
 from posttrain.rewards.types import RewardInput, RewardOutput
 from posttrain.tasks.answers import END_MARKERS
-
-if TYPE_CHECKING:
-    from posttrain.data.prompts import PromptFormatter
 
 # A judge's text generator: prompts (already in the judge's chat template) -> answers.
 Generate = Callable[[list[str]], list[str]]
@@ -139,43 +136,6 @@ class LLMJudge:
         pass
 
 
-def named_formatter(tokenizer: Any, name: str, where: str) -> PromptFormatter:
-    """The `PromptFormatter` of named template `name` on the judge's tokenizer: the one a policy
-    prompt gets from ``data.chat_template_name: name`` with no other data settings."""
-    from posttrain.config.sections.data import DataConfig
-    from posttrain.data.dataset import make_formatter
-    from posttrain.data.templates import named_template
-
-    if named_template(name).jinja is None and not getattr(tokenizer, "chat_template", None):
-        raise ConfigError(f"{where}.chat_template_name: {name} renders the judge tokenizer's own chat template, and the judge's "
-                          "tokenizer has none; name a template that writes its own text (chatml, empty, base) or leave it null "
-                          "for the plain text")
-    return make_formatter(DataConfig(chat_template_name=name), tokenizer)
-
-
-_SAMPLING_KEYS = {"max_new_tokens": int, "do_sample": bool, "temperature": float, "top_p": float, "top_k": int,
-                  "repetition_penalty": float}
-
-
-def sampling_kwargs(args: dict[str, Any], where: str = "reward.workers.<name>") -> dict[str, Any]:
-    """SamplingParams keywords from ROLL-style generating_args (greedy and 32 new tokens unless said).
-
-    >>> sampling_kwargs({"max_new_tokens": 8, "temperature": 0.8, "num_beams": 1})
-    {'max_new_tokens': 8, 'do_sample': False, 'temperature': 0.8}
-    """
-    out: dict[str, Any] = {"max_new_tokens": 32, "do_sample": False}
-    for key, value in args.items():
-        if key in ("num_beams", "num_return_sequences") and value == 1:
-            continue  # one greedy or sampled answer per prompt is what the judge gives
-        if key not in _SAMPLING_KEYS:
-            raise ConfigError(
-                f"{where}.generating_args.{key}: the judge does not use it; it takes {', '.join(_SAMPLING_KEYS)} "
-                "(num_beams and num_return_sequences only as 1)"
-            )
-        out[key] = _SAMPLING_KEYS[key](value)
-    return out
-
-
 def check_model_args(model_args: dict[str, Any], where: str) -> tuple[str, str]:
     """(model directory or hub name, dtype) of a judge's model_args; other keys are refused, except
     the ones that cannot change a CPU judge's answers (listed in `_INERT_MODEL_ARGS`)."""
@@ -228,7 +188,7 @@ def judge_spec(where: str, *, judge_prompt: str | None, model_args: dict[str, An
     template, parser, sampling arguments, that the model directory is there and that this machine
     can run its engine."""
     from posttrain.models.loading import resolve_model_dir
-    from posttrain.rewards.judge_engine import check_judge_machine
+    from posttrain.rewards.judge_engine import check_judge_machine, sampling_kwargs
 
     engine = engine or JudgeEngineConfig()
 

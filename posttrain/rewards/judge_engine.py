@@ -13,22 +13,24 @@ nothing ever sends it weights). So there is one implementation of each engine.
   null is the judge model's ``max_position_embeddings``: a judge prompt holds the policy's prompt
   and response and the template, so the policy's lengths do not bound it.
 
-Sampling is the judge's ``generating_args`` whichever the engine (`posttrain.rewards.judge.
-sampling_kwargs`: greedy unless ``do_sample``, at most ``max_new_tokens``), through the engine's
-`SamplingParams` contract. With ``engine.free_cache_engine`` the engine sleeps between scorings and
+Sampling is the judge's ``generating_args`` whichever the engine (`sampling_kwargs`: greedy unless
+``do_sample``, at most ``max_new_tokens``), through the engine's `SamplingParams` contract. With ``engine.free_cache_engine`` the engine sleeps between scorings and
 wakes for each (vLLM level 1 and SGLang keep the weights on the host).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from posttrain.config.sections.reward import JudgeEngineConfig
 from posttrain.errors import ConfigError, UserError
+
+if TYPE_CHECKING:
+    from posttrain.data.prompts import PromptFormatter
 
 
 def judge_config(model_dir: str, engine: JudgeEngineConfig, *, batch_size: int | None, cluster: Any = None) -> Any:
@@ -108,7 +110,6 @@ class EngineJudge:
                  chat_template_name: str | None = None, where: str = "reward.workers.<name>", engine: Any = None):
         """``engine`` replaces the one the registry would build (a fake engine in tests)."""
         from posttrain.models.loading import load_causal_lm, load_tokenizer, resolve_model_dir
-        from posttrain.rewards.judge import named_formatter, sampling_kwargs
         from posttrain.rollout.base import SamplingParams
 
         self.tokenizer = load_tokenizer(cfg.model.path)
@@ -168,3 +169,40 @@ def unused_engine_note(engine: JudgeEngineConfig, where: str) -> str | None:
         return None
     return (f"note: {', '.join(f'{where}.engine.{k}' for k in set_)}: settings of the vllm and sglang judge engines, unused "
             f"by the hf engine this judge uses ({where}.engine.name=hf)")
+
+
+def named_formatter(tokenizer: Any, name: str, where: str) -> PromptFormatter:
+    """The `PromptFormatter` of named template `name` on the judge's tokenizer: the one a policy
+    prompt gets from ``data.chat_template_name: name`` with no other data settings."""
+    from posttrain.config.sections.data import DataConfig
+    from posttrain.data.dataset import make_formatter
+    from posttrain.data.templates import named_template
+
+    if named_template(name).jinja is None and not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"{where}.chat_template_name: {name} renders the judge tokenizer's own chat template, and the judge's "
+                          "tokenizer has none; name a template that writes its own text (chatml, empty, base) or leave it null "
+                          "for the plain text")
+    return make_formatter(DataConfig(chat_template_name=name), tokenizer)
+
+
+_SAMPLING_KEYS = {"max_new_tokens": int, "do_sample": bool, "temperature": float, "top_p": float, "top_k": int,
+                  "repetition_penalty": float}
+
+
+def sampling_kwargs(args: dict[str, Any], where: str = "reward.workers.<name>") -> dict[str, Any]:
+    """SamplingParams keywords from ROLL-style generating_args (greedy and 32 new tokens unless said).
+
+    >>> sampling_kwargs({"max_new_tokens": 8, "temperature": 0.8, "num_beams": 1})
+    {'max_new_tokens': 8, 'do_sample': False, 'temperature': 0.8}
+    """
+    out: dict[str, Any] = {"max_new_tokens": 32, "do_sample": False}
+    for key, value in args.items():
+        if key in ("num_beams", "num_return_sequences") and value == 1:
+            continue  # one greedy or sampled answer per prompt is what the judge gives
+        if key not in _SAMPLING_KEYS:
+            raise ConfigError(
+                f"{where}.generating_args.{key}: the judge does not use it; it takes {', '.join(_SAMPLING_KEYS)} "
+                "(num_beams and num_return_sequences only as 1)"
+            )
+        out[key] = _SAMPLING_KEYS[key](value)
+    return out

@@ -137,3 +137,67 @@ def test_a_judge_s_unknown_template_is_refused_at_load_with_the_names(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert "rewards.judge.data_args.template (posttrain: reward.workers.judge.chat_template_name: 'qwen9' is not one of" in str(info.value)
+
+
+def _judge(**keys):
+    return {"rewards": {"judge": {"worker_cls": JUDGE, "tag_included": ["qa"], "model_args": {"model_name_or_path": "/m"}, **keys}}}
+
+
+def test_a_judge_s_vllm_and_sglang_strategies_become_its_engine():
+    vllm = {"strategy_name": "vllm", "strategy_config": {"gpu_memory_utilization": 0.7, "tensor_parallel_size": 2, "enforce_eager": False,
+                                                          "load_format": "auto", "sleep_level": 2, "swap_space": 4}}
+    native, report = translate(_judge(strategy_args=vllm), "roll")
+    assert native["reward"]["workers"]["judge"]["engine"] == {"name": "vllm", "gpu_memory_utilization": 0.7, "tensor_model_parallel_size": 2,
+                                                              "enforce_eager": False, "kwargs": {"swap_space": 4}}
+    assert "level 1 whatever the file says" in _entry(report, "rewards.judge.strategy_args.strategy_config.sleep_level").reason
+    sglang = {"strategy_name": "sglang", "strategy_config": {"mem_fraction_static": 0.6, "context_length": 4096, "attention_backend": "fa3"}}
+    native, _ = translate(_judge(strategy_args=sglang), "roll")
+    assert native["reward"]["workers"]["judge"]["engine"] == {"name": "sglang", "gpu_memory_utilization": 0.6, "max_model_len": 4096,
+                                                              "kwargs": {"attention_backend": "fa3"}}
+    # ROLL's vllm strategy starts from random weights unless load_format is auto; nothing replaces a judge's
+    for config in ({"gpu_memory_utilization": 0.7}, {"load_format": "dummy"}):
+        _, report = translate(_judge(strategy_args={"strategy_name": "vllm", "strategy_config": config}), "roll")
+        entry = _entry(report, "rewards.judge.strategy_args.strategy_config.load_format")
+        assert entry.status == "refused" and "write load_format: auto" in entry.reason
+    _, report = translate(_judge(strategy_args={"strategy_name": "megatron_infer"}), "roll")
+    assert _entry(report, "rewards.judge.strategy_args").status == "refused"
+
+
+@pytest.mark.parametrize("strategy, given, expected", [
+    ("hf_infer", None, {"do_sample": True, "temperature": 0.95, "top_p": 0.7, "top_k": 50, "max_new_tokens": 8192}),
+    ("hf_infer", {"do_sample": False, "max_new_tokens": 16}, {"do_sample": False, "temperature": 0.95, "top_p": 0.7, "top_k": 50, "max_new_tokens": 16}),
+    # ROLL's vLLM sampling has no do_sample: temperature 0 is greedy, any other samples
+    ("vllm", {"do_sample": False, "temperature": 0.3}, {"do_sample": True, "temperature": 0.3, "top_p": 0.7, "top_k": 50, "max_new_tokens": 8192}),
+    ("sglang", {"temperature": 0}, {"do_sample": False, "temperature": 0, "top_p": 0.7, "top_k": 50, "max_new_tokens": 8192}),
+])
+def test_a_judge_s_generating_args_take_roll_s_defaults_and_its_engine_s_sampling(strategy, given, expected):
+    args = {"strategy_name": strategy, "strategy_config": {"load_format": "auto"} if strategy == "vllm" else None}
+    keys = {"strategy_args": args} if given is None else {"strategy_args": args, "generating_args": given}
+    native, report = translate(_judge(**keys), "roll")
+    assert native["reward"]["workers"]["judge"]["generating_args"] == expected
+    assert _entry(report, "rewards.judge.generating_args").status == "translated"
+
+
+def test_a_cluster_judge_is_a_judge_worker_with_the_reward_model_role_s_model_template_and_engine():
+    raw = _judge(judge_model_type="cluster", world_size=32, judge_prompt="Qwen2.5-7B-Instruct-RLVR-prompt",
+                 generating_args={"max_new_tokens": 512, "temperature": 0.3, "num_return_sequences": 1}, data_args={"template": "native"})
+    raw["reward_model"] = {
+        "name": "reward_llm", "worker_cls": "roll.pipeline.base_worker.InferWorker",
+        "model_args": {"model_name_or_path": "/judge", "attn_implementation": "fa2", "dtype": "bf16"},
+        "generating_args": {"max_new_tokens": 64, "temperature": 0.0}, "data_args": {"template": "qwen2_5"},
+        "strategy_args": {"strategy_name": "vllm", "strategy_config": {"gpu_memory_utilization": 0.85, "max_model_len": 8192, "load_format": "auto"}},
+        "device_mapping": "[6, 7]",
+    }
+    native, report = translate(raw, "roll")
+    judge = native["reward"]["workers"]["judge"]
+    assert judge["model_args"] == {"model_name_or_path": "/judge", "attn_implementation": "fa2", "dtype": "bf16"}
+    assert judge["chat_template_name"] == "qwen2_5" and judge["engine"] == {"name": "vllm", "gpu_memory_utilization": 0.85, "max_model_len": 8192}
+    # the worker's own sampling, not the role's (each request carries it)
+    assert judge["generating_args"] == {"do_sample": True, "temperature": 0.3, "top_p": 0.7, "top_k": 50, "max_new_tokens": 512, "num_return_sequences": 1}
+    assert "judge_model_type" not in judge and "world_size" not in judge
+    for key in ("rewards.judge.data_args", "rewards.judge.model_args", "rewards.judge.world_size", "reward_model.generating_args", "reward_model.device_mapping"):
+        assert _entry(report, key).status == "dropped", key
+    assert not report.refused
+    del raw["reward_model"]
+    _, report = translate(raw, "roll")
+    assert "has none" in _entry(report, "rewards.judge.judge_model_type").reason
