@@ -180,7 +180,7 @@ UNSUPPORTED: dict[str, str] = {
     "roll:reward_system_config": ("ROLL's remote reward-system worker (a reward service over HTTP, with its URLs and credentials): "
                                   "posttrain scores with reward functions and workers in its own processes (reward.*), not a remote service"),
     "roll:reward": "ROLL's reward-model role, a model served by its inference engine to score responses: posttrain's reward model is reward.reward_model (a sequence classifier on every worker), and a generative judge is a reward worker (reward.workers.<name>.worker_cls: llm_judge)",
-    "roll:reward_model": "ROLL's shared reward-model cluster served by its inference engine: posttrain's reward model is reward.reward_model (a sequence classifier on every worker), and a generative judge is a reward worker (reward.workers.<name>.worker_cls: llm_judge)",
+    "roll:reward_model": "ROLL's shared reward-model cluster served by its inference engine, with no LLM judge of judge_model_type cluster to serve (such a judge runs as a judge worker with this role's model, template and engine): posttrain's reward model is reward.reward_model (a sequence classifier on every worker), and a generative judge is a reward worker (reward.workers.<name>.worker_cls: llm_judge)",
 }
 
 
