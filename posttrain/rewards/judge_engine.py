@@ -11,7 +11,8 @@ nothing ever sends it weights). So there is one implementation of each engine.
 - vllm / sglang: the library loads the weights itself; the builders are handed a stand-in module
   that carries only the judge's dtype and device (`_weights_on_disk`). ``engine.max_model_len``
   null is the judge model's ``max_position_embeddings``: a judge prompt holds the policy's prompt
-  and response and the template, so the policy's lengths do not bound it.
+  and response and the template, so the policy's lengths do not bound it. vLLM's engine core runs
+  in a process of its own (`_own_engine_process`), whatever the rollout engine does.
 
 Sampling is the judge's ``generating_args`` whichever the engine (`sampling_kwargs`: greedy unless
 ``do_sample``, at most ``max_new_tokens``), through the engine's `SamplingParams` contract. With ``engine.free_cache_engine`` the engine sleeps between scorings and
@@ -20,8 +21,10 @@ wakes for each (vLLM level 1 and SGLang keep the weights on the host).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import TYPE_CHECKING, Any
+import os
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 from torch import nn
@@ -102,6 +105,29 @@ def _weights_on_disk(dtype: torch.dtype) -> nn.Module:
     return stand_in
 
 
+@contextlib.contextmanager
+def _own_engine_process(name: str) -> Iterator[None]:
+    """vLLM's engine core in a process of its own while the judge's engine is built. The vllm rollout
+    engine runs its core in the training process (VLLM_ENABLE_V1_MULTIPROCESSING=0) to take weights
+    by reference; a judge takes no weights, and in that process its sleep would go through the same
+    process-wide sleep-mode allocator as the rollout engine's."""
+    if name != "vllm":
+        yield
+        return
+    before = os.environ.get(_MP)
+    os.environ[_MP] = "1"
+    try:
+        yield
+    finally:  # the rollout engine's own choice (set or not) comes back
+        if before is None:
+            os.environ.pop(_MP, None)
+        else:
+            os.environ[_MP] = before
+
+
+_MP = "VLLM_ENABLE_V1_MULTIPROCESSING"
+
+
 class EngineJudge:
     """A `Generate` (posttrain.rewards.judge) over the engine `judge_config` describes; ``generating_args``
     as ROLL's (max_new_tokens, do_sample, temperature, top_p, top_k, repetition_penalty)."""
@@ -124,7 +150,8 @@ class EngineJudge:
             else:  # the library reads the weights from the directory (a hub name is resolved to its cached snapshot)
                 cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(resolve_model_dir(cfg.model.path, what="judge model"))))
                 model = _weights_on_disk(_torch_dtype(dtype, cfg.model.path))
-            engine = build_engine(cfg, model, self.tokenizer, seed=seed, owns_weights=True)
+            with _own_engine_process(cfg.rollout.name):
+                engine = build_engine(cfg, model, self.tokenizer, seed=seed, owns_weights=True)
         self.engine = engine
         if self.sleeps:
             self.engine.sleep(1)

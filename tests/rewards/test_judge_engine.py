@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
 
 import pytest
 import torch
@@ -74,16 +75,19 @@ def test_a_vllm_judge_is_built_through_the_engine_registry_and_sleeps_between_sc
     engine = FakeEngine()
 
     def builder(cfg, model, tokenizer, *, seed, owns_weights):
-        built.update(cfg=cfg, params=list(model.parameters()), seed=seed)
+        built.update(cfg=cfg, params=list(model.parameters()), seed=seed, mp=os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING"))
         return engine
 
     monkeypatch.setitem(registry.ENGINES, "vllm", builder)
     monkeypatch.setitem(registry.MACHINE_CHECKS, "vllm", lambda cfg: None)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the rollout engine's core in this process
     cfg = judge_config(str(judge_model), JudgeEngineConfig(name="vllm"), batch_size=None)
     judge = EngineJudge(cfg, dtype="bf16", generating_args={"max_new_tokens": 3}, seed=11)
     # the library reads the weights itself: the builder gets the dtype on a stand-in, no weights loaded here
     assert built["cfg"].rollout.name == "vllm" and built["seed"] == 11
     assert [(p.dtype, p.numel()) for p in built["params"]] == [(torch.bfloat16, 0)]
+    # the judge's engine core in a process of its own, the rollout engine's setting back afterwards
+    assert built["mp"] == "1" and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     answers = judge(["Is 1+1=2?", "Is 2+2=5?"])
     assert answers == [judge.tokenizer.decode([5, 6, 7], skip_special_tokens=True)] * 2
     # asleep after building; woken for the scoring, greedy with the judge's max_new_tokens, asleep again
