@@ -198,6 +198,9 @@ def test_a_cluster_judge_is_a_judge_worker_with_the_reward_model_role_s_model_te
     for key in ("rewards.judge.data_args", "rewards.judge.model_args", "rewards.judge.world_size", "reward_model.generating_args", "reward_model.device_mapping"):
         assert _entry(report, key).status == "dropped", key
     assert not report.refused
+    del raw["reward_model"]["device_mapping"]  # ROLL serves the role only on devices of its own
+    _, report = translate(raw, "roll")
+    assert "only when it has a device_mapping" in _entry(report, "rewards.judge.judge_model_type").reason
     del raw["reward_model"]
     _, report = translate(raw, "roll")
     assert "has none" in _entry(report, "rewards.judge.judge_model_type").reason

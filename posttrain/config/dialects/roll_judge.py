@@ -137,6 +137,10 @@ def cluster(ctx: Context, name: str, spec: Mapping[str, Any]) -> set[str]:
         ctx.refuse(f"{where}.judge_model_type", "cluster mode sends the judge's prompts to the top-level reward_model role, "
                                                 "and this file has none", None, "cluster")
         return {"judge_model_type"}
+    if not role.get("device_mapping"):  # rlvr_pipeline.py builds the role's cluster only on devices
+        ctx.refuse(f"{where}.judge_model_type", "ROLL serves the reward_model role only when it has a device_mapping; "
+                                                "without one the cluster-mode judge finds no server: give the role its devices", None, "cluster")
+        return {"judge_model_type"}
     ctx.consume("reward_model")
     ctx.drop(f"{where}.judge_model_type", "cluster: the judge served by the reward_model role, run as this judge worker in the training process")
     for key in sorted(set(spec) & set(_CLUSTER_UNREAD)):
