@@ -11,9 +11,10 @@ The judge is a reward manager of its own (`LLMJudge`): a batch's samples become 
    with ``chat_template_name``, in that named template (posttrain.data.templates: ROLL's names, as
    ROLL's judge renders its prompt with its ``data_args.template``), exactly as a policy prompt of
    one user message is rendered with ``data.chat_template_name`` set to it.
-2. **Generation.** posttrain's HF engine (`posttrain.rollout.hf_engine`) on CPU (or the device the
-   model is on) samples ``generating_args.max_new_tokens`` tokens, greedily unless
-   ``generating_args.do_sample`` is true, ``infer_batch_size`` prompts per pass.
+2. **Generation.** The engine ``engine.name`` names (hf on CPU, vllm or sglang; built through the
+   rollout engine registry: `posttrain.rewards.judge_engine`) samples
+   ``generating_args.max_new_tokens`` tokens, greedily unless ``generating_args.do_sample`` is true
+   (the hf engine ``infer_batch_size`` prompts per pass).
 3. **Score.** ``parse`` (a worker reward_kwargs key) reads the answer: ``yes_no`` gives 1.0 for a
    first word-level "yes", 0.0 for a first "no" (ROLL's judge parses this way); ``score_0_10``
    takes the number after "Score:" (else the last number) and divides it by 10 (ROLL's other parser).
@@ -29,15 +30,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+from posttrain.config.sections.reward import JudgeEngineConfig
 from posttrain.errors import ConfigError
 from posttrain.rewards.evaluate import Failure, FailurePolicy, SampleResult
 from posttrain.rewards.types import RewardInput, RewardOutput
 from posttrain.tasks.answers import END_MARKERS
-
-if TYPE_CHECKING:
-    from posttrain.data.prompts import PromptFormatter
 
 # A judge's text generator: prompts (already in the judge's chat template) -> answers.
 Generate = Callable[[list[str]], list[str]]
@@ -137,87 +136,6 @@ class LLMJudge:
         pass
 
 
-class HFJudgeEngine:
-    """A `Generate` over a local causal LM run by posttrain's HF engine; ``generating_args`` as ROLL's
-    (max_new_tokens, do_sample, temperature, top_p, top_k; num_beams and num_return_sequences 1)."""
-
-    def __init__(self, model_dir: str, *, dtype: str = "fp32", generating_args: dict[str, Any] | None = None,
-                 batch_size: int | None = None, seed: int = 0, chat_template_name: str | None = None,
-                 where: str = "reward.workers.<name>"):
-        from posttrain.models.loading import load_causal_lm, load_tokenizer
-        from posttrain.rollout.base import RolloutEngine, SamplingParams
-        from posttrain.rollout.hf_engine import HFEngine
-
-        self.tokenizer = load_tokenizer(model_dir)
-        self.formatter = None if chat_template_name is None else named_formatter(self.tokenizer, chat_template_name, where)
-        model = load_causal_lm(model_dir, dtype=dtype)
-        self.engine: RolloutEngine = HFEngine(model, pad_token_id=self.tokenizer.pad_token_id, copy_weights=False,
-                               max_num_seqs=batch_size, seed=seed)
-        self.params = SamplingParams(**sampling_kwargs(generating_args or {}))
-
-    def chat(self, text: str) -> list[int]:
-        """The judge prompt's token ids: the user turn in the named template, else in the tokenizer's
-        chat template, else the text."""
-        if self.formatter is not None:
-            messages = self.formatter.with_system([{"role": "user", "content": text}])  # longCOT_qwen2.5's system prompt
-            return self.formatter.encode_prompt(messages, what="the LLM judge's prompt")[1]
-        if getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
-            return self.tokenizer(text, add_special_tokens=False)["input_ids"]  # the template wrote the special tokens
-        return self.tokenizer(text, add_special_tokens=True)["input_ids"]
-
-    def __call__(self, texts: list[str]) -> list[str]:
-        import torch
-
-        from posttrain.records import PromptBatch
-
-        ids = [self.chat(t) for t in texts]
-        width = max(len(r) for r in ids)
-        pad = self.tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in ids])  # (B, P) left-padded
-        mask = torch.tensor([[0.0] * (width - len(r)) + [1.0] * len(r) for r in ids])  # (B, P)
-        out = self.engine.generate(PromptBatch(input_ids=input_ids, attention_mask=mask), self.params, expected_version=0)
-        lengths = out.response_mask.sum(1).long().tolist()
-        return [self.tokenizer.decode(r[:n].tolist(), skip_special_tokens=True) for r, n in zip(out.response_ids, lengths)]
-
-
-def named_formatter(tokenizer: Any, name: str, where: str) -> PromptFormatter:
-    """The `PromptFormatter` of named template `name` on the judge's tokenizer: the one a policy
-    prompt gets from ``data.chat_template_name: name`` with no other data settings."""
-    from posttrain.config.sections.data import DataConfig
-    from posttrain.data.dataset import make_formatter
-    from posttrain.data.templates import named_template
-
-    if named_template(name).jinja is None and not getattr(tokenizer, "chat_template", None):
-        raise ConfigError(f"{where}.chat_template_name: {name} renders the judge tokenizer's own chat template, and the judge's "
-                          "tokenizer has none; name a template that writes its own text (chatml, empty, base) or leave it null "
-                          "for the plain text")
-    return make_formatter(DataConfig(chat_template_name=name), tokenizer)
-
-
-_SAMPLING_KEYS = {"max_new_tokens": int, "do_sample": bool, "temperature": float, "top_p": float, "top_k": int,
-                  "repetition_penalty": float}
-
-
-def sampling_kwargs(args: dict[str, Any], where: str = "reward.workers.<name>") -> dict[str, Any]:
-    """SamplingParams keywords from ROLL-style generating_args (greedy and 32 new tokens unless said).
-
-    >>> sampling_kwargs({"max_new_tokens": 8, "temperature": 0.8, "num_beams": 1})
-    {'max_new_tokens': 8, 'do_sample': False, 'temperature': 0.8}
-    """
-    out: dict[str, Any] = {"max_new_tokens": 32, "do_sample": False}
-    for key, value in args.items():
-        if key in ("num_beams", "num_return_sequences") and value == 1:
-            continue  # one greedy or sampled answer per prompt is what the judge gives
-        if key not in _SAMPLING_KEYS:
-            raise ConfigError(
-                f"{where}.generating_args.{key}: the judge does not use it; it takes {', '.join(_SAMPLING_KEYS)} "
-                "(num_beams and num_return_sequences only as 1)"
-            )
-        out[key] = _SAMPLING_KEYS[key](value)
-    return out
-
-
 def check_model_args(model_args: dict[str, Any], where: str) -> tuple[str, str]:
     """(model directory or hub name, dtype) of a judge's model_args; other keys are refused, except
     the ones that cannot change a CPU judge's answers (listed in `_INERT_MODEL_ARGS`)."""
@@ -248,22 +166,31 @@ class JudgeSpec:
     batch_size: int | None = None
     chat_template_name: str | None = None
     where: str = "reward.workers.<name>"
+    engine: JudgeEngineConfig = field(default_factory=JudgeEngineConfig)
+    cluster: Any = None  # the stage's ClusterConfig (posttrain.rewards.judge_engine.judge_config)
 
     def build(self, *, on_error: str, failure_reward: float, seed: int = 0, generate: Generate | None = None) -> LLMJudge:
         """The judge; ``generate`` replaces the model (a fake engine in tests), else it is loaded here."""
         if generate is None:
-            generate = HFJudgeEngine(self.model_dir, dtype=self.dtype, generating_args=self.generating_args,
-                                     batch_size=self.batch_size, seed=seed, chat_template_name=self.chat_template_name,
-                                     where=self.where)
+            from posttrain.rewards.judge_engine import EngineJudge, judge_config
+
+            cfg = judge_config(self.model_dir, self.engine, batch_size=self.batch_size, cluster=self.cluster)
+            generate = EngineJudge(cfg, dtype=self.dtype, generating_args=self.generating_args, seed=seed,
+                                   chat_template_name=self.chat_template_name, where=self.where)
         return LLMJudge(generate, template=self.template, parser=self.parser, label=self.label,
                         on_error=on_error, failure_reward=failure_reward)
 
 
 def judge_spec(where: str, *, judge_prompt: str | None, model_args: dict[str, Any], generating_args: dict[str, Any],
-               infer_batch_size: int | None, reward_kwargs: dict[str, Any], chat_template_name: str | None = None) -> JudgeSpec:
+               infer_batch_size: int | None, reward_kwargs: dict[str, Any], chat_template_name: str | None = None,
+               engine: JudgeEngineConfig | None = None, cluster: Any = None) -> JudgeSpec:
     """Check an LLM judge worker's keys (``where``: reward.workers.<name>) without loading its model:
-    template, parser, sampling arguments, and that the model directory is there."""
+    template, parser, sampling arguments, that the model directory is there and that this machine
+    can run its engine."""
     from posttrain.models.loading import resolve_model_dir
+    from posttrain.rewards.judge_engine import check_judge_machine, sampling_kwargs
+
+    engine = engine or JudgeEngineConfig()
 
     unknown = sorted(set(reward_kwargs) - {"parse"})
     if unknown:
@@ -272,5 +199,6 @@ def judge_spec(where: str, *, judge_prompt: str | None, model_args: dict[str, An
     sampling_kwargs(generating_args, where)
     path, dtype = check_model_args(model_args, where)
     resolve_model_dir(path, what="judge model")  # a ModelError now, not after the first rollout
+    check_judge_machine(engine, cluster, where)
     return JudgeSpec(f"{where} (LLM judge {path})", path, dtype, template, parser, dict(generating_args), infer_batch_size,
-                     chat_template_name, where)
+                     chat_template_name, where, engine, cluster)

@@ -124,7 +124,11 @@ def engine_notes(configs: list[Config]) -> list[str]:
     from posttrain.config.sections.rollout import RolloutConfig
     from posttrain.rollout.engines import unused_engine_settings
 
+    from posttrain.rewards.judge_engine import unused_engine_note
+
     notes = [unused_engine_settings(c, RolloutConfig()) for c in configs if c.algorithm.kind == "rl"]
+    notes += [unused_engine_note(w.engine, f"reward.workers.{name}") for c in configs if c.algorithm.kind == "rl"
+              for name, w in c.reward.workers.items()]  # an hf judge with a GPU engine's options
     return list(dict.fromkeys(n for n in notes if n is not None))
 
 

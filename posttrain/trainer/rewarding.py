@@ -62,7 +62,8 @@ def worker_function(cfg: Config, name: str) -> RewardFunction | JudgeSpec:
     if w.worker_cls == JUDGE:
         return judge_spec(f"reward.workers.{name}", judge_prompt=w.judge_prompt, model_args=dict(w.model_args),
                           generating_args=dict(w.generating_args), infer_batch_size=w.infer_batch_size,
-                          reward_kwargs=dict(w.reward_kwargs), chat_template_name=w.chat_template_name)
+                          reward_kwargs=dict(w.reward_kwargs), chat_template_name=w.chat_template_name,
+                          engine=w.engine, cluster=cfg.cluster)
     kwargs = dict(w.reward_kwargs)
     if w.reward_type is not None:
         kwargs["reward_type"] = w.reward_type

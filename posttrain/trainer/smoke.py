@@ -10,7 +10,8 @@ line saying so:
 - the model: a tiny random model of the same architecture family (config.json of the model path,
   when the directory or the local Hugging Face cache holds it, with its tokenizer), else posttrain's
   default tiny model; the critic, the reward model and each LLM judge get one too (a random judge
-  writes no verdict, so ``reward.on_error: raise`` becomes ``fixed``);
+  writes no verdict, so ``reward.on_error: raise`` becomes ``fixed``), a judge on vLLM/SGLang the
+  HF engine;
 - the engine and the devices: keys refused only because they need vLLM/SGLang, Megatron/DeepSpeed,
   GPUs or a split placement are left out (the HF engine, one CPU process);
 - the data: the first rows of each data file when it is here, else synthetic rows with the columns
@@ -201,6 +202,10 @@ def _judges(native: dict[str, Any], tiny: Path) -> list[str]:
         if isinstance(args, dict) and args.get("model_name_or_path"):
             lines.append(f"reward.workers.{name}.model_args.model_name_or_path: {args['model_name_or_path']} -> the same tiny model (a random judge)")
             args["model_name_or_path"] = str(tiny)
+        engine = worker.get("engine") if isinstance(args, dict) else None
+        if isinstance(engine, dict) and engine.get("name", "hf") != "hf":  # its GPU options are then noted unused
+            lines.append(f"reward.workers.{name}.engine.name: {engine['name']} -> hf (the HF engine judges here)")
+            engine["name"] = "hf"
     if lines and reward.get("on_error", "raise") == "raise":
         lines.append("reward.on_error: raise -> fixed (the random judge writes no verdict: reward/<worker>/failures counts them)")
         reward["on_error"] = "fixed"

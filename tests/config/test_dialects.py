@@ -170,7 +170,7 @@ def test_convert_cli_translates_every_key_of_trinitys_gsm8k(tmp_path, capsys):
     assert "# REFUSED" not in text and "think_answer" in text and "0 refused" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", [ROLL_RLVR, ROLL_SOKOBAN, TRINITY_LAKE])
+@pytest.mark.parametrize("name", [ROLL_SOKOBAN, TRINITY_LAKE])
 def test_convert_cli_on_reference_configs(name, tmp_path, capsys):
     out = tmp_path / "native.yaml"
     assert main(["config", "convert", str(REFERENCE / name), str(out)]) == 1  # written, with refused keys
@@ -182,7 +182,8 @@ def test_convert_cli_on_reference_configs(name, tmp_path, capsys):
 
 def test_converted_roll_rlvr_loads(tmp_path):
     out = tmp_path / "rlvr.yaml"
-    assert main(["config", "convert", str(REFERENCE / ROLL_RLVR), str(out)]) == 1
+    assert main(["config", "convert", str(REFERENCE / ROLL_RLVR), str(out)]) == 0  # every key translated (its judge on vLLM too)
+    assert "# REFUSED" not in out.read_text()
     cfg = load_config(out)
     assert (cfg.actor.ppo_mini_batch_size, cfg.data.train_batch_size, cfg.rollout.n) == (64, 64, 8)
     assert (cfg.model.dtype, cfg.algorithm.adv_estimator, cfg.actor.optim.lr) == ("bf16", "reinforce", 1e-6)

@@ -23,6 +23,8 @@ SAMPLES: dict[str, Any] = {
     **{f"roll:{role}.device_mapping": "list(range(0,2))" for role in ("actor_train", "actor_infer", "reference", "critic")},
     "trinity:model.lora_configs": [{"lora_rank": 8, "lora_alpha": 16}],
     "roll:rewards.*.query_filter_config.type": "std_filter",
+    "roll:rewards.*.generating_args": {"max_new_tokens": 8},
+    "roll:rewards.*.strategy_args.strategy_name": "vllm",
     "trinity:algorithm.policy_loss_fn": "ppo",  # Trinity-RFT's names (posttrain's vanilla is its ppo)
     "trinity:algorithm.advantage_fn_args": {"gae_whiten": False},  # an option of its default type's (ppo) estimator, gae
 }
@@ -38,6 +40,10 @@ def _context(row) -> dict[str, Any]:
         return {"global_profiler.tool": tool.group(1)}
     if row.framework == "roll" and row.key.endswith((".lora_rank", ".lora_alpha")):
         return {row.key.rpartition(".")[0] + ".lora_target": "q_proj"}  # LoRA is off in ROLL without a target
+    if row.framework == "roll" and row.key.startswith("rewards.*.strategy_args."):  # a judge's engine (roll_judge)
+        engine = "sglang" if row.key.endswith((".mem_fraction_static", ".context_length")) else "vllm"
+        return {"rewards.w.worker_cls": _JUDGE, "rewards.w.strategy_args.strategy_name": engine,
+                "rewards.w.strategy_args.strategy_config.load_format": "auto"}
     if row.framework == "roll" and row.key.startswith("rewards.*.") and row.key != "rewards.*.worker_cls":
         name = row.key.split(".")[2]
         judge = name in JUDGE_KEYS or row.key == "rewards.*.data_args.template"  # a judge's data_args.template acts on it

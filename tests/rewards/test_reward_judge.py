@@ -12,7 +12,9 @@ import pytest
 from posttrain.config.load import load_config
 from posttrain.errors import ConfigError, ModelError, RewardFunctionError
 from posttrain.models.tiny import make_tiny_model
-from posttrain.rewards.judge import HFJudgeEngine, LLMJudge, judge_spec, parse_verdict, template_of
+from posttrain.config.sections.reward import JudgeEngineConfig
+from posttrain.rewards.judge import LLMJudge, judge_spec, parse_verdict, template_of
+from posttrain.rewards.judge_engine import EngineJudge, judge_config
 from posttrain.rewards.types import RewardInput
 
 YES_NO = [
@@ -78,15 +80,20 @@ def judge_model(tmp_path_factory):
     return make_tiny_model(tmp_path_factory.mktemp("judge") / "model", layers=1, hidden=32, heads=4, seed=3)
 
 
+def hf_judge(model_dir, batch_size=None, **kwargs):
+    """The hf engine judge of `model_dir`, built through the engine registry."""
+    return EngineJudge(judge_config(str(model_dir), JudgeEngineConfig(), batch_size=batch_size), **kwargs)
+
+
 def test_a_tiny_model_judges_through_the_hf_engine(judge_model):
-    engine = HFJudgeEngine(str(judge_model), generating_args={"max_new_tokens": 5})
+    engine = hf_judge(judge_model, generating_args={"max_new_tokens": 5})
     samples = _samples()
     template, parser = template_of("score_0_10", None)
     texts = [t.format(question=s.prompt, response=s.solution_str, reference=s.ground_truth) for t, s in zip([template] * 3, samples)]
     answers = engine(texts)
     assert len(answers) == 3 and answers == engine(texts)  # greedy: the same answers again
     assert all(len(engine.tokenizer(a, add_special_tokens=False)["input_ids"]) <= 6 for a in answers)
-    one_at_a_time = HFJudgeEngine(str(judge_model), generating_args={"max_new_tokens": 5}, batch_size=1)
+    one_at_a_time = hf_judge(judge_model, batch_size=1, generating_args={"max_new_tokens": 5})
     assert one_at_a_time.engine.max_num_seqs == 1 and one_at_a_time(texts) == answers  # infer_batch_size: memory, not answers
     prompt_ids = engine.chat("hello")
     assert engine.tokenizer.decode(prompt_ids).count("hello") == 1 and len(prompt_ids) > 3  # inside the chat template

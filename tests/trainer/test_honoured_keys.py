@@ -478,6 +478,13 @@ ELSEWHERE = {
         "infer_batch_size": "test_a_tiny_model_judges_through_the_hf_engine",
         "chat_template_name": "test_chat_template_name_changes_the_judge_prompt_s_token_ids",
     }.items()},
+    # the judge's engine (vllm/sglang need a GPU: their options are checked at the constructor's keywords)
+    **{f"reward.workers.*.engine.{k}": f"tests/rewards/test_judge_engine.py::{test}" for k, test in {
+        "name": "test_a_vllm_judge_is_built_through_the_engine_registry_and_sleeps_between_scorings",
+        "free_cache_engine": "test_a_vllm_judge_is_built_through_the_engine_registry_and_sleeps_between_scorings",
+        **{k: "test_the_judge_s_engine_options_reach_vllm_as_the_rollout_s_do" for k in (
+            "tensor_model_parallel_size", "gpu_memory_utilization", "max_model_len", "enforce_eager", "max_num_batched_tokens", "kwargs")},
+    }.items()},
     **{f"reward.sandbox_fusion.{k}": f"tests/rewards/test_reward_sandbox_remote.py::{test}" for k, test in {
         "url": "test_the_url_reaches_the_code_worker_and_needs_one",
         "memory_limit_mb": "test_the_url_reaches_the_code_worker_and_needs_one",

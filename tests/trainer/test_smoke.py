@@ -154,13 +154,16 @@ def test_smoke_config_gives_an_llm_judge_the_tiny_model(tmp_path):
     config.write_text(yaml.safe_dump({
         "pretrain": "/nonexistent/policy", "rollout_batch_size": 8,
         "rewards": {"judge": {"worker_cls": judge, "tag_included": ["qa"], "data_args": {"template": "qwen2_5"},
-                              "model_args": {"model_name_or_path": "/nonexistent/judge"}}}}))
+                              "model_args": {"model_name_or_path": "/nonexistent/judge"},
+                              "strategy_args": {"strategy_name": "vllm", "strategy_config": {"gpu_memory_utilization": 0.8, "load_format": "auto"}}}}}))
     path, lines = smoke_config(str(config), [], "roll", tmp_path / "w")
     assert "reward.workers.judge.model_args.model_name_or_path: /nonexistent/judge -> the same tiny model (a random judge)" in lines
+    assert "reward.workers.judge.engine.name: vllm -> hf (the HF engine judges here)" in lines
     assert any(line.startswith("reward.on_error: raise -> fixed") for line in lines)
     written = yaml.safe_load(path.read_text())
     worker = written["reward"]["workers"]["judge"]
     assert worker["model_args"]["model_name_or_path"] == written["model"]["path"] and worker["chat_template_name"] == "qwen2_5"
+    assert worker["engine"] == {"name": "hf", "gpu_memory_utilization": 0.8}  # the vLLM option kept, noted unused by the hf judge
     assert written["reward"]["on_error"] == "fixed"
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from posttrain.config.dialects import roll_defaults
 from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, agentic_thinking, env_manager_sampling
-from posttrain.config.dialects import roll_async, roll_lengths, roll_outputs, roll_roles, roll_strategy
+from posttrain.config.dialects import roll_async, roll_judge, roll_lengths, roll_outputs, roll_roles, roll_strategy
 from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
@@ -244,8 +244,14 @@ def reward_workers(ctx: Context) -> None:
             for key, value in spec.items():
                 ctx.refuse(f"{prefix}.{key}", why_not, None, value)
             continue
+        judge = ROLL_WORKER_CLASSES[spec["worker_cls"]] == JUDGE
+        done = roll_judge.cluster(ctx, name, spec) if judge and spec.get("judge_model_type") == "cluster" else set()
+        if judge and not done:  # ROLL's sampling defaults fill what the file leaves out
+            roll_judge.generating_args(ctx, name, f"{prefix}.generating_args", spec.get("generating_args"), roll_judge.engine_of(spec))
+            done = {"generating_args"}
         for key, value in spec.items():
-            _worker_key(ctx, name, spec["worker_cls"], key, value)
+            if key not in done:
+                _worker_key(ctx, name, spec["worker_cls"], key, value)
         translated = True
     if translated and not ctx.has("actor_train.data_args.tag"):
         ctx.set("data.reward_fn_key", "tag", "actor_train.data_args.tag", "ROLL's default tag column (not written in the file)")
@@ -271,8 +277,10 @@ def _worker_key(ctx: Context, name: str, worker_cls: str, key: str, value: Any) 
         ctx.set(native, ROLL_WORKER_CLASSES[worker_cls], foreign, f"ROLL's {worker_cls.rpartition('.')[2]}")
     elif ROLL_WORKER_CLASSES[worker_cls] == JUDGE and key == "data_args":
         _judge_data_args(ctx, name, value)
+    elif ROLL_WORKER_CLASSES[worker_cls] == JUDGE and key == "strategy_args":
+        roll_judge.strategy(ctx, name, foreign, value)
     elif ROLL_WORKER_CLASSES[worker_cls] == JUDGE and key in _JUDGE_PLACEMENT:
-        _judge_placement(ctx, foreign, key, value)
+        ctx.drop(foreign, "the LLM judge runs in the training process, on its device: placement only, the scores are the same")
     elif ROLL_WORKER_CLASSES[worker_cls] == JUDGE and key in JUDGE_KEYS and key != "chat_template_name":  # posttrain's key, not ROLL's
         ctx.set(native, value, foreign)
     elif key in _RULE_WORKER_UNUSED:
@@ -292,7 +300,7 @@ def _worker_key(ctx: Context, name: str, worker_cls: str, key: str, value: Any) 
 
 
 # Keys of ROLL's LLM judge that place it; posttrain runs the judge in the training process.
-_JUDGE_PLACEMENT = ("device_mapping", "world_size", "strategy_args")
+_JUDGE_PLACEMENT = ("device_mapping", "world_size")
 
 
 def _judge_data_args(ctx: Context, name: str, value: Any) -> None:
@@ -311,19 +319,6 @@ def _judge_data_args(ctx: Context, name: str, value: Any) -> None:
             ctx.drop(f"{foreign}.template", "null names no template: the judge's prompt is in its tokenizer's own chat template")
         else:
             ctx.drop(f"{foreign}.{sub}", "ROLL's LLM judge reads only data_args.template (it reads no data)")
-
-
-def _judge_placement(ctx: Context, foreign: str, key: str, value: Any) -> None:
-    """An LLM judge's placement keys: dropped where they only place it, refused where they would
-    change its answers (another engine)."""
-    if key in ("device_mapping", "world_size"):
-        ctx.drop(foreign, "the LLM judge runs in the training process, on its device: placement only, the scores are the same")
-    elif key == "strategy_args" and isinstance(value, Mapping) and value.get("strategy_name") == "hf_infer" and not value.get("strategy_config"):
-        ctx.drop(foreign, "hf_infer: posttrain's HF engine runs the judge")
-    elif key == "strategy_args" and isinstance(value, Mapping) and value.get("strategy_name") == "deepspeed_infer":
-        ctx.drop(foreign, "deepspeed_infer: ZeRO-3 inference only shards the judge's weights over its devices; posttrain's HF engine runs it whole in the training process, with the same weights and sampling")
-    else:
-        ctx.refuse(foreign, "posttrain runs the judge with its HF engine (strategy_name: hf_infer) only", None, value)
 
 
 def infer_engine_kwargs(ctx: Context) -> None:
@@ -355,7 +350,7 @@ RULES: dict[str, Rule] = {
     **{f"rewards.*.{key}": Rule(None, f"{why}; for the LLM judge: {judge}", "anything", (("rewards.w.worker_cls", _MATH_WORKER),))
        for key, why, judge in (
            ("data_args", _RULE_WORKER_UNUSED["data_args"], "template is reward.workers.<name>.chat_template_name (the chat template of its prompt), the other keys are dropped (ROLL's judge reads only template)"),
-           ("strategy_args", _RULE_WORKER_UNUSED["strategy_args"], "hf_infer and deepspeed_infer are dropped (posttrain's HF engine runs it), another engine is refused"),
+           ("strategy_args", _RULE_WORKER_UNUSED["strategy_args"], "hf_infer and deepspeed_infer are the hf engine; vllm and sglang are reward.workers.<name>.engine (name, the strategy_config sizes as its options, the other keys as engine.kwargs; load_format must be auto) (posttrain.config.dialects.roll_judge)"),
            ("device_mapping", _RULE_WORKER_UNUSED["device_mapping"], "dropped (it runs in the training process, on its device)"))},
     **AGENTIC_RULES,
     **roll_strategy.RULES,

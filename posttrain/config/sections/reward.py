@@ -83,7 +83,26 @@ ROLL_WORKER_TODO: dict[str, str] = {
 }
 # The worker_cls of the LLM judge and the keys only it reads (posttrain.rewards.judge).
 JUDGE = "llm_judge"
-JUDGE_KEYS = ("judge_prompt", "judge_model_type", "model_args", "generating_args", "infer_batch_size", "chat_template_name")
+JUDGE_KEYS = ("judge_prompt", "judge_model_type", "model_args", "generating_args", "infer_batch_size", "chat_template_name", "engine")
+
+
+# The engines a judge can generate with (posttrain.rollout.engines; the config layer cannot import it).
+JUDGE_ENGINES = ("hf", "vllm", "sglang")
+_GPU_JUDGE = "vllm and sglang only (the hf judge has no such setting)"
+
+
+@section
+class JudgeEngineConfig:
+    """The engine an LLM judge generates with: a rollout engine (posttrain.rollout.engines) over the judge's own weights."""
+
+    name: str = param("hf", doc="The judge's engine: hf (the built-in engine, on CPU), vllm or sglang (built as rollout.name builds them, reading the judge's weights from model_args.model_name_or_path; a machine without the package or a CUDA GPU is refused, and posttrain smoke substitutes hf).", choices=JUDGE_ENGINES, refs=["roll:.strategy_name"])
+    tensor_model_parallel_size: int = param(1, doc=f"Devices one judge engine is split over (vLLM tensor_parallel_size, SGLang tp_size); {_GPU_JUDGE}.", ge=1, refs=["roll:.strategy_config.tensor_parallel_size"])
+    gpu_memory_utilization: float = param(0.5, doc=f"Share of device memory the judge engine may take for weights and KV cache (SGLang mem_fraction_static); {_GPU_JUDGE}.", gt=0, le=1, refs=["roll:.strategy_config.gpu_memory_utilization", "roll:.strategy_config.mem_fraction_static"])
+    max_model_len: int | None = param(None, doc=f"Longest judge prompt + answer in tokens (SGLang context_length); null: the judge model's max_position_embeddings; {_GPU_JUDGE}.", ge=1, refs=["roll:.strategy_config.max_model_len", "roll:.strategy_config.context_length"])
+    enforce_eager: bool = param(True, doc=f"Run the judge engine without CUDA graphs (SGLang disable_cuda_graph); {_GPU_JUDGE}.", refs=["roll:.strategy_config.enforce_eager"])
+    max_num_batched_tokens: int = param(8192, doc=f"Most tokens the judge engine processes in one scheduler step (SGLang chunked_prefill_size); {_GPU_JUDGE}.", ge=1, refs=["roll:.strategy_config.max_num_batched_tokens"])
+    free_cache_engine: bool = param(True, doc="Put the judge engine to sleep between scorings (vLLM sleep level 1, SGLang memory release with the weights kept on the host) so training has the device memory; vllm and sglang only (the hf judge runs on CPU).")
+    kwargs: dict[str, Any] = param(factory=dict, doc="Keyword arguments passed as they are to vllm.LLM(...) or sglang.Engine(...) of the judge (block_size, swap_space, attention_backend, ...); vllm and sglang only.")
 
 
 @section
@@ -107,11 +126,12 @@ class RewardWorkerConfig:
     world_size: int | None = param(None, doc="Processes scoring this worker's samples (a parallel pool of that size); null follows reward.reward_manager and reward.num_workers.", ge=1, refs=["roll:.world_size"])
     use_local: bool = param(True, doc="Run a code worker's programs on this machine (ROLL's key; true is posttrain's local sandbox, or reward.sandbox_fusion.url's service). false, ROLL's own HTTP sandbox API, is refused.", refs=["roll:.use_local"])
     query_filter_config: QueryFilterConfig = param(factory=QueryFilterConfig, doc="Drop the prompt groups of this worker's tags whose rewards carry no signal (posttrain.rewards.query_filter).", refs=["roll:.query_filter_config"])
-    infer_batch_size: int | None = param(None, doc="LLM judge: judge prompts per generation pass; null: the whole batch at once.", ge=1, refs=["roll:.infer_batch_size"])
+    infer_batch_size: int | None = param(None, doc="LLM judge on the hf engine: judge prompts per generation pass; null: up to 1024 at once (rollout.max_num_seqs' default); vllm and sglang schedule the batch themselves.", ge=1, refs=["roll:.infer_batch_size"])
     judge_prompt: str | None = param(None, doc="LLM judge: a built-in template (reference_match, score_0_10) or a template with {response} (and {question}, {reference}); null: reference_match.", refs=["roll:.judge_prompt"])
-    judge_model_type: str | None = param(None, doc="LLM judge: inference runs the judge model with posttrain's HF engine in the training process (api, a served model, is not implemented); null: inference.", choices=[None, "inference", "api"], refs=["roll:.judge_model_type"])
+    judge_model_type: str | None = param(None, doc="LLM judge: inference runs the judge model in the training process with its engine (engine.name); api, a model served over HTTP, is not implemented; null: inference.", choices=[None, "inference", "api"], refs=["roll:.judge_model_type"])
     model_args: dict[str, Any] = param(factory=dict, doc="LLM judge: model_name_or_path (a local directory or cached hub name) and dtype of the judge model.", refs=["roll:.model_args"])
     generating_args: dict[str, Any] = param(factory=dict, doc="LLM judge: max_new_tokens (32), do_sample (false), temperature, top_p, top_k, repetition_penalty of the judge's answers.", refs=["roll:.generating_args"])
+    engine: JudgeEngineConfig = param(factory=JudgeEngineConfig, doc="LLM judge: the engine it generates with and that engine's options.", refs=["roll:.strategy_args"])
     chat_template_name: str | None = param(None, doc="LLM judge: the named prompt template its prompt is written in (data.chat_template_name's names, applied to the judge's tokenizer); null: the judge tokenizer's own chat template, or the plain text when it has none.", choices=[None, *CHAT_TEMPLATE_NAMES], refs=["roll:.data_args.template"])
 
 @section
@@ -162,7 +182,7 @@ UNSUPPORTED: dict[str, str] = {
     "roll:reward_system_config": ("ROLL's remote reward-system worker (a reward service over HTTP, with its URLs and credentials): "
                                   "posttrain scores with reward functions and workers in its own processes (reward.*), not a remote service"),
     "roll:reward": "ROLL's reward-model role, a model served by its inference engine to score responses: posttrain's reward model is reward.reward_model (a sequence classifier on every worker), and a generative judge is a reward worker (reward.workers.<name>.worker_cls: llm_judge)",
-    "roll:reward_model": "ROLL's shared reward-model cluster served by its inference engine: posttrain's reward model is reward.reward_model (a sequence classifier on every worker), and a generative judge is a reward worker (reward.workers.<name>.worker_cls: llm_judge)",
+    "roll:reward_model": "ROLL's shared reward-model cluster served by its inference engine, with no LLM judge of judge_model_type cluster to serve (such a judge runs as a judge worker with this role's model, template and engine): posttrain's reward model is reward.reward_model (a sequence classifier on every worker), and a generative judge is a reward worker (reward.workers.<name>.worker_cls: llm_judge)",
 }
 
 
@@ -207,7 +227,8 @@ def check_reward_workers(cfg: Any) -> list[str]:
 def _judge_problems(key: str, worker: Any) -> list[str]:
     """An LLM judge's keys on another worker, a served judge, a judge in a process pool."""
     if worker.worker_cls != JUDGE:
-        return [f"{key}.{k}: only an LLM judge (worker_cls: {JUDGE}) reads it" for k in JUDGE_KEYS if getattr(worker, k) not in (None, {})]
+        return [f"{key}.{k}: only an LLM judge (worker_cls: {JUDGE}) reads it" for k in JUDGE_KEYS
+                if getattr(worker, k) not in (None, {}, JudgeEngineConfig())]
     problems = []
     if worker.judge_model_type == "api":
         problems.append(f"{key}.judge_model_type: api (a judge served over HTTP) is not implemented; run the judge model "
