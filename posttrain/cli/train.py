@@ -61,6 +61,7 @@ def _serve(cfg) -> int:
     from posttrain.checkpoint import checkpoint_root
     from posttrain.config import stage_configs
     from posttrain.errors import ConfigError
+    from posttrain.trainer.run import run_directory
     from posttrain.trainer.serving import serve_forever
 
     stages = stage_configs(cfg)

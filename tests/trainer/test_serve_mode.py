@@ -4,15 +4,15 @@ buffer, trained on by a `trainer.mode: train` run, whose checkpoint the server t
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
+import time
 import urllib.error
 import urllib.request
 
 import pytest
-import torch
 
 from posttrain.buffer.experience import Experience
+from posttrain.cluster.launch import free_port
 from posttrain.config.load import load_config
 from posttrain.errors import ConfigError
 from posttrain.trainer.run import run
@@ -52,6 +52,13 @@ def test_served_calls_become_the_batches_a_train_run_learns_from_and_its_checkpo
                  "trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.logger=[jsonl]", "rollout.temperature=1.0"]
     cfg = load_config(None, [*overrides, "trainer.mode=serve", "explorer.service_status_check_interval=3600"])
     serving = start_serving(cfg, root / "run", root / "run" / "checkpoints", port=0)
+    # a second server of the run: its own port, address and history file, and a short look interval
+    own_port, history = free_port(), tmp_path / "elsewhere" / "history.sqlite"
+    watcher = start_serving(load_config(None, [
+        *overrides, "trainer.mode=serve", "explorer.service_status_check_interval=0.2", f"explorer.proxy_port={own_port}",
+        "explorer.listen_address=0.0.0.0", f"explorer.db_url=sqlite:///{history}"]), root / "run", root / "run" / "checkpoints")
+    assert watcher.port == own_port and watcher.server.server_address[0] == "0.0.0.0" and history.is_file()
+    assert not (tmp_path / "elsewhere" / "proxy_history.sqlite").exists() and (root / "run" / "serve" / "proxy_history.sqlite").is_file()
     port, buffer = serving.port, root / "run" / "experience_buffer.sqlite"
     try:
         assert call(port, "/health") == (200, {"status": "ok"})
@@ -100,6 +107,12 @@ def test_served_calls_become_the_batches_a_train_run_learns_from_and_its_checkpo
         metrics = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()]
         trained = [m for m in metrics if "actor/pg_loss" in m]
         assert len(trained) == 2 and [m["critic/score/mean"] for m in trained] == pytest.approx([3.5 / 6, 1 / 3])
+        # the watcher looks every 0.2 s and serves the train run's checkpoint; the other looks once an hour
+        deadline = time.monotonic() + 60
+        while call(own_port, "/metrics")[1]["served_step"] != 2:
+            assert time.monotonic() < deadline, "the watcher did not pick up global_step_2"
+            time.sleep(0.1)
+        assert call(port, "/metrics")[1]["served_step"] == 0
         # the server picks up the train run's checkpoint without stopping, and records the new step
         before = chat(port, "ab")
         assert serving.follow() == 2
@@ -110,6 +123,7 @@ def test_served_calls_become_the_batches_a_train_run_learns_from_and_its_checkpo
         assert stored(buffer, 3).batch.weights_version.tolist() == [0, 2]
     finally:
         serving.stop()
+        watcher.stop()
 
 
 def test_serve_refuses_what_it_cannot_serve(tmp_path):
