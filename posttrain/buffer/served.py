@@ -28,7 +28,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -65,7 +65,7 @@ class ServedHistory:
                 self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA,))
                 self.db.execute(
                     "CREATE TABLE IF NOT EXISTS calls (id TEXT PRIMARY KEY, created REAL NOT NULL, policy_step INTEGER NOT NULL, "
-                    "prompt TEXT NOT NULL, choices TEXT NOT NULL, raw_prompt TEXT NOT NULL, reward REAL, task_id TEXT, "
+                    "prompt TEXT NOT NULL, n INTEGER NOT NULL, choices TEXT NOT NULL, raw_prompt TEXT NOT NULL, reward REAL, task_id TEXT, "
                     "run_id INTEGER, batch INTEGER)"
                 )
             (schema,) = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
@@ -87,8 +87,8 @@ class ServedHistory:
             n = int(out.response_mask[i].sum())  # right-padded after EOS: the first n tokens are the response
             choices.append({"ids": out.response_ids[i, :n].tolist(), "logprobs": out.rollout_logprobs[i, :n].tolist(), "text": texts[i]})
         with self.lock, self.db:
-            self.db.execute("INSERT INTO calls (id, created, policy_step, prompt, choices, raw_prompt) VALUES (?, ?, ?, ?, ?, ?)",
-                            (call_id, time.time(), policy_step, json.dumps(prompt_ids), json.dumps(choices), raw_prompt))
+            self.db.execute("INSERT INTO calls (id, created, policy_step, prompt, n, choices, raw_prompt) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            (call_id, time.time(), policy_step, json.dumps(prompt_ids), len(choices), json.dumps(choices), raw_prompt))
 
     def feedback(self, reward: float, call_ids: list[str], task_id: str | None = None, run_id: int = 0) -> dict[str, Any]:
         """Reward the completions `call_ids` (all or none: an unknown id raises `UnknownCompletion`);
@@ -105,16 +105,22 @@ class ServedHistory:
         return {"rewarded": len(fresh), "already_rewarded": [c for c in dict.fromkeys(call_ids) if found[c]]}
 
     def counts(self) -> dict[str, int]:
-        """Completions recorded, rewarded and waiting for a commit, and committed."""
+        """Completions recorded, rewarded and waiting for a commit, and committed; with Trinity-RFT's
+        names for its /metrics: experiences (choices) recorded and rewarded, and commits made."""
         with self.lock:
-            total, ready, committed = self.db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(reward IS NOT NULL AND batch IS NULL), 0), COALESCE(SUM(batch IS NOT NULL), 0) FROM calls"
+            total, ready, committed, choices, rewarded, commits = self.db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(reward IS NOT NULL AND batch IS NULL), 0), COALESCE(SUM(batch IS NOT NULL), 0), "
+                "COALESCE(SUM(n), 0), COALESCE(SUM(CASE WHEN reward IS NOT NULL THEN n END), 0), "
+                "COUNT(DISTINCT batch) FROM calls"
             ).fetchone()
-        return {"recorded": int(total), "ready": int(ready), "committed": int(committed)}
+        return {"recorded": int(total), "ready": int(ready), "committed": int(committed),
+                "rollout/total_experience_count": int(choices), "rollout/ready_experience_count": int(rewarded),
+                "explore_step_num": int(commits), "rollout/model_0/total_request_count": int(total)}
 
-    def commit(self, buffer) -> tuple[int, int]:
-        """Write every rewarded, uncommitted completion as the buffer's next batch; (batch number,
-        rows), or (0, 0) when none waits. A failing write leaves them uncommitted and raises."""
+    def commit(self, buffer, transform: Callable[[Experience], Experience] = lambda e: e) -> tuple[int, int]:
+        """Write every rewarded, uncommitted completion as the buffer's next batch, through
+        `transform` (the experience pipeline); (batch number, rows written), or (0, 0) when none
+        waits. A failing write leaves them uncommitted and raises."""
         with self.lock:
             batch = buffer.explored() + 1
             with self.db:
@@ -123,6 +129,7 @@ class ServedHistory:
             if experience is None:
                 return 0, 0
             try:
+                experience = transform(experience)
                 buffer.write(batch, experience)
             except BaseException:
                 with self.db:
@@ -130,12 +137,12 @@ class ServedHistory:
                 raise
             return batch, len(experience.batch)
 
-    def recover(self, buffer) -> list[int]:
+    def recover(self, buffer, transform: Callable[[Experience], Experience] = lambda e: e) -> list[int]:
         """Write again the batches a commit marked but did not write (a crash between the two)."""
         with self.lock:
             lost = [int(b) for (b,) in self.db.execute("SELECT DISTINCT batch FROM calls WHERE batch > ? ORDER BY batch", (buffer.explored(),))]
             for b in lost:
-                buffer.write(b, self._experience(b))
+                buffer.write(b, transform(self._experience(b)))
         return lost
 
     def _experience(self, batch: int) -> Experience | None:

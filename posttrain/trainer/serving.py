@@ -25,11 +25,14 @@ named once and the previous weights keep serving.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from posttrain.buffer.experience import Experience
+from posttrain.buffer.operators import run_pipeline
 from posttrain.buffer.served import ServedHistory, UnknownCompletion
 from posttrain.checkpoint.layout import step_dirs
 from posttrain.checkpoint.load import load_weights
@@ -137,7 +140,8 @@ def start_serving(cfg: Config, stage_dir: Path, checkpoints: Path, port: int | N
     serving.server = make_server(
         service, cfg.explorer.listen_address, cfg.explorer.proxy_port if port is None else port,
         routes={"/feedback": lambda body: _feedback(history, body), "/commit": lambda body: _commit(cfg, stage_dir, history)},
-        get_routes={"/health": lambda: {"status": "ok"}, "/metrics": lambda: {**history.counts(), "served_step": serving.step}},
+        get_routes={"/health": lambda: {"status": "ok"},
+                    "/metrics": lambda: {**history.counts(), "served_step": serving.step, "rollout/model_0/model_version": serving.step}},
     )
     for target in (serving.server.serve_forever, serving._follow_loop):
         thread = threading.Thread(target=target, daemon=True)
@@ -146,10 +150,24 @@ def start_serving(cfg: Config, stage_dir: Path, checkpoints: Path, port: int | N
     return serving
 
 
+def pipeline(cfg: Config) -> Callable[[Experience], Experience]:
+    """data_processor.experience_pipeline's operators over a committed batch (Trinity-RFT runs them at
+    its commit too); their metrics join the batch's."""
+    operators = list(cfg.data_processor.experience_pipeline.operators)
+
+    def apply(experience: Experience) -> Experience:
+        if not operators:
+            return experience
+        batch, scores, texts, metrics = run_pipeline(operators, experience.batch, experience.scores, experience.texts)
+        return dataclasses.replace(experience, batch=batch, scores=scores, texts=texts,
+                                   reward_metrics={**experience.reward_metrics, **metrics})
+    return apply
+
+
 def _recover(cfg: Config, stage_dir: Path, history: ServedHistory) -> None:
     buffer = open_buffer(cfg, stage_dir)
     try:
-        for b in history.recover(buffer):
+        for b in history.recover(buffer, pipeline(cfg)):
             print(f"[serve] batch {b} was committed but not written (the server stopped between the two); written now", flush=True)
     finally:
         buffer.close()
@@ -174,7 +192,7 @@ def _commit(cfg: Config, stage_dir: Path, history: ServedHistory) -> dict[str, A
     try:
         buffer = open_buffer(cfg, stage_dir)
         try:
-            batch, rows = history.commit(buffer)
+            batch, rows = history.commit(buffer, pipeline(cfg))
         finally:
             buffer.close()
     except Exception as err:  # a refused path, a full disk, a locked file: a 503, never a dead server

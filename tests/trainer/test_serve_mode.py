@@ -102,7 +102,9 @@ def test_served_calls_become_the_batches_a_train_run_learns_from_and_its_checkpo
         call(port, "/feedback", {"reward": 1.0, "msg_ids": [more[0]["id"]], "task_id": "c"})
         call(port, "/feedback", {"reward": 0.0, "msg_ids": [more[1]["id"], unread["id"]], "task_id": "c"})
         assert call(port, "/commit", {})[1] == {"status": "success", "batch": 2, "rows": 3}
-        assert call(port, "/metrics")[1] == {"recorded": 8, "ready": 0, "committed": 8, "served_step": 0}
+        counts = call(port, "/metrics")[1]
+        assert {k: counts[k] for k in ("recorded", "ready", "committed", "served_step", "rollout/total_experience_count")} == {
+            "recorded": 8, "ready": 0, "committed": 8, "served_step": 0, "rollout/total_experience_count": 9}
         run(load_config(None, [*overrides, "trainer.mode=train"]))
         metrics = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()]
         trained = [m for m in metrics if "actor/pg_loss" in m]
