@@ -6,7 +6,10 @@ Two routes, the subset agents and evaluation harnesses call:
 - ``POST /v1/chat/completions``: ``messages`` (and ``tools``) go through the tokenizer's chat
   template; ``n``, ``temperature`` (0: greedy), ``top_p``, ``max_tokens`` (or
   ``max_completion_tokens``), ``stop`` (a string or a list), ``seed`` and ``logprobs`` are honoured;
-  any other field is refused with a 400 naming it, rather than ignored. The model's Hermes-style
+  any other field is refused with a 400 naming it, rather than ignored. ``stream: true`` answers
+  with server-sent events as OpenAI's clients read them, but not token by token: the whole
+  completion is generated first and sent as one chunk per choice, then ``[DONE]`` (with
+  ``stream_options.include_usage`` a usage chunk before it). The model's Hermes-style
   ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks become ``tool_calls`` (and
   ``finish_reason: tool_calls``); the text around them is the message ``content``.
 
@@ -39,7 +42,7 @@ from posttrain.rollout.base import RolloutEngine, SamplingParams
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _KNOWN = {"model", "messages", "tools", "tool_choice", "n", "temperature", "top_p", "max_tokens",
-          "max_completion_tokens", "stop", "seed", "logprobs", "stream", "user"}
+          "max_completion_tokens", "stop", "seed", "logprobs", "stream", "stream_options", "user"}
 
 
 class RequestError(ValueError):
@@ -93,8 +96,8 @@ def sampling_from(body: dict[str, Any]) -> SamplingParams:
     unknown = sorted(set(body) - _KNOWN)
     if unknown:
         raise RequestError(f"unsupported field(s): {', '.join(unknown)}")
-    if body.get("stream"):
-        raise RequestError("stream: true is not supported; ask for the whole completion")
+    if not isinstance(body.get("stream_options") or {}, dict):
+        raise RequestError("stream_options: an object such as {\"include_usage\": true}")
     stop = body.get("stop") or ()
     stop = (stop,) if isinstance(stop, str) else tuple(stop)
     temperature = float(body.get("temperature", 1.0))
@@ -188,6 +191,25 @@ def _eos_ids(tokenizer: Any, engine: Any) -> set[int]:
 Route = Callable[[dict[str, Any]], dict[str, Any]]
 
 
+def stream_chunks(answer: dict[str, Any], include_usage: bool = False) -> list[dict[str, Any]]:
+    """A chat completion as the chunks of a stream: one per choice carrying its whole message (and
+    the token ids and log-probs it has), the first with the prompt's token ids when recorded."""
+    head = {"id": answer["id"], "object": "chat.completion.chunk", "created": answer["created"], "model": answer["model"]}
+    chunks = []
+    for choice in answer["choices"]:
+        delta = dict(choice["message"])
+        if "tool_calls" in delta:  # a streamed tool call carries its index among the message's calls
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(delta["tool_calls"])]
+        part = {"index": choice["index"], "delta": delta, "finish_reason": choice["finish_reason"]}
+        part.update({k: choice[k] for k in ("logprobs", "token_ids") if k in choice})
+        chunks.append({**head, "choices": [part]})
+    if "prompt_token_ids" in answer and chunks:
+        chunks[0]["prompt_token_ids"] = answer["prompt_token_ids"]
+    if include_usage:
+        chunks.append({**head, "choices": [], "usage": answer["usage"]})
+    return chunks
+
+
 def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 8000, *,
                 routes: dict[str, Route] | None = None, get_routes: dict[str, Callable[[], dict[str, Any]]] | None = None) -> ThreadingHTTPServer:
     """An HTTP server answering the two routes with `service`, and `routes` (POST path -> handler of
@@ -210,6 +232,8 @@ def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 8000,
                 self._send(404, _error(f"no route {self.path}; this server has {listing}", "not_found"))
                 return
 
+            streamed: list[bool] = []  # a chat completion asked for as a stream
+
             def call() -> dict[str, Any]:
                 try:
                     body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
@@ -217,10 +241,12 @@ def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 8000,
                     raise RequestError(f"the body is not JSON: {err}") from None
                 if not isinstance(body, dict):
                     raise RequestError("the body must be a JSON object")
+                if route == service.complete and body.get("stream"):
+                    streamed.append(bool((body.get("stream_options") or {}).get("include_usage")))
                 return route(body)
-            self._answer(call)
+            self._answer(call, streamed)
 
-        def _answer(self, call: Callable[[], dict[str, Any]]) -> None:
+        def _answer(self, call: Callable[[], dict[str, Any]], streamed: list[bool] = []) -> None:  # noqa: B006 (read only)
             try:
                 payload = call()
             except RequestError as err:
@@ -229,7 +255,18 @@ def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 8000,
             except Exception as err:  # a bug or a failing engine: this request fails, the server serves on
                 self._send(500, _error(f"internal error: {type(err).__name__}: {err}", "internal_error"))
             else:
-                self._send(200, payload)
+                if streamed:
+                    self._send_events(stream_chunks(payload, streamed[0]))
+                else:
+                    self._send(200, payload)
+
+        def _send_events(self, chunks: list[dict[str, Any]]) -> None:
+            data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode() + b"data: [DONE]\n\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def _send(self, status: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()

@@ -30,6 +30,16 @@ def call(port, path, body=None, raw=None):
         return err.code, json.loads(err.read())
 
 
+def stream(port, body):
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.headers["Content-Type"] == "text/event-stream"
+        events = [line.removeprefix("data: ") for line in response.read().decode().split("\n\n") if line]
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
 def stored(path, batch: int) -> Experience:
     db = sqlite3.connect(str(path))
     try:
@@ -99,16 +109,22 @@ def test_served_calls_become_the_batches_a_train_run_learns_from_and_its_checkpo
         assert rows.weights_version.tolist() == [0] * 6 and first.policy_step == 0
         # batch 2, then a train run of two steps on the two batches
         more = [chat(port, t) for t in ("pq", "qp")]
+        # a streamed call (OpenAI's server-sent events; the whole answer in one chunk) is recorded too
+        chunks = stream(port, {"messages": [{"role": "user", "content": "rs"}], "max_tokens": 4, "stream": True,
+                               "stream_options": {"include_usage": True}})
+        assert chunks[0]["object"] == "chat.completion.chunk" and chunks[-1]["usage"]["completion_tokens"] == 4
+        assert len(chunks[0]["choices"][0]["token_ids"]) == 4 and chunks[0]["prompt_token_ids"]
         call(port, "/feedback", {"reward": 1.0, "msg_ids": [more[0]["id"]], "task_id": "c"})
-        call(port, "/feedback", {"reward": 0.0, "msg_ids": [more[1]["id"], unread["id"]], "task_id": "c"})
-        assert call(port, "/commit", {})[1] == {"status": "success", "batch": 2, "rows": 3}
+        call(port, "/feedback", {"reward": 0.0, "msg_ids": [more[1]["id"], unread["id"], chunks[0]["id"]], "task_id": "c"})
+        assert call(port, "/commit", {})[1] == {"status": "success", "batch": 2, "rows": 4}
+        assert stored(buffer, 2).batch.response_ids[3, :4].tolist() == chunks[0]["choices"][0]["token_ids"]
         counts = call(port, "/metrics")[1]
         assert {k: counts[k] for k in ("recorded", "ready", "committed", "served_step", "rollout/total_experience_count")} == {
-            "recorded": 8, "ready": 0, "committed": 8, "served_step": 0, "rollout/total_experience_count": 9}
+            "recorded": 9, "ready": 0, "committed": 9, "served_step": 0, "rollout/total_experience_count": 10}
         run(load_config(None, [*overrides, "trainer.mode=train"]))
         metrics = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()]
         trained = [m for m in metrics if "actor/pg_loss" in m]
-        assert len(trained) == 2 and [m["critic/score/mean"] for m in trained] == pytest.approx([3.5 / 6, 1 / 3])
+        assert len(trained) == 2 and [m["critic/score/mean"] for m in trained] == pytest.approx([3.5 / 6, 1 / 4])
         # the watcher looks every 0.2 s and serves the train run's checkpoint; the other looks once an hour
         deadline = time.monotonic() + 60
         while call(own_port, "/metrics")[1]["served_step"] != 2:
