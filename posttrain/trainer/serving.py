@@ -45,11 +45,12 @@ from posttrain.models.loading import causal_lm_from_config, tokenizer_from_confi
 from posttrain.models.lora import is_adapter_dir
 from posttrain.rollout.server import ChatService, NotFound, RequestError, Unavailable, make_server
 from posttrain.trainer.decoupled import buffer_path, open_buffer
+from posttrain.trainer.preflight import check_model_dir
 from posttrain.trainer.rl_build import make_engine, policy_temperature
 
 
 def check_serve(cfg: Config) -> None:
-    """What a serve run cannot do, refused before any model is built."""
+    """What a serve run cannot do, refused before any model is built; the model directory is checked."""
     if cfg.algorithm.kind != "rl":
         raise ConfigError(f"trainer.mode=serve serves an RL stage's policy; algorithm.kind is {cfg.algorithm.kind!r}")
     if explorer_processes(cfg) > 1:
@@ -58,6 +59,7 @@ def check_serve(cfg: Config) -> None:
     url = cfg.explorer.db_url
     if url and "://" in url and not url.startswith("sqlite:///"):
         raise ConfigError(f"explorer.db_url={url}: the served history is an SQLite file; give a path or a sqlite:/// URL")
+    check_model_dir(cfg)
 
 
 def history_path(cfg: Config, stage_dir: Path) -> Path:
@@ -137,12 +139,16 @@ def start_serving(cfg: Config, stage_dir: Path, checkpoints: Path, port: int | N
     service = ChatService(engine, tokenizer, Path(cfg.model.path).name, recorder=record, temperature=policy_temperature(cfg))
     serving = Serving(None, service, history, checkpoints, cfg.explorer.service_status_check_interval)
     serving.follow()  # the newest checkpoint already there (Trinity's serve syncs once at start)
-    serving.server = make_server(
-        service, cfg.explorer.listen_address, cfg.explorer.proxy_port if port is None else port,
-        routes={"/feedback": lambda body: _feedback(history, body), "/commit": lambda body: _commit(cfg, stage_dir, history)},
+    host, port = cfg.explorer.listen_address, cfg.explorer.proxy_port if port is None else port
+    try:
+        serving.server = make_server(service, host, port, routes={"/feedback": lambda body: _feedback(history, body), "/commit": lambda body: _commit(cfg, stage_dir, history)},
         get_routes={"/health": lambda: {"status": "ok"},
                     "/metrics": lambda: {**history.counts(), "served_step": serving.step, "rollout/model_0/model_version": serving.step}},
-    )
+        )
+    except OSError as err:
+        history.close()
+        raise ConfigError(f"explorer.listen_address/proxy_port: cannot listen on {host}:{port} ({err.strerror or err}); "
+                          "choose another port (0: a free one) or stop what holds it") from None
     for target in (serving.server.serve_forever, serving._follow_loop):
         thread = threading.Thread(target=target, daemon=True)
         thread.start()

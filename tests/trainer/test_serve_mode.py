@@ -70,6 +70,8 @@ def test_served_calls_become_the_batches_a_train_run_learns_from_and_its_checkpo
     assert watcher.port == own_port and watcher.server.server_address[0] == "0.0.0.0" and history.is_file()
     assert not (tmp_path / "elsewhere" / "proxy_history.sqlite").exists() and (root / "run" / "serve" / "proxy_history.sqlite").is_file()
     port, buffer = serving.port, root / "run" / "experience_buffer.sqlite"
+    with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+        start_serving(cfg, root / "run", root / "run" / "checkpoints", port=port)
     try:
         assert call(port, "/health") == (200, {"status": "ok"})
         # batch 1: two tasks of two completions each, and one completion of two choices (its own group)
