@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+
 from posttrain.buffer.experience import Experience
 from posttrain.buffer.operators import run_pipeline
 from posttrain.buffer.served import ServedHistory, UnknownCompletion
@@ -43,10 +45,11 @@ from posttrain.config.schema import Config
 from posttrain.errors import ConfigError
 from posttrain.models.loading import causal_lm_from_config, tokenizer_from_config
 from posttrain.models.lora import is_adapter_dir
+from posttrain.models.precision import compute_dtype
 from posttrain.rollout.server import ChatService, NotFound, RequestError, Unavailable, make_server
-from posttrain.trainer.decoupled import buffer_path, open_buffer
+from posttrain.trainer.decoupled import buffer_path, explorer_devices, open_buffer
 from posttrain.trainer.preflight import check_model_dir
-from posttrain.trainer.rl_build import make_engine, policy_temperature
+from posttrain.trainer.rl_build import engine_precision, make_engine, policy_temperature
 
 
 def check_serve(cfg: Config) -> None:
@@ -129,8 +132,7 @@ def start_serving(cfg: Config, stage_dir: Path, checkpoints: Path, port: int | N
     history = ServedHistory(history_path(cfg, stage_dir))
     _recover(cfg, stage_dir, history)
     tokenizer = tokenizer_from_config(cfg.model)
-    policy = causal_lm_from_config(cfg.model).eval().requires_grad_(False)
-    engine = make_engine(cfg, policy, tokenizer, owns_weights=True)
+    engine = make_engine(cfg, _engine_model(cfg), tokenizer, owns_weights=True)
 
     def record(call_id: str, prompt_ids: list[int], out, version: int) -> None:
         texts = [tokenizer.decode(out.response_ids[i, : int(out.response_mask[i].sum())].tolist(), skip_special_tokens=True) for i in range(len(out))]
@@ -154,6 +156,16 @@ def start_serving(cfg: Config, stage_dir: Path, checkpoints: Path, port: int | N
         thread.start()
         serving._threads.append(thread)
     return serving
+
+
+def _engine_model(cfg: Config) -> Any:
+    """The policy as the explorer's engine holds it (posttrain.trainer.rl_build.build_roles): on the
+    first rollout device when CUDA is there (the CPU otherwise), in `rollout.dtype`."""
+    device = torch.device("cuda", explorer_devices(cfg)[0]) if torch.cuda.is_available() else torch.device("cpu")
+    policy = causal_lm_from_config(cfg.model, device=device)
+    actor_compute = compute_dtype(cfg.actor.fsdp_config.mixed_precision.param_dtype, device)
+    engine_dtype, _ = engine_precision(policy, actor_compute, cfg.rollout.dtype)
+    return policy.eval().requires_grad_(False).to(engine_dtype)
 
 
 def pipeline(cfg: Config) -> Callable[[Experience], Experience]:
