@@ -153,3 +153,12 @@ def test_serve_refuses_what_it_cannot_serve(tmp_path):
         check_serve(load_config(None, [*base, "cluster.n_gpus_per_node=3", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.rollout=[1,2]"]))
     with pytest.raises(ConfigError, match="served history is an SQLite file"):
         check_serve(load_config(None, [*base, "explorer.db_url=postgresql://db/x"]))
+
+
+def test_the_command_says_what_is_wrong_in_one_line_before_building_a_model(tmp_path):
+    from cli_run_helpers import posttrain
+
+    (tmp_path / "serve.yaml").write_text("model: {path: missing-model}\ntrainer: {mode: serve}\n")
+    out = posttrain("train", str(tmp_path / "serve.yaml"), f"trainer.default_local_dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert out.returncode == 2 and "model path 'missing-model' is not an existing local directory" in out.stderr
+    assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1
