@@ -47,10 +47,28 @@ def _run(args: argparse.Namespace) -> int:
     # (~4 s), which a config that does not load should not make the user wait for.
     from posttrain.trainer.run import run_directory
 
+    if cfg.trainer.mode == "serve":  # beside a train run of the same directory: its own lock, in serve/
+        with hold_run_lock(run_directory(cfg) / "serve"):
+            return _serve(cfg)
     # One run per directory, held by this process for the whole command (workers it starts are let
     # in): a second command on the same directory is refused before it prepares or writes anything.
     with hold_run_lock(run_directory(cfg)):
         return _train(args, cfg)
+
+
+def _serve(cfg) -> int:
+    """trainer.mode serve (posttrain.trainer.serving): one RL stage's policy behind the endpoint."""
+    from posttrain.checkpoint import checkpoint_root
+    from posttrain.config import stage_configs
+    from posttrain.errors import ConfigError
+    from posttrain.trainer.run import run_directory
+    from posttrain.trainer.serving import serve_forever
+
+    stages = stage_configs(cfg)
+    if len(stages) > 1:
+        raise ConfigError("trainer.mode=serve serves one RL stage's policy; a config with stages is refused (serve a one-stage config)")
+    base = run_directory(cfg)
+    return serve_forever(stages[0].config, base, checkpoint_root(stages[0].config, base, stages[0].name, False))
 
 
 def _train(args: argparse.Namespace, cfg) -> int:

@@ -6,13 +6,23 @@ Two routes, the subset agents and evaluation harnesses call:
 - ``POST /v1/chat/completions``: ``messages`` (and ``tools``) go through the tokenizer's chat
   template; ``n``, ``temperature`` (0: greedy), ``top_p``, ``max_tokens`` (or
   ``max_completion_tokens``), ``stop`` (a string or a list), ``seed`` and ``logprobs`` are honoured;
-  any other field is refused with a 400 naming it, rather than ignored. The model's Hermes-style
+  any other field is refused with a 400 naming it, rather than ignored. ``stream: true`` answers
+  with server-sent events as OpenAI's clients read them, but not token by token: the whole
+  completion is generated first and sent as one chunk per choice, then ``[DONE]`` (with
+  ``stream_options.include_usage`` a usage chunk before it). The model's Hermes-style
   ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks become ``tool_calls`` (and
   ``finish_reason: tool_calls``); the text around them is the message ``content``.
 
 Standard library only (`http.server`, one thread per connection); requests are served one at a
 time by the engine (a lock), each as one `generate` call with its n responses. Bound to 127.0.0.1
 unless told otherwise: it has no authentication.
+
+A `recorder` (trainer.mode serve, `posttrain.trainer.serving`) receives every completion's token ids
+and log-probs; the response then also carries them (``prompt_token_ids``, each choice's
+``token_ids`` and ``logprobs``, as vLLM returns them with ``return_token_ids``), and the request's
+temperature is replaced by the served policy's (the trainer's log-probs assume it). Further routes
+(`make_server`'s ``routes``) answer JSON with JSON; every failure is an HTTP error with a message,
+never a dead server.
 """
 
 from __future__ import annotations
@@ -23,20 +33,38 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from posttrain.records import PromptBatch
+from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import RolloutEngine, SamplingParams
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _KNOWN = {"model", "messages", "tools", "tool_choice", "n", "temperature", "top_p", "max_tokens",
-          "max_completion_tokens", "stop", "seed", "logprobs", "stream", "user"}
+          "max_completion_tokens", "stop", "seed", "logprobs", "stream", "stream_options", "user"}
 
 
 class RequestError(ValueError):
-    """A request the server answers with 400 and this message."""
+    """A request the server answers with 400 (or the subclass's `status`) and this message."""
+
+    status = 400
+
+
+class NotFound(RequestError):
+    """A request naming something the server does not hold (404)."""
+
+    status = 404
+
+
+class Unavailable(RequestError):
+    """A request the server cannot carry out now, through no fault of the request (503)."""
+
+    status = 503
+
+
+#: (completion id, prompt token ids, the engine's output rows, weights version that sampled them)
+Recorder = Callable[[str, list[int], RolloutBatch, int], None]
 
 
 def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
@@ -68,8 +96,8 @@ def sampling_from(body: dict[str, Any]) -> SamplingParams:
     unknown = sorted(set(body) - _KNOWN)
     if unknown:
         raise RequestError(f"unsupported field(s): {', '.join(unknown)}")
-    if body.get("stream"):
-        raise RequestError("stream: true is not supported; ask for the whole completion")
+    if not isinstance(body.get("stream_options") or {}, dict):
+        raise RequestError("stream_options: an object such as {\"include_usage\": true}")
     stop = body.get("stop") or ()
     stop = (stop,) if isinstance(stop, str) else tuple(stop)
     temperature = float(body.get("temperature", 1.0))
@@ -87,14 +115,20 @@ def sampling_from(body: dict[str, Any]) -> SamplingParams:
 class ChatService:
     """Chat completions from an engine and its tokenizer (the HTTP layer is `serve`)."""
 
-    def __init__(self, engine: RolloutEngine, tokenizer: Any, model_name: str):
+    def __init__(self, engine: RolloutEngine, tokenizer: Any, model_name: str, *, recorder: Recorder | None = None,
+                 temperature: float | None = None):
+        """`recorder`: called with every completion (see the module docstring); `temperature`: the
+        sampling temperature every request gets, whatever it asks (None: the request's)."""
         self.engine, self.tokenizer, self.model_name = engine, tokenizer, model_name
-        self.lock = threading.Lock()  # engines decode one batch at a time
+        self.recorder, self.temperature = recorder, temperature
+        self.lock = threading.Lock()  # engines decode one batch at a time; weight loads take it too
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "posttrain"}]}
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.temperature is not None:  # the served policy's temperature: its rows are trained at it
+            body = {**body, "temperature": self.temperature}
         params = sampling_from(body)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -109,18 +143,26 @@ class ChatService:
         uid = "seeded" if params.seed is not None else uuid.uuid4().hex
         prompt = PromptBatch(torch.tensor([ids]), torch.ones(1, len(ids)), uid=[uid])
         with self.lock:
-            out = self.engine.generate(prompt, params, expected_version=self.engine.weights_version)
+            version = self.engine.weights_version
+            out = self.engine.generate(prompt, params, expected_version=version)
+        recording = self.recorder is not None
         choices, completion_tokens = [], 0
         for i in range(len(out)):
             n = int(out.response_mask[i].sum())
             tokens = out.response_ids[i, :n].tolist()
             completion_tokens += n
-            choices.append(self._choice(i, tokens, out.rollout_logprobs[i, :n].tolist(), params, bool(body.get("logprobs"))))
-        return {
+            choices.append(self._choice(i, tokens, out.rollout_logprobs[i, :n].tolist(), params, bool(body.get("logprobs")) or recording))
+            if recording:
+                choices[-1]["token_ids"] = tokens
+        answer = {
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
             "model": self.model_name, "choices": choices,
             "usage": {"prompt_tokens": len(ids), "completion_tokens": completion_tokens, "total_tokens": len(ids) + completion_tokens},
         }
+        if recording:  # recorded before the answer leaves: feedback may follow at once
+            self.recorder(answer["id"], ids, out, int(version))
+            answer["prompt_token_ids"] = ids
+        return answer
 
     def _choice(self, index: int, tokens: list[int], logprobs: list[float], params: SamplingParams, with_logprobs: bool) -> dict[str, Any]:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
@@ -146,29 +188,85 @@ def _eos_ids(tokenizer: Any, engine: Any) -> set[int]:
     return set(getattr(engine, "eos_token_ids", None) or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []))
 
 
-def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
-    """An HTTP server answering the two routes with `service` (call `serve_forever()`)."""
+Route = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def stream_chunks(answer: dict[str, Any], include_usage: bool = False) -> list[dict[str, Any]]:
+    """A chat completion as the chunks of a stream: one per choice carrying its whole message (and
+    the token ids and log-probs it has), the first with the prompt's token ids when recorded."""
+    head = {"id": answer["id"], "object": "chat.completion.chunk", "created": answer["created"], "model": answer["model"]}
+    chunks = []
+    for choice in answer["choices"]:
+        delta = dict(choice["message"])
+        if "tool_calls" in delta:  # a streamed tool call carries its index among the message's calls
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(delta["tool_calls"])]
+        part = {"index": choice["index"], "delta": delta, "finish_reason": choice["finish_reason"]}
+        part.update({k: choice[k] for k in ("logprobs", "token_ids") if k in choice})
+        chunks.append({**head, "choices": [part]})
+    if "prompt_token_ids" in answer and chunks:
+        chunks[0]["prompt_token_ids"] = answer["prompt_token_ids"]
+    if include_usage:
+        chunks.append({**head, "choices": [], "usage": answer["usage"]})
+    return chunks
+
+
+def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 8000, *,
+                routes: dict[str, Route] | None = None, get_routes: dict[str, Callable[[], dict[str, Any]]] | None = None) -> ThreadingHTTPServer:
+    """An HTTP server answering the two routes with `service`, and `routes` (POST path -> handler of
+    the JSON body) and `get_routes` (GET path -> handler) beside them (call `serve_forever()`)."""
+    posts: dict[str, Route] = {"/v1/chat/completions": service.complete, **(routes or {})}
+    gets: dict[str, Callable[[], dict[str, Any]]] = {"/v1/models": service.models, **(get_routes or {})}
+    listing = ", ".join([f"GET {p}" for p in gets] + [f"POST {p}" for p in posts])
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            if self.path.rstrip("/") == "/v1/models":
-                self._send(200, service.models())
+            route = gets.get(self.path.rstrip("/"))
+            if route is None:
+                self._send(404, _error(f"no route {self.path}; this server has {listing}", "not_found"))
             else:
-                self._send(404, _error(f"no route {self.path}; this server has GET /v1/models and POST /v1/chat/completions", "not_found"))
+                self._answer(lambda: route())
 
         def do_POST(self) -> None:  # noqa: N802
-            if self.path.rstrip("/") != "/v1/chat/completions":
-                self._send(404, _error(f"no route {self.path}", "not_found"))
+            route = posts.get(self.path.rstrip("/"))
+            if route is None:
+                self._send(404, _error(f"no route {self.path}; this server has {listing}", "not_found"))
                 return
-            try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+
+            streamed: list[bool] = []  # a chat completion asked for as a stream
+
+            def call() -> dict[str, Any]:
+                try:
+                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as err:
+                    raise RequestError(f"the body is not JSON: {err}") from None
                 if not isinstance(body, dict):
                     raise RequestError("the body must be a JSON object")
-                self._send(200, service.complete(body))
-            except json.JSONDecodeError as err:
-                self._send(400, _error(f"the body is not JSON: {err}"))
+                if route == service.complete and body.get("stream"):
+                    streamed.append(bool((body.get("stream_options") or {}).get("include_usage")))
+                return route(body)
+            self._answer(call, streamed)
+
+        def _answer(self, call: Callable[[], dict[str, Any]], streamed: list[bool] = []) -> None:  # noqa: B006 (read only)
+            try:
+                payload = call()
             except RequestError as err:
-                self._send(400, _error(str(err)))
+                kind = {404: "not_found", 503: "unavailable"}.get(err.status, "invalid_request_error")
+                self._send(err.status, _error(str(err), kind))
+            except Exception as err:  # a bug or a failing engine: this request fails, the server serves on
+                self._send(500, _error(f"internal error: {type(err).__name__}: {err}", "internal_error"))
+            else:
+                if streamed:
+                    self._send_events(stream_chunks(payload, streamed[0]))
+                else:
+                    self._send(200, payload)
+
+        def _send_events(self, chunks: list[dict[str, Any]]) -> None:
+            data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode() + b"data: [DONE]\n\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def _send(self, status: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()

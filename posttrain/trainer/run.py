@@ -194,6 +194,9 @@ def check_run(cfg: Config, pending: Collection[Path] = ()) -> list[StageCheck]:
         explicit = target is not None and target[1] == stage.name
         if not explicit and cfg.trainer.resume_mode != "disable" and _completed(stage_dir) is not None and not _benches(config):
             checks.append(StageCheck(stage.name, config, None, "already complete"))
+        elif config.algorithm.kind == "rl" and config.trainer.mode == "serve":  # posttrain.trainer.serving
+            _check_serve(config)
+            checks.append(StageCheck(stage.name, config, None, "trainer.mode serve reads no data (model.path was checked)"))
         elif (waiting := _waiting_on(config, pending)) is not None:
             check_stage_names(config)
             check_reward(config)
@@ -201,6 +204,12 @@ def check_run(cfg: Config, pending: Collection[Path] = ()) -> list[StageCheck]:
         else:
             checks.append(StageCheck(stage.name, config, stage_inputs(config)))
     return checks
+
+
+def _check_serve(cfg: Config) -> None:
+    from posttrain.trainer.serving import check_serve  # imports the engines: only for a serve config
+
+    check_serve(cfg)
 
 
 def stage_dirs(cfg: Config, stages: list) -> list[Path]:

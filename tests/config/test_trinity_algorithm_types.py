@@ -125,8 +125,8 @@ def test_the_docs_table_lists_every_type_with_its_parts():
     assert all(f"| {name} " in doc.replace("`", "") or f"| `{name}` | refused" in doc for name in ta.REFUSED)
 
 
-def test_modes_bench_is_translated_and_serve_refused_with_the_reason():
+def test_modes_bench_and_serve_are_translated():
     native, _ = translate({"mode": "bench", "explorer": {"bench_on_latest_checkpoint": True}}, "trinity")
     assert native["trainer"]["mode"] == "bench" and native["explorer"]["bench_on_latest_checkpoint"] is True
-    _, report = translate({"mode": "serve"}, "trinity")
-    assert "OpenAI-compatible endpoint" in _entry(report, "mode").reason and _entry(report, "mode").status == "refused"
+    native, report = translate({"mode": "serve"}, "trinity")
+    assert native["trainer"]["mode"] == "serve" and _entry(report, "mode").status == "translated"

@@ -57,3 +57,19 @@ def test_auxiliary_buffers_and_models_outside_their_types_and_services_are_refus
     assert got["service.data_juicer.auto_start"][0] == "refused" and "Data-Juicer" in got["service.data_juicer.auto_start"][1]
     teacher = entries({"algorithm": {"algorithm_type": "on_policy_distill"}, "explorer": {"auxiliary_models": [{"model_path": "t"}]}})
     assert teacher["explorer.auxiliary_models[0].model_path"][2:] == ("ref.model_path", "t")
+
+
+def test_serve_keys_translate_and_more_than_one_serving_engine_is_refused():
+    raw = {"mode": "serve", "explorer": {"proxy_port": 8011, "listen_address": "0.0.0.0", "service_status_check_interval": 30,
+                                         "db_url": "sqlite:////tmp/h.db", "min_running_model_num": 1,
+                                         "rollout_model": {"engine_num": 1, "enable_openai_api": True}}}
+    got = entries(raw, "explorer.")
+    assert {k: got[f"explorer.{k}"][2:] for k in ("proxy_port", "listen_address", "service_status_check_interval", "db_url")} == {
+        "proxy_port": ("explorer.proxy_port", 8011), "listen_address": ("explorer.listen_address", "0.0.0.0"),
+        "service_status_check_interval": ("explorer.service_status_check_interval", 30), "db_url": ("explorer.db_url", "sqlite:////tmp/h.db")}
+    assert got["explorer.min_running_model_num"][0] == got["explorer.rollout_model.enable_openai_api"][0] == "dropped"
+    assert got["explorer.rollout_model.engine_num"][0] == "dropped"
+    many = entries({"mode": "serve", "cluster": {"gpu_per_node": 4}, "explorer": {"rollout_model": {"engine_num": 4}}})
+    assert many["explorer.rollout_model.engine_num"][0] == "refused" and "one engine in one process" in many["explorer.rollout_model.engine_num"][1]
+    assert entries({"mode": "both", "explorer": {"rollout_model": {"enable_openai_api": True}}})[
+        "explorer.rollout_model.enable_openai_api"][0] == "refused"  # outside serve mode: no OpenAI server of the engine

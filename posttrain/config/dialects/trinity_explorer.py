@@ -42,6 +42,7 @@ def accepted_default(key: str, value: Any) -> str | None:
 
 
 _ENGINES, _TP = "explorer.rollout_model.engine_num", "explorer.rollout_model.tensor_parallel_size"
+_OPENAI = "explorer.rollout_model.enable_openai_api"
 
 
 def engines(ctx: Context) -> None:
@@ -61,6 +62,16 @@ def engines(ctx: Context) -> None:
         return
     total, need = nodes * per_node, count * tp
     origin = _ENGINES if given else "cluster.gpu_per_node"
+    if mode == "serve":  # posttrain.trainer.serving: one engine behind the endpoint
+        if ctx.has(_OPENAI):  # Trinity-RFT turns it on in serve mode whatever the file says
+            ctx.consume(_OPENAI)
+            ctx.drop(_OPENAI, "mode serve always answers OpenAI-compatible chat completions (posttrain.trainer.serving); Trinity-RFT sets it in serve mode too")
+        if count > 1:
+            ctx.refuse(_ENGINES, f"posttrain's serve mode runs one engine in one process (requests are served one at a time); "
+                                 f"{count} engines behind one endpoint have no counterpart: set engine_num 1", None, count)
+        elif given:
+            ctx.drop(_ENGINES, "one engine: posttrain's serve mode")
+        return
     if mode not in ("both", "explore"):
         if given:
             ctx.drop(_ENGINES, f"mode {mode} runs no explorer")

@@ -58,9 +58,6 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
 
 #: Trinity-RFT run modes posttrain does not run, with the reason.
 MODES_REFUSED = {
-    "serve": ("Trinity-RFT's serve mode puts the explorer's engines behind an OpenAI-compatible endpoint for outside agents while a "
-              "trainer updates them; posttrain serves a fixed model or checkpoint that way (`posttrain serve MODEL`, docs/engines.md), "
-              "not a policy that changes during a run"),
     "colocate": "not translated: Trinity-RFT's explorer and trainer sharing devices in one process is what posttrain's mode both does with sync_interval 1 (the default); set mode both",
 }
 

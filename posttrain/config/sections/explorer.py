@@ -41,6 +41,10 @@ class ExplorerConfig:
 
     env_vars: dict[str, Any] = param(factory=dict, doc="Environment variables set in every process that explores (generates and scores): the explorer process of a decoupled run, every process of a synchronous one; a trainer-only process (trainer.mode train, or the trainer of a decoupled run) does not get them.", refs=[f"{_E}.env_vars"])
     bench_on_latest_checkpoint: bool = param(False, doc="trainer.mode bench: evaluate only the newest checkpoint instead of every one.", refs=[f"{_E}.bench_on_latest_checkpoint"])
+    proxy_port: int = param(8010, doc="trainer.mode serve: the TCP port of the endpoint (0: a free one, printed at start).", ge=0, le=65535, refs=[f"{_E}.proxy_port"])
+    listen_address: str = param("127.0.0.1", doc="trainer.mode serve: the address the endpoint listens on (it has no authentication: 0.0.0.0 opens it to the network).", refs=[f"{_E}.listen_address"])
+    service_status_check_interval: float = param(60.0, doc="trainer.mode serve: seconds between looks for a newer checkpoint of the run, whose weights the endpoint then serves.", gt=0, refs=[f"{_E}.service_status_check_interval"])
+    db_url: str | None = param(None, doc="trainer.mode serve: the SQLite file (a path or sqlite:/// URL) recording every served completion until its feedback and commit; null: <stage dir>/serve/proxy_history.sqlite.", refs=[f"{_E}.db_url"])
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
@@ -58,6 +62,9 @@ NO_EFFECT: dict[str, str] = {
     f"{_E}.runner_state_report_interval": f"display only (runner status lines on the console); {_NO_RUNNERS}, and a decoupled explorer's state is written to the buffer and named in timeouts",
     f"{_E}.over_rollout.wait_after_min": "read only when over_rollout.ratio > 0, which is refused",
     f"{_E}.dynamic_timeout.ratio": "read only when dynamic_timeout.enable is true, which is refused",
+    f"{_E}.min_running_model_num": ("Trinity-RFT's serve mode syncs an engine only while more than this many others keep serving; "
+                                    "posttrain serves from one engine and copies a new checkpoint's weights into it between two "
+                                    "requests (a request arriving meanwhile waits for the copy)"),
 }
 
 
