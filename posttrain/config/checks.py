@@ -285,10 +285,22 @@ def check_supervised_loss_coefs(cfg: Any) -> list[str]:
     calculate_sum_pi_squared measures its policy gradient; SFT/DPO stages have no RL loss, so a
     changed value is refused there."""
     kind = training_kind(cfg)
-    keys = (("actor.rl_loss_coef", 1.0), ("actor.sft_loss_coef", 0.0), ("actor.calculate_sum_pi_squared", False))
+    keys = (("actor.rl_loss_coef", 1.0), ("actor.sft_loss_coef", 0.0), ("actor.calculate_sum_pi_squared", False), ("actor.moe_aux_loss_coef", 0.0))
     changed = [f"{k}={get_path(cfg, k, d)}" for k, d in keys if get_path(cfg, k, d) != d]
     if kind in ("sft", "dpo") and changed:
         return [f"{', '.join(changed)}: these act on the RL loss and algorithm.kind {kind} has no RL loss; leave them at their defaults for this stage"]
+    return []
+
+
+def check_moe_aux_loss(cfg: Any) -> list[str]:
+    """The router load-balancing loss reads every router logit of a whole sequence in one process;
+    Ulysses sequence parallelism gives each process a slice of each sequence."""
+    coef = get_path(cfg, "actor.moe_aux_loss_coef", 0.0)
+    sp = get_path(cfg, "actor.ulysses_sequence_parallel_size", 1)
+    if isinstance(coef, (int, float)) and coef > 0 and isinstance(sp, int) and sp > 1:  # null: checked when the model loads
+        return [f"actor.moe_aux_loss_coef={coef} with actor.ulysses_sequence_parallel_size={sp}: posttrain computes the router "
+                "load-balancing loss from each micro-batch's whole sequences, which Ulysses splits over processes; set the "
+                "coefficient to 0 or the sequence parallel size to 1"]
     return []
 
 
@@ -494,6 +506,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_gmpo_agg,
     check_supervised_compile,
     check_supervised_loss_coefs,
+    check_moe_aux_loss,
     check_kernel_flags,
     check_rollout_correction,
     check_pf_ppo,
