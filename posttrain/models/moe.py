@@ -90,10 +90,12 @@ def capture_router_logits(model: nn.Module) -> Iterator[RouterCapture]:
 
 
 def note_tokens(real: Tensor) -> None:
-    """Record which token slots of the decoder input are real (any shape, flattened in the order
-    the routers see them), when a capture is open."""
+    """Record which token slots of the decoder input about to run are real (any shape, flattened in
+    the order the routers see them), when a capture is open. Router logits collected before it came
+    from probe forwards (`posttrain.models.packing.packing_supported` on a tiny input) and are dropped."""
     capture = _ACTIVE.get()
     if capture is not None:
+        capture.logits.clear()
         capture.token_mask = real.reshape(-1)
 
 
