@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 
-def load_balancing_loss(router_logits: Sequence[torch.Tensor], token_mask: torch.Tensor, top_k: int) -> torch.Tensor:
+def load_balancing_loss(
+    router_logits: Sequence[torch.Tensor],
+    token_mask: torch.Tensor,
+    top_k: int,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
     """Switch-Transformer load-balancing loss of a micro-batch, summed over the MoE layers.
 
     `router_logits`: one (N, E) tensor per MoE layer, the router's logits of the same N token slots
     in the same order (what Hugging Face MoE models return with ``output_router_logits=True``);
     `token_mask`: (N,), 1 on real tokens and 0 on padding; `top_k`: experts each token is sent to.
+    `reduce` (a sum over the processes that hold the other tokens of the same sequences, as
+    Megatron's context-parallel group) makes T and the counts those of all their tokens: each
+    process then returns its tokens' share, and the shares add up to the loss of all of them.
 
     Formula:
         per layer, with p_x = softmax(z_x) over the E experts (float32), r_x = the indicator of the
@@ -39,7 +47,7 @@ def load_balancing_loss(router_logits: Sequence[torch.Tensor], token_mask: torch
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     mask = token_mask.reshape(-1).float()  # (N,)
-    tokens = mask.sum()
+    tokens = mask.sum() if reduce is None else reduce(mask.sum())
     total = mask.new_zeros(())
     if not router_logits or float(tokens) == 0.0:
         return total
@@ -51,6 +59,7 @@ def load_balancing_loss(router_logits: Sequence[torch.Tensor], token_mask: torch
         chosen = torch.topk(probs, k=min(top_k, experts), dim=-1).indices  # (N, k)
         routed = torch.zeros_like(probs).scatter_(1, chosen, 1.0)  # (N, E) 0/1
         counts = (routed * mask[:, None]).sum(0)  # (E,) real tokens sent to each expert
+        counts = counts if reduce is None else reduce(counts)  # a count: no gradient to carry
         prob_sums = (probs * mask[:, None]).sum(0)  # (E,) summed router probabilities
         total = total + (counts * prob_sums).sum() * experts / (top_k * tokens * tokens)
     return total

@@ -292,18 +292,6 @@ def check_supervised_loss_coefs(cfg: Any) -> list[str]:
     return []
 
 
-def check_moe_aux_loss(cfg: Any) -> list[str]:
-    """The router load-balancing loss reads every router logit of a whole sequence in one process;
-    Ulysses sequence parallelism gives each process a slice of each sequence."""
-    coef = get_path(cfg, "actor.moe_aux_loss_coef", 0.0)
-    sp = get_path(cfg, "actor.ulysses_sequence_parallel_size", 1)
-    if isinstance(coef, (int, float)) and coef > 0 and isinstance(sp, int) and sp > 1:  # null: checked when the model loads
-        return [f"actor.moe_aux_loss_coef={coef} with actor.ulysses_sequence_parallel_size={sp}: posttrain computes the router "
-                "load-balancing loss from each micro-batch's whole sequences, which Ulysses splits over processes; set the "
-                "coefficient to 0 or the sequence parallel size to 1"]
-    return []
-
-
 def check_rollout_correction(cfg: Any) -> list[str]:
     """Rollout importance sampling (verl's `algorithm.rollout_is*`) is on when
     `rollout_is_threshold` is set; its other keys only shape it, so setting them without a threshold,
@@ -506,7 +494,6 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_gmpo_agg,
     check_supervised_compile,
     check_supervised_loss_coefs,
-    check_moe_aux_loss,
     check_kernel_flags,
     check_rollout_correction,
     check_pf_ppo,

@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from posttrain.errors import ConfigError
@@ -30,6 +31,7 @@ class RouterCapture:
 
     logits: list[Tensor] = field(default_factory=list)
     token_mask: Tensor | None = None
+    group: Any = None  # Ulysses: the process group whose ranks ran the other columns of the same rows
 
 
 _ACTIVE: ContextVar[RouterCapture | None] = ContextVar("posttrain_router_capture", default=None)
@@ -99,10 +101,33 @@ def note_tokens(real: Tensor) -> None:
         capture.token_mask = real.reshape(-1)
 
 
-def router_loss_settings(model: nn.Module, coef: float | None, sequence_parallel: int = 1) -> tuple[float, int]:
+def narrow_tokens(rows: int, width: int, padded: int, columns: slice, group: Any) -> None:
+    """Ulysses (`posttrain.models.ulysses`): this rank's decoder runs only `columns` of the (rows,
+    padded) input whose (rows, width) real-token mask `note_tokens` recorded; keep that part of it,
+    and the group holding the rest (the router loss sums its counts over it)."""
+    capture = _ACTIVE.get()
+    if capture is None or capture.token_mask is None:
+        return
+    real = capture.token_mask.reshape(rows, width)
+    real = torch.cat([real, real.new_zeros(rows, padded - width)], dim=1)  # (rows, padded): padding columns
+    capture.token_mask, capture.group = real[:, columns].reshape(-1), group
+
+
+def group_sum(group: Any):
+    """A sum over the ranks of `group` (no gradient: the router loss reduces counts with it)."""
+    import torch.distributed as dist
+
+    def reduce(t: Tensor) -> Tensor:
+        t = t.detach().clone()
+        dist.all_reduce(t, group=group)
+        return t
+    return reduce
+
+
+def router_loss_settings(model: nn.Module, coef: float | None) -> tuple[float, int]:
     """(coefficient, top-k) of the actor's router load-balancing loss for `model` (actor.moe_aux_loss_coef:
     None takes the model's router_aux_loss_coef). (0.0, 0) when it is off; a positive coefficient for a
-    model without exposed routers, or with Ulysses sequence parallelism, is a ConfigError."""
+    model without exposed routers is a ConfigError."""
     resolved = router_aux_loss_coef(model) if coef is None else float(coef)
     if resolved == 0.0:
         return 0.0, 0
@@ -113,9 +138,4 @@ def router_loss_settings(model: nn.Module, coef: float | None, sequence_parallel
             f"{source} is {resolved}, but {type(model).__name__} exposes no mixture-of-experts router logits (transformers' "
             "output_router_logits) with a num_experts_per_tok: the router load-balancing loss needs an MoE model such as "
             "Qwen3-MoE or Mixtral; set actor.moe_aux_loss_coef: 0 for this model")
-    if sequence_parallel > 1:
-        raise ConfigError(
-            f"{source} is {resolved} with actor.ulysses_sequence_parallel_size={sequence_parallel}: posttrain computes the router "
-            "load-balancing loss from each micro-batch's whole sequences, which Ulysses splits over processes; set "
-            "actor.moe_aux_loss_coef: 0 or the sequence parallel size to 1")
     return resolved, top_k

@@ -318,7 +318,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         ref_model = teacher_from_config(cfg, tokenizer, world.torch_device) if teacher else copy.deepcopy(policy) if lora is None else None
     adapters = add_lora(policy, lora, cfg.model.path) if lora is not None else None
     freeze_by_prefix(policy, a.freeze_module_prefix)  # before sharding: the optimizer takes what still trains
-    moe_coef, moe_top_k = router_loss_settings(policy, a.moe_aux_loss_coef, a.ulysses_sequence_parallel_size)  # null: the model's
+    moe_coef, moe_top_k = router_loss_settings(policy, a.moe_aux_loss_coef)  # null: the model's
     train_dp = role_parallelism(world, cfg.trainer.balance_batch)
     actor_dp = train_dp(policy, "actor", a.ulysses_sequence_parallel_size)
     trained = world.shard(policy, a.fsdp_config)

@@ -38,7 +38,7 @@ from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_logprobs
 from posttrain.models.pi_squared import response_sum_pi_squared
 from posttrain.models.kernels import activation_offload
-from posttrain.models.moe import RouterCapture, capture_router_logits
+from posttrain.models.moe import RouterCapture, capture_router_logits, group_sum
 from posttrain.models.logprobs import PLAIN_HEAD, HeadKernel, response_logprobs
 from posttrain.models.precision import autocast
 from posttrain.errors import DataError
@@ -318,22 +318,29 @@ class Actor:
             loss = loss + self.s.sft_loss_coef * sft
             parts["actor/sft_loss"] = float(sft.detach())
         if routed:  # weighted as accumulate_gradients weighs the loss values: the metric sums to the tokens' mean
-            aux = self._router_term(micro, routers, mask)
+            aux, parts["actor/moe_aux_loss"] = self._router_term(micro, routers, mask)
             loss = loss + self.s.moe_aux_loss_coef * aux
-            parts["actor/moe_aux_loss"] = float(aux.detach())
         return loss, parts
 
-    def _router_term(self, micro: RolloutBatch, routers: RouterCapture, mask: Tensor) -> Tensor:
-        """This micro-batch's load-balancing loss times its share of the mini-batch's real tokens,
-        divided by the weight `accumulate_gradients` multiplies the micro-batch's loss by (as `_sft_term`)."""
+    def _router_term(self, micro: RolloutBatch, routers: RouterCapture, mask: Tensor) -> tuple[Tensor, float]:
+        """(term, metric): this micro-batch's load-balancing loss times its share of the mini-batch's
+        real tokens, divided by the weight `accumulate_gradients` multiplies the micro-batch's loss by
+        (as `_sft_term`); the metric is the whole loss's, the term this rank's part of it."""
         if routers.token_mask is None or not routers.logits:
             raise RuntimeError("actor.moe_aux_loss_coef: the forward pass reported no router logits or token layout")
-        aux = load_balancing_loss(routers.logits, routers.token_mask, self.s.moe_top_k)
+        split = routers.group is not None  # Ulysses: this rank routed its columns of the rows only
+        reduce = group_sum(routers.group) if split else None
+        aux = load_balancing_loss(routers.logits, routers.token_mask, self.s.moe_top_k, reduce=reduce)  # split: this rank's share
         tokens = float(micro.prompt_mask.sum() + micro.response_mask.sum())
         share = tokens / self.mini_tokens if self.mini_tokens > 0 else 0.0
         weight = loss_weight(micro_weight(mask, self.mini_norm, self.s.loss_agg_mode), self.s.loss_agg_mode)
         # weight 0: no trained token here, so accumulate_gradients drops the whole micro-batch's loss
-        return aux * (share / weight) if weight > 0 else aux * 0.0
+        scale = share / weight if weight > 0 else 0.0
+        if not split:
+            return aux * scale, float(aux.detach()) * scale
+        # accumulate_units weighs each sp rank's loss by 1/sp, as the ranks' other losses are copies of
+        # one number; the shares differ and add up over the ranks, so each backpropagates its whole share
+        return aux * (scale / self.dp.loss_share), float(reduce(aux.detach())) * scale
 
     def _sft_term(self, micro: RolloutBatch, logprobs: Tensor, mask: Tensor) -> Tensor:
         """This micro-batch's share of the mini-batch's SFT term, divided by the weight

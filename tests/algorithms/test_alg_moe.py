@@ -50,3 +50,25 @@ def test_no_real_token_or_no_layer_gives_zero_and_bad_shapes_are_refused():
         load_balancing_loss([a], torch.ones(4), top_k=2)
     with pytest.raises(ValueError, match="top_k"):
         load_balancing_loss([a], MASK, top_k=0)
+
+
+def test_shares_of_split_tokens_add_up_to_the_loss_with_summed_counts():
+    # two processes hold tokens {x1} and {x2, pad} of the same rows (Ulysses): with T and the counts
+    # summed over both, each returns its tokens' share; the shares add up to the loss and its gradient
+    full = [_logits(LAYER1, grad=True), _logits(LAYER2, grad=True)]
+    load_balancing_loss(full, MASK, top_k=2).backward()
+    parts = [([_logits(p[:1], grad=True) for p in (LAYER1, LAYER2)], MASK[:1]),
+             ([_logits(p[1:], grad=True) for p in (LAYER1, LAYER2)], MASK[1:])]
+
+    def own(logits, mask):  # what this process adds to a sum: its tokens, then its counts per layer
+        routed = [torch.zeros_like(z).scatter_(1, torch.topk(z.detach(), 2).indices, 1.0) for z in logits]  # (n, E) top-2
+        return [mask.sum(), *[(r * mask[:, None]).sum(0) for r in routed]]
+
+    shares = []
+    for i, (logits, mask) in enumerate(parts):
+        other = iter(own(*parts[1 - i]))
+        shares.append(load_balancing_loss(logits, mask, top_k=2, reduce=lambda t: t + next(other)))
+    assert float(sum(shares).detach()) == pytest.approx(2.5, abs=1e-6)
+    sum(shares).backward()
+    for layer in range(2):
+        torch.testing.assert_close(torch.cat([parts[0][0][layer].grad, parts[1][0][layer].grad]), full[layer].grad)

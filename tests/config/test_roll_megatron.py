@@ -101,17 +101,23 @@ def test_the_moe_router_loss_is_the_actors_moe_aux_loss_coef():
     assert native["actor"]["moe_aux_loss_coef"] == 0.01  # ROLL's model provider copies it when strategy_config has none
     native, report = _role({"expert_model_parallel_size": 8, "moe_aux_loss_coeff": 0.0})
     assert not report.refused and "moe_aux_loss_coef" not in native["actor"]
-    # the critic's and an MoE actor's under Ulysses have no counterpart: refused with the fix
+    # the critic's has no counterpart: refused with the fix
     _, report = _role({"moe_aux_loss_coeff": 0.001}, role="critic")
     entry = report.entry("critic.strategy_args.strategy_config.moe_aux_loss_coeff")
     assert entry.status == "refused" and "actor's loss only" in entry.reason and not machine_refusal(entry.reason)
     entry = _role({"expert_model_parallel_size": 8}, role="critic")[1].entry("critic.strategy_args.strategy_config.expert_model_parallel_size")
     assert entry.status == "refused" and "moe_aux_loss_coeff: 0" in entry.reason
-    entry = _role({"expert_model_parallel_size": 8, "context_parallel_size": 2})[1].entry(f"{BASE}.expert_model_parallel_size")
-    assert entry.status == "refused" and "context_parallel_size: 1" in entry.reason
+    native, report = _role({"expert_model_parallel_size": 8, "context_parallel_size": 2})  # Ulysses sums the counts over its ranks
+    assert not report.refused and native["actor"]["moe_aux_loss_coef"] is None
     # the reference trains nothing: its experts' placement is all that EP says there
     _, report = _role({"expert_model_parallel_size": 8}, "megatron_infer", "reference")
     assert not report.refused
+    # ROLL's DPO pipeline: no RL actor loss to add it to; a dense model's file keeps the coefficient at 0
+    native, report = translate({"beta": 0.1, "actor_train": {"strategy_args": {"strategy_name": "megatron_train", "strategy_config": {}}}}, "roll")
+    assert "moe_aux_loss_coef" not in native.get("actor", {})
+    native, report = translate({"beta": 0.1, "actor_train": {"strategy_args": {"strategy_name": "megatron_train",
+                                                                               "strategy_config": {"expert_model_parallel_size": 8}}}}, "roll")
+    assert "DPO loss" in report.entry(f"{BASE}.expert_model_parallel_size").reason
     # ROLL's other strategies read no router loss: model_args' coefficient changes nothing there
     native, report = _role({}, "fsdp2_train", model_args={"moe_aux_loss_coef": 0.01})
     assert report.entry("actor_train.model_args.moe_aux_loss_coef").status == "dropped"
@@ -189,11 +195,7 @@ def test_a_roll_megatron_file_loads_with_rolls_global_batch(tmp_path, cp, prompt
     assert cfg.actor.moe_aux_loss_coef is None  # the model's router_aux_loss_coef, read when it loads
     routed = PIPELINE.format(d=tmp_path, cp=cp).replace("sequence_parallel: true", "sequence_parallel: true, moe_aux_loss_coeff: 0.01")
     path.write_text(textwrap.dedent(routed))
-    if cp == 1:
-        assert load_config(path, dialect="roll").actor.moe_aux_loss_coef == 0.01
-    else:  # the router loss reads whole sequences; Ulysses splits them
-        with pytest.raises(ConfigError, match=r"actor.moe_aux_loss_coef=0.01 with actor.ulysses_sequence_parallel_size=2"):
-            load_config(path, dialect="roll")
+    assert load_config(path, dialect="roll").actor.moe_aux_loss_coef == 0.01
 
 
 def test_megatron_train_exempts_biases_and_norms_from_weight_decay_as_megatrons_optimizer():

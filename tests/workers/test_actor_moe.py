@@ -94,5 +94,3 @@ def test_settings_take_the_model_s_coefficient_and_refuse_a_dense_model(moe_mode
     assert router_loss_settings(policy, None) == (0.0, 0)  # a dense model has no coefficient: off
     with pytest.raises(ConfigError, match="exposes no mixture-of-experts router logits"):
         router_loss_settings(policy, 0.01)
-    with pytest.raises(ConfigError, match="ulysses_sequence_parallel_size=2"):
-        router_loss_settings(moe_model, None, sequence_parallel=2)

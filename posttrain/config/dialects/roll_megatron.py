@@ -32,7 +32,7 @@ mcore_adapter/training_args.py). What each option does to the numbers decides it
   ``router_aux_loss_coef``): the actor's ``actor.moe_aux_loss_coef`` (the same Switch loss over each
   micro-batch's routed tokens; null reads the model's coefficient when it loads, 0 for a dense
   model). ROLL's FSDP2 and DeepSpeed strategies add none (the model returns its router logits and
-  no loss reads them), nor does posttrain's critic or SFT loss, so there a positive coefficient, or
+  no loss reads them), nor does posttrain's critic, SFT or DPO loss, so there a positive coefficient, or
   an MoE model known from the file (experts split over devices) or from its config.json, is refused.
 """
 
@@ -93,10 +93,10 @@ def megatron(ctx: Context, role: str, name: str) -> None:
     leaves = flat_options(options, "additional_configs")
     cp = leaves.get("context_parallel_size", 1) or 1
     trained = name == "megatron_train"
-    moe = ("; the MoE router load-balancing loss megatron_train adds is actor.moe_aux_loss_coef's (refused for the critic and SFT, "
+    moe = ("; the MoE router load-balancing loss megatron_train adds is actor.moe_aux_loss_coef's (refused for the critic, SFT and DPO, "
            "which posttrain trains without it)") if trained else ""
     if trained:  # set first: the report names the strategy line last for this key
-        _aux_loss(ctx, role, base, leaves, cp)
+        _aux_loss(ctx, role, base, leaves)
         # Megatron-core's optimizer groups exempt biases and one-dimensional parameters (norm
         # weights) from weight decay; ROLL's megatron_train builds its optimizer through them.
         ctx.set(f"{section}.optim.decay_bias_and_norm", False, name_key,
@@ -173,7 +173,7 @@ def _precision(ctx: Context, role: str, section: str, base: str, leaves: dict[st
         ctx.set(native, "fp32", f"{base}.bf16", "false: the model computes in fp32 (no autocast)")
 
 
-def _aux_loss(ctx: Context, role: str, base: str, leaves: dict[str, Any], cp: Any) -> None:
+def _aux_loss(ctx: Context, role: str, base: str, leaves: dict[str, Any]) -> None:
     """The MoE router's load-balancing loss. Megatron's coefficient is strategy_config.moe_aux_loss_coeff,
     else model_args.moe_aux_loss_coef (ROLL's model provider copies it only when the former is unset),
     else the model's router_aux_loss_coef (mcore_adapter maps it onto moe_aux_loss_coeff, with
@@ -185,14 +185,13 @@ def _aux_loss(ctx: Context, role: str, base: str, leaves: dict[str, Any], cp: An
     ctx.consume(model_key)
     for key, coef in given[1:]:
         ctx.drop(key, f"megatron_train takes {given[0][0]} ({given[0][1]!r}) over it")
-    sft = (ctx.native.get("algorithm") or {}).get("kind") == "sft"
-    actor = role == "actor_train" and not sft
-    where = "ROLL's SFT loss" if sft else f"the {role} loss"
-    how = (f"posttrain adds the router loss to the RL actor's loss only (actor.moe_aux_loss_coef), not to {'its SFT loss' if sft else 'the critic loss'}: "
+    stage = _supervised_stage(ctx)
+    actor = role == "actor_train" and stage is None
+    where = f"ROLL's {stage} loss" if stage else f"the {role} loss"
+    how = (f"posttrain adds the router loss to the RL actor's loss only (actor.moe_aux_loss_coef), not to {f'its {stage} loss' if stage else 'the critic loss'}: "
            "set strategy_config.moe_aux_loss_coeff: 0 to train without it")
     ep = leaves.get("expert_model_parallel_size", 1)
     moe = isinstance(ep, int) and not isinstance(ep, bool) and ep > 1
-    split = isinstance(cp, int) and not isinstance(cp, bool) and cp > 1
     if given:
         key, coef = given[0]
         if isinstance(coef, bool) or not isinstance(coef, (int, float)) or coef < 0:
@@ -204,12 +203,7 @@ def _aux_loss(ctx: Context, role: str, base: str, leaves: dict[str, Any], cp: An
         else:
             ctx.set("actor.moe_aux_loss_coef", float(coef), key, f"Megatron adds {coef!r} x the router's load-balancing loss (aux_loss) of each micro-batch to the loss")
         return
-    if actor and moe and split:
-        ctx.refuse(f"{base}.expert_model_parallel_size", f"{ep}: a mixture-of-experts model, to whose loss megatron_train adds the router's load-balancing loss "
-                   f"(the model's router_aux_loss_coef); posttrain computes it from whole sequences, which context_parallel_size {cp} (Ulysses) splits: "
-                   "set strategy_config.moe_aux_loss_coeff: 0 to train without it, or context_parallel_size: 1", None, ep)
-        leaves.pop("expert_model_parallel_size")
-    elif actor:
+    if actor:
         ctx.set("actor.moe_aux_loss_coef", None, f"{role}.strategy_args.strategy_name",
                 "no moe_aux_loss_coeff: Megatron weighs the router's load-balancing loss by the model's router_aux_loss_coef; null reads it from "
                 "config.json when the model loads (0 for a dense model)")
@@ -224,6 +218,17 @@ def _aux_loss(ctx: Context, role: str, base: str, leaves: dict[str, Any], cp: An
             path, coef = found
             ctx.refuse(f"{base}.moe_aux_loss_coeff", f"not set: the model {path} is a mixture-of-experts model with router_aux_loss_coef {coef}, which "
                        f"megatron_train adds to {where} as the router's load-balancing loss; {how}", None, None)
+
+
+# The keys that make a file ROLL's DPO pipeline (posttrain.config.dialects.roll.dpo_pipeline, which runs later)
+_DPO_KEYS = ("ipo", "beta", "label_smoothing", "chosen_key", "rejected_key")
+
+
+def _supervised_stage(ctx: Context) -> str | None:
+    """'SFT' or 'DPO' when the file is ROLL's SFT or DPO pipeline (no RL actor loss), else None."""
+    if (ctx.native.get("algorithm") or {}).get("kind") == "sft":  # roll_sft's pipeline handler runs first
+        return "SFT"
+    return "DPO" if any(ctx.has(k) for k in _DPO_KEYS) else None
 
 
 def _model_router_coefficient(path: Any) -> tuple[str, float] | None:
@@ -301,7 +306,7 @@ def rules() -> dict[str, Rule]:
         base, ctx_name = f"{role}.strategy_args.strategy_config", ((f"{role}.strategy_args.strategy_name", name),)
         out[f"{base}.context_parallel_size"] = Rule(f"{section}.ulysses_sequence_parallel_size", "above 1: Ulysses sequence parallelism of that size (the same attention result); 1: nothing", 2, ctx_name)
         out[f"{base}.bf16"] = Rule(f"{section}.fsdp_config.mixed_precision.param_dtype", "true (or absent with model_args.dtype bf16, ROLL's default): nothing (auto computes in bf16 on a GPU); false: fp32; fp16: true is refused (no loss scaling)", False, ctx_name)
-        out[f"{base}.expert_model_parallel_size"] = Rule(None, "experts split over devices with a dropless dispatch compute what the unsplit MoE layer computes; in megatron_train above 1 (an MoE model) the critic's and SFT's are refused unless moe_aux_loss_coeff is 0 (posttrain adds the router loss to the actor's loss only), and the actor's with context_parallel_size above 1", 1, ctx_name)
+        out[f"{base}.expert_model_parallel_size"] = Rule(None, "experts split over devices with a dropless dispatch compute what the unsplit MoE layer computes; in megatron_train above 1 (an MoE model) the critic's, SFT's and DPO's are refused unless moe_aux_loss_coeff is 0 (posttrain adds the router loss to the actor's loss only)", 1, ctx_name)
         for sub, why in NO_EFFECT.items():
             out[f"{base}.{sub}"] = Rule(None, why, True, ctx_name)
         if name == "megatron_train":
