@@ -124,18 +124,18 @@ def group_sum(group: Any):
     return reduce
 
 
-def router_loss_settings(model: nn.Module, coef: float | None) -> tuple[float, int]:
-    """(coefficient, top-k) of the actor's router load-balancing loss for `model` (actor.moe_aux_loss_coef:
-    None takes the model's router_aux_loss_coef). (0.0, 0) when it is off; a positive coefficient for a
-    model without exposed routers is a ConfigError."""
+def router_loss_settings(model: nn.Module, coef: float | None, key: str = "actor.moe_aux_loss_coef") -> tuple[float, int]:
+    """(coefficient, top-k) of a role's router load-balancing loss for `model` (`key`, e.g.
+    actor.moe_aux_loss_coef: None takes the model's router_aux_loss_coef). (0.0, 0) when it is off; a
+    positive coefficient for a model without exposed routers is a ConfigError."""
     resolved = router_aux_loss_coef(model) if coef is None else float(coef)
     if resolved == 0.0:
         return 0.0, 0
-    source = "the model's router_aux_loss_coef" if coef is None else "actor.moe_aux_loss_coef"
+    source = f"{key}: null, the model's router_aux_loss_coef," if coef is None else key
     routers, top_k = router_modules(model), router_top_k(model)
     if not routers or top_k is None:
         raise ConfigError(
             f"{source} is {resolved}, but {type(model).__name__} exposes no mixture-of-experts router logits (transformers' "
             "output_router_logits) with a num_experts_per_tok: the router load-balancing loss needs an MoE model such as "
-            "Qwen3-MoE or Mixtral; set actor.moe_aux_loss_coef: 0 for this model")
+            f"Qwen3-MoE or Mixtral; set {key}: 0 for this model")
     return resolved, top_k

@@ -400,6 +400,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         torch.manual_seed(seed)  # the value head is initialised from the global RNG (alike on every rank)
         value_model = critic_model_from_config(cfg, tokenizer, world.torch_device)
         critic_dp = train_dp(value_model, "critic", c.ulysses_sequence_parallel_size)
+        critic_moe = router_loss_settings(value_model, c.moe_aux_loss_coef, "critic.moe_aux_loss_coef")  # (coef, top-k)
         value_model = world.shard(value_model, c.fsdp_config)
         c_opt, c_sched = build_optimization(
             value_model.named_parameters(), c.optim, warmup_steps=derived.critic_warmup_steps or 0, total_steps=total
@@ -420,6 +421,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
                 pack=c.model.use_remove_padding,
                 lean_forward=lean,
                 activation_offload=c.model.enable_activation_offload,
+                moe_aux_loss_coef=critic_moe[0],
+                moe_top_k=critic_moe[1],
                 loss_scale_factor=float(response_length(cfg)) if c.loss_agg_mode == "seq-mean-token-sum-norm" else None,
                 shuffle=a.shuffle if c.shuffle is None else c.shuffle,
                 max_tokens_per_micro_batch=c.ppo_max_token_len_per_gpu if c.use_dynamic_bsz else None,

@@ -14,8 +14,7 @@ policy the router's load-balancing loss, as Megatron adds it:
 each token term aggregated with the same `loss_agg_mode` (as verl does); the SFT term averages over
 the mini-batch's positive responses (`posttrain.algorithms.positive_sft_loss`); the router term is
 each micro-batch's own (its routed-token counts are the micro-batch's), weighted by the micro-batch's
-share of the mini-batch's real tokens: Megatron averages it over micro-batches and data-parallel
-ranks, the same weights when micro-batches hold equally many tokens.
+share of the mini-batch's real tokens (`posttrain.workers.router_loss`).
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from posttrain.algorithms import (
-    aggregate_loss, get_policy_loss, kl_penalty, load_balancing_loss, positive_sft_loss, sample_loss_weights,
+    aggregate_loss, get_policy_loss, kl_penalty, positive_sft_loss, sample_loss_weights,
 )
 from posttrain.checkpoint.save import Role, save_hf
 from posttrain.checkpoint.state import Extra
@@ -38,7 +37,7 @@ from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_logprobs
 from posttrain.models.pi_squared import response_sum_pi_squared
 from posttrain.models.kernels import activation_offload
-from posttrain.models.moe import RouterCapture, capture_router_logits, group_sum
+from posttrain.models.moe import RouterCapture, capture_router_logits
 from posttrain.models.logprobs import PLAIN_HEAD, HeadKernel, response_logprobs
 from posttrain.models.precision import autocast
 from posttrain.errors import DataError
@@ -49,6 +48,7 @@ from posttrain.workers.microbatch import (
     SINGLE, accumulate_gradients, clip_and_step, forward_in_order, loss_weight, micro_weight, mini_batches, normaliser,
 )
 from posttrain.workers.reference import batched_logprobs
+from posttrain.workers.router_loss import mini_totals, router_term
 
 # Metrics that are aggregates of the loss mode (weighted like the loss across micro-batches); the
 # others (clip fractions, ppo_kl, coefficients) are averages over the mini-batch.
@@ -137,7 +137,7 @@ class Actor:
         self.recomputed_last = False  # whether it ran a forward (also when it checked, then reused)
         self.step = 0  # the trainer step of the running update (for losses that declare global_step)
         self.mini_totals = (0.0, 0.0)  # the running mini-batch's (loss normaliser, positive responses): the SFT term
-        self.mini_tokens, self.mini_norm = 0.0, 0.0  # the running mini-batch's real tokens and loss normaliser: the router term
+        self.router_totals = (0.0, 0.0)  # the running mini-batch's (real tokens, loss normaliser): the router term
 
     def old_logprobs(self, batch: RolloutBatch) -> Tensor:
         """log pi_old of the PPO ratio, (B, T): the rollout's own log-probs when they are the actor's,
@@ -242,9 +242,7 @@ class Actor:
         if self.s.sft_loss_coef:  # the whole mini-batch's counts, the same on every rank
             positive = (mini.token_level_scores.sum(-1) > 0) & (mini.train_mask.sum(-1) > 0)  # as positive_sft_loss counts
             self.mini_totals = (normaliser(mini.train_mask, self.s.loss_agg_mode), float(positive.sum()))
-        if self.s.moe_aux_loss_coef > 0:  # the whole mini-batch's, the same on every rank
-            self.mini_tokens = float(mini.prompt_mask.sum() + mini.response_mask.sum())
-            self.mini_norm = normaliser(mini.train_mask, self.s.loss_agg_mode)
+        self.router_totals = mini_totals(mini, self.s.loss_agg_mode)
         metrics = accumulate_gradients(
             mini, self._micro_loss, loss_agg_mode=self.s.loss_agg_mode, size=self.s.micro_batch_size,
             max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp, loss_values=ACTOR_LOSS_VALUES,
@@ -318,29 +316,9 @@ class Actor:
             loss = loss + self.s.sft_loss_coef * sft
             parts["actor/sft_loss"] = float(sft.detach())
         if routed:  # weighted as accumulate_gradients weighs the loss values: the metric sums to the tokens' mean
-            aux, parts["actor/moe_aux_loss"] = self._router_term(micro, routers, mask)
+            aux, parts["actor/moe_aux_loss"] = router_term(routers, micro, self.router_totals, self.s.loss_agg_mode, self.s.moe_top_k, self.dp)
             loss = loss + self.s.moe_aux_loss_coef * aux
         return loss, parts
-
-    def _router_term(self, micro: RolloutBatch, routers: RouterCapture, mask: Tensor) -> tuple[Tensor, float]:
-        """(term, metric): this micro-batch's load-balancing loss times its share of the mini-batch's
-        real tokens, divided by the weight `accumulate_gradients` multiplies the micro-batch's loss by
-        (as `_sft_term`); the metric is the whole loss's, the term this rank's part of it."""
-        if routers.token_mask is None or not routers.logits:
-            raise RuntimeError("actor.moe_aux_loss_coef: the forward pass reported no router logits or token layout")
-        split = routers.group is not None  # Ulysses: this rank routed its columns of the rows only
-        reduce = group_sum(routers.group) if split else None
-        aux = load_balancing_loss(routers.logits, routers.token_mask, self.s.moe_top_k, reduce=reduce)  # split: this rank's share
-        tokens = float(micro.prompt_mask.sum() + micro.response_mask.sum())
-        share = tokens / self.mini_tokens if self.mini_tokens > 0 else 0.0
-        weight = loss_weight(micro_weight(mask, self.mini_norm, self.s.loss_agg_mode), self.s.loss_agg_mode)
-        # weight 0: no trained token here, so accumulate_gradients drops the whole micro-batch's loss
-        scale = share / weight if weight > 0 else 0.0
-        if not split:
-            return aux * scale, float(aux.detach()) * scale
-        # accumulate_units weighs each sp rank's loss by 1/sp, as the ranks' other losses are copies of
-        # one number; the shares differ and add up over the ranks, so each backpropagates its whole share
-        return aux * (scale / self.dp.loss_share), float(reduce(aux.detach())) * scale
 
     def _sft_term(self, micro: RolloutBatch, logprobs: Tensor, mask: Tensor) -> Tensor:
         """This micro-batch's share of the mini-batch's SFT term, divided by the weight

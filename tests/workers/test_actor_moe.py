@@ -41,7 +41,7 @@ def _batch(model):
 def _router_loss(model, batch):
     """The router loss straight from transformers' output_router_logits on the padded batch."""
     ids, attention, positions = concat_prompt_response(batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask)
-    out = model(input_ids=ids, attention_mask=attention, position_ids=positions, output_router_logits=True)
+    out = model.model(input_ids=ids, attention_mask=attention, position_ids=positions, output_router_logits=True)  # the decoder
     return load_balancing_loss(out.router_logits, attention.reshape(-1), top_k=2)  # (B * S, E) per layer
 
 
@@ -94,3 +94,31 @@ def test_settings_take_the_model_s_coefficient_and_refuse_a_dense_model(moe_mode
     assert router_loss_settings(policy, None) == (0.0, 0)  # a dense model has no coefficient: off
     with pytest.raises(ConfigError, match="exposes no mixture-of-experts router logits"):
         router_loss_settings(policy, 0.01)
+
+
+def test_the_critic_adds_the_router_loss_of_its_value_model():
+    from transformers import Qwen3MoeForTokenClassification
+
+    from worker_helpers import sgd_critic
+
+    torch.manual_seed(0)
+    config = Qwen3MoeConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=16, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, num_experts=4, num_experts_per_tok=2, num_labels=1,
+    )
+    value_model = Qwen3MoeForTokenClassification(config).float().train()
+    batch = make_batch(64)
+    batch.values, batch.returns = torch.zeros_like(batch.response_mask), batch.response_mask.clone()
+
+    def update(**kw):
+        model = copy.deepcopy(value_model)
+        metrics = sgd_critic(model, **kw).update(batch)
+        return grads(model), metrics
+
+    base, _ = update()
+    got, metrics = update(moe_aux_loss_coef=0.5, moe_top_k=2)
+    reference = copy.deepcopy(value_model)
+    aux = _router_loss(reference, batch)
+    assert metrics["critic/moe_aux_loss"] == pytest.approx(float(aux.detach()), rel=1e-5)
+    (0.5 * aux).backward()
+    assert_same_grads({k: got[k] - base[k] for k in got}, grads(reference), rtol=1e-3, atol=1e-6)

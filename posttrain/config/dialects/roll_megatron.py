@@ -29,11 +29,12 @@ mcore_adapter/training_args.py). What each option does to the numbers decides it
 - MoE router loss: for a mixture-of-experts model Megatron adds the router's load-balancing loss in
   training (mcore_adapter gives the Qwen-MoE and Mixtral families load-balancing type aux_loss),
   with ``moe_aux_loss_coeff`` (else ``model_args.moe_aux_loss_coef``, else the model's
-  ``router_aux_loss_coef``): the actor's ``actor.moe_aux_loss_coef`` (the same Switch loss over each
-  micro-batch's routed tokens; null reads the model's coefficient when it loads, 0 for a dense
-  model). ROLL's FSDP2 and DeepSpeed strategies add none (the model returns its router logits and
-  no loss reads them), nor does posttrain's critic, SFT or DPO loss, so there a positive coefficient, or
-  an MoE model known from the file (experts split over devices) or from its config.json, is refused.
+  ``router_aux_loss_coef``): the role's ``actor.moe_aux_loss_coef`` / ``critic.moe_aux_loss_coef``
+  (the same Switch loss over each micro-batch's routed tokens; null reads the model's coefficient
+  when it loads, 0 for a dense model). ROLL's FSDP2 and DeepSpeed strategies add none (the model
+  returns its router logits and no loss reads them), nor do posttrain's SFT and DPO losses, so in
+  ROLL's SFT and DPO files a positive coefficient, or an MoE model known from the file (experts
+  split over devices) or from its config.json, is refused.
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ def megatron(ctx: Context, role: str, name: str) -> None:
     leaves = flat_options(options, "additional_configs")
     cp = leaves.get("context_parallel_size", 1) or 1
     trained = name == "megatron_train"
-    moe = ("; the MoE router load-balancing loss megatron_train adds is actor.moe_aux_loss_coef's (refused for the critic, SFT and DPO, "
-           "which posttrain trains without it)") if trained else ""
+    moe = ("; the MoE router load-balancing loss megatron_train adds is the role's moe_aux_loss_coef (refused in SFT and DPO files, "
+           "whose losses posttrain computes without it)") if trained else ""
     if trained:  # set first: the report names the strategy line last for this key
         _aux_loss(ctx, role, base, leaves)
         # Megatron-core's optimizer groups exempt biases and one-dimensional parameters (norm
@@ -186,25 +187,24 @@ def _aux_loss(ctx: Context, role: str, base: str, leaves: dict[str, Any]) -> Non
     for key, coef in given[1:]:
         ctx.drop(key, f"megatron_train takes {given[0][0]} ({given[0][1]!r}) over it")
     stage = _supervised_stage(ctx)
-    actor = role == "actor_train" and stage is None
-    where = f"ROLL's {stage} loss" if stage else f"the {role} loss"
-    how = (f"posttrain adds the router loss to the RL actor's loss only (actor.moe_aux_loss_coef), not to {f'its {stage} loss' if stage else 'the critic loss'}: "
-           "set strategy_config.moe_aux_loss_coeff: 0 to train without it")
+    native = None if stage else f"{NAMES[role][0]}.moe_aux_loss_coef"  # actor_train -> actor, critic -> critic
+    how = (f"posttrain adds the router loss to the RL actor's and critic's losses (actor.moe_aux_loss_coef, critic.moe_aux_loss_coef), "
+           f"not to its {stage} loss: set strategy_config.moe_aux_loss_coeff: 0 to train without it")
     ep = leaves.get("expert_model_parallel_size", 1)
     moe = isinstance(ep, int) and not isinstance(ep, bool) and ep > 1
     if given:
         key, coef = given[0]
         if isinstance(coef, bool) or not isinstance(coef, (int, float)) or coef < 0:
-            ctx.refuse(key, f"expected a number >= 0, got {coef!r}", "actor.moe_aux_loss_coef" if actor else None, coef)
+            ctx.refuse(key, f"expected a number >= 0, got {coef!r}", native, coef)
         elif coef == 0:
-            ctx.drop(key, "0: no router load-balancing loss (actor.moe_aux_loss_coef's default)")
-        elif not actor:
-            ctx.refuse(key, f"megatron_train adds the MoE router's load-balancing loss x {coef!r} to {where}; {how}", None, coef)
+            ctx.drop(key, "0: no router load-balancing loss (moe_aux_loss_coef's default)")
+        elif native is None:
+            ctx.refuse(key, f"megatron_train adds the MoE router's load-balancing loss x {coef!r} to ROLL's {stage} loss; {how}", None, coef)
         else:
-            ctx.set("actor.moe_aux_loss_coef", float(coef), key, f"Megatron adds {coef!r} x the router's load-balancing loss (aux_loss) of each micro-batch to the loss")
+            ctx.set(native, float(coef), key, f"Megatron adds {coef!r} x the router's load-balancing loss (aux_loss) of each micro-batch to the loss")
         return
-    if actor:
-        ctx.set("actor.moe_aux_loss_coef", None, f"{role}.strategy_args.strategy_name",
+    if native is not None:
+        ctx.set(native, None, f"{role}.strategy_args.strategy_name",
                 "no moe_aux_loss_coeff: Megatron weighs the router's load-balancing loss by the model's router_aux_loss_coef; null reads it from "
                 "config.json when the model loads (0 for a dense model)")
     elif moe:
@@ -217,7 +217,7 @@ def _aux_loss(ctx: Context, role: str, base: str, leaves: dict[str, Any]) -> Non
         if found is not None:  # the model is here (a run's machine): its config says whether it routes with a loss
             path, coef = found
             ctx.refuse(f"{base}.moe_aux_loss_coeff", f"not set: the model {path} is a mixture-of-experts model with router_aux_loss_coef {coef}, which "
-                       f"megatron_train adds to {where} as the router's load-balancing loss; {how}", None, None)
+                       f"megatron_train adds to ROLL's {stage} loss as the router's load-balancing loss; {how}", None, None)
 
 
 # The keys that make a file ROLL's DPO pipeline (posttrain.config.dialects.roll.dpo_pipeline, which runs later)
@@ -306,7 +306,7 @@ def rules() -> dict[str, Rule]:
         base, ctx_name = f"{role}.strategy_args.strategy_config", ((f"{role}.strategy_args.strategy_name", name),)
         out[f"{base}.context_parallel_size"] = Rule(f"{section}.ulysses_sequence_parallel_size", "above 1: Ulysses sequence parallelism of that size (the same attention result); 1: nothing", 2, ctx_name)
         out[f"{base}.bf16"] = Rule(f"{section}.fsdp_config.mixed_precision.param_dtype", "true (or absent with model_args.dtype bf16, ROLL's default): nothing (auto computes in bf16 on a GPU); false: fp32; fp16: true is refused (no loss scaling)", False, ctx_name)
-        out[f"{base}.expert_model_parallel_size"] = Rule(None, "experts split over devices with a dropless dispatch compute what the unsplit MoE layer computes; in megatron_train above 1 (an MoE model) the critic's, SFT's and DPO's are refused unless moe_aux_loss_coeff is 0 (posttrain adds the router loss to the actor's loss only)", 1, ctx_name)
+        out[f"{base}.expert_model_parallel_size"] = Rule(None, "experts split over devices with a dropless dispatch compute what the unsplit MoE layer computes; in megatron_train above 1 (an MoE model) SFT and DPO files are refused unless moe_aux_loss_coeff is 0 (posttrain adds the router loss to the RL actor's and critic's losses)", 1, ctx_name)
         for sub, why in NO_EFFECT.items():
             out[f"{base}.{sub}"] = Rule(None, why, True, ctx_name)
         if name == "megatron_train":
@@ -315,9 +315,10 @@ def rules() -> dict[str, Rule]:
             out[f"{base}.moe_layer_recompute"] = Rule(gc, "true: true, as recompute_granularity", True, ctx_name)
             for sub in ("recompute_modules", "recompute_method", "recompute_num_layers"):
                 out[f"{base}.{sub}"] = Rule(gc, "with recompute_granularity: true (whole decoder layers: the same numbers, less memory); without it dropped (Megatron reads it only then)", "moe" if sub == "recompute_modules" else "uniform" if sub == "recompute_method" else 1, (*ctx_name, (f"{base}.recompute_granularity", "selective")))
-            out[f"{base}.moe_aux_loss_coeff"] = Rule("actor.moe_aux_loss_coef" if section == "actor" else None, "actor: the same coefficient (absent: null, the model's router_aux_loss_coef); critic: 0 dropped, another value refused (posttrain's critic loss has no router term)", 0.001 if section == "actor" else 0.0, ctx_name)
+            out[f"{base}.moe_aux_loss_coeff"] = Rule(f"{section}.moe_aux_loss_coef", "the same coefficient (absent: null, the model's router_aux_loss_coef); in SFT and DPO files 0 dropped, another value refused (no router term in those losses)", 0.001, ctx_name)
         else:
             for sub in _RECOMPUTE:
                 out[f"{base}.{sub}"] = Rule(None, "the reference runs no backward pass: nothing to recompute", "full", ctx_name)
-        out[f"{role}.model_args.moe_aux_loss_coef"] = Rule("actor.moe_aux_loss_coef" if section == "actor" else None, "megatron_train: the actor's coefficient when strategy_config.moe_aux_loss_coeff is absent (the critic's: 0 dropped, another value refused); other strategies: dropped (no loss reads the router logits)", 0.001 if section == "actor" else 0.0, ctx_name if section == "actor" else ())
+        trained = section != "ref"
+        out[f"{role}.model_args.moe_aux_loss_coef"] = Rule(f"{section}.moe_aux_loss_coef" if trained else None, "megatron_train: the role's coefficient when strategy_config.moe_aux_loss_coeff is absent; other strategies and the reference: dropped (no loss reads the router logits)", 0.001 if trained else 0.0, ctx_name if trained else ())
     return out
