@@ -58,6 +58,7 @@ SCENARIOS = {
     "balanced": (f"+{OTC}moe_router_load_balancing_type=aux_loss", f"+{OTC}moe_aux_loss_coeff=0.01"),
     "balanced-by-model": (f"+{OTC}moe_router_load_balancing_type=aux_loss",),
     "seq-balanced": (f"+{OTC}moe_router_load_balancing_type=seq_aux_loss", f"+{OTC}moe_aux_loss_coeff=0.01"),
+    "critic-balanced": ("+critic.megatron.override_transformer_config.moe_router_load_balancing_type=aux_loss",),
     "own": (R + "context_parallel_size=4", A + "param_offload=false", A + "grad_offload=true", "actor_rollout_ref.model.use_remove_padding=true",
             A + "use_remove_padding=false"),
     "refused": (A + "seed=7", R + "seed=8", A + "dtype=float16", f"+{OTC}moe_z_loss_coeff=0.001", f"+{OTC}moe_expert_capacity_factor=1.0",
@@ -142,6 +143,7 @@ def test_a_users_yaml_on_the_megatron_tree(inputs, tmp_path, capsys):
     ("balanced-by-model", OTC + "moe_router_load_balancing_type", ("translated", "actor.moe_aux_loss_coef", None)),
     ("seq-balanced", OTC + "moe_router_load_balancing_type", ("refused", None)),
     ("seq-balanced", OTC + "moe_aux_loss_coeff", ("refused", None)),
+    ("critic-balanced", "critic.megatron.override_transformer_config.moe_router_load_balancing_type", ("translated", "critic.moe_aux_loss_coef", None)),
     # context parallelism -> Ulysses; the reference follows the actor's unless told otherwise
     ("layout", A + "context_parallel_size", ("translated", "actor.ulysses_sequence_parallel_size", 2)),
     ("layout", R + "context_parallel_size", ("dropped", None)),

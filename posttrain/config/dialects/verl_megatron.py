@@ -14,8 +14,9 @@ FSDP2, so each key lands on what it means there:
   ``moe_expert_capacity_factor``; verl/models/mcore/config_converter.py) and turns its load-balancing
   loss off (``moe_router_load_balancing_type: none``), so the experts split over devices compute what
   the unsplit layer computes. A capacity factor (dropped tokens) is refused. An override of the
-  balancing type to ``aux_loss`` is the actor's ``actor.moe_aux_loss_coef`` (``moe_aux_loss_coeff``,
-  else the model's router_aux_loss_coef: null); with verl's ``none`` the coefficient is not read.
+  balancing type to ``aux_loss`` is the role's ``actor.moe_aux_loss_coef`` / ``critic.moe_aux_loss_coef``
+  (``moe_aux_loss_coeff``, else the model's router_aux_loss_coef: null); with verl's ``none`` the
+  coefficient is not read.
 - ``context_parallel_size`` -> the role's Ulysses sequence parallelism of that size (both split one
   sequence over that many devices and compute exact attention).
 - ``param_offload`` / ``grad_offload`` / ``optimizer_offload`` -> the role's ``fsdp_config``
@@ -236,8 +237,8 @@ def _transformer(ctx: Any, prefix: str, role: str, key: str, name: str, value: A
 
 def _balancing(ctx: Any, prefix: str, role: str, key: str, name: str, value: Any) -> None:
     """Megatron's MoE load-balancing loss: its type (verl sets none before applying the overrides)
-    and coefficient (verl's converters hand Megatron the model's router_aux_loss_coef) -> the actor's
-    actor.moe_aux_loss_coef, for type aux_loss; Megatron reads the coefficient only with that type."""
+    and coefficient (verl's converters hand Megatron the model's router_aux_loss_coef) -> the role's
+    moe_aux_loss_coef (actor or critic), for type aux_loss; Megatron reads the coefficient only with that type."""
     otc = f"{prefix}.megatron.override_transformer_config"
     kind = ctx.get(f"{otc}.moe_router_load_balancing_type", "none")
     if role == "ref":
@@ -248,17 +249,14 @@ def _balancing(ctx: Any, prefix: str, role: str, key: str, name: str, value: Any
     elif kind != "aux_loss":
         ctx.refuse(key, f"load-balancing type {kind!r}: posttrain's router loss is Megatron's aux_loss (each micro-batch's Switch loss, "
                         "actor.moe_aux_loss_coef); use aux_loss or none", None, value)
-    elif role != "actor":
-        ctx.refuse(key, "Megatron's MoE load-balancing loss on the critic; posttrain adds the router loss to the actor's loss only "
-                        "(actor.moe_aux_loss_coef): remove it", None, value)
     elif name == "moe_router_load_balancing_type" and ctx.has(f"{otc}.moe_aux_loss_coeff"):
-        ctx.drop(key, "aux_loss: the Switch loss posttrain adds with actor.moe_aux_loss_coef (from moe_aux_loss_coeff)")
+        ctx.drop(key, f"aux_loss: the Switch loss posttrain adds with {role}.moe_aux_loss_coef (from moe_aux_loss_coeff)")
     elif name == "moe_router_load_balancing_type":
-        ctx.set("actor.moe_aux_loss_coef", None, key, "aux_loss, weighed by the model's router_aux_loss_coef (what verl's converters hand Megatron): null reads it when the model loads")
+        ctx.set(f"{role}.moe_aux_loss_coef", None, key, "aux_loss, weighed by the model's router_aux_loss_coef (what verl's converters hand Megatron): null reads it when the model loads")
     elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        ctx.refuse(key, f"expected a number >= 0, got {value!r}", "actor.moe_aux_loss_coef", value)
+        ctx.refuse(key, f"expected a number >= 0, got {value!r}", f"{role}.moe_aux_loss_coef", value)
     else:
-        ctx.set("actor.moe_aux_loss_coef", float(value), key, "Megatron adds it x each micro-batch's aux_loss (the Switch loss) to the loss")
+        ctx.set(f"{role}.moe_aux_loss_coef", float(value), key, "Megatron adds it x each micro-batch's aux_loss (the Switch loss) to the loss")
 
 
 def _recompute(ctx: Any, role: str, key: str, value: Any) -> None:
@@ -368,7 +366,7 @@ def _rules() -> dict[str, Rule]:
             out[m + "grad_offload"] = Rule(f"{role}.fsdp_config.param_offload", "FSDP2 offloads gradients with their parameters: true sets param_offload", True)
             out[m + "optimizer_offload"] = Rule(f"{role}.fsdp_config.optimizer_offload", "CPU offload of the role's optimizer state (FSDP2)", True)
             gc = "model.enable_gradient_checkpointing" if role == "actor" else "critic.model.enable_gradient_checkpointing"
-            out[m + "override_transformer_config"] = Rule(gc, "Megatron's TransformerConfig: recompute_granularity full/selective -> gradient checkpointing; recompute_method/num_layers/modules, kernels, fusions, dispatchers, pipeline splits and moe_router_dtype dropped (same numbers to rounding); the actor's moe_router_load_balancing_type aux_loss -> actor.moe_aux_loss_coef (moe_aux_loss_coeff, else null: the model's router_aux_loss_coef; under verl's type none the coefficient is dropped, other types refused); dropout, MoE capacity, z-loss and other options refused", {"recompute_granularity": "full"})
+            out[m + "override_transformer_config"] = Rule(gc, "Megatron's TransformerConfig: recompute_granularity full/selective -> gradient checkpointing; recompute_method/num_layers/modules, kernels, fusions, dispatchers, pipeline splits and moe_router_dtype dropped (same numbers to rounding); moe_router_load_balancing_type aux_loss -> the role's moe_aux_loss_coef (moe_aux_loss_coeff, else null: the model's router_aux_loss_coef; under verl's type none the coefficient is dropped, other types refused); dropout, MoE capacity, z-loss and other options refused", {"recompute_granularity": "full"})
     out.update({key: Rule(None, "declared by verl's config classes but read nowhere in verl", False) for key in _LOAD_WEIGHT})
     out.update({key: Rule("cluster.rpc_timeout_s", "the role's process-group timeout (seconds); posttrain's roles share one set of processes", 1200) for key in _TIMEOUTS})
     out[_LAYER_NAMES] = Rule(None, "names of Megatron's fused layers for verl's weight sync to the engine; posttrain's engine takes Hugging Face weights by name", {"qkv_layer_name": "qkv"})
