@@ -28,9 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from posttrain.algorithms import (
-    aggregate_loss, get_policy_loss, kl_penalty, positive_sft_loss, sample_loss_weights,
-)
+from posttrain.algorithms import aggregate_loss, get_policy_loss, kl_penalty, positive_sft_loss, sample_loss_weights
 from posttrain.checkpoint.save import Role, save_hf
 from posttrain.checkpoint.state import Extra
 from posttrain.models.lean_forward import lean_mode
