@@ -28,6 +28,7 @@ BUILDING_BLOCKS: tuple[Callable, ...] = (
     A.AdaptiveKLController,
     A.dpo_loss,
     A.positive_sft_loss,
+    A.load_balancing_loss,
 )
 SHAPING: tuple[Callable, ...] = (
     A.scores_to_token_rewards,

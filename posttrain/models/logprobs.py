@@ -26,6 +26,7 @@ from torch.utils.checkpoint import checkpoint
 
 from posttrain.models.fused_head import fused_token_logprobs
 from posttrain.models.lean_forward import lean_forward_reason, lean_hidden_states
+from posttrain.models.moe import note_tokens
 from posttrain.models.packing import pack_batch, packing_supported
 from posttrain.models.positions import concat_prompt_response
 from posttrain.models.shared_prompt import mask_for_kernel, pack_shared_prompts, shared_prompt_supported
@@ -225,6 +226,8 @@ def response_hidden_states(
         packed = pack_batch(prompt_ids, prompt_mask, response_ids, response_mask)
         packed = packed if packed is not None and packing_supported(model) else None
     if packed is not None:
+        if packed.slots is not None:
+            note_tokens(packed.slots)  # an open router capture counts only these (posttrain.models.moe)
         if mask is None:
             last_hidden = _decoder_hidden(model, packed.input_ids, packed.position_ids, None)
         else:  # shared-prompt rows: a 4-D mask the lean forward does not take
@@ -241,6 +244,7 @@ def response_hidden_states(
     input_ids, attention_mask, position_ids = concat_prompt_response(
         prompt_ids[:, first:], prompt_mask[:, first:], response_ids[:, :last], response_mask[:, :last]
     )  # (B, S') each
+    note_tokens(attention_mask > 0)
     last_hidden = _decoder_hidden(model, input_ids, position_ids, attention_mask)  # (B, S', H)
     p_kept = P - first
     hidden = last_hidden[:, p_kept - 1 : p_kept - 1 + last]  # (B, T', H)

@@ -37,6 +37,7 @@ class PackedBatch:
     gather: Tensor  # (B, T) long: flat index into the (K * W) positions predicting response token t
     valid: Tensor  # (B, T) bool: t is a real response token
     attention_mask: Tensor | None = None  # (K, 1, W, W) bool, True = attend; None: from position ids
+    slots: Tensor | None = None  # (K, W) bool: the slots holding a real token (not a row's unused tail)
 
 
 def _contiguous(mask: Tensor, counts: Tensor, *, left: bool) -> bool:
@@ -94,11 +95,13 @@ def pack_batch(
     # token of their row, so causality keeps them out of the real tokens' attention either way.
     position_ids = torch.zeros(K * width, dtype=torch.long, device=device)
     position_ids[dest] = within
+    slots = torch.zeros(K * width, dtype=torch.bool, device=device)
+    slots[dest] = True
     t = torch.arange(T, device=device)  # (T,)
     valid = t[None, :] < c[:, None]  # (B, T)
     gather = (starts + a - 1)[:, None] + t[None, :]  # (B, T): token t is predicted by position a - 1 + t
     gather = torch.where(valid, gather, 0)
-    return PackedBatch(input_ids.view(K, width), position_ids.view(K, width), gather, valid)
+    return PackedBatch(input_ids.view(K, width), position_ids.view(K, width), gather, valid, slots=slots.view(K, width))
 
 
 @torch.no_grad()

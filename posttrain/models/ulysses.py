@@ -47,6 +47,7 @@ from torch import Tensor, nn
 from transformers import AttentionInterface
 
 from posttrain.models.lean_forward import training_attention_mask
+from posttrain.models.moe import narrow_tokens
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,7 @@ def ulysses_hidden_states(
     mask = training_attention_mask(positions, mask_in)  # (K, 1, W', W') over the whole sequence, or None
     w = padded // sp.size
     mine = slice(sp.rank * w, (sp.rank + 1) * w)
+    narrow_tokens(K, W, padded, mine, sp.group)  # an open router capture sees this rank's columns only
     config = model.config
     own, token = config._attn_implementation, _CALL.set((sp, mask))
     config._attn_implementation = ATTENTION_NAME

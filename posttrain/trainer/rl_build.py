@@ -24,6 +24,7 @@ from posttrain.models.kernels import head_kernel
 from posttrain.models.loading import causal_lm_from_config, load_tokenizer, load_value_model, resolve_dtype
 from posttrain.models.freeze import freeze_by_prefix
 from posttrain.models.lora import add_lora, lora_settings, value_head_name
+from posttrain.models.moe import router_loss_settings
 from posttrain.models.precision import compute_dtype
 from posttrain.optim import build_optimization
 from posttrain.cluster.weight_sync import WeightSync, weight_sync_for
@@ -317,6 +318,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         ref_model = teacher_from_config(cfg, tokenizer, world.torch_device) if teacher else copy.deepcopy(policy) if lora is None else None
     adapters = add_lora(policy, lora, cfg.model.path) if lora is not None else None
     freeze_by_prefix(policy, a.freeze_module_prefix)  # before sharding: the optimizer takes what still trains
+    moe_coef, moe_top_k = router_loss_settings(policy, a.moe_aux_loss_coef)  # null: the model's
     train_dp = role_parallelism(world, cfg.trainer.balance_batch)
     actor_dp = train_dp(policy, "actor", a.ulysses_sequence_parallel_size)
     trained = world.shard(policy, a.fsdp_config)
@@ -358,6 +360,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             lean_forward=lean,
             head=head_kernel(cfg.model, a.entropy_checkpointing),
             activation_offload=cfg.model.enable_activation_offload,
+            moe_aux_loss_coef=moe_coef,
+            moe_top_k=moe_top_k,
             loss_inputs=loss_inputs(cfg),
             logprob_batching=forward_batching(
                 cfg.rollout.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,
@@ -399,6 +403,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         torch.manual_seed(seed)  # the value head is initialised from the global RNG (alike on every rank)
         value_model = critic_model_from_config(cfg, tokenizer, world.torch_device)
         critic_dp = train_dp(value_model, "critic", c.ulysses_sequence_parallel_size)
+        critic_moe = router_loss_settings(value_model, c.moe_aux_loss_coef, "critic.moe_aux_loss_coef")  # (coef, top-k)
         value_model = world.shard(value_model, c.fsdp_config)
         c_opt, c_sched = build_optimization(
             value_model.named_parameters(), c.optim, warmup_steps=derived.critic_warmup_steps or 0,
@@ -421,6 +426,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
                 pack=c.model.use_remove_padding,
                 lean_forward=lean,
                 activation_offload=c.model.enable_activation_offload,
+                moe_aux_loss_coef=critic_moe[0],
+                moe_top_k=critic_moe[1],
                 loss_scale_factor=float(response_length(cfg)) if c.loss_agg_mode == "seq-mean-token-sum-norm" else None,
                 shuffle=a.shuffle if c.shuffle is None else c.shuffle,
                 max_tokens_per_micro_batch=c.ppo_max_token_len_per_gpu if c.use_dynamic_bsz else None,

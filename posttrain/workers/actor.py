@@ -5,19 +5,23 @@ The update follows the reference guides' batching: each rollout batch is split i
 by a token budget), repeated for `ppo_epochs`. Micro-batch losses are weighted by their share of the
 mini-batch normaliser (see `posttrain.workers.microbatch`), so the gradient does not depend on the
 split. The loss is the registered policy loss plus an optional entropy bonus and KL loss, and
-ROLL's weights of the RL part and of an SFT term on positive responses:
+ROLL's weights of the RL part and of an SFT term on positive responses, and for a mixture-of-experts
+policy the router's load-balancing loss, as Megatron adds it:
 
     loss = rl_loss_coef * (pg_loss + kl_loss_coef * kl(logprob, ref_logprob)) - entropy_coeff * entropy
-           + sft_loss_coef * positive_sft_loss
+           + sft_loss_coef * positive_sft_loss + moe_aux_loss_coef * load_balancing_loss
 
 each token term aggregated with the same `loss_agg_mode` (as verl does); the SFT term averages over
-the mini-batch's positive responses (`posttrain.algorithms.positive_sft_loss`).
+the mini-batch's positive responses (`posttrain.algorithms.positive_sft_loss`); the router term is
+each micro-batch's own (its routed-token counts are the micro-batch's), weighted by the micro-batch's
+share of the mini-batch's real tokens (`posttrain.workers.router_loss`).
 """
 
 from __future__ import annotations
 
 import warnings
 from collections import defaultdict
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +35,7 @@ from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_logprobs
 from posttrain.models.pi_squared import response_sum_pi_squared
 from posttrain.models.kernels import activation_offload
+from posttrain.models.moe import RouterCapture, capture_router_logits
 from posttrain.models.logprobs import PLAIN_HEAD, HeadKernel, response_logprobs
 from posttrain.models.precision import autocast
 from posttrain.errors import DataError
@@ -41,10 +46,11 @@ from posttrain.workers.microbatch import (
     SINGLE, accumulate_gradients, clip_and_step, forward_in_order, loss_weight, micro_weight, mini_batches, normaliser,
 )
 from posttrain.workers.reference import batched_logprobs
+from posttrain.workers.router_loss import mini_totals, router_term
 
 # Metrics that are aggregates of the loss mode (weighted like the loss across micro-batches); the
 # others (clip fractions, ppo_kl, coefficients) are averages over the mini-batch.
-ACTOR_LOSS_VALUES = frozenset({"actor/pg_loss", "actor/entropy", "actor/kl_loss", "actor/sft_loss"})
+ACTOR_LOSS_VALUES = frozenset({"actor/pg_loss", "actor/entropy", "actor/kl_loss", "actor/sft_loss", "actor/moe_aux_loss"})
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,8 @@ class ActorSettings:
     sft_loss_coef: float = 0.0  # actor.sft_loss_coef: weight of ROLL's SFT term on positive responses
     head: HeadKernel = PLAIN_HEAD  # model.use_fused_kernels, actor.entropy_checkpointing (posttrain.models.kernels)
     activation_offload: bool = False  # model.enable_activation_offload: saved activations in host memory
+    moe_aux_loss_coef: float = 0.0  # actor.moe_aux_loss_coef, resolved against the model (posttrain.models.moe.router_loss_settings)
+    moe_top_k: int = 0  # experts per token of the policy's routers, when moe_aux_loss_coef > 0
 
     def __post_init__(self) -> None:
         # seq-mean-token-sum-norm divides by a constant. Left as None, `aggregate_loss` would divide
@@ -128,6 +136,7 @@ class Actor:
         self.recomputed_last = False  # whether it ran a forward (also when it checked, then reused)
         self.step = 0  # the trainer step of the running update (for losses that declare global_step)
         self.mini_totals = (0.0, 0.0)  # the running mini-batch's (loss normaliser, positive responses): the SFT term
+        self.router_totals = (0.0, 0.0)  # the running mini-batch's (real tokens, loss normaliser): the router term
 
     def old_logprobs(self, batch: RolloutBatch) -> Tensor:
         """log pi_old of the PPO ratio, (B, T): the rollout's own log-probs when they are the actor's,
@@ -235,6 +244,7 @@ class Actor:
         if self.s.sft_loss_coef:  # the whole mini-batch's counts, the same on every rank
             positive = (mini.token_level_scores.sum(-1) > 0) & (mini.train_mask.sum(-1) > 0)  # as positive_sft_loss counts
             self.mini_totals = (normaliser(mini.train_mask, self.s.loss_agg_mode), float(positive.sum()))
+        self.router_totals = mini_totals(mini, self.s.loss_agg_mode)
         metrics = accumulate_gradients(
             mini, self._micro_loss, loss_agg_mode=self.s.loss_agg_mode, size=self.s.micro_batch_size,
             max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp, loss_values=ACTOR_LOSS_VALUES,
@@ -248,8 +258,10 @@ class Actor:
     def _micro_loss(self, micro: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
         need_entropy = True  # entropy is always logged; its gradient only flows with entropy_coeff
         device = next(self.model.parameters()).device
+        routed = self.s.moe_aux_loss_coef > 0
         with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward), \
-                activation_offload(self.s.activation_offload, device):
+                activation_offload(self.s.activation_offload, device), \
+                (capture_router_logits(self.model) if routed else nullcontext(RouterCapture())) as routers:
             out = self.run(
                 response_logprobs,
                 self.model,
@@ -259,7 +271,8 @@ class Actor:
                 micro.response_mask,
                 temperature=self.s.temperature,
                 with_entropy=need_entropy,
-                share_prompt=self.s.share_prompt,
+                # a shared prompt is routed once per group; Megatron routes each row's prompt
+                share_prompt=self.s.share_prompt and not routed,
                 pack=self.s.pack,
                 kernel=self.s.head,
             )
@@ -304,6 +317,9 @@ class Actor:
             sft = self._sft_term(micro, out.logprobs, mask)
             loss = loss + self.s.sft_loss_coef * sft
             parts["actor/sft_loss"] = float(sft.detach())
+        if routed:  # weighted as accumulate_gradients weighs the loss values: the metric sums to the tokens' mean
+            aux, parts["actor/moe_aux_loss"] = router_term(routers, micro, self.router_totals, self.s.loss_agg_mode, self.s.moe_top_k, self.dp)
+            loss = loss + self.s.moe_aux_loss_coef * aux
         return loss, parts
 
     def _sft_term(self, micro: RolloutBatch, logprobs: Tensor, mask: Tensor) -> Tensor:

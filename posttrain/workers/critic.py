@@ -2,12 +2,15 @@
 
 Values sit on the positions that predict each response token, i.e. V(s_t) is read from the hidden
 state just before token t, the same positions the actor's log-probs come from. Its update is the
-clipped value loss (PPO / OpenAI baselines), with the same mini/micro-batch arithmetic as the actor.
+clipped value loss (PPO / OpenAI baselines), with the same mini/micro-batch arithmetic as the actor,
+plus for a mixture-of-experts value model the router's load-balancing loss x moe_aux_loss_coef, as
+Megatron adds it to any MoE model it trains (`posttrain.workers.router_loss`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +23,13 @@ from posttrain.checkpoint.state import Extra
 from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_hidden_states
 from posttrain.models.kernels import activation_offload
+from posttrain.models.moe import RouterCapture, capture_router_logits
 from posttrain.models.precision import autocast
 from posttrain.records import RolloutBatch
 from posttrain.cluster.fsdp import forward_runner
 from posttrain.cluster.parallel import DataParallel
 from posttrain.workers.microbatch import SINGLE, accumulate_gradients, clip_and_step, forward_in_order, mini_batches
+from posttrain.workers.router_loss import mini_totals, router_term
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,8 @@ class CriticSettings:
     lean_forward: str = "off"  # "compiled" with actor.use_torch_compile (posttrain.models.lean_forward)
     activation_offload: bool = False  # critic.model.enable_activation_offload (posttrain.models.kernels)
     schedule_per_update: bool = False  # critic.optim.lr_schedule_unit == "update": the LR moves after each optimizer step
+    moe_aux_loss_coef: float = 0.0  # critic.moe_aux_loss_coef, resolved against the model (posttrain.models.moe.router_loss_settings)
+    moe_top_k: int = 0  # experts per token of the value model's routers, when moe_aux_loss_coef > 0
 
 
 class Critic:
@@ -65,6 +72,7 @@ class Critic:
         self.scheduler = scheduler
         self.s = settings
         self.generator = torch.Generator().manual_seed(settings.seed)
+        self.router_totals = (0.0, 0.0)  # the running mini-batch's (real tokens, loss normaliser): the router term
 
     def extra_state(self) -> dict[str, Any]:
         """What a checkpoint needs besides weights and optimizer: the LR schedule and shuffle generator."""
@@ -110,17 +118,25 @@ class Critic:
         return {k: v / max(steps, 1) for k, v in sums.items()}
 
     def _micro_loss(self, micro: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
+        routed = self.s.moe_aux_loss_coef > 0
+        with capture_router_logits(self.model) if routed else nullcontext(RouterCapture()) as routers:
+            values = self._values(micro)
         out = value_loss(
-            self._values(micro), micro.values, micro.returns, micro.train_mask, self.s.cliprange_value,
+            values, micro.values, micro.returns, micro.train_mask, self.s.cliprange_value,
             self.s.loss_agg_mode, loss_scale_factor=self.s.loss_scale_factor,
         )
-        return out.loss, {"critic/vf_loss": float(out.loss.detach()), "critic/vf_clipfrac": float(out.clipfrac)}
+        parts = {"critic/vf_loss": float(out.loss.detach()), "critic/vf_clipfrac": float(out.clipfrac)}
+        if not routed:
+            return out.loss, parts
+        aux, parts["critic/moe_aux_loss"] = router_term(routers, micro, self.router_totals, self.s.loss_agg_mode, self.s.moe_top_k, self.dp)
+        return out.loss + self.s.moe_aux_loss_coef * aux, parts
 
     def _optimizer_step(self, mini: RolloutBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
+        self.router_totals = mini_totals(mini, self.s.loss_agg_mode)
         metrics = accumulate_gradients(
             mini, self._micro_loss, loss_agg_mode=self.s.loss_agg_mode, size=self.s.micro_batch_size,
-            max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp, loss_values=frozenset({"critic/vf_loss"}),
+            max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp, loss_values=frozenset({"critic/vf_loss", "critic/moe_aux_loss"}),
         )
         metrics["critic/grad_norm"] = clip_and_step(self.optimizer, self.s.grad_clip)
         metrics["critic/lr"] = self.optimizer.param_groups[0]["lr"]

@@ -195,7 +195,35 @@ def _all(rank: int, world: int, model_dir: str) -> dict:
     dp = World(rank, world).data_parallel(sp=world)
     assert dp.seq is not None and dp.seq.size == world and not dp.distributed and dp.loss_share == 0.5
     return {"primitive": _primitive(rank, world), "single": _roles(model_dir, DataParallel(), 1), "split": _roles(model_dir, dp, world),
+            "moe": (_moe_actor(DataParallel()), _moe_actor(dp)),
             "built": [_built(rank, world, model_dir, sizes) for sizes in (("2", "1", "2"), ("2", "null", "1"))]}
+
+
+def _moe_actor(dp) -> tuple:
+    """(metrics, weights) of a tiny Qwen3-MoE actor's update with the router load-balancing loss
+    (actor.moe_aux_loss_coef): with sp, each rank routes its columns and the counts meet in a sum."""
+    from test_data_parallel_roles import _batch, _full
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from worker_helpers import NoSchedule, actor_settings
+
+    from posttrain.workers import Actor
+
+    torch.manual_seed(0)
+    config = Qwen3MoeConfig(vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=16, num_hidden_layers=2,
+                            num_attention_heads=2, num_key_value_heads=2, head_dim=8, num_experts=4, num_experts_per_tok=2,
+                            max_position_embeddings=64)
+    model = Qwen3MoeForCausalLM(config).float().train()
+    batch = _batch(model)
+    if dp.seq is not None:  # sharded over both ranks, as World.shard does: the ranks' gradients meet in a sum
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from posttrain.cluster.fsdp import ShardingSettings, shard_model
+
+        model = shard_model(model, init_device_mesh("cpu", (dp.seq.size,)), ShardingSettings())
+    # the policy loss is off (rl_loss_coef 0): the update is the router loss's alone
+    settings = actor_settings(mini_batch_size=7, micro_batch_size=3, rl_loss_coef=0.0, moe_aux_loss_coef=1.0, moe_top_k=2)
+    actor = Actor(model, torch.optim.SGD(model.parameters(), lr=1.0), NoSchedule(), settings, dp=dp)
+    return actor.update(batch), _full(model)
 
 
 def _built(rank: int, world: int, model_dir: str, sizes: tuple[str, str, str]) -> dict:
@@ -230,6 +258,16 @@ def test_roles_split_over_sp_ranks_compute_what_one_process_computes(ranked):
             assert one[0]["actor/grad_norm" if "actor/grad_norm" in one[0] else "critic/grad_norm"] > 1e-3
             _compare(one, [two])
         torch.testing.assert_close(split[2], single[2], atol=1e-5, rtol=0)
+
+
+def test_the_router_loss_of_split_sequences_is_one_process_s(ranked):
+    for result in ranked:
+        (single, single_weights), (split, split_weights) = result["moe"]
+        assert single["actor/moe_aux_loss"] > 1.0  # 1 per layer at perfect balance: 2 layers, not balanced
+        assert split["actor/moe_aux_loss"] == pytest.approx(single["actor/moe_aux_loss"], rel=1e-5)
+        assert split["actor/grad_norm"] == pytest.approx(single["actor/grad_norm"], rel=1e-4) and single["actor/grad_norm"] > 1e-4
+        for name, value in single_weights.items():
+            torch.testing.assert_close(split_weights[name], value, atol=1e-6, rtol=1e-5)
 
 
 def test_each_role_splits_by_its_own_key_and_the_reference_follows_the_actor(ranked):

@@ -87,54 +87,58 @@ def test_bf16_follows_strategy_config_then_model_args_dtype():
     assert "loss scaling" in report.entry(f"{BASE}.fp16").reason and report.entry(f"{BASE}.fp16").status == "refused"
 
 
-def test_the_moe_router_loss_is_honoured_at_zero_only():
-    # experts over devices: an MoE model, whose loss megatron_train adds the router loss to by default
-    _, report = _role({"expert_model_parallel_size": 8})
-    entry = report.entry(f"{BASE}.expert_model_parallel_size")
-    assert entry.status == "refused" and "moe_aux_loss_coeff: 0" in entry.reason and not machine_refusal(entry.reason)
+def test_the_moe_router_loss_is_the_actors_moe_aux_loss_coef():
+    # Megatron's coefficient: strategy_config's, else model_args', else the model's (posttrain's null)
+    native, report = _role({"expert_model_parallel_size": 8})
+    assert not report.refused and native["actor"]["moe_aux_loss_coef"] is None
+    set_null = [e for e in report.entries if e.native == "actor.moe_aux_loss_coef"]
+    assert [e.key for e in set_null] == ["actor_train.strategy_args.strategy_name"] and "router_aux_loss_coef" in set_null[0].reason
+    assert "dropless" in report.entry(f"{BASE}.expert_model_parallel_size").reason
+    native, report = _role({"moe_aux_loss_coeff": 0.002}, model_args={"moe_aux_loss_coef": 0.5})
+    assert not report.refused and native["actor"]["moe_aux_loss_coef"] == 0.002
+    assert "takes" in report.entry("actor_train.model_args.moe_aux_loss_coef").reason
+    native, report = _role({"expert_model_parallel_size": 8}, model_args={"moe_aux_loss_coef": 0.01})
+    assert native["actor"]["moe_aux_loss_coef"] == 0.01  # ROLL's model provider copies it when strategy_config has none
     native, report = _role({"expert_model_parallel_size": 8, "moe_aux_loss_coeff": 0.0})
-    assert not report.refused and "dropless" in report.entry(f"{BASE}.expert_model_parallel_size").reason
-    _, report = _role({"expert_model_parallel_size": 8}, model_args={"moe_aux_loss_coef": 0})
-    assert not report.refused  # ROLL's model provider copies model_args' coefficient when strategy_config has none
-    _, report = _role({"moe_aux_loss_coeff": 0.001})
-    entry = report.entry(f"{BASE}.moe_aux_loss_coeff")
-    assert entry.status == "refused" and "0.001" in entry.reason and not machine_refusal(entry.reason)
+    assert not report.refused and "moe_aux_loss_coef" not in native["actor"]
+    # the critic's: critic.moe_aux_loss_coef
+    native, report = _role({"moe_aux_loss_coeff": 0.001}, role="critic")
+    assert not report.refused and native["critic"]["moe_aux_loss_coef"] == 0.001
+    native, report = _role({"expert_model_parallel_size": 8}, role="critic")
+    assert not report.refused and native["critic"]["moe_aux_loss_coef"] is None
+    native, report = _role({"expert_model_parallel_size": 8, "context_parallel_size": 2})  # Ulysses sums the counts over its ranks
+    assert not report.refused and native["actor"]["moe_aux_loss_coef"] is None
     # the reference trains nothing: its experts' placement is all that EP says there
     _, report = _role({"expert_model_parallel_size": 8}, "megatron_infer", "reference")
     assert not report.refused
+    # ROLL's DPO pipeline: no RL actor loss to add it to; a dense model's file keeps the coefficient at 0
+    native, report = translate({"beta": 0.1, "actor_train": {"strategy_args": {"strategy_name": "megatron_train", "strategy_config": {}}}}, "roll")
+    assert "moe_aux_loss_coef" not in native.get("actor", {})
+    native, report = translate({"beta": 0.1, "actor_train": {"strategy_args": {"strategy_name": "megatron_train",
+                                                                               "strategy_config": {"expert_model_parallel_size": 8}}}}, "roll")
+    entry = report.entry(f"{BASE}.expert_model_parallel_size")
+    assert entry.status == "refused" and "DPO loss" in entry.reason and "moe_aux_loss_coeff: 0" in entry.reason and not machine_refusal(entry.reason)
     # ROLL's other strategies read no router loss: model_args' coefficient changes nothing there
-    _, report = _role({}, "fsdp2_train", model_args={"moe_aux_loss_coef": 0.01})
+    native, report = _role({}, "fsdp2_train", model_args={"moe_aux_loss_coef": 0.01})
     assert report.entry("actor_train.model_args.moe_aux_loss_coef").status == "dropped"
+    assert "moe_aux_loss_coef" not in native.get("actor", {})
 
 
 def test_an_moe_model_on_this_machine_is_known_from_its_config(tmp_path):
-    # expert_model_parallel_size 1 says nothing; the model's config.json (a nested text config too) does
+    # in an SFT file (no router term in posttrain's SFT loss) expert_model_parallel_size 1 says nothing;
+    # the model's config.json (a nested text config too) does
     model = tmp_path / "moe"
     model.mkdir()
     (model / "config.json").write_text('{"model_type": "qwen3_vl_moe", "text_config": {"num_experts": 8, "router_aux_loss_coef": 0.001}}')
-    _, report = _role({"expert_model_parallel_size": 1}, model_args={"model_name_or_path": str(model)})
-    entry = report.entry(f"{BASE}.moe_aux_loss_coeff")
-    assert entry.status == "refused" and "router_aux_loss_coef 0.001" in entry.reason
-    _, report = _role({"moe_aux_loss_coeff": 0}, model_args={"model_name_or_path": str(model)})
-    assert not report.refused
+    sft = {"sft_train": {"model_args": {"model_name_or_path": str(model)},
+                         "strategy_args": {"strategy_name": "megatron_train", "strategy_config": {"expert_model_parallel_size": 1}}}}
+    entry = translate(sft, "roll")[1].entry("sft_train.strategy_args.strategy_config.moe_aux_loss_coeff")
+    assert entry.status == "refused" and "router_aux_loss_coef 0.001" in entry.reason and "SFT loss" in entry.reason
+    sft["sft_train"]["strategy_args"]["strategy_config"]["moe_aux_loss_coeff"] = 0
+    assert not [e for e in translate(sft, "roll")[1].refused if "moe" in e.key]
     (model / "config.json").write_text('{"model_type": "qwen2", "num_hidden_layers": 2}')  # dense: no router
-    assert not _role({}, model_args={"model_name_or_path": str(model)})[1].refused
-
-
-@pytest.mark.parametrize(("options", "name", "key", "words"), [
-    ({"moe_expert_capacity_factor": 1.0}, "megatron_train", "moe_expert_capacity_factor", "drops the tokens"),
-    ({"fp8": "e4m3"}, "megatron_train", "fp8", "no counterpart"),
-    ({"additional_configs": {"moe_router_topk": 4}}, "megatron_train", "additional_configs.moe_router_topk", "no counterpart"),
-    ({"recompute_granularity": "partial"}, "megatron_train", "recompute_granularity", "full, selective or null"),
-    ({"context_parallel_size": 0}, "megatron_train", "context_parallel_size", "whole number"),
-    ({}, "megatron_infer", "strategy_name", "with megatron_train, not megatron_infer"),
-])
-def test_options_posttrain_cannot_honour_are_refused(options, name, key, words):
-    _, report = _role(options, name)
-    full = f"actor_train.strategy_args.{key}" if key == "strategy_name" else f"{BASE}.{key}"
-    entry = report.entry(full)
-    assert entry is not None and entry.status == "refused" and words in entry.reason, report.refused
-    assert not machine_refusal(entry.reason)  # a user's fix, not what smoke substitutes
+    sft["sft_train"]["strategy_args"]["strategy_config"].pop("moe_aux_loss_coeff")
+    assert not [e for e in translate(sft, "roll")[1].refused if "moe" in e.key]
 
 
 PIPELINE = """\
@@ -175,10 +179,10 @@ def test_a_roll_megatron_file_loads_with_rolls_global_batch(tmp_path, cp, prompt
     assert (cfg.actor.strategy, cfg.ref.strategy, cfg.actor.ppo_mini_batch_size) == ("fsdp2", "fsdp2", prompts)
     assert (cfg.actor.ulysses_sequence_parallel_size, cfg.ref.ulysses_sequence_parallel_size) == (cp, cp if cp > 1 else None)
     assert cfg.model.enable_gradient_checkpointing is (cp == 1)  # Ulysses keeps the activations
-    bad = PIPELINE.format(d=tmp_path, cp=cp).replace("sequence_parallel: true", "sequence_parallel: true, moe_aux_loss_coeff: 0.01")
-    path.write_text(textwrap.dedent(bad))
-    with pytest.raises(ConfigError, match=r"strategy_config\.moe_aux_loss_coeff: megatron_train adds the MoE router's load-balancing loss"):
-        load_config(path, dialect="roll")
+    assert cfg.actor.moe_aux_loss_coef is None  # the model's router_aux_loss_coef, read when it loads
+    routed = PIPELINE.format(d=tmp_path, cp=cp).replace("sequence_parallel: true", "sequence_parallel: true, moe_aux_loss_coeff: 0.01")
+    path.write_text(textwrap.dedent(routed))
+    assert load_config(path, dialect="roll").actor.moe_aux_loss_coef == 0.01
 
 
 def test_megatron_train_exempts_biases_and_norms_from_weight_decay_as_megatrons_optimizer():

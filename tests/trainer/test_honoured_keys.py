@@ -171,6 +171,9 @@ KNOBS = [
     knob("actor.calculate_sum_pi_squared=true", "metrics"),  # the variance_proxy/ metrics
     knob("actor.rl_loss_coef=0.5", "weights"),
     knob("actor.sft_loss_coef=1.0", "weights", *POSITIVE),  # the policy loss is 0 there: the SFT term alone moves the weights
+    # the tiny model is dense: a router loss is refused when it loads (its effect on an MoE model: tests/workers/test_actor_moe.py)
+    knob("actor.moe_aux_loss_coef=0.1", "exit"),
+    knob("critic.moe_aux_loss_coef=0.1", "exit", *CRITIC),  # the critic's on an MoE model: tests/workers/test_actor_moe.py
     knob("actor.grad_clip=1e-4", "weights"),
     knob("actor.optim.lr=2e-3", "weights"),
     knob("actor.optim.betas=[0.5,0.9]", "weights"),

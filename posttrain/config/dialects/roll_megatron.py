@@ -27,12 +27,14 @@ mcore_adapter/training_args.py). What each option does to the numbers decides it
   its default) computes in bf16 with fp32 main weights: posttrain's ``param_dtype: auto``; without
   bf16 the model computes in fp32: ``fp32``; fp16 is refused (no loss scaling).
 - MoE router loss: for a mixture-of-experts model Megatron adds the router's load-balancing loss in
-  training, with ``moe_aux_loss_coeff`` (else ``model_args.moe_aux_loss_coef``, else the model's
-  ``router_aux_loss_coef`` for the Qwen-MoE and Mixtral families). posttrain adds no router loss (nor
-  do ROLL's FSDP2 and DeepSpeed strategies, which read the logits only), so a coefficient of 0 is
-  honoured, another refused, and a trained role whose model is an MoE one is refused unless the
-  coefficient is 0: known from the file when experts are split over devices, else from the model's
-  config.json when the model is on this machine (as on the cluster that runs it).
+  training (mcore_adapter gives the Qwen-MoE and Mixtral families load-balancing type aux_loss),
+  with ``moe_aux_loss_coeff`` (else ``model_args.moe_aux_loss_coef``, else the model's
+  ``router_aux_loss_coef``): the role's ``actor.moe_aux_loss_coef`` / ``critic.moe_aux_loss_coef``
+  (the same Switch loss over each micro-batch's routed tokens; null reads the model's coefficient
+  when it loads, 0 for a dense model). ROLL's FSDP2 and DeepSpeed strategies add none (the model
+  returns its router logits and no loss reads them), nor do posttrain's SFT and DPO losses, so in
+  ROLL's SFT and DPO files a positive coefficient, or an MoE model known from the file (experts
+  split over devices) or from its config.json, is refused.
 """
 
 from __future__ import annotations
@@ -92,9 +94,10 @@ def megatron(ctx: Context, role: str, name: str) -> None:
     leaves = flat_options(options, "additional_configs")
     cp = leaves.get("context_parallel_size", 1) or 1
     trained = name == "megatron_train"
-    moe = ("; posttrain adds no MoE router load-balancing loss, which megatron_train adds to an MoE model's loss unless "
-           "moe_aux_loss_coeff is 0 (refused where the file or the model's config.json shows an MoE model)") if trained else ""
+    moe = ("; the MoE router load-balancing loss megatron_train adds is the role's moe_aux_loss_coef (refused in SFT and DPO files, "
+           "whose losses posttrain computes without it)") if trained else ""
     if trained:  # set first: the report names the strategy line last for this key
+        _aux_loss(ctx, role, base, leaves)
         # Megatron-core's optimizer groups exempt biases and one-dimensional parameters (norm
         # weights) from weight decay; ROLL's megatron_train builds its optimizer through them.
         ctx.set(f"{section}.optim.decay_bias_and_norm", False, name_key,
@@ -104,7 +107,6 @@ def megatron(ctx: Context, role: str, name: str) -> None:
             f"overlaps and fusions change where and how fast the same numbers are computed{moe}")
     _precision(ctx, role, section, base, leaves)
     if trained:
-        _aux_loss(ctx, role, base, leaves)
         _recompute(ctx, role, section, base, leaves, cp)
     else:  # megatron_infer: forward passes only
         for sub in [s for s in leaves if s in _RECOMPUTE]:
@@ -173,35 +175,60 @@ def _precision(ctx: Context, role: str, section: str, base: str, leaves: dict[st
 
 
 def _aux_loss(ctx: Context, role: str, base: str, leaves: dict[str, Any]) -> None:
-    """The MoE router's load-balancing loss: honoured at 0 (posttrain adds none), refused otherwise.
-    Megatron's coefficient is strategy_config.moe_aux_loss_coeff, else model_args.moe_aux_loss_coef
-    (ROLL's model provider copies it only when the former is unset), else the model's own."""
-    how = "set strategy_config.moe_aux_loss_coeff: 0 to train without it, as posttrain (and ROLL's fsdp2_train) does"
+    """The MoE router's load-balancing loss. Megatron's coefficient is strategy_config.moe_aux_loss_coeff,
+    else model_args.moe_aux_loss_coef (ROLL's model provider copies it only when the former is unset),
+    else the model's router_aux_loss_coef (mcore_adapter maps it onto moe_aux_loss_coeff, with
+    load-balancing type aux_loss for the Qwen-MoE and Mixtral families): posttrain's
+    actor.moe_aux_loss_coef, whose null reads the same config.json entry when the model loads."""
     model_key = f"{role}.model_args.moe_aux_loss_coef"
     given = [(k, v) for k, v in ((f"{base}.moe_aux_loss_coeff", leaves.pop("moe_aux_loss_coeff", None)), (model_key, ctx.get(model_key)))
              if v is not None]
     ctx.consume(model_key)
     for key, coef in given[1:]:
         ctx.drop(key, f"megatron_train takes {given[0][0]} ({given[0][1]!r}) over it")
+    stage = _supervised_stage(ctx)
+    native = None if stage else f"{NAMES[role][0]}.moe_aux_loss_coef"  # actor_train -> actor, critic -> critic
+    how = (f"posttrain adds the router loss to the RL actor's and critic's losses (actor.moe_aux_loss_coef, critic.moe_aux_loss_coef), "
+           f"not to its {stage} loss: set strategy_config.moe_aux_loss_coeff: 0 to train without it")
+    ep = leaves.get("expert_model_parallel_size", 1)
+    moe = isinstance(ep, int) and not isinstance(ep, bool) and ep > 1
     if given:
         key, coef = given[0]
-        if isinstance(coef, (int, float)) and not isinstance(coef, bool) and coef == 0:
-            ctx.drop(key, "0: no router load-balancing loss, as posttrain trains")
+        if isinstance(coef, bool) or not isinstance(coef, (int, float)) or coef < 0:
+            ctx.refuse(key, f"expected a number >= 0, got {coef!r}", native, coef)
+        elif coef == 0:
+            ctx.drop(key, "0: no router load-balancing loss (moe_aux_loss_coef's default)")
+        elif native is None:
+            ctx.refuse(key, f"megatron_train adds the MoE router's load-balancing loss x {coef!r} to ROLL's {stage} loss; {how}", None, coef)
         else:
-            ctx.refuse(key, f"megatron_train adds the MoE router's load-balancing loss x {coef!r} to the loss; posttrain adds no router loss: {how}", None, coef)
+            ctx.set(native, float(coef), key, f"Megatron adds {coef!r} x the router's load-balancing loss (aux_loss) of each micro-batch to the loss")
         return
-    ep = leaves.get("expert_model_parallel_size", 1)
-    if isinstance(ep, int) and not isinstance(ep, bool) and ep > 1:
+    if native is not None:
+        ctx.set(native, None, f"{role}.strategy_args.strategy_name",
+                "no moe_aux_loss_coeff: Megatron weighs the router's load-balancing loss by the model's router_aux_loss_coef; null reads it from "
+                "config.json when the model loads (0 for a dense model)")
+    elif moe:
         leaves.pop("expert_model_parallel_size")
         ctx.refuse(f"{base}.expert_model_parallel_size",
                    f"{ep}: experts split over devices mean a mixture-of-experts model, to whose loss megatron_train adds the router's load-balancing "
-                   f"loss (coefficient: the model's router_aux_loss_coef, e.g. 0.001 for Qwen3-MoE); posttrain adds no router loss: {how}", None, ep)
-        return
-    found = _model_router_coefficient(ctx.get(f"{role}.model_args.model_name_or_path") or ctx.get("pretrain"))
-    if found is not None:  # the model is here (a run's machine): its config says whether it routes with a loss
-        path, coef = found
-        ctx.refuse(f"{base}.moe_aux_loss_coeff", f"not set: the model {path} is a mixture-of-experts model with router_aux_loss_coef {coef}, which "
-                   f"megatron_train adds to the loss as the router's load-balancing loss; posttrain adds no router loss: {how}", None, None)
+                   f"loss (coefficient: the model's router_aux_loss_coef, e.g. 0.001 for Qwen3-MoE); {how}", None, ep)
+    else:
+        found = _model_router_coefficient(ctx.get(f"{role}.model_args.model_name_or_path") or ctx.get("pretrain"))
+        if found is not None:  # the model is here (a run's machine): its config says whether it routes with a loss
+            path, coef = found
+            ctx.refuse(f"{base}.moe_aux_loss_coeff", f"not set: the model {path} is a mixture-of-experts model with router_aux_loss_coef {coef}, which "
+                       f"megatron_train adds to ROLL's {stage} loss as the router's load-balancing loss; {how}", None, None)
+
+
+# The keys that make a file ROLL's DPO pipeline (posttrain.config.dialects.roll.dpo_pipeline, which runs later)
+_DPO_KEYS = ("ipo", "beta", "label_smoothing", "chosen_key", "rejected_key")
+
+
+def _supervised_stage(ctx: Context) -> str | None:
+    """'SFT' or 'DPO' when the file is ROLL's SFT or DPO pipeline (no RL actor loss), else None."""
+    if (ctx.native.get("algorithm") or {}).get("kind") == "sft":  # roll_sft's pipeline handler runs first
+        return "SFT"
+    return "DPO" if any(ctx.has(k) for k in _DPO_KEYS) else None
 
 
 def _model_router_coefficient(path: Any) -> tuple[str, float] | None:
@@ -245,7 +272,7 @@ def moe_aux_loss_coef(ctx: Context, role: str) -> None:
     key = f"{role}.model_args.moe_aux_loss_coef"
     if ctx.has(key) and key not in ctx.handled:
         ctx.consume(key)
-        ctx.drop(key, "only ROLL's megatron_train adds a router loss; its other strategies at most have the model return its router logits, which no loss reads (posttrain adds no router loss either)")
+        ctx.drop(key, "only ROLL's megatron_train adds a router loss; its other strategies at most have the model return its router logits, which no loss reads (actor.moe_aux_loss_coef stays 0, as they train)")
 
 
 def _recompute(ctx: Context, role: str, section: str, base: str, leaves: dict[str, Any], cp: Any) -> None:
@@ -279,7 +306,7 @@ def rules() -> dict[str, Rule]:
         base, ctx_name = f"{role}.strategy_args.strategy_config", ((f"{role}.strategy_args.strategy_name", name),)
         out[f"{base}.context_parallel_size"] = Rule(f"{section}.ulysses_sequence_parallel_size", "above 1: Ulysses sequence parallelism of that size (the same attention result); 1: nothing", 2, ctx_name)
         out[f"{base}.bf16"] = Rule(f"{section}.fsdp_config.mixed_precision.param_dtype", "true (or absent with model_args.dtype bf16, ROLL's default): nothing (auto computes in bf16 on a GPU); false: fp32; fp16: true is refused (no loss scaling)", False, ctx_name)
-        out[f"{base}.expert_model_parallel_size"] = Rule(None, "experts split over devices with a dropless dispatch compute what the unsplit MoE layer computes; in megatron_train above 1 it is refused unless moe_aux_loss_coeff is 0 (an MoE model: the router loss posttrain does not add)", 1, ctx_name)
+        out[f"{base}.expert_model_parallel_size"] = Rule(None, "experts split over devices with a dropless dispatch compute what the unsplit MoE layer computes; in megatron_train above 1 (an MoE model) SFT and DPO files are refused unless moe_aux_loss_coeff is 0 (posttrain adds the router loss to the RL actor's and critic's losses)", 1, ctx_name)
         for sub, why in NO_EFFECT.items():
             out[f"{base}.{sub}"] = Rule(None, why, True, ctx_name)
         if name == "megatron_train":
@@ -288,9 +315,10 @@ def rules() -> dict[str, Rule]:
             out[f"{base}.moe_layer_recompute"] = Rule(gc, "true: true, as recompute_granularity", True, ctx_name)
             for sub in ("recompute_modules", "recompute_method", "recompute_num_layers"):
                 out[f"{base}.{sub}"] = Rule(gc, "with recompute_granularity: true (whole decoder layers: the same numbers, less memory); without it dropped (Megatron reads it only then)", "moe" if sub == "recompute_modules" else "uniform" if sub == "recompute_method" else 1, (*ctx_name, (f"{base}.recompute_granularity", "selective")))
-            out[f"{base}.moe_aux_loss_coeff"] = Rule(None, "0: dropped (posttrain adds no router load-balancing loss); another value is refused", 0.0, ctx_name)
+            out[f"{base}.moe_aux_loss_coeff"] = Rule(f"{section}.moe_aux_loss_coef", "the same coefficient (absent: null, the model's router_aux_loss_coef); in SFT and DPO files 0 dropped, another value refused (no router term in those losses)", 0.001, ctx_name)
         else:
             for sub in _RECOMPUTE:
                 out[f"{base}.{sub}"] = Rule(None, "the reference runs no backward pass: nothing to recompute", "full", ctx_name)
-        out[f"{role}.model_args.moe_aux_loss_coef"] = Rule(None, "megatron_train: 0 dropped (posttrain adds no router load-balancing loss), another value refused, strategy_config.moe_aux_loss_coeff taken over it; other strategies: dropped (no loss reads the router logits)", 0.0)
+        trained = section != "ref"
+        out[f"{role}.model_args.moe_aux_loss_coef"] = Rule(f"{section}.moe_aux_loss_coef" if trained else None, "megatron_train: the role's coefficient when strategy_config.moe_aux_loss_coeff is absent; other strategies and the reference: dropped (no loss reads the router logits)", 0.001 if trained else 0.0, ctx_name if trained else ())
     return out

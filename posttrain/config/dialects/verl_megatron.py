@@ -13,7 +13,10 @@ FSDP2, so each key lands on what it means there:
 - **Expert parallelism** > 1 is layout too: verl leaves Megatron's MoE layer dropless (no
   ``moe_expert_capacity_factor``; verl/models/mcore/config_converter.py) and turns its load-balancing
   loss off (``moe_router_load_balancing_type: none``), so the experts split over devices compute what
-  the unsplit layer computes. A capacity factor (dropped tokens) or a balancing loss is refused.
+  the unsplit layer computes. A capacity factor (dropped tokens) is refused. An override of the
+  balancing type to ``aux_loss`` is the role's ``actor.moe_aux_loss_coef`` / ``critic.moe_aux_loss_coef``
+  (``moe_aux_loss_coeff``, else the model's router_aux_loss_coef: null); with verl's ``none`` the
+  coefficient is not read.
 - ``context_parallel_size`` -> the role's Ulysses sequence parallelism of that size (both split one
   sequence over that many devices and compute exact attention).
 - ``param_offload`` / ``grad_offload`` / ``optimizer_offload`` -> the role's ``fsdp_config``
@@ -76,7 +79,6 @@ _CHANGES = {
     "moe_expert_capacity_factor": "a capacity factor drops the tokens over each expert's capacity; posttrain's MoE layers (the Hugging Face model's) drop none",
     "moe_pad_expert_input_to_capacity": "pads experts to a capacity, which only a capacity factor sets; posttrain's MoE layers drop and pad nothing",
     "moe_token_drop_policy": "which tokens a capacity factor drops; posttrain's MoE layers drop none",
-    "moe_aux_loss_coeff": "Megatron's MoE load-balancing loss: posttrain's actor loss has no balancing term (verl turns it off: moe_router_load_balancing_type none)",
     "moe_z_loss_coeff": "Megatron's router z-loss: posttrain's actor loss has no router term",
     "hidden_dropout": "dropout in Megatron's layers; posttrain's model takes its dropout from its config.json: set it with actor_rollout_ref.model.override_config",
     "attention_dropout": "dropout in Megatron's attention; posttrain's model takes its dropout from its config.json: set it with actor_rollout_ref.model.override_config",
@@ -224,15 +226,37 @@ def _transformer(ctx: Any, prefix: str, role: str, key: str, name: str, value: A
         ctx.drop(key, f"how layers split into pipeline stages, {_SAME}")
     elif name == "moe_router_dtype":
         ctx.drop(key, _ROUTER_DTYPE)
-    elif name == "moe_router_load_balancing_type" and value == "none":
-        ctx.drop(key, "none: no balancing loss (verl's own setting), as posttrain's loss has none")
+    elif name in ("moe_router_load_balancing_type", "moe_aux_loss_coeff"):
+        _balancing(ctx, prefix, role, key, name, value)
     elif name in _CHANGES:
         ctx.refuse(key, _CHANGES[name], None, value)
-    elif name == "moe_router_load_balancing_type":
-        ctx.refuse(key, f"{value!r}: Megatron's MoE balancing loss; posttrain's actor loss has no balancing term (verl's own setting is none)", None, value)
     else:
         ctx.refuse(key, f"an option of Megatron's TransformerConfig ({name}) that can change the model's computation; posttrain builds the "
                         "Hugging Face model from its config.json: set the model's own attribute with actor_rollout_ref.model.override_config", None, value)
+
+
+def _balancing(ctx: Any, prefix: str, role: str, key: str, name: str, value: Any) -> None:
+    """Megatron's MoE load-balancing loss: its type (verl sets none before applying the overrides)
+    and coefficient (verl's converters hand Megatron the model's router_aux_loss_coef) -> the role's
+    moe_aux_loss_coef (actor or critic), for type aux_loss; Megatron reads the coefficient only with that type."""
+    otc = f"{prefix}.megatron.override_transformer_config"
+    kind = ctx.get(f"{otc}.moe_router_load_balancing_type", "none")
+    if role == "ref":
+        ctx.drop(key, "the reference trains nothing: no loss to balance")
+    elif kind in ("none", None):
+        ctx.drop(key, "none: no balancing loss (verl's own setting), as actor.moe_aux_loss_coef 0" if name != "moe_aux_loss_coeff" else
+                 f"{value!r}: Megatron weighs the load-balancing loss of the type moe_router_load_balancing_type names, which verl sets to none: no router loss, as actor.moe_aux_loss_coef 0")
+    elif kind != "aux_loss":
+        ctx.refuse(key, f"load-balancing type {kind!r}: posttrain's router loss is Megatron's aux_loss (each micro-batch's Switch loss, "
+                        "actor.moe_aux_loss_coef); use aux_loss or none", None, value)
+    elif name == "moe_router_load_balancing_type" and ctx.has(f"{otc}.moe_aux_loss_coeff"):
+        ctx.drop(key, f"aux_loss: the Switch loss posttrain adds with {role}.moe_aux_loss_coef (from moe_aux_loss_coeff)")
+    elif name == "moe_router_load_balancing_type":
+        ctx.set(f"{role}.moe_aux_loss_coef", None, key, "aux_loss, weighed by the model's router_aux_loss_coef (what verl's converters hand Megatron): null reads it when the model loads")
+    elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        ctx.refuse(key, f"expected a number >= 0, got {value!r}", f"{role}.moe_aux_loss_coef", value)
+    else:
+        ctx.set(f"{role}.moe_aux_loss_coef", float(value), key, "Megatron adds it x each micro-batch's aux_loss (the Switch loss) to the loss")
 
 
 def _recompute(ctx: Any, role: str, key: str, value: Any) -> None:
@@ -342,7 +366,7 @@ def _rules() -> dict[str, Rule]:
             out[m + "grad_offload"] = Rule(f"{role}.fsdp_config.param_offload", "FSDP2 offloads gradients with their parameters: true sets param_offload", True)
             out[m + "optimizer_offload"] = Rule(f"{role}.fsdp_config.optimizer_offload", "CPU offload of the role's optimizer state (FSDP2)", True)
             gc = "model.enable_gradient_checkpointing" if role == "actor" else "critic.model.enable_gradient_checkpointing"
-            out[m + "override_transformer_config"] = Rule(gc, "Megatron's TransformerConfig: recompute_granularity full/selective -> gradient checkpointing; recompute_method/num_layers/modules, kernels, fusions, dispatchers, pipeline splits and moe_router_dtype dropped (same numbers to rounding); dropout, MoE capacity and balancing losses and other options refused", {"recompute_granularity": "full"})
+            out[m + "override_transformer_config"] = Rule(gc, "Megatron's TransformerConfig: recompute_granularity full/selective -> gradient checkpointing; recompute_method/num_layers/modules, kernels, fusions, dispatchers, pipeline splits and moe_router_dtype dropped (same numbers to rounding); moe_router_load_balancing_type aux_loss -> the role's moe_aux_loss_coef (moe_aux_loss_coeff, else null: the model's router_aux_loss_coef; under verl's type none the coefficient is dropped, other types refused); dropout, MoE capacity, z-loss and other options refused", {"recompute_granularity": "full"})
     out.update({key: Rule(None, "declared by verl's config classes but read nowhere in verl", False) for key in _LOAD_WEIGHT})
     out.update({key: Rule("cluster.rpc_timeout_s", "the role's process-group timeout (seconds); posttrain's roles share one set of processes", 1200) for key in _TIMEOUTS})
     out[_LAYER_NAMES] = Rule(None, "names of Megatron's fused layers for verl's weight sync to the engine; posttrain's engine takes Hugging Face weights by name", {"qkv_layer_name": "qkv"})

@@ -66,6 +66,7 @@ class CriticConfig:
     # ---- loss and optimization ---------------------------------------------------------------
     cliprange_value: float | None = param(0.5, doc="Value clipping: new values stay within this distance of the rollout-time values in the clipped loss term; null does not clip.", gt=0, refs=["verl:critic.cliprange_value", "roll:value_clip"])
     loss_agg_mode: str = param("token-mean", doc="How per-token value losses become one number (same modes as actor.loss_agg_mode).", choices=LOSS_AGG_MODES, refs=["verl:critic.loss_agg_mode"])
+    moe_aux_loss_coef: float | None = param(0.0, doc="Weight of a mixture-of-experts value model's router load-balancing loss added to the value loss, as actor.moe_aux_loss_coef (Megatron adds it to every MoE model it trains), logged as critic/moe_aux_loss. null takes the model's router_aux_loss_coef (0 when it has none); 0 disables; a positive value needs a value model whose routers transformers exposes.", ge=0, refs=["roll:critic.strategy_args.strategy_config.moe_aux_loss_coeff", "roll:critic.model_args.moe_aux_loss_coef"])
     grad_clip: float = param(1.0, doc="Clip the critic's global gradient norm to this value before each optimizer step.", gt=0, refs=["verl:critic.grad_clip", "verl:critic.optim.clip_grad"])
     optim: CriticOptimConfig = param(factory=CriticOptimConfig, doc="Optimizer and LR schedule of the critic.", refs=["verl:critic.optim", "roll:critic.training_args"])
 
