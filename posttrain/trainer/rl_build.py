@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from posttrain.algorithms import check_kl_kind, estimator_options, get_advantage_estimator, get_policy_loss, policy_loss_options
+from posttrain.algorithms import LOSS_AGG_MODES, check_kl_kind, estimator_options, get_advantage_estimator, get_policy_loss, policy_loss_options
 from posttrain.config.access import device_lists, rollout_placement
 from posttrain.config.checks import role_needs
 from posttrain.config.derive import Derived
@@ -147,6 +147,9 @@ def _check_args(cfg: Config) -> None:
             raise ConfigError(
                 f"actor.policy_loss.loss_args.{key}: not an option of policy loss {mode!r} (its options: {', '.join(sorted(own)) or 'none'})"
             )
+        value = cfg.actor.policy_loss.loss_args[key]
+        if key.endswith("loss_agg_mode") and value is not None and value not in LOSS_AGG_MODES:  # mix's per-part modes
+            raise ConfigError(f"actor.policy_loss.loss_args.{key}: {value!r} is not an aggregation mode; use one of {', '.join(LOSS_AGG_MODES)} (or null: actor.loss_agg_mode)")
 
 
 def check_rl_names(cfg: Config) -> None:

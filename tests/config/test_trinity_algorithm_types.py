@@ -97,7 +97,7 @@ def test_mix_reads_its_expert_buffer_and_sizes_the_expert_rows(tmp_path):
     sft.write_text('{"messages": []}\n')
     raw = {
         "algorithm": {"algorithm_type": "mix_chord", "repeat_times": 4, "sample_strategy_args": {"expert_data_ratio": 0.2},
-                      "policy_loss_fn_args": {"mu_warmup_steps": 10, "mu_peak": 0.5, "train_batch_size_expert": 8}},
+                      "policy_loss_fn_args": {"mu_warmup_steps": 10, "mu_peak": 0.5, "train_batch_size_expert": 8, "sft_loss_agg_mode": "token-mean"}},
         "buffer": {"batch_size": 8, "train_batch_size": 40,
                    "trainer_input": {"auxiliary_buffers": {"sft_dataset": {"path": str(sft), "format": {"prompt_type": "messages", "messages_key": "messages"}}}}},
     }
@@ -106,7 +106,7 @@ def test_mix_reads_its_expert_buffer_and_sizes_the_expert_rows(tmp_path):
     mix = _get(native, "algorithm.mix")
     assert mix == {"expert_files": [str(sft)], "messages_key": "messages", "expert_batch_size": 8}  # ceil(0.2 x 40)
     assert _get(native, "actor.policy_loss.loss_mode") == "mix_chord"
-    assert _get(native, "actor.policy_loss.loss_args") == {"mu_warmup_steps": 10, "mu_peak": 0.5}
+    assert _get(native, "actor.policy_loss.loss_args") == {"mu_warmup_steps": 10, "mu_peak": 0.5, "sft_loss_agg_mode": "token-mean"}
     assert _get(native, "actor.ppo_mini_batch_size") == 8  # (40 - 8 expert rows) / repeat_times 4
     _, report = translate({"algorithm": {"algorithm_type": "mix"}}, "trinity")
     assert any("needs its expert data" in e.reason for e in report.refused if e.key == "algorithm.algorithm_type")
