@@ -188,14 +188,27 @@ def check_rl_names(cfg: Config) -> None:
 
 
 def forward_batching(
-    size: int, use_dynamic_bsz: bool | None, max_tokens: int | None, *, default_dynamic: bool, default_budget: int
+    size: int, use_dynamic_bsz: bool | None, max_tokens: int | None, *, default_dynamic: bool, default_budget: int, sp: int = 1,
 ) -> tuple[int, int | None]:
-    """(responses per forward, token budget or None) of a no-grad pass (verl's
+    """(responses per forward, token budget of one micro-batch or None) of a no-grad pass (verl's
     log_prob_micro_batch_size_per_gpu / log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu,
-    the critic's forward_*): a null switch or budget falls back to the training pass's."""
+    the critic's forward_*): a null switch or budget falls back to the training pass's. The
+    configured budget counts one device's tokens; a micro-batch is split over the role's `sp`
+    Ulysses ranks, so it may hold `sp` times as many (`micro_batch_budget`).
+
+    >>> forward_batching(4, None, None, default_dynamic=True, default_budget=100, sp=2)
+    (4, 200)
+    """
     dynamic = default_dynamic if use_dynamic_bsz is None else use_dynamic_bsz
     budget = default_budget if max_tokens is None else max_tokens
-    return size, (budget if dynamic else None)
+    return size, (micro_batch_budget(budget, sp) if dynamic else None)
+
+
+def micro_batch_budget(per_device: int, sp: int) -> int:
+    """Tokens one micro-batch may hold when each of its sequences is split over `sp` Ulysses ranks
+    and each rank may hold `per_device` of them (verl multiplies its *_max_token_len_per_gpu by the
+    role's ulysses_sequence_parallel_size the same way)."""
+    return per_device * sp
 
 
 def rollout_seed(cfg: Config) -> int:
@@ -302,6 +315,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     actor_compute = compute_dtype(a.fsdp_config.mixed_precision.param_dtype, world.torch_device)  # auto: bf16 on a GPU
     lean = "compiled" if a.use_torch_compile else "off"  # one switch for the actor, reference and critic forwards
     actor_budget = dict(default_dynamic=a.use_dynamic_bsz, default_budget=a.ppo_max_token_len_per_gpu)
+    actor_sp = a.ulysses_sequence_parallel_size
     engine_dtype, same_numerics = engine_precision(policy, actor_compute, cfg.rollout.dtype)
     if halves == "explorer":
         engine = make_engine(cfg, policy.eval().requires_grad_(False).to(engine_dtype), tokenizer, owns_weights=True)
@@ -345,7 +359,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             ppo_epochs=a.ppo_epochs,
             mini_batch_size=a.ppo_mini_batch_size * n,
             micro_batch_size=a.ppo_micro_batch_size_per_gpu,
-            max_tokens_per_micro_batch=a.ppo_max_token_len_per_gpu if a.use_dynamic_bsz else None,
+            max_tokens_per_micro_batch=micro_batch_budget(a.ppo_max_token_len_per_gpu, actor_sp) if a.use_dynamic_bsz else None,
             grad_clip=a.grad_clip,
             shuffle=a.shuffle,
             seed=seed,
@@ -361,7 +375,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             loss_inputs=loss_inputs(cfg),
             logprob_batching=forward_batching(
                 cfg.rollout.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,
-                cfg.rollout.log_prob_use_dynamic_bsz, cfg.rollout.log_prob_max_token_len_per_gpu, **actor_budget,
+                cfg.rollout.log_prob_use_dynamic_bsz, cfg.rollout.log_prob_max_token_len_per_gpu, **actor_budget, sp=actor_sp,
             ),
         ),
         dp=actor_dp,
@@ -381,16 +395,17 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         rollout = RolloutWorker(engine, dp, free_cache=cfg.rollout.free_cache_engine, tokenizer=tokenizer, engines=engines)
     reference = None
     if needs.reference:
+        ref_sp = cfg.ref.ulysses_sequence_parallel_size or actor_sp
         size, max_tokens = forward_batching(
             cfg.ref.log_prob_micro_batch_size_per_gpu, cfg.ref.log_prob_use_dynamic_bsz, cfg.ref.log_prob_max_token_len_per_gpu,
-            **actor_budget,
+            **actor_budget, sp=ref_sp,
         )
         reference = ReferencePolicy(
             trained if ref_model is None else world.shard(ref_model, cfg.ref.fsdp_config),
             temperature=policy_temperature(cfg), micro_batch_size=size,
             max_tokens=max_tokens, compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype,
             pack=cfg.model.use_remove_padding, lean_forward=lean,
-            dp=train_dp(policy if ref_model is None else ref_model, "ref", cfg.ref.ulysses_sequence_parallel_size or a.ulysses_sequence_parallel_size),
+            dp=train_dp(policy if ref_model is None else ref_model, "ref", ref_sp),
             adapters_off=adapters.disable_adapter if ref_model is None else None, head=head_kernel(cfg.model),
         )
     critic = None
@@ -421,10 +436,11 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
                 activation_offload=c.model.enable_activation_offload,
                 loss_scale_factor=float(response_length(cfg)) if c.loss_agg_mode == "seq-mean-token-sum-norm" else None,
                 shuffle=a.shuffle if c.shuffle is None else c.shuffle,
-                max_tokens_per_micro_batch=c.ppo_max_token_len_per_gpu if c.use_dynamic_bsz else None,
+                max_tokens_per_micro_batch=micro_batch_budget(c.ppo_max_token_len_per_gpu, c.ulysses_sequence_parallel_size) if c.use_dynamic_bsz else None,
                 forward_batching=forward_batching(
                     c.forward_micro_batch_size_per_gpu or c.ppo_micro_batch_size_per_gpu, c.use_dynamic_bsz,
                     c.forward_max_token_len_per_gpu, default_dynamic=c.use_dynamic_bsz, default_budget=c.ppo_max_token_len_per_gpu,
+                    sp=c.ulysses_sequence_parallel_size,
                 ),
             ),
             dp=critic_dp,

@@ -70,7 +70,23 @@ _SAME_AS = {
 def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
     if native == "rollout.name" and value == "hf_infer":
         return "hf"
+    if key.endswith((".max_tokens_per_microbatch_in_train", ".max_tokens_per_microbatch_in_infer")):
+        return _per_device_budget(ctx, key, value)
     return common_value_hook(ctx, key, value, native)
+
+
+def _per_device_budget(ctx: Context, key: str, value: Any) -> Any:
+    """ROLL's budget counts a micro-batch's tokens; posttrain's counts one device's share, the
+    micro-batch being split over the role's Ulysses ranks (ulysses_size, or CP under megatron, which
+    posttrain runs as Ulysses): the micro-batch budget stays ROLL's (rounded down to a multiple)."""
+    role = key.partition(".")[0]
+    strategy = ctx.get(f"{role}.strategy_args.strategy_name")
+    config = ctx.get(f"{role}.strategy_args.strategy_config") or {}
+    split = (config.get("context_parallel_size", 1) if strategy == "megatron_train" and isinstance(config, Mapping)
+             else ctx.get(f"{role}.model_args.ulysses_size") or 1)
+    if not (isinstance(value, int) and isinstance(split, int) and split > 1):
+        return value
+    return max(1, value // split)
 
 
 def ignorable(ctx: Context, key: str, value: Any) -> str | None:
