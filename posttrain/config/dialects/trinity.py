@@ -124,16 +124,35 @@ def tasksets(ctx: Context) -> None:
 
 
 def resolve_trainer_config(composed: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The inline verl config resolved on its own, before the file is: its interpolations
-    (``${actor_rollout_ref.actor.ppo_epochs}``) name keys of that verl config, as Trinity-RFT hands it
-    to verl. Returns the file with it resolved and ``{key: why not resolvable}``."""
+    """The inline verl config resolved before the file is. Trinity-RFT loads the whole file with
+    OmegaConf, so an interpolation there names a key from the file's root
+    (``${trainer.trainer_config.critic.ppo_micro_batch_size_per_gpu}``, examples/ppo_countdown_megatron);
+    its published verl trainer template names keys of the verl config itself
+    (``${actor_rollout_ref.actor.ppo_epochs}``), as verl reads such a file. The root reading is
+    taken where it resolves, the verl config's otherwise. Returns the file with it resolved and
+    ``{key: why not resolvable}`` for what neither resolves."""
     trainer = composed.get("trainer")
     inline = trainer.get("trainer_config") if isinstance(trainer, dict) else None
     if not isinstance(inline, dict):
         return composed, {}
-    resolved, failures = resolve(inline)
     prefix = "trainer.trainer_config."
-    return {**composed, "trainer": {**trainer, "trainer_config": resolved}}, {prefix + k: why for k, why in failures.items()}
+    on_its_own, own_failures = resolve(inline)
+    whole, whole_failures = resolve(composed)
+    resolved = whole["trainer"]["trainer_config"]
+    failures = {}
+    for key, why in whole_failures.items():
+        if not key.startswith(prefix):
+            continue  # the rest of the file is resolved (and its failures reported) after this
+        inner = key[len(prefix):]
+        if inner in own_failures or "[" in inner:
+            failures[key] = own_failures.get(inner, why)
+            continue
+        *parents, last = inner.split(".")
+        src, dst = on_its_own, resolved
+        for part in parents:
+            src, dst = src[part], dst[part]
+        dst[last] = src[last]
+    return {**composed, "trainer": {**trainer, "trainer_config": resolved}}, failures
 
 
 def trainer_config(ctx: Context) -> None:
