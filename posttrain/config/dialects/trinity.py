@@ -88,6 +88,8 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         key = f"{prefix}.rollout_args.{name}"
         if name == "logprobs" and value in (0, None):
             ctx.drop(key, "0: the sampled token's log-prob only, which posttrain always computes")
+        elif name == "max_tokens":
+            _max_tokens(ctx, key, value, training)
         elif name not in ("temperature", "top_p", "top_k"):
             ctx.refuse(key, "no posttrain equivalent: only temperature, top_p and top_k are sampling settings posttrain has", None, value)
         elif training:
@@ -95,6 +97,36 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         else:
             ctx.set(f"rollout.val_kwargs.{name}", value, key)
             ctx.set("rollout.val_kwargs.do_sample", True, key, "evaluation sampling settings given: sample")
+
+
+def _response_tokens(ctx: Context) -> int | None:
+    """Trinity-RFT's model.max_response_tokens, derived as posttrain.config.dialects.trinity_defaults
+    derives it when the file leaves it out (None: not known)."""
+    total, prompt, response = (ctx.get(f"model.{k}") for k in ("max_model_len", "max_prompt_tokens", "max_response_tokens"))
+    if response is not None or not isinstance(total, int):
+        return response
+    return total - total // 2 if not isinstance(prompt, int) else total - min(prompt, total - 1)
+
+
+def _max_tokens(ctx: Context, key: str, value: Any, training: bool) -> None:
+    """A taskset's generation budget (Trinity-RFT's default: model.max_response_tokens, which is
+    data.max_response_length). Training: rollout.response_length, at most that. Evaluation: posttrain
+    validates with the training rollouts' budget, so only that same value is accepted."""
+    default = _response_tokens(ctx)
+    if value is None:
+        ctx.drop(key, "null: model.max_response_tokens, Trinity-RFT's default")
+        return
+    if training:
+        if isinstance(default, int) and isinstance(value, int) and value > default:
+            ctx.refuse(key, f"{value} tokens exceed model.max_response_tokens ({default}), which bounds every response posttrain trains on (data.max_response_length): raise that instead", "rollout.response_length", value)
+        else:
+            ctx.set("rollout.response_length", value, key, "the training rollouts' generation budget")
+        return
+    trained = ctx.get(f"{_TS}.rollout_args.max_tokens") or default
+    if value == trained:
+        ctx.drop(key, f"{value}: the training rollouts' budget, which validation uses too")
+    else:
+        ctx.refuse(key, f"validation generates up to the training rollouts' budget ({trained} tokens: rollout.response_length, else data.max_response_length), posttrain has no per-taskset length; set this taskset's max_tokens to {trained}", None, value)
 
 
 def _entry(key: str, native: str, value: Any, reason: str):
@@ -239,7 +271,7 @@ RULES: dict[str, Rule] = {
     f"{_TS}.name": Rule(None, "names the taskset's metrics in Trinity-RFT; posttrain's metrics are named by stage", "gsm8k", _WITH_PATH),
     f"{_TS}.storage_type": Rule(None, "file (Trinity-RFT's default): the taskset is read from files, as posttrain does; queue and sql are refused (" + _TASK_FILES + ")", "file", _WITH_PATH),
     f"{_TS}.repeat_times": Rule("rollout.n", "responses sampled per task", 4, _WITH_PATH),
-    f"{_TS}.rollout_args": Rule("rollout.temperature, rollout.top_p, rollout.top_k", "the taskset's sampling settings (other keys are refused)", {"temperature": 0.7}, _WITH_PATH),
+    f"{_TS}.rollout_args": Rule("rollout.temperature, rollout.top_p, rollout.top_k, rollout.response_length", "the taskset's sampling settings and generation budget (max_tokens; other keys are refused)", {"temperature": 0.7}, _WITH_PATH),
     f"{_TS}.rollout_args.temperature": Rule("rollout.temperature", "sampling temperature of the training rollouts", 0.7, _WITH_PATH),
     f"{_TS}.format.prompt_type": Rule(None, "plaintext or messages: posttrain reads a string or a chat message list from data.prompt_key alike", "messages", _WITH_PATH),
     f"{_EVAL}": Rule("data.val_files, rollout.val_kwargs", "each evaluation taskset's files are appended to data.val_files; its repeat_times and rollout_args are the validation sampling", [{"path": _DATASET, "repeat_times": 2}]),
