@@ -163,7 +163,6 @@ UNSUPPORTED: dict[str, str] = {
     "roll:actor_train.pg_variant": ("the loss variants of ROLL's agentic PG worker (actor_train.worker_cls agentic_actor_pg_worker), each with ROLL's own "
                                    "clipping: posttrain chooses an agentic stage's policy loss as any RL stage's, with actor.policy_loss.loss_mode "
                                    "(vanilla PPO clip, cispo, topr, gspo, ...): set that instead"),
-    "roll:actor_train.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
     "verl:actor_rollout_ref.actor.freeze_vision_tower": "a vision tower to freeze: posttrain trains text-only models (until multimodal support)",
     "roll:actor_train.use_sequence_packing": _PACKING,
     "roll:actor_train.sequence_packing_args": _PACKING,
