@@ -119,7 +119,7 @@ class ActorConfig:
     # ---- policy loss -------------------------------------------------------------------------
     clip_ratio: float = param(0.2, doc="PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps].", gt=0, refs=[f"{_VERL}.clip_ratio", "roll:pg_clip", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range"])
     clip_ratio_low: float | None = param(None, doc="Lower clip range (ratio >= 1 - clip_ratio_low); null uses clip_ratio.", gt=0, refs=[f"{_VERL}.clip_ratio_low", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range_low"])
-    clip_ratio_high: float | None = param(None, doc="Upper clip range (ratio <= 1 + clip_ratio_high; DAPO's clip-higher); null uses clip_ratio.", gt=0, refs=[f"{_VERL}.clip_ratio_high", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range_high"])
+    clip_ratio_high: float | None = param(None, doc="Upper clip range (ratio <= 1 + clip_ratio_high; DAPO's clip-higher); null uses clip_ratio.", ge=0, refs=[f"{_VERL}.clip_ratio_high", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range_high"])
     dual_clip: bool = param(True, doc="Dual-clip PPO: bound the loss of negative-advantage tokens at clip_ratio_c x |advantage|.", refs=["roll:dual_clip_loss"])
     clip_ratio_c: float = param(3.0, doc="Dual-clip bound c (> 1) used when dual_clip.", gt=1, refs=[f"{_VERL}.clip_ratio_c", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_ratio_c"])
     loss_agg_mode: str = param("token-mean", doc="How per-token losses become one number: token-mean, token-sum (no normaliser), seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm.", choices=LOSS_AGG_MODES, refs=[f"{_VERL}.loss_agg_mode", "roll:loss_agg_mode", f"{_TRINITY_ALGO}.loss_agg_mode"])
@@ -160,9 +160,6 @@ UNSUPPORTED: dict[str, str] = {
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "roll:actor_train.offload_nccl": NCCL_OFFLOAD,
     "roll:actor_train.worker_cls": "ROLL's worker class for the role; posttrain's roles are its own (posttrain.workers), chosen by the algorithm",
-    "roll:actor_train.pg_variant": ("the loss variants of ROLL's agentic PG worker (actor_train.worker_cls agentic_actor_pg_worker), each with ROLL's own "
-                                   "clipping: posttrain chooses an agentic stage's policy loss as any RL stage's, with actor.policy_loss.loss_mode "
-                                   "(vanilla PPO clip, cispo, topr, gspo, ...): set that instead"),
     "verl:actor_rollout_ref.actor.freeze_vision_tower": "a vision tower to freeze: posttrain trains text-only models (until multimodal support)",
     "roll:actor_train.use_sequence_packing": _PACKING,
     "roll:actor_train.sequence_packing_args": _PACKING,
