@@ -173,7 +173,22 @@ def mini_batch(ctx: Context) -> None:
             continue
         prompts = per_device * steps * ranks // n
         dp = f"{ranks} data-parallel ranks ({devices} devices / {split_text})" if split > 1 else f"{devices} devices"
-        ctx.set(f"{section}.ppo_mini_batch_size", prompts, key, f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {steps} x {dp} / {n} responses per prompt")
+        why = f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {steps} x {dp} / {n} responses per prompt"
+        step = ctx.get("rollout_batch_size")
+        if ctx.has("train_env_manager") and isinstance(step, int) and 0 < step < prompts:
+            prompts, why = step, _padded_step(step, prompts, why)
+        ctx.set(f"{section}.ppo_mini_batch_size", prompts, key, why)
+
+
+def _padded_step(step: int, optimizer_batch: int, why: str) -> str:
+    """ROLL's agentic pipeline (adjust_batch) pads a step's batch smaller than the optimizer batch with
+    copies of its own rows up to a multiple of it, then takes one optimizer step: posttrain takes
+    that one step over the step's rows. At twice the step's size every row is copied once, which
+    changes no loss value; otherwise ROLL's copies, drawn at random, weigh some rows more."""
+    exact = ("every row copied once, the same loss" if optimizer_batch == 2 * step
+             else "ROLL's randomly drawn copies weigh some rows more; posttrain weighs every row once")
+    return (f"{why} = {optimizer_batch} is more than the step's rollout_batch_size {step}: ROLL pads the step with copies of its rows "
+            f"to one optimizer step (batch_adjust_mode), so one optimizer step per step, over its {step} rows ({exact})")
 
 
 def topr(ctx: Context) -> None:
