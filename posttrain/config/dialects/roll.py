@@ -30,7 +30,7 @@ from typing import Any
 
 from posttrain.config.dialects import roll_defaults
 from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, env_manager_sampling
-from posttrain.config.dialects import roll_async, roll_envs, roll_lengths, roll_outputs, roll_pg, roll_roles, roll_strategy
+from posttrain.config.dialects import roll_async, roll_budgets, roll_envs, roll_lengths, roll_outputs, roll_pg, roll_roles, roll_strategy
 from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
@@ -71,22 +71,8 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
     if native == "rollout.name" and value == "hf_infer":
         return "hf"
     if key.endswith((".max_tokens_per_microbatch_in_train", ".max_tokens_per_microbatch_in_infer")):
-        return _per_device_budget(ctx, key, value)
+        return roll_budgets.per_device_budget(ctx, key, value)
     return common_value_hook(ctx, key, value, native)
-
-
-def _per_device_budget(ctx: Context, key: str, value: Any) -> Any:
-    """ROLL's budget counts a micro-batch's tokens; posttrain's counts one device's share, the
-    micro-batch being split over the role's Ulysses ranks (ulysses_size, or CP under megatron, which
-    posttrain runs as Ulysses): the micro-batch budget stays ROLL's (rounded down to a multiple)."""
-    role = key.partition(".")[0]
-    strategy = ctx.get(f"{role}.strategy_args.strategy_name")
-    config = ctx.get(f"{role}.strategy_args.strategy_config") or {}
-    split = (config.get("context_parallel_size", 1) if strategy == "megatron_train" and isinstance(config, Mapping)
-             else ctx.get(f"{role}.model_args.ulysses_size") or 1)
-    if not (isinstance(value, int) and isinstance(split, int) and split > 1):
-        return value
-    return max(1, value // split)
 
 
 def ignorable(ctx: Context, key: str, value: Any) -> str | None:
@@ -176,19 +162,8 @@ def mini_batch(ctx: Context) -> None:
         why = f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {steps} x {dp} / {n} responses per prompt"
         step = ctx.get("rollout_batch_size")
         if ctx.has("train_env_manager") and isinstance(step, int) and 0 < step < prompts:
-            prompts, why = step, _padded_step(step, prompts, why)
+            prompts, why = step, roll_budgets.padded_step(step, prompts, why)
         ctx.set(f"{section}.ppo_mini_batch_size", prompts, key, why)
-
-
-def _padded_step(step: int, optimizer_batch: int, why: str) -> str:
-    """ROLL's agentic pipeline (adjust_batch) pads a step's batch smaller than the optimizer batch with
-    copies of its own rows up to a multiple of it, then takes one optimizer step: posttrain takes
-    that one step over the step's rows. At twice the step's size every row is copied once, which
-    changes no loss value; otherwise ROLL's copies, drawn at random, weigh some rows more."""
-    exact = ("every row copied once, the same loss" if optimizer_batch == 2 * step
-             else "ROLL's randomly drawn copies weigh some rows more; posttrain weighs every row once")
-    return (f"{why} = {optimizer_batch} is more than the step's rollout_batch_size {step}: ROLL pads the step with copies of its rows "
-            f"to one optimizer step (batch_adjust_mode), so one optimizer step per step, over its {step} rows ({exact})")
 
 
 def topr(ctx: Context) -> None:
