@@ -37,6 +37,8 @@ def grpo_advantage(
     group_index: Any,
     norm_adv_by_std: bool = True,
     epsilon: float = 1e-6,
+    enable_step_norm: bool = False,
+    turn_index: torch.Tensor | None = None,
     **_: Any,
 ) -> AdvantageOutput:
     """GRPO: each response's score minus its group's mean, divided by the group's std.
@@ -44,20 +46,29 @@ def grpo_advantage(
     Formula:
         a_i = (s_i - mean_g) / (std_g + epsilon), with std_g the unbiased (n-1) std of the group;
         with norm_adv_by_std=False (Dr.GRPO) a_i = s_i - mean_g. A group of one has mean 0, std 1.
+        With enable_step_norm, a_i is divided by K_i, the number of turns of row i (1 for a row
+        without turn records), so each turn of a K-turn episode carries a_i / K_i.
     Names:
         verl `algorithm.adv_estimator=grpo` (+ `norm_adv_by_std_in_grpo`); ROLL `adv_estimator: grpo`
         (group reward normalisation then returns); Trinity-RFT `advantage_fn: grpo`, and its
-        `step_wise_grpo` (algorithm_type `multi_step_grpo`) on an agentic stage, where one row holds
-        all turns of an episode and s_i is the sum of their rewards (Trinity: the last step's reward)
-        (its enable_step_norm, std_cal_level and std_threshold options are not offered).
+        `step_wise_grpo` (algorithm_type `multi_step_grpo`, + `enable_step_norm`) on an agentic
+        stage, where one row holds all turns of an episode and s_i is the sum of their rewards
+        (Trinity: the last step's reward). Trinity's `std_threshold` is dynamic sampling with a
+        std bound (algorithm.filter_groups.std_threshold); its std_cal_level is not offered.
     Paper:
         Shao et al. 2024, DeepSeekMath, arXiv:2402.03300. Dr.GRPO: Liu et al. 2025, arXiv:2503.20783.
     Reads:
-        token_level_rewards, response_mask, group_index, norm_adv_by_std (True), epsilon (1e-6).
+        token_level_rewards, response_mask, group_index, norm_adv_by_std (True), epsilon (1e-6),
+        enable_step_norm (False), turn_index (an agentic batch's (B, T) turn of each model token).
     """
     s = _scores(token_level_rewards)
     g = group_stats(s, group_index)
     a = (s - g.mean) / (g.std + epsilon) if norm_adv_by_std else s - g.mean
+    if enable_step_norm and turn_index is not None:
+        # Trinity broadcasts the last step's advantage to each of the run's K experiences divided by K;
+        # here the K turns share one row, so the row's advantage is divided once. Turns are 0..K-1.
+        turns = (turn_index.max(dim=-1).values + 1).clamp(min=1).to(torch.float64)  # (B,)
+        a = a / turns
     return _broadcast(a, response_mask)
 
 

@@ -99,6 +99,15 @@ def _blend(
     return LossOutput(loss, metrics)
 
 
+def _part_aggregations(
+    loss_agg_mode: str, grpo_mode: str | None, sft_mode: str | None, loss_scale_factor: float | None, sample_weights: torch.Tensor | None
+) -> tuple[dict, dict]:
+    """The aggregation keywords of the PPO part and of the SFT part: each part's own mode where one
+    is given, else the loss's (Trinity-RFT: `grpo_loss_agg_mode or loss_agg_mode`, likewise sft)."""
+    shared = dict(loss_scale_factor=loss_scale_factor, sample_weights=sample_weights)
+    return dict(loss_agg_mode=grpo_mode or loss_agg_mode, **shared), dict(loss_agg_mode=sft_mode or loss_agg_mode, **shared)
+
+
 @register_policy_loss("mix")
 def mix_loss(
     *,
@@ -113,6 +122,8 @@ def mix_loss(
     clip_ratio_low: float | None = None,
     clip_ratio_high: float | None = None,
     clip_ratio_c: float | None = 3.0,
+    sft_loss_agg_mode: str | None = None,
+    grpo_loss_agg_mode: str | None = None,
     loss_scale_factor: float | None = None,
     sample_weights: torch.Tensor | None = None,
 ) -> LossOutput:
@@ -120,9 +131,11 @@ def mix_loss(
 
     Formula:
         L = (1 - mu) agg_u(PPO-clip, dual clip c = clip_ratio_c) + mu agg_e(-log pi), agg_u over the tokens of rows with
-        expert_mask False, agg_e over those with True (each normalised by its own count).
+        expert_mask False, agg_e over those with True (each normalised by its own count); agg_u
+        reduces with grpo_loss_agg_mode, agg_e with sft_loss_agg_mode (null: loss_agg_mode).
     Names:
-        Trinity-RFT `policy_loss_fn: mix` (`mu`, `clip_range*`), the loss of `algorithm_type: mix`
+        Trinity-RFT `policy_loss_fn: mix` (`mu`, `clip_range*`, `sft_loss_agg_mode`,
+        `grpo_loss_agg_mode`), the loss of `algorithm_type: mix`
         (expert rows from `buffer.trainer_input.auxiliary_buffers`, `sample_strategy: mix`); not in
         verl or ROLL.
     Paper:
@@ -134,10 +147,10 @@ def mix_loss(
     """
     if not 0.0 <= mu <= 1.0:
         raise ValueError(f"mix mu must lie in [0, 1], got {mu}")
-    agg = dict(loss_agg_mode=loss_agg_mode, loss_scale_factor=loss_scale_factor, sample_weights=sample_weights)
+    ppo_agg, sft_agg = _part_aggregations(loss_agg_mode, grpo_loss_agg_mode, sft_loss_agg_mode, loss_scale_factor, sample_weights)
     ppo_args = dict(old_logprob=old_logprob, logprob=logprob, advantages=advantages, response_mask=response_mask,
-                    clip_ratio=clip_ratio, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c, **agg)
-    sft_args = dict(old_logprob=None, logprob=logprob, advantages=None, response_mask=response_mask, **agg)
+                    clip_ratio=clip_ratio, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c, **ppo_agg)
+    sft_args = dict(old_logprob=None, logprob=logprob, advantages=None, response_mask=response_mask, **sft_agg)
     return _blend(mu, expert_mask, ppo_args, sft_loss, sft_args)
 
 
@@ -176,6 +189,8 @@ def mix_chord_loss(
     clip_ratio_low: float | None = None,
     clip_ratio_high: float | None = None,
     clip_ratio_c: float | None = 3.0,
+    sft_loss_agg_mode: str | None = None,
+    grpo_loss_agg_mode: str | None = None,
     loss_scale_factor: float | None = None,
     sample_weights: torch.Tensor | None = None,
 ) -> LossOutput:
@@ -184,7 +199,8 @@ def mix_chord_loss(
     Formula:
         mu = chord_mu(global_step, mu_warmup_steps, mu_decay_steps, mu_peak, mu_valley);
         L = (1 - mu) agg_u(PPO-clip) + mu agg_e(SFT), the SFT part `sft_phi` (p (1 - p) token
-        weights) with `enable_phi_function`, else plain `sft`.
+        weights) with `enable_phi_function`, else plain `sft`; agg_u and agg_e as in `mix`
+        (grpo_loss_agg_mode, sft_loss_agg_mode, each null: loss_agg_mode).
     Names:
         Trinity-RFT `policy_loss_fn: mix_chord` (the same option names), the loss of `algorithm_type:
         mix_chord`; not in verl or ROLL.
@@ -195,8 +211,8 @@ def mix_chord_loss(
         as `mix`: each micro-batch blends its own two means.
     """
     mu = chord_mu(int(global_step), mu_warmup_steps, mu_decay_steps, mu_peak, mu_valley)
-    agg = dict(loss_agg_mode=loss_agg_mode, loss_scale_factor=loss_scale_factor, sample_weights=sample_weights)
+    ppo_agg, sft_agg = _part_aggregations(loss_agg_mode, grpo_loss_agg_mode, sft_loss_agg_mode, loss_scale_factor, sample_weights)
     ppo_args = dict(old_logprob=old_logprob, logprob=logprob, advantages=advantages, response_mask=response_mask,
-                    clip_ratio=clip_ratio, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c, **agg)
-    sft_args = dict(old_logprob=None, logprob=logprob, advantages=None, response_mask=response_mask, **agg)
+                    clip_ratio=clip_ratio, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c, **ppo_agg)
+    sft_args = dict(old_logprob=None, logprob=logprob, advantages=None, response_mask=response_mask, **sft_agg)
     return _blend(mu, expert_mask, ppo_args, sft_phi_loss if enable_phi_function else sft_loss, sft_args)

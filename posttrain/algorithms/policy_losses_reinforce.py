@@ -188,3 +188,40 @@ def importance_sampling_loss(
     log_ratio = torch.clamp(logp - old, min=-20.0, max=20.0)
     loss = aggregate_loss(-adv * torch.exp(log_ratio), mask, loss_agg_mode, loss_scale_factor=loss_scale_factor, weights=sample_weights)
     return LossOutput(loss, _metrics(0.0, masked_mean(-log_ratio.detach(), mask), 0.0))
+
+
+@register_policy_loss("topr_pg")
+def topr_pg_loss(
+    *,
+    old_logprob: torch.Tensor,
+    logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    scores: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    positive_coef: float = 1.0,
+    negative_coef: float = 1.0,
+    loss_scale_factor: float | None = None,
+    sample_weights: torch.Tensor | None = None,
+) -> LossOutput:
+    """TOPR as ROLL's policy-gradient workers compute it: both parts in one aggregate.
+
+    Formula:
+        negative = score <= 0 (per response); alpha = sg[clip(pi / pi_old, 0, 1)];
+        l_t = positive_coef * (-A log pi) on positive responses, negative_coef * (-alpha A log pi)
+        on negative ones; L = agg(l) over every token. (`topr_roll`, ROLL's use_topr_loss, instead
+        aggregates the two parts apart and adds them; with token-sum the two agree.)
+    Names:
+        ROLL `actor_train.pg_variant: topr` of `worker_cls` ActorPGWorker (RLVR) or the agentic
+        PG ActorWorker (`topr_positive_weight`, `topr_negative_weight`); not in verl or Trinity-RFT.
+    Paper:
+        Le Roux et al. 2025, Tapered Off-Policy REINFORCE, arXiv:2503.14286.
+    """
+    old, logp, adv, mask = _f32(old_logprob, logprob, advantages, response_mask)
+    negative = (scores.to(mask.device).float().reshape(-1, 1) <= 0).expand_as(mask)  # (B, T)
+    ratio = torch.exp(torch.clamp(logp.detach() - old, min=-20.0, max=20.0))
+    alpha = torch.where(negative, torch.clamp(ratio, 0.0, 1.0), torch.ones_like(ratio))  # 1 on positives
+    coef = torch.where(negative, torch.full_like(ratio, negative_coef), torch.full_like(ratio, positive_coef))
+    loss = aggregate_loss(-coef * alpha * adv * logp, mask, loss_agg_mode, loss_scale_factor=loss_scale_factor, weights=sample_weights)
+    clipfrac = masked_mean((alpha < 1.0).float(), mask)
+    return LossOutput(loss, _metrics(clipfrac, masked_mean(old - logp.detach(), mask), 0.0))

@@ -169,29 +169,34 @@ def check_critic_batches(cfg: Any) -> list[str]:
 
 def check_token_budget(cfg: Any) -> list[str]:
     """Packing by tokens cannot split one sequence, so the budget must hold the longest one: prompt +
-    response for RL, data.max_length for SFT, both sides of a pair (2 × data.max_length) for DPO."""
+    response for RL, data.max_length for SFT, both sides of a pair (2 × data.max_length) for DPO.
+    An RL budget counts one device's tokens: under Ulysses a sequence is split over the role's sp
+    ranks, so it fits when budget × sp holds it (verl's dynamic batching asserts the same)."""
     if not is_rl(cfg):
         return _sequence_token_budget(cfg)
     longest = get_path(cfg, "data.max_prompt_length", 0) + get_path(cfg, "data.max_response_length", 0)
     actor_dynamic = get_path(cfg, "actor.use_dynamic_bsz", False)
     critic_dynamic = role_needs(cfg).critic and get_path(cfg, "critic.use_dynamic_bsz", False)
-    budgets = [  # (key, whether that pass packs by tokens)
-        ("actor.ppo_max_token_len_per_gpu", actor_dynamic),
-        ("critic.ppo_max_token_len_per_gpu", critic_dynamic),
-        ("critic.forward_max_token_len_per_gpu", critic_dynamic),
+    actor_sp, critic_sp = get_path(cfg, "actor.ulysses_sequence_parallel_size", 1), get_path(cfg, "critic.ulysses_sequence_parallel_size", 1)
+    budgets = [  # (key, whether that pass packs by tokens, the role's Ulysses size)
+        ("actor.ppo_max_token_len_per_gpu", actor_dynamic, actor_sp),
+        ("critic.ppo_max_token_len_per_gpu", critic_dynamic, critic_sp),
+        ("critic.forward_max_token_len_per_gpu", critic_dynamic, critic_sp),
     ]
     for section in ("rollout", "ref"):  # the no-grad log-prob passes: null follows the actor
         dynamic = get_path(cfg, f"{section}.log_prob_use_dynamic_bsz", None)
-        budgets.append((f"{section}.log_prob_max_token_len_per_gpu", actor_dynamic if dynamic is None else dynamic))
+        sp = (get_path(cfg, "ref.ulysses_sequence_parallel_size", None) if section == "ref" else None) or actor_sp
+        budgets.append((f"{section}.log_prob_max_token_len_per_gpu", actor_dynamic if dynamic is None else dynamic, sp))
     problems = []
-    for key, dynamic in budgets:
+    for key, dynamic, sp in budgets:
         budget = get_path(cfg, key, None)
-        if dynamic and budget is not None and budget < longest:
+        if dynamic and budget is not None and budget * sp < longest:
+            split = f" × its role's ulysses_sequence_parallel_size {sp}" if sp > 1 else ""
             problems.append(
-                f"{key} ({budget}) is smaller than one full sequence "
+                f"{key} ({budget}){split} is smaller than one full sequence "
                 f"(data.max_prompt_length {get_path(cfg, 'data.max_prompt_length')} + "
                 f"data.max_response_length {get_path(cfg, 'data.max_response_length')} = {longest}); "
-                f"raise it to at least {longest}"
+                f"raise it to at least {-(-longest // sp)}"
             )
     return problems
 

@@ -82,7 +82,7 @@ def gather_groups(explore_round: Callable[[int], Round], cfg: FilterGroupsConfig
             )
         rounds += 1
         rnd = explore_round(rounds)
-        uids = informative_groups(rnd.batch.group_index, rnd.values)
+        uids = informative_groups(rnd.batch.group_index, rnd.values, cfg.std_threshold)
         groups += len(set(rnd.batch.group_index))
         informative += len(uids)
         chosen = uids[: need - taken]  # the first groups in the order generated; the rest are discarded

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from posttrain.algorithms import check_kl_kind, estimator_options, get_advantage_estimator, get_policy_loss, policy_loss_options
+from posttrain.algorithms import LOSS_AGG_MODES, check_kl_kind, estimator_options, get_advantage_estimator, get_policy_loss, policy_loss_options
 from posttrain.config.access import device_lists, rollout_placement
 from posttrain.config.checks import role_needs
 from posttrain.config.derive import Derived
@@ -148,6 +148,9 @@ def _check_args(cfg: Config) -> None:
             raise ConfigError(
                 f"actor.policy_loss.loss_args.{key}: not an option of policy loss {mode!r} (its options: {', '.join(sorted(own)) or 'none'})"
             )
+        value = cfg.actor.policy_loss.loss_args[key]
+        if key.endswith("loss_agg_mode") and value is not None and value not in LOSS_AGG_MODES:  # mix's per-part modes
+            raise ConfigError(f"actor.policy_loss.loss_args.{key}: {value!r} is not an aggregation mode; use one of {', '.join(LOSS_AGG_MODES)} (or null: actor.loss_agg_mode)")
 
 
 def check_rl_names(cfg: Config) -> None:
@@ -186,14 +189,27 @@ def check_rl_names(cfg: Config) -> None:
 
 
 def forward_batching(
-    size: int, use_dynamic_bsz: bool | None, max_tokens: int | None, *, default_dynamic: bool, default_budget: int
+    size: int, use_dynamic_bsz: bool | None, max_tokens: int | None, *, default_dynamic: bool, default_budget: int, sp: int = 1,
 ) -> tuple[int, int | None]:
-    """(responses per forward, token budget or None) of a no-grad pass (verl's
+    """(responses per forward, token budget of one micro-batch or None) of a no-grad pass (verl's
     log_prob_micro_batch_size_per_gpu / log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu,
-    the critic's forward_*): a null switch or budget falls back to the training pass's."""
+    the critic's forward_*): a null switch or budget falls back to the training pass's. The
+    configured budget counts one device's tokens; a micro-batch is split over the role's `sp`
+    Ulysses ranks, so it may hold `sp` times as many (`micro_batch_budget`).
+
+    >>> forward_batching(4, None, None, default_dynamic=True, default_budget=100, sp=2)
+    (4, 200)
+    """
     dynamic = default_dynamic if use_dynamic_bsz is None else use_dynamic_bsz
     budget = default_budget if max_tokens is None else max_tokens
-    return size, (budget if dynamic else None)
+    return size, (micro_batch_budget(budget, sp) if dynamic else None)
+
+
+def micro_batch_budget(per_device: int, sp: int) -> int:
+    """Tokens one micro-batch may hold when each of its sequences is split over `sp` Ulysses ranks
+    and each rank may hold `per_device` of them (verl multiplies its *_max_token_len_per_gpu by the
+    role's ulysses_sequence_parallel_size the same way)."""
+    return per_device * sp
 
 
 def rollout_seed(cfg: Config) -> int:
@@ -300,6 +316,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     actor_compute = compute_dtype(a.fsdp_config.mixed_precision.param_dtype, world.torch_device)  # auto: bf16 on a GPU
     lean = "compiled" if a.use_torch_compile else "off"  # one switch for the actor, reference and critic forwards
     actor_budget = dict(default_dynamic=a.use_dynamic_bsz, default_budget=a.ppo_max_token_len_per_gpu)
+    actor_sp = a.ulysses_sequence_parallel_size
     engine_dtype, same_numerics = engine_precision(policy, actor_compute, cfg.rollout.dtype)
     if halves == "explorer":
         engine = make_engine(cfg, policy.eval().requires_grad_(False).to(engine_dtype), tokenizer, owns_weights=True)
@@ -347,7 +364,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             schedule_per_update=a.optim.lr_schedule_unit == "update",
             mini_batch_size=a.ppo_mini_batch_size * n,
             micro_batch_size=a.ppo_micro_batch_size_per_gpu,
-            max_tokens_per_micro_batch=a.ppo_max_token_len_per_gpu if a.use_dynamic_bsz else None,
+            max_tokens_per_micro_batch=micro_batch_budget(a.ppo_max_token_len_per_gpu, actor_sp) if a.use_dynamic_bsz else None,
             grad_clip=a.grad_clip,
             shuffle=a.shuffle,
             seed=seed,
@@ -365,7 +382,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             loss_inputs=loss_inputs(cfg),
             logprob_batching=forward_batching(
                 cfg.rollout.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,
-                cfg.rollout.log_prob_use_dynamic_bsz, cfg.rollout.log_prob_max_token_len_per_gpu, **actor_budget,
+                cfg.rollout.log_prob_use_dynamic_bsz, cfg.rollout.log_prob_max_token_len_per_gpu, **actor_budget, sp=actor_sp,
             ),
         ),
         dp=actor_dp,
@@ -385,16 +402,17 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         rollout = RolloutWorker(engine, dp, free_cache=cfg.rollout.free_cache_engine, tokenizer=tokenizer, engines=engines)
     reference = None
     if needs.reference:
+        ref_sp = cfg.ref.ulysses_sequence_parallel_size or actor_sp
         size, max_tokens = forward_batching(
             cfg.ref.log_prob_micro_batch_size_per_gpu, cfg.ref.log_prob_use_dynamic_bsz, cfg.ref.log_prob_max_token_len_per_gpu,
-            **actor_budget,
+            **actor_budget, sp=ref_sp,
         )
         reference = ReferencePolicy(
             trained if ref_model is None else world.shard(ref_model, cfg.ref.fsdp_config),
             temperature=policy_temperature(cfg), micro_batch_size=size,
             max_tokens=max_tokens, compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype,
             pack=cfg.model.use_remove_padding, lean_forward=lean,
-            dp=train_dp(policy if ref_model is None else ref_model, "ref", cfg.ref.ulysses_sequence_parallel_size or a.ulysses_sequence_parallel_size),
+            dp=train_dp(policy if ref_model is None else ref_model, "ref", ref_sp),
             adapters_off=adapters.disable_adapter if ref_model is None else None, head=head_kernel(cfg.model),
         )
     critic = None
@@ -430,10 +448,11 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
                 moe_top_k=critic_moe[1],
                 loss_scale_factor=float(response_length(cfg)) if c.loss_agg_mode == "seq-mean-token-sum-norm" else None,
                 shuffle=a.shuffle if c.shuffle is None else c.shuffle,
-                max_tokens_per_micro_batch=c.ppo_max_token_len_per_gpu if c.use_dynamic_bsz else None,
+                max_tokens_per_micro_batch=micro_batch_budget(c.ppo_max_token_len_per_gpu, c.ulysses_sequence_parallel_size) if c.use_dynamic_bsz else None,
                 forward_batching=forward_batching(
                     c.forward_micro_batch_size_per_gpu or c.ppo_micro_batch_size_per_gpu, c.use_dynamic_bsz,
                     c.forward_max_token_len_per_gpu, default_dynamic=c.use_dynamic_bsz, default_budget=c.ppo_max_token_len_per_gpu,
+                    sp=c.ulysses_sequence_parallel_size,
                 ),
             ),
             dp=critic_dp,

@@ -47,6 +47,22 @@ def test_grpo_edge_cases_all_equal_single_and_masked():
     torch.testing.assert_close(adv, expected)
 
 
+def test_grpo_step_norm_divides_each_row_by_its_turns():
+    # Trinity-RFT step_wise_grpo enable_step_norm: scores 1 and 0 in one group -> +-0.5 / (0.70711 + 1e-6);
+    # row 0 has turns 0, 1, 2 (three turns), row 1 turns 0, 1 (two); -1 marks environment tokens
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 0.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0, 0.0]])
+    turns = torch.tensor([[0, -1, 1, -1, 2], [0, -1, 1, -1, -1]])
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    adv, _ = call("grpo", token_level_rewards=rewards, response_mask=mask, group_index=[0, 0], turn_index=turns, enable_step_norm=True)
+    torch.testing.assert_close(adv, torch.tensor([[a / 3, 0, a / 3, 0, a / 3], [-a / 2, 0, -a / 2, 0, 0]]))
+    plain, _ = call("grpo", token_level_rewards=rewards, response_mask=mask, group_index=[0, 0], turn_index=turns)
+    torch.testing.assert_close(plain, torch.tensor([[a, 0, a, 0, a], [-a, 0, -a, 0, 0]]))
+    # without turn records (a single-turn batch) every row is one step: nothing changes
+    single, _ = call("grpo", token_level_rewards=rewards, response_mask=mask, group_index=[0, 0], enable_step_norm=True)
+    torch.testing.assert_close(single, plain)
+
+
 def test_grpo_accepts_numpy_strings_and_tensor_index():
     a1, _ = call("grpo", token_level_rewards=REWARDS, group_index=np.array(["p", "p", "p"], dtype=object))
     a2, _ = call("grpo", token_level_rewards=REWARDS, group_index=torch.tensor([4, 4, 4]))

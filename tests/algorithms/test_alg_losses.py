@@ -148,6 +148,18 @@ def test_topr_roll_splits_by_score_even_where_the_advantage_says_otherwise():
     assert math.isclose(m["pg_clipfrac"], 0.5, rel_tol=1e-6)
 
 
+def test_topr_pg_weighs_both_parts_in_one_aggregate():
+    # row 0 scores 1 (positive): two tokens, A 1; row 1 scores 0 (negative): one token, A -1, ratio 0.5 -> alpha 0.5
+    kw = base([[LN(0.5), LN(0.5)], [0.0, 0.0]], [[LN(0.5), LN(0.25)], [LN(0.5), 0.0]], [[1.0, 1.0], [-1.0, 0.0]],
+              mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]]))
+    loss, m = POLICY_LOSSES["topr_pg"](**kw, scores=torch.tensor([1.0, 0.0]), positive_coef=2.0, negative_coef=1.0)
+    expected = (2 * -LN(0.5) + 2 * -LN(0.25) + 0.5 * LN(0.5)) / 3  # one token mean over the three tokens
+    assert math.isclose(loss.item(), expected, rel_tol=1e-6) and math.isclose(m["pg_clipfrac"], 1 / 3, rel_tol=1e-6)
+    split, _ = POLICY_LOSSES["topr_roll"](**base(kw["old_logprob"], kw["logprob"].detach(), kw["advantages"], kw["response_mask"]),
+                                          scores=torch.tensor([1.0, 0.0]))
+    assert math.isclose(split.item(), (-LN(0.5) - LN(0.25)) / 2 + 0.5 * LN(0.5), rel_tol=1e-6)  # ROLL's use_topr_loss: apart
+
+
 def test_clip_cov_drops_gradient_of_high_covariance_token():
     # token (0,0): A=2, logp=1; others A=0, logp=0 -> cov at (0,0) = (2 - .5)(1 - .25) = 1.125 in (1, 5)
     kw = base(torch.tensor([[1.0, 0.0], [0.0, 0.0]]), torch.tensor([[1.0, 0.0], [0.0, 0.0]], requires_grad=True),

@@ -148,6 +148,22 @@ def test_mix_blends_ppo_on_explored_rows_and_sft_on_expert_rows():
     assert math.isclose(only_rl.item(), 0.75 * -1.2 / 3, rel_tol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["mix", "mix_chord"])
+def test_mix_parts_reduce_with_their_own_aggregation_modes(name):
+    # row 0 explored (ratio 1.5, A 1 -> clipped 1.2 on its two tokens); rows 1-2 expert, 2 and 1 tokens
+    kw = _loss_args([[0.0, 0.0]] * 3, [[LN(1.5), LN(1.5)], [LN(0.5), LN(0.25)], [LN(0.5), 0.0]], [[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    kw["response_mask"] = _t([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+    args = dict(expert_mask=torch.tensor([False, True, True]), loss_agg_mode="seq-mean-token-sum")
+    args.update(dict(mu=0.25) if name == "mix" else dict(global_step=0, mu_peak=0.25, mu_valley=0.25, enable_phi_function=False))
+    token_mean_sft = (-LN(0.5) - LN(0.25) - LN(0.5)) / 3
+    seq_sum_sft = ((-LN(0.5) - LN(0.25)) + -LN(0.5)) / 2
+    loss, m = POLICY_LOSSES[name](**kw, **args, sft_loss_agg_mode="token-mean")
+    assert math.isclose(m["expert_sft_loss"], token_mean_sft, rel_tol=1e-6)
+    assert math.isclose(loss.item(), 0.75 * -2.4 + 0.25 * token_mean_sft, rel_tol=1e-6)  # PPO part: seq-mean-token-sum
+    loss, m = POLICY_LOSSES[name](**kw, **args, grpo_loss_agg_mode="token-mean")
+    assert math.isclose(loss.item(), 0.75 * -1.2 + 0.25 * seq_sum_sft, rel_tol=1e-6)  # SFT part: the loss's mode
+
+
 def test_mix_chord_schedules_mu_and_weights_expert_tokens_by_phi():
     kw = _loss_args([[0.0], [0.0]], [[0.0], [LN(0.5)]], [[1.0], [0.0]])
     expert = torch.tensor([False, True])

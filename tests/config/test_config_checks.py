@@ -87,6 +87,15 @@ def test_dynamic_batching_skips_the_micro_rule_but_needs_room_for_one_sequence()
         "actor.ppo_max_token_len_per_gpu (1000) is smaller than one full sequence (data.max_prompt_length 512 "
         "+ data.max_response_length 512 = 1024); raise it to at least 1024"
     ]
+    # under Ulysses a sequence is split over sp ranks: the per-device budget holds 1/sp of it (as verl's)
+    sp = ["actor.ulysses_sequence_parallel_size=2", "ref.log_prob_max_token_len_per_gpu=500"]
+    load_config(None, batch_overrides(gpus=2, dynamic=True, budget=512) + sp[:1])
+    with pytest.raises(ConfigError) as info:
+        load_config(None, batch_overrides(gpus=2, dynamic=True, budget=512) + sp + ["actor.use_kl_loss=true"])
+    assert info.value.problems == [
+        "ref.log_prob_max_token_len_per_gpu (500) × its role's ulysses_sequence_parallel_size 2 is smaller than one full sequence "
+        "(data.max_prompt_length 512 + data.max_response_length 512 = 1024); raise it to at least 512"
+    ]
 
 
 def test_critic_batches_are_checked_only_when_a_critic_is_trained():

@@ -62,6 +62,27 @@ def test_trinity_logprobs_zero_and_display_keys_are_dropped():
     assert report.entry("buffer.explorer_input.taskset.rollout_args.logprobs").status == "refused"
 
 
+def test_trinity_taskset_max_tokens_is_the_training_budget_and_validation_shares_it():
+    ts, ev = "buffer.explorer_input.taskset.rollout_args.max_tokens", "buffer.explorer_input.eval_tasksets[0].rollout_args.max_tokens"
+
+    def run(train, evaluate, model):
+        raw = {"model": model, "buffer": {"explorer_input": {
+            "taskset": {"path": "/nonexistent", "rollout_args": {"max_tokens": train}},
+            "eval_tasksets": [{"path": "/nonexistent", "rollout_args": {"temperature": 0.6, "max_tokens": evaluate}}]}}}
+        native, report = translate(raw, "trinity")
+        return native.get("rollout", {}).get("response_length"), report.entry(ts), report.entry(ev)
+
+    # agentscope_websearch: both at model.max_response_tokens (Trinity-RFT's default for either)
+    length, train, evaluate = run(4096, 4096, {"max_response_tokens": 4096, "max_model_len": 20480})
+    assert length == 4096 and train.status == "translated" and evaluate.status == "dropped"
+    length, train, evaluate = run(1024, 1024, {"max_model_len": 4096})  # response derived: 4096 - 4096 // 2
+    assert length == 1024 and evaluate.status == "dropped"
+    length, train, evaluate = run(1024, 2048, {"max_response_tokens": 2048})  # evaluation's own budget: none here
+    assert length == 1024 and evaluate.status == "refused" and "no per-taskset length; set this taskset's max_tokens to 1024" in evaluate.reason
+    _, train, _ = run(4096, 4096, {"max_response_tokens": 2048})
+    assert train.status == "refused" and "exceed model.max_response_tokens (2048)" in train.reason
+
+
 def test_verl_keys_that_change_nothing_are_dropped():
     _, report = translate({"trainer": {"use_legacy_worker_impl": "auto"},
                            "actor_rollout_ref": {"actor": {"use_torch_compile": False}, "ref": {"use_torch_compile": False}}}, "verl")

@@ -46,7 +46,7 @@ def test_a_dapo_launch_line_lands_on_the_dapo_manager_overlong_buffer_and_dynami
     shown = yaml.safe_load(capsys.readouterr().out)
     assert shown["reward"]["reward_manager"] == "dapo"
     assert shown["reward"]["overlong_buffer"] == {"enable": True, "len": 4, "penalty_factor": 1.0, "log": False, "max_resp_len": 16}
-    assert shown["algorithm"]["filter_groups"] == {"enable": True, "metric": "acc", "max_num_gen_batches": 10}
+    assert shown["algorithm"]["filter_groups"] == {"enable": True, "metric": "acc", "max_num_gen_batches": 10, "std_threshold": None}
     assert shown["data"]["gen_batch_size"] == 8  # verl's DAPO lines sample rounds of gen_batch_size prompts
     # another keyword argument of verl's reward managers is refused by name, with what posttrain reads instead
     assert main(["config", "plan", "--dialect", "verl", *dapo_line(inputs, "+reward_model.reward_kwargs.num_examine=2")]) == 2
@@ -86,4 +86,4 @@ def test_a_dapo_recipe_line_over_the_recipe_yaml(inputs, tmp_path, capsys):
     shown = yaml.safe_load(capsys.readouterr().out)
     assert shown["data"]["gen_batch_size"] == 6 and shown["reward"]["reward_manager"] == "dapo"
     assert shown["reward"]["overlong_buffer"] == {"enable": True, "len": 4, "penalty_factor": 1.0, "log": False, "max_resp_len": None}
-    assert shown["algorithm"]["filter_groups"] == {"enable": True, "metric": "seq_reward", "max_num_gen_batches": 5}
+    assert shown["algorithm"]["filter_groups"] == {"enable": True, "metric": "seq_reward", "max_num_gen_batches": 5, "std_threshold": None}

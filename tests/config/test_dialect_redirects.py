@@ -67,6 +67,7 @@ def test_trinity_prompt_truncation_leaves_overlong_prompts_out_and_entropy_defau
 
 # ---- the frameworks' own defaults and placeholders ------------------------------------------------
 
+import textwrap  # noqa: E402
 import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -116,3 +117,26 @@ def test_trinity_s_verl_trainer_template_loads_with_its_interpolations_inside_it
     # ${actor_rollout_ref.actor.use_dynamic_bsz} and friends resolve inside the inline verl config
     assert native["ref"]["log_prob_use_dynamic_bsz"] is True and native["critic"]["ppo_epochs"] == 1
     assert native["critic"]["forward_micro_batch_size_per_gpu"] == 8
+
+
+def test_an_inline_trainer_config_may_name_keys_from_the_file_s_root(tmp_path):
+    # Trinity-RFT resolves the whole file with OmegaConf (examples/ppo_countdown_megatron/countdown.yaml)
+    (tmp_path / "c.yaml").write_text(textwrap.dedent("""\
+        mode: both
+        algorithm: {algorithm_type: ppo}
+        model: {model_path: /tmp/model}
+        buffer: {batch_size: 4, explorer_input: {taskset: {path: org/dataset}}}
+        trainer:
+          trainer_config:
+            actor_rollout_ref: {actor: {ppo_epochs: 3}}
+            critic:
+              ppo_micro_batch_size_per_gpu: 6
+              forward_micro_batch_size_per_gpu: ${trainer.trainer_config.critic.ppo_micro_batch_size_per_gpu}
+              ppo_epochs: ${actor_rollout_ref.actor.ppo_epochs}
+              ppo_max_token_len_per_gpu: ${nowhere.at_all}
+        """))
+    foreign = read_foreign(tmp_path / "c.yaml")
+    critic = foreign.native["critic"]
+    assert critic["forward_micro_batch_size_per_gpu"] == 6 and critic["ppo_epochs"] == 3
+    refused = {e.key: e.reason for e in foreign.report.refused}
+    assert "cannot resolve interpolation '${nowhere.at_all}'" in refused["trainer.trainer_config.critic.ppo_max_token_len_per_gpu"]

@@ -50,6 +50,8 @@ def _context(row) -> dict[str, Any]:
         worker = _JUDGE if judge else _CROSSTHINK if name in ("reward_type", "response_length_penalty_coef") else _MATH
         extra = {"rewards.w.query_filter_config.type": "std_filter"} if name == "query_filter_config" and row.key.endswith("filter_args") else {}
         return {"rewards.w.worker_cls": worker, **extra}
+    if row.framework == "trinity" and row.key == "algorithm.advantage_fn_args.std_threshold":
+        return {"algorithm.algorithm_type": "grpo"}  # an option of the group estimators, not of ppo's gae
     if row.framework == "trinity" and row.key == "explorer.rollout_model.engine_num":
         return {"cluster.gpu_per_node": 4}  # engines need devices to be placed on
     rule = dialect_rules().get(f"{row.framework}:{row.key}")

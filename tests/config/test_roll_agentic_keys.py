@@ -3,6 +3,8 @@ the rest refused with a reason true of posttrain's design."""
 
 from __future__ import annotations
 
+import pytest
+
 from posttrain.config.dialects import translate
 
 ENVS = {"E": {"env_type": "frozen_lake", "max_tokens_per_step": 16}}
@@ -39,9 +41,23 @@ def test_roll_defaults_are_accepted_and_other_agentic_keys_refused_by_reason():
     _, entries = run(train_env_manager={"tags": ["E"], "worker_cls": "my.Worker"}, skip_mock_system_prompt=False,
                      actor_train={"pg_variant": "tis"}, reward_system_config={"submit_url": "http://x"})
     for key, needle in (("train_env_manager.worker_cls", "env_type: module:Class"), ("skip_mock_system_prompt", "env_instruction"),
-                        ("actor_train.pg_variant", "actor.policy_loss.loss_mode"), ("reward_system_config", "remote service")):
+                        ("reward_system_config", "remote service")):
         assert entries[key][0] == "refused" and needle in entries[key][1], (key, entries[key])
         assert "not implemented yet" not in entries[key][1]
+    assert entries["actor_train.pg_variant"][0] == "dropped"  # ROLL's default actor worker does not read it (tests/config/test_roll_loss_keys.py)
+
+
+@pytest.mark.parametrize(("devices", "words"), [(16, "every row copied once"), (32, "randomly drawn copies weigh some rows more")])
+def test_an_optimizer_batch_beyond_an_agentic_step_is_one_step_over_its_rows(devices, words):
+    # ROLL's adjust_batch pads the step's 128 trajectories with copies up to the optimizer batch (1 x 16 x devices)
+    raw = {"rollout_batch_size": 128, "train_env_manager": {"num_env_groups": 16, "group_size": 8},
+           "actor_train": {"device_mapping": f"list(range(0,{devices}))", "training_args": {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 16}}}
+    native, report = translate(raw, "roll")
+    entry = report.entry("actor_train.training_args.gradient_accumulation_steps")
+    assert native["actor"]["ppo_mini_batch_size"] == 128 and words in entry.reason and f"= {16 * devices} is more than" in entry.reason
+    del raw["train_env_manager"]  # an RLVR pipeline pads nothing (ROLL's make_iterator asserts): the mini-batch stays
+    native, _ = translate(raw, "roll")
+    assert native["actor"]["ppo_mini_batch_size"] == 16 * devices
 
 
 def test_an_agentic_file_renders_turns_without_thinking_as_rolls_env_managers_do():

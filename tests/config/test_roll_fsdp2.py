@@ -117,3 +117,16 @@ def test_moe_options_without_expert_parallelism_are_dropped():
                        "apply_tiled_mlp": True, "tiled_num_shards": 8, "wrap_policy": {"moe_experts": ["Qwen3MoeMLP"]}})
     assert not report.refused
     assert "only with expert parallelism" in report.entry(f"{BASE}.efsdp_size").reason
+
+
+def test_a_token_budget_is_shared_by_the_ulysses_ranks_of_a_micro_batch():
+    # ROLL's max_tokens_per_microbatch_* counts a micro-batch; posttrain's budget one device's share of it
+    raw = {"actor_train": {"device_mapping": "list(range(0,8))", "use_dynamic_batching_in_train": True,
+                           "max_tokens_per_microbatch_in_train": 8192, "max_tokens_per_microbatch_in_infer": 9001,
+                           "strategy_args": {"strategy_name": "fsdp2_train"}, "model_args": {"ulysses_size": 2}},
+           "reference": {"max_tokens_per_microbatch_in_infer": 8192}}
+    native, report = translate(raw, "roll")
+    assert native["actor"]["ppo_max_token_len_per_gpu"] == 4096 and native["actor"]["ulysses_sequence_parallel_size"] == 2
+    assert native["rollout"]["log_prob_max_token_len_per_gpu"] == 4500  # 2 x 4500 <= 9001
+    assert native["ref"]["log_prob_max_token_len_per_gpu"] == 8192  # the reference splits nothing
+    assert not report.refused

@@ -66,3 +66,37 @@ def test_roll_s_sequence_ratio_has_gspo_s_value_and_gradient(agg):
     roll.backward()
     torch.testing.assert_close(got.grad, want.grad)
     assert float(got.grad[0].abs().sum()) > 0 and float(got.grad[1].abs().sum()) == 0  # row 1 clipped
+
+
+@pytest.mark.parametrize(("variant", "options", "loss", "clip"), [
+    ("ppo", {}, {"loss_mode": "vanilla"}, (None, None)),
+    ("vanilla", {}, {"loss_mode": "gpg"}, (None, None)),
+    ("tis", {}, {"loss_mode": "cispo"}, (1.0, 0.0)),  # ROLL's [0, 1] weight bounds
+    ("tis", {"tis_lower_bound": 0.5, "tis_upper_bound": 2.0}, {"loss_mode": "cispo"}, (0.5, 1.0)),
+    ("cispo", {"cispo_epsilon_high": 0.3}, {"loss_mode": "cispo"}, (0.1, 0.3)),
+    ("topr", {}, {"loss_mode": "topr_pg"}, (None, None)),
+    ("topr", {"topr_negative_weight": 0.5}, {"loss_mode": "topr_pg", "loss_args": {"positive_coef": 1.0, "negative_coef": 0.5}}, (None, None)),
+])
+def test_roll_s_pg_worker_variants_are_posttrain_losses(variant, options, loss, clip):
+    for worker in ("roll.pipeline.rlvr.actor_pg_worker.ActorPGWorker", "roll.pipeline.agentic.agentic_actor_pg_worker.ActorWorker"):
+        native, report = translate({"actor_train": {"worker_cls": worker, "pg_variant": variant, "topr_positive_weight": 1.0, **options}}, "roll")
+        assert not report.refused, [(e.key, e.reason) for e in report.refused]
+        actor = native["actor"]
+        assert actor["policy_loss"] == loss and (actor.get("clip_ratio_low"), actor.get("clip_ratio_high")) == clip
+        assert report.entry("actor_train.worker_cls").status == "dropped"
+        # an option of another variant is not read
+        assert report.entry("actor_train.topr_positive_weight").status == ("translated" if variant == "topr" else "dropped")
+
+
+def test_roll_s_pg_variants_without_a_counterpart_are_refused_and_other_workers_ignore_it():
+    pg = "roll.pipeline.rlvr.actor_pg_worker.ActorPGWorker"
+    for extra, key, words in (({"pg_variant": "kimi15"}, "actor_train.pg_variant", "Kimi k1.5"),
+                              ({"pg_variant": "cispo", "cispo_use_unified_mask": True}, "actor_train.cispo_use_unified_mask", "unified token mask"),
+                              ({"pg_variant": "tis", "tis_upper_bound": 0.9}, "actor_train.pg_variant", "0 <= tis_lower_bound < 1 <= tis_upper_bound")):
+        _, report = translate({"actor_train": {"worker_cls": pg, **extra}}, "roll")
+        assert words in report.entry(key).reason and report.entry(key).status == "refused"
+    # ROLL's default worker reads no pg_variant: dropped; another worker class stays refused
+    native, report = translate({"actor_train": {"pg_variant": "topr"}}, "roll")
+    assert report.entry("actor_train.pg_variant").status == "dropped" and "policy_loss" not in native.get("actor", {})
+    _, report = translate({"actor_train": {"worker_cls": "my.Worker", "pg_variant": "topr"}}, "roll")
+    assert report.entry("actor_train.worker_cls").status == "refused"

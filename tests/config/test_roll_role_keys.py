@@ -48,3 +48,19 @@ def test_an_agentic_file_s_template_is_dropped_as_roll_s_agentic_pipeline_reads_
     assert "chat_template_name" not in native.get("data", {})
     native, _ = translate({"actor_train": {"data_args": {"template": "qwen3"}}}, "roll")  # an RLVR file reads it
     assert native["data"]["chat_template_name"] == "qwen3"
+
+
+def test_every_role_s_environment_variables_join_the_shared_processes_unless_two_disagree():
+    # agent_val_rock_swe.yaml: the pipeline's variable and the same install command for both env managers
+    raw = {"system_envs": {"USE_MODELSCOPE": "1"}, "actor_train": {"system_envs": {"NCCL_DEBUG": "INFO", "USE_MODELSCOPE": 1}},
+           "train_env_manager": {"system_envs": {"ROCK_CMD": "wget x"}}, "val_env_manager": {"system_envs": {"ROCK_CMD": "wget x"}}}
+    native, report = translate(raw, "roll")
+    assert native["cluster"]["env_vars"] == {"USE_MODELSCOPE": "1", "NCCL_DEBUG": "INFO", "ROCK_CMD": "wget x"}
+    assert not report.refused and report.entry("val_env_manager.system_envs").status == "translated"
+    # the pipeline's value reaches the reference (ROLL fills a role's missing variables), which the
+    # actor overrides: two values in processes posttrain's roles share
+    native, report = translate({"system_envs": {"A": "1", "B": "2"}, "actor_train": {"system_envs": {"A": "0"}},
+                                "val_env_manager": {"system_envs": {"B": "3"}}}, "roll")
+    assert {e.key for e in report.refused} == {"system_envs.A", "actor_train.system_envs.A", "system_envs.B", "val_env_manager.system_envs.B"}
+    assert "give A different values (system_envs: '1', actor_train.system_envs: '0', actor_infer.system_envs: '1'" in report.entry("actor_train.system_envs.A").reason
+    assert native.get("cluster") is None

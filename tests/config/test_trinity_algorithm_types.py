@@ -54,11 +54,21 @@ def test_topr_reads_trinitys_reinforce_advantage_and_args_override_defaults():
     assert _get(native, "algorithm.adv_estimator_args") == {"tau": 0.5, "opmd_baseline": "logavgexp"}
     assert _get(native, "actor.policy_loss.loss_args") == {"tau": 2.0}
     assert _get(native, "actor.clip_ratio") == 0.3 and _get(native, "actor.loss_agg_mode") == "seq-mean-token-mean"
-    _, report = translate({"algorithm": {"algorithm_type": "grpo", "advantage_fn_args": {"std_threshold": 0.1},
+    _, report = translate({"algorithm": {"algorithm_type": "grpo", "advantage_fn_args": {"std_cal_level": "batch"},
                                          "policy_loss_fn_args": {"enable_sequence_masking": True}}}, "trinity")
     refused = {e.key: e.reason for e in report.refused}
-    assert "not an option of posttrain's 'grpo' estimator" in refused["algorithm.advantage_fn_args.std_threshold"]
+    assert "not an option of posttrain's 'grpo' estimator" in refused["algorithm.advantage_fn_args.std_cal_level"]
     assert "not an option of posttrain's 'vanilla' policy loss" in refused["algorithm.policy_loss_fn_args.enable_sequence_masking"]
+
+
+def test_grpo_std_threshold_is_dynamic_sampling_and_step_norm_an_estimator_option():
+    native, report = translate({"algorithm": {"algorithm_type": "multi_step_grpo", "advantage_fn_args": {
+        "epsilon": 1e-6, "std_threshold": 0.0001, "enable_step_norm": True}}}, "trinity")
+    assert not report.refused
+    assert _get(native, "algorithm.adv_estimator_args") == {"epsilon": 1e-6, "enable_step_norm": True}
+    assert _get(native, "algorithm.filter_groups") == {"enable": True, "metric": "seq_reward", "std_threshold": 0.0001}
+    native, _ = translate({"algorithm": {"algorithm_type": "grpo", "advantage_fn_args": {"std_threshold": None}}}, "trinity")
+    assert _get(native, "algorithm.filter_groups") is None  # Trinity's default: no group skipped
 
 
 def test_an_explicit_advantage_or_loss_fn_wins_over_the_type():
@@ -87,7 +97,7 @@ def test_mix_reads_its_expert_buffer_and_sizes_the_expert_rows(tmp_path):
     sft.write_text('{"messages": []}\n')
     raw = {
         "algorithm": {"algorithm_type": "mix_chord", "repeat_times": 4, "sample_strategy_args": {"expert_data_ratio": 0.2},
-                      "policy_loss_fn_args": {"mu_warmup_steps": 10, "mu_peak": 0.5, "train_batch_size_expert": 8}},
+                      "policy_loss_fn_args": {"mu_warmup_steps": 10, "mu_peak": 0.5, "train_batch_size_expert": 8, "sft_loss_agg_mode": "token-mean"}},
         "buffer": {"batch_size": 8, "train_batch_size": 40,
                    "trainer_input": {"auxiliary_buffers": {"sft_dataset": {"path": str(sft), "format": {"prompt_type": "messages", "messages_key": "messages"}}}}},
     }
@@ -96,7 +106,7 @@ def test_mix_reads_its_expert_buffer_and_sizes_the_expert_rows(tmp_path):
     mix = _get(native, "algorithm.mix")
     assert mix == {"expert_files": [str(sft)], "messages_key": "messages", "expert_batch_size": 8}  # ceil(0.2 x 40)
     assert _get(native, "actor.policy_loss.loss_mode") == "mix_chord"
-    assert _get(native, "actor.policy_loss.loss_args") == {"mu_warmup_steps": 10, "mu_peak": 0.5}
+    assert _get(native, "actor.policy_loss.loss_args") == {"mu_warmup_steps": 10, "mu_peak": 0.5, "sft_loss_agg_mode": "token-mean"}
     assert _get(native, "actor.ppo_mini_batch_size") == 8  # (40 - 8 expert rows) / repeat_times 4
     _, report = translate({"algorithm": {"algorithm_type": "mix"}}, "trinity")
     assert any("needs its expert data" in e.reason for e in report.refused if e.key == "algorithm.algorithm_type")

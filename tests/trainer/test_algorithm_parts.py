@@ -33,6 +33,10 @@ def test_estimator_and_loss_options_are_checked_by_name():
         check_rl_names(_cfg("actor.policy_loss.loss_mode=mix"))
     with pytest.raises(ConfigError, match="cannot tell them apart"):
         check_rl_names(_cfg("algorithm.mix.expert_files=[x.parquet]", "algorithm.mix.expert_batch_size=2"))
+    mix = ("actor.policy_loss.loss_mode=mix", "algorithm.mix.expert_files=[x.parquet]", "algorithm.mix.expert_batch_size=2")
+    with pytest.raises(ConfigError, match="sft_loss_agg_mode: 'token_mean' is not an aggregation mode"):
+        check_rl_names(_cfg(*mix, "actor.policy_loss.loss_args={sft_loss_agg_mode: token_mean}"))
+    check_rl_names(_cfg(*mix, "actor.policy_loss.loss_args={sft_loss_agg_mode: token-mean, grpo_loss_agg_mode: null}"))
     cfg = _cfg("actor.policy_loss.loss_mode=sapo", "actor.policy_loss.loss_args={tau_neg: 2.0}")
     check_rl_names(cfg)
     assert _loss_options(cfg) == {"tau_neg": 2.0}

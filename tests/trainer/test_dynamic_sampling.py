@@ -41,6 +41,19 @@ def test_informative_groups_keep_a_spread_or_a_single_response():
     assert rows_of_groups(groups, ["e", "b"]) == [2, 3, 9]
 
 
+def test_a_std_threshold_keeps_groups_of_two_or_more_spread_beyond_it():
+    # Trinity-RFT's grpo std_threshold: a: std 0.7071 kept; b: std of [0.5, 0.50001] = 7.07e-6 <= 1e-4
+    # dropped; c: all equal, dropped; e: one response, dropped (Trinity skips groups of one)
+    values = torch.tensor([1.0, 0.0, 0.5, 0.50001, 0.2, 0.2, 0.0])
+    groups = ["a", "a", "b", "b", "c", "c", "e"]
+    assert informative_groups(groups, values, 1e-4) == ["a"]
+    assert informative_groups(groups, values, 1e-6) == ["a", "b"]  # 7.07e-6 > 1e-6
+    assert informative_groups(groups, values) == ["a", "b", "e"]  # DAPO's rule: any spread, a single one kept
+    rounds = {1: _round(groups, values.tolist()), 2: _round(["f", "f"], [0.0, 1.0])}
+    out, metrics = gather_groups(lambda r: rounds[r], FilterGroupsConfig(enable=True, std_threshold=1e-4), need=2)
+    assert out.batch.group_index == ["a", "a", "f", "f"] and metrics["filter_groups/num_gen_batches"] == 2.0
+
+
 def test_rounds_go_on_until_enough_groups_and_the_extra_ones_are_discarded():
     rounds = {
         1: _round(["a", "a", "b", "b"], [1.0, 1.0, 1.0, 0.0]),  # b only

@@ -503,6 +503,7 @@ ELSEWHERE = {
     **{f"algorithm.filter_groups.{k}": "tests/trainer/test_dynamic_sampling.py::test_a_step_samples_more_prompts_until_its_groups_are_informative"
        for k in ("enable", "metric", "max_num_gen_batches")},
     "data.gen_batch_size": "tests/trainer/test_dynamic_sampling.py::test_a_step_samples_more_prompts_until_its_groups_are_informative",
+    "algorithm.filter_groups.std_threshold": "tests/trainer/test_dynamic_sampling.py::test_a_std_threshold_keeps_groups_of_two_or_more_spread_beyond_it",
     # several worker processes: the harness runs one process in-process
     **{f"actor.fsdp_config.{k}": f"{SHARDING}::test_each_fsdp_key_changes_the_sharding" for k in FSDP_KEYS},
     **{f"{role}.fsdp_config.{k}": f"{SHARDING}::test_each_role_is_sharded_by_its_own_fsdp_config_and_balance_batch_splits_by_tokens"

@@ -17,7 +17,9 @@ from posttrain.trainer.rl_build import (
     baseline_sampling_params,
     build_roles,
     check_rl_names,
+    forward_batching,
     loss_inputs,
+    micro_batch_budget,
     sampling_params,
 )
 
@@ -203,6 +205,14 @@ def test_log_prob_passes_have_their_own_batching(tmp_path, monkeypatch):
     monkeypatch.setattr(actor_module, "batched_logprobs", lambda model, batch, t, size, max_tokens, pack, dp, run, head: seen.append((size, max_tokens)))
     roles.actor.compute_logprobs(object())
     assert seen == [(3, 2000)]
+
+
+def test_a_token_budget_counts_one_devices_share_of_a_ulysses_split_micro_batch():
+    # verl: max_token_len = *_max_token_len_per_gpu x ulysses_sequence_parallel_size
+    assert micro_batch_budget(25600, 2) == 51200 and micro_batch_budget(100, 1) == 100
+    assert forward_batching(3, None, None, default_dynamic=True, default_budget=1000, sp=4) == (3, 4000)
+    assert forward_batching(3, True, 500, default_dynamic=False, default_budget=1000, sp=2) == (3, 1000)
+    assert forward_batching(3, False, 500, default_dynamic=True, default_budget=1000, sp=2) == (3, None)
 
 
 def test_a_log_prob_token_budget_below_one_sequence_is_refused():

@@ -30,7 +30,7 @@ from typing import Any
 
 from posttrain.config.dialects import roll_defaults
 from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, agentic_thinking, env_manager_sampling
-from posttrain.config.dialects import roll_async, roll_judge, roll_lengths, roll_outputs, roll_roles, roll_strategy
+from posttrain.config.dialects import roll_async, roll_budgets, roll_envs, roll_judge, roll_lengths, roll_outputs, roll_pg, roll_roles, roll_strategy
 from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
@@ -70,6 +70,8 @@ _SAME_AS = {
 def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
     if native == "rollout.name" and value == "hf_infer":
         return "hf"
+    if key.endswith((".max_tokens_per_microbatch_in_train", ".max_tokens_per_microbatch_in_infer")):
+        return roll_budgets.per_device_budget(ctx, key, value)
     return common_value_hook(ctx, key, value, native)
 
 
@@ -157,7 +159,11 @@ def mini_batch(ctx: Context) -> None:
             continue
         prompts = per_device * steps * ranks // n
         dp = f"{ranks} data-parallel ranks ({devices} devices / {split_text})" if split > 1 else f"{devices} devices"
-        ctx.set(f"{section}.ppo_mini_batch_size", prompts, key, f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {steps} x {dp} / {n} responses per prompt")
+        why = f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {steps} x {dp} / {n} responses per prompt"
+        step = ctx.get("rollout_batch_size")
+        if ctx.has("train_env_manager") and isinstance(step, int) and 0 < step < prompts:
+            prompts, why = step, roll_budgets.padded_step(step, prompts, why)
+        ctx.set(f"{section}.ppo_mini_batch_size", prompts, key, why)
 
 
 def topr(ctx: Context) -> None:
@@ -357,6 +363,8 @@ RULES: dict[str, Rule] = {
     **roll_async.RULES,
     **roll_roles.RULES,
     **roll_outputs.RULES,
+    **roll_envs.RULES,
+    **roll_pg.RULES,
 }
 
 _DPO_KEYS = ("ipo", "beta", "label_smoothing", "chosen_key", "rejected_key")
@@ -385,4 +393,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, node_count, roll_roles.template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, agentic_thinking, *roll_defaults.HANDLERS]
+HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_envs.HANDLERS, *roll_pg.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, node_count, roll_roles.template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, agentic_thinking, *roll_defaults.HANDLERS]

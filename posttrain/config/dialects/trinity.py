@@ -88,6 +88,8 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         key = f"{prefix}.rollout_args.{name}"
         if name == "logprobs" and value in (0, None):
             ctx.drop(key, "0: the sampled token's log-prob only, which posttrain always computes")
+        elif name == "max_tokens":
+            _max_tokens(ctx, key, value, training)
         elif name not in ("temperature", "top_p", "top_k"):
             ctx.refuse(key, "no posttrain equivalent: only temperature, top_p and top_k are sampling settings posttrain has", None, value)
         elif training:
@@ -95,6 +97,36 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         else:
             ctx.set(f"rollout.val_kwargs.{name}", value, key)
             ctx.set("rollout.val_kwargs.do_sample", True, key, "evaluation sampling settings given: sample")
+
+
+def _response_tokens(ctx: Context) -> int | None:
+    """Trinity-RFT's model.max_response_tokens, derived as posttrain.config.dialects.trinity_defaults
+    derives it when the file leaves it out (None: not known)."""
+    total, prompt, response = (ctx.get(f"model.{k}") for k in ("max_model_len", "max_prompt_tokens", "max_response_tokens"))
+    if response is not None or not isinstance(total, int):
+        return response
+    return total - total // 2 if not isinstance(prompt, int) else total - min(prompt, total - 1)
+
+
+def _max_tokens(ctx: Context, key: str, value: Any, training: bool) -> None:
+    """A taskset's generation budget (Trinity-RFT's default: model.max_response_tokens, which is
+    data.max_response_length). Training: rollout.response_length, at most that. Evaluation: posttrain
+    validates with the training rollouts' budget, so only that same value is accepted."""
+    default = _response_tokens(ctx)
+    if value is None:
+        ctx.drop(key, "null: model.max_response_tokens, Trinity-RFT's default")
+        return
+    if training:
+        if isinstance(default, int) and isinstance(value, int) and value > default:
+            ctx.refuse(key, f"{value} tokens exceed model.max_response_tokens ({default}), which bounds every response posttrain trains on (data.max_response_length): raise that instead", "rollout.response_length", value)
+        else:
+            ctx.set("rollout.response_length", value, key, "the training rollouts' generation budget")
+        return
+    trained = ctx.get(f"{_TS}.rollout_args.max_tokens") or default
+    if value == trained:
+        ctx.drop(key, f"{value}: the training rollouts' budget, which validation uses too")
+    else:
+        ctx.refuse(key, f"validation generates up to the training rollouts' budget ({trained} tokens: rollout.response_length, else data.max_response_length), posttrain has no per-taskset length; set this taskset's max_tokens to {trained}", None, value)
 
 
 def _entry(key: str, native: str, value: Any, reason: str):
@@ -124,16 +156,35 @@ def tasksets(ctx: Context) -> None:
 
 
 def resolve_trainer_config(composed: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The inline verl config resolved on its own, before the file is: its interpolations
-    (``${actor_rollout_ref.actor.ppo_epochs}``) name keys of that verl config, as Trinity-RFT hands it
-    to verl. Returns the file with it resolved and ``{key: why not resolvable}``."""
+    """The inline verl config resolved before the file is. Trinity-RFT loads the whole file with
+    OmegaConf, so an interpolation there names a key from the file's root
+    (``${trainer.trainer_config.critic.ppo_micro_batch_size_per_gpu}``, examples/ppo_countdown_megatron);
+    its published verl trainer template names keys of the verl config itself
+    (``${actor_rollout_ref.actor.ppo_epochs}``), as verl reads such a file. The root reading is
+    taken where it resolves, the verl config's otherwise. Returns the file with it resolved and
+    ``{key: why not resolvable}`` for what neither resolves."""
     trainer = composed.get("trainer")
     inline = trainer.get("trainer_config") if isinstance(trainer, dict) else None
     if not isinstance(inline, dict):
         return composed, {}
-    resolved, failures = resolve(inline)
     prefix = "trainer.trainer_config."
-    return {**composed, "trainer": {**trainer, "trainer_config": resolved}}, {prefix + k: why for k, why in failures.items()}
+    on_its_own, own_failures = resolve(inline)
+    whole, whole_failures = resolve(composed)
+    resolved = whole["trainer"]["trainer_config"]
+    failures = {}
+    for key, why in whole_failures.items():
+        if not key.startswith(prefix):
+            continue  # the rest of the file is resolved (and its failures reported) after this
+        inner = key[len(prefix):]
+        if inner in own_failures or "[" in inner:
+            failures[key] = own_failures.get(inner, why)
+            continue
+        *parents, last = inner.split(".")
+        src, dst = on_its_own, resolved
+        for part in parents:
+            src, dst = src[part], dst[part]
+        dst[last] = src[last]
+    return {**composed, "trainer": {**trainer, "trainer_config": resolved}}, failures
 
 
 def trainer_config(ctx: Context) -> None:
@@ -220,7 +271,7 @@ RULES: dict[str, Rule] = {
     f"{_TS}.name": Rule(None, "names the taskset's metrics in Trinity-RFT; posttrain's metrics are named by stage", "gsm8k", _WITH_PATH),
     f"{_TS}.storage_type": Rule(None, "file (Trinity-RFT's default): the taskset is read from files, as posttrain does; queue and sql are refused (" + _TASK_FILES + ")", "file", _WITH_PATH),
     f"{_TS}.repeat_times": Rule("rollout.n", "responses sampled per task", 4, _WITH_PATH),
-    f"{_TS}.rollout_args": Rule("rollout.temperature, rollout.top_p, rollout.top_k", "the taskset's sampling settings (other keys are refused)", {"temperature": 0.7}, _WITH_PATH),
+    f"{_TS}.rollout_args": Rule("rollout.temperature, rollout.top_p, rollout.top_k, rollout.response_length", "the taskset's sampling settings and generation budget (max_tokens; other keys are refused)", {"temperature": 0.7}, _WITH_PATH),
     f"{_TS}.rollout_args.temperature": Rule("rollout.temperature", "sampling temperature of the training rollouts", 0.7, _WITH_PATH),
     f"{_TS}.format.prompt_type": Rule(None, "plaintext or messages: posttrain reads a string or a chat message list from data.prompt_key alike", "messages", _WITH_PATH),
     f"{_EVAL}": Rule("data.val_files, rollout.val_kwargs", "each evaluation taskset's files are appended to data.val_files; its repeat_times and rollout_args are the validation sampling", [{"path": _DATASET, "repeat_times": 2}]),

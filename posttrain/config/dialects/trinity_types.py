@@ -72,12 +72,25 @@ def _advantage(ctx: Context, t: TrinityType, why: str) -> None:
         ctx.refuse(args_key, "expected a mapping of the advantage function's option names to values", "algorithm.adv_estimator_args", given)
         given = None
     args = dict(given) if isinstance(given, dict) else dict(t.advantage_fn_args if fn == t.advantage_fn else {})
+    if estimator == "grpo" and "std_threshold" in args:
+        _std_threshold(ctx, f"{args_key}.std_threshold", args.pop("std_threshold"))
     options = estimator_options(estimator) if estimator in ADVANTAGE_ESTIMATORS else frozenset()
     for name in sorted(set(args) - options):
         ctx.refuse(f"{args_key}.{name}", f"not an option of posttrain's {estimator!r} estimator (its options: {', '.join(sorted(options)) or 'none'})", None, args.pop(name))
     args = {**implied, **args}
     if args:
         ctx.set("algorithm.adv_estimator_args", args, args_key if isinstance(given, dict) else source, "" if isinstance(given, dict) else f"advantage_fn {fn!r}'s settings")
+
+
+def _std_threshold(ctx: Context, key: str, value: Any) -> None:
+    """GRPO's std_threshold: Trinity drops the groups whose reward std is at most the value (and groups
+    of one) before its experience buffer, and the trainer's reader waits for a full train_batch_size of
+    the others: posttrain's dynamic sampling with that bound, on the final reward."""
+    if value is None:  # Trinity's default: no group is skipped
+        return
+    ctx.set("algorithm.filter_groups.enable", True, key, "groups at or below the bound are skipped and the step refilled")
+    ctx.set("algorithm.filter_groups.metric", "seq_reward", key, "Trinity judges a group by its experiences' rewards")
+    ctx.set("algorithm.filter_groups.std_threshold", value, key)
 
 
 def _policy_loss(ctx: Context, t: TrinityType, why: str) -> str | None:

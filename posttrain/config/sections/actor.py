@@ -110,7 +110,7 @@ class ActorConfig:
     ppo_mini_batch_size: int = param(8, doc="Prompts per optimizer step (x rollout.n responses), across all devices.", ge=1, refs=[f"{_VERL}.ppo_mini_batch_size"])
     ppo_micro_batch_size_per_gpu: int = param(8, doc="Responses per forward/backward pass on one device (gradient accumulation unit).", ge=1, refs=[f"{_VERL}.ppo_micro_batch_size_per_gpu", "roll:actor_train.training_args.per_device_train_batch_size"])
     use_dynamic_bsz: bool = param(False, doc="Pack micro-batches by token budget (ppo_max_token_len_per_gpu) instead of a fixed count.", refs=[f"{_VERL}.use_dynamic_bsz", "trinity:trainer.use_dynamic_bsz", "roll:actor_train.use_dynamic_batching_in_train"])
-    ppo_max_token_len_per_gpu: int = param(16384, doc="Token budget (prompt + response tokens) of one micro-batch on one device when use_dynamic_bsz.", ge=1, refs=[f"{_VERL}.ppo_max_token_len_per_gpu", "trinity:trainer.max_token_len_per_gpu", "roll:actor_train.max_tokens_per_microbatch_in_train"])
+    ppo_max_token_len_per_gpu: int = param(16384, doc="Token budget (prompt + response tokens) of one micro-batch on one device when use_dynamic_bsz; under Ulysses a micro-batch holds ulysses_sequence_parallel_size times this, split over those devices (as verl).", ge=1, refs=[f"{_VERL}.ppo_max_token_len_per_gpu", "trinity:trainer.max_token_len_per_gpu", "roll:actor_train.max_tokens_per_microbatch_in_train"])
     ppo_epochs: int = param(1, doc="Passes over each rollout batch.", ge=1, refs=[f"{_VERL}.ppo_epochs", "roll:ppo_epochs"])
     shuffle: bool = param(False, doc="Shuffle the responses before splitting them into mini-batches, each epoch.", refs=[f"{_VERL}.shuffle"])
     share_prompt_forward: bool = param(False, doc="Training forward computes each prompt once for its group of responses (one row: prompt, then every response, with a mask that keeps responses apart); same results to float rounding, less work when prompts are long.", refs=[f"{_VERL}.use_prefix_grouper"])
@@ -119,7 +119,7 @@ class ActorConfig:
     # ---- policy loss -------------------------------------------------------------------------
     clip_ratio: float = param(0.2, doc="PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps].", gt=0, refs=[f"{_VERL}.clip_ratio", "roll:pg_clip", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range"])
     clip_ratio_low: float | None = param(None, doc="Lower clip range (ratio >= 1 - clip_ratio_low); null uses clip_ratio.", gt=0, refs=[f"{_VERL}.clip_ratio_low", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range_low"])
-    clip_ratio_high: float | None = param(None, doc="Upper clip range (ratio <= 1 + clip_ratio_high; DAPO's clip-higher); null uses clip_ratio.", gt=0, refs=[f"{_VERL}.clip_ratio_high", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range_high"])
+    clip_ratio_high: float | None = param(None, doc="Upper clip range (ratio <= 1 + clip_ratio_high; DAPO's clip-higher); null uses clip_ratio.", ge=0, refs=[f"{_VERL}.clip_ratio_high", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_range_high"])
     dual_clip: bool = param(True, doc="Dual-clip PPO: bound the loss of negative-advantage tokens at clip_ratio_c x |advantage|.", refs=["roll:dual_clip_loss"])
     clip_ratio_c: float = param(3.0, doc="Dual-clip bound c (> 1) used when dual_clip.", gt=1, refs=[f"{_VERL}.clip_ratio_c", f"{_TRINITY_ALGO}.policy_loss_fn_args.clip_ratio_c"])
     loss_agg_mode: str = param("token-mean", doc="How per-token losses become one number: token-mean, token-sum (no normaliser), seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm.", choices=LOSS_AGG_MODES, refs=[f"{_VERL}.loss_agg_mode", "roll:loss_agg_mode", f"{_TRINITY_ALGO}.loss_agg_mode"])
@@ -161,17 +161,13 @@ UNSUPPORTED: dict[str, str] = {
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "roll:actor_train.offload_nccl": NCCL_OFFLOAD,
     "roll:actor_train.worker_cls": "ROLL's worker class for the role; posttrain's roles are its own (posttrain.workers), chosen by the algorithm",
-    "roll:actor_train.pg_variant": ("the loss variants of ROLL's agentic PG worker (actor_train.worker_cls agentic_actor_pg_worker), each with ROLL's own "
-                                   "clipping: posttrain chooses an agentic stage's policy loss as any RL stage's, with actor.policy_loss.loss_mode "
-                                   "(vanilla PPO clip, cispo, topr, gspo, ...): set that instead"),
-    "roll:actor_train.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
     "verl:actor_rollout_ref.actor.freeze_vision_tower": "a vision tower to freeze: posttrain trains text-only models (until multimodal support)",
     "roll:actor_train.use_sequence_packing": _PACKING,
     "roll:actor_train.sequence_packing_args": _PACKING,
     "roll:is_offload_states": _OFFLOAD,
     "roll:is_offload_optimizer_states_in_train_step": _OFFLOAD,
     "roll:use_topr_neg_loss_coef": "ROLL's TOPR loss options: choose the policy loss by name in actor.policy_loss.loss_mode",
-    "roll:train_infer_correction": "ROLL's spelling of the training/inference mismatch correction (its is_weight and filter blocks), which the ROLL dialect does not translate: write posttrain's algorithm.rollout_is_* and algorithm.rollout_rs* instead (the same weights and divergence filters)",
+    "roll:train_infer_correction": "ROLL's spelling of the training/inference mismatch correction (its is_weight and filter blocks), which the ROLL dialect does not translate: write posttrain's algorithm.rollout_is_* (token, sequence or geometric weights truncated at rollout_is_threshold) and algorithm.rollout_rs* (ratio and k2/k3 bounds) instead; ROLL's per-turn (segment) level and its probability-difference (diff) filter have no counterpart there",
 }
 
 

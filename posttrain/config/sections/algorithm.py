@@ -82,6 +82,7 @@ class FilterGroupsConfig:
     enable: bool = param(False, doc="Dynamic sampling: generate and score further batches of data.train_batch_size prompts until that many groups whose `metric` is not the same for all their responses are kept; the first that many train, the rest are discarded (RL stages answering prompts, synchronous loop).", refs=["verl:algorithm.filter_groups.enable"])
     metric: str = param("acc", doc="Per-response value whose spread decides (read when enable): acc (the function's acc, else its score), score (the function's score), seq_reward (the final score, with reward model and overlong penalty) or seq_final_reward (the same: no KL penalty is in the reward when groups are chosen).", choices=["acc", "score", "seq_reward", "seq_final_reward"], refs=["verl:algorithm.filter_groups.metric"])
     max_num_gen_batches: int = param(0, doc="Most generation rounds per step (read when enable); a step still short after that many stops the run with an error naming the counts; 0 means no limit.", ge=0, refs=["verl:algorithm.filter_groups.max_num_gen_batches"])
+    std_threshold: float | None = param(None, doc="Keep only groups of two or more responses whose metric's standard deviation (unbiased) exceeds this, in place of the not-all-equal rule (read when enable); null: that rule, groups of one kept. Trinity-RFT's grpo std_threshold (e.g. 0.0001).", ge=0, refs=["trinity:algorithm.advantage_fn_args.std_threshold"])
 
 
 @section

@@ -59,7 +59,7 @@ class CriticConfig:
     ppo_epochs: int = param(1, doc="Critic passes over each rollout batch.", ge=1, refs=["verl:critic.ppo_epochs"])
     shuffle: bool | None = param(None, doc="Shuffle responses before splitting them into critic mini-batches; null follows actor.shuffle.", refs=["verl:critic.shuffle"])
     use_dynamic_bsz: bool = param(False, doc="Pack critic micro-batches by token budget instead of a fixed count.", refs=["verl:critic.use_dynamic_bsz"])
-    ppo_max_token_len_per_gpu: int = param(32768, doc="Token budget of one critic training micro-batch on one device when use_dynamic_bsz.", ge=1, refs=["verl:critic.ppo_max_token_len_per_gpu"])
+    ppo_max_token_len_per_gpu: int = param(32768, doc="Token budget of one critic training micro-batch on one device when use_dynamic_bsz (times ulysses_sequence_parallel_size per micro-batch, as the actor's).", ge=1, refs=["verl:critic.ppo_max_token_len_per_gpu"])
     forward_micro_batch_size_per_gpu: int | None = param(None, doc="Responses per value forward pass (no backward) on one device; null uses ppo_micro_batch_size_per_gpu.", ge=1, refs=["verl:critic.forward_micro_batch_size_per_gpu", "roll:critic.infer_batch_size"])
     forward_max_token_len_per_gpu: int | None = param(None, doc="Token budget of one value forward pass on one device when use_dynamic_bsz; null uses ppo_max_token_len_per_gpu.", ge=1, refs=["verl:critic.forward_max_token_len_per_gpu"])
 

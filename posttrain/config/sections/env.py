@@ -49,8 +49,6 @@ _HELPER = "template variable of ROLL's traj_envs.yaml: it does nothing by itself
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "roll:train_env_manager.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
-    "roll:val_env_manager.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
     **{f"roll:{m}.worker_cls": _WORKER for m in ("train_env_manager", "val_env_manager")},
     "roll:skip_mock_system_prompt": ("false strips the system block a chat template adds to a conversation that has none; posttrain renders "
                                      "turns with the template as it is (ROLL's true, accepted): an environment's env_instruction is its system "

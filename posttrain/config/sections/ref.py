@@ -42,7 +42,6 @@ UNSUPPORTED: dict[str, str] = {
     **roll_worker_unsupported("reference", "ref"),
     "roll:reference.offload_nccl": NCCL_OFFLOAD,
     "verl:actor_rollout_ref.ref.use_torch_compile": "the reference runs the actor's forward, compiled when actor.use_torch_compile is (a different value cannot be honoured)",
-    "roll:reference.system_envs": "per-role environment variables; posttrain gives every process the same environment (cluster.env_vars, ROLL: system_envs)",
     "roll:reference.use_sequence_packing": _REF_PACKING,
     "roll:reference.sequence_packing_args": _REF_PACKING,
     "roll:reference.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",

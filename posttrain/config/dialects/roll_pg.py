@@ -1,0 +1,107 @@
+"""ROLL's policy-gradient workers (``actor_train.worker_cls`` + ``actor_train.pg_variant``) onto posttrain's losses.
+
+ROLL's RLVR ``ActorPGWorker`` (roll/pipeline/rlvr/actor_pg_worker.py) and its agentic PG
+``ActorWorker`` (roll/pipeline/agentic/agentic_actor_pg_worker.py) replace the default worker's
+PPO loss by the one ``pg_variant`` names; everything around it (KL loss, entropy bonus, sample
+weights, the train/inference correction, the aggregation of one loss over every token) is the
+default worker's. Per variant, with its per-token loss l_t and the option keys ROLL reads from
+``actor_train``:
+
+- ``ppo``: the default worker's PPO clip (pg_clip, dual_clip_loss) -> ``vanilla``;
+- ``vanilla``: l = -A log pi (no ratio) -> ``gpg``, whose loss is exactly that;
+- ``tis``: l = -sg[clip(r, tis_lower_bound, tis_upper_bound)] A log pi (defaults 0 and 1) ->
+  ``cispo`` with clip_ratio_low = 1 - lower, clip_ratio_high = upper - 1;
+- ``cispo``: l = -sg[clip(r, 1 - cispo_epsilon_low, 1 + cispo_epsilon_high)] A log pi (0.1, 0.1)
+  -> ``cispo``; its ``cispo_use_unified_mask`` (PPO's token mask) is refused;
+- ``topr``: score-split TOPR in one aggregate (topr_positive_weight, topr_negative_weight) -> ``topr_pg``;
+- ``kimi15``: refused (posttrain has no loss with Kimi k1.5's squared log-ratio penalty; its kimi15_tau
+  is then unknown).
+
+posttrain's losses clamp the log-ratio to [-20, 20] before exp; ROLL does not (only ratios beyond
+e^20 differ).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.config.dialects.report import Entry
+from posttrain.config.dialects.translate import Context
+from posttrain.config.tables import Rule
+
+PG_WORKERS = ("roll.pipeline.rlvr.actor_pg_worker.ActorPGWorker", "roll.pipeline.agentic.agentic_actor_pg_worker.ActorWorker")
+WORKER, VARIANT = "actor_train.worker_cls", "actor_train.pg_variant"
+OPTIONS = {  # the variant's option keys under actor_train, with ROLL's defaults
+    "tis": {"tis_lower_bound": 0.0, "tis_upper_bound": 1.0},
+    "cispo": {"cispo_epsilon_low": 0.1, "cispo_epsilon_high": 0.1, "cispo_use_unified_mask": False},
+    "topr": {"topr_positive_weight": 1.0, "topr_negative_weight": 1.0},
+}
+_LOSS = "actor.policy_loss.loss_mode"
+
+
+def pg_worker(ctx: Context) -> None:
+    if ctx.get(WORKER) not in PG_WORKERS:
+        if ctx.has(VARIANT):  # the worker_cls itself keeps the refusal of any other worker class
+            ctx.consume(VARIANT)
+            ctx.drop(VARIANT, "read only by ROLL's policy-gradient workers (worker_cls ActorPGWorker or the agentic PG ActorWorker); "
+                              "this file's worker computes ROLL's PPO loss")
+        return
+    option_keys = [f"actor_train.{name}" for names in OPTIONS.values() for name in names]
+    ctx.consume(WORKER, VARIANT, *option_keys)
+    ctx.drop(WORKER, "ROLL's policy-gradient worker: its loss is pg_variant's (translated there), the rest is the default worker's")
+    variant = ctx.get(VARIANT, "vanilla")
+    opts = {name: ctx.get(f"actor_train.{name}", default) for name, default in OPTIONS.get(variant, {}).items()}
+    for key in option_keys:
+        name = key.rpartition(".")[2]
+        if not ctx.has(key):
+            continue
+        if name not in opts:
+            ctx.drop(key, f"read only by pg_variant {name.split('_')[0]}, not this file's {variant!r}")
+        elif variant != "cispo" or name != "cispo_use_unified_mask" or not opts[name]:  # a true unified mask is refused below
+            ctx.report.add(Entry(key, "translated", _LOSS, opts[name], f"an option of pg_variant {variant}"))
+    _variant(ctx, variant, opts)
+
+
+def _variant(ctx: Context, variant: Any, opts: dict[str, Any]) -> None:
+    if variant == "ppo":
+        ctx.set(_LOSS, "vanilla", VARIANT, "ROLL's PPO clip, as its default worker's (pg_clip, dual_clip_loss)")
+    elif variant == "vanilla":
+        ctx.set(_LOSS, "gpg", VARIANT, "-A log pi on every token, without a ratio: gpg's loss")
+    elif variant == "tis":
+        low, high = opts["tis_lower_bound"], opts["tis_upper_bound"]
+        if not (isinstance(low, (int, float)) and isinstance(high, (int, float)) and 0 <= low < 1 <= high):
+            ctx.refuse(VARIANT, f"tis with bounds [{low}, {high}]: posttrain's clipped-weight loss (cispo) clips to [1 - a, 1 + b] with 0 < a <= 1 and b >= 0, so it needs 0 <= tis_lower_bound < 1 <= tis_upper_bound", _LOSS, variant)
+            return
+        _cispo(ctx, "tis", 1.0 - low, high - 1.0, f"sg[clip(ratio, {low}, {high})] x -A log pi")
+    elif variant == "cispo":
+        if opts["cispo_use_unified_mask"]:
+            ctx.refuse("actor_train.cispo_use_unified_mask", "CISPO's unified token mask (PPO's clip mask on the weighted loss) is not an option of posttrain's cispo", _LOSS, True)
+            return
+        _cispo(ctx, "cispo", opts["cispo_epsilon_low"], opts["cispo_epsilon_high"], "MiniMax-M1's CISPO")
+    elif variant == "topr":
+        ctx.set(_LOSS, "topr_pg", VARIANT, "ROLL's PG-worker TOPR: responses with score <= 0 get the truncated ratio, one aggregate")
+        args = {"positive_coef": opts["topr_positive_weight"], "negative_coef": opts["topr_negative_weight"]}
+        if args != {"positive_coef": 1.0, "negative_coef": 1.0}:
+            ctx.set("actor.policy_loss.loss_args", args, VARIANT, "topr_positive_weight, topr_negative_weight")
+    elif variant == "kimi15":
+        ctx.refuse(VARIANT, "Kimi k1.5's loss (REINFORCE with a squared log-ratio penalty, kimi15_tau) is not one of posttrain's policy losses; "
+                            "choose another pg_variant or set actor.policy_loss.loss_mode", _LOSS, variant)
+    else:
+        ctx.refuse(VARIANT, f"unknown pg_variant {variant!r}; ROLL's are ppo, vanilla, tis, cispo, topr, kimi15", _LOSS, variant)
+
+
+def _cispo(ctx: Context, variant: str, low: float, high: float, what: str) -> None:
+    ctx.set(_LOSS, "cispo", VARIANT, f"{variant}: {what}, posttrain's cispo")
+    ctx.set("actor.clip_ratio_low", low, VARIANT, f"{variant}'s lower weight bound 1 - {low}")
+    ctx.set("actor.clip_ratio_high", high, VARIANT, f"{variant}'s upper weight bound 1 + {high}")
+
+
+_PG = (("actor_train.worker_cls", PG_WORKERS[0]),)
+RULES: dict[str, Rule] = {
+    VARIANT: Rule(_LOSS, "with a PG worker_cls: ppo -> vanilla, vanilla -> gpg, tis and cispo -> cispo (with their bounds), "
+                         "topr -> topr_pg; kimi15 refused; with another worker: dropped (not read)", "topr", _PG),
+    **{f"actor_train.{name}": Rule(_LOSS, f"an option of pg_variant {variant} (translated with it)", default,
+                                   (*_PG, (VARIANT, variant)))
+       for variant, names in OPTIONS.items() for name, default in names.items()},
+}
+HANDLERS = [pg_worker]
