@@ -41,7 +41,7 @@ from posttrain.rollout.episode_render import write_episode_renders
 from posttrain.rollout.trajectory import Trajectory, anchor_ids, to_rollout_batch
 from posttrain.rollout.turns import TurnRenderer
 from posttrain.trainer.metrics import PhaseTimer
-from posttrain.trainer.rl_build import response_length
+from posttrain.trainer.rl_settings import response_length
 
 
 def is_agentic(cfg: Config) -> bool:

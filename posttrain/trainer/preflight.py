@@ -40,7 +40,7 @@ from posttrain.tracking.rollout_traces import check_rollout_tracer
 from posttrain.buffer.operators import check_pipeline
 from posttrain.errors import ConfigError
 from posttrain.trainer.mixing import expert_dataset
-from posttrain.trainer.rl_build import mixes_expert_rows
+from posttrain.trainer.rl_settings import mixes_expert_rows
 from posttrain.trainer.agentic import check_agentic, check_idle_env_keys, is_agentic
 from posttrain.trainer.profiling import check_profiler_machine
 from posttrain.trainer.rewarding import Scorers, input_tokenizer, manager_options, reward_function, worker_manager
@@ -105,7 +105,7 @@ def check_stage_names(cfg: Config) -> None:
     line naming what is missing)."""
     if cfg.algorithm.kind == "rl":
         from posttrain.rollout.engines import check_engine_machine
-        from posttrain.trainer.rl_build import check_rl_names
+        from posttrain.trainer.rl_settings import check_rl_names
 
         check_rl_names(cfg)
         check_engine_machine(cfg)

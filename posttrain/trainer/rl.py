@@ -35,14 +35,8 @@ from posttrain.trainer.dynamic_sampling import Round, gather_groups, metric_valu
 from posttrain.trainer.rewarding import RewardStage
 from posttrain.trainer.rollout_tracing import open_rollout_tracer, trace_rollout
 from posttrain.trainer.mixing import ExpertRows, expert_dataset
-from posttrain.trainer.rl_build import (
-    baseline_sampling_params,
-    build_roles,
-    mixes_expert_rows,
-    response_length,
-    rollout_seed,
-    sampling_params,
-)
+from posttrain.trainer.rl_build import build_roles
+from posttrain.trainer.rl_settings import baseline_sampling_params, mixes_expert_rows, response_length, rollout_seed, sampling_params
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, open_stage, seed_everything
 from posttrain.trainer.tools import make_tool_rollout
 from posttrain.trainer.throughput import StepObserver

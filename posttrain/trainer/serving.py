@@ -49,7 +49,8 @@ from posttrain.models.precision import compute_dtype
 from posttrain.rollout.server import ChatService, NotFound, RequestError, Unavailable, make_server
 from posttrain.trainer.decoupled import buffer_path, explorer_devices, open_buffer
 from posttrain.trainer.preflight import check_model_dir
-from posttrain.trainer.rl_build import engine_precision, make_engine, policy_temperature
+from posttrain.trainer.rl_build import engine_precision, make_engine
+from posttrain.trainer.rl_settings import policy_temperature
 
 
 def check_serve(cfg: Config) -> None:

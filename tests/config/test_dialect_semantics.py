@@ -18,7 +18,7 @@ from posttrain.algorithms.policy_losses import ppo_clip_loss
 from posttrain.algorithms.value import value_loss
 from posttrain.config import ConfigError, load_config
 from posttrain.config.dialects import translate
-from posttrain.trainer.rl_build import _loss_options
+from posttrain.trainer.rl_settings import loss_options
 
 
 def _write(path: Path, text: str) -> Path:
@@ -65,7 +65,7 @@ def _one_token_loss(cfg, ratio: float, advantage: float) -> float:
     """The actor's policy loss of one token with this ratio and advantage, under ``cfg``."""
     old = torch.zeros(1, 1)
     return float(ppo_clip_loss(old_logprob=old, logprob=old + math.log(ratio), advantages=torch.full((1, 1), advantage),
-                               response_mask=torch.ones(1, 1), **_loss_options(cfg)).loss)
+                               response_mask=torch.ones(1, 1), **loss_options(cfg)).loss)
 
 
 # ---- ROLL ------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from posttrain.config import load_config
 from posttrain.config.dialects import translate
-from posttrain.trainer.rl_build import sampling_params
+from posttrain.trainer.rl_settings import sampling_params
 
 GEN = "actor_infer.generating_args.max_new_tokens"
 

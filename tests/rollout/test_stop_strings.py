@@ -8,7 +8,7 @@ import torch
 
 from posttrain.config import load_config
 from posttrain.rollout.stops import drop_stop_strings, kept_length
-from posttrain.trainer.rl_build import sampling_params
+from posttrain.trainer.rl_settings import sampling_params
 
 
 class _Pieces:

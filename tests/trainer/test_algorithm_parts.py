@@ -13,7 +13,7 @@ from posttrain.models.tiny import make_tiny_model
 from posttrain.records import RolloutBatch
 from posttrain.tasks import write_task_data
 from posttrain.trainer.advantages import compute_advantages, make_shaping_state
-from posttrain.trainer.rl_build import _loss_options, check_rl_names
+from posttrain.trainer.rl_settings import loss_options, check_rl_names
 from posttrain.workers.microbatch import mini_batches
 from rl_helpers import tiny_rl_files, tiny_rl_trainer
 
@@ -39,7 +39,7 @@ def test_estimator_and_loss_options_are_checked_by_name():
     check_rl_names(_cfg(*mix, "actor.policy_loss.loss_args={sft_loss_agg_mode: token-mean, grpo_loss_agg_mode: null}"))
     cfg = _cfg("actor.policy_loss.loss_mode=sapo", "actor.policy_loss.loss_args={tau_neg: 2.0}")
     check_rl_names(cfg)
-    assert _loss_options(cfg) == {"tau_neg": 2.0}
+    assert loss_options(cfg) == {"tau_neg": 2.0}
 
 
 def _batch(scores):

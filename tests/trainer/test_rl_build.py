@@ -12,13 +12,13 @@ from posttrain.errors import ConfigError
 from posttrain.models.loading import tokenizer_from_config
 from posttrain.models.tiny import make_tiny_model
 from posttrain.rollout import SamplingParams
-from posttrain.trainer.rl_build import (
-    _loss_options,
+from posttrain.trainer.rl_build import build_roles
+from posttrain.trainer.rl_settings import (
     baseline_sampling_params,
-    build_roles,
     check_rl_names,
     forward_batching,
     loss_inputs,
+    loss_options,
     micro_batch_budget,
     sampling_params,
 )
@@ -77,19 +77,19 @@ def test_greedy_training_rollouts_accept_temperature_zero():
 
 
 def test_loss_options_pass_only_what_the_loss_accepts():
-    vanilla = _loss_options(cfg())
+    vanilla = loss_options(cfg())
     assert vanilla == {"clip_ratio": 0.2, "clip_ratio_low": None, "clip_ratio_high": None, "clip_ratio_c": 3.0}
-    assert _loss_options(cfg("actor.dual_clip=false"))["clip_ratio_c"] is None
-    gspo = _loss_options(cfg("actor.policy_loss.loss_mode=gspo", "actor.clip_ratio_low=0.0003", "actor.clip_ratio_high=0.0004"))
+    assert loss_options(cfg("actor.dual_clip=false"))["clip_ratio_c"] is None
+    gspo = loss_options(cfg("actor.policy_loss.loss_mode=gspo", "actor.clip_ratio_low=0.0003", "actor.clip_ratio_high=0.0004"))
     assert gspo == {"clip_ratio": 0.2, "clip_ratio_low": 0.0003, "clip_ratio_high": 0.0004}
-    cov = _loss_options(cfg("actor.policy_loss.loss_mode=clip_cov", "actor.policy_loss.clip_cov_ratio=0.01"))
+    cov = loss_options(cfg("actor.policy_loss.loss_mode=clip_cov", "actor.policy_loss.clip_cov_ratio=0.01"))
     assert cov["clip_cov_ratio"] == 0.01 and "kl_cov_ratio" not in cov
 
 
 @pytest.mark.parametrize("mode", policy_loss_names())
 def test_every_registered_loss_accepts_what_the_actor_passes(mode):
     """The actor calls loss(old_logprob=, logprob=, advantages=, response_mask=, loss_scale_factor=,
-    loss_agg_mode=, **_loss_options(cfg)); that must work for every loss a user can choose."""
+    loss_agg_mode=, **loss_options(cfg)); that must work for every loss a user can choose."""
     c = cfg(f"actor.policy_loss.loss_mode={mode}")
     if mode == "dpo":  # needs ref_logprob and chosen/rejected pairs: refused before any model loads
         with pytest.raises(ConfigError, match=r"loss_mode=dpo.*ref_logprob"):
@@ -104,7 +104,7 @@ def test_every_registered_loss_accepts_what_the_actor_passes(mode):
     if "global_step" in policy_loss_options(mode):
         batch_inputs["global_step"] = 3
     check_rl_names(c)
-    options = _loss_options(c)
+    options = loss_options(c)
     assert set(options) <= policy_loss_options(mode)
     options.update(batch_inputs)
     g = torch.Generator().manual_seed(0)
@@ -177,7 +177,7 @@ def test_build_roles_gae_with_kl_loss_and_token_budget(tiny_dir):
 
 @pytest.mark.parametrize("overrides, expected", [([], 3), (["rollout.seed=11"], 11)])
 def test_rollout_seed_seeds_the_engine_else_the_run_seed(tmp_path, overrides, expected):
-    from posttrain.trainer.rl_build import rollout_seed
+    from posttrain.trainer.rl_settings import rollout_seed
 
     model_dir = make_tiny_model(tmp_path / "m", layers=1, hidden=32, heads=2)
     c = cfg(f"model.path={model_dir}", "trainer.seed=3", *overrides)

@@ -302,7 +302,7 @@ def test_rollout_correction_weights_the_policy_loss_and_drops_rejected_tokens(po
 def test_a_loss_that_requires_scores_gets_each_response_s_summed_token_level_scores(policy):
     """topr_roll splits by score: flipping the scores' signs moves responses between its two terms."""
     from posttrain.config import load_config
-    from posttrain.trainer.rl_build import loss_inputs
+    from posttrain.trainer.rl_settings import loss_inputs
 
     assert "scores" in loss_inputs(load_config(None, ["actor.policy_loss.loss_mode=topr_roll"]))
     assert "scores" not in loss_inputs(load_config(None, ["actor.policy_loss.loss_mode=topr"]))
