@@ -342,7 +342,7 @@ KNOBS = [
     knob("critic.profiler.discrete=true", "files", *PROF[:2], *CRITIC, "critic.profiler.enable=true"),
     knob("reward.reward_model.profiler.discrete=true", "files", *PROF[:2], "reward.reward_model.profiler.enable=true"),
     # cluster: the batch arithmetic of the checks (one process on CPU)
-    knob("cluster.nnodes=3", "exit", "cluster.n_gpus_per_node=1"),
+    knob("cluster.nnodes=3", "exit", "cluster.n_gpus_per_node=1", "cluster.launcher=local"),  # refused at once: local processes are one machine
     knob("cluster.n_gpus_per_node=3", "files"),  # three worker processes, three rank logs (the mini-batch is split unevenly)
     # prepare
     knob("prepare.model.path={root}/prepared_model", "files"),
