@@ -186,13 +186,11 @@ class RewardStage:
         rows, metrics = filter_groups(batch.group_index, batch.data_source, scores, self.group_filters)
         return (None if len(rows) == len(batch) else rows), metrics
 
-    def decode(self, batch: RolloutBatch, special_tokens: bool = False) -> list[str]:
-        """Response texts without padding and, unless `special_tokens`, without special tokens (the
-        end-of-turn token included): what verl's reward managers (naive, dapo, batch, prime) and
-        vLLM's text outputs give a reward function."""
+    def decode(self, batch: RolloutBatch) -> list[str]:
+        """Response texts without padding (special tokens kept, as verl passes them to scorers)."""
         lengths = batch.response_mask.sum(1).long().tolist()
         return [
-            self.tokenizer.decode(ids[:n].tolist(), skip_special_tokens=not special_tokens)
+            self.tokenizer.decode(ids[:n].tolist(), skip_special_tokens=False)
             for ids, n in zip(batch.response_ids, lengths)
         ]
 
@@ -222,7 +220,7 @@ class RewardStage:
         ]
         rm = None
         if self.reward_model is not None:
-            rm = self._reward_model_scores(batch[rows]).tolist() if rows else []
+            rm = self._reward_model_scores(batch[rows], [texts[i] for i in rows]).tolist() if rows else []
         if self.skips_function or not samples:  # the reward model alone (function_weight 0): not called, as in verl
             call = functools.partial(RewardOutput, [0.0] * len(samples))
         else:
@@ -269,13 +267,13 @@ class RewardStage:
             out[i] = text.removesuffix("assistant\n").rstrip().removesuffix("assistant").rstrip()
         return out
 
-    def _reward_model_scores(self, batch: RolloutBatch) -> torch.Tensor:
+    def _reward_model_scores(self, batch: RolloutBatch, texts: list[str]) -> torch.Tensor:
         """The reward model's score of each response. With reward_model.input_tokenizer (the reward
         model's chat template differs from the policy's, as verl's switch): the response decoded by
         that tokenizer without its eos text, appended to the prompt's chat messages and rendered in
         the reward model's own template. Without: the policy's rendering, prompt text + response."""
-        if self.rm_input_tokenizer is None:  # the token ids verl's reward model reads: the response's special tokens too
-            return self.reward_model.score_texts([p + t for p, t in zip(self._prompt_texts(batch), self.decode(batch, special_tokens=True))])
+        if self.rm_input_tokenizer is None:
+            return self.reward_model.score_texts([p + t for p, t in zip(self._prompt_texts(batch), texts)])
         if batch.raw_chat is None or any(chat is None for chat in batch.raw_chat):
             raise ConfigError("reward.reward_model.input_tokenizer: a prompt of this batch has no chat messages to re-render; "
                               "set data.return_raw_chat: true")

@@ -66,9 +66,7 @@ def test_two_workers_train_the_adapters_as_one_process(inputs, one_process, tmp_
         assert (checkpoint / role / "adapter_model.safetensors").is_file() and not (checkpoint / role / "dcp").exists()
     final = load_file(str(inputs / "two" / "rl" / "final_model" / "model.safetensors"))
     single = load_file(str(inputs / one_process / "rl" / "final_model" / "model.safetensors"))
-    # three stages of training whose gradients are summed in another order over two ranks: float
-    # rounding that grows over the run (5e-5 on unit-size weights measured), not a different update
-    assert final.keys() == single.keys() and all(torch.allclose(final[k], single[k], atol=1e-4) for k in final)
+    assert final.keys() == single.keys() and all(torch.allclose(final[k], single[k], atol=1e-5) for k in final)
     merged = posttrain("export", str(checkpoint), str(tmp_path / "hf"), "--merge", cwd=tmp_path)
     assert merged.returncode == 0, merged.stderr[-3000:]
     exported = load_file(str(tmp_path / "hf" / "model.safetensors"))

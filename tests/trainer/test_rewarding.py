@@ -54,12 +54,12 @@ def test_input_tokenizer_re_renders_the_conversation_in_the_reward_model_s_own_t
     decoded response (eos dropped) in its own template; without, the policy's ChatML rendering."""
     plain = _stage(tmp_path, "data.return_raw_chat=true")
     batch = _batch(plain.tokenizer, [CHAT])
-    assert plain.decode(batch) == ["123"]  # a reward function's text, as verl decodes it: no special tokens
-    assert plain.decode(batch, special_tokens=True) == ["123<|im_end|>"]
-    policy_scores = plain._reward_model_scores(batch)  # the reward model reads the end-of-turn token too
+    texts = plain.decode(batch)
+    assert texts == ["123<|im_end|>"]
+    policy_scores = plain._reward_model_scores(batch, texts)
     assert plain.fed == ["<|im_start|>user\n:321=<|im_end|>\n<|im_start|>assistant\n123<|im_end|>"]
     switched = _stage(tmp_path, "data.return_raw_chat=true", f"reward.reward_model.input_tokenizer={tmp_path / 'policy'}")
-    rm_scores = switched._reward_model_scores(batch)
+    rm_scores = switched._reward_model_scores(batch, texts)
     assert switched.fed == ["user: :321=\nassistant: 123\n"]  # the reward model's rendering, by hand
     torch.testing.assert_close(rm_scores, switched.reward_model.score_texts(["user: :321=\nassistant: 123\n"]))
     assert not torch.allclose(rm_scores, policy_scores)
