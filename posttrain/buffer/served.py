@@ -24,7 +24,6 @@ rows: they wait for the next commit.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -33,10 +32,14 @@ from typing import Any, Callable
 import torch
 
 from posttrain.buffer.experience import Experience
+from posttrain.buffer.sqlite import open_store
 from posttrain.errors import UserError
 from posttrain.records import RolloutBatch
 
 SCHEMA = "posttrain-served-history-1"
+_CALLS = ("CREATE TABLE IF NOT EXISTS calls (id TEXT PRIMARY KEY, created REAL NOT NULL, policy_step INTEGER NOT NULL, "
+          "prompt TEXT NOT NULL, n INTEGER NOT NULL, choices TEXT NOT NULL, raw_prompt TEXT NOT NULL, reward REAL, task_id TEXT, "
+          "run_id INTEGER, batch INTEGER)")
 
 
 class HistoryError(UserError):
@@ -53,28 +56,7 @@ class ServedHistory:
     def __init__(self, path: str | Path):
         self.path = Path(path).expanduser()
         self.lock = threading.Lock()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None, check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if tables and "meta" not in tables:
-                raise HistoryError(f"{self.path}: an SQLite database of something else; give the served history its own file (explorer.db_url)")
-            with self.db:
-                self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-                self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA,))
-                self.db.execute(
-                    "CREATE TABLE IF NOT EXISTS calls (id TEXT PRIMARY KEY, created REAL NOT NULL, policy_step INTEGER NOT NULL, "
-                    "prompt TEXT NOT NULL, n INTEGER NOT NULL, choices TEXT NOT NULL, raw_prompt TEXT NOT NULL, reward REAL, task_id TEXT, "
-                    "run_id INTEGER, batch INTEGER)"
-                )
-            (schema,) = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-        except sqlite3.DatabaseError as err:
-            raise HistoryError(f"{self.path}: cannot be used as the served history ({err}); give another path (explorer.db_url)") from None
-        except OSError as err:
-            raise HistoryError(f"{self.path}: cannot create the served history ({err.strerror or err})") from None
-        if schema != SCHEMA:
-            raise HistoryError(f"{self.path}: a database of schema {schema!r}, not {SCHEMA!r}; give a new path (explorer.db_url)")
+        self.db = open_store(self.path, SCHEMA, (_CALLS,), "served history", HistoryError, " (explorer.db_url)", check_same_thread=False)
 
     def close(self) -> None:
         self.db.close()

@@ -25,16 +25,56 @@ import json
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any, Sequence
 
 from posttrain.buffer.experience import Experience
 from posttrain.buffer.replay import Replay, Stored, pick
 from posttrain.errors import UserError
 
 SCHEMA = "posttrain-experience-buffer-2"
+_TABLES = (
+    "CREATE TABLE IF NOT EXISTS experiences (batch INTEGER PRIMARY KEY, policy_step INTEGER NOT NULL, "
+    "created REAL NOT NULL, groups INTEGER NOT NULL, evicted INTEGER NOT NULL DEFAULT 0, payload BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS claims (step INTEGER PRIMARY KEY, batch INTEGER NOT NULL, at REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS evaluations (policy_step INTEGER PRIMARY KEY, metrics TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS progress (side TEXT PRIMARY KEY, state TEXT NOT NULL, at REAL NOT NULL)",
+)
 
 
 class BufferError(UserError):
     """The experience buffer cannot be used (another schema, not writable) or gave nothing in time."""
+
+
+def open_store(path: Path, schema: str, tables: Sequence[str], what: str, error: type[UserError], hint: str = "",
+               **connect: Any) -> sqlite3.Connection:
+    """A WAL-mode SQLite file at `path` whose `meta` table names `schema`, with `tables` (CREATE TABLE
+    IF NOT EXISTS statements) created when new. A database of another program or of another schema,
+    or a file that cannot be opened or created, is one `error` naming `path` and `what` the file is
+    for; `hint` (e.g. " (explorer.db_url)") says which key gives another path. `connect` goes to
+    sqlite3.connect (e.g. check_same_thread)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(str(path), timeout=60.0, isolation_level=None, **connect)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA busy_timeout=60000")
+        found = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if found and "meta" not in found:
+            raise error(f"{path}: an SQLite database of something else (tables {', '.join(sorted(found))}); give the {what} "
+                        f"its own file{hint}")
+        with db:
+            db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (schema,))
+            for statement in tables:
+                db.execute(statement)
+        (stored,) = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+    except sqlite3.DatabaseError as err:
+        raise error(f"{path}: cannot be used as the {what} ({err}); give another path{hint}") from None
+    except OSError as err:
+        raise error(f"{path}: cannot create the {what} ({err.strerror or err})") from None
+    if stored != schema:
+        db.close()
+        raise error(f"{path}: a database of schema {stored!r}, not the {what}'s {schema!r}; give a new path{hint}")
+    return db
 
 
 class ExperienceBuffer:
@@ -43,37 +83,7 @@ class ExperienceBuffer:
     def __init__(self, path: str | Path, *, poll_s: float = 0.05):
         self.path = Path(path).expanduser()
         self.poll_s = poll_s
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA busy_timeout=60000")
-            self._create()
-        except sqlite3.DatabaseError as err:
-            raise BufferError(f"{self.path}: cannot be used as the experience buffer ({err}); give another path") from None
-        except OSError as err:
-            raise BufferError(f"{self.path}: cannot create the experience buffer ({err.strerror or err})") from None
-
-    def _create(self) -> None:
-        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if tables and "meta" not in tables:
-            raise BufferError(
-                f"{self.path}: an SQLite database of something else (tables {', '.join(sorted(tables))}); give the "
-                "experience buffer its own file"
-            )
-        with self.db:
-            self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA,))
-            self.db.execute(
-                "CREATE TABLE IF NOT EXISTS experiences (batch INTEGER PRIMARY KEY, policy_step INTEGER NOT NULL, "
-                "created REAL NOT NULL, groups INTEGER NOT NULL, evicted INTEGER NOT NULL DEFAULT 0, payload BLOB NOT NULL)"
-            )
-            self.db.execute("CREATE TABLE IF NOT EXISTS claims (step INTEGER PRIMARY KEY, batch INTEGER NOT NULL, at REAL NOT NULL)")
-            self.db.execute("CREATE TABLE IF NOT EXISTS evaluations (policy_step INTEGER PRIMARY KEY, metrics TEXT NOT NULL)")
-            self.db.execute("CREATE TABLE IF NOT EXISTS progress (side TEXT PRIMARY KEY, state TEXT NOT NULL, at REAL NOT NULL)")
-        (schema,) = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-        if schema != SCHEMA:
-            raise BufferError(f"{self.path}: an experience buffer of schema {schema!r}, not {SCHEMA!r}; give a new path")
+        self.db = open_store(self.path, SCHEMA, _TABLES, "experience buffer", BufferError)
 
     def close(self) -> None:
         self.db.close()
