@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
 import time
 import urllib.error
-import urllib.request
 
 import pytest
 import torch
@@ -19,16 +17,7 @@ from posttrain.models.tokenizer import build_tiny_tokenizer
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout import HFEngine
 from posttrain.rollout.server import ChatService, make_server
-
-
-def call(port, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+from http_helpers import call
 
 
 class ScriptedEngine:

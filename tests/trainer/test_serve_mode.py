@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-import urllib.error
 import urllib.request
 
 import pytest
@@ -18,16 +17,7 @@ from posttrain.errors import ConfigError
 from posttrain.trainer.run import run
 from posttrain.trainer.serving import check_serve, start_serving
 from rl_helpers import BASE, tiny_rl_files
-
-
-def call(port, path, body=None, raw=None):
-    data = raw if raw is not None else json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+from http_helpers import call
 
 
 def stream(port, body):
