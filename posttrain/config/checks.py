@@ -80,16 +80,14 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in shown)
 
 
-def _data_parallel(cfg: Any, role: str) -> tuple[int, str]:
-    """(ranks that share a role's batch, those words): every device, or with Ulysses sequence
-    parallelism the devices / the role's sp size (each sp group takes the same rows), as verl divides."""
+def _data_parallel(cfg: Any, role: str) -> int:
+    """Ranks that share a role's batch: every device, or with Ulysses sequence parallelism the
+    devices / the role's sp size (each sp group takes the same rows), as verl divides."""
     world = world_size(cfg)
-    devices = (f"{world} devices (cluster.nnodes {get_path(cfg, 'cluster.nnodes', 1)} × cluster.n_gpus_per_node "
-               f"{get_path(cfg, 'cluster.n_gpus_per_node', 0)})")
     sp = get_path(cfg, f"{role}.ulysses_sequence_parallel_size", 1) or 1
     if sp == 1 or world % sp:  # a size that does not divide is check_sequence_parallel's to report
-        return world, devices
-    return world // sp, f"{world // sp} data-parallel groups ({devices} / {role}.ulysses_sequence_parallel_size {sp})"
+        return world
+    return world // sp
 
 
 def _mini_batch_rules(cfg: Any, role: str) -> list[str]:
@@ -119,7 +117,7 @@ def _mini_batch_rules(cfg: Any, role: str) -> list[str]:
             f"data.train_batch_size ({prompts}) is not divisible by {role}.ppo_mini_batch_size ({mini}): "
             f"each step's prompts are split into equal mini-batches; use one of {_divisors(prompts)}"
         ]
-    world, _ = _data_parallel(cfg, role)
+    world = _data_parallel(cfg, role)
     responses = mini * n
     micro = get_path(cfg, f"{role}.ppo_micro_batch_size_per_gpu", None)
     if micro is None or get_path(cfg, f"{role}.use_dynamic_bsz", False) or responses % world:
@@ -145,7 +143,7 @@ def _sequence_batch_rules(cfg: Any) -> list[str]:
     if batch is None:
         return []
     unit = "pairs" if training_kind(cfg) == "dpo" else "sequences"
-    world, _ = _data_parallel(cfg, "actor")
+    world = _data_parallel(cfg, "actor")
     if micro is None or get_path(cfg, "actor.use_dynamic_bsz", False) or batch % world:
         return []
     per_device = batch // world
