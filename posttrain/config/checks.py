@@ -26,6 +26,7 @@ from posttrain.config.sections.actor import check_freeze_prefix, check_save_cont
 from posttrain.config.sections.algorithm import check_agentic_reward_norm, check_filter_groups
 from posttrain.config.sections.data import check_domain_probs, check_query_key, check_row_choosers, check_row_templates
 from posttrain.config.sections.model import check_kernel_flags
+from posttrain.config.sections.auxiliary import check_auxiliary_models
 from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers
 from posttrain.config.sections.trainer import check_save_strategy
 from posttrain.config.sections.optim import check_optimizer_args
@@ -516,6 +517,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_overlong_buffer,
     check_reward_model,
     check_async_reward,
+    check_auxiliary_models,
 ]
 
 

@@ -20,7 +20,9 @@ class RewardInput:
     ``index`` identifies the sample in error messages (the trainer passes the row's position in the
     batch); it is not given to the reward function, nor is ``response_length`` (the response's
     tokens, which a reward worker's length penalty reads). ``prompt`` is the sample's question as
-    text, filled only for the workers that read it (an LLM judge); empty otherwise.
+    text, filled only for the workers that read it (an LLM judge); empty otherwise. ``group`` is the
+    prompt's uid, shared by the responses of one prompt (a group-relative judge reads it); empty
+    when unknown.
     """
 
     data_source: str
@@ -30,6 +32,7 @@ class RewardInput:
     index: int = 0
     response_length: int = 0
     prompt: str = ""
+    group: str = ""
 
 
 @dataclass(frozen=True)

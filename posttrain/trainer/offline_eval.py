@@ -28,6 +28,7 @@ from posttrain.data.files import RowTable, load_files
 from posttrain.errors import ConfigError, DataError, RewardFunctionError, UserError
 from posttrain.files import atomic_write_text
 from posttrain.rewards import RewardInput, build_reward_manager
+from posttrain.rewards.auxiliary import start_auxiliary
 from posttrain.rewards.scorers import BUILTIN_SCORERS
 from posttrain.trainer.rewarding import build_router, manager_options, reward_function
 
@@ -198,7 +199,12 @@ def _score(cfg: Config, samples: list[RewardInput], path: str, first: dict[str, 
     names the file (its "sample" number is the file's row)."""
     fn = reward_function(cfg)
     routed = isinstance(fn, dict)
-    manager = build_router(cfg, fn) if routed else build_reward_manager(cfg.reward.reward_manager, fn, **manager_options(cfg))
+    aux = start_auxiliary(cfg.reward.auxiliary_models, seed=cfg.trainer.seed, cluster=cfg.cluster)  # a chat judge's models
+    try:
+        manager = build_router(cfg, fn, aux.urls) if routed else build_reward_manager(cfg.reward.reward_manager, fn, **manager_options(cfg))
+    except BaseException:
+        aux.stop()
+        raise
     try:
         if routed:
             manager.check_tags(first)
@@ -207,3 +213,4 @@ def _score(cfg: Config, samples: list[RewardInput], path: str, first: dict[str, 
         raise RewardFunctionError(f"{path}: {err} (sample N is row N of the file)") from None
     finally:
         manager.close()
+        aux.stop()

@@ -35,6 +35,7 @@ from posttrain.models.loading import (
     tokenizer_from_config,
 )
 from posttrain.rewards import check_reward_manager
+from posttrain.rewards.auxiliary import check_model as check_auxiliary_model
 from posttrain.tracking import check_trackers
 from posttrain.tracking.rollout_traces import check_rollout_tracer
 from posttrain.buffer.operators import check_pipeline
@@ -138,6 +139,8 @@ def check_reward(cfg: Config) -> Scorers | None:
     if cfg.algorithm.kind != "rl":
         return None
     fn = reward_function(cfg)
+    for name, model in cfg.reward.auxiliary_models.items():  # a missing model is refused now, not at the first scoring
+        check_auxiliary_model(model, f"reward.auxiliary_models.{name}", cfg.cluster)
     check_reward_manager(cfg.reward.reward_manager, manager_options(cfg))
     for name in cfg.reward.workers:
         check_reward_manager(*worker_manager(cfg, name))

@@ -22,6 +22,9 @@ from posttrain.errors import ConfigError, ModelError
 from posttrain.records import RolloutBatch
 from posttrain.rewards import RewardFunction, RewardInput, RewardOutput, build_reward_manager, load_reward_function
 from posttrain.config.sections.reward import JUDGE
+from posttrain.config.sections.auxiliary import CHAT_JUDGES
+from posttrain.rewards.auxiliary import AuxiliaryServers, start_auxiliary
+from posttrain.rewards.chat_judges import ChatJudgeSpec, chat_judge_spec
 from posttrain.rewards.judge import JudgeSpec, judge_spec
 from posttrain.rewards.query_filter import GroupFilter, filter_groups
 from posttrain.rewards.routing import RewardRouter, RoutedWorker, label_worker
@@ -41,8 +44,10 @@ class Scored(NamedTuple):
 
 
 # What scores a stage's responses: one reward function, or each reward worker's by name (an LLM
-# judge's is its checked spec; its model loads when the reward stage is built).
-Scorers = RewardFunction | dict[str, RewardFunction | JudgeSpec]
+# judge's is its checked spec; its model loads when the reward stage is built; a chat judge's
+# connects to its auxiliary model's server then).
+Worker = RewardFunction | JudgeSpec | ChatJudgeSpec
+Scorers = RewardFunction | dict[str, Worker]
 
 
 def reward_function(cfg: Config) -> Scorers:
@@ -55,10 +60,12 @@ def reward_function(cfg: Config) -> Scorers:
     return load_reward_function(f.path, f.name, dict(f.reward_kwargs))
 
 
-def worker_function(cfg: Config, name: str) -> RewardFunction | JudgeSpec:
+def worker_function(cfg: Config, name: str) -> Worker:
     """Reward worker `name`'s scorer, called with its reward_kwargs (and reward_type when set), or
-    an LLM judge's checked spec."""
+    an LLM judge's or a chat judge's checked spec."""
     w = cfg.reward.workers[name]
+    if w.worker_cls in CHAT_JUDGES:
+        return chat_judge_spec(w.worker_cls, dict(w.reward_kwargs), f"reward.workers.{name}")
     if w.worker_cls == JUDGE:
         return judge_spec(f"reward.workers.{name}", judge_prompt=w.judge_prompt, model_args=dict(w.model_args),
                           generating_args=dict(w.generating_args), infer_batch_size=w.infer_batch_size,
@@ -84,14 +91,17 @@ def worker_manager(cfg: Config, name: str) -> tuple[str, dict[str, Any]]:
     return "parallel", options
 
 
-def build_router(cfg: Config, fns: dict[str, RewardFunction | JudgeSpec]) -> RewardRouter:
+def build_router(cfg: Config, fns: dict[str, Worker], urls: dict[str, str] | None = None) -> RewardRouter:
     """The reward workers of `cfg.reward.workers`, each with its own manager (`fns`: their scorers;
-    an LLM judge is a manager of its own, run on the calling thread)."""
+    an LLM judge or a chat judge is a manager of its own, run on the calling thread; `urls`: the
+    auxiliary models' servers the chat judges call)."""
     routed = []
     for name, w in cfg.reward.workers.items():
         kind, options = worker_manager(cfg, name)
         fn = fns[name]
-        if isinstance(fn, JudgeSpec):
+        if isinstance(fn, ChatJudgeSpec):
+            manager, kind = fn.build(urls or {}), "naive"
+        elif isinstance(fn, JudgeSpec):
             manager = fn.build(on_error=cfg.reward.on_error, failure_reward=cfg.reward.failure_reward, seed=cfg.trainer.seed)
             kind = "naive"
         else:
@@ -148,13 +158,17 @@ class RewardStage:
         self.dp = dp
         r = cfg.reward
         fn = fn or reward_function(cfg)
+        # reward.auxiliary_models: served while this stage scores (their URLs in POSTTRAIN_AUX_<NAME>_URL)
+        self.auxiliary: AuxiliaryServers | None = None
+        if r.auxiliary_models:
+            self.auxiliary = start_auxiliary(r.auxiliary_models, seed=cfg.trainer.seed, cluster=cfg.cluster)
         if isinstance(fn, dict):
-            self.manager = build_router(cfg, fn)
+            self.manager = build_router(cfg, fn, self.auxiliary.urls if self.auxiliary else None)
         else:
             self.manager = build_reward_manager(r.reward_manager, fn, **manager_options(cfg))
         self.tokenizer = tokenizer
         self.group_filters = group_filters(cfg)
-        self.reads_prompts = any(w.worker_cls == JUDGE for w in r.workers.values())  # a judge reads the question
+        self.reads_prompts = any(w.worker_cls in (JUDGE, *CHAT_JUDGES) for w in r.workers.values())  # a judge reads the question
         self.function_weight = r.function_weight
         # function_weight 0 with a reward model: its score is the reward and the function is not called
         # (verl's rule; a data source without a scorer then trains); reward workers are always called
@@ -215,7 +229,8 @@ class RewardStage:
         questions = self._questions(batch, rows) if self.reads_prompts else {}
         samples = [
             RewardInput(data_source=batch.data_source[i], solution_str=texts[i], ground_truth=batch.ground_truth[i],
-                        extra_info=_with_raw_chat(batch, i), index=i, response_length=lengths[i], prompt=questions.get(i, ""))
+                        extra_info=_with_raw_chat(batch, i), index=i, response_length=lengths[i], prompt=questions.get(i, ""),
+                        group=batch.group_index[i])
             for i in rows
         ]
         rm = None
@@ -303,6 +318,8 @@ class RewardStage:
         if self.executor is not None:
             self.executor.shutdown(wait=True)
         self.manager.close()
+        if self.auxiliary is not None:
+            self.auxiliary.stop()
 
 
 class RewardJob:

@@ -492,6 +492,11 @@ ELSEWHERE = {
         **{k: "test_the_judge_s_engine_options_reach_vllm_as_the_rollout_s_do" for k in (
             "tensor_model_parallel_size", "gpu_memory_utilization", "max_model_len", "enforce_eager", "max_num_batched_tokens", "kwargs")},
     }.items()},
+    "reward.auxiliary_models": "tests/trainer/test_reward_workers.py::test_a_ruler_judge_over_a_served_auxiliary_model_scores_its_tag_in_a_training_step",
+    # auxiliary models (reward.auxiliary_models.<name>.<key>): built through the judge's engine builder, served to chat judges
+    **{f"reward.auxiliary_models.*.{k}": "tests/rewards/test_chat_judges.py::test_an_auxiliary_model_s_path_dtype_and_engine_options_build_its_engine"
+       for k in ("model_path", "dtype", *(f"engine.{e}" for e in ("name", "tensor_model_parallel_size", "gpu_memory_utilization", "max_model_len",
+                                                                     "enforce_eager", "max_num_batched_tokens", "free_cache_engine", "kwargs")))},
     **{f"reward.sandbox_fusion.{k}": f"tests/rewards/test_reward_sandbox_remote.py::{test}" for k, test in {
         "url": "test_the_url_reaches_the_code_worker_and_needs_one",
         "memory_limit_mb": "test_the_url_reaches_the_code_worker_and_needs_one",

@@ -197,3 +197,24 @@ def test_roll_s_remote_code_sandbox_is_refused_by_name(files, tmp_path, capsys):
     args = [f"model.path={model}", *_workers(root), "reward.workers.sums.use_local=false", "trainer.logger=[]"]
     assert main(["train", str(config), *args]) == 2
     assert "reward.workers.sums.use_local: false sends programs to ROLL's own HTTP sandbox service" in capsys.readouterr().err
+
+
+def test_a_ruler_judge_over_a_served_auxiliary_model_scores_its_tag_in_a_training_step(files):
+    """The run serves the tiny model as auxiliary model "judge" while it scores; the ruler judge asks
+    it about each arithmetic group; its greedy 4-character replies hold no list of scores, so each
+    group's responses get the fallback score, counted, and the run goes on. Closing the reward stage
+    stops the server and clears POSTTRAIN_AUX_JUDGE_URL."""
+    import os
+
+    root, model = files
+    judge = ("reward.workers.sums.worker_cls=ruler_judge", f"reward.auxiliary_models.judge.model_path={model}",
+             "reward.workers.sums.reward_kwargs={model: judge, max_tokens: 4, fallback_score: 0.25}")
+    trainer = tiny_rl_trainer((root, model), *_workers(root), *judge, "data.train_batch_size=8", "actor.ppo_mini_batch_size=8",
+                              "actor.ppo_micro_batch_size_per_gpu=16", run="ruler")
+    assert os.environ["POSTTRAIN_AUX_JUDGE_URL"].startswith("http://127.0.0.1:")
+    m = _explore(trainer).reward_metrics
+    count = m["reward/sums/count"]
+    assert count > 0 and m["reward/sums/failures"] == count and m["reward/sums/mean"] == pytest.approx(0.25)
+    assert m["reward/sorting/failures"] == 0
+    trainer.rewards.close()
+    assert "POSTTRAIN_AUX_JUDGE_URL" not in os.environ

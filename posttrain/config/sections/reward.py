@@ -106,6 +106,15 @@ class JudgeEngineConfig:
 
 
 @section
+class AuxiliaryModelConfig:
+    """One auxiliary model: its weights, their dtype and the engine that serves them."""
+
+    model_path: str = param("", doc="The auxiliary model: a local directory or a cached hub name (required).", refs=["trinity:.model_path"])
+    dtype: str = param("fp32", doc="Dtype the model is loaded in: fp32, bf16, fp16 or auto (the one its config.json saves).", choices=["fp32", "bf16", "fp16", "auto"], refs=["trinity:.dtype"])
+    engine: JudgeEngineConfig = param(factory=JudgeEngineConfig, doc="The engine that serves it and that engine's options (as an LLM judge's engine).", refs=["trinity:.engine_type"])
+
+
+@section
 class QueryFilterConfig:
     """Which prompt groups of a reward worker's tags train: all, or those whose rewards vary."""
 
@@ -117,7 +126,7 @@ class QueryFilterConfig:
 class RewardWorkerConfig:
     """One reward worker: a scorer for the samples whose tag is in `tag_included`."""
 
-    worker_cls: str = param("tasks", doc="The scorer: a built-in (tasks, math, multiple_choice, code, ifeval, llm_judge), `file.py:function` or `module:function` (a class there is built once with reward_kwargs and called per sample).", refs=["roll:.worker_cls"])
+    worker_cls: str = param("tasks", doc="The scorer: a built-in (tasks, math, multiple_choice, code, ifeval, think_answer, countdown_equation, llm_judge; ruler_judge and rubric_judge call an auxiliary model, reward_kwargs.model), `file.py:function` or `module:function` (a class there is built once with reward_kwargs and called per sample).", refs=["roll:.worker_cls"])
     tag_included: list[str] = param(factory=list, doc="Tags (the data.reward_fn_key column) of the samples this worker scores; at least one.", refs=["roll:.tag_included"])
     reward_kwargs: dict[str, Any] = param(factory=dict, doc="Extra keyword arguments of every call of the scorer (for a class: of its constructor).")
     weight: float = param(1.0, doc="Weight of this worker's score in a sample's reward, the sum over every worker that claims its tag.", ge=0)
@@ -152,6 +161,7 @@ class RewardConfig:
     overlong_buffer: OverlongBufferConfig = param(factory=OverlongBufferConfig, doc="DAPO soft overlong punishment.")
     sandbox_fusion: SandboxFusionConfig = param(factory=SandboxFusionConfig, doc="Remote code-execution sandbox.")
     workers: dict[str, RewardWorkerConfig] = param(factory=dict, doc="Reward workers by name, each scoring the samples whose tag (data.reward_fn_key) is in its tag_included; empty scores every sample with custom_reward_function.", refs=["roll:rewards"])
+    auxiliary_models: dict[str, AuxiliaryModelConfig] = param(factory=dict, doc="Models by name that the run loads and serves over an OpenAI-compatible endpoint on 127.0.0.1 (a free port) while it scores: the chat judges (worker_cls ruler_judge, rubric_judge) call them, and custom reward functions find each URL in POSTTRAIN_AUX_<NAME>_URL (docs/rewards.md).", refs=["trinity:explorer.auxiliary_models"])
 
 
 # The thresholds each query filter reads (posttrain.rewards.query_filter; the config layer cannot import it).
