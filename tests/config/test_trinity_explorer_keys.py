@@ -53,7 +53,7 @@ def test_auxiliary_buffers_and_models_outside_their_types_and_services_are_refus
                    "explorer": {"auxiliary_models": [{"model_path": "judge"}]},
                    "service": {"data_juicer": {"auto_start": True}}, "data_processor": {"task_pipeline": {"operators": []}}})
     assert got["buffer.trainer_input.auxiliary_buffers"][0] == got["explorer.auxiliary_models"][0] == "refused"
-    assert "OpenAI-compatible server" in got["explorer.auxiliary_models"][1]
+    assert "this file's workflow calls none" in got["explorer.auxiliary_models"][1]
     assert got["service.data_juicer.auto_start"][0] == "refused" and "Data-Juicer" in got["service.data_juicer.auto_start"][1]
     teacher = entries({"algorithm": {"algorithm_type": "on_policy_distill"}, "explorer": {"auxiliary_models": [{"model_path": "t"}]}})
     assert teacher["explorer.auxiliary_models[0].model_path"][2:] == ("ref.model_path", "t")

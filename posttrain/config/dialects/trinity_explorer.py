@@ -12,8 +12,9 @@
   its own bound (sync_interval - 1 + sync_offset, enforced where it generates) is tighter; ``mix`` is
   the mix types' expert rows (posttrain.config.dialects.trinity_types).
 - ``buffer.trainer_input.auxiliary_buffers`` and ``explorer.auxiliary_models`` serve the mix and the
-  distillation types (trinity_types translates them there); any other use is a Trinity-RFT workflow
-  or sample strategy posttrain does not run, refused with that reason.
+  distillation types (trinity_types translates them there), and the first auxiliary model is the
+  judge of the RULER and rubric judge workflows (trinity_judges); any other use is a Trinity-RFT
+  workflow or sample strategy posttrain does not run, refused with that reason.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_algorithms import TYPES
+from posttrain.config.dialects.trinity_judges import JUDGE_WORKFLOWS, training_workflow
 from posttrain.config.tables import Rule
 
 # key -> (values accepted as what posttrain does, why)
@@ -150,10 +152,12 @@ def auxiliary(ctx: Context) -> None:
     if ctx.has(_AUX_BUFFERS) and _AUX_BUFFERS not in ctx.handled and ctx.get(_AUX_BUFFERS):
         ctx.consume(_AUX_BUFFERS)
         ctx.refuse(_AUX_BUFFERS, "Trinity-RFT reads auxiliary buffers in its mix sample strategy (posttrain: the mix and mix_chord types' expert rows, algorithm.mix) or in custom strategies posttrain does not run; this algorithm type trains on the explorer's experiences alone", None, ctx.get(_AUX_BUFFERS))
+    if training_workflow(ctx) in JUDGE_WORKFLOWS:  # the judge's model: posttrain.config.dialects.trinity_judges
+        return
     if ctx.has(_AUX_MODELS) and _AUX_MODELS not in ctx.handled and ctx.get(_AUX_MODELS):
         ctx.consume(_AUX_MODELS)
         why = "" if kind is None or not kind.teacher else " (beyond the distillation teacher)"
-        ctx.refuse(_AUX_MODELS, f"auxiliary models{why} serve Trinity-RFT workflows, such as the rubric and RULER judges, that call them over an OpenAI-compatible server, which posttrain does not run; a per-response judge on a local model is reward.workers.<name>.worker_cls: llm_judge", None, ctx.get(_AUX_MODELS))
+        ctx.refuse(_AUX_MODELS, f"auxiliary models{why} serve the Trinity-RFT workflows that call them; posttrain translates them for the RULER and rubric judge workflows (reward.auxiliary_models with a ruler_judge or rubric_judge worker), and this file's workflow calls none", None, ctx.get(_AUX_MODELS))
 
 
 _MIX = (("algorithm.algorithm_type", "mix"),)
@@ -161,5 +165,5 @@ RULES: dict[str, Rule] = {
     _STRATEGY: Rule(None, "default (and warmup) read the buffer's batches in order, as posttrain does; staleness_control is accepted when posttrain's own staleness bound (sync_interval - 1 + sync_offset, enforced where it generates) keeps every experience within staleness_limit, else refused; mix is the mix types' expert rows (algorithm.mix)", "default"),
     _ARGS: Rule(None, "staleness_control: staleness_limit, checked against posttrain's bound (see sample_strategy); mix: expert_data_ratio and sft_dataset_name (algorithm.mix)", {"staleness_limit": 4}, ((_STRATEGY, "staleness_control"),)),
     _AUX_BUFFERS: Rule("algorithm.mix.expert_files", "the mix and mix_chord types: the expert SFT buffer named by sample_strategy_args.sft_dataset_name (posttrain.config.dialects.trinity_types); other types' auxiliary buffers are refused (custom sample strategies posttrain does not run)", {"sft_dataset": {"path": "org/dataset"}}, _MIX),
-    _AUX_MODELS: Rule("ref.model_path", "the distillation types (on_policy_distill, jsd): the first model is the teacher, posttrain's reference role; other auxiliary models serve Trinity-RFT workflows (rubric and RULER judges over an OpenAI-compatible server) and are refused", [{"model_path": "teacher"}], (("algorithm.algorithm_type", "on_policy_distill"),)),
+    _AUX_MODELS: Rule("ref.model_path", "the distillation types (on_policy_distill, jsd): the first model is the teacher, posttrain's reference role; with the RULER or rubric judge workflow the first model is reward.auxiliary_models.judge, the judge's model (posttrain.config.dialects.trinity_judges); other uses are refused", [{"model_path": "teacher"}], (("algorithm.algorithm_type", "on_policy_distill"),)),
 }

@@ -34,6 +34,7 @@ from typing import Any
 
 from posttrain.config.dialects.prompts import R1_SYSTEM_PROMPT
 from posttrain.config.dialects.translate import Context
+from posttrain.config.dialects.trinity_judges import JUDGE_WORKFLOWS, judge_workflow
 
 _IN = "buffer.explorer_input"
 SINGLE_TURN = ("simple_workflow", "async_simple_workflow")
@@ -51,10 +52,12 @@ REFUSED = {
     "toolcall_workflow": "Trinity's Tool-N1 workflow grades one tool-call reply against the row's answer with its own prompt; "
                          f"posttrain's tool calling runs the tools over several turns ({TOOLS}, rollout.multi_turn)",
     "tool_call_workflow": f"as toolcall_workflow: one graded tool-call reply; posttrain runs the tools ({TOOLS}, rollout.multi_turn)",
-    **{name: "needs an LLM judge over an OpenAI-compatible server (explorer.auxiliary_models); a per-response judge is "
-             "reward.workers.<name>.worker_cls: llm_judge"
-       for name in ("math_ruler_workflow", "async_math_ruler_workflow", "math_trainable_ruler_workflow", "rubric_judge_workflow")},
-    **{name: "needs a reward model scoring inside the workflow; use reward.reward_model (or reward.workers) with simple_workflow"
+    "math_trainable_ruler_workflow": "the policy judges its own group of responses and trains on its verdicts as experiences of "
+                                     "their own (scored against the gold reward); posttrain's judges are reward workers over an "
+                                     "auxiliary model (reward.workers.<name>.worker_cls: ruler_judge), whose replies are not trained on",
+    **{name: "calls the taskset's reward function with the whole response object (Trinity-RFT's RM-Gallery reward functions), "
+             "not a reward model on an auxiliary model; a reward model is reward.reward_model, an LLM judge over an auxiliary "
+             "model reward.workers.<name>.worker_cls: ruler_judge or rubric_judge"
        for name in ("math_rm_workflow", "async_math_rm_workflow")},
     **{name: "boxed-answer prompting and scoring with Trinity-RFT's answer cleaning: use simple_workflow with posttrain's math "
              "scorer (reward.custom_reward_function.name: math) and your own format.system_prompt"
@@ -165,6 +168,8 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         reward = _reward(ctx, prefix, item, name, source)
         _single_turn(ctx, prefix, item, name, source, reward)
         _no_args(ctx, prefix, args, name)
+    elif name in JUDGE_WORKFLOWS:  # posttrain.config.dialects.trinity_judges
+        judge_workflow(ctx, prefix, item, name, source, training)
     elif name == TOOLS:
         _reward(ctx, prefix, item, name, source)
         if not training:
@@ -181,7 +186,7 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         for read in (key_read, args_read):  # the reward of a refused workflow: named with it, not run
             if read is not None:
                 ctx.drop(read, f"the reward function of workflow {name!r} at {source}, which is refused")
-        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH) + [TOOLS]}")
+        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + JUDGE_WORKFLOWS) + [TOOLS]}")
         ctx.refuse(source, f"workflow {name!r}: {reason}", None, name)
 
 

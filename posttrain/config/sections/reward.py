@@ -109,9 +109,9 @@ class JudgeEngineConfig:
 class AuxiliaryModelConfig:
     """One auxiliary model: its weights, their dtype and the engine that serves them."""
 
-    model_path: str = param("", doc="The auxiliary model: a local directory or a cached hub name (required).", refs=["trinity:.model_path"])
-    dtype: str = param("fp32", doc="Dtype the model is loaded in: fp32, bf16, fp16 or auto (the one its config.json saves).", choices=["fp32", "bf16", "fp16", "auto"], refs=["trinity:.dtype"])
-    engine: JudgeEngineConfig = param(factory=JudgeEngineConfig, doc="The engine that serves it and that engine's options (as an LLM judge's engine).", refs=["trinity:.engine_type"])
+    model_path: str = param("", doc="The auxiliary model: a local directory or a cached hub name (required).")
+    dtype: str = param("fp32", doc="Dtype the model is loaded in: fp32, bf16, fp16 or auto (the one its config.json saves).", choices=["fp32", "bf16", "fp16", "auto"])
+    engine: JudgeEngineConfig = param(factory=JudgeEngineConfig, doc="The engine that serves it and that engine's options (as an LLM judge's engine).")
 
 
 @section
