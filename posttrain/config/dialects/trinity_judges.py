@@ -64,9 +64,11 @@ def training_workflow(ctx: Context) -> Any:
     return own if own is not None else ctx.get(f"{_IN}.default_workflow_type")
 
 
-def judge_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, source: str, training: bool) -> None:
+def judge_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, source: str, training: bool,
+                   rewards: dict[str, str]) -> None:
     """One taskset whose workflow is a judge workflow: the auxiliary model, the judge worker and the
-    policy's prompt; an evaluation taskset is judged by the training taskset's judge."""
+    policy's prompt; an evaluation taskset is judged by the training taskset's judge. ``rewards``:
+    Trinity-RFT reward function -> posttrain scorer (trinity_workflows.REWARDS)."""
     if not training:
         ctx.consume(f"{prefix}.default_reward_fn_type", f"{prefix}.reward_fn_args")
         if name == training_workflow(ctx):
@@ -87,7 +89,7 @@ def judge_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, s
         kwargs.update(temperature=1.0, instructions=RULER_FORMAT)
         why = ("the judge's request: Trinity-RFT sets no sampling (the server's default: max_response_tokens and the model's "
                "generation_config; posttrain's endpoint samples at temperature 1 unless told), and tells the judge the answer format")
-        _gold(ctx, prefix, item, source)
+        _gold(ctx, prefix, item, source, rewards)
         if system is None:
             ctx.set("data.system_prompt", R1_SYSTEM_PROMPT, source, f"{name} puts the DeepSeek-R1 template before the question")
     else:
@@ -103,16 +105,14 @@ def judge_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, s
         ctx.refuse(f"{prefix}.workflow_args.{arg}", f"{name} takes no workflow_args", None, value)
 
 
-def _gold(ctx: Context, prefix: str, item: dict[str, Any], source: str) -> None:
+def _gold(ctx: Context, prefix: str, item: dict[str, Any], source: str, rewards: dict[str, str]) -> None:
     """RULER's gold reward (math_reward unless the taskset names another): a metric, weight 0."""
-    from posttrain.config.dialects.trinity_workflows import REWARDS
-
     reward = item.get("default_reward_fn_type") or ctx.get(f"{_IN}.default_reward_fn_type") or "math_reward"
     ctx.consume(f"{prefix}.default_reward_fn_type", f"{prefix}.reward_fn_args")
-    if reward not in REWARDS:
+    if reward not in rewards:
         ctx.refuse(source, f"math_ruler_workflow computes its gold reward with {reward!r}, which posttrain does not translate", None, reward)
         return
-    ctx.set("reward.workers.gold.worker_cls", REWARDS[reward], source, f"RULER's gold reward ({reward}), logged as reward/gold/mean")
+    ctx.set("reward.workers.gold.worker_cls", rewards[reward], source, f"RULER's gold reward ({reward}), logged as reward/gold/mean")
     ctx.set("reward.workers.gold.tag_included", [""], source, "every row the judge scores")
     ctx.set("reward.workers.gold.weight", 0.0, source, "a metric only: the reward is the judge's score")
 

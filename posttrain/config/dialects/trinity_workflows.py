@@ -169,7 +169,7 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         _single_turn(ctx, prefix, item, name, source, reward)
         _no_args(ctx, prefix, args, name)
     elif name in JUDGE_WORKFLOWS:  # posttrain.config.dialects.trinity_judges
-        judge_workflow(ctx, prefix, item, name, source, training)
+        judge_workflow(ctx, prefix, item, name, source, training, REWARDS)
     elif name == TOOLS:
         _reward(ctx, prefix, item, name, source)
         if not training:
