@@ -27,7 +27,9 @@ _RETRY = (f"retrying a failed workflow: {_BATCH} to retry (a failing reward func
 _OVER = ("training a step on the tasks that finished first: Trinity-RFT's explorer waits for (1 - ratio) of a batch's tasks, "
          "then up to wait_after_min seconds, and cancels the tasks still running, so the step has fewer groups. posttrain's "
          "explorer generates a batch in one engine call, which returns when every response has ended: no task finishes "
-         "apart from the others, so none can be cut; ratio 0 (wait for every task) is accepted")
+         "apart from the others, so none can be cut (split into one request per task, the requests would take turns on the "
+         "engine, so the first to finish would be the first sent, not the slow ones over-rollout drops); ratio 0 (wait for "
+         "every task) is accepted")
 _DYNAMIC = f"a per-task timeout from the mean duration of successful tasks: {_BATCH}; enable false is accepted"
 _REPEATS = ("splitting a task's repeat_times over several workflow runners, whose experiences Trinity-RFT joins back into the "
             "task's group before any advantage is computed (scheduling only): posttrain generates a prompt's rollout.n responses "
