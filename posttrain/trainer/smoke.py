@@ -193,8 +193,9 @@ def _model(native: dict[str, Any], workdir: Path) -> list[str]:
 
 
 def _judges(native: dict[str, Any], tiny: Path) -> list[str]:
-    """Each LLM judge reads with the tiny model too (its template and chat template as given). A
-    random model writes no verdict, so those samples score reward.failure_reward, counted as failures."""
+    """Each LLM judge reads with the tiny model too (its template and chat template as given), and
+    each auxiliary model is the tiny model on the hf engine. A random model writes no verdict, so
+    those samples score reward.failure_reward (a chat judge: its fallback_score), counted as failures."""
     reward = native.get("reward", {})
     lines = []
     for name, worker in (reward.get("workers") or {}).items():
@@ -209,6 +210,14 @@ def _judges(native: dict[str, Any], tiny: Path) -> list[str]:
     if lines and reward.get("on_error", "raise") == "raise":
         lines.append("reward.on_error: raise -> fixed (the random judge writes no verdict: reward/<worker>/failures counts them)")
         reward["on_error"] = "fixed"
+    for name, model in (reward.get("auxiliary_models") or {}).items():  # a chat judge's model: its fallback score counts
+        if isinstance(model, dict) and model.get("model_path"):
+            lines.append(f"reward.auxiliary_models.{name}.model_path: {model['model_path']} -> the same tiny model (a random judge)")
+            model["model_path"] = str(tiny)
+        engine = model.get("engine") if isinstance(model, dict) else None
+        if isinstance(engine, dict) and engine.get("name", "hf") != "hf":
+            lines.append(f"reward.auxiliary_models.{name}.engine.name: {engine['name']} -> hf (the HF engine serves it here)")
+            engine["name"] = "hf"
     return lines
 
 

@@ -184,3 +184,17 @@ def test_smoke_rows_give_every_reward_workers_domain_rows(tmp_path):
     rows = [json.loads(line) for line in open(written["data"]["train_files"][0])]
     # 5 domains drawn by data.domain_interleave_probs: a row of each, more than the 4 the 2 steps need
     assert sorted({r["data_source"] for r in rows}) == [f"{name}_tag" for name in "abcde"] and len(rows) == 5
+
+
+def test_smoke_config_serves_the_tiny_model_as_each_auxiliary_model(tmp_path):
+    from posttrain.trainer.smoke import smoke_config
+    import yaml
+
+    config = tmp_path / "judged.yaml"
+    config.write_text(yaml.safe_dump({"model": {"path": "/nonexistent/policy"},
+                                      "reward": {"auxiliary_models": {"judge": {"model_path": "/nonexistent/judge", "engine": {"name": "vllm"}}}}}))
+    path, lines = smoke_config(str(config), [], None, tmp_path / "w")
+    assert "reward.auxiliary_models.judge.model_path: /nonexistent/judge -> the same tiny model (a random judge)" in lines
+    written = yaml.safe_load(path.read_text())
+    judge = written["reward"]["auxiliary_models"]["judge"]
+    assert judge["model_path"] == written["model"]["path"] and judge["engine"]["name"] == "hf"
