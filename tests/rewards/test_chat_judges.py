@@ -145,6 +145,8 @@ def _yaml(tmp_path, text):
      "reward.workers.w.reward_kwargs.model: a ruler_judge calls an auxiliary model by name; 'other' is not one of reward.auxiliary_models (none is configured)"),
     ("reward:\n  auxiliary_models: {judge: {model_path: m}}\n  workers: {w: {worker_cls: rubric_judge, tag_included: [t], world_size: 2, reward_kwargs: {model: judge}}}\n",
      "reward.workers.w.world_size: a rubric_judge calls its auxiliary model's server from the scoring process"),
+    ("reward:\n  launch_reward_fn_async: true\n  auxiliary_models: {judge: {model_path: m}}\n",
+     "reward.launch_reward_fn_async: the auxiliary models (judge) generate in the training process"),
 ])
 def test_auxiliary_model_config_is_checked_at_load(tmp_path, body, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):

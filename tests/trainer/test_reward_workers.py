@@ -218,3 +218,14 @@ def test_a_ruler_judge_over_a_served_auxiliary_model_scores_its_tag_in_a_trainin
     assert m["reward/sorting/failures"] == 0
     trainer.rewards.close()
     assert "POSTTRAIN_AUX_JUDGE_URL" not in os.environ
+
+
+def test_a_missing_auxiliary_model_is_refused_before_training(files, tmp_path, capsys):
+    root, model = files
+    config = tmp_path / "exp.yaml"
+    config.write_text("{}\n")
+    args = [f"model.path={model}", *_workers(root), "reward.workers.sums.worker_cls=ruler_judge",
+            "reward.workers.sums.reward_kwargs={model: judge}", f"reward.auxiliary_models.judge.model_path={tmp_path}/absent",
+            "trainer.logger=[]"]
+    assert main(["train", str(config), *args]) == 2
+    assert "reward.auxiliary_models.judge.model_path" in capsys.readouterr().err

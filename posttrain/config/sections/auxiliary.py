@@ -31,6 +31,10 @@ def check_auxiliary_models(cfg: Any) -> list[str]:
                             "it names the environment variable POSTTRAIN_AUX_<NAME>_URL")
         if not model.model_path:
             problems.append(f"{key}.model_path: name the model (a local directory or a cached hub name)")
+    if models and reward.launch_reward_fn_async:  # as an LLM judge (check_async_reward)
+        problems.append(f"reward.launch_reward_fn_async: the auxiliary models ({', '.join(models)}) generate in the training "
+                        "process, on its devices, so scoring with them must not overlap the log-prob passes: turn "
+                        "launch_reward_fn_async off")
     for name, worker in (getattr(reward, "workers", None) or {}).items():
         if worker.worker_cls not in CHAT_JUDGES:
             continue
