@@ -181,7 +181,7 @@ class RLDataset(_RowDataset):
         rows.row_system_prompt(self.table, i, self.cfg)
         rows.ground_truth(self.table, i, self.cfg)
         rows.data_source(self.table, i, self.cfg)
-        rows.extra_info(self.table, i)
+        rows.extra_info(self.table, i, self.cfg.extra_info_keys)
 
     def encode_row(self, i: int) -> tuple[Any, list[Message], str, list[int], str]:
         """(raw cell, messages, templated text, untruncated ids, column) of global row i."""
@@ -200,7 +200,7 @@ class RLDataset(_RowDataset):
             prompt=raw,
             data_source=rows.data_source(self.table, i, self.cfg),
             ground_truth=rows.ground_truth(self.table, i, self.cfg),
-            extra_info=rows.extra_info(self.table, i),
+            extra_info=rows.extra_info(self.table, i, self.cfg.extra_info_keys),
             raw_chat=messages if self.cfg.return_raw_chat else None,
             full_prompt=text if self.cfg.return_full_prompt else None,
         )

@@ -102,14 +102,20 @@ def data_source(table: RowTable, i: int, cfg: DataConfig) -> str:
     return "" if value is None else str(value)
 
 
-def extra_info(table: RowTable, i: int) -> dict[str, Any]:
-    """verl's free-form ``extra_info`` object ({} when absent)."""
+def extra_info(table: RowTable, i: int, keys: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """verl's free-form ``extra_info`` object ({} when absent), with the row's ``keys`` columns
+    (data.extra_info_keys) added under their own names."""
     value = table.get(i, "extra_info", None)
     if value is None:
-        return {}
+        value = {}
     if not isinstance(value, dict):
         raise DataError(f"{table.locate(i, 'extra_info')}: expected an object, got {type(value).__name__}")
-    return value
+    added = {key: table.get(i, key) for key in keys if table.get(i, key, None) is not None}
+    clash = sorted(set(added) & set(value))
+    if clash:
+        raise DataError(f"{table.locate(i, clash[0])}: extra_info already has '{clash[0]}', and data.extra_info_keys copies the "
+                        "column of that name into it; rename one of them")
+    return {**value, **added} if added else value
 
 
 def row_tools(table: RowTable, i: int, cfg: DataConfig) -> list[dict[str, Any]] | None:

@@ -40,7 +40,7 @@ def test_rubric_judge_rates_against_the_row_s_rubric_greedily():
     worker = native["reward"]["workers"]["judge"]
     assert worker["worker_cls"] == "rubric_judge"
     assert worker["reward_kwargs"] == {"model": "judge", "max_tokens": 300, "temperature": 0.0, "rubric_key": "rubric"}
-    assert "gold" not in native["reward"]["workers"]
+    assert "gold" not in native["reward"]["workers"] and native["data"]["extra_info_keys"] == ["rubric"]
     default_prompt, _ = run("rubric_judge_workflow")
     assert default_prompt["data"]["system_prompt"] == RUBRIC_SYSTEM_PROMPT
     assert RUBRIC_SYSTEM_PROMPT.endswith("with the answer.\n    ")  # the characters Trinity-RFT's rubric workflow sends

@@ -492,6 +492,7 @@ ELSEWHERE = {
         **{k: "test_the_judge_s_engine_options_reach_vllm_as_the_rollout_s_do" for k in (
             "tensor_model_parallel_size", "gpu_memory_utilization", "max_model_len", "enforce_eager", "max_num_batched_tokens", "kwargs")},
     }.items()},
+    "data.extra_info_keys": "tests/data/test_extra_info_keys.py::test_listed_columns_are_copied_into_extra_info",
     "reward.auxiliary_models": "tests/trainer/test_reward_workers.py::test_a_ruler_judge_over_a_served_auxiliary_model_scores_its_tag_in_a_training_step",
     # auxiliary models (reward.auxiliary_models.<name>.<key>): built through the judge's engine builder, served to chat judges
     **{f"reward.auxiliary_models.*.{k}": "tests/rewards/test_chat_judges.py::test_an_auxiliary_model_s_path_dtype_and_engine_options_build_its_engine"

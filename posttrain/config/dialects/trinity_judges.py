@@ -16,7 +16,7 @@ hands the workflows OpenAI clients; its judge workflows call the first one:
 - ``rubric_judge_workflow``: one greedy request per response with the question, the response and
   the row's ``rubric`` (``{description, weight}`` items); a 1-10 rating becomes rating / 10, and an
   answer without a rating in range scores 0. posttrain: worker_cls rubric_judge, temperature 0,
-  reading the rubric from each row's extra_info.rubric.
+  with each row's rubric column copied into its extra_info (data.extra_info_keys).
 
 Both judges' prompts are posttrain's own (posttrain.rewards.chat_judges), not Trinity-RFT's text.
 The auxiliary model becomes ``reward.auxiliary_models.judge`` (`auxiliary_model`). The workers
@@ -95,7 +95,8 @@ def judge_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, s
     else:
         ctx.set(f"{worker}.worker_cls", "rubric_judge", source, "the judge rates each response 1-10 against the row's rubric (score rating / 10)")
         kwargs.update(temperature=0.0, rubric_key="rubric")
-        why = "greedy, as Trinity-RFT asks; the rubric is read from each row's extra_info.rubric (posttrain keeps a row's extra_info column)"
+        why = "greedy, as Trinity-RFT asks; the rubric is each row's rubric column, copied into its extra_info"
+        ctx.set("data.extra_info_keys", ["rubric"], source, "Trinity-RFT's rubric workflow reads each task's rubric column")
         _no_reward(ctx, prefix, item, name)
         if system is None:
             ctx.set("data.system_prompt", RUBRIC_SYSTEM_PROMPT, source, f"{name}'s system prompt when the taskset sets none (the R1 template's opening)")

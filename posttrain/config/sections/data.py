@@ -81,6 +81,7 @@ class DataConfig:
     # ---- optional outputs --------------------------------------------------------------------
     return_raw_chat: bool = param(False, doc="Keep each RL prompt's chat messages (system prompt added) before the template: reward.reward_model.input_tokenizer then re-renders the conversation in the reward model's own chat template, reward functions get them as extra_info['raw_chat'], and trainer.rollout_data_dir dumps write them as raw_chat.", refs=["verl:data.return_raw_chat"])
     return_full_prompt: bool = param(False, doc="Keep each RL prompt's text after the chat template (untruncated): a reward model then reads it instead of the decoded prompt ids.", refs=["verl:data.return_full_prompt"])
+    extra_info_keys: list[str] = param(factory=list, doc="Columns copied into each RL row's extra_info under their own names, for reward functions and judges that read them (a rubric_judge's rubric); a row without the column gets no entry, and one whose extra_info already has the key is refused.")
 
     # ---- not implemented yet -----------------------------------------------------------------
     image_key: str = param("images", doc="Column that would hold a row's images; posttrain trains text-only models, so a row with something in it is refused (naming file and row) instead of trained without its images.", refs=["verl:data.image_key"])
