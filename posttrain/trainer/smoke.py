@@ -293,6 +293,8 @@ def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
             row[data.get("prompt_key", "prompt")], row[data["query_key"]] = p.prompt, ("" if i % 2 else "Answer with the number.")
         if data.get("system_prompt_key"):
             row[data["system_prompt_key"]] = "You are a careful calculator."
+        for key in data.get("extra_info_keys") or []:  # e.g. a rubric_judge's rubric column
+            row[key] = [{"description": "gives the right number", "weight": 1}]
         rows.append(row)
     return rows
 

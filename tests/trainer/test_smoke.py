@@ -191,10 +191,14 @@ def test_smoke_config_serves_the_tiny_model_as_each_auxiliary_model(tmp_path):
     import yaml
 
     config = tmp_path / "judged.yaml"
-    config.write_text(yaml.safe_dump({"model": {"path": "/nonexistent/policy"},
+    config.write_text(yaml.safe_dump({"model": {"path": "/nonexistent/policy"}, "data": {"train_files": ["/nonexistent/t.jsonl"], "extra_info_keys": ["rubric"]},
                                       "reward": {"auxiliary_models": {"judge": {"model_path": "/nonexistent/judge", "engine": {"name": "vllm"}}}}}))
     path, lines = smoke_config(str(config), [], None, tmp_path / "w")
     assert "reward.auxiliary_models.judge.model_path: /nonexistent/judge -> the same tiny model (a random judge)" in lines
     written = yaml.safe_load(path.read_text())
     judge = written["reward"]["auxiliary_models"]["judge"]
     assert judge["model_path"] == written["model"]["path"] and judge["engine"]["name"] == "hf"
+    import json
+
+    rows = [json.loads(line) for line in open(written["data"]["train_files"][0])]
+    assert all(r["rubric"][0]["description"] for r in rows)  # a synthetic rubric column for a rubric_judge
