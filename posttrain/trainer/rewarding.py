@@ -162,10 +162,15 @@ class RewardStage:
         self.auxiliary: AuxiliaryServers | None = None
         if r.auxiliary_models:
             self.auxiliary = start_auxiliary(r.auxiliary_models, seed=cfg.trainer.seed, cluster=cfg.cluster)
-        if isinstance(fn, dict):
-            self.manager = build_router(cfg, fn, self.auxiliary.urls if self.auxiliary else None)
-        else:
-            self.manager = build_reward_manager(r.reward_manager, fn, **manager_options(cfg))
+        try:
+            if isinstance(fn, dict):
+                self.manager = build_router(cfg, fn, self.auxiliary.urls if self.auxiliary else None)
+            else:
+                self.manager = build_reward_manager(r.reward_manager, fn, **manager_options(cfg))
+        except BaseException:
+            if self.auxiliary is not None:  # no server outlives a stage that failed to build
+                self.auxiliary.stop()
+            raise
         self.tokenizer = tokenizer
         self.group_filters = group_filters(cfg)
         self.reads_prompts = any(w.worker_cls in (JUDGE, *CHAT_JUDGES) for w in r.workers.values())  # a judge reads the question
