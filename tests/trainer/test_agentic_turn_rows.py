@@ -128,3 +128,21 @@ def test_a_turn_row_run_resumes_exactly_from_a_checkpoint(model, tmp_path):
     assert whole[0] != {**whole[1], "step": 1}  # the steps differ: a resume replaying step 1 would not match
     final = [load_file(run / "final_model" / "model.safetensors") for run in (tmp_path / "whole", part)]
     assert final[0].keys() == final[1].keys() and all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+
+
+def test_config_plan_of_an_agentic_stage_counts_mini_batches_in_turn_rows(model, tmp_path, capsys):
+    from posttrain.cli import main
+
+    config = tmp_path / "exp.yaml"
+    config.write_text("{}\n")
+    common = ["config", "plan", str(config), f"model.path={model}", *BASE]
+    assert main([*common, "actor.ppo_mini_batch_size=1"]) == 0
+    episode = capsys.readouterr().out
+    assert "actor mini-batches/epoch         2   (8 responses / (actor.ppo_mini_batch_size 1 × n 4)" in episode
+    assert "unknown: an agentic stage plays environments" in episode  # no dataset to count epochs of
+    assert main([*common, "actor.ppo_mini_batch_size=1", "env.train_rows=turn"]) == 0
+    turn = capsys.readouterr().out
+    assert "turn rows per step             varies   (env.train_rows turn: one per model turn of the 8 episodes" in turn
+    assert "actor mini-batches/epoch         <= 2   (the turn rows shared over data.train_batch_size 2 / actor.ppo_mini_batch_size 1" in turn
+    assert main([*common, "env.train_rows=turn", "env.turn_mini_batch_size=5"]) == 0
+    assert "actor mini-batches/epoch       varies   (turn rows / env.turn_mini_batch_size 5, rounded up" in capsys.readouterr().out
