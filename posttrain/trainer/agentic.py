@@ -58,9 +58,11 @@ def check_idle_env_keys(cfg: Config) -> None:
     if cfg.algorithm.kind == "rl" and idle and not is_agentic(cfg):
         raise ConfigError(f"{' and '.join(idle)}: set, but env.train_env_manager.tags is empty, so this RL stage answers "
                           "prompts from data.train_files and would play no environment; set env.train_env_manager.tags or remove them")
-    if cfg.algorithm.kind == "rl" and not is_agentic(cfg) and (e.train_rows != "episode" or e.turn_mini_batch_size is not None):
-        raise ConfigError("env.train_rows / env.turn_mini_batch_size: they cut the episodes of an agentic stage into turn rows; this RL "
-                          "stage answers single prompts (env.train_env_manager.tags is empty): remove them, or make the stage agentic")
+    if cfg.algorithm.kind == "rl" and not is_agentic(cfg) and e.train_rows == "turn" and cfg.rollout.multi_turn.enable:
+        raise ConfigError("env.train_rows: turn cuts the episodes of an agentic stage (env.train_env_manager.tags) into turn rows; a "
+                          "tool-calling conversation (rollout.multi_turn) trains as one row: remove env.train_rows or the tools")
+    if cfg.algorithm.kind == "rl" and not is_agentic(cfg) and _turn_row_problems(cfg):
+        raise ConfigError(_turn_row_problems(cfg))
     name = cfg.algorithm.adv_estimator
     if cfg.algorithm.kind == "rl" and not is_agentic(cfg) and name in ADVANTAGE_ESTIMATORS and estimator_needs(name).turns:
         raise ConfigError(f"algorithm.adv_estimator: {name} gives step-level credit over the turns of multi-turn episodes; this RL "
@@ -127,7 +129,8 @@ def _turn_row_problems(cfg: Config) -> list[str]:
         for role in ("actor", "critic"):
             if getattr(cfg, role).optim.lr_schedule_unit == "update":
                 problems.append(f"{role}.optim.lr_schedule_unit: update sizes the LR schedule by a fixed number of optimizer updates per "
-                                "step, but with env.train_rows turn a step's updates depend on the turns its episodes took; use step")
+                                "step, but with env.train_rows turn a step's updates depend on the turns its episodes took (or, "
+                                "with turn_mini_batch_size, on the rows the filters keep); use step")
     return problems
 
 
@@ -142,10 +145,11 @@ class TrainRows:
 
 def training_rows(cfg: Config, batch: RolloutBatch, pad_id: int) -> TrainRows:
     """The batch as the updates take it: unchanged, or with env.train_rows turn cut into turn rows
-    (posttrain.rollout.turn_rows), mini-batches counted in turn rows."""
-    if not is_agentic(cfg) or cfg.env.train_rows == "episode":
+    (posttrain.rollout.turn_rows), mini-batches counted in turn rows. A single-turn stage's rows are
+    one turn each (Trinity-RFT's multi_step_grpo over a single-turn workflow): only the mini-batches change."""
+    if cfg.algorithm.kind != "rl" or cfg.env.train_rows == "episode":
         return TrainRows(batch)
-    rows = turn_rows(batch, pad_id)
+    rows = turn_rows(batch, pad_id) if is_agentic(cfg) else batch  # a single-turn response is one turn already
     fixed = cfg.env.turn_mini_batch_size
     # an episode step's mini-batches per epoch: data.train_batch_size / ppo_mini_batch_size (prompts)
     sizes = [turn_mini_batch_rows(len(rows), fixed, -(-cfg.data.train_batch_size // getattr(cfg, role).ppo_mini_batch_size))

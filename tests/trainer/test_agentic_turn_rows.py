@@ -95,10 +95,19 @@ def test_turn_row_settings_that_cannot_act_are_refused(model, tmp_path):
         make_trainer(model, tmp_path, "env.turn_mini_batch_size=4")
     with pytest.raises(ConfigError, match="actor.optim.lr_schedule_unit: update sizes the LR schedule by a fixed number"):
         make_trainer(model, tmp_path, "env.train_rows=turn", "actor.optim.lr_schedule_unit=update")
-    from posttrain.trainer.agentic import check_idle_env_keys
+    from posttrain.trainer.agentic import check_idle_env_keys, training_rows
 
-    with pytest.raises(ConfigError, match="env.train_rows / env.turn_mini_batch_size: they cut the episodes"):
-        check_idle_env_keys(load_config(None, ["env.train_rows=turn"]))
+    with pytest.raises(ConfigError, match="env.train_rows: turn cuts the episodes of an agentic stage .* a tool-calling conversation"):
+        check_idle_env_keys(load_config(None, ["env.train_rows=turn", "rollout.multi_turn.enable=true"]))
+    with pytest.raises(ConfigError, match="env.turn_mini_batch_size: counts turn rows, but env.train_rows is episode"):
+        check_idle_env_keys(load_config(None, ["env.turn_mini_batch_size=4"]))
+    # a single-turn stage: each response is one turn row, only the mini-batches change
+    single = load_config(None, ["env.train_rows=turn", "env.turn_mini_batch_size=3"])
+    check_idle_env_keys(single)
+    batch = [None] * 7  # stands for a batch of 7 responses
+    rows = training_rows(single, batch, 0)
+    assert rows.batch is batch and (rows.actor_mini, rows.critic_mini) == (3, 3)
+    assert training_rows(load_config(None, []), batch, 0).actor_mini is None  # episode rows: the role's own
 
 
 def _rows(run_dir):
