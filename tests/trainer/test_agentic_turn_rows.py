@@ -155,3 +155,14 @@ def test_config_plan_of_an_agentic_stage_counts_mini_batches_in_turn_rows(model,
     assert "actor mini-batches/epoch         <= 2   (the turn rows shared over data.train_batch_size 2 / actor.ppo_mini_batch_size 1" in turn
     assert main([*common, "env.train_rows=turn", "env.turn_mini_batch_size=5"]) == 0
     assert "actor mini-batches/epoch       varies   (turn rows / env.turn_mini_batch_size 5, rounded up" in capsys.readouterr().out
+
+
+def test_rolls_step_env_managers_are_refused_naming_what_differs_from_turn_rows():
+    from posttrain.envs.spec import STEP_MANAGERS, parse_custom_envs
+
+    for cls in STEP_MANAGERS:  # a fresh prompt of the current observation per step, not the conversation so far
+        with pytest.raises(ConfigError, match=r"env.custom_envs.E.env_manager_cls: not supported: ROLL's step env managers .* the "
+                                              r"current observation only .* set env.train_rows: turn and remove the key"):
+            parse_custom_envs({"E": {"env_type": "frozen_lake", "env_manager_cls": cls}})
+    traj = "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager"
+    assert parse_custom_envs({"E": {"env_type": "frozen_lake", "env_manager_cls": traj}})["E"].env_type == "frozen_lake"
