@@ -123,8 +123,8 @@ def _turn_row_problems(cfg: Config) -> list[str]:
     """env.train_rows / turn_mini_batch_size against the rest of the config."""
     e, problems = cfg.env, []
     if e.train_rows == "episode" and e.turn_mini_batch_size is not None:
-        problems.append("env.turn_mini_batch_size: counts turn rows, but env.train_rows is episode (one row per episode, mini-batches "
-                        "of actor.ppo_mini_batch_size x rollout.n episodes); set env.train_rows: turn or remove it")
+        problems.append("env.turn_mini_batch_size: counts turn rows, but env.train_rows is episode (one row per episode or response, "
+                        "mini-batches of actor.ppo_mini_batch_size x rollout.n rows); set env.train_rows: turn or remove it")
     if e.train_rows == "turn":
         for role in ("actor", "critic"):
             if getattr(cfg, role).optim.lr_schedule_unit == "update":
