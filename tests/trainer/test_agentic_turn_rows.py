@@ -41,18 +41,24 @@ def make_trainer(model, tmp_path, *overrides: str) -> RLTrainer:
 
 
 @pytest.fixture(scope="module")
-def explored(model, tmp_path_factory):
-    """Step 1's episodes (the actor's mini-batch settings do not change what the engine plays)."""
+def explorer(model, tmp_path_factory):
+    """A trainer of BASE (loss_agg_mode token-mean, one mini-batch of 2 prompts) and its step 1's
+    episodes (the actor's mini-batch settings do not change what the engine plays)."""
     t = make_trainer(model, tmp_path_factory.mktemp("explore"))
-    return t.explore(1, PhaseTimer(t.observer.watch()), expected_version=t.roles.actor.version)
+    return t, t.explore(1, PhaseTimer(t.observer.watch()), expected_version=t.roles.actor.version)
+
+
+@pytest.fixture
+def explored(explorer):
+    return explorer[1]
 
 
 class Learner:
     """One trainer that learns step 1 from a copy of the same episodes under several env.* settings,
     from the same initial weights and optimizer state each time."""
 
-    def __init__(self, model, tmp_path, *overrides: str):
-        self.t, self.overrides, self.model = make_trainer(model, tmp_path, *overrides), overrides, model
+    def __init__(self, model, tmp_path, *overrides: str, trainer: RLTrainer | None = None):
+        self.t, self.overrides, self.model = trainer or make_trainer(model, tmp_path, *overrides), overrides, model
         actor = self.t.roles.actor
         self.start = copy.deepcopy((actor.model.state_dict(), actor.optimizer.state_dict(), actor.version))
         self.initial = torch.cat([p.detach().flatten().clone() for p in actor.model.parameters()])
@@ -81,9 +87,11 @@ def test_turn_rows_train_each_turn_and_count_mini_batches_in_turn_rows(model, tm
     assert fixed == -(-turns // 7) and fixed > 2  # 7 turn rows per optimizer step, the last takes the rest
 
 
-def test_one_token_mean_update_over_turn_rows_equals_the_episode_update(model, tmp_path, explored):
+def test_one_token_mean_update_over_turn_rows_equals_the_episode_update(model, tmp_path, explorer):
     """Same tokens, same advantages, one mini-batch, loss averaged over tokens: the cut changes nothing."""
-    learner = Learner(model, tmp_path, "actor.ppo_mini_batch_size=2", "actor.loss_agg_mode=token-mean")
+    trainer, explored = explorer
+    assert trainer.cfg.actor.loss_agg_mode == "token-mean" and trainer.cfg.actor.ppo_mini_batch_size == trainer.cfg.data.train_batch_size
+    learner = Learner(model, tmp_path, trainer=trainer)
     _, steps, episode = learner.learn(explored)
     assert steps == 1 and learner.learn(explored, "env.train_rows=turn")[1] == 1
     torch.testing.assert_close(learner.learn(explored, "env.train_rows=turn")[2], episode, atol=2e-6, rtol=1e-4)
@@ -123,12 +131,12 @@ def test_a_turn_row_run_resumes_exactly_from_a_checkpoint(model, tmp_path):
 
     config = tmp_path / "exp.yaml"
     config.write_text("{}\n")
-    base = [f"model.path={model}", *BASE, "env.train_env_manager.group_size=2", "rollout.n=2", "env.train_rows=turn",
-            "env.turn_mini_batch_size=3", "actor.shuffle=true",
-            "trainer.logger=[jsonl]", "trainer.save_freq=1"]
+    short = ENVS.replace("max_actions_per_traj: 3", "max_actions_per_traj: 2").replace("max_steps: 3", "max_steps: 2")  # 2 actions
+    base = [f"model.path={model}", *BASE, short, "env.train_env_manager.group_size=2", "rollout.n=2", "env.train_rows=turn",
+            "env.turn_mini_batch_size=3", "actor.shuffle=true", "trainer.logger=[jsonl]"]
     assert main(["train", str(config), *base, f"trainer.default_local_dir={tmp_path / 'whole'}"]) == 0
     part = tmp_path / "part"
-    assert main(["train", str(config), *base, "trainer.total_training_steps=1", f"trainer.default_local_dir={part}"]) == 0
+    assert main(["train", str(config), *base, "trainer.total_training_steps=1", "trainer.save_freq=1", f"trainer.default_local_dir={part}"]) == 0
     assert main(["train", str(config), *base, f"trainer.default_local_dir={part}", "trainer.resume_mode=resume_path",
                  f"trainer.resume_from_path={part / 'checkpoints' / 'global_step_1'}"]) == 0
     whole = _rows(tmp_path / "whole")
