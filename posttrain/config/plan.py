@@ -105,8 +105,10 @@ def format_plan(cfg: Any, derived: Derived, size_note: str = "") -> str:
         ("prompts per step", str(plan.prompts_per_step), "data.train_batch_size"),
         ("responses per step", str(plan.responses_per_step), f"× rollout.n = {plan.n}"),
     ]
+    turns = get_path(cfg, "env.train_rows", "episode") == "turn"
+    agentic = bool(get_path(cfg, "env.train_env_manager.tags", None))
     for role in plan.roles:
-        rows += _role_rows(role, plan)
+        rows += _turn_role_rows(cfg, role, plan, agentic) if turns else _role_rows(role, plan)
     rows += _length_rows(cfg, derived, size_note) + _lag_rows(cfg)
     text = _table(rows)
     if plan.world_size > 1:
@@ -166,6 +168,34 @@ def _role_rows(r: RolePlan, plan: BatchPlan) -> list[Row]:
         str(r.optimizer_steps_per_rollout),
         f"{r.mini_batches_per_epoch} mini-batches × {r.role}.ppo_epochs {r.ppo_epochs}",
     ))
+    return rows
+
+
+def _turn_role_rows(cfg: Any, r: RolePlan, plan: BatchPlan, agentic: bool) -> list[Row]:
+    """env.train_rows turn: the updates train on one row per model turn of the step's episodes, so
+    mini-batches are counted in turn rows and their number depends on the turns played (a single-turn
+    stage's responses are one turn each)."""
+    fixed = get_path(cfg, "env.turn_mini_batch_size", None)
+    rows: list[Row] = []
+    if not agentic:
+        minis = -(-plan.responses_per_step // fixed) if fixed is not None else r.mini_batches_per_epoch
+        size = f"env.turn_mini_batch_size {fixed}" if fixed is not None else f"{r.mini_batch_responses} ({r.role}.ppo_mini_batch_size × n)"
+        return [(f"{r.role} mini-batches/epoch", str(minis), f"{plan.responses_per_step} responses (one turn each) / {size}, rounded up"),
+                ("  optimizer steps per rollout", str(minis * r.ppo_epochs), f"{minis} mini-batches × {r.role}.ppo_epochs {r.ppo_epochs}")]
+    if r.role == "actor":
+        rows.append(("turn rows per step", "varies", f"env.train_rows turn: one per model turn of the {plan.responses_per_step} "
+                     "episodes (each at most its environment's max_steps), the episode's advantages on each"))
+    if fixed is not None:
+        rows.append((f"{r.role} mini-batches/epoch", "varies", f"turn rows / env.turn_mini_batch_size {fixed}, rounded up (the last takes the rest)"))
+        steps = f"varies: mini-batches × {r.role}.ppo_epochs {r.ppo_epochs}"
+    else:
+        rows.append((f"{r.role} mini-batches/epoch", f"<= {r.mini_batches_per_epoch}", f"the turn rows shared over data.train_batch_size "
+                     f"{plan.prompts_per_step} / {r.role}.ppo_mini_batch_size {r.mini_batch_prompts} mini-batches, "
+                     f"⌈turn rows / {r.mini_batches_per_epoch}⌉ each"))
+        steps = f"<= {r.mini_batches_per_epoch} mini-batches × {r.role}.ppo_epochs {r.ppo_epochs}"
+    micro = f"{r.role}.ppo_micro_batch_size_per_gpu {r.micro_batch}" if r.micro_batch is not None else f"{r.role}.ppo_max_token_len_per_gpu {r.token_budget} tokens"
+    rows.append(("  micro-batches/mini-batch", "varies", f"a mini-batch's turn rows per device / {micro}; gradients accumulate over them"))
+    rows.append(("  optimizer steps per rollout", "varies" if fixed is not None else f"<= {r.optimizer_steps_per_rollout}", steps))
     return rows
 
 

@@ -45,6 +45,13 @@ KNOWN = ("env_type", "env_config", "max_steps", "max_actions_per_traj", "max_tok
 # ROLL writes the loop's settings inside env_config (its envs parse their own actions); posttrain's
 # loop reads them there too and does not pass them to the class.
 LIFTED = ("max_steps", "max_actions_per_traj", "format_penalty", "action_pattern", "env_instruction")
+# ROLL's step-wise env managers: what they share with env.train_rows turn, and what posttrain does not do.
+STEP_MANAGERS = ("roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager",
+                 "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager")
+STEP_REASON = ("ROLL's step env managers train one sample per step, as env.train_rows: turn does, but prompt each step afresh with "
+               "the current observation only (plus a history_length window of earlier steps written by agent_template), while "
+               "posttrain's agent loop shows the model the whole conversation so far, in each turn row's prompt too; for one "
+               "training row per turn set env.train_rows: turn and remove the key")
 # What each refused key may hold because it says what posttrain does anyway.
 SAME = {"env_manager_cls": ("roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager",), "agent_runner_cls": (None,)}
 DEFAULT_MAX_STEPS = 10
@@ -95,7 +102,8 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
         raise ConfigError(f"{key}: expected a mapping with env_type, env_config, ..., got {type(entry).__name__}")
     if isinstance(entry.get("env_config"), dict):
         entry = _lift(entry, key)
-    problems = [f"{key}.{k}: not supported: {REFUSED[k]}" for k in entry if k in REFUSED and entry[k] not in SAME.get(k, ())]
+    problems = [f"{key}.{k}: not supported: {STEP_REASON if entry[k] in STEP_MANAGERS else REFUSED[k]}"
+                for k in entry if k in REFUSED and entry[k] not in SAME.get(k, ())]
     problems += [f"{key}.{k}: unknown key; an environment entry takes {list(KNOWN)}" for k in entry if k not in REFUSED and k not in KNOWN]
     if "env_type" not in entry:
         problems.append(f"{key}.env_type: missing; name a registered environment, 'module:Class' or 'file.py:Class'")

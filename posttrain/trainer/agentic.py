@@ -34,11 +34,13 @@ from posttrain.data.templates import named_template
 from posttrain.envs.registry import make_env
 from posttrain.envs.spec import EnvSpec, parse_custom_envs, tag_groups
 from posttrain.errors import ConfigError
+from posttrain.records import RolloutBatch
 from posttrain.rollout.agent_loop import EnvSlot, LoopLimits, run_episodes
 from posttrain.rollout.base import SamplingParams
 from posttrain.rollout.env_guard import FaultPolicy
 from posttrain.rollout.episode_render import write_episode_renders
 from posttrain.rollout.trajectory import Trajectory, anchor_ids, to_rollout_batch
+from posttrain.rollout.turn_rows import turn_mini_batch_rows, turn_rows
 from posttrain.rollout.turns import TurnRenderer
 from posttrain.trainer.metrics import PhaseTimer
 from posttrain.trainer.rl_settings import response_length
@@ -56,6 +58,11 @@ def check_idle_env_keys(cfg: Config) -> None:
     if cfg.algorithm.kind == "rl" and idle and not is_agentic(cfg):
         raise ConfigError(f"{' and '.join(idle)}: set, but env.train_env_manager.tags is empty, so this RL stage answers "
                           "prompts from data.train_files and would play no environment; set env.train_env_manager.tags or remove them")
+    if cfg.algorithm.kind == "rl" and not is_agentic(cfg) and e.train_rows == "turn" and cfg.rollout.multi_turn.enable:
+        raise ConfigError("env.train_rows: turn cuts the episodes of an agentic stage (env.train_env_manager.tags) into turn rows; a "
+                          "tool-calling conversation (rollout.multi_turn) trains as one row: remove env.train_rows or the tools")
+    if cfg.algorithm.kind == "rl" and not is_agentic(cfg) and _turn_row_problems(cfg):
+        raise ConfigError(_turn_row_problems(cfg))
     name = cfg.algorithm.adv_estimator
     if cfg.algorithm.kind == "rl" and not is_agentic(cfg) and name in ADVANTAGE_ESTIMATORS and estimator_needs(name).turns:
         raise ConfigError(f"algorithm.adv_estimator: {name} gives step-level credit over the turns of multi-turn episodes; this RL "
@@ -100,6 +107,7 @@ def check_agentic(cfg: Config) -> AgenticPlan:
             f"of episodes; mini-batches are counted in trajectories); e.g. set data.train_batch_size: {train_m.num_env_groups} and "
             f"rollout.n: {train_m.group_size}"
         )
+    problems += _turn_row_problems(cfg)
     per_env = max(batch // envs, 1)  # episodes each environment plays per step (ROLL: traj_per_env)
     for key, manager, need in (("env.train_env_manager", train_m, per_env), ("env.val_env_manager", val_m, 1)):
         if manager.max_traj_per_env != -1 and manager.max_traj_per_env < need:
@@ -109,6 +117,44 @@ def check_agentic(cfg: Config) -> AgenticPlan:
         raise ConfigError(problems)
     # each env group plays per_env episodes with their own seeds: per_env groups of group_size trajectories
     return AgenticPlan(specs, [tag for tag in train for _ in range(per_env)], val)
+
+
+def _turn_row_problems(cfg: Config) -> list[str]:
+    """env.train_rows / turn_mini_batch_size against the rest of the config."""
+    e, problems = cfg.env, []
+    if e.train_rows == "episode" and e.turn_mini_batch_size is not None:
+        problems.append("env.turn_mini_batch_size: counts turn rows, but env.train_rows is episode (one row per episode or response, "
+                        "mini-batches of actor.ppo_mini_batch_size x rollout.n rows); set env.train_rows: turn or remove it")
+    if e.train_rows == "turn":
+        for role in ("actor", "critic"):
+            if getattr(cfg, role).optim.lr_schedule_unit == "update":
+                problems.append(f"{role}.optim.lr_schedule_unit: update sizes the LR schedule by a fixed number of optimizer updates per "
+                                "step, but with env.train_rows turn a step's updates depend on the turns its episodes took (or, "
+                                "with turn_mini_batch_size, on the rows the filters keep); use step")
+    return problems
+
+
+@dataclass(frozen=True)
+class TrainRows:
+    """The rows a step's updates train on and their mini-batch sizes (None: the role's own)."""
+
+    batch: RolloutBatch
+    actor_mini: int | None = None
+    critic_mini: int | None = None
+
+
+def training_rows(cfg: Config, batch: RolloutBatch, pad_id: int) -> TrainRows:
+    """The batch as the updates take it: unchanged, or with env.train_rows turn cut into turn rows
+    (posttrain.rollout.turn_rows), mini-batches counted in turn rows. A single-turn stage's rows are
+    one turn each (Trinity-RFT's multi_step_grpo over a single-turn workflow): only the mini-batches change."""
+    if cfg.algorithm.kind != "rl" or cfg.env.train_rows == "episode":
+        return TrainRows(batch)
+    rows = turn_rows(batch, pad_id) if is_agentic(cfg) else batch  # a single-turn response is one turn already
+    fixed = cfg.env.turn_mini_batch_size
+    # an episode step's mini-batches per epoch: data.train_batch_size / ppo_mini_batch_size (prompts)
+    sizes = [turn_mini_batch_rows(len(rows), fixed, -(-cfg.data.train_batch_size // getattr(cfg, role).ppo_mini_batch_size))
+             for role in ("actor", "critic")]
+    return TrainRows(rows, *sizes)
 
 
 def validation_first_observations(cfg: Config) -> frozenset[str]:

@@ -27,7 +27,7 @@ from posttrain.data.train_sampler import make_train_sampler
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
 from posttrain.tracking import Generation, phase
-from posttrain.trainer.agentic import AgenticRollout, check_agentic, is_agentic
+from posttrain.trainer.agentic import AgenticRollout, check_agentic, is_agentic, training_rows
 from posttrain.trainer.advantages import agentic_scores, compute_advantages, correct_rollout_mismatch, filter_by_reward, make_shaping_state, mask_samples
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
@@ -203,14 +203,16 @@ class RLTrainer:
             metrics.update(mask_samples(batch, scores, self.cfg.algorithm, response_length(self.cfg)))  # ROLL's filters
             train, pf_metrics = filter_by_reward(batch, self.cfg.algorithm, self.cfg.trainer.seed, step)  # PF-PPO, else batch
             metrics.update(pf_metrics)
+            rows = training_rows(self.cfg, train, self.pad_id)  # env.train_rows turn: one row per model turn
+            train = rows.batch
         if critic is not None:
             with timer("update_critic"):
-                metrics.update(critic.update(train))
+                metrics.update(critic.update(train, rows.critic_mini))
         if step > self.cfg.trainer.critic_warmup:
             if self.expert is not None:  # after the critic: expert rows train the actor only
                 train = self.expert.join(train, step, actor.version, ref.compute_logprobs if ref is not None else None)
             with timer("update_actor"):
-                metrics.update(actor.update(train, step))
+                metrics.update(actor.update(train, step, rows.actor_mini))
         if pi_squared is not None:  # verl's variance proxies of this batch's policy gradient
             metrics.update(variance_proxy_metrics(batch.old_logprobs, pi_squared, batch.advantages, batch.response_mask,
                                                   metrics.get("actor/grad_norm"), batch.rollout_is_weights))

@@ -209,10 +209,11 @@ class Actor:
         finally:
             self.model.train(was_training)
 
-    def update(self, batch: RolloutBatch, step: int = 0) -> dict[str, float]:
+    def update(self, batch: RolloutBatch, step: int = 0, mini_size: int | None = None) -> dict[str, float]:
         """PPO update on a batch with `old_logprobs` and `advantages` (and `ref_logprobs` when the KL
-        loss is on) at trainer step `step`. Returns metrics averaged over micro-batches (losses) and
-        optimizer steps."""
+        loss is on) at trainer step `step`, in mini-batches of `mini_size` rows (None: the role's
+        mini_batch_size; an agentic stage's turn rows set their own). Returns metrics averaged over
+        micro-batches (losses) and optimizer steps."""
         self.step = step
         if "expert_mask" in self.s.loss_inputs and batch.expert_mask is None:
             raise ValueError(f"policy loss {self.s.loss_mode} needs expert rows on the batch (algorithm.mix)")
@@ -226,7 +227,7 @@ class Actor:
         sums: dict[str, float] = defaultdict(float)
         counts: dict[str, float] = defaultdict(float)
         for _ in range(self.s.ppo_epochs):
-            for mini in mini_batches(batch, self.s.mini_batch_size, shuffle=self.s.shuffle, generator=self.generator):
+            for mini in mini_batches(batch, mini_size or self.s.mini_batch_size, shuffle=self.s.shuffle, generator=self.generator):
                 step_metrics = self._optimizer_step(mini)
                 for k, v in step_metrics.items():
                     sums[k] += v

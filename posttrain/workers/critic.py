@@ -99,15 +99,16 @@ class Critic:
         size, max_tokens = self.s.forward_batching or (self.s.micro_batch_size, self.s.max_tokens_per_micro_batch)
         return forward_in_order(batch, self._values, size=size, max_tokens=max_tokens, dp=self.dp)  # (B, T)
 
-    def update(self, batch: RolloutBatch) -> dict[str, float]:
-        """Clipped value-loss regression of V onto `returns`, around the rollout-time `values`."""
+    def update(self, batch: RolloutBatch, mini_size: int | None = None) -> dict[str, float]:
+        """Clipped value-loss regression of V onto `returns`, around the rollout-time `values`, in
+        mini-batches of `mini_size` rows (None: the role's mini_batch_size)."""
         if batch.values is None or batch.returns is None:
             raise ValueError("critic.update needs values and returns on the batch")
         self.model.train()
         sums: dict[str, float] = defaultdict(float)
         steps = 0
         for _ in range(self.s.ppo_epochs):
-            for mini in mini_batches(batch, self.s.mini_batch_size, shuffle=self.s.shuffle, generator=self.generator):
+            for mini in mini_batches(batch, mini_size or self.s.mini_batch_size, shuffle=self.s.shuffle, generator=self.generator):
                 for k, v in self._optimizer_step(mini).items():
                     sums[k] += v
                 steps += 1

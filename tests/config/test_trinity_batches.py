@@ -60,9 +60,21 @@ def test_mode_train_reads_stored_batches_of_train_batch_size_over_repeat_times()
 def test_explore_mode_multi_step_and_sft_dpo():
     native, report = run({"batch_size": 96, "train_batch_size": 512}, mode="explore")
     assert report.entry("buffer.train_batch_size").status == "dropped" and _at(native, "data.train_batch_size") == 96
-    _, report = run({"batch_size": 16, "train_batch_size": 512}, algorithm_type="multi_step_grpo")
+    _, report = run({"batch_size": 16, "train_batch_size": 512}, mode="train", algorithm_type="multi_step_grpo")
     entry = report.entry("buffer.train_batch_size")
-    assert entry.status == "refused" and "turns" in entry.reason
+    assert entry.status == "refused" and "a trainer step of so many turns" in entry.reason
     for kind in ("sft", "dpo"):
         native, _ = run({"train_batch_size": 64}, mode="train", algorithm_type=kind, repeat=1)
         assert _at(native, "data.train_batch_size") == 64  # sequences (pairs) per step
+
+
+def test_multi_step_grpo_trains_turn_rows_in_mini_batches_of_train_batch_size_turns():
+    # Trinity-RFT: 16 tasks x 8 runs explored per step, its trainer takes 512 experiences (turns) per optimizer step
+    native, report = run({"batch_size": 16, "train_batch_size": 512}, algorithm_type="multi_step_grpo")
+    assert (_at(native, "env.train_rows"), _at(native, "env.turn_mini_batch_size")) == ("turn", 512)
+    assert (_at(native, "data.train_batch_size"), _at(native, "actor.ppo_mini_batch_size")) == (16, 16)
+    assert report.entry("buffer.train_batch_size").status == "translated"
+    native, _ = run({"batch_size": 16}, algorithm_type="multi_step_grpo")  # the default: batch_size x repeat_times turns
+    assert (_at(native, "env.train_rows"), _at(native, "env.turn_mini_batch_size")) == ("turn", 128)
+    native, _ = run({"batch_size": 16, "train_batch_size": 512})  # grpo: rows are responses, the old rule refuses
+    assert _at(native, "env.train_rows") is None

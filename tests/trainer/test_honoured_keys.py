@@ -585,6 +585,8 @@ ELSEWHERE = {
     }.items()},
     "env.val_env_manager.max_traj_per_env": f"{AGENTIC}::{AGENTIC_TESTS['max_traj_per_env']}",
     **{f"env.{k}": f"{AGENTIC}::test_env_fault_keys_time_out_penalise_and_stop" for k in ("step_timeout", "failure_penalty", "max_failure_rate")},
+    **{f"env.{k}": "tests/trainer/test_agentic_turn_rows.py::test_turn_rows_train_each_turn_and_count_mini_batches_in_turn_rows"
+       for k in ("train_rows", "turn_mini_batch_size")},
     **{f"algorithm.gigpo.{k}": "tests/trainer/test_agentic_credit.py::test_gigpo_keys_change_the_step_advantages_as_the_formula_says"
        for k in ("step_weight", "episode_weight", "step_gamma")},
     **{f"rollout.trace.{k}": "tests/tracking/test_optional_trackers.py::test_rollout_traces_go_to_the_mlflow_store_tagged_as_verl_tags_them"

@@ -49,7 +49,7 @@ TYPES: dict[str, TrinityType] = {
     "mix_chord": TrinityType("rl", "grpo", "mix_chord", expert=True),
     "on_policy_distill": TrinityType("rl", "on_policy_distill", "ppo", kl_loss_fn="none", advantage_fn_args={"kl_coef": 1.0}, teacher=True),
     "jsd": TrinityType("rl", "jsd", "ppo", kl_loss_fn="none", advantage_fn_args={"kl_coef": 1.0, "lambda_coef": 0.5}, teacher=True),
-    # an agentic stage's rows hold all turns of an episode: GRPO over them (see step_wise_grpo below)
+    # GRPO over the env group's episodes, trained as one row per turn (trinity_batches sets env.train_rows: turn)
     "multi_step_grpo": TrinityType("rl", "step_wise_grpo", "ppo"),
     "sft": TrinityType("sft", None, "sft", kl_loss_fn="none"),
     "dpo": TrinityType("dpo", None, "dpo"),

@@ -19,8 +19,13 @@ x ``rollout.n`` responses, in ``actor.ppo_mini_batch_size`` prompts per optimize
   experiences is a batch of train_batch_size / repeat_times prompts (``data.train_batch_size``, one
   optimizer step). buffer.batch_size, the explorer's, plays no part.
 - RL, mode explore (and bench, serve): no trainer; train_batch_size changes nothing.
-- ``multi_step_grpo``: Trinity-RFT's experiences are the turns of episodes, posttrain's rows whole
-  episodes, so an explicit train_batch_size (a count of turns) is refused.
+- ``multi_step_grpo``: Trinity-RFT's experiences are the turns of episodes (one per model call of a
+  run), and each trainer step takes train_batch_size of them (default batch_size x repeat_times) in
+  one optimizer step. posttrain trains on turn rows (``env.train_rows: turn``) in mini-batches of
+  ``env.turn_mini_batch_size`` = train_batch_size turn rows: a step explores batch_size tasks x
+  repeat_times episodes and takes as many optimizer steps as their turns fill, the last taking the
+  turns left over (Trinity-RFT's trainer carries them into its next step instead). Over a single-turn
+  workflow a turn is a response. Mode train: refused as before (a stored batch is a batch of episodes).
 - SFT and DPO: train_batch_size sequences (DPO: pairs) per step is ``data.train_batch_size``.
 """
 
@@ -78,10 +83,13 @@ def _sizes(ctx: Context, stage: bool) -> None:
         return
     if _MINI in ctx.origin:  # the inline verl config (trainer.trainer_config) set it: that wins
         return
+    if type_name == "multi_step_grpo" and mode != "train":
+        _turns(ctx, given, experiences)
+        return
     if given and type_name == "multi_step_grpo":
-        ctx.refuse(KEY, "multi_step_grpo counts the turns of episodes as experiences, while posttrain's agentic stage trains "
-                        "on whole episodes (one row each): a trainer step of so many turns has no posttrain counterpart; leave "
-                        "train_batch_size out (a step is then one explored batch of episodes)", _MINI, experiences)
+        ctx.refuse(KEY, "mode train with multi_step_grpo: a trainer step of so many turns, while posttrain's mode train reads the "
+                        "batches an explore run stored, each the episodes of batch_size tasks; leave train_batch_size out "
+                        "(a step is then one stored batch)", _MINI, experiences)
         return
     repeat = ctx.get("algorithm.repeat_times", 1)
     expert = ctx.origin.get("algorithm.mix.expert_batch_size")  # the mix types' expert rows ride along
@@ -93,6 +101,24 @@ def _sizes(ctx: Context, stage: bool) -> None:
         _train_only(ctx, given, explored, repeat, expert)
     else:
         _both(ctx, given, explored, repeat, expert, stage)
+
+
+def _turns(ctx: Context, given: bool, experiences: Any) -> None:
+    """multi_step_grpo, mode both: turn rows in mini-batches of train_batch_size turns (module docstring)."""
+    tasks, repeat = ctx.get(TASKS, TRINITY_TASKS_DEFAULT), ctx.get("algorithm.repeat_times", 1)
+    if not ctx.has(TASKS) and "data.train_batch_size" not in ctx.origin:
+        ctx.set("data.train_batch_size", TRINITY_TASKS_DEFAULT, TASKS, "Trinity-RFT's default batch_size (not written in the file)")
+    if not (_whole(tasks) and _whole(repeat)):
+        return  # buffer.batch_size / repeat_times are refused by name
+    turns = experiences if given else tasks * repeat
+    source = KEY if given else TASKS
+    ctx.set("env.train_rows", "turn", "algorithm.algorithm_type", "multi_step_grpo trains one experience per turn (model call) of each run")
+    ctx.set("env.turn_mini_batch_size", turns, source,
+            f"{turns} turns per optimizer step, as Trinity-RFT's trainer takes {turns} experiences (turns) per step" +
+            ("" if given else f" (its default, batch_size {tasks} x repeat_times {repeat})") +
+            f"; posttrain trains the turns of each explored batch ({tasks} tasks x {repeat} runs), the last mini-batch taking those "
+            "left over where Trinity-RFT's trainer carries them into its next step")
+    ctx.set(_MINI, tasks, source, "with env.turn_mini_batch_size, mini-batches count turn rows: this only fits the batch")
 
 
 def experiences_of(explored: Any, expert: Any) -> Any:
@@ -143,6 +169,7 @@ def _both(ctx: Context, given: bool, explored: Any, repeat: int, expert: Any, st
 RULES: dict[str, Rule] = {
     KEY: Rule(f"{_MINI}, data.train_batch_size", "experiences per trainer step (posttrain.config.dialects.trinity_batches): mode both, "
               "batch_size x repeat_times (the default) is one optimizer step per explored batch (another size is refused: posttrain's "
-              "step is one explored batch); mode train, data.train_batch_size = it / repeat_times prompts; SFT/DPO, data.train_batch_size",
+              "step is one explored batch); mode train, data.train_batch_size = it / repeat_times prompts; SFT/DPO, data.train_batch_size; "
+              "multi_step_grpo, env.turn_mini_batch_size turns per optimizer step (env.train_rows turn)",
               16, ((TASKS, 2), ("algorithm.repeat_times", 8))),
 }

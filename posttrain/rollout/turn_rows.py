@@ -1,0 +1,102 @@
+"""Turn rows: an agentic batch of episode rows cut into one training row per model turn (`env.train_rows: turn`).
+
+An episode row holds the whole episode as one response (`posttrain.rollout.trajectory`)::
+
+    prompt | action 1 | observation 1 | action 2 | observation 2 | action 3
+
+Cut into turn rows, turn k becomes its own row: its prompt is everything the engine was shown
+before the action (the episode's prompt and the response up to the action's first token, rendered
+once by the agent loop's `TurnRenderer`), its response the action's tokens only::
+
+    row 1: prompt                                        | action 1
+    row 2: prompt | action 1 | observation 1             | action 2
+    row 3: prompt | action 1 | observation 1 | action 2 | observation 2 | action 3
+
+This is Trinity-RFT's `multi_step_grpo` experience layout and ROLL's `StepEnvManager` sample layout:
+one experience per step. The cut happens after the advantages, so every per-token tensor of the
+episode row (log-probs, reference log-probs, values, advantages, returns, masks) is sliced over the
+action's columns: an outcome estimator's episode advantage (GRPO over the env group) is broadcast to
+each of the episode's turn rows, a step-level one's (GiGPO) keeps each turn's own. The slices are
+exact because a causal model's log-prob of an action token depends only on the tokens before it,
+which are the same in both layouts. What changes is the loss: its aggregation counts turn rows as
+sequences (seq-mean-token-mean weighs each turn alike, not each episode), and mini-batches count
+turn rows (`turn_mini_batch_size`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+
+from posttrain.records import RolloutBatch
+
+
+def turn_spans(batch: RolloutBatch) -> list[tuple[int, int, int, int]]:
+    """(row, turn, start, end) of every model turn with at least one token, in row then turn order."""
+    out = []
+    for b, info in enumerate(batch.extra_info):
+        if "turn_spans" not in info:
+            raise ValueError(f"row {b} has no turn records: turn rows need an agentic batch (posttrain.rollout.trajectory)")
+        out += [(b, k, int(s), int(e)) for k, (s, e) in enumerate(info["turn_spans"]) if e > s]
+    return out
+
+
+def turn_rows(batch: RolloutBatch, pad_id: int) -> RolloutBatch:
+    """One row per model turn of every episode row (see the module docstring); episodes whose every
+    action is empty (an env that failed at reset) give none."""
+    spans = turn_spans(batch)
+    rows = torch.tensor([b for b, _, _, _ in spans], dtype=torch.long)  # (B',) the episode row of each turn row
+    prompt_len = batch.prompt_mask.sum(1).long().tolist()  # real prompt tokens per episode row
+    width_p = max((prompt_len[b] + s for b, _, s, _ in spans), default=1)
+    width_t = max((e - s for _, _, s, e in spans), default=1)
+    device = batch.response_ids.device
+    prompt_ids = torch.full((len(spans), width_p), pad_id, dtype=torch.long, device=device)  # (B', P') left-padded
+    prompt_mask = torch.zeros(len(spans), width_p, device=device)  # (B', P')
+    for i, (b, _, s, _) in enumerate(spans):
+        context = torch.cat([batch.prompt_ids[b, batch.prompt_mask.shape[1] - prompt_len[b]:], batch.response_ids[b, :s]])
+        prompt_ids[i, width_p - len(context):] = context
+        prompt_mask[i, width_p - len(context):] = 1.0
+    out: dict[str, Any] = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask}
+    for f in dataclasses.fields(batch):
+        if f.name in out:
+            continue
+        value = getattr(batch, f.name)
+        if value is None:
+            out[f.name] = None
+        elif f.metadata.get("pad") == "right":  # (B, T) aligned with the response: the action's columns
+            out[f.name] = _slice_right(value, spans, width_t, pad_id if f.name == "response_ids" else 0)
+        elif isinstance(value, torch.Tensor):  # (B,) per row
+            out[f.name] = value[rows.to(value.device)]
+        elif f.name == "extra_info":
+            out[f.name] = [_turn_info(batch.extra_info[b], k) for b, k, _, _ in spans]
+        else:  # per-row lists (group_index, data_source, ...)
+            out[f.name] = [value[b] for b, _, _, _ in spans]
+    return RolloutBatch(**out)
+
+
+def _slice_right(value: torch.Tensor, spans: list[tuple[int, int, int, int]], width: int, pad: float) -> torch.Tensor:
+    cut = torch.full((len(spans), width), pad, dtype=value.dtype, device=value.device)  # (B', T') right-padded
+    for i, (b, _, s, e) in enumerate(spans):
+        cut[i, : e - s] = value[b, s:e]
+    return cut
+
+
+def _turn_info(info: dict[str, Any], k: int) -> dict[str, Any]:
+    """The episode row's records, its turn records narrowed to turn k (now the row's only turn)."""
+    s, e = info["turn_spans"][k]
+    narrowed = {"turn_spans": [[0, e - s]], "turn_rewards": [info["turn_rewards"][k]], "turn_states": [info["turn_states"][k]]}
+    return {**info, **narrowed, "turn": k}
+
+
+def turn_mini_batch_rows(rows: int, fixed: int | None, updates: int) -> int:
+    """Turn rows per optimizer step: `fixed` (env.turn_mini_batch_size) when set, else the step's
+    rows shared over the `updates` mini-batches an episode step of the same config takes (data.train_batch_size /
+    ppo_mini_batch_size), rounded up, so a step never takes more optimizer steps than with episode rows.
+
+    >>> turn_mini_batch_rows(10, None, 4), turn_mini_batch_rows(10, 4, 4), turn_mini_batch_rows(3, None, 1)
+    (3, 4, 3)
+    """
+    return fixed if fixed is not None else max(1, math.ceil(rows / max(updates, 1)))
