@@ -187,7 +187,9 @@ def importance_sampling(ctx: Context) -> None:
     of each response, clipped as the token ratio is: posttrain's ``gspo`` loss, which has the same
     value and gradient whenever a response's tokens weigh alike in the aggregate (every
     loss_agg_mode; tests/config/test_roll_loss_keys.py), and apart from gspo's cap of the ratio at
-    e^10. ``token`` is posttrain's own ratio."""
+    e^10. With ``dual_clip_loss: true`` ROLL's actor bounds that loss for a negative advantage at
+    ``(1 + 2 x pg_clip) x |A|`` as for the token ratio: gspo's ``dual_clip_c`` option (loss_args).
+    ``token`` is posttrain's own ratio."""
     key = "importance_sampling"
     if not ctx.has(key):
         return
@@ -197,10 +199,13 @@ def importance_sampling(ctx: Context) -> None:
         ctx.drop(key, "token: the per-token ratio, posttrain's own (actor.policy_loss.loss_mode vanilla)")
     elif value != "seq":
         ctx.refuse(key, f"expected token or seq, got {value!r}", None, value)
-    elif ctx.get("dual_clip_loss") is True:
-        ctx.refuse(key, "seq with dual_clip_loss: posttrain's sequence-ratio loss (gspo) has no dual clip; drop one of the two", "actor.policy_loss.loss_mode", value)
     else:
         ctx.set("actor.policy_loss.loss_mode", "gspo", key, "seq: ROLL's sequence ratio, exp(mean token log-ratio), is gspo's")
+        clip = ctx.get("pg_clip", roll_defaults.PG_CLIP_DEFAULT)
+        # ROLL's actor bounds the sequence-ratio loss of a negative-advantage token as it bounds the
+        # token ratio's; a bad pg_clip is refused by dual_clip_loss's own rule.
+        if ctx.get("dual_clip_loss") is True and isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0:
+            ctx.set("actor.policy_loss.loss_args", {"dual_clip_c": 1 + 2 * clip}, key, f"seq with dual_clip_loss: gspo's dual clip at ROLL's bound 1 + 2 x pg_clip ({clip})")
 
 
 def model_parallel(ctx: Context, role: str) -> tuple[Any, str]:
@@ -350,7 +355,7 @@ RULES: dict[str, Rule] = {
     "actor_train.training_args.gradient_accumulation_steps": Rule("actor.ppo_mini_batch_size", _ACCUMULATION, 4),
     "critic.training_args.gradient_accumulation_steps": Rule("critic.ppo_mini_batch_size", _ACCUMULATION, 4),
     "sft_train": Rule("algorithm.kind", "ROLL's SFT pipeline (a file with sft_train and no actor_train): an SFT stage whose sft_train keys translate as actor_train's; data.train_batch_size = per_device_train_batch_size x gradient_accumulation_steps x data-parallel ranks, rows in file order, ROLL's training defaults (posttrain.config.dialects.roll_sft)", {"model_args": {"dtype": "bf16"}}),
-    "importance_sampling": Rule("actor.policy_loss.loss_mode", "seq: ROLL's sequence-level ratio, the gspo loss (refused with dual_clip_loss: gspo has no dual clip); token: nothing (posttrain's ratio)", "seq"),
+    "importance_sampling": Rule("actor.policy_loss.loss_mode", "seq: ROLL's sequence-level ratio, the gspo loss (with dual_clip_loss: gspo's dual_clip_c = 1 + 2 x pg_clip); token: nothing (posttrain's ratio)", "seq"),
     "use_topr_loss": Rule("actor.policy_loss.loss_mode", "true: ROLL's TOPR loss, topr_roll (full REINFORCE on responses scoring > 0, importance weight truncated at 1 on the others); false: nothing", True),
     # a reward worker's placement (reward_workers): a rule worker runs no model
     **{f"rewards.*.{key}": Rule(None, f"{why}; for the LLM judge: {judge}", "anything", (("rewards.w.worker_cls", _MATH_WORKER),))
