@@ -167,7 +167,6 @@ UNSUPPORTED: dict[str, str] = {
     "roll:is_offload_states": _OFFLOAD,
     "roll:is_offload_optimizer_states_in_train_step": _OFFLOAD,
     "roll:use_topr_neg_loss_coef": "ROLL's TOPR loss options: choose the policy loss by name in actor.policy_loss.loss_mode",
-    "roll:train_infer_correction": "ROLL's spelling of the training/inference mismatch correction (its is_weight and filter blocks), which the ROLL dialect does not translate: write posttrain's algorithm.rollout_is_* (token, sequence or geometric weights truncated at rollout_is_threshold) and algorithm.rollout_rs* (ratio and k2/k3 bounds) instead; ROLL's per-turn (segment) level and its probability-difference (diff) filter have no counterpart there",
 }
 
 
