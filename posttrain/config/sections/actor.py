@@ -76,7 +76,6 @@ def roll_worker_unsupported(role: str, section_name: str) -> dict[str, str]:
     }
 
 
-_PACKING = "ROLL's sequence packing (Megatron only in ROLL): posttrain packs the real tokens of a micro-batch with model.use_remove_padding and sizes micro-batches by tokens with actor.use_dynamic_bsz"
 NCCL_OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleeps (ROLL, GPU memory): posttrain keeps its process "
                 "groups for the whole run; it frees the rollout engine's memory between generations with rollout.free_cache_engine")
 _OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleeps (ROLL, GPU memory): posttrain keeps its process "
@@ -162,8 +161,6 @@ UNSUPPORTED: dict[str, str] = {
     "roll:actor_train.offload_nccl": NCCL_OFFLOAD,
     "roll:actor_train.worker_cls": "ROLL's worker class for the role; posttrain's roles are its own (posttrain.workers), chosen by the algorithm",
     "verl:actor_rollout_ref.actor.freeze_vision_tower": "a vision tower to freeze: posttrain trains text-only models (until multimodal support)",
-    "roll:actor_train.use_sequence_packing": _PACKING,
-    "roll:actor_train.sequence_packing_args": _PACKING,
     "roll:is_offload_states": _OFFLOAD,
     "roll:is_offload_optimizer_states_in_train_step": _OFFLOAD,
     "roll:use_topr_neg_loss_coef": "ROLL's TOPR loss options: choose the policy loss by name in actor.policy_loss.loss_mode",
