@@ -158,7 +158,6 @@ UNSUPPORTED: dict[str, str] = {
         "ROLL picks a TRL value-head class with it; posttrain picks the model class from the role "
         "(critic: value model, reward: sequence classifier)"
     ),
-    "roll:model_download_type": "where ROLL downloads models from; posttrain never downloads (model paths are local directories or the local cache)",
     "roll:actor_infer.model_args.model_name_or_path": "every role loads the policy's weights (model.path, ROLL: pretrain)",
     "roll:reference.model_args.model_name_or_path": "every role loads the policy's weights (model.path, ROLL: pretrain)",
 }
