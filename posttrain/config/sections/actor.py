@@ -173,6 +173,7 @@ _NOT_READ = "not read by ROLL (no field of its config dataclasses declares it; R
 NO_EFFECT: dict[str, str] = {
     "roll:positive_loss_coef": _NOT_READ + " (ROLL spells its field postive_loss_coef)",
     "roll:model_name": _NOT_READ + " (a name the agentic examples build with ${now:...})",
+    "roll:world_size": _NOT_READ + " at the top level (only a role, or an env manager, has a world_size; a role's is the length of its device list)",
     "verl:actor_rollout_ref.actor.sum_pi_squared_checkpointing": "recomputes verl's sum of squared probabilities in its backward to save memory; posttrain computes it (actor.calculate_sum_pi_squared) in a pass without gradients, which keeps no activations",
     "roll:enable_old_logprobs_recompute": "when ROLL computes old log-probs (a scheduling optimisation with the same values); posttrain decides with actor.reuse_rollout_logprobs",
     "roll:reference.use_dynamic_batching_in_train": "the reference is never trained",

@@ -22,6 +22,7 @@ REFUSED_LOGGERS = {
     "clearml": "not implemented: posttrain has adapters for wandb, mlflow and swanlab (each with an offline mode), not for ClearML; use one of them or tensorboard",
     "vemlp_wandb": "not implemented: Volcano Engine ML Platform's tracker needs that platform's SDK and credentials, which posttrain does not integrate; use wandb, mlflow or swanlab",
     "trackio": "not implemented: posttrain has adapters for wandb, mlflow and swanlab, not for trackio; use one of them or tensorboard",
+    "ml_tracker": "not a tracker of ROLL's public source either (its track_with registers tensorboard, wandb, stdout, swanlab and trackio; ROLL stops with 'Unknown tracker name' on this one): an in-house tracker its examples name; use wandb, mlflow, swanlab or tensorboard",
 }
 
 
