@@ -30,8 +30,8 @@ from typing import Any
 
 from posttrain.config.dialects import roll_defaults
 from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, agentic_thinking, env_manager_sampling
-from posttrain.config.dialects import roll_async, roll_budgets, roll_envs, roll_judge, roll_lengths, roll_outputs, roll_pg, roll_roles, roll_strategy
-from posttrain.config.dialects import roll_correction, roll_download, roll_packing, roll_profiler
+from posttrain.config.dialects import roll_async, roll_budgets, roll_correction, roll_download, roll_envs, roll_judge, roll_lengths, roll_outputs
+from posttrain.config.dialects import roll_packing, roll_pg, roll_profiler, roll_roles, roll_strategy
 from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
@@ -181,32 +181,6 @@ def topr(ctx: Context) -> None:
         ctx.drop(key, "false: no TOPR loss (the policy loss is actor.policy_loss.loss_mode)")
     else:
         ctx.refuse(key, f"expected true or false, got {value!r}", None, value)
-
-
-def importance_sampling(ctx: Context) -> None:
-    """``importance_sampling: seq`` is ROLL's sequence-level PPO ratio, exp of the mean token log-ratio
-    of each response, clipped as the token ratio is: posttrain's ``gspo`` loss, which has the same
-    value and gradient whenever a response's tokens weigh alike in the aggregate (every
-    loss_agg_mode; tests/config/test_roll_loss_keys.py), and apart from gspo's cap of the ratio at
-    e^10. With ``dual_clip_loss: true`` ROLL's actor bounds that loss for a negative advantage at
-    ``(1 + 2 x pg_clip) x |A|`` as for the token ratio: gspo's ``dual_clip_c`` option (loss_args).
-    ``token`` is posttrain's own ratio."""
-    key = "importance_sampling"
-    if not ctx.has(key):
-        return
-    ctx.consume(key)
-    value = ctx.get(key)
-    if value in ("token", None):
-        ctx.drop(key, "token: the per-token ratio, posttrain's own (actor.policy_loss.loss_mode vanilla)")
-    elif value != "seq":
-        ctx.refuse(key, f"expected token or seq, got {value!r}", None, value)
-    else:
-        ctx.set("actor.policy_loss.loss_mode", "gspo", key, "seq: ROLL's sequence ratio, exp(mean token log-ratio), is gspo's")
-        clip = ctx.get("pg_clip", roll_defaults.PG_CLIP_DEFAULT)
-        # ROLL's actor bounds the sequence-ratio loss of a negative-advantage token as it bounds the
-        # token ratio's; a bad pg_clip is refused by dual_clip_loss's own rule.
-        if ctx.get("dual_clip_loss") is True and isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0:
-            ctx.set("actor.policy_loss.loss_args", {"dual_clip_c": 1 + 2 * clip}, key, f"seq with dual_clip_loss: gspo's dual clip at ROLL's bound 1 + 2 x pg_clip ({clip})")
 
 
 def model_parallel(ctx: Context, role: str) -> tuple[Any, str]:
@@ -403,4 +377,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_envs.HANDLERS, *roll_pg.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, *roll_correction.HANDLERS, *roll_packing.HANDLERS, *roll_profiler.HANDLERS, *roll_download.HANDLERS, node_count, roll_roles.template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, agentic_thinking, *roll_defaults.HANDLERS]
+HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_envs.HANDLERS, *roll_pg.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, *roll_correction.HANDLERS, *roll_packing.HANDLERS, *roll_profiler.HANDLERS, *roll_download.HANDLERS, node_count, roll_roles.template, reward_norm, mini_batch, topr, roll_pg.importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, agentic_thinking, *roll_defaults.HANDLERS]
