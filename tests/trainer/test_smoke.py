@@ -184,3 +184,13 @@ def test_smoke_rows_give_every_reward_workers_domain_rows(tmp_path):
     rows = [json.loads(line) for line in open(written["data"]["train_files"][0])]
     # 5 domains drawn by data.domain_interleave_probs: a row of each, more than the 4 the 2 steps need
     assert sorted({r["data_source"] for r in rows}) == [f"{name}_tag" for name in "abcde"] and len(rows) == 5
+
+
+def test_smoke_config_generates_in_place_of_a_replay_and_dumps_under_its_folder(tmp_path):
+    from posttrain.trainer.smoke import smoke_config
+
+    base = ["model.path=/nonexistent/model", "trainer.rollout_mock_dir=/data/dumps"]
+    _, lines = smoke_config(None, [*base, "trainer.rollout_mock=replay"], None, tmp_path / "a")
+    assert "trainer.rollout_mock: replay -> None (the tiny model generates; /data/dumps's rollouts are the real model's)" in lines
+    _, lines = smoke_config(None, [*base, "trainer.rollout_mock=dump"], None, tmp_path / "b")
+    assert f"trainer.rollout_mock_dir: /data/dumps -> {tmp_path / 'b' / 'out' / 'rollout_mock_dir'}" in lines
