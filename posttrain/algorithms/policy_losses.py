@@ -101,6 +101,7 @@ def gspo_loss(
     clip_ratio: float = 0.2,
     clip_ratio_low: float | None = None,
     clip_ratio_high: float | None = None,
+    dual_clip_c: float | None = None,
     loss_scale_factor: float | None = None,
     sample_weights: torch.Tensor | None = None,
 ) -> LossOutput:
@@ -110,9 +111,14 @@ def gspo_loss(
         log s_i = (1/|y_i|) sum_t m_it (log pi - log pi_old);  s_it = exp(sg[log s_i] + log pi_t - sg[log pi_t])
         (value s_i, gradient of a token ratio), log s_it clamped at 10;
         L = max(-A s_it, -A clip(s_it, 1 - eps_low, 1 + eps_high)), aggregated by `loss_agg_mode`.
+        Dual clip (`dual_clip_c` = c > 1; None, the default, disables it, as in the paper and verl):
+        for A < 0, L = min(L, -A c), so a response whose sequence ratio s_i exceeds c stops pushing
+        its tokens down; pg_clipfrac_lower = share of tokens where it binds.
     Names:
         verl `loss_mode=gspo` (recipe clip_ratio_low 3e-4, clip_ratio_high 4e-4); ROLL
-        `importance_sampling: seq`; Trinity-RFT `policy_loss_fn: gspo`.
+        `importance_sampling: seq` (with `dual_clip_loss: true`, ROLL's actor applies its dual clip
+        to the loss of the sequence ratio: `dual_clip_c` = 1 + 2 x pg_clip); Trinity-RFT
+        `policy_loss_fn: gspo`.
     Paper:
         Zheng et al. 2025, Group Sequence Policy Optimization, arXiv:2507.18071.
     Deviation:
@@ -128,9 +134,16 @@ def gspo_loss(
     loss1 = -adv * s
     loss2 = -adv * torch.clamp(s, 1.0 - eps_low, 1.0 + eps_high)
     losses = torch.maximum(loss1, loss2)
+    lower: Scalar = 0.0
+    if dual_clip_c is not None:
+        if dual_clip_c <= 1.0:
+            raise ValueError(f"dual_clip_c (dual-clip bound) must be > 1.0, got {dual_clip_c}")
+        loss3 = -adv * dual_clip_c
+        lower = masked_mean((torch.gt(losses, loss3) & (adv < 0)).float(), mask)
+        losses = torch.where(adv < 0, torch.minimum(losses, loss3), losses)
     loss = aggregate_loss(losses, mask, loss_agg_mode, loss_scale_factor=loss_scale_factor, weights=sample_weights)
     clipfrac = masked_mean(torch.gt(loss2, loss1).float(), mask)
-    return LossOutput(loss, _metrics(clipfrac, masked_mean(-log_ratio, mask), 0.0))
+    return LossOutput(loss, _metrics(clipfrac, masked_mean(-log_ratio, mask), lower))
 
 
 @register_policy_loss("geo_mean", aliases=("gmpo",))

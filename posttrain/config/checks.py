@@ -28,7 +28,7 @@ from posttrain.config.sections.data import check_domain_probs, check_query_key, 
 from posttrain.config.sections.model import check_kernel_flags
 from posttrain.config.sections.auxiliary import check_auxiliary_models
 from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers
-from posttrain.config.sections.trainer import check_save_strategy
+from posttrain.config.sections.trainer import check_rollout_mock, check_save_strategy
 from posttrain.config.sections.optim import check_optimizer_args
 from posttrain.config.sections.rollout import check_min_response_length, check_num_beams, check_prompt_length, check_trace
 
@@ -511,6 +511,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_trace,
     check_save_contents,
     check_save_strategy,
+    check_rollout_mock,
     check_optimizer_args,
     check_agentic_reward_norm,
     check_filter_groups,

@@ -24,6 +24,7 @@ from posttrain.data import collate_prompts, make_sampler, pad_token_id
 from posttrain.data.domains import worker_tag_map
 from posttrain.data.loader import ExampleReader
 from posttrain.data.train_sampler import make_train_sampler
+from posttrain.errors import UserError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
 from posttrain.tracking import Generation, phase
@@ -33,6 +34,7 @@ from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metr
 from posttrain.trainer.preflight import stage_inputs
 from posttrain.trainer.dynamic_sampling import Round, gather_groups, metric_values
 from posttrain.trainer.rewarding import RewardStage
+from posttrain.trainer.rollout_mock import RolloutMock
 from posttrain.trainer.rollout_tracing import open_rollout_tracer, trace_rollout
 from posttrain.trainer.mixing import ExpertRows, expert_dataset
 from posttrain.trainer.rl_build import build_roles
@@ -81,6 +83,10 @@ class RLTrainer:
         self.max_new_tokens = response_length(cfg)
         # perf/* and the profiler; a decoupled explorer holds no policy to measure
         self.observer = StepObserver(cfg, self.roles, ctx, self.derived.total_training_steps) if halves != "explorer" else None
+        if cfg.trainer.rollout_mock is not None and halves != "both":
+            raise UserError(f"trainer.rollout_mock={cfg.trainer.rollout_mock} dumps or replays the synchronous loop's steps; this run "
+                            "explores and trains in two processes (a lagging synchronizer or the engine on devices of its own)")
+        self.mock = RolloutMock(cfg.trainer.rollout_mock, cfg.trainer.rollout_mock_dir, writes=ctx.world.is_main)
 
     # ---------------------------------------------------------------- the RL step
     def step(self, prompts: PromptBatch | int, step: int) -> dict[str, float]:
@@ -89,7 +95,11 @@ class RLTrainer:
         run (`posttrain.trainer.decoupled`) runs the same two halves in two processes."""
         timer = PhaseTimer(self.observer.watch())
         refill = functools.partial(self._next_prompts, step)  # round r's prompts, for dynamic sampling
-        experience = self.explore(prompts, timer, expected_version=self.roles.actor.version, refill=refill)
+        if self.mock.replays:  # trainer.rollout_mock=replay: a dump run's rollouts and rewards of this step
+            experience = self.mock.load(self.ctx.step_offset + step)
+        else:
+            experience = self.explore(prompts, timer, expected_version=self.roles.actor.version, refill=refill)
+            self.mock.dump(self.ctx.step_offset + step, experience)  # trainer.rollout_mock=dump
         metrics, train = self.learn(experience, step, timer)
         with timer("sync"):
             self.roles.sync.push(self.roles.actor.version)

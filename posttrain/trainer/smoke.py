@@ -350,13 +350,16 @@ def _sizes(native: dict[str, Any], workdir: Path, stage: bool = False) -> list[s
 
 # Where a run writes, besides its run directory: moved under the smoke folder, as the run directory is.
 _OUTPUTS = [("trainer", "rollout_data_dir"), ("trainer", "validation_data_dir"), ("trainer", "checkpoint_dir"),
-            ("profiler", "save_path"), ("log", "dir")]
+            ("trainer", "rollout_mock_dir"), ("profiler", "save_path"), ("log", "dir")]
 
 
 def _outputs(native: dict[str, Any], workdir: Path) -> list[str]:
     trainer = native.setdefault("trainer", {})
     lines = [f"trainer.default_local_dir: {trainer.get('default_local_dir')} -> {workdir / 'run'}"] if trainer.get("default_local_dir") else []
     trainer["default_local_dir"] = str(workdir / "run")
+    if trainer.get("rollout_mock") == "replay":  # dumped token ids of the user's model mean nothing to the tiny one
+        lines.append(f"trainer.rollout_mock: replay -> None (the tiny model generates; {trainer.pop('rollout_mock_dir', None)}'s rollouts are the real model's)")
+        trainer["rollout_mock"] = None
     for section, key in _OUTPUTS:
         node = native.get(section) or {}
         if node.get(key):

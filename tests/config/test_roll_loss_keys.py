@@ -30,19 +30,24 @@ def test_importance_sampling_seq_is_the_gspo_loss_and_token_is_posttrain_s_ratio
     assert translate({"importance_sampling": "seq"}, "roll")[0]["actor"]["policy_loss"]["loss_mode"] == "gspo"
     native, report = translate({"importance_sampling": "token"}, "roll")
     assert "actor" not in native and report.entry("importance_sampling").status == "dropped"
-    _, report = translate({"importance_sampling": "seq", "dual_clip_loss": True}, "roll")
-    assert "gspo) has no dual clip" in report.entry("importance_sampling").reason
+    native, report = translate({"importance_sampling": "seq", "dual_clip_loss": True, "pg_clip": 0.25}, "roll")
+    assert not report.refused
+    assert native["actor"]["policy_loss"] == {"loss_mode": "gspo", "loss_args": {"dual_clip_c": 1.5}}
+    assert "loss_args" not in translate({"importance_sampling": "seq", "dual_clip_loss": False}, "roll")[0]["actor"]["policy_loss"]
     _, report = translate({"importance_sampling": "seq", "use_topr_loss": True}, "roll")
     assert "conflicts with use_topr_loss" in report.entry("importance_sampling").reason
 
 
-def _roll_sequence_ratio_loss(logp, old, adv, mask, eps, agg):
+def _roll_sequence_ratio_loss(logp, old, adv, mask, eps, agg, dual_clip=False):
     """ROLL's importance_sampling: seq, from its formula: one ratio per response, the exp of the mean
-    token log-ratio (its gradient spread over the response's tokens), broadcast to every token."""
+    token log-ratio (its gradient spread over the response's tokens), broadcast to every token; with
+    dual_clip_loss its actor's bound min(loss, -(1 + 2 eps) A) where A < 0."""
     from posttrain.algorithms import aggregate_loss
 
     ratio = torch.exp(((logp - old) * mask).sum(-1) / mask.sum(-1)).unsqueeze(-1).expand_as(logp)  # (B, T)
     loss = -torch.min(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv)
+    if dual_clip:
+        loss = torch.where(adv < 0, -torch.max(-loss, (1 + 2 * eps) * adv), loss)
     return aggregate_loss(loss, mask, agg)
 
 
@@ -66,6 +71,33 @@ def test_roll_s_sequence_ratio_has_gspo_s_value_and_gradient(agg):
     roll.backward()
     torch.testing.assert_close(got.grad, want.grad)
     assert float(got.grad[0].abs().sum()) > 0 and float(got.grad[1].abs().sum()) == 0  # row 1 clipped
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+def test_roll_s_sequence_ratio_with_dual_clip_is_gspo_s_dual_clip(agg):
+    from posttrain.algorithms import gspo_loss
+
+    # Row 0: A = -1, s_0 = exp(0.5) = 1.6487 > 1 + 2 x 0.2: the dual clip binds at 1.4 (no gradient).
+    # Row 1: A = -1, s_1 = exp(0.3) = 1.3499 < 1.4: unclipped -A s_1, gradient flows.
+    # Row 2: A = +1, s_2 = exp(0.5): clipped at 1.2 by the ordinary clip, the dual clip never applies.
+    logp = torch.tensor([[0.5, 0.5], [0.3, 0.3], [0.5, 0.5]])
+    old = torch.zeros(3, 2)
+    mask = torch.ones(3, 2)
+    adv = torch.tensor([[-1.0], [-1.0], [1.0]]).expand(3, 2)
+    got, want = logp.clone().requires_grad_(), logp.clone().requires_grad_()
+    out = gspo_loss(old_logprob=old, logprob=got, advantages=adv, response_mask=mask, loss_agg_mode=agg, clip_ratio=0.2, dual_clip_c=1.4)
+    roll = _roll_sequence_ratio_loss(want, old, adv, mask, 0.2, agg, dual_clip=True)
+    assert float(out.loss.detach()) == pytest.approx((1.4 + math.exp(0.3) - 1.2) / 3, abs=1e-6)
+    assert float(roll.detach()) == pytest.approx(float(out.loss.detach()), abs=1e-6)
+    assert out.metrics["pg_clipfrac_lower"] == pytest.approx(1 / 3)
+    out.loss.backward()
+    roll.backward()
+    torch.testing.assert_close(got.grad, want.grad)
+    assert float(got.grad[0].abs().sum()) == 0 and float(got.grad[1].abs().sum()) > 0
+    off = gspo_loss(old_logprob=old, logprob=logp, advantages=adv, response_mask=mask, loss_agg_mode=agg, clip_ratio=0.2)
+    assert float(off.loss) == pytest.approx((math.exp(0.5) + math.exp(0.3) - 1.2) / 3, abs=1e-6)
+    with pytest.raises(ValueError, match="dual_clip_c"):
+        gspo_loss(old_logprob=old, logprob=logp, advantages=adv, response_mask=mask, dual_clip_c=1.0)
 
 
 @pytest.mark.parametrize(("variant", "options", "loss", "clip"), [

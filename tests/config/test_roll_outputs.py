@@ -20,3 +20,8 @@ def test_rollout_dump_dir(path, status, native):
     assert entry.status == status and got.get("trainer", {}).get("rollout_data_dir") == native
     if path == "./output/rollout_dump":
         assert "only under an absolute path" in entry.reason
+
+
+def test_track_with_ml_tracker_is_refused_as_roll_itself_has_no_such_tracker():
+    _, report = translate({"track_with": "ml_tracker"}, "roll")
+    assert "Unknown tracker name" in report.entry("track_with").reason

@@ -64,3 +64,14 @@ def test_every_role_s_environment_variables_join_the_shared_processes_unless_two
     assert {e.key for e in report.refused} == {"system_envs.A", "actor_train.system_envs.A", "system_envs.B", "val_env_manager.system_envs.B"}
     assert "give A different values (system_envs: '1', actor_train.system_envs: '0', actor_infer.system_envs: '1'" in report.entry("actor_train.system_envs.A").reason
     assert native.get("cluster") is None
+
+
+def test_the_critic_s_model_type_is_posttrain_s_value_model_or_refused():
+    from posttrain.config.dialects import translate
+
+    _, report = translate({"critic": {"model_args": {"model_type": "auto_token_classification"}}}, "roll")
+    assert report.entry("critic.model_args.model_type").status == "dropped"
+    _, report = translate({"critic": {"model_args": {"model_type": "trl"}}}, "roll")
+    assert "dropout" in report.entry("critic.model_args.model_type").reason
+    _, report = translate({"critic": {"model_args": {"model_type": "auto_token_classification", "num_labels": 2}}}, "roll")
+    assert report.entry("critic.model_args.model_type").status == "refused"

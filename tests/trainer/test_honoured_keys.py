@@ -592,6 +592,8 @@ ELSEWHERE = {
     **{f"rollout.trace.{k}": "tests/tracking/test_optional_trackers.py::test_rollout_traces_go_to_the_mlflow_store_tagged_as_verl_tags_them"
        for k in ("backend", "token2text")},
     "rollout.trace.max_samples_per_step_per_worker": "tests/tracking/test_optional_trackers.py::test_a_training_run_sends_the_same_metrics_and_samples_to_every_tracker",
+    **{f"trainer.{k}": "tests/trainer/test_rollout_mock.py::test_a_replayed_run_trains_on_the_dumped_rollouts_and_reproduces_the_losses"
+       for k in ("rollout_mock", "rollout_mock_dir")},
 }
 
 # Keys whose requested behaviour posttrain always has (each field's doc says so): no effect, checked.

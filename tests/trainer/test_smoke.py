@@ -202,3 +202,13 @@ def test_smoke_config_serves_the_tiny_model_as_each_auxiliary_model(tmp_path):
 
     rows = [json.loads(line) for line in open(written["data"]["train_files"][0])]
     assert all(r["rubric"][0]["description"] for r in rows)  # a synthetic rubric column for a rubric_judge
+
+
+def test_smoke_config_generates_in_place_of_a_replay_and_dumps_under_its_folder(tmp_path):
+    from posttrain.trainer.smoke import smoke_config
+
+    base = ["model.path=/nonexistent/model", "trainer.rollout_mock_dir=/data/dumps"]
+    _, lines = smoke_config(None, [*base, "trainer.rollout_mock=replay"], None, tmp_path / "a")
+    assert "trainer.rollout_mock: replay -> None (the tiny model generates; /data/dumps's rollouts are the real model's)" in lines
+    _, lines = smoke_config(None, [*base, "trainer.rollout_mock=dump"], None, tmp_path / "b")
+    assert f"trainer.rollout_mock_dir: /data/dumps -> {tmp_path / 'b' / 'out' / 'rollout_mock_dir'}" in lines

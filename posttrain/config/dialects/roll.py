@@ -30,7 +30,8 @@ from typing import Any
 
 from posttrain.config.dialects import roll_defaults
 from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, agentic_thinking, env_manager_sampling
-from posttrain.config.dialects import roll_async, roll_budgets, roll_envs, roll_judge, roll_lengths, roll_outputs, roll_pg, roll_roles, roll_strategy
+from posttrain.config.dialects import roll_async, roll_budgets, roll_correction, roll_download, roll_envs, roll_judge, roll_lengths, roll_outputs
+from posttrain.config.dialects import roll_packing, roll_pg, roll_profiler, roll_roles, roll_strategy
 from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
@@ -182,27 +183,6 @@ def topr(ctx: Context) -> None:
         ctx.refuse(key, f"expected true or false, got {value!r}", None, value)
 
 
-def importance_sampling(ctx: Context) -> None:
-    """``importance_sampling: seq`` is ROLL's sequence-level PPO ratio, exp of the mean token log-ratio
-    of each response, clipped as the token ratio is: posttrain's ``gspo`` loss, which has the same
-    value and gradient whenever a response's tokens weigh alike in the aggregate (every
-    loss_agg_mode; tests/config/test_roll_loss_keys.py), and apart from gspo's cap of the ratio at
-    e^10. ``token`` is posttrain's own ratio."""
-    key = "importance_sampling"
-    if not ctx.has(key):
-        return
-    ctx.consume(key)
-    value = ctx.get(key)
-    if value in ("token", None):
-        ctx.drop(key, "token: the per-token ratio, posttrain's own (actor.policy_loss.loss_mode vanilla)")
-    elif value != "seq":
-        ctx.refuse(key, f"expected token or seq, got {value!r}", None, value)
-    elif ctx.get("dual_clip_loss") is True:
-        ctx.refuse(key, "seq with dual_clip_loss: posttrain's sequence-ratio loss (gspo) has no dual clip; drop one of the two", "actor.policy_loss.loss_mode", value)
-    else:
-        ctx.set("actor.policy_loss.loss_mode", "gspo", key, "seq: ROLL's sequence ratio, exp(mean token log-ratio), is gspo's")
-
-
 def model_parallel(ctx: Context, role: str) -> tuple[Any, str]:
     """How many devices one data-parallel rank of ``role`` spans under ROLL's strategy, and the text."""
     strategy = ctx.get(f"{role}.strategy_args.strategy_name")
@@ -350,7 +330,7 @@ RULES: dict[str, Rule] = {
     "actor_train.training_args.gradient_accumulation_steps": Rule("actor.ppo_mini_batch_size", _ACCUMULATION, 4),
     "critic.training_args.gradient_accumulation_steps": Rule("critic.ppo_mini_batch_size", _ACCUMULATION, 4),
     "sft_train": Rule("algorithm.kind", "ROLL's SFT pipeline (a file with sft_train and no actor_train): an SFT stage whose sft_train keys translate as actor_train's; data.train_batch_size = per_device_train_batch_size x gradient_accumulation_steps x data-parallel ranks, rows in file order, ROLL's training defaults (posttrain.config.dialects.roll_sft)", {"model_args": {"dtype": "bf16"}}),
-    "importance_sampling": Rule("actor.policy_loss.loss_mode", "seq: ROLL's sequence-level ratio, the gspo loss (refused with dual_clip_loss: gspo has no dual clip); token: nothing (posttrain's ratio)", "seq"),
+    "importance_sampling": Rule("actor.policy_loss.loss_mode", "seq: ROLL's sequence-level ratio, the gspo loss (with dual_clip_loss: gspo's dual_clip_c = 1 + 2 x pg_clip); token: nothing (posttrain's ratio)", "seq"),
     "use_topr_loss": Rule("actor.policy_loss.loss_mode", "true: ROLL's TOPR loss, topr_roll (full REINFORCE on responses scoring > 0, importance weight truncated at 1 on the others); false: nothing", True),
     # a reward worker's placement (reward_workers): a rule worker runs no model
     **{f"rewards.*.{key}": Rule(None, f"{why}; for the LLM judge: {judge}", "anything", (("rewards.w.worker_cls", _MATH_WORKER),))
@@ -365,6 +345,10 @@ RULES: dict[str, Rule] = {
     **roll_outputs.RULES,
     **roll_envs.RULES,
     **roll_pg.RULES,
+    **roll_correction.RULES,
+    **roll_packing.RULES,
+    **roll_profiler.RULES,
+    **roll_download.RULES,
 }
 
 _DPO_KEYS = ("ipo", "beta", "label_smoothing", "chosen_key", "rejected_key")
@@ -393,4 +377,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_envs.HANDLERS, *roll_pg.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, node_count, roll_roles.template, reward_norm, mini_batch, topr, importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, agentic_thinking, *roll_defaults.HANDLERS]
+HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_envs.HANDLERS, *roll_pg.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, *roll_correction.HANDLERS, *roll_packing.HANDLERS, *roll_profiler.HANDLERS, *roll_download.HANDLERS, node_count, roll_roles.template, reward_norm, mini_batch, topr, roll_pg.importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, agentic_thinking, *roll_defaults.HANDLERS]

@@ -17,6 +17,8 @@ default worker's. Per variant, with its per-token loss l_t and the option keys R
 - ``kimi15``: refused (posttrain has no loss with Kimi k1.5's squared log-ratio penalty; its kimi15_tau
   is then unknown).
 
+The default worker's ``importance_sampling: seq`` (its sequence-level ratio) is `importance_sampling`.
+
 posttrain's losses clamp the log-ratio to [-20, 20] before exp; ROLL does not (only ratios beyond
 e^20 differ).
 """
@@ -28,6 +30,7 @@ from typing import Any
 from posttrain.config.dialects.report import Entry
 from posttrain.config.dialects.translate import Context
 from posttrain.config.tables import Rule
+from posttrain.config.dialects.roll_defaults import PG_CLIP_DEFAULT
 
 PG_WORKERS = ("roll.pipeline.rlvr.actor_pg_worker.ActorPGWorker", "roll.pipeline.agentic.agentic_actor_pg_worker.ActorWorker")
 WORKER, VARIANT = "actor_train.worker_cls", "actor_train.pg_variant"
@@ -94,6 +97,32 @@ def _cispo(ctx: Context, variant: str, low: float, high: float, what: str) -> No
     ctx.set(_LOSS, "cispo", VARIANT, f"{variant}: {what}, posttrain's cispo")
     ctx.set("actor.clip_ratio_low", low, VARIANT, f"{variant}'s lower weight bound 1 - {low}")
     ctx.set("actor.clip_ratio_high", high, VARIANT, f"{variant}'s upper weight bound 1 + {high}")
+
+
+def importance_sampling(ctx: Context) -> None:
+    """``importance_sampling: seq`` is ROLL's sequence-level PPO ratio, exp of the mean token log-ratio
+    of each response, clipped as the token ratio is: posttrain's ``gspo`` loss, which has the same
+    value and gradient whenever a response's tokens weigh alike in the aggregate (every
+    loss_agg_mode; tests/config/test_roll_loss_keys.py), and apart from gspo's cap of the ratio at
+    e^10. With ``dual_clip_loss: true`` ROLL's actor bounds that loss for a negative advantage at
+    ``(1 + 2 x pg_clip) x |A|`` as for the token ratio: gspo's ``dual_clip_c`` option (loss_args).
+    ``token`` is posttrain's own ratio."""
+    key = "importance_sampling"
+    if not ctx.has(key):
+        return
+    ctx.consume(key)
+    value = ctx.get(key)
+    if value in ("token", None):
+        ctx.drop(key, "token: the per-token ratio, posttrain's own (actor.policy_loss.loss_mode vanilla)")
+    elif value != "seq":
+        ctx.refuse(key, f"expected token or seq, got {value!r}", None, value)
+    else:
+        ctx.set("actor.policy_loss.loss_mode", "gspo", key, "seq: ROLL's sequence ratio, exp(mean token log-ratio), is gspo's")
+        clip = ctx.get("pg_clip", PG_CLIP_DEFAULT)
+        # ROLL's actor bounds the sequence-ratio loss of a negative-advantage token as it bounds the
+        # token ratio's; a bad pg_clip is refused by dual_clip_loss's own rule.
+        if ctx.get("dual_clip_loss") is True and isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0:
+            ctx.set("actor.policy_loss.loss_args", {"dual_clip_c": 1 + 2 * clip}, key, f"seq with dual_clip_loss: gspo's dual clip at ROLL's bound 1 + 2 x pg_clip ({clip})")
 
 
 _PG = (("actor_train.worker_cls", PG_WORKERS[0]),)

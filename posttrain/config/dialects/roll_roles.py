@@ -108,9 +108,35 @@ def template(ctx: Context) -> None:
         ctx.drop(keys[1], f"ROLL uses global_template ({chosen!r}) when it is set")
 
 
+CRITIC_TYPE = "critic.model_args.model_type"
+
+
+def critic_model_type(ctx: Context) -> None:
+    """ROLL's value-model provider (roll/models/model_providers.py) loads the critic as
+    AutoModelForTokenClassification with num_labels (default 1) for ``auto_token_classification``:
+    posttrain's critic (posttrain.models.loading.load_value_model). ``trl`` is TRL's causal LM with a
+    value head, whose head applies dropout (TRL's summary_dropout_prob) to the hidden states it
+    reads; posttrain's value head runs without dropout. Any other value stops ROLL's value provider."""
+    if not ctx.has(CRITIC_TYPE):
+        return
+    ctx.consume(CRITIC_TYPE)
+    value, labels = ctx.get(CRITIC_TYPE), ctx.get("critic.model_args.num_labels", 1)
+    if value == "auto_token_classification" and labels == 1:
+        ctx.drop(CRITIC_TYPE, "auto_token_classification: a token-classification model with one label, posttrain's value model")
+    elif value == "trl":
+        ctx.refuse(CRITIC_TYPE, "trl: TRL's value-head model, whose head applies dropout to the hidden states (TRL's summary_dropout_prob); "
+                                "posttrain's critic is a token-classification model with one label and no dropout "
+                                "(auto_token_classification in ROLL): set that", None, value)
+    else:
+        ctx.refuse(CRITIC_TYPE, f"{value!r} (num_labels {labels!r}): ROLL's value model is auto_token_classification or trl "
+                                "(other values stop its value provider); posttrain's is auto_token_classification with one label", None, value)
+
+
 RULES: dict[str, Rule] = {
+    CRITIC_TYPE: Rule(None, "auto_token_classification (one label): posttrain's value model, dropped; trl (a TRL value head with dropout): refused",
+                      "auto_token_classification"),
     FREEZE: Rule("actor.freeze_module_prefix", "ROLL's comma-separated string split into prefixes; refused when one names a "
                  "vision or audio tower (posttrain loads text models); dropped with lora_target (ROLL ignores it then)",
                  "model.layers.0"),
 }
-HANDLERS = [freeze_prefix]
+HANDLERS = [freeze_prefix, critic_model_type]

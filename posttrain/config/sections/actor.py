@@ -76,7 +76,6 @@ def roll_worker_unsupported(role: str, section_name: str) -> dict[str, str]:
     }
 
 
-_PACKING = "ROLL's sequence packing (Megatron only in ROLL): posttrain packs the real tokens of a micro-batch with model.use_remove_padding and sizes micro-batches by tokens with actor.use_dynamic_bsz"
 NCCL_OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleeps (ROLL, GPU memory): posttrain keeps its process "
                 "groups for the whole run; it frees the rollout engine's memory between generations with rollout.free_cache_engine")
 _OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleeps (ROLL, GPU memory): posttrain keeps its process "
@@ -162,12 +161,9 @@ UNSUPPORTED: dict[str, str] = {
     "roll:actor_train.offload_nccl": NCCL_OFFLOAD,
     "roll:actor_train.worker_cls": "ROLL's worker class for the role; posttrain's roles are its own (posttrain.workers), chosen by the algorithm",
     "verl:actor_rollout_ref.actor.freeze_vision_tower": "a vision tower to freeze: posttrain trains text-only models (until multimodal support)",
-    "roll:actor_train.use_sequence_packing": _PACKING,
-    "roll:actor_train.sequence_packing_args": _PACKING,
     "roll:is_offload_states": _OFFLOAD,
     "roll:is_offload_optimizer_states_in_train_step": _OFFLOAD,
     "roll:use_topr_neg_loss_coef": "ROLL's TOPR loss options: choose the policy loss by name in actor.policy_loss.loss_mode",
-    "roll:train_infer_correction": "ROLL's spelling of the training/inference mismatch correction (its is_weight and filter blocks), which the ROLL dialect does not translate: write posttrain's algorithm.rollout_is_* (token, sequence or geometric weights truncated at rollout_is_threshold) and algorithm.rollout_rs* (ratio and k2/k3 bounds) instead; ROLL's per-turn (segment) level and its probability-difference (diff) filter have no counterpart there",
 }
 
 
@@ -177,6 +173,7 @@ _NOT_READ = "not read by ROLL (no field of its config dataclasses declares it; R
 NO_EFFECT: dict[str, str] = {
     "roll:positive_loss_coef": _NOT_READ + " (ROLL spells its field postive_loss_coef)",
     "roll:model_name": _NOT_READ + " (a name the agentic examples build with ${now:...})",
+    "roll:world_size": _NOT_READ + " at the top level (only a role, or an env manager, has a world_size; a role's is the length of its device list)",
     "verl:actor_rollout_ref.actor.sum_pi_squared_checkpointing": "recomputes verl's sum of squared probabilities in its backward to save memory; posttrain computes it (actor.calculate_sum_pi_squared) in a pass without gradients, which keeps no activations",
     "roll:enable_old_logprobs_recompute": "when ROLL computes old log-probs (a scheduling optimisation with the same values); posttrain decides with actor.reuse_rollout_logprobs",
     "roll:reference.use_dynamic_batching_in_train": "the reference is never trained",

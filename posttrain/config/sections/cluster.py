@@ -48,5 +48,4 @@ class ClusterConfig:
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     "roll:local_rank": "set by the launcher; posttrain assigns ranks itself",
-    "roll:world_size": "a role's world size is the length of its device list (cluster.device_mapping)",
 }

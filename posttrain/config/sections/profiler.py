@@ -85,8 +85,6 @@ UNSUPPORTED: dict[str, str] = {
     **role_unsupported("verl:actor_rollout_ref.ref.profiler"),
     **role_unsupported("verl:critic.profiler"),
     **role_unsupported("verl:reward_model.profiler"),
-    "roll:profiler_memory": "ROLL's memory profiler switch; posttrain records memory with profiler.tool: torch_memory over profiler.steps",
-    "roll:profiler_output_dir": "ROLL's profiler output folder; posttrain writes traces under profiler.save_path",
 }
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).

@@ -35,15 +35,12 @@ class RefConfig:
 
 
 # Reference keys with no field in `ref`, and why (read by the mapping generator and dialect loaders).
-_REF_PACKING = "ROLL's sequence packing (Megatron only in ROLL): posttrain packs the real tokens of a micro-batch with model.use_remove_padding"
 UNSUPPORTED: dict[str, str] = {
     **{f"{_VERL}.router_replay.{k}": ROUTER_REPLAY for k in ("mode", "record_file", "replay_file")},
     "roll:reference.model_args.dtype": "the reference loads the policy weights with the policy's dtype (model section)",
     **roll_worker_unsupported("reference", "ref"),
     "roll:reference.offload_nccl": NCCL_OFFLOAD,
     "verl:actor_rollout_ref.ref.use_torch_compile": "the reference runs the actor's forward, compiled when actor.use_torch_compile is (a different value cannot be honoured)",
-    "roll:reference.use_sequence_packing": _REF_PACKING,
-    "roll:reference.sequence_packing_args": _REF_PACKING,
     "roll:reference.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
 }
 

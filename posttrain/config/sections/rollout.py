@@ -143,10 +143,6 @@ _NCCL_OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleep
 _ASYNC_SERVER = ("verl's replacement for its vLLM/SGLang HTTP server class; posttrain has no rollout server between trainer "
                  "and engine: engines run in the worker and implement posttrain.rollout.base.RolloutEngine, registered "
                  "by name with posttrain.rollout.registry.register_engine and chosen with rollout.name")
-_DUMP = ("ROLL's dump and replay of rollouts in place of generating (for debugging): posttrain writes each step's rollouts to "
-         "trainer.rollout_data_dir to read, and trains on stored rollouts by exploring into a buffer (trainer.mode explore) "
-         "and training from it (trainer.mode train); a run is reproduced from its seeds")
-
 # Reference keys with no field in `rollout`, and why (read by the mapping generator and dialect loaders).
 _REPLICAS = ("data- or expert-parallel ranks inside one vLLM/SGLang engine (for MoE models): posttrain's engine on each worker "
              "splits a model only by tensor parallelism (rollout.tensor_model_parallel_size); 1 is accepted")
@@ -165,7 +161,6 @@ UNSUPPORTED: dict[str, str] = {
                                                "as a tool (rollout.multi_turn.tool_config_path), an interaction "
                                                "(rollout.multi_turn.interaction_config_path) or an environment (docs/agentic.md)"),
     "roll:actor_infer.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
-    "roll:rollout_mock": _DUMP,
     "verl:actor_rollout_ref.rollout.enable_rollout_routing_replay": ("recording the engine's MoE routing for the training forward to replay (R3): "
                                                                      "posttrain's training forward routes every token with the model's own router; false is accepted"),
     "verl:actor_rollout_ref.rollout.data_parallel_size": _REPLICAS,

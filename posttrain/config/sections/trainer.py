@@ -22,6 +22,7 @@ REFUSED_LOGGERS = {
     "clearml": "not implemented: posttrain has adapters for wandb, mlflow and swanlab (each with an offline mode), not for ClearML; use one of them or tensorboard",
     "vemlp_wandb": "not implemented: Volcano Engine ML Platform's tracker needs that platform's SDK and credentials, which posttrain does not integrate; use wandb, mlflow or swanlab",
     "trackio": "not implemented: posttrain has adapters for wandb, mlflow and swanlab, not for trackio; use one of them or tensorboard",
+    "ml_tracker": "not a tracker of ROLL's public source either (its track_with registers tensorboard, wandb, stdout, swanlab and trackio; ROLL stops with 'Unknown tracker name' on this one): an in-house tracker its examples name; use wandb, mlflow, swanlab or tensorboard",
 }
 
 
@@ -39,6 +40,8 @@ class TrainerConfig:
     log_val_generations: int = param(0, doc="Validation (prompt, response, score) examples appended to <run dir>/val_generations.jsonl each validation, and shown as a table by wandb, mlflow and swanlab.", ge=0, refs=["verl:trainer.log_val_generations"])
     write_report: bool = param(False, doc="Write <run dir>/report.html (curves, before/after-RL accuracy, validation samples) when posttrain train ends; `posttrain report RUN_DIR` writes it any time.")
     rollout_data_dir: str | None = param(None, doc="Directory for one JSONL file of training rollouts per step; null writes none.", refs=["verl:trainer.rollout_data_dir"])
+    rollout_mock: str | None = param(None, doc="dump writes each training step's explored batch (rollouts, rewards) to rollout_mock_dir/train/step_NNNNNN.experience; replay reads them back in place of generating and scoring, so another run trains on the same rollouts (a missing step fails; validation still generates); null does neither. RL stages of the synchronous loop.", choices=[None, "dump", "replay"])
+    rollout_mock_dir: str | None = param(None, doc="Directory of rollout_mock's dumped steps (relative paths from the working directory).")
     validation_data_dir: str | None = param(None, doc="Directory for one JSONL file of validation generations per validation; null writes none.", refs=["verl:trainer.validation_data_dir"])
     test_freq: int = param(-1, doc="Validate every this many steps and after the last; 0 or -1 never validates during training.", ge=-1, refs=["verl:trainer.test_freq", "roll:eval_steps", "trinity:explorer.eval_interval"])
     val_before_train: bool = param(True, doc="Validate once before the first training step (needs data.val_files).", refs=["verl:trainer.val_before_train", "trinity:explorer.eval_on_startup"])
@@ -89,3 +92,21 @@ def check_save_strategy(cfg: Any) -> list[str]:
     if strategy == "single_node" and get_path(cfg, "cluster.nnodes", 1) > 1 and world > 1:
         return [f"trainer.save_strategy=single_node asks the nodes to take turns writing checkpoints, but the processes of all {get_path(cfg, 'cluster.nnodes', 1)} nodes write their shards at once; use unrestricted"]
     return []
+
+
+def check_rollout_mock(cfg: Any) -> list[str]:
+    """rollout_mock dumps and replays the synchronous loop's explored batches, named by step."""
+    from posttrain.config.access import get_path, is_rl
+
+    mock, folder = get_path(cfg, "trainer.rollout_mock", None), get_path(cfg, "trainer.rollout_mock_dir", None)
+    if mock is None:
+        return ["trainer.rollout_mock_dir is only read with trainer.rollout_mock (dump or replay); set both or neither"] if folder else []
+    problems = []
+    if not folder:
+        problems.append(f"trainer.rollout_mock={mock} needs trainer.rollout_mock_dir, the directory of the dumped steps")
+    if not is_rl(cfg):
+        problems.append(f"trainer.rollout_mock={mock} acts on an RL stage's rollouts; algorithm.kind {get_path(cfg, 'algorithm.kind', 'rl')} has none")
+    if get_path(cfg, "trainer.mode", "both") != "both":
+        problems.append(f"trainer.rollout_mock={mock} dumps or replays the steps of the synchronous loop (trainer.mode both); "
+                        f"trainer.mode {get_path(cfg, 'trainer.mode', 'both')} stores experiences in the experience buffer instead")
+    return problems
