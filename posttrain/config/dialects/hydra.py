@@ -141,6 +141,11 @@ def apply(tree: Mapping[str, Any], overrides: Sequence[str], *, strict: bool, wh
     set_by: dict[str, str] = {}
     problems = []
     for text in overrides:
+        if not text.strip():
+            problems.append(f"command line override {text!r}: a blank word, not an override{also or ', which Hydra refuses too'}; "
+                            "in a script it comes from a backslash followed by a space rather than the line's end, and bash "
+                            "ends the command at a '#' comment after it: put the comment on a line of its own")
+            continue
         item = parse(text)
         current = _lookup(out, item.key)
         if item.op == "delete":
