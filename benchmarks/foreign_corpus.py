@@ -63,6 +63,8 @@ MACHINE = [
     ("the model", re.compile(r"model path .* is not an existing local directory|is not a model directory|no config\.json|nor a model the local Hugging Face cache")),
     ("a data file", re.compile(r"data file .* not found|no such data file|file not found|is neither a local file|not found in the local|dataset .* not .* cache|does not exist", re.I)),
     ("a GPU", re.compile(r"CUDA is not available|no (CUDA )?GPU|needs? (a )?GPU|\bcuda\b.*not available", re.I)),
+    # a device count a launch script reads from a scheduler's variable (SLURM's), unset outside a job
+    ("a cluster job", re.compile(r"a cluster job's device count")),
     # vLLM/SGLang rollout: the engine package is missing because the machine has no CUDA GPU for it
     ("vLLM/SGLang", re.compile(r"(vLLM|SGLang) is not installed .*no CUDA GPU")),
 ]
@@ -75,7 +77,7 @@ def verl_runs(checkout: Path) -> list[tuple[str, list[str] | None, str]]:
     for script in sorted(checkout.glob("examples/**/*.sh")):
         found = extract(script.read_text(errors="replace"), env, script=str(script))
         rel = str(script.relative_to(checkout))
-        note = "; ".join(found.unresolved)
+        note = "; ".join(found.blank_notes() + found.unresolved)
         out.append((rel, None if found.words is None else ["config", "plan", "--dialect", "verl", *found.words], note))
     return out
 

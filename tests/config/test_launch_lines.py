@@ -253,3 +253,12 @@ def test_hydra_adds_a_mapping_or_list_over_a_key_and_merges_mappings():
     assert out == {"kw": {"vllm": {"a": 1, "b": 2}, "sglang": {}}, "dtype": ["bf16"]}  # as Hydra 1.3 composes it
     with pytest.raises(ConfigError, match="t already has dtype, which Hydra refuses too"):
         hydra.apply(tree, ["+dtype=bf16"], strict=True, what="t", launcher="verl")
+
+
+def test_an_empty_device_count_is_refused_as_the_machines():
+    from posttrain.config.dialects.verl import BLANK_DEVICES
+
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["trainer.nnodes=", "trainer.n_gpus_per_node=8"], dialect="verl")
+    (line,) = [str(p) for p in err.value.problems if "nnodes" in str(p)]
+    assert line.endswith(f"trainer.nnodes (posttrain: cluster.nnodes): {BLANK_DEVICES}") and "$SLURM_JOB_NUM_NODES" in line

@@ -184,3 +184,25 @@ def test_smoke_rows_give_every_reward_workers_domain_rows(tmp_path):
     rows = [json.loads(line) for line in open(written["data"]["train_files"][0])]
     # 5 domains drawn by data.domain_interleave_probs: a row of each, more than the 4 the 2 steps need
     assert sorted({r["data_source"] for r in rows}) == [f"{name}_tag" for name in "abcde"] and len(rows) == 5
+
+
+def test_smoke_substitutes_device_counts_a_scripts_unset_variables_left_empty(tmp_path):
+    # test_gspo_3b_math.sh outside a SLURM job: NNODES=${SLURM_JOB_NUM_NODES}; trainer.nnodes="${NNODES}"
+    from posttrain.config.dialects.launch_script import extract
+    from posttrain.config.dialects.verl import BLANK_DEVICES
+    from posttrain.config.load import load_config
+    from posttrain.trainer.smoke import smoke_config
+
+    script = ("NNODES=${SLURM_JOB_NUM_NODES}\nexport NNODES\npython3 -m verl.trainer.main_ppo \\\n"
+              "  algorithm.adv_estimator=grpo trainer.nnodes=\"${NNODES}\" trainer.n_gpus_per_node=$GPUS $@\n")
+    found = extract(script, {})
+    assert found.words == ["algorithm.adv_estimator=grpo", "trainer.nnodes=", "trainer.n_gpus_per_node="]
+    assert found.blank_notes() == [
+        "trainer.nnodes is empty: $SLURM_JOB_NUM_NODES is not set; SLURM sets it inside a job: export it to plan here",
+        "trainer.n_gpus_per_node is empty: $GPUS is not set: export it to plan here"]
+    assert machine_refusal(BLANK_DEVICES)
+    config, lines = smoke_config(None, found.words, "verl", tmp_path / "w")
+    assert 'trainer.nnodes: "" -> left out (one CPU process here)' in lines
+    assert 'trainer.n_gpus_per_node: "" -> left out (one CPU process here)' in lines
+    cfg = load_config(str(config))
+    assert (cfg.cluster.nnodes, cfg.cluster.n_gpus_per_node, cfg.cluster.device) == (1, 0, "cpu")

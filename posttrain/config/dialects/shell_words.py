@@ -119,6 +119,11 @@ class Shell:
         self.vars.setdefault("PWD", env.get("PWD", "."))
         self.script = script
         self.unresolved: list[str] = []
+        # which unset variables left a value empty: per variable assigned one (NNODES=$SLURM_JOB_NUM_NODES),
+        # and per `key=` word of the last command run (so that a message can name the variable)
+        self.blank_from: dict[str, list[str]] = {}
+        self.blanks: dict[str, list[str]] = {}
+        self._missed: list[str] = []
 
     def run(self, raw: list[str]) -> list[str] | None:
         """Apply a command's assignments; return its expanded words (None for a pure assignment)."""
@@ -134,7 +139,17 @@ class Shell:
                 for name in raw[1:]:
                     self.vars.pop(name, None)
             return None
-        return [f for w in raw for f in self.fields(w)]
+        self.blanks = {}
+        out = []
+        for word in raw:
+            self._missed = []
+            fields = self.fields(word)
+            for f in fields:
+                key = re.fullmatch(r"\+{0,2}([\w.\-]+)=", f)
+                if key and self._missed:
+                    self.blanks[key.group(1)] = list(dict.fromkeys(self._missed))
+            out += fields
+        return out
 
     def _assign(self, name: str, op: str, value: str) -> None:
         if value.startswith("(") and value.endswith(")"):
@@ -142,9 +157,14 @@ class Shell:
             old = self.vars.get(name, [])
             self.vars[name] = (list(old) if op == "+=" and isinstance(old, list) else []) + items
             return
+        self._missed = []
         text = self._joined(value)
         old = self.vars.get(name, "")
         self.vars[name] = (_scalar(old) + text) if op == "+=" else text
+        if self.vars[name] == "" and self._missed:
+            self.blank_from[name] = list(dict.fromkeys(self._missed))
+        else:
+            self.blank_from.pop(name, None)
 
     def fields(self, raw: str) -> list[str]:
         """One raw word -> its fields (an unquoted expansion splits on whitespace; ``"$@"`` is none)."""
@@ -259,7 +279,10 @@ class Shell:
         if name not in self.vars:
             shown = f"${name.removeprefix('#positional')} (an argument of the script)" if name.startswith("#") else f"${name}"
             self._gap(f"{shown} is not set (expanded to nothing)")
+            self._missed.append(name)
             return ""
+        if name in self.blank_from and self.vars[name] == "":
+            self._missed += self.blank_from[name]
         return _scalar(self.vars[name])
 
     def _braced(self, body: str) -> str | list[str]:

@@ -1,6 +1,6 @@
 """verl keys dropped rather than refused, beyond Hydra's own (posttrain.config.dialects.source).
 
-`null_profile_steps`, `global_micro_batches`, `keep_one_checkpoint` and `sft_optim` are handlers
+`blank_device_counts`, `null_profile_steps`, `global_micro_batches`, `keep_one_checkpoint` and `sft_optim` are handlers
 (they run before the key-by-key translation; `RULES` lists what they translate); `ignorable`
 decides for keys without a field.
 
@@ -86,6 +86,22 @@ def keep_one_checkpoint(ctx: Any) -> None:
             ctx.set(f"trainer.max_{role}_ckpt_to_keep", 1, key, "true: keep only the newest checkpoint")
     else:
         ctx.refuse(key, f"expected true or false, got {value!r}", None, value)
+
+
+# The reason a device count left empty is refused with: it names what the machine lacks (smoke's
+# machine_refusal and the corpus sweep read "a cluster job's device count").
+BLANK_DEVICES = ("empty: a cluster job's device count, left empty where a launch script's variable is not set (SLURM "
+                 "sets $SLURM_JOB_NUM_NODES and $SLURM_GPUS_PER_NODE only inside a job): export the variable to plan "
+                 "here; `posttrain smoke` runs one CPU process instead")
+
+
+def blank_device_counts(ctx: Any) -> None:
+    """``trainer.nnodes=`` / ``trainer.n_gpus_per_node=`` with nothing after ``=``: a script's ``$VAR``
+    that is not set on this machine (verl would fail on the empty value as well)."""
+    for key in ("trainer.nnodes", "trainer.n_gpus_per_node"):
+        if ctx.get(key) == "":
+            ctx.consume(key)
+            ctx.refuse(key, BLANK_DEVICES, "cluster." + key.split(".", 1)[1], "")
 
 
 # verl's SFT trainer (sft_trainer.yaml) keeps its optimizer at the top level; posttrain's SFT trains
@@ -189,7 +205,7 @@ RULES: dict[str, Rule] = {
 RULES.update(verl_megatron.RULES)  # verl's Megatron trainer: its strategy and megatron sections
 RULES.update(verl_reward.RULES)  # verl's reward model, on its legacy worker or its reward loop
 
-HANDLERS = [*verl_megatron.HANDLERS, null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default, rollout_correction, *verl_reward.HANDLERS]
+HANDLERS = [*verl_megatron.HANDLERS, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default, rollout_correction, *verl_reward.HANDLERS]
 
 
 @functools.lru_cache(maxsize=2)
