@@ -262,3 +262,14 @@ def test_an_empty_device_count_is_refused_as_the_machines():
         load_config(None, ["trainer.nnodes=", "trainer.n_gpus_per_node=8"], dialect="verl")
     (line,) = [str(p) for p in err.value.problems if "nnodes" in str(p)]
     assert line.endswith(f"trainer.nnodes (posttrain: cluster.nnodes): {BLANK_DEVICES}") and "$SLURM_JOB_NUM_NODES" in line
+
+
+def test_an_empty_boolean_is_false_as_verl_reads_it(inputs):
+    # sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_vllm_fsdp.sh: use_kl_loss=True, then
+    # use_kl_loss=${use_kl_loss} with the variable unset; the last wins, and verl's instantiated actor
+    # config tests '' for truth: no KL loss
+    on = load_config(None, [*line(inputs), "actor_rollout_ref.actor.use_kl_loss=True"], dialect="verl")
+    off = load_config(None, [*line(inputs), "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.use_kl_loss="], dialect="verl")
+    assert (on.actor.use_kl_loss, off.actor.use_kl_loss) == (True, False)
+    with pytest.raises(ConfigError, match="algorithm.gamma"):  # a number left empty stays an error
+        load_config(None, [*line(inputs), "algorithm.gamma="], dialect="verl")

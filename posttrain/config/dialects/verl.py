@@ -19,6 +19,7 @@ from typing import Any
 
 from posttrain.config.dialects import verl_megatron, verl_reward
 from posttrain.config.dialects.source import hydra_ignorable, resolve
+from posttrain.config.dialects.values import value_hook as common_value_hook
 from posttrain.config.tables import Rule
 
 _ROLLOUT, _ACTOR = "actor_rollout_ref.rollout.profiler.", "actor_rollout_ref.actor.profiler."
@@ -236,6 +237,15 @@ def is_default(key: str, value: Any) -> bool:
     if node is _ABSENT:
         node = _default_of(key, "ppo_megatron_trainer")
     return node is not _ABSENT and node == value and type(node) is type(value)
+
+
+def value_hook(ctx: Any, key: str, value: Any, native: str) -> Any:
+    """An empty value (``use_kl_loss=${use_kl_loss}`` with the variable unset) of a key whose verl
+    default is true or false is false: verl builds its role configs with Hydra's instantiate, which
+    checks no types, and tests them for truth, so ``''`` reads as false there."""
+    if value == "" and isinstance(_default_of(key, "ppo_trainer"), bool):
+        return False
+    return common_value_hook(ctx, key, value, native)
 
 
 _ANY_VALUE = {
