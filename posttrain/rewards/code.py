@@ -10,7 +10,11 @@ The ground truth holds the tests, as a mapping or its JSON text, in ROLL's layou
 - ``{"case_type": "assert", "test_cases": [{"assert_code": "assert f(2) == 4"}, ...]}``: each case
   runs after the program, which passes when it exits with status 0.
 
-The score is 1.0 when every case passes, else 0.0; ``pass_rate`` is the fraction passed and
+verl's layout, ``{"inputs": [...], "outputs": [...]}`` (stdin cases) or ``{"assert_case": [...]}``, is
+read too (its call-based ``fn_name`` cases are not).
+
+The score is 1.0 when every case passes, else 0.0 (with ``continuous``: the share of the first 10
+cases passed, verl's sandbox score); ``pass_rate`` is the fraction passed and
 ``timeouts`` whether a case hit a time limit. A program that hangs, floods its output or forks
 without end only fails its case (it is the response's fault); a ground truth in another layout is a
 reward failure (``reward.on_error``). Sandbox limits come from the worker's reward_kwargs:
