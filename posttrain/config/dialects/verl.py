@@ -17,7 +17,7 @@ import functools
 import re
 from typing import Any
 
-from posttrain.config.dialects import verl_code, verl_megatron, verl_reward
+from posttrain.config.dialects import verl_code, verl_megatron, verl_nsys, verl_reward
 from posttrain.config.dialects.source import hydra_ignorable, resolve
 from posttrain.config.dialects.values import value_hook as common_value_hook
 from posttrain.config.tables import Rule
@@ -205,8 +205,9 @@ RULES: dict[str, Rule] = {
 
 RULES.update(verl_megatron.RULES)  # verl's Megatron trainer: its strategy and megatron sections
 RULES.update(verl_reward.RULES)  # verl's reward model, on its legacy worker or its reward loop
+RULES.update(verl_nsys.RULES)  # nsys discrete: a capture range per phase
 
-HANDLERS = [*verl_megatron.HANDLERS, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default, rollout_correction, *verl_reward.HANDLERS, *verl_code.HANDLERS]
+HANDLERS = [*verl_megatron.HANDLERS, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default, rollout_correction, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
 
 
 @functools.lru_cache(maxsize=2)
