@@ -194,9 +194,11 @@ def test_smoke_substitutes_device_counts_a_scripts_unset_variables_left_empty(tm
     from posttrain.trainer.smoke import smoke_config
 
     script = ("NNODES=${SLURM_JOB_NUM_NODES}\nexport NNODES\npython3 -m verl.trainer.main_ppo \\\n"
-              "  algorithm.adv_estimator=grpo trainer.nnodes=\"${NNODES}\" trainer.n_gpus_per_node=$GPUS $@\n")
+              "  algorithm.adv_estimator=grpo trainer.nnodes=\"${NNODES}\" trainer.n_gpus_per_node=$GPUS \\\n"
+              "  actor_rollout_ref.actor.ulysses_sequence_parallel_size=4 $@\n")
     found = extract(script, {})
-    assert found.words == ["algorithm.adv_estimator=grpo", "trainer.nnodes=", "trainer.n_gpus_per_node="]
+    assert found.words == ["algorithm.adv_estimator=grpo", "trainer.nnodes=", "trainer.n_gpus_per_node=",
+                           "actor_rollout_ref.actor.ulysses_sequence_parallel_size=4"]
     assert found.blank_notes() == [
         "trainer.nnodes is empty: $SLURM_JOB_NUM_NODES is not set; SLURM sets it inside a job: export it to plan here",
         "trainer.n_gpus_per_node is empty: $GPUS is not set: export it to plan here"]
@@ -204,5 +206,7 @@ def test_smoke_substitutes_device_counts_a_scripts_unset_variables_left_empty(tm
     config, lines = smoke_config(None, found.words, "verl", tmp_path / "w")
     assert 'trainer.nnodes: "" -> left out (one CPU process here)' in lines
     assert 'trainer.n_gpus_per_node: "" -> left out (one CPU process here)' in lines
+    # a size that must divide the unknown process count is the cluster's to judge: one process here
+    assert "actor.ulysses_sequence_parallel_size: 4 -> 1 (one process splits no sequence)" in lines
     cfg = load_config(str(config))
     assert (cfg.cluster.nnodes, cfg.cluster.n_gpus_per_node, cfg.cluster.device) == (1, 0, "cpu")
