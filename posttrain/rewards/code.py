@@ -56,8 +56,8 @@ def extract_code(response: str) -> str:
 def read_tests(ground_truth: Any) -> tuple[str, list[dict[str, str]]]:
     """(case_type, cases) of a ground truth; a ValueError names what is wrong with it.
 
-    >>> read_tests('{"inputs": ["1\\n"], "outputs": ["2\\n"]}')  # verl's layout
-    ('input', [{'stdin': '1\n', 'expected_stdout': '2\n'}])
+    >>> read_tests({"inputs": ["1 2"], "outputs": ["3"]})  # verl's layout
+    ('input', [{'stdin': '1 2', 'expected_stdout': '3'}])
     """
     tests = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
     if isinstance(tests, dict) and "case_type" not in tests and ("inputs" in tests or "assert_case" in tests):
