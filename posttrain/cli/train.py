@@ -151,7 +151,7 @@ def _nsight_prefix(cfg, base):
     from posttrain.cluster.nsight import UNDER_NSYS_ENV, nsys_prefix
     from posttrain.config import stage_configs
     from posttrain.errors import ConfigError
-    from posttrain.trainer.profiling import trace_windows
+    from posttrain.trainer.profiling import role_settings, trace_windows
 
     asked = [s.config for s in stage_configs(cfg) if s.config.trainer.worker_nsight_options
              and s.config.profiler.tool == "nsys" and s.config.profiler.steps]
@@ -162,6 +162,8 @@ def _nsight_prefix(cfg, base):
         raise ConfigError("trainer.worker_nsight_options: the stages that profile with nsys give different options, but each "
                           "process is started under nsys once for the whole run; give the same options to every such stage")
     windows = sum(len(set(trace_windows(list(c.profiler.steps), c.profiler.profile_continuous_steps).values())) for c in asked)
+    if any(s.enable and s.discrete for c in asked for s in role_settings(c).values()):
+        windows = None  # a capture range per phase (nsys discrete): `repeat`, a report each, no count to stop at
     save = asked[0].profiler.save_path
     out_dir = Path(save).expanduser() if save else base / "profile"
     try:

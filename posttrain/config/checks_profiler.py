@@ -44,10 +44,12 @@ def check_profiler(cfg: Any) -> list[str]:
         shown = ", ".join(f"{path}.discrete={str(s.discrete).lower()}" for path, s in enabled.items())
         problems.append(f"{shown}: every role runs in each worker process and a process holds one torch profiler at a time, "
                         "so the enabled roles must agree on discrete")
-    if True in modes and p.tool != "torch":
-        problems.append(f"discrete applies to profiler.tool=torch (one trace per phase), not {p.tool}; set discrete: false")
+    if True in modes and p.tool not in ("torch", "nsys"):
+        problems.append(f"discrete applies to profiler.tool=torch (one trace per phase) or nsys (one capture range per phase), "
+                        f"not {p.tool}; set discrete: false")
     if True in modes and p.profile_continuous_steps:
-        problems.append("profiler.profile_continuous_steps joins steps into one whole-step trace, discrete writes one per phase: choose one")
+        problems.append("profiler.profile_continuous_steps joins steps into one whole-step trace (or capture range), discrete "
+                        "writes one per phase: choose one")
     for path, s in enabled.items():
         if s.contents and p.tool != "torch":
             problems.append(f"{path}.contents {list(s.contents)} are what a torch trace records; {tool} records no such thing: remove them")

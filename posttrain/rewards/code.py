@@ -10,7 +10,11 @@ The ground truth holds the tests, as a mapping or its JSON text, in ROLL's layou
 - ``{"case_type": "assert", "test_cases": [{"assert_code": "assert f(2) == 4"}, ...]}``: each case
   runs after the program, which passes when it exits with status 0.
 
-The score is 1.0 when every case passes, else 0.0; ``pass_rate`` is the fraction passed and
+verl's layout, ``{"inputs": [...], "outputs": [...]}`` (stdin cases) or ``{"assert_case": [...]}``, is
+read too (its call-based ``fn_name`` cases are not).
+
+The score is 1.0 when every case passes, else 0.0 (with ``continuous``: the share of the first 10
+cases passed, verl's sandbox score); ``pass_rate`` is the fraction passed and
 ``timeouts`` whether a case hit a time limit. A program that hangs, floods its output or forks
 without end only fails its case (it is the response's fault); a ground truth in another layout is a
 reward failure (``reward.on_error``). Sandbox limits come from the worker's reward_kwargs:
@@ -30,6 +34,7 @@ from posttrain.sandbox import Limits, run_python
 from posttrain.rewards.sandbox_remote import RemoteSandbox
 from posttrain.tasks.answers import END_MARKERS
 
+CONTINUOUS_CASES = 10  # verl's continuous code score counts the first 10 test cases
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
@@ -49,8 +54,14 @@ def extract_code(response: str) -> str:
 
 
 def read_tests(ground_truth: Any) -> tuple[str, list[dict[str, str]]]:
-    """(case_type, cases) of a ground truth; a ValueError names what is wrong with it."""
+    """(case_type, cases) of a ground truth; a ValueError names what is wrong with it.
+
+    >>> read_tests({"inputs": ["1 2"], "outputs": ["3"]})  # verl's layout
+    ('input', [{'stdin': '1 2', 'expected_stdout': '3'}])
+    """
     tests = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
+    if isinstance(tests, dict) and "case_type" not in tests and ("inputs" in tests or "assert_case" in tests):
+        return _verl_tests(tests)
     if not isinstance(tests, dict) or tests.get("case_type") not in ("input", "assert") or not isinstance(tests.get("test_cases"), list):
         raise ValueError(
             "a code row's ground truth must be {case_type: input | assert, test_cases: [...]} "
@@ -63,6 +74,19 @@ def read_tests(ground_truth: Any) -> tuple[str, list[dict[str, str]]]:
     return tests["case_type"], tests["test_cases"]
 
 
+def _verl_tests(tests: dict[str, Any]) -> tuple[str, list[dict[str, str]]]:
+    """verl's layout (its sandbox_fusion and prime_code scorers): ``{inputs: [...], outputs: [...]}``
+    stdin cases, or ``assert_case: [...]`` code run after the program."""
+    if isinstance(tests.get("assert_case"), list):
+        return "assert", [{"assert_code": str(code)} for code in tests["assert_case"]]
+    if tests.get("fn_name"):
+        raise ValueError(f"call-based test cases (fn_name {tests['fn_name']!r}): posttrain's code scorer runs stdin/stdout and assert cases")
+    inputs, outputs = tests.get("inputs"), tests.get("outputs")
+    if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
+        raise ValueError(f"verl's code test cases need lists inputs and outputs of one length, got {str(tests)[:120]!r}")
+    return "input", [{"stdin": str(i), "expected_stdout": str(o)} for i, o in zip(inputs, outputs)]
+
+
 def _same_output(actual: str, expected: str) -> bool:
     def lines(text: str) -> list[str]:
         return [line.rstrip() for line in text.rstrip().splitlines()]
@@ -73,11 +97,12 @@ def _same_output(actual: str, expected: str) -> bool:
 def code_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, *,
     cpu_s: float = 5.0, wall_s: float = 10.0, memory_mb: int = 512, output_bytes: int = 65_536, processes: int = 32,
-    sandbox_fusion: dict[str, Any] | None = None,
+    sandbox_fusion: dict[str, Any] | None = None, continuous: bool = False,
 ) -> dict[str, float]:
     """1.0 when the response's program passes every test case (module docstring), else 0.0.
     ``sandbox_fusion`` ({url, max_concurrent, memory_limit_mb}, from reward.sandbox_fusion) runs the
-    cases on that remote sandbox instead of the local one."""
+    cases on that remote sandbox instead of the local one. ``continuous`` scores the share passed of
+    the first 10 cases instead (verl's sandbox-fusion score for code data sources)."""
     case_type, cases = read_tests(ground_truth)
     box = Limits(cpu_s=cpu_s, wall_s=wall_s, memory_mb=memory_mb, output_bytes=output_bytes, processes=processes)
     program = extract_code(solution_str)
@@ -89,10 +114,13 @@ def code_score(
         results = RemoteSandbox(**sandbox_fusion).run_all(jobs, box)  # SandboxUnavailable: a reward failure
     else:
         results = [run_python(code, stdin, box) for code, stdin in jobs]
-    passed = timeouts = 0
+    oks, timeouts = [], 0
     for case, result in zip(cases, results):
-        ok = result.ok and (case_type != "input" or _same_output(result.stdout, str(case["expected_stdout"])))
-        passed += ok
+        oks.append(result.ok and (case_type != "input" or _same_output(result.stdout, str(case["expected_stdout"]))))
         timeouts += result.limit == "wall" or result.returncode in (152, -24)  # wall clock or SIGXCPU
-    rate = passed / len(cases) if cases else 0.0
-    return {"score": float(bool(cases) and passed == len(cases)), "pass_rate": rate, "timeouts": float(timeouts > 0)}
+    rate = sum(oks) / len(cases) if cases else 0.0
+    score = float(bool(cases) and all(oks))
+    if continuous:  # verl: the pass rate of the first min(10, n) cases (all of them still run)
+        first = oks[:CONTINUOUS_CASES]
+        score = sum(first) / len(first) if first else 0.0
+    return {"score": score, "pass_rate": rate, "timeouts": float(timeouts > 0)}

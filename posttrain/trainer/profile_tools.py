@@ -131,19 +131,33 @@ def record_memory_history(context: str, stacks: str, max_entries: int) -> None:
 class NsysRanges:
     """tool nsys: a cudaProfilerApi capture range over each window and an NVTX range per phase, for a
     run started under `nsys profile --capture-range=cudaProfilerApi` (Nsight Systems writes the files).
-    Not exercised on posttrain's CPU test machines."""
+    Discrete (verl's ``nsys.discrete: true``): no window range; each phase of an enabled role is a
+    capture range of its own around its NVTX range (with ``capture-range-end: repeat...``, one report
+    each), as verl's profiler starts and stops one around each worker task. Tested on CPU with the
+    capture calls faked; the real ranges need an NVIDIA GPU under nsys."""
 
     def __init__(self, plan: ProfilePlan):
         self.plan = plan
 
     def start(self, step: int) -> None:
-        torch.cuda.profiler.start()
+        if not self.plan.discrete:
+            torch.cuda.profiler.start()
 
     def stop(self, first: int, last: int) -> None:
-        torch.cuda.profiler.stop()
+        if not self.plan.discrete:
+            torch.cuda.profiler.stop()
 
-    def phase(self, step: int, name: str) -> contextlib.AbstractContextManager:
-        return torch.cuda.nvtx.range(name)
+    @contextlib.contextmanager
+    def phase(self, step: int, name: str) -> Iterator[None]:
+        captured = self.plan.discrete and PHASE_ROLE.get(name) in self.plan.roles
+        if captured:
+            torch.cuda.profiler.start()
+        try:
+            with torch.cuda.nvtx.range(name):
+                yield
+        finally:
+            if captured:
+                torch.cuda.profiler.stop()
 
 
 def make_tool(plan: ProfilePlan) -> Tool:

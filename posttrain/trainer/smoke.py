@@ -48,8 +48,10 @@ PROMPT_LENGTH, RESPONSE_LENGTH = 512, 16  # prompt room for a system prompt such
 _MACHINE = re.compile(r"vLLM|SGLang|TensorRT|asynchronous rollout server|Megatron backend|Megatron parallelism|ROLL's Megatron strategy|"
                       r"Megatron and the other strategies|DeepSpeed|engine\(s\) × tensor_parallel_size|"
                       r"NPU|roles on different devices|beside training on|of cluster.nnodes × cluster.n_gpus_per_node|"
-                      r"explorer's \d+ devices|NCCL|GPU|expert parallelism")  # case matters: keys say megatron
+                      r"explorer's \d+ devices|NCCL|GPU|expert parallelism|a cluster job's device count")  # case matters: keys say megatron
 _LOCAL_TRACKERS = ("console", "jsonl", "tensorboard")
+_BLANK_COUNT = "a cluster job's device count"  # posttrain.config.dialects.verl.BLANK_DEVICES
+_PER_WORLD = re.compile(r"does not divide the \d+ worker process")
 
 
 def machine_refusal(reason: str) -> bool:
@@ -91,9 +93,13 @@ def _native(path: str | None, overrides: list[str], dialect: str | None) -> tupl
         if path is None:
             raise ConfigError(f"--dialect {dialect}: give the config file first, then its KEY=VALUE overrides")
         foreign = read_foreign(path, dialect, overrides=list(overrides))
-    kept = [e for e in foreign.report.refused if not machine_refusal(e.reason)]
+    # device counts a launch script left empty (its cluster variables unset here): the run's process
+    # count is unknown, so a size that must divide it is judged on the cluster, not here
+    unknown_world = any(_BLANK_COUNT in e.reason for e in foreign.report.refused)
+    kept = [e for e in foreign.report.refused if not machine_refusal(e.reason) and not (unknown_world and _PER_WORLD.search(e.reason))]
     problems = [f"{foreign.where(e.key)}{e.line()}" for e in kept]
-    problems += [p for p in check(foreign) if not machine_refusal(p) and not p.startswith("cluster.")]
+    problems += [p for p in check(foreign) if not machine_refusal(p) and not p.startswith("cluster.")
+                 and not (unknown_world and _PER_WORLD.search(p))]
     if problems:
         raise ConfigError(problems + [f"smoke substitutes only what this machine lacks (model, engine, devices, data, sizes); "
                                       f"these keys are refused for another reason"])

@@ -86,3 +86,43 @@ def test_stages_profiling_with_nsys_count_their_windows_and_must_agree_on_option
     other = rl.replace("actor:", "trainer: {worker_nsight_options: {trace: cuda}}, actor:")
     with pytest.raises(ConfigError, match="stages that profile with nsys give different options"):
         _nsight_prefix(load_config(None, ["trainer.worker_nsight_options={capture-range-end: null}", f"stages=[{rl}, {other.replace('name: rl', 'name: rl2')}]"]), tmp_path)
+
+
+def test_discrete_ranges_repeat_without_a_count(fake_nsys, tmp_path):
+    # nsys discrete: a capture range per phase, as many per step as the run's phases: `repeat` (a report
+    # each), never `repeat-shutdown:N`, which would stop the run after N ranges
+    cfg = load_config(None, [*NSYS, "actor.profiler.discrete=true"])
+    prefix = _nsight_prefix(cfg, tmp_path)
+    assert "--capture-range-end=repeat" in prefix(0) and not any("repeat-shutdown" in a for a in prefix(0))
+
+
+def test_nsys_discrete_opens_a_capture_range_around_each_phase_of_an_enabled_role(tmp_path, monkeypatch):
+    import contextlib
+
+    import torch
+
+    from posttrain.trainer.profile_tools import NsysRanges
+    from posttrain.trainer.profiling import StepProfiler, profile_plan
+
+    calls = []
+    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append("start"))
+    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append("stop"))
+
+    @contextlib.contextmanager
+    def nvtx(name):
+        calls.append(f"<{name}")
+        yield
+        calls.append(f"{name}>")
+
+    monkeypatch.setattr(torch.cuda.nvtx, "range", nvtx)
+    base = ["profiler.tool=nsys", "profiler.steps=[1]", "actor.profiler.enable=true"]
+    for discrete, expected in ((True, ["start", "<gen", "gen>", "stop", "<values", "values>", "start", "<update_actor", "update_actor>", "stop"]),
+                               (False, ["start", "<gen", "gen>", "<values", "values>", "<update_actor", "update_actor>", "stop"])):
+        calls.clear()
+        plan = profile_plan(load_config(None, [*base, f"actor.profiler.discrete={str(discrete).lower()}"]), 0, tmp_path, "cuda")
+        profiler = StepProfiler(plan, NsysRanges(plan))
+        with profiler.step(1):
+            for phase in ("gen", "values", "update_actor"):  # values: the critic's, whose profiler is off
+                with profiler.phase(phase):
+                    pass
+        assert calls == expected, discrete

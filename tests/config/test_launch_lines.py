@@ -231,3 +231,45 @@ def test_verl_moe_and_server_keys_plan_at_their_defaults_and_are_refused_otherwi
     for word, reason in others.items():
         assert f"'{word}': {word.split('=')[0]}: not supported:" in err and reason in err, word
     assert "schema knows" not in err
+
+
+def test_an_override_verl_refuses_too_says_so():
+    # Hydra (under verl's launcher) refuses a plain override of a key verl's tree lacks and '+' on a
+    # key it has: such a script fails in verl as well, and the one line says so
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["actor_rollout_ref.model.torch_dtype=bfloat16", "+actor_rollout_ref.actor.fsdp_config.model_dtype=bf16"],
+                    dialect="verl")
+    lines = [str(p) for p in err.value.problems]
+    assert len(lines) == 2 and all("\n" not in p and "which Hydra refuses too: verl fails on this line as well" in p for p in lines)
+    assert "remove it, or add a new key with '+actor_rollout_ref.model.torch_dtype=bfloat16'" in lines[0]
+    assert "set it with 'actor_rollout_ref.actor.fsdp_config.model_dtype=bf16'" in lines[1]
+
+
+def test_hydra_adds_a_mapping_or_list_over_a_key_and_merges_mappings():
+    from posttrain.config.dialects import hydra
+
+    tree = {"kw": {"vllm": {"a": 1}, "sglang": {}}, "dtype": "fp32"}
+    out, _ = hydra.apply(tree, ["+kw={vllm: {b: 2}}", "+dtype=[bf16]"], strict=True, what="t", launcher="verl")
+    assert out == {"kw": {"vllm": {"a": 1, "b": 2}, "sglang": {}}, "dtype": ["bf16"]}  # as Hydra 1.3 composes it
+    with pytest.raises(ConfigError, match="t already has dtype, which Hydra refuses too"):
+        hydra.apply(tree, ["+dtype=bf16"], strict=True, what="t", launcher="verl")
+
+
+def test_an_empty_device_count_is_refused_as_the_machines():
+    from posttrain.config.dialects.verl import BLANK_DEVICES
+
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["trainer.nnodes=", "trainer.n_gpus_per_node=8"], dialect="verl")
+    (line,) = [str(p) for p in err.value.problems if "nnodes" in str(p)]
+    assert line.endswith(f"trainer.nnodes (posttrain: cluster.nnodes): {BLANK_DEVICES}") and "$SLURM_JOB_NUM_NODES" in line
+
+
+def test_an_empty_boolean_is_false_as_verl_reads_it(inputs):
+    # sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_vllm_fsdp.sh: use_kl_loss=True, then
+    # use_kl_loss=${use_kl_loss} with the variable unset; the last wins, and verl's instantiated actor
+    # config tests '' for truth: no KL loss
+    on = load_config(None, [*line(inputs), "actor_rollout_ref.actor.use_kl_loss=True"], dialect="verl")
+    off = load_config(None, [*line(inputs), "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.use_kl_loss="], dialect="verl")
+    assert (on.actor.use_kl_loss, off.actor.use_kl_loss) == (True, False)
+    with pytest.raises(ConfigError, match="algorithm.gamma"):  # a number left empty stays an error
+        load_config(None, [*line(inputs), "algorithm.gamma="], dialect="verl")

@@ -129,3 +129,24 @@ def test_if_branches_on_set_variables_are_taken_as_bash_would():
     found = extract(compound, {})
     assert found.words == ["a=2"] and found.unresolved == [
         'if [[ $b == "y" ]] ... [[ $b == "x" ]]: a condition posttrain does not evaluate (every branch read, the last assignment wins)']
+
+
+def test_an_escaped_space_before_a_comment_ends_the_command_as_in_bash():
+    # verl's run_deepseek7b_llm_pfppo.sh: `\ ` is a word holding one space, and the `#` after it is a
+    # comment that ends the command, so the lines below it are not part of the launch (bash runs them
+    # as a command of their own)
+    script = "python3 -m verl.trainer.main_ppo \\\n    a=1 \\  # a note\n    b=2 \\\n    c=3\n"
+    assert launch_words(script) == ["a=1", " "]
+
+
+def test_the_blank_word_is_refused_saying_verl_fails_on_it_too():
+    import pytest
+
+    from posttrain.config import load_config
+    from posttrain.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["algorithm.adv_estimator=gae", " "], dialect="verl")
+    (line,) = [str(p) for p in err.value.problems]
+    assert line.startswith("command line override ' ': a blank word, not an override, which Hydra refuses too: verl fails")
+    assert "put the comment on a line of its own" in line and "\n" not in line

@@ -36,8 +36,9 @@ _CROSSTHINK = "roll.pipeline.rlvr.rewards.crossthinkqa_rule_reward_worker.CrossT
 def _context(row) -> dict[str, Any]:
     """The other keys of the file a key needs to act (where it would be dropped without them)."""
     tool = re.search(r"tool_config\.(npu|nsys|torch_memory)\.", row.key)
+    rule = dialect_rules().get(f"{row.framework}:{row.key}")
     if tool:  # a profiler's own options act only when that profiler is the one chosen
-        return {"global_profiler.tool": tool.group(1)}
+        return {"global_profiler.tool": tool.group(1), **(dict(rule.context) if rule is not None else {})}
     if row.framework == "roll" and row.key.endswith((".lora_rank", ".lora_alpha")):
         return {row.key.rpartition(".")[0] + ".lora_target": "q_proj"}  # LoRA is off in ROLL without a target
     if row.framework == "roll" and row.key.startswith("rewards.*.strategy_args."):  # a judge's engine (roll_judge)

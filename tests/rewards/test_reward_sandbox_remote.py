@@ -151,3 +151,42 @@ def test_the_url_reaches_the_code_worker_and_needs_one(sandbox):
     assert [r["memory_limit_MB"] for r in box.requests] == [128, 128]
     with pytest.raises(ConfigError, match="reward.sandbox_fusion.url: only a code reward worker"):
         load_config(None, [f"reward.sandbox_fusion.url={box.url}"])
+
+
+# verl's layout of a code row's tests ({inputs, outputs}), as its apps/codecontests/taco rows carry them
+VERL_TESTS = {"inputs": ["2 3\n", "4 4\n", "1 1\n", "0 0\n"], "outputs": ["5\n", "8\n", "2\n", "1\n"]}  # the last is wrong on purpose
+
+
+def test_a_verl_line_with_a_sandbox_url_scores_verls_code_rows_on_it(sandbox, tmp_path):
+    # run_deepseek7b_llm_sandbox_fusion.sh: verl's default reward sends codecontests/apps/codeforces/taco
+    # rows to the sandbox and scores the share of the first 10 cases passed
+    box = sandbox()
+    cfg = load_config(None, [f"reward_model.sandbox_fusion.url={box.url}", "reward_model.sandbox_fusion.max_concurrent=8",
+                             "reward_model.reward_manager=prime"], dialect="verl")
+    worker = cfg.reward.workers["code"]
+    assert (worker.worker_cls, worker.tag_included, worker.reward_kwargs) == ("code", ["codecontests", "apps", "codeforces", "taco"], {"continuous": True})
+    fn = reward_function(cfg)["code"]
+    out = fn(data_source="apps", solution_str=RIGHT, ground_truth=json.dumps(VERL_TESTS), extra_info={})
+    assert (out["score"], out["pass_rate"]) == (0.75, 0.75)  # 3 of 4 cases, as verl's continuous score
+    assert len(box.requests) == 4 and {r["stdin"] for r in box.requests} == set(VERL_TESTS["inputs"])
+    # a custom reward function replaces verl's default one (verl then leaves the url unused): no worker
+    (tmp_path / "mine.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
+    with pytest.raises(ConfigError, match="reward.sandbox_fusion.url: only a code reward worker"):
+        load_config(None, [f"reward_model.sandbox_fusion.url={box.url}", f"custom_reward_function.path={tmp_path / 'mine.py'}"], dialect="verl")
+
+
+def test_continuous_counts_the_first_ten_cases_and_verl_layouts_are_read(monkeypatch):
+    import posttrain.rewards.code as code
+    from posttrain.rewards.code import read_tests
+    from posttrain.sandbox import RunResult
+
+    # a stand-in for the local sandbox that runs `print(input())`: each case's stdin comes back
+    monkeypatch.setattr(code, "run_python", lambda program, stdin, limits: RunResult(0, stdin, ""))
+
+    many = {"inputs": [f"{i}\n" for i in range(11)], "outputs": [f"{i}\n" for i in range(10)] + ["x\n"]}
+    echo = "```python\nprint(input())\n```"
+    assert code_score("apps", echo, many, continuous=True)["score"] == 1.0  # the failing case is past the 10th
+    assert code_score("apps", echo, many) == {"score": 0.0, "pass_rate": 10 / 11, "timeouts": 0.0}
+    assert read_tests({"assert_case": ["assert f(1) == 2"], "inputs": [""], "outputs": [None]}) == ("assert", [{"assert_code": "assert f(1) == 2"}])
+    with pytest.raises(ValueError, match="call-based test cases"):
+        read_tests({"inputs": ["[1]"], "outputs": ["2"], "fn_name": "f"})

@@ -318,3 +318,20 @@ def test_a_run_without_profiling_makes_no_profiler(assets, tmp_path, profiled):
     assert (result["made"] > 0, result["tools"]) == (profiled, profiled)
     if profiled:  # contents: stack -> the Python frames of the step
         assert any(e.get("cat") == "python_function" for e in events(tmp_path / "run" / "profile" / "e2e" / "step1_rank0.json"))
+
+
+def test_verl_nsys_discrete_lands_on_the_enabled_roles(tmp_path):
+    # run_qwen2-7b_rm_seq_balance_nsys.sh: actor and critic profiled, nsys discrete, continuous steps
+    # (which discrete mode leaves with nothing to join, in verl too)
+    from posttrain.config.dialects import verl_launch
+
+    line = ["global_profiler.tool=nsys", "global_profiler.steps=[1,2]", "global_profiler.profile_continuous_steps=True",
+            "global_profiler.global_tool_config.nsys.discrete=True", "actor_rollout_ref.actor.profiler.enable=True",
+            "critic.profiler.enable=True"]
+    native, report, _ = verl_launch.launch(None, line)
+    assert report.refused == []
+    assert (native["actor"]["profiler"]["discrete"], native["critic"]["profiler"]["discrete"]) == (True, True)
+    assert "discrete" not in native.get("ref", {}).get("profiler", {}) and "profile_continuous_steps" not in native["profiler"]
+    off, report, _ = verl_launch.launch(None, [*line[:3], "actor_rollout_ref.actor.profiler.enable=True"])
+    assert report.refused == [] and off["profiler"]["profile_continuous_steps"] is True
+    assert not off["actor"]["profiler"].get("discrete", False)

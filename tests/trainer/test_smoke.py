@@ -212,3 +212,29 @@ def test_smoke_config_generates_in_place_of_a_replay_and_dumps_under_its_folder(
     assert "trainer.rollout_mock: replay -> None (the tiny model generates; /data/dumps's rollouts are the real model's)" in lines
     _, lines = smoke_config(None, [*base, "trainer.rollout_mock=dump"], None, tmp_path / "b")
     assert f"trainer.rollout_mock_dir: /data/dumps -> {tmp_path / 'b' / 'out' / 'rollout_mock_dir'}" in lines
+
+
+def test_smoke_substitutes_device_counts_a_scripts_unset_variables_left_empty(tmp_path):
+    # test_gspo_3b_math.sh outside a SLURM job: NNODES=${SLURM_JOB_NUM_NODES}; trainer.nnodes="${NNODES}"
+    from posttrain.config.dialects.launch_script import extract
+    from posttrain.config.dialects.verl import BLANK_DEVICES
+    from posttrain.config.load import load_config
+    from posttrain.trainer.smoke import smoke_config
+
+    script = ("NNODES=${SLURM_JOB_NUM_NODES}\nexport NNODES\npython3 -m verl.trainer.main_ppo \\\n"
+              "  algorithm.adv_estimator=grpo trainer.nnodes=\"${NNODES}\" trainer.n_gpus_per_node=$GPUS \\\n"
+              "  actor_rollout_ref.actor.ulysses_sequence_parallel_size=4 $@\n")
+    found = extract(script, {})
+    assert found.words == ["algorithm.adv_estimator=grpo", "trainer.nnodes=", "trainer.n_gpus_per_node=",
+                           "actor_rollout_ref.actor.ulysses_sequence_parallel_size=4"]
+    assert found.blank_notes() == [
+        "trainer.nnodes is empty: $SLURM_JOB_NUM_NODES is not set; SLURM sets it inside a job: export it to plan here",
+        "trainer.n_gpus_per_node is empty: $GPUS is not set: export it to plan here"]
+    assert machine_refusal(BLANK_DEVICES)
+    config, lines = smoke_config(None, found.words, "verl", tmp_path / "w")
+    assert 'trainer.nnodes: "" -> left out (one CPU process here)' in lines
+    assert 'trainer.n_gpus_per_node: "" -> left out (one CPU process here)' in lines
+    # a size that must divide the unknown process count is the cluster's to judge: one process here
+    assert "actor.ulysses_sequence_parallel_size: 4 -> 1 (one process splits no sequence)" in lines
+    cfg = load_config(str(config))
+    assert (cfg.cluster.nnodes, cfg.cluster.n_gpus_per_node, cfg.cluster.device) == (1, 0, "cpu")

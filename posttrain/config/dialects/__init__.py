@@ -34,7 +34,7 @@ from posttrain.config.validate import deep_merge, validate
 from posttrain.errors import ConfigError, UserError
 
 _RULES = {
-    "verl": (verl.HANDLERS, value_hook, verl.ignorable, verl.is_default),
+    "verl": (verl.HANDLERS, verl.value_hook, verl.ignorable, verl.is_default),
     "roll": (roll.HANDLERS, roll.value_hook, roll.ignorable, None),
     "trinity": (trinity.HANDLERS, value_hook, trinity.ignorable, None),
 }

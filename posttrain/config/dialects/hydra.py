@@ -107,7 +107,15 @@ def _put(tree: dict[str, Any], key: str, value: Any) -> None:
         if not isinstance(child, dict):
             child = node[part] = {}
         node = child
-    node[last] = value
+    node[last] = _merged(node.get(last), value)
+
+
+def _merged(old: Any, new: Any) -> Any:
+    """``new`` over ``old``: Hydra merges a mapping value into the mapping there (OmegaConf's merge);
+    any other value replaces what was there."""
+    if not (isinstance(old, dict) and isinstance(new, Mapping)):
+        return new
+    return {**old, **{name: _merged(old.get(name), inner) for name, inner in new.items()}}
 
 
 def _delete(tree: dict[str, Any], key: str) -> None:
@@ -122,13 +130,22 @@ def _copy(tree: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _copy(v) if isinstance(v, Mapping) else v for k, v in tree.items()}
 
 
-def apply(tree: Mapping[str, Any], overrides: Sequence[str], *, strict: bool, what: str) -> tuple[dict[str, Any], dict[str, str]]:
+def apply(tree: Mapping[str, Any], overrides: Sequence[str], *, strict: bool, what: str,
+          launcher: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """``(tree with the overrides applied, {dotted key set: the override as typed})``. ``what`` names
-    the config in messages ("verl's trainer config"). Every bad override is reported at once."""
+    the config in messages ("verl's trainer config"); ``launcher`` ("verl"), when the words come from
+    a Hydra launcher, is named as failing on an override Hydra refuses (a script broken upstream).
+    Every bad override is reported at once."""
+    also = f", which Hydra refuses too: {launcher} fails on this line as well" if launcher else ""
     out = _copy(tree)
     set_by: dict[str, str] = {}
     problems = []
     for text in overrides:
+        if not text.strip():
+            problems.append(f"command line override {text!r}: a blank word, not an override{also or ', which Hydra refuses too'}; "
+                            "in a script it comes from a backslash followed by a space rather than the line's end, and bash "
+                            "ends the command at a '#' comment after it: put the comment on a line of its own")
+            continue
         item = parse(text)
         current = _lookup(out, item.key)
         if item.op == "delete":
@@ -140,13 +157,15 @@ def apply(tree: Mapping[str, Any], overrides: Sequence[str], *, strict: bool, wh
                 _delete(out, item.key)
                 set_by = {k: v for k, v in set_by.items() if k != item.key and not k.startswith(item.key + ".")}
             continue
-        # Hydra appends over a key that holds null (its check is `OmegaConf.select(cfg, key) is None`)
-        if item.op == "add" and current is not _MISSING and current is not None:
-            problems.append(f"command line override {text!r}: {what} already has {item.key}; set it with {text[1:]!r} (or ++ to add or set)")
+        # Hydra appends over a key that holds null, or with a mapping or list value (its check is
+        # `OmegaConf.select(cfg, key) is None or isinstance(value, (dict, list))`)
+        if item.op == "add" and current is not _MISSING and current is not None and not isinstance(item.value, (dict, list)):
+            problems.append(f"command line override {text!r}: {what} already has {item.key}{also}; "
+                            f"set it with {text[1:]!r} (or '+{text}' to add or set)")
             continue
         if item.op == "set" and current is _MISSING and strict:
-            problems.append(f"command line override {text!r}: {what} has no key {item.key}{_did_you_mean(out, item.key)}; "
-                            f"add a new key with '+{text}', as Hydra does")
+            problems.append(f"command line override {text!r}: {what} has no key {item.key}{_did_you_mean(out, item.key)}{also}; "
+                            f"{'remove it, or add' if launcher else 'add'} a new key with '+{text}', as Hydra does")
             continue
         _put(out, item.key, item.value)
         set_by[item.key] = text

@@ -33,11 +33,29 @@ VERL_MODULE = "verl.trainer.main_ppo"
 @dataclasses.dataclass
 class Extraction:
     """What `extract` read: the launch words (None when the script has no such command), the
-    variables at that point, and what could not be expanded."""
+    variables at that point, what could not be expanded, and each ``key=`` word left empty by
+    variables that are not set (``trainer.nnodes=$SLURM_JOB_NUM_NODES`` outside a SLURM job)."""
 
     words: list[str] | None
     variables: dict[str, str | list[str]]
     unresolved: list[str]
+    blanks: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+
+    def blank_notes(self) -> list[str]:
+        """One line per empty ``key=`` word, naming the variables to set.
+
+        >>> Extraction([], {}, [], {"trainer.nnodes": ["SLURM_JOB_NUM_NODES"]}).blank_notes()
+        ['trainer.nnodes is empty: $SLURM_JOB_NUM_NODES is not set; SLURM sets it inside a job: export it to plan here']
+        """
+        return [_blank_note(key, names) for key, names in self.blanks.items()]
+
+
+def _blank_note(key: str, names: list[str]) -> str:
+    shown = [f"${n.removeprefix('#positional')} (an argument of the script)" if n.startswith("#") else f"${n}" for n in names]
+    text = f"{key} is empty: {' and '.join(shown)} {'is' if len(shown) == 1 else 'are'} not set"
+    if any(n.startswith("SLURM_") for n in names):
+        text += f"; SLURM sets {'it' if len(shown) == 1 else 'them'} inside a job"
+    return text + f": {'pass' if all(n.startswith('#') for n in names) else 'export'} {'it' if len(shown) == 1 else 'them'} to plan here"
 
 
 def launch_words(text: str, env: Mapping[str, str] = (), module: str = VERL_MODULE) -> list[str] | None:
@@ -57,7 +75,9 @@ def extract(text: str, env: Mapping[str, str] = (), module: str = VERL_MODULE, s
         if words is not None and module in words:
             at = words.index(module)
             if at > 0 and words[at - 1] == "-m":
-                return Extraction(_drop_redirections(words[at + 1:]), shell.vars, shell.unresolved)
+                launch = _drop_redirections(words[at + 1:])
+                blanks = {k: v for k, v in shell.blanks.items() if any(w.lstrip("+") == f"{k}=" for w in launch)}
+                return Extraction(launch, shell.vars, shell.unresolved, blanks)
     return Extraction(None, shell.vars, shell.unresolved)
 
 

@@ -1,7 +1,7 @@
 """Bash's reading of a script, for the forms launch scripts use: no command is ever run.
 
-`commands(text)` splits a script into simple commands of raw words (quotes kept, continuation
-lines joined, comments out); `Shell.run(raw)` applies a command's assignments to its variables or
+`commands(text)` (posttrain.config.dialects.shell_lexer) splits a script into simple commands of raw
+words; `Shell.run(raw)` applies a command's assignments to its variables or
 returns its words expanded as bash expands them (quoting, ``$VAR``, ``${VAR:-d}``, trims, arrays,
 ``$((...))``, field splitting of unquoted expansions). What it cannot expand (an unset variable, a
 command substitution other than a path or date helper) expands to nothing and is listed in
@@ -15,99 +15,13 @@ import fnmatch
 import operator
 import re
 import time
-from collections.abc import Iterator
 from pathlib import PurePosixPath
+
+from posttrain.config.dialects.shell_lexer import close_group, close_quote, commands
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?=)(.*)$", re.S)
-_SEPARATORS = ("&&", "||", ";;", "|", ";", "&", "\n")
 _DECLARE = ("export", "local", "declare", "readonly", "typeset")
-
-# ---- lexing: the script as simple commands of raw (unexpanded) words ------------------------------
-
-def commands(text: str) -> Iterator[list[str]]:
-    """Each simple command as its raw words (quotes kept); continuation lines joined, comments out."""
-    words: list[str] = []
-    word: list[str] = []
-    i, n = 0, len(text)
-
-    def end_word() -> None:
-        if word:
-            words.append("".join(word))
-            word.clear()
-
-    while i < n:
-        c = text[i]
-        if c == "\\" and i + 1 < n:
-            if text[i + 1] == "\n":  # line continuation
-                i += 2
-                continue
-            word.append(text[i:i + 2])
-            i += 2
-        elif c in "'\"":
-            j = _close_quote(text, i)
-            word.append(text[i:j])
-            i = j
-        elif c == "$" and text.startswith(("$(", "${"), i):
-            j = _close_group(text, i + 1)
-            word.append(text[i:j])
-            i = j
-        elif c == "(" and word and "".join(word).endswith("="):  # NAME=( array )
-            j = _close_group(text, i)
-            word.append(text[i:j])
-            i = j
-        elif c == "#" and not word:
-            while i < n and text[i] != "\n":
-                i += 1
-        elif c in " \t":
-            end_word()
-            i += 1
-        elif c in "|;&\n" and not (c == "&" and word and word[-1][-1:] in "<>"):
-            sep = next((s for s in _SEPARATORS if text.startswith(s, i)), c)
-            end_word()
-            if words:
-                yield words
-            words = []
-            i += len(sep)
-        else:
-            word.append(c)
-            i += 1
-    end_word()
-    if words:
-        yield words
-
-
-def _close_quote(text: str, i: int) -> int:
-    """The index after the quote that closes the one at ``i`` (double quotes honour backslashes)."""
-    q, j = text[i], i + 1
-    while j < len(text) and text[j] != q:
-        if q == '"' and text.startswith(("$(", "${"), j):  # "$(dirname "$0")": quotes nest inside
-            j = _close_group(text, j + 1)
-            continue
-        j += 2 if (q == '"' and text[j] == "\\") else 1
-    return min(j + 1, len(text))
-
-
-def _close_group(text: str, i: int) -> int:
-    """The index after the bracket matching the ``(`` or ``{`` at ``i`` (quotes inside skipped)."""
-    pairs = {"(": ")", "{": "}"}
-    stack = [pairs[text[i]]]
-    j = i + 1
-    while j < len(text) and stack:
-        c = text[j]
-        if c in "'\"":
-            j = _close_quote(text, j)
-            continue
-        if c == "\\":
-            j += 2
-            continue
-        if c in pairs:
-            stack.append(pairs[c])
-        elif c == stack[-1]:
-            stack.pop()
-        j += 1
-    return j
-
 
 # ---- expansion ------------------------------------------------------------------------------------
 
@@ -119,6 +33,11 @@ class Shell:
         self.vars.setdefault("PWD", env.get("PWD", "."))
         self.script = script
         self.unresolved: list[str] = []
+        # which unset variables left a value empty: per variable assigned one (NNODES=$SLURM_JOB_NUM_NODES),
+        # and per `key=` word of the last command run (so that a message can name the variable)
+        self.blank_from: dict[str, list[str]] = {}
+        self.blanks: dict[str, list[str]] = {}
+        self._missed: list[str] = []
 
     def run(self, raw: list[str]) -> list[str] | None:
         """Apply a command's assignments; return its expanded words (None for a pure assignment)."""
@@ -134,7 +53,17 @@ class Shell:
                 for name in raw[1:]:
                     self.vars.pop(name, None)
             return None
-        return [f for w in raw for f in self.fields(w)]
+        self.blanks = {}
+        out = []
+        for word in raw:
+            self._missed = []
+            fields = self.fields(word)
+            for f in fields:
+                key = re.fullmatch(r"\+{0,2}([\w.\-]+)=", f)
+                if key and self._missed:
+                    self.blanks[key.group(1)] = list(dict.fromkeys(self._missed))
+            out += fields
+        return out
 
     def _assign(self, name: str, op: str, value: str) -> None:
         if value.startswith("(") and value.endswith(")"):
@@ -142,9 +71,14 @@ class Shell:
             old = self.vars.get(name, [])
             self.vars[name] = (list(old) if op == "+=" and isinstance(old, list) else []) + items
             return
+        self._missed = []
         text = self._joined(value)
         old = self.vars.get(name, "")
         self.vars[name] = (_scalar(old) + text) if op == "+=" else text
+        if self.vars[name] == "" and self._missed:
+            self.blank_from[name] = list(dict.fromkeys(self._missed))
+        else:
+            self.blank_from.pop(name, None)
 
     def fields(self, raw: str) -> list[str]:
         """One raw word -> its fields (an unquoted expansion splits on whitespace; ``"$@"`` is none)."""
@@ -185,11 +119,11 @@ class Shell:
         while i < n:
             c = raw[i]
             if c == "'":
-                j = _close_quote(raw, i)
+                j = close_quote(raw, i)
                 out.append((raw[i + 1:j - 1], False))
                 i = j
             elif c == '"':
-                j = _close_quote(raw, i)
+                j = close_quote(raw, i)
                 out += self._double_quoted(raw[i + 1:j - 1])
                 i = j
             elif c == "\\" and i + 1 < n:
@@ -236,13 +170,13 @@ class Shell:
     def _dollar(self, s: str, i: int) -> tuple[str | list[str], int]:
         """Expand the ``$...`` at ``s[i]``: ``(value, index after it)``; arrays and ``$@`` give lists."""
         if s.startswith("$((", i):
-            j = _close_group(s, i + 1)
+            j = close_group(s, i + 1)
             return self._arith(s[i + 3:j - 2]), j
         if s.startswith("$(", i):
-            j = _close_group(s, i + 1)
+            j = close_group(s, i + 1)
             return self._substitute(s[i + 2:j - 1]), j
         if s.startswith("${", i):
-            j = _close_group(s, i + 1)
+            j = close_group(s, i + 1)
             return self._braced(s[i + 2:j - 1]), j
         if i + 1 < len(s) and s[i + 1] in "@*":
             return [], i + 2  # the script's own arguments: none
@@ -259,7 +193,10 @@ class Shell:
         if name not in self.vars:
             shown = f"${name.removeprefix('#positional')} (an argument of the script)" if name.startswith("#") else f"${name}"
             self._gap(f"{shown} is not set (expanded to nothing)")
+            self._missed.append(name)
             return ""
+        if name in self.blank_from and self.vars[name] == "":
+            self._missed += self.blank_from[name]
         return _scalar(self.vars[name])
 
     def _braced(self, body: str) -> str | list[str]:

@@ -1,6 +1,6 @@
 """verl keys dropped rather than refused, beyond Hydra's own (posttrain.config.dialects.source).
 
-`null_profile_steps`, `global_micro_batches`, `keep_one_checkpoint` and `sft_optim` are handlers
+`blank_device_counts`, `null_profile_steps`, `global_micro_batches`, `keep_one_checkpoint` and `sft_optim` are handlers
 (they run before the key-by-key translation; `RULES` lists what they translate); `ignorable`
 decides for keys without a field.
 
@@ -17,8 +17,9 @@ import functools
 import re
 from typing import Any
 
-from posttrain.config.dialects import verl_megatron, verl_reward
+from posttrain.config.dialects import verl_code, verl_megatron, verl_nsys, verl_reward
 from posttrain.config.dialects.source import hydra_ignorable, resolve
+from posttrain.config.dialects.values import value_hook as common_value_hook
 from posttrain.config.tables import Rule
 
 _ROLLOUT, _ACTOR = "actor_rollout_ref.rollout.profiler.", "actor_rollout_ref.actor.profiler."
@@ -86,6 +87,22 @@ def keep_one_checkpoint(ctx: Any) -> None:
             ctx.set(f"trainer.max_{role}_ckpt_to_keep", 1, key, "true: keep only the newest checkpoint")
     else:
         ctx.refuse(key, f"expected true or false, got {value!r}", None, value)
+
+
+# The reason a device count left empty is refused with: it names what the machine lacks (smoke's
+# machine_refusal and the corpus sweep read "a cluster job's device count").
+BLANK_DEVICES = ("empty: a cluster job's device count, left empty where a launch script's variable is not set (SLURM "
+                 "sets $SLURM_JOB_NUM_NODES and $SLURM_GPUS_PER_NODE only inside a job): export the variable to plan "
+                 "here; `posttrain smoke` runs one CPU process instead")
+
+
+def blank_device_counts(ctx: Any) -> None:
+    """``trainer.nnodes=`` / ``trainer.n_gpus_per_node=`` with nothing after ``=``: a script's ``$VAR``
+    that is not set on this machine (verl would fail on the empty value as well)."""
+    for key in ("trainer.nnodes", "trainer.n_gpus_per_node"):
+        if ctx.get(key) == "":
+            ctx.consume(key)
+            ctx.refuse(key, BLANK_DEVICES, "cluster." + key.split(".", 1)[1], "")
 
 
 # verl's SFT trainer (sft_trainer.yaml) keeps its optimizer at the top level; posttrain's SFT trains
@@ -188,8 +205,9 @@ RULES: dict[str, Rule] = {
 
 RULES.update(verl_megatron.RULES)  # verl's Megatron trainer: its strategy and megatron sections
 RULES.update(verl_reward.RULES)  # verl's reward model, on its legacy worker or its reward loop
+RULES.update(verl_nsys.RULES)  # nsys discrete: a capture range per phase
 
-HANDLERS = [*verl_megatron.HANDLERS, null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default, rollout_correction, *verl_reward.HANDLERS]
+HANDLERS = [*verl_megatron.HANDLERS, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default, rollout_correction, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
 
 
 @functools.lru_cache(maxsize=2)
@@ -220,6 +238,15 @@ def is_default(key: str, value: Any) -> bool:
     if node is _ABSENT:
         node = _default_of(key, "ppo_megatron_trainer")
     return node is not _ABSENT and node == value and type(node) is type(value)
+
+
+def value_hook(ctx: Any, key: str, value: Any, native: str) -> Any:
+    """An empty value (``use_kl_loss=${use_kl_loss}`` with the variable unset) of a key whose verl
+    default is true or false is false: verl builds its role configs with Hydra's instantiate, which
+    checks no types, and tests them for truth, so ``''`` reads as false there."""
+    if value == "" and isinstance(_default_of(key, "ppo_trainer"), bool):
+        return False
+    return common_value_hook(ctx, key, value, native)
 
 
 _ANY_VALUE = {

@@ -93,7 +93,7 @@ def eval_native(path: str | Path | None, overrides: list[str]) -> dict[str, Any]
     if path is not None:
         mine = {k: v for k, v in read_yaml(Path(path)).items() if k not in ("defaults", "hydra")}
         tree = deep_merge(tree, mine)
-    tree, set_by = hydra.apply(tree, overrides, strict=True, what=WHAT)
+    tree, set_by = hydra.apply(tree, overrides, strict=True, what=WHAT, launcher="verl")
     resolved, unresolved = resolve(tree)
     native, report = translate(resolved)
     problems = [e.line() for e in report.refused]

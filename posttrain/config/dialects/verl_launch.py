@@ -134,7 +134,7 @@ def launch(path: str | Path | None, overrides: list[str]) -> tuple[dict[str, Any
         mine, base = user_file(path, problems)
     tree = _merge(defaults_tree(base), mine)
     user: set[str] = set(dotted_leaves(mine))
-    tree, set_by = hydra.apply(tree, overrides, strict=True, what=WHATS[base])
+    tree, set_by = hydra.apply(tree, overrides, strict=True, what=WHATS[base], launcher="verl")
     user |= set(set_by)
     resolved, unresolved = resolve(tree)
     leaves = dotted_leaves(resolved)

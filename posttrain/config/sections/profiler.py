@@ -29,7 +29,7 @@ class ProfilerConfig:
     enable: bool = param(False, doc="Profile this role in the steps of profiler.steps.", refs=["verl:.enable"])
     all_ranks: bool = param(False, doc="Profile every rank (worker process) of the role.", refs=["verl:.all_ranks"])
     ranks: list[int] = param(factory=list, doc="Ranks to profile when not all_ranks; empty profiles rank 0.", ge=0, refs=["verl:.ranks"])
-    discrete: bool = param(False, doc="tool torch: one trace per phase of this role (true) instead of one trace of the whole step per rank (false); every enabled role must agree.", refs=["verl:.tool_config.torch.discrete", "verl:.discrete"])
+    discrete: bool = param(False, doc="tool torch: one trace per phase of this role (true) instead of one trace of the whole step per rank (false); tool nsys: one cudaProfilerApi capture range per phase of this role instead of one per profiled step (verl's nsys.discrete); every enabled role must agree.", refs=["verl:.tool_config.torch.discrete", "verl:.discrete"])
     contents: list[str] = param(factory=list, doc="tool torch: what the trace records: cpu (operators), cuda (kernels), memory (allocations), shapes (operator input shapes), stack (Python source lines); empty records cpu, and cuda on GPUs.", choices=CONTENTS, refs=["verl:.tool_config.torch.contents"])
 
 
@@ -53,11 +53,6 @@ class GlobalProfilerConfig:
     torch_memory: TorchMemoryConfig = param(factory=TorchMemoryConfig, doc="CUDA memory history options of tool torch_memory.")
 
 
-# verl's NsightSystemsProfiler: discrete false starts the cudaProfilerApi range with the step and stops
-# it after, each task an NVTX range inside; true starts and stops one around each task.
-_NSYS_DISCRETE = ("true makes each worker task its own nsys capture range (and report); posttrain's nsys tool captures "
-                  "each profiled step as one range with an NVTX range per phase inside it, which is verl's false (its "
-                  "default, accepted): set it false or remove it")
 _ONE_TOOL = "posttrain uses one profiler tool for every role: set profiler.tool"
 _ONE_PATH = "posttrain writes every role's traces under one directory: set profiler.save_path"
 
@@ -67,7 +62,6 @@ def role_unsupported(prefix: str) -> dict[str, str]:
     out = {f"{prefix}.tool": _ONE_TOOL, f"{prefix}.save_path": _ONE_PATH}
     for key in ("tool_config.npu.contents", "tool_config.npu.level", "tool_config.npu.analysis", "tool_config.npu.discrete"):
         out[f"{prefix}.{key}"] = "Ascend NPUs are not supported by posttrain"
-    out[f"{prefix}.tool_config.nsys.discrete"] = _NSYS_DISCRETE
     out[f"{prefix}.tool_config.torch_memory.trace_alloc_max_entries"] = "the CUDA memory history is one per process: set profiler.torch_memory"
     return out
 
@@ -77,7 +71,6 @@ _NO_STACK_DEPTH = "torch's CUDA memory history has no stack-depth option (verl p
 
 # Reference keys with no field, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
-    f"{_VERL}.global_tool_config.nsys.discrete": _NSYS_DISCRETE,
     f"{_VERL}.global_tool_config.torch_memory.kw_args": "the CUDA memory history is recorded for this worker's own GPU",
     **{f"verl:actor_rollout_ref.rollout.profiler.{k}": "the rollout is profiled with the actor (one hybrid worker): set actor.profiler"
        for k in ("enable", "all_ranks", "ranks", "tool", "save_path", "tool_config.torch.contents", "tool_config.torch.discrete")},
