@@ -12,6 +12,12 @@ paths, chosen by the native config rather than by a class per task:
   the taskset's ``format.system_prompt`` is unset: ``data.system_prompt``. The messages are then
   Trinity's: the system prompt, the question as the user turn, ``format.reply_prefix`` as the open
   assistant turn.
+- **single turn, boxed answers**: Trinity's ``math_boxed_workflow`` (and its ``async_`` twin) scores
+  with ``math_boxed_reward`` (posttrain's ``math_boxed`` scorer) unless the taskset names another, and
+  without a ``format.system_prompt`` sends its own instruction to box the answer (the ``with_think``
+  variant asks for a ``<think>`` block first). Its ``workflow_args``: ``use_base`` prompts a base model
+  with plain ``System:/User:/Assistant:`` text (``data.chat_template``: BASE_MODEL_TEMPLATE),
+  ``with_think`` and ``format_score_coef`` are math_boxed's format penalty (``reward_kwargs``).
 - **tool-using agent** (`rollout.multi_turn`, docs/agentic.md): posttrain's own name
   ``posttrain_tool_workflow``; its ``workflow_args`` are the ``rollout.multi_turn`` keys
   (tool_config_path, max_assistant_turns, ...).
@@ -32,12 +38,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from posttrain.config.dialects.prompts import R1_SYSTEM_PROMPT
+from posttrain.config.dialects.prompts import BASE_MODEL_TEMPLATE, BOXED_SYSTEM_PROMPT, BOXED_THINK_SYSTEM_PROMPT, R1_SYSTEM_PROMPT
 from posttrain.config.dialects.translate import Context
 
 _IN = "buffer.explorer_input"
 SINGLE_TURN = ("simple_workflow", "async_simple_workflow")
 MATH = ("math_workflow", "async_math_workflow")
+BOXED = ("math_boxed_workflow", "async_math_boxed_workflow")
+BOXED_ARGS = ("use_base", "with_think", "format_score_coef")
 TOOLS = "posttrain_tool_workflow"
 TOOL_ARGS = ("max_assistant_turns", "max_user_turns", "tool_config_path", "interaction_config_path", "format",
              "max_parallel_calls", "max_tool_response_length", "tool_response_truncate_side",
@@ -56,19 +64,20 @@ REFUSED = {
        for name in ("math_ruler_workflow", "async_math_ruler_workflow", "math_trainable_ruler_workflow", "rubric_judge_workflow")},
     **{name: "needs a reward model scoring inside the workflow; use reward.reward_model (or reward.workers) with simple_workflow"
        for name in ("math_rm_workflow", "async_math_rm_workflow")},
-    **{name: "boxed-answer prompting and scoring with Trinity-RFT's answer cleaning: use simple_workflow with posttrain's math "
-             "scorer (reward.custom_reward_function.name: math) and your own format.system_prompt"
-       for name in ("math_boxed_workflow", "async_math_boxed_workflow", "math_eval_workflow", "async_math_eval_workflow")},
+    **{name: "Trinity-RFT's fixed math evaluation: its own system message and an instruction appended to the row's 'question' "
+             "column, its own sampling (temperature 0.6, top_p 0.8) and Qwen2.5-Math's symbolic equality; posttrain validates "
+             "with the training stage's prompt, sampling and reward: use simple_workflow with rollout_args and a reward "
+             "function (posttrain's math scorer: reward.custom_reward_function.name: math)"
+       for name in ("math_eval_workflow", "async_math_eval_workflow")},
 }
 # Trinity-RFT's registered reward functions -> the posttrain built-in scorer giving the same scores
 # (posttrain.rewards.scorers.BUILTIN_SCORERS), and those refused with what they would need.
-REWARDS = {"math_reward": "think_answer", "countdown_reward": "countdown_equation"}
+REWARDS = {"math_reward": "think_answer", "countdown_reward": "countdown_equation", "math_boxed_reward": "math_boxed"}
+# Reward functions whose constructor takes any arguments and reads none (their reward_fn_args change nothing).
+ARGS_IGNORED = ("math_boxed_reward",)
 _NATIVE_REWARD = "reward.custom_reward_function.name"
 _MATH_NATIVE = "posttrain's math scorer (reward.custom_reward_function.name: math) compares the boxed answer symbolically with math-verify"
 REFUSED_REWARDS = {
-    "math_boxed_reward": "compares the last \\boxed{} answer with the truth as strings after Trinity-RFT's answer cleaning "
-                         "(Qwen2.5-Math's evaluation normalisation, with its list of unit words and word-to-number conversion), "
-                         f"which posttrain does not carry; {_MATH_NATIVE}",
     "math_dapo_reward": f"DAPO's math scoring with Trinity-RFT's answer normalisation, which posttrain does not carry; {_MATH_NATIVE}, "
                         "and reward.overlong_buffer is DAPO's overlong penalty",
     "accuracy_reward": f"math-verify with Trinity-RFT's own extraction settings (boxed answers first, no format part); {_MATH_NATIVE}",
@@ -126,15 +135,17 @@ def _reward(ctx: Context, prefix: str, item: dict[str, Any], workflow: Any, sour
     """Translate the taskset's reward function; returns its Trinity name (None: none named, and the
     workflow has no default one)."""
     name, key, args, args_key = _reward_of(ctx, prefix, item)
-    if name is None and workflow in MATH:
-        name = "math_reward"  # math_workflow's own default
+    if name is None and workflow in MATH + BOXED:
+        name = "math_reward" if workflow in MATH else "math_boxed_reward"  # the workflow's own default
     if name is None:
         return None
     where = key or source
     why = "" if key else f"{workflow}'s default reward function"
     if name in REWARDS:
         ctx.set(_NATIVE_REWARD, REWARDS[name], where, why or f"Trinity-RFT's {name}: the built-in scorer of the same scores")
-        if args_key is not None:
+        if args_key is not None and name in ARGS_IGNORED:
+            ctx.drop(args_key, f"Trinity-RFT's {name} takes any arguments and reads none")
+        elif args_key is not None:
             ctx.refuse(args_key, f"{name} ({REWARDS[name]}) takes no arguments", None, args)
     else:
         reason = REFUSED_REWARDS.get(name, f"unknown to posttrain; the reward functions it translates are {list(REWARDS)}")
@@ -165,6 +176,8 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         reward = _reward(ctx, prefix, item, name, source)
         _single_turn(ctx, prefix, item, name, source, reward)
         _no_args(ctx, prefix, args, name)
+    elif name in BOXED:
+        _boxed(ctx, prefix, item, name, source, _reward(ctx, prefix, item, name, source), args, training)
     elif name == TOOLS:
         _reward(ctx, prefix, item, name, source)
         if not training:
@@ -181,7 +194,7 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         for read in (key_read, args_read):  # the reward of a refused workflow: named with it, not run
             if read is not None:
                 ctx.drop(read, f"the reward function of workflow {name!r} at {source}, which is refused")
-        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH) + [TOOLS]}")
+        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + BOXED) + [TOOLS]}")
         ctx.refuse(source, f"workflow {name!r}: {reason}", None, name)
 
 
@@ -203,3 +216,70 @@ def _single_turn(ctx: Context, prefix: str, item: dict[str, Any], name: Any, sou
 def _no_args(ctx: Context, prefix: str, args: dict[str, Any], name: Any) -> None:
     for arg, value in args.items():
         ctx.refuse(f"{prefix}.workflow_args.{arg}", f"the single-turn rollout ({name or 'default'}) takes no workflow_args", None, value)
+
+
+def _boxed(ctx: Context, prefix: str, item: dict[str, Any], name: str, source: str, reward: Any, args: dict[str, Any], training: bool) -> None:
+    """math_boxed_workflow: the single-turn rollout with its system prompt (the taskset's, else its
+    own: posttrain.config.dialects.prompts), a base model's plain-text prompt with use_base
+    (data.chat_template), and with_think / format_score_coef passed to its reward (math_boxed's
+    reward_kwargs). An evaluation taskset must prompt and score as the training one does."""
+    for arg, value in args.items():
+        if arg not in BOXED_ARGS:
+            ctx.refuse(f"{prefix}.workflow_args.{arg}", f"{name} reads the workflow_args {list(BOXED_ARGS)}", None, value)
+    where = {arg: f"{prefix}.workflow_args.{arg}" if arg in args else source for arg in BOXED_ARGS}
+    think, base = bool(args.get("with_think", False)), bool(args.get("use_base", False))
+    if (item.get("format") or {}).get("system_prompt") is None:
+        ctx.set("data.system_prompt", BOXED_THINK_SYSTEM_PROMPT if think else BOXED_SYSTEM_PROMPT, where["with_think"],
+                f"{name}'s own system prompt" + (" with with_think" if think else "") + " (posttrain.config.dialects.prompts)")
+    if base and ctx.get("data.reply_prefix", None) is None and (item.get("format") or {}).get("reply_prefix"):
+        ctx.refuse(where["use_base"], f"{name}'s base-model prompt leaves out format.reply_prefix, which posttrain writes into every prompt; unset one", None, True)
+    else:
+        _as_training(ctx, where["use_base"], "data.chat_template", BASE_MODEL_TEMPLATE if base else None, training,
+                     "use_base", "a base model's plain-text prompt (posttrain.config.dialects.prompts.BASE_MODEL_TEMPLATE)")
+    if reward != "math_boxed_reward":
+        for arg in ("with_think", "format_score_coef"):
+            if arg in args:
+                ctx.refuse(where[arg], f"{name} passes {arg} to its reward function; posttrain reads it for math_boxed_reward only", None, args[arg])
+    else:
+        _boxed_reward_args(ctx, args, where, think, training)
+    if not any(e.key == source for e in ctx.report.entries):
+        ctx.drop(source, f"{name}: posttrain's single-turn rollout, one response per prompt scored by the reward function")
+
+
+def _boxed_reward_args(ctx: Context, args: dict[str, Any], where: dict[str, str], think: bool, training: bool) -> None:
+    """with_think and format_score_coef as math_boxed's reward_kwargs (left out at their defaults)."""
+    kwargs = "reward.custom_reward_function.reward_kwargs"
+    _as_training(ctx, where["with_think"], f"{kwargs}.with_think", think or None, training, "with_think", "math_boxed's format penalty")
+    coef = args.get("format_score_coef", 0.1) if think else None
+    if not think and "format_score_coef" in args:
+        ctx.drop(where["format_score_coef"], "the format penalty's size, with with_think off: no penalty, as in Trinity-RFT")
+    else:
+        _as_training(ctx, where["format_score_coef"], f"{kwargs}.format_score_coef", coef if coef != 0.1 else None, training, "format_score_coef", "the format penalty's size")
+
+
+def _native(ctx: Context, native: str) -> Any:
+    node: Any = ctx.native
+    for part in native.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _as_training(ctx: Context, key: str, native: str, value: Any, training: bool, what: str, reason: str) -> None:
+    """Set ``native`` from the training taskset (None: leave it unset); an evaluation taskset's value
+    must be what the training one left there, since posttrain validates with the training settings."""
+    explicit = ".workflow_args." in key
+    if training:
+        if value is not None:
+            ctx.set(native, value, key, reason)
+        elif explicit:
+            ctx.drop(key, f"off: Trinity-RFT's default ({reason})")
+        return
+    trained = _native(ctx, native)
+    if trained == value and explicit:
+        ctx.drop(key, "as the training taskset: posttrain validates with the training prompts and reward")
+    elif trained != value:
+        ctx.refuse(key, f"the evaluation taskset's {what} differs from the training taskset's ({native} "
+                        f"{'unset' if trained is None else repr(trained) if len(repr(trained)) < 40 else 'set'}): posttrain "
+                        "validates with the training prompts and reward", native, value)
