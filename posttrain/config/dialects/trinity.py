@@ -39,6 +39,7 @@ _TS = "buffer.explorer_input.taskset"
 _EVAL = "buffer.explorer_input.eval_tasksets"
 _TASK_FILES = ("posttrain reads tasks from files (data.train_files, data.val_files); a queue or SQL taskset that another "
                "process fills during the run is not read: write the tasks to a jsonl or parquet file and point path there")
+_COLUMNS = {"prompt_key": "prompt", "response_key": "response"}  # Trinity-RFT's FormatConfig defaults, posttrain's too
 _FORMAT_TO_DATA = {name: f"data.{name}" for name in ("prompt_key", "response_key", "system_prompt", "system_prompt_key", "reply_prefix", "enable_thinking")}
 
 
@@ -50,6 +51,7 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         ctx.refuse(f"{prefix}.storage_type", _TASK_FILES, None, item.get("storage_type"))
     elif "storage_type" in item:
         ctx.drop(f"{prefix}.storage_type", "file: the taskset is read from files, as posttrain does")
+    files = None
     if f"{prefix}.path" not in ctx.unresolved:  # an unresolved path is already refused by name
         split = item.get("split", "train" if training else "test")
         native = "data.train_files" if training else "data.val_files"
@@ -70,8 +72,12 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
     if "name" in item:
         ctx.drop(f"{prefix}.name", "names the taskset's metrics in Trinity-RFT; posttrain's metrics are named by stage")
     fmt = item.get("format") or {}
+    if not training:
+        _eval_columns(ctx, prefix, fmt, files)
     for name, value in fmt.items():
         key = f"{prefix}.format.{name}"
+        if not training and name in _COLUMNS:
+            continue  # _eval_columns
         if name in _FORMAT_TO_DATA:
             ctx.set(_FORMAT_TO_DATA[name], value, key)
         elif name == "prompt_type" and value in ("plaintext", "messages"):
@@ -97,6 +103,26 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         else:
             ctx.set(f"rollout.val_kwargs.{name}", value, key)
             ctx.set("rollout.val_kwargs.do_sample", True, key, "evaluation sampling settings given: sample")
+
+
+def _eval_columns(ctx: Context, prefix: str, fmt: dict[str, Any], files: list[str] | None) -> None:
+    """An evaluation taskset's prompt and answer columns: its own format keys, else Trinity-RFT's
+    defaults (it does not inherit the training taskset's). Where they differ from the training
+    data's (data.prompt_key / response_key), data.val_file_keys names them for each of its files."""
+    for name, default in _COLUMNS.items():
+        key, value = f"{prefix}.format.{name}", fmt.get(name, default)
+        trained = (ctx.native.get("data") or {}).get(name, default)
+        if value == trained:
+            if name in fmt:
+                ctx.drop(key, f"{value!r}: the training data's column (data.{name})")
+        elif files is None:
+            ctx.drop(key, "the columns of a taskset whose path is refused")
+        else:
+            keys = ctx.native.setdefault("data", {}).setdefault("val_file_keys", {})
+            for entry in files:
+                keys.setdefault(entry, {})[name] = value
+            why = "its own column" if name in fmt else f"Trinity-RFT's default column (an evaluation taskset does not inherit the training taskset's {trained!r})"
+            ctx.report.add(_entry(key if name in fmt else prefix, "data.val_file_keys", value, f"{why}, for {', '.join(files)}"))
 
 
 def _response_tokens(ctx: Context) -> int | None:
