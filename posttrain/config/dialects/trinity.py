@@ -94,6 +94,11 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         key = f"{prefix}.rollout_args.{name}"
         if name == "logprobs" and value in (0, None):
             ctx.drop(key, "0: the sampled token's log-prob only, which posttrain always computes")
+        elif name == "logprobs" and isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            # vLLM then also returns the top-k alternatives of each token, which Trinity-RFT drops: its
+            # experiences keep the sampled token's log-prob (the first entry of each position's dict)
+            ctx.drop(key, f"{value}: Trinity-RFT keeps only the sampled token's log-prob of vLLM's top-{value} "
+                          "answer, which posttrain always records (rollout_logprobs)")
         elif name == "max_tokens":
             _max_tokens(ctx, key, value, training)
         elif name not in ("temperature", "top_p", "top_k"):
