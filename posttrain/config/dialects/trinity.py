@@ -27,7 +27,7 @@ from posttrain.config.dialects.trinity_defaults import batching, kl_defaults, st
 from posttrain.config.dialects.source import resolve
 from posttrain.config.dialects.translate import Context, translate_dict
 from posttrain.config.dialects.trinity_batches import RULES as BATCH_RULES, batch_sizes, stage_batch_sizes
-from posttrain.config.dialects.trinity_workflows import workflows
+from posttrain.config.dialects.trinity_workflows import fixed_columns, workflows
 from posttrain.config.dialects.values import value_hook
 from posttrain.config.tables import Rule
 from posttrain.config.dialects.trinity_types import algorithm_type, stage_algorithm_type
@@ -116,6 +116,10 @@ def _eval_columns(ctx: Context, prefix: str, fmt: dict[str, Any], files: list[st
     data's (data.prompt_key / response_key), data.val_file_keys names them for each of its files."""
     for name, default in _COLUMNS.items():
         key, value = f"{prefix}.format.{name}", fmt.get(name, default)
+        if fixed_columns(ctx, ctx.get(prefix) or {}):
+            if name in fmt:
+                ctx.drop(key, "its workflow (Tool-N1) reads the columns raw_system, tools, conversations and answer")
+            continue
         trained = (ctx.native.get("data") or {}).get(name, default)
         if value == trained:
             if name in fmt:
@@ -307,7 +311,7 @@ RULES: dict[str, Rule] = {
     f"{_TS}.format.prompt_type": Rule(None, "plaintext or messages: posttrain reads a string or a chat message list from data.prompt_key alike", "messages", _WITH_PATH),
     f"{_EVAL}": Rule("data.val_files, rollout.val_kwargs", "each evaluation taskset's files are appended to data.val_files; its repeat_times and rollout_args are the validation sampling", [{"path": _DATASET, "repeat_times": 2}]),
     "model.enable_prompt_truncation": Rule("data.filter_overlong_prompts", "true (Trinity-RFT's default): a prompt over max_prompt_tokens gets no sampled response in Trinity-RFT, so no training signal; posttrain leaves it out at load. false (let it through uncut) is refused", True),
-    f"{_IN}.default_workflow_type": Rule("rollout.multi_turn, data.system_prompt, reward.custom_reward_function.name", "the workflow of tasksets that name none (posttrain.config.dialects.trinity_workflows): simple/math workflows are the single-turn rollout (math_workflow scores with math_reward, the think_answer scorer, and without a format.system_prompt sends the DeepSeek-R1 template as data.system_prompt), math_boxed_workflow scores with math_boxed_reward (its system prompt, use_base: data.chat_template, with_think/format_score_coef: reward_kwargs), posttrain_tool_workflow turns on tool calling (rollout.multi_turn); the others are refused naming what they need", "posttrain_tool_workflow", _WITH_PATH),
+    f"{_IN}.default_workflow_type": Rule("rollout.multi_turn, data.system_prompt, reward.custom_reward_function.name", "the workflow of tasksets that name none (posttrain.config.dialects.trinity_workflows): simple/math workflows are the single-turn rollout (math_workflow scores with math_reward, the think_answer scorer, and without a format.system_prompt sends the DeepSeek-R1 template as data.system_prompt), math_boxed_workflow scores with math_boxed_reward (its system prompt, use_base: data.chat_template, with_think/format_score_coef: reward_kwargs), toolcall_workflow reads Tool-N1 rows (data.prompt_format tool_n1, data.response_key answer) and scores with the tool_n1 scorer, posttrain_tool_workflow turns on tool calling (rollout.multi_turn); the others are refused naming what they need", "posttrain_tool_workflow", _WITH_PATH),
     f"{_TS}.default_workflow_type": Rule("rollout.multi_turn", "this taskset's workflow, as buffer.explorer_input.default_workflow_type", "posttrain_tool_workflow", _WITH_PATH),
     f"{_TS}.workflow_args": Rule("rollout.multi_turn.*", "posttrain_tool_workflow's arguments are the rollout.multi_turn keys; the single-turn workflows take none", {"max_assistant_turns": 3}, _WITH_PATH + ((f"{_TS}.default_workflow_type", "posttrain_tool_workflow"),)),
     f"{_IN}.default_reward_fn_type": Rule("reward.custom_reward_function.name", "the reward function of tasksets that name none: Trinity-RFT's math_reward, countdown_reward and math_boxed_reward are posttrain's built-in think_answer, countdown_equation and math_boxed scorers (the same scores); the others are refused naming what they need (posttrain.config.dialects.trinity_workflows)", "math_reward", _WITH_PATH),

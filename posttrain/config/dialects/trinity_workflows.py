@@ -46,6 +46,7 @@ SINGLE_TURN = ("simple_workflow", "async_simple_workflow")
 MATH = ("math_workflow", "async_math_workflow")
 BOXED = ("math_boxed_workflow", "async_math_boxed_workflow")
 BOXED_ARGS = ("use_base", "with_think", "format_score_coef")
+TOOL_N1 = ("toolcall_workflow", "tool_call_workflow")  # Trinity-RFT's Tool-N1 workflow, under both of its names
 TOOLS = "posttrain_tool_workflow"
 TOOL_ARGS = ("max_assistant_turns", "max_user_turns", "tool_config_path", "interaction_config_path", "format",
              "max_parallel_calls", "max_tool_response_length", "tool_response_truncate_side",
@@ -56,9 +57,6 @@ REFUSED = {
     **{name: _ENV for name in ("frozen_lake_workflow", "alfworld_workflow", "sciworld_workflow", "webshop_workflow",
                                "step_wise_alfworld_workflow", "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow",
                                "sudoku_workflow", "email_search_workflow")},
-    "toolcall_workflow": "Trinity's Tool-N1 workflow grades one tool-call reply against the row's answer with its own prompt; "
-                         f"posttrain's tool calling runs the tools over several turns ({TOOLS}, rollout.multi_turn)",
-    "tool_call_workflow": f"as toolcall_workflow: one graded tool-call reply; posttrain runs the tools ({TOOLS}, rollout.multi_turn)",
     **{name: "needs an LLM judge over an OpenAI-compatible server (explorer.auxiliary_models); a per-response judge is "
              "reward.workers.<name>.worker_cls: llm_judge"
        for name in ("math_ruler_workflow", "async_math_ruler_workflow", "math_trainable_ruler_workflow", "rubric_judge_workflow")},
@@ -178,6 +176,8 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         _no_args(ctx, prefix, args, name)
     elif name in BOXED:
         _boxed(ctx, prefix, item, name, source, _reward(ctx, prefix, item, name, source), args, training)
+    elif name in TOOL_N1:
+        _tool_n1(ctx, prefix, item, name, source, args, training)
     elif name == TOOLS:
         _reward(ctx, prefix, item, name, source)
         if not training:
@@ -194,7 +194,7 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         for read in (key_read, args_read):  # the reward of a refused workflow: named with it, not run
             if read is not None:
                 ctx.drop(read, f"the reward function of workflow {name!r} at {source}, which is refused")
-        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + BOXED) + [TOOLS]}")
+        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + BOXED + TOOL_N1) + [TOOLS]}")
         ctx.refuse(source, f"workflow {name!r}: {reason}", None, name)
 
 
@@ -283,3 +283,25 @@ def _as_training(ctx: Context, key: str, native: str, value: Any, training: bool
         ctx.refuse(key, f"the evaluation taskset's {what} differs from the training taskset's ({native} "
                         f"{'unset' if trained is None else repr(trained) if len(repr(trained)) < 40 else 'set'}): posttrain "
                         "validates with the training prompts and reward", native, value)
+
+
+def _tool_n1(ctx: Context, prefix: str, item: dict[str, Any], name: str, source: str, args: dict[str, Any], training: bool) -> None:
+    """toolcall_workflow: one reply per Tool-N1 row (raw_system, tools, conversations:
+    data.prompt_format tool_n1), scored by Tool-N1's rule against the row's ``answer`` column (the
+    tool_n1 scorer). The workflow scores inline: a reward function named for it is never called."""
+    _, name_key, _, args_key = _reward_of(ctx, prefix, item)
+    for read in (name_key, args_key):
+        if read is not None:
+            ctx.drop(read, f"{name} scores with Tool-N1's rule itself and calls no reward function")
+    for arg, value in args.items():
+        ctx.refuse(f"{prefix}.workflow_args.{arg}", f"{name} takes no workflow_args", None, value)
+    for native, value, why in (("data.prompt_format", "tool_n1", "Tool-N1 rows: raw_system + tool instructions, then the conversations"),
+                               ("data.response_key", "answer", "the calls the reply must make (the answer column)"),
+                               (_NATIVE_REWARD, "tool_n1", "Tool-N1's reward: 1 for a well-formed reply with exactly the answer's calls")):
+        _as_training(ctx, source, native, value, training, name, why)
+
+
+def fixed_columns(ctx: Context, item: dict[str, Any]) -> bool:
+    """Whether a taskset's workflow reads columns of its own, whatever its format keys name (Tool-N1's)."""
+    name = item.get("default_workflow_type") or ctx.get(f"{_IN}.default_eval_workflow_type") or ctx.get(f"{_IN}.default_workflow_type")
+    return name in TOOL_N1

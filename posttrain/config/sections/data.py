@@ -41,6 +41,7 @@ class DataConfig:
 
     # ---- columns -----------------------------------------------------------------------------
     prompt_key: str = param("prompt", doc="Column holding the prompt: a string or a chat message list.", refs=["verl:data.prompt_key", "roll:actor_train.data_args.prompt", "roll:prompt_key", f"{_TS}.prompt_key"])
+    prompt_format: str = param("column", doc="How a row's prompt is read: column (data.messages_key, else data.prompt_key) or tool_n1 (Tool-N1 tool-calling rows: the system message raw_system plus Tool-N1's tool instructions listing the row's tools, then the turns of its conversations column; posttrain.data.tool_n1).", choices=["column", "tool_n1"], refs=["trinity:buffer.explorer_input.default_workflow_type"])
     query_key: str | None = param(None, doc="Column whose text is added to a string prompt after a newline, when the row's cell is non-empty (ROLL's SFT input field: the user turn is prompt + \"\\n\" + query); null reads no such column.", refs=["roll:query_key"])
     prompt_dict_keys: list[str] = param(factory=list, doc="Keys followed inside a dict-valued prompt column to reach the prompt (SFT).", refs=["verl:data.prompt_dict_keys"])
     messages_key: str | None = param(None, doc="Column holding a chat message list, used instead of prompt_key (SFT: the whole conversation).", refs=["verl:data.multiturn.messages_key", "roll:actor_train.data_args.messages"])
