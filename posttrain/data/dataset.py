@@ -45,6 +45,7 @@ def make_formatter(cfg: DataConfig, tokenizer: Any) -> PromptFormatter:
         system_prompt=cfg.system_prompt if cfg.system_prompt is not None else named.system_prompt,
         template_kwargs=kwargs,
         user_prefix=named.user_prefix,
+        user_suffix=cfg.user_suffix or "",
         reply_prefix=cfg.reply_prefix,
     )
 

@@ -38,3 +38,9 @@ def test_a_tool_n1_row_without_its_columns_is_named(tmp_path, tokenizer):
         _prompt(tmp_path, tokenizer, {"raw_system": "s", "tools": "[]"})
     with pytest.raises(DataError, match="column 'tools'"):
         _prompt(tmp_path, tokenizer, {**ROW, "tools": "{not json"})
+
+
+def test_user_suffix_follows_every_user_message(tmp_path, tokenizer):
+    path = write_rows(tmp_path / "q.jsonl", [{"prompt": "2+2?"}])
+    data = DataConfig(chat_template=TEMPLATE, return_full_prompt=True, system_prompt="Be brief.", user_suffix="\nBox it.")
+    assert build_rl_dataset(data, path, tokenizer)[0].full_prompt == "[system]Be brief.[user]2+2?\nBox it."

@@ -472,6 +472,7 @@ ELSEWHERE = {
     "data.tools_key": "tests/data/test_data_row_templates.py::test_each_rows_tools_reach_the_chat_template",
     "data.val_file_keys": "tests/data/test_data_val_file_keys.py::test_an_entry_is_read_with_its_own_columns",
     "data.prompt_format": "tests/data/test_data_tool_n1.py::test_a_tool_n1_row_becomes_its_conversation",
+    "data.user_suffix": "tests/data/test_data_tool_n1.py::test_user_suffix_follows_every_user_message",
     "data.tag_to_template": "tests/data/test_data_row_templates.py::test_a_tags_template_renders_its_rows",
     "rollout.stop_strings": "tests/rollout/test_stop_strings.py::test_configured_stop_strings_end_responses_and_false_leaves_them_out",
     "rollout.include_stop_str_in_output": "tests/rollout/test_stop_strings.py::test_configured_stop_strings_end_responses_and_false_leaves_them_out",

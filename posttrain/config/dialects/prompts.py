@@ -43,3 +43,8 @@ BASE_MODEL_TEMPLATE = (
     "{{ 'User:\\n' }}{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}{% endif %}{% endfor %}"
     "{{ '\\nAssistant:\\n' }}"
 )
+
+# Trinity-RFT's on_policy_distill_math_workflow (Qwen2.5-Math's evaluation prompt): this system
+# message, and this instruction after every question (data.user_suffix).
+QWEN_MATH_SYSTEM_PROMPT = "You are a helpful assistant."
+QWEN_MATH_USER_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."

@@ -38,7 +38,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from posttrain.config.dialects.prompts import BASE_MODEL_TEMPLATE, BOXED_SYSTEM_PROMPT, BOXED_THINK_SYSTEM_PROMPT, R1_SYSTEM_PROMPT
+from posttrain.config.dialects.prompts import (
+    BASE_MODEL_TEMPLATE, BOXED_SYSTEM_PROMPT, BOXED_THINK_SYSTEM_PROMPT, QWEN_MATH_SYSTEM_PROMPT, QWEN_MATH_USER_SUFFIX, R1_SYSTEM_PROMPT,
+)
 from posttrain.config.dialects.translate import Context
 
 _IN = "buffer.explorer_input"
@@ -46,7 +48,8 @@ SINGLE_TURN = ("simple_workflow", "async_simple_workflow")
 MATH = ("math_workflow", "async_math_workflow")
 BOXED = ("math_boxed_workflow", "async_math_boxed_workflow")
 BOXED_ARGS = ("use_base", "with_think", "format_score_coef")
-TOOL_N1 = ("toolcall_workflow", "tool_call_workflow")  # Trinity-RFT's Tool-N1 workflow, under both of its names
+TOOL_N1 = ("toolcall_workflow", "tool_call_workflow")
+DISTILL_MATH = "on_policy_distill_math_workflow"  # Trinity-RFT's Tool-N1 workflow, under both of its names
 TOOLS = "posttrain_tool_workflow"
 TOOL_ARGS = ("max_assistant_turns", "max_user_turns", "tool_config_path", "interaction_config_path", "format",
              "max_parallel_calls", "max_tool_response_length", "tool_response_truncate_side",
@@ -178,6 +181,8 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         _boxed(ctx, prefix, item, name, source, _reward(ctx, prefix, item, name, source), args, training)
     elif name in TOOL_N1:
         _tool_n1(ctx, prefix, item, name, source, args, training)
+    elif name == DISTILL_MATH:
+        _distill_math(ctx, prefix, item, name, source, args, training)
     elif name == TOOLS:
         _reward(ctx, prefix, item, name, source)
         if not training:
@@ -194,7 +199,7 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         for read in (key_read, args_read):  # the reward of a refused workflow: named with it, not run
             if read is not None:
                 ctx.drop(read, f"the reward function of workflow {name!r} at {source}, which is refused")
-        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + BOXED + TOOL_N1) + [TOOLS]}")
+        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + BOXED + TOOL_N1) + [DISTILL_MATH, TOOLS]}")
         ctx.refuse(source, f"workflow {name!r}: {reason}", None, name)
 
 
@@ -305,3 +310,33 @@ def fixed_columns(ctx: Context, item: dict[str, Any]) -> bool:
     """Whether a taskset's workflow reads columns of its own, whatever its format keys name (Tool-N1's)."""
     name = item.get("default_workflow_type") or ctx.get(f"{_IN}.default_eval_workflow_type") or ctx.get(f"{_IN}.default_workflow_type")
     return name in TOOL_N1
+
+
+def _distill_math(ctx: Context, prefix: str, item: dict[str, Any], name: str, source: str, args: dict[str, Any], training: bool) -> None:
+    """on_policy_distill_math_workflow: Qwen2.5-Math's prompt (its system message, and the
+    boxed-answer instruction after the question: data.user_suffix), the teacher's log-probs at
+    workflow_args.temperature (posttrain's teacher, the reference role, scores at the rollout
+    temperature, so only that value is accepted), and a math score that is logged only: the
+    distillation advantage reads no reward (on_policy_distill, jsd)."""
+    _, name_key, _, args_key = _reward_of(ctx, prefix, item)
+    for read in (name_key, args_key):
+        if read is not None:
+            ctx.drop(read, f"{name} scores with Qwen2.5-Math's answer check itself and calls no reward function")
+    for arg, value in args.items():
+        if arg != "temperature":
+            ctx.refuse(f"{prefix}.workflow_args.{arg}", f"{name} reads the workflow_args ['temperature']", None, value)
+    teacher = args.get("temperature", 1.0)
+    rollout = (ctx.get(f"{_IN}.taskset.rollout_args") or {}).get("temperature", ctx.get("model.temperature", 1.0))
+    if teacher != rollout:
+        ctx.refuse(f"{prefix}.workflow_args.temperature" if "temperature" in args else source,
+                   f"the teacher scores at temperature {teacher}; posttrain's teacher (the reference role) scores the samples "
+                   f"at the rollout temperature ({rollout}): set workflow_args.temperature to it", None, teacher)
+    elif "temperature" in args:
+        ctx.drop(f"{prefix}.workflow_args.temperature", "the rollout temperature, at which posttrain's teacher scores the samples")
+    for native, value, why in (
+            ("data.system_prompt", QWEN_MATH_SYSTEM_PROMPT, "Qwen2.5-Math's system message"),
+            ("data.user_suffix", QWEN_MATH_USER_SUFFIX, "Qwen2.5-Math's instruction after the question"),
+            (_NATIVE_REWARD, "math", "the accuracy it logs (the distillation advantage reads no reward): posttrain's math "
+                                     "scorer (math-verify) stands in for Qwen2.5-Math's answer check, so the logged accuracy "
+                                     "can differ where the two judge an answer differently")):
+        _as_training(ctx, source, native, value, training, name, why)
