@@ -236,7 +236,7 @@ def _boxed(ctx: Context, prefix: str, item: dict[str, Any], name: str, source: s
     if (item.get("format") or {}).get("system_prompt") is None:
         ctx.set("data.system_prompt", BOXED_THINK_SYSTEM_PROMPT if think else BOXED_SYSTEM_PROMPT, where["with_think"],
                 f"{name}'s own system prompt" + (" with with_think" if think else "") + " (posttrain.config.dialects.prompts)")
-    if base and ctx.get("data.reply_prefix", None) is None and (item.get("format") or {}).get("reply_prefix"):
+    if base and (item.get("format") or {}).get("reply_prefix"):
         ctx.refuse(where["use_base"], f"{name}'s base-model prompt leaves out format.reply_prefix, which posttrain writes into every prompt; unset one", None, True)
     else:
         _as_training(ctx, where["use_base"], "data.chat_template", BASE_MODEL_TEMPLATE if base else None, training,
