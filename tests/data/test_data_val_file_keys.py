@@ -38,3 +38,12 @@ def test_bad_val_file_keys_name_the_problem(tmp_path, tokenizer):
     data = DataConfig(val_files=["a.jsonl"], val_file_keys={"b.jsonl": {"prompt_key": "x"}})
     with pytest.raises(ConfigError, match="'b.jsonl' is not an entry of data.val_files"):
         build_rl_dataset(data, data.val_files, tokenizer, split="val")
+
+
+def test_val_file_keys_are_checked_when_the_config_loads(tmp_path):
+    from posttrain.config import load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("data:\n  val_file_keys:\n    aime.jsonl: {prompt_key: problem}\n")
+    with pytest.raises(ConfigError, match="'aime.jsonl' is not an entry of data.val_files"):
+        load_config(str(path))

@@ -225,3 +225,16 @@ def check_query_key(cfg: Any) -> list[str]:
     if data is None or data.query_key is None or data.messages_key is None:
         return []
     return [f"data.query_key: it is added to the data.prompt_key text, and data.messages_key ({data.messages_key!r}) replaces that prompt; drop one of them"]
+
+
+def check_val_file_keys(cfg: Any) -> list[str]:
+    """data.val_file_keys names data.val_files entries: each must be one (else its columns would be
+    read nowhere), with only prompt_key / response_key inside."""
+    data = getattr(cfg, "data", None)
+    if data is None or not data.val_file_keys:
+        return []
+    problems = [f"data.val_file_keys: {entry!r} is not an entry of data.val_files {list(data.val_files)}; write the entry as data.val_files lists it"
+                for entry in data.val_file_keys if entry not in data.val_files]
+    problems += [f"data.val_file_keys.{entry}: {sorted(set(keys) - {'prompt_key', 'response_key'})} are not column settings; use prompt_key, response_key"
+                 for entry, keys in data.val_file_keys.items() if set(keys) - {"prompt_key", "response_key"}]
+    return problems
