@@ -34,7 +34,14 @@ def test_the_teacher_temperature_must_be_the_rollout_temperature():
     _, entries = run({"temperature": 1.0}, temperature=0.7)
     status, reason = entries[f"{_IN}.taskset.workflow_args.temperature"]
     assert status == "refused" and "rollout temperature (0.7)" in reason
-    raw = {"buffer": {"explorer_input": {"taskset": {"path": "d.jsonl", "rollout_args": {"temperature": 0.7}},
+    raw = {"algorithm": {"algorithm_type": "on_policy_distill"}, **TEACHER,
+           "buffer": {"explorer_input": {"taskset": {"path": "d.jsonl", "rollout_args": {"temperature": 0.7}},
                                          "default_workflow_type": "on_policy_distill_math_workflow"}}}
     _, report = translate(raw, "trinity")  # the teacher's default temperature, 1.0
     assert [e for e in report.entries if e.key == f"{_IN}.default_workflow_type" and e.status == "refused"]
+
+
+def test_with_a_reward_driven_algorithm_the_workflow_is_refused():
+    _, entries = run(algorithm_type="grpo")  # GRPO would train on Qwen2.5-Math's answer check
+    status, reason = entries[f"{_IN}.default_workflow_type"]
+    assert status == "refused" and "trains on its score" in reason

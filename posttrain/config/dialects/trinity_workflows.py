@@ -325,14 +325,20 @@ def _distill_math(ctx: Context, prefix: str, item: dict[str, Any], name: str, so
     for arg, value in args.items():
         if arg != "temperature":
             ctx.refuse(f"{prefix}.workflow_args.{arg}", f"{name} reads the workflow_args ['temperature']", None, value)
+    distilled = ctx.get("algorithm.advantage_fn") or ctx.get("algorithm.algorithm_type")
+    if distilled not in ("on_policy_distill", "jsd"):  # then the score would train: it must be the source's
+        ctx.refuse(source, f"{name} with advantage {distilled!r} trains on its score, Qwen2.5-Math's answer check, which posttrain "
+                           "does not carry; with on_policy_distill or jsd the score is only logged", None, name)
+        return
     teacher = args.get("temperature", 1.0)
     rollout = (ctx.get(f"{_IN}.taskset.rollout_args") or {}).get("temperature", ctx.get("model.temperature", 1.0))
-    if teacher != rollout:
+    if training and teacher != rollout:  # validation computes no teacher log-probs
         ctx.refuse(f"{prefix}.workflow_args.temperature" if "temperature" in args else source,
                    f"the teacher scores at temperature {teacher}; posttrain's teacher (the reference role) scores the samples "
                    f"at the rollout temperature ({rollout}): set workflow_args.temperature to it", None, teacher)
-    elif "temperature" in args:
-        ctx.drop(f"{prefix}.workflow_args.temperature", "the rollout temperature, at which posttrain's teacher scores the samples")
+    if "temperature" in args and (not training or teacher == rollout):
+        ctx.drop(f"{prefix}.workflow_args.temperature", "the rollout temperature, at which posttrain's teacher scores the samples"
+                 if training else "the teacher's temperature; validation computes no teacher log-probs")
     for native, value, why in (
             ("data.system_prompt", QWEN_MATH_SYSTEM_PROMPT, "Qwen2.5-Math's system message"),
             ("data.user_suffix", QWEN_MATH_USER_SUFFIX, "Qwen2.5-Math's instruction after the question"),
