@@ -24,7 +24,7 @@ from posttrain.config.checks_profiler import check_profiler
 from posttrain.config.sections.buffer import priority_args
 from posttrain.config.sections.actor import check_freeze_prefix, check_save_contents
 from posttrain.config.sections.algorithm import check_agentic_reward_norm, check_filter_groups
-from posttrain.config.sections.data import check_domain_probs, check_query_key, check_row_choosers, check_row_templates
+from posttrain.config.sections.data import check_domain_probs, check_query_key, check_row_choosers, check_val_file_keys, check_row_templates
 from posttrain.config.sections.model import check_kernel_flags
 from posttrain.config.sections.auxiliary import check_auxiliary_models
 from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers
@@ -505,6 +505,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_row_choosers,
     check_row_templates,
     check_query_key,
+    check_val_file_keys,
     check_prompt_length,
     check_min_response_length,
     check_num_beams,

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Self, Sequence
 
 from posttrain.config.sections.data import DataConfig
 from posttrain.data import rows
+from posttrain.data.entry_columns import own_columns, rename_entry_columns
 from posttrain.data.examples import DPOExample, RLExample, SFTExample
 from posttrain.data.files import RowTable, as_file_list
 from posttrain.data.filtering import check_lengths
@@ -44,6 +45,7 @@ def make_formatter(cfg: DataConfig, tokenizer: Any) -> PromptFormatter:
         system_prompt=cfg.system_prompt if cfg.system_prompt is not None else named.system_prompt,
         template_kwargs=kwargs,
         user_prefix=named.user_prefix,
+        user_suffix=cfg.user_suffix or "",
         reply_prefix=cfg.reply_prefix,
     )
 
@@ -266,13 +268,20 @@ class DPODataset(_RowDataset):
 def _load(cfg: DataConfig, files: str | Iterable[str], split: str) -> tuple[list[str], str]:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {sorted(SPLITS)}")
+    if split == "val" and cfg.val_file_keys and cfg.custom_cls.path is not None:
+        raise ConfigError("data.val_file_keys renames the columns of posttrain's own rows; a data.custom_cls dataset reads "
+                          "its rows itself, so unset data.val_file_keys (or map the columns in the class)")
     return as_file_list(files, cfg.dataset_dir), SPLITS[split]
 
 
 def _table(cfg: DataConfig, files: str | Iterable[str], setting: str) -> RowTable:
     """The rows of every entry (files, dataset folders, dataset names: posttrain.data.sources); rows
     with images or videos (data.image_key / video_key) are refused rather than trained as text."""
-    table = load_table(as_file_list(files), setting=setting, base_dir=cfg.dataset_dir)
+    entries = as_file_list(files)
+    # validation entries may name their own columns (data.val_file_keys), checked before any file is read
+    renames = own_columns(cfg, entries) if setting == SPLITS["val"] else {}
+    table = load_table(entries, setting=setting, base_dir=cfg.dataset_dir)
+    rename_entry_columns(table, renames, entries)
     refuse_media(table, cfg)
     return table
 

@@ -118,7 +118,7 @@ class PromptFormatter:
     """Messages → text → token ids for one tokenizer and one chat template.
 
     `user_prefix` goes before every user message's content when rendering (a named template's
-    instruction); `reply_prefix` is the start of the assistant's reply in every prompt: the prompt is
+    instruction), `user_suffix` after it (data.user_suffix); `reply_prefix` is the start of the assistant's reply in every prompt: the prompt is
     rendered with an assistant message holding it, which the template continues instead of opening
     a new turn, so the response the policy generates follows it.
     """
@@ -128,6 +128,7 @@ class PromptFormatter:
     system_prompt: str | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     user_prefix: str = ""
+    user_suffix: str = ""
     reply_prefix: str | None = None
 
     def with_system(self, messages: list[Message], system: str | None = None) -> list[Message]:
@@ -142,8 +143,9 @@ class PromptFormatter:
         `continue_final` leaves the last (assistant) message open instead of closing its turn."""
         import jinja2
 
-        if self.user_prefix:
-            messages = [{**m, "content": self.user_prefix + m["content"]} if m["role"] == "user" else m for m in messages]
+        if self.user_prefix or self.user_suffix:
+            messages = [{**m, "content": self.user_prefix + m["content"] + self.user_suffix} if m["role"] == "user" else m
+                        for m in messages]
         try:
             text = self.tokenizer.apply_chat_template(
                 messages,

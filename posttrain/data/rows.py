@@ -12,12 +12,17 @@ from typing import Any
 from posttrain.config.sections.data import DataConfig
 from posttrain.data.files import RowTable
 from posttrain.data.prompts import Message, as_messages, check_messages, follow_keys
+from posttrain.data.tool_n1 import tool_n1_messages
 from posttrain.errors import DataError
 
 
 def prompt_cell(table: RowTable, i: int, cfg: DataConfig) -> tuple[Any, list[Message], str]:
     """(raw cell, prompt messages without system prompt, column) of row i: `messages_key` when
-    set, else `prompt_key` (a string becomes one user message)."""
+    set, else `prompt_key` (a string becomes one user message); Tool-N1 rows (data.prompt_format)
+    are built from their columns."""
+    if cfg.prompt_format == "tool_n1":
+        messages = tool_n1_messages(table, i)
+        return messages, messages, "conversations"
     if cfg.messages_key is not None:
         col = cfg.messages_key
         raw = table.get(i, col, setting="data.messages_key")

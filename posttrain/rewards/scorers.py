@@ -5,7 +5,9 @@
 - a built-in scorer's name (`BUILTIN_SCORERS`): ``tasks`` (posttrain's synthetic tasks, by the
   sample's data_source), ``math`` (symbolic equivalence), ``multiple_choice``, ``code`` (the local
   sandbox), ``ifeval`` (verifiable instructions), ``think_answer`` (accuracy + format of an
-  R1-style ``<think>``/``<answer>`` response), ``countdown_equation`` (TinyZero's Countdown reward);
+  R1-style ``<think>``/``<answer>`` response), ``countdown_equation`` (TinyZero's Countdown reward),
+  ``math_boxed`` (the last boxed answer after Qwen2.5-Math's answer cleaning), ``tool_n1`` (Tool-N1's
+  tool-call match);
   ``llm_judge`` is a worker of its own
   (`posttrain.rewards.judge`);
 - ``path/to/file.py:name``: a function (or class) in a Python file, as custom_reward_function;
@@ -32,6 +34,8 @@ BUILTIN_SCORERS: dict[str, tuple[str, str]] = {
     "ifeval": ("posttrain.rewards.instructions", "ifeval_score"),
     "think_answer": ("posttrain.rewards.think_answer", "think_answer_score"),
     "countdown_equation": ("posttrain.rewards.countdown_equation", "countdown_equation_score"),
+    "math_boxed": ("posttrain.rewards.math_boxed", "math_boxed_score"),
+    "tool_n1": ("posttrain.rewards.tool_n1", "tool_n1_score"),
 }
 
 

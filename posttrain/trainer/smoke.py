@@ -238,6 +238,8 @@ def _data(native: dict[str, Any], workdir: Path, prefix: str = "") -> list[str]:
             continue
         files = [files] if isinstance(files, str) else list(files)  # '' (an unset variable) stays: not on this machine
         rows, how = _first_rows(files, rows_needed, data)
+        if key == "val_files" and data.pop("val_file_keys", None):  # one smoke file, the stage's columns
+            rows, how = None, "entries with columns of their own (data.val_file_keys, left out)"
         if rows is None:
             rows = _synthetic(max(rows_needed, len((native.get("reward") or {}).get("workers") or {})), native)  # a row per worker's domain at least
             how = f"{len(rows)} synthetic rows with the config's columns ({how})"

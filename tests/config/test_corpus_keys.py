@@ -57,9 +57,9 @@ def test_trinity_logprobs_zero_and_display_keys_are_dropped():
     _, report = translate(base, "trinity")
     for key in ("buffer.explorer_input.taskset.rollout_args.logprobs", "buffer.explorer_input.taskset.enable_progress_bar", "trainer.enable_preview"):
         assert report.entry(key).status == "dropped", key
-    base["buffer"]["explorer_input"]["taskset"]["rollout_args"]["logprobs"] = 5
+    base["buffer"]["explorer_input"]["taskset"]["rollout_args"]["logprobs"] = 5  # Trinity keeps the sampled token's only
     _, report = translate(base, "trinity")
-    assert report.entry("buffer.explorer_input.taskset.rollout_args.logprobs").status == "refused"
+    assert report.entry("buffer.explorer_input.taskset.rollout_args.logprobs").status == "dropped"
 
 
 def test_trinity_taskset_max_tokens_is_the_training_budget_and_validation_shares_it():

@@ -27,7 +27,7 @@ from posttrain.config.dialects.trinity_defaults import batching, kl_defaults, st
 from posttrain.config.dialects.source import resolve
 from posttrain.config.dialects.translate import Context, translate_dict
 from posttrain.config.dialects.trinity_batches import RULES as BATCH_RULES, batch_sizes, stage_batch_sizes
-from posttrain.config.dialects.trinity_workflows import workflows
+from posttrain.config.dialects.trinity_workflows import fixed_columns, workflows
 from posttrain.config.dialects.values import value_hook
 from posttrain.config.tables import Rule
 from posttrain.config.dialects.trinity_types import algorithm_type, stage_algorithm_type
@@ -39,6 +39,7 @@ _TS = "buffer.explorer_input.taskset"
 _EVAL = "buffer.explorer_input.eval_tasksets"
 _TASK_FILES = ("posttrain reads tasks from files (data.train_files, data.val_files); a queue or SQL taskset that another "
                "process fills during the run is not read: write the tasks to a jsonl or parquet file and point path there")
+_COLUMNS = {"prompt_key": "prompt", "response_key": "response"}  # Trinity-RFT's FormatConfig defaults, posttrain's too
 _FORMAT_TO_DATA = {name: f"data.{name}" for name in ("prompt_key", "response_key", "system_prompt", "system_prompt_key", "reply_prefix", "enable_thinking")}
 
 
@@ -50,6 +51,7 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         ctx.refuse(f"{prefix}.storage_type", _TASK_FILES, None, item.get("storage_type"))
     elif "storage_type" in item:
         ctx.drop(f"{prefix}.storage_type", "file: the taskset is read from files, as posttrain does")
+    files = None
     if f"{prefix}.path" not in ctx.unresolved:  # an unresolved path is already refused by name
         split = item.get("split", "train" if training else "test")
         native = "data.train_files" if training else "data.val_files"
@@ -70,8 +72,12 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
     if "name" in item:
         ctx.drop(f"{prefix}.name", "names the taskset's metrics in Trinity-RFT; posttrain's metrics are named by stage")
     fmt = item.get("format") or {}
+    if not training:
+        _eval_columns(ctx, prefix, fmt, files)
     for name, value in fmt.items():
         key = f"{prefix}.format.{name}"
+        if not training and name in _COLUMNS:
+            continue  # _eval_columns
         if name in _FORMAT_TO_DATA:
             ctx.set(_FORMAT_TO_DATA[name], value, key)
         elif name == "prompt_type" and value in ("plaintext", "messages"):
@@ -88,6 +94,11 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         key = f"{prefix}.rollout_args.{name}"
         if name == "logprobs" and value in (0, None):
             ctx.drop(key, "0: the sampled token's log-prob only, which posttrain always computes")
+        elif name == "logprobs" and isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            # vLLM then also returns the top-k alternatives of each token, which Trinity-RFT drops: its
+            # experiences keep the sampled token's log-prob (the first entry of each position's dict)
+            ctx.drop(key, f"{value}: Trinity-RFT keeps only the sampled token's log-prob of vLLM's top-{value} "
+                          "answer, which posttrain always records (rollout_logprobs)")
         elif name == "max_tokens":
             _max_tokens(ctx, key, value, training)
         elif name not in ("temperature", "top_p", "top_k"):
@@ -97,6 +108,30 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         else:
             ctx.set(f"rollout.val_kwargs.{name}", value, key)
             ctx.set("rollout.val_kwargs.do_sample", True, key, "evaluation sampling settings given: sample")
+
+
+def _eval_columns(ctx: Context, prefix: str, fmt: dict[str, Any], files: list[str] | None) -> None:
+    """An evaluation taskset's prompt and answer columns: its own format keys, else Trinity-RFT's
+    defaults (it does not inherit the training taskset's). Where they differ from the training
+    data's (data.prompt_key / response_key), data.val_file_keys names them for each of its files."""
+    for name, default in _COLUMNS.items():
+        key, value = f"{prefix}.format.{name}", fmt.get(name, default)
+        if fixed_columns(ctx, ctx.get(prefix) or {}):
+            if name in fmt:
+                ctx.drop(key, "its workflow (Tool-N1) reads the columns raw_system, tools, conversations and answer")
+            continue
+        trained = (ctx.native.get("data") or {}).get(name, default)
+        if value == trained:
+            if name in fmt:
+                ctx.drop(key, f"{value!r}: the training data's column (data.{name})")
+        elif files is None:
+            ctx.drop(key, "the columns of a taskset whose path is refused")
+        else:
+            keys = ctx.native.setdefault("data", {}).setdefault("val_file_keys", {})
+            for entry in files:
+                keys.setdefault(entry, {})[name] = value
+            why = "its own column" if name in fmt else f"Trinity-RFT's default column (an evaluation taskset does not inherit the training taskset's {trained!r})"
+            ctx.report.add(_entry(key if name in fmt else prefix, "data.val_file_keys", value, f"{why}, for {', '.join(files)}"))
 
 
 def _response_tokens(ctx: Context) -> int | None:
@@ -276,10 +311,10 @@ RULES: dict[str, Rule] = {
     f"{_TS}.format.prompt_type": Rule(None, "plaintext or messages: posttrain reads a string or a chat message list from data.prompt_key alike", "messages", _WITH_PATH),
     f"{_EVAL}": Rule("data.val_files, rollout.val_kwargs", "each evaluation taskset's files are appended to data.val_files; its repeat_times and rollout_args are the validation sampling", [{"path": _DATASET, "repeat_times": 2}]),
     "model.enable_prompt_truncation": Rule("data.filter_overlong_prompts", "true (Trinity-RFT's default): a prompt over max_prompt_tokens gets no sampled response in Trinity-RFT, so no training signal; posttrain leaves it out at load. false (let it through uncut) is refused", True),
-    f"{_IN}.default_workflow_type": Rule("rollout.multi_turn, data.system_prompt, reward.custom_reward_function.name", "the workflow of tasksets that name none (posttrain.config.dialects.trinity_workflows): simple/math workflows are the single-turn rollout (math_workflow scores with math_reward, the think_answer scorer, and without a format.system_prompt sends the DeepSeek-R1 template as data.system_prompt), posttrain_tool_workflow turns on tool calling (rollout.multi_turn); the others are refused naming what they need", "posttrain_tool_workflow", _WITH_PATH),
+    f"{_IN}.default_workflow_type": Rule("rollout.multi_turn, data.system_prompt, reward.custom_reward_function.name", "the workflow of tasksets that name none (posttrain.config.dialects.trinity_workflows): simple/math workflows are the single-turn rollout (math_workflow scores with math_reward, the think_answer scorer, and without a format.system_prompt sends the DeepSeek-R1 template as data.system_prompt), math_boxed_workflow scores with math_boxed_reward (its system prompt, use_base: data.chat_template, with_think/format_score_coef: reward_kwargs), toolcall_workflow reads Tool-N1 rows (data.prompt_format tool_n1, data.response_key answer) and scores with the tool_n1 scorer, posttrain_tool_workflow turns on tool calling (rollout.multi_turn); the others are refused naming what they need", "posttrain_tool_workflow", _WITH_PATH),
     f"{_TS}.default_workflow_type": Rule("rollout.multi_turn", "this taskset's workflow, as buffer.explorer_input.default_workflow_type", "posttrain_tool_workflow", _WITH_PATH),
     f"{_TS}.workflow_args": Rule("rollout.multi_turn.*", "posttrain_tool_workflow's arguments are the rollout.multi_turn keys; the single-turn workflows take none", {"max_assistant_turns": 3}, _WITH_PATH + ((f"{_TS}.default_workflow_type", "posttrain_tool_workflow"),)),
-    f"{_IN}.default_reward_fn_type": Rule("reward.custom_reward_function.name", "the reward function of tasksets that name none: Trinity-RFT's math_reward and countdown_reward are posttrain's built-in think_answer and countdown_equation scorers (the same scores); the others are refused naming what they need (posttrain.config.dialects.trinity_workflows)", "math_reward", _WITH_PATH),
+    f"{_IN}.default_reward_fn_type": Rule("reward.custom_reward_function.name", "the reward function of tasksets that name none: Trinity-RFT's math_reward, countdown_reward and math_boxed_reward are posttrain's built-in think_answer, countdown_equation and math_boxed scorers (the same scores); the others are refused naming what they need (posttrain.config.dialects.trinity_workflows)", "math_reward", _WITH_PATH),
     f"{_TS}.default_reward_fn_type": Rule("reward.custom_reward_function.name", "this taskset's reward function, as buffer.explorer_input.default_reward_fn_type", "countdown_reward", _WITH_PATH),
     f"{_IN}.default_eval_workflow_type": Rule(None, "the workflow of evaluation tasksets that name none: validation runs the training stage's own rollout path, so the workflows standing for it are accepted and change nothing, the others are refused", "simple_workflow", ((f"{_IN}.eval_tasksets", [{"path": _DATASET}]),)),
     "algorithm.policy_loss_fn_args": Rule("actor.clip_ratio*, actor.clip_ratio_c, actor.loss_agg_mode, actor.policy_loss.loss_args", "the policy loss's options: clip_range* and clip_ratio_c to the actor's clip fields, loss_agg_mode to the actor's, the rest to actor.policy_loss.loss_args (an option posttrain's loss does not declare is refused by name)", {"clip_range": 0.2}),

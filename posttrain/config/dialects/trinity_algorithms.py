@@ -35,6 +35,9 @@ class TrinityType:
 TYPES: dict[str, TrinityType] = {
     "ppo": TrinityType("rl", "ppo", "ppo"),
     "grpo": TrinityType("rl", "grpo", "ppo"),
+    # GRPO with the advantages computed in the trainer rather than the explorer, where posttrain always
+    # computes them (its RL step, posttrain.trainer.advantages): the same parts and defaults as grpo
+    "grpo_verl": TrinityType("rl", "grpo", "ppo"),
     "reinforceplusplus": TrinityType("rl", "reinforceplusplus", "ppo"),
     "rloo": TrinityType("rl", "rloo", "ppo"),
     "opmd": TrinityType("rl", "opmd", "opmd"),
@@ -64,6 +67,7 @@ REFUSED: dict[str, str] = {
 ADVANTAGE_FNS: dict[str, tuple[str, dict[str, Any]]] = {
     "ppo": ("gae", {}),
     "grpo": ("grpo", {}),
+    "grpo_verl": ("grpo", {}),  # Trinity's verl-side GRPO: (s - mean_g) / (std_g + 1e-6), a group of one 0/1, as grpo
     # Trinity normalises each episode's reward in its task group and gives it to every step; one
     # posttrain agentic row is a whole episode (reward: the sum of its turns'), so this is GRPO
     "step_wise_grpo": ("grpo", {}),
@@ -76,6 +80,16 @@ ADVANTAGE_FNS: dict[str, tuple[str, dict[str, Any]]] = {
     "reinforce": ("reinforce", {"reinforce_mode": "outcome"}),  # Trinity's: the sequence score on every token
     "on_policy_distill": ("on_policy_distill", {}),
     "jsd": ("jsd", {}),
+}
+
+#: Trinity advantage functions posttrain has no estimator for, with the reason.
+REFUSED_ADVANTAGE_FNS: dict[str, str] = {
+    **{name: "the entropy-dynamics token filters Clip_B / Clip_V (arXiv:2602.03392, Trinity-RFT's examples/entropy) drop "
+             "negative-advantage tokens from the loss by a signal of the policy's per-token entropy"
+             + (" and, for Clip_V, a patched actor's per-token statistic" if name == "clipv" else "")
+             + "; posttrain's advantage estimators return advantages and returns only and never remove tokens from the "
+               "loss mask, so use advantage_fn grpo"
+       for name in ("clipb", "clipv")},
 }
 
 #: Trinity policy_loss_fn -> posttrain policy loss (registry names).

@@ -16,7 +16,7 @@ from typing import Any
 from posttrain.algorithms import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, estimator_options, policy_loss_options
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_algorithms import (
-    ADVANTAGE_FNS, LOSS_ARG_BATCHING, LOSS_ARG_FIELDS, POLICY_LOSS_FNS, REFUSED, TYPES, TrinityType, known_types,
+    ADVANTAGE_FNS, LOSS_ARG_BATCHING, REFUSED_ADVANTAGE_FNS, LOSS_ARG_FIELDS, POLICY_LOSS_FNS, REFUSED, TYPES, TrinityType, known_types,
 )
 from posttrain.config.dialects.trinity_files import data_files
 
@@ -62,6 +62,9 @@ def _advantage(ctx: Context, t: TrinityType, why: str) -> None:
     fn = ctx.get(key, t.advantage_fn)
     ctx.consume(key, args_key)
     source = key if ctx.has(key) else TYPE_KEY
+    if fn in REFUSED_ADVANTAGE_FNS:
+        ctx.refuse(source, f"advantage_fn {fn!r}: {REFUSED_ADVANTAGE_FNS[fn]}", "algorithm.adv_estimator", fn)
+        return
     if fn not in ADVANTAGE_FNS:
         ctx.refuse(source, f"advantage_fn {fn!r} has no posttrain estimator; known: {', '.join(sorted(ADVANTAGE_FNS))}", "algorithm.adv_estimator", fn)
         return

@@ -12,6 +12,12 @@ paths, chosen by the native config rather than by a class per task:
   the taskset's ``format.system_prompt`` is unset: ``data.system_prompt``. The messages are then
   Trinity's: the system prompt, the question as the user turn, ``format.reply_prefix`` as the open
   assistant turn.
+- **single turn, boxed answers**: Trinity's ``math_boxed_workflow`` (and its ``async_`` twin) scores
+  with ``math_boxed_reward`` (posttrain's ``math_boxed`` scorer) unless the taskset names another, and
+  without a ``format.system_prompt`` sends its own instruction to box the answer (the ``with_think``
+  variant asks for a ``<think>`` block first). Its ``workflow_args``: ``use_base`` prompts a base model
+  with plain ``System:/User:/Assistant:`` text (``data.chat_template``: BASE_MODEL_TEMPLATE),
+  ``with_think`` and ``format_score_coef`` are math_boxed's format penalty (``reward_kwargs``).
 - **tool-using agent** (`rollout.multi_turn`, docs/agentic.md): posttrain's own name
   ``posttrain_tool_workflow``; its ``workflow_args`` are the ``rollout.multi_turn`` keys
   (tool_config_path, max_assistant_turns, ...).
@@ -32,13 +38,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from posttrain.config.dialects.prompts import R1_SYSTEM_PROMPT
+from posttrain.config.dialects.prompts import (
+    BASE_MODEL_TEMPLATE, BOXED_SYSTEM_PROMPT, BOXED_THINK_SYSTEM_PROMPT, QWEN_MATH_SYSTEM_PROMPT, QWEN_MATH_USER_SUFFIX, R1_SYSTEM_PROMPT,
+)
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_judges import JUDGE_WORKFLOWS, judge_workflow
 
 _IN = "buffer.explorer_input"
 SINGLE_TURN = ("simple_workflow", "async_simple_workflow")
 MATH = ("math_workflow", "async_math_workflow")
+BOXED = ("math_boxed_workflow", "async_math_boxed_workflow")
+BOXED_ARGS = ("use_base", "with_think", "format_score_coef")
+TOOL_N1 = ("toolcall_workflow", "tool_call_workflow")
+DISTILL_MATH = "on_policy_distill_math_workflow"  # Trinity-RFT's Tool-N1 workflow, under both of its names
 TOOLS = "posttrain_tool_workflow"
 TOOL_ARGS = ("max_assistant_turns", "max_user_turns", "tool_config_path", "interaction_config_path", "format",
              "max_parallel_calls", "max_tool_response_length", "tool_response_truncate_side",
@@ -49,9 +61,6 @@ REFUSED = {
     **{name: _ENV for name in ("frozen_lake_workflow", "alfworld_workflow", "sciworld_workflow", "webshop_workflow",
                                "step_wise_alfworld_workflow", "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow",
                                "sudoku_workflow", "email_search_workflow")},
-    "toolcall_workflow": "Trinity's Tool-N1 workflow grades one tool-call reply against the row's answer with its own prompt; "
-                         f"posttrain's tool calling runs the tools over several turns ({TOOLS}, rollout.multi_turn)",
-    "tool_call_workflow": f"as toolcall_workflow: one graded tool-call reply; posttrain runs the tools ({TOOLS}, rollout.multi_turn)",
     "math_trainable_ruler_workflow": "the policy judges its own group of responses and trains on its verdicts as experiences of "
                                      "their own (scored against the gold reward); posttrain's judges are reward workers over an "
                                      "auxiliary model (reward.workers.<name>.worker_cls: ruler_judge), whose replies are not trained on",
@@ -59,19 +68,20 @@ REFUSED = {
              "not a reward model on an auxiliary model; a reward model is reward.reward_model, an LLM judge over an auxiliary "
              "model reward.workers.<name>.worker_cls: ruler_judge or rubric_judge"
        for name in ("math_rm_workflow", "async_math_rm_workflow")},
-    **{name: "boxed-answer prompting and scoring with Trinity-RFT's answer cleaning: use simple_workflow with posttrain's math "
-             "scorer (reward.custom_reward_function.name: math) and your own format.system_prompt"
-       for name in ("math_boxed_workflow", "async_math_boxed_workflow", "math_eval_workflow", "async_math_eval_workflow")},
+    **{name: "Trinity-RFT's fixed math evaluation: its own system message and an instruction appended to the row's 'question' "
+             "column, its own sampling (temperature 0.6, top_p 0.8) and Qwen2.5-Math's symbolic equality; posttrain validates "
+             "with the training stage's prompt, sampling and reward: use simple_workflow with rollout_args and a reward "
+             "function (posttrain's math scorer: reward.custom_reward_function.name: math)"
+       for name in ("math_eval_workflow", "async_math_eval_workflow")},
 }
 # Trinity-RFT's registered reward functions -> the posttrain built-in scorer giving the same scores
 # (posttrain.rewards.scorers.BUILTIN_SCORERS), and those refused with what they would need.
-REWARDS = {"math_reward": "think_answer", "countdown_reward": "countdown_equation"}
+REWARDS = {"math_reward": "think_answer", "countdown_reward": "countdown_equation", "math_boxed_reward": "math_boxed"}
+# Reward functions whose constructor takes any arguments and reads none (their reward_fn_args change nothing).
+ARGS_IGNORED = ("math_boxed_reward",)
 _NATIVE_REWARD = "reward.custom_reward_function.name"
 _MATH_NATIVE = "posttrain's math scorer (reward.custom_reward_function.name: math) compares the boxed answer symbolically with math-verify"
 REFUSED_REWARDS = {
-    "math_boxed_reward": "compares the last \\boxed{} answer with the truth as strings after Trinity-RFT's answer cleaning "
-                         "(Qwen2.5-Math's evaluation normalisation, with its list of unit words and word-to-number conversion), "
-                         f"which posttrain does not carry; {_MATH_NATIVE}",
     "math_dapo_reward": f"DAPO's math scoring with Trinity-RFT's answer normalisation, which posttrain does not carry; {_MATH_NATIVE}, "
                         "and reward.overlong_buffer is DAPO's overlong penalty",
     "accuracy_reward": f"math-verify with Trinity-RFT's own extraction settings (boxed answers first, no format part); {_MATH_NATIVE}",
@@ -129,15 +139,17 @@ def _reward(ctx: Context, prefix: str, item: dict[str, Any], workflow: Any, sour
     """Translate the taskset's reward function; returns its Trinity name (None: none named, and the
     workflow has no default one)."""
     name, key, args, args_key = _reward_of(ctx, prefix, item)
-    if name is None and workflow in MATH:
-        name = "math_reward"  # math_workflow's own default
+    if name is None and workflow in MATH + BOXED:
+        name = "math_reward" if workflow in MATH else "math_boxed_reward"  # the workflow's own default
     if name is None:
         return None
     where = key or source
     why = "" if key else f"{workflow}'s default reward function"
     if name in REWARDS:
         ctx.set(_NATIVE_REWARD, REWARDS[name], where, why or f"Trinity-RFT's {name}: the built-in scorer of the same scores")
-        if args_key is not None:
+        if args_key is not None and name in ARGS_IGNORED:
+            ctx.drop(args_key, f"Trinity-RFT's {name} takes any arguments and reads none")
+        elif args_key is not None:
             ctx.refuse(args_key, f"{name} ({REWARDS[name]}) takes no arguments", None, args)
     else:
         reason = REFUSED_REWARDS.get(name, f"unknown to posttrain; the reward functions it translates are {list(REWARDS)}")
@@ -170,6 +182,12 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         _no_args(ctx, prefix, args, name)
     elif name in JUDGE_WORKFLOWS:  # posttrain.config.dialects.trinity_judges
         judge_workflow(ctx, prefix, item, name, source, training, REWARDS)
+    elif name in BOXED:
+        _boxed(ctx, prefix, item, name, source, _reward(ctx, prefix, item, name, source), args, training)
+    elif name in TOOL_N1:
+        _tool_n1(ctx, prefix, item, name, source, args, training)
+    elif name == DISTILL_MATH:
+        _distill_math(ctx, prefix, item, name, source, args, training)
     elif name == TOOLS:
         _reward(ctx, prefix, item, name, source)
         if not training:
@@ -186,7 +204,7 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         for read in (key_read, args_read):  # the reward of a refused workflow: named with it, not run
             if read is not None:
                 ctx.drop(read, f"the reward function of workflow {name!r} at {source}, which is refused")
-        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + JUDGE_WORKFLOWS) + [TOOLS]}")
+        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + BOXED + TOOL_N1 + JUDGE_WORKFLOWS) + [DISTILL_MATH, TOOLS]}")
         ctx.refuse(source, f"workflow {name!r}: {reason}", None, name)
 
 
@@ -208,3 +226,128 @@ def _single_turn(ctx: Context, prefix: str, item: dict[str, Any], name: Any, sou
 def _no_args(ctx: Context, prefix: str, args: dict[str, Any], name: Any) -> None:
     for arg, value in args.items():
         ctx.refuse(f"{prefix}.workflow_args.{arg}", f"the single-turn rollout ({name or 'default'}) takes no workflow_args", None, value)
+
+
+def _boxed(ctx: Context, prefix: str, item: dict[str, Any], name: str, source: str, reward: Any, args: dict[str, Any], training: bool) -> None:
+    """math_boxed_workflow: the single-turn rollout with its system prompt (the taskset's, else its
+    own: posttrain.config.dialects.prompts), a base model's plain-text prompt with use_base
+    (data.chat_template), and with_think / format_score_coef passed to its reward (math_boxed's
+    reward_kwargs). An evaluation taskset must prompt and score as the training one does."""
+    for arg, value in args.items():
+        if arg not in BOXED_ARGS:
+            ctx.refuse(f"{prefix}.workflow_args.{arg}", f"{name} reads the workflow_args {list(BOXED_ARGS)}", None, value)
+    where = {arg: f"{prefix}.workflow_args.{arg}" if arg in args else source for arg in BOXED_ARGS}
+    think, base = bool(args.get("with_think", False)), bool(args.get("use_base", False))
+    if (item.get("format") or {}).get("system_prompt") is None:
+        ctx.set("data.system_prompt", BOXED_THINK_SYSTEM_PROMPT if think else BOXED_SYSTEM_PROMPT, where["with_think"],
+                f"{name}'s own system prompt" + (" with with_think" if think else "") + " (posttrain.config.dialects.prompts)")
+    if base and (item.get("format") or {}).get("reply_prefix"):
+        ctx.refuse(where["use_base"], f"{name}'s base-model prompt leaves out format.reply_prefix, which posttrain writes into every prompt; unset one", None, True)
+    else:
+        _as_training(ctx, where["use_base"], "data.chat_template", BASE_MODEL_TEMPLATE if base else None, training,
+                     "use_base", "a base model's plain-text prompt (posttrain.config.dialects.prompts.BASE_MODEL_TEMPLATE)")
+    if reward != "math_boxed_reward":
+        for arg in ("with_think", "format_score_coef"):
+            if arg in args:
+                ctx.refuse(where[arg], f"{name} passes {arg} to its reward function; posttrain reads it for math_boxed_reward only", None, args[arg])
+    else:
+        _boxed_reward_args(ctx, args, where, think, training)
+    if not any(e.key == source for e in ctx.report.entries):
+        ctx.drop(source, f"{name}: posttrain's single-turn rollout, one response per prompt scored by the reward function")
+
+
+def _boxed_reward_args(ctx: Context, args: dict[str, Any], where: dict[str, str], think: bool, training: bool) -> None:
+    """with_think and format_score_coef as math_boxed's reward_kwargs (left out at their defaults)."""
+    kwargs = "reward.custom_reward_function.reward_kwargs"
+    _as_training(ctx, where["with_think"], f"{kwargs}.with_think", think or None, training, "with_think", "math_boxed's format penalty")
+    coef = args.get("format_score_coef", 0.1) if think else None
+    if not think and "format_score_coef" in args:
+        ctx.drop(where["format_score_coef"], "the format penalty's size, with with_think off: no penalty, as in Trinity-RFT")
+    else:
+        _as_training(ctx, where["format_score_coef"], f"{kwargs}.format_score_coef", coef if coef != 0.1 else None, training, "format_score_coef", "the format penalty's size")
+
+
+def _native(ctx: Context, native: str) -> Any:
+    node: Any = ctx.native
+    for part in native.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _as_training(ctx: Context, key: str, native: str, value: Any, training: bool, what: str, reason: str) -> None:
+    """Set ``native`` from the training taskset (None: leave it unset); an evaluation taskset's value
+    must be what the training one left there, since posttrain validates with the training settings."""
+    explicit = ".workflow_args." in key
+    if training:
+        if value is not None:
+            ctx.set(native, value, key, reason)
+        elif explicit:
+            ctx.drop(key, f"off: Trinity-RFT's default ({reason})")
+        return
+    trained = _native(ctx, native)
+    if trained == value and explicit:
+        ctx.drop(key, "as the training taskset: posttrain validates with the training prompts and reward")
+    elif trained != value:
+        ctx.refuse(key, f"the evaluation taskset's {what} differs from the training taskset's ({native} "
+                        f"{'unset' if trained is None else repr(trained) if len(repr(trained)) < 40 else 'set'}): posttrain "
+                        "validates with the training prompts and reward", native, value)
+
+
+def _tool_n1(ctx: Context, prefix: str, item: dict[str, Any], name: str, source: str, args: dict[str, Any], training: bool) -> None:
+    """toolcall_workflow: one reply per Tool-N1 row (raw_system, tools, conversations:
+    data.prompt_format tool_n1), scored by Tool-N1's rule against the row's ``answer`` column (the
+    tool_n1 scorer). The workflow scores inline: a reward function named for it is never called."""
+    _, name_key, _, args_key = _reward_of(ctx, prefix, item)
+    for read in (name_key, args_key):
+        if read is not None:
+            ctx.drop(read, f"{name} scores with Tool-N1's rule itself and calls no reward function")
+    for arg, value in args.items():
+        ctx.refuse(f"{prefix}.workflow_args.{arg}", f"{name} takes no workflow_args", None, value)
+    for native, value, why in (("data.prompt_format", "tool_n1", "Tool-N1 rows: raw_system + tool instructions, then the conversations"),
+                               ("data.response_key", "answer", "the calls the reply must make (the answer column)"),
+                               (_NATIVE_REWARD, "tool_n1", "Tool-N1's reward: 1 for a well-formed reply with exactly the answer's calls")):
+        _as_training(ctx, source, native, value, training, name, why)
+
+
+def fixed_columns(ctx: Context, item: dict[str, Any]) -> bool:
+    """Whether a taskset's workflow reads columns of its own, whatever its format keys name (Tool-N1's)."""
+    name = item.get("default_workflow_type") or ctx.get(f"{_IN}.default_eval_workflow_type") or ctx.get(f"{_IN}.default_workflow_type")
+    return name in TOOL_N1
+
+
+def _distill_math(ctx: Context, prefix: str, item: dict[str, Any], name: str, source: str, args: dict[str, Any], training: bool) -> None:
+    """on_policy_distill_math_workflow: Qwen2.5-Math's prompt (its system message, and the
+    boxed-answer instruction after the question: data.user_suffix), the teacher's log-probs at
+    workflow_args.temperature (posttrain's teacher, the reference role, scores at the rollout
+    temperature, so only that value is accepted), and a math score that is logged only: the
+    distillation advantage reads no reward (on_policy_distill, jsd)."""
+    _, name_key, _, args_key = _reward_of(ctx, prefix, item)
+    for read in (name_key, args_key):
+        if read is not None:
+            ctx.drop(read, f"{name} scores with Qwen2.5-Math's answer check itself and calls no reward function")
+    for arg, value in args.items():
+        if arg != "temperature":
+            ctx.refuse(f"{prefix}.workflow_args.{arg}", f"{name} reads the workflow_args ['temperature']", None, value)
+    distilled = ctx.get("algorithm.advantage_fn") or ctx.get("algorithm.algorithm_type")
+    if distilled not in ("on_policy_distill", "jsd"):  # then the score would train: it must be the source's
+        ctx.refuse(source, f"{name} with advantage {distilled!r} trains on its score, Qwen2.5-Math's answer check, which posttrain "
+                           "does not carry; with on_policy_distill or jsd the score is only logged", None, name)
+        return
+    teacher = args.get("temperature", 1.0)
+    rollout = (ctx.get(f"{_IN}.taskset.rollout_args") or {}).get("temperature", ctx.get("model.temperature", 1.0))
+    if training and teacher != rollout:  # validation computes no teacher log-probs
+        ctx.refuse(f"{prefix}.workflow_args.temperature" if "temperature" in args else source,
+                   f"the teacher scores at temperature {teacher}; posttrain's teacher (the reference role) scores the samples "
+                   f"at the rollout temperature ({rollout}): set workflow_args.temperature to it", None, teacher)
+    if "temperature" in args and (not training or teacher == rollout):
+        ctx.drop(f"{prefix}.workflow_args.temperature", "the rollout temperature, at which posttrain's teacher scores the samples"
+                 if training else "the teacher's temperature; validation computes no teacher log-probs")
+    for native, value, why in (
+            ("data.system_prompt", QWEN_MATH_SYSTEM_PROMPT, "Qwen2.5-Math's system message"),
+            ("data.user_suffix", QWEN_MATH_USER_SUFFIX, "Qwen2.5-Math's instruction after the question"),
+            (_NATIVE_REWARD, "math", "the accuracy it logs (the distillation advantage reads no reward): posttrain's math "
+                                     "scorer (math-verify) stands in for Qwen2.5-Math's answer check, so the logged accuracy "
+                                     "can differ where the two judge an answer differently")):
+        _as_training(ctx, source, native, value, training, name, why)

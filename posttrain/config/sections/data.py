@@ -35,11 +35,13 @@ class DataConfig:
     # ---- files -------------------------------------------------------------------------------
     train_files: list[str] = param(factory=list, doc="Training data: files (parquet, jsonl, json, csv), dataset folders (save_to_disk output, split files) or Hugging Face dataset names read from the local cache, a folder or name written PATH[:SUBSET][@SPLIT] (split train by default; docs/data.md).", refs=["verl:data.train_files", "roll:actor_train.data_args.file_name", "trinity:buffer.explorer_input.taskset.path", "trinity:buffer.explorer_input.taskset.subset_name", "trinity:buffer.explorer_input.taskset.split"])
     val_files: list[str] = param(factory=list, doc="Validation data, written as data.train_files (split test by default); empty means no validation.", refs=["verl:data.val_files", "roll:validation.data_args.file_name"])
+    val_file_keys: dict[str, dict[str, str]] = param(factory=dict, doc="Column names of single validation entries that differ from the training data's: {data.val_files entry, as written: {prompt_key: COLUMN, response_key: COLUMN}}; that entry's rows are read with these columns instead of data.prompt_key / data.response_key (e.g. a benchmark whose question is in 'problem'). Empty: every entry uses data.prompt_key and data.response_key.", refs=["trinity:buffer.explorer_input.eval_tasksets[].format.prompt_key", "trinity:buffer.explorer_input.eval_tasksets[].format.response_key"])
     dataset_dir: str | None = param(None, doc="Folder that relative train/val file paths are read from; null means the working directory.", refs=["roll:actor_train.data_args.dataset_dir"])
     custom_cls: CustomClsConfig = param(factory=CustomClsConfig, doc="A user dataset class instead of posttrain's.", refs=["verl:data.custom_cls"])
 
     # ---- columns -----------------------------------------------------------------------------
     prompt_key: str = param("prompt", doc="Column holding the prompt: a string or a chat message list.", refs=["verl:data.prompt_key", "roll:actor_train.data_args.prompt", "roll:prompt_key", f"{_TS}.prompt_key"])
+    prompt_format: str = param("column", doc="How a row's prompt is read: column (data.messages_key, else data.prompt_key) or tool_n1 (Tool-N1 tool-calling rows: the system message raw_system plus Tool-N1's tool instructions listing the row's tools, then the turns of its conversations column; posttrain.data.tool_n1).", choices=["column", "tool_n1"], refs=["trinity:buffer.explorer_input.default_workflow_type"])
     query_key: str | None = param(None, doc="Column whose text is added to a string prompt after a newline, when the row's cell is non-empty (ROLL's SFT input field: the user turn is prompt + \"\\n\" + query); null reads no such column.", refs=["roll:query_key"])
     prompt_dict_keys: list[str] = param(factory=list, doc="Keys followed inside a dict-valued prompt column to reach the prompt (SFT).", refs=["verl:data.prompt_dict_keys"])
     messages_key: str | None = param(None, doc="Column holding a chat message list, used instead of prompt_key (SFT: the whole conversation).", refs=["verl:data.multiturn.messages_key", "roll:actor_train.data_args.messages"])
@@ -60,6 +62,7 @@ class DataConfig:
     enable_thinking: bool | None = param(None, doc="Pass enable_thinking to the chat template (Qwen3-style reasoning switch); null passes nothing, so the template's own default holds.", refs=["trinity:model.enable_thinking", "trinity:explorer.rollout_model.enable_thinking", f"{_TS}.enable_thinking"])
     tag_to_template: dict[str, str] = param(factory=dict, doc="A named template (data.chat_template_name's names) per row tag (the data.reward_fn_key column, ROLL's tag): rows of a listed tag are rendered with it, the others with data.chat_template_name.", refs=["roll:tag_to_template"])
     tools_key: str | None = param(None, doc="Column holding each row's tool schemas (a list of objects, or its JSON text), passed to the chat template as `tools`, so the prompt lists the tools the row may call; a row without the column or with null offers none (as verl), a file set without it is refused. Null: no column read.", refs=["verl:data.multiturn.tools_key"])
+    user_suffix: str | None = param(None, doc="Text appended to the content of every user message when prompts (and SFT/DPO conversations) are rendered, e.g. an instruction after each question; null appends nothing.", refs=["trinity:buffer.explorer_input.default_workflow_type"])
     reply_prefix: str | None = param(None, doc="Text the assistant's reply starts with: written into every RL prompt after the assistant header (the chat template continues an assistant message holding it), so responses continue it.", refs=[f"{_TS}.reply_prefix"])
 
     # ---- lengths -----------------------------------------------------------------------------
@@ -223,3 +226,16 @@ def check_query_key(cfg: Any) -> list[str]:
     if data is None or data.query_key is None or data.messages_key is None:
         return []
     return [f"data.query_key: it is added to the data.prompt_key text, and data.messages_key ({data.messages_key!r}) replaces that prompt; drop one of them"]
+
+
+def check_val_file_keys(cfg: Any) -> list[str]:
+    """data.val_file_keys names data.val_files entries: each must be one (else its columns would be
+    read nowhere), with only prompt_key / response_key inside."""
+    data = getattr(cfg, "data", None)
+    if data is None or not data.val_file_keys:
+        return []
+    problems = [f"data.val_file_keys: {entry!r} is not an entry of data.val_files {list(data.val_files)}; write the entry as data.val_files lists it"
+                for entry in data.val_file_keys if entry not in data.val_files]
+    problems += [f"data.val_file_keys.{entry}: {sorted(set(keys) - {'prompt_key', 'response_key'})} are not column settings; use prompt_key, response_key"
+                 for entry, keys in data.val_file_keys.items() if set(keys) - {"prompt_key", "response_key"}]
+    return problems
