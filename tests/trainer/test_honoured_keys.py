@@ -385,6 +385,7 @@ AGENTIC_TESTS = {
 
 KERNELS = "tests/workers/test_kernel_flags.py"
 ULYSSES = "tests/cluster/test_ulysses.py::test_each_role_splits_by_its_own_key_and_the_reference_follows_the_actor"
+DISTILL = "tests/trainer/test_distill.py"
 ELSEWHERE = {
     # the warm-up's rounding and the critic's schedule length are derived numbers: the test varies each key
     **{key: "tests/config/test_config_derive_plan.py::test_lr_schedule_unit_update_counts_optimizer_updates"
@@ -611,6 +612,12 @@ SAME_RESULT = {
     "actor.strategy": "actor.strategy=fsdp2",
     "ref.strategy": "ref.strategy=fsdp2",
     "critic.strategy": "critic.strategy=fsdp2",
+    # offline distillation (algorithm.kind distill): unit tests on one batch show each key's effect
+    "algorithm.distill.teacher_path": f"{DISTILL}::test_the_checks_ask_for_a_teacher_and_keep_distill_keys_to_distill_stages",
+    **{f"algorithm.distill.{k}": f"{DISTILL}::test_each_distill_key_changes_the_divergence_and_not_the_nll"
+       for k in ("objective", "topk", "temperature", "teacher_temperature", "adaptive_alpha", "skew_lambda")},
+    "algorithm.distill.weight": f"{DISTILL}::test_weight_mixes_the_two_token_means_and_the_split_changes_nothing",
+    "algorithm.distill.on_prompt": f"{DISTILL}::test_on_prompt_trains_every_real_token",
 }
 
 # Keys no test can show the effect of yet, with the reason.
