@@ -119,3 +119,26 @@ def test_distillation_lowers_the_students_divergence_to_the_teacher(workdir):
     assert len(vals) == 2 and vals[1] < 0.7 * vals[0], vals  # before training and after step 8
     assert result.steps == 8 and (result.final_model / "model.safetensors").is_file()
     assert dataclasses.asdict(cfg.algorithm.distill)["objective"] == "js_divergence"
+
+
+@pytest.mark.long
+def test_two_gloo_workers_distil_as_one_process(workdir):
+    """`posttrain train` with cluster.n_gpus_per_node=2 (two gloo workers, each running the teacher on
+    its share of the micro-batches) logs the same step metrics as one process."""
+    from cli_run_helpers import posttrain
+
+    root, student, teacher, paths = workdir
+    (root / "launch.yaml").write_text(
+        f"data: {{train_files: {paths['sft']}, train_batch_size: 8, max_length: 64}}\nmodel: {{path: {student}}}\n"
+        f"algorithm: {{kind: distill, distill: {{teacher_path: {teacher}, objective: reverse_kl, topk: 8}}}}\n"
+        "actor: {ppo_micro_batch_size_per_gpu: 2, optim: {lr: 1e-3}}\ntrainer: {total_training_steps: 2, logger: [jsonl]}\n")
+    rows = {}
+    for run, workers in (("one", 0), ("two", 2)):
+        out = posttrain("train", str(root / "launch.yaml"), f"trainer.default_local_dir={root / run}",
+                        f"cluster.n_gpus_per_node={workers}", cwd=root, fds=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        rows[run] = [json.loads(line) for line in (root / run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows["one"]] == [r["step"] for r in rows["two"]] == [1, 2]
+    for a, b in zip(rows["one"], rows["two"]):
+        for key in ("distill/loss", "distill/divergence", "distill/nll", "actor/grad_norm"):
+            assert b[key] == pytest.approx(a[key], abs=1e-5, rel=1e-5), key
