@@ -1,0 +1,95 @@
+"""ROLL's distillation pipeline files load as a posttrain distillation stage
+(posttrain.config.dialects.roll_distill).
+
+The file below copies the key set of ROLL's qwen2.5-7B-distill_megatron example with small values;
+the real files are planned by the corpus sweep (benchmarks/foreign_corpus.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+from posttrain.config.dialects import Foreign, check, detect, translate
+
+_TEACHER = {
+    "model_args": {"attn_implementation": "fa2", "disable_gradient_checkpointing": True, "dtype": "bf16"},
+    "data_args": {"template": "qwen2_5"}, "training_args": {"per_device_train_batch_size": 8},
+    "strategy_args": {"strategy_name": "megatron_infer", "strategy_config": {"tensor_model_parallel_size": 2, "bf16": True}},
+    "use_sequence_packing": True, "device_mapping": "list(range(0,8))",
+}
+FILE = {
+    "hydra": {"run": {"dir": "."}, "output_subdir": None},
+    "exp_name": "distill", "seed": 42, "output_dir": "./output", "num_gpus_per_node": 8,
+    "save_steps": 100, "logging_steps": 1, "eval_steps": 50, "resume_from_checkpoint": False,
+    "student_pretrain": "Qwen/Qwen2.5-7B-Instruct", "teacher_pretrain": "Qwen/Qwen2.5-14B-Instruct",
+    "logits_topk": 64, "distill_loss_weight": 0.85, "kd_objective": "forward_kl", "distill_on_prompt": False,
+    "logits_transfer_backend": "nccl-only", "sequence_length": 2048, "max_grad_norm": 1.0,
+    "question_key": "question_zh", "answer_key": "answer_zh",
+    "validation": {"data_args": {"file_name": ["data/val.json"], "template": "qwen2_5"}},
+    "student": {
+        "model_args": {"attn_implementation": "fa2", "disable_gradient_checkpointing": False, "dtype": "bf16", "model_type": None},
+        "training_args": {"learning_rate": 2.0e-5, "lr_scheduler_type": "constant", "per_device_train_batch_size": 8,
+                          "gradient_accumulation_steps": 4, "warmup_steps": 0, "num_train_epochs": 1},
+        "data_args": {"template": "qwen2_5", "file_name": ["data/train.json"], "preprocessing_num_workers": 16},
+        "strategy_args": {"strategy_name": "megatron_train", "strategy_config": {"tensor_model_parallel_size": 2, "sequence_parallel": True}},
+        "use_sequence_packing": True, "device_mapping": "list(range(0,8))", "infer_batch_size": 2,
+    },
+    "teacher": _TEACHER,
+}
+
+
+def _read(**changes):
+    raw = copy.deepcopy(FILE)
+    for key, value in changes.items():
+        node = raw
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node[part]
+        if value is None:
+            node.pop(last)
+        else:
+            node[last] = value
+    assert detect(raw) == "roll"
+    return translate(raw, "roll")
+
+
+def test_the_example_reads_as_a_distillation_stage_with_roll_s_settings():
+    native, report = _read()
+    assert not report.refused, [e.line() for e in report.refused]
+    assert check(Foreign(None, "roll", native, report)) == []
+    assert native["algorithm"] == {"kind": "distill", "distill": {
+        "teacher_path": "Qwen/Qwen2.5-14B-Instruct", "objective": "forward_kl", "weight": 0.85, "topk": 64, "on_prompt": False}}
+    assert native["model"]["path"] == "Qwen/Qwen2.5-7B-Instruct"
+    data = native["data"]
+    assert (data["prompt_key"], data["response_key"], data["max_length"], data["truncation"], data["shuffle"]) == (
+        "question_zh", "answer_zh", 2048, "right", True)
+    # 8 rows x 4 accumulation steps x 4 data-parallel ranks (8 devices / TP 2)
+    assert data["train_batch_size"] == 128 and native["actor"]["ppo_micro_batch_size_per_gpu"] == 8
+    assert native["trainer"]["val_before_train"] is False and native["trainer"]["test_freq"] == 50
+    dropped = {e.key for e in report.entries if e.status == "dropped"}
+    assert {"logits_transfer_backend", "teacher.device_mapping", "teacher.model_args.dtype", "student.infer_batch_size"} <= dropped
+    assert any(e.key == "student.training_args.learning_rate" for e in report.entries)  # named as the file wrote it
+
+
+def test_roll_s_defaults_fill_what_the_file_leaves_out():
+    native, report = _read(question_key=None, answer_key=None, max_grad_norm=None, logits_topk=None, kd_objective=None)
+    assert not report.refused, [e.line() for e in report.refused]
+    assert (native["data"]["prompt_key"], native["data"]["response_key"]) == ("question", "answer")
+    assert math.isinf(native["actor"]["grad_clip"])  # DistillConfig's max_grad_norm 0: no clipping
+    assert "topk" not in native["algorithm"]["distill"]  # posttrain's default is ROLL's: 64, forward_kl
+
+
+def test_role_paths_replace_the_pretrain_keys_only_when_both_are_set():
+    native, _ = _read(**{"teacher.model_args.model_name_or_path": "/t", "student.model_args.model_name_or_path": "/s"})
+    assert (native["model"]["path"], native["algorithm"]["distill"]["teacher_path"]) == ("/s", "/t")
+    native, _ = _read(**{"teacher.model_args.model_name_or_path": "/t"})  # the student's is null: ROLL uses both *_pretrain
+    assert native["algorithm"]["distill"]["teacher_path"] == "Qwen/Qwen2.5-14B-Instruct"
+
+
+def test_a_teacher_setting_posttrain_cannot_honour_is_refused_by_name():
+    _, report = _read(**{"teacher.model_args.dtype": "fp32"})
+    assert [e.key for e in report.refused] == ["teacher.model_args.dtype"]
+    assert "student's dtype" in report.refused[0].reason
+    _, report = _read(**{"teacher.model_args.lora_rank": 8})
+    assert [e.key for e in report.refused] == ["teacher.model_args.lora_rank"]
