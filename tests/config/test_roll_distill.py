@@ -93,3 +93,71 @@ def test_a_teacher_setting_posttrain_cannot_honour_is_refused_by_name():
     assert "student's dtype" in report.refused[0].reason
     _, report = _read(**{"teacher.model_args.lora_rank": 8})
     assert [e.key for e in report.refused] == ["teacher.model_args.lora_rank"]
+
+
+# ROLL's on-policy distillation example (qwen3-8B-onpolicy-distill-megatron) with small values, without
+# its sequence packing (refused for every ROLL RL file, a separate matter).
+ONPOLICY = {
+    "exp_name": "opd", "seed": 42, "num_gpus_per_node": 8, "max_steps": 4, "rollout_batch_size": 16, "prompt_length": 64,
+    "response_length": 32, "num_return_sequences_in_group": 4, "ppo_epochs": 1, "adv_estimator": "reinforce",
+    "pretrain": "Qwen/Qwen3-8B", "reward_pretrain": "Qwen/Qwen3-8B", "global_template": "qwen3",
+    "validation": {"data_args": {"file_name": ["data/val.jsonl"]}, "generating_args": {"max_new_tokens": 32, "temperature": 0.6}},
+    "student_train": {"model_args": {"dtype": "bf16"},
+                      "training_args": {"learning_rate": 5.0e-7, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1},
+                      "data_args": {"file_name": ["data/train.jsonl"], "messages": "messages"},
+                      "strategy_args": {"strategy_name": "megatron_train", "strategy_config": {"tensor_model_parallel_size": 1}},
+                      "device_mapping": "list(range(0,8))", "infer_batch_size": 4},
+    "student_infer": {"model_args": {"dtype": "bf16"}, "generating_args": {"max_new_tokens": 32, "temperature": 0.99,
+                                                                         "num_return_sequences": 4},
+                      "strategy_args": {"strategy_name": "vllm", "strategy_config": {"gpu_memory_utilization": 0.8}},
+                      "device_mapping": "list(range(0,8))"},
+    "teacher": {"model_args": {"model_name_or_path": "Qwen/Qwen3-32B", "dtype": "bf16"},
+                "strategy_args": {"strategy_name": "megatron_infer", "strategy_config": {"tensor_model_parallel_size": 2}},
+                "device_mapping": "list(range(0,8))", "infer_batch_size": 1},
+    "rewards": {"math_rule": {"worker_cls": "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker",
+                              "tag_included": ["math_dapo"], "world_size": 8}},
+}
+
+
+def _onpolicy(**changes):
+    raw = copy.deepcopy(ONPOLICY)
+    for key, value in changes.items():
+        node = raw
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return translate(raw, "roll")
+
+
+def test_on_policy_distillation_reads_as_rl_with_the_teacher_as_reference():
+    native, report = _onpolicy(**{"teacher.opd_kl_coef": 0.5})
+    assert not report.refused, [e.line() for e in report.refused]
+    assert check(Foreign(None, "roll", native, report)) == []
+    assert native["algorithm"]["adv_estimator"] == "on_policy_distill"
+    assert native["algorithm"]["adv_estimator_args"] == {"kl_coef": 0.5}
+    assert native["ref"]["model_path"] == "Qwen/Qwen3-32B" and native["actor"]["use_kl_loss"] is False
+    keys = {e.key for e in report.entries}
+    assert {"student_train.training_args.learning_rate", "teacher.model_args.dtype", "adv_estimator"} <= keys
+
+
+def test_roll_s_opd_advantage_is_posttrain_s_on_policy_distill():
+    import torch
+
+    from posttrain.algorithms import on_policy_distill_advantage
+
+    student, teacher, mask = torch.tensor([[-1.0, -2.0, -0.5]]), torch.tensor([[-0.5, -3.0, -0.5]]), torch.tensor([[1.0, 1.0, 0.0]])
+    roll_advantage = -0.5 * (student - teacher) * mask  # ROLL: -opd_kl_coef x k1 KL, masked
+    ours = on_policy_distill_advantage(response_mask=mask, old_logprobs=student, ref_logprobs=teacher, kl_coef=0.5)
+    assert torch.allclose(ours.advantages, roll_advantage)
+
+
+def test_what_posttrain_s_single_teacher_cannot_do_is_refused():
+    _, report = _onpolicy(kl_penalty="k3")
+    assert [e.key for e in report.refused] == ["kl_penalty"]
+    _, report = _onpolicy(**{"teacher.tag_included": ["math_dapo"]})
+    assert [e.key for e in report.refused] == ["teacher.tag_included"]
+    two = {"a": ONPOLICY["teacher"], "b": ONPOLICY["teacher"]}
+    _, report = _onpolicy(teacher=two)
+    assert [e.key for e in report.refused] == ["teacher.a", "teacher.b"]
+    assert "one teacher model" in report.refused[0].reason
