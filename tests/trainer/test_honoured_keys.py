@@ -135,6 +135,7 @@ KNOBS = [
     knob("rollout.val_kwargs.top_k=1", "validation", *VAL_SAMPLED),
     knob("rollout.val_kwargs.top_p=0.3", "validation", *VAL_SAMPLED),
     knob("rollout.val_kwargs.n=2", "validation", *VAL),
+    knob("rollout.val_kwargs.response_length=2", "validation", *VAL),  # 2-token validation responses instead of 6
     knob("rollout.log_prob_micro_batch_size_per_gpu=2", "forwards", "actor.reuse_rollout_logprobs=never"),
     knob("rollout.log_prob_use_dynamic_bsz=true", "forwards", "actor.reuse_rollout_logprobs=never", "rollout.log_prob_max_token_len_per_gpu=80"),
     knob("rollout.log_prob_max_token_len_per_gpu=80", "forwards", "actor.reuse_rollout_logprobs=never", "rollout.log_prob_use_dynamic_bsz=true"),
@@ -696,3 +697,13 @@ def test_a_curriculum_sampler_sees_the_scores_computed_in_the_background_too(har
     background = _observe(harness, (sampler, "reward.launch_reward_fn_async=true"), None, "async")
     assert in_place.exit[0] == 0 and background.exit[0] == 0, (in_place.exit, background.exit)
     assert background.prompts == in_place.prompts
+
+
+def test_validation_generates_up_to_val_kwargs_response_length(harness):
+    import ast
+
+    def widths(obs):  # the response tensors' widths (padded to the longest response of a call)
+        return {len(ast.literal_eval(call)[1][0]) for call in obs.validation}
+
+    assert widths(_observe(harness, VAL, None, "base")) == {6}  # data.max_response_length
+    assert widths(_observe(harness, (*VAL, "rollout.val_kwargs.response_length=2"), None, "changed")) == {2}
