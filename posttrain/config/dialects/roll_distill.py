@@ -56,7 +56,8 @@ _SAME_AS_STUDENT = ("model_args.dtype", "model_args.attn_implementation")
 
 def is_distill(raw: Any) -> bool:
     """Whether a ROLL file is a (offline) distillation config: student and teacher roles, no actor_train."""
-    return isinstance(raw, Mapping) and ROLE in raw and TEACHER in raw and ACTOR not in raw and "student_train" not in raw
+    return (isinstance(raw, Mapping) and isinstance(raw.get(ROLE), Mapping) and isinstance(raw.get(TEACHER), Mapping)
+            and ACTOR not in raw and "student_train" not in raw)
 
 
 def _to_actor(key: str) -> str:

@@ -44,7 +44,7 @@ _ONE_TEACHER = ("posttrain's reference role is one teacher model that scores eve
 
 def is_onpolicy(raw: Any) -> bool:
     """Whether a ROLL file is an on-policy distillation config: student_train, no actor_train."""
-    return isinstance(raw, Mapping) and "student_train" in raw and "actor_train" not in raw
+    return isinstance(raw, Mapping) and isinstance(raw.get("student_train"), Mapping) and "actor_train" not in raw
 
 
 def _rename(key: str, table: Mapping[str, str]) -> str:

@@ -179,8 +179,9 @@ class AlgorithmConfig:
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 _DISTILL = ("a key of ROLL's distillation pipeline: posttrain reads it in a distillation config (the student and teacher roles, "
             "start_distill_pipeline.py), as an algorithm.kind distill stage; in this pipeline it does nothing")
-_ONPOLICY = ("ROLL's on-policy distillation pipeline (student_train/student_infer/teacher roles): posttrain distils on-policy with "
-             "algorithm.adv_estimator on_policy_distill or jsd, the teacher at ref.model_path; write the run as that")
+_ONPOLICY = ("a role of ROLL's on-policy distillation pipeline: posttrain reads a file whose student_train role is a mapping "
+             "(start_onpolicy_distill_pipeline.py's config) as an RL stage with algorithm.adv_estimator on_policy_distill, the teacher "
+             "at ref.model_path; in this file it does nothing")
 UNSUPPORTED: dict[str, str] = {
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "roll:student": _DISTILL,
