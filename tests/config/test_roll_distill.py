@@ -161,3 +161,10 @@ def test_what_posttrain_s_single_teacher_cannot_do_is_refused():
     _, report = _onpolicy(teacher=two)
     assert [e.key for e in report.refused] == ["teacher.a", "teacher.b"]
     assert "one teacher model" in report.refused[0].reason
+
+
+def test_the_students_context_parallelism_is_dropped_not_split():
+    native, report = _read(**{"student.strategy_args.strategy_config": {"tensor_model_parallel_size": 2, "context_parallel_size": 2}})
+    assert not report.refused and "ulysses_sequence_parallel_size" not in native.get("actor", {})
+    assert report.entry("student.strategy_args.strategy_config.context_parallel_size").status == "dropped"
+    assert native["data"]["train_batch_size"] == 64  # 8 x 4 x 2 data-parallel ranks (8 devices / TP 2 x CP 2), as ROLL counts

@@ -103,6 +103,8 @@ def test_the_checks_ask_for_a_teacher_and_keep_distill_keys_to_distill_stages(wo
         load_config(None, [f"model.path={student}", "algorithm.kind=distill"])
     with pytest.raises(ConfigError, match="algorithm.distill.topk: read only by algorithm.kind distill"):
         load_config(None, [f"model.path={student}", "algorithm.kind=sft", "algorithm.distill.topk=8"])
+    with pytest.raises(ConfigError, match="runs whole sequences"):
+        distill_config(student, teacher, paths, "actor.ulysses_sequence_parallel_size=2", "cluster.n_gpus_per_node=2")
     with pytest.raises(UserError, match="teacher_path"):
         run_distill(StageContext("distill", distill_config(student, paths["sft"], paths), workdir[0] / "bad", str(student)))
 

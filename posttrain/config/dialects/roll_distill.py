@@ -51,6 +51,8 @@ _TEACHER_DROPPED = {
     "worker_cls": "ROLL's teacher worker class; posttrain's stage runs the teacher itself",
     "name": "ROLL's role name",
 }
+_WHOLE = ("the student's sequences split over devices (context parallelism) change memory and speed, not the losses; posttrain's "
+          "distillation stage runs whole sequences on each worker")
 _SAME_AS_STUDENT = ("model_args.dtype", "model_args.attn_implementation")
 
 
@@ -73,6 +75,9 @@ def translate(raw: Mapping[str, Any], *, interpolated: set[str] = frozenset(), u
                                     interpolated={_to_actor(k) for k in interpolated},
                                     unresolved={_to_actor(k): v for k, v in (unresolved or {}).items()})
     entries = [dataclasses.replace(e, key=_to_role(e.key), reason=_to_role(e.reason)) for e in report.entries]
+    if (native.get("actor") or {}).pop("ulysses_sequence_parallel_size", 1) != 1:  # context parallelism: memory, not numbers
+        entries = [dataclasses.replace(e, status="dropped", native=None, value=None, reason=_WHOLE)
+                   if e.native == "actor.ulysses_sequence_parallel_size" else e for e in entries]
     return native, Report(report.dialect, entries)
 
 

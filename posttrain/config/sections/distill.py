@@ -36,8 +36,13 @@ def check_distill(cfg: Any) -> list[str]:
     """A distillation stage needs its teacher; its settings act on that stage kind only."""
     kind = get_path(cfg, "algorithm.kind", "rl")
     if kind == "distill":
-        return [] if get_path(cfg, "algorithm.distill.teacher_path", None) else [
+        problems = [] if get_path(cfg, "algorithm.distill.teacher_path", None) else [
             "algorithm.kind distill needs algorithm.distill.teacher_path (the teacher model's directory)"]
+        sp = get_path(cfg, "actor.ulysses_sequence_parallel_size", 1)
+        if sp > 1:
+            problems.append(f"actor.ulysses_sequence_parallel_size={sp}: the distillation stage runs whole sequences through the student "
+                            "and the teacher on each worker (it compares their full next-token distributions); set it to 1 for this stage")
+        return problems
     default = DistillConfig()
     changed = [f"algorithm.distill.{f.name}" for f in dataclasses.fields(DistillConfig)
                if get_path(cfg, f"algorithm.distill.{f.name}", getattr(default, f.name)) != getattr(default, f.name)]
