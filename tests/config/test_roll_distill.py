@@ -168,3 +168,9 @@ def test_the_students_context_parallelism_is_dropped_not_split():
     assert not report.refused and "ulysses_sequence_parallel_size" not in native.get("actor", {})
     assert report.entry("student.strategy_args.strategy_config.context_parallel_size").status == "dropped"
     assert native["data"]["train_batch_size"] == 64  # 8 x 4 x 2 data-parallel ranks (8 devices / TP 2 x CP 2), as ROLL counts
+
+
+def test_the_vision_language_distillation_file_is_refused_for_its_images():
+    _, report = _read(**{"student.data_args.template": "qwen2-vl"})
+    assert [e.key for e in report.refused] == ["student.data_args.template"]
+    assert "multimodal data" in report.refused[0].reason
