@@ -15,7 +15,11 @@ op_compute_various_divergence:
   rows are truncated to ``sequence_length`` (data.truncation right).
 - Loss: ``(1 - distill_loss_weight) x`` token-mean cross-entropy ``+ distill_loss_weight x`` token-mean
   divergence, both over the batch's trained tokens (the response, or every token with
-  ``distill_on_prompt``): algorithm.distill.* (posttrain.algorithms.distill).
+  ``distill_on_prompt``): algorithm.distill.* (posttrain.algorithms.distill). One difference: ROLL
+  masks the divergence with the labels at the logits' own positions (op_compute_various_divergence),
+  not shifted as for its cross-entropy, so it compares the positions whose input is a trained token
+  (one later than those its cross-entropy trains); posttrain compares at the positions that predict
+  the trained tokens, the same positions as its NLL.
 - Teacher: ``teacher_pretrain`` (or ``teacher.model_args.model_name_or_path``) runs forward on the
   same tokens without gradients; its top ``logits_topk`` logits at temperature ``kd_temperature x
   teacher_temperature`` give the targets. posttrain runs it on each of the student's workers, in the
