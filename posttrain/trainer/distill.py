@@ -23,6 +23,7 @@ from typing import Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from posttrain.algorithms.distill import distill_loss, get_divergence, student_logits_at, teacher_targets
 from posttrain.cluster.fsdp import forward_runner
@@ -30,7 +31,7 @@ from posttrain.config.sections.distill import DistillConfig
 from posttrain.data import SequenceBatch, SFTExample, collate_sft, pad_token_id
 from posttrain.config.schema import Config
 from posttrain.models.loading import causal_lm_from_config
-from posttrain.models.logprobs import lm_head_logits
+from posttrain.models.logprobs import MAX_CHUNK_ELEMENTS, lm_head_logits
 from posttrain.models.lora import add_lora, lora_settings
 from posttrain.models.precision import autocast
 from posttrain.trainer.preflight import stage_inputs
@@ -48,27 +49,52 @@ def _hidden(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tens
     return model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state  # (B, S, H)
 
 
-def distill_sums(student: nn.Module, teacher: nn.Module, batch: SequenceBatch, dcfg: DistillConfig) -> tuple[Tensor, Tensor, Tensor]:
-    """(sum of the student's NLL, sum of the divergence, trained positions) over `batch`."""
+def _chunk_sums(student: nn.Module, teacher: nn.Module, hidden: Tensor, teacher_hidden: Tensor, targets: Tensor,
+                dcfg: DistillConfig) -> tuple[Tensor, Tensor]:
+    """(sum NLL, sum divergence) of n positions: hidden (n, H) of each model, targets (n,)."""
+    logits = lm_head_logits(student, hidden)  # (n, V)
+    with torch.no_grad():
+        teacher_logits = lm_head_logits(teacher, teacher_hidden)  # (n, V')
+    # The two heads may pad the vocabulary differently: compare the ids both have (ROLL cuts the
+    # teacher's to the tokenizer's vocabulary for the same reason)
+    vocab = min(logits.shape[-1], teacher_logits.shape[-1])
+    nll = -torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (n,)
+    target = teacher_targets(teacher_logits[:, :vocab], topk=dcfg.topk, temperature=dcfg.temperature,
+                             teacher_temperature=dcfg.teacher_temperature)
+    divergence = get_divergence(dcfg.objective)(
+        student_logits_at(logits[:, :vocab], target), target, temperature=dcfg.temperature,
+        adaptive_alpha=dcfg.adaptive_alpha, skew_lambda=dcfg.skew_lambda)  # (n,)
+    return nll.sum(), divergence.sum()
+
+
+def distill_sums(student: nn.Module, teacher: nn.Module, batch: SequenceBatch, dcfg: DistillConfig,
+                 *, chunk_tokens: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """(sum of the student's NLL, sum of the divergence, trained positions) over `batch`.
+
+    The heads run on `chunk_tokens` positions at a time (default: as many as keep one chunk's
+    logits under posttrain.models.logprobs.MAX_CHUNK_ELEMENTS), each chunk recomputed in the
+    backward when there are several, so no (N, V) logits of the whole micro-batch are kept."""
     device = next(student.parameters()).device
     width = int(batch.attention_mask.sum(-1).max())  # columns that are padding in every row are cut
     input_ids = batch.input_ids[:, :width].to(device)  # (B, S)
     attention_mask = batch.attention_mask[:, :width].to(device)  # (B, S)
     real = trained_mask(batch, dcfg.on_prompt)[:, : width - 1].to(device) > 0  # (B, S-1)
     targets = input_ids[:, 1:][real]  # (N,)
-    logits = lm_head_logits(student, _hidden(student, input_ids, attention_mask)[:, :-1][real])  # (N, V)
+    hidden = _hidden(student, input_ids, attention_mask)[:, :-1][real]  # (N, H)
     with torch.no_grad():
-        teacher_logits = lm_head_logits(teacher, _hidden(teacher, input_ids, attention_mask)[:, :-1][real])  # (N, V')
-    # The two heads may pad the vocabulary differently: compare the ids both have (ROLL cuts the
-    # teacher's to the tokenizer's vocabulary for the same reason)
-    vocab = min(logits.shape[-1], teacher_logits.shape[-1])
-    nll = -torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (N,)
-    target = teacher_targets(teacher_logits[:, :vocab], topk=dcfg.topk, temperature=dcfg.temperature,
-                             teacher_temperature=dcfg.teacher_temperature)
-    divergence = get_divergence(dcfg.objective)(
-        student_logits_at(logits[:, :vocab], target), target, temperature=dcfg.temperature,
-        adaptive_alpha=dcfg.adaptive_alpha, skew_lambda=dcfg.skew_lambda)  # (N,)
-    return nll.sum(), divergence.sum(), real.sum()
+        teacher_hidden = _hidden(teacher, input_ids, attention_mask)[:, :-1][real]  # (N, H')
+    step = chunk_tokens or max(1, MAX_CHUNK_ELEMENTS // student.get_output_embeddings().weight.shape[0])
+    recompute = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[0] > step
+    nll, div = hidden.new_zeros((), dtype=torch.float32), hidden.new_zeros((), dtype=torch.float32)
+    # at least one (possibly empty) chunk, so the backward reaches the head on every rank (sharded models)
+    for start in range(0, max(hidden.shape[0], 1), step):
+        parts = (hidden[start : start + step], teacher_hidden[start : start + step], targets[start : start + step])
+        if recompute:
+            n, d = checkpoint(lambda h, t, y: _chunk_sums(student, teacher, h, t, y, dcfg), *parts, use_reentrant=False)
+        else:
+            n, d = _chunk_sums(student, teacher, *parts, dcfg)
+        nll, div = nll + n, div + d
+    return nll, div, real.sum()
 
 
 def distill_objective(model: nn.Module, teacher: nn.Module, pad_id: int, dcfg: DistillConfig, compute_dtype: str = "fp32") -> Objective:

@@ -69,6 +69,20 @@ def test_each_distill_key_changes_the_divergence_and_not_the_nll(models, change,
     assert changed[0] == pytest.approx(base[0]) and changed[2] == base[2]
 
 
+def test_chunked_heads_give_the_same_sums_and_gradients(models):
+    student, teacher, tokenizer, examples = models
+    batch = collate_sft(examples, tokenizer.pad_token_id)
+    results = []
+    for chunk in (None, 7):  # one chunk, then chunks of 7 positions recomputed in the backward
+        student.zero_grad(set_to_none=True)
+        nll, div, _ = distill_sums(student, teacher, batch, DistillConfig(), chunk_tokens=chunk)
+        (nll + div).backward()
+        results.append((float(nll), float(div), student.lm_head.weight.grad.clone()))
+    (n1, d1, g1), (n2, d2, g2) = results
+    assert n2 == pytest.approx(n1, rel=1e-5) and d2 == pytest.approx(d1, rel=1e-5)
+    assert torch.allclose(g1, g2, atol=1e-6)
+
+
 def test_on_prompt_trains_every_real_token(models):
     _, _, _, examples = models
     response, every = sums(models), sums(models, on_prompt=True)
