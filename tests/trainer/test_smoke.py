@@ -184,3 +184,17 @@ def test_smoke_rows_give_every_reward_workers_domain_rows(tmp_path):
     rows = [json.loads(line) for line in open(written["data"]["train_files"][0])]
     # 5 domains drawn by data.domain_interleave_probs: a row of each, more than the 4 the 2 steps need
     assert sorted({r["data_source"] for r in rows}) == [f"{name}_tag" for name in "abcde"] and len(rows) == 5
+
+
+def test_smoke_config_gives_a_distillation_teacher_the_tiny_model(tmp_path):
+    """The teacher reads the policy's token ids: the distillation stage's and a reference role's
+    (on-policy distillation) become the tiny model too."""
+    from posttrain.trainer.smoke import smoke_config
+    import yaml
+
+    (tmp_path / "distill.yaml").write_text("model: {path: /nonexistent/model}\nref: {model_path: /nonexistent/ref}\n"
+                                           "algorithm: {kind: distill, distill: {teacher_path: /nonexistent/teacher}}\n")
+    path, lines = smoke_config(tmp_path / "distill.yaml", [], None, tmp_path / "out")
+    assert "algorithm.distill.teacher_path: /nonexistent/teacher -> the same tiny model" in lines
+    written = yaml.safe_load(path.read_text())
+    assert written["algorithm"]["distill"]["teacher_path"] == written["ref"]["model_path"] == written["model"]["path"]
