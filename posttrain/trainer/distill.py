@@ -56,7 +56,7 @@ def _chunk_sums(student: nn.Module, teacher: nn.Module, hidden: Tensor, teacher_
     with torch.no_grad():
         teacher_logits = lm_head_logits(teacher, teacher_hidden)  # (n, V')
     # The two heads may pad the vocabulary differently: compare the ids both have (ROLL cuts the
-    # teacher's to the tokenizer's vocabulary for the same reason)
+    # teacher's to the tokenizer's vocab_size instead, which also drops added tokens: docs/data.md)
     vocab = min(logits.shape[-1], teacher_logits.shape[-1])
     nll = -torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (n,)
     target = teacher_targets(teacher_logits[:, :vocab], topk=dcfg.topk, temperature=dcfg.temperature,

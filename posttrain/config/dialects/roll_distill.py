@@ -19,7 +19,10 @@ op_compute_various_divergence:
   masks the divergence with the labels at the logits' own positions (op_compute_various_divergence),
   not shifted as for its cross-entropy, so it compares the positions whose input is a trained token
   (one later than those its cross-entropy trains); posttrain compares at the positions that predict
-  the trained tokens, the same positions as its NLL.
+  the trained tokens, the same positions as its NLL. And ROLL cuts the teacher's logits to the
+  tokenizer's ``vocab_size`` (Hugging Face's count without added tokens such as Qwen's
+  ``<|im_end|>``), so those ids are never among its teacher's classes; posttrain keeps every id
+  both heads have.
 - Teacher: ``teacher_pretrain`` (or ``teacher.model_args.model_name_or_path``) runs forward on the
   same tokens without gradients; its top ``logits_topk`` logits at temperature ``kd_temperature x
   teacher_temperature`` give the targets. posttrain runs it on each of the student's workers, in the
