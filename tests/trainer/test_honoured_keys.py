@@ -586,6 +586,12 @@ ELSEWHERE = {
     **{f"rollout.trace.{k}": "tests/tracking/test_optional_trackers.py::test_rollout_traces_go_to_the_mlflow_store_tagged_as_verl_tags_them"
        for k in ("backend", "token2text")},
     "rollout.trace.max_samples_per_step_per_worker": "tests/tracking/test_optional_trackers.py::test_a_training_run_sends_the_same_metrics_and_samples_to_every_tracker",
+    # offline distillation (algorithm.kind distill): unit tests on one batch show each key's effect
+    "algorithm.distill.teacher_path": f"{DISTILL}::test_the_checks_ask_for_a_teacher_and_keep_distill_keys_to_distill_stages",
+    **{f"algorithm.distill.{k}": f"{DISTILL}::test_each_distill_key_changes_the_divergence_and_not_the_nll"
+       for k in ("objective", "topk", "temperature", "teacher_temperature", "adaptive_alpha", "skew_lambda")},
+    "algorithm.distill.weight": f"{DISTILL}::test_weight_mixes_the_two_token_means_and_the_split_changes_nothing",
+    "algorithm.distill.on_prompt": f"{DISTILL}::test_on_prompt_trains_every_real_token",
 }
 
 # Keys whose requested behaviour posttrain always has (each field's doc says so): no effect, checked.
@@ -613,12 +619,6 @@ SAME_RESULT = {
     "actor.strategy": "actor.strategy=fsdp2",
     "ref.strategy": "ref.strategy=fsdp2",
     "critic.strategy": "critic.strategy=fsdp2",
-    # offline distillation (algorithm.kind distill): unit tests on one batch show each key's effect
-    "algorithm.distill.teacher_path": f"{DISTILL}::test_the_checks_ask_for_a_teacher_and_keep_distill_keys_to_distill_stages",
-    **{f"algorithm.distill.{k}": f"{DISTILL}::test_each_distill_key_changes_the_divergence_and_not_the_nll"
-       for k in ("objective", "topk", "temperature", "teacher_temperature", "adaptive_alpha", "skew_lambda")},
-    "algorithm.distill.weight": f"{DISTILL}::test_weight_mixes_the_two_token_means_and_the_split_changes_nothing",
-    "algorithm.distill.on_prompt": f"{DISTILL}::test_on_prompt_trains_every_real_token",
 }
 
 # Keys no test can show the effect of yet, with the reason.
