@@ -174,3 +174,12 @@ def test_the_vision_language_distillation_file_is_refused_for_its_images():
     _, report = _read(**{"student.data_args.template": "qwen2-vl"})
     assert [e.key for e in report.refused] == ["student.data_args.template"]
     assert "multimodal data" in report.refused[0].reason
+
+
+def test_the_launchers_opd_switches_are_read():
+    _, report = _onpolicy(is_pure_opd=True, pure_opd_pipeline_type="rlvr")
+    assert not report.refused and report.entry("is_pure_opd").status == "dropped"
+    _, report = _onpolicy(pure_opd_pipeline_type="agentic")
+    assert [e.key for e in report.refused] == ["pure_opd_pipeline_type"]
+    _, report = translate({"use_opd": True}, "roll")
+    assert "mixed on-policy distillation" in report.entry("use_opd").reason

@@ -81,6 +81,17 @@ def pipeline(ctx: Context, *, several: bool = False) -> None:
         if ctx.has(key):
             ctx.consume(key)
             ctx.drop(key, why)
+    if ctx.has("is_pure_opd"):
+        ctx.consume("is_pure_opd")
+        ctx.drop("is_pure_opd", "ROLL's on-policy distillation launcher sets it to true whatever the file says")
+    kind = ctx.get("pure_opd_pipeline_type", "rlvr")
+    if ctx.has("pure_opd_pipeline_type"):
+        ctx.consume("pure_opd_pipeline_type")
+        if kind == "rlvr":
+            ctx.drop("pure_opd_pipeline_type", "rlvr: ROLL's RLVR pipeline answering prompts, as posttrain's RL stage does here")
+        else:
+            ctx.refuse("pure_opd_pipeline_type", f"{kind!r}: the ROLL dialect reads on-policy distillation files of the rlvr pipeline only; write an "
+                                                 "agentic stage with algorithm.adv_estimator on_policy_distill and ref.model_path in posttrain's own config", None, kind)
     for key, native in (("use_kl_loss", "actor.use_kl_loss"), ("add_token_level_kl", "algorithm.use_kl_in_reward")):
         ctx.consume(key)
         ctx.set(native, False, key, "ROLL's pure OPD mode switches it off (the teacher's KL is the advantage)")

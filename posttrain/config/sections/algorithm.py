@@ -190,6 +190,10 @@ UNSUPPORTED: dict[str, str] = {
     "roll:student_pretrain": _DISTILL,
     "roll:logits_transfer_backend": _DISTILL,
     "roll:student_infer": _ONPOLICY,
+    "roll:is_pure_opd": _ONPOLICY,
+    "roll:pure_opd_pipeline_type": _ONPOLICY,
+    "roll:use_opd": ("ROLL's mixed on-policy distillation (the teacher's KL subtracted from the RL advantages): posttrain's on_policy_distill "
+                     "and jsd estimators take the advantages from the teacher alone, and no estimator adds a teacher term to reward-based ones"),
     "roll:question_key": _DISTILL,
     "roll:answer_key": _DISTILL,
 }
