@@ -1,6 +1,6 @@
 """`algorithm`: which kind of training, its advantage estimator, KL in reward and reward shaping.
 
-posttrain picks two things separately: the *kind* of training (`rl`, `sft`, `dpo`) and, for `rl`, the
+posttrain picks two things separately: the *kind* of training (`rl`, `sft`, `dpo`, `distill`) and, for `rl`, the
 advantage estimator (a registry name: `gae`, `grpo`, `rloo`, `reinforce_plus_plus`, ...). A "PPO run"
 is `kind: rl` + `adv_estimator: gae` + a critic; "GRPO" is `kind: rl` + `adv_estimator: grpo`. The
 policy loss, its clip ratios, entropy and KL-loss terms belong to the `actor` section.
