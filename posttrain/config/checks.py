@@ -27,6 +27,7 @@ from posttrain.config.sections.algorithm import check_agentic_reward_norm, check
 from posttrain.config.sections.data import check_domain_probs, check_query_key, check_row_choosers, check_val_file_keys, check_row_templates
 from posttrain.config.sections.model import check_kernel_flags
 from posttrain.config.sections.auxiliary import check_auxiliary_models
+from posttrain.config.sections.distill import check_distill
 from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers
 from posttrain.config.sections.trainer import check_rollout_mock, check_save_strategy
 from posttrain.config.sections.optim import check_optimizer_args
@@ -255,10 +256,10 @@ def check_supervised_loss_agg(cfg: Any) -> list[str]:
     `actor.loss_agg_mode` are not implemented for them, so a changed value is refused, not ignored."""
     kind = training_kind(cfg)
     mode = get_path(cfg, "actor.loss_agg_mode", "token-mean")
-    if kind in ("sft", "dpo") and mode != "token-mean":
+    if kind in ("sft", "dpo", "distill") and mode != "token-mean":
         return [
             f"actor.loss_agg_mode={mode} is not implemented for algorithm.kind {kind} (it always averages "
-            f"over {'trained tokens' if kind == 'sft' else 'pairs'}); leave it at token-mean for this stage"
+            f"over {'pairs' if kind == 'dpo' else 'trained tokens'}); leave it at token-mean for this stage"
         ]
     return []
 
@@ -277,7 +278,7 @@ def check_supervised_compile(cfg: Any) -> list[str]:
     """`actor.use_torch_compile` switches the RL stage's training forward; SFT/DPO stages compute
     their log-probs another way, so the flag would do nothing there and is refused."""
     kind = training_kind(cfg)
-    if kind in ("sft", "dpo") and get_path(cfg, "actor.use_torch_compile", False):
+    if kind in ("sft", "dpo", "distill") and get_path(cfg, "actor.use_torch_compile", False):
         return [f"actor.use_torch_compile is not implemented for algorithm.kind {kind} (RL stages only); set it to false for this stage"]
     return []
 
@@ -289,7 +290,7 @@ def check_supervised_loss_coefs(cfg: Any) -> list[str]:
     kind = training_kind(cfg)
     keys = (("actor.rl_loss_coef", 1.0), ("actor.sft_loss_coef", 0.0), ("actor.calculate_sum_pi_squared", False), ("actor.moe_aux_loss_coef", 0.0))
     changed = [f"{k}={get_path(cfg, k, d)}" for k, d in keys if get_path(cfg, k, d) != d]
-    if kind in ("sft", "dpo") and changed:
+    if kind in ("sft", "dpo", "distill") and changed:
         return [f"{', '.join(changed)}: these act on the RL loss and algorithm.kind {kind} has no RL loss; leave them at their defaults for this stage"]
     return []
 
@@ -516,6 +517,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_optimizer_args,
     check_agentic_reward_norm,
     check_filter_groups,
+    check_distill,
     check_overlong_buffer,
     check_reward_model,
     check_async_reward,

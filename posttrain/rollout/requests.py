@@ -74,9 +74,11 @@ def rollout_batch(
 
 
 def max_model_len(cfg) -> int:
-    """`rollout.max_model_len`, else the longest prompt plus the longest response."""
+    """`rollout.max_model_len`, else the longest prompt plus the longest response (training's or
+    validation's, rollout.val_kwargs.response_length)."""
     r = cfg.rollout
-    return r.max_model_len or cfg.data.max_prompt_length + (r.response_length or cfg.data.max_response_length)
+    train = r.response_length or cfg.data.max_response_length
+    return r.max_model_len or cfg.data.max_prompt_length + max(train, r.val_kwargs.response_length or train)
 
 
 def dtype_name(dtype: torch.dtype) -> str:

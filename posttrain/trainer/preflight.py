@@ -48,7 +48,8 @@ from posttrain.trainer.rewarding import Scorers, input_tokenizer, manager_option
 from posttrain.trainer.tools import data_with_tools
 
 # algorithm.kind -> the dataset builder of its train and validation files
-DATASETS: dict[str, Callable[..., Any]] = {"rl": build_rl_dataset, "sft": build_sft_dataset, "dpo": build_dpo_dataset}
+DATASETS: dict[str, Callable[..., Any]] = {"rl": build_rl_dataset, "sft": build_sft_dataset, "dpo": build_dpo_dataset,
+                                           "distill": build_sft_dataset}
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ def stage_inputs(cfg: Config) -> StageInputs:
     train_set = build(data, cfg.data.train_files, tokenizer, split="train")
     val_set = build(data, cfg.data.val_files, tokenizer, split="val") if cfg.data.val_files else None
     reward_fn = None
+    if kind == "distill":
+        check_distill_teacher(cfg, tokenizer)
     if kind == "rl":
         check_profiler_machine(cfg, plan_world(cfg).device)
         check_rl_roles(cfg, tokenizer)
@@ -168,6 +171,18 @@ def check_model_dir(cfg: Config) -> None:
                          rope_theta=m.rope_theta, rope_scaling=m.rope_scaling)
     check_weight_files(resolve_model_dir(m.path))
     check_max_model_len(m, config)
+
+
+def check_distill_teacher(cfg: Config, tokenizer: Any) -> None:
+    """A distillation stage's teacher: its directory, weight file headers and vocabulary (it reads
+    the policy's token ids, so it needs the policy's tokenizer)."""
+    path, what = cfg.algorithm.distill.teacher_path, "teacher (algorithm.distill.teacher_path)"
+    load_config(path, trust_remote_code=cfg.model.trust_remote_code, what=what)
+    check_weight_files(resolve_model_dir(path, what=what))
+    theirs = load_tokenizer(path)
+    if theirs.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(f"algorithm.distill.teacher_path {path!r}: its vocabulary differs from the policy's tokenizer ({len(theirs)} vs "
+                          f"{len(tokenizer)} tokens); the teacher reads the policy's token ids, so it needs the same tokenizer")
 
 
 def check_rl_roles(cfg: Config, tokenizer: Any) -> None:

@@ -41,6 +41,7 @@ RUNNERS = {
     "rl": "posttrain.trainer.rl:run_rl",
     "sft": "posttrain.trainer.sft:run_sft",
     "dpo": "posttrain.trainer.dpo:run_dpo",
+    "distill": "posttrain.trainer.distill:run_distill",
 }
 
 

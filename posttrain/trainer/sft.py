@@ -10,7 +10,7 @@ Dividing every micro-batch by the whole batch's token count is what makes the lo
 token-mean and its gradient independent of how the batch is cut (a per-micro-batch mean would weight
 a token of a short micro-batch more than one of a long micro-batch).
 
-The loop (`fit`) is written once for both supervised kinds: a stage describes its loss as an
+The loop (`fit`) is written once for the supervised kinds (SFT, DPO, distillation): a stage describes its loss as an
 `Objective` (the batch's normaliser and a micro-batch loss already divided by it), and `fit` does
 batching, accumulation, the optimizer, validation every trainer.test_freq steps and the final save.
 Metric step numbers are global: step k of the stage is logged at ctx.step_offset + k (k from 1),
@@ -55,7 +55,7 @@ MicroLoss = Callable[[Sequence[Any], float], tuple[Tensor, dict[str, float]]]
 class Objective:
     """What a supervised stage trains: how a batch is normalised and what one micro-batch's loss is."""
 
-    prefix: str  # metric namespace: "sft" or "dpo"
+    prefix: str  # metric namespace: "sft", "dpo" or "distill"
     normaliser: Callable[[Sequence[Any]], float]  # of the whole batch: trained tokens (SFT), pairs (DPO)
     micro_loss: MicroLoss
     tokens: Callable[[Sequence[Any]], int]  # tokens a forward pass over the examples processes

@@ -188,6 +188,12 @@ def _model(native: dict[str, Any], workdir: Path) -> list[str]:
         if critic.get(key):
             lines.append(f"critic.model.{key}: {critic[key]} -> the same tiny model")
             critic[key] = str(tiny)
+    # a teacher (distillation, or the reference role of on-policy distillation) reads the policy's token ids
+    for section, key in ((native.get("algorithm", {}).get("distill", {}), "algorithm.distill.teacher_path"), (native.get("ref", {}), "ref.model_path")):
+        name = key.rpartition(".")[2]
+        if section.get(name):
+            lines.append(f"{key}: {section[name]} -> the same tiny model")
+            section[name] = str(tiny)
     reward_model = native.get("reward", {}).get("reward_model", {})
     if reward_model.get("enable"):
         lines.append(f"reward.reward_model.path: {reward_model.get('path')} -> the same tiny model (a new score head)")

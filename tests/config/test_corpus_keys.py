@@ -47,7 +47,8 @@ def test_unknown_children_inherit_their_sections_reason():
     assert entry.key == "actor_rollout_ref.rollout.mtp"
     assert entry.reason.startswith("not supported: the rollout's copy of actor_rollout_ref.model.mtp"), entry
     _, report = translate({"student": {"model_args": {"dtype": "bf16"}}, "kd_objective": "forward_kl"}, "roll")
-    assert all("knowledge-distillation pipeline" in e.reason for e in report.refused) and len(report.refused) == 2
+    # a student role without a teacher is no distillation file (posttrain.config.dialects.roll_distill)
+    assert [e.key for e in report.refused] == ["student"] and "distillation pipeline" in report.refused[0].reason
 
 
 def test_trinity_logprobs_zero_and_display_keys_are_dropped():

@@ -53,3 +53,15 @@ def test_a_loaded_file_samples_the_budget_roll_samples(tmp_path):
     cfg = load_config(path, dialect="roll")
     train, val = sampling_params(cfg, tokenizer=None)
     assert train.max_new_tokens == val.max_new_tokens == 96  # 160 - 64, not the file's 16
+
+
+def test_validation_lengths_of_their_own_give_the_validation_budget():
+    raw = {"prompt_length": 100, "sequence_length": 300, "val_prompt_length": 100, "val_sequence_length": 500,
+           "actor_infer": {"generating_args": {"max_new_tokens": 30}}, "validation": {"generating_args": {"max_new_tokens": 5}}}
+    native, report = translate(raw, "roll")
+    assert not report.refused, [e.line() for e in report.refused]
+    assert native["rollout"]["val_kwargs"]["response_length"] == 400 and native["data"]["max_response_length"] == 200
+    assert native["model"]["max_model_len"] == 500  # validation rows fit
+    assert report.entry("validation.generating_args.max_new_tokens").status == "dropped"
+    _, report = translate({**raw, "val_prompt_length": 50}, "roll")
+    assert [e.key for e in report.refused] == ["val_prompt_length"]  # one prompt limit for both phases

@@ -135,6 +135,7 @@ KNOBS = [
     knob("rollout.val_kwargs.top_k=1", "validation", *VAL_SAMPLED),
     knob("rollout.val_kwargs.top_p=0.3", "validation", *VAL_SAMPLED),
     knob("rollout.val_kwargs.n=2", "validation", *VAL),
+    knob("rollout.val_kwargs.response_length=2", "validation", *VAL),  # 2-token validation responses instead of 6
     knob("rollout.log_prob_micro_batch_size_per_gpu=2", "forwards", "actor.reuse_rollout_logprobs=never"),
     knob("rollout.log_prob_use_dynamic_bsz=true", "forwards", "actor.reuse_rollout_logprobs=never", "rollout.log_prob_max_token_len_per_gpu=80"),
     knob("rollout.log_prob_max_token_len_per_gpu=80", "forwards", "actor.reuse_rollout_logprobs=never", "rollout.log_prob_use_dynamic_bsz=true"),
@@ -385,6 +386,7 @@ AGENTIC_TESTS = {
 
 KERNELS = "tests/workers/test_kernel_flags.py"
 ULYSSES = "tests/cluster/test_ulysses.py::test_each_role_splits_by_its_own_key_and_the_reference_follows_the_actor"
+DISTILL = "tests/trainer/test_distill.py"
 ELSEWHERE = {
     # the warm-up's rounding and the critic's schedule length are derived numbers: the test varies each key
     **{key: "tests/config/test_config_derive_plan.py::test_lr_schedule_unit_update_counts_optimizer_updates"
@@ -597,6 +599,12 @@ ELSEWHERE = {
     "rollout.trace.max_samples_per_step_per_worker": "tests/tracking/test_optional_trackers.py::test_a_training_run_sends_the_same_metrics_and_samples_to_every_tracker",
     **{f"trainer.{k}": "tests/trainer/test_rollout_mock.py::test_a_replayed_run_trains_on_the_dumped_rollouts_and_reproduces_the_losses"
        for k in ("rollout_mock", "rollout_mock_dir")},
+    # offline distillation (algorithm.kind distill): unit tests on one batch show each key's effect
+    "algorithm.distill.teacher_path": f"{DISTILL}::test_the_checks_ask_for_a_teacher_and_keep_distill_keys_to_distill_stages",
+    **{f"algorithm.distill.{k}": f"{DISTILL}::test_each_distill_key_changes_the_divergence_and_not_the_nll"
+       for k in ("objective", "topk", "temperature", "teacher_temperature", "adaptive_alpha", "skew_lambda")},
+    "algorithm.distill.weight": f"{DISTILL}::test_weight_mixes_the_two_token_means_and_the_split_changes_nothing",
+    "algorithm.distill.on_prompt": f"{DISTILL}::test_on_prompt_trains_every_real_token",
 }
 
 # Keys whose requested behaviour posttrain always has (each field's doc says so): no effect, checked.
@@ -702,3 +710,13 @@ def test_a_curriculum_sampler_sees_the_scores_computed_in_the_background_too(har
     background = _observe(harness, (sampler, "reward.launch_reward_fn_async=true"), None, "async")
     assert in_place.exit[0] == 0 and background.exit[0] == 0, (in_place.exit, background.exit)
     assert background.prompts == in_place.prompts
+
+
+def test_validation_generates_up_to_val_kwargs_response_length(harness):
+    import ast
+
+    def widths(obs):  # the response tensors' widths (padded to the longest response of a call)
+        return {len(ast.literal_eval(call)[1][0]) for call in obs.validation}
+
+    assert widths(_observe(harness, VAL, None, "base")) == {6}  # data.max_response_length
+    assert widths(_observe(harness, (*VAL, "rollout.val_kwargs.response_length=2"), None, "changed")) == {2}

@@ -40,6 +40,18 @@ def test_model_max_model_len_caps_training_and_validation_rollouts():
     assert train.max_total_tokens == val.max_total_tokens == 600
 
 
+def test_val_kwargs_response_length_bounds_validation_responses_only():
+    from posttrain.rollout.requests import max_model_len
+
+    train, val = sampling_params(cfg("rollout.response_length=32", "rollout.val_kwargs.response_length=100"), tokenizer=None)
+    assert (train.max_new_tokens, val.max_new_tokens) == (32, 100)
+    # the engine's context holds the longer one: data.max_prompt_length 512 + 100
+    assert max_model_len(cfg("rollout.response_length=32", "rollout.val_kwargs.response_length=100")) == 612
+    assert max_model_len(cfg("rollout.response_length=32", "rollout.val_kwargs.response_length=8")) == 544
+    with pytest.raises(ConfigError, match="validation response length"):
+        cfg("rollout.min_response_length=9", "rollout.val_kwargs.response_length=8")
+
+
 def test_min_response_length_binds_both_and_fire_only_training_rollouts():
     train, val = sampling_params(cfg("rollout.min_response_length=3", "rollout.use_fire_sampling=true"), tokenizer=None)
     assert train.min_new_tokens == val.min_new_tokens == 3

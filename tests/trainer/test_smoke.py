@@ -238,3 +238,17 @@ def test_smoke_substitutes_device_counts_a_scripts_unset_variables_left_empty(tm
     assert "actor.ulysses_sequence_parallel_size: 4 -> 1 (one process splits no sequence)" in lines
     cfg = load_config(str(config))
     assert (cfg.cluster.nnodes, cfg.cluster.n_gpus_per_node, cfg.cluster.device) == (1, 0, "cpu")
+
+
+def test_smoke_config_gives_a_distillation_teacher_the_tiny_model(tmp_path):
+    """The teacher reads the policy's token ids: the distillation stage's and a reference role's
+    (on-policy distillation) become the tiny model too."""
+    from posttrain.trainer.smoke import smoke_config
+    import yaml
+
+    (tmp_path / "distill.yaml").write_text("model: {path: /nonexistent/model}\nref: {model_path: /nonexistent/ref}\n"
+                                           "algorithm: {kind: distill, distill: {teacher_path: /nonexistent/teacher}}\n")
+    path, lines = smoke_config(tmp_path / "distill.yaml", [], None, tmp_path / "out")
+    assert "algorithm.distill.teacher_path: /nonexistent/teacher -> the same tiny model" in lines
+    written = yaml.safe_load(path.read_text())
+    assert written["algorithm"]["distill"]["teacher_path"] == written["ref"]["model_path"] == written["model"]["path"]

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from posttrain.config.dialects import hydra, roll, roll_sft, trinity, verl, verl_eval, verl_launch
+from posttrain.config.dialects import hydra, roll, roll_distill, roll_onpolicy, roll_sft, trinity, verl, verl_eval, verl_launch
 from posttrain.config.dialects.detect import DIALECTS, TITLES, detect
 from posttrain.config.dialects.report import Entry, Report
 from posttrain.config.dialects.source import compose, read_yaml, references, resolve
@@ -49,6 +49,10 @@ def translate(raw: Mapping[str, Any], dialect: str, *, interpolated: set[str] = 
         return verl_eval.translate(dict(raw))
     if dialect == "roll" and roll_sft.is_sft(raw):  # ROLL's SFT pipeline: its sft_train role read as actor_train
         return roll_sft.translate(raw, interpolated=interpolated, unresolved=unresolved)
+    if dialect == "roll" and roll_distill.is_distill(raw):  # ROLL's distillation pipeline: its student role read as actor_train
+        return roll_distill.translate(raw, interpolated=interpolated, unresolved=unresolved)
+    if dialect == "roll" and roll_onpolicy.is_onpolicy(raw):  # ROLL's on-policy distillation: student/teacher roles read as actor/reference
+        return roll_onpolicy.translate(raw, interpolated=interpolated, unresolved=unresolved)
     handlers, hook, ignorable, is_default = _RULES[dialect]
     return translate_dict(raw, dialect, handlers, hook, ignorable, interpolated=interpolated, unresolved=unresolved, is_default=is_default)
 

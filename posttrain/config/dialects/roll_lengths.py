@@ -6,7 +6,8 @@ ROLL's configs (roll/configs/base_config.py, roll/pipeline/rlvr/rlvr_config.py `
   ``response_length`` is reset to None (read nowhere after). ``prompt_length`` defaults to 1024.
 - The RLVR config then overwrites ``actor_infer.generating_args.max_new_tokens`` with
   ``sequence_length - prompt_length``, and ``validation.generating_args.max_new_tokens`` with
-  ``val_sequence_length - val_prompt_length`` (which default to the training lengths).
+  ``val_sequence_length - val_prompt_length`` (which default to the training lengths):
+  posttrain's rollout.val_kwargs.response_length when the file sets them.
 
 So the value a file writes for either max_new_tokens is never used: the budget is
 ``sequence_length - prompt_length``, posttrain's ``data.max_response_length`` (which
@@ -26,6 +27,7 @@ from posttrain.config.dialects.translate import Context
 
 PROMPT_DEFAULT = 1024  # ROLL's BaseConfig.prompt_length
 TRAIN, VAL = "actor_infer.generating_args.max_new_tokens", "validation.generating_args.max_new_tokens"
+VAL_LENGTHS = ("val_prompt_length", "val_sequence_length")
 _REWRITTEN = ("ROLL's RLVR config replaces it with {what} = {budget} (rlvr_config.py), the budget posttrain generates "
               "up to (data.max_response_length)")
 
@@ -54,18 +56,44 @@ def generation_budget(ctx: Context) -> None:
             ctx.drop("response_length", "ROLL resets it to None once sequence_length is set (BaseConfig); it generates "
                                         "sequence_length - prompt_length tokens")
         ctx.consume("sequence_length")  # it sets two keys: the model length and the response budget
-        ctx.set("model.max_model_len", seq, "sequence_length")
+        vseq = ctx.get("val_sequence_length")
+        longest = max(seq, vseq) if _whole(vseq) else seq
+        ctx.set("model.max_model_len", longest, "sequence_length", "" if longest == seq else
+                f"the longer of sequence_length and val_sequence_length ({vseq}): rows of both phases fit")
         ctx.set("data.max_response_length", budget, "sequence_length", f"sequence_length {seq} - prompt_length {prompt}")
     what = f"sequence_length {seq} - prompt_length {prompt}" if seq is not None else f"response_length {resp}"
-    for key, val_lengths in ((TRAIN, ()), (VAL, ("val_prompt_length", "val_sequence_length"))):
+    if any(ctx.has(k) for k in VAL_LENGTHS):
+        _validation_budget(ctx, prompt)
+    for key, val_lengths in ((TRAIN, ()), (VAL, VAL_LENGTHS)):
         if not ctx.has(key) or any(ctx.has(k) for k in val_lengths):
-            continue  # validation lengths of their own: posttrain validates with the training budget (refused there)
+            continue  # validation lengths of their own: _validation_budget read them
         ctx.consume(key)
         value = ctx.get(key)
         if value == budget:
             ctx.drop(key, f"{budget}: ROLL's RLVR config sets it to {what}, the budget posttrain generates up to")
         else:
             ctx.drop(key, _REWRITTEN.format(what=what, budget=budget))
+
+
+def _validation_budget(ctx: Context, prompt: int) -> None:
+    """``val_sequence_length - val_prompt_length``: what ROLL's RLVR validation generates up to
+    (rollout.val_kwargs.response_length); its max_new_tokens is rewritten with it."""
+    vprompt, vseq = (ctx.get(k) for k in VAL_LENGTHS)
+    ctx.consume(*VAL_LENGTHS)
+    if not (_whole(vprompt) and _whole(vseq) and vseq > vprompt):
+        ctx.refuse("val_sequence_length", f"ROLL needs val_prompt_length and val_sequence_length together, the second the larger (got {vprompt!r}, {vseq!r})",
+                   "rollout.val_kwargs.response_length", vseq)
+        return
+    if vprompt == prompt:
+        ctx.drop("val_prompt_length", f"{vprompt}: the training prompt length, posttrain's one prompt limit (data.max_prompt_length)")
+    else:
+        ctx.refuse("val_prompt_length", f"{vprompt}: posttrain has one prompt limit for training and validation (data.max_prompt_length, "
+                                        f"here prompt_length {prompt}); set val_prompt_length to it", None, vprompt)
+    ctx.set("rollout.val_kwargs.response_length", vseq - vprompt, "val_sequence_length", f"val_sequence_length {vseq} - val_prompt_length {vprompt}")
+    if ctx.has(VAL):
+        ctx.consume(VAL)
+        ctx.drop(VAL, _REWRITTEN.format(what=f"val_sequence_length {vseq} - val_prompt_length {vprompt}", budget=vseq - vprompt)
+                 .replace("(data.max_response_length)", "(rollout.val_kwargs.response_length)"))
 
 
 HANDLERS = [generation_budget]

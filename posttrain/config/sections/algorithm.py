@@ -1,6 +1,6 @@
 """`algorithm`: which kind of training, its advantage estimator, KL in reward and reward shaping.
 
-posttrain picks two things separately: the *kind* of training (`rl`, `sft`, `dpo`) and, for `rl`, the
+posttrain picks two things separately: the *kind* of training (`rl`, `sft`, `dpo`, `distill`) and, for `rl`, the
 advantage estimator (a registry name: `gae`, `grpo`, `rloo`, `reinforce_plus_plus`, ...). A "PPO run"
 is `kind: rl` + `adv_estimator: gae` + a critic; "GRPO" is `kind: rl` + `adv_estimator: grpo`. The
 policy loss, its clip ratios, entropy and KL-loss terms belong to the `actor` section.
@@ -22,6 +22,7 @@ from typing import Any
 
 from posttrain.config.access import get_path, is_rl
 from posttrain.config.fields import param, section
+from posttrain.config.sections.distill import DistillConfig
 
 NORM_SOURCES = (None, "batch", "group", "running")
 
@@ -128,7 +129,7 @@ class GiGPOConfig:
 class AlgorithmConfig:
     """Kind of training, advantage estimation, KL in reward and reward shaping."""
 
-    kind: str = param("rl", doc="rl (rollouts, rewards, advantages), sft (supervised on responses) or dpo (preference pairs).", choices=["rl", "sft", "dpo"], refs=["trinity:algorithm.algorithm_type"])
+    kind: str = param("rl", doc="rl (rollouts, rewards, advantages), sft (supervised on responses), dpo (preference pairs) or distill (SFT rows with a teacher's distribution: algorithm.distill).", choices=["rl", "sft", "dpo", "distill"], refs=["trinity:algorithm.algorithm_type"])
     adv_estimator: str = param("grpo", doc="Advantage estimator name from posttrain.algorithms.ADVANTAGE_ESTIMATORS.", refs=["verl:algorithm.adv_estimator", "roll:adv_estimator", "trinity:algorithm.advantage_fn"])
     gamma: float = param(1.0, doc="Discount factor.", ge=0, le=1, refs=["verl:algorithm.gamma", "roll:gamma"])
     lam: float = param(1.0, doc="GAE lambda.", ge=0, le=1, refs=["verl:algorithm.lam", "roll:lambd"])
@@ -150,6 +151,7 @@ class AlgorithmConfig:
     pf_ppo: PFPPOConfig = param(factory=PFPPOConfig, doc="PF-PPO's weighting of responses by score (read when use_pf_ppo).")
     filter_groups: FilterGroupsConfig = param(factory=FilterGroupsConfig, doc="DAPO dynamic sampling of informative prompt groups.")
     dpo: DPOConfig = param(factory=DPOConfig, doc="DPO loss settings (kind: dpo).")
+    distill: DistillConfig = param(factory=DistillConfig, doc="Offline distillation's teacher and divergence (kind: distill).")
     mix: MixConfig = param(factory=MixConfig, doc="Expert SFT rows mixed into RL batches (policy losses mix and mix_chord).")
 
     difficulty_loss_weight: bool = param(False, doc="ROLL's difficulty weights: each response's policy loss is weighted by 0.5 + 1.5 x its row's extra_info.difficulty (clamped to [0, 1]; every row needs one), rescaled to mean 1 per micro-batch as ROLL does (posttrain.algorithms.sample_loss_weights).", refs=["roll:difficulty_loss_weight"])
@@ -175,22 +177,23 @@ class AlgorithmConfig:
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
-_DISTILL = ("ROLL's knowledge-distillation pipeline (a teacher's top-k logits on fixed data): posttrain distils on-policy, "
-            "the teacher scoring the student's own samples (algorithm.adv_estimator on_policy_distill or jsd, the teacher at "
-            "ref.model_path; Trinity-RFT's on_policy_distill and jsd types); write the run as that")
+_DISTILL = ("a key of ROLL's distillation pipeline: posttrain reads it in a distillation config (the student and teacher roles, "
+            "start_distill_pipeline.py), as an algorithm.kind distill stage; in this pipeline it does nothing")
+_ONPOLICY = ("a role of ROLL's on-policy distillation pipeline: posttrain reads a file whose student_train role is a mapping "
+             "(start_onpolicy_distill_pipeline.py's config) as an RL stage with algorithm.adv_estimator on_policy_distill, the teacher "
+             "at ref.model_path; in this file it does nothing")
 UNSUPPORTED: dict[str, str] = {
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "roll:student": _DISTILL,
     "roll:teacher": _DISTILL,
-    "roll:student_train": _DISTILL,
+    "roll:student_train": _ONPOLICY,
     "roll:student_pretrain": _DISTILL,
-    "roll:teacher_pretrain": _DISTILL,
-    "roll:logits_topk": _DISTILL,
-    "roll:distill_loss_weight": _DISTILL,
-    "roll:kd_objective": _DISTILL,
-    "roll:distill_on_prompt": _DISTILL,
     "roll:logits_transfer_backend": _DISTILL,
-    "roll:student_infer": _DISTILL,
+    "roll:student_infer": _ONPOLICY,
+    "roll:is_pure_opd": _ONPOLICY,
+    "roll:pure_opd_pipeline_type": _ONPOLICY,
+    "roll:use_opd": ("ROLL's mixed on-policy distillation (the teacher's KL subtracted from the RL advantages): posttrain's on_policy_distill "
+                     "and jsd estimators take the advantages from the teacher alone, and no estimator adds a teacher term to reward-based ones"),
     "roll:question_key": _DISTILL,
     "roll:answer_key": _DISTILL,
 }

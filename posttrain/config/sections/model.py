@@ -164,7 +164,7 @@ def check_kernel_flags(cfg: Any) -> list[str]:
     SFT and DPO compute their log-probs through another loop, where the flags would do nothing."""
     kind = getattr(getattr(cfg, "algorithm", None), "kind", "rl")
     model = getattr(cfg, "model", None)
-    if kind not in ("sft", "dpo") or model is None:
+    if kind not in ("sft", "dpo", "distill") or model is None:
         return []
     return [f"model.{key} acts on the RL actor's training forward; algorithm.kind {kind} trains through its own loop, where it would change nothing: set it to false for this stage"
             for key in ("use_fused_kernels", "enable_activation_offload") if getattr(model, key, False)]

@@ -38,6 +38,7 @@ class ValKwargsConfig:
     top_k: int = param(-1, doc="Validation top-k: sample among the k most likely tokens; -1 or 0 disables.", ge=-1, refs=[f"{_VERL}.val_kwargs.top_k", f"{_ROLL_VAL_GEN}.top_k"])
     top_p: float = param(1.0, doc="Validation nucleus sampling: smallest token set with this total probability; 1.0 disables.", gt=0, le=1, refs=[f"{_VERL}.val_kwargs.top_p", f"{_ROLL_VAL_GEN}.top_p"])
     n: int = param(1, doc="Responses sampled per validation prompt (scores are averaged over them).", ge=1, refs=[f"{_VERL}.val_kwargs.n", f"{_ROLL_VAL_GEN}.num_return_sequences"])
+    response_length: int | None = param(None, doc="Most tokens a validation response may have; null: the training budget (rollout.response_length, else data.max_response_length). The engine's context (rollout.max_model_len when null) makes room for the longer of the two.", ge=1, refs=[f"{_ROLL_VAL_GEN}.max_new_tokens"])
 
 
 @section
@@ -148,7 +149,6 @@ _REPLICAS = ("data- or expert-parallel ranks inside one vLLM/SGLang engine (for 
              "splits a model only by tensor parallelism (rollout.tensor_model_parallel_size); 1 is accepted")
 UNSUPPORTED: dict[str, str] = {
     f"{_VERL}.multi_turn.num_repeat_rollouts": "declared in verl's config but read by none of its rollouts; rollout.n sets the responses per prompt",
-    f"{_ROLL_VAL_GEN}.max_new_tokens": "validation generates up to rollout.response_length tokens like training",
     f"{_ROLL_VAL_GEN}.stop_strings": "validation stops at rollout.stop_strings like training (ROLL: actor_infer.generating_args.stop_strings)",
     f"{_ROLL_VAL_GEN}.include_stop_str_in_output": "validation follows rollout.include_stop_str_in_output like training (ROLL: actor_infer.generating_args.include_stop_str_in_output)",
     f"{_ROLL_VAL_GEN}.num_beams": "beam search is not offered; validation samples or decodes greedily (rollout.val_kwargs.do_sample)",
@@ -223,6 +223,9 @@ def check_min_response_length(cfg: Any) -> list[str]:
     most = getattr(rollout, "response_length", None) or getattr(data, "max_response_length", None)
     if least and most is not None and least > most:
         return [f"rollout.min_response_length ({least}) exceeds the response length ({most}): no response could end before its budget; lower it or raise rollout.response_length / data.max_response_length"]
+    val = getattr(getattr(rollout, "val_kwargs", None), "response_length", None)
+    if least and val is not None and least > val:
+        return [f"rollout.min_response_length ({least}) exceeds the validation response length (rollout.val_kwargs.response_length {val}): no validation response could end before its budget; lower one or raise the other"]
     return []
 
 

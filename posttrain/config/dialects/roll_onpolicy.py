@@ -1,0 +1,121 @@
+"""ROLL's on-policy distillation pipeline (start_onpolicy_distill_pipeline.py, "pure OPD") as a
+posttrain RL stage with the ``on_policy_distill`` advantage estimator.
+
+A ROLL file with ``student_train`` (and no ``actor_train``) is such a config. ROLL's launcher sets
+``is_pure_opd`` and its config maps ``student_train`` to ``actor_train``, ``student_infer`` to
+``actor_infer`` and the ``teacher`` to ``reference`` (roll/configs/base_config.py
+_handle_opd_mapping / _apply_opd_config); the file is translated with those roles renamed, and the
+report names the keys as the file wrote them. What the pipeline does (roll/utils/functionals.py
+compute_advantage, is_pure_opd):
+
+- The advantage of each response token is ``-opd_kl_coef x KL_t``, KL_t the ``kl_penalty``
+  estimate between the student's and the teacher's log-prob of the sampled token; with ROLL's
+  default estimator ``kl`` (k1: log pi_student - log pi_teacher) that is posttrain's
+  ``on_policy_distill``: ``kl_coef x (log pi_teacher - log pi_student)`` (``kl_coef`` =
+  the teacher's ``opd_kl_coef``, 1.0 by default). Another estimator is refused. Whitening and
+  clipping of advantages follow as in ROLL. The reward is computed (and logged) but not used.
+- ROLL overrides ``adv_estimator`` (reinforce), ``gamma`` (0), ``use_kl_loss`` and
+  ``add_token_level_kl`` (false): posttrain's estimator reads no discount, and the KL loss and
+  KL-in-reward are off.
+- The student's log-probs: ROLL takes the inference engine's (``infer_logprobs``) unless it
+  recomputes them with the training model; posttrain always recomputes them (``old_logprobs``),
+  which agree to the engines' numerics.
+- One teacher: ROLL's multi-teacher form (``teacher`` a mapping of named roles routed by
+  ``tag_included``) and a teacher limited to some tags are refused: posttrain's reference role is
+  one model that scores every row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from posttrain.config.dialects import roll
+from posttrain.config.dialects.report import Entry, Report
+from posttrain.config.dialects.translate import Context, translate_dict
+
+RENAMES = {"student_train": "actor_train", "student_infer": "actor_infer", "teacher": "reference"}
+_BACK = {v: k for k, v in RENAMES.items()}
+_ONE_TEACHER = ("posttrain's reference role is one teacher model that scores every row (ref.model_path); ROLL's multi-teacher "
+                "distillation routes rows by tag_included among several teachers: run one teacher per stage")
+
+
+def is_onpolicy(raw: Any) -> bool:
+    """Whether a ROLL file is an on-policy distillation config: student_train, no actor_train."""
+    return isinstance(raw, Mapping) and isinstance(raw.get("student_train"), Mapping) and "actor_train" not in raw
+
+
+def _rename(key: str, table: Mapping[str, str]) -> str:
+    head, dot, rest = key.partition(".")
+    return table[head] + dot + rest if head in table else key
+
+
+def translate(raw: Mapping[str, Any], *, interpolated: set[str] = frozenset(), unresolved: Mapping[str, str] | None = None) -> tuple[dict[str, Any], Report]:
+    """The native dict and the report of a ROLL on-policy distillation file (module docstring)."""
+    teacher = raw.get("teacher")
+    several = isinstance(teacher, Mapping) and teacher and all(isinstance(v, Mapping) and "model_args" in v for v in teacher.values())
+    source = {k: v for k, v in raw.items() if not (several and k == "teacher")}
+    renamed = {_rename(k, RENAMES): v for k, v in source.items()}
+    handlers = [functools.partial(pipeline, several=bool(several)), *roll.HANDLERS]
+    native, report = translate_dict(renamed, "roll", handlers, roll.value_hook, roll.ignorable,
+                                    interpolated={_rename(k, RENAMES) for k in interpolated},
+                                    unresolved={_rename(k, RENAMES): v for k, v in (unresolved or {}).items()})
+    entries = [dataclasses.replace(e, key=_rename(e.key, _BACK), reason=e.reason.replace("actor_train", "student_train").replace("actor_infer", "student_infer"))
+               for e in report.entries]
+    out = Report(report.dialect, entries)
+    if several:  # the teachers' own keys are not read: the whole role is refused, by teacher
+        for name in teacher:
+            out.add(Entry(f"teacher.{name}", "refused", None, None, f"not supported: {_ONE_TEACHER}"))
+    return native, out
+
+
+def pipeline(ctx: Context, *, several: bool = False) -> None:
+    """The pure OPD rules (module docstring), run before the RL rules; `several`: a multi-teacher
+    file, whose teachers `translate` refuses."""
+    ctx.set("algorithm.adv_estimator", "on_policy_distill", "student_train", "ROLL's on-policy distillation (is_pure_opd): advantages from the teacher's log-probs")
+    for key, why in (("adv_estimator", "ROLL's pure OPD mode sets it to reinforce and takes the advantages from the teacher instead"),
+                     ("gamma", "ROLL's pure OPD mode sets it to 0; posttrain's on_policy_distill estimator reads no discount"),
+                     ("critic_warmup", "ROLL's pure OPD mode sets it to 0 (no critic)")):
+        if ctx.has(key):
+            ctx.consume(key)
+            ctx.drop(key, why)
+    if ctx.has("is_pure_opd"):
+        ctx.consume("is_pure_opd")
+        ctx.drop("is_pure_opd", "ROLL's on-policy distillation launcher sets it to true whatever the file says")
+    kind = ctx.get("pure_opd_pipeline_type", "rlvr")
+    if ctx.has("pure_opd_pipeline_type"):
+        ctx.consume("pure_opd_pipeline_type")
+        if kind == "rlvr":
+            ctx.drop("pure_opd_pipeline_type", "rlvr: ROLL's RLVR pipeline answering prompts, as posttrain's RL stage does here")
+        else:
+            ctx.refuse("pure_opd_pipeline_type", f"{kind!r}: the ROLL dialect reads on-policy distillation files of the rlvr pipeline only; write an "
+                                                 "agentic stage with algorithm.adv_estimator on_policy_distill and ref.model_path in posttrain's own config", None, kind)
+    for key, native in (("use_kl_loss", "actor.use_kl_loss"), ("add_token_level_kl", "algorithm.use_kl_in_reward")):
+        ctx.consume(key)
+        ctx.set(native, False, key, "ROLL's pure OPD mode switches it off (the teacher's KL is the advantage)")
+    penalty = ctx.get("kl_penalty", "kl")
+    if penalty not in ("kl", "k1"):
+        ctx.consume("kl_penalty")
+        ctx.refuse("kl_penalty", f"ROLL's OPD advantage is minus the {penalty!r} estimate of KL(student, teacher) per token; posttrain's "
+                                 "on_policy_distill is the k1 estimate (log pi_teacher - log pi_student): use kl_penalty: kl", None, penalty)
+    ref = "reference.model_args.model_name_or_path"
+    ctx.consume(ref)
+    if several:
+        return
+    if ctx.get(ref) is None:
+        ctx.refuse(ref, "ROLL's on-policy distillation needs the teacher's model_name_or_path", "ref.model_path", None)
+    else:
+        ctx.set("ref.model_path", ctx.get(ref), ref, "the teacher scores the student's samples as posttrain's reference role")
+    coef = ctx.get("reference.opd_kl_coef")
+    ctx.consume("reference.opd_kl_coef")
+    ctx.set("algorithm.adv_estimator_args", {"kl_coef": 1.0 if coef is None else float(coef)}, "reference.opd_kl_coef",
+            "" if coef is not None else "ROLL's default: 1.0")
+    tags = ctx.get("reference.tag_included")
+    if ctx.has("reference.tag_included"):
+        ctx.consume("reference.tag_included")
+        if tags:
+            ctx.refuse("reference.tag_included", f"the teacher scores only rows tagged {tags} in ROLL (others get no advantage); {_ONE_TEACHER}", None, tags)
+        else:
+            ctx.drop("reference.tag_included", "empty: the teacher scores every row, as posttrain's")

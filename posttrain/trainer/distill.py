@@ -1,0 +1,144 @@
+"""The distillation stage (`algorithm.kind: distill`): SFT rows, a frozen teacher, a divergence.
+
+One step is the SFT stage's (posttrain.trainer.sft: same data, batching, accumulation, optimizer,
+validation and saving); only the micro-batch loss differs. For each micro-batch:
+
+    student forward (with gradients) and teacher forward (no gradients) on the same right-padded
+    tokens -> at every trained position s (it predicts token s + 1): the student's NLL of that
+    token, and the divergence between the teacher's (top-k) distribution and the student's
+    (posttrain.algorithms.distill) -> (1 - w) x sum NLL / N + w x sum divergence / N,
+
+N being the trained tokens of the whole batch (all ranks), as in SFT, so the loss is the batch's
+token mean whatever the micro-batch split. With algorithm.distill.on_prompt every real token but
+the first is a trained position (ROLL's distill_on_prompt). Each worker runs the teacher on its own
+micro-batches, so the 2-process path needs nothing more than SFT's.
+
+Validation reports the same two parts (val/distill/nll, val/distill/divergence).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from posttrain.algorithms.distill import distill_loss, get_divergence, student_logits_at, teacher_targets
+from posttrain.cluster.fsdp import forward_runner
+from posttrain.config.sections.distill import DistillConfig
+from posttrain.data import SequenceBatch, SFTExample, collate_sft, pad_token_id
+from posttrain.config.schema import Config
+from posttrain.models.loading import causal_lm_from_config
+from posttrain.models.logprobs import MAX_CHUNK_ELEMENTS, lm_head_logits
+from posttrain.models.lora import add_lora, lora_settings
+from posttrain.models.precision import autocast
+from posttrain.trainer.preflight import stage_inputs
+from posttrain.trainer.sft import Objective, fit, stage_device
+from posttrain.trainer.stage import StageContext, StageResult, open_stage, seed_everything, with_model_path
+
+
+def trained_mask(batch: SequenceBatch, on_prompt: bool) -> Tensor:
+    """(B, S-1): 1 where position s predicts a trained token s + 1 (every real token with on_prompt)."""
+    source = batch.attention_mask.float() if on_prompt else batch.loss_mask
+    return source[:, 1:]
+
+
+def _hidden(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    return model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state  # (B, S, H)
+
+
+def _chunk_sums(student: nn.Module, teacher: nn.Module, hidden: Tensor, teacher_hidden: Tensor, targets: Tensor,
+                dcfg: DistillConfig) -> tuple[Tensor, Tensor]:
+    """(sum NLL, sum divergence) of n positions: hidden (n, H) of each model, targets (n,)."""
+    logits = lm_head_logits(student, hidden)  # (n, V)
+    with torch.no_grad():
+        teacher_logits = lm_head_logits(teacher, teacher_hidden)  # (n, V')
+    # The two heads may pad the vocabulary differently: compare the ids both have (ROLL cuts the
+    # teacher's to the tokenizer's vocab_size instead, which also drops added tokens: docs/data.md)
+    vocab = min(logits.shape[-1], teacher_logits.shape[-1])
+    nll = -torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (n,)
+    target = teacher_targets(teacher_logits[:, :vocab], topk=dcfg.topk, temperature=dcfg.temperature,
+                             teacher_temperature=dcfg.teacher_temperature)
+    divergence = get_divergence(dcfg.objective)(
+        student_logits_at(logits[:, :vocab], target), target, temperature=dcfg.temperature,
+        adaptive_alpha=dcfg.adaptive_alpha, skew_lambda=dcfg.skew_lambda)  # (n,)
+    return nll.sum(), divergence.sum()
+
+
+def distill_sums(student: nn.Module, teacher: nn.Module, batch: SequenceBatch, dcfg: DistillConfig,
+                 *, chunk_tokens: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """(sum of the student's NLL, sum of the divergence, trained positions) over `batch`.
+
+    The heads run on `chunk_tokens` positions at a time (default: as many as keep one chunk's
+    logits under posttrain.models.logprobs.MAX_CHUNK_ELEMENTS), each chunk recomputed in the
+    backward when there are several, so no (N, V) logits of the whole micro-batch are kept."""
+    device = next(student.parameters()).device
+    width = int(batch.attention_mask.sum(-1).max())  # columns that are padding in every row are cut
+    input_ids = batch.input_ids[:, :width].to(device)  # (B, S)
+    attention_mask = batch.attention_mask[:, :width].to(device)  # (B, S)
+    real = trained_mask(batch, dcfg.on_prompt)[:, : width - 1].to(device) > 0  # (B, S-1)
+    targets = input_ids[:, 1:][real]  # (N,)
+    hidden = _hidden(student, input_ids, attention_mask)[:, :-1][real]  # (N, H)
+    with torch.no_grad():
+        teacher_hidden = _hidden(teacher, input_ids, attention_mask)[:, :-1][real]  # (N, H')
+    step = chunk_tokens or max(1, MAX_CHUNK_ELEMENTS // student.get_output_embeddings().weight.shape[0])
+    recompute = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[0] > step
+    nll, div = hidden.new_zeros((), dtype=torch.float32), hidden.new_zeros((), dtype=torch.float32)
+    # at least one (possibly empty) chunk, so the backward reaches the head on every rank (sharded models)
+    for start in range(0, max(hidden.shape[0], 1), step):
+        parts = (hidden[start : start + step], teacher_hidden[start : start + step], targets[start : start + step])
+        if recompute:
+            n, d = checkpoint(lambda h, t, y: _chunk_sums(student, teacher, h, t, y, dcfg), *parts, use_reentrant=False)
+        else:
+            n, d = _chunk_sums(student, teacher, *parts, dcfg)
+        nll, div = nll + n, div + d
+    return nll, div, real.sum()
+
+
+def distill_objective(model: nn.Module, teacher: nn.Module, pad_id: int, dcfg: DistillConfig, compute_dtype: str = "fp32") -> Objective:
+    """The mixed loss of the module docstring. `model` may be a sharded model's FSDP root."""
+    run, inner = forward_runner(model)
+
+    def normaliser(examples: Sequence[SFTExample]) -> float:
+        if dcfg.on_prompt:
+            return float(max(sum(len(e.input_ids) - 1 for e in examples), 1))
+        return float(max(sum(sum(e.loss_mask[1:]) for e in examples), 1))  # the first token has no predictor
+
+    def micro_loss(examples: Sequence[SFTExample], total: float) -> tuple[Tensor, dict[str, float]]:
+        with autocast(inner, compute_dtype):
+            nll, div, tokens = run(distill_sums, inner, teacher, collate_sft(examples, pad_id), dcfg)
+        loss = distill_loss(nll, div, total, dcfg.weight)
+        return loss, {"loss": float(loss.detach()), "nll": float(nll.detach()) / total,
+                      "divergence": float(div.detach()) / total, "tokens": float(tokens)}
+
+    return Objective("distill", normaliser, micro_loss, lambda examples: sum(len(e.input_ids) for e in examples))
+
+
+def load_teacher(cfg: Config, device: torch.device) -> nn.Module:
+    """The frozen teacher, loaded with the policy's model options (dtype, attention kernel, ...)
+    from algorithm.distill.teacher_path (checked by posttrain.trainer.preflight)."""
+    settings = dataclasses.replace(cfg.model, path=cfg.algorithm.distill.teacher_path, enable_gradient_checkpointing=False)
+    return causal_lm_from_config(settings, device=device).eval().requires_grad_(False)
+
+
+def run_distill(ctx: StageContext) -> StageResult:
+    """Distillation stage: start from ctx.model_path, train on data.train_files' rows against the
+    teacher at algorithm.distill.teacher_path, save the final policy (as run_sft)."""
+    ctx = dataclasses.replace(ctx, cfg=with_model_path(ctx.cfg, ctx.model_path))
+    cfg = ctx.cfg
+    seed_everything(cfg.trainer.seed)
+    inputs = ctx.inputs or stage_inputs(cfg)
+    device = stage_device(ctx)
+    policy = causal_lm_from_config(cfg.model, device=device)
+    lora = lora_settings(cfg.model, "model")
+    if lora is not None:
+        add_lora(policy, lora, cfg.model.path)
+    model = ctx.world.shard(policy, cfg.actor.fsdp_config)
+    teacher = load_teacher(cfg, device)
+    derived, trackers = open_stage(ctx, len(inputs.train_set))
+    objective = distill_objective(model, teacher, pad_token_id(inputs.tokenizer), cfg.algorithm.distill,
+                                  cfg.actor.fsdp_config.mixed_precision.param_dtype)
+    return fit(ctx, model, inputs.tokenizer, objective, inputs.train_set, inputs.val_set, derived, trackers)
+
