@@ -57,3 +57,32 @@ class HFDecoder:
             input_ids=ids, attention_mask=self.mask, position_ids=positions, past_key_values=self.cache, use_cache=True
         )
         return out.last_hidden_state[:, -1]  # (b, H): left padding puts every row's last token here
+
+
+class VisionDecoder(HFDecoder):
+    """`HFDecoder` for a vision-language model's rows with images (`posttrain.models.vision`): the
+    prefill runs the family's multimodal model (vision tower, image features in place of the
+    ``<|image_pad|>`` tokens) at the M-RoPE positions (3, b, P); decode steps are text tokens, whose
+    three positions are equal, so `step` takes one position per row as for a text model."""
+
+    def __init__(self, model: nn.Module, max_len: int, pixel_values: Tensor, image_grid_thw: Tensor):
+        super().__init__(model, max_len)
+        self.multimodal = model.model
+        self.pixel_values = pixel_values  # (N, D): the patches of every image of the batch, in row order
+        self.image_grid_thw = image_grid_thw  # (I, 3)
+
+    def prefill(self, ids: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
+        """Left-padded prompts ids (b, P), mask (b, P), M-RoPE positions (3, b, P) -> last hidden states (b, H)."""
+        b, P = ids.shape
+        self.mask = torch.zeros(b, self.max_len, dtype=torch.long, device=ids.device)
+        self.mask[:, :P] = mask
+        self.length = P
+        out = self.multimodal(
+            input_ids=ids, attention_mask=self.mask, position_ids=positions, pixel_values=self.pixel_values,
+            image_grid_thw=self.image_grid_thw, cache=self.cache, use_cache=True,
+        )
+        return out.last_hidden_state[:, -1]  # (b, H)
+
+    def _forward(self, ids: Tensor, positions: Tensor) -> Tensor:
+        out = self.body(input_ids=ids, attention_mask=self.mask, position_ids=positions, cache=self.cache, use_cache=True)
+        return out.last_hidden_state[:, -1]  # (b, H)

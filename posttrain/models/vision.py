@@ -1,0 +1,93 @@
+"""Vision-language policies (Qwen2-VL, Qwen2.5-VL): which models are, and their forward with images.
+
+A row's images reach the model as `VisionInputs` (patches and per-image patch grid, made by the data
+pipeline's image processor, `posttrain.data.images`). The prompt holds one ``<|image_pad|>`` token
+per merged patch; the vision tower's output replaces those tokens' embeddings. Positions are the
+family's multimodal rotary positions (M-RoPE): three per token (temporal, height, width), equal for
+text tokens and following the patch grid inside an image, so the text after an image resumes at the
+image's start plus its larger side in merged patches, not at its token count. Both the actor's
+full-sequence forward (`vision_hidden_states`) and the rollout engine's prefill take the positions
+from `mrope_positions`, which reads only real tokens (padding gets position 0 and is masked), so
+the log-probs of the engine and of the actor agree to float rounding.
+
+What the vision path does not do, and why: padding-free packing (positions of packed rows would have
+to be the three-section ones, which the packed forward does not take) and Ulysses sequence
+parallelism (splitting a sequence would split an image's tokens from the tower's output) are not
+used for batches with images; `vision_path_problems` names what a configuration asks that this
+path cannot give.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from posttrain.records import VisionInputs
+
+# model_type values of config.json whose forward, positions and generation this module implements.
+VISION_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
+# Parameter-name prefix of the vision tower (and its patch merger) in both families, as named by
+# model.named_parameters() of the loaded model: what actor.freeze_vision_tower freezes.
+VISION_TOWER_PREFIX = "model.visual"
+
+
+def is_vision_language(config) -> bool:
+    """Whether a model config is one of the vision-language families posttrain trains."""
+    return getattr(config, "model_type", None) in VISION_FAMILIES
+
+
+def has_images(vision: Sequence[VisionInputs | None] | None) -> bool:
+    return vision is not None and any(v is not None for v in vision)
+
+
+def stack_vision(vision: Sequence[VisionInputs | None], device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """The batch's patches (N, D) and grids (I, 3) in row order, as the vision tower takes them:
+    its image features fill the ``<|image_pad|>`` tokens of the batch in reading order."""
+    rows = [v for v in vision if v is not None]
+    pixels = torch.cat([v.pixel_values for v in rows]).to(device, dtype)  # (N, D)
+    grid = torch.cat([v.image_grid_thw for v in rows]).to(device, torch.long)  # (I, 3)
+    return pixels, grid
+
+
+def mrope_positions(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, grid: Tensor) -> Tensor:
+    """Multimodal rotary positions (3, B, S) of a left- or right-padded batch with images; padding
+    holds 0 (it is masked). The family's own `get_rope_index` computes them from the real tokens."""
+    image_token = model.config.image_token_id
+    types = (input_ids == image_token).int()  # (B, S): 1 on image tokens, 0 on text
+    positions, _ = model.model.get_rope_index(
+        input_ids, mm_token_type_ids=types, image_grid_thw=grid, attention_mask=attention_mask.long(),
+    )
+    return positions  # (3, B, S)
+
+
+def vision_hidden_states(
+    model: nn.Module, input_ids: Tensor, attention_mask: Tensor, vision: Sequence[VisionInputs | None],
+) -> Tensor:
+    """Final-norm hidden states (B, S, H) of a vision-language model over token ids with the rows'
+    images, through the family's own multimodal model (vision tower, token merge, text decoder)."""
+    body = next(model.parameters())
+    pixels, grid = stack_vision(vision, input_ids.device, body.dtype)
+    positions = mrope_positions(model, input_ids, attention_mask, grid)  # (3, B, S)
+    out = model.model(
+        input_ids=input_ids, attention_mask=attention_mask.long(), position_ids=positions, pixel_values=pixels,
+        image_grid_thw=grid, use_cache=False,
+    )
+    return out.last_hidden_state
+
+
+def vision_path_problems(*, sequence_parallel: int, rollout_name: str, critic: bool) -> list[str]:
+    """What a configuration with image rows asks that posttrain's vision path does not do (one line each)."""
+    problems = []
+    if sequence_parallel > 1:
+        problems.append(f"Ulysses sequence parallelism (size {sequence_parallel}) splits a sequence across ranks, "
+                        "which would part an image's tokens from the vision tower's output; set it to 1 for image data")
+    if rollout_name != "hf":
+        problems.append(f"rollout.name {rollout_name}: posttrain passes images to its hf engine only (the vLLM and "
+                        "SGLang adapters send token ids); set rollout.name: hf for image data")
+    if critic:
+        problems.append("a critic (GAE): posttrain's critic is a text model with a value head "
+                        "(AutoModelForTokenClassification), which vision-language checkpoints do not load as; "
+                        "use a critic-free estimator (grpo, rloo, reinforce_plus_plus, ...) for image data")
+    return problems
