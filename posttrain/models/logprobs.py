@@ -253,7 +253,7 @@ def response_hidden_states(
     )  # (B, S') each
     note_tokens(attention_mask > 0)
     if has_images(vision):
-        last_hidden = vision_hidden_states(model, input_ids, attention_mask, vision)  # (B, S', H)
+        last_hidden = vision_hidden_states(model, input_ids, attention_mask, vision, P - first)  # (B, S', H)
     else:
         last_hidden = _decoder_hidden(model, input_ids, position_ids, attention_mask)  # (B, S', H)
     p_kept = P - first

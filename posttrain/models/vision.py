@@ -51,28 +51,47 @@ def stack_vision(vision: Sequence[VisionInputs | None], device: torch.device, dt
     return pixels, grid
 
 
-def mrope_positions(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, grid: Tensor) -> Tensor:
-    """Multimodal rotary positions (3, B, S) of a left- or right-padded batch with images; padding
-    holds 0 (it is masked). The family's own `get_rope_index` computes them from the real tokens."""
-    image_token = model.config.image_token_id
-    types = (input_ids == image_token).int()  # (B, S): 1 on image tokens, 0 on text
+def image_token_mask(model: nn.Module, input_ids: Tensor, prompt_width: int) -> Tensor:
+    """(B, S) bool: the prompt's ``<|image_pad|>`` tokens, which the images fill. The same token
+    sampled in a response is text to the model (the engine fed it through the embedding table like
+    any sampled token), so the columns from `prompt_width` on never count."""
+    mask = input_ids == model.config.image_token_id  # (B, S)
+    mask[:, prompt_width:] = False
+    return mask
+
+
+def mrope_positions(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, grid: Tensor, image_mask: Tensor) -> Tensor:
+    """Multimodal rotary positions (3, B, S) of a left- or right-padded batch with images at
+    `image_mask` (B, S); padding holds 0 (it is masked). The family's own `get_rope_index` computes
+    them from the real tokens."""
     positions, _ = model.model.get_rope_index(
-        input_ids, mm_token_type_ids=types, image_grid_thw=grid, attention_mask=attention_mask.long(),
+        input_ids, mm_token_type_ids=image_mask.int(), image_grid_thw=grid, attention_mask=attention_mask.long(),
     )
     return positions  # (3, B, S)
 
 
+def image_embeddings(model: nn.Module, input_ids: Tensor, image_mask: Tensor, pixels: Tensor, grid: Tensor) -> Tensor:
+    """Token embeddings (B, S, H) with the vision tower's features in place of the image tokens."""
+    embeds = model.model.get_input_embeddings()(input_ids)  # (B, S, H)
+    features = model.model.get_image_features(pixels, grid, return_dict=True).pooler_output
+    features = torch.cat(list(features)).to(embeds.dtype)  # (image tokens, H), in reading order
+    if features.shape[0] != int(image_mask.sum()):
+        raise ValueError(f"the prompts hold {int(image_mask.sum())} image tokens but their images make {features.shape[0]}")
+    return embeds.masked_scatter(image_mask.unsqueeze(-1).expand_as(embeds), features)
+
+
 def vision_hidden_states(
-    model: nn.Module, input_ids: Tensor, attention_mask: Tensor, vision: Sequence[VisionInputs | None],
+    model: nn.Module, input_ids: Tensor, attention_mask: Tensor, vision: Sequence[VisionInputs | None], prompt_width: int,
 ) -> Tensor:
-    """Final-norm hidden states (B, S, H) of a vision-language model over token ids with the rows'
-    images, through the family's own multimodal model (vision tower, token merge, text decoder)."""
-    body = next(model.parameters())
-    pixels, grid = stack_vision(vision, input_ids.device, body.dtype)
-    positions = mrope_positions(model, input_ids, attention_mask, grid)  # (3, B, S)
-    out = model.model(
-        input_ids=input_ids, attention_mask=attention_mask.long(), position_ids=positions, pixel_values=pixels,
-        image_grid_thw=grid, use_cache=False,
+    """Final-norm hidden states (B, S, H) of a vision-language model over prompt + response ids (the
+    prompt in the first `prompt_width` columns) with the rows' images: vision tower, features merged
+    at the prompt's image tokens, the text decoder at M-RoPE positions."""
+    pixels, grid = stack_vision(vision, input_ids.device, next(model.parameters()).dtype)
+    image_mask = image_token_mask(model, input_ids, prompt_width)  # (B, S)
+    positions = mrope_positions(model, input_ids, attention_mask, grid, image_mask)  # (3, B, S)
+    embeds = image_embeddings(model, input_ids, image_mask, pixels, grid)  # (B, S, H)
+    out = model.model.language_model(
+        inputs_embeds=embeds, attention_mask=attention_mask.long(), position_ids=positions, use_cache=False,
     )
     return out.last_hidden_state
 

@@ -62,7 +62,7 @@ from posttrain.models.positions import position_ids_from_mask
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, StalePolicyError, Weights, named_tensors
 from posttrain.models.lean_decoder import LeanDecoder, lean_unsupported_reason
-from posttrain.models.vision import has_images, mrope_positions, stack_vision
+from posttrain.models.vision import has_images, stack_vision
 from posttrain.rollout.hf_decoder import HFDecoder, VisionDecoder, auto_decode_workers
 from posttrain.rollout.sampling import keyed_uniforms, next_tokens, row_keys
 from posttrain.rollout.stops import StopStrings
@@ -335,7 +335,7 @@ class HFEngine:
         if has_images(vision):
             pixels, grid = stack_vision(vision, self.device, next(self.model.parameters()).dtype)
             decoder = VisionDecoder(self.model, max_len, pixels, grid)
-            positions = mrope_positions(self.model, prompt_ids, prompt_mask, grid)  # (3, B, P)
+            positions = decoder.positions(prompt_ids, prompt_mask)  # (3, B, P)
             # the prompt ends in text, whose three positions are equal: decoding continues from one
             hidden = decoder.prefill(prompt_ids, prompt_mask.long(), positions)  # (B, H)
             next_pos = positions[0, :, -1] + 1  # (B,)
