@@ -19,6 +19,8 @@ path cannot give.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -110,3 +112,30 @@ def vision_path_problems(*, sequence_parallel: int, rollout_name: str, critic: b
                         "(AutoModelForTokenClassification), which vision-language checkpoints do not load as; "
                         "use a critic-free estimator (grpo, rloo, reinforce_plus_plus, ...) for image data")
     return problems
+
+
+# What a vision-language checkpoint directory holds beside weights and tokenizer: its processors' settings.
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
+
+
+def copy_processor_files(model: nn.Module, out: Path) -> None:
+    """Write a vision-language model's image processor files (from the directory it was loaded
+    from) beside its saved weights, so the saved directory trains and serves as the original did."""
+    if not is_vision_language(model.config):
+        return
+    source = Path(str(getattr(model, "name_or_path", "") or ""))
+    for name in PROCESSOR_FILES:
+        if (source / name).is_file() and source.resolve() != Path(out).resolve():
+            shutil.copyfile(source / name, Path(out) / name)
+
+
+def freeze_vision_tower(model: nn.Module) -> list[str]:
+    """actor.freeze_vision_tower: no gradient for the vision tower's parameters (the optimizer is
+    built over the rest); returns their names. A text-only model has no tower: refused."""
+    from posttrain.errors import ModelError
+    from posttrain.models.freeze import freeze_by_prefix
+
+    if not is_vision_language(model.config):
+        raise ModelError(f"actor.freeze_vision_tower: the policy ({getattr(model.config, 'model_type', '?')}) is a text-only "
+                         f"model with no vision tower; set it to false")
+    return freeze_by_prefix(model, [VISION_TOWER_PREFIX], key="actor.freeze_vision_tower")
