@@ -3,7 +3,7 @@
 A row's `data.image_key` column (verl's ``images``) holds a list of images: Hugging Face image
 structs ``{"bytes": ..., "path": ...}`` as parquet stores them, file paths, raw bytes or PIL images.
 The prompt marks where each goes with ``<image>`` (verl's geo3k rows: ``"<image>Find x."``), one per
-image, in order. Each marker becomes the model family's vision span (``<|vision_start|>
+image, in order; images without a marker go before the first user message's text. Each marker becomes the model family's vision span (``<|vision_start|>
 <|image_pad|><|vision_end|>``) before the chat template renders the prompt, and after tokenisation
 the single ``<|image_pad|>`` is repeated once per merged patch of its image, as the family's
 processor does. The patches themselves (`VisionInputs`) come from the model directory's image
@@ -90,15 +90,22 @@ class ImageInputs:
         return VisionInputs(out["pixel_values"], out["image_grid_thw"].long())
 
     def place(self, messages: list[dict], count: int, what: str) -> list[dict]:
-        """The messages with each ``<image>`` marker replaced by the vision span; the markers must
-        number the row's images."""
-        found = sum(str(m.get("content", "")).count(PLACEHOLDER) for m in messages)
-        if found != count:
-            raise DataError(f"{what}: the row has {count} image(s) but its prompt has {found} {PLACEHOLDER} "
-                            f"marker(s); put one {PLACEHOLDER} where each image goes, in order")
+        """The messages with each ``<image>`` marker replaced by the vision span. Images beyond the
+        markers go, in order, before the text of the first user message (Trinity-RFT's rule in
+        simple_mm_workflow); more markers than images are refused."""
+        found = sum(m["content"].count(PLACEHOLDER) for m in messages if isinstance(m.get("content"), str))
+        if found > count:
+            raise DataError(f"{what}: the prompt has {found} {PLACEHOLDER} markers but the row only {count} image(s); "
+                            f"put one {PLACEHOLDER} where each image goes, in order")
         span = VISION_START + IMAGE_PAD + VISION_END
-        return [{**m, "content": m["content"].replace(PLACEHOLDER, span)} if isinstance(m.get("content"), str) else m
-                for m in messages]
+        out = [{**m, "content": m["content"].replace(PLACEHOLDER, span)} if isinstance(m.get("content"), str) else m
+               for m in messages]
+        first_user = next((k for k, m in enumerate(out) if m.get("role") == "user" and isinstance(m.get("content"), str)), None)
+        if found < count:
+            if first_user is None:
+                raise DataError(f"{what}: the row has {count - found} image(s) without an {PLACEHOLDER} marker and no user message to put them in")
+            out[first_user] = {**out[first_user], "content": span * (count - found) + out[first_user]["content"]}
+        return out
 
     def expand(self, ids: list[int], vision: VisionInputs) -> list[int]:
         """Prompt ids with each image's single ``<|image_pad|>`` repeated once per merged patch."""
