@@ -81,6 +81,21 @@ def hf_vision_prefix(prefix: str) -> str:
     return "model.visual" + dot + rest if head == "vision_model" else prefix
 
 
+VAL_PIXELS = "validation.data_args.image_max_pixels"
+ROLL_IMAGE_MAX_PIXELS = 4096 * 4096  # roll/configs/data_args.py's default image_max_pixels
+
+
+def validation_pixels(ctx: Context) -> None:
+    """ROLL's validation image bound equal to the training one is what posttrain does (one
+    data.image_max_pixels for every image): dropped; another value stays refused (sections.data)."""
+    if not ctx.has(VAL_PIXELS):
+        return
+    train = ctx.get("actor_train.data_args.image_max_pixels", ROLL_IMAGE_MAX_PIXELS)
+    if ctx.get(VAL_PIXELS) == train:
+        ctx.consume(VAL_PIXELS)
+        ctx.drop(VAL_PIXELS, f"the training images' bound ({train}), with which posttrain resizes validation images too")
+
+
 def unread_attention(ctx: Context, key: str) -> str | None:
     """Why a role's attn_implementation is not read by ROLL, or None where ROLL reads it."""
     role, _, rest = key.partition(".")
@@ -130,4 +145,4 @@ RULES: dict[str, Rule] = {
                  "audio or non-Qwen vision module; dropped with lora_target (ROLL ignores it then)",
                  "model.layers.0"),
 }
-HANDLERS = [freeze_prefix]
+HANDLERS = [freeze_prefix, validation_pixels]

@@ -123,7 +123,6 @@ UNSUPPORTED: dict[str, str] = {
     "roll:actor_train.data_args.custom_data_kwargs_func": "ROLL calls it only in its vision-language pipeline, in place of the function that builds image and video inputs with the model's processor; posttrain builds a row's image inputs with the model directory's image processor (data.image_key), and a text row gains columns through a data.custom_cls dataset class",
     "roll:validation.data_args.dataset_dir": "validation files are read relative to data.dataset_dir (ROLL: actor_train.data_args.dataset_dir), the training files' folder",
     "roll:validation.data_args.preprocessing_num_workers": "the validation set is tokenised with data.filter_overlong_prompts_workers processes, the training set's",
-    "verl:data.return_multi_modal_inputs": "false drops the processed image tensors from verl's rows; posttrain's engine and actor both read each row's processed images (records.VisionInputs), so it always keeps them",
     "trinity:buffer.explorer_input.taskset.data_selector": "Trinity-RFT's task selectors (curricula that re-rank tasks by their rollout results): posttrain draws tasks in a seeded shuffled order (data.shuffle, data.seed) or by domain (data.domain_interleave_probs)",
     "roll:actor_train.data_args.audio_folder": "audio inputs: posttrain's vision path carries images only (data.image_key); it has no audio encoder input",
 }
@@ -149,6 +148,7 @@ def parse_interleave_probs(text: str, entries: int) -> list[float]:
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    "verl:data.return_multi_modal_inputs": "verl's RLHFDataset stores the flag and reads it nowhere (verl/utils/dataset/rl_dataset.py), so it changes nothing there; posttrain processes each row's images in its dataset and carries them to the engine and the actor (records.VisionInputs)",
     "roll:actor_train.data_args.interleave_probs": (
         "ROLL reads no interleave_probs: its DataArguments dataclass has no such field and its config loader "
         "(dacite, not strict) drops unknown keys, so the key changes nothing there; posttrain's own "
