@@ -326,7 +326,7 @@ class HFEngine:
         vision: list | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Prefill + token-by-token decode; returns response ids (B, T), mask (B, T), log-probs (B, T).
-        Rows with images (`vision`) prefill through `VisionDecoder` at M-RoPE positions."""
+        A batch with images (`vision`) prefills through `VisionDecoder` (posttrain.models.vision)."""
         B, P = prompt_ids.shape
         # The cache is allocated once at its final length and written in place: a growing cache
         # re-copies every layer's keys and values at every token, which on CPU cost more than the
@@ -336,9 +336,8 @@ class HFEngine:
             pixels, grid = stack_vision(vision, self.device, next(self.model.parameters()).dtype)
             decoder = VisionDecoder(self.model, max_len, pixels, grid)
             positions = decoder.positions(prompt_ids, prompt_mask)  # (3, B, P)
-            # the prompt ends in text, whose three positions are equal: decoding continues from one
             hidden = decoder.prefill(prompt_ids, prompt_mask.long(), positions)  # (B, H)
-            next_pos = positions[0, :, -1] + 1  # (B,)
+            next_pos = positions[0, :, -1] + 1  # (B,): prompts end in text, whose three positions are equal
         else:
             decoder = LeanDecoder(self.model, max_len) if lean else HFDecoder(self.model, max_len)
             position_ids = position_ids_from_mask(prompt_mask)  # (B, P)
