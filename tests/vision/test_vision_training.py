@@ -3,12 +3,12 @@ rows against the engine's, and what the vision path refuses."""
 
 import pytest
 import torch
-from transformers import AutoImageProcessor
+from transformers import AutoImageProcessor, LlavaConfig
 
 from posttrain.config.derive import derive
 from posttrain.config.load import load_config
 from posttrain.errors import ConfigError, ModelError
-from posttrain.models.loading import load_tokenizer, tokenizer_from_config
+from posttrain.models.loading import load_causal_lm, load_tokenizer, tokenizer_from_config
 from posttrain.models.tiny import make_tiny_model
 from posttrain.rollout.base import SamplingParams
 from posttrain.rollout.hf_engine import HFEngine
@@ -50,6 +50,9 @@ def test_what_the_vision_path_cannot_honour_is_refused(tmp_path):
     text = make_tiny_model(tmp_path / "text", layers=1, hidden=32, heads=4)
     with pytest.raises(ModelError, match="text-only model with no vision tower"):
         _roles(text, "actor.freeze_vision_tower=true")
+    LlavaConfig().save_pretrained(tmp_path / "llava")  # a vision-language family the vision path does not implement
+    with pytest.raises(ModelError, match="llava is a vision-language family posttrain does not train"):
+        load_causal_lm(tmp_path / "llava")
     for overrides, words in ((["model.lora_rank=4"], "LoRA freezes the whole base"), (["algorithm.kind=sft"], "RL stages only")):
         with pytest.raises(ConfigError, match=words):
             load_config(None, ["actor.freeze_vision_tower=true", *overrides])
