@@ -88,7 +88,7 @@ def check_head_matches(model: nn.Module, atol: float = 1e-4) -> None:
     logit transform would silently get wrong log-probs. One 4-token forward rules that out.
     """
     device = next(model.parameters()).device
-    ids = torch.arange(1, 5, device=device).unsqueeze(0) % model.config.get_text_config().vocab_size  # (1, 4)
+    ids = torch.arange(1, 5, device=device).unsqueeze(0) % getattr(model.config, "get_text_config", lambda: model.config)().vocab_size  # (1, 4)
     reference = model(input_ids=ids).logits.float()  # (1, 4, V)
     hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # (1, 4, H)
     ours = lm_head_logits(model, hidden)
