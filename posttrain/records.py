@@ -35,6 +35,18 @@ Index = int | slice | Sequence[int] | Tensor
 # concatenated. Prompts are left-padded, responses right-padded (CONTRIBUTING.md).
 LEFT = {"pad": "left"}
 RIGHT = {"pad": "right"}
+# A per-row list field that a batch may leave None (no row has a value): concatenated with batches
+# that set it, its rows count as None (text rows joining image rows, posttrain.models.vision).
+OPTIONAL_ROWS = {"optional_rows": True}
+
+
+@dataclass(frozen=True)
+class VisionInputs:
+    """One prompt's images as the vision tower takes them (`posttrain.models.vision`): the image
+    processor's patches of every image of the row, in the order their placeholders appear."""
+
+    pixel_values: Tensor  # (N, D) float: N patches of all the row's images, D = channels x patch volume
+    image_grid_thw: Tensor  # (I, 3) long: temporal, height, width patches of each of the row's I images
 
 
 class _Rows:
@@ -106,6 +118,8 @@ class _Rows:
             present = [v is not None for v in values]
             if not any(present):
                 out[f.name] = None
+            elif not all(present) and f.metadata.get("optional_rows"):
+                out[f.name] = [x for b, v in zip(batches, values) for x in (v if v is not None else [None] * len(b))]
             elif not all(present):
                 raise ValueError(f"cat: field {f.name!r} is set in some batches and None in others")
             elif isinstance(values[0], Tensor):
@@ -147,6 +161,7 @@ class PromptBatch(_Rows):
     raw_prompt: list[str | None] = field(default_factory=list)  # templated text (data.return_full_prompt)
     index: list[int] = field(default_factory=list)  # the dataset row each prompt comes from
     raw_chat: list[Any] = field(default_factory=list)  # messages before the template (data.return_raw_chat)
+    vision: list[VisionInputs | None] = field(default_factory=list)  # each prompt's images, None for a text row
 
     def __post_init__(self) -> None:
         # Per-sample lists may be left empty by callers that do not have them (tests, benchmarks).
@@ -156,7 +171,7 @@ class PromptBatch(_Rows):
             "index": lambda: list(range(rows)),
             "extra_info": lambda: [{} for _ in range(rows)],
         }
-        for name in ("uid", "data_source", "ground_truth", "extra_info", "raw_prompt", "index", "raw_chat"):
+        for name in ("uid", "data_source", "ground_truth", "extra_info", "raw_prompt", "index", "raw_chat", "vision"):
             if len(getattr(self, name)) == 0 and rows:
                 setattr(self, name, fills.get(name, lambda: [None] * rows)())
         super().__post_init__()
@@ -203,6 +218,8 @@ class RolloutBatch(_Rows):
     # The prompt's chat messages before the template (data.return_raw_chat), else None per row: a
     # reward model re-templates them in its own chat format.
     raw_chat: list[Any] | None = None
+    # Each row's prompt images (posttrain.models.vision), None for a text row; None when no row has any.
+    vision: list[VisionInputs | None] | None = field(default=None, metadata=OPTIONAL_ROWS)
 
     @property
     def attention_mask(self) -> Tensor:
@@ -264,6 +281,7 @@ class RolloutBatch(_Rows):
             extra_info=[dict(x) if x else {} for x in rows.extra_info],
             raw_prompt=list(rows.raw_prompt),
             raw_chat=list(rows.raw_chat),
+            vision=list(rows.vision) if any(v is not None for v in rows.vision) else None,
         )
 
     def split_by_tokens(self, max_tokens: int) -> MicroBatches:

@@ -31,6 +31,7 @@ from posttrain.checkpoint.manifest import write_manifest
 from posttrain.files import fsync_dir, fsync_tree
 from posttrain.models.lora import is_lora
 from posttrain.models.quiet import quiet_transformers
+from posttrain.models.vision import copy_processor_files
 
 
 @dataclass
@@ -72,6 +73,7 @@ def save_hf(model: nn.Module, out: Path, tokenizer: Any = None) -> None:
         model.save_pretrained(out, safe_serialization=True, state_dict=state)
         if tokenizer is not None:
             tokenizer.save_pretrained(out)
+    copy_processor_files(model, out)  # a vision-language model's image processor
 
 
 ALL_CONTENTS = ("model", "optimizer", "extra")

@@ -58,8 +58,8 @@ def _run(args: argparse.Namespace) -> int:
         spec.name, args.out_dir, train=args.train, test=args.test, sft=args.sft, dpo=args.dpo,
         seed=args.seed, system_prompt=args.system_prompt, options=options,
     )
-    sft = args.train if args.sft is None else args.sft
-    dpo = args.train if args.dpo is None else args.dpo
+    sft = 0 if "sft" not in paths else args.train if args.sft is None else args.sft
+    dpo = 0 if "dpo" not in paths else args.train if args.dpo is None else args.dpo
     print(f"wrote {spec.data_source}: {args.train} train, {args.test} test, {sft} SFT rows, {dpo} DPO pairs")
     for path in paths.values():
         print(f"  {path}")

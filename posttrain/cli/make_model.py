@@ -1,6 +1,7 @@
 """`posttrain make-model tiny OUT_DIR`: build a small random-init Qwen2 model offline.
 
-The kind of model is a sub-command (only `tiny` today) so later kinds get their own options.
+The kind of model is a sub-command with its own options: `tiny` (a Qwen2 text model) and `tiny-vl`
+(a Qwen2-VL vision-language model, posttrain.models.tiny_vl).
 """
 
 from __future__ import annotations
@@ -44,6 +45,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="Dtype of the saved weights (default: %(default)s).")
     p.add_argument("--seed", type=int, default=0, help="Initialisation seed (default: %(default)s).")
     p.set_defaults(func=_run_tiny)
+    v = kinds.add_parser(
+        "tiny-vl",
+        help="Qwen2-VL vision-language model: tiny text model, one-block vision tower, the character tokenizer.",
+        description="Random-init Qwen2-VL with the character tokenizer plus its vision tokens and a PIL image "
+        "processor (4-pixel patches: a 16x16 image is 4 image tokens), saved with save_pretrained.",
+    )
+    v.add_argument("out_dir", metavar="OUT_DIR", help="Directory to write (created if missing).")
+    v.add_argument("--layers", type=int, default=2, help="Text decoder layers (default: %(default)s).")
+    v.add_argument("--hidden", type=int, default=64, help="Text hidden size (default: %(default)s).")
+    v.add_argument("--heads", type=int, default=4, help="Text attention heads (default: %(default)s).")
+    v.add_argument("--vision-depth", type=int, default=1, help="Vision tower blocks (default: %(default)s).")
+    v.add_argument("--vision-dim", type=int, default=32, help="Vision tower width (default: %(default)s).")
+    v.add_argument("--seed", type=int, default=0, help="Initialisation seed (default: %(default)s).")
+    v.set_defaults(func=_run_tiny_vl)
+
+
+def _run_tiny_vl(args: argparse.Namespace) -> int:
+    from posttrain.models.tiny_vl import make_tiny_vl_model
+
+    out = make_tiny_vl_model(args.out_dir, layers=args.layers, hidden=args.hidden, heads=args.heads,
+                             vision_depth=args.vision_depth, vision_dim=args.vision_dim, seed=args.seed)
+    print(f"wrote a random tiny Qwen2-VL model, its tokenizer and image processor to {out}")
+    return 0
 
 
 def _run_tiny(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from pathlib import Path
 from typing import Any, Iterable, Self, Sequence
 
 from posttrain.config.sections.data import DataConfig
@@ -20,10 +21,12 @@ from posttrain.data.entry_columns import own_columns, rename_entry_columns
 from posttrain.data.examples import DPOExample, RLExample, SFTExample
 from posttrain.data.files import RowTable, as_file_list
 from posttrain.data.filtering import check_lengths
+from posttrain.data.images import ImageInputs, has_media, row_images
 from posttrain.data.prompts import Message, PromptFormatter, cut, kept_ends, resolve_chat_template, truncate
 from posttrain.data.sources import load_table
 from posttrain.data.templates import named_template, with_suffix
 from posttrain.errors import ConfigError, DataError, ModelError
+from posttrain.records import VisionInputs
 
 SPLITS = {"train": "data.train_files", "val": "data.val_files"}
 
@@ -174,6 +177,8 @@ class RLDataset(_RowDataset):
     def limit(self) -> int:
         return self.cfg.max_prompt_length
 
+    images: ImageInputs | None = None  # a vision-language policy's image side (posttrain.data.images)
+
     def length(self, i: int) -> tuple[int, str]:
         _, _, _, ids, column = self.encode_row(i)
         return len(ids), column
@@ -186,15 +191,38 @@ class RLDataset(_RowDataset):
         rows.extra_info(self.table, i, self.cfg.extra_info_keys)
 
     def encode_row(self, i: int) -> tuple[Any, list[Message], str, list[int], str]:
-        """(raw cell, messages, templated text, untruncated ids, column) of global row i."""
+        """(raw cell, messages, templated text, untruncated ids, column) of global row i; a row with
+        images has one ``<|image_pad|>`` per merged patch in its ids (`vision_row`)."""
+        return self.vision_row(i)[:5]
+
+    def vision_row(self, i: int) -> tuple[Any, list[Message], str, list[int], str, VisionInputs | None]:
+        """`encode_row` and the row's images as the vision tower takes them (None: no image)."""
         raw, messages, column = rows.prompt_cell(self.table, i, self.cfg)
+        where = self.table.locate(i, column)
+        images = self._images(i)
+        if images:
+            messages = self.images.place(messages, len(images), where)
         messages = self._with_system(i, messages)
-        text, ids = self._formatter(i).encode_prompt(messages, what=self.table.locate(i, column))
-        return raw, messages, text, ids, column
+        text, ids = self._formatter(i).encode_prompt(messages, what=where)
+        vision = None
+        if images:
+            vision = self.images.process(images)
+            ids = self.images.expand(ids, vision)
+        return raw, messages, text, ids, column, vision
+
+    def _images(self, i: int) -> list:
+        value = self.table.rows[i].get(self.cfg.image_key)
+        if self.images is None or not has_media(value):
+            return []
+        return row_images(value, self.table.locate(i, self.cfg.image_key), _base_dir(self.cfg))
 
     def __getitem__(self, k: int) -> RLExample:
         i = self._row_index(k)
-        raw, messages, text, ids, column = self.encode_row(i)
+        raw, messages, text, ids, column, vision = self.vision_row(i)
+        if vision is not None and len(ids) > self.limit:
+            raise DataError(f"{self.table.locate(i, column)}: the prompt with its image tokens is {len(ids)} tokens, over "
+                            f"{self.limit_key} {self.limit}; cutting it would cut its images, so raise {self.limit_key}, set "
+                            f"data.filter_overlong_prompts: true, or lower data.image_max_pixels")
         ids = truncate(ids, self.limit, self.cfg.truncation, what=self.table.locate(i, column), limit=self.limit_key, hint=self.hint)
         return RLExample(
             index=i,
@@ -205,6 +233,7 @@ class RLDataset(_RowDataset):
             extra_info=rows.extra_info(self.table, i, self.cfg.extra_info_keys),
             raw_chat=messages if self.cfg.return_raw_chat else None,
             full_prompt=text if self.cfg.return_full_prompt else None,
+            vision=vision,
         )
 
 
@@ -274,42 +303,59 @@ def _load(cfg: DataConfig, files: str | Iterable[str], split: str) -> tuple[list
     return as_file_list(files, cfg.dataset_dir), SPLITS[split]
 
 
-def _table(cfg: DataConfig, files: str | Iterable[str], setting: str) -> RowTable:
+def _base_dir(cfg: DataConfig) -> Path | None:
+    return Path(cfg.dataset_dir).expanduser() if cfg.dataset_dir else None
+
+
+# Why a row's images cannot be trained, by what reads it (refuse_media).
+NO_IMAGES_SFT = ("posttrain's SFT and DPO stages train text sequences; image rows train in RL stages with a "
+                 "vision-language policy (Qwen2-VL, Qwen2.5-VL)")
+NO_IMAGES_TEXT_MODEL = ("the policy (model.path) is a text-only model, which has no vision tower to read them; use a "
+                        "vision-language checkpoint (Qwen2-VL, Qwen2.5-VL)")
+NO_VIDEOS = ("posttrain's vision path carries images only: video rows need frame sampling and the model's video "
+             "inputs, which its rollout engine and trainer do not compute")
+
+
+def _table(cfg: DataConfig, files: str | Iterable[str], setting: str, images_refused: str | None = NO_IMAGES_SFT) -> RowTable:
     """The rows of every entry (files, dataset folders, dataset names: posttrain.data.sources); rows
-    with images or videos (data.image_key / video_key) are refused rather than trained as text."""
+    with videos, and rows with images when `images_refused` says why, are refused rather than trained as text."""
     entries = as_file_list(files)
     # validation entries may name their own columns (data.val_file_keys), checked before any file is read
     renames = own_columns(cfg, entries) if setting == SPLITS["val"] else {}
     table = load_table(entries, setting=setting, base_dir=cfg.dataset_dir)
     rename_entry_columns(table, renames, entries)
-    refuse_media(table, cfg)
+    refuse_media(table, cfg, images_refused)
     return table
 
 
-def refuse_media(table: RowTable, cfg: DataConfig) -> None:
-    """posttrain trains text-only models: a row whose data.image_key / data.video_key column holds
-    something (not null, not empty) is one DataError naming the file, row and key, instead of the
-    images being dropped without a word."""
-    for key, column in (("data.image_key", cfg.image_key), ("data.video_key", cfg.video_key)):
+def refuse_media(table: RowTable, cfg: DataConfig, images_refused: str | None = NO_IMAGES_SFT) -> None:
+    """A row whose data.video_key column holds something (not null, not empty), or whose
+    data.image_key column does while `images_refused` gives the reason, is one DataError naming the
+    file, row and key, instead of the media being dropped without a word."""
+    checks = [("data.video_key", cfg.video_key, "videos", NO_VIDEOS)]
+    if images_refused is not None:
+        checks.insert(0, ("data.image_key", cfg.image_key, "images", images_refused))
+    for key, column, kind, why in checks:
         for i, row in enumerate(table.rows):
-            value = row.get(column)
-            if value is not None and not (hasattr(value, "__len__") and len(value) == 0):
-                raise DataError(
-                    f"{table.locate(i, column)}: this row has {'images' if key == 'data.image_key' else 'videos'} "
-                    f"({key}: {column}); posttrain trains text-only models (until multimodal support): drop the column, "
-                    f"or set {key} to a column the data does not have"
-                )
+            if has_media(row.get(column)):
+                raise DataError(f"{table.locate(i, column)}: this row has {kind} ({key}: {column}); {why}. Drop the "
+                                f"column, or set {key} to a column the data does not have")
 
 
-def build_rl_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any, *, split: str = "train") -> RLDataset:
+def build_rl_dataset(
+    cfg: DataConfig, files: str | Iterable[str], tokenizer: Any, *, split: str = "train", images: ImageInputs | None = None,
+) -> RLDataset:
     """The RL prompt dataset of `files` (or the user's `data.custom_cls`), overlong prompts
-    dropped when `data.filter_overlong_prompts` is set."""
+    dropped when `data.filter_overlong_prompts` is set. `images`: a vision-language policy's image
+    side; without it a row with images is refused."""
     paths, setting = _load(cfg, files, split)
     if cfg.custom_cls.path is not None:
         from posttrain.data.custom import build_custom_dataset
 
         return build_custom_dataset(cfg, paths, tokenizer, RLExample)
-    dataset = RLDataset(_table(cfg, files, setting), make_formatter(cfg, tokenizer), cfg)
+    table = _table(cfg, files, setting, images_refused=None if images is not None else NO_IMAGES_TEXT_MODEL)
+    dataset = RLDataset(table, make_formatter(cfg, tokenizer), cfg)
+    dataset.images = images
     return check_lengths(dataset, cfg.truncation, drop=cfg.filter_overlong_prompts,
                          workers=cfg.filter_overlong_prompts_workers, setting=setting)
 

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import torch
 
-from posttrain.records import PromptBatch
+from posttrain.records import PromptBatch, VisionInputs
 
 
 @dataclass
@@ -28,6 +28,7 @@ class RLExample:
     extra_info: dict[str, Any]
     raw_chat: list[dict[str, str]] | None = None  # messages before the template (data.return_raw_chat)
     full_prompt: str | None = None  # text after the template (data.return_full_prompt)
+    vision: VisionInputs | None = None  # the prompt's images (data.image_key with a vision-language policy)
 
 
 @dataclass
@@ -102,6 +103,7 @@ def collate_prompts(examples: Sequence[RLExample], pad_id: int, uid_prefix: str 
         raw_prompt=[e.full_prompt for e in examples],
         index=[e.index for e in examples],
         raw_chat=[e.raw_chat for e in examples],
+        vision=[e.vision for e in examples],
     )
 
 

@@ -34,7 +34,9 @@ class MatmulParams:
 
     @classmethod
     def of(cls, config, head_outputs: int | None = None) -> "MatmulParams":
-        """From a Hugging Face decoder config; `head_outputs` overrides the head's width (1 for a critic)."""
+        """From a Hugging Face decoder config (a vision-language one's text config: the vision tower's
+        FLOPs are not counted); `head_outputs` overrides the head's width (1 for a critic)."""
+        config = config.get_text_config() if hasattr(config, "get_text_config") else config
         h, layers = config.hidden_size, config.num_hidden_layers
         heads = config.num_attention_heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads

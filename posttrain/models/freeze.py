@@ -31,7 +31,7 @@ def freeze_by_prefix(model: nn.Module, prefixes: Sequence[str], key: str = "acto
     if unmatched:
         roots = sorted({".".join(name.split(".")[:2]) for name in names})
         raise ModelError(f"{key}: {', '.join(map(repr, unmatched))} names no parameter of the model; its parameter names "
-                         f"start with {', '.join(roots)} (posttrain loads text models: a vision or audio tower is not there)")
+                         f"start with {', '.join(roots)} (a vision tower exists only in a vision-language policy, as model.visual)")
     frozen = [name for name in names if name.startswith(tuple(prefixes))]
     chosen = set(frozen)
     if len(frozen) == len(names):

@@ -29,6 +29,7 @@ from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
+    AutoModelForImageTextToText,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     AutoTokenizer,
@@ -43,6 +44,7 @@ from posttrain.files import is_hub_name, read_utf8
 from posttrain.models.integrity import check_load_info, check_text_files, check_weight_files, explain_load_error
 from posttrain.models.kernels import apply_model_kernels
 from posttrain.models.quiet import quiet_transformers
+from posttrain.models.vision import VISION_FAMILIES, is_vision_language
 
 DTYPES: dict[str, torch.dtype | str] = {
     "fp32": torch.float32,
@@ -259,12 +261,18 @@ def load_causal_lm(
     external_lib: str | None = None,
     device: str | torch.device = "cpu",
 ) -> PreTrainedModel:
-    """Load a policy/reference model (`AutoModelForCausalLM`) from a local directory."""
+    """Load a policy/reference model (`AutoModelForCausalLM`) from a local directory; a
+    vision-language family of `posttrain.models.vision` loads with its vision tower
+    (`AutoModelForImageTextToText`)."""
     import_external_lib(external_lib)
     config = load_config(path, trust_remote_code=trust_remote_code, override_config=override_config,
                          rope_theta=rope_theta, rope_scaling=rope_scaling, what="model")
+    if getattr(config, "vision_config", None) is not None and not is_vision_language(config):
+        raise ModelError(f"{path}: {config.model_type} is a vision-language family posttrain does not train; its "
+                         f"vision path implements {', '.join(VISION_FAMILIES)} (their positions and image merge)")
+    auto_cls = AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
     return _from_pretrained(
-        AutoModelForCausalLM, path, config, dtype=dtype, trust_remote_code=trust_remote_code,
+        auto_cls, path, config, dtype=dtype, trust_remote_code=trust_remote_code,
         attn_implementation=attn_implementation, gradient_checkpointing=gradient_checkpointing,
         device=device, what="model",
     )

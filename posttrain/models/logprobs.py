@@ -19,6 +19,7 @@ logsumexp taken in fp32 whatever the model's dtype.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -31,7 +32,8 @@ from posttrain.models.packing import pack_batch, packing_supported
 from posttrain.models.positions import concat_prompt_response
 from posttrain.models.shared_prompt import mask_for_kernel, pack_shared_prompts, shared_prompt_supported
 from posttrain.models.ulysses import current_group, split_head, ulysses_hidden_states
-from posttrain.records import RolloutBatch
+from posttrain.models.vision import has_images, vision_hidden_states
+from posttrain.records import RolloutBatch, VisionInputs
 
 # Cap on one chunk's logits, in elements: 2**26 fp32 values is 256 MiB, a few copies of which
 # (logits, probabilities, their gradients) stay well within any accelerator.
@@ -86,7 +88,7 @@ def check_head_matches(model: nn.Module, atol: float = 1e-4) -> None:
     logit transform would silently get wrong log-probs. One 4-token forward rules that out.
     """
     device = next(model.parameters()).device
-    ids = torch.arange(1, 5, device=device).unsqueeze(0) % model.config.vocab_size  # (1, 4)
+    ids = torch.arange(1, 5, device=device).unsqueeze(0) % getattr(model.config, "get_text_config", lambda: model.config)().vocab_size  # (1, 4)
     reference = model(input_ids=ids).logits.float()  # (1, 4, V)
     hidden = model.get_decoder()(input_ids=ids).last_hidden_state  # (1, 4, H)
     ours = lm_head_logits(model, hidden)
@@ -203,6 +205,7 @@ def response_hidden_states(
     *,
     pack: bool = True,
     share_prompt: bool = False,
+    vision: Sequence[VisionInputs | None] | None = None,
 ) -> Tensor:
     """Decoder hidden states at the positions that predict each response token: (B, T, H).
 
@@ -213,9 +216,13 @@ def response_hidden_states(
     padded back. Positions of padded response tokens hold zeros (packed) or unused states. Critics
     put their value head on the same positions (the value of the state before token t).
     `share_prompt` computes each group's prompt once (`posttrain.models.shared_prompt`).
+    `vision`: the rows' images (a vision-language model); a batch with any image runs the padded
+    forward of `posttrain.models.vision`, neither packed nor sharing prompts.
     """
     B, P = prompt_ids.shape
     T = response_ids.shape[1]
+    if has_images(vision):
+        share_prompt = pack = False  # see posttrain.models.vision: M-RoPE positions need the padded rows
     packed, mask = None, None
     # Shared-prompt rows need a 4-D mask only HF's decoder takes, which cannot split a sequence.
     if share_prompt and current_group() is None and shared_prompt_supported(model):
@@ -245,7 +252,10 @@ def response_hidden_states(
         prompt_ids[:, first:], prompt_mask[:, first:], response_ids[:, :last], response_mask[:, :last]
     )  # (B, S') each
     note_tokens(attention_mask > 0)
-    last_hidden = _decoder_hidden(model, input_ids, position_ids, attention_mask)  # (B, S', H)
+    if has_images(vision):
+        last_hidden = vision_hidden_states(model, input_ids, attention_mask, vision, P - first)  # (B, S', H)
+    else:
+        last_hidden = _decoder_hidden(model, input_ids, position_ids, attention_mask)  # (B, S', H)
     p_kept = P - first
     hidden = last_hidden[:, p_kept - 1 : p_kept - 1 + last]  # (B, T', H)
     if last < T:
@@ -266,15 +276,16 @@ def response_logprobs(
     share_prompt: bool = False,
     pack: bool = True,
     kernel: HeadKernel = PLAIN_HEAD,
+    vision: Sequence[VisionInputs | None] | None = None,
 ) -> TokenLogProbs:
     """log softmax(logits / temperature) of each real response token, and optionally the entropy.
 
     Works with gradients (actor update) and under `torch.inference_mode` (old/ref log-probs).
     Padded response positions hold 0 in both outputs. `share_prompt`, `pack`: see `response_hidden_states`;
-    `kernel`: how the head runs (`HeadKernel`).
+    `kernel`: how the head runs (`HeadKernel`); `vision`: the rows' images (`response_hidden_states`).
     """
     hidden = response_hidden_states(
-        model, prompt_ids, prompt_mask, response_ids, response_mask, share_prompt=share_prompt, pack=pack
+        model, prompt_ids, prompt_mask, response_ids, response_mask, share_prompt=share_prompt, pack=pack, vision=vision,
     )  # (B, T, H)
     real = response_mask > 0  # (B, T)
     logprobs, entropy = token_logprobs_from_hidden(
@@ -304,5 +315,5 @@ def batch_logprobs(
     """`response_logprobs` on a `RolloutBatch`'s prompt and response fields."""
     return response_logprobs(
         model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask,
-        temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens,
+        temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens, vision=batch.vision,
     )

@@ -115,7 +115,7 @@ def packing_supported(model: nn.Module) -> bool:
     if kernel not in known:
         body = model.get_decoder()
         device = next(model.parameters()).device
-        vocab = model.config.vocab_size
+        vocab = getattr(model.config, "get_text_config", lambda: model.config)().vocab_size
         first = torch.tensor([[1, 2, 3]], device=device) % vocab
         second = torch.tensor([[4, 5]], device=device) % vocab
         was_training = model.training

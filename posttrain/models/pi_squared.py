@@ -25,9 +25,12 @@ def response_sum_pi_squared(
     *,
     temperature: float = 1.0,
     pack: bool = True,
+    vision=None,
 ) -> Tensor:
-    """sum_v softmax(logits / temperature)_v^2 at each real response token, (B, T) fp32; 0 on padding."""
-    hidden = response_hidden_states(model, prompt_ids, prompt_mask, response_ids, response_mask, pack=pack)  # (B, T, H)
+    """sum_v softmax(logits / temperature)_v^2 at each real response token, (B, T) fp32; 0 on padding.
+    `vision`: the rows' images, as in `posttrain.models.logprobs.response_hidden_states`."""
+    hidden = response_hidden_states(model, prompt_ids, prompt_mask, response_ids, response_mask, pack=pack,
+                                    vision=vision)  # (B, T, H)
     real = response_mask > 0  # (B, T)
     states = hidden[real]  # (N, H): the positions that predict real tokens
     step = max(1, MAX_CHUNK_ELEMENTS // model.get_output_embeddings().weight.shape[0])

@@ -100,7 +100,7 @@ def shared_prompt_supported(model: nn.Module) -> bool:
     if kernel not in known:
         device = next(model.parameters()).device
         dtype = next(model.parameters()).dtype
-        vocab = model.config.vocab_size
+        vocab = getattr(model.config, "get_text_config", lambda: model.config)().vocab_size
         prompt = torch.tensor([[1, 2, 3]] * 2, device=device) % vocab
         response = torch.tensor([[4, 5], [6, 0]], device=device) % vocab
         packed = pack_shared_prompts(

@@ -62,7 +62,8 @@ from posttrain.models.positions import position_ids_from_mask
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, StalePolicyError, Weights, named_tensors
 from posttrain.models.lean_decoder import LeanDecoder, lean_unsupported_reason
-from posttrain.rollout.hf_decoder import HFDecoder, auto_decode_workers
+from posttrain.models.vision import has_images, stack_vision
+from posttrain.rollout.hf_decoder import HFDecoder, VisionDecoder, auto_decode_workers
 from posttrain.rollout.sampling import keyed_uniforms, next_tokens, row_keys
 from posttrain.rollout.stops import StopStrings
 
@@ -245,7 +246,7 @@ class HFEngine:
         pieces = []
         was_training = self.model.training
         own_attn = getattr(self.model.config, "_attn_implementation", None)
-        lean = self.uses_lean_decoder()
+        lean = self.uses_lean_decoder() and not has_images(prompts.vision)
         switch = (
             not lean and self.attn_implementation is not None and own_attn is not None
             and self.attn_implementation != own_attn
@@ -299,7 +300,7 @@ class HFEngine:
         prompt_ids = rows.input_ids.to(self.device)  # (B, P)
         prompt_mask = rows.attention_mask.to(self.device, torch.float32)  # (B, P)
         with torch.inference_mode():
-            response_ids, response_mask, logprobs = self._decode(prompt_ids, prompt_mask, params, lean, keys)
+            response_ids, response_mask, logprobs = self._decode(prompt_ids, prompt_mask, params, lean, keys, rows.vision)
         # Inference tensors cannot be saved for backward; the actor's forward will use these ids.
         return RolloutBatch.sampled(rows, response_ids.clone(), response_mask.clone(), logprobs.clone(), self._version)
 
@@ -321,18 +322,27 @@ class HFEngine:
         return decoder.prefill(ids, mask, positions)
 
     def _decode(
-        self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams, lean: bool, keys: Tensor
+        self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams, lean: bool, keys: Tensor,
+        vision: list | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Prefill + token-by-token decode; returns response ids (B, T), mask (B, T), log-probs (B, T)."""
+        """Prefill + token-by-token decode; returns response ids (B, T), mask (B, T), log-probs (B, T).
+        A batch with images (`vision`) prefills through `VisionDecoder` (posttrain.models.vision)."""
         B, P = prompt_ids.shape
         # The cache is allocated once at its final length and written in place: a growing cache
         # re-copies every layer's keys and values at every token, which on CPU cost more than the
         # model's matmuls.
         max_len = P + params.max_new_tokens
-        decoder = LeanDecoder(self.model, max_len) if lean else HFDecoder(self.model, max_len)
-        position_ids = position_ids_from_mask(prompt_mask)  # (B, P)
-        hidden = self._prefill(decoder, prompt_ids, prompt_mask.long(), position_ids)  # (B, H)
-        next_pos = position_ids[:, -1] + 1  # (B,)
+        if has_images(vision):
+            pixels, grid = stack_vision(vision, self.device, next(self.model.parameters()).dtype)
+            decoder = VisionDecoder(self.model, max_len, pixels, grid)
+            positions = decoder.positions(prompt_ids, prompt_mask)  # (3, B, P)
+            hidden = decoder.prefill(prompt_ids, prompt_mask.long(), positions)  # (B, H)
+            next_pos = positions[0, :, -1] + 1  # (B,): prompts end in text, whose three positions are equal
+        else:
+            decoder = LeanDecoder(self.model, max_len) if lean else HFDecoder(self.model, max_len)
+            position_ids = position_ids_from_mask(prompt_mask)  # (B, P)
+            hidden = self._prefill(decoder, prompt_ids, prompt_mask.long(), position_ids)  # (B, H)
+            next_pos = position_ids[:, -1] + 1  # (B,)
         stop_ids = torch.tensor(
             sorted(set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.eos_token_ids))),
             dtype=torch.long, device=self.device,

@@ -9,6 +9,7 @@ extra_info=None) -> dict`` grades a decoded model response. Registering attaches
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -32,6 +33,15 @@ class Problem:
     ground_truth: str
     response: str
     turns: tuple[dict[str, str], ...] = ()
+    images: tuple[bytes, ...] = ()  # PNG files of an image task, placed at the prompt's <image> markers
+
+    @property
+    def key(self) -> str:
+        """What tells problems apart (test rows are kept out of training by it): the prompt, and the
+        images of an image task, whose prompts may all be the same words."""
+        if not self.images:
+            return self.prompt
+        return self.prompt + "|" + "|".join(hashlib.sha256(b).hexdigest()[:16] for b in self.images)
 
 
 @dataclass(frozen=True)

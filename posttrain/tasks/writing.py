@@ -52,10 +52,10 @@ def draw_problems(
     while len(problems) < n and budget > 0:
         budget -= 1
         problem = spec.draw(rng, options)
-        if problem.prompt in seen:
+        if problem.key in seen:
             continue
         if distinct:
-            seen.add(problem.prompt)
+            seen.add(problem.key)
         problems.append(problem)
     if len(problems) < n:
         raise ConfigError(
@@ -69,7 +69,7 @@ def rl_rows(spec: TaskSpec, problems: list[Problem], *, split: str, options: dic
             system_prompt: str | None = None) -> list[dict[str, Any]]:
     """Rows in verl's RL layout (see the module docstring)."""
     options_json = json.dumps(options, sort_keys=True)
-    return [
+    rows = [
         {
             "data_source": spec.data_source,
             "prompt": _messages(p, system_prompt),
@@ -79,6 +79,10 @@ def rl_rows(spec: TaskSpec, problems: list[Problem], *, split: str, options: dic
         }
         for i, p in enumerate(problems)
     ]
+    if any(p.images for p in problems):  # an image task: verl's images column of {bytes, path} structs
+        for row, p in zip(rows, problems):
+            row["images"] = [{"bytes": b, "path": None} for b in p.images]
+    return rows
 
 
 def sft_rows(spec: TaskSpec, problems: list[Problem], *, options: dict[str, Any],
@@ -183,13 +187,16 @@ def write_task_data(
     """Write train/test (RL), sft_train and dpo_train/dpo_test parquet files for `task`; return
     {"train"|"test"|"sft"|"dpo"|"dpo_test": path}.
 
-    `sft` / `dpo` None write as many SFT rows / DPO pairs as `train`; 0 writes no such file. The DPO
+    `sft` / `dpo` None write as many SFT rows / DPO pairs as `train` (none for an image task); 0 writes no such file. The DPO
     test pairs are the `test` problems, written whenever DPO pairs are.
     """
     spec = get_task(task)
     opts = spec.resolve_options(options)
-    sft = train if sft is None else sft
-    dpo = train if dpo is None else dpo
+    images = bool(spec.draw(random.Random(0), opts).images)  # SFT/DPO stages train text rows only
+    sft = (0 if images else train) if sft is None else sft
+    dpo = (0 if images else train) if dpo is None else dpo
+    if images and (sft or dpo):
+        raise ConfigError(f"task {task!r} is an image task: SFT and DPO stages train text rows only, so use --sft 0 --dpo 0")
     for name, value in (("train", train), ("test", test), ("sft", sft), ("dpo", dpo)):
         if value < 0:
             raise ConfigError(f"--{name} must be >= 0, got {value}")
@@ -197,7 +204,7 @@ def write_task_data(
     splits = ("test", "train", "sft", "dpo", "dpo_wrong", "dpo_test_wrong")
     streams = {split: random.Random(f"posttrain:{task}:{seed}:{split}") for split in splits}
     test_problems = draw_problems(spec, test, rng=streams["test"], options=opts, distinct=True)
-    held_out = {p.prompt for p in test_problems}
+    held_out = {p.key for p in test_problems}
     train_problems = draw_problems(spec, train, rng=streams["train"], options=opts, exclude=held_out)
     sft_problems = draw_problems(spec, sft, rng=streams["sft"], options=opts, exclude=held_out)
     dpo_problems = draw_problems(spec, dpo, rng=streams["dpo"], options=opts, exclude=held_out)

@@ -40,6 +40,7 @@ from posttrain.tracking import check_trackers
 from posttrain.tracking.rollout_traces import check_rollout_tracer
 from posttrain.buffer.operators import check_pipeline
 from posttrain.errors import ConfigError
+from posttrain.trainer.images import check_image_rows, image_inputs
 from posttrain.trainer.mixing import expert_dataset
 from posttrain.trainer.rl_settings import mixes_expert_rows
 from posttrain.trainer.agentic import check_agentic, check_idle_env_keys, is_agentic
@@ -79,12 +80,14 @@ def stage_inputs(cfg: Config) -> StageInputs:
     check_idle_env_keys(cfg)
     build = DATASETS[kind]
     data = data_with_tools(cfg)  # tool calling: the tool schemas go into every prompt (posttrain.trainer.tools)
-    train_set = build(data, cfg.data.train_files, tokenizer, split="train")
-    val_set = build(data, cfg.data.val_files, tokenizer, split="val") if cfg.data.val_files else None
+    images = {"images": image_inputs(cfg, tokenizer)} if kind == "rl" else {}  # a vision-language policy's
+    train_set = build(data, cfg.data.train_files, tokenizer, split="train", **images)
+    val_set = build(data, cfg.data.val_files, tokenizer, split="val", **images) if cfg.data.val_files else None
     reward_fn = None
     if kind == "distill":
         check_distill_teacher(cfg, tokenizer)
     if kind == "rl":
+        check_image_rows(cfg, [train_set, val_set])
         check_profiler_machine(cfg, plan_world(cfg).device)
         check_rl_roles(cfg, tokenizer)
         reward_fn = check_reward(cfg)

@@ -19,6 +19,7 @@ from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
 from posttrain.errors import ConfigError
 from posttrain.models.kernels import head_kernel
+from posttrain.models.vision import freeze_vision_tower
 from posttrain.models.loading import causal_lm_from_config, load_tokenizer, load_value_model, resolve_dtype
 from posttrain.models.freeze import freeze_by_prefix
 from posttrain.models.lora import add_lora, lora_settings, value_head_name
@@ -154,6 +155,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         ref_model = teacher_from_config(cfg, tokenizer, world.torch_device) if teacher else copy.deepcopy(policy) if lora is None else None
     adapters = add_lora(policy, lora, cfg.model.path) if lora is not None else None
     freeze_by_prefix(policy, a.freeze_module_prefix)  # before sharding: the optimizer takes what still trains
+    if a.freeze_vision_tower:
+        freeze_vision_tower(policy)
     moe_coef, moe_top_k = router_loss_settings(policy, a.moe_aux_loss_coef)  # null: the model's
     train_dp = role_parallelism(world, cfg.trainer.balance_batch)
     actor_dp = train_dp(policy, "actor", a.ulysses_sequence_parallel_size)

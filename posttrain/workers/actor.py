@@ -200,7 +200,7 @@ class Actor:
         def one(micro: RolloutBatch) -> Tensor:
             return self.run(
                 response_sum_pi_squared, self.model, micro.prompt_ids, micro.prompt_mask, micro.response_ids,
-                micro.response_mask, temperature=self.s.temperature, pack=self.s.pack,
+                micro.response_mask, temperature=self.s.temperature, pack=self.s.pack, vision=micro.vision,
             )  # (b, T')
 
         try:
@@ -276,6 +276,7 @@ class Actor:
                 share_prompt=self.s.share_prompt and not routed,
                 pack=self.s.pack,
                 kernel=self.s.head,
+                vision=micro.vision,  # a vision-language policy's images (posttrain.models.vision)
             )
         mask = micro.train_mask  # response_mask less the tokens rollout correction and ROLL's sample filters rejected
         agg = dict(loss_agg_mode=self.s.loss_agg_mode)

@@ -73,7 +73,7 @@ def batched_logprobs(
         return run(
             response_logprobs,
             model, micro.prompt_ids, micro.prompt_mask, micro.response_ids, micro.response_mask, temperature=temperature,
-            pack=pack, kernel=head,
+            pack=pack, kernel=head, vision=micro.vision,
         ).logprobs  # (b, T')
 
     return forward_in_order(batch, logprobs, size=size, max_tokens=max_tokens, dp=dp)

@@ -178,11 +178,11 @@ def test_val_split_and_files_relative_to_dataset_dir(tmp_path, tokenizer):
         build_rl_dataset(DataConfig(), "v.jsonl", tokenizer)
 
 
-def test_rows_with_images_or_videos_are_refused_not_trained_as_text(tmp_path, tokenizer):
+def test_rows_with_images_for_a_text_policy_or_videos_are_refused_not_trained_as_text(tmp_path, tokenizer):
     rows = [{"prompt": "x", "images": []}, {"prompt": "y", "images": None}, {"prompt": "z", "images": ["a.png"]}]
     path = write_rows(tmp_path / "mm.jsonl", rows)
     with pytest.raises(DataError, match=r"mm.jsonl: row 2, column 'images': this row has images \(data.image_key: images\); "
-                                        r"posttrain trains text-only models"):
+                                        r"the policy \(model.path\) is a text-only model"):
         build_rl_dataset(DataConfig(prompt_key="prompt"), path, tokenizer)
     assert len(build_rl_dataset(DataConfig(prompt_key="prompt", image_key="pictures"), path, tokenizer)) == 3  # another column
     clips = write_rows(tmp_path / "clips.jsonl", [{"prompt": "x", "clip": "v.mp4"}])

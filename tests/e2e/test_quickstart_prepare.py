@@ -51,7 +51,7 @@ def test_hand_made_directories_are_reused_as_they_are(tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("prepare.data.task=sorting", "prepare.data.task: unknown task 'sorting'; known tasks: arithmetic, countdown, sort"),
+    ("prepare.data.task=sorting", "prepare.data.task: unknown task 'sorting'; known tasks: arithmetic, colour, countdown, sort"),
     ("prepare.data.options={digit: 2}", "prepare.data.options: task 'arithmetic' has no option 'digit'"),
     ("prepare.model.tiny.heads=3", "prepare.model.tiny: --hidden 32 must be divisible by --heads 3"),
     # a range the generator checks: refused before the model is built too

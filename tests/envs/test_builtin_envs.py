@@ -142,5 +142,5 @@ def test_task_env_scores_like_the_task_and_checks_options():
 
     with pytest.raises(ConfigError, match=r"env.custom_envs.T.env_config: task 'sort' has no option 'width'; its options are: length"):
         make_env(TaskEnv, {"task": "sort", "width": 2}, "env.custom_envs.T")
-    with pytest.raises(ConfigError, match=r"env.custom_envs.T.env_config: unknown task 'nope'; known tasks: arithmetic, countdown, sort"):
+    with pytest.raises(ConfigError, match=r"env.custom_envs.T.env_config: unknown task 'nope'; known tasks: arithmetic, colour, countdown, sort"):
         make_env(TaskEnv, {"task": "nope"}, "env.custom_envs.T")

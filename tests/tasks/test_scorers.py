@@ -147,5 +147,5 @@ def test_compute_score_dispatches_by_data_source():
 
 @pytest.mark.parametrize("data_source", ["openai/gsm8k", "posttrain/nope", "sort"])
 def test_compute_score_unknown_data_source_lists_known_ones(data_source):
-    with pytest.raises(DataError, match="posttrain/arithmetic, posttrain/countdown, posttrain/sort"):
+    with pytest.raises(DataError, match="posttrain/arithmetic, posttrain/colour, posttrain/countdown, posttrain/sort"):
         tasks.compute_score(data_source, "1", "1")

@@ -71,8 +71,11 @@ def test_what_the_prefixes_cannot_act_on_is_refused_at_load(overrides, words):
 @pytest.mark.parametrize(("model_args", "status", "native"), [
     ({"freeze_module_prefix": "model.layers.0, lm_head"}, "translated", ["model.layers.0", "lm_head"]),
     ({"freeze_module_prefix": ["model.embed_tokens"]}, "translated", ["model.embed_tokens"]),
-    ({"freeze_module_prefix": "vision_model"}, "refused", None),  # ROLL's multimodal examples
-    ({"freeze_module_prefix": "model.visual"}, "refused", None),
+    ({"freeze_module_prefix": "vision_model"}, "translated", ["model.visual"]),  # ROLL's Megatron name of the tower
+    ({"freeze_module_prefix": "vision_model.blocks,vision_model.patch_embed"}, "translated",
+     ["model.visual.blocks", "model.visual.patch_embed"]),
+    ({"freeze_module_prefix": "model.visual"}, "translated", ["model.visual"]),
+    ({"freeze_module_prefix": "vision_model,audio_model,talker,code2wav"}, "refused", None),  # Qwen3-Omni
     ({"freeze_module_prefix": "model.visual", "lora_target": "q_proj"}, "dropped", None),  # ROLL reads it only without LoRA
     ({"freeze_module_prefix": None}, "dropped", None),
 ])
@@ -81,6 +84,6 @@ def test_roll_s_comma_separated_prefixes(model_args, status, native):
     entry = report.entry("actor_train.model_args.freeze_module_prefix")
     assert entry.status == status and got.get("actor", {}).get("freeze_module_prefix") == native
     if status == "refused":
-        assert "vision or audio modules" in entry.reason
+        assert "audio or other non-vision modules" in entry.reason
     _, report = translate({"reference": {"model_args": model_args}}, "roll")  # the reference is never trained
     assert report.entry("reference.model_args.freeze_module_prefix").status == "dropped"

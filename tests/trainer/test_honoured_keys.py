@@ -480,8 +480,10 @@ ELSEWHERE = {
     "rollout.include_stop_str_in_output": "tests/rollout/test_stop_strings.py::test_configured_stop_strings_end_responses_and_false_leaves_them_out",
     "reward.workers.*.reward_type": "tests/rewards/test_reward_scorers.py::test_reward_type_picks_the_reward_table_of_a_worker",
     "reward.workers.*.use_local": "tests/trainer/test_reward_workers.py::test_roll_s_remote_code_sandbox_is_refused_by_name",  # true is the only behaviour
-    "data.image_key": "tests/data/test_data_rl.py::test_rows_with_images_or_videos_are_refused_not_trained_as_text",
-    "data.video_key": "tests/data/test_data_rl.py::test_rows_with_images_or_videos_are_refused_not_trained_as_text",
+    "data.image_key": "tests/vision/test_vision_data.py::test_image_rows_become_prompts_with_one_pad_token_per_merged_patch",
+    "data.image_min_pixels": "tests/vision/test_vision_data.py::test_pixel_bounds_set_how_many_image_tokens_a_row_gets",
+    "data.image_max_pixels": "tests/vision/test_vision_data.py::test_pixel_bounds_set_how_many_image_tokens_a_row_gets",
+    "data.video_key": "tests/data/test_data_rl.py::test_rows_with_images_for_a_text_policy_or_videos_are_refused_not_trained_as_text",
     **{f"reward.workers.*.{k}": f"tests/rewards/test_reward_judge.py::{test}" for k, test in {
         "judge_prompt": "test_a_fake_engine_s_answers_become_scores_and_an_unparsable_one_is_counted",
         "judge_model_type": "test_judge_keys_are_checked_at_load",
@@ -537,6 +539,7 @@ ELSEWHERE = {
     "trainer.mode": f"{DECOUPLED}::test_explore_then_train_trains_every_stored_batch_once",
     "rollout.hybrid_engine": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
     "actor.freeze_module_prefix": "tests/trainer/test_freeze_prefix.py::test_frozen_prefixes_keep_their_values_through_an_update_and_the_rest_trains",
+    "actor.freeze_vision_tower": "tests/vision/test_vision_training.py::test_freeze_vision_tower_keeps_the_tower_and_trains_the_rest",
     "synchronizer.sync_interval": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
     "synchronizer.sync_offset": f"{SYNC}::test_interval_and_offset_decide_the_split_and_the_staleness_bound",
     "synchronizer.sync_timeout": f"{SYNC}::test_the_explorer_waits_sync_timeout_for_fresh_weights_then_names_the_trainer",

@@ -40,7 +40,7 @@ from posttrain.config.tables import Rule
 from posttrain.config.dialects.values import roll_nodes
 from posttrain.config.dialects.values import value_hook as common_value_hook
 from posttrain.config.sections.algorithm import roll_reward_norm
-from posttrain.config.sections.reward import JUDGE, JUDGE_KEYS, ROLL_WORKER_CLASSES, ROLL_WORKER_TODO
+from posttrain.config.sections.reward import JUDGE, JUDGE_KEYS, ROLL_WORKER_CLASSES, ROLL_WORKER_REFUSED, ROLL_WORKER_TODO
 
 _NORM_KEYS = ("norm_mean_type", "norm_std_type", "reward_norm", "reward_shift", "reward_scale", "use_reward_scaling", "use_reward_norm")
 # Keys that change nothing when they hold one of these values.
@@ -249,6 +249,8 @@ def _unbuildable(worker_cls: Any) -> str | None:
         return None
     if worker_cls in ROLL_WORKER_TODO:
         return f"not implemented yet: {ROLL_WORKER_TODO[worker_cls]}"
+    if worker_cls in ROLL_WORKER_REFUSED:
+        return ROLL_WORKER_REFUSED[worker_cls]
     return (
         f"no posttrain scorer for ROLL worker class {worker_cls!r}: ROLL's worker classes score DataProto batches; write "
         "a scorer with verl's signature (data_source, solution_str, ground_truth, extra_info) and set "

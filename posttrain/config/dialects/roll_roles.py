@@ -3,8 +3,12 @@
 - ``actor_train.model_args.freeze_module_prefix`` (roll/configs/model_args.py splits the string at
   commas; roll/models/model_providers.py ``freeze_model`` freezes every parameter whose name starts
   with one, and only when ``lora_target`` is unset) is ``actor.freeze_module_prefix``
-  (posttrain.models.freeze). Prefixes of a vision or audio tower are refused: posttrain loads text
-  models, which have no such modules. With LoRA ROLL does not read it, so it is dropped.
+  (posttrain.models.freeze). A vision tower's prefix is renamed to the name the Hugging Face model
+  gives it: ROLL's Megatron models hold the tower as ``vision_model`` (mcore_adapter's Qwen2.5-VL and
+  Qwen3-VL wrap the Hugging Face vision transformer under that name), the Hugging Face Qwen2-VL /
+  Qwen2.5-VL as ``model.visual``, so ``vision_model.blocks`` freezes ``model.visual.blocks``. Audio
+  and other towers are refused: posttrain's vision-language families have none. With LoRA ROLL does
+  not read it, so it is dropped.
 - ``<role>.model_args.attn_implementation`` is read by ROLL only where it builds a Hugging Face
   model (model_providers.py): not by its vLLM/SGLang engines (``actor_infer`` with strategy vllm or
   sglang builds its engine from the model path and strategy_config) nor by its Megatron models. There
@@ -23,9 +27,9 @@ from posttrain.config.dialects.translate import Context
 from posttrain.config.tables import Rule
 
 FREEZE = "actor_train.model_args.freeze_module_prefix"
-# Module names of the vision and audio parts of ROLL's multimodal examples (Qwen2.5-VL's model.visual,
-# Megatron's vision_model, Qwen3-Omni's audio_model/talker/code2wav) and of other HF VLMs.
-_TOWERS = frozenset({"visual", "vision_model", "vision_tower", "audio_model", "audio_tower", "audio", "talker", "code2wav",
+# Module names of the audio and non-Qwen vision parts of ROLL's multimodal examples (Qwen3-Omni's
+# audio_model/talker/code2wav) and of other HF VLMs; the Qwen vision tower is translated (hf_vision_prefix).
+_TOWERS = frozenset({"vision_tower", "audio_model", "audio_tower", "audio", "talker", "code2wav",
                      "multi_modal_projector", "mm_projector"})
 _ENGINES = ("vllm", "sglang")
 _MEGATRON = ("megatron_train", "megatron_infer")
@@ -56,13 +60,40 @@ def freeze_prefix(ctx: Context) -> None:
     if not isinstance(value, (str, list)) or not all(isinstance(p, str) for p in split_prefixes(value)):
         ctx.refuse(FREEZE, f"expected comma-separated parameter-name prefixes, got {value!r}", "actor.freeze_module_prefix", value)
         return
-    prefixes = split_prefixes(value)
+    prefixes = [hf_vision_prefix(p) for p in split_prefixes(value)]
     towers = [p for p in prefixes if _TOWERS & set(p.split("."))]
     if towers:
-        ctx.refuse(FREEZE, f"{', '.join(towers)} name(s) a multimodal model's vision or audio modules: posttrain loads and trains "
-                   "text models, which have none (multimodal data is not supported)", "actor.freeze_module_prefix", value)
+        ctx.refuse(FREEZE, f"{', '.join(towers)} name(s) a multimodal model's audio or other non-vision modules: posttrain's "
+                   "vision-language families (Qwen2-VL, Qwen2.5-VL) have a vision tower (model.visual) and no such module",
+                   "actor.freeze_module_prefix", value)
     else:
-        ctx.set("actor.freeze_module_prefix", prefixes, FREEZE, "ROLL's comma-separated prefixes of the parameters it freezes")
+        ctx.set("actor.freeze_module_prefix", prefixes, FREEZE, "ROLL's comma-separated prefixes of the parameters it freezes "
+                "(its Megatron vision_model is the Hugging Face model.visual)")
+
+
+def hf_vision_prefix(prefix: str) -> str:
+    """ROLL's Megatron name of the vision tower renamed to the Hugging Face one; other prefixes unchanged.
+
+    >>> hf_vision_prefix("vision_model.blocks"), hf_vision_prefix("model.visual"), hf_vision_prefix("lm_head")
+    ('model.visual.blocks', 'model.visual', 'lm_head')
+    """
+    head, dot, rest = prefix.partition(".")
+    return "model.visual" + dot + rest if head == "vision_model" else prefix
+
+
+VAL_PIXELS = "validation.data_args.image_max_pixels"
+ROLL_IMAGE_MAX_PIXELS = 4096 * 4096  # roll/configs/data_args.py's default image_max_pixels
+
+
+def validation_pixels(ctx: Context) -> None:
+    """ROLL's validation image bound equal to the training one is what posttrain does (one
+    data.image_max_pixels for every image): dropped; another value stays refused (sections.data)."""
+    if not ctx.has(VAL_PIXELS):
+        return
+    train = ctx.get("actor_train.data_args.image_max_pixels", ROLL_IMAGE_MAX_PIXELS)
+    if ctx.get(VAL_PIXELS) == train:
+        ctx.consume(VAL_PIXELS)
+        ctx.drop(VAL_PIXELS, f"the training images' bound ({train}), with which posttrain resizes validation images too")
 
 
 def unread_attention(ctx: Context, key: str) -> str | None:
@@ -135,8 +166,9 @@ def critic_model_type(ctx: Context) -> None:
 RULES: dict[str, Rule] = {
     CRITIC_TYPE: Rule(None, "auto_token_classification (one label): posttrain's value model, dropped; trl (a TRL value head with dropout): refused",
                       "auto_token_classification"),
-    FREEZE: Rule("actor.freeze_module_prefix", "ROLL's comma-separated string split into prefixes; refused when one names a "
-                 "vision or audio tower (posttrain loads text models); dropped with lora_target (ROLL ignores it then)",
+    FREEZE: Rule("actor.freeze_module_prefix", "ROLL's comma-separated string split into prefixes, its Megatron vision_model "
+                 "renamed model.visual; refused when one names an "
+                 "audio or non-Qwen vision module; dropped with lora_target (ROLL ignores it then)",
                  "model.layers.0"),
 }
-HANDLERS = [freeze_prefix, critic_model_type]
+HANDLERS = [freeze_prefix, critic_model_type, validation_pixels]

@@ -40,7 +40,7 @@ _EVAL = "buffer.explorer_input.eval_tasksets"
 _TASK_FILES = ("posttrain reads tasks from files (data.train_files, data.val_files); a queue or SQL taskset that another "
                "process fills during the run is not read: write the tasks to a jsonl or parquet file and point path there")
 _COLUMNS = {"prompt_key": "prompt", "response_key": "response"}  # Trinity-RFT's FormatConfig defaults, posttrain's too
-_FORMAT_TO_DATA = {name: f"data.{name}" for name in ("prompt_key", "response_key", "system_prompt", "system_prompt_key", "reply_prefix", "enable_thinking")}
+_FORMAT_TO_DATA = {name: f"data.{name}" for name in ("prompt_key", "response_key", "system_prompt", "system_prompt_key", "reply_prefix", "enable_thinking", "image_key")}
 
 
 def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) -> None:

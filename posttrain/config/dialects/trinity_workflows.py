@@ -18,6 +18,9 @@ paths, chosen by the native config rather than by a class per task:
   variant asks for a ``<think>`` block first). Its ``workflow_args``: ``use_base`` prompts a base model
   with plain ``System:/User:/Assistant:`` text (``data.chat_template``: BASE_MODEL_TEMPLATE),
   ``with_think`` and ``format_score_coef`` are math_boxed's format penalty (``reward_kwargs``).
+- **single turn with images**: ``simple_mm_workflow`` (and ``async_``): the row's images
+  (``format.image_key``: data.image_key) go with its prompt to a vision-language policy, and the
+  workflow's own system prompt (`MM_SYSTEM_PROMPT`, which replaces the taskset's) is data.system_prompt.
 - **tool-using agent** (`rollout.multi_turn`, docs/agentic.md): posttrain's own name
   ``posttrain_tool_workflow``; its ``workflow_args`` are the ``rollout.multi_turn`` keys
   (tool_config_path, max_assistant_turns, ...).
@@ -49,9 +52,18 @@ SINGLE_TURN = ("simple_workflow", "async_simple_workflow")
 MATH = ("math_workflow", "async_math_workflow")
 BOXED = ("math_boxed_workflow", "async_math_boxed_workflow")
 BOXED_ARGS = ("use_base", "with_think", "format_score_coef")
-TOOL_N1 = ("toolcall_workflow", "tool_call_workflow")
-DISTILL_MATH = "on_policy_distill_math_workflow"  # Trinity-RFT's Tool-N1 workflow, under both of its names
+TOOL_N1 = ("toolcall_workflow", "tool_call_workflow")  # Trinity-RFT's Tool-N1 workflow, under both of its names
+DISTILL_MATH = "on_policy_distill_math_workflow"
 TOOLS = "posttrain_tool_workflow"
+# Trinity-RFT's image workflow: the single-turn rollout with the row's images (data.image_key), and a
+# system prompt of its own that replaces the taskset's (trinity/common/workflows/simple_mm_workflow.py).
+MM = ("simple_mm_workflow", "async_simple_mm_workflow")
+MM_SYSTEM_PROMPT = (
+    "You are a helpful assistant that solves MATH problems. You should first thinks about the reasoning process in mind "
+    "and then provides the user with the answer. You should present your reasoning process using the format: "
+    "<think>\n ...your reasoning process here... </think>\n first. You should always include your final answer in "
+    "\\boxed{} as closed-form results."
+)
 TOOL_ARGS = ("max_assistant_turns", "max_user_turns", "tool_config_path", "interaction_config_path", "format",
              "max_parallel_calls", "max_tool_response_length", "tool_response_truncate_side",
              "use_inference_chat_template", "tokenization_sanity_check_mode")
@@ -188,6 +200,11 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         _tool_n1(ctx, prefix, item, name, source, args, training)
     elif name == DISTILL_MATH:
         _distill_math(ctx, prefix, item, name, source, args, training)
+    elif name in MM:
+        _reward(ctx, prefix, item, name, source)
+        ctx.set("data.system_prompt", MM_SYSTEM_PROMPT, source, f"{name}: the single-turn rollout with the row's images "
+                "(data.image_key) and the workflow's own system prompt (dialects.trinity_workflows.MM_SYSTEM_PROMPT)")
+        _no_args(ctx, prefix, args, name)
     elif name == TOOLS:
         _reward(ctx, prefix, item, name, source)
         if not training:
@@ -204,7 +221,7 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         for read in (key_read, args_read):  # the reward of a refused workflow: named with it, not run
             if read is not None:
                 ctx.drop(read, f"the reward function of workflow {name!r} at {source}, which is refused")
-        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + BOXED + TOOL_N1 + JUDGE_WORKFLOWS) + [DISTILL_MATH, TOOLS]}")
+        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + MM + BOXED + TOOL_N1 + JUDGE_WORKFLOWS) + [DISTILL_MATH, TOOLS]}")
         ctx.refuse(source, f"workflow {name!r}: {reason}", None, name)
 
 

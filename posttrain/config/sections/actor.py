@@ -135,6 +135,7 @@ class ActorConfig:
     # ---- optimization ------------------------------------------------------------------------
     grad_clip: float = param(1.0, doc="Clip the global gradient norm to this value before each optimizer step.", gt=0, refs=[f"{_VERL}.grad_clip", f"{_VERL}.optim.clip_grad", "roll:max_grad_norm", "trinity:trainer.grad_clip"])
     freeze_module_prefix: list[str] = param(factory=list, doc="Freeze the policy's parameters whose names (model.named_parameters() of the loaded model: model.embed_tokens, model.layers.0.mlp, lm_head, ...) start with one of these prefixes: no gradient and no optimizer state, so they keep their loaded values (ROLL's freeze_module_prefix, translated from its comma-separated string). A prefix that names no parameter, or prefixes that freeze every parameter, are refused when the model loads. RL stages only; refused with LoRA (model.lora_rank), whose base is frozen already.")
+    freeze_vision_tower: bool = param(False, doc="Freeze a vision-language policy's vision tower (its model.visual parameters: patch embedding, blocks, merger): no gradient and no optimizer state, so only the language model trains. Refused with a text-only policy (no tower to freeze), with LoRA (the base is frozen already) and in SFT/DPO stages.", refs=[f"{_VERL}.freeze_vision_tower"])
     optim: OptimConfig = param(factory=OptimConfig, doc="Optimizer and LR schedule of the actor.", refs=[f"{_VERL}.optim", "roll:actor_train.training_args", f"{_TRINITY_ALGO}.optimizer"])
 
     # ---- backend, parallelism and performance -------------------------------------------------
@@ -160,7 +161,6 @@ UNSUPPORTED: dict[str, str] = {
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "roll:actor_train.offload_nccl": NCCL_OFFLOAD,
     "roll:actor_train.worker_cls": "ROLL's worker class for the role; posttrain's roles are its own (posttrain.workers), chosen by the algorithm",
-    "verl:actor_rollout_ref.actor.freeze_vision_tower": "a vision tower to freeze: posttrain trains text-only models (until multimodal support)",
     "roll:is_offload_states": _OFFLOAD,
     "roll:is_offload_optimizer_states_in_train_step": _OFFLOAD,
     "roll:use_topr_neg_loss_coef": "ROLL's TOPR loss options: choose the policy loss by name in actor.policy_loss.loss_mode",
@@ -202,11 +202,11 @@ def check_freeze_prefix(cfg: Any) -> list[str]:
     LoRA (whose base is frozen already; ROLL ignores the prefixes then), and not with an empty prefix
     (every name starts with it)."""
     prefixes = list(getattr(getattr(cfg, "actor", None), "freeze_module_prefix", None) or [])
+    problems = check_freeze_vision_tower(cfg)
     if not prefixes:
-        return []
+        return problems
     model = getattr(cfg, "model", None)
     kind = getattr(getattr(cfg, "algorithm", None), "kind", "rl")
-    problems = []
     if "" in prefixes:
         problems.append(f"actor.freeze_module_prefix {prefixes} holds an empty prefix, which every parameter name starts with; remove it")
     if kind != "rl":
@@ -214,4 +214,19 @@ def check_freeze_prefix(cfg: Any) -> list[str]:
     if getattr(model, "lora_rank", 0) > 0 or getattr(model, "lora_adapter_path", None) is not None:
         problems.append("actor.freeze_module_prefix with LoRA (model.lora_rank / lora_adapter_path): LoRA trains only its adapters "
                         "and freezes the whole base already; drop one of the two")
+    return problems
+
+
+def check_freeze_vision_tower(cfg: Any) -> list[str]:
+    """actor.freeze_vision_tower acts on the RL actor's full model: not in an SFT/DPO stage, not beside LoRA."""
+    if not getattr(getattr(cfg, "actor", None), "freeze_vision_tower", False):
+        return []
+    model = getattr(cfg, "model", None)
+    kind = getattr(getattr(cfg, "algorithm", None), "kind", "rl")
+    problems = []
+    if kind != "rl":
+        problems.append(f"actor.freeze_vision_tower is read by RL stages only, and algorithm.kind is {kind}; set it to false for this stage")
+    if getattr(model, "lora_rank", 0) > 0 or getattr(model, "lora_adapter_path", None) is not None:
+        problems.append("actor.freeze_vision_tower with LoRA (model.lora_rank / lora_adapter_path): LoRA freezes the whole "
+                        "base, vision tower included, already; drop one of the two")
     return problems

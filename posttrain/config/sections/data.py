@@ -87,8 +87,10 @@ class DataConfig:
     extra_info_keys: list[str] = param(factory=list, doc="Columns copied into each RL row's extra_info under their own names, for reward functions and judges that read them (a rubric_judge's rubric); a row without the column gets no entry, and one whose extra_info already has the key is refused.")
 
     # ---- not implemented yet -----------------------------------------------------------------
-    image_key: str = param("images", doc="Column that would hold a row's images; posttrain trains text-only models, so a row with something in it is refused (naming file and row) instead of trained without its images.", refs=["verl:data.image_key"])
-    video_key: str = param("videos", doc="Column that would hold a row's videos; a row with something in it is refused, as for image_key.", refs=["verl:data.video_key"])
+    image_key: str = param("images", doc="Column holding each RL row's images (a list of {bytes|path} structs, paths or images), placed at the prompt's <image> markers, one per image: trained with a vision-language policy (Qwen2-VL, Qwen2.5-VL) on the hf rollout engine; refused with a text-only policy and in SFT/DPO stages (naming file and row) rather than trained without them.", refs=["verl:data.image_key", f"{_TS}.image_key"])
+    image_min_pixels: int | None = param(None, doc="Fewest pixels an image is resized to before the vision tower (height x width, rounded to whole merged patches); null: the model's image processor's own min_pixels.", ge=1, refs=["roll:actor_train.data_args.image_min_pixels"])
+    image_max_pixels: int | None = param(None, doc="Most pixels an image is resized to before the vision tower (fewer pixels, fewer image tokens); null: the model's image processor's own max_pixels.", ge=1, refs=["roll:actor_train.data_args.image_max_pixels"])
+    video_key: str = param("videos", doc="Column that would hold a row's videos; posttrain's vision path carries images only, so a row with something in it is refused (naming file and row) instead of trained without them.", refs=["verl:data.video_key"])
     use_shm: bool = param(False, doc="verl copies the data files to /dev/shm before reading; posttrain reads the local files directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.", refs=["verl:data.use_shm"])
     dataloader_num_workers: int = param(0, doc="Processes that read each training batch (template and tokenise its prompts, sequences or pairs), started once by the first batch; 0 reads in the trainer process. The examples are the same either way, and the batch the sampler chose is read, never one ahead, so resume stays exact.", ge=0, refs=["verl:data.dataloader_num_workers"])
     sampler: dict[str, Any] = param(factory=dict, doc="A user sampler class choosing the RL training rows: {class_path: a Python file, class_name}; built as cls(data_source=dataset, data_config=data), iterated for dataset positions (one pass an epoch, data.train_batch_size a step); an update(batch) method gets each step's positions and scores (a curriculum); state_dict/load_state_dict make resume exact. Empty: posttrain's shuffled order.", refs=["verl:data.sampler"])
@@ -100,7 +102,8 @@ _DATAGEN = ("verl's DynamicGenDataset appends generated rows to the training set
             "is fixed when the stage starts (every row checked and measured once, the sampler's order a function of the "
             "seed over a fixed size, which is what makes resume exact): generate the rows before the run, and reorder or "
             "reweight them during it with a data.sampler class (its update() sees each step's scores)")
-_MULTIMODAL = "multimodal data (images, video): posttrain trains text-only models (until multimodal support)"
+_VIDEO = ("video inputs: posttrain's vision path carries images only (data.image_key); video rows need frame sampling "
+          "and the model's video inputs, which its rollout engine and trainer do not compute")
 # ROLL reads one prompt template per run (roll/pipeline/rlvr/rlvr_pipeline.py; the SFT, DPO and distill
 # pipelines alike): global_template, else the training role's data_args.template, for the training and
 # the validation prompts; its agentic pipeline renders with the tokenizer's chat template. Another
@@ -114,20 +117,18 @@ UNSUPPORTED: dict[str, str] = {
     "verl:data.datagen.name": _DATAGEN,
     "verl:data.multiturn.enable": "set data.messages_key to the conversation column instead (verl's multiturn.messages_key)",
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "roll:actor_train.data_args.image_max_pixels": _MULTIMODAL,
-    "roll:actor_train.data_args.video_total_pixels": _MULTIMODAL,
-    "roll:actor_train.data_args.video_min_pixels": _MULTIMODAL,
-    "roll:actor_train.data_args.video_max_pixels": _MULTIMODAL,
-    "roll:actor_train.data_args.video_fps": _MULTIMODAL,
-    "roll:actor_train.data_args.video_max_frames": _MULTIMODAL,
-    "roll:actor_train.data_args.video_folder": _MULTIMODAL,
-    "roll:validation.data_args.image_max_pixels": _MULTIMODAL,
-    "roll:actor_train.data_args.custom_data_kwargs_func": "ROLL calls it only in its vision-language pipeline, in place of the function that builds image and video inputs with the model's processor; posttrain has no multimodal data path (data.image_key), and a text row gains columns through a data.custom_cls dataset class",
+    "roll:actor_train.data_args.video_total_pixels": _VIDEO,
+    "roll:actor_train.data_args.video_min_pixels": _VIDEO,
+    "roll:actor_train.data_args.video_max_pixels": _VIDEO,
+    "roll:actor_train.data_args.video_fps": _VIDEO,
+    "roll:actor_train.data_args.video_max_frames": _VIDEO,
+    "roll:actor_train.data_args.video_folder": _VIDEO,
+    "roll:validation.data_args.image_max_pixels": "ROLL resizes validation images with their own bound; posttrain resizes every image with data.image_max_pixels (actor_train.data_args.image_max_pixels), so validation images are sized as training ones",
+    "roll:actor_train.data_args.custom_data_kwargs_func": "ROLL calls it only in its vision-language pipeline, in place of the function that builds image and video inputs with the model's processor; posttrain builds a row's image inputs with the model directory's image processor (data.image_key), and a text row gains columns through a data.custom_cls dataset class",
     "roll:validation.data_args.dataset_dir": "validation files are read relative to data.dataset_dir (ROLL: actor_train.data_args.dataset_dir), the training files' folder",
     "roll:validation.data_args.preprocessing_num_workers": "the validation set is tokenised with data.filter_overlong_prompts_workers processes, the training set's",
-    "verl:data.return_multi_modal_inputs": _MULTIMODAL,
     "trinity:buffer.explorer_input.taskset.data_selector": "Trinity-RFT's task selectors (curricula that re-rank tasks by their rollout results): posttrain draws tasks in a seeded shuffled order (data.shuffle, data.seed) or by domain (data.domain_interleave_probs)",
-    "roll:actor_train.data_args.audio_folder": _MULTIMODAL,
+    "roll:actor_train.data_args.audio_folder": "audio inputs: posttrain's vision path carries images only (data.image_key); it has no audio encoder input",
 }
 
 
@@ -151,6 +152,7 @@ def parse_interleave_probs(text: str, entries: int) -> list[float]:
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    "verl:data.return_multi_modal_inputs": "verl's RLHFDataset stores the flag and reads it nowhere (verl/utils/dataset/rl_dataset.py), so it changes nothing there; posttrain processes each row's images in its dataset and carries them to the engine and the actor (records.VisionInputs)",
     "roll:actor_train.data_args.interleave_probs": (
         "ROLL reads no interleave_probs: its DataArguments dataclass has no such field and its config loader "
         "(dacite, not strict) drops unknown keys, so the key changes nothing there; posttrain's own "

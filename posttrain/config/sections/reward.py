@@ -78,8 +78,14 @@ ROLL_WORKER_CLASSES: dict[str, str] = {
 }
 ROLL_WORKER_TODO: dict[str, str] = {
     f"{_ROLL_RLVR}general_val_rule_reward_worker.GeneralValRuleRewardWorker": "ROLL's general validation rules; reward routing issue",
-    f"{_ROLL_RLVR}detection_reward_worker.DetectionRewardWorker": "vision detection rewards; multimodal issue",
     f"{_ROLL_RLVR}remote_reward_system_worker.RemoteRewardSystemWorker": "remote reward services; reward routing issue",
+}
+# ROLL worker classes posttrain refuses, and why (a reason true of its design).
+ROLL_WORKER_REFUSED: dict[str, str] = {
+    f"{_ROLL_RLVR}detection_reward_worker.DetectionRewardWorker": (
+        "ROLL's vision detection reward matches the boxes (or masks) a response names against the row's annotations with "
+        "COCO-style IoU evaluation (pycocotools); posttrain's built-in scorers grade text answers: write the box scoring as "
+        "a scorer with verl's signature and set reward.workers.<name>.worker_cls to path/file.py:function"),
 }
 # The worker_cls of the LLM judge and the keys only it reads (posttrain.rewards.judge).
 JUDGE = "llm_judge"
@@ -231,6 +237,8 @@ def check_reward_workers(cfg: Any) -> list[str]:
             native = ROLL_WORKER_CLASSES.get(worker.worker_cls)
             fix = f"write worker_cls: {native}" if native else f"not implemented yet: {ROLL_WORKER_TODO[worker.worker_cls]}"
             problems.append(f"{key}.worker_cls: {worker.worker_cls!r} is ROLL's class; {fix} (posttrain config convert translates ROLL files)")
+        elif worker.worker_cls in ROLL_WORKER_REFUSED:
+            problems.append(f"{key}.worker_cls: {worker.worker_cls!r}: {ROLL_WORKER_REFUSED[worker.worker_cls]}")
     return problems
 
 

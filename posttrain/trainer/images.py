@@ -1,0 +1,37 @@
+"""An RL stage's image side: the vision-language policy's image processor for the datasets, and the
+settings posttrain's vision path cannot honour for image rows, refused before any model loads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.config.checks import role_needs
+from posttrain.config.schema import Config
+from posttrain.data.dataset import RLDataset
+from posttrain.data.images import ImageInputs, has_media
+from posttrain.errors import ConfigError
+from posttrain.models.loading import load_config
+from posttrain.models.vision import is_vision_language, vision_path_problems
+
+
+def image_inputs(cfg: Config, tokenizer: Any) -> ImageInputs | None:
+    """The policy's image processor and pixel bounds when it is a vision-language model, else None
+    (rows with images are then refused by the dataset, naming the row)."""
+    m = cfg.model
+    config = load_config(m.path, trust_remote_code=m.trust_remote_code, override_config=m.override_config)
+    if not is_vision_language(config):
+        return None
+    return ImageInputs.from_model_dir(m.path, tokenizer, min_pixels=cfg.data.image_min_pixels,
+                                      max_pixels=cfg.data.image_max_pixels)
+
+
+def check_image_rows(cfg: Config, datasets: list[Any]) -> None:
+    """Refuse the settings `posttrain.models.vision.vision_path_problems` names when a dataset has a row with images."""
+    key = cfg.data.image_key
+    if not any(isinstance(d, RLDataset) and any(has_media(d.table.rows[i].get(key)) for i in d.indices)
+               for d in datasets if d is not None):
+        return
+    problems = vision_path_problems(sequence_parallel=cfg.actor.ulysses_sequence_parallel_size,
+                                    rollout_name=cfg.rollout.name, critic=role_needs(cfg).critic)
+    if problems:
+        raise ConfigError([f"data.image_key ({key}) rows: {p}" for p in problems])
