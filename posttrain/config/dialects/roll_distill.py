@@ -42,7 +42,6 @@ from posttrain.config.dialects import roll, roll_defaults, roll_sft
 from posttrain.config.dialects.report import Report
 from posttrain.config.dialects.roll_defaults import ROLL_DEFAULT
 from posttrain.config.dialects.translate import Context, translate_dict
-from posttrain.config.sections.data import _MULTIMODAL
 
 ROLE, ACTOR, TEACHER = "student", "actor_train", "teacher"
 # DistillConfig's defaults for the row columns (roll/pipeline/distill/distill_config.py).
@@ -101,7 +100,8 @@ def pipeline(ctx: Context) -> None:
     if isinstance(template, str) and "vl" in template.lower().replace("-", "_").split("_"):
         ctx.consume(template_key)
         ctx.refuse(template_key, f"{template!r} is no ROLL chat template: only its vision-language distillation (start_distill_vl_pipeline.py, image "
-                                 f"rows through the model's processor) runs this file; {_MULTIMODAL}", "data.chat_template_name", template)
+                                 f"rows through the model's processor) runs this file; posttrain's distillation stage, like its SFT stage, "
+                                 "trains text sequences (image rows train in RL stages with a vision-language policy)", "data.chat_template_name", template)
     _models(ctx)
     _teacher(ctx)
     for key, (native, default) in COLUMNS.items():
