@@ -171,7 +171,7 @@ def test_trinity_algorithm_types_map_onto_registered_parts():
     # every type Trinity-RFT registers (trinity/algorithm/__init__.py, with jsd) is run or refused
     assert set(ta.TYPES) | set(ta.REFUSED) == {
         "sft", "ppo", "grpo", "reinforceplusplus", "rloo", "opmd", "asymre", "dpo", "topr", "cispo", "gspo", "sapo",
-        "mix", "mix_chord", "raft", "sppo", "rec", "multi_step_grpo", "on_policy_distill", "jsd"}
+        "mix", "mix_chord", "raft", "sppo", "rec", "multi_step_grpo", "on_policy_distill", "jsd", "grpo_verl"}
 
 
 @pytest.mark.parametrize("keys, expected", [
