@@ -67,6 +67,8 @@ MACHINE = [
     ("a cluster job", re.compile(r"a cluster job's device count")),
     # vLLM/SGLang rollout: the engine package is missing because the machine has no CUDA GPU for it
     ("vLLM/SGLang", re.compile(r"(vLLM|SGLang) is not installed .*no CUDA GPU")),
+    # a tracker's secret the file reads with ${oc.env:...}: the user's shell has it, this one does not
+    ("an API key", re.compile(r"environment variable \w*(API_KEY|TOKEN)\w* is not set")),
 ]
 
 PER_WORLD = re.compile(r"does not divide the \d+ worker process")

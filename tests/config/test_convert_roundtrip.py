@@ -79,7 +79,7 @@ def test_plan_of_the_converted_file_is_the_plan_of_the_original(dialect, inputs,
 
 def test_multi_line_refused_values_keep_the_file_valid(inputs, tmp_path, capsys):
     original = tmp_path / "roll.yaml"
-    original.write_text(textwrap.dedent(_files(inputs)["roll"]).replace("actor_train:\n", "actor_train:\n  model_args: {freeze_module_prefix: \"visual.a\\\\nb\"}\n", 1) + textwrap.dedent("""\
+    original.write_text(textwrap.dedent(_files(inputs)["roll"]).replace("actor_train:\n", "actor_train:\n  model_args: {freeze_module_prefix: \"audio_tower.a\\\\nb\"}\n", 1) + textwrap.dedent("""\
         my_knob: |
           first line
           second: line

@@ -57,7 +57,7 @@ def test_the_page_and_the_schema_are_served(studio):
     _, info = find_field(Config, "actor.optim.lr")
     assert (lr["doc"], lr["type"], lr["default"], lr["widget"]) == (info.doc, "float", "1.0e-06", "text")
     assert lr["allowed"] == "> 0" and "verl:actor_rollout_ref.actor.optim.lr" in lr["refs"]
-    assert (fields["algorithm.kind"]["widget"], fields["algorithm.kind"]["options"]) == ("select", ["rl", "sft", "dpo"])
+    assert (fields["algorithm.kind"]["widget"], fields["algorithm.kind"]["options"]) == ("select", ["rl", "sft", "dpo", "distill"])
     assert fields["data.enable_thinking"]["options"] == ["true", "false", "null"]  # bool | None
     assert fields["rollout.n"]["allowed"] == ">= 1"
     assert fields["trainer.val_before_train"]["options"] == ["true", "false"]

@@ -100,7 +100,7 @@ def test_mix_trains_expert_rows_by_likelihood(files):
     )
     seen = []
     update = t.roles.actor.update
-    t.roles.actor.update = lambda batch, step=0: seen.append(batch) or update(batch, step)
+    t.roles.actor.update = lambda batch, step=0, mini_size=None: seen.append(batch) or update(batch, step, mini_size)
     losses = []
     for step in (1, 2, 3):
         metrics = t.step(t._next_prompts(step), step)

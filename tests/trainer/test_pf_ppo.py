@@ -98,7 +98,7 @@ def _one_step(files, *overrides: str):
     generated, trained = [], []
     generate = t.roles.engine.generate
     t.roles.engine.generate = lambda *a, **k: generated.append(generate(*a, **k)) or generated[-1]
-    t.roles.actor.update = lambda batch, step=0: trained.append(batch) or {}
+    t.roles.actor.update = lambda batch, step=0, mini_size=None: trained.append(batch) or {}
     rows = t.sampler.next_batch()
     metrics = t.step(collate_prompts([t.train_set[i] for i in rows], t.pad_id, uid_prefix="s1"), 1)
     return generated[0], trained[0], metrics

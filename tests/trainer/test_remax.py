@@ -46,7 +46,7 @@ def trainer(files, estimator: str) -> RLTrainer:
 def one_step(t: RLTrainer):
     """Run one step with the actor update captured (weights unchanged, so greedy decoding repeats)."""
     seen = []
-    t.roles.actor.update = lambda batch, step=0: seen.append(batch) or {}
+    t.roles.actor.update = lambda batch, step=0, mini_size=None: seen.append(batch) or {}
     rows = t.sampler.next_batch()
     prompts = collate_prompts([t.train_set[i] for i in rows], t.pad_id, uid_prefix="s1")
     return prompts, t.step(prompts, 1), seen[0]

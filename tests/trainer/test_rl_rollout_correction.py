@@ -31,7 +31,7 @@ def test_a_bf16_engine_step_logs_the_mismatch_and_weights_the_loss(files):
     )
     seen = {}
     update = t.roles.actor.update
-    t.roles.actor.update = lambda batch, step=0: seen.setdefault("batch", batch) and update(batch, step)  # type: ignore[method-assign]
+    t.roles.actor.update = lambda batch, step=0, mini_size=None: seen.setdefault("batch", batch) and update(batch, step, mini_size)  # type: ignore[method-assign]
     rows = t.sampler.next_batch()
     metrics = t.step(collate_prompts([t.train_set[i] for i in rows], t.pad_id), 1)
     batch: RolloutBatch = seen["batch"]
