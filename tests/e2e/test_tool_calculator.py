@@ -1,14 +1,20 @@
 """examples/tool_calculator.yaml through the real CLI, scaled down by editing a copy of the example:
-its `prepare` section builds the tiny model and the tool_calc data, the SFT warm-up teaches the call
-format and copying, then GRPO over the multi-turn conversations raises the reward and the share of
-correct calculator calls (read from the stage's metrics.jsonl).
+its `prepare` section builds a one-layer tiny model and the tool_calc data with 1-digit factors, the
+SFT warm-up teaches the call format and copying, then GRPO over the multi-turn conversations raises
+the sampled reward and the share of correct calculator calls (read from the stage's metrics.jsonl).
 
-About 35 s of CPU for the CLI run (133 s under `--durations` on a loaded 2-core machine): the
-warm-up needs ~120 SFT steps before the model copies the factors into its calls. Marked `long`, it
-runs with `python -m pytest -m long`. It passes on its own seeds only: with
-`prepare.model.tiny.seed: 2` the warm-up has not learned to copy, and GRPO raises the reward by
-answering without the tool, so the correct-call check fails (docs/agentic.md, "What
-examples/tool_calculator.yaml measured", has every seed's numbers)."""
+The configuration: one attention layer with one 64-wide head; 300 SFT steps (batch 32, lr 5e-3,
+constant, then a linear decay over the last 30 steps); 40 GRPO steps (8 prompts x 8 conversations
+sampled at temperature 1.3, lr 5e-4, two updates per step). Measured with model seed = trainer seed
+(mean over GRPO steps 1-20 -> 21-40; docs/agentic.md, "What examples/tool_calculator.yaml measured"):
+
+    seed 1  SFT loss 0.0006  reward 0.499 -> 0.588  correct calls 0.500 -> 0.606
+    seed 2  SFT loss 0.0013  reward 0.461 -> 0.537  correct calls 0.514 -> 0.616
+    seed 3  SFT loss 0.0006  reward 0.493 -> 0.575  correct calls 0.523 -> 0.605
+
+Seed 1 runs in CI (`slow`, about 70 s of CPU on a loaded 2-core machine); seeds 2 and 3 are `long`
+(`python -m pytest -m long`), to re-check the robustness when the configuration or the code changes.
+"""
 
 from __future__ import annotations
 
@@ -23,21 +29,35 @@ from posttrain.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tool_calculator.yaml"
-STEPS = 20  # GRPO steps
+STEPS = 40  # GRPO steps
+SEEDS = [pytest.param(1, marks=pytest.mark.slow),
+         pytest.param(2, marks=pytest.mark.long),
+         pytest.param(3, marks=pytest.mark.long)]
 
 
-@pytest.mark.long
-def test_sft_warm_up_then_grpo_raises_the_reward_and_the_correct_calls(tmp_path, monkeypatch):
+def scaled_example(seed: int) -> dict:
+    """The example with the model, digits, SFT schedule and GRPO length of the module docstring."""
     config = yaml.safe_load(EXAMPLE.read_text())
-    # one layer with one 64-wide head learns to copy the factors into the call and the tool's answer
-    # into the reply after ~110 SFT steps at lr 1e-2 (the example's 3-layer model: ~220 at 1e-3)
-    config["prepare"]["model"]["tiny"] = {"layers": 1, "hidden": 64, "heads": 1}
+    # one layer with one 64-wide head learns to copy the factors into the call, and the tool's answer
+    # into the reply, sooner than the example's 3 layers (docs/agentic.md)
+    config["prepare"]["model"]["tiny"] = {"layers": 1, "hidden": 64, "heads": 1, "seed": seed}
     config["prepare"]["data"].update(options={"digits": 1}, test=16)
     config["actor"].update(ppo_mini_batch_size=4, optim={"lr": 5e-4})  # two updates per step
-    config["trainer"].update(total_training_steps=STEPS, test_freq=-1, val_before_train=False, logger=["jsonl"])
+    config["trainer"].update(total_training_steps=STEPS, test_freq=-1, val_before_train=False, logger=["jsonl"], seed=seed)
     sft = config["stages"][0]
-    sft["trainer"]["total_training_steps"] = 120  # copying half learned: GRPO starts from sampled rewards ~0.7
-    sft["actor"]["optim"]["lr"] = 1e-2
+    sft["trainer"]["total_training_steps"] = 300
+    # lr 5e-3 leaves the copying plateau by step ~150 on every seed measured, and the wsd schedule's
+    # decay over the last 30 steps settles it (1e-2 is faster on some seeds, but spikes after copying)
+    sft["actor"]["optim"] = {"lr": 5e-3, "lr_scheduler_type": "wsd"}
+    # GRPO samples at 1.3: after a warm-up that copies, temperature 1 leaves a sampled reward of ~0.9
+    # that 40 steps do not move beyond the noise; at 1.3 it starts near 0.5 and GRPO sharpens the policy
+    config["stages"][1]["rollout"] = {"temperature": 1.3}
+    return config
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sft_warm_up_then_grpo_raises_the_reward_and_the_correct_calls(seed, tmp_path, monkeypatch):
+    config = scaled_example(seed)
     (tmp_path / "tool.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     shutil.copytree(ROOT / "examples" / "tools", tmp_path / "examples" / "tools")  # the example's relative tool_config_path
     monkeypatch.chdir(tmp_path)
@@ -47,6 +67,6 @@ def test_sft_warm_up_then_grpo_raises_the_reward_and_the_correct_calls(tmp_path,
     steps = [r for r in rows if "critic/score/mean" in r]
     assert len(steps) == STEPS
     half = STEPS // 2
-    for key, margin in (("critic/score/mean", 0.05), ("reward/correct_call", 0.02)):
+    for key, margin in (("critic/score/mean", 0.05), ("reward/correct_call", 0.05)):
         first, last = (sum(r[key] for r in part) / half for part in (steps[:half], steps[half:]))
-        assert last > first + margin, (key, first, last)  # measured: reward 0.72 -> 0.84, correct calls 0.878 -> 0.914
+        assert last > first + margin, (seed, key, first, last)  # measured: the module docstring
