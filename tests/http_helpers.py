@@ -1,10 +1,15 @@
-"""Calling a test's HTTP server (posttrain serve, trainer.mode serve) the way a client would."""
+"""Calling a test's HTTP server (posttrain serve, trainer.mode serve, auxiliary models) the way a client
+would, and an engine that answers every prompt with a fixed text to serve behind it."""
 
 from __future__ import annotations
 
 import json
 import urllib.error
 import urllib.request
+
+import torch
+
+from posttrain.records import PromptBatch, RolloutBatch
 
 
 def call(port, path, body=None, raw=None):
@@ -16,3 +21,26 @@ def call(port, path, body=None, raw=None):
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())
+
+
+class ScriptedEngine:
+    """Answers every prompt with a fixed text (the tool-call path and the judges need a model that writes
+    one) and records the sampling parameters it was asked for."""
+
+    device = torch.device("cpu")
+    weights_version = 0
+
+    def __init__(self, tokenizer, text):
+        self.ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        self.eos_token_ids = [self.ids[-1]]
+        self.params = []
+
+    def generate(self, prompts: PromptBatch, params, *, expected_version, seed=None) -> RolloutBatch:
+        self.params.append(params)
+        B, T = len(prompts) * params.n, len(self.ids)
+        return RolloutBatch(
+            prompt_ids=prompts.input_ids.repeat(params.n, 1), prompt_mask=prompts.attention_mask.repeat(params.n, 1),
+            response_ids=torch.tensor([self.ids] * B), response_mask=torch.ones(B, T), rollout_logprobs=torch.full((B, T), -0.5),
+            weights_version=torch.zeros(B, dtype=torch.long), group_index=["u"] * B, data_source=[""] * B,
+            ground_truth=[None] * B, extra_info=[{}] * B, raw_prompt=[""] * B,
+        )

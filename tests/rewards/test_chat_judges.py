@@ -6,15 +6,14 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
 from posttrain.config.load import load_config
 from posttrain.errors import ConfigError, DataError
 from posttrain.models.tokenizer import build_tiny_tokenizer
-from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rewards.auxiliary import chat, env_name, start_auxiliary
 from posttrain.rewards.chat_judges import ChatJudgeSpec, chat_judge_spec, parse_rating, parse_scores
 from posttrain.rewards.types import RewardInput
+from http_helpers import ScriptedEngine
 
 
 class Script:
@@ -87,28 +86,6 @@ def test_chat_judge_keys_are_checked():
         chat_judge_spec("ruler_judge", {"model": "judge", "rubric_key": "r"}, "reward.workers.w")
     with pytest.raises(ConfigError, match=r"reward_kwargs.max_tokens: expected a number >= 1, got 0"):
         chat_judge_spec("rubric_judge", {"model": "judge", "max_tokens": 0}, "reward.workers.w")
-
-
-class ScriptedEngine:
-    """Answers every prompt with a fixed text and records the sampling parameters it was asked for."""
-
-    device = torch.device("cpu")
-    weights_version = 0
-
-    def __init__(self, tokenizer, text):
-        self.ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
-        self.eos_token_ids = [self.ids[-1]]
-        self.params = []
-
-    def generate(self, prompts: PromptBatch, params, *, expected_version, seed=None) -> RolloutBatch:
-        self.params.append(params)
-        B, T = len(prompts) * params.n, len(self.ids)
-        return RolloutBatch(
-            prompt_ids=prompts.input_ids.repeat(params.n, 1), prompt_mask=prompts.attention_mask.repeat(params.n, 1),
-            response_ids=torch.tensor([self.ids] * B), response_mask=torch.ones(B, T), rollout_logprobs=torch.full((B, T), -0.5),
-            weights_version=torch.zeros(B, dtype=torch.long), group_index=["u"] * B, data_source=[""] * B,
-            ground_truth=[None] * B, extra_info=[{}] * B, raw_prompt=[""] * B,
-        )
 
 
 def test_auxiliary_models_are_served_on_loopback_and_their_urls_reach_reward_code(tmp_path):

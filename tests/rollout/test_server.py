@@ -9,35 +9,13 @@ import time
 import urllib.error
 
 import pytest
-import torch
 
 from posttrain.cluster.launch import free_port
 from posttrain.models.tiny import make_tiny_model
 from posttrain.models.tokenizer import build_tiny_tokenizer
-from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout import HFEngine
 from posttrain.rollout.server import ChatService, make_server
-from http_helpers import call
-
-
-class ScriptedEngine:
-    """Answers every prompt with a fixed text (the tool-call path needs a model that writes one)."""
-
-    device = torch.device("cpu")
-    weights_version = 0
-
-    def __init__(self, tokenizer, text):
-        self.ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
-        self.eos_token_ids = [self.ids[-1]]
-
-    def generate(self, prompts: PromptBatch, params, *, expected_version, seed=None) -> RolloutBatch:
-        B, T = len(prompts) * params.n, len(self.ids)
-        return RolloutBatch(
-            prompt_ids=prompts.input_ids.repeat(params.n, 1), prompt_mask=prompts.attention_mask.repeat(params.n, 1),
-            response_ids=torch.tensor([self.ids] * B), response_mask=torch.ones(B, T), rollout_logprobs=torch.full((B, T), -0.5),
-            weights_version=torch.zeros(B, dtype=torch.long), group_index=["u"] * B, data_source=[""] * B,
-            ground_truth=[None] * B, extra_info=[{}] * B, raw_prompt=[""] * B,
-        )
+from http_helpers import ScriptedEngine, call
 
 
 @pytest.fixture
