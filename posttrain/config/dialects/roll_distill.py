@@ -184,17 +184,11 @@ def _teacher(ctx: Context) -> None:
 
 
 def _validation(ctx: Context) -> None:
-    """ROLL validates only with validation.data_args: every eval_steps steps, not before the first."""
-    val = ctx.get("validation.data_args")
+    """ROLL's distillation pipeline validates every eval_steps steps, not before the first."""
     infer = f"{ACTOR}.infer_batch_size"
-    if not isinstance(val, Mapping) or not val.get("file_name"):
-        for key in (k for k in (infer, "eval_steps") if ctx.has(k)):
-            ctx.consume(key)
-            ctx.drop(key, "no validation.data_args: ROLL's distillation pipeline does not validate")
+    if not roll_sft.validates(ctx, "distillation", False,
+                              "ROLL's distillation pipeline validates at steps that are multiples of eval_steps, from step 1"):
         return
-    ctx.set("trainer.val_before_train", False, "eval_steps", "ROLL's distillation pipeline validates at steps that are multiples of eval_steps, from step 1")
-    if not ctx.has("eval_steps"):
-        ctx.set("trainer.test_freq", roll_sft.EVAL_STEPS, "eval_steps", f"{ROLL_DEFAULT}: {roll_sft.EVAL_STEPS}")
     if ctx.has(infer):
         ctx.consume(infer)
         ctx.drop(infer, "ROLL's validation batch (infer_batch_size x gradient_accumulation_steps x data-parallel ranks rows, the last incomplete one "

@@ -159,18 +159,25 @@ def _lengths(ctx: Context) -> None:
     ctx.set("data.max_length", value, key, "ROLL pads every row to it, and a longer row fails its batch (posttrain: data.truncation error)")
 
 
-def _validation(ctx: Context) -> None:
-    """ROLL validates only with validation.data_args: before step 0, then every eval_steps steps."""
+def validates(ctx: Context, pipeline: str, before_first: bool, when: str) -> bool:
+    """Whether a ROLL SFT-style pipeline (SFT, distillation) validates: only with validation.data_args,
+    every eval_steps steps, and before the first step if `before_first` (`when` says which). Without
+    it, eval_steps and the actor's infer_batch_size are dropped; with it, the caller reads infer_batch_size."""
     val = ctx.get("validation.data_args")
-    infer = f"{ACTOR}.infer_batch_size"
     if not isinstance(val, Mapping) or not val.get("file_name"):
-        for key in (k for k in (infer, "eval_steps") if ctx.has(k)):
+        for key in (k for k in (f"{ACTOR}.infer_batch_size", "eval_steps") if ctx.has(k)):
             ctx.consume(key)
-            ctx.drop(key, "no validation.data_args: ROLL's SFT pipeline does not validate")
-        return
-    ctx.set("trainer.val_before_train", True, "eval_steps", "ROLL's SFT pipeline validates at step 0 (global_step % eval_steps == 0)")
+            ctx.drop(key, f"no validation.data_args: ROLL's {pipeline} pipeline does not validate")
+        return False
+    ctx.set("trainer.val_before_train", before_first, "eval_steps", when)
     if not ctx.has("eval_steps"):
         ctx.set("trainer.test_freq", EVAL_STEPS, "eval_steps", f"{ROLL_DEFAULT}: {EVAL_STEPS}")
-    if ctx.has(infer):
+    return True
+
+
+def _validation(ctx: Context) -> None:
+    """ROLL's SFT pipeline validates before step 0, then every eval_steps steps."""
+    infer = f"{ACTOR}.infer_batch_size"
+    if validates(ctx, "SFT", True, "ROLL's SFT pipeline validates at step 0 (global_step % eval_steps == 0)") and ctx.has(infer):
         ctx.consume(infer)
         ctx.set("data.val_batch_size", ctx.get(infer), infer, "rows per validation forward")
