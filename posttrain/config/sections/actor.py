@@ -205,28 +205,27 @@ def check_freeze_prefix(cfg: Any) -> list[str]:
     problems = check_freeze_vision_tower(cfg)
     if not prefixes:
         return problems
-    model = getattr(cfg, "model", None)
-    kind = getattr(getattr(cfg, "algorithm", None), "kind", "rl")
     if "" in prefixes:
         problems.append(f"actor.freeze_module_prefix {prefixes} holds an empty prefix, which every parameter name starts with; remove it")
-    if kind != "rl":
-        problems.append(f"actor.freeze_module_prefix is read by RL stages only, and algorithm.kind is {kind}; leave it empty for this stage")
-    if getattr(model, "lora_rank", 0) > 0 or getattr(model, "lora_adapter_path", None) is not None:
-        problems.append("actor.freeze_module_prefix with LoRA (model.lora_rank / lora_adapter_path): LoRA trains only its adapters "
-                        "and freezes the whole base already; drop one of the two")
-    return problems
+    return problems + _rl_full_model(cfg, "actor.freeze_module_prefix", "leave it empty",
+                                     "LoRA trains only its adapters and freezes the whole base already")
 
 
 def check_freeze_vision_tower(cfg: Any) -> list[str]:
     """actor.freeze_vision_tower acts on the RL actor's full model: not in an SFT/DPO stage, not beside LoRA."""
     if not getattr(getattr(cfg, "actor", None), "freeze_vision_tower", False):
         return []
+    return _rl_full_model(cfg, "actor.freeze_vision_tower", "set it to false",
+                          "LoRA freezes the whole base, vision tower included, already")
+
+
+def _rl_full_model(cfg: Any, key: str, remedy: str, lora_why: str) -> list[str]:
+    """A freezing key acts on the RL actor's full model: refused in an SFT/DPO stage and beside LoRA."""
     model = getattr(cfg, "model", None)
     kind = getattr(getattr(cfg, "algorithm", None), "kind", "rl")
     problems = []
     if kind != "rl":
-        problems.append(f"actor.freeze_vision_tower is read by RL stages only, and algorithm.kind is {kind}; set it to false for this stage")
+        problems.append(f"{key} is read by RL stages only, and algorithm.kind is {kind}; {remedy} for this stage")
     if getattr(model, "lora_rank", 0) > 0 or getattr(model, "lora_adapter_path", None) is not None:
-        problems.append("actor.freeze_vision_tower with LoRA (model.lora_rank / lora_adapter_path): LoRA freezes the whole "
-                        "base, vision tower included, already; drop one of the two")
+        problems.append(f"{key} with LoRA (model.lora_rank / lora_adapter_path): {lora_why}; drop one of the two")
     return problems
