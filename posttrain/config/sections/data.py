@@ -28,6 +28,25 @@ class CustomClsConfig:
     name: str | None = param(None, doc="Name of the dataset class in that file.", refs=["verl:.name"])
 
 
+_SEL = "trinity:buffer.explorer_input.taskset.data_selector"
+
+
+@section
+class TaskSelectorConfig:
+    """A task selector choosing each step's training rows (posttrain.data.selectors): Trinity-RFT's
+    selectors, with its arguments (BOTS: difficulty_based)."""
+
+    type: str | None = param(None, doc="Which selector picks each step's rows: sequential (file order, wrapping), shuffle (a permutation per epoch), random (rows without replacement per batch), offline_easy2hard (sorted by feature_keys, highest first), difficulty_based (BOTS: a Beta posterior of each row's pass rate, updated from each step's mean rewards, rows near target_reward picked); all seeded by data.seed and continuing across epochs without dropping a short tail (docs/data.md). Null: posttrain's sampler (data.shuffle).", choices=[None, "sequential", "shuffle", "random", "offline_easy2hard", "difficulty_based"], refs=[f"{_SEL}.selector_type"])
+    feature_keys: list[str] = param(factory=list, doc="Columns of per-row numbers: offline_easy2hard sorts by them (the first, then the next to break ties); difficulty_based takes exactly two, the pass rates of a weaker and a stronger reference model, to interpolate unseen rows' pass rates.", refs=[f"{_SEL}.feature_keys"])
+    m: int = param(16, doc="difficulty_based: pseudo-trials one step's mean reward counts for (BOTS's m, the rollouts per task).", ge=1, refs=[f"{_SEL}.kwargs.m"])
+    lamb: float = param(0.2, doc="difficulty_based: how much of the old posterior each update forgets (BOTS's lambda): alpha <- (1-lamb) alpha + lamb + evidence.", ge=0.0, le=1.0, refs=[f"{_SEL}.kwargs.lamb"])
+    rho: float = param(0.2, doc="difficulty_based: weight of the interpolated (implicit) evidence against the observed one (BOTS's rho).", ge=0.0, le=1.0, refs=[f"{_SEL}.kwargs.rho"])
+    adaptive_rho: bool = param(False, doc="difficulty_based: halve rho whenever the interpolation's mean absolute error on the step's rows is >= 0.25.", refs=[f"{_SEL}.kwargs.adaptive_rho"])
+    target_reward: float = param(1.0, doc="difficulty_based: the pass rate the selector aims at; rows whose estimate is closest to it are picked (BOTS: 0.5).", refs=[f"{_SEL}.kwargs.target_reward"])
+    tau: float = param(1.0, doc="difficulty_based: temperature of the pick; 0 takes the batch closest to target_reward, > 0 samples rows without replacement with probabilities softmax(-|target - p| / tau).", ge=0.0, refs=[f"{_SEL}.kwargs.tau"])
+    do_sample: bool = param(False, doc="difficulty_based: score each row with a draw from its Beta posterior (Thompson sampling) instead of the posterior mean.", refs=[f"{_SEL}.kwargs.do_sample"])
+
+
 @section
 class DataConfig:
     """Training/validation data files, prompt formatting, lengths and batch size."""
@@ -79,7 +98,7 @@ class DataConfig:
     val_batch_size: int | None = param(None, doc="Prompts (SFT/DPO: examples) per validation batch; null validates the whole set as one batch (SFT/DPO: in training micro-batches).", ge=1, refs=["verl:data.val_batch_size", "roll:val_batch_size"])
     shuffle: bool = param(True, doc="Shuffle the training data each epoch (seeded by seed and the epoch).", refs=["verl:data.shuffle"])
     validation_shuffle: bool = param(False, doc="Shuffle the validation data.", refs=["verl:data.validation_shuffle"])
-    seed: int = param(1, doc="Seed of the data shuffle; with the epoch it fixes the order exactly.", ge=0, refs=["verl:data.seed"])
+    seed: int = param(1, doc="Seed of the data shuffle (and of data.selector's draws); with the epoch it fixes the order exactly.", ge=0, refs=["verl:data.seed", f"{_SEL}.seed"])
 
     # ---- optional outputs --------------------------------------------------------------------
     return_raw_chat: bool = param(False, doc="Keep each RL prompt's chat messages (system prompt added) before the template: reward.reward_model.input_tokenizer then re-renders the conversation in the reward model's own chat template, reward functions get them as extra_info['raw_chat'], and trainer.rollout_data_dir dumps write them as raw_chat.", refs=["verl:data.return_raw_chat"])
@@ -94,6 +113,7 @@ class DataConfig:
     use_shm: bool = param(False, doc="verl copies the data files to /dev/shm before reading; posttrain reads the local files directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.", refs=["verl:data.use_shm"])
     dataloader_num_workers: int = param(0, doc="Processes that read each training batch (template and tokenise its prompts, sequences or pairs), started once by the first batch; 0 reads in the trainer process. The examples are the same either way, and the batch the sampler chose is read, never one ahead, so resume stays exact.", ge=0, refs=["verl:data.dataloader_num_workers"])
     sampler: dict[str, Any] = param(factory=dict, doc="A user sampler class choosing the RL training rows: {class_path: a Python file, class_name}; built as cls(data_source=dataset, data_config=data), iterated for dataset positions (one pass an epoch, data.train_batch_size a step); an update(batch) method gets each step's positions and scores (a curriculum); state_dict/load_state_dict make resume exact. Empty: posttrain's shuffled order.", refs=["verl:data.sampler"])
+    selector: TaskSelectorConfig = param(factory=TaskSelectorConfig, doc="A task selector choosing the RL training rows (Trinity-RFT's data_selector; BOTS's online difficulty-based one): posttrain.data.selectors; its type null keeps posttrain's sampler.")
     domain_interleave_probs: dict[str, float] = param(factory=dict, doc="RL training batches drawn by domain: each prompt's domain (a reward worker's name, standing for its tag_included, or a tag) is drawn with these probabilities (normalised); empty draws rows uniformly.", refs=["roll:actor_train.data_args.domain_interleave_probs"])
     interleave_probs: str | None = param(None, doc="RL training rows drawn by file: one probability per data.train_files entry, comma separated (\"0.7,0.3\"; normalised); each prompt picks an entry, then the next row of that entry's own shuffled order, which repeats when used up (Hugging Face interleave_datasets with all_exhausted). Null draws rows uniformly.", refs=[])
 
@@ -127,7 +147,6 @@ UNSUPPORTED: dict[str, str] = {
     "roll:actor_train.data_args.custom_data_kwargs_func": "ROLL calls it only in its vision-language pipeline, in place of the function that builds image and video inputs with the model's processor; posttrain builds a row's image inputs with the model directory's image processor (data.image_key), and a text row gains columns through a data.custom_cls dataset class",
     "roll:validation.data_args.dataset_dir": "validation files are read relative to data.dataset_dir (ROLL: actor_train.data_args.dataset_dir), the training files' folder",
     "roll:validation.data_args.preprocessing_num_workers": "the validation set is tokenised with data.filter_overlong_prompts_workers processes, the training set's",
-    "trinity:buffer.explorer_input.taskset.data_selector": "Trinity-RFT's task selectors (curricula that re-rank tasks by their rollout results): posttrain draws tasks in a seeded shuffled order (data.shuffle, data.seed) or by domain (data.domain_interleave_probs)",
     "roll:actor_train.data_args.audio_folder": "audio inputs: posttrain's vision path carries images only (data.image_key); it has no audio encoder input",
 }
 
@@ -190,10 +209,14 @@ def check_row_choosers(cfg: Any) -> list[str]:
     data = getattr(cfg, "data", None)
     if data is None:
         return []
-    chosen = [k for k, on in (("data.sampler", sampler_set(data)), ("data.interleave_probs", data.interleave_probs is not None),
+    chosen = [k for k, on in (("data.sampler", sampler_set(data)), ("data.selector", data.selector.type is not None),
+                              ("data.interleave_probs", data.interleave_probs is not None),
                               ("data.domain_interleave_probs", bool(data.domain_interleave_probs))) if on]
     if len(chosen) > 1:
         return [f"{' and '.join(chosen)} each choose the row every prompt draws; keep one of them"]
+    unread = _selector_args_unread(data.selector)
+    if unread:
+        return unread
     kind = getattr(getattr(cfg, "algorithm", None), "kind", "rl")
     if chosen and chosen[0] != "data.domain_interleave_probs" and kind != "rl":
         return [f"{chosen[0]}: it chooses RL prompt batches; algorithm.kind={kind} samples its rows uniformly, so leave it unset"]
@@ -202,6 +225,17 @@ def check_row_choosers(cfg: Any) -> list[str]:
             parse_interleave_probs(data.interleave_probs, len(data.train_files))
         except ConfigError as e:
             return list(e.problems)
+    return []
+
+
+def _selector_args_unread(sel: TaskSelectorConfig) -> list[str]:
+    """data.selector arguments that its type does not read (they would change nothing)."""
+    default = TaskSelectorConfig()
+    bots = [k for k in ("m", "lamb", "rho", "adaptive_rho", "target_reward", "tau", "do_sample") if getattr(sel, k) != getattr(default, k)]
+    if sel.type != "difficulty_based" and bots:
+        return [f"data.selector.{', '.join(bots)}: read by the difficulty_based selector only (data.selector.type is {sel.type}); drop them or set the type"]
+    if sel.type is None and sel.feature_keys:
+        return ["data.selector.feature_keys: no selector is set (data.selector.type null); set the type that reads them, or drop them"]
     return []
 
 
