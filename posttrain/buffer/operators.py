@@ -19,9 +19,12 @@ Operators, by Trinity-RFT name where it has one:
 - `response_length_filter` (min_length 0, max_length null; posttrain's): keep responses whose token
   count is within [min, max];
 - `dedup_filter` (posttrain's): keep the first of identical responses to the same prompt.
+- `pass_rate_calculator`: keeps every row and reports how the step's prompts' pass rates (mean
+  score over each prompt's responses) spread: the shares in (0, 1), in (1/16, 15/16), below 1,
+  above 0, below 15/16 and above 1/16 (Trinity-RFT's selection metrics). In Trinity-RFT it also
+  feeds the task selector; posttrain's data.selector is fed each step's scores without it.
 
-Trinity-RFT's `data_juicer` operator (and `pass_rate_calculator`, which feeds its task selector) are
-refused by `check_pipeline` with the reason.
+Trinity-RFT's `data_juicer` operator is refused by `check_pipeline` with the reason.
 """
 
 from __future__ import annotations
@@ -101,13 +104,28 @@ def dedup_filter(batch: RolloutBatch, scores: torch.Tensor, texts: list[str]) ->
     return Kept(keep, scores, {"filtered": float((~keep).sum())})
 
 
+def pass_rate_calculator(batch: RolloutBatch, scores: torch.Tensor, texts: list[str]) -> Kept:
+    rewards: dict[str, list[float]] = {}
+    for uid, score in zip(batch.group_index, scores.tolist()):
+        rewards.setdefault(uid, []).append(score)
+    rates = [sum(r) / len(r) for r in rewards.values()]  # each prompt's pass rate
+    lo, hi = 1 / 16 + 1e-3, 15 / 16 - 1e-3  # Trinity's margins around one success / failure in 16
+
+    def share(test: Callable[[float], bool]) -> float:
+        return sum(map(test, rates)) / len(rates) if rates else 0.0
+
+    metrics = {"valid_ratio": share(lambda p: 0 < p < 1), "strict_valid_ratio": share(lambda p: lo < p < hi),
+               "<1_ratio": share(lambda p: p < 1), ">0_ratio": share(lambda p: p > 0),
+               "<15_16_ratio": share(lambda p: p < hi), ">1_16_ratio": share(lambda p: p > lo)}
+    return Kept(torch.ones(len(scores), dtype=torch.bool), scores, metrics)
+
+
 EXPERIENCE_OPERATORS: dict[str, Callable[..., Kept]] = {
     "reward_filter": reward_filter, "reward_std_filter": reward_std_filter, "invalid_reward_filter": invalid_reward_filter,
     "reward_shaping_mapper": reward_shaping_mapper, "response_length_filter": response_length_filter, "dedup_filter": dedup_filter,
+    "pass_rate_calculator": pass_rate_calculator,
 }
-REFUSED = {
-    "pass_rate_calculator": "it records each task's pass rate for Trinity-RFT's task selector, which posttrain does not have",
-}
+REFUSED: dict[str, str] = {}
 
 
 def _data_juicer_reason() -> str:

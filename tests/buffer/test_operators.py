@@ -50,9 +50,18 @@ def test_reward_shaping_reads_the_rows_extra_info():
 
 
 def test_unknown_refused_and_misspelt_operators_are_named():
-    problems = check_pipeline([{"name": "data_juicer", "args": {}}, {"name": "pass_rate_calculator"},
-                               {"name": "reward_filtr"}, {"name": "reward_filter", "args": {"treshold": 1}}], "ops")
+    problems = check_pipeline([{"name": "data_juicer", "args": {}}, {"name": "reward_filtr"}, {"name": "reward_filter", "args": {"treshold": 1}}], "ops")
     assert problems[0].startswith("ops[0]: data_juicer is refused: data-juicer operators need the data_juicer package")
-    assert "task selector" in problems[1] and "unknown operator 'reward_filtr'" in problems[2]
-    assert problems[3] == "ops[3]: reward_filter takes no treshold (its arguments: threshold)"
-    assert check_pipeline([{"name": "dedup_filter"}], "ops") == []
+    assert "unknown operator 'reward_filtr'" in problems[1]
+    assert problems[2] == "ops[2]: reward_filter takes no treshold (its arguments: threshold)"
+    assert check_pipeline([{"name": "dedup_filter"}, {"name": "pass_rate_calculator"}], "ops") == []
+
+
+def test_pass_rate_calculator_reports_how_the_prompts_pass_rates_spread():
+    batch = _batch(["a", "a", "b", "b", "c", "c", "d"], [1] * 7)
+    scores = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.05])  # pass rates a 0.5, b 1, c 0, d 0.05
+    kept, s, _, metrics = run_pipeline([{"name": "pass_rate_calculator"}], batch, scores, [""] * 7)
+    assert len(kept) == 7 and torch.equal(s, scores)  # it keeps and reshapes nothing
+    got = {k.rpartition("/")[2]: v for k, v in metrics.items()}
+    # d's 0.05 is below 1/16 + 1e-3: in (0, 1) but not strictly valid
+    assert got == {"valid_ratio": 0.5, "strict_valid_ratio": 0.25, "<1_ratio": 0.75, ">0_ratio": 0.75, "<15_16_ratio": 0.75, ">1_16_ratio": 0.5}

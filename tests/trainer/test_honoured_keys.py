@@ -90,6 +90,7 @@ KNOBS = [
     knob("data.filter_overlong_prompts_workers=2", "pools", *VARIED, "data.max_prompt_length=50", "data.filter_overlong_prompts=true"),
     knob("data.dataloader_num_workers=2", "pools"),
     knob("data.sampler={class_path: {data}/sampler.py, class_name: Rotating}", "prompts"),
+    knob("data.selector.type=random", "prompts"),
     knob("data.train_batch_size=2", "prompts", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=4"),
     knob("data.val_batch_size=2", "validation", *VAL),
     knob("data.shuffle=false", "prompts"),
@@ -471,6 +472,9 @@ ELSEWHERE = {
     }.items()},
     "data.domain_interleave_probs": "tests/data/test_data_domains.py::test_the_training_sampler_draws_by_domain_from_the_files",
     "data.interleave_probs": "tests/data/test_data_interleave.py::test_rows_are_drawn_by_file_with_the_probabilities",
+    "data.selector.feature_keys": "tests/data/test_data_selectors.py::test_a_changed_key_changes_the_rows",
+    **{f"data.selector.{k}": "tests/data/test_data_selectors.py::test_each_bots_argument_changes_the_posterior_or_the_rows"
+       for k in ("m", "lamb", "rho", "adaptive_rho", "tau", "do_sample", "target_reward")},
     "data.tools_key": "tests/data/test_data_row_templates.py::test_each_rows_tools_reach_the_chat_template",
     "data.val_file_keys": "tests/data/test_data_val_file_keys.py::test_an_entry_is_read_with_its_own_columns",
     "data.prompt_format": "tests/data/test_data_tool_n1.py::test_a_tool_n1_row_becomes_its_conversation",

@@ -21,7 +21,7 @@ _DJ = ("Trinity-RFT's task pipeline runs data-juicer operators, which posttrain 
 class ExperiencePipelineConfig:
     """Operators applied in order to each scored batch before training."""
 
-    operators: list[dict[str, Any]] = param(factory=list, doc="Operators {name, args} from posttrain.buffer.operators: reward_filter, reward_std_filter, invalid_reward_filter, reward_shaping_mapper, response_length_filter, dedup_filter (data_juicer refused with the reason).", refs=[f"{_EP}.operators"])
+    operators: list[dict[str, Any]] = param(factory=list, doc="Operators {name, args} from posttrain.buffer.operators: reward_filter, reward_std_filter, invalid_reward_filter, reward_shaping_mapper, response_length_filter, dedup_filter, pass_rate_calculator (data_juicer refused with the reason).", refs=[f"{_EP}.operators"])
 
 
 @section
