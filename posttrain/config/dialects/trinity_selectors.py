@@ -21,7 +21,6 @@ refs move them key by key). What this handler adds:
 
 from __future__ import annotations
 
-
 from posttrain.config.dialects.translate import Context
 
 _TS = "buffer.explorer_input.taskset"
