@@ -69,6 +69,10 @@ TOOL_ARGS = ("max_assistant_turns", "max_user_turns", "tool_config_path", "inter
              "use_inference_chat_template", "tokenization_sanity_check_mode")
 _ENV = ("plays Trinity's own environment over a taskset of episodes; posttrain plays environments from env.custom_envs "
         "with env.train_env_manager (docs/agentic.md: walk, or your class by module:Class)")
+_BOTS = ("BOTS's math workflow sends the prompt column's messages as they are (no system prompt) and scores with Reasoning360's "
+         "DAPO grader (the last boxed answer after </think>, its normalised-string and sympy checks, then prime_math's math_equal), "
+         "which posttrain does not carry; posttrain's math_boxed scorer (Qwen2.5-Math's string cleaning) or math scorer "
+         "(math-verify) would score other answers right: translate it as math_boxed_workflow with one of them")
 REFUSED = {
     **{name: _ENV for name in ("frozen_lake_workflow", "alfworld_workflow", "sciworld_workflow", "webshop_workflow",
                                "step_wise_alfworld_workflow", "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow",
@@ -85,6 +89,12 @@ REFUSED = {
              "with the training stage's prompt, sampling and reward: use simple_workflow with rollout_args and a reward "
              "function (posttrain's math scorer: reward.custom_reward_function.name: math)"
        for name in ("math_eval_workflow", "async_math_eval_workflow")},
+    # examples/bots/workflow/bots_math_boxed_workflow.py: math_boxed_workflow with another reward and prompt
+    "examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow": _BOTS,
+    "bots_ref_eval_collect_math_boxed_workflow": _BOTS + (
+        "; it also appends every task's rewards to the JSONL file BOTS_REF_EVAL_LOG_FILE names, for "
+        "examples/bots/ref_eval_collect.py to join into the dataset as a pass-rate column, which posttrain's explore mode "
+        "does not write (its buffer holds the scored experiences: trainer.mode explore)"),
 }
 # Trinity-RFT's registered reward functions -> the posttrain built-in scorer giving the same scores
 # (posttrain.rewards.scorers.BUILTIN_SCORERS), and those refused with what they would need.
