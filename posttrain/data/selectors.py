@@ -183,6 +183,11 @@ class SelectorSampler:
     def epoch(self) -> int:
         return self.selector.taken // self.selector.size
 
+    @property
+    def adaptive(self) -> bool:
+        """Whether the order depends on feedback (replaying the draws would not reproduce it)."""
+        return type(self.selector).feedback is not Selector.feedback
+
     def __len__(self) -> int:
         """Nominal batches per epoch: the rows over the batch size."""
         return max(1, self.selector.size // self.batch_size)

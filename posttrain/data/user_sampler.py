@@ -52,6 +52,11 @@ class UserSampler:
         self.last_rows: list[int] = []
         self._iter: Iterator[Any] | None = None
 
+    @property
+    def adaptive(self) -> bool:
+        """A curriculum that saves its state: its order depends on the updates it got."""
+        return hasattr(self.sampler, "update") and hasattr(self.sampler, "state_dict")
+
     def __len__(self) -> int:
         """Nominal batches per pass: the dataset's rows over the batch size (drop_last)."""
         return max(1, self.size // self.batch_size)

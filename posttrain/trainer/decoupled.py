@@ -57,6 +57,7 @@ from posttrain.config.schema import Config
 from posttrain.errors import UserError
 from posttrain.models.lora import is_lora, merged_tensors
 from posttrain.trainer.explorer_crew import Crew, follow_orders
+from posttrain.trainer.explorer_order import STATE_FILE, OrderLog, learns, restore_order
 from posttrain.trainer.metrics import PhaseTimer
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir
 from posttrain.trainer.sync import DYNAMIC, Follower, Publisher
@@ -146,8 +147,8 @@ def run_explorer(ctx: StageContext) -> StageResult:
     buffer = open_buffer(cfg, stage_dir) if world.is_main else None
     weights = WeightFiles(weights_dir(stage_dir)) if cfg.trainer.mode == "both" else None
     start = world.from_main(buffer.explored() if buffer is not None else None)
-    for _ in range(start if explorer.sampler else 0):  # the data order continues after the last batch written
-        explorer.sampler.next_batch()
+    if explorer.sampler:  # the data order continues after the last batch written
+        restore_order(explorer.sampler, stage_dir / "explorer" / STATE_FILE, start)
     try:
         if world.is_main:
             crew = Crew(explorer, world)
@@ -175,6 +176,8 @@ def _explore(ctx: StageContext, crew: Crew, buffer, weights: WeightFiles | None,
     cfg, sync = ctx.cfg, ctx.cfg.synchronizer
     follow = Follower(crew, buffer, weights, sync.sync_timeout, validation_steps(cfg, total), sync.sync_style, sync.sync_interval)
     replay = replay_from_config(cfg.buffer.trainer_input.experience_buffer)
+    sampler = crew.explorer.sampler  # one that learns from rewards is saved per batch (posttrain.trainer.explorer_order)
+    order = OrderLog(ctx.run_dir / "explorer" / STATE_FILE, sampler, start) if learns(sampler) else None
     for b in range(start + 1, total + 1):
         idle = follow.idle_s
         follow.before_batch(b, max_staleness(cfg))  # the weights batch b may use (validating on the way)
@@ -186,6 +189,8 @@ def _explore(ctx: StageContext, crew: Crew, buffer, weights: WeightFiles | None,
         if not replay.enable:  # a replaying buffer drops its lowest batches instead of waiting
             idle += buffer.wait_for_room(len(set(experience.batch.group_index)), replay.capacity_groups, sync.sync_timeout)
         experience.explore_metrics["timing/idle_explorer_s"] = idle  # this batch's wait for fresh weights (and room)
+        if order is not None:
+            order.explored(b)  # before the write: a crash between the two finds batch b - 1's state too
         buffer.write(b, experience)
         kill_point(ctx.name, b, "explored")  # the test hook (posttrain.checkpoint.manager)
     follow.finish()

@@ -145,3 +145,32 @@ def test_each_bots_argument_changes_the_posterior_or_the_rows(change):
         return rows, s.selector.posterior.alphas.tolist(), s.selector.posterior.rho
 
     assert trace(change) != trace()
+
+
+def test_a_restarted_decoupled_explorer_loads_the_state_of_the_last_batch_in_the_buffer(tmp_path):
+    from posttrain.trainer.explorer_order import STATE_FILE, OrderLog, learns, restore_order
+
+    keys = ("data.selector.type=difficulty_based", "data.selector.feature_keys=[a, b]", "data.selector.do_sample=true", "data.selector.tau=0")
+    make = lambda: sampler(*keys, n=5, batch=2, features=FEATURES)  # noqa: E731
+
+    def explore(s: SelectorSampler, b: int) -> list[int]:
+        rows = s.next_batch()
+        s.feedback([f"b{b}0", f"b{b}1"], [f"b{b}0", f"b{b}1"], [float(r % 2 == 0) for r in rows], ["t", "t"])
+        return rows
+
+    whole = make()
+    expected = [explore(whole, b) for b in range(1, 7)]
+    path = tmp_path / STATE_FILE
+    first = make()
+    assert learns(first) and not learns(sampler("data.selector.type=shuffle", n=5, batch=2))
+    log = OrderLog(path, first, 0)
+    for b in range(1, 4):
+        explore(first, b)
+        log.explored(b)  # batch 3's state is saved; the crash comes before or after it is written
+    for in_buffer in (2, 3):
+        resumed = make()
+        restore_order(resumed, path, in_buffer)
+        assert [explore(resumed, b) for b in range(in_buffer + 1, 7)] == expected[in_buffer:]
+    replayed = make()
+    restore_order(replayed, tmp_path / "none.json", 3)  # no saved state: the draws are replayed without feedback
+    assert [explore(replayed, b) for b in range(4, 7)] != expected[3:]
