@@ -18,7 +18,7 @@ rows of the next pass, as Trinity-RFT's do. The epoch is `taken // rows`.
 - ``offline_easy2hard``: rows sorted by their feature_keys columns (then by row number), highest
   first, read in that order and wrapping around (a higher value means an easier row).
 - ``difficulty_based`` (BOTS): a Beta posterior of every row's pass rate (posttrain.data.difficulty),
-  updated by `feedback`; each row scores -|target_reward - p| with p its posterior mean or, with
+  updated by `feedback` (mean rewards clipped to [0, 1], as pass rates); each row scores -|target_reward - p| with p its posterior mean or, with
   do_sample, a draw from ``default_rng(seed + taken)``; tau 0 takes the best-scored batch (ties to the
   lower row: Trinity's torch.topk leaves tie order to the kernel), tau > 0 draws rows without
   replacement from softmax(score / tau) with a torch generator seeded by seed + taken.
@@ -145,7 +145,10 @@ class DifficultyBasedSelector(Selector):
         return torch.multinomial(probs, batch, replacement=False, generator=gen).tolist()
 
     def feedback(self, indices: list[int], pass_rates: list[float]) -> None:
-        self.posterior = bots_update(self.posterior, self.features, indices, pass_rates, m=self.cfg.m, lamb=self.cfg.lamb,
+        # a mean reward is read as a pass rate: outside [0, 1] (a penalty, a bonus) it would make
+        # the Beta parameters negative, where Trinity-RFT's sampler fails; clip it into the range
+        rates = np.clip(np.asarray(pass_rates, dtype=np.float64), 0.0, 1.0)
+        self.posterior = bots_update(self.posterior, self.features, indices, rates, m=self.cfg.m, lamb=self.cfg.lamb,
                                      adaptive_rho=self.cfg.adaptive_rho)
 
     def state_dict(self) -> dict[str, Any]:

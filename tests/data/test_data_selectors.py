@@ -174,3 +174,14 @@ def test_a_restarted_decoupled_explorer_loads_the_state_of_the_last_batch_in_the
     replayed = make()
     restore_order(replayed, tmp_path / "none.json", 3)  # no saved state: the draws are replayed without feedback
     assert [explore(replayed, b) for b in range(4, 7)] != expected[3:]
+
+
+def test_a_mean_reward_outside_0_1_counts_as_a_pass_rate_at_the_bound():
+    def posterior(score: float) -> list[float]:
+        s = sampler("data.selector.type=difficulty_based", "data.selector.feature_keys=[a, b]", n=5, batch=2, features=FEATURES)
+        s.next_batch()
+        s.feedback(["u0", "u1"], ["u0", "u1"], [score, score], ["t", "t"])
+        return s.selector.posterior.alphas.tolist() + s.selector.posterior.betas.tolist()
+
+    # a length penalty (-0.1) would make the Beta parameters negative; it reads as no success at all
+    assert posterior(-0.1) == posterior(0.0) and posterior(1.5) == posterior(1.0)
