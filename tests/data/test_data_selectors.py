@@ -8,8 +8,10 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 
 from posttrain.config import load_config
+from posttrain.config.sections.data import DataConfig, TaskSelectorConfig
 from posttrain.data.difficulty import BetaState, bots_update
 from posttrain.data.files import RowTable
 from posttrain.data.selectors import SelectorSampler
@@ -32,8 +34,14 @@ class Tasks:
 
 
 def sampler(*overrides, n=10, batch=4, features=None) -> SelectorSampler:
-    cfg = load_config(None, [f"data.train_batch_size={batch}", f"actor.ppo_mini_batch_size={batch}", *overrides])
-    made = make_train_sampler(cfg.data, Tasks(n, features), {})
+    """The training sampler of a data section with these `data.` overrides (built directly: load_config
+    is checked in test_bad_selector_settings_are_one_clear_error)."""
+    data, selector = {"train_batch_size": batch}, {}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        into, name = (selector, key.removeprefix("data.selector.")) if key.startswith("data.selector.") else (data, key.removeprefix("data."))
+        into[name] = yaml.safe_load(value)
+    made = make_train_sampler(DataConfig(**data, selector=TaskSelectorConfig(**selector)), Tasks(n, features), {})
     assert isinstance(made, SelectorSampler)
     return made
 
