@@ -12,6 +12,7 @@ from posttrain.errors import ConfigError
 from posttrain.models.tokenizer import CHATML_TEMPLATE
 from posttrain.rollout.agent_loop import EnvSlot, LoopLimits, run_episodes
 from posttrain.rollout.base import SamplingParams
+from posttrain.rollout.episode_render import episode_text
 from posttrain.rollout.trajectory import to_rollout_batch
 from posttrain.rollout.turn_rows import turn_rows, windowed
 from posttrain.rollout.turns import TurnRenderer
@@ -44,6 +45,8 @@ def test_each_step_is_prompted_with_a_window_of_the_last_two_steps():
     assert shown == [chat(f"{i}|0|0|1|[]|_G_P"), chat(f"{i}|1|1|2|[{s1}]|_GP_"), chat(f"{i}|2|2|3|[{s1}, {s2}]|_G_P"),
                      chat(f"{i}|3|2|4|[{s2}, {s3}]|_G_P")]
     assert traj.truncated and len(traj.turns) == 4
+    frames = episode_text(traj, TOK.decode).split("## frame ")[1:]  # the observations, as in conversation mode
+    assert [f.split("\n")[1] for f in frames[1:]] == ["_GP_", "_G_P", "_G_P"]
     # ROLL's StepEnvManager writes only the window's invalid steps (history_length still counts the window)
     _, invalid = play(env_manager_cls="roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager", history_length=3,
                       agent_template=FIELDS, agent_system_template="S")
