@@ -16,7 +16,7 @@ def roll_file(manager: str = STEP, **training_args):
              "env_config": {"is_slippery": False, "format_penalty": -0.05}}
     args = {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4, "lr_scheduler_type": "constant", **training_args}
     return {"actor_train": {"training_args": args, "device_mapping": "list(range(0,2))"}, "rollout_batch_size": 8,
-            "batch_adjust_mode": "copy", "custom_envs": {"FL": entry},
+            "batch_adjust_mode": "copy", "custom_envs": {"FL": entry}, "adv_estimator": "gigpo",
             "train_env_manager": {"tags": ["FL"], "num_env_groups": 2, "group_size": 4}}
 
 
@@ -42,3 +42,10 @@ def test_a_trajectory_manager_file_keeps_episode_rows_and_a_decaying_step_schedu
     [entry] = [e for e in report.entries if e.key == "actor_train.training_args.lr_scheduler_type" and e.status == "refused"]
     assert "cosine, warmup_steps 10: ROLL steps this schedule after every optimizer update" in entry.reason
     assert "not implemented" not in entry.reason
+
+
+def test_an_outcome_estimator_over_step_samples_is_refused():
+    _, report = translate({**roll_file(), "adv_estimator": "grpo"}, "roll")
+    [entry] = [e for e in report.entries if e.key == "adv_estimator" and e.status == "refused"]
+    assert "ROLL scores each step sample by its own step reward" in entry.reason and "use gigpo or step_reinforce" in entry.reason
+    assert not [e for e in translate(roll_file(), "roll")[1].entries if e.status == "refused"]  # gigpo: nothing refused

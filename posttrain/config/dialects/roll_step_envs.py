@@ -7,6 +7,9 @@ the file means once the training manager plays such an entry:
 
 - ROLL's step managers make one training sample per step (formulate_rollouts): its window prompt and
   its action. That is ``env.train_rows: turn``, whose turn rows take each action's own prompt.
+- Advantages: ROLL's outcome estimators (grpo, reinforce, gae) score each step sample by its own
+  step reward, which posttrain's turn rows do not (they carry the episode's advantage): refused;
+  gigpo and step_reinforce compute discounted step returns per turn, as posttrain's do.
 - ROLL's optimizer step takes per_device_train_batch_size x gradient_accumulation_steps samples per
   data-parallel rank, and its samples are steps here: ``env.turn_mini_batch_size`` (turn rows per
   optimizer step, the last taking the rows left over).
@@ -45,6 +48,12 @@ def step_env_managers(ctx: Context) -> None:
         return
     ctx.set("env.train_rows", "turn", f"custom_envs.{tags[0]}.env_manager_cls",
             "ROLL's step env managers train one sample per step, its own window prompt and its action: posttrain's turn rows")
+    estimator = ctx.get("adv_estimator", "gae")  # ROLL's default
+    if estimator not in ("gigpo", "step_reinforce"):
+        ctx.refuse("adv_estimator", f"{estimator} over step samples: ROLL scores each step sample by its own step reward (on its "
+                   "last token) and normalises that over the group's step samples, while posttrain's turn rows of an outcome "
+                   "estimator carry their episode's advantage; with a step env manager use gigpo or step_reinforce, whose "
+                   "discounted step returns posttrain computes per turn", "algorithm.adv_estimator", estimator)
     if ctx.has("batch_adjust_mode"):
         ctx.consume("batch_adjust_mode")
         ctx.drop("batch_adjust_mode", "with step samples ROLL copies (copy), deletes (delete) or draws (random_sample) step samples at "
