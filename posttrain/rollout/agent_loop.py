@@ -18,8 +18,9 @@ credit (`anchor_state`).
 
 An entry in a window prompt mode (posttrain.envs.window) is shown a prompt written afresh before each
 action (its instruction, a window of earlier steps, the current observation) instead of the episode
-so far: its response then holds the actions only, each prompt is kept in `turn_prompts`, and the
-episode is also truncated when the next prompt would exceed `max_prompt_length`.
+so far: its response then holds the actions only, each prompt is kept in `turn_prompts`,
+`max_response_length` caps each action (not their sum: each trains as a sequence of its own), and
+the episode is also truncated when the next prompt would exceed `max_prompt_length`.
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ def window_prompt_ids(spec: EnvSpec, traj: Trajectory, renderer: TurnRenderer) -
 
 
 def _budget(spec: EnvSpec, traj: Trajectory, limits: LoopLimits) -> int:
+    if spec.window is not None:  # each action is a sequence of its own: max_response_length caps each one
+        return min(spec.max_tokens_per_step or limits.max_response_length, limits.max_response_length)
     left = limits.max_response_length - len(traj.response_ids)  # >= 1: an episode without room has ended
     return min(spec.max_tokens_per_step or left, left)
 
@@ -185,10 +188,10 @@ def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float],
 
 
 def _next_window(slot: EnvSlot, traj: Trajectory, renderer: TurnRenderer, limits: LoopLimits) -> None:
-    """Write the next action's window prompt, or end the episode when it or the next action does not fit."""
+    """Write the next action's window prompt, or end the episode when it does not fit."""
     ids = window_prompt_ids(slot.spec, traj, renderer)
-    if len(ids) > limits.max_prompt_length or len(traj.response_ids) >= limits.max_response_length:
-        traj.truncated = True  # the response holds the actions only: max_response_length bounds them all
+    if len(ids) > limits.max_prompt_length:
+        traj.truncated = True  # as ROLL's step managers stop an episode whose next prompt fills the sequence
         return
     traj.turn_prompts.append(ids)
     traj.observations.append(str(traj.observation))

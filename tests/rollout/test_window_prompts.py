@@ -25,10 +25,10 @@ TIP = "(IMPORTANT TIPS: this action is not valid, your new response *must* stric
 SCRIPT = ["L", "R", "x", "L"]
 
 
-def play(**entry):
+def play(limits: LoopLimits = LoopLimits(512, 64), **entry):
     spec = parse_custom_envs({"W": {"env_type": "walk", "env_config": {"size": 4}, "max_steps": 4, **entry}})["W"]
     engine = ScriptedEngine(SCRIPT)
-    [traj] = run_episodes([EnvSlot(Walk(size=4), spec, 0, "g0", -0.1)], engine, SamplingParams(), RENDERER, LoopLimits(512, 64), "s")
+    [traj] = run_episodes([EnvSlot(Walk(size=4), spec, 0, "g0", -0.1)], engine, SamplingParams(), RENDERER, limits, "s")
     shown = [TOK.decode(p.input_ids[0][p.attention_mask[0] > 0]) for p, _ in engine.calls]
     return traj, shown
 
@@ -61,6 +61,17 @@ def test_a_changed_window_changes_the_prompts():
     assert "(step: 1," not in one[2] and "(step: 2, observation: _GP_" in one[2] and "(step: 1," in two[2]
     assert "(step: 1," in every[3] and "(step: 3," in every[3]
     assert not one[0].startswith("<|im_start|>system")  # no agent_system_template: no system message
+
+
+def test_the_lengths_cap_each_prompt_and_each_action_not_the_episode():
+    # 4 actions of 2 tokens: past a response length of 3 for the episode, but each action fits
+    traj, _ = play(LoopLimits(512, 3), prompt_mode="window")
+    assert len(traj.turns) == 4 and traj.response_ids and len(traj.response_ids) == 8
+    whole, _ = play(LoopLimits(512, 3))  # the conversation mode's response holds the whole episode
+    assert len(whole.turns) == 1 and whole.truncated
+    short, shown = play(LoopLimits(len(RENDERER.prompt_ids("", "[]")) + 40, 64), prompt_mode="window", history_window=3,
+                        agent_template="[{history}]")
+    assert short.truncated and len(short.turns) == len(shown) < 4  # the next window prompt would not fit
 
 
 def test_observation_window_shows_the_earlier_observations_one_per_line():
