@@ -12,6 +12,9 @@ An entry of ``custom_envs`` names one environment configuration (its tag) in ROL
         action_pattern: "<a>(.*?)</a>"  # optional: the action is the last of at most 2 groups (or the whole match)
         env_instruction: "..."       # the system message; else the class's `instruction`
 
+An entry may also prompt each action afresh from a template instead of the growing conversation
+(prompt_mode window / observation_window, ROLL's step env managers: posttrain.envs.window_spec).
+
 As in ROLL, max_steps, max_actions_per_traj, format_penalty, action_pattern and env_instruction may
 also sit inside env_config; the loop reads them from there and does not pass them to the class.
 
