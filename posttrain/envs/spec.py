@@ -12,6 +12,9 @@ An entry of ``custom_envs`` names one environment configuration (its tag) in ROL
         action_pattern: "<a>(.*?)</a>"  # optional: the action is the last of at most 2 groups (or the whole match)
         env_instruction: "..."       # the system message; else the class's `instruction`
 
+An entry may also prompt each action afresh from a template instead of the growing conversation
+(prompt_mode window / observation_window, ROLL's step env managers: posttrain.envs.window_spec).
+
 As in ROLL, max_steps, max_actions_per_traj, format_penalty, action_pattern and env_instruction may
 also sit inside env_config; the loop reads them from there and does not pass them to the class.
 
@@ -27,33 +30,27 @@ from typing import Any
 
 from posttrain.config.sections.env import EnvManagerConfig
 from posttrain.envs.registry import env_class
+from posttrain.envs.window import WindowSpec
+from posttrain.envs.window_spec import MANAGERS, WINDOW_KEYS, parse_window
 from posttrain.errors import ConfigError
 
 # Keys of a custom_envs entry that posttrain refuses, with the reason (the rest of ROLL's per-env
 # keys are templating helpers or belong to features not built yet).
 REFUSED = {
-    "env_manager_cls": "posttrain has one env manager, the batched trajectory-level agent loop; remove the key",
+    "env_manager_cls": ("posttrain's agent loop plays ROLL's TrajEnvManager (prompt_mode conversation), StepEnvManager (window) "
+                        "and StepConcatEnvManager (observation_window); another manager has no counterpart: remove the key"),
     "agent_runner_cls": "posttrain runs its own agent loop; remove the key",
-    "agent_system_template": "posttrain renders turns with the model's chat template; put the text in env_instruction",
-    "agent_template": "posttrain renders turns with the model's chat template; put the text in env_instruction",
     "grid_vocab": "templating helper: write the symbol legend into env_instruction",
     "action_lookup": "templating helper: write the action list into env_instruction",
     "max_tokens": "ambiguous in ROLL (per step or per trajectory): use max_tokens_per_step",
 }
 KNOWN = ("env_type", "env_config", "max_steps", "max_actions_per_traj", "max_tokens_per_step", "format_penalty",
-         "action_pattern", "env_instruction", "use_thread_lock")
+         "action_pattern", "env_instruction", "use_thread_lock", *WINDOW_KEYS)
 # ROLL writes the loop's settings inside env_config (its envs parse their own actions); posttrain's
 # loop reads them there too and does not pass them to the class.
 LIFTED = ("max_steps", "max_actions_per_traj", "format_penalty", "action_pattern", "env_instruction")
-# ROLL's step-wise env managers: what they share with env.train_rows turn, and what posttrain does not do.
-STEP_MANAGERS = ("roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager",
-                 "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager")
-STEP_REASON = ("ROLL's step env managers train one sample per step, as env.train_rows: turn does, but prompt each step afresh with "
-               "the current observation only (plus a history_length window of earlier steps written by agent_template), while "
-               "posttrain's agent loop shows the model the whole conversation so far, in each turn row's prompt too; for one "
-               "training row per turn set env.train_rows: turn and remove the key")
 # What each refused key may hold because it says what posttrain does anyway.
-SAME = {"env_manager_cls": ("roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager",), "agent_runner_cls": (None,)}
+SAME = {"env_manager_cls": tuple(MANAGERS), "agent_runner_cls": (None,)}
 DEFAULT_MAX_STEPS = 10
 
 
@@ -70,6 +67,7 @@ class EnvSpec:
     format_penalty: float | None  # None: the env manager's
     action_pattern: re.Pattern[str] | None
     instruction: str
+    window: WindowSpec | None = None  # None: prompt_mode conversation (the whole episode so far)
 
     def parse_action(self, text: str) -> str | None:
         """The action inside the model's text, or None when the pattern does not match it."""
@@ -102,8 +100,7 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
         raise ConfigError(f"{key}: expected a mapping with env_type, env_config, ..., got {type(entry).__name__}")
     if isinstance(entry.get("env_config"), dict):
         entry = _lift(entry, key)
-    problems = [f"{key}.{k}: not supported: {STEP_REASON if entry[k] in STEP_MANAGERS else REFUSED[k]}"
-                for k in entry if k in REFUSED and entry[k] not in SAME.get(k, ())]
+    problems = [f"{key}.{k}: not supported: {REFUSED[k]}" for k in entry if k in REFUSED and entry[k] not in SAME.get(k, ())]
     problems += [f"{key}.{k}: unknown key; an environment entry takes {list(KNOWN)}" for k in entry if k not in REFUSED and k not in KNOWN]
     if "env_type" not in entry:
         problems.append(f"{key}.env_type: missing; name a registered environment, 'module:Class' or 'file.py:Class'")
@@ -130,6 +127,8 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
         else:
             if pattern.groups > 2:
                 problems.append(f"{key}.action_pattern: at most two capture groups (the action, or a thought and the action), got {pattern.groups}")
+    window, window_problems = parse_window(entry, key, tokens)
+    problems += window_problems
     if problems:
         raise ConfigError(problems)
     cls = env_class(str(entry["env_type"]), f"{key}.env_type")
@@ -137,7 +136,7 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
     if instruction is None:
         instruction = getattr(cls, "instruction", "")
     return EnvSpec(tag, str(entry["env_type"]), cls, dict(env_config), max_steps, tokens,
-                   None if penalty is None else float(penalty), pattern, str(instruction))
+                   None if penalty is None else float(penalty), pattern, str(instruction), window)
 
 
 def _lift(entry: dict[str, Any], key: str) -> dict[str, Any]:

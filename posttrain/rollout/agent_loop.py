@@ -15,6 +15,12 @@ the next observation would leave no room for another action (the last two are `t
 when an env call raises, hangs past `env.step_timeout` or answers malformed (`failed`, with the
 failure penalty; posttrain.rollout.env_guard). Each turn records the env's state for step-level
 credit (`anchor_state`).
+
+An entry in a window prompt mode (posttrain.envs.window) is shown a prompt written afresh before each
+action (its instruction, a window of earlier steps, the current observation) instead of the episode
+so far: its response then holds the actions only, each prompt is kept in `turn_prompts`,
+`max_response_length` caps each action (not their sum: each trains as a sequence of its own), and
+the episode is also truncated when the next prompt would exceed `max_prompt_length`.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import torch
 
 from posttrain.envs.base import EnvError, check_observation, check_step, where
 from posttrain.envs.spec import EnvSpec
+from posttrain.envs.window import PastStep
 from posttrain.errors import ConfigError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
@@ -102,23 +109,39 @@ def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: 
         traj.turns.append(Turn((0, 0), (0, 1), "", limits.faults.failure_penalty, True, None))
         failures.add(failure)
         return traj
-    ids = slot.prompt_ids if slot.prompt_ids is not None else renderer.prompt_ids(slot.spec.instruction, first)
-    if len(ids) > limits.max_prompt_length:
+    traj = Trajectory(slot.spec.tag, slot.seed, slot.group, [], observation=first)
+    if slot.spec.window is not None:
+        traj.prompt_ids = window_prompt_ids(slot.spec, traj, renderer)
+        traj.turn_prompts, traj.observations = [traj.prompt_ids], [first]
+    else:
+        traj.prompt_ids = slot.prompt_ids if slot.prompt_ids is not None else renderer.prompt_ids(slot.spec.instruction, first)
+    if len(traj.prompt_ids) > limits.max_prompt_length:
         raise ConfigError(
-            f"data.max_prompt_length: the first prompt of {where(_name(slot), slot.seed, None)} has {len(ids)} "
+            f"data.max_prompt_length: the first prompt of {where(_name(slot), slot.seed, None)} has {len(traj.prompt_ids)} "
             f"tokens (instruction and first observation), more than {limits.max_prompt_length}; raise it"
         )
-    return Trajectory(slot.spec.tag, slot.seed, slot.group, ids, observation=first)
+    return traj
+
+
+def window_prompt_ids(spec: EnvSpec, traj: Trajectory, renderer: TurnRenderer) -> list[int]:
+    """The prompt of the trajectory's next action in the entry's window mode: its earlier steps
+    (`traj.observations` pairs with `traj.turns`) and the current observation."""
+    past = [PastStep(o, spec.parse_action(t.action_text) or "", t.reward, t.valid) for o, t in zip(traj.observations, traj.turns)]
+    system, user = spec.window.messages(spec.instruction, past, str(traj.observation), spec.max_tokens_per_step)
+    return renderer.prompt_ids(system, user)
 
 
 def _budget(spec: EnvSpec, traj: Trajectory, limits: LoopLimits) -> int:
+    if spec.window is not None:  # each action is a sequence of its own: max_response_length caps each one
+        return min(spec.max_tokens_per_step or limits.max_response_length, limits.max_response_length)
     left = limits.max_response_length - len(traj.response_ids)  # >= 1: an episode without room has ended
     return min(spec.max_tokens_per_step or left, left)
 
 
 def _contexts(slots: Sequence[EnvSlot], trajs: Sequence[Trajectory], renderer: TurnRenderer, uids: list[str]) -> PromptBatch:
     """Prompt plus response so far of each trajectory (or its slot's `context`), left-padded: the next turn's prompts."""
-    rows = [s.context(t) if s.context is not None else t.prompt_ids + t.response_ids for s, t in zip(slots, trajs)]
+    rows = [t.turn_prompts[-1] if t.turn_prompts else s.context(t) if s.context is not None else t.prompt_ids + t.response_ids
+            for s, t in zip(slots, trajs)]
     width = max(len(r) for r in rows)
     pad = renderer.pad_id
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long)  # (B, P)
@@ -153,13 +176,25 @@ def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float],
     if not traj.done:
         if turn >= slot.spec.max_steps:
             traj.truncated = True
-        else:
+        elif slot.spec.window is None:
             answer = renderer.observation_ids(traj.observation, ended=bool(ids) and ids[-1] == renderer.eos_id)
             if len(traj.response_ids) + len(answer) >= limits.max_response_length:
                 traj.truncated = True  # no room left for one more action after this observation
             else:
                 observation = traj.add(answer, None)
     traj.turns.append(Turn(span, observation, text, reward, valid, state))
+    if slot.spec.window is not None and not (traj.done or traj.truncated):
+        _next_window(slot, traj, renderer, limits)
+
+
+def _next_window(slot: EnvSlot, traj: Trajectory, renderer: TurnRenderer, limits: LoopLimits) -> None:
+    """Write the next action's window prompt, or end the episode when it does not fit."""
+    ids = window_prompt_ids(slot.spec, traj, renderer)
+    if len(ids) > limits.max_prompt_length:
+        traj.truncated = True  # as ROLL's step managers stop an episode whose next prompt fills the sequence
+        return
+    traj.turn_prompts.append(ids)
+    traj.observations.append(str(traj.observation))
 
 
 def anchor_state(slot: EnvSlot, traj: Trajectory, turn: int, timeout: float | None) -> Any:

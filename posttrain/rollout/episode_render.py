@@ -23,7 +23,9 @@ def episode_text(traj: Trajectory, decode: Callable[[list[int]], str]) -> str:
     for i, turn in enumerate(traj.turns, 1):
         out += ["", f"## action {i} (reward {turn.reward:g}{'' if turn.valid else ', invalid'})", turn.action_text.strip()]
         start, end = turn.observation
-        if end > start:  # the last action gets no answer
+        if traj.turn_prompts and i < len(traj.observations):  # a window prompt mode: the response holds actions only
+            out += ["", f"## frame {i}", traj.observations[i].strip()]
+        elif end > start:  # the last action gets no answer
             out += ["", f"## frame {i}", decode(traj.response_ids[start:end]).strip()]
     return "\n".join(out) + "\n"
 

@@ -52,6 +52,9 @@ class Trajectory:
     truncated: bool = False  # cut by max_steps or the token budget before the env ended it
     observation: str | list[dict[str, str]] = ""  # the latest observation (a tool env: its tool messages)
     failed: str | None = None  # why an env call failed and ended the episode (posttrain.rollout.env_guard), else None
+    # a window prompt mode (posttrain.envs.window): each action's own prompt and the observation it showed
+    turn_prompts: list[list[int]] = field(default_factory=list)
+    observations: list[str] = field(default_factory=list)
 
     @property
     def reward(self) -> float:
@@ -85,7 +88,9 @@ def to_rollout_batch(trajectories: Sequence[Trajectory], pad_id: int, version: i
 
     Each row's extra_info keeps its per-turn records for step-level credit: ``turn_spans`` (the
     [start, end) of every action in the response), ``turn_rewards`` and ``turn_states`` (anchor ids,
-    `anchor_ids`); `turn_tensors` turns them into tensors."""
+    `anchor_ids`); `turn_tensors` turns them into tensors. In a window prompt mode the response holds
+    the actions only (each was sampled after its own prompt, not after the one before it) and
+    ``turn_prompts`` keeps each action's prompt ids: such a row is trained as turn rows only."""
     prompts = [t.prompt_ids for t in trajectories]
     anchors = anchor_ids(trajectories)
     responses = [t.response_ids for t in trajectories]
@@ -101,7 +106,8 @@ def to_rollout_batch(trajectories: Sequence[Trajectory], pad_id: int, version: i
         ground_truth=[None] * len(trajectories),
         extra_info=[{"seed": t.seed, "turns": len(t.turns), "invalid_actions": sum(not x.valid for x in t.turns),
                      "success": t.success, "done": t.done, "failed": t.failed is not None, "turn_spans": [list(x.action) for x in t.turns],
-                     "turn_rewards": [x.reward for x in t.turns], "turn_states": a} for t, a in zip(trajectories, anchors)],
+                     "turn_rewards": [x.reward for x in t.turns], "turn_states": a,
+                     **({"turn_prompts": t.turn_prompts[: len(t.turns)]} if t.turn_prompts else {})} for t, a in zip(trajectories, anchors)],
         raw_prompt=list(raw_prompts),
         loss_mask=_pad([t.model_mask for t in trajectories], 0.0, False, torch.float32),  # (B, T) model tokens only
     )

@@ -21,13 +21,19 @@ exact because a causal model's log-prob of an action token depends only on the t
 which are the same in both layouts. What changes is the loss: its aggregation counts turn rows as
 sequences (seq-mean-token-mean weighs each turn alike, not each episode), and mini-batches count
 turn rows (`turn_mini_batch_size`).
+
+In a window prompt mode (posttrain.envs.window) each action was sampled after a prompt of its own,
+which the episode row cannot hold: its response is the actions only and ``extra_info["turn_prompts"]``
+keeps the prompts. Its turn rows take those prompts, and every forward pass (old and reference
+log-probs, values) runs on the turn rows and is written back onto the episode row's action columns
+(`windowed`), so advantages are still computed on episode rows.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -50,13 +56,13 @@ def turn_rows(batch: RolloutBatch, pad_id: int) -> RolloutBatch:
     spans = turn_spans(batch)
     rows = torch.tensor([b for b, _, _, _ in spans], dtype=torch.long)  # (B',) the episode row of each turn row
     prompt_len = batch.prompt_mask.sum(1).long().tolist()  # real prompt tokens per episode row
-    width_p = max((prompt_len[b] + s for b, _, s, _ in spans), default=1)
     width_t = max((e - s for _, _, s, e in spans), default=1)
     device = batch.response_ids.device
+    contexts = [_context(batch, b, k, s, prompt_len[b]) for b, k, s, _ in spans]
+    width_p = max((len(c) for c in contexts), default=1)
     prompt_ids = torch.full((len(spans), width_p), pad_id, dtype=torch.long, device=device)  # (B', P') left-padded
     prompt_mask = torch.zeros(len(spans), width_p, device=device)  # (B', P')
-    for i, (b, _, s, _) in enumerate(spans):
-        context = torch.cat([batch.prompt_ids[b, batch.prompt_mask.shape[1] - prompt_len[b]:], batch.response_ids[b, :s]])
+    for i, context in enumerate(contexts):
         prompt_ids[i, width_p - len(context):] = context
         prompt_mask[i, width_p - len(context):] = 1.0
     out: dict[str, Any] = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask}
@@ -77,6 +83,33 @@ def turn_rows(batch: RolloutBatch, pad_id: int) -> RolloutBatch:
     return RolloutBatch(**out)
 
 
+def _context(batch: RolloutBatch, b: int, k: int, start: int, prompt_len: int) -> torch.Tensor:
+    """What the engine was shown before turn k of row b: its window prompt, else the episode's prefix."""
+    prompts = batch.extra_info[b].get("turn_prompts")
+    if prompts is not None:
+        return torch.tensor(prompts[k], dtype=torch.long, device=batch.response_ids.device)
+    return torch.cat([batch.prompt_ids[b, batch.prompt_mask.shape[1] - prompt_len:], batch.response_ids[b, :start]])
+
+
+def is_windowed(batch: RolloutBatch) -> bool:
+    """Whether the batch's rows were played in a window prompt mode (each action after its own prompt)."""
+    return bool(batch.extra_info) and "turn_prompts" in batch.extra_info[0]
+
+
+def windowed(forward: Callable[[RolloutBatch], torch.Tensor], batch: RolloutBatch, pad_id: int) -> torch.Tensor:
+    """`forward`'s per-token result (B, T) on the episode rows: itself, or for windowed rows computed on
+    their turn rows (each action after its own prompt) and written onto the actions' columns (the
+    rest, padding only, stays 0)."""
+    if not is_windowed(batch):
+        return forward(batch)
+    rows = turn_rows(batch, pad_id)
+    per_turn = forward(rows)  # (B', T')
+    out = torch.zeros(batch.response_ids.shape, dtype=per_turn.dtype, device=per_turn.device)  # (B, T)
+    for i, (b, _, s, e) in enumerate(turn_spans(batch)):
+        out[b, s:e] = per_turn[i, : e - s]
+    return out
+
+
 def _slice_right(value: torch.Tensor, spans: list[tuple[int, int, int, int]], width: int, pad: float) -> torch.Tensor:
     cut = torch.full((len(spans), width), pad, dtype=value.dtype, device=value.device)  # (B', T') right-padded
     for i, (b, _, s, e) in enumerate(spans):
@@ -88,6 +121,8 @@ def _turn_info(info: dict[str, Any], k: int) -> dict[str, Any]:
     """The episode row's records, its turn records narrowed to turn k (now the row's only turn)."""
     s, e = info["turn_spans"][k]
     narrowed = {"turn_spans": [[0, e - s]], "turn_rewards": [info["turn_rewards"][k]], "turn_states": [info["turn_states"][k]]}
+    if "turn_prompts" in info:  # a windowed turn row is a one-turn episode after its own prompt
+        narrowed["turn_prompts"] = [info["turn_prompts"][k]]
     return {**info, **narrowed, "turn": k}
 
 

@@ -107,7 +107,7 @@ def check_agentic(cfg: Config) -> AgenticPlan:
             f"of episodes; mini-batches are counted in trajectories); e.g. set data.train_batch_size: {train_m.num_env_groups} and "
             f"rollout.n: {train_m.group_size}"
         )
-    problems += _turn_row_problems(cfg)
+    problems += _turn_row_problems(cfg) + _window_problems(cfg, specs, train)
     per_env = max(batch // envs, 1)  # episodes each environment plays per step (ROLL: traj_per_env)
     for key, manager, need in (("env.train_env_manager", train_m, per_env), ("env.val_env_manager", val_m, 1)):
         if manager.max_traj_per_env != -1 and manager.max_traj_per_env < need:
@@ -131,6 +131,22 @@ def _turn_row_problems(cfg: Config) -> list[str]:
                 problems.append(f"{role}.optim.lr_schedule_unit: update sizes the LR schedule by a fixed number of optimizer updates per "
                                 "step, but with env.train_rows turn a step's updates depend on the turns its episodes took (or, "
                                 "with turn_mini_batch_size, on the rows the filters keep); use step")
+    return problems
+
+
+def _window_problems(cfg: Config, specs: dict[str, EnvSpec], train: list[str]) -> list[str]:
+    """A window prompt mode (posttrain.envs.window) trains turn rows only, and not beside conversations."""
+    windowed = sorted({t for t in train if specs[t].window is not None})
+    if not windowed:
+        return []
+    problems = []
+    if cfg.env.train_rows != "turn":
+        problems.append(f"env.train_rows: episode, but {windowed} prompt each action afresh (a window prompt mode), so an episode "
+                        "is no one sequence the model saw; set env.train_rows: turn (one row per action, after its own prompt)")
+    whole = sorted({t for t in train if specs[t].window is None})
+    if whole:
+        problems.append(f"env.train_env_manager.tags: {windowed} prompt each action afresh (a window prompt mode) and {whole} show "
+                        "the whole episode (prompt_mode conversation); a step's rows are forwarded one way: train one mode per run")
     return problems
 
 

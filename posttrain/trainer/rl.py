@@ -27,6 +27,7 @@ from posttrain.data.train_sampler import make_train_sampler
 from posttrain.errors import UserError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
+from posttrain.rollout.turn_rows import windowed
 from posttrain.tracking import Generation, phase
 from posttrain.trainer.agentic import AgenticRollout, check_agentic, is_agentic, training_rows
 from posttrain.trainer.advantages import agentic_scores, compute_advantages, correct_rollout_mismatch, filter_by_reward, make_shaping_state, mask_samples
@@ -187,20 +188,22 @@ class RLTrainer:
             experience.settle()
             metrics["query_filter/skipped_update"] = 1.0
             return metrics, batch
+        # a window prompt mode's actions each follow a prompt of their own: these passes run on its turn rows
+        on_rows = functools.partial(windowed, batch=batch, pad_id=self.pad_id)
         with timer("old_log_prob"):
-            batch.old_logprobs = actor.old_logprobs(batch)  # (B, T), maybe the rollout's (reuse_rollout_logprobs)
+            batch.old_logprobs = on_rows(actor.old_logprobs)  # (B, T), maybe the rollout's (reuse_rollout_logprobs)
             # sum_v pi^2 of the same (pre-update) policy: the variance-proxy metrics and the OTB estimators
             if self.cfg.actor.calculate_sum_pi_squared or estimator_needs(self.cfg.algorithm.adv_estimator).sum_pi_squared:
-                batch.sum_pi_squared = actor.sum_pi_squared(batch)  # (B, T)
+                batch.sum_pi_squared = on_rows(actor.sum_pi_squared)  # (B, T)
             pi_squared = batch.sum_pi_squared  # (B, T) or None
         if self.cfg.algorithm.rollout_is_threshold is not None:
             metrics.update(correct_rollout_mismatch(batch, self.cfg.algorithm))
         if ref is not None:
             with timer("ref"):
-                batch.ref_logprobs = ref.compute_logprobs(batch)  # (B, T)
+                batch.ref_logprobs = on_rows(ref.compute_logprobs)  # (B, T)
         if critic is not None:
             with timer("values"):
-                batch.values = critic.compute_values(batch)  # (B, T)
+                batch.values = on_rows(critic.compute_values)  # (B, T)
         if experience.reward_job is not None:  # reward.launch_reward_fn_async: it ran beside the passes above
             with timer("reward_wait"):
                 experience.settle()

@@ -165,12 +165,37 @@ def test_config_plan_of_an_agentic_stage_counts_mini_batches_in_turn_rows(model,
     assert "actor mini-batches/epoch       varies   (turn rows / env.turn_mini_batch_size 5, rounded up" in capsys.readouterr().out
 
 
-def test_rolls_step_env_managers_are_refused_naming_what_differs_from_turn_rows():
-    from posttrain.envs.spec import STEP_MANAGERS, parse_custom_envs
+# the walk entry in prompt_mode window: each action after a prompt of its own (ROLL's StepEnvManager)
+WINDOW = ('env.custom_envs={W: {env_type: walk, env_config: {size: 4}, max_steps: 3, max_tokens_per_step: 2, format_penalty: -0.1, '
+          'env_instruction: Go, prompt_mode: window, history_window: 1, agent_template: "{env_instruction} [{history}] now {current_observation}"}, '
+          'FL: {env_type: frozen_lake, env_config: {size: 3}}}')
+WINDOWED = [WINDOW, "env.train_env_manager.tags=[W]", "env.train_rows=turn", "env.train_env_manager.group_size=2", "rollout.n=2",
+            "data.max_prompt_length=256"]  # an invalid step's entry is long
 
-    for cls in STEP_MANAGERS:  # a fresh prompt of the current observation per step, not the conversation so far
-        with pytest.raises(ConfigError, match=r"env.custom_envs.E.env_manager_cls: not supported: ROLL's step env managers .* the "
-                                              r"current observation only .* set env.train_rows: turn and remove the key"):
-            parse_custom_envs({"E": {"env_type": "frozen_lake", "env_manager_cls": cls}})
-    traj = "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager"
-    assert parse_custom_envs({"E": {"env_type": "frozen_lake", "env_manager_cls": traj}})["E"].env_type == "frozen_lake"
+
+def test_a_window_prompt_run_recomputes_each_action_after_its_own_prompt(model, tmp_path):
+    """Two steps: each step's old log-probs, recomputed by the actor on the turn rows, are the
+    sampler's (same prompts, same weights), which the episode layout's would not be."""
+    t = make_trainer(model, tmp_path, *WINDOWED, "actor.reuse_rollout_logprobs=never")  # the actor recomputes them
+    for step in (1, 2):
+        version = t.roles.actor.version
+        experience = t.explore(step, PhaseTimer(t.observer.watch()), expected_version=version)
+        batch = experience.batch
+        turns = len(turn_spans(batch))
+        assert turns > len(batch) and all(len(i["turn_prompts"]) == i["turns"] for i in batch.extra_info)
+        episode_layout = t.roles.actor.old_logprobs(batch)  # (B, T) actions after the first prompt and each other
+        metrics, train = t.learn(experience, step, PhaseTimer(t.observer.watch()))
+        t.roles.sync.push(t.roles.actor.version)  # the engine gets the updated weights, as fit() does
+        mask = batch.train_mask > 0
+        torch.testing.assert_close(batch.old_logprobs[mask], batch.rollout_logprobs[mask], atol=1e-4, rtol=0)
+        assert (episode_layout[mask] - batch.rollout_logprobs[mask]).abs().max() > 1e-2
+        assert len(train) == turns and "actor/pg_loss" in metrics and t.roles.actor.version > version
+        prompts = [t.tokenizer.decode(ids[m > 0]) for ids, m in zip(train.prompt_ids, train.prompt_mask)]
+        assert all(p.startswith("<|im_start|>user\nGo [") and "] now " in p for p in prompts)
+
+
+def test_window_prompt_settings_that_cannot_train_are_refused(model, tmp_path):
+    with pytest.raises(ConfigError, match=r"env.train_rows: episode, but \['W'\] prompt each action afresh"):
+        make_trainer(model, tmp_path, WINDOW, "env.train_env_manager.tags=[W]")
+    with pytest.raises(ConfigError, match=r"\['W'\] prompt each action afresh .* and \['FL'\] show the whole episode"):
+        make_trainer(model, tmp_path, WINDOW, "env.train_env_manager.tags=[FL,W]", "env.train_rows=turn")

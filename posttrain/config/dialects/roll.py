@@ -31,6 +31,7 @@ from typing import Any
 from posttrain.config.dialects import roll_defaults
 from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, agentic_thinking, env_manager_sampling
 from posttrain.config.dialects import roll_async, roll_budgets, roll_correction, roll_download, roll_envs, roll_judge, roll_lengths, roll_outputs
+from posttrain.config.dialects import roll_step_envs
 from posttrain.config.dialects import roll_packing, roll_pg, roll_profiler, roll_roles, roll_strategy
 from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.index import native_paths
@@ -161,6 +162,7 @@ def mini_batch(ctx: Context) -> None:
         prompts = per_device * steps * ranks // n
         dp = f"{ranks} data-parallel ranks ({devices} devices / {split_text})" if split > 1 else f"{devices} devices"
         why = f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {steps} x {dp} / {n} responses per prompt"
+        roll_step_envs.turn_mini_batch(ctx, key, per_device * steps * ranks, why)
         step = ctx.get("rollout_batch_size")
         if ctx.has("train_env_manager") and isinstance(step, int) and 0 < step < prompts:
             prompts, why = step, roll_budgets.padded_step(step, prompts, why)
@@ -379,4 +381,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_envs.HANDLERS, *roll_pg.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, *roll_correction.HANDLERS, *roll_packing.HANDLERS, *roll_profiler.HANDLERS, *roll_download.HANDLERS, node_count, roll_roles.template, reward_norm, mini_batch, topr, roll_pg.importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, agentic_thinking, *roll_defaults.HANDLERS]
+HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_envs.HANDLERS, *roll_pg.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, *roll_correction.HANDLERS, *roll_packing.HANDLERS, *roll_profiler.HANDLERS, *roll_download.HANDLERS, node_count, roll_roles.template, reward_norm, mini_batch, topr, roll_pg.importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, agentic_thinking, roll_step_envs.step_env_managers, *roll_defaults.HANDLERS]

@@ -32,6 +32,7 @@ from __future__ import annotations
 from numbers import Real
 from typing import Any
 
+from posttrain.config.dialects import roll_step_envs
 from posttrain.config.dialects.translate import Context
 
 ROLL_DEFAULT = "ROLL's default (not written in the file)"
@@ -134,7 +135,9 @@ def training_args(ctx: Context) -> None:
         for name, value in TRAINING_DEFAULTS.items():  # the same names under posttrain's optim
             if not ctx.has(f"{role}.training_args.{name}"):
                 ctx.set(f"{section}.optim.{name}", value, f"{role}.training_args.{name}", f"{ROLL_DEFAULT}: {value!r}")
-        if ctx.origin.get("algorithm.kind", (None, "rl"))[1] == "rl":  # an SFT or DPO step is one update already
+        if ctx.origin.get("algorithm.kind", (None, "rl"))[1] == "rl" and roll_step_envs.stepped_tags(ctx):
+            roll_step_envs.lr_schedule_unit(ctx, role, section)  # a step's updates vary with its step samples
+        elif ctx.origin.get("algorithm.kind", (None, "rl"))[1] == "rl":  # an SFT or DPO step is one update already
             ctx.set(f"{section}.optim.lr_schedule_unit", "update", f"{role}.training_args",
                     "ROLL steps the LR schedule after every optimizer update, so warmup_steps and the schedule's length count updates")
         ctx.set(f"{section}.optim.lr_warmup_rounding", "ceil", f"{role}.training_args", "ROLL rounds warmup_ratio x updates up")

@@ -1,0 +1,90 @@
+"""The prompt-mode keys of a `custom_envs` entry, checked into a `WindowSpec` (posttrain.envs.window).
+
+posttrain's keys, with ROLL's that stand for them::
+
+    prompt_mode: window           # conversation (default) | window | observation_window
+                                  #   ROLL: env_manager_cls TrajEnvManager | StepEnvManager | StepConcatEnvManager
+    history_window: 2             # earlier steps in the window (default 0; null: all)
+                                  #   ROLL: history_length h, a window of h - 1 earlier steps (0: all)
+    history_steps: all            # all | invalid (only the window's steps whose action was invalid)
+    agent_template: "..."         # the user message (defaults in posttrain.envs.window)
+    agent_system_template: "..."  # the system message (default none)
+
+ROLL's StepEnvManager writes into its history only the window's steps whose action was invalid (its
+``sar_history.append`` sits under the invalid-action check, roll/pipeline/agentic/env_manager/
+step_env_manager.py), so ``env_manager_cls: ...StepEnvManager`` means ``history_steps: invalid``
+unless the entry sets it; posttrain's own `prompt_mode: window` writes every step by default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.envs.window import DEFAULT_TEMPLATES, HISTORY_STEPS, MODES, WindowSpec, template_problems
+
+_ROLL = "roll.pipeline.agentic.env_manager."
+# ROLL's env manager classes and the prompt mode each one is
+MANAGERS = {
+    _ROLL + "traj_env_manager.TrajEnvManager": "conversation",
+    _ROLL + "step_env_manager.StepEnvManager": "window",
+    _ROLL + "step_concat_env_manager.StepConcatEnvManager": "observation_window",
+}
+WINDOW_KEYS = ("prompt_mode", "history_window", "history_length", "history_steps", "agent_template", "agent_system_template")
+_CONVERSATION = ("in prompt_mode conversation the loop renders turns with the model's chat template; put the text in "
+                 "env_instruction, or set prompt_mode: window")
+
+
+def parse_window(entry: dict[str, Any], key: str, max_tokens: int | None) -> tuple[WindowSpec | None, list[str]]:
+    """The entry's `WindowSpec` (None in prompt_mode conversation) and the problems of its keys."""
+    mode, problems = _mode(entry, key)
+    if mode is None:
+        return None, problems
+    if mode == "conversation":
+        problems += [f"{key}.{k}: not supported: {_CONVERSATION}" for k in ("agent_template", "agent_system_template", "history_window",
+                                                                             "history_length", "history_steps") if k in entry]
+        return None, problems
+    window = _window(entry, key, problems)
+    steps = entry.get("history_steps", "invalid" if entry.get("env_manager_cls") in MANAGERS and mode == "window" else "all")
+    if steps not in HISTORY_STEPS:
+        problems.append(f"{key}.history_steps: {steps!r}; choose one of {list(HISTORY_STEPS)}")
+    elif mode == "observation_window" and "history_steps" in entry:
+        problems.append(f"{key}.history_steps: observation_window shows every earlier observation of its window; remove the key")
+    template = entry.get("agent_template", DEFAULT_TEMPLATES[mode])
+    system = entry.get("agent_system_template")
+    for name, text in (("agent_template", template), ("agent_system_template", system)):
+        if text is not None and not isinstance(text, str):
+            problems.append(f"{key}.{name}: expected a string, got {type(text).__name__}")
+    if isinstance(template, str):
+        problems += template_problems(f"{key}.agent_template", mode, template, max_tokens)
+    if problems:
+        return None, problems
+    return WindowSpec(mode, window, steps, template, system), []
+
+
+def _mode(entry: dict[str, Any], key: str) -> tuple[str | None, list[str]]:
+    mode = entry.get("prompt_mode")
+    if mode is not None and mode not in MODES:
+        return None, [f"{key}.prompt_mode: {mode!r}; choose one of {list(MODES)}"]
+    manager = MANAGERS.get(entry.get("env_manager_cls"))  # another class is refused by the entry's own checks
+    if mode is not None and manager is not None and manager != mode:
+        return None, [f"{key}: prompt_mode {mode} and env_manager_cls {entry['env_manager_cls']} ({manager}) disagree; keep one"]
+    return mode or manager or "conversation", []
+
+
+def _window(entry: dict[str, Any], key: str, problems: list[str]) -> int | None:
+    """Earlier steps in the window: history_window, or ROLL's history_length h (its slice history[-h:-1]
+    holds the h - 1 steps before the current one; h = 0 slices history[0:-1], every earlier step)."""
+    if "history_window" in entry and "history_length" in entry:
+        problems.append(f"{key}: history_window and ROLL's history_length both set; keep one (history_window = history_length - 1)")
+        return 0
+    if "history_length" in entry:
+        h = entry["history_length"]
+        if isinstance(h, bool) or not isinstance(h, int) or h < 0:
+            problems.append(f"{key}.history_length: must be an integer >= 0 (ROLL: the window's length counting the current step), got {h!r}")
+            return 0
+        return None if h == 0 else h - 1
+    w = entry.get("history_window", 0)
+    if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 0):
+        problems.append(f"{key}.history_window: must be an integer >= 0 or null (every earlier step), got {w!r}")
+        return 0
+    return w

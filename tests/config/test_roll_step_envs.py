@@ -1,0 +1,51 @@
+"""ROLL's step env managers translate onto window prompt modes and turn rows (posttrain.config.dialects.roll_step_envs)."""
+
+from __future__ import annotations
+
+from posttrain.config.dialects import translate
+from posttrain.envs.spec import parse_custom_envs
+
+STEP = "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager"
+CONCAT = "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager"
+TEMPLATE = "{env_instruction} | {step_count} steps | [{history}] | {current_observation} | {max_response_length}"
+
+
+def roll_file(manager: str = STEP, **training_args):
+    entry = {"env_type": "frozen_lake", "max_steps": 5, "max_tokens_per_step": 16, "env_manager_cls": manager, "history_length": 3,
+             "agent_system_template": "You play.", "agent_template": TEMPLATE if manager == STEP else "{history}\n{current_observation}",
+             "env_config": {"is_slippery": False, "format_penalty": -0.05}}
+    args = {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4, "lr_scheduler_type": "constant", **training_args}
+    return {"actor_train": {"training_args": args, "device_mapping": "list(range(0,2))"}, "rollout_batch_size": 8,
+            "batch_adjust_mode": "copy", "custom_envs": {"FL": entry}, "adv_estimator": "gigpo",
+            "train_env_manager": {"tags": ["FL"], "num_env_groups": 2, "group_size": 4}}
+
+
+def test_a_step_env_manager_file_trains_turn_rows_prompted_through_its_window():
+    native, report = translate(roll_file(), "roll")
+    assert native["env"]["train_rows"] == "turn"
+    assert native["env"]["turn_mini_batch_size"] == 2 * 4 * 2  # ROLL's optimizer batch counts step samples
+    assert native["actor"]["optim"]["lr_schedule_unit"] == "step"  # constant, no warm-up: the same in either unit
+    assert report.entry("batch_adjust_mode").status == "dropped" and "trains every step sample once" in report.entry("batch_adjust_mode").reason
+    spec = parse_custom_envs(native["env"]["custom_envs"])["FL"]
+    window = spec.window
+    # history_length 3 is the current step and 2 earlier ones; ROLL's StepEnvManager writes only the invalid ones
+    assert (window.mode, window.window, window.history_steps) == ("window", 2, "invalid")
+    assert (window.template, window.system_template, spec.format_penalty) == (TEMPLATE, "You play.", -0.05)
+    concat = parse_custom_envs(translate(roll_file(CONCAT), "roll")[0]["env"]["custom_envs"])["FL"].window
+    assert (concat.mode, concat.window) == ("observation_window", 2)
+
+
+def test_a_trajectory_manager_file_keeps_episode_rows_and_a_decaying_step_schedule_is_refused():
+    native, _ = translate({**roll_file(), "custom_envs": {"FL": {"env_type": "frozen_lake", "max_tokens_per_step": 16}}}, "roll")
+    assert "train_rows" not in native.get("env", {}) and native["actor"]["optim"]["lr_schedule_unit"] == "update"
+    _, report = translate(roll_file(lr_scheduler_type="cosine", warmup_steps=10), "roll")
+    [entry] = [e for e in report.entries if e.key == "actor_train.training_args.lr_scheduler_type" and e.status == "refused"]
+    assert "cosine, warmup_steps 10: ROLL steps this schedule after every optimizer update" in entry.reason
+    assert "not implemented" not in entry.reason
+
+
+def test_an_outcome_estimator_over_step_samples_is_refused():
+    _, report = translate({**roll_file(), "adv_estimator": "grpo"}, "roll")
+    [entry] = [e for e in report.entries if e.key == "adv_estimator" and e.status == "refused"]
+    assert "ROLL scores each step sample by its own step reward" in entry.reason and "use gigpo or step_reinforce" in entry.reason
+    assert not [e for e in translate(roll_file(), "roll")[1].entries if e.status == "refused"]  # gigpo: nothing refused
