@@ -208,8 +208,12 @@ def detection_score(data_source: str, solution_str: str, ground_truth: Any, extr
     >>> row = {"reward_model": {"format_ratio": 0.1, "accuracy_ratio": 1.0, "verifier_parm": {
     ...     "det_reward_ratio": {"iou_max_label_first": 1.0, "iou_completeness": 0.3}}}}
     >>> truth = "<answer>[{'bbox_2d': [0, 0, 10, 10], 'label': 'cat'}]</answer>"
-    >>> detection_score("coco", "<answer>\\n[{'bbox_2d': [0, 0, 10, 10], 'label': 'cat'}]\\n</answer>", truth, row)["score"]
+    >>> reply = "<think>one cat</think>\\n<answer>\\n[{'bbox_2d': [0, 0, 10, 10], 'label': 'cat'}]\\n</answer>"
+    >>> detection_score("coco", reply, truth, row)["score"]
     1.0
+    >>> half = reply.replace("10, 10", "10, 20")  # IoU 0.5: matched at u = 0.5 only, (0.7 x 0.5 + 0.3) / 11
+    >>> round(detection_score("coco", half, truth, row)["score"], 6) == round((0.65 / 11 + 0.1) / 1.1, 6)
+    True
     """
     threshold = check_threshold(iou_threshold)
     reward_model = (extra_info or {}).get("reward_model")
