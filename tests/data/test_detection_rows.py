@@ -39,3 +39,4 @@ def test_detection_rows_flow_to_the_detection_worker_with_their_weights(tmp_path
     # IoU 0.5, matched at u = 0.5 of 11: (0.7 x 0.5 + 0.3) / 11; weighted 1 : 0.5 with the format part 1
     assert out.scores[0] == pytest.approx((0.65 / 11) / 1.5 + 0.5 / 1.5)
     assert out.scores[1] == 1.0 and out.workers["det"].count == 1
+    assert out.extra["format"][0] == 1.0 and out.extra["map50"][0] == pytest.approx(1.0)  # the parts, logged as reward/<part>
