@@ -18,7 +18,8 @@ some lives in tests/config/reference_configs).
   into posttrain's scorer (`reward_workers`); its model/template/placement keys are dropped for a
   rule worker (it runs no model), an LLM judge's ``data_args.template`` names the chat template of
   its prompt, and a worker posttrain has no scorer for is refused whole. The
-  samples' tag column is ROLL's default ``tag`` unless ``actor_train.data_args.tag`` names another.
+  samples' tag column is ROLL's default ``tag`` unless ``actor_train.data_args.tag`` names another
+  (``data_source`` in a file with a vision detection worker: `roll_detection`).
 - Named chat templates (``global_template`` over ``actor_train.data_args.template``) are
   ``data.chat_template_name``: posttrain.data.templates writes ROLL's names.
 """
