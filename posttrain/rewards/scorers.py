@@ -7,7 +7,7 @@
   sandbox), ``ifeval`` (verifiable instructions), ``think_answer`` (accuracy + format of an
   R1-style ``<think>``/``<answer>`` response), ``countdown_equation`` (TinyZero's Countdown reward),
   ``math_boxed`` (the last boxed answer after Qwen2.5-Math's answer cleaning), ``tool_n1`` (Tool-N1's
-  tool-call match);
+  tool-call match), ``detection`` (ROLL's box detection reward: IoU matchings and COCO AP);
   ``llm_judge`` is a worker of its own
   (`posttrain.rewards.judge`);
 - ``path/to/file.py:name``: a function (or class) in a Python file, as custom_reward_function;
@@ -36,6 +36,7 @@ BUILTIN_SCORERS: dict[str, tuple[str, str]] = {
     "countdown_equation": ("posttrain.rewards.countdown_equation", "countdown_equation_score"),
     "math_boxed": ("posttrain.rewards.math_boxed", "math_boxed_score"),
     "tool_n1": ("posttrain.rewards.tool_n1", "tool_n1_score"),
+    "detection": ("posttrain.rewards.detection", "detection_score"),
 }
 
 

@@ -291,6 +291,8 @@ def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
     # by data.domain_interleave_probs draws from each of them)
     tags = [w["tag_included"][0] for w in workers.values() if w.get("tag_included")]
     custom = (reward.get("custom_reward_function") or {}).get("path")
+    # a detection worker's rows hold boxes and ROLL's per-row weights (posttrain.rewards.detection)
+    boxes = {t for w in workers.values() if w.get("worker_cls") == "detection" for t in w.get("tag_included") or []}
     rng = random.Random(0)
     rows = []
     for i in range(n):
@@ -307,8 +309,12 @@ def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
             row[data.get("prompt_key", "prompt")], row[data["query_key"]] = p.prompt, ("" if i % 2 else "Answer with the number.")
         if data.get("system_prompt_key"):
             row[data["system_prompt_key"]] = "You are a careful calculator."
+        if tag in boxes:
+            row["reward_model"] = {"ground_truth": "<answer>\n[{'bbox_2d': [10, 10, 50, 50], 'label': 'box'}]\n</answer>",
+                                   "format_ratio": 0.1, "accuracy_ratio": 1.0,
+                                   "verifier_parm": {"det_reward_ratio": {"iou_max_label_first": 1.0, "iou_completeness": 0.3}}}
         for key in data.get("extra_info_keys") or []:  # e.g. a rubric_judge's rubric column
-            row[key] = [{"description": "gives the right number", "weight": 1}]
+            row.setdefault(key, [{"description": "gives the right number", "weight": 1}])
         rows.append(row)
     return rows
 

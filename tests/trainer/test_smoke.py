@@ -252,3 +252,24 @@ def test_smoke_config_gives_a_distillation_teacher_the_tiny_model(tmp_path):
     assert "algorithm.distill.teacher_path: /nonexistent/teacher -> the same tiny model" in lines
     written = yaml.safe_load(path.read_text())
     assert written["algorithm"]["distill"]["teacher_path"] == written["ref"]["model_path"] == written["model"]["path"]
+
+
+def test_smoke_rows_of_a_detection_worker_hold_boxes_and_their_weights(tmp_path):
+    from posttrain.trainer.smoke import smoke_config
+    from posttrain.rewards.detection import detection_score
+    import json
+    import yaml
+
+    config = tmp_path / "vl.yaml"
+    config.write_text(yaml.safe_dump({
+        "pretrain": "/nonexistent/policy", "rollout_batch_size": 8,
+        "rewards": {"cv_detection": {"worker_cls": "roll.pipeline.rlvr.rewards.detection_reward_worker.DetectionRewardWorker",
+                                     "tag_included": ["coco"]}},
+        "actor_train": {"data_args": {"file_name": ["/nonexistent/train.parquet"]}}}))
+    path, _ = smoke_config(str(config), [], "roll", tmp_path / "w")
+    written = yaml.safe_load(path.read_text())
+    assert written["data"]["extra_info_keys"] == ["reward_model"]
+    row = json.loads(open(written["data"]["train_files"][0]).readline())
+    truth = row["reward_model"]["ground_truth"]  # not overwritten by a synthetic extra_info column
+    reply = "<think>.</think>\n<answer>\n[{'bbox_2d': [10, 10, 50, 50], 'label': 'box'}]\n</answer>"
+    assert row["data_source"] == "coco" and detection_score("coco", reply, truth, {"reward_model": row["reward_model"]})["score"] == 1.0

@@ -18,7 +18,8 @@ some lives in tests/config/reference_configs).
   into posttrain's scorer (`reward_workers`); its model/template/placement keys are dropped for a
   rule worker (it runs no model), an LLM judge's ``data_args.template`` names the chat template of
   its prompt, and a worker posttrain has no scorer for is refused whole. The
-  samples' tag column is ROLL's default ``tag`` unless ``actor_train.data_args.tag`` names another.
+  samples' tag column is ROLL's default ``tag`` unless ``actor_train.data_args.tag`` names another
+  (``data_source`` in a file with a vision detection worker: `roll_detection`).
 - Named chat templates (``global_template`` over ``actor_train.data_args.template``) are
   ``data.chat_template_name``: posttrain.data.templates writes ROLL's names.
 """
@@ -32,7 +33,7 @@ from posttrain.config.dialects import roll_defaults
 from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, agentic_thinking, env_manager_sampling
 from posttrain.config.dialects import roll_async, roll_budgets, roll_correction, roll_download, roll_envs, roll_judge, roll_lengths, roll_outputs
 from posttrain.config.dialects import roll_step_envs
-from posttrain.config.dialects import roll_packing, roll_pg, roll_profiler, roll_roles, roll_strategy
+from posttrain.config.dialects import roll_detection, roll_packing, roll_pg, roll_profiler, roll_roles, roll_strategy
 from posttrain.config.dialects.lora import roll_lora
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.source import hydra_ignorable
@@ -228,6 +229,8 @@ def reward_workers(ctx: Context) -> None:
             ctx.refuse(prefix, f"expected a mapping of reward worker keys, got {spec!r}")
             continue
         why_not = _unbuildable(spec.get("worker_cls"))
+        if why_not is None and ROLL_WORKER_CLASSES[spec["worker_cls"]] == roll_detection.DETECTION:
+            why_not = roll_detection.refusal(ctx, spec)
         if why_not is not None:
             for key, value in spec.items():
                 ctx.refuse(f"{prefix}.{key}", why_not, None, value)
@@ -240,8 +243,12 @@ def reward_workers(ctx: Context) -> None:
         for key, value in spec.items():
             if key not in done:
                 _worker_key(ctx, name, spec["worker_cls"], key, value)
+        if ROLL_WORKER_CLASSES[spec["worker_cls"]] == roll_detection.DETECTION:
+            roll_detection.worker(ctx, name)
         translated = True
-    if translated and not ctx.has("actor_train.data_args.tag"):
+    if translated and roll_detection.vision_pipeline(ctx, workers):
+        ctx.set("data.reward_fn_key", "data_source", "rewards", roll_detection.VISION_TAGS)
+    elif translated and not ctx.has("actor_train.data_args.tag"):
         ctx.set("data.reward_fn_key", "tag", "actor_train.data_args.tag", "ROLL's default tag column (not written in the file)")
 
 
@@ -273,6 +280,8 @@ def _worker_key(ctx: Context, name: str, worker_cls: str, key: str, value: Any) 
         ctx.drop(foreign, "the LLM judge runs in the training process, on its device: placement only, the scores are the same")
     elif ROLL_WORKER_CLASSES[worker_cls] == JUDGE and key in JUDGE_KEYS and key != "chat_template_name":  # posttrain's key, not ROLL's
         ctx.set(native, value, foreign)
+    elif ROLL_WORKER_CLASSES[worker_cls] == roll_detection.DETECTION and key == "model_args":
+        ctx.drop(foreign, roll_detection.MODEL_ARGS)
     elif key in _RULE_WORKER_UNUSED:
         ctx.drop(foreign, _RULE_WORKER_UNUSED[key])
     elif key in ("reward_type", "response_length_penalty_coef") and key not in _READS[module]:

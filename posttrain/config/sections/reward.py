@@ -20,7 +20,7 @@ class CustomRewardFunctionConfig:
     """A user reward function: `name(data_source, solution_str, ground_truth, extra_info, **reward_kwargs) -> float | dict`."""
 
     path: str | None = param(None, doc="Python file defining the function; null uses a built-in scorer: the one `name` names, else posttrain's task scorer for each data source.", refs=["verl:custom_reward_function.path"])
-    name: str = param("compute_score", doc="Name of the function inside `path`; with path null, a built-in scorer for every sample (math, multiple_choice, code, ifeval, think_answer, countdown_equation, math_boxed: docs/rewards.md), any other name the task scorers.", refs=["verl:custom_reward_function.name"])
+    name: str = param("compute_score", doc="Name of the function inside `path`; with path null, a built-in scorer for every sample (math, multiple_choice, code, ifeval, think_answer, countdown_equation, math_boxed, detection: docs/rewards.md), any other name the task scorers.", refs=["verl:custom_reward_function.name"])
     reward_kwargs: dict[str, Any] = param(factory=dict, doc="Extra keyword arguments passed to every call of the function.", refs=["verl:custom_reward_function.reward_kwargs"])
 
 
@@ -75,18 +75,14 @@ ROLL_WORKER_CLASSES: dict[str, str] = {
     f"{_ROLL_RLVR}multiple_choice_boxed_rule_reward_worker.MultipleChoiceBoxedRuleRewardWorker": "multiple_choice",
     f"{_ROLL_RLVR}llm_judge_reward_worker.LLMJudgeRewardWorker": "llm_judge",
     f"{_ROLL_RLVR}ifeval_rule_reward_worker.GeneralRuleRewardWorker": "ifeval",
+    f"{_ROLL_RLVR}detection_reward_worker.DetectionRewardWorker": "detection",
 }
 ROLL_WORKER_TODO: dict[str, str] = {
     f"{_ROLL_RLVR}general_val_rule_reward_worker.GeneralValRuleRewardWorker": "ROLL's general validation rules; reward routing issue",
     f"{_ROLL_RLVR}remote_reward_system_worker.RemoteRewardSystemWorker": "remote reward services; reward routing issue",
 }
 # ROLL worker classes posttrain refuses, and why (a reason true of its design).
-ROLL_WORKER_REFUSED: dict[str, str] = {
-    f"{_ROLL_RLVR}detection_reward_worker.DetectionRewardWorker": (
-        "ROLL's vision detection reward matches the boxes (or masks) a response names against the row's annotations with "
-        "COCO-style IoU evaluation (pycocotools); posttrain's built-in scorers grade text answers: write the box scoring as "
-        "a scorer with verl's signature and set reward.workers.<name>.worker_cls to path/file.py:function"),
-}
+ROLL_WORKER_REFUSED: dict[str, str] = {}
 # The worker_cls of the LLM judge and the keys only it reads (posttrain.rewards.judge).
 JUDGE = "llm_judge"
 JUDGE_KEYS = ("judge_prompt", "judge_model_type", "model_args", "generating_args", "infer_batch_size", "chat_template_name", "engine")
@@ -132,7 +128,7 @@ class QueryFilterConfig:
 class RewardWorkerConfig:
     """One reward worker: a scorer for the samples whose tag is in `tag_included`."""
 
-    worker_cls: str = param("tasks", doc="The scorer: a built-in (tasks, math, multiple_choice, code, ifeval, think_answer, countdown_equation, llm_judge; ruler_judge and rubric_judge call an auxiliary model, reward_kwargs.model), `file.py:function` or `module:function` (a class there is built once with reward_kwargs and called per sample).", refs=["roll:.worker_cls"])
+    worker_cls: str = param("tasks", doc="The scorer: a built-in (tasks, math, multiple_choice, code, ifeval, think_answer, countdown_equation, detection, llm_judge; ruler_judge and rubric_judge call an auxiliary model, reward_kwargs.model), `file.py:function` or `module:function` (a class there is built once with reward_kwargs and called per sample).", refs=["roll:.worker_cls"])
     tag_included: list[str] = param(factory=list, doc="Tags (the data.reward_fn_key column) of the samples this worker scores; at least one.", refs=["roll:.tag_included"])
     reward_kwargs: dict[str, Any] = param(factory=dict, doc="Extra keyword arguments of every call of the scorer (for a class: of its constructor).")
     weight: float = param(1.0, doc="Weight of this worker's score in a sample's reward, the sum over every worker that claims its tag.", ge=0)
