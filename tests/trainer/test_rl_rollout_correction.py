@@ -55,8 +55,8 @@ def test_metrics_only_by_default_and_off_without_a_threshold(files):
         group_index=["g"], data_source=["d"], ground_truth=[None], extra_info=[{}], raw_prompt=[""],
     )
     b.old_logprobs = torch.tensor([[-0.5, -3.0, 0.0]])
-    metrics = correct_rollout_mismatch(b, t.cfg.algorithm)
-    assert b.rollout_is_weights is None and b.loss_mask is None  # rollout_is false, truncate, no veto
+    keep, metrics = correct_rollout_mismatch(b, t.cfg.algorithm)
+    assert b.rollout_is_weights is None and keep is None and b.loss_mask is None  # rollout_is false, truncate, no veto
     assert metrics["rollout_is/mismatch_kl"] == pytest.approx(((-1.0 + 0.5) + (-1.0 + 3.0)) / 2)
 
 
