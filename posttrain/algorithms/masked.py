@@ -53,3 +53,26 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
     mean = masked_mean(values, mask)
     whitened = (values - mean) * torch.rsqrt(masked_var(values, mask) + 1e-8)
     return whitened if shift_mean else whitened + mean
+
+
+def masked_segment_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) each masked entry replaced by the mean of its segment, 0 where the mask is 0.
+
+    A segment is a maximal run of consecutive non-zero mask entries in a row: in an agentic
+    trajectory whose tool/env tokens are masked out, one model turn. ROLL's
+    `compute_segment_masked_mean` (roll/pipeline/agentic/utils.py) computes the same, with 1e-8
+    added to its divisor.
+
+    >>> masked_segment_mean(torch.tensor([[1.0, 3.0, 9.0, 4.0, 0.0]]), torch.tensor([[1, 1, 0, 1, 0]]))
+    tensor([[2., 2., 0., 4., 0.]])
+    """
+    on = mask != 0  # (B, T)
+    before = torch.nn.functional.pad(on[:, :-1], (1, 0), value=False)  # (B, T): the previous entry's mask
+    # Segment number of each entry within its row (0-based; entries before the first segment get 0
+    # but carry no weight, being masked).
+    seg = (torch.cumsum((on & ~before).long(), dim=1) - 1).clamp(min=0)  # (B, T)
+    safe = torch.where(on, values.float(), torch.zeros_like(values, dtype=torch.float32))
+    sums = torch.zeros_like(safe).scatter_add_(1, seg, safe)  # (B, T): slot k holds segment k's sum
+    counts = torch.zeros_like(safe).scatter_add_(1, seg, on.float())
+    means = sums / counts.clamp(min=1.0)
+    return torch.where(on, means.gather(1, seg), torch.zeros_like(safe))

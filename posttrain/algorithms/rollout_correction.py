@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from posttrain.algorithms.masked import masked_mean
+from posttrain.algorithms.masked import masked_mean, masked_segment_mean
 
-LEVELS = ("token", "sequence", "geometric")
+LEVELS = ("token", "sequence", "geometric", "segment")
 MODES = ("truncate", "mask")
 # exp(+-20) bounds every weight before any threshold, so a sequence-level product cannot overflow.
 SAFETY_BOUND = 20.0
@@ -51,10 +51,14 @@ def rollout_importance_weights(
         token:     w_t = exp(clamp(d_t, -20, 20)), one weight per token;
         sequence:  w_t = exp(clamp(sum_t m_t d_t, -20, 20)) for every token of the sequence;
         geometric: w_t = exp(clamp(sum_t m_t d_t / sum_t m_t, -20, 20)) for every token.
+        segment:   w_t = exp(clamp(mean of d over t's segment, -20, 20)), a segment being a maximal
+                   run of real tokens (one model turn of an agentic trajectory whose env tokens are
+                   masked); thresholds, fractions and batch normalisation count it per token
+                   (ROLL's `segment` weight_type and filter agg_type).
         U = threshold, L = threshold_lower (default 1 / U).
         mode truncate: weights = min(w, U) m; nothing rejected.
-        mode mask:     weights = w m; tokens (token level) or whole sequences (other levels) with
-                       w outside [L, U] are rejected: keep = 0 there.
+        mode mask:     weights = w m; tokens (token level), segments (segment level) or whole
+                       sequences (other levels) with w outside [L, U] are rejected: keep = 0 there.
         veto (any level and mode): a sequence with a real token whose unclamped ratio exp(d_t) is
                        below veto_threshold is rejected whole.
         batch_normalize: weights /= their batch mean (over real tokens at the token level, over
@@ -92,8 +96,9 @@ def rollout_importance_weights(
     mask = response_mask.float()
     real = mask > 0
     diff = torch.where(real, old_logprob.float() - rollout_logprob.float(), 0.0)  # (B, T)
-    if level == "token":
-        log_w = diff.clamp(-SAFETY_BOUND, SAFETY_BOUND)  # (B, T)
+    if level in ("token", "segment"):
+        # a segment's tokens share its mean log-ratio; padding and env tokens stay 0 (weight 1, masked)
+        log_w = (diff if level == "token" else masked_segment_mean(diff, mask)).clamp(-SAFETY_BOUND, SAFETY_BOUND)  # (B, T)
         per_unit, unit_real = log_w, real  # thresholds are checked per token
     else:
         seq = diff.sum(-1)  # (B,)
@@ -140,7 +145,7 @@ def rollout_importance_weights(
 
 def _batch_normalize(weights: torch.Tensor, mask: torch.Tensor, real: torch.Tensor, level: str) -> tuple[torch.Tensor, dict[str, float]]:
     """Weights rescaled to mean 1 over the batch's units (tokens, or sequences at a sequence level)."""
-    if level == "token":
+    if level in ("token", "segment"):
         mean = masked_mean(weights, mask)
     else:
         has_real = real.any(-1)  # (B,)
@@ -151,20 +156,24 @@ def _batch_normalize(weights: torch.Tensor, mask: torch.Tensor, real: torch.Tens
     return weights / mean, {"rollout_is/batch_norm_factor": float(mean)}
 
 
-# Rejection sampling: a divergence statistic of pi_old against pi_rollout per token or per sequence.
+# Rejection sampling: a divergence statistic of pi_old against pi_rollout per token, per segment
+# (a run of real tokens: one model turn) or per sequence.
 RS_OPTIONS = (
     "token_k1", "token_k2", "token_k3",
     "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
     "seq_mean_k1", "seq_mean_k2", "seq_mean_k3",
     "seq_max_k2", "seq_max_k3",
+    "seg_mean_k1", "seg_mean_k2", "seg_mean_k3",
+    "token_diff", "seq_sum_diff", "seq_mean_diff", "seg_mean_diff",
 )
 
 
 def rs_thresholds(options: str, threshold: str | float | None) -> dict[str, tuple[float | None, float]]:
     """``{option: (lower, upper)}`` from the comma-separated ``options`` and ``threshold`` (one value
     shared by every option, or one per option, comma-separated). A k1 option takes "L_U" ratio
-    bounds, or one number U meaning L = 1/U; the k2/k3 options take one upper bound. ValueError
-    names what is wrong."""
+    bounds, or one number U meaning L = 1/U; a diff option "L_U" bounds on the probability
+    difference (L may be negative), or one number U meaning L = -U; the k2/k3 options take one
+    upper bound. ValueError names what is wrong."""
     names = list(dict.fromkeys(o.strip() for o in options.split(",") if o.strip()))
     unknown = [o for o in names if o not in RS_OPTIONS]
     if not names or unknown:
@@ -179,17 +188,20 @@ def rs_thresholds(options: str, threshold: str | float | None) -> dict[str, tupl
     out: dict[str, tuple[float | None, float]] = {}
     for name, spec in zip(names, specs):
         try:
-            if name.endswith("k1"):
+            if name.endswith(("k1", "diff")):
                 lower_s, _, upper_s = spec.rpartition("_") if "_" in spec else ("", "", spec)
                 upper = float(upper_s)
-                lower = float(lower_s) if lower_s else 1.0 / upper
+                lower = float(lower_s) if lower_s else (-upper if name.endswith("diff") else 1.0 / upper)
             elif "_" in spec:
                 raise ValueError(f"{name} takes one upper bound, not the range {spec!r}")
             else:
                 lower, upper = None, float(spec)
         except (ValueError, ZeroDivisionError) as err:
             raise ValueError(f"threshold {spec!r} of {name}: {err}") from None
-        if upper <= 0 or (lower is not None and lower <= 0):
+        if name.endswith("diff"):
+            if not lower <= upper:
+                raise ValueError(f"threshold {spec!r} of {name} needs lower <= upper")
+        elif upper <= 0 or (lower is not None and lower <= 0):
             raise ValueError(f"threshold {spec!r} of {name} must be positive")
         out[name] = (lower, upper)
     return out
@@ -208,16 +220,22 @@ def rollout_rejection(
 
     Formula:
         r_t = clamp(log pi_old(y_t) - log pi_rollout(y_t), -20, 20) on real tokens (m_t = 1).
-        Per-token divergences: k1 = -r_t, k2 = r_t^2 / 2, k3 = exp(r_t) - 1 - r_t.
-        token_kX keeps token t when its kX passes; seq_sum_kX, seq_mean_kX and seq_max_kX reduce the
-        sequence's real tokens by sum, mean or max and keep or reject the whole sequence.
+        Per-token divergences: k1 = -r_t, k2 = r_t^2 / 2, k3 = exp(r_t) - 1 - r_t, and the
+        probability difference diff = pi_old(y_t) - pi_rollout(y_t) (unclamped; ROLL's diff).
+        token_X keeps token t when its X passes; seq_sum_X, seq_mean_X and seq_max_X reduce the
+        sequence's real tokens by sum, mean or max and keep or reject the whole sequence; seg_mean_X
+        takes the mean over each segment (maximal run of real tokens: one model turn of an agentic
+        trajectory, its env tokens masked) and keeps or rejects the whole segment.
         A k1 statistic passes when log L <= k <= log U (L, U: the option's ratio bounds; verl's
-        convention, symmetric when L = 1/U); a k2/k3 statistic passes when k <= U.
+        convention, symmetric when L = 1/U); a k2/k3 statistic passes when k <= U; a diff
+        statistic when L <= diff <= U.
         keep = m times the product over the options of their pass indicators (every option must pass).
     Metrics (prefix rollout_rs/): masked_fraction (share of real tokens rejected), seq_masked_fraction
         (share of sequences with a rejected real token), and per option <option>_masked_fraction.
     Names:
-        verl `algorithm.rollout_correction.rollout_rs` / `rollout_rs_threshold`.
+        verl `algorithm.rollout_correction.rollout_rs` / `rollout_rs_threshold`; the seg_mean and
+        diff options are ROLL's `train_infer_correction.filters` at agg_type segment and with
+        diff_enabled (roll/utils/train_infer_corrections.py).
     Paper:
         Liu, Li et al. 2025, When Speed Kills Stability: Demystifying RL Collapse from the
         Inference-Training Mismatch (rejection by k1/k2/k3 divergence bounds).
@@ -226,21 +244,27 @@ def rollout_rejection(
     mask = response_mask.float()
     real = mask > 0
     r = torch.where(real, old_logprob.float() - rollout_logprob.float(), 0.0).clamp(-SAFETY_BOUND, SAFETY_BOUND)
-    per_token = {"k1": -r, "k2": 0.5 * r**2, "k3": torch.exp(r) - 1.0 - r}  # (B, T) each
+    probs = torch.where(real, old_logprob.float().exp() - rollout_logprob.float().exp(), 0.0)  # (B, T)
+    per_token = {"k1": -r, "k2": 0.5 * r**2, "k3": torch.exp(r) - 1.0 - r, "diff": probs}  # (B, T) each
     n_tokens = mask.sum(-1).clamp(min=1.0)  # (B,)
     keep = mask.clone()
     metrics: dict[str, float] = {}
     n_real = float(mask.sum())
     for name, (lower, upper) in bounds.items():
-        stat = per_token[name[-2:]]
-        if name.startswith("seq_sum"):
+        stat = per_token[name.rpartition("_")[2]]
+        if name.startswith("seg_mean"):
+            stat = masked_segment_mean(stat, mask)  # (B, T): each token carries its segment's mean
+        elif name.startswith("seq_sum"):
             stat = (stat * mask).sum(-1, keepdim=True)
         elif name.startswith("seq_mean"):
             stat = ((stat * mask).sum(-1) / n_tokens)[:, None]
         elif name.startswith("seq_max"):
             stat = stat.masked_fill(~real, float("-inf")).max(-1, keepdim=True).values
             stat = torch.where(torch.isinf(stat), torch.zeros_like(stat), stat)
-        passed = stat <= upper if lower is None else (stat >= math.log(lower)) & (stat <= math.log(upper))
+        if name.endswith("diff"):
+            passed = (stat >= lower) & (stat <= upper)
+        else:
+            passed = stat <= upper if lower is None else (stat >= math.log(lower)) & (stat <= math.log(upper))
         passed = passed.expand_as(mask).float()
         keep = keep * passed
         metrics[f"rollout_rs/{name}_masked_fraction"] = float(((1 - passed) * mask).sum() / n_real) if n_real else 0.0

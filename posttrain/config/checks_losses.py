@@ -110,6 +110,7 @@ def check_rollout_correction(cfg: Any) -> list[str]:
         "algorithm.rollout_is_batch_normalize": (get_path(cfg, "algorithm.rollout_is_batch_normalize", False), False),
         "algorithm.rollout_rs": (get_path(cfg, "algorithm.rollout_rs", None), None),
         "algorithm.rollout_rs_threshold": (get_path(cfg, "algorithm.rollout_rs_threshold", None), None),
+        "algorithm.rollout_reject_after_advantages": (get_path(cfg, "algorithm.rollout_reject_after_advantages", False), False),
     }
     if threshold is None:
         changed = [f"{key}={value}" for key, (value, default) in shaping.items() if value != default]
@@ -127,6 +128,10 @@ def check_rollout_correction(cfg: Any) -> list[str]:
         problems.append("algorithm.rollout_rs_threshold is only read with algorithm.rollout_rs (the rejection options); set both or neither")
     lower = shaping["algorithm.rollout_is_threshold_lower"][0]
     mode = shaping["algorithm.rollout_is_mode"][0]
+    rejects = rs is not None or mode == "mask" or shaping["algorithm.rollout_is_veto_threshold"][0] is not None
+    if shaping["algorithm.rollout_reject_after_advantages"][0] and not rejects:
+        problems.append("algorithm.rollout_reject_after_advantages=true moves the rejection after the advantages, but nothing rejects "
+                        "tokens (no rollout_rs, rollout_is_mode truncate, no veto); remove it or set one of them")
     if lower is not None and mode != "mask":
         problems.append(f"algorithm.rollout_is_threshold_lower ({lower}) is only read by algorithm.rollout_is_mode=mask (truncate caps the upper side only); remove it or use mask")
     if lower is not None and lower > threshold:

@@ -67,10 +67,11 @@ def shape_scores(scores: torch.Tensor, batch: RolloutBatch, alg: AlgorithmConfig
     return scores, metrics
 
 
-def correct_rollout_mismatch(batch: RolloutBatch, alg: AlgorithmConfig) -> dict[str, float]:
-    """Rollout importance sampling (`algorithm.rollout_is*`, verl's semantics): weights of the
-    policy loss (`batch.rollout_is_weights`, when `rollout_is`) and the tokens rejected by mask
-    mode or the veto (`batch.loss_mask`, read by advantages and losses); returns its metrics."""
+def correct_rollout_mismatch(batch: RolloutBatch, alg: AlgorithmConfig) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """Rollout importance sampling (`algorithm.rollout_is*`, verl's semantics): sets the weights of
+    the policy loss (`batch.rollout_is_weights`, when `rollout_is`); returns the tokens that mask
+    mode, the veto and `rollout_rs` keep ((B, T), None when nothing rejects; `reject_tokens` applies
+    them) and the metrics."""
     out = rollout_importance_weights(
         batch.old_logprobs, batch.rollout_logprobs, batch.train_mask, threshold=alg.rollout_is_threshold,  # agentic: model tokens only
         threshold_lower=alg.rollout_is_threshold_lower, level=alg.rollout_is_level, mode=alg.rollout_is_mode,
@@ -82,11 +83,16 @@ def correct_rollout_mismatch(batch: RolloutBatch, alg: AlgorithmConfig) -> dict[
             batch.old_logprobs, batch.rollout_logprobs, batch.train_mask, options=alg.rollout_rs, threshold=alg.rollout_rs_threshold
         )
         keep, metrics = keep * rs_keep, {**metrics, **rs_metrics}
-    if alg.rollout_is_mode == "mask" or alg.rollout_is_veto_threshold is not None or alg.rollout_rs is not None:
-        batch.loss_mask = keep * batch.train_mask  # keeps an agentic batch's env tokens out too
     if alg.rollout_is:
         batch.rollout_is_weights = out.weights
-    return metrics
+    rejects = alg.rollout_is_mode == "mask" or alg.rollout_is_veto_threshold is not None or alg.rollout_rs is not None
+    return (keep if rejects else None), metrics
+
+
+def reject_tokens(batch: RolloutBatch, keep: torch.Tensor) -> None:
+    """Take the rejected tokens out of `batch.loss_mask`, which advantages computed afterwards and
+    the losses count."""
+    batch.loss_mask = keep * batch.train_mask  # keeps an agentic batch's env tokens out too
 
 
 def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: AlgorithmConfig, state: ShapingState, n_steps: int) -> dict[str, float]:

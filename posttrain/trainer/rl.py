@@ -30,7 +30,9 @@ from posttrain.rollout.base import SamplingParams
 from posttrain.rollout.turn_rows import windowed
 from posttrain.tracking import Generation, phase
 from posttrain.trainer.agentic import AgenticRollout, check_agentic, is_agentic, training_rows
-from posttrain.trainer.advantages import agentic_scores, compute_advantages, correct_rollout_mismatch, filter_by_reward, make_shaping_state, mask_samples
+from posttrain.trainer.advantages import (
+    agentic_scores, compute_advantages, correct_rollout_mismatch, filter_by_reward, make_shaping_state, mask_samples, reject_tokens,
+)
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
 from posttrain.trainer.dynamic_sampling import Round, gather_groups, metric_values
@@ -196,8 +198,13 @@ class RLTrainer:
             if self.cfg.actor.calculate_sum_pi_squared or estimator_needs(self.cfg.algorithm.adv_estimator).sum_pi_squared:
                 batch.sum_pi_squared = on_rows(actor.sum_pi_squared)  # (B, T)
             pi_squared = batch.sum_pi_squared  # (B, T) or None
+        keep = None  # tokens rollout correction keeps, when it rejects some
         if self.cfg.algorithm.rollout_is_threshold is not None:
-            metrics.update(correct_rollout_mismatch(batch, self.cfg.algorithm))
+            keep, correction = correct_rollout_mismatch(batch, self.cfg.algorithm)
+            metrics.update(correction)
+            if keep is not None and not self.cfg.algorithm.rollout_reject_after_advantages:
+                reject_tokens(batch, keep)  # verl's order: the advantages count only the kept tokens
+                keep = None
         if ref is not None:
             with timer("ref"):
                 batch.ref_logprobs = on_rows(ref.compute_logprobs)  # (B, T)
@@ -213,6 +220,8 @@ class RLTrainer:
         with timer("adv"):
             shaped = scores if self.agent is None else agentic_scores(scores, batch, self.cfg.algorithm.agentic_reward_norm)
             metrics.update(compute_advantages(batch, shaped, self.cfg.algorithm, self.shaping, len(batch)))
+            if keep is not None:  # ROLL's order: advantages over every trained token, rejection in the losses only
+                reject_tokens(batch, keep)
             metrics.update(mask_samples(batch, scores, self.cfg.algorithm, response_length(self.cfg)))  # ROLL's filters
             train, pf_metrics = filter_by_reward(batch, self.cfg.algorithm, self.cfg.trainer.seed, step)  # PF-PPO, else batch
             metrics.update(pf_metrics)

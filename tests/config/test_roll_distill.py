@@ -160,7 +160,7 @@ def test_what_posttrain_s_single_teacher_cannot_do_is_refused():
     two = {"a": ONPOLICY["teacher"], "b": ONPOLICY["teacher"]}
     _, report = _onpolicy(teacher=two)
     assert [e.key for e in report.refused] == ["teacher.a", "teacher.b"]
-    assert "one teacher model" in report.refused[0].reason
+    assert "one teacher, the reference role" in report.refused[0].reason and "one stage per teacher" in report.refused[0].reason
 
 
 def test_the_students_context_parallelism_is_dropped_not_split():

@@ -612,6 +612,8 @@ ELSEWHERE = {
        for k in ("objective", "topk", "temperature", "teacher_temperature", "adaptive_alpha", "skew_lambda")},
     "algorithm.distill.weight": f"{DISTILL}::test_weight_mixes_the_two_token_means_and_the_split_changes_nothing",
     "algorithm.distill.on_prompt": f"{DISTILL}::test_on_prompt_trains_every_real_token",
+    # ROLL's order of rejection: the test runs one step each way and compares the rejected tokens' advantages
+    "algorithm.rollout_reject_after_advantages": "tests/trainer/test_rl_rollout_correction.py::test_rejection_after_the_advantages_leaves_them_counting_every_token",
 }
 
 # Keys whose requested behaviour posttrain always has (each field's doc says so): no effect, checked.

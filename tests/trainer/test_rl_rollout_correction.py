@@ -46,6 +46,31 @@ def test_a_bf16_engine_step_logs_the_mismatch_and_weights_the_loss(files):
     assert bool(((batch.advantages != 0) & (keep == 0)).sum() == 0)  # rejected tokens get no advantage
 
 
+def test_rejection_after_the_advantages_leaves_them_counting_every_token(files, tmp_path):
+    """algorithm.rollout_reject_after_advantages (ROLL's order): the rejected tokens keep their
+    advantage (whitened over every trained token) and leave only the losses; verl's order (the
+    default) gives them none, as test_a_bf16_engine_step_logs_the_mismatch_and_weights_the_loss shows."""
+    reward = tmp_path / "reward.py"  # scores that vary within a group, so the advantages are not all 0
+    reward.write_text("def by_length(data_source, solution_str, ground_truth, extra_info=None):\n    return len(solution_str) / 10.0\n")
+    t = trainer(
+        files, f"reward.custom_reward_function.path={reward}", "reward.custom_reward_function.name=by_length", "rollout.dtype=bf16", "algorithm.rollout_is_threshold=1.0005", "algorithm.rollout_is_mode=mask",
+        "algorithm.rollout_is_threshold_lower=0.9995", "algorithm.whiten_advantages=true",
+        "algorithm.adv_estimator=reinforce_plus_plus",  # batch-wide returns: every row's tokens get an advantage
+        "algorithm.rollout_reject_after_advantages=true",
+    )
+    seen = {}
+    update = t.roles.actor.update
+    t.roles.actor.update = lambda batch, step=0, mini_size=None: seen.setdefault("batch", batch) and update(batch, step, mini_size)  # type: ignore[method-assign]
+    rows = t.sampler.next_batch()
+    t.step(collate_prompts([t.train_set[i] for i in rows], t.pad_id), 1)
+    batch: RolloutBatch = seen["batch"]
+    rejected = (batch.loss_mask == 0) & (batch.response_mask > 0)
+    assert bool(rejected.any()) and bool((batch.loss_mask > 0).any())
+    assert bool((batch.advantages[rejected] != 0).any())
+    # whitened over every real token: mean 0 there, not over the kept ones only
+    assert float(batch.advantages[batch.response_mask > 0].mean()) == pytest.approx(0.0, abs=1e-5)
+
+
 def test_metrics_only_by_default_and_off_without_a_threshold(files):
     t = trainer(files, "rollout.dtype=bf16", "algorithm.rollout_is_threshold=2.0")
     b = RolloutBatch(
@@ -55,8 +80,8 @@ def test_metrics_only_by_default_and_off_without_a_threshold(files):
         group_index=["g"], data_source=["d"], ground_truth=[None], extra_info=[{}], raw_prompt=[""],
     )
     b.old_logprobs = torch.tensor([[-0.5, -3.0, 0.0]])
-    metrics = correct_rollout_mismatch(b, t.cfg.algorithm)
-    assert b.rollout_is_weights is None and b.loss_mask is None  # rollout_is false, truncate, no veto
+    keep, metrics = correct_rollout_mismatch(b, t.cfg.algorithm)
+    assert b.rollout_is_weights is None and keep is None and b.loss_mask is None  # rollout_is false, truncate, no veto
     assert metrics["rollout_is/mismatch_kl"] == pytest.approx(((-1.0 + 0.5) + (-1.0 + 3.0)) / 2)
 
 
@@ -82,6 +107,8 @@ def test_advantages_count_kept_tokens_and_scores_stay_at_the_last_real_token(fil
     (["algorithm.rollout_is_threshold=2", "algorithm.rollout_is_threshold_lower=0.5"], "only read by algorithm.rollout_is_mode=mask"),
     (["algorithm.rollout_is_threshold=2", "algorithm.rollout_is_mode=mask", "algorithm.rollout_is_threshold_lower=3"], "must not exceed"),
     (["algorithm.rollout_is_threshold=2", "actor.reuse_rollout_logprobs=always"], "every weight would be 1"),
+    (["algorithm.rollout_is_threshold=2", "algorithm.rollout_reject_after_advantages=true"], "nothing rejects"),
+    (["algorithm.rollout_reject_after_advantages=true"], "need(s) algorithm.rollout_is_threshold"),
 ])
 def test_combinations_that_would_do_nothing_are_refused(overrides, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):

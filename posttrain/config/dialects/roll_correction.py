@@ -10,18 +10,18 @@ agentic trajectory).
   [0, upper_bound], multiplies the per-token policy loss. That is posttrain's ``algorithm.rollout_is``
   with ``rollout_is_level`` = weight_type, ``rollout_is_threshold`` = upper_bound and
   ``rollout_is_mode: truncate`` (posttrain.algorithms.rollout_importance_weights).
-- ``filters`` (each: enabled, agg_type, ratio_enabled/ratio_low/ratio_high, diff_*): a token (or the
-  whole response, above the token level) leaves the loss unless ratio_low <= ratio <= ratio_high.
-  That is posttrain's ``algorithm.rollout_rs`` k1 option of the level (token_k1, seq_sum_k1,
-  seq_mean_k1); its "L_U" bounds keep the ratio pi_old / pi_rollout in [1/U, 1/L], so U =
-  1/ratio_low and L = 1/ratio_high. Filters are all applied (their bounds at one level intersect).
+- ``filters`` (each: enabled, agg_type, ratio_enabled/ratio_low/ratio_high, diff_*): a token (or its
+  segment, or the whole response) leaves the loss unless ratio_low <= ratio <= ratio_high and, with
+  diff_enabled, diff_low <= diff <= diff_high. The ratio filter is posttrain's ``algorithm.rollout_rs``
+  k1 option of the level (token_k1, seq_sum_k1, seq_mean_k1, seg_mean_k1); its "L_U" bounds keep the
+  ratio pi_old / pi_rollout in [1/U, 1/L], so U = 1/ratio_low and L = 1/ratio_high. The diff filter is
+  the diff option of the level (token_diff, seq_sum_diff, seq_mean_diff, seg_mean_diff) with bounds
+  "diff_low_diff_high". Filters are all applied (their bounds at one level intersect). ROLL applies
+  them after computing the advantages (its agentic and RLVR pipelines), so the translation sets
+  ``algorithm.rollout_reject_after_advantages``.
 
-Refused, as posttrain has no counterpart: the ``segment`` level (posttrain's levels span the whole
-response), the ``diff`` filters (bounds on pi_old - pi_infer, a probability difference), an
-``upper_bound: null`` weight (posttrain's weights are always truncated), ``detach: false`` (posttrain's
-weights carry no gradient). And filters where ROLL's order matters: ROLL filters after computing the
-advantages, posttrain (as verl) before, so the advantages of the kept tokens agree only when they do
-not read the mask: not with ``whiten_advantages``, ``adv_estimator: gae`` or ``add_token_level_kl``.
+Refused, as posttrain has no counterpart: an ``upper_bound: null`` weight (posttrain's weights are
+always truncated) and ``detach: false`` (posttrain's weights carry no gradient).
 """
 
 from __future__ import annotations
@@ -34,16 +34,20 @@ from posttrain.config.dialects.translate import Context
 from posttrain.config.tables import Rule
 
 KEY = "train_infer_correction"
-LEVELS = {"token": "token_k1", "sequence": "seq_sum_k1", "geometric": "seq_mean_k1"}
+LEVELS = {"token": "token_k1", "sequence": "seq_sum_k1", "geometric": "seq_mean_k1", "segment": "seg_mean_k1"}
+DIFF_LEVELS = {"token": "token_diff", "sequence": "seq_sum_diff", "geometric": "seq_mean_diff", "segment": "seg_mean_diff"}
 # ROLL's TrainInferISWeightConfig and TrainInferFilterConfig defaults.
 IS_DEFAULTS = {"enabled": False, "weight_type": "token", "upper_bound": 1.2, "detach": True}
 FILTER_DEFAULTS = {"enabled": False, "agg_type": "token", "ratio_enabled": True, "ratio_low": 0.8, "ratio_high": 1.2,
                    "diff_enabled": False, "diff_low": -0.2, "diff_high": 0.2}
-_SEGMENT = "segment: ROLL's per-turn level (each run of trained tokens); posttrain's rollout_is_level and rollout_rs levels span the whole response (token, sequence, geometric)"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
 
 
 def _positive(value: Any) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool) and value > 0
+    return _number(value) and value > 0
 
 
 def _is_weight(ctx: Context, block: Any) -> float | None:
@@ -59,9 +63,7 @@ def _is_weight(ctx: Context, block: Any) -> float | None:
         ctx.drop(key, "enabled false (ROLL's default): no importance weights")
         return None
     level, bound = cfg["weight_type"], cfg["upper_bound"]
-    if level == "segment":
-        ctx.refuse(key, _SEGMENT, "algorithm.rollout_is_level", level)
-    elif level not in LEVELS:
+    if level not in LEVELS:
         ctx.refuse(key, f"weight_type: expected token, geometric, sequence or segment, got {level!r}", "algorithm.rollout_is_level", level)
     elif bound is None:
         ctx.refuse(key, "upper_bound null (unclamped weights): posttrain truncates the weights at algorithm.rollout_is_threshold, which null switches off; give a bound", "algorithm.rollout_is_threshold", bound)
@@ -79,17 +81,9 @@ def _is_weight(ctx: Context, block: Any) -> float | None:
     return None
 
 
-def _filter_order_problem(ctx: Context) -> str | None:
-    """Why filtering before the advantages (posttrain) differs from filtering after them (ROLL)."""
-    for key, value in (("whiten_advantages", True), ("adv_estimator", "gae"), ("add_token_level_kl", True)):
-        if ctx.get(key) == value:
-            return (f"with {key}: {value}: ROLL filters tokens after computing the advantages, posttrain's rollout_rs before "
-                    "(as verl), so the kept tokens' advantages would differ; write algorithm.rollout_rs yourself if that is meant")
-    return None
-
-
 def _filters(ctx: Context, rules: Any) -> dict[str, tuple[float, float]]:
-    """The enabled ratio filters as {rollout_rs option: (lowest, highest ratio kept)}, or {} after a refusal."""
+    """The enabled filters as {rollout_rs option: (lowest, highest ratio or difference kept)}, or {}
+    after a refusal."""
     key = f"{KEY}.filters"
     if not isinstance(rules, list):
         ctx.refuse(key, f"expected a list of filter rules, got {rules!r}", "algorithm.rollout_rs", rules)
@@ -104,22 +98,25 @@ def _filters(ctx: Context, rules: Any) -> dict[str, tuple[float, float]]:
         if cfg["enabled"] is not True:
             continue
         level, low, high = cfg["agg_type"], cfg["ratio_low"], cfg["ratio_high"]
+        d_low, d_high = cfg["diff_low"], cfg["diff_high"]
         problem = None
-        if level == "segment":
-            problem = _SEGMENT
-        elif level not in LEVELS:
+        if level not in LEVELS:
             problem = f"agg_type: expected token, geometric, sequence or segment, got {level!r}"
-        elif cfg["diff_enabled"] is True:
-            problem = "diff_enabled: bounds on the probability difference pi_old - pi_infer; posttrain's rollout_rs bounds the log-ratio (k1) or k2/k3 divergences"
         elif cfg["ratio_enabled"] is True and not (_positive(low) and _positive(high) and low <= high):
             problem = f"ratio_low {low!r} / ratio_high {high!r}: posttrain's ratio bounds are numbers with 0 < low <= high"
+        elif cfg["diff_enabled"] is True and not (_number(d_low) and _number(d_high) and d_low <= d_high):
+            problem = f"diff_low {d_low!r} / diff_high {d_high!r}: posttrain's probability-difference bounds are numbers with low <= high"
         if problem is not None:
             ctx.refuse(where, problem, "algorithm.rollout_rs", dict(rule))
             return {}
-        if cfg["ratio_enabled"] is True:
-            option = LEVELS[level]
-            old_low, old_high = bounds.get(option, (0.0, float("inf")))
-            bounds[option] = (max(old_low, low), min(old_high, high))
+        for on, option, lo, hi in ((cfg["ratio_enabled"], LEVELS[level], low, high), (cfg["diff_enabled"], DIFF_LEVELS[level], d_low, d_high)):
+            if on is True:  # several filters on one option keep the intersection of their bands
+                old_low, old_high = bounds.get(option, (-float("inf"), float("inf")))
+                bounds[option] = (max(old_low, lo), min(old_high, hi))
+    for option, (lo, hi) in bounds.items():
+        if lo > hi:
+            ctx.refuse(key, f"the filters on {option} keep disjoint bands, so every token would be rejected; widen or drop one", "algorithm.rollout_rs", rules)
+            return {}
     return bounds
 
 
@@ -144,15 +141,14 @@ def train_infer_correction(ctx: Context) -> None:
         if isinstance(block["filters"], list) and not any(isinstance(r, Mapping) and r.get("enabled") is True for r in block["filters"]):
             ctx.drop(f"{KEY}.filters", "no filter enabled: nothing is rejected")
         return
-    problem = _filter_order_problem(ctx)
-    if problem is not None:
-        ctx.refuse(f"{KEY}.filters", problem, "algorithm.rollout_rs", block["filters"])
-        return
-    # posttrain's k1 bounds "L_U" keep pi_old / pi_rollout in [1/U, 1/L].
-    specs = [f"{1 / high!r}_{1 / low!r}" for low, high in bounds.values()]
-    kept = ", ".join(f"{option} keeps ratios in [{low}, {high}]" for option, (low, high) in bounds.items())
+    # posttrain's k1 bounds "L_U" keep pi_old / pi_rollout in [1/U, 1/L]; its diff bounds are ROLL's own.
+    specs = [f"{low!r}_{high!r}" if option.endswith("diff") else f"{1 / high!r}_{1 / low!r}" for option, (low, high) in bounds.items()]
+    kept = ", ".join(f"{option} keeps {'differences' if option.endswith('diff') else 'ratios'} in [{low}, {high}]" for option, (low, high) in bounds.items())
     ctx.set("algorithm.rollout_rs", ",".join(bounds), f"{KEY}.filters", kept)
-    ctx.set("algorithm.rollout_rs_threshold", ",".join(specs), f"{KEY}.filters", "bounds L_U on the ratio's inverse: U = 1/ratio_low, L = 1/ratio_high")
+    ctx.set("algorithm.rollout_rs_threshold", ",".join(specs), f"{KEY}.filters",
+            "k1 bounds L_U on the ratio's inverse: U = 1/ratio_low, L = 1/ratio_high; diff bounds diff_low_diff_high")
+    ctx.set("algorithm.rollout_reject_after_advantages", True, f"{KEY}.filters",
+            "ROLL filters after computing the advantages, which count every trained token")
     if bound is None:
         ctx.set("algorithm.rollout_is_threshold", IS_DEFAULTS["upper_bound"], f"{KEY}.filters",
                 "posttrain's rejection needs the correction on; without is_weight it only logs the weights (algorithm.rollout_is false)")
@@ -160,8 +156,9 @@ def train_infer_correction(ctx: Context) -> None:
 
 RULES: dict[str, Rule] = {
     KEY: Rule("algorithm.rollout_is, algorithm.rollout_rs", "is_weight: algorithm.rollout_is at its level, truncated at upper_bound; "
-              "ratio filters: algorithm.rollout_rs token_k1 / seq_sum_k1 / seq_mean_k1; refused: the segment level, diff filters, "
-              "and filters whose advantages read the mask (whiten_advantages, gae, add_token_level_kl)",
+              "filters: algorithm.rollout_rs token_k1 / seq_sum_k1 / seq_mean_k1 / seg_mean_k1 (ratio) and the *_diff options "
+              "(probability difference), applied after the advantages (algorithm.rollout_reject_after_advantages); "
+              "refused: upper_bound null, detach false",
               {"is_weight": {"enabled": True, "weight_type": "geometric", "upper_bound": 2.0}}),
 }
 HANDLERS = [train_infer_correction]

@@ -21,8 +21,11 @@ compute_advantage, is_pure_opd):
   recomputes them with the training model; posttrain always recomputes them (``old_logprobs``),
   which agree to the engines' numerics.
 - One teacher: ROLL's multi-teacher form (``teacher`` a mapping of named roles routed by
-  ``tag_included``) and a teacher limited to some tags are refused: posttrain's reference role is
-  one model that scores every row.
+  ``tag_included``; roll/configs/base_config.py _handle_opd_mapping, roll/utils/functionals.py
+  compute_advantage: a row's advantage is minus the sum over the teachers its domain routes to of
+  opd_kl_coef x KL, 0 when none takes it) and a teacher limited to some tags are refused:
+  posttrain's reference role is one model that scores every row. The refusal names the nearest
+  posttrain config, a stage per teacher.
 """
 
 from __future__ import annotations
@@ -38,8 +41,11 @@ from posttrain.config.dialects.translate import Context, translate_dict
 
 RENAMES = {"student_train": "actor_train", "student_infer": "actor_infer", "teacher": "reference"}
 _BACK = {v: k for k, v in RENAMES.items()}
-_ONE_TEACHER = ("posttrain's reference role is one teacher model that scores every row (ref.model_path); ROLL's multi-teacher "
-                "distillation routes rows by tag_included among several teachers: run one teacher per stage")
+_ONE_TEACHER = ("posttrain's on-policy distillation has one teacher, the reference role (ref.model_path), which scores every row of "
+                "the batch; ROLL routes each row by its domain to every teacher whose tag_included holds it, sums their "
+                "opd_kl_coef-weighted KL estimates and leaves a row that no teacher takes without an advantage. The nearest posttrain "
+                "config is one stage per teacher (stages: each with its ref.model_path and data.train_files holding that teacher's "
+                "rows), which trains on the domains one after the other instead of in the same batches")
 
 
 def is_onpolicy(raw: Any) -> bool:
