@@ -31,7 +31,8 @@ from typing import Any
 from posttrain.config.sections.env import EnvManagerConfig
 from posttrain.envs.registry import env_class
 from posttrain.envs.window import WindowSpec
-from posttrain.envs.window_spec import MANAGERS, WINDOW_KEYS, parse_window
+from posttrain.envs.turn_template import TurnTemplate
+from posttrain.envs.window_spec import MANAGERS, WINDOW_KEYS, parse_turn_template, parse_window
 from posttrain.errors import ConfigError
 
 # Keys of a custom_envs entry that posttrain refuses, with the reason (the rest of ROLL's per-env
@@ -68,6 +69,7 @@ class EnvSpec:
     action_pattern: re.Pattern[str] | None
     instruction: str
     window: WindowSpec | None = None  # None: prompt_mode conversation (the whole episode so far)
+    turns: TurnTemplate | None = None  # conversation turns written through agent_template; None: as they come
 
     def parse_action(self, text: str) -> str | None:
         """The action inside the model's text, or None when the pattern does not match it."""
@@ -128,7 +130,8 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
             if pattern.groups > 2:
                 problems.append(f"{key}.action_pattern: at most two capture groups (the action, or a thought and the action), got {pattern.groups}")
     window, window_problems = parse_window(entry, key, tokens)
-    problems += window_problems
+    turns, turn_problems = parse_turn_template(entry, key, tokens) if window is None and not window_problems else (None, [])
+    problems += window_problems + turn_problems
     if problems:
         raise ConfigError(problems)
     cls = env_class(str(entry["env_type"]), f"{key}.env_type")
@@ -136,7 +139,7 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
     if instruction is None:
         instruction = getattr(cls, "instruction", "")
     return EnvSpec(tag, str(entry["env_type"]), cls, dict(env_config), max_steps, tokens,
-                   None if penalty is None else float(penalty), pattern, str(instruction), window)
+                   None if penalty is None else float(penalty), pattern, str(instruction), window, turns)
 
 
 def _lift(entry: dict[str, Any], key: str) -> dict[str, Any]:

@@ -82,15 +82,19 @@ def _entry(number: int, step: PastStep) -> str:
 
 
 def template_problems(key: str, mode: str, template: str, max_tokens: int | None) -> list[str]:
-    """What is wrong with an agent_template for `mode`: fields it cannot fill, or a format error."""
+    """What is wrong with an agent_template for a window `mode`: fields it cannot fill, or a format error."""
+    return fields_problems(key, mode, template, FIELDS[mode], max_tokens)
+
+
+def fields_problems(key: str, mode: str, template: str, fields: Sequence[str], max_tokens: int | None) -> list[str]:
+    """What is wrong with a template that `mode` fills with `fields`."""
     try:
         names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
     except ValueError as e:
         return [f"{key}: not a format string ({e}); write fields as {{name}} and braces as {{{{ }}}}"]
-    bad = sorted({n for n in names if n not in FIELDS[mode]})
+    bad = sorted({n for n in names if n not in fields})
     if bad:
-        return [f"{key}: fields {bad} are not filled in prompt_mode {mode}; it fills {list(FIELDS[mode])}"]
+        return [f"{key}: fields {bad} are not filled in prompt_mode {mode}; it fills {list(fields)}"]
     if "max_response_length" in names and max_tokens is None:
         return [f"{key}: {{max_response_length}} is the entry's max_tokens_per_step, which is not set; set it"]
     return []
-

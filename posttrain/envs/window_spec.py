@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from posttrain.envs.turn_template import FIELDS as TURN_FIELDS, TurnTemplate
 from posttrain.envs.window import DEFAULT_TEMPLATES, HISTORY_STEPS, MODES, WindowSpec, template_problems
+from posttrain.envs.window import fields_problems as _fields
 
 _ROLL = "roll.pipeline.agentic.env_manager."
 # ROLL's env manager classes and the prompt mode each one is
@@ -30,8 +32,8 @@ MANAGERS = {
     _ROLL + "step_concat_env_manager.StepConcatEnvManager": "observation_window",
 }
 WINDOW_KEYS = ("prompt_mode", "history_window", "history_length", "history_steps", "agent_template", "agent_system_template")
-_CONVERSATION = ("in prompt_mode conversation the loop renders turns with the model's chat template; put the text in "
-                 "env_instruction, or set prompt_mode: window")
+_CONVERSATION = ("prompt_mode conversation shows the model the whole episode so far, with no window of earlier steps; "
+                 "set prompt_mode: window for one")
 
 
 def parse_window(entry: dict[str, Any], key: str, max_tokens: int | None) -> tuple[WindowSpec | None, list[str]]:
@@ -40,8 +42,7 @@ def parse_window(entry: dict[str, Any], key: str, max_tokens: int | None) -> tup
     if mode is None:
         return None, problems
     if mode == "conversation":
-        problems += [f"{key}.{k}: not supported: {_CONVERSATION}" for k in ("agent_template", "agent_system_template", "history_window",
-                                                                             "history_length", "history_steps") if k in entry]
+        problems += [f"{key}.{k}: not supported: {_CONVERSATION}" for k in ("history_window", "history_length", "history_steps") if k in entry]
         return None, problems
     window = _window(entry, key, problems)
     steps = entry.get("history_steps", "invalid" if entry.get("env_manager_cls") in MANAGERS and mode == "window" else "all")
@@ -59,6 +60,19 @@ def parse_window(entry: dict[str, Any], key: str, max_tokens: int | None) -> tup
     if problems:
         return None, problems
     return WindowSpec(mode, window, steps, template, system), []
+
+
+def parse_turn_template(entry: dict[str, Any], key: str, max_tokens: int | None) -> tuple[TurnTemplate | None, list[str]]:
+    """The agent_template / agent_system_template of an entry in prompt_mode conversation (None when it
+    gives neither: observations are then the user messages as they are)."""
+    if "agent_template" not in entry and "agent_system_template" not in entry:
+        return None, []
+    template, system = entry.get("agent_template", "{observation}"), entry.get("agent_system_template")
+    problems = [f"{key}.{name}: expected a string, got {type(text).__name__}" for name, text in
+                (("agent_template", template), ("agent_system_template", system)) if text is not None and not isinstance(text, str)]
+    if not problems:
+        problems += _fields(f"{key}.agent_template", "conversation", template, TURN_FIELDS, max_tokens)
+    return (None, problems) if problems else (TurnTemplate(template, system), [])
 
 
 def _mode(entry: dict[str, Any], key: str) -> tuple[str | None, list[str]]:

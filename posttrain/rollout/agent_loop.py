@@ -113,8 +113,13 @@ def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: 
     if slot.spec.window is not None:
         traj.prompt_ids = window_prompt_ids(slot.spec, traj, renderer)
         traj.turn_prompts, traj.observations = [traj.prompt_ids], [first]
+    elif slot.prompt_ids is not None:
+        traj.prompt_ids = slot.prompt_ids
+    elif slot.spec.turns is not None and isinstance(first, str):
+        spec = slot.spec
+        traj.prompt_ids = renderer.prompt_ids(*spec.turns.first(spec.instruction, first, spec.max_steps, spec.max_tokens_per_step))
     else:
-        traj.prompt_ids = slot.prompt_ids if slot.prompt_ids is not None else renderer.prompt_ids(slot.spec.instruction, first)
+        traj.prompt_ids = renderer.prompt_ids(slot.spec.instruction, first)
     if len(traj.prompt_ids) > limits.max_prompt_length:
         raise ConfigError(
             f"data.max_prompt_length: the first prompt of {where(_name(slot), slot.seed, None)} has {len(traj.prompt_ids)} "
@@ -177,7 +182,7 @@ def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float],
         if turn >= slot.spec.max_steps:
             traj.truncated = True
         elif slot.spec.window is None:
-            answer = renderer.observation_ids(traj.observation, ended=bool(ids) and ids[-1] == renderer.eos_id)
+            answer = renderer.observation_ids(_observation_turn(slot.spec, traj.observation, turn), ended=bool(ids) and ids[-1] == renderer.eos_id)
             if len(traj.response_ids) + len(answer) >= limits.max_response_length:
                 traj.truncated = True  # no room left for one more action after this observation
             else:
@@ -185,6 +190,13 @@ def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float],
     traj.turns.append(Turn(span, observation, text, reward, valid, state))
     if slot.spec.window is not None and not (traj.done or traj.truncated):
         _next_window(slot, traj, renderer, limits)
+
+
+def _observation_turn(spec: EnvSpec, observation: Any, turn: int) -> Any:
+    """The user turn after action `turn` (from 1): the observation, through the entry's agent_template if it has one."""
+    if spec.turns is None or not isinstance(observation, str):
+        return observation
+    return spec.turns.user(observation, turn + 1, spec.max_steps - turn, spec.max_tokens_per_step)
 
 
 def _next_window(slot: EnvSlot, traj: Trajectory, renderer: TurnRenderer, limits: LoopLimits) -> None:

@@ -25,6 +25,7 @@ feature) is still refused: the smoke run is the user's config, not a different o
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 import re
@@ -38,6 +39,7 @@ from posttrain.config.dialects.detect import detect
 from posttrain.config.dialects.source import read_yaml
 from posttrain.config.load import load_config, to_dict
 from posttrain.errors import ConfigError
+from posttrain.trainer.smoke_envs import shrink_env_managers
 
 STEPS = 2
 BATCH = 2  # prompts per step
@@ -68,6 +70,7 @@ def smoke_config(path: str | None, overrides: list[str], dialect: str | None, wo
     lines += _model(native, workdir)
     lines += _data(native, workdir)
     lines += _sizes(native, workdir)
+    lines += shrink_env_managers(native)
     if native.pop("prepare", None):
         lines.append("prepare: -> left out (the smoke run brings its own model and data)")
     for i, stage in enumerate(native.get("stages") or []):
@@ -143,6 +146,10 @@ def _machine(native: dict[str, Any]) -> list[str]:
         lines.append(f"profiler.steps: {steps} -> {kept} (the smoke run has {STEPS} steps)")
         profiler["steps"] = kept
     lines += _unshard(native)
+    model = native.get("model") or {}
+    if model.get("attn_implementation") in ("flash_attention_2", "fa2") and importlib.util.find_spec("flash_attn") is None:
+        lines.append(f"model.attn_implementation: {model['attn_implementation']} -> sdpa (no flash-attn here)")
+        model["attn_implementation"] = "sdpa"
     rollout = native.setdefault("rollout", {})
     if rollout.get("name", "hf") != "hf":
         lines.append(f"rollout.name: {rollout['name']} -> hf (the HF engine)")

@@ -73,8 +73,8 @@ def test_refused_and_bad_entry_keys_are_all_named():
     with pytest.raises(ConfigError) as e:
         parse_custom_envs({"W": entry})
     problems = e.value.problems
-    assert ("env.custom_envs.W.agent_template: not supported: in prompt_mode conversation the loop renders turns with the model's chat "
-            "template; put the text in env_instruction, or set prompt_mode: window") in problems
+    assert ("env.custom_envs.W.agent_template: fields ['obs'] are not filled in prompt_mode conversation; it fills "
+            "['observation', 'turn_idx', 'actions_left', 'max_response_length']") in problems
     assert any(p.startswith("env.custom_envs.W.env_manager_cls: not supported") for p in problems)
     assert any(p.startswith("env.custom_envs.W.history: unknown key") for p in problems)
     assert any("max_steps and max_actions_per_traj mean the same here and differ" in p for p in problems)

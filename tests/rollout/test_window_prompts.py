@@ -110,7 +110,8 @@ def test_window_keys_are_checked():
     assert "fields ['env_instruction'] are not filled in prompt_mode observation_window" in problems(
         env_manager_cls="roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager", agent_template="{env_instruction}")
     assert "max_tokens_per_step, which is not set" in problems(prompt_mode="window", agent_template="{max_response_length}")
-    assert "put the text in env_instruction, or set prompt_mode: window" in problems(agent_template="{history}")
+    assert "fields ['history'] are not filled in prompt_mode conversation" in problems(agent_template="{history}")
+    assert "with no window of earlier steps; set prompt_mode: window" in problems(history_window=2)
     assert "history_window and ROLL's history_length both set" in problems(prompt_mode="window", history_window=1, history_length=2)
     assert "disagree" in problems(prompt_mode="conversation", env_manager_cls="roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager")
     assert "no counterpart" in problems(env_manager_cls="my.Manager")

@@ -1,0 +1,34 @@
+"""prompt_mode conversation with an agent_template (ROLL's TrajEnvManager): the exact text of the
+first prompt and of each observation turn the model sees."""
+
+from __future__ import annotations
+
+from posttrain.rollout.agent_loop import LoopLimits
+from tests.rollout.test_window_prompts import TOK, chat, play
+
+TEMPLATE = "Turn {turn_idx}: {observation} ({actions_left} left, {max_response_length} tokens)"
+
+
+def turn(user: str) -> str:
+    """An observation turn after an action: the assistant's close, the user message, the generation prompt."""
+    return f"<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_each_observation_turn_is_written_through_the_agent_template():
+    traj, shown = play(LoopLimits(512, 512), agent_template=TEMPLATE, agent_system_template="S", max_tokens_per_step=8)
+    i = "Move P to G: answer L or R."
+    # the system message is the agent_system_template; the instruction opens the first user message
+    first = chat(f"{i}\nTurn 1: _G_P (4 left, 8 tokens)")
+    assert shown[0] == first
+    # each later prompt is the whole conversation so far: turn k's observation through the template
+    assert shown[1].startswith(first) and shown[1].endswith(turn("Turn 2: _GP_ (3 left, 8 tokens)"))
+    assert shown[3].endswith(turn("Turn 4: _G_P (1 left, 8 tokens)"))
+    assert shown[3].count("<|im_start|>user") == 4 and len(traj.turns) == 4
+
+
+def test_without_a_template_the_observations_come_as_they_are():
+    _, plain = play()
+    assert plain[0] == chat("_G_P", system="Move P to G: answer L or R.")
+    assert plain[1].endswith(turn("_GP_"))
+    _, system_only = play(agent_system_template="S")  # the template defaults to the bare observation
+    assert system_only[0] == chat("Move P to G: answer L or R.\n_G_P")

@@ -1,0 +1,35 @@
+"""`posttrain smoke` on agentic configs: env managers shrink to one small group, the prompt gets room
+for the tiny tokenizer, and a flash-attention kernel the machine lacks becomes sdpa."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from posttrain.trainer import smoke
+from posttrain.trainer.smoke_envs import PROMPT_LENGTH, shrink_env_managers
+
+
+def test_env_managers_shrink_to_one_group_of_two():
+    native = {"env": {"train_env_manager": {"tags": ["A", "B"], "num_env_groups": 128, "group_size": 8, "num_groups_partition": [64, 64]},
+                      "val_env_manager": {"tags": ["A"], "num_env_groups": 1, "group_size": 1}},
+              "data": {"max_prompt_length": 512}}
+    lines = shrink_env_managers(native)
+    train, val = native["env"]["train_env_manager"], native["env"]["val_env_manager"]
+    assert (train["num_env_groups"], train["group_size"], "num_groups_partition" in train) == (1, 2, False)
+    assert (val["num_env_groups"], val["group_size"]) == (1, 1)  # already small: unchanged, no line
+    assert native["data"]["max_prompt_length"] == PROMPT_LENGTH
+    assert lines[:3] == ["env.train_env_manager.num_env_groups: 128 -> 1", "env.train_env_manager.group_size: 8 -> 2",
+                         "env.train_env_manager.num_groups_partition: [64, 64] -> left out (the first tag plays the group)"]
+    assert len(lines) == 4 and shrink_env_managers({"data": {}}) == []  # no env section: nothing to do
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flash_attn") is not None, reason="flash-attn is installed here: fa2 stays")
+def test_flash_attention_becomes_sdpa_without_flash_attn():
+    native = {"model": {"attn_implementation": "fa2"}}
+    assert "model.attn_implementation: fa2 -> sdpa (no flash-attn here)" in smoke._machine(native)
+    assert native["model"]["attn_implementation"] == "sdpa"
+    eager = {"model": {"attn_implementation": "eager"}}
+    smoke._machine(eager)
+    assert eager["model"]["attn_implementation"] == "eager"
