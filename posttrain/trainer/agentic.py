@@ -162,11 +162,26 @@ def validation_first_observations(cfg: Config) -> frozenset[str]:
     --holdout` keeps out of the expert data)."""
     plan = check_agentic(cfg)
     firsts = set()
-    for g, tag in enumerate(plan.val_groups):
-        spec = plan.specs[tag]
-        env = make_env(spec.cls, spec.env_config, f"env.custom_envs.{tag}")
-        firsts.add(env.reset(seed=group_seed(cfg.trainer.seed, "val", 0, g)))
+    for tag, seed, env_config in episodes(plan.specs, plan.val_groups, cfg.trainer.seed, "val", 0):
+        env = make_env(plan.specs[tag].cls, env_config, f"env.custom_envs.{tag}")
+        firsts.add(env.reset(seed=seed))
     return frozenset(firsts)
+
+
+def episodes(specs: dict[str, EnvSpec], groups: list[str], base: int, kind: str, step: int) -> list[tuple[str, int, dict[str, Any]]]:
+    """(tag, reset seed, env_config) of each group of one step (kind "s") or of validation ("val", step 0).
+    A tag with episode_files plays its rows in order: its k groups of training step s (from 1) take rows
+    (s - 1) k ... s k - 1, validation's the first k; other tags draw their seed (`group_seed`)."""
+    count, nth, out = Counter(groups), Counter(), []
+    for g, tag in enumerate(groups):
+        spec = specs[tag]
+        if spec.episodes:
+            seed, env_config = spec.episode((max(step, 1) - 1) * count[tag] * (kind != "val") + nth[tag])
+            nth[tag] += 1
+        else:
+            seed, env_config = group_seed(base, kind, step, g), spec.env_config
+        out.append((tag, seed, env_config))
+    return out
 
 
 def group_seed(base: int, kind: str, step: int, group: int) -> int:
@@ -189,12 +204,11 @@ class AgenticRollout:
 
     def _slots(self, manager: EnvManagerConfig, key: str, groups: list[str], kind: str, step: int) -> list[EnvSlot]:
         slots = []
-        for g, tag in enumerate(groups):
+        for g, (tag, seed, env_config) in enumerate(episodes(self.plan.specs, groups, self.cfg.trainer.seed, kind, step)):
             spec = self.plan.specs[tag]
-            seed = group_seed(self.cfg.trainer.seed, kind, step, g)
             penalty = manager.format_penalty if spec.format_penalty is None else spec.format_penalty
             for _ in range(manager.group_size):  # same tag and seed: one comparison group
-                env = make_env(spec.cls, spec.env_config, f"env.custom_envs.{tag}")
+                env = make_env(spec.cls, env_config, f"env.custom_envs.{tag}")
                 slots.append(EnvSlot(env, spec, seed, f"{kind}{step}/{tag}/g{g}", penalty))
         return slots
 
