@@ -197,6 +197,13 @@ def tag_groups(manager: EnvManagerConfig, specs: dict[str, EnvSpec], key: str) -
     if not tags:
         raise ConfigError(f"{key}.tags: empty; name the env.custom_envs entries this manager runs")
     parts = list(manager.num_groups_partition)
+    if manager.num_env_groups == 0:  # one group per episode_files row
+        plain = [t for t in tags if not specs[t].episodes]
+        if plain or parts:
+            raise ConfigError(f"{key}.num_env_groups: 0 plays one group per row of the tags' episode_files, but "
+                              + (f"{plain} have none; give them episode_files or set num_env_groups" if plain else
+                                 "num_groups_partition is set too; remove it"))
+        return [tag for tag in tags for _ in specs[tag].episodes]
     if not parts:  # evenly, the first tags taking the remainder
         share, extra = divmod(manager.num_env_groups, len(tags))
         parts = [share + (i < extra) for i in range(len(tags))]

@@ -45,6 +45,7 @@ from posttrain.config.dialects.prompts import (
     BASE_MODEL_TEMPLATE, BOXED_SYSTEM_PROMPT, BOXED_THINK_SYSTEM_PROMPT, QWEN_MATH_SYSTEM_PROMPT, QWEN_MATH_USER_SUFFIX, R1_SYSTEM_PROMPT,
 )
 from posttrain.config.dialects.translate import Context
+from posttrain.config.dialects.trinity_envs import ENV_WORKFLOWS, env_workflow
 from posttrain.config.dialects.trinity_judges import JUDGE_WORKFLOWS, judge_workflow
 
 _IN = "buffer.explorer_input"
@@ -70,7 +71,7 @@ TOOL_ARGS = ("max_assistant_turns", "max_user_turns", "tool_config_path", "inter
 _ENV = ("plays Trinity's own environment over a taskset of episodes; posttrain plays environments from env.custom_envs "
         "with env.train_env_manager (docs/agentic.md: walk, or your class by module:Class)")
 REFUSED = {
-    **{name: _ENV for name in ("frozen_lake_workflow", "alfworld_workflow", "sciworld_workflow", "webshop_workflow",
+    **{name: _ENV for name in ("alfworld_workflow", "sciworld_workflow", "webshop_workflow",
                                "step_wise_alfworld_workflow", "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow",
                                "sudoku_workflow", "email_search_workflow")},
     "math_trainable_ruler_workflow": "the policy judges its own group of responses and trains on its verdicts as experiences of "
@@ -119,7 +120,7 @@ def workflows(ctx: Context) -> None:
     for i, item in enumerate(ctx.get(f"{_IN}.eval_tasksets") or []):
         if isinstance(item, dict):
             key = f"{_IN}.default_eval_workflow_type" if default_eval is not None else f"{_IN}.default_workflow_type"
-            _one(ctx, f"{_IN}.eval_tasksets[{i}]", item, default_eval or default, key, training=False)
+            _one(ctx, f"{_IN}.eval_tasksets[{i}]", item, default_eval or default, key, training=False, index=i)
     _unused_default_reward(ctx)
 
 
@@ -181,7 +182,7 @@ def _unused_default_reward(ctx: Context) -> None:
             ctx.drop(key, "no taskset names a workflow that would call it (Trinity-RFT calls reward functions in taskset workflows only)")
 
 
-def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inherited_key: str, training: bool) -> None:
+def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inherited_key: str, training: bool, index: int = 0) -> None:
     """One taskset's workflow (its own, else the inherited default), workflow_args and reward function."""
     key = f"{prefix}.default_workflow_type"
     own = _own(ctx, prefix, item, "default_workflow_type")
@@ -194,6 +195,9 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         _no_args(ctx, prefix, args, name)
     elif name in JUDGE_WORKFLOWS:  # posttrain.config.dialects.trinity_judges
         judge_workflow(ctx, prefix, item, name, source, training, REWARDS)
+    elif name in ENV_WORKFLOWS:  # posttrain.config.dialects.trinity_envs
+        _, name_key, _, args_key = _reward_of(ctx, prefix, item)
+        env_workflow(ctx, prefix, item, name, source, args, training, index, (name_key, args_key))
     elif name in BOXED:
         _boxed(ctx, prefix, item, name, source, _reward(ctx, prefix, item, name, source), args, training)
     elif name in TOOL_N1:
