@@ -100,3 +100,14 @@ def test_episode_files_mistakes_name_the_file_and_row(tmp_path):
         parse_custom_envs({"L": {"env_type": "trinity_frozen_lake", "episode_files": bad}})
     with pytest.raises(ConfigError, match=r"env.custom_envs.L.episode_files: .*data file not found"):
         parse_custom_envs({"L": {"env_type": "trinity_frozen_lake", "episode_files": str(tmp_path / "none.jsonl")}})
+
+
+def test_num_env_groups_zero_plays_every_row_once(tmp_path):
+    from posttrain.config.sections.env import EnvManagerConfig
+    from posttrain.envs.spec import tag_groups
+
+    specs = parse_custom_envs({"L": {"env_type": "trinity_frozen_lake", "episode_files": _tasks(tmp_path, [{"seed": 1}, {"seed": 2}])},
+                               "W": {"env_type": "walk"}})
+    assert tag_groups(EnvManagerConfig(num_env_groups=0, tags=["L"]), specs, "k") == ["L", "L"]
+    with pytest.raises(ConfigError, match=r"k.num_env_groups: 0 plays one group per row .* \['W'\] have none"):
+        tag_groups(EnvManagerConfig(num_env_groups=0, tags=["L", "W"]), specs, "k")
