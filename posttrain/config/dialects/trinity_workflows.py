@@ -95,8 +95,11 @@ ARGS_IGNORED = ("math_boxed_reward",)
 _NATIVE_REWARD = "reward.custom_reward_function.name"
 _MATH_NATIVE = "posttrain's math scorer (reward.custom_reward_function.name: math) compares the boxed answer symbolically with math-verify"
 REFUSED_REWARDS = {
-    "math_dapo_reward": f"DAPO's math scoring with Trinity-RFT's answer normalisation, which posttrain does not carry; {_MATH_NATIVE}, "
-                        "and reward.overlong_buffer is DAPO's overlong penalty",
+    "math_dapo_reward": ("DAPO's math scoring as Reasoning360's naive DAPO grader does it (the last \\boxed{} after </think>; equal "
+                         "after MATH-style normalisation, or SymPy-equal, though fractions must match as written and an integer "
+                         "only matches an integer; then PRIME's math_equal), which posttrain does not carry, so the two disagree on such answers; "
+                         f"{_MATH_NATIVE}, and reward.overlong_buffer is its overlong penalty (the same formula while "
+                         "reward_fn_args.max_response_length is the generation limit)"),
     "accuracy_reward": f"math-verify with Trinity-RFT's own extraction settings (boxed answers first, no format part); {_MATH_NATIVE}",
     "format_reward": "a format check alone; posttrain's think_answer scorer (reward.custom_reward_function.name: think_answer) adds "
                      "the same +-0.1 format part to the answer's accuracy",
