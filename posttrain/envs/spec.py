@@ -11,6 +11,7 @@ An entry of ``custom_envs`` names one environment configuration (its tag) in ROL
         format_penalty: -0.1         # added per action the pattern or the env rejects
         action_pattern: "<a>(.*?)</a>"  # optional: the action is the last of at most 2 groups (or the whole match)
         env_instruction: "..."       # the system message; else the class's `instruction`
+        episode_files: [tasks.jsonl] # optional: one episode per row, in order (below)
 
 An entry may also prompt each action afresh from a template instead of the growing conversation
 (prompt_mode window / observation_window, ROLL's step env managers: posttrain.envs.window_spec).
@@ -18,12 +19,19 @@ An entry may also prompt each action afresh from a template instead of the growi
 As in ROLL, max_steps, max_actions_per_traj, format_penalty, action_pattern and env_instruction may
 also sit inside env_config; the loop reads them from there and does not pass them to the class.
 
+With ``episode_files`` (posttrain's key; Trinity-RFT's environment workflows play one episode per
+taskset row) the entry's episodes are the rows of those files, in order: a row's ``seed`` column is
+the episode's reset seed and its columns named like constructor arguments of the class override
+env_config for that episode (other columns, e.g. an index, are not read). Training groups take the
+next rows each step, wrapping round at the end; validation groups take the first rows.
+
 An env manager (`train_env_manager`, `val_env_manager`) runs `num_env_groups` groups of
 `group_size` environments, split over its `tags` by `num_groups_partition` (evenly when empty).
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +41,7 @@ from posttrain.envs.registry import env_class
 from posttrain.envs.window import WindowSpec
 from posttrain.envs.turn_template import TurnTemplate
 from posttrain.envs.window_spec import MANAGERS, WINDOW_KEYS, parse_turn_template, parse_window
-from posttrain.errors import ConfigError
+from posttrain.errors import ConfigError, DataError
 
 # Keys of a custom_envs entry that posttrain refuses, with the reason (the rest of ROLL's per-env
 # keys are templating helpers or belong to features not built yet).
@@ -46,7 +54,7 @@ REFUSED = {
     "max_tokens": "ambiguous in ROLL (per step or per trajectory): use max_tokens_per_step",
 }
 KNOWN = ("env_type", "env_config", "max_steps", "max_actions_per_traj", "max_tokens_per_step", "format_penalty",
-         "action_pattern", "env_instruction", "use_thread_lock", *WINDOW_KEYS)
+         "action_pattern", "env_instruction", "use_thread_lock", "episode_files", *WINDOW_KEYS)
 # ROLL writes the loop's settings inside env_config (its envs parse their own actions); posttrain's
 # loop reads them there too and does not pass them to the class.
 LIFTED = ("max_steps", "max_actions_per_traj", "format_penalty", "action_pattern", "env_instruction")
@@ -70,6 +78,12 @@ class EnvSpec:
     instruction: str
     window: WindowSpec | None = None  # None: prompt_mode conversation (the whole episode so far)
     turns: TurnTemplate | None = None  # conversation turns written through agent_template; None: as they come
+    episodes: tuple[dict[str, Any], ...] = ()  # episode_files' rows: (seed, env_config overrides) each; empty: seeds drawn
+
+    def episode(self, index: int) -> tuple[int, dict[str, Any]]:
+        """The reset seed and env_config of the episode_files row ``index`` (wrapping round)."""
+        row = self.episodes[index % len(self.episodes)]
+        return row["seed"], {**self.env_config, **{k: v for k, v in row.items() if k != "seed"}}
 
     def parse_action(self, text: str) -> str | None:
         """The action inside the model's text, or None when the pattern does not match it."""
@@ -138,8 +152,29 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
     instruction = entry.get("env_instruction")
     if instruction is None:
         instruction = getattr(cls, "instruction", "")
+    episodes = _episodes(entry["episode_files"], cls, f"{key}.episode_files") if entry.get("episode_files") is not None else ()
     return EnvSpec(tag, str(entry["env_type"]), cls, dict(env_config), max_steps, tokens,
-                   None if penalty is None else float(penalty), pattern, str(instruction), window, turns)
+                   None if penalty is None else float(penalty), pattern, str(instruction), window, turns, episodes)
+
+
+def _episodes(files: Any, cls: type, key: str) -> tuple[dict[str, Any], ...]:
+    """Each row of ``files`` as its ``seed`` and the columns ``cls`` takes as constructor arguments."""
+    from posttrain.data.files import as_file_list, read_rows
+
+    takes = set(inspect.signature(cls).parameters)
+    out = []
+    try:
+        for path in as_file_list(files):
+            for i, row in enumerate(read_rows(path)):
+                seed = row.get("seed")
+                if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+                    raise ConfigError(f"{key}: {path} row {i}: the seed column must hold an integer >= 0 (the episode's reset seed), got {seed!r}")
+                out.append({"seed": seed, **{k: v for k, v in row.items() if k in takes and k != "seed"}})
+    except DataError as e:
+        raise ConfigError(f"{key}: {e}") from None
+    if not out:
+        raise ConfigError(f"{key}: no rows in {files!r}; give files of episodes (a seed column, and constructor arguments of {cls.__name__})")
+    return tuple(out)
 
 
 def _lift(entry: dict[str, Any], key: str) -> dict[str, Any]:
@@ -164,6 +199,13 @@ def tag_groups(manager: EnvManagerConfig, specs: dict[str, EnvSpec], key: str) -
     if not tags:
         raise ConfigError(f"{key}.tags: empty; name the env.custom_envs entries this manager runs")
     parts = list(manager.num_groups_partition)
+    if manager.num_env_groups == 0:  # one group per episode_files row
+        plain = [t for t in tags if not specs[t].episodes]
+        if plain or parts:
+            raise ConfigError(f"{key}.num_env_groups: 0 plays one group per row of the tags' episode_files, but "
+                              + (f"{plain} have none; give them episode_files or set num_env_groups" if plain else
+                                 "num_groups_partition is set too; remove it"))
+        return [tag for tag in tags for _ in specs[tag].episodes]
     if not parts:  # evenly, the first tags taking the remainder
         share, extra = divmod(manager.num_env_groups, len(tags))
         parts = [share + (i < extra) for i in range(len(tags))]

@@ -76,6 +76,11 @@ class AgenticPlan:
     specs: dict[str, EnvSpec]
     train_groups: list[str]  # tag of every training group, in order (an env group playing k episodes per step counts k times)
     val_groups: list[str]  # tag of every validation group; empty: no validation
+    epoch_steps: int | None = None  # steps per pass over episode_files rows, when total_training_steps is unset
+
+    def train_size(self, cfg: Config) -> int | None:
+        """The "dataset size" that gives `derive` epoch_steps steps per epoch (None: no epochs to count)."""
+        return None if self.epoch_steps is None else self.epoch_steps * cfg.data.train_batch_size
 
 
 def check_agentic(cfg: Config) -> AgenticPlan:
@@ -88,8 +93,9 @@ def check_agentic(cfg: Config) -> AgenticPlan:
     if cfg.data.train_files or cfg.data.val_files:
         problems.append("data.train_files / data.val_files: an agentic stage (env.train_env_manager.tags set) plays "
                         "environments instead of prompts from files; remove them")
-    if cfg.trainer.total_training_steps is None:
-        problems.append("trainer.total_training_steps: required by an agentic stage (there is no dataset to count epochs of)")
+    if train_m.num_env_groups == 0:
+        raise ConfigError("env.train_env_manager.num_env_groups: 0 (one group per episode_files row) is for validation, which plays "
+                          "every row once; a training step plays num_env_groups groups, taking the next rows: set it to the rows per step")
     if cfg.data.system_prompt is not None:
         problems.append("data.system_prompt: an agentic stage's system message is each environment's instruction "
                         "(env.custom_envs.<tag>.env_instruction); move the text there")
@@ -113,10 +119,26 @@ def check_agentic(cfg: Config) -> AgenticPlan:
         if manager.max_traj_per_env != -1 and manager.max_traj_per_env < need:
             problems.append(f"{key}.max_traj_per_env: {manager.max_traj_per_env} is below the {need} episode(s) each environment "
                             f"plays per {'step' if key == 'env.train_env_manager' else 'validation'}; raise it or set -1")
+    # each env group plays per_env episodes with their own seeds: per_env groups of group_size trajectories
+    groups = [tag for tag in train for _ in range(per_env)]
+    epoch = epoch_steps(specs, groups) if cfg.trainer.total_training_steps is None else None
+    if cfg.trainer.total_training_steps is None and epoch is None:
+        problems.append("trainer.total_training_steps: required by an agentic stage (there is no dataset to count epochs of) "
+                        "unless every training tag plays the rows of its custom_envs episode_files")
+    if epoch == 0:
+        problems.append(f"env.custom_envs: the training tags' episode_files hold fewer rows than the groups a step plays "
+                        f"({dict(Counter(groups))}): not one step an epoch; add rows or set trainer.total_training_steps")
     if problems:
         raise ConfigError(problems)
-    # each env group plays per_env episodes with their own seeds: per_env groups of group_size trajectories
-    return AgenticPlan(specs, [tag for tag in train for _ in range(per_env)], val)
+    return AgenticPlan(specs, groups, val, epoch)
+
+
+def epoch_steps(specs: dict[str, EnvSpec], groups: list[str]) -> int | None:
+    """Steps in one pass over the training tags' episode_files (the tag that runs out first), or
+    None when a training tag draws its episodes from seeds."""
+    if not all(specs[tag].episodes for tag in groups):
+        return None
+    return min(len(specs[tag].episodes) // n for tag, n in Counter(groups).items())
 
 
 def _turn_row_problems(cfg: Config) -> list[str]:
@@ -178,11 +200,26 @@ def validation_first_observations(cfg: Config) -> frozenset[str]:
     --holdout` keeps out of the expert data)."""
     plan = check_agentic(cfg)
     firsts = set()
-    for g, tag in enumerate(plan.val_groups):
-        spec = plan.specs[tag]
-        env = make_env(spec.cls, spec.env_config, f"env.custom_envs.{tag}")
-        firsts.add(env.reset(seed=group_seed(cfg.trainer.seed, "val", 0, g)))
+    for tag, seed, env_config in episodes(plan.specs, plan.val_groups, cfg.trainer.seed, "val", 0):
+        env = make_env(plan.specs[tag].cls, env_config, f"env.custom_envs.{tag}")
+        firsts.add(env.reset(seed=seed))
     return frozenset(firsts)
+
+
+def episodes(specs: dict[str, EnvSpec], groups: list[str], base: int, kind: str, step: int) -> list[tuple[str, int, dict[str, Any]]]:
+    """(tag, reset seed, env_config) of each group of one step (kind "s") or of validation ("val", step 0).
+    A tag with episode_files plays its rows in order: its k groups of training step s (from 1) take rows
+    (s - 1) k ... s k - 1, validation's the first k; other tags draw their seed (`group_seed`)."""
+    count, nth, out = Counter(groups), Counter(), []
+    for g, tag in enumerate(groups):
+        spec = specs[tag]
+        if spec.episodes:
+            seed, env_config = spec.episode((max(step, 1) - 1) * count[tag] * (kind != "val") + nth[tag])
+            nth[tag] += 1
+        else:
+            seed, env_config = group_seed(base, kind, step, g), spec.env_config
+        out.append((tag, seed, env_config))
+    return out
 
 
 def group_seed(base: int, kind: str, step: int, group: int) -> int:
@@ -205,12 +242,11 @@ class AgenticRollout:
 
     def _slots(self, manager: EnvManagerConfig, key: str, groups: list[str], kind: str, step: int) -> list[EnvSlot]:
         slots = []
-        for g, tag in enumerate(groups):
+        for g, (tag, seed, env_config) in enumerate(episodes(self.plan.specs, groups, self.cfg.trainer.seed, kind, step)):
             spec = self.plan.specs[tag]
-            seed = group_seed(self.cfg.trainer.seed, kind, step, g)
             penalty = manager.format_penalty if spec.format_penalty is None else spec.format_penalty
             for _ in range(manager.group_size):  # same tag and seed: one comparison group
-                env = make_env(spec.cls, spec.env_config, f"env.custom_envs.{tag}")
+                env = make_env(spec.cls, env_config, f"env.custom_envs.{tag}")
                 slots.append(EnvSlot(env, spec, seed, f"{kind}{step}/{tag}/g{g}", penalty))
         return slots
 

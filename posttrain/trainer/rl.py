@@ -61,7 +61,7 @@ class RLTrainer:
         self.tokenizer, self.train_set, self.val_set = inputs.tokenizer, inputs.train_set, inputs.val_set
         # an agentic stage plays environments (posttrain.trainer.agentic): no dataset, sampler or reward function
         self.agent = AgenticRollout(cfg, self.tokenizer, check_agentic(cfg)) if is_agentic(cfg) else None
-        self.derived, self.trackers = open_stage(ctx, len(self.train_set) if self.agent is None else None, writes=halves != "explorer")
+        self.derived, self.trackers = open_stage(ctx, len(self.train_set) if self.agent is None else self.agent.plan.train_size(cfg), writes=halves != "explorer")
         self.tools = make_tool_rollout(cfg, self.tokenizer, ctx.run_dir)  # rollout.multi_turn: conversations with tools
         self.tracer = open_rollout_tracer(ctx, self.trackers, self.tokenizer, writes=halves != "explorer")  # rollout.trace
         self.sampler = None if self.agent else make_train_sampler(cfg.data, self.train_set, worker_tag_map(cfg.reward.workers))

@@ -157,9 +157,11 @@ def test_trinity_frozen_lake_env_path(tmp_path, monkeypatch):
     pq.write_table(pa.table({"prompt": ["a"]}), tmp_path / "train.parquet")
     pq.write_table(pa.table({"prompt": ["b"]}), tmp_path / "test.parquet")
     monkeypatch.setenv("TRINITY_TASKSET_PATH", str(tmp_path))
-    foreign = read_foreign(REFERENCE / TRINITY_LAKE)
-    assert foreign.native["data"]["train_files"] == [str(tmp_path / "train.parquet")]
-    assert foreign.native["data"]["val_files"] == [str(tmp_path / "test.parquet")]
+    foreign = read_foreign(REFERENCE / TRINITY_LAKE)  # frozen_lake_workflow: the taskset rows are the episodes
+    envs = foreign.native["env"]["custom_envs"]
+    assert envs["frozen_lake"]["episode_files"] == [str(tmp_path / "train.parquet")]
+    assert envs["frozen_lake_eval0"]["episode_files"] == [str(tmp_path / "test.parquet")]
+    assert "train_files" not in foreign.native["data"] and "val_files" not in foreign.native["data"]
     assert foreign.native["rollout"]["val_kwargs"] == {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "do_sample": True, "n": 4}
 
 

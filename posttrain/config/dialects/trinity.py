@@ -27,6 +27,7 @@ from posttrain.config.dialects.trinity_defaults import batching, kl_defaults, st
 from posttrain.config.dialects.source import resolve
 from posttrain.config.dialects.translate import Context, translate_dict
 from posttrain.config.dialects.trinity_batches import RULES as BATCH_RULES, batch_sizes, stage_batch_sizes
+from posttrain.config.dialects.trinity_envs import episode_sources, plays_environment
 from posttrain.config.dialects.trinity_workflows import fixed_columns, workflows
 from posttrain.config.dialects.values import value_hook
 from posttrain.config.tables import Rule
@@ -266,7 +267,9 @@ def prompt_truncation(ctx: Context) -> None:
     max_prompt_tokens (true, its default): it cuts the prompt and records an experience with reward 0
     and no sampled response, so the prompt gives no training signal. posttrain leaves such prompts
     out when the dataset is built (data.filter_overlong_prompts), the same signal. false lets the
-    whole prompt through, which posttrain never does (data.max_prompt_length bounds every prompt)."""
+    whole prompt through, which posttrain's datasets never do (data.max_prompt_length bounds every
+    prompt). In an environment workflow (posttrain.config.dialects.trinity_envs) false is what
+    posttrain's agent loop does: it never cuts a turn's context."""
     key = "model.enable_prompt_truncation"
     if not ctx.has(key):
         return
@@ -274,8 +277,17 @@ def prompt_truncation(ctx: Context) -> None:
     value = ctx.get(key)
     if value is True:
         ctx.set("data.filter_overlong_prompts", True, key, "a prompt over max_prompt_tokens gives no training signal in Trinity-RFT: posttrain leaves it out")
+    elif value is False and plays_environment(ctx):
+        ctx.drop(key, "false: each turn's context goes to the engine uncut, as posttrain's agent loop always sends it (the "
+                      "conversation so far, whole: Trinity-RFT with true would cut later turns' contexts to max_prompt_tokens); the "
+                      "response is bounded by data.max_response_length (max_response_tokens) as in Trinity-RFT's workflow, but a "
+                      "first prompt (instruction and first observation) over data.max_prompt_length stops the run, naming the "
+                      "episode, where Trinity-RFT would send it")
     elif value is False:
-        ctx.refuse(key, "false lets a prompt longer than max_prompt_tokens through uncut; posttrain bounds every prompt by data.max_prompt_length (data.truncation cuts or refuses it, data.filter_overlong_prompts leaves it out)", "data.filter_overlong_prompts", value)
+        ctx.refuse(key, "false lets a prompt longer than max_prompt_tokens through uncut, which posttrain's datasets never do: "
+                        "each prompt is bounded by data.max_prompt_length (model.max_prompt_tokens), and data.truncation cuts or "
+                        "refuses a longer one (data.filter_overlong_prompts leaves it out); remove the key (true) and raise "
+                        "max_prompt_tokens until the prompts fit", "data.filter_overlong_prompts", value)
     else:
         ctx.refuse(key, f"expected true or false, got {value!r}", None, value)
 
@@ -311,7 +323,7 @@ RULES: dict[str, Rule] = {
     f"{_TS}.rollout_args.temperature": Rule("rollout.temperature", "sampling temperature of the training rollouts", 0.7, _WITH_PATH),
     f"{_TS}.format.prompt_type": Rule(None, "plaintext or messages: posttrain reads a string or a chat message list from data.prompt_key alike", "messages", _WITH_PATH),
     f"{_EVAL}": Rule("data.val_files, rollout.val_kwargs", "each evaluation taskset's files are appended to data.val_files; its repeat_times and rollout_args are the validation sampling", [{"path": _DATASET, "repeat_times": 2}]),
-    "model.enable_prompt_truncation": Rule("data.filter_overlong_prompts", "true (Trinity-RFT's default): a prompt over max_prompt_tokens gets no sampled response in Trinity-RFT, so no training signal; posttrain leaves it out at load. false (let it through uncut) is refused", True),
+    "model.enable_prompt_truncation": Rule("data.filter_overlong_prompts", "true (Trinity-RFT's default): a prompt over max_prompt_tokens gets no sampled response in Trinity-RFT, so no training signal; posttrain leaves it out at load. false (let it through uncut) is refused, except in an environment workflow (frozen_lake_workflow), where posttrain's agent loop never cuts a turn's context either", True),
     f"{_IN}.default_workflow_type": Rule("rollout.multi_turn, data.system_prompt, reward.custom_reward_function.name", "the workflow of tasksets that name none (posttrain.config.dialects.trinity_workflows): simple/math workflows are the single-turn rollout (math_workflow scores with math_reward, the think_answer scorer, and without a format.system_prompt sends the DeepSeek-R1 template as data.system_prompt), math_boxed_workflow scores with math_boxed_reward (its system prompt, use_base: data.chat_template, with_think/format_score_coef: reward_kwargs), toolcall_workflow reads Tool-N1 rows (data.prompt_format tool_n1, data.response_key answer) and scores with the tool_n1 scorer, posttrain_tool_workflow turns on tool calling (rollout.multi_turn); the others are refused naming what they need", "posttrain_tool_workflow", _WITH_PATH),
     f"{_TS}.default_workflow_type": Rule("rollout.multi_turn", "this taskset's workflow, as buffer.explorer_input.default_workflow_type", "posttrain_tool_workflow", _WITH_PATH),
     f"{_TS}.workflow_args": Rule("rollout.multi_turn.*", "posttrain_tool_workflow's arguments are the rollout.multi_turn keys; the single-turn workflows take none", {"max_assistant_turns": 3}, _WITH_PATH + ((f"{_TS}.default_workflow_type", "posttrain_tool_workflow"),)),
@@ -325,6 +337,6 @@ RULES: dict[str, Rule] = {
     **EXPLORER_RULES,
 }
 
-HANDLERS = [algorithm_type, engines, sample_strategy, auxiliary, kl_defaults, prompt_truncation, workflows, experience_files, tasksets, data_selector, trainer_config, batch_sizes, batching, stages, trinity_lora]
+HANDLERS = [algorithm_type, engines, sample_strategy, auxiliary, kl_defaults, prompt_truncation, workflows, experience_files, tasksets, data_selector, trainer_config, batch_sizes, batching, episode_sources, stages, trinity_lora]
 # A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).
-STAGE_HANDLERS = [stage_algorithm_type, engines, sample_strategy, auxiliary, stage_kl_defaults, prompt_truncation, workflows, stage_experience_files, tasksets, data_selector, trainer_config, stage_batch_sizes, stages, trinity_lora]
+STAGE_HANDLERS = [stage_algorithm_type, engines, sample_strategy, auxiliary, stage_kl_defaults, prompt_truncation, workflows, stage_experience_files, tasksets, data_selector, trainer_config, stage_batch_sizes, episode_sources, stages, trinity_lora]

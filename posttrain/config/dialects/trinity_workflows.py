@@ -45,6 +45,7 @@ from posttrain.config.dialects.prompts import (
     BASE_MODEL_TEMPLATE, BOXED_SYSTEM_PROMPT, BOXED_THINK_SYSTEM_PROMPT, QWEN_MATH_SYSTEM_PROMPT, QWEN_MATH_USER_SUFFIX, R1_SYSTEM_PROMPT,
 )
 from posttrain.config.dialects.translate import Context
+from posttrain.config.dialects.trinity_envs import ENV_WORKFLOWS, env_workflow
 from posttrain.config.dialects.trinity_judges import JUDGE_WORKFLOWS, judge_workflow
 
 _IN = "buffer.explorer_input"
@@ -74,7 +75,7 @@ _BOTS = ("BOTS's math workflow sends the prompt column's messages as they are (n
          "which posttrain does not carry; posttrain's math_boxed scorer (Qwen2.5-Math's string cleaning) or math scorer "
          "(math-verify) would score other answers right: translate it as math_boxed_workflow with one of them")
 REFUSED = {
-    **{name: _ENV for name in ("frozen_lake_workflow", "alfworld_workflow", "sciworld_workflow", "webshop_workflow",
+    **{name: _ENV for name in ("alfworld_workflow", "sciworld_workflow", "webshop_workflow",
                                "step_wise_alfworld_workflow", "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow",
                                "sudoku_workflow", "email_search_workflow")},
     "math_trainable_ruler_workflow": "the policy judges its own group of responses and trains on its verdicts as experiences of "
@@ -104,8 +105,11 @@ ARGS_IGNORED = ("math_boxed_reward",)
 _NATIVE_REWARD = "reward.custom_reward_function.name"
 _MATH_NATIVE = "posttrain's math scorer (reward.custom_reward_function.name: math) compares the boxed answer symbolically with math-verify"
 REFUSED_REWARDS = {
-    "math_dapo_reward": f"DAPO's math scoring with Trinity-RFT's answer normalisation, which posttrain does not carry; {_MATH_NATIVE}, "
-                        "and reward.overlong_buffer is DAPO's overlong penalty",
+    "math_dapo_reward": ("DAPO's math scoring as Reasoning360's naive DAPO grader does it (the last \\boxed{} after </think>; equal "
+                         "after MATH-style normalisation, or SymPy-equal, though fractions must match as written and an integer "
+                         "only matches an integer; then PRIME's math_equal), which posttrain does not carry, so the two disagree on such answers; "
+                         f"{_MATH_NATIVE}, and reward.overlong_buffer is its overlong penalty (the same formula while "
+                         "reward_fn_args.max_response_length is the generation limit)"),
     "accuracy_reward": f"math-verify with Trinity-RFT's own extraction settings (boxed answers first, no format part); {_MATH_NATIVE}",
     "format_reward": "a format check alone; posttrain's think_answer scorer (reward.custom_reward_function.name: think_answer) adds "
                      "the same +-0.1 format part to the answer's accuracy",
@@ -129,7 +133,7 @@ def workflows(ctx: Context) -> None:
     for i, item in enumerate(ctx.get(f"{_IN}.eval_tasksets") or []):
         if isinstance(item, dict):
             key = f"{_IN}.default_eval_workflow_type" if default_eval is not None else f"{_IN}.default_workflow_type"
-            _one(ctx, f"{_IN}.eval_tasksets[{i}]", item, default_eval or default, key, training=False)
+            _one(ctx, f"{_IN}.eval_tasksets[{i}]", item, default_eval or default, key, training=False, index=i)
     _unused_default_reward(ctx)
 
 
@@ -191,7 +195,7 @@ def _unused_default_reward(ctx: Context) -> None:
             ctx.drop(key, "no taskset names a workflow that would call it (Trinity-RFT calls reward functions in taskset workflows only)")
 
 
-def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inherited_key: str, training: bool) -> None:
+def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inherited_key: str, training: bool, index: int = 0) -> None:
     """One taskset's workflow (its own, else the inherited default), workflow_args and reward function."""
     key = f"{prefix}.default_workflow_type"
     own = _own(ctx, prefix, item, "default_workflow_type")
@@ -204,6 +208,9 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         _no_args(ctx, prefix, args, name)
     elif name in JUDGE_WORKFLOWS:  # posttrain.config.dialects.trinity_judges
         judge_workflow(ctx, prefix, item, name, source, training, REWARDS)
+    elif name in ENV_WORKFLOWS:  # posttrain.config.dialects.trinity_envs
+        _, name_key, _, args_key = _reward_of(ctx, prefix, item)
+        env_workflow(ctx, prefix, item, name, source, args, training, index, (name_key, args_key))
     elif name in BOXED:
         _boxed(ctx, prefix, item, name, source, _reward(ctx, prefix, item, name, source), args, training)
     elif name in TOOL_N1:

@@ -20,7 +20,7 @@ from posttrain.config.fields import param, section
 class EnvManagerConfig:
     """Environments run by one env manager (training or validation)."""
 
-    num_env_groups: int = param(1, doc="Environment groups run per step (validation: per validation).", ge=1, refs=["roll:.num_env_groups", "roll:.env_groups"])
+    num_env_groups: int = param(1, doc="Environment groups run per step (validation: per validation); 0 runs one group per row of its tags' custom_envs episode_files (each tag's rows in turn: validation over every row once).", ge=0, refs=["roll:.num_env_groups", "roll:.env_groups"])
     group_size: int = param(1, doc="Environments per group; they share env config and seed.", ge=1, refs=["roll:.group_size"])
     tags: list[str] = param(factory=list, doc="Names of the environments (keys of env.custom_envs) to run.", refs=["roll:.tags"])
     num_groups_partition: list[int] = param(factory=list, doc="Groups given to each tag, in order; empty splits num_env_groups evenly.", refs=["roll:.num_groups_partition", "roll:.n_groups"])
