@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain.algorithms import estimator_needs, variance_proxy_metrics
+from posttrain.algorithms import TOKEN_FILTERS, estimator_needs, variance_proxy_metrics
 from posttrain.buffer.experience import Experience
 from posttrain.buffer.operators import run_pipeline
 from posttrain.checkpoint import Checkpointer, Parts
@@ -29,7 +29,7 @@ from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
 from posttrain.tracking import Generation, phase
 from posttrain.trainer.agentic import AgenticRollout, check_agentic, is_agentic, training_rows
-from posttrain.trainer.advantages import agentic_scores, compute_advantages, correct_rollout_mismatch, filter_by_reward, make_shaping_state, mask_samples
+from posttrain.trainer.advantages import agentic_scores, compute_advantages, correct_rollout_mismatch, filter_by_reward, filter_tokens, make_shaping_state, mask_samples
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
 from posttrain.trainer.dynamic_sampling import Round, gather_groups, metric_values
@@ -193,6 +193,8 @@ class RLTrainer:
             if self.cfg.actor.calculate_sum_pi_squared or estimator_needs(self.cfg.algorithm.adv_estimator).sum_pi_squared:
                 batch.sum_pi_squared = actor.sum_pi_squared(batch)  # (B, T)
             pi_squared = batch.sum_pi_squared  # (B, T) or None
+            token_filter = self.cfg.algorithm.token_filter.type  # Clip_B / Clip_V: their signal, same policy
+            signal = actor.token_signal(batch, TOKEN_FILTERS[token_filter].signal) if token_filter else None  # (B, T)
         if self.cfg.algorithm.rollout_is_threshold is not None:
             metrics.update(correct_rollout_mismatch(batch, self.cfg.algorithm))
         if ref is not None:
@@ -211,6 +213,7 @@ class RLTrainer:
             shaped = scores if self.agent is None else agentic_scores(scores, batch, self.cfg.algorithm.agentic_reward_norm)
             metrics.update(compute_advantages(batch, shaped, self.cfg.algorithm, self.shaping, len(batch)))
             metrics.update(mask_samples(batch, scores, self.cfg.algorithm, response_length(self.cfg)))  # ROLL's filters
+            metrics.update(filter_tokens(batch, signal, self.cfg.algorithm))  # Clip_B / Clip_V
             train, pf_metrics = filter_by_reward(batch, self.cfg.algorithm, self.cfg.trainer.seed, step)  # PF-PPO, else batch
             metrics.update(pf_metrics)
             rows = training_rows(self.cfg, train, self.pad_id)  # env.train_rows turn: one row per model turn

@@ -23,17 +23,17 @@ import warnings
 from collections import defaultdict
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
 
-from posttrain.algorithms import aggregate_loss, get_policy_loss, kl_penalty, positive_sft_loss, sample_loss_weights
+from posttrain.algorithms import aggregate_loss, get_policy_loss, kl_penalty, positive_sft_loss, sample_loss_weights, sum_pi_squared_from_logits
 from posttrain.checkpoint.save import Role, save_hf
 from posttrain.checkpoint.state import Extra
 from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_logprobs
-from posttrain.models.pi_squared import response_sum_pi_squared
+from posttrain.models.token_signal import response_token_signal
 from posttrain.models.kernels import activation_offload
 from posttrain.models.moe import RouterCapture, capture_router_logits
 from posttrain.models.logprobs import PLAIN_HEAD, HeadKernel, response_logprobs
@@ -189,18 +189,23 @@ class Actor:
         finally:
             self.model.train(was_training)
 
-    @torch.inference_mode()
     def sum_pi_squared(self, batch: RolloutBatch) -> Tensor:
         """sum_v pi(v)^2 of the current policy at each response token, (B, T); 0 on padding
-        (actor.calculate_sum_pi_squared: the variance-proxy metrics). Batched as `compute_logprobs`."""
+        (actor.calculate_sum_pi_squared: the variance-proxy metrics)."""
+        return self.token_signal(batch, lambda logits, _tokens: sum_pi_squared_from_logits(logits))
+
+    @torch.inference_mode()
+    def token_signal(self, batch: RolloutBatch, signal: Callable[[Tensor, Tensor], Tensor]) -> Tensor:
+        """`signal` (of (n, V) temperature-scaled logits and their (n,) sampled tokens) of the current
+        policy at each response token, (B, T); 0 on padding. Batched as `compute_logprobs`."""
         was_training = self.model.training
         self.model.eval()
         size, max_tokens = self.s.logprob_batching or (self.s.micro_batch_size, self.s.max_tokens_per_micro_batch)
 
         def one(micro: RolloutBatch) -> Tensor:
             return self.run(
-                response_sum_pi_squared, self.model, micro.prompt_ids, micro.prompt_mask, micro.response_ids,
-                micro.response_mask, temperature=self.s.temperature, pack=self.s.pack, vision=micro.vision,
+                response_token_signal, self.model, micro.prompt_ids, micro.prompt_mask, micro.response_ids,
+                micro.response_mask, signal=signal, temperature=self.s.temperature, pack=self.s.pack, vision=micro.vision,
             )  # (b, T')
 
         try:
