@@ -160,6 +160,28 @@ def is_hub_name(text: str) -> bool:
     return bool(_HUB_NAME.fullmatch(text)) and not text.startswith(".")
 
 
+def modelscope_cache() -> Path:
+    """ModelScope's local hub cache: $MODELSCOPE_CACHE, else ~/.cache/modelscope/hub (the modelscope
+    library's defaults)."""
+    return Path(os.environ.get("MODELSCOPE_CACHE") or Path.home() / ".cache" / "modelscope" / "hub").expanduser()
+
+
+def modelscope_model_dir(name: str) -> Path | None:
+    """The directory of ModelScope model `name` (``org/name``) in the local ModelScope cache, or None.
+
+    ``snapshot_download`` of the modelscope library writes a model to ``models/<org>/<name>`` under
+    the cache, with each '.' of the name spelled '___' (``Qwen2___5-7B``); older releases wrote
+    ``<org>/<name>``. A directory counts when it holds config.json. Never touches the network."""
+    if not is_hub_name(name) or "/" not in name:
+        return None
+    org, model = name.split("/")
+    root = modelscope_cache()
+    for folder in (root / "models" / org / model.replace(".", "___"), root / "models" / org / model, root / org / model):
+        if (folder / "config.json").is_file():
+            return folder
+    return None
+
+
 def split_files(folder: str | Path, split: str, subset: str | None = None) -> list[str]:
     """The data files of one split in a dataset folder, in the layouts datasets are saved in:
     ``{split}.parquet`` (`posttrain data fetch`, `posttrain make-data`), ``{split}-00000-of-00001.parquet``

@@ -46,6 +46,15 @@ from posttrain.algorithms.advantages_otb import optimal_token_baseline_advantage
 from posttrain.algorithms.aggregation import LOSS_AGG_MODES, aggregate_loss
 from posttrain.algorithms.entropy import entropy_from_logits, entropy_from_logits_chunked, sum_pi_squared_from_logits
 from posttrain.algorithms.variance_proxy import variance_proxy_metrics
+from posttrain.algorithms.token_filters import (
+    TOKEN_FILTERS,
+    TokenFilter,
+    clip_b_keep_mask,
+    clip_b_signal,
+    clip_v_keep_mask,
+    clip_v_signal,
+    nec_from_logits,
+)
 from posttrain.algorithms.groups import group_stats
 from posttrain.algorithms.kl import KL_PENALTY_KINDS, KLRewardOutput, apply_kl_penalty, check_kl_kind, kl_penalty
 from posttrain.algorithms.kl_controllers import AdaptiveKLController, FixedKLController
@@ -127,6 +136,13 @@ __all__ = [
     "optimal_token_baseline_advantage",
     "tir_optimal_token_baseline_advantage",
     "variance_proxy_metrics",
+    "TOKEN_FILTERS",
+    "TokenFilter",
+    "clip_b_keep_mask",
+    "clip_b_signal",
+    "clip_v_keep_mask",
+    "clip_v_signal",
+    "nec_from_logits",
     "FixedKLController",
     "AdaptiveKLController",
     "dpo_loss",

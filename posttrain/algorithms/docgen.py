@@ -39,6 +39,8 @@ SHAPING: tuple[Callable, ...] = (
     A.clip_advantages,
     A.sample_loss_weights,
     A.sample_keep_mask,
+    A.clip_b_keep_mask,
+    A.clip_v_keep_mask,
     A.overlong_penalty,
     A.informative_groups,
     A.agentic_reward_norm,

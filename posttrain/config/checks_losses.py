@@ -86,7 +86,8 @@ def check_supervised_loss_coefs(cfg: Any) -> list[str]:
     calculate_sum_pi_squared measures its policy gradient; SFT/DPO stages have no RL loss, so a
     changed value is refused there."""
     kind = training_kind(cfg)
-    keys = (("actor.rl_loss_coef", 1.0), ("actor.sft_loss_coef", 0.0), ("actor.calculate_sum_pi_squared", False), ("actor.moe_aux_loss_coef", 0.0))
+    keys = (("actor.rl_loss_coef", 1.0), ("actor.sft_loss_coef", 0.0), ("actor.calculate_sum_pi_squared", False), ("actor.moe_aux_loss_coef", 0.0),
+            ("actor.topr_positive_loss_coef", 0.0), ("actor.topr_negative_loss_coef", 0.0))
     changed = [f"{k}={get_path(cfg, k, d)}" for k, d in keys if get_path(cfg, k, d) != d]
     if kind in ("sft", "dpo", "distill") and changed:
         return [f"{', '.join(changed)}: these act on the RL loss and algorithm.kind {kind} has no RL loss; leave them at their defaults for this stage"]

@@ -21,6 +21,7 @@ from posttrain.algorithms import (
     agentic_reward_norm,
     FixedKLController,
     RunningMoments,
+    TOKEN_FILTERS,
     apply_kl_penalty,
     clip_advantages,
     clip_rewards,
@@ -170,6 +171,20 @@ def mask_samples(batch: RolloutBatch, scores: torch.Tensor, alg: AlgorithmConfig
         error_max_len_clip=alg.error_max_len_clip, error_threshold=alg.error_max_len_threshold,
     )
     batch.loss_mask = batch.train_mask * keep.unsqueeze(-1)  # (B, T): with what rollout correction rejected
+    return metrics
+
+
+def filter_tokens(batch: RolloutBatch, signal: torch.Tensor | None, alg: AlgorithmConfig) -> dict[str, float]:
+    """The entropy-dynamics token filter (`algorithm.token_filter`, Clip_B / Clip_V) on the actor's
+    per-token signal (B, T) from before the update: the tokens it drops leave `batch.loss_mask`, after
+    the advantages (which, as in Trinity-RFT, see every token); returns its metrics."""
+    spec = alg.token_filter
+    if spec.type is None or signal is None:
+        return {}
+    mask = batch.train_mask  # statistics over the tokens the losses would count
+    mu = spec.mu if spec.mu is not None else TOKEN_FILTERS[spec.type].default_mu
+    keep, metrics = TOKEN_FILTERS[spec.type].keep(signal, batch.advantages, mask, mu=mu, max_frac=spec.max_frac)  # (B, T)
+    batch.loss_mask = mask * keep.to(mask.dtype)
     return metrics
 
 

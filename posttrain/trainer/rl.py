@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain.algorithms import estimator_needs, variance_proxy_metrics
+from posttrain.algorithms import TOKEN_FILTERS, estimator_needs, variance_proxy_metrics
 from posttrain.buffer.experience import Experience
 from posttrain.buffer.operators import run_pipeline
 from posttrain.checkpoint import Checkpointer, Parts
@@ -31,7 +31,8 @@ from posttrain.rollout.turn_rows import windowed
 from posttrain.tracking import Generation, phase
 from posttrain.trainer.agentic import AgenticRollout, check_agentic, is_agentic, training_rows
 from posttrain.trainer.advantages import (
-    agentic_scores, compute_advantages, correct_rollout_mismatch, filter_by_reward, make_shaping_state, mask_samples, reject_tokens,
+    agentic_scores, compute_advantages, correct_rollout_mismatch, filter_by_reward, filter_tokens, make_shaping_state, mask_samples,
+    reject_tokens,
 )
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
@@ -198,6 +199,8 @@ class RLTrainer:
             if self.cfg.actor.calculate_sum_pi_squared or estimator_needs(self.cfg.algorithm.adv_estimator).sum_pi_squared:
                 batch.sum_pi_squared = on_rows(actor.sum_pi_squared)  # (B, T)
             pi_squared = batch.sum_pi_squared  # (B, T) or None
+            token_filter = self.cfg.algorithm.token_filter.type  # Clip_B / Clip_V: their signal, same policy
+            signal = on_rows(lambda rows: actor.token_signal(rows, TOKEN_FILTERS[token_filter].signal)) if token_filter else None  # (B, T)
         keep = None  # tokens rollout correction keeps, when it rejects some
         if self.cfg.algorithm.rollout_is_threshold is not None:
             keep, correction = correct_rollout_mismatch(batch, self.cfg.algorithm)
@@ -223,6 +226,7 @@ class RLTrainer:
             if keep is not None:  # ROLL's order: advantages over every trained token, rejection in the losses only
                 reject_tokens(batch, keep)
             metrics.update(mask_samples(batch, scores, self.cfg.algorithm, response_length(self.cfg)))  # ROLL's filters
+            metrics.update(filter_tokens(batch, signal, self.cfg.algorithm))  # Clip_B / Clip_V
             train, pf_metrics = filter_by_reward(batch, self.cfg.algorithm, self.cfg.trainer.seed, step)  # PF-PPO, else batch
             metrics.update(pf_metrics)
             rows = training_rows(self.cfg, train, self.pad_id)  # env.train_rows turn: one row per model turn

@@ -181,6 +181,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             kl_loss_coef=a.kl_loss_coef,
             rl_loss_coef=a.rl_loss_coef,
             sft_loss_coef=a.sft_loss_coef,
+            topr_coefs=(a.topr_positive_loss_coef, a.topr_negative_loss_coef),
             kl_loss_type=a.kl_loss_type,
             ppo_epochs=a.ppo_epochs,
             schedule_per_update=a.optim.lr_schedule_unit == "update",

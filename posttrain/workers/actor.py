@@ -10,6 +10,7 @@ policy the router's load-balancing loss, as Megatron adds it:
 
     loss = rl_loss_coef * (pg_loss + kl_loss_coef * kl(logprob, ref_logprob)) - entropy_coeff * entropy
            + sft_loss_coef * positive_sft_loss + moe_aux_loss_coef * load_balancing_loss
+           + topr_loss(scores, topr_positive_loss_coef, topr_negative_loss_coef)
 
 each token term aggregated with the same `loss_agg_mode` (as verl does); the SFT term averages over
 the mini-batch's positive responses (`posttrain.algorithms.positive_sft_loss`); the router term is
@@ -23,17 +24,19 @@ import warnings
 from collections import defaultdict
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
 
-from posttrain.algorithms import aggregate_loss, get_policy_loss, kl_penalty, positive_sft_loss, sample_loss_weights
+from posttrain.algorithms import (
+    aggregate_loss, get_policy_loss, kl_penalty, positive_sft_loss, sample_loss_weights, sum_pi_squared_from_logits, topr_loss,
+)
 from posttrain.checkpoint.save import Role, save_hf
 from posttrain.checkpoint.state import Extra
 from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_logprobs
-from posttrain.models.pi_squared import response_sum_pi_squared
+from posttrain.models.token_signal import response_token_signal
 from posttrain.models.kernels import activation_offload
 from posttrain.models.moe import RouterCapture, capture_router_logits
 from posttrain.models.logprobs import PLAIN_HEAD, HeadKernel, response_logprobs
@@ -91,6 +94,7 @@ class ActorSettings:
     length_loss_weight: bool = False  # algorithm.length_loss_weight
     rl_loss_coef: float = 1.0  # actor.rl_loss_coef: weight of pg_loss + KL loss (ROLL)
     sft_loss_coef: float = 0.0  # actor.sft_loss_coef: weight of ROLL's SFT term on positive responses
+    topr_coefs: tuple[float, float] = (0.0, 0.0)  # actor.topr_positive_loss_coef, topr_negative_loss_coef (ROLL v0.1)
     head: HeadKernel = PLAIN_HEAD  # model.use_fused_kernels, actor.entropy_checkpointing (posttrain.models.kernels)
     activation_offload: bool = False  # model.enable_activation_offload: saved activations in host memory
     moe_aux_loss_coef: float = 0.0  # actor.moe_aux_loss_coef, resolved against the model (posttrain.models.moe.router_loss_settings)
@@ -189,18 +193,23 @@ class Actor:
         finally:
             self.model.train(was_training)
 
-    @torch.inference_mode()
     def sum_pi_squared(self, batch: RolloutBatch) -> Tensor:
         """sum_v pi(v)^2 of the current policy at each response token, (B, T); 0 on padding
-        (actor.calculate_sum_pi_squared: the variance-proxy metrics). Batched as `compute_logprobs`."""
+        (actor.calculate_sum_pi_squared: the variance-proxy metrics)."""
+        return self.token_signal(batch, lambda logits, _tokens: sum_pi_squared_from_logits(logits))
+
+    @torch.inference_mode()
+    def token_signal(self, batch: RolloutBatch, signal: Callable[[Tensor, Tensor], Tensor]) -> Tensor:
+        """`signal` (of (n, V) temperature-scaled logits and their (n,) sampled tokens) of the current
+        policy at each response token, (B, T); 0 on padding. Batched as `compute_logprobs`."""
         was_training = self.model.training
         self.model.eval()
         size, max_tokens = self.s.logprob_batching or (self.s.micro_batch_size, self.s.max_tokens_per_micro_batch)
 
         def one(micro: RolloutBatch) -> Tensor:
             return self.run(
-                response_sum_pi_squared, self.model, micro.prompt_ids, micro.prompt_mask, micro.response_ids,
-                micro.response_mask, temperature=self.s.temperature, pack=self.s.pack, vision=micro.vision,
+                response_token_signal, self.model, micro.prompt_ids, micro.prompt_mask, micro.response_ids,
+                micro.response_mask, signal=signal, temperature=self.s.temperature, pack=self.s.pack, vision=micro.vision,
             )  # (b, T')
 
         try:
@@ -219,8 +228,8 @@ class Actor:
             raise ValueError(f"policy loss {self.s.loss_mode} needs expert rows on the batch (algorithm.mix)")
         if batch.old_logprobs is None or batch.advantages is None:
             raise ValueError("actor.update needs old_logprobs and advantages on the batch")
-        if self.s.sft_loss_coef and batch.token_level_scores is None:
-            raise ValueError("actor.sft_loss_coef needs the responses' scores (token_level_scores) on the batch")
+        if (self.s.sft_loss_coef or any(self.s.topr_coefs)) and batch.token_level_scores is None:
+            raise ValueError("actor.sft_loss_coef and the TOPR terms need the responses' scores (token_level_scores) on the batch")
         if self.s.use_kl_loss and batch.ref_logprobs is None:
             raise ValueError("actor.use_kl_loss needs ref_logprobs on the batch")
         self.model.train()
@@ -319,6 +328,12 @@ class Actor:
             sft = self._sft_term(micro, out.logprobs, mask)
             loss = loss + self.s.sft_loss_coef * sft
             parts["actor/sft_loss"] = float(sft.detach())
+        if any(self.s.topr_coefs):  # ROLL v0.1's TOPR terms: outside rl_loss_coef, without sample weights
+            positive, negative = self.s.topr_coefs
+            topr = topr_loss(old_logprob=micro.old_logprobs, logprob=out.logprobs, advantages=micro.advantages, response_mask=mask,
+                             loss_agg_mode=self.s.loss_agg_mode, scores=micro.token_level_scores.sum(-1), positive_coef=positive,
+                             negative_coef=negative, loss_scale_factor=self.s.loss_scale_factor).loss
+            loss, parts["actor/topr_loss"] = loss + topr, float(topr.detach())
         if routed:  # weighted as accumulate_gradients weighs the loss values: the metric sums to the tokens' mean
             aux, parts["actor/moe_aux_loss"] = router_term(routers, micro, self.router_totals, self.s.loss_agg_mode, self.s.moe_top_k, self.dp)
             loss = loss + self.s.moe_aux_loss_coef * aux

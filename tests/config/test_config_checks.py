@@ -269,3 +269,14 @@ def test_save_strategy_refuses_turns_that_several_writers_would_have_to_take():
     with pytest.raises(ConfigError, match="single_node asks the nodes to take turns"):
         load_config(None, [*batch_overrides(nodes=2, gpus=2, micro=2), "trainer.save_strategy=single_node"])
     assert load_config(None, [*batch_overrides(), "trainer.save_strategy=single_thread"]).trainer.save_strategy == "single_thread"
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (["algorithm.token_filter.mu=3"], "read only by a filter"),
+    (["algorithm.token_filter.type=clip_b", "algorithm.token_filter.max_frac=0.1"], "read only by clip_v"),
+    (["algorithm.kind=sft", "algorithm.token_filter.type=clip_b"], "algorithm.kind sft has none"),
+])
+def test_token_filter_options_that_would_do_nothing_are_refused(overrides, words):
+    with pytest.raises(ConfigError, match=words):
+        load_config(None, overrides)
+    load_config(None, ["algorithm.token_filter.type=clip_v", "algorithm.token_filter.max_frac=0.1", "algorithm.token_filter.mu=1"])

@@ -53,6 +53,8 @@ def _context(row) -> dict[str, Any]:
         return {"rewards.w.worker_cls": worker, **extra}
     if row.framework == "trinity" and row.key == "algorithm.advantage_fn_args.std_threshold":
         return {"algorithm.algorithm_type": "grpo"}  # an option of the group estimators, not of ppo's gae
+    if row.framework == "trinity" and row.key in ("algorithm.advantage_fn_args.mu", "algorithm.advantage_fn_args.max_frac"):
+        return {"algorithm.algorithm_type": "grpo", "algorithm.advantage_fn": "clipv"}  # options of the Clip_V token filter
     if row.framework == "trinity" and row.key == "explorer.rollout_model.engine_num":
         return {"cluster.gpu_per_node": 4}  # engines need devices to be placed on
     rule = dialect_rules().get(f"{row.framework}:{row.key}")

@@ -132,3 +132,22 @@ def test_roll_s_pg_variants_without_a_counterpart_are_refused_and_other_workers_
     assert report.entry("actor_train.pg_variant").status == "dropped" and "policy_loss" not in native.get("actor", {})
     _, report = translate({"actor_train": {"worker_cls": "my.Worker", "pg_variant": "topr"}}, "roll")
     assert report.entry("actor_train.worker_cls").status == "refused"
+
+
+def test_roll_v01_topr_terms_land_on_the_actor_and_follow_roll_s_formula():
+    native, report = translate({"postive_loss_coef": 2.0, "use_topr_neg_loss_coef": 0.5, "rl_loss_coef": 0.0}, "roll")
+    assert not report.refused
+    assert native["actor"]["topr_positive_loss_coef"] == 2.0 and native["actor"]["topr_negative_loss_coef"] == 0.5
+    # ROLL (2025-07 to v0.2.0): + postive_loss_coef agg_pos(-A log pi) + use_topr_neg_loss_coef agg_neg(-clip(ratio, 0, 1) A log pi)
+    from posttrain.algorithms import topr_loss
+
+    logp = torch.tensor([[math.log(0.5), math.log(0.5)], [math.log(0.25), math.log(0.5)]])
+    old = torch.tensor([[math.log(0.5), math.log(0.25)], [math.log(0.5), math.log(0.5)]])
+    adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
+    got = topr_loss(old_logprob=old, logprob=logp, advantages=adv, response_mask=torch.ones(2, 2), scores=torch.tensor([1.0, 0.0]),
+                    positive_coef=2.0, negative_coef=0.5).loss
+    # positive row: mean(ln 2, ln 2) = 0.693147, x 2; negative row: ratios clip to (0.5, 1):
+    # mean(0.5 ln 0.25, ln 0.5) = -0.693147, x 0.5
+    assert abs(float(got) - (2 * 0.693147 - 0.5 * 0.693147)) < 1e-5
+    with pytest.raises(ConfigError, match="actor.topr_negative_loss_coef=0.5: these act on the RL loss"):
+        load_config(None, ["algorithm.kind=sft", "actor.topr_negative_loss_coef=0.5"])

@@ -1,5 +1,5 @@
 """Trinity-RFT's grpo_verl type (GRPO with advantages computed in the trainer) is GRPO; its clipb/clipv
-token filters are refused with the reason; rollout_args.logprobs of any size keeps only the sampled
+advantage functions are GRPO with a token filter, with Trinity's defaults; rollout_args.logprobs of any size keeps only the sampled
 token's log-prob in Trinity-RFT, which posttrain always records."""
 
 from __future__ import annotations
@@ -22,11 +22,24 @@ def test_grpo_verl_is_grpo():
     assert native["algorithm"]["adv_estimator"] == "grpo"
 
 
-def test_clipb_and_clipv_are_refused_naming_the_paper():
-    for fn in ("clipb", "clipv"):
-        _, entries = run({"algorithm_type": "grpo_verl", "advantage_fn": fn, "advantage_fn_args": {"mu": 2.5}})
-        status, reason = entries["algorithm.advantage_fn"]
-        assert status == "refused" and "2602.03392" in reason and "loss mask" in reason
+def test_clipb_and_clipv_are_grpo_with_a_token_filter():
+    native, entries = run({"algorithm_type": "grpo_verl", "advantage_fn": "clipb", "advantage_fn_args": {"mu": 3.0, "epsilon": 1e-5}})
+    alg = native["algorithm"]
+    assert alg["adv_estimator"] == "grpo" and alg["adv_estimator_args"] == {"epsilon": 1e-5}  # GRPO's own option
+    assert alg["token_filter"] == {"type": "clip_b", "mu": 3.0}
+    assert entries["algorithm.advantage_fn_args.mu"][0] == "translated"
+    native, _ = run({"algorithm_type": "grpo_verl", "advantage_fn": "clipv", "advantage_fn_args": {"mu": 8.5}})
+    assert native["algorithm"]["token_filter"] == {"type": "clip_v", "mu": 8.5, "max_frac": 1e-4}
+
+
+def test_clip_filter_defaults_follow_trinity():
+    # no advantage_fn_args: Trinity's default_args; args without mu: the constructor's default (2.0 for clipv)
+    native, _ = run({"algorithm_type": "grpo_verl", "advantage_fn": "clipv"})
+    assert native["algorithm"]["token_filter"] == {"type": "clip_v", "mu": 8.5, "max_frac": 1e-4}
+    native, _ = run({"algorithm_type": "grpo_verl", "advantage_fn": "clipv", "advantage_fn_args": {"max_frac": 0.01}})
+    assert native["algorithm"]["token_filter"] == {"type": "clip_v", "mu": 2.0, "max_frac": 0.01}
+    native, _ = run({"algorithm_type": "grpo_verl", "advantage_fn": "clipb"})
+    assert native["algorithm"]["token_filter"] == {"type": "clip_b", "mu": 2.5}
 
 
 def test_rollout_logprobs_of_any_size_is_the_sampled_tokens():

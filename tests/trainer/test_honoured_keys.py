@@ -288,6 +288,11 @@ KNOBS = [
     knob("algorithm.difficulty_low_threshold=0.6", "metrics", *BY_LENGTH, "algorithm.difficulty_mask=true"),
     knob("algorithm.difficulty_high_threshold=0.6", "metrics", *BY_LENGTH, "algorithm.difficulty_mask=true"),
     knob("algorithm.error_max_len_clip=true", "weights", *BY_LENGTH),  # scores other than 0 and 1 leave
+    knob("actor.topr_positive_loss_coef=1.0", "weights", *BY_LENGTH),  # every response scores > 0
+    knob("actor.topr_negative_loss_coef=1.0", "weights", *BY_LENGTH, "algorithm.reward_norm_mean=group"),  # about half <= 0
+    knob(("algorithm.token_filter.type=clip_b", "algorithm.token_filter.mu=0.5"), "weights", *BY_LENGTH),  # outlier tokens leave
+    knob("algorithm.token_filter.mu=0.5", "weights", *BY_LENGTH, "algorithm.token_filter.type=clip_b"),
+    knob("algorithm.token_filter.max_frac=0.5", "weights", *BY_LENGTH, "algorithm.token_filter.type=clip_v", "algorithm.token_filter.mu=0.05"),
     knob("algorithm.error_max_len_threshold=3", "metrics", *REWARD_FILE, "algorithm.error_max_len_clip=true"),
     knob("algorithm.length_loss_weight=true", "metrics", *VARIED, "model.max_model_len=74"),  # rows cut at 2 to 48 tokens
     knob("algorithm.difficulty_loss_weight=true", "exit"),  # the task's rows have no extra_info.difficulty: refused by row

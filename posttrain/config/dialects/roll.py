@@ -52,7 +52,6 @@ _HARMLESS_VALUES = {
     "actor_infer.strategy_args.strategy_name": ("hf_infer",),
     "ipo": (False,),
     "importance_sampling": ("token",),  # ROLL's default: the per-token ratio, as posttrain's
-    "use_topr_neg_loss_coef": (0, 0.0),  # plain DPO (sigmoid loss), posttrain's algorithm.dpo.loss_type default
     **{f"{m}.worker_cls": ("roll.pipeline.agentic.environment_worker.EnvironmentWorker",) for m in ("train_env_manager", "val_env_manager")},
     "skip_mock_system_prompt": (True,),  # the chat template as it is, as posttrain renders turns
 }

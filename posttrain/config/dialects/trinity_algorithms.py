@@ -83,14 +83,16 @@ ADVANTAGE_FNS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 #: Trinity advantage functions posttrain has no estimator for, with the reason.
-REFUSED_ADVANTAGE_FNS: dict[str, str] = {
-    **{name: "the entropy-dynamics token filters Clip_B / Clip_V (arXiv:2602.03392, Trinity-RFT's examples/entropy) drop "
-             "negative-advantage tokens from the loss by a signal of the policy's per-token entropy"
-             + (" and, for Clip_V, a patched actor's per-token statistic" if name == "clipv" else "")
-             + "; posttrain's advantage estimators return advantages and returns only and never remove tokens from the "
-               "loss mask, so use advantage_fn grpo"
-       for name in ("clipb", "clipv")},
+REFUSED_ADVANTAGE_FNS: dict[str, str] = {}
+
+#: Trinity advantage functions that are GRPO plus an entropy-dynamics token filter (Trinity-RFT's
+#: examples/entropy): advantage_fn -> (algorithm.token_filter.type, Trinity's default_args used when
+#: the file gives no advantage_fn_args, the constructor's defaults used for an option the args omit).
+TOKEN_FILTER_FNS: dict[str, tuple[str, dict[str, float], dict[str, float]]] = {
+    "clipb": ("clip_b", {"mu": 2.5}, {"mu": 2.5}),
+    "clipv": ("clip_v", {"mu": 8.5, "max_frac": 1e-4}, {"mu": 2.0, "max_frac": 1e-4}),
 }
+ADVANTAGE_FNS.update({name: ("grpo", {}) for name in TOKEN_FILTER_FNS})  # (s - mean_g) / (std_g + epsilon), as grpo
 
 #: Trinity policy_loss_fn -> posttrain policy loss (registry names).
 POLICY_LOSS_FNS: dict[str, str] = {

@@ -16,7 +16,7 @@ from typing import Any
 from posttrain.algorithms import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, estimator_options, policy_loss_options
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_algorithms import (
-    ADVANTAGE_FNS, LOSS_ARG_BATCHING, REFUSED_ADVANTAGE_FNS, LOSS_ARG_FIELDS, POLICY_LOSS_FNS, REFUSED, TYPES, TrinityType, known_types,
+    ADVANTAGE_FNS, LOSS_ARG_BATCHING, REFUSED_ADVANTAGE_FNS, TOKEN_FILTER_FNS, LOSS_ARG_FIELDS, POLICY_LOSS_FNS, REFUSED, TYPES, TrinityType, known_types,
 )
 from posttrain.config.dialects.trinity_files import data_files
 
@@ -77,12 +77,28 @@ def _advantage(ctx: Context, t: TrinityType, why: str) -> None:
     args = dict(given) if isinstance(given, dict) else dict(t.advantage_fn_args if fn == t.advantage_fn else {})
     if estimator == "grpo" and "std_threshold" in args:
         _std_threshold(ctx, f"{args_key}.std_threshold", args.pop("std_threshold"))
+    if fn in TOKEN_FILTER_FNS:
+        _token_filter(ctx, fn, args, isinstance(given, dict), source, args_key)
     options = estimator_options(estimator) if estimator in ADVANTAGE_ESTIMATORS else frozenset()
     for name in sorted(set(args) - options):
         ctx.refuse(f"{args_key}.{name}", f"not an option of posttrain's {estimator!r} estimator (its options: {', '.join(sorted(options)) or 'none'})", None, args.pop(name))
     args = {**implied, **args}
     if args:
         ctx.set("algorithm.adv_estimator_args", args, args_key if isinstance(given, dict) else source, "" if isinstance(given, dict) else f"advantage_fn {fn!r}'s settings")
+
+
+def _token_filter(ctx: Context, fn: str, args: dict[str, Any], given: bool, source: str, args_key: str) -> None:
+    """Clip_B / Clip_V: GRPO's advantages and a token filter, whose options leave `args` (what stays
+    is GRPO's, epsilon). Trinity fills absent args with the function's default_args, and an option
+    the given args omit with its constructor's default."""
+    name, defaults, ctor = TOKEN_FILTER_FNS[fn]
+    ctx.set("algorithm.token_filter.type", name, source, f"advantage_fn {fn!r}: GRPO with the {name} token filter")
+    for option in ctor:
+        if option in args:
+            ctx.set(f"algorithm.token_filter.{option}", args.pop(option), f"{args_key}.{option}")
+        else:  # Trinity's value for an option the file leaves out
+            ctx.set(f"algorithm.token_filter.{option}", (ctor if given else defaults)[option], source,
+                    f"advantage_fn {fn!r}'s {'constructor' if given else 'default_args'} {option}")
 
 
 def _std_threshold(ctx: Context, key: str, value: Any) -> None:

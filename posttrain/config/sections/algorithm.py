@@ -87,6 +87,16 @@ class FilterGroupsConfig:
 
 
 @section
+class TokenFilterConfig:
+    """Entropy-dynamics token filters (Wang et al. 2026, arXiv:2602.03392): negative-advantage tokens
+    whose per-token entropy signal is an outlier leave the losses (posttrain.algorithms.TOKEN_FILTERS)."""
+
+    type: str | None = param(None, doc="clip_b (drop negative-advantage tokens whose S = p(H + log p) is more than mu std below the batch mean; posttrain.algorithms.clip_b_keep_mask) or clip_v (drop non-positive-advantage tokens whose D = N - S exceeds mu std, at most max_frac of the tokens; clip_v_keep_mask), from one more actor pass before the update; the dropped tokens leave the policy, KL and entropy losses after the advantages. null: no filter. Trinity-RFT's advantage_fn clipb / clipv set it (with adv_estimator grpo).", choices=[None, "clip_b", "clip_v"])
+    mu: float | None = param(None, doc="How many standard deviations of the batch's signal make a token an outlier; null: the filter's default (clip_b 2.5, clip_v 8.5, Trinity-RFT's).", gt=0, refs=["trinity:algorithm.advantage_fn_args.mu"])
+    max_frac: float = param(1e-4, doc="clip_v only: when the rule would drop more than this share of the batch's tokens, only the max(floor(max_frac x tokens), 1) negative-advantage tokens with the largest signal are dropped.", ge=0, le=1, refs=["trinity:algorithm.advantage_fn_args.max_frac"])
+
+
+@section
 class DPOConfig:
     """Direct preference optimisation (Rafailov et al. 2023); used when kind is dpo."""
 
@@ -150,6 +160,7 @@ class AlgorithmConfig:
     use_pf_ppo: bool = param(False, doc="PF-PPO: after advantages, the critic and actor train on B responses drawn with replacement from the step's B, weighted by score (pf_ppo); with every estimator.", refs=["verl:algorithm.use_pf_ppo"])
     pf_ppo: PFPPOConfig = param(factory=PFPPOConfig, doc="PF-PPO's weighting of responses by score (read when use_pf_ppo).")
     filter_groups: FilterGroupsConfig = param(factory=FilterGroupsConfig, doc="DAPO dynamic sampling of informative prompt groups.")
+    token_filter: TokenFilterConfig = param(factory=TokenFilterConfig, doc="Entropy-dynamics token filter (Clip_B / Clip_V) applied to the loss mask after the advantages.")
     dpo: DPOConfig = param(factory=DPOConfig, doc="DPO loss settings (kind: dpo).")
     distill: DistillConfig = param(factory=DistillConfig, doc="Offline distillation's teacher and divergence (kind: distill).")
     mix: MixConfig = param(factory=MixConfig, doc="Expert SFT rows mixed into RL batches (policy losses mix and mix_chord).")
@@ -243,3 +254,18 @@ def check_filter_groups(cfg: Any) -> list[str]:
                         "log-probs, which posttrain computes for the kept groups only (verl's DAPO trainer applies it before they exist); "
                         "use metric seq_reward")
     return problems
+
+
+def check_token_filter(cfg: Any) -> list[str]:
+    """The token filter acts on an RL stage's loss mask; its options shape only the filter they belong to."""
+    kind = get_path(cfg, "algorithm.token_filter.type", None)
+    mu, max_frac = get_path(cfg, "algorithm.token_filter.mu", None), get_path(cfg, "algorithm.token_filter.max_frac", 1e-4)
+    if kind is not None and not is_rl(cfg):
+        return [f"algorithm.token_filter.type={kind} filters the tokens of an RL loss by the advantages' sign; "
+                f"algorithm.kind {get_path(cfg, 'algorithm.kind', 'rl')} has none: leave it null for this stage"]
+    unread = [f"{name}={value}" for name, value, read in (("mu", mu, mu is None or kind is not None),
+                                                           ("max_frac", max_frac, max_frac == 1e-4 or kind == "clip_v")) if not read]
+    if unread:
+        return [f"algorithm.token_filter.{', '.join(unread)}: read only by " + ("a filter" if kind is None else "clip_v")
+                + f" (algorithm.token_filter.type is {kind or 'null'}); set the type or leave it at its default"]
+    return []
