@@ -145,14 +145,14 @@ def run_explorer(ctx: StageContext) -> StageResult:
     total = explorer.derived.total_training_steps
     buffer = open_buffer(cfg, stage_dir) if world.is_main else None
     weights = WeightFiles(weights_dir(stage_dir)) if cfg.trainer.mode == "both" else None
-    start = world.from_main(buffer.explored() if buffer is not None else None)
-    for _ in range(start if explorer.sampler else 0):  # the data order continues after the last batch written
+    start, drawn = world.from_main(resume_point(buffer) if buffer is not None else None)
+    for _ in range(drawn if explorer.sampler else 0):  # the data order continues after the last batch written
         explorer.sampler.next_batch()
     try:
         if world.is_main:
             crew = Crew(explorer, world)
             try:
-                _explore(ctx, crew, buffer, weights, start, total)
+                _explore(ctx, crew, buffer, weights, (start, drawn), total)
             except BaseException as err:
                 crew.stop(err)
                 raise
@@ -169,10 +169,19 @@ def run_explorer(ctx: StageContext) -> StageResult:
     return StageResult(final_model=Path(ctx.model_path), last_metrics={}, steps=total)
 
 
-def _explore(ctx: StageContext, crew: Crew, buffer, weights: WeightFiles | None, start: int, total: int) -> None:
+def resume_point(buffer) -> tuple[int, int]:
+    """(the last batch written, the prompt batches drawn through it): a resumed explorer writes the
+    batches after the one and draws its prompts after the other (with dynamic sampling a batch may
+    take several prompt batches, `Experience.drawn`)."""
+    last = buffer.explored()
+    return last, (buffer.read(last).drawn or last) if last else 0
+
+
+def _explore(ctx: StageContext, crew: Crew, buffer, weights: WeightFiles | None, resumed: tuple[int, int], total: int) -> None:
     """Rank 0's loop: batches start+1..total into the buffer, each sampled with weights the
     synchronizer allows, validating on the way."""
     cfg, sync = ctx.cfg, ctx.cfg.synchronizer
+    start, drawn = resumed
     follow = Follower(crew, buffer, weights, sync.sync_timeout, validation_steps(cfg, total), sync.sync_style, sync.sync_interval)
     replay = replay_from_config(cfg.buffer.trainer_input.experience_buffer)
     for b in range(start + 1, total + 1):
@@ -186,6 +195,8 @@ def _explore(ctx: StageContext, crew: Crew, buffer, weights: WeightFiles | None,
         if not replay.enable:  # a replaying buffer drops its lowest batches instead of waiting
             idle += buffer.wait_for_room(len(set(experience.batch.group_index)), replay.capacity_groups, sync.sync_timeout)
         experience.explore_metrics["timing/idle_explorer_s"] = idle  # this batch's wait for fresh weights (and room)
+        drawn += int(experience.reward_metrics.get("filter_groups/num_gen_batches", 1))  # algorithm.filter_groups' rounds
+        experience.drawn = drawn
         buffer.write(b, experience)
         kill_point(ctx.name, b, "explored")  # the test hook (posttrain.checkpoint.manager)
     follow.finish()
