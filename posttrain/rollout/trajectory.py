@@ -52,6 +52,7 @@ class Trajectory:
     truncated: bool = False  # cut by max_steps or the token budget before the env ended it
     observation: str | list[dict[str, str]] = ""  # the latest observation (a tool env: its tool messages)
     failed: str | None = None  # why an env call failed and ended the episode (posttrain.rollout.env_guard), else None
+    timed_out: bool = False  # still running at the loop's deadline (explorer.max_timeout): ended there, unfinished
 
     @property
     def reward(self) -> float:

@@ -29,8 +29,8 @@ from posttrain.config.tables import Rule
 
 # key -> (values accepted as what posttrain does, why)
 ACCEPTED: dict[str, tuple[tuple[Any, ...], str]] = {
-    "explorer.max_timeout": ((900, 1800), "Trinity-RFT's default per-task timeout: no task of posttrain's times out (a batch is one engine call)"),
-    "explorer.max_retry_times": ((2,), "Trinity-RFT's default retries: posttrain retries nothing (a failing reward is reward.on_error)"),
+    "explorer.max_timeout": ((900, 1800), "Trinity-RFT's default per-task timeout: a single-turn batch is one engine call, with no task of its own to time out"),
+    "explorer.max_retry_times": ((2,), "Trinity-RFT's default retries: a single-turn batch is one engine call, with no task of its own to retry (a failing reward is reward.on_error)"),
     "explorer.over_rollout.ratio": ((0, 0.0), "0: wait for every task of a batch, as posttrain does"),
     "explorer.dynamic_timeout.enable": ((False,), "false: no dynamic timeout, as posttrain has none"),
     "explorer.rollout_model.enable_history": ((False,), "false: no workflow call history, as posttrain records none"),
@@ -41,6 +41,31 @@ def accepted_default(key: str, value: Any) -> str | None:
     """Why ``value`` of a refused explorer key may be dropped (it is what posttrain does), else None."""
     values, why = ACCEPTED.get(key, ((), ""))
     return why if any(value == v and type(value) is type(v) for v in values) else None
+
+
+_TIMEOUT, _RETRY = "explorer.max_timeout", "explorer.max_retry_times"
+_SINGLE_TURN = ("posttrain applies Trinity-RFT's per-task timeout and retries to an agentic stage's episodes (explorer.max_timeout, "
+                "max_retry_times: an env group past the deadline is played again, then left out); this file's workflow translates onto "
+                "single-turn or tool-calling generation, whose engine calls make a batch's rows together: no task runs apart to time "
+                "out or retry (a reward function's own limit is reward.timeout_s)")
+
+
+def timeouts(ctx: Context) -> None:
+    """Trinity-RFT's max_timeout / max_retry_times: explorer.max_timeout / max_retry_times for an agentic
+    stage's env groups (the counterpart of its tasks); other stages accept Trinity-RFT's defaults
+    (what they do: nothing times out) and refuse other values with the reason."""
+    agentic = bool(ctx.native.get("env", {}).get("train_env_manager", {}).get("tags"))
+    for key in (_TIMEOUT, _RETRY):
+        if not ctx.has(key):
+            continue
+        ctx.consume(key)
+        value, why = ctx.get(key), accepted_default(key, ctx.get(key))
+        if agentic:
+            ctx.set(key, value, key, "the episodes of an env group are Trinity-RFT's task")
+        elif why is not None:
+            ctx.drop(key, why)
+        else:
+            ctx.refuse(key, _SINGLE_TURN, key, value)
 
 
 _ENGINES, _TP = "explorer.rollout_model.engine_num", "explorer.rollout_model.tensor_parallel_size"
