@@ -43,31 +43,6 @@ def accepted_default(key: str, value: Any) -> str | None:
     return why if any(value == v and type(value) is type(v) for v in values) else None
 
 
-_TIMEOUT, _RETRY = "explorer.max_timeout", "explorer.max_retry_times"
-_SINGLE_TURN = ("posttrain applies Trinity-RFT's per-task timeout and retries to an agentic stage's episodes (explorer.max_timeout, "
-                "max_retry_times: an env group past the deadline is played again, then left out); this file's workflow translates onto "
-                "single-turn or tool-calling generation, whose engine calls make a batch's rows together: no task runs apart to time "
-                "out or retry (a reward function's own limit is reward.timeout_s)")
-
-
-def timeouts(ctx: Context) -> None:
-    """Trinity-RFT's max_timeout / max_retry_times: explorer.max_timeout / max_retry_times for an agentic
-    stage's env groups (the counterpart of its tasks); other stages accept Trinity-RFT's defaults
-    (what they do: nothing times out) and refuse other values with the reason."""
-    agentic = bool(ctx.native.get("env", {}).get("train_env_manager", {}).get("tags"))
-    for key in (_TIMEOUT, _RETRY):
-        if not ctx.has(key):
-            continue
-        ctx.consume(key)
-        value, why = ctx.get(key), accepted_default(key, ctx.get(key))
-        if agentic:
-            ctx.set(key, value, key, "the episodes of an env group are Trinity-RFT's task")
-        elif why is not None:
-            ctx.drop(key, why)
-        else:
-            ctx.refuse(key, _SINGLE_TURN, key, value)
-
-
 _ENGINES, _TP = "explorer.rollout_model.engine_num", "explorer.rollout_model.tensor_parallel_size"
 _OPENAI = "explorer.rollout_model.enable_openai_api"
 

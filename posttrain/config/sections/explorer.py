@@ -22,6 +22,13 @@ from posttrain.config.fields import param, section
 
 _E = "trinity:explorer"
 _BATCH = "posttrain's explorer generates a whole batch in one engine call and scores it with reward.*; there is no per-task workflow"
+_AGENTIC = ("posttrain gives an agentic stage's env groups a deadline and replays (explorer.max_timeout, max_retry_times: an "
+            "env group with an episode past it is played again, then left out), and a Trinity-RFT file translates onto no agentic "
+            "stage (its environment workflows are refused); its single-turn and tool-calling workflows become engine calls that "
+            "make a batch's rows together, with no task running apart to")
+_TIMEOUT = f"a per-task workflow timeout: {_AGENTIC} time out (a reward function's own limit is reward.timeout_s); Trinity-RFT's defaults 900 and 1800 are accepted"
+_RETRY = (f"retrying a failed or timed-out workflow: {_AGENTIC} retry (a failing reward function is reward.on_error); "
+          "Trinity-RFT's default 2 is accepted")
 _OVER = ("training a step on the tasks that finished first: Trinity-RFT's explorer waits for (1 - ratio) of a batch's tasks, "
          "then up to wait_after_min seconds, and cancels the tasks still running, so the step has fewer groups. posttrain's "
          "explorer generates a batch in one engine call, which returns when every response has ended: no task finishes "
@@ -44,14 +51,16 @@ class ExplorerConfig:
     proxy_port: int = param(8010, doc="trainer.mode serve: the TCP port of the endpoint (0: a free one, printed at start).", ge=0, le=65535, refs=[f"{_E}.proxy_port"])
     listen_address: str = param("127.0.0.1", doc="trainer.mode serve: the address the endpoint listens on (it has no authentication: 0.0.0.0 opens it to the network).", refs=[f"{_E}.listen_address"])
     service_status_check_interval: float = param(60.0, doc="trainer.mode serve: seconds between looks for a newer checkpoint of the run, whose weights the endpoint then serves.", gt=0, refs=[f"{_E}.service_status_check_interval"])
-    max_timeout: float | None = param(None, doc="Agentic stages: seconds a step's training episodes may run, all starting together (Trinity-RFT's per-task timeout); an episode still running then ends unfinished and its env group is played again (max_retry_times) or left out of the step, counted in env/timed_out_groups. Checked between turns (one env call: env.step_timeout). Null: no limit.", gt=0, refs=[f"{_E}.max_timeout"])
-    max_retry_times: int = param(0, doc="Agentic stages with max_timeout: how often an env group with an episode past it is played again (fresh environments, same seeds, new sampling) before it is left out; counted in env/retried_groups.", ge=0, refs=[f"{_E}.max_retry_times"])
+    max_timeout: float | None = param(None, doc="Agentic stages: seconds a step's training episodes may run, all starting together (Trinity-RFT's per-task timeout); an episode still running then ends unfinished and its env group is played again (max_retry_times) or left out of the step, counted in env/timed_out_groups. Checked between turns (one env call: env.step_timeout). Null: no limit.", gt=0)
+    max_retry_times: int = param(0, doc="Agentic stages with max_timeout: how often an env group with an episode past it is played again (fresh environments, same seeds, new sampling) before it is left out; counted in env/retried_groups.", ge=0)
     db_url: str | None = param(None, doc="trainer.mode serve: the SQLite file (a path or sqlite:/// URL) recording every served completion until its feedback and commit; null: <stage dir>/serve/proxy_history.sqlite.", refs=[f"{_E}.db_url"])
 
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     f"{_E}.name": "Ray actor names are chosen by posttrain",
+    f"{_E}.max_timeout": _TIMEOUT,
+    f"{_E}.max_retry_times": _RETRY,
     f"{_E}.over_rollout.ratio": _OVER,
     f"{_E}.dynamic_timeout.enable": _DYNAMIC,
 }
