@@ -34,7 +34,8 @@ Faults: a trainer that finds no batch within `max_read_timeout`, or an explorer 
 weights within `sync_timeout`, ends with a message saying what the other side last reported. A
 killed side stops the run (the launcher stops the other); the rerun resumes: the trainer from its
 checkpoint, giving back to the buffer the batches of steps it had not checkpointed, the explorer
-after the last batch it wrote. So no batch is lost or trained twice.
+after the last batch it wrote (and after the prompt batches drawn through it: with dynamic sampling,
+algorithm.filter_groups, a batch may take several). So no batch is lost or trained twice.
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ The per-response metric, as verl's DAPO trainer reads it:
 
 Every rank holds every score, so with several worker processes every rank keeps the same groups
 and takes the same prompts; the sampler's position moves by every prompt batch taken, so a resumed
-run continues with the prompts the uninterrupted run would have taken.
+run continues with the prompts the uninterrupted run would have taken. A decoupled explorer runs
+the same rounds for each batch it writes (`posttrain.trainer.decoupled`) and records the prompt
+batches drawn through it (`Experience.drawn`), which its resume skips.
 """
 
 from __future__ import annotations
