@@ -33,6 +33,9 @@ class Experience:
     reward_metrics: dict[str, float] = field(default_factory=dict)  # reward/... of this batch
     explore_metrics: dict[str, float] = field(default_factory=dict)  # timing/gen_s, ... of the explorer
     policy_step: int = 0  # the trainer step whose weights sampled it (0: the starting weights)
+    # prompt batches the explorer had drawn from its sampler through this batch (dynamic sampling draws
+    # more than one per batch; a resumed explorer continues the data order after them); 0: one per batch
+    drawn: int = 0
     # reward.launch_reward_fn_async: the scoring still running (its result() gives scores, metrics,
     # extras); the synchronous loop's learner settles it after the log-prob passes
     reward_job: Any = None
@@ -61,6 +64,7 @@ class Experience:
         header = {
             "lists": lists, "texts": self.texts, "reward_metrics": self.reward_metrics,
             "explore_metrics": self.explore_metrics, "policy_step": self.policy_step,
+            "drawn": self.drawn,
         }
         try:
             meta = json.dumps(header)
@@ -83,5 +87,5 @@ class Experience:
         return cls(
             batch=RolloutBatch(**fields), scores=tensors["scores"], texts=header["texts"],
             reward_metrics=header["reward_metrics"], explore_metrics=header["explore_metrics"],
-            policy_step=int(header["policy_step"]),
+            policy_step=int(header["policy_step"]), drawn=int(header.get("drawn", 0)),
         )

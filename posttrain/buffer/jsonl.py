@@ -132,6 +132,10 @@ class JsonlBuffer:
     def wait_for_room(self, groups: int, capacity: int, timeout_s: float) -> float:
         return wait_for_room(self, groups, capacity, timeout_s)
 
+    def read(self, batch: int) -> Experience:
+        """Stored batch `batch`, unclaimed (the explorer's resume reads its last one)."""
+        return Experience.from_bytes(base64.b64decode(self._batches()[batch]["experience"]))
+
     def write_evaluation(self, policy_step: int, metrics: dict[str, float]) -> None:
         self.evaluations.append({"policy_step": policy_step, "metrics": metrics})
 

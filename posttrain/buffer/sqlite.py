@@ -115,6 +115,11 @@ class ExperienceBuffer:
         (last,) = self.db.execute("SELECT COALESCE(MAX(batch), 0) FROM experiences").fetchone()
         return int(last)
 
+    def read(self, batch: int) -> Experience:
+        """Stored batch `batch`, unclaimed (the explorer's resume reads its last one)."""
+        (payload,) = self.db.execute("SELECT payload FROM experiences WHERE batch = ?", (batch,)).fetchone()
+        return Experience.from_bytes(bytes(payload))
+
     def write_evaluation(self, policy_step: int, metrics: dict[str, float]) -> None:
         with self.db:
             self.db.execute("INSERT OR REPLACE INTO evaluations VALUES (?, ?)", (policy_step, json.dumps(metrics)))

@@ -14,7 +14,10 @@ the step was sized for. An episode ends when its env says done, after `max_steps
 the next observation would leave no room for another action (the last two are `truncated`), or
 when an env call raises, hangs past `env.step_timeout` or answers malformed (`failed`, with the
 failure penalty; posttrain.rollout.env_guard). Each turn records the env's state for step-level
-credit (`anchor_state`).
+credit (`anchor_state`). With a `deadline` (explorer.max_timeout: Trinity-RFT's per-task timeout,
+all of a call's episodes starting together), an episode still live when it has passed ends before
+its next turn as `timed_out`; it is checked between turns, so one env call is bounded by
+env.step_timeout, not by the deadline.
 
 An entry in a window prompt mode (posttrain.envs.window) is shown a prompt written afresh before each
 action (its instruction, a window of earlier steps, the current observation) instead of the episode
@@ -26,8 +29,8 @@ the episode is also truncated when the next prompt would exceed `max_prompt_leng
 from __future__ import annotations
 
 import json
-
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import torch
@@ -64,6 +67,8 @@ class LoopLimits:
     max_response_length: int
     envs_per_call: int = 0  # environments per generate call; 0: all live ones (max_env_num_per_worker)
     faults: FaultPolicy = FaultPolicy()  # timeouts and failure penalties of env calls (env.step_timeout, ...)
+    deadline: float | None = None  # seconds the episodes may run (explorer.max_timeout); None: no limit
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False)  # seconds; tests pass a fake one
 
 
 def run_episodes(
@@ -72,10 +77,15 @@ def run_episodes(
 ) -> list[Trajectory]:
     """Play one episode in every slot; returns their trajectories in slot order."""
     failures = FailureCount(len(slots), limits.faults)
+    started = limits.clock()
     trajectories = [_start(slot, renderer, limits, failures) for slot in slots]
     live = [i for i, t in enumerate(trajectories) if t.failed is None]
     turn = 0
     while live:
+        if limits.deadline is not None and limits.clock() - started > limits.deadline:
+            for i in live:  # Trinity-RFT cancels a task past max_timeout: these episodes end unfinished
+                trajectories[i].timed_out = True
+            break
         turn += 1
         size = limits.envs_per_call or len(live)
         for first in range(0, len(live), size):

@@ -55,6 +55,7 @@ class Trajectory:
     # a window prompt mode (posttrain.envs.window): each action's own prompt and the observation it showed
     turn_prompts: list[list[int]] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
+    timed_out: bool = False  # still running at the loop's deadline (explorer.max_timeout): ended there, unfinished
 
     @property
     def reward(self) -> float:

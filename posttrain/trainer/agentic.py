@@ -18,6 +18,7 @@ writes each validation episode's frames as text (posttrain.rollout.episode_rende
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from posttrain.config.schema import Config
 from posttrain.config.sections.env import EnvManagerConfig
 from posttrain.data.dataset import make_formatter
 from posttrain.data.templates import named_template
+from posttrain.envs.base import EnvError
 from posttrain.envs.registry import make_env
 from posttrain.envs.spec import EnvSpec, parse_custom_envs, tag_groups
 from posttrain.errors import ConfigError
@@ -239,10 +241,15 @@ class AgenticRollout:
             cfg.data.chat_template or named_template(cfg.data.chat_template_name).jinja or getattr(tokenizer, "chat_template", None)) else None
         self.renderer = TurnRenderer(tokenizer, formatter.chat_template, template_kwargs=formatter.template_kwargs) if formatter else TurnRenderer(tokenizer, None)
         self.tokenizer = tokenizer
+        self.clock = time.monotonic  # the episodes' deadline clock (explorer.max_timeout); tests pass a fake one
 
-    def _slots(self, manager: EnvManagerConfig, key: str, groups: list[str], kind: str, step: int) -> list[EnvSlot]:
+    def _slots(self, manager: EnvManagerConfig, key: str, groups: list[str], kind: str, step: int,
+               only: list[int] | None = None) -> list[EnvSlot]:
+        """Fresh environments for every group (or the groups `only` names), group_size each, in order."""
         slots = []
         for g, (tag, seed, env_config) in enumerate(episodes(self.plan.specs, groups, self.cfg.trainer.seed, kind, step)):
+            if only is not None and g not in only:
+                continue
             spec = self.plan.specs[tag]
             penalty = manager.format_penalty if spec.format_penalty is None else spec.format_penalty
             for _ in range(manager.group_size):  # same tag and seed: one comparison group
@@ -251,10 +258,11 @@ class AgenticRollout:
         return slots
 
     def _play(self, rollout: Any, manager: EnvManagerConfig, slots: list[EnvSlot], params: SamplingParams,
-              version: int, prefix: str) -> list[Trajectory]:
+              version: int, prefix: str, deadline: float | None = None) -> list[Trajectory]:
         e = self.cfg.env
         faults = FaultPolicy(e.step_timeout, e.failure_penalty, e.max_failure_rate)
-        limits = LoopLimits(self.cfg.data.max_prompt_length, response_length(self.cfg), manager.max_env_num_per_worker, faults)
+        limits = LoopLimits(self.cfg.data.max_prompt_length, response_length(self.cfg), manager.max_env_num_per_worker, faults,
+                            deadline, self.clock)
 
         def generate(prompts, p):  # the rollout role: data-parallel ranks share the rows
             return rollout.generate(prompts, p, expected_version=version)
@@ -264,14 +272,46 @@ class AgenticRollout:
     def explore(self, rollout: Any, params: SamplingParams, step: int, version: int, timer: PhaseTimer,
                 policy_step: int = 0) -> Experience:
         """Play one step's training groups; the scored batch as `Experience`."""
-        manager = self.cfg.env.train_env_manager
         with timer("gen"):
-            slots = self._slots(manager, "env.train_env_manager", self.plan.train_groups, "s", step)
-            trajs = self._play(rollout, manager, slots, params, version, f"s{step}")
+            trajs, timeouts = self._training_episodes(rollout, params, version, step)
         batch = to_rollout_batch(trajs, self.renderer.pad_id, version, self._prompts(trajs))
         scores = torch.tensor([t.reward for t in trajs], dtype=torch.float32)  # (B,) the trajectory's reward
         texts = self.tokenizer.batch_decode([t.response_ids for t in trajs], skip_special_tokens=False)
-        return Experience(batch, scores, texts, episode_metrics(trajs, "env"), policy_step=policy_step)
+        return Experience(batch, scores, texts, {**episode_metrics(trajs, "env"), **timeouts}, policy_step=policy_step)
+
+    def _training_episodes(self, rollout: Any, params: SamplingParams, version: int, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """The step's training episodes, and with explorer.max_timeout the env/timed_out_groups and
+        env/retried_groups counts. Trinity-RFT runs a task (one env group's episodes) under
+        max_timeout, runs a task that timed out again up to max_retry_times times, and leaves a task
+        that never finished out of the step: an env group with an episode past the deadline is played
+        again on fresh environments of the same seeds, then left out (its group, as one GRPO group)."""
+        manager, groups, size = self.cfg.env.train_env_manager, self.plan.train_groups, self.cfg.env.train_env_manager.group_size
+        deadline, retries = self.cfg.explorer.max_timeout, self.cfg.explorer.max_retry_times
+        slots = self._slots(manager, "env.train_env_manager", groups, "s", step)
+        trajs = self._play(rollout, manager, slots, params, version, f"s{step}", deadline)
+        if deadline is None:
+            return trajs, {}
+
+        def late() -> list[int]:  # the groups with an episode still running at the deadline
+            return [g for g in range(len(groups)) if any(t.timed_out for t in trajs[g * size : (g + 1) * size])]
+
+        retried = 0
+        for attempt in range(1, retries + 1):
+            again = late()
+            if not again:
+                break
+            retried += len(again)
+            slots = self._slots(manager, "env.train_env_manager", groups, "s", step, only=again)
+            played = self._play(rollout, manager, slots, params, version, f"s{step}r{attempt}", deadline)  # fresh sampling noise
+            for k, g in enumerate(again):
+                trajs[g * size : (g + 1) * size] = played[k * size : (k + 1) * size]
+        dropped = late()
+        if len(dropped) == len(groups):
+            raise EnvError(f"step {step}: every env group had an episode still running after explorer.max_timeout "
+                           f"({deadline:g} s) in each of its {retries + 1} attempt(s), so the step has nothing to train on; "
+                           "raise explorer.max_timeout or explorer.max_retry_times, or lower the entries' max_steps")
+        kept = [t for g in range(len(groups)) if g not in dropped for t in trajs[g * size : (g + 1) * size]]
+        return kept, {"env/timed_out_groups": float(len(dropped)), "env/retried_groups": float(retried)}
 
     def validate(self, rollout: Any, params: SamplingParams, version: int, render_dir: Path | None = None) -> dict[str, float]:
         """Success rate, reward and turns per tag over the fixed validation groups; with `render_dir`

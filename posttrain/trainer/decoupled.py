@@ -34,7 +34,8 @@ Faults: a trainer that finds no batch within `max_read_timeout`, or an explorer 
 weights within `sync_timeout`, ends with a message saying what the other side last reported. A
 killed side stops the run (the launcher stops the other); the rerun resumes: the trainer from its
 checkpoint, giving back to the buffer the batches of steps it had not checkpointed, the explorer
-after the last batch it wrote. So no batch is lost or trained twice.
+after the last batch it wrote (and after the prompt batches drawn through it: with dynamic sampling,
+algorithm.filter_groups, a batch may take several). So no batch is lost or trained twice.
 """
 
 from __future__ import annotations
@@ -146,14 +147,14 @@ def run_explorer(ctx: StageContext) -> StageResult:
     total = explorer.derived.total_training_steps
     buffer = open_buffer(cfg, stage_dir) if world.is_main else None
     weights = WeightFiles(weights_dir(stage_dir)) if cfg.trainer.mode == "both" else None
-    start = world.from_main(buffer.explored() if buffer is not None else None)
+    start, drawn = world.from_main(resume_point(buffer) if buffer is not None else None)
     if explorer.sampler:  # the data order continues after the last batch written
-        restore_order(explorer.sampler, stage_dir / "explorer" / STATE_FILE, start)
+        restore_order(explorer.sampler, stage_dir / "explorer" / STATE_FILE, start, drawn)
     try:
         if world.is_main:
             crew = Crew(explorer, world)
             try:
-                _explore(ctx, crew, buffer, weights, start, total)
+                _explore(ctx, crew, buffer, weights, (start, drawn), total)
             except BaseException as err:
                 crew.stop(err)
                 raise
@@ -170,10 +171,19 @@ def run_explorer(ctx: StageContext) -> StageResult:
     return StageResult(final_model=Path(ctx.model_path), last_metrics={}, steps=total)
 
 
-def _explore(ctx: StageContext, crew: Crew, buffer, weights: WeightFiles | None, start: int, total: int) -> None:
+def resume_point(buffer) -> tuple[int, int]:
+    """(the last batch written, the prompt batches drawn through it): a resumed explorer writes the
+    batches after the one and draws its prompts after the other (with dynamic sampling a batch may
+    take several prompt batches, `Experience.drawn`)."""
+    last = buffer.explored()
+    return last, (buffer.read(last).drawn or last) if last else 0
+
+
+def _explore(ctx: StageContext, crew: Crew, buffer, weights: WeightFiles | None, resumed: tuple[int, int], total: int) -> None:
     """Rank 0's loop: batches start+1..total into the buffer, each sampled with weights the
     synchronizer allows, validating on the way."""
     cfg, sync = ctx.cfg, ctx.cfg.synchronizer
+    start, drawn = resumed
     follow = Follower(crew, buffer, weights, sync.sync_timeout, validation_steps(cfg, total), sync.sync_style, sync.sync_interval)
     replay = replay_from_config(cfg.buffer.trainer_input.experience_buffer)
     sampler = crew.explorer.sampler  # one that learns from rewards is saved per batch (posttrain.trainer.explorer_order)
@@ -191,6 +201,8 @@ def _explore(ctx: StageContext, crew: Crew, buffer, weights: WeightFiles | None,
         experience.explore_metrics["timing/idle_explorer_s"] = idle  # this batch's wait for fresh weights (and room)
         if order is not None:
             order.explored(b)  # before the write: a crash between the two finds batch b - 1's state too
+        drawn += int(experience.reward_metrics.get("filter_groups/num_gen_batches", 1))  # algorithm.filter_groups' rounds
+        experience.drawn = drawn
         buffer.write(b, experience)
         kill_point(ctx.name, b, "explored")  # the test hook (posttrain.checkpoint.manager)
     follow.finish()

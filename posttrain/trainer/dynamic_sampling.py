@@ -18,7 +18,9 @@ The per-response metric, as verl's DAPO trainer reads it:
 
 Every rank holds every score, so with several worker processes every rank keeps the same groups
 and takes the same prompts; the sampler's position moves by every prompt batch taken, so a resumed
-run continues with the prompts the uninterrupted run would have taken.
+run continues with the prompts the uninterrupted run would have taken. A decoupled explorer runs
+the same rounds for each batch it writes (`posttrain.trainer.decoupled`) and records the prompt
+batches drawn through it (`Experience.drawn`), which its resume skips.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def gather_groups(explore_round: Callable[[int], Round], cfg: FilterGroupsConfig
     returns them as one round (metrics merged over every round) and the filter_groups/* metrics."""
     kept: list[Round] = []
     per_round: list[tuple[dict[str, float], int]] = []
-    groups = informative = taken = rounds = 0
+    groups = informative = taken = rounds = filtered = 0
     while taken < need:
         if cfg.max_num_gen_batches > 0 and rounds >= cfg.max_num_gen_batches:
             raise DataError(
@@ -85,6 +87,7 @@ def gather_groups(explore_round: Callable[[int], Round], cfg: FilterGroupsConfig
         uids = informative_groups(rnd.batch.group_index, rnd.values, cfg.std_threshold)
         groups += len(set(rnd.batch.group_index))
         informative += len(uids)
+        filtered += len(rnd.batch) - len(rows_of_groups(rnd.batch.group_index, uids))  # responses of the groups the rule drops
         chosen = uids[: need - taken]  # the first groups in the order generated; the rest are discarded
         taken += len(chosen)
         kept.append(rnd.take(rows_of_groups(rnd.batch.group_index, chosen)))
@@ -92,7 +95,8 @@ def gather_groups(explore_round: Callable[[int], Round], cfg: FilterGroupsConfig
     out = Round(RolloutBatch.cat([r.batch for r in kept]), torch.cat([r.scores for r in kept]),
                 [t for r in kept for t in r.texts], merge_round_metrics(per_round), torch.cat([r.values for r in kept]))
     metrics = {"filter_groups/num_gen_batches": float(rounds), "filter_groups/groups": float(groups),
-               "filter_groups/kept_groups": float(informative), "filter_groups/trained_groups": float(taken)}
+               "filter_groups/kept_groups": float(informative), "filter_groups/trained_groups": float(taken),
+               "filter_groups/filtered_count": float(filtered)}
     return out, metrics
 
 

@@ -5,7 +5,8 @@ writes the experience buffer, follows the trainer's weights and keeps the valida
 other ranks hold engines and wait for its orders, each a step every rank takes together:
 
 - explore batch b: every rank draws the same prompts (the same sampler, in the same order), generates
-  its share of them and the whole batch is gathered (`posttrain.workers.rollout`), then scored;
+  its share of them and the whole batch is gathered (`posttrain.workers.rollout`), then scored (with
+  dynamic sampling every rank draws and generates the same further rounds: all hold every score);
 - load the published weights of trainer step k: every rank reads the same file;
 - validate the weights it holds;
 - stop (with rank 0's error message when it gave up: the others end with the same message).
@@ -17,6 +18,7 @@ cost nothing (`World.from_main` returns its argument).
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 from typing import Any
 
@@ -34,6 +36,12 @@ def batch_prompts(explorer, b: int) -> PromptBatch | int:
     if explorer.agent is not None:
         return b
     return collate_prompts(explorer.reader(explorer.sampler.next_batch()), explorer.pad_id, uid_prefix=f"s{b}")
+
+
+def refill_of(explorer, b: int):
+    """Round r's prompts of batch b under dynamic sampling (algorithm.filter_groups): the sampler's
+    next rows, drawn alike on every rank, whose scores every rank holds, so all keep the same groups."""
+    return None if explorer.agent is not None else functools.partial(explorer._next_prompts, b)
 
 
 class Crew:
@@ -57,7 +65,8 @@ class Crew:
     def explore(self, b: int, timer: PhaseTimer, policy_step: int):
         engine = self.explorer.roles.engine
         return self._order(EXPLORE, b, lambda: self.explorer.explore(
-            batch_prompts(self.explorer, b), timer, expected_version=engine.weights_version, policy_step=policy_step))
+            batch_prompts(self.explorer, b), timer, expected_version=engine.weights_version, policy_step=policy_step,
+            refill=refill_of(self.explorer, b)))
 
     def validate(self, step: int) -> dict[str, float]:
         return self._order(VALIDATE, step, lambda: self.explorer.validate(step))
@@ -77,7 +86,8 @@ def follow_orders(explorer, world, weights) -> None:
     while True:
         op, arg = world.from_main(None)
         if op == EXPLORE:
-            explorer.explore(batch_prompts(explorer, arg), PhaseTimer(), expected_version=engine.weights_version)
+            explorer.explore(batch_prompts(explorer, arg), PhaseTimer(), expected_version=engine.weights_version,
+                             refill=refill_of(explorer, arg))
         elif op == LOAD:
             engine.update_weights(weights.load(arg), arg)
         elif op == VALIDATE:

@@ -38,13 +38,14 @@ class OrderLog:
         atomic_write_text(self.path, json.dumps({"states": self.states}))
 
 
-def restore_order(sampler: Any, path: Path, start: int) -> None:
+def restore_order(sampler: Any, path: Path, start: int, drawn: int | None = None) -> None:
     """Put `sampler` where it stood after batch `start`: its saved state when it learns from
-    feedback and the file has that batch's, else by drawing `start` batches again."""
+    feedback and the file has that batch's, else by drawing again the `drawn` prompt batches taken
+    through it (`start` of them unless dynamic sampling took more)."""
     if learns(sampler) and path.exists():
         state = json.loads(path.read_text()).get("states", {}).get(str(start))
         if state is not None:
             sampler.load_state_dict(state)
             return
-    for _ in range(start):
+    for _ in range(start if drawn is None else drawn):
         sampler.next_batch()

@@ -204,3 +204,47 @@ def test_render_save_dir_writes_each_validation_episode_as_text_frames(model, tm
     assert text.startswith("# tag A, seed ") and "## frame 0" in text and "## action 1" in text
     assert text.count("## action ") <= 3  # A's max_steps
     assert not (tmp_path / "run" / "render").exists() and len(list(renders.iterdir())) == 1
+
+
+class TurnClock:
+    """A fake clock for explorer.max_timeout: every generate call whose rows carry `prefix` (one
+    agent-loop turn of the first attempt) takes 10 s; retries take no time."""
+
+    def __init__(self, t: RLTrainer, prefix: str = "s1/"):
+        self.now, generate = 0.0, t.roles.rollout.generate
+
+        def timed(prompts, *a, **k):
+            self.now += 10.0 if prompts.uid[0].startswith(prefix) else 0.0
+            return generate(prompts, *a, **k)
+        t.roles.rollout.generate = timed
+        t.agent.clock = lambda: self.now
+
+
+def test_max_timeout_ends_late_episodes_and_replays_or_leaves_out_their_groups(model, tmp_path):
+    # group 0 plays A (3 turns), group 1 plays B (2 turns); 10 s a turn, so only A's episodes are
+    # still running when turn 3 would start at 20 s > 15 s
+    late = ("env.train_env_manager.tags=[A,B]", "env.train_env_manager.num_env_groups=2", "env.train_env_manager.group_size=2",
+            "data.train_batch_size=2", "rollout.n=2", "explorer.max_timeout=15")
+    t = trainer(model, tmp_path, *late)
+    TurnClock(t)
+    dropped = explore(t)[0]
+    assert dropped.batch.group_index == ["s1/B/g1", "s1/B/g1"]  # Trinity-RFT leaves a timed-out task out
+    assert dropped.reward_metrics["env/timed_out_groups"] == 1.0 and dropped.reward_metrics["env/retried_groups"] == 0.0
+    t = trainer(model, tmp_path, *late, "explorer.max_retry_times=2")
+    TurnClock(t)
+    batch, calls = explore(t)
+    assert batch.batch.group_index == ["s1/A/g0", "s1/A/g0", "s1/B/g1", "s1/B/g1"]  # A played again, in time
+    assert batch.reward_metrics["env/timed_out_groups"] == 0.0 and batch.reward_metrics["env/retried_groups"] == 1.0
+    assert calls[:2] == [4, 4] and calls[2:] == [2, 2, 2]  # two turns of both groups, then A's three again
+    assert batch.batch.extra_info[0]["seed"] == dropped_seed(t)  # the same episode: the group's seed
+    t = trainer(model, tmp_path, *late[:-1], "explorer.max_timeout=5")  # 10 s > 5 s: both groups late
+    TurnClock(t)
+    with pytest.raises(EnvError, match=r"step 1: every env group had an episode still running after explorer.max_timeout \(5 s\) in each of its 1 attempt"):
+        explore(t)
+    with pytest.raises(ConfigError, match="explorer.max_retry_times \\(2\\): replays the env groups"):
+        trainer(model, tmp_path, *late[:-1], "explorer.max_retry_times=2")
+
+
+def dropped_seed(t: RLTrainer) -> int:
+    from posttrain.trainer.agentic import group_seed
+    return group_seed(t.cfg.trainer.seed, "s", 1, 0)

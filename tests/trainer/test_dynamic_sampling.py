@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from posttrain.algorithms import informative_groups, rows_of_groups
+from posttrain.buffer.sqlite import ExperienceBuffer
 from posttrain.cli import main as cli_main
 from posttrain.config.load import load_config
 from posttrain.config.sections.algorithm import FilterGroupsConfig
@@ -52,6 +53,7 @@ def test_a_std_threshold_keeps_groups_of_two_or_more_spread_beyond_it():
     rounds = {1: _round(groups, values.tolist()), 2: _round(["f", "f"], [0.0, 1.0])}
     out, metrics = gather_groups(lambda r: rounds[r], FilterGroupsConfig(enable=True, std_threshold=1e-4), need=2)
     assert out.batch.group_index == ["a", "a", "f", "f"] and metrics["filter_groups/num_gen_batches"] == 2.0
+    assert metrics["filter_groups/filtered_count"] == 5.0  # Trinity's filtered_count: the responses of b, c and e
 
 
 def test_rounds_go_on_until_enough_groups_and_the_extra_ones_are_discarded():
@@ -70,7 +72,8 @@ def test_rounds_go_on_until_enough_groups_and_the_extra_ones_are_discarded():
     assert out.batch.group_index == ["b", "b", "d", "d"] and out.texts == ["r2", "r3", "r2", "r3"]
     assert out.scores.tolist() == [1.0, 0.0, 0.0, 1.0]
     assert metrics == {"filter_groups/num_gen_batches": 2.0, "filter_groups/groups": 5.0,
-                       "filter_groups/kept_groups": 3.0, "filter_groups/trained_groups": 2.0}
+                       "filter_groups/kept_groups": 3.0, "filter_groups/trained_groups": 2.0,
+                       "filter_groups/filtered_count": 4.0}  # the responses of a and c (e is kept, then discarded)
     # the reward metrics cover every generated response: acc 0.75 over 4 rows and 1/3 over 6
     assert out.metrics["reward/acc"] == pytest.approx((0.75 * 4 + 2.0) / 10)
     with pytest.raises(DataError, match=r"kept 1 of data.train_batch_size=2 prompt groups after 1 generation rounds \(max_num_gen_batches=1\)"):
@@ -145,8 +148,9 @@ def test_a_step_samples_more_prompts_until_its_groups_are_informative(files):
 def test_filter_groups_is_refused_where_it_cannot_draw_more_prompts(files):
     root, model = files
     base = [f"model.path={model}", f"data.train_files={root}/data/train.parquet", "algorithm.filter_groups.enable=true"]
-    with pytest.raises(ConfigError, match="a decoupled explorer writes one prompt batch per step"):
-        load_config(None, [*base, "synchronizer.sync_interval=2"])
+    load_config(None, [*base, "synchronizer.sync_interval=2"])  # a decoupled explorer refills its batches
+    with pytest.raises(ConfigError, match="trainer.mode serve explores no batches"):
+        load_config(None, [*base, "trainer.mode=serve"])
     with pytest.raises(ConfigError, match="metric=seq_final_reward with algorithm.use_kl_in_reward"):
         load_config(None, [*base, "algorithm.filter_groups.metric=seq_final_reward", "algorithm.use_kl_in_reward=true"])
     load_config(None, [*base, "algorithm.filter_groups.metric=seq_final_reward"])  # no KL in reward: the final reward is the score
@@ -178,3 +182,50 @@ def test_a_resumed_run_continues_with_the_prompts_of_the_uninterrupted_run(files
     assert [r["step"] for r in ref] == [1, 2] and ref[1]["filter_groups/num_gen_batches"] >= 1
     assert sum(r["filter_groups/num_gen_batches"] for r in ref) > 2  # some step took an extra round
     assert cut == ref
+
+
+def _stored(path) -> list:
+    buffer = ExperienceBuffer(path)
+    try:
+        return [buffer.read(b) for b in range(1, buffer.explored() + 1)]
+    finally:
+        buffer.close()
+
+
+def test_a_decoupled_explorer_refills_each_batch_and_resumes_after_the_prompts_it_drew(files, tmp_path, capsys):
+    """trainer.mode explore with Trinity-RFT's std_threshold: every stored batch holds
+    data.train_batch_size groups whose score spread exceeds the bound, drawn in as many rounds as
+    that took (Experience.drawn counts them); an explorer resumed after batch 1 writes the batch 2
+    of the run that went on (same prompts, responses and scores: explore samples the starting weights)."""
+    root, model = files
+    config = tmp_path / "explore.yaml"
+    config.write_text("{}\n")
+    args = [f"model.path={model}", f"data.train_files={root}/data/train.parquet", "data.max_prompt_length=32",
+            "data.max_response_length=6", "data.train_batch_size=2", "rollout.n=4", "actor.ppo_mini_batch_size=2",
+            "trainer.logger=[jsonl]", "trainer.mode=explore", "algorithm.filter_groups.enable=true",
+            "algorithm.filter_groups.metric=score", "algorithm.filter_groups.std_threshold=0.01"]
+    assert cli_main(["train", str(config), *args, "trainer.total_training_steps=2", f"trainer.default_local_dir={tmp_path}/ref"]) == 0
+    assert cli_main(["train", str(config), *args, "trainer.total_training_steps=1", f"trainer.default_local_dir={tmp_path}/cut"]) == 0
+    (tmp_path / "cut" / "stage_complete.json").unlink()  # let the finished stage go on to batch 2
+    assert cli_main(["train", str(config), *args, "trainer.total_training_steps=2", f"trainer.default_local_dir={tmp_path}/cut"]) == 0
+    capsys.readouterr()
+    ref, cut = _stored(tmp_path / "ref" / "experience_buffer.sqlite"), _stored(tmp_path / "cut" / "experience_buffer.sqlite")
+    rounds = [int(e.reward_metrics["filter_groups/num_gen_batches"]) for e in ref]
+    assert [e.drawn for e in ref] == [rounds[0], rounds[0] + rounds[1]] and sum(rounds) > 2  # some batch took a refill
+    for e in ref:
+        groups: dict[str, list[float]] = {}
+        for uid, s in zip(e.batch.group_index, e.scores.tolist()):
+            groups.setdefault(uid, []).append(s)
+        assert len(groups) == 2 and all(len(v) == 4 and torch.tensor(v).std() > 0.01 for v in groups.values())
+        dropped = e.reward_metrics["filter_groups/groups"] - e.reward_metrics["filter_groups/kept_groups"]
+        assert e.reward_metrics["filter_groups/filtered_count"] == 4 * dropped
+    assert [e.drawn for e in cut] == [e.drawn for e in ref]
+    assert cut[1].batch.group_index == ref[1].batch.group_index
+    assert torch.equal(cut[1].batch.response_ids, ref[1].batch.response_ids) and torch.equal(cut[1].scores, ref[1].scores)
+    # the trainer of the same config trains on them as stored, and logs the explorer's counts
+    train = [a for a in args if a != "trainer.mode=explore"]
+    assert cli_main(["train", str(config), *train, "trainer.mode=train", "trainer.total_training_steps=2",
+                     "actor.ppo_micro_batch_size_per_gpu=8", f"trainer.default_local_dir={tmp_path}/train",
+                     f"buffer.trainer_input.experience_buffer.path={tmp_path}/ref/experience_buffer.sqlite"]) == 0
+    logged = [r for r in _metrics(tmp_path / "train" / "metrics.jsonl") if "async/staleness" in r]
+    assert [r["filter_groups/num_gen_batches"] for r in logged] == rounds and "actor/pg_loss" in logged[0]

@@ -429,6 +429,8 @@ ELSEWHERE = {
     "explorer.listen_address": "tests/trainer/test_serve_mode.py::test_served_calls_become_the_batches_a_train_run_learns_from_and_its_checkpoint_is_served",
     "explorer.service_status_check_interval": "tests/trainer/test_serve_mode.py::test_served_calls_become_the_batches_a_train_run_learns_from_and_its_checkpoint_is_served",
     "explorer.db_url": "tests/trainer/test_serve_mode.py::test_served_calls_become_the_batches_a_train_run_learns_from_and_its_checkpoint_is_served",
+    "explorer.max_timeout": "tests/trainer/test_agentic.py::test_max_timeout_ends_late_episodes_and_replays_or_leaves_out_their_groups",
+    "explorer.max_retry_times": "tests/trainer/test_agentic.py::test_max_timeout_ends_late_episodes_and_replays_or_leaves_out_their_groups",
     "algorithm.adv_estimator_args": "tests/trainer/test_algorithm_parts.py::test_estimator_options_and_old_logprobs_reach_the_estimator",
     "actor.policy_loss.loss_args": "tests/trainer/test_algorithm_parts.py::test_estimator_and_loss_options_are_checked_by_name",
     "ref.model_path": "tests/trainer/test_algorithm_parts.py::test_a_teacher_is_the_reference_and_its_vocabulary_is_checked",

@@ -29,8 +29,8 @@ from posttrain.config.tables import Rule
 
 # key -> (values accepted as what posttrain does, why)
 ACCEPTED: dict[str, tuple[tuple[Any, ...], str]] = {
-    "explorer.max_timeout": ((900, 1800), "Trinity-RFT's default per-task timeout: no task of posttrain's times out (a batch is one engine call)"),
-    "explorer.max_retry_times": ((2,), "Trinity-RFT's default retries: posttrain retries nothing (a failing reward is reward.on_error)"),
+    "explorer.max_timeout": ((900, 1800), "Trinity-RFT's default per-task timeout: a single-turn batch is one engine call, with no task of its own to time out"),
+    "explorer.max_retry_times": ((2,), "Trinity-RFT's default retries: a single-turn batch is one engine call, with no task of its own to retry (a failing reward is reward.on_error)"),
     "explorer.over_rollout.ratio": ((0, 0.0), "0: wait for every task of a batch, as posttrain does"),
     "explorer.dynamic_timeout.enable": ((False,), "false: no dynamic timeout, as posttrain has none"),
     "explorer.rollout_model.enable_history": ((False,), "false: no workflow call history, as posttrain records none"),

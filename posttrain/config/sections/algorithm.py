@@ -80,7 +80,7 @@ class FilterGroupsConfig:
     """DAPO dynamic sampling: drop prompt groups whose responses all score the same, then refill
     (posttrain.trainer.dynamic_sampling)."""
 
-    enable: bool = param(False, doc="Dynamic sampling: generate and score further batches of data.train_batch_size prompts until that many groups whose `metric` is not the same for all their responses are kept; the first that many train, the rest are discarded (RL stages answering prompts, synchronous loop).", refs=["verl:algorithm.filter_groups.enable"])
+    enable: bool = param(False, doc="Dynamic sampling: generate and score further batches of data.train_batch_size prompts until that many groups whose `metric` is not the same for all their responses are kept; the first that many train, the rest are discarded (RL stages answering prompts: the synchronous loop, or a decoupled explorer, which refills each batch before it writes it to the buffer).", refs=["verl:algorithm.filter_groups.enable"])
     metric: str = param("acc", doc="Per-response value whose spread decides (read when enable): acc (the function's acc, else its score), score (the function's score), seq_reward (the final score, with reward model and overlong penalty) or seq_final_reward (the same: no KL penalty is in the reward when groups are chosen).", choices=["acc", "score", "seq_reward", "seq_final_reward"], refs=["verl:algorithm.filter_groups.metric"])
     max_num_gen_batches: int = param(0, doc="Most generation rounds per step (read when enable); a step still short after that many stops the run with an error naming the counts; 0 means no limit.", ge=0, refs=["verl:algorithm.filter_groups.max_num_gen_batches"])
     std_threshold: float | None = param(None, doc="Keep only groups of two or more responses whose metric's standard deviation (unbiased) exceeds this, in place of the not-all-equal rule (read when enable); null: that rule, groups of one kept. Trinity-RFT's grpo std_threshold (e.g. 0.0001).", ge=0, refs=["trinity:algorithm.advantage_fn_args.std_threshold"])
@@ -229,7 +229,8 @@ def check_agentic_reward_norm(cfg: Any) -> list[str]:
 
 
 def check_filter_groups(cfg: Any) -> list[str]:
-    """Dynamic sampling draws more prompt batches inside one synchronous RL step."""
+    """Dynamic sampling draws more prompt batches for one step's batch (in the synchronous loop or a
+    decoupled explorer)."""
     gen, train = get_path(cfg, "data.gen_batch_size", None), get_path(cfg, "data.train_batch_size", 1)
     enabled = is_rl(cfg) and get_path(cfg, "algorithm.filter_groups.enable", False)
     if gen is not None and gen != train and not enabled:
@@ -242,13 +243,10 @@ def check_filter_groups(cfg: Any) -> list[str]:
     if get_path(cfg, "env.train_env_manager.tags", []):
         problems.append("algorithm.filter_groups.enable: an agentic stage plays one set of environment groups per step, seeded by the step "
                         "(env.train_env_manager), with no further prompts to draw; switch it off there")
-    apart = (get_path(cfg, "synchronizer.sync_interval", 1) > 1 or get_path(cfg, "synchronizer.sync_offset", 0) > 0
-             or get_path(cfg, "synchronizer.sync_style", "fixed") != "fixed" or not get_path(cfg, "rollout.hybrid_engine", True))
-    if get_path(cfg, "trainer.mode", "both") != "both" or apart:
-        problems.append("algorithm.filter_groups.enable: a decoupled explorer writes one prompt batch per step to the experience buffer and "
-                        "resumes by counting them; dynamic sampling runs in the synchronous loop (trainer.mode both, rollout.hybrid_engine "
-                        "true, sync_interval 1, sync_offset 0, sync_style fixed); there, the query filters (reward.workers.*.query_filter_config) drop "
-                        "uninformative groups without refilling")
+    mode = get_path(cfg, "trainer.mode", "both")
+    if mode in ("serve", "bench"):  # a decoupled explorer (both, explore) refills each batch; train reads what it wrote
+        problems.append(f"algorithm.filter_groups.enable: trainer.mode {mode} explores no batches (serve trains on the agents' "
+                        "committed calls, bench validates checkpoints), so no group is filtered; switch it off for this mode")
     if get_path(cfg, "algorithm.filter_groups.metric", "acc") == "seq_final_reward" and get_path(cfg, "algorithm.use_kl_in_reward", False):
         problems.append("algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward: the KL penalty needs the reference "
                         "log-probs, which posttrain computes for the kept groups only (verl's DAPO trainer applies it before they exist); "
