@@ -43,6 +43,7 @@ class EpisodeRecord:
     """What one episode's base URL recorded, in call order (a call with n choices gives n entries)."""
 
     calls: list[RecordedCall] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # why the endpoint answered a call of it with an error
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,8 @@ class _Engine:
 class _EpisodeService:
     """Episode `eid`'s chat service: its calls recorded into `record`, max_tokens capped."""
 
-    def __init__(self, chat: ChatService, cap: int):
-        self.chat, self.cap = chat, cap
+    def __init__(self, chat: ChatService, cap: int, record: EpisodeRecord):
+        self.chat, self.cap, self.record = chat, cap, record
 
     def models(self) -> dict[str, Any]:
         return self.chat.models()
@@ -89,9 +90,14 @@ class _EpisodeService:
         try:
             budget = min(int(asked), self.cap) if asked else self.cap
         except (TypeError, ValueError):
-            raise RequestError(f"max_tokens: expected a whole number, got {asked!r}") from None
+            self.record.refused.append(f"max_tokens: expected a whole number, got {asked!r}")
+            raise RequestError(self.record.refused[-1]) from None
         body = {k: v for k, v in body.items() if k != "max_completion_tokens"}
-        return self.chat.complete({**body, "max_tokens": budget})
+        try:
+            return self.chat.complete({**body, "max_tokens": budget})
+        except RequestError as err:  # kept for the failure message: an agent's HTTP client seldom shows the body
+            self.record.refused.append(str(err))
+            raise
 
 
 class AgentEndpoint:
@@ -132,7 +138,7 @@ class AgentEndpoint:
                            recorder=recorder, temperature=self.policy.params.temperature)
         chat.lock = self.lock  # shared: the engine decodes one batch at a time
         with self.lock:
-            self.episodes[eid] = (_EpisodeService(chat, self.policy.params.max_new_tokens), record)
+            self.episodes[eid] = (_EpisodeService(chat, self.policy.params.max_new_tokens, record), record)
         return record
 
     def close(self, eid: str) -> None:

@@ -168,6 +168,8 @@ async def _episode(fn: Callable[..., Any], name: str, task: AgentTask, endpoint:
         why = f"{head}: raised {type(e).__name__}: {e}"
     finally:
         endpoint.close(eid)
+    if record.refused:
+        why += f" (the endpoint refused a call: {record.refused[-1]})"
     kept = limits.failure_penalty is not None and bool(record.calls)
     fate = f"its {len(record.calls)} call(s) trained with reward {limits.failure_penalty:g}" if kept else "episode dropped"
     return AgentEpisode(task, record, limits.failure_penalty if kept else None, {}, f"{why}: {fate}")

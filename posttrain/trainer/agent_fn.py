@@ -99,7 +99,7 @@ class AgentFnRollout:
                 policy_step: int = 0, operators: list | None = None) -> Experience:
         """Run rollout.n episodes per task row of `prompts`; the recorded calls as `Experience`, through
         the experience pipeline's `operators` (data_processor.experience_pipeline) as every batch."""
-        tasks = [AgentTask(uid, s, dict(self.train_set.table.rows[i]), i) for uid, i in zip(prompts.uid, prompts.index) for s in range(params.n)]
+        tasks = [AgentTask(uid, s, plain_row(self.train_set.table.rows[i]), i) for uid, i in zip(prompts.uid, prompts.index) for s in range(params.n)]
         with timer("gen"):
             episodes = self._run(rollout, tasks, params, version, prompts.uid[0] if prompts.uid else "s")
         batch, scores = episode_rows(episodes, self.pad_id)
@@ -115,7 +115,7 @@ class AgentFnRollout:
         if self.val_set is None:
             return {}
         rows = [self.val_set[k].index for k in range(len(self.val_set))]
-        tasks = [AgentTask(f"val-{i}", s, dict(self.val_set.table.rows[i]), i) for i in rows for s in range(params.n)]
+        tasks = [AgentTask(f"val-{i}", s, plain_row(self.val_set.table.rows[i]), i) for i in rows for s in range(params.n)]
         return episode_metrics(self._run(rollout, tasks, params, version, "val"), "val/agent")
 
     def _run(self, rollout: Any, tasks: list[AgentTask], params: SamplingParams, version: int, prefix: str) -> list[AgentEpisode]:
@@ -143,3 +143,20 @@ def episode_metrics(episodes: list[AgentEpisode], prefix: str) -> dict[str, floa
         values = [e.metrics[name] for e in kept if name in e.metrics]
         out[f"{prefix}/{name}"] = sum(values) / len(values)
     return out
+
+
+def plain_row(row: Any) -> Any:
+    """A data row as plain Python (a parquet file's arrays become lists, numpy scalars numbers), a
+    fresh copy for every episode, so an agent may change its row freely.
+
+    >>> import numpy as np
+    >>> plain_row({"prompt": np.array([{"role": "user", "content": "hi"}]), "n": np.int64(3)})
+    {'prompt': [{'role': 'user', 'content': 'hi'}], 'n': 3}
+    """
+    if isinstance(row, dict):
+        return {k: plain_row(v) for k, v in row.items()}
+    if isinstance(row, (list, tuple)):
+        return [plain_row(v) for v in row]
+    if hasattr(row, "tolist"):  # numpy arrays and scalars
+        return plain_row(row.tolist())
+    return row
