@@ -158,3 +158,21 @@ def test_results_and_loading(tmp_path):
         load_agent_function(f"{path}:lonely", "rollout.agent.function")
     with pytest.raises(ConfigError, match="expected 'module:function'"):
         load_agent_function("run", "rollout.agent.function")
+
+
+def test_max_concurrency_bounds_the_episodes_running_at_once(engine):
+    _, _, endpoint = engine
+    running, peaks = [0], []
+
+    async def slow(base_url, row):
+        running[0] += 1
+        peaks.append(running[0])
+        await asyncio.sleep(0.05)
+        running[0] -= 1
+        await asyncio.to_thread(post, base_url, {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1})
+        return 0.0
+
+    for limit in (1, 3):
+        peaks.clear()
+        run_agent_episodes(slow, "a:slow", tasks([0.0] * 4, n=1), endpoint, AgentLimits(max_concurrency=limit), f"c{limit}")
+        assert max(peaks) == limit

@@ -184,7 +184,6 @@ UNSUPPORTED: dict[str, str] = {
     "verl:actor_rollout_ref.rollout.engine_kwargs.trtllm": "the TensorRT-LLM engine is not provided (engines: hf; vLLM/SGLang: issue 19)",
     "verl:actor_rollout_ref.rollout.checkpoint_engine": "verl's weight-transfer engine to its vLLM/SGLang servers; posttrain's weight sync (posttrain/cluster/weight_sync.py) hands the actor's tensors to the engine in the same process, in buckets of rollout.update_weights_bucket_megabytes",
     "trinity:explorer.rollout_model": "options of Trinity-RFT's vLLM rollout model that posttrain has no counterpart for (its OpenAI API server, tool-call and reasoning parsers): posttrain calls its engine in-process and parses tool calls with rollout.multi_turn.format",
-    f"{_TRINITY}.enable_history": "recording the model calls of a Trinity-RFT workflow as experiences: posttrain's rollout paths (single-turn, tool calling, agentic environments) build the training rows from the turns they generate, with no workflow between; false is accepted",
     "trinity:model.logprobs": "log-probs of the top alternatives of each sampled token (vLLM's logprobs > 0): posttrain keeps the sampled token's only",
 }
 
