@@ -29,7 +29,8 @@ from posttrain.rollout.agent_fn import AgentEpisode
 
 def episode_rows(episodes: list[AgentEpisode], pad_id: int, data_source: str = "agent") -> tuple[RolloutBatch, torch.Tensor]:
     """(the rows, their scores (B,)) of the kept episodes (those with a reward); see the module docstring."""
-    kept = sorted((e for e in episodes if e.reward is not None), key=lambda e: _group_order(episodes)[e.task.group])
+    order = {g: i for i, g in enumerate(dict.fromkeys(e.task.group for e in episodes))}  # groups in first-seen order
+    kept = sorted((e for e in episodes if e.reward is not None), key=lambda e: order[e.task.group])  # stable: samples, calls in order
     calls = [(e, k, c) for e in kept for k, c in enumerate(e.record.calls)]
     prompts = [c.prompt_ids for _, _, c in calls]
     responses = [c.response_ids for _, _, c in calls]
@@ -49,10 +50,6 @@ def episode_rows(episodes: list[AgentEpisode], pad_id: int, data_source: str = "
     )
     scores = torch.tensor([float(e.reward) for e, _, _ in calls], dtype=torch.float32)  # (B,) the episode's reward
     return batch, scores
-
-
-def _group_order(episodes: list[AgentEpisode]) -> dict[str, int]:
-    return {g: i for i, g in enumerate(dict.fromkeys(e.task.group for e in episodes))}
 
 
 def _source(row: dict[str, Any], default: str) -> str:

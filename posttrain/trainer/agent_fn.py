@@ -21,7 +21,7 @@ from posttrain.buffer.operators import run_pipeline
 from posttrain.errors import ConfigError, UserError
 from posttrain.records import PromptBatch
 from posttrain.rollout.agent_endpoint import AgentEndpoint, PolicySampling
-from posttrain.rollout.agent_fn import AgentEpisode, AgentLimits, AgentTask, load_agent_function, run_agent_episodes
+from posttrain.rollout.agent_fn import AgentEpisode, AgentError, AgentLimits, AgentTask, load_agent_function, run_agent_episodes
 from posttrain.rollout.agent_rows import episode_rows
 from posttrain.rollout.base import SamplingParams
 from posttrain.trainer.metrics import PhaseTimer
@@ -103,6 +103,9 @@ class AgentFnRollout:
         with timer("gen"):
             episodes = self._run(rollout, tasks, params, version, prompts.uid[0] if prompts.uid else "s")
         batch, scores = episode_rows(episodes, self.pad_id)
+        if len(batch) == 0:  # only with max_failure_rate 1: every episode failed and was dropped
+            raise AgentError(f"{episodes[0].failed} (every episode of this step was dropped: nothing to train on; fix the agent "
+                             "function or set rollout.agent.failure_penalty to train on failed episodes' calls)")
         texts = self.tokenizer.batch_decode([r[m > 0].tolist() for r, m in zip(batch.response_ids, batch.response_mask)], skip_special_tokens=False)
         metrics = episode_metrics(episodes, "agent")
         if operators:

@@ -75,6 +75,7 @@ def stage_inputs(cfg: Config) -> StageInputs:
     tokenizer = tokenizer_from_config(cfg.model)
     if is_agentic(cfg):  # environments instead of files: no datasets, no reward function
         check_agentic(cfg)
+        check_agent_fn(cfg)  # an agent function beside env managers is refused
         check_profiler_machine(cfg, plan_world(cfg).device)
         check_rl_roles(cfg, tokenizer)
         return StageInputs(tokenizer, None, None, None)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from posttrain.config.load import load_config
-from posttrain.errors import ConfigError
+from posttrain.errors import ConfigError, UserError
 from posttrain.trainer.agent_fn import check_agent_fn
 from rl_helpers import BASE, tiny_rl_files, tiny_rl_trainer
 
@@ -21,14 +21,13 @@ def post(base_url, messages, max_tokens):
         return json.loads(response.read())["choices"][0]["message"]["content"]
 
 def run(base_url, row):
-    """Two calls: answer, then answer again after a nudge; the reward is the share of the sorted
-    digits the second answer holds in place (varies within a group, so GRPO has a signal)."""
+    """Two calls: answer, then answer again after a nudge; the reward is a digest of both answers
+    (two episodes of a group tie with chance ~1/97, so GRPO has a signal every step)."""
     messages = [{"role": "user", "content": row["prompt"][0]["content"]}]
     first = post(base_url, messages, 4)
     messages += [{"role": "assistant", "content": first}, {"role": "user", "content": "sorted?"}]
     second = post(base_url, messages, 5)
-    truth = row["reward_model"]["ground_truth"]
-    return {"reward": sum(a == b for a, b in zip(second, truth)) / len(truth), "first_length": float(len(first))}
+    return {"reward": sum(map(ord, first + second)) % 97 / 97, "first_length": float(len(first))}
 '''
 
 
@@ -77,3 +76,11 @@ def test_a_missing_agent_function_is_named(tmp_path):
     cfg = load_config(None, [f"data.train_files={tmp_path}/t.parquet", *BASE, f"rollout.agent.function={tmp_path}/none.py:run"])
     with pytest.raises(ConfigError, match="rollout.agent.function: file not found"):
         check_agent_fn(cfg)
+
+
+def test_a_step_whose_every_episode_was_dropped_stops_with_the_first_failure(tmp_path):
+    files = tiny_rl_files(tmp_path)
+    (tmp_path / "agent.py").write_text("def run(base_url, row):\n    raise RuntimeError('tool server down')\n")
+    trainer = tiny_rl_trainer(files, f"rollout.agent.function={tmp_path}/agent.py:run", "rollout.agent.max_failure_rate=1.0")
+    with pytest.raises(UserError, match=r"agent.py:run \(row \d+, sample 0\): raised RuntimeError: tool server down.*every episode of this step was dropped"):
+        trainer.fit()
