@@ -210,24 +210,50 @@ def stream_chunks(answer: dict[str, Any], include_usage: bool = False) -> list[d
     return chunks
 
 
+#: A path prefix's own service: (the service, the rest of the path), or None when the path has no such prefix
+Scopes = Callable[[str], "tuple[Any, str] | None"]
+
+
 def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 8000, *,
-                routes: dict[str, Route] | None = None, get_routes: dict[str, Callable[[], dict[str, Any]]] | None = None) -> ThreadingHTTPServer:
+                routes: dict[str, Route] | None = None, get_routes: dict[str, Callable[[], dict[str, Any]]] | None = None,
+                scopes: Scopes | None = None) -> ThreadingHTTPServer:
     """An HTTP server answering the two routes with `service`, and `routes` (POST path -> handler of
-    the JSON body) and `get_routes` (GET path -> handler) beside them (call `serve_forever()`)."""
+    the JSON body) and `get_routes` (GET path -> handler) beside them (call `serve_forever()`).
+    `scopes(path)` may give a path prefix a service of its own (anything with `complete(body)` and
+    `models()`): ``/agent/7/v1/chat/completions`` answered by episode 7's (posttrain.rollout.agent_fn);
+    it raises `NotFound` for a prefix it knows no service for."""
     posts: dict[str, Route] = {"/v1/chat/completions": service.complete, **(routes or {})}
     gets: dict[str, Callable[[], dict[str, Any]]] = {"/v1/models": service.models, **(get_routes or {})}
     listing = ", ".join([f"GET {p}" for p in gets] + [f"POST {p}" for p in posts])
 
+    def lookup(path: str, post: bool) -> tuple[Any, Any]:
+        """(route or None, the service whose chat route it may be) of a request path."""
+        path = path.rstrip("/")
+        scoped = scopes(path) if scopes is not None else None
+        if scoped is None:
+            return (posts if post else gets).get(path), service
+        own, rest = scoped
+        table = {"/v1/chat/completions": own.complete} if post else {"/v1/models": own.models}
+        return table.get(rest.rstrip("/")), own
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            route = gets.get(self.path.rstrip("/"))
+            try:
+                route, _ = lookup(self.path, post=False)
+            except RequestError as err:
+                self._send(err.status, _error(str(err), "not_found"))
+                return
             if route is None:
                 self._send(404, _error(f"no route {self.path}; this server has {listing}", "not_found"))
             else:
                 self._answer(lambda: route())
 
         def do_POST(self) -> None:  # noqa: N802
-            route = posts.get(self.path.rstrip("/"))
+            try:
+                route, owner = lookup(self.path, post=True)
+            except RequestError as err:
+                self._send(err.status, _error(str(err), "not_found"))
+                return
             if route is None:
                 self._send(404, _error(f"no route {self.path}; this server has {listing}", "not_found"))
                 return
@@ -241,7 +267,7 @@ def make_server(service: ChatService, host: str = "127.0.0.1", port: int = 8000,
                     raise RequestError(f"the body is not JSON: {err}") from None
                 if not isinstance(body, dict):
                     raise RequestError("the body must be a JSON object")
-                if route == service.complete and body.get("stream"):
+                if route == owner.complete and body.get("stream"):
                     streamed.append(bool((body.get("stream_options") or {}).get("include_usage")))
                 return route(body)
             self._answer(call, streamed)

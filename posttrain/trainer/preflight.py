@@ -43,6 +43,7 @@ from posttrain.errors import ConfigError
 from posttrain.trainer.images import check_image_rows, image_inputs
 from posttrain.trainer.mixing import expert_dataset
 from posttrain.trainer.rl_settings import mixes_expert_rows
+from posttrain.trainer.agent_fn import check_agent_fn, has_agent_fn
 from posttrain.trainer.agentic import check_agentic, check_idle_env_keys, is_agentic
 from posttrain.trainer.profiling import check_profiler_machine
 from posttrain.trainer.rewarding import Scorers, input_tokenizer, manager_options, reward_function, worker_manager
@@ -74,6 +75,7 @@ def stage_inputs(cfg: Config) -> StageInputs:
     tokenizer = tokenizer_from_config(cfg.model)
     if is_agentic(cfg):  # environments instead of files: no datasets, no reward function
         check_agentic(cfg)
+        check_agent_fn(cfg)  # an agent function beside env managers is refused
         check_profiler_machine(cfg, plan_world(cfg).device)
         check_rl_roles(cfg, tokenizer)
         return StageInputs(tokenizer, None, None, None)
@@ -90,7 +92,8 @@ def stage_inputs(cfg: Config) -> StageInputs:
         check_image_rows(cfg, [train_set, val_set])
         check_profiler_machine(cfg, plan_world(cfg).device)
         check_rl_roles(cfg, tokenizer)
-        reward_fn = check_reward(cfg)
+        check_agent_fn(cfg)  # rollout.agent.function: its episodes' rewards replace the reward function
+        reward_fn = None if has_agent_fn(cfg) else check_reward(cfg)
         if cfg.reward.workers:  # every tag of the data has a worker, before any model is loaded
             check_worker_tags(cfg, [("data.train_files", train_set), ("data.val_files", val_set)])
         if needs_early_build(cfg.data):  # every row in a domain or file, the user's sampler class loads

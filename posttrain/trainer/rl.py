@@ -29,6 +29,7 @@ from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
 from posttrain.rollout.turn_rows import windowed
 from posttrain.tracking import Generation, phase
+from posttrain.trainer.agent_fn import has_agent_fn, make_agent_fn
 from posttrain.trainer.agentic import AgenticRollout, check_agentic, is_agentic, training_rows
 from posttrain.trainer.advantages import (
     agentic_scores, compute_advantages, correct_rollout_mismatch, filter_by_reward, filter_tokens, make_shaping_state, mask_samples,
@@ -71,7 +72,10 @@ class RLTrainer:
         self.pad_id = pad_token_id(self.tokenizer)
         self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves)
         dp = (self.roles.actor or self.roles.rollout).dp
-        self.rewards = RewardStage(cfg, self.tokenizer, inputs.reward_fn, dp, ctx.world.torch_device) if halves != "learner" and not self.agent else None
+        # rollout.agent.function: a user's agent over a loopback endpoint returns each episode's reward
+        self.agent_fn = make_agent_fn(cfg, self.tokenizer, inputs, self.pad_id, ctx.world.size, halves) if has_agent_fn(cfg) else None
+        scored = halves != "learner" and not self.agent and self.agent_fn is None
+        self.rewards = RewardStage(cfg, self.tokenizer, inputs.reward_fn, dp, ctx.world.torch_device) if scored else None
         # reward.launch_reward_fn_async overlaps scoring with this process's log-prob passes: only when
         # one process explores and learns (a decoupled explorer scores while the trainer trains anyway)
         self.score_in_background = cfg.reward.launch_reward_fn_async and halves == "both" and self.rewards is not None
@@ -122,6 +126,8 @@ class RLTrainer:
         rollout, version = self.roles.rollout, expected_version
         if isinstance(prompts, int):  # an agentic step: the step number seeds its env groups
             return self.agent.explore(rollout, self.sampling, prompts, version, timer, policy_step)
+        if self.agent_fn is not None:  # the user's agent function: its recorded calls are the rows
+            return self.agent_fn.explore(rollout, prompts, self.sampling, version, timer, policy_step, self.operators)
         if self.score_in_background:  # reward.launch_reward_fn_async: `learn` joins it after the log-probs
             batch, tool_metrics = self._rollout(prompts, timer, version)
             with timer("reward"):
@@ -277,6 +283,8 @@ class RLTrainer:
             renders = self.cfg.env.render_save_dir
             render_dir = Path(renders) / f"global_step_{step}" if renders and self.ctx.world.is_main else None
             return self.agent.validate(rollout, self.val_sampling, version, render_dir)
+        if self.agent_fn is not None:
+            return self.agent_fn.validate(rollout, self.val_sampling, version)
         if self.val_set is None:
             return {}
         sampler = make_sampler(self.cfg.data, len(self.val_set), split="val")
@@ -325,6 +333,8 @@ class RLTrainer:
             return StageResult(ckpt.final_model(self.save_final, final), last, total)
         finally:
             self.reader.close()
+            if self.agent_fn is not None:
+                self.agent_fn.close()
             if self.rewards is not None:
                 self.rewards.close()
             self.trackers.close()

@@ -603,6 +603,11 @@ ELSEWHERE = {
         "tokenization_sanity_check_mode": "test_tokenization_sanity_check_counts_conversations_the_template_renders_otherwise",
     }.items()},
     "env.val_env_manager.max_traj_per_env": f"{AGENTIC}::{AGENTIC_TESTS['max_traj_per_env']}",
+    # agent functions (rollout.agent): the stage test runs one, the unit tests vary its limits
+    "rollout.agent.function": "tests/trainer/test_agent_fn_stage.py::test_two_grpo_steps_train_on_every_call_of_the_agents_episodes",
+    "rollout.agent.max_concurrency": "tests/rollout/test_agent_fn.py::test_max_concurrency_bounds_the_episodes_running_at_once",
+    **{f"rollout.agent.{k}": "tests/rollout/test_agent_fn.py::test_a_failing_episode_is_dropped_or_penalised_and_too_many_stop_the_run"
+       for k in ("timeout", "failure_penalty", "max_failure_rate")},
     **{f"env.{k}": f"{AGENTIC}::test_env_fault_keys_time_out_penalise_and_stop" for k in ("step_timeout", "failure_penalty", "max_failure_rate")},
     **{f"env.{k}": "tests/trainer/test_agentic_turn_rows.py::test_turn_rows_train_each_turn_and_count_mini_batches_in_turn_rows"
        for k in ("train_rows", "turn_mini_batch_size")},

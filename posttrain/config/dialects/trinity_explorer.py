@@ -3,7 +3,7 @@
 - Workflow-runner keys posttrain refuses (posttrain.config.sections.explorer.UNSUPPORTED) are
   accepted at the values that are what posttrain does anyway: no per-task timeout fires at
   Trinity-RFT's default ``max_timeout``, nothing is retried, over-rollout ratio 0 waits for every
-  task, dynamic timeouts off, no workflow call history (`accepted_default`).
+  task, dynamic timeouts off (`accepted_default`).
 - ``explorer.rollout_model.engine_num`` × ``tensor_parallel_size``: the explorer's devices, which
   posttrain places as Trinity-RFT does (`engines`).
 - ``algorithm.sample_strategy``: ``default`` (and its deprecated alias ``warmup``) reads the buffer's
@@ -33,7 +33,6 @@ ACCEPTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "explorer.max_retry_times": ((2,), "Trinity-RFT's default retries: a single-turn batch is one engine call, with no task of its own to retry (a failing reward is reward.on_error)"),
     "explorer.over_rollout.ratio": ((0, 0.0), "0: wait for every task of a batch, as posttrain does"),
     "explorer.dynamic_timeout.enable": ((False,), "false: no dynamic timeout, as posttrain has none"),
-    "explorer.rollout_model.enable_history": ((False,), "false: no workflow call history, as posttrain records none"),
 }
 
 

@@ -24,6 +24,9 @@ paths, chosen by the native config rather than by a class per task:
 - **tool-using agent** (`rollout.multi_turn`, docs/agentic.md): posttrain's own name
   ``posttrain_tool_workflow``; its ``workflow_args`` are the ``rollout.multi_turn`` keys
   (tool_config_path, max_assistant_turns, ...).
+- **the user's agent function** (`rollout.agent`, docs/agentic.md "Agent functions"): posttrain's own
+  name ``posttrain_agent_workflow``, ``workflow_args.function`` naming it (posttrain.config.dialects.trinity_agent);
+  with it ``explorer.rollout_model.enable_openai_api`` / ``enable_history`` true are accepted.
 - **multi-turn environment** (`env.*`): an agentic stage plays environments configured in
   ``env.custom_envs`` and ``env.train_env_manager`` rather than one episode per taskset row, so
   Trinity's environment workflows (frozen_lake_workflow, alfworld_workflow, ...) are refused with that
@@ -46,6 +49,7 @@ from posttrain.config.dialects.prompts import (
 )
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_envs import ENV_WORKFLOWS, env_workflow
+from posttrain.config.dialects.trinity_agent import AGENT, agent_workflow
 from posttrain.config.dialects.trinity_judges import JUDGE_WORKFLOWS, judge_workflow
 
 _IN = "buffer.explorer_input"
@@ -222,6 +226,9 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         ctx.set("data.system_prompt", MM_SYSTEM_PROMPT, source, f"{name}: the single-turn rollout with the row's images "
                 "(data.image_key) and the workflow's own system prompt (dialects.trinity_workflows.MM_SYSTEM_PROMPT)")
         _no_args(ctx, prefix, args, name)
+    elif name == AGENT:  # posttrain.config.dialects.trinity_agent: the user's agent function (rollout.agent)
+        _, name_key, _, args_key = _reward_of(ctx, prefix, item)
+        agent_workflow(ctx, prefix, source, args, training, [k for k in (name_key, args_key) if k is not None])
     elif name == TOOLS:
         _reward(ctx, prefix, item, name, source)
         if not training:
@@ -238,7 +245,7 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         for read in (key_read, args_read):  # the reward of a refused workflow: named with it, not run
             if read is not None:
                 ctx.drop(read, f"the reward function of workflow {name!r} at {source}, which is refused")
-        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + MM + BOXED + TOOL_N1 + JUDGE_WORKFLOWS) + [DISTILL_MATH, TOOLS]}")
+        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + MM + BOXED + TOOL_N1 + JUDGE_WORKFLOWS) + [DISTILL_MATH, TOOLS, AGENT]}")
         ctx.refuse(source, f"workflow {name!r}: {reason}", None, name)
 
 

@@ -59,6 +59,17 @@ class MultiTurnConfig:
 
 
 @section
+class AgentFnConfig:
+    """A user's agent function trained online: its chat-completion calls to a loopback OpenAI-compatible endpoint become the training rows (docs/agentic.md, "Agent functions")."""
+
+    function: str | None = param(None, doc="The agent: 'module:function' or 'path/to/file.py:function', async or plain, called as function(base_url, row) once per episode (rollout.n per task row of data.train_files) with the row's columns and a base URL served by this step's policy; it makes any number of chat-completion calls and returns the episode's reward (a number, or a dict with 'reward' and numeric metrics). Each call becomes one training row with the episode's reward; the reward function is not called. null: no agent.")
+    max_concurrency: int = param(8, doc="Episodes running at once (their calls are served one at a time by the engine).", ge=1)
+    timeout: float | None = param(600.0, doc="Seconds one episode may take; a slower one fails (its calls made so far count as under failure_penalty). null: no limit.", gt=0)
+    failure_penalty: float | None = param(None, doc="A failed episode (the function raised, timed out, returned no reward or made no call): null drops it; a number trains the calls it made with this reward.")
+    max_failure_rate: float = param(0.1, doc="Share of one step's (or one validation's) episodes that may fail before the run stops with the first failure's message.", ge=0, le=1)
+
+
+@section
 class TraceConfig:
     """Rollout traces to an external tracer (verl's rollout.trace; posttrain.tracking.rollout_traces)."""
 
@@ -136,6 +147,7 @@ class RolloutConfig:
 
     # ---- agentic ------------------------------------------------------------------------------
     multi_turn: MultiTurnConfig = param(factory=MultiTurnConfig, doc="Multi-turn rollouts with tool calls.")
+    agent: AgentFnConfig = param(factory=AgentFnConfig, doc="A user's agent function over an OpenAI-compatible endpoint.")
     trace: TraceConfig = param(factory=TraceConfig, doc="Rollout traces to MLflow.")
 
 
@@ -172,7 +184,6 @@ UNSUPPORTED: dict[str, str] = {
     "verl:actor_rollout_ref.rollout.engine_kwargs.trtllm": "the TensorRT-LLM engine is not provided (engines: hf; vLLM/SGLang: issue 19)",
     "verl:actor_rollout_ref.rollout.checkpoint_engine": "verl's weight-transfer engine to its vLLM/SGLang servers; posttrain's weight sync (posttrain/cluster/weight_sync.py) hands the actor's tensors to the engine in the same process, in buckets of rollout.update_weights_bucket_megabytes",
     "trinity:explorer.rollout_model": "options of Trinity-RFT's vLLM rollout model that posttrain has no counterpart for (its OpenAI API server, tool-call and reasoning parsers): posttrain calls its engine in-process and parses tool calls with rollout.multi_turn.format",
-    f"{_TRINITY}.enable_history": "recording the model calls of a Trinity-RFT workflow as experiences: posttrain's rollout paths (single-turn, tool calling, agentic environments) build the training rows from the turns they generate, with no workflow between; false is accepted",
     "trinity:model.logprobs": "log-probs of the top alternatives of each sampled token (vLLM's logprobs > 0): posttrain keeps the sampled token's only",
 }
 

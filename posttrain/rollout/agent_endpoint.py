@@ -1,0 +1,169 @@
+"""The loopback OpenAI-compatible endpoint a user's agent function calls during an RL step
+(`rollout.agent.function`, posttrain.rollout.agent_fn).
+
+One HTTP server (posttrain.rollout.server's, standard library, 127.0.0.1, a free port) lives as long
+as the stage. Every episode gets a base URL of its own, ``http://127.0.0.1:PORT/agent/<id>/v1``, so
+calls made by concurrent episodes are told apart without the agent's help; a URL answers only while
+its episode runs (afterwards: 404), so a timed-out agent's late calls are never recorded.
+
+Each chat completion is one `generate` call of this step's rollout role, with the stage's sampling
+(`rollout.temperature`, `top_p`, `top_k`, `do_sample`: the log-probs the trainer recomputes assume
+them) and the request's own `n`, `stop`, `seed` and `max_tokens` (capped at the stage's response
+length). Before the answer leaves, the call is recorded: the prompt's token ids exactly as the chat
+template gave them to the engine, each choice's sampled ids and the engine's log-probs of them, and
+the weights version. Calls are served one at a time (one lock for the engine).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from posttrain.records import PromptBatch, RolloutBatch
+from posttrain.rollout.base import SamplingParams
+from posttrain.rollout.server import ChatService, NotFound, RequestError, make_server
+
+Generate = Callable[[PromptBatch, SamplingParams], RolloutBatch]
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One choice of one chat completion, as the engine saw and sampled it."""
+
+    prompt_ids: list[int]  # the templated prompt's ids (P_k,)
+    response_ids: list[int]  # the sampled ids, EOS included when drawn (T_k,)
+    logprobs: list[float]  # the engine's log pi of each sampled id (T_k,)
+    version: int  # weights version that sampled it
+
+
+@dataclass
+class EpisodeRecord:
+    """What one episode's base URL recorded, in call order (a call with n choices gives n entries)."""
+
+    calls: list[RecordedCall] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # why the endpoint answered a call of it with an error
+
+
+@dataclass(frozen=True)
+class PolicySampling:
+    """This step's engine and the sampling every call gets."""
+
+    generate: Generate
+    version: int
+    params: SamplingParams  # the stage's rollout sampling (its n and max_new_tokens are replaced per request)
+    max_context: int  # prompt + response tokens a call may hold (data.max_prompt_length + response length)
+
+
+class _Engine:
+    """A rollout engine as ChatService sees it: this step's weights under the stage's sampling."""
+
+    def __init__(self, policy: PolicySampling, eos_token_ids: Any):
+        self.policy, self.weights_version, self.eos_token_ids = policy, policy.version, eos_token_ids
+
+    def generate(self, prompts: PromptBatch, params: SamplingParams, expected_version: int | None = None) -> RolloutBatch:
+        p = self.policy
+        length = int(prompts.attention_mask.sum())
+        room = p.max_context - length
+        if room < 1:
+            raise RequestError(f"the conversation is {length} tokens after the chat template, and the policy holds {p.max_context} "
+                               "(data.max_prompt_length + the response length) with room for at least one new token: shorten it")
+        # the stage's sampling, so that the recorded log-probs are the ones the trainer recomputes;
+        # the request decides how many choices, where to stop and how long they may be
+        sampling = dataclasses.replace(p.params, n=params.n, stop=tuple(dict.fromkeys(p.params.stop + params.stop)), seed=params.seed,
+                                       max_new_tokens=min(params.max_new_tokens, room))
+        return p.generate(prompts, sampling)
+
+
+class _EpisodeService:
+    """Episode `eid`'s chat service: its calls recorded into `record`, max_tokens capped."""
+
+    def __init__(self, chat: ChatService, cap: int, record: EpisodeRecord):
+        self.chat, self.cap, self.record = chat, cap, record
+
+    def models(self) -> dict[str, Any]:
+        return self.chat.models()
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        asked = body.get("max_completion_tokens") or body.get("max_tokens")
+        try:
+            budget = min(int(asked), self.cap) if asked else self.cap
+        except (TypeError, ValueError):
+            self.record.refused.append(f"max_tokens: expected a whole number, got {asked!r}")
+            raise RequestError(self.record.refused[-1]) from None
+        body = {k: v for k, v in body.items() if k != "max_completion_tokens"}
+        try:
+            return self.chat.complete({**body, "max_tokens": budget})
+        except RequestError as err:  # kept for the failure message: an agent's HTTP client seldom shows the body
+            self.record.refused.append(str(err))
+            raise
+
+
+class AgentEndpoint:
+    """The stage's endpoint; `open(eid)` gives an episode its URL, `close(eid)` takes it away."""
+
+    def __init__(self, tokenizer: Any, model_name: str, eos_token_ids: Any = None):
+        self.tokenizer, self.model_name, self.eos_token_ids = tokenizer, model_name, eos_token_ids
+        self.lock = threading.Lock()  # one engine: calls of all episodes are served one at a time
+        self.episodes: dict[str, tuple[_EpisodeService, EpisodeRecord]] = {}
+        self.policy: PolicySampling | None = None
+        self.server = make_server(ChatService(_Closed(), tokenizer, model_name), "127.0.0.1", 0, scopes=self._scope)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="agent endpoint", daemon=True)
+        self.thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def base_url(self, eid: str) -> str:
+        return f"http://127.0.0.1:{self.port}/agent/{eid}/v1"
+
+    def set_policy(self, policy: PolicySampling) -> None:
+        """The engine, weights version and sampling of the episodes opened from now on."""
+        self.policy = policy
+
+    def open(self, eid: str) -> EpisodeRecord:
+        if self.policy is None:
+            raise RuntimeError("set_policy before opening episodes")
+        record = EpisodeRecord()
+
+        def recorder(call_id: str, prompt_ids: list[int], out: RolloutBatch, version: int) -> None:
+            for i in range(len(out)):
+                n = int(out.response_mask[i].sum())  # right-padded after EOS: the first n tokens are the response
+                record.calls.append(RecordedCall(list(prompt_ids), out.response_ids[i, :n].tolist(),
+                                                 out.rollout_logprobs[i, :n].tolist(), version))
+
+        chat = ChatService(_Engine(self.policy, self.eos_token_ids), self.tokenizer, self.model_name,
+                           recorder=recorder, temperature=self.policy.params.temperature)
+        chat.lock = self.lock  # shared: the engine decodes one batch at a time
+        with self.lock:
+            self.episodes[eid] = (_EpisodeService(chat, self.policy.params.max_new_tokens, record), record)
+        return record
+
+    def close(self, eid: str) -> None:
+        """The episode's URL answers 404 from now on; a call being served still finishes first."""
+        with self.lock:
+            self.episodes.pop(eid, None)
+
+    def shutdown(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _scope(self, path: str) -> tuple[_EpisodeService, str] | None:
+        parts = path.split("/", 3)  # "", "agent", eid, rest
+        if len(parts) < 3 or parts[1] != "agent":
+            return None
+        found = self.episodes.get(parts[2])
+        if found is None:
+            raise NotFound(f"episode {parts[2]} has ended (finished, failed or timed out): its calls are no longer served or recorded")
+        return found[0], "/" + (parts[3] if len(parts) > 3 else "")
+
+
+class _Closed:
+    """The endpoint's root: every call belongs to an episode's URL."""
+
+    weights_version = 0
+
+    def generate(self, *args: Any, **kwargs: Any) -> RolloutBatch:
+        raise NotFound("call the base URL your agent function was given (http://127.0.0.1:PORT/agent/<episode>/v1)")

@@ -1,0 +1,86 @@
+"""An RL stage whose rollout is a user's agent function (rollout.agent.function): two GRPO steps on the
+tiny model, each task row's episodes making two calls, every call trained on; and what it refuses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posttrain.config.load import load_config
+from posttrain.errors import ConfigError, UserError
+from posttrain.trainer.agent_fn import check_agent_fn
+from rl_helpers import BASE, tiny_rl_files, tiny_rl_trainer
+
+AGENT = '''
+import json, urllib.request
+
+def post(base_url, messages, max_tokens):
+    body = json.dumps({"model": "policy", "messages": messages, "max_tokens": max_tokens}).encode()
+    request = urllib.request.Request(base_url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())["choices"][0]["message"]["content"]
+
+def run(base_url, row):
+    """Two calls: answer, then answer again after a nudge; the reward is a digest of both answers
+    (two episodes of a group tie with chance ~1/97, so GRPO has a signal every step)."""
+    messages = [{"role": "user", "content": row["prompt"][0]["content"]}]
+    first = post(base_url, messages, 4)
+    messages += [{"role": "assistant", "content": first}, {"role": "user", "content": "sorted?"}]
+    second = post(base_url, messages, 5)
+    return {"reward": sum(map(ord, first + second)) % 97 / 97, "first_length": float(len(first))}
+'''
+
+
+def test_two_grpo_steps_train_on_every_call_of_the_agents_episodes(tmp_path):
+    files = tiny_rl_files(tmp_path)
+    (tmp_path / "agent.py").write_text(AGENT)
+    trainer = tiny_rl_trainer(files, f"rollout.agent.function={tmp_path}/agent.py:run", "trainer.total_training_steps=2",
+                              "rollout.agent.max_concurrency=3", "data.max_prompt_length=96", f"data.val_files={tmp_path}/data/test.parquet", "rollout.val_kwargs.n=1")
+    before = [p.detach().clone() for p in trainer.roles.actor.model.parameters()]
+    seen = []
+    learn = trainer.learn
+
+    def spy(experience, step, timer):
+        seen.append((len(experience.batch), experience.scores.clone(), list(experience.batch.group_index)))
+        return learn(experience, step, timer)
+
+    trainer.learn = spy
+    result = trainer.fit()
+    m = result.last_metrics
+    assert [rows for rows, _, _ in seen] == [16, 16]  # 4 rows x n 2 episodes x 2 calls, both steps
+    for _, scores, groups in seen:
+        assert len(set(groups)) == 4 and scores.view(8, 2)[:, 0].equal(scores.view(8, 2)[:, 1])  # an episode's calls share its reward
+    assert m["agent/episodes"] == 8 and m["agent/calls"] == 2 and m["agent/failed"] == 0 and "agent/first_length" in m
+    assert m["val/agent/episodes"] == 4 and m["val/agent/calls"] == 2  # validation runs the agent over data.val_files
+    assert 0 <= m["agent/reward"] <= 1 and m["actor/grad_norm"] > 0
+    # mini-batches are counted so a step takes as many optimizer steps as an episode step: one here
+    assert any(not torch.equal(a, b.detach()) for a, b in zip(before, trainer.roles.actor.model.parameters()))
+    assert trainer.agent_fn.endpoint is None  # the endpoint closes with the stage
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["rollout.multi_turn.enable=true"], "rollout.multi_turn.enable: the agent function makes its own calls"),
+    (["reward.custom_reward_function.path=r.py"], "the agent function's return value is the episode's reward"),
+    (["algorithm.adv_estimator=remax"], "remax needs a greedy baseline"),
+    (["algorithm.filter_groups.enable=true"], "algorithm.filter_groups: dynamic sampling"),
+    (["rollout.hybrid_engine=false"], "a separate explorer process has no endpoint"),
+])
+def test_what_an_agent_function_stage_refuses(tmp_path, extra, says):
+    (tmp_path / "agent.py").write_text("def run(base_url, row):\n    return 0.0\n")
+    cfg = load_config(None, [f"data.train_files={tmp_path}/t.parquet", *BASE, f"rollout.agent.function={tmp_path}/agent.py:run", *extra])
+    with pytest.raises(ConfigError, match=says):
+        check_agent_fn(cfg)
+
+
+def test_a_missing_agent_function_is_named(tmp_path):
+    cfg = load_config(None, [f"data.train_files={tmp_path}/t.parquet", *BASE, f"rollout.agent.function={tmp_path}/none.py:run"])
+    with pytest.raises(ConfigError, match="rollout.agent.function: file not found"):
+        check_agent_fn(cfg)
+
+
+def test_a_step_whose_every_episode_was_dropped_stops_with_the_first_failure(tmp_path):
+    files = tiny_rl_files(tmp_path)
+    (tmp_path / "agent.py").write_text("def run(base_url, row):\n    raise RuntimeError('tool server down')\n")
+    trainer = tiny_rl_trainer(files, f"rollout.agent.function={tmp_path}/agent.py:run", "rollout.agent.max_failure_rate=1.0")
+    with pytest.raises(UserError, match=r"agent.py:run \(row \d+, sample 0\): raised RuntimeError: tool server down.*every episode of this step was dropped"):
+        trainer.fit()
