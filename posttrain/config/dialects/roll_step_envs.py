@@ -96,7 +96,7 @@ def lr_schedule_unit(ctx: Context, role: str, section: str) -> None:
     warmup = {k: ctx.get(f"{args}.{k}") for k in ("warmup_steps", "warmup_ratio") if ctx.get(f"{args}.{k}")}
     horizon = f"{section}.optim.lr_schedule_updates" in ctx.origin
     strategy = ctx.get(f"{role}.strategy_args.strategy_name")
-    if horizon and (kind in ("constant", "linear") or (kind == "cosine" and strategy == "megatron_train")):
+    if horizon and (kind != "cosine" or strategy == "megatron_train"):  # the kind itself is translated (or refused) as ever
         ctx.set(f"{section}.optim.lr_schedule_unit", "update", args,
                 "ROLL steps the LR schedule after every optimizer update, over a horizon fixed in advance (optim.lr_schedule_updates)")
         return
