@@ -10,7 +10,8 @@ verl semantics, which we follow: the dataloader drops the last incomplete batch,
 ``trainer.total_epochs × steps per epoch``; ``lr_warmup_steps = -1`` means
 ``int(lr_warmup_steps_ratio × total steps)``. A role whose ``optim.lr_schedule_unit`` is ``update``
 (ROLL's count) has a schedule of ``total steps × updates per step`` steps instead, and its warm-up is
-counted in those (rounded up with ``optim.lr_warmup_rounding: ceil``, as Hugging Face rounds).
+counted in those (rounded up with ``optim.lr_warmup_rounding: ceil``, as Hugging Face rounds);
+``optim.lr_schedule_updates`` gives that length outright (ROLL's, with its step env managers).
 """
 
 from __future__ import annotations
@@ -89,8 +90,15 @@ def updates_per_step(cfg: Any, role: str) -> int:
 
 def schedule_length(cfg: Any, role: str, total: int | None) -> int | None:
     """The length of `role`'s LR schedule in its own steps (optim.lr_schedule_unit): the training
-    steps, or the optimizer updates over them."""
-    if total is None or get_path(cfg, f"{role}.optim.lr_schedule_unit", "step") == "step":
+    steps, or the optimizer updates over them (optim.lr_schedule_updates when given)."""
+    unit = get_path(cfg, f"{role}.optim.lr_schedule_unit", "step")
+    fixed = get_path(cfg, f"{role}.optim.lr_schedule_updates", None)
+    if fixed is not None and unit == "step":
+        raise ConfigError(f"{role}.optim.lr_schedule_updates ({fixed}) counts optimizer updates, but {role}.optim.lr_schedule_unit "
+                          f"is step (the schedule's length is the training steps); set lr_schedule_unit: update or remove it")
+    if fixed is not None:
+        return fixed
+    if total is None or unit == "step":
         return total
     return total * updates_per_step(cfg, role)
 

@@ -258,7 +258,9 @@ def _warmup_row(cfg: Any, role: str, warm: int | None) -> Row:
     if ratio == 0:
         return (label, "0", f"{role}.optim.lr_warmup_steps_ratio 0: no warm-up")
     rounding = "ceil" if get_path(cfg, f"{role}.optim.lr_warmup_rounding", "floor") == "ceil" else "int"
-    over = (f"total training steps × {updates_per_step(cfg, role)} optimizer updates per step (lr_schedule_unit update)"
+    fixed = get_path(cfg, f"{role}.optim.lr_schedule_updates", None)
+    over = (f"{role}.optim.lr_schedule_updates {fixed}" if updates and fixed is not None else
+            f"total training steps × {updates_per_step(cfg, role)} optimizer updates per step (lr_schedule_unit update)"
             if updates else "total training steps")
     return (label, "?" if warm is None else str(warm), f"{rounding}({role}.optim.lr_warmup_steps_ratio {ratio} × {over})")
 

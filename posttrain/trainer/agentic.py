@@ -151,10 +151,12 @@ def _turn_row_problems(cfg: Config) -> list[str]:
                         "mini-batches of actor.ppo_mini_batch_size x rollout.n rows); set env.train_rows: turn or remove it")
     if e.train_rows == "turn":
         for role in ("actor", "critic"):
-            if getattr(cfg, role).optim.lr_schedule_unit == "update":
+            optim = getattr(cfg, role).optim
+            if optim.lr_schedule_unit == "update" and optim.lr_schedule_updates is None:
                 problems.append(f"{role}.optim.lr_schedule_unit: update sizes the LR schedule by a fixed number of optimizer updates per "
                                 "step, but with env.train_rows turn a step's updates depend on the turns its episodes took (or, "
-                                "with turn_mini_batch_size, on the rows the filters keep); use step")
+                                f"with turn_mini_batch_size, on the rows the filters keep); use step, or give the schedule's length "
+                                f"in updates in {role}.optim.lr_schedule_updates")
     return problems
 
 

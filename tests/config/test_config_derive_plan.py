@@ -65,6 +65,39 @@ def test_lr_schedule_unit_update_counts_optimizer_updates():
         derive(cfg_with("actor.ppo_epochs=2", "actor.optim.lr_schedule_unit=update", "actor.optim.lr_warmup_steps=300"), 100)
 
 
+def test_lr_schedule_updates_fixes_the_schedules_length_and_the_lr_holds_past_it():
+    """optim.lr_schedule_updates (ROLL's horizon with step env managers): the schedule is 6 updates
+    long whatever the steps make; warm-up ceil(0.25 x 6) = 2; past update 6 the decay's end holds."""
+    import torch
+
+    from posttrain.optim.build import build_optimization
+
+    fixed = ("actor.optim.lr_schedule_unit=update", "actor.optim.lr_schedule_updates=6", "actor.optim.lr_warmup_steps_ratio=0.25",
+             "actor.optim.lr_warmup_rounding=ceil", "actor.optim.lr=1.0")
+    d = derive(cfg_with(*fixed), 100)
+    assert (d.total_training_steps, d.actor_schedule_steps, d.actor_warmup_steps) == (36, 6, 2)  # not 36 x 4 updates
+    expected = {  # LR of updates 0..8: warm-up (k + 1) / 2, then the decay over updates 2..6, then its end
+        "linear": [0.5, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0, 0.0],
+        "cosine": [0.5, 1.0, 1.0, 0.5 + 0.5 * 2**-0.5, 0.5, 0.5 - 0.5 * 2**-0.5, 0.0, 0.0, 0.0],  # 0.5 (1 + cos(pi (k - 2) / 4))
+    }
+    for kind, lrs in expected.items():
+        cfg = cfg_with(*fixed, f"actor.optim.lr_scheduler_type={kind}")
+        optimizer, scheduler = build_optimization([torch.nn.Parameter(torch.zeros(1))], cfg.actor.optim,
+                                                  warmup_steps=d.actor_warmup_steps, total_steps=d.actor_schedule_steps)
+        seen = []
+        for _ in lrs:
+            seen.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        assert seen == pytest.approx(lrs), kind
+    critic = derive(cfg_with("algorithm.adv_estimator=gae", "critic.optim.lr_schedule_unit=update", "critic.optim.lr_schedule_updates=5"), 100)
+    assert critic.critic_schedule_steps == 5
+    with pytest.raises(ConfigError, match=r"actor.optim.lr_schedule_updates \(6\) counts optimizer updates, but actor.optim.lr_schedule_unit is step"):
+        derive(cfg_with("actor.optim.lr_schedule_updates=6"), 100)
+    plan = format_plan(cfg_with(*fixed), d)
+    assert "actor.optim.lr_schedule_updates 6" in plan
+
+
 def test_unknown_dataset_size_leaves_steps_unknown():
     d = derive(cfg_with(), None)
     assert (d.steps_per_epoch, d.total_training_steps, d.actor_warmup_steps) == (None, None, None)

@@ -24,7 +24,7 @@ def test_a_step_env_manager_file_trains_turn_rows_prompted_through_its_window():
     native, report = translate(roll_file(), "roll")
     assert native["env"]["train_rows"] == "turn"
     assert native["env"]["turn_mini_batch_size"] == 2 * 4 * 2  # ROLL's optimizer batch counts step samples
-    assert native["actor"]["optim"]["lr_schedule_unit"] == "step"  # constant, no warm-up: the same in either unit
+    assert (native["actor"]["optim"]["lr_schedule_unit"], native["actor"]["optim"]["lr_schedule_updates"]) == ("update", 250)  # ROLL's count
     assert report.entry("batch_adjust_mode").status == "dropped" and "trains every step sample once" in report.entry("batch_adjust_mode").reason
     spec = parse_custom_envs(native["env"]["custom_envs"])["FL"]
     window = spec.window
@@ -38,10 +38,25 @@ def test_a_step_env_manager_file_trains_turn_rows_prompted_through_its_window():
 def test_a_trajectory_manager_file_keeps_episode_rows_and_a_decaying_step_schedule_is_refused():
     native, _ = translate({**roll_file(), "custom_envs": {"FL": {"env_type": "frozen_lake", "max_tokens_per_step": 16}}}, "roll")
     assert "train_rows" not in native.get("env", {}) and native["actor"]["optim"]["lr_schedule_unit"] == "update"
+    # Hugging Face's cosine (no megatron_train) rises again past the horizon, which posttrain's does not
     _, report = translate(roll_file(lr_scheduler_type="cosine", warmup_steps=10), "roll")
     [entry] = [e for e in report.entries if e.key == "actor_train.training_args.lr_scheduler_type" and e.status == "refused"]
-    assert "cosine, warmup_steps 10: ROLL steps this schedule after every optimizer update" in entry.reason
+    assert "cosine, warmup_steps 10 under its default strategy: ROLL builds Hugging Face's cosine schedule, which past its horizon" in entry.reason
     assert "not implemented" not in entry.reason
+
+
+def test_a_step_manager_files_schedule_gets_rolls_horizon_in_updates():
+    """ROLL: max(1, max_steps x rollout_batch_size x ppo_epochs // (per_device x GA)) // dp ranks updates,
+    here max(1, 500 (its default) x 8 x 2 // (2 x 4)) // 2 ranks = 500; the critic's has no ppo_epochs."""
+    megatron = {"strategy_args": {"strategy_name": "megatron_train", "strategy_config": {}}}
+    raw = roll_file(lr_scheduler_type="cosine", warmup_steps=10)
+    raw = {**raw, "ppo_epochs": 2, "adv_estimator": "gigpo", "actor_train": {**raw["actor_train"], **megatron}}
+    native, report = translate(raw, "roll")
+    optim = native["actor"]["optim"]
+    assert (optim["lr_schedule_unit"], optim["lr_schedule_updates"], optim["lr_warmup_steps"]) == ("update", 500, 10)
+    assert not [e for e in report.entries if e.status == "refused"]
+    linear = translate({**roll_file(lr_scheduler_type="linear", warmup_ratio=0.1), "max_steps": 30}, "roll")[0]["actor"]["optim"]
+    assert (linear["lr_schedule_unit"], linear["lr_schedule_updates"]) == ("update", 15)  # 30 x 8 // 8 // 2 (HF's linear holds 0 too)
 
 
 def test_an_outcome_estimator_over_step_samples_is_refused():

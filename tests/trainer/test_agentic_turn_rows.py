@@ -105,6 +105,12 @@ def test_turn_row_settings_that_cannot_act_are_refused(model, tmp_path):
         make_trainer(model, tmp_path, "env.train_rows=turn", "actor.optim.lr_schedule_unit=update")
     from posttrain.trainer.agentic import check_idle_env_keys, training_rows
 
+    # a schedule in updates acts with turn rows once its length in updates is given (ROLL's horizon)
+    update = ["env.train_rows=turn", "actor.optim.lr_schedule_unit=update"]
+    with pytest.raises(ConfigError, match="or give the schedule's length in updates in actor.optim.lr_schedule_updates"):
+        check_idle_env_keys(load_config(None, update))
+    check_idle_env_keys(load_config(None, [*update, "actor.optim.lr_schedule_updates=10"]))
+
     with pytest.raises(ConfigError, match="env.train_rows: turn cuts the episodes of an agentic stage .* a tool-calling conversation"):
         check_idle_env_keys(load_config(None, ["env.train_rows=turn", "rollout.multi_turn.enable=true"]))
     with pytest.raises(ConfigError, match="env.turn_mini_batch_size: counts turn rows, but env.train_rows is episode"):

@@ -397,6 +397,9 @@ ELSEWHERE = {
     # the warm-up's rounding and the critic's schedule length are derived numbers: the test varies each key
     **{key: "tests/config/test_config_derive_plan.py::test_lr_schedule_unit_update_counts_optimizer_updates"
        for key in ("actor.optim.lr_warmup_rounding", "critic.optim.lr_warmup_rounding", "critic.optim.lr_schedule_unit")},
+    # a fixed schedule length in updates (ROLL's horizon with step env managers): the LR per update is hand-computed
+    **{key: "tests/config/test_config_derive_plan.py::test_lr_schedule_updates_fixes_the_schedules_length_and_the_lr_holds_past_it"
+       for key in ("actor.optim.lr_schedule_updates", "critic.optim.lr_schedule_updates")},
     # `posttrain eval` reads the file of generated responses these name; the tests score it with each changed
     "eval.path": "tests/trainer/test_offline_eval.py::test_two_data_sources_give_the_exact_table",
     "eval.response_key": "tests/trainer/test_offline_eval.py::test_the_eval_keys_choose_the_columns",

@@ -163,6 +163,7 @@ def mini_batch(ctx: Context) -> None:
         dp = f"{ranks} data-parallel ranks ({devices} devices / {split_text})" if split > 1 else f"{devices} devices"
         why = f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {steps} x {dp} / {n} responses per prompt"
         roll_step_envs.turn_mini_batch(ctx, key, per_device * steps * ranks, why)
+        roll_step_envs.schedule_horizon(ctx, role, section, per_device * steps, ranks)
         step = ctx.get("rollout_batch_size")
         if ctx.has("train_env_manager") and isinstance(step, int) and 0 < step < prompts:
             prompts, why = step, roll_budgets.padded_step(step, prompts, why)

@@ -13,11 +13,16 @@ the file means once the training manager plays such an entry:
 - ROLL's optimizer step takes per_device_train_batch_size x gradient_accumulation_steps samples per
   data-parallel rank, and its samples are steps here: ``env.turn_mini_batch_size`` (turn rows per
   optimizer step, the last taking the rows left over).
-- The LR schedule: ROLL steps it after every optimizer update and sizes it by rollout_batch_size
-  trajectories per step, so with step samples (more of them, a number that varies) it runs through
-  its warm-up and decay early and by a varying amount per step. posttrain's schedule counted in
-  updates needs a fixed count per step (refused with turn rows): a constant LR without warm-up is
-  the same in either unit (``lr_schedule_unit: step``); any other schedule is refused.
+- The LR schedule: ROLL steps it after every optimizer update and sizes it before any step sample is
+  counted, as if each step trained rollout_batch_size trajectories (set_max_steps in
+  roll/configs/base_config.py, then divided by the data-parallel ranks in its strategies):
+  ``max(1, max_steps x rollout_batch_size x ppo_epochs // (per_device_train_batch_size x
+  gradient_accumulation_steps)) // ranks`` updates (the critic's without ppo_epochs). With step samples
+  (more of them, a number that varies) the run passes that horizon early, and from there Megatron's
+  scheduler holds its minimum LR and Hugging Face's linear schedule holds 0, as posttrain's schedule
+  does past ``optim.lr_schedule_updates``: ``lr_schedule_unit: update`` with that horizon. Hugging
+  Face's cosine (ROLL's fsdp2/deepspeed strategies) rises again past its horizon, which posttrain's
+  does not: refused there.
 - ``batch_adjust_mode``: ROLL then copies (``copy``, its default), deletes or draws step samples at
   random until a step's count is a multiple of its batch sizes (adjust_batch); posttrain trains every
   step sample once, which the drop reason says.
@@ -68,18 +73,44 @@ def turn_mini_batch(ctx: Context, key: str, samples: int, why: str) -> None:
         ctx.set("env.turn_mini_batch_size", samples, key, f"{why}: step samples (ROLL's step env managers) per optimizer step")
 
 
+def schedule_horizon(ctx: Context, role: str, section: str, backward: int, ranks: int) -> None:
+    """The length ROLL gives ``role``'s LR schedule when its updates run over step samples (module
+    docstring): ``backward`` samples per optimizer step on each of ``ranks`` data-parallel ranks."""
+    if not stepped_tags(ctx):
+        return
+    steps, batch = ctx.get("max_steps", 500), ctx.get("rollout_batch_size")  # ROLL's default max_steps
+    epochs = ctx.get("ppo_epochs", 1) if role == "actor_train" else 1  # the critic's count has no ppo_epochs
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (steps, batch, epochs, backward, ranks)):
+        return  # lr_schedule_unit refuses a decaying schedule without a horizon
+    horizon = max(1, steps * batch * epochs // backward) // ranks
+    if horizon > 0:
+        ctx.set(f"{section}.optim.lr_schedule_updates", horizon, f"{role}.training_args",
+                f"ROLL's horizon: max(1, max_steps {steps} x rollout_batch_size {batch}" + (f" x ppo_epochs {epochs}" if role == "actor_train" else "")
+                + f" // {backward} samples per optimizer step) // {ranks} data-parallel ranks optimizer updates, sized before its step samples are counted")
+
+
 def lr_schedule_unit(ctx: Context, role: str, section: str) -> None:
     """The LR schedule of ``role`` when its updates run over step samples (see the module docstring)."""
     args = f"{role}.training_args"
     kind = ctx.get(f"{args}.lr_scheduler_type", "linear")  # ROLL's TrainingArguments default
     warmup = {k: ctx.get(f"{args}.{k}") for k in ("warmup_steps", "warmup_ratio") if ctx.get(f"{args}.{k}")}
+    horizon = f"{section}.optim.lr_schedule_updates" in ctx.origin
+    strategy = ctx.get(f"{role}.strategy_args.strategy_name")
+    if horizon and (kind != "cosine" or strategy == "megatron_train"):  # the kind itself is translated (or refused) as ever
+        ctx.set(f"{section}.optim.lr_schedule_unit", "update", args,
+                "ROLL steps the LR schedule after every optimizer update, over a horizon fixed in advance (optim.lr_schedule_updates)")
+        return
     if kind == "constant" and not warmup:
         ctx.set(f"{section}.optim.lr_schedule_unit", "step", args, "a constant LR without warm-up: the same in every unit")
         return
     what = f"lr_scheduler_type {kind}" + "".join(f", {k} {v}" for k, v in warmup.items())
-    ctx.refuse(f"{args}.lr_scheduler_type", f"{what}: ROLL steps this schedule after every optimizer update and sizes it by "
-               "rollout_batch_size trajectories per step, while with a step env manager its updates run over step samples, more "
-               "of them and a number that varies from step to step, so its warm-up and decay end early by a varying amount; "
-               "posttrain's schedule counted in updates needs a fixed count per step (with turn rows it counts training steps): "
-               "use a constant LR without warm-up, or set actor.optim.lr_schedule_unit: step and the schedule in training steps",
+    if horizon and kind == "cosine":
+        ctx.refuse(f"{args}.lr_scheduler_type", f"{what} under {strategy or 'its default strategy'}: ROLL builds Hugging Face's cosine schedule, which past its "
+                   "horizon (reached early, as its updates run over step samples) follows the cosine up again, while posttrain's "
+                   "holds its final value there as Megatron's does; use megatron_train, or linear or constant", f"{section}.optim.lr_scheduler_type", kind)
+        return
+    ctx.refuse(f"{args}.lr_scheduler_type", f"{what}: ROLL sizes this schedule from max_steps, rollout_batch_size, ppo_epochs, "
+               "per_device_train_batch_size, gradient_accumulation_steps and the data-parallel ranks, and this file does not give "
+               "them all as positive whole numbers (or makes the horizon 0 updates), so posttrain cannot size "
+               f"{section}.optim.lr_schedule_updates as ROLL would; give them, or use a constant LR without warm-up",
                f"{section}.optim.lr_schedule_unit", kind)
