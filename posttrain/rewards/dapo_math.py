@@ -27,6 +27,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pylatexenc import latex2text  # the math extra; imported here so a missing package fails when the scorer loads
+
 from posttrain.rewards.math_boxed import DEFAULT_FORMAT_COEF, think_tags_ok
 from posttrain.rewards.prime_equal import math_equal, mathd_normalize
 from posttrain.rewards.think_answer import response_text
@@ -89,8 +91,6 @@ def _strip_commas(expr: str) -> str:
 
 
 def _latex_text(expr: str) -> str:
-    from pylatexenc import latex2text
-
     expr = expr.replace("\\tfrac", "\\frac").replace("\\dfrac", "\\frac").replace("\\frac", " \\frac")
     expr = latex2text.LatexNodes2Text().latex_to_text(expr)
     for symbol, name in _LATEX_SYMBOLS:
