@@ -6,7 +6,8 @@
   sample's data_source), ``math`` (symbolic equivalence), ``multiple_choice``, ``code`` (the local
   sandbox), ``ifeval`` (verifiable instructions), ``think_answer`` (accuracy + format of an
   R1-style ``<think>``/``<answer>`` response), ``countdown_equation`` (TinyZero's Countdown reward),
-  ``math_boxed`` (the last boxed answer after Qwen2.5-Math's answer cleaning), ``tool_n1`` (Tool-N1's
+  ``math_boxed`` (the last boxed answer after Qwen2.5-Math's answer cleaning), ``dapo_math`` and
+  ``bots_math`` (Reasoning360's DAPO grader: Trinity-RFT's math_dapo_reward, BOTS), ``tool_n1`` (Tool-N1's
   tool-call match), ``detection`` (ROLL's box detection reward: IoU matchings and COCO AP);
   ``llm_judge`` is a worker of its own
   (`posttrain.rewards.judge`);
@@ -35,6 +36,8 @@ BUILTIN_SCORERS: dict[str, tuple[str, str]] = {
     "think_answer": ("posttrain.rewards.think_answer", "think_answer_score"),
     "countdown_equation": ("posttrain.rewards.countdown_equation", "countdown_equation_score"),
     "math_boxed": ("posttrain.rewards.math_boxed", "math_boxed_score"),
+    "dapo_math": ("posttrain.rewards.dapo_math", "dapo_math_score"),
+    "bots_math": ("posttrain.rewards.dapo_math", "bots_math_score"),
     "tool_n1": ("posttrain.rewards.tool_n1", "tool_n1_score"),
     "detection": ("posttrain.rewards.detection", "detection_score"),
 }

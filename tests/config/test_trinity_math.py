@@ -86,7 +86,7 @@ def test_reward_function_types_translate_or_are_refused():
     native, entries = run({}, default_reward_fn_type="math_reward", default_workflow_type="simple_workflow")
     assert native["reward"]["custom_reward_function"] == {"name": "think_answer"}
     assert "system_prompt" not in native.get("data", {})  # simple_workflow adds no prompt
-    for name, needle in (("math_dapo_reward", "DAPO"), ("rm_gallery_reward", "RM-Gallery"), ("mine", "translates are")):
+    for name, needle in (("rm_gallery_reward", "RM-Gallery"), ("mine", "translates are")):
         _, entries = run({"default_reward_fn_type": name}, default_workflow_type="math_workflow")
         status, reason = entries["buffer.explorer_input.taskset.default_reward_fn_type"]
         assert status == "refused" and needle in reason, name

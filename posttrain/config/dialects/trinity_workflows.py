@@ -48,6 +48,7 @@ from posttrain.config.dialects.prompts import (
     BASE_MODEL_TEMPLATE, BOXED_SYSTEM_PROMPT, BOXED_THINK_SYSTEM_PROMPT, QWEN_MATH_SYSTEM_PROMPT, QWEN_MATH_USER_SUFFIX, R1_SYSTEM_PROMPT,
 )
 from posttrain.config.dialects.translate import Context
+from posttrain.config.dialects.trinity_dapo import BOTS, bots_workflow, dapo_overlong
 from posttrain.config.dialects.trinity_envs import ENV_WORKFLOWS, env_workflow
 from posttrain.config.dialects.trinity_agent import AGENT, agent_workflow
 from posttrain.config.dialects.trinity_judges import JUDGE_WORKFLOWS, judge_workflow
@@ -74,10 +75,6 @@ TOOL_ARGS = ("max_assistant_turns", "max_user_turns", "tool_config_path", "inter
              "use_inference_chat_template", "tokenization_sanity_check_mode")
 _ENV = ("plays Trinity's own environment over a taskset of episodes; posttrain plays environments from env.custom_envs "
         "with env.train_env_manager (docs/agentic.md: walk, or your class by module:Class)")
-_BOTS = ("BOTS's math workflow sends the prompt column's messages as they are (no system prompt) and scores with Reasoning360's "
-         "DAPO grader (the last boxed answer after </think>, its normalised-string and sympy checks, then prime_math's math_equal), "
-         "which posttrain does not carry; posttrain's math_boxed scorer (Qwen2.5-Math's string cleaning) or math scorer "
-         "(math-verify) would score other answers right: translate it as math_boxed_workflow with one of them")
 REFUSED = {
     **{name: _ENV for name in ("alfworld_workflow", "sciworld_workflow", "webshop_workflow",
                                "step_wise_alfworld_workflow", "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow",
@@ -94,26 +91,22 @@ REFUSED = {
              "with the training stage's prompt, sampling and reward: use simple_workflow with rollout_args and a reward "
              "function (posttrain's math scorer: reward.custom_reward_function.name: math)"
        for name in ("math_eval_workflow", "async_math_eval_workflow")},
-    # examples/bots/workflow/bots_math_boxed_workflow.py: math_boxed_workflow with another reward and prompt
-    "examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow": _BOTS,
-    "bots_ref_eval_collect_math_boxed_workflow": _BOTS + (
-        "; it also appends every task's rewards to the JSONL file BOTS_REF_EVAL_LOG_FILE names, for "
+    # examples/bots/workflow/bots_math_boxed_workflow.py: BOTSMathBoxedWorkflow (trinity_dapo) plus a log file
+    "bots_ref_eval_collect_math_boxed_workflow": (
+        "BOTS's math workflow (examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow, which translates) "
+        "that also appends every task's rewards to the JSONL file BOTS_REF_EVAL_LOG_FILE names, for "
         "examples/bots/ref_eval_collect.py to join into the dataset as a pass-rate column, which posttrain's explore mode "
         "does not write (its buffer holds the scored experiences: trainer.mode explore)"),
 }
 # Trinity-RFT's registered reward functions -> the posttrain built-in scorer giving the same scores
 # (posttrain.rewards.scorers.BUILTIN_SCORERS), and those refused with what they would need.
-REWARDS = {"math_reward": "think_answer", "countdown_reward": "countdown_equation", "math_boxed_reward": "math_boxed"}
+REWARDS = {"math_reward": "think_answer", "countdown_reward": "countdown_equation", "math_boxed_reward": "math_boxed",
+           "math_dapo_reward": "dapo_math"}
 # Reward functions whose constructor takes any arguments and reads none (their reward_fn_args change nothing).
 ARGS_IGNORED = ("math_boxed_reward",)
 _NATIVE_REWARD = "reward.custom_reward_function.name"
 _MATH_NATIVE = "posttrain's math scorer (reward.custom_reward_function.name: math) compares the boxed answer symbolically with math-verify"
 REFUSED_REWARDS = {
-    "math_dapo_reward": ("DAPO's math scoring as Reasoning360's naive DAPO grader does it (the last \\boxed{} after </think>; equal "
-                         "after MATH-style normalisation, or SymPy-equal, though fractions must match as written and an integer "
-                         "only matches an integer; then PRIME's math_equal), which posttrain does not carry, so the two disagree on such answers; "
-                         f"{_MATH_NATIVE}, and reward.overlong_buffer is its overlong penalty (the same formula while "
-                         "reward_fn_args.max_response_length is the generation limit)"),
     "accuracy_reward": f"math-verify with Trinity-RFT's own extraction settings (boxed answers first, no format part); {_MATH_NATIVE}",
     "format_reward": "a format check alone; posttrain's think_answer scorer (reward.custom_reward_function.name: think_answer) adds "
                      "the same +-0.1 format part to the answer's accuracy",
@@ -177,7 +170,9 @@ def _reward(ctx: Context, prefix: str, item: dict[str, Any], workflow: Any, sour
     why = "" if key else f"{workflow}'s default reward function"
     if name in REWARDS:
         ctx.set(_NATIVE_REWARD, REWARDS[name], where, why or f"Trinity-RFT's {name}: the built-in scorer of the same scores")
-        if args_key is not None and name in ARGS_IGNORED:
+        if name == "math_dapo_reward":
+            dapo_overlong(ctx, args, args_key or where, training=prefix == f"{_IN}.taskset")
+        elif args_key is not None and name in ARGS_IGNORED:
             ctx.drop(args_key, f"Trinity-RFT's {name} takes any arguments and reads none")
         elif args_key is not None:
             ctx.refuse(args_key, f"{name} ({REWARDS[name]}) takes no arguments", None, args)
@@ -215,6 +210,8 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
     elif name in ENV_WORKFLOWS:  # posttrain.config.dialects.trinity_envs
         _, name_key, _, args_key = _reward_of(ctx, prefix, item)
         env_workflow(ctx, prefix, item, name, source, args, training, index, (name_key, args_key))
+    elif name in BOTS:  # posttrain.config.dialects.trinity_dapo
+        bots_workflow(ctx, prefix, item, name, source, args, training, _reward_of(ctx, prefix, item)[1::2])
     elif name in BOXED:
         _boxed(ctx, prefix, item, name, source, _reward(ctx, prefix, item, name, source), args, training)
     elif name in TOOL_N1:
@@ -245,7 +242,7 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         for read in (key_read, args_read):  # the reward of a refused workflow: named with it, not run
             if read is not None:
                 ctx.drop(read, f"the reward function of workflow {name!r} at {source}, which is refused")
-        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + MM + BOXED + TOOL_N1 + JUDGE_WORKFLOWS) + [DISTILL_MATH, TOOLS, AGENT]}")
+        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + MM + BOXED + BOTS + TOOL_N1 + JUDGE_WORKFLOWS) + [DISTILL_MATH, TOOLS, AGENT]}")
         ctx.refuse(source, f"workflow {name!r}: {reason}", None, name)
 
 

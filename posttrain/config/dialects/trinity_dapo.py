@@ -1,0 +1,118 @@
+"""Trinity-RFT's DAPO math reward and the BOTS math workflows, onto posttrain's ``dapo_math`` and
+``bots_math`` scorers (posttrain.rewards.dapo_math: Reasoning360's naive DAPO grader).
+
+- ``math_dapo_reward``'s ``reward_fn_args`` are DAPO's overlong penalty
+  (trinity/common/rewards/dapo_reward.py): 0 below ``max_response_length - cache_length`` tokens,
+  then a linear ramp to ``-penalty_factor`` at ``max_response_length``, held there beyond it. That is
+  ``reward.overlong_buffer`` (len: cache_length, max_resp_len: max_response_length) while no response
+  passes max_response_length; posttrain's ramp goes on below -penalty_factor past it, so a
+  max_response_length under the generation limit is refused. posttrain adds the penalty to validation
+  scores too, so an evaluation taskset must carry the training taskset's penalty.
+- ``examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow``: math_boxed_workflow
+  that sends the prompt column's chat messages as they are (no system prompt, no reply prefix) and
+  scores with BOTS's own reward, whatever the taskset names: the ``bots_math`` scorer, its
+  ``with_think``/``format_score_coef`` workflow_args its format part. ``use_base`` makes Trinity-RFT
+  join a message list into text, which fails there, and is refused. The reference-collection twin,
+  which also writes every task's rewards to a log file, stays refused (trinity_workflows.REFUSED).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.config.dialects.translate import Context
+
+BOTS = ("examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow",)
+DAPO_ARGS = {"enable_overlong_penalty": "enable", "cache_length": "len", "penalty_factor": "penalty_factor",
+             "max_response_length": "max_resp_len"}
+_IN = "buffer.explorer_input"
+_KWARGS = "reward.custom_reward_function.reward_kwargs"
+
+
+def _native(ctx: Context, native: str) -> Any:
+    node: Any = ctx.native
+    for part in native.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def dapo_overlong(ctx: Context, args: dict[str, Any], key: str, training: bool) -> None:
+    """math_dapo_reward's ``reward_fn_args`` (at ``key``) as reward.overlong_buffer (module docstring)."""
+    for arg in args:
+        if arg not in DAPO_ARGS:
+            ctx.refuse(f"{key}.{arg}", f"math_dapo_reward takes the arguments {list(DAPO_ARGS)} (Trinity-RFT fails on others)", None, args[arg])
+    on = bool(args.get("enable_overlong_penalty"))
+    wanted = {native: args.get(arg) for arg, native in DAPO_ARGS.items()} if on else {"enable": None}
+    wanted["enable"] = True if on else None
+    if not training:
+        if {native: _native(ctx, f"reward.overlong_buffer.{native}") for native in wanted} != wanted:
+            ctx.refuse(key, "the evaluation taskset's math_dapo_reward overlong penalty differs from the training taskset's; "
+                            "posttrain adds the training one (reward.overlong_buffer) to validation scores too", None, args)
+        elif args:
+            ctx.drop(key, "as the training taskset's: posttrain validates with the training reward")
+        return
+    if not on:
+        if args:
+            ctx.drop(key, "enable_overlong_penalty off: math_dapo_reward's other arguments change nothing")
+        return
+    limit = (ctx.get(f"{_IN}.taskset.rollout_args") or {}).get("max_tokens") or ctx.get("model.max_response_tokens")
+    length, cache, factor = (args.get(a) for a in ("max_response_length", "cache_length", "penalty_factor"))
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (length, cache, factor))
+    if not numbers or not 1 <= cache < length or factor < 0:
+        ctx.refuse(key, "enable_overlong_penalty needs max_response_length, cache_length (1 or more, below "
+                        "max_response_length) and penalty_factor (0 or more), as Trinity-RFT asserts", "reward.overlong_buffer", args)
+    elif isinstance(limit, int) and length < limit:
+        ctx.refuse(f"{key}.max_response_length", f"below the generation limit ({limit} tokens): past max_response_length "
+                   "Trinity-RFT's penalty stays at -penalty_factor while reward.overlong_buffer's ramp goes on down; "
+                   f"set it to {limit}", "reward.overlong_buffer.max_resp_len", length)
+    else:
+        for arg, native in DAPO_ARGS.items():
+            ctx.set(f"reward.overlong_buffer.{native}", wanted[native], f"{key}.{arg}",
+                    "math_dapo_reward's overlong penalty (DAPO's soft overlong punishment)")
+
+
+def bots_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, source: str, args: dict[str, Any],
+                  training: bool, reward_keys: tuple[str | None, str | None]) -> None:
+    """BOTS's math workflow (module docstring); ``reward_keys``: the keys naming the taskset's
+    reward function and its arguments, which BOTS replaces with its own."""
+    ctx.set("reward.custom_reward_function.name", "bots_math", source, f"{name} scores with BOTS's reward (the bots_math scorer)")
+    for read in reward_keys:
+        if read is not None:
+            ctx.drop(read, f"{name} scores with BOTS's own reward (bots_math), which takes no arguments, whatever the taskset names")
+    fmt = item.get("format") or {}
+    for field in ("system_prompt", "reply_prefix"):
+        if fmt.get(field) is not None:
+            ctx.refuse(f"{prefix}.format.{field}", f"{name} sends the prompt column's messages as they are and leaves "
+                       f"format.{field} out, which posttrain would send: unset it", None, fmt[field])
+    for arg, value in args.items():
+        where = f"{prefix}.workflow_args.{arg}"
+        if arg == "use_base" and value:
+            ctx.refuse(where, f"{name} with use_base joins the prompt column's message list into text, which fails in Trinity-RFT; "
+                              "leave use_base off", None, value)
+        elif arg in ("with_think", "format_score_coef"):
+            _bots_format(ctx, where, arg, value, bool(args.get("with_think")), training)
+        elif arg != "use_base":
+            ctx.refuse(where, f"{name} reads the workflow_args use_base, with_think, format_score_coef", None, value)
+        else:
+            ctx.drop(where, "off: the chat messages as they are")
+    if not training and bool(_native(ctx, f"{_KWARGS}.with_think")) and "with_think" not in args:
+        ctx.refuse(source, "the evaluation taskset has no with_think format penalty while the training taskset's has; "
+                           "posttrain validates with the training reward", None, name)
+
+
+def _bots_format(ctx: Context, where: str, arg: str, value: Any, think: bool, training: bool) -> None:
+    """with_think / format_score_coef as bots_math's reward_kwargs (the size only with with_think on)."""
+    native = f"{_KWARGS}.{arg}"
+    wanted = (bool(value) or None) if arg == "with_think" else (value if think and value != 0.1 else None)
+    if training:
+        if wanted is not None:
+            ctx.set(native, wanted, where, "BOTS's think-tag format penalty (bots_math)")
+        else:
+            ctx.drop(where, "Trinity-RFT's default, or no penalty with with_think off")
+    elif _native(ctx, native) == wanted:
+        ctx.drop(where, "as the training taskset: posttrain validates with the training reward")
+    else:
+        ctx.refuse(where, f"the evaluation taskset's {arg} differs from the training taskset's: posttrain validates with "
+                          "the training reward", native, value)
