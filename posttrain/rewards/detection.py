@@ -35,9 +35,19 @@ Parsing follows ROLL: the first answer block of each side, lower-cased; ``[[``/`
 ``[``/``]``; a list cut off after a ``},`` is closed there; single quotes read as double quotes and
 backslashes dropped; items without a 4-number ``bbox_2d`` with x1 <= x2 and y1 <= y2 or a string
 ``label`` are skipped, and a repeated box position counts once. A reply without boxes scores
-accuracy 0; so does a truth without boxes (ROLL logs it and scores 0). Boxes are compared as given:
-ROLL rescales a Qwen2.5-VL policy's pixel boxes to 0..1000 (``det_verifier_normalized``), which
-the ROLL translation refuses (posttrain.config.dialects.roll). The end-of-turn marker the decoder
+accuracy 0; so does a truth without boxes (ROLL logs it and scores 0).
+
+Boxes are compared as given, except for a policy that answers in pixels of its resized image
+(Qwen2.5-VL; Qwen2-VL, Qwen3-VL and later answer on the 0..1000 grid of the truths): with
+``patch_size`` set (that policy's image patch, 14 for Qwen2.5-VL) and the row's
+``verifier_parm.det_verifier_normalized`` true, the reply's boxes are rescaled as ROLL's
+``normalize_bbox_by_real_size`` does, by the row's first processed image (W x H pixels, its
+``extra_info["image_grid_thw"][0]`` = (t, h, w) patches times the patch size):
+
+    x -> int(x / W x 1000),   y -> int(y / H x 1000)        (int truncates toward zero, as ROLL)
+
+after parsing and before matching (the format score reads the reply unscaled). A row without
+image_grid_thw keeps its boxes (ROLL logs a warning and does the same). The end-of-turn marker the decoder
 keeps is removed first (ROLL decodes without special tokens). ROLL keeps the reward as float16;
 posttrain keeps float32.
 """
@@ -97,6 +107,39 @@ def parse_boxes(text: str) -> list[Box] | None:
         seen.add(tuple(box))
         out.append((tuple(box), item["label"]))
     return out or None
+
+
+def rescale_boxes(boxes: list[Box], width: int, height: int) -> list[Box]:
+    """Pixel boxes of a width x height image on the 0..1000 grid, as ROLL's
+    ``normalize_bbox_by_real_size`` (divide, then scale, then truncate; a duplicate this makes stays).
+
+    >>> rescale_boxes([((14, 28, 139, 560), 'cat')], 280, 560)
+    [((50, 50, 496, 1000), 'cat')]
+    """
+    size = (width, height, width, height)
+    return [(tuple(int(v / s * 1000.0) for v, s in zip(box, size)), label) for box, label in boxes]
+
+
+def processed_size(extra_info: dict | None, verifier_parm: dict, patch_size: int | None) -> tuple[int, int] | None:
+    """(W, H) pixels of the row's first processed image when its boxes are to be rescaled (module
+    docstring), else None.
+
+    >>> processed_size({"image_grid_thw": [[1, 40, 20]]}, {"det_verifier_normalized": True}, 14)
+    (280, 560)
+    """
+    grids = (extra_info or {}).get("image_grid_thw")
+    if patch_size is None or not verifier_parm.get("det_verifier_normalized") or not grids:
+        return None
+    _, h, w = grids[0]
+    return int(w) * patch_size, int(h) * patch_size
+
+
+def check_patch_size(patch_size: Any) -> int | None:
+    """``patch_size`` checked: null (boxes compared as given) or a positive integer."""
+    if patch_size is None or (isinstance(patch_size, int) and not isinstance(patch_size, bool) and patch_size > 0):
+        return patch_size
+    raise ConfigError(f"reward_kwargs.patch_size: {patch_size!r} is not a positive integer or null (the image patch of a "
+                      "policy that answers in pixels, 14 for Qwen2.5-VL; null compares the boxes as given)")
 
 
 def format_score(reply: str) -> float:
@@ -172,12 +215,16 @@ def _ratios(verifier_parm: Any) -> dict[str, float]:
     return out
 
 
-def accuracy_parts(reply: str, truth_text: str, ratios: dict[str, float], threshold: float | str) -> dict[str, float]:
-    """The accuracy and its parts before weighting; all 0 when either side has no boxes."""
+def accuracy_parts(reply: str, truth_text: str, ratios: dict[str, float], threshold: float | str,
+                   image_size: tuple[int, int] | None = None) -> dict[str, float]:
+    """The accuracy and its parts before weighting; all 0 when either side has no boxes. With
+    ``image_size`` (W, H) the reply's pixel boxes are rescaled to the 0..1000 grid first."""
     pred = parse_boxes(answer_block(reply.strip()).lower())
     truth = parse_boxes(answer_block(str(truth_text).strip()).lower())
     if pred is None or truth is None:
         return {"accuracy": 0.0, "size_penalty": 0.0, **{p: 0.0 for p in PARTS}}
+    if image_size is not None:
+        pred = rescale_boxes(pred, *image_size)
     chosen = THRESHOLDS if threshold == "average" else (float(threshold),)
     c = ratios["iou_completeness"]
     parts = {
@@ -202,7 +249,7 @@ def check_threshold(iou_threshold: Any) -> float | str:
 
 
 def detection_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
-                    iou_threshold: float | str = "average") -> dict[str, float]:
+                    iou_threshold: float | str = "average", patch_size: int | None = None) -> dict[str, float]:
     """ROLL's detection reward of one reply (module docstring), with its parts.
 
     >>> row = {"reward_model": {"format_ratio": 0.1, "accuracy_ratio": 1.0, "verifier_parm": {
@@ -215,7 +262,7 @@ def detection_score(data_source: str, solution_str: str, ground_truth: Any, extr
     >>> round(detection_score("coco", half, truth, row)["score"], 6) == round((0.65 / 11 + 0.1) / 1.1, 6)
     True
     """
-    threshold = check_threshold(iou_threshold)
+    threshold, patch_size = check_threshold(iou_threshold), check_patch_size(patch_size)
     reward_model = (extra_info or {}).get("reward_model")
     if not isinstance(reward_model, dict) or not isinstance(reward_model.get("verifier_parm"), dict):
         raise DataError(
@@ -224,7 +271,9 @@ def detection_score(data_source: str, solution_str: str, ground_truth: Any, extr
             "[reward_model] and give detection rows a reward_model object with verifier_parm")
     reply = response_text(solution_str)
     fmt = format_score(reply)
-    parts = accuracy_parts(reply, ground_truth, _ratios(reward_model["verifier_parm"]), threshold)
+    verifier_parm = reward_model["verifier_parm"]
+    size = processed_size(extra_info, verifier_parm, patch_size)
+    parts = accuracy_parts(reply, ground_truth, _ratios(verifier_parm), threshold, size)
     format_ratio = float(reward_model.get("format_ratio", 0.1))
     accuracy_ratio = float(reward_model.get("accuracy_ratio", 1.0))
     total = accuracy_ratio + format_ratio

@@ -174,6 +174,9 @@ class RewardStage:
         self.tokenizer = tokenizer
         self.group_filters = group_filters(cfg)
         self.reads_prompts = any(w.worker_cls in (JUDGE, *CHAT_JUDGES) for w in r.workers.values())  # a judge reads the question
+        # the detection scorer rescales a pixel-answering policy's boxes by the row's processed image size
+        self.passes_image_grids = any(w.worker_cls == "detection" for w in r.workers.values()) or (
+            not r.workers and r.custom_reward_function.path is None and r.custom_reward_function.name == "detection")
         self.function_weight = r.function_weight
         # function_weight 0 with a reward model: its score is the reward and the function is not called
         # (verl's rule; a data source without a scorer then trains); reward workers are always called
@@ -234,7 +237,7 @@ class RewardStage:
         questions = self._questions(batch, rows) if self.reads_prompts else {}
         samples = [
             RewardInput(data_source=batch.data_source[i], solution_str=texts[i], ground_truth=batch.ground_truth[i],
-                        extra_info=_with_raw_chat(batch, i), index=i, response_length=lengths[i], prompt=questions.get(i, ""),
+                        extra_info=_extra_info(batch, i, self.passes_image_grids), index=i, response_length=lengths[i], prompt=questions.get(i, ""),
                         group=batch.group_index[i])
             for i in rows
         ]
@@ -355,10 +358,16 @@ def merge_outputs(parts: list[RewardOutput]) -> RewardOutput:
     return RewardOutput([s for p in parts for s in p.scores], extra, sum(p.num_failures for p in parts), workers)
 
 
-def _with_raw_chat(batch: RolloutBatch, i: int) -> Any:
+def _extra_info(batch: RolloutBatch, i: int, image_grids: bool) -> Any:
     """Row i's extra_info, with its chat messages before the template under ``raw_chat`` when
-    data.return_raw_chat kept them (a reward function can then read the conversation)."""
+    data.return_raw_chat kept them (a reward function can then read the conversation), and with
+    ``image_grids`` its images' patch grids under ``image_grid_thw`` ([[t, h, w], ...], one per image:
+    what the detection scorer rescales pixel boxes by) when the row has images."""
+    added: dict[str, Any] = {}
     chat = batch.raw_chat[i] if batch.raw_chat is not None else None
-    if chat is None:
-        return batch.extra_info[i]
-    return {**(batch.extra_info[i] or {}), "raw_chat": chat}
+    if chat is not None:
+        added["raw_chat"] = chat
+    vision = batch.vision[i] if image_grids and batch.vision is not None else None
+    if vision is not None:
+        added["image_grid_thw"] = vision.image_grid_thw.tolist()
+    return {**(batch.extra_info[i] or {}), **added} if added else batch.extra_info[i]

@@ -1,7 +1,7 @@
 """ROLL's DetectionRewardWorker becomes a `detection` reward worker: the row's reward_model object is
 copied into extra_info, rows are tagged by data_source (ROLL's vision-language reader),
-DET_IOU_THRESHOLD becomes reward_kwargs.iou_threshold; a Qwen2.5-VL worker and the dynamic
-threshold are refused with their reasons."""
+DET_IOU_THRESHOLD becomes reward_kwargs.iou_threshold; a Qwen2.5-VL worker's patch size (read from
+the model directory) becomes reward_kwargs.patch_size; the dynamic threshold is refused."""
 
 from __future__ import annotations
 
@@ -50,15 +50,24 @@ def test_the_iou_threshold_comes_from_roll_s_environment_variable(monkeypatch, v
         assert report.entry("DET_IOU_THRESHOLD (environment, rewards.cv_detection)").status == "dropped"
 
 
-def test_the_dynamic_threshold_and_a_qwen2_5_vl_worker_are_refused(monkeypatch):
+def test_the_dynamic_threshold_is_refused(monkeypatch):
     monkeypatch.setenv("DET_IOU_THRESHOLD", "dynamic")
     _, report = translate(_raw(), "roll")
     assert "training step" in report.entry("DET_IOU_THRESHOLD (environment, rewards.cv_detection)").reason
-    monkeypatch.delenv("DET_IOU_THRESHOLD")
-    native, report = translate(_raw("Qwen/Qwen2.5-VL-7B-Instruct"), "roll")
-    assert "cv_detection" not in native["reward"]["workers"]
-    entry = report.entry("rewards.cv_detection.worker_cls")
-    assert entry.status == "refused" and "pixels of its resized input image" in entry.reason
+
+
+def test_a_qwen2_5_vl_worker_rescales_by_its_processor_s_patch_size(monkeypatch, tmp_path):
+    monkeypatch.setenv("DET_IOU_THRESHOLD", "0.5")
+    native, report = translate(_raw("Qwen/Qwen2.5-VL-7B-Instruct"), "roll")  # not on this machine: the family's 14
+    assert native["reward"]["workers"]["cv_detection"]["reward_kwargs"] == {"patch_size": 14, "iou_threshold": 0.5}
+    assert report.entry("rewards.cv_detection.model_args").status == "translated" and not report.refused
+    (tmp_path / "config.json").write_text('{"model_type": "qwen2_5_vl"}')
+    (tmp_path / "preprocessor_config.json").write_text('{"patch_size": 16}')  # the directory's processor wins
+    raw = _raw(str(tmp_path))
+    del raw["rewards"]["cv_detection"]["model_args"]  # ROLL's worker then loads pretrain's processor
+    native, report = translate(raw, "roll")
+    assert native["reward"]["workers"]["cv_detection"]["reward_kwargs"] == {"patch_size": 16, "iou_threshold": 0.5}
+    assert report.native_origin()["reward.workers.cv_detection.reward_kwargs.patch_size"] == "pretrain"
 
 
 def test_a_local_model_directory_is_told_by_its_config_s_model_type(tmp_path):

@@ -2,14 +2,15 @@
 partial, wrong-class, missing, malformed and multiple boxes, the COCO AP, the row's weights.
 
 The numbers were also checked during development against ROLL's own verifier run on 1,600 random
-replies (equal to 2e-16); ROLL is not imported here."""
+replies (equal to 2e-16), and the Qwen2.5-VL rescaling on 300 random pixel replies (equal to 2e-16);
+ROLL is not imported here."""
 
 from __future__ import annotations
 
 import pytest
 
 from posttrain.errors import ConfigError, DataError
-from posttrain.rewards.detection import detection_score, parse_boxes
+from posttrain.rewards.detection import detection_score, parse_boxes, rescale_boxes
 from posttrain.rewards.detection_map import coco_box_ap
 from posttrain.rewards.scorers import load_scorer
 
@@ -136,3 +137,23 @@ def test_detection_is_a_built_in_scorer_with_its_kwargs():
     fn = load_scorer("detection", {"iou_threshold": 0.5}, "reward.workers.det.worker_cls")
     out = fn("coco_val", _reply(_boxes(([0, 0, 10, 20], "cat"))), _truth((CAT, "cat")), _row(format_ratio=0.0))
     assert out["score"] == pytest.approx(0.65)
+
+
+def test_a_pixel_answering_policy_s_boxes_are_rescaled_by_the_row_s_processed_image():
+    # image grid (t, h, w) = (1, 40, 20) patches of 14 px: W = 280, H = 560; int(x / W x 1000)
+    row = {**_row(), "image_grid_thw": [[1, 40, 20], [1, 2, 2]]}  # the first image counts
+    pixels = _reply(_boxes(([0, 0, 139, 280], "cat")))  # -> [0, 0, 496, 500]
+    truth = _truth(([0, 0, 500, 500], "cat"))
+    # IoU 496 x 500 / 500^2 = 0.992: matched at all 11 thresholds (0.992 >= 0.99), complete
+    expected = (0.7 * 0.992 + 0.3) * (1.0 / 1.1) + 0.1 / 1.1
+    assert _score(pixels, truth, row, patch_size=14)["score"] == pytest.approx(expected, abs=1e-12)
+    # as given (no patch size, the row's flag off, or no grid): IoU 139 x 280 / 500^2 = 0.156 < 0.5, no match
+    as_given = 0.1 / 1.1  # the format alone
+    assert _score(pixels, truth, row)["score"] == pytest.approx(as_given)
+    off = {**row, "reward_model": {**row["reward_model"], "verifier_parm": {"det_reward_ratio": {"iou_max_label_first": 1.0}}}}
+    assert _score(pixels, truth, off, patch_size=14)["score"] == pytest.approx(as_given)
+    assert _score(pixels, truth, _row(), patch_size=14)["score"] == pytest.approx(as_given)
+    # truncation toward zero, as ROLL's int(): 13 / 280 x 1000 = 46.4 -> 46
+    assert rescale_boxes([((13, 1, 14, 2), "a")], 280, 560) == [((46, 1, 50, 3), "a")]
+    with pytest.raises(ConfigError, match="patch_size: 0 is not a positive integer"):
+        _score(pixels, truth, row, patch_size=0)

@@ -95,3 +95,29 @@ def test_rows_the_vision_path_cannot_read_are_refused_naming_the_row(tmp_path, i
     sft = _parquet(tmp_path / "sft.parquet", [{"prompt": "<image>Colour?", "response": "blue", "images": [png]}])
     with pytest.raises(DataError, match="SFT and DPO stages train text sequences"):
         build_sft_dataset(DataConfig(prompt_key="prompt", response_key="response"), sft, tok)
+
+
+def test_a_detection_scorer_reads_the_grid_of_the_row_the_engine_returns(tiny_vl_dir):
+    """A prompt of the tiny model's processor, returned by `RolloutBatch.sampled` as an engine returns
+    it, gives the detection scorer its image's grid: the 40 x 20 px image is resized to 40 x 16 (a
+    multiple of patch 4 x merge 2), so a reply's whole-image pixel box [0, 0, 40, 16] is the truth's
+    [0, 0, 1000, 1000] and scores 1."""
+    import torch
+    from transformers import AutoImageProcessor
+
+    from posttrain.records import RolloutBatch
+    from posttrain.trainer.rewarding import RewardStage
+    from tests.vision.conftest import prompt_batch
+
+    tok = load_tokenizer(tiny_vl_dir)
+    rows = prompt_batch(tok, AutoImageProcessor.from_pretrained(tiny_vl_dir), [colour_image((255, 0, 0), (40, 20))])
+    rows.data_source, rows.ground_truth = ["coco"], ["<answer>[{'bbox_2d': [0, 0, 1000, 1000], 'label': 'red'}]</answer>"]
+    rows.extra_info = [{"reward_model": {"verifier_parm": {"det_verifier_normalized": True,
+                                                           "det_reward_ratio": {"iou_max_label_first": 1.0}}}}]
+    ids = tok("<think>red</think>\n<answer>\n[{'bbox_2d': [0, 0, 40, 16], 'label': 'red'}]\n</answer>", add_special_tokens=False).input_ids
+    batch = RolloutBatch.sampled(rows, torch.tensor([ids]), torch.ones(1, len(ids)), torch.zeros(1, len(ids)), 0)
+    cfg = load_config(None, ["reward.custom_reward_function.name=detection", "reward.custom_reward_function.reward_kwargs={patch_size: 4}"])
+    stage = RewardStage(cfg, tok)
+    scores, _, _ = stage.score(batch, stage.decode(batch))
+    stage.close()
+    assert scores.tolist() == [pytest.approx(1.0)]

@@ -229,8 +229,6 @@ def reward_workers(ctx: Context) -> None:
             ctx.refuse(prefix, f"expected a mapping of reward worker keys, got {spec!r}")
             continue
         why_not = _unbuildable(spec.get("worker_cls"))
-        if why_not is None and ROLL_WORKER_CLASSES[spec["worker_cls"]] == roll_detection.DETECTION:
-            why_not = roll_detection.refusal(ctx, spec)
         if why_not is not None:
             for key, value in spec.items():
                 ctx.refuse(f"{prefix}.{key}", why_not, None, value)
@@ -244,7 +242,7 @@ def reward_workers(ctx: Context) -> None:
             if key not in done:
                 _worker_key(ctx, name, spec["worker_cls"], key, value)
         if ROLL_WORKER_CLASSES[spec["worker_cls"]] == roll_detection.DETECTION:
-            roll_detection.worker(ctx, name)
+            roll_detection.worker(ctx, name, spec)
         translated = True
     if translated and roll_detection.vision_pipeline(ctx, workers):
         ctx.set("data.reward_fn_key", "data_source", "rewards", roll_detection.VISION_TAGS)
@@ -281,7 +279,7 @@ def _worker_key(ctx: Context, name: str, worker_cls: str, key: str, value: Any) 
     elif ROLL_WORKER_CLASSES[worker_cls] == JUDGE and key in JUDGE_KEYS and key != "chat_template_name":  # posttrain's key, not ROLL's
         ctx.set(native, value, foreign)
     elif ROLL_WORKER_CLASSES[worker_cls] == roll_detection.DETECTION and key == "model_args":
-        ctx.drop(foreign, roll_detection.MODEL_ARGS)
+        roll_detection.model(ctx, name, {"model_args": value})
     elif key in _RULE_WORKER_UNUSED:
         ctx.drop(foreign, _RULE_WORKER_UNUSED[key])
     elif key in ("reward_type", "response_length_penalty_coef") and key not in _READS[module]:

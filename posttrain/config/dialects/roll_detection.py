@@ -11,12 +11,14 @@ object from extra_info, so the translation adds ``reward_model`` to ``data.extra
 - A file with a detection worker runs ROLL's vision-language pipeline, whose data reader tags each
   row by ``data_source``: ``data.reward_fn_key: data_source`` (unless a custom_data_kwargs_func
   reads the data instead).
-- ``model_args`` is dropped: ROLL loads that model's processor only to rescale a Qwen2.5-VL
-  policy's pixel boxes to the 0..1000 grid of the truth (``det_verifier_normalized``), using each
-  row's processed image size. posttrain's scorers are called with the reply text and the row, not
-  the processed image, so a worker whose model is Qwen2.5-VL (its config.json's model_type, or its
-  name when the directory is not on this machine) is refused whole; the other VL families answer on
-  the 0..1000 grid, where ROLL compares boxes as given too.
+- ``model_args``: ROLL loads that model's processor to learn whether the policy answers in pixels of
+  its resized image (a processor class named ``Qwen2_5...``: Qwen2.5-VL, Qwen2.5-Omni) and, if so,
+  its image patch size, by which it rescales the reply's boxes to the 0..1000 grid of the truth for
+  rows whose ``verifier_parm.det_verifier_normalized`` is set. The translation reads the same from
+  the model directory (config.json's model_type and preprocessor_config.json's patch_size; the
+  name, and the family's patch of 14, when the directory is not on this machine) into
+  ``reward_kwargs.patch_size``; the other VL families answer on the 0..1000 grid, where ROLL and
+  the scorer compare boxes as given.
 """
 
 from __future__ import annotations
@@ -37,9 +39,12 @@ VISION_TAGS = ("ROLL's vision-language pipeline (the one its detection worker ru
 THRESHOLD_ENV = "DET_IOU_THRESHOLD"
 # ROLL's DetectionVerifier accepts these (a float, or "average" / "dynamic")
 _THRESHOLDS = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.99)
-MODEL_ARGS = ("ROLL's detection worker loads this model's processor only to rescale a Qwen2.5-VL policy's pixel boxes "
-              "(refused for Qwen2.5-VL); for other models it compares the boxes as given, as the detection scorer does")
-_QWEN25_VL_NAME = re.compile(r"qwen2[._]?5[-_]?vl", re.IGNORECASE)
+MODEL_ARGS = ("ROLL's detection worker loads this model's processor only to rescale a pixel-answering policy's boxes "
+              "(Qwen2.5-VL, whose patch size becomes reward_kwargs.patch_size); for this model it compares the boxes as "
+              "given, as the detection scorer does")
+_PIXEL_FAMILY = re.compile(r"qwen2[._]?5[-_]?(vl|omni)", re.IGNORECASE)
+_PIXEL_MODEL_TYPES = ("qwen2_5_vl", "qwen2_5_omni")  # ROLL's test: the processor's class name starts with Qwen2_5
+FAMILY_PATCH = 14  # the image patch of Qwen2.5-VL's processor (transformers' default), when no directory says
 
 
 def vision_pipeline(ctx: Context, workers: Mapping[str, Any]) -> bool:
@@ -51,7 +56,8 @@ def vision_pipeline(ctx: Context, workers: Mapping[str, Any]) -> bool:
 
 
 def qwen25_vl(path: Any) -> bool:
-    """Whether ``path`` is a Qwen2.5-VL model: its config.json's model_type, else its name.
+    """Whether ``path`` is a model that answers in pixels (Qwen2.5-VL, Qwen2.5-Omni): its config.json's
+    model_type, else its name.
 
     >>> qwen25_vl("Qwen/Qwen2.5-VL-7B-Instruct"), qwen25_vl("Qwen/Qwen3-VL-4B-Instruct")
     (True, False)
@@ -61,43 +67,69 @@ def qwen25_vl(path: Any) -> bool:
     config = Path(path).expanduser() / "config.json"
     if config.is_file():
         try:
-            return json.loads(config.read_text()).get("model_type") == "qwen2_5_vl"
+            return json.loads(config.read_text()).get("model_type") in _PIXEL_MODEL_TYPES
         except (OSError, ValueError):
             pass
-    return bool(_QWEN25_VL_NAME.search(Path(path).name or path))
+    return bool(_PIXEL_FAMILY.search(Path(path).name or path))
 
 
-def refusal(ctx: Context, spec: Mapping[str, Any]) -> str | None:
-    """Why this detection worker cannot be translated (a Qwen2.5-VL model), else None."""
+def patch_size(ctx: Context, spec: Mapping[str, Any]) -> int | None:
+    """The image patch by which ROLL rescales this worker's policy's pixel boxes (its model's
+    preprocessor_config.json's patch_size, else the family's 14), or None for a model that answers on
+    the 0..1000 grid."""
     model_args = spec.get("model_args")
     model = model_args.get("model_name_or_path") if isinstance(model_args, Mapping) else None
     model = model or ctx.get("pretrain")
     if not qwen25_vl(model):
         return None
-    return (f"ROLL's detection reward rescales a Qwen2.5-VL policy's boxes ({model}) from pixels of its resized input "
-            "image to the 0..1000 grid of the truth, using each row's processed image size; posttrain's scorers are "
-            "called with the reply text and the row, not the processed image, so they would compare pixel boxes with "
-            "grid boxes. Qwen2-VL, Qwen3-VL and later answer on the 0..1000 grid: with one of them the worker "
-            "translates to the detection scorer")
+    config = Path(model).expanduser() / "preprocessor_config.json"
+    try:
+        value = json.loads(config.read_text()).get("patch_size") if config.is_file() else None
+    except (OSError, ValueError):
+        value = None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else FAMILY_PATCH
 
 
-def worker(ctx: Context, name: str) -> None:
-    """The extra settings of detection worker ``name``: the row's reward_model in extra_info, and the
-    IoU threshold ROLL takes from its environment."""
+def model(ctx: Context, name: str, spec: Mapping[str, Any]) -> None:
+    """The worker's model (``model_args``, else ``pretrain``): a pixel-answering policy's patch size
+    into ``reward_kwargs.patch_size``; any other model's processor ROLL does not use."""
+    source = f"rewards.{name}.model_args" if "model_args" in spec else "pretrain"
+    patch = patch_size(ctx, spec)
+    if patch is not None:
+        ctx.set(f"reward.workers.{name}.reward_kwargs.patch_size", patch, source,
+                "ROLL rescales this Qwen2.5-VL policy's pixel boxes by each row's processed image (grid x patch) "
+                "when the row's verifier_parm.det_verifier_normalized is set")
+    elif source != "pretrain":
+        ctx.drop(source, MODEL_ARGS)
+
+
+def worker(ctx: Context, name: str, spec: Mapping[str, Any]) -> None:
+    """The extra settings of detection worker ``name``: the row's reward_model in extra_info, the
+    patch size of a pixel-answering policy named by pretrain and the IoU threshold ROLL takes from
+    its environment."""
     keys = ctx.native.get("data", {}).get("extra_info_keys", [])
     if "reward_model" not in keys:  # once, for the first detection worker
         ctx.set("data.extra_info_keys", [*keys, "reward_model"], f"rewards.{name}.worker_cls",
                 "ROLL's detection worker reads the row's reward_model object (format_ratio, accuracy_ratio, verifier_parm)")
+    if "model_args" not in spec:  # model_args itself is translated with the worker's keys
+        model(ctx, name, spec)
+    threshold = _threshold(ctx, name, f"reward.workers.{name}.reward_kwargs")
+    if threshold is not None:
+        ctx.set(f"reward.workers.{name}.reward_kwargs.iou_threshold", threshold, f"{THRESHOLD_ENV} (environment, rewards.{name})",
+                "the IoU threshold of the detection scorer's IoU parts")
+
+
+def _threshold(ctx: Context, name: str, native: str) -> float | str | None:
+    """DET_IOU_THRESHOLD as the scorer's iou_threshold; None when unset, refused or dropped."""
     value = os.environ.get(THRESHOLD_ENV)
     if value is None:
-        return
+        return None
     source = f"{THRESHOLD_ENV} (environment, rewards.{name})"
-    native = f"reward.workers.{name}.reward_kwargs"
     if value == "dynamic":
         ctx.refuse(source, "ROLL's dynamic IoU threshold rises with the training step (0.85, then 0.95 after 10% of "
                    "max_steps, 0.99 after 25%); posttrain's scorers are functions of the reply and its row, not of the "
                    "step: set average or one threshold", native, value)
-        return
+        return None
     try:
         threshold: float | str = float(value)
     except ValueError:
@@ -105,5 +137,5 @@ def worker(ctx: Context, name: str) -> None:
     if threshold not in (*_THRESHOLDS, "average"):
         ctx.drop(source, f"{value!r} is not average, dynamic or one of {', '.join(map(str, _THRESHOLDS))}: ROLL logs an "
                  "error and averages over the thresholds, as posttrain's default does")
-        return
-    ctx.set(native, {"iou_threshold": threshold}, source, "the IoU threshold of the detection scorer's IoU parts")
+        return None
+    return threshold
