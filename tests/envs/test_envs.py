@@ -99,7 +99,7 @@ def test_the_docs_example_env_plays_as_documented(tmp_path):
     from posttrain.envs.base import check_step
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "agentic.md").read_text()
-    (source,) = re.findall(r"```python\n(.*?)```", doc, re.DOTALL)
+    (source,) = [block for block in re.findall(r"```python\n(.*?)```", doc, re.DOTALL) if "class MyEnv" in block]
     (tmp_path / "my_envs.py").write_text(source)
     spec = parse_custom_envs({"G": {"env_type": f"{tmp_path / 'my_envs.py'}:MyEnv", "env_config": {"high": 5}}})["G"]
     env = spec.cls(**spec.env_config)

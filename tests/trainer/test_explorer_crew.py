@@ -35,7 +35,7 @@ def explorer(log: list) -> SimpleNamespace:
     engine.update_weights = update_weights
     return SimpleNamespace(
         agent=object(), roles=SimpleNamespace(engine=engine),
-        explore=lambda prompts, timer, expected_version, policy_step=0: log.append(("explore", prompts, expected_version)) or f"batch {prompts}",
+        explore=lambda prompts, timer, expected_version, policy_step=0, refill=None: log.append(("explore", prompts, expected_version)) or f"batch {prompts}",
         validate=lambda step: log.append(("validate", step)) or {"val/score/mean": 0.5},
     )
 
