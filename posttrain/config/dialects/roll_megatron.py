@@ -226,7 +226,7 @@ _DPO_KEYS = ("ipo", "beta", "label_smoothing", "chosen_key", "rejected_key")
 
 def _supervised_stage(ctx: Context) -> str | None:
     """'SFT', 'distillation' or 'DPO' when the file is ROLL's SFT, distillation or DPO pipeline (no RL actor loss), else None."""
-    kind = (ctx.native.get("algorithm") or {}).get("kind")  # roll_sft's / roll_distill's pipeline handler runs first
+    kind = ctx.native_get("algorithm.kind")  # roll_sft's / roll_distill's pipeline handler runs first
     if kind in ("sft", "distill"):
         return "SFT" if kind == "sft" else "distillation"
     return "DPO" if any(ctx.has(k) for k in _DPO_KEYS) else None

@@ -55,6 +55,15 @@ class Context:
     def has(self, key: str) -> bool:
         return self.get(key, _MISSING) is not _MISSING
 
+    def native_get(self, path: str, default: Any = None) -> Any:
+        """What the translation has set at the native dotted ``path`` so far, else ``default``."""
+        node: Any = self.native
+        for part in path.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                return default
+            node = node[part]
+        return node
+
     # ---- recording outcomes ---------------------------------------------------------------------
     def set(self, native: str, value: Any, key: str, reason: str = "") -> None:
         """Put ``value`` at ``native`` for foreign ``key``, refusing a todo value or a conflict."""

@@ -123,7 +123,7 @@ def _eval_columns(ctx: Context, prefix: str, fmt: dict[str, Any], files: list[st
             if name in fmt:
                 ctx.drop(key, "its workflow (Tool-N1) reads the columns raw_system, tools, conversations and answer")
             continue
-        trained = (ctx.native.get("data") or {}).get(name, default)
+        trained = ctx.native_get(f"data.{name}", default)
         if value == trained:
             if name in fmt:
                 ctx.drop(key, f"{value!r}: the training data's column (data.{name})")

@@ -29,15 +29,6 @@ _IN = "buffer.explorer_input"
 _KWARGS = "reward.custom_reward_function.reward_kwargs"
 
 
-def _native(ctx: Context, native: str) -> Any:
-    node: Any = ctx.native
-    for part in native.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 def dapo_overlong(ctx: Context, args: dict[str, Any], key: str, training: bool) -> None:
     """math_dapo_reward's ``reward_fn_args`` (at ``key``) as reward.overlong_buffer (module docstring)."""
     for arg in args:
@@ -47,7 +38,7 @@ def dapo_overlong(ctx: Context, args: dict[str, Any], key: str, training: bool) 
     wanted = {native: args.get(arg) for arg, native in DAPO_ARGS.items()} if on else {"enable": None}
     wanted["enable"] = True if on else None
     if not training:
-        if {native: _native(ctx, f"reward.overlong_buffer.{native}") for native in wanted} != wanted:
+        if {native: ctx.native_get(f"reward.overlong_buffer.{native}") for native in wanted} != wanted:
             ctx.refuse(key, "the evaluation taskset's math_dapo_reward overlong penalty differs from the training taskset's; "
                             "posttrain adds the training one (reward.overlong_buffer) to validation scores too", None, args)
         elif args:
@@ -97,7 +88,7 @@ def bots_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, so
             ctx.refuse(where, f"{name} reads the workflow_args use_base, with_think, format_score_coef", None, value)
         else:
             ctx.drop(where, "off: the chat messages as they are")
-    if not training and bool(_native(ctx, f"{_KWARGS}.with_think")) and "with_think" not in args:
+    if not training and bool(ctx.native_get(f"{_KWARGS}.with_think")) and "with_think" not in args:
         ctx.refuse(source, "the evaluation taskset has no with_think format penalty while the training taskset's has; "
                            "posttrain validates with the training reward", None, name)
 
@@ -111,7 +102,7 @@ def _bots_format(ctx: Context, where: str, arg: str, value: Any, think: bool, tr
             ctx.set(native, wanted, where, "BOTS's think-tag format penalty (bots_math)")
         else:
             ctx.drop(where, "Trinity-RFT's default, or no penalty with with_think off")
-    elif _native(ctx, native) == wanted:
+    elif ctx.native_get(native) == wanted:
         ctx.drop(where, "as the training taskset: posttrain validates with the training reward")
     else:
         ctx.refuse(where, f"the evaluation taskset's {arg} differs from the training taskset's: posttrain validates with "

@@ -79,7 +79,7 @@ def env_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, sou
 def episode_sources(ctx: Context) -> None:
     """Move the frozen_lake tasksets' files from data.* to their entries' episode_files and size the
     managers (the module docstring); nothing when no taskset names an environment workflow."""
-    envs = (ctx.native.get("env") or {}).get("custom_envs") or {}
+    envs = ctx.native_get("env.custom_envs") or {}
     data = ctx.native.get("data") or {}
     if "frozen_lake" in envs:
         _files(ctx, envs["frozen_lake"], data.pop("train_files", None), f"{_IN}.taskset.path")

@@ -42,7 +42,7 @@ def data_selector(ctx: Context) -> None:
     selector = taskset.get("data_selector")
     if selector is None:
         # SFT/DPO rows are drawn uniformly; in a file of stages the SFT/DPO ones would inherit the order
-        rl = (ctx.native.get("algorithm") or {}).get("kind", "rl") == "rl" and not ctx.has("stages")
+        rl = ctx.native_get("algorithm.kind", "rl") == "rl" and not ctx.has("stages")
         if "data_selector" not in taskset and rl:
             ctx.set("data.selector.type", "sequential", _TS, "no data_selector: Trinity-RFT reads the taskset in file order "
                     "(its default selector_type sequential), wrapping around")

@@ -305,15 +305,6 @@ def _boxed_reward_args(ctx: Context, args: dict[str, Any], where: dict[str, str]
         _as_training(ctx, where["format_score_coef"], f"{kwargs}.format_score_coef", coef if coef != 0.1 else None, training, "format_score_coef", "the format penalty's size")
 
 
-def _native(ctx: Context, native: str) -> Any:
-    node: Any = ctx.native
-    for part in native.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 def _as_training(ctx: Context, key: str, native: str, value: Any, training: bool, what: str, reason: str) -> None:
     """Set ``native`` from the training taskset (None: leave it unset); an evaluation taskset's value
     must be what the training one left there, since posttrain validates with the training settings."""
@@ -324,7 +315,7 @@ def _as_training(ctx: Context, key: str, native: str, value: Any, training: bool
         elif explicit:
             ctx.drop(key, f"off: Trinity-RFT's default ({reason})")
         return
-    trained = _native(ctx, native)
+    trained = ctx.native_get(native)
     if trained == value and explicit:
         ctx.drop(key, "as the training taskset: posttrain validates with the training prompts and reward")
     elif trained != value:
