@@ -41,12 +41,14 @@ def lr_multiplier(
     decay_steps: int | None = None,
 ) -> float:
     """Multiplier of the peak learning rate at optimizer step ``step`` (0-based). During warm-up it
-    rises linearly from ``warmup_init_ratio``: ``r0 + (1 - r0) * (step + 1) / warmup_steps``. The
-    decay ends at ``decay_steps`` when given, else at ``total_steps``, and holds its last value."""
+    rises linearly from ``warmup_init_ratio``: ``r0 + (1 - r0) * step / warmup_steps``, so the first
+    update trains at the initial LR (0 by default) and step ``warmup_steps`` at the peak, as verl's
+    LambdaLR schedules, Hugging Face's and Megatron's OptimizerParamScheduler count. The decay ends
+    at ``decay_steps`` when given, else at ``total_steps``, and holds its last value."""
     if style not in SCHEDULES:
         raise ValueError(f"unknown lr schedule {style!r}; choose one of {', '.join(SCHEDULES)}")
     if warmup_steps > 0 and step < warmup_steps:
-        return warmup_init_ratio + (1.0 - warmup_init_ratio) * (step + 1) / warmup_steps
+        return warmup_init_ratio + (1.0 - warmup_init_ratio) * step / warmup_steps
     if style == "constant":
         return 1.0
     # the decay's horizon: past it, progress is clamped at 1 and the LR holds its final value

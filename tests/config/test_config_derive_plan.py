@@ -76,9 +76,9 @@ def test_lr_schedule_updates_fixes_the_schedules_length_and_the_lr_holds_past_it
              "actor.optim.lr_warmup_rounding=ceil", "actor.optim.lr=1.0")
     d = derive(cfg_with(*fixed), 100)
     assert (d.total_training_steps, d.actor_schedule_steps, d.actor_warmup_steps) == (36, 6, 2)  # not 36 x 4 updates
-    expected = {  # LR of updates 0..8: warm-up (k + 1) / 2, then the decay over updates 2..6, then its end
-        "linear": [0.5, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0, 0.0],
-        "cosine": [0.5, 1.0, 1.0, 0.5 + 0.5 * 2**-0.5, 0.5, 0.5 - 0.5 * 2**-0.5, 0.0, 0.0, 0.0],  # 0.5 (1 + cos(pi (k - 2) / 4))
+    expected = {  # LR of updates 0..8: warm-up k / 2, then the decay over updates 2..6, then its end
+        "linear": [0.0, 0.5, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0, 0.0],
+        "cosine": [0.0, 0.5, 1.0, 0.5 + 0.5 * 2**-0.5, 0.5, 0.5 - 0.5 * 2**-0.5, 0.0, 0.0, 0.0],  # 0.5 (1 + cos(pi (k - 2) / 4))
     }
     for kind, lrs in expected.items():
         cfg = cfg_with(*fixed, f"actor.optim.lr_scheduler_type={kind}")

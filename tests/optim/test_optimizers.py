@@ -72,7 +72,7 @@ def test_lr_decay_steps_ends_the_decay_and_holds_the_final_lr():
     kw = dict(warmup_steps=2, total_steps=20, min_lr_ratio=0.1, decay_steps=6)
     got = [lr_multiplier("cosine", s, **kw) for s in range(9)]
     half = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5))  # progress (4 - 2) / (6 - 2)
-    assert got == pytest.approx([0.5, 1.0, 1.0, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.25)), half,
+    assert got == pytest.approx([0.0, 0.5, 1.0, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.25)), half,
                                  0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.75)), 0.1, 0.1, 0.1])
     # wsd: the last 10% of 20 decay_steps (2 steps) decay linearly, from step 18 to 20, then hold
     wsd = [lr_multiplier("wsd", s, warmup_steps=0, total_steps=50, decay_steps=20) for s in (17, 18, 19, 20, 40)]

@@ -8,7 +8,7 @@ from posttrain.optim import build_optimizer, build_scheduler, lr_multiplier
 
 def test_constant_with_warmup():
     got = [lr_multiplier("constant", s, warmup_steps=4, total_steps=10) for s in range(6)]
-    assert got == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert got == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]  # the first update at 0, as verl's, HF's and Megatron's schedulers
 
 
 def test_cosine_reaches_min_ratio_at_end_and_half_way_is_midpoint():
@@ -17,13 +17,14 @@ def test_cosine_reaches_min_ratio_at_end_and_half_way_is_midpoint():
     assert lr_multiplier("cosine", 5, **kw) == pytest.approx(0.1 + 0.9 * 0.5)
     assert lr_multiplier("cosine", 10, **kw) == pytest.approx(0.1)
     # warm-up then cosine over the remaining steps
-    assert lr_multiplier("cosine", 1, warmup_steps=2, total_steps=12) == pytest.approx(1.0)
+    assert lr_multiplier("cosine", 1, warmup_steps=2, total_steps=12) == pytest.approx(0.5)
+    assert lr_multiplier("cosine", 2, warmup_steps=2, total_steps=12) == pytest.approx(1.0)
     assert lr_multiplier("cosine", 7, warmup_steps=2, total_steps=12) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
 
 
 def test_wsd_stable_then_linear_decay():
     kw = dict(warmup_steps=2, total_steps=20, min_lr_ratio=0.0, decay_ratio=0.25)
-    assert lr_multiplier("wsd", 0, **kw) == pytest.approx(0.5)
+    assert lr_multiplier("wsd", 0, **kw) == 0.0 and lr_multiplier("wsd", 1, **kw) == pytest.approx(0.5)
     assert lr_multiplier("wsd", 14, **kw) == pytest.approx(1.0)
     assert lr_multiplier("wsd", 15, **kw) == pytest.approx(1.0)  # decay starts at 20 - 5
     assert lr_multiplier("wsd", 17, **kw) == pytest.approx(1.0 - 2 / 5)
@@ -44,12 +45,12 @@ def test_scheduler_drives_optimizer_lr():
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
-    assert lrs == pytest.approx([5e-3, 1e-2, 1e-2])
+    assert lrs == pytest.approx([0.0, 5e-3, 1e-2])
 
 
 def test_warmup_starts_from_lr_warmup_init():
     got = [lr_multiplier("cosine", s, warmup_steps=4, total_steps=10, warmup_init_ratio=0.2) for s in range(4)]
-    assert got == pytest.approx([0.4, 0.6, 0.8, 1.0])  # 0.2 + 0.8 * (s + 1) / 4
+    assert got == pytest.approx([0.2, 0.4, 0.6, 0.8])  # 0.2 + 0.8 * s / 4
 
 
 def test_lr_warmup_init_reaches_the_optimizer(tmp_path):
@@ -62,7 +63,7 @@ def test_lr_warmup_init_reaches_the_optimizer(tmp_path):
     cfg = load_config(None, [f"model.path={model_dir}", "actor.optim.lr=1e-3", "actor.optim.lr_warmup_steps=4",
                              "actor.optim.lr_warmup_init=2e-4"])
     optimizer = build_roles(cfg, derive(cfg, 64), tokenizer_from_config(cfg.model)).actor.optimizer
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(2e-4 + 8e-4 / 4)  # first step: 1/4 of the way from init
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(2e-4)  # the first step at the initial LR
 
 
 def test_fused_adamw_on_request_matches_the_loop_implementation():
@@ -103,7 +104,7 @@ def test_one_builder_turns_an_optim_section_into_adamw_and_its_schedule():
         optimizer.step()
         scheduler.step()
     # warm-up from 5e-4 to 1e-3 over 2 steps, then a half cosine from 1e-3 down towards 0.5 x 1e-3
-    assert lrs[:3] == pytest.approx([7.5e-4, 1e-3, 1e-3])
+    assert lrs[:3] == pytest.approx([5e-4, 7.5e-4, 1e-3])
     assert lrs[3:] == pytest.approx([1e-3 * (0.5 + 0.5 * 0.5 * (1 + math.cos(math.pi * k / 4))) for k in (1, 2, 3)])
 
 
@@ -111,6 +112,6 @@ def test_linear_decays_in_a_straight_line_to_min_ratio_after_warmup():
     # Hugging Face's linear: (total - step) / (total - warm-up) after warm-up
     got = [lr_multiplier("linear", s, warmup_steps=0, total_steps=4) for s in range(5)]
     assert got == pytest.approx([1.0, 0.75, 0.5, 0.25, 0.0])
-    assert lr_multiplier("linear", 1, warmup_steps=2, total_steps=6) == pytest.approx(1.0)  # still warming up
+    assert lr_multiplier("linear", 1, warmup_steps=2, total_steps=6) == pytest.approx(0.5)  # still warming up
     assert lr_multiplier("linear", 4, warmup_steps=2, total_steps=6, min_lr_ratio=0.2) == pytest.approx(0.2 + 0.8 * 0.5)
     assert lr_multiplier("linear", 9, warmup_steps=2, total_steps=6) == pytest.approx(0.0)  # holds past the end

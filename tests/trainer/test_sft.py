@@ -113,9 +113,9 @@ def test_sft_on_sort_lowers_the_loss_and_saves_a_loadable_model(workdir):
     vals = [r for r in records if "val/sft/loss" in r]
     assert [r["step"] for r in vals] == [100, 120, 140]  # before training, every 20 steps, at the end
     assert vals[-1]["val/sft/loss"] < 0.6 * vals[0]["val/sft/loss"]
-    # Warm-up 4 steps (10% of 40), then cosine: LR rises, peaks at 1e-3, falls.
+    # Warm-up 4 steps (10% of 40), then cosine: LR rises from 0 (the first update), peaks at 1e-3 at step 4, falls.
     lrs = [r["actor/lr"] for r in train]
-    assert lrs[0] == pytest.approx(2.5e-4) and lrs[3] == pytest.approx(1e-3) and lrs[-1] < 1e-4
+    assert lrs[0] == 0.0 and lrs[1] == pytest.approx(2.5e-4) and lrs[4] == pytest.approx(1e-3) and lrs[-1] < 1e-4
     assert all(r["sft/lr"] == r["actor/lr"] for r in train)
     assert all(math.isfinite(r["actor/grad_norm"]) and r["perf/tokens_per_s"] > 0 and r["timing/step_s"] > 0 for r in train)
     assert all(r["sft/tokens"] > 0 for r in train)
