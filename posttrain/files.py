@@ -223,3 +223,15 @@ def _split_suffix(text: str, sep: str) -> tuple[str, str | None]:
     if not found or not head or not tail or "/" in tail:
         return text, None
     return head, tail
+
+
+def import_user_module(where: str, kind: str, refuse: Callable[[str], Exception]) -> ModuleType:
+    """A user's module named in a config: a Python file (``path/to/file.py``, run by
+    `import_python_file`) or an importable module (``pkg.module``). Every failure raises
+    ``refuse(message)``, the message naming the file or module."""
+    if where.endswith(".py"):
+        return import_python_file(where, kind, refuse, lambda e: refuse(f"importing {where} failed: {type(e).__name__}: {e}"))
+    try:
+        return importlib.import_module(where)
+    except ImportError as e:
+        raise refuse(f"cannot import module {where!r}: {e}") from e

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from posttrain.errors import ConfigError, UserError
-from posttrain.files import import_python_file
+from posttrain.files import import_user_module
 from posttrain.rollout.agent_endpoint import AgentEndpoint, EpisodeRecord
 
 log = logging.getLogger(__name__)
@@ -80,16 +80,7 @@ def load_agent_function(spec: str, key: str) -> Callable[..., Any]:
     where, sep, name = spec.rpartition(":")
     if not sep or not where or not name:
         raise ConfigError(f"{key}: expected 'module:function' or 'path/to/file.py:function', got {spec!r}")
-    if where.endswith(".py"):
-        module = import_python_file(where, "agent", lambda m: ConfigError(f"{key}: {m}"),
-                                    lambda e: ConfigError(f"{key}: importing {where} failed: {type(e).__name__}: {e}"))
-    else:
-        import importlib
-
-        try:
-            module = importlib.import_module(where)
-        except ImportError as e:
-            raise ConfigError(f"{key}: cannot import module {where!r}: {e}") from e
+    module = import_user_module(where, "agent", lambda m: ConfigError(f"{key}: {m}"))
     fn = getattr(module, name, None)
     if not callable(fn):
         found = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == module.__name__)

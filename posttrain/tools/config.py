@@ -17,7 +17,6 @@ Every problem names the file and the line of the entry (or of the YAML syntax er
 from __future__ import annotations
 
 import copy
-import importlib
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +27,7 @@ from posttrain.tools import interpreter  # noqa: F401  (registers the built-in t
 from posttrain.tools import calculator  # noqa: F401
 from posttrain.tools.base import TOOLS
 from posttrain.errors import ConfigError
-from posttrain.files import import_python_file
+from posttrain.files import import_user_module
 
 ENTRY_KEYS = ("class_name", "config", "tool_schema")
 
@@ -137,14 +136,7 @@ def _user_class(name: str, key: str, methods: tuple[str, ...]) -> type:
     module_name, sep, class_name = name.rpartition(":") if ":" in name else name.rpartition(".")
     if not sep or not module_name:
         raise ConfigError(f"{key}: {name!r} names no class; write 'pkg.module.Class', 'pkg.module:Class' or 'path/to/file.py:Class'")
-    if module_name.endswith(".py"):
-        module = import_python_file(module_name, "tool", lambda m: ConfigError(f"{key}: {m}"),
-                                    lambda e: ConfigError(f"{key}: importing {module_name} failed: {type(e).__name__}: {e}"))
-    else:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as e:
-            raise ConfigError(f"{key}: cannot import module {module_name!r}: {e}") from e
+    module = import_user_module(module_name, "tool", lambda m: ConfigError(f"{key}: {m}"))
     cls = getattr(module, class_name, None)
     if not inspect.isclass(cls):
         raise ConfigError(f"{key}: {module_name} defines no class {class_name!r}")

@@ -26,6 +26,15 @@ from posttrain.config.dialects.report import Entry, Report
 _MISSING = object()
 
 
+def _at(node: Any, path: str, default: Any) -> Any:
+    """The value at dotted ``path`` in nested mappings, else ``default``."""
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
 @dataclasses.dataclass
 class Context:
     """State of one translation: the (resolved) foreign dict, the native dict being built, the report."""
@@ -45,24 +54,14 @@ class Context:
 
     # ---- reading the foreign dict ---------------------------------------------------------------
     def get(self, key: str, default: Any = None) -> Any:
-        node: Any = self.raw
-        for part in key.split("."):
-            if not isinstance(node, Mapping) or part not in node:
-                return default
-            node = node[part]
-        return node
+        return _at(self.raw, key, default)
 
     def has(self, key: str) -> bool:
         return self.get(key, _MISSING) is not _MISSING
 
     def native_get(self, path: str, default: Any = None) -> Any:
         """What the translation has set at the native dotted ``path`` so far, else ``default``."""
-        node: Any = self.native
-        for part in path.split("."):
-            if not isinstance(node, Mapping) or part not in node:
-                return default
-            node = node[part]
-        return node
+        return _at(self.native, path, default)
 
     # ---- recording outcomes ---------------------------------------------------------------------
     def set(self, native: str, value: Any, key: str, reason: str = "") -> None:
