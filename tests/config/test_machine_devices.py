@@ -134,3 +134,11 @@ def test_smoke_runs_the_size_the_machine_lacks_as_one_process(machine_gpus, tmp_
     assert (cfg.cluster.n_gpus_per_node, cfg.actor.ulysses_sequence_parallel_size) == (0, 1)
     with pytest.raises(ConfigError, match="does not divide the 1 worker process"):  # the user's own count: theirs to fix
         smoke_config(None, [ULYSSES_2, "trainer.n_gpus_per_node=1"], "verl", tmp_path / "x")
+
+
+def test_a_size_no_cluster_of_the_framework_could_run_stays_a_config_error(machine_gpus):
+    # 3 divides neither this machine's 1 process nor the 8 of verl's default node: the line's to fix
+    machine_gpus(0)
+    (problem,) = _problems(["actor_rollout_ref.actor.ulysses_sequence_parallel_size=3"])
+    assert "does not divide the 1 worker process" in problem and LEFT_TO_MACHINE not in problem
+    assert not machine_refusal(problem)

@@ -144,11 +144,14 @@ def check(foreign: Foreign) -> list[str]:
         validate(deep_merge(defaults_dict(), foreign.native))
     except ConfigError as err:
         origin = foreign.report.native_origin()
-        gpus = foreign.report.devices_from_machine
+        gpus, per_node = foreign.report.devices_from_machine, foreign.report.framework_devices_per_node
+        # the processes the framework's default count gives the file's nodes: the user's cluster
+        nodes = (foreign.native.get("cluster") or {}).get("nnodes", 1)
+        framework_world = (nodes if isinstance(nodes, int) and nodes > 0 else 1) * (per_node or 1)
         out = []
         for problem in err.problems:
             if gpus is not None:  # a size the machine's process count does not meet: the machine's lack
-                problem = machine_problem(problem, gpus)
+                problem = machine_problem(problem, gpus, framework_world)
             match = _LEADING_KEY.match(problem)
             native = match.group(0) if match else ""
             if native in origin:

@@ -48,7 +48,7 @@ def size_to_machine(ctx: Any, key: str, framework: str, default: int) -> None:
     if given(ctx, key):
         return
     gpus = visible_gpus()
-    ctx.report.devices_from_machine = gpus
+    ctx.report.devices_from_machine, ctx.report.framework_devices_per_node = gpus, default
     if gpus > 0:
         ctx.set(NATIVE, gpus, key, f"{gpus}: this machine's GPUs ({LEFT_TO_MACHINE}; {framework}'s default {default} describes {framework}'s machine)")
 
@@ -56,15 +56,19 @@ def size_to_machine(ctx: Any, key: str, framework: str, default: int) -> None:
 _PER_WORLD = re.compile(r"^(?P<what>[\w.]+)=(?P<size>\d+) does not divide the (?P<world>\d+) worker process(?:es|\(es\))?(?: \([^)]*\))?")
 
 
-def machine_problem(problem: str, gpus: int) -> str:
+def machine_problem(problem: str, gpus: int, framework_world: int) -> str:
     """A native problem "SIZE does not divide the W worker process(es)" said as what this machine
-    lacks, for a run whose devices per node (``gpus``) came from the machine; others unchanged.
+    lacks, for a run whose devices per node (``gpus``) came from the machine, when SIZE divides the
+    processes the framework's default count gives (``framework_world``: the user's cluster); others
+    unchanged (a size that no cluster of the file's could run is the file's to fix).
 
-    >>> machine_problem("actor.ulysses_sequence_parallel_size=2 does not divide the 1 worker process(es) (cluster.nnodes 4 × cluster.n_gpus_per_node 0): ...", 0)
+    >>> machine_problem("actor.ulysses_sequence_parallel_size=2 does not divide the 1 worker process(es) (cluster.nnodes 4 × cluster.n_gpus_per_node 0): ...", 0, 32)
     'actor.ulysses_sequence_parallel_size=2 needs a multiple of 2 worker processes; this machine gives 1 (no GPU here; the file leaves the device count to the machine)'
+    >>> machine_problem("actor.ulysses_sequence_parallel_size=3 does not divide the 1 worker process(es) (...)", 0, 8)[:60]
+    'actor.ulysses_sequence_parallel_size=3 does not divide the 1'
     """
     match = _PER_WORLD.match(problem)
-    if not match:
+    if not match or framework_world % int(match["size"]):
         return problem
     here = "no GPU here" if gpus == 0 else f"{gpus} GPU{'s' if gpus > 1 else ''} per node here"
     return (f"{match['what']}={match['size']} needs a multiple of {match['size']} worker processes; this machine gives "
