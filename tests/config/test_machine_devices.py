@@ -142,3 +142,11 @@ def test_a_size_no_cluster_of_the_framework_could_run_stays_a_config_error(machi
     (problem,) = _problems(["actor_rollout_ref.actor.ulysses_sequence_parallel_size=3"])
     assert "does not divide the 1 worker process" in problem and LEFT_TO_MACHINE not in problem
     assert not machine_refusal(problem)
+
+
+def test_machine_doctests():
+    import doctest
+
+    from posttrain.config.dialects import machine
+
+    assert doctest.testmod(machine).attempted >= 2 and doctest.testmod(machine).failed == 0
