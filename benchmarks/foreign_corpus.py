@@ -65,6 +65,9 @@ MACHINE = [
     ("a GPU", re.compile(r"CUDA is not available|no (CUDA )?GPU|needs? (a )?GPU|\bcuda\b.*not available", re.I)),
     # a device count a launch script reads from a scheduler's variable (SLURM's), unset outside a job
     ("a cluster job", re.compile(r"a cluster job's device count")),
+    # a size that must divide the worker processes, where the file leaves the device count to the
+    # machine (posttrain.config.dialects.machine) and this one has fewer GPUs than the user's
+    ("GPUs for its parallel sizes", re.compile(r"the file leaves the device count to the machine")),
     # vLLM/SGLang rollout: the engine package is missing because the machine has no CUDA GPU for it
     ("vLLM/SGLang", re.compile(r"(vLLM|SGLang) is not installed .*no CUDA GPU")),
     # a tracker's secret the file reads with ${oc.env:...}: the user's shell has it, this one does not

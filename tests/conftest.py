@@ -16,6 +16,16 @@ def tiny_lm() -> Qwen2ForCausalLM:
     return Qwen2ForCausalLM(config).eval()
 
 
+@pytest.fixture(autouse=True)
+def _dialects_on_a_machine_without_gpus(request, monkeypatch):
+    """A foreign file that leaves its per-node device count to the machine is translated as on a
+    machine without GPUs wherever the suite runs (posttrain.config.dialects.machine), so that the
+    translations tests expect do not change on a GPU node; a test that asks for the `machine_gpus`
+    fixture (tests/config/test_machine_devices.py) sets the count itself."""
+    if "machine_gpus" not in request.fixturenames:
+        monkeypatch.setattr("posttrain.config.dialects.machine.visible_gpus", lambda: 0)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Files holding a `slow` test run first. The suite runs two files at a time (pytest-xdist,
     `--dist loadfile`, in the order collected): starting the minute-long end-to-end files first

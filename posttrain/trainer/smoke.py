@@ -50,7 +50,8 @@ PROMPT_LENGTH, RESPONSE_LENGTH = 512, 16  # prompt room for a system prompt such
 _MACHINE = re.compile(r"vLLM|SGLang|TensorRT|asynchronous rollout server|Megatron backend|Megatron parallelism|ROLL's Megatron strategy|"
                       r"Megatron and the other strategies|DeepSpeed|engine\(s\) × tensor_parallel_size|"
                       r"NPU|roles on different devices|beside training on|of cluster.nnodes × cluster.n_gpus_per_node|"
-                      r"explorer's \d+ devices|NCCL|GPU|expert parallelism|a cluster job's device count")  # case matters: keys say megatron
+                      r"explorer's \d+ devices|NCCL|GPU|expert parallelism|a cluster job's device count|"
+                      r"the file leaves the device count to the machine")  # case matters: keys say megatron
 _LOCAL_TRACKERS = ("console", "jsonl", "tensorboard")
 _BLANK_COUNT = "a cluster job's device count"  # posttrain.config.dialects.verl.BLANK_DEVICES
 _PER_WORLD = re.compile(r"does not divide the \d+ worker process")

@@ -24,6 +24,7 @@ import yaml
 
 from posttrain.config.dialects import hydra, roll, roll_distill, roll_onpolicy, roll_sft, trinity, verl, verl_eval, verl_launch
 from posttrain.config.dialects.detect import DIALECTS, TITLES, detect
+from posttrain.config.dialects.machine import machine_problem
 from posttrain.config.dialects.report import Entry, Report
 from posttrain.config.dialects.source import compose, read_yaml, references, resolve
 from posttrain.config.dialects.translate import translate_dict
@@ -143,8 +144,14 @@ def check(foreign: Foreign) -> list[str]:
         validate(deep_merge(defaults_dict(), foreign.native))
     except ConfigError as err:
         origin = foreign.report.native_origin()
+        gpus, per_node = foreign.report.devices_from_machine, foreign.report.framework_devices_per_node
+        # the processes the framework's default count gives the file's nodes: the user's cluster
+        nodes = (foreign.native.get("cluster") or {}).get("nnodes", 1)
+        framework_world = (nodes if isinstance(nodes, int) and nodes > 0 else 1) * (per_node or 1)
         out = []
         for problem in err.problems:
+            if gpus is not None:  # a size the machine's process count does not meet: the machine's lack
+                problem = machine_problem(problem, gpus, framework_world)
             match = _LEADING_KEY.match(problem)
             native = match.group(0) if match else ""
             if native in origin:

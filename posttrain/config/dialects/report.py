@@ -45,6 +45,10 @@ class Report:
 
     dialect: str
     entries: list[Entry] = dataclasses.field(default_factory=list)
+    # devices per node taken from this machine because the file left the count to its framework's
+    # default, and that default (posttrain.config.dialects.machine); None when the file names it
+    devices_from_machine: int | None = None
+    framework_devices_per_node: int | None = None
 
     def add(self, entry: Entry) -> None:
         self.entries.append(entry)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from posttrain.config.dialects import roll_defaults
+from posttrain.config.dialects import machine, roll_defaults
 from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, agentic_thinking, env_manager_sampling
 from posttrain.config.dialects import roll_async, roll_budgets, roll_correction, roll_download, roll_envs, roll_judge, roll_lengths, roll_outputs
 from posttrain.config.dialects import roll_step_envs
@@ -132,6 +132,13 @@ def node_count(ctx: Context) -> None:
     ctx.consume("num_nodes")
     ctx.set("cluster.nnodes", nodes, origin,
             f"ROLL sets num_nodes from the highest device of its workers' device_mapping: {nodes} node(s) of num_gpus_per_node")
+
+
+def machine_devices(ctx: Context) -> None:
+    """No ``num_gpus_per_node`` (ROLL's default, 8, describes ROLL's machine; ROLL itself reads the
+    platform's device count at start): this machine's GPUs per node, one process without any
+    (posttrain.config.dialects.machine); the nodes follow from the device mappings (`node_count`)."""
+    machine.size_to_machine(ctx, "num_gpus_per_node", "ROLL", 8)
 
 
 def mini_batch(ctx: Context) -> None:
@@ -388,4 +395,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_envs.HANDLERS, *roll_pg.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, *roll_correction.HANDLERS, *roll_packing.HANDLERS, *roll_profiler.HANDLERS, *roll_download.HANDLERS, node_count, roll_roles.template, reward_norm, mini_batch, topr, roll_pg.importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, agentic_thinking, roll_step_envs.step_env_managers, *roll_defaults.HANDLERS]
+HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_envs.HANDLERS, *roll_pg.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, *roll_correction.HANDLERS, *roll_packing.HANDLERS, *roll_profiler.HANDLERS, *roll_download.HANDLERS, machine_devices, node_count, roll_roles.template, reward_norm, mini_batch, topr, roll_pg.importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, agentic_thinking, roll_step_envs.step_env_managers, *roll_defaults.HANDLERS]

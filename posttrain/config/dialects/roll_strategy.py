@@ -35,7 +35,7 @@ from typing import Any
 from posttrain.config.dialects import roll_fsdp2, roll_megatron
 from posttrain.config.dialects.source import leaves as dotted_leaves
 from posttrain.config.dialects.translate import Context
-from posttrain.config.dialects.values import parse_device_list, roll_nodes
+from posttrain.config.dialects.values import parse_device_list, roll_nodes, roll_per_node
 from posttrain.config.tables import Rule
 
 # ROLL role -> posttrain section, and the DeepSpeed strategy names ROLL runs each with.
@@ -70,7 +70,7 @@ def device_count(ctx: Context, role: str) -> int:
             return len(parse_device_list(mapping))
         except Exception:  # the device_mapping key itself reports the problem
             return 0
-    return roll_nodes(ctx) * (ctx.get("num_gpus_per_node", 8) or 0)
+    return roll_nodes(ctx) * (roll_per_node(ctx) or 0)
 
 
 def train_strategy(ctx: Context) -> None:

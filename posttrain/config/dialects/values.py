@@ -12,6 +12,7 @@ import ast
 from typing import Any
 
 from posttrain.config.access import placement_problem
+from posttrain.config.dialects import machine
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.translate import Context, refusal
 from posttrain.config.sections.optim import OPTIMIZERS
@@ -127,11 +128,20 @@ def _eval_devices(node: ast.AST) -> list[int]:
 _MAPPED_WORKERS = ("actor_train", "actor_infer", "reference", "critic")
 
 
+def roll_per_node(ctx: Context) -> Any:
+    """ROLL's devices per node: the file's num_gpus_per_node, else this machine's GPUs (ROLL's pipeline
+    config reads the platform's device count at start); on a machine without any, ROLL's default 8
+    still reads the device mappings (which devices make "the whole cluster"), and the run has one process."""
+    if machine.given(ctx, "num_gpus_per_node"):
+        return ctx.get("num_gpus_per_node")
+    return machine.visible_gpus() or 8
+
+
 def roll_nodes(ctx: Context) -> Any:
     """ROLL's node count: it sets num_nodes itself from the highest device any worker's device_mapping
-    names (its pipeline config: every worker, reward workers too), as many nodes of num_gpus_per_node
+    names (its pipeline config: every worker, reward workers too), as many nodes of `roll_per_node`
     as that needs; the file's num_nodes (default 1) only without mappings."""
-    per_node = ctx.get("num_gpus_per_node", 8)  # ROLL's default
+    per_node = roll_per_node(ctx)
     highest = -1
     rewards = ctx.get("rewards")
     for key in [f"{w}.device_mapping" for w in _MAPPED_WORKERS] + [f"rewards.{n}.device_mapping" for n in (rewards if isinstance(rewards, dict) else {})]:
@@ -147,7 +157,7 @@ def roll_nodes(ctx: Context) -> Any:
 def _device_mapping(ctx: Context, value: Any) -> list[int]:
     devices = parse_device_list(value)
     nodes = roll_nodes(ctx)
-    per_node = ctx.get("num_gpus_per_node", 8)  # ROLL's default
+    per_node = roll_per_node(ctx)
     if isinstance(per_node, int) and isinstance(nodes, int) and sorted(devices) == list(range(nodes * per_node)):
         return []  # every device of the cluster: posttrain's default placement (all roles colocated)
     # ROLL's workers by posttrain's roles: the trainer's (actor, reference, critic) and the engines'

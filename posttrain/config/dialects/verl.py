@@ -17,7 +17,7 @@ import functools
 import re
 from typing import Any
 
-from posttrain.config.dialects import verl_code, verl_megatron, verl_nsys, verl_reward
+from posttrain.config.dialects import machine, verl_code, verl_megatron, verl_nsys, verl_reward
 from posttrain.config.dialects.source import hydra_ignorable, resolve
 from posttrain.config.dialects.values import value_hook as common_value_hook
 from posttrain.config.tables import Rule
@@ -47,9 +47,10 @@ _GLOBAL_MICRO = {
 
 
 def world_size(ctx: Any) -> int:
-    """The worker processes posttrain runs the file with: trainer.nnodes x trainer.n_gpus_per_node as
-    written (posttrain.config.access.world_size); a file without n_gpus_per_node runs one process."""
-    gpus, nodes = ctx.get("trainer.n_gpus_per_node", 0) or 0, ctx.get("trainer.nnodes", 1) or 1
+    """The worker processes posttrain runs the file with: trainer.nnodes x trainer.n_gpus_per_node
+    (posttrain.config.access.world_size), the latter as written or, left out, this machine's GPUs
+    (`machine_devices`); one process with none."""
+    gpus, nodes = machine.per_node(ctx, "trainer.n_gpus_per_node") or 0, ctx.get("trainer.nnodes", 1) or 1
     ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (gpus, nodes))
     return nodes * gpus if ints and gpus > 0 else 1
 
@@ -94,6 +95,13 @@ def keep_one_checkpoint(ctx: Any) -> None:
 BLANK_DEVICES = ("empty: a cluster job's device count, left empty where a launch script's variable is not set (SLURM "
                  "sets $SLURM_JOB_NUM_NODES and $SLURM_GPUS_PER_NODE only inside a job): export the variable to plan "
                  "here; `posttrain smoke` runs one CPU process instead")
+
+
+def machine_devices(ctx: Any) -> None:
+    """No ``trainer.n_gpus_per_node`` (verl's default, 8, describes verl's machine): this machine's
+    GPUs per node, one process without any (posttrain.config.dialects.machine); trainer.nnodes
+    (verl's default 1) multiplies it as written."""
+    machine.size_to_machine(ctx, "trainer.n_gpus_per_node", "verl", 8)
 
 
 def blank_device_counts(ctx: Any) -> None:
@@ -207,7 +215,7 @@ RULES.update(verl_megatron.RULES)  # verl's Megatron trainer: its strategy and m
 RULES.update(verl_reward.RULES)  # verl's reward model, on its legacy worker or its reward loop
 RULES.update(verl_nsys.RULES)  # nsys discrete: a capture range per phase
 
-HANDLERS = [*verl_megatron.HANDLERS, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default, rollout_correction, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
+HANDLERS = [*verl_megatron.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default, rollout_correction, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
 
 
 @functools.lru_cache(maxsize=2)
