@@ -38,7 +38,7 @@ from posttrain.trainer.advantages import (
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
 from posttrain.trainer.dynamic_sampling import Round, gather_groups, metric_values
-from posttrain.trainer.rewarding import RewardStage
+from posttrain.trainer.rewarding import RewardStage, val_overlong_rows
 from posttrain.trainer.rollout_mock import RolloutMock
 from posttrain.trainer.rollout_tracing import open_rollout_tracer, trace_rollout
 from posttrain.trainer.mixing import ExpertRows, expert_dataset
@@ -290,14 +290,16 @@ class RLTrainer:
         sampler = make_sampler(self.cfg.data, len(self.val_set), split="val")
         batches: list[RolloutBatch] = []
         tools: list[dict[str, float]] = []
+        row_of: dict[str, int] = {}  # prompt uid -> its dataset row, for the rows' entry settings
         for rows in phase(sampler, len(sampler), "validation", self.ctx.world.is_main):  # a bar on a terminal
             prompts = collate_prompts([self.val_set[i] for i in rows], self.pad_id, uid_prefix="val")
+            row_of.update(zip(prompts.uid, prompts.index))
             batch, tool_metrics = self._generate(prompts, self.val_sampling, version, seed=rollout_seed(self.cfg))
             batches.append(batch)
             tools.append({k: v * len(batch) for k, v in tool_metrics.items()})  # weighted by rows, averaged below
         batch = RolloutBatch.cat(batches)
         texts = self.rewards.decode(batch)
-        scores, _, extra = self.rewards.score(batch, texts)
+        scores, _, extra = self.rewards.score(batch, texts, overlong_rows=val_overlong_rows(self.val_set, batch.group_index, row_of, self.cfg))
         answers = [t.split(self.tokenizer.eos_token)[0].strip() for t in texts]
         metrics = validation_metrics(batch.data_source, batch.group_index, scores.tolist(), answers, extra)
         metrics.update({f"val/{k}": sum(t[k] for t in tools) / len(batch) for k in (tools[0] if tools else {})})

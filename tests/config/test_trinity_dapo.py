@@ -36,9 +36,11 @@ def test_a_penalty_that_would_differ_is_refused():
                       ({**_PENALTY, "typo": 1}, f"{_TS}.reward_fn_args.typo")):
         native, entries = run({"reward_fn_args": args}, default_reward_fn_type="math_dapo_reward")
         assert entries[key][0] == "refused", args
-    # validation is scored with the training penalty: an evaluation taskset without it is refused
-    _, entries = run({"reward_fn_args": _PENALTY}, evals=[{}], default_reward_fn_type="math_dapo_reward")
-    assert entries[f"{_IN}.default_reward_fn_type"][0] == "refused"
+    # an evaluation taskset without the penalty (Trinity-RFT does not inherit the training taskset's
+    # reward_fn_args): its files are scored without it
+    native, entries = run({"reward_fn_args": _PENALTY}, evals=[{}], default_reward_fn_type="math_dapo_reward")
+    assert native["data"]["val_file_settings"] == {"eval.jsonl@test": {"overlong_penalty": False}}
+    assert native["reward"]["overlong_buffer"]["enable"] is True
     _, entries = run({"reward_fn_args": _PENALTY}, evals=[{"reward_fn_args": _PENALTY}], default_reward_fn_type="math_dapo_reward")
     assert entries[f"{_IN}.eval_tasksets[0].reward_fn_args"][0] == "dropped"
 
