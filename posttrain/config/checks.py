@@ -31,7 +31,7 @@ from posttrain.config.sections.data import check_domain_probs, check_query_key, 
 from posttrain.config.sections.model import check_kernel_flags
 from posttrain.config.sections.auxiliary import check_auxiliary_models
 from posttrain.config.sections.distill import check_distill
-from posttrain.config.sections.explorer import check_explorer_timeouts
+from posttrain.config.sections.explorer import check_explorer_timeouts, check_task_rewards_file
 from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers
 from posttrain.config.sections.trainer import check_rollout_mock, check_save_strategy
 from posttrain.config.sections.optim import check_optimizer_args
@@ -385,6 +385,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_async_reward,
     check_auxiliary_models,
     check_explorer_timeouts,
+    check_task_rewards_file,
 ]
 
 

@@ -23,6 +23,7 @@ from posttrain.checkpoint import Checkpointer, Parts
 from posttrain.data import collate_prompts, make_sampler, pad_token_id
 from posttrain.data.domains import worker_tag_map
 from posttrain.data.loader import ExampleReader
+from posttrain.data.rows import prompt_cell
 from posttrain.data.train_sampler import make_train_sampler
 from posttrain.errors import UserError
 from posttrain.records import PromptBatch, RolloutBatch
@@ -44,6 +45,7 @@ from posttrain.trainer.rollout_tracing import open_rollout_tracer, trace_rollout
 from posttrain.trainer.mixing import ExpertRows, expert_dataset
 from posttrain.trainer.rl_build import build_roles
 from posttrain.trainer.rl_settings import baseline_sampling_params, mixes_expert_rows, response_length, rollout_seed, sampling_params
+from posttrain.trainer.task_log import append_rows, task_rows
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, open_stage, seed_everything
 from posttrain.trainer.tools import make_tool_rollout
 from posttrain.trainer.throughput import StepObserver
@@ -171,9 +173,16 @@ class RLTrainer:
             rnd = Round(batch, scored.scores, texts, {**scored.metrics, **tool_metrics}, values)
             rows, dropped = self.rewards.informative_rows(batch, scored.scores)  # the query filters
             rnd.metrics.update(dropped)
+            if self.cfg.explorer.task_rewards_file is not None and self.ctx.world.is_main:  # every group, before the filters
+                self._log_tasks(prompts, batch, scored.scores, version)
             rnd = rnd if rows is None else rnd.take(rows)  # (B',)
         self._feedback(prompts.uid, rnd.batch, rnd.scores)
         return rnd
+
+    def _log_tasks(self, prompts: PromptBatch, batch: RolloutBatch, scores: torch.Tensor, version: int) -> None:
+        """explorer.task_rewards_file: one line per task (posttrain.trainer.task_log)."""
+        questions = [prompt_cell(self.train_set.table, i, self.cfg.data)[0] for i in prompts.index]
+        append_rows(self.cfg.explorer.task_rewards_file, task_rows(prompts, questions, batch, scores, version))
 
     def _feedback(self, uids: list[str], batch: RolloutBatch, scores: torch.Tensor) -> None:
         """A data.sampler curriculum sees a batch's scores before it picks the next batch."""

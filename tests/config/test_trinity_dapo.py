@@ -11,8 +11,8 @@ _BOTS = "examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow"
 _PENALTY = {"enable_overlong_penalty": True, "penalty_factor": 1.0, "max_response_length": 20480, "cache_length": 4096}
 
 
-def run(taskset: dict, evals: list | None = None, **explorer_input):
-    raw = {"model": {"max_response_tokens": 20480},
+def run(taskset: dict, evals: list | None = None, mode: str = "both", **explorer_input):
+    raw = {"model": {"max_response_tokens": 20480}, "mode": mode,
            "buffer": {"explorer_input": {"taskset": {"path": "data.jsonl", **taskset}, **explorer_input}}}
     if evals is not None:
         raw["buffer"]["explorer_input"]["eval_tasksets"] = [{"path": "eval.jsonl", **e} for e in evals]
@@ -56,5 +56,20 @@ def test_bots_workflow_is_bots_math_over_the_prompt_messages():
         "path": "data.jsonl", "format": {"system_prompt": "Hi"}, "workflow_args": {"use_base": True}}}}}
     refused = {e.key for e in translate(raw, "trinity")[1].entries if e.status == "refused"}
     assert {f"{_TS}.format.system_prompt", f"{_TS}.workflow_args.use_base"} <= refused
-    _, entries = run({}, default_workflow_type="bots_ref_eval_collect_math_boxed_workflow")
-    assert entries[f"{_IN}.default_workflow_type"][0] == "refused"
+
+
+def test_bots_reference_collection_logs_every_task_to_the_file_its_variable_names(monkeypatch):
+    # examples/bots/ref_eval_collect.yaml: BOTS's math workflow that also appends each task's rewards
+    # to BOTS_REF_EVAL_LOG_FILE, else ./bots_ref_eval_log.jsonl (the workflow's default)
+    monkeypatch.delenv("BOTS_REF_EVAL_LOG_FILE", raising=False)
+    for name in ("bots_ref_eval_collect_math_boxed_workflow",
+                 "examples.bots.workflow.bots_math_boxed_workflow.BOTSRefEvalCollectMathBoxedWorkflow"):
+        native, entries = run({}, default_workflow_type=name, mode="explore")
+        assert native["explorer"] == {"task_rewards_file": "./bots_ref_eval_log.jsonl"}
+        assert native["reward"]["custom_reward_function"] == {"name": "bots_math"}
+    monkeypatch.setenv("BOTS_REF_EVAL_LOG_FILE", "/logs/ref.jsonl")
+    native, entries = run({}, default_workflow_type="bots_ref_eval_collect_math_boxed_workflow")
+    assert native["explorer"]["task_rewards_file"] == "/logs/ref.jsonl"
+    # posttrain's validation logs nothing: as an evaluation taskset's workflow it is refused
+    _, entries = run({}, evals=[{"default_workflow_type": "bots_ref_eval_collect_math_boxed_workflow"}], default_workflow_type=_BOTS)
+    assert entries[f"{_IN}.eval_tasksets[0].default_workflow_type"][0] == "refused"

@@ -487,6 +487,7 @@ ELSEWHERE = {
        for k in ("m", "lamb", "rho", "adaptive_rho", "tau", "do_sample", "target_reward")},
     "data.tools_key": "tests/data/test_data_row_templates.py::test_each_rows_tools_reach_the_chat_template",
     "data.val_file_keys": "tests/data/test_data_val_file_keys.py::test_an_entry_is_read_with_its_own_columns",
+    "explorer.task_rewards_file": "tests/trainer/test_task_rewards_file.py::test_every_explored_task_appends_its_rewards",
     "data.val_file_settings": "tests/data/test_val_file_settings.py::test_an_entry_is_prompted_with_its_own_template",
     "data.val_file_settings.*.chat_template": "tests/data/test_val_file_settings.py::test_an_entry_is_prompted_with_its_own_template",
     "data.val_file_settings.*.overlong_penalty": "tests/data/test_val_file_settings.py::test_an_entry_is_scored_with_its_own_overlong_penalty",

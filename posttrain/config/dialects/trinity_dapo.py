@@ -13,18 +13,26 @@
   that sends the prompt column's chat messages as they are (no system prompt, no reply prefix) and
   scores with BOTS's own reward, whatever the taskset names: the ``bots_math`` scorer, its
   ``with_think``/``format_score_coef`` workflow_args its format part. ``use_base`` makes Trinity-RFT
-  join a message list into text, which fails there, and is refused. The reference-collection twin,
-  which also writes every task's rewards to a log file, stays refused (trinity_workflows.REFUSED).
+  join a message list into text, which fails there, and is refused. The reference-collection twin
+  (``REF_EVAL``) also appends every task's rewards to the file ``BOTS_REF_EVAL_LOG_FILE`` names:
+  ``explorer.task_rewards_file`` (posttrain.trainer.task_log).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_eval import own_setting
 
-BOTS = ("examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow",)
+# BOTS's reference-collection twin: its example names it bots_ref_eval_collect_math_boxed_workflow (a name
+# its plugin file does not register), the class path is the other way Trinity-RFT finds it
+REF_EVAL = ("bots_ref_eval_collect_math_boxed_workflow",
+            "examples.bots.workflow.bots_math_boxed_workflow.BOTSRefEvalCollectMathBoxedWorkflow")
+BOTS = ("examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow", *REF_EVAL)
+# the file the twin appends to: this environment variable, else Trinity-RFT's default, in the working directory
+LOG_ENV, LOG_DEFAULT = "BOTS_REF_EVAL_LOG_FILE", "./bots_ref_eval_log.jsonl"
 DAPO_ARGS = {"enable_overlong_penalty": "enable", "cache_length": "len", "penalty_factor": "penalty_factor",
              "max_response_length": "max_resp_len"}
 _IN = "buffer.explorer_input"
@@ -110,6 +118,8 @@ def bots_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, so
     """BOTS's math workflow (module docstring); ``reward_keys``: the keys naming the taskset's
     reward function and its arguments, which BOTS replaces with its own."""
     ctx.set("reward.custom_reward_function.name", "bots_math", source, f"{name} scores with BOTS's reward (the bots_math scorer)")
+    if name in REF_EVAL:
+        _ref_eval_log(ctx, name, source, training)
     for read in reward_keys:
         if read is not None:
             ctx.drop(read, f"{name} scores with BOTS's own reward (bots_math), which takes no arguments, whatever the taskset names")
@@ -148,3 +158,18 @@ def _bots_format(ctx: Context, where: str, arg: str, value: Any, think: bool, tr
     else:
         ctx.refuse(where, f"the evaluation taskset's {arg} differs from the training taskset's: posttrain validates with "
                           "the training reward", native, value)
+
+
+def _ref_eval_log(ctx: Context, name: str, source: str, training: bool) -> None:
+    """The reference-collection twin appends each task's rewards to the file BOTS_REF_EVAL_LOG_FILE
+    names (read when the file is translated, in the environment of the run, as the workflow reads it
+    when it runs), else ./bots_ref_eval_log.jsonl: explorer.task_rewards_file writes the same lines
+    for the explored tasks. posttrain's validation writes none, so an evaluation taskset is refused."""
+    if not training:
+        ctx.refuse(source, f"{name} in an evaluation taskset would log the evaluation tasks' rewards too; posttrain logs "
+                           "the explored (training) tasks only (explorer.task_rewards_file): evaluate with BOTSMathBoxedWorkflow", None, name)
+        return
+    path = os.environ.get(LOG_ENV, LOG_DEFAULT)
+    ctx.set("explorer.task_rewards_file", path, source,
+            f"{name} appends every task's rewards, question and truth to {LOG_ENV} "
+            + ("(set here)" if LOG_ENV in os.environ else f"(unset: {LOG_DEFAULT}, Trinity-RFT's default)"))

@@ -95,12 +95,6 @@ REFUSED = {
              "with the training stage's prompt, sampling and reward: use simple_workflow with rollout_args and a reward "
              "function (posttrain's math scorer: reward.custom_reward_function.name: math)"
        for name in ("math_eval_workflow", "async_math_eval_workflow")},
-    # examples/bots/workflow/bots_math_boxed_workflow.py: BOTSMathBoxedWorkflow (trinity_dapo) plus a log file
-    "bots_ref_eval_collect_math_boxed_workflow": (
-        "BOTS's math workflow (examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow, which translates) "
-        "that also appends every task's rewards to the JSONL file BOTS_REF_EVAL_LOG_FILE names, for "
-        "examples/bots/ref_eval_collect.py to join into the dataset as a pass-rate column, which posttrain's explore mode "
-        "does not write (its buffer holds the scored experiences: trainer.mode explore)"),
 }
 # Trinity-RFT's registered reward functions -> the posttrain built-in scorer giving the same scores
 # (posttrain.rewards.scorers.BUILTIN_SCORERS), and those refused with what they would need.
