@@ -42,7 +42,7 @@ from posttrain.trainer.dynamic_sampling import Round, gather_groups, metric_valu
 from posttrain.trainer.rewarding import RewardStage, val_overlong_rows
 from posttrain.trainer.rollout_mock import RolloutMock
 from posttrain.trainer.rollout_tracing import open_rollout_tracer, trace_rollout
-from posttrain.trainer.mixing import ExpertRows, expert_dataset
+from posttrain.trainer.mixing import ExpertRows, check_expert_passes, expert_dataset
 from posttrain.trainer.rl_build import build_roles
 from posttrain.trainer.rl_settings import baseline_sampling_params, mixes_expert_rows, response_length, rollout_seed, sampling_params
 from posttrain.trainer.task_log import append_rows, task_rows
@@ -72,6 +72,12 @@ class RLTrainer:
         # data.dataloader_num_workers: processes that template and tokenise each batch
         self.reader = ExampleReader(self.train_set, cfg.data.dataloader_num_workers if self.sampler else 0)
         self.pad_id = pad_token_id(self.tokenizer)
+        # expert SFT rows joined to each batch for the mix losses (algorithm.mix); the learning half only
+        self.expert = None
+        if mixes_expert_rows(cfg) and halves != "explorer":
+            expert_set = inputs.expert_set if inputs.expert_set is not None else expert_dataset(cfg, self.tokenizer)
+            check_expert_passes(cfg.algorithm.mix, len(expert_set), self.derived.total_training_steps)  # before any model loads
+            self.expert = ExpertRows(expert_set, cfg.algorithm.mix.expert_batch_size, self.pad_id, cfg.trainer.seed)
         self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves)
         dp = (self.roles.actor or self.roles.rollout).dp
         # rollout.agent.function: a user's agent over a loopback endpoint returns each episode's reward
@@ -83,11 +89,6 @@ class RLTrainer:
         self.score_in_background = cfg.reward.launch_reward_fn_async and halves == "both" and self.rewards is not None
         self.shaping = make_shaping_state(cfg.algorithm)
         self.operators = list(cfg.data_processor.experience_pipeline.operators)
-        # expert SFT rows joined to each batch for the mix losses (algorithm.mix); the learning half only
-        self.expert = None
-        if mixes_expert_rows(cfg) and halves != "explorer":
-            expert_set = inputs.expert_set if inputs.expert_set is not None else expert_dataset(cfg, self.tokenizer)
-            self.expert = ExpertRows(expert_set, cfg.algorithm.mix.expert_batch_size, self.pad_id, cfg.trainer.seed)
         self.sampling, self.val_sampling = sampling_params(cfg, self.tokenizer)
         self.baseline_sampling = baseline_sampling_params(cfg, self.sampling)  # None unless the estimator needs it
         self.max_new_tokens = response_length(cfg)

@@ -439,6 +439,7 @@ ELSEWHERE = {
     "ref.model_path": "tests/trainer/test_algorithm_parts.py::test_a_teacher_is_the_reference_and_its_vocabulary_is_checked",
     "algorithm.mix.expert_files": "tests/trainer/test_algorithm_parts.py::test_mix_trains_expert_rows_by_likelihood",
     "algorithm.mix.expert_batch_size": "tests/trainer/test_algorithm_parts.py::test_mix_trains_expert_rows_by_likelihood",
+    "algorithm.mix.expert_epochs": "tests/trainer/test_algorithm_parts.py::test_expert_epochs_bound_the_steps_a_stage_may_run",
     "algorithm.mix.prompt_key": "tests/trainer/test_algorithm_parts.py::test_expert_files_are_read_with_the_mix_sections_column_keys",
     "algorithm.mix.response_key": "tests/trainer/test_algorithm_parts.py::test_expert_files_are_read_with_the_mix_sections_column_keys",
     "algorithm.mix.messages_key": "tests/trainer/test_algorithm_parts.py::test_expert_files_are_read_with_the_mix_sections_column_keys",

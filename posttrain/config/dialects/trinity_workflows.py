@@ -220,7 +220,9 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         _reward(ctx, prefix, item, name, source)
         ctx.set("data.system_prompt", MM_SYSTEM_PROMPT, source, f"{name}: the single-turn rollout with the row's images "
                 "(data.image_key) and the workflow's own system prompt (dialects.trinity_workflows.MM_SYSTEM_PROMPT)")
-        _no_args(ctx, prefix, args, name)
+        for arg in args:  # its reset() fixes the system prompt and calls the reward with (response, truth) only
+            ctx.drop(f"{prefix}.workflow_args.{arg}", f"{name} reads no workflow_args (its system prompt is fixed, its reward "
+                                                      "function gets the response and the truth only), so it changes nothing in Trinity-RFT either")
     elif name == AGENT:  # posttrain.config.dialects.trinity_agent: the user's agent function (rollout.agent)
         _, name_key, _, args_key = _reward_of(ctx, prefix, item)
         agent_workflow(ctx, prefix, source, args, training, [k for k in (name_key, args_key) if k is not None])
