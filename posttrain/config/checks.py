@@ -27,11 +27,11 @@ from posttrain.config.checks_profiler import check_profiler
 from posttrain.config.sections.buffer import priority_args
 from posttrain.config.sections.actor import check_freeze_prefix, check_save_contents
 from posttrain.config.sections.algorithm import check_agentic_reward_norm, check_filter_groups, check_token_filter
-from posttrain.config.sections.data import check_domain_probs, check_query_key, check_row_choosers, check_val_file_keys, check_row_templates
+from posttrain.config.sections.data import check_domain_probs, check_query_key, check_row_choosers, check_val_file_keys, check_val_file_settings, check_row_templates
 from posttrain.config.sections.model import check_kernel_flags
 from posttrain.config.sections.auxiliary import check_auxiliary_models
 from posttrain.config.sections.distill import check_distill
-from posttrain.config.sections.explorer import check_explorer_timeouts
+from posttrain.config.sections.explorer import check_explorer_timeouts, check_task_rewards_file
 from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers
 from posttrain.config.sections.trainer import check_rollout_mock, check_save_strategy
 from posttrain.config.sections.optim import check_optimizer_args
@@ -367,6 +367,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_row_templates,
     check_query_key,
     check_val_file_keys,
+    check_val_file_settings,
     check_prompt_length,
     check_min_response_length,
     check_num_beams,
@@ -384,6 +385,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_async_reward,
     check_auxiliary_models,
     check_explorer_timeouts,
+    check_task_rewards_file,
 ]
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any, Iterable, Self, Sequence
 
-from posttrain.config.sections.data import DataConfig
+from posttrain.config.sections.data import TOKENIZER_TEMPLATE, DataConfig
 from posttrain.data import rows
 from posttrain.data.entry_columns import own_columns, rename_entry_columns
 from posttrain.data.examples import DPOExample, RLExample, SFTExample
@@ -51,6 +52,23 @@ def make_formatter(cfg: DataConfig, tokenizer: Any) -> PromptFormatter:
         user_suffix=cfg.user_suffix or "",
         reply_prefix=cfg.reply_prefix,
     )
+
+
+def entry_formatters(cfg: DataConfig, entries: list[str], tokenizer: Any) -> dict[int, PromptFormatter]:
+    """{index of the entry in `entries`: its formatter} for the validation entries with a chat
+    template of their own (data.val_file_settings.<entry>.chat_template); the others use the stage's."""
+    where = {os.path.expanduser(e): k for k, e in enumerate(entries)}
+    out: dict[int, PromptFormatter] = {}
+    for entry, own in cfg.val_file_settings.items():
+        k = where.get(os.path.expanduser(entry))
+        if own.chat_template is None or k is None:  # an unknown entry is refused by check_val_file_settings
+            continue
+        template = None if own.chat_template == TOKENIZER_TEMPLATE else own.chat_template
+        try:
+            out[k] = make_formatter(dataclasses.replace(cfg, chat_template=template), tokenizer)
+        except ConfigError as err:  # the message names data.chat_template: say which setting it was
+            raise ConfigError(f"data.val_file_settings.{entry}.chat_template: {err}") from None
+    return out
 
 
 def refuse_prompt_only(cfg: DataConfig, kind: str) -> None:
@@ -101,6 +119,8 @@ class _RowDataset:
         self.cfg = cfg
         self.indices = list(range(len(table))) if indices is None else list(indices)
         self._tag_formatters: dict[str, PromptFormatter] = {}  # data.tag_to_template: one per template named
+        self.entry_formatters: dict[int, PromptFormatter] = {}  # validation entries' own templates (entry_formatters)
+        self.entry_overlong: dict[int, bool] = {}  # validation entries' own overlong penalty on/off (data.val_file_settings)
         for i in self.indices:  # fail on a bad row now, not steps into training
             self.check_row(i)
             rows.row_tools(table, i, cfg)
@@ -140,7 +160,7 @@ class _RowDataset:
     def _formatter(self, i: int) -> PromptFormatter:
         """Row i's formatter: its tag's template (data.tag_to_template, else data.chat_template_name)
         with its tool schemas (data.tools_key) as the template's `tools`."""
-        formatter = self.formatter
+        formatter = self.entry_formatters.get(self.table.entry_of(i), self.formatter) if self.entry_formatters else self.formatter
         name = self.cfg.tag_to_template.get(rows.data_source(self.table, i, self.cfg)) if self.cfg.tag_to_template else None
         if name is not None:
             if name not in self._tag_formatters:
@@ -151,6 +171,11 @@ class _RowDataset:
         if tools is not None:  # per row: the rows' tool sets differ
             formatter = dataclasses.replace(formatter, template_kwargs={**formatter.template_kwargs, "tools": tools})
         return formatter
+
+    def overlong_penalty(self, i: int) -> bool | None:
+        """Whether row i's validation scores carry the overlong penalty by its entry's own setting
+        (data.val_file_settings.<entry>.overlong_penalty); None: the stage's (reward.overlong_buffer.enable)."""
+        return self.entry_overlong.get(self.table.entry_of(i)) if self.entry_overlong else None
 
     def _with_system(self, i: int, messages: list[Message]) -> list[Message]:
         return self._formatter(i).with_system(messages, rows.row_system_prompt(self.table, i, self.cfg))
@@ -356,6 +381,12 @@ def build_rl_dataset(
     table = _table(cfg, files, setting, images_refused=None if images is not None else NO_IMAGES_TEXT_MODEL)
     dataset = RLDataset(table, make_formatter(cfg, tokenizer), cfg)
     dataset.images = images
+    if setting == SPLITS["val"] and cfg.val_file_settings:
+        entries = as_file_list(files)
+        dataset.entry_formatters = entry_formatters(cfg, entries, tokenizer)
+        where = {os.path.expanduser(e): k for k, e in enumerate(entries)}
+        dataset.entry_overlong = {where[os.path.expanduser(e)]: own.overlong_penalty for e, own in cfg.val_file_settings.items()
+                                  if own.overlong_penalty is not None and os.path.expanduser(e) in where}
     return check_lengths(dataset, cfg.truncation, drop=cfg.filter_overlong_prompts,
                          workers=cfg.filter_overlong_prompts_workers, setting=setting)
 

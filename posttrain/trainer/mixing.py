@@ -20,6 +20,7 @@ import torch
 from posttrain.config.schema import Config
 from posttrain.data import build_sft_dataset
 from posttrain.data.sampler import BatchSampler
+from posttrain.errors import ConfigError
 from posttrain.records import RolloutBatch
 
 # Fields of an explored batch the expert rows fill with zeros when the batch has them.
@@ -32,6 +33,21 @@ def expert_dataset(cfg: Config, tokenizer: Any) -> Any:
     mix = cfg.algorithm.mix
     keys = {k: getattr(mix, k) for k in ("prompt_key", "response_key", "messages_key") if getattr(mix, k) is not None}
     return build_sft_dataset(dataclasses.replace(cfg.data, **keys), mix.expert_files, tokenizer)
+
+
+def check_expert_passes(mix: Any, rows: int, total_steps: int) -> None:
+    """algorithm.mix.expert_epochs bounds the expert rows a run may draw, rows x epochs, in batches of
+    expert_batch_size (Trinity-RFT's expert reader reads that many samples, whole batches only, and
+    its trainer stops when a batch can no longer be read); a run of more steps than that is a
+    ConfigError naming both numbers, not a run that trains past the end Trinity-RFT stops at."""
+    if mix.expert_epochs is None or mix.expert_batch_size < 1:
+        return
+    steps = rows * mix.expert_epochs // mix.expert_batch_size
+    if total_steps > steps:
+        raise ConfigError(f"algorithm.mix.expert_epochs: {mix.expert_epochs} pass(es) over the {rows} expert rows give "
+                          f"{steps} step(s) of {mix.expert_batch_size} rows, and the stage runs {total_steps}; lower "
+                          f"trainer.total_training_steps to {steps} (where Trinity-RFT's trainer stops), raise "
+                          "expert_epochs, or set it to null for no limit")
 
 
 def _split(example: Any) -> tuple[list[int], list[int], list[float]]:

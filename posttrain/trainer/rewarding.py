@@ -183,6 +183,7 @@ class RewardStage:
         self.skips_function = r.function_weight == 0 and r.reward_model.enable and not r.workers
         self.rm_weight = r.reward_model_weight
         self.overlong = r.overlong_buffer if r.overlong_buffer.enable else None
+        self.overlong_settings = r.overlong_buffer  # the ramp, also for validation entries that turn it on alone
         # where the overlong ramp ends: verl DAPO's max_resp_len, else the response budget
         self.max_response_length = r.overlong_buffer.max_resp_len or cfg.rollout.response_length or cfg.data.max_response_length
         self.reward_model = None
@@ -217,17 +218,19 @@ class RewardStage:
         ]
 
     def score(
-        self, batch: RolloutBatch, texts: list[str]
+        self, batch: RolloutBatch, texts: list[str], overlong_rows: list[bool] | None = None,
     ) -> tuple[torch.Tensor, dict[str, float], dict[str, list[float]]]:
-        """Scores (B,), batch metrics, and the per-sample extra values of dict-returning functions."""
-        scored = self.score_parts(batch, texts)
+        """Scores (B,), batch metrics, and the per-sample extra values of dict-returning functions.
+        ``overlong_rows``: which rows get the overlong penalty (validation entries with their own
+        setting, data.val_file_settings); None: every row when reward.overlong_buffer.enable."""
+        scored = self.start(batch, texts, background=False, overlong_rows=overlong_rows).result()
         return scored.scores, scored.metrics, scored.extra
 
     def score_parts(self, batch: RolloutBatch, texts: list[str]) -> Scored:
         """`score`'s results, with the reward function's own scores beside the final ones."""
         return self.start(batch, texts, background=False).result()
 
-    def start(self, batch: RolloutBatch, texts: list[str], *, background: bool) -> "RewardJob":
+    def start(self, batch: RolloutBatch, texts: list[str], *, background: bool, overlong_rows: list[bool] | None = None) -> "RewardJob":
         """Begin scoring: the reward model scores now; the reward function runs now, or with
         `background` on this stage's thread (reward.launch_reward_fn_async) while the caller computes
         log-probs. `RewardJob.result` joins it. Only the function goes to the thread: the gather
@@ -249,12 +252,12 @@ class RewardStage:
         else:
             call = functools.partial(self.manager.score, samples)
         if background and self.executor is not None:
-            return RewardJob(self, self.executor.submit(call), rm, lengths)
+            return RewardJob(self, self.executor.submit(call), rm, lengths, overlong_rows)
         done: Future = Future()
         done.set_result(call())  # a reward error is raised here, as before
-        return RewardJob(self, done, rm, lengths)
+        return RewardJob(self, done, rm, lengths, overlong_rows)
 
-    def finish(self, out: RewardOutput, rm: list[float] | None, lengths: list[int]) -> Scored:
+    def finish(self, out: RewardOutput, rm: list[float] | None, lengths: list[int], overlong_rows: list[bool] | None = None) -> Scored:
         """Combine this rank's function output and reward-model scores (gathered from every rank
         first) into the batch's scores (B,), metrics, per-sample extra values and the function's own
         scores."""
@@ -268,10 +271,13 @@ class RewardStage:
             rm_scores = torch.tensor(rm, dtype=torch.float32)  # (B,)
             scores = scores + self.rm_weight * rm_scores
             metrics["reward/rm_score"] = float(rm_scores.mean())
-        if self.overlong is not None:  # DAPO's soft overlong punishment on every score, as verl's DAPO manager
-            penalty = overlong_penalty(torch.tensor(lengths), self.max_response_length, self.overlong.len, self.overlong.penalty_factor)
+        rows = overlong_rows if overlong_rows is not None else [self.overlong is not None] * len(lengths)
+        if any(rows):  # DAPO's soft overlong punishment on every score (of the rows that take it), as verl's DAPO manager
+            buf = self.overlong_settings
+            penalty = overlong_penalty(torch.tensor(lengths), self.max_response_length, buf.len, buf.penalty_factor)
+            penalty = penalty * torch.tensor(rows, dtype=penalty.dtype)  # (B,): 0 on rows whose entry turned it off
             scores = scores + penalty  # (B,)
-            if self.overlong.log:
+            if buf.log:
                 metrics.update({"reward/overlong_reward": float(penalty.mean()), "reward/overlong": float((penalty < 0).float().mean())})
         return Scored(scores, metrics, out.extra, out.tensor())
 
@@ -334,11 +340,12 @@ class RewardJob:
     """A batch being scored (`RewardStage.start`); `result` joins the reward function and returns the
     batch's `Scored`, raising the reward function's error if it failed."""
 
-    def __init__(self, stage: RewardStage, future: Future, rm: list[float] | None, lengths: list[int]):
-        self.stage, self.future, self.rm, self.lengths = stage, future, rm, lengths
+    def __init__(self, stage: RewardStage, future: Future, rm: list[float] | None, lengths: list[int],
+                 overlong_rows: list[bool] | None = None):
+        self.stage, self.future, self.rm, self.lengths, self.overlong_rows = stage, future, rm, lengths, overlong_rows
 
     def result(self) -> Scored:
-        return self.stage.finish(self.future.result(), self.rm, self.lengths)
+        return self.stage.finish(self.future.result(), self.rm, self.lengths, self.overlong_rows)
 
 
 def merge_outputs(parts: list[RewardOutput]) -> RewardOutput:
@@ -371,3 +378,16 @@ def _extra_info(batch: RolloutBatch, i: int, image_grids: bool) -> Any:
     if vision is not None:
         added["image_grid_thw"] = vision.image_grid_thw.tolist()
     return {**(batch.extra_info[i] or {}), **added} if added else batch.extra_info[i]
+
+
+def val_overlong_rows(dataset: Any, groups: list[str], row_of: dict[str, int], cfg: Config) -> list[bool] | None:
+    """Whether each validation row's score carries the overlong penalty: its entry's own setting
+    (data.val_file_settings.<entry>.overlong_penalty), else reward.overlong_buffer.enable; None when
+    no entry has one (every row as the training scores). ``groups``: each row's prompt uid,
+    ``row_of``: the dataset row of each uid."""
+    own = getattr(dataset, "overlong_penalty", None)
+    if own is None or not getattr(dataset, "entry_overlong", None):
+        return None
+    stage = cfg.reward.overlong_buffer.enable
+    flags = [own(row_of[uid]) for uid in groups]
+    return [stage if flag is None else flag for flag in flags]

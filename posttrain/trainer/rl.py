@@ -23,6 +23,7 @@ from posttrain.checkpoint import Checkpointer, Parts
 from posttrain.data import collate_prompts, make_sampler, pad_token_id
 from posttrain.data.domains import worker_tag_map
 from posttrain.data.loader import ExampleReader
+from posttrain.data.rows import prompt_cell
 from posttrain.data.train_sampler import make_train_sampler
 from posttrain.errors import UserError
 from posttrain.records import PromptBatch, RolloutBatch
@@ -38,12 +39,13 @@ from posttrain.trainer.advantages import (
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
 from posttrain.trainer.dynamic_sampling import Round, gather_groups, metric_values
-from posttrain.trainer.rewarding import RewardStage
+from posttrain.trainer.rewarding import RewardStage, val_overlong_rows
 from posttrain.trainer.rollout_mock import RolloutMock
 from posttrain.trainer.rollout_tracing import open_rollout_tracer, trace_rollout
-from posttrain.trainer.mixing import ExpertRows, expert_dataset
+from posttrain.trainer.mixing import ExpertRows, check_expert_passes, expert_dataset
 from posttrain.trainer.rl_build import build_roles
 from posttrain.trainer.rl_settings import baseline_sampling_params, mixes_expert_rows, response_length, rollout_seed, sampling_params
+from posttrain.trainer.task_log import append_rows, task_rows
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir, open_stage, seed_everything
 from posttrain.trainer.tools import make_tool_rollout
 from posttrain.trainer.throughput import StepObserver
@@ -70,6 +72,12 @@ class RLTrainer:
         # data.dataloader_num_workers: processes that template and tokenise each batch
         self.reader = ExampleReader(self.train_set, cfg.data.dataloader_num_workers if self.sampler else 0)
         self.pad_id = pad_token_id(self.tokenizer)
+        # expert SFT rows joined to each batch for the mix losses (algorithm.mix); the learning half only
+        self.expert = None
+        if mixes_expert_rows(cfg) and halves != "explorer":
+            expert_set = inputs.expert_set if inputs.expert_set is not None else expert_dataset(cfg, self.tokenizer)
+            check_expert_passes(cfg.algorithm.mix, len(expert_set), self.derived.total_training_steps)  # before any model loads
+            self.expert = ExpertRows(expert_set, cfg.algorithm.mix.expert_batch_size, self.pad_id, cfg.trainer.seed)
         self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves)
         dp = (self.roles.actor or self.roles.rollout).dp
         # rollout.agent.function: a user's agent over a loopback endpoint returns each episode's reward
@@ -81,11 +89,6 @@ class RLTrainer:
         self.score_in_background = cfg.reward.launch_reward_fn_async and halves == "both" and self.rewards is not None
         self.shaping = make_shaping_state(cfg.algorithm)
         self.operators = list(cfg.data_processor.experience_pipeline.operators)
-        # expert SFT rows joined to each batch for the mix losses (algorithm.mix); the learning half only
-        self.expert = None
-        if mixes_expert_rows(cfg) and halves != "explorer":
-            expert_set = inputs.expert_set if inputs.expert_set is not None else expert_dataset(cfg, self.tokenizer)
-            self.expert = ExpertRows(expert_set, cfg.algorithm.mix.expert_batch_size, self.pad_id, cfg.trainer.seed)
         self.sampling, self.val_sampling = sampling_params(cfg, self.tokenizer)
         self.baseline_sampling = baseline_sampling_params(cfg, self.sampling)  # None unless the estimator needs it
         self.max_new_tokens = response_length(cfg)
@@ -171,9 +174,16 @@ class RLTrainer:
             rnd = Round(batch, scored.scores, texts, {**scored.metrics, **tool_metrics}, values)
             rows, dropped = self.rewards.informative_rows(batch, scored.scores)  # the query filters
             rnd.metrics.update(dropped)
+            if self.cfg.explorer.task_rewards_file is not None and self.ctx.world.is_main:  # every group, before the filters
+                self._log_tasks(prompts, batch, scored.scores, version)
             rnd = rnd if rows is None else rnd.take(rows)  # (B',)
         self._feedback(prompts.uid, rnd.batch, rnd.scores)
         return rnd
+
+    def _log_tasks(self, prompts: PromptBatch, batch: RolloutBatch, scores: torch.Tensor, version: int) -> None:
+        """explorer.task_rewards_file: one line per task (posttrain.trainer.task_log)."""
+        questions = [prompt_cell(self.train_set.table, i, self.cfg.data)[0] for i in prompts.index]
+        append_rows(self.cfg.explorer.task_rewards_file, task_rows(prompts, questions, batch, scores, version))
 
     def _feedback(self, uids: list[str], batch: RolloutBatch, scores: torch.Tensor) -> None:
         """A data.sampler curriculum sees a batch's scores before it picks the next batch."""
@@ -290,14 +300,16 @@ class RLTrainer:
         sampler = make_sampler(self.cfg.data, len(self.val_set), split="val")
         batches: list[RolloutBatch] = []
         tools: list[dict[str, float]] = []
+        row_of: dict[str, int] = {}  # prompt uid -> its dataset row, for the rows' entry settings
         for rows in phase(sampler, len(sampler), "validation", self.ctx.world.is_main):  # a bar on a terminal
             prompts = collate_prompts([self.val_set[i] for i in rows], self.pad_id, uid_prefix="val")
+            row_of.update(zip(prompts.uid, prompts.index))
             batch, tool_metrics = self._generate(prompts, self.val_sampling, version, seed=rollout_seed(self.cfg))
             batches.append(batch)
             tools.append({k: v * len(batch) for k, v in tool_metrics.items()})  # weighted by rows, averaged below
         batch = RolloutBatch.cat(batches)
         texts = self.rewards.decode(batch)
-        scores, _, extra = self.rewards.score(batch, texts)
+        scores, _, extra = self.rewards.score(batch, texts, overlong_rows=val_overlong_rows(self.val_set, batch.group_index, row_of, self.cfg))
         answers = [t.split(self.tokenizer.eos_token)[0].strip() for t in texts]
         metrics = validation_metrics(batch.data_source, batch.group_index, scores.tolist(), answers, extra)
         metrics.update({f"val/{k}": sum(t[k] for t in tools) / len(batch) for k in (tools[0] if tools else {})})

@@ -254,6 +254,8 @@ def _data(native: dict[str, Any], workdir: Path, prefix: str = "") -> list[str]:
         rows, how = _first_rows(files, rows_needed, data)
         if key == "val_files" and data.pop("val_file_keys", None):  # one smoke file, the stage's columns
             rows, how = None, "entries with columns of their own (data.val_file_keys, left out)"
+        if key == "val_files" and data.pop("val_file_settings", None):  # one smoke file: the stage's template and reward
+            how += "; entries' own prompt and reward settings (data.val_file_settings) left out"
         if rows is None:
             rows = _synthetic(max(rows_needed, len((native.get("reward") or {}).get("workers") or {})), native)  # a row per worker's domain at least
             how = f"{len(rows)} synthetic rows with the config's columns ({how})"

@@ -1,6 +1,6 @@
 """Trinity-RFT's math_boxed_workflow and math_boxed_reward translate to the single-turn rollout with
 the math_boxed scorer, the workflow's system prompt, use_base's plain-text prompt and with_think's
-format penalty; an evaluation taskset that prompts or scores otherwise is refused."""
+format penalty; an evaluation taskset's own use_base prompts its files otherwise (data.val_file_settings)."""
 
 from __future__ import annotations
 
@@ -56,10 +56,15 @@ def test_an_evaluation_taskset_must_prompt_and_score_as_the_training_one():
     _, entries = run(think, default_workflow_type="math_boxed_workflow", eval_tasksets=[{"path": "t.jsonl", **think}])
     assert entries[f"{_IN}.eval_tasksets[0].workflow_args.with_think"][0] == "dropped"
     assert not [k for k, (status, _) in entries.items() if status == "refused"]
-    _, entries = run({"workflow_args": {"use_base": True}}, default_workflow_type="math_boxed_workflow",
-                     eval_tasksets=[{"path": "t.jsonl"}])
-    status, reason = entries[f"{_IN}.default_workflow_type"]  # the eval taskset's use_base (off) is its workflow's
-    assert status == "refused" and "use_base differs" in reason
+    # the eval taskset's use_base (off) is its own (Trinity-RFT does not inherit workflow_args): its
+    # files are prompted with the tokenizer's chat template (data.val_file_settings)
+    native, entries = run({"workflow_args": {"use_base": True}}, default_workflow_type="math_boxed_workflow",
+                          eval_tasksets=[{"path": "t.jsonl"}])
+    assert entries[f"{_IN}.default_workflow_type"][0] == "translated"
+    assert native["data"]["val_file_settings"] == {"t.jsonl@test": {"chat_template": "tokenizer"}}
+    native, entries = run({}, default_workflow_type="math_boxed_workflow",
+                          eval_tasksets=[{"path": "t.jsonl", "workflow_args": {"use_base": True}}])
+    assert native["data"]["val_file_settings"]["t.jsonl@test"]["chat_template"].startswith("{% if bos_token %}")  # BASE_MODEL_TEMPLATE
 
 
 def _base_prompt(tmp_path, system: str | None) -> str:

@@ -11,8 +11,8 @@ _BOTS = "examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow"
 _PENALTY = {"enable_overlong_penalty": True, "penalty_factor": 1.0, "max_response_length": 20480, "cache_length": 4096}
 
 
-def run(taskset: dict, evals: list | None = None, **explorer_input):
-    raw = {"model": {"max_response_tokens": 20480},
+def run(taskset: dict, evals: list | None = None, mode: str = "both", **explorer_input):
+    raw = {"model": {"max_response_tokens": 20480}, "mode": mode,
            "buffer": {"explorer_input": {"taskset": {"path": "data.jsonl", **taskset}, **explorer_input}}}
     if evals is not None:
         raw["buffer"]["explorer_input"]["eval_tasksets"] = [{"path": "eval.jsonl", **e} for e in evals]
@@ -36,9 +36,11 @@ def test_a_penalty_that_would_differ_is_refused():
                       ({**_PENALTY, "typo": 1}, f"{_TS}.reward_fn_args.typo")):
         native, entries = run({"reward_fn_args": args}, default_reward_fn_type="math_dapo_reward")
         assert entries[key][0] == "refused", args
-    # validation is scored with the training penalty: an evaluation taskset without it is refused
-    _, entries = run({"reward_fn_args": _PENALTY}, evals=[{}], default_reward_fn_type="math_dapo_reward")
-    assert entries[f"{_IN}.default_reward_fn_type"][0] == "refused"
+    # an evaluation taskset without the penalty (Trinity-RFT does not inherit the training taskset's
+    # reward_fn_args): its files are scored without it
+    native, entries = run({"reward_fn_args": _PENALTY}, evals=[{}], default_reward_fn_type="math_dapo_reward")
+    assert native["data"]["val_file_settings"] == {"eval.jsonl@test": {"overlong_penalty": False}}
+    assert native["reward"]["overlong_buffer"]["enable"] is True
     _, entries = run({"reward_fn_args": _PENALTY}, evals=[{"reward_fn_args": _PENALTY}], default_reward_fn_type="math_dapo_reward")
     assert entries[f"{_IN}.eval_tasksets[0].reward_fn_args"][0] == "dropped"
 
@@ -54,5 +56,20 @@ def test_bots_workflow_is_bots_math_over_the_prompt_messages():
         "path": "data.jsonl", "format": {"system_prompt": "Hi"}, "workflow_args": {"use_base": True}}}}}
     refused = {e.key for e in translate(raw, "trinity")[1].entries if e.status == "refused"}
     assert {f"{_TS}.format.system_prompt", f"{_TS}.workflow_args.use_base"} <= refused
-    _, entries = run({}, default_workflow_type="bots_ref_eval_collect_math_boxed_workflow")
-    assert entries[f"{_IN}.default_workflow_type"][0] == "refused"
+
+
+def test_bots_reference_collection_logs_every_task_to_the_file_its_variable_names(monkeypatch):
+    # examples/bots/ref_eval_collect.yaml: BOTS's math workflow that also appends each task's rewards
+    # to BOTS_REF_EVAL_LOG_FILE, else ./bots_ref_eval_log.jsonl (the workflow's default)
+    monkeypatch.delenv("BOTS_REF_EVAL_LOG_FILE", raising=False)
+    for name in ("bots_ref_eval_collect_math_boxed_workflow",
+                 "examples.bots.workflow.bots_math_boxed_workflow.BOTSRefEvalCollectMathBoxedWorkflow"):
+        native, entries = run({}, default_workflow_type=name, mode="explore")
+        assert native["explorer"] == {"task_rewards_file": "./bots_ref_eval_log.jsonl"}
+        assert native["reward"]["custom_reward_function"] == {"name": "bots_math"}
+    monkeypatch.setenv("BOTS_REF_EVAL_LOG_FILE", "/logs/ref.jsonl")
+    native, entries = run({}, default_workflow_type="bots_ref_eval_collect_math_boxed_workflow")
+    assert native["explorer"]["task_rewards_file"] == "/logs/ref.jsonl"
+    # posttrain's validation logs nothing: as an evaluation taskset's workflow it is refused
+    _, entries = run({}, evals=[{"default_workflow_type": "bots_ref_eval_collect_math_boxed_workflow"}], default_workflow_type=_BOTS)
+    assert entries[f"{_IN}.eval_tasksets[0].default_workflow_type"][0] == "refused"

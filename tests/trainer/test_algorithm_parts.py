@@ -158,3 +158,20 @@ def test_expert_rows_join_a_batch_that_carries_sum_pi_squared(files):
     )
     metrics = t.step(t._next_prompts(1), 1)
     assert "actor/expert_sft_loss" in metrics and "variance_proxy/expected_w" in metrics
+
+
+def test_expert_epochs_bound_the_steps_a_stage_may_run(files):
+    """algorithm.mix.expert_epochs (Trinity-RFT's expert buffer total_epochs): rows x epochs // batch
+    steps are drawn before Trinity's trainer stops, so a longer stage is refused before any model loads."""
+    import pyarrow.parquet as pq
+
+    from posttrain.errors import ConfigError
+
+    base, _, sft = files
+    rows = pq.read_metadata(sft).num_rows if str(sft).endswith(".parquet") else sum(1 for _ in open(sft))
+    mix = ("actor.policy_loss.loss_mode=mix", f"algorithm.mix.expert_files=[{sft}]", "algorithm.mix.expert_batch_size=4")
+    steps = rows * 1 // 4  # one pass
+    with pytest.raises(ConfigError, match=rf"1 pass\(es\) over the {rows} expert rows give {steps} step\(s\).* runs {steps + 1}"):
+        tiny_rl_trainer(base, *mix, "algorithm.mix.expert_epochs=1", f"trainer.total_training_steps={steps + 1}", run="epochs1")
+    t = tiny_rl_trainer(base, *mix, "algorithm.mix.expert_epochs=1", f"trainer.total_training_steps={steps}", run="epochs-fit")
+    assert t.expert is not None  # the bound holds: the stage builds

@@ -221,7 +221,12 @@ def _expert(ctx: Context, name: str) -> None:
     ctx.set("algorithm.mix.expert_files", files, f"{prefix}.path")
     _expert_format(ctx, prefix, buf)
     for other in buf:
-        if other not in ("path", "split", "subset_name", "format", "name", "storage_type"):
+        if other == "total_epochs":  # the expert reader's sample budget (its trainer stops when it runs dry)
+            ctx.set("algorithm.mix.expert_epochs", buf[other], f"{prefix}.{other}", "passes over the expert rows before Trinity-RFT's trainer stops")
+        elif other == "schema_type":  # trinity/algorithm/sample_strategy/mix_sample_strategy.py
+            ctx.drop(f"{prefix}.{other}", "Trinity-RFT's mix sample strategy reads the expert buffer as SFT rows whatever schema_type "
+                                          "says (another value is overridden with a warning); posttrain reads them as SFT rows too")
+        elif other not in ("path", "split", "subset_name", "format", "name", "storage_type"):
             ctx.refuse(f"{prefix}.{other}", "no posttrain equivalent for an expert buffer (it is read as a file of SFT rows)", None, buf[other])
     if buf.get("storage_type", "file") != "file":
         ctx.refuse(f"{prefix}.storage_type", "an expert buffer is read from files here", None, buf.get("storage_type"))
@@ -234,5 +239,10 @@ def _expert_format(ctx: Context, prefix: str, buf: dict[str, Any]) -> None:
     for key in wanted:
         ctx.set(f"algorithm.mix.{key}", fmt.get(key, _FORMAT_KEYS[key]), f"{prefix}.format.{key}", "" if key in fmt else NOT_WRITTEN)
     for key, value in fmt.items():
-        if key not in (*wanted, "prompt_type"):
+        if key in ("image_key", "video_key"):  # Trinity's SFT formatter puts the row's images in its user message
+            ctx.refuse(f"{prefix}.format.{key}", "images or videos in expert (SFT) rows, which Trinity-RFT's SFT formatter "
+                       "places in the user message: posttrain joins expert rows to the batch as text sequences, without the "
+                       "vision inputs its RL rows carry (data.image_key), and refuses SFT rows that have images; give the "
+                       "expert buffer rows without images", None, value)
+        elif key not in (*wanted, "prompt_type"):
             ctx.refuse(f"{prefix}.format.{key}", "no posttrain equivalent for this expert-buffer format key", None, value)

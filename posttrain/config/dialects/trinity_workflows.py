@@ -37,7 +37,9 @@ Every other workflow is refused naming what it needs. Trinity's registered rewar
 scorers of the same values (`REWARDS`), chosen by ``reward.custom_reward_function.name``; they take no
 ``reward_fn_args``. The others are refused with what they would need (`REFUSED_REWARDS`). Evaluation
 tasksets are scored and prompted as the training taskset (posttrain validates with the stage's own
-reward and data settings): a different reward or system prompt there is refused as a conflict.
+reward and data settings): a different reward or system prompt there is refused as a conflict, except
+math_boxed_workflow's ``use_base`` and math_dapo_reward's overlong penalty, which an evaluation
+taskset may set otherwise (its files' data.val_file_settings: posttrain.config.dialects.trinity_eval).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ from posttrain.config.dialects.prompts import (
     BASE_MODEL_TEMPLATE, BOXED_SYSTEM_PROMPT, BOXED_THINK_SYSTEM_PROMPT, QWEN_MATH_SYSTEM_PROMPT, QWEN_MATH_USER_SUFFIX, R1_SYSTEM_PROMPT,
 )
 from posttrain.config.dialects.translate import Context
+from posttrain.config.dialects.trinity_eval import own_setting
+from posttrain.config.sections.data import TOKENIZER_TEMPLATE
 from posttrain.config.dialects.trinity_dapo import BOTS, bots_workflow, dapo_overlong
 from posttrain.config.dialects.trinity_envs import ENV_WORKFLOWS, env_workflow
 from posttrain.config.dialects.trinity_agent import AGENT, agent_workflow
@@ -91,12 +95,6 @@ REFUSED = {
              "with the training stage's prompt, sampling and reward: use simple_workflow with rollout_args and a reward "
              "function (posttrain's math scorer: reward.custom_reward_function.name: math)"
        for name in ("math_eval_workflow", "async_math_eval_workflow")},
-    # examples/bots/workflow/bots_math_boxed_workflow.py: BOTSMathBoxedWorkflow (trinity_dapo) plus a log file
-    "bots_ref_eval_collect_math_boxed_workflow": (
-        "BOTS's math workflow (examples.bots.workflow.bots_math_boxed_workflow.BOTSMathBoxedWorkflow, which translates) "
-        "that also appends every task's rewards to the JSONL file BOTS_REF_EVAL_LOG_FILE names, for "
-        "examples/bots/ref_eval_collect.py to join into the dataset as a pass-rate column, which posttrain's explore mode "
-        "does not write (its buffer holds the scored experiences: trainer.mode explore)"),
 }
 # Trinity-RFT's registered reward functions -> the posttrain built-in scorer giving the same scores
 # (posttrain.rewards.scorers.BUILTIN_SCORERS), and those refused with what they would need.
@@ -171,7 +169,7 @@ def _reward(ctx: Context, prefix: str, item: dict[str, Any], workflow: Any, sour
     if name in REWARDS:
         ctx.set(_NATIVE_REWARD, REWARDS[name], where, why or f"Trinity-RFT's {name}: the built-in scorer of the same scores")
         if name == "math_dapo_reward":
-            dapo_overlong(ctx, args, args_key or where, training=prefix == f"{_IN}.taskset")
+            dapo_overlong(ctx, args, args_key or where, training=prefix == f"{_IN}.taskset", taskset=(prefix, item))
         elif args_key is not None and name in ARGS_IGNORED:
             ctx.drop(args_key, f"Trinity-RFT's {name} takes any arguments and reads none")
         elif args_key is not None:
@@ -222,7 +220,9 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         _reward(ctx, prefix, item, name, source)
         ctx.set("data.system_prompt", MM_SYSTEM_PROMPT, source, f"{name}: the single-turn rollout with the row's images "
                 "(data.image_key) and the workflow's own system prompt (dialects.trinity_workflows.MM_SYSTEM_PROMPT)")
-        _no_args(ctx, prefix, args, name)
+        for arg in args:  # its reset() fixes the system prompt and calls the reward with (response, truth) only
+            ctx.drop(f"{prefix}.workflow_args.{arg}", f"{name} reads no workflow_args (its system prompt is fixed, its reward "
+                                                      "function gets the response and the truth only), so it changes nothing in Trinity-RFT either")
     elif name == AGENT:  # posttrain.config.dialects.trinity_agent: the user's agent function (rollout.agent)
         _, name_key, _, args_key = _reward_of(ctx, prefix, item)
         agent_workflow(ctx, prefix, source, args, training, [k for k in (name_key, args_key) if k is not None])
@@ -281,9 +281,13 @@ def _boxed(ctx: Context, prefix: str, item: dict[str, Any], name: str, source: s
                 f"{name}'s own system prompt" + (" with with_think" if think else "") + " (posttrain.config.dialects.prompts)")
     if base and (item.get("format") or {}).get("reply_prefix"):
         ctx.refuse(where["use_base"], f"{name}'s base-model prompt leaves out format.reply_prefix, which posttrain writes into every prompt; unset one", None, True)
-    else:
+    elif training or ctx.native_get("data.chat_template") == (BASE_MODEL_TEMPLATE if base else None):
         _as_training(ctx, where["use_base"], "data.chat_template", BASE_MODEL_TEMPLATE if base else None, training,
                      "use_base", "a base model's plain-text prompt (posttrain.config.dialects.prompts.BASE_MODEL_TEMPLATE)")
+    elif not own_setting(ctx, prefix, item, "chat_template", BASE_MODEL_TEMPLATE if base else TOKENIZER_TEMPLATE, where["use_base"],
+                         f"use_base {'on' if base else 'off'} in this evaluation taskset only: its prompts in "
+                         + ("a base model's plain text (BASE_MODEL_TEMPLATE)" if base else "the tokenizer's chat template")):
+        _as_training(ctx, where["use_base"], "data.chat_template", BASE_MODEL_TEMPLATE if base else None, training, "use_base", "")
     if reward != "math_boxed_reward":
         for arg in ("with_think", "format_score_coef"):
             if arg in args:

@@ -114,6 +114,7 @@ class MixConfig:
     prompt_key: str | None = param(None, doc="Prompt column of the expert files; null uses data.prompt_key.")
     response_key: str | None = param(None, doc="Response column of the expert files; null uses data.response_key.")
     messages_key: str | None = param(None, doc="Conversation column of the expert files (used instead of prompt/response); null uses data.messages_key.")
+    expert_epochs: int | None = param(None, doc="Passes over the expert rows the run may draw (Trinity-RFT's expert buffer total_epochs): rows x expert_epochs rows in batches of expert_batch_size bound the stage's steps, as Trinity-RFT's trainer stops when its expert reader runs dry; a stage of more steps is refused when it starts, naming the bound. Null: no limit (each pass reshuffled).", ge=1)
 
 
 @section

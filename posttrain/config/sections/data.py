@@ -28,6 +28,20 @@ class CustomClsConfig:
     name: str | None = param(None, doc="Name of the dataset class in that file.", refs=["verl:.name"])
 
 
+# data.val_file_settings.<entry>.chat_template: the tokenizer's own chat template, whatever data.chat_template is.
+TOKENIZER_TEMPLATE = "tokenizer"
+
+
+@section
+class ValFileConfig:
+    """One validation entry's own prompt formatting and scoring, where a benchmark is prompted or
+    scored otherwise than the training data (Trinity-RFT's per-evaluation-taskset workflow and
+    reward arguments). Unset fields follow the stage's settings."""
+
+    chat_template: str | None = param(None, doc=f"Chat template of this entry's RL validation prompts: a Jinja template inline or a path to a .jinja file, or '{TOKENIZER_TEMPLATE}' for the tokenizer's own (e.g. a chat model's benchmark while the training prompts are a base model's plain text); null: data.chat_template, as the training prompts.", refs=["trinity:buffer.explorer_input.eval_tasksets[].workflow_args.use_base"])
+    overlong_penalty: bool | None = param(None, doc="Whether reward.overlong_buffer's penalty (its len, penalty_factor, max_resp_len) is added to this entry's validation scores: false leaves it out, true adds it even when the training scores have none (reward.overlong_buffer.enable false; len must then be set); null: as the training scores (reward.overlong_buffer.enable).", refs=["trinity:buffer.explorer_input.eval_tasksets[].reward_fn_args.enable_overlong_penalty"])
+
+
 _SEL = "trinity:buffer.explorer_input.taskset.data_selector"
 
 
@@ -55,6 +69,7 @@ class DataConfig:
     train_files: list[str] = param(factory=list, doc="Training data: files (parquet, jsonl, json, csv), dataset folders (save_to_disk output, split files) or Hugging Face dataset names read from the local cache, a folder or name written PATH[:SUBSET][@SPLIT] (split train by default; docs/data.md).", refs=["verl:data.train_files", "roll:actor_train.data_args.file_name", "trinity:buffer.explorer_input.taskset.path", "trinity:buffer.explorer_input.taskset.subset_name", "trinity:buffer.explorer_input.taskset.split"])
     val_files: list[str] = param(factory=list, doc="Validation data, written as data.train_files (split test by default); empty means no validation.", refs=["verl:data.val_files", "roll:validation.data_args.file_name"])
     val_file_keys: dict[str, dict[str, str]] = param(factory=dict, doc="Column names of single validation entries that differ from the training data's: {data.val_files entry, as written: {prompt_key: COLUMN, response_key: COLUMN}}; that entry's rows are read with these columns instead of data.prompt_key / data.response_key (e.g. a benchmark whose question is in 'problem'). Empty: every entry uses data.prompt_key and data.response_key.", refs=["trinity:buffer.explorer_input.eval_tasksets[].format.prompt_key", "trinity:buffer.explorer_input.eval_tasksets[].format.response_key"])
+    val_file_settings: dict[str, ValFileConfig] = param(factory=dict, doc="Prompt formatting and scoring of single validation entries that differ from the training data's: {data.val_files entry, as written: {chat_template, overlong_penalty}} (RL stages). Empty: every entry is prompted and scored as the training data.")
     dataset_dir: str | None = param(None, doc="Folder that relative train/val file paths are read from; null means the working directory.", refs=["roll:actor_train.data_args.dataset_dir"])
     custom_cls: CustomClsConfig = param(factory=CustomClsConfig, doc="A user dataset class instead of posttrain's.", refs=["verl:data.custom_cls"])
 
@@ -274,4 +289,38 @@ def check_val_file_keys(cfg: Any) -> list[str]:
                 for entry in data.val_file_keys if entry not in data.val_files]
     problems += [f"data.val_file_keys.{entry}: {sorted(set(keys) - {'prompt_key', 'response_key'})} are not column settings; use prompt_key, response_key"
                  for entry, keys in data.val_file_keys.items() if set(keys) - {"prompt_key", "response_key"}]
+    return problems
+
+
+def check_val_file_settings(cfg: Any) -> list[str]:
+    """data.val_file_settings names data.val_files entries, shapes posttrain's own RL validation
+    prompts and scores (not a data.custom_cls dataset's, an agent's, or an SFT/DPO stage's), and a
+    penalty it turns on has a ramp to apply."""
+    data = getattr(cfg, "data", None)
+    if data is None or not data.val_file_settings:
+        return []
+    key = "data.val_file_settings"
+    problems = [f"{key}: {entry!r} is not an entry of data.val_files {list(data.val_files)}; write the entry as data.val_files lists it"
+                for entry in data.val_file_settings if entry not in data.val_files]
+    kind = getattr(getattr(cfg, "algorithm", None), "kind", "rl")
+    rollout = getattr(cfg, "rollout", None)
+    agent = getattr(getattr(rollout, "agent", None), "function", None) is not None
+    if kind != "rl":
+        problems.append(f"{key}: it shapes RL validation prompts and scores; algorithm.kind={kind} validates its own sequences, so leave it empty")
+    elif data.custom_cls.path is not None or agent:
+        who = "a data.custom_cls dataset templates its own rows" if not agent else "rollout.agent's function writes its own prompts and reward"
+        problems.append(f"{key}: {who}; drop {key}")
+    templated = [e for e, s in data.val_file_settings.items() if s.chat_template is not None]
+    if templated and data.tag_to_template:
+        problems.append(f"{key}.{templated[0]}.chat_template: data.tag_to_template picks each row's template by its tag; keep one of them")
+    elif templated and data.chat_template_name not in ("native", "qwen2_5", "qwen3"):
+        problems.append(f"{key}.{templated[0]}.chat_template: data.chat_template_name {data.chat_template_name} writes its own "
+                        "template, which would replace it; use native, or leave the entry's chat_template out")
+    buf = getattr(getattr(cfg, "reward", None), "overlong_buffer", None)
+    on = [e for e, s in data.val_file_settings.items() if s.overlong_penalty]
+    budget = getattr(rollout, "response_length", None) or data.max_response_length
+    end = (buf.max_resp_len or budget) if buf is not None else None
+    if on and buf is not None and not buf.enable and not 1 <= buf.len <= end:
+        problems.append(f"{key}.{on[0]}.overlong_penalty: the penalty ramps over the last reward.overlong_buffer.len tokens "
+                        f"before {end}, and len is {buf.len}; set reward.overlong_buffer.len (1 to {end}) and penalty_factor")
     return problems

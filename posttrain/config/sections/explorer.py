@@ -53,6 +53,7 @@ class ExplorerConfig:
     service_status_check_interval: float = param(60.0, doc="trainer.mode serve: seconds between looks for a newer checkpoint of the run, whose weights the endpoint then serves.", gt=0, refs=[f"{_E}.service_status_check_interval"])
     max_timeout: float | None = param(None, doc="Agentic stages: seconds a step's training episodes may run, all starting together (Trinity-RFT's per-task timeout); an episode still running then ends unfinished and its env group is played again (max_retry_times) or left out of the step, counted in env/timed_out_groups. Checked between turns (one env call: env.step_timeout). Null: no limit.", gt=0)
     max_retry_times: int = param(0, doc="Agentic stages with max_timeout: how often an env group with an episode past it is played again (fresh environments, same seeds, new sampling) before it is left out; counted in env/retried_groups.", ge=0)
+    task_rewards_file: str | None = param(None, doc="JSON-lines file that every explored task (a training prompt with its rollout.n responses) appends one line to after it is scored, in every mode that explores: {model_version: the weights' version, rewards: the responses' final scores, question: the prompt cell as the data holds it, truth: the ground truth}; relative to the working directory. BOTS collects a reference model's pass rates so (trainer.mode explore; its ref_eval_collect.py reads the file). Null: no file.", refs=[])
     db_url: str | None = param(None, doc="trainer.mode serve: the SQLite file (a path or sqlite:/// URL) recording every served completion until its feedback and commit; null: <stage dir>/serve/proxy_history.sqlite.", refs=[f"{_E}.db_url"])
 
 
@@ -97,3 +98,18 @@ def explorer_env(cfg: Any, half: str | None) -> dict[str, str]:
     if half == "trainer":
         return {}
     return {str(k): str(v) for k, v in dict(cfg.explorer.env_vars).items()}
+
+
+def check_task_rewards_file(cfg: Any) -> list[str]:
+    """explorer.task_rewards_file is written where the explorer scores prompt rows of posttrain's own
+    dataset, in place (not an agentic stage, an agent function, a custom dataset or background scoring)."""
+    if get_path(cfg, "explorer.task_rewards_file") is None:
+        return []
+    key = "explorer.task_rewards_file"
+    if not is_rl(cfg):
+        return [f"{key}: it logs the rewards of explored tasks; a stage of algorithm.kind {get_path(cfg, 'algorithm.kind')} explores none"]
+    why = [(get_path(cfg, "env.train_env_manager.tags") or [], "an agentic stage plays env groups, not prompt rows"),
+           (get_path(cfg, "rollout.agent.function"), "rollout.agent's function scores its own episodes"),
+           (get_path(cfg, "data.custom_cls.path"), "a data.custom_cls dataset holds no prompt cell to log"),
+           (get_path(cfg, "reward.launch_reward_fn_async"), "reward.launch_reward_fn_async scores after the explorer hands the batch on")]
+    return [f"{key}: {reason}; drop {key}" for on, reason in why if on][:1]

@@ -49,7 +49,7 @@ class RewardModelConfig:
 class OverlongBufferConfig:
     """DAPO soft overlong punishment: a penalty ramping up over the last `len` tokens of the budget."""
 
-    enable: bool = param(False, doc="Add DAPO's soft overlong penalty to every training and validation score: 0 up to response_length - len tokens, then linearly down to -penalty_factor at response_length (posttrain.algorithms.overlong_penalty).", refs=["verl:reward_model.overlong_buffer.enable", "verl:reward_model.reward_kwargs.overlong_buffer_cfg.enable"])
+    enable: bool = param(False, doc="Add DAPO's soft overlong penalty to every training and validation score (a validation entry may differ: data.val_file_settings): 0 up to response_length - len tokens, then linearly down to -penalty_factor at response_length (posttrain.algorithms.overlong_penalty).", refs=["verl:reward_model.overlong_buffer.enable", "verl:reward_model.reward_kwargs.overlong_buffer_cfg.enable"])
     len: int = param(0, doc="Length of the penalty ramp in tokens at the end of the response budget (at least 1, at most the budget, when enabled).", ge=0, refs=["verl:reward_model.overlong_buffer.len", "verl:reward_model.reward_kwargs.overlong_buffer_cfg.len"])
     penalty_factor: float = param(1.0, doc="Penalty at the full response budget.", ge=0, refs=["verl:reward_model.overlong_buffer.penalty_factor", "verl:reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor"])
     log: bool = param(False, doc="Log the penalty: reward/overlong_reward (its mean) and reward/overlong (the share of responses it hit).", refs=["verl:reward_model.overlong_buffer.log", "verl:reward_model.reward_kwargs.overlong_buffer_cfg.log"])
