@@ -379,3 +379,15 @@ def test_trinity_engine_types_name_the_vllm_engine(tmp_path):
         name = _entry(report, "explorer.rollout_model.engine_type")
         assert (name.status, name.native, name.value) == ("translated", "rollout.name", "vllm")
         assert _entry(report, "explorer.rollout_model.gpu_memory_utilization").native == "rollout.gpu_memory_utilization"
+
+
+def test_a_translation_reads_list_entries_by_the_report_s_indexed_keys():
+    """Context.get takes the keys the report writes (``eval_tasksets[0].path``): a handler that reads
+    an eval taskset by its key gets it, not the default."""
+    from posttrain.config.dialects.translate import _at
+
+    tree = {"buffer": {"explorer_input": {"eval_tasksets": [{"path": "a"}, {"path": "b", "ids": [3, 4]}]}}}
+    assert _at(tree, "buffer.explorer_input.eval_tasksets[1].path", None) == "b"
+    assert _at(tree, "buffer.explorer_input.eval_tasksets[1].ids[1]", None) == 4
+    assert _at(tree, "buffer.explorer_input.eval_tasksets[2].path", "none") == "none"  # past the list
+    assert _at(tree, "buffer.explorer_input[0]", "none") == "none"  # a mapping is not indexed

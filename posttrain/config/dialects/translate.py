@@ -16,6 +16,7 @@ only what posttrain can run.
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -26,12 +27,22 @@ from posttrain.config.dialects.report import Entry, Report
 _MISSING = object()
 
 
+_INDEXED = re.compile(r"^([^\[\]]*)((?:\[\d+\])+)$")
+
+
 def _at(node: Any, path: str, default: Any) -> Any:
-    """The value at dotted ``path`` in nested mappings, else ``default``."""
+    """The value at dotted ``path`` in nested mappings, else ``default``; a part may index lists as
+    the report writes them (``eval_tasksets[0]``)."""
     for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
+        indexed = _INDEXED.match(part)
+        name, indices = (indexed[1], [int(i) for i in re.findall(r"\d+", indexed[2])]) if indexed else (part, [])
+        if not isinstance(node, Mapping) or name not in node:
             return default
-        node = node[part]
+        node = node[name]
+        for i in indices:
+            if not isinstance(node, list) or i >= len(node):
+                return default
+            node = node[i]
     return node
 
 
