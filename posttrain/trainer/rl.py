@@ -100,6 +100,7 @@ class RLTrainer:
             raise UserError(f"trainer.rollout_mock={cfg.trainer.rollout_mock} dumps or replays the synchronous loop's steps; this run "
                             "explores and trains in two processes (a lagging synchronizer or the engine on devices of its own)")
         self.mock = RolloutMock(cfg.trainer.rollout_mock, cfg.trainer.rollout_mock_dir, writes=ctx.world.is_main)
+        self.clock = time.time  # explorer.max_timeout's clock, the engine's too (SamplingParams.deadline); tests pass a fake one
 
     # ---------------------------------------------------------------- the RL step
     def step(self, prompts: PromptBatch | int, step: int) -> dict[str, float]:
@@ -181,7 +182,7 @@ class RLTrainer:
             rnd = self._attempt(prompts, timer, version, None).round
         else:
             rnd = explore_with_deadline(lambda p, deadline: self._attempt(p, timer, version, deadline), prompts,
-                                        x.max_timeout, x.max_retry_times, time.time)
+                                        x.max_timeout, x.max_retry_times, self.clock)
         self._feedback(prompts.uid, rnd.batch, rnd.scores)
         return rnd
 
@@ -192,7 +193,8 @@ class RLTrainer:
         late = cut_groups(batch)
         batch.timed_out = None
         if late:
-            batch = batch[[i for i, g in enumerate(batch.group_index) if g not in late]]  # (B',) the on-time groups
+            on_time = [i for i, g in enumerate(batch.group_index) if g not in late]
+            batch = batch[torch.tensor(on_time, dtype=torch.long)]  # (B',) the on-time groups (long even when empty)
         if len(batch) == 0:  # nothing finished: nothing to score
             rnd = Round(batch, torch.zeros(0), [], dict(tool_metrics), torch.zeros(0))
             return Attempt(rnd, late_prompts(prompts.uid, late))
@@ -202,7 +204,7 @@ class RLTrainer:
             values = metric_values(self.cfg.algorithm.filter_groups.metric, scored.scores, scored.function_scores, scored.extra)  # (B,)
             rnd = Round(batch, scored.scores, texts, {**scored.metrics, **tool_metrics}, values)
         # scored past the deadline on any rank: every group scored here is late (the batch is scored together)
-        if deadline is not None and self.dp.sum({"late": float(time.time() > deadline)})["late"] > 0:
+        if deadline is not None and self.dp.sum({"late": float(self.clock() > deadline)})["late"] > 0:
             late |= set(batch.group_index)
             return Attempt(rnd.take([]), late_prompts(prompts.uid, late))
         with timer("reward"):
