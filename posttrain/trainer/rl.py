@@ -100,7 +100,7 @@ class RLTrainer:
             raise UserError(f"trainer.rollout_mock={cfg.trainer.rollout_mock} dumps or replays the synchronous loop's steps; this run "
                             "explores and trains in two processes (a lagging synchronizer or the engine on devices of its own)")
         self.mock = RolloutMock(cfg.trainer.rollout_mock, cfg.trainer.rollout_mock_dir, writes=ctx.world.is_main)
-        self.clock = time.time  # explorer.max_timeout's clock, the engine's too (SamplingParams.deadline); tests pass a fake one
+        self.clock = time.time  # explorer.max_timeout: sets each attempt's deadline and checks the scoring against it; tests pass a fake one
 
     # ---------------------------------------------------------------- the RL step
     def step(self, prompts: PromptBatch | int, step: int) -> dict[str, float]:
