@@ -136,6 +136,12 @@ def test_timeouts_are_checked_before_training(files, tmp_path):
         tiny_rl_trainer(files, "explorer.max_timeout=-1", run="bad2")
     with pytest.raises(ConfigError, match=r"reward.launch_reward_fn_async runs after the batch"):
         tiny_rl_trainer(files, "explorer.max_timeout=5", "reward.launch_reward_fn_async=true", run="bad3")
+    from posttrain.config.load import load_config
+
+    root, model = files
+    with pytest.raises(ConfigError, match=r"explorer.max_timeout \(5 s\): bounds the training batches' prompt groups, and trainer.mode bench"):
+        load_config(None, [f"model.path={model}", f"data.train_files={root}/data/train.parquet", f"data.val_files={root}/data/test.parquet",
+                           "trainer.mode=bench", "explorer.max_timeout=5"])
 
 
 def test_engines_without_a_deadline_are_refused_where_they_are_built(files):

@@ -77,8 +77,12 @@ def check_explorer_timeouts(cfg: Any) -> list[str]:
     problems = []
     if timeout is not None:
         where = f"explorer.max_timeout ({timeout:g} s)"
+        mode = get_path(cfg, "trainer.mode", "both")
         if not is_rl(cfg):
             problems.append(f"{where}: bounds the prompt groups an RL stage generates; this stage generates none; remove it")
+        elif mode in ("bench", "serve"):
+            problems.append(f"{where}: bounds the training batches' prompt groups, and trainer.mode {mode} generates none "
+                            "(validation is not bounded); remove it")
         elif get_path(cfg, "rollout.agent.function", None) is not None:
             problems.append(f"{where}: rollout.agent.function runs the user's agent, whose episodes posttrain cannot stop and "
                             "replay group by group; bound the agent's own calls instead, and remove max_timeout")
