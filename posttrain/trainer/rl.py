@@ -211,7 +211,9 @@ class RLTrainer:
             rows, dropped = self.rewards.informative_rows(batch, scored.scores)  # the query filters
             rnd.metrics.update(dropped)
             if self.cfg.explorer.task_rewards_file is not None and self.ctx.world.is_main:  # every group, before the filters
-                self._log_tasks(prompts, batch, scored.scores, version)
+                # a late group logs nothing here: like a cancelled Trinity-RFT task, it logs when an attempt finishes it
+                done = [i for i, uid in enumerate(prompts.uid) if uid not in late]
+                self._log_tasks(prompts[torch.tensor(done, dtype=torch.long)], batch, scored.scores, version)
             rnd = rnd if rows is None else rnd.take(rows)  # (B',)
         return Attempt(rnd, late_prompts(prompts.uid, late))
 

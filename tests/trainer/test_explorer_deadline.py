@@ -48,7 +48,8 @@ def slow_groups(t, slow: set[str], outputs: list | None = None) -> list[list[str
 
 
 def test_a_late_group_is_generated_again_then_left_out(files):
-    t = tiny_rl_trainer(files, "explorer.max_timeout=60", "explorer.max_retry_times=1")
+    log = files[0] / "tasks.jsonl"
+    t = tiny_rl_trainer(files, "explorer.max_timeout=60", "explorer.max_retry_times=1", f"explorer.task_rewards_file={log}")
     prompts = first_prompts(t)
     u = prompts.uid  # s1-<row>
     outputs = []
@@ -58,6 +59,10 @@ def test_a_late_group_is_generated_again_then_left_out(files):
     assert sorted(set(exp.batch.group_index)) == sorted([u[0], u[2], u[3]])  # group 0 back under its own uid
     assert len(exp.batch) == 6 and exp.batch.timed_out is None
     assert exp.reward_metrics["rollout/timed_out_groups"] == 1.0 and exp.reward_metrics["rollout/retried_groups"] == 2.0
+    # explorer.task_rewards_file: a task logs when an attempt finishes it (groups 2 and 3, then 0), never while late
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [row["truth"] for row in lines] == [prompts.ground_truth[i] for i in (2, 3, 0)]
+    assert [len(row["rewards"]) for row in lines] == [2, 2, 2]
     metrics, train = t.learn(exp, 1, PhaseTimer(t.observer.watch()))
     assert len(train) == 6 and "actor/pg_loss" in metrics  # the step trains on the groups that finished
     # the retry drew other responses than the first attempt did (same uid would give the same noise)
