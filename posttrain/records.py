@@ -220,6 +220,10 @@ class RolloutBatch(_Rows):
     raw_chat: list[Any] | None = None
     # Each row's prompt images (posttrain.models.vision), None for a text row; None when no row has any.
     vision: list[VisionInputs | None] | None = field(default=None, metadata=OPTIONAL_ROWS)
+    # (B,) bool: the row was still being generated at its call's deadline (SamplingParams.deadline) and
+    # was cut there, unfinished (neither a stop nor its length budget ended it); None without a deadline.
+    # The explorer consumes it (posttrain.trainer.deadlines) and clears it before the batch trains.
+    timed_out: Tensor | None = None
 
     @property
     def attention_mask(self) -> Tensor:

@@ -17,7 +17,8 @@ failure penalty; posttrain.rollout.env_guard). Each turn records the env's state
 credit (`anchor_state`). With a `deadline` (explorer.max_timeout: Trinity-RFT's per-task timeout,
 all of a call's episodes starting together), an episode still live when it has passed ends before
 its next turn as `timed_out`; it is checked between turns, so one env call is bounded by
-env.step_timeout, not by the deadline.
+env.step_timeout, not by the deadline. A `params.deadline` (tool calling: the engine stops decoding at
+it) ends an episode whose action the engine cut the same way, before any env call sees the action.
 
 An entry in a window prompt mode (posttrain.envs.window) is shown a prompt written afresh before each
 action (its instruction, a window of earlier steps, the current observation) instead of the episode
@@ -98,8 +99,13 @@ def run_episodes(
             for row, i in enumerate(chunk):
                 ids = out.response_ids[row][out.response_mask[row] > 0][: budgets[row]].tolist()
                 logprobs = out.rollout_logprobs[row][out.response_mask[row] > 0][: budgets[row]].tolist()
+                if out.timed_out is not None and bool(out.timed_out[row]):
+                    # the engine stopped this action at params.deadline: unfinished, so no env call parses it
+                    trajectories[i].add(ids, logprobs)
+                    trajectories[i].timed_out = True
+                    continue
                 _act(slots[i], trajectories[i], ids, logprobs, turn, renderer, limits, failures)
-        live = [i for i in live if not (trajectories[i].done or trajectories[i].truncated or trajectories[i].failed)]
+        live = [i for i in live if not (trajectories[i].done or trajectories[i].truncated or trajectories[i].failed or trajectories[i].timed_out)]
     return trajectories
 
 

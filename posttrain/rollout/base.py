@@ -67,6 +67,10 @@ class SamplingParams:
     # temperature/top_k above. Recorded log-probs stay at `temperature` (module docstring).
     first_token_temperature: float | None = None
     first_token_top_k: int | None = None
+    # Wall-clock time (time.time() seconds) at which the engine stops decoding (explorer.max_timeout):
+    # rows still being generated then end there, flagged in RolloutBatch.timed_out; None: no deadline.
+    # An absolute time, so every process of a run reads it alike.
+    deadline: float | None = None
 
     def draw_settings(self, step: int) -> tuple[float, int]:
         """(temperature, top_k) that draw decode step `step` (0: the first response token)."""

@@ -48,6 +48,26 @@ def check_engine_machine(cfg: Any) -> None:
         raise UserError(f"rollout.name={cfg.rollout.name}: {problem}")
 
 
+# The engines whose `generate` honours SamplingParams.deadline (stops decoding at it and flags the rows
+# it cut). vLLM's and SGLang's adapters hand a batch to their library's blocking generate call, which
+# has no deadline and cannot be aborted from the caller's thread.
+DEADLINE_ENGINES = ("hf",)
+
+
+def check_engine_deadline(cfg: Any) -> None:
+    """Refuse explorer.max_timeout where the rollout engine cannot stop at a deadline: a single-turn or
+    tool-calling stage hands the deadline to the engine (an agentic stage checks it between turns and
+    runs on any engine). Checked where the rollout engine is built, not at `config plan`, so a
+    config for vLLM plans on a CPU machine where posttrain smoke substitutes the hf engine."""
+    timeout = getattr(getattr(cfg, "explorer", None), "max_timeout", None)
+    name = cfg.rollout.name
+    if timeout is None or name in DEADLINE_ENGINES or cfg.env.train_env_manager.tags:
+        return
+    raise UserError(f"explorer.max_timeout ({timeout:g} s): the {name} engine (rollout.name={name}) cannot stop a generation at a "
+                    f"deadline (its library's generate call runs every request to its end); engines that can: "
+                    f"{', '.join(DEADLINE_ENGINES)}. Use rollout.name=hf, or remove explorer.max_timeout (and max_retry_times)")
+
+
 # Settings that only some engines read (the rest are read by every engine: sampling, lengths,
 # free_cache_engine, max_num_seqs, enable_prefix_caching, dtype). Anything under
 # rollout.engine_kwargs.<engine> belongs to that engine.

@@ -11,7 +11,9 @@ re-copies itself every token), sampling from the last position's logits. Rows st
 `ignore_eos`) or a stop id; the stopping token is part of the response (mask 1.0), everything after
 it is `pad_token_id` with mask 0.0 and log-prob 0.0. Finished rows leave the decode batch (their
 cache rows are dropped), and the loop ends when every row has stopped or `max_new_tokens` is
-reached, so T is at most `max_new_tokens`. Before `min_new_tokens` the stop ids cannot be drawn;
+reached, so T is at most `max_new_tokens`. With `SamplingParams.deadline` the clock is read between
+decode steps: once past it, the rows still being decoded end where they are and are flagged in
+`RolloutBatch.timed_out` (every row gets at least one token). Before `min_new_tokens` the stop ids cannot be drawn;
 the first token is drawn with `first_token_temperature`/`first_token_top_k` when they are set
 (FIRE sampling); recorded log-probs are unaffected by either (posttrain.rollout.sampling). With `share_prompt_prefill` the prompt of a group is
 run through the model once and its cache copied to the group's n rows (vLLM's prefix caching,
@@ -51,6 +53,7 @@ weights. On a CPU device nothing moves at either level. `generate` while asleep 
 from __future__ import annotations
 
 import copy
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
@@ -142,6 +145,7 @@ class HFEngine:
         self.owns_weights = copy_weights or owns_weights
         self.asleep = 0  # the level of the last sleep, 0 when awake
         self.weights_dropped = False  # a level-2 sleep freed the owned copy; update_weights refills it
+        self.clock = time.time  # what SamplingParams.deadline is compared with; tests pass a fake one
 
     def workers_for(self, rows: int) -> int:
         """Threads that decode a batch of `rows` rows: `decode_workers`, else `auto_decode_workers`;
@@ -300,9 +304,12 @@ class HFEngine:
         prompt_ids = rows.input_ids.to(self.device)  # (B, P)
         prompt_mask = rows.attention_mask.to(self.device, torch.float32)  # (B, P)
         with torch.inference_mode():
-            response_ids, response_mask, logprobs = self._decode(prompt_ids, prompt_mask, params, lean, keys, rows.vision)
+            response_ids, response_mask, logprobs, cut = self._decode(prompt_ids, prompt_mask, params, lean, keys, rows.vision)
         # Inference tensors cannot be saved for backward; the actor's forward will use these ids.
-        return RolloutBatch.sampled(rows, response_ids.clone(), response_mask.clone(), logprobs.clone(), self._version)
+        batch = RolloutBatch.sampled(rows, response_ids.clone(), response_mask.clone(), logprobs.clone(), self._version)
+        if params.deadline is not None:  # which rows the deadline ended (RolloutBatch.timed_out)
+            batch.timed_out = cut.clone()
+        return batch
 
     def _prefill(self, decoder: LeanDecoder | HFDecoder, ids: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
         """Run the prompts (B, P) into the decoder's cache; return each row's last hidden state (B, H).
@@ -324,9 +331,10 @@ class HFEngine:
     def _decode(
         self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams, lean: bool, keys: Tensor,
         vision: list | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Prefill + token-by-token decode; returns response ids (B, T), mask (B, T), log-probs (B, T).
-        A batch with images (`vision`) prefills through `VisionDecoder` (posttrain.models.vision)."""
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Prefill + token-by-token decode; returns response ids (B, T), mask (B, T), log-probs (B, T)
+        and which rows `params.deadline` cut (B,) bool. A batch with images (`vision`) prefills through
+        `VisionDecoder` (posttrain.models.vision)."""
         B, P = prompt_ids.shape
         # The cache is allocated once at its final length and written in place: a growing cache
         # re-copies every layer's keys and values at every token, which on CPU cost more than the
@@ -359,6 +367,7 @@ class HFEngine:
         lps = torch.zeros(B, T, dtype=torch.float32, device=self.device)  # (B, T)
         rows = torch.arange(B, device=self.device)  # (b,): the rows of the output still being decoded
         finished = torch.zeros(B, dtype=torch.bool, device=self.device)  # (b,)
+        cut = torch.zeros(B, dtype=torch.bool, device=self.device)  # (B,): rows the deadline ended
         budget = None
         if params.max_total_tokens is not None:  # each row's room under the prompt + response cap
             budget = (params.max_total_tokens - prompt_mask.sum(1).long()).clamp(min=1)  # (B,)
@@ -384,6 +393,11 @@ class HFEngine:
                 finished = finished | (stops.hits(ids[rows], step + 1) & alive)
             if step + 1 == T or bool(finished.all()):
                 break
+            if params.deadline is not None and self.clock() >= params.deadline:
+                # checked between decode steps, after this step's token: a row still going ends here,
+                # unfinished, told apart from one that a stop or its length ended (explorer.max_timeout)
+                cut[rows[~finished]] = True
+                break
             if 4 * int(finished.sum()) >= len(rows):
                 # Drop finished rows once they are a quarter of the batch: their remaining tokens are
                 # padding, so decoding them is wasted work. Each drop copies the kept rows of the
@@ -396,4 +410,4 @@ class HFEngine:
                 seen = seen[keep] if seen is not None else None
             hidden = decoder.step(token, next_pos)  # (b, H)
             next_pos = next_pos + 1
-        return ids[:, :used], masks[:, :used], lps[:, :used]  # (B, T) each
+        return ids[:, :used], masks[:, :used], lps[:, :used], cut  # (B, T) each, (B,)

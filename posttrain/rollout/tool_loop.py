@@ -13,7 +13,11 @@ in ``extra_info``. `tool_metrics` sums what the tools did into ``tool/*`` metric
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import replace
 from typing import Any, Sequence
+
+import torch
 
 from posttrain.config.sections.rollout import MultiTurnConfig
 from posttrain.envs.spec import EnvSpec
@@ -65,6 +69,8 @@ class ToolRollout:
                 envs.append(env)
                 rows.append(i)
         limits = LoopLimits(self.max_prompt_length, params.max_new_tokens)
+        if params.deadline is not None:  # explorer.max_timeout: checked between turns, and by the engine within one
+            limits = replace(limits, deadline=params.deadline - time.time(), clock=time.time)
         trajs = run_episodes(slots, generate, params, self.renderer, limits, f"{prompts.uid[0]}/tool")
         mismatch = [self._mismatch(t, env, prompts.raw_chat[i]) for t, env, i in zip(trajs, envs, rows)]
         batch = to_rollout_batch(trajs, self.renderer.pad_id, version, [prompts.raw_prompt[i] for i in rows])
@@ -75,6 +81,8 @@ class ToolRollout:
                              "turn_scores": list(env.stats.turn_scores), "num_turns": len(t.turns)}
                             for t, env, i in zip(trajs, envs, rows)]
         batch.raw_chat = [prompts.raw_chat[i] for i in rows]
+        if params.deadline is not None:  # the conversations the deadline ended (RolloutBatch.timed_out)
+            batch.timed_out = torch.tensor([t.timed_out for t in trajs], dtype=torch.bool)
         return batch, tool_metrics(trajs, envs, mismatch)
 
     def _interaction(self, prompts: PromptBatch, i: int) -> tuple[Any, dict[str, Any]]:

@@ -53,7 +53,10 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
 
 
 def batch_metrics(batch: RolloutBatch, scores: torch.Tensor, max_new_tokens: int) -> dict[str, float]:
-    """Scores, rewards, advantages, returns, values and lengths of a rollout batch."""
+    """Scores, rewards, advantages, returns, values and lengths of a rollout batch (none of a batch
+    whose every group was dropped: its step learned nothing)."""
+    if len(batch) == 0:
+        return {}
     mask = batch.response_mask
     lengths = mask.sum(1)  # (B,)
     valid = lengths > 0

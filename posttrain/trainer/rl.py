@@ -8,6 +8,7 @@ sync. Which estimator, loss, KL terms or critic are used are options of the step
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import time
@@ -38,6 +39,7 @@ from posttrain.trainer.advantages import (
 )
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
+from posttrain.trainer.deadlines import Attempt, cut_groups, explore_with_deadline, late_prompts
 from posttrain.trainer.dynamic_sampling import Round, gather_groups, metric_values
 from posttrain.trainer.rewarding import RewardStage, val_overlong_rows
 from posttrain.trainer.rollout_mock import RolloutMock
@@ -79,7 +81,7 @@ class RLTrainer:
             check_expert_passes(cfg.algorithm.mix, len(expert_set), self.derived.total_training_steps)  # before any model loads
             self.expert = ExpertRows(expert_set, cfg.algorithm.mix.expert_batch_size, self.pad_id, cfg.trainer.seed)
         self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves)
-        dp = (self.roles.actor or self.roles.rollout).dp
+        dp = self.dp = (self.roles.actor or self.roles.rollout).dp
         # rollout.agent.function: a user's agent over a loopback endpoint returns each episode's reward
         self.agent_fn = make_agent_fn(cfg, self.tokenizer, inputs, self.pad_id, ctx.world.size, halves) if has_agent_fn(cfg) else None
         scored = halves != "learner" and not self.agent and self.agent_fn is None
@@ -98,6 +100,7 @@ class RLTrainer:
             raise UserError(f"trainer.rollout_mock={cfg.trainer.rollout_mock} dumps or replays the synchronous loop's steps; this run "
                             "explores and trains in two processes (a lagging synchronizer or the engine on devices of its own)")
         self.mock = RolloutMock(cfg.trainer.rollout_mock, cfg.trainer.rollout_mock_dir, writes=ctx.world.is_main)
+        self.clock = time.time  # explorer.max_timeout: sets each attempt's deadline and checks the scoring against it; tests pass a fake one
 
     # ---------------------------------------------------------------- the RL step
     def step(self, prompts: PromptBatch | int, step: int) -> dict[str, float]:
@@ -152,33 +155,67 @@ class RLTrainer:
                 reward_metrics.update(piped)
         return Experience(batch, scores, texts, reward_metrics, policy_step=policy_step)
 
-    def _rollout(self, prompts: PromptBatch, timer: PhaseTimer, version: int) -> tuple[RolloutBatch, dict[str, float]]:
+    def _rollout(self, prompts: PromptBatch, timer: PhaseTimer, version: int, deadline: float | None = None) -> tuple[RolloutBatch, dict[str, float]]:
         """The responses to a batch of prompts (with the greedy baseline's scores when the estimator
-        needs them) and the tool/* metrics."""
+        needs them) and the tool/* metrics. With a `deadline` (explorer.max_timeout) the engine stops
+        at it and `batch.timed_out` flags the rows it cut (a cut baseline response flags its group's)."""
+        sampling = self.sampling if deadline is None else dataclasses.replace(self.sampling, deadline=deadline)
         with timer("gen"):
-            batch, tool_metrics = self._generate(prompts, self.sampling, version)
+            batch, tool_metrics = self._generate(prompts, sampling, version)
         if self.baseline_sampling is not None:
+            baseline = self.baseline_sampling if deadline is None else dataclasses.replace(self.baseline_sampling, deadline=deadline)
             with timer("gen_baseline"):
-                greedy, _ = self._generate(prompts, self.baseline_sampling, version)
+                greedy, _ = self._generate(prompts, baseline, version)
+                late = cut_groups(greedy)
+                if late:  # the group's baseline is part of its work: unfinished, the whole group is late
+                    batch.timed_out = batch.timed_out | torch.tensor([g in late for g in batch.group_index], device=batch.timed_out.device)
+                    greedy.timed_out = None
                 batch.reward_baselines = self.rewards.baseline_scores(greedy, batch)  # (B,)
         return batch, tool_metrics
 
     def _explore_round(self, prompts: PromptBatch, timer: PhaseTimer, version: int) -> Round:
         """Rollout and reward of one batch of prompts, the query filters' groups dropped, with the
-        filter_groups metric of every response kept."""
-        batch, tool_metrics = self._rollout(prompts, timer, version)
+        filter_groups metric of every response kept; with explorer.max_timeout only the groups that
+        finished by the deadline, the late ones generated again or left out (posttrain.trainer.deadlines)."""
+        x = self.cfg.explorer
+        if x.max_timeout is None:
+            rnd = self._attempt(prompts, timer, version, None).round
+        else:
+            rnd = explore_with_deadline(lambda p, deadline: self._attempt(p, timer, version, deadline), prompts,
+                                        x.max_timeout, x.max_retry_times, self.clock)
+        self._feedback(prompts.uid, rnd.batch, rnd.scores)
+        return rnd
+
+    def _attempt(self, prompts: PromptBatch, timer: PhaseTimer, version: int, deadline: float | None) -> Attempt:
+        """Generate and score the prompts' groups; with a `deadline`, those it cut are late and left
+        unscored, and when the scoring ends past it every group is (each rank sees the same)."""
+        batch, tool_metrics = self._rollout(prompts, timer, version, deadline)
+        late = cut_groups(batch)
+        batch.timed_out = None
+        if late:
+            on_time = [i for i, g in enumerate(batch.group_index) if g not in late]
+            batch = batch[torch.tensor(on_time, dtype=torch.long)]  # (B',) the on-time groups (long even when empty)
+        if len(batch) == 0:  # nothing finished: nothing to score
+            rnd = Round(batch, torch.zeros(0), [], dict(tool_metrics), torch.zeros(0))
+            return Attempt(rnd, late_prompts(prompts.uid, late))
         with timer("reward"):
             texts = self.rewards.decode(batch)
             scored = self.rewards.score_parts(batch, texts)  # scores (B,)
             values = metric_values(self.cfg.algorithm.filter_groups.metric, scored.scores, scored.function_scores, scored.extra)  # (B,)
             rnd = Round(batch, scored.scores, texts, {**scored.metrics, **tool_metrics}, values)
+        # scored past the deadline on any rank: every group scored here is late (the batch is scored together)
+        if deadline is not None and self.dp.sum({"late": float(self.clock() > deadline)})["late"] > 0:
+            late |= set(batch.group_index)
+            return Attempt(rnd.take([]), late_prompts(prompts.uid, late))
+        with timer("reward"):
             rows, dropped = self.rewards.informative_rows(batch, scored.scores)  # the query filters
             rnd.metrics.update(dropped)
             if self.cfg.explorer.task_rewards_file is not None and self.ctx.world.is_main:  # every group, before the filters
-                self._log_tasks(prompts, batch, scored.scores, version)
+                # a late group logs nothing here: like a cancelled Trinity-RFT task, it logs when an attempt finishes it
+                done = [i for i, uid in enumerate(prompts.uid) if uid not in late]
+                self._log_tasks(prompts[torch.tensor(done, dtype=torch.long)], batch, scored.scores, version)
             rnd = rnd if rows is None else rnd.take(rows)  # (B',)
-        self._feedback(prompts.uid, rnd.batch, rnd.scores)
-        return rnd
+        return Attempt(rnd, late_prompts(prompts.uid, late))
 
     def _log_tasks(self, prompts: PromptBatch, batch: RolloutBatch, scores: torch.Tensor, version: int) -> None:
         """explorer.task_rewards_file: one line per task (posttrain.trainer.task_log)."""
@@ -203,9 +240,10 @@ class RLTrainer:
         batch; returns their metrics and the rows the updates trained on (fewer under PF-PPO)."""
         actor, critic, ref = self.roles.actor, self.roles.critic, self.roles.reference
         batch, metrics = experience.batch, {}
-        if len(batch) == 0:  # the query filters dropped every group: nothing to learn from this step
+        if len(batch) == 0:  # the query filters (or explorer.max_timeout) dropped every group: nothing to learn from
             experience.settle()
-            metrics["query_filter/skipped_update"] = 1.0
+            timed_out = experience.reward_metrics.get("rollout/timed_out_groups", 0.0) > 0
+            metrics["rollout/skipped_update" if timed_out else "query_filter/skipped_update"] = 1.0
             return metrics, batch
         # a window prompt mode's actions each follow a prompt of their own: these passes run on its turn rows
         on_rows = functools.partial(windowed, batch=batch, pad_id=self.pad_id)

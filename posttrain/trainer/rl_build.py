@@ -29,7 +29,7 @@ from posttrain.optim import build_optimization
 from posttrain.cluster.weight_sync import WeightSync, weight_sync_for
 from posttrain.cluster.world import World, role_parallelism
 from posttrain.rollout.base import RolloutEngine
-from posttrain.rollout.engines import build_engine
+from posttrain.rollout.engines import build_engine, check_engine_deadline
 from posttrain.workers import Actor, ActorSettings, Critic, CriticSettings, ReferencePolicy
 from posttrain.workers.rollout import RolloutWorker
 from posttrain.trainer.rl_settings import (
@@ -118,6 +118,7 @@ class RLRoles:
 def make_engine(cfg: Config, model: nn.Module, tokenizer: Any, owns_weights: bool = False) -> RolloutEngine:
     """The rollout engine `rollout.name` names, over `model`'s weights (`posttrain.rollout.engines`);
     `owns_weights`: `model` is the engine's own copy, which it may move while asleep."""
+    check_engine_deadline(cfg)
     return build_engine(cfg, model, tokenizer, seed=rollout_seed(cfg), owns_weights=owns_weights)
 
 

@@ -16,8 +16,7 @@ def test_runner_keys_at_what_posttrain_does_are_accepted_other_values_refused():
                 "rollout_model": {"engine_num": 1, "enable_history": False}}
     got = entries({"explorer": accepted}, "explorer.")
     assert {k: v[0] for k, v in got.items()} == {k: "dropped" for k in got} and len(got) == 10
-    refused = entries({"explorer": {"max_timeout": 60, "max_retry_times": 0, "dynamic_timeout": {"enable": True},
-                                    "rollout_model": {"engine_num": 2, "enable_history": True}}}, "explorer.")
+    refused = entries({"explorer": {"dynamic_timeout": {"enable": True}, "rollout_model": {"engine_num": 2, "enable_history": True}}}, "explorer.")
     assert {v[0] for v in refused.values()} == {"refused"}
     split = entries({"explorer": {"max_repeat_times_per_runner": 4}}, "explorer.")["explorer.max_repeat_times_per_runner"]
     assert split[0] == "dropped" and "joins back into the task's group" in split[1]  # scheduling only
@@ -73,3 +72,22 @@ def test_serve_keys_translate_and_more_than_one_serving_engine_is_refused():
     assert many["explorer.rollout_model.engine_num"][0] == "refused" and "one engine in one process" in many["explorer.rollout_model.engine_num"][1]
     assert entries({"mode": "both", "explorer": {"rollout_model": {"enable_openai_api": True}}})[
         "explorer.rollout_model.enable_openai_api"][0] == "refused"  # outside serve mode: no OpenAI server of the engine
+
+
+def test_task_timeout_and_retries_are_kept_and_trinity_defaults_dropped():
+    """A per-task timeout is posttrain's explorer.max_timeout (a prompt group's deadline): the values
+    are kept; Trinity-RFT's defaults stay accepted and set nothing (no deadline, any engine)."""
+    def native(explorer: dict) -> dict:
+        return translate({"explorer": explorer}, "trinity")[0].get("explorer", {})
+    assert native({"max_timeout": 60, "max_retry_times": 0}) == {"max_timeout": 60, "max_retry_times": 0}
+    assert native({"max_timeout": 360}) == {"max_timeout": 360, "max_retry_times": 2}  # Trinity-RFT's default retries
+    assert native({"max_retry_times": 3}) == {"max_timeout": 1800, "max_retry_times": 3}  # under its default timeout
+    for defaults in ({"max_timeout": 1800}, {"max_timeout": 900, "max_retry_times": 2}, {"max_retry_times": 2}):
+        got = entries({"explorer": defaults}, "explorer.")
+        assert native(defaults) == {} and {v[0] for v in got.values()} == {"dropped"} and "Trinity-RFT's default" in next(iter(got.values()))[1]
+    bad = entries({"explorer": {"max_timeout": -5, "max_retry_times": 1.5}}, "explorer.")
+    assert bad["explorer.max_timeout"][:2] == ("refused", "expected a number of seconds > 0, got -5")
+    assert bad["explorer.max_retry_times"][:2] == ("refused", "expected a whole number >= 0, got 1.5")
+    # a stage of a multi-stage file translates them too
+    stages = translate({"stages": [{"stage_name": "a", "explorer": {"max_timeout": 30}}]}, "trinity")[0]["stages"]
+    assert stages[0]["explorer"] == {"max_timeout": 30, "max_retry_times": 2}

@@ -241,7 +241,7 @@ def test_max_timeout_ends_late_episodes_and_replays_or_leaves_out_their_groups(m
     TurnClock(t)
     with pytest.raises(EnvError, match=r"step 1: every env group had an episode still running after explorer.max_timeout \(5 s\) in each of its 1 attempt"):
         explore(t)
-    with pytest.raises(ConfigError, match="explorer.max_retry_times \\(2\\): replays the env groups"):
+    with pytest.raises(ConfigError, match="explorer.max_retry_times \\(2\\): generates again the prompt groups"):
         trainer(model, tmp_path, *late[:-1], "explorer.max_retry_times=2")
 
 

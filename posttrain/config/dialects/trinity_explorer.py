@@ -1,8 +1,12 @@
 """Trinity-RFT's explorer-side keys that are more than one key to one key.
 
+- ``explorer.max_timeout`` and ``max_retry_times``: Trinity-RFT's per-task timeout and retries are
+  posttrain's explorer.max_timeout and max_retry_times (a task is a prompt group, posttrain.trainer.
+  deadlines), kept as written (`timeouts`). Left at Trinity-RFT's defaults (900 or 1800 s, 2
+  retries) they are dropped, so that a file that never chose a timeout runs on every engine (vLLM
+  and SGLang cannot stop at a deadline) with no limit, as before.
 - Workflow-runner keys posttrain refuses (posttrain.config.sections.explorer.UNSUPPORTED) are
-  accepted at the values that are what posttrain does anyway: no per-task timeout fires at
-  Trinity-RFT's default ``max_timeout``, nothing is retried, over-rollout ratio 0 waits for every
+  accepted at the values that are what posttrain does anyway: over-rollout ratio 0 waits for every
   task, dynamic timeouts off (`accepted_default`).
 - ``explorer.rollout_model.engine_num`` × ``tensor_parallel_size``: the explorer's devices, which
   posttrain places as Trinity-RFT does (`engines`).
@@ -29,8 +33,6 @@ from posttrain.config.tables import Rule
 
 # key -> (values accepted as what posttrain does, why)
 ACCEPTED: dict[str, tuple[tuple[Any, ...], str]] = {
-    "explorer.max_timeout": ((900, 1800), "Trinity-RFT's default per-task timeout: a single-turn batch is one engine call, with no task of its own to time out"),
-    "explorer.max_retry_times": ((2,), "Trinity-RFT's default retries: a single-turn batch is one engine call, with no task of its own to retry (a failing reward is reward.on_error)"),
     "explorer.over_rollout.ratio": ((0, 0.0), "0: wait for every task of a batch, as posttrain does"),
     "explorer.dynamic_timeout.enable": ((False,), "false: no dynamic timeout, as posttrain has none"),
 }
@@ -40,6 +42,42 @@ def accepted_default(key: str, value: Any) -> str | None:
     """Why ``value`` of a refused explorer key may be dropped (it is what posttrain does), else None."""
     values, why = ACCEPTED.get(key, ((), ""))
     return why if any(value == v and type(value) is type(v) for v in values) else None
+
+
+_TIMEOUT, _RETRIES = "explorer.max_timeout", "explorer.max_retry_times"
+_DEFAULT_TIMEOUTS, _DEFAULT_RETRIES = (900, 1800), 2  # Trinity-RFT's default max_timeout (1800; 900 in older versions) and retries
+
+
+def timeouts(ctx: Context) -> None:
+    """Trinity-RFT's per-task timeout and retries onto explorer.max_timeout / max_retry_times (module
+    docstring). Retries set alone run under Trinity-RFT's default timeout, 1800 s, as they do there."""
+    if not (ctx.has(_TIMEOUT) or ctx.has(_RETRIES)):
+        return
+    ctx.consume(_TIMEOUT, _RETRIES)
+    timeout, retries = ctx.get(_TIMEOUT), ctx.get(_RETRIES)
+    bad = [(k, v, want) for k, v, want in ((_TIMEOUT, timeout, "a number of seconds > 0"), (_RETRIES, retries, "a whole number >= 0"))
+           if v is not None and not _valid(v, k == _RETRIES)]
+    for key, value, want in bad:
+        ctx.refuse(key, f"expected {want}, got {value!r}", key, value)
+    if bad:
+        return
+    if timeout in (None, *_DEFAULT_TIMEOUTS) and retries in (None, _DEFAULT_RETRIES):
+        why = ("Trinity-RFT's default, which a file that never chose a timeout carries: posttrain then sets no deadline, so the "
+               "file runs on any engine (set another value to have posttrain bound each prompt group: explorer.max_timeout)")
+        for key in (k for k in (_TIMEOUT, _RETRIES) if ctx.has(k)):
+            ctx.drop(key, why)
+        return
+    ctx.set(_TIMEOUT, 1800 if timeout is None else timeout, _TIMEOUT if timeout is not None else _RETRIES,
+            "seconds a training batch's prompt groups (Trinity-RFT's tasks) may take to generate and score; "
+            "a group past it is generated again or left out" + ("" if timeout is not None else " (Trinity-RFT's default 1800, under which the retries run)"))
+    ctx.set(_RETRIES, _DEFAULT_RETRIES if retries is None else retries, _RETRIES if retries is not None else _TIMEOUT,
+            "times a late prompt group is generated again before it is left out" + ("" if retries is not None else " (Trinity-RFT's default 2)"))
+
+
+def _valid(value: object, whole: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+        return False
+    return value >= 0 if whole else value > 0
 
 
 _ENGINES, _TP = "explorer.rollout_model.engine_num", "explorer.rollout_model.tensor_parallel_size"
@@ -161,6 +199,8 @@ def auxiliary(ctx: Context) -> None:
 
 _MIX = (("algorithm.algorithm_type", "mix"),)
 RULES: dict[str, Rule] = {
+    _TIMEOUT: Rule(_TIMEOUT, "a per-task timeout: seconds a training batch's prompt groups may take (posttrain.trainer.deadlines); Trinity-RFT's defaults (900, 1800) with default retries are dropped (no limit)", 60),
+    _RETRIES: Rule(_RETRIES, "retries of a prompt group past explorer.max_timeout before it is left out; alone, under Trinity-RFT's default timeout 1800", 3, ((_TIMEOUT, 60),)),
     _STRATEGY: Rule(None, "default (and warmup) read the buffer's batches in order, as posttrain does; staleness_control is accepted when posttrain's own staleness bound (sync_interval - 1 + sync_offset, enforced where it generates) keeps every experience within staleness_limit, else refused; mix is the mix types' expert rows (algorithm.mix)", "default"),
     _ARGS: Rule(None, "staleness_control: staleness_limit, checked against posttrain's bound (see sample_strategy); mix: expert_data_ratio and sft_dataset_name (algorithm.mix)", {"staleness_limit": 4}, ((_STRATEGY, "staleness_control"),)),
     _AUX_BUFFERS: Rule("algorithm.mix.expert_files", "the mix and mix_chord types: the expert SFT buffer named by sample_strategy_args.sft_dataset_name (posttrain.config.dialects.trinity_types); other types' auxiliary buffers are refused (custom sample strategies posttrain does not run)", {"sft_dataset": {"path": "org/dataset"}}, _MIX),

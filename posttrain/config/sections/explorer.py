@@ -4,13 +4,15 @@ In a decoupled run the explorer turns tasks into experiences and hands them to t
 `buffer.trainer_input.experience_buffer`; `synchronizer` moves weights back. Trinity-RFT runs one
 workflow per task on a pool of workflow runners (with per-task timeouts, retries and partial
 batches); posttrain's explorer (posttrain.trainer.decoupled, or the synchronous loop) generates a
-whole batch in one engine call and scores it with `reward.*`, so the runner-pool keys are refused
-or dropped with that reason. An agentic stage's env groups are the counterpart of Trinity's tasks:
-`max_timeout` and `max_retry_times` bound and replay them (posttrain.trainer.agentic) (`UNSUPPORTED`, `NO_EFFECT`; the values that are what posttrain does
-anyway are accepted: posttrain.config.dialects.trinity_explorer). `env_vars` is honoured in every
-process that explores; `bench_on_latest_checkpoint` is read by `trainer.mode: bench`. The rollout
-engine itself (Trinity's explorer.rollout_model) is configured in the `rollout` section; evaluation
-cadence is trainer.test_freq / val_before_train (Trinity's eval_interval / eval_on_startup).
+whole batch in one engine call and scores it with `reward.*`. Its prompt groups (an agentic stage's
+env groups) are the counterpart of Trinity-RFT's tasks: `max_timeout` and `max_retry_times` bound
+them and generate again the ones past the deadline, then leave them out (posttrain.trainer.deadlines;
+posttrain.trainer.agentic). The runner-pool keys are refused or dropped with their reason
+(`UNSUPPORTED`, `NO_EFFECT`; posttrain.config.dialects.trinity_explorer translates the timeouts).
+`env_vars` is honoured in every process that explores; `bench_on_latest_checkpoint` is read by
+`trainer.mode: bench`. The rollout engine itself (Trinity's explorer.rollout_model) is configured in
+the `rollout` section; evaluation cadence is trainer.test_freq / val_before_train (Trinity's
+eval_interval / eval_on_startup).
 """
 
 from __future__ import annotations
@@ -22,19 +24,12 @@ from posttrain.config.fields import param, section
 
 _E = "trinity:explorer"
 _BATCH = "posttrain's explorer generates a whole batch in one engine call and scores it with reward.*; there is no per-task workflow"
-_AGENTIC = ("posttrain gives an agentic stage's env groups a deadline and replays (explorer.max_timeout, max_retry_times: an "
-            "env group with an episode past it is played again, then left out), and a Trinity-RFT file translates onto no agentic "
-            "stage (its environment workflows are refused); its single-turn and tool-calling workflows become engine calls that "
-            "make a batch's rows together, with no task running apart to")
-_TIMEOUT = f"a per-task workflow timeout: {_AGENTIC} time out (a reward function's own limit is reward.timeout_s); Trinity-RFT's defaults 900 and 1800 are accepted"
-_RETRY = (f"retrying a failed or timed-out workflow: {_AGENTIC} retry (a failing reward function is reward.on_error); "
-          "Trinity-RFT's default 2 is accepted")
 _OVER = ("training a step on the tasks that finished first: Trinity-RFT's explorer waits for (1 - ratio) of a batch's tasks, "
          "then up to wait_after_min seconds, and cancels the tasks still running, so the step has fewer groups. posttrain's "
-         "explorer generates a batch in one engine call, which returns when every response has ended: no task finishes "
-         "apart from the others, so none can be cut (split into one request per task, the requests would take turns on the "
-         "engine, so the first to finish would be the first sent, not the slow ones over-rollout drops); ratio 0 (wait for "
-         "every task) is accepted")
+         "engine decodes a batch's groups together and can stop them at a fixed time (explorer.max_timeout, which bounds slow "
+         "groups), but not at a time set by how many groups have finished: its decode threads, max_num_seqs chunks and "
+         "rollout ranks each hold part of the batch, and none sees the others' groups finish; ratio 0 (wait for every task) "
+         "is accepted")
 _DYNAMIC = f"a per-task timeout from the mean duration of successful tasks: {_BATCH}; enable false is accepted"
 _REPEATS = ("splitting a task's repeat_times over several workflow runners, whose experiences Trinity-RFT joins back into the "
             "task's group before any advantage is computed (scheduling only): posttrain generates a prompt's rollout.n responses "
@@ -51,8 +46,8 @@ class ExplorerConfig:
     proxy_port: int = param(8010, doc="trainer.mode serve: the TCP port of the endpoint (0: a free one, printed at start).", ge=0, le=65535, refs=[f"{_E}.proxy_port"])
     listen_address: str = param("127.0.0.1", doc="trainer.mode serve: the address the endpoint listens on (it has no authentication: 0.0.0.0 opens it to the network).", refs=[f"{_E}.listen_address"])
     service_status_check_interval: float = param(60.0, doc="trainer.mode serve: seconds between looks for a newer checkpoint of the run, whose weights the endpoint then serves.", gt=0, refs=[f"{_E}.service_status_check_interval"])
-    max_timeout: float | None = param(None, doc="Agentic stages: seconds a step's training episodes may run, all starting together (Trinity-RFT's per-task timeout); an episode still running then ends unfinished and its env group is played again (max_retry_times) or left out of the step, counted in env/timed_out_groups. Checked between turns (one env call: env.step_timeout). Null: no limit.", gt=0)
-    max_retry_times: int = param(0, doc="Agentic stages with max_timeout: how often an env group with an episode past it is played again (fresh environments, same seeds, new sampling) before it is left out; counted in env/retried_groups.", ge=0)
+    max_timeout: float | None = param(None, doc="RL stages: seconds a training batch's prompt groups may take, all starting together (Trinity-RFT's per-task timeout, its task being one prompt's rollout.n responses): generating and scoring a single-turn or tool-calling group (the hf engine stops decoding at the deadline), playing an agentic stage's env group (checked between turns; one env call: env.step_timeout). A group past it is generated again (max_retry_times) or left out of the step, counted in rollout/timed_out_groups (agentic: env/timed_out_groups). Validation is not bounded. Null: no limit.", gt=0)
+    max_retry_times: int = param(0, doc="RL stages with max_timeout: how often a prompt group (env group) past the deadline is generated again, with new sampling noise and a deadline of its own, before it is left out of the step; counted in rollout/retried_groups (agentic: env/retried_groups).", ge=0)
     task_rewards_file: str | None = param(None, doc="JSON-lines file that every explored task (a training prompt with its rollout.n responses) appends one line to after it is scored, in every mode that explores: {model_version: the weights' version, rewards: the responses' final scores, question: the prompt cell as the data holds it, truth: the ground truth}; relative to the working directory. BOTS collects a reference model's pass rates so (trainer.mode explore; its ref_eval_collect.py reads the file). Null: no file.", refs=[])
     db_url: str | None = param(None, doc="trainer.mode serve: the SQLite file (a path or sqlite:/// URL) recording every served completion until its feedback and commit; null: <stage dir>/serve/proxy_history.sqlite.", refs=[f"{_E}.db_url"])
 
@@ -60,8 +55,6 @@ class ExplorerConfig:
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     f"{_E}.name": "Ray actor names are chosen by posttrain",
-    f"{_E}.max_timeout": _TIMEOUT,
-    f"{_E}.max_retry_times": _RETRY,
     f"{_E}.over_rollout.ratio": _OVER,
     f"{_E}.dynamic_timeout.enable": _DYNAMIC,
 }
@@ -79,16 +72,26 @@ NO_EFFECT: dict[str, str] = {
 
 
 def check_explorer_timeouts(cfg: Any) -> list[str]:
-    """max_timeout bounds an agentic stage's episodes; max_retry_times replays the groups past it."""
+    """max_timeout bounds an RL stage's prompt groups (env groups); max_retry_times generates the late ones again."""
     timeout, retries = get_path(cfg, "explorer.max_timeout", None), get_path(cfg, "explorer.max_retry_times", 0)
     problems = []
-    if timeout is not None and not (is_rl(cfg) and get_path(cfg, "env.train_env_manager.tags", [])):
-        problems.append(f"explorer.max_timeout ({timeout:g} s): posttrain times out an agentic stage's episodes (env.train_env_manager), "
-                        "whose env groups it can play again or leave out; this stage generates each batch's rows together in engine "
-                        "calls, with no task of its own to time out (a reward function's limit is reward.timeout_s); remove it")
+    if timeout is not None:
+        where = f"explorer.max_timeout ({timeout:g} s)"
+        mode = get_path(cfg, "trainer.mode", "both")
+        if not is_rl(cfg):
+            problems.append(f"{where}: bounds the prompt groups an RL stage generates; this stage generates none; remove it")
+        elif mode in ("bench", "serve"):
+            problems.append(f"{where}: bounds the training batches' prompt groups, and trainer.mode {mode} generates none "
+                            "(validation is not bounded); remove it")
+        elif get_path(cfg, "rollout.agent.function", None) is not None:
+            problems.append(f"{where}: rollout.agent.function runs the user's agent, whose episodes posttrain cannot stop and "
+                            "replay group by group; bound the agent's own calls instead, and remove max_timeout")
+        elif get_path(cfg, "reward.launch_reward_fn_async", False):
+            problems.append(f"{where}: the deadline covers a group's scoring, which reward.launch_reward_fn_async runs after the "
+                            "batch has left the explorer, too late to generate a group again; turn one of them off")
     if retries and timeout is None:
-        problems.append(f"explorer.max_retry_times ({retries}): replays the env groups that ran past explorer.max_timeout, which is not "
-                        "set; set max_timeout or remove max_retry_times")
+        problems.append(f"explorer.max_retry_times ({retries}): generates again the prompt groups that ran past explorer.max_timeout, "
+                        "which is not set; set max_timeout or remove max_retry_times")
     return problems
 
 
