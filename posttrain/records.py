@@ -220,6 +220,10 @@ class RolloutBatch(_Rows):
     raw_chat: list[Any] | None = None
     # Each row's prompt images (posttrain.models.vision), None for a text row; None when no row has any.
     vision: list[VisionInputs | None] | None = field(default=None, metadata=OPTIONAL_ROWS)
+    # Routing replay (actor.router_replay.mode R2, posttrain.models.router_replay): the experts each MoE
+    # layer chose for every real token in the old-log-prob forward, (B, S, L, K) uint8/int32 with row b's
+    # j-th real token (prompt then response) at [b, j], right-padded: no pad side, trimming keeps it whole.
+    routes: Tensor | None = None
 
     @property
     def attention_mask(self) -> Tensor:
