@@ -139,3 +139,85 @@ def _layout(batch, pack: bool):
         assert packed is not None
         return RouteLayout(packed.token_rows.reshape(-1), packed.token_positions.reshape(-1))
     return RouteLayout.of_padded(batch.attention_mask)
+
+
+def test_the_first_update_forward_gives_the_old_log_probs_and_checkpointing_replays_too():
+    """Recorded padded in micro-batches of 3, replayed packed in one: ratio 1 on the first forward.
+    With the routers moved after the record, a gradient-checkpointed update (whose backward runs
+    each layer's forward again) gets the gradients of the plain replayed update."""
+    model = _qwen3()
+    batch = _batch(model)
+    batch.old_logprobs, batch.routes = sgd_actor(model, router_replay=True, pack=False, micro_batch_size=3).old_logprobs_and_routes(batch)
+    actor = sgd_actor(copy.deepcopy(model), router_replay=True, pack=True)
+    seen = []
+    loss_fn = actor.loss_fn
+    actor.loss_fn = lambda **kw: seen.append(kw["logprob"].detach()) or loss_fn(**kw)
+    actor.update(batch)
+    torch.testing.assert_close(seen[0], batch.old_logprobs, rtol=0, atol=2e-6)
+
+    with torch.no_grad():
+        for module, _ in router_modules(model):
+            module.weight.add_(torch.randn(module.weight.shape, generator=torch.Generator().manual_seed(5)) * 2.0)
+    plain, checkpointed = copy.deepcopy(model), copy.deepcopy(model)
+    checkpointed.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for m in (plain, checkpointed):
+        sgd_actor(m, router_replay=True, pack=True).update(batch)
+    for (name, a), (_, b) in zip(plain.named_parameters(), checkpointed.named_parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7, msg=name)
+    unreplayed = copy.deepcopy(model)
+    unreplayed.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    sgd_actor(unreplayed, pack=True).update(batch)
+    gate = "model.layers.0.mlp.gate.weight"
+    assert not torch.allclose(dict(unreplayed.named_parameters())[gate].grad, dict(plain.named_parameters())[gate].grad)
+
+
+def _router(cls_name: str, **config):
+    import transformers.models as models
+
+    module = {"Qwen3MoeTopKRouter": "qwen3_moe", "Qwen2MoeTopKRouter": "qwen2_moe", "OlmoeTopKRouter": "olmoe",
+              "MixtralTopKRouter": "mixtral", "GptOssTopKRouter": "gpt_oss"}[cls_name]
+    cls = getattr(getattr(models, module), f"modeling_{module}").__dict__[cls_name]
+    base = dict(num_experts_per_tok=2, num_experts=6, num_local_experts=6, hidden_size=8, norm_topk_prob=False)
+    base.update(config)
+    router = cls(type("Config", (), base)())
+    torch.manual_seed(1)
+    for p in router.parameters():
+        torch.nn.init.normal_(p)
+    return router
+
+
+@pytest.mark.parametrize("name,config", [("Qwen3MoeTopKRouter", {"norm_topk_prob": True}), ("Qwen3MoeTopKRouter", {}),
+                                         ("Qwen2MoeTopKRouter", {}), ("OlmoeTopKRouter", {"norm_topk_prob": True}),
+                                         ("MixtralTopKRouter", {}), ("GptOssTopKRouter", {})])
+def test_each_weight_rule_is_its_routers_own_at_the_replayed_experts(name, config):
+    router = _router(name, **config)
+    hidden = torch.randn(5, 8, generator=torch.Generator().manual_seed(2))
+    logits, weights, index = router(hidden)
+    torch.testing.assert_close(WEIGHT_RULES[name](router, logits, index), weights, rtol=0, atol=0)  # its own choice: unchanged
+    other = torch.tensor([[5, 0]] * 5)  # experts the router did not pick: the rule at those, by hand
+    got = WEIGHT_RULES[name](router, logits, other)
+    if name == "GptOssTopKRouter":
+        expected = torch.softmax(logits[:, [5, 0]], dim=-1)
+    else:
+        expected = torch.softmax(logits.float(), dim=-1)[:, [5, 0]]
+        if name == "MixtralTopKRouter" or config.get("norm_topk_prob"):
+            expected = expected / expected.sum(-1, keepdim=True)
+    torch.testing.assert_close(got, expected.to(got.dtype), rtol=1e-6, atol=1e-7)
+
+
+def test_a_dense_model_is_refused_naming_the_key():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    dense = Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1))
+    with pytest.raises(ConfigError, match=r"actor.router_replay.mode: R2 .* no MoE router"):
+        replay_routers(dense)
+    assert len(replay_routers(_qwen3())) == L
+
+
+def test_an_update_without_recorded_routes_is_refused():
+    model = _qwen3()
+    batch = _batch(model)
+    batch.old_logprobs = torch.zeros_like(batch.response_mask)
+    with pytest.raises(ValueError, match="no recorded routes"):
+        sgd_actor(model, router_replay=True).update(batch)
