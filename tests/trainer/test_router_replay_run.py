@@ -1,6 +1,6 @@
 """A short RL run of `posttrain train` on a tiny random Qwen3-MoE policy with
 actor.router_replay.mode R2: it completes, logs the update, and trains other weights than the same
-run without replay (four epochs of two mini-batches: after the first optimizer step the routers'
+run without replay (both recompute the old log-probs; four epochs of two mini-batches: after the first optimizer step the routers'
 own choice drifts from the recorded one, which only R2 keeps)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from posttrain.models.moe import router_modules
 from posttrain.models.tiny import make_tiny_model
 from posttrain.tasks import write_task_data
 
-EPOCHS = ("actor.ppo_epochs=4", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=4", "actor.optim.lr=0.03")
+EPOCHS = ("actor.reuse_rollout_logprobs=never", "actor.ppo_epochs=4", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=4", "actor.optim.lr=0.03")
 
 
 @pytest.fixture(scope="module")
