@@ -281,6 +281,7 @@ class Actor:
                         counts[k] += 1
                     if self.s.schedule_per_update:  # ROLL's count: the schedule's steps are optimizer updates
                         self.scheduler.step()
+        self.replay = None
         # Otherwise one LR-schedule step per training step (not per optimizer step), as verl counts
         # trainer.total_training_steps: warm-up and decay are in RL steps.
         if not self.s.schedule_per_update:

@@ -221,3 +221,15 @@ def test_an_update_without_recorded_routes_is_refused():
     batch.old_logprobs = torch.zeros_like(batch.response_mask)
     with pytest.raises(ValueError, match="no recorded routes"):
         sgd_actor(model, router_replay=True).update(batch)
+
+
+def test_the_router_loss_beside_replay_reads_the_current_logits():
+    """moe_aux_loss_coef with R2: the load-balancing loss is computed from the router logits, as
+    without replay (verl's patched router also computes it from the logits, not the replayed choice)."""
+    model = _qwen3()
+    batch = _batch(model)
+    batch.old_logprobs, batch.routes = sgd_actor(model, router_replay=True).old_logprobs_and_routes(batch)
+    replayed = sgd_actor(copy.deepcopy(model), router_replay=True, moe_aux_loss_coef=0.5, moe_top_k=K).update(batch)
+    plain = sgd_actor(copy.deepcopy(model), moe_aux_loss_coef=0.5, moe_top_k=K).update(batch)
+    assert replayed["actor/moe_aux_loss"] == pytest.approx(plain["actor/moe_aux_loss"], rel=1e-6)
+    assert replayed["actor/moe_aux_loss"] > 0
