@@ -182,8 +182,10 @@ def replay_routes(model: nn.Module) -> Iterator[RouteSession]:
 
 
 def set_routes(session: RouteSession, routes: Tensor) -> None:
-    """The (b, S, L, K) recorded routes of the micro-batch whose forward runs next."""
-    session.routes, session.layout = routes, None
+    """The (b, S, L, K) recorded routes of the micro-batch whose forward runs next (the batch may
+    keep them in host memory, as verl does: only this micro-batch's go to the model's device)."""
+    device = next(session.routers[0].parameters()).device
+    session.routes, session.layout = routes.to(device, non_blocking=True), None
     session.replayed.clear()
 
 

@@ -38,7 +38,7 @@ from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_logprobs
 from posttrain.models.token_signal import response_token_signal
 from posttrain.models.kernels import activation_offload
-from posttrain.models.moe import RouterCapture, capture_router_logits
+from posttrain.models.moe import RouterCapture, capture_router_logits, router_top_k
 from posttrain.models.router_replay import check_replayed, record_routes, recorded, replay_routes, route_dtype, set_routes
 from posttrain.models.logprobs import PLAIN_HEAD, HeadKernel, response_logprobs
 from posttrain.models.precision import autocast
@@ -210,7 +210,7 @@ class Actor:
         self.reused_last, self.recomputed_last = False, True
         try:
             with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward), record_routes(self.model) as session:
-                layers, k = len(session.routers), int(self.model.config.get_text_config().num_experts_per_tok)
+                layers, k = len(session.routers), router_top_k(self.model)
 
                 def one(micro: RolloutBatch) -> tuple[Tensor, Tensor]:
                     lp = self.run(
@@ -223,7 +223,8 @@ class Actor:
                 empty = (batch.response_mask.new_zeros(0, batch.response_ids.shape[1]),
                          torch.zeros((0, width, layers, k), dtype=dtype, device=batch.response_ids.device))
                 logprobs, routes = forward_in_order_many(batch, one, empty, size=size, max_tokens=max_tokens, dp=self.dp)
-                return logprobs, routes
+                # kept in host memory, as verl keeps them (L x K bytes a token); each micro-batch's go back for its forward
+                return logprobs, routes.cpu()
         finally:
             self.model.train(was_training)
 
