@@ -23,6 +23,9 @@ trimmed or packed the rows. The forward helpers (`posttrain.models.logprobs`) re
 of the decoder input about to run, which row and position each holds (`note_layout`); slots that
 hold padding route as the model routes them (their outputs are never read).
 
+Under Ulysses each rank routes its columns of the rows (`narrow_layout`); a record sums the
+ranks' parts, and a replay looks up its own columns' tokens.
+
 The hooks stay registered for the whole `replay_routes` block, including backward passes that
 recompute a gradient-checkpointed layer, so a recomputation routes as its forward did.
 """
@@ -119,6 +122,8 @@ class RouteSession:
     layout: RouteLayout | None = None
     routes: Tensor | None = None
     chosen: dict[int, Tensor] = field(default_factory=dict)  # record: layer -> (N, K) indices
+    width: int = 1  # record: the longest row's real tokens in the forward about to run
+    group: Any = None  # Ulysses: the ranks that route the other columns of the same rows
     replayed: set[int] = field(default_factory=set)  # replay: the layers that replayed since set_routes
 
 
@@ -129,8 +134,24 @@ def note_layout(layout: RouteLayout) -> None:
     """The forward helpers call this before the decoder runs; it drops what earlier (probe)
     forwards of the block recorded."""
     if _SESSION:
-        _SESSION[0].layout = layout
-        _SESSION[0].chosen.clear()
+        session = _SESSION[0]
+        session.layout, session.group = layout, None
+        session.width = int(layout.positions.max()) + 1 if bool((layout.rows >= 0).any()) else 1
+        session.chosen.clear()
+
+
+def narrow_layout(rows: int, width: int, padded: int, columns: slice, group: Any) -> None:
+    """Ulysses (`posttrain.models.ulysses`): this rank's decoder runs only `columns` of the (rows,
+    padded) input whose layout `note_layout` recorded; keep that part, and the group that routes
+    the rest (a record is summed over it: every token is routed on exactly one of its ranks)."""
+    if not _SESSION or _SESSION[0].layout is None:
+        return
+    session = _SESSION[0]
+
+    def cut(t: Tensor) -> Tensor:
+        t = torch.cat([t.reshape(rows, width), t.new_full((rows, padded - width), -1)], dim=1)  # (rows, padded)
+        return t[:, columns].reshape(-1)
+    session.layout, session.group = RouteLayout(cut(session.layout.rows), cut(session.layout.positions)), group
 
 
 def _hook(session: RouteSession, layer: int, module: nn.Module):
@@ -204,11 +225,14 @@ def recorded(session: RouteSession, rows: int, dtype: torch.dtype) -> Tensor:
     if layout is None or len(session.chosen) != len(session.routers):
         raise RuntimeError("router replay: the forward reported no token layout or not every router ran")
     real = layout.rows >= 0
-    width = int(layout.positions.max()) + 1 if bool(real.any()) else 1
     index = torch.stack([session.chosen[i] for i in range(len(session.routers))], dim=1)  # (N, L, K)
-    out = torch.zeros((rows, width, *index.shape[1:]), dtype=dtype, device=index.device)
-    out[layout.rows[real], layout.positions[real]] = index[real.to(index.device)].to(dtype)
-    return out
+    out = torch.zeros((rows, session.width, *index.shape[1:]), dtype=torch.int32, device=index.device)
+    out[layout.rows[real], layout.positions[real]] = index[real.to(index.device)].to(torch.int32)
+    if session.group is not None:  # Ulysses: each token's experts sit on the one rank that routed it, zeros elsewhere
+        import torch.distributed as dist
+
+        dist.all_reduce(out, group=session.group)
+    return out.to(dtype)
 
 
 def route_dtype(model: nn.Module) -> torch.dtype:

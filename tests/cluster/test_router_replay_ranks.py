@@ -1,4 +1,5 @@
-"""actor.router_replay.mode R2 on two FSDP-sharded gloo ranks: every rank gets the whole batch's
+"""actor.router_replay.mode R2 on two FSDP-sharded gloo ranks, as two data-parallel ranks and as one
+Ulysses group (each rank routes its columns of every row): every rank gets the whole batch's
 recorded routes, equal to one process's, and the replayed update trains the same weights."""
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ def _run(model_dir, dp):
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     batch = make_batch(model.config.vocab_size)
     batch.advantages = torch.randn(batch.response_mask.shape, generator=torch.Generator().manual_seed(3)) * batch.response_mask
-    if dp.distributed:
+    ranks = dp.size if dp.distributed else dp.seq.size if dp.seq is not None else 1
+    if ranks > 1:
         from torch.distributed.device_mesh import init_device_mesh
 
-        model = shard_model(model, init_device_mesh("cpu", (dp.size,)), ShardingSettings())
+        model = shard_model(model, init_device_mesh("cpu", (ranks,)), ShardingSettings())
     settings = actor_settings(router_replay=True, micro_batch_size=2, mini_batch_size=4, max_tokens_per_micro_batch=None)
     actor = Actor(model, torch.optim.SGD(model.parameters(), lr=0.5), NoSchedule(), settings, dp=dp)
     batch.old_logprobs, batch.routes = actor.old_logprobs_and_routes(batch)
@@ -33,10 +35,12 @@ def _run(model_dir, dp):
     return batch.old_logprobs, batch.routes, params
 
 
-def _on_ranks(rank, world, model_dir):
+def _on_ranks(rank, world, model_dir, ulysses=False):
     import torch.distributed as dist
 
-    return _run(model_dir, DataParallel(rank, world, dist.group.WORLD))
+    from posttrain.cluster.world import World
+
+    return _run(model_dir, World(rank, world).data_parallel(sp=world) if ulysses else DataParallel(rank, world, dist.group.WORLD))
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +57,11 @@ def model_dir(tmp_path_factory):
     return str(path)
 
 
-@pytest.mark.slow  # ~35 s on 2 shared cores: two forked gloo ranks
-def test_two_ranks_record_and_replay_as_one_process(model_dir):
+@pytest.mark.slow  # ~35 s each on 2 shared cores: two forked gloo ranks
+@pytest.mark.parametrize("ulysses", [False, True])
+def test_two_ranks_record_and_replay_as_one_process(model_dir, ulysses):
     logprobs, routes, params = _run(model_dir, DataParallel())
-    for got_lp, got_routes, got_params in run_ranks(_on_ranks, 2, model_dir):
+    for got_lp, got_routes, got_params in run_ranks(_on_ranks, 2, model_dir, ulysses):
         assert torch.equal(got_routes, routes)
         torch.testing.assert_close(got_lp, logprobs, atol=1e-5, rtol=0)
         for name in params:

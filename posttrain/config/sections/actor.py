@@ -245,8 +245,7 @@ def _rl_full_model(cfg: Any, key: str, remedy: str, lora_why: str) -> list[str]:
 def check_router_replay(cfg: Any) -> list[str]:
     """actor.router_replay.mode: R3 needs routing the engines do not record; R2 replays what the
     old-log-prob forward recorded, so it cannot take the rollout's log-probs as the old ones (verl's
-    bypass mode), acts on the RL actor only, and runs whole rows on each rank (no Ulysses split, whose
-    ranks would each record a part of every row) and no expert rows (algorithm.mix) or turn rows
+    bypass mode), acts on the RL actor only, and takes no expert rows (algorithm.mix) or turn rows
     (env.train_rows) that the old-log-prob forward did not route."""
     mode = get_mode(cfg)
     if mode == "disabled":
@@ -261,9 +260,6 @@ def check_router_replay(cfg: Any) -> list[str]:
     if getattr(actor, "reuse_rollout_logprobs", "auto") == "always":
         problems.append("actor.router_replay.mode R2 records the experts in the old-log-prob forward, and actor.reuse_rollout_logprobs always "
                         "(verl's bypass mode) skips that forward: the rollout's log-probs come with no routing; use auto or never")
-    if getattr(actor, "ulysses_sequence_parallel_size", 1) > 1:
-        problems.append("actor.router_replay.mode R2 with actor.ulysses_sequence_parallel_size > 1 is not implemented (each rank would record "
-                        "only its part of every row); set the Ulysses size to 1 or router_replay to disabled")
     mix = getattr(getattr(cfg, "algorithm", None), "mix", None)
     if mix is not None and getattr(mix, "expert_files", None):
         problems.append("actor.router_replay.mode R2 with algorithm.mix: the expert rows join the batch after the old-log-prob forward, "
