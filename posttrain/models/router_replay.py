@@ -27,7 +27,9 @@ Under Ulysses each rank routes its columns of the rows (`narrow_layout`); a reco
 ranks' parts, and a replay looks up its own columns' tokens.
 
 The hooks stay registered for the whole `replay_routes` block, including backward passes that
-recompute a gradient-checkpointed layer, so a recomputation routes as its forward did.
+recompute a gradient-checkpointed layer, so a recomputation routes as its forward did. The open
+block is a module-level slot rather than a ContextVar because those recomputations may run on
+autograd's own threads (one per GPU), which do not see the caller's context.
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ each token term aggregated with the same `loss_agg_mode` (as verl does); the SFT
 the mini-batch's positive responses (`posttrain.algorithms.positive_sft_loss`); the router term is
 each micro-batch's own (its routed-token counts are the micro-batch's), weighted by the micro-batch's
 share of the mini-batch's real tokens (`posttrain.workers.router_loss`).
+
+With routing replay (actor.router_replay.mode R2) the old-log-prob forward also records every
+token's experts (`old_logprobs_and_routes`) and every forward of the update routes to them
+(`posttrain.models.router_replay`).
 """
 
 from __future__ import annotations
