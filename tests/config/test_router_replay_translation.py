@@ -1,6 +1,6 @@
 """verl's actor_rollout_ref.actor.router_replay: R2 under its Megatron actor -> actor.router_replay.mode
 R2; under its FSDP actor (which reads none of it) dropped; R3 refused with the reason; the file keys
-(declared, read nowhere in verl) dropped. And the native key's refusals: R3, R2 beside reused rollout
+(declared, read nowhere in verl) dropped. And the native key's refusals: R3 (not a choice), R2 beside reused rollout
 log-probs (verl's bypass mode), turn rows, an SFT stage."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_verl_r3_is_refused_with_the_reason(inputs):
 
 
 @pytest.mark.parametrize("words, message", [
-    (["actor.router_replay.mode=R3"], "R3 is not supported: R3 replays the routing the rollout engine recorded"),
+    (["actor.router_replay.mode=R3"], "'R3' is not one of disabled, R2"),
     (["actor.router_replay.mode=R2", "actor.reuse_rollout_logprobs=always"], "the rollout's log-probs come with no routing"),
     (["actor.router_replay.mode=R2", "env.train_rows=turn"], "use train_rows episode"),
     (["actor.router_replay.mode=R2", "algorithm.kind=sft"], "RL stages only"),

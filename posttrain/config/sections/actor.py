@@ -105,7 +105,7 @@ class PolicyLossConfig:
 class RouterReplayConfig:
     """Routing replay of a mixture-of-experts policy (posttrain.models.router_replay)."""
 
-    mode: str = param("disabled", doc="disabled: every forward routes each token with the router's own top-k. R2: the old-log-prob forward records every MoE layer's top-k experts of every token, and the update's forwards (and their gradient-checkpoint recomputations) route each token to those experts, the weights of the replayed experts coming from the router's current logits by the family's own rule (softmax at the replayed experts, renormalised where it renormalises its top-k), so the PPO ratio compares one sub-network at two parameter values (verl's Megatron actor's R2). R2 always recomputes the old log-probs (the rollout's come with no routing), and needs an MoE policy whose routers posttrain knows (Qwen2/Qwen3-MoE, Mixtral, OLMoE, GPT-OSS). R3 (replaying the rollout engine's routing) is refused: posttrain's engines record no routing. RL stages only.", choices=["disabled", "R2", "R3"])
+    mode: str = param("disabled", doc="disabled: every forward routes each token with the router's own top-k. R2: the old-log-prob forward records every MoE layer's top-k experts of every token, and the update's forwards (and their gradient-checkpoint recomputations) route each token to those experts, the weights of the replayed experts coming from the router's current logits by the family's own rule (softmax at the replayed experts, renormalised where it renormalises its top-k), so the PPO ratio compares one sub-network at two parameter values (verl's Megatron actor's R2). R2 always recomputes the old log-probs (the rollout's come with no routing), and needs an MoE policy whose routers posttrain knows (Qwen2/Qwen3-MoE, Mixtral, OLMoE, GPT-OSS). R3 (verl: replaying the rollout engine's routing) is not a choice: posttrain's engines record no routing. RL stages only.", choices=["disabled", "R2"])
 
 
 @section
@@ -163,8 +163,6 @@ class ActorConfig:
 # The reference's router_replay: verl reads the actor's only (its reference routes with its own routers).
 ROUTER_REPLAY = ("routing replay of the reference (verl reads router_replay of the actor only, and replays routing in its Megatron "
                  "actor); posttrain's reference routes every token with the model's own router; `mode: disabled` is accepted")
-R3 = ("R3 replays the routing the rollout engine recorded while generating (vLLM/SGLang's routed experts); posttrain's engines "
-      "record no routing. R2 (record in the old-log-prob forward, replay in the update) is supported")
 UNSUPPORTED: dict[str, str] = {
     f"{_VERL}.data_loader_seed": "a workaround for Megatron's data order across context-parallel ranks; posttrain's shuffle is seeded from the run seed",
     f"{_TRINITY_ALGO}.entropy_loss_fn": "posttrain has one entropy term, Trinity-RFT's default (entropy_coef x mean token entropy, weighted by actor.entropy_coeff): `default` is accepted, another entropy function is refused",
@@ -243,15 +241,11 @@ def _rl_full_model(cfg: Any, key: str, remedy: str, lora_why: str) -> list[str]:
 
 
 def check_router_replay(cfg: Any) -> list[str]:
-    """actor.router_replay.mode: R3 needs routing the engines do not record; R2 replays what the
-    old-log-prob forward recorded, so it cannot take the rollout's log-probs as the old ones (verl's
+    """actor.router_replay.mode R2 replays what the old-log-prob forward recorded, so it cannot take the rollout's log-probs as the old ones (verl's
     bypass mode), acts on the RL actor only, and takes no expert rows (algorithm.mix) or turn rows
     (env.train_rows) that the old-log-prob forward did not route."""
-    mode = get_mode(cfg)
-    if mode == "disabled":
+    if get_mode(cfg) != "R2":
         return []
-    if mode == "R3":
-        return [f"actor.router_replay.mode R3 is not supported: {R3}; use R2 or disabled"]
     problems = []
     kind = getattr(getattr(cfg, "algorithm", None), "kind", "rl")
     actor = getattr(cfg, "actor", None)
