@@ -28,6 +28,7 @@ from torch.utils.checkpoint import checkpoint
 from posttrain.models.fused_head import fused_token_logprobs
 from posttrain.models.lean_forward import lean_forward_reason, lean_hidden_states
 from posttrain.models.moe import note_tokens
+from posttrain.models.router_replay import RouteLayout, note_layout
 from posttrain.models.packing import pack_batch, packing_supported
 from posttrain.models.positions import concat_prompt_response
 from posttrain.models.shared_prompt import mask_for_kernel, pack_shared_prompts, shared_prompt_supported
@@ -235,6 +236,8 @@ def response_hidden_states(
     if packed is not None:
         if packed.slots is not None:
             note_tokens(packed.slots)  # an open router capture counts only these (posttrain.models.moe)
+        if packed.token_rows is not None:  # an open routing record/replay block (posttrain.models.router_replay)
+            note_layout(RouteLayout(packed.token_rows.reshape(-1), packed.token_positions.reshape(-1)))
         if mask is None:
             last_hidden = _decoder_hidden(model, packed.input_ids, packed.position_ids, None)
         else:  # shared-prompt rows: a 4-D mask the lean forward does not take
@@ -252,6 +255,7 @@ def response_hidden_states(
         prompt_ids[:, first:], prompt_mask[:, first:], response_ids[:, :last], response_mask[:, :last]
     )  # (B, S') each
     note_tokens(attention_mask > 0)
+    note_layout(RouteLayout.of_padded(attention_mask))
     if has_images(vision):
         last_hidden = vision_hidden_states(model, input_ids, attention_mask, vision, P - first)  # (B, S', H)
     else:

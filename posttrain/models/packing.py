@@ -38,6 +38,8 @@ class PackedBatch:
     valid: Tensor  # (B, T) bool: t is a real response token
     attention_mask: Tensor | None = None  # (K, 1, W, W) bool, True = attend; None: from position ids
     slots: Tensor | None = None  # (K, W) bool: the slots holding a real token (not a row's unused tail)
+    token_rows: Tensor | None = None  # (K, W) long: the source row of each slot's token, -1 on unused slots
+    token_positions: Tensor | None = None  # (K, W) long: its place among its row's real tokens, -1 on unused slots
 
 
 def _contiguous(mask: Tensor, counts: Tensor, *, left: bool) -> bool:
@@ -97,11 +99,16 @@ def pack_batch(
     position_ids[dest] = within
     slots = torch.zeros(K * width, dtype=torch.bool, device=device)
     slots[dest] = True
+    token_rows = torch.full((K * width,), -1, dtype=torch.long, device=device)
+    token_rows[dest] = torch.arange(B, device=device).repeat_interleave(L)
+    token_positions = torch.full((K * width,), -1, dtype=torch.long, device=device)
+    token_positions[dest] = within
     t = torch.arange(T, device=device)  # (T,)
     valid = t[None, :] < c[:, None]  # (B, T)
     gather = (starts + a - 1)[:, None] + t[None, :]  # (B, T): token t is predicted by position a - 1 + t
     gather = torch.where(valid, gather, 0)
-    return PackedBatch(input_ids.view(K, width), position_ids.view(K, width), gather, valid, slots=slots.view(K, width))
+    return PackedBatch(input_ids.view(K, width), position_ids.view(K, width), gather, valid, slots=slots.view(K, width),
+                       token_rows=token_rows.view(K, width), token_positions=token_positions.view(K, width))
 
 
 @torch.no_grad()

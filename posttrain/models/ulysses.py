@@ -48,6 +48,7 @@ from transformers import AttentionInterface
 
 from posttrain.models.lean_forward import training_attention_mask
 from posttrain.models.moe import narrow_tokens
+from posttrain.models.router_replay import narrow_layout
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,7 @@ def ulysses_hidden_states(
     w = padded // sp.size
     mine = slice(sp.rank * w, (sp.rank + 1) * w)
     narrow_tokens(K, W, padded, mine, sp.group)  # an open router capture sees this rank's columns only
+    narrow_layout(K, W, padded, mine, sp.group)  # so does a routing record/replay (posttrain.models.router_replay)
     config = model.config
     own, token = config._attn_implementation, _CALL.set((sp, mask))
     config._attn_implementation = ATTENTION_NAME

@@ -70,7 +70,7 @@ def turn_rows(batch: RolloutBatch, pad_id: int) -> RolloutBatch:
         if f.name in out:
             continue
         value = getattr(batch, f.name)
-        if value is None:
+        if value is None or f.name == "routes":  # an episode row's recorded experts do not fit a turn row (router replay refuses turn rows)
             out[f.name] = None
         elif f.metadata.get("pad") == "right":  # (B, T) aligned with the response: the action's columns
             out[f.name] = _slice_right(value, spans, width_t, pad_id if f.name == "response_ids" else 0)

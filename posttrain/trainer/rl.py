@@ -248,7 +248,10 @@ class RLTrainer:
         # a window prompt mode's actions each follow a prompt of their own: these passes run on its turn rows
         on_rows = functools.partial(windowed, batch=batch, pad_id=self.pad_id)
         with timer("old_log_prob"):
-            batch.old_logprobs = on_rows(actor.old_logprobs)  # (B, T), maybe the rollout's (reuse_rollout_logprobs)
+            if actor.s.router_replay:  # R2: the same forward records every token's experts, which the update replays
+                batch.old_logprobs, batch.routes = actor.old_logprobs_and_routes(batch)  # (B, T), (B, S, L, K)
+            else:
+                batch.old_logprobs = on_rows(actor.old_logprobs)  # (B, T), maybe the rollout's (reuse_rollout_logprobs)
             # sum_v pi^2 of the same (pre-update) policy: the variance-proxy metrics and the OTB estimators
             if self.cfg.actor.calculate_sum_pi_squared or estimator_needs(self.cfg.algorithm.adv_estimator).sum_pi_squared:
                 batch.sum_pi_squared = on_rows(actor.sum_pi_squared)  # (B, T)

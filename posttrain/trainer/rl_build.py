@@ -24,6 +24,7 @@ from posttrain.models.loading import causal_lm_from_config, load_tokenizer, load
 from posttrain.models.freeze import freeze_by_prefix
 from posttrain.models.lora import add_lora, lora_settings, value_head_name
 from posttrain.models.moe import router_loss_settings
+from posttrain.models.router_replay import replay_routers
 from posttrain.models.precision import compute_dtype
 from posttrain.optim import build_optimization
 from posttrain.cluster.weight_sync import WeightSync, weight_sync_for
@@ -159,6 +160,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     if a.freeze_vision_tower:
         freeze_vision_tower(policy)
     moe_coef, moe_top_k = router_loss_settings(policy, a.moe_aux_loss_coef)  # null: the model's
+    if a.router_replay.mode == "R2":
+        replay_routers(policy)  # a dense model or an unknown router family: refused here, naming the key
     train_dp = role_parallelism(world, cfg.trainer.balance_batch)
     actor_dp = train_dp(policy, "actor", a.ulysses_sequence_parallel_size)
     trained = world.shard(policy, a.fsdp_config)
@@ -203,6 +206,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             activation_offload=cfg.model.enable_activation_offload,
             moe_aux_loss_coef=moe_coef,
             moe_top_k=moe_top_k,
+            router_replay=a.router_replay.mode == "R2",
             loss_inputs=loss_inputs(cfg),
             logprob_batching=forward_batching(
                 cfg.rollout.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,

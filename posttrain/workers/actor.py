@@ -16,6 +16,10 @@ each token term aggregated with the same `loss_agg_mode` (as verl does); the SFT
 the mini-batch's positive responses (`posttrain.algorithms.positive_sft_loss`); the router term is
 each micro-batch's own (its routed-token counts are the micro-batch's), weighted by the micro-batch's
 share of the mini-batch's real tokens (`posttrain.workers.router_loss`).
+
+With routing replay (actor.router_replay.mode R2) the old-log-prob forward also records every
+token's experts (`old_logprobs_and_routes`) and every forward of the update routes to them
+(`posttrain.models.router_replay`).
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_logprobs
 from posttrain.models.token_signal import response_token_signal
 from posttrain.models.kernels import activation_offload
-from posttrain.models.moe import RouterCapture, capture_router_logits
+from posttrain.models.moe import RouterCapture, capture_router_logits, router_top_k
+from posttrain.models.router_replay import check_replayed, record_routes, recorded, replay_routes, route_dtype, set_routes
 from posttrain.models.logprobs import PLAIN_HEAD, HeadKernel, response_logprobs
 from posttrain.models.precision import autocast
 from posttrain.errors import DataError
@@ -46,7 +51,8 @@ from posttrain.records import RolloutBatch
 from posttrain.cluster.fsdp import forward_runner
 from posttrain.cluster.parallel import DataParallel
 from posttrain.workers.microbatch import (
-    SINGLE, accumulate_gradients, clip_and_step, forward_in_order, loss_weight, micro_weight, mini_batches, normaliser,
+    SINGLE, accumulate_gradients, clip_and_step, forward_in_order, forward_in_order_many, loss_weight, micro_weight, mini_batches,
+    normaliser,
 )
 from posttrain.workers.reference import batched_logprobs
 from posttrain.workers.router_loss import mini_totals, router_term
@@ -99,6 +105,7 @@ class ActorSettings:
     activation_offload: bool = False  # model.enable_activation_offload: saved activations in host memory
     moe_aux_loss_coef: float = 0.0  # actor.moe_aux_loss_coef, resolved against the model (posttrain.models.moe.router_loss_settings)
     moe_top_k: int = 0  # experts per token of the policy's routers, when moe_aux_loss_coef > 0
+    router_replay: bool = False  # actor.router_replay.mode R2: the update routes as the old-log-prob forward did
 
     def __post_init__(self) -> None:
         # seq-mean-token-sum-norm divides by a constant. Left as None, `aggregate_loss` would divide
@@ -141,6 +148,7 @@ class Actor:
         self.step = 0  # the trainer step of the running update (for losses that declare global_step)
         self.mini_totals = (0.0, 0.0)  # the running mini-batch's (loss normaliser, positive responses): the SFT term
         self.router_totals = (0.0, 0.0)  # the running mini-batch's (real tokens, loss normaliser): the router term
+        self.replay = None  # the open router-replay block of a running update (actor.router_replay.mode R2)
 
     def old_logprobs(self, batch: RolloutBatch) -> Tensor:
         """log pi_old of the PPO ratio, (B, T): the rollout's own log-probs when they are the actor's,
@@ -193,6 +201,37 @@ class Actor:
         finally:
             self.model.train(was_training)
 
+    @torch.inference_mode()
+    def old_logprobs_and_routes(self, batch: RolloutBatch) -> tuple[Tensor, Tensor]:
+        """Routing replay (R2): log pi_old (B, T) recomputed as `compute_logprobs` does, and in the
+        same forward every MoE layer's top-k experts of every real token, (B, S, L, K) in the row
+        layout of `posttrain.models.router_replay`, for `update` to replay. The rollout's log-probs
+        are never reused here: they come with no routing (verl records in its old-log-prob forward)."""
+        was_training = self.model.training
+        self.model.eval()
+        size, max_tokens = self.s.logprob_batching or (self.s.micro_batch_size, self.s.max_tokens_per_micro_batch)
+        dtype = route_dtype(self.model)
+        self.reused_last, self.recomputed_last = False, True
+        try:
+            with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward), record_routes(self.model) as session:
+                layers, k = len(session.routers), router_top_k(self.model)
+
+                def one(micro: RolloutBatch) -> tuple[Tensor, Tensor]:
+                    lp = self.run(
+                        response_logprobs, self.model, micro.prompt_ids, micro.prompt_mask, micro.response_ids, micro.response_mask,
+                        temperature=self.s.temperature, pack=self.s.pack, kernel=self.s.head, vision=micro.vision,
+                    ).logprobs  # (b, T')
+                    return lp, recorded(session, len(micro), dtype)  # (b, S', L, K)
+
+                width = int(batch.seq_lengths().max()) if len(batch) else 1
+                empty = (batch.response_mask.new_zeros(0, batch.response_ids.shape[1]),
+                         torch.zeros((0, width, layers, k), dtype=dtype, device=batch.response_ids.device))
+                logprobs, routes = forward_in_order_many(batch, one, empty, size=size, max_tokens=max_tokens, dp=self.dp)
+                # kept in host memory, as verl keeps them (L x K bytes a token); each micro-batch's go back for its forward
+                return logprobs, routes.cpu()
+        finally:
+            self.model.train(was_training)
+
     def sum_pi_squared(self, batch: RolloutBatch) -> Tensor:
         """sum_v pi(v)^2 of the current policy at each response token, (B, T); 0 on padding
         (actor.calculate_sum_pi_squared: the variance-proxy metrics)."""
@@ -232,17 +271,22 @@ class Actor:
             raise ValueError("actor.sft_loss_coef and the TOPR terms need the responses' scores (token_level_scores) on the batch")
         if self.s.use_kl_loss and batch.ref_logprobs is None:
             raise ValueError("actor.use_kl_loss needs ref_logprobs on the batch")
+        if self.s.router_replay and batch.routes is None:
+            raise ValueError("actor.router_replay.mode R2: the batch carries no recorded routes (old_logprobs_and_routes)")
         self.model.train()
         sums: dict[str, float] = defaultdict(float)
         counts: dict[str, float] = defaultdict(float)
-        for _ in range(self.s.ppo_epochs):
-            for mini in mini_batches(batch, mini_size or self.s.mini_batch_size, shuffle=self.s.shuffle, generator=self.generator):
-                step_metrics = self._optimizer_step(mini)
-                for k, v in step_metrics.items():
-                    sums[k] += v
-                    counts[k] += 1
-                if self.s.schedule_per_update:  # ROLL's count: the schedule's steps are optimizer updates
-                    self.scheduler.step()
+        # R2: open for the whole update, backward passes included (a checkpointed layer's recomputation routes alike)
+        with (replay_routes(self.model) if self.s.router_replay else nullcontext()) as self.replay:
+            for _ in range(self.s.ppo_epochs):
+                for mini in mini_batches(batch, mini_size or self.s.mini_batch_size, shuffle=self.s.shuffle, generator=self.generator):
+                    step_metrics = self._optimizer_step(mini)
+                    for k, v in step_metrics.items():
+                        sums[k] += v
+                        counts[k] += 1
+                    if self.s.schedule_per_update:  # ROLL's count: the schedule's steps are optimizer updates
+                        self.scheduler.step()
+        self.replay = None
         # Otherwise one LR-schedule step per training step (not per optimizer step), as verl counts
         # trainer.total_training_steps: warm-up and decay are in RL steps.
         if not self.s.schedule_per_update:
@@ -269,6 +313,8 @@ class Actor:
         need_entropy = True  # entropy is always logged; its gradient only flows with entropy_coeff
         device = next(self.model.parameters()).device
         routed = self.s.moe_aux_loss_coef > 0
+        if self.replay is not None:  # R2: this micro-batch's recorded experts, replayed by its forward and backward
+            set_routes(self.replay, micro.routes)
         with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward), \
                 activation_offload(self.s.activation_offload, device), \
                 (capture_router_logits(self.model) if routed else nullcontext(RouterCapture())) as routers:
@@ -282,11 +328,13 @@ class Actor:
                 temperature=self.s.temperature,
                 with_entropy=need_entropy,
                 # a shared prompt is routed once per group; Megatron routes each row's prompt
-                share_prompt=self.s.share_prompt and not routed,
+                share_prompt=self.s.share_prompt and not routed and self.replay is None,
                 pack=self.s.pack,
                 kernel=self.s.head,
                 vision=micro.vision,  # a vision-language policy's images (posttrain.models.vision)
             )
+        if self.replay is not None:
+            check_replayed(self.replay)
         mask = micro.train_mask  # response_mask less the tokens rollout correction and ROLL's sample filters rejected
         agg = dict(loss_agg_mode=self.s.loss_agg_mode)
         weights = self._sample_weights(micro)  # (b,) or None

@@ -82,7 +82,22 @@ def forward_in_order(
     One helper for the actor's and reference's log-probs and the critic's values, so the
     placement of token-budget packed (reordered) micro-batches is written once. With several ranks
     each computes its share of the rows and every rank returns the whole (B, T) result."""
-    width = batch.response_ids.shape[1]
+    empty = batch.response_mask.new_zeros(0, batch.response_ids.shape[1])
+    return forward_in_order_many(batch, lambda unit: (fn(unit),), (empty,), size=size, max_tokens=max_tokens, dp=dp)[0]
+
+
+def forward_in_order_many(
+    batch: RolloutBatch,
+    fn: Callable[[RolloutBatch], tuple[torch.Tensor, ...]],
+    empty: tuple[torch.Tensor, ...],
+    *,
+    size: int | None,
+    max_tokens: int | None,
+    dp: DataParallel = SINGLE,
+) -> tuple[torch.Tensor, ...]:
+    """`forward_in_order` for a forward with several per-row results (log-probs and the routes
+    a router-replay record took, posttrain.models.router_replay): `empty` holds a zero-row tensor
+    shaped like each whole result (its dim 1 the full width each is right-padded to, its dtype)."""
     shares = dp.shares(batch.seq_lengths().tolist())
     mine = batch if not dp.distributed else batch[shares[dp.rank]]
     units = cut(mine, size=size, max_tokens=max_tokens) if len(mine) else None
@@ -92,8 +107,11 @@ def forward_in_order(
             out = fn(unit)  # a padding unit still runs: a sharded model's forward is a collective
             if real:
                 results.append(out)
-    local = units.restore(results, width=width) if units else batch.response_mask.new_zeros(0, width)
-    return dp.gather_rows(local, shares, len(batch))
+    gathered = []
+    for k, like in enumerate(empty):
+        local = units.restore([r[k] for r in results], width=like.shape[1]) if units else like
+        gathered.append(dp.gather_rows(local, shares, len(batch)))
+    return tuple(gathered)
 
 
 def accumulate_gradients(

@@ -216,14 +216,15 @@ AR = "actor_rollout_ref."
 
 
 def test_verl_moe_and_server_keys_plan_at_their_defaults_and_are_refused_otherwise(inputs, capsys):
-    """Router replay, multi-token prediction, engine data/expert parallel ranks and Prometheus: keys
-    of verl's tree that posttrain has no counterpart for; verl's default values change nothing."""
+    """The reference's router replay, multi-token prediction, engine data/expert parallel ranks and Prometheus:
+    keys of verl's tree that posttrain has no counterpart for; verl's default values change nothing
+    (the actor's router replay: tests/config/test_router_replay_translation.py)."""
     defaults = [AR + "actor.router_replay.mode=disabled", AR + "ref.router_replay.mode=disabled", AR + "model.mtp.enable=false",
                 AR + "rollout.data_parallel_size=1", AR + "rollout.expert_parallel_size=1", AR + "rollout.prometheus.enable=false",
                 AR + "rollout.enable_rollout_routing_replay=false"]
     assert main(["config", "plan", "--dialect", "verl", *line(inputs), *defaults]) == 0
     capsys.readouterr()
-    others = {AR + "actor.router_replay.mode=R3": "router replay, R3", AR + "model.mtp.enable=true": "multi-token prediction",
+    others = {AR + "ref.router_replay.mode=R2": "routing replay of the reference", AR + "model.mtp.enable=true": "multi-token prediction",
               AR + "rollout.expert_parallel_size=8": "splits a model only by tensor parallelism",
               AR + "rollout.prometheus.enable=true": "Prometheus metrics", AR + "rollout.enable_rollout_routing_replay=true": "(R3)"}
     assert main(["config", "plan", "--dialect", "verl", *line(inputs), *others]) == 2

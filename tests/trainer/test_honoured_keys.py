@@ -175,7 +175,9 @@ KNOBS = [
     knob("actor.sft_loss_coef=1.0", "weights", *POSITIVE),  # the policy loss is 0 there: the SFT term alone moves the weights
     # the tiny model is dense: a router loss is refused when it loads (its effect on an MoE model: tests/workers/test_actor_moe.py)
     knob("actor.moe_aux_loss_coef=0.1", "exit"),
-    knob("critic.moe_aux_loss_coef=0.1", "exit", *CRITIC),  # the critic's on an MoE model: tests/workers/test_actor_moe.py
+    knob("critic.moe_aux_loss_coef=0.1", "exit", *CRITIC),
+    # dense too: R2 is refused when it loads (on an MoE model: tests/workers/test_router_replay.py, tests/trainer/test_router_replay_run.py)
+    knob("actor.router_replay.mode=R2", "exit"),  # the critic's on an MoE model: tests/workers/test_actor_moe.py
     knob("actor.grad_clip=1e-4", "weights"),
     knob("actor.optim.lr=2e-3", "weights"),
     knob("actor.optim.betas=[0.5,0.9]", "weights"),

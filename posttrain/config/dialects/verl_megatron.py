@@ -340,7 +340,39 @@ def other_keys(ctx: Any) -> None:
         ctx.drop(_LAYER_NAMES, "names of Megatron's fused layers for verl's weight sync to the engine; posttrain's engine takes Hugging Face weights by name")
 
 
-HANDLERS = [strategies, megatron, optimizers, other_keys]
+_RR = "actor_rollout_ref.actor.router_replay"
+_R3 = ("R3 replays the routing the rollout engine recorded while generating; posttrain's engines record no routing "
+       "(R2, recorded in the actor's old-log-prob forward, is actor.router_replay.mode R2)")
+
+
+def router_replay(ctx: Any) -> None:
+    """The actor's ``router_replay``. verl's Megatron actor reads ``mode`` (its FSDP actor reads none
+    of it); ``record_file`` and ``replay_file`` are declared by verl's RouterReplayConfig but read
+    nowhere (the routes travel with the batch). R2 -> actor.router_replay.mode R2; R3 refused."""
+    for name in ("record_file", "replay_file"):
+        key = f"{_RR}.{name}"
+        if ctx.has(key):
+            ctx.consume(key)
+            ctx.drop(key, "declared by verl's RouterReplayConfig but read nowhere in verl: the recorded routes travel with the batch")
+    key = f"{_RR}.mode"
+    if not ctx.has(key):
+        return
+    ctx.consume(key)
+    mode = ctx.get(key)
+    if mode == "disabled":
+        ctx.drop(key, "disabled: every token routed by the model's own router (actor.router_replay.mode's default)")
+    elif mode == "R3":
+        ctx.refuse(key, _R3, "actor.router_replay.mode", mode)
+    elif mode == "R2" and is_megatron(ctx, "actor_rollout_ref.actor"):
+        ctx.set("actor.router_replay.mode", "R2", key, "the old-log-prob forward records every token's experts and the update's forwards replay them")
+    elif mode == "R2":
+        ctx.drop(key, "R2 is read by verl's Megatron actor only: its FSDP actor (strategy fsdp/fsdp2) routes every token with the "
+                      "model's own router, as posttrain does here; posttrain's own actor.router_replay.mode R2 replays under FSDP too")
+    else:
+        ctx.refuse(key, "verl's modes are disabled, R2 and R3", "actor.router_replay.mode", mode)
+
+
+HANDLERS = [strategies, megatron, optimizers, other_keys, router_replay]
 
 
 def _rules() -> dict[str, Rule]:
@@ -369,6 +401,8 @@ def _rules() -> dict[str, Rule]:
             out[m + "override_transformer_config"] = Rule(gc, "Megatron's TransformerConfig: recompute_granularity full/selective -> gradient checkpointing; recompute_method/num_layers/modules, kernels, fusions, dispatchers, pipeline splits and moe_router_dtype dropped (same numbers to rounding); moe_router_load_balancing_type aux_loss -> the role's moe_aux_loss_coef (moe_aux_loss_coeff, else null: the model's router_aux_loss_coef; under verl's type none the coefficient is dropped, other types refused); dropout, MoE capacity, z-loss and other options refused", {"recompute_granularity": "full"})
     out.update({key: Rule(None, "declared by verl's config classes but read nowhere in verl", False) for key in _LOAD_WEIGHT})
     out.update({key: Rule("cluster.rpc_timeout_s", "the role's process-group timeout (seconds); posttrain's roles share one set of processes", 1200) for key in _TIMEOUTS})
+    out[_RR + ".mode"] = Rule("actor.router_replay.mode", "R2 (verl's Megatron actor) -> R2: experts recorded in the old-log-prob forward, replayed in the update; under verl's FSDP actor, which does not read it, dropped; R3 (the engine's routing) refused", "R2", (("actor_rollout_ref.actor.strategy", "megatron"),))
+    out.update({f"{_RR}.{name}": Rule(None, "declared by verl's RouterReplayConfig but read nowhere in verl", "/tmp/routes.pt") for name in ("record_file", "replay_file")})
     out[_LAYER_NAMES] = Rule(None, "names of Megatron's fused layers for verl's weight sync to the engine; posttrain's engine takes Hugging Face weights by name", {"qkv_layer_name": "qkv"})
     return out
 

@@ -102,6 +102,13 @@ class PolicyLossConfig:
 
 
 @section
+class RouterReplayConfig:
+    """Routing replay of a mixture-of-experts policy (posttrain.models.router_replay)."""
+
+    mode: str = param("disabled", doc="disabled: every forward routes each token with the router's own top-k. R2: the old-log-prob forward records every MoE layer's top-k experts of every token, and the update's forwards (and their gradient-checkpoint recomputations) route each token to those experts, the weights of the replayed experts coming from the router's current logits by the family's own rule (softmax at the replayed experts, renormalised where it renormalises its top-k), so the PPO ratio compares one sub-network at two parameter values (verl's Megatron actor's R2). R2 always recomputes the old log-probs (the rollout's come with no routing), and needs an MoE policy whose routers posttrain knows (Qwen2/Qwen3-MoE, Mixtral, OLMoE, GPT-OSS). R3 (verl: replaying the rollout engine's routing) is not a choice: posttrain's engines record no routing. RL stages only.", choices=["disabled", "R2"])
+
+
+@section
 class ActorConfig:
     """The policy update: mini/micro-batches, epochs, loss options, optimizer."""
 
@@ -132,6 +139,7 @@ class ActorConfig:
     sft_loss_coef: float = param(0.0, doc="Weight of ROLL's SFT term on the responses that scored above 0: the mean over them of -score x (the response's probability under the sampling policy) x its log-likelihood (posttrain.algorithms.positive_sft_loss), logged as actor/sft_loss; 0 disables. RL stages only.", ge=0, refs=["roll:sft_loss_coef"])
     topr_positive_loss_coef: float = param(0.0, doc="Weight of ROLL's TOPR term on the responses that scored above 0, added outside rl_loss_coef: REINFORCE, agg(-A log pi) over their tokens (the positive part of posttrain.algorithms.topr_loss with scores), logged with the negative part as actor/topr_loss; 0 disables. ROLL's RLVR actor added it from 2025-07 until v0.2.0 (its field postive_loss_coef, still declared there but no longer read). RL stages only.", ge=0, refs=["roll:postive_loss_coef"])
     topr_negative_loss_coef: float = param(0.0, doc="Weight of ROLL's TOPR term on the responses that scored 0 or less, added outside rl_loss_coef: agg(-sg[clip(pi / pi_old, 0, 1)] A log pi) over their tokens (the negative part of posttrain.algorithms.topr_loss with scores); 0 disables. ROLL's RLVR actor added it from 2025-07 until v0.2.0 (use_topr_neg_loss_coef, still declared there but no longer read; its TOPR is now actor_train.pg_variant topr). RL stages only.", ge=0, refs=["roll:use_topr_neg_loss_coef"])
+    router_replay: RouterReplayConfig = param(factory=RouterReplayConfig, doc="Routing replay of a mixture-of-experts policy: the update routes each token as the old-log-prob forward did (R2).")
     moe_aux_loss_coef: float | None = param(0.0, doc="Weight of the mixture-of-experts router's load-balancing loss added to the actor loss (Switch Transformers' loss as Megatron-core's aux_loss computes it: per MoE layer E / (k T^2) x sum over experts of routed-token count x summed router probability over the micro-batch's real tokens, summed over layers; posttrain.algorithms.load_balancing_loss), each micro-batch's weighted by its share of the mini-batch's tokens, logged as actor/moe_aux_loss. null takes the model's router_aux_loss_coef (config.json; 0.001 for Qwen3-MoE, 0 when it has none); 0 disables. A positive value needs a model whose routers transformers exposes (output_router_logits: Qwen2/Qwen3-MoE, Mixtral, ...) and routes each response's prompt in the update (no share_prompt_forward there), as Megatron does. RL stages only.", ge=0, refs=["roll:actor_train.strategy_args.strategy_config.moe_aux_loss_coeff", "roll:actor_train.model_args.moe_aux_loss_coef"])
 
     # ---- optimization ------------------------------------------------------------------------
@@ -152,10 +160,10 @@ class ActorConfig:
 
 
 # Reference keys with no field in `actor`, and why (read by the mapping generator and dialect loaders).
-ROUTER_REPLAY = ("replaying the rollout engine's MoE routing in training (router replay, R3): posttrain's training forward routes "
-                 "every token with the model's own router, and its engines record no routing; `mode: disabled` is accepted")
+# The reference's router_replay: verl reads the actor's only (its reference routes with its own routers).
+ROUTER_REPLAY = ("routing replay of the reference (verl reads router_replay of the actor only, and replays routing in its Megatron "
+                 "actor); posttrain's reference routes every token with the model's own router; `mode: disabled` is accepted")
 UNSUPPORTED: dict[str, str] = {
-    **{f"{_VERL}.router_replay.{k}": ROUTER_REPLAY for k in ("mode", "record_file", "replay_file")},
     f"{_VERL}.data_loader_seed": "a workaround for Megatron's data order across context-parallel ranks; posttrain's shuffle is seeded from the run seed",
     f"{_TRINITY_ALGO}.entropy_loss_fn": "posttrain has one entropy term, Trinity-RFT's default (entropy_coef x mean token entropy, weighted by actor.entropy_coeff): `default` is accepted, another entropy function is refused",
     "roll:l2": "use decoupled weight decay: actor.optim.weight_decay",
@@ -230,3 +238,31 @@ def _rl_full_model(cfg: Any, key: str, remedy: str, lora_why: str) -> list[str]:
     if getattr(model, "lora_rank", 0) > 0 or getattr(model, "lora_adapter_path", None) is not None:
         problems.append(f"{key} with LoRA (model.lora_rank / lora_adapter_path): {lora_why}; drop one of the two")
     return problems
+
+
+def check_router_replay(cfg: Any) -> list[str]:
+    """actor.router_replay.mode R2 replays what the old-log-prob forward recorded, so it cannot take the rollout's log-probs as the old ones (verl's
+    bypass mode), acts on the RL actor only, and takes no expert rows (algorithm.mix) or turn rows
+    (env.train_rows) that the old-log-prob forward did not route."""
+    if get_mode(cfg) != "R2":
+        return []
+    problems = []
+    kind = getattr(getattr(cfg, "algorithm", None), "kind", "rl")
+    actor = getattr(cfg, "actor", None)
+    if kind != "rl":
+        problems.append(f"actor.router_replay.mode R2 is read by RL stages only, and algorithm.kind is {kind}; set it to disabled for this stage")
+    if getattr(actor, "reuse_rollout_logprobs", "auto") == "always":
+        problems.append("actor.router_replay.mode R2 records the experts in the old-log-prob forward, and actor.reuse_rollout_logprobs always "
+                        "(verl's bypass mode) skips that forward: the rollout's log-probs come with no routing; use auto or never")
+    mix = getattr(getattr(cfg, "algorithm", None), "mix", None)
+    if mix is not None and getattr(mix, "expert_files", None):
+        problems.append("actor.router_replay.mode R2 with algorithm.mix: the expert rows join the batch after the old-log-prob forward, "
+                        "which recorded no routing for them; set router_replay to disabled")
+    if getattr(getattr(cfg, "env", None), "train_rows", "episode") == "turn":
+        problems.append("actor.router_replay.mode R2 with env.train_rows turn: the old-log-prob forward routes the episode rows, not the "
+                        "turn rows the update trains on; use train_rows episode or router_replay disabled")
+    return problems
+
+
+def get_mode(cfg: Any) -> str:
+    return getattr(getattr(getattr(cfg, "actor", None), "router_replay", None), "mode", "disabled")
