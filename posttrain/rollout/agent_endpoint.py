@@ -94,8 +94,10 @@ class CallBatcher:
     the waiting calls whose key matches the oldest one's, generates them as one batch and hands
     each caller its rows; then the next waiting caller leads."""
 
-    def __init__(self, tokenizer: Any, window: float = 0.002):
-        self.tokenizer, self.window = tokenizer, window
+    def __init__(self, tokenizer: Any, window: float = 0.002, max_batch: int | None = None):
+        """`max_batch`: at most this many calls per engine call (None: no limit; 1: one call at a
+        time, as the endpoint served them before it batched; the throughput benchmark's baseline)."""
+        self.tokenizer, self.window, self.max_batch = tokenizer, window, max_batch
         self.waiting: list[_Call] = []
         self.busy = False
         self.cond = threading.Condition()
@@ -120,8 +122,8 @@ class CallBatcher:
                     time.sleep(self.window)  # the gathering window: calls of other episodes on their way
                 with self.cond:
                     key = self.waiting[0].key()
-                    batch = [c for c in self.waiting if c.key() == key]
-                    self.waiting = [c for c in self.waiting if c.key() != key]
+                    batch = [c for c in self.waiting if c.key() == key][: self.max_batch]
+                    self.waiting = [c for c in self.waiting if not any(c is b for b in batch)]
                 self._serve(policy, batch)
             finally:
                 with self.cond:
@@ -223,12 +225,13 @@ class _EpisodeService:
 class AgentEndpoint:
     """The stage's endpoint; `open(eid)` gives an episode its URL, `close(eid)` takes it away."""
 
-    def __init__(self, tokenizer: Any, model_name: str, eos_token_ids: Any = None, batch_window: float = 0.002):
+    def __init__(self, tokenizer: Any, model_name: str, eos_token_ids: Any = None, batch_window: float = 0.002,
+                 max_batch: int | None = None):
         """`batch_window`: seconds the first call to find the engine idle waits for others to share
-        its batch (0: only calls already waiting; the module docstring)."""
+        its batch (0: only calls already waiting; the module docstring); `max_batch`: CallBatcher's."""
         self.tokenizer, self.model_name, self.eos_token_ids = tokenizer, model_name, eos_token_ids
         self.lock = threading.Lock()  # guards `episodes`; the engine's calls go through `batcher`
-        self.batcher = CallBatcher(tokenizer, batch_window)
+        self.batcher = CallBatcher(tokenizer, batch_window, max_batch)
         self.episodes: dict[str, tuple[_EpisodeService, EpisodeRecord]] = {}
         self.policy: PolicySampling | None = None
         self.server = make_server(ChatService(_Closed(), tokenizer, model_name), "127.0.0.1", 0, scopes=self._scope)
