@@ -151,7 +151,11 @@ class CallBatcher:
             prompts, n = PromptBatch.cat(rows), 1
         budget = max(c.params.max_new_tokens for c in calls)
         stage = policy.params
-        sampling = dataclasses.replace(stage, n=n, seed=calls[0].params.seed, max_new_tokens=budget, include_stop=True)
+        # calls that all stop at the same strings let the engine end their rows there (less wasted
+        # decoding); otherwise the batch stops only at the stage's, and `_cut` ends each row
+        shared = {c.params.stop for c in calls}
+        stop = shared.pop() if len(shared) == 1 else stage.stop
+        sampling = dataclasses.replace(stage, n=n, seed=calls[0].params.seed, max_new_tokens=budget, stop=stop, include_stop=True)
         self.generate_calls += 1
         out = policy.generate(prompts, sampling)
         results, row = [], 0
