@@ -239,6 +239,9 @@ class AgentEndpoint:
         self.episodes: dict[str, tuple[_EpisodeService, EpisodeRecord]] = {}
         self.policy: PolicySampling | None = None
         self.server = make_server(ChatService(_Closed(), tokenizer, model_name), "127.0.0.1", 0, scopes=self._scope)
+        # the standard library listens with a backlog of 5: more episodes connecting at once than
+        # the accept loop takes in time were refused (a failed episode) on a busy machine
+        self.server.socket.listen(1024)
         self.thread = threading.Thread(target=self.server.serve_forever, name="agent endpoint", daemon=True)
         self.thread.start()
 
