@@ -76,6 +76,7 @@ class PolicySampling:
 class _Call:
     """One chat completion waiting for the engine, and its answer once served."""
 
+    policy: PolicySampling  # the engine and weights of the call's episode
     prompt: PromptBatch  # one row
     params: SamplingParams  # the stage's sampling with this call's n, stop, seed and budget
     done: bool = False
@@ -83,8 +84,10 @@ class _Call:
     error: BaseException | None = None
 
     def key(self) -> tuple:
-        """Calls of equal keys may share a batch (the module docstring): unseeded calls all do."""
-        return (None,) if self.params.seed is None else (self.params.seed, self.params.n)
+        """Calls of equal keys may share a batch (the module docstring): unseeded calls of one
+        policy all do. A call of an abandoned episode still waiting when the next step's policy is
+        set is never batched with the new step's calls (its stale weights version would fail them)."""
+        return (id(self.policy), None) if self.params.seed is None else (id(self.policy), self.params.seed, self.params.n)
 
 
 class CallBatcher:
@@ -104,7 +107,7 @@ class CallBatcher:
         self.generate_calls = 0  # engine calls made (tests and the throughput benchmark read it)
 
     def submit(self, policy: PolicySampling, prompt: PromptBatch, params: SamplingParams) -> RolloutBatch:
-        call = _Call(prompt, params)
+        call = _Call(policy, prompt, params)
         with self.cond:
             self.waiting.append(call)
         while True:
@@ -124,7 +127,7 @@ class CallBatcher:
                     key = self.waiting[0].key()
                     batch = [c for c in self.waiting if c.key() == key][: self.max_batch]
                     self.waiting = [c for c in self.waiting if not any(c is b for b in batch)]
-                self._serve(policy, batch)
+                self._serve(batch[0].policy, batch)
             finally:
                 with self.cond:
                     self.busy = False

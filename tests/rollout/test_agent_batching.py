@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+import torch
 
 from posttrain.models.tiny import make_tiny_model
 from posttrain.models.tokenizer import build_tiny_tokenizer
@@ -174,3 +175,35 @@ def test_a_call_whose_episode_ends_while_it_waits_is_not_recorded_and_a_late_cal
     assert calls == [1] and record.calls == []  # generated with its batch, but neither recorded nor answered
     assert errors and errors[0][0] == 404 and "has ended" in errors[0][1]
     assert late.value.code == 404
+
+
+def test_calls_of_two_policies_are_never_one_batch(hf):
+    """A hung episode of the last step may still have a call waiting when the next step's policy is set."""
+    engine, tokenizer = hf
+    from posttrain.records import PromptBatch
+    from posttrain.rollout.agent_endpoint import CallBatcher
+
+    seen = {"old": [], "new": []}
+
+    def policy(name):
+        def generate(prompts, sp):
+            seen[name].append(len(prompts))
+            return engine.generate(prompts, sp, expected_version=0)
+        return PolicySampling(generate, 0, GREEDY, 400)
+
+    batcher, policies = CallBatcher(tokenizer, window=0.3), {"old": policy("old"), "new": policy("new")}
+    prompt = PromptBatch(tokenizer("abc", return_tensors="pt")["input_ids"], torch.ones(1, 3), uid=["u"])
+    outs, jobs = {}, [("old", 0), ("new", 0), ("new", 1)]
+    gate = threading.Barrier(len(jobs))
+
+    def call(name, i):
+        gate.wait()  # all three wait within one gathering window
+        outs[name, i] = batcher.submit(policies[name], prompt, GREEDY)
+
+    threads = [threading.Thread(target=call, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {"old": [1], "new": [2]}  # each policy's calls in a batch of their own
+    assert batcher.generate_calls == 2 and len(outs) == 3 and all(len(o) == 1 for o in outs.values())
