@@ -7,8 +7,8 @@ of sample, and the two tests can be compared.
 
 Measured (mean training reward, first 10 -> last 10 of 40 GRPO steps, trainer.seed 1, 2, 3):
 0.150 -> 0.229 (+0.079), 0.117 -> 0.241 (+0.124), 0.134 -> 0.257 (+0.123); the single-turn test's
-measured rises are 0.08-0.11, and this test asks the same +0.05. Budget: about 2.5 minutes of wall
-time (about 2 minutes of CPU: 1m50s user + 18 s system) on the shared 2-core development machine,
+measured rises are 0.08-0.11, and this test asks the same +0.05. Budget: 105 s under pytest (2 minutes
+of CPU: 1m52s user + 17 s system) on the shared 2-core development machine,
 SFT warm-up included: the 128 episodes of a step go through HTTP and threads, more than the
 single-turn test's minute.
 Measure again with ``PYTHONPATH=.:tests python tests/e2e/test_agent_fn_learns.py 1 2 3``."""
