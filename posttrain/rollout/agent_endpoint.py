@@ -15,16 +15,16 @@ the weights version.
 
 Concurrent calls are batched (`CallBatcher`): the calls waiting for the engine (those that arrived
 while it was busy, and those that arrive within `batch_window` seconds, 2 ms by default, of the
-first one to find it idle) are generated together in one `generate` call. Each call keeps its own
-prompt (left-padded in the batch; the engines' masks and positions make a row's distribution the
-same as alone), `n`, `max_tokens` and `stop`: the batch decodes up to its longest budget with the
-stage's own stops, and each row is then cut where its own call would have ended (the token that
-completes one of its stop strings, or its budget), so a recorded row is what a call of its own
-would have drawn. Unseeded calls share one batch, each choice a row with a fresh sampling key. A
-call with a `seed` is batched only with calls of the same seed and `n` (the engines key sampling
-by seed, prompt uid and sample index, so a seeded call keeps the same answer in any batch); calls
-with other seeds wait for a batch of their own. Every other sampling argument is the stage's
-(above), the same for all calls.
+first one to find it idle; no wait when every running episode already has a call waiting) are
+generated together in one `generate` call. Each call keeps its own prompt (left-padded in the batch;
+the engines' masks and positions make a row's distribution the same as alone), `n`, `max_tokens` and
+`stop`: the batch decodes up to its longest budget with the stage's own stops, and each row is then
+cut where its own call would have ended (the token that completes one of its stop strings, or its
+budget), so a recorded row is what a call of its own would have drawn. Unseeded calls share one
+batch, each choice a row with a fresh sampling key. A call with a `seed` is batched only with calls
+of the same seed and `n` (the engines key sampling by seed, prompt uid and sample index, so a seeded
+call keeps the same answer in any batch); calls with other seeds wait for a batch of their own.
+Every other sampling argument is the stage's (above), the same for all calls.
 """
 
 from __future__ import annotations
@@ -97,10 +97,13 @@ class CallBatcher:
     the waiting calls whose key matches the oldest one's, generates them as one batch and hands
     each caller its rows; then the next waiting caller leads."""
 
-    def __init__(self, tokenizer: Any, window: float = 0.002, max_batch: int | None = None):
+    def __init__(self, tokenizer: Any, window: float = 0.002, max_batch: int | None = None,
+                 open_episodes: Callable[[], int] | None = None):
         """`max_batch`: at most this many calls per engine call (None: no limit; 1: one call at a
-        time, as the endpoint served them before it batched; the throughput benchmark's baseline)."""
-        self.tokenizer, self.window, self.max_batch = tokenizer, window, max_batch
+        time, as the endpoint served them before it batched; the throughput benchmark's baseline).
+        `open_episodes`: how many episodes are running; when each already has a call waiting there
+        is nobody to wait for, and the window is skipped (a lone episode is not slowed)."""
+        self.tokenizer, self.window, self.max_batch, self.open_episodes = tokenizer, window, max_batch, open_episodes
         self.waiting: list[_Call] = []
         self.busy = False
         self.cond = threading.Condition()
@@ -121,7 +124,9 @@ class CallBatcher:
                     return call.out
                 self.busy = True
             try:
-                if self.window > 0:
+                with self.cond:
+                    alone = self.open_episodes is not None and len(self.waiting) >= self.open_episodes()
+                if self.window > 0 and not alone:
                     time.sleep(self.window)  # the gathering window: calls of other episodes on their way
                 with self.cond:
                     key = self.waiting[0].key()
@@ -238,7 +243,7 @@ class AgentEndpoint:
         its batch (0: only calls already waiting; the module docstring); `max_batch`: CallBatcher's."""
         self.tokenizer, self.model_name, self.eos_token_ids = tokenizer, model_name, eos_token_ids
         self.lock = threading.Lock()  # guards `episodes`; the engine's calls go through `batcher`
-        self.batcher = CallBatcher(tokenizer, batch_window, max_batch)
+        self.batcher = CallBatcher(tokenizer, batch_window, max_batch, lambda: len(self.episodes))
         self.episodes: dict[str, tuple[_EpisodeService, EpisodeRecord]] = {}
         self.policy: PolicySampling | None = None
         self.server = make_server(ChatService(_Closed(), tokenizer, model_name), "127.0.0.1", 0, scopes=self._scope)

@@ -154,6 +154,7 @@ def test_seeded_calls_keep_their_answer_in_any_batch_and_other_seeds_wait_for_th
 def test_a_call_whose_episode_ends_while_it_waits_is_not_recorded_and_a_late_call_is_404(hf):
     endpoint, calls = endpoint_of(hf, GREEDY, window=0.5)
     record = endpoint.open("late-0")
+    endpoint.open("late-1")  # still running, no call yet: the batch waits its window for it
     errors = []
 
     def call():
@@ -168,6 +169,7 @@ def test_a_call_whose_episode_ends_while_it_waits_is_not_recorded_and_a_late_cal
         threading.Event().wait(0.2)  # the call is in the gathering window
         endpoint.close("late-0")  # e.g. its episode timed out
         thread.join()
+        endpoint.close("late-1")
         with pytest.raises(urllib.error.HTTPError) as late:
             post(endpoint.base_url("late-0"), ask("later"))
     finally:
@@ -207,3 +209,16 @@ def test_calls_of_two_policies_are_never_one_batch(hf):
         t.join()
     assert seen == {"old": [1], "new": [2]}  # each policy's calls in a batch of their own
     assert batcher.generate_calls == 2 and len(outs) == 3 and all(len(o) == 1 for o in outs.values())
+
+
+def test_a_lone_episode_does_not_wait_for_the_window(hf):
+    import time
+
+    endpoint, calls = endpoint_of(hf, GREEDY, window=5.0)
+    try:
+        start = time.perf_counter()
+        alone(endpoint, [ask("solo")], "solo")
+        took = time.perf_counter() - start
+    finally:
+        endpoint.shutdown()
+    assert calls == [1] and took < 4.0  # every running episode already had its call waiting
