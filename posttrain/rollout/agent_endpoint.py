@@ -11,19 +11,35 @@ Each chat completion is one `generate` call of this step's rollout role, with th
 them) and the request's own `n`, `stop`, `seed` and `max_tokens` (capped at the stage's response
 length). Before the answer leaves, the call is recorded: the prompt's token ids exactly as the chat
 template gave them to the engine, each choice's sampled ids and the engine's log-probs of them, and
-the weights version. Calls are served one at a time (one lock for the engine).
+the weights version.
+
+Concurrent calls are batched (`CallBatcher`): the calls waiting for the engine (those that arrived
+while it was busy, and those that arrive within `batch_window` seconds, 2 ms by default, of the
+first one to find it idle; no wait when every running episode already has a call waiting) are
+generated together in one `generate` call. Each call keeps its own prompt (left-padded in the batch;
+the engines' masks and positions make a row's distribution the same as alone), `n`, `max_tokens` and
+`stop`: the batch decodes up to its longest budget with the stage's own stops, and each row is then
+cut where its own call would have ended (the token that completes one of its stop strings, or its
+budget), so a recorded row is what a call of its own would have drawn. Unseeded calls share one
+batch, each choice a row with a fresh sampling key. A call with a `seed` is batched only with calls
+of the same seed and `n` (the engines key sampling by seed, prompt uid and sample index, so a seeded
+call keeps the same answer in any batch); calls with other seeds wait for a batch of their own.
+Every other sampling argument is the stage's (above), the same for all calls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
 from posttrain.rollout.server import ChatService, NotFound, RequestError, make_server
+from posttrain.rollout.stops import StopStrings, kept_length
 
 Generate = Callable[[PromptBatch, SamplingParams], RolloutBatch]
 
@@ -56,11 +72,129 @@ class PolicySampling:
     max_context: int  # prompt + response tokens a call may hold (data.max_prompt_length + response length)
 
 
-class _Engine:
-    """A rollout engine as ChatService sees it: this step's weights under the stage's sampling."""
+@dataclass
+class _Call:
+    """One chat completion waiting for the engine, and its answer once served."""
 
-    def __init__(self, policy: PolicySampling, eos_token_ids: Any):
-        self.policy, self.weights_version, self.eos_token_ids = policy, policy.version, eos_token_ids
+    policy: PolicySampling  # the engine and weights of the call's episode
+    prompt: PromptBatch  # one row
+    params: SamplingParams  # the stage's sampling with this call's n, stop, seed and budget
+    done: bool = False
+    out: RolloutBatch | None = None
+    error: BaseException | None = None
+
+    def key(self) -> tuple:
+        """Calls of equal keys may share a batch (the module docstring): unseeded calls of one
+        policy all do. A call of an abandoned episode still waiting when the next step's policy is
+        set is never batched with the new step's calls (its stale weights version would fail them)."""
+        return (id(self.policy), None) if self.params.seed is None else (id(self.policy), self.params.seed, self.params.n)
+
+
+class CallBatcher:
+    """Gathers concurrent calls into one `generate` call of the policy (see the module docstring).
+
+    The first caller to find the engine idle leads: it waits `window` seconds for more calls, takes
+    the waiting calls whose key matches the oldest one's, generates them as one batch and hands
+    each caller its rows; then the next waiting caller leads."""
+
+    def __init__(self, tokenizer: Any, window: float = 0.002, max_batch: int | None = None,
+                 open_episodes: Callable[[], int] | None = None):
+        """`max_batch`: at most this many calls per engine call (None: no limit; 1: one call at a
+        time, as the endpoint served them before it batched; the throughput benchmark's baseline).
+        `open_episodes`: how many episodes are running; when each already has a call waiting there
+        is nobody to wait for, and the window is skipped (a lone episode is not slowed)."""
+        self.tokenizer, self.window, self.max_batch, self.open_episodes = tokenizer, window, max_batch, open_episodes
+        self.waiting: list[_Call] = []
+        self.busy = False
+        self.cond = threading.Condition()
+        self.generate_calls = 0  # engine calls made (tests and the throughput benchmark read it)
+
+    def submit(self, policy: PolicySampling, prompt: PromptBatch, params: SamplingParams) -> RolloutBatch:
+        call = _Call(policy, prompt, params)
+        with self.cond:
+            self.waiting.append(call)
+        while True:
+            with self.cond:
+                while not call.done and self.busy:
+                    self.cond.wait()
+                if call.done:
+                    if call.error is not None:
+                        raise call.error
+                    assert call.out is not None
+                    return call.out
+                self.busy = True
+            try:
+                with self.cond:
+                    alone = self.open_episodes is not None and len(self.waiting) >= self.open_episodes()
+                if self.window > 0 and not alone:
+                    time.sleep(self.window)  # the gathering window: calls of other episodes on their way
+                with self.cond:
+                    key = self.waiting[0].key()
+                    batch = [c for c in self.waiting if c.key() == key][: self.max_batch]
+                    self.waiting = [c for c in self.waiting if not any(c is b for b in batch)]
+                self._serve(batch[0].policy, batch)
+            finally:
+                with self.cond:
+                    self.busy = False
+                    self.cond.notify_all()
+
+    def _serve(self, policy: PolicySampling, calls: list[_Call]) -> None:
+        try:
+            outs = self._generate(policy, calls)
+        except BaseException as err:  # every call of the batch fails with the engine's error
+            outs, error = [None] * len(calls), err
+        else:
+            error = None
+        with self.cond:
+            for call, out in zip(calls, outs):
+                call.out, call.error, call.done = out, error, True
+
+    def _generate(self, policy: PolicySampling, calls: list[_Call]) -> list[RolloutBatch]:
+        """One engine call for `calls`; each call's rows (n of them), cut to its own stop and budget."""
+        seeded = calls[0].params.seed is not None
+        if seeded:  # same seed and n: one prompt row per call, the engine draws the n samples
+            prompts, n = PromptBatch.cat([c.prompt for c in calls]), calls[0].params.n
+        else:  # a row per choice, each with a uid of its own, so each draws its own noise
+            rows = [dataclasses.replace(c.prompt, uid=[f"{c.prompt.uid[0]}/{k}"]) for c in calls for k in range(c.params.n)]
+            prompts, n = PromptBatch.cat(rows), 1
+        budget = max(c.params.max_new_tokens for c in calls)
+        stage = policy.params
+        # calls that all stop at the same strings let the engine end their rows there (less wasted
+        # decoding); otherwise the batch stops only at the stage's, and `_cut` ends each row
+        shared = {c.params.stop for c in calls}
+        stop = shared.pop() if len(shared) == 1 else stage.stop
+        sampling = dataclasses.replace(stage, n=n, seed=calls[0].params.seed, max_new_tokens=budget, stop=stop, include_stop=True)
+        self.generate_calls += 1
+        out = policy.generate(prompts, sampling)
+        results, row = [], 0
+        for c in calls:
+            part = out[row : row + c.params.n]
+            row += c.params.n
+            results.append(self._cut(part, c.params, stage))
+        return results
+
+    def _cut(self, out: RolloutBatch, params: SamplingParams, stage: SamplingParams) -> RolloutBatch:
+        """`out` (n rows) as the call alone would have ended it: after the token that completes one
+        of its stop strings (the stage's and its own), at most `params.max_new_tokens` tokens, and
+        without the stop string's tokens where the stage says `include_stop: false`."""
+        ids, mask, lps = out.response_ids.clone(), out.response_mask.clone(), out.rollout_logprobs.clone()  # (n, T)
+        stops = StopStrings(self.tokenizer, params.stop) if params.stop else None
+        for i in range(len(out)):
+            n = min(int(mask[i].sum()), params.max_new_tokens)
+            if stops is not None:
+                n = next((t + 1 for t in range(n) if bool(stops.hits(ids[i : i + 1], t + 1)[0])), n)
+            if not stage.include_stop and params.stop:
+                n = kept_length(ids[i, :n].tolist(), self.tokenizer, params.stop)
+            ids[i, n:], mask[i, n:], lps[i, n:] = 0, 0.0, 0.0
+        return dataclasses.replace(out, response_ids=ids, response_mask=mask, rollout_logprobs=lps)
+
+
+class _Engine:
+    """A rollout engine as ChatService sees it: this step's weights under the stage's sampling,
+    each call queued into the endpoint's batcher."""
+
+    def __init__(self, policy: PolicySampling, eos_token_ids: Any, batcher: CallBatcher):
+        self.policy, self.weights_version, self.eos_token_ids, self.batcher = policy, policy.version, eos_token_ids, batcher
 
     def generate(self, prompts: PromptBatch, params: SamplingParams, expected_version: int | None = None) -> RolloutBatch:
         p = self.policy
@@ -73,7 +207,7 @@ class _Engine:
         # the request decides how many choices, where to stop and how long they may be
         sampling = dataclasses.replace(p.params, n=params.n, stop=tuple(dict.fromkeys(p.params.stop + params.stop)), seed=params.seed,
                                        max_new_tokens=min(params.max_new_tokens, room))
-        return p.generate(prompts, sampling)
+        return self.batcher.submit(p, prompts, sampling)
 
 
 class _EpisodeService:
@@ -103,12 +237,19 @@ class _EpisodeService:
 class AgentEndpoint:
     """The stage's endpoint; `open(eid)` gives an episode its URL, `close(eid)` takes it away."""
 
-    def __init__(self, tokenizer: Any, model_name: str, eos_token_ids: Any = None):
+    def __init__(self, tokenizer: Any, model_name: str, eos_token_ids: Any = None, batch_window: float = 0.002,
+                 max_batch: int | None = None):
+        """`batch_window`: seconds the first call to find the engine idle waits for others to share
+        its batch (0: only calls already waiting; the module docstring); `max_batch`: CallBatcher's."""
         self.tokenizer, self.model_name, self.eos_token_ids = tokenizer, model_name, eos_token_ids
-        self.lock = threading.Lock()  # one engine: calls of all episodes are served one at a time
+        self.lock = threading.Lock()  # guards `episodes`; the engine's calls go through `batcher`
+        self.batcher = CallBatcher(tokenizer, batch_window, max_batch, lambda: len(self.episodes))
         self.episodes: dict[str, tuple[_EpisodeService, EpisodeRecord]] = {}
         self.policy: PolicySampling | None = None
         self.server = make_server(ChatService(_Closed(), tokenizer, model_name), "127.0.0.1", 0, scopes=self._scope)
+        # the standard library listens with a backlog of 5: more episodes connecting at once than
+        # the accept loop takes in time were refused (a failed episode) on a busy machine
+        self.server.socket.listen(1024)
         self.thread = threading.Thread(target=self.server.serve_forever, name="agent endpoint", daemon=True)
         self.thread.start()
 
@@ -129,20 +270,23 @@ class AgentEndpoint:
         record = EpisodeRecord()
 
         def recorder(call_id: str, prompt_ids: list[int], out: RolloutBatch, version: int) -> None:
+            if eid not in self.episodes:  # the episode ended while its call was in a batch: not recorded
+                raise NotFound(f"episode {eid} has ended (finished, failed or timed out): its calls are no longer served or recorded")
             for i in range(len(out)):
                 n = int(out.response_mask[i].sum())  # right-padded after EOS: the first n tokens are the response
                 record.calls.append(RecordedCall(list(prompt_ids), out.response_ids[i, :n].tolist(),
                                                  out.rollout_logprobs[i, :n].tolist(), version))
 
-        chat = ChatService(_Engine(self.policy, self.eos_token_ids), self.tokenizer, self.model_name,
+        chat = ChatService(_Engine(self.policy, self.eos_token_ids, self.batcher), self.tokenizer, self.model_name,
                            recorder=recorder, temperature=self.policy.params.temperature)
-        chat.lock = self.lock  # shared: the engine decodes one batch at a time
+        chat.lock = contextlib.nullcontext()  # the batcher serialises the engine; calls must meet there to share a batch
         with self.lock:
             self.episodes[eid] = (_EpisodeService(chat, self.policy.params.max_new_tokens, record), record)
         return record
 
     def close(self, eid: str) -> None:
-        """The episode's URL answers 404 from now on; a call being served still finishes first."""
+        """The episode's URL answers 404 from now on, and a call of it still in a batch is neither
+        recorded nor answered (404)."""
         with self.lock:
             self.episodes.pop(eid, None)
 

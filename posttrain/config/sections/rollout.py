@@ -63,7 +63,7 @@ class AgentFnConfig:
     """A user's agent function trained online: its chat-completion calls to a loopback OpenAI-compatible endpoint become the training rows (docs/agentic.md, "Agent functions")."""
 
     function: str | None = param(None, doc="The agent: 'module:function' or 'path/to/file.py:function', async or plain, called as function(base_url, row) once per episode (rollout.n per task row of data.train_files) with the row's columns and a base URL served by this step's policy; it makes any number of chat-completion calls and returns the episode's reward (a number, or a dict with 'reward' and numeric metrics). Each call becomes one training row with the episode's reward; the reward function is not called. null: no agent.")
-    max_concurrency: int = param(8, doc="Episodes running at once (their calls are served one at a time by the engine).", ge=1)
+    max_concurrency: int = param(8, doc="Episodes running at once (the calls they make at the same time are batched into one engine call; docs/agentic.md).", ge=1)
     timeout: float | None = param(600.0, doc="Seconds one episode may take; a slower one fails (its calls made so far count as under failure_penalty). null: no limit.", gt=0)
     failure_penalty: float | None = param(None, doc="A failed episode (the function raised, timed out, returned no reward or made no call): null drops it; a number trains the calls it made with this reward.")
     max_failure_rate: float = param(0.1, doc="Share of one step's (or one validation's) episodes that may fail before the run stops with the first failure's message.", ge=0, le=1)
