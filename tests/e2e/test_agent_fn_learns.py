@@ -10,7 +10,7 @@ Measured (mean training reward, first 10 -> last 10 of 40 GRPO steps, trainer.se
 measured rises are 0.08-0.11, and this test asks the same +0.05. Budget: 105 s under pytest (2 minutes
 of CPU: 1m52s user + 17 s system) on the shared 2-core development machine,
 SFT warm-up included: the 128 episodes of a step go through HTTP and threads, more than the
-single-turn test's minute.
+single-turn test's minute, so it is marked `long` (left out of CI; `python -m pytest -m long`).
 Measure again with ``PYTHONPATH=.:tests python tests/e2e/test_agent_fn_learns.py 1 2 3``."""
 
 import json
@@ -86,7 +86,7 @@ def run_once(root: Path, steps: int = 40, seed: int = 1) -> list[float]:
     return [r["agent/reward"] for r in rows if "agent/reward" in r]
 
 
-@pytest.mark.slow
+@pytest.mark.long  # 105 s: past the 10-minute suite's budget; `python -m pytest -m long` runs it
 def test_an_agent_function_with_grpo_raises_the_reward(tmp_path):
     scores = run_once(tmp_path)
     assert len(scores) == 40
