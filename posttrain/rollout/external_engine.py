@@ -38,7 +38,8 @@ class ExternalModelError(UserError):
 def missing_environment(cfg: Any) -> str | None:
     """The machine check of the engine: one line naming an unset environment variable, else None."""
     ext = cfg.rollout.external
-    for key, why in (("base_url_env", "the endpoint's base URL"), ("api_key_env", "the endpoint's API key")):
+    # the key first: on a machine without either, the line names the secret the user's shell holds
+    for key, why in (("api_key_env", "the endpoint's API key"), ("base_url_env", "the endpoint's base URL")):
         name = getattr(ext, key)
         if not os.environ.get(name):
             return f"environment variable {name} is not set (rollout.external.{key}: {why})"
