@@ -35,7 +35,7 @@ from posttrain.config.sections.explorer import check_explorer_timeouts, check_ta
 from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers
 from posttrain.config.sections.trainer import check_rollout_mock, check_save_strategy
 from posttrain.config.sections.optim import check_optimizer_args
-from posttrain.config.sections.rollout import check_min_response_length, check_num_beams, check_prompt_length, check_trace
+from posttrain.config.sections.rollout import check_external, check_min_response_length, check_num_beams, check_prompt_length, check_trace
 
 
 def check_device_mapping(cfg: Any) -> list[str]:
@@ -372,6 +372,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_prompt_length,
     check_min_response_length,
     check_num_beams,
+    check_external,
     check_trace,
     check_save_contents,
     check_save_strategy,

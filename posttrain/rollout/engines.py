@@ -16,8 +16,13 @@ from torch import nn
 from posttrain.errors import UserError
 from posttrain.rollout import sglang_engine, vllm_engine  # noqa: F401 (registers the vllm and sglang engines)
 from posttrain.rollout.base import RolloutEngine
+from posttrain.rollout.external_engine import build_external_engine, missing_environment
 from posttrain.rollout.hf_engine import HFEngine
 from posttrain.rollout.registry import ENGINES, MACHINE_CHECKS, engine_builder, register_engine
+
+# an OpenAI-compatible endpoint served elsewhere (trainer.mode bench only); the machine check names
+# an unset environment variable of its URL or key
+register_engine("external", missing_environment)(build_external_engine)
 
 
 @register_engine("hf")
@@ -80,6 +85,7 @@ ENGINE_SETTINGS: dict[str, tuple[str, ...]] = {
     "max_num_batched_tokens": ("vllm", "sglang"),
     "enable_chunked_prefill": ("vllm", "sglang"),
     "disable_log_stats": ("vllm", "sglang"),
+    "external": ("external",),
 }
 
 
@@ -90,7 +96,7 @@ def unused_engine_settings(cfg: Any, defaults: Any) -> str | None:
     unused = [f"rollout.{key}" for key, engines in ENGINE_SETTINGS.items()
               if name not in engines and getattr(r, key) != getattr(defaults, key)]
     for engine in ENGINES:
-        if engine != name:
+        if engine != name and hasattr(r.engine_kwargs, engine):  # the external engine has no group there
             ours, default = getattr(r.engine_kwargs, engine), getattr(defaults.engine_kwargs, engine)
             unused += [f"rollout.engine_kwargs.{engine}.{k}" for k in sorted(_changed(ours, default))]
     if not unused:

@@ -10,6 +10,10 @@ exactly as a training run validates. One row per checkpoint, one column per vali
     <stage dir>/bench/bench.csv     the table as CSV
     <stage dir>/bench/bench.md      the same as a markdown table, also printed on the console
 
+With `rollout.name: external` (posttrain.rollout.external_engine) the one model evaluated is the
+OpenAI-compatible endpoint of `rollout.external`, Trinity-RFT's `model.external_model`: no checkpoint
+is read and the table has one row, step 0.
+
 The stage's own files (config.yaml, metrics.jsonl, checkpoints) are left as they are; validation
 dumps and generations of the bench go to `<stage dir>/bench/`.
 """
@@ -62,7 +66,8 @@ def run_bench(ctx: StageContext) -> StageResult:
     cfg = ctx.cfg
     if cfg.algorithm.kind != "rl" or not cfg.data.val_files:
         raise ConfigError("trainer.mode=bench evaluates an RL stage's checkpoints on data.val_files; set data.val_files (Trinity: eval_tasksets)")
-    checkpoints = bench_checkpoints(ctx.checkpoint_root, cfg.explorer.bench_on_latest_checkpoint)
+    external = cfg.rollout.name == "external"  # the endpoint is the one model to evaluate, as step 0
+    checkpoints = [(0, None)] if external else bench_checkpoints(ctx.checkpoint_root, cfg.explorer.bench_on_latest_checkpoint)
     out = ctx.run_dir / "bench"
     out.mkdir(parents=True, exist_ok=True)
     (out / "val_generations.jsonl").unlink(missing_ok=True)  # a bench's own output: a rerun replaces it
@@ -72,11 +77,13 @@ def run_bench(ctx: StageContext) -> StageResult:
     rows: list[dict[str, float]] = []
     try:
         for step, actor in checkpoints:
-            load_weights(engine.model, actor)
-            engine.update_weights(engine.model, step)  # the weights are in place: mark their version
+            if actor is not None:
+                load_weights(engine.model, actor)
+                engine.update_weights(engine.model, step)  # the weights are in place: mark their version
             metrics = evaluator.validate(step)
             rows.append({"step": float(step), **metrics})
-            print(f"[bench] global_step_{step}: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.endswith("mean@1") or "/score/" in k), flush=True)
+            label = f"external model {cfg.rollout.external.model_name}" if external else f"global_step_{step}"
+            print(f"[bench] {label}: " + ", ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.endswith("mean@1") or "/score/" in k), flush=True)
     finally:
         if evaluator.rewards is not None:
             evaluator.rewards.close()

@@ -132,6 +132,9 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     total = derived.total_training_steps or 1
     seed = cfg.trainer.seed
     dp = world.data_parallel(cfg.trainer.balance_batch)
+    if cfg.rollout.name == "external":  # the policy is served elsewhere: no local weights to load (bench only)
+        engine = build_engine(cfg, None, tokenizer, seed=rollout_seed(cfg))
+        return RLRoles(rollout=RolloutWorker(engine, dp, free_cache=False, tokenizer=tokenizer), actor=None, reference=None, critic=None, sync=None)
     policy = causal_lm_from_config(cfg.model, device=world.torch_device)
     a = cfg.actor
     n = cfg.rollout.n

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -106,3 +107,37 @@ def test_evaluation_tasksets_share_the_training_reward_and_prompt():
     _, entries = run({}, default_workflow_type="math_workflow", eval_tasksets=[other])
     status, reason = entries["buffer.explorer_input.eval_tasksets[0].default_reward_fn_type"]
     assert status == "refused" and "conflicts with" in reason
+
+
+def _rm_gallery_math_verify(response: str, reference: str) -> float:
+    """RM-Gallery's math_verify_reward as its source reads (re-implemented): LaTeX and plain
+    extraction on both stripped sides, the first parse of each compared, 0 on no parse or an error."""
+    from math_verify import parse, verify
+    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
+
+    config = [LatexExtractionConfig(), ExprExtractionConfig()]
+    try:
+        gold, pred = parse(reference.strip(), extraction_config=config), parse(response.strip(), extraction_config=config)
+        return float(bool(gold and pred) and verify(gold[0], pred[0]))
+    except Exception:
+        return 0.0
+
+
+def test_rm_gallery_math_verify_is_not_posttrains_math_scorer_so_it_stays_refused():
+    from posttrain.rewards.math_scorer import math_score
+
+    agree = [("The answer is \\boxed{\\frac{1}{2}}", "0.5"), ("x = 3", "4"), ("\\boxed{3}", "\\frac{6}{2}"), ("The answer is 12", "12")]
+    assert [_rm_gallery_math_verify(r, g) for r, g in agree] == [math_score("m", r, g)["score"] for r, g in agree] == [1.0, 0.0, 1.0, 1.0]
+    # where they part: an answer inside the thinking, a tuple against a set, an empty reference
+    assert _rm_gallery_math_verify("<think>\\boxed{7}</think> \\boxed{3}", "3") == 0.0
+    assert math_score("m", "<think>\\boxed{7}</think> \\boxed{3}", "3")["score"] == 1.0
+    assert (_rm_gallery_math_verify("\\boxed{1,2}", "\\{2,1\\}"), math_score("m", "\\boxed{1,2}", "\\{2,1\\}")["score"]) == (0.0, 1.0)
+    assert _rm_gallery_math_verify("\\boxed{3}", "") == 0.0
+    with pytest.raises(ValueError):
+        math_score("m", "\\boxed{3}", "")
+    _, entries = run({"default_reward_fn_type": "rm_gallery_reward", "reward_fn_args": {"reward_name": "math_verify_reward"}},
+                     default_workflow_type="math_workflow")
+    status, reason = entries["buffer.explorer_input.taskset.default_reward_fn_type"]
+    assert status == "refused" and "math_verify_reward is not posttrain's math scorer" in reason
+    _, entries = run({}, default_workflow_type="math_rm_workflow", default_reward_fn_type="rm_gallery_reward")
+    assert entries["buffer.explorer_input.default_workflow_type"][0] == "refused"

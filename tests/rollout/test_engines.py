@@ -35,10 +35,10 @@ def plan_args(root, *overrides):
 
 
 def test_the_registry_is_a_dict_that_refuses_duplicates_and_lists_the_valid_names():
-    assert set(ENGINES) == {"hf", "vllm", "sglang"}
+    assert set(ENGINES) == {"hf", "vllm", "sglang", "external"}
     with pytest.raises(ValueError, match="registered twice"):
         register_engine("hf")(lambda *a, **k: None)
-    with pytest.raises(ConfigError, match="no such rollout engine; valid: hf, sglang, vllm"):
+    with pytest.raises(ConfigError, match="no such rollout engine; valid: external, hf, sglang, vllm"):
         engine_builder("trtllm")
 
 

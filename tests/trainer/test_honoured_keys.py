@@ -396,6 +396,12 @@ KERNELS = "tests/workers/test_kernel_flags.py"
 ULYSSES = "tests/cluster/test_ulysses.py::test_each_role_splits_by_its_own_key_and_the_reference_follows_the_actor"
 DISTILL = "tests/trainer/test_distill.py"
 ELSEWHERE = {
+    # the external engine (rollout.name=external, bench only) against scripted and posttrain-served endpoints
+    "rollout.external.model_name": "tests/rollout/test_external_engine.py::test_each_row_is_one_request_with_the_model_key_and_n",
+    "rollout.external.max_retries": "tests/rollout/test_external_engine.py::test_busy_answers_are_retried_max_retries_times",
+    "rollout.external.timeout_s": "tests/rollout/test_external_engine.py::test_a_slow_answer_past_timeout_s_fails",
+    **{key: "tests/trainer/test_bench_external.py::test_a_missing_environment_variable_is_one_line_naming_it"
+       for key in ("rollout.external.base_url_env", "rollout.external.api_key_env")},
     # the warm-up's rounding and the critic's schedule length are derived numbers: the test varies each key
     **{key: "tests/config/test_config_derive_plan.py::test_lr_schedule_unit_update_counts_optimizer_updates"
        for key in ("actor.optim.lr_warmup_rounding", "critic.optim.lr_warmup_rounding", "critic.optim.lr_schedule_unit")},

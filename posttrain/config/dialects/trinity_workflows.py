@@ -88,7 +88,8 @@ REFUSED = {
                                      "auxiliary model (reward.workers.<name>.worker_cls: ruler_judge), whose replies are not trained on",
     **{name: "calls the taskset's reward function with the whole response object (Trinity-RFT's RM-Gallery reward functions), "
              "not a reward model on an auxiliary model; a reward model is reward.reward_model, an LLM judge over an auxiliary "
-             "model reward.workers.<name>.worker_cls: ruler_judge or rubric_judge"
+             "model reward.workers.<name>.worker_cls: ruler_judge or rubric_judge (its math_verify_reward scores unlike "
+             "posttrain's math scorer: see rm_gallery_reward's reason)"
        for name in ("math_rm_workflow", "async_math_rm_workflow")},
     **{name: "Trinity-RFT's fixed math evaluation: its own system message and an instruction appended to the row's 'question' "
              "column, its own sampling (temperature 0.6, top_p 0.8) and Qwen2.5-Math's symbolic equality; posttrain validates "
@@ -108,8 +109,14 @@ REFUSED_REWARDS = {
     "accuracy_reward": f"math-verify with Trinity-RFT's own extraction settings (boxed answers first, no format part); {_MATH_NATIVE}",
     "format_reward": "a format check alone; posttrain's think_answer scorer (reward.custom_reward_function.name: think_answer) adds "
                      "the same +-0.1 format part to the answer's accuracy",
+    # RM-Gallery's math_verify_reward was compared with posttrain's math scorer on a set of answers: they
+    # disagree where noted below, so no reward_name translates (tests/config/test_trinity_math.py)
     "rm_gallery_reward": "calls the RM-Gallery package's reward models, which posttrain does not run; a reward model is "
-                         "reward.reward_model, a per-response judge reward.workers.<name>.worker_cls: llm_judge",
+                         "reward.reward_model, a per-response judge reward.workers.<name>.worker_cls: llm_judge. Its "
+                         "math_verify_reward is not posttrain's math scorer: it parses the whole response (a boxed answer "
+                         "inside <think> counts), compares only the first parsed expression of each side, and scores an "
+                         "unparsable reference 0 where posttrain's scorer reads the answer after </think>, compares every "
+                         "parse (a tuple 1,2 equals the set {2,1}) and fails the row; use reward.custom_reward_function.name: math",
 }
 
 

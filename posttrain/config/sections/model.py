@@ -153,7 +153,6 @@ UNSUPPORTED: dict[str, str] = {
     "trinity:model.tinker.train_mlp": _TINKER,
     "trinity:model.tinker.train_attn": _TINKER,
     "trinity:model.tinker.train_unembed": _TINKER,
-    "trinity:model.external_model": "an external OpenAI-compatible model as the explorer's policy: posttrain samples from the weights it trains (the rollout engine gets the actor's weights at every sync), which a model served elsewhere cannot take; a judge on a local model is reward.workers.<name>.worker_cls: llm_judge",
     "roll:actor_infer.model_args.model_name_or_path": "every role loads the policy's weights (model.path, ROLL: pretrain)",
     "roll:reference.model_args.model_name_or_path": "every role loads the policy's weights (model.path, ROLL: pretrain)",
 }

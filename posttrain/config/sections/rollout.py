@@ -95,11 +95,25 @@ class EngineKwargsConfig:
 
 
 @section
+class ExternalModelConfig:
+    """An OpenAI-compatible endpoint served elsewhere as the policy (`rollout.name: external`).
+
+    Only `trainer.mode: bench` samples from it (Trinity-RFT allows it in bench mode alone): a run that
+    trains syncs the actor's weights into its engine, which a model served elsewhere cannot take."""
+
+    model_name: str = param("", doc="The model id sent in every chat-completions request (`model`).")
+    base_url_env: str = param("OPENAI_BASE_URL", doc="Environment variable holding the endpoint's base URL, up to and including /v1 (requests go to <url>/chat/completions).")
+    api_key_env: str = param("OPENAI_API_KEY", doc="Environment variable holding the API key, sent as `Authorization: Bearer <key>`.")
+    timeout_s: float = param(600.0, doc="Seconds one request may take before it counts as failed.", gt=0)
+    max_retries: int = param(2, doc="Retries of a request that failed to connect, timed out or got HTTP 408/409/429/5xx (the OpenAI client's default, which Trinity-RFT's external engine uses), with 0.5 s, 1 s, 2 s, ... between tries; other HTTP errors fail at once.", ge=0)
+
+
+@section
 class RolloutConfig:
     """Sampling responses from the current policy."""
 
     # ---- engine ------------------------------------------------------------------------------
-    name: str = param("hf", doc="Generation engine: hf (built in: the training model samples with a KV cache, CPU or GPU), vllm or sglang (pip install 'posttrain[vllm]' / 'posttrain[sglang]'; a CUDA GPU).", choices=["hf", "vllm", "sglang"], refs=[f"{_VERL}.name", "roll:actor_infer.strategy_args.strategy_name", f"{_TRINITY}.engine_type"])
+    name: str = param("hf", doc="Generation engine: hf (built in: the training model samples with a KV cache, CPU or GPU), vllm or sglang (pip install 'posttrain[vllm]' / 'posttrain[sglang]'; a CUDA GPU), external (an OpenAI-compatible endpoint, rollout.external; trainer.mode bench only).", choices=["hf", "vllm", "sglang", "external"], refs=[f"{_VERL}.name", "roll:actor_infer.strategy_args.strategy_name", f"{_TRINITY}.engine_type"])
 
     # ---- sampling ----------------------------------------------------------------------------
     n: int = param(1, doc="Responses sampled per prompt (the group size of GRPO/RLOO).", ge=1, refs=[f"{_VERL}.n", "roll:num_return_sequences_in_group", f"{_ROLL_GEN}.num_return_sequences", "trinity:algorithm.repeat_times"])
@@ -120,6 +134,7 @@ class RolloutConfig:
     calculate_log_probs: bool = param(False, doc="Return the engine's own log-probs of the sampled tokens (verl needs true for algorithm.rollout_is_threshold). The hf engine always returns them, since old-log-prob reuse and rollout importance sampling read them, so false changes nothing with it.", refs=[f"{_VERL}.calculate_log_probs"])
     layered_summon: bool = param(False, doc="verl gathers a sharded LoRA actor layer by layer for the weight sync, to bound its peak memory; posttrain's weight sync always gathers one tensor at a time (never the whole model), so true changes nothing: accepted, no effect.", refs=[f"{_VERL}.layered_summon"])
     val_kwargs: ValKwargsConfig = param(factory=ValKwargsConfig, doc="Sampling parameters used for validation.")
+    external: ExternalModelConfig = param(factory=ExternalModelConfig, doc="The endpoint rollout.name=external samples from.")
 
     # ---- old log-probs (recomputed by the actor after generation) -----------------------------
     log_prob_micro_batch_size_per_gpu: int | None = param(None, doc="Responses per forward pass when recomputing old log-probs on one device; null uses actor.ppo_micro_batch_size_per_gpu.", ge=1, refs=[f"{_VERL}.log_prob_micro_batch_size_per_gpu", "roll:actor_train.infer_batch_size"])
@@ -216,6 +231,32 @@ NO_EFFECT: dict[str, str] = {
                         "max_connections, max_start_wait_time): posttrain calls its engine in the worker, with no HTTP "
                         "request to time out, retry or pool"),
 }
+
+
+def check_external(cfg: Any) -> list[str]:
+    """rollout.name=external: a bench of the endpoint only (its weights cannot be synced), with a
+    model id and the chat messages of each row (posttrain.rollout.external_engine)."""
+    rollout = getattr(cfg, "rollout", None)
+    if getattr(rollout, "name", "hf") != "external":
+        return []
+    problems = []
+    mode = cfg.trainer.mode
+    if mode != "bench":
+        problems.append(f"rollout.name=external with trainer.mode={mode}: an external endpoint's weights cannot be synced from the "
+                        "actor, so it can only be evaluated: use trainer.mode bench")
+    if not rollout.external.model_name:
+        problems.append("rollout.external.model_name: the model id the endpoint serves is required")
+    if not cfg.data.return_raw_chat:
+        problems.append("rollout.name=external sends each row's chat messages: set data.return_raw_chat: true")
+    # what a chat-completions request cannot ask for (request_body sends n, temperature, top_p, max_tokens, stop, seed)
+    unsent = {"rollout.val_kwargs.top_k": rollout.val_kwargs.top_k not in (-1, 0),
+              "rollout.repetition_penalty": rollout.repetition_penalty != 1.0,
+              "rollout.min_response_length": rollout.min_response_length != 0,
+              "rollout.ignore_eos": rollout.ignore_eos,
+              "rollout.include_stop_str_in_output": not rollout.include_stop_str_in_output}
+    problems += [f"{key}: an OpenAI chat-completions request has no such field, so the external endpoint cannot honour it; leave it at its default"
+                 for key, changed in unsent.items() if changed]
+    return problems
 
 
 def check_num_beams(cfg: Any) -> list[str]:
