@@ -198,23 +198,24 @@ class RLTrainer:
         if len(batch) == 0:  # nothing finished: nothing to score
             rnd = Round(batch, torch.zeros(0), [], dict(tool_metrics), torch.zeros(0))
             return Attempt(rnd, late_prompts(prompts.uid, late))
-        with timer("reward"):
+        with timer("reward"):  # one phase per step: the profiler's and the timer's "reward" range
             texts = self.rewards.decode(batch)
             scored = self.rewards.score_parts(batch, texts)  # scores (B,)
             values = metric_values(self.cfg.algorithm.filter_groups.metric, scored.scores, scored.function_scores, scored.extra)  # (B,)
             rnd = Round(batch, scored.scores, texts, {**scored.metrics, **tool_metrics}, values)
-        # scored past the deadline on any rank: every group scored here is late (the batch is scored together)
-        if deadline is not None and self.dp.sum({"late": float(self.clock() > deadline)})["late"] > 0:
+            # scored past the deadline on any rank: every group scored here is late (the batch is scored together)
+            scored_late = deadline is not None and self.dp.sum({"late": float(self.clock() > deadline)})["late"] > 0
+            if not scored_late:
+                rows, dropped = self.rewards.informative_rows(batch, scored.scores)  # the query filters
+                rnd.metrics.update(dropped)
+                if self.cfg.explorer.task_rewards_file is not None and self.ctx.world.is_main:  # every group, before the filters
+                    # a late group logs nothing here: like a cancelled Trinity-RFT task, it logs when an attempt finishes it
+                    done = [i for i, uid in enumerate(prompts.uid) if uid not in late]
+                    self._log_tasks(prompts[torch.tensor(done, dtype=torch.long)], batch, scored.scores, version)
+                rnd = rnd if rows is None else rnd.take(rows)  # (B',)
+        if scored_late:
             late |= set(batch.group_index)
             return Attempt(rnd.take([]), late_prompts(prompts.uid, late))
-        with timer("reward"):
-            rows, dropped = self.rewards.informative_rows(batch, scored.scores)  # the query filters
-            rnd.metrics.update(dropped)
-            if self.cfg.explorer.task_rewards_file is not None and self.ctx.world.is_main:  # every group, before the filters
-                # a late group logs nothing here: like a cancelled Trinity-RFT task, it logs when an attempt finishes it
-                done = [i for i, uid in enumerate(prompts.uid) if uid not in late]
-                self._log_tasks(prompts[torch.tensor(done, dtype=torch.long)], batch, scored.scores, version)
-            rnd = rnd if rows is None else rnd.take(rows)  # (B',)
         return Attempt(rnd, late_prompts(prompts.uid, late))
 
     def _log_tasks(self, prompts: PromptBatch, batch: RolloutBatch, scores: torch.Tensor, version: int) -> None:

@@ -130,6 +130,13 @@ def test_defaults_are_within_their_own_bounds_and_choices():
         assert not _check(info, info.default()), f"{path}: {_check(info, info.default())}"
 
 
+# Choices that are valid only with other keys set (their load checks say which): those keys.
+COMPANIONS = {
+    # an external endpoint is benched only, by model id, over each row's chat messages (check_external)
+    ("rollout.name", "external"): ["trainer.mode=bench", "rollout.external.model_name=m", "data.return_raw_chat=true"],
+}
+
+
 def test_every_choice_of_an_implemented_field_is_accepted():
     for path, info in _leaves():
         if info.choices is None or info.todo:
@@ -140,6 +147,7 @@ def test_every_choice_of_an_implemented_field_is_accepted():
             value = list(dict.fromkeys([*info.default(), choice])) if isinstance(info.default(), list) else choice
             # sharding keys act only on several worker processes (refused with one: test_config_checks)
             world = ["cluster.n_gpus_per_node=2"] if ".fsdp_config." in path else []
+            world += COMPANIONS.get((path, choice), [])
             cfg = load_config(None, world + ([f"{path}={value}"] if not isinstance(value, list) else [f"{path}=[{','.join(value)}]"]))
             section, _, name = path.rpartition(".")
             node = cfg

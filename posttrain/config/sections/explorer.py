@@ -106,13 +106,13 @@ def explorer_env(cfg: Any, half: str | None) -> dict[str, str]:
 def check_task_rewards_file(cfg: Any) -> list[str]:
     """explorer.task_rewards_file is written where the explorer scores prompt rows of posttrain's own
     dataset, in place (not an agentic stage, an agent function, a custom dataset or background scoring)."""
-    if get_path(cfg, "explorer.task_rewards_file") is None:
+    if get_path(cfg, "explorer.task_rewards_file", None) is None:
         return []
     key = "explorer.task_rewards_file"
     if not is_rl(cfg):
         return [f"{key}: it logs the rewards of explored tasks; a stage of algorithm.kind {get_path(cfg, 'algorithm.kind')} explores none"]
-    why = [(get_path(cfg, "env.train_env_manager.tags") or [], "an agentic stage plays env groups, not prompt rows"),
-           (get_path(cfg, "rollout.agent.function"), "rollout.agent's function scores its own episodes"),
-           (get_path(cfg, "data.custom_cls.path"), "a data.custom_cls dataset holds no prompt cell to log"),
-           (get_path(cfg, "reward.launch_reward_fn_async"), "reward.launch_reward_fn_async scores after the explorer hands the batch on")]
+    why = [(get_path(cfg, "env.train_env_manager.tags", None), "an agentic stage plays env groups, not prompt rows"),
+           (get_path(cfg, "rollout.agent.function", None), "rollout.agent's function scores its own episodes"),
+           (get_path(cfg, "data.custom_cls.path", None), "a data.custom_cls dataset holds no prompt cell to log"),
+           (get_path(cfg, "reward.launch_reward_fn_async", None), "reward.launch_reward_fn_async scores after the explorer hands the batch on")]
     return [f"{key}: {reason}; drop {key}" for on, reason in why if on][:1]
