@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from posttrain.config.dialects import foreign_native, native_dict
@@ -28,7 +28,7 @@ from posttrain.config.overrides import apply_overrides, locate
 from posttrain.config.schema import Config, defaults_dict
 from posttrain.config.validate import deep_merge, validate
 from posttrain.errors import ConfigError
-from posttrain.files import atomic_write_text
+from posttrain.files import SafeDumper, atomic_write_text
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str] = (), schema: type = Config, *, dialect: str | None = None) -> Any:
@@ -56,19 +56,32 @@ def load_raw(path: str | Path | None, overrides: Sequence[str] = (), schema: typ
     merged = defaults_dict(schema)
     if dialect is not None:
         merged = deep_merge(merged, foreign_native(dialect, path, list(overrides)))
-        return _resolve(OmegaConf.create(merged), path, (), merged.get("stages"))
+        return _resolve(merged, path, (), merged.get("stages"))
     if path is not None:
         raw = read_yaml(Path(path))
         # a verl/ROLL/Trinity-RFT file is translated first (or refused, every refused key named)
         merged = deep_merge(merged, native_dict(raw, path) if schema is Config else raw)
     if overrides:
         merged = apply_overrides(merged, overrides)
-    return _resolve(OmegaConf.create(merged), path, overrides, merged.get("stages"))
+    return _resolve(merged, path, overrides, merged.get("stages"))
 
 
-def _resolve(conf: DictConfig, path: str | Path | None, overrides: Sequence[str], stages: Any) -> dict[str, Any]:
+def _interpolates(value: Any) -> bool:
+    """Whether any string in `value` holds an interpolation (or an escaped one) for OmegaConf."""
+    if isinstance(value, str):
+        return "${" in value
+    if isinstance(value, dict):
+        return any(_interpolates(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_interpolates(v) for v in value)
+    return False
+
+
+def _resolve(merged: dict[str, Any], path: str | Path | None, overrides: Sequence[str], stages: Any) -> dict[str, Any]:
+    if not _interpolates(merged):  # the round trip through OmegaConf is most of a load's time
+        return merged
     try:
-        return OmegaConf.to_container(conf, resolve=True)  # type: ignore[return-value]
+        return OmegaConf.to_container(OmegaConf.create(merged), resolve=True)  # type: ignore[return-value]
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "?"
         message = _first_line(err)
@@ -88,7 +101,7 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
 def to_yaml(cfg: Any) -> str:
     """The resolved config as YAML, in schema order; loading it back gives an equal config."""
-    return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return yaml.dump(to_dict(cfg), Dumper=SafeDumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
 def save_resolved(cfg: Any, run_dir: str | Path, derived: Any = None) -> Path:

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from posttrain.errors import UserError
+from posttrain.files import SafeLoader
 
 
 class RunDirError(UserError):
@@ -86,7 +87,7 @@ def load_run(run_dir: str | Path) -> list[StageRun]:
 def _load_stage(name: str, directory: Path) -> StageRun:
     config: dict[str, Any] = {}
     if (directory / "config.yaml").is_file():
-        loaded = yaml.safe_load((directory / "config.yaml").read_text(encoding="utf-8"))
+        loaded = yaml.load((directory / "config.yaml").read_text(encoding="utf-8"), Loader=SafeLoader)
         config = loaded if isinstance(loaded, dict) else {}
     return StageRun(name, directory, _read_jsonl(directory / "metrics.jsonl"),
                     _read_jsonl(directory / "val_generations.jsonl"), config)

@@ -30,6 +30,7 @@ from posttrain.config.load import to_dict, to_yaml
 from posttrain.config.validate import deep_merge
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config, defaults_dict
+from posttrain.files import SafeLoader
 from posttrain.tracking import Trackers, build_trackers
 from posttrain.tracking.base import flatten
 
@@ -136,7 +137,7 @@ def changed_keys(saved: Path, cfg: Config) -> list[tuple[str, object, object]]:
     (what that run did), and keys the schema no longer has are not compared."""
     if not saved.is_file():
         return []
-    old = flatten(deep_merge(defaults_dict(), yaml.safe_load(saved.read_text(encoding="utf-8")) or {}))
+    old = flatten(deep_merge(defaults_dict(), yaml.load(saved.read_text(encoding="utf-8"), Loader=SafeLoader) or {}))
     new = flatten(yaml.safe_load(to_yaml(cfg)))  # the same YAML round trip as the saved file
     keys = sorted(k for k in new if old.get(k, "<unset>") != new[k])
     return [(k, old.get(k, "<unset>"), new[k]) for k in keys]
