@@ -16,7 +16,10 @@ from posttrain.models.tiny import make_tiny_model
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agentic_frozenlake.yaml"
 
 
-@pytest.mark.slow
+# long: about 100 s in the CI suite, over its budget. CI checks that GRPO over an environment's turns
+# learns (tests/e2e/test_agentic_grpo.py), the env-group mechanics (tests/trainer/test_agentic.py) and
+# that make-env-data writes expert conversations (tests/envs).
+@pytest.mark.long
 def test_sft_warm_up_then_grpo_raises_the_frozen_lake_success_rate(tmp_path, monkeypatch):
     config = yaml.safe_load(EXAMPLE.read_text())
     instruction = config["env"]["custom_envs"]["FL3"]["env_instruction"]

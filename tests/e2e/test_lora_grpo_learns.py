@@ -38,7 +38,11 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return out
 
 
-@pytest.mark.slow
+# long: about 60 s in the CI suite, over its budget. CI checks that GRPO learns with all weights
+# (tests/e2e/test_grpo_learns.py) and that adapter training computes what it should: only the adapters
+# move, the engine samples the merged policy (tests/trainer/test_lora_rl.py), two workers train them as
+# one process (tests/cluster/test_lora_workers.py) and a killed run resumes exactly (tests/checkpoint).
+@pytest.mark.long
 def test_lora_grpo_raises_the_training_reward(tmp_path):
     for args in (("make-model", "tiny", "model"), ("make-data", "sort", "data", "--train", "2000", "--test", "50", "--seed", "1")):
         out = posttrain(*args, cwd=tmp_path)  # in this process: a fresh interpreter would only add its imports
