@@ -127,7 +127,7 @@ def gpu_spec_peak(name: str, dtype: torch.dtype, tf32: bool) -> Peak | None:
 
 def peak_flops(device: str, dtype: torch.dtype) -> Peak:
     """This process's matmul ceiling on `device` ("cpu" or "cuda") in `dtype`: a CPU's measured at
-    the current torch thread count (1024-wide matmuls, a fraction of a second, once per process and
+    the current torch thread count (matmuls up to 1024 wide, a fraction of a second, once per process and
     thread count), a GPU's from `GPU_PEAK_TFLOPS`, or measured once when the table does not know it."""
     if device == "cuda":
         name = torch.cuda.get_device_name()
@@ -138,7 +138,15 @@ def peak_flops(device: str, dtype: torch.dtype) -> Peak:
 
 @functools.lru_cache(maxsize=None)
 def _cpu_peak(threads: int, dtype: torch.dtype) -> Peak:
-    rate = matmul_gflops(threads, n=1024, repeats=3, dtype=dtype) * 1e9
+    # 1024-wide matmuls reach a CPU's fp32 ceiling in a fraction of a second. A dtype the CPU has no
+    # instructions for is emulated: bf16 without AVX512-BF16/AMX took 2.5 s per 1024-wide matmul on a
+    # 2-core machine, 10 s at the start of every bf16 run. A 256-wide matmul times the dtype first,
+    # and the ceiling is measured at the widest of 256, 512, 1024 whose matmul takes under 50 ms.
+    rough = matmul_gflops(threads, n=256, repeats=1, dtype=dtype) * 1e9
+    n = 1024
+    while n > 256 and 2.0 * n**3 / rough > 0.05:
+        n //= 2
+    rate = matmul_gflops(threads, n=n, repeats=3, dtype=dtype) * 1e9
     return Peak(rate, f"measured: CPU matmul at {threads} thread{'s' * (threads > 1)}")
 
 
