@@ -19,7 +19,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from cli_run_helpers import posttrain
+from test_grpo_learns import CONFIG as SINGLE_TURN
 
 AGENT = '''
 import json, urllib.request
@@ -33,42 +35,14 @@ def run(base_url, row):
     return score(answer, row["reward_model"]["ground_truth"])["score"]
 '''
 
-CONFIG = """
-data:
-  train_files: {d}/train.parquet
-  val_files: {d}/test.parquet
-  train_batch_size: 16
-  max_prompt_length: 32
-  max_response_length: 8
-model:
-  path: {m}
-rollout:
-  n: 8
-  agent:
-    function: {a}:run
-    max_concurrency: 128
-    timeout: 120
-actor:
-  ppo_mini_batch_size: 16
-  ppo_micro_batch_size_per_gpu: 128
-  optim:
-    lr: 3e-4
-trainer:
-  total_training_steps: {steps}
-  test_freq: -1
-  val_before_train: false
-  logger: [console, jsonl]
-  default_local_dir: {r}
-  seed: {seed}
-stages:
-  - name: sft
-    rollout: {{agent: {{function: null}}}}
-    algorithm: {{kind: sft}}
-    data: {{train_files: {d}/sft_train.parquet, val_files: [], train_batch_size: 64}}
-    actor: {{optim: {{lr: 1e-3}}, ppo_micro_batch_size_per_gpu: 64}}
-    trainer: {{total_training_steps: 30}}
-  - name: grpo
-"""
+def config(data: Path, model: Path, agent: Path, run: str, steps: int, seed: int) -> str:
+    """tests/e2e/test_grpo_learns.py's run with GRPO's rollout through the agent function (the SFT
+    warm-up samples nothing, so it runs without it)."""
+    cfg = yaml.safe_load(SINGLE_TURN.format(d=data, m=model, r=run))
+    cfg["rollout"]["agent"] = {"function": f"{agent}:run", "max_concurrency": 128, "timeout": 120}
+    cfg["trainer"].update(total_training_steps=steps, seed=seed, logger=["console", "jsonl"])
+    cfg["stages"][0]["rollout"] = {"agent": {"function": None}}
+    return yaml.safe_dump(cfg, sort_keys=False)
 
 
 def run_once(root: Path, steps: int = 40, seed: int = 1) -> list[float]:
@@ -77,7 +51,7 @@ def run_once(root: Path, steps: int = 40, seed: int = 1) -> list[float]:
         out = posttrain(*args, cwd=root)
         assert out.returncode == 0, out.stderr[-3000:]
     (root / "agent.py").write_text(AGENT)
-    (root / "run.yaml").write_text(CONFIG.format(d=root / "data", m=root / "model", a=root / "agent.py", r="run", steps=steps, seed=seed))
+    (root / "run.yaml").write_text(config(root / "data", root / "model", root / "agent.py", "run", steps, seed))
     out = subprocess.run([sys.executable, "-m", "posttrain", "train", "run.yaml"], cwd=root, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in (root / "run" / "grpo" / "metrics.jsonl").read_text().splitlines()]
