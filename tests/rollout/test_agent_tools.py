@@ -145,3 +145,14 @@ def test_chat_template_variables_come_from_the_service_and_the_request():
     service.complete({"messages": messages})
     service.complete({"messages": messages, "chat_template_kwargs": {"enable_thinking": False}})  # the request's own wins
     assert [tokenizer.decode(p) for p in engine.prompts] == ["Thi", "Fhi"]
+
+
+def test_the_docstring_examples_of_the_parsers_and_of_the_serve_flags_hold():
+    import doctest
+
+    import posttrain.cli.serve as serve
+    import posttrain.rollout.chat_parsing as chat_parsing
+
+    for module in (chat_parsing, serve):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
