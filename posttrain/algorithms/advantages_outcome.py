@@ -39,6 +39,7 @@ def grpo_advantage(
     epsilon: float = 1e-6,
     enable_step_norm: bool = False,
     turn_index: torch.Tensor | None = None,
+    std_cal_level: str = "group",
     **_: Any,
 ) -> AdvantageOutput:
     """GRPO: each response's score minus its group's mean, divided by the group's std.
@@ -46,6 +47,11 @@ def grpo_advantage(
     Formula:
         a_i = (s_i - mean_g) / (std_g + epsilon), with std_g the unbiased (n-1) std of the group;
         with norm_adv_by_std=False (Dr.GRPO) a_i = s_i - mean_g. A group of one has mean 0, std 1.
+        With std_cal_level="batch" the divisor is the batch's: a_i = (s_i - mean_g) / (std_B + epsilon),
+        std_B the unbiased std of all B scores the estimator is given (1 when B <= 1); the mean stays
+        the group's (a group of one: 0). As Trinity-RFT's grpo `std_cal_level: batch` computes it
+        (group mean, batch std; Hu et al. 2025, "Tricks or Traps? A Deep Dive into RL for LLM
+        Reasoning", arXiv:2508.08221). Read only with norm_adv_by_std.
         With enable_step_norm, a_i is divided by K_i, the number of turns of row i (1 for a row
         without turn records), so each turn of a K-turn episode carries a_i / K_i.
     Names:
@@ -54,16 +60,21 @@ def grpo_advantage(
         `step_wise_grpo` (algorithm_type `multi_step_grpo`, + `enable_step_norm`) on an agentic
         stage, where one row holds all turns of an episode and s_i is the sum of their rewards
         (Trinity: the last step's reward). Trinity's `std_threshold` is dynamic sampling with a
-        std bound (algorithm.filter_groups.std_threshold); its std_cal_level is not offered.
+        std bound (algorithm.filter_groups.std_threshold); its `std_cal_level` is std_cal_level here.
     Paper:
         Shao et al. 2024, DeepSeekMath, arXiv:2402.03300. Dr.GRPO: Liu et al. 2025, arXiv:2503.20783.
     Reads:
         token_level_rewards, response_mask, group_index, norm_adv_by_std (True), epsilon (1e-6),
-        enable_step_norm (False), turn_index (an agentic batch's (B, T) turn of each model token).
+        enable_step_norm (False), turn_index (an agentic batch's (B, T) turn of each model token),
+        std_cal_level ("group" or "batch").
     """
+    if std_cal_level not in ("group", "batch"):
+        raise ValueError(f"std_cal_level must be 'group' or 'batch', got {std_cal_level!r}")
     s = _scores(token_level_rewards)
     g = group_stats(s, group_index)
-    a = (s - g.mean) / (g.std + epsilon) if norm_adv_by_std else s - g.mean
+    # the batch's std: unbiased over every response's score, 1 for a batch of one (as a group of one)
+    std = g.std if std_cal_level == "group" else (s.std() if s.numel() > 1 else torch.ones((), dtype=s.dtype)).expand_as(s)
+    a = (s - g.mean) / (std + epsilon) if norm_adv_by_std else s - g.mean
     if enable_step_norm and turn_index is not None:
         # Trinity broadcasts the last step's advantage to each of the run's K experiences divided by K;
         # here the K turns share one row, so the row's advantage is divided once. Turns are 0..K-1.

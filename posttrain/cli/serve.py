@@ -12,7 +12,7 @@ def register(subparsers) -> None:
         description=(
             "Serve MODEL (a Hugging Face model directory, a global_step_N checkpoint, a checkpoints/ directory "
             "or a run directory) with posttrain's hf engine on GET /v1/models and POST /v1/chat/completions "
-            "(tools with Hermes-style tool calls, n, temperature, top_p, max_tokens, stop, seed, logprobs; "
+            "(tools with Hermes-style tool calls, reasoning_content with --reasoning-parser, n, temperature, top_p, max_tokens, stop, seed, logprobs; "
             "docs/engines.md). Listens on 127.0.0.1 unless --host says otherwise: there is no authentication."
         ),
     )
@@ -20,7 +20,26 @@ def register(subparsers) -> None:
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--name", default=None, help="the model id clients send and /v1/models lists (default: the directory name)")
+    p.add_argument("--tool-call-parser", choices=["hermes", "none"], default="hermes",
+                   help="how tool calls are read from the text of a request with tools (default hermes; none leaves them in the text)")
+    p.add_argument("--no-auto-tool-choice", dest="auto_tool_choice", action="store_false",
+                   help='refuse requests with tools and tool_choice "auto" (as vLLM without --enable-auto-tool-choice)')
+    p.add_argument("--reasoning-parser", choices=["deepseek_r1", "qwen3"], default=None,
+                   help="split <think>...</think> into the message's reasoning_content (default: none)")
     p.set_defaults(func=_run)
+
+
+def parsing_from(args: argparse.Namespace):
+    """The ChatParsing the flags ask for.
+
+    >>> parser = argparse.ArgumentParser(); register(parser.add_subparsers())
+    >>> parsing_from(parser.parse_args(["serve", "m", "--tool-call-parser", "none", "--reasoning-parser", "qwen3"]))
+    ChatParsing(tool_call_parser=None, enable_auto_tool_choice=True, reasoning_parser='qwen3', setting='--tool-call-parser hermes (and no --no-auto-tool-choice)')
+    """
+    from posttrain.rollout.chat_parsing import ChatParsing
+
+    return ChatParsing(None if args.tool_call_parser == "none" else args.tool_call_parser, args.auto_tool_choice,
+                       args.reasoning_parser, setting="--tool-call-parser hermes (and no --no-auto-tool-choice)")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -37,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
     if torch.cuda.is_available():
         model = model.to("cuda")
     engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id, copy_weights=False, tokenizer=tokenizer)
-    server = make_server(ChatService(engine, tokenizer, args.name or path.name), args.host, args.port)
+    server = make_server(ChatService(engine, tokenizer, args.name or path.name, parsing=parsing_from(args)), args.host, args.port)
     host, port = server.server_address[:2]
     print(f"serving {path} as {args.name or path.name} on http://{host}:{port}/v1 (Ctrl-C stops)", flush=True)
     try:

@@ -11,7 +11,9 @@ Each chat completion is one `generate` call of this step's rollout role, with th
 them) and the request's own `n`, `stop`, `seed` and `max_tokens` (capped at the stage's response
 length). Before the answer leaves, the call is recorded: the prompt's token ids exactly as the chat
 template gave them to the engine, each choice's sampled ids and the engine's log-probs of them, and
-the weights version.
+the weights version. A request's tools and reasoning are read as `rollout.agent`'s tool_call_parser,
+enable_auto_tool_choice and reasoning_parser say (posttrain.rollout.chat_parsing): that changes only
+the JSON the agent reads, never the recorded ids.
 
 Concurrent calls are batched (`CallBatcher`): the calls waiting for the engine (those that arrived
 while it was busy, and those that arrive within `batch_window` seconds, 2 ms by default, of the
@@ -38,6 +40,7 @@ from typing import Any, Callable
 
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
+from posttrain.rollout.chat_parsing import ChatParsing
 from posttrain.rollout.server import ChatService, NotFound, RequestError, make_server
 from posttrain.rollout.stops import StopStrings, kept_length
 
@@ -238,10 +241,13 @@ class AgentEndpoint:
     """The stage's endpoint; `open(eid)` gives an episode its URL, `close(eid)` takes it away."""
 
     def __init__(self, tokenizer: Any, model_name: str, eos_token_ids: Any = None, batch_window: float = 0.002,
-                 max_batch: int | None = None):
+                 max_batch: int | None = None, parsing: ChatParsing = ChatParsing(), template_kwargs: dict[str, Any] | None = None):
         """`batch_window`: seconds the first call to find the engine idle waits for others to share
-        its batch (0: only calls already waiting; the module docstring); `max_batch`: CallBatcher's."""
+        its batch (0: only calls already waiting; the module docstring); `max_batch`: CallBatcher's;
+        `parsing` and `template_kwargs`: every episode's ChatService's (tool calls, reasoning, chat
+        template variables; posttrain.rollout.chat_parsing)."""
         self.tokenizer, self.model_name, self.eos_token_ids = tokenizer, model_name, eos_token_ids
+        self.parsing, self.template_kwargs = parsing, dict(template_kwargs or {})
         self.lock = threading.Lock()  # guards `episodes`; the engine's calls go through `batcher`
         self.batcher = CallBatcher(tokenizer, batch_window, max_batch, lambda: len(self.episodes))
         self.episodes: dict[str, tuple[_EpisodeService, EpisodeRecord]] = {}
@@ -278,7 +284,8 @@ class AgentEndpoint:
                                                  out.rollout_logprobs[i, :n].tolist(), version))
 
         chat = ChatService(_Engine(self.policy, self.eos_token_ids, self.batcher), self.tokenizer, self.model_name,
-                           recorder=recorder, temperature=self.policy.params.temperature)
+                           recorder=recorder, temperature=self.policy.params.temperature, parsing=self.parsing,
+                           template_kwargs=self.template_kwargs)
         chat.lock = contextlib.nullcontext()  # the batcher serialises the engine; calls must meet there to share a batch
         with self.lock:
             self.episodes[eid] = (_EpisodeService(chat, self.policy.params.max_new_tokens, record), record)

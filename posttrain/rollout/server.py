@@ -5,13 +5,16 @@ Two routes, the subset agents and evaluation harnesses call:
 - ``GET /v1/models``: the one served model.
 - ``POST /v1/chat/completions``: ``messages`` (and ``tools``) go through the tokenizer's chat
   template; ``n``, ``temperature`` (0: greedy), ``top_p``, ``max_tokens`` (or
-  ``max_completion_tokens``), ``stop`` (a string or a list), ``seed`` and ``logprobs`` are honoured;
+  ``max_completion_tokens``), ``stop`` (a string or a list), ``seed``, ``logprobs``, ``tool_choice``
+  and ``chat_template_kwargs`` (variables of the chat template, e.g. enable_thinking) are honoured;
   any other field is refused with a 400 naming it, rather than ignored. ``stream: true`` answers
   with server-sent events as OpenAI's clients read them, but not token by token: the whole
   completion is generated first and sent as one chunk per choice, then ``[DONE]`` (with
-  ``stream_options.include_usage`` a usage chunk before it). The model's Hermes-style
-  ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks become ``tool_calls`` (and
-  ``finish_reason: tool_calls``); the text around them is the message ``content``.
+  ``stream_options.include_usage`` a usage chunk before it). With ``tools`` and ``tool_choice``
+  auto, the model's tool calls (the `ChatParsing`'s parser, Hermes-style ``<tool_call>`` blocks by
+  default) become ``tool_calls`` (and ``finish_reason: tool_calls``); the text around them is the
+  message ``content``; a reasoning parser puts ``<think>`` blocks in ``reasoning_content``
+  (posttrain.rollout.chat_parsing). ``tool_choice`` required or a named function is refused.
 
 Standard library only (`http.server`, one thread per connection); requests are served one at a
 time by the engine (a lock), each as one `generate` call with its n responses. Bound to 127.0.0.1
@@ -28,7 +31,6 @@ never a dead server.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 import uuid
@@ -39,10 +41,10 @@ import torch
 
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import RolloutEngine, SamplingParams
+from posttrain.rollout.chat_parsing import ChatParsing, split_reasoning, template_messages, tool_calls_of
 
-_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _KNOWN = {"model", "messages", "tools", "tool_choice", "n", "temperature", "top_p", "max_tokens",
-          "max_completion_tokens", "stop", "seed", "logprobs", "stream", "stream_options", "user"}
+          "max_completion_tokens", "stop", "seed", "logprobs", "stream", "stream_options", "user", "chat_template_kwargs"}
 
 
 class RequestError(ValueError):
@@ -65,30 +67,6 @@ class Unavailable(RequestError):
 
 #: (completion id, prompt token ids, the engine's output rows, weights version that sampled them)
 Recorder = Callable[[str, list[int], RolloutBatch, int], None]
-
-
-def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """(content, tool_calls) of a Hermes-style reply: each ``<tool_call>`` block holding JSON with a
-    name and arguments becomes an OpenAI tool call; a block that is not such JSON stays in the text.
-
-    >>> parse_tool_calls('Sure.<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')
-    ('Sure.', [{'id': 'call_0', 'type': 'function', 'function': {'name': 'add', 'arguments': '{"a": 1}'}}])
-    """
-    calls, kept = [], []
-    last = 0
-    for match in _TOOL_CALL.finditer(text):
-        try:
-            body = json.loads(match.group(1))
-            name, arguments = body["name"], body.get("arguments", {})
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue
-        kept.append(text[last:match.start()])
-        last = match.end()
-        arguments = arguments if isinstance(arguments, str) else json.dumps(arguments)
-        calls.append({"id": f"call_{len(calls)}", "type": "function", "function": {"name": name, "arguments": arguments}})
-    kept.append(text[last:])
-    content = "".join(kept).strip()
-    return (content or None) if calls else text, calls
 
 
 def sampling_from(body: dict[str, Any]) -> SamplingParams:
@@ -116,11 +94,16 @@ class ChatService:
     """Chat completions from an engine and its tokenizer (the HTTP layer is `serve`)."""
 
     def __init__(self, engine: RolloutEngine, tokenizer: Any, model_name: str, *, recorder: Recorder | None = None,
-                 temperature: float | None = None):
+                 temperature: float | None = None, parsing: ChatParsing = ChatParsing(),
+                 template_kwargs: dict[str, Any] | None = None):
         """`recorder`: called with every completion (see the module docstring); `temperature`: the
-        sampling temperature every request gets, whatever it asks (None: the request's)."""
+        sampling temperature every request gets, whatever it asks (None: the request's); `parsing`:
+        how the text becomes reasoning, content and tool calls (posttrain.rollout.chat_parsing);
+        `template_kwargs`: variables every render of the chat template gets (e.g. enable_thinking),
+        a request's own ``chat_template_kwargs`` over them."""
         self.engine, self.tokenizer, self.model_name = engine, tokenizer, model_name
-        self.recorder, self.temperature = recorder, temperature
+        self.recorder, self.temperature, self.parsing = recorder, temperature, parsing
+        self.template_kwargs = dict(template_kwargs or {})
         self.lock = threading.Lock()  # engines decode one batch at a time; weight loads take it too
 
     def models(self) -> dict[str, Any]:
@@ -133,8 +116,13 @@ class ChatService:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise RequestError("messages: a non-empty list of {role, content} is required")
+        parse_tools = self._tool_choice(body)
+        extra = body.get("chat_template_kwargs") or {}
+        if not isinstance(extra, dict):
+            raise RequestError("chat_template_kwargs: an object of chat-template variables, such as {\"enable_thinking\": false}")
         try:
-            text = self.tokenizer.apply_chat_template(messages, tools=body.get("tools"), add_generation_prompt=True, tokenize=False)
+            text = self.tokenizer.apply_chat_template(template_messages(messages), tools=body.get("tools") or None,
+                                                      add_generation_prompt=True, tokenize=False, **{**self.template_kwargs, **extra})
         except Exception as err:  # the template's own message (unknown role, ...)
             raise RequestError(f"messages: the chat template refused them: {err}") from None
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -151,7 +139,8 @@ class ChatService:
             n = int(out.response_mask[i].sum())
             tokens = out.response_ids[i, :n].tolist()
             completion_tokens += n
-            choices.append(self._choice(i, tokens, out.rollout_logprobs[i, :n].tolist(), params, bool(body.get("logprobs")) or recording))
+            choices.append(self._choice(i, tokens, out.rollout_logprobs[i, :n].tolist(), params,
+                                        bool(body.get("logprobs")) or recording, parse_tools))
             if recording:
                 choices[-1]["token_ids"] = tokens
         answer = {
@@ -159,19 +148,52 @@ class ChatService:
             "model": self.model_name, "choices": choices,
             "usage": {"prompt_tokens": len(ids), "completion_tokens": completion_tokens, "total_tokens": len(ids) + completion_tokens},
         }
-        if recording:  # recorded before the answer leaves: feedback may follow at once
+        if recording:  # recorded before the answer leaves: feedback may follow at once; the sampled ids, whatever was parsed
             self.recorder(answer["id"], ids, out, int(version))
             answer["prompt_token_ids"] = ids
         return answer
 
-    def _choice(self, index: int, tokens: list[int], logprobs: list[float], params: SamplingParams, with_logprobs: bool) -> dict[str, Any]:
+    def _tool_choice(self, body: dict[str, Any]) -> bool:
+        """Whether the completions' tool calls are parsed: a request with ``tools`` and
+        ``tool_choice`` auto (OpenAI's default when tools are given). The rest is refused as vLLM
+        refuses it: auto without a parser or with auto tool choice off, and ``required`` or a named
+        function (vLLM forces those with constrained decoding, which posttrain's engines lack)."""
+        tools, choice = body.get("tools"), body.get("tool_choice")
+        if tools is not None and not isinstance(tools, list):
+            raise RequestError("tools: a list of {\"type\": \"function\", \"function\": {name, description, parameters}}")
+        if not tools:
+            if choice not in (None, "none"):
+                raise RequestError(f"tool_choice {choice!r} needs tools: the request has none")
+            return False
+        choice = "auto" if choice is None else choice
+        if choice == "none":  # the tools are shown to the model, its text is answered as text
+            return False
+        if choice == "auto":
+            p = self.parsing
+            if not p.enable_auto_tool_choice or p.tool_call_parser is None:
+                raise RequestError(f'"auto" tool choice needs {p.setting} set on this server (now: auto tool choice '
+                                   f'{"on" if p.enable_auto_tool_choice else "off"}, tool-call parser {p.tool_call_parser or "none"}); '
+                                   'or send tool_choice "none"')
+            return True
+        if choice == "required" or isinstance(choice, dict):
+            raise RequestError(f"tool_choice {json.dumps(choice)}: forcing a tool call needs constrained decoding, which posttrain's "
+                               'engines do not do; send "auto" (the model decides) or "none"')
+        raise RequestError(f'tool_choice: expected "auto", "none", "required" or {{"type": "function", ...}}, got {choice!r}')
+
+    def _choice(self, index: int, tokens: list[int], logprobs: list[float], params: SamplingParams, with_logprobs: bool,
+                parse_tools: bool) -> dict[str, Any]:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
         hit = next((s for s in params.stop if text.endswith(s)), None)
         if hit is not None:  # OpenAI leaves the stop sequence out of the content
             text = text[: len(text) - len(hit)]
         ended = hit is not None or len(tokens) < params.max_new_tokens or (tokens and tokens[-1] in _eos_ids(self.tokenizer, self.engine))
-        content, calls = parse_tool_calls(text)
+        reasoning, content = split_reasoning(self.parsing.reasoning_parser, text)
+        calls: list[dict[str, Any]] = []
+        if parse_tools and content is not None:  # tool calls are read from the text after the reasoning, as vLLM does
+            content, calls = tool_calls_of(self.parsing.tool_call_parser, content)
         message: dict[str, Any] = {"role": "assistant", "content": content}
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
         if calls:
             message["tool_calls"] = calls
         choice: dict[str, Any] = {"index": index, "message": message,

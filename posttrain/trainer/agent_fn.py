@@ -24,6 +24,8 @@ from posttrain.rollout.agent_endpoint import AgentEndpoint, PolicySampling
 from posttrain.rollout.agent_fn import AgentEpisode, AgentError, AgentLimits, AgentTask, load_agent_function, run_agent_episodes
 from posttrain.rollout.agent_rows import episode_rows
 from posttrain.rollout.base import SamplingParams
+from posttrain.rollout.chat_parsing import ChatParsing
+from posttrain.data.dataset import thinking_kwargs
 from posttrain.trainer.metrics import PhaseTimer
 from posttrain.trainer.rl_settings import response_length
 
@@ -123,13 +125,21 @@ class AgentFnRollout:
 
     def _run(self, rollout: Any, tasks: list[AgentTask], params: SamplingParams, version: int, prefix: str) -> list[AgentEpisode]:
         if self.endpoint is None:
-            self.endpoint = AgentEndpoint(self.tokenizer, "policy")
+            self.endpoint = AgentEndpoint(self.tokenizer, "policy", parsing=agent_parsing(self.cfg),
+                                          template_kwargs={**thinking_kwargs(self.cfg.data), **self.cfg.data.apply_chat_template_kwargs})
 
         def generate(prompts, p):  # one call of one episode: the rollout role, at this step's weights
             return rollout.generate(prompts, p, expected_version=version)
 
         self.endpoint.set_policy(PolicySampling(generate, version, params, self.max_context))
         return run_agent_episodes(self.fn, self.name, tasks, self.endpoint, self.limits, prefix.split("-")[0])
+
+
+def agent_parsing(cfg: Config) -> ChatParsing:
+    """How the endpoint reads the policy's tool calls and reasoning (rollout.agent.*)."""
+    a = cfg.rollout.agent
+    return ChatParsing(a.tool_call_parser, a.enable_auto_tool_choice, a.reasoning_parser,
+                       setting="rollout.agent.enable_auto_tool_choice true and rollout.agent.tool_call_parser")
 
 
 def episode_metrics(episodes: list[AgentEpisode], prefix: str) -> dict[str, float]:

@@ -47,6 +47,22 @@ def test_grpo_edge_cases_all_equal_single_and_masked():
     torch.testing.assert_close(adv, expected)
 
 
+def test_grpo_batch_std_divides_by_the_std_of_every_score_and_keeps_the_group_means():
+    # Trinity-RFT grpo std_cal_level batch: scores 1,0,0 (group a), 2,0 (b), 5 (c, alone: mean 0).
+    # batch mean 4/3; squared deviations 1/9 + 16/9 + 16/9 + 4/9 + 16/9 + 121/9 = 174/9; unbiased: / 5
+    rewards = torch.tensor([[1.0], [0.0], [0.0], [2.0], [0.0], [5.0]])
+    std_b = math.sqrt(174 / 9 / 5)
+    adv, _ = call("grpo", token_level_rewards=rewards, response_mask=torch.ones(6, 1), group_index=list("aaabbc"), std_cal_level="batch")
+    expected = torch.tensor([2 / 3, -1 / 3, -1 / 3, 1.0, -1.0, 5.0]) / (std_b + 1e-6)
+    torch.testing.assert_close(adv[:, 0], expected, rtol=0, atol=1e-6)
+    group, _ = call("grpo", token_level_rewards=rewards, response_mask=torch.ones(6, 1), group_index=list("aaabbc"))
+    assert not torch.allclose(group, adv)  # the group level divides group a by 1/sqrt(3), b by sqrt(2)
+    one, _ = call("grpo", token_level_rewards=rewards[:1], response_mask=torch.ones(1, 1), group_index=["a"], std_cal_level="batch")
+    torch.testing.assert_close(one, torch.tensor([[1.0 / (1 + 1e-6)]]))  # a batch of one divides by 1
+    with pytest.raises(ValueError, match="std_cal_level must be 'group' or 'batch'"):
+        call("grpo", token_level_rewards=rewards, group_index=list("aaabbc"), response_mask=torch.ones(6, 1), std_cal_level="task")
+
+
 def test_grpo_step_norm_divides_each_row_by_its_turns():
     # Trinity-RFT step_wise_grpo enable_step_norm: scores 1 and 0 in one group -> +-0.5 / (0.70711 + 1e-6);
     # row 0 has turns 0, 1, 2 (three turns), row 1 turns 0, 1 (two); -1 marks environment tokens

@@ -59,3 +59,26 @@ def test_evaluation_tasksets_run_the_training_function_and_other_workflows_keep_
     plain = entries({"buffer": {"explorer_input": {"taskset": {"path": "/tmp/t.jsonl"}}}, "explorer": SERVER})
     for key in ("explorer.rollout_model.enable_openai_api", "explorer.rollout_model.enable_history"):
         assert plain[key][0] == "refused" and "posttrain_agent_workflow" in plain[key][1]
+
+
+def test_the_rollout_models_tool_and_reasoning_parsers_become_the_agent_endpoints():
+    parsers = {"enable_auto_tool_choice": True, "tool_call_parser": "hermes", "reasoning_parser": "deepseek_r1", "enable_thinking": False}
+    raw = {"buffer": {"explorer_input": {"taskset": taskset(workflow_args={"function": "a:run"})}},
+           "explorer": {"rollout_model": {**SERVER["rollout_model"], **parsers}}}
+    native, _ = translate(raw, "trinity")
+    assert {k: native["rollout"]["agent"][k] for k in ("enable_auto_tool_choice", "tool_call_parser", "reasoning_parser")} == {
+        "enable_auto_tool_choice": True, "tool_call_parser": "hermes", "reasoning_parser": "deepseek_r1"}
+    assert native["data"]["enable_thinking"] is False  # Trinity sends it with every call; the endpoint's template gets it
+    raw["explorer"]["rollout_model"].update(enable_auto_tool_choice=False, tool_call_parser="llama3_json", reasoning_parser="qwen3")
+    got = entries(raw)
+    assert got["explorer.rollout_model.enable_auto_tool_choice"][2:] == ("rollout.agent.enable_auto_tool_choice", False)
+    assert got["explorer.rollout_model.reasoning_parser"][2:] == ("rollout.agent.reasoning_parser", "qwen3")
+    refused = got["explorer.rollout_model.tool_call_parser"]
+    assert refused[0] == "refused" and "'llama3_json' is not a parser posttrain implements" in refused[1] and "hermes" in refused[1]
+    # without the agent workflow there is no endpoint: Trinity's defaults pass, a parser is refused with the pointer
+    plain = {"buffer": {"explorer_input": {"taskset": {"path": "/tmp/t.jsonl"}}}, "explorer": {"rollout_model": {
+        "enable_auto_tool_choice": False, "tool_call_parser": None, "reasoning_parser": "qwen3"}}}
+    got = entries(plain)
+    assert got["explorer.rollout_model.enable_auto_tool_choice"][0] == got["explorer.rollout_model.tool_call_parser"][0] == "dropped"
+    assert got["explorer.rollout_model.reasoning_parser"][0] == "refused"
+    assert "posttrain_agent_workflow" in got["explorer.rollout_model.reasoning_parser"][1]

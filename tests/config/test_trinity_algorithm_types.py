@@ -54,10 +54,10 @@ def test_topr_reads_trinitys_reinforce_advantage_and_args_override_defaults():
     assert _get(native, "algorithm.adv_estimator_args") == {"tau": 0.5, "opmd_baseline": "logavgexp"}
     assert _get(native, "actor.policy_loss.loss_args") == {"tau": 2.0}
     assert _get(native, "actor.clip_ratio") == 0.3 and _get(native, "actor.loss_agg_mode") == "seq-mean-token-mean"
-    _, report = translate({"algorithm": {"algorithm_type": "grpo", "advantage_fn_args": {"std_cal_level": "batch"},
+    _, report = translate({"algorithm": {"algorithm_type": "grpo", "advantage_fn_args": {"rank_penalty": 0.1},
                                          "policy_loss_fn_args": {"enable_sequence_masking": True}}}, "trinity")
     refused = {e.key: e.reason for e in report.refused}
-    assert "not an option of posttrain's 'grpo' estimator" in refused["algorithm.advantage_fn_args.std_cal_level"]
+    assert "not an option of posttrain's 'grpo' estimator" in refused["algorithm.advantage_fn_args.rank_penalty"]
     assert "not an option of posttrain's 'vanilla' policy loss" in refused["algorithm.policy_loss_fn_args.enable_sequence_masking"]
 
 
@@ -69,6 +69,12 @@ def test_grpo_std_threshold_is_dynamic_sampling_and_step_norm_an_estimator_optio
     assert _get(native, "algorithm.filter_groups") == {"enable": True, "metric": "seq_reward", "std_threshold": 0.0001}
     native, _ = translate({"algorithm": {"algorithm_type": "grpo", "advantage_fn_args": {"std_threshold": None}}}, "trinity")
     assert _get(native, "algorithm.filter_groups") is None  # Trinity's default: no group skipped
+    # std_cal_level: the grpo estimator's own option (batch: the batch's std, each group's mean)
+    for level in ("group", "batch"):
+        native, report = translate({"algorithm": {"algorithm_type": "grpo", "advantage_fn_args": {"std_cal_level": level}}}, "trinity")
+        assert not report.refused and _get(native, "algorithm.adv_estimator_args") == {"std_cal_level": level}
+    _, report = translate({"algorithm": {"algorithm_type": "grpo", "advantage_fn_args": {"std_cal_level": "task"}}}, "trinity")
+    assert "expected group" in {e.key: e.reason for e in report.refused}["algorithm.advantage_fn_args.std_cal_level"]
 
 
 def test_an_explicit_advantage_or_loss_fn_wins_over_the_type():

@@ -56,6 +56,10 @@ def test_auxiliary_buffers_and_models_outside_their_types_and_services_are_refus
     assert got["service.data_juicer.auto_start"][0] == "refused" and "Data-Juicer" in got["service.data_juicer.auto_start"][1]
     teacher = entries({"algorithm": {"algorithm_type": "on_policy_distill"}, "explorer": {"auxiliary_models": [{"model_path": "t"}]}})
     assert teacher["explorer.auxiliary_models[0].model_path"][2:] == ("ref.model_path", "t")
+    # an empty list (Trinity's default, written out in its tinker example) is no model at all: accepted, nothing served
+    native, report = translate({"algorithm": {"algorithm_type": "grpo"}, "explorer": {"auxiliary_models": []}}, "trinity")
+    [empty] = [e for e in report.entries if e.key == "explorer.auxiliary_models"]
+    assert empty.status == "dropped" and "no auxiliary models" in empty.reason and "auxiliary_models" not in native.get("reward", {})
 
 
 def test_serve_keys_translate_and_more_than_one_serving_engine_is_refused():

@@ -72,8 +72,9 @@ def test_hermes_tool_calls_become_tool_calls(serving):
     status, out = call(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "1+2"}], "tools": tools})
     message = out["choices"][0]["message"]
     assert status == 200 and out["choices"][0]["finish_reason"] == "tool_calls"
+    assert message["tool_calls"][0]["id"].startswith("chatcmpl-tool-")  # a fresh id per call, as vLLM's
     assert message == {"role": "assistant", "content": "Let me add.", "tool_calls": [
-        {"id": "call_0", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}]}
+        {"id": message["tool_calls"][0]["id"], "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}]}
 
 
 def test_posttrain_serve_answers_over_http(tmp_path):

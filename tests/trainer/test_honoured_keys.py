@@ -624,6 +624,9 @@ ELSEWHERE = {
     "rollout.agent.max_concurrency": "tests/rollout/test_agent_fn.py::test_max_concurrency_bounds_the_episodes_running_at_once",
     **{f"rollout.agent.{k}": "tests/rollout/test_agent_fn.py::test_a_failing_episode_is_dropped_or_penalised_and_too_many_stop_the_run"
        for k in ("timeout", "failure_penalty", "max_failure_rate")},
+    **{f"rollout.agent.{k}": "tests/rollout/test_agent_tools.py::test_a_tool_choice_the_endpoint_cannot_honour_is_a_400_that_says_why"
+       for k in ("tool_call_parser", "enable_auto_tool_choice")},
+    "rollout.agent.reasoning_parser": "tests/rollout/test_agent_tools.py::test_the_reasoning_parser_key_changes_the_answer_and_calls_after_the_reasoning_are_read",
     **{f"env.{k}": f"{AGENTIC}::test_env_fault_keys_time_out_penalise_and_stop" for k in ("step_timeout", "failure_penalty", "max_failure_rate")},
     **{f"env.{k}": "tests/trainer/test_agentic_turn_rows.py::test_turn_rows_train_each_turn_and_count_mini_batches_in_turn_rows"
        for k in ("train_rows", "turn_mini_batch_size")},

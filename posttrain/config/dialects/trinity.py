@@ -28,7 +28,7 @@ from posttrain.config.dialects.source import resolve
 from posttrain.config.dialects.translate import Context, translate_dict
 from posttrain.config.dialects.trinity_batches import RULES as BATCH_RULES, batch_sizes, stage_batch_sizes
 from posttrain.config.dialects.trinity_envs import episode_sources, plays_environment
-from posttrain.config.dialects.trinity_agent import RULES as AGENT_RULES, server_keys
+from posttrain.config.dialects.trinity_agent import RULES as AGENT_RULES, parser_keys, server_keys
 from posttrain.config.dialects.trinity_workflows import fixed_columns, workflows
 from posttrain.config.dialects.values import value_hook
 from posttrain.config.tables import Rule
@@ -340,6 +340,6 @@ RULES: dict[str, Rule] = {
     **AGENT_RULES,
 }
 
-HANDLERS = [external_model, algorithm_type, engines, timeouts, sample_strategy, auxiliary, kl_defaults, prompt_truncation, workflows, server_keys, experience_files, tasksets, data_selector, trainer_config, batch_sizes, batching, episode_sources, stages, trinity_lora]
+HANDLERS = [external_model, algorithm_type, engines, timeouts, sample_strategy, auxiliary, kl_defaults, prompt_truncation, workflows, server_keys, parser_keys, experience_files, tasksets, data_selector, trainer_config, batch_sizes, batching, episode_sources, stages, trinity_lora]
 # A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).
-STAGE_HANDLERS = [external_model, stage_algorithm_type, engines, timeouts, sample_strategy, auxiliary, stage_kl_defaults, prompt_truncation, workflows, server_keys, stage_experience_files, tasksets, data_selector, trainer_config, stage_batch_sizes, episode_sources, stages, trinity_lora]
+STAGE_HANDLERS = [external_model, stage_algorithm_type, engines, timeouts, sample_strategy, auxiliary, stage_kl_defaults, prompt_truncation, workflows, server_keys, parser_keys, stage_experience_files, tasksets, data_selector, trainer_config, stage_batch_sizes, episode_sources, stages, trinity_lora]

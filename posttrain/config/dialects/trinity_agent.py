@@ -11,6 +11,14 @@ that function on every task row against a loopback endpoint that records every c
 is refused (the function needs the endpoint, and its recorded calls are the training rows). Trinity's
 own workflow classes still need Trinity and are refused where they are named
 (posttrain.config.dialects.trinity_workflows).
+
+The rollout model's OpenAI-server options for tool calling and reasoning (Trinity hands them to
+vLLM's server as ``--enable-auto-tool-choice``, ``--tool-call-parser``, ``--reasoning-parser``)
+become the endpoint's ``rollout.agent.enable_auto_tool_choice``, ``tool_call_parser`` and
+``reasoning_parser`` beside an agent-function workflow; a parser posttrain does not implement is
+refused naming the ones it does. A file that leaves them out gets posttrain's defaults (hermes, auto
+tool choice on, no reasoning parser), not Trinity's (off). With any other workflow there is no
+endpoint: Trinity's defaults (off, none) are accepted and anything else refused.
 """
 
 from __future__ import annotations
@@ -80,6 +88,37 @@ def server_keys(ctx: Context) -> None:
                             "calls; set true (as Trinity-RFT needs for an OpenAI-client workflow) or remove it", None, value)
 
 
+_RM = "explorer.rollout_model"
+# Trinity's key -> (posttrain's key, the values posttrain implements, Trinity's default)
+PARSER_KEYS: dict[str, tuple[str, tuple[Any, ...], Any]] = {
+    f"{_RM}.enable_auto_tool_choice": ("rollout.agent.enable_auto_tool_choice", (True, False), False),
+    f"{_RM}.tool_call_parser": ("rollout.agent.tool_call_parser", ("hermes", None), None),
+    f"{_RM}.reasoning_parser": ("rollout.agent.reasoning_parser", ("deepseek_r1", "qwen3", None), None),
+}
+
+
+def parser_keys(ctx: Context) -> None:
+    """enable_auto_tool_choice / tool_call_parser / reasoning_parser: the agent endpoint's, beside an
+    agent-function workflow; elsewhere Trinity's default is accepted and anything else refused."""
+    agent = ctx.native.get("rollout", {}).get("agent", {}).get("function") is not None
+    for key, (target, known, default) in PARSER_KEYS.items():
+        if not ctx.has(key) or key in ctx.handled:
+            continue
+        ctx.consume(key)
+        value = ctx.get(key)
+        if not agent:
+            if value == default:
+                ctx.drop(key, f"{default}: Trinity-RFT's default, no tool-call or reasoning parsing, as posttrain's rollout paths do none")
+            else:
+                ctx.refuse(key, "tool calls and reasoning are parsed on the OpenAI-compatible endpoint of posttrain's agent function "
+                                f"(rollout.agent); name the taskset workflow {AGENT} with workflow_args.function, or remove it", None, value)
+        elif value in known:
+            ctx.set(target, value, key, "the agent function's endpoint answers as vLLM's OpenAI server with this setting")
+        else:
+            names = ", ".join(str(k) for k in known if k is not None and k is not True and k is not False)
+            ctx.refuse(key, f"{value!r} is not a parser posttrain implements on the agent endpoint (it has: {names}; null: none)", target, value)
+
+
 _TS = "buffer.explorer_input.taskset"
 _WITH_AGENT = ((f"{_TS}.path", "org/dataset"), (f"{_TS}.default_workflow_type", AGENT), (f"{_TS}.workflow_args", {"function": "my_agent.py:run"}))
 # Keys this module translates (docs/config-mapping.md reads this table: posttrain.config.tables).
@@ -89,4 +128,8 @@ RULES: dict[str, Rule] = {
                        "refused; with any other workflow false is accepted and true refused (Trinity's workflow classes do not run in posttrain); "
                        "enable_openai_api in mode serve: the serve endpoint", True, _WITH_AGENT)
        for key in SERVER_KEYS},
+    **{key: Rule(target, f"with a taskset workflow {AGENT}: the agent endpoint's {target.rpartition('.')[2]} (values "
+                         f"{', '.join(map(str, known))}; others refused); with any other workflow only Trinity's default "
+                         f"{default} is accepted", "hermes" if "tool_call_parser" in key else True if "auto" in key else "qwen3", _WITH_AGENT)
+       for key, (target, known, default) in PARSER_KEYS.items()},
 }

@@ -189,6 +189,9 @@ def auxiliary(ctx: Context) -> None:
     if ctx.has(_AUX_BUFFERS) and _AUX_BUFFERS not in ctx.handled and ctx.get(_AUX_BUFFERS):
         ctx.consume(_AUX_BUFFERS)
         ctx.refuse(_AUX_BUFFERS, "Trinity-RFT reads auxiliary buffers in its mix sample strategy (posttrain: the mix and mix_chord types' expert rows, algorithm.mix) or in custom strategies posttrain does not run; this algorithm type trains on the explorer's experiences alone", None, ctx.get(_AUX_BUFFERS))
+    if ctx.has(_AUX_MODELS) and _AUX_MODELS not in ctx.handled and ctx.get(_AUX_MODELS) in ([], None):
+        ctx.consume(_AUX_MODELS)  # Trinity-RFT's default, an empty list: no model to serve
+        ctx.drop(_AUX_MODELS, "no auxiliary models (Trinity-RFT's default), as posttrain serves none unless reward.auxiliary_models names some")
     if training_workflow(ctx) in JUDGE_WORKFLOWS:  # the judge's model: posttrain.config.dialects.trinity_judges
         return
     if ctx.has(_AUX_MODELS) and _AUX_MODELS not in ctx.handled and ctx.get(_AUX_MODELS):

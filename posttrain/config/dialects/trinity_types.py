@@ -77,6 +77,8 @@ def _advantage(ctx: Context, t: TrinityType, why: str) -> None:
     args = dict(given) if isinstance(given, dict) else dict(t.advantage_fn_args if fn == t.advantage_fn else {})
     if estimator == "grpo" and "std_threshold" in args:
         _std_threshold(ctx, f"{args_key}.std_threshold", args.pop("std_threshold"))
+    if estimator == "grpo" and args.get("std_cal_level", "group") not in ("group", "batch"):  # Trinity raises on another value
+        ctx.refuse(f"{args_key}.std_cal_level", "expected group (each group's std) or batch (the batch's std, each group's mean)", None, args.pop("std_cal_level"))
     if fn in TOKEN_FILTER_FNS:
         _token_filter(ctx, fn, args, isinstance(given, dict), source, args_key)
     options = estimator_options(estimator) if estimator in ADVANTAGE_ESTIMATORS else frozenset()

@@ -67,6 +67,9 @@ class AgentFnConfig:
     timeout: float | None = param(600.0, doc="Seconds one episode may take; a slower one fails (its calls made so far count as under failure_penalty). null: no limit.", gt=0)
     failure_penalty: float | None = param(None, doc="A failed episode (the function raised, timed out, returned no reward or made no call): null drops it; a number trains the calls it made with this reward.")
     max_failure_rate: float = param(0.1, doc="Share of one step's (or one validation's) episodes that may fail before the run stops with the first failure's message.", ge=0, le=1)
+    tool_call_parser: str | None = param("hermes", doc="How the endpoint reads tool calls from the policy's text when a request has tools and tool_choice auto: hermes (<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>, Qwen2.5/Qwen3's) answers them as the message's tool_calls (finish_reason tool_calls, content the text outside the calls); null leaves them in the text, and a request with tool_choice auto is refused. The request's tools are always rendered by the chat template.", choices=["hermes", None], refs=[f"{_TRINITY}.tool_call_parser"])
+    enable_auto_tool_choice: bool = param(True, doc="Answer requests with tools and tool_choice auto (OpenAI's default when tools are given) by parsing the text with tool_call_parser; false refuses them with a 400 naming this key, as vLLM does without --enable-auto-tool-choice. tool_choice none is always answered as text; required or a named function is always refused (it needs constrained decoding).", refs=[f"{_TRINITY}.enable_auto_tool_choice"])
+    reasoning_parser: str | None = param(None, doc="Split the policy's <think>...</think> into the message's reasoning_content: deepseek_r1 (the opening tag optional; without </think> all of the text is reasoning), qwen3 (only a text holding both tags has reasoning); null keeps it in the content. Tool calls are read from the text after the reasoning. Only the answer's JSON changes: every sampled token is recorded.", choices=["deepseek_r1", "qwen3", None], refs=[f"{_TRINITY}.reasoning_parser"])
 
 
 @section
@@ -198,7 +201,7 @@ UNSUPPORTED: dict[str, str] = {
     "verl:actor_rollout_ref.rollout.mtp": "the rollout's copy of actor_rollout_ref.model.mtp (multi-token prediction), which posttrain does not provide",
     "verl:actor_rollout_ref.rollout.engine_kwargs.trtllm": "the TensorRT-LLM engine is not provided (engines: hf; vLLM/SGLang: issue 19)",
     "verl:actor_rollout_ref.rollout.checkpoint_engine": "verl's weight-transfer engine to its vLLM/SGLang servers; posttrain's weight sync (posttrain/cluster/weight_sync.py) hands the actor's tensors to the engine in the same process, in buckets of rollout.update_weights_bucket_megabytes",
-    "trinity:explorer.rollout_model": "options of Trinity-RFT's vLLM rollout model that posttrain has no counterpart for (its OpenAI API server, tool-call and reasoning parsers): posttrain calls its engine in-process and parses tool calls with rollout.multi_turn.format",
+    "trinity:explorer.rollout_model": "options of Trinity-RFT's vLLM rollout model that posttrain has no counterpart for: posttrain calls its engine in-process (its OpenAI server and tool-call and reasoning parsers are the agent function's endpoint, rollout.agent; the multi-turn tool loop reads rollout.multi_turn.format)",
     "trinity:model.logprobs": "log-probs of the top alternatives of each sampled token (vLLM's logprobs > 0): posttrain keeps the sampled token's only",
 }
 
