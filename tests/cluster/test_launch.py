@@ -209,9 +209,10 @@ def test_ray_workers_name_a_killed_worker_and_the_rerun_trains_as_one_process(in
 def test_ray_refuses_what_it_cannot_place_or_reach(inputs):
     pytest.importorskip("ray", reason="Ray is in the test extra")
     start = time.monotonic()
-    small = train(inputs, "ray-small", 2, None, "cluster.launcher=ray", "cluster.ray_num_cpus=1", "cluster.register_timeout_s=3")
+    # 2 bundles of 1 CPU never fit a 1-CPU cluster: the shortest wait is as sure as a long one
+    small = train(inputs, "ray-small", 2, None, "cluster.launcher=ray", "cluster.ray_num_cpus=1", "cluster.register_timeout_s=1")
     assert small.returncode == 2
-    assert "Ray could not place 2 workers of {'CPU': 1} within cluster.register_timeout_s=3 s" in small.stderr
+    assert "Ray could not place 2 workers of {'CPU': 1} within cluster.register_timeout_s=1 s" in small.stderr
     assert "Traceback" not in small.stderr
     # in this process: the address is refused before Ray starts anything here (a fresh interpreter
     # would cost more than the check)
