@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv) == ["--version"]:
+        # answered before the subcommands' modules import torch (seconds): `posttrain --version` is
+        # how scripts check the install, and how the launcher tests start workers that only report
+        print(f"posttrain {__version__}")
+        return 0
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

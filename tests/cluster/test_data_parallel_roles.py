@@ -90,13 +90,6 @@ def _reference_run(model_dir, dp):
     return ref.compute_logprobs(batch)
 
 
-def _on_ranks(rank, world, run, model_dir, *args):
-    """`run(model_dir, dp, *args)` as rank `rank` of the default process group."""
-    import torch.distributed as dist
-
-    return run(model_dir, DataParallel(rank, world, dist.group.WORLD), *args)
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return str(make_tiny_model(tmp_path_factory.mktemp("dp") / "m", layers=2, hidden=32, heads=4, seed=0))
@@ -121,27 +114,46 @@ def _compare(single, ranks, split_invariant_only=False):
         torch.testing.assert_close(out, s_out, atol=1e-5, rtol=0)
 
 
+def _every_role(rank, world, model_dir):
+    """Every role's two-rank run, as rank `rank`: one spawn of the ranks for the module's tests
+    (starting the processes and their process group cost as much as a role's run)."""
+    import torch.distributed as dist
+
+    dp = DataParallel(rank, world, dist.group.WORLD)
+    return {
+        "actor": {name: _actor_run(model_dir, dp, case) for name, case in CASES.items()},
+        "offload": _actor_run(model_dir, dp, CASES["token-mean"], True),
+        "critic": _critic_run(model_dir, dp),
+        "reference": _reference_run(model_dir, dp),
+    }
+
+
+@pytest.fixture(scope="module")
+def ranked(model_dir) -> list[dict]:
+    return run_ranks(_every_role, 2, model_dir)
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_two_rank_actor_update_equals_one_process(model_dir, name):
+def test_two_rank_actor_update_equals_one_process(model_dir, ranked, name):
     single = _actor_run(model_dir, DataParallel(), CASES[name])
     token_weighted = CASES[name]["loss_agg_mode"] in ("token-mean", "token-sum")  # metrics averaged by token shares
-    _compare(single, run_ranks(_on_ranks, 2, _actor_run, model_dir, CASES[name], False), split_invariant_only=not token_weighted)
+    _compare(single, [r["actor"][name] for r in ranked], split_invariant_only=not token_weighted)
 
 
-def test_cpu_offload_policy_changes_no_number(model_dir):
+def test_cpu_offload_policy_changes_no_number(model_dir, ranked):
     """fsdp_config.offload_policy (parameters, gradients and optimizer state on the CPU) on 2 ranks."""
     single = _actor_run(model_dir, DataParallel(), CASES["token-mean"])
-    _compare(single, run_ranks(_on_ranks, 2, _actor_run, model_dir, CASES["token-mean"], True))
+    _compare(single, [r["offload"] for r in ranked])
 
 
-def test_two_rank_critic_update_equals_one_process(model_dir):
-    _compare(_critic_run(model_dir, DataParallel()), run_ranks(_on_ranks, 2, _critic_run, model_dir))
+def test_two_rank_critic_update_equals_one_process(model_dir, ranked):
+    _compare(_critic_run(model_dir, DataParallel()), [r["critic"] for r in ranked])
 
 
-def test_a_sharded_reference_gives_every_rank_the_whole_batch(model_dir):
+def test_a_sharded_reference_gives_every_rank_the_whole_batch(model_dir, ranked):
     single = _reference_run(model_dir, DataParallel())
-    for out in run_ranks(_on_ranks, 2, _reference_run, model_dir):
-        torch.testing.assert_close(out, single, atol=1e-5, rtol=0)
+    for r in ranked:
+        torch.testing.assert_close(r["reference"], single, atol=1e-5, rtol=0)
 
 
 def test_shares_are_deterministic_and_cover_every_row_once():

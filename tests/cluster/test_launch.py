@@ -71,8 +71,9 @@ def metrics(inputs: Path, run: str, stage: str) -> list[dict]:
     return [json.loads(line) for line in (inputs / run / stage / "metrics.jsonl").read_text().splitlines()]
 
 
-def assert_same_run(inputs: Path, a: str, b: str) -> None:
-    for stage, keys in COMPARED.items():
+def assert_same_run(inputs: Path, a: str, b: str, compared: dict[str, list[str]] = COMPARED) -> None:
+    """Runs `a` and `b` log the same `compared` metrics, stage by stage ("": a run of one stage)."""
+    for stage, keys in compared.items():
         rows_a, rows_b = metrics(inputs, a, stage), metrics(inputs, b, stage)
         assert [r["step"] for r in rows_a] == [r["step"] for r in rows_b]
         for key in keys:
@@ -87,6 +88,14 @@ def one_process(inputs: Path) -> str:
     out = train(inputs, "single", 0)
     assert out.returncode == 0, out.stderr[-3000:]
     return "single"
+
+
+@pytest.fixture(scope="module")
+def rl_only(inputs: Path) -> str:
+    """The RL stage alone on one process (a run of one stage keeps its files in the run directory)."""
+    out = train(inputs, "single-rl", 0, None, "stages=[{name: rl}]")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return "single-rl"
 
 
 @pytest.fixture(scope="module")
@@ -175,11 +184,13 @@ def test_export_assembles_a_sharded_checkpoint(inputs, two_workers, tmp_path):
 
 
 @pytest.mark.slow
-def test_ray_workers_name_a_killed_worker_and_the_rerun_trains_as_one_process(inputs, one_process):
+def test_ray_workers_name_a_killed_worker_and_the_rerun_trains_as_one_process(inputs, rl_only):
+    """The RL stage alone: the SFT and DPO stages run on the same workers whichever launcher starts
+    them, and the local launcher's two-worker tests above compare all three stages."""
     pytest.importorskip("ray", reason="Ray is in the test extra")
     timeline = inputs / "ray-timeline.json"
     ray = ("cluster.launcher=ray", "cluster.ray_num_cpus=2", f"cluster.ray_timeline_file={timeline}",
-           "cluster.ray_namespace=launch-test")
+           "cluster.ray_namespace=launch-test", "stages=[{name: rl}]")
     killed = train(inputs, "ray", 2, "rl:2:after_step:1", *ray)
     assert killed.returncode == 1
     assert "worker rank 1 of 2" in killed.stderr and "died" in killed.stderr, killed.stderr[-3000:]
@@ -190,8 +201,7 @@ def test_ray_workers_name_a_killed_worker_and_the_rerun_trains_as_one_process(in
     assert "posttrain: 2 Ray workers on cpu across 1 node(s)" in again.stdout
     assert "Ray namespace launch-test;" in again.stdout
     assert "resuming from" in again.stdout and "after step 2" in again.stdout
-    # the stages before the kill ran on Ray workers too: the whole run matches one process
-    assert_same_run(inputs, one_process, "ray")
+    assert_same_run(inputs, rl_only, "ray", {"": COMPARED["rl"]})
     assert isinstance(json.loads(timeline.read_text()), list)  # chrome://tracing events
 
 
@@ -199,11 +209,15 @@ def test_ray_workers_name_a_killed_worker_and_the_rerun_trains_as_one_process(in
 def test_ray_refuses_what_it_cannot_place_or_reach(inputs):
     pytest.importorskip("ray", reason="Ray is in the test extra")
     start = time.monotonic()
-    small = train(inputs, "ray-small", 2, None, "cluster.launcher=ray", "cluster.ray_num_cpus=1", "cluster.register_timeout_s=3")
+    # 2 bundles of 1 CPU never fit a 1-CPU cluster: the shortest wait is as sure as a long one
+    small = train(inputs, "ray-small", 2, None, "cluster.launcher=ray", "cluster.ray_num_cpus=1", "cluster.register_timeout_s=1")
     assert small.returncode == 2
-    assert "Ray could not place 2 workers of {'CPU': 1} within cluster.register_timeout_s=3 s" in small.stderr
+    assert "Ray could not place 2 workers of {'CPU': 1} within cluster.register_timeout_s=1 s" in small.stderr
     assert "Traceback" not in small.stderr
-    away = train(inputs, "ray-away", 2, None, "cluster.ray_address=127.0.0.1:1")
+    # in this process: the address is refused before Ray starts anything here (a fresh interpreter
+    # would cost more than the check)
+    away = posttrain("train", str(inputs / "run.yaml"), f"trainer.default_local_dir={inputs / 'ray-away'}",
+                     "cluster.n_gpus_per_node=2", "cluster.ray_address=127.0.0.1:1", cwd=inputs)
     assert away.returncode == 2
     assert "cluster.ray_address (or RAY_ADDRESS) 127.0.0.1:1: nothing answers there" in away.stderr
     assert time.monotonic() - start < 120

@@ -18,7 +18,8 @@ def test_log_dir_and_group_by_node_place_each_process_s_file(tmp_path):
     assert all(p.parent.is_dir() for p in paths)
 
 
-def test_the_local_launcher_writes_the_workers_logs_where_log_says(tmp_path, capsys):
+def test_the_local_launcher_writes_the_workers_logs_where_log_says(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("POSTTRAIN_FORK_SERVER", "0")  # plain `posttrain --version` processes: no server to start for them
     log = load_config(None, [f"log.dir={tmp_path / 'logs'}", "log.group_by_node=true"]).log
     assert launch(["--version"], 2, tmp_path / "run", "cpu", {}, log) == 0
     assert (tmp_path / "logs" / local_ip() / "rank1.log").read_text().startswith("posttrain ")  # rank 1 only logs
