@@ -5,30 +5,27 @@ continued run is then the uninterrupted one, step for step), or exits 2 with one
 damaged file, leaving every file in place. Checkpoints without a manifest (written before it
 existed) still resume, with one line saying they were checked for completeness only.
 
-Only the killed run needs a process of its own (the test hook SIGKILLs it); the uninterrupted run and
-the reruns call the CLI in this process, with one torch thread as the killed run has, so the losses
-of every run are computed in the same order and compare exactly."""
+Only the killed run needs a process of its own (the test hook SIGKILLs it; it is forked from
+posttrain's fork server, see test_resume_exact._train_killed); the uninterrupted run and the reruns
+call the CLI in this process, with one torch thread as the killed run has, so the losses of every run
+are computed in the same order and compare exactly."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from cli_run_helpers import posttrain
+from test_resume_exact import _train_killed
 
-from posttrain.checkpoint import KILL_ENV, MARKER
+from posttrain.checkpoint import MARKER
 from posttrain.checkpoint.manifest import MANIFEST
 from posttrain.models.tiny import make_tiny_model
 from posttrain.tasks import write_task_data
-
-REPO = Path(__file__).resolve().parents[2]
 
 SFT = """
 model: {{path: {m}}}
@@ -52,13 +49,6 @@ def _cli(config: Path) -> subprocess.CompletedProcess:
     return posttrain("train", str(config), cwd=config.parent)
 
 
-def _cli_killed(config: Path, kill: str) -> subprocess.CompletedProcess:
-    """`posttrain train CONFIG` in a process of its own, which the test hook SIGKILLs at `kill`."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", **{KILL_ENV: kill})
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "posttrain", "train", str(config)], env=env, capture_output=True, text=True, timeout=600)
-
-
 def _config(root: Path, name: str, keep: int) -> Path:
     path = root / f"{name}.yaml"
     path.write_text(SFT.format(m=root / "model", d=root / "data", r=root / name, keep=keep))
@@ -77,8 +67,7 @@ def killed(tmp_path_factory):
     write_task_data("sort", root / "data", train=8, test=0, sft=32, dpo=0, seed=0)
     ref = _cli(_config(root, "ref", keep=2))
     assert ref.returncode == 0, ref.stderr[-2000:]
-    out = _cli_killed(_config(root, "killed", keep=2), "main:3:after_step")
-    assert out.returncode == -signal.SIGKILL, out.stderr[-2000:]
+    _train_killed(_config(root, "killed", keep=2), "main:3:after_step")
     return root
 
 
