@@ -2,8 +2,8 @@
 command logs the same per-step metrics and ends with bit-identical weights as an uninterrupted run.
 
 The killed run is the real CLI in a process of its own (the `POSTTRAIN_TEST_KILL` hook SIGKILLs it at
-a chosen step, after the step or in the middle of a save), forked from posttrain's fork server as a
-run's CPU workers are, so it skips a fresh interpreter's ~5-10 s of imports; the uninterrupted and the
+a chosen step, after the step or in the middle of a save), forked from posttrain's fork server
+(tests/fork_run_helpers.py), so it skips a fresh interpreter's 5-10 s of imports; the uninterrupted and the
 resumed runs call the same CLI entry point in-process. All runs use one torch thread,
 so CPU kernels reduce in the same order everywhere.
 """
@@ -14,16 +14,15 @@ import json
 import os
 import random
 import signal
-import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+from fork_run_helpers import posttrain_forked
 from safetensors.torch import load_file
 
 from posttrain.checkpoint import KILL_ENV, MARKER
 from posttrain.cli import main as cli_main
-from posttrain.cluster.process_start import start_process
 from posttrain.models.tiny import make_tiny_model
 from posttrain.tasks import write_task_data
 
@@ -77,15 +76,10 @@ def _train_in_process(config: Path, capsys) -> str:
 
 
 def _train_killed(config: Path, kill: str) -> None:
-    """`posttrain train CONFIG` in a process of its own, with one torch thread, SIGKILLed by the test
-    hook at `kill`. It is forked from the fork server (posttrain.cluster.process_start) where the
-    platform allows, else started as `python -m posttrain`."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", **{KILL_ENV: kill})
-    with tempfile.TemporaryFile() as out:
-        process = start_process(["train", str(config)], env, out, out, device="cpu")
-        code = process.wait(timeout=600)
-        out.seek(0)
-        assert code == -signal.SIGKILL, out.read().decode(errors="replace")[-2000:]
+    """`posttrain train CONFIG` in a process of its own (tests/fork_run_helpers.py), with one torch
+    thread, SIGKILLed by the test hook at `kill`."""
+    out = posttrain_forked("train", str(config), cwd=config.parent, timeout=600, env={"OMP_NUM_THREADS": "1", KILL_ENV: kill})
+    assert out.returncode == -signal.SIGKILL, out.stderr[-2000:]
 
 
 def _metrics(stage_dir: Path) -> list[dict]:
