@@ -16,6 +16,7 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import IO, Any
 
 from posttrain.cluster.process_start import start_process
 
@@ -24,13 +25,8 @@ def posttrain_forked(*args: str, cwd: Path, timeout: float = 300, env: dict[str,
     """`python -m posttrain ARGS` in `cwd` with this environment plus `env`, as a process of its own on
     the CPU; its exit status (negative: the signal that ended it) and output as text. A process still
     running after `timeout` seconds is killed and fails the test."""
-    here = os.getcwd()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        os.chdir(cwd)  # the server forks the process in this process's working directory
-        try:
-            process = start_process(list(args), dict(os.environ, **(env or {})), out, err, device="cpu")
-        finally:
-            os.chdir(here)
+        process = start_forked(*args, cwd=cwd, env=env, stdout=out, stderr=err)
         try:
             code = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -40,3 +36,15 @@ def posttrain_forked(*args: str, cwd: Path, timeout: float = 300, env: dict[str,
         out.seek(0)
         err.seek(0)
         return subprocess.CompletedProcess(list(args), code, out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+
+
+def start_forked(*args: str, cwd: Path, env: dict[str, str] | None, stdout: IO | None, stderr: IO | None) -> Any:
+    """The process of `python -m posttrain ARGS` (as posttrain_forked runs it), started and not waited
+    for: a handle like a Popen's (pid, poll, wait, send_signal, returncode). `stdout` and `stderr` are
+    files (anything with a `fileno`)."""
+    here = os.getcwd()
+    os.chdir(cwd)  # the server forks the process in this process's working directory
+    try:
+        return start_process(list(args), dict(os.environ, **(env or {})), stdout, stderr, device="cpu")
+    finally:
+        os.chdir(here)
