@@ -3,26 +3,29 @@ checkpoint (or the marker) is damaged, and the same command is rerun. Resume ver
 against the manifest written at save time, falls back to the newest intact one and says so (the
 continued run is then the uninterrupted one, step for step), or exits 2 with one line naming the
 damaged file, leaving every file in place. Checkpoints without a manifest (written before it
-existed) still resume, with one line saying they were checked for completeness only."""
+existed) still resume, with one line saying they were checked for completeness only.
+
+Only the killed run needs a process of its own (the test hook SIGKILLs it; it is forked from
+posttrain's fork server, see test_resume_exact._train_killed); the uninterrupted run and the reruns
+call the CLI in this process, with one torch thread as the killed run has, so the losses of every run
+are computed in the same order and compare exactly."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import torch
+from cli_run_helpers import posttrain
+from test_resume_exact import _train_killed
 
-from posttrain.checkpoint import KILL_ENV, MARKER
+from posttrain.checkpoint import MARKER
 from posttrain.checkpoint.manifest import MANIFEST
 from posttrain.models.tiny import make_tiny_model
 from posttrain.tasks import write_task_data
-
-REPO = Path(__file__).resolve().parents[2]
 
 SFT = """
 model: {{path: {m}}}
@@ -33,12 +36,17 @@ trainer: {{total_training_steps: 4, save_freq: 1, max_actor_ckpt_to_keep: {keep}
 """
 
 
-def _cli(config: Path, kill: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    if kill:
-        env[KILL_ENV] = kill
-    return subprocess.run([sys.executable, "-m", "posttrain", "train", str(config)], env=env, capture_output=True, text=True, timeout=600)
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _cli(config: Path) -> subprocess.CompletedProcess:
+    """`posttrain train CONFIG` run in this process."""
+    return posttrain("train", str(config), cwd=config.parent)
 
 
 def _config(root: Path, name: str, keep: int) -> Path:
@@ -59,8 +67,7 @@ def killed(tmp_path_factory):
     write_task_data("sort", root / "data", train=8, test=0, sft=32, dpo=0, seed=0)
     ref = _cli(_config(root, "ref", keep=2))
     assert ref.returncode == 0, ref.stderr[-2000:]
-    out = _cli(_config(root, "killed", keep=2), kill="main:3:after_step")
-    assert out.returncode == -signal.SIGKILL, out.stderr[-2000:]
+    _train_killed(_config(root, "killed", keep=2), "main:3:after_step")
     return root
 
 

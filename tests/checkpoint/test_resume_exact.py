@@ -1,9 +1,10 @@
 """The acceptance test of exact resume: a run SIGKILLed mid-training and resumed by rerunning the same
 command logs the same per-step metrics and ends with bit-identical weights as an uninterrupted run.
 
-The killed run is the real CLI in a subprocess (the `POSTTRAIN_TEST_KILL` hook SIGKILLs it at a
-chosen step, after the step or in the middle of a save); the uninterrupted and the resumed runs call
-the same CLI entry point in-process (no second interpreter start-up). All runs use one torch thread,
+The killed run is the real CLI in a process of its own (the `POSTTRAIN_TEST_KILL` hook SIGKILLs it at
+a chosen step, after the step or in the middle of a save), forked from posttrain's fork server
+(tests/fork_run_helpers.py), so it skips a fresh interpreter's 5-10 s of imports; the uninterrupted and the
+resumed runs call the same CLI entry point in-process. All runs use one torch thread,
 so CPU kernels reduce in the same order everywhere.
 """
 
@@ -13,12 +14,11 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from fork_run_helpers import posttrain_forked
 from safetensors.torch import load_file
 
 from posttrain.checkpoint import KILL_ENV, MARKER
@@ -26,7 +26,6 @@ from posttrain.cli import main as cli_main
 from posttrain.models.tiny import make_tiny_model
 from posttrain.tasks import write_task_data
 
-REPO = Path(__file__).resolve().parents[2]
 # Metrics that measure time differ between any two runs; everything else must match exactly.
 TIMING_PREFIXES = ("timing/", "perf/")
 
@@ -77,9 +76,9 @@ def _train_in_process(config: Path, capsys) -> str:
 
 
 def _train_killed(config: Path, kill: str) -> None:
-    env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE", **{KILL_ENV: kill})
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-m", "posttrain", "train", str(config)], env=env, capture_output=True, text=True)
+    """`posttrain train CONFIG` in a process of its own (tests/fork_run_helpers.py), with one torch
+    thread, SIGKILLed by the test hook at `kill`."""
+    out = posttrain_forked("train", str(config), cwd=config.parent, timeout=600, env={"OMP_NUM_THREADS": "1", KILL_ENV: kill})
     assert out.returncode == -signal.SIGKILL, out.stderr[-2000:]
 
 

@@ -1,6 +1,7 @@
 """One run per run directory: a second `posttrain train` on a directory in use is refused at once,
 naming the directory and the holder; a dead holder's lock is taken over; the holder's own worker
-processes are let in. Every process here is a real one (the lock is the kernel's, per process)."""
+processes are let in. Every process here is a real one (the lock is the kernel's, per process); the
+refused `posttrain train` is forked from posttrain's fork server (tests/fork_run_helpers.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from fork_run_helpers import posttrain_forked
 
 from posttrain.runlock import HOLDER_ENV, LOCK_FILE
 
@@ -48,18 +51,14 @@ def _start_holder(run_dir: Path, *args: str) -> tuple[subprocess.Popen, str]:
     return proc, "\n".join(lines)
 
 
-def _train(config: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "posttrain", "train", str(config)], capture_output=True,
-                          text=True, env=_env(**env), timeout=300)
-
-
-def test_a_second_run_on_a_directory_in_use_exits_at_once_naming_the_holder(tmp_path):
+def test_a_second_run_on_a_directory_in_use_exits_at_once_naming_the_holder(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     config = tmp_path / "c.yaml"
     config.write_text(f"trainer: {{default_local_dir: {run_dir}}}\n")
     holder, _ = _start_holder(run_dir)
     try:
-        out = _train(config)
+        monkeypatch.delenv(HOLDER_ENV, raising=False)  # not one of a run's own workers
+        out = posttrain_forked("train", str(config), cwd=tmp_path, timeout=300)
         assert sorted(p.name for p in run_dir.iterdir()) == [LOCK_FILE]  # the refused run wrote nothing
     finally:
         holder.communicate("")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_run_helpers import posttrain
 
 from posttrain.report import RunDirError, load_run, summary_lines, write_report
 from posttrain.report.page import curves, time_breakdown
@@ -130,8 +129,8 @@ def test_torn_last_line_is_skipped_and_a_bad_middle_line_is_named(tmp_path):
 
 
 def test_cli_report_and_wrong_run_dirs(run_dir, tmp_path):
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "posttrain", "report", *args], capture_output=True, text=True)
+    def cli(*args):  # the command line, run in this process (cli_run_helpers.posttrain)
+        return posttrain("report", *args, cwd=tmp_path)
 
     out = cli(str(run_dir), "-o", str(tmp_path / "r.html"))
     assert out.returncode == 0, out.stderr

@@ -6,7 +6,8 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from cli_run_helpers import assert_user_error, posttrain, tiny_run, write_config
+from cli_run_helpers import assert_user_error, tiny_run, write_config
+from fork_run_helpers import posttrain_forked
 
 from posttrain.errors import RewardFunctionError
 from posttrain.rewards import NaiveRewardManager, ParallelRewardManager, RewardInput, load_reward_function
@@ -80,9 +81,9 @@ def test_parallel_manager_refuses_sys_exit_in_its_worker(exiting_file):
 
 @pytest.mark.parametrize("manager", ["naive", "parallel"])
 def test_train_with_an_exiting_reward_function_exits_2_naming_file_and_function(tmp_path, exiting_file, manager):
-    out = posttrain(
+    out = posttrain_forked(
         "train", str(write_config(tmp_path)), *tiny_run(tmp_path), f"reward.custom_reward_function.path={exiting_file}",
-        f"reward.reward_manager={manager}", "reward.num_workers=1", cwd=tmp_path, subprocess=True,
+        f"reward.reward_manager={manager}", "reward.num_workers=1", cwd=tmp_path,
     )
     assert_user_error(out, f"reward function compute_score in {exiting_file} called sys.exit(0)", "sample 0")
     assert not (tmp_path / "run" / "final_model").exists()

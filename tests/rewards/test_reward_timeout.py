@@ -10,7 +10,8 @@ import threading
 import time
 
 import pytest
-from cli_run_helpers import assert_user_error, posttrain, tiny_run, write_config
+from cli_run_helpers import assert_user_error, tiny_run, write_config
+from fork_run_helpers import posttrain_forked
 
 from posttrain.errors import RewardFunctionError
 from posttrain.rewards import NaiveRewardManager, RewardInput, load_reward_function
@@ -119,9 +120,9 @@ def test_a_fast_call_returns_its_value_and_its_exceptions():
 
 
 def test_train_with_a_hanging_reward_function_exits_2_naming_file_function_and_sample(tmp_path, hanging_file):
-    out = posttrain(
+    out = posttrain_forked(
         "train", str(write_config(tmp_path)), *tiny_run(tmp_path), f"reward.custom_reward_function.path={hanging_file}",
-        "reward.custom_reward_function.name=always_hangs", "reward.timeout_s=0.5", cwd=tmp_path, timeout=120, subprocess=True,
+        "reward.custom_reward_function.name=always_hangs", "reward.timeout_s=0.5", cwd=tmp_path, timeout=120,
     )
     assert_user_error(
         out, f"reward function always_hangs in {hanging_file} did not return within 0.5 s",
@@ -130,10 +131,10 @@ def test_train_with_a_hanging_reward_function_exits_2_naming_file_function_and_s
 
 
 def test_train_with_on_error_fixed_scores_hangs_as_failure_reward_and_finishes(tmp_path, hanging_file):
-    out = posttrain(
+    out = posttrain_forked(
         "train", str(write_config(tmp_path)), *tiny_run(tmp_path), f"reward.custom_reward_function.path={hanging_file}",
         "reward.custom_reward_function.name=always_hangs", "reward.timeout_s=0.2", "reward.on_error=fixed",
-        "reward.failure_reward=-0.5", "trainer.logger=[jsonl]", cwd=tmp_path, timeout=120, subprocess=True,
+        "reward.failure_reward=-0.5", "trainer.logger=[jsonl]", cwd=tmp_path, timeout=120,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Traceback" not in out.stderr

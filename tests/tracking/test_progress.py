@@ -6,12 +6,15 @@ import fcntl
 import io
 import os
 import pty
+import select
 import struct
-import subprocess
 import sys
+import tempfile
 import termios
+import time
 
 from cli_run_helpers import tiny_run, write_config
+from fork_run_helpers import start_forked
 from posttrain.tracking import build_trackers
 
 
@@ -55,22 +58,31 @@ def test_posttrain_train_on_a_terminal_shows_the_stage_and_validation_bars(tmp_p
                  f"data.val_files={tmp_path / 'data' / 'test.parquet'}", "data.val_batch_size=2"]
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 160, 0, 0))  # a 160-column terminal
-    proc = subprocess.Popen([sys.executable, "-m", "posttrain", "train", str(write_config(tmp_path)), *overrides],
-                            stdin=subprocess.DEVNULL, stdout=follower, stderr=subprocess.PIPE, cwd=tmp_path)
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    _, err = proc.communicate(timeout=300)
+    # A process of its own whose standard output is the terminal (tests/fork_run_helpers.py)
+    with os.fdopen(follower, "wb") as terminal, tempfile.TemporaryFile() as err:
+        proc = start_forked("train", str(write_config(tmp_path)), *overrides, cwd=tmp_path, env=None, stdout=terminal, stderr=err)
+        chunks, ended, deadline = [], False, time.monotonic() + 300
+        while time.monotonic() < deadline:  # read the terminal until the process has ended and it is drained
+            if select.select([leader], [], [], 0.2)[0]:
+                try:
+                    data = os.read(leader, 65536)
+                except OSError:  # every end of the terminal's other side is closed
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            elif ended:
+                break
+            else:
+                ended = proc.poll() is not None
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=60)
+        err.seek(0)
+        errors = err.read().decode(errors="replace")
     os.close(leader)
     out = b"".join(chunks).decode(errors="replace")
-    assert proc.returncode == 0, err.decode()[-3000:]
+    assert proc.returncode == 0, errors[-3000:]
     assert "train: 100%" in out and "2/2" in out  # the stage's bar, finished
     assert "validation:" in out and "batch/s" in out  # the validation pass over 2 batches
     assert "step 1/2 |" in out and "step 2/2 |" in out  # the step lines above the bar

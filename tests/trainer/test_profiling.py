@@ -286,8 +286,10 @@ def test_verl_profiler_keys_translate_and_unused_tool_options_are_dropped(tmp_pa
 
 # A run with profiling off, in a fresh interpreter: torch.profiler.profile must never be made and
 # posttrain's profiling tools never imported (torch itself imports torch.profiler on `import torch`).
-# The profiled run records Python stacks (contents: stack) there too: torch's Python tracer can
-# deadlock when it starts while other Python threads run, as they do in a long pytest process.
+# The same interpreter then runs a profiled run, the probe's own check: it does see a profiler when
+# there is one (after the unprofiled run, so that the first check saw a process that had never
+# profiled). The profiled run records Python stacks (contents: stack) there: torch's Python tracer
+# can deadlock when it starts while other Python threads run, as they do in a long pytest process.
 PROBE = """
 import json, sys
 import torch.profiler
@@ -299,25 +301,28 @@ def counting_init(self, *a, **k):
 torch.profiler.profile.__init__ = counting_init
 torch.set_num_threads(1)
 from posttrain.cli import main
-status = main(sys.argv[1:])
-print(json.dumps({"status": status, "made": len(made), "tools": "posttrain.trainer.profile_tools" in sys.modules}))
+for args in json.loads(sys.argv[1]):
+    made.clear()
+    status = main(args)
+    print(json.dumps({"status": status, "made": len(made), "tools": "posttrain.trainer.profile_tools" in sys.modules}))
 """
 
 
-@pytest.mark.parametrize("profiled", [False, True])
-def test_a_run_without_profiling_makes_no_profiler(assets, tmp_path, profiled):
-    """The profiled run is the probe's own check: it does see a profiler when there is one."""
+def test_a_run_without_profiling_makes_no_profiler(assets, tmp_path):
     (tmp_path / "empty.yaml").write_text("{}\n")
-    on = [*TORCH, "profiler.steps=[1]", "actor.profiler.enable=true", "actor.profiler.contents=[cpu,stack]"] if profiled else []
-    args = [sys.executable, "-c", PROBE, "train", str(tmp_path / "empty.yaml"), f"model.path={assets / 'model'}",
-            f"data.train_files={assets / 'data' / 'train.parquet'}", *BASE, "trainer.total_training_steps=1",
-            f"trainer.default_local_dir={tmp_path / 'run'}", *on]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["status"] == 0, done.stderr[-2000:]
-    assert (result["made"] > 0, result["tools"]) == (profiled, profiled)
-    if profiled:  # contents: stack -> the Python frames of the step
-        assert any(e.get("cat") == "python_function" for e in events(tmp_path / "run" / "profile" / "e2e" / "step1_rank0.json"))
+    on = [*TORCH, "profiler.steps=[1]", "actor.profiler.enable=true", "actor.profiler.contents=[cpu,stack]"]
+    runs = [["train", str(tmp_path / "empty.yaml"), f"model.path={assets / 'model'}", f"data.train_files={assets / 'data' / 'train.parquet'}",
+             *BASE, "trainer.total_training_steps=1", f"trainer.default_local_dir={tmp_path / name}", *extra]
+            for name, extra in (("off", []), ("on", on))]
+    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(runs)], capture_output=True, text=True, timeout=600)
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"status"')]
+    assert len(results) == 2, done.stderr[-2000:]
+    off, on = results
+    assert off["status"] == 0 and on["status"] == 0, done.stderr[-2000:]
+    assert (off["made"], off["tools"]) == (0, False)
+    assert on["made"] > 0 and on["tools"]
+    # contents: stack -> the Python frames of the step
+    assert any(e.get("cat") == "python_function" for e in events(tmp_path / "on" / "profile" / "e2e" / "step1_rank0.json"))
 
 
 def test_verl_nsys_discrete_lands_on_the_enabled_roles(tmp_path):
