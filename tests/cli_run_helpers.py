@@ -9,8 +9,9 @@ before it reads the config, which across these tests was minutes of CI. An excep
 worker processes (or a decoupled run's explorer and trainer) runs in this process too, with
 `fds=True`: its workers are forked from posttrain's fork server (posttrain.cluster.process_start),
 and what they print to the inherited console is captured. Tests of what only a process of its own
-shows (a reward function calling `sys.exit`, a hang, the test hook killing the process that trains,
-environment isolation) pass `subprocess=True`.
+shows (a reward function calling `sys.exit`, a hang, the test hook killing the process that trains)
+fork it from that server (tests/fork_run_helpers.py, no fresh imports); those that need a fresh
+interpreter (environment variables read at import, Ray's driver state) pass `subprocess=True`.
 """
 
 from __future__ import annotations
