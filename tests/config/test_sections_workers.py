@@ -148,7 +148,8 @@ def test_every_choice_of_an_implemented_field_is_accepted():
             # sharding keys act only on several worker processes (refused with one: test_config_checks)
             world = ["cluster.n_gpus_per_node=2"] if ".fsdp_config." in path else []
             world += COMPANIONS.get((path, choice), [])
-            cfg = load_config(None, world + ([f"{path}={value}"] if not isinstance(value, list) else [f"{path}=[{','.join(value)}]"]))
+            typed = "null" if value is None else value  # an override's None is YAML's null
+            cfg = load_config(None, world + ([f"{path}={typed}"] if not isinstance(value, list) else [f"{path}=[{','.join(value)}]"]))
             section, _, name = path.rpartition(".")
             node = cfg
             for part in section.split("."):
