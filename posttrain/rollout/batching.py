@@ -18,7 +18,9 @@ distribution it has alone. Unseeded calls share one batch, each choice a row wit
 (fresh noise). A seeded call is batched only with calls of the same seed and `n`, each as one prompt
 row of its own uid with n samples: the engines key a row's noise by (seed, prompt uid, sample index)
 (posttrain.rollout.sampling), never by its place in the batch, so a seeded call draws the same
-tokens in any batch as alone.
+tokens in any batch as alone, up to floating point: logits computed in a batch of another shape
+(and, on a GPU, by other kernels) may differ in the last bits, which changes a token only where its
+draw sits on that edge.
 """
 
 from __future__ import annotations
