@@ -154,3 +154,4 @@ def test_a_weight_reload_waits_for_the_batch_and_each_answer_records_its_version
     assert all(status == 200 for status, _ in got)
     assert spans and all(a == b == c for a, b, c in spans)  # no reload inside an engine call
     assert sorted(recorded) == sorted(v for (_, _, v), calls in zip(spans, engine.calls) for _ in range(calls[0]))
+
