@@ -13,7 +13,8 @@ def register(subparsers) -> None:
             "Serve MODEL (a Hugging Face model directory, a global_step_N checkpoint, a checkpoints/ directory "
             "or a run directory) with posttrain's hf engine on GET /v1/models and POST /v1/chat/completions "
             "(tools with Hermes-style tool calls, reasoning_content with --reasoning-parser, n, temperature, top_p, max_tokens, stop, seed, logprobs; "
-            "docs/engines.md). Listens on 127.0.0.1 unless --host says otherwise: there is no authentication."
+            "docs/engines.md). Concurrent requests with the same sampling settings are answered by one batched engine call, "
+            "each answer the one it would get alone. Listens on 127.0.0.1 unless --host says otherwise: there is no authentication."
         ),
     )
     p.add_argument("model", metavar="MODEL_DIR_OR_CHECKPOINT", help="model directory, checkpoint or run directory")
@@ -48,7 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     from posttrain.checkpoint import resolve_model_dir
     from posttrain.models.loading import load_causal_lm, load_tokenizer
     from posttrain.rollout.hf_engine import HFEngine
-    from posttrain.rollout.server import ChatService, make_server
+    from posttrain.rollout.server import BATCH_WINDOW_S, ChatService, make_server
 
     path = resolve_model_dir(args.model)
     tokenizer = load_tokenizer(str(path))
@@ -56,7 +57,9 @@ def _run(args: argparse.Namespace) -> int:
     if torch.cuda.is_available():
         model = model.to("cuda")
     engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id, copy_weights=False, tokenizer=tokenizer)
-    server = make_server(ChatService(engine, tokenizer, args.name or path.name, parsing=parsing_from(args)), args.host, args.port)
+    # concurrent requests share engine calls (posttrain.rollout.server's batch window, 2 ms)
+    service = ChatService(engine, tokenizer, args.name or path.name, parsing=parsing_from(args), batch_window=BATCH_WINDOW_S)
+    server = make_server(service, args.host, args.port)
     host, port = server.server_address[:2]
     print(f"serving {path} as {args.name or path.name} on http://{host}:{port}/v1 (Ctrl-C stops)", flush=True)
     try:

@@ -15,7 +15,7 @@ the weights version. A request's tools and reasoning are read as `rollout.agent`
 enable_auto_tool_choice and reasoning_parser say (posttrain.rollout.chat_parsing): that changes only
 the JSON the agent reads, never the recorded ids.
 
-Concurrent calls are batched (`CallBatcher`): the calls waiting for the engine (those that arrived
+Concurrent calls are batched (posttrain.rollout.batching's `CallBatcher`): the calls waiting for the engine (those that arrived
 while it was busy, and those that arrive within `batch_window` seconds, 2 ms by default, of the
 first one to find it idle; no wait when every running episode already has a call waiting) are
 generated together in one `generate` call. Each call keeps its own prompt (left-padded in the batch;
@@ -26,6 +26,7 @@ budget), so a recorded row is what a call of its own would have drawn. Unseeded 
 batch, each choice a row with a fresh sampling key. A call with a `seed` is batched only with calls
 of the same seed and `n` (the engines key sampling by seed, prompt uid and sample index, so a seeded
 call keeps the same answer in any batch); calls with other seeds wait for a batch of their own.
+Calls of different policies (a hung episode of the last step) never share a batch.
 Every other sampling argument is the stage's (above), the same for all calls.
 """
 
@@ -34,15 +35,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
+from posttrain.rollout.batching import CallBatcher
 from posttrain.rollout.chat_parsing import ChatParsing
 from posttrain.rollout.server import ChatService, NotFound, RequestError, make_server
-from posttrain.rollout.stops import StopStrings, kept_length
+
+__all__ = ["AgentEndpoint", "CallBatcher", "EpisodeRecord", "PolicySampling", "RecordedCall"]
 
 Generate = Callable[[PromptBatch, SamplingParams], RolloutBatch]
 
@@ -73,123 +75,6 @@ class PolicySampling:
     version: int
     params: SamplingParams  # the stage's rollout sampling (its n and max_new_tokens are replaced per request)
     max_context: int  # prompt + response tokens a call may hold (data.max_prompt_length + response length)
-
-
-@dataclass
-class _Call:
-    """One chat completion waiting for the engine, and its answer once served."""
-
-    policy: PolicySampling  # the engine and weights of the call's episode
-    prompt: PromptBatch  # one row
-    params: SamplingParams  # the stage's sampling with this call's n, stop, seed and budget
-    done: bool = False
-    out: RolloutBatch | None = None
-    error: BaseException | None = None
-
-    def key(self) -> tuple:
-        """Calls of equal keys may share a batch (the module docstring): unseeded calls of one
-        policy all do. A call of an abandoned episode still waiting when the next step's policy is
-        set is never batched with the new step's calls (its stale weights version would fail them)."""
-        return (id(self.policy), None) if self.params.seed is None else (id(self.policy), self.params.seed, self.params.n)
-
-
-class CallBatcher:
-    """Gathers concurrent calls into one `generate` call of the policy (see the module docstring).
-
-    The first caller to find the engine idle leads: it waits `window` seconds for more calls, takes
-    the waiting calls whose key matches the oldest one's, generates them as one batch and hands
-    each caller its rows; then the next waiting caller leads."""
-
-    def __init__(self, tokenizer: Any, window: float = 0.002, max_batch: int | None = None,
-                 open_episodes: Callable[[], int] | None = None):
-        """`max_batch`: at most this many calls per engine call (None: no limit; 1: one call at a
-        time, as the endpoint served them before it batched; the throughput benchmark's baseline).
-        `open_episodes`: how many episodes are running; when each already has a call waiting there
-        is nobody to wait for, and the window is skipped (a lone episode is not slowed)."""
-        self.tokenizer, self.window, self.max_batch, self.open_episodes = tokenizer, window, max_batch, open_episodes
-        self.waiting: list[_Call] = []
-        self.busy = False
-        self.cond = threading.Condition()
-        self.generate_calls = 0  # engine calls made (tests and the throughput benchmark read it)
-
-    def submit(self, policy: PolicySampling, prompt: PromptBatch, params: SamplingParams) -> RolloutBatch:
-        call = _Call(policy, prompt, params)
-        with self.cond:
-            self.waiting.append(call)
-        while True:
-            with self.cond:
-                while not call.done and self.busy:
-                    self.cond.wait()
-                if call.done:
-                    if call.error is not None:
-                        raise call.error
-                    assert call.out is not None
-                    return call.out
-                self.busy = True
-            try:
-                with self.cond:
-                    alone = self.open_episodes is not None and len(self.waiting) >= self.open_episodes()
-                if self.window > 0 and not alone:
-                    time.sleep(self.window)  # the gathering window: calls of other episodes on their way
-                with self.cond:
-                    key = self.waiting[0].key()
-                    batch = [c for c in self.waiting if c.key() == key][: self.max_batch]
-                    self.waiting = [c for c in self.waiting if not any(c is b for b in batch)]
-                self._serve(batch[0].policy, batch)
-            finally:
-                with self.cond:
-                    self.busy = False
-                    self.cond.notify_all()
-
-    def _serve(self, policy: PolicySampling, calls: list[_Call]) -> None:
-        try:
-            outs = self._generate(policy, calls)
-        except BaseException as err:  # every call of the batch fails with the engine's error
-            outs, error = [None] * len(calls), err
-        else:
-            error = None
-        with self.cond:
-            for call, out in zip(calls, outs):
-                call.out, call.error, call.done = out, error, True
-
-    def _generate(self, policy: PolicySampling, calls: list[_Call]) -> list[RolloutBatch]:
-        """One engine call for `calls`; each call's rows (n of them), cut to its own stop and budget."""
-        seeded = calls[0].params.seed is not None
-        if seeded:  # same seed and n: one prompt row per call, the engine draws the n samples
-            prompts, n = PromptBatch.cat([c.prompt for c in calls]), calls[0].params.n
-        else:  # a row per choice, each with a uid of its own, so each draws its own noise
-            rows = [dataclasses.replace(c.prompt, uid=[f"{c.prompt.uid[0]}/{k}"]) for c in calls for k in range(c.params.n)]
-            prompts, n = PromptBatch.cat(rows), 1
-        budget = max(c.params.max_new_tokens for c in calls)
-        stage = policy.params
-        # calls that all stop at the same strings let the engine end their rows there (less wasted
-        # decoding); otherwise the batch stops only at the stage's, and `_cut` ends each row
-        shared = {c.params.stop for c in calls}
-        stop = shared.pop() if len(shared) == 1 else stage.stop
-        sampling = dataclasses.replace(stage, n=n, seed=calls[0].params.seed, max_new_tokens=budget, stop=stop, include_stop=True)
-        self.generate_calls += 1
-        out = policy.generate(prompts, sampling)
-        results, row = [], 0
-        for c in calls:
-            part = out[row : row + c.params.n]
-            row += c.params.n
-            results.append(self._cut(part, c.params, stage))
-        return results
-
-    def _cut(self, out: RolloutBatch, params: SamplingParams, stage: SamplingParams) -> RolloutBatch:
-        """`out` (n rows) as the call alone would have ended it: after the token that completes one
-        of its stop strings (the stage's and its own), at most `params.max_new_tokens` tokens, and
-        without the stop string's tokens where the stage says `include_stop: false`."""
-        ids, mask, lps = out.response_ids.clone(), out.response_mask.clone(), out.rollout_logprobs.clone()  # (n, T)
-        stops = StopStrings(self.tokenizer, params.stop) if params.stop else None
-        for i in range(len(out)):
-            n = min(int(mask[i].sum()), params.max_new_tokens)
-            if stops is not None:
-                n = next((t + 1 for t in range(n) if bool(stops.hits(ids[i : i + 1], t + 1)[0])), n)
-            if not stage.include_stop and params.stop:
-                n = kept_length(ids[i, :n].tolist(), self.tokenizer, params.stop)
-            ids[i, n:], mask[i, n:], lps[i, n:] = 0, 0.0, 0.0
-        return dataclasses.replace(out, response_ids=ids, response_mask=mask, rollout_logprobs=lps)
 
 
 class _Engine:

@@ -16,9 +16,17 @@ Two routes, the subset agents and evaluation harnesses call:
   message ``content``; a reasoning parser puts ``<think>`` blocks in ``reasoning_content``
   (posttrain.rollout.chat_parsing). ``tool_choice`` required or a named function is refused.
 
-Standard library only (`http.server`, one thread per connection); requests are served one at a
-time by the engine (a lock), each as one `generate` call with its n responses. Bound to 127.0.0.1
-unless told otherwise: it has no authentication.
+Standard library only (`http.server`, one thread per connection). Bound to 127.0.0.1 unless told
+otherwise: it has no authentication. Requests arriving together are answered by one engine
+`generate` call (`batch_window`; posttrain.rollout.batching's `CallBatcher`): those that arrive while
+the engine is busy, and those that arrive within the window of the first one to find it idle, when
+they share their sampling settings apart from ``n``, ``max_tokens``, ``stop`` and ``seed`` (and a
+seeded request only with requests of the same seed and ``n``). Each answer is the one the request
+gets alone: its rows are cut to its own stops and budget, and a seeded row's noise is keyed by its
+seed and sample index, never by its place in the batch. A request refused (400) never reaches the
+batch. Without a window, requests are served one at a time, each as its own `generate` call. Either
+way the engine runs under the service's `lock`, which a weight reload takes too: new weights are
+never loaded in the middle of a (batched) call, and each answer records the version that sampled it.
 
 A `recorder` (trainer.mode serve, `posttrain.trainer.serving`) receives every completion's token ids
 and log-probs; the response then also carries them (``prompt_token_ids``, each choice's
@@ -41,6 +49,7 @@ import torch
 
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import RolloutEngine, SamplingParams
+from posttrain.rollout.batching import CallBatcher
 from posttrain.rollout.chat_parsing import ChatParsing, split_reasoning, template_messages, tool_calls_of
 
 _KNOWN = {"model", "messages", "tools", "tool_choice", "n", "temperature", "top_p", "max_tokens",
@@ -64,6 +73,10 @@ class Unavailable(RequestError):
 
     status = 503
 
+
+#: The serving endpoints' batch window (as the agent function's endpoint's): long enough for requests
+#: sent together to meet, short beside one decode.
+BATCH_WINDOW_S = 0.002
 
 #: (completion id, prompt token ids, the engine's output rows, weights version that sampled them)
 Recorder = Callable[[str, list[int], RolloutBatch, int], None]
@@ -95,19 +108,30 @@ class ChatService:
 
     def __init__(self, engine: RolloutEngine, tokenizer: Any, model_name: str, *, recorder: Recorder | None = None,
                  temperature: float | None = None, parsing: ChatParsing = ChatParsing(),
-                 template_kwargs: dict[str, Any] | None = None):
+                 template_kwargs: dict[str, Any] | None = None, batch_window: float | None = None, max_batch: int | None = None):
         """`recorder`: called with every completion (see the module docstring); `temperature`: the
         sampling temperature every request gets, whatever it asks (None: the request's); `parsing`:
         how the text becomes reasoning, content and tool calls (posttrain.rollout.chat_parsing);
         `template_kwargs`: variables every render of the chat template gets (e.g. enable_thinking),
-        a request's own ``chat_template_kwargs`` over them."""
+        a request's own ``chat_template_kwargs`` over them; `batch_window`: seconds the first request
+        to find the engine idle waits for others to share its `generate` call (None: one request per
+        call; the module docstring), `max_batch` requests at most per call (None: no limit)."""
         self.engine, self.tokenizer, self.model_name = engine, tokenizer, model_name
         self.recorder, self.temperature, self.parsing = recorder, temperature, parsing
         self.template_kwargs = dict(template_kwargs or {})
         self.lock = threading.Lock()  # engines decode one batch at a time; weight loads take it too
+        # every leader waits the whole window: unlike the agent endpoint's episodes, the requests on
+        # their way are not known (a lone request pays the window, 2 ms by default)
+        self.batcher = None if batch_window is None else CallBatcher(tokenizer, batch_window, max_batch)
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "posttrain"}]}
+
+    def generate(self, prompts: PromptBatch, params: SamplingParams) -> RolloutBatch:
+        """One engine call at the weights loaded now (the batcher's target): under `lock`, so a
+        weight reload waits for it to end."""
+        with self.lock:
+            return self.engine.generate(prompts, params, expected_version=self.engine.weights_version)
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.temperature is not None:  # the served policy's temperature: its rows are trained at it
@@ -130,9 +154,13 @@ class ChatService:
         # uid, an unseeded one draws anew with a fresh uid
         uid = "seeded" if params.seed is not None else uuid.uuid4().hex
         prompt = PromptBatch(torch.tensor([ids]), torch.ones(1, len(ids)), uid=[uid])
-        with self.lock:
-            version = self.engine.weights_version
-            out = self.engine.generate(prompt, params, expected_version=version)
+        if self.batcher is None:
+            with self.lock:
+                version = self.engine.weights_version
+                out = self.engine.generate(prompt, params, expected_version=version)
+        else:  # the version that sampled it, read from the rows: a reload may follow the batch at once
+            out = self.batcher.submit(self, prompt, params)
+            version = int(out.weights_version[0]) if len(out) else self.engine.weights_version
         recording = self.recorder is not None
         choices, completion_tokens = [], 0
         for i in range(len(out)):

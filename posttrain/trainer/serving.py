@@ -13,12 +13,15 @@ Trinity-RFT: the trainer's log-probs assume it). Each completion is recorded in 
 (`posttrain.buffer.served`, `explorer.db_url`) before its answer leaves; feedback for an id it never
 recorded is a 404 that changes nothing; a commit the buffer refuses is a 503 and the completions wait
 for the next one. `GET /health` and `GET /metrics` (the history's counts and the served step) are
-there too.
+there too. Concurrent completions share engine calls as `posttrain serve`'s do (posttrain.rollout.server:
+requests at the policy's one temperature, batched apart only by seed), each recorded with its own
+prompt ids and exactly the rows it would have drawn alone.
 
 Weights follow the trainer's checkpoints (`trainer.save_freq`; Trinity-RFT's checkpoint
 synchronizer): the newest intact `global_step_N` under the stage's checkpoint directory is copied
-into the engine between two requests (under the engine's lock: a request arriving meanwhile waits
-for the copy, none is refused), and every completion records the step of the weights that answered
+into the engine between two engine calls (under the engine's lock, which every batched call holds:
+a request arriving meanwhile waits for the copy, none is refused, and no batch is split across two
+weight versions), and every completion records the step of the weights that answered
 it, which the trainer logs as `async/staleness`. A checkpoint this cannot read (sharded, LoRA) is
 named once and the previous weights keep serving.
 """
@@ -46,7 +49,7 @@ from posttrain.errors import ConfigError
 from posttrain.models.loading import causal_lm_from_config, tokenizer_from_config
 from posttrain.models.lora import is_adapter_dir
 from posttrain.models.precision import compute_dtype
-from posttrain.rollout.server import ChatService, NotFound, RequestError, Unavailable, make_server
+from posttrain.rollout.server import BATCH_WINDOW_S, ChatService, NotFound, RequestError, Unavailable, make_server
 from posttrain.trainer.decoupled import buffer_path, explorer_devices, open_buffer
 from posttrain.trainer.preflight import check_model_dir
 from posttrain.trainer.rl_build import engine_precision, make_engine
@@ -139,7 +142,8 @@ def start_serving(cfg: Config, stage_dir: Path, checkpoints: Path, port: int | N
         texts = [tokenizer.decode(out.response_ids[i, : int(out.response_mask[i].sum())].tolist(), skip_special_tokens=True) for i in range(len(out))]
         history.record(call_id, prompt_ids, out, version, tokenizer.decode(prompt_ids), texts)
 
-    service = ChatService(engine, tokenizer, Path(cfg.model.path).name, recorder=record, temperature=policy_temperature(cfg))
+    service = ChatService(engine, tokenizer, Path(cfg.model.path).name, recorder=record, temperature=policy_temperature(cfg),
+                          batch_window=BATCH_WINDOW_S)
     serving = Serving(None, service, history, checkpoints, cfg.explorer.service_status_check_interval)
     serving.follow()  # the newest checkpoint already there (Trinity's serve syncs once at start)
     host, port = cfg.explorer.listen_address, cfg.explorer.proxy_port if port is None else port
