@@ -31,6 +31,10 @@ def test_the_rows_still_decoding_end_wait_seconds_after_the_required_groups_fini
     # row 0 ends at its 2nd token, the clock reading 0 then: cutoff 2; it reads 1 after the 2nd token, 2 after the 3rd
     assert out.response_mask.sum(1).tolist() == [2.0, 3.0, 3.0]
     assert out.timed_out.tolist() == [False, True, True] and out.over_rolled.tolist() == [False, True, True]
+    # a longer wait (explorer.over_rollout.wait_after_min): cutoff 4, read after the 5th token
+    longer = SamplingParams(do_sample=False, max_new_tokens=10, over_rollout=OverRollout(0.7, 4.0))
+    out = engine(tiny_lm, eos).generate(prompt_batch(), longer, expected_version=0)
+    assert out.response_mask.sum(1).tolist() == [2.0, 5.0, 5.0] and out.over_rolled.tolist() == [False, True, True]
 
 
 def test_a_fixed_deadline_before_the_cutoff_is_a_timeout_not_over_rollout(tiny_lm, eos):
