@@ -11,6 +11,7 @@ from rl_helpers import tiny_rl_files, tiny_rl_trainer
 from posttrain.errors import ConfigError, UserError
 from posttrain.rollout.progress import OverRollout
 from posttrain.trainer.metrics import PhaseTimer
+from tests.rollout.test_engine_deadline import StepClock
 from tests.trainer.test_explorer_deadline import explore, first_prompts
 
 
@@ -94,3 +95,24 @@ def test_over_rollout_is_refused_where_it_cannot_act(files):
     cfg = load_config(None, [*base, "rollout.name=vllm", "explorer.over_rollout.ratio=0.5"])
     with pytest.raises(UserError, match=r"explorer.over_rollout.ratio \(0.5\): the vllm engine \(rollout.name=vllm\) cannot end"):
         make_engine(cfg, None, None)
+
+
+def test_the_engine_cuts_the_groups_after_the_first_and_the_wait_decides_when(files):
+    """No fakes but the engine's clock (one second per reading): max_num_seqs 2 decodes the four groups
+    one after another, each to the length budget (6 tokens). ratio 0.75 needs ceil(4 x 0.25) = 1 group:
+    the first ends at reading 0, so a wait of 1 s ends the second chunk at its first token and the others
+    too, and the step trains on the first group alone; a wait of 100 s outlasts the 15 readings left."""
+    trained = {}
+    for wait in (1, 100):
+        t = tiny_rl_trainer(files, "rollout.max_num_seqs=2", "rollout.engine_kwargs.hf.decode_workers=1",
+                            "explorer.over_rollout.ratio=0.75", f"explorer.over_rollout.wait_after_min={wait}", run=f"wait{wait}")
+        t.roles.rollout.engine.clock = StepClock()
+        prompts = first_prompts(t)
+        exp = explore(t, prompts)
+        trained[wait] = (list(dict.fromkeys(exp.batch.group_index)), exp.reward_metrics["rollout/over_rollout_groups"])
+        if wait == 1:
+            assert exp.batch.response_mask.sum(1).tolist() == [6.0, 6.0]
+            metrics, train = t.learn(exp, 1, PhaseTimer(t.observer.watch()))
+            assert len(train) == 2 and "actor/pg_loss" in metrics
+        t.rewards.close()
+    assert trained == {1: (prompts.uid[:1], 3.0), 100: (prompts.uid, 0.0)}
