@@ -76,3 +76,22 @@ def test_a_group_finishes_when_all_its_rows_have():
         OverRollout(1.0, 30)
     with pytest.raises(ValueError, match="wait_s > 0"):
         OverRollout(0.5, 0)
+
+
+def test_decode_threads_share_the_count(tiny_lm, eos):
+    """decode_workers 2: rows 0 and 1 decode in one thread, row 2 in another. Row 0 ending (its 2nd
+    token) starts the 1 ms wait for both threads; each clock reading takes 20 ms, so the other thread
+    reads past the cutoff long before row 2 reaches the EOS it draws at its 7th token."""
+    import time
+
+    def slow_clock() -> float:
+        time.sleep(0.02)
+        return time.time()
+
+    params = SamplingParams(do_sample=False, max_new_tokens=10, deadline=time.time() + 600, over_rollout=OverRollout(0.7, 0.001))
+    e = HFEngine(tiny_lm, eos_token_ids=[eos], pad_token_id=PAD, decode_workers=2)
+    e.clock = slow_clock
+    out = e.generate(prompt_batch(), params, expected_version=0)
+    lengths = out.response_mask.sum(1).tolist()
+    assert lengths[0] == 2.0 and lengths[1] < 10 and lengths[2] < 7
+    assert out.over_rolled.tolist() == [False, True, True] and out.timed_out.tolist() == [False, True, True]
