@@ -180,7 +180,8 @@ class RLTrainer:
     def _explore_round(self, prompts: PromptBatch, timer: PhaseTimer, version: int) -> Round:
         """Rollout and reward of one batch of prompts, the query filters' groups dropped, with the
         filter_groups metric of every response kept; with explorer.max_timeout only the groups that
-        finished by the deadline, the late ones generated again or left out (posttrain.trainer.deadlines)."""
+        finished by the deadline, the late ones generated again or left out (posttrain.trainer.deadlines);
+        with explorer.over_rollout the groups still decoding after the first ones finished are left out."""
         x = self.cfg.explorer
         over = OverRollout(x.over_rollout.ratio, x.over_rollout.wait_after_min) if x.over_rollout.ratio > 0 else None
         if x.max_timeout is None:
