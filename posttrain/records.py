@@ -224,6 +224,10 @@ class RolloutBatch(_Rows):
     # was cut there, unfinished (neither a stop nor its length budget ended it); None without a deadline.
     # The explorer consumes it (posttrain.trainer.deadlines) and clears it before the batch trains.
     timed_out: Tensor | None = None
+    # (B,) bool: of the rows `timed_out` flags, those cut by over-rollout's deadline (SamplingParams.
+    # over_rollout: enough of the call's groups had finished) rather than the fixed one; None without
+    # over-rollout. Cleared with `timed_out`.
+    over_rolled: Tensor | None = None
     # Routing replay (actor.router_replay.mode R2, posttrain.models.router_replay): the experts each MoE
     # layer chose for every real token in the old-log-prob forward, (B, S, L, K) uint8/int32 with row b's
     # j-th real token (prompt then response) at [b, j], right-padded: no pad side, trimming keeps it whole.

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from posttrain.records import PromptBatch, RolloutBatch
+from posttrain.rollout.progress import OverRollout
 
 
 class StalePolicyError(RuntimeError):
@@ -71,6 +72,10 @@ class SamplingParams:
     # rows still being generated then end there, flagged in RolloutBatch.timed_out; None: no deadline.
     # An absolute time, so every process of a run reads it alike.
     deadline: float | None = None
+    # explorer.over_rollout: once ceil(groups x (1 - ratio)) of the call's prompt groups have finished,
+    # the deadline becomes min(deadline, then + wait_s); the rows it ends are flagged in
+    # RolloutBatch.over_rolled (posttrain.rollout.progress). None: wait for every group.
+    over_rollout: OverRollout | None = None
 
     def draw_settings(self, step: int) -> tuple[float, int]:
         """(temperature, top_k) that draw decode step `step` (0: the first response token)."""

@@ -60,12 +60,18 @@ DEADLINE_ENGINES = ("hf",)
 
 
 def check_engine_deadline(cfg: Any) -> None:
-    """Refuse explorer.max_timeout where the rollout engine cannot stop at a deadline: a single-turn or
+    """Refuse explorer.max_timeout (and over_rollout) where the rollout engine cannot stop at a deadline: a single-turn or
     tool-calling stage hands the deadline to the engine (an agentic stage checks it between turns and
     runs on any engine). Checked where the rollout engine is built, not at `config plan`, so a
     config for vLLM plans on a CPU machine where posttrain smoke substitutes the hf engine."""
-    timeout = getattr(getattr(cfg, "explorer", None), "max_timeout", None)
+    explorer = getattr(cfg, "explorer", None)
+    timeout = getattr(explorer, "max_timeout", None)
     name = cfg.rollout.name
+    ratio = explorer.over_rollout.ratio if explorer is not None else 0.0
+    if ratio and name not in DEADLINE_ENGINES:  # agentic stages and the rest are refused by the explorer section's checks
+        raise UserError(f"explorer.over_rollout.ratio ({ratio:g}): the {name} engine (rollout.name={name}) cannot end a generation "
+                        f"at a time set by how many prompt groups have finished (its library's generate call runs every request to "
+                        f"its end); engines that can: {', '.join(DEADLINE_ENGINES)}. Use rollout.name=hf, or remove explorer.over_rollout")
     if timeout is None or name in DEADLINE_ENGINES or cfg.env.train_env_manager.tags:
         return
     raise UserError(f"explorer.max_timeout ({timeout:g} s): the {name} engine (rollout.name={name}) cannot stop a generation at a "

@@ -13,7 +13,9 @@ it is `pad_token_id` with mask 0.0 and log-prob 0.0. Finished rows leave the dec
 cache rows are dropped), and the loop ends when every row has stopped or `max_new_tokens` is
 reached, so T is at most `max_new_tokens`. With `SamplingParams.deadline` the clock is read between
 decode steps: once past it, the rows still being decoded end where they are and are flagged in
-`RolloutBatch.timed_out` (every row gets at least one token). Before `min_new_tokens` the stop ids cannot be drawn;
+`RolloutBatch.timed_out` (every row gets at least one token). With `SamplingParams.over_rollout` the
+deadline moves earlier once enough of the call's prompt groups have finished (posttrain.rollout.progress),
+the rows it ends flagged in `RolloutBatch.over_rolled` too. Before `min_new_tokens` the stop ids cannot be drawn;
 the first token is drawn with `first_token_temperature`/`first_token_top_k` when they are set
 (FIRE sampling); recorded log-probs are unaffected by either (posttrain.rollout.sampling). With `share_prompt_prefill` the prompt of a group is
 run through the model once and its cache copied to the group's n rows (vLLM's prefix caching,
@@ -64,6 +66,7 @@ from posttrain.models.logprobs import check_head_matches, lm_head_logits
 from posttrain.models.positions import position_ids_from_mask
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, StalePolicyError, Weights, named_tensors
+from posttrain.rollout.progress import GroupProgress
 from posttrain.models.lean_decoder import LeanDecoder, lean_unsupported_reason
 from posttrain.models.vision import has_images, stack_vision
 from posttrain.rollout.hf_decoder import HFDecoder, VisionDecoder, auto_decode_workers
@@ -247,6 +250,8 @@ class HFEngine:
         seed = params.seed if params.seed is not None else self.seed if seed is None else seed
         keys = row_keys(seed, rows.uid, samples, self.device)  # (B, 2)
         chunk = self.max_num_seqs or len(rows)
+        # explorer.over_rollout: one count of finished groups for every chunk and decode thread of this call
+        progress = GroupProgress(rows.uid, params.over_rollout, self.clock) if params.over_rollout is not None else None
         pieces = []
         was_training = self.model.training
         own_attn = getattr(self.model.config, "_attn_implementation", None)
@@ -261,20 +266,22 @@ class HFEngine:
         try:
             for start in range(0, len(rows), chunk):
                 part = rows[start : start + chunk]
-                pieces.extend(self._rollout_sharded(part, params, lean, keys[start : start + chunk]))
+                pieces.extend(self._rollout_sharded(part, params, lean, keys[start : start + chunk], progress))
         finally:
             self.model.train(was_training)
             if switch:
                 self.model.set_attn_implementation(own_attn)
         return RolloutBatch.cat(pieces)
 
-    def _rollout_sharded(self, rows: PromptBatch, params: SamplingParams, lean: bool, keys: Tensor) -> list[RolloutBatch]:
+    def _rollout_sharded(
+        self, rows: PromptBatch, params: SamplingParams, lean: bool, keys: Tensor, progress: GroupProgress | None = None,
+    ) -> list[RolloutBatch]:
         """`_rollout` on `workers_for(len(rows))` consecutive shards of `rows` at once, one thread
         each with an equal share of the torch threads (at least one); results in row order. Each
         row keeps its own sampling key (`keys`, (B, 2)), so the shards do not change the samples."""
         workers = self.workers_for(len(rows))
         if workers == 1:
-            return [self._rollout(rows, params, lean, keys)]
+            return [self._rollout(rows, params, lean, keys, progress)]
         size = -(-len(rows) // workers)  # consecutive shards: a group's rows stay together when they fit
         starts = range(0, len(rows), size)
         threads = torch.get_num_threads()
@@ -282,7 +289,7 @@ class HFEngine:
 
         def work(start: int) -> RolloutBatch:
             torch.set_num_threads(per_worker)  # this thread's share; thread-local for the ops it runs
-            return self._rollout(rows[start : start + size], params, lean, keys[start : start + size])
+            return self._rollout(rows[start : start + size], params, lean, keys[start : start + size], progress)
 
         try:
             return list(self._decode_pool(len(starts)).map(work, starts))
@@ -300,15 +307,21 @@ class HFEngine:
             self._pool_size = size
         return self._pool
 
-    def _rollout(self, rows: PromptBatch, params: SamplingParams, lean: bool, keys: Tensor) -> RolloutBatch:
+    def _rollout(
+        self, rows: PromptBatch, params: SamplingParams, lean: bool, keys: Tensor, progress: GroupProgress | None = None,
+    ) -> RolloutBatch:
         prompt_ids = rows.input_ids.to(self.device)  # (B, P)
         prompt_mask = rows.attention_mask.to(self.device, torch.float32)  # (B, P)
+        groups = list(rows.uid) if progress is not None else None  # each row's group, for the progress count
         with torch.inference_mode():
-            response_ids, response_mask, logprobs, cut = self._decode(prompt_ids, prompt_mask, params, lean, keys, rows.vision)
+            response_ids, response_mask, logprobs, cut, over = self._decode(
+                prompt_ids, prompt_mask, params, lean, keys, rows.vision, progress, groups)
         # Inference tensors cannot be saved for backward; the actor's forward will use these ids.
         batch = RolloutBatch.sampled(rows, response_ids.clone(), response_mask.clone(), logprobs.clone(), self._version)
-        if params.deadline is not None:  # which rows the deadline ended (RolloutBatch.timed_out)
+        if params.deadline is not None or progress is not None:  # which rows the deadline ended (RolloutBatch.timed_out)
             batch.timed_out = cut.clone()
+        if progress is not None:  # and whether over-rollout's deadline was the one (one stop per shard)
+            batch.over_rolled = cut.clone() if over else torch.zeros_like(cut)
         return batch
 
     def _prefill(self, decoder: LeanDecoder | HFDecoder, ids: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
@@ -330,11 +343,12 @@ class HFEngine:
 
     def _decode(
         self, prompt_ids: Tensor, prompt_mask: Tensor, params: SamplingParams, lean: bool, keys: Tensor,
-        vision: list | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Prefill + token-by-token decode; returns response ids (B, T), mask (B, T), log-probs (B, T)
-        and which rows `params.deadline` cut (B,) bool. A batch with images (`vision`) prefills through
-        `VisionDecoder` (posttrain.models.vision)."""
+        vision: list | None = None, progress: GroupProgress | None = None, groups: list[str] | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, bool]:
+        """Prefill + token-by-token decode; returns response ids (B, T), mask (B, T), log-probs (B, T),
+        which rows `params.deadline` (or over-rollout's, through `progress`) cut (B,) bool, and whether
+        the cut was over-rollout's. `groups` names each row's group, whose finished rows `progress`
+        counts. A batch with images (`vision`) prefills through `VisionDecoder` (posttrain.models.vision)."""
         B, P = prompt_ids.shape
         # The cache is allocated once at its final length and written in place: a growing cache
         # re-copies every layer's keys and values at every token, which on CPU cost more than the
@@ -371,7 +385,7 @@ class HFEngine:
         budget = None
         if params.max_total_tokens is not None:  # each row's room under the prompt + response cap
             budget = (params.max_total_tokens - prompt_mask.sum(1).long()).clamp(min=1)  # (B,)
-        used = 0
+        used, over = 0, False
         for step in range(T):
             used = step + 1
             logits = lm_head_logits(self.model, hidden)  # (b, V) fp32
@@ -391,12 +405,18 @@ class HFEngine:
                 finished = finished | (step + 1 >= budget[rows])
             if stops is not None:
                 finished = finished | (stops.hits(ids[rows], step + 1) & alive)
+            if progress is not None:  # rows a stop or their length ended now (the last step's: by length)
+                done = finished & alive if step + 1 < T else alive
+                progress.rows_done(groups[i] for i in rows[done].tolist())
             if step + 1 == T or bool(finished.all()):
                 break
-            if params.deadline is not None and self.clock() >= params.deadline:
+            limit = params.deadline if progress is None else progress.limit(params.deadline)
+            if limit is not None and self.clock() >= limit:
                 # checked between decode steps, after this step's token: a row still going ends here,
-                # unfinished, told apart from one that a stop or its length ended (explorer.max_timeout)
+                # unfinished, told apart from one that a stop or its length ended (explorer.max_timeout,
+                # or explorer.over_rollout once enough groups finished)
                 cut[rows[~finished]] = True
+                over = progress is not None and progress.cut_by_it(params.deadline)
                 break
             if 4 * int(finished.sum()) >= len(rows):
                 # Drop finished rows once they are a quarter of the batch: their remaining tokens are
@@ -410,4 +430,4 @@ class HFEngine:
                 seen = seen[keep] if seen is not None else None
             hidden = decoder.step(token, next_pos)  # (b, H)
             next_pos = next_pos + 1
-        return ids[:, :used], masks[:, :used], lps[:, :used], cut  # (B, T) each, (B,)
+        return ids[:, :used], masks[:, :used], lps[:, :used], cut, over  # (B, T) each, (B,)

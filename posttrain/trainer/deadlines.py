@@ -16,6 +16,11 @@ whose every group was left out trains on nothing and skips its updates (``rollou
 as Trinity-RFT's explorer writes no experiences for a batch whose tasks all failed.
 
 An agentic stage's env groups are bounded the same way by posttrain.trainer.agentic (between turns).
+
+explorer.over_rollout moves the first attempt's deadline earlier once enough groups have finished
+(posttrain.rollout.progress). A group it cut (`RolloutBatch.over_rolled`) is dropped, not late: it is
+left out of the step without a retry, as Trinity-RFT cancels the tasks still running, and counted in
+``rollout/over_rollout_groups``. Retries of late groups run without it, under their own deadline.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class Attempt:
 
     round: Round  # the groups that finished (generated and scored) by the deadline
     late: list[int]  # the prompts (indices into the attempt's PromptBatch) whose group did not
+    dropped: int = 0  # groups over-rollout cut (explorer.over_rollout): left out, not retried
 
 
 def cut_groups(batch: RolloutBatch) -> set[str]:
@@ -48,6 +54,18 @@ def cut_groups(batch: RolloutBatch) -> set[str]:
     if batch.timed_out is None:
         return set()
     return {g for g, cut in zip(batch.group_index, batch.timed_out.tolist()) if cut}
+
+
+def over_rolled_groups(batch: RolloutBatch) -> set[str]:
+    """The groups (uids) with a row over-rollout's deadline cut; none without over-rollout.
+
+    >>> b = dataclasses.replace(_demo(), over_rolled=torch.tensor([False, False, True]))
+    >>> sorted(over_rolled_groups(b))
+    ['p1']
+    """
+    if batch.over_rolled is None:
+        return set()
+    return {g for g, cut in zip(batch.group_index, batch.over_rolled.tolist()) if cut}
 
 
 def late_prompts(uids: list[str], late_groups: set[str]) -> list[int]:
@@ -66,19 +84,20 @@ def retry_prompts(prompts: PromptBatch, rows: list[int], attempt: int) -> Prompt
     return dataclasses.replace(again, uid=[f"{uid}r{attempt}" for uid in again.uid])
 
 
-def explore_with_deadline(attempt: Callable[[PromptBatch, float], Attempt], prompts: PromptBatch, timeout: float, retries: int,
+def explore_with_deadline(attempt: Callable[[PromptBatch, float, bool], Attempt], prompts: PromptBatch, timeout: float, retries: int,
                           clock: Callable[[], float]) -> Round:
     """The batch's groups that finished within `timeout` seconds of their attempt's start, in at most
-    1 + `retries` attempts (module docstring); `attempt(prompts, deadline)` generates and scores the
-    prompts' groups by the wall-clock `deadline`. The round's metrics count the late groups."""
-    first = attempt(prompts, clock() + timeout)
+    1 + `retries` attempts (module docstring); `attempt(prompts, deadline, first)` generates and scores
+    the prompts' groups by the wall-clock `deadline` (the first attempt with over-rollout, when it is
+    on). The round's metrics count the late groups, and the dropped ones."""
+    first = attempt(prompts, clock() + timeout, True)
     rounds, late, retried = [first.round], first.late, 0
     for k in range(1, retries + 1):
         if not late:
             break
         retried += len(late)
         again = retry_prompts(prompts, late, k)
-        result = attempt(again, clock() + timeout)  # each attempt gets the whole timeout, as Trinity-RFT's do
+        result = attempt(again, clock() + timeout, False)  # each attempt gets the whole timeout, as Trinity-RFT's do
         original = dict(zip(again.uid, prompts[late].uid))
         result.round.batch.group_index = [original[g] for g in result.round.batch.group_index]  # the group's own uid again
         rounds.append(result.round)
@@ -86,6 +105,8 @@ def explore_with_deadline(attempt: Callable[[PromptBatch, float], Attempt], prom
     kept = [r for r in rounds if len(r.batch)] or rounds[:1]  # an empty batch alone when nothing finished
     metrics = merge_round_metrics([(r.metrics, len(r.batch)) for r in kept])
     metrics.update({"rollout/timed_out_groups": float(len(late)), "rollout/retried_groups": float(retried)})
+    if "rollout/over_rollout_groups" in first.round.metrics:  # over-rollout was on: the first attempt's count, not merged
+        metrics["rollout/over_rollout_groups"] = float(first.dropped)
     return Round(RolloutBatch.cat([r.batch for r in kept]), torch.cat([r.scores for r in kept]),
                  [t for r in kept for t in r.texts], metrics, torch.cat([r.values for r in kept]))
 

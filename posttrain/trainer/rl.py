@@ -29,6 +29,7 @@ from posttrain.data.train_sampler import make_train_sampler
 from posttrain.errors import UserError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
+from posttrain.rollout.progress import OverRollout
 from posttrain.rollout.turn_rows import windowed
 from posttrain.tracking import Generation, phase
 from posttrain.trainer.agent_fn import has_agent_fn, make_agent_fn
@@ -39,7 +40,7 @@ from posttrain.trainer.advantages import (
 )
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
 from posttrain.trainer.preflight import stage_inputs
-from posttrain.trainer.deadlines import Attempt, cut_groups, explore_with_deadline, late_prompts
+from posttrain.trainer.deadlines import Attempt, cut_groups, explore_with_deadline, late_prompts, over_rolled_groups
 from posttrain.trainer.dynamic_sampling import Round, gather_groups, metric_values
 from posttrain.trainer.rewarding import RewardStage, val_overlong_rows
 from posttrain.trainer.rollout_mock import RolloutMock
@@ -155,11 +156,14 @@ class RLTrainer:
                 reward_metrics.update(piped)
         return Experience(batch, scores, texts, reward_metrics, policy_step=policy_step)
 
-    def _rollout(self, prompts: PromptBatch, timer: PhaseTimer, version: int, deadline: float | None = None) -> tuple[RolloutBatch, dict[str, float]]:
+    def _rollout(self, prompts: PromptBatch, timer: PhaseTimer, version: int, deadline: float | None = None,
+                 over: OverRollout | None = None) -> tuple[RolloutBatch, dict[str, float]]:
         """The responses to a batch of prompts (with the greedy baseline's scores when the estimator
         needs them) and the tool/* metrics. With a `deadline` (explorer.max_timeout) the engine stops
-        at it and `batch.timed_out` flags the rows it cut (a cut baseline response flags its group's)."""
-        sampling = self.sampling if deadline is None else dataclasses.replace(self.sampling, deadline=deadline)
+        at it and `batch.timed_out` flags the rows it cut (a cut baseline response flags its group's);
+        with `over` (explorer.over_rollout) it also stops once enough groups have finished, flagging
+        those rows in `batch.over_rolled` too. The greedy baseline waits for every group."""
+        sampling = self.sampling if deadline is None and over is None else dataclasses.replace(self.sampling, deadline=deadline, over_rollout=over)
         with timer("gen"):
             batch, tool_metrics = self._generate(prompts, sampling, version)
         if self.baseline_sampling is not None:
@@ -176,28 +180,35 @@ class RLTrainer:
     def _explore_round(self, prompts: PromptBatch, timer: PhaseTimer, version: int) -> Round:
         """Rollout and reward of one batch of prompts, the query filters' groups dropped, with the
         filter_groups metric of every response kept; with explorer.max_timeout only the groups that
-        finished by the deadline, the late ones generated again or left out (posttrain.trainer.deadlines)."""
+        finished by the deadline, the late ones generated again or left out (posttrain.trainer.deadlines);
+        with explorer.over_rollout the groups still decoding after the first ones finished are left out."""
         x = self.cfg.explorer
+        over = OverRollout(x.over_rollout.ratio, x.over_rollout.wait_after_min) if x.over_rollout.ratio > 0 else None
         if x.max_timeout is None:
-            rnd = self._attempt(prompts, timer, version, None).round
+            rnd = self._attempt(prompts, timer, version, None, over).round
         else:
-            rnd = explore_with_deadline(lambda p, deadline: self._attempt(p, timer, version, deadline), prompts,
-                                        x.max_timeout, x.max_retry_times, self.clock)
+            rnd = explore_with_deadline(lambda p, deadline, first: self._attempt(p, timer, version, deadline, over if first else None),
+                                        prompts, x.max_timeout, x.max_retry_times, self.clock)
         self._feedback(prompts.uid, rnd.batch, rnd.scores)
         return rnd
 
-    def _attempt(self, prompts: PromptBatch, timer: PhaseTimer, version: int, deadline: float | None) -> Attempt:
+    def _attempt(self, prompts: PromptBatch, timer: PhaseTimer, version: int, deadline: float | None,
+                 over: OverRollout | None = None) -> Attempt:
         """Generate and score the prompts' groups; with a `deadline`, those it cut are late and left
-        unscored, and when the scoring ends past it every group is (each rank sees the same)."""
-        batch, tool_metrics = self._rollout(prompts, timer, version, deadline)
-        late = cut_groups(batch)
-        batch.timed_out = None
-        if late:
-            on_time = [i for i, g in enumerate(batch.group_index) if g not in late]
+        unscored, and when the scoring ends past it every group is (each rank sees the same). With
+        `over` (explorer.over_rollout) the groups its deadline cut are dropped: left out, not late."""
+        batch, tool_metrics = self._rollout(prompts, timer, version, deadline, over)
+        cancelled = over_rolled_groups(batch)  # every rank gets the gathered batch, flags included: all agree
+        late = cut_groups(batch) - cancelled
+        batch.timed_out = batch.over_rolled = None
+        if over is not None:
+            tool_metrics = {**tool_metrics, "rollout/over_rollout_groups": float(len(cancelled))}
+        if late or cancelled:
+            on_time = [i for i, g in enumerate(batch.group_index) if g not in late and g not in cancelled]
             batch = batch[torch.tensor(on_time, dtype=torch.long)]  # (B',) the on-time groups (long even when empty)
         if len(batch) == 0:  # nothing finished: nothing to score
             rnd = Round(batch, torch.zeros(0), [], dict(tool_metrics), torch.zeros(0))
-            return Attempt(rnd, late_prompts(prompts.uid, late))
+            return Attempt(rnd, late_prompts(prompts.uid, late), len(cancelled))
         with timer("reward"):  # one phase per step: the profiler's and the timer's "reward" range
             texts = self.rewards.decode(batch)
             scored = self.rewards.score_parts(batch, texts)  # scores (B,)
@@ -210,13 +221,13 @@ class RLTrainer:
                 rnd.metrics.update(dropped)
                 if self.cfg.explorer.task_rewards_file is not None and self.ctx.world.is_main:  # every group, before the filters
                     # a late group logs nothing here: like a cancelled Trinity-RFT task, it logs when an attempt finishes it
-                    done = [i for i, uid in enumerate(prompts.uid) if uid not in late]
+                    done = [i for i, uid in enumerate(prompts.uid) if uid not in late and uid not in cancelled]
                     self._log_tasks(prompts[torch.tensor(done, dtype=torch.long)], batch, scored.scores, version)
                 rnd = rnd if rows is None else rnd.take(rows)  # (B',)
         if scored_late:
             late |= set(batch.group_index)
-            return Attempt(rnd.take([]), late_prompts(prompts.uid, late))
-        return Attempt(rnd, late_prompts(prompts.uid, late))
+            return Attempt(rnd.take([]), late_prompts(prompts.uid, late), len(cancelled))
+        return Attempt(rnd, late_prompts(prompts.uid, late), len(cancelled))
 
     def _log_tasks(self, prompts: PromptBatch, batch: RolloutBatch, scores: torch.Tensor, version: int) -> None:
         """explorer.task_rewards_file: one line per task (posttrain.trainer.task_log)."""

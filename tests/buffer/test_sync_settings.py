@@ -61,5 +61,5 @@ def test_sync_methods_and_workflow_keys_are_answered_with_their_reasons():
     raw = {"explorer": {"max_timeout": 60, "max_retry_times": 2, "over_rollout": {"ratio": 0.5, "wait_after_min": 9}}}
     entries = {e.key: (e.status, e.reason) for e in translate(raw, "trinity")[1].entries}
     assert entries["explorer.max_timeout"][0] == entries["explorer.max_retry_times"][0] == "translated"  # a prompt group's deadline
-    assert entries["explorer.over_rollout.ratio"][0] == "refused" and "but not at a time set by how many groups have finished" in entries["explorer.over_rollout.ratio"][1]
+    assert entries["explorer.over_rollout.ratio"][0] == "refused" and "with synchronizer.sync_style fixed (its default)" in entries["explorer.over_rollout.ratio"][1]
     assert entries["explorer.over_rollout.wait_after_min"][0] == "dropped"  # read only with a ratio

@@ -12,10 +12,9 @@ def entries(raw: dict, prefix: str = "") -> dict:
 
 def test_runner_keys_at_what_posttrain_does_are_accepted_other_values_refused():
     accepted = {"max_timeout": 900, "max_retry_times": 2, "runner_per_model": 16, "runner_state_report_interval": 10,
-                "over_rollout": {"ratio": 0.0, "wait_after_min": 30.0}, "dynamic_timeout": {"enable": False, "ratio": 3.0},
-                "rollout_model": {"engine_num": 1, "enable_history": False}}
+                "dynamic_timeout": {"enable": False, "ratio": 3.0}, "rollout_model": {"engine_num": 1, "enable_history": False}}
     got = entries({"explorer": accepted}, "explorer.")
-    assert {k: v[0] for k, v in got.items()} == {k: "dropped" for k in got} and len(got) == 10
+    assert {k: v[0] for k, v in got.items()} == {k: "dropped" for k in got} and len(got) == 8
     refused = entries({"explorer": {"dynamic_timeout": {"enable": True}, "rollout_model": {"engine_num": 2, "enable_history": True}}}, "explorer.")
     assert {v[0] for v in refused.values()} == {"refused"}
     split = entries({"explorer": {"max_repeat_times_per_runner": 4}}, "explorer.")["explorer.max_repeat_times_per_runner"]
@@ -95,3 +94,20 @@ def test_task_timeout_and_retries_are_kept_and_trinity_defaults_dropped():
     # a stage of a multi-stage file translates them too
     stages = translate({"stages": [{"stage_name": "a", "explorer": {"max_timeout": 30}}]}, "trinity")[0]["stages"]
     assert stages[0]["explorer"] == {"max_timeout": 30, "max_retry_times": 2}
+
+
+def test_over_rollout_is_posttrains_own_key_and_trinitys_sync_style_rule_holds():
+    """explorer.over_rollout translates as it is; Trinity-RFT refuses a ratio above 0 with sync_style
+    fixed (its default, checked case-insensitively as its enum is), so posttrain refuses that file too."""
+    dynamic = {"explorer": {"over_rollout": {"ratio": 0.5, "wait_after_min": 9}}, "synchronizer": {"sync_style": "dynamic_by_explorer"}}
+    native, report = translate(dynamic, "trinity")
+    assert native["explorer"]["over_rollout"] == {"ratio": 0.5, "wait_after_min": 9}
+    assert {e.key: e.status for e in report.entries if "over_rollout" in e.key} == {
+        "explorer.over_rollout.ratio": "translated", "explorer.over_rollout.wait_after_min": "translated"}
+    for sync in ({}, {"synchronizer": {"sync_style": "FIXED"}}):
+        got = entries({"explorer": {"over_rollout": {"ratio": 0.5, "wait_after_min": 9}}, **sync}, "explorer.over_rollout")
+        assert got["explorer.over_rollout.ratio"][0] == "refused"
+        assert "Trinity-RFT refuses over_rollout.ratio 0.5 with synchronizer.sync_style fixed" in got["explorer.over_rollout.ratio"][1]
+        assert got["explorer.over_rollout.wait_after_min"][0] == "dropped"
+    zero = translate({"explorer": {"over_rollout": {"ratio": 0.0}}}, "trinity")[0]  # 0 waits for every task, in any style
+    assert zero["explorer"]["over_rollout"] == {"ratio": 0.0}

@@ -442,6 +442,8 @@ ELSEWHERE = {
     "explorer.db_url": "tests/trainer/test_serve_mode.py::test_served_calls_become_the_batches_a_train_run_learns_from_and_its_checkpoint_is_served",
     "explorer.max_timeout": "tests/trainer/test_explorer_deadline.py::test_a_tiny_timeout_changes_what_the_step_trains_on",
     "explorer.max_retry_times": "tests/trainer/test_explorer_deadline.py::test_a_late_group_is_generated_again_then_left_out",
+    "explorer.over_rollout.ratio": "tests/trainer/test_over_rollout.py::test_over_rolled_groups_are_left_out_and_the_step_trains_on_the_rest",
+    "explorer.over_rollout.wait_after_min": "tests/trainer/test_over_rollout.py::test_the_engine_cuts_the_groups_after_the_first_and_the_wait_decides_when",
     "algorithm.adv_estimator_args": "tests/trainer/test_algorithm_parts.py::test_estimator_options_and_old_logprobs_reach_the_estimator",
     "actor.policy_loss.loss_args": "tests/trainer/test_algorithm_parts.py::test_estimator_and_loss_options_are_checked_by_name",
     "ref.model_path": "tests/trainer/test_algorithm_parts.py::test_a_teacher_is_the_reference_and_its_vocabulary_is_checked",

@@ -5,9 +5,12 @@
   deadlines), kept as written (`timeouts`). Left at Trinity-RFT's defaults (900 or 1800 s, 2
   retries) they are dropped, so that a file that never chose a timeout runs on every engine (vLLM
   and SGLang cannot stop at a deadline) with no limit, as before.
+- ``explorer.over_rollout``: posttrain's own keys (posttrain.rollout.progress). Trinity-RFT refuses a
+  ratio above 0 with ``synchronizer.sync_style`` fixed, its default, so such a file is refused here
+  too (`over_rollout`), though posttrain could run it: its trainer reads each step's batch whole,
+  whatever its size, in every sync style.
 - Workflow-runner keys posttrain refuses (posttrain.config.sections.explorer.UNSUPPORTED) are
-  accepted at the values that are what posttrain does anyway: over-rollout ratio 0 waits for every
-  task, dynamic timeouts off (`accepted_default`).
+  accepted at the values that are what posttrain does anyway: dynamic timeouts off (`accepted_default`).
 - ``explorer.rollout_model.engine_num`` × ``tensor_parallel_size``: the explorer's devices, which
   posttrain places as Trinity-RFT does (`engines`).
 - ``algorithm.sample_strategy``: ``default`` (and its deprecated alias ``warmup``) reads the buffer's
@@ -33,7 +36,6 @@ from posttrain.config.tables import Rule
 
 # key -> (values accepted as what posttrain does, why)
 ACCEPTED: dict[str, tuple[tuple[Any, ...], str]] = {
-    "explorer.over_rollout.ratio": ((0, 0.0), "0: wait for every task of a batch, as posttrain does"),
     "explorer.dynamic_timeout.enable": ((False,), "false: no dynamic timeout, as posttrain has none"),
 }
 
@@ -78,6 +80,27 @@ def _valid(value: object, whole: bool) -> bool:
     if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
         return False
     return value >= 0 if whole else value > 0
+
+
+_RATIO, _WAIT, _STYLE = "explorer.over_rollout.ratio", "explorer.over_rollout.wait_after_min", "synchronizer.sync_style"
+
+
+def over_rollout(ctx: Context) -> None:
+    """Trinity-RFT's rule: over-rollout (ratio > 0) needs a dynamic sync style. There the trainer
+    reads a fixed number of experiences per step, so a step with cancelled tasks would take
+    experiences of the next explorer step and the fixed schedule of weight syncs would no longer
+    match the explorer's steps. posttrain's trainer reads each explorer step's batch whole whatever
+    its size, so it has no such rule; the file is refused as Trinity-RFT refuses it, not run with a
+    meaning it never had. Values out of range are left to posttrain's own check of the key."""
+    ratio, style = ctx.get(_RATIO, 0.0), ctx.get(_STYLE, "fixed")
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 0 or str(style).lower() != "fixed":
+        return
+    ctx.consume(_RATIO, _WAIT)
+    ctx.refuse(_RATIO, f"Trinity-RFT refuses over_rollout.ratio {ratio} with synchronizer.sync_style fixed (its default), so the file "
+                       "does not run there; set sync_style to dynamic_by_explorer or dynamic_by_trainer, as Trinity-RFT asks "
+                       "(posttrain honours over-rollout in every style), or remove the ratio", _RATIO, ratio)
+    if ctx.has(_WAIT):
+        ctx.drop(_WAIT, "read only with over_rollout.ratio > 0, refused here")
 
 
 _ENGINES, _TP = "explorer.rollout_model.engine_num", "explorer.rollout_model.tensor_parallel_size"

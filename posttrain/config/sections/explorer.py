@@ -7,7 +7,8 @@ batches); posttrain's explorer (posttrain.trainer.decoupled, or the synchronous 
 whole batch in one engine call and scores it with `reward.*`. Its prompt groups (an agentic stage's
 env groups) are the counterpart of Trinity-RFT's tasks: `max_timeout` and `max_retry_times` bound
 them and generate again the ones past the deadline, then leave them out (posttrain.trainer.deadlines;
-posttrain.trainer.agentic). The runner-pool keys are refused or dropped with their reason
+posttrain.trainer.agentic); `over_rollout` trains a step on the groups that finished first and leaves
+the rest out (posttrain.rollout.progress). The runner-pool keys are refused or dropped with their reason
 (`UNSUPPORTED`, `NO_EFFECT`; posttrain.config.dialects.trinity_explorer translates the timeouts).
 `env_vars` is honoured in every process that explores; `bench_on_latest_checkpoint` is read by
 `trainer.mode: bench`. The rollout engine itself (Trinity's explorer.rollout_model) is configured in
@@ -24,17 +25,20 @@ from posttrain.config.fields import param, section
 
 _E = "trinity:explorer"
 _BATCH = "posttrain's explorer generates a whole batch in one engine call and scores it with reward.*; there is no per-task workflow"
-_OVER = ("training a step on the tasks that finished first: Trinity-RFT's explorer waits for (1 - ratio) of a batch's tasks, "
-         "then up to wait_after_min seconds, and cancels the tasks still running, so the step has fewer groups. posttrain's "
-         "engine decodes a batch's groups together and can stop them at a fixed time (explorer.max_timeout, which bounds slow "
-         "groups), but not at a time set by how many groups have finished: its decode threads, max_num_seqs chunks and "
-         "rollout ranks each hold part of the batch, and none sees the others' groups finish; ratio 0 (wait for every task) "
-         "is accepted")
 _DYNAMIC = f"a per-task timeout from the mean duration of successful tasks: {_BATCH}; enable false is accepted"
 _REPEATS = ("splitting a task's repeat_times over several workflow runners, whose experiences Trinity-RFT joins back into the "
             "task's group before any advantage is computed (scheduling only): posttrain generates a prompt's rollout.n responses "
             "in the same engine call as the rest of the batch")
 _NO_RUNNERS = "posttrain has no workflow-runner pool: the explorer generates a batch's prompts together in one engine call"
+
+
+@section
+class OverRolloutConfig:
+    """Train a step on the prompt groups that finished first (Trinity-RFT's over-rollout;
+    posttrain.rollout.progress): the rest are cut and left out of the step."""
+
+    ratio: float = param(0.0, doc="RL stages on the hf engine: the share of a training batch's prompt groups the step may go without. Once ceil(groups x (1 - ratio)) of an engine call's groups have every response finished, the engine waits wait_after_min seconds more and then ends the responses still being generated; their groups are left out of the step (not generated again, as Trinity-RFT cancels them), counted in rollout/over_rollout_groups. With several rollout ranks each rank counts its own share of the prompts. 0: wait for every group.", ge=0, lt=1, refs=[f"{_E}.over_rollout.ratio"])
+    wait_after_min: float = param(30.0, doc="Seconds the engine keeps generating after the required groups (ratio) finished, before it ends the rest (read when ratio > 0).", gt=0, refs=[f"{_E}.over_rollout.wait_after_min"])
 
 
 @section
@@ -48,6 +52,7 @@ class ExplorerConfig:
     service_status_check_interval: float = param(60.0, doc="trainer.mode serve: seconds between looks for a newer checkpoint of the run, whose weights the endpoint then serves.", gt=0, refs=[f"{_E}.service_status_check_interval"])
     max_timeout: float | None = param(None, doc="RL stages: seconds a training batch's prompt groups may take, all starting together (Trinity-RFT's per-task timeout, its task being one prompt's rollout.n responses): generating and scoring a single-turn or tool-calling group (the hf engine stops decoding at the deadline), playing an agentic stage's env group (checked between turns; one env call: env.step_timeout). A group past it is generated again (max_retry_times) or left out of the step, counted in rollout/timed_out_groups (agentic: env/timed_out_groups). Validation is not bounded. Null: no limit.", gt=0)
     max_retry_times: int = param(0, doc="RL stages with max_timeout: how often a prompt group (env group) past the deadline is generated again, with new sampling noise and a deadline of its own, before it is left out of the step; counted in rollout/retried_groups (agentic: env/retried_groups).", ge=0)
+    over_rollout: OverRolloutConfig = param(factory=OverRolloutConfig, doc="Train a step on the prompt groups that finished first (Trinity-RFT's over-rollout).")
     task_rewards_file: str | None = param(None, doc="JSON-lines file that every explored task (a training prompt with its rollout.n responses) appends one line to after it is scored, in every mode that explores: {model_version: the weights' version, rewards: the responses' final scores, question: the prompt cell as the data holds it, truth: the ground truth}; relative to the working directory. BOTS collects a reference model's pass rates so (trainer.mode explore; its ref_eval_collect.py reads the file). Null: no file.", refs=[])
     db_url: str | None = param(None, doc="trainer.mode serve: the SQLite file (a path or sqlite:/// URL) recording every served completion until its feedback and commit; null: <stage dir>/serve/proxy_history.sqlite.", refs=[f"{_E}.db_url"])
 
@@ -55,7 +60,6 @@ class ExplorerConfig:
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
     f"{_E}.name": "Ray actor names are chosen by posttrain",
-    f"{_E}.over_rollout.ratio": _OVER,
     f"{_E}.dynamic_timeout.enable": _DYNAMIC,
 }
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
@@ -63,7 +67,6 @@ NO_EFFECT: dict[str, str] = {
     f"{_E}.max_repeat_times_per_runner": _REPEATS,
     f"{_E}.runner_per_model": f"{_NO_RUNNERS}, which is what any number of runners per engine converges to",
     f"{_E}.runner_state_report_interval": f"display only (runner status lines on the console); {_NO_RUNNERS}, and a decoupled explorer's state is written to the buffer and named in timeouts",
-    f"{_E}.over_rollout.wait_after_min": "read only when over_rollout.ratio > 0, which is refused",
     f"{_E}.dynamic_timeout.ratio": "read only when dynamic_timeout.enable is true, which is refused",
     f"{_E}.min_running_model_num": ("Trinity-RFT's serve mode syncs an engine only while more than this many others keep serving; "
                                     "posttrain serves from one engine and copies a new checkpoint's weights into it between two "
@@ -89,10 +92,32 @@ def check_explorer_timeouts(cfg: Any) -> list[str]:
         elif get_path(cfg, "reward.launch_reward_fn_async", False):
             problems.append(f"{where}: the deadline covers a group's scoring, which reward.launch_reward_fn_async runs after the "
                             "batch has left the explorer, too late to generate a group again; turn one of them off")
+    problems += _over_rollout_problems(cfg)
     if retries and timeout is None:
         problems.append(f"explorer.max_retry_times ({retries}): generates again the prompt groups that ran past explorer.max_timeout, "
                         "which is not set; set max_timeout or remove max_retry_times")
     return problems
+
+
+def _over_rollout_problems(cfg: Any) -> list[str]:
+    """over_rollout cuts the groups of a single-turn RL stage's training batches inside the engine's
+    decode loop; the stages and paths that generate otherwise cannot honour it."""
+    ratio = get_path(cfg, "explorer.over_rollout.ratio", 0.0)
+    if not ratio:
+        return []
+    where = f"explorer.over_rollout.ratio ({ratio:g})"
+    mode = get_path(cfg, "trainer.mode", "both")
+    why = [(not is_rl(cfg), "it leaves out the unfinished prompt groups of an RL stage's training batches; this stage generates none"),
+           (mode in ("bench", "serve"), f"trainer.mode {mode} generates no training batches"),
+           (bool(get_path(cfg, "env.train_env_manager.tags", None)),
+            "an agentic stage plays env groups turn by turn, whose turns posttrain cannot stop at a time set by the other groups' progress"),
+           (get_path(cfg, "rollout.agent.function", None) is not None,
+            "rollout.agent.function runs the user's agent, whose calls posttrain cannot stop group by group"),
+           (bool(get_path(cfg, "rollout.multi_turn.enable", False)),
+            "tool calling generates a conversation in several engine calls, each counting only its own turn's groups"),
+           (bool(get_path(cfg, "reward.launch_reward_fn_async", False)),
+            "reward.launch_reward_fn_async scores the batch as the engine returned it, before the cut groups could be left out")]
+    return [f"{where}: {reason}; remove it" for on, reason in why if on][:1]
 
 
 def explorer_env(cfg: Any, half: str | None) -> dict[str, str]:
