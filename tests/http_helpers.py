@@ -4,6 +4,7 @@ would, and an engine that answers every prompt with a fixed text to serve behind
 from __future__ import annotations
 
 import json
+import threading
 import urllib.error
 import urllib.request
 
@@ -21,6 +22,36 @@ def call(port, path, body=None, raw=None):
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())
+
+
+def ask(text, **kw):
+    """A chat-completions body: one user message, 6 new tokens at most, and `kw`."""
+    return {"messages": [{"role": "user", "content": text}], "max_tokens": 6, **kw}
+
+
+def together(port, bodies):
+    """The (status, JSON) answers of `bodies` POSTed to /v1/chat/completions at once, one thread each
+    released together (so a batching server sees them concurrently), in the order of `bodies`."""
+    answers = [None] * len(bodies)
+    gate = threading.Barrier(len(bodies))
+
+    def one(i):
+        gate.wait()
+        answers[i] = call(port, "/v1/chat/completions", bodies[i])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answers
+
+
+def rows(answer):
+    """(token ids, content, finish reason) of each choice of a 200 answer."""
+    status, body = answer
+    assert status == 200, body
+    return [(c["token_ids"], c["message"]["content"], c["finish_reason"]) for c in body["choices"]]
 
 
 class ScriptedEngine:

@@ -14,7 +14,7 @@ from posttrain.models.tiny import make_tiny_model
 from posttrain.models.tokenizer import build_tiny_tokenizer
 from posttrain.rollout import HFEngine
 from posttrain.rollout.server import ChatService, make_server
-from http_helpers import call
+from http_helpers import ask, call, rows, together
 
 
 class Counting:
@@ -60,32 +60,6 @@ def serve(hf):
     for server in servers:
         server.shutdown()
         server.server_close()
-
-
-def ask(text, **kw):
-    return {"messages": [{"role": "user", "content": text}], "max_tokens": 6, **kw}
-
-
-def together(port, bodies):
-    answers = [None] * len(bodies)
-    gate = threading.Barrier(len(bodies))
-
-    def one(i):
-        gate.wait()
-        answers[i] = call(port, "/v1/chat/completions", bodies[i])
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return answers
-
-
-def rows(answer):
-    status, body = answer
-    assert status == 200, body
-    return [(c["token_ids"], c["message"]["content"], c["finish_reason"]) for c in body["choices"]]
 
 
 def test_concurrent_seeded_requests_share_engine_calls_and_each_answer_is_its_own_alone(serve):

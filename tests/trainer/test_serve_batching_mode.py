@@ -5,38 +5,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 
 from posttrain.config.load import load_config
 from posttrain.trainer.serving import start_serving
 from rl_helpers import BASE, tiny_rl_files
-from http_helpers import call
-
-
-def ask(text, **kw):
-    return {"messages": [{"role": "user", "content": text}], "max_tokens": 6, **kw}
-
-
-def together(port, bodies):
-    answers = [None] * len(bodies)
-    gate = threading.Barrier(len(bodies))
-
-    def one(i):
-        gate.wait()
-        answers[i] = call(port, "/v1/chat/completions", bodies[i])
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return answers
-
-
-def rows(answer):
-    status, body = answer
-    assert status == 200, body
-    return [(c["token_ids"], c["message"]["content"], c["finish_reason"]) for c in body["choices"]]
+from http_helpers import ask, call, rows, together
 
 
 def test_trainer_mode_serve_batches_and_records_each_completion_as_alone(tmp_path):
