@@ -104,7 +104,7 @@ class Serving:
                       f"step {self.step} keep serving", flush=True)
                 continue
             engine = self.service.engine
-            with self.service.lock:  # between two requests
+            with self.service.lock:  # between two engine calls (a batched call holds the lock)
                 load_weights(engine.model, actor)
                 engine.update_weights(engine.model, step)  # the weights are in place: mark their version
             self.step = step

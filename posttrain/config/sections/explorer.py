@@ -70,7 +70,7 @@ NO_EFFECT: dict[str, str] = {
     f"{_E}.dynamic_timeout.ratio": "read only when dynamic_timeout.enable is true, which is refused",
     f"{_E}.min_running_model_num": ("Trinity-RFT's serve mode syncs an engine only while more than this many others keep serving; "
                                     "posttrain serves from one engine and copies a new checkpoint's weights into it between two "
-                                    "requests (a request arriving meanwhile waits for the copy)"),
+                                    "engine calls (a request arriving meanwhile waits for the copy)"),
 }
 
 
