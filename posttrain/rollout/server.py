@@ -154,13 +154,9 @@ class ChatService:
         # uid, an unseeded one draws anew with a fresh uid
         uid = "seeded" if params.seed is not None else uuid.uuid4().hex
         prompt = PromptBatch(torch.tensor([ids]), torch.ones(1, len(ids)), uid=[uid])
-        if self.batcher is None:
-            with self.lock:
-                version = self.engine.weights_version
-                out = self.engine.generate(prompt, params, expected_version=version)
-        else:  # the version that sampled it, read from the rows: a reload may follow the batch at once
-            out = self.batcher.submit(self, prompt, params)
-            version = int(out.weights_version[0]) if len(out) else self.engine.weights_version
+        out = self.generate(prompt, params) if self.batcher is None else self.batcher.submit(self, prompt, params)
+        # the version that sampled it, read from the rows: a reload may follow the engine call at once
+        version = int(out.weights_version[0]) if len(out) else self.engine.weights_version
         recording = self.recorder is not None
         choices, completion_tokens = [], 0
         for i in range(len(out)):

@@ -51,9 +51,7 @@ def cut_groups(batch: RolloutBatch) -> set[str]:
     >>> sorted(cut_groups(b))
     ['p0']
     """
-    if batch.timed_out is None:
-        return set()
-    return {g for g, cut in zip(batch.group_index, batch.timed_out.tolist()) if cut}
+    return _flagged_groups(batch, batch.timed_out)
 
 
 def over_rolled_groups(batch: RolloutBatch) -> set[str]:
@@ -63,9 +61,14 @@ def over_rolled_groups(batch: RolloutBatch) -> set[str]:
     >>> sorted(over_rolled_groups(b))
     ['p1']
     """
-    if batch.over_rolled is None:
+    return _flagged_groups(batch, batch.over_rolled)
+
+
+def _flagged_groups(batch: RolloutBatch, flags: torch.Tensor | None) -> set[str]:
+    """The groups with a row `flags` (B,) marks; none when there are no flags."""
+    if flags is None:
         return set()
-    return {g for g, cut in zip(batch.group_index, batch.over_rolled.tolist()) if cut}
+    return {g for g, flagged in zip(batch.group_index, flags.tolist()) if flagged}
 
 
 def late_prompts(uids: list[str], late_groups: set[str]) -> list[int]:

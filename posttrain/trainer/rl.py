@@ -203,8 +203,9 @@ class RLTrainer:
         batch.timed_out = batch.over_rolled = None
         if over is not None:
             tool_metrics = {**tool_metrics, "rollout/over_rollout_groups": float(len(cancelled))}
-        if late or cancelled:
-            on_time = [i for i, g in enumerate(batch.group_index) if g not in late and g not in cancelled]
+        gone = late | cancelled  # the groups this attempt does not score
+        if gone:
+            on_time = [i for i, g in enumerate(batch.group_index) if g not in gone]
             batch = batch[torch.tensor(on_time, dtype=torch.long)]  # (B',) the on-time groups (long even when empty)
         if len(batch) == 0:  # nothing finished: nothing to score
             rnd = Round(batch, torch.zeros(0), [], dict(tool_metrics), torch.zeros(0))
@@ -221,7 +222,7 @@ class RLTrainer:
                 rnd.metrics.update(dropped)
                 if self.cfg.explorer.task_rewards_file is not None and self.ctx.world.is_main:  # every group, before the filters
                     # a late group logs nothing here: like a cancelled Trinity-RFT task, it logs when an attempt finishes it
-                    done = [i for i, uid in enumerate(prompts.uid) if uid not in late and uid not in cancelled]
+                    done = [i for i, uid in enumerate(prompts.uid) if uid not in gone]
                     self._log_tasks(prompts[torch.tensor(done, dtype=torch.long)], batch, scored.scores, version)
                 rnd = rnd if rows is None else rnd.take(rows)  # (B',)
         if scored_late:
