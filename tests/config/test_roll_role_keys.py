@@ -75,3 +75,12 @@ def test_the_critic_s_model_type_is_posttrain_s_value_model_or_refused():
     assert "dropout" in report.entry("critic.model_args.model_type").reason
     _, report = translate({"critic": {"model_args": {"model_type": "auto_token_classification", "num_labels": 2}}}, "roll")
     assert report.entry("critic.model_args.model_type").status == "refused"
+
+
+@pytest.mark.parametrize("role", ["actor_train", "actor_infer", "reference", "critic"])
+def test_offload_nccl_is_dropped_because_roll_forces_it_false_for_every_worker(role):
+    for value in (True, False):
+        native, report = translate({**TRAIN, role: {**TRAIN.get(role, {}), "offload_nccl": value}}, "roll")
+        entry = report.entry(f"{role}.offload_nccl")
+        assert entry.status == "dropped" and "sets offload_nccl to false for every worker" in entry.reason
+        assert not report.refused

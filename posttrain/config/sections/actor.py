@@ -76,10 +76,11 @@ def roll_worker_unsupported(role: str, section_name: str) -> dict[str, str]:
     }
 
 
-NCCL_OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleeps (ROLL, GPU memory): posttrain keeps its process "
-                "groups for the whole run; it frees the rollout engine's memory between generations with rollout.free_cache_engine")
-_OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleeps (ROLL, GPU memory): posttrain keeps its process "
-                "groups for the whole run; it frees the rollout engine's memory between generations with rollout.free_cache_engine")
+# ROLL declares offload_nccl on every worker but its WorkerConfig.__post_init__ sets it to false (and logs
+# "force set offload_nccl=False") since v0.3.0, so no value frees a process group there either.
+NCCL_OFFLOAD = ("ROLL sets offload_nccl to false for every worker whatever the file says (its worker config's post-init "
+                "forces it), so its NCCL process groups stay up for the whole run, as posttrain's do; the rollout engine's "
+                "memory is freed between generations with rollout.free_cache_engine")
 FREEZE = ("freezing modules by name prefix (ROLL, for a multimodal model's vision tower): posttrain trains every parameter of the "
           "policy, or with model.lora_rank only adapters on model.target_modules (the base frozen)")
 _OFFLOAD = "moving a role's weights and optimizer states to CPU between its phases (ROLL): posttrain keeps them on the device, or in host memory throughout with FSDP CPU offload (actor.fsdp_config.param_offload / optimizer_offload)"
@@ -169,7 +170,6 @@ UNSUPPORTED: dict[str, str] = {
     "roll:l2": "use decoupled weight decay: actor.optim.weight_decay",
     **roll_worker_unsupported("actor_train", "actor"),
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "roll:actor_train.offload_nccl": NCCL_OFFLOAD,
     "roll:actor_train.worker_cls": "ROLL's worker class for the role; posttrain's roles are its own (posttrain.workers), chosen by the algorithm",
     "roll:is_offload_states": _OFFLOAD,
     "roll:is_offload_optimizer_states_in_train_step": _OFFLOAD,
@@ -180,6 +180,7 @@ UNSUPPORTED: dict[str, str] = {
 _NOT_READ = "not read by ROLL (no field of its config dataclasses declares it; ROLL ignores such keys)"
 # ROLL keys met in its published examples that change nothing whatever their value (the loaders drop them).
 NO_EFFECT: dict[str, str] = {
+    "roll:actor_train.offload_nccl": NCCL_OFFLOAD,
     "roll:positive_loss_coef": _NOT_READ + " (ROLL spells its field postive_loss_coef)",
     "roll:model_name": _NOT_READ + " (a name the agentic examples build with ${now:...})",
     "roll:world_size": _NOT_READ + " at the top level (only a role, or an env manager, has a world_size; a role's is the length of its device list)",

@@ -20,6 +20,7 @@ from posttrain.config.fields import param, section
 from posttrain.config.sections.actor import (
     LOSS_AGG_MODES,
     CheckpointConfig,
+    NCCL_OFFLOAD,
     FsdpConfig,
     roll_worker_unsupported,
 )
@@ -91,5 +92,6 @@ UNSUPPORTED: dict[str, str] = {
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    "roll:critic.offload_nccl": NCCL_OFFLOAD,
     "roll:critic.data_args.template": TEMPLATE_UNREAD,
 }

@@ -39,13 +39,13 @@ UNSUPPORTED: dict[str, str] = {
     **{f"{_VERL}.router_replay.{k}": ROUTER_REPLAY for k in ("mode", "record_file", "replay_file")},
     "roll:reference.model_args.dtype": "the reference loads the policy weights with the policy's dtype (model section)",
     **roll_worker_unsupported("reference", "ref"),
-    "roll:reference.offload_nccl": NCCL_OFFLOAD,
     "verl:actor_rollout_ref.ref.use_torch_compile": "the reference runs the actor's forward, compiled when actor.use_torch_compile is (a different value cannot be honoured)",
     "roll:reference.model_args.attn_implementation": "every role runs the policy's attention kernel (model.attn_implementation, ROLL: actor_train.model_args.attn_implementation)",
 }
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    "roll:reference.offload_nccl": NCCL_OFFLOAD,
     "roll:reference.model_args.freeze_module_prefix": "ROLL loads the reference with every parameter frozen (load_model with is_trainable false), so naming some of them frozen changes nothing; posttrain's reference is never trained either",
     "roll:reference.data_args.template": TEMPLATE_UNREAD,
     "roll:reference.model_args.disable_gradient_checkpointing": "the reference runs no backward pass, so gradient checkpointing has no meaning there",

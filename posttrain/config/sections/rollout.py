@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.fields import param, section
+from posttrain.config.sections.actor import NCCL_OFFLOAD
 from posttrain.config.sections.data import TEMPLATE_UNREAD
 
 _VERL = "verl:actor_rollout_ref.rollout"
@@ -169,8 +170,6 @@ class RolloutConfig:
     trace: TraceConfig = param(factory=TraceConfig, doc="Rollout traces to MLflow.")
 
 
-_NCCL_OFFLOAD = ("freeing NCCL communicator buffers while a colocated role sleeps (ROLL, GPU memory): posttrain keeps its process "
-                 "groups for the whole run; it frees the rollout engine's memory between generations with rollout.free_cache_engine")
 _ASYNC_SERVER = ("verl's replacement for its vLLM/SGLang HTTP server class; posttrain has no rollout server between trainer "
                  "and engine: engines run in the worker and implement posttrain.rollout.base.RolloutEngine, registered "
                  "by name with posttrain.rollout.registry.register_engine and chosen with rollout.name")
@@ -183,7 +182,6 @@ UNSUPPORTED: dict[str, str] = {
     f"{_ROLL_VAL_GEN}.include_stop_str_in_output": "validation follows rollout.include_stop_str_in_output like training (ROLL: actor_infer.generating_args.include_stop_str_in_output)",
     f"{_ROLL_VAL_GEN}.num_beams": "beam search is not offered; validation samples or decodes greedily (rollout.val_kwargs.do_sample)",
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "roll:actor_infer.offload_nccl": _NCCL_OFFLOAD,
     f"{_VERL}.agent.custom_async_server.path": _ASYNC_SERVER,
     f"{_VERL}.agent.custom_async_server.name": _ASYNC_SERVER,
     f"{_VERL}.multi_turn.completion_callback": ("a function verl's chat scheduler ran after each completion to decide the next request; "
@@ -208,6 +206,7 @@ UNSUPPORTED: dict[str, str] = {
 _SCHEDULING = "request scheduling inside ROLL's generation workers: it changes when requests run, not what is sampled"
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    "roll:actor_infer.offload_nccl": NCCL_OFFLOAD,
     "roll:actor_infer.data_args.template": TEMPLATE_UNREAD,
     "roll:actor_infer.model_args.disable_gradient_checkpointing": "the rollout engine runs no backward pass, so gradient checkpointing has no meaning there",
     "roll:actor_infer.world_size": "derived from device_mapping in ROLL too (posttrain: from the cluster section)",
