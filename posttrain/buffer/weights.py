@@ -6,9 +6,8 @@ whole weights as `step_<k>.safetensors` (into a temporary name, renamed when com
 each batch, and waits when the newest is too old (`posttrain.trainer.decoupled`). Older files are
 removed once two newer ones exist, so a reader never has its file deleted mid-read.
 
-The files are the synchronizer's `checkpoint` method; `nccl` (Trinity's default, a broadcast between
-live processes) is served the same way: posttrain's explorer and trainer are separate process groups
-that share the run directory (docs/async.md).
+The files are the synchronizer's `checkpoint` method; `nccl` and `memory` move the tensors over a
+process group instead (`posttrain.buffer.weight_channel`) and keep only `latest.txt` here.
 """
 
 from __future__ import annotations

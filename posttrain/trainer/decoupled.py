@@ -49,6 +49,7 @@ from typing import Any, Callable
 from posttrain.buffer.jsonl import JsonlBuffer
 from posttrain.buffer.replay import replay_from_config
 from posttrain.buffer.sqlite import BufferError, ExperienceBuffer, read_timed_out
+from posttrain.buffer.weight_channel import WeightClient, WeightServer, backend_for
 from posttrain.buffer.weights import WeightFiles
 from posttrain.checkpoint import Checkpointer
 from posttrain.checkpoint.manager import kill_point
@@ -135,6 +136,23 @@ def weights_dir(stage_dir: Path) -> Path:
     return stage_dir / "published_weights"
 
 
+def open_weights(cfg: Config, stage_dir: Path, side: str, world) -> WeightFiles | WeightServer | WeightClient | None:
+    """How the trainer's weights reach the explorer in mode both (None in explore and train modes,
+    which run one side alone), by synchronizer.sync_method: `checkpoint` (alias offline) as
+    safetensors files in the weights directory; `nccl` (alias online) and `memory` over a process
+    group from the trainer's rank 0 to each explorer process (posttrain.buffer.weight_channel):
+    NCCL from a CUDA trainer for nccl, gloo from host memory otherwise."""
+    if cfg.trainer.mode != "both":
+        return None
+    s, directory = cfg.synchronizer, weights_dir(stage_dir)
+    if s.sync_method in ("checkpoint", "offline"):
+        return WeightFiles(directory)
+    if side == "trainer":
+        backend = backend_for(s.sync_method, world.torch_device)
+        return WeightServer(directory, explorer_processes(cfg), backend, world.torch_device, s.sync_timeout)
+    return WeightClient(directory, world.rank, s.sync_timeout, world.torch_device)
+
+
 # ---------------------------------------------------------------- the explorer
 def run_explorer(ctx: StageContext) -> StageResult:
     """Generate and score batches into the buffer; with a trainer (mode both), follow its weights
@@ -146,7 +164,7 @@ def run_explorer(ctx: StageContext) -> StageResult:
     explorer = RLTrainer(dataclasses.replace(ctx, run_dir=stage_dir / "explorer"), halves="explorer")
     total = explorer.derived.total_training_steps
     buffer = open_buffer(cfg, stage_dir) if world.is_main else None
-    weights = WeightFiles(weights_dir(stage_dir)) if cfg.trainer.mode == "both" else None
+    weights = open_weights(cfg, stage_dir, "explorer", world)
     start, drawn = world.from_main(resume_point(buffer) if buffer is not None else None)
     if explorer.sampler:  # the data order continues after the last batch written
         restore_order(explorer.sampler, stage_dir / "explorer" / STATE_FILE, start, drawn)
@@ -227,7 +245,7 @@ def run_learner(ctx: StageContext) -> StageResult:
     world = ctx.world  # several trainer ranks: rank 0 alone reads and writes the buffer, and tells the others
     buffer = open_buffer(cfg, stage_dir) if world.is_main else None
     following = cfg.trainer.mode == "both"
-    weights = WeightFiles(weights_dir(stage_dir)) if following else None
+    weights = open_weights(cfg, stage_dir, "trainer", world)
     val_steps = set(validation_steps(cfg, total)) if following else set()
     ckpt = Checkpointer(ctx, total, learner.checkpoint_parts())
     last: dict[str, float] = {}
@@ -266,8 +284,13 @@ def run_learner(ctx: StageContext) -> StageResult:
             last = metrics
         if buffer is not None:
             buffer.report("trainer", f"finished: {total} steps")
-        return StageResult(ckpt.final_model(learner.save_final, final_model_dir(ctx)), last, total)
+        result = StageResult(ckpt.final_model(learner.save_final, final_model_dir(ctx)), last, total)
+        if isinstance(weights, WeightServer):  # the weights live in this process: serve them to the explorer's end
+            _on_main(world, _explorer_finished(buffer, sync.sync_timeout), lambda: None)
+        return result
     finally:
+        if isinstance(weights, WeightServer):
+            weights.close()
         if buffer is not None:
             buffer.close()
         learner.trackers.close()
@@ -312,6 +335,21 @@ def _publish(learner, weights: WeightFiles, step: int) -> None:
     state = dict(merged_tensors(model)) if is_lora(model) else full_state_dict(model, main_only=True)
     if learner.ctx.world.is_main:
         weights.publish(state, step)
+
+
+def _explorer_finished(buffer, timeout_s: float) -> Callable[[], bool | None]:
+    """An attempt (for `_on_main`) at the explorer's end: a trainer whose weights live in its own
+    memory (sync_method nccl or memory) serves them until the explorer needs none."""
+    deadline = time.monotonic() + timeout_s
+
+    def attempt():
+        if buffer.state("explorer").startswith("finished"):
+            return True
+        if time.monotonic() > deadline:
+            raise BufferError(f"the trainer finished and waited {timeout_s:g} s for the explorer to finish with its weights "
+                              f"(explorer: {buffer.state('explorer')}); raise synchronizer.sync_timeout or check the explorer")
+        return None
+    return attempt
 
 
 def _evaluation(buffer: ExperienceBuffer, step: int, timeout_s: float) -> Callable[[], dict[str, float] | None]:

@@ -258,7 +258,7 @@ def run(cfg: Config, world: World = World()) -> list[StageResult]:
         for note in engine_notes([c.config for c in checks]):
             print(note, flush=True)
     if os.environ.get(ROLE_ENV) == "explorer":
-        return _explore_stages(cfg, checks)
+        return _explore_stages(cfg, checks, world)
     stages = stage_configs(cfg)
     dirs = stage_dirs(cfg, stages)
     multi = len(stages) > 1
@@ -299,10 +299,10 @@ def run(cfg: Config, world: World = World()) -> list[StageResult]:
     return results
 
 
-def _explore_stages(cfg: Config, checks: list[StageCheck], poll_s: float = 0.2) -> list[StageResult]:
-    """The explorer process of a decoupled run: explore each decoupled RL stage beside the trainer
-    process, and take every stage's result from the trainer's completion marker (it trains the
-    other stages alone and writes every stage's files)."""
+def _explore_stages(cfg: Config, checks: list[StageCheck], world: World, poll_s: float = 0.2) -> list[StageResult]:
+    """The explorer of a decoupled run (each of its processes, `world`): explore each decoupled RL
+    stage beside the trainer process, and take every stage's result from the trainer's completion
+    marker (it trains the other stages alone and writes every stage's files)."""
     from posttrain.trainer.decoupled import is_decoupled, run_explorer
 
     stages = stage_configs(cfg)
@@ -315,7 +315,7 @@ def _explore_stages(cfg: Config, checks: list[StageCheck], poll_s: float = 0.2) 
             run_explorer(StageContext(
                 stage.name, with_model_path(stage.config, model_path), stage_dir, model_path, offset,
                 checkpoint_dir=checkpoint_root(stage.config, stage_dir, stage.name, multi),
-                inputs=check.inputs if model_path == cfg.model.path else None,
+                inputs=check.inputs if model_path == cfg.model.path else None, world=world,
             ))
         while (done := _completed(stage_dir)) is None:  # the trainer process marks it (or the launcher stops us)
             time.sleep(poll_s)

@@ -64,7 +64,7 @@ def in_step(inputs) -> list[dict]:
 
 @pytest.mark.slow
 def test_both_with_a_lagging_synchronizer_runs_an_explorer_and_a_trainer(inputs, in_step):
-    out = train(inputs, "lag", "synchronizer.sync_interval=2")
+    out = train(inputs, "lag", "synchronizer.sync_interval=2", "synchronizer.sync_method=checkpoint")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "decoupled run: trainer (pid" in out.stdout
     got = rows(inputs, "lag")
@@ -79,17 +79,21 @@ def test_both_with_a_lagging_synchronizer_runs_an_explorer_and_a_trainer(inputs,
     assert got[0]["val/score/mean"] == pytest.approx(in_step[0]["val/score/mean"])
     assert claims(inputs, "lag") == [(b, b) for b in range(1, STEPS + 1)]
     assert (inputs / "lag" / "workers" / "explorer.log").is_file()
+    # sync_method checkpoint: the weights went through files (interval 2: steps 0, 2, 4; the newest three stay)
+    assert sorted(p.name for p in (inputs / "lag" / "published_weights").glob("step_*.safetensors")) == [f"step_{k}.safetensors" for k in (0, 2, 4)]
 
 
 @pytest.mark.slow
 def test_split_placement_trains_on_policy_as_the_synchronous_loop(inputs, in_step):
-    # the trainer on device 0, an explorer of two engine processes on devices 1 and 2
+    # the trainer on device 0, an explorer of two engine processes on devices 1 and 2; the weights go
+    # from the trainer's memory to each engine process over a process group (sync_method nccl, the default: gloo here)
     out = train(inputs, "split", "cluster.n_gpus_per_node=3", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.rollout=[1,2]")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "decoupled run: trainer (pid" in out.stdout  # the engines in processes of their own
     explorer_log = (inputs / "split" / "workers" / "explorer.log").read_text()
     assert "2 worker processes on cpu" in explorer_log and "each hosts rollout, reward (an explorer" in explorer_log
     assert (inputs / "split" / "workers" / "explorer_rank1.log").is_file()
+    assert sorted(p.name for p in (inputs / "split" / "published_weights").iterdir()) == ["channel.json", "latest.txt"]  # none on disk
     got = rows(inputs, "split")
     assert [r.get("async/staleness") for r in got] == [None] + [0.0] * STEPS  # every batch sampled by the newest weights
     # on-policy, each side waits for the other: the explorer for step b-1's weights before batch b

@@ -54,7 +54,7 @@ def test_the_explorer_waits_sync_timeout_for_fresh_weights_then_names_the_traine
 
 
 def test_sync_methods_and_workflow_keys_are_answered_with_their_reasons():
-    for method in ("nccl", "checkpoint", "memory", "online", "offline"):  # all move weights through the run directory
+    for method in ("nccl", "checkpoint", "memory", "online", "offline"):  # a process group or files (test_weight_channel.py)
         assert load_config(None, [f"synchronizer.sync_method={method}"]).synchronizer.sync_method == method
     from posttrain.config.dialects import translate
 

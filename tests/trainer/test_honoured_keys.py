@@ -664,7 +664,8 @@ SAME_RESULT = {
     "rollout.calculate_log_probs": "rollout.calculate_log_probs=true",
     "actor.entropy_from_logits_with_chunking": "actor.entropy_from_logits_with_chunking=true",
     "ref.entropy_from_logits_with_chunking": "ref.entropy_from_logits_with_chunking=true",
-    # both values move the weights through the run directory (docs/async.md); in step, nothing moves
+    # in step nothing moves; in a decoupled run nccl sends over a process group and checkpoint writes files
+    # (tests/buffer/test_decoupled_runs.py: the split run keeps no weights on disk, the lagging run writes them)
     "synchronizer.sync_method": "synchronizer.sync_method=checkpoint",
     # queue and sql are both the SQLite buffer (a decoupled run's; the synchronous loop has none)
     "buffer.trainer_input.experience_buffer.storage_type": "buffer.trainer_input.experience_buffer.storage_type=sql",
