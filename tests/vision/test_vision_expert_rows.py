@@ -117,13 +117,14 @@ def test_what_expert_images_cannot_do_is_refused_naming_the_row(tiny_vl_dir, tmp
 
 def test_a_mix_run_with_image_expert_rows_trains_them_with_their_images(tiny_vl_dir, tmp_path):
     """Two GRPO steps on the colour task with two image expert rows joined to each batch (mu = 1:
-    the expert rows' likelihood only): step 1's SFT loss is the model's own forward on the rows with
-    their images, and step 2's is lower."""
+    the expert rows' likelihood only): step 1's SFT loss and the reference's log-probs of the rows
+    (the KL loss covers every row) are the model's own forward on the rows with their images, and
+    step 2's SFT loss is lower."""
     data = write_task_data("colour", tmp_path / "data", train=4, test=0, seed=0)
     expert = _expert_file(tmp_path / "expert.parquet", _image_rows())
     cfg = _cfg(tiny_vl_dir, expert, f"data.train_files={data['train']}", "data.train_batch_size=2", "data.max_prompt_length=32",
                "data.max_response_length=3", "rollout.n=2", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=8",
-               "actor.policy_loss.loss_args={mu: 1.0}", "actor.optim.lr=0.01", "trainer.total_training_steps=2", "trainer.logger=[]")
+               "actor.policy_loss.loss_args={mu: 1.0}", "actor.optim.lr=0.01", "actor.use_kl_loss=true", "trainer.total_training_steps=2", "trainer.logger=[]")
     trainer = RLTrainer(StageContext(name="main", cfg=cfg, run_dir=tmp_path / "run", model_path=str(tiny_vl_dir)))
     seen = []
     update = trainer.roles.actor.update
@@ -134,5 +135,7 @@ def test_a_mix_run_with_image_expert_rows_trains_them_with_their_images(tiny_vl_
     assert batch.expert_mask.tolist() == [False] * 4 + [True] * 2
     assert all(v is not None for v in batch.vision)  # explored and expert rows alike carry their images
     rows = batch[4:]
-    assert losses[0] == pytest.approx(_sft_loss(_own_logprobs(initial, rows), rows), abs=1e-4)
+    own = _own_logprobs(initial, rows)  # (2, T)
+    assert torch.allclose(rows.ref_logprobs * rows.response_mask, own, atol=1e-5)  # the reference is the initial policy
+    assert losses[0] == pytest.approx(_sft_loss(own, rows), abs=1e-4)
     assert losses[1] < losses[0]
