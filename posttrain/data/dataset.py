@@ -297,6 +297,11 @@ class SFTDataset(_RowDataset):
             raise DataError(f"{self.table.locate(i, self.cfg.image_key)}: an image of this row comes after the first trained "
                             f"(assistant) token; images are read in the prompt only, so put every <image> marker in the "
                             f"messages before the first trained assistant turn")
+        # never cut (data.truncation): a cut would take image tokens or the reply; refused when measured at build time
+        if len(ids) > self.limit:
+            raise DataError(f"{self.table.locate(i, column)}: the sequence with its image tokens is {len(ids)} tokens, over "
+                            f"{self.limit_key} {self.limit}; cutting it could cut its images or its reply, so raise "
+                            f"{self.limit_key} or lower data.image_max_pixels")
         return ids, mask, column, vision
 
     def length(self, i: int) -> tuple[int, str]:
@@ -312,11 +317,7 @@ class SFTDataset(_RowDataset):
         images = self._images(i)
         if not images:
             return self._sequence(i, *self._conversation(i))
-        ids, mask, column, vision = self._vision_sequence(i, images)
-        if len(ids) > self.limit:
-            raise DataError(f"{self.table.locate(i, column)}: the sequence with its image tokens is {len(ids)} tokens, over "
-                            f"{self.limit_key} {self.limit}; cutting it could cut its images or its reply, so raise "
-                            f"{self.limit_key} or lower data.image_max_pixels")
+        ids, mask, _, vision = self._vision_sequence(i, images)
         return SFTExample(index=i, input_ids=ids, loss_mask=mask, vision=vision)
 
 

@@ -106,9 +106,9 @@ def test_what_expert_images_cannot_do_is_refused_naming_the_row(tiny_vl_dir, tmp
     (tmp_path / "red.png").write_bytes(png(RED))
     with pytest.raises(DataError, match=r"late.jsonl.*row 0.*after the first trained"):
         expert_dataset(_cfg(tiny_vl_dir, late, "algorithm.mix.messages_key=conv"), tok, image_inputs(_cfg(tiny_vl_dir, late), tok))
-    cfg = _cfg(tiny_vl_dir, expert, "data.max_length=12", "data.truncation=right")
-    with pytest.raises(DataError, match="cutting it could cut its images"):
-        _expert_rows(cfg, tok)
+    cfg = _cfg(tiny_vl_dir, expert, "data.max_length=12", "data.truncation=right")  # when the dataset is built, not drawn
+    with pytest.raises(DataError, match=r"expert.parquet: row 0.*with its image tokens is \d+ tokens.*cutting it could cut its images"):
+        expert_dataset(cfg, tok, image_inputs(cfg, tok))
     sp = _cfg(tiny_vl_dir, expert, "actor.ulysses_sequence_parallel_size=2", "cluster.n_gpus_per_node=2")
     with pytest.raises(ConfigError, match=r"algorithm.mix.image_key \(images\) expert rows: Ulysses"):
         check_expert_images(sp, expert_dataset(sp, tok, image_inputs(sp, tok)))
