@@ -22,7 +22,7 @@ from posttrain.data.entry_columns import own_columns, rename_entry_columns
 from posttrain.data.examples import DPOExample, RLExample, SFTExample
 from posttrain.data.files import RowTable, as_file_list
 from posttrain.data.filtering import check_lengths
-from posttrain.data.images import ImageInputs, has_media, row_images
+from posttrain.data.images import IMAGE_PAD, ImageInputs, has_media, row_images
 from posttrain.data.prompts import Message, PromptFormatter, cut, kept_ends, resolve_chat_template, truncate
 from posttrain.data.sources import load_table
 from posttrain.data.templates import named_template, with_suffix
@@ -112,6 +112,7 @@ class _RowDataset:
     unit = "sequences"
     hint = ""
     _trim_final_newline = False  # SFT rows only (data.sft_trim_final_newline)
+    images: ImageInputs | None = None  # a vision-language policy's image side (posttrain.data.images); RL and SFT rows
 
     def __init__(self, table: RowTable, formatter: PromptFormatter, cfg: DataConfig, indices: Sequence[int] | None = None):
         self.table = table
@@ -180,6 +181,13 @@ class _RowDataset:
     def _with_system(self, i: int, messages: list[Message]) -> list[Message]:
         return self._formatter(i).with_system(messages, rows.row_system_prompt(self.table, i, self.cfg))
 
+    def _images(self, i: int) -> list:
+        """Row i's images (data.image_key) when the dataset reads images, else []."""
+        value = self.table.rows[i].get(self.cfg.image_key)
+        if self.images is None or not has_media(value):
+            return []
+        return row_images(value, self.table.locate(i, self.cfg.image_key), _base_dir(self.cfg))
+
     def _encode(self, i: int, messages: list[Message], loss_from: int, column: str) -> tuple[list[int], list[int]]:
         return self._formatter(i).encode_conversation(messages, loss_from=loss_from, what=self.table.locate(i, column),
                                                       trim_final_newline=self._trim_final_newline)
@@ -201,8 +209,6 @@ class RLDataset(_RowDataset):
     @property
     def limit(self) -> int:
         return self.cfg.max_prompt_length
-
-    images: ImageInputs | None = None  # a vision-language policy's image side (posttrain.data.images)
 
     def length(self, i: int) -> tuple[int, str]:
         _, _, _, ids, column = self.encode_row(i)
@@ -234,12 +240,6 @@ class RLDataset(_RowDataset):
             vision = self.images.process(images)
             ids = self.images.expand(ids, vision)
         return raw, messages, text, ids, column, vision
-
-    def _images(self, i: int) -> list:
-        value = self.table.rows[i].get(self.cfg.image_key)
-        if self.images is None or not has_media(value):
-            return []
-        return row_images(value, self.table.locate(i, self.cfg.image_key), _base_dir(self.cfg))
 
     def __getitem__(self, k: int) -> RLExample:
         i = self._row_index(k)
@@ -273,19 +273,52 @@ class SFTDataset(_RowDataset):
         rows.sft_conversation(self.table, i, self.cfg)
         rows.row_system_prompt(self.table, i, self.cfg)
 
-    def _conversation(self, i: int) -> tuple[list[Message], int, str]:
+    def _conversation(self, i: int, images: int = 0) -> tuple[list[Message], int, str]:
+        """(messages, first message the loss may cover, column) of row i, with `images` vision spans
+        placed at its ``<image>`` markers (`ImageInputs.place`, as for RL prompts)."""
         messages, loss_from, column = rows.sft_conversation(self.table, i, self.cfg)
+        if images:
+            messages = self.images.place(messages, images, self.table.locate(i, self.cfg.image_key))
         with_system = self._with_system(i, messages)
         loss_from += len(with_system) - len(messages)  # a prepended system message shifts turns
         return with_system, loss_from, column
 
+    def _vision_sequence(self, i: int, images: list) -> tuple[list[int], list[int], str, VisionInputs]:
+        """(ids, loss mask, column, images) of a row with images: one ``<|image_pad|>`` per merged
+        patch, all of them before the first trained token. The vision forward reads image tokens in
+        the prompt only (`posttrain.models.vision.image_token_mask`), and an expert row's prompt ends
+        where its loss starts (`posttrain.trainer.mixing`), so an image after that is refused."""
+        messages, loss_from, column = self._conversation(i, len(images))
+        ids, mask = self._encode(i, messages, loss_from, column)
+        vision = self.images.process(images)
+        ids, mask = self.images.expand_masked(ids, mask, vision)
+        pad = self.images.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
+        if 1 in mask and pad in ids[mask.index(1):]:
+            raise DataError(f"{self.table.locate(i, self.cfg.image_key)}: an image of this row comes after the first trained "
+                            f"(assistant) token; images are read in the prompt only, so put every <image> marker in the "
+                            f"messages before the first trained assistant turn")
+        # never cut (data.truncation): a cut would take image tokens or the reply; refused when measured at build time
+        if len(ids) > self.limit:
+            raise DataError(f"{self.table.locate(i, column)}: the sequence with its image tokens is {len(ids)} tokens, over "
+                            f"{self.limit_key} {self.limit}; cutting it could cut its images or its reply, so raise "
+                            f"{self.limit_key} or lower data.image_max_pixels")
+        return ids, mask, column, vision
+
     def length(self, i: int) -> tuple[int, str]:
+        images = self._images(i)
+        if images:
+            ids, _, column, _ = self._vision_sequence(i, images)
+            return len(ids), column
         messages, loss_from, column = self._conversation(i)
         return len(self._encode(i, messages, loss_from, column)[0]), column
 
     def __getitem__(self, k: int) -> SFTExample:
         i = self._row_index(k)
-        return self._sequence(i, *self._conversation(i))
+        images = self._images(i)
+        if not images:
+            return self._sequence(i, *self._conversation(i))
+        ids, mask, _, vision = self._vision_sequence(i, images)
+        return SFTExample(index=i, input_ids=ids, loss_mask=mask, vision=vision)
 
 
 class DPODataset(_RowDataset):
@@ -333,8 +366,8 @@ def _base_dir(cfg: DataConfig) -> Path | None:
 
 
 # Why a row's images cannot be trained, by what reads it (refuse_media).
-NO_IMAGES_SFT = ("posttrain's SFT and DPO stages train text sequences; image rows train in RL stages with a "
-                 "vision-language policy (Qwen2-VL, Qwen2.5-VL)")
+NO_IMAGES_SFT = ("posttrain's SFT and DPO stages train text sequences; image rows train in RL stages (prompts, and the "
+                 "mix losses' expert rows: algorithm.mix.image_key) with a vision-language policy (Qwen2-VL, Qwen2.5-VL)")
 NO_IMAGES_TEXT_MODEL = ("the policy (model.path) is a text-only model, which has no vision tower to read them; use a "
                         "vision-language checkpoint (Qwen2-VL, Qwen2.5-VL)")
 NO_VIDEOS = ("posttrain's vision path carries images only: video rows need frame sampling and the model's video "
@@ -391,15 +424,22 @@ def build_rl_dataset(
                          workers=cfg.filter_overlong_prompts_workers, setting=setting)
 
 
-def build_sft_dataset(cfg: DataConfig, files: str | Iterable[str], tokenizer: Any, *, split: str = "train") -> SFTDataset:
-    """The SFT dataset of `files` (or the user's `data.custom_cls`)."""
+def build_sft_dataset(
+    cfg: DataConfig, files: str | Iterable[str], tokenizer: Any, *, split: str = "train", images: ImageInputs | None = None,
+    images_refused: str = NO_IMAGES_SFT,
+) -> SFTDataset:
+    """The SFT dataset of `files` (or the user's `data.custom_cls`). `images`: a vision-language
+    policy's image side, which reads the rows' images (the mix losses' expert rows); without it a
+    row with images is refused for the reason `images_refused`."""
     refuse_prompt_only(cfg, "SFT")
     paths, setting = _load(cfg, files, split)
     if cfg.custom_cls.path is not None:
         from posttrain.data.custom import build_custom_dataset
 
         return build_custom_dataset(cfg, paths, tokenizer, SFTExample)
-    dataset = SFTDataset(_table(cfg, files, setting), make_formatter(cfg, tokenizer), cfg)
+    table = _table(cfg, files, setting, images_refused=None if images is not None else images_refused)
+    dataset = SFTDataset(table, make_formatter(cfg, tokenizer), cfg)
+    dataset.images = images
     return check_lengths(dataset, cfg.truncation, workers=cfg.filter_overlong_prompts_workers, setting=setting)
 
 

@@ -38,6 +38,7 @@ class SFTExample:
     index: int
     input_ids: list[int]  # prompt + response, truncated to max_length
     loss_mask: list[int]  # 1 on response/assistant tokens, 0 on prompt/system/user tokens
+    vision: VisionInputs | None = None  # the row's images (the mix losses' expert rows with a vision-language policy)
 
 
 @dataclass

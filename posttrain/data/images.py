@@ -109,12 +109,20 @@ class ImageInputs:
 
     def expand(self, ids: list[int], vision: VisionInputs) -> list[int]:
         """Prompt ids with each image's single ``<|image_pad|>`` repeated once per merged patch."""
+        return self.expand_masked(ids, [0] * len(ids), vision)[0]
+
+    def expand_masked(self, ids: list[int], mask: list[int], vision: VisionInputs) -> tuple[list[int], list[int]]:
+        """`expand` of a sequence and its loss mask alike: each image token repeats its mask bit (an
+        SFT row's images sit in its untrained prompt, so the bit is 0; `SFTDataset` checks that)."""
         pad = self.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
         counts = iter((vision.image_grid_thw.prod(-1) // self.merge**2).tolist())
-        out: list[int] = []
-        for token in ids:
-            out.extend([pad] * int(next(counts)) if token == pad else [token])
-        return out
+        out_ids: list[int] = []
+        out_mask: list[int] = []
+        for token, bit in zip(ids, mask, strict=True):
+            times = int(next(counts)) if token == pad else 1
+            out_ids.extend([token] * times)
+            out_mask.extend([bit] * times)
+        return out_ids, out_mask
 
 
 def row_images(value: Any, what: str, base_dir: Path | None = None) -> list:

@@ -7,7 +7,7 @@ from typing import Any
 
 from posttrain.config.checks import role_needs
 from posttrain.config.schema import Config
-from posttrain.data.dataset import RLDataset
+from posttrain.data.dataset import RLDataset, SFTDataset
 from posttrain.data.images import ImageInputs, has_media
 from posttrain.errors import ConfigError
 from posttrain.models.loading import load_config
@@ -35,3 +35,18 @@ def check_image_rows(cfg: Config, datasets: list[Any]) -> None:
                                     rollout_name=cfg.rollout.name, critic=role_needs(cfg).critic)
     if problems:
         raise ConfigError([f"data.image_key ({key}) rows: {p}" for p in problems])
+
+
+def check_expert_images(cfg: Config, expert_set: Any) -> None:
+    """Refuse what the vision path cannot do for expert rows with images (algorithm.mix.image_key).
+    Those rows only pass through the actor's and reference's forwards (never the engine, and the
+    critic is updated before they join the batch), so of `vision_path_problems` only sequence
+    parallelism applies."""
+    if not isinstance(expert_set, SFTDataset) or expert_set.images is None:
+        return
+    key = expert_set.cfg.image_key
+    if not any(has_media(expert_set.table.rows[i].get(key)) for i in expert_set.indices):
+        return
+    problems = vision_path_problems(sequence_parallel=cfg.actor.ulysses_sequence_parallel_size, rollout_name="hf", critic=False)
+    if problems:
+        raise ConfigError([f"algorithm.mix.image_key ({key}) expert rows: {p}" for p in problems])

@@ -6,8 +6,10 @@ on the expert rows (posttrain.algorithms.policy_losses_mix). Here the expert fil
 SFT dataset (the data section's templating, with the mix section's column keys), drawn
 `expert_batch_size` rows per step in a seeded order whose position is checkpointed, and shaped like
 the explored batch: each example's tokens before its first trained token are the prompt, the rest
-the response; advantages and old log-probs are zero (the mix losses never read them on expert
-rows), the reference log-probs are computed when the batch has them (the KL loss covers every row).
+the response (a row's images, algorithm.mix.image_key, sit in its prompt and travel with the row
+as an explored row's do, so the actor's and reference's forwards read them); advantages and old
+log-probs are zero (the mix losses never read them on expert rows), the reference log-probs are
+computed when the batch has them (the KL loss covers every row).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import torch
 
 from posttrain.config.schema import Config
 from posttrain.data import build_sft_dataset
+from posttrain.data.dataset import NO_IMAGES_TEXT_MODEL
+from posttrain.data.images import ImageInputs
 from posttrain.data.sampler import BatchSampler
 from posttrain.errors import ConfigError
 from posttrain.records import RolloutBatch
@@ -27,12 +31,15 @@ from posttrain.records import RolloutBatch
 _ZERO_FIELDS = ("old_logprobs", "values", "token_level_scores", "token_level_rewards", "advantages", "returns", "sum_pi_squared")
 
 
-def expert_dataset(cfg: Config, tokenizer: Any) -> Any:
+def expert_dataset(cfg: Config, tokenizer: Any, images: ImageInputs | None = None) -> Any:
     """The SFT dataset of `algorithm.mix.expert_files`, read with the data section's settings and
-    the mix section's column keys (built and checked before any model is loaded)."""
+    the mix section's column keys (built and checked before any model is loaded). `images`: the
+    vision-language policy's image side (`posttrain.trainer.images.image_inputs`), which reads the
+    rows' images (algorithm.mix.image_key); without it a row with images is refused."""
     mix = cfg.algorithm.mix
-    keys = {k: getattr(mix, k) for k in ("prompt_key", "response_key", "messages_key") if getattr(mix, k) is not None}
-    return build_sft_dataset(dataclasses.replace(cfg.data, **keys), mix.expert_files, tokenizer)
+    keys = {k: getattr(mix, k) for k in ("prompt_key", "response_key", "messages_key", "image_key") if getattr(mix, k) is not None}
+    return build_sft_dataset(dataclasses.replace(cfg.data, **keys), mix.expert_files, tokenizer, images=images,
+                             images_refused=NO_IMAGES_TEXT_MODEL)
 
 
 def check_expert_passes(mix: Any, rows: int, total_steps: int) -> None:
@@ -74,8 +81,11 @@ class ExpertRows:
         self.sampler.load_state_dict(state)
 
     def rows(self, version: int, step: int) -> RolloutBatch:
-        """The next `batch_size` expert rows as a RolloutBatch (prompts left-, responses right-padded)."""
-        parts = [_split(self.dataset[i]) for i in self.sampler.next_batch()]
+        """The next `batch_size` expert rows as a RolloutBatch (prompts left-, responses right-padded),
+        with their images (`vision`, None when no row has any) as an explored row carries its prompt's."""
+        examples = [self.dataset[i] for i in self.sampler.next_batch()]
+        parts = [_split(e) for e in examples]
+        vision = [getattr(e, "vision", None) for e in examples]  # a data.custom_cls example may not have the field
         p_len = max(len(p) for p, _, _ in parts)
         t_len = max(max(len(r) for _, r, _ in parts), 1)
         n = len(parts)
@@ -96,6 +106,7 @@ class ExpertRows:
             rollout_logprobs=torch.zeros(n, t_len), weights_version=torch.full((n,), version, dtype=torch.long),
             group_index=[f"expert-s{step}-{i}" for i in range(n)], data_source=["expert"] * n,
             ground_truth=[None] * n, extra_info=[{} for _ in range(n)], raw_prompt=[""] * n, loss_mask=loss_mask,
+            vision=vision if any(v is not None for v in vision) else None,
         )
 
     def join(self, batch: RolloutBatch, step: int, version: int, ref_logprobs: Any = None) -> RolloutBatch:

@@ -40,7 +40,7 @@ from posttrain.tracking import check_trackers
 from posttrain.tracking.rollout_traces import check_rollout_tracer
 from posttrain.buffer.operators import check_pipeline
 from posttrain.errors import ConfigError
-from posttrain.trainer.images import check_image_rows, image_inputs
+from posttrain.trainer.images import check_expert_images, check_image_rows, image_inputs
 from posttrain.trainer.mixing import expert_dataset
 from posttrain.trainer.rl_settings import mixes_expert_rows
 from posttrain.trainer.agent_fn import check_agent_fn, has_agent_fn
@@ -100,12 +100,13 @@ def stage_inputs(cfg: Config) -> StageInputs:
             make_train_sampler(cfg.data, train_set, worker_tag_map(cfg.reward.workers))
     expert_set = None
     if kind == "rl" and mixes_expert_rows(cfg):
-        expert_set = expert_dataset(cfg, tokenizer)
+        expert_set = expert_dataset(cfg, tokenizer, images["images"])
         if len(expert_set) < cfg.algorithm.mix.expert_batch_size:
             raise ConfigError(
                 f"algorithm.mix.expert_batch_size {cfg.algorithm.mix.expert_batch_size} exceeds the "
                 f"{len(expert_set)} rows of algorithm.mix.expert_files; lower it or add expert data"
             )
+        check_expert_images(cfg, expert_set)
     return StageInputs(tokenizer, train_set, val_set, reward_fn, expert_set)
 
 

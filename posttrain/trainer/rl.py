@@ -46,6 +46,7 @@ from posttrain.trainer.rewarding import RewardStage, val_overlong_rows
 from posttrain.trainer.rollout_mock import RolloutMock
 from posttrain.trainer.rollout_tracing import open_rollout_tracer, trace_rollout
 from posttrain.trainer.mixing import ExpertRows, check_expert_passes, expert_dataset
+from posttrain.trainer.images import image_inputs
 from posttrain.trainer.rl_build import build_roles
 from posttrain.trainer.rl_settings import baseline_sampling_params, mixes_expert_rows, response_length, rollout_seed, sampling_params
 from posttrain.trainer.task_log import append_rows, task_rows
@@ -78,7 +79,7 @@ class RLTrainer:
         # expert SFT rows joined to each batch for the mix losses (algorithm.mix); the learning half only
         self.expert = None
         if mixes_expert_rows(cfg) and halves != "explorer":
-            expert_set = inputs.expert_set if inputs.expert_set is not None else expert_dataset(cfg, self.tokenizer)
+            expert_set = inputs.expert_set if inputs.expert_set is not None else expert_dataset(cfg, self.tokenizer, image_inputs(cfg, self.tokenizer))
             check_expert_passes(cfg.algorithm.mix, len(expert_set), self.derived.total_training_steps)  # before any model loads
             self.expert = ExpertRows(expert_set, cfg.algorithm.mix.expert_batch_size, self.pad_id, cfg.trainer.seed)
         self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves)

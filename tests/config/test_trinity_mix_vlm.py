@@ -1,6 +1,7 @@
 """examples/mix_vlm/mix_vlm.yaml's keys: simple_mm_workflow reads no workflow_args (with_think is
 dropped), the expert buffer's schema_type is SFT whatever it says (dropped), its total_epochs bounds
-the steps (algorithm.mix.expert_epochs), and images in expert rows stay refused with the reason."""
+the steps (algorithm.mix.expert_epochs), the expert rows' image column is algorithm.mix.image_key,
+and videos (or images inside a messages row) in expert rows stay refused with the reason."""
 
 from __future__ import annotations
 
@@ -34,6 +35,21 @@ def test_mix_vlm_keys_are_honoured_dropped_or_refused_with_their_reason(tmp_path
     assert entries[f"{_AUX}.schema_type"].status == "dropped"
     assert native["algorithm"]["mix"]["expert_epochs"] == 25
     assert not [e.line() for e in entries.values() if e.status == "refused"]
-    native, entries = _mix_vlm(tmp_path, image_key="images")
+    assert "image_key" not in native["algorithm"]["mix"]  # no image column named: the data section's (data.image_key)
+    native, entries = _mix_vlm(tmp_path, image_key="pictures")
+    assert native["algorithm"]["mix"]["image_key"] == "pictures" and native["data"]["image_key"] == "images"
+    assert entries[f"{_AUX}.format.image_key"].status == "translated"
+    assert not [e.line() for e in entries.values() if e.status == "refused"]
+    native, entries = _mix_vlm(tmp_path, image_key="images", video_key="videos")
+    refused = entries[f"{_AUX}.format.video_key"]
+    assert refused.status == "refused" and "carries images only" in refused.reason
+    assert native["algorithm"]["mix"]["image_key"] == "images"
+
+
+def test_images_of_a_messages_expert_row_stay_refused(tmp_path):
+    """With prompt_type messages Trinity-RFT reads the images from the messages' own image items,
+    which posttrain's rows do not carry."""
+    native, entries = _mix_vlm(tmp_path, prompt_type="messages", messages_key="conv", image_key="images")
     refused = entries[f"{_AUX}.format.image_key"]
-    assert refused.status == "refused" and "without the vision inputs" in refused.reason
+    assert refused.status == "refused" and "image items inside its messages" in refused.reason
+    assert "image_key" not in native["algorithm"]["mix"]

@@ -453,6 +453,7 @@ ELSEWHERE = {
     "algorithm.mix.prompt_key": "tests/trainer/test_algorithm_parts.py::test_expert_files_are_read_with_the_mix_sections_column_keys",
     "algorithm.mix.response_key": "tests/trainer/test_algorithm_parts.py::test_expert_files_are_read_with_the_mix_sections_column_keys",
     "algorithm.mix.messages_key": "tests/trainer/test_algorithm_parts.py::test_expert_files_are_read_with_the_mix_sections_column_keys",
+    "algorithm.mix.image_key": "tests/vision/test_vision_expert_rows.py::test_expert_rows_carry_their_images_and_their_logprobs_are_the_models_own",
     "data.custom_cls.path": "tests/data/test_data_custom_cls.py::test_custom_class_is_loaded_and_built_with_files_tokenizer_config",
     "data.custom_cls.name": "tests/data/test_data_custom_cls.py::test_custom_class_is_loaded_and_built_with_files_tokenizer_config",
     "data.prompt_key": "tests/data/test_data_rl.py::test_string_prompt_system_prompt_and_optional_outputs",

@@ -241,10 +241,20 @@ def _expert_format(ctx: Context, prefix: str, buf: dict[str, Any]) -> None:
     for key in wanted:
         ctx.set(f"algorithm.mix.{key}", fmt.get(key, _FORMAT_KEYS[key]), f"{prefix}.format.{key}", "" if key in fmt else NOT_WRITTEN)
     for key, value in fmt.items():
-        if key in ("image_key", "video_key"):  # Trinity's SFT formatter puts the row's images in its user message
-            ctx.refuse(f"{prefix}.format.{key}", "images or videos in expert (SFT) rows, which Trinity-RFT's SFT formatter "
-                       "places in the user message: posttrain joins expert rows to the batch as text sequences, without the "
-                       "vision inputs its RL rows carry (data.image_key), and refuses SFT rows that have images; give the "
-                       "expert buffer rows without images", None, value)
+        if key == "image_key" and messages:  # trinity/buffer/schema/formatter.py: images from the messages' own items
+            ctx.refuse(f"{prefix}.format.{key}", "with prompt_type messages Trinity-RFT reads an expert row's images from the "
+                       "image items inside its messages, not from this column; posttrain reads them from a column "
+                       "(algorithm.mix.image_key) placed at the messages' <image> markers: store the images in a column "
+                       "and mark them in the text", "algorithm.mix.image_key", value)
+        elif key == "image_key":
+            ctx.set("algorithm.mix.image_key", value, f"{prefix}.format.{key}",
+                    "placed at the prompt's <image> markers, the rest before its text, as Trinity-RFT's SFT formatter places "
+                    "them; the rows' log-probs and SFT loss are computed with their images. Trinity-RFT's image rows "
+                    "also train the header of a next assistant turn it appends (a generation prompt after the reply); "
+                    "posttrain's end where the reply's turn ends, as its text rows and Trinity-RFT's do")
+        elif key == "video_key":
+            ctx.refuse(f"{prefix}.format.{key}", "videos in expert (SFT) rows: posttrain's vision path carries images only "
+                       "(algorithm.mix.image_key); video rows need frame sampling and the model's video inputs, which its "
+                       "trainer does not compute", None, value)
         elif key not in (*wanted, "prompt_type"):
             ctx.refuse(f"{prefix}.format.{key}", "no posttrain equivalent for this expert-buffer format key", None, value)

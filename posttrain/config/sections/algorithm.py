@@ -114,6 +114,7 @@ class MixConfig:
     prompt_key: str | None = param(None, doc="Prompt column of the expert files; null uses data.prompt_key.")
     response_key: str | None = param(None, doc="Response column of the expert files; null uses data.response_key.")
     messages_key: str | None = param(None, doc="Conversation column of the expert files (used instead of prompt/response); null uses data.messages_key.")
+    image_key: str | None = param(None, doc="Images column of the expert files (a list of images per row, placed at the <image> markers of the row's messages, extra ones before the first user message's text, as in RL rows): with a vision-language policy the expert rows' log-probs and SFT loss are computed with their images; null uses data.image_key. Images must come before the first trained token; rows with images and a text-only policy are refused.")
     expert_epochs: int | None = param(None, doc="Passes over the expert rows the run may draw (Trinity-RFT's expert buffer total_epochs): rows x expert_epochs rows in batches of expert_batch_size bound the stage's steps, as Trinity-RFT's trainer stops when its expert reader runs dry; a stage of more steps is refused when it starts, naming the bound. Null: no limit (each pass reshuffled).", ge=1)
 
 
