@@ -157,6 +157,9 @@ def test_other_rm_gallery_rewards_and_other_pairings_are_refused():
     assert status == "refused" and "'base_helpfulness_listwise'" in reason and "['math_verify_reward']" in reason
     _, entries = run({"default_workflow_type": "math_rm_workflow", "default_reward_fn_type": "rm_gallery_reward"})
     assert entries[f"{_TS}.default_reward_fn_type"][0] == "refused"  # no reward_name: Trinity-RFT cannot build it
+    for args in ({"reward_name": ["math_verify_reward"]}, "math_verify_reward"):  # malformed: refused, no traceback
+        _, entries = run({"default_workflow_type": "math_rm_workflow", "default_reward_fn_type": "rm_gallery_reward", "reward_fn_args": args})
+        assert "refused" in {status for status, _ in entries.values()}, args
     # math_rm_workflow calls its reward with the response object: only rm_gallery_reward takes that
     _, entries = run({"default_workflow_type": "math_rm_workflow", "default_reward_fn_type": "math_reward"})
     status, reason = entries[f"{_TS}.default_reward_fn_type"]

@@ -55,8 +55,11 @@ def rm_workflow(ctx: Context, prefix: str, name: str, source: str, args: dict[st
         if args_key is not None:
             ctx.drop(args_key, f"the arguments of {function!r}, which is refused")
         return
+    if not isinstance(fn_args, dict):
+        ctx.refuse(args_key or function_key, "rm_gallery_reward's reward_fn_args are a mapping: reward_name and the reward's fields", None, fn_args)
+        return
     reward_name = fn_args.get("reward_name")
-    if reward_name not in RM_GALLERY:
+    if not isinstance(reward_name, str) or reward_name not in RM_GALLERY:
         where = f"{args_key}.reward_name" if "reward_name" in fn_args else function_key
         ctx.refuse(where, f"RM-Gallery reward {reward_name!r}: posttrain translates {list(RM_GALLERY)} (a reward model is "
                           "reward.reward_model, an LLM judge reward.workers.<name>.worker_cls: llm_judge)", _NATIVE, reward_name)
