@@ -3,7 +3,9 @@
 ``worker_cls`` is one of
 
 - a built-in scorer's name (`BUILTIN_SCORERS`): ``tasks`` (posttrain's synthetic tasks, by the
-  sample's data_source), ``math`` (symbolic equivalence), ``multiple_choice``, ``code`` (the local
+  sample's data_source), ``math`` (symbolic equivalence), ``math_verify_first`` (the first
+  expression of the whole response against the reference's: RM-Gallery's math_verify_reward),
+  ``multiple_choice``, ``code`` (the local
   sandbox), ``ifeval`` (verifiable instructions), ``think_answer`` (accuracy + format of an
   R1-style ``<think>``/``<answer>`` response), ``countdown_equation`` (TinyZero's Countdown reward),
   ``math_boxed`` (the last boxed answer after Qwen2.5-Math's answer cleaning), ``dapo_math`` and
@@ -30,6 +32,7 @@ from posttrain.rewards.function import RewardFunction, load_reward_function
 BUILTIN_SCORERS: dict[str, tuple[str, str]] = {
     "tasks": ("posttrain.tasks", "compute_score"),
     "math": ("posttrain.rewards.math_scorer", "math_score"),
+    "math_verify_first": ("posttrain.rewards.math_verify_first", "math_verify_first_score"),
     "multiple_choice": ("posttrain.rewards.choice", "multiple_choice_score"),
     "code": ("posttrain.rewards.code", "code_score"),
     "ifeval": ("posttrain.rewards.instructions", "ifeval_score"),

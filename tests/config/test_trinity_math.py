@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import textwrap
 
-import pytest
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -109,35 +108,77 @@ def test_evaluation_tasksets_share_the_training_reward_and_prompt():
     assert status == "refused" and "conflicts with" in reason
 
 
-def _rm_gallery_math_verify(response: str, reference: str) -> float:
-    """RM-Gallery's math_verify_reward as its source reads (re-implemented): LaTeX and plain
-    extraction on both stripped sides, the first parse of each compared, 0 on no parse or an error."""
-    from math_verify import parse, verify
-    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
-
-    config = [LatexExtractionConfig(), ExprExtractionConfig()]
-    try:
-        gold, pred = parse(reference.strip(), extraction_config=config), parse(response.strip(), extraction_config=config)
-        return float(bool(gold and pred) and verify(gold[0], pred[0]))
-    except Exception:
-        return 0.0
+RM = {"default_reward_fn_type": "rm_gallery_reward", "reward_fn_args": {"reward_name": "math_verify_reward"}}
+_TS = "buffer.explorer_input.taskset"
 
 
-def test_rm_gallery_math_verify_is_not_posttrains_math_scorer_so_it_stays_refused():
-    from posttrain.rewards.math_scorer import math_score
+def test_math_rm_workflow_scores_with_rm_gallerys_math_verify_reward(tmp_path):
+    for workflow in ("math_rm_workflow", "async_math_rm_workflow"):
+        native, entries = run({"default_workflow_type": workflow, **RM})
+        assert native["reward"]["custom_reward_function"] == {"name": "math_verify_first"}
+        assert "system_prompt" not in native.get("data", {})  # simple_workflow's messages: no prompt of its own
+        assert entries[f"{_TS}.default_workflow_type"][0] == "dropped"
+        assert entries[f"{_TS}.default_reward_fn_type"][0] == "translated"
+        assert entries[f"{_TS}.reward_fn_args.reward_name"][0] == "dropped"
+    # the reward named at buffer.explorer_input reaches the taskset, as Trinity-RFT fills it in
+    native, _ = run({}, default_workflow_type="math_rm_workflow", **RM)
+    assert native["reward"]["custom_reward_function"] == {"name": "math_verify_first"}
+    # the messages are the taskset's system prompt, the question and reply_prefix; the reward is RM-Gallery's
+    fmt = "{prompt_key: question, response_key: answer, system_prompt: Be brief., reply_prefix: 'Answer:'}"
+    cfg = _load(tmp_path, fmt, default_workflow_type="math_rm_workflow", default_reward_fn_type="rm_gallery_reward",
+                reward_fn_args="{reward_name: math_verify_reward}")
+    assert _messages(cfg) == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 6 x 7?"},
+                              {"role": "assistant", "content": "Answer:"}]
+    fn = reward_function(cfg)
+    # the whole response is read (the thinking too); the reference as written: a bare 2\sqrt{2} reads as 2
+    assert fn("", "<think>\\boxed{42}</think> I am not sure<|im_end|>", "42") == {"score": 1.0, "math_verify": 1.0}
+    assert fn("", "\\boxed{\\sqrt{8}}", "2\\sqrt{2}") == {"score": 0.0, "math_verify": 0.0}
 
-    agree = [("The answer is \\boxed{\\frac{1}{2}}", "0.5"), ("x = 3", "4"), ("\\boxed{3}", "\\frac{6}{2}"), ("The answer is 12", "12")]
-    assert [_rm_gallery_math_verify(r, g) for r, g in agree] == [math_score("m", r, g)["score"] for r, g in agree] == [1.0, 0.0, 1.0, 1.0]
-    # where they part: an answer inside the thinking, a tuple against a set, an empty reference
-    assert _rm_gallery_math_verify("<think>\\boxed{7}</think> \\boxed{3}", "3") == 0.0
-    assert math_score("m", "<think>\\boxed{7}</think> \\boxed{3}", "3")["score"] == 1.0
-    assert (_rm_gallery_math_verify("\\boxed{1,2}", "\\{2,1\\}"), math_score("m", "\\boxed{1,2}", "\\{2,1\\}")["score"]) == (0.0, 1.0)
-    assert _rm_gallery_math_verify("\\boxed{3}", "") == 0.0
-    with pytest.raises(ValueError):
-        math_score("m", "\\boxed{3}", "")
-    _, entries = run({"default_reward_fn_type": "rm_gallery_reward", "reward_fn_args": {"reward_name": "math_verify_reward"}},
-                     default_workflow_type="math_workflow")
-    status, reason = entries["buffer.explorer_input.taskset.default_reward_fn_type"]
-    assert status == "refused" and "math_verify_reward is not posttrain's math scorer" in reason
-    _, entries = run({}, default_workflow_type="math_rm_workflow", default_reward_fn_type="rm_gallery_reward")
-    assert entries["buffer.explorer_input.default_workflow_type"][0] == "refused"
+
+def test_math_verify_rewards_fields():
+    fields = {"reward_name": "math_verify_reward", "name": "acc", "timeout_score": 0.0, "max_workers": 4, "colour": "red"}
+    native, entries = run({"default_workflow_type": "math_rm_workflow", "default_reward_fn_type": "rm_gallery_reward",
+                           "reward_fn_args": fields})
+    assert native["reward"]["custom_reward_function"] == {"name": "math_verify_first", "reward_kwargs": {"name": "acc"}}
+    assert [entries[f"{_TS}.reward_fn_args.{k}"][0] for k in ("name", "timeout_score", "max_workers", "colour")] == \
+        ["translated", "dropped", "dropped", "dropped"]
+    assert "ignore fields" in entries[f"{_TS}.reward_fn_args.colour"][1]
+    native, entries = run({"default_workflow_type": "math_rm_workflow", "default_reward_fn_type": "rm_gallery_reward",
+                           "reward_fn_args": {"reward_name": "math_verify_reward", "name": "math_verify", "timeout_score": 0.5}})
+    assert "reward_kwargs" not in native["reward"]["custom_reward_function"]  # the default name
+    status, reason = entries[f"{_TS}.reward_fn_args.timeout_score"]
+    assert status == "refused" and "main thread" in reason
+
+
+def test_other_rm_gallery_rewards_and_other_pairings_are_refused():
+    _, entries = run({"default_workflow_type": "math_rm_workflow", "default_reward_fn_type": "rm_gallery_reward",
+                      "reward_fn_args": {"reward_name": "base_helpfulness_listwise"}})
+    status, reason = entries[f"{_TS}.reward_fn_args.reward_name"]
+    assert status == "refused" and "'base_helpfulness_listwise'" in reason and "['math_verify_reward']" in reason
+    _, entries = run({"default_workflow_type": "math_rm_workflow", "default_reward_fn_type": "rm_gallery_reward"})
+    assert entries[f"{_TS}.default_reward_fn_type"][0] == "refused"  # no reward_name: Trinity-RFT cannot build it
+    for args in ({"reward_name": ["math_verify_reward"]}, "math_verify_reward"):  # malformed: refused, no traceback
+        _, entries = run({"default_workflow_type": "math_rm_workflow", "default_reward_fn_type": "rm_gallery_reward", "reward_fn_args": args})
+        assert "refused" in {status for status, _ in entries.values()}, args
+    # math_rm_workflow calls its reward with the response object: only rm_gallery_reward takes that
+    _, entries = run({"default_workflow_type": "math_rm_workflow", "default_reward_fn_type": "math_reward"})
+    status, reason = entries[f"{_TS}.default_reward_fn_type"]
+    assert status == "refused" and "only rm_gallery_reward takes" in reason
+    _, entries = run({"default_workflow_type": "math_rm_workflow"})
+    assert entries[f"{_TS}.default_workflow_type"][0] == "refused"
+    # and rm_gallery_reward under another workflow gets the response text only: Trinity-RFT fails there
+    _, entries = run({"default_workflow_type": "simple_workflow", **RM})
+    status, reason = entries[f"{_TS}.default_reward_fn_type"]
+    assert status == "refused" and "math_rm_workflow" in reason
+
+
+def test_an_evaluation_taskset_scores_as_the_training_one():
+    same = {"path": "test.jsonl", "default_workflow_type": "math_rm_workflow", **RM}
+    native, entries = run({"default_workflow_type": "math_rm_workflow", **RM}, eval_tasksets=[same])
+    assert entries["buffer.explorer_input.eval_tasksets[0].default_reward_fn_type"][0] == "translated"
+    renamed = {**same, "reward_fn_args": {"reward_name": "math_verify_reward", "name": "other"}}
+    _, entries = run({"default_workflow_type": "math_rm_workflow", **RM}, eval_tasksets=[renamed])
+    assert entries["buffer.explorer_input.eval_tasksets[0].reward_fn_args.name"][0] == "refused"
+    _, entries = run({"default_workflow_type": "math_workflow"}, eval_tasksets=[same])
+    status, reason = entries["buffer.explorer_input.eval_tasksets[0].default_reward_fn_type"]
+    assert status == "refused" and "conflicts with" in reason

@@ -112,6 +112,41 @@ def test_smoke_a_trinity_config(tmp_path, capsys, monkeypatch):
     assert all("reward/format_score" in m and "reward/accuracy" in m for m in steps)  # the scorer's two parts
 
 
+# The taskset of Trinity-RFT's grpo_math example: math_rm_workflow scored by RM-Gallery's math_verify_reward
+MATH_RM = """\
+algorithm: {{algorithm_type: grpo, repeat_times: 8}}
+model: {{model_path: /nonexistent/model, max_response_tokens: 3072}}
+cluster: {{node_num: 1, gpu_per_node: 8}}
+buffer:
+  batch_size: 288
+  explorer_input:
+    taskset:
+      path: {path}
+      format: {{prompt_key: question, response_key: gt_answer}}
+      reward_fn_args: {{reward_name: math_verify_reward}}
+      default_workflow_type: math_rm_workflow
+      default_reward_fn_type: rm_gallery_reward
+"""
+
+
+def test_smoke_trinitys_math_rm_workflow(tmp_path, capsys):
+    for kind, answer in (("text", str), ("numbers", int)):
+        rows = tmp_path / f"{kind}.jsonl"
+        rows.write_text("".join(json.dumps({"question": f"What is {i} + 3?", "gt_answer": answer(i + 3)}) + "\n" for i in range(4)))
+        config = tmp_path / f"{kind}.yaml"
+        config.write_text(MATH_RM.format(path=rows))
+        rc = main(["smoke", "--workdir", str(tmp_path / kind), "--dialect", "trinity", str(config)])
+        out, err = capsys.readouterr()
+        if kind == "text":
+            assert rc == 0, out + err
+            steps = [m for m in metrics(tmp_path / kind) if "actor/pg_loss" in m]
+            assert [m["step"] for m in steps] == [1, 2]
+            # every response scored by math_verify_first (its part logged under RM-Gallery's name), none failed
+            assert all(m["reward/math_verify"] == m["critic/score/mean"] and m["reward/failures"] == 0 for m in steps)
+        else:  # the row's gt_answer reaches the scorer, which (as RM-Gallery) reads only text
+            assert rc != 0 and "the ground truth 3 is not text" in err and "math_verify_first" in err
+
+
 def test_smoke_config_substitutes_an_npu_profiler_and_out_of_run_steps(tmp_path):
     from posttrain.trainer.smoke import smoke_config
 

@@ -22,9 +22,8 @@ Both judges' prompts are posttrain's own (posttrain.rewards.chat_judges), not Tr
 The auxiliary model becomes ``reward.auxiliary_models.judge`` (`auxiliary_model`). The workers
 claim the tag "" (rows without a data_source column; a file whose rows name data sources is
 refused before training, naming the tag). Refused: ``math_trainable_ruler_workflow`` (the policy
-judges its own group and trains on its verdicts as experiences of their own) and ``math_rm_workflow``
-(it calls the taskset's reward function with the response object: Trinity-RFT's RM-Gallery reward
-functions, not a reward model on an auxiliary model).
+judges its own group and trains on its verdicts as experiences of their own). ``math_rm_workflow``
+calls no auxiliary model: its RM-Gallery reward is a scorer (posttrain.config.dialects.trinity_rm_gallery).
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ paths, chosen by the native config rather than by a class per task:
   variant asks for a ``<think>`` block first). Its ``workflow_args``: ``use_base`` prompts a base model
   with plain ``System:/User:/Assistant:`` text (``data.chat_template``: BASE_MODEL_TEMPLATE),
   ``with_think`` and ``format_score_coef`` are math_boxed's format penalty (``reward_kwargs``).
+- **single turn, RM-Gallery's reward**: ``math_rm_workflow`` (and ``async_``) sends simple_workflow's
+  messages and calls ``rm_gallery_reward`` with the response object; its ``reward_fn_args.reward_name``
+  ``math_verify_reward`` is posttrain's ``math_verify_first`` scorer (posttrain.config.dialects.trinity_rm_gallery).
 - **single turn with images**: ``simple_mm_workflow`` (and ``async_``): the row's images
   (``format.image_key``: data.image_key) go with its prompt to a vision-language policy, and the
   workflow's own system prompt (`MM_SYSTEM_PROMPT`, which replaces the taskset's) is data.system_prompt.
@@ -56,6 +59,7 @@ from posttrain.config.dialects.trinity_dapo import BOTS, bots_workflow, dapo_ove
 from posttrain.config.dialects.trinity_envs import ENV_WORKFLOWS, env_workflow
 from posttrain.config.dialects.trinity_agent import AGENT, agent_workflow
 from posttrain.config.dialects.trinity_judges import JUDGE_WORKFLOWS, judge_workflow
+from posttrain.config.dialects.trinity_rm_gallery import RM_GALLERY, RM_WORKFLOWS, rm_workflow
 
 _IN = "buffer.explorer_input"
 SINGLE_TURN = ("simple_workflow", "async_simple_workflow")
@@ -86,11 +90,6 @@ REFUSED = {
     "math_trainable_ruler_workflow": "the policy judges its own group of responses and trains on its verdicts as experiences of "
                                      "their own (scored against the gold reward); posttrain's judges are reward workers over an "
                                      "auxiliary model (reward.workers.<name>.worker_cls: ruler_judge), whose replies are not trained on",
-    **{name: "calls the taskset's reward function with the whole response object (Trinity-RFT's RM-Gallery reward functions), "
-             "not a reward model on an auxiliary model; a reward model is reward.reward_model, an LLM judge over an auxiliary "
-             "model reward.workers.<name>.worker_cls: ruler_judge or rubric_judge (its math_verify_reward scores unlike "
-             "posttrain's math scorer: see rm_gallery_reward's reason)"
-       for name in ("math_rm_workflow", "async_math_rm_workflow")},
     **{name: "Trinity-RFT's fixed math evaluation: its own system message and an instruction appended to the row's 'question' "
              "column, its own sampling (temperature 0.6, top_p 0.8) and Qwen2.5-Math's symbolic equality; posttrain validates "
              "with the training stage's prompt, sampling and reward: use simple_workflow with rollout_args and a reward "
@@ -109,14 +108,9 @@ REFUSED_REWARDS = {
     "accuracy_reward": f"math-verify with Trinity-RFT's own extraction settings (boxed answers first, no format part); {_MATH_NATIVE}",
     "format_reward": "a format check alone; posttrain's think_answer scorer (reward.custom_reward_function.name: think_answer) adds "
                      "the same +-0.1 format part to the answer's accuracy",
-    # RM-Gallery's math_verify_reward was compared with posttrain's math scorer on a set of answers: they
-    # disagree where noted below, so no reward_name translates (tests/config/test_trinity_math.py)
-    "rm_gallery_reward": "calls the RM-Gallery package's reward models, which posttrain does not run; a reward model is "
-                         "reward.reward_model, a per-response judge reward.workers.<name>.worker_cls: llm_judge. Its "
-                         "math_verify_reward is not posttrain's math scorer: it parses the whole response (a boxed answer "
-                         "inside <think> counts), compares only the first parsed expression of each side, and scores an "
-                         "unparsable reference 0 where posttrain's scorer reads the answer after </think>, compares every "
-                         "parse (a tuple 1,2 equals the set {2,1}) and fails the row; use reward.custom_reward_function.name: math",
+    "rm_gallery_reward": "Trinity-RFT's workflows other than math_rm_workflow call a reward function with the response text and the truth, "
+                         "which RM-Gallery's (it wants the response object and the chat messages) cannot take; it runs under "
+                         f"{' / '.join(RM_WORKFLOWS)}, where posttrain translates the reward_name {list(RM_GALLERY)}",
 }
 
 
@@ -210,6 +204,8 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         reward = _reward(ctx, prefix, item, name, source)
         _single_turn(ctx, prefix, item, name, source, reward)
         _no_args(ctx, prefix, args, name)
+    elif name in RM_WORKFLOWS:  # posttrain.config.dialects.trinity_rm_gallery
+        rm_workflow(ctx, prefix, name, source, args, training, _reward_of(ctx, prefix, item))
     elif name in JUDGE_WORKFLOWS:  # posttrain.config.dialects.trinity_judges
         judge_workflow(ctx, prefix, item, name, source, training, REWARDS)
     elif name in ENV_WORKFLOWS:  # posttrain.config.dialects.trinity_envs
@@ -249,7 +245,7 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         for read in (key_read, args_read):  # the reward of a refused workflow: named with it, not run
             if read is not None:
                 ctx.drop(read, f"the reward function of workflow {name!r} at {source}, which is refused")
-        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + MM + BOXED + BOTS + TOOL_N1 + JUDGE_WORKFLOWS) + [DISTILL_MATH, TOOLS, AGENT]}")
+        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + MM + BOXED + BOTS + TOOL_N1 + JUDGE_WORKFLOWS + RM_WORKFLOWS) + [DISTILL_MATH, TOOLS, AGENT]}")
         ctx.refuse(source, f"workflow {name!r}: {reason}", None, name)
 
 

@@ -20,7 +20,7 @@ class CustomRewardFunctionConfig:
     """A user reward function: `name(data_source, solution_str, ground_truth, extra_info, **reward_kwargs) -> float | dict`."""
 
     path: str | None = param(None, doc="Python file defining the function; null uses a built-in scorer: the one `name` names, else posttrain's task scorer for each data source.", refs=["verl:custom_reward_function.path"])
-    name: str = param("compute_score", doc="Name of the function inside `path`; with path null, a built-in scorer for every sample (math, multiple_choice, code, ifeval, think_answer, countdown_equation, math_boxed, detection: docs/rewards.md), any other name the task scorers.", refs=["verl:custom_reward_function.name"])
+    name: str = param("compute_score", doc="Name of the function inside `path`; with path null, a built-in scorer for every sample (math, math_verify_first, multiple_choice, code, ifeval, think_answer, countdown_equation, math_boxed, dapo_math, detection: docs/rewards.md), any other name the task scorers.", refs=["verl:custom_reward_function.name"])
     reward_kwargs: dict[str, Any] = param(factory=dict, doc="Extra keyword arguments passed to every call of the function.", refs=["verl:custom_reward_function.reward_kwargs"])
 
 
