@@ -47,6 +47,10 @@ from posttrain.config.dialects.source import read_yaml  # noqa: E402
 from posttrain.trainer.smoke import machine_refusal  # noqa: E402
 
 SMOKE_MARK = "\n(smoke-able: refused only for the engine, backend, devices, model or data, which `posttrain smoke` substitutes)"
+SOURCE_MARK = "\n(refused by its own framework too: every refusal is a line verl or ROLL fails on as well)"
+# a refusal that says the source framework stops on the same line (Hydra's override rules, ROLL's tracker registry)
+SOURCE_FAILS = re.compile(r"fails on this line as well|ROLL stops with")
+SIDE = {"smoke", "source"}  # annotations of refused files, not outcomes of their own
 
 CORPUS = ROOT / "tests" / "config" / "corpus"
 ABSENT = "/nonexistent"  # a machine without the users' data and models
@@ -158,6 +162,8 @@ def plan(words: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, str]:
     smokeable = [machine_refusal(_reason(p)) and "--config-name" not in p or any(pattern.search(p) for _, pattern in MACHINE) for p in problems]
     if problems and all(smokeable):
         return "refused", text + SMOKE_MARK
+    if problems and all(SOURCE_FAILS.search(p) or any(pattern.search(p) for _, pattern in MACHINE) for p in problems):
+        return "refused", text + SOURCE_MARK
     return "refused", text
 
 
@@ -212,6 +218,7 @@ def main() -> int:
         outcome, text = plan(words, checkout.resolve(), env)
         counts[dialect][outcome] += 1
         counts[dialect]["smoke"] += outcome == "refused" and text.endswith(SMOKE_MARK)
+        counts[dialect]["source"] += outcome == "refused" and text.endswith(SOURCE_MARK)
         if outcome == "refused":
             reasons.update({reason_of(p) for p in problem_lines(text)})
             for p in problem_lines(text):
@@ -239,13 +246,14 @@ def _report(counts, reasons, skipped) -> None:
     print(f"{'dialect':10s} {'files':>5s} {'accepted':>9s} {'machine':>8s} {'refused':>8s} {'traceback':>10s}")
     for dialect, c in counts.items():
         total.update(c)
-        n = sum(v for k, v in c.items() if k != "smoke")
+        n = sum(v for k, v in c.items() if k not in SIDE)
         print(f"{dialect:10s} {n:5d} {c['accepted']:9d} {c['machine']:8d} {c['refused']:8d} {c['traceback']:10d}")
-    total["smoke"], smoke = 0, total["smoke"]
+    smoke, source = total.pop("smoke", 0), total.pop("source", 0)
     n = sum(total.values())
     print(f"{'all':10s} {n:5d} {total['accepted']:9d} {total['machine']:8d} {total['refused']:8d} {total['traceback']:10d}")
     print(f"\naccepted or refused only for what the machine lacks: {total['accepted'] + total['machine']} of {n}")
     print(f"refused only for the engine/backend/devices/model/data (`posttrain smoke` runs them here): {smoke} of {n}")
+    print(f"refused only where their own framework fails too (verl's Hydra, ROLL's tracker registry): {source} of {n}")
     if skipped:
         print("\nnot planned:")
         for what, k in sorted(skipped.items()):
