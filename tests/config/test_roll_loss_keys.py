@@ -151,3 +151,11 @@ def test_roll_v01_topr_terms_land_on_the_actor_and_follow_roll_s_formula():
     assert abs(float(got) - (2 * 0.693147 - 0.5 * 0.693147)) < 1e-5
     with pytest.raises(ConfigError, match="actor.topr_negative_loss_coef=0.5: these act on the RL loss"):
         load_config(None, ["algorithm.kind=sft", "actor.topr_negative_loss_coef=0.5"])
+
+
+def test_a_placeholder_topr_coefficient_is_refused_as_roll_s_type_check_refuses_it():
+    _, report = translate({"use_topr_neg_loss_coef": "x_2"}, "roll")
+    entry = report.entry("use_topr_neg_loss_coef")
+    assert entry.status == "refused" and "ROLL stops with a type error on it too" in entry.reason
+    native, report = translate({"use_topr_neg_loss_coef": 0.5}, "roll")  # a number translates as before
+    assert native["actor"]["topr_negative_loss_coef"] == 0.5 and not report.refused

@@ -179,7 +179,15 @@ def mini_batch(ctx: Context) -> None:
 
 def topr(ctx: Context) -> None:
     """``use_topr_loss: true`` is ROLL's TOPR policy loss, which splits responses by score:
-    posttrain's ``topr_roll`` (posttrain.algorithms.policy_losses)."""
+    posttrain's ``topr_roll`` (posttrain.algorithms.policy_losses). ``use_topr_neg_loss_coef`` is a
+    float field of ROLL's RLVR config, which its launcher loads with dacite's type checks: text there
+    (a placeholder such as ``x_2``) stops ROLL before it starts, and is refused here saying so."""
+    coef = "use_topr_neg_loss_coef"
+    value = ctx.get(coef)
+    if ctx.has(coef) and isinstance(value, str):
+        ctx.consume(coef)
+        ctx.refuse(coef, f"expected a number, got {value!r}: ROLL stops with a type error on it too (its field is a float, and its "
+                         "launcher checks types when it builds the config): write the coefficient, e.g. 1.0", "actor.topr_negative_loss_coef", value)
     key = "use_topr_loss"
     if not ctx.has(key):
         return
