@@ -8,10 +8,12 @@ import json
 import pandas as pd
 import pytest
 import torch
+import yaml
 from PIL import Image
 from safetensors.torch import load_file
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from posttrain.config.dialects import translate
 from posttrain.config.load import load_config
 from posttrain.config.sections.distill import DistillConfig
 from posttrain.data import build_sft_dataset, collate_sft
@@ -174,3 +176,33 @@ def test_what_image_rows_need_of_the_models_is_refused(workdir):
     stage_inputs(_cfg(student_dir, teacher_dir, data))  # the pair of tiny Qwen2-VL models is accepted
     # text rows need nothing of the teacher: a text-only teacher of the same vocabulary is not asked for a tower
     stage_inputs(_cfg(student_dir, text_teacher, data, "data.image_key=no_such_column"))
+
+
+def test_roll_s_vision_language_distillation_file_renders_its_rows_as_roll_does(workdir, tmp_path):
+    """The data settings a ROLL qwen2-vl distillation file translates to, on ROLL's columns: the image
+    span before the problem, the pipeline's question suffix, the solution then EOS (no newline), every
+    token trained, and the image resized within the pipeline's pixel bounds."""
+    root, student_dir, teacher_dir, _, data = workdir
+    raw = {"student_pretrain": str(student_dir), "teacher_pretrain": str(teacher_dir), "sequence_length": 1024,
+           "distill_on_prompt": False, "student": {"data_args": {"template": "qwen2-vl", "file_name": str(data)},
+                                                    "training_args": {"per_device_train_batch_size": 2}}, "teacher": {}}
+    native, report = translate(raw, "roll")
+    assert not report.refused, [e.line() for e in report.refused]
+    native["trainer"] = {"total_training_steps": 1, "logger": []}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(native))
+    cfg = load_config(tmp_path / "run.yaml", [])
+    assert cfg.algorithm.distill.on_prompt and cfg.data.image_key == "image" and cfg.data.max_length == 1024
+    tok = load_tokenizer(student_dir)
+    # "Which colour is it?" with a 32 x 32 image, raised to ROLL's 56 x 56 pixel minimum (as its smart_resize
+    # does with a factor of 8): 14 x 14 patches of 4 pixels, 49 merged (16 without the bound)
+    example = _examples(cfg, tok)[1]
+    pad = tok.convert_tokens_to_ids("<|image_pad|>")
+    assert example.input_ids.count(pad) == 49 and example.vision.image_grid_thw.tolist() == [[1, 14, 14]]
+    reply = [t for t, m in zip(example.input_ids, example.loss_mask) if m]
+    assert tok.decode(reply) == "blue<|im_end|>"  # the response; algorithm.distill.on_prompt trains the prompt too
+    text = tok.decode(example.input_ids).replace("<|image_pad|>" * 49, "<|image_pad|>")
+    user = "<|vision_start|><|image_pad|><|vision_end|>Which colour is it?  Output final answer (number) in <answer> </answer> tags."
+    roll = tok.apply_chat_template([{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True) + "blue" + "<|im_end|>"
+    assert text == roll
+    inputs = stage_inputs(cfg)  # the translated stage's own checks pass on the tiny pair
+    assert len(inputs.train_set) == len(ROWS)
