@@ -11,6 +11,8 @@ processor's own chat template. What it does, read from its source, and posttrain
   (data.user_suffix; posttrain puts a row's images without an ``<image>`` marker before the user
   text, as ROLL does); the sequence is that prompt, the solution and the EOS token (posttrain: the
   rendered conversation without the template's final newline, the same text when EOS is the turn end).
+  One difference: a problem that writes ``<image>`` keeps it as text in ROLL (the image still goes
+  first); posttrain puts the image at that marker instead.
 - Images: resized to the processor's pixel bounds, which the pipeline sets to 1024 x 1024 and 56 x 56
   (the model_args it reads them from have no such fields, so its defaults always apply):
   data.image_max_pixels / image_min_pixels; one ``<|image_pad|>`` per merged patch.
