@@ -367,7 +367,8 @@ def _base_dir(cfg: DataConfig) -> Path | None:
 
 # Why a row's images cannot be trained, by what reads it (refuse_media).
 NO_IMAGES_SFT = ("posttrain's SFT and DPO stages train text sequences; image rows train in RL stages (prompts, and the "
-                 "mix losses' expert rows: algorithm.mix.image_key) with a vision-language policy (Qwen2-VL, Qwen2.5-VL)")
+                 "mix losses' expert rows: algorithm.mix.image_key) and distillation stages with a vision-language policy "
+                 "(Qwen2-VL, Qwen2.5-VL)")
 NO_IMAGES_TEXT_MODEL = ("the policy (model.path) is a text-only model, which has no vision tower to read them; use a "
                         "vision-language checkpoint (Qwen2-VL, Qwen2.5-VL)")
 NO_VIDEOS = ("posttrain's vision path carries images only: video rows need frame sampling and the model's video "

@@ -88,8 +88,15 @@ def vision_hidden_states(
     """Final-norm hidden states (B, S, H) of a vision-language model over prompt + response ids (the
     prompt in the first `prompt_width` columns) with the rows' images: vision tower, features merged
     at the prompt's image tokens, the text decoder at M-RoPE positions."""
+    return hidden_states_with_images(model, input_ids, attention_mask, vision, image_token_mask(model, input_ids, prompt_width))
+
+
+def hidden_states_with_images(
+    model: nn.Module, input_ids: Tensor, attention_mask: Tensor, vision: Sequence[VisionInputs | None], image_mask: Tensor,
+) -> Tensor:
+    """`vision_hidden_states` with the image tokens given as a (B, S) bool mask (the rows' images
+    fill them in reading order): for batches whose rows end their prompts at different columns."""
     pixels, grid = stack_vision(vision, input_ids.device, next(model.parameters()).dtype)
-    image_mask = image_token_mask(model, input_ids, prompt_width)  # (B, S)
     positions = mrope_positions(model, input_ids, attention_mask, grid, image_mask)  # (3, B, S)
     embeds = image_embeddings(model, input_ids, image_mask, pixels, grid)  # (B, S, H)
     out = model.model.language_model(

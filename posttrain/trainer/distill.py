@@ -13,6 +13,13 @@ token mean whatever the micro-batch split. With algorithm.distill.on_prompt ever
 the first is a trained position (ROLL's distill_on_prompt). Each worker runs the teacher on its own
 micro-batches, so the 2-process path needs nothing more than SFT's.
 
+Rows with images (a vision-language student and teacher, Qwen2-VL / Qwen2.5-VL: data.image_key read
+by the student's image processor, as ROLL's vision-language distillation reads them through the
+model's processor) run both forwards with the row's images: the vision tower's features at the
+row's ``<|image_pad|>`` tokens before its first trained token, M-RoPE positions
+(posttrain.models.vision). The teacher reads the same patches. A micro-batch without images runs
+the text forward, exactly as before.
+
 Validation reports the same two parts (val/distill/nll, val/distill/divergence).
 """
 
@@ -34,6 +41,8 @@ from posttrain.models.loading import causal_lm_from_config
 from posttrain.models.logprobs import MAX_CHUNK_ELEMENTS, lm_head_logits
 from posttrain.models.lora import add_lora, lora_settings
 from posttrain.models.precision import autocast
+from posttrain.models.vision import has_images, hidden_states_with_images
+from posttrain.records import VisionInputs
 from posttrain.trainer.preflight import stage_inputs
 from posttrain.trainer.sft import Objective, fit, stage_device
 from posttrain.trainer.stage import StageContext, StageResult, open_stage, seed_everything, with_model_path
@@ -45,7 +54,21 @@ def trained_mask(batch: SequenceBatch, on_prompt: bool) -> Tensor:
     return source[:, 1:]
 
 
-def _hidden(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+def image_mask(model: nn.Module, batch: SequenceBatch, vision: Sequence[VisionInputs | None], width: int) -> Tensor:
+    """(B, width) bool: the ``<|image_pad|>`` tokens the rows' images fill. Only rows with images,
+    and only before each row's first trained token (the dataset puts every image there, and refuses
+    a row that has one later), so the same token written in a reply stays text."""
+    ids = batch.input_ids[:, :width]  # (B, S)
+    before_loss = batch.loss_mask[:, :width].cumsum(-1) == 0  # (B, S)
+    with_images = torch.tensor([v is not None for v in vision]).unsqueeze(-1)  # (B, 1)
+    return (ids == model.config.image_token_id) & before_loss & with_images
+
+
+def _hidden(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, vision: Sequence[VisionInputs | None] | None = None,
+            images: Tensor | None = None) -> Tensor:
+    """Final-norm hidden states (B, S, H); with `vision`, the images fill the `images` (B, S) tokens."""
+    if vision is not None:
+        return hidden_states_with_images(model, input_ids, attention_mask, vision, images.to(input_ids.device))
     return model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state  # (B, S, H)
 
 
@@ -68,8 +91,10 @@ def _chunk_sums(student: nn.Module, teacher: nn.Module, hidden: Tensor, teacher_
 
 
 def distill_sums(student: nn.Module, teacher: nn.Module, batch: SequenceBatch, dcfg: DistillConfig,
-                 *, chunk_tokens: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """(sum of the student's NLL, sum of the divergence, trained positions) over `batch`.
+                 *, chunk_tokens: int | None = None, vision: Sequence[VisionInputs | None] | None = None,
+                 ) -> tuple[Tensor, Tensor, Tensor]:
+    """(sum of the student's NLL, sum of the divergence, trained positions) over `batch`;
+    `vision`: each row's images (None: a text row), read by both forwards (module docstring).
 
     The heads run on `chunk_tokens` positions at a time (default: as many as keep one chunk's
     logits under posttrain.models.logprobs.MAX_CHUNK_ELEMENTS), each chunk recomputed in the
@@ -80,9 +105,11 @@ def distill_sums(student: nn.Module, teacher: nn.Module, batch: SequenceBatch, d
     attention_mask = batch.attention_mask[:, :width].to(device)  # (B, S)
     real = trained_mask(batch, dcfg.on_prompt)[:, : width - 1].to(device) > 0  # (B, S-1)
     targets = input_ids[:, 1:][real]  # (N,)
-    hidden = _hidden(student, input_ids, attention_mask)[:, :-1][real]  # (N, H)
+    vision = vision if has_images(vision) else None
+    images = None if vision is None else image_mask(student, batch, vision, width)  # (B, S): both read the student's ids
+    hidden = _hidden(student, input_ids, attention_mask, vision, images)[:, :-1][real]  # (N, H)
     with torch.no_grad():
-        teacher_hidden = _hidden(teacher, input_ids, attention_mask)[:, :-1][real]  # (N, H')
+        teacher_hidden = _hidden(teacher, input_ids, attention_mask, vision, images)[:, :-1][real]  # (N, H')
     step = chunk_tokens or max(1, MAX_CHUNK_ELEMENTS // student.get_output_embeddings().weight.shape[0])
     recompute = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[0] > step
     nll, div = hidden.new_zeros((), dtype=torch.float32), hidden.new_zeros((), dtype=torch.float32)
@@ -108,7 +135,8 @@ def distill_objective(model: nn.Module, teacher: nn.Module, pad_id: int, dcfg: D
 
     def micro_loss(examples: Sequence[SFTExample], total: float) -> tuple[Tensor, dict[str, float]]:
         with autocast(inner, compute_dtype):
-            nll, div, tokens = run(distill_sums, inner, teacher, collate_sft(examples, pad_id), dcfg)
+            nll, div, tokens = run(distill_sums, inner, teacher, collate_sft(examples, pad_id), dcfg,
+                                   vision=[e.vision for e in examples])
         loss = distill_loss(nll, div, total, dcfg.weight)
         return loss, {"loss": float(loss.detach()), "nll": float(nll.detach()) / total,
                       "divergence": float(div.detach()) / total, "tokens": float(tokens)}

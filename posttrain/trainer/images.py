@@ -1,5 +1,6 @@
-"""An RL stage's image side: the vision-language policy's image processor for the datasets, and the
-settings posttrain's vision path cannot honour for image rows, refused before any model loads."""
+"""An RL or distillation stage's image side: the vision-language policy's image processor for the
+datasets, and the settings posttrain's vision path cannot honour for image rows, refused before any
+model loads."""
 
 from __future__ import annotations
 
@@ -50,3 +51,42 @@ def check_expert_images(cfg: Config, expert_set: Any) -> None:
     problems = vision_path_problems(sequence_parallel=cfg.actor.ulysses_sequence_parallel_size, rollout_name="hf", critic=False)
     if problems:
         raise ConfigError([f"algorithm.mix.image_key ({key}) expert rows: {p}" for p in problems])
+
+
+# The vision tower's input settings a distillation teacher must share with the student: it reads the
+# patches the student's image processor made, and fills the same image tokens.
+_PATCH_SETTINGS = ("patch_size", "spatial_merge_size", "temporal_patch_size", "in_channels")
+
+
+def _rows_with_images(dataset: Any) -> bool:
+    if not isinstance(dataset, SFTDataset) or dataset.images is None:
+        return False
+    key = dataset.cfg.image_key
+    return any(has_media(dataset.table.rows[i].get(key)) for i in dataset.indices)
+
+
+def check_distill_images(cfg: Config, datasets: list[Any]) -> None:
+    """A distillation stage with image rows (data.image_key): the teacher is a vision-language model
+    whose vision tower takes the student's patches (same patch, merge and temporal sizes, same image
+    token), and no sequence parallelism (`vision_path_problems`). Text rows need none of this."""
+    if not any(_rows_with_images(d) for d in datasets if d is not None):
+        return
+    m, path = cfg.model, cfg.algorithm.distill.teacher_path
+    where = f"data.image_key ({cfg.data.image_key}) rows"
+    problems = vision_path_problems(sequence_parallel=cfg.actor.ulysses_sequence_parallel_size, rollout_name="hf", critic=False)
+    student = load_config(m.path, trust_remote_code=m.trust_remote_code, override_config=m.override_config)
+    teacher = load_config(path, trust_remote_code=m.trust_remote_code)
+    if not is_vision_language(teacher):
+        problems.append(f"the teacher (algorithm.distill.teacher_path {path!r}, {getattr(teacher, 'model_type', '?')}) is a "
+                        "text-only model, which cannot read the rows' images; use a vision-language teacher (Qwen2-VL, Qwen2.5-VL)")
+    else:
+        ours, theirs = student.vision_config, teacher.vision_config
+        differ = [f"{k} {getattr(theirs, k, None)} vs {getattr(ours, k, None)}" for k in _PATCH_SETTINGS
+                  if getattr(theirs, k, None) != getattr(ours, k, None)]
+        if teacher.image_token_id != student.image_token_id:
+            differ.append(f"image_token_id {teacher.image_token_id} vs {student.image_token_id}")
+        if differ:
+            problems.append(f"the teacher's vision tower takes other patches than the student's image processor makes "
+                            f"({', '.join(differ)}, teacher vs student); both must read the same patches")
+    if problems:
+        raise ConfigError([f"{where}: {p}" for p in problems])

@@ -17,12 +17,14 @@ starts; so a mistake in the last stage's data fails at once, not after the first
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 from posttrain.cluster.placement import plan_world
 from posttrain.config.checks import role_needs
 from posttrain.config.schema import Config
 from posttrain.data import build_dpo_dataset, build_rl_dataset, build_sft_dataset
+from posttrain.data.dataset import NO_IMAGES_TEXT_MODEL
 from posttrain.data.domains import tag_locations, worker_tag_map
 from posttrain.data.train_sampler import make_train_sampler, needs_early_build
 from posttrain.models.integrity import check_weight_files
@@ -40,7 +42,7 @@ from posttrain.tracking import check_trackers
 from posttrain.tracking.rollout_traces import check_rollout_tracer
 from posttrain.buffer.operators import check_pipeline
 from posttrain.errors import ConfigError
-from posttrain.trainer.images import check_expert_images, check_image_rows, image_inputs
+from posttrain.trainer.images import check_distill_images, check_expert_images, check_image_rows, image_inputs
 from posttrain.trainer.mixing import expert_dataset
 from posttrain.trainer.rl_settings import mixes_expert_rows
 from posttrain.trainer.agent_fn import check_agent_fn, has_agent_fn
@@ -51,7 +53,7 @@ from posttrain.trainer.tools import data_with_tools
 
 # algorithm.kind -> the dataset builder of its train and validation files
 DATASETS: dict[str, Callable[..., Any]] = {"rl": build_rl_dataset, "sft": build_sft_dataset, "dpo": build_dpo_dataset,
-                                           "distill": build_sft_dataset}
+                                           "distill": partial(build_sft_dataset, images_refused=NO_IMAGES_TEXT_MODEL)}
 
 
 @dataclass(frozen=True)
@@ -82,12 +84,13 @@ def stage_inputs(cfg: Config) -> StageInputs:
     check_idle_env_keys(cfg)
     build = DATASETS[kind]
     data = data_with_tools(cfg)  # tool calling: the tool schemas go into every prompt (posttrain.trainer.tools)
-    images = {"images": image_inputs(cfg, tokenizer)} if kind == "rl" else {}  # a vision-language policy's
+    images = {"images": image_inputs(cfg, tokenizer)} if kind in ("rl", "distill") else {}  # a vision-language policy's
     train_set = build(data, cfg.data.train_files, tokenizer, split="train", **images)
     val_set = build(data, cfg.data.val_files, tokenizer, split="val", **images) if cfg.data.val_files else None
     reward_fn = None
     if kind == "distill":
         check_distill_teacher(cfg, tokenizer)
+        check_distill_images(cfg, [train_set, val_set])
     if kind == "rl":
         check_image_rows(cfg, [train_set, val_set])
         check_profiler_machine(cfg, plan_world(cfg).device)

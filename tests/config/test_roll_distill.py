@@ -170,10 +170,35 @@ def test_the_students_context_parallelism_is_dropped_not_split():
     assert native["data"]["train_batch_size"] == 64  # 8 x 4 x 2 data-parallel ranks (8 devices / TP 2 x CP 2), as ROLL counts
 
 
-def test_the_vision_language_distillation_file_is_refused_for_its_images():
-    _, report = _read(**{"student.data_args.template": "qwen2-vl"})
-    assert [e.key for e in report.refused] == ["student.data_args.template"]
-    assert "trains text sequences" in report.refused[0].reason
+VL = {"student.data_args.template": "qwen2-vl", "teacher.data_args.template": "qwen2-vl"}
+
+
+def test_the_vision_language_distillation_file_reads_its_fixed_columns_and_image_bounds():
+    """ROLL's distill_vl_fsdp2 / distill_vl_megatron examples (student template qwen2-vl): the VL
+    pipeline's columns, question suffix, pixel bounds, every token trained, rows padded to
+    prompt_length and never cut, no validation; the text pipeline's keys it does not read are dropped."""
+    native, report = _read(**VL)
+    assert not report.refused, [e.line() for e in report.refused]
+    assert check(Foreign(None, "roll", native, report)) == []
+    data = native["data"]
+    assert (data["prompt_key"], data["response_key"], data["image_key"]) == ("problem", "solution", "image")
+    assert data["user_suffix"] == "  Output final answer (number) in <answer> </answer> tags."
+    assert (data["image_max_pixels"], data["image_min_pixels"]) == (1024 * 1024, 56 * 56)
+    assert (data["max_length"], data["truncation"], data["shuffle"], data["sft_trim_final_newline"]) == (1024, "error", True, True)
+    assert "val_files" not in data and "chat_template_name" not in data
+    assert native["algorithm"]["distill"]["on_prompt"] is True  # the file says False: the VL pipeline trains every token
+    assert report.entry("distill_on_prompt").native == "algorithm.distill.on_prompt"
+    assert "val_before_train" not in native.get("trainer", {}) and "test_freq" not in native.get("trainer", {})
+    dropped = {e.key for e in report.entries if e.status == "dropped"}
+    assert {"student.data_args.template", "teacher.data_args.template", "question_key", "answer_key", "sequence_length",
+            "validation", "eval_steps", "student.infer_batch_size"} <= dropped
+    # the rest is the text pipeline's: batch, losses, teacher
+    assert data["train_batch_size"] == 128 and native["algorithm"]["distill"]["weight"] == 0.85
+    assert native["algorithm"]["distill"]["teacher_path"] == "Qwen/Qwen2.5-14B-Instruct"
+    native, _ = _read(**VL, prompt_length=4096)
+    assert native["data"]["max_length"] == 4096
+    text, _ = _read()  # the text pipeline's file is read as before
+    assert "image_key" not in text["data"] and text["data"]["truncation"] == "right" and text["data"]["prompt_key"] == "question_zh"
 
 
 def test_the_launchers_opd_switches_are_read():

@@ -30,6 +30,9 @@ op_compute_various_divergence:
 - Batch, epochs, optimizer: as ROLL's SFT pipeline (roll_sft), but the rows are shuffled (its
   DataLoader shuffles). Validation (only with ``validation.data_args``): every ``eval_steps`` steps,
   not before training; ROLL reports the student's cross-entropy only, posttrain both parts.
+
+A file whose student template is a vision-language one (``qwen2-vl``) is ROLL's vision-language
+distillation: posttrain.config.dialects.roll_distill_vl says what differs.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from posttrain.config.dialects import roll, roll_defaults, roll_sft
+from posttrain.config.dialects import roll, roll_defaults, roll_distill_vl, roll_sft
 from posttrain.config.dialects.report import Report
 from posttrain.config.dialects.roll_defaults import ROLL_DEFAULT
 from posttrain.config.dialects.translate import Context, translate_dict
@@ -94,17 +97,14 @@ def _to_role(text: str) -> str:
 
 def pipeline(ctx: Context) -> None:
     """The distillation pipeline's rules (module docstring), run before the actor_train rules."""
-    ctx.set("algorithm.kind", "distill", TEACHER, "ROLL's distillation pipeline (start_distill_pipeline.py)")
-    template_key = f"{ACTOR}.data_args.template"
-    template = ctx.get(template_key)
-    if isinstance(template, str) and "vl" in template.lower().replace("-", "_").split("_"):
-        ctx.consume(template_key)
-        ctx.refuse(template_key, f"{template!r} is no ROLL chat template: only its vision-language distillation (start_distill_vl_pipeline.py, image "
-                                 f"rows through the model's processor) runs this file; posttrain's distillation stage, like its SFT stage, "
-                                 "trains text sequences (image rows train in RL stages with a vision-language policy)", "data.chat_template_name", template)
+    vision = roll_distill_vl.is_vl_template(ctx.get(f"{ACTOR}.data_args.template"))
+    script = "start_distill_vl_pipeline.py" if vision else "start_distill_pipeline.py"
+    ctx.set("algorithm.kind", "distill", TEACHER, f"ROLL's distillation pipeline ({script})")
+    if vision:  # ROLL's vision-language distillation: its own rows, lengths and no validation
+        roll_distill_vl.pipeline(ctx)
     _models(ctx)
     _teacher(ctx)
-    for key, (native, default) in COLUMNS.items():
+    for key, (native, default) in ({} if vision else COLUMNS).items():
         ctx.consume(key)
         value = ctx.get(key, default)
         why = ("ROLL's user turn is a newline then this cell (it joins its unset prompt column and the question with a newline); "
@@ -118,7 +118,8 @@ def pipeline(ctx: Context) -> None:
         ctx.drop("logits_transfer_backend", "how ROLL moves the teacher's logits between its GPU workers; posttrain's teacher runs on the student's worker, nothing moves")
     ctx.set("data.shuffle", True, f"{ACTOR}.data_args", "ROLL's distillation pipeline shuffles the rows (its DataLoader shuffle=True)")
     ctx.set("data.sft_trim_final_newline", True, f"{ACTOR}.data_args", "ROLL's distillation pipeline cuts the newline a template writes after the answer")
-    ctx.set("data.truncation", "right", "sequence_length", "ROLL's tokenizer call truncates each row to sequence_length (truncation=True)")
+    if not vision:
+        ctx.set("data.truncation", "right", "sequence_length", "ROLL's tokenizer call truncates each row to sequence_length (truncation=True)")
     for key in (f"{ACTOR}.use_sequence_packing", f"{ACTOR}.sequence_packing_args"):
         if ctx.has(key):
             ctx.consume(key)
@@ -132,8 +133,9 @@ def pipeline(ctx: Context) -> None:
         ctx.set("trainer.save_freq", roll_sft.SAVE_STEPS, "save_steps", f"{ROLL_DEFAULT}: {roll_sft.SAVE_STEPS}")
     roll_sft._batch(ctx)
     roll_sft._epochs(ctx)
-    roll_sft._lengths(ctx)
-    _validation(ctx)
+    if not vision:
+        roll_sft._lengths(ctx)
+        _validation(ctx)
 
 
 def _models(ctx: Context) -> None:
