@@ -163,6 +163,21 @@ def test_what_posttrain_s_single_teacher_cannot_do_is_refused():
     assert "one teacher, the reference role" in report.refused[0].reason and "one stage per teacher" in report.refused[0].reason
 
 
+def test_a_teacher_mapping_with_one_named_teacher_reads_as_the_single_teacher():
+    # ROLL normalises a single teacher to {"default": config}: one named teacher is the same run
+    named, report = _onpolicy(teacher={"t32": {**ONPOLICY["teacher"], "opd_kl_coef": 0.25}})
+    single, _ = _onpolicy(**{"teacher.opd_kl_coef": 0.25})
+    assert not report.refused, [e.line() for e in report.refused]
+    assert named == single
+    keys = {e.key for e in report.entries}
+    assert {"teacher.t32.model_args.model_name_or_path", "teacher.t32.opd_kl_coef", "teacher.t32.model_args.dtype"} <= keys
+    assert not any(k.startswith(("teacher.model_args", "reference.")) for k in keys)
+    # limited to some tags it is still refused, by its name
+    _, report = _onpolicy(teacher={"t32": {**ONPOLICY["teacher"], "tag_included": ["math_dapo"]}})
+    assert [e.key for e in report.refused] == ["teacher.t32.tag_included"]
+    assert "empty tag_included takes every row" in report.refused[0].reason
+
+
 def test_the_students_context_parallelism_is_dropped_not_split():
     native, report = _read(**{"student.strategy_args.strategy_config": {"tensor_model_parallel_size": 2, "context_parallel_size": 2}})
     assert not report.refused and "ulysses_sequence_parallel_size" not in native.get("actor", {})

@@ -20,12 +20,19 @@ compute_advantage, is_pure_opd):
 - The student's log-probs: ROLL takes the inference engine's (``infer_logprobs``) unless it
   recomputes them with the training model; posttrain always recomputes them (``old_logprobs``),
   which agree to the engines' numerics.
-- One teacher: ROLL's multi-teacher form (``teacher`` a mapping of named roles routed by
-  ``tag_included``; roll/configs/base_config.py _handle_opd_mapping, roll/utils/functionals.py
-  compute_advantage: a row's advantage is minus the sum over the teachers its domain routes to of
-  opd_kl_coef x KL, 0 when none takes it) and a teacher limited to some tags are refused:
-  posttrain's reference role is one model that scores every row. The refusal names the nearest
-  posttrain config, a stage per teacher.
+- One teacher: ROLL normalises ``teacher`` to named teachers (a single worker config is the one
+  teacher "default"; roll/configs/base_config.py _handle_opd_mapping), so a ``teacher`` mapping
+  that holds one named teacher is read exactly as a single teacher, its keys reported under its
+  name. Several teachers, or a teacher limited to some tags, are refused: posttrain's reference
+  role is one model that scores every row. What ROLL does with them (roll/utils/functionals.py
+  build_domain_to_teacher_names and compute_advantage): a row's domain stands for the tags of the
+  reward worker of that name (rlvr_config's domain_2_tag), or for the tag of its own name; a
+  teacher takes the row when its ``tag_included`` holds one of those tags, and a teacher whose
+  ``tag_included`` is empty takes every row. The row's advantage is minus the sum over the teachers
+  that take it of opd_kl_coef x KL_t, each KL against that teacher's log-probs; a row no teacher
+  takes gets 0, which whitening (when on) then shifts and scales with the rest of the batch. With
+  no tags anywhere every teacher takes every row. The refusal names the nearest posttrain config,
+  a stage per teacher.
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ RENAMES = {"student_train": "actor_train", "student_infer": "actor_infer", "teac
 _BACK = {v: k for k, v in RENAMES.items()}
 _ONE_TEACHER = ("posttrain's on-policy distillation has one teacher, the reference role (ref.model_path), which scores every row of "
                 "the batch; ROLL routes each row by its domain to every teacher whose tag_included holds it, sums their "
-                "opd_kl_coef-weighted KL estimates and leaves a row that no teacher takes without an advantage. The nearest posttrain "
+                "opd_kl_coef-weighted KL estimates (a teacher with an empty tag_included takes every row) and gives a row that no teacher "
+                "takes a zero advantage. The nearest posttrain "
                 "config is one stage per teacher (stages: each with its ref.model_path and data.train_files holding that teacher's "
                 "rows), which trains on the domains one after the other instead of in the same batches")
 
@@ -61,20 +69,35 @@ def _rename(key: str, table: Mapping[str, str]) -> str:
 def translate(raw: Mapping[str, Any], *, interpolated: set[str] = frozenset(), unresolved: Mapping[str, str] | None = None) -> tuple[dict[str, Any], Report]:
     """The native dict and the report of a ROLL on-policy distillation file (module docstring)."""
     teacher = raw.get("teacher")
-    several = isinstance(teacher, Mapping) and teacher and all(isinstance(v, Mapping) and "model_args" in v for v in teacher.values())
+    named = isinstance(teacher, Mapping) and teacher and all(isinstance(v, Mapping) and "model_args" in v for v in teacher.values())
+    several = bool(named) and len(teacher) > 1
+    one = next(iter(teacher)) if named and not several else None  # {name: config}: ROLL's single teacher under a name
     source = {k: v for k, v in raw.items() if not (several and k == "teacher")}
+    if one is not None:
+        source["teacher"] = teacher[one]
     renamed = {_rename(k, RENAMES): v for k, v in source.items()}
-    handlers = [functools.partial(pipeline, several=bool(several)), *roll.HANDLERS]
+    handlers = [functools.partial(pipeline, several=several), *roll.HANDLERS]
     native, report = translate_dict(renamed, "roll", handlers, roll.value_hook, roll.ignorable,
-                                    interpolated={_rename(k, RENAMES) for k in interpolated},
-                                    unresolved={_rename(k, RENAMES): v for k, v in (unresolved or {}).items()})
-    entries = [dataclasses.replace(e, key=_rename(e.key, _BACK), reason=e.reason.replace("actor_train", "student_train").replace("actor_infer", "student_infer"))
+                                    interpolated={_rename(_unname(k, one), RENAMES) for k in interpolated},
+                                    unresolved={_rename(_unname(k, one), RENAMES): v for k, v in (unresolved or {}).items()})
+    entries = [dataclasses.replace(e, key=_name(_rename(e.key, _BACK), one), reason=e.reason.replace("actor_train", "student_train").replace("actor_infer", "student_infer"))
                for e in report.entries]
     out = Report(report.dialect, entries)
     if several:  # the teachers' own keys are not read: the whole role is refused, by teacher
         for name in teacher:
             out.add(Entry(f"teacher.{name}", "refused", None, None, f"not supported: {_ONE_TEACHER}"))
     return native, out
+
+
+def _unname(key: str, name: str | None) -> str:
+    """teacher.<name>.x -> teacher.x for the one named teacher (None: no name to take out)."""
+    prefix = f"teacher.{name}"
+    return "teacher" + key[len(prefix):] if name is not None and (key == prefix or key.startswith(prefix + ".")) else key
+
+
+def _name(key: str, name: str | None) -> str:
+    """teacher.x -> teacher.<name>.x: the report names the key as the file wrote it."""
+    return f"teacher.{name}" + key[len("teacher"):] if name is not None and (key == "teacher" or key.startswith("teacher.")) else key
 
 
 def pipeline(ctx: Context, *, several: bool = False) -> None:
