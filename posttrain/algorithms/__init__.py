@@ -41,7 +41,7 @@ from posttrain.algorithms.policy_losses_reinforce import importance_sampling_los
 from posttrain.algorithms.bypass_loss import bypass_mode_loss
 from posttrain.algorithms.policy_losses_mix import chord_mu, mix_chord_loss, mix_loss, sft_is_loss, sft_phi_loss
 from posttrain.algorithms.advantages_shifted import asymre_advantage, rec_advantage
-from posttrain.algorithms.advantages_distill import jsd_advantage, on_policy_distill_advantage
+from posttrain.algorithms.advantages_distill import jsd_advantage, on_policy_distill_advantage, teacher_routes
 from posttrain.algorithms.advantages_otb import optimal_token_baseline_advantage, tir_optimal_token_baseline_advantage
 from posttrain.algorithms.aggregation import LOSS_AGG_MODES, aggregate_loss
 from posttrain.algorithms.entropy import entropy_from_logits, entropy_from_logits_chunked, sum_pi_squared_from_logits
@@ -180,6 +180,7 @@ __all__ = [
     "asymre_advantage",
     "rec_advantage",
     "on_policy_distill_advantage",
+    "teacher_routes",
     "jsd_advantage",
     "ppo_clip_loss",
     "gspo_loss",

@@ -31,6 +31,9 @@ def on_policy_distill_advantage(
     old_logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 1.0,
+    teacher_logprobs: list[torch.Tensor] | None = None,
+    teacher_rows: torch.Tensor | None = None,
+    teacher_coefs: list[float] | None = None,
     **_: Any,
 ) -> AdvantageOutput:
     """On-policy distillation: each token's advantage is the teacher's log-prob minus the student's.
@@ -38,6 +41,10 @@ def on_policy_distill_advantage(
     Formula:
         A_t = kl_coef * (log pi_teacher(y_t) - log pi_student(y_t)) * m_t, i.e. minus the sampled
         token's estimate of the reverse KL(student || teacher); returns = advantages.
+        With several teachers (ref.teachers: `teacher_logprobs` t_i (B, T), `teacher_rows` r_i (n, B)
+        the rows each scores, `teacher_coefs` c_i; ref_logprobs and kl_coef are then not read):
+        A_t = sum_i c_i * r_i * (t_i - log pi_student(y_t)) * m_t, 0 for a row no teacher takes, as
+        ROLL's compute_advantage sums -opd_kl_coef x KL over the teachers routed to a row.
     Names:
         Trinity-RFT `advantage_fn: on_policy_distill` (`kl_coef`), the estimator of `algorithm_type:
         on_policy_distill` (teacher = `explorer.auxiliary_models[0]`); not in verl or ROLL.
@@ -45,11 +52,48 @@ def on_policy_distill_advantage(
         Agarwal et al. 2024, On-Policy Distillation of Language Models: Learning from Self-Generated
         Mistakes (GKD), arXiv:2306.13649; Gu et al. 2024, MiniLLM, arXiv:2306.08543.
     Reads:
-        response_mask, old_logprobs (student), ref_logprobs (teacher), kl_coef (1.0).
+        response_mask, old_logprobs (student), ref_logprobs (teacher), kl_coef (1.0); or
+        teacher_logprobs, teacher_rows, teacher_coefs (ref.teachers).
     """
+    if teacher_logprobs is not None:
+        return _several_teachers(response_mask, old_logprobs, teacher_logprobs, teacher_rows, teacher_coefs)
     student, teacher = _inputs(old_logprobs, ref_logprobs, "on_policy_distill")
     adv = kl_coef * (teacher - student) * response_mask.float()  # (B, T)
     return AdvantageOutput(adv, adv.clone())
+
+
+def _several_teachers(mask: torch.Tensor, old_logprobs: torch.Tensor | None, teachers: list[torch.Tensor],
+                      rows: torch.Tensor | None, coefs: list[float] | None) -> AdvantageOutput:
+    """sum_i c_i r_i (t_i - s) m (on_policy_distill's docstring)."""
+    if old_logprobs is None or rows is None or coefs is None or not (len(teachers) == len(coefs) == rows.shape[0]):
+        raise ValueError("on_policy_distill with several teachers needs old_logprobs and, per teacher, its log-probs, rows and coefficient")
+    student = old_logprobs.detach().float()
+    adv = torch.zeros_like(student)
+    for t, r, c in zip(teachers, rows, coefs):
+        adv += c * r.to(student.dtype).unsqueeze(1) * (t.detach().float() - student)  # (B, T); rows it does not take add 0
+    adv = adv * mask.float()
+    return AdvantageOutput(adv, adv.clone())
+
+
+def teacher_routes(row_tags: list[str], teacher_tags: list[list[str]], worker_tags: dict[str, list[str]]) -> torch.Tensor:
+    """(n_teachers, B) bool: which teachers score each row, as ROLL routes rows (its
+    build_domain_to_teacher_names): a row's domain is the reward worker whose tag_included holds the
+    row's tag, standing for all that worker's tags, or else the tag alone; a teacher takes the row
+    when its tags meet the domain's, and a teacher with no tags takes every row.
+
+    >>> teacher_routes(["gsm8k", "aime", "code"], [["gsm8k"], [], ["code"]], {"math": ["gsm8k", "aime"]}).int().tolist()
+    [[1, 1, 0], [1, 1, 1], [0, 0, 1]]
+    """
+    domain_tags = {}
+    for tags in worker_tags.values():
+        for tag in tags:
+            domain_tags.setdefault(tag, set(tags))
+    out = torch.zeros(len(teacher_tags), len(row_tags), dtype=torch.bool)
+    for j, tag in enumerate(row_tags):
+        tags = domain_tags.get(tag, {tag})
+        for i, own in enumerate(teacher_tags):
+            out[i, j] = not own or bool(tags & set(own))
+    return out
 
 
 @register_advantage_estimator("jsd", needs=EstimatorNeeds(reference=True))

@@ -176,7 +176,9 @@ ESTIMATOR_INPUTS = frozenset(
     {"token_level_rewards", "response_mask", "values", "ref_logprobs", "old_logprobs", "group_index", "gamma", "lam",
      "norm_adv_by_std", "reward_baselines", "sum_pi_squared", "rollout_is_weights",
      # an agentic batch's turn records and algorithm.gigpo's fields: the trainer passes them, not adv_estimator_args
-     "turn_index", "turn_rewards", "turn_states", "step_weight", "episode_weight", "step_gamma"}
+     "turn_index", "turn_rewards", "turn_states", "step_weight", "episode_weight", "step_gamma",
+     # ref.teachers' log-probs, rows and coefficients (on_policy_distill with several teachers)
+     "teacher_logprobs", "teacher_rows", "teacher_coefs"}
 )
 
 

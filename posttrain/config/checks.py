@@ -35,6 +35,7 @@ from posttrain.config.sections.explorer import check_explorer_timeouts, check_ta
 from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers
 from posttrain.config.sections.trainer import check_rollout_mock, check_save_strategy
 from posttrain.config.sections.optim import check_optimizer_args
+from posttrain.config.sections.ref import check_teachers
 from posttrain.config.sections.rollout import check_external, check_min_response_length, check_num_beams, check_prompt_length, check_trace
 
 
@@ -77,7 +78,9 @@ def role_needs(cfg: Any) -> RoleNeeds:
     name = get_path(cfg, "algorithm.adv_estimator", None)
     est = estimator_needs(name) if name in ADVANTAGE_ESTIMATORS else EstimatorNeeds()
     kl_terms = bool(get_path(cfg, "actor.use_kl_loss", False) or get_path(cfg, "algorithm.use_kl_in_reward", False))
-    return RoleNeeds(critic=est.values, reference=est.reference or kl_terms, greedy_baseline=est.greedy_baseline)
+    # ref.teachers score the distillation estimator's rows themselves: the reference then serves only KL terms
+    est_ref = est.reference and not get_path(cfg, "ref.teachers", None)
+    return RoleNeeds(critic=est.values, reference=est_ref or kl_terms, greedy_baseline=est.greedy_baseline)
 
 
 def _divisors(n: int) -> str:
@@ -364,6 +367,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_profiler,
     check_reward_workers,
     check_domain_probs,
+    check_teachers,
     check_row_choosers,
     check_row_templates,
     check_query_key,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -96,8 +97,10 @@ def reject_tokens(batch: RolloutBatch, keep: torch.Tensor) -> None:
     batch.loss_mask = keep * batch.train_mask  # keeps an agentic batch's env tokens out too
 
 
-def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: AlgorithmConfig, state: ShapingState, n_steps: int) -> dict[str, float]:
-    """Fill batch.token_level_scores/token_level_rewards/advantages/returns; return metrics."""
+def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: AlgorithmConfig, state: ShapingState, n_steps: int,
+                       teachers: dict[str, Any] | None = None) -> dict[str, float]:
+    """Fill batch.token_level_scores/token_level_rewards/advantages/returns; return metrics.
+    `teachers`: ref.teachers' teacher_logprobs, teacher_rows and teacher_coefs for on_policy_distill."""
     mask = batch.train_mask  # less the tokens rollout correction rejected (as verl's modified response_mask)
     shaped, metrics = shape_scores(scores, batch, alg, state)
     batch.token_level_scores = place_scores(shaped, batch.response_mask)  # (B, T): at the last real token
@@ -133,6 +136,7 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
         step_weight=alg.gigpo.step_weight,
         episode_weight=alg.gigpo.episode_weight,
         step_gamma=alg.gigpo.step_gamma,
+        **(teachers or {}),
     )
     if batch.reward_baselines is not None:
         metrics["critic/reward_baseline/mean"] = float(batch.reward_baselines.mean())

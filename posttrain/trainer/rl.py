@@ -14,19 +14,20 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from posttrain.algorithms import TOKEN_FILTERS, estimator_needs, variance_proxy_metrics
+from posttrain.algorithms import TOKEN_FILTERS, estimator_needs, teacher_routes, variance_proxy_metrics
 from posttrain.buffer.experience import Experience
 from posttrain.buffer.operators import run_pipeline
 from posttrain.checkpoint import Checkpointer, Parts
 from posttrain.data import collate_prompts, make_sampler, pad_token_id
-from posttrain.data.domains import worker_tag_map
+from posttrain.data.domains import tag_locations, worker_tag_map
 from posttrain.data.loader import ExampleReader
 from posttrain.data.rows import prompt_cell
 from posttrain.data.train_sampler import make_train_sampler
-from posttrain.errors import UserError
+from posttrain.errors import ConfigError, UserError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
 from posttrain.rollout.progress import OverRollout
@@ -82,6 +83,7 @@ class RLTrainer:
             expert_set = inputs.expert_set if inputs.expert_set is not None else expert_dataset(cfg, self.tokenizer, image_inputs(cfg, self.tokenizer))
             check_expert_passes(cfg.algorithm.mix, len(expert_set), self.derived.total_training_steps)  # before any model loads
             self.expert = ExpertRows(expert_set, cfg.algorithm.mix.expert_batch_size, self.pad_id, cfg.trainer.seed)
+        check_teacher_tags(cfg, None if self.agent else self.train_set)  # before any model loads
         self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves)
         dp = self.dp = (self.roles.actor or self.roles.rollout).dp
         # rollout.agent.function: a user's agent over a loopback endpoint returns each episode's reward
@@ -249,6 +251,19 @@ class RLTrainer:
             return rollout.generate(prompts, params, expected_version=version, seed=seed), {}
         return self.tools.generate(lambda p, sp: rollout.generate(p, sp, expected_version=version, seed=seed), prompts, params, version)
 
+    def _teachers(self, batch: RolloutBatch, on_rows: Callable, metrics: dict[str, float]) -> dict[str, Any]:
+        """ref.teachers' inputs of the on_policy_distill estimator: each teacher's log-probs of the
+        whole batch (rows it does not take are multiplied by 0: scoring them keeps every worker's
+        forward the same size), the rows each takes by tag as ROLL routes them, and the coefficients."""
+        spec = self.cfg.ref.teachers
+        rows = teacher_routes(list(batch.data_source), [list(t.tag_included) for t in spec.values()], worker_tag_map(self.cfg.reward.workers))
+        logprobs = []
+        for (name, teacher), taken in zip(self.roles.teachers.items(), rows):
+            logprobs.append(on_rows(teacher.compute_logprobs))  # (B, T)
+            metrics[f"distill/{name}/row_fraction"] = float(taken.float().mean())
+        metrics["distill/untaught_row_fraction"] = float((~rows.any(0)).float().mean())
+        return {"teacher_logprobs": logprobs, "teacher_rows": rows.to(batch.response_mask.device), "teacher_coefs": [t.kl_coef for t in spec.values()]}
+
     def learn(self, experience: Experience, step: int, timer: PhaseTimer) -> tuple[dict[str, float], RolloutBatch]:
         """Old and reference log-probs, values, advantages, critic and actor updates on an explored
         batch; returns their metrics and the rows the updates trained on (fewer under PF-PPO)."""
@@ -282,6 +297,10 @@ class RLTrainer:
         if ref is not None:
             with timer("ref"):
                 batch.ref_logprobs = on_rows(ref.compute_logprobs)  # (B, T)
+        teachers = None
+        if self.roles.teachers:  # ref.teachers: each scores the batch; its rows (by tag) count in the advantage
+            with timer("ref"):
+                teachers = self._teachers(batch, on_rows, metrics)
         if critic is not None:
             with timer("values"):
                 batch.values = on_rows(critic.compute_values)  # (B, T)
@@ -293,7 +312,7 @@ class RLTrainer:
         scores = experience.scores.to(batch.response_mask.device)  # (B,) scored on the CPU; the batch may be on a GPU
         with timer("adv"):
             shaped = scores if self.agent is None else agentic_scores(scores, batch, self.cfg.algorithm.agentic_reward_norm)
-            metrics.update(compute_advantages(batch, shaped, self.cfg.algorithm, self.shaping, len(batch)))
+            metrics.update(compute_advantages(batch, shaped, self.cfg.algorithm, self.shaping, len(batch), teachers))
             if keep is not None:  # ROLL's order: advantages over every trained token, rejection in the losses only
                 reject_tokens(batch, keep)
             metrics.update(mask_samples(batch, scores, self.cfg.algorithm, response_length(self.cfg)))  # ROLL's filters
@@ -468,3 +487,20 @@ def run_rl(ctx: StageContext) -> StageResult:
     result = RLTrainer(ctx).fit()
     result.last_metrics["timing/stage_s"] = time.perf_counter() - start
     return result
+
+
+def check_teacher_tags(cfg: Any, dataset: Any) -> None:
+    """ref.teachers route rows by tag: each tag_included tag must be one the training data or a
+    reward worker holds (a typo would leave the teacher's rows untaught), and rows need tags (no
+    agentic stage)."""
+    if not cfg.ref.teachers:
+        return
+    if dataset is None:
+        raise ConfigError("ref.teachers: several teachers route dataset rows by their tag (data.reward_fn_key); an agentic stage's "
+                          "episodes have none: use one teacher (ref.model_path)")
+    known = set(tag_locations(dataset, "data.train_files")) | {tag for w in cfg.reward.workers.values() for tag in w.tag_included}
+    for name, t in cfg.ref.teachers.items():
+        unknown = [tag for tag in t.tag_included if tag not in known]
+        if unknown:
+            raise ConfigError(f"ref.teachers.{name}.tag_included: {unknown} is in no row of the training data (data.reward_fn_key) "
+                              f"and in no reward worker's tag_included; known tags: {sorted(known)}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -62,22 +62,24 @@ def check_critic_tokenizer(cfg: Config, tokenizer: Any) -> None:
         )
 
 
-def check_teacher_tokenizer(cfg: Config, tokenizer: Any) -> None:
-    """A teacher (`ref.model_path`) scores the policy's token ids: its tokenizer must have the same vocabulary."""
-    path = cfg.ref.model_path
+def check_teacher_tokenizer(cfg: Config, tokenizer: Any, path: str | None = None, key: str = "ref.model_path") -> None:
+    """A teacher (`ref.model_path`, or `path` at `key`) scores the policy's token ids: its tokenizer must have the same vocabulary."""
+    path = path or cfg.ref.model_path
     theirs = load_tokenizer(path)
     if theirs.get_vocab() != tokenizer.get_vocab():
         raise ConfigError(
-            f"ref.model_path {path!r}: its vocabulary differs from the policy's tokenizer ({len(theirs)} vs "
+            f"{key} {path!r}: its vocabulary differs from the policy's tokenizer ({len(theirs)} vs "
             f"{len(tokenizer)} tokens); a teacher scores the policy's token ids, so it needs the same tokenizer"
         )
 
 
-def teacher_from_config(cfg: Config, tokenizer: Any, device: torch.device | str = "cpu") -> nn.Module:
-    """The reference role's model when `ref.model_path` names a teacher: loaded with the policy's
-    model options, frozen (its vocabulary checked by `check_teacher_tokenizer`)."""
-    path = cfg.ref.model_path
-    check_teacher_tokenizer(cfg, tokenizer)
+def teacher_from_config(cfg: Config, tokenizer: Any, device: torch.device | str = "cpu", path: str | None = None,
+                        key: str = "ref.model_path") -> nn.Module:
+    """The reference role's model when `ref.model_path` names a teacher (or the teacher at `path`,
+    config key `key`): loaded with the policy's model options, frozen (its vocabulary checked by
+    `check_teacher_tokenizer`)."""
+    path = path or cfg.ref.model_path
+    check_teacher_tokenizer(cfg, tokenizer, path, key)
     model = causal_lm_from_config(dataclasses.replace(cfg.model, path=path, enable_gradient_checkpointing=False), device=device)
     return model.eval().requires_grad_(False)
 
@@ -109,6 +111,7 @@ class RLRoles:
     reference: ReferencePolicy | None
     critic: Critic | None
     sync: WeightSync | None  # actor -> rollout engine, after every update
+    teachers: dict[str, ReferencePolicy] = field(default_factory=dict)  # ref.teachers, by name (learner only)
 
     @property
     def engine(self) -> RolloutEngine | None:
@@ -246,6 +249,19 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             dp=train_dp(policy if ref_model is None else ref_model, "ref", ref_sp),
             adapters_off=adapters.disable_adapter if ref_model is None else None, head=head_kernel(cfg.model),
         )
+    teachers = {}
+    for name, t in cfg.ref.teachers.items():  # frozen like the reference, each on every trainer worker
+        model = teacher_from_config(cfg, tokenizer, world.torch_device, t.model_path, f"ref.teachers.{name}.model_path")
+        ref_sp = cfg.ref.ulysses_sequence_parallel_size or actor_sp
+        size, max_tokens = forward_batching(
+            cfg.ref.log_prob_micro_batch_size_per_gpu, cfg.ref.log_prob_use_dynamic_bsz, cfg.ref.log_prob_max_token_len_per_gpu,
+            **actor_budget, sp=ref_sp,
+        )
+        teachers[name] = ReferencePolicy(
+            world.shard(model, cfg.ref.fsdp_config), temperature=policy_temperature(cfg), micro_batch_size=size,
+            max_tokens=max_tokens, compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype,
+            pack=cfg.model.use_remove_padding, lean_forward=lean, dp=train_dp(model, "ref", ref_sp), head=head_kernel(cfg.model),
+        )
     critic = None
     if needs.critic:
         c = cfg.critic
@@ -288,4 +304,4 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             ),
             dp=critic_dp,
         )
-    return RLRoles(rollout=rollout, actor=actor, reference=reference, critic=critic, sync=sync)
+    return RLRoles(rollout=rollout, actor=actor, reference=reference, critic=critic, sync=sync, teachers=teachers)
