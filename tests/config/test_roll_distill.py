@@ -157,10 +157,34 @@ def test_what_posttrain_s_single_teacher_cannot_do_is_refused():
     assert [e.key for e in report.refused] == ["kl_penalty"]
     _, report = _onpolicy(**{"teacher.tag_included": ["math_dapo"]})
     assert [e.key for e in report.refused] == ["teacher.tag_included"]
-    two = {"a": ONPOLICY["teacher"], "b": ONPOLICY["teacher"]}
-    _, report = _onpolicy(teacher=two)
-    assert [e.key for e in report.refused] == ["teacher.a", "teacher.b"]
-    assert "one teacher, the reference role" in report.refused[0].reason and "one stage per teacher" in report.refused[0].reason
+    assert "ref.teachers with this one teacher" in report.refused[0].reason
+
+
+def _teacher(path, **more):
+    return {**copy.deepcopy(ONPOLICY["teacher"]), "model_args": {"model_name_or_path": path, "dtype": "bf16"}, **more}
+
+
+def test_several_teachers_read_as_ref_teachers_with_their_tags_and_coefficients():
+    native, report = _onpolicy(teacher={"math": _teacher("/t32", tag_included=["math_dapo"], opd_kl_coef=0.5),
+                                        "code": _teacher("/t14", tag_included=["KodCode"]), "all": _teacher("/t7")})
+    assert not report.refused, [e.line() for e in report.refused]
+    assert check(Foreign(None, "roll", native, report)) == []
+    assert native["ref"]["teachers"] == {"math": {"model_path": "/t32", "kl_coef": 0.5, "tag_included": ["math_dapo"]},
+                                         "code": {"model_path": "/t14", "kl_coef": 1.0, "tag_included": ["KodCode"]},
+                                         "all": {"model_path": "/t7", "kl_coef": 1.0, "tag_included": []}}
+    assert "model_path" not in native["ref"] and "kl_coef" not in native["algorithm"].get("adv_estimator_args", {})
+    assert native["ref"]["log_prob_micro_batch_size_per_gpu"] == 1  # the teachers' shared infer_batch_size
+    keys = {e.key for e in report.entries}
+    assert {"teacher.math.tag_included", "teacher.code.model_args.model_name_or_path", "teacher.all.infer_batch_size",
+            "student_train.training_args.learning_rate"} <= keys
+
+
+def test_teachers_without_a_model_or_with_different_shared_settings_are_refused():
+    _, report = _onpolicy(teacher={"a": _teacher("/a"), "b": {**_teacher("/b"), "model_args": {"dtype": "bf16"}}})
+    assert [e.key for e in report.refused] == ["teacher.b.model_args.model_name_or_path"]
+    _, report = _onpolicy(teacher={"a": _teacher("/a"), "b": _teacher("/b", infer_batch_size=2)})
+    assert [e.key for e in report.refused] == ["teacher.b"]
+    assert "ref.log_prob_micro_batch_size_per_gpu" in report.refused[0].reason and "same values" in report.refused[0].reason
 
 
 def test_a_teacher_mapping_with_one_named_teacher_reads_as_the_single_teacher():
@@ -175,7 +199,6 @@ def test_a_teacher_mapping_with_one_named_teacher_reads_as_the_single_teacher():
     # limited to some tags it is still refused, by its name
     _, report = _onpolicy(teacher={"t32": {**ONPOLICY["teacher"], "tag_included": ["math_dapo"]}})
     assert [e.key for e in report.refused] == ["teacher.t32.tag_included"]
-    assert "empty tag_included takes every row" in report.refused[0].reason
 
 
 def test_the_students_context_parallelism_is_dropped_not_split():

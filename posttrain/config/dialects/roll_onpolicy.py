@@ -20,19 +20,21 @@ compute_advantage, is_pure_opd):
 - The student's log-probs: ROLL takes the inference engine's (``infer_logprobs``) unless it
   recomputes them with the training model; posttrain always recomputes them (``old_logprobs``),
   which agree to the engines' numerics.
-- One teacher: ROLL normalises ``teacher`` to named teachers (a single worker config is the one
+- Teachers: ROLL normalises ``teacher`` to named teachers (a single worker config is the one
   teacher "default"; roll/configs/base_config.py _handle_opd_mapping), so a ``teacher`` mapping
-  that holds one named teacher is read exactly as a single teacher, its keys reported under its
-  name. Several teachers, or a teacher limited to some tags, are refused: posttrain's reference
-  role is one model that scores every row. What ROLL does with them (roll/utils/functionals.py
-  build_domain_to_teacher_names and compute_advantage): a row's domain stands for the tags of the
-  reward worker of that name (rlvr_config's domain_2_tag), or for the tag of its own name; a
-  teacher takes the row when its ``tag_included`` holds one of those tags, and a teacher whose
-  ``tag_included`` is empty takes every row. The row's advantage is minus the sum over the teachers
-  that take it of opd_kl_coef x KL_t, each KL against that teacher's log-probs; a row no teacher
-  takes gets 0, which whitening (when on) then shifts and scales with the rest of the batch. With
-  no tags anywhere every teacher takes every row. The refusal names the nearest posttrain config,
-  a stage per teacher.
+  that holds one named teacher is read exactly as a single teacher (``ref.model_path``), its keys
+  reported under its name. Several named teachers become ``ref.teachers``: each teacher is
+  translated as the one teacher would be, its model, ``tag_included`` and ``opd_kl_coef`` going to
+  ``ref.teachers.<name>``; the rest of its settings land in the shared ``ref`` section, so teachers
+  whose settings translate differently there are refused by name. ROLL's routing, which
+  posttrain's follows (roll/utils/functionals.py build_domain_to_teacher_names and
+  compute_advantage): a row's domain stands for the tags of the reward worker that holds its tag
+  (rlvr_config's domain_2_tag), or for its own tag; a teacher takes the row when its
+  ``tag_included`` holds one of those tags, and a teacher whose ``tag_included`` is empty takes
+  every row. The row's advantage is minus the sum over the teachers that take it of opd_kl_coef x
+  KL_t, each KL against that teacher's log-probs; a row no teacher takes gets 0, which whitening
+  (when on) then shifts and scales with the rest of the batch. A single (unnamed) teacher limited
+  to some tags is refused with the ``ref.teachers`` config that expresses it.
 """
 
 from __future__ import annotations
@@ -48,12 +50,6 @@ from posttrain.config.dialects.translate import Context, translate_dict
 
 RENAMES = {"student_train": "actor_train", "student_infer": "actor_infer", "teacher": "reference"}
 _BACK = {v: k for k, v in RENAMES.items()}
-_ONE_TEACHER = ("posttrain's on-policy distillation has one teacher, the reference role (ref.model_path), which scores every row of "
-                "the batch; ROLL routes each row by its domain to every teacher whose tag_included holds it, sums their "
-                "opd_kl_coef-weighted KL estimates (a teacher with an empty tag_included takes every row) and gives a row that no teacher "
-                "takes a zero advantage. The nearest posttrain "
-                "config is one stage per teacher (stages: each with its ref.model_path and data.train_files holding that teacher's "
-                "rows), which trains on the domains one after the other instead of in the same batches")
 
 
 def is_onpolicy(raw: Any) -> bool:
@@ -70,23 +66,52 @@ def translate(raw: Mapping[str, Any], *, interpolated: set[str] = frozenset(), u
     """The native dict and the report of a ROLL on-policy distillation file (module docstring)."""
     teacher = raw.get("teacher")
     named = isinstance(teacher, Mapping) and teacher and all(isinstance(v, Mapping) and "model_args" in v for v in teacher.values())
-    several = bool(named) and len(teacher) > 1
-    one = next(iter(teacher)) if named and not several else None  # {name: config}: ROLL's single teacher under a name
-    source = {k: v for k, v in raw.items() if not (several and k == "teacher")}
+    if not named or len(teacher) == 1:  # {name: config}: ROLL's single teacher under a name
+        return _translate(raw, next(iter(teacher)) if named else None, False, interpolated, unresolved)
+    # several teachers: each read as the one teacher into ref.teachers.<name>; the rest of the file is the same in every run
+    runs = {name: _translate(raw, name, True, interpolated, unresolved) for name in teacher}
+    first = next(iter(teacher))
+    native, report = runs[first]
+    entries = [e for e in report.entries if not e.key.startswith("teacher.")]
+    shared = _flat({k: v for k, v in native.items()}, skip="ref.teachers")
+    for name, (mine, rep) in runs.items():
+        entries += [e for e in rep.entries if e.key.startswith(f"teacher.{name}")]
+        native.setdefault("ref", {}).setdefault("teachers", {})[name] = mine["ref"]["teachers"][name]
+        differs = sorted(k for k in set(shared) | set(_flat(mine, skip="ref.teachers")) if shared.get(k) != _flat(mine, skip="ref.teachers").get(k))
+        if differs:
+            entries.append(Entry(f"teacher.{name}", "refused", None, None,
+                                 f"not supported: its settings give {', '.join(differs)} other values than teacher {first}'s; posttrain's ref "
+                                 "section (batching, backend) applies to every teacher of ref.teachers: give the teachers the same values"))
+    return native, Report(report.dialect, entries)
+
+
+def _flat(d: Mapping[str, Any], prefix: str = "", skip: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if key == skip:
+            continue
+        if isinstance(v, Mapping) and v:
+            out.update(_flat(v, key + ".", skip))
+        else:
+            out[key] = v
+    return out
+
+
+def _translate(raw: Mapping[str, Any], one: str | None, routed: bool, interpolated: set[str], unresolved: Mapping[str, str] | None) -> tuple[dict[str, Any], Report]:
+    """One translation with `teacher` the file's single teacher, or its teacher `one` of a mapping;
+    `routed`: one of several teachers, read into ref.teachers.<one>."""
+    source = dict(raw)
     if one is not None:
-        source["teacher"] = teacher[one]
+        source["teacher"] = raw["teacher"][one]
     renamed = {_rename(k, RENAMES): v for k, v in source.items()}
-    handlers = [functools.partial(pipeline, several=several), *roll.HANDLERS]
+    handlers = [functools.partial(pipeline, routed=one if routed else None), *roll.HANDLERS]
     native, report = translate_dict(renamed, "roll", handlers, roll.value_hook, roll.ignorable,
                                     interpolated={_rename(_unname(k, one), RENAMES) for k in interpolated},
                                     unresolved={_rename(_unname(k, one), RENAMES): v for k, v in (unresolved or {}).items()})
     entries = [dataclasses.replace(e, key=_name(_rename(e.key, _BACK), one), reason=e.reason.replace("actor_train", "student_train").replace("actor_infer", "student_infer"))
                for e in report.entries]
-    out = Report(report.dialect, entries)
-    if several:  # the teachers' own keys are not read: the whole role is refused, by teacher
-        for name in teacher:
-            out.add(Entry(f"teacher.{name}", "refused", None, None, f"not supported: {_ONE_TEACHER}"))
-    return native, out
+    return native, Report(report.dialect, entries)
 
 
 def _unname(key: str, name: str | None) -> str:
@@ -100,9 +125,9 @@ def _name(key: str, name: str | None) -> str:
     return f"teacher.{name}" + key[len("teacher"):] if name is not None and (key == "teacher" or key.startswith("teacher.")) else key
 
 
-def pipeline(ctx: Context, *, several: bool = False) -> None:
-    """The pure OPD rules (module docstring), run before the RL rules; `several`: a multi-teacher
-    file, whose teachers `translate` refuses."""
+def pipeline(ctx: Context, *, routed: str | None = None) -> None:
+    """The pure OPD rules (module docstring), run before the RL rules; `routed`: the name of the
+    teacher read (as `reference`) when the file has several, which goes to ref.teachers.<name>."""
     ctx.set("algorithm.adv_estimator", "on_policy_distill", "student_train", "ROLL's on-policy distillation (is_pure_opd): advantages from the teacher's log-probs")
     for key, why in (("adv_estimator", "ROLL's pure OPD mode sets it to reinforce and takes the advantages from the teacher instead"),
                      ("gamma", "ROLL's pure OPD mode sets it to 0; posttrain's on_policy_distill estimator reads no discount"),
@@ -131,20 +156,30 @@ def pipeline(ctx: Context, *, several: bool = False) -> None:
                                  "on_policy_distill is the k1 estimate (log pi_teacher - log pi_student): use kl_penalty: kl", None, penalty)
     ref = "reference.model_args.model_name_or_path"
     ctx.consume(ref)
-    if several:
+    coef = ctx.get("reference.opd_kl_coef")
+    ctx.consume("reference.opd_kl_coef")
+    tags = ctx.get("reference.tag_included")
+    if routed is not None:  # one of several teachers: ref.teachers.<name>, scoring the rows of its tags
+        if ctx.get(ref) is None:
+            ctx.refuse(ref, "ROLL's on-policy distillation needs each teacher's model_name_or_path", f"ref.teachers.{routed}.model_path", None)
+        else:
+            ctx.set(f"ref.teachers.{routed}.model_path", ctx.get(ref), ref, "one of ROLL's teachers, a frozen model on every trainer worker")
+        ctx.set(f"ref.teachers.{routed}.kl_coef", 1.0 if coef is None else float(coef), "reference.opd_kl_coef", "" if coef is not None else "ROLL's default: 1.0")
+        ctx.consume("reference.tag_included")
+        ctx.set(f"ref.teachers.{routed}.tag_included", list(tags or []), "reference.tag_included",
+                "the rows this teacher scores (by their domain's tags, as ROLL routes them)" if tags else "empty: the teacher scores every row, as in ROLL")
         return
     if ctx.get(ref) is None:
         ctx.refuse(ref, "ROLL's on-policy distillation needs the teacher's model_name_or_path", "ref.model_path", None)
     else:
         ctx.set("ref.model_path", ctx.get(ref), ref, "the teacher scores the student's samples as posttrain's reference role")
-    coef = ctx.get("reference.opd_kl_coef")
-    ctx.consume("reference.opd_kl_coef")
+    if tags:  # one teacher limited to some tags: posttrain's ref.teachers with that one teacher
+        ctx.consume("reference.tag_included")
+        ctx.refuse("reference.tag_included", f"the teacher scores only rows tagged {tags} in ROLL (others get a zero advantage); write it as "
+                                             "ref.teachers with this one teacher (model_path, tag_included, kl_coef) in posttrain's config", None, tags)
+        return
     ctx.set("algorithm.adv_estimator_args", {"kl_coef": 1.0 if coef is None else float(coef)}, "reference.opd_kl_coef",
             "" if coef is not None else "ROLL's default: 1.0")
-    tags = ctx.get("reference.tag_included")
     if ctx.has("reference.tag_included"):
         ctx.consume("reference.tag_included")
-        if tags:
-            ctx.refuse("reference.tag_included", f"the teacher scores only rows tagged {tags} in ROLL (others get no advantage); {_ONE_TEACHER}", None, tags)
-        else:
-            ctx.drop("reference.tag_included", "empty: the teacher scores every row, as posttrain's")
+        ctx.drop("reference.tag_included", "empty: the teacher scores every row, as posttrain's")
