@@ -197,7 +197,7 @@ def check_distill_teacher(cfg: Config, tokenizer: Any) -> None:
 
 def check_rl_roles(cfg: Config, tokenizer: Any) -> None:
     """The critic's directory and tokenizer when a critic is trained; a teacher's (ref.model_path)
-    directory and vocabulary; the reward model's directory."""
+    directory and vocabulary, and each of ref.teachers'; the reward model's directory."""
     from posttrain.trainer.rl_build import check_critic_tokenizer, check_teacher_tokenizer
 
     if role_needs(cfg).critic:
@@ -213,6 +213,11 @@ def check_rl_roles(cfg: Config, tokenizer: Any) -> None:
         load_config(teacher, trust_remote_code=cfg.model.trust_remote_code, what="teacher (ref.model_path)")
         check_weight_files(resolve_model_dir(teacher, what="teacher (ref.model_path)"))
         check_teacher_tokenizer(cfg, tokenizer)
+    for name, t in cfg.ref.teachers.items():  # on_policy_distill's several teachers (checks: each has a model_path)
+        key = f"ref.teachers.{name}.model_path"
+        load_config(t.model_path, trust_remote_code=cfg.model.trust_remote_code, what=f"teacher ({key})")
+        check_weight_files(resolve_model_dir(t.model_path, what=f"teacher ({key})"))
+        check_teacher_tokenizer(cfg, tokenizer, t.model_path, key)
     rm = cfg.reward.reward_model
     if rm.enable:
         import_external_lib(rm.external_lib, key="reward.reward_model.external_lib")

@@ -101,8 +101,12 @@ def test_two_teachers_on_two_domains_train_two_steps_and_log(files):
     assert checked == {"s", "a"}
 
 
-def test_a_teacher_tag_no_row_has_is_refused(files):
+def test_a_teacher_tag_no_row_has_or_another_vocabulary_is_refused(files, tmp_path):
     base, root = files
+    other = make_tiny_model(tmp_path / "big_vocab", layers=1, hidden=32, heads=4, vocab_size=160)
+    with pytest.raises(ConfigError, match=r"ref.teachers.b.model_path .*its vocabulary differs"):
+        tiny_rl_trainer(base, "algorithm.adv_estimator=on_policy_distill",
+                        f"ref.teachers={{a: {{model_path: {root}/t_sort}}, b: {{model_path: {other}}}}}", run="vocab")
     with pytest.raises(ConfigError, match=r"ref.teachers.s.tag_included: \['posttrain/sorted'\] is in no row"):
         tiny_rl_trainer(base, "algorithm.adv_estimator=on_policy_distill",
                         f"ref.teachers={{s: {{model_path: {root}/t_sort, tag_included: [posttrain/sorted]}}}}", run="typo")
