@@ -396,6 +396,10 @@ KERNELS = "tests/workers/test_kernel_flags.py"
 ULYSSES = "tests/cluster/test_ulysses.py::test_each_role_splits_by_its_own_key_and_the_reference_follows_the_actor"
 DISTILL = "tests/trainer/test_distill.py"
 ELSEWHERE = {
+    # several distillation teachers: each row's advantage is recomputed from its own teacher (routing by
+    # tag_included) with that teacher's model (model_path) and kl_coef (0.5 against the default 1.0)
+    **{key: "tests/trainer/test_teachers.py::test_two_teachers_on_two_domains_train_two_steps_and_log"
+       for key in ("ref.teachers", "ref.teachers.*.model_path", "ref.teachers.*.kl_coef", "ref.teachers.*.tag_included")},
     # the external engine (rollout.name=external, bench only) against scripted and posttrain-served endpoints
     "rollout.external.model_name": "tests/rollout/test_external_engine.py::test_each_row_is_one_request_with_the_model_key_and_n",
     "rollout.external.max_retries": "tests/rollout/test_external_engine.py::test_busy_answers_are_retried_max_retries_times",
