@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from posttrain.buffer.sqlite import BufferError
-from posttrain.buffer.weights import LATEST, WeightFiles
+from posttrain.buffer.weights import WeightFiles
 from posttrain.files import atomic_write_text
 
 CHANNEL = "channel.json"
@@ -121,7 +121,7 @@ class WeightServer:
             self._prune()
         if self.store is None:
             self._open()
-        atomic_write_text(self.dir / LATEST, f"{step}\n")
+        self.files.announce(step)
 
     def close(self) -> None:
         self.closed.set()

@@ -37,9 +37,13 @@ class WeightFiles:
         save_file({k: v.detach().cpu().contiguous().clone() for k, v in state.items()}, str(tmp))
         tmp.rename(final)
         fsync_dir(self.dir)
-        atomic_write_text(self.dir / LATEST, f"{step}\n")
+        self.announce(step)
         for old in self.steps()[:-3]:  # the newest and the two before it stay
             (self.dir / f"step_{old}.safetensors").unlink(missing_ok=True)
+
+    def announce(self, step: int) -> None:
+        """Name `step` in `latest.txt` (atomically): its weights are ready to be taken."""
+        atomic_write_text(self.dir / LATEST, f"{step}\n")
 
     def steps(self) -> list[int]:
         """Published steps still on disk, oldest first."""
