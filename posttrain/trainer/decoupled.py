@@ -314,18 +314,27 @@ def _on_main(world, attempt: Callable[[], Any], between: Callable[[], None], pol
         time.sleep(poll_s)
 
 
-def _claim(buffer, step: int, timeout_s: float, replay) -> Callable[[], Any]:
-    """An attempt (for `_on_main`) at the batch of trainer step `step`, giving up after `timeout_s`."""
+def _until(timeout_s: float, probe: Callable[[], Any], timed_out: Callable[[], Exception]) -> Callable[[], Any]:
+    """An attempt (for `_on_main`) that returns what `probe` finds (None: not yet), and raises
+    `timed_out()` once `timeout_s` has passed with nothing found."""
     deadline = time.monotonic() + timeout_s
 
     def attempt():
+        found = probe()
+        if found is None and time.monotonic() > deadline:
+            raise timed_out() from None
+        return found
+    return attempt
+
+
+def _claim(buffer, step: int, timeout_s: float, replay) -> Callable[[], Any]:
+    """An attempt at the batch of trainer step `step`, giving up after `timeout_s`."""
+    def probe():
         try:
             return buffer.claim(step, 0.0, waiting_for="the explorer", replay=replay)
         except BufferError:
-            if time.monotonic() > deadline:
-                raise read_timed_out(buffer, step, timeout_s, "the explorer", replay) from None
             return None
-    return attempt
+    return _until(timeout_s, probe, lambda: read_timed_out(buffer, step, timeout_s, "the explorer", replay))
 
 
 def _publish(learner, weights: WeightFiles, step: int) -> None:
@@ -338,30 +347,15 @@ def _publish(learner, weights: WeightFiles, step: int) -> None:
 
 
 def _explorer_finished(buffer, timeout_s: float) -> Callable[[], bool | None]:
-    """An attempt (for `_on_main`) at the explorer's end: a trainer whose weights live in its own
-    memory (sync_method nccl or memory) serves them until the explorer needs none."""
-    deadline = time.monotonic() + timeout_s
-
-    def attempt():
-        if buffer.state("explorer").startswith("finished"):
-            return True
-        if time.monotonic() > deadline:
-            raise BufferError(f"the trainer finished and waited {timeout_s:g} s for the explorer to finish with its weights "
-                              f"(explorer: {buffer.state('explorer')}); raise synchronizer.sync_timeout or check the explorer")
-        return None
-    return attempt
+    """An attempt at the explorer's end: a trainer whose weights live in its own memory (sync_method
+    nccl or memory) serves them until the explorer needs none."""
+    return _until(timeout_s, lambda: buffer.state("explorer").startswith("finished") or None, lambda: BufferError(
+        f"the trainer finished and waited {timeout_s:g} s for the explorer to finish with its weights "
+        f"(explorer: {buffer.state('explorer')}); raise synchronizer.sync_timeout or check the explorer"))
 
 
 def _evaluation(buffer: ExperienceBuffer, step: int, timeout_s: float) -> Callable[[], dict[str, float] | None]:
-    """An attempt (for `_on_main`) at the explorer's evaluation of the weights of `step`."""
-    deadline = time.monotonic() + timeout_s
-
-    def attempt():
-        found = buffer.evaluations_through(step).get(step)
-        if found is None and time.monotonic() > deadline:
-            raise BufferError(
-                f"the trainer waited {timeout_s:g} s for the explorer's validation of the weights of step {step} "
-                f"(explorer: {buffer.state('explorer')}); raise synchronizer.sync_timeout or check the explorer"
-            )
-        return found
-    return attempt
+    """An attempt at the explorer's evaluation of the weights of `step`."""
+    return _until(timeout_s, lambda: buffer.evaluations_through(step).get(step), lambda: BufferError(
+        f"the trainer waited {timeout_s:g} s for the explorer's validation of the weights of step {step} "
+        f"(explorer: {buffer.state('explorer')}); raise synchronizer.sync_timeout or check the explorer"))

@@ -81,7 +81,8 @@ def compose(raw: dict[str, Any], path: Path, problems: dict[str, str], _seen: tu
         file = (path.parent / name).with_suffix(".yaml") if not name.endswith((".yaml", ".yml")) else path.parent / name
         if not file.is_file():
             # ROLL's examples still include DeepSpeed presets that ROLL v0.3.0 deleted
-            gone = "; ROLL v0.3.0 removed its DeepSpeed presets (examples/config/deepspeed_zero*.yaml): copy it from ROLL v0.2, or remove the include if no strategy_config uses it" if file.name.startswith("deepspeed_zero") else ""
+            gone = ("; ROLL v0.3.0 removed its DeepSpeed presets (examples/config/deepspeed_zero*.yaml), so ROLL stops with the same "
+                    "missing include: copy it from ROLL v0.2, or remove the include if no strategy_config uses it") if file.name.startswith("deepspeed_zero") else ""
             problems[f"defaults[{i}]"] = f"Hydra include {item!r}: {file} not found (put it there, or inline its keys){gone}"
             continue
         if file.resolve() in _seen:
