@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from posttrain.data import SequenceBatch
 from posttrain.models.logprobs import token_logprobs_from_hidden
+from posttrain.models.moe import note_tokens
 from posttrain.models.ulysses import current_group, ulysses_hidden_states
 
 
@@ -42,6 +43,7 @@ def sequence_logprobs(model: nn.Module, batch: SequenceBatch, *, chunk_tokens: i
     input_ids = batch.input_ids[:, :width].to(device)  # (B, S)
     attention_mask = batch.attention_mask[:, :width].to(device)  # (B, S)
     mask = batch.loss_mask[:, 1:width].to(device).float()  # (B, S-1)
+    note_tokens(attention_mask > 0)  # an open router capture counts only these (posttrain.models.moe)
     sp = current_group()
     if sp is not None:  # each sequence split over the sp ranks (posttrain.models.ulysses)
         positions = torch.arange(width, device=device)[None].expand(len(input_ids), width)  # (B, S)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -32,6 +33,7 @@ from posttrain.cluster.fsdp import forward_runner
 from posttrain.cluster.parallel import DataParallel
 from posttrain.cluster.world import role_parallelism
 from posttrain.workers.microbatch import SINGLE, accumulate_units, clip_and_step
+from posttrain.workers.router_loss import scaled_router_term
 from posttrain.checkpoint.save import save_hf
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
@@ -39,6 +41,7 @@ from posttrain.data import SFTExample, collate_sft, make_sampler, pad_token_id
 from posttrain.data.loader import ExampleReader
 from posttrain.models.loading import causal_lm_from_config
 from posttrain.models.lora import add_lora, lora_settings
+from posttrain.models.moe import RouterCapture, capture_router_logits, router_loss_settings
 from posttrain.optim import build_optimization
 from posttrain.records import pack_greedy
 from posttrain.tracking import Trackers
@@ -52,13 +55,32 @@ MicroLoss = Callable[[Sequence[Any], float], tuple[Tensor, dict[str, float]]]
 
 
 @dataclass(frozen=True)
+class RouterLoss:
+    """The MoE router's load-balancing loss a supervised step adds (actor.moe_aux_loss_coef), as
+    Megatron adds it to every loss it trains: coef x the loss of each micro-batch's forward, the
+    micro-batches weighed by their share of the batch's real tokens (as the RL actor weighs them)."""
+
+    model: nn.Module  # the trained model, whose routers' outputs are captured
+    coef: float
+    top_k: int  # experts per token
+
+    @classmethod
+    def of(cls, model: nn.Module, coef: float | None) -> RouterLoss | None:
+        """The loss for `model` and actor.moe_aux_loss_coef (null: the model's router_aux_loss_coef);
+        None when the coefficient is 0 (a dense model's is)."""
+        coef, top_k = router_loss_settings(model, coef)
+        return cls(model, coef, top_k) if coef > 0 else None
+
+
+@dataclass(frozen=True)
 class Objective:
     """What a supervised stage trains: how a batch is normalised and what one micro-batch's loss is."""
 
     prefix: str  # metric namespace: "sft", "dpo" or "distill"
     normaliser: Callable[[Sequence[Any]], float]  # of the whole batch: trained tokens (SFT), pairs (DPO)
-    micro_loss: MicroLoss
+    micro_loss: MicroLoss  # its last forward must be the trained model's (the router loss reads that one)
     tokens: Callable[[Sequence[Any]], int]  # tokens a forward pass over the examples processes
+    router: RouterLoss | None = None
 
 
 def stage_device(ctx: StageContext) -> torch.device:
@@ -112,9 +134,14 @@ def accumulate(objective: Objective, examples: Sequence[Any], micro: MicroBatchi
     """
     total = objective.normaliser(examples)  # of the whole batch: the same on every rank
     mine = [examples[i] for i in dp.share([objective.tokens([e]) for e in examples])] if dp.distributed else examples
+    router, tokens = objective.router, objective.tokens(examples)
 
     def weighted(part: Sequence[Any]) -> tuple[Tensor, dict[str, float]]:  # micro_loss divides by `total` itself
-        loss, parts = objective.micro_loss(part, total)
+        with capture_router_logits(router.model) if router else nullcontext(RouterCapture()) as routers:
+            loss, parts = objective.micro_loss(part, total)
+        if router:
+            aux, parts["moe_aux_loss"] = scaled_router_term(routers, objective.tokens(part) / tokens, router.top_k, dp)
+            loss = loss + router.coef * aux
         return loss, {f"{objective.prefix}/{key}": value for key, value in parts.items()}
 
     units = micro.split(mine, objective.tokens) if mine else []
@@ -191,8 +218,9 @@ def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objectiv
     return StageResult(final_model=out, last_metrics=last, steps=total)
 
 
-def sft_objective(model: nn.Module, pad_id: int, compute_dtype: str = "fp32") -> Objective:
-    """Token-mean negative log-likelihood of the trained (response/assistant) tokens. `compute_dtype`:
+def sft_objective(model: nn.Module, pad_id: int, compute_dtype: str = "fp32", moe_aux_loss_coef: float | None = 0.0) -> Objective:
+    """Token-mean negative log-likelihood of the trained (response/assistant) tokens, plus the router
+    loss of an MoE model (`RouterLoss`, actor.moe_aux_loss_coef). `compute_dtype`:
     actor.fsdp_config.mixed_precision.param_dtype (bf16: autocast, fp32 master weights). `model`
     may be a sharded model's FSDP root (`posttrain.cluster.fsdp`)."""
     run, model = forward_runner(model)
@@ -206,7 +234,8 @@ def sft_objective(model: nn.Module, pad_id: int, compute_dtype: str = "fp32") ->
         loss = -(out.logprobs * out.mask).sum() / total
         return loss, {"loss": float(loss.detach()), "tokens": float(out.mask.sum())}
 
-    return Objective("sft", normaliser, micro_loss, lambda examples: sum(len(e.input_ids) for e in examples))
+    return Objective("sft", normaliser, micro_loss, lambda examples: sum(len(e.input_ids) for e in examples),
+                     RouterLoss.of(model, moe_aux_loss_coef))
 
 
 def run_sft(ctx: StageContext) -> StageResult:
@@ -223,5 +252,5 @@ def run_sft(ctx: StageContext) -> StageResult:
         add_lora(policy, lora, cfg.model.path)
     model = ctx.world.shard(policy, cfg.actor.fsdp_config)
     derived, trackers = open_stage(ctx, len(train_set))
-    objective = sft_objective(model, pad_token_id(tokenizer), cfg.actor.fsdp_config.mixed_precision.param_dtype)
+    objective = sft_objective(model, pad_token_id(tokenizer), cfg.actor.fsdp_config.mixed_precision.param_dtype, cfg.actor.moe_aux_loss_coef)
     return fit(ctx, model, tokenizer, objective, train_set, val_set, derived, trackers)

@@ -6,6 +6,8 @@ TrainingArguments in strategy_config; the options below are those ROLL's example
 
 from __future__ import annotations
 
+import copy
+
 import textwrap
 
 import pytest
@@ -111,13 +113,13 @@ def test_the_moe_router_loss_is_the_actors_moe_aux_loss_coef():
     # the reference trains nothing: its experts' placement is all that EP says there
     _, report = _role({"expert_model_parallel_size": 8}, "megatron_infer", "reference")
     assert not report.refused
-    # ROLL's DPO pipeline: no RL actor loss to add it to; a dense model's file keeps the coefficient at 0
+    # ROLL's DPO pipeline: posttrain's DPO loss adds it as the actor's does (null: the model's coefficient, 0 when dense)
     native, report = translate({"beta": 0.1, "actor_train": {"strategy_args": {"strategy_name": "megatron_train", "strategy_config": {}}}}, "roll")
-    assert "moe_aux_loss_coef" not in native.get("actor", {})
+    assert not report.refused and native["actor"]["moe_aux_loss_coef"] is None
     native, report = translate({"beta": 0.1, "actor_train": {"strategy_args": {"strategy_name": "megatron_train",
-                                                                               "strategy_config": {"expert_model_parallel_size": 8}}}}, "roll")
-    entry = report.entry(f"{BASE}.expert_model_parallel_size")
-    assert entry.status == "refused" and "DPO loss" in entry.reason and "moe_aux_loss_coeff: 0" in entry.reason and not machine_refusal(entry.reason)
+                                                                               "strategy_config": {"expert_model_parallel_size": 8,
+                                                                                                   "moe_aux_loss_coeff": 0.002}}}}, "roll")
+    assert not report.refused and native["actor"]["moe_aux_loss_coef"] == 0.002
     # ROLL's other strategies read no router loss: model_args' coefficient changes nothing there
     native, report = _role({}, "fsdp2_train", model_args={"moe_aux_loss_coef": 0.01})
     assert report.entry("actor_train.model_args.moe_aux_loss_coef").status == "dropped"
@@ -125,20 +127,27 @@ def test_the_moe_router_loss_is_the_actors_moe_aux_loss_coef():
 
 
 def test_an_moe_model_on_this_machine_is_known_from_its_config(tmp_path):
-    # in an SFT file (no router term in posttrain's SFT loss) expert_model_parallel_size 1 says nothing;
-    # the model's config.json (a nested text config too) does
+    # posttrain's distillation loss has no router term: in a distillation file expert_model_parallel_size
+    # 1 says nothing; the model's config.json (a nested text config too) does
+    from test_roll_distill import FILE
     model = tmp_path / "moe"
     model.mkdir()
     (model / "config.json").write_text('{"model_type": "qwen3_vl_moe", "text_config": {"num_experts": 8, "router_aux_loss_coef": 0.001}}')
-    sft = {"sft_train": {"model_args": {"model_name_or_path": str(model)},
-                         "strategy_args": {"strategy_name": "megatron_train", "strategy_config": {"expert_model_parallel_size": 1}}}}
-    entry = translate(sft, "roll")[1].entry("sft_train.strategy_args.strategy_config.moe_aux_loss_coeff")
-    assert entry.status == "refused" and "router_aux_loss_coef 0.001" in entry.reason and "SFT loss" in entry.reason
-    sft["sft_train"]["strategy_args"]["strategy_config"]["moe_aux_loss_coeff"] = 0
-    assert not [e for e in translate(sft, "roll")[1].refused if "moe" in e.key]
+    distill = copy.deepcopy(FILE)
+    distill["student"]["model_args"]["model_name_or_path"] = str(model)
+    distill["student"]["strategy_args"]["strategy_config"]["expert_model_parallel_size"] = 1
+    entry = translate(distill, "roll")[1].entry("student.strategy_args.strategy_config.moe_aux_loss_coeff")
+    assert entry.status == "refused" and "router_aux_loss_coef 0.001" in entry.reason and "distillation loss" in entry.reason
+    distill["student"]["strategy_args"]["strategy_config"]["moe_aux_loss_coeff"] = 0
+    assert not [e for e in translate(distill, "roll")[1].refused if "moe" in e.key]
     (model / "config.json").write_text('{"model_type": "qwen2", "num_hidden_layers": 2}')  # dense: no router
-    sft["sft_train"]["strategy_args"]["strategy_config"].pop("moe_aux_loss_coeff")
-    assert not [e for e in translate(sft, "roll")[1].refused if "moe" in e.key]
+    distill["student"]["strategy_args"]["strategy_config"].pop("moe_aux_loss_coeff")
+    assert not [e for e in translate(distill, "roll")[1].refused if "moe" in e.key]
+    # an SFT file takes the coefficient (null: the model's when it loads)
+    sft = {"sft_train": {"model_args": {"model_name_or_path": str(model)},
+                         "strategy_args": {"strategy_name": "megatron_train", "strategy_config": {"expert_model_parallel_size": 4}}}}
+    native, report = translate(sft, "roll")
+    assert not [e for e in report.refused if "moe" in e.key] and native["actor"]["moe_aux_loss_coef"] is None
 
 
 PIPELINE = """\

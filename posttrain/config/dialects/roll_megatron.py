@@ -32,9 +32,10 @@ mcore_adapter/training_args.py). What each option does to the numbers decides it
   ``router_aux_loss_coef``): the role's ``actor.moe_aux_loss_coef`` / ``critic.moe_aux_loss_coef``
   (the same Switch loss over each micro-batch's routed tokens; null reads the model's coefficient
   when it loads, 0 for a dense model). ROLL's FSDP2 and DeepSpeed strategies add none (the model
-  returns its router logits and no loss reads them), nor do posttrain's SFT and DPO losses, so in
-  ROLL's SFT and DPO files a positive coefficient, or an MoE model known from the file (experts
-  split over devices) or from its config.json, is refused.
+  returns its router logits and no loss reads them). posttrain's SFT and DPO losses add it as the
+  RL actor's does; its distillation loss does not, so in ROLL's distillation files a positive
+  coefficient, or an MoE model known from the file (experts split over devices) or from its
+  config.json, is refused.
 """
 
 from __future__ import annotations
@@ -94,8 +95,8 @@ def megatron(ctx: Context, role: str, name: str) -> None:
     leaves = flat_options(options, "additional_configs")
     cp = leaves.get("context_parallel_size", 1) or 1
     trained = name == "megatron_train"
-    moe = ("; the MoE router load-balancing loss megatron_train adds is the role's moe_aux_loss_coef (refused in SFT and DPO files, "
-           "whose losses posttrain computes without it)") if trained else ""
+    moe = ("; the MoE router load-balancing loss megatron_train adds is the role's moe_aux_loss_coef (refused in distillation files, "
+           "whose loss posttrain computes without it)") if trained else ""
     if trained:  # set first: the report names the strategy line last for this key
         _aux_loss(ctx, role, base, leaves)
         # Megatron-core's optimizer groups exempt biases and one-dimensional parameters (norm
@@ -187,9 +188,10 @@ def _aux_loss(ctx: Context, role: str, base: str, leaves: dict[str, Any]) -> Non
     for key, coef in given[1:]:
         ctx.drop(key, f"megatron_train takes {given[0][0]} ({given[0][1]!r}) over it")
     stage = _supervised_stage(ctx)
-    native = None if stage else f"{NAMES[role][0]}.moe_aux_loss_coef"  # actor_train -> actor, critic -> critic
-    how = (f"posttrain adds the router loss to the RL actor's and critic's losses (actor.moe_aux_loss_coef, critic.moe_aux_loss_coef), "
-           f"not to its {stage} loss: set strategy_config.moe_aux_loss_coeff: 0 to train without it")
+    # actor_train (sft_train) -> actor, critic -> critic; posttrain's distillation loss has no router term
+    native = None if stage == "distillation" else f"{NAMES[role][0]}.moe_aux_loss_coef"
+    how = (f"posttrain adds the router loss to the RL actor's and critic's losses and to the SFT and DPO losses (actor.moe_aux_loss_coef, "
+           f"critic.moe_aux_loss_coef), not to its {stage} loss: set strategy_config.moe_aux_loss_coeff: 0 to train without it")
     ep = leaves.get("expert_model_parallel_size", 1)
     moe = isinstance(ep, int) and not isinstance(ep, bool) and ep > 1
     if given:
