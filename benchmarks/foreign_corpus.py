@@ -62,6 +62,8 @@ TRINITY_ENV = {
     "TRINITY_BUFFER_PATH": f"{ABSENT}/buffer",
     "TRINITY_CHECKPOINT_ROOT_DIR": "./checkpoints",
 }
+# ROLL files that log to wandb read its key from the environment, which ROLL's launch scripts tell users to export
+ROLL_ENV = {"WANDB_API_KEY": "set-by-the-sweep"}
 # What a machine lacks, as the problem lines of `config plan` say it (posttrain never downloads).
 MACHINE = [
     ("the model", re.compile(r"model path .* is not an existing local directory|is not a model directory|no config\.json|nor a model the local Hugging Face cache")),
@@ -201,7 +203,7 @@ def main() -> int:
     if args.verl:
         jobs += [("verl", args.verl, *run, {}) for run in verl_runs(args.verl.resolve())]
     if args.roll:
-        jobs += [("roll", args.roll, *run, {}) for run in yaml_runs(args.roll.resolve(), "roll")]
+        jobs += [("roll", args.roll, *run, ROLL_ENV) for run in yaml_runs(args.roll.resolve(), "roll")]
     if args.trinity:
         jobs += [("trinity", args.trinity, *run, TRINITY_ENV) for run in yaml_runs(args.trinity.resolve(), "trinity")]
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
