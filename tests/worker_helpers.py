@@ -11,6 +11,16 @@ import torch
 from posttrain.records import RolloutBatch
 from posttrain.workers import Actor, ActorSettings, Critic, CriticSettings
 
+def tiny_moe_config(**overrides):
+    """A 2-layer Qwen3-MoE of 4 experts, 2 per token (hidden 16): the router-loss tests' model."""
+    from transformers import Qwen3MoeConfig
+
+    shape = dict(vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=16, num_hidden_layers=2,
+                 num_attention_heads=2, num_key_value_heads=1, head_dim=8, num_experts=4, num_experts_per_tok=2,
+                 decoder_sparse_step=1, max_position_embeddings=64, router_aux_loss_coef=0.001)
+    return Qwen3MoeConfig(**{**shape, **overrides})
+
+
 # (prompt length, response length) per row: all different, two rows with a long response.
 LENGTHS = [(3, 5), (5, 2), (2, 7), (4, 1), (1, 6), (5, 4), (3, 3)]
 P_MAX, T_MAX = 5, 7

@@ -9,13 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers import Qwen3MoeForCausalLM
 
 from posttrain.algorithms import load_balancing_loss
 from posttrain.config import load_config
 from posttrain.data import DPOExample, SFTExample, collate_sft
 from posttrain.trainer.dpo import dpo_objective, freeze
 from posttrain.trainer.sft import MicroBatching, accumulate, sft_objective
+from worker_helpers import tiny_moe_config
 
 PAD = 0
 GATE = "model.layers.0.mlp.gate.weight"
@@ -24,12 +25,7 @@ GATE = "model.layers.0.mlp.gate.weight"
 @pytest.fixture(scope="module")
 def moe_model():
     torch.manual_seed(0)
-    config = Qwen3MoeConfig(
-        vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=16, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=8, num_experts=4, num_experts_per_tok=2,
-        decoder_sparse_step=1, max_position_embeddings=64, router_aux_loss_coef=0.001, pad_token_id=PAD,
-    )
-    return Qwen3MoeForCausalLM(config).float().train()
+    return Qwen3MoeForCausalLM(tiny_moe_config(pad_token_id=PAD)).float().train()
 
 
 def _example(index: int, length: int, prompt: int) -> SFTExample:

@@ -14,7 +14,7 @@ from posttrain.errors import ConfigError
 from posttrain.models.moe import router_loss_settings
 from posttrain.models.positions import concat_prompt_response
 from posttrain.workers.microbatch import micro_batches
-from worker_helpers import LENGTHS, assert_same_grads, grads, make_batch, sgd_actor
+from worker_helpers import LENGTHS, assert_same_grads, grads, make_batch, sgd_actor, tiny_moe_config
 
 B = len(LENGTHS)
 
@@ -22,12 +22,7 @@ B = len(LENGTHS)
 @pytest.fixture(scope="module")
 def moe_model():
     torch.manual_seed(0)
-    config = Qwen3MoeConfig(
-        vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=16, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=8, num_experts=4, num_experts_per_tok=2,
-        decoder_sparse_step=1, max_position_embeddings=64, router_aux_loss_coef=0.001,
-    )
-    return Qwen3MoeForCausalLM(config).float().train()
+    return Qwen3MoeForCausalLM(tiny_moe_config()).float().train()
 
 
 def _batch(model):
