@@ -5,6 +5,8 @@
   deadlines), kept as written (`timeouts`). Left at Trinity-RFT's defaults (900 or 1800 s, 2
   retries) they are dropped, so that a file that never chose a timeout runs on every engine (vLLM
   and SGLang cannot stop at a deadline) with no limit, as before.
+  With an agent-function workflow (posttrain_agent_workflow or an AgentScope one) the timeout
+  bounds each episode instead (rollout.agent.timeout, `_agent_timeouts`).
 - ``explorer.over_rollout``: posttrain's own keys (posttrain.rollout.progress). Trinity-RFT refuses a
   ratio above 0 with ``synchronizer.sync_style`` fixed, its default, so such a file is refused here
   too (`over_rollout`), though posttrain could run it: its trainer reads each step's batch whole,
@@ -32,6 +34,10 @@ from typing import Any
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_algorithms import TYPES
 from posttrain.config.dialects.trinity_judges import JUDGE_WORKFLOWS, training_workflow
+from posttrain.config.dialects.trinity_agent import AGENT
+from posttrain.config.dialects.trinity_agentscope import FUNCTIONS as AGENTSCOPE_FUNCTIONS
+
+AGENT_FUNCTION_WORKFLOWS = (AGENT, *AGENTSCOPE_FUNCTIONS)  # a task of theirs is one agent-function episode
 from posttrain.config.tables import Rule
 
 # key -> (values accepted as what posttrain does, why)
@@ -63,6 +69,9 @@ def timeouts(ctx: Context) -> None:
         ctx.refuse(key, f"expected {want}, got {value!r}", key, value)
     if bad:
         return
+    if training_workflow(ctx) in AGENT_FUNCTION_WORKFLOWS:
+        _agent_timeouts(ctx, timeout, retries)
+        return
     if timeout in (None, *_DEFAULT_TIMEOUTS) and retries in (None, _DEFAULT_RETRIES):
         why = ("Trinity-RFT's default, which a file that never chose a timeout carries: posttrain then sets no deadline, so the "
                "file runs on any engine (set another value to have posttrain bound each prompt group: explorer.max_timeout)")
@@ -74,6 +83,26 @@ def timeouts(ctx: Context) -> None:
             "a group past it is generated again or left out" + ("" if timeout is not None else " (Trinity-RFT's default 1800, under which the retries run)"))
     ctx.set(_RETRIES, _DEFAULT_RETRIES if retries is None else retries, _RETRIES if retries is not None else _TIMEOUT,
             "times a late prompt group is generated again before it is left out" + ("" if retries is not None else " (Trinity-RFT's default 2)"))
+
+
+def _agent_timeouts(ctx: Context, timeout: Any, retries: Any) -> None:
+    """An agent-function workflow (posttrain_agent_workflow, the AgentScope ones): a Trinity-RFT task
+    is a run of the workflow, so max_timeout bounds each episode (rollout.agent.timeout), whose late
+    calls are then dropped as Trinity-RFT drops a timed-out task's experiences. posttrain does not
+    run an episode again: only Trinity-RFT's default retries are accepted (they change the drop into
+    a retry there)."""
+    if timeout is not None:
+        ctx.set("rollout.agent.timeout", timeout, _TIMEOUT, "Trinity-RFT's per-task timeout: seconds one agent episode may take; a "
+                "later episode fails and is dropped (or trains with rollout.agent.failure_penalty), counted against "
+                "rollout.agent.max_failure_rate")
+    if retries is None:
+        return
+    if retries == _DEFAULT_RETRIES or retries == 0:
+        ctx.drop(_RETRIES, f"{retries}: posttrain does not run a timed-out agent episode again (Trinity-RFT's "
+                           f"{'default ' if retries else ''}retries of a late task)" + (": its late episodes are dropped" if retries else ""))
+    else:
+        ctx.refuse(_RETRIES, "posttrain does not run a timed-out agent episode again (it is dropped, or trains with "
+                             "rollout.agent.failure_penalty); remove it or set 0", None, retries)
 
 
 def _valid(value: object, whole: bool) -> bool:
