@@ -254,7 +254,7 @@ def _report(counts, reasons, skipped) -> None:
     print(f"{'all':10s} {n:5d} {total['accepted']:9d} {total['machine']:8d} {total['refused']:8d} {total['traceback']:10d}")
     print(f"\naccepted or refused only for what the machine lacks: {total['accepted'] + total['machine']} of {n}")
     print(f"refused only for the engine/backend/devices/model/data (`posttrain smoke` runs them here): {smoke} of {n}")
-    print(f"refused only where their own framework fails too (verl's Hydra, ROLL's tracker registry): {source} of {n}")
+    print(f"refused only where their own framework fails too (verl's Hydra, ROLL's tracker registry, Trinity-RFT's AgentScope v0 workflow): {source} of {n}")
     if skipped:
         print("\nnot planned:")
         for what, k in sorted(skipped.items()):
