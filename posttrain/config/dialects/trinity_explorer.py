@@ -254,8 +254,8 @@ def auxiliary(ctx: Context) -> None:
 
 _MIX = (("algorithm.algorithm_type", "mix"),)
 RULES: dict[str, Rule] = {
-    _TIMEOUT: Rule(_TIMEOUT, "a per-task timeout: seconds a training batch's prompt groups may take (posttrain.trainer.deadlines); Trinity-RFT's defaults (900, 1800) with default retries are dropped (no limit)", 60),
-    _RETRIES: Rule(_RETRIES, "retries of a prompt group past explorer.max_timeout before it is left out; alone, under Trinity-RFT's default timeout 1800", 3, ((_TIMEOUT, 60),)),
+    _TIMEOUT: Rule(_TIMEOUT, "a per-task timeout: seconds a training batch's prompt groups may take (posttrain.trainer.deadlines); Trinity-RFT's defaults (900, 1800) with default retries are dropped (no limit); with an agent-function workflow (posttrain_agent_workflow, agentscope_react_workflow, agentscope_react_math_workflow): seconds one episode may take (rollout.agent.timeout)", 60),
+    _RETRIES: Rule(_RETRIES, "retries of a prompt group past explorer.max_timeout before it is left out; alone, under Trinity-RFT's default timeout 1800; with an agent-function workflow only 0 or Trinity-RFT's default 2 (dropped: posttrain does not run an episode again)", 3, ((_TIMEOUT, 60),)),
     _STRATEGY: Rule(None, "default (and warmup) read the buffer's batches in order, as posttrain does; staleness_control is accepted when posttrain's own staleness bound (sync_interval - 1 + sync_offset, enforced where it generates) keeps every experience within staleness_limit, else refused; mix is the mix types' expert rows (algorithm.mix)", "default"),
     _ARGS: Rule(None, "staleness_control: staleness_limit, checked against posttrain's bound (see sample_strategy); mix: expert_data_ratio and sft_dataset_name (algorithm.mix)", {"staleness_limit": 4}, ((_STRATEGY, "staleness_control"),)),
     _AUX_BUFFERS: Rule("algorithm.mix.expert_files", "the mix and mix_chord types: the expert SFT buffer named by sample_strategy_args.sft_dataset_name (posttrain.config.dialects.trinity_types); other types' auxiliary buffers are refused (custom sample strategies posttrain does not run)", {"sft_dataset": {"path": "org/dataset"}}, _MIX),
