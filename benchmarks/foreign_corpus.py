@@ -47,9 +47,10 @@ from posttrain.config.dialects.source import read_yaml  # noqa: E402
 from posttrain.trainer.smoke import machine_refusal  # noqa: E402
 
 SMOKE_MARK = "\n(smoke-able: refused only for the engine, backend, devices, model or data, which `posttrain smoke` substitutes)"
-SOURCE_MARK = "\n(refused by its own framework too: every refusal is a line verl or ROLL fails on as well)"
-# a refusal that says the source framework stops on the same line (Hydra's override rules, ROLL's tracker registry)
-SOURCE_FAILS = re.compile(r"fails on this line as well|ROLL stops with")
+SOURCE_MARK = "\n(refused by its own framework too: every refusal is a line verl, ROLL or Trinity-RFT fails on as well)"
+# a refusal that says the source framework stops on the same line (Hydra's override rules, ROLL's tracker
+# registry, the AgentScope v0 API that Trinity-RFT's own agentscope no longer has)
+SOURCE_FAILS = re.compile(r"fails on this line as well|ROLL stops with|Trinity-RFT stops on this line too")
 SIDE = {"smoke", "source"}  # annotations of refused files, not outcomes of their own
 
 CORPUS = ROOT / "tests" / "config" / "corpus"
@@ -255,7 +256,7 @@ def _report(counts, reasons, skipped) -> None:
     print(f"{'all':10s} {n:5d} {total['accepted']:9d} {total['machine']:8d} {total['refused']:8d} {total['traceback']:10d}")
     print(f"\naccepted or refused only for what the machine lacks: {total['accepted'] + total['machine']} of {n}")
     print(f"refused only for the engine/backend/devices/model/data (`posttrain smoke` runs them here): {smoke} of {n}")
-    print(f"refused only where their own framework fails too (verl's Hydra, ROLL's tracker registry): {source} of {n}")
+    print(f"refused only where their own framework fails too (verl's Hydra, ROLL's tracker registry, Trinity-RFT's AgentScope v0 workflow): {source} of {n}")
     if skipped:
         print("\nnot planned:")
         for what, k in sorted(skipped.items()):

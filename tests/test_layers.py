@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1] / "posttrain"
 LAYERS: list[tuple[str, set[str]]] = [
     ("core", {"", "errors", "files", "records", "config", "algorithms"}),
     ("components", {"models", "data", "tasks", "rewards", "envs", "rollout", "cluster", "optim", "checkpoint", "buffer",
-                    "tracking", "report", "runlock", "runtime", "sandbox", "tools"}),
+                    "tracking", "report", "runlock", "runtime", "sandbox", "tools", "agents"}),
     ("roles", {"workers"}),
     ("drivers", {"trainer"}),
     ("command line", {"cli", "__main__"}),

@@ -22,6 +22,7 @@ thread cannot be stopped: it is left behind (its URL is closed, so its later cal
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import math
@@ -75,8 +76,9 @@ class AgentEpisode:
     failed: str | None = None
 
 
-def load_agent_function(spec: str, key: str) -> Callable[..., Any]:
-    """The callable named by ``module:function`` or ``path/to/file.py:function``."""
+def load_agent_function(spec: str, key: str, kwargs: dict[str, Any] | None = None) -> Callable[..., Any]:
+    """The callable named by ``module:function`` or ``path/to/file.py:function``, with `kwargs`
+    (rollout.agent.kwargs) bound: each episode calls it as ``function(base_url, row, **kwargs)``."""
     where, sep, name = spec.rpartition(":")
     if not sep or not where or not name:
         raise ConfigError(f"{key}: expected 'module:function' or 'path/to/file.py:function', got {spec!r}")
@@ -85,11 +87,13 @@ def load_agent_function(spec: str, key: str) -> Callable[..., Any]:
     if not callable(fn):
         found = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == module.__name__)
         raise ConfigError(f"{key}: {where} defines no function {name!r}; its functions are {found}")
+    kwargs = dict(kwargs or {})
     try:
-        inspect.signature(fn).bind("http://127.0.0.1/v1", {})
+        inspect.signature(fn).bind("http://127.0.0.1/v1", {}, **kwargs)
     except TypeError as e:
-        raise ConfigError(f"{key}: {spec} must take (base_url, row): {e}") from None
-    return fn
+        taken = f" and the keyword arguments {sorted(kwargs)} (rollout.agent.kwargs)" if kwargs else ""
+        raise ConfigError(f"{key}: {spec} must take (base_url, row){taken}: {e}") from None
+    return functools.partial(fn, **kwargs) if kwargs else fn
 
 
 def check_result(value: Any) -> tuple[float, dict[str, float]]:

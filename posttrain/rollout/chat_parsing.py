@@ -105,12 +105,23 @@ def template_messages(messages: list[Any]) -> list[Any]:
     """The request's messages as chat templates read them: an assistant turn's tool calls carry
     their arguments as a mapping (OpenAI clients send a JSON string; templates write the mapping
     with ``tojson``, and would write a string twice quoted), as vLLM hands them to the template.
-    Messages are copied, never changed in place; arguments that are not JSON stay as they are."""
+    A content given as a list of text parts (``[{"type": "text", "text": ...}, ...]``, as OpenAI
+    clients and agent frameworks such as AgentScope send it) becomes their texts joined by newlines,
+    as vLLM flattens it for a template that writes the content as a string; a list holding any other
+    part stays a list. Messages are copied, never changed in place; arguments that are not JSON stay
+    as they are.
+
+    >>> template_messages([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])
+    [{'role': 'user', 'content': 'a\\nb'}]
+    """
     out = []
     for m in messages:
         calls = m.get("tool_calls") if isinstance(m, dict) and m.get("role") == "assistant" else None
         if isinstance(calls, list):
             m = {**m, "tool_calls": [_with_mapping(c) for c in calls]}
+        parts = m.get("content") if isinstance(m, dict) else None
+        if isinstance(parts, list) and all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in parts):
+            m = {**m, "content": "\n".join(p["text"] for p in parts)}
         out.append(m)
     return out
 

@@ -68,7 +68,7 @@ def check_agent_fn(cfg: Config) -> None:
                         "process between two updates; a separate explorer process has no endpoint for them")
     if problems:
         raise ConfigError(problems)
-    load_agent_function(cfg.rollout.agent.function, KEY)
+    load_agent_function(cfg.rollout.agent.function, KEY, cfg.rollout.agent.kwargs)
 
 
 def make_agent_fn(cfg: Config, tokenizer: Any, inputs: Any, pad_id: int, world_size: int, halves: str) -> AgentFnRollout:
@@ -87,7 +87,7 @@ class AgentFnRollout:
     def __init__(self, cfg: Config, tokenizer: Any, train_set: Any, val_set: Any, pad_id: int, max_context: int):
         a = cfg.rollout.agent
         self.cfg, self.tokenizer, self.train_set, self.val_set, self.pad_id = cfg, tokenizer, train_set, val_set, pad_id
-        self.fn, self.name = load_agent_function(a.function, KEY), a.function
+        self.fn, self.name = load_agent_function(a.function, KEY, a.kwargs), a.function
         self.limits = AgentLimits(a.max_concurrency, a.timeout, a.failure_penalty, a.max_failure_rate)
         self.max_context = max_context
         self.endpoint: AgentEndpoint | None = None  # started at the first episode

@@ -176,3 +176,12 @@ def test_max_concurrency_bounds_the_episodes_running_at_once(engine):
         peaks.clear()
         run_agent_episodes(slow, "a:slow", tasks([0.0] * 4, n=1), endpoint, AgentLimits(max_concurrency=limit), f"c{limit}")
         assert max(peaks) == limit
+
+
+def test_kwargs_reach_the_function_with_every_episode_and_a_name_it_does_not_take_is_refused(tmp_path):
+    (tmp_path / "kw_agent.py").write_text("def run(base_url, row, *, scale=1.0):\n    return row['x'] * scale\n")
+    spec = f"{tmp_path}/kw_agent.py:run"
+    assert load_agent_function(spec, "rollout.agent.function")("u", {"x": 2.0}) == 2.0
+    assert load_agent_function(spec, "rollout.agent.function", {"scale": 3.0})("u", {"x": 2.0}) == 6.0  # rollout.agent.kwargs
+    with pytest.raises(ConfigError, match=r"keyword arguments \['shift'\] \(rollout.agent.kwargs\)"):
+        load_agent_function(spec, "rollout.agent.function", {"shift": 1})

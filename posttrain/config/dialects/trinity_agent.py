@@ -81,7 +81,7 @@ def server_keys(ctx: Context) -> None:
             else:
                 ctx.refuse(key, _ELSEWHERE, None, value)
         elif value is True:
-            ctx.drop(key, f"{AGENT}: the agent function always calls a loopback OpenAI-compatible endpoint of the policy, which records "
+            ctx.drop(key, "an agent-function workflow: the agent function always calls a loopback OpenAI-compatible endpoint of the policy, which records "
                           "every call as a training row (rollout.agent)")
         else:
             ctx.refuse(key, f"{AGENT} runs the agent function against the policy's OpenAI-compatible endpoint and trains on its recorded "

@@ -5,6 +5,8 @@
   deadlines), kept as written (`timeouts`). Left at Trinity-RFT's defaults (900 or 1800 s, 2
   retries) they are dropped, so that a file that never chose a timeout runs on every engine (vLLM
   and SGLang cannot stop at a deadline) with no limit, as before.
+  With an agent-function workflow (posttrain_agent_workflow or an AgentScope one) the timeout
+  bounds each episode instead (rollout.agent.timeout, `_agent_timeouts`).
 - ``explorer.over_rollout``: posttrain's own keys (posttrain.rollout.progress). Trinity-RFT refuses a
   ratio above 0 with ``synchronizer.sync_style`` fixed, its default, so such a file is refused here
   too (`over_rollout`), though posttrain could run it: its trainer reads each step's batch whole,
@@ -32,6 +34,10 @@ from typing import Any
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_algorithms import TYPES
 from posttrain.config.dialects.trinity_judges import JUDGE_WORKFLOWS, training_workflow
+from posttrain.config.dialects.trinity_agent import AGENT
+from posttrain.config.dialects.trinity_agentscope import FUNCTIONS as AGENTSCOPE_FUNCTIONS
+
+AGENT_FUNCTION_WORKFLOWS = (AGENT, *AGENTSCOPE_FUNCTIONS)  # a task of theirs is one agent-function episode
 from posttrain.config.tables import Rule
 
 # key -> (values accepted as what posttrain does, why)
@@ -63,6 +69,9 @@ def timeouts(ctx: Context) -> None:
         ctx.refuse(key, f"expected {want}, got {value!r}", key, value)
     if bad:
         return
+    if training_workflow(ctx) in AGENT_FUNCTION_WORKFLOWS:
+        _agent_timeouts(ctx, timeout, retries)
+        return
     if timeout in (None, *_DEFAULT_TIMEOUTS) and retries in (None, _DEFAULT_RETRIES):
         why = ("Trinity-RFT's default, which a file that never chose a timeout carries: posttrain then sets no deadline, so the "
                "file runs on any engine (set another value to have posttrain bound each prompt group: explorer.max_timeout)")
@@ -74,6 +83,26 @@ def timeouts(ctx: Context) -> None:
             "a group past it is generated again or left out" + ("" if timeout is not None else " (Trinity-RFT's default 1800, under which the retries run)"))
     ctx.set(_RETRIES, _DEFAULT_RETRIES if retries is None else retries, _RETRIES if retries is not None else _TIMEOUT,
             "times a late prompt group is generated again before it is left out" + ("" if retries is not None else " (Trinity-RFT's default 2)"))
+
+
+def _agent_timeouts(ctx: Context, timeout: Any, retries: Any) -> None:
+    """An agent-function workflow (posttrain_agent_workflow, the AgentScope ones): a Trinity-RFT task
+    is a run of the workflow, so max_timeout bounds each episode (rollout.agent.timeout), whose late
+    calls are then dropped as Trinity-RFT drops a timed-out task's experiences. posttrain does not
+    run an episode again: only Trinity-RFT's default retries are accepted (they change the drop into
+    a retry there)."""
+    if timeout is not None:
+        ctx.set("rollout.agent.timeout", timeout, _TIMEOUT, "Trinity-RFT's per-task timeout: seconds one agent episode may take; a "
+                "later episode fails and is dropped (or trains with rollout.agent.failure_penalty), counted against "
+                "rollout.agent.max_failure_rate")
+    if retries is None:
+        return
+    if retries == _DEFAULT_RETRIES or retries == 0:
+        ctx.drop(_RETRIES, f"{retries}: posttrain does not run a timed-out agent episode again (Trinity-RFT's "
+                           f"{'default ' if retries else ''}retries of a late task)" + (": its late episodes are dropped" if retries else ""))
+    else:
+        ctx.refuse(_RETRIES, "posttrain does not run a timed-out agent episode again (it is dropped, or trains with "
+                             "rollout.agent.failure_penalty); remove it or set 0", None, retries)
 
 
 def _valid(value: object, whole: bool) -> bool:
@@ -225,8 +254,8 @@ def auxiliary(ctx: Context) -> None:
 
 _MIX = (("algorithm.algorithm_type", "mix"),)
 RULES: dict[str, Rule] = {
-    _TIMEOUT: Rule(_TIMEOUT, "a per-task timeout: seconds a training batch's prompt groups may take (posttrain.trainer.deadlines); Trinity-RFT's defaults (900, 1800) with default retries are dropped (no limit)", 60),
-    _RETRIES: Rule(_RETRIES, "retries of a prompt group past explorer.max_timeout before it is left out; alone, under Trinity-RFT's default timeout 1800", 3, ((_TIMEOUT, 60),)),
+    _TIMEOUT: Rule(_TIMEOUT, "a per-task timeout: seconds a training batch's prompt groups may take (posttrain.trainer.deadlines); Trinity-RFT's defaults (900, 1800) with default retries are dropped (no limit); with an agent-function workflow (posttrain_agent_workflow, agentscope_react_workflow, agentscope_react_math_workflow): seconds one episode may take (rollout.agent.timeout)", 60),
+    _RETRIES: Rule(_RETRIES, "retries of a prompt group past explorer.max_timeout before it is left out; alone, under Trinity-RFT's default timeout 1800; with an agent-function workflow only 0 or Trinity-RFT's default 2 (dropped: posttrain does not run an episode again)", 3, ((_TIMEOUT, 60),)),
     _STRATEGY: Rule(None, "default (and warmup) read the buffer's batches in order, as posttrain does; staleness_control is accepted when posttrain's own staleness bound (sync_interval - 1 + sync_offset, enforced where it generates) keeps every experience within staleness_limit, else refused; mix is the mix types' expert rows (algorithm.mix)", "default"),
     _ARGS: Rule(None, "staleness_control: staleness_limit, checked against posttrain's bound (see sample_strategy); mix: expert_data_ratio and sft_dataset_name (algorithm.mix)", {"staleness_limit": 4}, ((_STRATEGY, "staleness_control"),)),
     _AUX_BUFFERS: Rule("algorithm.mix.expert_files", "the mix and mix_chord types: the expert SFT buffer named by sample_strategy_args.sft_dataset_name (posttrain.config.dialects.trinity_types); other types' auxiliary buffers are refused (custom sample strategies posttrain does not run)", {"sft_dataset": {"path": "org/dataset"}}, _MIX),

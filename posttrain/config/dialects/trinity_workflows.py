@@ -30,6 +30,11 @@ paths, chosen by the native config rather than by a class per task:
 - **the user's agent function** (`rollout.agent`, docs/agentic.md "Agent functions"): posttrain's own
   name ``posttrain_agent_workflow``, ``workflow_args.function`` naming it (posttrain.config.dialects.trinity_agent);
   with it ``explorer.rollout_model.enable_openai_api`` / ``enable_history`` true are accepted.
+- **AgentScope's ReAct agent** (`rollout.agent` with a built-in function): Trinity-RFT's
+  ``agentscope_react_workflow`` and ``agentscope_react_math_workflow`` run as posttrain's agent
+  functions posttrain.agents.agentscope_react:template_agent / math_agent
+  (posttrain.config.dialects.trinity_agentscope); ``agentscopev0_react_math_workflow`` is refused
+  (the AgentScope v0 API it imports is gone from the agentscope Trinity-RFT installs).
 - **multi-turn environment** (`env.*`): an agentic stage plays environments configured in
   ``env.custom_envs`` and ``env.train_env_manager`` rather than one episode per taskset row, so
   Trinity's environment workflows (frozen_lake_workflow, alfworld_workflow, ...) are refused with that
@@ -58,6 +63,7 @@ from posttrain.config.sections.data import TOKENIZER_TEMPLATE
 from posttrain.config.dialects.trinity_dapo import BOTS, bots_workflow, dapo_overlong
 from posttrain.config.dialects.trinity_envs import ENV_WORKFLOWS, env_workflow
 from posttrain.config.dialects.trinity_agent import AGENT, agent_workflow
+from posttrain.config.dialects.trinity_agentscope import FUNCTIONS as AGENTSCOPE_FUNCTIONS, V0 as AGENTSCOPE_V0, agentscope_workflow
 from posttrain.config.dialects.trinity_judges import JUDGE_WORKFLOWS, judge_workflow
 from posttrain.config.dialects.trinity_rm_gallery import RM_GALLERY, RM_WORKFLOWS, rm_workflow
 
@@ -69,6 +75,7 @@ BOXED_ARGS = ("use_base", "with_think", "format_score_coef")
 TOOL_N1 = ("toolcall_workflow", "tool_call_workflow")  # Trinity-RFT's Tool-N1 workflow, under both of its names
 DISTILL_MATH = "on_policy_distill_math_workflow"
 TOOLS = "posttrain_tool_workflow"
+AGENTSCOPE = (*AGENTSCOPE_FUNCTIONS, AGENTSCOPE_V0)  # Trinity-RFT's AgentScope ReAct workflows (the v0 one refused)
 # Trinity-RFT's image workflow: the single-turn rollout with the row's images (data.image_key), and a
 # system prompt of its own that replaces the taskset's (trinity/common/workflows/simple_mm_workflow.py).
 MM = ("simple_mm_workflow", "async_simple_mm_workflow")
@@ -229,6 +236,9 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
     elif name == AGENT:  # posttrain.config.dialects.trinity_agent: the user's agent function (rollout.agent)
         _, name_key, _, args_key = _reward_of(ctx, prefix, item)
         agent_workflow(ctx, prefix, source, args, training, [k for k in (name_key, args_key) if k is not None])
+    elif name in AGENTSCOPE:  # posttrain.config.dialects.trinity_agentscope: AgentScope's ReActAgent as a built-in agent function
+        _, name_key, _, args_key = _reward_of(ctx, prefix, item)
+        agentscope_workflow(ctx, prefix, item, name, source, args, training, [k for k in (name_key, args_key) if k is not None])
     elif name == TOOLS:
         _reward(ctx, prefix, item, name, source)
         if not training:
@@ -245,7 +255,7 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         for read in (key_read, args_read):  # the reward of a refused workflow: named with it, not run
             if read is not None:
                 ctx.drop(read, f"the reward function of workflow {name!r} at {source}, which is refused")
-        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + MM + BOXED + BOTS + TOOL_N1 + JUDGE_WORKFLOWS + RM_WORKFLOWS) + [DISTILL_MATH, TOOLS, AGENT]}")
+        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + MM + BOXED + BOTS + TOOL_N1 + JUDGE_WORKFLOWS + RM_WORKFLOWS) + [DISTILL_MATH, TOOLS, AGENT, *AGENTSCOPE_FUNCTIONS]}")
         ctx.refuse(source, f"workflow {name!r}: {reason}", None, name)
 
 

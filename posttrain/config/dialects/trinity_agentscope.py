@@ -1,0 +1,128 @@
+"""Trinity-RFT's AgentScope ReAct workflows in a Trinity-RFT file: posttrain's built-in agent functions.
+
+Trinity-RFT runs AgentScope's ReActAgent against its rollout model's OpenAI server and trains on
+the recorded calls. posttrain does the same with an agent function (`rollout.agent`, docs/agentic.md
+"Built-in agents"), so a taskset naming one of these workflows becomes:
+
+- ``agentscope_react_workflow`` -> ``rollout.agent.function: posttrain.agents.agentscope_react:template_agent``
+  with ``rollout.agent.kwargs`` {type, prompt_key, response_key, max_tokens}: ``workflow_args.type``
+  (Trinity-RFT's template, ``gsm8k`` its default and only one), the taskset's ``format.prompt_key`` /
+  ``response_key`` (Trinity-RFT's defaults prompt / response when unset) and
+  ``rollout_args.max_tokens`` (else Trinity-RFT's 4096);
+- ``agentscope_react_math_workflow`` -> ``...:math_agent`` with the same kwargs less ``type`` (the
+  workflow reads no workflow_args).
+
+Their other workflow_args are the ones ``posttrain_agent_workflow`` takes besides ``function``
+(max_concurrency, timeout, failure_penalty, max_failure_rate: rollout.agent.*); any other is
+dropped, as the Trinity-RFT workflows read none. The taskset's reward function and its arguments
+are dropped: both workflows score with Trinity-RFT's MathBoxedRewardFn whatever the taskset names
+(the template passes reward_fn_args to its constructor, which reads none). With the function set,
+the rollout model's OpenAI server, history and parser keys are accepted as for
+``posttrain_agent_workflow`` (posttrain.config.dialects.trinity_agent). An evaluation taskset is
+accepted when it names the training taskset's workflow with the same kwargs (posttrain validates
+with the training stage's agent function), else refused.
+
+``agentscopev0_react_math_workflow`` imports AgentScope's v0 API (``agentscope.service``,
+``agentscope.agents.ReActAgentV2``), which the agentscope that Trinity-RFT's own ``agent`` extra
+installs (``agentscope[tuner]>=1.0.18``: 1.0.18 and every release since, 2.x included) no longer
+has: Trinity-RFT stops on it too. It is refused, pointing at the v1 workflow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.config.dialects.translate import Context
+from posttrain.config.dialects.trinity_agent import ARGS, PARSER_KEYS, SERVER_KEYS
+
+MODULE = "posttrain.agents.agentscope_react"
+FUNCTIONS = {"agentscope_react_workflow": f"{MODULE}:template_agent", "agentscope_react_math_workflow": f"{MODULE}:math_agent"}
+V0 = "agentscopev0_react_math_workflow"
+TEMPLATE_TYPES = ("gsm8k",)  # posttrain.agents.agentscope_react.TEMPLATES, as Trinity-RFT's TEMPLATE_MAP
+DEFAULT_MAX_TOKENS = 4096  # what both workflows ask per call when rollout_args.max_tokens is unset
+V0_REASON = (f"{V0} imports AgentScope's v0 API (agentscope.service, agentscope.agents.ReActAgentV2), which the agentscope "
+             "that Trinity-RFT's own agent extra installs (agentscope[tuner]>=1.0.18) no longer has, so Trinity-RFT stops on this "
+             "line too with its own pinned agentscope; use agentscope_react_math_workflow (AgentScope's v1 ReActAgent with the "
+             "same Python tool and boxed-answer reward), which posttrain runs as its built-in agent function")
+
+
+def agentscope_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, source: str, args: dict[str, Any],
+                        training: bool, reward_keys: list[str]) -> None:
+    """One taskset naming an AgentScope workflow (module docstring)."""
+    if name == V0:
+        ctx.refuse(source, V0_REASON, None, name)
+        for key in reward_keys:
+            ctx.drop(key, f"the reward function of workflow {name!r} at {source}, which is refused")
+        for key in (*SERVER_KEYS, *PARSER_KEYS):  # they serve the refused workflow, not a refusal of their own
+            if training and ctx.has(key) and key not in ctx.handled:
+                ctx.consume(key)
+                ctx.drop(key, f"serves {name} at {source}, which is refused (with agentscope_react_math_workflow it is "
+                              "the agent function's endpoint setting)")
+        return
+    for key in reward_keys:
+        ctx.drop(key, f"{name} scores with Trinity-RFT's MathBoxedRewardFn (posttrain's math_boxed scorer, in the agent "
+                      "function) whatever the taskset names, and its constructor reads no arguments")
+    function, kwargs = FUNCTIONS[name], _kwargs(item, name, args)
+    if kwargs is None:
+        ctx.refuse(f"{prefix}.workflow_args.type", f"{name} has no template for type {args.get('type')!r}; Trinity-RFT and "
+                                                   f"posttrain have {list(TEMPLATE_TYPES)}", "rollout.agent.kwargs.type", args.get("type"))
+        return
+    if not training:
+        _evaluation(ctx, prefix, name, source, function, kwargs, args)
+        return
+    ctx.set("rollout.agent.function", function, source, f"{name}: AgentScope's ReActAgent as posttrain's built-in agent "
+                                                         "function, its calls recorded and trained (rollout.agent)")
+    ctx.set("rollout.agent.kwargs", kwargs, source, "the workflow's settings: " + ", ".join(
+        ["workflow_args.type"] * ("type" in kwargs) + ["the taskset's format.prompt_key / response_key",
+                                                       "rollout_args.max_tokens (else 4096)"]))
+    for arg, value in args.items():
+        key = f"{prefix}.workflow_args.{arg}"
+        if arg == "type":
+            ctx.report.add(_entry(key, "rollout.agent.kwargs.type", value, "the template (Trinity-RFT's TEMPLATE_MAP key)"))
+        elif arg in ARGS and arg != "function":
+            ctx.set(f"rollout.agent.{arg}", value, key, "posttrain's agent-function setting")
+        else:
+            ctx.drop(key, f"{name} reads {'only workflow_args.type' if 'type' in kwargs else 'no workflow_args'}, so it changes "
+                          "nothing in Trinity-RFT either (posttrain's agent-function settings "
+                          f"{[a for a in ARGS if a != 'function']} are taken too)")
+
+
+def _kwargs(item: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, Any] | None:
+    """The agent function's keyword arguments for this taskset (None: an unknown template type)."""
+    fmt, rollout_args = item.get("format") or {}, item.get("rollout_args") or {}
+    kwargs: dict[str, Any] = {}
+    if name == "agentscope_react_workflow":
+        kind = args.get("type", "gsm8k")
+        if kind not in TEMPLATE_TYPES:
+            return None
+        kwargs["type"] = kind
+    kwargs["prompt_key"] = fmt.get("prompt_key", "prompt")  # Trinity-RFT's FormatConfig defaults
+    kwargs["response_key"] = fmt.get("response_key", "response")
+    kwargs["max_tokens"] = rollout_args.get("max_tokens") or DEFAULT_MAX_TOKENS
+    return kwargs
+
+
+def _evaluation(ctx: Context, prefix: str, name: str, source: str, function: str, kwargs: dict[str, Any], args: dict[str, Any]) -> None:
+    """An evaluation taskset: validation runs the training stage's agent function with its kwargs."""
+    trained = ctx.native_get("rollout.agent.function")
+    trained_kwargs = ctx.native_get("rollout.agent.kwargs") or {}
+    if trained != function:
+        ctx.refuse(source, f"{name} in an evaluation taskset: posttrain validates with the training taskset's agent function "
+                           f"(rollout.agent.function, now {trained!r}), so the training taskset must name the same workflow", None, name)
+        return
+    differ = sorted(k for k in kwargs if kwargs[k] != trained_kwargs.get(k))
+    if differ:
+        ctx.refuse(source, f"{name} in an evaluation taskset with other settings than the training taskset's ({differ}: "
+                           f"{[kwargs[k] for k in differ]} here, {[trained_kwargs.get(k) for k in differ]} in training): posttrain "
+                           "validates with the training stage's rollout.agent.kwargs; give both tasksets the same columns, "
+                           "type and max_tokens", "rollout.agent.kwargs", kwargs)
+        return
+    ctx.drop(source, "validation runs the training stage's agent function, with the same settings, over the evaluation rows")
+    for arg in args:
+        ctx.drop(f"{prefix}.workflow_args.{arg}", "as the training taskset's: validation uses the stage's rollout.agent")
+
+
+def _entry(key: str, native: str, value: Any, reason: str):
+    from posttrain.config.dialects.report import Entry
+
+    return Entry(key, "translated", native, value, reason)
