@@ -149,6 +149,35 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
     return metrics
 
 
+def episode_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: AlgorithmConfig, state: ShapingState, n_steps: int,
+                       teachers: dict[str, Any] | None = None) -> dict[str, float]:
+    """`compute_advantages` for an agent function's calls with env.train_rows turn: each episode
+    counts once, as Trinity-RFT's multi_step_grpo (its step-wise GRPO) counts each run once.
+
+    The rows of the episodes' last calls (every call of an episode holds its reward) are shaped and
+    estimated alone, so clipping, normalisation and the group statistics see one score per episode;
+    every call of the episode is then trained with that episode's advantage on each of its tokens
+    (GRPO gives one number per row), divided by the episode's calls under the estimator's
+    `enable_step_norm`. The config check keeps this to GRPO without per-token reward terms."""
+    last: dict[str, int] = {}
+    for i, info in enumerate(batch.extra_info):  # calls sit in call order: the last seen is the last call
+        last[info["episode"]] = i
+    order = {episode: k for k, episode in enumerate(last)}
+    rows = list(last.values())
+    episodes = batch[rows]
+    metrics = compute_advantages(episodes, scores[rows], alg, state, n_steps, teachers)
+    counted = episodes.train_mask.sum(-1)  # (E,)
+    per_episode = (episodes.advantages * episodes.train_mask).sum(-1) / counted.clamp(min=1)  # (E,) GRPO: one value per row
+    if alg.adv_estimator_args.get("enable_step_norm"):
+        per_episode = per_episode / torch.tensor([float(batch.extra_info[i]["calls"]) for i in rows], device=per_episode.device)
+    of_row = torch.tensor([order[info["episode"]] for info in batch.extra_info], device=per_episode.device)  # (B,)
+    batch.advantages = per_episode[of_row, None] * batch.train_mask  # (B, T)
+    batch.returns = batch.advantages.clone()  # GRPO's returns are its advantages
+    batch.token_level_scores = place_scores(episodes.token_level_scores.sum(-1)[of_row], batch.response_mask)
+    batch.token_level_rewards = place_scores(episodes.token_level_rewards.sum(-1)[of_row], batch.response_mask)
+    return metrics
+
+
 def agentic_scores(scores: torch.Tensor, batch: RolloutBatch, norm: AgenticRewardNormConfig) -> torch.Tensor:
     """An agentic stage's trajectory scores (B,) after ROLL's reward normalisation
     (`algorithm.agentic_reward_norm`), which comes before the shaping every stage shares. The groups:

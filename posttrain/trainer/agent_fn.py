@@ -47,8 +47,7 @@ def check_agent_fn(cfg: Config) -> None:
     if cfg.env.train_env_manager.tags:
         problems.append("env.train_env_manager.tags: an agentic stage plays posttrain's environments; the agent function is the "
                         "environment of its own episodes: keep one of the two")
-    if cfg.env.train_rows != "episode":
-        problems.append("env.train_rows: each recorded call of an agent function is already a row of its own; remove env.train_rows")
+    problems += _turn_problems(cfg)
     if cfg.algorithm.filter_groups.enable:
         problems.append("algorithm.filter_groups: dynamic sampling re-samples prompts through the reward function; an agent "
                         "function returns its own rewards: remove algorithm.filter_groups")
@@ -69,6 +68,29 @@ def check_agent_fn(cfg: Config) -> None:
     if problems:
         raise ConfigError(problems)
     load_agent_function(cfg.rollout.agent.function, KEY, cfg.rollout.agent.kwargs)
+
+
+# the estimator whose advantage is one number per row, so that an episode's can be given to each of its calls
+EPISODE_ESTIMATOR = "grpo"
+
+
+def _turn_problems(cfg: Config) -> list[str]:
+    """env.train_rows turn with an agent function: its calls are the turns of their episode, which
+    counts once in the advantages (Trinity-RFT's multi_step_grpo; trainer.advantages.episode_advantages)."""
+    alg = cfg.algorithm
+    if cfg.env.train_rows != "turn":  # turn_mini_batch_size without it: posttrain.trainer.agentic's check says so
+        return []
+    problems = []
+    name = alg.adv_estimator
+    if name not in ADVANTAGE_ESTIMATORS or ADVANTAGE_ESTIMATORS[name] is not ADVANTAGE_ESTIMATORS[EPISODE_ESTIMATOR]:
+        problems.append(f"algorithm.adv_estimator: {name} with env.train_rows turn: an agent function's episode is given one advantage "
+                        "for all its calls, which posttrain computes with grpo (Trinity-RFT's multi_step_grpo); use grpo, or "
+                        "env.train_rows episode")
+    per_token = [k for k, on in (("algorithm.use_kl_in_reward", alg.use_kl_in_reward), ("algorithm.whiten_rewards", alg.whiten_rewards)) if on]
+    if per_token:
+        problems.append(f"{', '.join(per_token)}: with env.train_rows turn an agent function's episode is scored by its last call's row "
+                        "alone, so a per-token reward term would read that call only; remove it or use env.train_rows episode")
+    return problems
 
 
 def make_agent_fn(cfg: Config, tokenizer: Any, inputs: Any, pad_id: int, world_size: int, halves: str) -> AgentFnRollout:

@@ -36,7 +36,7 @@ from posttrain.tracking import Generation, phase
 from posttrain.trainer.agent_fn import has_agent_fn, make_agent_fn
 from posttrain.trainer.agentic import AgenticRollout, check_agentic, is_agentic, training_rows
 from posttrain.trainer.advantages import (
-    agentic_scores, compute_advantages, correct_rollout_mismatch, filter_by_reward, filter_tokens, make_shaping_state, mask_samples,
+    agentic_scores, compute_advantages, correct_rollout_mismatch, episode_advantages, filter_by_reward, filter_tokens, make_shaping_state, mask_samples,
     reject_tokens,
 )
 from posttrain.trainer.metrics import PhaseTimer, batch_metrics, validation_metrics
@@ -312,7 +312,9 @@ class RLTrainer:
         scores = experience.scores.to(batch.response_mask.device)  # (B,) scored on the CPU; the batch may be on a GPU
         with timer("adv"):
             shaped = scores if self.agent is None else agentic_scores(scores, batch, self.cfg.algorithm.agentic_reward_norm)
-            metrics.update(compute_advantages(batch, shaped, self.cfg.algorithm, self.shaping, len(batch), teachers))
+            # an agent function's calls as turns of their episodes count each episode once (advantages.episode_advantages)
+            advantages = episode_advantages if self.agent_fn is not None and self.cfg.env.train_rows == "turn" else compute_advantages
+            metrics.update(advantages(batch, shaped, self.cfg.algorithm, self.shaping, len(batch), teachers))
             if keep is not None:  # ROLL's order: advantages over every trained token, rejection in the losses only
                 reject_tokens(batch, keep)
             metrics.update(mask_samples(batch, scores, self.cfg.algorithm, response_length(self.cfg)))  # ROLL's filters

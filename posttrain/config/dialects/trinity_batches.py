@@ -25,7 +25,8 @@ x ``rollout.n`` responses, in ``actor.ppo_mini_batch_size`` prompts per optimize
   ``env.turn_mini_batch_size`` = train_batch_size turn rows: a step explores batch_size tasks x
   repeat_times episodes and takes as many optimizer steps as their turns fill, the last taking the
   turns left over (Trinity-RFT's trainer carries them into its next step instead). Over a single-turn
-  workflow a turn is a response. Mode train: refused as before (a stored batch is a batch of episodes).
+  workflow a turn is a response; over an agent function's episodes a turn is a recorded call, and each
+  episode counts once in the advantages (posttrain.trainer.advantages.episode_advantages). Mode train: refused as before (a stored batch is a batch of episodes).
 - SFT and DPO: train_batch_size sequences (DPO: pairs) per step is ``data.train_batch_size``.
 """
 
@@ -35,18 +36,9 @@ from typing import Any
 
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_algorithms import TYPES
-from posttrain.config.dialects.trinity_explorer import AGENT_FUNCTION_WORKFLOWS
-from posttrain.config.dialects.trinity_judges import training_workflow
 from posttrain.config.tables import Rule
 
 KEY, TASKS = "buffer.train_batch_size", "buffer.batch_size"
-# multi_step_grpo over an agent function's episodes: what posttrain's agent-function stage lacks
-MULTI_STEP_AGENT = (
-    "multi_step_grpo with an agent-function workflow: Trinity-RFT trains each recorded call with its episode's advantage, "
-    "counting each episode once in the group's mean and std, and takes an optimizer step every train_batch_size calls; "
-    "posttrain's agent-function stage counts calls in the group statistics and takes its optimizer steps per explored "
-    "batch of episodes (it has no mini-batches counted in calls), so the updates would differ. Use algorithm_type grpo, "
-    "which trains every call as posttrain does (docs/agentic.md, 'Agent functions')")
 TRINITY_TASKS_DEFAULT = 1
 _MINI = "actor.ppo_mini_batch_size"
 
@@ -91,9 +83,6 @@ def _sizes(ctx: Context, stage: bool) -> None:
             ctx.set(_MINI, tasks, TASKS, f"mode {mode} runs no trainer: the mini-batch is the explored batch")
         return
     if _MINI in ctx.origin:  # the inline verl config (trainer.trainer_config) set it: that wins
-        return
-    if type_name == "multi_step_grpo" and training_workflow(ctx) in AGENT_FUNCTION_WORKFLOWS:
-        ctx.refuse("algorithm.algorithm_type", MULTI_STEP_AGENT, None, type_name)
         return
     if type_name == "multi_step_grpo" and mode != "train":
         _turns(ctx, given, experiences)
