@@ -31,11 +31,30 @@ def device_lists(cfg: Any) -> dict[str, list[int]]:
     return {role: ids for role, ids in lists.items() if ids}
 
 
+def reference_crew_devices(cfg: Any) -> list[int] | None:
+    """cluster.device_mapping.ref when it names devices apart from the trainer's (the actor's, else
+    the critic's list): the reference then runs as processes of its own, one per device (the reference
+    crew, `posttrain.trainer.reference_crew`), not on the trainer workers. None otherwise: the ref list
+    is the trainer's own (or absent), or overlaps it, which `checks.check_device_mapping` refuses."""
+    lists = device_lists(cfg)
+    ref, trainer = lists.get("ref"), lists.get("actor") or lists.get("critic")
+    if not ref or not trainer or set(ref) & set(trainer):
+        return None
+    return ref
+
+
+def _trainer_lists(cfg: Any) -> list[list[int]]:
+    """The device lists of the roles every trainer worker hosts: the actor's, the critic's and the
+    reference's unless the reference has devices of its own."""
+    crew = reference_crew_devices(cfg) is not None
+    return [ids for role, ids in device_lists(cfg).items() if role in TRAINING_ROLES and not (crew and role == "ref")]
+
+
 def world_size(cfg: Any) -> int:
     """Worker processes of the training side: the devices the training roles' cluster.device_mapping
     lists (when given), else nodes × devices per node, or 1 process with 0 devices per node."""
     lists = device_lists(cfg)
-    training = [ids for role, ids in lists.items() if role in TRAINING_ROLES]
+    training = _trainer_lists(cfg)
     if training:
         return len(training[0])
     if "rollout" in lists and not get_path(cfg, "cluster.n_gpus_per_node", 0):  # the rollout's devices, no others
@@ -45,9 +64,10 @@ def world_size(cfg: Any) -> int:
 
 
 def training_devices(cfg: Any) -> list[int] | None:
-    """The devices of the training roles (one list for actor, reference and critic), None when
-    cluster.device_mapping gives them none (then the trainer workers are devices 0..W-1)."""
-    return next((ids for role, ids in device_lists(cfg).items() if role in TRAINING_ROLES), None)
+    """The devices of the training roles (one list for actor, reference and critic; without the
+    reference when it runs as a crew of its own), None when cluster.device_mapping gives them none
+    (then the trainer workers are devices 0..W-1)."""
+    return next(iter(_trainer_lists(cfg)), None)
 
 
 def rollout_placement(cfg: Any) -> str:
