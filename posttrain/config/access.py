@@ -101,7 +101,7 @@ def placement_problem(training: list[int] | None, rollout: list[int] | None, dev
             return f"the {name} devices {ids} name a device twice (one worker process per device)"
     train = training or (list(range(devices)) if devices else None)
     if rollout and train and rollout != train[:len(rollout)] and set(rollout) & set(train):
-        return (f"the rollout's devices {_span(rollout)} beside training on {_span(train)}: posttrain runs the engines on the "
+        return (f"the rollout's devices {device_span(rollout)} beside training on {device_span(train)}: posttrain runs the engines on the "
                 f"training devices, on the first m of them (the others only train), or on devices of their own (split: an "
                 f"explorer of m processes beside the trainer)")
     highest = max([*(training or []), *(rollout or [])], default=-1)
@@ -110,7 +110,8 @@ def placement_problem(training: list[int] | None, rollout: list[int] | None, dev
     return None
 
 
-def _span(ids: list[int]) -> str:
+def device_span(ids: list[int]) -> str:
+    """A device list in words: "a..b" for a run, else the list."""
     return f"{ids[0]}..{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) else str(ids)
 
 
