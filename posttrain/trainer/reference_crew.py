@@ -42,6 +42,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from posttrain.buffer.weight_channel import broadcast, pair_group, reach_store
+from posttrain.checkpoint.manager import kill_point
 from posttrain.errors import UserError
 from posttrain.files import atomic_write_text
 from posttrain.records import RolloutBatch
@@ -111,9 +112,10 @@ class ReferenceCrewClient:
         deadline = time.monotonic() + self.timeout_s
         while not self.store.check([key]):
             if time.monotonic() > deadline:
+                # "timed out": the launcher then names the crew process that stopped responding (cluster.launch)
                 raise ReferenceCrewError(
-                    f"the reference crew (cluster.device_mapping.ref) did not {what} within cluster.rpc_timeout_s="
-                    f"{self.timeout_s:g} s; see its log reference.log (and reference_rank<r>.log) in the run's log folder")
+                    f"timed out waiting for the reference crew (cluster.device_mapping.ref) to {what}: nothing within "
+                    f"cluster.rpc_timeout_s={self.timeout_s:g} s; see its log reference.log (and reference_rank<r>.log) in the run's log folder")
             time.sleep(_POLL_S)
         return self.store.get(key)
 
@@ -257,6 +259,7 @@ def serve(reference, world, end: CrewEnd | None) -> int:
         batch = world.from_main(batch)
         if batch is None:
             return served
+        kill_point("reference", served + 1, "request", world.rank)  # the test hook (posttrain.checkpoint.manager)
         try:
             logprobs = reference.compute_logprobs(batch.to(world.torch_device))  # (B, T)
         except Exception as err:
