@@ -88,3 +88,17 @@ def test_a_dead_crew_process_stops_the_run_naming_it_and_the_rerun_resumes(input
     again = train(inputs, "killed", *crew)  # step 1's checkpoint: steps 2 and 3 again, with a new crew
     assert again.returncode == 0, again.stderr[-3000:]
     assert_same_steps(rows(inputs, "killed"), colocated)  # each step logged once, as the colocated run logged it
+
+
+@pytest.mark.slow
+def test_a_hung_crew_process_is_named_once_the_trainer_s_request_times_out(inputs):
+    start = time.monotonic()
+    out = train(inputs, "hung", "cluster.n_gpus_per_node=2", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.ref=[1]",
+                "cluster.rpc_timeout_s=5", kill="reference:2:request:0:stop")  # SIGSTOP: alive, never answering
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert ("the reference crew process (rank 0 of 1) stopped responding (its peers timed out waiting for it: "
+            "cluster.rpc_timeout_s); the run stopped") in out.stderr
+    trainer_log = (inputs / "hung" / "workers" / "trainer.log").read_text()
+    assert "timed out waiting for the reference crew (cluster.device_mapping.ref) to answer a request" in trainer_log
+    assert "Traceback" not in out.stderr
+    assert time.monotonic() - start < 60
