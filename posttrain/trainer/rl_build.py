@@ -285,16 +285,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     teachers = {}
     for name, t in cfg.ref.teachers.items():  # frozen like the reference, each on every trainer worker
         model = teacher_from_config(cfg, tokenizer, world.torch_device, t.model_path, f"ref.teachers.{name}.model_path")
-        ref_sp = cfg.ref.ulysses_sequence_parallel_size or actor_sp
-        size, max_tokens = forward_batching(
-            cfg.ref.log_prob_micro_batch_size_per_gpu, cfg.ref.log_prob_use_dynamic_bsz, cfg.ref.log_prob_max_token_len_per_gpu,
-            **actor_budget, sp=ref_sp,
-        )
-        teachers[name] = ReferencePolicy(
-            world.shard(model, cfg.ref.fsdp_config), temperature=policy_temperature(cfg), micro_batch_size=size,
-            max_tokens=max_tokens, compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype,
-            pack=cfg.model.use_remove_padding, lean_forward=lean, dp=train_dp(model, "ref", ref_sp), head=head_kernel(cfg.model),
-        )
+        teachers[name] = reference_policy(
+            cfg, world.shard(model, cfg.ref.fsdp_config), train_dp(model, "ref", cfg.ref.ulysses_sequence_parallel_size or actor_sp))
     critic = None
     if needs.critic:
         c = cfg.critic
