@@ -73,7 +73,7 @@ def _serve(cfg) -> int:
 
 def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.checkpoint import STAGE_COMPLETE
-    from posttrain.cluster.launch import EXPLORER_ROLES, REFERENCE_ROLES, launch, launch_halves
+    from posttrain.cluster.launch import EXPLORER_ROLES, REFERENCE_ROLES, launch
     from posttrain.cluster.nsight import UNDER_NSYS_ENV
     from posttrain.errors import ConfigError
     from posttrain.config.access import explorer_processes, training_devices
@@ -103,14 +103,7 @@ def _train(args: argparse.Namespace, cfg) -> int:
         crew = crew_devices(cfg)  # the reference on devices of its own: a crew of processes beside the trainer
         if world is None and ROLE_ENV not in os.environ and CREW_ENV not in os.environ and (decoupled or crew):
             check_run(cfg)  # every check before the first step, before any process starts
-            halves = {"trainer": {ROLE_ENV: "trainer"}, "explorer": {ROLE_ENV: "explorer"}} if decoupled else {"trainer": {}}
-            devices = {"trainer": (training_devices(cfg) or [0])[0], "explorer": explorer_devices(cfg)[0]}
-            if crew:
-                halves = {half: {**extra, CREW_ENV: half} for half, extra in halves.items()} | {"reference": {CREW_ENV: "reference"}}
-                devices["reference"] = crew[0]
-            return launch_halves(argv, base, halves, cfg.log, prefix=nsys, devices=devices, helpers=("reference",) if crew else (),
-                                 names={"reference": f"the reference crew process (rank 0 of {len(crew)})" if crew and len(crew) == 1
-                                        else "the reference crew's launcher (of its ranks)"})
+            return _launch_halves(cfg, argv, base, decoupled, crew, nsys)
         serves_reference = os.environ.get(CREW_ENV) == "reference"
         explorer = explores_alone(cfg)  # its processes: one per engine, on the rollout's devices
         size = len(crew) if serves_reference else explorer_processes(cfg) if explorer else plan.size
@@ -140,7 +133,9 @@ def _train(args: argparse.Namespace, cfg) -> int:
         if world.distributed:
             join_world(world, cfg.cluster.rpc_timeout_s)
         if serves_reference:  # a reference crew process: answer the trainer's requests until it stops
-            serve_reference(stages[0].config, base, world)
+            from posttrain.trainer.rl_build import crew_reference
+
+            serve_reference(stages[0].config, base, world, crew_reference)
             leave_world(world)
             return 0
         results = run(cfg, world)
@@ -155,6 +150,27 @@ def _train(args: argparse.Namespace, cfg) -> int:
             print(f"final model: {r.final_model}")
     _print_summary(base, stages, results)
     return 0
+
+
+def _launch_halves(cfg, argv: list[str], base: Path, decoupled: bool, crew: list[int] | None, nsys) -> int:
+    """The processes of a run whose roles live apart: a decoupled run's trainer and explorer
+    (posttrain.trainer.decoupled), and beside the trainer the reference crew when the reference has
+    devices of its own (posttrain.trainer.reference_crew), each told what it is by its variables
+    (and, with a crew, the others told that one serves them: they start none)."""
+    from posttrain.cluster.launch import launch_halves
+    from posttrain.config.access import training_devices
+    from posttrain.trainer.decoupled import ROLE_ENV, explorer_devices
+    from posttrain.trainer.reference_crew import CREW_ENV
+
+    halves = {"trainer": {ROLE_ENV: "trainer"}, "explorer": {ROLE_ENV: "explorer"}} if decoupled else {"trainer": {}}
+    devices = {"trainer": (training_devices(cfg) or [0])[0], "explorer": explorer_devices(cfg)[0]}
+    names = {}
+    if crew:
+        halves = {half: {**extra, CREW_ENV: half} for half, extra in halves.items()} | {"reference": {CREW_ENV: "reference"}}
+        devices["reference"] = crew[0]
+        # one process is the crew's rank 0; several are a launcher's, which names the rank that failed
+        names["reference"] = "the reference crew process (rank 0 of 1)" if len(crew) == 1 else "the reference crew (its launcher)"
+    return launch_halves(argv, base, halves, cfg.log, prefix=nsys, devices=devices, helpers=("reference",) if crew else (), names=names)
 
 
 def _nsight_prefix(cfg, base):

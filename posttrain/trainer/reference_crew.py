@@ -65,7 +65,10 @@ def forward_rows(batch: RolloutBatch) -> RolloutBatch:
     """What the reference forward reads of a batch, on the CPU: ids, masks, images, with the record's
     other required fields (small); texts and later stages' tensors stay behind."""
     rows = len(batch)
-    cpu = lambda t: t.detach().to("cpu")  # noqa: E731
+
+    def cpu(t: Tensor) -> Tensor:
+        return t.detach().to("cpu")
+
     return RolloutBatch(
         prompt_ids=cpu(batch.prompt_ids), prompt_mask=cpu(batch.prompt_mask), response_ids=cpu(batch.response_ids),
         response_mask=cpu(batch.response_mask), rollout_logprobs=cpu(batch.rollout_logprobs),
@@ -230,15 +233,15 @@ def crew_devices(cfg) -> list[int] | None:
     return reference_crew_devices(stages[0]) if role_needs(stages[0]).reference else None
 
 
-def serve_reference(cfg, run_dir: Path, world) -> None:
-    """A crew process's whole life: build the reference (`rl_build.crew_reference`), join the trainer
-    (rank 0), answer its requests until it stops."""
+def serve_reference(cfg, run_dir: Path, world, build) -> None:
+    """A crew process's whole life: build the reference (`build(cfg, tokenizer, world)`:
+    `rl_build.crew_reference`, which builds the trainer's roles and so imports this module), join
+    the trainer (rank 0), answer its requests until it stops."""
     from posttrain.models.loading import tokenizer_from_config
-    from posttrain.trainer.rl_build import crew_reference
     from posttrain.trainer.stage import seed_everything
 
     seed_everything(cfg.trainer.seed)
-    reference = crew_reference(cfg, tokenizer_from_config(cfg.model), world)
+    reference = build(cfg, tokenizer_from_config(cfg.model), world)
     end = CrewEnd(run_dir, cfg.cluster.rpc_timeout_s) if world.is_main else None
     if end is not None:
         end.connect()
