@@ -82,6 +82,10 @@ def _reference_crew_problem(cfg: Any, crew: list[int], rollout: list[int] | None
     if get_path(cfg, "stages", None):
         return ("the reference on devices of its own (a reference crew) serves one RL stage; a config with stages runs the "
                 "reference on the trainer workers: give cluster.device_mapping.ref the actor's list (or none)")
+    if get_path(cfg, "ref.teachers", None):  # ROLL's several teachers' device_mapping lands on the ref list
+        return (f"the reference's devices {crew} apart from the trainer's, with ref.teachers: posttrain runs a reference crew of "
+                "its own, but not teachers on devices of their own (every trainer worker hosts each teacher); give "
+                "cluster.device_mapping.ref the actor's list (or none)")
     return None
 
 

@@ -139,9 +139,12 @@ def test_layouts_the_crew_cannot_run_are_refused_at_load(overrides, message):
     assert message in str(err.value)
 
 
-def test_a_crew_with_stages_is_refused():
+def test_a_crew_with_stages_or_teachers_is_refused():
     raw = OmegaConf.create({"cluster": {"n_gpus_per_node": 2, "device_mapping": {"actor": [0], "ref": [1]}}, "stages": [{"name": "a"}]})
     assert any("a config with stages runs the reference on the trainer workers" in p for p in check_device_mapping(raw))
+    raw = OmegaConf.create({"cluster": {"n_gpus_per_node": 2, "device_mapping": {"actor": [0], "ref": [1]}},
+                            "ref": {"teachers": {"math": {"model_path": "/m"}}}})
+    assert any("but not teachers on devices of their own" in p for p in check_device_mapping(raw))
 
 
 def test_the_plan_shows_which_devices_train_generate_and_hold_the_reference():

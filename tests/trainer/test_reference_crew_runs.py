@@ -31,6 +31,7 @@ KEYS = ("actor/kl_loss", "actor/pg_loss", "actor/grad_norm", "critic/score/mean"
 def inputs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("refcrew")
     make_tiny_model(root / "model", layers=1, hidden=32, heads=4, seed=0)
+    make_tiny_model(root / "teacher", layers=1, hidden=32, heads=4, seed=1)  # another model, the same tokenizer
     write_task_data("sort", root / "data", train=16, test=4, sft=0, dpo=0)
     (root / "run.yaml").write_text(CONFIG.format(d=root / "data", m=root / "model"))
     return root
@@ -74,6 +75,18 @@ def test_a_reference_crew_trains_what_the_colocated_reference_trains(inputs, col
     assert f"the reference crew ({processes} process(es)) answered 3 request(s) for log-probs" in crew_log
     if processes > 1:  # its own workers, sharded over both (FSDP2), each computing a share of the rows
         assert "2 worker processes on cpu" in crew_log and "each hosts reference (a reference crew" in crew_log
+
+
+@pytest.mark.slow
+def test_a_crew_serves_ref_model_path_s_teacher_as_the_colocated_reference_does(inputs):
+    teacher = f"ref.model_path={inputs / 'teacher'}"
+    out = train(inputs, "teacher-colocated", teacher)
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = train(inputs, "teacher-crew", teacher, "cluster.n_gpus_per_node=2", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.ref=[1]")
+    assert out.returncode == 0, out.stderr[-3000:]
+    crew, colocated = rows(inputs, "teacher-crew"), rows(inputs, "teacher-colocated")
+    assert_same_steps(crew, colocated)
+    assert crew[1]["actor/kl_loss"] > 0  # another model than the policy: a KL from the first step
 
 
 @pytest.mark.slow
