@@ -63,6 +63,13 @@ def world_size(cfg: Any) -> int:
     return get_path(cfg, "cluster.nnodes", 1) * gpus if gpus > 0 else 1
 
 
+def role_processes(cfg: Any, role: str) -> int:
+    """The processes a training role's model is spread over: the reference crew's for `ref` when it
+    has devices of its own, else the trainer's worker processes."""
+    crew = reference_crew_devices(cfg) if role == "ref" else None
+    return len(crew) if crew else world_size(cfg)
+
+
 def training_devices(cfg: Any) -> list[int] | None:
     """The devices of the training roles (one list for actor, reference and critic; without the
     reference when it runs as a crew of its own), None when cluster.device_mapping gives them none

@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorNeeds, estimator_needs
 from posttrain.config.access import (
-    TRAINING_ROLES, device_lists, get_path, is_rl, placement_problem, reference_crew_devices, training_kind, world_size,
+    TRAINING_ROLES, device_lists, get_path, is_rl, placement_problem, reference_crew_devices, role_processes, training_kind,
+    world_size,
 )
 from posttrain.config.checks_losses import (
     check_dpo_label_smoothing, check_dual_clip, check_gmpo_agg, check_pf_ppo, check_rollout_correction, check_supervised_compile,
@@ -294,7 +295,8 @@ SHARDING_DEFAULTS = {
 def check_sharding(cfg: Any) -> list[str]:
     """Sharding keys need several worker processes to act on (refused at other values with one), and
     fsdp_size must divide the worker processes."""
-    world, problems = world_size(cfg), []
+    problems = []
+    world = max(role_processes(cfg, role) for role in ("actor", "ref"))  # the reference may run in a crew of its own
     if world > 1 and get_path(cfg, "actor.use_torch_compile", False):
         problems.append(
             f"actor.use_torch_compile with {world} worker processes: the compiled lean forward reads each layer's "
@@ -304,6 +306,7 @@ def check_sharding(cfg: Any) -> list[str]:
         fsdp = get_path(cfg, f"{role}.fsdp_config", None)
         if fsdp is None:
             continue
+        world = role_processes(cfg, role)
         size = get_path(fsdp, "fsdp_size", -1)
         if world > 1 and size not in (-1, world) and (size < 1 or world % size):
             problems.append(f"{role}.fsdp_config.fsdp_size={size} does not divide the {world} worker processes; use -1 (shard over all) or a divisor of {world}")
@@ -351,7 +354,7 @@ def check_decoupled(cfg: Any) -> list[str]:
 def check_sequence_parallel(cfg: Any) -> list[str]:
     """Ulysses sizes divide the worker processes (they form a dp x sp grid), and a DPO stage's
     reference runs in the policy's loop, so it splits its sequences as the policy does."""
-    world, needs = world_size(cfg), role_needs(cfg)
+    world, needs, crew = world_size(cfg), role_needs(cfg), reference_crew_devices(cfg)
     actor = get_path(cfg, "actor.ulysses_sequence_parallel_size", 1)
     ref = get_path(cfg, "ref.ulysses_sequence_parallel_size", None)
     sizes = {"actor": actor}
@@ -363,8 +366,13 @@ def check_sequence_parallel(cfg: Any) -> list[str]:
         f"{role}.ulysses_sequence_parallel_size={sp} does not divide the {world} worker process(es) (cluster.nnodes "
         f"{get_path(cfg, 'cluster.nnodes', 1)} × cluster.n_gpus_per_node {get_path(cfg, 'cluster.n_gpus_per_node', 0)}): "
         f"each sequence is split over {sp} processes; use a divisor of {world}, or a multiple of {sp} worker processes"
-        for role, sp in sizes.items() if sp > 1 and world % sp
+        for role, sp in sizes.items() if sp > 1 and not (role == "ref" and crew) and world % sp
     ]
+    sp = sizes.get("ref", 1)
+    if crew and sp > 1 and len(crew) % sp:  # the reference on devices of its own splits over its crew
+        problems.append(f"ref.ulysses_sequence_parallel_size={sp} does not divide the reference crew's {len(crew)} process(es) "
+                        f"(cluster.device_mapping.ref): each sequence is split over {sp} processes; use a divisor of "
+                        f"{len(crew)}, or give the reference a multiple of {sp} devices")
     if training_kind(cfg) == "dpo" and ref not in (None, actor):
         problems.append(
             f"ref.ulysses_sequence_parallel_size={ref} differs from actor.ulysses_sequence_parallel_size={actor} in a DPO "

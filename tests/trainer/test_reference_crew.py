@@ -117,6 +117,9 @@ def test_a_ref_list_apart_from_the_actor_s_is_a_crew_and_the_trainer_keeps_its_o
     assert (reference_crew_devices(crew), world_size(crew), training_devices(crew)) == ([2, 3], 2, [0, 1])
     same = cfg("cluster.n_gpus_per_node=2", "cluster.device_mapping.actor=[0,1]", "cluster.device_mapping.ref=[0,1]")
     assert (reference_crew_devices(same), world_size(same)) == (None, 2)  # colocated: every trainer worker hosts it
+    # the reference's sharding keys act in its crew of 2, the actor alone in its process
+    assert cfg("cluster.n_gpus_per_node=3", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.ref=[1,2]",
+               "ref.fsdp_config.fsdp_size=2", "ref.ulysses_sequence_parallel_size=2").ref.fsdp_config.fsdp_size == 2
     alone = cfg("cluster.n_gpus_per_node=2", "cluster.device_mapping.ref=[0,1]")  # no actor list: the ref list is the trainer's
     assert (reference_crew_devices(alone), world_size(alone)) == (None, 2)
 
@@ -132,6 +135,10 @@ def test_a_ref_list_apart_from_the_actor_s_is_a_crew_and_the_trainer_keeps_its_o
      "the reference's device 3 is past the 3 of cluster.nnodes × cluster.n_gpus_per_node"),
     (["cluster.n_gpus_per_node=3", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.ref=[1,1]"],
      "the reference's devices [1, 1] name a device twice"),
+    (["cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.ref=[1,2,3]", "ref.ulysses_sequence_parallel_size=2"],
+     "ref.ulysses_sequence_parallel_size=2 does not divide the reference crew's 3 process(es)"),
+    (["cluster.n_gpus_per_node=3", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.ref=[1,2]", "ref.fsdp_config.fsdp_size=3"],
+     "ref.fsdp_config.fsdp_size=3 does not divide the 2 worker processes"),
 ])
 def test_layouts_the_crew_cannot_run_are_refused_at_load(overrides, message):
     with pytest.raises(ConfigError) as err:
