@@ -168,6 +168,29 @@ def test_the_plan_shows_which_devices_train_generate_and_hold_the_reference():
     assert idle["reference devices"].startswith("no reference is needed (no KL term)")
 
 
+ROLL_FILE = """
+num_gpus_per_node: 8
+rollout_batch_size: 8
+num_return_sequences_in_group: 2
+use_kl_loss: true
+actor_train:
+  device_mapping: list(range(0,4))
+  training_args: {per_device_train_batch_size: 1, gradient_accumulation_steps: 2}
+actor_infer:
+  device_mapping: list(range(4,6))
+reference:
+  device_mapping: list(range(6,8))
+"""
+
+
+def test_a_roll_file_with_the_reference_on_devices_of_its_own_plans_a_crew(tmp_path):
+    (tmp_path / "rlvr.yaml").write_text(ROLL_FILE)
+    loaded = load_config(str(tmp_path / "rlvr.yaml"), [], dialect="roll")
+    assert (reference_crew_devices(loaded), world_size(loaded)) == ([6, 7], 4)
+    rows = {label: (value, how) for label, value, how in _placement_rows(loaded)}
+    assert rows["reference devices"][0] == "6..7" and rows["reference devices"][1].startswith("a reference crew of 2 process(es)")
+
+
 def test_roll_s_reference_on_devices_of_its_own_translates_to_a_crew_and_inside_the_trainer_s_is_refused():
     roll = {"num_gpus_per_node": 8, "actor_train": {"device_mapping": "list(range(0,4))"},
             "actor_infer": {"device_mapping": "list(range(4,6))"}, "reference": {"device_mapping": "list(range(6,8))"}}
