@@ -118,7 +118,9 @@ def placement_problem(training: list[int] | None, rollout: list[int] | None, dev
 
 
 def device_span(ids: list[int]) -> str:
-    """A device list in words: "a..b" for a run, else the list."""
+    """A device list in words: the one device, "a..b" for a run, else the list."""
+    if len(ids) == 1:
+        return str(ids[0])
     return f"{ids[0]}..{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) else str(ids)
 
 
