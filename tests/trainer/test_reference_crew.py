@@ -201,3 +201,45 @@ def test_roll_s_reference_on_devices_of_its_own_translates_to_a_crew_and_inside_
     _, report = translate(inside, "roll")
     refused = [e for e in report.entries if e.status == "refused" and e.key == "reference.device_mapping"]
     assert refused and "the reference runs on those devices or on devices of its own, not on some of them" in refused[0].reason
+
+
+# ---------------------------------------------------------------- the launcher
+
+
+class FakeProcess:
+    """What the launcher's `watch` asks of a process: ends with `code` after `polls` polls, or on a signal."""
+
+    def __init__(self, code: int | None, polls: int = 0):
+        self.code, self.polls, self.returncode, self.signals, self.pid = code, polls, None, [], 0
+
+    def poll(self):
+        if self.returncode is None and self.code is not None:
+            self.polls -= 1
+            if self.polls < 0:
+                self.returncode = self.code
+        return self.returncode
+
+    def send_signal(self, sig):
+        self.signals.append(sig)
+        self.returncode = -sig
+
+    def wait(self, timeout=None):
+        return self.returncode
+
+    kill = wait
+
+
+def test_the_crew_is_stopped_once_the_trainer_has_finished_and_a_failed_crew_fails_the_run(tmp_path, monkeypatch, capsys):
+    import signal
+
+    from posttrain.cluster import launch
+
+    monkeypatch.setattr(launch, "GRACE_S", 0.3)
+    logs = [tmp_path / "trainer.log", tmp_path / "reference.log"]
+    trainer, crew = FakeProcess(0, polls=1), FakeProcess(None)  # a crew that never leaves on its own (it found no trainer)
+    assert launch.watch([trainer, crew], logs, names=["the trainer process", "the crew"], helpers={1}) == 0
+    assert crew.signals == [signal.SIGTERM]
+    trainer, crew = FakeProcess(None), FakeProcess(1)  # the crew fails: the trainer is stopped, the crew named
+    assert launch.watch([trainer, crew], logs, names=["the trainer process", "the crew"], helpers={1}) == 1
+    assert trainer.signals == [signal.SIGKILL]
+    assert "posttrain: error: the crew exited with status 1; the run stopped" in capsys.readouterr().err
