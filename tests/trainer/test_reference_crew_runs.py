@@ -78,6 +78,17 @@ def test_a_reference_crew_trains_what_the_colocated_reference_trains(inputs, col
 
 
 @pytest.mark.slow
+def test_a_crew_beside_a_split_explorer_trains_what_the_colocated_run_trains(inputs, colocated):
+    # ROLL's usual layout for it: actor_train, actor_infer and reference each on devices of their own
+    out = train(inputs, "split", "cluster.n_gpus_per_node=3", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.rollout=[1]",
+                "cluster.device_mapping.ref=[2]")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "decoupled run: trainer (pid" in out.stdout and "reference (pid" in out.stdout
+    assert sorted(p.name for p in (inputs / "split" / "workers").glob("*.log")) == ["explorer.log", "reference.log", "trainer.log"]
+    assert_same_steps(rows(inputs, "split"), colocated)
+
+
+@pytest.mark.slow
 def test_a_crew_serves_ref_model_path_s_teacher_as_the_colocated_reference_does(inputs):
     teacher = f"ref.model_path={inputs / 'teacher'}"
     out = train(inputs, "teacher-colocated", teacher)
