@@ -47,7 +47,9 @@ def backend_for(method: str, device: torch.device | str) -> str:
     return "nccl" if method in ("nccl", "online") and torch.device(device).type == "cuda" else "gloo"
 
 
-def _pair_group(store, rank: int, backend: str, timeout_s: float, device: torch.device):
+def pair_group(store, rank: int, backend: str, timeout_s: float, device: torch.device):
+    """A process group of two over `store` (this process is `rank`): the trainer's end and one other
+    process's (an explorer process here, the reference crew's rank 0 in posttrain.trainer.reference_crew)."""
     timeout = datetime.timedelta(seconds=timeout_s)
     if backend == "nccl":
         options = dist.ProcessGroupNCCL.Options()
@@ -57,9 +59,10 @@ def _pair_group(store, rank: int, backend: str, timeout_s: float, device: torch.
     return dist.ProcessGroupGloo(store, rank, 2, timeout)
 
 
-def _broadcast(group, tensor: torch.Tensor) -> None:
+def broadcast(group, tensor: torch.Tensor, root: int = 0) -> None:
+    """`tensor` from the pair's rank `root` to the other (in place on the receiving end)."""
     options = dist.BroadcastOptions()
-    options.rootRank = 0
+    options.rootRank = root
     group.broadcast([tensor], options).wait()
 
 
@@ -160,7 +163,7 @@ class WeightServer:
         try:
             if not self._wait(f"hello/{i}"):
                 return
-            group = _pair_group(dist.PrefixStore(f"pair/{i}/", self.store), 0, self.backend, self.timeout_s, self.device)
+            group = pair_group(dist.PrefixStore(f"pair/{i}/", self.store), 0, self.backend, self.timeout_s, self.device)
             n = 0
             while self._wait(f"req/{i}/{n}"):
                 self._answer(group, i, n, int(self.store.get(f"req/{i}/{n}")))
@@ -184,7 +187,7 @@ class WeightServer:
         self.store.set(f"meta/{i}/{n}", json.dumps({"step": step, "buckets": meta}))
         for names in buckets:
             flat = torch.cat([state[name].reshape(-1) for name in names]).view(torch.uint8)
-            _broadcast(group, flat.to(self.device) if self.backend == "nccl" else flat)
+            broadcast(group, flat.to(self.device) if self.backend == "nccl" else flat)
 
 
 class WeightClient:
@@ -220,7 +223,7 @@ class WeightClient:
             dtype = _dtype(dtype_name)
             sizes = [int(torch.Size(shape).numel()) for _, shape in entries]
             flat = torch.empty(sum(sizes), dtype=dtype, device=on)
-            _broadcast(self.group, flat.view(torch.uint8))
+            broadcast(self.group, flat.view(torch.uint8))
             for (name, shape), part in zip(entries, flat.split(sizes)):
                 state[name] = part.view(shape)
         return state
@@ -235,7 +238,7 @@ class WeightClient:
             info = self._channel()
             if info is not None:
                 seen = info
-                store = self._reach(info)
+                store = reach_store(info, self.timeout_s)
                 if store is not None:
                     break
             if time.monotonic() > deadline:
@@ -244,7 +247,7 @@ class WeightClient:
             time.sleep(0.2)
         self.store, self.backend = store, info["backend"]
         store.set(f"hello/{self.index}", "1")
-        self.group = _pair_group(dist.PrefixStore(f"pair/{self.index}/", store), 1, self.backend, self.timeout_s, self.device)
+        self.group = pair_group(dist.PrefixStore(f"pair/{self.index}/", store), 1, self.backend, self.timeout_s, self.device)
 
     def _channel(self) -> dict | None:
         try:
@@ -252,12 +255,14 @@ class WeightClient:
         except (OSError, ValueError):
             return None
 
-    def _reach(self, info: dict):
-        """The store at `info`'s address if it is the one that wrote `info` (a rerun's trainer
-        replaces an older file), else None."""
-        try:
-            wait = datetime.timedelta(seconds=min(5.0, self.timeout_s))  # one try: the loop above tries again
-            store = dist.TCPStore(info["host"], int(info["port"]), None, is_master=False, timeout=wait)
-            return store if store.get("token").decode() == info["token"] else None
-        except (RuntimeError, dist.DistStoreError):  # nobody there (a finished or killed trainer's address)
-            return None
+
+
+def reach_store(info: dict, timeout_s: float):
+    """The store at `info`'s address (a channel file's json) if it is the one that wrote `info` (a
+    rerun's trainer replaces an older file), else None."""
+    try:
+        wait = datetime.timedelta(seconds=min(5.0, timeout_s))  # one try: the caller's loop tries again
+        store = dist.TCPStore(info["host"], int(info["port"]), None, is_master=False, timeout=wait)
+        return store if store.get("token").decode() == info["token"] else None
+    except (RuntimeError, dist.DistStoreError):  # nobody there (a finished or killed trainer's address)
+        return None

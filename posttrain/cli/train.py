@@ -73,7 +73,7 @@ def _serve(cfg) -> int:
 
 def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.checkpoint import STAGE_COMPLETE
-    from posttrain.cluster.launch import EXPLORER_ROLES, launch, launch_halves
+    from posttrain.cluster.launch import EXPLORER_ROLES, REFERENCE_ROLES, launch
     from posttrain.cluster.nsight import UNDER_NSYS_ENV
     from posttrain.errors import ConfigError
     from posttrain.config.access import explorer_processes, training_devices
@@ -85,6 +85,7 @@ def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.config import stage_configs
     from posttrain.trainer.prepare import prepare, refuse_stage_prepare
     from posttrain.trainer.run import check_run, run, run_directory
+    from posttrain.trainer.reference_crew import CREW_ENV, crew_devices, serve_reference
 
     world = world_from_env()  # set when this process is one of the workers a launcher started
     _explorer_env(cfg)
@@ -98,13 +99,16 @@ def _train(args: argparse.Namespace, cfg) -> int:
         stages = stage_configs(cfg)
         base = run_directory(cfg)
         nsys = _nsight_prefix(cfg, base) if world is None and UNDER_NSYS_ENV not in os.environ else None
-        if world is None and ROLE_ENV not in os.environ and any(is_decoupled(s.config) for s in stages):
-            check_run(cfg)  # every check before the first step, before either process starts
-            return launch_halves(argv, base, ROLE_ENV, cfg.log, prefix=nsys,
-                                 devices={"trainer": (training_devices(cfg) or [0])[0], "explorer": explorer_devices(cfg)[0]})
+        decoupled = any(is_decoupled(s.config) for s in stages)
+        crew = crew_devices(cfg)  # the reference on devices of its own: a crew of processes beside the trainer
+        if world is None and ROLE_ENV not in os.environ and CREW_ENV not in os.environ and (decoupled or crew):
+            check_run(cfg)  # every check before the first step, before any process starts
+            return _launch_halves(cfg, argv, base, decoupled, crew, nsys)
+        serves_reference = os.environ.get(CREW_ENV) == "reference"
         explorer = explores_alone(cfg)  # its processes: one per engine, on the rollout's devices
-        size = explorer_processes(cfg) if explorer else plan.size
-        named = dict(roles=EXPLORER_ROLES, log_name="explorer_rank") if explorer else {}
+        size = len(crew) if serves_reference else explorer_processes(cfg) if explorer else plan.size
+        named = (dict(roles=REFERENCE_ROLES, log_name="reference_rank") if serves_reference else
+                 dict(roles=EXPLORER_ROLES, log_name="explorer_rank") if explorer else {})
         if world is None and size > 1:
             check_run(cfg)  # every check before the first step, before any worker starts
             if plan.launcher == "ray":
@@ -115,7 +119,7 @@ def _train(args: argparse.Namespace, cfg) -> int:
 
                 return launch_ray(main, argv, dataclasses.replace(plan, size=size), base, cfg.cluster, cfg.log, **named)
             return launch(argv, size, base, plan.device, dict(cfg.cluster.env_vars), cfg.log, prefix=nsys,
-                          devices=explorer_devices(cfg) if explorer else training_devices(cfg), **named)
+                          devices=crew if serves_reference else explorer_devices(cfg) if explorer else training_devices(cfg), **named)
         if nsys is not None:  # this process computes alone: the same command again, under nsys
             check_run(cfg)
             return subprocess.call([*nsys(0), sys.executable, "-m", "posttrain", *argv])
@@ -128,6 +132,12 @@ def _train(args: argparse.Namespace, cfg) -> int:
         world = world or World(device=plan.device)
         if world.distributed:
             join_world(world, cfg.cluster.rpc_timeout_s)
+        if serves_reference:  # a reference crew process: answer the trainer's requests until it stops
+            from posttrain.trainer.rl_build import crew_reference
+
+            serve_reference(stages[0].config, base, world, crew_reference)
+            leave_world(world)
+            return 0
         results = run(cfg, world)
         leave_world(world)
     if not world.is_main:
@@ -140,6 +150,27 @@ def _train(args: argparse.Namespace, cfg) -> int:
             print(f"final model: {r.final_model}")
     _print_summary(base, stages, results)
     return 0
+
+
+def _launch_halves(cfg, argv: list[str], base: Path, decoupled: bool, crew: list[int] | None, nsys) -> int:
+    """The processes of a run whose roles live apart: a decoupled run's trainer and explorer
+    (posttrain.trainer.decoupled), and beside the trainer the reference crew when the reference has
+    devices of its own (posttrain.trainer.reference_crew), each told what it is by its variables
+    (and, with a crew, the others told that one serves them: they start none)."""
+    from posttrain.cluster.launch import launch_halves
+    from posttrain.config.access import training_devices
+    from posttrain.trainer.decoupled import ROLE_ENV, explorer_devices
+    from posttrain.trainer.reference_crew import CREW_ENV
+
+    halves = {"trainer": {ROLE_ENV: "trainer"}, "explorer": {ROLE_ENV: "explorer"}} if decoupled else {"trainer": {}}
+    devices = {"trainer": (training_devices(cfg) or [0])[0], "explorer": explorer_devices(cfg)[0]}
+    names = {}
+    if crew:
+        halves = {half: {**extra, CREW_ENV: half} for half, extra in halves.items()} | {"reference": {CREW_ENV: "reference"}}
+        devices["reference"] = crew[0]
+        # one process is the crew's rank 0; several are a launcher's, which names the rank that failed
+        names["reference"] = "the reference crew process (rank 0 of 1)" if len(crew) == 1 else "the reference crew (its launcher)"
+    return launch_halves(argv, base, halves, cfg.log, prefix=nsys, devices=devices, helpers=("reference",) if crew else (), names=names)
 
 
 def _nsight_prefix(cfg, base):

@@ -32,6 +32,7 @@ from posttrain.cluster.process_start import start_process
 # Roles every worker hosts: all roles share each process (colocated placement).
 ROLES = "actor, rollout, reference, critic, reward"
 EXPLORER_ROLES = "rollout, reward (an explorer: posttrain.trainer.decoupled)"
+REFERENCE_ROLES = "reference (a reference crew: posttrain.trainer.reference_crew)"
 GRACE_S = 10.0  # how long the other workers get to notice a dead peer and exit on their own
 # After a collective timed out the peers' own timeouts fire within moments, and a hung worker will
 # not exit at all: waiting the full grace would only delay the message.
@@ -101,55 +102,74 @@ def launch(argv: list[str], world_size: int, run_dir: Path, device: str, env_var
     return watch(procs, logs, roles=roles)
 
 
-def launch_halves(argv: list[str], run_dir: Path, role_env: str, log: Any = None,
-                  prefix: Callable[[int], list[str]] | None = None, devices: dict[str, int] | None = None) -> int:
-    """Run `python -m posttrain <argv>` twice, as the trainer and the explorer of a decoupled run
-    (`posttrain.trainer.decoupled`), each told its half by `role_env`; watched like workers. The
-    trainer's output is the console; both log to `<log dir>/{trainer,explorer}.log`. Each half may
-    start workers of its own (`launch`); a half of one process computes on its device in `devices`
-    (by half; default 0)."""
-    halves = ["trainer", "explorer"]
-    logs = log_paths(log, run_dir, halves)
+def launch_halves(argv: list[str], run_dir: Path, halves: dict[str, dict[str, str]], log: Any = None,
+                  prefix: Callable[[int], list[str]] | None = None, devices: dict[str, int] | None = None,
+                  helpers: tuple[str, ...] = (), names: dict[str, str] | None = None) -> int:
+    """Run `python -m posttrain <argv>` once per half of a run: the trainer and the explorer of a
+    decoupled run (`posttrain.trainer.decoupled`), and the reference crew when the reference has
+    devices of its own (`posttrain.trainer.reference_crew`); `halves` maps each half's name to the
+    variables that tell it which it is. Watched like workers. The first half's output (the trainer's)
+    is the console; each logs to `<log dir>/<half>.log`. Each half may start workers of its own
+    (`launch`); a half of one process computes on its device in `devices` (by half; default 0).
+    `helpers` name the halves that serve the others (the reference crew): once the others have all
+    finished they are stopped, as their work is done. `names` say what a half is in messages."""
+    order = list(halves)
+    logs = log_paths(log, run_dir, order)
     log_dir = logs[0].parent
-    threads = max(1, (os.cpu_count() or 1) // 2)
+    threads = max(1, (os.cpu_count() or 1) // len(order))
     procs = []
-    for half, log in zip(halves, logs):
-        env = dict(os.environ, **{role_env: half})
+    runtime_env = tuple(dict.fromkeys(k for extra in halves.values() for k in extra))
+    for half, log in zip(order, logs):
+        env = dict(os.environ, **halves[half])
         if "LOCAL_RANK" not in os.environ:
             env["LOCAL_RANK"] = str((devices or {}).get(half, 0))
         if "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = str(threads)
         err = log.open("w", encoding="utf-8")
-        procs.append(start_process(argv, env, None if half == "trainer" else err, err,
-                                   prefix=prefix(len(procs)) if prefix else None, runtime_env=(role_env,)))
+        procs.append(start_process(argv, env, None if half == order[0] else err, err,
+                                   prefix=prefix(len(procs)) if prefix else None, runtime_env=runtime_env))
         err.close()
-    print(f"posttrain: decoupled run: trainer (pid {procs[0].pid}) and explorer (pid {procs[1].pid}) meet in the "
-          f"experience buffer; logs in {log_dir}", flush=True)
-    return watch(procs, logs, names=[f"the {half} process" for half in halves])
+    shown = {half: f"{half} (pid {p.pid})" for half, p in zip(order, procs)}
+    if "explorer" in halves:
+        print(f"posttrain: decoupled run: {shown['trainer']} and {shown['explorer']} meet in the experience buffer; logs in {log_dir}",
+              flush=True)
+    for half in helpers:
+        print(f"posttrain: {shown[half]}: the {half} role on devices of its own, serving the trainer; logs in {log_dir}", flush=True)
+    names = names or {}
+    return watch(procs, logs, names=[names.get(half, f"the {half} process") for half in order],
+                 helpers={order.index(h) for h in helpers})
 
 
-def watch(procs: list, logs: list[Path], names: list[str] | None = None, roles: str = ROLES) -> int:
+def watch(procs: list, logs: list[Path], names: list[str] | None = None, roles: str = ROLES, helpers: set[int] = frozenset()) -> int:
     """`_watch` the workers (Popen-like: poll, returncode, send_signal, wait, kill); Ctrl-C stops them.
-    `names` says what each is in messages (default: worker rank r of N and the `roles` it hosts)."""
+    `names` says what each is in messages (default: worker rank r of N and the `roles` it hosts);
+    `helpers` index the processes that serve the others, stopped once the others have finished."""
     names = names or [f"worker rank {r} of {len(procs)} (roles: {roles})" for r in range(len(procs))]
     try:
-        return _watch(procs, logs, names)
+        return _watch(procs, logs, names, helpers)
     except KeyboardInterrupt:
         _stop(procs, signal.SIGINT)
         print("posttrain: interrupted", file=sys.stderr)
         return 130
 
 
-def _watch(procs: list, logs: list[Path], names: list[str]) -> int:
+def _watch(procs: list, logs: list[Path], names: list[str], helpers: set[int] = frozenset()) -> int:
     """Wait for the workers; when one fails, give the others `GRACE_S` to notice, stop the rest,
-    and report the worker that caused it (see `_cause`)."""
+    and report the worker that caused it (see `_cause`). When every process but the `helpers` has
+    finished well, the helpers' work is done: they get `GRACE_S` to leave on their own, then are stopped."""
     order: list[int] = []  # ranks in the order they were seen to end
+    done_at = None  # when the last process that is not a helper finished
     while len(order) < len(procs):
         for rank, p in enumerate(procs):
             if rank not in order and p.poll() is not None:
                 order.append(rank)
         if any(procs[r].returncode != 0 for r in order):
             break
+        if helpers and all(r in order for r in range(len(procs)) if r not in helpers):
+            done_at = done_at or time.monotonic()
+            if time.monotonic() - done_at > GRACE_S:
+                _stop(procs, signal.SIGTERM)
+                return 0
         time.sleep(0.2)
     else:
         return 0

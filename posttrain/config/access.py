@@ -31,11 +31,30 @@ def device_lists(cfg: Any) -> dict[str, list[int]]:
     return {role: ids for role, ids in lists.items() if ids}
 
 
+def reference_crew_devices(cfg: Any) -> list[int] | None:
+    """cluster.device_mapping.ref when it names devices apart from the trainer's (the actor's, else
+    the critic's list): the reference then runs as processes of its own, one per device (the reference
+    crew, `posttrain.trainer.reference_crew`), not on the trainer workers. None otherwise: the ref list
+    is the trainer's own (or absent), or overlaps it, which `checks.check_device_mapping` refuses."""
+    lists = device_lists(cfg)
+    ref, trainer = lists.get("ref"), lists.get("actor") or lists.get("critic")
+    if not ref or not trainer or set(ref) & set(trainer):
+        return None
+    return ref
+
+
+def _trainer_lists(cfg: Any) -> list[list[int]]:
+    """The device lists of the roles every trainer worker hosts: the actor's, the critic's and the
+    reference's unless the reference has devices of its own."""
+    crew = reference_crew_devices(cfg) is not None
+    return [ids for role, ids in device_lists(cfg).items() if role in TRAINING_ROLES and not (crew and role == "ref")]
+
+
 def world_size(cfg: Any) -> int:
     """Worker processes of the training side: the devices the training roles' cluster.device_mapping
     lists (when given), else nodes × devices per node, or 1 process with 0 devices per node."""
     lists = device_lists(cfg)
-    training = [ids for role, ids in lists.items() if role in TRAINING_ROLES]
+    training = _trainer_lists(cfg)
     if training:
         return len(training[0])
     if "rollout" in lists and not get_path(cfg, "cluster.n_gpus_per_node", 0):  # the rollout's devices, no others
@@ -44,10 +63,18 @@ def world_size(cfg: Any) -> int:
     return get_path(cfg, "cluster.nnodes", 1) * gpus if gpus > 0 else 1
 
 
+def role_processes(cfg: Any, role: str) -> int:
+    """The processes a training role's model is spread over: the reference crew's for `ref` when it
+    has devices of its own, else the trainer's worker processes."""
+    crew = reference_crew_devices(cfg) if role == "ref" else None
+    return len(crew) if crew else world_size(cfg)
+
+
 def training_devices(cfg: Any) -> list[int] | None:
-    """The devices of the training roles (one list for actor, reference and critic), None when
-    cluster.device_mapping gives them none (then the trainer workers are devices 0..W-1)."""
-    return next((ids for role, ids in device_lists(cfg).items() if role in TRAINING_ROLES), None)
+    """The devices of the training roles (one list for actor, reference and critic; without the
+    reference when it runs as a crew of its own), None when cluster.device_mapping gives them none
+    (then the trainer workers are devices 0..W-1)."""
+    return next(iter(_trainer_lists(cfg)), None)
 
 
 def rollout_placement(cfg: Any) -> str:
@@ -81,7 +108,7 @@ def placement_problem(training: list[int] | None, rollout: list[int] | None, dev
             return f"the {name} devices {ids} name a device twice (one worker process per device)"
     train = training or (list(range(devices)) if devices else None)
     if rollout and train and rollout != train[:len(rollout)] and set(rollout) & set(train):
-        return (f"the rollout's devices {_span(rollout)} beside training on {_span(train)}: posttrain runs the engines on the "
+        return (f"the rollout's devices {device_span(rollout)} beside training on {device_span(train)}: posttrain runs the engines on the "
                 f"training devices, on the first m of them (the others only train), or on devices of their own (split: an "
                 f"explorer of m processes beside the trainer)")
     highest = max([*(training or []), *(rollout or [])], default=-1)
@@ -90,7 +117,10 @@ def placement_problem(training: list[int] | None, rollout: list[int] | None, dev
     return None
 
 
-def _span(ids: list[int]) -> str:
+def device_span(ids: list[int]) -> str:
+    """A device list in words: the one device, "a..b" for a run, else the list."""
+    if len(ids) == 1:
+        return str(ids[0])
     return f"{ids[0]}..{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) else str(ids)
 
 

@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorNeeds, estimator_needs
-from posttrain.config.access import TRAINING_ROLES, device_lists, get_path, is_rl, placement_problem, training_kind, world_size
+from posttrain.config.access import (
+    TRAINING_ROLES, device_lists, get_path, is_rl, placement_problem, reference_crew_devices, role_processes, training_kind,
+    world_size,
+)
 from posttrain.config.checks_losses import (
     check_dpo_label_smoothing, check_dual_clip, check_gmpo_agg, check_pf_ppo, check_rollout_correction, check_supervised_compile,
     check_supervised_loss_agg, check_supervised_loss_coefs, check_val_sampling,
@@ -40,22 +43,51 @@ from posttrain.config.sections.rollout import check_external, check_min_response
 
 
 def check_device_mapping(cfg: Any) -> list[str]:
-    """ROLL's device_mapping: the actor, reference and critic on the same k devices (every trainer
-    worker hosts them all), and the rollout engines on the same workers, on the first m of them, or
-    on m devices of their own (a split placement: `access.rollout_placement`)."""
+    """ROLL's device_mapping: the actor and critic on the same k devices (every trainer worker hosts
+    them), the reference on those too or on devices of its own (a reference crew:
+    `access.reference_crew_devices`), and the rollout engines on the same workers, on the first m of
+    them, or on m devices of their own (a split placement: `access.rollout_placement`)."""
     lists = device_lists(cfg)
     if not lists:
         return []
-    training = {role: ids for role, ids in lists.items() if role in TRAINING_ROLES}
+    crew = reference_crew_devices(cfg)
+    training = {role: ids for role, ids in lists.items() if role in TRAINING_ROLES and not (crew and role == "ref")}
     if len({tuple(ids) for ids in training.values()}) > 1:
         shown = "; ".join(f"{role} {ids}" for role, ids in training.items())
+        ref_only = len({tuple(ids) for role, ids in training.items() if role != "ref"}) == 1
         return [
-            f"cluster.device_mapping puts training roles on different devices ({shown}): every trainer worker hosts the "
-            "actor, the reference and the critic, so give them the same device list (or leave theirs empty)"
+            f"cluster.device_mapping puts training roles on different devices ({shown}): " + (
+                "the reference runs either on every trainer worker (give it the actor's list, or none) or as processes "
+                "of its own on devices apart from the actor's (a reference crew); a list that shares some of the "
+                "actor's devices is neither" if ref_only else
+                "every trainer worker hosts the actor and the critic (the critic trains beside the actor), so give them "
+                "the same device list (or leave the critic's empty)")
         ]
     nodes, gpus = get_path(cfg, "cluster.nnodes", 1), get_path(cfg, "cluster.n_gpus_per_node", 0)
     problem = placement_problem(next(iter(training.values()), None), lists.get("rollout"), nodes * gpus or None)
+    if problem is None and crew is not None:
+        problem = _reference_crew_problem(cfg, crew, lists.get("rollout"), nodes * gpus or None)
     return [f"cluster.device_mapping: {problem}"] if problem else []
+
+
+def _reference_crew_problem(cfg: Any, crew: list[int], rollout: list[int] | None, devices: int | None) -> str | None:
+    """Why a reference crew on `crew` cannot run, or None: its devices must be its own (one process
+    each, none the engines'), within the cluster, for a config of one stage."""
+    if len(set(crew)) < len(crew):
+        return f"the reference's devices {crew} name a device twice (one reference process per device)"
+    if rollout and set(rollout) & set(crew):
+        return (f"the reference's devices {crew} share devices with the rollout's {rollout}: a reference on devices of its "
+                "own (apart from the actor's) needs devices apart from the engines' too")
+    if devices and max(crew) >= devices:
+        return f"the reference's device {max(crew)} is past the {devices} of cluster.nnodes × cluster.n_gpus_per_node"
+    if get_path(cfg, "stages", None):
+        return ("the reference on devices of its own (a reference crew) serves one RL stage; a config with stages runs the "
+                "reference on the trainer workers: give cluster.device_mapping.ref the actor's list (or none)")
+    if get_path(cfg, "ref.teachers", None):  # ROLL's several teachers' device_mapping lands on the ref list
+        return (f"the reference's devices {crew} apart from the trainer's, with ref.teachers: posttrain runs a reference crew of "
+                "its own, but not teachers on devices of their own (every trainer worker hosts each teacher); give "
+                "cluster.device_mapping.ref the actor's list (or none)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -263,7 +295,8 @@ SHARDING_DEFAULTS = {
 def check_sharding(cfg: Any) -> list[str]:
     """Sharding keys need several worker processes to act on (refused at other values with one), and
     fsdp_size must divide the worker processes."""
-    world, problems = world_size(cfg), []
+    problems = []
+    world = max(role_processes(cfg, role) for role in ("actor", "ref"))  # the reference may run in a crew of its own
     if world > 1 and get_path(cfg, "actor.use_torch_compile", False):
         problems.append(
             f"actor.use_torch_compile with {world} worker processes: the compiled lean forward reads each layer's "
@@ -273,6 +306,7 @@ def check_sharding(cfg: Any) -> list[str]:
         fsdp = get_path(cfg, f"{role}.fsdp_config", None)
         if fsdp is None:
             continue
+        world = role_processes(cfg, role)
         size = get_path(fsdp, "fsdp_size", -1)
         if world > 1 and size not in (-1, world) and (size < 1 or world % size):
             problems.append(f"{role}.fsdp_config.fsdp_size={size} does not divide the {world} worker processes; use -1 (shard over all) or a divisor of {world}")
@@ -320,7 +354,7 @@ def check_decoupled(cfg: Any) -> list[str]:
 def check_sequence_parallel(cfg: Any) -> list[str]:
     """Ulysses sizes divide the worker processes (they form a dp x sp grid), and a DPO stage's
     reference runs in the policy's loop, so it splits its sequences as the policy does."""
-    world, needs = world_size(cfg), role_needs(cfg)
+    world, needs, crew = world_size(cfg), role_needs(cfg), reference_crew_devices(cfg)
     actor = get_path(cfg, "actor.ulysses_sequence_parallel_size", 1)
     ref = get_path(cfg, "ref.ulysses_sequence_parallel_size", None)
     sizes = {"actor": actor}
@@ -332,8 +366,13 @@ def check_sequence_parallel(cfg: Any) -> list[str]:
         f"{role}.ulysses_sequence_parallel_size={sp} does not divide the {world} worker process(es) (cluster.nnodes "
         f"{get_path(cfg, 'cluster.nnodes', 1)} × cluster.n_gpus_per_node {get_path(cfg, 'cluster.n_gpus_per_node', 0)}): "
         f"each sequence is split over {sp} processes; use a divisor of {world}, or a multiple of {sp} worker processes"
-        for role, sp in sizes.items() if sp > 1 and world % sp
+        for role, sp in sizes.items() if sp > 1 and not (role == "ref" and crew) and world % sp
     ]
+    sp = sizes.get("ref", 1)
+    if crew and sp > 1 and len(crew) % sp:  # the reference on devices of its own splits over its crew
+        problems.append(f"ref.ulysses_sequence_parallel_size={sp} does not divide the reference crew's {len(crew)} process(es) "
+                        f"(cluster.device_mapping.ref): each sequence is split over {sp} processes; use a divisor of "
+                        f"{len(crew)}, or give the reference a multiple of {sp} devices")
     if training_kind(cfg) == "dpo" and ref not in (None, actor):
         problems.append(
             f"ref.ulysses_sequence_parallel_size={ref} differs from actor.ulysses_sequence_parallel_size={actor} in a DPO "

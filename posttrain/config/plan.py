@@ -17,7 +17,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from posttrain.config.access import get_path, is_rl, sampler_batch, training_kind
+from posttrain.config.access import (
+    device_lists, device_span, explorer_processes, get_path, is_rl, reference_crew_devices, rollout_placement, sampler_batch,
+    training_devices, training_kind, world_size,
+)
 from posttrain.config.checks import role_needs
 from posttrain.config.derive import Derived, updates_per_step
 
@@ -109,7 +112,7 @@ def format_plan(cfg: Any, derived: Derived, size_note: str = "") -> str:
     agentic = bool(get_path(cfg, "env.train_env_manager.tags", None))
     for role in plan.roles:
         rows += _turn_role_rows(cfg, role, plan, agentic) if turns else _role_rows(role, plan)
-    rows += _length_rows(cfg, derived, size_note) + _lag_rows(cfg)
+    rows += _length_rows(cfg, derived, size_note) + _lag_rows(cfg) + _placement_rows(cfg)
     text = _table(rows)
     if plan.world_size > 1:
         text += "\n" + _device_block(cfg, plan)
@@ -246,6 +249,29 @@ def _lag_rows(cfg: Any) -> list[Row]:
     return [("max staleness (steps)", str(interval - 1 + offset),
              f"synchronizer.sync_interval {interval} - 1 + sync_offset {offset}: explorer and trainer processes, "
              "the explorer up to that many batches ahead of the trained weights")]
+
+
+def _placement_rows(cfg: Any) -> list[Row]:
+    """Which devices train, generate and hold the reference, when cluster.device_mapping places the
+    roles: the trainer's workers, the engines (on them, on the first m, or an explorer of its own)
+    and the reference (on the trainer's workers, or a reference crew of its own)."""
+    if not device_lists(cfg):
+        return []
+    w = world_size(cfg)
+    train = training_devices(cfg) or list(range(w))
+    crew = reference_crew_devices(cfg)
+    hosted = "actor" + (", critic" if role_needs(cfg).critic else "") + (", reference" if role_needs(cfg).reference and crew is None else "")
+    rows = [("training devices", device_span(train), f"{w} trainer process(es), each hosting the {hosted}")]
+    place = rollout_placement(cfg)
+    engines = device_lists(cfg).get("rollout") or train
+    how = {"colocated": "the engines on the trainer's workers", "subset": f"the engines on the first {len(engines)} trainer workers",
+           "split": f"split: an explorer of {explorer_processes(cfg)} engine process(es) beside the trainer"}[place]
+    rows.append(("rollout devices", device_span(engines), how))
+    if crew is not None:
+        rows.append(("reference devices", device_span(crew), (
+            f"a reference crew of {len(crew)} process(es) of its own: each step's sequences go to it, its log-probs come back"
+            if role_needs(cfg).reference else "no reference is needed (no KL term): these devices stay idle")))
+    return rows
 
 
 def _warmup_row(cfg: Any, role: str, warm: int | None) -> Row:

@@ -289,6 +289,7 @@ def run_learner(ctx: StageContext) -> StageResult:
             _on_main(world, _explorer_finished(buffer, sync.sync_timeout), lambda: None)
         return result
     finally:
+        learner.roles.close()  # a reference crew stops with the trainer
         if isinstance(weights, WeightServer):
             weights.close()
         if buffer is not None:

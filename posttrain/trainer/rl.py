@@ -84,7 +84,7 @@ class RLTrainer:
             check_expert_passes(cfg.algorithm.mix, len(expert_set), self.derived.total_training_steps)  # before any model loads
             self.expert = ExpertRows(expert_set, cfg.algorithm.mix.expert_batch_size, self.pad_id, cfg.trainer.seed)
         check_teacher_tags(cfg, None if self.agent else self.train_set)  # before any model loads
-        self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves)
+        self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves, run_dir=ctx.run_dir)
         dp = self.dp = (self.roles.actor or self.roles.rollout).dp
         # rollout.agent.function: a user's agent over a loopback endpoint returns each episode's reward
         self.agent_fn = make_agent_fn(cfg, self.tokenizer, inputs, self.pad_id, ctx.world.size, halves) if has_agent_fn(cfg) else None
@@ -420,6 +420,7 @@ class RLTrainer:
                 last = metrics
             return StageResult(ckpt.final_model(self.save_final, final), last, total)
         finally:
+            self.roles.close()  # a reference crew stops with the trainer
             self.reader.close()
             if self.agent_fn is not None:
                 self.agent_fn.close()

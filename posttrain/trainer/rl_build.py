@@ -8,12 +8,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from posttrain.config.access import device_lists, rollout_placement
+from posttrain.config.access import device_lists, reference_crew_devices, rollout_placement
 from posttrain.config.checks import role_needs
 from posttrain.config.derive import Derived
 from posttrain.config.schema import Config
@@ -33,6 +34,7 @@ from posttrain.rollout.base import RolloutEngine
 from posttrain.rollout.engines import build_engine, check_engine_deadline
 from posttrain.workers import Actor, ActorSettings, Critic, CriticSettings, ReferencePolicy
 from posttrain.workers.rollout import RolloutWorker
+from posttrain.trainer.reference_crew import ReferenceCrewClient
 from posttrain.trainer.rl_settings import (
     forward_batching, loss_inputs, loss_options, micro_batch_budget, policy_temperature, response_length, rollout_seed,
 )
@@ -108,15 +110,48 @@ class RLRoles:
 
     rollout: RolloutWorker | None  # None in a decoupled run's trainer
     actor: Actor | None  # None (with reference, critic and sync) in a decoupled run's explorer
-    reference: ReferencePolicy | None
+    reference: ReferencePolicy | ReferenceCrewClient | None  # the client of a reference crew of its own
     critic: Critic | None
     sync: WeightSync | None  # actor -> rollout engine, after every update
     teachers: dict[str, ReferencePolicy] = field(default_factory=dict)  # ref.teachers, by name (learner only)
+
+    def close(self) -> None:
+        """Release what the roles hold beyond this process: a reference crew is told to stop."""
+        if isinstance(self.reference, ReferenceCrewClient):
+            self.reference.close()
 
     @property
     def engine(self) -> RolloutEngine | None:
         """The rollout role's engine (this process's)."""
         return self.rollout.engine if self.rollout is not None else None
+
+
+def reference_policy(cfg: Config, model: nn.Module, dp, adapters_off=None) -> ReferencePolicy:
+    """The frozen reference over `model` (sharded already) with the ref.* micro-batching, on this
+    process's data-parallel share `dp`; `adapters_off`: the actor's LoRA model's adapters switch."""
+    a = cfg.actor
+    size, max_tokens = forward_batching(
+        cfg.ref.log_prob_micro_batch_size_per_gpu, cfg.ref.log_prob_use_dynamic_bsz, cfg.ref.log_prob_max_token_len_per_gpu,
+        default_dynamic=a.use_dynamic_bsz, default_budget=a.ppo_max_token_len_per_gpu,
+        sp=cfg.ref.ulysses_sequence_parallel_size or a.ulysses_sequence_parallel_size,
+    )
+    return ReferencePolicy(
+        model, temperature=policy_temperature(cfg), micro_batch_size=size, max_tokens=max_tokens,
+        compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype, pack=cfg.model.use_remove_padding,
+        lean_forward="compiled" if a.use_torch_compile else "off", dp=dp, adapters_off=adapters_off, head=head_kernel(cfg.model),
+    )
+
+
+def crew_reference(cfg: Config, tokenizer: Any, world: World) -> ReferencePolicy:
+    """The reference a crew process holds (posttrain.trainer.reference_crew): what `build_roles` makes
+    on the trainer workers, built on the crew's world instead: the stage's starting model from
+    model.path (with LoRA, the base the adapters start from: what the actor's model with its
+    adapters off computes) or ref.model_path's teacher, sharded over the crew (ref.fsdp_config)."""
+    model = (teacher_from_config(cfg, tokenizer, world.torch_device) if cfg.ref.model_path is not None
+             else causal_lm_from_config(cfg.model, device=world.torch_device))
+    sp = cfg.ref.ulysses_sequence_parallel_size or cfg.actor.ulysses_sequence_parallel_size
+    dp = role_parallelism(world, cfg.trainer.balance_batch)(model, "ref", sp)
+    return reference_policy(cfg, world.shard(model, cfg.ref.fsdp_config), dp)
 
 
 def make_engine(cfg: Config, model: nn.Module, tokenizer: Any, owns_weights: bool = False) -> RolloutEngine:
@@ -126,12 +161,15 @@ def make_engine(cfg: Config, model: nn.Module, tokenizer: Any, owns_weights: boo
     return build_engine(cfg, model, tokenizer, seed=rollout_seed(cfg), owns_weights=owns_weights)
 
 
-def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = World(), halves: str = "both") -> RLRoles:
+def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = World(), halves: str = "both",
+                run_dir: Path | None = None) -> RLRoles:
     """Every role of the stage on this worker process. With several workers each role's model is
     sharded over all of them (FSDP2, its own `fsdp_config`) and the engine holds a whole copy of the
     policy, made before the actor's is sharded (verl's hybrid engine: all roles on every device).
     `halves`: "both", or one half of a decoupled run (`posttrain.trainer.decoupled`): "explorer"
-    (the engine alone, fed published weights) or "learner" (actor, reference, critic; no engine)."""
+    (the engine alone, fed published weights) or "learner" (actor, reference, critic; no engine).
+    With a reference crew (cluster.device_mapping.ref on devices of its own) the reference role is
+    its client, which opens its channel in `run_dir` (the stage's directory)."""
     total = derived.total_training_steps or 1
     seed = cfg.trainer.seed
     dp = world.data_parallel(cfg.trainer.balance_batch)
@@ -159,7 +197,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     needs = role_needs(cfg)  # from the estimator's registry entry and the KL switches
     teacher = cfg.ref.model_path is not None  # the reference is another model (on-policy distillation)
     ref_model = None
-    if needs.reference:
+    crew = needs.reference and reference_crew_devices(cfg) is not None  # cluster.device_mapping.ref apart from the actor's
+    if needs.reference and not crew:
         ref_model = teacher_from_config(cfg, tokenizer, world.torch_device) if teacher else copy.deepcopy(policy) if lora is None else None
     adapters = add_lora(policy, lora, cfg.model.path) if lora is not None else None
     freeze_by_prefix(policy, a.freeze_module_prefix)  # before sharding: the optimizer takes what still trains
@@ -235,33 +274,19 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         engines = len(device_lists(cfg)["rollout"]) if rollout_placement(cfg) == "subset" else None
         rollout = RolloutWorker(engine, dp, free_cache=cfg.rollout.free_cache_engine, tokenizer=tokenizer, engines=engines)
     reference = None
-    if needs.reference:
-        ref_sp = cfg.ref.ulysses_sequence_parallel_size or actor_sp
-        size, max_tokens = forward_batching(
-            cfg.ref.log_prob_micro_batch_size_per_gpu, cfg.ref.log_prob_use_dynamic_bsz, cfg.ref.log_prob_max_token_len_per_gpu,
-            **actor_budget, sp=ref_sp,
-        )
-        reference = ReferencePolicy(
-            trained if ref_model is None else world.shard(ref_model, cfg.ref.fsdp_config),
-            temperature=policy_temperature(cfg), micro_batch_size=size,
-            max_tokens=max_tokens, compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype,
-            pack=cfg.model.use_remove_padding, lean_forward=lean,
-            dp=train_dp(policy if ref_model is None else ref_model, "ref", ref_sp),
-            adapters_off=adapters.disable_adapter if ref_model is None else None, head=head_kernel(cfg.model),
+    if crew:  # the reference runs in processes of its own: the step's requests go to them
+        reference = ReferenceCrewClient(run_dir or Path(cfg.trainer.default_local_dir), world, cfg.cluster.rpc_timeout_s)
+    elif needs.reference:
+        reference = reference_policy(
+            cfg, trained if ref_model is None else world.shard(ref_model, cfg.ref.fsdp_config),
+            train_dp(policy if ref_model is None else ref_model, "ref", cfg.ref.ulysses_sequence_parallel_size or actor_sp),
+            adapters_off=adapters.disable_adapter if ref_model is None else None,
         )
     teachers = {}
     for name, t in cfg.ref.teachers.items():  # frozen like the reference, each on every trainer worker
         model = teacher_from_config(cfg, tokenizer, world.torch_device, t.model_path, f"ref.teachers.{name}.model_path")
-        ref_sp = cfg.ref.ulysses_sequence_parallel_size or actor_sp
-        size, max_tokens = forward_batching(
-            cfg.ref.log_prob_micro_batch_size_per_gpu, cfg.ref.log_prob_use_dynamic_bsz, cfg.ref.log_prob_max_token_len_per_gpu,
-            **actor_budget, sp=ref_sp,
-        )
-        teachers[name] = ReferencePolicy(
-            world.shard(model, cfg.ref.fsdp_config), temperature=policy_temperature(cfg), micro_batch_size=size,
-            max_tokens=max_tokens, compute_dtype=cfg.ref.fsdp_config.mixed_precision.param_dtype,
-            pack=cfg.model.use_remove_padding, lean_forward=lean, dp=train_dp(model, "ref", ref_sp), head=head_kernel(cfg.model),
-        )
+        teachers[name] = reference_policy(
+            cfg, world.shard(model, cfg.ref.fsdp_config), train_dp(model, "ref", cfg.ref.ulysses_sequence_parallel_size or actor_sp))
     critic = None
     if needs.critic:
         c = cfg.critic

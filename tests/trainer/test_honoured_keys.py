@@ -556,8 +556,9 @@ ELSEWHERE = {
     **{f"{role}.fsdp_config.{k}": f"{SHARDING}::test_each_role_is_sharded_by_its_own_fsdp_config_and_balance_batch_splits_by_tokens"
        for role in ("ref", "critic") for k in FSDP_KEYS},
     "trainer.balance_batch": f"{SHARDING}::test_each_role_is_sharded_by_its_own_fsdp_config_and_balance_batch_splits_by_tokens",
-    **{f"cluster.device_mapping.{role}": f"{PLACEMENT}::test_a_colocated_device_mapping_is_the_same_placement_as_devices_per_node"
-       for role in ("ref", "critic")},
+    "cluster.device_mapping.critic": f"{PLACEMENT}::test_a_colocated_device_mapping_is_the_same_placement_as_devices_per_node",
+    # the reference on devices of its own: a crew of processes (the harness runs one process)
+    "cluster.device_mapping.ref": "tests/trainer/test_reference_crew_runs.py::test_a_reference_crew_trains_what_the_colocated_reference_trains",
     "cluster.device_mapping.actor": f"{DECOUPLED}::test_split_placement_trains_on_policy_as_the_synchronous_loop",
     "cluster.device_mapping.rollout": f"{DECOUPLED}::test_split_placement_trains_on_policy_as_the_synchronous_loop",
     "cluster.launcher": f"{PLACEMENT}::test_one_process_by_default_and_n_local_workers_per_device",

@@ -124,6 +124,11 @@ def _eval_devices(node: ast.AST) -> list[int]:
     raise ValueError(f"unsupported expression {ast.unparse(node)!r}")
 
 
+def _own_devices(ref: list[int] | None, trainer: list[int] | None) -> bool:
+    """Whether the reference's devices are apart from the trainer's (posttrain.config.access.reference_crew_devices)."""
+    return bool(ref and trainer and not set(ref) & set(trainer))
+
+
 # ROLL's workers that cluster.device_mapping places (the reward workers have their own section).
 _MAPPED_WORKERS = ("actor_train", "actor_infer", "reference", "critic")
 
@@ -171,12 +176,17 @@ def _device_mapping(ctx: Context, value: Any) -> list[int]:
                 continue
     total = nodes * per_node if isinstance(per_node, int) and isinstance(nodes, int) else None
     every = list(range(total or -1))  # the whole cluster: posttrain's default for a list
-    training = [ids for w, ids in lists.items() if w != "actor_infer"]
     rollout = lists.get("actor_infer")
-    problem = ("training roles on different devices: every trainer worker hosts the actor, the reference and the critic"
+    # the reference on devices apart from actor_train's runs as processes of its own (posttrain's reference crew)
+    crew = lists.get("reference") if _own_devices(lists.get("reference"), lists.get("actor_train") or lists.get("critic")) else None
+    training = [ids for w, ids in lists.items() if w != "actor_infer" and not (crew and w == "reference")]
+    problem = ("training roles on different devices: every trainer worker hosts the actor and the critic, and the reference "
+               "runs on those devices or on devices of its own, not on some of them"
                if len({tuple(ids) for ids in training}) > 1 else
                placement_problem(training[0] if training and training[0] != every else None,
                                  None if rollout == every else rollout, total))
+    if problem is None and crew and rollout and set(crew) & set(rollout):
+        problem = "the reference on devices of its own shares devices with actor_infer: posttrain's reference crew needs devices of its own"
     if problem:
         shown = "; ".join(f"{w} {ids[0]}..{ids[-1]}" if ids else f"{w} []" for w, ids in lists.items())
         raise refusal(f"{shown}: {problem}")

@@ -16,13 +16,14 @@ from posttrain.config.fields import param, section
 @section
 class DeviceMappingConfig:
     """Which global device ids each role's workers use (ROLL's device_mapping); empty lists colocate on all devices.
-    The actor, reference and critic share one list 0..k-1 (k trainer workers, each hosting all three);
-    the rollout engines run on the same workers, on the first m of them (the others only train), or on
+    The actor and critic share one list 0..k-1 (k trainer workers, each hosting both); the reference
+    runs on those workers too, or as a crew of processes on devices of its own (docs/scaling.md); the
+    rollout engines run on the same workers, on the first m of them (the others only train), or on
     devices k..k+m-1 of their own (split: an explorer of m processes beside the trainer, docs/scaling.md)."""
 
     actor: list[int] = param(factory=list, doc="Device ids of the policy-training workers (0..k-1: k trainer processes).", refs=["roll:actor_train.device_mapping"])
     rollout: list[int] = param(factory=list, doc="Device ids of the generation engines: the training devices (colocated), their first m (only those m workers generate), or the m devices after them (split placement: an explorer of m processes, one engine each, beside the trainer).", refs=["roll:actor_infer.device_mapping", "trinity:explorer.rollout_model.engine_num"])
-    ref: list[int] = param(factory=list, doc="Device ids of the reference-policy workers (the actor's).", refs=["roll:reference.device_mapping"])
+    ref: list[int] = param(factory=list, doc="Device ids of the reference policy: the actor's (each trainer worker hosts it), or devices apart from the actor's and the rollout's (a reference crew: one process per device, asked for each step's log-probs).", refs=["roll:reference.device_mapping"])
     critic: list[int] = param(factory=list, doc="Device ids of the critic workers.", refs=["roll:critic.device_mapping"])
 
 
