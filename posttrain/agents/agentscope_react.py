@@ -45,11 +45,11 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from posttrain.config.dialects.trinity_agentscope import DEFAULT_MAX_TOKENS  # Trinity-RFT's per-call budget
 from posttrain.rewards.math_boxed import math_boxed_score
 from posttrain.sandbox import Limits, run_python
 
 EXTRA = "pip install 'posttrain[agentscope]'"
-DEFAULT_MAX_TOKENS = 4096  # Trinity-RFT's per-call budget when rollout_args.max_tokens is unset
 CODE_TIMEOUT_S = 300.0  # AgentScope's execute_python_code default, the most a call may ask for
 MAX_ITERS = 10  # reasoning-acting iterations of one reply (AgentScope's default; the template's too)
 

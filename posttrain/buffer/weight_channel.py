@@ -134,12 +134,7 @@ class WeightServer:
 
     # ---- serving
     def _open(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        host = os.environ.get("POSTTRAIN_SYNC_HOST") or os.environ.get("MASTER_ADDR") or "127.0.0.1"
-        self.store = dist.TCPStore(host, 0, None, is_master=True, timeout=datetime.timedelta(seconds=self.timeout_s), wait_for_workers=False)
-        token = secrets.token_hex(8)
-        self.store.set("token", token)
-        atomic_write_text(self.dir / CHANNEL, json.dumps({"host": host, "port": self.store.port, "token": token, "backend": self.backend}))
+        self.store = open_channel(self.dir / CHANNEL, self.timeout_s, backend=self.backend)
         for i in range(self.explorers):
             thread = threading.Thread(target=self._serve, args=(i,), name=f"weights-to-explorer-{i}", daemon=True)
             thread.start()
@@ -235,7 +230,7 @@ class WeightClient:
         deadline = time.monotonic() + self.timeout_s
         seen = None
         while True:
-            info = self._channel()
+            info = read_channel(self.dir / CHANNEL)
             if info is not None:
                 seen = info
                 store = reach_store(info, self.timeout_s)
@@ -249,12 +244,27 @@ class WeightClient:
         store.set(f"hello/{self.index}", "1")
         self.group = pair_group(dist.PrefixStore(f"pair/{self.index}/", store), 1, self.backend, self.timeout_s, self.device)
 
-    def _channel(self) -> dict | None:
-        try:
-            return json.loads((self.dir / CHANNEL).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
 
+
+def open_channel(path: Path, timeout_s: float, **extra) -> dist.TCPStore:
+    """A TCP store on this process, its address written to the json file `path` with a fresh token
+    the store holds (and `extra`'s entries): what the other end of a channel reads to join it. A
+    rerun writes a new file, and an end that reaches an older address finds another token there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    host = os.environ.get("POSTTRAIN_SYNC_HOST") or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+    store = dist.TCPStore(host, 0, None, is_master=True, timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
+    token = secrets.token_hex(8)
+    store.set("token", token)
+    atomic_write_text(path, json.dumps({"host": host, "port": store.port, "token": token, **extra}))
+    return store
+
+
+def read_channel(path: Path) -> dict | None:
+    """The json `open_channel` wrote at `path`; None while there is none (or it is being replaced)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def reach_store(info: dict, timeout_s: float):

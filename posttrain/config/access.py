@@ -37,10 +37,13 @@ def reference_crew_devices(cfg: Any) -> list[int] | None:
     crew, `posttrain.trainer.reference_crew`), not on the trainer workers. None otherwise: the ref list
     is the trainer's own (or absent), or overlaps it, which `checks.check_device_mapping` refuses."""
     lists = device_lists(cfg)
-    ref, trainer = lists.get("ref"), lists.get("actor") or lists.get("critic")
-    if not ref or not trainer or set(ref) & set(trainer):
-        return None
-    return ref
+    ref = lists.get("ref")
+    return ref if devices_apart(ref, lists.get("actor") or lists.get("critic")) else None
+
+
+def devices_apart(ref: list[int] | None, trainer: list[int] | None) -> bool:
+    """Whether the reference's device list names devices and none of the trainer's (both given)."""
+    return bool(ref and trainer and not set(ref) & set(trainer))
 
 
 def _trainer_lists(cfg: Any) -> list[list[int]]:

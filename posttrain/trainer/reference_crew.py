@@ -29,11 +29,8 @@ trainer and names the crew process, or the request times out after cluster.rpc_t
 
 from __future__ import annotations
 
-import datetime
 import io
 import json
-import os
-import secrets
 import time
 from pathlib import Path
 
@@ -41,10 +38,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from posttrain.buffer.weight_channel import broadcast, pair_group, reach_store
+from posttrain.buffer.weight_channel import broadcast, open_channel, pair_group, reach_store, read_channel
 from posttrain.checkpoint.manager import kill_point
 from posttrain.errors import UserError
-from posttrain.files import atomic_write_text
 from posttrain.records import RolloutBatch
 
 CREW_ENV = "POSTTRAIN_REFERENCE_CREW"  # "reference" in the crew's processes; the other halves' name in theirs
@@ -102,13 +98,7 @@ class ReferenceCrewClient:
 
     def _open(self) -> None:
         """The store the crew joins, and its address with a fresh token (a rerun's crew may read an older file first)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        host = os.environ.get("POSTTRAIN_SYNC_HOST") or os.environ.get("MASTER_ADDR") or "127.0.0.1"
-        self.store = dist.TCPStore(host, 0, None, is_master=True, timeout=datetime.timedelta(seconds=self.timeout_s),
-                                   wait_for_workers=False)
-        token = secrets.token_hex(8)
-        self.store.set("token", token)
-        atomic_write_text(self.dir / CHANNEL, json.dumps({"host": host, "port": self.store.port, "token": token}))
+        self.store = open_channel(self.dir / CHANNEL, self.timeout_s)
 
     def _wait(self, key: str, what: str) -> bytes:
         """The value of `key` once the crew sets it; a crew that leaves it unset past cluster.rpc_timeout_s fails the run."""
@@ -173,7 +163,7 @@ class CrewEnd:
         group. No deadline: the trainer may take long to build its roles, and a trainer that fails or
         finishes without asking (a complete run) ends the crew through the launcher."""
         while True:
-            info = self._channel()
+            info = read_channel(self.dir / CHANNEL)
             store = reach_store(info, self.timeout_s) if info is not None else None
             if store is not None:
                 break
@@ -181,12 +171,6 @@ class CrewEnd:
         self.store = store
         store.set("hello", "1")
         self.group = pair_group(dist.PrefixStore("pair/", store), 1, "gloo", self.timeout_s, torch.device("cpu"))
-
-    def _channel(self) -> dict | None:
-        try:
-            return json.loads((self.dir / CHANNEL).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
 
     def next(self) -> RolloutBatch | None:
         key = f"req/{self.n}"

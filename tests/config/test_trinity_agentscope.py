@@ -137,3 +137,10 @@ def test_a_file_shaped_like_trinitys_gsm8k_example_trains_on_every_call_of_the_a
     assert m["agent/episodes"] == 2 and m["agent/failed"] == 0 and m["agent/calls"] == 11
     assert seen[0][0] == 22 and seen[0][1].eq(0).all() and m["agent/reward"] == 0
     assert m["agent/react_memory_length"] > 0 and m["actor/pg_loss"] == 0 and m["actor/grad_norm"] < 1e-3
+
+
+def test_the_dialect_knows_the_templates_the_agent_has():  # the config layer cannot import the agents
+    from posttrain.agents.agentscope_react import TEMPLATES
+    from posttrain.config.dialects.trinity_agentscope import TEMPLATE_TYPES
+
+    assert set(TEMPLATES) == set(TEMPLATE_TYPES)

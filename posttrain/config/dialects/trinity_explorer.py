@@ -36,9 +36,9 @@ from posttrain.config.dialects.trinity_algorithms import TYPES
 from posttrain.config.dialects.trinity_judges import JUDGE_WORKFLOWS, training_workflow
 from posttrain.config.dialects.trinity_agent import AGENT
 from posttrain.config.dialects.trinity_agentscope import FUNCTIONS as AGENTSCOPE_FUNCTIONS
+from posttrain.config.tables import Rule
 
 AGENT_FUNCTION_WORKFLOWS = (AGENT, *AGENTSCOPE_FUNCTIONS)  # a task of theirs is one agent-function episode
-from posttrain.config.tables import Rule
 
 # key -> (values accepted as what posttrain does, why)
 ACCEPTED: dict[str, tuple[tuple[Any, ...], str]] = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from posttrain.config.access import placement_problem
+from posttrain.config.access import devices_apart, placement_problem
 from posttrain.config.dialects import machine
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.translate import Context, refusal
@@ -124,11 +124,6 @@ def _eval_devices(node: ast.AST) -> list[int]:
     raise ValueError(f"unsupported expression {ast.unparse(node)!r}")
 
 
-def _own_devices(ref: list[int] | None, trainer: list[int] | None) -> bool:
-    """Whether the reference's devices are apart from the trainer's (posttrain.config.access.reference_crew_devices)."""
-    return bool(ref and trainer and not set(ref) & set(trainer))
-
-
 # ROLL's workers that cluster.device_mapping places (the reward workers have their own section).
 _MAPPED_WORKERS = ("actor_train", "actor_infer", "reference", "critic")
 
@@ -178,7 +173,7 @@ def _device_mapping(ctx: Context, value: Any) -> list[int]:
     every = list(range(total or -1))  # the whole cluster: posttrain's default for a list
     rollout = lists.get("actor_infer")
     # the reference on devices apart from actor_train's runs as processes of its own (posttrain's reference crew)
-    crew = lists.get("reference") if _own_devices(lists.get("reference"), lists.get("actor_train") or lists.get("critic")) else None
+    crew = lists.get("reference") if devices_apart(lists.get("reference"), lists.get("actor_train") or lists.get("critic")) else None
     training = [ids for w, ids in lists.items() if w != "actor_infer" and not (crew and w == "reference")]
     problem = ("training roles on different devices: every trainer worker hosts the actor and the critic, and the reference "
                "runs on those devices or on devices of its own, not on some of them"
