@@ -216,7 +216,7 @@ def main() -> int:
             skipped[f"{dialect}: in tests/config/corpus"] += 1
             continue
         if words is None:
-            skipped[f"{dialect}: {note if dialect != 'verl' else 'no main_ppo command'}"] += 1
+            skipped[f"{dialect}: {note if dialect != 'verl' else 'no main_ppo or fsdp_sft_trainer command'}"] += 1
             continue
         outcome, text = plan(words, checkout.resolve(), env)
         counts[dialect][outcome] += 1

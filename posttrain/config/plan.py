@@ -136,7 +136,9 @@ def _supervised_rows(cfg: Any, d: Derived) -> list[Row]:
         micro = get_path(cfg, "actor.ppo_micro_batch_size_per_gpu")
         rows.append(("  micro-batches/step", str(-(-per_device // micro)), f"{per_device} {unit} / "
                      f"actor.ppo_micro_batch_size_per_gpu {micro}; gradients accumulate over them"))
-    rows.append(("  optimizer steps per step", "1", "the loss is normalised over the whole batch"))
+    scope = get_path(cfg, "actor.sft_loss_scope", "batch") if kind == "sft" else "batch"
+    rows.append(("  optimizer steps per step", "1", "the loss is normalised over the whole batch" if scope == "batch" else
+                 f"actor.sft_loss_scope {scope}: each micro-batch's token mean, averaged over the micro-batches"))
     return rows
 
 

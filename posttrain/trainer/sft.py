@@ -1,6 +1,6 @@
 """The SFT stage: cross-entropy on response tokens, plus the loop SFT and DPO share.
 
-One step (verl's sft_trainer, Trinity-RFT's `sft`):
+One step (ROLL's and Trinity-RFT's SFT):
 
     batch of data.train_batch_size sequences -> micro-batches of actor.ppo_micro_batch_size_per_gpu
     -> per micro-batch: sum of -log pi(token) over its trained tokens / trained tokens of the WHOLE batch
@@ -8,7 +8,9 @@ One step (verl's sft_trainer, Trinity-RFT's `sft`):
 
 Dividing every micro-batch by the whole batch's token count is what makes the loss the batch's
 token-mean and its gradient independent of how the batch is cut (a per-micro-batch mean would weight
-a token of a short micro-batch more than one of a long micro-batch).
+a token of a short micro-batch more than one of a long micro-batch). verl's SFT trainer takes that
+per-micro-batch mean, averaged over the micro-batches: actor.sft_loss_scope micro_batch
+(`unit_normalisers`), which its translated launch lines set.
 
 The loop (`fit`) is written once for the supervised kinds (SFT, DPO, distillation): a stage describes its loss as an
 `Objective` (the batch's normaliser and a micro-batch loss already divided by it), and `fit` does
@@ -81,6 +83,7 @@ class Objective:
     micro_loss: MicroLoss  # its last forward must be the trained model's (the router loss reads that one)
     tokens: Callable[[Sequence[Any]], int]  # tokens a forward pass over the examples processes
     router: RouterLoss | None = None
+    scope: str = "batch"  # what `normaliser` is taken over: the batch, or each micro-batch (actor.sft_loss_scope)
 
 
 def stage_device(ctx: StageContext) -> torch.device:
@@ -136,16 +139,36 @@ def accumulate(objective: Objective, examples: Sequence[Any], micro: MicroBatchi
     mine = [examples[i] for i in dp.share([objective.tokens([e]) for e in examples])] if dp.distributed else examples
     router, tokens = objective.router, objective.tokens(examples)
 
-    def weighted(part: Sequence[Any]) -> tuple[Tensor, dict[str, float]]:  # micro_loss divides by `total` itself
+    def weighted(part: Sequence[Any], norm: float) -> tuple[Tensor, dict[str, float]]:  # micro_loss divides by `norm` itself
         with capture_router_logits(router.model) if router else nullcontext(RouterCapture()) as routers:
-            loss, parts = objective.micro_loss(part, total)
+            loss, parts = objective.micro_loss(part, norm)
         if router:
             aux, parts["moe_aux_loss"] = scaled_router_term(routers, objective.tokens(part) / tokens, router.top_k, dp)
             loss = loss + router.coef * aux
         return loss, {f"{objective.prefix}/{key}": value for key, value in parts.items()}
 
     units = micro.split(mine, objective.tokens) if mine else []
-    return accumulate_units(units, lambda: examples[:1], weighted, dp=dp, backward=backward)
+    norms = iter(unit_normalisers(objective, units, total, dp))
+    return accumulate_units(units, lambda: examples[:1], lambda part: weighted(part, next(norms, total)), dp=dp, backward=backward)
+
+
+def unit_normalisers(objective: Objective, units: list[Sequence[Any]], total: float, dp: DataParallel = SINGLE) -> list[float]:
+    """What each of this rank's micro-batches divides its summed loss by (actor.sft_loss_scope).
+
+    batch: the whole batch's normaliser, the same for every unit. micro_batch (verl's SFT trainer):
+    the unit's own normaliser x the rank's units x the ranks, so that the ranks' summed gradients are
+    the mean over ranks of the mean over units of each unit's token mean (verl divides each micro-batch
+    by its tokens and by the micro-batch count, and FSDP averages the ranks). micro_batch_all_ranks
+    (verl's balance_dp_token): the normaliser of the k-th units of every rank together x the units,
+    which verl gets by summing the k-th micro-batches' token counts over the ranks."""
+    if objective.scope == "batch":
+        return [total] * len(units)
+    own = [objective.normaliser(u) for u in units]
+    if objective.scope == "micro_batch":
+        return [n * len(units) * dp.size for n in own]
+    rounds = dp.max_count(len(units))  # every rank adds its k-th unit's count, zero where it has none
+    summed = dp.sum({f"{k:08d}": own[k] if k < len(own) else 0.0 for k in range(rounds)})
+    return [max(summed[f"{k:08d}"], 1.0) * len(units) for k in range(len(units))]
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, objective: Objective,
@@ -218,7 +241,8 @@ def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objectiv
     return StageResult(final_model=out, last_metrics=last, steps=total)
 
 
-def sft_objective(model: nn.Module, pad_id: int, compute_dtype: str = "fp32", moe_aux_loss_coef: float | None = 0.0) -> Objective:
+def sft_objective(model: nn.Module, pad_id: int, compute_dtype: str = "fp32", moe_aux_loss_coef: float | None = 0.0,
+                  scope: str = "batch") -> Objective:
     """Token-mean negative log-likelihood of the trained (response/assistant) tokens, plus the router
     loss of an MoE model (`RouterLoss`, actor.moe_aux_loss_coef). `compute_dtype`:
     actor.fsdp_config.mixed_precision.param_dtype (bf16: autocast, fp32 master weights). `model`
@@ -235,7 +259,7 @@ def sft_objective(model: nn.Module, pad_id: int, compute_dtype: str = "fp32", mo
         return loss, {"loss": float(loss.detach()), "tokens": float(out.mask.sum())}
 
     return Objective("sft", normaliser, micro_loss, lambda examples: sum(len(e.input_ids) for e in examples),
-                     RouterLoss.of(model, moe_aux_loss_coef))
+                     RouterLoss.of(model, moe_aux_loss_coef), scope)
 
 
 def run_sft(ctx: StageContext) -> StageResult:
@@ -252,5 +276,6 @@ def run_sft(ctx: StageContext) -> StageResult:
         add_lora(policy, lora, cfg.model.path)
     model = ctx.world.shard(policy, cfg.actor.fsdp_config)
     derived, trackers = open_stage(ctx, len(train_set))
-    objective = sft_objective(model, pad_token_id(tokenizer), cfg.actor.fsdp_config.mixed_precision.param_dtype, cfg.actor.moe_aux_loss_coef)
+    objective = sft_objective(model, pad_token_id(tokenizer), cfg.actor.fsdp_config.mixed_precision.param_dtype, cfg.actor.moe_aux_loss_coef,
+                              cfg.actor.sft_loss_scope)
     return fit(ctx, model, tokenizer, objective, train_set, val_set, derived, trackers)

@@ -47,14 +47,6 @@ def test_data_trust_remote_code_is_the_model_switch():
     assert len(report.refused) == 1 and "keep one" in report.refused[0].reason
 
 
-def test_sft_trainer_optimizer_is_the_actor_optimizer():
-    raw = {"optim": {"lr": 1e-5, "weight_decay": 0.01, "warmup_steps_ratio": 0.1, "clip_grad": 2.0, "lr_scheduler": "wsd"}}
-    native, report = _native(raw)
-    assert not report.refused
-    assert native["actor"]["optim"] == {"lr": 1e-5, "weight_decay": 0.01, "lr_warmup_steps_ratio": 0.1, "lr_scheduler_type": "wsd"}
-    assert native["actor"]["grad_clip"] == 2.0
-
-
 def test_trinity_prompt_truncation_leaves_overlong_prompts_out_and_entropy_default_is_accepted():
     native, report = _native({"model": {"enable_prompt_truncation": True}, "algorithm": {"entropy_loss_fn": "default"}}, "trinity")
     assert native["data"]["filter_overlong_prompts"] is True

@@ -73,7 +73,9 @@ python -m verl.trainer.main_ppo a=$A b=$B c=$name d=$dir e=$short f=$stem g=$swa
 
 
 def test_no_launch_line():
-    assert launch_words("torchrun -m verl.trainer.fsdp_sft_trainer data.x=1\n") is None
+    assert launch_words("python3 -m verl.trainer.main_generation data.x=1\n") is None
+    # verl's SFT trainer is a launch line of its own tree (posttrain.config.dialects.verl_sft)
+    assert launch_words("torchrun -m verl.trainer.fsdp_sft_trainer data.x=1\n") == ["--config-name", "sft_trainer", "data.x=1"]
     # `-m` must precede the module: a path mentioning it is not the command
     assert launch_words("echo verl.trainer.main_ppo\n") is None
 

@@ -467,6 +467,7 @@ ELSEWHERE = {
     "data.system_prompt_key": "tests/data/test_data_rl.py::test_system_prompt_key_wins_and_existing_system_message_is_kept",
     "data.query_key": "tests/data/test_data_sft_dpo.py::test_query_key_joins_the_query_to_the_prompt_after_a_newline",
     "data.sft_trim_final_newline": "tests/data/test_data_sft_dpo.py::test_sft_trim_final_newline_ends_the_sequence_at_the_end_of_turn",
+    "actor.sft_loss_scope": "tests/trainer/test_sft.py::test_micro_batch_scope_averages_each_micro_batch_s_token_mean_as_verl_s_sft_trainer",
     "data.reward_fn_key": "tests/data/test_data_rl.py::test_bad_reward_model_and_explicit_reward_fn_key",
     "data.response_dict_keys": "tests/data/test_data_sft_dpo.py::test_response_dict_keys",
     "data.chosen_key": "tests/data/test_data_sft_dpo.py::test_dpo_custom_keys_and_missing_column",

@@ -94,6 +94,33 @@ def test_loss_is_the_token_mean_nll_of_response_tokens_only(workdir):
     assert metrics["sft/tokens"] == 5
 
 
+@pytest.mark.parametrize("scope", ["micro_batch", "micro_batch_all_ranks"])
+def test_micro_batch_scope_averages_each_micro_batch_s_token_mean_as_verl_s_sft_trainer(workdir, scope):
+    """actor.sft_loss_scope micro_batch: each micro-batch's token mean, averaged over the micro-batches
+    (verl's SFT trainer divides by the micro-batch's tokens and by the micro-batch count); its
+    gradient is that loss's, and it differs from the batch token mean when the micro-batches differ."""
+    _, model_dir, _ = workdir
+    tokenizer = load_tokenizer(model_dir)
+    model = load_causal_lm(model_dir)
+    a = SFTExample(0, [1, 30, 31, 32, 2], [0, 0, 0, 1, 1])  # 2 trained tokens
+    b = SFTExample(1, [1, 33, 34, 35, 36, 2], [0, 0, 0, 1, 1, 1])  # 3 trained tokens
+    pad = tokenizer.pad_token_id
+    with torch.no_grad():
+        nll = [-float((out.logprobs * out.mask).sum()) for out in (sequence_logprobs(model, collate_sft([e], pad)) for e in (a, b))]
+    expected = (nll[0] / 2 + nll[1] / 3) / 2
+    verl_like = sft_objective(model, pad, scope=scope)
+    grads, metrics = grads_after(model, verl_like, [a, b], MicroBatching(1))
+    assert metrics["sft/loss"] == pytest.approx(expected, abs=1e-5)
+    assert metrics["sft/loss"] != pytest.approx(sum(nll) / 5, abs=1e-4)  # not the batch token mean
+    model.zero_grad(set_to_none=True)
+    outs = [sequence_logprobs(model, collate_sft([e], pad)) for e in (a, b)]
+    (-(outs[0].logprobs * outs[0].mask).sum() / (2 * 2) - (outs[1].logprobs * outs[1].mask).sum() / (3 * 2)).backward()
+    by_hand = [p.grad.clone() for p in model.parameters()]
+    assert max((g - h).abs().max().item() for g, h in zip(grads, by_hand)) < 1e-6
+    batch_grads, _ = grads_after(model, sft_objective(model, pad), [a, b], MicroBatching(1))
+    assert max((g - h).abs().max().item() for g, h in zip(grads, batch_grads)) > 1e-6  # the scope changes the update
+
+
 def test_sft_on_sort_lowers_the_loss_and_saves_a_loadable_model(workdir):
     root, model_dir, paths = workdir
     # Validation on held-out SFT-style rows: the test problems with their answers as responses.

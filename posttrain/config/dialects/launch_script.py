@@ -1,7 +1,8 @@
 """The words of a verl launch line, read out of a shell script without running it.
 
 verl's examples are shell scripts: variable assignments, then ``python3 -m verl.trainer.main_ppo
-KEY=VALUE ...`` with ``$VAR``, ``${VAR:-default}``, ``$((a + b))`` and ``"$@"`` in the words. A user
+KEY=VALUE ...`` (or ``torchrun ... -m verl.trainer.fsdp_sft_trainer KEY=VALUE ...``, read as
+``--config-name sft_trainer KEY=VALUE ...``) with ``$VAR``, ``${VAR:-default}``, ``$((a + b))`` and ``"$@"`` in the words. A user
 who wants to know whether posttrain takes their script replaces ``python3 -m verl.trainer.main_ppo``
 with ``posttrain config plan --dialect verl``; `launch_words` does that substitution for a script
 file (the corpus sweep in benchmarks/foreign_corpus.py and the corpus tests use it):
@@ -28,6 +29,10 @@ from posttrain.config.dialects.shell_branches import Branches
 from posttrain.config.dialects.shell_words import Shell, commands
 
 VERL_MODULE = "verl.trainer.main_ppo"
+SFT_MODULE = "verl.trainer.fsdp_sft_trainer"
+# verl's launch modules -> the words that pick its trainer tree (posttrain.config.dialects.verl_launch):
+# the SFT trainer's is sft_trainer.yaml, which `--config-name sft_trainer` names
+VERL_MODULES = {VERL_MODULE: (), SFT_MODULE: ("--config-name", "sft_trainer")}
 
 
 @dataclasses.dataclass
@@ -58,13 +63,15 @@ def _blank_note(key: str, names: list[str]) -> str:
     return text + f": {'pass' if all(n.startswith('#') for n in names) else 'export'} {'it' if len(shown) == 1 else 'them'} to plan here"
 
 
-def launch_words(text: str, env: Mapping[str, str] = (), module: str = VERL_MODULE) -> list[str] | None:
+def launch_words(text: str, env: Mapping[str, str] = (), module: str | None = None) -> list[str] | None:
     """The arguments after ``-m MODULE`` in the script's first command that runs it, else None."""
     return extract(text, env, module).words
 
 
-def extract(text: str, env: Mapping[str, str] = (), module: str = VERL_MODULE, script: str = "script.sh") -> Extraction:
-    """Read ``text`` as bash would, stopping at the first command running ``python -m MODULE``."""
+def extract(text: str, env: Mapping[str, str] = (), module: str | None = None, script: str = "script.sh") -> Extraction:
+    """Read ``text`` as bash would, stopping at the first command running ``python -m MODULE`` (by
+    default any of verl's launch modules, `VERL_MODULES`, whose tree-picking words lead the result)."""
+    modules = {module: ()} if module else VERL_MODULES
     shell = Shell(dict(env), script)
     branches = Branches(shell)
     for raw in commands(text):
@@ -72,10 +79,10 @@ def extract(text: str, env: Mapping[str, str] = (), module: str = VERL_MODULE, s
         if not raw or not branches.running:
             continue  # an if/elif/else/fi keyword, or a command in a branch bash would not take
         words = shell.run(raw)
-        if words is not None and module in words:
-            at = words.index(module)
+        for name, lead in modules.items():
+            at = words.index(name) if words is not None and name in words else 0
             if at > 0 and words[at - 1] == "-m":
-                launch = _drop_redirections(words[at + 1:])
+                launch = [*lead, *_drop_redirections(words[at + 1:])]
                 blanks = {k: v for k, v in shell.blanks.items() if any(w.lstrip("+") == f"{k}=" for w in launch)}
                 return Extraction(launch, shell.vars, shell.unresolved, blanks)
     return Extraction(None, shell.vars, shell.unresolved)
@@ -93,4 +100,4 @@ def _drop_redirections(words: list[str]) -> list[str]:
     return out
 
 
-__all__ = ["Extraction", "VERL_MODULE", "extract", "launch_words"]
+__all__ = ["Extraction", "SFT_MODULE", "VERL_MODULE", "VERL_MODULES", "extract", "launch_words"]

@@ -1,8 +1,9 @@
 """verl keys dropped rather than refused, beyond Hydra's own (posttrain.config.dialects.source).
 
-`blank_device_counts`, `null_profile_steps`, `global_micro_batches`, `keep_one_checkpoint` and `sft_optim` are handlers
+`blank_device_counts`, `null_profile_steps`, `global_micro_batches` and `keep_one_checkpoint` are handlers
 (they run before the key-by-key translation; `RULES` lists what they translate); `ignorable`
-decides for keys without a field.
+decides for keys without a field. verl's SFT trainer's keys have handlers of their own
+(posttrain.config.dialects.verl_sft).
 
 verl's default config spells out every profiler tool's options (nsys, npu, torch_memory) and each
 role's copy of the global tool and save path. Those configure a tool the run does not use, or repeat
@@ -17,7 +18,7 @@ import functools
 import re
 from typing import Any
 
-from posttrain.config.dialects import machine, verl_code, verl_megatron, verl_nsys, verl_reward
+from posttrain.config.dialects import machine, verl_code, verl_megatron, verl_nsys, verl_reward, verl_sft
 from posttrain.config.dialects.source import hydra_ignorable, resolve
 from posttrain.config.dialects.values import value_hook as common_value_hook
 from posttrain.config.tables import Rule
@@ -113,25 +114,6 @@ def blank_device_counts(ctx: Any) -> None:
             ctx.refuse(key, BLANK_DEVICES, "cluster." + key.split(".", 1)[1], "")
 
 
-# verl's SFT trainer (sft_trainer.yaml) keeps its optimizer at the top level; posttrain's SFT trains
-# the actor with actor.optim.
-_SFT_OPTIM = {
-    "optim.lr": "actor.optim.lr",
-    "optim.weight_decay": "actor.optim.weight_decay",
-    "optim.warmup_steps_ratio": "actor.optim.lr_warmup_steps_ratio",
-    "optim.clip_grad": "actor.grad_clip",
-    "optim.lr_scheduler": "actor.optim.lr_scheduler_type",
-}
-
-
-def sft_optim(ctx: Any) -> None:
-    """sft_trainer.yaml's ``optim.*`` -> the actor's optimizer (module comment above)."""
-    for key, native in _SFT_OPTIM.items():
-        if ctx.has(key):
-            ctx.consume(key)
-            ctx.set(native, ctx.get(key), key, "verl's SFT optimizer is posttrain's actor optimizer")
-
-
 def compile_default(ctx: Any) -> None:
     """verl's default ``use_torch_compile: true`` (verl compiles its entropy function with it: the
     values are the same either way) is left out where posttrain's meaning, compiled decoder layers,
@@ -203,8 +185,6 @@ _MICRO_HOW = "a global count of responses: divided by the worker processes (trai
 RULES: dict[str, Rule] = {
     **{key: Rule(native, _MICRO_HOW, 8) for key, native in _GLOBAL_MICRO.items()},
     "trainer.remove_previous_ckpt_in_save": Rule("trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep", "true keeps only the newest checkpoint of each role (both set to 1); false leaves them", True),
-    **{key: Rule(native, "sft_trainer.yaml's optimizer: posttrain's SFT trains the actor", "cosine" if key.endswith("lr_scheduler") else 0.1)
-       for key, native in _SFT_OPTIM.items()},
     _RC + "rollout_is": Rule("algorithm.rollout_is, algorithm.rollout_is_level", "token or sequence: rollout_is true at that level (truncated weights); null: no weights", "sequence"),
     _RC + "rollout_is_threshold": Rule("algorithm.rollout_is_threshold", "the truncation bound of the weights; at verl's default (2.0) with rollout_is and rollout_rs null the block is off", 3.0),
     _RC + "bypass_mode": Rule("actor.reuse_rollout_logprobs, actor.policy_loss.loss_mode", "true: the rollout's log-probs are the old ones (always) and the policy loss is bypass_mode, with the block's settings as its loss_args", True),
@@ -214,8 +194,9 @@ RULES: dict[str, Rule] = {
 RULES.update(verl_megatron.RULES)  # verl's Megatron trainer: its strategy and megatron sections
 RULES.update(verl_reward.RULES)  # verl's reward model, on its legacy worker or its reward loop
 RULES.update(verl_nsys.RULES)  # nsys discrete: a capture range per phase
+RULES.update(verl_sft.RULES)  # verl's SFT trainer: its optimizer, loss and columns
 
-HANDLERS = [*verl_megatron.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, sft_optim, compile_default, rollout_correction, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
+HANDLERS = [*verl_megatron.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
 
 
 @functools.lru_cache(maxsize=2)

@@ -36,19 +36,25 @@ from posttrain.config.dialects.source import leaves as dotted_leaves
 
 DEFAULTS_FILE = Path(__file__).with_name("verl_defaults.yaml")
 MEGATRON = "ppo_megatron_trainer"
-BASES = {"ppo_trainer": DEFAULTS_FILE, MEGATRON: Path(__file__).with_name("verl_megatron_defaults.yaml")}
-WHATS = {"ppo_trainer": "verl's trainer config", MEGATRON: "verl's Megatron trainer config"}
+SFT = "sft_trainer"  # verl's SFT trainer (verl.trainer.fsdp_sft_trainer): posttrain.config.dialects.verl_sft
+BASES = {"ppo_trainer": DEFAULTS_FILE, MEGATRON: Path(__file__).with_name("verl_megatron_defaults.yaml"),
+         SFT: Path(__file__).with_name("verl_sft_defaults.yaml")}
+WHATS = {"ppo_trainer": "verl's trainer config", MEGATRON: "verl's Megatron trainer config", SFT: "verl's SFT trainer config"}
 WHAT = WHATS["ppo_trainer"]
 # The roles whose backend the Megatron tree names (`strategy: megatron`): always part of a Megatron
 # line, so that the translation knows which tree the line is (posttrain.config.dialects.verl_megatron).
 MEGATRON_STRATEGIES = ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")
+# Always part of a line of each tree, so that the translation knows which tree the line is.
+# The SFT tree's multi-turn columns too: read only when the line turns multiturn.enable on (verl_sft).
+ALWAYS = {MEGATRON: MEGATRON_STRATEGIES, SFT: ("model.partial_pretrain", "data.multiturn.messages_key", "data.multiturn.tools_key",
+                                                "data.multiturn.enable_thinking_key")}
 # Defaults that describe verl's machine (8 accelerators per node, CUDA, 8 data-loading processes),
 # not the run: posttrain sizes the run to the machine it is on unless the line names them (the
 # loading processes change where a batch is tokenised, never what it holds).
 MACHINE_DEFAULTS = frozenset({"trainer.device", "trainer.n_gpus_per_node", "trainer.nnodes", "data.dataloader_num_workers"})
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=3)
 def defaults_tree(base: str = "ppo_trainer") -> dict[str, Any]:
     """verl's trainer config ``base`` (a name in BASES): every key and its default (interpolations unresolved)."""
     return yaml.safe_load(BASES[base].read_text())
@@ -98,7 +104,7 @@ def _tree(leaves: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=3)
 def honoured_defaults(base: str = "ppo_trainer") -> frozenset[str]:
     """verl's default keys (of tree ``base``) that translate onto a posttrain field whose own default
     differs, or that interpolate another key (their value then follows the user's override)."""
@@ -138,7 +144,7 @@ def launch(path: str | Path | None, overrides: list[str]) -> tuple[dict[str, Any
     user |= set(set_by)
     resolved, unresolved = resolve(tree)
     leaves = dotted_leaves(resolved)
-    always = MEGATRON_STRATEGIES if base == MEGATRON else ()
+    always = ALWAYS.get(base, ())
     chosen = {k: v for k, v in leaves.items() if _owner(k, user) or k in always or (k in honoured_defaults(base) and v is not None)}
     unresolved = {k: why for k, why in unresolved.items() if _owner(k, user)}
     while True:
@@ -186,9 +192,9 @@ def locate(key: str, set_by: Mapping[str, str], path: str | Path | None) -> str:
     text = hydra.origin(key, set_by)
     if text is not None:
         return f"command line override {text!r}: "
-    if builtin(path) == MEGATRON:
-        return "verl's default (ppo_megatron_trainer): "
+    if builtin(path) in (MEGATRON, SFT):
+        return f"verl's default ({builtin(path)}): "
     return f"{path}: " if path is not None and builtin(path) is None else "verl's default: "
 
 
-__all__ = ["BASES", "DEFAULTS_FILE", "MEGATRON", "builtin", "defaults_tree", "honoured_defaults", "launch", "locate"]
+__all__ = ["BASES", "DEFAULTS_FILE", "MEGATRON", "SFT", "builtin", "defaults_tree", "honoured_defaults", "launch", "locate"]

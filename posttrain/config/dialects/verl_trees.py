@@ -1,4 +1,5 @@
-"""verl's two trainer configs as data: how verl_defaults.yaml and verl_megatron_defaults.yaml are made.
+"""verl's trainer configs as data: how verl_defaults.yaml, verl_megatron_defaults.yaml and
+verl_sft_defaults.yaml are made.
 
 verl publishes each trainer config flattened into one file (``verl/trainer/config/
 _generated_ppo_trainer.yaml`` and ``_generated_ppo_megatron_trainer.yaml``: Hydra's composition of
@@ -9,11 +10,16 @@ unless the line names one. Interpolations are kept; they resolve after the overr
 
     python -m posttrain.config.dialects.verl_trees VERL_CHECKOUT
 
-rewrites both files from a verl checkout (the same bytes for the same verl commit).
+rewrites the files from a verl checkout (the same bytes for the same verl commit).
+
+verl's SFT trainer (``verl.trainer.fsdp_sft_trainer``) has no generated file: its ``sft_trainer.yaml``
+names one Hydra group (``optim: fsdp``), whose file is composed under ``optim`` and then overlaid
+with sft_trainer.yaml's own ``optim`` keys (``_self_`` comes last), as Hydra composes it.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,6 +47,39 @@ TREES: dict[str, tuple[str, str]] = {
 }
 
 
+SFT_TREE = ("verl_sft_defaults.yaml", "sft_trainer.yaml", """\
+# verl's SFT trainer configuration (`torchrun -m verl.trainer.fsdp_sft_trainer`, `--config-name
+# sft_trainer` here) as data: sft_trainer.yaml composed with its `optim: fsdp` group as Hydra composes
+# it, `_target_` left out (posttrain/config/dialects/verl_trees.py). posttrain runs it as an SFT stage
+# (posttrain/config/dialects/verl_sft.py).
+""")
+
+
+def compose_sft(config_dir: Path) -> dict[str, Any]:
+    """sft_trainer.yaml with its ``defaults`` groups composed in (each group's file under its name,
+    the file's own keys over them)."""
+    from posttrain.config.validate import deep_merge
+
+    own = yaml.safe_load((config_dir / SFT_TREE[1]).read_text())
+    tree: dict[str, Any] = {}
+    for entry in own.pop("defaults", []):
+        if isinstance(entry, dict):
+            for group, name in entry.items():
+                tree[group] = yaml.safe_load((config_dir / group / f"{name}.yaml").read_text())
+    return _floats(clean(deep_merge(tree, own)))
+
+
+def _floats(node: Any) -> Any:
+    """Numbers PyYAML reads as text (``1e-5``: YAML 1.1 wants a dot) as the floats Hydra reads."""
+    if isinstance(node, dict):
+        return {k: _floats(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_floats(v) for v in node]
+    if isinstance(node, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", node):
+        return float(node)
+    return node
+
+
 def clean(node: Any) -> Any:
     """verl's tree without ``_target_`` keys, with ``???`` (Hydra's mandatory value) as null."""
     if isinstance(node, dict):
@@ -64,6 +103,9 @@ def main(argv: list[str]) -> int:
     for ours, (theirs, header) in TREES.items():
         (HERE / ours).write_text(render(config_dir / theirs, header))
         print(f"wrote {HERE / ours} from {config_dir / theirs}")
+    ours, theirs, header = SFT_TREE
+    (HERE / ours).write_text(header + yaml.safe_dump(compose_sft(config_dir), sort_keys=False, default_flow_style=False, width=1000))
+    print(f"wrote {HERE / ours} from {config_dir / theirs}")
     return 0
 
 

@@ -150,7 +150,6 @@ TEMPLATE_UNREAD = ("read nowhere in ROLL: its pipelines render training and vali
 UNSUPPORTED: dict[str, str] = {
     "verl:data.datagen.path": _DATAGEN,
     "verl:data.datagen.name": _DATAGEN,
-    "verl:data.multiturn.enable": "set data.messages_key to the conversation column instead (verl's multiturn.messages_key)",
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "roll:actor_train.data_args.video_total_pixels": _VIDEO,
     "roll:actor_train.data_args.video_min_pixels": _VIDEO,
