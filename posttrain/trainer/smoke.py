@@ -323,10 +323,22 @@ def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
             row["reward_model"] = {"ground_truth": "<answer>\n[{'bbox_2d': [10, 10, 50, 50], 'label': 'box'}]\n</answer>",
                                    "format_ratio": 0.1, "accuracy_ratio": 1.0,
                                    "verifier_parm": {"det_reward_ratio": {"iou_max_label_first": 1.0, "iou_completeness": 0.3}}}
+        for column, keys, value in ((data.get("prompt_key", "prompt"), data.get("prompt_dict_keys"), p.prompt),
+                                    (data.get("response_key", "response"), data.get("response_dict_keys"), p.response)):
+            if keys:  # the text sits inside a dict-valued cell (verl's SFT rows: extra_info.question / .answer)
+                _nest(row, column, list(keys), value)
         for key in data.get("extra_info_keys") or []:  # e.g. a rubric_judge's rubric column
             row.setdefault(key, [{"description": "gives the right number", "weight": 1}])
         rows.append(row)
     return rows
+
+
+def _nest(row: dict[str, Any], column: str, keys: list[str], value: Any) -> None:
+    """Put ``value`` at ``row[column][keys[0]][keys[1]]...``, keeping what the cell already holds."""
+    node = row[column] = row[column] if isinstance(row.get(column), dict) else {}
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    node[keys[-1]] = value
 
 
 # (section, key, smoke value or a function of the user's value): tiny sizes and short lengths.

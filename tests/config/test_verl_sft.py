@@ -61,7 +61,9 @@ def test_the_sft_tree_translates_onto_an_sft_stage_with_verl_s_loss_and_schedule
     assert cfg.model.use_remove_padding is True and cfg.data.messages_key is None  # multiturn off: its columns unread
     assert sft(f"model.partial_pretrain={tmp_path / 'm'}", "data.balance_dp_token=true").actor.sft_loss_scope == "micro_batch_all_ranks"
     chat = sft(f"model.partial_pretrain={tmp_path / 'm'}", "data.multiturn.enable=true", "data.multiturn.messages_key=conv")
-    assert chat.data.messages_key == "conv" and chat.data.tools_key == "tools"
+    assert chat.data.messages_key == "conv" and chat.data.tools_key is None  # verl reads 'tools' only where the data has it
+    named = sft(f"model.partial_pretrain={tmp_path / 'm'}", "data.multiturn.enable=true", "data.multiturn.tools_key=calls")
+    assert (named.data.messages_key, named.data.tools_key) == ("messages", "calls")
 
 
 @pytest.mark.parametrize("word, message", [
@@ -91,3 +93,17 @@ def test_an_sft_line_trains_with_verl_s_schedule(tmp_path):
     # int(0.5 x 2) = 1 warm-up step (the LR climbs from 0 over it), then the cosine from the peak
     assert lrs == pytest.approx([0.0, 1e-5])
     assert (tmp_path / "run" / "final_model" / "config.json").is_file()
+
+
+def test_smoke_runs_a_verl_sft_script_with_rows_that_nest_the_prompt_and_the_response(tmp_path, capsys):
+    """`posttrain smoke` on the script's words: its synthetic rows hold the question and the answer
+    inside the extra_info cell, where data.prompt_dict_keys / response_dict_keys look."""
+    from posttrain.cli import main
+
+    rc = main(["smoke", "--workdir", str(tmp_path / "w"), "--dialect", "verl", *extract(SCRIPT, {"HOME": "/nonexistent"}).words])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    row = json.loads((tmp_path / "w" / "data" / "train_files.jsonl").read_text().splitlines()[0])
+    assert isinstance(row["extra_info"]["question"], str) and isinstance(row["extra_info"]["answer"], str)
+    steps = [json.loads(line) for line in (tmp_path / "w" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len([s for s in steps if "sft/loss" in s]) == 2

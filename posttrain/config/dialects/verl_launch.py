@@ -45,9 +45,10 @@ WHAT = WHATS["ppo_trainer"]
 # line, so that the translation knows which tree the line is (posttrain.config.dialects.verl_megatron).
 MEGATRON_STRATEGIES = ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")
 # Always part of a line of each tree, so that the translation knows which tree the line is.
-# The SFT tree's multi-turn columns too: read only when the line turns multiturn.enable on (verl_sft).
-ALWAYS = {MEGATRON: MEGATRON_STRATEGIES, SFT: ("model.partial_pretrain", "data.multiturn.messages_key", "data.multiturn.tools_key",
-                                                "data.multiturn.enable_thinking_key")}
+# The SFT tree's conversation column too: read only when the line turns multiturn.enable on (verl_sft).
+# Its tools_key ('tools') is read by verl only where the data has that column; posttrain reads a tool
+# column the line names (and then wants it in the data), so the default is not carried over.
+ALWAYS = {MEGATRON: MEGATRON_STRATEGIES, SFT: ("model.partial_pretrain", "data.multiturn.messages_key", "data.multiturn.enable_thinking_key")}
 # Defaults that describe verl's machine (8 accelerators per node, CUDA, 8 data-loading processes),
 # not the run: posttrain sizes the run to the machine it is on unless the line names them (the
 # loading processes change where a batch is tokenised, never what it holds).
