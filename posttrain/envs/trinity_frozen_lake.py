@@ -189,14 +189,21 @@ class TrinityFrozenLake:
         left = self.agent_max_steps - self.steps
         return text + (f"\nThe maximum number of steps remaining is {left}." if left > 0 else "")
 
+    def move(self, action: int | None) -> tuple[float, bool]:
+        """Gymnasium's step for an action id (None: an invalid reply, the player stays): (reward, done)."""
+        if action is None:
+            return 0.0, False
+        _, reward, terminated, _, _ = self.lake.step(action)
+        return float(reward), bool(terminated)
+
+    def won(self) -> bool:
+        """Whether the player stands on the goal."""
+        return bool(self.lake.desc[divmod(int(self.lake.s), self.size)] == b"G")
+
     def step(self, action_text: str) -> tuple[str, float, bool, dict[str, Any]]:
         before = self.render()
         action = parse_action(action_text)
-        reward, done = 0.0, False
-        if action is not None:
-            _, reward, terminated, _, _ = self.lake.step(action)
-            reward, done = float(reward), bool(terminated)
+        reward, done = self.move(action)
         self.steps += 1
         board = self.render()
-        won = self.lake.desc[divmod(int(self.lake.s), self.size)] == b"G"
-        return self._observation(board, unchanged=board == before), reward, done, {"action_is_valid": action is not None, "success": bool(won)}
+        return self._observation(board, unchanged=board == before), reward, done, {"action_is_valid": action is not None, "success": self.won()}

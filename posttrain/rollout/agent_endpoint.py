@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -43,6 +44,8 @@ from posttrain.rollout.base import SamplingParams
 from posttrain.rollout.batching import CallBatcher
 from posttrain.rollout.chat_parsing import ChatParsing
 from posttrain.rollout.server import ChatService, NotFound, RequestError, make_server
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["AgentEndpoint", "CallBatcher", "EpisodeRecord", "PolicySampling", "RecordedCall"]
 
@@ -101,8 +104,9 @@ class _Engine:
 class _EpisodeService:
     """Episode `eid`'s chat service: its calls recorded into `record`, max_tokens capped."""
 
-    def __init__(self, chat: ChatService, cap: int, record: EpisodeRecord):
+    def __init__(self, chat: ChatService, cap: int, record: EpisodeRecord, eid: str = "", log_requests: bool = False):
         self.chat, self.cap, self.record = chat, cap, record
+        self.eid, self.log_requests = eid, log_requests
 
     def models(self) -> dict[str, Any]:
         return self.chat.models()
@@ -116,21 +120,33 @@ class _EpisodeService:
             raise RequestError(self.record.refused[-1]) from None
         body = {k: v for k, v in body.items() if k != "max_completion_tokens"}
         try:
-            return self.chat.complete({**body, "max_tokens": budget})
+            answer = self.chat.complete({**body, "max_tokens": budget})
         except RequestError as err:  # kept for the failure message: an agent's HTTP client seldom shows the body
             self.record.refused.append(str(err))
+            if self.log_requests:
+                logger.info("agent endpoint: episode %s: request refused: %s", self.eid, err)
             raise
+        if self.log_requests:  # rollout.agent.log_requests: one line per answered request
+            usage = answer.get("usage") or {}
+            finish = [c.get("finish_reason") for c in answer.get("choices") or []]
+            logger.info("agent endpoint: episode %s: %d messages, %d tools, max_tokens %d -> %s prompt + %s completion tokens, "
+                        "finish %s", self.eid, len(body.get("messages") or []), len(body.get("tools") or []), budget,
+                        usage.get("prompt_tokens"), usage.get("completion_tokens"), finish)
+        return answer
 
 
 class AgentEndpoint:
     """The stage's endpoint; `open(eid)` gives an episode its URL, `close(eid)` takes it away."""
 
     def __init__(self, tokenizer: Any, model_name: str, eos_token_ids: Any = None, batch_window: float = 0.002,
-                 max_batch: int | None = None, parsing: ChatParsing = ChatParsing(), template_kwargs: dict[str, Any] | None = None):
+                 max_batch: int | None = None, parsing: ChatParsing = ChatParsing(), template_kwargs: dict[str, Any] | None = None,
+                 log_requests: bool = False):
         """`batch_window`: seconds the first call to find the engine idle waits for others to share
         its batch (0: only calls already waiting; the module docstring); `max_batch`: CallBatcher's;
         `parsing` and `template_kwargs`: every episode's ChatService's (tool calls, reasoning, chat
-        template variables; posttrain.rollout.chat_parsing)."""
+        template variables; posttrain.rollout.chat_parsing); `log_requests`: a log line (INFO) per
+        request an episode makes (rollout.agent.log_requests)."""
+        self.log_requests = log_requests
         self.tokenizer, self.model_name, self.eos_token_ids = tokenizer, model_name, eos_token_ids
         self.parsing, self.template_kwargs = parsing, dict(template_kwargs or {})
         self.lock = threading.Lock()  # guards `episodes`; the engine's calls go through `batcher`
@@ -173,7 +189,7 @@ class AgentEndpoint:
                            template_kwargs=self.template_kwargs)
         chat.lock = contextlib.nullcontext()  # the batcher serialises the engine; calls must meet there to share a batch
         with self.lock:
-            self.episodes[eid] = (_EpisodeService(chat, self.policy.params.max_new_tokens, record), record)
+            self.episodes[eid] = (_EpisodeService(chat, self.policy.params.max_new_tokens, record, eid, self.log_requests), record)
         return record
 
     def close(self, eid: str) -> None:

@@ -171,11 +171,31 @@ def episode_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
     if alg.adv_estimator_args.get("enable_step_norm"):
         per_episode = per_episode / torch.tensor([float(batch.extra_info[i]["calls"]) for i in rows], device=per_episode.device)
     of_row = torch.tensor([order[info["episode"]] for info in batch.extra_info], device=per_episode.device)  # (B,)
+    if alg.filter_groups.enable:  # Trinity-RFT's std_threshold: uniform groups leave the losses (no refill)
+        kept = _spread_groups(scores[rows], [batch.group_index[i] for i in rows], alg.filter_groups.std_threshold)
+        batch.loss_mask = batch.train_mask * kept[of_row, None].to(batch.train_mask.dtype)
+        metrics["agent/skipped_groups"] = float(len({batch.group_index[i] for i, k in zip(rows, kept.tolist()) if not k}))
     batch.advantages = per_episode[of_row, None] * batch.train_mask  # (B, T)
     batch.returns = batch.advantages.clone()  # GRPO's returns are its advantages
     batch.token_level_scores = place_scores(episodes.token_level_scores.sum(-1)[of_row], batch.response_mask)
     batch.token_level_rewards = place_scores(episodes.token_level_rewards.sum(-1)[of_row], batch.response_mask)
     return metrics
+
+
+def _spread_groups(scores: torch.Tensor, groups: list[Any], threshold: float | None) -> torch.Tensor:
+    """(E,) bool: the episodes whose group of episodes keeps training. A group of one, or one whose
+    scores' unbiased std is at most `threshold`, is skipped, as Trinity-RFT's step-wise GRPO skips it
+    (with no threshold: a group whose scores are all equal)."""
+    keep = torch.ones(len(groups), dtype=torch.bool)
+    members: dict[Any, list[int]] = {}
+    for e, g in enumerate(groups):
+        members.setdefault(g, []).append(e)
+    for ids in members.values():
+        values = scores[ids].double()
+        flat = len(ids) == 1 or (values.std() <= threshold if threshold is not None else bool((values == values[0]).all()))
+        if flat:
+            keep[ids] = False
+    return keep
 
 
 def agentic_scores(scores: torch.Tensor, batch: RolloutBatch, norm: AgenticRewardNormConfig) -> torch.Tensor:

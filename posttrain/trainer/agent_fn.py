@@ -40,6 +40,9 @@ def check_agent_fn(cfg: Config) -> None:
     """What an agent-function stage cannot combine with, refused before any model is loaded; the
     function is imported (a missing file or name is named here)."""
     if not has_agent_fn(cfg):
+        if cfg.rollout.agent.log_requests:
+            raise ConfigError("rollout.agent.log_requests: it logs the requests of an agent function's episodes, and this stage "
+                              "runs none (rollout.agent.function); remove it")
         return
     problems = []
     if cfg.rollout.multi_turn.enable:
@@ -48,7 +51,7 @@ def check_agent_fn(cfg: Config) -> None:
         problems.append("env.train_env_manager.tags: an agentic stage plays posttrain's environments; the agent function is the "
                         "environment of its own episodes: keep one of the two")
     problems += _turn_problems(cfg)
-    if cfg.algorithm.filter_groups.enable:
+    if cfg.algorithm.filter_groups.enable and not (cfg.env.train_rows == "turn" and cfg.algorithm.filter_groups.std_threshold is not None):
         problems.append("algorithm.filter_groups: dynamic sampling re-samples prompts through the reward function; an agent "
                         "function returns its own rewards: remove algorithm.filter_groups")
     if cfg.reward.launch_reward_fn_async:
@@ -148,7 +151,8 @@ class AgentFnRollout:
     def _run(self, rollout: Any, tasks: list[AgentTask], params: SamplingParams, version: int, prefix: str) -> list[AgentEpisode]:
         if self.endpoint is None:
             self.endpoint = AgentEndpoint(self.tokenizer, "policy", parsing=agent_parsing(self.cfg),
-                                          template_kwargs={**thinking_kwargs(self.cfg.data), **self.cfg.data.apply_chat_template_kwargs})
+                                          template_kwargs={**thinking_kwargs(self.cfg.data), **self.cfg.data.apply_chat_template_kwargs},
+                                          log_requests=self.cfg.rollout.agent.log_requests)
 
         def generate(prompts, p):  # one call of one episode: the rollout role, at this step's weights
             return rollout.generate(prompts, p, expected_version=version)

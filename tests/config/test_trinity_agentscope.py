@@ -144,3 +144,46 @@ def test_the_dialect_knows_the_templates_the_agent_has():  # the config layer ca
     from posttrain.config.dialects.trinity_agentscope import TEMPLATE_TYPES
 
     assert set(TEMPLATES) == set(TEMPLATE_TYPES)
+
+
+def test_the_frozenlake_example_becomes_the_frozenlake_agent_and_trains_a_step(tmp_path):
+    """Trinity-RFT's examples/agentscope_frozenlake/frozenlake_agent.yaml, trimmed to one CPU: its
+    workflow is posttrain's FrozenLake AgentScope agent over the taskset's lakes, each move a turn."""
+    pytest.importorskip("agentscope", reason="the agentscope extra (pip install 'posttrain[agentscope]')")
+    pytest.importorskip("gymnasium", reason="the envs extra (pip install 'posttrain[envs]')")
+    from posttrain.config import load_config
+    from posttrain.config.dialects import read_foreign
+    from posttrain.models.tiny import make_tiny_model
+    from posttrain.trainer.rl import RLTrainer
+    from posttrain.trainer.stage import StageContext
+
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"seed": s, "size": 3, "p": 0.8, "index": s, "uid": f"{s}_3_0.8"}) + "\n" for s in range(2)))
+    model = make_tiny_model(tmp_path / "model", layers=1, hidden=32, heads=4, max_position=2048, seed=0)
+    trinity = {
+        "algorithm": {"algorithm_type": "multi_step_grpo", "repeat_times": 2, "optimizer": {"lr": 1e-3},
+                      "advantage_fn_args": {"epsilon": 1e-6, "std_threshold": 0.0001, "enable_step_norm": True}},
+        "model": {"model_path": str(model), "max_response_tokens": 8, "max_model_len": 2000, "temperature": 1.0},
+        "cluster": {"node_num": 1, "gpu_per_node": 1},
+        "buffer": {"total_epochs": 1, "batch_size": 1, "train_batch_size": 8, "explorer_input": {"taskset": {
+            "name": "frozenlake", "storage_type": "file", "path": str(tmp_path), "split": "train",
+            "workflow_args": {"env_max_steps": 8, "agent_max_steps": 2, "is_slippery": False}},
+            "default_workflow_type": "examples.agentscope_frozenlake.workflow.FrozenLakeWorkflow"}},
+        "explorer": {"rollout_model": {"engine_num": 1, "enable_openai_api": True, "enable_log_requests": True, "enable_history": True,
+                                       "enable_auto_tool_choice": True, "tool_call_parser": "hermes"}},
+        "synchronizer": {"sync_interval": 1},
+    }
+    (tmp_path / "frozenlake.yaml").write_text(yaml.safe_dump(trinity))
+    got = entries(trinity)
+    assert got[f"{_IN}.taskset.workflow_args.env_max_steps"][0] == "dropped" and "bound of 8 moves" in got[f"{_IN}.taskset.workflow_args.env_max_steps"][1]
+    native = read_foreign(tmp_path / "frozenlake.yaml").native
+    agent = native["rollout"]["agent"]
+    assert agent["function"] == "posttrain.agents.agentscope_frozenlake:frozenlake_agent" and agent["log_requests"] is True
+    assert agent["kwargs"] == {"agent_max_steps": 2, "is_slippery": False, "max_tokens": None}
+    assert native["env"] == {"train_rows": "turn", "turn_mini_batch_size": 8}
+    (tmp_path / "native.yaml").write_text(yaml.safe_dump(native))
+    cfg = load_config(tmp_path / "native.yaml", ["trainer.logger=[]", "cluster.device=cpu", "rollout.name=hf", "trainer.total_training_steps=1"])
+    m = RLTrainer(StageContext(name="main", cfg=cfg, run_dir=tmp_path / "run", model_path=str(model))).fit().last_metrics
+    # a random tiny policy writes no move in 8 tokens: each of the 2 walks makes agent_max_steps (2)
+    # calls (per-episode means), earns 0, and the group's equal rewards are skipped (std_threshold)
+    assert m["agent/episodes"] == 2 and m["agent/failed"] == 0 and m["agent/calls"] == 2 and m["agent/env_steps"] == 2
+    assert m["agent/reward"] == 0 and m["agent/skipped_groups"] == 1 and m["actor/pg_loss"] == 0

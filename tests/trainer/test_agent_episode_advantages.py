@@ -63,6 +63,28 @@ def test_step_norm_divides_by_the_episode_s_calls():
     assert got == pytest.approx([v / calls for v, (_, calls, _) in zip(expected, EPISODES)], rel=1e-5)
 
 
+@pytest.mark.parametrize("threshold, skipped", [(0.6, {"g0"}), (0.8, {"g0", "g1"}), (0.1, set())])
+def test_std_threshold_takes_the_calls_of_uniform_groups_out_of_the_losses(threshold, skipped):
+    """Trinity-RFT's multi_step_grpo std_threshold: a group of episodes whose rewards' std is at most the
+    bound leaves the losses (loss_mask 0 on each of its calls); the others train as before. g0's
+    rewards [1, 0, 0.5] have std 0.5, g1's [1, 0] std 0.707."""
+    batch, scores = _batch()
+    cfg = _config("env.train_rows=turn", "algorithm.filter_groups.enable=true", f"algorithm.filter_groups.std_threshold={threshold}")
+    metrics = episode_advantages(batch, scores, cfg.algorithm, make_shaping_state(cfg.algorithm), len(batch))
+    groups = [group for group, calls, _ in EPISODES for _ in range(calls)]
+    for row, group in enumerate(groups):
+        trained = batch.train_mask[row].sum().item()
+        assert (trained == 0) == (group in skipped), (row, group)
+        if group in skipped:
+            assert batch.advantages[row].abs().sum() == 0
+    assert metrics["agent/skipped_groups"] == len(skipped)
+
+
+def test_std_threshold_is_accepted_with_turn_rows_only():
+    with pytest.raises(ConfigError, match="dynamic sampling re-samples prompts"):
+        check_agent_fn(_config("algorithm.filter_groups.enable=true", "algorithm.filter_groups.std_threshold=0.1"))
+
+
 def test_without_turn_rows_the_group_statistics_count_calls():
     batch, scores = _batch()
     cfg = _config()

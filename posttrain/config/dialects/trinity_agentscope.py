@@ -10,7 +10,13 @@ the recorded calls. posttrain does the same with an agent function (`rollout.age
   ``response_key`` (Trinity-RFT's defaults prompt / response when unset) and
   ``rollout_args.max_tokens`` (else Trinity-RFT's 4096);
 - ``agentscope_react_math_workflow`` -> ``...:math_agent`` with the same kwargs less ``type`` (the
-  workflow reads no workflow_args).
+  workflow reads no workflow_args);
+- the ``agentscope_frozenlake`` example's ``examples.agentscope_frozenlake.workflow.FrozenLakeWorkflow``
+  -> ``posttrain.agents.agentscope_frozenlake:frozenlake_agent`` with kwargs {agent_max_steps,
+  is_slippery, max_tokens} (``rollout_args.max_tokens``, else null: the response length, as Trinity-RFT's
+  model default); ``env_max_steps`` and ``desc`` are dropped (the example's environment redraws its map
+  from the row on reset, with its default bound of 8 moves), and ``data.prompt_key`` becomes ``uid``
+  (the lake rows have no prompt; the agent writes its own).
 
 Their other workflow_args are the ones ``posttrain_agent_workflow`` takes besides ``function``
 (max_concurrency, timeout, failure_penalty, max_failure_rate: rollout.agent.*); any other is
@@ -36,7 +42,13 @@ from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_agent import ARGS, PARSER_KEYS, SERVER_KEYS
 
 MODULE = "posttrain.agents.agentscope_react"
-FUNCTIONS = {"agentscope_react_workflow": f"{MODULE}:template_agent", "agentscope_react_math_workflow": f"{MODULE}:math_agent"}
+FROZENLAKE = "examples.agentscope_frozenlake.workflow.FrozenLakeWorkflow"  # Trinity-RFT's example of that name
+FUNCTIONS = {"agentscope_react_workflow": f"{MODULE}:template_agent", "agentscope_react_math_workflow": f"{MODULE}:math_agent",
+             FROZENLAKE: "posttrain.agents.agentscope_frozenlake:frozenlake_agent"}
+# what the FrozenLake example's environment discards: its reset redraws the map from the row with its own bound
+_LAKE_UNREAD = {"env_max_steps": "the example's environment redraws its map on reset with its default bound of 8 moves, "
+                                 "whatever env_max_steps says (posttrain draws it the same way)",
+                "desc": "the example's environment redraws its map from the row's size, p and seed on reset, whatever desc says"}
 V0 = "agentscopev0_react_math_workflow"
 TEMPLATE_TYPES = ("gsm8k",)  # posttrain.agents.agentscope_react.TEMPLATES, as Trinity-RFT's TEMPLATE_MAP
 DEFAULT_MAX_TOKENS = 4096  # what both workflows ask per call when rollout_args.max_tokens is unset
@@ -60,8 +72,9 @@ def agentscope_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: s
                               "the agent function's endpoint setting)")
         return
     for key in reward_keys:
-        ctx.drop(key, f"{name} scores with Trinity-RFT's MathBoxedRewardFn (posttrain's math_boxed scorer, in the agent "
-                      "function) whatever the taskset names, and its constructor reads no arguments")
+        ctx.drop(key, f"{name} rewards its walks itself (the goal's 1.0), whatever the taskset names" if name == FROZENLAKE else
+                 f"{name} scores with Trinity-RFT's MathBoxedRewardFn (posttrain's math_boxed scorer, in the agent "
+                 "function) whatever the taskset names, and its constructor reads no arguments")
     function, kwargs = FUNCTIONS[name], _kwargs(item, name, args)
     if kwargs is None:
         ctx.refuse(f"{prefix}.workflow_args.type", f"{name} has no template for type {args.get('type')!r}; Trinity-RFT and "
@@ -72,12 +85,22 @@ def agentscope_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: s
         return
     ctx.set("rollout.agent.function", function, source, f"{name}: AgentScope's ReActAgent as posttrain's built-in agent "
                                                          "function, its calls recorded and trained (rollout.agent)")
-    ctx.set("rollout.agent.kwargs", kwargs, source, "the workflow's settings: " + ", ".join(
-        ["workflow_args.type"] * ("type" in kwargs) + ["the taskset's format.prompt_key / response_key",
-                                                       "rollout_args.max_tokens (else 4096)"]))
+    if name == FROZENLAKE and not (item.get("format") or {}).get("prompt_key"):
+        # the rows are lakes (seed, size, p, index, uid: Trinity-RFT's get_frozen_lake_data.py) with no
+        # prompt; the agent writes its own, and a step's batch of rows needs a text column to carry
+        ctx.set("data.prompt_key", "uid", source, "the lake rows have no prompt (the agent writes its own): each row's uid "
+                                                 "stands in as the batch's prompt text, which the agent never reads")
+    ctx.set("rollout.agent.kwargs", kwargs, source, "the workflow's settings: " + (
+        "workflow_args.agent_max_steps and is_slippery, rollout_args.max_tokens (else the response length)" if name == FROZENLAKE else
+        ", ".join(["workflow_args.type"] * ("type" in kwargs) + ["the taskset's format.prompt_key / response_key",
+                                                                 "rollout_args.max_tokens (else 4096)"])))
     for arg, value in args.items():
         key = f"{prefix}.workflow_args.{arg}"
-        if arg == "type":
+        if name == FROZENLAKE and arg in ("agent_max_steps", "is_slippery"):
+            ctx.report.add(_entry(key, f"rollout.agent.kwargs.{arg}", value, "the walk's setting (is_slippery: unless the row has its own)"))
+        elif name == FROZENLAKE and arg in _LAKE_UNREAD:
+            ctx.drop(key, _LAKE_UNREAD[arg])
+        elif arg == "type":
             ctx.report.add(_entry(key, "rollout.agent.kwargs.type", value, "the template (Trinity-RFT's TEMPLATE_MAP key)"))
         elif arg in ARGS and arg != "function":
             ctx.set(f"rollout.agent.{arg}", value, key, "posttrain's agent-function setting")
@@ -91,6 +114,11 @@ def _kwargs(item: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, 
     """The agent function's keyword arguments for this taskset (None: an unknown template type)."""
     fmt, rollout_args = item.get("format") or {}, item.get("rollout_args") or {}
     kwargs: dict[str, Any] = {}
+    if name == FROZENLAKE:  # the row is the lake (size, p, seed): no question or answer columns
+        kwargs["agent_max_steps"] = args.get("agent_max_steps", 10)
+        kwargs["is_slippery"] = args.get("is_slippery", False)
+        kwargs["max_tokens"] = rollout_args.get("max_tokens")  # None: the response length, as Trinity-RFT's model default
+        return kwargs
     if name == "agentscope_react_workflow":
         kind = args.get("type", "gsm8k")
         if kind not in TEMPLATE_TYPES:

@@ -45,6 +45,7 @@ _SAME = {
     "optim.override_optimizer_config": "actor.optim.override_optimizer_config",
     "optim.clip_grad": "actor.grad_clip",
     "optim.lr_warmup_steps_ratio": "actor.optim.lr_warmup_steps_ratio",
+    "optim.warmup_steps_ratio": "actor.optim.lr_warmup_steps_ratio",  # the name older verl releases gave it
 }
 # the optim group's keys the SFT trainer does not read (it builds its own schedule)
 _UNREAD = ("optim.lr_scheduler_type", "optim.warmup_style", "optim.lr_warmup_steps", "optim.min_lr_ratio",
@@ -132,7 +133,7 @@ def _multiturn(ctx: Any) -> None:
 _SAMPLES = {"model.strategy": "fsdp", "use_remove_padding": True, "trainer.checkpoint.save_contents": ["model"],
             "trainer.checkpoint.load_contents": ["model"], "optim.lr": 1e-4, "optim.betas": [0.9, 0.99], "optim.weight_decay": 0.1,
             "optim.optimizer": "AdamW", "optim.override_optimizer_config": {"eps": 1e-6}, "optim.clip_grad": 0.5,
-            "optim.lr_warmup_steps_ratio": 0.2, "model.fsdp_config.wrap_policy.min_num_params": 100}
+            "optim.lr_warmup_steps_ratio": 0.2, "optim.warmup_steps_ratio": 0.2, "model.fsdp_config.wrap_policy.min_num_params": 100}
 # Keys the handler translates (docs/config-mapping.md reads this table: posttrain.config.tables).
 RULES: dict[str, Rule] = {
     **{key: Rule(native, "verl's SFT trainer: the actor's setting", _SAMPLES.get(key, 2), ((MARK, "/m"),)) for key, native in _SAME.items()},
