@@ -12,10 +12,11 @@ def entries(raw: dict, prefix: str = "") -> dict:
 
 def test_runner_keys_at_what_posttrain_does_are_accepted_other_values_refused():
     accepted = {"max_timeout": 900, "max_retry_times": 2, "runner_per_model": 16, "runner_state_report_interval": 10,
-                "dynamic_timeout": {"enable": False, "ratio": 3.0}, "rollout_model": {"engine_num": 1, "enable_history": False}}
+                "dynamic_timeout": {"enable": False, "ratio": 3.0}, "rollout_model": {"engine_num": 1, "enable_history": False, "use_v1": True}}
     got = entries({"explorer": accepted}, "explorer.")
-    assert {k: v[0] for k, v in got.items()} == {k: "dropped" for k in got} and len(got) == 8
-    refused = entries({"explorer": {"dynamic_timeout": {"enable": True}, "rollout_model": {"engine_num": 2, "enable_history": True}}}, "explorer.")
+    assert {k: v[0] for k, v in got.items()} == {k: "dropped" for k in got} and len(got) == 9
+    refused = entries({"explorer": {"dynamic_timeout": {"enable": True}, "rollout_model": {"engine_num": 2, "enable_history": True, "use_v1": False}}},
+                      "explorer.")
     assert {v[0] for v in refused.values()} == {"refused"}
     split = entries({"explorer": {"max_repeat_times_per_runner": 4}}, "explorer.")["explorer.max_repeat_times_per_runner"]
     assert split[0] == "dropped" and "joins back into the task's group" in split[1]  # scheduling only

@@ -43,6 +43,8 @@ AGENT_FUNCTION_WORKFLOWS = (AGENT, *AGENTSCOPE_FUNCTIONS)  # a task of theirs is
 # key -> (values accepted as what posttrain does, why)
 ACCEPTED: dict[str, tuple[tuple[Any, ...], str]] = {
     "explorer.dynamic_timeout.enable": ((False,), "false: no dynamic timeout, as posttrain has none"),
+    "explorer.rollout_model.use_v1": ((True,), "true (Trinity-RFT's default): vLLM's V1 engine, the engine every vLLM release "
+                                               "posttrain supports runs by default"),
 }
 
 
