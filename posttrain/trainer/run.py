@@ -26,7 +26,7 @@ from posttrain.checkpoint import STAGE_COMPLETE, CheckpointError, checkpoint_roo
 from posttrain.checkpoint.layout import TRAINER_STATE, is_checkpoint
 from posttrain.checkpoint.resume import resumable_checkpoint, verified
 from posttrain.checkpoint.state import read_json
-from posttrain.cluster.world import World
+from posttrain.cluster.world import RANK_ENV, World
 from posttrain.files import atomic_write_text
 from posttrain.config import stage_configs
 from posttrain.config.schema import Config
@@ -96,6 +96,16 @@ class RunConflict(UserError):
 
 def _holds_run(stage_dir: Path) -> bool:
     return any((stage_dir / name).exists() for name in ("metrics.jsonl", STAGE_COMPLETE, "checkpoints"))
+
+
+def _launched() -> bool:
+    """Whether a launcher started this process (a worker rank, a decoupled half, a reference crew
+    process): the launcher checked the run directory before starting any, and the processes it
+    started write to it, so a later look from one of them would take its peers' files for an old run."""
+    from posttrain.trainer.decoupled import ROLE_ENV
+    from posttrain.trainer.reference_crew import CREW_ENV
+
+    return any(name in os.environ for name in (RANK_ENV, ROLE_ENV, CREW_ENV))
 
 
 def _refuse_existing(stage_dirs: list[Path]) -> None:
@@ -184,7 +194,7 @@ def check_run(cfg: Config, pending: Collection[Path] = ()) -> list[StageCheck]:
     refuse_stage_prepare(cfg.stages)
     stages = stage_configs(cfg)
     dirs = stage_dirs(cfg, stages)
-    if cfg.trainer.resume_mode == "disable":
+    if cfg.trainer.resume_mode == "disable" and not _launched():
         _refuse_existing(dirs)
     target = _resume_target(cfg)
     if target is not None and target[1] not in [s.name for s in stages]:

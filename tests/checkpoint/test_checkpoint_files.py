@@ -161,6 +161,27 @@ def test_resume_mode_disable_refuses_a_directory_that_holds_a_run(tmp_path):
         run(cfg)
 
 
+@pytest.mark.parametrize("variable", ["POSTTRAIN_DECOUPLED", "POSTTRAIN_REFERENCE_CREW"])
+def test_a_process_a_launcher_started_leaves_the_resume_mode_check_to_the_launcher(tmp_path, monkeypatch, variable):
+    """The launcher checks the directory before it starts the halves of a run; a half that looked
+    again would take the files its peer has begun writing for an old run."""
+    from posttrain.models.tiny import make_tiny_model
+    from posttrain.tasks import write_task_data
+    from posttrain.trainer.run import check_run
+
+    make_tiny_model(tmp_path / "m", layers=1, hidden=32, heads=4, seed=0)
+    write_task_data("sort", tmp_path / "d", train=4, test=2, sft=0, dpo=0)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    cfg = load_config(None, [f"trainer.default_local_dir={run_dir}", "trainer.resume_mode=disable", f"model.path={tmp_path / 'm'}",
+                             f"data.train_files={tmp_path / 'd' / 'train.parquet'}", "data.train_batch_size=2", "actor.ppo_mini_batch_size=2"])
+    with pytest.raises(ConfigError, match="already holds a run"):
+        check_run(cfg)
+    monkeypatch.setenv(variable, "trainer")
+    check_run(cfg)  # no refusal: its peer's files
+
+
 def test_resume_path_must_name_a_complete_checkpoint(tmp_path):
     cfg = load_config(None, [f"trainer.default_local_dir={tmp_path}", "trainer.resume_mode=resume_path",
                              f"trainer.resume_from_path={tmp_path / 'global_step_9'}"])

@@ -74,3 +74,23 @@ def test_an_evaluation_taskset_is_judged_by_the_training_judge_or_refused():
     _, entries = run("math_workflow", eval_workflow="rubric_judge_workflow")
     status, reason = entries["buffer.explorer_input.eval_tasksets[0].default_workflow_type"]
     assert status == "refused" and "validates with the training stage's reward" in reason
+
+
+def test_the_learn_to_ask_example_becomes_the_learn2ask_reward_over_the_judge(tmp_path):
+    from posttrain.config.dialects.trinity_learn2ask import ASK, NAME, POLICY_PROMPT, WORKER
+
+    native, entries = run(NAME, format={"prompt_key": "messages", "response_key": "action_truth"},
+                          workflow_args={"train_mode": "Ra+Rs", "fusion_mode": "sum"})
+    worker = native["reward"]["workers"]["judge"]
+    assert worker == {"worker_cls": WORKER, "tag_included": [""], "reward_kwargs": {
+        "model": "judge", "max_tokens": 300, "train_mode": "Ra+Rs", "fusion_mode": "sum", "messages_key": "messages"}}
+    assert native["data"]["extra_info_keys"] == ["messages", "decision_truth", "info_truth"]
+    assert native["data"]["system_prompt"] == POLICY_PROMPT and "<stop />" in POLICY_PROMPT
+    assert run(NAME, workflow_args={"train_mode": "Ra"})[0]["data"]["system_prompt"] == ASK  # no stopping in train_mode Ra
+    _, refused = run(NAME, workflow_args={"train_mode": "Rx", "other": 1})
+    assert refused["buffer.explorer_input.taskset.workflow_args.train_mode"][0] == "refused"
+    import yaml
+
+    (tmp_path / "l2a.yaml").write_text(yaml.safe_dump(native))
+    cfg = load_config(tmp_path / "l2a.yaml")
+    assert cfg.reward.workers["judge"].worker_cls == WORKER and cfg.data.system_prompt == POLICY_PROMPT

@@ -18,6 +18,9 @@ hands the workflows OpenAI clients; its judge workflows call the first one:
   answer without a rating in range scores 0. posttrain: worker_cls rubric_judge, temperature 0,
   with each row's rubric column copied into its extra_info (data.extra_info_keys).
 
+- the ``learn_to_ask`` example's ``Learn2AskWorkflow``: its rules and judge as the reward worker
+  posttrain.rewards.learn2ask (posttrain.config.dialects.trinity_learn2ask).
+
 Both judges' prompts are posttrain's own (posttrain.rewards.chat_judges), not Trinity-RFT's text.
 The auxiliary model becomes ``reward.auxiliary_models.judge`` (`auxiliary_model`). The workers
 claim the tag "" (rows without a data_source column; a file whose rows name data sources is
@@ -32,10 +35,11 @@ from typing import Any
 
 from posttrain.config.dialects.prompts import R1_SYSTEM_PROMPT
 from posttrain.config.dialects.translate import Context
+from posttrain.config.dialects.trinity_learn2ask import NAME as LEARN2ASK, learn2ask_workflow
 
 RULER = ("math_ruler_workflow", "async_math_ruler_workflow")
 RUBRIC = ("rubric_judge_workflow",)
-JUDGE_WORKFLOWS = RULER + RUBRIC
+JUDGE_WORKFLOWS = RULER + RUBRIC + (LEARN2ASK,)  # the learn_to_ask example's: posttrain.config.dialects.trinity_learn2ask
 _IN, _AUX = "buffer.explorer_input", "explorer.auxiliary_models"
 # the opening of the R1 template: Trinity-RFT's rubric workflow's system prompt (with its trailing
 # newline and indentation), the R1 template without the tag instructions
@@ -83,6 +87,12 @@ def judge_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, s
     auxiliary_model(ctx, models)
     worker, kwargs = "reward.workers.judge", {"model": "judge", "max_tokens": _max_tokens(ctx, models[0])}
     system = (item.get("format") or {}).get("system_prompt")
+    if name == LEARN2ASK:
+        learn2ask_workflow(ctx, prefix, item, source, worker, kwargs)
+        why = "the judge's request: the example sets no sampling (temperature 1, the OpenAI default) and reads at most max_tokens"
+        ctx.set(f"{worker}.tag_included", [""], source, "every row without a data_source column (Trinity-RFT judges every task of the taskset)")
+        ctx.set(f"{worker}.reward_kwargs", kwargs, source, why)
+        return
     if name in RULER:
         ctx.set(f"{worker}.worker_cls", "ruler_judge", source, "RULER: the judge scores a task's group of responses together in [0, 1]")
         kwargs.update(temperature=1.0, instructions=RULER_FORMAT)
