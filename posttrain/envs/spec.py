@@ -53,8 +53,11 @@ REFUSED = {
     "action_lookup": "templating helper: write the action list into env_instruction",
     "max_tokens": "ambiguous in ROLL (per step or per trajectory): use max_tokens_per_step",
 }
+# use_thread_lock and max_env_step_concurrent bound how many environment calls run at once (ROLL's
+# thread lock, and its limiter of concurrent reset/step calls per tag): posttrain's loop makes its
+# environment calls from one thread, one at a time, which meets every such bound.
 KNOWN = ("env_type", "env_config", "max_steps", "max_actions_per_traj", "max_tokens_per_step", "format_penalty",
-         "action_pattern", "env_instruction", "use_thread_lock", "episode_files", *WINDOW_KEYS)
+         "action_pattern", "env_instruction", "use_thread_lock", "max_env_step_concurrent", "episode_files", *WINDOW_KEYS)
 # ROLL writes the loop's settings inside env_config (its envs parse their own actions); posttrain's
 # loop reads them there too and does not pass them to the class.
 LIFTED = ("max_steps", "max_actions_per_traj", "format_penalty", "action_pattern", "env_instruction")
@@ -131,6 +134,9 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
     for name, value in (("max_steps", max_steps), ("max_tokens_per_step", tokens)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             problems.append(f"{key}.{name}: must be an integer >= 1, got {value!r}")
+    limit = entry.get("max_env_step_concurrent")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        problems.append(f"{key}.max_env_step_concurrent: must be an integer >= 0 (0: no limit), got {limit!r}")
     penalty = entry.get("format_penalty")
     if penalty is not None and (isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty > 0):
         problems.append(f"{key}.format_penalty: must be a number <= 0 (a penalty), got {penalty!r}")

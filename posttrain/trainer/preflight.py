@@ -46,6 +46,7 @@ from posttrain.trainer.images import check_distill_images, check_expert_images, 
 from posttrain.trainer.mixing import expert_dataset
 from posttrain.trainer.rl_settings import mixes_expert_rows
 from posttrain.trainer.agent_fn import check_agent_fn, has_agent_fn
+from posttrain.envs.spec import parse_custom_envs
 from posttrain.trainer.agentic import check_agentic, check_idle_env_keys, is_agentic
 from posttrain.trainer.profiling import check_profiler_machine
 from posttrain.trainer.rewarding import Scorers, input_tokenizer, manager_options, reward_function, worker_manager
@@ -70,6 +71,8 @@ class StageInputs:
 def stage_inputs(cfg: Config) -> StageInputs:
     """Check one stage (``cfg`` with model.path set to the policy it starts from) and build its inputs."""
     kind = cfg.algorithm.kind
+    if is_agentic(cfg):  # the environment entries' keys need no files: refused before what the machine lacks
+        parse_custom_envs(dict(cfg.env.custom_envs))
     check_stage_names(cfg)
     check_trackers(list(cfg.trainer.logger), dict(cfg.trainer.tracker_kwargs))
     check_rollout_tracer(cfg.rollout.trace.backend)

@@ -57,7 +57,7 @@ def test_user_envs_load_by_file_and_by_module(tmp_path, monkeypatch):
 
 def test_roll_entries_lift_loop_settings_out_of_env_config():
     entry = {
-        "env_type": "walk", "max_steps": 6, "max_tokens_per_step": 8, "use_thread_lock": True,
+        "env_type": "walk", "max_steps": 6, "max_tokens_per_step": 8, "use_thread_lock": True, "max_env_step_concurrent": 4,
         "env_manager_cls": "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager", "agent_runner_cls": None,
         "env_config": {"size": 5, "max_steps": 6, "format_penalty": -0.15, "action_pattern": "<answer>(.*?)</answer>",
                        "env_instruction": "walk"},
@@ -69,7 +69,7 @@ def test_roll_entries_lift_loop_settings_out_of_env_config():
 
 def test_refused_and_bad_entry_keys_are_all_named():
     entry = {"env_type": "walk", "agent_template": "{obs}", "env_manager_cls": "my.Manager", "max_steps": 3,
-             "max_actions_per_traj": 4, "format_penalty": 0.5, "action_pattern": "(a)(b)(c)", "history": 2}
+             "max_actions_per_traj": 4, "format_penalty": 0.5, "action_pattern": "(a)(b)(c)", "history": 2, "max_env_step_concurrent": -1}
     with pytest.raises(ConfigError) as e:
         parse_custom_envs({"W": entry})
     problems = e.value.problems
@@ -77,6 +77,7 @@ def test_refused_and_bad_entry_keys_are_all_named():
             "['observation', 'turn_idx', 'actions_left', 'max_response_length']") in problems
     assert any(p.startswith("env.custom_envs.W.env_manager_cls: not supported") for p in problems)
     assert any(p.startswith("env.custom_envs.W.history: unknown key") for p in problems)
+    assert "env.custom_envs.W.max_env_step_concurrent: must be an integer >= 0 (0: no limit), got -1" in problems
     assert any("max_steps and max_actions_per_traj mean the same here and differ" in p for p in problems)
     assert any(p.startswith("env.custom_envs.W.format_penalty: must be a number <= 0") for p in problems)
     assert any(p.startswith("env.custom_envs.W.action_pattern: at most two capture groups") for p in problems)

@@ -87,3 +87,12 @@ def test_plan_builds_nothing_and_says_what_prepare_will_build(tmp_path):
     assert not (tmp_path / "model").exists() and not (tmp_path / "data").exists()
     out = posttrain("config", "plan", str(config), "algorithm.adv_estimator=grop", cwd=tmp_path)
     assert_user_error(out, "unknown advantage estimator 'grop'")  # name checks still run
+
+
+def test_plan_names_an_environment_entry_it_refuses_before_what_the_machine_lacks(tmp_path, capsys):
+    """An agentic config's custom_envs entries need no files: a key posttrain refuses there is named
+    even when the model is not on this machine (which would otherwise be the only message)."""
+    rc = main(["config", "plan", f"model.path={tmp_path / 'no_model'}", "env.train_env_manager.tags=[W]",
+               "env.custom_envs={W: {env_type: walk, next_step_template: x}}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "env.custom_envs.W.next_step_template: unknown key" in err and "no_model" not in err
