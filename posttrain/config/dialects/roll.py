@@ -42,7 +42,11 @@ from posttrain.config.tables import Rule
 from posttrain.config.dialects.values import roll_nodes
 from posttrain.config.dialects.values import value_hook as common_value_hook
 from posttrain.config.sections.algorithm import roll_reward_norm
-from posttrain.config.sections.reward import JUDGE, JUDGE_KEYS, ROLL_WORKER_CLASSES, ROLL_WORKER_REFUSED, ROLL_WORKER_TODO
+from posttrain.config.sections.reward import (
+    JUDGE, JUDGE_KEYS, REMOTE_WORKER, REWARD_SYSTEM, ROLL_WORKER_CLASSES, ROLL_WORKER_REFUSED, ROLL_WORKER_TODO,
+)
+
+VIDEO_R1 = "video_r1"  # the scorer of ROLL's VideoR1RewardWorker
 
 _NORM_KEYS = ("norm_mean_type", "norm_std_type", "reward_norm", "reward_shift", "reward_scale", "use_reward_scaling", "use_reward_norm")
 # Keys that change nothing when they hold one of these values.
@@ -234,6 +238,7 @@ _READS["crossthinkqa_rule_reward_worker"] = ("reward_type", "response_length_pen
 def reward_workers(ctx: Context) -> None:
     """ROLL's ``rewards`` section -> ``reward.workers`` (module docstring)."""
     workers = ctx.get("rewards")
+    reward_system(ctx, workers if isinstance(workers, Mapping) else {})
     if not isinstance(workers, Mapping) or not workers:
         return
     ctx.consume("rewards")
@@ -258,11 +263,35 @@ def reward_workers(ctx: Context) -> None:
                 _worker_key(ctx, name, spec["worker_cls"], key, value)
         if ROLL_WORKER_CLASSES[spec["worker_cls"]] == roll_detection.DETECTION:
             roll_detection.worker(ctx, name, spec)
+        if ROLL_WORKER_CLASSES[spec["worker_cls"]] == VIDEO_R1:
+            _video_r1_worker(ctx, name)
         translated = True
     if translated and roll_detection.vision_pipeline(ctx, workers):
         ctx.set("data.reward_fn_key", "data_source", "rewards", roll_detection.VISION_TAGS)
     elif translated and not ctx.has("actor_train.data_args.tag"):
         ctx.set("data.reward_fn_key", "tag", "actor_train.data_args.tag", "ROLL's default tag column (not written in the file)")
+
+
+def reward_system(ctx: Context, workers: Mapping[str, Any]) -> None:
+    """``reward_system_config``: only ROLL's remote reward-system worker reads it (its service's
+    settings). With such a worker it is refused with the worker; without one nothing reads it."""
+    if not ctx.has("reward_system_config"):
+        return
+    ctx.consume("reward_system_config")
+    if any(isinstance(spec, Mapping) and spec.get("worker_cls") == REMOTE_WORKER for spec in workers.values()):
+        ctx.refuse("reward_system_config", REWARD_SYSTEM, None, ctx.get("reward_system_config"))
+    else:
+        ctx.drop("reward_system_config", "read only by ROLL's remote reward-system worker (RemoteRewardSystemWorker), "
+                 "which no reward worker of this file is: unused")
+
+
+def _video_r1_worker(ctx: Context, name: str) -> None:
+    """ROLL's VideoR1RewardWorker takes each row's question type from its reward_model column: the
+    video_r1 scorer reads it from extra_info."""
+    keys = ctx.native.get("data", {}).get("extra_info_keys", [])
+    if "reward_model" not in keys:
+        ctx.set("data.extra_info_keys", [*keys, "reward_model"], f"rewards.{name}.worker_cls",
+                "ROLL's Video-R1 worker reads the row's question type from its reward_model column")
 
 
 def _unbuildable(worker_cls: Any) -> str | None:
