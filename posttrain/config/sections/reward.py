@@ -183,7 +183,8 @@ NO_EFFECT: dict[str, str] = {
 # ROLL reads reward_system_config only in its remote reward-system worker (a file without one drops it).
 REMOTE_WORKER = f"{_ROLL_RLVR}remote_reward_system_worker.RemoteRewardSystemWorker"
 REWARD_SYSTEM = ("ROLL's remote reward-system worker (a reward service over HTTP, with its URLs and credentials): "
-                 "posttrain scores with reward functions and workers in its own processes (reward.*), not a remote service")
+                 "posttrain scores with reward functions and workers in its own processes (reward.*), not a remote service "
+                 "(a file without that worker has the key dropped: nothing else reads it)")
 
 # The reward model is not sharded: every worker process holds a full copy (posttrain.trainer.rewarding).
 _RM_REPLICATED = ("posttrain does not shard the reward model: every worker process holds a full copy and scores its "
