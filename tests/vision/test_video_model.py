@@ -77,3 +77,28 @@ def test_engine_logprobs_on_video_rows_equal_the_actors_and_depend_on_the_frames
     other = _row(proc, 7)
     swapped = dataclasses.replace(out[:2], vision=[other, other])
     assert float((batch_logprobs(model, swapped).logprobs - actor[:2]).abs().max()) > 1e-3
+
+
+def test_qwen25_vl_video_positions_follow_the_seconds_per_temporal_patch(tmp_path):
+    from posttrain.models.tiny_vl import make_tiny_vl_model
+
+    path = make_tiny_vl_model(tmp_path / "vl25", family="qwen2_5_vl")
+    model, tok = load_causal_lm(path), load_tokenizer(path)
+    proc = AutoImageProcessor.from_pretrained(path)
+    pixels, grid = _video(proc, 0)
+    empty = (torch.zeros(0, pixels.shape[1]), torch.zeros(0, 3, dtype=torch.long))
+    response, mask = torch.tensor([[10, 11, 12]]), torch.ones(1, 3)
+    logprobs = {}
+    for seconds in (1.0, 0.5):
+        v = VisionInputs(*empty, pixels, grid, torch.tensor([seconds]))
+        prompts = _prompts(tok, [v])
+        got = response_logprobs(model, prompts.input_ids, prompts.attention_mask, response, mask, vision=prompts.vision).logprobs
+        ids = torch.cat([prompts.input_ids, response], 1)  # (1, S)
+        own = model(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values_videos=pixels, video_grid_thw=grid,
+                    second_per_grid_ts=torch.tensor([seconds]), mm_token_type_ids=2 * (ids == model.config.video_token_id).int()).logits
+        P = prompts.input_ids.shape[1]
+        expected = torch.log_softmax(own[0, P - 1:P + 2].float(), -1).gather(-1, response[0, :, None]).squeeze(-1)
+        assert torch.allclose(got[0], expected, atol=1e-5), seconds
+        logprobs[seconds] = got
+    # the time axis moved (1 s per patch: 2 steps; 0.5 s: 1 step), and with it the log-probs
+    assert float((logprobs[1.0] - logprobs[0.5]).abs().max()) > 1e-6
