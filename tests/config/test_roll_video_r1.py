@@ -33,3 +33,19 @@ def test_reward_system_config_is_unused_without_a_remote_worker_and_refused_with
     _, report = translate(_raw(remote={"worker_cls": REMOTE, "tag_included": ["x"]}), "roll")
     entry = report.entry("reward_system_config")
     assert entry.status == "refused" and "remote service" in entry.reason
+
+
+def test_rolls_video_r1_reader_becomes_the_video_r1_prompt_format_and_columns():
+    raw = _raw()
+    raw["actor_train"] = {"data_args": {"custom_data_kwargs_func": "roll.datasets.vlm_dataset_utils.video_r1_get_data_kwargs",
+                                        "video_fps": 2.0, "video_max_frames": 192, "video_folder": "/data/videos"}}
+    native, report = translate(raw, "roll")
+    data = native["data"]
+    assert (data["prompt_format"], data["video_key"], data["response_key"], data["reward_fn_key"]) == ("video_r1", "video", "solution", "modality_type")
+    assert data["extra_info_keys"] == ["problem_type"]  # the reader's reward_model column is the row's problem_type
+    assert native["reward"]["workers"]["videor1"]["reward_kwargs"] == {"type_key": "problem_type"}
+    assert (data["video_fps"], data["video_max_frames"], data["video_folder"]) == (2.0, 192, "/data/videos")
+    assert not report.refused
+    raw["actor_train"]["data_args"]["custom_data_kwargs_func"] = "my.module.reader"  # another reader: its Python builds the rows
+    _, report = translate(raw, "roll")
+    assert report.entry("actor_train.data_args.custom_data_kwargs_func").status == "refused"

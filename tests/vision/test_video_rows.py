@@ -85,3 +85,19 @@ trainer: {{total_training_steps: 2, test_freq: -1, logger: [jsonl], default_loca
     rows = [json.loads(line) for line in next((tmp_path / "run").rglob("metrics.jsonl")).read_text().splitlines()]
     trained = [r for r in rows if "actor/grad_norm" in r]
     assert len(trained) == 2 and all(0 <= r["critic/score/mean"] <= 2 for r in trained)
+
+
+def test_video_r1_rows_are_prompted_as_rolls_reader_prompts_them(tmp_path, tiny_vl_dir):
+    (tmp_path / "clips").mkdir()
+    write_video(tmp_path / "clips" / "c.mkv", frames=8, fps=4, size=(48, 32))
+    path = tmp_path / "r1.parquet"
+    pd.DataFrame({"problem": ["How many cars pass?"], "problem_type": ["numerical"], "modality_type": ["video"],
+                  "video": ["c.mkv"], "solution": ["<answer>3</answer>"]}).to_parquet(path)
+    tok, example = _example(tiny_vl_dir, path, f"data.video_folder={tmp_path / 'clips'}", "data.video_min_pixels=64",
+                            "data.prompt_format=video_r1", "data.video_key=video", "data.response_key=solution",
+                            "data.reward_fn_key=modality_type", "data.extra_info_keys=[problem_type]", "data.max_prompt_length=1000")
+    text = tok.decode(example.prompt_ids)
+    assert text.index("<|vision_start|><|video_pad|>") < text.index("How many cars pass?\nPlease think about this question")
+    assert "Please provide the numerical value (e.g., 42 or 3.14) within the <answer> </answer> tags." in text
+    assert example.vision.video_grid_thw.tolist() == [[2, 8, 12]]
+    assert (example.ground_truth, example.data_source, example.extra_info) == ("<answer>3</answer>", "video", {"problem_type": "numerical"})
