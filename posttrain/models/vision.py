@@ -166,8 +166,8 @@ def vision_path_problems(*, sequence_parallel: int, rollout_name: str, critic: b
         problems.append(f"Ulysses sequence parallelism (size {sequence_parallel}) splits a sequence across ranks, "
                         "which would part an image's tokens from the vision tower's output; set it to 1 for image data")
     if rollout_name != "hf":
-        problems.append(f"rollout.name {rollout_name}: posttrain passes images to its hf engine only (the vLLM and "
-                        "SGLang adapters send token ids); set rollout.name: hf for image data")
+        problems.append(f"rollout.name {rollout_name}: posttrain passes images and videos to its hf engine only (the vLLM and "
+                        "SGLang adapters send token ids); set rollout.name: hf for image and video data")
     if critic:
         problems.append("a critic (GAE): posttrain's critic is a text model with a value head "
                         "(AutoModelForTokenClassification), which vision-language checkpoints do not load as; "
