@@ -85,6 +85,11 @@ trainer: {{total_training_steps: 2, test_freq: -1, logger: [jsonl], default_loca
     rows = [json.loads(line) for line in next((tmp_path / "run").rglob("metrics.jsonl")).read_text().splitlines()]
     trained = [r for r in rows if "actor/grad_norm" in r]
     assert len(trained) == 2 and all(0 <= r["critic/score/mean"] <= 2 for r in trained)
+    # the rollouts' prompts are the dataset's, video tokens included (4 frames of 16 x 24 pixels: 2 x 4 x 6 patches, 12 merged tokens)
+    tok, example = _example(tmp_path / "model", path, f"data.video_folder={tmp_path / 'clips'}", "data.video_min_pixels=64",
+                            "data.video_max_pixels=512")
+    assert example.prompt_ids.count(tok.convert_tokens_to_ids("<|video_pad|>")) == 12
+    assert all(r["prompt_length/max"] == len(example.prompt_ids) for r in trained)
 
 
 def test_video_r1_rows_are_prompted_as_rolls_reader_prompts_them(tmp_path, tiny_vl_dir):
