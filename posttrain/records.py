@@ -42,11 +42,16 @@ OPTIONAL_ROWS = {"optional_rows": True}
 
 @dataclass(frozen=True)
 class VisionInputs:
-    """One prompt's images as the vision tower takes them (`posttrain.models.vision`): the image
-    processor's patches of every image of the row, in the order their placeholders appear."""
+    """One prompt's images and videos as the vision tower takes them (`posttrain.models.vision`): the
+    patches of every image of the row, in the order their placeholders appear, and likewise of its
+    videos (`posttrain.data.videos`). A row without images holds (0, D) patches and a (0, 3) grid."""
 
     pixel_values: Tensor  # (N, D) float: N patches of all the row's images, D = channels x patch volume
     image_grid_thw: Tensor  # (I, 3) long: temporal, height, width patches of each of the row's I images
+    pixel_values_videos: Tensor | None = None  # (M, D) float: the patches of all the row's videos
+    video_grid_thw: Tensor | None = None  # (V, 3) long: temporal, height, width patches of each video
+    # (V,) float: seconds one temporal patch of each video spans (Qwen2.5-VL's M-RoPE time axis)
+    second_per_grid_ts: Tensor | None = None
 
 
 class _Rows:

@@ -188,6 +188,13 @@ class _RowDataset:
             return []
         return row_images(value, self.table.locate(i, self.cfg.image_key), _base_dir(self.cfg))
 
+    def _videos(self, i: int) -> list:
+        """Row i's videos (data.video_key) as sampled frames and their frame rate, when the dataset reads media, else []."""
+        value = self.table.rows[i].get(self.cfg.video_key)
+        if self.images is None or not has_media(value):
+            return []
+        return self.images.read_videos(value, self.table.locate(i, self.cfg.video_key), _base_dir(self.cfg))
+
     def _encode(self, i: int, messages: list[Message], loss_from: int, column: str) -> tuple[list[int], list[int]]:
         return self._formatter(i).encode_conversation(messages, loss_from=loss_from, what=self.table.locate(i, column),
                                                       trim_final_newline=self._trim_final_newline)
@@ -227,17 +234,17 @@ class RLDataset(_RowDataset):
         return self.vision_row(i)[:5]
 
     def vision_row(self, i: int) -> tuple[Any, list[Message], str, list[int], str, VisionInputs | None]:
-        """`encode_row` and the row's images as the vision tower takes them (None: no image)."""
+        """`encode_row` and the row's images and videos as the vision tower takes them (None: neither)."""
         raw, messages, column = rows.prompt_cell(self.table, i, self.cfg)
         where = self.table.locate(i, column)
-        images = self._images(i)
-        if images:
-            messages = self.images.place(messages, len(images), where)
+        images, videos = self._images(i), self._videos(i)
+        if images or videos:
+            messages = self.images.place(messages, len(images), where, videos=len(videos))
         messages = self._with_system(i, messages)
         text, ids = self._formatter(i).encode_prompt(messages, what=where)
         vision = None
-        if images:
-            vision = self.images.process(images)
+        if images or videos:
+            vision = self.images.process(images, videos)
             ids = self.images.expand(ids, vision)
         return raw, messages, text, ids, column, vision
 
@@ -371,11 +378,14 @@ NO_IMAGES_SFT = ("posttrain's SFT and DPO stages train text sequences; image row
                  "(Qwen2-VL, Qwen2.5-VL)")
 NO_IMAGES_TEXT_MODEL = ("the policy (model.path) is a text-only model, which has no vision tower to read them; use a "
                         "vision-language checkpoint (Qwen2-VL, Qwen2.5-VL)")
-NO_VIDEOS = ("posttrain's vision path carries images only: video rows need frame sampling and the model's video "
-             "inputs, which its rollout engine and trainer do not compute")
+NO_VIDEOS = ("posttrain reads videos in RL prompts only (with a vision-language policy, Qwen2-VL or Qwen2.5-VL); "
+             "its SFT, DPO, distillation and expert rows carry images at most")
+NO_VIDEOS_TEXT_MODEL = ("the policy (model.path) is a text-only model, which has no vision tower to read them; use a "
+                        "vision-language checkpoint (Qwen2-VL, Qwen2.5-VL)")
 
 
-def _table(cfg: DataConfig, files: str | Iterable[str], setting: str, images_refused: str | None = NO_IMAGES_SFT) -> RowTable:
+def _table(cfg: DataConfig, files: str | Iterable[str], setting: str, images_refused: str | None = NO_IMAGES_SFT,
+           videos_refused: str | None = NO_VIDEOS) -> RowTable:
     """The rows of every entry (files, dataset folders, dataset names: posttrain.data.sources); rows
     with videos, and rows with images when `images_refused` says why, are refused rather than trained as text."""
     entries = as_file_list(files)
@@ -383,15 +393,16 @@ def _table(cfg: DataConfig, files: str | Iterable[str], setting: str, images_ref
     renames = own_columns(cfg, entries) if setting == SPLITS["val"] else {}
     table = load_table(entries, setting=setting, base_dir=cfg.dataset_dir)
     rename_entry_columns(table, renames, entries)
-    refuse_media(table, cfg, images_refused)
+    refuse_media(table, cfg, images_refused, videos_refused)
     return table
 
 
-def refuse_media(table: RowTable, cfg: DataConfig, images_refused: str | None = NO_IMAGES_SFT) -> None:
-    """A row whose data.video_key column holds something (not null, not empty), or whose
-    data.image_key column does while `images_refused` gives the reason, is one DataError naming the
-    file, row and key, instead of the media being dropped without a word."""
-    checks = [("data.video_key", cfg.video_key, "videos", NO_VIDEOS)]
+def refuse_media(table: RowTable, cfg: DataConfig, images_refused: str | None = NO_IMAGES_SFT,
+                 videos_refused: str | None = NO_VIDEOS) -> None:
+    """A row whose data.video_key column holds something (not null, not empty) while `videos_refused`
+    gives the reason, or whose data.image_key column does while `images_refused` does, is one
+    DataError naming the file, row and key, instead of the media being dropped without a word."""
+    checks = [("data.video_key", cfg.video_key, "videos", videos_refused)] if videos_refused is not None else []
     if images_refused is not None:
         checks.insert(0, ("data.image_key", cfg.image_key, "images", images_refused))
     for key, column, kind, why in checks:
@@ -412,7 +423,8 @@ def build_rl_dataset(
         from posttrain.data.custom import build_custom_dataset
 
         return build_custom_dataset(cfg, paths, tokenizer, RLExample)
-    table = _table(cfg, files, setting, images_refused=None if images is not None else NO_IMAGES_TEXT_MODEL)
+    table = _table(cfg, files, setting, images_refused=None if images is not None else NO_IMAGES_TEXT_MODEL,
+                   videos_refused=None if images is not None else NO_VIDEOS_TEXT_MODEL)
     dataset = RLDataset(table, make_formatter(cfg, tokenizer), cfg)
     dataset.images = images
     if setting == SPLITS["val"] and cfg.val_file_settings:

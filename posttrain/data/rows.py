@@ -13,6 +13,7 @@ from posttrain.config.sections.data import DataConfig
 from posttrain.data.files import RowTable
 from posttrain.data.prompts import Message, as_messages, check_messages, follow_keys
 from posttrain.data.tool_n1 import tool_n1_messages
+from posttrain.data.video_r1 import video_r1_messages
 from posttrain.errors import DataError
 
 
@@ -23,6 +24,9 @@ def prompt_cell(table: RowTable, i: int, cfg: DataConfig) -> tuple[Any, list[Mes
     if cfg.prompt_format == "tool_n1":
         messages = tool_n1_messages(table, i)
         return messages, messages, "conversations"
+    if cfg.prompt_format == "video_r1":
+        messages = video_r1_messages(table, i)
+        return table.get(i, "problem"), messages, "problem"
     if cfg.messages_key is not None:
         col = cfg.messages_key
         raw = table.get(i, col, setting="data.messages_key")

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import torch
 from tokenizers import AddedToken
-from transformers import GenerationConfig, Qwen2VLConfig, Qwen2VLForConditionalGeneration
+from transformers import (
+    GenerationConfig, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLConfig, Qwen2VLForConditionalGeneration,
+)
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from posttrain.errors import ConfigError
@@ -33,12 +35,16 @@ __all__ = ["VISION_TOKENS", "make_tiny_vl_model"]
 
 def make_tiny_vl_model(
     out_dir: str | Path, *, layers: int = 2, hidden: int = 64, heads: int = 4, vision_depth: int = 1,
-    vision_dim: int = 32, max_position: int = 512, seed: int = 0,
+    vision_dim: int = 32, max_position: int = 512, seed: int = 0, family: str = "qwen2_vl",
 ) -> Path:
     """Write a random-init tiny Qwen2-VL model, its tokenizer and image processor to `out_dir`.
 
     The text model's rotary sections (`mrope_section`, temporal/height/width shares of the rotary
-    pairs) split `hidden / heads / 2` pairs as evenly as they go. The global torch RNG is untouched."""
+    pairs) split `hidden / heads / 2` pairs as evenly as they go. The global torch RNG is untouched.
+    ``family: qwen2_5_vl`` writes a Qwen2.5-VL model instead (its windowed vision tower with one
+    full-attention block, and a video time axis of 2 position steps per second)."""
+    if family not in ("qwen2_vl", "qwen2_5_vl"):
+        raise ConfigError(f"family must be qwen2_vl or qwen2_5_vl, got {family!r}")
     if hidden % heads or (hidden // heads) % 2:
         raise ConfigError(f"--hidden {hidden} must be a multiple of --heads {heads} with an even head size")
     if vision_dim % 2 or vision_dim < 4:
@@ -49,24 +55,30 @@ def make_tiny_vl_model(
     pairs = hidden // heads // 2
     section = [pairs - 2 * (pairs // 3), pairs // 3, pairs // 3]  # temporal, height, width
     eos, pad = tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(PAD_TOKEN)
-    config = Qwen2VLConfig(
-        text_config=dict(
-            vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=layers,
-            num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=max_position,
-            rope_scaling={"type": "mrope", "mrope_section": section}, bos_token_id=pad, eos_token_id=eos,
-            pad_token_id=pad, tie_word_embeddings=False,
-        ),
-        vision_config=dict(
-            depth=vision_depth, embed_dim=vision_dim, hidden_size=hidden, num_heads=2, mlp_ratio=2, patch_size=PATCH,
-            spatial_merge_size=MERGE, temporal_patch_size=2, in_channels=3,
-        ),
+    text = dict(
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=max_position,
+        rope_scaling={"type": "mrope", "mrope_section": section}, bos_token_id=pad, eos_token_id=eos,
+        pad_token_id=pad, tie_word_embeddings=False,
+    )
+    if family == "qwen2_vl":
+        vision = dict(depth=vision_depth, embed_dim=vision_dim, hidden_size=hidden, num_heads=2, mlp_ratio=2, patch_size=PATCH,
+                      spatial_merge_size=MERGE, temporal_patch_size=2, in_channels=3)
+    else:
+        vision = dict(depth=vision_depth, hidden_size=vision_dim, intermediate_size=2 * vision_dim, out_hidden_size=hidden,
+                      num_heads=2, patch_size=PATCH, spatial_merge_size=MERGE, temporal_patch_size=2, in_channels=3,
+                      window_size=2 * PATCH * MERGE, fullatt_block_indexes=[vision_depth - 1], tokens_per_second=2)
+    config_cls, model_cls = ((Qwen2VLConfig, Qwen2VLForConditionalGeneration) if family == "qwen2_vl"
+                             else (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration))
+    config = config_cls(
+        text_config=text, vision_config=vision,
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
         bos_token_id=pad, eos_token_id=eos, pad_token_id=pad, tie_word_embeddings=False,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2VLForConditionalGeneration(config)
+        model = model_cls(config)
     model.generation_config = GenerationConfig(bos_token_id=pad, eos_token_id=[eos, pad], pad_token_id=pad)
     processor = Qwen2VLImageProcessorPil(
         patch_size=PATCH, merge_size=MERGE, temporal_patch_size=2,

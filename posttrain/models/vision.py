@@ -20,6 +20,7 @@ path cannot give.
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -41,16 +42,38 @@ def is_vision_language(config) -> bool:
 
 
 def has_images(vision: Sequence[VisionInputs | None] | None) -> bool:
+    """Whether any row carries media (images or videos): such a batch takes the vision path."""
     return vision is not None and any(v is not None for v in vision)
 
 
-def stack_vision(vision: Sequence[VisionInputs | None], device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """The batch's patches (N, D) and grids (I, 3) in row order, as the vision tower takes them:
-    its image features fill the ``<|image_pad|>`` tokens of the batch in reading order."""
+@dataclass(frozen=True)
+class StackedVision:
+    """A batch's images and videos as the vision tower takes them, in row order (None: the batch has
+    none of that kind); their features fill the batch's image and video tokens in reading order."""
+
+    pixels: Tensor | None  # (N, D) image patches
+    grid: Tensor | None  # (I, 3) per image
+    video_pixels: Tensor | None  # (M, D) video patches
+    video_grid: Tensor | None  # (V, 3) per video
+    second_per_grid: Tensor | None  # (V,) seconds per temporal patch (Qwen2.5-VL's time axis)
+
+
+def stack_vision(vision: Sequence[VisionInputs | None], device: torch.device, dtype: torch.dtype) -> StackedVision:
+    """The batch's patches and grids in row order (`StackedVision`)."""
     rows = [v for v in vision if v is not None]
-    pixels = torch.cat([v.pixel_values for v in rows]).to(device, dtype)  # (N, D)
-    grid = torch.cat([v.image_grid_thw for v in rows]).to(device, torch.long)  # (I, 3)
-    return pixels, grid
+
+    def cat(parts: list[Tensor | None], to: torch.dtype) -> Tensor | None:
+        kept = [t for t in parts if t is not None and t.shape[0]]
+        return torch.cat(kept).to(device, to) if kept else None
+
+    with_videos = [v for v in rows if v.video_grid_thw is not None and v.video_grid_thw.shape[0]]
+    seconds = [v.second_per_grid_ts if v.second_per_grid_ts is not None else torch.ones(v.video_grid_thw.shape[0])
+               for v in with_videos]
+    return StackedVision(
+        cat([v.pixel_values for v in rows], dtype), cat([v.image_grid_thw for v in rows], torch.long),
+        cat([v.pixel_values_videos for v in with_videos], dtype), cat([v.video_grid_thw for v in with_videos], torch.long),
+        cat(seconds, torch.float32),
+    )
 
 
 def image_token_mask(model: nn.Module, input_ids: Tensor, prompt_width: int) -> Tensor:
@@ -62,43 +85,74 @@ def image_token_mask(model: nn.Module, input_ids: Tensor, prompt_width: int) -> 
     return mask
 
 
-def mrope_positions(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, grid: Tensor, image_mask: Tensor) -> Tensor:
+def video_token_mask(model: nn.Module, input_ids: Tensor, prompt_width: int) -> Tensor:
+    """(B, S) bool: the prompt's ``<|video_pad|>`` tokens, which the videos fill (as `image_token_mask`)."""
+    mask = input_ids == model.config.video_token_id  # (B, S)
+    mask[:, prompt_width:] = False
+    return mask
+
+
+def mrope_positions(
+    model: nn.Module, input_ids: Tensor, attention_mask: Tensor, stacked: StackedVision, image_mask: Tensor,
+    video_mask: Tensor | None = None,
+) -> Tensor:
     """Multimodal rotary positions (3, B, S) of a left- or right-padded batch with images at
-    `image_mask` (B, S); padding holds 0 (it is masked). The family's own `get_rope_index` computes
-    them from the real tokens."""
+    `image_mask` and videos at `video_mask` (B, S); padding holds 0 (it is masked). The family's own
+    `get_rope_index` computes them from the real tokens; Qwen2.5-VL spaces a video's temporal
+    patches by their seconds (`second_per_grid`)."""
+    types = image_mask.int() + (2 * video_mask.int() if video_mask is not None else 0)  # text 0, image 1, video 2
+    extra = {}
+    if stacked.video_grid is not None and getattr(model.config, "model_type", None) == "qwen2_5_vl":
+        extra["second_per_grid_ts"] = stacked.second_per_grid
     positions, _ = model.model.get_rope_index(
-        input_ids, mm_token_type_ids=image_mask.int(), image_grid_thw=grid, attention_mask=attention_mask.long(),
+        input_ids, mm_token_type_ids=types, image_grid_thw=stacked.grid, video_grid_thw=stacked.video_grid,
+        attention_mask=attention_mask.long(), **extra,
     )
     return positions  # (3, B, S)
 
 
-def image_embeddings(model: nn.Module, input_ids: Tensor, image_mask: Tensor, pixels: Tensor, grid: Tensor) -> Tensor:
-    """Token embeddings (B, S, H) with the vision tower's features in place of the image tokens."""
+def _scatter(embeds: Tensor, mask: Tensor, features: Tensor, what: str) -> Tensor:
+    if features.shape[0] != int(mask.sum()):
+        raise ValueError(f"the prompts hold {int(mask.sum())} {what} tokens but their {what}s make {features.shape[0]}")
+    return embeds.masked_scatter(mask.unsqueeze(-1).expand_as(embeds), features.to(embeds.dtype))
+
+
+def media_embeddings(model: nn.Module, input_ids: Tensor, image_mask: Tensor, video_mask: Tensor | None,
+                     stacked: StackedVision) -> Tensor:
+    """Token embeddings (B, S, H) with the vision tower's features in place of the image and video tokens."""
     embeds = model.model.get_input_embeddings()(input_ids)  # (B, S, H)
-    features = model.model.get_image_features(pixels, grid, return_dict=True).pooler_output
-    features = torch.cat(list(features)).to(embeds.dtype)  # (image tokens, H), in reading order
-    if features.shape[0] != int(image_mask.sum()):
-        raise ValueError(f"the prompts hold {int(image_mask.sum())} image tokens but their images make {features.shape[0]}")
-    return embeds.masked_scatter(image_mask.unsqueeze(-1).expand_as(embeds), features)
+    if stacked.grid is not None:
+        features = model.model.get_image_features(stacked.pixels, stacked.grid, return_dict=True).pooler_output
+        embeds = _scatter(embeds, image_mask, torch.cat(list(features)), "image")  # (image tokens, H) in reading order
+    elif int(image_mask.sum()):
+        raise ValueError(f"the prompts hold {int(image_mask.sum())} image tokens but no image")
+    if stacked.video_grid is not None:
+        features = model.model.get_video_features(stacked.video_pixels, stacked.video_grid, return_dict=True).pooler_output
+        embeds = _scatter(embeds, video_mask, torch.cat(list(features)), "video")
+    elif video_mask is not None and int(video_mask.sum()):
+        raise ValueError(f"the prompts hold {int(video_mask.sum())} video tokens but no video")
+    return embeds
 
 
 def vision_hidden_states(
     model: nn.Module, input_ids: Tensor, attention_mask: Tensor, vision: Sequence[VisionInputs | None], prompt_width: int,
 ) -> Tensor:
     """Final-norm hidden states (B, S, H) of a vision-language model over prompt + response ids (the
-    prompt in the first `prompt_width` columns) with the rows' images: vision tower, features merged
-    at the prompt's image tokens, the text decoder at M-RoPE positions."""
-    return hidden_states_with_images(model, input_ids, attention_mask, vision, image_token_mask(model, input_ids, prompt_width))
+    prompt in the first `prompt_width` columns) with the rows' images and videos: vision tower,
+    features merged at the prompt's image and video tokens, the text decoder at M-RoPE positions."""
+    return hidden_states_with_images(model, input_ids, attention_mask, vision, image_token_mask(model, input_ids, prompt_width),
+                                     video_token_mask(model, input_ids, prompt_width))
 
 
 def hidden_states_with_images(
     model: nn.Module, input_ids: Tensor, attention_mask: Tensor, vision: Sequence[VisionInputs | None], image_mask: Tensor,
+    video_mask: Tensor | None = None,
 ) -> Tensor:
-    """`vision_hidden_states` with the image tokens given as a (B, S) bool mask (the rows' images
-    fill them in reading order): for batches whose rows end their prompts at different columns."""
-    pixels, grid = stack_vision(vision, input_ids.device, next(model.parameters()).dtype)
-    positions = mrope_positions(model, input_ids, attention_mask, grid, image_mask)  # (3, B, S)
-    embeds = image_embeddings(model, input_ids, image_mask, pixels, grid)  # (B, S, H)
+    """`vision_hidden_states` with the image (and video) tokens given as (B, S) bool masks (the rows'
+    media fill them in reading order): for batches whose rows end their prompts at different columns."""
+    stacked = stack_vision(vision, input_ids.device, next(model.parameters()).dtype)
+    positions = mrope_positions(model, input_ids, attention_mask, stacked, image_mask, video_mask)  # (3, B, S)
+    embeds = media_embeddings(model, input_ids, image_mask, video_mask, stacked)  # (B, S, H)
     out = model.model.language_model(
         inputs_embeds=embeds, attention_mask=attention_mask.long(), position_ids=positions, use_cache=False,
     )
@@ -112,8 +166,8 @@ def vision_path_problems(*, sequence_parallel: int, rollout_name: str, critic: b
         problems.append(f"Ulysses sequence parallelism (size {sequence_parallel}) splits a sequence across ranks, "
                         "which would part an image's tokens from the vision tower's output; set it to 1 for image data")
     if rollout_name != "hf":
-        problems.append(f"rollout.name {rollout_name}: posttrain passes images to its hf engine only (the vLLM and "
-                        "SGLang adapters send token ids); set rollout.name: hf for image data")
+        problems.append(f"rollout.name {rollout_name}: posttrain passes images and videos to its hf engine only (the vLLM and "
+                        "SGLang adapters send token ids); set rollout.name: hf for image and video data")
     if critic:
         problems.append("a critic (GAE): posttrain's critic is a text model with a value head "
                         "(AutoModelForTokenClassification), which vision-language checkpoints do not load as; "

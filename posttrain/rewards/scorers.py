@@ -10,7 +10,8 @@
   R1-style ``<think>``/``<answer>`` response), ``countdown_equation`` (TinyZero's Countdown reward),
   ``math_boxed`` (the last boxed answer after Qwen2.5-Math's answer cleaning), ``dapo_math`` and
   ``bots_math`` (Reasoning360's DAPO grader: Trinity-RFT's math_dapo_reward, BOTS), ``tool_n1`` (Tool-N1's
-  tool-call match), ``detection`` (ROLL's box detection reward: IoU matchings and COCO AP);
+  tool-call match), ``detection`` (ROLL's box detection reward: IoU matchings and COCO AP), ``video_r1``
+  (Video-R1's accuracy by question type plus format: ROLL's VideoR1RewardWorker);
   ``llm_judge`` is a worker of its own
   (`posttrain.rewards.judge`);
 - ``path/to/file.py:name``: a function (or class) in a Python file, as custom_reward_function;
@@ -43,6 +44,7 @@ BUILTIN_SCORERS: dict[str, tuple[str, str]] = {
     "bots_math": ("posttrain.rewards.dapo_math", "bots_math_score"),
     "tool_n1": ("posttrain.rewards.tool_n1", "tool_n1_score"),
     "detection": ("posttrain.rewards.detection", "detection_score"),
+    "video_r1": ("posttrain.rewards.video_r1", "video_r1_score"),
 }
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 from transformers import StaticCache
 
-from posttrain.models.vision import image_embeddings, image_token_mask, mrope_positions
+from posttrain.models.vision import StackedVision, image_token_mask, media_embeddings, mrope_positions, video_token_mask
 
 
 # Rows per decode thread below which `auto_decode_workers` adds no thread: measured on 2 cores,
@@ -62,21 +62,21 @@ class HFDecoder:
 
 
 class VisionDecoder(HFDecoder):
-    """`HFDecoder` for a vision-language model's rows with images (`posttrain.models.vision`): the
-    prefill embeds the prompts with the vision tower's features at their image tokens and runs the
+    """`HFDecoder` for a vision-language model's rows with images or videos (`posttrain.models.vision`):
+    the prefill embeds the prompts with the vision tower's features at their image and video tokens and runs the
     text decoder at the M-RoPE positions (3, b, P); decode steps are text tokens, whose three
     positions are equal, so `step` takes one position per row as for a text model."""
 
-    def __init__(self, model: nn.Module, max_len: int, pixel_values: Tensor, image_grid_thw: Tensor):
+    def __init__(self, model: nn.Module, max_len: int, stacked: StackedVision):
         super().__init__(model, max_len)
         self.model = model
-        self.pixel_values = pixel_values  # (N, D): the patches of every image of the batch, in row order
-        self.image_grid_thw = image_grid_thw  # (I, 3)
+        self.stacked = stacked  # the patches and grids of every image and video of the batch, in row order
 
     def positions(self, ids: Tensor, mask: Tensor) -> Tensor:
         """M-RoPE positions (3, b, P) of left-padded prompts."""
-        image_mask = image_token_mask(self.model, ids, ids.shape[1])
-        return mrope_positions(self.model, ids, mask, self.image_grid_thw, image_mask)
+        P = ids.shape[1]
+        return mrope_positions(self.model, ids, mask, self.stacked, image_token_mask(self.model, ids, P),
+                               video_token_mask(self.model, ids, P))
 
     def prefill(self, ids: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
         """Left-padded prompts ids (b, P), mask (b, P), M-RoPE positions (3, b, P) -> last hidden states (b, H)."""
@@ -84,8 +84,8 @@ class VisionDecoder(HFDecoder):
         self.mask = torch.zeros(b, self.max_len, dtype=torch.long, device=ids.device)
         self.mask[:, :P] = mask
         self.length = P
-        image_mask = image_token_mask(self.model, ids, P)
-        embeds = image_embeddings(self.model, ids, image_mask, self.pixel_values, self.image_grid_thw)  # (b, P, H)
+        embeds = media_embeddings(self.model, ids, image_token_mask(self.model, ids, P), video_token_mask(self.model, ids, P),
+                                  self.stacked)  # (b, P, H)
         out = self.body(inputs_embeds=embeds, attention_mask=self.mask, position_ids=positions, cache=self.cache, use_cache=True)
         return out.last_hidden_state[:, -1]  # (b, H)
 

@@ -10,6 +10,7 @@ from posttrain.config.checks import role_needs
 from posttrain.config.schema import Config
 from posttrain.data.dataset import RLDataset, SFTDataset
 from posttrain.data.images import ImageInputs, has_media
+from posttrain.data.videos import FrameRule
 from posttrain.errors import ConfigError
 from posttrain.models.loading import load_config
 from posttrain.models.vision import is_vision_language, vision_path_problems
@@ -22,14 +23,18 @@ def image_inputs(cfg: Config, tokenizer: Any) -> ImageInputs | None:
     config = load_config(m.path, trust_remote_code=m.trust_remote_code, override_config=m.override_config)
     if not is_vision_language(config):
         return None
-    return ImageInputs.from_model_dir(m.path, tokenizer, min_pixels=cfg.data.image_min_pixels,
-                                      max_pixels=cfg.data.image_max_pixels)
+    d = cfg.data
+    frames = FrameRule(fps=d.video_fps, min_frames=d.video_min_frames, max_frames=d.video_max_frames,
+                       min_pixels=d.video_min_pixels, max_pixels=d.video_max_pixels, total_pixels=d.video_total_pixels)
+    return ImageInputs.from_model_dir(m.path, tokenizer, min_pixels=d.image_min_pixels, max_pixels=d.image_max_pixels,
+                                      frames=frames, video_folder=d.video_folder)
 
 
 def check_image_rows(cfg: Config, datasets: list[Any]) -> None:
-    """Refuse the settings `posttrain.models.vision.vision_path_problems` names when a dataset has a row with images."""
+    """Refuse the settings `posttrain.models.vision.vision_path_problems` names when a dataset has a row with images or videos."""
     key = cfg.data.image_key
-    if not any(isinstance(d, RLDataset) and any(has_media(d.table.rows[i].get(key)) for i in d.indices)
+    media = (key, cfg.data.video_key)
+    if not any(isinstance(d, RLDataset) and any(has_media(d.table.rows[i].get(c)) for i in d.indices for c in media)
                for d in datasets if d is not None):
         return
     problems = vision_path_problems(sequence_parallel=cfg.actor.ulysses_sequence_parallel_size,

@@ -51,6 +51,8 @@ def _context(row) -> dict[str, Any]:
         worker = _JUDGE if judge else _CROSSTHINK if name in ("reward_type", "response_length_penalty_coef") else _MATH
         extra = {"rewards.w.query_filter_config.type": "std_filter"} if name == "query_filter_config" and row.key.endswith("filter_args") else {}
         return {"rewards.w.worker_cls": worker, **extra}
+    if row.framework == "roll" and row.key == "reward_system_config":  # refused only beside the remote worker that reads it
+        return {"rewards.r.worker_cls": "roll.pipeline.rlvr.rewards.remote_reward_system_worker.RemoteRewardSystemWorker"}
     if row.framework == "trinity" and row.key == "algorithm.advantage_fn_args.std_threshold":
         return {"algorithm.algorithm_type": "grpo"}  # an option of the group estimators, not of ppo's gae
     if row.framework == "trinity" and row.key in ("algorithm.advantage_fn_args.mu", "algorithm.advantage_fn_args.max_frac"):

@@ -39,9 +39,8 @@ def test_roll_defaults_are_accepted_and_other_agentic_keys_refused_by_reason():
     for key in ("train_env_manager.worker_cls", "skip_mock_system_prompt", "parse_tool_call_parameter_to_dict", "env_manager_cls"):
         assert entries[key][0] == "dropped", key
     _, entries = run(train_env_manager={"tags": ["E"], "worker_cls": "my.Worker"}, skip_mock_system_prompt=False,
-                     actor_train={"pg_variant": "tis"}, reward_system_config={"submit_url": "http://x"})
-    for key, needle in (("train_env_manager.worker_cls", "env_type: module:Class"), ("skip_mock_system_prompt", "env_instruction"),
-                        ("reward_system_config", "remote service")):
+                     actor_train={"pg_variant": "tis"})
+    for key, needle in (("train_env_manager.worker_cls", "env_type: module:Class"), ("skip_mock_system_prompt", "env_instruction")):
         assert entries[key][0] == "refused" and needle in entries[key][1], (key, entries[key])
         assert "not implemented yet" not in entries[key][1]
     assert entries["actor_train.pg_variant"][0] == "dropped"  # ROLL's default actor worker does not read it (tests/config/test_roll_loss_keys.py)

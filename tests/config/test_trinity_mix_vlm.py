@@ -42,7 +42,7 @@ def test_mix_vlm_keys_are_honoured_dropped_or_refused_with_their_reason(tmp_path
     assert not [e.line() for e in entries.values() if e.status == "refused"]
     native, entries = _mix_vlm(tmp_path, image_key="images", video_key="videos")
     refused = entries[f"{_AUX}.format.video_key"]
-    assert refused.status == "refused" and "carries images only" in refused.reason
+    assert refused.status == "refused" and "RL prompts only" in refused.reason
     assert native["algorithm"]["mix"]["image_key"] == "images"
 
 

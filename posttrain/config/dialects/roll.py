@@ -42,7 +42,11 @@ from posttrain.config.tables import Rule
 from posttrain.config.dialects.values import roll_nodes
 from posttrain.config.dialects.values import value_hook as common_value_hook
 from posttrain.config.sections.algorithm import roll_reward_norm
-from posttrain.config.sections.reward import JUDGE, JUDGE_KEYS, ROLL_WORKER_CLASSES, ROLL_WORKER_REFUSED, ROLL_WORKER_TODO
+from posttrain.config.sections.reward import (
+    JUDGE, JUDGE_KEYS, REMOTE_WORKER, REWARD_SYSTEM, ROLL_WORKER_CLASSES, ROLL_WORKER_REFUSED, ROLL_WORKER_TODO,
+)
+
+VIDEO_R1 = "video_r1"  # the scorer of ROLL's VideoR1RewardWorker
 
 _NORM_KEYS = ("norm_mean_type", "norm_std_type", "reward_norm", "reward_shift", "reward_scale", "use_reward_scaling", "use_reward_norm")
 # Keys that change nothing when they hold one of these values.
@@ -234,6 +238,7 @@ _READS["crossthinkqa_rule_reward_worker"] = ("reward_type", "response_length_pen
 def reward_workers(ctx: Context) -> None:
     """ROLL's ``rewards`` section -> ``reward.workers`` (module docstring)."""
     workers = ctx.get("rewards")
+    reward_system(ctx, workers if isinstance(workers, Mapping) else {})
     if not isinstance(workers, Mapping) or not workers:
         return
     ctx.consume("rewards")
@@ -258,11 +263,60 @@ def reward_workers(ctx: Context) -> None:
                 _worker_key(ctx, name, spec["worker_cls"], key, value)
         if ROLL_WORKER_CLASSES[spec["worker_cls"]] == roll_detection.DETECTION:
             roll_detection.worker(ctx, name, spec)
+        if ROLL_WORKER_CLASSES[spec["worker_cls"]] == VIDEO_R1:
+            _video_r1_worker(ctx, name)
         translated = True
     if translated and roll_detection.vision_pipeline(ctx, workers):
         ctx.set("data.reward_fn_key", "data_source", "rewards", roll_detection.VISION_TAGS)
-    elif translated and not ctx.has("actor_train.data_args.tag"):
+    elif translated and not ctx.has("actor_train.data_args.tag") and ctx.get(_READER) != VIDEO_R1_READER:
         ctx.set("data.reward_fn_key", "tag", "actor_train.data_args.tag", "ROLL's default tag column (not written in the file)")
+
+
+VIDEO_R1_READER = "roll.datasets.vlm_dataset_utils.video_r1_get_data_kwargs"
+_READER = "actor_train.data_args.custom_data_kwargs_func"
+
+
+def video_r1_reader(ctx: Context) -> None:
+    """ROLL's Video-R1 data reader (custom_data_kwargs_func video_r1_get_data_kwargs) builds each
+    prompt from the row's problem, problem_type and modality_type with Video-R1's templates, reads
+    the row's ``video`` column, answers from ``solution``, and tags rows by modality_type with the
+    problem type as the reward worker's question type: posttrain's video_r1 prompt format and columns.
+    Another reader stays refused (its Python builds the rows)."""
+    if ctx.get(_READER) != VIDEO_R1_READER:
+        return
+    ctx.consume(_READER)
+    why = "ROLL's Video-R1 reader"
+    for native, value, reason in (("data.prompt_format", "video_r1", "problem in Video-R1's template by problem_type, media by modality_type"),
+                                  ("data.video_key", "video", "the row's video path"),
+                                  ("data.response_key", "solution", "the reference answer (ground truth)"),
+                                  ("data.reward_fn_key", "modality_type", "rows are tagged by modality_type")):
+        ctx.set(native, value, _READER, f"{why}: {reason}")
+
+
+def reward_system(ctx: Context, workers: Mapping[str, Any]) -> None:
+    """``reward_system_config``: only ROLL's remote reward-system worker reads it (its service's
+    settings). With such a worker it is refused with the worker; without one nothing reads it."""
+    if not ctx.has("reward_system_config"):
+        return
+    ctx.consume("reward_system_config")
+    if any(isinstance(spec, Mapping) and spec.get("worker_cls") == REMOTE_WORKER for spec in workers.values()):
+        ctx.refuse("reward_system_config", REWARD_SYSTEM, None, ctx.get("reward_system_config"))
+    else:
+        ctx.drop("reward_system_config", "read only by ROLL's remote reward-system worker (RemoteRewardSystemWorker), "
+                 "which no reward worker of this file is: unused")
+
+
+def _video_r1_worker(ctx: Context, name: str) -> None:
+    """ROLL's VideoR1RewardWorker takes each row's question type from its reward_model column (which
+    ROLL's Video-R1 reader fills from problem_type): the video_r1 scorer reads it from extra_info."""
+    column = "problem_type" if ctx.get(_READER) == VIDEO_R1_READER else "reward_model"
+    keys = ctx.native.get("data", {}).get("extra_info_keys", [])
+    if column not in keys:
+        ctx.set("data.extra_info_keys", [*keys, column], f"rewards.{name}.worker_cls",
+                f"ROLL's Video-R1 worker reads the row's question type from its {column} column")
+    if column != "reward_model":
+        ctx.set(f"reward.workers.{name}.reward_kwargs.type_key", column, f"rewards.{name}.worker_cls",
+                "ROLL's Video-R1 reader copies problem_type into the reward_model column the worker reads")
 
 
 def _unbuildable(worker_cls: Any) -> str | None:
@@ -403,4 +457,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_envs.HANDLERS, *roll_pg.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, *roll_correction.HANDLERS, *roll_packing.HANDLERS, *roll_profiler.HANDLERS, *roll_download.HANDLERS, machine_devices, node_count, roll_roles.template, reward_norm, mini_batch, topr, roll_pg.importance_sampling, roll_lora, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, agentic_thinking, roll_step_envs.step_env_managers, *roll_defaults.HANDLERS]
+HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_envs.HANDLERS, *roll_pg.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, *roll_correction.HANDLERS, *roll_packing.HANDLERS, *roll_profiler.HANDLERS, *roll_download.HANDLERS, machine_devices, node_count, roll_roles.template, reward_norm, mini_batch, topr, roll_pg.importance_sampling, roll_lora, video_r1_reader, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, agentic_thinking, roll_step_envs.step_env_managers, *roll_defaults.HANDLERS]

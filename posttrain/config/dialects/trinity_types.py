@@ -253,8 +253,7 @@ def _expert_format(ctx: Context, prefix: str, buf: dict[str, Any]) -> None:
                     "also train the header of a next assistant turn it appends (a generation prompt after the reply); "
                     "posttrain's end where the reply's turn ends, as its text rows and Trinity-RFT's do")
         elif key == "video_key":
-            ctx.refuse(f"{prefix}.format.{key}", "videos in expert (SFT) rows: posttrain's vision path carries images only "
-                       "(algorithm.mix.image_key); video rows need frame sampling and the model's video inputs, which its "
-                       "trainer does not compute", None, value)
+            ctx.refuse(f"{prefix}.format.{key}", "videos in expert (SFT) rows: posttrain reads videos in RL prompts only "
+                       "(data.video_key); its expert rows carry images at most (algorithm.mix.image_key)", None, value)
         elif key not in (*wanted, "prompt_type"):
             ctx.refuse(f"{prefix}.format.{key}", "no posttrain equivalent for this expert-buffer format key", None, value)

@@ -75,7 +75,7 @@ class DataConfig:
 
     # ---- columns -----------------------------------------------------------------------------
     prompt_key: str = param("prompt", doc="Column holding the prompt: a string or a chat message list.", refs=["verl:data.prompt_key", "roll:actor_train.data_args.prompt", "roll:prompt_key", f"{_TS}.prompt_key"])
-    prompt_format: str = param("column", doc="How a row's prompt is read: column (data.messages_key, else data.prompt_key) or tool_n1 (Tool-N1 tool-calling rows: the system message raw_system plus Tool-N1's tool instructions listing the row's tools, then the turns of its conversations column; posttrain.data.tool_n1).", choices=["column", "tool_n1"], refs=["trinity:buffer.explorer_input.default_workflow_type"])
+    prompt_format: str = param("column", doc="How a row's prompt is read: column (data.messages_key, else data.prompt_key) or tool_n1 (Tool-N1 tool-calling rows: the system message raw_system plus Tool-N1's tool instructions listing the row's tools, then the turns of its conversations column; posttrain.data.tool_n1) or video_r1 (Video-R1 rows: the problem column in Video-R1's reasoning template with its problem_type's answer instruction, after a <video> or <image> marker by modality_type; posttrain.data.video_r1).", choices=["column", "tool_n1", "video_r1"], refs=["trinity:buffer.explorer_input.default_workflow_type"])
     query_key: str | None = param(None, doc="Column whose text is added to a string prompt after a newline, when the row's cell is non-empty (ROLL's SFT input field: the user turn is prompt + \"\\n\" + query); null reads no such column.", refs=["roll:query_key"])
     prompt_dict_keys: list[str] = param(factory=list, doc="Keys followed inside a dict-valued prompt column to reach the prompt (SFT).", refs=["verl:data.prompt_dict_keys"])
     messages_key: str | None = param(None, doc="Column holding a chat message list, used instead of prompt_key (SFT: the whole conversation).", refs=["verl:data.multiturn.messages_key", "roll:actor_train.data_args.messages"])
@@ -124,7 +124,14 @@ class DataConfig:
     image_key: str = param("images", doc="Column holding each RL or distillation row's images (a list of {bytes|path} structs, paths or images), placed at the prompt's <image> markers, one per image: trained with a vision-language policy (Qwen2-VL, Qwen2.5-VL), on the hf rollout engine in RL, read by both the student's and the teacher's forwards in distillation; refused with a text-only policy and in SFT/DPO stages (naming file and row) rather than trained without them.", refs=["verl:data.image_key", f"{_TS}.image_key"])
     image_min_pixels: int | None = param(None, doc="Fewest pixels an image is resized to before the vision tower (height x width, rounded to whole merged patches); null: the model's image processor's own min_pixels.", ge=1, refs=["roll:actor_train.data_args.image_min_pixels"])
     image_max_pixels: int | None = param(None, doc="Most pixels an image is resized to before the vision tower (fewer pixels, fewer image tokens); null: the model's image processor's own max_pixels.", ge=1, refs=["roll:actor_train.data_args.image_max_pixels"])
-    video_key: str = param("videos", doc="Column that would hold a row's videos; posttrain's vision path carries images only, so a row with something in it is refused (naming file and row) instead of trained without them.", refs=["verl:data.video_key"])
+    video_key: str = param("videos", doc="Column holding each RL row's videos (a list of file paths, or {path} structs), placed at the prompt's <video> markers, one per video (unmarked ones go before the first user message's text): frames sampled and sized by data.video_* (posttrain.data.videos) and read by a vision-language policy (Qwen2-VL, Qwen2.5-VL) on the hf rollout engine; refused with a text-only policy and in SFT, DPO, distillation and expert rows (naming file and row) rather than trained without them.", refs=["verl:data.video_key"])
+    video_folder: str | None = param(None, doc="Folder a relative video path is read from (joined to it); null: the data file's folder (data.dataset_dir for named files).", refs=["roll:actor_train.data_args.video_folder"])
+    video_fps: float = param(2.0, doc="Frames sampled per second of video (duration x video_fps frames, within video_min_frames / video_max_frames and the file's own count, rounded down to a multiple of 2), spread evenly over the file.", gt=0, refs=["roll:actor_train.data_args.video_fps"])
+    video_min_frames: int = param(4, doc="Fewest frames sampled from a video (rounded up to a multiple of 2; never more than the file has).", ge=1)
+    video_max_frames: int | None = param(None, doc="Most frames sampled from a video (rounded down to a multiple of 2); null: 768 or the file's count, the fewer.", ge=2, refs=["roll:actor_train.data_args.video_max_frames"])
+    video_min_pixels: int | None = param(None, doc="Fewest pixels (height x width) each sampled frame is resized to, in whole merged patches; null: 128 merged tokens' worth (128 x 28 x 28 for 14-pixel patches).", ge=1, refs=["roll:actor_train.data_args.video_min_pixels"])
+    video_max_pixels: int | None = param(None, doc="Most pixels each sampled frame is resized to; null: 768 merged tokens' worth, also capped by video_total_pixels.", ge=1, refs=["roll:actor_train.data_args.video_max_pixels"])
+    video_total_pixels: int | None = param(None, doc="Pixel budget of a whole video: each frame gets at most video_total_pixels / frames x 2 (never below 1.05 x video_min_pixels); null: 128000 x 0.9 merged tokens' worth.", ge=1, refs=["roll:actor_train.data_args.video_total_pixels"])
     use_shm: bool = param(False, doc="verl copies the data files to /dev/shm before reading; posttrain reads the local files directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.", refs=["verl:data.use_shm"])
     dataloader_num_workers: int = param(0, doc="Processes that read each training batch (template and tokenise its prompts, sequences or pairs), started once by the first batch; 0 reads in the trainer process. The examples are the same either way, and the batch the sampler chose is read, never one ahead, so resume stays exact.", ge=0, refs=["verl:data.dataloader_num_workers"])
     sampler: dict[str, Any] = param(factory=dict, doc="A user sampler class choosing the RL training rows: {class_path: a Python file, class_name}; built as cls(data_source=dataset, data_config=data), iterated for dataset positions (one pass an epoch, data.train_batch_size a step); an update(batch) method gets each step's positions and scores (a curriculum); state_dict/load_state_dict make resume exact. Empty: posttrain's shuffled order.", refs=["verl:data.sampler"])
@@ -137,8 +144,6 @@ _DATAGEN = ("verl's DynamicGenDataset appends generated rows to the training set
             "is fixed when the stage starts (every row checked and measured once, the sampler's order a function of the "
             "seed over a fixed size, which is what makes resume exact): generate the rows before the run, and reorder or "
             "reweight them during it with a data.sampler class (its update() sees each step's scores)")
-_VIDEO = ("video inputs: posttrain's vision path carries images only (data.image_key); video rows need frame sampling "
-          "and the model's video inputs, which its rollout engine and trainer do not compute")
 # ROLL reads one prompt template per run (roll/pipeline/rlvr/rlvr_pipeline.py; the SFT, DPO and distill
 # pipelines alike): global_template, else the training role's data_args.template, for the training and
 # the validation prompts; its agentic pipeline renders with the tokenizer's chat template. Another
@@ -151,17 +156,11 @@ UNSUPPORTED: dict[str, str] = {
     "verl:data.datagen.path": _DATAGEN,
     "verl:data.datagen.name": _DATAGEN,
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
-    "roll:actor_train.data_args.video_total_pixels": _VIDEO,
-    "roll:actor_train.data_args.video_min_pixels": _VIDEO,
-    "roll:actor_train.data_args.video_max_pixels": _VIDEO,
-    "roll:actor_train.data_args.video_fps": _VIDEO,
-    "roll:actor_train.data_args.video_max_frames": _VIDEO,
-    "roll:actor_train.data_args.video_folder": _VIDEO,
     "roll:validation.data_args.image_max_pixels": "ROLL resizes validation images with their own bound; posttrain resizes every image with data.image_max_pixels (actor_train.data_args.image_max_pixels), so validation images are sized as training ones",
-    "roll:actor_train.data_args.custom_data_kwargs_func": "ROLL calls it only in its vision-language pipeline, in place of the function that builds image and video inputs with the model's processor; posttrain builds a row's image inputs with the model directory's image processor (data.image_key), and a text row gains columns through a data.custom_cls dataset class",
+    "roll:actor_train.data_args.custom_data_kwargs_func": "ROLL calls it only in its vision-language pipeline, in place of the function that builds image and video inputs with the model's processor (its Video-R1 reader, video_r1_get_data_kwargs, translates: data.prompt_format video_r1); posttrain builds a row's image and video inputs with the model directory's image processor (data.image_key, data.video_key and data.video_*), and a text row gains columns through a data.custom_cls dataset class",
     "roll:validation.data_args.dataset_dir": "validation files are read relative to data.dataset_dir (ROLL: actor_train.data_args.dataset_dir), the training files' folder",
     "roll:validation.data_args.preprocessing_num_workers": "the validation set is tokenised with data.filter_overlong_prompts_workers processes, the training set's",
-    "roll:actor_train.data_args.audio_folder": "audio inputs: posttrain's vision path carries images only (data.image_key); it has no audio encoder input",
+    "roll:actor_train.data_args.audio_folder": "audio inputs: posttrain's vision path carries images and videos (data.image_key, data.video_key); it has no audio encoder input",
 }
 
 

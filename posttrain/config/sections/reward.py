@@ -76,6 +76,7 @@ ROLL_WORKER_CLASSES: dict[str, str] = {
     f"{_ROLL_RLVR}llm_judge_reward_worker.LLMJudgeRewardWorker": "llm_judge",
     f"{_ROLL_RLVR}ifeval_rule_reward_worker.GeneralRuleRewardWorker": "ifeval",
     f"{_ROLL_RLVR}detection_reward_worker.DetectionRewardWorker": "detection",
+    f"{_ROLL_RLVR}video_r1_reward_worker.VideoR1RewardWorker": "video_r1",
 }
 ROLL_WORKER_TODO: dict[str, str] = {
     f"{_ROLL_RLVR}general_val_rule_reward_worker.GeneralValRuleRewardWorker": "ROLL's general validation rules; reward routing issue",
@@ -128,7 +129,7 @@ class QueryFilterConfig:
 class RewardWorkerConfig:
     """One reward worker: a scorer for the samples whose tag is in `tag_included`."""
 
-    worker_cls: str = param("tasks", doc="The scorer: a built-in (tasks, math, multiple_choice, code, ifeval, think_answer, countdown_equation, detection, llm_judge; ruler_judge and rubric_judge call an auxiliary model, reward_kwargs.model), `file.py:function` or `module:function` (a class there is built once with reward_kwargs and called per sample).", refs=["roll:.worker_cls"])
+    worker_cls: str = param("tasks", doc="The scorer: a built-in (tasks, math, multiple_choice, code, ifeval, think_answer, countdown_equation, detection, video_r1, llm_judge; ruler_judge and rubric_judge call an auxiliary model, reward_kwargs.model), `file.py:function` or `module:function` (a class there is built once with reward_kwargs and called per sample).", refs=["roll:.worker_cls"])
     tag_included: list[str] = param(factory=list, doc="Tags (the data.reward_fn_key column) of the samples this worker scores; at least one.", refs=["roll:.tag_included"])
     reward_kwargs: dict[str, Any] = param(factory=dict, doc="Extra keyword arguments of every call of the scorer (for a class: of its constructor).")
     weight: float = param(1.0, doc="Weight of this worker's score in a sample's reward, the sum over every worker that claims its tag.", ge=0)
@@ -179,6 +180,12 @@ NO_EFFECT: dict[str, str] = {
     "verl:data.return_raw_input_ids": "verl's code never reads it: a reward model with another chat template re-renders each conversation from the prompt's chat messages (data.return_raw_chat) when reward_model.model.input_tokenizer is set, in verl as in posttrain (reward.reward_model.input_tokenizer)",
 }
 
+# ROLL reads reward_system_config only in its remote reward-system worker (a file without one drops it).
+REMOTE_WORKER = f"{_ROLL_RLVR}remote_reward_system_worker.RemoteRewardSystemWorker"
+REWARD_SYSTEM = ("ROLL's remote reward-system worker (a reward service over HTTP, with its URLs and credentials): "
+                 "posttrain scores with reward functions and workers in its own processes (reward.*), not a remote service "
+                 "(a file without that worker has the key dropped: nothing else reads it)")
+
 # The reward model is not sharded: every worker process holds a full copy (posttrain.trainer.rewarding).
 _RM_REPLICATED = ("posttrain does not shard the reward model: every worker process holds a full copy and scores its "
                   "share of the batch (a forward pass only, with no gradients or optimizer state to shard); remove the key")
@@ -191,8 +198,7 @@ UNSUPPORTED: dict[str, str] = {
     "verl:reward_model.megatron": _RM_REPLICATED,  # verl's Megatron trainer: how it splits the reward model
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "verl:reward_model.reward_kwargs": "keyword arguments of verl's reward manager classes: posttrain's managers read their settings from the reward section (the DAPO manager's overlong_buffer_cfg and max_resp_len are reward.overlong_buffer)",
-    "roll:reward_system_config": ("ROLL's remote reward-system worker (a reward service over HTTP, with its URLs and credentials): "
-                                  "posttrain scores with reward functions and workers in its own processes (reward.*), not a remote service"),
+    "roll:reward_system_config": REWARD_SYSTEM,
     "roll:reward": "ROLL's reward-model role, a model served by its inference engine to score responses: posttrain's reward model is reward.reward_model (a sequence classifier on every worker), and a generative judge is a reward worker (reward.workers.<name>.worker_cls: llm_judge)",
     "roll:reward_model": "ROLL's shared reward-model cluster served by its inference engine, with no LLM judge of judge_model_type cluster to serve (such a judge runs as a judge worker with this role's model, template and engine): posttrain's reward model is reward.reward_model (a sequence classifier on every worker), and a generative judge is a reward worker (reward.workers.<name>.worker_cls: llm_judge)",
 }
