@@ -20,6 +20,7 @@ from posttrain.config.schema import Config
 from posttrain.buffer.operators import run_pipeline
 from posttrain.errors import ConfigError, UserError
 from posttrain.records import PromptBatch
+from posttrain.rewards.auxiliary import check_model as check_auxiliary_model, start_auxiliary
 from posttrain.rollout.agent_endpoint import AgentEndpoint, PolicySampling
 from posttrain.rollout.agent_fn import AgentEpisode, AgentError, AgentLimits, AgentTask, load_agent_function, run_agent_episodes
 from posttrain.rollout.agent_rows import episode_rows
@@ -70,6 +71,8 @@ def check_agent_fn(cfg: Config) -> None:
                         "process between two updates; a separate explorer process has no endpoint for them")
     if problems:
         raise ConfigError(problems)
+    for name, model in cfg.reward.auxiliary_models.items():  # served to the function: a missing model is refused now
+        check_auxiliary_model(model, f"reward.auxiliary_models.{name}", cfg.cluster)
     load_agent_function(cfg.rollout.agent.function, KEY, cfg.rollout.agent.kwargs)
 
 
@@ -116,11 +119,18 @@ class AgentFnRollout:
         self.limits = AgentLimits(a.max_concurrency, a.timeout, a.failure_penalty, a.max_failure_rate)
         self.max_context = max_context
         self.endpoint: AgentEndpoint | None = None  # started at the first episode
+        # reward.auxiliary_models: served for the stage, so that the function can ask a judge
+        # (posttrain.rewards.auxiliary.chat, or any OpenAI client at POSTTRAIN_AUX_<NAME>_URL)
+        self.auxiliary = (start_auxiliary(cfg.reward.auxiliary_models, seed=cfg.trainer.seed, cluster=cfg.cluster)
+                          if cfg.reward.auxiliary_models else None)
 
     def close(self) -> None:
         if self.endpoint is not None:
             self.endpoint.shutdown()
             self.endpoint = None
+        if self.auxiliary is not None:
+            self.auxiliary.stop()
+            self.auxiliary = None
 
     def explore(self, rollout: Any, prompts: PromptBatch, params: SamplingParams, version: int, timer: PhaseTimer,
                 policy_step: int = 0, operators: list | None = None) -> Experience:

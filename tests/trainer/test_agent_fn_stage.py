@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from posttrain.config.load import load_config
-from posttrain.errors import ConfigError, UserError
+from posttrain.errors import ConfigError, ModelError, UserError
 from posttrain.trainer.agent_fn import check_agent_fn
 from rl_helpers import BASE, tiny_rl_files, tiny_rl_trainer
 
@@ -56,6 +56,33 @@ def test_two_grpo_steps_train_on_every_call_of_the_agents_episodes(tmp_path):
     # mini-batches are counted so a step takes as many optimizer steps as an episode step: one here
     assert any(not torch.equal(a, b.detach()) for a, b in zip(before, trainer.roles.actor.model.parameters()))
     assert trainer.agent_fn.endpoint is None  # the endpoint closes with the stage
+
+
+JUDGED = '''
+import os
+from posttrain.rewards.auxiliary import chat
+
+def run(base_url, row):
+    """One call of the policy, then the stage's judge (reward.auxiliary_models.judge) reads the answer."""
+    answer = chat("policy", [{"role": "user", "content": row["prompt"][0]["content"]}], max_tokens=4, base_url=base_url)
+    verdict = chat("judge", [{"role": "user", "content": "Is this sorted? " + answer}], max_tokens=3, temperature=0.0)
+    return {"reward": float(len(verdict) % 2), "judge_url": float(bool(os.environ.get("POSTTRAIN_AUX_JUDGE_URL")))}
+'''
+
+
+def test_an_agent_function_can_ask_the_stage_s_auxiliary_models(tmp_path):
+    """reward.auxiliary_models are served while an agent-function stage runs (their URLs in
+    POSTTRAIN_AUX_<NAME>_URL), so an episode's reward can come from a judge model; they stop with it."""
+    files = tiny_rl_files(tmp_path)
+    (tmp_path / "judged.py").write_text(JUDGED)
+    trainer = tiny_rl_trainer(files, f"rollout.agent.function={tmp_path}/judged.py:run", "trainer.total_training_steps=1",
+                              f"reward.auxiliary_models={{judge: {{model_path: {files[1]}}}}}")
+    m = trainer.fit().last_metrics
+    assert m["agent/episodes"] == 8 and m["agent/failed"] == 0 and m["agent/judge_url"] == 1.0
+    assert trainer.agent_fn.auxiliary is None and "POSTTRAIN_AUX_JUDGE_URL" not in __import__("os").environ  # stopped with the stage
+    with pytest.raises(ModelError, match="reward.auxiliary_models.judge.model_path"):
+        check_agent_fn(load_config(None, [f"data.train_files={tmp_path}/t.parquet", *BASE, f"rollout.agent.function={tmp_path}/judged.py:run",
+                                          f"reward.auxiliary_models={{judge: {{model_path: {tmp_path}/no_model}}}}"]))
 
 
 @pytest.mark.parametrize("extra, says", [

@@ -164,7 +164,7 @@ class RewardConfig:
     overlong_buffer: OverlongBufferConfig = param(factory=OverlongBufferConfig, doc="DAPO soft overlong punishment.")
     sandbox_fusion: SandboxFusionConfig = param(factory=SandboxFusionConfig, doc="Remote code-execution sandbox.")
     workers: dict[str, RewardWorkerConfig] = param(factory=dict, doc="Reward workers by name, each scoring the samples whose tag (data.reward_fn_key) is in its tag_included; empty scores every sample with custom_reward_function.", refs=["roll:rewards"])
-    auxiliary_models: dict[str, AuxiliaryModelConfig] = param(factory=dict, doc="Models by name that the run loads and serves over an OpenAI-compatible endpoint on 127.0.0.1 (a free port) while it scores: the chat judges (worker_cls ruler_judge, rubric_judge) call them, and custom reward functions find each URL in POSTTRAIN_AUX_<NAME>_URL (docs/rewards.md).", refs=["trinity:explorer.auxiliary_models"])
+    auxiliary_models: dict[str, AuxiliaryModelConfig] = param(factory=dict, doc="Models by name that the run loads and serves over an OpenAI-compatible endpoint on 127.0.0.1 (a free port) while it scores: the chat judges (worker_cls ruler_judge, rubric_judge) call them, and custom reward functions and agent functions (rollout.agent.function, served for the whole stage) find each URL in POSTTRAIN_AUX_<NAME>_URL (docs/rewards.md).", refs=["trinity:explorer.auxiliary_models"])
 
 
 # The thresholds each query filter reads (posttrain.rewards.query_filter; the config layer cannot import it).
