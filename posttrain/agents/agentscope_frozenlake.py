@@ -27,11 +27,10 @@ Returned metrics: ``env_steps``, ``env_done``, ``success``, ``agent_error``.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from posttrain.agents.agentscope_react import _as
-from posttrain.envs.trinity_frozen_lake import ACTIONS, NOT_YET, SYSTEM_PROMPT as LAKE_PROMPT, UNCHANGED, TrinityFrozenLake
+from posttrain.agents.agentscope_react import _agent, _as
+from posttrain.envs.trinity_frozen_lake import ACTIONS, SYSTEM_PROMPT as LAKE_PROMPT, UNCHANGED, TrinityFrozenLake, parse_action, turn_text
 
 # The example's agent reads the same guide as Trinity-RFT's built-in FrozenLake workflow, spelled
 # "iteration" where the built-in's says "interation".
@@ -40,7 +39,6 @@ MOVED_NOT = UNCHANGED.replace("interation", "iteration")
 MAP_BOUND = 8  # the example environment's default max_steps, which its reset draws the map with
 MAX_ITERS = 2  # reasoning-acting iterations of one reply, as the example's agent is built
 WORDS = {word: action for word, action in ACTIONS.items() if word.isalpha()}  # left, down, right, up
-_BLOCK = re.compile(r"```(.*?)```", re.DOTALL)
 
 
 def parse_move(text: str) -> int | None:
@@ -49,15 +47,7 @@ def parse_move(text: str) -> int | None:
     >>> parse_move("```Left``` no, ```Up```"), parse_move("```4```"), parse_move("up")
     (3, None, None)
     """
-    blocks = _BLOCK.findall(text)
-    return WORDS.get(blocks[-1].strip().lower()) if blocks else None
-
-
-def move_prompt(step: int, board: str, unchanged: bool, agent_max_steps: int) -> str:
-    """The user message of move `step` (from 0)."""
-    text = f"Current Observation ({step}): \n{board}\n{NOT_YET}" + (MOVED_NOT if unchanged else "")
-    left = agent_max_steps - step
-    return text + (f"\nThe maximum number of steps remaining is {left}." if left > 0 else "")
+    return parse_action(text, WORDS)
 
 
 async def frozenlake_agent(base_url: str, row: dict[str, Any], *, agent_max_steps: int = 10, is_slippery: bool = False,
@@ -70,13 +60,13 @@ async def frozenlake_agent(base_url: str, row: dict[str, Any], *, agent_max_step
     lake = TrinityFrozenLake(size=int(row["size"]), p=float(row.get("p", 0.8)), is_slippery=bool(row.get("is_slippery", is_slippery)),
                              env_max_steps=MAP_BOUND, agent_max_steps=agent_max_steps)
     lake.reset(int(row["seed"]))
-    agent = _agent(base_url, max_tokens)
+    agent = _agent(base_url, SYSTEM_PROMPT, max_tokens, code_tool=False, meta_tool=False, max_iters=MAX_ITERS, name="frozenlake_agent")
     board, before = lake.render(), None
     total, steps, done, error = 0.0, 0, False, False
     for step in range(agent_max_steps):
         steps += 1
         try:
-            reply = await agent.reply(_as().Msg("user", move_prompt(step, board, step > 0 and before == board, agent_max_steps), role="user"))
+            reply = await agent.reply(_as().Msg("user", turn_text(step, board, step > 0 and before == board, agent_max_steps, MOVED_NOT), role="user"))
         except Exception:  # noqa: BLE001 - the example ends the walk on any failure of the agent and keeps its calls
             error = True
             break
@@ -88,14 +78,3 @@ async def frozenlake_agent(base_url: str, row: dict[str, Any], *, agent_max_step
     return {"reward": total, "env_steps": float(steps), "env_done": float(done), "success": float(lake.won()),
             "agent_error": float(error)}
 
-
-def _agent(base_url: str, max_tokens: int | None) -> Any:
-    """A fresh ReActAgent (its own memory: one walk) whose model calls the episode's endpoint."""
-    a = _as()
-    kwargs = {"max_tokens": int(max_tokens)} if max_tokens else {}
-    model = a.PolicyModel(model_name="policy", api_key="EMPTY", stream=False, generate_kwargs=kwargs,
-                          client_kwargs={"base_url": base_url, "max_retries": 0})
-    agent = a.ReActAgent(name="frozenlake_agent", sys_prompt=SYSTEM_PROMPT, model=model, formatter=a.OpenAIChatFormatter(),
-                         toolkit=a.Toolkit(), memory=a.InMemoryMemory(), max_iters=MAX_ITERS)
-    agent.set_console_output_enabled(False)  # episodes run by the hundred: no printing of every message
-    return agent

@@ -185,16 +185,19 @@ def _result_model() -> Any:
     return Result
 
 
-def _agent(base_url: str, system_prompt: str, max_tokens: int, code_tool: bool, meta_tool: bool) -> Any:
-    """A fresh ReActAgent whose model calls the episode's endpoint (its own memory: one episode)."""
+def _agent(base_url: str, system_prompt: str, max_tokens: int | None, code_tool: bool, meta_tool: bool,
+           max_iters: int = MAX_ITERS, name: str = "react_agent") -> Any:
+    """A fresh ReActAgent whose model calls the episode's endpoint (its own memory: one episode);
+    `max_tokens` None asks no budget (the endpoint's: the response length)."""
     a = _as()
-    model = a.PolicyModel(model_name="policy", api_key="EMPTY", stream=False, generate_kwargs={"max_tokens": int(max_tokens)},
+    kwargs = {"max_tokens": int(max_tokens)} if max_tokens else {}
+    model = a.PolicyModel(model_name="policy", api_key="EMPTY", stream=False, generate_kwargs=kwargs,
                           client_kwargs={"base_url": base_url, "max_retries": 0})
     toolkit = a.Toolkit()
     if code_tool:
         toolkit.register_tool_function(execute_python_code, json_schema=CODE_TOOL)
-    agent = a.ReActAgent(name="react_agent", sys_prompt=system_prompt, model=model, formatter=a.OpenAIChatFormatter(),
-                         toolkit=toolkit, memory=a.InMemoryMemory(), enable_meta_tool=meta_tool, max_iters=MAX_ITERS)
+    agent = a.ReActAgent(name=name, sys_prompt=system_prompt, model=model, formatter=a.OpenAIChatFormatter(),
+                         toolkit=toolkit, memory=a.InMemoryMemory(), enable_meta_tool=meta_tool, max_iters=max_iters)
     agent.set_console_output_enabled(False)  # episodes run by the hundred: no printing of every message
     return agent
 

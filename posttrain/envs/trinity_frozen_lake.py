@@ -133,14 +133,23 @@ def trinity_map(size: int, p: float, seed: int, max_steps: int) -> list[str]:
             return ["".join(row) for row in board]
 
 
-def parse_action(text: str) -> int | None:
-    """Gymnasium's action id named by the reply's last ```` ``` ```` block, or None.
+def parse_action(text: str, actions: dict[str, int] = ACTIONS) -> int | None:
+    """Gymnasium's action id named by the reply's last ```` ``` ```` block (lower-cased, looked up in
+    `actions`), or None.
 
     >>> parse_action("Left is a hole, so ```left``` no: ```Down```"), parse_action("```4```"), parse_action("Up")
     (1, 3, None)
     """
     blocks = _BLOCK.findall(text)
-    return ACTIONS.get(blocks[-1].strip().lower()) if blocks else None
+    return actions.get(blocks[-1].strip().lower()) if blocks else None
+
+
+def turn_text(step: int, board: str, unchanged: bool, agent_max_steps: int, notice: str = UNCHANGED) -> str:
+    """The user turn of move `step` (from 0): the map, the not-yet line, `notice` when the map is as
+    it was before the previous move, and the moves left of `agent_max_steps`."""
+    text = f"Current Observation ({step}): \n{board}\n{NOT_YET}" + (notice if unchanged else "")
+    left = agent_max_steps - step
+    return text + (f"\nThe maximum number of steps remaining is {left}." if left > 0 else "")
 
 
 @register_env("trinity_frozen_lake")
@@ -173,7 +182,7 @@ class TrinityFrozenLake:
         self.lake = FrozenLakeEnv(desc=trinity_map(self.size, self.p, seed, self.env_max_steps), is_slippery=self.is_slippery)
         self.lake.reset(seed=seed)  # the slips' generator, as Trinity resets with the row's seed
         self.steps = 0
-        return self._observation(self.render(), unchanged=False)
+        return turn_text(self.steps, self.render(), False, self.agent_max_steps)
 
     def render(self) -> str:
         r0, c0 = divmod(int(self.lake.s), self.size)
@@ -183,11 +192,6 @@ class TrinityFrozenLake:
     def state(self) -> str:
         """The map with the player (GiGPO's anchor state)."""
         return self.render()
-
-    def _observation(self, board: str, unchanged: bool) -> str:
-        text = f"Current Observation ({self.steps}): \n{board}\n{NOT_YET}" + (UNCHANGED if unchanged else "")
-        left = self.agent_max_steps - self.steps
-        return text + (f"\nThe maximum number of steps remaining is {left}." if left > 0 else "")
 
     def move(self, action: int | None) -> tuple[float, bool]:
         """Gymnasium's step for an action id (None: an invalid reply, the player stays): (reward, done)."""
@@ -206,4 +210,4 @@ class TrinityFrozenLake:
         reward, done = self.move(action)
         self.steps += 1
         board = self.render()
-        return self._observation(board, unchanged=board == before), reward, done, {"action_is_valid": action is not None, "success": self.won()}
+        return turn_text(self.steps, board, board == before, self.agent_max_steps), reward, done, {"action_is_valid": action is not None, "success": self.won()}

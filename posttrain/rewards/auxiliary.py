@@ -129,6 +129,12 @@ def check_model(model: Any, where: str, cluster: Any = None) -> None:
     check_judge_machine(model.engine, cluster, where)
 
 
+def check_models(models: dict[str, Any], cluster: Any = None) -> None:
+    """`check_model` for every model of reward.auxiliary_models (name -> AuxiliaryModelConfig)."""
+    for name, model in models.items():
+        check_model(model, f"reward.auxiliary_models.{name}", cluster)
+
+
 def start_auxiliary(models: dict[str, Any], *, seed: int = 0, cluster: Any = None,
                     engines: dict[str, tuple[Any, Any]] | None = None) -> AuxiliaryServers:
     """Load and serve every model of ``models`` (name -> AuxiliaryModelConfig); ``engines`` gives

@@ -20,7 +20,7 @@ from posttrain.config.schema import Config
 from posttrain.buffer.operators import run_pipeline
 from posttrain.errors import ConfigError, UserError
 from posttrain.records import PromptBatch
-from posttrain.rewards.auxiliary import check_model as check_auxiliary_model, start_auxiliary
+from posttrain.rewards.auxiliary import check_models as check_auxiliary_models, start_auxiliary
 from posttrain.rollout.agent_endpoint import AgentEndpoint, PolicySampling
 from posttrain.rollout.agent_fn import AgentEpisode, AgentError, AgentLimits, AgentTask, load_agent_function, run_agent_episodes
 from posttrain.rollout.agent_rows import episode_rows
@@ -71,8 +71,7 @@ def check_agent_fn(cfg: Config) -> None:
                         "process between two updates; a separate explorer process has no endpoint for them")
     if problems:
         raise ConfigError(problems)
-    for name, model in cfg.reward.auxiliary_models.items():  # served to the function: a missing model is refused now
-        check_auxiliary_model(model, f"reward.auxiliary_models.{name}", cfg.cluster)
+    check_auxiliary_models(cfg.reward.auxiliary_models, cfg.cluster)  # served to the function: a missing model is refused now
     load_agent_function(cfg.rollout.agent.function, KEY, cfg.rollout.agent.kwargs)
 
 

@@ -37,7 +37,7 @@ from posttrain.models.loading import (
     tokenizer_from_config,
 )
 from posttrain.rewards import check_reward_manager
-from posttrain.rewards.auxiliary import check_model as check_auxiliary_model
+from posttrain.rewards.auxiliary import check_models as check_auxiliary_models
 from posttrain.tracking import check_trackers
 from posttrain.tracking.rollout_traces import check_rollout_tracer
 from posttrain.buffer.operators import check_pipeline
@@ -46,7 +46,6 @@ from posttrain.trainer.images import check_distill_images, check_expert_images, 
 from posttrain.trainer.mixing import expert_dataset
 from posttrain.trainer.rl_settings import mixes_expert_rows
 from posttrain.trainer.agent_fn import check_agent_fn, has_agent_fn
-from posttrain.envs.spec import parse_custom_envs
 from posttrain.trainer.agentic import check_agentic, check_idle_env_keys, is_agentic
 from posttrain.trainer.profiling import check_profiler_machine
 from posttrain.trainer.rewarding import Scorers, input_tokenizer, manager_options, reward_function, worker_manager
@@ -71,15 +70,14 @@ class StageInputs:
 def stage_inputs(cfg: Config) -> StageInputs:
     """Check one stage (``cfg`` with model.path set to the policy it starts from) and build its inputs."""
     kind = cfg.algorithm.kind
-    if is_agentic(cfg):  # the environment entries' keys need no files: refused before what the machine lacks
-        parse_custom_envs(dict(cfg.env.custom_envs))
+    if is_agentic(cfg):  # the environments' settings need no model: refused before what the machine lacks
+        check_agentic(cfg)
     check_stage_names(cfg)
     check_trackers(list(cfg.trainer.logger), dict(cfg.trainer.tracker_kwargs))
     check_rollout_tracer(cfg.rollout.trace.backend)
     check_model_dir(cfg)
     tokenizer = tokenizer_from_config(cfg.model)
     if is_agentic(cfg):  # environments instead of files: no datasets, no reward function
-        check_agentic(cfg)
         check_agent_fn(cfg)  # an agent function beside env managers is refused
         check_profiler_machine(cfg, plan_world(cfg).device)
         check_rl_roles(cfg, tokenizer)
@@ -155,8 +153,7 @@ def check_reward(cfg: Config) -> Scorers | None:
     if cfg.algorithm.kind != "rl":
         return None
     fn = reward_function(cfg)
-    for name, model in cfg.reward.auxiliary_models.items():  # a missing model is refused now, not at the first scoring
-        check_auxiliary_model(model, f"reward.auxiliary_models.{name}", cfg.cluster)
+    check_auxiliary_models(cfg.reward.auxiliary_models, cfg.cluster)  # a missing model is refused now, not at the first scoring
     check_reward_manager(cfg.reward.reward_manager, manager_options(cfg))
     for name in cfg.reward.workers:
         check_reward_manager(*worker_manager(cfg, name))
