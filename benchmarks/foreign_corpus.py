@@ -68,7 +68,7 @@ ROLL_ENV = {"WANDB_API_KEY": "set-by-the-sweep"}
 # What a machine lacks, as the problem lines of `config plan` say it (posttrain never downloads).
 MACHINE = [
     ("the model", re.compile(r"model path .* is not an existing local directory|is not a model directory|no config\.json|nor a model the local Hugging Face cache")),
-    ("a data file", re.compile(r"data file .* not found|no such data file|file not found|is neither a local file|not found in the local|dataset .* not .* cache|does not exist", re.I)),
+    ("a data file", re.compile(r"data file .* not found|no such data file|file not found|is neither a local file|in neither local Hugging Face cache|not found in the local|dataset .* not .* cache|does not exist", re.I)),
     ("a GPU", re.compile(r"CUDA is not available|no (CUDA )?GPU|needs? (a )?GPU|\bcuda\b.*not available", re.I)),
     # a device count a launch script reads from a scheduler's variable (SLURM's), unset outside a job
     ("a cluster job", re.compile(r"a cluster job's device count")),

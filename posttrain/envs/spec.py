@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from posttrain.config.sections.env import EnvManagerConfig
-from posttrain.envs.registry import env_class
+from posttrain.envs.registry import env_class, make_env
+from posttrain.envs.text_tools import ToolWrapping, parse_tool_wrapper
 from posttrain.envs.window import WindowSpec
 from posttrain.envs.turn_template import TurnTemplate
 from posttrain.envs.window_spec import MANAGERS, WINDOW_KEYS, parse_turn_template, parse_window
@@ -57,7 +58,8 @@ REFUSED = {
 # thread lock, and its limiter of concurrent reset/step calls per tag): posttrain's loop makes its
 # environment calls from one thread, one at a time, which meets every such bound.
 KNOWN = ("env_type", "env_config", "max_steps", "max_actions_per_traj", "max_tokens_per_step", "format_penalty",
-         "action_pattern", "env_instruction", "use_thread_lock", "max_env_step_concurrent", "episode_files", *WINDOW_KEYS)
+         "action_pattern", "env_instruction", "use_thread_lock", "max_env_step_concurrent", "episode_files", "tool_wrapper",
+         *WINDOW_KEYS)
 # ROLL writes the loop's settings inside env_config (its envs parse their own actions); posttrain's
 # loop reads them there too and does not pass them to the class.
 LIFTED = ("max_steps", "max_actions_per_traj", "format_penalty", "action_pattern", "env_instruction")
@@ -82,6 +84,12 @@ class EnvSpec:
     window: WindowSpec | None = None  # None: prompt_mode conversation (the whole episode so far)
     turns: TurnTemplate | None = None  # conversation turns written through agent_template; None: as they come
     episodes: tuple[dict[str, Any], ...] = ()  # episode_files' rows: (seed, env_config overrides) each; empty: seeds drawn
+    tools: ToolWrapping | None = None  # the entry's tool_wrapper: text tools in front of the env (posttrain.envs.text_tools)
+
+    def make(self, env_config: dict[str, Any]) -> Any:
+        """A fresh environment of this entry with `env_config`, behind its tools when it has any."""
+        env = make_env(self.cls, env_config, f"env.custom_envs.{self.tag}")
+        return env if self.tools is None else self.tools.wrap(env)
 
     def episode(self, index: int) -> tuple[int, dict[str, Any]]:
         """The reset seed and env_config of the episode_files row ``index`` (wrapping round)."""
@@ -149,6 +157,8 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
         else:
             if pattern.groups > 2:
                 problems.append(f"{key}.action_pattern: at most two capture groups (the action, or a thought and the action), got {pattern.groups}")
+    tools, tool_problems = parse_tool_wrapper(entry["tool_wrapper"], f"{key}.tool_wrapper") if "tool_wrapper" in entry else (None, [])
+    problems += tool_problems
     window, window_problems = parse_window(entry, key, tokens)
     turns, turn_problems = parse_turn_template(entry, key, tokens) if window is None and not window_problems else (None, [])
     problems += window_problems + turn_problems
@@ -160,7 +170,7 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
         instruction = getattr(cls, "instruction", "")
     episodes = _episodes(entry["episode_files"], cls, f"{key}.episode_files") if entry.get("episode_files") is not None else ()
     return EnvSpec(tag, str(entry["env_type"]), cls, dict(env_config), max_steps, tokens,
-                   None if penalty is None else float(penalty), pattern, str(instruction), window, turns, episodes)
+                   None if penalty is None else float(penalty), pattern, str(instruction), window, turns, episodes, tools)
 
 
 def _episodes(files: Any, cls: type, key: str) -> tuple[dict[str, Any], ...]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.rewards.answer_cleaning import Unreadable, clean_answer
+from posttrain.tasks.answers import last_boxed
 from posttrain.rewards.think_answer import response_text
 
 DEFAULT_FORMAT_COEF = 0.1
@@ -33,31 +34,6 @@ DEFAULT_FORMAT_COEF = 0.1
 
 class _NotBoxed(Exception):
     """A boxed mark that is not ``\\boxed{...}`` or ``\\boxed ...``: scored wrong, as in the source."""
-
-
-def last_boxed(text: str) -> str | None:
-    """The last boxed expression of `text` with its mark (``\\boxed{...}``, ``\\boxed ...`` or
-    ``\\fbox{...}``), or None.
-
-    >>> last_boxed("so \\\\boxed{1} or \\\\boxed{\\\\frac{1}{2}}.")
-    '\\\\boxed{\\\\frac{1}{2}}'
-    """
-    if "\\boxed " in text:  # the spaced form wins wherever it is, up to the next math delimiter
-        return "\\boxed " + text.split("\\boxed ")[-1].split("$")[0]
-    start = text.rfind("\\boxed")
-    if start < 0:
-        start = text.rfind("\\fbox")
-        if start < 0:
-            return None
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start: i + 1]
-    return None  # an unclosed brace: no answer
 
 
 def unboxed(boxed: str) -> str:

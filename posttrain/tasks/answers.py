@@ -8,6 +8,9 @@ built-in task grades exactly this: the text before the first end-of-turn marker 
 is wrong. (An earlier version graded the first line only, and RL on the sort task learned to append
 junk after a newline instead of ending its turn: a lenient extractor is a reward hack waiting.)
 An empty or whitespace-only response grades as "".
+
+`last_boxed` finds the ``\\boxed{...}`` answer of a math response (the math scorers and the
+`roll_math` environment read it).
 """
 
 from __future__ import annotations
@@ -33,3 +36,29 @@ def extract_answer(solution_str: str | None) -> str:
     for marker in END_MARKERS:
         text = text.split(marker, 1)[0]
     return text.strip()
+
+
+def last_boxed(text: str, spaced: bool = True) -> str | None:
+    """The last boxed expression of `text` with its mark (``\\boxed{...}``, ``\\boxed ...`` or
+    ``\\fbox{...}``), or None. ``spaced=False`` does not read the ``\\boxed ...`` form (it is then
+    a mark like any other, whose next braces are taken).
+
+    >>> last_boxed("so \\\\boxed{1} or \\\\boxed{\\\\frac{1}{2}}.")
+    '\\\\boxed{\\\\frac{1}{2}}'
+    """
+    if spaced and "\\boxed " in text:  # the spaced form wins wherever it is, up to the next math delimiter
+        return "\\boxed " + text.split("\\boxed ")[-1].split("$")[0]
+    start = text.rfind("\\boxed")
+    if start < 0:
+        start = text.rfind("\\fbox")
+        if start < 0:
+            return None
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start: i + 1]
+    return None  # an unclosed brace: no answer

@@ -33,9 +33,8 @@ from posttrain.config.sections.env import EnvManagerConfig
 from posttrain.data.dataset import make_formatter
 from posttrain.data.templates import named_template
 from posttrain.envs.base import EnvError
-from posttrain.envs.registry import make_env
 from posttrain.envs.spec import EnvSpec, parse_custom_envs, tag_groups
-from posttrain.errors import ConfigError
+from posttrain.errors import ConfigError, DataError
 from posttrain.records import RolloutBatch
 from posttrain.rollout.agent_loop import EnvSlot, LoopLimits, run_episodes
 from posttrain.rollout.base import SamplingParams
@@ -115,7 +114,7 @@ def check_agentic(cfg: Config) -> AgenticPlan:
             f"of episodes; mini-batches are counted in trajectories); e.g. set data.train_batch_size: {train_m.num_env_groups} and "
             f"rollout.n: {train_m.group_size}"
         )
-    problems += _turn_row_problems(cfg) + _window_problems(cfg, specs, train)
+    problems += _turn_row_problems(cfg) + _window_problems(cfg, specs, train) + _played_problems(specs, [*train, *val])
     per_env = max(batch // envs, 1)  # episodes each environment plays per step (ROLL: traj_per_env)
     for key, manager, need in (("env.train_env_manager", train_m, per_env), ("env.val_env_manager", val_m, 1)):
         if manager.max_traj_per_env != -1 and manager.max_traj_per_env < need:
@@ -133,6 +132,23 @@ def check_agentic(cfg: Config) -> AgenticPlan:
     if problems:
         raise ConfigError(problems)
     return AgenticPlan(specs, groups, val, epoch)
+
+
+def _played_problems(specs: dict[str, EnvSpec], tags: list[str]) -> list[str]:
+    """What only the entries a manager plays must have: tools posttrain provides, and the data of an
+    environment over a dataset (its class's `check_data`, e.g. posttrain.envs.dataset_envs), read now."""
+    problems = []
+    for tag in dict.fromkeys(tags):
+        spec, key = specs[tag], f"env.custom_envs.{tag}"
+        if spec.tools is not None:
+            problems += spec.tools.refused(f"{key}.tool_wrapper")
+        check = getattr(spec.cls, "check_data", None)
+        if callable(check) and not spec.episodes:
+            try:
+                check(dict(spec.env_config))
+            except (DataError, TypeError, ValueError) as e:
+                problems.append(f"{key}.env_config: {e}")
+    return problems
 
 
 def epoch_steps(specs: dict[str, EnvSpec], groups: list[str]) -> int | None:
@@ -209,7 +225,7 @@ def validation_first_observations(cfg: Config) -> frozenset[str]:
     plan = check_agentic(cfg)
     firsts = set()
     for tag, seed, env_config in episodes(plan.specs, plan.val_groups, cfg.trainer.seed, "val", 0):
-        env = make_env(plan.specs[tag].cls, env_config, f"env.custom_envs.{tag}")
+        env = plan.specs[tag].make(env_config)
         firsts.add(env.reset(seed=seed))
     return frozenset(firsts)
 
@@ -259,7 +275,7 @@ class AgenticRollout:
             spec = self.plan.specs[tag]
             penalty = manager.format_penalty if spec.format_penalty is None else spec.format_penalty
             for _ in range(manager.group_size):  # same tag and seed: one comparison group
-                env = make_env(spec.cls, env_config, f"env.custom_envs.{tag}")
+                env = spec.make(env_config)
                 slots.append(EnvSlot(env, spec, seed, f"{kind}{step}/{tag}/g{g}", penalty))
         return slots
 
