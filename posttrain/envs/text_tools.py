@@ -47,6 +47,7 @@ Tools (``tool_id``):
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from dataclasses import dataclass
@@ -121,10 +122,8 @@ class SearchTool:
             raise ValueError("search_url: required (the retrieval server's URL), or set the SEARCH_URL environment variable")
         if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
             raise ValueError(f"topk: an integer >= 1, got {topk!r}")
-        try:
-            import msgpack  # noqa: F401  (the retrieval server speaks msgpack)
-        except ImportError:
-            raise ValueError("search_url: the search tool needs the msgpack package: pip install 'posttrain[envs]'") from None
+        if importlib.util.find_spec("msgpack") is None:  # the retrieval server speaks msgpack
+            raise ValueError("search_url: the search tool needs the msgpack package: pip install 'posttrain[envs]'")
         self.topk, self.timeout = topk, float(timeout)
 
     def instruction(self) -> str:
