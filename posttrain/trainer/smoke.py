@@ -39,7 +39,7 @@ from posttrain.config.dialects.detect import detect
 from posttrain.config.dialects.source import read_yaml
 from posttrain.config.load import load_config, to_dict
 from posttrain.errors import ConfigError
-from posttrain.trainer.smoke_envs import shrink_env_managers
+from posttrain.trainer.smoke_envs import local_env_datasets, shrink_env_managers
 
 STEPS = 2
 BATCH = 2  # prompts per step
@@ -72,6 +72,7 @@ def smoke_config(path: str | None, overrides: list[str], dialect: str | None, wo
     lines += _data(native, workdir)
     lines += _sizes(native, workdir)
     lines += shrink_env_managers(native)
+    lines += local_env_datasets(native, workdir)
     if native.pop("prepare", None):
         lines.append("prepare: -> left out (the smoke run brings its own model and data)")
     for i, stage in enumerate(native.get("stages") or []):

@@ -4,12 +4,18 @@ An agentic step plays `num_env_groups x group_size` episodes, which must divide 
 trajectories (data.train_batch_size x rollout.n). The smoke run keeps one group of at most two
 environments per manager, so its two-trajectory steps fit; the tags beyond the first then play no
 group (their `num_groups_partition` goes with the count it split). The prompt gets room for the env's
-instruction and first observation in the tiny tokenizer's tokens.
+instruction and first observation in the tiny tokenizer's tokens. An environment over a dataset
+(`roll_math`, `roll_qa`: posttrain.envs.dataset_envs) whose dataset this machine lacks plays
+synthetic rows with its question and answer columns instead.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+
+from posttrain.errors import ConfigError, DataError
 
 MANAGERS = ("train_env_manager", "val_env_manager")
 # The tiny tokenizer writes about one token per character: an env's instruction and observation,
@@ -41,4 +47,36 @@ def shrink_env_managers(native: dict[str, Any]) -> list[str]:
         lines.append(f"data.max_prompt_length: {data.get('max_prompt_length')} -> {PROMPT_LENGTH} (the tiny tokenizer's tokens are "
                      "about one per character: room for the env's instruction and observation)")
         data["max_prompt_length"] = PROMPT_LENGTH
+    return lines
+
+
+def local_env_datasets(native: dict[str, Any], workdir: Path) -> list[str]:
+    """Synthetic rows for each played dataset environment whose dataset is not on this machine."""
+    from posttrain.envs.registry import ENVS
+
+    env = native.get("env") if isinstance(native.get("env"), dict) else {}
+    entries = env.get("custom_envs") or {}
+    tags = [t for name in MANAGERS for t in ((env.get(name) or {}).get("tags") or [])]
+    lines = []
+    for tag in dict.fromkeys(tags):
+        entry = entries.get(tag)
+        cls = ENVS.get(entry.get("env_type")) if isinstance(entry, dict) else None
+        config = entry.get("env_config") if isinstance(entry, dict) else None
+        if not callable(getattr(cls, "check_data", None)) or not isinstance(config, dict):
+            continue
+        try:
+            cls.check_data(dict(config))
+            continue
+        except DataError:
+            pass
+        except (ConfigError, TypeError, ValueError):  # a bad env_config: the run names it
+            continue
+        probe = cls(**config)
+        path = workdir / f"env_{tag}.jsonl"
+        rows = [{probe.question_key: f"What is {i} + {i}?", probe.answer_key: str(2 * i)} for i in range(8)]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        lines.append(f"env.custom_envs.{tag}.env_config.dataset_name: {config.get('dataset_name')} -> {path} "
+                     f"(8 synthetic rows with its columns {probe.question_key!r} and {probe.answer_key!r})")
+        config["dataset_name"] = str(path)
+        config.pop("split", None)
     return lines

@@ -38,3 +38,26 @@ def test_only_the_played_entries_need_their_data_and_their_tools(tmp_path):
     assert "env.custom_envs.qa_mcp.env_config: dataset_name: nobody/HotpotQA@train is not a local file or folder" in text
     with pytest.raises(ConfigError, match=r"env.custom_envs.dapo.env_config: .*gone.jsonl: data file not found"):
         check_agentic(config(tmp_path, "dapo", str(tmp_path / "gone.jsonl")))
+
+
+def test_smoke_gives_a_played_dataset_env_synthetic_rows_with_its_columns(tmp_path):
+    from posttrain.envs.dataset_envs import MathDatasetEnv
+    from posttrain.trainer.smoke_envs import local_env_datasets
+
+    here = tmp_path / "here.jsonl"
+    here.write_text('{"prompt": "1+1?", "solution": "2"}\n')
+    native = {"env": {"custom_envs": {
+        "gone": {"env_type": "roll_math", "env_config": {"dataset_name": "nobody/DAPO", "split": "train", "question_key": "prompt", "answer_key": "solution"}},
+        "here": {"env_type": "roll_math", "env_config": {"dataset_name": str(here), "question_key": "prompt", "answer_key": "solution"}},
+        "idle": {"env_type": "roll_qa", "env_config": {"dataset_name": "nobody/HotpotQA"}}},
+        "train_env_manager": {"tags": ["gone", "here"]}, "val_env_manager": {"tags": ["gone"]}}}
+    lines = local_env_datasets(native, tmp_path)
+    assert len(lines) == 1 and lines[0].startswith("env.custom_envs.gone.env_config.dataset_name: nobody/DAPO -> ")
+    envs = native["env"]["custom_envs"]
+    assert envs["here"]["env_config"]["dataset_name"] == str(here) and envs["idle"]["env_config"]["dataset_name"] == "nobody/HotpotQA"
+    config = envs["gone"]["env_config"]
+    assert "split" not in config
+    env = MathDatasetEnv(**config)
+    question = env.reset(0)
+    n = int(question.split()[2])
+    assert env.step(f"\\boxed{{{2 * n}}}")[1] == 1.0  # the synthetic rows are answerable
