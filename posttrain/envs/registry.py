@@ -1,5 +1,5 @@
-"""Environments by name: the built-in ones registered here, a user's by ``module:Class`` or
-``path/to/file.py:Class``.
+"""Environments by name: the built-in ones registered here, a family's by prefix (``rg:NAME``), a
+user's by ``module:Class`` or ``path/to/file.py:Class``.
 
 A boring registry (STYLE.md): a module-level dict filled by a decorator, duplicates rejected,
 unknown names answered with the list of valid ones. The package's `__init__` imports the built-in
@@ -17,6 +17,9 @@ from posttrain.errors import ConfigError
 from posttrain.files import import_python_file
 
 ENVS: dict[str, type] = {}
+# prefix -> (what NAME is, for messages; NAME, key -> the class): names made from another library's
+# own list (every reasoning-gym dataset), answered before 'module:Class' so 'rg:x' is never a module.
+FAMILIES: dict[str, tuple[str, Callable[[str, str], type]]] = {}
 
 
 def register_env(name: str) -> Callable[[type], type]:
@@ -31,13 +34,30 @@ def register_env(name: str) -> Callable[[type], type]:
     return add
 
 
+def register_env_family(prefix: str, what: str) -> Callable[[Callable[[str, str], type]], Callable[[str, str], type]]:
+    """Function decorator: `prefix`NAME env_types are the class `make(NAME, key)` returns (it raises
+    ConfigError, naming `key`, for a NAME it does not know); `what` says what NAME is."""
+
+    def add(make: Callable[[str, str], type]) -> Callable[[str, str], type]:
+        if prefix in FAMILIES:
+            raise ValueError(f"environment family {prefix!r} is registered twice")
+        FAMILIES[prefix] = (what, make)
+        return make
+
+    return add
+
+
 def env_class(env_type: str, key: str) -> type:
     """The class named by `env_type`; `key` is the config key that holds it, for the messages."""
     if env_type in ENVS:
         return ENVS[env_type]
+    for prefix, (_, make) in FAMILIES.items():
+        if env_type.startswith(prefix):
+            return make(env_type[len(prefix):], key)
     if ":" not in env_type:
+        families = "".join(f", {prefix}NAME ({what})" for prefix, (what, _) in FAMILIES.items())
         raise ConfigError(
-            f"{key}: unknown environment {env_type!r}; registered: {sorted(ENVS)}, "
+            f"{key}: unknown environment {env_type!r}; registered: {sorted(ENVS)}{families}, "
             "or give your own class as 'module:Class' or 'path/to/file.py:Class'"
         )
     where, _, name = env_type.rpartition(":")
