@@ -178,6 +178,8 @@ def test_rg_letter_counting_serves_gems_item_for_the_seed_and_scores_the_boxed_a
     assert backward.step(f"\\boxed{{{truth}}}")[1] == 1.0
     other = make_env(env_class("rg:letter_counting", "k"), {"size": 500, "seed": 43}, "k")
     assert [other.reset(s) for s in range(5)] != [env.reset(s) for s in range(5)]  # env_config's seed makes the dataset
+    small = make_env(env_class("rg:letter_counting", "k"), {"size": 3, "seed": 42}, "k")
+    assert {small.reset(s) for s in range(40)} == {env.dataset[i]["question"] for i in range(3)}  # size: the items to pick from
 
 
 def test_rg_names_and_arguments_are_checked():
