@@ -23,34 +23,13 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from posttrain.envs.dataset_envs import boxed_content
 from posttrain.envs.registry import register_env_family
 from posttrain.errors import ConfigError
 
 PREFIX = "rg:"
 INSTALL = "pip install 'posttrain[reasoning-gym]' (or reasoning-gym)"
 _CLASSES: dict[str, type] = {}  # one class per dataset name, made once
-
-
-def last_boxed_answer(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}``, braces matched, as GEM 0.0.4's extractor reads it:
-    None when there is none, when its braces do not close, or when the last mark is an ``\\fbox``.
-
-    >>> last_boxed_answer("\\\\boxed{1} so \\\\boxed{\\\\frac{1}{2}}"), last_boxed_answer("\\\\boxed{3"), last_boxed_answer("\\\\fbox{3}")
-    ('\\\\frac{1}{2}', None, None)
-    """
-    start = text.rfind("\\boxed")
-    if start < 0:
-        start = text.rfind("\\fbox")
-    if start < 0:
-        return None
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] in "{}":
-            depth += 1 if text[i] == "{" else -1
-            if depth == 0:
-                boxed = text[start:i + 1]
-                return boxed[len("\\boxed{"):-1] if boxed.startswith("\\boxed{") else None
-    return None
 
 
 class ReasoningGymEnv:
@@ -80,7 +59,7 @@ class ReasoningGymEnv:
 
     def step(self, action_text: str) -> tuple[str, float, bool, dict[str, Any]]:
         assert self.item is not None, "reset first"
-        answer = last_boxed_answer(action_text)
+        answer = boxed_content(action_text)  # GEM's reading of the last box
         score = float(self.dataset.score_answer(answer=answer, entry=self.item))
         return "", score, True, {"action_is_valid": answer is not None, "success": score == 1.0}
 
