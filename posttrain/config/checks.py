@@ -39,7 +39,7 @@ from posttrain.config.sections.reward import check_async_reward, check_overlong_
 from posttrain.config.sections.trainer import check_rollout_mock, check_save_strategy
 from posttrain.config.sections.optim import check_optimizer_args
 from posttrain.config.sections.ref import check_teachers
-from posttrain.config.sections.rollout import check_external, check_min_response_length, check_num_beams, check_prompt_length, check_trace
+from posttrain.config.sections.rollout import check_agent_kwargs, check_external, check_min_response_length, check_num_beams, check_prompt_length, check_trace
 
 
 def check_device_mapping(cfg: Any) -> list[str]:
@@ -417,6 +417,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_num_beams,
     check_external,
     check_trace,
+    check_agent_kwargs,
     check_save_contents,
     check_save_strategy,
     check_rollout_mock,

@@ -66,13 +66,23 @@ def check_agent_fn(cfg: Config) -> None:
     if needs is not None and (needs.turns or needs.greedy_baseline):
         problems.append(f"algorithm.adv_estimator: {name} needs {needs.describe()}, which agent-function episodes do not have; use grpo, "
                         "rloo or another outcome estimator")
-    if not cfg.rollout.hybrid_engine or cfg.trainer.mode != "both":
-        problems.append("rollout.hybrid_engine / trainer.mode: the agent function's calls are served by the engine in the training "
-                        "process between two updates; a separate explorer process has no endpoint for them")
     if problems:
         raise ConfigError(problems)
-    check_auxiliary_models(cfg.reward.auxiliary_models, cfg.cluster)  # served to the function: a missing model is refused now
-    load_agent_function(cfg.rollout.agent.function, KEY, cfg.rollout.agent.kwargs)
+    a = cfg.rollout.agent
+    fn = load_agent_function(a.function, KEY, a.kwargs)
+    if a.val_kwargs:
+        load_agent_function(a.function, "rollout.agent.val_kwargs", {**a.kwargs, **a.val_kwargs})
+    # a built-in agent may say what its settings need on this machine (an API key, say): `check_kwargs`
+    check = getattr(getattr(fn, "func", fn), "check_kwargs", None)
+    problems = list(check(dict(a.kwargs), "rollout.agent.kwargs")) if callable(check) else []
+    if callable(check) and a.val_kwargs:
+        problems += [p for p in check({**a.kwargs, **a.val_kwargs}, "rollout.agent.val_kwargs") if p not in problems]
+    try:
+        check_auxiliary_models(cfg.reward.auxiliary_models, cfg.cluster)  # served to the function: a missing model is refused now
+    except ConfigError as e:
+        problems = e.problems + problems
+    if problems:
+        raise ConfigError(problems)
 
 
 # the estimator whose advantage is one number per row, so that an episode's can be given to each of its calls
@@ -100,10 +110,10 @@ def _turn_problems(cfg: Config) -> list[str]:
 
 def make_agent_fn(cfg: Config, tokenizer: Any, inputs: Any, pad_id: int, world_size: int, halves: str) -> AgentFnRollout:
     """The stage's agent-function rollout; its calls are served by this process's engine between two updates."""
-    if halves != "both" or world_size > 1:
-        raise UserError(f"{KEY}: the agent's calls arrive at one process's endpoint and are served by its engine between two "
-                        f"updates; this run has {world_size} process(es) and runs the {halves} half: run it in one process with "
-                        "the synchronous loop (one device, rollout.hybrid_engine true, synchronizer.sync_interval 1)")
+    if halves != "learner" and world_size > 1:
+        raise UserError(f"{KEY}: the agent's calls arrive at one process's endpoint and are served by its engine; this run has "
+                        f"{world_size} processes generating ({halves}): generate in one process (one device, or a decoupled run "
+                        "whose explorer has one)")
     context = cfg.data.max_prompt_length + response_length(cfg)  # what a call's prompt and answer may hold
     return AgentFnRollout(cfg, tokenizer, inputs.train_set, inputs.val_set, pad_id, context)
 
@@ -115,13 +125,15 @@ class AgentFnRollout:
         a = cfg.rollout.agent
         self.cfg, self.tokenizer, self.train_set, self.val_set, self.pad_id = cfg, tokenizer, train_set, val_set, pad_id
         self.fn, self.name = load_agent_function(a.function, KEY, a.kwargs), a.function
+        # validation's episodes: the same function with rollout.agent.val_kwargs over kwargs
+        self.val_fn = load_agent_function(a.function, "rollout.agent.val_kwargs", {**a.kwargs, **a.val_kwargs}) if a.val_kwargs else self.fn
         self.limits = AgentLimits(a.max_concurrency, a.timeout, a.failure_penalty, a.max_failure_rate)
         self.max_context = max_context
         self.endpoint: AgentEndpoint | None = None  # started at the first episode
-        # reward.auxiliary_models: served for the stage, so that the function can ask a judge
-        # (posttrain.rewards.auxiliary.chat, or any OpenAI client at POSTTRAIN_AUX_<NAME>_URL)
-        self.auxiliary = (start_auxiliary(cfg.reward.auxiliary_models, seed=cfg.trainer.seed, cluster=cfg.cluster)
-                          if cfg.reward.auxiliary_models else None)
+        # reward.auxiliary_models: served, from the first episode, by the process that runs the episodes,
+        # so that the function can ask a judge (posttrain.rewards.auxiliary.chat, or any OpenAI client at
+        # POSTTRAIN_AUX_<NAME>_URL); a decoupled run's learner runs none and serves none
+        self.auxiliary = None
 
     def close(self) -> None:
         if self.endpoint is not None:
@@ -155,9 +167,12 @@ class AgentFnRollout:
             return {}
         rows = [self.val_set[k].index for k in range(len(self.val_set))]
         tasks = [AgentTask(f"val-{i}", s, plain_row(self.val_set.table.rows[i]), i) for i in rows for s in range(params.n)]
-        return episode_metrics(self._run(rollout, tasks, params, version, "val"), "val/agent")
+        return episode_metrics(self._run(rollout, tasks, params, version, "val", self.val_fn), "val/agent")
 
-    def _run(self, rollout: Any, tasks: list[AgentTask], params: SamplingParams, version: int, prefix: str) -> list[AgentEpisode]:
+    def _run(self, rollout: Any, tasks: list[AgentTask], params: SamplingParams, version: int, prefix: str,
+             fn: Any = None) -> list[AgentEpisode]:
+        if self.auxiliary is None and self.cfg.reward.auxiliary_models:
+            self.auxiliary = start_auxiliary(self.cfg.reward.auxiliary_models, seed=self.cfg.trainer.seed, cluster=self.cfg.cluster)
         if self.endpoint is None:
             self.endpoint = AgentEndpoint(self.tokenizer, "policy", parsing=agent_parsing(self.cfg),
                                           template_kwargs={**thinking_kwargs(self.cfg.data), **self.cfg.data.apply_chat_template_kwargs},
@@ -167,7 +182,7 @@ class AgentFnRollout:
             return rollout.generate(prompts, p, expected_version=version)
 
         self.endpoint.set_policy(PolicySampling(generate, version, params, self.max_context))
-        return run_agent_episodes(self.fn, self.name, tasks, self.endpoint, self.limits, prefix.split("-")[0])
+        return run_agent_episodes(fn or self.fn, self.name, tasks, self.endpoint, self.limits, prefix.split("-")[0])
 
 
 def agent_parsing(cfg: Config) -> ChatParsing:

@@ -66,10 +66,16 @@ def test_an_unknown_template_type_and_a_different_evaluation_taskset_are_refused
     assert got[f"{_IN}.taskset.workflow_args.type"][0] == "refused" and "no template for type 'countdown'" in got[f"{_IN}.taskset.workflow_args.type"][1]
     train = taskset("agentscope_react_math_workflow")
     same, other = taskset("agentscope_react_math_workflow"), {**taskset("agentscope_react_math_workflow"), "format": {"prompt_key": "q"}}
-    got = entries({"buffer": {"explorer_input": {"taskset": train, "eval_tasksets": [same, other]}}})
+    raw = {"buffer": {"explorer_input": {"taskset": train, "eval_tasksets": [same, other]}}}
+    got = entries(raw)
     assert got[f"{_IN}.eval_tasksets[0].default_workflow_type"][0] == "dropped"
-    refused = got[f"{_IN}.eval_tasksets[1].default_workflow_type"]
-    assert refused[0] == "refused" and "['prompt_key', 'response_key']" in refused[1]
+    # an evaluation taskset's own columns: validation's episodes run with them (rollout.agent.val_kwargs)
+    assert got[f"{_IN}.eval_tasksets[1].default_workflow_type"][:2] == ("translated", got[f"{_IN}.eval_tasksets[1].default_workflow_type"][1])
+    assert translate(raw, "trinity")[0]["rollout"]["agent"]["val_kwargs"] == {"prompt_key": "q", "response_key": "response"}
+    third = {**taskset("agentscope_react_math_workflow"), "format": {"prompt_key": "z"}}
+    raw["buffer"]["explorer_input"]["eval_tasksets"].append(third)
+    refused = entries(raw)[f"{_IN}.eval_tasksets[2].default_workflow_type"]
+    assert refused[0] == "refused" and "one rollout.agent.val_kwargs" in refused[1]
 
 
 def test_the_v0_workflow_is_refused_as_trinity_fails_on_it_too():
@@ -187,3 +193,30 @@ def test_the_frozenlake_example_becomes_the_frozenlake_agent_and_trains_a_step(t
     # calls (per-episode means), earns 0, and the group's equal rewards are skipped (std_threshold)
     assert m["agent/episodes"] == 2 and m["agent/failed"] == 0 and m["agent/calls"] == 2 and m["agent/env_steps"] == 2
     assert m["agent/reward"] == 0 and m["agent/skipped_groups"] == 1 and m["actor/pg_loss"] == 0
+
+
+SEARCH_JUDGE = [{"model_path": "/models/judge", "engine_num": 1, "tensor_parallel_size": 2, "max_response_tokens": 10240}]
+
+
+def test_the_search_workflow_becomes_the_search_agent_with_its_judge_and_evaluation_settings():
+    train = taskset("agentscope_v1_react_search_workflow", workflow_args={"max_turns": 7, "search_client_type": "tavily", "max_model_tokens": 30000},
+                    rollout_args={"max_tokens": 2048}, format={"prompt_key": "problem", "response_key": "answer"})
+    evaluation = {**taskset("agentscope_v1_react_search_workflow", workflow_args={"max_turns": 7}), "format": train["format"],
+                  "rollout_args": {"max_tokens": 2048}}
+    raw = {"buffer": {"explorer_input": {"taskset": train, "eval_tasksets": [evaluation]}}, "explorer": {**SERVER, "auxiliary_models": SEARCH_JUDGE},
+           "model": {"max_model_len": 20480}}
+    native, _ = translate(raw, "trinity")
+    agent = native["rollout"]["agent"]
+    assert agent["function"] == "posttrain.agents.agentscope_search:search_agent"
+    assert agent["kwargs"] == {"prompt_key": "problem", "response_key": "answer", "max_tokens": 2048, "max_turns": 7,
+                               "search_client_type": "tavily", "judge_max_tokens": 10240}
+    assert agent["val_kwargs"] == {"search_client_type": "searxng"}  # the evaluation taskset's own default client, as in Trinity-RFT
+    assert native["reward"]["auxiliary_models"]["judge"]["model_path"] == "/models/judge"
+    got = entries(raw)
+    assert got[f"{_IN}.taskset.workflow_args.max_model_tokens"][0] == "dropped"  # above the context: no call is dropped
+    raw["buffer"]["explorer_input"]["taskset"]["workflow_args"]["max_model_tokens"] = 8000
+    status, reason, _, _ = entries(raw)[f"{_IN}.taskset.workflow_args.max_model_tokens"]
+    assert status == "refused" and "posttrain trains every call" in reason
+    del raw["explorer"]["auxiliary_models"]
+    status, reason, _, _ = entries(raw)[f"{_IN}.taskset.default_workflow_type"]
+    assert status == "refused" and "to judge each answer, and there is none" in reason

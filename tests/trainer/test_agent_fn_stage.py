@@ -90,7 +90,6 @@ def test_an_agent_function_can_ask_the_stage_s_auxiliary_models(tmp_path):
     (["reward.custom_reward_function.path=r.py"], "the agent function's return value is the episode's reward"),
     (["algorithm.adv_estimator=remax"], "remax needs a greedy baseline"),
     (["algorithm.filter_groups.enable=true"], "algorithm.filter_groups: dynamic sampling"),
-    (["rollout.hybrid_engine=false"], "a separate explorer process has no endpoint"),
 ])
 def test_what_an_agent_function_stage_refuses(tmp_path, extra, says):
     (tmp_path / "agent.py").write_text("def run(base_url, row):\n    return 0.0\n")
@@ -111,3 +110,48 @@ def test_a_step_whose_every_episode_was_dropped_stops_with_the_first_failure(tmp
     trainer = tiny_rl_trainer(files, f"rollout.agent.function={tmp_path}/agent.py:run", "rollout.agent.max_failure_rate=1.0")
     with pytest.raises(UserError, match=r"agent.py:run \(row \d+, sample 0\): raised RuntimeError: tool server down.*every episode of this step was dropped"):
         trainer.fit()
+
+
+def test_a_decoupled_run_explores_with_the_agent_and_trains_its_calls_from_the_buffer(tmp_path):
+    """trainer.mode explore runs the agent's episodes in the explorer process (its engine answers the calls)
+    and stores the calls; trainer.mode train learns them from the buffer."""
+    import json
+
+    from posttrain.buffer.sqlite import ExperienceBuffer
+    from posttrain.cli import main
+
+    root, model = tiny_rl_files(tmp_path)
+    (tmp_path / "agent.py").write_text(AGENT)
+    common = [f"model.path={model}", f"data.train_files={root}/data/train.parquet", *BASE, "trainer.total_training_steps=2",
+              f"rollout.agent.function={tmp_path}/agent.py:run", "data.max_prompt_length=96", "trainer.logger=[jsonl]",
+              f"buffer.trainer_input.experience_buffer.path={tmp_path / 'buffer.sqlite'}"]
+    for mode in ("explore", "train"):
+        (tmp_path / f"{mode}.yaml").write_text(f"trainer: {{mode: {mode}}}\n")
+        assert main(["train", str(tmp_path / f"{mode}.yaml"), *common, f"trainer.default_local_dir={tmp_path / mode}"]) == 0
+        if mode == "explore":
+            buffer = ExperienceBuffer(tmp_path / "buffer.sqlite")
+            stored = buffer.claim(1, 1.0)
+            assert buffer.explored() == 2 and len(stored.batch) == 16  # 4 rows x 2 episodes x 2 calls, as in the loop
+            assert stored.scores.view(8, 2)[:, 0].equal(stored.scores.view(8, 2)[:, 1])  # an episode's calls share its reward
+            buffer.close()
+    rows = [json.loads(line) for line in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if "actor/pg_loss" in r]
+    assert len(trained) == 2 and all(r["agent/episodes"] == 8 and r["agent/calls"] == 2 for r in trained)
+
+
+def test_val_kwargs_replace_kwargs_for_validation_episodes(tmp_path):
+    files = tiny_rl_files(tmp_path)
+    (tmp_path / "agent.py").write_text(AGENT.split("def run")[0] + (
+        "def run(base_url, row, bonus=0.0, calls=1):\n"
+        "    for _ in range(calls):\n"
+        "        post(base_url, [{'role': 'user', 'content': 'hi'}], 2)\n"
+        "    return bonus\n"))
+    trainer = tiny_rl_trainer(files, f"rollout.agent.function={tmp_path}/agent.py:run", "rollout.agent.kwargs={bonus: 0.25, calls: 1}",
+                              "rollout.agent.val_kwargs={bonus: 0.75}", "data.max_prompt_length=96",
+                              f"data.val_files={tmp_path}/data/test.parquet", "rollout.val_kwargs.n=1")
+    m = trainer.fit().last_metrics
+    assert m["agent/reward"] == 0.25 and m["val/agent/reward"] == 0.75  # validation's bonus is val_kwargs'
+    assert m["agent/calls"] == 1 and m["val/agent/calls"] == 1  # the kwargs val_kwargs leave alone stay
+    with pytest.raises(ConfigError, match="rollout.agent.val_kwargs: .*must take"):
+        check_agent_fn(load_config(None, [f"data.train_files={tmp_path}/t.parquet", *BASE, f"rollout.agent.function={tmp_path}/agent.py:run",
+                                          "rollout.agent.val_kwargs={nope: 1}"]))

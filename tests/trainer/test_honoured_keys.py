@@ -639,6 +639,7 @@ ELSEWHERE = {
     "rollout.agent.function": "tests/trainer/test_agent_fn_stage.py::test_two_grpo_steps_train_on_every_call_of_the_agents_episodes",
     "rollout.agent.max_concurrency": "tests/rollout/test_agent_fn.py::test_max_concurrency_bounds_the_episodes_running_at_once",
     "rollout.agent.log_requests": "tests/agents/test_agentscope_frozenlake.py::test_log_requests_writes_one_line_per_request",
+    "rollout.agent.val_kwargs": "tests/trainer/test_agent_fn_stage.py::test_val_kwargs_replace_kwargs_for_validation_episodes",
     "rollout.agent.kwargs": "tests/rollout/test_agent_fn.py::test_kwargs_reach_the_function_with_every_episode_and_a_name_it_does_not_take_is_refused",
     **{f"rollout.agent.{k}": "tests/rollout/test_agent_fn.py::test_a_failing_episode_is_dropped_or_penalised_and_too_many_stop_the_run"
        for k in ("timeout", "failure_penalty", "max_failure_rate")},

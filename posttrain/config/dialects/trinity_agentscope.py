@@ -43,8 +43,11 @@ from posttrain.config.dialects.trinity_agent import ARGS, PARSER_KEYS, SERVER_KE
 
 MODULE = "posttrain.agents.agentscope_react"
 FROZENLAKE = "examples.agentscope_frozenlake.workflow.FrozenLakeWorkflow"  # Trinity-RFT's example of that name
+SEARCH = "agentscope_v1_react_search_workflow"  # the agentscope_websearch example's
 FUNCTIONS = {"agentscope_react_workflow": f"{MODULE}:template_agent", "agentscope_react_math_workflow": f"{MODULE}:math_agent",
-             FROZENLAKE: "posttrain.agents.agentscope_frozenlake:frozenlake_agent"}
+             FROZENLAKE: "posttrain.agents.agentscope_frozenlake:frozenlake_agent",
+             SEARCH: "posttrain.agents.agentscope_search:search_agent"}
+_SEARCH_ARGS = ("max_turns", "search_client_type")  # its workflow_args that are the agent's kwargs
 # what the FrozenLake example's environment discards: its reset redraws the map from the row with its own bound
 _LAKE_UNREAD = {"env_max_steps": "the example's environment redraws its map on reset with its default bound of 8 moves, "
                                  "whatever env_max_steps says (posttrain draws it the same way)",
@@ -75,13 +78,15 @@ def agentscope_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: s
         ctx.drop(key, f"{name} rewards its walks itself (the goal's 1.0), whatever the taskset names" if name == FROZENLAKE else
                  f"{name} scores with Trinity-RFT's MathBoxedRewardFn (posttrain's math_boxed scorer, in the agent "
                  "function) whatever the taskset names, and its constructor reads no arguments")
-    function, kwargs = FUNCTIONS[name], _kwargs(item, name, args)
+    function, kwargs = FUNCTIONS[name], _kwargs(ctx, item, name, args)
     if kwargs is None:
         ctx.refuse(f"{prefix}.workflow_args.type", f"{name} has no template for type {args.get('type')!r}; Trinity-RFT and "
                                                    f"posttrain have {list(TEMPLATE_TYPES)}", "rollout.agent.kwargs.type", args.get("type"))
         return
     if not training:
         _evaluation(ctx, prefix, name, source, function, kwargs, args)
+        return
+    if name == SEARCH and not _judge(ctx, source, name):
         return
     ctx.set("rollout.agent.function", function, source, f"{name}: AgentScope's ReActAgent as posttrain's built-in agent "
                                                          "function, its calls recorded and trained (rollout.agent)")
@@ -100,6 +105,10 @@ def agentscope_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: s
             ctx.report.add(_entry(key, f"rollout.agent.kwargs.{arg}", value, "the walk's setting (is_slippery: unless the row has its own)"))
         elif name == FROZENLAKE and arg in _LAKE_UNREAD:
             ctx.drop(key, _LAKE_UNREAD[arg])
+        elif name == SEARCH and arg in _SEARCH_ARGS:
+            ctx.report.add(_entry(key, f"rollout.agent.kwargs.{arg}", value, "the search agent's setting"))
+        elif name == SEARCH and arg == "max_model_tokens":
+            _max_model_tokens(ctx, key, value)
         elif arg == "type":
             ctx.report.add(_entry(key, "rollout.agent.kwargs.type", value, "the template (Trinity-RFT's TEMPLATE_MAP key)"))
         elif arg in ARGS and arg != "function":
@@ -110,7 +119,7 @@ def agentscope_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: s
                           f"{[a for a in ARGS if a != 'function']} are taken too)")
 
 
-def _kwargs(item: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, Any] | None:
+def _kwargs(ctx: Context, item: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, Any] | None:
     """The agent function's keyword arguments for this taskset (None: an unknown template type)."""
     fmt, rollout_args = item.get("format") or {}, item.get("rollout_args") or {}
     kwargs: dict[str, Any] = {}
@@ -119,6 +128,13 @@ def _kwargs(item: dict[str, Any], name: str, args: dict[str, Any]) -> dict[str, 
         kwargs["is_slippery"] = args.get("is_slippery", False)
         kwargs["max_tokens"] = rollout_args.get("max_tokens")  # None: the response length, as Trinity-RFT's model default
         return kwargs
+    if name == SEARCH:
+        from posttrain.config.dialects.trinity_judges import max_tokens
+
+        models = ctx.get("explorer.auxiliary_models") or [{}]
+        judge = models[0] if isinstance(models, list) and models and isinstance(models[0], dict) else {}
+        kwargs.update(max_turns=int(args.get("max_turns", 10)), search_client_type=args.get("search_client_type", "searxng"),
+                      judge_max_tokens=max_tokens(ctx, judge))  # the judge server's default reply length in Trinity-RFT
     if name == "agentscope_react_workflow":
         kind = args.get("type", "gsm8k")
         if kind not in TEMPLATE_TYPES:
@@ -138,16 +154,46 @@ def _evaluation(ctx: Context, prefix: str, name: str, source: str, function: str
         ctx.refuse(source, f"{name} in an evaluation taskset: posttrain validates with the training taskset's agent function "
                            f"(rollout.agent.function, now {trained!r}), so the training taskset must name the same workflow", None, name)
         return
-    differ = sorted(k for k in kwargs if kwargs[k] != trained_kwargs.get(k))
-    if differ:
-        ctx.refuse(source, f"{name} in an evaluation taskset with other settings than the training taskset's ({differ}: "
-                           f"{[kwargs[k] for k in differ]} here, {[trained_kwargs.get(k) for k in differ]} in training): posttrain "
-                           "validates with the training stage's rollout.agent.kwargs; give both tasksets the same columns, "
-                           "type and max_tokens", "rollout.agent.kwargs", kwargs)
+    differ = {k: kwargs[k] for k in sorted(kwargs) if kwargs[k] != trained_kwargs.get(k)}
+    earlier = ctx.native_get("rollout.agent.val_kwargs")
+    if differ and earlier is not None and earlier != differ:
+        ctx.refuse(source, f"{name} in a second evaluation taskset with other settings ({differ}) than the first's ({earlier}): "
+                           "posttrain validates every evaluation row with one rollout.agent.val_kwargs", "rollout.agent.val_kwargs", differ)
         return
-    ctx.drop(source, "validation runs the training stage's agent function, with the same settings, over the evaluation rows")
+    if differ:
+        ctx.set("rollout.agent.val_kwargs", differ, source, "the evaluation taskset's own settings, which its episodes use in "
+                                                           "Trinity-RFT: validation's episodes run with them over rollout.agent.kwargs")
+    else:
+        ctx.drop(source, "validation runs the training stage's agent function, with the same settings, over the evaluation rows")
     for arg in args:
-        ctx.drop(f"{prefix}.workflow_args.{arg}", "as the training taskset's: validation uses the stage's rollout.agent")
+        if name == SEARCH and arg == "max_model_tokens":
+            _max_model_tokens(ctx, f"{prefix}.workflow_args.{arg}", args[arg])
+        else:
+            ctx.drop(f"{prefix}.workflow_args.{arg}", "read into the evaluation's settings (rollout.agent.val_kwargs where they differ "
+                                                      "from training's)" if name == SEARCH and arg in _SEARCH_ARGS else
+                     "as the training taskset's: validation uses the stage's rollout.agent")
+
+
+def _judge(ctx: Context, source: str, name: str) -> bool:
+    """The search workflow's judge: explorer.auxiliary_models[0] -> reward.auxiliary_models.judge."""
+    from posttrain.config.dialects.trinity_judges import auxiliary_model
+
+    models = ctx.get("explorer.auxiliary_models") or []
+    if not isinstance(models, list) or not models or not isinstance(models[0], dict):
+        ctx.refuse(source, f"workflow {name!r} asks the first of explorer.auxiliary_models to judge each answer, and there is none", None, name)
+        return False
+    auxiliary_model(ctx, models)
+    return True
+
+
+def _max_model_tokens(ctx: Context, key: str, value: Any) -> None:
+    """The search workflow drops calls longer than this; posttrain trains every call, so only a bound no call reaches is accepted."""
+    context = ctx.native_get("model.max_model_len") or ctx.get("model.max_model_len")
+    if isinstance(value, int) and isinstance(context, int) and value >= context:
+        ctx.drop(key, f"drops calls longer than {value} tokens, and none is: the model's context is {context} (model.max_model_len)")
+    else:
+        ctx.refuse(key, f"the search workflow drops calls longer than {value} tokens; posttrain trains every call an episode makes: "
+                        f"accepted at or above the model's context (model.max_model_len, {context}), where no call is dropped", None, value)
 
 
 def _entry(key: str, native: str, value: Any, reason: str):

@@ -85,7 +85,7 @@ def judge_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, s
         ctx.refuse(source, f"workflow {name!r} calls the first of explorer.auxiliary_models as its judge, and there is none", None, name)
         return
     auxiliary_model(ctx, models)
-    worker, kwargs = "reward.workers.judge", {"model": "judge", "max_tokens": _max_tokens(ctx, models[0])}
+    worker, kwargs = "reward.workers.judge", {"model": "judge", "max_tokens": max_tokens(ctx, models[0])}
     system = (item.get("format") or {}).get("system_prompt")
     if name == LEARN2ASK:
         learn2ask_workflow(ctx, prefix, item, source, worker, kwargs)
@@ -134,7 +134,7 @@ def _no_reward(ctx: Context, prefix: str, item: dict[str, Any], name: str) -> No
             ctx.drop(f"{prefix}.{key}", f"{name} never calls the taskset's reward function: the judge gives the reward")
 
 
-def _max_tokens(ctx: Context, model: dict[str, Any]) -> int:
+def max_tokens(ctx: Context, model: dict[str, Any]) -> int:
     """Trinity-RFT's server default for the judge's reply: its max_response_tokens, else the policy's."""
     return int(model.get("max_response_tokens") or ctx.get("model.max_response_tokens") or 2048)
 

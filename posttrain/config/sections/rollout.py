@@ -65,6 +65,7 @@ class AgentFnConfig:
 
     function: str | None = param(None, doc="The agent: 'module:function' or 'path/to/file.py:function', async or plain, called as function(base_url, row) once per episode (rollout.n per task row of data.train_files) with the row's columns and a base URL served by this step's policy; it makes any number of chat-completion calls and returns the episode's reward (a number, or a dict with 'reward' and numeric metrics). Each call becomes one training row with the episode's reward; the reward function is not called. null: no agent.")
     kwargs: dict[str, Any] = param(factory=dict, doc="Keyword arguments given to the function with every episode, after (base_url, row): function(base_url, row, **kwargs); the settings of a built-in agent (docs/agentic.md, 'Built-in agents'). A name the function does not take is refused at start.")
+    val_kwargs: dict[str, Any] = param(factory=dict, doc="Keyword arguments that replace kwargs' entries for validation episodes (Trinity-RFT: an evaluation taskset's own workflow_args, e.g. another search service or max_tokens); empty: validation runs with kwargs.")
     max_concurrency: int = param(8, doc="Episodes running at once (the calls they make at the same time are batched into one engine call; docs/agentic.md).", ge=1)
     timeout: float | None = param(600.0, doc="Seconds one episode may take; a slower one fails (its calls made so far count as under failure_penalty). null: no limit.", gt=0)
     failure_penalty: float | None = param(None, doc="A failed episode (the function raised, timed out, returned no reward or made no call): null drops it; a number trains the calls it made with this reward.")
@@ -305,3 +306,12 @@ def check_trace(cfg: Any) -> list[str]:
     if backend not in (None, "mlflow"):
         return [f"rollout.trace.backend={backend}: not a tracer; use mlflow, or null for no traces"]
     return []
+
+
+def check_agent_kwargs(cfg: Any) -> list[str]:
+    """rollout.agent.kwargs / val_kwargs are the function's arguments: without a function they reach nothing."""
+    agent = getattr(getattr(cfg, "rollout", None), "agent", None)
+    if agent is None or agent.function is not None:
+        return []
+    return [f"rollout.agent.{k}: set, but rollout.agent.function is null, so no agent takes them; name the function or remove them"
+            for k in ("kwargs", "val_kwargs") if getattr(agent, k)]
