@@ -164,8 +164,11 @@ def _as() -> Any:
     class PolicyModel(OpenAIChatModel):
         """OpenAIChatModel asking "auto" where AgentScope asks "required" (module docstring)."""
 
+        calls = 0  # the model calls this agent made (an episode's turns)
+
         async def __call__(self, messages: list[dict], tools: list[dict] | None = None, tool_choice: Any = None,
                            structured_model: Any = None, **kwargs: Any) -> Any:
+            self.calls += 1
             choice = "auto" if tool_choice == "required" else tool_choice
             return await super().__call__(messages, tools=tools, tool_choice=choice, structured_model=structured_model, **kwargs)
 
@@ -186,14 +189,15 @@ def _result_model() -> Any:
 
 
 def _agent(base_url: str, system_prompt: str, max_tokens: int | None, code_tool: bool, meta_tool: bool,
-           max_iters: int = MAX_ITERS, name: str = "react_agent") -> Any:
+           max_iters: int = MAX_ITERS, name: str = "react_agent", toolkit: Any = None) -> Any:
     """A fresh ReActAgent whose model calls the episode's endpoint (its own memory: one episode);
-    `max_tokens` None asks no budget (the endpoint's: the response length)."""
+    `max_tokens` None asks no budget (the endpoint's: the response length); `toolkit` holds the
+    agent's own tools (a fresh one by default)."""
     a = _as()
     kwargs = {"max_tokens": int(max_tokens)} if max_tokens else {}
     model = a.PolicyModel(model_name="policy", api_key="EMPTY", stream=False, generate_kwargs=kwargs,
                           client_kwargs={"base_url": base_url, "max_retries": 0})
-    toolkit = a.Toolkit()
+    toolkit = toolkit if toolkit is not None else a.Toolkit()
     if code_tool:
         toolkit.register_tool_function(execute_python_code, json_schema=CODE_TOOL)
     agent = a.ReActAgent(name=name, sys_prompt=system_prompt, model=model, formatter=a.OpenAIChatFormatter(),

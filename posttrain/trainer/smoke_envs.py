@@ -26,10 +26,9 @@ GROUP_SIZE = 2
 
 
 def shrink_env_managers(native: dict[str, Any]) -> list[str]:
-    """Shrink each env manager the config sets; one line per change."""
-    env = native.get("env")
-    if not isinstance(env, dict):
-        return []
+    """Shrink each env manager the config sets, and give an agentic or agent-function stage's prompts room; one line per change."""
+    env = native.get("env") if isinstance(native.get("env"), dict) else {}
+    agent = ((native.get("rollout") or {}).get("agent") or {}).get("function")  # an agent function's conversations grow too
     lines = []
     for name in MANAGERS:
         manager = env.get(name)
@@ -43,9 +42,9 @@ def shrink_env_managers(native: dict[str, Any]) -> list[str]:
         if manager.get("num_groups_partition") and "num_env_groups" in manager:
             lines.append(f"env.{name}.num_groups_partition: {manager.pop('num_groups_partition')} -> left out (the first tag plays the group)")
     data = native.setdefault("data", {})
-    if isinstance(env.get("train_env_manager"), dict) and (data.get("max_prompt_length") or 0) < PROMPT_LENGTH:
+    if (isinstance(env.get("train_env_manager"), dict) or agent) and (data.get("max_prompt_length") or 0) < PROMPT_LENGTH:
         lines.append(f"data.max_prompt_length: {data.get('max_prompt_length')} -> {PROMPT_LENGTH} (the tiny tokenizer's tokens are "
-                     "about one per character: room for the env's instruction and observation)")
+                     "about one per character: room for the " + ("agent's conversation" if agent else "env's instruction and observation") + ")")
         data["max_prompt_length"] = PROMPT_LENGTH
     return lines
 

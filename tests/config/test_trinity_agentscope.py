@@ -220,3 +220,29 @@ def test_the_search_workflow_becomes_the_search_agent_with_its_judge_and_evaluat
     del raw["explorer"]["auxiliary_models"]
     status, reason, _, _ = entries(raw)[f"{_IN}.taskset.default_workflow_type"]
     assert status == "refused" and "to judge each answer, and there is none" in reason
+
+
+def test_the_email_search_workflow_becomes_the_email_agent():
+    train = {**taskset("email_search_workflow", workflow_args={"max_turns": 6, "tool_obs_char_limit": 2000},
+                       reward_fn_args={"llm_as_a_judge": True}, rollout_args={"temperature": 1.0}),
+             "format": {"prompt_key": "question", "response_key": "answer"}}
+    judge = [{"model_path": "/models/judge", "engine_num": 1, "max_response_tokens": 128}]
+    raw = {"buffer": {"explorer_input": {"taskset": train}}, "explorer": {**SERVER, "auxiliary_models": judge}}
+    native, _ = translate(raw, "trinity")
+    agent = native["rollout"]["agent"]
+    assert agent["function"] == "posttrain.agents.email_search:email_agent"
+    assert agent["kwargs"] == {"prompt_key": "question", "response_key": "answer", "max_tokens": 4096, "max_turns": 6,
+                               "judge_max_tokens": 128, "llm_as_a_judge": True}
+    assert native["reward"]["auxiliary_models"]["judge"]["model_path"] == "/models/judge"
+    got = entries(raw)
+    assert got[f"{_IN}.taskset.workflow_args.tool_obs_char_limit"][0] == "dropped"
+    assert "llm_as_a_judge" in got[f"{_IN}.taskset.reward_fn_args"][1]
+    # without the judge the rubric needs no auxiliary model; with it, one is required
+    train["reward_fn_args"] = {"llm_as_a_judge": False}
+    del raw["explorer"]["auxiliary_models"]
+    assert translate(raw, "trinity")[0]["rollout"]["agent"]["kwargs"]["llm_as_a_judge"] is False
+    raw["explorer"]["auxiliary_models"] = judge
+    assert entries(raw)["explorer.auxiliary_models"][0] == "dropped"
+    del raw["explorer"]["auxiliary_models"]
+    train["reward_fn_args"] = {"llm_as_a_judge": True}
+    assert entries(raw)[f"{_IN}.taskset.default_workflow_type"][0] == "refused"

@@ -44,10 +44,13 @@ from posttrain.config.dialects.trinity_agent import ARGS, PARSER_KEYS, SERVER_KE
 MODULE = "posttrain.agents.agentscope_react"
 FROZENLAKE = "examples.agentscope_frozenlake.workflow.FrozenLakeWorkflow"  # Trinity-RFT's example of that name
 SEARCH = "agentscope_v1_react_search_workflow"  # the agentscope_websearch example's
+EMAIL = "email_search_workflow"  # the grpo_email_search example's
 FUNCTIONS = {"agentscope_react_workflow": f"{MODULE}:template_agent", "agentscope_react_math_workflow": f"{MODULE}:math_agent",
              FROZENLAKE: "posttrain.agents.agentscope_frozenlake:frozenlake_agent",
-             SEARCH: "posttrain.agents.agentscope_search:search_agent"}
-_SEARCH_ARGS = ("max_turns", "search_client_type")  # its workflow_args that are the agent's kwargs
+             SEARCH: "posttrain.agents.agentscope_search:search_agent", EMAIL: "posttrain.agents.email_search:email_agent"}
+JUDGED = (SEARCH, EMAIL)  # their first auxiliary model is the judge (reward.auxiliary_models.judge)
+_AGENT_ARGS = {SEARCH: ("max_turns", "search_client_type"), EMAIL: ("max_turns",)}  # workflow_args that are the agent's kwargs
+_UNREAD = {(EMAIL, "tool_obs_char_limit"): "email_search_workflow reads it but never uses it: tool answers are not cut in Trinity-RFT either"}
 # what the FrozenLake example's environment discards: its reset redraws the map from the row with its own bound
 _LAKE_UNREAD = {"env_max_steps": "the example's environment redraws its map on reset with its default bound of 8 moves, "
                                  "whatever env_max_steps says (posttrain draws it the same way)",
@@ -75,6 +78,10 @@ def agentscope_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: s
                               "the agent function's endpoint setting)")
         return
     for key in reward_keys:
+        if name == EMAIL:
+            ctx.drop(key, f"{name} scores with its own rubric (the agent function's); reward_fn_args.llm_as_a_judge is "
+                          "rollout.agent.kwargs.llm_as_a_judge")
+            continue
         ctx.drop(key, f"{name} rewards its walks itself (the goal's 1.0), whatever the taskset names" if name == FROZENLAKE else
                  f"{name} scores with Trinity-RFT's MathBoxedRewardFn (posttrain's math_boxed scorer, in the agent "
                  "function) whatever the taskset names, and its constructor reads no arguments")
@@ -86,8 +93,11 @@ def agentscope_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: s
     if not training:
         _evaluation(ctx, prefix, name, source, function, kwargs, args)
         return
-    if name == SEARCH and not _judge(ctx, source, name):
+    if name in JUDGED and kwargs.get("llm_as_a_judge", True) and not _judge(ctx, source, name):
         return
+    if name in JUDGED and not kwargs.get("llm_as_a_judge", True) and ctx.get("explorer.auxiliary_models"):
+        ctx.consume("explorer.auxiliary_models")
+        ctx.drop("explorer.auxiliary_models", f"{name} asks no judge with reward_fn_args.llm_as_a_judge false")
     ctx.set("rollout.agent.function", function, source, f"{name}: AgentScope's ReActAgent as posttrain's built-in agent "
                                                          "function, its calls recorded and trained (rollout.agent)")
     if name == FROZENLAKE and not (item.get("format") or {}).get("prompt_key"):
@@ -105,8 +115,10 @@ def agentscope_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: s
             ctx.report.add(_entry(key, f"rollout.agent.kwargs.{arg}", value, "the walk's setting (is_slippery: unless the row has its own)"))
         elif name == FROZENLAKE and arg in _LAKE_UNREAD:
             ctx.drop(key, _LAKE_UNREAD[arg])
-        elif name == SEARCH and arg in _SEARCH_ARGS:
-            ctx.report.add(_entry(key, f"rollout.agent.kwargs.{arg}", value, "the search agent's setting"))
+        elif arg in _AGENT_ARGS.get(name, ()):
+            ctx.report.add(_entry(key, f"rollout.agent.kwargs.{arg}", value, "the agent's setting"))
+        elif (name, arg) in _UNREAD:
+            ctx.drop(key, _UNREAD[name, arg])
         elif name == SEARCH and arg == "max_model_tokens":
             _max_model_tokens(ctx, key, value)
         elif arg == "type":
@@ -128,13 +140,16 @@ def _kwargs(ctx: Context, item: dict[str, Any], name: str, args: dict[str, Any])
         kwargs["is_slippery"] = args.get("is_slippery", False)
         kwargs["max_tokens"] = rollout_args.get("max_tokens")  # None: the response length, as Trinity-RFT's model default
         return kwargs
-    if name == SEARCH:
+    if name in JUDGED:
         from posttrain.config.dialects.trinity_judges import max_tokens
 
         models = ctx.get("explorer.auxiliary_models") or [{}]
         judge = models[0] if isinstance(models, list) and models and isinstance(models[0], dict) else {}
-        kwargs.update(max_turns=int(args.get("max_turns", 10)), search_client_type=args.get("search_client_type", "searxng"),
-                      judge_max_tokens=max_tokens(ctx, judge))  # the judge server's default reply length in Trinity-RFT
+        kwargs.update(max_turns=int(args.get("max_turns", 10)), judge_max_tokens=max_tokens(ctx, judge))  # the judge server's default reply length
+    if name == SEARCH:
+        kwargs["search_client_type"] = args.get("search_client_type", "searxng")
+    if name == EMAIL:
+        kwargs["llm_as_a_judge"] = bool((item.get("reward_fn_args") or {}).get("llm_as_a_judge", True))
     if name == "agentscope_react_workflow":
         kind = args.get("type", "gsm8k")
         if kind not in TEMPLATE_TYPES:
@@ -170,8 +185,8 @@ def _evaluation(ctx: Context, prefix: str, name: str, source: str, function: str
             _max_model_tokens(ctx, f"{prefix}.workflow_args.{arg}", args[arg])
         else:
             ctx.drop(f"{prefix}.workflow_args.{arg}", "read into the evaluation's settings (rollout.agent.val_kwargs where they differ "
-                                                      "from training's)" if name == SEARCH and arg in _SEARCH_ARGS else
-                     "as the training taskset's: validation uses the stage's rollout.agent")
+                                                      "from training's)" if arg in _AGENT_ARGS.get(name, ()) else
+                     _UNREAD.get((name, arg), "as the training taskset's: validation uses the stage's rollout.agent"))
 
 
 def _judge(ctx: Context, source: str, name: str) -> bool:

@@ -33,7 +33,7 @@ from typing import Any
 
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_algorithms import TYPES
-from posttrain.config.dialects.trinity_agentscope import SEARCH
+from posttrain.config.dialects.trinity_agentscope import JUDGED
 from posttrain.config.dialects.trinity_judges import JUDGE_WORKFLOWS, training_workflow
 from posttrain.config.dialects.trinity_agent import AGENT
 from posttrain.config.dialects.trinity_agentscope import FUNCTIONS as AGENTSCOPE_FUNCTIONS
@@ -247,7 +247,7 @@ def auxiliary(ctx: Context) -> None:
     if ctx.has(_AUX_MODELS) and _AUX_MODELS not in ctx.handled and ctx.get(_AUX_MODELS) in ([], None):
         ctx.consume(_AUX_MODELS)  # Trinity-RFT's default, an empty list: no model to serve
         ctx.drop(_AUX_MODELS, "no auxiliary models (Trinity-RFT's default), as posttrain serves none unless reward.auxiliary_models names some")
-    if training_workflow(ctx) in (*JUDGE_WORKFLOWS, SEARCH):  # the judge's model: trinity_judges, trinity_agentscope
+    if training_workflow(ctx) in (*JUDGE_WORKFLOWS, *JUDGED):  # the judge's model: trinity_judges, trinity_agentscope
         return
     if ctx.has(_AUX_MODELS) and _AUX_MODELS not in ctx.handled and ctx.get(_AUX_MODELS):
         ctx.consume(_AUX_MODELS)

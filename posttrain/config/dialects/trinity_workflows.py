@@ -93,7 +93,7 @@ _ENV = ("plays Trinity's own environment over a taskset of episodes; posttrain p
 REFUSED = {
     **{name: _ENV for name in ("alfworld_workflow", "sciworld_workflow", "webshop_workflow",
                                "step_wise_alfworld_workflow", "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow",
-                               "sudoku_workflow", "email_search_workflow")},
+                               "sudoku_workflow")},
     "math_trainable_ruler_workflow": "the policy judges its own group of responses and trains on its verdicts as experiences of "
                                      "their own (scored against the gold reward); posttrain's judges are reward workers over an "
                                      "auxiliary model (reward.workers.<name>.worker_cls: ruler_judge), whose replies are not trained on",
