@@ -12,10 +12,11 @@ registration). One episode is one question:
   reward, and the episode ends. ``success`` when the score is 1; ``action_is_valid`` False when no
   boxed answer was found (the entry's format_penalty, 0 unless set, is added to its score of 0).
 
-Two things of GEM's are left out because they would make an episode depend on more than its seed:
-GEM regenerates its dataset (with seed + resets so far) every ``size`` resets of one environment,
-and under ROLL the env manager replaces env_config's ``seed`` with its group's random seed. Here
-the dataset is always the one env_config's seed makes, and the reset seed alone picks the item.
+GEM regenerates its dataset (with seed + resets so far) every ``size`` resets of one environment;
+that is left out because it would make an episode depend on more than its seeds: the dataset is the
+one env_config's seed makes, and the reset seed picks the item. Under ROLL the env manager builds
+each group's environment with the group's own seed in place of env_config's ``seed``: the ROLL
+dialect sets the entry's ``seed_per_group`` (posttrain.envs.spec), which does the same.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ An entry of ``custom_envs`` names one environment configuration (its tag) in ROL
         action_pattern: "<a>(.*?)</a>"  # optional: the action is the last of at most 2 groups (or the whole match)
         env_instruction: "..."       # the system message; else the class's `instruction`
         episode_files: [tasks.jsonl] # optional: one episode per row, in order (below)
+        seed_per_group: false        # true: env_config.seed becomes each env group's own constant seed
 
 An entry may also prompt each action afresh from a template instead of the growing conversation
 (prompt_mode window / observation_window, ROLL's step env managers: posttrain.envs.window_spec).
@@ -59,7 +60,7 @@ REFUSED = {
 # environment calls from one thread, one at a time, which meets every such bound.
 KNOWN = ("env_type", "env_config", "max_steps", "max_actions_per_traj", "max_tokens_per_step", "format_penalty",
          "action_pattern", "env_instruction", "use_thread_lock", "max_env_step_concurrent", "episode_files", "tool_wrapper",
-         *WINDOW_KEYS)
+         "seed_per_group", *WINDOW_KEYS)
 # ROLL writes the loop's settings inside env_config (its envs parse their own actions); posttrain's
 # loop reads them there too and does not pass them to the class.
 LIFTED = ("max_steps", "max_actions_per_traj", "format_penalty", "action_pattern", "env_instruction")
@@ -85,6 +86,7 @@ class EnvSpec:
     turns: TurnTemplate | None = None  # conversation turns written through agent_template; None: as they come
     episodes: tuple[dict[str, Any], ...] = ()  # episode_files' rows: (seed, env_config overrides) each; empty: seeds drawn
     tools: ToolWrapping | None = None  # the entry's tool_wrapper: text tools in front of the env (posttrain.envs.text_tools)
+    seed_per_group: bool = False  # env_config.seed is each env group's own constant seed (ROLL's env managers)
 
     def make(self, env_config: dict[str, Any]) -> Any:
         """A fresh environment of this entry with `env_config`, behind its tools when it has any."""
@@ -157,6 +159,11 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
         else:
             if pattern.groups > 2:
                 problems.append(f"{key}.action_pattern: at most two capture groups (the action, or a thought and the action), got {pattern.groups}")
+    per_group = entry.get("seed_per_group", False)
+    if not isinstance(per_group, bool):
+        problems.append(f"{key}.seed_per_group: true or false, got {per_group!r}")
+    elif per_group and "seed" not in env_config:
+        problems.append(f"{key}.seed_per_group: true gives each env group its own env_config.seed, and env_config has no seed to replace")
     tools, tool_problems = parse_tool_wrapper(entry["tool_wrapper"], f"{key}.tool_wrapper") if "tool_wrapper" in entry else (None, [])
     problems += tool_problems
     window, window_problems = parse_window(entry, key, tokens)
@@ -170,7 +177,8 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
         instruction = getattr(cls, "instruction", "")
     episodes = _episodes(entry["episode_files"], cls, f"{key}.episode_files") if entry.get("episode_files") is not None else ()
     return EnvSpec(tag, str(entry["env_type"]), cls, dict(env_config), max_steps, tokens,
-                   None if penalty is None else float(penalty), pattern, str(instruction), window, turns, episodes, tools)
+                   None if penalty is None else float(penalty), pattern, str(instruction), window, turns, episodes, tools,
+                   per_group is True)
 
 
 def _episodes(files: Any, cls: type, key: str) -> tuple[dict[str, Any], ...]:

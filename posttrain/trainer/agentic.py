@@ -233,7 +233,8 @@ def validation_first_observations(cfg: Config) -> frozenset[str]:
 def episodes(specs: dict[str, EnvSpec], groups: list[str], base: int, kind: str, step: int) -> list[tuple[str, int, dict[str, Any]]]:
     """(tag, reset seed, env_config) of each group of one step (kind "s") or of validation ("val", step 0).
     A tag with episode_files plays its rows in order: its k groups of training step s (from 1) take rows
-    (s - 1) k ... s k - 1, validation's the first k; other tags draw their seed (`group_seed`)."""
+    (s - 1) k ... s k - 1, validation's the first k; other tags draw their seed (`group_seed`). With
+    seed_per_group, env_config's seed is group g's own, the same at every step."""
     count, nth, out = Counter(groups), Counter(), []
     for g, tag in enumerate(groups):
         spec = specs[tag]
@@ -242,6 +243,8 @@ def episodes(specs: dict[str, EnvSpec], groups: list[str], base: int, kind: str,
             nth[tag] += 1
         else:
             seed, env_config = group_seed(base, kind, step, g), spec.env_config
+        if spec.seed_per_group:  # as ROLL's env managers: the env is built with its group's seed, the same every step
+            env_config = {**env_config, "seed": group_seed(base, f"{kind}-env", 0, g)}
         out.append((tag, seed, env_config))
     return out
 

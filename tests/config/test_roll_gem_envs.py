@@ -61,3 +61,25 @@ def test_smoke_gives_a_played_dataset_env_synthetic_rows_with_its_columns(tmp_pa
     question = env.reset(0)
     n = int(question.split()[2])
     assert env.step(f"\\boxed{{{2 * n}}}")[1] == 1.0  # the synthetic rows are answerable
+
+
+def test_an_env_config_seed_is_each_groups_own_as_rolls_env_managers_build_them():
+    from posttrain.config.dialects import translate
+    from posttrain.envs.spec import parse_custom_envs
+    from posttrain.trainer.agentic import episodes
+
+    raw = {"custom_envs": {"LC": {"env_type": "rg:letter_counting", "env_config": {"size": 500, "seed": 42}},
+                           "G": {"env_type": "game:GuessTheNumber-v0", "env_config": {"max_number": 20}}},
+           "train_env_manager": {"tags": ["LC", "G"]}}
+    native, report = translate(raw, "roll")
+    envs = native["env"]["custom_envs"]
+    assert envs["LC"]["seed_per_group"] is True and "seed_per_group" not in envs["G"]  # only an entry with a seed to replace
+    assert any(e.native == "env.custom_envs.LC.seed_per_group" for e in report.entries)
+    specs = parse_custom_envs({"LC": {"env_type": "task", "env_config": {"task": "sort", "seed": 42}, "seed_per_group": True},
+                               "fixed": {"env_type": "task", "env_config": {"task": "sort", "seed": 42}}})
+    step1, step2 = (episodes(specs, ["LC", "LC", "fixed"], 7, "s", s) for s in (1, 2))
+    seeds1, seeds2 = [c["seed"] for _, _, c in step1], [c["seed"] for _, _, c in step2]
+    assert seeds1 == seeds2 and seeds1[0] != seeds1[1] and seeds1[2] == 42  # per group, the same every step; the plain entry keeps 42
+    assert step1[0][1] != step2[0][1]  # while the reset seeds move on
+    with pytest.raises(ConfigError, match="seed_per_group: true gives each env group its own env_config.seed, and env_config has no seed"):
+        parse_custom_envs({"X": {"env_type": "task", "env_config": {"task": "sort"}, "seed_per_group": True}})

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.dialects.roll_defaults import GENERATING_DEFAULTS, ROLL_DEFAULT, is_pipeline
+from posttrain.config.dialects.report import Entry
 from posttrain.config.dialects.translate import Context
 from posttrain.config.tables import Rule
 
@@ -85,6 +86,22 @@ def _turn_cap(ctx: Context, manager: str, key: str, value: Any) -> None:
         ctx.drop(key, f"each turn is capped by the environment's max_tokens_per_step ({', '.join(f'{t}: {caps[t]}' for t in tags)}), at most {value}: ROLL takes the smaller, so this changes nothing")
     else:
         ctx.refuse(key, f"a per-turn cap of {value} tokens: posttrain caps each turn by custom_envs.<tag>.max_tokens_per_step; set it to at most {value} for {', '.join(looser) or 'every environment the manager runs'}", None, value)
+
+
+def group_seeded_envs(ctx: Context) -> None:
+    """ROLL's env managers build each group's environment with the group's own seed in place of an
+    env_config ``seed`` (TrajEnvManager: "seed" in the config is replaced by the group seed), so a seeded
+    dataset environment (GEM's rg:NAME) differs from group to group: posttrain's seed_per_group."""
+    envs = ctx.get("custom_envs") or {}
+    if not isinstance(envs, dict):
+        return
+    for tag, entry in envs.items():
+        config = entry.get("env_config") if isinstance(entry, dict) else None
+        if isinstance(config, dict) and "seed" in config and "seed_per_group" not in entry:
+            # the entries reach env.custom_envs as they are (the section's rule copies the mapping): marked in place
+            entry["seed_per_group"] = True
+            ctx.report.add(Entry(f"custom_envs.{tag}.env_config.seed", "translated", f"env.custom_envs.{tag}.seed_per_group", True,
+                                 "ROLL's env managers build each group's environment with the group's seed in place of this one"))
 
 
 _AGENTIC = (("train_env_manager.tags", ["E"]), ("custom_envs", {"E": {"env_type": "frozen_lake", "max_tokens_per_step": 16}}))
