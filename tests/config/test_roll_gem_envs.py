@@ -83,3 +83,18 @@ def test_an_env_config_seed_is_each_groups_own_as_rolls_env_managers_build_them(
     assert step1[0][1] != step2[0][1]  # while the reset seeds move on
     with pytest.raises(ConfigError, match="seed_per_group: true gives each env group its own env_config.seed, and env_config has no seed"):
         parse_custom_envs({"X": {"env_type": "task", "env_config": {"task": "sort"}, "seed_per_group": True}})
+
+
+def test_rolls_env_manager_format_penalty_is_inert_as_in_roll():
+    """ROLL 8eb27cc declares train_env_manager.format_penalty and reads it nowhere (its env managers stopped
+    adding it): only the environment's own env_config.format_penalty penalises an action."""
+    from posttrain.config.dialects import translate
+
+    raw = {"custom_envs": {"G": {"env_type": "game:GuessTheNumber-v0", "env_config": {"max_number": 20}},
+                           "S": {"env_type": "sokoban", "env_config": {"format_penalty": -0.15}}},
+           "train_env_manager": {"tags": ["G", "S"], "format_penalty": -0.3}, "val_env_manager": {"tags": ["G"], "format_penalty": -0.3}}
+    native, report = translate(raw, "roll")
+    assert "format_penalty" not in native.get("env", {}).get("train_env_manager", {})
+    dropped = {e.key: e.reason for e in report.entries if e.status == "dropped"}
+    assert "read by none of its code" in dropped["train_env_manager.format_penalty"] and "val_env_manager.format_penalty" in dropped
+    assert native["env"]["custom_envs"]["S"]["env_config"]["format_penalty"] == -0.15  # the env's own penalty stays

@@ -25,7 +25,7 @@ class EnvManagerConfig:
     tags: list[str] = param(factory=list, doc="Names of the environments (keys of env.custom_envs) to run.", refs=["roll:.tags"])
     num_groups_partition: list[int] = param(factory=list, doc="Groups given to each tag, in order; empty splits num_env_groups evenly.", refs=["roll:.num_groups_partition", "roll:.n_groups"])
     max_traj_per_env: int = param(-1, doc="Most episodes one environment may play per step (validation: per validation); -1 means as many as the step needs. Training environments play data.train_batch_size x rollout.n / (num_env_groups x group_size) episodes each, with their own seeds, validation ones one: a smaller value is refused, a larger one changes nothing.", ge=-1, refs=["roll:.max_traj_per_env"])
-    format_penalty: float = param(0.0, doc="Reward added (a negative number) per action the action_pattern or the env rejects; a custom_envs entry's own format_penalty wins.", le=0, refs=["roll:.format_penalty"])
+    format_penalty: float = param(0.0, doc="Reward added (a negative number) per action the action_pattern or the env rejects; a custom_envs entry's own format_penalty wins.", le=0)
     max_env_num_per_worker: int = param(0, doc="Most environments whose turns go to the engine in one generate call; 0 means all live ones.", ge=0, refs=["roll:.max_env_num_per_worker"])
 
 
@@ -60,6 +60,9 @@ UNSUPPORTED: dict[str, str] = {
 NO_EFFECT: dict[str, str] = {
     "roll:parse_tool_call_parameter_to_dict": ("ROLL turns tool-call arguments into dicts before it renders the model's turns again "
                                                "with the chat template; posttrain never renders the model's turns again (it keeps the sampled tokens)"),
+    **{f"roll:{m}.format_penalty": ("declared by ROLL's env manager config and read by none of its code: since its env managers "
+                                    "stopped adding it (August 2025) only an environment's own env_config.format_penalty penalises "
+                                    "an action, which posttrain reads from the custom_envs entry") for m in ("train_env_manager", "val_env_manager")},
     "roll:custom_env": "template library of ROLL's traj_envs.yaml: its entries reach posttrain through custom_envs' interpolations",
     "roll:default_history_length": ("template variable of ROLL's step_envs.yaml (the history_length its entries interpolate): "
                                     "not a field of ROLL's config, it does nothing by itself; where custom_envs interpolates it, "
