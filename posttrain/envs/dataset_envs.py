@@ -33,6 +33,7 @@ reported before any model is loaded.
 from __future__ import annotations
 
 import functools
+import os
 import random
 import re
 import string
@@ -65,8 +66,6 @@ def dataset_rows(dataset_name: str, split: str) -> tuple[dict[str, Any], ...]:
 
 def _is_name(dataset_name: str) -> bool:
     """A folder or hub name takes ``@split``; a data file is its own split."""
-    import os
-
     return "@" not in dataset_name and not os.path.isfile(os.path.expanduser(dataset_name)) and \
         os.path.splitext(dataset_name)[1].lower() not in (".parquet", ".jsonl", ".json", ".csv")
 
