@@ -41,6 +41,9 @@ class Env(Protocol):
 # Optional methods (not part of the Protocol: the loop checks for them):
 #   state() -> Hashable: the environment's current state. GiGPO (adv_estimator: gigpo) groups the
 #       turns of an env group taken in equal states; without it the observation text stands in.
+#   suffix() -> str | None: text written after the current observation where ROLL's env managers write
+#       an environment's info["suffix"] (GEM's task suffix): after it in prompt_mode observation_window,
+#       as the {suffix} field of a conversation's agent_template. Read after the reset and each step.
 #   expert_action() -> str: a planner's action in the current state; `posttrain make-env-data`
 #       writes expert trajectories for an SFT warm-up with it (posttrain.envs.expert).
 

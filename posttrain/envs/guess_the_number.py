@@ -20,8 +20,8 @@ and ``max_turns`` ceil(sqrt(M - 1)) + 1, as GEM does. The draws are GEM's: Pytho
 with the reset seed gives M (random variant) and then the secret, so a seed gives GEM's game.
 
 The first observation explains the game; the others are the hint of the last guess. GEM also hands
-ROLL a suffix ("enter your next guess") to write after each observation; here the entry's
-agent_template asks for the next guess instead.
+ROLL a suffix asking for the next guess with every observation, which ROLL's StepConcatEnvManager
+writes after it: `suffix()` gives it (the agent loop writes it where ROLL does).
 
 >>> game = GuessTheNumber()
 >>> game.reset(seed=1).splitlines()[0]
@@ -45,6 +45,7 @@ from posttrain.envs.registry import register_env
 SUCCESS_REWARD = 1.0
 STEP_REWARD = 0.0  # a hint, and also a guess outside the range or a repeated one (GEM's invalid_action_reward)
 FORMAT_ERROR_REWARD = -0.1  # no guess could be read
+SUFFIX = "Give your next guess."  # GEM hands ROLL its task suffix with every observation
 _GUESS = re.compile(r"\\boxed\{(\d+)\}")  # GEM reads digits only: a sign or a decimal point is no guess
 
 
@@ -78,6 +79,10 @@ class GuessTheNumber:
         self.secret = 0
         self.turns = 0
         self.guessed: set[int] = set()
+
+    def suffix(self) -> str:
+        """GEM's task suffix, which ROLL's step managers write after each observation (in posttrain's words)."""
+        return SUFFIX
 
     def reset(self, seed: int) -> str:
         rng = random.Random(seed)  # the draws of GEM's seeded global generator, in its order

@@ -11,7 +11,8 @@ trajectory env manager (TrajEnvManager) writes its turns::
     ...
 
 The fields are the observation, the number of the action the model is about to take (from 1), the
-actions it has left counting that one, and the entry's max_tokens_per_step. A tool env's observation
+actions it has left counting that one, the entry's max_tokens_per_step, and the environment's
+``suffix()`` ("" when it has none: ROLL's ``info["suffix"]``, e.g. GEM's "enter your next guess"). A tool env's observation
 (a list of chat messages) is not written through the template: its messages follow as they are.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FIELDS = ("observation", "turn_idx", "actions_left", "max_response_length")
+FIELDS = ("observation", "turn_idx", "actions_left", "max_response_length", "suffix")
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,12 @@ class TurnTemplate:
     template: str  # each observation turn's user message
     system: str | None  # the system message; the env instruction then opens the first user message
 
-    def user(self, observation: str, turn_idx: int, actions_left: int, max_tokens: int | None) -> str:
+    def user(self, observation: str, turn_idx: int, actions_left: int, max_tokens: int | None, suffix: str = "") -> str:
         """The user message before action `turn_idx` (from 1)."""
         return self.template.format(observation=observation, turn_idx=turn_idx, actions_left=actions_left,
-                                    max_response_length=max_tokens)
+                                    max_response_length=max_tokens, suffix=suffix)
 
-    def first(self, instruction: str, observation: str, max_steps: int, max_tokens: int | None) -> tuple[str, str]:
+    def first(self, instruction: str, observation: str, max_steps: int, max_tokens: int | None, suffix: str = "") -> tuple[str, str]:
         """The (system, user) messages of the first prompt."""
-        user = self.user(observation, 1, max_steps, max_tokens)
+        user = self.user(observation, 1, max_steps, max_tokens, suffix)
         return self.system or "", f"{instruction}\n{user}" if instruction else user

@@ -61,13 +61,16 @@ class WindowSpec:
     template: str  # agent_template: the user message
     system_template: str | None  # agent_system_template: the system message, None for none
 
-    def messages(self, instruction: str, past: Sequence[PastStep], observation: str, max_tokens: int | None) -> tuple[str, str]:
-        """(system, user) of the prompt of step len(past) + 1; system "" means no system message."""
+    def messages(self, instruction: str, past: Sequence[PastStep], observation: str, max_tokens: int | None,
+                 suffix: str = "") -> tuple[str, str]:
+        """(system, user) of the prompt of step len(past) + 1; system "" means no system message. `suffix`
+        (the env's `suffix()`) follows the current observation in observation_window, as ROLL's
+        StepConcatEnvManager writes ``observation + "\n" + suffix``."""
         steps = len(past)
         shown = list(past) if self.window is None else list(past[max(steps - self.window, 0):])
         first = steps - len(shown) + 1  # the 1-based step number of the window's first entry
         if self.mode == "observation_window":
-            fields = {"history": "\n".join(p.observation for p in shown), "current_observation": f"{observation}\n"}
+            fields = {"history": "\n".join(p.observation for p in shown), "current_observation": f"{observation}\n{suffix}"}
         else:
             entries = [_entry(first + i, p) for i, p in enumerate(shown) if self.history_steps == "all" or not p.valid]
             fields = {"env_instruction": instruction, "history": ", ".join(entries), "step_count": steps,

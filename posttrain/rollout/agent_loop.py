@@ -118,6 +118,7 @@ def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: 
     try:
         first = call_env(lambda: slot.env.reset(seed=slot.seed), limits.faults.step_timeout, head, "reset")
         first = check_observation(first, _name(slot), slot.seed, None)
+        suffix = env_suffix(slot, None, limits.faults.step_timeout)
     except (EnvFailure, EnvError) as failure:
         # no first observation, so no action: a row of one environment token that trains nothing
         traj = Trajectory(slot.spec.tag, slot.seed, slot.group, renderer.prompt_ids(slot.spec.instruction, ""), failed=str(failure))
@@ -125,7 +126,7 @@ def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: 
         traj.turns.append(Turn((0, 0), (0, 1), "", limits.faults.failure_penalty, True, None))
         failures.add(failure)
         return traj
-    traj = Trajectory(slot.spec.tag, slot.seed, slot.group, [], observation=first)
+    traj = Trajectory(slot.spec.tag, slot.seed, slot.group, [], observation=first, suffix=suffix)
     if slot.spec.window is not None:
         traj.prompt_ids = window_prompt_ids(slot.spec, traj, renderer)
         traj.turn_prompts, traj.observations = [traj.prompt_ids], [first]
@@ -133,7 +134,7 @@ def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: 
         traj.prompt_ids = slot.prompt_ids
     elif slot.spec.turns is not None and isinstance(first, str):
         spec = slot.spec
-        traj.prompt_ids = renderer.prompt_ids(*spec.turns.first(spec.instruction, first, spec.max_steps, spec.max_tokens_per_step))
+        traj.prompt_ids = renderer.prompt_ids(*spec.turns.first(spec.instruction, first, spec.max_steps, spec.max_tokens_per_step, traj.suffix))
     else:
         traj.prompt_ids = renderer.prompt_ids(slot.spec.instruction, first)
     if len(traj.prompt_ids) > limits.max_prompt_length:
@@ -148,7 +149,7 @@ def window_prompt_ids(spec: EnvSpec, traj: Trajectory, renderer: TurnRenderer) -
     """The prompt of the trajectory's next action in the entry's window mode: its earlier steps
     (`traj.observations` pairs with `traj.turns`) and the current observation."""
     past = [PastStep(o, spec.parse_action(t.action_text) or "", t.reward, t.valid) for o, t in zip(traj.observations, traj.turns)]
-    system, user = spec.window.messages(spec.instruction, past, str(traj.observation), spec.max_tokens_per_step)
+    system, user = spec.window.messages(spec.instruction, past, str(traj.observation), spec.max_tokens_per_step, traj.suffix)
     return renderer.prompt_ids(system, user)
 
 
@@ -184,6 +185,8 @@ def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float],
             raw = call_env(lambda: slot.env.step(action), limits.faults.step_timeout, where(_name(slot), slot.seed, turn), "step")
             result = check_step(raw, _name(slot), slot.seed, turn)
             reward, traj.observation, traj.done = result.reward, result.observation, result.done
+            if not traj.done:
+                traj.suffix = env_suffix(slot, turn, limits.faults.step_timeout)
             valid = bool(result.info.get("action_is_valid", True))
             traj.success = bool(result.info.get("success", False))
     except (EnvFailure, EnvError) as failure:
@@ -198,7 +201,7 @@ def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float],
         if turn >= slot.spec.max_steps:
             traj.truncated = True
         elif slot.spec.window is None:
-            answer = renderer.observation_ids(_observation_turn(slot.spec, traj.observation, turn), ended=bool(ids) and ids[-1] == renderer.eos_id)
+            answer = renderer.observation_ids(_observation_turn(slot.spec, traj.observation, turn, traj.suffix), ended=bool(ids) and ids[-1] == renderer.eos_id)
             if len(traj.response_ids) + len(answer) >= limits.max_response_length:
                 traj.truncated = True  # no room left for one more action after this observation
             else:
@@ -208,11 +211,23 @@ def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float],
         _next_window(slot, traj, renderer, limits)
 
 
-def _observation_turn(spec: EnvSpec, observation: Any, turn: int) -> Any:
+def _observation_turn(spec: EnvSpec, observation: Any, turn: int, suffix: str = "") -> Any:
     """The user turn after action `turn` (from 1): the observation, through the entry's agent_template if it has one."""
     if spec.turns is None or not isinstance(observation, str):
         return observation
-    return spec.turns.user(observation, turn + 1, spec.max_steps - turn, spec.max_tokens_per_step)
+    return spec.turns.user(observation, turn + 1, spec.max_steps - turn, spec.max_tokens_per_step, suffix)
+
+
+def env_suffix(slot: EnvSlot, turn: int | None, timeout: float | None) -> str:
+    """The env's optional `suffix()`: text ROLL's managers write after the current observation (GEM's
+    task suffix, e.g. "enter your next guess"); "" when it has none."""
+    suffix = getattr(slot.env, "suffix", None)
+    if not callable(suffix):
+        return ""
+    value = call_env(suffix, timeout, where(_name(slot), slot.seed, turn), "suffix()")
+    if value is not None and not isinstance(value, str):
+        raise EnvFailure(f"{where(_name(slot), slot.seed, turn)}: suffix() returned a {type(value).__name__}; it must return a str or None")
+    return value or ""
 
 
 def _next_window(slot: EnvSlot, traj: Trajectory, renderer: TurnRenderer, limits: LoopLimits) -> None:

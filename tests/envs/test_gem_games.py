@@ -147,7 +147,9 @@ def test_an_episode_through_the_agent_loop_shows_the_earlier_hints():
     last = TOK.decode(engine.calls[2][0].input_ids[0][engine.calls[2][0].attention_mask[0] > 0])
     rules = GuessTheNumber().reset(0)
     assert (f"Observation:\n{rules}\nGuess 1: 10 is too low; the secret number is higher than 10.\n"
-            "Guess 2: 15 is too high; the secret number is lower than 15.\nAnswer") in last
+            "Guess 2: 15 is too high; the secret number is lower than 15.\nGive your next guess.Answer") in last
+    # the game's suffix follows the current observation only, as ROLL's StepConcatEnvManager writes it
+    assert last.count("Give your next guess.") == 1
     # an unreadable guess: GEM's -0.1 and the entry's format penalty, and the episode is over
     engine = ScriptedEngine(["no idea"])
     [traj] = run_episodes([EnvSlot(GuessTheNumber(), spec, 0, "g0", -0.5)], engine, SamplingParams(), renderer, LoopLimits(2048, 64), "s")

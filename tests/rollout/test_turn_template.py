@@ -32,3 +32,29 @@ def test_without_a_template_the_observations_come_as_they_are():
     assert plain[1].endswith(turn("_GP_"))
     _, system_only = play(agent_system_template="S")  # the template defaults to the bare observation
     assert system_only[0] == chat("Move P to G: answer L or R.\n_G_P")
+
+
+def test_the_suffix_field_is_the_envs_suffix_after_each_observation():
+    """ROLL's TrajEnvManager fills {suffix} from the env's info; posttrain from the env's optional suffix()."""
+    from posttrain.envs.spec import parse_custom_envs
+    from posttrain.envs.walk import Walk
+    from posttrain.rollout.agent_loop import EnvSlot, run_episodes
+    from posttrain.rollout.base import SamplingParams
+    from tests.rollout.test_window_prompts import RENDERER, SCRIPT, ScriptedEngine
+
+    class Hinted(Walk):
+        calls = 0
+
+        def suffix(self):
+            self.calls += 1
+            return f"[{self.calls}]"  # read after the reset and after each step that does not end the episode
+
+    spec = parse_custom_envs({"W": {"env_type": "walk", "env_config": {"size": 4}, "max_steps": 3, "agent_template": "{observation} {suffix}",
+                                    "agent_system_template": "S"}})["W"]
+    engine = ScriptedEngine(SCRIPT)
+    [traj] = run_episodes([EnvSlot(Hinted(size=4), spec, 0, "g0", -0.1)], engine, SamplingParams(), RENDERER, LoopLimits(512, 512), "s")
+    shown = [TOK.decode(p.input_ids[0][p.attention_mask[0] > 0]) for p, _ in engine.calls]
+    assert shown[0] == chat("Move P to G: answer L or R.\n_G_P [1]")
+    assert shown[1].endswith(turn("_GP_ [2]")) and shown[2].endswith(turn("_G_P [3]"))
+    _, plain = play(agent_template="{observation} {suffix}", agent_system_template="S")  # an env without suffix(): ""
+    assert plain[0] == chat("Move P to G: answer L or R.\n_G_P ")

@@ -42,7 +42,7 @@ def test_one_step_over_guess_the_number_from_a_yaml_file(tmp_path):
     for row in rows:  # the first (and, with no readable guess, only) action's prompt
         assert row["prompt"].startswith("<|im_start|>user\nYou play a game.\nObservation:\n\nGuess the secret whole number "
                                         "between 3 and 40 (both included) in at most 12 guesses.\n")
-        assert row["prompt"].endswith("Make your first guess.\nPut your guess in \\boxed{}.<|im_end|>\n<|im_start|>assistant\n")
+        assert row["prompt"].endswith("Make your first guess.\nGive your next guess.Put your guess in \\boxed{}.<|im_end|>\n<|im_start|>assistant\n")
         assert "\\boxed{" not in row["response"]  # a random model: GEM ends the game on the first turn
         assert row["score"] == pytest.approx(-0.1 - 0.2)
     [metrics] = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"env/reward"' in line]
