@@ -75,7 +75,7 @@ def test_refused_and_bad_entry_keys_are_all_named():
         parse_custom_envs({"W": entry})
     problems = e.value.problems
     assert ("env.custom_envs.W.agent_template: fields ['obs'] are not filled in prompt_mode conversation; it fills "
-            "['observation', 'turn_idx', 'actions_left', 'max_response_length']") in problems
+            "['observation', 'turn_idx', 'actions_left', 'max_response_length', 'suffix']") in problems
     assert any(p.startswith("env.custom_envs.W.env_manager_cls: not supported") for p in problems)
     assert any(p.startswith("env.custom_envs.W.history: unknown key") for p in problems)
     assert "env.custom_envs.W.max_env_step_concurrent: must be an integer >= 0 (0: no limit), got -1" in problems
