@@ -236,6 +236,7 @@ def test_the_email_search_workflow_becomes_the_email_agent():
     assert native["reward"]["auxiliary_models"]["judge"]["model_path"] == "/models/judge"
     got = entries(raw)
     assert got[f"{_IN}.taskset.workflow_args.tool_obs_char_limit"][0] == "dropped"
+    assert "rollout.agent.kwargs.judge_max_tokens" in got["explorer.auxiliary_models[0].max_response_tokens"][1]
     assert "llm_as_a_judge" in got[f"{_IN}.taskset.reward_fn_args"][1]
     # without the judge the rubric needs no auxiliary model; with it, one is required
     train["reward_fn_args"] = {"llm_as_a_judge": False}

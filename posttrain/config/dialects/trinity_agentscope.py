@@ -197,7 +197,7 @@ def _judge(ctx: Context, source: str, name: str) -> bool:
     if not isinstance(models, list) or not models or not isinstance(models[0], dict):
         ctx.refuse(source, f"workflow {name!r} asks the first of explorer.auxiliary_models to judge each answer, and there is none", None, name)
         return False
-    auxiliary_model(ctx, models)
+    auxiliary_model(ctx, models, "rollout.agent.kwargs.judge_max_tokens")
     return True
 
 

@@ -139,8 +139,9 @@ def max_tokens(ctx: Context, model: dict[str, Any]) -> int:
     return int(model.get("max_response_tokens") or ctx.get("model.max_response_tokens") or 2048)
 
 
-def auxiliary_model(ctx: Context, models: list[Any]) -> None:
-    """explorer.auxiliary_models[0] -> reward.auxiliary_models.judge; later ones no judge workflow calls."""
+def auxiliary_model(ctx: Context, models: list[Any], reply_length: str = "the judge worker's reward_kwargs.max_tokens") -> None:
+    """explorer.auxiliary_models[0] -> reward.auxiliary_models.judge; later ones no judge workflow calls.
+    `reply_length`: the posttrain setting that carries the judge's reply length."""
     ctx.consume(_AUX)
     base, model = "reward.auxiliary_models.judge", models[0]
     for i, extra in enumerate(models[1:], start=1):
@@ -169,7 +170,7 @@ def auxiliary_model(ctx: Context, models: list[Any]) -> None:
         elif key in _VLLM_KWARGS:
             ctx.set(f"{base}.engine.kwargs.{key}", value, where, "passed to vLLM as Trinity-RFT passes it")
         elif key in ("max_response_tokens", "max_tokens"):
-            ctx.drop(where, "the judge worker's reward_kwargs.max_tokens (the server's default reply length in Trinity-RFT)")
+            ctx.drop(where, f"{reply_length} (the server's default reply length in Trinity-RFT)")
         elif key == "enable_thinking" and value in (None, False):
             ctx.drop(where, "posttrain renders the judge's chat template without an enable_thinking variable: the same for a template "
                                "without a thinking switch (a hybrid-thinking template such as Qwen3's would think)")
