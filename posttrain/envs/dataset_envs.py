@@ -43,6 +43,7 @@ import numpy as np
 
 from posttrain.envs.registry import register_env
 from posttrain.errors import DataError
+from posttrain.files import dataset_entry
 from posttrain.tasks.answers import last_boxed
 
 QA_INSTRUCTION = (
@@ -54,20 +55,17 @@ QA_INSTRUCTION = (
 @functools.lru_cache(maxsize=8)
 def dataset_rows(dataset_name: str, split: str) -> tuple[dict[str, Any], ...]:
     """Every row of the dataset's split, read once per process (an env is built for every group of every step)."""
+    from posttrain.data.files import FORMATS
     from posttrain.data.sources import read_entry
 
     setting = "dataset_name"
-    rows = [row for _, part in read_entry(f"{dataset_name}@{split}" if _is_name(dataset_name) else dataset_name,
-                                          setting=setting) for row in part]
+    # a data file is its own split (read_entry's test for one); a folder or hub name takes @split unless it names one
+    one_file = os.path.splitext(dataset_name)[1].lower() in FORMATS or os.path.isfile(os.path.expanduser(dataset_name))
+    entry = dataset_name if one_file or "@" in dataset_name else dataset_entry(dataset_name, None, split)
+    rows = [row for _, part in read_entry(entry, setting=setting) for row in part]
     if not rows:
         raise DataError(f"{setting}: {dataset_name} ({split}) has no rows")
     return tuple(rows)
-
-
-def _is_name(dataset_name: str) -> bool:
-    """A folder or hub name takes ``@split``; a data file is its own split."""
-    return "@" not in dataset_name and not os.path.isfile(os.path.expanduser(dataset_name)) and \
-        os.path.splitext(dataset_name)[1].lower() not in (".parquet", ".jsonl", ".json", ".csv")
 
 
 class _DatasetEnv:
