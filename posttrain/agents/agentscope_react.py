@@ -134,9 +134,14 @@ async def math_agent(base_url: str, row: dict[str, Any], *, prompt_key: str = "p
     question, truth = _columns(row, prompt_key, response_key)
     agent = _agent(base_url, MATH_SYSTEM_PROMPT, max_tokens, code_tool=True, meta_tool=False)
     reply = await agent.reply(_as().Msg("user", question, role="user"), structured_model=_result_model())
+    return {**boxed_reward(reply_field(reply, "result"), gsm8k_truth(truth)), "react_memory_length": float(len(agent.memory.content))}
+
+
+def reply_field(reply: Any, name: str) -> str:
+    """The structured reply's field `name` as text, else the text of the agent's final message (as
+    Trinity-RFT's workflows read a reply that did not come through generate_response)."""
     metadata = reply.metadata if isinstance(reply.metadata, dict) else {}
-    result = metadata["result"] if "result" in metadata else reply.get_text_content() or ""
-    return {**boxed_reward(str(result), gsm8k_truth(truth)), "react_memory_length": float(len(agent.memory.content))}
+    return str(metadata[name]) if name in metadata else reply.get_text_content() or ""
 
 
 def _columns(row: dict[str, Any], prompt_key: str, response_key: str) -> tuple[str, Any]:

@@ -35,7 +35,7 @@ import re
 import shutil
 from typing import Any
 
-from posttrain.agents.agentscope_react import _agent, _as, _columns
+from posttrain.agents.agentscope_react import _agent, _as, _columns, reply_field
 from posttrain.rewards.auxiliary import chat
 
 SYSTEM_PROMPT = ("You are an expert at finding information on the web. Search as thoroughly as the question needs, "
@@ -116,7 +116,7 @@ async def search_agent(base_url: str, row: dict[str, Any], *, prompt_key: str = 
     finally:
         if client.is_connected:
             await client.close()
-    answer = _answer(reply)
+    answer = None if reply is None else reply_field(reply, "result")  # no reply: the session failed, nothing to judge
     correct, judge_error = False, False
     if answer is not None:
         prompt = JUDGE_PROMPT.format(question=question, response=answer, answer=truth)
@@ -131,13 +131,3 @@ async def search_agent(base_url: str, row: dict[str, Any], *, prompt_key: str = 
 
 
 search_agent.check_kwargs = check_kwargs  # type: ignore[attr-defined]  (read by posttrain.trainer.agent_fn)
-
-
-def _answer(reply: Any) -> str | None:
-    """The structured reply's result, else the text of the agent's last message (None: no reply)."""
-    if reply is None:
-        return None
-    metadata = reply.metadata if isinstance(reply.metadata, dict) else {}
-    if "result" in metadata:
-        return str(metadata["result"])
-    return reply.get_text_content() or ""

@@ -219,7 +219,7 @@ def test_the_search_workflow_becomes_the_search_agent_with_its_judge_and_evaluat
     assert status == "refused" and "posttrain trains every call" in reason
     del raw["explorer"]["auxiliary_models"]
     status, reason, _, _ = entries(raw)[f"{_IN}.taskset.default_workflow_type"]
-    assert status == "refused" and "to judge each answer, and there is none" in reason
+    assert status == "refused" and "calls the first of explorer.auxiliary_models as its judge, and there is none" in reason
 
 
 def test_the_email_search_workflow_becomes_the_email_agent():

@@ -40,6 +40,7 @@ from typing import Any
 
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_agent import ARGS, PARSER_KEYS, SERVER_KEYS
+from posttrain.config.dialects.trinity_judges import judge_models, max_tokens
 
 MODULE = "posttrain.agents.agentscope_react"
 FROZENLAKE = "examples.agentscope_frozenlake.workflow.FrozenLakeWorkflow"  # Trinity-RFT's example of that name
@@ -93,7 +94,7 @@ def agentscope_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: s
     if not training:
         _evaluation(ctx, prefix, name, source, function, kwargs, args)
         return
-    if name in JUDGED and kwargs.get("llm_as_a_judge", True) and not _judge(ctx, source, name):
+    if name in JUDGED and kwargs.get("llm_as_a_judge", True) and judge_models(ctx, source, name, "rollout.agent.kwargs.judge_max_tokens") is None:
         return
     if name in JUDGED and not kwargs.get("llm_as_a_judge", True) and ctx.get("explorer.auxiliary_models"):
         ctx.consume("explorer.auxiliary_models")
@@ -141,8 +142,6 @@ def _kwargs(ctx: Context, item: dict[str, Any], name: str, args: dict[str, Any])
         kwargs["max_tokens"] = rollout_args.get("max_tokens")  # None: the response length, as Trinity-RFT's model default
         return kwargs
     if name in JUDGED:
-        from posttrain.config.dialects.trinity_judges import max_tokens
-
         models = ctx.get("explorer.auxiliary_models") or [{}]
         judge = models[0] if isinstance(models, list) and models and isinstance(models[0], dict) else {}
         kwargs.update(max_turns=int(args.get("max_turns", 10)), judge_max_tokens=max_tokens(ctx, judge))  # the judge server's default reply length
@@ -187,18 +186,6 @@ def _evaluation(ctx: Context, prefix: str, name: str, source: str, function: str
             ctx.drop(f"{prefix}.workflow_args.{arg}", "read into the evaluation's settings (rollout.agent.val_kwargs where they differ "
                                                       "from training's)" if arg in _AGENT_ARGS.get(name, ()) else
                      _UNREAD.get((name, arg), "as the training taskset's: validation uses the stage's rollout.agent"))
-
-
-def _judge(ctx: Context, source: str, name: str) -> bool:
-    """The search workflow's judge: explorer.auxiliary_models[0] -> reward.auxiliary_models.judge."""
-    from posttrain.config.dialects.trinity_judges import auxiliary_model
-
-    models = ctx.get("explorer.auxiliary_models") or []
-    if not isinstance(models, list) or not models or not isinstance(models[0], dict):
-        ctx.refuse(source, f"workflow {name!r} asks the first of explorer.auxiliary_models to judge each answer, and there is none", None, name)
-        return False
-    auxiliary_model(ctx, models, "rollout.agent.kwargs.judge_max_tokens")
-    return True
 
 
 def _max_model_tokens(ctx: Context, key: str, value: Any) -> None:

@@ -80,11 +80,9 @@ def judge_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, s
             ctx.refuse(source, f"an evaluation taskset judged by {name} while the training taskset runs {training_workflow(ctx)!r}: "
                                "posttrain validates with the training stage's reward", None, name)
         return
-    models = ctx.get(_AUX) or []
-    if not isinstance(models, list) or not models or not isinstance(models[0], dict):
-        ctx.refuse(source, f"workflow {name!r} calls the first of explorer.auxiliary_models as its judge, and there is none", None, name)
+    models = judge_models(ctx, source, name)
+    if models is None:
         return
-    auxiliary_model(ctx, models)
     worker, kwargs = "reward.workers.judge", {"model": "judge", "max_tokens": max_tokens(ctx, models[0])}
     system = (item.get("format") or {}).get("system_prompt")
     if name == LEARN2ASK:
@@ -137,6 +135,17 @@ def _no_reward(ctx: Context, prefix: str, item: dict[str, Any], name: str) -> No
 def max_tokens(ctx: Context, model: dict[str, Any]) -> int:
     """Trinity-RFT's server default for the judge's reply: its max_response_tokens, else the policy's."""
     return int(model.get("max_response_tokens") or ctx.get("model.max_response_tokens") or 2048)
+
+
+def judge_models(ctx: Context, source: str, name: str, reply_length: str = "the judge worker's reward_kwargs.max_tokens") -> list[Any] | None:
+    """explorer.auxiliary_models, the first translated as the judge of workflow `name` (`auxiliary_model`);
+    None, with `source` refused, when there is none."""
+    models = ctx.get(_AUX) or []
+    if not isinstance(models, list) or not models or not isinstance(models[0], dict):
+        ctx.refuse(source, f"workflow {name!r} calls the first of explorer.auxiliary_models as its judge, and there is none", None, name)
+        return None
+    auxiliary_model(ctx, models, reply_length)
+    return models
 
 
 def auxiliary_model(ctx: Context, models: list[Any], reply_length: str = "the judge worker's reward_kwargs.max_tokens") -> None:
