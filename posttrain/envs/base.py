@@ -64,18 +64,28 @@ def where(name: str, seed: int, turn: int | None) -> str:
     return f"environment {name} (seed {seed}, {at})"
 
 
-def check_observation(value: Any, name: str, seed: int, turn: int | None) -> str | list[dict[str, str]]:
+def _is_messages(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
+
+
+def check_observation(value: Any, name: str, seed: int, turn: int | None, messages: bool = False) -> str | list[dict[str, str]]:
     """A str (one user turn) or, after an action, a list of chat messages ({role, content}: a tool
-    env's tool answers) rendered as they are."""
-    if isinstance(value, list) and turn is not None and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value):
+    env's tool answers) rendered as they are. With `messages` (prompt_mode messages) the observation
+    is the whole conversation so far, a non-empty list of chat messages, at the reset too."""
+    if messages:
+        if not value or not _is_messages(value):
+            raise EnvError(f"{where(name, seed, turn)}: in prompt_mode messages the observation must be the conversation so far, a "
+                           f"non-empty list of {{'role': str, 'content': str}} messages, got {type(value).__name__}: {value!r:.80}")
+        return value
+    if turn is not None and _is_messages(value):
         return value
     if not isinstance(value, str):
         raise EnvError(f"{where(name, seed, turn)}: the observation must be a str, got {type(value).__name__}: {value!r:.80}")
     return value
 
 
-def check_step(value: Any, name: str, seed: int, turn: int) -> StepResult:
+def check_step(value: Any, name: str, seed: int, turn: int, messages: bool = False) -> StepResult:
     """`value` as a `StepResult`, or an `EnvError` saying what is wrong with it.
 
     >>> check_step(("ok", 1, False, {}), "walk", 3, 1).reward
@@ -90,7 +100,7 @@ def check_step(value: Any, name: str, seed: int, turn: int) -> StepResult:
         got = f"a tuple of {len(value)}" if isinstance(value, tuple) else type(value).__name__
         raise EnvError(f"{head}: step() must return (observation, reward, done, info), got {got}")
     observation, reward, done, info = value
-    check_observation(observation, name, seed, turn)
+    check_observation(observation, name, seed, turn, messages)
     if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(float(reward)):
         raise EnvError(f"{head}: the reward must be a finite number, got {reward!r:.80}")
     if not isinstance(done, bool):

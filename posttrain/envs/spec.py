@@ -15,7 +15,8 @@ An entry of ``custom_envs`` names one environment configuration (its tag) in ROL
         seed_per_group: false        # true: env_config.seed becomes each env group's own constant seed
 
 An entry may also prompt each action afresh from a template instead of the growing conversation
-(prompt_mode window / observation_window, ROLL's step env managers: posttrain.envs.window_spec).
+(prompt_mode window / observation_window, ROLL's step env managers: posttrain.envs.window_spec), or
+from the conversation its environment writes itself (prompt_mode messages: posttrain.envs.window).
 
 As in ROLL, max_steps, max_actions_per_traj, format_penalty, action_pattern and env_instruction may
 also sit inside env_config; the loop reads them from there and does not pass them to the class.
@@ -127,8 +128,10 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
     key = f"env.custom_envs.{tag}"
     if not isinstance(entry, dict):
         raise ConfigError(f"{key}: expected a mapping with env_type, env_config, ..., got {type(entry).__name__}")
+    # prompt_mode messages: the environment parses the model's text itself, so its pattern stays its own
+    native = (entry.get("prompt_mode") or MANAGERS.get(entry.get("env_manager_cls"))) == "messages"
     if isinstance(entry.get("env_config"), dict):
-        entry = _lift(entry, key)
+        entry = _lift(entry, key, ("action_pattern",) if native else ())
     problems = [f"{key}.{k}: not supported: {REFUSED[k]}" for k in entry if k in REFUSED and entry[k] not in SAME.get(k, ())]
     problems += [f"{key}.{k}: unknown key; an environment entry takes {list(KNOWN)}" for k in entry if k not in REFUSED and k not in KNOWN]
     if "env_type" not in entry:
@@ -151,7 +154,10 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
     if penalty is not None and (isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty > 0):
         problems.append(f"{key}.format_penalty: must be a number <= 0 (a penalty), got {penalty!r}")
     pattern = None
-    if entry.get("action_pattern") is not None:
+    if native and entry.get("action_pattern") is not None:
+        problems.append(f"{key}.action_pattern: not read in prompt_mode messages, where the environment keeps the model's whole "
+                        "text in its conversation and parses the action itself: give the pattern to the class in env_config")
+    elif entry.get("action_pattern") is not None:
         try:
             pattern = re.compile(str(entry["action_pattern"]), re.DOTALL)
         except re.error as e:
@@ -164,7 +170,10 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
         problems.append(f"{key}.seed_per_group: true or false, got {per_group!r}")
     elif per_group and "seed" not in env_config:
         problems.append(f"{key}.seed_per_group: true gives each env group its own env_config.seed, and env_config has no seed to replace")
-    tools, tool_problems = parse_tool_wrapper(entry["tool_wrapper"], f"{key}.tool_wrapper") if "tool_wrapper" in entry else (None, [])
+    if native and "tool_wrapper" in entry:
+        problems.append(f"{key}.tool_wrapper: not supported in prompt_mode messages: the text tools answer in front of an environment "
+                        "of text observations, and this one writes the whole conversation itself")
+    tools, tool_problems = parse_tool_wrapper(entry["tool_wrapper"], f"{key}.tool_wrapper") if "tool_wrapper" in entry and not native else (None, [])
     problems += tool_problems
     window, window_problems = parse_window(entry, key, tokens)
     turns, turn_problems = parse_turn_template(entry, key, tokens) if window is None and not window_problems else (None, [])
@@ -201,11 +210,11 @@ def _episodes(files: Any, cls: type, key: str) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-def _lift(entry: dict[str, Any], key: str) -> dict[str, Any]:
-    """`entry` with the loop's settings moved out of env_config (see LIFTED)."""
+def _lift(entry: dict[str, Any], key: str, keep: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`entry` with the loop's settings moved out of env_config (see LIFTED), but those in `keep`."""
     entry, env_config = dict(entry), dict(entry["env_config"])
     for name in LIFTED:
-        if name in env_config:
+        if name in env_config and name not in keep:
             value = env_config.pop(name)
             if entry.get(name, value) != value:
                 raise ConfigError(f"{key}: {name} is {entry[name]!r} and env_config.{name} is {value!r}; keep one")

@@ -16,6 +16,13 @@ by ``, `` (ROLL's StepEnvManager; an invalid action gets a reminder of the forma
 `observation_window` writes the earlier observations only, one per line, and fills only `history` and
 `current_observation` (ROLL's StepConcatEnvManager, GEM's concatenating wrapper). The action shown is
 what the action_pattern extracted, or "" when it rejected the text (ROLL's environments do the same).
+
+`messages` (ROLL's AgentNativeStepEnvManager) has no template: the environment writes the whole
+conversation itself. Its reset and every step return the chat messages so far (system, user,
+assistant, ...; the model's text is its own to append), and each action's prompt is those messages
+through the chat template with the generation prompt. The environment also reads the model's whole
+text (it keeps it in its conversation), so the loop applies no action_pattern: the environment parses
+the action and says whether it was valid (``info["action_is_valid"]``).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import string
 from dataclasses import dataclass
 from typing import Sequence
 
-MODES = ("conversation", "window", "observation_window")
+MODES = ("conversation", "window", "observation_window", "messages")
 HISTORY_STEPS = ("all", "invalid")
 # The fields each window mode fills (ROLL's render_dict of each manager).
 FIELDS = {

@@ -2,8 +2,9 @@
 
 posttrain's keys, with ROLL's that stand for them::
 
-    prompt_mode: window           # conversation (default) | window | observation_window
+    prompt_mode: window           # conversation (default) | window | observation_window | messages
                                   #   ROLL: env_manager_cls TrajEnvManager | StepEnvManager | StepConcatEnvManager
+                                  #         | AgentNativeStepEnvManager
     history_window: 2             # earlier steps in the window (default 0; null: all)
                                   #   ROLL: history_length h, a window of h - 1 earlier steps (0: all)
     history_steps: all            # all | invalid (only the window's steps whose action was invalid)
@@ -14,6 +15,8 @@ ROLL's StepEnvManager writes into its history only the window's steps whose acti
 ``sar_history.append`` sits under the invalid-action check, roll/pipeline/agentic/env_manager/
 step_env_manager.py), so ``env_manager_cls: ...StepEnvManager`` means ``history_steps: invalid``
 unless the entry sets it; posttrain's own `prompt_mode: window` writes every step by default.
+
+`prompt_mode: messages` takes none of the window keys: its environment writes the whole conversation.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ MANAGERS = {
     _ROLL + "traj_env_manager.TrajEnvManager": "conversation",
     _ROLL + "step_env_manager.StepEnvManager": "window",
     _ROLL + "step_concat_env_manager.StepConcatEnvManager": "observation_window",
+    _ROLL + "agent_native_env_manager.AgentNativeStepEnvManager": "messages",
 }
 WINDOW_KEYS = ("prompt_mode", "history_window", "history_length", "history_steps", "agent_template", "agent_system_template")
+_MESSAGES = "prompt_mode messages renders the environment's own conversation, with no template or window of steps; remove it"
 _CONVERSATION = ("prompt_mode conversation shows the model the whole episode so far, with no window of earlier steps; "
                  "set prompt_mode: window for one")
 
@@ -44,6 +49,9 @@ def parse_window(entry: dict[str, Any], key: str, max_tokens: int | None) -> tup
     if mode == "conversation":
         problems += [f"{key}.{k}: not supported: {_CONVERSATION}" for k in ("history_window", "history_length", "history_steps") if k in entry]
         return None, problems
+    if mode == "messages":
+        problems += [f"{key}.{k}: not read: {_MESSAGES}" for k in WINDOW_KEYS if k != "prompt_mode" and k in entry]
+        return (None, problems) if problems else (WindowSpec("messages", None, "all", "", None), [])
     window = _window(entry, key, problems)
     steps = entry.get("history_steps", "invalid" if entry.get("env_manager_cls") in MANAGERS and mode == "window" else "all")
     if steps not in HISTORY_STEPS:

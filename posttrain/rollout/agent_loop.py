@@ -24,7 +24,8 @@ An entry in a window prompt mode (posttrain.envs.window) is shown a prompt writt
 action (its instruction, a window of earlier steps, the current observation) instead of the episode
 so far: its response then holds the actions only, each prompt is kept in `turn_prompts`,
 `max_response_length` caps each action (not their sum: each trains as a sequence of its own), and
-the episode is also truncated when the next prompt would exceed `max_prompt_length`.
+the episode is also truncated when the next prompt would exceed `max_prompt_length`. In prompt_mode
+messages that prompt is the conversation the environment returned, through the chat template.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: 
     head = where(_name(slot), slot.seed, None)
     try:
         first = call_env(lambda: slot.env.reset(seed=slot.seed), limits.faults.step_timeout, head, "reset")
-        first = check_observation(first, _name(slot), slot.seed, None)
+        first = check_observation(first, _name(slot), slot.seed, None, _native(slot.spec))
         suffix = env_suffix(slot, None, limits.faults.step_timeout)
     except (EnvFailure, EnvError) as failure:
         # no first observation, so no action: a row of one environment token that trains nothing
@@ -129,7 +130,7 @@ def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: 
     traj = Trajectory(slot.spec.tag, slot.seed, slot.group, [], observation=first, suffix=suffix)
     if slot.spec.window is not None:
         traj.prompt_ids = window_prompt_ids(slot.spec, traj, renderer)
-        traj.turn_prompts, traj.observations = [traj.prompt_ids], [first]
+        traj.turn_prompts, traj.observations = [traj.prompt_ids], [_shown(first)]
     elif slot.prompt_ids is not None:
         traj.prompt_ids = slot.prompt_ids
     elif slot.spec.turns is not None and isinstance(first, str):
@@ -145,9 +146,23 @@ def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: 
     return traj
 
 
+def _native(spec: EnvSpec) -> bool:
+    """Whether the entry's environment writes the whole conversation itself (prompt_mode messages)."""
+    return spec.window is not None and spec.window.mode == "messages"
+
+
+def _shown(observation: str | list[dict[str, str]]) -> str:
+    """The text of an observation as an episode's frames show it: in prompt_mode messages the
+    conversation's newest message (what the environment answered)."""
+    return observation if isinstance(observation, str) else observation[-1]["content"]
+
+
 def window_prompt_ids(spec: EnvSpec, traj: Trajectory, renderer: TurnRenderer) -> list[int]:
     """The prompt of the trajectory's next action in the entry's window mode: its earlier steps
-    (`traj.observations` pairs with `traj.turns`) and the current observation."""
+    (`traj.observations` pairs with `traj.turns`) and the current observation; in prompt_mode
+    messages, the conversation the environment returned."""
+    if _native(spec):
+        return renderer.messages_ids(traj.observation)
     past = [PastStep(o, spec.parse_action(t.action_text) or "", t.reward, t.valid) for o, t in zip(traj.observations, traj.turns)]
     system, user = spec.window.messages(spec.instruction, past, str(traj.observation), spec.max_tokens_per_step, traj.suffix)
     return renderer.prompt_ids(system, user)
@@ -183,7 +198,7 @@ def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float],
         state = anchor_state(slot, traj, turn, limits.faults.step_timeout)  # the state the action was taken in (GiGPO)
         if action is not None:  # a text the pattern rejects never reaches the env: the state stays
             raw = call_env(lambda: slot.env.step(action), limits.faults.step_timeout, where(_name(slot), slot.seed, turn), "step")
-            result = check_step(raw, _name(slot), slot.seed, turn)
+            result = check_step(raw, _name(slot), slot.seed, turn, _native(slot.spec))
             reward, traj.observation, traj.done = result.reward, result.observation, result.done
             if not traj.done:
                 traj.suffix = env_suffix(slot, turn, limits.faults.step_timeout)
@@ -237,7 +252,7 @@ def _next_window(slot: EnvSlot, traj: Trajectory, renderer: TurnRenderer, limits
         traj.truncated = True  # as ROLL's step managers stop an episode whose next prompt fills the sequence
         return
     traj.turn_prompts.append(ids)
-    traj.observations.append(str(traj.observation))
+    traj.observations.append(_shown(traj.observation))
 
 
 def anchor_state(slot: EnvSlot, traj: Trajectory, turn: int, timeout: float | None) -> Any:

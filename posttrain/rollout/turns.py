@@ -48,6 +48,13 @@ class TurnRenderer:
         messages = [{"role": "system", "content": instruction}] if instruction else []
         return self._ids(self._render([*messages, {"role": "user", "content": observation}], True))
 
+    def messages_ids(self, messages: list[dict[str, Any]]) -> list[int]:
+        """A conversation an environment wrote itself (prompt_mode messages), with the generation prompt:
+        the prompt of the model's next action."""
+        if self.template is None:
+            return self._ids("".join(f"{m['content']}\n" for m in messages))
+        return self._ids(self._render(messages, True))
+
     def conversation_text(self, messages: list[dict[str, Any]], generation: bool) -> str:
         """A whole conversation in the template, with the tools and the data's template variables."""
         return self.tokenizer.apply_chat_template(messages, chat_template=self.template, tools=self.tools, tokenize=False,

@@ -64,3 +64,19 @@ def test_an_outcome_estimator_over_step_samples_is_refused():
     [entry] = [e for e in report.entries if e.key == "adv_estimator" and e.status == "refused"]
     assert "ROLL scores each step sample by its own step reward" in entry.reason and "use gigpo or step_reinforce" in entry.reason
     assert not [e for e in translate(roll_file(), "roll")[1].entries if e.status == "refused"]  # gigpo: nothing refused
+
+
+def test_the_native_env_manager_plays_the_environments_conversation_as_turn_rows():
+    native_cls = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
+    raw = roll_file(native_cls)
+    raw["custom_envs"]["FL"] = {"env_type": "sokoban_native_env", "max_steps": 5, "env_manager_cls": native_cls,
+                                "agent_system_template": "placeholder", "agent_template": "placeholder",
+                                "env_config": {"max_steps": 5, "format_penalty": -0.15}}
+    native, report = translate({**raw, "adv_estimator": "step_reinforce"}, "roll")
+    assert native["env"]["train_rows"] == "turn"  # one sample per step, as ROLL's native manager makes them
+    for name in ("agent_template", "agent_system_template"):
+        assert report.entry(f"custom_envs.FL.{name}").status == "dropped"
+        assert "never reads it" in report.entry(f"custom_envs.FL.{name}").reason
+    spec = parse_custom_envs(native["env"]["custom_envs"])["FL"]
+    assert (spec.window.mode, spec.format_penalty, spec.max_steps) == ("messages", -0.15, 5)
+    assert not [e for e in report.entries if e.status == "refused"]

@@ -205,3 +205,24 @@ def test_window_prompt_settings_that_cannot_train_are_refused(model, tmp_path):
         make_trainer(model, tmp_path, WINDOW, "env.train_env_manager.tags=[W]")
     with pytest.raises(ConfigError, match=r"\['W'\] prompt each action afresh .* and \['FL'\] show the whole episode"):
         make_trainer(model, tmp_path, WINDOW, "env.train_env_manager.tags=[FL,W]", "env.train_rows=turn")
+
+
+# prompt_mode messages (ROLL's AgentNativeStepEnvManager): the environment writes the conversation
+NATIVE = ['env.custom_envs={N: {env_type: sokoban_native_env, prompt_mode: messages, max_steps: 2, max_tokens_per_step: 3, '
+          'env_config: {dim_room: [5, 5], search_depth: 20, format_penalty: -0.1, system_template: Play, observation_suffix: Next}}, '
+          'FL: {env_type: frozen_lake, env_config: {size: 3}}}', "env.train_env_manager.tags=[N]", "env.train_rows=turn",
+          "env.train_env_manager.group_size=2", "rollout.n=2", "data.max_prompt_length=1024"]
+
+
+def test_a_messages_run_trains_each_action_after_the_conversation_the_environment_wrote(model, tmp_path):
+    t = make_trainer(model, tmp_path, *NATIVE, "actor.reuse_rollout_logprobs=never")
+    experience = t.explore(1, PhaseTimer(t.observer.watch()), expected_version=t.roles.actor.version)
+    batch = experience.batch
+    assert len(turn_spans(batch)) == 2 * len(batch)  # every episode runs its 2 actions (a random model never wins)
+    metrics, train = t.learn(experience, 1, PhaseTimer(t.observer.watch()))
+    mask = batch.train_mask > 0
+    torch.testing.assert_close(batch.old_logprobs[mask], batch.rollout_logprobs[mask], atol=1e-4, rtol=0)
+    prompts = [t.tokenizer.decode(ids[m > 0]) for ids, m in zip(train.prompt_ids, train.prompt_mask)]
+    assert all(p.startswith("<|im_start|>system\nPlay\n\nSokoban") and p.endswith("Next<|im_end|>\n<|im_start|>assistant\n") for p in prompts)
+    assert sum("<|im_start|>assistant\n" in p[:-len("<|im_start|>assistant\n")] for p in prompts) == len(batch)  # second actions see the first
+    assert "actor/pg_loss" in metrics

@@ -1,9 +1,11 @@
-"""ROLL's step-wise env managers (``StepEnvManager``, ``StepConcatEnvManager``) onto turn rows.
+"""ROLL's step-wise env managers (``StepEnvManager``, ``StepConcatEnvManager``, ``AgentNativeStepEnvManager``) onto turn rows.
 
 A ``custom_envs`` entry reaches ``env.custom_envs`` as it is; its ``env_manager_cls``,
 ``history_length``, ``agent_template`` and ``agent_system_template`` are read there
-(posttrain.envs.window_spec: prompt modes ``window`` and ``observation_window``). What the rest of
-the file means once the training manager plays such an entry:
+(posttrain.envs.window_spec: prompt modes ``window``, ``observation_window`` and ``messages``). ROLL's
+AgentNativeStepEnvManager renders the conversation its environment returns and reads neither
+``agent_template`` nor ``agent_system_template``: an entry it plays has them dropped (ROLL's examples
+fill them with placeholders). What the rest of the file means once the training manager plays such an entry:
 
 - ROLL's step managers make one training sample per step (formulate_rollouts): its window prompt and
   its action. That is ``env.train_rows: turn``, whose turn rows take each action's own prompt.
@@ -35,7 +37,8 @@ from collections.abc import Mapping
 from posttrain.config.dialects.translate import Context
 
 _ROLL = "roll.pipeline.agentic.env_manager."
-STEP_MANAGERS = (_ROLL + "step_env_manager.StepEnvManager", _ROLL + "step_concat_env_manager.StepConcatEnvManager")
+NATIVE_MANAGER = _ROLL + "agent_native_env_manager.AgentNativeStepEnvManager"
+STEP_MANAGERS = (_ROLL + "step_env_manager.StepEnvManager", _ROLL + "step_concat_env_manager.StepConcatEnvManager", NATIVE_MANAGER)
 
 
 def stepped_tags(ctx: Context) -> list[str]:
@@ -47,7 +50,23 @@ def stepped_tags(ctx: Context) -> list[str]:
     return [t for t in tags if isinstance(envs.get(t), Mapping) and envs[t].get("env_manager_cls") in STEP_MANAGERS]
 
 
+def native_templates(ctx: Context) -> None:
+    """Drop the templates of entries ROLL's AgentNativeStepEnvManager plays: it never reads them."""
+    envs = ctx.get("custom_envs")
+    if not isinstance(envs, Mapping):
+        return
+    for tag, entry in envs.items():
+        if isinstance(entry, dict) and entry.get("env_manager_cls") == NATIVE_MANAGER:
+            for name in ("agent_template", "agent_system_template"):
+                if name in entry:
+                    # the entries reach env.custom_envs as they are (the section's rule copies the mapping): removed in place
+                    del entry[name]
+                    ctx.drop(f"custom_envs.{tag}.{name}", "ROLL's AgentNativeStepEnvManager renders the conversation the "
+                             "environment returns and never reads it (posttrain: prompt_mode messages)")
+
+
 def step_env_managers(ctx: Context) -> None:
+    native_templates(ctx)
     tags = stepped_tags(ctx)
     if not tags:
         return

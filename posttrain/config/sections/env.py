@@ -33,7 +33,7 @@ class EnvManagerConfig:
 class EnvConfig:
     """Agentic environments and their managers."""
 
-    custom_envs: dict[str, Any] = param(factory=dict, doc="Environment entries by tag: env_type, env_config, max_steps/max_actions_per_traj, max_tokens_per_step, format_penalty, action_pattern, env_instruction, and the prompt mode: prompt_mode (conversation, or window / observation_window: each action prompted afresh from agent_template with a window of history_window earlier steps, as ROLL's StepEnvManager / StepConcatEnvManager), history_steps, agent_system_template (docs/agentic.md).", refs=["roll:custom_envs"])
+    custom_envs: dict[str, Any] = param(factory=dict, doc="Environment entries by tag: env_type, env_config, max_steps/max_actions_per_traj, max_tokens_per_step, format_penalty, action_pattern, env_instruction, and the prompt mode: prompt_mode (conversation, or window / observation_window: each action prompted afresh from agent_template with a window of history_window earlier steps, as ROLL's StepEnvManager / StepConcatEnvManager; or messages: the conversation the environment writes itself, as ROLL's AgentNativeStepEnvManager), history_steps, agent_system_template (docs/agentic.md).", refs=["roll:custom_envs"])
     train_env_manager: EnvManagerConfig = param(factory=EnvManagerConfig, doc="Environments that produce training trajectories.", refs=["roll:train_env_manager"])
     val_env_manager: EnvManagerConfig = param(factory=EnvManagerConfig, doc="Environments that produce validation trajectories.", refs=["roll:val_env_manager"])
     step_timeout: float | None = param(60.0, doc="Seconds one reset, step or state call of an environment may take; a slower call ends its trajectory as failed. Null waits forever.", gt=0)
