@@ -8,12 +8,13 @@ never see tokens. Built in: `walk`, `frozen_lake` (gymnasium's, imported when a 
 writing its own conversation: prompt_mode messages), `task` (any task of `posttrain.tasks` as a one-action env),
 `roll_math` / `roll_qa` (a dataset's questions, one per episode; text tools in front of any env by
 `tool_wrapper`: posttrain.envs.text_tools), `game:GuessTheNumber-v0` (GEM's game) and `rg:NAME` (a
-reasoning-gym dataset, with that package).
+reasoning-gym dataset, with that package), `openreward_env` (an OpenReward environment's tasks over its
+client, with the openreward package).
 """
 
 from posttrain.envs.base import Env, EnvError, StepResult
 from posttrain.envs.registry import ENVS, env_class, register_env
-from posttrain.envs import (dataset_envs, frozen_lake, guess_the_number, reasoning_gym_env, sokoban, sokoban_native,  # noqa: F401
-                            task_env, trinity_frozen_lake, walk)  # (registers the built-in environments)
+from posttrain.envs import (dataset_envs, frozen_lake, guess_the_number, openreward_env, reasoning_gym_env, sokoban,  # noqa: F401
+                            sokoban_native, task_env, trinity_frozen_lake, walk)  # (registers the built-in environments)
 
 __all__ = ["ENVS", "Env", "EnvError", "StepResult", "env_class", "register_env"]

@@ -44,6 +44,8 @@ class Env(Protocol):
 #   suffix() -> str | None: text written after the current observation where ROLL's env managers write
 #       an environment's info["suffix"] (GEM's task suffix): after it in prompt_mode observation_window,
 #       as the {suffix} field of a conversation's agent_template. Read after the reset and each step.
+#   tools() -> list[dict] | None: in prompt_mode messages, the tool schemas the chat template writes into
+#       every prompt (an OpenReward session's tools). Read after the reset.
 #   expert_action() -> str: a planner's action in the current state; `posttrain make-env-data`
 #       writes expert trajectories for an SFT warm-up with it (posttrain.envs.expert).
 

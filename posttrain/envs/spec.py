@@ -184,6 +184,8 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
     instruction = entry.get("env_instruction")
     if instruction is None:
         instruction = getattr(cls, "instruction", "")
+    if native and "max_steps" in inspect.signature(cls).parameters:
+        env_config.setdefault("max_steps", max_steps)  # an environment writing its own conversation may end it at the last action
     episodes = _episodes(entry["episode_files"], cls, f"{key}.episode_files") if entry.get("episode_files") is not None else ()
     return EnvSpec(tag, str(entry["env_type"]), cls, dict(env_config), max_steps, tokens,
                    None if penalty is None else float(penalty), pattern, str(instruction), window, turns, episodes, tools,

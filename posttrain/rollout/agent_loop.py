@@ -120,6 +120,7 @@ def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: 
         first = call_env(lambda: slot.env.reset(seed=slot.seed), limits.faults.step_timeout, head, "reset")
         first = check_observation(first, _name(slot), slot.seed, None, _native(slot.spec))
         suffix = env_suffix(slot, None, limits.faults.step_timeout)
+        tools = env_tools(slot, limits.faults.step_timeout) if _native(slot.spec) else None
     except (EnvFailure, EnvError) as failure:
         # no first observation, so no action: a row of one environment token that trains nothing
         traj = Trajectory(slot.spec.tag, slot.seed, slot.group, renderer.prompt_ids(slot.spec.instruction, ""), failed=str(failure))
@@ -127,7 +128,7 @@ def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: 
         traj.turns.append(Turn((0, 0), (0, 1), "", limits.faults.failure_penalty, True, None))
         failures.add(failure)
         return traj
-    traj = Trajectory(slot.spec.tag, slot.seed, slot.group, [], observation=first, suffix=suffix)
+    traj = Trajectory(slot.spec.tag, slot.seed, slot.group, [], observation=first, suffix=suffix, tools=tools)
     if slot.spec.window is not None:
         traj.prompt_ids = window_prompt_ids(slot.spec, traj, renderer)
         traj.turn_prompts, traj.observations = [traj.prompt_ids], [_shown(first)]
@@ -162,7 +163,7 @@ def window_prompt_ids(spec: EnvSpec, traj: Trajectory, renderer: TurnRenderer) -
     (`traj.observations` pairs with `traj.turns`) and the current observation; in prompt_mode
     messages, the conversation the environment returned."""
     if _native(spec):
-        return renderer.messages_ids(traj.observation)
+        return renderer.messages_ids(traj.observation, traj.tools)
     past = [PastStep(o, spec.parse_action(t.action_text) or "", t.reward, t.valid) for o, t in zip(traj.observations, traj.turns)]
     system, user = spec.window.messages(spec.instruction, past, str(traj.observation), spec.max_tokens_per_step, traj.suffix)
     return renderer.prompt_ids(system, user)
@@ -243,6 +244,18 @@ def env_suffix(slot: EnvSlot, turn: int | None, timeout: float | None) -> str:
     if value is not None and not isinstance(value, str):
         raise EnvFailure(f"{where(_name(slot), slot.seed, turn)}: suffix() returned a {type(value).__name__}; it must return a str or None")
     return value or ""
+
+
+def env_tools(slot: EnvSlot, timeout: float | None) -> list[dict[str, Any]] | None:
+    """The env's optional `tools()` after its reset (prompt_mode messages): tool schemas for the chat template."""
+    tools = getattr(slot.env, "tools", None)
+    if not callable(tools):
+        return None
+    value = call_env(tools, timeout, where(_name(slot), slot.seed, None), "tools()")
+    if value is not None and not (isinstance(value, list) and all(isinstance(t, dict) for t in value)):
+        raise EnvFailure(f"{where(_name(slot), slot.seed, None)}: tools() returned {value!r:.80}; it must return a list of tool "
+                         "schemas (dicts) or None")
+    return value or None
 
 
 def _next_window(slot: EnvSlot, traj: Trajectory, renderer: TurnRenderer, limits: LoopLimits) -> None:

@@ -52,6 +52,7 @@ class Trajectory:
     truncated: bool = False  # cut by max_steps or the token budget before the env ended it
     observation: str | list[dict[str, str]] = ""  # the latest observation (a tool env: its tool messages)
     suffix: str = ""  # the env's suffix() after that observation ("" when it has none)
+    tools: list[dict[str, Any]] | None = None  # prompt_mode messages: the env's tools() the template writes, None for none
     failed: str | None = None  # why an env call failed and ended the episode (posttrain.rollout.env_guard), else None
     # a window prompt mode (posttrain.envs.window): each action's own prompt and the observation it showed
     turn_prompts: list[list[int]] = field(default_factory=list)

@@ -10,6 +10,7 @@ there. The model's own tokens are never re-tokenized: what the engine sampled is
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 _ACTION = "\x00ACTION\x00"  # a placeholder the templates pass through unchanged
@@ -48,12 +49,14 @@ class TurnRenderer:
         messages = [{"role": "system", "content": instruction}] if instruction else []
         return self._ids(self._render([*messages, {"role": "user", "content": observation}], True))
 
-    def messages_ids(self, messages: list[dict[str, Any]]) -> list[int]:
-        """A conversation an environment wrote itself (prompt_mode messages), with the generation prompt:
-        the prompt of the model's next action."""
+    def messages_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """A conversation an environment wrote itself (prompt_mode messages), with the generation prompt
+        and the environment's `tools` (None: none): the prompt of the model's next action."""
         if self.template is None:
-            return self._ids("".join(f"{m['content']}\n" for m in messages))
-        return self._ids(self._render(messages, True))
+            head = f"{json.dumps(tools)}\n" if tools else ""
+            return self._ids(head + "".join(f"{m['content']}\n" for m in messages))
+        return self._ids(self.tokenizer.apply_chat_template(messages, chat_template=self.template, tools=tools, tokenize=False,
+                                                            add_generation_prompt=True, **self.template_kwargs))
 
     def conversation_text(self, messages: list[dict[str, Any]], generation: bool) -> str:
         """A whole conversation in the template, with the tools and the data's template variables."""
