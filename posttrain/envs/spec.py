@@ -202,7 +202,7 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
     episodes = _episodes(entry["episode_files"], cls, f"{key}.episode_files") if entry.get("episode_files") is not None else ()
     return EnvSpec(tag, str(entry["env_type"]), cls, dict(env_config), max_steps, tokens,
                    None if penalty is None else float(penalty), pattern, str(instruction), window, turns, episodes, tools,
-                   per_group is True, thinking)
+                   per_group is True, enable_thinking=thinking)
 
 
 def _episodes(files: Any, cls: type, key: str) -> tuple[dict[str, Any], ...]:
