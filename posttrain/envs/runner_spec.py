@@ -61,7 +61,8 @@ def proxy_entry(entry: dict[str, Any], key: str) -> tuple[dict[str, Any], list[s
         return entry, []
     runner = entry.get("agent_runner_cls")
     problems = [] if runner == GEM_RUNNER else [f"{key}.agent_runner_cls: {runner!r}: not supported: {_RUNNER}"]
-    entry, env_config = dict(entry), dict(entry.get("env_config") or {})
+    raw = entry.get("env_config")
+    entry, env_config = dict(entry), dict(raw) if isinstance(raw, dict) else {}  # another type: the entry's own check names it
     settings = {k: env_config.pop(k) for k in _MANAGER_SETTINGS if k in env_config}
     problems += _problems(settings, key)
     if "enable_thinking" in settings and entry.get("enable_thinking", settings["enable_thinking"]) != settings["enable_thinking"]:
@@ -71,7 +72,7 @@ def proxy_entry(entry: dict[str, Any], key: str) -> tuple[dict[str, Any], list[s
     entry.setdefault("instruction_in", "system")
     entry.setdefault("env_suffix", False)
     entry["agent_runner_cls"] = None  # read: posttrain's loop is the runner
-    if "env_config" in entry:
+    if isinstance(raw, dict):
         entry["env_config"] = env_config
     return entry, problems
 
