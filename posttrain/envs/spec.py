@@ -13,10 +13,13 @@ An entry of ``custom_envs`` names one environment configuration (its tag) in ROL
         env_instruction: "..."       # the system message; else the class's `instruction`
         episode_files: [tasks.jsonl] # optional: one episode per row, in order (below)
         seed_per_group: false        # true: env_config.seed becomes each env group's own constant seed
+        enable_thinking: false       # optional: the chat template's enable_thinking for this entry's turns (else the run's)
 
 An entry may also prompt each action afresh from a template instead of the growing conversation
 (prompt_mode window / observation_window, ROLL's step env managers: posttrain.envs.window_spec), or
 from the conversation its environment writes itself (prompt_mode messages: posttrain.envs.window).
+ROLL's ProxyEnvManager with its GEMRunner is prompt_mode conversation with the instruction in the
+system message (posttrain.envs.runner_spec).
 
 As in ROLL, max_steps, max_actions_per_traj, format_penalty, action_pattern and env_instruction may
 also sit inside env_config; the loop reads them from there and does not pass them to the class.
@@ -40,6 +43,7 @@ from typing import Any
 
 from posttrain.config.sections.env import EnvManagerConfig
 from posttrain.envs.registry import env_class, make_env
+from posttrain.envs.runner_spec import proxy_entry
 from posttrain.envs.text_tools import ToolWrapping, parse_tool_wrapper
 from posttrain.envs.window import WindowSpec
 from posttrain.envs.turn_template import TurnTemplate
@@ -49,8 +53,9 @@ from posttrain.errors import ConfigError, DataError
 # Keys of a custom_envs entry that posttrain refuses, with the reason (the rest of ROLL's per-env
 # keys are templating helpers or belong to features not built yet).
 REFUSED = {
-    "env_manager_cls": ("posttrain's agent loop plays ROLL's TrajEnvManager (prompt_mode conversation), StepEnvManager (window) "
-                        "and StepConcatEnvManager (observation_window); another manager has no counterpart: remove the key"),
+    "env_manager_cls": ("posttrain's agent loop plays ROLL's TrajEnvManager (prompt_mode conversation), StepEnvManager (window), "
+                        "StepConcatEnvManager (observation_window) and ProxyEnvManager with GEMRunner (conversation, "
+                        "instruction_in: system); another manager has no counterpart: remove the key"),
     "agent_runner_cls": "posttrain runs its own agent loop; remove the key",
     "grid_vocab": "templating helper: write the symbol legend into env_instruction",
     "action_lookup": "templating helper: write the action list into env_instruction",
@@ -61,7 +66,7 @@ REFUSED = {
 # environment calls from one thread, one at a time, which meets every such bound.
 KNOWN = ("env_type", "env_config", "max_steps", "max_actions_per_traj", "max_tokens_per_step", "format_penalty",
          "action_pattern", "env_instruction", "use_thread_lock", "max_env_step_concurrent", "episode_files", "tool_wrapper",
-         "seed_per_group", *WINDOW_KEYS)
+         "seed_per_group", "enable_thinking", *WINDOW_KEYS)
 # ROLL writes the loop's settings inside env_config (its envs parse their own actions); posttrain's
 # loop reads them there too and does not pass them to the class.
 LIFTED = ("max_steps", "max_actions_per_traj", "format_penalty", "action_pattern", "env_instruction")
@@ -88,6 +93,12 @@ class EnvSpec:
     episodes: tuple[dict[str, Any], ...] = ()  # episode_files' rows: (seed, env_config overrides) each; empty: seeds drawn
     tools: ToolWrapping | None = None  # the entry's tool_wrapper: text tools in front of the env (posttrain.envs.text_tools)
     seed_per_group: bool = False  # env_config.seed is each env group's own constant seed (ROLL's env managers)
+    enable_thinking: bool | None = None  # the chat template's enable_thinking for this entry's turns; None: the run's (data.*)
+
+    @property
+    def template_kwargs(self) -> dict[str, Any]:
+        """Chat-template variables of this entry's own, over the run's (TurnRenderer.with_template_kwargs)."""
+        return {} if self.enable_thinking is None else {"enable_thinking": self.enable_thinking}
 
     def make(self, env_config: dict[str, Any]) -> Any:
         """A fresh environment of this entry with `env_config`, behind its tools when it has any."""
@@ -132,7 +143,8 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
     native = (entry.get("prompt_mode") or MANAGERS.get(entry.get("env_manager_cls"))) == "messages"
     if isinstance(entry.get("env_config"), dict):
         entry = _lift(entry, key, ("action_pattern",) if native else ())
-    problems = [f"{key}.{k}: not supported: {REFUSED[k]}" for k in entry if k in REFUSED and entry[k] not in SAME.get(k, ())]
+    entry, problems = proxy_entry(entry, key)  # ROLL's ProxyEnvManager + GEMRunner: posttrain keys
+    problems += [f"{key}.{k}: not supported: {REFUSED[k]}" for k in entry if k in REFUSED and entry[k] not in SAME.get(k, ())]
     problems += [f"{key}.{k}: unknown key; an environment entry takes {list(KNOWN)}" for k in entry if k not in REFUSED and k not in KNOWN]
     if "env_type" not in entry:
         problems.append(f"{key}.env_type: missing; name a registered environment, 'module:Class' or 'file.py:Class'")
@@ -170,6 +182,9 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
         problems.append(f"{key}.seed_per_group: true or false, got {per_group!r}")
     elif per_group and "seed" not in env_config:
         problems.append(f"{key}.seed_per_group: true gives each env group its own env_config.seed, and env_config has no seed to replace")
+    thinking = entry.get("enable_thinking")
+    if thinking is not None and not isinstance(thinking, bool):
+        problems.append(f"{key}.enable_thinking: true, false or null (the run's data.enable_thinking), got {thinking!r}")
     if native and "tool_wrapper" in entry:
         problems.append(f"{key}.tool_wrapper: not supported in prompt_mode messages: the text tools answer in front of an environment "
                         "of text observations, and this one writes the whole conversation itself")
@@ -189,7 +204,7 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
     episodes = _episodes(entry["episode_files"], cls, f"{key}.episode_files") if entry.get("episode_files") is not None else ()
     return EnvSpec(tag, str(entry["env_type"]), cls, dict(env_config), max_steps, tokens,
                    None if penalty is None else float(penalty), pattern, str(instruction), window, turns, episodes, tools,
-                   per_group is True)
+                   per_group is True, enable_thinking=thinking)
 
 
 def _episodes(files: Any, cls: type, key: str) -> tuple[dict[str, Any], ...]:

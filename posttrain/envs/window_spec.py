@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posttrain.envs.turn_template import FIELDS as TURN_FIELDS, TurnTemplate
+from posttrain.envs.turn_template import FIELDS as TURN_FIELDS, INSTRUCTION_IN, TurnTemplate
 from posttrain.envs.window import DEFAULT_TEMPLATES, HISTORY_STEPS, MODES, WindowSpec, template_problems
 from posttrain.envs.window import fields_problems as _fields
 
@@ -34,8 +34,11 @@ MANAGERS = {
     _ROLL + "step_env_manager.StepEnvManager": "window",
     _ROLL + "step_concat_env_manager.StepConcatEnvManager": "observation_window",
     _ROLL + "agent_native_env_manager.AgentNativeStepEnvManager": "messages",
+    _ROLL + "proxy_env_manager.ProxyEnvManager": "conversation",  # with GEMRunner only: posttrain.envs.runner_spec
 }
-WINDOW_KEYS = ("prompt_mode", "history_window", "history_length", "history_steps", "agent_template", "agent_system_template")
+WINDOW_KEYS = ("prompt_mode", "history_window", "history_length", "history_steps", "agent_template", "agent_system_template",
+               "instruction_in", "env_suffix")
+_TURN_ONLY = ("instruction_in", "env_suffix")  # how prompt_mode conversation writes its turns (posttrain.envs.turn_template)
 _MESSAGES = "prompt_mode messages renders the environment's own conversation, with no template or window of steps; remove it"
 _CONVERSATION = ("prompt_mode conversation shows the model the whole episode so far, with no window of earlier steps; "
                  "set prompt_mode: window for one")
@@ -52,6 +55,8 @@ def parse_window(entry: dict[str, Any], key: str, max_tokens: int | None) -> tup
     if mode == "messages":
         problems += [f"{key}.{k}: not read: {_MESSAGES}" for k in WINDOW_KEYS if k != "prompt_mode" and k in entry]
         return (None, problems) if problems else (WindowSpec("messages", None, "all", "", None), [])
+    problems += [f"{key}.{k}: not supported in prompt_mode {mode}: its agent_template places the instruction and the suffix itself "
+                 "({env_instruction}, {suffix}); remove the key" for k in _TURN_ONLY if k in entry]
     window = _window(entry, key, problems)
     steps = entry.get("history_steps", "invalid" if entry.get("env_manager_cls") in MANAGERS and mode == "window" else "all")
     if steps not in HISTORY_STEPS:
@@ -71,16 +76,21 @@ def parse_window(entry: dict[str, Any], key: str, max_tokens: int | None) -> tup
 
 
 def parse_turn_template(entry: dict[str, Any], key: str, max_tokens: int | None) -> tuple[TurnTemplate | None, list[str]]:
-    """The agent_template / agent_system_template of an entry in prompt_mode conversation (None when it
-    gives neither: observations are then the user messages as they are)."""
-    if "agent_template" not in entry and "agent_system_template" not in entry:
-        return None, []
+    """The agent_template / agent_system_template / instruction_in / env_suffix of an entry in prompt_mode
+    conversation (None when it gives none of them: the instruction is then the system message and the
+    observations the user messages as they are, which ``instruction_in: system`` alone also means)."""
+    where, suffix = entry.get("instruction_in", "user"), entry.get("env_suffix", True)
+    problems = [] if where in INSTRUCTION_IN else [f"{key}.instruction_in: {where!r}; choose one of {list(INSTRUCTION_IN)}"]
+    if not isinstance(suffix, bool):
+        problems.append(f"{key}.env_suffix: true or false, got {suffix!r}")
+    if "agent_template" not in entry and "agent_system_template" not in entry and (where == "system" or "instruction_in" not in entry):
+        return None, problems
     template, system = entry.get("agent_template", "{observation}"), entry.get("agent_system_template")
-    problems = [f"{key}.{name}: expected a string, got {type(text).__name__}" for name, text in
-                (("agent_template", template), ("agent_system_template", system)) if text is not None and not isinstance(text, str)]
+    problems += [f"{key}.{name}: expected a string, got {type(text).__name__}" for name, text in
+                 (("agent_template", template), ("agent_system_template", system)) if text is not None and not isinstance(text, str)]
     if not problems:
         problems += _fields(f"{key}.agent_template", "conversation", template, TURN_FIELDS, max_tokens)
-    return (None, problems) if problems else (TurnTemplate(template, system), [])
+    return (None, problems) if problems else (TurnTemplate(template, system, where, suffix), [])
 
 
 def _mode(entry: dict[str, Any], key: str) -> tuple[str | None, list[str]]:

@@ -115,6 +115,7 @@ def _name(slot: EnvSlot) -> str:
 
 
 def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: FailureCount) -> Trajectory:
+    renderer = renderer.with_template_kwargs(slot.spec.template_kwargs)  # the entry's enable_thinking
     head = where(_name(slot), slot.seed, None)
     try:
         first = call_env(lambda: slot.env.reset(seed=slot.seed), limits.faults.step_timeout, head, "reset")
@@ -191,6 +192,7 @@ def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float],
          renderer: TurnRenderer, limits: LoopLimits, failures: FailureCount) -> None:
     """Record the model's action, step the env with it, and append the env's answer as context.
     An env call that fails ends the trajectory with the failure penalty (`env_guard`)."""
+    renderer = renderer.with_template_kwargs(slot.spec.template_kwargs)  # the entry's enable_thinking
     span = traj.add(ids, logprobs)
     text = renderer.decode(ids)
     action = slot.spec.parse_action(text)

@@ -10,6 +10,7 @@ there. The model's own tokens are never re-tokenized: what the engine sampled is
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -29,6 +30,16 @@ class TurnRenderer:
         self.eos_text = tokenizer.eos_token or ""
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (self.eos_id or 0)
+
+    def with_template_kwargs(self, kwargs: dict[str, Any]) -> "TurnRenderer":
+        """This renderer with `kwargs` over its template variables (an env entry's own enable_thinking);
+        itself when they change nothing."""
+        merged = {**self.template_kwargs, **kwargs}
+        if merged == self.template_kwargs:
+            return self
+        other = copy.copy(self)
+        other.template_kwargs = merged
+        return other
 
     def decode(self, ids: list[int]) -> str:
         """An action's text, special tokens (the EOS that ended it) removed."""
