@@ -27,6 +27,7 @@ from posttrain.config.checks_losses import (
     check_supervised_loss_agg, check_supervised_loss_coefs, check_val_sampling,
 )
 from posttrain.config.checks_profiler import check_profiler
+from posttrain.config.derive import longest_sequence
 from posttrain.config.sections.buffer import priority_args
 from posttrain.config.sections.actor import check_freeze_prefix, check_router_replay, check_save_contents
 from posttrain.config.sections.algorithm import check_agentic_reward_norm, check_filter_groups, check_token_filter
@@ -213,7 +214,7 @@ def check_token_budget(cfg: Any) -> list[str]:
     ranks, so it fits when budget × sp holds it (verl's dynamic batching asserts the same)."""
     if not is_rl(cfg):
         return _sequence_token_budget(cfg)
-    longest = get_path(cfg, "data.max_prompt_length", 0) + get_path(cfg, "data.max_response_length", 0)
+    longest = longest_sequence(cfg)
     actor_dynamic = get_path(cfg, "actor.use_dynamic_bsz", False)
     critic_dynamic = role_needs(cfg).critic and get_path(cfg, "critic.use_dynamic_bsz", False)
     actor_sp, critic_sp = get_path(cfg, "actor.ulysses_sequence_parallel_size", 1), get_path(cfg, "critic.ulysses_sequence_parallel_size", 1)
@@ -231,12 +232,11 @@ def check_token_budget(cfg: Any) -> list[str]:
         budget = get_path(cfg, key, None)
         if dynamic and budget is not None and budget * sp < longest:
             split = f" × its role's ulysses_sequence_parallel_size {sp}" if sp > 1 else ""
-            problems.append(
-                f"{key} ({budget}){split} is smaller than one full sequence "
-                f"(data.max_prompt_length {get_path(cfg, 'data.max_prompt_length')} + "
-                f"data.max_response_length {get_path(cfg, 'data.max_response_length')} = {longest}); "
-                f"raise it to at least {-(-longest // sp)}"
-            )
+            both = get_path(cfg, "data.max_prompt_length", 0) + get_path(cfg, "data.max_response_length", 0)
+            what = (f"data.max_prompt_length {get_path(cfg, 'data.max_prompt_length')} + "
+                    f"data.max_response_length {get_path(cfg, 'data.max_response_length')} = {longest}") if longest == both else (
+                    f"model.max_model_len {longest}")
+            problems.append(f"{key} ({budget}){split} is smaller than one full sequence ({what}); raise it to at least {-(-longest // sp)}")
     return problems
 
 

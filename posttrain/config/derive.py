@@ -37,7 +37,7 @@ class Derived:
     total_training_steps: int | None
     actor_warmup_steps: int | None  # in steps of the actor's LR schedule (optim.lr_schedule_unit)
     critic_warmup_steps: int | None
-    max_model_len: int  # data.max_prompt_length + data.max_response_length
+    max_model_len: int  # data.max_prompt_length + data.max_response_length, or model.max_model_len when smaller
     world_size: int  # training processes (1 on CPU)
     # each role's LR schedule's length in its own steps (optim.lr_schedule_unit): training steps, or
     # optimizer updates; None: the training steps
@@ -71,9 +71,17 @@ def derive(cfg: Any, train_dataset_size: int | None) -> Derived:
         critic_warmup_steps=_warmup(cfg, "critic.optim", critic_length),
         actor_schedule_steps=actor_length,
         critic_schedule_steps=critic_length,
-        max_model_len=get_path(cfg, "data.max_prompt_length", 0) + get_path(cfg, "data.max_response_length", 0),
+        max_model_len=longest_sequence(cfg),
         world_size=world_size(cfg),
     )
+
+
+def longest_sequence(cfg: Any) -> int:
+    """The longest prompt + response a row may have: the two limits' sum, or model.max_model_len when
+    that is smaller (every response stops at it)."""
+    both = get_path(cfg, "data.max_prompt_length", 0) + get_path(cfg, "data.max_response_length", 0)
+    cap = get_path(cfg, "model.max_model_len", None)
+    return both if cap is None else min(both, cap)
 
 
 def updates_per_step(cfg: Any, role: str) -> int:

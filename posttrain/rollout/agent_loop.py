@@ -24,7 +24,9 @@ An entry in a window prompt mode (posttrain.envs.window) is shown a prompt writt
 action (its instruction, a window of earlier steps, the current observation) instead of the episode
 so far: its response then holds the actions only, each prompt is kept in `turn_prompts`,
 `max_response_length` caps each action (not their sum: each trains as a sequence of its own), and
-the episode is also truncated when the next prompt would exceed `max_prompt_length`. In prompt_mode
+the episode is also truncated when the next prompt would exceed `max_prompt_length`. With `max_total`
+(model.max_model_len) every action also fits the engine's context with what precedes it, and an episode
+whose next context would fill it is truncated, in every prompt mode. In prompt_mode
 messages that prompt is the conversation the environment returned, through the chat template.
 """
 
@@ -71,6 +73,8 @@ class LoopLimits:
     faults: FaultPolicy = FaultPolicy()  # timeouts and failure penalties of env calls (env.step_timeout, ...)
     deadline: float | None = None  # seconds the episodes may run (explorer.max_timeout); None: no limit
     clock: Callable[[], float] = field(default=time.monotonic, compare=False)  # seconds; tests pass a fake one
+    max_total: int | None = None  # prompt + response tokens the engine's context holds (model.max_model_len); None: no cap
+    turn_cap: int | None = None  # new tokens of any one action (the env manager's max_new_tokens); None: the entries' caps alone
 
 
 def run_episodes(
@@ -145,6 +149,9 @@ def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: 
             f"data.max_prompt_length: the first prompt of {where(_name(slot), slot.seed, None)} has {len(traj.prompt_ids)} "
             f"tokens (instruction and first observation), more than {limits.max_prompt_length}; raise it"
         )
+    if _full(limits, len(traj.prompt_ids)):
+        raise ConfigError(f"model.max_model_len: the first prompt of {where(_name(slot), slot.seed, None)} has {len(traj.prompt_ids)} "
+                          f"tokens, which leaves no room for an action in {limits.max_total}; raise it")
     return traj
 
 
@@ -172,9 +179,15 @@ def window_prompt_ids(spec: EnvSpec, traj: Trajectory, renderer: TurnRenderer) -
 
 def _budget(spec: EnvSpec, traj: Trajectory, limits: LoopLimits) -> int:
     if spec.window is not None:  # each action is a sequence of its own: max_response_length caps each one
-        return min(spec.max_tokens_per_step or limits.max_response_length, limits.max_response_length)
-    left = limits.max_response_length - len(traj.response_ids)  # >= 1: an episode without room has ended
-    return min(spec.max_tokens_per_step or left, left)
+        left = limits.max_response_length
+        context = len(traj.turn_prompts[-1])
+    else:
+        left = limits.max_response_length - len(traj.response_ids)
+        context = len(traj.prompt_ids) + len(traj.response_ids)
+    if limits.max_total is not None:  # the context and the action share the engine's length
+        left = min(left, limits.max_total - context)
+    caps = [c for c in (spec.max_tokens_per_step, limits.turn_cap) if c is not None]
+    return min([left, *caps])  # >= 1: an episode without room has ended
 
 
 def _contexts(slots: Sequence[EnvSlot], trajs: Sequence[Trajectory], renderer: TurnRenderer, uids: list[str]) -> PromptBatch:
@@ -220,7 +233,7 @@ def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float],
             traj.truncated = True
         elif slot.spec.window is None:
             answer = renderer.observation_ids(_observation_turn(slot.spec, traj.observation, turn, traj.suffix), ended=bool(ids) and ids[-1] == renderer.eos_id)
-            if len(traj.response_ids) + len(answer) >= limits.max_response_length:
+            if len(traj.response_ids) + len(answer) >= limits.max_response_length or _full(limits, len(traj.prompt_ids) + len(traj.response_ids) + len(answer)):
                 traj.truncated = True  # no room left for one more action after this observation
             else:
                 observation = traj.add(answer, None)
@@ -260,10 +273,16 @@ def env_tools(slot: EnvSlot, timeout: float | None) -> list[dict[str, Any]] | No
     return value or None
 
 
+def _full(limits: LoopLimits, context: int) -> bool:
+    """Whether a context of this many tokens leaves no room for an action under limits.max_total (ROLL's
+    env managers stop an episode once its input reaches sequence_length)."""
+    return limits.max_total is not None and context >= limits.max_total
+
+
 def _next_window(slot: EnvSlot, traj: Trajectory, renderer: TurnRenderer, limits: LoopLimits) -> None:
     """Write the next action's window prompt, or end the episode when it does not fit."""
     ids = window_prompt_ids(slot.spec, traj, renderer)
-    if len(ids) > limits.max_prompt_length:
+    if len(ids) > limits.max_prompt_length or _full(limits, len(ids)):
         traj.truncated = True  # as ROLL's step managers stop an episode whose next prompt fills the sequence
         return
     traj.turn_prompts.append(ids)

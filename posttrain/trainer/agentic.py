@@ -287,7 +287,7 @@ class AgenticRollout:
         e = self.cfg.env
         faults = FaultPolicy(e.step_timeout, e.failure_penalty, e.max_failure_rate)
         limits = LoopLimits(self.cfg.data.max_prompt_length, response_length(self.cfg), manager.max_env_num_per_worker, faults,
-                            deadline, self.clock)
+                            deadline, self.clock, self.cfg.model.max_model_len, manager.max_new_tokens)
 
         def generate(prompts, p):  # the rollout role: data-parallel ranks share the rows
             return rollout.generate(prompts, p, expected_version=version)

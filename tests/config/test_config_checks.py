@@ -87,6 +87,13 @@ def test_dynamic_batching_skips_the_micro_rule_but_needs_room_for_one_sequence()
         "actor.ppo_max_token_len_per_gpu (1000) is smaller than one full sequence (data.max_prompt_length 512 "
         "+ data.max_response_length 512 = 1024); raise it to at least 1024"
     ]
+    # model.max_model_len ends every response sooner: the longest sequence is that long
+    load_config(None, batch_overrides(dynamic=True, budget=1000) + ["model.max_model_len=1000"])
+    with pytest.raises(ConfigError) as capped:
+        load_config(None, batch_overrides(dynamic=True, budget=900) + ["model.max_model_len=1000"])
+    assert capped.value.problems == [
+        "actor.ppo_max_token_len_per_gpu (900) is smaller than one full sequence (model.max_model_len 1000); raise it to at least 1000"
+    ]
     # under Ulysses a sequence is split over sp ranks: the per-device budget holds 1/sp of it (as verl's)
     sp = ["actor.ulysses_sequence_parallel_size=2", "ref.log_prob_max_token_len_per_gpu=500"]
     load_config(None, batch_overrides(gpus=2, dynamic=True, budget=512) + sp[:1])

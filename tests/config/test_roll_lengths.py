@@ -30,9 +30,19 @@ def test_the_budget_is_sequence_length_minus_prompt_length(lengths, max_new, pro
     assert ("replaces it" in report.entry(GEN).reason) == (max_new != budget)
 
 
-def test_an_agentic_file_keeps_its_max_new_tokens():
-    native, report = translate({"train_env_manager": {}, "response_length": 8, "actor_infer": {"generating_args": {"max_new_tokens": 4}}}, "roll")
-    assert native["rollout"]["response_length"] == 4 and report.entry(GEN).status == "translated"
+def test_an_agentic_files_max_new_tokens_caps_each_turn_and_sequence_length_each_episode():
+    envs = {"custom_envs": {"E": {"env_type": "frozen_lake", "max_tokens_per_step": 4}}}
+    native, report = translate({"train_env_manager": {"tags": ["E"]}, "response_length": 8, **envs,
+                                "actor_infer": {"generating_args": {"max_new_tokens": 4}}}, "roll")
+    # ROLL's managers bound the episode by sequence_length (here response_length + the default prompt_length)
+    assert native["model"]["max_model_len"] == 8 + 1024 and "response_length" not in native.get("rollout", {})
+    assert (native["data"]["max_prompt_length"], native["data"]["max_response_length"]) == (1031, 1031)
+    assert report.entry(GEN).status == "dropped" and "E: 4" in report.entry(GEN).reason  # the env's cap is no looser
+    native, looser = translate({"train_env_manager": {"tags": ["E"]}, "sequence_length": 64, **envs,
+                                "actor_infer": {"generating_args": {"max_new_tokens": 2}}}, "roll")
+    # E's cap of 4 is looser: both managers cap each action at 2, and E keeps 4 for its template
+    assert native["env"]["train_env_manager"]["max_new_tokens"] == native["env"]["val_env_manager"]["max_new_tokens"] == 2
+    assert native["env"]["custom_envs"]["E"]["max_tokens_per_step"] == 4 and "looser here: E" in looser.entry(GEN).reason
 
 
 def test_a_loaded_file_samples_the_budget_roll_samples(tmp_path):

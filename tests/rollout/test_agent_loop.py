@@ -9,6 +9,7 @@ import torch
 from posttrain.envs.base import EnvError
 from posttrain.envs.spec import parse_custom_envs
 from posttrain.envs.walk import Walk
+from posttrain.errors import ConfigError
 from posttrain.models.tokenizer import CHATML_TEMPLATE, build_tiny_tokenizer
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.agent_loop import EnvSlot, LoopLimits, run_episodes
@@ -112,6 +113,20 @@ def test_episode_ends_at_max_steps_and_at_the_token_budget():
     assert traj.truncated and not traj.done and len(traj.turns) == 2 and traj.model_mask[-1] == 1.0
     [traj] = run_episodes(slots(1, 0), ScriptedEngine(["x"] * 9), SamplingParams(), renderer, LoopLimits(128, 40), "s")
     assert traj.truncated and len(traj.response_ids) <= 40 and len(traj.turns) == 2  # 2 + 24 + 2 fits, another observation would not
+
+
+def test_the_engines_context_bounds_the_prompt_and_response_together():
+    renderer = TurnRenderer(TOK, CHATML_TEMPLATE)
+    prompt = len(run_episodes(slots(1, 0, max_steps=1), ScriptedEngine(["x"]), SamplingParams(), renderer, LoopLimits(128, 200), "s")[0].prompt_ids)
+    # the same cut as a response budget of 40 above, now from a context of prompt + 40 tokens (ROLL's sequence_length)
+    [traj] = run_episodes(slots(1, 0), ScriptedEngine(["x"] * 9), SamplingParams(), renderer,
+                          LoopLimits(128, 10_000, max_total=prompt + 40), "s")
+    assert traj.truncated and len(traj.turns) == 2 and len(traj.prompt_ids) + len(traj.response_ids) <= prompt + 40
+    engine = ScriptedEngine(["LLLL"])  # an action gets what is left of the context
+    [short] = run_episodes(slots(1, 0), engine, SamplingParams(), renderer, LoopLimits(128, 10_000, max_total=prompt + 2), "s")
+    assert engine.calls[0][1].max_new_tokens == 2 and len(short.response_ids) == 2 and short.truncated
+    with pytest.raises(ConfigError, match="model.max_model_len: the first prompt .* leaves no room for an action"):
+        run_episodes(slots(1, 0), ScriptedEngine(["x"]), SamplingParams(), renderer, LoopLimits(128, 200, max_total=prompt), "s")
 
 
 def test_max_tokens_per_step_cuts_the_action():

@@ -72,6 +72,9 @@ def test_the_lengths_cap_each_prompt_and_each_action_not_the_episode():
     short, shown = play(LoopLimits(len(RENDERER.prompt_ids("", "[]")) + 40, 64), prompt_mode="window", history_window=3,
                         agent_template="[{history}]")
     assert short.truncated and len(short.turns) == len(shown) < 4  # the next window prompt would not fit
+    first = len(TOK(shown[0], add_special_tokens=False)["input_ids"])  # with the engine's context: prompt and action share it
+    capped, shown = play(LoopLimits(512, 64, max_total=first + 2), prompt_mode="window", history_window=3, agent_template="[{history}]")
+    assert capped.truncated and len(capped.turns) == len(shown) == 1  # the second prompt, with a step of history, fills it
 
 
 def test_observation_window_shows_the_earlier_observations_one_per_line():

@@ -77,6 +77,28 @@ def test_max_env_num_per_worker_splits_each_turn_into_generate_calls(model, tmp_
     assert split[:3] == [2, 2, 1] and max(split) == 2 and len(split) > len(all_at_once)
 
 
+def test_max_new_tokens_caps_each_action_of_the_managers_environments(model, tmp_path):
+    """A manager's cap (ROLL's generating_args.max_new_tokens) under the entries' own: each generate call
+    of its turns asks for the smaller, in training and in validation."""
+    asked = []
+
+    def capture(t):
+        generate = t.roles.rollout.generate
+        t.roles.rollout.generate = lambda prompts, params, **k: (asked.append(params.max_new_tokens), generate(prompts, params, **k))[1]
+
+    common = ("env.train_env_manager.tags=[A]", "data.train_batch_size=1", "env.val_env_manager.tags=[B]")
+    for cap, want in (("null", 2), ("1", 1)):  # A and B allow 2 tokens per action
+        t = trainer(model, tmp_path, *common, f"env.train_env_manager.max_new_tokens={cap}", f"env.val_env_manager.max_new_tokens={cap}")
+        capture(t)
+        asked.clear()
+        t.roles.sync.push(t.roles.actor.version)
+        batch = t.explore(1, PhaseTimer(t.observer.watch()), expected_version=t.roles.actor.version).batch
+        assert set(asked) == {want} and max(end - start for start, end in batch.extra_info[0]["turn_spans"]) <= want
+        asked.clear()
+        t.validate(0)
+        assert set(asked) == {want}
+
+
 def test_validation_reports_success_per_tag_over_the_val_manager_groups(model, tmp_path):
     t = trainer(model, tmp_path, "env.train_env_manager.tags=[A]", "data.train_batch_size=1",
                 "env.val_env_manager.tags=[A,B]", "env.val_env_manager.num_env_groups=3",

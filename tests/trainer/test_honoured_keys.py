@@ -390,6 +390,7 @@ AGENTIC_TESTS = {
     "format_penalty": "test_the_score_is_the_trajectory_reward_with_the_format_penalty",
     "max_env_num_per_worker": "test_max_env_num_per_worker_splits_each_turn_into_generate_calls",
     "max_traj_per_env": "test_each_env_plays_the_episodes_the_batch_needs_up_to_max_traj_per_env",
+    "max_new_tokens": "test_max_new_tokens_caps_each_action_of_the_managers_environments",
 }
 
 KERNELS = "tests/workers/test_kernel_flags.py"
@@ -619,7 +620,8 @@ ELSEWHERE = {
     "env.custom_envs": f"{AGENTIC}::test_tags_groups_partition_and_group_size_lay_out_the_step",
     **{f"env.train_env_manager.{k}": f"{AGENTIC}::{test}" for k, test in AGENTIC_TESTS.items()},
     **{f"env.val_env_manager.{k}": f"{AGENTIC}::test_validation_reports_success_per_tag_over_the_val_manager_groups"
-       for k in AGENTIC_TESTS if k != "max_traj_per_env"},
+       for k in AGENTIC_TESTS if k not in ("max_traj_per_env", "max_new_tokens")},
+    "env.val_env_manager.max_new_tokens": f"{AGENTIC}::test_max_new_tokens_caps_each_action_of_the_managers_environments",
     # tool calling: unit tests of the tool rollout on a scripted engine, and the RL stage with the tools
     "rollout.multi_turn.enable": "tests/trainer/test_tool_stage.py::test_enable_plays_conversations_with_the_tools_and_scores_them_with_the_reward_function",
     "rollout.multi_turn.format": "tests/trainer/test_tool_stage.py::test_tool_calling_mistakes_are_named_before_a_model_loads",

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from posttrain.config.dialects import machine, roll_defaults
-from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, agentic_thinking, env_manager_sampling, group_seeded_envs
+from posttrain.config.dialects.roll_agentic import RULES as AGENTIC_RULES, agentic_thinking, env_manager_sampling, episode_lengths, group_seeded_envs
 from posttrain.config.dialects import roll_async, roll_budgets, roll_correction, roll_download, roll_envs, roll_judge, roll_lengths, roll_outputs
 from posttrain.config.dialects import roll_step_envs
 from posttrain.config.dialects import roll_detection, roll_packing, roll_pg, roll_profiler, roll_roles, roll_strategy
@@ -457,4 +457,4 @@ def dpo_pipeline(ctx: Context) -> None:
             ctx.refuse(epochs, f"expected a number of passes >= 1, got {value!r}", "trainer.total_epochs", value)
 
 
-HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_envs.HANDLERS, *roll_pg.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, *roll_correction.HANDLERS, *roll_packing.HANDLERS, *roll_profiler.HANDLERS, *roll_download.HANDLERS, machine_devices, node_count, roll_roles.template, reward_norm, mini_batch, topr, roll_pg.importance_sampling, roll_lora, video_r1_reader, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, agentic_thinking, group_seeded_envs, roll_step_envs.step_env_managers, *roll_defaults.HANDLERS]
+HANDLERS = [*roll_strategy.HANDLERS, *roll_async.HANDLERS, *roll_envs.HANDLERS, *roll_pg.HANDLERS, *roll_roles.HANDLERS, *roll_outputs.HANDLERS, *roll_lengths.HANDLERS, *roll_correction.HANDLERS, *roll_packing.HANDLERS, *roll_profiler.HANDLERS, *roll_download.HANDLERS, machine_devices, node_count, roll_roles.template, reward_norm, mini_batch, topr, roll_pg.importance_sampling, roll_lora, video_r1_reader, reward_workers, infer_engine_kwargs, dpo_pipeline, env_manager_sampling, episode_lengths, agentic_thinking, group_seeded_envs, roll_step_envs.step_env_managers, *roll_defaults.HANDLERS]

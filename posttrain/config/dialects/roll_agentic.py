@@ -7,11 +7,20 @@ otherwise the training manager's becomes the engine's, and the validation manage
 ``num_return_sequences`` is forced to 1 for both (a group is group_size environments, not n
 samples). A manager's ``max_new_tokens`` caps each turn together with the environment's
 ``max_tokens_per_step`` (the smaller wins), so it changes nothing where every environment the manager
-runs has a per-step cap at most that large; posttrain's per-turn cap is custom_envs.<tag>.max_tokens_per_step.
+runs has a per-step cap at most that large, and is the manager's own per-turn cap (env.<manager>.max_new_tokens)
+where one has a looser cap or none.
 ROLL's environment managers apply the chat template with ``enable_thinking=False`` whatever the
 file's template name says (roll/pipeline/agentic/env_manager/token_mask_utils.py), so an agentic
 pipeline file gets ``data.enable_thinking: false`` (a Qwen3 template then writes its empty thinking
 block after each generation prompt, as ROLL's prompts have it).
+Lengths: ROLL's environment managers bound an episode by ``sequence_length`` alone (the prompt and
+everything after it: a turn generates at most ``sequence_length`` minus its input, and the episode
+stops once its input reaches it), and read neither ``prompt_length`` nor ``response_length``. So
+``sequence_length`` is posttrain's model.max_model_len, which bounds every agent-loop context the same
+way, and the first prompt and the response may each take up to ``sequence_length - 1`` tokens
+(data.max_prompt_length, data.max_response_length): only the sum binds. ``actor_infer.generating_args``
+reaches both managers, so its ``max_new_tokens`` is a per-turn cap of every environment they run, as a
+manager's own is.
 Validation generates with the validation manager's settings, sampling unless it says
 ``do_sample: false`` (ROLL's GeneratingArguments default, temperature 0.95, top_p 0.7, top_k 50, is
 what the file leaves out).
@@ -61,7 +70,7 @@ def _manager(ctx: Context, manager: str, native: str, args: dict[str, Any]) -> N
         elif name == "num_return_sequences":
             ctx.drop(key, "ROLL sets it to 1 for an env manager: a group is group_size environments (env.*_env_manager.group_size)")
         elif name == "max_new_tokens":
-            _turn_cap(ctx, manager, key, value)
+            _turn_cap(ctx, [manager], key, value)
         else:
             ctx.refuse(key, f"no posttrain equivalent for an env manager's {name}: its sampling settings are temperature, top_p, top_k, do_sample" + (", repetition_penalty" if manager == "train_env_manager" else ""), None, value)
     if not is_pipeline(ctx):
@@ -73,19 +82,52 @@ def _manager(ctx: Context, manager: str, native: str, args: dict[str, Any]) -> N
         ctx.set(f"{native}.do_sample", True, f"{prefix}.do_sample", ROLL_DEFAULT + ": ROLL's validation samples with its generating_args")
 
 
-def _turn_cap(ctx: Context, manager: str, key: str, value: Any) -> None:
-    """ROLL's per-turn cap is min(max_new_tokens, the env's max_tokens_per_step): no change where every
-    environment the manager runs has a cap of at most max_new_tokens."""
-    envs = ctx.get("custom_envs") or {}
-    tags = ctx.get(f"{manager}.tags") or []
-    caps = {tag: (envs.get(tag) or {}).get("max_tokens_per_step") if isinstance(envs, dict) else None for tag in tags}
-    looser = sorted(tag for tag, cap in caps.items() if not isinstance(cap, int) or cap > value)
-    if not isinstance(value, int) or isinstance(value, bool):
-        ctx.refuse(key, f"expected a number of tokens, got {value!r}", None, value)
-    elif tags and not looser:
-        ctx.drop(key, f"each turn is capped by the environment's max_tokens_per_step ({', '.join(f'{t}: {caps[t]}' for t in tags)}), at most {value}: ROLL takes the smaller, so this changes nothing")
+def episode_lengths(ctx: Context) -> None:
+    """An agentic file's lengths (see the module docstring)."""
+    if not is_pipeline(ctx) or not (ctx.has("train_env_manager") or ctx.has("val_env_manager")):
+        return
+    seq, prompt, resp = ctx.get("sequence_length"), ctx.get("prompt_length", 1024), ctx.get("response_length")
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 1  # noqa: E731
+    if seq is None and whole(resp) and whole(prompt):
+        seq, why = resp + prompt, f"response_length {resp} + prompt_length {prompt} (ROLL's sequence_length when unset)"
     else:
-        ctx.refuse(key, f"a per-turn cap of {value} tokens: posttrain caps each turn by custom_envs.<tag>.max_tokens_per_step; set it to at most {value} for {', '.join(looser) or 'every environment the manager runs'}", None, value)
+        why = "ROLL's environment managers stop an episode once its input reaches sequence_length"
+    if not whole(seq):
+        return  # the keys translate one by one and are checked there
+    for name, reason in (("prompt_length", "ROLL's agentic pipeline never reads it: the first prompt and the episode share sequence_length"),
+                         ("response_length", "ROLL's agentic pipeline never reads it (its config resets it once sequence_length is known)")):
+        if ctx.has(name):
+            ctx.consume(name)
+            ctx.drop(name, reason)
+    ctx.consume("sequence_length")
+    source = "sequence_length" if ctx.has("sequence_length") else "response_length" if ctx.has("response_length") else "prompt_length"
+    ctx.set("model.max_model_len", seq, source, why)
+    ctx.set("data.max_prompt_length", seq - 1, source, f"the first prompt may take all of sequence_length {seq} but one token, as ROLL's managers allow")
+    ctx.set("data.max_response_length", seq - 1, source, f"the episode after its prompt is bounded with it by model.max_model_len {seq}, as ROLL bounds it")
+    key = "actor_infer.generating_args.max_new_tokens"
+    if ctx.has(key):
+        ctx.consume(key)
+        _turn_cap(ctx, ["train_env_manager", "val_env_manager"], key, ctx.get(key))
+
+
+def _turn_cap(ctx: Context, managers: list[str], key: str, value: Any) -> None:
+    """ROLL's per-turn cap is min(max_new_tokens, the env's max_tokens_per_step): nothing to do where
+    every environment the managers run has a cap of at most max_new_tokens, else the managers' own
+    cap (env.<manager>.max_new_tokens: the entries' max_tokens_per_step keep filling their templates)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        ctx.refuse(key, f"expected a number of tokens, got {value!r}", None, value)
+        return
+    envs = ctx.get("custom_envs") or {}
+    tags = list(dict.fromkeys(t for m in managers for t in (ctx.get(f"{m}.tags") or [])))
+    entries = {tag: envs.get(tag) if isinstance(envs, dict) else None for tag in tags}
+    caps = {tag: entry.get("max_tokens_per_step") if isinstance(entry, dict) else None for tag, entry in entries.items()}
+    looser = sorted(str(tag) for tag, cap in caps.items() if not isinstance(cap, int) or cap > value)
+    if tags and not looser:
+        ctx.drop(key, f"each turn is capped by the environment's max_tokens_per_step ({', '.join(f'{t}: {caps[t]}' for t in tags)}), at most {value}: ROLL takes the smaller, so this changes nothing")
+        return
+    for manager in managers:
+        ctx.set(f"env.{manager}.max_new_tokens", value, key, "ROLL caps each turn at the smaller of it and the environment's max_tokens_per_step"
+                + (f" (looser here: {', '.join(looser)})" if looser else ""))
 
 
 def group_seeded_envs(ctx: Context) -> None:
@@ -106,6 +148,6 @@ def group_seeded_envs(ctx: Context) -> None:
 
 _AGENTIC = (("train_env_manager.tags", ["E"]), ("custom_envs", {"E": {"env_type": "frozen_lake", "max_tokens_per_step": 16}}))
 RULES: dict[str, Rule] = {
-    "train_env_manager.generating_args": Rule("rollout.temperature, rollout.top_p, rollout.top_k, rollout.do_sample, rollout.repetition_penalty", "the training environments' sampling (when actor_infer.generating_args is not set: ROLL then samples with these); max_new_tokens is a per-turn cap, accepted where every environment's max_tokens_per_step is at most it (posttrain's per-turn cap), num_return_sequences is 1 in ROLL", {"temperature": 0.9, "top_p": 0.99}, _AGENTIC),
+    "train_env_manager.generating_args": Rule("rollout.temperature, rollout.top_p, rollout.top_k, rollout.do_sample, rollout.repetition_penalty", "the training environments' sampling (when actor_infer.generating_args is not set: ROLL then samples with these); max_new_tokens is a per-turn cap with each environment's max_tokens_per_step (env.train_env_manager.max_new_tokens where one is looser), num_return_sequences is 1 in ROLL", {"temperature": 0.9, "top_p": 0.99}, _AGENTIC),
     "val_env_manager.generating_args": Rule("rollout.val_kwargs.temperature, rollout.val_kwargs.top_p, rollout.val_kwargs.top_k, rollout.val_kwargs.do_sample", "the validation environments' sampling (when actor_infer.generating_args is not set), sampling unless do_sample is false; max_new_tokens and num_return_sequences as for train_env_manager", {"temperature": 0.2}, _AGENTIC),
 }

@@ -27,6 +27,7 @@ class EnvManagerConfig:
     max_traj_per_env: int = param(-1, doc="Most episodes one environment may play per step (validation: per validation); -1 means as many as the step needs. Training environments play data.train_batch_size x rollout.n / (num_env_groups x group_size) episodes each, with their own seeds, validation ones one: a smaller value is refused, a larger one changes nothing.", ge=-1, refs=["roll:.max_traj_per_env"])
     format_penalty: float = param(0.0, doc="Reward added (a negative number) per action the action_pattern or the env rejects; a custom_envs entry's own format_penalty wins.", le=0)
     max_env_num_per_worker: int = param(0, doc="Most environments whose turns go to the engine in one generate call; 0 means all live ones.", ge=0, refs=["roll:.max_env_num_per_worker"])
+    max_new_tokens: int | None = param(None, doc="Most new tokens of one action of any environment this manager runs: each action gets the smaller of it and the entry's max_tokens_per_step (which alone fills an agent_template's {max_response_length}); null: the entries' caps alone. ROLL's generating_args.max_new_tokens (actor_infer's reaches both managers).", ge=1)
 
 
 @section
