@@ -33,17 +33,22 @@ def device_lists(cfg: Any) -> dict[str, list[int]]:
 
 def reference_crew_devices(cfg: Any) -> list[int] | None:
     """cluster.device_mapping.ref when it names devices apart from the trainer's (the actor's, else
-    the critic's list): the reference then runs as processes of its own, one per device (the reference
-    crew, `posttrain.trainer.reference_crew`), not on the trainer workers. None otherwise: the ref list
-    is the trainer's own (or absent), or overlaps it, which `checks.check_device_mapping` refuses."""
+    the critic's list) or only some of them: the reference then runs as processes of its own, one per
+    device (the reference crew, `posttrain.trainer.reference_crew`), not on the trainer workers; on
+    some of the trainer's devices, its processes share them with those trainer workers (ROLL's layout
+    that holds the reference on the devices its engines leave free). None otherwise: the ref list is
+    the trainer's own (or absent), or reaches beyond it, which `checks.check_device_mapping` refuses."""
     lists = device_lists(cfg)
     ref = lists.get("ref")
     return ref if devices_apart(ref, lists.get("actor") or lists.get("critic")) else None
 
 
 def devices_apart(ref: list[int] | None, trainer: list[int] | None) -> bool:
-    """Whether the reference's device list names devices and none of the trainer's (both given)."""
-    return bool(ref and trainer and not set(ref) & set(trainer))
+    """Whether the reference's device list (both given) names devices and none of the trainer's, or
+    some of the trainer's devices and no other: a reference crew of its own either way."""
+    if not (ref and trainer):
+        return False
+    return not set(ref) & set(trainer) or set(ref) < set(trainer)
 
 
 def _trainer_lists(cfg: Any) -> list[list[int]]:

@@ -59,8 +59,8 @@ def check_device_mapping(cfg: Any) -> list[str]:
         return [
             f"cluster.device_mapping puts training roles on different devices ({shown}): " + (
                 "the reference runs either on every trainer worker (give it the actor's list, or none) or as processes "
-                "of its own on devices apart from the actor's (a reference crew); a list that shares some of the "
-                "actor's devices is neither" if ref_only else
+                "of its own (a reference crew) on devices apart from the actor's or on some of the actor's; a list that "
+                "names some of the actor's devices and others is neither" if ref_only else
                 "every trainer worker hosts the actor and the critic (the critic trains beside the actor), so give them "
                 "the same device list (or leave the critic's empty)")
         ]
@@ -77,8 +77,8 @@ def _reference_crew_problem(cfg: Any, crew: list[int], rollout: list[int] | None
     if len(set(crew)) < len(crew):
         return f"the reference's devices {crew} name a device twice (one reference process per device)"
     if rollout and set(rollout) & set(crew):
-        return (f"the reference's devices {crew} share devices with the rollout's {rollout}: a reference on devices of its "
-                "own (apart from the actor's) needs devices apart from the engines' too")
+        return (f"the reference's devices {crew} share devices with the rollout's {rollout}: a reference crew needs devices "
+                "apart from the engines'")
     if devices and max(crew) >= devices:
         return f"the reference's device {max(crew)} is past the {devices} of cluster.nnodes × cluster.n_gpus_per_node"
     if get_path(cfg, "stages", None):

@@ -274,7 +274,8 @@ def _placement_rows(cfg: Any) -> list[Row]:
     rows.append(("rollout devices", device_span(engines), how))
     if crew is not None:
         rows.append(("reference devices", device_span(crew), (
-            f"a reference crew of {len(crew)} process(es) of its own: each step's sequences go to it, its log-probs come back"
+            f"a reference crew of {len(crew)} process(es) of its own" + (" on devices it shares with trainer workers" if set(crew) <= set(train) else "")
+            + ": each step's sequences go to it, its log-probs come back"
             if role_needs(cfg).reference else "no reference is needed (no KL term): these devices stay idle")))
     return rows
 

@@ -122,11 +122,20 @@ def test_a_ref_list_apart_from_the_actor_s_is_a_crew_and_the_trainer_keeps_its_o
                "ref.fsdp_config.fsdp_size=2", "ref.ulysses_sequence_parallel_size=2").ref.fsdp_config.fsdp_size == 2
     alone = cfg("cluster.n_gpus_per_node=2", "cluster.device_mapping.ref=[0,1]")  # no actor list: the ref list is the trainer's
     assert (reference_crew_devices(alone), world_size(alone)) == (None, 2)
+    # some of the trainer's devices (ROLL's reference on the devices its engines leave free): a crew sharing them
+    inside = cfg("cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[0,1,2,3]", "cluster.device_mapping.rollout=[0,1]",
+                 "cluster.device_mapping.ref=[2,3]")
+    assert (reference_crew_devices(inside), world_size(inside), training_devices(inside)) == ([2, 3], 4, [0, 1, 2, 3])
+    rows = {label: how for label, _, how in _placement_rows(inside)}
+    assert rows["reference devices"].startswith("a reference crew of 2 process(es) of its own on devices it shares with trainer workers")
+    assert rows["training devices"] == "4 trainer process(es), each hosting the actor"
 
 
 @pytest.mark.parametrize("overrides, message", [
     (["cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[0,1]", "cluster.device_mapping.ref=[1,2]"],
-     "the reference runs either on every trainer worker (give it the actor's list, or none) or as processes of its own"),
+     "a list that names some of the actor's devices and others is neither"),
+    (["cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[0,1,2,3]", "cluster.device_mapping.rollout=[0,1]", "cluster.device_mapping.ref=[1,2]"],
+     "the reference's devices [1, 2] share devices with the rollout's [0, 1]: a reference crew needs devices apart from the engines'"),
     (["cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[0,1]", "cluster.device_mapping.critic=[2,3]", "cluster.device_mapping.ref=[2,3]"],
      "every trainer worker hosts the actor and the critic"),
     (["cluster.n_gpus_per_node=4", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.rollout=[1,2]", "cluster.device_mapping.ref=[2,3]"],
@@ -197,10 +206,24 @@ def test_roll_s_reference_on_devices_of_its_own_translates_to_a_crew_and_inside_
     native, report = translate(roll, "roll")
     assert native["cluster"]["device_mapping"] == {"actor": [0, 1, 2, 3], "rollout": [4, 5], "ref": [6, 7]}
     assert not [e for e in report.entries if e.status == "refused"]
+    # ROLL's reference on the trainer's devices its engines leave free: a crew sharing them with trainer workers
+    free = {**roll, "actor_train": {"device_mapping": "list(range(0,8))"}, "actor_infer": {"device_mapping": "list(range(0,4))"},
+            "reference": {"device_mapping": "list(range(4,8))"}}
+    native, report = translate(free, "roll")
+    # the actor's list stays written out (every device of the node): the reference's is some of it
+    assert native["cluster"]["device_mapping"] == {"actor": list(range(8)), "rollout": [0, 1, 2, 3], "ref": [4, 5, 6, 7]}
+    assert not [e for e in report.entries if e.status == "refused"]
+    loaded = load_config(None, ["actor.use_kl_loss=true", "cluster.n_gpus_per_node=8",
+                                *(f"cluster.device_mapping.{k}={v}" for k, v in native["cluster"]["device_mapping"].items())])
+    assert (reference_crew_devices(loaded), world_size(loaded)) == ([4, 5, 6, 7], 8)
     inside = {**roll, "actor_infer": {"device_mapping": "list(range(0,4))"}, "reference": {"device_mapping": "list(range(2,4))"}}
     _, report = translate(inside, "roll")
     refused = [e for e in report.entries if e.status == "refused" and e.key == "reference.device_mapping"]
-    assert refused and "the reference runs on those devices or on devices of its own, not on some of them" in refused[0].reason
+    assert refused and "the reference on devices of its own shares devices with actor_infer" in refused[0].reason
+    partly = {**roll, "reference": {"device_mapping": "list(range(3,5))"}}  # one of the trainer's devices and one engine's
+    _, report = translate(partly, "roll")
+    refused = [e for e in report.entries if e.status == "refused" and e.key == "reference.device_mapping"]
+    assert refused and "not on some of them and others" in refused[0].reason
 
 
 # ---------------------------------------------------------------- the launcher

@@ -53,13 +53,13 @@ def colocated(inputs) -> list[dict]:
     return rows(inputs, "colocated")
 
 
-def assert_same_steps(got: list[dict], expected: list[dict]) -> None:
+def assert_same_steps(got: list[dict], expected: list[dict], tol: float = 1e-9) -> None:
     got, expected = [r for r in got if r["step"] > 0], [r for r in expected if r["step"] > 0]  # step 0: the start line
     assert [r["step"] for r in got] == [r["step"] for r in expected] == [1, 2, 3]
     assert expected[-1]["actor/kl_loss"] > 0  # the policy moved: the KL term has something to measure
     for mine, theirs in zip(got, expected):
         for key in KEYS:  # the same numbers; a crew process may run another thread count, hence the tolerance
-            assert mine[key] == pytest.approx(theirs[key], rel=1e-6, abs=1e-9), (mine["step"], key)
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-6, abs=tol), (mine["step"], key)
 
 
 @pytest.mark.slow
@@ -76,6 +76,17 @@ def test_a_reference_crew_trains_what_the_colocated_reference_trains(inputs, col
     assert f"the reference crew ({processes} process(es)) answered 3 request(s) for log-probs" in crew_log
     if processes > 1:  # its own workers, sharded over both (FSDP2), each computing a share of the rows
         assert "2 worker processes on cpu" in crew_log and "each hosts reference (a reference crew" in crew_log
+
+
+@pytest.mark.long  # two trainer processes (FSDP2) and the crew: left to `pytest -m long` for the CI budget
+def test_a_crew_on_some_of_the_trainers_devices_trains_what_the_colocated_reference_trains(inputs, colocated):
+    """ROLL's layout of the reference on the devices its engines leave free: the crew's process shares
+    device 1 with trainer rank 1."""
+    out = train(inputs, "inside", "cluster.n_gpus_per_node=2", "cluster.device_mapping.actor=[0,1]", "cluster.device_mapping.ref=[1]")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "the reference role on devices of its own, serving the trainer" in out.stdout
+    assert_same_steps(rows(inputs, "inside"), colocated, tol=1e-6)  # two trainer ranks sum their gradients in another order
+    assert "the reference crew (1 process(es)) answered 3 request(s) for log-probs" in (inputs / "inside" / "workers" / "reference.log").read_text()
 
 
 @pytest.mark.slow

@@ -158,8 +158,6 @@ def _device_mapping(ctx: Context, value: Any) -> list[int]:
     devices = parse_device_list(value)
     nodes = roll_nodes(ctx)
     per_node = roll_per_node(ctx)
-    if isinstance(per_node, int) and isinstance(nodes, int) and sorted(devices) == list(range(nodes * per_node)):
-        return []  # every device of the cluster: posttrain's default placement (all roles colocated)
     # ROLL's workers by posttrain's roles: the trainer's (actor, reference, critic) and the engines'
     lists: dict[str, list[int]] = {}
     for worker in _MAPPED_WORKERS:
@@ -172,11 +170,14 @@ def _device_mapping(ctx: Context, value: Any) -> list[int]:
     total = nodes * per_node if isinstance(per_node, int) and isinstance(nodes, int) else None
     every = list(range(total or -1))  # the whole cluster: posttrain's default for a list
     rollout = lists.get("actor_infer")
-    # the reference on devices apart from actor_train's runs as processes of its own (posttrain's reference crew)
-    crew = lists.get("reference") if devices_apart(lists.get("reference"), lists.get("actor_train") or lists.get("critic")) else None
+    # the reference on devices apart from actor_train's, or on some of them, runs as processes of its own (posttrain's reference crew)
+    trainer = lists.get("actor_train") or lists.get("critic")
+    crew = lists.get("reference") if devices_apart(lists.get("reference"), trainer) else None
+    if sorted(devices) == every and not (crew and devices == trainer):
+        return []  # every device of the cluster: posttrain's default placement (all roles colocated)
     training = [ids for w, ids in lists.items() if w != "actor_infer" and not (crew and w == "reference")]
     problem = ("training roles on different devices: every trainer worker hosts the actor and the critic, and the reference "
-               "runs on those devices or on devices of its own, not on some of them"
+               "runs on those devices, on some of them or on devices of its own (a reference crew), not on some of them and others"
                if len({tuple(ids) for ids in training}) > 1 else
                placement_problem(training[0] if training and training[0] != every else None,
                                  None if rollout == every else rollout, total))

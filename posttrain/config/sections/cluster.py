@@ -23,7 +23,7 @@ class DeviceMappingConfig:
 
     actor: list[int] = param(factory=list, doc="Device ids of the policy-training workers (0..k-1: k trainer processes).", refs=["roll:actor_train.device_mapping"])
     rollout: list[int] = param(factory=list, doc="Device ids of the generation engines: the training devices (colocated), their first m (only those m workers generate), or the m devices after them (split placement: an explorer of m processes, one engine each, beside the trainer).", refs=["roll:actor_infer.device_mapping", "trinity:explorer.rollout_model.engine_num"])
-    ref: list[int] = param(factory=list, doc="Device ids of the reference policy: the actor's (each trainer worker hosts it), or devices apart from the actor's and the rollout's (a reference crew: one process per device, asked for each step's log-probs).", refs=["roll:reference.device_mapping"])
+    ref: list[int] = param(factory=list, doc="Device ids of the reference policy: the actor's (each trainer worker hosts it), or devices apart from the rollout's, either apart from the actor's or some of them (a reference crew: one process per device, sharing a device with the trainer worker there, asked for each step's log-probs).", refs=["roll:reference.device_mapping"])
     critic: list[int] = param(factory=list, doc="Device ids of the critic workers.", refs=["roll:critic.device_mapping"])
 
 
