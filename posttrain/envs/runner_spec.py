@@ -33,10 +33,10 @@ user turn with one newline token; posttrain renders the first prompt whole and e
 the chat template's difference after the action, which for templates that append (the ones posttrain
 accepts) are the same tokens, and trains the same ones (the actions). Where they differ: an action cut
 at max_tokens_per_step ends without the end-of-turn token, and posttrain writes the template's close
-("<|im_end|>\\n") after it where ROLL writes only the newline. And the length limit: ROLL's manager
-refuses a prompt of sequence_length tokens or more, which fails the runner's episode (score 0);
-posttrain's loop ends the episode when the next observation leaves no room in the response budget,
-keeping its reward (docs/agentic.md).
+("<|im_end|>\\n") after it where ROLL writes only the newline. And the length limit: both end the
+episode once its context reaches sequence_length (posttrain's model.max_model_len), but ROLL's manager
+does it by refusing the request, which fails the runner's episode (score 0), where posttrain's loop
+ends it truncated, keeping its reward (docs/agentic.md).
 """
 
 from __future__ import annotations
