@@ -73,7 +73,8 @@ def check_device_mapping(cfg: Any) -> list[str]:
 
 def _reference_crew_problem(cfg: Any, crew: list[int], rollout: list[int] | None, devices: int | None) -> str | None:
     """Why a reference crew on `crew` cannot run, or None: its devices must be its own (one process
-    each, none the engines'), within the cluster, for a config of one stage."""
+    each, none the engines'), within the cluster, for a config of one stage. It serves the reference
+    and ref.teachers alike (ROLL's several teachers' device_mapping lands on the ref list)."""
     if len(set(crew)) < len(crew):
         return f"the reference's devices {crew} name a device twice (one reference process per device)"
     if rollout and set(rollout) & set(crew):
@@ -84,10 +85,6 @@ def _reference_crew_problem(cfg: Any, crew: list[int], rollout: list[int] | None
     if get_path(cfg, "stages", None):
         return ("the reference on devices of its own (a reference crew) serves one RL stage; a config with stages runs the "
                 "reference on the trainer workers: give cluster.device_mapping.ref the actor's list (or none)")
-    if get_path(cfg, "ref.teachers", None):  # ROLL's several teachers' device_mapping lands on the ref list
-        return (f"the reference's devices {crew} apart from the trainer's, with ref.teachers: posttrain runs a reference crew of "
-                "its own, but not teachers on devices of their own (every trainer worker hosts each teacher); give "
-                "cluster.device_mapping.ref the actor's list (or none)")
     return None
 
 

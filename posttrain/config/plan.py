@@ -273,10 +273,12 @@ def _placement_rows(cfg: Any) -> list[Row]:
            "split": f"split: an explorer of {explorer_processes(cfg)} engine process(es) beside the trainer"}[place]
     rows.append(("rollout devices", device_span(engines), how))
     if crew is not None:
+        teachers = list(get_path(cfg, "ref.teachers", None) or {})
         rows.append(("reference devices", device_span(crew), (
             f"a reference crew of {len(crew)} process(es) of its own" + (" on devices it shares with trainer workers" if set(crew) <= set(train) else "")
             + ": each step's sequences go to it, its log-probs come back"
-            if role_needs(cfg).reference else "no reference is needed (no KL term): these devices stay idle")))
+            + (f" (and for ref.teachers {', '.join(teachers)})" if teachers else "")
+            if role_needs(cfg).reference or teachers else "no reference is needed (no KL term): these devices stay idle")))
     return rows
 
 

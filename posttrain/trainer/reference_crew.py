@@ -16,7 +16,10 @@ in the run directory, and the crew's rank 0 joins it and a process group of two.
 group (gloo, from host memory: a batch of token ids is small beside the weights).
 
 The crew builds its reference as the trainer would (`rl_build.crew_reference`): the stage's starting
-model (or `ref.model_path`'s teacher), frozen, with ref.* micro-batching. With several crew processes
+model (or `ref.model_path`'s teacher), frozen, with ref.* micro-batching, and each of `ref.teachers`
+(on-policy distillation's several teachers, which then live on the crew's devices too). A request
+names the model it is for ("" for the reference, else the teacher's name): the trainer's teachers are
+`CrewModel`s of the one client. With several crew processes
 the model is sharded over them with FSDP2 (`ref.fsdp_config`) and each computes a share of the rows,
 exactly as a colocated reference shards over the trainer workers: one memory footprint per device
 whatever k is, and the same code path, so a crew of k computes what k trainer workers would.
@@ -112,20 +115,21 @@ class ReferenceCrewClient:
             time.sleep(_POLL_S)
         return self.store.get(key)
 
-    def compute_logprobs(self, batch: RolloutBatch) -> Tensor:
-        """log pi_ref of each response token, (B, T), 0 on padding: the crew's answer."""
-        logprobs = self._ask(batch) if self.world.is_main else None
+    def compute_logprobs(self, batch: RolloutBatch, model: str = "") -> Tensor:
+        """log pi of each response token under the crew's `model` ("": the reference; else a teacher of
+        ref.teachers), (B, T), 0 on padding: the crew's answer."""
+        logprobs = self._ask(batch, model) if self.world.is_main else None
         logprobs = self.world.from_main(logprobs)  # (B, T) on every trainer rank
         return logprobs.to(batch.response_mask.device)
 
-    def _ask(self, batch: RolloutBatch) -> Tensor:
+    def _ask(self, batch: RolloutBatch, model: str) -> Tensor:
         if self.group is None:  # the crew joins once its model is loaded
             self._wait("hello", "come up")
             self.group = pair_group(dist.PrefixStore("pair/", self.store), 0, "gloo", self.timeout_s, torch.device("cpu"))
         n = self.n
         self.n += 1
         payload = _to_bytes(forward_rows(batch))
-        self.store.set(f"req/{n}", str(payload.numel()))
+        self.store.set(f"req/{n}", json.dumps({"bytes": payload.numel(), "model": model}))
         broadcast(self.group, payload, root=0)
         meta = json.loads(self._wait(f"res/{n}", "answer a request for reference log-probs"))
         if "error" in meta:
@@ -143,6 +147,16 @@ class ReferenceCrewClient:
         while time.monotonic() < deadline and not self.store.check(["bye"]):
             time.sleep(_POLL_S)
         self.store = None
+
+
+class CrewModel:
+    """One of ref.teachers served by the crew: the trainer's teacher role, asking the one client."""
+
+    def __init__(self, client: ReferenceCrewClient, name: str):
+        self.client, self.name = client, name
+
+    def compute_logprobs(self, batch: RolloutBatch) -> Tensor:
+        return self.client.compute_logprobs(batch, self.name)
 
 
 # ---------------------------------------------------------------- the crew
@@ -172,7 +186,8 @@ class CrewEnd:
         store.set("hello", "1")
         self.group = pair_group(dist.PrefixStore("pair/", store), 1, "gloo", self.timeout_s, torch.device("cpu"))
 
-    def next(self) -> RolloutBatch | None:
+    def next(self) -> tuple[RolloutBatch, str] | None:
+        """The next request's batch and the name of the model it is for, or None once the trainer stops."""
         key = f"req/{self.n}"
         while True:
             try:  # (`check` of several keys is true only when all are there: one key at a time)
@@ -184,9 +199,10 @@ class CrewEnd:
             except (RuntimeError, dist.DistStoreError):
                 raise ReferenceCrewError("the trainer went away without stopping the reference crew (see the trainer's log)") from None
             time.sleep(_POLL_S)
-        payload = torch.empty(int(self.store.get(key)), dtype=torch.uint8)
+        request = json.loads(self.store.get(key))
+        payload = torch.empty(int(request["bytes"]), dtype=torch.uint8)
         broadcast(self.group, payload, root=0)
-        return _from_bytes(payload)
+        return _from_bytes(payload), str(request["model"])
 
     def answer(self, logprobs: Tensor) -> None:
         out = logprobs.detach().to("cpu").contiguous()
@@ -204,9 +220,9 @@ class CrewEnd:
 
 def crew_devices(cfg) -> list[int] | None:
     """The reference crew's devices when this run starts one: its RL stage (one: the config checks
-    refuse a crew with stages) trains with a reference (a KL term, or a teacher) and
-    cluster.device_mapping.ref lies apart from the actor's devices; None otherwise. An explorer
-    alone (trainer.mode explore) has no reference to serve."""
+    refuse a crew with stages) trains with a reference (a KL term, or a teacher) or ref.teachers, and
+    cluster.device_mapping.ref lies apart from the actor's devices (or on some of them); None
+    otherwise. An explorer alone (trainer.mode explore) has no reference to serve."""
     from posttrain.config import stage_configs
     from posttrain.config.access import reference_crew_devices
     from posttrain.config.checks import role_needs
@@ -214,39 +230,43 @@ def crew_devices(cfg) -> list[int] | None:
     stages = [s.config for s in stage_configs(cfg)]
     if len(stages) != 1 or stages[0].algorithm.kind != "rl" or stages[0].trainer.mode not in ("both", "train"):
         return None
-    return reference_crew_devices(stages[0]) if role_needs(stages[0]).reference else None
+    return reference_crew_devices(stages[0]) if role_needs(stages[0]).reference or stages[0].ref.teachers else None
 
 
 def serve_reference(cfg, run_dir: Path, world, build) -> None:
-    """A crew process's whole life: build the reference (`build(cfg, tokenizer, world)`:
-    `rl_build.crew_reference`, which builds the trainer's roles and so imports this module), join
-    the trainer (rank 0), answer its requests until it stops."""
+    """A crew process's whole life: build the models it serves (`build(cfg, tokenizer, world)`:
+    `rl_build.crew_reference`, which builds the trainer's roles and so imports this module; by
+    request name), join the trainer (rank 0), answer its requests until it stops."""
     from posttrain.models.loading import tokenizer_from_config
     from posttrain.trainer.stage import seed_everything
 
     seed_everything(cfg.trainer.seed)
-    reference = build(cfg, tokenizer_from_config(cfg.model), world)
+    models = build(cfg, tokenizer_from_config(cfg.model), world)
     end = CrewEnd(run_dir, cfg.cluster.rpc_timeout_s) if world.is_main else None
     if end is not None:
         end.connect()
-    served = serve(reference, world, end)
+    served = serve(models, world, end)
     if world.is_main:
         print(f"posttrain: the reference crew ({world.size} process(es)) answered {served} request(s) for log-probs", flush=True)
 
 
-def serve(reference, world, end: CrewEnd | None) -> int:
+def serve(models: dict, world, end: CrewEnd | None) -> int:
     """The crew's loop on every crew rank: rank 0 takes each request from the trainer and hands the
-    batch to the others; every rank computes (a collective when sharded); rank 0 answers. Returns
-    the number of requests served."""
+    batch to the others; every rank computes with the model the request names (`models`: "" the
+    reference, else a teacher's name; a collective when sharded); rank 0 answers. Returns the number
+    of requests served."""
     served = 0
     while True:
-        batch = end.next() if world.is_main else None
-        batch = world.from_main(batch)
-        if batch is None:
+        request = end.next() if world.is_main else None
+        request = world.from_main(request)
+        if request is None:
             return served
+        batch, name = request
         kill_point("reference", served + 1, "request", world.rank)  # the test hook (posttrain.checkpoint.manager)
         try:
-            logprobs = reference.compute_logprobs(batch.to(world.torch_device))  # (B, T)
+            if name not in models:
+                raise KeyError(f"the crew serves {sorted(models)}, not {name!r}")
+            logprobs = models[name].compute_logprobs(batch.to(world.torch_device))  # (B, T)
         except Exception as err:
             if end is not None:
                 end.fail(err)

@@ -34,7 +34,7 @@ from posttrain.rollout.base import RolloutEngine
 from posttrain.rollout.engines import build_engine, check_engine_deadline
 from posttrain.workers import Actor, ActorSettings, Critic, CriticSettings, ReferencePolicy
 from posttrain.workers.rollout import RolloutWorker
-from posttrain.trainer.reference_crew import ReferenceCrewClient
+from posttrain.trainer.reference_crew import CrewModel, ReferenceCrewClient
 from posttrain.trainer.rl_settings import (
     forward_batching, loss_inputs, loss_options, micro_batch_budget, policy_temperature, response_length, rollout_seed,
 )
@@ -113,12 +113,14 @@ class RLRoles:
     reference: ReferencePolicy | ReferenceCrewClient | None  # the client of a reference crew of its own
     critic: Critic | None
     sync: WeightSync | None  # actor -> rollout engine, after every update
-    teachers: dict[str, ReferencePolicy] = field(default_factory=dict)  # ref.teachers, by name (learner only)
+    teachers: dict[str, ReferencePolicy | CrewModel] = field(default_factory=dict)  # ref.teachers, by name (learner only)
 
     def close(self) -> None:
         """Release what the roles hold beyond this process: a reference crew is told to stop."""
-        if isinstance(self.reference, ReferenceCrewClient):
-            self.reference.close()
+        client = self.reference if isinstance(self.reference, ReferenceCrewClient) else next(
+            (t.client for t in self.teachers.values() if isinstance(t, CrewModel)), None)
+        if client is not None:
+            client.close()
 
     @property
     def engine(self) -> RolloutEngine | None:
@@ -142,16 +144,21 @@ def reference_policy(cfg: Config, model: nn.Module, dp, adapters_off=None) -> Re
     )
 
 
-def crew_reference(cfg: Config, tokenizer: Any, world: World) -> ReferencePolicy:
-    """The reference a crew process holds (posttrain.trainer.reference_crew): what `build_roles` makes
-    on the trainer workers, built on the crew's world instead: the stage's starting model from
-    model.path (with LoRA, the base the adapters start from: what the actor's model with its
-    adapters off computes) or ref.model_path's teacher, sharded over the crew (ref.fsdp_config)."""
-    model = (teacher_from_config(cfg, tokenizer, world.torch_device) if cfg.ref.model_path is not None
-             else causal_lm_from_config(cfg.model, device=world.torch_device))
+def crew_reference(cfg: Config, tokenizer: Any, world: World) -> dict[str, ReferencePolicy]:
+    """The models a crew process holds (posttrain.trainer.reference_crew), by request name: what
+    `build_roles` makes on the trainer workers, built on the crew's world instead. "": the reference,
+    when the stage needs one: the stage's starting model from model.path (with LoRA, the base the
+    adapters start from: what the actor's model with its adapters off computes) or ref.model_path's
+    teacher; and each of ref.teachers by its name. Each sharded over the crew (ref.fsdp_config)."""
     sp = cfg.ref.ulysses_sequence_parallel_size or cfg.actor.ulysses_sequence_parallel_size
-    dp = role_parallelism(world, cfg.trainer.balance_batch)(model, "ref", sp)
-    return reference_policy(cfg, world.shard(model, cfg.ref.fsdp_config), dp)
+    parallel = role_parallelism(world, cfg.trainer.balance_batch)
+    models = {}
+    if role_needs(cfg).reference:
+        models[""] = (teacher_from_config(cfg, tokenizer, world.torch_device) if cfg.ref.model_path is not None
+                      else causal_lm_from_config(cfg.model, device=world.torch_device))
+    for name, t in cfg.ref.teachers.items():
+        models[name] = teacher_from_config(cfg, tokenizer, world.torch_device, t.model_path, f"ref.teachers.{name}.model_path")
+    return {name: reference_policy(cfg, world.shard(model, cfg.ref.fsdp_config), parallel(model, "ref", sp)) for name, model in models.items()}
 
 
 def make_engine(cfg: Config, model: nn.Module, tokenizer: Any, owns_weights: bool = False) -> RolloutEngine:
@@ -197,7 +204,8 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     needs = role_needs(cfg)  # from the estimator's registry entry and the KL switches
     teacher = cfg.ref.model_path is not None  # the reference is another model (on-policy distillation)
     ref_model = None
-    crew = needs.reference and reference_crew_devices(cfg) is not None  # cluster.device_mapping.ref apart from the actor's
+    # cluster.device_mapping.ref apart from the actor's (or on some of its devices): the reference and teachers live in a crew
+    crew = (needs.reference or bool(cfg.ref.teachers)) and reference_crew_devices(cfg) is not None
     if needs.reference and not crew:
         ref_model = teacher_from_config(cfg, tokenizer, world.torch_device) if teacher else copy.deepcopy(policy) if lora is None else None
     adapters = add_lora(policy, lora, cfg.model.path) if lora is not None else None
@@ -273,17 +281,18 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         # cluster.device_mapping.rollout on the first m workers: only those generate
         engines = len(device_lists(cfg)["rollout"]) if rollout_placement(cfg) == "subset" else None
         rollout = RolloutWorker(engine, dp, free_cache=cfg.rollout.free_cache_engine, tokenizer=tokenizer, engines=engines)
-    reference = None
-    if crew:  # the reference runs in processes of its own: the step's requests go to them
-        reference = ReferenceCrewClient(run_dir or Path(cfg.trainer.default_local_dir), world, cfg.cluster.rpc_timeout_s)
+    reference = client = None
+    if crew:  # the reference (and the teachers) run in processes of its own: the step's requests go to them
+        client = ReferenceCrewClient(run_dir or Path(cfg.trainer.default_local_dir), world, cfg.cluster.rpc_timeout_s)
+        reference = client if needs.reference else None
     elif needs.reference:
         reference = reference_policy(
             cfg, trained if ref_model is None else world.shard(ref_model, cfg.ref.fsdp_config),
             train_dp(policy if ref_model is None else ref_model, "ref", cfg.ref.ulysses_sequence_parallel_size or actor_sp),
             adapters_off=adapters.disable_adapter if ref_model is None else None,
         )
-    teachers = {}
-    for name, t in cfg.ref.teachers.items():  # frozen like the reference, each on every trainer worker
+    teachers = {name: CrewModel(client, name) for name in cfg.ref.teachers} if crew else {}
+    for name, t in ({} if crew else cfg.ref.teachers).items():  # frozen like the reference, each on every trainer worker
         model = teacher_from_config(cfg, tokenizer, world.torch_device, t.model_path, f"ref.teachers.{name}.model_path")
         teachers[name] = reference_policy(
             cfg, world.shard(model, cfg.ref.fsdp_config), train_dp(model, "ref", cfg.ref.ulysses_sequence_parallel_size or actor_sp))

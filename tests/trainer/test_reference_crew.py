@@ -39,14 +39,16 @@ class Recording:
 
 
 def crew_thread(tmp_path, reference, timeout_s: float = 20.0):
-    """The crew's rank 0 (a crew of one) in a thread of this process: joins the trainer, serves until it stops."""
+    """The crew's rank 0 (a crew of one) in a thread of this process: joins the trainer, serves until it
+    stops. `reference`: the reference, or a dict of the models it serves by request name."""
+    models = reference if isinstance(reference, dict) else {"": reference}
     result = {}
 
     def run():
         end = CrewEnd(tmp_path, timeout_s)
         end.connect()
         try:
-            result["served"] = serve(reference, World(), end)
+            result["served"] = serve(models, World(), end)
         except Exception as err:  # noqa: BLE001 - the test reads it
             result["error"] = err
 
@@ -70,6 +72,31 @@ def test_the_crew_receives_the_forward_inputs_and_the_trainer_its_answer_bit_for
         for name in ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "weights_version"):
             assert torch.equal(getattr(sent, name), getattr(seen, name)), name
         assert seen.group_index == sent.group_index and seen.data_source == [""] * len(sent)  # texts stay behind
+
+
+class Scaled(Recording):
+    """Another model: the same rows, another answer."""
+
+    def compute_logprobs(self, batch):
+        return super().compute_logprobs(batch) * 3
+
+
+def test_each_request_is_answered_by_the_model_it_names(tmp_path):
+    """The reference and ref.teachers in one crew: a teacher's role asks through the same client."""
+    from posttrain.trainer.reference_crew import CrewModel
+
+    client = ReferenceCrewClient(tmp_path, World(), timeout_s=20)
+    reference, math = Recording(), Scaled()
+    thread, result = crew_thread(tmp_path, {"": reference, "math": math})
+    batch = make_batch(50, seed=2)
+    plain = batch.response_ids.float() * -0.125 * batch.response_mask
+    assert torch.equal(CrewModel(client, "math").compute_logprobs(batch), plain * 3)
+    assert torch.equal(client.compute_logprobs(batch), plain)
+    assert (len(reference.seen), len(math.seen)) == (1, 1)
+    with pytest.raises(ReferenceCrewError, match=r"KeyError: .*the crew serves \['', 'math'\], not 'code'"):
+        CrewModel(client, "code").compute_logprobs(batch)
+    thread.join(timeout=10)
+    assert "not 'code'" in str(result["error"])
 
 
 def test_a_tiny_model_s_log_probs_through_the_crew_equal_the_colocated_reference(tmp_path):
@@ -155,12 +182,12 @@ def test_layouts_the_crew_cannot_run_are_refused_at_load(overrides, message):
     assert message in str(err.value)
 
 
-def test_a_crew_with_stages_or_teachers_is_refused():
+def test_a_crew_with_stages_is_refused_and_one_with_teachers_serves_them():
     raw = OmegaConf.create({"cluster": {"n_gpus_per_node": 2, "device_mapping": {"actor": [0], "ref": [1]}}, "stages": [{"name": "a"}]})
     assert any("a config with stages runs the reference on the trainer workers" in p for p in check_device_mapping(raw))
     raw = OmegaConf.create({"cluster": {"n_gpus_per_node": 2, "device_mapping": {"actor": [0], "ref": [1]}},
                             "ref": {"teachers": {"math": {"model_path": "/m"}}}})
-    assert any("but not teachers on devices of their own" in p for p in check_device_mapping(raw))
+    assert check_device_mapping(raw) == []  # ROLL's teachers on devices of their own: the crew holds them
 
 
 def test_the_plan_shows_which_devices_train_generate_and_hold_the_reference():

@@ -113,6 +113,22 @@ def test_a_crew_serves_ref_model_path_s_teacher_as_the_colocated_reference_does(
 
 
 @pytest.mark.slow
+def test_a_crew_serves_ref_teachers_beside_the_reference_as_the_trainer_workers_do(inputs):
+    """On-policy distillation's teachers (ROLL's teachers on devices of their own) in the crew, with the
+    KL term's reference: the same numbers as both colocated."""
+    teachers = ("algorithm.adv_estimator=on_policy_distill", f"ref.teachers={{t: {{model_path: {inputs / 'teacher'}, kl_coef: 0.5}}}}")
+    out = train(inputs, "teachers-colocated", *teachers)
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = train(inputs, "teachers-crew", *teachers, "cluster.n_gpus_per_node=2", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.ref=[1]")
+    assert out.returncode == 0, out.stderr[-3000:]
+    crew, colocated = rows(inputs, "teachers-crew"), rows(inputs, "teachers-colocated")
+    assert_same_steps(crew, colocated)
+    assert [r["distill/t/row_fraction"] for r in crew if r["step"] > 0] == [1.0] * 3
+    # each step: the reference's request and the teacher's
+    assert "answered 6 request(s) for log-probs" in (inputs / "teachers-crew" / "workers" / "reference.log").read_text()
+
+
+@pytest.mark.slow
 def test_a_dead_crew_process_stops_the_run_naming_it_and_the_rerun_resumes(inputs, colocated):
     crew = ("cluster.n_gpus_per_node=2", "cluster.device_mapping.actor=[0]", "cluster.device_mapping.ref=[1]")
     start = time.monotonic()
