@@ -24,10 +24,11 @@ An entry in a window prompt mode (posttrain.envs.window) is shown a prompt writt
 action (its instruction, a window of earlier steps, the current observation) instead of the episode
 so far: its response then holds the actions only, each prompt is kept in `turn_prompts`,
 `max_response_length` caps each action (not their sum: each trains as a sequence of its own), and
-the episode is also truncated when the next prompt would exceed `max_prompt_length`. With `max_total`
-(model.max_model_len) every action also fits the engine's context with what precedes it, and an episode
-whose next context would fill it is truncated, in every prompt mode. In prompt_mode
+the episode is also truncated when the next prompt would exceed `max_prompt_length`. In prompt_mode
 messages that prompt is the conversation the environment returned, through the chat template.
+
+With `max_total` (model.max_model_len) every action also fits the engine's context with what precedes
+it, and an episode whose next context would fill it is truncated, in every prompt mode.
 """
 
 from __future__ import annotations
