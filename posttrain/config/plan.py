@@ -233,12 +233,8 @@ def _length_rows(cfg: Any, d: Derived, size_note: str) -> list[Row]:
     both = (f"data.max_prompt_length {get_path(cfg, 'data.max_prompt_length')} + data.max_response_length "
             f"{get_path(cfg, 'data.max_response_length')}")
     cap = get_path(cfg, "model.max_model_len", None)
-    rows.append((
-        "max model length",
-        str(d.max_model_len),
-        f"model.max_model_len (less than {both})" if cap is not None and cap == d.max_model_len and cap < get_path(cfg, "data.max_prompt_length", 0)
-        + get_path(cfg, "data.max_response_length", 0) else f"{both} tokens",
-    ))
+    capped = cap is not None and cap < get_path(cfg, "data.max_prompt_length", 0) + get_path(cfg, "data.max_response_length", 0)
+    rows.append(("max model length", str(d.max_model_len), f"model.max_model_len (less than {both})" if capped else f"{both} tokens"))
     return rows
 
 

@@ -47,15 +47,17 @@ def load_table(entries: Iterable[str], *, setting: str, base_dir: str | None = N
     return table
 
 
-def read_entry(entry: str, *, setting: str, base_dir: str | None = None) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """(label, rows) of each file the entry stands for."""
+def read_entry(entry: str, *, setting: str, base_dir: str | None = None,
+               default_split: str | None = None) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """(label, rows) of each file the entry stands for. A folder or dataset name without its own
+    ``@split`` reads `default_split`, else the setting's default split; a data file is its own split."""
     entry = os.path.expanduser(entry)
     local = os.path.join(base_dir, entry) if base_dir and not os.path.isabs(entry) else entry
     if os.path.splitext(entry)[1].lower() in FORMATS or os.path.isfile(local):
         yield local, read_rows(local)  # a data file (read_rows names a missing or bad one)
         return
     path, subset, split = (local, None, None) if os.path.isdir(local) else parse_dataset_entry(entry)
-    split = split or DEFAULT_SPLITS.get(setting, "train")
+    split = split or default_split or DEFAULT_SPLITS.get(setting, "train")
     folder = os.path.join(base_dir, path) if base_dir and not os.path.isabs(path) else path
     if os.path.isdir(folder):
         yield from _folder(folder, subset, split)

@@ -33,7 +33,6 @@ reported before any model is loaded.
 from __future__ import annotations
 
 import functools
-import os
 import random
 import re
 import string
@@ -43,7 +42,6 @@ import numpy as np
 
 from posttrain.envs.registry import register_env
 from posttrain.errors import DataError
-from posttrain.files import dataset_entry
 from posttrain.tasks.answers import last_boxed
 
 QA_INSTRUCTION = (
@@ -55,14 +53,11 @@ QA_INSTRUCTION = (
 @functools.lru_cache(maxsize=8)
 def dataset_rows(dataset_name: str, split: str) -> tuple[dict[str, Any], ...]:
     """Every row of the dataset's split, read once per process (an env is built for every group of every step)."""
-    from posttrain.data.files import FORMATS
     from posttrain.data.sources import read_entry
 
     setting = "dataset_name"
-    # a data file is its own split (read_entry's test for one); a folder or hub name takes @split unless it names one
-    one_file = os.path.splitext(dataset_name)[1].lower() in FORMATS or os.path.isfile(os.path.expanduser(dataset_name))
-    entry = dataset_name if one_file or "@" in dataset_name else dataset_entry(dataset_name, None, split)
-    rows = [row for _, part in read_entry(entry, setting=setting) for row in part]
+    # a folder or hub name reads `split` unless it names its own; a data file is its own split
+    rows = [row for _, part in read_entry(dataset_name, setting=setting, default_split=split) for row in part]
     if not rows:
         raise DataError(f"{setting}: {dataset_name} ({split}) has no rows")
     return tuple(rows)

@@ -47,7 +47,7 @@ PROXY = "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager"
 GEM_RUNNER = "roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner"
 TRAJECTORY_MODES = ("traj",)
 GRANULARITIES = ("pass_rate", "binary", "score")
-# the manager's settings inside env_config, each with a check of its value (None: fine)
+# the manager's settings inside env_config (checked in _problems), taken out before the env class sees it
 _MANAGER_SETTINGS = ("enable_thinking", "trajectory_mode", "reward_granularity", "enable_fork", "tool_call_parser")
 _RUNNER = ("posttrain plays ROLL's ProxyEnvManager with its GEMRunner (a text env, prompt_mode conversation); "
            "another runner (ToolCallRunner, ROCK's) drives the env in a way posttrain's loop does not")

@@ -47,7 +47,7 @@ from posttrain.envs.runner_spec import proxy_entry
 from posttrain.envs.text_tools import ToolWrapping, parse_tool_wrapper
 from posttrain.envs.window import WindowSpec
 from posttrain.envs.turn_template import TurnTemplate
-from posttrain.envs.window_spec import MANAGERS, WINDOW_KEYS, parse_turn_template, parse_window
+from posttrain.envs.window_spec import MANAGERS, WINDOW_KEYS, entry_mode, parse_turn_template, parse_window
 from posttrain.errors import ConfigError, DataError
 
 # Keys of a custom_envs entry that posttrain refuses, with the reason (the rest of ROLL's per-env
@@ -140,7 +140,7 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
     if not isinstance(entry, dict):
         raise ConfigError(f"{key}: expected a mapping with env_type, env_config, ..., got {type(entry).__name__}")
     # prompt_mode messages: the environment parses the model's text itself, so its pattern stays its own
-    native = (entry.get("prompt_mode") or MANAGERS.get(entry.get("env_manager_cls"))) == "messages"
+    native = entry_mode(entry, key)[0] == "messages"
     if isinstance(entry.get("env_config"), dict):
         entry = _lift(entry, key, ("action_pattern",) if native else ())
     entry, problems = proxy_entry(entry, key)  # ROLL's ProxyEnvManager + GEMRunner: posttrain keys

@@ -46,7 +46,7 @@ _CONVERSATION = ("prompt_mode conversation shows the model the whole episode so 
 
 def parse_window(entry: dict[str, Any], key: str, max_tokens: int | None) -> tuple[WindowSpec | None, list[str]]:
     """The entry's `WindowSpec` (None in prompt_mode conversation) and the problems of its keys."""
-    mode, problems = _mode(entry, key)
+    mode, problems = entry_mode(entry, key)
     if mode is None:
         return None, problems
     if mode == "conversation":
@@ -93,7 +93,8 @@ def parse_turn_template(entry: dict[str, Any], key: str, max_tokens: int | None)
     return (None, problems) if problems else (TurnTemplate(template, system, where, suffix), [])
 
 
-def _mode(entry: dict[str, Any], key: str) -> tuple[str | None, list[str]]:
+def entry_mode(entry: dict[str, Any], key: str) -> tuple[str | None, list[str]]:
+    """The entry's prompt mode (prompt_mode, else its ROLL env_manager_cls, else conversation), or None with the problem."""
     mode = entry.get("prompt_mode")
     if mode is not None and mode not in MODES:
         return None, [f"{key}.prompt_mode: {mode!r}; choose one of {list(MODES)}"]

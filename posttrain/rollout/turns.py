@@ -45,9 +45,9 @@ class TurnRenderer:
         """An action's text, special tokens (the EOS that ended it) removed."""
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def _render(self, messages: list[dict[str, str]], generation: bool) -> str:
+    def _render(self, messages: list[dict[str, Any]], generation: bool, tools: list[dict[str, Any]] | None = None) -> str:
         return self.tokenizer.apply_chat_template(
-            messages, chat_template=self.template, tokenize=False, add_generation_prompt=generation, **self.template_kwargs
+            messages, chat_template=self.template, tools=tools, tokenize=False, add_generation_prompt=generation, **self.template_kwargs
         )
 
     def _ids(self, text: str) -> list[int]:
@@ -66,13 +66,11 @@ class TurnRenderer:
         if self.template is None:
             head = f"{json.dumps(tools)}\n" if tools else ""
             return self._ids(head + "".join(f"{m['content']}\n" for m in messages))
-        return self._ids(self.tokenizer.apply_chat_template(messages, chat_template=self.template, tools=tools, tokenize=False,
-                                                            add_generation_prompt=True, **self.template_kwargs))
+        return self._ids(self._render(messages, True, tools))
 
     def conversation_text(self, messages: list[dict[str, Any]], generation: bool) -> str:
         """A whole conversation in the template, with the tools and the data's template variables."""
-        return self.tokenizer.apply_chat_template(messages, chat_template=self.template, tools=self.tools, tokenize=False,
-                                                  add_generation_prompt=generation, **self.template_kwargs)
+        return self._render(messages, generation, self.tools)
 
     def ids(self, text: str) -> list[int]:
         return self._ids(text)

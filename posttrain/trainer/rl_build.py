@@ -291,11 +291,14 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             train_dp(policy if ref_model is None else ref_model, "ref", cfg.ref.ulysses_sequence_parallel_size or actor_sp),
             adapters_off=adapters.disable_adapter if ref_model is None else None,
         )
-    teachers = {name: CrewModel(client, name) for name in cfg.ref.teachers} if crew else {}
-    for name, t in ({} if crew else cfg.ref.teachers).items():  # frozen like the reference, each on every trainer worker
-        model = teacher_from_config(cfg, tokenizer, world.torch_device, t.model_path, f"ref.teachers.{name}.model_path")
-        teachers[name] = reference_policy(
-            cfg, world.shard(model, cfg.ref.fsdp_config), train_dp(model, "ref", cfg.ref.ulysses_sequence_parallel_size or actor_sp))
+    if crew:  # the crew holds them: each teacher role asks the one client by name
+        teachers = {name: CrewModel(client, name) for name in cfg.ref.teachers}
+    else:  # frozen like the reference, each on every trainer worker
+        teachers = {}
+        for name, t in cfg.ref.teachers.items():
+            model = teacher_from_config(cfg, tokenizer, world.torch_device, t.model_path, f"ref.teachers.{name}.model_path")
+            teachers[name] = reference_policy(
+                cfg, world.shard(model, cfg.ref.fsdp_config), train_dp(model, "ref", cfg.ref.ulysses_sequence_parallel_size or actor_sp))
     critic = None
     if needs.critic:
         c = cfg.critic

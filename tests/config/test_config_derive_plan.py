@@ -144,6 +144,15 @@ def test_plan_prints_every_number_with_its_arithmetic():
     ]
 
 
+def test_model_max_model_len_below_the_two_limits_is_the_longest_sequence():
+    capped = cfg_with("model.max_model_len=600")
+    assert derive(capped, 100).max_model_len == 600
+    assert format_plan(capped, derive(capped, 100)).splitlines()[-1] == (
+        "max model length               600   (model.max_model_len (less than data.max_prompt_length 512 + data.max_response_length 256))")
+    roomy = cfg_with("model.max_model_len=4096")  # above the sum: every row ends at its limits first
+    assert format_plan(roomy, derive(roomy, 100)).splitlines()[-1].startswith("max model length               768   (data.max_prompt_length")
+
+
 def test_plan_with_several_devices_adds_a_per_device_block():
     cfg = cfg_with("cluster.nnodes=2", "cluster.n_gpus_per_node=4", "actor.ppo_micro_batch_size_per_gpu=1")
     plan = batch_plan(cfg, derive(cfg, None))

@@ -31,6 +31,8 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.dialects.roll_defaults import GENERATING_DEFAULTS, ROLL_DEFAULT, is_pipeline
+from posttrain.config.dialects.roll_lengths import PROMPT_DEFAULT, whole
+from posttrain.config.dialects.roll_roles import agentic
 from posttrain.config.dialects.report import Entry
 from posttrain.config.dialects.translate import Context
 from posttrain.config.tables import Rule
@@ -84,16 +86,15 @@ def _manager(ctx: Context, manager: str, native: str, args: dict[str, Any]) -> N
 
 def episode_lengths(ctx: Context) -> None:
     """An agentic file's lengths (see the module docstring)."""
-    if not is_pipeline(ctx) or not (ctx.has("train_env_manager") or ctx.has("val_env_manager")):
+    if not is_pipeline(ctx) or not agentic(ctx):
         return
-    seq, prompt, resp = ctx.get("sequence_length"), ctx.get("prompt_length", 1024), ctx.get("response_length")
-    whole = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 1  # noqa: E731
+    seq, prompt, resp = ctx.get("sequence_length"), ctx.get("prompt_length", PROMPT_DEFAULT), ctx.get("response_length")
     if seq is None and whole(resp) and whole(prompt):
         seq, why = resp + prompt, f"response_length {resp} + prompt_length {prompt} (ROLL's sequence_length when unset)"
     else:
         why = "ROLL's environment managers stop an episode once its input reaches sequence_length"
-    if not whole(seq):
-        return  # the keys translate one by one and are checked there
+    if not whole(seq) or seq < 2:
+        return  # the keys translate one by one and are checked there (a prompt and an action need 2 tokens)
     for name, reason in (("prompt_length", "ROLL's agentic pipeline never reads it: the first prompt and the episode share sequence_length"),
                          ("response_length", "ROLL's agentic pipeline never reads it (its config resets it once sequence_length is known)")):
         if ctx.has(name):

@@ -32,7 +32,8 @@ _REWRITTEN = ("ROLL's RLVR config replaces it with {what} = {budget} (rlvr_confi
               "up to (data.max_response_length)")
 
 
-def _whole(value: Any) -> bool:
+def whole(value: Any) -> bool:
+    """A positive whole number of tokens (not a bool)."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
@@ -40,7 +41,7 @@ def generation_budget(ctx: Context) -> None:
     if agentic(ctx) or not ctx.has("actor_infer"):
         return
     prompt, seq, resp = ctx.get("prompt_length", PROMPT_DEFAULT), ctx.get("sequence_length"), ctx.get("response_length")
-    if not _whole(prompt) or not (_whole(seq) or _whole(resp)) or (seq is not None and not _whole(seq)):
+    if not whole(prompt) or not (whole(seq) or whole(resp)) or (seq is not None and not whole(seq)):
         return  # ROLL refuses such a file itself; the keys translate one by one and are checked there
     if not ctx.has("prompt_length"):
         ctx.set("data.max_prompt_length", PROMPT_DEFAULT, "prompt_length", f"{ROLL_DEFAULT}: {PROMPT_DEFAULT}")
@@ -57,7 +58,7 @@ def generation_budget(ctx: Context) -> None:
                                         "sequence_length - prompt_length tokens")
         ctx.consume("sequence_length")  # it sets two keys: the model length and the response budget
         vseq = ctx.get("val_sequence_length")
-        longest = max(seq, vseq) if _whole(vseq) else seq
+        longest = max(seq, vseq) if whole(vseq) else seq
         ctx.set("model.max_model_len", longest, "sequence_length", "" if longest == seq else
                 f"the longer of sequence_length and val_sequence_length ({vseq}): rows of both phases fit")
         ctx.set("data.max_response_length", budget, "sequence_length", f"sequence_length {seq} - prompt_length {prompt}")
@@ -80,7 +81,7 @@ def _validation_budget(ctx: Context, prompt: int) -> None:
     (rollout.val_kwargs.response_length); its max_new_tokens is rewritten with it."""
     vprompt, vseq = (ctx.get(k) for k in VAL_LENGTHS)
     ctx.consume(*VAL_LENGTHS)
-    if not (_whole(vprompt) and _whole(vseq) and vseq > vprompt):
+    if not (whole(vprompt) and whole(vseq) and vseq > vprompt):
         ctx.refuse("val_sequence_length", f"ROLL needs val_prompt_length and val_sequence_length together, the second the larger (got {vprompt!r}, {vseq!r})",
                    "rollout.val_kwargs.response_length", vseq)
         return
