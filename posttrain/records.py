@@ -52,6 +52,10 @@ class VisionInputs:
     video_grid_thw: Tensor | None = None  # (V, 3) long: temporal, height, width patches of each video
     # (V,) float: seconds one temporal patch of each video spans (Qwen2.5-VL's M-RoPE time axis)
     second_per_grid_ts: Tensor | None = None
+    # (K,) long: where the images' tokens sit, as offsets from the row's first real token, when they are
+    # not simply every <|image_pad|> of the prompt: an agent episode's observation images come after
+    # model tokens, and a pad token the model sampled is text (posttrain.rollout.episode_images)
+    image_positions: Tensor | None = None
 
 
 class _Rows:

@@ -71,10 +71,21 @@ def _is_messages(value: Any) -> bool:
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
 
 
-def check_observation(value: Any, name: str, seed: int, turn: int | None, messages: bool = False) -> str | list[dict[str, str]]:
-    """A str (one user turn) or, after an action, a list of chat messages ({role, content}: a tool
-    env's tool answers) rendered as they are. With `messages` (prompt_mode messages) the observation
-    is the whole conversation so far, a non-empty list of chat messages, at the reset too."""
+def is_image(value: Any) -> bool:
+    """Whether an observation is a picture: an RGB array (height, width, 3) of uint8, as gym's
+    ``render_mode: rgb_array`` gives, or a PIL image. The agent loop shows it to a vision-language
+    policy (posttrain.rollout.episode_images)."""
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return len(shape) == 3 and shape[2] == 3 and str(getattr(value, "dtype", "")) == "uint8"
+    return type(value).__module__.startswith("PIL.") and callable(getattr(value, "convert", None))
+
+
+def check_observation(value: Any, name: str, seed: int, turn: int | None, messages: bool = False) -> Any:
+    """A str (one user turn), an image (`is_image`) or, after an action, a list of chat messages
+    ({role, content}: a tool env's tool answers) rendered as they are. With `messages` (prompt_mode
+    messages) the observation is the whole conversation so far, a non-empty list of chat messages, at
+    the reset too."""
     if messages:
         if not value or not _is_messages(value):
             raise EnvError(f"{where(name, seed, turn)}: in prompt_mode messages the observation must be the conversation so far, a "
@@ -82,8 +93,9 @@ def check_observation(value: Any, name: str, seed: int, turn: int | None, messag
         return value
     if turn is not None and _is_messages(value):
         return value
-    if not isinstance(value, str):
-        raise EnvError(f"{where(name, seed, turn)}: the observation must be a str, got {type(value).__name__}: {value!r:.80}")
+    if not isinstance(value, str) and not is_image(value):
+        raise EnvError(f"{where(name, seed, turn)}: the observation must be a str or an image (an RGB uint8 array of shape "
+                       f"(height, width, 3) or a PIL image), got {type(value).__name__}: {value!r:.80}")
     return value
 
 

@@ -15,7 +15,9 @@ Maps are drawn by seed, so the environments of one group play the same lake:
 The map is shown as ROLL renders it, one row per line: ``P`` player, ``_`` frozen, ``O`` hole,
 ``G`` goal, ``X`` player in a hole, ``√`` player on the goal. An action is one of the words
 ``Left``, ``Down``, ``Right``, ``Up`` (any case, surrounding spaces ignored); anything else is an
-invalid action: the player stays and ``action_is_valid`` is False.
+invalid action: the player stays and ``action_is_valid`` is False. With ``render_mode: rgb_array``
+(ROLL's vision-language examples) every observation is the map drawn as an RGB array instead
+(posttrain.envs.grid_image).
 
 >>> lake = FrozenLake(size=3, is_slippery=False)
 >>> print(lake.reset(seed=0))
@@ -35,12 +37,16 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from posttrain.envs.grid_image import Tile, check_render_mode, draw_grid
 from posttrain.envs.registry import register_env
 
 ACTIONS = {"left": 0, "down": 1, "right": 2, "up": 3}  # gymnasium's action ids
 MOVES = {0: (0, -1), 1: (1, 0), 2: (0, 1), 3: (-1, 0)}  # (row, column) step of each action
 WORDS = ("Left", "Down", "Right", "Up")
 SYMBOLS = {b"F": "_", b"S": "_", b"H": "O", b"G": "G"}
+_ICE, _HOLE, _GOAL, _PLAYER = (200, 228, 245), (30, 50, 90), (90, 180, 90), (220, 80, 60)
+TILES = {"_": Tile(_ICE), "O": Tile(_HOLE), "G": Tile(_GOAL), "P": Tile(_PLAYER, on=_ICE), "X": Tile(_PLAYER, on=_HOLE),
+         "√": Tile(_PLAYER, on=_GOAL)}
 
 
 def reachable(board: list[list[str]], start: tuple[int, int]) -> bool:
@@ -93,7 +99,9 @@ class FrozenLake:
     instruction = ("FrozenLake: move the player P to the goal G. _ is ice, O is a hole: stepping in it ends the game. "
                    "Answer with one action: Left, Down, Right or Up.")
 
-    def __init__(self, size: int = 4, p: float = 0.8, is_slippery: bool = True, random_start: bool = True):
+    def __init__(self, size: int = 4, p: float = 0.8, is_slippery: bool = True, random_start: bool = True,
+                 render_mode: str = "text"):
+        self.render_mode = check_render_mode(render_mode)
         if not 2 <= size <= 16:
             raise ValueError(f"size must be between 2 and 16, got {size}")
         if not 0.0 < p <= 1.0:
@@ -111,7 +119,7 @@ class FrozenLake:
         desc = random_map(self.size, self.p, seed) if self.random_start else generate_random_map(self.size, self.p, seed)
         self.lake = FrozenLakeEnv(desc=desc, is_slippery=self.is_slippery)
         self.lake.reset(seed=seed)  # seeds the slips too: a group's lakes slip alike until their actions differ
-        return self.render()
+        return self.observation()
 
     @property
     def position(self) -> tuple[int, int]:
@@ -122,6 +130,10 @@ class FrozenLake:
         r, c = self.position
         rows[r][c] = {b"H": "X", b"G": "√"}.get(self.lake.desc[r][c], "P")
         return "\n".join("".join(row) for row in rows)
+
+    def observation(self) -> Any:
+        """The map as the policy sees it: the text, or its picture with render_mode rgb_array."""
+        return self.render() if self.render_mode == "text" else draw_grid(self.render(), TILES)
 
     def state(self) -> str:
         """The map with the player: identical states of a group's lakes group their steps (GiGPO)."""
@@ -136,7 +148,7 @@ class FrozenLake:
     def step(self, action_text: str) -> tuple[str, float, bool, dict[str, Any]]:
         action = ACTIONS.get(action_text.strip().lower())
         if action is None:
-            return self.render(), 0.0, False, {"action_is_valid": False, "success": False}
+            return self.observation(), 0.0, False, {"action_is_valid": False, "success": False}
         _, reward, terminated, _, _ = self.lake.step(action)
         won = self.lake.desc[self.position] == b"G"
-        return self.render(), float(reward), bool(terminated), {"action_is_valid": True, "success": bool(won)}
+        return self.observation(), float(reward), bool(terminated), {"action_is_valid": True, "success": bool(won)}

@@ -14,6 +14,9 @@ gym-sokoban's (which ROLL's environment steps): -0.1 per action, +1 for a box pu
 -1 for one pushed off, +10 when the last box reaches its target, which ends the episode as a
 success. An unknown word is an invalid action: nothing moves, the -0.1 still applies.
 
+With ``render_mode: rgb_array`` (ROLL's vision-language examples) every observation is the room drawn
+as an RGB array instead (posttrain.envs.grid_image; the policy must then be a vision-language model).
+
 >>> room = Sokoban(dim_room=(5, 5), num_boxes=1)
 >>> print(room.reset(seed=3))
 #####
@@ -33,12 +36,16 @@ import random
 from collections import deque
 from typing import Any
 
+from posttrain.envs.grid_image import Tile, check_render_mode, draw_grid
 from posttrain.envs.registry import register_env
 
 Cell = tuple[int, int]
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 WORDS = {"up": "Up", "down": "Down", "left": "Left", "right": "Right"}
 STEP_PENALTY, ON_TARGET, OFF_TARGET, FINISHED = -0.1, 1.0, -1.0, 10.0
+_FLOOR, _TARGET = (222, 214, 190), (214, 96, 77)
+TILES = {"#": Tile((74, 60, 50)), "_": Tile(_FLOOR), "O": Tile(_TARGET), "X": Tile((196, 140, 60), on=_FLOOR),
+         "√": Tile((196, 140, 60), on=_TARGET), "P": Tile((48, 96, 200), on=_FLOOR), "S": Tile((48, 96, 200), on=_TARGET)}
 
 
 def _add(a: Cell, b: Cell) -> Cell:
@@ -128,7 +135,9 @@ class Sokoban:
     instruction = ("Sokoban: you are P. Push every box X onto a target O; a box on a target is shown as √. "
                    "# is wall, _ is floor. You can push a box but not pull it. Answer with one action: Up, Down, Left or Right.")
 
-    def __init__(self, dim_room: tuple[int, int] | list[int] = (6, 6), num_boxes: int = 1, search_depth: int = 30):
+    def __init__(self, dim_room: tuple[int, int] | list[int] = (6, 6), num_boxes: int = 1, search_depth: int = 30,
+                 render_mode: str = "text"):
+        self.render_mode = check_render_mode(render_mode)
         height, width = (int(x) for x in dim_room)
         if not (3 <= height <= 16 and 3 <= width <= 16):
             raise ValueError(f"dim_room must be two sizes between 3 and 16 (walls included), got {list(dim_room)}")
@@ -154,7 +163,7 @@ class Sokoban:
             found = reverse_play(rng, floor, targets, player, self.search_depth)
             if found is not None:
                 self.floor, self.targets, (self.boxes, self.player) = floor, frozenset(targets), found
-                return self.render()
+                return self.observation()
         raise ValueError(f"no {self.height}x{self.width} room with {self.num_boxes} boxes found for seed {seed}; raise dim_room or search_depth")
 
     def render(self) -> str:
@@ -172,6 +181,10 @@ class Sokoban:
             rows.append("".join(row))
         return "\n".join(rows)
 
+    def observation(self) -> Any:
+        """The room as the policy sees it: the text map, or its picture with render_mode rgb_array."""
+        return self.render() if self.render_mode == "text" else draw_grid(self.render(), TILES)
+
     def state(self) -> tuple[frozenset[Cell], Cell]:
         """Boxes and player: identical states of a group's rooms group their steps (GiGPO)."""
         return self.boxes, self.player
@@ -184,7 +197,7 @@ class Sokoban:
     def step(self, action_text: str) -> tuple[str, float, bool, dict[str, Any]]:
         move = MOVES.get(action_text.strip().lower())
         if move is None:
-            return self.render(), STEP_PENALTY, False, {"action_is_valid": False, "success": False}
+            return self.observation(), STEP_PENALTY, False, {"action_is_valid": False, "success": False}
         before = len(self.boxes & self.targets)
         self.boxes, self.player = push(self.floor, self.boxes, self.player, move)
         after = len(self.boxes & self.targets)
@@ -192,4 +205,4 @@ class Sokoban:
         won = after == self.num_boxes
         if won:
             reward += FINISHED
-        return self.render(), round(reward, 10), won, {"action_is_valid": True, "success": won}
+        return self.observation(), round(reward, 10), won, {"action_is_valid": True, "success": won}

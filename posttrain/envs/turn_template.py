@@ -15,6 +15,14 @@ actions it has left counting that one, the entry's max_tokens_per_step, and the 
 ``suffix()`` ("" when it has none: ROLL's ``info["suffix"]``, e.g. GEM's "enter your next guess"). A tool env's observation
 (a list of chat messages) is not written through the template: its messages follow as they are.
 
+ROLL's VLTrajEnvManager (its vision-language episodes) writes each user turn from two templates
+around the observation, which may be an image; the entry keys ``pre_step_template`` and
+``next_step_template`` are the template ``pre_step_template + "{observation}" + next_step_template``
+(ROLL fills the first with turn_idx, the second with actions_left and max_response_length), and the
+env instruction opens the first user message with nothing between (``instruction_sep: ""``)::
+
+    user:   env_instruction + pre_step_template.format(turn_idx=1) + <image> + next_step_template.format(...)
+
 ROLL's ProxyEnvManager with its GEMRunner writes the same turns with two differences, which the
 entry keys ``instruction_in: system`` and ``env_suffix: false`` select (posttrain.envs.runner_spec)::
 
@@ -38,6 +46,7 @@ class TurnTemplate:
     system: str | None  # the system message; the env instruction then opens the first user message
     instruction_in: str = "user"  # "system": the instruction follows the system template after a blank line (GEMRunner)
     env_suffix: bool = True  # False: {suffix} is written "" whatever the env's suffix() says (GEMRunner)
+    instruction_sep: str = "\n"  # between the instruction and the first user turn ("" in ROLL's VLTrajEnvManager)
 
     def user(self, observation: str, turn_idx: int, actions_left: int, max_tokens: int | None, suffix: str = "") -> str:
         """The user message before action `turn_idx` (from 1)."""
@@ -51,4 +60,4 @@ class TurnTemplate:
             if self.system is None:
                 return instruction, user
             return (f"{self.system}\n\n{instruction}" if instruction else self.system), user
-        return self.system or "", f"{instruction}\n{user}" if instruction else user
+        return self.system or "", f"{instruction}{self.instruction_sep}{user}" if instruction else user

@@ -10,6 +10,8 @@ posttrain's keys, with ROLL's that stand for them::
     history_steps: all            # all | invalid (only the window's steps whose action was invalid)
     agent_template: "..."         # the user message (defaults in posttrain.envs.window)
     agent_system_template: "..."  # the system message (default none)
+    pre_step_template: "..."      # conversation only: the user turn as pre + {observation} + next
+    next_step_template: "..."     #   ROLL: VLTrajEnvManager (posttrain.envs.turn_template)
 
 ROLL's StepEnvManager writes into its history only the window's steps whose action was invalid (its
 ``sar_history.append`` sits under the invalid-action check, roll/pipeline/agentic/env_manager/
@@ -35,9 +37,11 @@ MANAGERS = {
     _ROLL + "step_concat_env_manager.StepConcatEnvManager": "observation_window",
     _ROLL + "agent_native_env_manager.AgentNativeStepEnvManager": "messages",
     _ROLL + "proxy_env_manager.ProxyEnvManager": "conversation",  # with GEMRunner only: posttrain.envs.runner_spec
+    _ROLL + "vl_traj_env_manager.VLTrajEnvManager": "conversation",  # with pre/next_step_template: image observations
 }
+STEP_TEMPLATES = ("pre_step_template", "next_step_template")  # ROLL VLTrajEnvManager's two halves of a user turn
 WINDOW_KEYS = ("prompt_mode", "history_window", "history_length", "history_steps", "agent_template", "agent_system_template",
-               "instruction_in", "env_suffix")
+               "instruction_in", "env_suffix", *STEP_TEMPLATES)
 _TURN_ONLY = ("instruction_in", "env_suffix")  # how prompt_mode conversation writes its turns (posttrain.envs.turn_template)
 _MESSAGES = "prompt_mode messages renders the environment's own conversation, with no template or window of steps; remove it"
 _CONVERSATION = ("prompt_mode conversation shows the model the whole episode so far, with no window of earlier steps; "
@@ -57,6 +61,9 @@ def parse_window(entry: dict[str, Any], key: str, max_tokens: int | None) -> tup
         return (None, problems) if problems else (WindowSpec("messages", None, "all", "", None), [])
     problems += [f"{key}.{k}: not supported in prompt_mode {mode}: its agent_template places the instruction and the suffix itself "
                  "({env_instruction}, {suffix}); remove the key" for k in _TURN_ONLY if k in entry]
+    problems += [f"{key}.{k}: not supported in prompt_mode {mode}: it writes the user turns of prompt_mode conversation "
+                 "(ROLL's VLTrajEnvManager), while a window mode writes each prompt with agent_template; remove the key"
+                 for k in STEP_TEMPLATES if k in entry]
     window = _window(entry, key, problems)
     steps = entry.get("history_steps", "invalid" if entry.get("env_manager_cls") in MANAGERS and mode == "window" else "all")
     if steps not in HISTORY_STEPS:
@@ -76,21 +83,34 @@ def parse_window(entry: dict[str, Any], key: str, max_tokens: int | None) -> tup
 
 
 def parse_turn_template(entry: dict[str, Any], key: str, max_tokens: int | None) -> tuple[TurnTemplate | None, list[str]]:
-    """The agent_template / agent_system_template / instruction_in / env_suffix of an entry in prompt_mode
-    conversation (None when it gives none of them: the instruction is then the system message and the
-    observations the user messages as they are, which ``instruction_in: system`` alone also means)."""
+    """The agent_template (or pre/next_step_template) / agent_system_template / instruction_in / env_suffix
+    of an entry in prompt_mode conversation (None when it gives none of them: the instruction is then the
+    system message and the observations the user messages as they are, which ``instruction_in: system``
+    alone also means)."""
     where, suffix = entry.get("instruction_in", "user"), entry.get("env_suffix", True)
     problems = [] if where in INSTRUCTION_IN else [f"{key}.instruction_in: {where!r}; choose one of {list(INSTRUCTION_IN)}"]
     if not isinstance(suffix, bool):
         problems.append(f"{key}.env_suffix: true or false, got {suffix!r}")
-    if "agent_template" not in entry and "agent_system_template" not in entry and (where == "system" or "instruction_in" not in entry):
+    halves = [k for k in STEP_TEMPLATES if k in entry]
+    if not halves and "agent_template" not in entry and "agent_system_template" not in entry and (
+            where == "system" or "instruction_in" not in entry):
         return None, problems
     template, system = entry.get("agent_template", "{observation}"), entry.get("agent_system_template")
-    problems += [f"{key}.{name}: expected a string, got {type(text).__name__}" for name, text in
-                 (("agent_template", template), ("agent_system_template", system)) if text is not None and not isinstance(text, str)]
-    if not problems:
+    texts = [("agent_template", template), ("agent_system_template", system), *((k, entry[k]) for k in halves)]
+    problems += [f"{key}.{name}: expected a string, got {type(text).__name__}" for name, text in texts
+                 if text is not None and not isinstance(text, str)]
+    if halves and "agent_template" in entry:
+        problems.append(f"{key}: agent_template and {'/'.join(halves)} both write the user turn; keep one")
+    if problems:
+        return None, problems
+    if not halves:
         problems += _fields(f"{key}.agent_template", "conversation", template, TURN_FIELDS, max_tokens)
-    return (None, problems) if problems else (TurnTemplate(template, system, where, suffix), [])
+        return (None, problems) if problems else (TurnTemplate(template, system, where, suffix), [])
+    # ROLL fills the first half with the turn and the second with what is left; each half is checked alone
+    pre, post = entry.get("pre_step_template", ""), entry.get("next_step_template", "")
+    problems += _fields(f"{key}.pre_step_template", "conversation", pre, ("turn_idx",), max_tokens)
+    problems += _fields(f"{key}.next_step_template", "conversation", post, ("actions_left", "max_response_length"), max_tokens)
+    return (None, problems) if problems else (TurnTemplate(pre + "{observation}" + post, system, where, suffix, ""), [])
 
 
 def entry_mode(entry: dict[str, Any], key: str) -> tuple[str | None, list[str]]:

@@ -76,12 +76,23 @@ def stack_vision(vision: Sequence[VisionInputs | None], device: torch.device, dt
     )
 
 
-def image_token_mask(model: nn.Module, input_ids: Tensor, prompt_width: int) -> Tensor:
+def image_token_mask(model: nn.Module, input_ids: Tensor, prompt_width: int,
+                     vision: Sequence[VisionInputs | None] | None = None, attention_mask: Tensor | None = None) -> Tensor:
     """(B, S) bool: the prompt's ``<|image_pad|>`` tokens, which the images fill. The same token
     sampled in a response is text to the model (the engine fed it through the embedding table like
-    any sampled token), so the columns from `prompt_width` on never count."""
+    any sampled token), so the columns from `prompt_width` on never count. A row whose `VisionInputs`
+    lists `image_positions` (an agent episode, `posttrain.rollout.episode_images`) has exactly those
+    tokens, counted from its first real token (`attention_mask`), prompt or response alike."""
     mask = input_ids == model.config.image_token_id  # (B, S)
     mask[:, prompt_width:] = False
+    for b, v in enumerate(vision or ()):
+        if v is None or v.image_positions is None:
+            continue
+        at = int(attention_mask[b].argmax()) + v.image_positions.to(input_ids.device)  # (K,) columns, after left padding
+        if bool((at >= input_ids.shape[1]).any()) or not bool((input_ids[b, at] == model.config.image_token_id).all()):
+            raise ValueError(f"row {b}: its image positions do not all hold the image token")
+        mask[b] = False
+        mask[b, at] = True
     return mask
 
 
@@ -140,7 +151,8 @@ def vision_hidden_states(
     """Final-norm hidden states (B, S, H) of a vision-language model over prompt + response ids (the
     prompt in the first `prompt_width` columns) with the rows' images and videos: vision tower,
     features merged at the prompt's image and video tokens, the text decoder at M-RoPE positions."""
-    return hidden_states_with_images(model, input_ids, attention_mask, vision, image_token_mask(model, input_ids, prompt_width),
+    return hidden_states_with_images(model, input_ids, attention_mask, vision,
+                                     image_token_mask(model, input_ids, prompt_width, vision, attention_mask),
                                      video_token_mask(model, input_ids, prompt_width))
 
 

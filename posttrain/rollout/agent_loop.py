@@ -29,24 +29,31 @@ messages that prompt is the conversation the environment returned, through the c
 
 With `max_total` (model.max_model_len) every action also fits the engine's context with what precedes
 it, and an episode whose next context would fill it is truncated, in every prompt mode.
+
+An observation may be a picture (prompt_mode conversation, a vision-language policy): its turn holds
+the picture's image tokens, and each episode's pictures travel with its prompts to the engine and
+with its row to the trainer (posttrain.rollout.episode_images).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 
-from posttrain.envs.base import EnvError, check_observation, check_step, where
+from posttrain.envs.base import EnvError, check_observation, check_step, is_image, where
 from posttrain.envs.spec import EnvSpec
 from posttrain.envs.window import PastStep
 from posttrain.errors import ConfigError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams
 from posttrain.rollout.env_guard import EnvFailure, FailureCount, FaultPolicy, call_env
+from posttrain.rollout.episode_images import SPAN, EpisodeImages
 from posttrain.rollout.trajectory import Trajectory, Turn
 from posttrain.rollout.turns import TurnRenderer
 
@@ -80,12 +87,13 @@ class LoopLimits:
 
 def run_episodes(
     slots: Sequence[EnvSlot], generate: Generate, params: SamplingParams, renderer: TurnRenderer,
-    limits: LoopLimits, uid_prefix: str,
+    limits: LoopLimits, uid_prefix: str, images: EpisodeImages = EpisodeImages(),
 ) -> list[Trajectory]:
-    """Play one episode in every slot; returns their trajectories in slot order."""
+    """Play one episode in every slot; returns their trajectories in slot order. `images`: the
+    policy's image side, for environments that show pictures (posttrain.rollout.episode_images)."""
     failures = FailureCount(len(slots), limits.faults)
     started = limits.clock()
-    trajectories = [_start(slot, renderer, limits, failures) for slot in slots]
+    trajectories = [_start(slot, renderer, limits, failures, images) for slot in slots]
     live = [i for i, t in enumerate(trajectories) if t.failed is None]
     turn = 0
     while live:
@@ -110,7 +118,7 @@ def run_episodes(
                     trajectories[i].add(ids, logprobs)
                     trajectories[i].timed_out = True
                     continue
-                _act(slots[i], trajectories[i], ids, logprobs, turn, renderer, limits, failures)
+                _act(slots[i], trajectories[i], ids, logprobs, turn, renderer, limits, failures, images)
         live = [i for i in live if not (trajectories[i].done or trajectories[i].truncated or trajectories[i].failed or trajectories[i].timed_out)]
     return trajectories
 
@@ -119,7 +127,8 @@ def _name(slot: EnvSlot) -> str:
     return f"{slot.spec.tag} ({slot.spec.env_type})"
 
 
-def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: FailureCount) -> Trajectory:
+def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: FailureCount,
+           images: EpisodeImages = EpisodeImages()) -> Trajectory:
     renderer = renderer.with_template_kwargs(slot.spec.template_kwargs)  # the entry's enable_thinking
     head = where(_name(slot), slot.seed, None)
     try:
@@ -135,6 +144,10 @@ def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: 
         failures.add(failure)
         return traj
     traj = Trajectory(slot.spec.tag, slot.seed, slot.group, [], observation=first, suffix=suffix, tools=tools)
+    picture = is_image(first)
+    if picture:
+        images.check(_name(slot), slot.spec.window is not None or slot.prompt_ids is not None)
+        first = SPAN  # the picture's place in the first user turn
     if slot.spec.window is not None:
         traj.prompt_ids = window_prompt_ids(slot.spec, traj, renderer)
         traj.turn_prompts, traj.observations = [traj.prompt_ids], [_shown(first)]
@@ -145,6 +158,10 @@ def _start(slot: EnvSlot, renderer: TurnRenderer, limits: LoopLimits, failures: 
         traj.prompt_ids = renderer.prompt_ids(*spec.turns.first(spec.instruction, first, spec.max_steps, spec.max_tokens_per_step, traj.suffix))
     else:
         traj.prompt_ids = renderer.prompt_ids(slot.spec.instruction, first)
+    if picture:
+        traj.prompt_ids, shown, at = images.expand(traj.prompt_ids, [traj.observation], 0, where(_name(slot), slot.seed, None))
+        traj.pictures.inputs += shown
+        traj.pictures.positions += at
     if len(traj.prompt_ids) > limits.max_prompt_length:
         raise ConfigError(
             f"data.max_prompt_length: the first prompt of {where(_name(slot), slot.seed, None)} has {len(traj.prompt_ids)} "
@@ -199,11 +216,13 @@ def _contexts(slots: Sequence[EnvSlot], trajs: Sequence[Trajectory], renderer: T
     pad = renderer.pad_id
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long)  # (B, P)
     mask = torch.tensor([[0.0] * (width - len(r)) + [1.0] * len(r) for r in rows])  # (B, P)
-    return PromptBatch(input_ids=ids, attention_mask=mask, uid=uids, data_source=[t.tag for t in trajs])
+    vision = [t.pictures.vision() for t in trajs]  # the pictures shown so far, their tokens counted from each row's first
+    return PromptBatch(input_ids=ids, attention_mask=mask, uid=uids, data_source=[t.tag for t in trajs],
+                       **({"vision": vision} if any(v is not None for v in vision) else {}))
 
 
 def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float], turn: int,
-         renderer: TurnRenderer, limits: LoopLimits, failures: FailureCount) -> None:
+         renderer: TurnRenderer, limits: LoopLimits, failures: FailureCount, images: EpisodeImages = EpisodeImages()) -> None:
     """Record the model's action, step the env with it, and append the env's answer as context.
     An env call that fails ends the trajectory with the failure penalty (`env_guard`)."""
     renderer = renderer.with_template_kwargs(slot.spec.template_kwargs)  # the entry's enable_thinking
@@ -229,15 +248,25 @@ def _act(slot: EnvSlot, traj: Trajectory, ids: list[int], logprobs: list[float],
     if not valid:
         reward += slot.format_penalty
     observation: tuple[int, int] = (span[1], span[1])
+    picture = not traj.done and is_image(traj.observation)
+    if picture:
+        images.check(_name(slot), slot.spec.window is not None)
     if not traj.done:
         if turn >= slot.spec.max_steps:
             traj.truncated = True
         elif slot.spec.window is None:
-            answer = renderer.observation_ids(_observation_turn(slot.spec, traj.observation, turn, traj.suffix), ended=bool(ids) and ids[-1] == renderer.eos_id)
+            shown = SPAN if picture else traj.observation
+            answer = renderer.observation_ids(_observation_turn(slot.spec, shown, turn, traj.suffix), ended=bool(ids) and ids[-1] == renderer.eos_id)
+            if picture:  # its tokens start where the response so far ends
+                answer, inputs, at = images.expand(answer, [traj.observation], len(traj.prompt_ids) + len(traj.response_ids),
+                                                   where(_name(slot), slot.seed, turn))
             if len(traj.response_ids) + len(answer) >= limits.max_response_length or _full(limits, len(traj.prompt_ids) + len(traj.response_ids) + len(answer)):
                 traj.truncated = True  # no room left for one more action after this observation
             else:
                 observation = traj.add(answer, None)
+                if picture:
+                    traj.pictures.inputs += inputs
+                    traj.pictures.positions += at
     traj.turns.append(Turn(span, observation, text, reward, valid, state))
     if slot.spec.window is not None and not (traj.done or traj.truncated):
         _next_window(slot, traj, renderer, limits)
@@ -296,6 +325,8 @@ def anchor_state(slot: EnvSlot, traj: Trajectory, turn: int, timeout: float | No
     state = getattr(slot.env, "state", None)
     if not callable(state):
         observation = traj.observation  # a tool env's observation is a list of messages: compared as JSON
+        if is_image(observation):  # a picture: compared by its pixels
+            return hashlib.blake2b(np.asarray(observation).tobytes(), digest_size=16).hexdigest()
         return observation if isinstance(observation, str) else json.dumps(observation, sort_keys=True)
     value = call_env(state, timeout, where(_name(slot), slot.seed, turn), "state()")
     try:

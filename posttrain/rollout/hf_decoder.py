@@ -4,11 +4,14 @@ CPU (`auto_decode_workers`), and the HF decoder body behind `LeanDecoder`'s inte
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 from torch import Tensor, nn
 from transformers import StaticCache
 
 from posttrain.models.vision import StackedVision, image_token_mask, media_embeddings, mrope_positions, video_token_mask
+from posttrain.records import VisionInputs
 
 
 # Rows per decode thread below which `auto_decode_workers` adds no thread: measured on 2 cores,
@@ -67,15 +70,16 @@ class VisionDecoder(HFDecoder):
     text decoder at the M-RoPE positions (3, b, P); decode steps are text tokens, whose three
     positions are equal, so `step` takes one position per row as for a text model."""
 
-    def __init__(self, model: nn.Module, max_len: int, stacked: StackedVision):
+    def __init__(self, model: nn.Module, max_len: int, stacked: StackedVision, vision: Sequence[VisionInputs | None] = ()):
         super().__init__(model, max_len)
         self.model = model
         self.stacked = stacked  # the patches and grids of every image and video of the batch, in row order
+        self.vision = vision  # each row's VisionInputs: rows listing image_positions mark their image tokens there
 
     def positions(self, ids: Tensor, mask: Tensor) -> Tensor:
         """M-RoPE positions (3, b, P) of left-padded prompts."""
         P = ids.shape[1]
-        return mrope_positions(self.model, ids, mask, self.stacked, image_token_mask(self.model, ids, P),
+        return mrope_positions(self.model, ids, mask, self.stacked, image_token_mask(self.model, ids, P, self.vision, mask),
                                video_token_mask(self.model, ids, P))
 
     def prefill(self, ids: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
@@ -84,7 +88,7 @@ class VisionDecoder(HFDecoder):
         self.mask = torch.zeros(b, self.max_len, dtype=torch.long, device=ids.device)
         self.mask[:, :P] = mask
         self.length = P
-        embeds = media_embeddings(self.model, ids, image_token_mask(self.model, ids, P), video_token_mask(self.model, ids, P),
+        embeds = media_embeddings(self.model, ids, image_token_mask(self.model, ids, P, self.vision, mask), video_token_mask(self.model, ids, P),
                                   self.stacked)  # (b, P, H)
         out = self.body(inputs_embeds=embeds, attention_mask=self.mask, position_ids=positions, cache=self.cache, use_cache=True)
         return out.last_hidden_state[:, -1]  # (b, H)

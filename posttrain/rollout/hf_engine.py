@@ -355,7 +355,7 @@ class HFEngine:
         # model's matmuls.
         max_len = P + params.max_new_tokens
         if has_images(vision):
-            decoder = VisionDecoder(self.model, max_len, stack_vision(vision, self.device, next(self.model.parameters()).dtype))
+            decoder = VisionDecoder(self.model, max_len, stack_vision(vision, self.device, next(self.model.parameters()).dtype), vision)
             positions = decoder.positions(prompt_ids, prompt_mask)  # (3, B, P)
             hidden = decoder.prefill(prompt_ids, prompt_mask.long(), positions)  # (B, H)
             next_pos = positions[0, :, -1] + 1  # (B,): prompts end in text, whose three positions are equal

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import torch
 
 from posttrain.records import RolloutBatch
+from posttrain.rollout.episode_images import EpisodePictures
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class Trajectory:
     done: bool = False  # the environment ended the episode
     success: bool = False  # info["success"] of the last step
     truncated: bool = False  # cut by max_steps or the token budget before the env ended it
-    observation: str | list[dict[str, str]] = ""  # the latest observation (a tool env: its tool messages)
+    observation: Any = ""  # the latest observation: a str, an image, or a tool env's tool messages
     suffix: str = ""  # the env's suffix() after that observation ("" when it has none)
     tools: list[dict[str, Any]] | None = None  # prompt_mode messages: the env's tools() the template writes, None for none
     failed: str | None = None  # why an env call failed and ended the episode (posttrain.rollout.env_guard), else None
@@ -58,6 +59,7 @@ class Trajectory:
     turn_prompts: list[list[int]] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
     timed_out: bool = False  # still running at the loop's deadline (explorer.max_timeout): ended there, unfinished
+    pictures: EpisodePictures = field(default_factory=EpisodePictures)  # image observations shown (posttrain.rollout.episode_images)
 
     @property
     def reward(self) -> float:
@@ -97,6 +99,7 @@ def to_rollout_batch(trajectories: Sequence[Trajectory], pad_id: int, version: i
     prompts = [t.prompt_ids for t in trajectories]
     anchors = anchor_ids(trajectories)
     responses = [t.response_ids for t in trajectories]
+    vision = [t.pictures.vision() for t in trajectories]
     return RolloutBatch(
         prompt_ids=_pad(prompts, pad_id, True, torch.long),  # (B, P) left-padded
         prompt_mask=_pad([[1.0] * len(p) for p in prompts], 0.0, True, torch.float32),  # (B, P)
@@ -113,6 +116,7 @@ def to_rollout_batch(trajectories: Sequence[Trajectory], pad_id: int, version: i
                      **({"turn_prompts": t.turn_prompts[: len(t.turns)]} if t.turn_prompts else {})} for t, a in zip(trajectories, anchors)],
         raw_prompt=list(raw_prompts),
         loss_mask=_pad([t.model_mask for t in trajectories], 0.0, False, torch.float32),  # (B, T) model tokens only
+        vision=vision if any(v is not None for v in vision) else None,  # the episodes' pictures, None when none showed one
     )
 
 

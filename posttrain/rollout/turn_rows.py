@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 import torch
 
+from posttrain.errors import ConfigError
 from posttrain.records import RolloutBatch
 
 
@@ -53,6 +54,10 @@ def turn_spans(batch: RolloutBatch) -> list[tuple[int, int, int, int]]:
 def turn_rows(batch: RolloutBatch, pad_id: int) -> RolloutBatch:
     """One row per model turn of every episode row (see the module docstring); episodes whose every
     action is empty (an env that failed at reset) give none."""
+    if batch.vision is not None and any(v is not None for v in batch.vision):
+        raise ConfigError("env.train_rows: turn cuts each episode into a row per action, which would part an episode's pictures "
+                          "(image observations) from the turns that show them; set env.train_rows: episode for environments "
+                          "that show images")
     spans = turn_spans(batch)
     rows = torch.tensor([b for b, _, _, _ in spans], dtype=torch.long)  # (B',) the episode row of each turn row
     prompt_len = batch.prompt_mask.sum(1).long().tolist()  # real prompt tokens per episode row

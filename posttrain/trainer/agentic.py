@@ -28,6 +28,7 @@ import torch
 
 from posttrain.algorithms.registry import ADVANTAGE_ESTIMATORS, estimator_needs
 from posttrain.buffer.experience import Experience
+from posttrain.config.checks import role_needs
 from posttrain.config.schema import Config
 from posttrain.config.sections.env import EnvManagerConfig
 from posttrain.data.dataset import make_formatter
@@ -35,14 +36,17 @@ from posttrain.data.templates import named_template
 from posttrain.envs.base import EnvError
 from posttrain.envs.spec import EnvSpec, parse_custom_envs, tag_groups
 from posttrain.errors import ConfigError, DataError
+from posttrain.models.vision import vision_path_problems
 from posttrain.records import RolloutBatch
 from posttrain.rollout.agent_loop import EnvSlot, LoopLimits, run_episodes
 from posttrain.rollout.base import SamplingParams
 from posttrain.rollout.env_guard import FaultPolicy
+from posttrain.rollout.episode_images import EpisodeImages
 from posttrain.rollout.episode_render import write_episode_renders
 from posttrain.rollout.trajectory import Trajectory, anchor_ids, to_rollout_batch
 from posttrain.rollout.turn_rows import turn_mini_batch_rows, turn_rows
 from posttrain.rollout.turns import TurnRenderer
+from posttrain.trainer.images import image_inputs
 from posttrain.trainer.metrics import PhaseTimer
 from posttrain.trainer.rl_settings import response_length
 
@@ -266,6 +270,9 @@ class AgenticRollout:
             cfg.data.chat_template or named_template(cfg.data.chat_template_name).jinja or getattr(tokenizer, "chat_template", None)) else None
         self.renderer = TurnRenderer(tokenizer, formatter.chat_template, template_kwargs=formatter.template_kwargs) if formatter else TurnRenderer(tokenizer, None)
         self.tokenizer = tokenizer
+        # pictures an environment shows (render_mode rgb_array) go to a vision-language policy through its image processor
+        self.images = EpisodeImages(image_inputs(cfg, tokenizer), tuple(vision_path_problems(
+            sequence_parallel=cfg.actor.ulysses_sequence_parallel_size, rollout_name=cfg.rollout.name, critic=role_needs(cfg).critic)))
         self.clock = time.monotonic  # the episodes' deadline clock (explorer.max_timeout); tests pass a fake one
 
     def _slots(self, manager: EnvManagerConfig, key: str, groups: list[str], kind: str, step: int,
@@ -292,7 +299,7 @@ class AgenticRollout:
         def generate(prompts, p):  # the rollout role: data-parallel ranks share the rows
             return rollout.generate(prompts, p, expected_version=version)
 
-        return run_episodes(slots, generate, params, self.renderer, limits, prefix)
+        return run_episodes(slots, generate, params, self.renderer, limits, prefix, self.images)
 
     def explore(self, rollout: Any, params: SamplingParams, step: int, version: int, timer: PhaseTimer,
                 policy_step: int = 0) -> Experience:

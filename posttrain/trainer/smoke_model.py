@@ -3,11 +3,14 @@
 When the config's model path is a directory here, or a hub name the local Hugging Face cache holds,
 its config.json is kept with the sizes shrunk (2 layers, hidden 64, at most 4 experts, ...) and its
 tokenizer is reused, so the chat template and the special tokens are the user's. Otherwise, or
-when transformers cannot build that family small, posttrain's default tiny Qwen2 model is built.
+when transformers cannot build that family small, posttrain's default tiny Qwen2 model is built, or
+its tiny Qwen2-VL / Qwen2.5-VL model when the name is one of those vision-language families (so
+image rows and image observations have a vision tower to reach).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +36,22 @@ def tiny_like(source: str, out: Path) -> tuple[Path, str]:
         except Exception as err:  # noqa: BLE001 - any family transformers cannot build small: the default
             why = f"{type(err).__name__}: {str(err).splitlines()[0][:80]}" if str(err) else type(err).__name__
             return _default(out, f"its family could not be built small ({why})")
-    return _default(out, "no config.json of it on this machine" if source else "no model path given")
+    return _default(out, "no config.json of it on this machine" if source else "no model path given", source or "")
 
 
-def _default(out: Path, why: str) -> tuple[Path, str]:
+# hub names of the vision-language families posttrain builds tiny (posttrain.models.tiny_vl), e.g. Qwen/Qwen2.5-VL-3B-Instruct
+_VL_NAME = re.compile(r"qwen2(\.5)?-vl", re.IGNORECASE)
+
+
+def _default(out: Path, why: str, source: str = "") -> tuple[Path, str]:
     from posttrain.models.tiny import make_tiny_model
 
+    vl = _VL_NAME.search(Path(source).name)
+    if vl:
+        from posttrain.models.tiny_vl import make_tiny_vl_model
+
+        family = "qwen2_5_vl" if vl.group(1) else "qwen2_vl"
+        return make_tiny_vl_model(out, family=family, max_position=1024), f"posttrain's tiny {family} model ({why})"
     path = make_tiny_model(out, layers=2, hidden=64, heads=4, max_position=1024)
     return path, f"posttrain's default tiny model ({why})"
 

@@ -63,7 +63,7 @@ def play(envs, policy: FaultPolicy, script=("L", "L", "L")):
 
 @pytest.mark.parametrize("broken,message", [
     (Raising(), "environment W (walk) (seed 0, turn 1): step raised KeyError: 'no such move'"),
-    (Malformed(), "environment W (walk) (seed 0, turn 1): the observation must be a str, got list: ['not', 'text']"),
+    (Malformed(), "environment W (walk) (seed 0, turn 1): the observation must be a str or an image (an RGB uint8 array of shape (height, width, 3) or a PIL image), got list: ['not', 'text']"),
     (BadState(), "environment W (walk) (seed 0, turn 1): state() returned an unhashable list"),
 ])
 def test_a_failing_env_ends_only_its_own_trajectory_with_the_penalty(broken, message, caplog):

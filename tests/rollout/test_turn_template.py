@@ -58,3 +58,29 @@ def test_the_suffix_field_is_the_envs_suffix_after_each_observation():
     assert shown[1].endswith(turn("_GP_ [2]")) and shown[2].endswith(turn("_G_P [3]"))
     _, plain = play(agent_template="{observation} {suffix}", agent_system_template="S")  # an env without suffix(): ""
     assert plain[0] == chat("Move P to G: answer L or R.\n_G_P ")
+
+
+def test_pre_and_next_step_templates_write_each_turn_around_the_observation():
+    """ROLL's VLTrajEnvManager: instruction + pre_step_template(turn_idx) + observation +
+    next_step_template(actions_left, max_response_length), the instruction with nothing after it."""
+    traj, shown = play(LoopLimits(512, 512), pre_step_template="\nTurn {turn_idx}:\n", next_step_template="\n{actions_left} left, {max_response_length}",
+                       agent_system_template="S", max_tokens_per_step=8)
+    assert shown[0] == chat("Move P to G: answer L or R.\nTurn 1:\n_G_P\n4 left, 8")
+    assert shown[1].endswith(turn("\nTurn 2:\n_GP_\n3 left, 8")) and len(traj.turns) == 4
+
+
+def test_step_templates_that_cannot_be_written_are_refused():
+    import pytest
+
+    from posttrain.envs.spec import parse_custom_envs
+    from posttrain.errors import ConfigError
+
+    def parse(**entry):
+        parse_custom_envs({"W": {"env_type": "walk", "max_tokens_per_step": 4, **entry}})
+
+    with pytest.raises(ConfigError, match=r"W: agent_template and pre_step_template both write the user turn; keep one"):
+        parse(agent_template="{observation}", pre_step_template="x")
+    with pytest.raises(ConfigError, match=r"W.pre_step_template: fields \['actions_left'\] are not filled .* it fills \['turn_idx'\]"):
+        parse(pre_step_template="{actions_left}")
+    with pytest.raises(ConfigError, match=r"W.next_step_template: not supported in prompt_mode window"):
+        parse(prompt_mode="window", next_step_template="x")

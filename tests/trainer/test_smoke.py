@@ -37,6 +37,10 @@ def test_tiny_model_of_the_users_family(tmp_path):
     out, how = tiny_like("Org/not-in-any-cache", tmp_path / "default")
     assert how == "posttrain's default tiny model (no config.json of it on this machine)"
     assert (out / "config.json").is_file()
+    for name, family in (("Qwen/Qwen2.5-VL-3B-Instruct", "qwen2_5_vl"), ("Qwen/Qwen2-VL-2B-Instruct", "qwen2_vl")):
+        out, how = tiny_like(name, tmp_path / family)  # a vision-language name not here: the tiny model of its family
+        assert AutoConfig.from_pretrained(out).model_type == family and how.startswith(f"posttrain's tiny {family} model")
+        assert (out / "preprocessor_config.json").is_file()
 
 
 def metrics(workdir: Path) -> list[dict]:
