@@ -119,6 +119,7 @@ def check_agentic(cfg: Config) -> AgenticPlan:
             f"rollout.n: {train_m.group_size}"
         )
     problems += _turn_row_problems(cfg) + _window_problems(cfg, specs, train) + _played_problems(specs, [*train, *val])
+    problems += _picture_problems(cfg, specs, [*train, *val])
     per_env = max(batch // envs, 1)  # episodes each environment plays per step (ROLL: traj_per_env)
     for key, manager, need in (("env.train_env_manager", train_m, per_env), ("env.val_env_manager", val_m, 1)):
         if manager.max_traj_per_env != -1 and manager.max_traj_per_env < need:
@@ -177,6 +178,24 @@ def _turn_row_problems(cfg: Config) -> list[str]:
                                 "step, but with env.train_rows turn a step's updates depend on the turns its episodes took (or, "
                                 f"with turn_mini_batch_size, on the rows the filters keep); use step, or give the schedule's length "
                                 f"in updates in {role}.optim.lr_schedule_updates")
+    return problems
+
+
+def _picture_problems(cfg: Config, specs: dict[str, EnvSpec], tags: list[str]) -> list[str]:
+    """What a run cannot do for the played entries whose env_config says `render_mode: rgb_array` (they
+    show pictures: posttrain.rollout.episode_images), refused before any model loads; an environment
+    that shows pictures without saying so is refused the same way at its first picture."""
+    drawn = [t for t in dict.fromkeys(tags) if specs[t].env_config.get("render_mode") == "rgb_array"]
+    if not drawn:
+        return []
+    problems = [f"env.custom_envs.{t}.env_config.render_mode: rgb_array shows pictures, which posttrain plays in prompt_mode "
+                "conversation only; a window mode or prompt_mode messages writes each prompt afresh from text" for t in drawn
+                if specs[t].window is not None]
+    if cfg.env.train_rows == "turn":
+        problems.append(f"env.train_rows: turn would part the pictures of {drawn} (render_mode: rgb_array) from the turns that show "
+                        "them; set env.train_rows: episode")
+    problems += [f"env.custom_envs.{drawn[0]}.env_config.render_mode: rgb_array shows pictures: {p}" for p in vision_path_problems(
+        sequence_parallel=cfg.actor.ulysses_sequence_parallel_size, rollout_name=cfg.rollout.name, critic=role_needs(cfg).critic)]
     return problems
 
 

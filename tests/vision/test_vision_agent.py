@@ -11,6 +11,8 @@ from posttrain.errors import ConfigError
 from posttrain.models.tiny import make_tiny_model
 from posttrain.models.vision import image_token_mask
 from posttrain.records import VisionInputs
+from posttrain.rollout.turn_rows import turn_rows
+from posttrain.trainer.agentic import check_agentic
 from posttrain.trainer.metrics import PhaseTimer
 from posttrain.trainer.rl import RLTrainer
 from posttrain.trainer.stage import StageContext
@@ -85,9 +87,15 @@ def test_pictures_a_run_cannot_show_are_refused(tiny_vl_dir, tmp_path):
     window = f"env.custom_envs={{S: {ENTRY.replace('pre_step_template', 'prompt_mode: window, agent_template: x, x')}}}"
     with pytest.raises(ConfigError, match="pre_step_template: not supported in prompt_mode window"):
         make_trainer(tiny_vl_dir, tmp_path / "b", window)
-    with pytest.raises(ConfigError, match="env.train_rows: turn cuts each episode"):
-        t = make_trainer(tiny_vl_dir, tmp_path / "c", "env.train_rows=turn")
-        t.learn(explore(t), 1, PhaseTimer(t.observer.watch()))
+    # an entry whose env_config says render_mode rgb_array is refused what the vision path cannot do before any model loads
+    with pytest.raises(ConfigError, match=r"env.train_rows: turn would part the pictures of \['S'\]"):
+        make_trainer(tiny_vl_dir, tmp_path / "c", "env.train_rows=turn")
+    with pytest.raises(ConfigError, match=r"S.env_config.render_mode: rgb_array shows pictures: rollout.name vllm: .* hf engine only"):
+        check_agentic(load_config(None, [f"model.path={tiny_vl_dir}", *BASE, "rollout.name=vllm"]))
+    # turn rows of pictures an environment showed without saying so: refused where the batch is cut
+    t = make_trainer(tiny_vl_dir, tmp_path / "d")
+    with pytest.raises(ConfigError, match="env.train_rows: turn cuts each episode into a row per action"):
+        turn_rows(explore(t).batch, 0)
 
 
 def test_a_roll_file_of_vl_trajectory_managers_plays_pictures_in_conversation():
