@@ -204,6 +204,10 @@ def step_reward_advantage(
     Paper:
         Williams 1992, REINFORCE, with the per-step reward as return (step_reinforce's discount 0);
         ROLL names no paper.
+    Deviations:
+        when a step's count of step samples is not a multiple of its batch sizes, ROLL first copies,
+        deletes or draws samples (batch_adjust_mode) and its statistics count them so; here every
+        turn counts once.
     Reads:
         response_mask, turn_index, turn_rewards, turn_states (for which turns exist), norm_groups
         (None), norm_method ("identity"), norm_mean_type (None), norm_std_type (None), reward_clip (None).

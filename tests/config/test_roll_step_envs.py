@@ -30,7 +30,7 @@ def test_a_step_env_manager_file_trains_turn_rows_prompted_through_its_window():
     assert native["env"]["train_rows"] == "turn"
     assert native["env"]["turn_mini_batch_size"] == 2 * 4 * 2  # ROLL's optimizer batch counts step samples
     assert (native["actor"]["optim"]["lr_schedule_unit"], native["actor"]["optim"]["lr_schedule_updates"]) == ("update", 250)  # ROLL's count
-    assert report.entry("batch_adjust_mode").status == "dropped" and "trains every step sample once" in report.entry("batch_adjust_mode").reason
+    assert report.entry("batch_adjust_mode").status == "dropped" and "trains and counts every step sample once" in report.entry("batch_adjust_mode").reason
     spec = parse_custom_envs(native["env"]["custom_envs"])["FL"]
     window = spec.window
     # history_length 3 is the current step and 2 earlier ones; ROLL's StepEnvManager writes only the invalid ones

@@ -82,8 +82,9 @@ def step_env_managers(ctx: Context) -> None:
     if ctx.has("batch_adjust_mode"):
         ctx.consume("batch_adjust_mode")
         ctx.drop("batch_adjust_mode", "with step samples ROLL copies (copy), deletes (delete) or draws (random_sample) step samples at "
-                 "random until a step's count is a multiple of its training and inference batch sizes; posttrain trains every step "
-                 "sample once, the last mini-batch of env.turn_mini_batch_size taking the samples left over")
+                 "random until a step's count is a multiple of its training and inference batch sizes, before its reward normalisation "
+                 "(whose statistics then count the copies); posttrain trains and counts every step sample once, the last mini-batch "
+                 "of env.turn_mini_batch_size taking the samples left over")
 
 
 def step_estimator(ctx: Context) -> None:
