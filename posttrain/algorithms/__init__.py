@@ -27,7 +27,7 @@ from posttrain.algorithms.advantages_returns import (
     reinforce_plus_plus_advantage,
     remax_advantage,
 )
-from posttrain.algorithms.advantages_steps import gigpo_advantage, step_reinforce_advantage
+from posttrain.algorithms.advantages_steps import gigpo_advantage, step_reinforce_advantage, step_reward_advantage
 from posttrain.algorithms.policy_losses import (
     cispo_loss,
     gpg_loss,
@@ -167,6 +167,7 @@ __all__ = [
     "gae_advantage",
     "gigpo_advantage",
     "step_reinforce_advantage",
+    "step_reward_advantage",
     "grpo_advantage",
     "grpo_passk_advantage",
     "rloo_advantage",

@@ -1,4 +1,5 @@
-"""Step-level credit for multi-turn (agentic) batches: GiGPO's anchor-state advantages.
+"""Step-level credit for multi-turn (agentic) batches: GiGPO's anchor-state advantages, ROLL's
+step_reinforce (discounted step returns) and step_reward (each step's own reward).
 
 A multi-turn row holds several actions of one episode. Outcome estimators give every action the
 episode's advantage; GiGPO adds a step-level term that compares actions taken in the *same
@@ -15,10 +16,11 @@ Inputs beside the usual ones (built by the trainer from the agent loop's per-tur
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
+from posttrain.algorithms.agentic_norm import agentic_reward_norm
 from posttrain.algorithms.groups import group_stats, group_sum
 from posttrain.algorithms.registry import AdvantageOutput, EstimatorNeeds, register_advantage_estimator
 
@@ -162,4 +164,65 @@ def step_reinforce_advantage(
     has_turn = turn_index >= 0
     adv = torch.gather(step, 1, turn_index.clamp(min=0)) * has_turn * response_mask.to(torch.float64)  # (B, T)
     adv = adv.to(torch.float32)
+    return AdvantageOutput(adv, adv.clone())
+
+
+@register_advantage_estimator("step_reward", needs=EstimatorNeeds(turns=True))
+@torch.no_grad()
+def step_reward_advantage(
+    *,
+    response_mask: torch.Tensor,
+    turn_index: torch.Tensor | None = None,
+    turn_rewards: torch.Tensor | None = None,
+    turn_states: torch.Tensor | None = None,
+    norm_groups: Sequence[Any] | None = None,
+    norm_method: str = "identity",
+    norm_mean_type: str | None = None,
+    norm_std_type: str | None = None,
+    reward_clip: float | None = None,
+    **_: Any,
+) -> AdvantageOutput:
+    """Each turn scored by its own step reward, normalised over the turns (step samples) of its group.
+
+    Formula:
+        r_{i,k}: the reward of turn k of episode i (the environment's step reward), one sample per
+        turn; n_{i,k} = agentic_reward_norm over all valid turns of the batch, each turn in the
+        group of its episode's row (`norm_groups`: the environment group, the tag, or None for the
+        whole batch) with `norm_method` / `norm_mean_type` / `norm_std_type`: (r - mu) / (sigma + 1e-6)
+        with sigma the unbiased std of the scope's turns, r - mu, or r; a std-divided group of one
+        turn or with |sigma| <= 1e-6 gets 0. Then n is clipped to [-reward_clip, reward_clip] when
+        set. Every token of turn k takes A_{i,k} = n_{i,k}; returns equal advantages.
+    Names:
+        ROLL `adv_estimator: grpo` / `reinforce` when a step env manager (StepEnvManager,
+        StepConcatEnvManager, AgentNativeStepEnvManager) makes one training sample per environment
+        step: ROLL's response-level reward of a sample is its step reward, normalised by its
+        `reward_normalization` over the step samples (grouped by traj_group_id, tags or batch) and
+        clipped by `reward_clip`; with `gamma` 1 and no token-level KL its returns give each token
+        that number (`algorithm.gamma` 1, no `use_kl_in_reward` / `whiten_rewards` /
+        `reward_norm_mean` / `reward_norm_std`: the config check holds this estimator to that).
+        Not in verl or Trinity-RFT.
+    Paper:
+        Williams 1992, REINFORCE, with the per-step reward as return (step_reinforce's discount 0);
+        ROLL names no paper.
+    Deviations:
+        when a step's count of step samples is not a multiple of its batch sizes, ROLL first copies,
+        deletes or draws samples (batch_adjust_mode) and its statistics count them so; here every
+        turn counts once.
+    Reads:
+        response_mask, turn_index, turn_rewards, turn_states (for which turns exist), norm_groups
+        (None), norm_method ("identity"), norm_mean_type (None), norm_std_type (None), reward_clip (None).
+    """
+    if turn_index is None or turn_rewards is None or turn_states is None:
+        raise ValueError("step_reward needs per-turn records (turn_index, turn_rewards, turn_states): run it on an agentic stage")
+    valid = turn_states >= 0  # (B, K)
+    rows, turns = valid.nonzero(as_tuple=True)  # (N,) each step sample: its row and turn
+    keys = None if norm_groups is None else [norm_groups[r] for r in rows.tolist()]
+    # float32 statistics, as ROLL normalises its float32 step scores
+    scores = agentic_reward_norm(turn_rewards[rows, turns].to(torch.float32), keys, norm_method, norm_mean_type, norm_std_type)  # (N,)
+    if reward_clip is not None:
+        scores = scores.clamp(-reward_clip, reward_clip)
+    per_turn = torch.zeros(turn_rewards.shape, dtype=torch.float32, device=turn_rewards.device)  # (B, K), 0 past a row's turns
+    per_turn[rows, turns] = scores
+    has_turn = turn_index >= 0
+    adv = torch.gather(per_turn, 1, turn_index.clamp(min=0)) * has_turn * response_mask.to(torch.float32)  # (B, T)
     return AdvantageOutput(adv, adv.clone())

@@ -177,6 +177,8 @@ ESTIMATOR_INPUTS = frozenset(
      "norm_adv_by_std", "reward_baselines", "sum_pi_squared", "rollout_is_weights",
      # an agentic batch's turn records and algorithm.gigpo's fields: the trainer passes them, not adv_estimator_args
      "turn_index", "turn_rewards", "turn_states", "step_weight", "episode_weight", "step_gamma",
+     # algorithm.agentic_reward_norm's fields and algorithm.reward_clip, which step_reward applies per turn
+     "norm_groups", "norm_method", "norm_mean_type", "norm_std_type", "reward_clip",
      # ref.teachers' log-probs, rows and coefficients (on_policy_distill with several teachers)
      "teacher_logprobs", "teacher_rows", "teacher_coefs"}
 )

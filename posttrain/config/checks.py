@@ -30,7 +30,7 @@ from posttrain.config.checks_profiler import check_profiler
 from posttrain.config.derive import longest_sequence
 from posttrain.config.sections.buffer import priority_args
 from posttrain.config.sections.actor import check_freeze_prefix, check_router_replay, check_save_contents
-from posttrain.config.sections.algorithm import check_agentic_reward_norm, check_filter_groups, check_token_filter
+from posttrain.config.sections.algorithm import check_agentic_reward_norm, check_filter_groups, check_step_reward, check_token_filter
 from posttrain.config.sections.data import check_domain_probs, check_query_key, check_row_choosers, check_val_file_keys, check_val_file_settings, check_row_templates
 from posttrain.config.sections.model import check_kernel_flags
 from posttrain.config.sections.auxiliary import check_auxiliary_models
@@ -420,6 +420,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_rollout_mock,
     check_optimizer_args,
     check_agentic_reward_norm,
+    check_step_reward,
     check_filter_groups,
     check_token_filter,
     check_distill,

@@ -136,6 +136,12 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
         step_weight=alg.gigpo.step_weight,
         episode_weight=alg.gigpo.episode_weight,
         step_gamma=alg.gigpo.step_gamma,
+        # step_reward normalises each turn's own reward with the agentic reward normalisation, then clips it
+        norm_groups=norm_groups(batch, alg.agentic_reward_norm.grouping),
+        norm_method=alg.agentic_reward_norm.method,
+        norm_mean_type=alg.agentic_reward_norm.norm_mean_type,
+        norm_std_type=alg.agentic_reward_norm.norm_std_type,
+        reward_clip=alg.reward_clip,
         **(teachers or {}),
     )
     if batch.reward_baselines is not None:
@@ -203,8 +209,14 @@ def agentic_scores(scores: torch.Tensor, batch: RolloutBatch, norm: AgenticRewar
     (`algorithm.agentic_reward_norm`), which comes before the shaping every stage shares. The groups:
     traj_group_id is the row's environment group (`group_index`), tags its environment type
     (`data_source`), batch all rows."""
-    groups = {"batch": None, "traj_group_id": batch.group_index, "tags": batch.data_source}[norm.grouping]
-    return agentic_reward_norm(scores, groups, norm.method, norm.norm_mean_type, norm.norm_std_type)
+    return agentic_reward_norm(scores, norm_groups(batch, norm.grouping), norm.method, norm.norm_mean_type, norm.norm_std_type)
+
+
+def norm_groups(batch: RolloutBatch, grouping: str) -> list[Any] | None:
+    """Each row's group under ROLL's reward-normalisation `grouping`: traj_group_id is the row's
+    environment group (`group_index`), tags its environment type (`data_source`); batch: None (one
+    group of all rows)."""
+    return {"batch": None, "traj_group_id": batch.group_index, "tags": batch.data_source}[grouping]
 
 
 def mask_samples(batch: RolloutBatch, scores: torch.Tensor, alg: AlgorithmConfig, max_length: int) -> dict[str, float]:

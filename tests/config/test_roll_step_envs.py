@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+import yaml
+
 from posttrain.config.dialects import translate
+from posttrain.config.load import load_config
+from posttrain.errors import ConfigError
 from posttrain.envs.spec import parse_custom_envs
 
 STEP = "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager"
@@ -25,7 +30,7 @@ def test_a_step_env_manager_file_trains_turn_rows_prompted_through_its_window():
     assert native["env"]["train_rows"] == "turn"
     assert native["env"]["turn_mini_batch_size"] == 2 * 4 * 2  # ROLL's optimizer batch counts step samples
     assert (native["actor"]["optim"]["lr_schedule_unit"], native["actor"]["optim"]["lr_schedule_updates"]) == ("update", 250)  # ROLL's count
-    assert report.entry("batch_adjust_mode").status == "dropped" and "trains every step sample once" in report.entry("batch_adjust_mode").reason
+    assert report.entry("batch_adjust_mode").status == "dropped" and "trains and counts every step sample once" in report.entry("batch_adjust_mode").reason
     spec = parse_custom_envs(native["env"]["custom_envs"])["FL"]
     window = spec.window
     # history_length 3 is the current step and 2 earlier ones; ROLL's StepEnvManager writes only the invalid ones
@@ -59,11 +64,59 @@ def test_a_step_manager_files_schedule_gets_rolls_horizon_in_updates():
     assert (linear["lr_schedule_unit"], linear["lr_schedule_updates"]) == ("update", 15)  # 30 x 8 // 8 // 2 (HF's linear holds 0 too)
 
 
-def test_an_outcome_estimator_over_step_samples_is_refused():
-    _, report = translate({**roll_file(), "adv_estimator": "grpo"}, "roll")
-    [entry] = [e for e in report.entries if e.key == "adv_estimator" and e.status == "refused"]
-    assert "ROLL scores each step sample by its own step reward" in entry.reason and "use gigpo or step_reinforce" in entry.reason
-    assert not [e for e in translate(roll_file(), "roll")[1].entries if e.status == "refused"]  # gigpo: nothing refused
+def test_grpo_and_reinforce_over_step_samples_score_each_step_by_its_own_reward():
+    norm = {"grouping": "traj_group_id", "norm_mean_type": "group", "norm_std_type": "group"}
+    for estimator in ("grpo", "reinforce"):
+        native, report = translate({**roll_file(), "adv_estimator": estimator, "reward_normalization": norm, "reward_clip": 5,
+                                    "step_reward_gamma": 1.0, "whiten_advantages": True}, "roll")
+        alg = native["algorithm"]
+        assert (alg["adv_estimator"], alg["agentic_reward_norm"], alg["reward_clip"], alg["whiten_advantages"]) == ("step_reward", norm, 5, True)
+        assert "each step sample's score is its own step reward" in report.entry("adv_estimator").reason
+        # ROLL discounts step rewards under gigpo / step_reinforce only
+        assert report.entry("step_reward_gamma").status == "dropped" and f"not under {estimator}" in report.entry("step_reward_gamma").reason
+        assert not [e for e in report.entries if e.status == "refused"]
+    assert translate(roll_file(), "roll")[0]["algorithm"]["adv_estimator"] == "gigpo"  # step estimators as they are
+
+
+def test_gae_and_estimators_roll_cannot_run_over_step_samples_are_refused():
+    raw = {k: v for k, v in roll_file().items() if k != "adv_estimator"}  # ROLL's default: gae
+    [entry] = [e for e in translate(raw, "roll")[1].entries if e.key == "adv_estimator" and e.status == "refused"]
+    assert "ROLL runs GAE within each step sample" in entry.reason and "posttrain's gae runs along the episode's row" in entry.reason
+    [other] = [e for e in translate({**roll_file(), "adv_estimator": "agentic_reinforce"}, "roll")[1].entries if e.status == "refused"]
+    assert other.key == "adv_estimator" and "posttrain translates ROLL's grpo, reinforce, gigpo and step_reinforce there" in other.reason
+    # with a trajectory manager grpo stays grpo over whole episodes
+    episodes = {**roll_file(), "adv_estimator": "grpo", "custom_envs": {"FL": {"env_type": "frozen_lake", "max_tokens_per_step": 16}}}
+    assert translate(episodes, "roll")[0]["algorithm"]["adv_estimator"] == "grpo"
+
+
+def test_a_file_shaped_as_rolls_atropos_grpo_demo_plans_with_step_reward(tmp_path):
+    """agentic_demo/atropos_gsm8k_grpo_qwen25_0.5b.yaml's keys (its atropos_env, which posttrain does
+    not ship, played by sokoban_native_env; its missing DeepSpeed include left out): grpo over the
+    AgentNativeStepEnvManager's step samples plans, as ROLL runs it."""
+    native_cls = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
+    entry = {"env_type": "sokoban_native_env", "max_steps": 1, "max_tokens_per_step": 512, "env_manager_cls": native_cls,
+             "agent_system_template": "Think, then answer.", "agent_template": "{observation}", "env_config": {"max_steps": 1}}
+    raw = {"exp_name": "atropos_like", "seed": 42, "max_steps": 100, "pretrain": "Qwen/Qwen2.5-0.5B-Instruct", "sequence_length": 2048,
+           "rollout_batch_size": 64, "val_batch_size": 1,
+           "actor_train": {"training_args": {"learning_rate": 1.0e-6, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 32}},
+           "actor_infer": {"generating_args": {"do_sample": True, "temperature": 1.0, "top_p": 0.95, "max_new_tokens": 512}},
+           "adv_estimator": "grpo", "batch_adjust_mode": "random_sample", "step_reward_gamma": 1.0, "use_kl_loss": True,
+           "kl_loss_coef": 0.001, "whiten_advantages": True, "entropy_loss_coef": 0, "max_grad_norm": 1.0,
+           "reward_normalization": {"grouping": "traj_group_id", "norm_mean_type": "group", "norm_std_type": "group"},
+           "custom_envs": {"AtroposGSM8KTrain": entry},
+           "train_env_manager": {"max_env_num_per_worker": 4, "num_env_groups": 4, "group_size": 16, "tags": ["AtroposGSM8KTrain"],
+                                 "num_groups_partition": [4]}}
+    path = tmp_path / "atropos_like.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(str(path), [], dialect="roll")
+    alg = cfg.algorithm
+    assert (alg.adv_estimator, cfg.env.train_rows, alg.whiten_advantages) == ("step_reward", "turn", True)
+    assert (alg.agentic_reward_norm.grouping, alg.agentic_reward_norm.norm_mean_type, alg.agentic_reward_norm.norm_std_type) == (
+        "traj_group_id", "group", "group")
+    # ROLL's token-level gamma below 1 discounts along each step's tokens, which step_reward does not: refused at load
+    path.write_text(yaml.safe_dump({**raw, "gamma": 0.9}))
+    with pytest.raises(ConfigError, match=r"algorithm.gamma \(0.9\): adv_estimator step_reward gives every token"):
+        load_config(str(path), [], dialect="roll")
 
 
 def test_the_native_env_manager_plays_the_environments_conversation_as_turn_rows():

@@ -35,6 +35,7 @@ NEEDS = {
     "asymre": EstimatorNeeds(), "rec": EstimatorNeeds(),
     "on_policy_distill": EstimatorNeeds(reference=True), "jsd": EstimatorNeeds(reference=True),
     "step_wise_grpo": EstimatorNeeds(), "gigpo": EstimatorNeeds(turns=True), "step_reinforce": EstimatorNeeds(turns=True),
+    "step_reward": EstimatorNeeds(turns=True),
     "optimal_token_baseline": EstimatorNeeds(sum_pi_squared=True),
     "tir_optimal_token_baseline": EstimatorNeeds(sum_pi_squared=True),
 }

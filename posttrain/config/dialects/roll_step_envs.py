@@ -10,8 +10,14 @@ fill them with placeholders). What the rest of the file means once the training 
 - ROLL's step managers make one training sample per step (formulate_rollouts): its window prompt and
   its action. That is ``env.train_rows: turn``, whose turn rows take each action's own prompt.
 - Advantages: ROLL's outcome estimators (grpo, reinforce, gae) score each step sample by its own
-  step reward, which posttrain's turn rows do not (they carry the episode's advantage): refused;
-  gigpo and step_reinforce compute discounted step returns per turn, as posttrain's do.
+  step reward (placed on the sample's last token), normalise those scores with ``reward_normalization``
+  over the step samples of the batch (grouped by traj_group_id, tags or batch) and clip them with
+  ``reward_clip`` (compute_response_level_rewards' last branch); grpo and reinforce then take
+  discounted returns along the sample's tokens, which with ``gamma`` 1 and no token-level KL give
+  every token of the step that score: posttrain's ``step_reward`` estimator, which the config check
+  keeps to that case. gae is refused: ROLL's GAE ends at each step sample's last token, posttrain's
+  runs along the episode's row. gigpo and step_reinforce compute discounted step returns per turn,
+  as posttrain's do.
 - ROLL's optimizer step takes per_device_train_batch_size x gradient_accumulation_steps samples per
   data-parallel rank, and its samples are steps here: ``env.turn_mini_batch_size`` (turn rows per
   optimizer step, the last taking the rows left over).
@@ -72,17 +78,37 @@ def step_env_managers(ctx: Context) -> None:
         return
     ctx.set("env.train_rows", "turn", f"custom_envs.{tags[0]}.env_manager_cls",
             "ROLL's step env managers train one sample per step, its own window prompt and its action: posttrain's turn rows")
-    estimator = ctx.get("adv_estimator", "gae")  # ROLL's default
-    if estimator not in ("gigpo", "step_reinforce"):
-        ctx.refuse("adv_estimator", f"{estimator} over step samples: ROLL scores each step sample by its own step reward (on its "
-                   "last token) and normalises that over the group's step samples, while posttrain's turn rows of an outcome "
-                   "estimator carry their episode's advantage; with a step env manager use gigpo or step_reinforce, whose "
-                   "discounted step returns posttrain computes per turn", "algorithm.adv_estimator", estimator)
+    step_estimator(ctx)
     if ctx.has("batch_adjust_mode"):
         ctx.consume("batch_adjust_mode")
         ctx.drop("batch_adjust_mode", "with step samples ROLL copies (copy), deletes (delete) or draws (random_sample) step samples at "
-                 "random until a step's count is a multiple of its training and inference batch sizes; posttrain trains every step "
-                 "sample once, the last mini-batch of env.turn_mini_batch_size taking the samples left over")
+                 "random until a step's count is a multiple of its training and inference batch sizes, before its reward normalisation "
+                 "(whose statistics then count the copies); posttrain trains and counts every step sample once, the last mini-batch "
+                 "of env.turn_mini_batch_size taking the samples left over")
+
+
+def step_estimator(ctx: Context) -> None:
+    """ROLL's outcome estimators over step samples (module docstring): grpo and reinforce become
+    step_reward, gae is refused, gigpo and step_reinforce translate as they are."""
+    estimator = ctx.get("adv_estimator", "gae")  # ROLL's default
+    if estimator in ("grpo", "reinforce"):
+        ctx.consume("adv_estimator")
+        ctx.set("algorithm.adv_estimator", "step_reward", "adv_estimator",
+                f"ROLL's {estimator} over step samples: each step sample's score is its own step reward (on its last token), "
+                "normalised by reward_normalization over the step samples and clipped by reward_clip; its returns (gamma 1) give "
+                "every token of the step that number")
+        for key in ("step_reward_gamma", "step_reward_weight", "episode_reward_weight"):
+            if ctx.has(key):
+                ctx.consume(key)
+                ctx.drop(key, f"ROLL reads it under gigpo or step_reinforce only, not under {estimator}")
+    elif estimator == "gae":
+        ctx.refuse("adv_estimator", "gae over step samples: ROLL runs GAE within each step sample, its last token bootstrapping "
+                   "from nothing, while posttrain's gae runs along the episode's row, a turn's last token bootstrapping from the "
+                   "next turn's value (and its critic's targets follow); with a step env manager use grpo, reinforce, gigpo or "
+                   "step_reinforce", "algorithm.adv_estimator", estimator)
+    elif estimator not in ("gigpo", "step_reinforce"):
+        ctx.refuse("adv_estimator", f"{estimator} over step samples: posttrain translates ROLL's grpo, reinforce, gigpo and "
+                   "step_reinforce there", "algorithm.adv_estimator", estimator)
 
 
 def turn_mini_batch(ctx: Context, key: str, samples: int, why: str) -> None:

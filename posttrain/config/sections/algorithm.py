@@ -230,6 +230,21 @@ def check_agentic_reward_norm(cfg: Any) -> list[str]:
             "but env.train_env_manager.tags is empty: this stage answers prompts (use algorithm.reward_norm_mean / reward_norm_std there), or set the tags"]
 
 
+def check_step_reward(cfg: Any) -> list[str]:
+    """`adv_estimator: step_reward` gives each turn its own normalised step reward on every token
+    (ROLL's grpo / reinforce over step samples with gamma 1 and no token-level KL): the shaping
+    that would act on token-level rewards it never reads is refused beside it."""
+    alg = getattr(cfg, "algorithm", None)
+    if alg is None or alg.kind != "rl" or alg.adv_estimator != "step_reward":
+        return []
+    unread = {"algorithm.use_kl_in_reward": alg.use_kl_in_reward, "algorithm.whiten_rewards": alg.whiten_rewards,
+              "algorithm.reward_norm_mean": alg.reward_norm_mean is not None, "algorithm.reward_norm_std": alg.reward_norm_std is not None,
+              f"algorithm.gamma ({alg.gamma})": alg.gamma != 1.0}
+    return [f"{key}: adv_estimator step_reward gives every token of a turn that turn's own step reward, normalised by "
+            "algorithm.agentic_reward_norm and clipped by algorithm.reward_clip, and reads no token-level reward, so this would "
+            "change nothing; remove it (gamma: set 1), or pick an estimator over token-level rewards" for key, on in unread.items() if on]
+
+
 def check_filter_groups(cfg: Any) -> list[str]:
     """Dynamic sampling draws more prompt batches for one step's batch (in the synchronous loop or a
     decoupled explorer)."""
