@@ -56,7 +56,8 @@ def grpo_advantage(
         without turn records), so each turn of a K-turn episode carries a_i / K_i.
     Names:
         verl `algorithm.adv_estimator=grpo` (+ `norm_adv_by_std_in_grpo`); ROLL `adv_estimator: grpo`
-        (group reward normalisation then returns); Trinity-RFT `advantage_fn: grpo`, and its
+        (its RLVR pipeline: group reward normalisation then returns; its agentic pipeline's grpo is
+        reinforce over its reward_normalization, which the ROLL dialect writes so); Trinity-RFT `advantage_fn: grpo`, and its
         `step_wise_grpo` (algorithm_type `multi_step_grpo`, + `enable_step_norm`) on an agentic
         stage, where one row holds all turns of an episode and s_i is the sum of their rewards
         (Trinity: the last step's reward). Trinity's `std_threshold` is dynamic sampling with a

@@ -84,9 +84,33 @@ def test_gae_and_estimators_roll_cannot_run_over_step_samples_are_refused():
     assert "ROLL runs GAE within each step sample" in entry.reason and "posttrain's gae runs along the episode's row" in entry.reason
     [other] = [e for e in translate({**roll_file(), "adv_estimator": "agentic_reinforce"}, "roll")[1].entries if e.status == "refused"]
     assert other.key == "adv_estimator" and "posttrain translates ROLL's grpo, reinforce, gigpo and step_reinforce there" in other.reason
-    # with a trajectory manager grpo stays grpo over whole episodes
+    # with a trajectory manager grpo is over whole episodes: reinforce over the normalised scores (next test)
     episodes = {**roll_file(), "adv_estimator": "grpo", "custom_envs": {"FL": {"env_type": "frozen_lake", "max_tokens_per_step": 16}}}
-    assert translate(episodes, "roll")[0]["algorithm"]["adv_estimator"] == "grpo"
+    assert translate(episodes, "roll")[0]["algorithm"]["adv_estimator"] == "reinforce"
+
+
+def test_agentic_grpo_over_episodes_is_the_returns_of_rolls_normalised_scores():
+    """ROLL's agentic grpo does not standardise per group as its RLVR grpo does: the scores are
+    normalised by reward_normalization alone, then every token of the episode takes their return."""
+    import torch
+
+    from posttrain.algorithms import reinforce_advantage
+    from posttrain.algorithms.agentic_norm import agentic_reward_norm
+
+    episodes = {**roll_file(), "adv_estimator": "grpo", "custom_envs": {"FL": {"env_type": "frozen_lake", "max_tokens_per_step": 16}},
+                "reward_normalization": {"grouping": "tags", "method": "identity"}}
+    native, report = translate(episodes, "roll")
+    assert native["algorithm"]["adv_estimator"] == "reinforce" and "does not standardise them per group again" in report.entry("adv_estimator").reason
+    rlvr = {k: v for k, v in roll_file().items() if k not in ("train_env_manager", "custom_envs", "batch_adjust_mode")}
+    assert translate({**rlvr, "adv_estimator": "grpo"}, "roll")[0]["algorithm"]["adv_estimator"] == "grpo"  # ROLL's RLVR grpo is posttrain's
+    scores = torch.tensor([1.0, 0.0, 3.0, 1.0])  # two environment groups of two episodes
+    mask = torch.ones(4, 2)
+    rewards = torch.zeros(4, 2)
+    for method, want in (("identity", [1.0, 0.0, 3.0, 1.0]),  # ROLL's advantages are the raw scores; a group-standardised grpo's are not
+                         ("mean_std", [0.5 / (0.5**0.5 + 1e-6), -0.5 / (0.5**0.5 + 1e-6), 1 / (2**0.5 + 1e-6), -1 / (2**0.5 + 1e-6)])):
+        rewards[:, -1] = agentic_reward_norm(scores, ["a", "a", "b", "b"], method, None, None)
+        adv = reinforce_advantage(token_level_rewards=rewards, response_mask=mask).advantages
+        torch.testing.assert_close(adv, torch.tensor(want).unsqueeze(1).expand(4, 2), rtol=0, atol=1e-6)
 
 
 def test_a_file_shaped_as_rolls_atropos_grpo_demo_plans_with_step_reward(tmp_path):

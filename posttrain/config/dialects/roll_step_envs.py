@@ -75,6 +75,7 @@ def step_env_managers(ctx: Context) -> None:
     native_templates(ctx)
     tags = stepped_tags(ctx)
     if not tags:
+        episode_estimator(ctx)
         return
     ctx.set("env.train_rows", "turn", f"custom_envs.{tags[0]}.env_manager_cls",
             "ROLL's step env managers train one sample per step, its own window prompt and its action: posttrain's turn rows")
@@ -85,6 +86,25 @@ def step_env_managers(ctx: Context) -> None:
                  "random until a step's count is a multiple of its training and inference batch sizes, before its reward normalisation "
                  "(whose statistics then count the copies); posttrain trains and counts every step sample once, the last mini-batch "
                  "of env.turn_mini_batch_size taking the samples left over")
+
+
+def episode_estimator(ctx: Context) -> None:
+    """ROLL's agentic ``grpo`` over episode samples (its trajectory managers) is posttrain's reinforce.
+
+    ROLL's RLVR pipeline makes grpo standardise each prompt's rewards (reward_postprocess sets both
+    norm types to group), which posttrain's grpo does; its agentic pipeline does not: the scores are
+    normalised by ``reward_normalization`` alone (algorithm.agentic_reward_norm; its default, batch
+    and identity, leaves them as they are) and grpo then takes their returns, as reinforce does
+    (compute_response_level_rewards, then compute_advantage's reinforce/grpo branch). posttrain's
+    grpo on top would standardise the normalised scores a second time, within each environment group."""
+    from posttrain.config.dialects.roll_roles import agentic
+
+    if not agentic(ctx) or "adv_estimator" in ctx.handled or ctx.get("adv_estimator") != "grpo":
+        return
+    ctx.consume("adv_estimator")
+    ctx.set("algorithm.adv_estimator", "reinforce", "adv_estimator",
+            "ROLL's agentic grpo: the episode scores normalised by reward_normalization only (algorithm.agentic_reward_norm), "
+            "then their returns; it does not standardise them per group again as its RLVR grpo (and posttrain's grpo) does")
 
 
 def step_estimator(ctx: Context) -> None:
