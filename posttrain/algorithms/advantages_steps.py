@@ -167,6 +167,9 @@ def step_reinforce_advantage(
     return AdvantageOutput(adv, adv.clone())
 
 
+STEP_REWARD_MODES = ("reward", "return", "gigpo")  # what step_reward scores each turn by (its docstring)
+
+
 @register_advantage_estimator("step_reward", needs=EstimatorNeeds(turns=True))
 @torch.no_grad()
 def step_reward_advantage(
@@ -180,45 +183,75 @@ def step_reward_advantage(
     norm_mean_type: str | None = None,
     norm_std_type: str | None = None,
     reward_clip: float | None = None,
+    mode: str = "reward",
+    step_gamma: float = 0.95,
+    step_weight: float = 1.0,
+    episode_weight: float = 1.0,
     **_: Any,
 ) -> AdvantageOutput:
-    """Each turn scored by its own step reward, normalised over the turns (step samples) of its group.
+    """Each turn (step sample) scored on its own, normalised over the turns of its group: ROLL's
+    agentic advantages when its step env managers make one sample per environment step.
 
     Formula:
-        r_{i,k}: the reward of turn k of episode i (the environment's step reward), one sample per
-        turn; n_{i,k} = agentic_reward_norm over all valid turns of the batch, each turn in the
-        group of its episode's row (`norm_groups`: the environment group, the tag, or None for the
-        whole batch) with `norm_method` / `norm_mean_type` / `norm_std_type`: (r - mu) / (sigma + 1e-6)
-        with sigma the unbiased std of the scope's turns, r - mu, or r; a std-divided group of one
-        turn or with |sigma| <= 1e-6 gets 0. Then n is clipped to [-reward_clip, reward_clip] when
-        set. Every token of turn k takes A_{i,k} = n_{i,k}; returns equal advantages.
+        r_{i,k}: the reward of turn k of episode i (the environment's step reward). N(x; groups,
+        method, mean type, std type) is agentic_reward_norm over all valid turns of the batch, one
+        sample per turn: (x - mu) / (sigma + 1e-6) with sigma the unbiased std of the scope's turns,
+        x - mu, or x; a std-divided scope of one turn or with |sigma| <= 1e-6 gets 0. The turn's score:
+          mode "reward": n_{i,k} = N(r_{i,k}; norm_groups, norm_method, norm_mean_type, norm_std_type),
+            `norm_groups` giving each turn its episode row's group (the environment group, the tag,
+            or None for the whole batch);
+          mode "return": the same N of R_{i,k} = sum_{k' >= k} step_gamma^(k'-k) r_{i,k'};
+          mode "gigpo": n_{i,k} = episode_weight * N(s_i; as above) + step_weight * N(R_{i,k};
+            anchor-state groups, norm_method), with s_i = sum_k r_{i,k} the episode's score counted
+            once per turn, and the anchor groups the turns of one environment group taken in the
+            same state (`turn_states`; their scope's mean and std, by norm_method alone).
+        Then n is clipped to [-reward_clip, reward_clip] when set. Every token of turn k takes
+        A_{i,k} = n_{i,k}; returns equal advantages.
     Names:
-        ROLL `adv_estimator: grpo` / `reinforce` when a step env manager (StepEnvManager,
-        StepConcatEnvManager, AgentNativeStepEnvManager) makes one training sample per environment
-        step: ROLL's response-level reward of a sample is its step reward, normalised by its
-        `reward_normalization` over the step samples (grouped by traj_group_id, tags or batch) and
-        clipped by `reward_clip`; with `gamma` 1 and no token-level KL its returns give each token
-        that number (`algorithm.gamma` 1, no `use_kl_in_reward` / `whiten_rewards` /
-        `reward_norm_mean` / `reward_norm_std`: the config check holds this estimator to that).
-        Not in verl or Trinity-RFT.
+        ROLL `adv_estimator` with a step env manager (StepEnvManager, StepConcatEnvManager,
+        AgentNativeStepEnvManager): `grpo` / `reinforce` are mode reward (each sample's own step
+        reward), `step_reinforce` mode return (`step_reward_gamma`), `gigpo` mode gigpo
+        (`episode_reward_weight`, `step_reward_weight`, `step_reward_gamma`): ROLL's response-level
+        reward of a sample (compute_response_level_rewards) normalised by its `reward_normalization`
+        over the step samples and clipped by `reward_clip`; with `gamma` 1 and no token-level KL its
+        returns give each token that number (`algorithm.gamma` 1, no `use_kl_in_reward` /
+        `whiten_rewards` / `reward_norm_mean` / `reward_norm_std`: the config check holds this
+        estimator to that). Not in verl or Trinity-RFT.
     Paper:
-        Williams 1992, REINFORCE, with the per-step reward as return (step_reinforce's discount 0);
-        ROLL names no paper.
+        Williams 1992, REINFORCE, with the per-step reward or return; mode gigpo: Feng et al. 2025,
+        Group-in-Group Policy Optimization for LLM Agent Training, arXiv:2505.10978, normalised as
+        ROLL normalises it. ROLL names no paper for the others.
     Deviations:
         when a step's count of step samples is not a multiple of its batch sizes, ROLL first copies,
         deletes or draws samples (batch_adjust_mode) and its statistics count them so; here every
-        turn counts once.
+        turn counts once. Discounted returns are summed in float64 (ROLL: float32).
     Reads:
-        response_mask, turn_index, turn_rewards, turn_states (for which turns exist), norm_groups
-        (None), norm_method ("identity"), norm_mean_type (None), norm_std_type (None), reward_clip (None).
+        response_mask, turn_index, turn_rewards, turn_states (which turns exist; mode gigpo: their
+        anchor states), norm_groups (None), norm_method ("identity"), norm_mean_type (None),
+        norm_std_type (None), reward_clip (None), mode ("reward"), step_gamma (0.95), step_weight
+        (1.0), episode_weight (1.0).
     """
     if turn_index is None or turn_rewards is None or turn_states is None:
         raise ValueError("step_reward needs per-turn records (turn_index, turn_rewards, turn_states): run it on an agentic stage")
+    if mode not in STEP_REWARD_MODES:
+        raise ValueError(f"step_reward's mode must be one of {', '.join(STEP_REWARD_MODES)}, got {mode!r}")
     valid = turn_states >= 0  # (B, K)
     rows, turns = valid.nonzero(as_tuple=True)  # (N,) each step sample: its row and turn
     keys = None if norm_groups is None else [norm_groups[r] for r in rows.tolist()]
-    # float32 statistics, as ROLL normalises its float32 step scores
-    scores = agentic_reward_norm(turn_rewards[rows, turns].to(torch.float32), keys, norm_method, norm_mean_type, norm_std_type)  # (N,)
+
+    def norm(values: torch.Tensor) -> torch.Tensor:  # (B, K) -> (N,), float32 statistics as ROLL's scores
+        return agentic_reward_norm(values[rows, turns].to(torch.float32), keys, norm_method, norm_mean_type, norm_std_type)
+
+    if mode == "reward":
+        scores = norm(turn_rewards)
+    elif mode == "return":
+        scores = norm(discounted_returns(turn_rewards, valid, step_gamma))
+    else:
+        episode = torch.where(valid, turn_rewards, torch.zeros_like(turn_rewards)).sum(1, keepdim=True).expand_as(turn_rewards)  # (B, K)
+        returns = discounted_returns(turn_rewards, valid, step_gamma)[rows, turns].to(torch.float32)  # (N,)
+        # ROLL groups a trajectory group's step samples by state and normalises them by its method alone
+        by_state = agentic_reward_norm(returns, turn_states[rows, turns].tolist(), norm_method, None, None)
+        scores = episode_weight * norm(episode) + step_weight * by_state
     if reward_clip is not None:
         scores = scores.clamp(-reward_clip, reward_clip)
     per_turn = torch.zeros(turn_rewards.shape, dtype=torch.float32, device=turn_rewards.device)  # (B, K), 0 past a row's turns

@@ -152,3 +152,33 @@ def test_shaping_it_never_reads_is_refused(override):
     key = override.partition("=")[0]
     with pytest.raises(ConfigError, match=f"{key}.*adv_estimator step_reward gives every token of a turn that turn's own step reward"):
         load_config(None, ["algorithm.adv_estimator=step_reward", override])
+
+
+def test_return_and_gigpo_modes_score_each_turn_as_rolls_step_reinforce_and_gigpo():
+    """One environment group of two episodes: A takes 2 turns (rewards 0, 1), B 1 turn (reward 3).
+    The turns' discounted returns with gamma 0.5: A 0.5, 1; B 3. Method mean over the group's three
+    step samples (ROLL's traj_group_id / mean)."""
+    import statistics
+
+    from posttrain.algorithms import step_reward_advantage
+
+    turn_index = torch.tensor([[0, 0, 1], [0, -1, -1]])  # (B, T): A's tokens 0-1 turn 0, token 2 turn 1
+    turn_rewards = torch.tensor([[0.0, 1.0], [3.0, 0.0]])
+    turn_states = torch.tensor([[0, 1], [0, -1]])  # A's first turn and B's were taken in the same state
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    common = dict(response_mask=mask, turn_index=turn_index, turn_rewards=turn_rewards, turn_states=turn_states,
+                  norm_groups=["g", "g"], norm_method="mean", step_gamma=0.5)
+    returns = [0.5, 1.0, 3.0]  # A turn 0, A turn 1, B turn 0
+    mean = statistics.mean(returns)
+    adv = step_reward_advantage(mode="return", **common).advantages
+    torch.testing.assert_close(adv, torch.tensor([[0.5 - mean, 0.5 - mean, 1.0 - mean], [3.0 - mean, 0.0, 0.0]]))
+    # gigpo: the episode score counted once per turn (A 1 twice, B 3 once), and the returns centred within
+    # each state: A's first turn and B's share state 0; A's second turn is alone in state 1 (0)
+    episode = [1.0, 1.0, 3.0]
+    e_mean = statistics.mean(episode)
+    s0 = statistics.mean([0.5, 3.0])
+    adv = step_reward_advantage(mode="gigpo", episode_weight=2.0, step_weight=0.5, **common).advantages
+    want_a0, want_a1, want_b = 2 * (1 - e_mean) + 0.5 * (0.5 - s0), 2 * (1 - e_mean), 2 * (3 - e_mean) + 0.5 * (3.0 - s0)
+    torch.testing.assert_close(adv, torch.tensor([[want_a0, want_a0, want_a1], [want_b, 0.0, 0.0]]))
+    with pytest.raises(ValueError, match="mode must be one of reward, return, gigpo"):
+        step_reward_advantage(mode="other", **common)

@@ -71,11 +71,16 @@ def test_grpo_and_reinforce_over_step_samples_score_each_step_by_its_own_reward(
                                     "step_reward_gamma": 1.0, "whiten_advantages": True}, "roll")
         alg = native["algorithm"]
         assert (alg["adv_estimator"], alg["agentic_reward_norm"], alg["reward_clip"], alg["whiten_advantages"]) == ("step_reward", norm, 5, True)
-        assert "each step sample's score is its own step reward" in report.entry("adv_estimator").reason
+        assert "each step sample's score (its own step reward)" in report.entry("adv_estimator").reason
         # ROLL discounts step rewards under gigpo / step_reinforce only
         assert report.entry("step_reward_gamma").status == "dropped" and f"not under {estimator}" in report.entry("step_reward_gamma").reason
         assert not [e for e in report.entries if e.status == "refused"]
-    assert translate(roll_file(), "roll")[0]["algorithm"]["adv_estimator"] == "gigpo"  # step estimators as they are
+    # ROLL's step estimators normalise over step samples by reward_normalization too: step_reward's other modes
+    for estimator, mode in (("gigpo", "gigpo"), ("step_reinforce", "return")):
+        native, report = translate({**roll_file(), "adv_estimator": estimator, "step_reward_gamma": 0.9, "step_reward_weight": 0.5}, "roll")
+        alg = native["algorithm"]
+        assert (alg["adv_estimator"], alg["adv_estimator_args"], alg["gigpo"]["step_gamma"]) == ("step_reward", {"mode": mode}, 0.9)
+        assert (report.entry("step_reward_weight").status == "dropped") == (mode == "return")  # ROLL weighs the parts under gigpo only
 
 
 def test_gae_and_estimators_roll_cannot_run_over_step_samples_are_refused():

@@ -15,9 +15,12 @@ fill them with placeholders). What the rest of the file means once the training 
   ``reward_clip`` (compute_response_level_rewards' last branch); grpo and reinforce then take
   discounted returns along the sample's tokens, which with ``gamma`` 1 and no token-level KL give
   every token of the step that score: posttrain's ``step_reward`` estimator, which the config check
-  keeps to that case. gae is refused: ROLL's GAE ends at each step sample's last token, posttrain's
-  runs along the episode's row. gigpo and step_reinforce compute discounted step returns per turn,
-  as posttrain's do.
+  keeps to that case. step_reinforce scores a sample by its discounted return of step rewards and
+  gigpo by the weighted sum of the normalised episode score and that return normalised among the
+  samples of one state, both normalised over step samples as ROLL's are: ``step_reward`` with
+  ``adv_estimator_args.mode`` return or gigpo (posttrain's own step_reinforce and gigpo normalise
+  per episode group whatever reward_normalization says). gae is refused: ROLL's GAE ends at each
+  step sample's last token, posttrain's runs along the episode's row.
 - ROLL's optimizer step takes per_device_train_batch_size x gradient_accumulation_steps samples per
   data-parallel rank, and its samples are steps here: ``env.turn_mini_batch_size`` (turn rows per
   optimizer step, the last taking the rows left over).
@@ -107,28 +110,43 @@ def episode_estimator(ctx: Context) -> None:
             "then their returns; it does not standardise them per group again as its RLVR grpo (and posttrain's grpo) does")
 
 
+# ROLL's estimators over step samples and the step_reward mode that is each (posttrain.algorithms.advantages_steps)
+STEP_MODES = {"grpo": "reward", "reinforce": "reward", "step_reinforce": "return", "gigpo": "gigpo"}
+
+
 def step_estimator(ctx: Context) -> None:
-    """ROLL's outcome estimators over step samples (module docstring): grpo and reinforce become
-    step_reward, gae is refused, gigpo and step_reinforce translate as they are."""
+    """ROLL's estimators over step samples (module docstring): grpo, reinforce, step_reinforce and
+    gigpo become step_reward in the mode that scores a sample as ROLL does; gae is refused."""
     estimator = ctx.get("adv_estimator", "gae")  # ROLL's default
-    if estimator in ("grpo", "reinforce"):
+    mode = STEP_MODES.get(estimator)
+    if mode is not None:
         ctx.consume("adv_estimator")
         ctx.set("algorithm.adv_estimator", "step_reward", "adv_estimator",
-                f"ROLL's {estimator} over step samples: each step sample's score is its own step reward (on its last token), "
-                "normalised by reward_normalization over the step samples and clipped by reward_clip; its returns (gamma 1) give "
-                "every token of the step that number")
-        for key in ("step_reward_gamma", "step_reward_weight", "episode_reward_weight"):
+                f"ROLL's {estimator} over step samples: each step sample's score ({_SCORES[mode]}), normalised by "
+                "reward_normalization over the step samples and clipped by reward_clip; its returns (gamma 1) give every token "
+                "of the step that number")
+        if mode != "reward":
+            ctx.set("algorithm.adv_estimator_args", {"mode": mode}, "adv_estimator", f"step_reward scores each turn as ROLL's {estimator}")
+        unread = ("step_reward_gamma", "step_reward_weight", "episode_reward_weight") if mode == "reward" else (
+            ("step_reward_weight", "episode_reward_weight") if mode == "return" else ())
+        for key in unread:
             if ctx.has(key):
                 ctx.consume(key)
-                ctx.drop(key, f"ROLL reads it under gigpo or step_reinforce only, not under {estimator}")
+                ctx.drop(key, f"ROLL reads it under gigpo{' or step_reinforce' if key == 'step_reward_gamma' else ''} only, "
+                         f"not under {estimator}")
     elif estimator == "gae":
         ctx.refuse("adv_estimator", "gae over step samples: ROLL runs GAE within each step sample, its last token bootstrapping "
                    "from nothing, while posttrain's gae runs along the episode's row, a turn's last token bootstrapping from the "
                    "next turn's value (and its critic's targets follow); with a step env manager use grpo, reinforce, gigpo or "
                    "step_reinforce", "algorithm.adv_estimator", estimator)
-    elif estimator not in ("gigpo", "step_reinforce"):
+    else:
         ctx.refuse("adv_estimator", f"{estimator} over step samples: posttrain translates ROLL's grpo, reinforce, gigpo and "
                    "step_reinforce there", "algorithm.adv_estimator", estimator)
+
+
+_SCORES = {"reward": "its own step reward", "return": "its discounted return of step rewards, step_reward_gamma",
+           "gigpo": "episode_reward_weight x the normalised episode score + step_reward_weight x its discounted return "
+                    "normalised among the step samples of the same state"}
 
 
 def turn_mini_batch(ctx: Context, key: str, samples: int, why: str) -> None:

@@ -237,6 +237,11 @@ def check_step_reward(cfg: Any) -> list[str]:
     alg = getattr(cfg, "algorithm", None)
     if alg is None or alg.kind != "rl" or alg.adv_estimator != "step_reward":
         return []
+    from posttrain.algorithms.advantages_steps import STEP_REWARD_MODES
+
+    mode = (alg.adv_estimator_args or {}).get("mode", "reward")
+    if mode not in STEP_REWARD_MODES:
+        return [f"algorithm.adv_estimator_args.mode: {mode!r}; step_reward scores a turn by one of {list(STEP_REWARD_MODES)}"]
     unread = {"algorithm.use_kl_in_reward": alg.use_kl_in_reward, "algorithm.whiten_rewards": alg.whiten_rewards,
               "algorithm.reward_norm_mean": alg.reward_norm_mean is not None, "algorithm.reward_norm_std": alg.reward_norm_std is not None,
               f"algorithm.gamma ({alg.gamma})": alg.gamma != 1.0}
