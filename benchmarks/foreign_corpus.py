@@ -162,7 +162,9 @@ def plan(words: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, str]:
     problems = [p for p in problems if not (unknown_world and PER_WORLD.search(p))]
     if problems and all(any(pattern.search(p) for _, pattern in MACHINE) for p in problems):
         return "machine", "lacks " + ", ".join(sorted(lacks))
-    smokeable = [machine_refusal(_reason(p)) and "--config-name" not in p or any(pattern.search(p) for _, pattern in MACHINE) for p in problems]
+    # a line the source framework stops on too (a missing include naming DeepSpeed, say) is nothing smoke substitutes
+    smokeable = [not SOURCE_FAILS.search(p) and (machine_refusal(_reason(p)) and "--config-name" not in p
+                                                 or any(pattern.search(p) for _, pattern in MACHINE)) for p in problems]
     if problems and all(smokeable):
         return "refused", text + SMOKE_MARK
     if problems and all(SOURCE_FAILS.search(p) or any(pattern.search(p) for _, pattern in MACHINE) for p in problems):
