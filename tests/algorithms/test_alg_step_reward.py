@@ -150,8 +150,16 @@ def test_the_trainer_hands_it_the_agentic_norm_and_reward_clip_and_whitens_after
                                       "algorithm.reward_norm_mean=group", "algorithm.reward_norm_std=batch", "algorithm.gamma=0.9"])
 def test_shaping_it_never_reads_is_refused(override):
     key = override.partition("=")[0]
-    with pytest.raises(ConfigError, match=f"{key}.*adv_estimator step_reward gives every token of a turn that turn's own step reward"):
+    with pytest.raises(ConfigError, match=f"{key}.*adv_estimator step_reward gives every token of a turn that turn's own step score"):
         load_config(None, ["algorithm.adv_estimator=step_reward", override])
+
+
+@pytest.mark.parametrize("override", ["algorithm.use_kl_in_reward=true", "algorithm.gamma=0.9", "algorithm.reward_clip=1.0",
+                                      "algorithm.agentic_reward_norm.method=mean_std"])
+def test_what_step_reinforce_never_reads_is_refused(override):
+    key = override.partition("=")[0].removesuffix(".method")
+    with pytest.raises(ConfigError, match=f"{key}.*adv_estimator step_reinforce credits each turn .*mode return"):
+        load_config(None, ["algorithm.adv_estimator=step_reinforce", override])
 
 
 def test_return_and_gigpo_modes_score_each_turn_as_rolls_step_reinforce_and_gigpo():

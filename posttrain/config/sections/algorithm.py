@@ -231,21 +231,31 @@ def check_agentic_reward_norm(cfg: Any) -> list[str]:
 
 
 def check_step_reward(cfg: Any) -> list[str]:
-    """`adv_estimator: step_reward` gives each turn its own normalised step reward on every token
-    (ROLL's grpo / reinforce over step samples with gamma 1 and no token-level KL): the shaping
-    that would act on token-level rewards it never reads is refused beside it."""
+    """`adv_estimator: step_reward` gives each turn its own normalised step score on every token
+    (ROLL's estimators over step samples with gamma 1 and no token-level KL), and `step_reinforce`
+    its return normalised within its episode group: neither reads token-level rewards, so the
+    shaping that would act on them is refused beside them (and, for step_reinforce, the agentic
+    normalisation and clip it does not apply)."""
     alg = getattr(cfg, "algorithm", None)
-    if alg is None or alg.kind != "rl" or alg.adv_estimator != "step_reward":
+    if alg is None or alg.kind != "rl" or alg.adv_estimator not in ("step_reward", "step_reinforce"):
         return []
     from posttrain.algorithms.advantages_steps import STEP_REWARD_MODES
 
-    mode = (alg.adv_estimator_args or {}).get("mode", "reward")
-    if mode not in STEP_REWARD_MODES:
-        return [f"algorithm.adv_estimator_args.mode: {mode!r}; step_reward scores a turn by one of {list(STEP_REWARD_MODES)}"]
     unread = {"algorithm.use_kl_in_reward": alg.use_kl_in_reward, "algorithm.whiten_rewards": alg.whiten_rewards,
               "algorithm.reward_norm_mean": alg.reward_norm_mean is not None, "algorithm.reward_norm_std": alg.reward_norm_std is not None,
               f"algorithm.gamma ({alg.gamma})": alg.gamma != 1.0}
-    return [f"{key}: adv_estimator step_reward gives every token of a turn that turn's own step reward, normalised by "
+    if alg.adv_estimator == "step_reinforce":
+        norm = alg.agentic_reward_norm
+        unread.update({"algorithm.agentic_reward_norm": (norm.method, norm.norm_mean_type, norm.norm_std_type) != ("identity", None, None),
+                       "algorithm.reward_clip": alg.reward_clip is not None})
+        return [f"{key}: adv_estimator step_reinforce credits each turn with its discounted step return (algorithm.gigpo.step_gamma) "
+                "standardised within its episode group, and reads no token-level reward, agentic normalisation or clip, so this "
+                "would change nothing; remove it (gamma: set 1), or use adv_estimator step_reward with adv_estimator_args.mode "
+                "return, which normalises the returns by algorithm.agentic_reward_norm and clips them" for key, on in unread.items() if on]
+    mode = (alg.adv_estimator_args or {}).get("mode", "reward")
+    if mode not in STEP_REWARD_MODES:
+        return [f"algorithm.adv_estimator_args.mode: {mode!r}; step_reward scores a turn by one of {list(STEP_REWARD_MODES)}"]
+    return [f"{key}: adv_estimator step_reward gives every token of a turn that turn's own step score, normalised by "
             "algorithm.agentic_reward_norm and clipped by algorithm.reward_clip, and reads no token-level reward, so this would "
             "change nothing; remove it (gamma: set 1), or pick an estimator over token-level rewards" for key, on in unread.items() if on]
 
