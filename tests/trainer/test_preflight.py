@@ -93,6 +93,6 @@ def test_plan_names_an_environment_entry_it_refuses_before_what_the_machine_lack
     """An agentic config's custom_envs entries need no files: a key posttrain refuses there is named
     even when the model is not on this machine (which would otherwise be the only message)."""
     rc = main(["config", "plan", f"model.path={tmp_path / 'no_model'}", "env.train_env_manager.tags=[W]",
-               "env.custom_envs={W: {env_type: walk, next_step_template: x}}"])
+               "env.custom_envs={W: {env_type: walk, step_template: x}}"])
     err = capsys.readouterr().err
-    assert rc == 2 and "env.custom_envs.W.next_step_template: unknown key" in err and "no_model" not in err
+    assert rc == 2 and "env.custom_envs.W.step_template: unknown key" in err and "no_model" not in err
