@@ -70,23 +70,14 @@ class EpisodeImages:
 
     def expand(self, ids: list[int], pictures: Sequence[Any], offset: int, what: str) -> tuple[list[int], list[VisionInputs], list[int]]:
         """Rendered tokens holding one ``<|image_pad|>`` per picture, with each repeated once per merged
-        patch; also each picture's `VisionInputs` and its tokens' offsets (from `offset`, where `ids`
-        start in the episode row)."""
+        patch (`ImageInputs.expand`); also the pictures' `VisionInputs` and their tokens' offsets (from
+        `offset`, where `ids` start in the episode row)."""
         from PIL import Image
 
         pad = self.processor.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
         if ids.count(pad) != len(pictures):
             raise EnvError(f"{what}: its turn holds {ids.count(pad)} {IMAGE_PAD} tokens for {len(pictures)} picture(s); an "
                            f"environment's text must not write {IMAGE_PAD} itself")
-        inputs = [self.processor.process([(p if isinstance(p, Image.Image) else Image.fromarray(p)).convert("RGB")]) for p in pictures]
-        counts = iter(int(v.image_grid_thw.prod()) // self.processor.merge**2 for v in inputs)
-        out: list[int] = []
-        positions: list[int] = []
-        for token in ids:
-            if token == pad:
-                n = next(counts)
-                positions.extend(range(offset + len(out), offset + len(out) + n))
-                out.extend([pad] * n)
-            else:
-                out.append(token)
-        return out, inputs, positions
+        vision = self.processor.process([(p if isinstance(p, Image.Image) else Image.fromarray(p)).convert("RGB") for p in pictures])
+        out = self.processor.expand(ids, vision)
+        return out, [vision], [offset + i for i, token in enumerate(out) if token == pad]  # every pad here is a picture's

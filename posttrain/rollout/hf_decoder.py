@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 from transformers import StaticCache
 
-from posttrain.models.vision import StackedVision, image_token_mask, media_embeddings, mrope_positions, video_token_mask
+from posttrain.models.vision import image_token_mask, media_embeddings, mrope_positions, stack_vision, video_token_mask
 from posttrain.records import VisionInputs
 
 
@@ -70,11 +70,12 @@ class VisionDecoder(HFDecoder):
     text decoder at the M-RoPE positions (3, b, P); decode steps are text tokens, whose three
     positions are equal, so `step` takes one position per row as for a text model."""
 
-    def __init__(self, model: nn.Module, max_len: int, stacked: StackedVision, vision: Sequence[VisionInputs | None] = ()):
+    def __init__(self, model: nn.Module, max_len: int, vision: Sequence[VisionInputs | None]):
         super().__init__(model, max_len)
         self.model = model
-        self.stacked = stacked  # the patches and grids of every image and video of the batch, in row order
         self.vision = vision  # each row's VisionInputs: rows listing image_positions mark their image tokens there
+        weight = next(model.parameters())
+        self.stacked = stack_vision(vision, weight.device, weight.dtype)  # every image and video of the batch, in row order
 
     def positions(self, ids: Tensor, mask: Tensor) -> Tensor:
         """M-RoPE positions (3, b, P) of left-padded prompts."""

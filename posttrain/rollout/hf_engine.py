@@ -68,7 +68,7 @@ from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, StalePolicyError, Weights, named_tensors
 from posttrain.rollout.progress import GroupProgress
 from posttrain.models.lean_decoder import LeanDecoder, lean_unsupported_reason
-from posttrain.models.vision import has_images, stack_vision
+from posttrain.models.vision import has_images
 from posttrain.rollout.hf_decoder import HFDecoder, VisionDecoder, auto_decode_workers
 from posttrain.rollout.sampling import keyed_uniforms, next_tokens, row_keys
 from posttrain.rollout.stops import StopStrings
@@ -355,7 +355,7 @@ class HFEngine:
         # model's matmuls.
         max_len = P + params.max_new_tokens
         if has_images(vision):
-            decoder = VisionDecoder(self.model, max_len, stack_vision(vision, self.device, next(self.model.parameters()).dtype), vision)
+            decoder = VisionDecoder(self.model, max_len, vision)
             positions = decoder.positions(prompt_ids, prompt_mask)  # (3, B, P)
             hidden = decoder.prefill(prompt_ids, prompt_mask.long(), positions)  # (B, H)
             next_pos = positions[0, :, -1] + 1  # (B,): prompts end in text, whose three positions are equal

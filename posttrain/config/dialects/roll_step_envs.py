@@ -127,9 +127,7 @@ def step_estimator(ctx: Context) -> None:
                 "of the step that number")
         if mode != "reward":
             ctx.set("algorithm.adv_estimator_args", {"mode": mode}, "adv_estimator", f"step_reward scores each turn as ROLL's {estimator}")
-        unread = ("step_reward_gamma", "step_reward_weight", "episode_reward_weight") if mode == "reward" else (
-            ("step_reward_weight", "episode_reward_weight") if mode == "return" else ())
-        for key in unread:
+        for key in _UNREAD[mode]:
             if ctx.has(key):
                 ctx.consume(key)
                 ctx.drop(key, f"ROLL reads it under gigpo{' or step_reinforce' if key == 'step_reward_gamma' else ''} only, "
@@ -144,6 +142,9 @@ def step_estimator(ctx: Context) -> None:
                    "step_reinforce there", "algorithm.adv_estimator", estimator)
 
 
+# ROLL's GiGPO settings each mode leaves unread: the weights are gigpo's, the discount step_reinforce's too
+_UNREAD = {"reward": ("step_reward_gamma", "step_reward_weight", "episode_reward_weight"),
+           "return": ("step_reward_weight", "episode_reward_weight"), "gigpo": ()}
 _SCORES = {"reward": "its own step reward", "return": "its discounted return of step rewards, step_reward_gamma",
            "gigpo": "episode_reward_weight x the normalised episode score + step_reward_weight x its discounted return "
                     "normalised among the step samples of the same state"}
