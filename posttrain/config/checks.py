@@ -36,7 +36,7 @@ from posttrain.config.sections.model import check_kernel_flags
 from posttrain.config.sections.auxiliary import check_auxiliary_models
 from posttrain.config.sections.distill import check_distill
 from posttrain.config.sections.explorer import check_explorer_timeouts, check_task_rewards_file
-from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers
+from posttrain.config.sections.reward import check_async_reward, check_overlong_buffer, check_reward_model, check_reward_workers, check_self_judge
 from posttrain.config.sections.trainer import check_rollout_mock, check_save_strategy
 from posttrain.config.sections.optim import check_optimizer_args
 from posttrain.config.sections.ref import check_teachers
@@ -425,6 +425,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_token_filter,
     check_distill,
     check_overlong_buffer,
+    check_self_judge,
     check_reward_model,
     check_async_reward,
     check_auxiliary_models,

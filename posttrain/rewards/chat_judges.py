@@ -90,8 +90,8 @@ def parse_rating(reply: str) -> float | None:
     return value / 10.0 if 1.0 <= value <= 10.0 else None
 
 
-def _response(sample: RewardInput) -> str:
-    text = sample.solution_str
+def clean_response(text: str) -> str:
+    """A response as a judge reads it: without the end-of-turn markers the decoder keeps."""
     for marker in END_MARKERS:
         text = text.replace(marker, "")
     return text.strip()
@@ -146,7 +146,7 @@ class RulerJudge:
             groups.setdefault(sample.group or f"row{sample.index}", []).append(position)
         scores, parsed = [self.fallback] * len(samples), [False] * len(samples)
         for members in groups.values():
-            reply = self.chat(ruler_messages(samples[members[0]].prompt, [_response(samples[i]) for i in members], self.instructions))
+            reply = self.chat(ruler_messages(samples[members[0]].prompt, [clean_response(samples[i].solution_str) for i in members], self.instructions))
             values = parse_scores(reply, len(members))
             for i, value in zip(members, values or []):
                 scores[i], parsed[i] = value, True
@@ -169,7 +169,7 @@ class RubricJudge:
             if not rubric:
                 raise DataError(f"sample {sample.index}: a rubric_judge reads the row's rubric from extra_info.{self.rubric_key}, and "
                                 "this row has none; add it to the row's extra_info column (a list of {description, weight})")
-            value = parse_rating(self.chat(rubric_messages(sample.prompt, _response(sample), rubric_text(rubric))))
+            value = parse_rating(self.chat(rubric_messages(sample.prompt, clean_response(sample.solution_str), rubric_text(rubric))))
             scores.append(self.fallback if value is None else value)
             parsed.append(value is not None)
         return _output(scores, parsed)

@@ -230,16 +230,20 @@ def training_rows(cfg: Config, batch: RolloutBatch, pad_id: int) -> TrainRows:
     one turn each (Trinity-RFT's multi_step_grpo over a single-turn workflow): only the mini-batches change.
     An agent function's rows (one per recorded call, rollout.agent) are shared over the mini-batches
     an episode step would take, so a step takes as many optimizer steps whatever the calls per episode;
-    with env.train_rows turn its calls are turns, in mini-batches of env.turn_mini_batch_size calls when set."""
-    calls = cfg.algorithm.kind == "rl" and cfg.rollout.agent.function is not None  # an agent function's rows: one per call
-    if cfg.algorithm.kind != "rl" or (cfg.env.train_rows == "episode" and not calls):
+    with env.train_rows turn its calls are turns, in mini-batches of env.turn_mini_batch_size calls when set.
+    reward.self_judge's judge rows are shared the same way with the responses they follow."""
+    if cfg.algorithm.kind != "rl":
+        return TrainRows(batch)
+    # an episode step's mini-batches per epoch: data.train_batch_size / ppo_mini_batch_size (prompts)
+    updates = {role: -(-cfg.data.train_batch_size // getattr(cfg, role).ppo_mini_batch_size) for role in ("actor", "critic")}
+    if cfg.reward.self_judge.enable:  # the responses and a varying number of judge rows
+        return TrainRows(batch, *(turn_mini_batch_rows(len(batch), None, n) for n in updates.values()))
+    calls = cfg.rollout.agent.function is not None  # an agent function's rows: one per call
+    if cfg.env.train_rows == "episode" and not calls:
         return TrainRows(batch)
     rows = turn_rows(batch, pad_id) if is_agentic(cfg) else batch  # a single-turn response (or a call) is one turn already
     fixed = cfg.env.turn_mini_batch_size if not calls or cfg.env.train_rows == "turn" else None
-    # an episode step's mini-batches per epoch: data.train_batch_size / ppo_mini_batch_size (prompts)
-    sizes = [turn_mini_batch_rows(len(rows), fixed, -(-cfg.data.train_batch_size // getattr(cfg, role).ppo_mini_batch_size))
-             for role in ("actor", "critic")]
-    return TrainRows(rows, *sizes)
+    return TrainRows(rows, *(turn_mini_batch_rows(len(rows), fixed, n) for n in updates.values()))
 
 
 def validation_first_observations(cfg: Config) -> frozenset[str]:

@@ -4,7 +4,9 @@ With `enable`, the step's exploration runs in rounds: each round takes the sampl
 `data.gen_batch_size` prompts (null: `data.train_batch_size`), generates and scores it (query filters included), and keeps the
 groups whose `metric` is not the same for all their responses (posttrain.algorithms.dynamic_sampling).
 Rounds go on until `data.train_batch_size` groups are kept; the first that many, in the order
-generated, train and the rest are discarded, as verl's DAPO trainer does. `max_num_gen_batches` > 0
+generated, train and the rest are discarded, as verl's DAPO trainer does. Groups that ride on a
+prompt's group (`Round.rides`: reward.self_judge's judge rows) are filtered by the same rule and
+kept with the prompts the step took up, without counting towards train_batch_size. `max_num_gen_batches` > 0
 bounds the rounds: still short after that many, the run stops with a `DataError` (verl raises too).
 
 The per-response metric, as verl's DAPO trainer reads it:
@@ -26,7 +28,7 @@ batches drawn through it (`Experience.drawn`), which its resume skips.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -45,10 +47,12 @@ class Round:
     texts: list[str]
     metrics: dict[str, float]  # reward/..., query_filter/..., tool/... of this round
     values: torch.Tensor  # (B,) the filter metric of each response
+    # groups that ride on a prompt's group (reward.self_judge's judge rows): rider uid -> the prompt's uid
+    rides: dict[str, str] = field(default_factory=dict)
 
     def take(self, rows: list[int]) -> Round:
         index = torch.tensor(rows, dtype=torch.long)  # (B',) long even when empty
-        return Round(self.batch[index], self.scores[index], [self.texts[i] for i in rows], self.metrics, self.values[index])
+        return Round(self.batch[index], self.scores[index], [self.texts[i] for i in rows], self.metrics, self.values[index], self.rides)
 
 
 def metric_values(metric: str, scores: torch.Tensor, function_scores: torch.Tensor, extra: dict[str, list[float]]) -> torch.Tensor:
@@ -84,13 +88,14 @@ def gather_groups(explore_round: Callable[[int], Round], cfg: FilterGroupsConfig
             )
         rounds += 1
         rnd = explore_round(rounds)
-        uids = informative_groups(rnd.batch.group_index, rnd.values, cfg.std_threshold)
-        groups += len(set(rnd.batch.group_index))
+        every = informative_groups(rnd.batch.group_index, rnd.values, cfg.std_threshold)
+        uids = [u for u in every if u not in rnd.rides]  # the prompts' groups; riders follow them below
+        groups += len({g for g in rnd.batch.group_index if g not in rnd.rides})
         informative += len(uids)
-        filtered += len(rnd.batch) - len(rows_of_groups(rnd.batch.group_index, uids))  # responses of the groups the rule drops
+        filtered += len(rnd.batch) - len(rows_of_groups(rnd.batch.group_index, every))  # responses of the groups the rule drops
         chosen = uids[: need - taken]  # the first groups in the order generated; the rest are discarded
         taken += len(chosen)
-        kept.append(rnd.take(rows_of_groups(rnd.batch.group_index, chosen)))
+        kept.append(rnd.take(rows_of_groups(rnd.batch.group_index, chosen + _riders(rnd, every, chosen, len(chosen) < len(uids)))))
         per_round.append((rnd.metrics, len(rnd.batch)))
     out = Round(RolloutBatch.cat([r.batch for r in kept]), torch.cat([r.scores for r in kept]),
                 [t for r in kept for t in r.texts], merge_round_metrics(per_round), torch.cat([r.values for r in kept]))
@@ -98,6 +103,14 @@ def gather_groups(explore_round: Callable[[int], Round], cfg: FilterGroupsConfig
                "filter_groups/kept_groups": float(informative), "filter_groups/trained_groups": float(taken),
                "filter_groups/filtered_count": float(filtered)}
     return out, metrics
+
+
+def _riders(rnd: Round, informative: list[str], chosen: list[str], cut: bool) -> list[str]:
+    """The informative riders whose prompt the step took up: every prompt of the round, or with the
+    round `cut` short those up to the last chosen group (the ones after it are discarded, riders too)."""
+    prompts = list(dict.fromkeys(g for g in rnd.batch.group_index if g not in rnd.rides))  # in the order generated
+    taken = set(prompts if not cut else prompts[: prompts.index(chosen[-1]) + 1] if chosen else [])
+    return [u for u in informative if u in rnd.rides and rnd.rides[u] in taken]
 
 
 # Metrics that count (samples, failures, groups, seconds): summed over rounds; the others are means.

@@ -237,7 +237,7 @@ class RewardStage:
         across ranks is a collective and stays on the main thread, in step with the other ranks."""
         rows = contiguous_shares(len(batch), self.dp.size)[self.dp.rank]  # every row with one process
         lengths = batch.response_mask.sum(1).long().tolist()  # response tokens: a worker's length penalty
-        questions = self._questions(batch, rows) if self.reads_prompts else {}
+        questions = self.questions(batch, rows) if self.reads_prompts else {}
         samples = [
             RewardInput(data_source=batch.data_source[i], solution_str=texts[i], ground_truth=batch.ground_truth[i],
                         extra_info=_extra_info(batch, i, self.passes_image_grids), index=i, response_length=lengths[i], prompt=questions.get(i, ""),
@@ -281,7 +281,7 @@ class RewardStage:
                 metrics.update({"reward/overlong_reward": float(penalty.mean()), "reward/overlong": float((penalty < 0).float().mean())})
         return Scored(scores, metrics, out.extra, out.tensor())
 
-    def _questions(self, batch: RolloutBatch, rows: list[int]) -> dict[int, str]:
+    def questions(self, batch: RolloutBatch, rows: list[int]) -> dict[int, str]:
         """Each row's question for a judge: the last user message of its raw chat (data.return_raw_chat),
         else its prompt decoded without special tokens, from after the last "user" line (as ROLL)."""
         out = {}

@@ -46,6 +46,7 @@ from posttrain.trainer.dynamic_sampling import Round, gather_groups, metric_valu
 from posttrain.trainer.rewarding import RewardStage, val_overlong_rows
 from posttrain.trainer.rollout_mock import RolloutMock
 from posttrain.trainer.rollout_tracing import open_rollout_tracer, trace_rollout
+from posttrain.trainer.self_judge import JUDGE_SUFFIX, SelfJudge
 from posttrain.trainer.mixing import ExpertRows, check_expert_passes, expert_dataset
 from posttrain.trainer.images import image_inputs
 from posttrain.trainer.rl_build import build_roles
@@ -96,6 +97,8 @@ class RLTrainer:
         self.shaping = make_shaping_state(cfg.algorithm)
         self.operators = list(cfg.data_processor.experience_pipeline.operators)
         self.sampling, self.val_sampling = sampling_params(cfg, self.tokenizer)
+        # reward.self_judge: the policy judges each scored group, and trains on its verdicts where the gold reward counts
+        self.self_judge = SelfJudge(cfg, self.tokenizer, self.pad_id, self.sampling) if scored and cfg.reward.self_judge.enable else None
         self.baseline_sampling = baseline_sampling_params(cfg, self.sampling)  # None unless the estimator needs it
         self.max_new_tokens = response_length(cfg)
         # perf/* and the profiler; a decoupled explorer holds no policy to measure
@@ -218,15 +221,24 @@ class RLTrainer:
             scored = self.rewards.score_parts(batch, texts)  # scores (B,)
             values = metric_values(self.cfg.algorithm.filter_groups.metric, scored.scores, scored.function_scores, scored.extra)  # (B,)
             rnd = Round(batch, scored.scores, texts, {**scored.metrics, **tool_metrics}, values)
+        responses = len(batch)  # the step's responses; the self-judge's rows follow them
+        if self.self_judge is not None:  # reward.self_judge: the policy's verdicts, and its judge rows to train
+            with timer("self_judge"):
+                judged = self.self_judge(batch, texts, scored.scores, self.rewards.questions(batch, list(range(len(batch)))),
+                                         lambda p, sp: self._generate(p, sp, version)[0])
+            batch = judged.batch
+            rides = {uid: uid.removesuffix(JUDGE_SUFFIX) for uid in batch.group_index[responses:]}  # dynamic sampling keeps them with their prompt
+            rnd = Round(batch, judged.scores, judged.texts, {**rnd.metrics, **judged.metrics}, judged.scores, rides)  # (B',)
+        with timer("reward"):
             # scored past the deadline on any rank: every group scored here is late (the batch is scored together)
             scored_late = deadline is not None and self.dp.sum({"late": float(self.clock() > deadline)})["late"] > 0
             if not scored_late:
-                rows, dropped = self.rewards.informative_rows(batch, scored.scores)  # the query filters
+                rows, dropped = self.rewards.informative_rows(batch, rnd.scores)  # the query filters
                 rnd.metrics.update(dropped)
                 if self.cfg.explorer.task_rewards_file is not None and self.ctx.world.is_main:  # every group, before the filters
                     # a late group logs nothing here: like a cancelled Trinity-RFT task, it logs when an attempt finishes it
                     done = [i for i, uid in enumerate(prompts.uid) if uid not in gone]
-                    self._log_tasks(prompts[torch.tensor(done, dtype=torch.long)], batch, scored.scores, version)
+                    self._log_tasks(prompts[torch.tensor(done, dtype=torch.long)], batch[:responses], rnd.scores[:responses], version)
                 rnd = rnd if rows is None else rnd.take(rows)  # (B',)
         if scored_late:
             late |= set(batch.group_index)
@@ -241,7 +253,10 @@ class RLTrainer:
     def _feedback(self, uids: list[str], batch: RolloutBatch, scores: torch.Tensor) -> None:
         """A data.sampler curriculum sees a batch's scores before it picks the next batch."""
         if hasattr(self.sampler, "feedback"):
-            self.sampler.feedback(uids, batch.group_index, scores.tolist(), batch.data_source)
+            asked = set(uids)  # the prompts' responses (not reward.self_judge's judge rows)
+            rows = [i for i, g in enumerate(batch.group_index) if g in asked]
+            batch = batch if len(rows) == len(batch) else batch[torch.tensor(rows, dtype=torch.long)]
+            self.sampler.feedback(uids, batch.group_index, scores[rows].tolist(), batch.data_source)
 
     def _generate(self, prompts: PromptBatch, params: SamplingParams, version: int, seed: int | None = None) -> tuple[RolloutBatch, dict[str, float]]:
         """The rollout role's responses, or with tool calling the conversations of the tool rollout

@@ -94,3 +94,39 @@ def test_the_learn_to_ask_example_becomes_the_learn2ask_reward_over_the_judge(tm
     (tmp_path / "l2a.yaml").write_text(yaml.safe_dump(native))
     cfg = load_config(tmp_path / "l2a.yaml")
     assert cfg.reward.workers["judge"].worker_cls == WORKER and cfg.data.system_prompt == POLICY_PROMPT
+
+
+def _trainable(batch_size=96, train_batch_size=960, **explorer_input):
+    raw = {"model": {"model_path": "/models/policy", "max_response_tokens": 128}, "algorithm": {"algorithm_type": "grpo", "repeat_times": 8},
+           "buffer": {"batch_size": batch_size, "train_batch_size": train_batch_size,
+                      "explorer_input": {"taskset": {"path": "data.jsonl"}, "default_workflow_type": "math_trainable_ruler_workflow",
+                                         **explorer_input}}}
+    native, report = translate(raw, "trinity")
+    entries: dict[str, list[tuple[str, str]]] = {}
+    for e in report.entries:
+        entries.setdefault(e.key, []).append((e.status, e.reason))
+    return native, entries
+
+
+def test_trainable_ruler_is_the_self_judge_over_math_reward():
+    native, entries = _trainable(eval_tasksets=[{"path": "test.jsonl"}])
+    assert native["reward"]["self_judge"] == {"enable": True, "gold_probability": 0.2, "gold_range": [-0.1, 1.1], "instructions": RULER_FORMAT}
+    assert native["reward"]["custom_reward_function"]["name"] == "think_answer"  # the gold reward: its default math_reward
+    assert native["data"]["system_prompt"] == R1_SYSTEM_PROMPT
+    # the example's 960 experiences a trainer step for 96 x 8 responses: the responses and judge rows of one explore step
+    assert native["actor"]["ppo_mini_batch_size"] == 96 and native["data"]["train_batch_size"] == 96
+    assert any(status == "translated" and "judge replies" in reason for status, reason in entries["buffer.train_batch_size"])
+    # the evaluation taskset's use of it
+    assert any(status == "dropped" and "gold reward" in reason for status, reason in entries["buffer.explorer_input.default_workflow_type"])
+
+
+def test_trainable_ruler_refuses_a_trainer_step_beyond_an_explore_steps_rows(tmp_path):
+    _, entries = _trainable(train_batch_size=96 * 8 * 2 + 8)  # more than the responses plus n judge replies for every task
+    assert [status for status, _ in entries["buffer.train_batch_size"]] == ["refused"]
+    native, _ = _trainable()
+    import yaml
+
+    path = tmp_path / "self_judge.yaml"
+    path.write_text(yaml.safe_dump(native))
+    cfg = load_config(path)
+    assert cfg.reward.self_judge.enable and cfg.reward.self_judge.gold_range == [-0.1, 1.1]

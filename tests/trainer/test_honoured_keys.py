@@ -543,6 +543,11 @@ ELSEWHERE = {
             "tensor_model_parallel_size", "gpu_memory_utilization", "max_model_len", "enforce_eager", "max_num_batched_tokens", "kwargs")},
     }.items()},
     "data.extra_info_keys": "tests/data/test_extra_info_keys.py::test_listed_columns_are_copied_into_extra_info",
+    # the policy as its own judge (posttrain.trainer.self_judge)
+    "reward.self_judge.enable": "tests/trainer/test_self_judge.py::test_a_real_step_trains_the_judge_rows_only_where_the_gold_counts",
+    "reward.self_judge.gold_probability": "tests/trainer/test_self_judge.py::test_a_real_step_trains_the_judge_rows_only_where_the_gold_counts",
+    "reward.self_judge.gold_range": "tests/trainer/test_self_judge.py::test_blind_groups_take_the_verdict_and_gold_groups_train_the_judge",
+    "reward.self_judge.instructions": "tests/trainer/test_self_judge.py::test_blind_groups_take_the_verdict_and_gold_groups_train_the_judge",
     "reward.auxiliary_models": "tests/trainer/test_reward_workers.py::test_a_ruler_judge_over_a_served_auxiliary_model_scores_its_tag_in_a_training_step",
     # auxiliary models (reward.auxiliary_models.<name>.<key>): built through the judge's engine builder, served to chat judges
     **{f"reward.auxiliary_models.*.{k}": "tests/rewards/test_chat_judges.py::test_an_auxiliary_model_s_path_dtype_and_engine_options_build_its_engine"

@@ -15,6 +15,10 @@ x ``rollout.n`` responses, in ``actor.ppo_mini_batch_size`` prompts per optimize
   train_batch_size of another size makes Trinity-RFT's trainer and explorer step at different rates
   (a trainer step spans several explore steps, or part of one, with the explorer running ahead), which
   posttrain's step of one explored batch cannot reproduce: refused, naming the batch_size that matches.
+- RL, mode both, ``math_trainable_ruler_workflow``: an explore step writes the responses plus the
+  judge replies of the tasks whose ground truth counts (reward.self_judge), between batch_size x
+  repeat_times and twice that; a train_batch_size in that range (the example's 960 for 768
+  responses) is read as one trainer step per explore step, all its rows in one optimizer step.
 - RL, mode train: the trainer alone reads what an explore run stored: a step of train_batch_size
   experiences is a batch of train_batch_size / repeat_times prompts (``data.train_batch_size``, one
   optimizer step). buffer.batch_size, the explorer's, plays no part.
@@ -35,6 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.dialects.translate import Context
+from posttrain.config.dialects.trinity_judges import SELF_JUDGE, SELF_JUDGE_GOLD_PROBABILITY, training_workflow
 from posttrain.config.dialects.trinity_algorithms import TYPES
 from posttrain.config.tables import Rule
 
@@ -155,6 +160,14 @@ def _both(ctx: Context, given: bool, explored: Any, repeat: int, expert: Any, st
         return
     if not given:
         ctx.set(_MINI, tasks, TASKS, "train_batch_size not given: Trinity-RFT's default batch_size x repeat_times, one optimizer step per explored batch")
+        return
+    if explored != tasks * repeat and training_workflow(ctx) == SELF_JUDGE and tasks * repeat < explored <= 2 * tasks * repeat:
+        # the workflow's judge rows (repeat_times per task whose ground truth counts) ride on its responses
+        ctx.set(_MINI, tasks, KEY, f"{explored} experiences: {SELF_JUDGE}'s explore step writes batch_size {tasks} x repeat_times "
+                                   f"{repeat} = {tasks * repeat} responses plus {repeat} judge replies per task whose ground truth "
+                                   f"counts (about {SELF_JUDGE_GOLD_PROBABILITY:.0%} of them), up to {2 * tasks * repeat}, so the trainer "
+                                   "steps about as often as the explorer; posttrain trains each explore step's responses and judge rows "
+                                   "together, in one optimizer step per explored batch")
         return
     if explored != tasks * repeat:
         rows = f" (train_batch_size less {expert[1]} expert rows)" if expert is not None else ""

@@ -24,8 +24,8 @@ hands the workflows OpenAI clients; its judge workflows call the first one:
 Both judges' prompts are posttrain's own (posttrain.rewards.chat_judges), not Trinity-RFT's text.
 The auxiliary model becomes ``reward.auxiliary_models.judge`` (`auxiliary_model`). The workers
 claim the tag "" (rows without a data_source column; a file whose rows name data sources is
-refused before training, naming the tag). Refused: ``math_trainable_ruler_workflow`` (the policy
-judges its own group and trains on its verdicts as experiences of their own). ``math_rm_workflow``
+refused before training, naming the tag). ``math_trainable_ruler_workflow`` (the policy judges its own
+group) is not a reward worker: reward.self_judge (posttrain.config.dialects.trinity_workflows). ``math_rm_workflow``
 calls no auxiliary model: its RM-Gallery reward is a scorer (posttrain.config.dialects.trinity_rm_gallery).
 """
 
@@ -39,6 +39,11 @@ from posttrain.config.dialects.trinity_learn2ask import NAME as LEARN2ASK, learn
 
 RULER = ("math_ruler_workflow", "async_math_ruler_workflow")
 RUBRIC = ("rubric_judge_workflow",)
+# The policy judges its own groups and trains on its verdicts where the gold reward counts: reward.self_judge
+# (translated in posttrain.config.dialects.trinity_workflows; its batch sizes in trinity_batches).
+SELF_JUDGE = "math_trainable_ruler_workflow"
+SELF_JUDGE_GOLD_PROBABILITY = 0.2  # the workflow's share of tasks whose ground truth training may use
+SELF_JUDGE_GOLD_RANGE = [-0.1, 1.1]  # the workflow maps every gold reward from this range onto [0, 1]
 JUDGE_WORKFLOWS = RULER + RUBRIC + (LEARN2ASK,)  # the learn_to_ask example's: posttrain.config.dialects.trinity_learn2ask
 _IN, _AUX = "buffer.explorer_input", "explorer.auxiliary_models"
 # the opening of the R1 template: Trinity-RFT's rubric workflow's system prompt (with its trailing

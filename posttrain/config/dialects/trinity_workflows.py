@@ -21,6 +21,11 @@ paths, chosen by the native config rather than by a class per task:
 - **single turn, RM-Gallery's reward**: ``math_rm_workflow`` (and ``async_``) sends simple_workflow's
   messages and calls ``rm_gallery_reward`` with the response object; its ``reward_fn_args.reward_name``
   ``math_verify_reward`` is posttrain's ``math_verify_first`` scorer (posttrain.config.dialects.trinity_rm_gallery).
+- **single turn, the policy judging itself**: ``math_trainable_ruler_workflow`` is math_workflow's
+  rollout and reward (the gold reward) followed by ``reward.self_judge`` (posttrain.trainer.self_judge):
+  the policy judges each task's group, its verdicts rewarding the responses of the tasks whose ground
+  truth does not count (80% of them, drawn per task) and its judge replies training, against the gold
+  reward, on the others. Its evaluation tasksets are scored with the gold reward.
 - **single turn with images**: ``simple_mm_workflow`` (and ``async_``): the row's images
   (``format.image_key``: data.image_key) go with its prompt to a vision-language policy, and the
   workflow's own system prompt (`MM_SYSTEM_PROMPT`, which replaces the taskset's) is data.system_prompt.
@@ -64,7 +69,9 @@ from posttrain.config.dialects.trinity_dapo import BOTS, bots_workflow, dapo_ove
 from posttrain.config.dialects.trinity_envs import ENV_WORKFLOWS, env_workflow
 from posttrain.config.dialects.trinity_agent import AGENT, agent_workflow
 from posttrain.config.dialects.trinity_agentscope import FUNCTIONS as AGENTSCOPE_FUNCTIONS, V0 as AGENTSCOPE_V0, agentscope_workflow
-from posttrain.config.dialects.trinity_judges import JUDGE_WORKFLOWS, judge_workflow
+from posttrain.config.dialects.trinity_judges import (
+    JUDGE_WORKFLOWS, RULER_FORMAT, SELF_JUDGE, SELF_JUDGE_GOLD_PROBABILITY, SELF_JUDGE_GOLD_RANGE, judge_workflow, training_workflow,
+)
 from posttrain.config.dialects.trinity_rm_gallery import RM_GALLERY, RM_WORKFLOWS, rm_workflow
 
 _IN = "buffer.explorer_input"
@@ -94,9 +101,6 @@ REFUSED = {
     **{name: _ENV for name in ("alfworld_workflow", "sciworld_workflow", "webshop_workflow",
                                "step_wise_alfworld_workflow", "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow",
                                "sudoku_workflow")},
-    "math_trainable_ruler_workflow": "the policy judges its own group of responses and trains on its verdicts as experiences of "
-                                     "their own (scored against the gold reward); posttrain's judges are reward workers over an "
-                                     "auxiliary model (reward.workers.<name>.worker_cls: ruler_judge), whose replies are not trained on",
     **{name: "Trinity-RFT's fixed math evaluation: its own system message and an instruction appended to the row's 'question' "
              "column, its own sampling (temperature 0.6, top_p 0.8) and Qwen2.5-Math's symbolic equality; posttrain validates "
              "with the training stage's prompt, sampling and reward: use simple_workflow with rollout_args and a reward "
@@ -168,8 +172,8 @@ def _reward(ctx: Context, prefix: str, item: dict[str, Any], workflow: Any, sour
     """Translate the taskset's reward function; returns its Trinity name (None: none named, and the
     workflow has no default one)."""
     name, key, args, args_key = _reward_of(ctx, prefix, item)
-    if name is None and workflow in MATH + BOXED:
-        name = "math_reward" if workflow in MATH else "math_boxed_reward"  # the workflow's own default
+    if name is None and workflow in MATH + BOXED + (SELF_JUDGE,):
+        name = "math_boxed_reward" if workflow in BOXED else "math_reward"  # the workflow's own default
     if name is None:
         return None
     where = key or source
@@ -215,6 +219,8 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         rm_workflow(ctx, prefix, name, source, args, training, _reward_of(ctx, prefix, item))
     elif name in JUDGE_WORKFLOWS:  # posttrain.config.dialects.trinity_judges
         judge_workflow(ctx, prefix, item, name, source, training, REWARDS)
+    elif name == SELF_JUDGE:
+        _self_judge(ctx, prefix, item, name, source, args, training)
     elif name in ENV_WORKFLOWS:  # posttrain.config.dialects.trinity_envs
         _, name_key, _, args_key = _reward_of(ctx, prefix, item)
         env_workflow(ctx, prefix, item, name, source, args, training, index, (name_key, args_key))
@@ -255,7 +261,7 @@ def _one(ctx: Context, prefix: str, item: dict[str, Any], inherited: Any, inheri
         for read in (key_read, args_read):  # the reward of a refused workflow: named with it, not run
             if read is not None:
                 ctx.drop(read, f"the reward function of workflow {name!r} at {source}, which is refused")
-        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + MM + BOXED + BOTS + TOOL_N1 + JUDGE_WORKFLOWS + RM_WORKFLOWS) + [DISTILL_MATH, TOOLS, AGENT, *AGENTSCOPE_FUNCTIONS]}")
+        reason = REFUSED.get(name, f"unknown to posttrain; the workflows it translates are {list(SINGLE_TURN + MATH + MM + BOXED + BOTS + TOOL_N1 + JUDGE_WORKFLOWS + RM_WORKFLOWS) + [SELF_JUDGE, DISTILL_MATH, TOOLS, AGENT, *AGENTSCOPE_FUNCTIONS]}")
         ctx.refuse(source, f"workflow {name!r}: {reason}", None, name)
 
 
@@ -272,6 +278,29 @@ def _single_turn(ctx: Context, prefix: str, item: dict[str, Any], name: Any, sou
         note = "" if name not in MATH else (", with the taskset's format.system_prompt" if system is not None
                                             else f" ({name} adds its system prompt only with math_reward)")
         ctx.drop(source, "posttrain's single-turn rollout: one response per prompt, scored by the reward function" + note)
+
+
+def _self_judge(ctx: Context, prefix: str, item: dict[str, Any], name: str, source: str, args: dict[str, Any], training: bool) -> None:
+    """math_trainable_ruler_workflow: math_workflow's rollout and reward (the gold reward), then the
+    policy judges each group (reward.self_judge: posttrain.trainer.self_judge). An evaluation taskset
+    is scored by the gold reward alone."""
+    reward = _reward(ctx, prefix, item, name, source)
+    _no_args(ctx, prefix, args, name)
+    if not training:
+        if name == training_workflow(ctx):
+            ctx.drop(source, "validation scores the responses with the gold reward (its accuracy part is the example's eval accuracy); "
+                             "Trinity-RFT's evaluation runs the judge too and mixes its verdicts into the evaluation reward")
+        else:
+            ctx.refuse(source, f"an evaluation taskset under {name} while the training taskset runs {training_workflow(ctx)!r}: posttrain's "
+                               "self-judge is a setting of the training stage (reward.self_judge)", None, name)
+        return
+    if reward == "math_reward" and (item.get("format") or {}).get("system_prompt") is None:
+        ctx.set("data.system_prompt", R1_SYSTEM_PROMPT, source, f"{name} with math_reward and no format.system_prompt: the DeepSeek-R1 template")
+    ctx.set("reward.self_judge.enable", True, source, "the policy judges each task's group of responses (its own RULER request) and "
+                                                      "trains on its verdicts where the gold reward counts")
+    ctx.set("reward.self_judge.gold_probability", SELF_JUDGE_GOLD_PROBABILITY, source, "the workflow's share of tasks whose ground truth counts")
+    ctx.set("reward.self_judge.gold_range", list(SELF_JUDGE_GOLD_RANGE), source, "the workflow maps the gold reward from [-0.1, 1.1] onto [0, 1]")
+    ctx.set("reward.self_judge.instructions", RULER_FORMAT, source, "the workflow tells the judge the answer format the question asked for")
 
 
 def _no_args(ctx: Context, prefix: str, args: dict[str, Any], name: Any) -> None:

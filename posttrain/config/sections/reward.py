@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from posttrain.config.access import is_rl
 from posttrain.config.fields import param, section
 from posttrain.config.sections.data import CHAT_TEMPLATE_NAMES
 from posttrain.config.sections.profiler import ProfilerConfig
@@ -147,6 +148,16 @@ class RewardWorkerConfig:
     chat_template_name: str | None = param(None, doc="LLM judge: the named prompt template its prompt is written in (data.chat_template_name's names, applied to the judge's tokenizer); null: the judge tokenizer's own chat template, or the plain text when it has none.", choices=[None, *CHAT_TEMPLATE_NAMES], refs=["roll:.data_args.template"])
 
 @section
+class SelfJudgeConfig:
+    """The policy judges its own groups of responses, and learns to judge (posttrain.trainer.self_judge)."""
+
+    enable: bool = param(False, doc="After the reward workers score a step's responses (the gold reward), the policy itself judges each prompt's group: with probability gold_probability the gold reward is known, the responses keep it and rollout.n judge replies train as a group of their own, rewarded 1 - the mean absolute gap between their scores and the gold rewards mapped to [0, 1]; otherwise one judge reply's scores are the responses' rewards (0 when it does not parse) and the reply is not trained on. Trinity-RFT's math_trainable_ruler_workflow.")
+    gold_probability: float = param(0.2, doc="Share of prompts whose gold reward counts (drawn per prompt, seeded by trainer.seed and the prompt's uid); the rest are rewarded by the policy's own verdict.", ge=0, le=1)
+    gold_range: list[float] = param(factory=lambda: [0.0, 1.0], doc="[low, high] of the gold reward, mapped linearly onto the judge's [0, 1] scores to reward the judge replies (think_answer's range is [-0.1, 1.1]).")
+    instructions: str = param("", doc="Text shown to the judge after the question, e.g. the answer format the question asked for.")
+
+
+@section
 class RewardConfig:
     """How responses are scored."""
 
@@ -165,6 +176,7 @@ class RewardConfig:
     sandbox_fusion: SandboxFusionConfig = param(factory=SandboxFusionConfig, doc="Remote code-execution sandbox.")
     workers: dict[str, RewardWorkerConfig] = param(factory=dict, doc="Reward workers by name, each scoring the samples whose tag (data.reward_fn_key) is in its tag_included; empty scores every sample with custom_reward_function.", refs=["roll:rewards"])
     auxiliary_models: dict[str, AuxiliaryModelConfig] = param(factory=dict, doc="Models by name that the run loads and serves over an OpenAI-compatible endpoint on 127.0.0.1 (a free port) while it scores: the chat judges (worker_cls ruler_judge, rubric_judge) call them, and custom reward functions and agent functions (rollout.agent.function, served for the whole stage) find each URL in POSTTRAIN_AUX_<NAME>_URL (docs/rewards.md).", refs=["trinity:explorer.auxiliary_models"])
+    self_judge: SelfJudgeConfig = param(factory=SelfJudgeConfig, doc="The policy as the judge of its own responses, trained on its verdicts where the gold reward is known (posttrain.trainer.self_judge).")
 
 
 # The thresholds each query filter reads (posttrain.rewards.query_filter; the config layer cannot import it).
@@ -308,3 +320,35 @@ def check_async_reward(cfg: Any) -> list[str]:
     return [f"reward.launch_reward_fn_async scores in the background while the log-probs are computed, but {', '.join(users)} "
             "choose(s) the rows to train from the scores before those passes; turn launch_reward_fn_async off or remove them"]
 
+
+
+def check_self_judge(cfg: Any) -> list[str]:
+    """What the self-judge (posttrain.trainer.self_judge) works with: it judges the finished text
+    responses of a prompt stage's groups right after they are scored, and adds rows of its own."""
+    judge = getattr(getattr(cfg, "reward", None), "self_judge", None)
+    if judge is None or not judge.enable:
+        return []
+    low_high = list(judge.gold_range)
+    problems = []
+    if len(low_high) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in low_high) or low_high[0] >= low_high[1]:
+        problems.append(f"reward.self_judge.gold_range: expected [low, high] with low < high (the gold reward's range), got {low_high!r}")
+    if not is_rl(cfg):
+        return problems + ["reward.self_judge applies to RL stages, where the policy generates the responses it judges"]
+    others = {
+        "an agentic stage (env.train_env_manager.tags)": bool(cfg.env.train_env_manager.tags),
+        "an agent function (rollout.agent.function)": cfg.rollout.agent.function is not None,
+        "tool calling (rollout.multi_turn.enable)": cfg.rollout.multi_turn.enable,
+        "reward.launch_reward_fn_async (the verdicts replace scores before the log-prob passes)": cfg.reward.launch_reward_fn_async,
+        f"algorithm.filter_groups.metric {cfg.algorithm.filter_groups.metric} (the judge rows have the final score only: use seq_reward)":
+            cfg.algorithm.filter_groups.enable and cfg.algorithm.filter_groups.metric in ("acc", "score"),
+        "explorer.max_timeout (a deadline on the responses, which the judge's generation would pass)": cfg.explorer.max_timeout is not None,
+        "explorer.over_rollout": cfg.explorer.over_rollout.ratio > 0,
+    }
+    from posttrain.algorithms import estimator_needs  # the config layer may read the registries
+
+    others[f"{cfg.algorithm.adv_estimator}'s greedy baseline (the judge rows have none)"] = estimator_needs(cfg.algorithm.adv_estimator).greedy_baseline
+    clashes = [name for name, on in others.items() if on]
+    if clashes:
+        problems.append(f"reward.self_judge judges the text responses of a prompt stage's groups once they are scored, and adds "
+                        f"judge rows to the batch; it does not combine with {', '.join(clashes)}")
+    return problems
