@@ -17,7 +17,9 @@ line saying so:
 - the data: the first rows of each data file when it is here, else synthetic rows with the columns
   the config names (arithmetic problems that posttrain's scorers grade);
 - the sizes: 2 training steps of 2 prompts x at most 2 responses, short prompts and responses,
-  micro-batches of 2, the run under the smoke folder, no remote trackers.
+  micro-batches of 2, the run under the smoke folder, no remote trackers;
+- dynamic sampling (algorithm.filter_groups) is left out: a random model's responses to one prompt
+  score alike, so its rounds would never end.
 
 Every other key keeps the user's value, and a key posttrain refuses for another reason (a missing
 feature) is still refused: the smoke run is the user's config, not a different one.
@@ -44,6 +46,9 @@ from posttrain.trainer.smoke_envs import local_env_datasets, shrink_env_managers
 STEPS = 2
 BATCH = 2  # prompts per step
 PROMPT_LENGTH, RESPONSE_LENGTH = 512, 16  # prompt room for a system prompt such as the R1 template (~440 tiny-tokenizer tokens)
+# A data file the run reads on its cluster, absent here (posttrain.data.sources): smoke's rows stand in for it.
+_ABSENT_DATA = "is neither a local file, a folder nor a Hugging Face dataset name"
+_DATA_KEYS = ("data.train_files", "data.val_files")
 # Refusals that only say what this machine lacks: the engine, the training backend, the devices.
 # "Megatron" alone is not enough: a refusal of a Megatron option that changes the numbers (a MoE
 # balancing loss, dropout, Megatron's LoRA: posttrain.config.dialects.verl_megatron) names Megatron too.
@@ -51,7 +56,7 @@ _MACHINE = re.compile(r"vLLM|SGLang|TensorRT|asynchronous rollout server|Megatro
                       r"Megatron and the other strategies|DeepSpeed|engine\(s\) × tensor_parallel_size|"
                       r"NPU|roles on different devices|beside training on|of cluster.nnodes × cluster.n_gpus_per_node|"
                       r"explorer's \d+ devices|NCCL|GPU|expert parallelism|a cluster job's device count|"
-                      r"the file leaves the device count to the machine")  # case matters: keys say megatron
+                      r"the file leaves the device count to the machine|" + _ABSENT_DATA)  # case matters: keys say megatron
 _LOCAL_TRACKERS = ("console", "jsonl", "tensorboard")
 _BLANK_COUNT = "a cluster job's device count"  # posttrain.config.dialects.verl.BLANK_DEVICES
 _PER_WORLD = re.compile(r"does not divide the \d+ worker process")
@@ -71,6 +76,7 @@ def smoke_config(path: str | None, overrides: list[str], dialect: str | None, wo
     lines += _model(native, workdir)
     lines += _data(native, workdir)
     lines += _sizes(native, workdir)
+    lines += _unending_rounds(native)
     lines += shrink_env_managers(native)
     lines += local_env_datasets(native, workdir)
     if native.pop("prepare", None):
@@ -79,7 +85,7 @@ def smoke_config(path: str | None, overrides: list[str], dialect: str | None, wo
         if (stage.get("model") or {}).get("path"):
             lines.append(f"stages[{i}].model.path: {stage['model']['path']} -> the same tiny model")
             stage["model"]["path"] = native["model"]["path"]
-        lines += [f"stages[{i}].{line}" for line in _data(stage, workdir, f"stage{i}_") + _sizes(stage, workdir, stage=True)]
+        lines += [f"stages[{i}].{line}" for line in _data(stage, workdir, f"stage{i}_") + _sizes(stage, workdir, stage=True) + _unending_rounds(stage)]
     out = workdir / "smoke.yaml"
     out.write_text(yaml.safe_dump(native, sort_keys=False, allow_unicode=True))
     return out, lines
@@ -108,7 +114,12 @@ def _native(path: str | None, overrides: list[str], dialect: str | None) -> tupl
     if problems:
         raise ConfigError(problems + [f"smoke substitutes only what this machine lacks (model, engine, devices, data, sizes); "
                                       f"these keys are refused for another reason"])
-    return foreign.native, [f"{e.key}: {_short(e.value)} -> left out ({_why(e.reason)})" for e in foreign.report.refused]
+    for e in foreign.report.refused:  # a data file absent here: kept, for `_data` to put smoke rows in its place
+        if _ABSENT_DATA in e.reason and e.native in _DATA_KEYS:
+            files = foreign.native.setdefault("data", {}).setdefault(e.native.split(".")[1], [])
+            files.extend(e.value if isinstance(e.value, list) else [e.value])
+    return foreign.native, [f"{e.key}: {_short(e.value)} -> left out ({_why(e.reason)})" for e in foreign.report.refused
+                            if not (_ABSENT_DATA in e.reason and e.native in _DATA_KEYS)]
 
 
 def _why(reason: str) -> str:
@@ -389,6 +400,20 @@ def _sizes(native: dict[str, Any], workdir: Path, stage: bool = False) -> list[s
         trainer.pop("resume_from_path", None)
         trainer["resume_mode"] = "disable"
     return lines
+
+
+def _unending_rounds(native: dict[str, Any]) -> list[str]:
+    """Dynamic sampling draws rounds until enough groups score unalike; a tiny random model's responses
+    to one prompt nearly always score alike, so the rounds would never end (or end at
+    max_num_gen_batches with an error): the smoke run leaves the filter out. An agent function's turn
+    rows are filtered without refilling the step (dynamic_sampling's other path): kept."""
+    groups = (native.get("algorithm") or {}).get("filter_groups") or {}
+    turn_rows = (native.get("env") or {}).get("train_rows") == "turn" and ((native.get("rollout") or {}).get("agent") or {}).get("function")
+    if not groups.get("enable") or turn_rows:
+        return []
+    groups["enable"] = False
+    return ["algorithm.filter_groups.enable: True -> False (a tiny random model's responses to one prompt score alike, so dynamic "
+            "sampling would keep no group and draw rounds without end; the real run filters)"]
 
 
 # Where a run writes, besides its run directory: moved under the smoke folder, as the run directory is.

@@ -21,6 +21,7 @@ def test_machine_refusals_are_only_the_machines():
     assert machine_refusal("not implemented yet: vLLM/SGLang rollout engines (later issue)")
     assert machine_refusal("not supported: Megatron parallelism is not provided: posttrain shards actor with FSDP")
     assert machine_refusal("roles on different devices (actor_train 0..15; actor_infer 0..11) is a split placement: ...")
+    assert machine_refusal("'/data/gsm8k' is neither a local file, a folder nor a Hugging Face dataset name; posttrain reads local files")
     assert not machine_refusal("not implemented yet: file-weighted sampling (later issue)")
     assert not machine_refusal("not implemented yet: multi-turn tool calling (agentic issue 15)")
     # a Megatron option that changes the numbers is not the machine's (posttrain.config.dialects.verl_megatron)
@@ -312,3 +313,38 @@ def test_smoke_rows_of_a_detection_worker_hold_boxes_and_their_weights(tmp_path)
     truth = row["reward_model"]["ground_truth"]  # not overwritten by a synthetic extra_info column
     reply = "<think>.</think>\n<answer>\n[{'bbox_2d': [10, 10, 50, 50], 'label': 'box'}]\n</answer>"
     assert row["data_source"] == "coco" and detection_score("coco", reply, truth, {"reward_model": row["reward_model"]})["score"] == 1.0
+
+
+# Trinity-RFT's grpo_gsm8k_trainable_ruler example: the policy judges its own groups (reward.self_judge),
+# GRPO's std_threshold filters groups (dynamic sampling), and the explorer drives the synchronizer
+TRAINABLE_RULER = """\
+algorithm: {algorithm_type: grpo, repeat_times: 8, optimizer: {lr: 2e-6}, advantage_fn_args: {std_threshold: 0.0001}}
+model: {model_path: /nonexistent/model, max_prompt_tokens: 8000, max_response_tokens: 8000, max_model_len: 16000}
+cluster: {node_num: 1, gpu_per_node: 8}
+buffer:
+  total_epochs: 1
+  batch_size: 96
+  train_batch_size: 960
+  explorer_input:
+    taskset: {name: gsm8k, storage_type: file, path: /nonexistent/gsm8k, format: {prompt_key: question, response_key: answer},
+              rollout_args: {temperature: 1.0}}
+    default_workflow_type: math_trainable_ruler_workflow
+  trainer_input: {experience_buffer: {name: gsm8k_buffer, storage_type: queue}}
+explorer: {rollout_model: {engine_num: 4, tensor_parallel_size: 1}}
+synchronizer: {sync_style: explorer_driven, sync_method: nccl, sync_interval: 5}
+"""
+
+
+def test_smoke_trinitys_trainable_ruler_leaves_dynamic_sampling_out(tmp_path, capsys):
+    config = tmp_path / "gsm8k_ruler.yaml"
+    config.write_text(TRAINABLE_RULER)
+    rc = main(["smoke", "--workdir", str(tmp_path / "w"), "--dialect", "trinity", str(config)])
+    out, err = capsys.readouterr()
+    assert rc == 0, out + err
+    # a random model's responses score alike: the filter would keep no group and draw rounds without end
+    assert "algorithm.filter_groups.enable: True -> False" in out
+    # the taskset's folder is on the cluster, not here: synthetic rows with its columns stand in
+    assert 'data.train_files: ["/nonexistent/gsm8k"] -> 4 synthetic rows' in out
+    steps = [m for m in metrics(tmp_path / "w") if "actor/pg_loss" in m]
+    assert [m["step"] for m in steps] == [1, 2]
+    assert all("self_judge/gold_groups" in m and "self_judge/parsed" in m for m in steps)
