@@ -60,7 +60,6 @@ class Judged:
     scores: torch.Tensor  # (B',)
     texts: list[str]
     metrics: dict[str, float]
-    responses: int  # the first `responses` rows are the step's responses
 
 
 def gold_known(seed: int, uid: str, probability: float) -> bool:
@@ -102,8 +101,8 @@ class SelfJudge:
         groups: dict[str, list[int]] = {}
         for i, uid in enumerate(batch.group_index):
             groups.setdefault(uid, []).append(i)
-        gold = [uid for uid in groups if gold_known(self.seed, uid, self.probability)]
-        blind = [uid for uid in groups if uid not in set(gold)]
+        known = {uid: gold_known(self.seed, uid, self.probability) for uid in groups}
+        gold, blind = [uid for uid in groups if known[uid]], [uid for uid in groups if not known[uid]]
         gold_scores = scores.tolist()
         final = list(gold_scores)
         parsed = replies = 0
@@ -118,17 +117,15 @@ class SelfJudge:
                 parsed, replies = parsed + (verdict is not None), replies + 1
                 for i, value in zip(members, verdict or [0.0] * len(members)):
                     final[i] = value
-        if gold:  # n replies per group, trained on against the gold rewards
-            n = self.sampling.n
+        if gold:  # rollout.n replies per group, trained on against the gold rewards
             rows = generate(self._prompts(batch, texts, groups, gold, questions), self.sampling)
-            by_uid = {uid: f"{uid}{JUDGE_SUFFIX}" for uid in gold}
-            rows.group_index = [by_uid[uid] for uid in rows.group_index]
             judged_texts = self._decode(rows)
-            for j, reply in enumerate(judged_texts):
-                members = groups[gold[j // n]]
+            for uid, reply in zip(rows.group_index, judged_texts):
+                members = groups[uid]
                 verdict = parse_scores(reply, len(members))
                 parsed, replies = parsed + (verdict is not None), replies + 1
                 judged_scores.append(judge_reward(verdict, [gold_scores[i] for i in members], self.low, self.high))
+            rows.group_index = [f"{uid}{JUDGE_SUFFIX}" for uid in rows.group_index]  # a group of their own
             judged_rows = rows
         metrics = {"self_judge/gold_groups": len(gold) / max(len(groups), 1),
                    "self_judge/parsed": parsed / max(replies, 1),
@@ -138,9 +135,9 @@ class SelfJudge:
             metrics["self_judge/judge_reward"] = sum(judged_scores) / len(judged_scores)
         out = torch.tensor(final + judged_scores, dtype=scores.dtype)  # (B + judge rows,)
         if judged_rows is None:
-            return Judged(batch, out, texts, metrics, len(batch))
+            return Judged(batch, out, texts, metrics)
         joined = RolloutBatch.cat([batch, _like(judged_rows, batch)])
-        return Judged(joined, out, texts + judged_texts, metrics, len(batch))
+        return Judged(joined, out, texts + judged_texts, metrics)
 
     def _prompts(self, batch: RolloutBatch, texts: list[str], groups: dict[str, list[int]], uids: list[str],
                  questions: dict[int, str]) -> PromptBatch:

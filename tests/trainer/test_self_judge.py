@@ -97,7 +97,7 @@ def test_blind_groups_take_the_verdict_and_gold_groups_train_the_judge(files):
     # the responses: the verdict where the gold does not count, the gold where it does; then the two judge rows
     gap = (abs(1 - (1.1 + 0.1) / 1.2) + abs(0.5 - (0.0 + 0.1) / 1.2)) / 2
     assert out.scores.tolist() == pytest.approx([0.9, 0.2, 1.1, 0.0, 1 - gap, 0.0])
-    assert out.responses == 4 and len(out.batch) == 6 and len(out.texts) == 6
+    assert len(out.batch) == 6 and len(out.texts) == 6
     assert out.batch.group_index == [blind, blind, gold, gold, f"{gold}-judge", f"{gold}-judge"]
     assert out.texts[4] == "[1, 0.5]<|im_end|>"
     assert out.metrics == pytest.approx({"self_judge/gold_groups": 0.5, "self_judge/parsed": 2 / 3, "self_judge/judge_rows": 2.0,
