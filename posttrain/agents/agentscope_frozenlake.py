@@ -50,6 +50,11 @@ def parse_move(text: str) -> int | None:
     return parse_action(text, WORDS)
 
 
+def smoke_row(i: int) -> dict[str, Any]:
+    """The columns a lake row needs, for `posttrain smoke`'s stand-in rows (small lakes, one seed each)."""
+    return {"size": 3 + i % 2, "p": 0.8, "seed": i}
+
+
 async def frozenlake_agent(base_url: str, row: dict[str, Any], *, agent_max_steps: int = 10, is_slippery: bool = False,
                            max_tokens: int | None = None) -> dict[str, float]:
     """One walk of the example's agent over the row's lake (module docstring)."""

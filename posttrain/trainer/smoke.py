@@ -15,7 +15,8 @@ line saying so:
 - the engine and the devices: keys refused only because they need vLLM/SGLang, Megatron/DeepSpeed,
   GPUs or a split placement are left out (the HF engine, one CPU process);
 - the data: the first rows of each data file when it is here, else synthetic rows with the columns
-  the config names (arithmetic problems that posttrain's scorers grade);
+  the config names (arithmetic problems that posttrain's scorers grade), and those a built-in agent
+  function reads (its module's ``smoke_row``);
 - the sizes: 2 training steps of 2 prompts x at most 2 responses, short prompts and responses,
   micro-batches of 2, the run under the smoke folder, no remote trackers;
 - dynamic sampling (algorithm.filter_groups) is left out: a random model's responses to one prompt
@@ -27,6 +28,7 @@ feature) is still refused: the smoke run is the user's config, not a different o
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import random
@@ -112,8 +114,8 @@ def _native(path: str | None, overrides: list[str], dialect: str | None) -> tupl
     problems += [p for p in check(foreign) if not machine_refusal(p) and not p.startswith("cluster.")
                  and not (unknown_world and _PER_WORLD.search(p))]
     if problems:
-        raise ConfigError(problems + [f"smoke substitutes only what this machine lacks (model, engine, devices, data, sizes); "
-                                      f"these keys are refused for another reason"])
+        raise ConfigError(problems + ["smoke substitutes only what this machine lacks (model, engine, devices, data, sizes); "
+                                      "these keys are refused for another reason"])
     for e in foreign.report.refused:  # a data file absent here: kept, for `_data` to put smoke rows in its place
         if _ABSENT_DATA in e.reason and e.native in _DATA_KEYS:
             files = foreign.native.setdefault("data", {}).setdefault(e.native.split(".")[1], [])
@@ -316,6 +318,7 @@ def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
     # a detection worker's rows hold boxes and ROLL's per-row weights (posttrain.rewards.detection)
     boxes = {t for w in workers.values() if w.get("worker_cls") == "detection" for t in w.get("tag_included") or []}
     rng = random.Random(0)
+    agent_columns = _agent_columns(native)
     rows = []
     for i in range(n):
         tag = tags[i % len(tags)] if tags else ("smoke" if custom else task.data_source)
@@ -341,8 +344,20 @@ def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
                 _nest(row, column, list(keys), value)
         for key in data.get("extra_info_keys") or []:  # e.g. a rubric_judge's rubric column
             row.setdefault(key, [{"description": "gives the right number", "weight": 1}])
+        for key in (data.get("selector") or {}).get("feature_keys") or []:  # per-row numbers a selector reads (a pass rate)
+            row.setdefault(key, round(rng.random(), 3))
+        row.update(agent_columns(i))
         rows.append(row)
     return rows
+
+
+def _agent_columns(native: dict[str, Any]) -> Any:
+    """i -> the columns a built-in agent function reads from its row (its module's `smoke_row`), else none."""
+    spec = ((native.get("rollout") or {}).get("agent") or {}).get("function") or ""
+    module, _, _ = spec.partition(":")
+    if not module.startswith("posttrain.agents.") or importlib.util.find_spec(module) is None:
+        return lambda i: {}
+    return getattr(importlib.import_module(module), "smoke_row", lambda i: {})
 
 
 def _nest(row: dict[str, Any], column: str, keys: list[str], value: Any) -> None:

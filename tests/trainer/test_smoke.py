@@ -348,3 +348,18 @@ def test_smoke_trinitys_trainable_ruler_leaves_dynamic_sampling_out(tmp_path, ca
     steps = [m for m in metrics(tmp_path / "w") if "actor/pg_loss" in m]
     assert [m["step"] for m in steps] == [1, 2]
     assert all("self_judge/gold_groups" in m and "self_judge/parsed" in m for m in steps)
+
+
+def test_smoke_rows_carry_the_columns_a_built_in_agent_or_a_selector_reads(tmp_path):
+    from posttrain.trainer.smoke import smoke_config
+
+    path, lines = smoke_config(None, ["rollout.agent.function=posttrain.agents.agentscope_frozenlake:frozenlake_agent",
+                                      "data.train_files=/nonexistent/lakes.parquet", "model.path=/nonexistent/model"], None, tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "data" / "train_files.jsonl").read_text().splitlines()]
+    # each stand-in row is a small lake of its own: the agent's size, p and seed columns
+    assert [(r["size"], r["seed"]) for r in rows] == [(3, 0), (4, 1), (3, 2), (4, 3)] and all(r["p"] == 0.8 for r in rows)
+    # a selector's per-row numbers (BOTS' pass rates of two reference models) are columns of the stand-in rows too
+    smoke_config(None, ["data.selector.type=difficulty_based", "data.selector.feature_keys=[weak_rate,strong_rate]",
+                        "data.train_files=/nonexistent/rows.parquet", "model.path=/nonexistent/model"], None, tmp_path / "bots")
+    rows = [json.loads(line) for line in (tmp_path / "bots" / "data" / "train_files.jsonl").read_text().splitlines()]
+    assert all(0 <= r["weak_rate"] <= 1 and 0 <= r["strong_rate"] <= 1 for r in rows)
