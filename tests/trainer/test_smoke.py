@@ -312,3 +312,19 @@ def test_smoke_rows_of_a_detection_worker_hold_boxes_and_their_weights(tmp_path)
     truth = row["reward_model"]["ground_truth"]  # not overwritten by a synthetic extra_info column
     reply = "<think>.</think>\n<answer>\n[{'bbox_2d': [10, 10, 50, 50], 'label': 'box'}]\n</answer>"
     assert row["data_source"] == "coco" and detection_score("coco", reply, truth, {"reward_model": row["reward_model"]})["score"] == 1.0
+
+
+def test_smoke_config_substitutes_an_nsys_profiler(tmp_path):
+    """verl's nsys profiler (examples/ppo_trainer/run_qwen2-7b_rm_seq_balance_nsys.sh) needs an NVIDIA
+    GPU: smoke traces the same steps with torch's profiler and drops the nsys launch options."""
+    from posttrain.trainer.smoke import smoke_config
+    import yaml
+
+    path, lines = smoke_config(None, ["global_profiler.tool=nsys", "global_profiler.steps=[1,2]", "actor_rollout_ref.actor.profiler.enable=True",
+                                      "global_profiler.global_tool_config.nsys.worker_nsight_options.trace=cuda,nvtx",
+                                      "actor_rollout_ref.model.path=/nonexistent/model"], "verl", tmp_path)
+    assert "profiler.tool: nsys -> torch (no NVIDIA GPU here: torch's profiler traces the same steps)" in lines
+    written = yaml.safe_load(path.read_text())
+    assert written["profiler"]["tool"] == "torch"
+    assert 'trainer.worker_nsight_options: {"trace": "cuda,nvtx"} -> {} (no nsys run here)' in lines
+    assert not written["trainer"].get("worker_nsight_options")
