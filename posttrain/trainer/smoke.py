@@ -150,6 +150,13 @@ def _machine(native: dict[str, Any]) -> list[str]:
     if profiler.get("tool") == "npu":  # Ascend's profiler needs an NPU
         lines.append("profiler.tool: npu -> torch (no NPU here: torch's profiler traces the same steps)")
         profiler["tool"] = "torch"
+    if profiler.get("tool") == "nsys":  # Nsight Systems traces NVIDIA GPUs, which this machine lacks
+        lines.append("profiler.tool: nsys -> torch (no NVIDIA GPU here: torch's profiler traces the same steps)")
+        profiler["tool"] = "torch"
+        trainer = native.get("trainer") or {}
+        if trainer.get("worker_nsight_options"):  # the options of an nsys that no longer runs
+            lines.append(f"trainer.worker_nsight_options: {_short(trainer['worker_nsight_options'])} -> {{}} (no nsys run here)")
+            trainer["worker_nsight_options"] = {}
     for role in ("actor", "ref", "critic", "rollout"):  # ranks beyond the one process here
         node = (native.get(role) or {}).get("profiler") or {}
         if isinstance(node.get("ranks"), list) and any(r != 0 for r in node["ranks"]):

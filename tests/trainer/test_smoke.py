@@ -363,3 +363,19 @@ def test_smoke_rows_carry_the_columns_a_built_in_agent_or_a_selector_reads(tmp_p
                         "data.train_files=/nonexistent/rows.parquet", "model.path=/nonexistent/model"], None, tmp_path / "bots")
     rows = [json.loads(line) for line in (tmp_path / "bots" / "data" / "train_files.jsonl").read_text().splitlines()]
     assert all(0 <= r["weak_rate"] <= 1 and 0 <= r["strong_rate"] <= 1 for r in rows)
+
+
+def test_smoke_config_substitutes_an_nsys_profiler(tmp_path):
+    """verl's nsys profiler (examples/ppo_trainer/run_qwen2-7b_rm_seq_balance_nsys.sh) needs an NVIDIA
+    GPU: smoke traces the same steps with torch's profiler and drops the nsys launch options."""
+    from posttrain.trainer.smoke import smoke_config
+    import yaml
+
+    path, lines = smoke_config(None, ["global_profiler.tool=nsys", "global_profiler.steps=[1,2]", "actor_rollout_ref.actor.profiler.enable=True",
+                                      "global_profiler.global_tool_config.nsys.worker_nsight_options.trace=cuda,nvtx",
+                                      "actor_rollout_ref.model.path=/nonexistent/model"], "verl", tmp_path)
+    assert "profiler.tool: nsys -> torch (no NVIDIA GPU here: torch's profiler traces the same steps)" in lines
+    written = yaml.safe_load(path.read_text())
+    assert written["profiler"]["tool"] == "torch"
+    assert 'trainer.worker_nsight_options: {"trace": "cuda,nvtx"} -> {} (no nsys run here)' in lines
+    assert not written["trainer"].get("worker_nsight_options")
