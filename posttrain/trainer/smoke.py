@@ -116,8 +116,9 @@ def _native(path: str | None, overrides: list[str], dialect: str | None) -> tupl
     if problems:
         raise ConfigError(problems + ["smoke substitutes only what this machine lacks (model, engine, devices, data, sizes); "
                                       "these keys are refused for another reason"])
+    agentic = bool(((foreign.native.get("env") or {}).get("train_env_manager") or {}).get("tags"))  # plays envs, reads no files
     for e in foreign.report.refused:  # a data file absent here: kept, for `_data` to put smoke rows in its place
-        if _ABSENT_DATA in e.reason and e.native in _DATA_KEYS:
+        if _ABSENT_DATA in e.reason and e.native in _DATA_KEYS and not agentic:
             files = foreign.native.setdefault("data", {}).setdefault(e.native.split(".")[1], [])
             files.extend(e.value if isinstance(e.value, list) else [e.value])
     return foreign.native, [f"{e.key}: {_short(e.value)} -> left out ({_why(e.reason)})" for e in foreign.report.refused
@@ -126,6 +127,8 @@ def _native(path: str | None, overrides: list[str], dialect: str | None) -> tupl
 
 def _why(reason: str) -> str:
     """What runs here instead, for a refusal `machine_refusal` accepts."""
+    if _ABSENT_DATA in reason:
+        return "not on this machine: the environments play without it"  # the other data keys are kept for `_data`
     if re.search(r"vLLM|SGLang|TensorRT|engine replicas|rollout server", reason, re.I):
         return "the HF engine generates here"
     if re.search(r"Megatron|DeepSpeed", reason):

@@ -3,7 +3,8 @@
 An agentic step plays `num_env_groups x group_size` episodes, which must divide the step's
 trajectories (data.train_batch_size x rollout.n). The smoke run keeps one group of at most two
 environments per manager, so its two-trajectory steps fit; the tags beyond the first then play no
-group (their `num_groups_partition` goes with the count it split). The prompt gets room for the env's
+group (their `num_groups_partition` goes with the count it split); a manager that plays one group per
+row of its tags' episode files (num_env_groups 0) whose files are not here plays one seeded group. The prompt gets room for the env's
 instruction and first observation in the tiny tokenizer's tokens. An environment over a dataset
 (`roll_math`, `roll_qa`: posttrain.envs.dataset_envs) whose dataset this machine lacks plays
 synthetic rows with its question and answer columns instead.
@@ -34,6 +35,12 @@ def shrink_env_managers(native: dict[str, Any]) -> list[str]:
         manager = env.get(name)
         if not isinstance(manager, dict):
             continue
+        entries = env.get("custom_envs") or {}
+        files = [t for t in manager.get("tags") or [] if isinstance(entries.get(t), dict) and entries[t].get("episode_files")]
+        if manager.get("num_env_groups") == 0 and manager.get("tags") and not files:  # its episode files are on the cluster's disk
+            manager["num_env_groups"] = GROUPS
+            lines.append(f"env.{name}.num_env_groups: 0 -> {GROUPS} (one group per episode-file row, and the tags' episode files are "
+                         "not on this machine: a seeded group instead)")
         for key, new in (("num_env_groups", lambda v: min(v, GROUPS)), ("group_size", lambda v: min(v, GROUP_SIZE))):
             old = manager.get(key)
             if isinstance(old, int) and not isinstance(old, bool) and new(old) != old:

@@ -25,6 +25,17 @@ def test_env_managers_shrink_to_one_group_of_two():
     assert len(lines) == 4 and shrink_env_managers({"data": {}}) == []  # no env section: nothing to do
 
 
+def test_a_manager_of_episode_file_rows_whose_files_are_elsewhere_plays_one_group():
+    # Trinity-RFT's frozen_lake example: its evaluation taskset's rows (one group each) are on the cluster's disk
+    entries = {"L": {"env_type": "trinity_frozen_lake"}, "F": {"env_type": "trinity_frozen_lake", "episode_files": ["lakes.jsonl"]}}
+    native = {"env": {"custom_envs": entries, "val_env_manager": {"tags": ["L"], "num_env_groups": 0, "group_size": 1}}, "data": {}}
+    lines = shrink_env_managers(native)
+    assert native["env"]["val_env_manager"]["num_env_groups"] == 1 and lines[0].startswith("env.val_env_manager.num_env_groups: 0 -> 1")
+    here = {"env": {"custom_envs": entries, "val_env_manager": {"tags": ["F"], "num_env_groups": 0, "group_size": 1}}, "data": {}}
+    shrink_env_managers(here)
+    assert here["env"]["val_env_manager"]["num_env_groups"] == 0  # files it has: one group per row, as the user's run
+
+
 @pytest.mark.skipif(importlib.util.find_spec("flash_attn") is not None, reason="flash-attn is installed here: fa2 stays")
 def test_flash_attention_becomes_sdpa_without_flash_attn():
     native = {"model": {"attn_implementation": "fa2"}}
