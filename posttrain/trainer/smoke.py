@@ -314,13 +314,15 @@ def _first_rows(files: list[str], n: int, data: dict[str, Any]) -> tuple[list[di
 
 
 def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
-    """Arithmetic problems under the columns the config reads (prompt, messages, response, DPO pair,
+    """Arithmetic (or countdown) problems under the columns the config reads (prompt, messages, response, DPO pair,
     verl's reward_model.ground_truth, the tag column), tagged so the config's scorer takes them."""
     from posttrain.tasks.registry import TASKS
 
     data, reward = native.get("data", {}), native.get("reward", {})
-    task = TASKS["arithmetic"]
     workers = reward.get("workers") or {}
+    scorers = {(reward.get("custom_reward_function") or {}).get("name"), *(w.get("worker_cls") for w in workers.values())}
+    # the countdown scorer reads a JSON truth of numbers and target: countdown problems, else arithmetic ones
+    task = TASKS["countdown" if "countdown_equation" in scorers else "arithmetic"]
     # one tag of each reward worker, in turn, so that every worker's domain has rows (a batch drawn
     # by data.domain_interleave_probs draws from each of them)
     tags = [w["tag_included"][0] for w in workers.values() if w.get("tag_included")]

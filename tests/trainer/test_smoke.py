@@ -379,3 +379,13 @@ def test_smoke_config_substitutes_an_nsys_profiler(tmp_path):
     assert written["profiler"]["tool"] == "torch"
     assert 'trainer.worker_nsight_options: {"trace": "cuda,nvtx"} -> {} (no nsys run here)' in lines
     assert not written["trainer"].get("worker_nsight_options")
+
+
+def test_smoke_rows_of_the_countdown_scorer_are_countdown_problems(tmp_path):
+    from posttrain.trainer.smoke import smoke_config
+
+    smoke_config(None, ["reward.custom_reward_function.name=countdown_equation", "data.train_files=/nonexistent/cd.parquet",
+                        "model.path=/nonexistent/model"], None, tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "data" / "train_files.jsonl").read_text().splitlines()]
+    truths = [json.loads(r["reward_model"]["ground_truth"]) for r in rows]  # what the scorer reads: numbers and a target
+    assert all(set(t) == {"numbers", "target"} and len(t["numbers"]) == 3 for t in truths)
