@@ -221,15 +221,14 @@ class RLTrainer:
             scored = self.rewards.score_parts(batch, texts)  # scores (B,)
             values = metric_values(self.cfg.algorithm.filter_groups.metric, scored.scores, scored.function_scores, scored.extra)  # (B,)
             rnd = Round(batch, scored.scores, texts, {**scored.metrics, **tool_metrics}, values)
-        responses = len(batch)  # the step's responses; the self-judge's rows follow them
-        if self.self_judge is not None:  # reward.self_judge: the policy's verdicts, and its judge rows to train
-            with timer("self_judge"):
-                judged = self.self_judge(batch, texts, scored.scores, self.rewards.questions(batch, list(range(len(batch)))),
-                                         lambda p, sp: self._generate(p, sp, version)[0])
-            batch = judged.batch
-            rides = {uid: uid.removesuffix(JUDGE_SUFFIX) for uid in batch.group_index[responses:]}  # dynamic sampling keeps them with their prompt
-            rnd = Round(batch, judged.scores, judged.texts, {**rnd.metrics, **judged.metrics}, judged.scores, rides)  # (B',)
-        with timer("reward"):
+            responses = len(batch)  # the step's responses; the self-judge's rows follow them
+            if self.self_judge is not None:  # reward.self_judge: the policy's verdicts, and its judge rows to train
+                with timer("self_judge"):  # a part of the reward phase: timing/self_judge_s
+                    judged = self.self_judge(batch, texts, scored.scores, self.rewards.questions(batch, list(range(len(batch)))),
+                                             lambda p, sp: self._generate(p, sp, version)[0])
+                batch = judged.batch
+                rides = {uid: uid.removesuffix(JUDGE_SUFFIX) for uid in batch.group_index[responses:]}  # dynamic sampling keeps them with their prompt
+                rnd = Round(batch, judged.scores, judged.texts, {**rnd.metrics, **judged.metrics}, judged.scores, rides)  # (B',)
             # scored past the deadline on any rank: every group scored here is late (the batch is scored together)
             scored_late = deadline is not None and self.dp.sum({"late": float(self.clock() > deadline)})["late"] > 0
             if not scored_late:

@@ -181,7 +181,7 @@ def test_an_llm_judge_worker_scores_its_tag_in_a_training_step(files):
     exp = _explore(trainer)
     batch = exp.batch
     arith = [i for i, tag in enumerate(batch.data_source) if tag == ARITH]
-    questions = trainer.rewards._questions(batch, arith)
+    questions = trainer.rewards.questions(batch, arith)
     assert arith and all(q.endswith("=") and "+" in q for q in questions.values())  # "45+30=": the question, no template
     m = exp.reward_metrics
     assert m["reward/sums/count"] == len(arith) and m["reward/sums/failures"] == len(arith)
