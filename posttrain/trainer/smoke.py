@@ -128,7 +128,7 @@ def _native(path: str | None, overrides: list[str], dialect: str | None) -> tupl
 def _why(reason: str) -> str:
     """What runs here instead, for a refusal `machine_refusal` accepts."""
     if _ABSENT_DATA in reason:
-        return "not on this machine: the environments play without it"  # the other data keys are kept for `_data`
+        return "not on this machine: the smoke run does without it (an agentic stage plays its environments)"  # data files are kept for `_data`
     if re.search(r"vLLM|SGLang|TensorRT|engine replicas|rollout server", reason, re.I):
         return "the HF engine generates here"
     if re.search(r"Megatron|DeepSpeed", reason):
