@@ -15,8 +15,9 @@ line saying so:
 - the engine and the devices: keys refused only because they need vLLM/SGLang, Megatron/DeepSpeed,
   GPUs or a split placement are left out (the HF engine, one CPU process);
 - the data: the first rows of each data file when it is here, else synthetic rows with the columns
-  the config names (arithmetic problems that posttrain's scorers grade), and those a built-in agent
-  function reads (its module's ``smoke_row``);
+  the config names (arithmetic problems that posttrain's scorers grade; countdown problems for the
+  countdown scorer, a tool call for Tool-N1 rows), and those a built-in agent function reads (its
+  module's ``smoke_row``);
 - the sizes: 2 training steps of 2 prompts x at most 2 responses, short prompts and responses,
   micro-batches of 2, the run under the smoke folder, no remote trackers;
 - dynamic sampling (algorithm.filter_groups) is left out: a random model's responses to one prompt
@@ -79,6 +80,7 @@ def smoke_config(path: str | None, overrides: list[str], dialect: str | None, wo
     lines += _data(native, workdir)
     lines += _sizes(native, workdir)
     lines += _unending_rounds(native)
+    lines += _tool_n1_room(native)
     lines += shrink_env_managers(native)
     lines += local_env_datasets(native, workdir)
     if native.pop("prepare", None):
@@ -356,6 +358,13 @@ def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
                 _nest(row, column, list(keys), value)
         for key in data.get("extra_info_keys") or []:  # e.g. a rubric_judge's rubric column
             row.setdefault(key, [{"description": "gives the right number", "weight": 1}])
+        if data.get("prompt_format") == "tool_n1":  # Tool-N1 rows (posttrain.data.tool_n1): a tool to call, the call as the truth
+            calls = json.dumps([{"name": "add", "arguments": {"a": i, "b": i}}])
+            row.update(raw_system="You can call tools.", conversations=[{"from": "human", "value": f"Add {i} and {i}."}],
+                       tools=[{"name": "add", "description": "Add two numbers.",
+                               "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}])
+            row[data.get("response_key", "response")] = calls
+            row["reward_model"] = {"style": "rule", "ground_truth": calls}
         for key in (data.get("selector") or {}).get("feature_keys") or []:  # per-row numbers a selector reads (a pass rate)
             row.setdefault(key, round(rng.random(), 3))
         row.update(agent_columns(i))
@@ -427,6 +436,19 @@ def _sizes(native: dict[str, Any], workdir: Path, stage: bool = False) -> list[s
         trainer.pop("resume_from_path", None)
         trainer["resume_mode"] = "disable"
     return lines
+
+
+TOOL_N1_PROMPT = 2048  # Tool-N1's tool instructions alone are about 1100 tiny-tokenizer tokens
+
+
+def _tool_n1_room(native: dict[str, Any]) -> list[str]:
+    """Tool-N1 prompts (data.prompt_format tool_n1) carry its long tool instructions: room for them."""
+    data = native.get("data") or {}
+    if data.get("prompt_format") != "tool_n1" or (data.get("max_prompt_length") or 0) >= TOOL_N1_PROMPT:
+        return []
+    line = f"data.max_prompt_length: {data.get('max_prompt_length')} -> {TOOL_N1_PROMPT} (room for Tool-N1's tool instructions in the tiny tokenizer's tokens)"
+    data["max_prompt_length"] = TOOL_N1_PROMPT
+    return [line]
 
 
 def _unending_rounds(native: dict[str, Any]) -> list[str]:

@@ -389,3 +389,15 @@ def test_smoke_rows_of_the_countdown_scorer_are_countdown_problems(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "data" / "train_files.jsonl").read_text().splitlines()]
     truths = [json.loads(r["reward_model"]["ground_truth"]) for r in rows]  # what the scorer reads: numbers and a target
     assert all(set(t) == {"numbers", "target"} and len(t["numbers"]) == 3 for t in truths)
+
+
+def test_smoke_rows_of_tool_n1_prompts_hold_a_tool_and_its_call(tmp_path):
+    from posttrain.data.tool_n1 import COLUMNS
+    from posttrain.trainer.smoke import smoke_config
+
+    path, lines = smoke_config(None, ["data.prompt_format=tool_n1", "data.response_key=answer", "data.train_files=/nonexistent/toolace.parquet",
+                                      "model.path=/nonexistent/model"], None, tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "data" / "train_files.jsonl").read_text().splitlines()]
+    assert all(set(COLUMNS) <= set(r) for r in rows)
+    assert all(json.loads(r["answer"]) == json.loads(r["reward_model"]["ground_truth"]) for r in rows)  # the truth: the call to make
+    assert any(line.startswith("data.max_prompt_length: 512 -> 2048") for line in lines)  # room for Tool-N1's instructions
