@@ -109,7 +109,7 @@ def _riders(rnd: Round, informative: list[str], chosen: list[str], cut: bool) ->
     """The informative riders whose prompt the step took up: every prompt of the round, or with the
     round `cut` short those up to the last chosen group (the ones after it are discarded, riders too)."""
     prompts = list(dict.fromkeys(g for g in rnd.batch.group_index if g not in rnd.rides))  # in the order generated
-    taken = set(prompts if not cut else prompts[: prompts.index(chosen[-1]) + 1] if chosen else [])
+    taken = set(prompts[: prompts.index(chosen[-1]) + 1] if cut else prompts)  # a cut round chose one group at least
     return [u for u in informative if u in rnd.rides and rnd.rides[u] in taken]
 
 

@@ -210,12 +210,7 @@ class RewardStage:
         return (None if len(rows) == len(batch) else rows), metrics
 
     def decode(self, batch: RolloutBatch) -> list[str]:
-        """Response texts without padding (special tokens kept, as verl passes them to scorers)."""
-        lengths = batch.response_mask.sum(1).long().tolist()
-        return [
-            self.tokenizer.decode(ids[:n].tolist(), skip_special_tokens=False)
-            for ids, n in zip(batch.response_ids, lengths)
-        ]
+        return response_texts(self.tokenizer, batch)
 
     def score(
         self, batch: RolloutBatch, texts: list[str], overlong_rows: list[bool] | None = None,
@@ -346,6 +341,12 @@ class RewardJob:
 
     def result(self) -> Scored:
         return self.stage.finish(self.future.result(), self.rm, self.lengths, self.overlong_rows)
+
+
+def response_texts(tokenizer: Any, batch: RolloutBatch) -> list[str]:
+    """Response texts without padding (special tokens kept, as verl passes them to scorers)."""
+    lengths = batch.response_mask.sum(1).long().tolist()
+    return [tokenizer.decode(ids[:n].tolist(), skip_special_tokens=False) for ids, n in zip(batch.response_ids, lengths)]
 
 
 def merge_outputs(parts: list[RewardOutput]) -> RewardOutput:

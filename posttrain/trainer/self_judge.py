@@ -46,6 +46,7 @@ from posttrain.errors import UserError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rewards.chat_judges import clean_response, parse_scores, ruler_messages
 from posttrain.rollout.base import SamplingParams
+from posttrain.trainer.rewarding import response_texts
 
 # (prompts, sampling) -> the engine's rows for them, at this step's weights
 Generate = Callable[[PromptBatch, SamplingParams], RolloutBatch]
@@ -111,7 +112,7 @@ class SelfJudge:
         judged_scores: list[float] = []
         if blind:  # one reply per group: its verdict is the reward
             rows = generate(self._prompts(batch, texts, groups, blind, questions), dataclasses.replace(self.sampling, n=1))
-            for uid, reply in zip(blind, self._decode(rows)):
+            for uid, reply in zip(blind, response_texts(self.tokenizer, rows)):
                 members = groups[uid]
                 verdict = parse_scores(reply, len(members))
                 parsed, replies = parsed + (verdict is not None), replies + 1
@@ -119,7 +120,7 @@ class SelfJudge:
                     final[i] = value
         if gold:  # rollout.n replies per group, trained on against the gold rewards
             rows = generate(self._prompts(batch, texts, groups, gold, questions), self.sampling)
-            judged_texts = self._decode(rows)
+            judged_texts = response_texts(self.tokenizer, rows)
             for uid, reply in zip(rows.group_index, judged_texts):
                 members = groups[uid]
                 verdict = parse_scores(reply, len(members))
@@ -154,12 +155,6 @@ class SelfJudge:
         prompts = collate_prompts(examples, self.pad_id)
         prompts.uid = list(uids)  # the judge rows answer their group's uid (renamed for the trained ones)
         return prompts
-
-    def _decode(self, rows: RolloutBatch) -> list[str]:
-        """Each row's reply text, special tokens kept (as the reward stage decodes responses)."""
-        lengths = rows.response_mask.sum(1).long().tolist()
-        return [self.tokenizer.decode(ids[:n].tolist(), skip_special_tokens=False) for ids, n in zip(rows.response_ids, lengths)]
-
 
 def _like(rows: RolloutBatch, batch: RolloutBatch) -> RolloutBatch:
     """The judge rows with the optional per-row fields the step's batch carries (so the two concatenate)."""
