@@ -225,8 +225,9 @@ class RolloutBatch(_Rows):
     # (B,) bool: True on expert (SFT) rows joined to the batch for the mix losses (posttrain.trainer.mixing).
     expert_mask: Tensor | None = None
     # The prompt's chat messages before the template (data.return_raw_chat), else None per row: a
-    # reward model re-templates them in its own chat format.
-    raw_chat: list[Any] | None = None
+    # reward model re-templates them in its own chat format. Rows joined from elsewhere (expert rows,
+    # the self-judge's replies) may carry none: concatenated, theirs count as None.
+    raw_chat: list[Any] | None = field(default=None, metadata=OPTIONAL_ROWS)
     # Each row's prompt images (posttrain.models.vision), None for a text row; None when no row has any.
     vision: list[VisionInputs | None] | None = field(default=None, metadata=OPTIONAL_ROWS)
     # (B,) bool: the row was still being generated at its call's deadline (SamplingParams.deadline) and

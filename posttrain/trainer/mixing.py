@@ -123,7 +123,7 @@ class ExpertRows:
             rows.rollout_is_weights = torch.ones_like(rows.response_mask)
         if batch.reward_baselines is not None:
             rows.reward_baselines = torch.zeros(n)
-        rows.raw_chat = None if batch.raw_chat is None else [None] * n
+        rows.raw_chat = None  # the expert rows' chats are not kept (RolloutBatch.cat counts them None)
         batch = dataclasses.replace(batch, loss_mask=batch.train_mask, expert_mask=torch.zeros(len(batch), dtype=torch.bool))
         rows.expert_mask = torch.ones(n, dtype=torch.bool)
         return RolloutBatch.cat([batch, rows])

@@ -137,7 +137,7 @@ class SelfJudge:
         out = torch.tensor(final + judged_scores, dtype=scores.dtype)  # (B + judge rows,)
         if judged_rows is None:
             return Judged(batch, out, texts, metrics)
-        joined = RolloutBatch.cat([batch, _like(judged_rows, batch)])
+        joined = RolloutBatch.cat([batch, judged_rows])
         return Judged(joined, out, texts + judged_texts, metrics)
 
     def _prompts(self, batch: RolloutBatch, texts: list[str], groups: dict[str, list[int]], uids: list[str],
@@ -155,11 +155,3 @@ class SelfJudge:
         prompts = collate_prompts(examples, self.pad_id)
         prompts.uid = list(uids)  # the judge rows answer their group's uid (renamed for the trained ones)
         return prompts
-
-def _like(rows: RolloutBatch, batch: RolloutBatch) -> RolloutBatch:
-    """The judge rows with the optional per-row fields the step's batch carries (so the two concatenate)."""
-    if batch.raw_chat is not None and rows.raw_chat is None:
-        rows.raw_chat = [None] * len(rows)
-    if batch.raw_chat is None:
-        rows.raw_chat = None
-    return rows
