@@ -279,6 +279,35 @@ def build_mailbox(emails: Iterable[dict[str, Any]], path: str) -> dict[str, int]
     return counts
 
 
+# `posttrain smoke`'s stand-ins (posttrain.trainer.smoke): a mailbox of a few emails and questions on it.
+_SMOKE_INBOX = "kay.mann@enron.com"
+_SMOKE_EMAILS = [
+    {"message_id": f"<smoke-{i}@enron.com>", "subject": subject, "from": "jeff.dasovich@enron.com", "to": [_SMOKE_INBOX],
+     "date": f"2001-0{i + 1}-1{i} 09:30:00", "body": body, "file_name": f"mann-k/inbox/{i}."}
+    for i, (subject, body) in enumerate([
+        ("Meeting moved", "The site visit moved to Thursday at 3pm in room 22C."),
+        ("Turbine contract", "The turbine contract price is 41 million dollars, signed by both parties."),
+        ("Lunch", "Lunch on Friday is at the Italian place on Louisiana Street."),
+    ])
+]
+
+
+def smoke_kwargs(workdir: Any) -> dict[str, str]:
+    """The mailbox a smoke run searches (its three emails), written under ``workdir``."""
+    path = os.path.join(str(workdir), "smoke_mailbox.db")
+    build_mailbox(_SMOKE_EMAILS, path)
+    return {"db_path": path}
+
+
+def smoke_row(i: int) -> dict[str, Any]:
+    """The columns an email question row needs, asking about one of `smoke_kwargs`'s emails."""
+    questions = [("When is the site visit?", "Thursday at 3pm"), ("What is the turbine contract price?", "41 million dollars"),
+                 ("Where is Friday's lunch?", "the Italian place on Louisiana Street")]
+    question, answer = questions[i % 3]
+    return {"question": question, "answer": answer, "message_ids": [_SMOKE_EMAILS[i % 3]["message_id"]],
+            "inbox_address": _SMOKE_INBOX, "query_date": "2001-12-31"}
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 

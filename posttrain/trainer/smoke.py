@@ -17,7 +17,8 @@ line saying so:
 - the data: the first rows of each data file when it is here, else synthetic rows with the columns
   the config names (arithmetic problems that posttrain's scorers grade; countdown problems for the
   countdown scorer, a tool call for Tool-N1 rows), and those a built-in agent function reads (its
-  module's ``smoke_row``);
+  module's ``smoke_row``), with the files its kwargs name built small when they are not here (its
+  module's ``smoke_kwargs``: the email agent's mailbox);
 - the sizes: 2 training steps of 2 prompts x at most 2 responses, short prompts and responses,
   micro-batches of 2, the run under the smoke folder, no remote trackers;
 - dynamic sampling (algorithm.filter_groups) is left out: a random model's responses to one prompt
@@ -78,6 +79,7 @@ def smoke_config(path: str | None, overrides: list[str], dialect: str | None, wo
     lines += _machine(native)
     lines += _model(native, workdir)
     lines += _data(native, workdir)
+    lines += _agent_resources(native, workdir)
     lines += _sizes(native, workdir)
     lines += _unending_rounds(native)
     lines += _tool_n1_room(native)
@@ -370,6 +372,24 @@ def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
         row.update(agent_columns(i))
         rows.append(row)
     return rows
+
+
+def _agent_resources(native: dict[str, Any], workdir: Path) -> list[str]:
+    """A built-in agent function's files that its kwargs name but this machine lacks (the email agent's
+    mailbox), built small in the smoke folder by its module's ``smoke_kwargs(workdir)``."""
+    agent = (native.get("rollout") or {}).get("agent") or {}
+    module, _, name = str(agent.get("function") or "").partition(":")
+    if not module.startswith("posttrain.agents.") or importlib.util.find_spec(module) is None:
+        return []
+    loaded = importlib.import_module(module)
+    kwargs = agent.get("kwargs") if isinstance(agent.get("kwargs"), dict) else {}
+    check = getattr(getattr(loaded, name, None), "check_kwargs", None)
+    if not hasattr(loaded, "smoke_kwargs") or check is None or not check(kwargs):
+        return []
+    stand_in = loaded.smoke_kwargs(workdir)
+    agent["kwargs"] = {**kwargs, **stand_in}
+    return [f"rollout.agent.kwargs.{k}: {_short(kwargs.get(k))} -> {v} (not on this machine: a stand-in built here)"
+            for k, v in stand_in.items()]
 
 
 def _agent_columns(native: dict[str, Any]) -> Any:

@@ -365,6 +365,32 @@ def test_smoke_rows_carry_the_columns_a_built_in_agent_or_a_selector_reads(tmp_p
     assert all(0 <= r["weak_rate"] <= 1 and 0 <= r["strong_rate"] <= 1 for r in rows)
 
 
+def test_smoke_builds_the_email_agents_mailbox_and_asks_about_it(tmp_path):
+    """Trinity-RFT's email agent (grpo_email_search) reads a mailbox database the cluster has: smoke
+    builds a small one and writes question rows whose answers are in it."""
+    from posttrain.agents.email_search import Mailbox
+    from posttrain.trainer.smoke import smoke_config
+    import yaml
+
+    path, lines = smoke_config(None, ["rollout.agent.function=posttrain.agents.email_search:email_agent",
+                                      "data.train_files=/nonexistent/questions.parquet", "model.path=/nonexistent/model"], None, tmp_path)
+    db = str(tmp_path / "smoke_mailbox.db")
+    assert f'rollout.agent.kwargs.db_path: null -> {db} (not on this machine: a stand-in built here)' in lines
+    assert yaml.safe_load(path.read_text())["rollout"]["agent"]["kwargs"]["db_path"] == db
+    rows = [json.loads(line) for line in (tmp_path / "data" / "train_files.jsonl").read_text().splitlines()]
+    mailbox = Mailbox(db)
+    for row in rows:  # each question's source email is in the row's inbox and holds its answer
+        (source,) = row["message_ids"]
+        assert row["answer"] in mailbox.email(source)["body"] and row["inbox_address"] == "kay.mann@enron.com"
+    assert [hit["message_id"] for hit in mailbox.search("kay.mann@enron.com", ["turbine"], "2001-12-31")] == ["<smoke-1@enron.com>"]
+    # a mailbox the user names is kept
+    mine = tmp_path / "mine.db"
+    mine.write_bytes((tmp_path / "smoke_mailbox.db").read_bytes())
+    _, lines = smoke_config(None, ["rollout.agent.function=posttrain.agents.email_search:email_agent", f"rollout.agent.kwargs.db_path={mine}",
+                                   "data.train_files=/nonexistent/questions.parquet", "model.path=/nonexistent/model"], None, tmp_path / "kept")
+    assert not [line for line in lines if "db_path" in line]
+
+
 def test_smoke_config_substitutes_an_nsys_profiler(tmp_path):
     """verl's nsys profiler (examples/ppo_trainer/run_qwen2-7b_rm_seq_balance_nsys.sh) needs an NVIDIA
     GPU: smoke traces the same steps with torch's profiler and drops the nsys launch options."""
