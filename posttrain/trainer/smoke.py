@@ -18,7 +18,8 @@ line saying so:
   the config names (arithmetic problems that posttrain's scorers grade; countdown problems for the
   countdown scorer, a tool call for Tool-N1 rows), and those a built-in agent function reads (its
   module's ``smoke_row``), with the files its kwargs name built small when they are not here (its
-  module's ``smoke_kwargs``: the email agent's mailbox);
+  module's ``smoke_kwargs``: the email agent's mailbox); a mix's expert rows (algorithm.mix.expert_files)
+  the same way, under the mix's column names;
 - the sizes: 2 training steps of 2 prompts x at most 2 responses, short prompts and responses,
   micro-batches of 2, the run under the smoke folder, no remote trackers;
 - dynamic sampling (algorithm.filter_groups) is left out: a random model's responses to one prompt
@@ -296,7 +297,27 @@ def _data(native: dict[str, Any], workdir: Path, prefix: str = "") -> list[str]:
         lines.append(f"data.{key}: {_short(files)} -> {how}")
     if data.pop("dataset_dir", None):
         lines.append("data.dataset_dir: -> left out (the smoke data is under the smoke folder)")
-    return lines
+    return lines + _expert_rows(native, workdir, prefix)
+
+
+def _expert_rows(native: dict[str, Any], workdir: Path, prefix: str) -> list[str]:
+    """algorithm.mix.expert_files (SFT rows joined to each step): the first rows when they are here,
+    else synthetic prompt/response rows under the mix's own column names."""
+    mix = (native.get("algorithm") or {}).get("mix")
+    files = mix.get("expert_files") if isinstance(mix, dict) else None
+    if not files:
+        return []
+    files = [files] if isinstance(files, str) else list(files)
+    rows, how = _first_rows(files, 2 * BATCH, native.get("data") or {})
+    if rows is None:
+        columns = {k: mix[k] for k in ("prompt_key", "response_key", "messages_key") if mix.get(k)}
+        rows = _synthetic(2 * BATCH, {**native, "data": {**(native.get("data") or {}), **columns}})
+        how = f"{len(rows)} synthetic rows with the mix's columns ({how})"
+    out = workdir / "data" / f"{prefix}expert_files.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r, default=_plain) + "\n" for r in rows))
+    mix["expert_files"] = [str(out)]
+    return [f"algorithm.mix.expert_files: {_short(files)} -> {how}"]
 
 
 def _plain(value: Any) -> Any:
@@ -423,6 +444,7 @@ _SIZES = [
     ("actor", "ppo_micro_batch_size_per_gpu", lambda v: min(v, 2)), ("critic", "ppo_micro_batch_size_per_gpu", lambda v: min(v, 2)),
     ("rollout", "log_prob_micro_batch_size_per_gpu", lambda v: min(v, 2)), ("ref", "log_prob_micro_batch_size_per_gpu", lambda v: min(v, 2)),
     ("critic", "forward_micro_batch_size_per_gpu", lambda v: min(v, 2)),
+    ("algorithm.mix", "expert_batch_size", lambda v: min(v, BATCH)),
     ("trainer", "total_training_steps", STEPS),
 ]
 

@@ -391,6 +391,22 @@ def test_smoke_builds_the_email_agents_mailbox_and_asks_about_it(tmp_path):
     assert not [line for line in lines if "db_path" in line]
 
 
+def test_smoke_stands_in_for_expert_rows_that_are_not_here(tmp_path):
+    """Trinity-RFT's mix_vlm names its expert SFT rows by a Hub dataset this machine does not cache:
+    smoke writes rows under the mix's own column names and shrinks the expert batch to fit them."""
+    from posttrain.trainer.smoke import smoke_config
+    import yaml
+
+    path, lines = smoke_config(None, ["algorithm.mix.expert_files=[org/geometry_sft@train]", "algorithm.mix.prompt_key=problem",
+                                      "algorithm.mix.response_key=solution", "algorithm.mix.expert_batch_size=64",
+                                      "data.train_files=/nonexistent/rows.parquet", "model.path=/nonexistent/model"], None, tmp_path)
+    mix = yaml.safe_load(path.read_text())["algorithm"]["mix"]
+    assert mix["expert_files"] == [str(tmp_path / "data" / "expert_files.jsonl")] and mix["expert_batch_size"] == 2
+    assert any(line.startswith('algorithm.mix.expert_files: ["org/geometry_sft@train"] -> 4 synthetic rows') for line in lines)
+    rows = [json.loads(line) for line in (tmp_path / "data" / "expert_files.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(r["problem"][0]["role"] == "user" and r["solution"] for r in rows)
+
+
 def test_smoke_config_substitutes_an_nsys_profiler(tmp_path):
     """verl's nsys profiler (examples/ppo_trainer/run_qwen2-7b_rm_seq_balance_nsys.sh) needs an NVIDIA
     GPU: smoke traces the same steps with torch's profiler and drops the nsys launch options."""
