@@ -43,6 +43,7 @@ import yaml
 
 from posttrain.config.dialects import Foreign, check, read_foreign, verl_launch
 from posttrain.config.dialects.detect import detect
+from posttrain.config.dialects.machine import ABSENT_DATA as _ABSENT_DATA
 from posttrain.config.dialects.source import read_yaml
 from posttrain.config.load import load_config, to_dict
 from posttrain.errors import ConfigError
@@ -52,7 +53,6 @@ STEPS = 2
 BATCH = 2  # prompts per step
 PROMPT_LENGTH, RESPONSE_LENGTH = 512, 16  # prompt room for a system prompt such as the R1 template (~440 tiny-tokenizer tokens)
 # A data file the run reads on its cluster, absent here (posttrain.data.sources): smoke's rows stand in for it.
-_ABSENT_DATA = "is neither a local file, a folder nor a Hugging Face dataset name"
 _DATA_KEYS = ("data.train_files", "data.val_files")
 # Refusals that only say what this machine lacks: the engine, the training backend, the devices.
 # "Megatron" alone is not enough: a refusal of a Megatron option that changes the numbers (a MoE
@@ -328,9 +328,13 @@ def _first_rows(files: list[str], n: int, data: dict[str, Any]) -> tuple[list[di
     from posttrain.data.sources import load_table
     from posttrain.errors import UserError
 
+    from posttrain.files import is_hub_name, parse_dataset_entry
+
     base = Path(data.get("dataset_dir") or ".")
-    if not all(f and (base / Path(f).expanduser()).exists() for f in files if isinstance(f, str) and "@" not in f):
-        return None, "not on this machine"
+    for f in files:  # a PATH@SPLIT entry of a folder that is not here is absent as a file is
+        path = parse_dataset_entry(f)[0] if isinstance(f, str) and "@" in f else f
+        if isinstance(f, str) and not (f and ((base / Path(path).expanduser()).exists() or ("@" in f and is_hub_name(path)))):
+            return None, "not on this machine"
     try:
         table = load_table(files, setting="data.train_files", base_dir=data.get("dataset_dir"))
     except UserError as err:

@@ -94,3 +94,36 @@ def test_multi_line_refused_values_keep_the_file_valid(inputs, tmp_path, capsys)
     assert "my_knob" not in parsed and "my_list" not in parsed
     assert main(["config", "show", str(converted)]) == 0  # the rest is a valid posttrain config
     assert yaml.safe_load(capsys.readouterr().out)["actor"]["clip_ratio_c"] == pytest.approx(1.5)
+
+
+def test_a_taskset_that_is_not_on_this_machine_stays_in_the_converted_file(inputs, tmp_path, capsys):
+    """A Trinity-RFT file converted on a laptop that lacks the cluster's data keeps its data paths (as
+    the entries they read where the files are), listed as not on this machine rather than left out."""
+    original = tmp_path / "trinity.yaml"
+    cluster = tmp_path / "on_the_cluster"  # a folder of split files there, absent here
+    original.write_text(textwrap.dedent(_files(inputs)["trinity"]).replace(f"{{path: {inputs}/data, split: train}}", f"{{path: {cluster}, subset_name: main}}")
+                        + f"    eval_tasksets: [{{path: {cluster}/test.jsonl}}]\n")
+    converted = tmp_path / "converted.yaml"
+    assert main(["config", "convert", str(original), str(converted)]) == 1  # refused here: the files are not on this machine
+    text = converted.read_text()
+    data = yaml.safe_load(text)["data"]
+    assert data["train_files"] == [f"{cluster}:main@train"] and data["val_files"] == [f"{cluster}/test.jsonl"]
+    head = text.split("# NOT ON THIS MACHINE", 1)[1].split("\n#\n", 1)[0]
+    assert "buffer.explorer_input.taskset.path" in head and "eval_tasksets[0].path" in head and "# REFUSED" not in text
+    assert "uncomment once supported" not in text
+    capsys.readouterr()
+    assert main(["config", "plan", str(converted)]) == 2  # still missing here, named as the data it is
+    assert f"{cluster}:main@train" in capsys.readouterr().err
+    # where the files are, the converted file runs: the same folder's split files
+    cluster.mkdir()
+    write_task_data("sort", cluster / "main", train=8, test=4)
+    (cluster / "test.jsonl").write_text("".join(line + "\n" for line in _jsonl_rows(cluster / "main" / "test.parquet")))
+    assert main(["config", "plan", str(converted)]) == 0, capsys.readouterr().err
+
+
+def _jsonl_rows(parquet: Path) -> list[str]:
+    import json
+
+    import pyarrow.parquet as pq
+
+    return [json.dumps(row) for row in pq.read_table(parquet).to_pylist()]

@@ -344,7 +344,7 @@ def test_smoke_trinitys_trainable_ruler_leaves_dynamic_sampling_out(tmp_path, ca
     # a random model's responses score alike: the filter would keep no group and draw rounds without end
     assert "algorithm.filter_groups.enable: True -> False" in out
     # the taskset's folder is on the cluster, not here: synthetic rows with its columns stand in
-    assert 'data.train_files: ["/nonexistent/gsm8k"] -> 4 synthetic rows' in out
+    assert 'data.train_files: ["/nonexistent/gsm8k@train"] -> 4 synthetic rows' in out
     steps = [m for m in metrics(tmp_path / "w") if "actor/pg_loss" in m]
     assert [m["step"] for m in steps] == [1, 2]
     assert all("self_judge/gold_groups" in m and "self_judge/parsed" in m for m in steps)

@@ -25,7 +25,7 @@ import yaml
 from posttrain.config.dialects import hydra, roll, roll_distill, roll_onpolicy, roll_sft, trinity, verl, verl_eval, verl_launch
 from posttrain.config.dialects.detect import DIALECTS, TITLES, detect
 from posttrain.config.dialects.machine import machine_problem
-from posttrain.config.dialects.report import Entry, Report
+from posttrain.config.dialects.report import Entry, Report, keep_absent_data
 from posttrain.config.dialects.source import compose, read_yaml, references, resolve
 from posttrain.config.dialects.translate import translate_dict
 from posttrain.config.dialects.values import value_hook
@@ -165,7 +165,7 @@ def convert(path: str | Path, dialect: str | None = None) -> tuple[str, Foreign,
     """``(native YAML with the report as comments, the translation, validation problems)``."""
     foreign = read_foreign(path, dialect)
     problems = check(foreign)
-    body = yaml.safe_dump(_schema_order(foreign.native, Config), sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
+    body = yaml.safe_dump(_schema_order(keep_absent_data(foreign.native, foreign.report), Config), sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
     text = foreign.report.comment_block(problems) + "\n" + (body if foreign.native else "{}\n") + foreign.report.refused_native_yaml()
     return text, foreign, problems
 

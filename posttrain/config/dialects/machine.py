@@ -22,6 +22,15 @@ from typing import Any
 #: What a problem says when the count came from this machine (smoke and the corpus sweep read it).
 LEFT_TO_MACHINE = "the file leaves the device count to the machine"
 NATIVE = "cluster.n_gpus_per_node"
+#: What a refusal of a data path says when the path is not on this machine (the files are on the
+#: user's cluster): `config convert` keeps such a path, smoke puts rows in its place.
+ABSENT_DATA = "is neither a local file, a folder nor a Hugging Face dataset name"
+DATA_KEYS = ("data.train_files", "data.val_files", "algorithm.mix.expert_files")
+
+
+def absent_here(entry: Any) -> bool:
+    """Whether a refused report entry is a data path that is only missing on this machine."""
+    return entry.status == "refused" and entry.native in DATA_KEYS and ABSENT_DATA in entry.reason
 
 
 def visible_gpus() -> int:

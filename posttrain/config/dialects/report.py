@@ -13,6 +13,7 @@ Three outcomes, and no fourth (a key is never silently lost):
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import yaml
 
 from posttrain.config.dialects.detect import TITLES
+from posttrain.config.dialects.machine import absent_here
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +85,11 @@ class Report:
         if problems:
             out += ["#", "# The converted config does not validate yet (fix these, then `posttrain config show FILE`):"]
             out += [_commented(p) for p in problems]
-        refused = self.refused
+        here = [e for e in self.refused if absent_here(e)]
+        if here:
+            out += ["#", "# NOT ON THIS MACHINE (kept as written below: `config plan` and `train` read them where the files are):"]
+            out += [_commented(e.line()) for e in here]
+        refused = [e for e in self.refused if not absent_here(e)]
         if refused:
             out += ["#", "# REFUSED (left out: posttrain cannot honour them; a native key, where shown, is commented out below):"]
             out += [_commented(e.line()) for e in refused]
@@ -101,7 +107,7 @@ class Report:
         """Refused values that have a native key, as commented-out YAML lines (``# rollout.name: vllm``)."""
         lines = []
         for e in self.refused:
-            if e.native:
+            if e.native and not absent_here(e):  # a data path missing here is in the body (`keep_absent_data`)
                 value = yaml.safe_dump(e.value, default_flow_style=True, width=10**6).strip()
                 value = value.removesuffix("\n...").removesuffix("...").strip()
                 if "\n" in value:  # JSON is YAML too, and always one line: the value stays inside this comment
@@ -110,6 +116,21 @@ class Report:
         if not lines:
             return ""
         return "\n# Refused settings, at their posttrain keys (uncomment once supported):\n" + "\n".join(lines) + "\n"
+
+
+def keep_absent_data(native: dict[str, Any], report: Report) -> dict[str, Any]:
+    """``native`` with the data paths that are refused only because they are not on this machine put
+    back (appended to their lists), so that a file converted on a laptop still names its cluster's data."""
+    out = copy.deepcopy(native)
+    for e in report.refused:
+        if absent_here(e):
+            section, key = e.native.rsplit(".", 1)
+            node = out
+            for part in section.split("."):
+                node = node.setdefault(part, {})
+            values = node.get(key) if isinstance(node.get(key), list) else []
+            node[key] = values + [v for v in (e.value if isinstance(e.value, list) else [e.value]) if v not in values]
+    return out
 
 
 def _commented(text: str, indent: str = "#   ") -> str:

@@ -62,7 +62,7 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         try:
             files = data_files(item.get("path"), split, item.get("subset_name"))
         except ValueError as err:
-            ctx.refuse(f"{prefix}.path", str(err), native, item.get("path"))
+            ctx.refuse(f"{prefix}.path", str(err), native, getattr(err, "entry", item.get("path")))
         else:
             for name in ("split", "subset_name"):  # each named in the report, though path carries them
                 if name in item:

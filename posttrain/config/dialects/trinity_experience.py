@@ -65,7 +65,7 @@ def experience_files(ctx: Context, default_type: str | None = "ppo") -> None:
         try:
             files = data_files(buf["path"], split, buf.get("subset_name"))
         except ValueError as err:
-            ctx.refuse(f"{EB}.path", str(err), "data.train_files", buf["path"])
+            ctx.refuse(f"{EB}.path", str(err), "data.train_files", getattr(err, "entry", buf["path"]))
         else:
             for name in ("split", "subset_name"):
                 if name in buf:

@@ -5,7 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from posttrain.files import dataset_entry, is_hub_name, split_files
+from posttrain.config.dialects.machine import ABSENT_DATA
+from posttrain.files import SPLIT_FILE_EXTS, dataset_entry, is_hub_name, split_files
+
+
+class AbsentData(ValueError):
+    """A taskset path that is not on this machine; ``entry`` is what it reads where it is (the path
+    itself for a data file, else ``PATH[:SUBSET]@SPLIT``, which the data layer resolves then)."""
+
+    def __init__(self, message: str, entry: str):
+        super().__init__(message)
+        self.entry = entry
 
 
 def data_files(path: Any, split: str, subset: str | None = None) -> list[str]:
@@ -25,7 +35,9 @@ def data_files(path: Any, split: str, subset: str | None = None) -> list[str]:
         return found if found else [dataset_entry(path, subset, split)]
     if is_hub_name(path):
         return [dataset_entry(path, subset, split)]
-    raise ValueError(
-        f"{path!r} is neither a local file, a folder nor a Hugging Face dataset name; posttrain reads local files "
-        f"and cached datasets and never downloads: save the dataset locally (`posttrain data fetch NAME OUT`) and point path there"
+    is_file = p.suffix.lstrip(".") in SPLIT_FILE_EXTS and subset is None
+    raise AbsentData(
+        f"{path!r} {ABSENT_DATA}; posttrain reads local files "
+        f"and cached datasets and never downloads: save the dataset locally (`posttrain data fetch NAME OUT`) and point path there",
+        path if is_file else dataset_entry(path, subset, split),
     )

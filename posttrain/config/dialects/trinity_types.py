@@ -218,7 +218,7 @@ def _expert(ctx: Context, name: str) -> None:
     try:
         files = data_files(buf.get("path"), buf.get("split", "train"), buf.get("subset_name"))
     except ValueError as err:
-        ctx.refuse(f"{prefix}.path", str(err), "algorithm.mix.expert_files", buf.get("path"))
+        ctx.refuse(f"{prefix}.path", str(err), "algorithm.mix.expert_files", getattr(err, "entry", buf.get("path")))
         return
     ctx.set("algorithm.mix.expert_files", files, f"{prefix}.path")
     _expert_format(ctx, prefix, buf)
