@@ -23,6 +23,7 @@ from pathlib import Path
 from posttrain.cli.sources import add_dialect_options, config_source, split_args  # noqa: F401 (split_args: re-exported)
 from posttrain.config.derive import count_rows, derive
 from posttrain.config.dialects import TITLES, convert
+from posttrain.errors import ConfigError
 from posttrain.config.explain import explain
 from posttrain.config.load import load_config, to_yaml
 from posttrain.config.plan import format_plan
@@ -46,13 +47,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_dialect_options(plan)
     plan.set_defaults(func=run_plan)
     conv = sub.add_parser("convert", help="translate a verl/ROLL/Trinity-RFT config into a posttrain config",
-                          usage="posttrain config convert IN [OUT] [--dialect verl|roll|trinity]",
+                          usage="posttrain config convert IN [OUT] [--dialect verl|roll|trinity]\n"
+                                "       posttrain config convert --dialect verl|roll|trinity [IN] KEY=VALUE ... [-o OUT]",
                           description="Write IN as a posttrain config (to OUT, or stdout), with a commented report of "
-                          "what was translated, dropped and refused. Exit 0: all translated and valid; 1: written, "
-                          "but some keys were refused or it does not validate yet; 2: nothing written.")
-    conv.add_argument("input", metavar="IN", help="a verl, ROLL or Trinity-RFT YAML config")
-    conv.add_argument("output", metavar="OUT", nargs="?", default=None, help="where to write the posttrain YAML; omitted: stdout")
-    conv.add_argument("--dialect", choices=["verl", "roll", "trinity"], default=None, help="the framework that wrote IN (default: detected from its keys)")
+                          "what was translated, dropped and refused; or a launch line (a verl script's words after "
+                          "`python3 -m verl.trainer.main_ppo`, or a file with its overrides). Exit 0: all translated and "
+                          "valid; 1: written, but some keys were refused or it does not validate yet; 2: nothing written.")
+    conv.add_argument("args", nargs="*", metavar="IN [OUT] | [IN] KEY=VALUE",
+                      help="a verl, ROLL or Trinity-RFT YAML config and where to write the posttrain YAML (omitted: stdout); "
+                           "or, with --dialect, a launch line's [config] and overrides")
+    conv.add_argument("-o", "--output", default=None, metavar="OUT", help="where to write the posttrain YAML (a launch line's OUT)")
+    add_dialect_options(conv)
     conv.set_defaults(func=run_convert)
 
 
@@ -100,20 +105,37 @@ def plan_text(cfg, path: str | None, overrides: list[str]) -> str:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    text, foreign, problems = convert(args.input, args.dialect)
+    if not any(_is_override(w) for w in args.args) and args.config_name is None and 1 <= len(args.args) <= 2:
+        if args.output is not None and len(args.args) == 2:
+            raise ConfigError(f"two outputs: {args.args[1]} and -o {args.output}; give one")
+        path, overrides, output = args.args[0], [], args.args[1] if len(args.args) == 2 else args.output  # IN [OUT]
+    else:  # a launch line: [IN] KEY=VALUE ..., written to -o
+        path, overrides, _ = config_source(args)
+        stray = [w for w in overrides if not _is_override(w)]
+        if stray or (args.dialect is None and args.config_name is None):
+            raise ConfigError(f"config convert {' '.join(args.args)}: a launch line needs --dialect verl|roll|trinity, one config "
+                              f"file at most, then KEY=VALUE overrides, and its output as -o OUT" + (f" (not {stray[0]})" if stray else ""))
+        output = args.output
+    text, foreign, problems = convert(path, args.dialect or ("verl" if args.config_name else None), overrides)
     refused = foreign.report.refused
-    if args.output is None:
+    if output is None:
         print(text, end="")
     else:
-        atomic_write_text(Path(args.output), text)
-    out = sys.stderr if args.output is None else sys.stdout
-    where = f" -> {args.output}" if args.output else ""
-    print(f"{args.input}: {TITLES[foreign.dialect]} config{where}: {foreign.report.counts()}", file=out)
+        atomic_write_text(Path(output), text)
+    out = sys.stderr if output is None else sys.stdout
+    where = f" -> {output}" if output else ""
+    source = path if not overrides else f"{path or 'the command line'} with {len(overrides)} override(s)"
+    print(f"{source}: {TITLES[foreign.dialect]} config{where}: {foreign.report.counts()}", file=out)
     for entry in refused:
         print(f"  refused: {entry.line()}", file=out)
     for problem in problems:
         print(f"  does not validate: {problem}", file=out)
     return 1 if refused or problems else 0
+
+
+def _is_override(word: str) -> bool:
+    """A Hydra override (``key=value``, ``+key=value``, ``~key``) rather than a file name."""
+    return "=" in word or word.startswith("~")
 
 
 def _plan_text(check, path: str | None) -> str:

@@ -127,3 +127,32 @@ def _jsonl_rows(parquet: Path) -> list[str]:
     import pyarrow.parquet as pq
 
     return [json.dumps(row) for row in pq.read_table(parquet).to_pylist()]
+
+
+def test_a_launch_line_converts_to_a_file_that_plans_as_the_line(inputs, tmp_path, capsys):
+    """A verl script's words after `python3 -m verl.trainer.main_ppo` (and a ROLL file with its Hydra
+    overrides) convert to a posttrain file whose plan and values are the launch line's."""
+    verl = ["--dialect", "verl", "algorithm.adv_estimator=grpo", f"data.train_files={inputs}/data/train.parquet",
+            f"data.val_files={inputs}/data/test.parquet", "data.train_batch_size=4", "data.max_prompt_length=32",
+            "data.max_response_length=8", f"actor_rollout_ref.model.path={inputs}/model", "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.actor.optim.lr=3e-6", "trainer.logger=['console']", "trainer.total_epochs=2"]
+    roll = textwrap.dedent(_files(inputs)["roll"])
+    (tmp_path / "roll.yaml").write_text(roll)
+    lines = {"verl": verl, "roll": ["--dialect", "roll", str(tmp_path / "roll.yaml"), "actor_train.training_args.learning_rate=3e-6", "pg_clip=0.1", "+max_grad_norm=0.5"]}
+    for name, words in lines.items():
+        converted = tmp_path / f"{name}.converted.yaml"
+        assert main(["config", "convert", *words, "-o", str(converted)]) == 0, capsys.readouterr()
+        assert "override(s)" in capsys.readouterr().out
+        assert main(["config", "plan", *words]) == 0
+        plan_line = capsys.readouterr().out
+        assert main(["config", "plan", str(converted)]) == 0
+        assert capsys.readouterr().out == plan_line and "responses per step" in plan_line
+        cfg = load_config(converted)
+        assert cfg == load_config(None, words[2:], dialect=name) if name == "verl" else cfg == load_config(words[2], words[3:], dialect=name)
+        assert cfg.actor.optim.lr == pytest.approx(3e-6)  # an override reaches the file
+    roll_cfg = load_config(tmp_path / "roll.converted.yaml")
+    assert roll_cfg.actor.clip_ratio == pytest.approx(0.1) and roll_cfg.actor.grad_clip == pytest.approx(0.5)  # the + addition too
+    # without --dialect, KEY=VALUE words are not a file to convert: one line says what a launch line needs
+    assert main(["config", "convert", "trainer.total_epochs=2", str(tmp_path / "out.yaml")]) == 2
+    assert "a launch line needs --dialect" in capsys.readouterr().err and not (tmp_path / "out.yaml").exists()

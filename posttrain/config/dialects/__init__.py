@@ -161,9 +161,16 @@ def check(foreign: Foreign) -> list[str]:
     return []
 
 
-def convert(path: str | Path, dialect: str | None = None) -> tuple[str, Foreign, list[str]]:
-    """``(native YAML with the report as comments, the translation, validation problems)``."""
-    foreign = read_foreign(path, dialect)
+def convert(path: str | Path | None, dialect: str | None = None, overrides: list[str] = ()) -> tuple[str, Foreign, list[str]]:
+    """``(native YAML with the report as comments, the translation, validation problems)`` of a file,
+    or of a launch line: ``--dialect DIALECT [FILE] KEY=VALUE ...`` as `foreign_native` reads it."""
+    if dialect == "verl" and (overrides or path is None or verl_launch.builtin(path)):
+        native, report, set_by = verl_launch.launch(path, list(overrides))
+        foreign = Foreign(Path(path) if path is not None else None, "verl", native, report, set_by)
+    elif path is None:
+        raise ConfigError(f"--dialect {dialect}: give the {TITLES.get(dialect or '', 'foreign')} config file first, then its KEY=VALUE overrides")
+    else:
+        foreign = read_foreign(path, dialect, overrides=list(overrides))
     problems = check(foreign)
     body = yaml.safe_dump(_schema_order(keep_absent_data(foreign.native, foreign.report), Config), sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
     text = foreign.report.comment_block(problems) + "\n" + (body if foreign.native else "{}\n") + foreign.report.refused_native_yaml()
