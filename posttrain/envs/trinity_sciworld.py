@@ -127,11 +127,6 @@ def parse_task(task_desc: Any) -> tuple[str, int, str | None]:
     return task["task_name"], task["var_num"], jar if isinstance(jar, str) and os.path.isfile(jar) else None
 
 
-def smoke_rows() -> list[dict[str, Any]]:
-    """Stand-in episode rows (`posttrain smoke` on a machine without the taskset): two real tasks."""
-    return [{"task_desc": json.dumps({"task_name": name, "var_num": var, "jar_path": None})} for name, var in SMOKE_TASKS]
-
-
 def close_idle() -> int:
     """Stop every idle simulator's Java virtual machine; how many were stopped."""
     count = 0
@@ -187,6 +182,11 @@ class TrinitySciWorld:
         self._finalizer = weakref.finalize(self, _give_back, self.jar, self._held)
         self.score = 0  # Trinity's current_reward: the sum of the simulator's score deltas so far
         self.best = 0  # Trinity's final_reward x 100: the best score so far, from 0
+
+    @staticmethod
+    def smoke_rows() -> list[dict[str, Any]]:
+        """Stand-in episode rows (`posttrain smoke` on a machine without the taskset): two real tasks."""
+        return [{"task_desc": json.dumps({"task_name": name, "var_num": var, "jar_path": None})} for name, var in SMOKE_TASKS]
 
     def _simulator(self) -> Any:
         if not self._held:
