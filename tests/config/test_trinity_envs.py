@@ -116,6 +116,8 @@ def test_sciworld_becomes_an_environment_reading_the_prompt_column():
     assert native["env"]["custom_envs"] == {"sciworld": {"env_type": "trinity_sciworld", "env_config": {}, "max_steps": 30,
                                                          "episode_columns": {"task_desc": "task_desc"}, "episode_files": ["tasks.jsonl"]}}
     assert native["env"]["train_env_manager"] == {"tags": ["sciworld"], "num_env_groups": 4, "group_size": 8}
+    assert report.entry(f"{_IN}.taskset.format.prompt_key").native == "env.custom_envs.sciworld.episode_columns.task_desc"
+    assert "prompt_key" not in native.get("data", {})
     assert entries[f"{_IN}.taskset.default_reward_fn_type"] == ("dropped", "sciworld_workflow rewards its episodes itself "
                                                                 "(its best score / 100) and calls no reward function")
     # Trinity's default prompt_key is "prompt"; it reads no workflow_args

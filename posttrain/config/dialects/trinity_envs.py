@@ -126,6 +126,11 @@ def episode_sources(ctx: Context) -> None:
     trained = next((w for w in WORKFLOWS.values() if w.tag in envs), None)
     if trained is not None:
         _files(ctx, envs[trained.tag], data.pop("train_files", None), f"{_IN}.taskset.path", trained)
+        columns = envs[trained.tag].get("episode_columns") or {}
+        if trained.prompt_argument in columns and data.get("prompt_key") == columns[trained.prompt_argument]:
+            del data["prompt_key"]  # the prompt column names each row's episode, not a prompt the model reads
+            ctx.report.add(_entry(f"{_IN}.taskset.format.prompt_key", f"env.custom_envs.{trained.tag}.episode_columns.{trained.prompt_argument}",
+                                  columns[trained.prompt_argument], f"the column whose text is each row's {trained.prompt_argument}"))
         # buffer.batch_size tasks a step, each played repeat_times times; the steps (unless
         # buffer.total_steps) are counted from the rows when the stage starts: total_epochs x rows // groups
         # (read from the file: the batch rules fill data.train_batch_size and rollout.n after the handlers)
