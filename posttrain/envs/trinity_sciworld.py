@@ -23,8 +23,9 @@ the simulator in a Java virtual machine):
 - **Reward**: Trinity's episode reward is the best cumulative score over the steps (the sum of the
   simulator's score deltas, floored at 0, as its running maximum starts at 0), divided by 100, given
   at the end. The deltas count from the score after the reset's "look around" (often 8 already), so
-  a solved task earns less than 1.0 (0.92 for find-living-thing, variation 1), as in Trinity. posttrain's loop sums an episode's step rewards, so each step returns the rise of that
-  running maximum over 100: the rises telescope to Trinity's value whether the episode ends by the
+  a solved task earns less than 1.0 (0.92 for find-living-thing, variation 1), as in Trinity.
+  posttrain's loop sums an episode's step rewards, so each step returns the rise of that running
+  maximum over 100: the rises telescope to Trinity's value whether the episode ends by the
   simulator's done, by the entry's ``max_steps`` (the loop still steps the last action, then cuts),
   or earlier. ``success`` is a score of 100.
 
