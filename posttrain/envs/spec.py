@@ -12,6 +12,7 @@ An entry of ``custom_envs`` names one environment configuration (its tag) in ROL
         action_pattern: "<a>(.*?)</a>"  # optional: the action is the last of at most 2 groups (or the whole match)
         env_instruction: "..."       # the system message; else the class's `instruction`
         episode_files: [tasks.jsonl] # optional: one episode per row, in order (below)
+        episode_columns: {task_desc: prompt}  # optional: a constructor argument read from a column of another name
         seed_per_group: false        # true: env_config.seed becomes each env group's own constant seed
         enable_thinking: false       # optional: the chat template's enable_thinking for this entry's turns (else the run's)
 
@@ -27,8 +28,13 @@ also sit inside env_config; the loop reads them from there and does not pass the
 With ``episode_files`` (posttrain's key; Trinity-RFT's environment workflows play one episode per
 taskset row) the entry's episodes are the rows of those files, in order: a row's ``seed`` column is
 the episode's reset seed and its columns named like constructor arguments of the class override
-env_config for that episode (other columns, e.g. an index, are not read). Training groups take the
-next rows each step, wrapping round at the end; validation groups take the first rows.
+env_config for that episode (other columns, e.g. an index, are not read). ``episode_columns``
+(``{argument: column}``) reads an argument from a column of another name (Trinity's
+``format.prompt_key``). A class whose ``episode_argument`` names the constructor argument that
+makes an episode by itself (trinity_sciworld's ``task_desc``) takes rows without a seed: such a row is
+reset with its position among the entry's rows (0, 1, ... over the files in order), so a run
+replays the same seeds. Training groups take the next rows each step, wrapping round at the end;
+validation groups take the first rows.
 
 An env manager (`train_env_manager`, `val_env_manager`) runs `num_env_groups` groups of
 `group_size` environments, split over its `tags` by `num_groups_partition` (evenly when empty).
@@ -65,7 +71,7 @@ REFUSED = {
 # thread lock, and its limiter of concurrent reset/step calls per tag): posttrain's loop makes its
 # environment calls from one thread, one at a time, which meets every such bound.
 KNOWN = ("env_type", "env_config", "max_steps", "max_actions_per_traj", "max_tokens_per_step", "format_penalty",
-         "action_pattern", "env_instruction", "use_thread_lock", "max_env_step_concurrent", "episode_files", "tool_wrapper",
+         "action_pattern", "env_instruction", "use_thread_lock", "max_env_step_concurrent", "episode_files", "episode_columns", "tool_wrapper",
          "seed_per_group", "enable_thinking", *WINDOW_KEYS)
 # ROLL writes the loop's settings inside env_config (its envs parse their own actions); posttrain's
 # loop reads them there too and does not pass them to the class.
@@ -201,24 +207,50 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
         instruction = getattr(cls, "instruction", "")
     if native and "max_steps" in inspect.signature(cls).parameters:
         env_config.setdefault("max_steps", max_steps)  # an environment writing its own conversation may end it at the last action
-    episodes = _episodes(entry["episode_files"], cls, f"{key}.episode_files") if entry.get("episode_files") is not None else ()
+    columns = _episode_columns(entry.get("episode_columns"), cls, key, entry.get("episode_files") is not None)
+    episodes = _episodes(entry["episode_files"], cls, f"{key}.episode_files", columns) if entry.get("episode_files") is not None else ()
     return EnvSpec(tag, str(entry["env_type"]), cls, dict(env_config), max_steps, tokens,
                    None if penalty is None else float(penalty), pattern, str(instruction), window, turns, episodes, tools,
                    per_group is True, enable_thinking=thinking)
 
 
-def _episodes(files: Any, cls: type, key: str) -> tuple[dict[str, Any], ...]:
-    """Each row of ``files`` as its ``seed`` and the columns ``cls`` takes as constructor arguments."""
+def _episode_columns(columns: Any, cls: type, key: str, files: bool) -> dict[str, str]:
+    """The entry's episode_columns ({constructor argument: column}), checked."""
+    if columns is None:
+        return {}
+    key, takes = f"{key}.episode_columns", set(inspect.signature(cls).parameters)
+    if not files:
+        raise ConfigError(f"{key}: reads columns of episode_files rows, and the entry has no episode_files; remove it or add them")
+    if not isinstance(columns, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in columns.items()):
+        raise ConfigError(f"{key}: expected a mapping {{constructor argument: column name}}, got {columns!r:.80}")
+    unknown = sorted(set(columns) - takes - {"seed"})
+    if unknown:
+        raise ConfigError(f"{key}: {unknown} are not constructor arguments of {cls.__name__} (it takes {sorted(takes)}) nor seed")
+    return dict(columns)
+
+
+def _episodes(files: Any, cls: type, key: str, columns: dict[str, str] | None = None) -> tuple[dict[str, Any], ...]:
+    """Each row of ``files`` as its ``seed`` and the columns ``cls`` takes as constructor arguments
+    (read under their `columns` names); a row without a seed that holds the class's
+    ``episode_argument`` is seeded with its position among the rows."""
     from posttrain.data.files import as_file_list, read_rows
 
-    takes = set(inspect.signature(cls).parameters)
+    takes, columns = set(inspect.signature(cls).parameters), columns or {}
+    by_row = getattr(cls, "episode_argument", None)
     out = []
     try:
         for path in as_file_list(files):
             for i, row in enumerate(read_rows(path)):
+                missing = [c for c in columns.values() if c not in row]
+                if missing:
+                    raise ConfigError(f"{key}: {path} row {i}: no column {missing[0]!r} (episode_columns reads it); its columns are {sorted(row)}")
+                row = {**{k: v for k, v in row.items() if k not in columns.values()}, **{a: row[c] for a, c in columns.items()}}
                 seed = row.get("seed")
+                if seed is None and "seed" not in row and by_row is not None and row.get(by_row) is not None:
+                    seed = len(out)  # the row names its episode: the reset seed only has to be reproducible
                 if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-                    raise ConfigError(f"{key}: {path} row {i}: the seed column must hold an integer >= 0 (the episode's reset seed), got {seed!r}")
+                    named = f", or a {by_row} column naming the episode" if by_row else ""
+                    raise ConfigError(f"{key}: {path} row {i}: the seed column must hold an integer >= 0 (the episode's reset seed){named}, got {seed!r}")
                 out.append({"seed": seed, **{k: v for k, v in row.items() if k in takes and k != "seed"}})
     except DataError as e:
         raise ConfigError(f"{key}: {e}") from None

@@ -47,7 +47,7 @@ from posttrain.config.dialects.machine import ABSENT_DATA as _ABSENT_DATA
 from posttrain.config.dialects.source import read_yaml
 from posttrain.config.load import load_config, to_dict
 from posttrain.errors import ConfigError
-from posttrain.trainer.smoke_envs import local_env_datasets, shrink_env_managers
+from posttrain.trainer.smoke_envs import local_env_datasets, local_episode_files, shrink_env_managers
 
 STEPS = 2
 BATCH = 2  # prompts per step
@@ -86,6 +86,7 @@ def smoke_config(path: str | None, overrides: list[str], dialect: str | None, wo
     lines += _tool_n1_room(native)
     lines += shrink_env_managers(native)
     lines += local_env_datasets(native, workdir)
+    lines += local_episode_files(native, workdir)
     if native.pop("prepare", None):
         lines.append("prepare: -> left out (the smoke run brings its own model and data)")
     for i, stage in enumerate(native.get("stages") or []):

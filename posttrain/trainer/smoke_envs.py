@@ -7,7 +7,9 @@ group (their `num_groups_partition` goes with the count it split); a manager tha
 row of its tags' episode files (num_env_groups 0) whose files are not here plays one seeded group. The prompt gets room for the env's
 instruction and first observation in the tiny tokenizer's tokens. An environment over a dataset
 (`roll_math`, `roll_qa`: posttrain.envs.dataset_envs) whose dataset this machine lacks plays
-synthetic rows with its question and answer columns instead.
+synthetic rows with its question and answer columns instead; an entry whose episode files are not
+here plays its class's own stand-in rows (``smoke_rows()``: trinity_sciworld's two real tasks) when
+it has them.
 """
 
 from __future__ import annotations
@@ -85,4 +87,32 @@ def local_env_datasets(native: dict[str, Any], workdir: Path) -> list[str]:
                      f"(8 synthetic rows with its columns {probe.question_key!r} and {probe.answer_key!r})")
         config["dataset_name"] = str(path)
         config.pop("split", None)
+    return lines
+
+
+def local_episode_files(native: dict[str, Any], workdir: Path) -> list[str]:
+    """Each custom_envs entry whose episode_files this machine lacks (or whose class needs rows and has
+    none) plays its class's ``smoke_rows()`` (under the entry's episode_columns names), written to the smoke folder."""
+    from posttrain.envs.registry import ENVS
+
+    entries = (native.get("env") or {}).get("custom_envs") if isinstance(native.get("env"), dict) else None
+    lines = []
+    for tag, entry in (entries or {}).items():
+        files = entry.get("episode_files") if isinstance(entry, dict) else None
+        cls = ENVS.get(entry.get("env_type")) if isinstance(entry, dict) else None
+        if not callable(getattr(cls, "smoke_rows", None)):
+            continue
+        # no files at all: the translation left the taskset's path out (not on this machine), and the class
+        # needs rows unless env_config names its episode (its episode_argument)
+        needs = getattr(cls, "episode_argument", None) not in (None, *((entry.get("env_config") or {}).keys()))
+        files = [files] if isinstance(files, str) else list(files or [])
+        if (files and all(isinstance(f, str) and f and Path(f).expanduser().exists() for f in files)) or (not files and not needs):
+            continue
+        columns = entry.get("episode_columns") if isinstance(entry.get("episode_columns"), dict) else {}
+        rows = [{columns.get(k, k): v for k, v in row.items()} for row in cls.smoke_rows()]
+        path = workdir / f"env_{tag}_episodes.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        entry["episode_files"] = [str(path)]
+        lines.append(f"env.custom_envs.{tag}.episode_files: {files or None} -> {path} ({len(rows)} stand-in rows of "
+                     f"{entry['env_type']}: the taskset is not on this machine)")
     return lines

@@ -1,7 +1,11 @@
-"""Trinity-RFT's frozen_lake_workflow translates onto an agentic stage (posttrain.config.dialects.trinity_envs)."""
+"""Trinity-RFT's frozen_lake_workflow and sciworld_workflow translate onto an agentic stage (posttrain.config.dialects.trinity_envs)."""
 
 from __future__ import annotations
 
+import gc
+import importlib.util
+import json
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -95,3 +99,74 @@ def test_the_published_file_runs_as_an_agentic_stage(tmp_path, monkeypatch):
         batch = t.explore(step, PhaseTimer(t.observer.watch()), expected_version=t.roles.actor.version).batch
         assert [e["seed"] for e in batch.extra_info] == seeds
         assert "Current Observation (0): \n" in batch.raw_prompt[0] and "remaining is 2." in batch.raw_prompt[0]
+
+
+SCIWORLD = Path(__file__).resolve().parent / "reference_configs" / "trinity_grpo_sciworld_sciworld.yaml"
+# rows as Trinity-RFT's get_sciworld_data.py writes them: task_desc a JSON string, jar_path the writer's machine's
+SCI_TASKS = [json.dumps({"task_name": name, "var_num": var, "jar_path": "/your/path/ScienceWorld/scienceworld/scienceworld.jar"})
+             for name, var in (("find-living-thing", 1), ("find-plant", 0))]
+
+
+def test_sciworld_becomes_an_environment_reading_the_prompt_column():
+    raw = {"buffer": {"batch_size": 4, "explorer_input": {"taskset": {
+        "path": "tasks.jsonl", "repeat_times": 8, "default_workflow_type": "sciworld_workflow", "format": {"prompt_key": "task_desc"},
+        "default_reward_fn_type": "math_reward"}}}}
+    native, report = translate(raw, "trinity")
+    entries = {e.key: (e.status, e.reason) for e in report.entries}
+    assert native["env"]["custom_envs"] == {"sciworld": {"env_type": "trinity_sciworld", "env_config": {}, "max_steps": 30,
+                                                         "episode_columns": {"task_desc": "task_desc"}, "episode_files": ["tasks.jsonl"]}}
+    assert native["env"]["train_env_manager"] == {"tags": ["sciworld"], "num_env_groups": 4, "group_size": 8}
+    assert report.entry(f"{_IN}.taskset.format.prompt_key").native == "env.custom_envs.sciworld.episode_columns.task_desc"
+    assert "prompt_key" not in native.get("data", {})
+    assert entries[f"{_IN}.taskset.default_reward_fn_type"] == ("dropped", "sciworld_workflow rewards its episodes itself "
+                                                                "(its best score / 100) and calls no reward function")
+    # Trinity's default prompt_key is "prompt"; it reads no workflow_args
+    raw["buffer"]["explorer_input"]["taskset"].update(format={}, workflow_args={"max_env_steps": 10})
+    native, report = translate(raw, "trinity")
+    assert native["env"]["custom_envs"]["sciworld"]["episode_columns"] == {"task_desc": "prompt"}
+    assert report.entry(f"{_IN}.taskset.workflow_args.max_env_steps").status == "refused"
+    # an evaluation taskset of its own: sciworld_eval0, every row once
+    raw["buffer"]["explorer_input"].update(eval_tasksets=[{"path": "a.jsonl", "repeat_times": 2}], default_workflow_type="sciworld_workflow")
+    del raw["buffer"]["explorer_input"]["taskset"]["workflow_args"]
+    native, _ = translate(raw, "trinity")
+    assert native["env"]["val_env_manager"] == {"tags": ["sciworld_eval0"], "num_env_groups": 0, "group_size": 2}
+    assert native["env"]["custom_envs"]["sciworld_eval0"]["episode_files"] == ["a.jsonl"]
+
+
+@pytest.mark.skipif(shutil.which("java") is None or importlib.util.find_spec("scienceworld") is None,
+                    reason="ScienceWorld needs the scienceworld package and a `java` on PATH")
+def test_the_published_sciworld_file_runs_as_an_agentic_stage(tmp_path, monkeypatch):
+    import scienceworld
+
+    from posttrain.envs import trinity_sciworld
+
+    folder = tmp_path / "examples" / "grpo_sciworld" / "sciworld_data"  # the file's taskset path, from the working folder
+    folder.mkdir(parents=True)
+    (folder / "train.jsonl").write_text("".join(json.dumps({"task_desc": t, "targe": ""}) + "\n" for t in SCI_TASKS))
+    model = make_tiny_model(tmp_path / "model", layers=1, hidden=32, heads=4, max_position=2048, seed=0)
+    monkeypatch.setenv("TRINITY_MODEL_PATH", str(model))
+    small = ["buffer.batch_size=1", "algorithm.repeat_times=2", "model.max_model_len=2000", "model.max_response_tokens=700",
+             "trainer.max_token_len_per_gpu=8000", "cluster.gpu_per_node=1", "explorer.rollout_model.engine_num=1",
+             "explorer.rollout_model.tensor_parallel_size=1"]
+    native = read_foreign(SCIWORLD, overrides=small).native
+    entry = native["env"]["custom_envs"]["sciworld"]
+    # the instruction shortened (the tiny model reads one token per character), short actions, and two
+    # actions an episode instead of Trinity's 30, so the loop's cut is played; the rest is the file's
+    entry.update(env_instruction="Act in <action></action>.", max_steps=2, max_tokens_per_step=30)
+    (tmp_path / "native.yaml").write_text(yaml.safe_dump(native))
+    cfg = load_config(tmp_path / "native.yaml", ["trainer.logger=[]", "cluster.device=cpu", "rollout.name=hf"])
+    idle = len(trinity_sciworld._IDLE.get(None, []))
+    started = []
+    monkeypatch.setattr(scienceworld, "ScienceWorldEnv", lambda *a, **k: started.append(1) or real(*a, **k))
+    real = scienceworld.scienceworld.ScienceWorldEnv
+    t = RLTrainer(StageContext(name="main", cfg=cfg, run_dir=tmp_path / "run", model_path=str(model)))
+    assert t.derived.total_training_steps == 40  # total_epochs 20 x 2 rows // 1 task a step
+    t.roles.sync.push(t.roles.actor.version)
+    for step, task in ((1, "find a(n) living thing"), (2, "find a(n) plant")):  # the next row each step, repeat_times environments
+        batch = t.explore(step, PhaseTimer(t.observer.watch()), expected_version=t.roles.actor.version).batch
+        assert [e["seed"] for e in batch.extra_info] == [step - 1] * 2  # seedless rows: their positions
+        assert all(f"Observation: \nTask Description: Your task is to {task}." in p for p in batch.raw_prompt)
+        assert all(0 < e["turns"] <= 2 for e in batch.extra_info)  # cut after max_steps actions
+    gc.collect()
+    # two environments at a time: at most two simulators ever started, handed back for the next step
+    assert len(started) == max(0, 2 - idle) and len(trinity_sciworld._IDLE[None]) == max(idle, 2)

@@ -44,3 +44,27 @@ def test_flash_attention_becomes_sdpa_without_flash_attn():
     eager = {"model": {"attn_implementation": "eager"}}
     smoke._machine(eager)
     assert eager["model"]["attn_implementation"] == "eager"
+
+
+def test_an_entry_without_its_taskset_plays_its_classs_stand_in_rows(tmp_path):
+    import json
+
+    from posttrain.trainer.smoke_envs import local_episode_files
+
+    here = tmp_path / "lakes.jsonl"
+    here.write_text('{"seed": 1}\n')
+    entries = {"S": {"env_type": "trinity_sciworld", "episode_columns": {"task_desc": "question"}},  # the translation left the path out
+               "M": {"env_type": "trinity_sciworld", "episode_files": ["/cluster/sciworld/train.jsonl"]},
+               "N": {"env_type": "trinity_sciworld", "env_config": {"task_desc": "{}"}},  # its episode is in env_config
+               "L": {"env_type": "trinity_frozen_lake", "episode_files": ["/cluster/lakes.jsonl"]},  # no stand-in rows of its own
+               "H": {"env_type": "trinity_sciworld", "episode_files": [str(here)]}}
+    lines = local_episode_files({"env": {"custom_envs": entries}}, tmp_path)
+    assert lines == [f"env.custom_envs.S.episode_files: None -> {tmp_path}/env_S_episodes.jsonl (2 stand-in rows of trinity_sciworld: "
+                     "the taskset is not on this machine)",
+                     f"env.custom_envs.M.episode_files: ['/cluster/sciworld/train.jsonl'] -> {tmp_path}/env_M_episodes.jsonl (2 stand-in "
+                     "rows of trinity_sciworld: the taskset is not on this machine)"]
+    rows = [json.loads(line) for line in (tmp_path / "env_S_episodes.jsonl").read_text().splitlines()]
+    # real tasks, under the column the entry reads
+    assert [json.loads(r["question"])["task_name"] for r in rows] == ["find-living-thing", "find-plant"]
+    assert "episode_files" not in entries["N"] and entries["L"]["episode_files"] == ["/cluster/lakes.jsonl"]
+    assert entries["H"]["episode_files"] == [str(here)]

@@ -1,37 +1,75 @@
 """Trinity-RFT environment workflows that posttrain plays on its agent loop (docs/agentic.md).
 
-Trinity-RFT's ``frozen_lake_workflow`` plays one FrozenLake episode per taskset row (its ``seed``,
-``size`` and ``p`` columns draw the map) and makes one experience of the whole conversation. A file
-naming it becomes an agentic stage:
+Each workflow of `WORKFLOWS` plays one episode of its environment per taskset row and makes one
+experience of the whole conversation:
 
-- ``env.custom_envs.frozen_lake``: ``env_type: trinity_frozen_lake`` (posttrain.envs.trinity_frozen_lake:
-  the workflow's map generator, prompts, action blocks and rewards), its ``env_config`` the
-  workflow_args ``env_max_steps``, ``agent_max_steps`` and ``is_slippery`` (Trinity's defaults 8, 10,
-  false), ``max_steps`` the ``agent_max_steps``, and ``episode_files`` the taskset's files (instead of
+- ``frozen_lake_workflow``: FrozenLake, the row's ``seed``, ``size`` and ``p`` columns drawing the
+  map (posttrain.envs.trinity_frozen_lake: the workflow's map generator, prompts, action blocks and
+  rewards); its ``env_config`` the workflow_args ``env_max_steps``, ``agent_max_steps`` and
+  ``is_slippery`` (Trinity's defaults 8, 10, false), ``max_steps`` the ``agent_max_steps``.
+  ``workflow_args.desc`` (one fixed map for every row) is refused: the environment draws each row's map.
+- ``sciworld_workflow``: ScienceWorld (posttrain.envs.trinity_sciworld: the workflow's prompt,
+  observations, ``<action>`` parsing and best-score reward), the task named by the row's
+  ``format.prompt_key`` column (Trinity's ``task_desc``; ``prompt`` when unset), a JSON string of
+  task_name, var_num and jar_path: the entry's ``episode_columns`` maps that column onto the
+  environment's ``task_desc`` argument, and its rows need no seed. ``max_steps`` is the workflow's
+  fixed 30; it reads no workflow_args.
+
+A file naming one becomes an agentic stage:
+
+- ``env.custom_envs.<tag>`` (``frozen_lake``, ``sciworld``): the workflow's ``env_type``, its
+  ``env_config`` and ``max_steps``, and ``episode_files`` the taskset's files (instead of
   data.train_files): each step's groups take the next rows, as Trinity's sequential task reader does;
 - ``env.train_env_manager``: ``buffer.batch_size`` groups (tasks per step) of ``repeat_times``
   environments; the steps are Trinity's ``total_epochs x rows // batch_size`` (counted from the rows
   when the stage starts: posttrain.trainer.agentic.epoch_steps) unless the file sets ``buffer.total_steps``;
-- each evaluation taskset naming it: an entry of its own (``frozen_lake_eval<i>``) whose rows the
+- each evaluation taskset naming it: an entry of its own (``<tag>_eval<i>``) whose rows the
   validation groups play once each (``env.val_env_manager.num_env_groups: 0``), ``repeat_times``
   environments a row.
 
-The workflow scores its episodes itself (the goal's 1.0): a reward function named for it is never
-called. ``workflow_args.desc`` (one fixed map for every row) is refused: the environment draws each
-row's map.
+The workflows score their episodes themselves: a reward function named for one is never called.
+Another environment workflow is a row of `WORKFLOWS`: its environment, tag, workflow_args with
+Trinity's defaults, the argument that is its max_steps, and what its rows hold.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_batches import TRINITY_TASKS_DEFAULT
 from posttrain.config.dialects.trinity_files import data_files
 
-ENV_WORKFLOWS = ("frozen_lake_workflow",)
-ARGS = {"env_max_steps": 8, "agent_max_steps": 10, "is_slippery": False}  # Trinity-RFT's defaults
 _IN = "buffer.explorer_input"
+
+
+@dataclass(frozen=True)
+class EnvWorkflow:
+    """One Trinity-RFT environment workflow and the custom_envs entry that plays it."""
+
+    tag: str  # the training entry's tag; evaluation tasksets' entries are <tag>_eval<i>
+    env_type: str  # the posttrain environment (posttrain.envs)
+    args: dict[str, Any]  # the workflow_args it reads, with Trinity's defaults: the entry's env_config
+    max_steps: str | int  # the workflow_arg that is the entry's max_steps, or Trinity's fixed count
+    rows: str  # what a taskset row holds (the report's reason)
+    reward: str  # how the workflow rewards its episodes (why a reward function is dropped)
+    refused_args: dict[str, str] = field(default_factory=dict)  # workflow_args refused, with the reason
+    prompt_argument: str | None = None  # the constructor argument that reads the taskset's format.prompt_key column
+
+
+WORKFLOWS = {
+    "frozen_lake_workflow": EnvWorkflow(
+        "frozen_lake", "trinity_frozen_lake", {"env_max_steps": 8, "agent_max_steps": 10, "is_slippery": False},
+        "agent_max_steps", "the rows are the episodes (seed, size, p)", "1.0 on the goal",
+        {"desc": "one fixed map for every row; trinity_frozen_lake draws each row's map from its seed, size and p, "
+                 "so write the maps' rows (seed, size, p) into the taskset instead"}),
+    "sciworld_workflow": EnvWorkflow(
+        "sciworld", "trinity_sciworld", {}, 30,  # Trinity's max_env_steps
+        "the rows are the episodes (task_desc: task_name, var_num, jar_path)", "its best score / 100",
+        prompt_argument="task_desc"),
+}
+ENV_WORKFLOWS = tuple(WORKFLOWS)
 
 
 def plays_environment(ctx: Context) -> bool:
@@ -40,49 +78,59 @@ def plays_environment(ctx: Context) -> bool:
     return (own or ctx.get(f"{_IN}.default_workflow_type")) in ENV_WORKFLOWS
 
 
-def tag_of(training: bool, index: int) -> str:
-    return "frozen_lake" if training else f"frozen_lake_eval{index}"
+def tag_of(workflow: EnvWorkflow, training: bool, index: int) -> str:
+    return workflow.tag if training else f"{workflow.tag}_eval{index}"
 
 
 def env_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, source: str, args: dict[str, Any],
                  training: bool, index: int, reward_keys: tuple[str | None, str | None]) -> None:
-    """One taskset's frozen_lake_workflow as an env.custom_envs entry and its manager's tag; the files
+    """One taskset's environment workflow as an env.custom_envs entry and its manager's tag; the files
     and sizes follow once the tasksets and batch sizes are translated (`episode_sources`)."""
-    tag = tag_of(training, index)
+    workflow = WORKFLOWS[name]
+    tag = tag_of(workflow, training, index)
     if not training and not plays_environment(ctx):
         ctx.refuse(source, f"workflow {name!r} for an evaluation taskset while the training taskset answers prompts: posttrain "
                            "validates a stage with its own rollout path (an agentic stage's environments, or a prompt stage's "
-                           "data.val_files); evaluate the lake in a stage that trains on it", None, name)
+                           f"data.val_files); evaluate the {workflow.tag} tasks in a stage that trains on them", None, name)
         return
     for read in reward_keys:
         if read is not None:
-            ctx.drop(read, f"{name} rewards its episodes itself (1.0 on the goal) and calls no reward function")
-    config = dict(ARGS)
+            ctx.drop(read, f"{name} rewards its episodes itself ({workflow.reward}) and calls no reward function")
+    config = dict(workflow.args)
     for arg, value in args.items():
         key = f"{prefix}.workflow_args.{arg}"
-        if arg == "desc":
-            ctx.refuse(key, "one fixed map for every row; trinity_frozen_lake draws each row's map from its seed, size and p, "
-                            "so write the maps' rows (seed, size, p) into the taskset instead", None, value)
-        elif arg not in ARGS:
-            ctx.refuse(key, f"{name} reads the workflow_args {list(ARGS) + ['desc']}", None, value)
+        if arg in workflow.refused_args:
+            ctx.refuse(key, workflow.refused_args[arg], None, value)
+        elif arg not in workflow.args:
+            ctx.refuse(key, f"{name} reads the workflow_args {list(workflow.args) + list(workflow.refused_args)}", None, value)
         else:
             config[arg] = value
             ctx.report.add(_entry(key, f"env.custom_envs.{tag}.env_config.{arg}", value, "the environment's own setting"))
-    entry = {"env_type": "trinity_frozen_lake", "env_config": config, "max_steps": config["agent_max_steps"]}
-    ctx.set(f"env.custom_envs.{tag}", entry, source, f"{name}: Trinity-RFT's FrozenLake on posttrain's agent loop "
-            "(posttrain.envs.trinity_frozen_lake), one episode per taskset row")
+    steps = config[workflow.max_steps] if isinstance(workflow.max_steps, str) else workflow.max_steps
+    entry = {"env_type": workflow.env_type, "env_config": config, "max_steps": steps}
+    if workflow.prompt_argument is not None:  # the row's task sits in the taskset's prompt column (Trinity's task_desc)
+        column = ((item.get("format") or {}) if isinstance(item.get("format"), dict) else {}).get("prompt_key") or "prompt"
+        entry["episode_columns"] = {workflow.prompt_argument: column}
+    ctx.set(f"env.custom_envs.{tag}", entry, source, f"{name}: Trinity-RFT's environment on posttrain's agent loop "
+            f"(posttrain.envs.{workflow.env_type}), one episode per taskset row")
     manager = "env.train_env_manager" if training else "env.val_env_manager"
     tags = ctx.native.setdefault("env", {}).setdefault(manager.split(".")[1], {}).setdefault("tags", [])
     tags.append(tag)
 
 
 def episode_sources(ctx: Context) -> None:
-    """Move the frozen_lake tasksets' files from data.* to their entries' episode_files and size the
+    """Move the environment tasksets' files from data.* to their entries' episode_files and size the
     managers (the module docstring); nothing when no taskset names an environment workflow."""
     envs = ctx.native_get("env.custom_envs") or {}
     data = ctx.native.get("data") or {}
-    if "frozen_lake" in envs:
-        _files(ctx, envs["frozen_lake"], data.pop("train_files", None), f"{_IN}.taskset.path")
+    trained = next((w for w in WORKFLOWS.values() if w.tag in envs), None)
+    if trained is not None:
+        _files(ctx, envs[trained.tag], data.pop("train_files", None), f"{_IN}.taskset.path", trained)
+        columns = envs[trained.tag].get("episode_columns") or {}
+        if trained.prompt_argument in columns and data.get("prompt_key") == columns[trained.prompt_argument]:
+            del data["prompt_key"]  # the prompt column names each row's episode, not a prompt the model reads
+            ctx.report.add(_entry(f"{_IN}.taskset.format.prompt_key", f"env.custom_envs.{trained.tag}.episode_columns.{trained.prompt_argument}",
+                                  columns[trained.prompt_argument], f"the column whose text is each row's {trained.prompt_argument}"))
         # buffer.batch_size tasks a step, each played repeat_times times; the steps (unless
         # buffer.total_steps) are counted from the rows when the stage starts: total_epochs x rows // groups
         # (read from the file: the batch rules fill data.train_batch_size and rollout.n after the handlers)
@@ -90,9 +138,10 @@ def episode_sources(ctx: Context) -> None:
         ctx.native["env"]["train_env_manager"].update(num_env_groups=ctx.get("buffer.batch_size", TRINITY_TASKS_DEFAULT), group_size=repeat)
     evals, sizes = False, []
     for i, item in enumerate(ctx.get(f"{_IN}.eval_tasksets") or []):
-        tag = tag_of(False, i)
-        if tag not in envs or not isinstance(item, dict):
+        workflow = next((w for w in WORKFLOWS.values() if tag_of(w, False, i) in envs), None)
+        if workflow is None or not isinstance(item, dict):
             continue
+        tag = tag_of(workflow, False, i)
         evals = True
         sizes.append(item.get("repeat_times", 1))
         try:
@@ -103,7 +152,7 @@ def episode_sources(ctx: Context) -> None:
             data["val_files"] = [f for f in data.get("val_files", []) if f not in files]
             for f in files:
                 (data.get("val_file_keys") or {}).pop(f, None)
-        _files(ctx, envs[tag], files, f"{_IN}.eval_tasksets[{i}].path")
+        _files(ctx, envs[tag], files, f"{_IN}.eval_tasksets[{i}].path", workflow)
     for name in ("val_files", "val_file_keys"):
         if name in data and not data[name]:
             del data[name]
@@ -114,10 +163,10 @@ def episode_sources(ctx: Context) -> None:
         ctx.native["env"]["val_env_manager"].update(num_env_groups=0, group_size=sizes[0])
 
 
-def _files(ctx: Context, entry: dict[str, Any], files: list[str] | None, key: str) -> None:
+def _files(ctx: Context, entry: dict[str, Any], files: list[str] | None, key: str, workflow: EnvWorkflow) -> None:
     if files:
         entry["episode_files"] = list(files)
-        ctx.report.add(_entry(key, "env.custom_envs.*.episode_files", files, "the rows are the episodes (seed, size, p)"))
+        ctx.report.add(_entry(key, "env.custom_envs.*.episode_files", files, workflow.rows))
 
 
 def _entry(key: str, native: str, value: Any, reason: str):

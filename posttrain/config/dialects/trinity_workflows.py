@@ -41,9 +41,10 @@ paths, chosen by the native config rather than by a class per task:
   (posttrain.config.dialects.trinity_agentscope); ``agentscopev0_react_math_workflow`` is refused
   (the AgentScope v0 API it imports is gone from the agentscope Trinity-RFT installs).
 - **multi-turn environment** (`env.*`): an agentic stage plays environments configured in
-  ``env.custom_envs`` and ``env.train_env_manager`` rather than one episode per taskset row, so
-  Trinity's environment workflows (frozen_lake_workflow, alfworld_workflow, ...) are refused with that
-  pointer.
+  ``env.custom_envs`` and ``env.train_env_manager``. Trinity's environment workflows with a posttrain
+  environment (frozen_lake_workflow, sciworld_workflow) become such a stage, one episode per taskset
+  row (posttrain.config.dialects.trinity_envs); the others (alfworld_workflow, webshop_workflow, ...)
+  are refused with that pointer.
 
 Every other workflow is refused naming what it needs. Trinity's registered reward functions
 (``default_reward_fn_type`` of the taskset, else of ``buffer.explorer_input``) are posttrain's built-in
@@ -98,7 +99,7 @@ TOOL_ARGS = ("max_assistant_turns", "max_user_turns", "tool_config_path", "inter
 _ENV = ("plays Trinity's own environment over a taskset of episodes; posttrain plays environments from env.custom_envs "
         "with env.train_env_manager (docs/agentic.md: walk, or your class by module:Class)")
 REFUSED = {
-    **{name: _ENV for name in ("alfworld_workflow", "sciworld_workflow", "webshop_workflow",
+    **{name: _ENV for name in ("alfworld_workflow", "webshop_workflow",
                                "step_wise_alfworld_workflow", "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow",
                                "sudoku_workflow")},
     **{name: "Trinity-RFT's fixed math evaluation: its own system message and an instruction appended to the row's 'question' "
