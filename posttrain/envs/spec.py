@@ -233,14 +233,16 @@ def _episodes(files: Any, cls: type, key: str, columns: dict[str, str] | None = 
     """Each row of ``files`` as its ``seed`` and the columns ``cls`` takes as constructor arguments
     (read under their `columns` names); a row without a seed that holds the class's
     ``episode_argument`` is seeded with its position among the rows."""
-    from posttrain.data.files import as_file_list, read_rows
+    from posttrain.data.files import as_file_list
+    from posttrain.data.sources import read_entry
 
     takes, columns = set(inspect.signature(cls).parameters), columns or {}
     by_row = getattr(cls, "episode_argument", None)
     out = []
     try:
-        for path in as_file_list(files):
-            for i, row in enumerate(read_rows(path)):
+        # a file, or a dataset folder's split (FOLDER[:SUBSET]@SPLIT: a Trinity taskset converted where it was not)
+        for path, rows in (found for entry in as_file_list(files) for found in read_entry(entry, setting=key, default_split="train")):
+            for i, row in enumerate(rows):
                 missing = [c for c in columns.values() if c not in row]
                 if missing:
                     raise ConfigError(f"{key}: {path} row {i}: no column {missing[0]!r} (episode_columns reads it); its columns are {sorted(row)}")

@@ -170,3 +170,27 @@ def test_the_published_sciworld_file_runs_as_an_agentic_stage(tmp_path, monkeypa
     gc.collect()
     # two environments at a time: at most two simulators ever started, handed back for the next step
     assert len(started) == max(0, 2 - idle) and len(trinity_sciworld._IDLE[None]) == max(idle, 2)
+
+
+def test_a_taskset_that_is_not_here_converts_into_the_entrys_episode_files(tmp_path):
+    """Converted on a machine without the taskset folder, the environment entry keeps the folder's
+    split as its episode_files (not data.train_files), and reads its rows once the folder is there."""
+    from posttrain.config.dialects import convert
+    from posttrain.envs.spec import parse_custom_envs
+
+    lakes = tmp_path / "on_the_cluster" / "lakes"
+    raw = {"model": {"model_path": "m"}, "buffer": {"batch_size": 1, "explorer_input": {
+        "taskset": {"path": str(lakes), "default_workflow_type": "frozen_lake_workflow"},
+        "eval_tasksets": [{"path": str(lakes), "default_workflow_type": "frozen_lake_workflow"}]}}}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(raw))
+    text, foreign, _ = convert(tmp_path / "t.yaml", "trinity")
+    native = yaml.safe_load(text)
+    envs = native["env"]["custom_envs"]
+    assert envs["frozen_lake"]["episode_files"] == [f"{lakes}@train"] and envs["frozen_lake_eval0"]["episode_files"] == [f"{lakes}@test"]
+    assert "train_files" not in native.get("data", {}) and "# NOT ON THIS MACHINE" in text
+    lakes.mkdir(parents=True)
+    for split, seeds in (("train", [3, 4]), ("test", [7])):
+        (lakes / f"{split}.jsonl").write_text("".join(f'{{"seed": {s}, "size": 3}}\n' for s in seeds))
+    specs = parse_custom_envs(native["env"]["custom_envs"])
+    assert [e["seed"] for e in specs["frozen_lake"].episodes] == [3, 4] and [e["seed"] for e in specs["frozen_lake_eval0"].episodes] == [7]
+    assert specs["frozen_lake"].episodes[0]["size"] == 3

@@ -30,7 +30,8 @@ DATA_KEYS = ("data.train_files", "data.val_files", "algorithm.mix.expert_files")
 
 def absent_here(entry: Any) -> bool:
     """Whether a refused report entry is a data path that is only missing on this machine."""
-    return entry.status == "refused" and entry.native in DATA_KEYS and ABSENT_DATA in entry.reason
+    return (entry.status == "refused" and ABSENT_DATA in entry.reason
+            and (entry.native in DATA_KEYS or str(entry.native).endswith(".episode_files")))
 
 
 def visible_gpus() -> int:

@@ -126,6 +126,7 @@ def episode_sources(ctx: Context) -> None:
     trained = next((w for w in WORKFLOWS.values() if w.tag in envs), None)
     if trained is not None:
         _files(ctx, envs[trained.tag], data.pop("train_files", None), f"{_IN}.taskset.path", trained)
+        _absent_rows(ctx, f"{_IN}.taskset.path", trained.tag)
         columns = envs[trained.tag].get("episode_columns") or {}
         if trained.prompt_argument in columns and data.get("prompt_key") == columns[trained.prompt_argument]:
             del data["prompt_key"]  # the prompt column names each row's episode, not a prompt the model reads
@@ -153,6 +154,7 @@ def episode_sources(ctx: Context) -> None:
             for f in files:
                 (data.get("val_file_keys") or {}).pop(f, None)
         _files(ctx, envs[tag], files, f"{_IN}.eval_tasksets[{i}].path", workflow)
+        _absent_rows(ctx, f"{_IN}.eval_tasksets[{i}].path", tag)
     for name in ("val_files", "val_file_keys"):
         if name in data and not data[name]:
             del data[name]
@@ -161,6 +163,17 @@ def episode_sources(ctx: Context) -> None:
                    "environments play every row with one group size (env.val_env_manager.group_size): give them one repeat_times", None, sizes)
     elif evals:  # every row of every evaluation taskset once, repeat_times environments a row
         ctx.native["env"]["val_env_manager"].update(num_env_groups=0, group_size=sizes[0])
+
+
+def _absent_rows(ctx: Context, key: str, tag: str) -> None:
+    """A taskset path refused only because it is not on this machine names the environment entry's
+    episode_files, not data.*: `config convert` keeps it there (posttrain.config.dialects.report)."""
+    import dataclasses
+
+    from posttrain.config.dialects.machine import absent_here
+
+    ctx.report.entries = [dataclasses.replace(e, native=f"env.custom_envs.{tag}.episode_files")
+                          if e.key == key and absent_here(e) else e for e in ctx.report.entries]
 
 
 def _files(ctx: Context, entry: dict[str, Any], files: list[str] | None, key: str, workflow: EnvWorkflow) -> None:
