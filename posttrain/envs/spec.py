@@ -26,7 +26,8 @@ As in ROLL, max_steps, max_actions_per_traj, format_penalty, action_pattern and 
 also sit inside env_config; the loop reads them from there and does not pass them to the class.
 
 With ``episode_files`` (posttrain's key; Trinity-RFT's environment workflows play one episode per
-taskset row) the entry's episodes are the rows of those files, in order: a row's ``seed`` column is
+taskset row) the entry's episodes are the rows of those files (or of a dataset folder's split,
+``FOLDER[:SUBSET]@SPLIT``, as data.train_files reads it), in order: a row's ``seed`` column is
 the episode's reset seed and its columns named like constructor arguments of the class override
 env_config for that episode (other columns, e.g. an index, are not read). ``episode_columns``
 (``{argument: column}``) reads an argument from a column of another name (Trinity's
