@@ -94,6 +94,7 @@ def local_episode_files(native: dict[str, Any], workdir: Path) -> list[str]:
     """Each custom_envs entry whose episode_files this machine lacks (or whose class needs rows and has
     none) plays its class's ``smoke_rows()`` (under the entry's episode_columns names), written to the smoke folder."""
     from posttrain.envs.registry import ENVS
+    from posttrain.files import parse_dataset_entry  # a folder's split (FOLDER@SPLIT) is here when its folder is
 
     entries = (native.get("env") or {}).get("custom_envs") if isinstance(native.get("env"), dict) else None
     lines = []
@@ -106,7 +107,7 @@ def local_episode_files(native: dict[str, Any], workdir: Path) -> list[str]:
         # needs rows unless env_config names its episode (its episode_argument)
         needs = getattr(cls, "episode_argument", None) not in (None, *((entry.get("env_config") or {}).keys()))
         files = [files] if isinstance(files, str) else list(files or [])
-        if (files and all(isinstance(f, str) and f and Path(f).expanduser().exists() for f in files)) or (not files and not needs):
+        if (files and all(isinstance(f, str) and f and Path(parse_dataset_entry(f)[0]).expanduser().exists() for f in files)) or (not files and not needs):
             continue
         columns = entry.get("episode_columns") if isinstance(entry.get("episode_columns"), dict) else {}
         rows = [{columns.get(k, k): v for k, v in row.items()} for row in cls.smoke_rows()]
