@@ -38,6 +38,8 @@ import threading
 from typing import Any
 
 from posttrain.envs.registry import register_env
+# Trinity's alfworld and sciworld workflows parse the <action> tag with the same split
+from posttrain.envs.trinity_sciworld import parse_action
 
 # Trinity-RFT's AlfWORLD_SYSTEM_PROMPT (alfworld_workflow.py), word for word, its leading and trailing
 # newlines included: the policy it trains reads exactly this.
@@ -133,16 +135,6 @@ def format_observation(observation: str) -> str:
     if "Nothing happens." in observation:
         observation += NOTHING_HAPPENS_HINT
     return "Observation: " + observation
-
-
-def parse_action(response: str) -> str:
-    """Trinity's action: between the first ``<action>`` and the next ``</action>``, stripped; "" without ``<action>``.
-
-    >>> parse_action("<think>hm</think><action> go to cabinet 1 </action>"), parse_action("<action>look"), parse_action("look")
-    ('go to cabinet 1', 'look', '')
-    """
-    parts = response.split("<action>")
-    return parts[1].split("</action>")[0].strip() if len(parts) > 1 else ""
 
 
 def write_game(folder: str) -> str:
