@@ -15,6 +15,7 @@ def sample_keep_mask(
     scores: Tensor, lengths: Tensor, max_length: int, group_index: Sequence[str], *,
     max_len_mask: bool = False, difficulty_mask: bool = False, low: float = 0.1, high: float = 0.95,
     error_max_len_clip: bool = False, error_threshold: int = 2**62,
+    min_score: float | None = None, valid: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """(B,) float keep mask of the responses the losses count, and the share each filter kept.
 
@@ -24,13 +25,17 @@ def sample_keep_mask(
         difficulty_mask:    [low < mean_{j in group(i)} s_j < high]  (all-solved or all-failed groups
                             teach nothing under group-relative advantages)
         error_max_len_clip: [s_i = 1 or (s_i = 0 and L_i < error_threshold)]
+        min_score:          [s_i >= min_score]  (reward-ranked fine-tuning keeps the best responses)
+        valid:              [valid_i]  (an agentic episode whose every action was well formed)
         with raw response scores s (B,) and response lengths L (B,) in tokens.
     Names:
         ROLL `max_len_mask`, `difficulty_mask` (+ `difficulty_low_threshold`, `difficulty_high_threshold`),
-        `error_max_len_clip` (+ `error_max_len_threshold`): its `get_sample_level_mask`.
+        `error_max_len_clip` (+ `error_max_len_threshold`): its `get_sample_level_mask`. `min_score` and
+        `valid`: what Trinity-RFT's RAFT ALFWorld workflow keeps (reward >= 1, every step's tags parsed).
     Paper:
         Overlong filtering: DAPO (Yu et al. 2025, arXiv:2503.14476), section 3.4. ROLL (Wang et al.
-        2025, arXiv:2506.06122).
+        2025, arXiv:2506.06122). RAFT: Dong et al. 2023, RAFT: Reward rAnked FineTuning for Generative
+        Foundation Model Alignment, arXiv:2304.06767.
     Deviation:
         ROLL leaves the rejected rows out of its policy and KL losses only; posttrain's trainer puts
         the mask into the batch's loss mask, so the entropy bonus and the critic skip them too
@@ -57,6 +62,12 @@ def sample_keep_mask(
     if error_max_len_clip:
         kept = ((scores == 0) & (lengths < error_threshold)) | (scores == 1)
         keep, metrics["actor/error_len_mask_ratio"] = keep * kept.float(), float(kept.float().mean())
+    if min_score is not None:
+        kept = (scores >= min_score).float()
+        keep, metrics["actor/min_score_mask_ratio"] = keep * kept, float(kept.mean())
+    if valid is not None:
+        kept = valid.to(scores.device).float()
+        keep, metrics["actor/valid_actions_mask_ratio"] = keep * kept, float(kept.mean())
     if metrics:
         metrics["actor/final_mask_ratio"] = float(keep.mean())
     return keep, metrics

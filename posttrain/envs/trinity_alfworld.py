@@ -195,6 +195,18 @@ def _make_game(path: str) -> Any:
     return textworld.gym.make(textworld.gym.register_game(path, request_infos, wrappers=[AlfredDemangler(), expert]))
 
 
+def start_game(path: str) -> tuple[Any, str]:
+    """A fresh game of the file at `path` and its first observation (the game's text)."""
+    argv = sys.argv
+    with _RESET_LOCK:
+        try:
+            game = _make_game(path)
+            observation, _ = game.reset()
+        finally:
+            sys.argv = argv  # fast-downward's translator leaves its own there
+    return game, observation
+
+
 @register_env("trinity_alfworld")
 class TrinityAlfworld:
     """Trinity-RFT's ALFWorld workflow, one game file per episode (see the module docstring)."""
@@ -224,13 +236,7 @@ class TrinityAlfworld:
 
     def reset(self, seed: int) -> str:
         self.close()
-        argv = sys.argv
-        with _RESET_LOCK:
-            try:
-                self.game = _make_game(self.task_desc)
-                observation, _ = self.game.reset()
-            finally:
-                sys.argv = argv
+        self.game, observation = start_game(self.task_desc)
         self.steps = 0
         return format_observation(observation)
 

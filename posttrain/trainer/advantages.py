@@ -220,20 +220,28 @@ def norm_groups(batch: RolloutBatch, grouping: str) -> list[Any] | None:
 
 
 def mask_samples(batch: RolloutBatch, scores: torch.Tensor, alg: AlgorithmConfig, max_length: int) -> dict[str, float]:
-    """ROLL's sample filters (`algorithm.max_len_mask`, `difficulty_mask`, `error_max_len_clip`) from
+    """The sample filters (ROLL's `algorithm.max_len_mask`, `difficulty_mask`, `error_max_len_clip`;
+    RAFT's `min_score_mask`, `valid_actions_mask`) from
     the raw scores (B,) and the response budget: the rows they reject leave `batch.loss_mask`, after
     the advantages (which, as in ROLL, see every row); returns the share each filter kept.
 
     Deviation: ROLL leaves the rows out of its policy and KL losses only; here the entropy bonus and
     the critic's value loss skip them too, so that every loss of a micro-batch has the normaliser the
     gradient accumulation weighs it by (posttrain.workers.microbatch)."""
-    if not (alg.max_len_mask or alg.difficulty_mask or alg.error_max_len_clip):
+    if not (alg.max_len_mask or alg.difficulty_mask or alg.error_max_len_clip or alg.min_score_mask is not None or alg.valid_actions_mask):
         return {}
     lengths = batch.response_mask.sum(-1)  # (B,)
+    valid = None
+    if alg.valid_actions_mask:  # an episode row counts its actions the environment did not read (posttrain.rollout.trajectory)
+        if any("invalid_actions" not in (row or {}) for row in batch.extra_info):
+            raise ValueError("algorithm.valid_actions_mask: a row has no actions of an environment (extra_info.invalid_actions); "
+                             "it filters the episodes of an agentic stage (env.*): remove it from this stage")
+        valid = torch.tensor([row["invalid_actions"] == 0 for row in batch.extra_info])  # (B,)
     keep, metrics = sample_keep_mask(
         scores, lengths, max_length, batch.group_index, max_len_mask=alg.max_len_mask,
         difficulty_mask=alg.difficulty_mask, low=alg.difficulty_low_threshold, high=alg.difficulty_high_threshold,
         error_max_len_clip=alg.error_max_len_clip, error_threshold=alg.error_max_len_threshold,
+        min_score=alg.min_score_mask, valid=valid,
     )
     batch.loss_mask = batch.train_mask * keep.unsqueeze(-1)  # (B, T): with what rollout correction rejected
     return metrics

@@ -63,3 +63,34 @@ def test_overlong_penalty_ramps_over_the_last_tokens_of_the_budget():
     assert overlong_penalty(torch.tensor([3, 6, 7, 9, 10]), 10, 4, 2.0).tolist() == pytest.approx([0.0, 0.0, -0.5, -1.5, -2.0])
     with pytest.raises(ConfigError, match="overlong_buffer.len \\(0\\) must be between 1 and the response length"):
         load_config(None, ["reward.overlong_buffer.enable=true"])
+
+
+def test_min_score_and_valid_keep_raft_s_successes():
+    """RAFT keeps the episodes scored at least 1 whose every action was well formed: of scores 1, 1, 0, 2
+    with the second episode holding a malformed action, the first and the last stay."""
+    scores, valid = torch.tensor([1.0, 1.0, 0.0, 2.0]), torch.tensor([True, False, True, True])
+    keep, metrics = sample_keep_mask(scores, torch.ones(4), 8, ["a"] * 4, min_score=1.0, valid=valid)
+    assert keep.tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert (metrics["actor/min_score_mask_ratio"], metrics["actor/valid_actions_mask_ratio"]) == (0.75, 0.75)
+    assert metrics["actor/final_mask_ratio"] == 0.5
+    assert sample_keep_mask(scores, torch.ones(4), 8, ["a"] * 4, min_score=1.5)[0].tolist() == [0.0, 0.0, 0.0, 1.0]
+
+
+def test_valid_actions_mask_leaves_episodes_with_a_malformed_action_out_of_the_losses():
+    from types import SimpleNamespace
+
+    from posttrain.config.sections.algorithm import AlgorithmConfig
+    from posttrain.trainer.advantages import mask_samples
+
+    def batch(extra_info):
+        mask = torch.ones(3, 4)
+        return SimpleNamespace(response_mask=mask, train_mask=mask, loss_mask=mask, group_index=["g"] * 3, extra_info=extra_info)
+
+    rows = batch([{"invalid_actions": 0}, {"invalid_actions": 2}, {"invalid_actions": 0}])
+    metrics = mask_samples(rows, torch.tensor([1.0, 1.0, 0.0]), AlgorithmConfig(valid_actions_mask=True, min_score_mask=1.0), 4)
+    assert rows.loss_mask.sum(-1).tolist() == [4.0, 0.0, 0.0] and metrics["actor/final_mask_ratio"] == pytest.approx(1 / 3)
+    rows = batch([{"invalid_actions": 0}, {"invalid_actions": 2}, {"invalid_actions": 0}])
+    mask_samples(rows, torch.tensor([1.0, 1.0, 0.0]), AlgorithmConfig(), 4)  # off: every row trains
+    assert rows.loss_mask.sum(-1).tolist() == [4.0, 4.0, 4.0]
+    with pytest.raises(ValueError, match="algorithm.valid_actions_mask: a row has no actions of an environment"):
+        mask_samples(batch([{}] * 3), torch.zeros(3), AlgorithmConfig(valid_actions_mask=True), 4)

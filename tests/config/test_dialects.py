@@ -333,9 +333,9 @@ def test_conflicting_keys_are_refused():
     assert entry.status == "refused" and "conflicts with num_return_sequences_in_group (8)" in entry.reason
 
 
-def test_trinity_refused_and_unknown_algorithm_types():
-    _, report = translate({"algorithm": {"algorithm_type": "raft"}}, "trinity")
-    assert _entry(report, "algorithm.algorithm_type").reason.startswith("not implemented: RAFT's experience filtering")
+def test_trinity_raft_and_unknown_algorithm_types():
+    native, _ = translate({"algorithm": {"algorithm_type": "raft"}}, "trinity")  # the SFT loss on the rollouts
+    assert (native["algorithm"]["kind"], native["actor"]["policy_loss"]["loss_mode"], native["actor"]["use_kl_loss"]) == ("rl", "sft", False)
     _, report = translate({"algorithm": {"algorithm_type": "grpoo"}}, "trinity")
     reason = _entry(report, "algorithm.algorithm_type").reason
     assert reason.startswith("unknown algorithm_type 'grpoo'") and "mix_chord" in reason and "multi_step_grpo" in reason

@@ -194,3 +194,114 @@ def test_a_taskset_that_is_not_here_converts_into_the_entrys_episode_files(tmp_p
     specs = parse_custom_envs(native["env"]["custom_envs"])
     assert [e["seed"] for e in specs["frozen_lake"].episodes] == [3, 4] and [e["seed"] for e in specs["frozen_lake_eval0"].episodes] == [7]
     assert specs["frozen_lake"].episodes[0]["size"] == 3
+
+
+ALFWORLD = Path(__file__).resolve().parent / "reference_configs" / "trinity_grpo_alfworld_alfworld.yaml"
+ALFWORLD_STEPS = Path(__file__).resolve().parent / "reference_configs" / "trinity_grpo_alfworld_general_multi_step_alfworld.yaml"
+
+
+def _alfworld(workflow: str, algorithm: str, **taskset) -> tuple[dict, dict]:
+    raw = {"algorithm": {"algorithm_type": algorithm, "repeat_times": 4},
+           "explorer": {"rollout_model": {"enable_history": taskset.pop("history", True)}},
+           "buffer": {"batch_size": 2, "explorer_input": {"taskset": {
+               "path": "tasks.jsonl", "default_workflow_type": workflow, "format": {"prompt_key": "game_file"}, **taskset}}}}
+    native, report = translate(raw, "trinity")
+    return native, {e.key: (e.status, e.reason) for e in report.entries}
+
+
+def test_alfworld_workflows_become_the_alfworld_environment():
+    native, entries = _alfworld("alfworld_workflow", "grpo", workflow_args={"max_env_steps": 12}, history=False)
+    assert native["env"]["custom_envs"]["alfworld"] == {
+        "env_type": "trinity_alfworld", "env_config": {"max_env_steps": 12}, "max_steps": 12,
+        "episode_columns": {"task_desc": "game_file"}, "episode_files": ["tasks.jsonl"]}
+    assert native["env"]["train_env_manager"] == {"tags": ["alfworld"], "num_env_groups": 2, "group_size": 4}
+    assert entries[f"{_IN}.taskset.workflow_args.max_env_steps"][0] == "translated"
+    assert native["env"].get("train_rows", "episode") == "episode"
+    # Trinity's default max_env_steps is 30
+    native, _ = _alfworld("alfworld_workflow", "grpo", history=False)
+    assert native["env"]["custom_envs"]["alfworld"]["max_steps"] == 30
+    # one experience per episode: under multi_step_grpo that is grpo over episode rows, one optimizer step a batch
+    native, entries = _alfworld("alfworld_workflow", "multi_step_grpo", history=False)
+    assert native["env"].get("train_rows", "episode") == "episode" and "turn_mini_batch_size" not in native["env"]
+    assert native["actor"]["ppo_mini_batch_size"] == 2
+    # the step-wise workflow: every model call an experience with its episode's reward -> turn rows
+    native, entries = _alfworld("step_wise_alfworld_workflow", "multi_step_grpo")
+    assert native["env"]["custom_envs"]["alfworld"]["env_type"] == "trinity_alfworld"
+    assert (native["env"]["train_rows"], native["env"]["turn_mini_batch_size"]) == ("turn", 8)  # batch_size 2 x repeat_times 4
+    assert entries["explorer.rollout_model.enable_history"][0] == "dropped"
+    # Trinity-RFT stops without the call history; another algorithm would group the turns as responses
+    _, entries = _alfworld("step_wise_alfworld_workflow", "multi_step_grpo", history=False)
+    assert entries["explorer.rollout_model.enable_history"][0] == "refused"
+    _, entries = _alfworld("step_wise_alfworld_workflow", "grpo")
+    assert entries[f"{_IN}.taskset.default_workflow_type"][0] == "refused"
+    assert "algorithm_type multi_step_grpo" in entries[f"{_IN}.taskset.default_workflow_type"][1]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("alfworld") is None or importlib.util.find_spec("textworld") is None,
+                    reason="ALFWorld needs the alfworld and textworld packages (the envs extra)")
+@pytest.mark.parametrize("published", [ALFWORLD, ALFWORLD_STEPS], ids=["alfworld", "step_wise"])
+def test_the_published_alfworld_files_run_as_an_agentic_stage(published, tmp_path, monkeypatch):
+    """Both published files, unchanged but for sizes, play real ALFWorld games on posttrain's agent loop:
+    the rows' game_file column names each episode's game."""
+    from posttrain.envs.trinity_alfworld import SYSTEM_PROMPT, write_game
+
+    folder = tmp_path / "examples" / "grpo_alfworld" / "alfworld_data"  # both files' taskset path
+    folder.mkdir(parents=True)
+    games = [write_game(str(tmp_path / "games" / str(i))) for i in range(2)]
+    (folder / "train.jsonl").write_text("".join(json.dumps({"game_file": g, "target": ""}) + "\n" for g in games))
+    model = make_tiny_model(tmp_path / "model", layers=1, hidden=32, heads=4, max_position=4096, seed=0)
+    monkeypatch.setenv("TRINITY_MODEL_PATH", str(model))
+    small = ["buffer.batch_size=1", "algorithm.repeat_times=2", "model.max_model_len=3000", "model.max_response_tokens=400",
+             "model.max_prompt_tokens=2500", "trainer.max_token_len_per_gpu=8000", "cluster.gpu_per_node=1",
+             "explorer.rollout_model.engine_num=1", "explorer.rollout_model.tensor_parallel_size=1"]
+    if published == ALFWORLD_STEPS:
+        small += ["buffer.train_batch_size=6", "~model.max_prompt_tokens"]
+    native = read_foreign(published, overrides=small).native
+    entry = native["env"]["custom_envs"]["alfworld"]
+    assert entry["episode_columns"] == {"task_desc": "game_file"} and entry["env_config"] == {"max_env_steps": 30}
+    # two actions an episode (the -0.1 of an unfinished game comes at max_env_steps), short replies
+    entry.update(env_config={"max_env_steps": 2}, max_steps=2, max_tokens_per_step=20)
+    (tmp_path / "native.yaml").write_text(yaml.safe_dump(native))
+    cfg = load_config(tmp_path / "native.yaml", ["trainer.logger=[]", "cluster.device=cpu", "rollout.name=hf"])
+    assert cfg.env.train_rows == ("turn" if published == ALFWORLD_STEPS else "episode")
+    t = RLTrainer(StageContext(name="main", cfg=cfg, run_dir=tmp_path / "run", model_path=str(model)))
+    assert t.derived.total_training_steps == 40  # total_epochs 20 x 2 rows // 1 task a step
+    t.roles.sync.push(t.roles.actor.version)
+    batch = t.explore(1, PhaseTimer(t.observer.watch()), expected_version=t.roles.actor.version).batch
+    assert all(p.startswith(SYSTEM_PROMPT.strip()[:40]) or SYSTEM_PROMPT.strip()[:40] in p for p in batch.raw_prompt)
+    assert all("Observation: -= Welcome to TextWorld, ALFRED! =-" in p for p in batch.raw_prompt)
+    assert "put some apple on countertop" in batch.raw_prompt[0]
+    # a random tiny policy does not win in two actions: each episode ends on its second with Trinity's -0.1
+    assert [e["turns"] for e in batch.extra_info] == [2, 2]
+    assert [e["turn_rewards"] for e in batch.extra_info] == [[0.0, -0.1]] * 2 and not any(e["success"] for e in batch.extra_info)
+
+
+RAFT = Path(__file__).resolve().parent / "reference_configs" / "trinity_RAFT_alfworld_RAFT_alfworld_7B.yaml"
+
+
+def test_raft_fine_tunes_on_the_won_well_formatted_alfworld_episodes(tmp_path, monkeypatch):
+    """The published RAFT file: RAFT's own ALFWorld rules, the SFT loss, and only the episodes the
+    workflow returns (scored at least 1, every reply with its three tags) in the losses."""
+    for split in ("train", "test"):
+        (tmp_path / "games" / f"{split}.jsonl").parent.mkdir(exist_ok=True)
+        (tmp_path / "games" / f"{split}.jsonl").write_text('{"game_file": "/g/game.tw-pddl", "task_desc": ""}\n' * 80)
+    monkeypatch.setenv("TRINITY_TASKSET_PATH", str(tmp_path / "games"))
+    foreign = read_foreign(RAFT)
+    native, entries = foreign.native, {e.key: (e.status, e.reason) for e in foreign.report.entries}
+    assert native["algorithm"]["kind"] == "rl" and native["actor"]["policy_loss"]["loss_mode"] == "sft"
+    assert native["actor"]["use_kl_loss"] is False
+    assert (native["algorithm"]["min_score_mask"], native["algorithm"]["valid_actions_mask"]) == (1.0, True)
+    assert native["env"]["custom_envs"]["alfworld"] == {
+        "env_type": "trinity_raft_alfworld", "env_config": {}, "max_steps": 50, "max_tokens_per_step": 4096,
+        "episode_columns": {"task_desc": "game_file"}, "episode_files": [str(tmp_path / "games" / "train.jsonl")]}
+    assert native["env"]["custom_envs"]["alfworld_eval0"]["env_type"] == "trinity_raft_alfworld"
+    assert native["env"]["train_env_manager"] == {"tags": ["alfworld"], "num_env_groups": 80, "group_size": 1}
+    assert "response_key" not in native["data"]  # the episodes have no answer column
+    assert entries[f"{_IN}.taskset.format.response_key"][0] == "dropped"
+    # raft over another workflow fine-tunes on every response it returns, as Trinity-RFT's RAFT type does
+    native, _ = translate({"algorithm": {"algorithm_type": "raft"}, "buffer": {"explorer_input": {"taskset": {"path": "tasks.jsonl"}}}}, "trinity")
+    assert native["actor"]["policy_loss"]["loss_mode"] == "sft" and "min_score_mask" not in native.get("algorithm", {})
+    # the reflective twin plays a second, guided attempt: refused with what it needs
+    _, entries = _alfworld("RAFT_reflect_alfworld_workflow", "raft")
+    assert entries[f"{_IN}.taskset.default_workflow_type"][0] == "refused"
+    assert "second time" in entries[f"{_IN}.taskset.default_workflow_type"][1]

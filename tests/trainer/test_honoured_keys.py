@@ -290,6 +290,7 @@ KNOBS = [
     knob("algorithm.difficulty_low_threshold=0.6", "metrics", *BY_LENGTH, "algorithm.difficulty_mask=true"),
     knob("algorithm.difficulty_high_threshold=0.6", "metrics", *BY_LENGTH, "algorithm.difficulty_mask=true"),
     knob("algorithm.error_max_len_clip=true", "weights", *BY_LENGTH),  # scores other than 0 and 1 leave
+    knob("algorithm.min_score_mask=100.0", "weights", *BY_LENGTH),  # no response scores 100: none trains
     knob("actor.topr_positive_loss_coef=1.0", "weights", *BY_LENGTH),  # every response scores > 0
     knob("actor.topr_negative_loss_coef=1.0", "weights", *BY_LENGTH, "algorithm.reward_norm_mean=group"),  # about half <= 0
     knob(("algorithm.token_filter.type=clip_b", "algorithm.token_filter.mu=0.5"), "weights", *BY_LENGTH),  # outlier tokens leave
@@ -397,6 +398,8 @@ KERNELS = "tests/workers/test_kernel_flags.py"
 ULYSSES = "tests/cluster/test_ulysses.py::test_each_role_splits_by_its_own_key_and_the_reference_follows_the_actor"
 DISTILL = "tests/trainer/test_distill.py"
 ELSEWHERE = {
+    # an agentic stage's episodes: the harness's single-turn rows have no actions to check
+    "algorithm.valid_actions_mask": "tests/algorithms/test_sample_controls.py::test_valid_actions_mask_leaves_episodes_with_a_malformed_action_out_of_the_losses",
     # several distillation teachers: each row's advantage is recomputed from its own teacher (routing by
     # tag_included) with that teacher's model (model_path) and kl_coef (0.5 against the default 1.0)
     **{key: "tests/trainer/test_teachers.py::test_two_teachers_on_two_domains_train_two_steps_and_log"

@@ -18,7 +18,9 @@ become the endpoint's ``rollout.agent.enable_auto_tool_choice``, ``tool_call_par
 ``reasoning_parser`` beside an agent-function workflow; a parser posttrain does not implement is
 refused naming the ones it does. A file that leaves them out gets posttrain's defaults (hermes, auto
 tool choice on, no reasoning parser), not Trinity's (off). With any other workflow there is no
-endpoint: Trinity's defaults (off, none) are accepted and anything else refused.
+endpoint: Trinity's defaults (off, none) are accepted and anything else refused. A step-wise
+environment workflow (``step_wise_alfworld_workflow``) needs ``enable_history`` true, as in
+Trinity-RFT, and is accepted with it: its turns are posttrain's turn rows.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.dialects.translate import Context
+from posttrain.config.dialects.trinity_envs import WORKFLOWS, env_workflow_of
 from posttrain.config.tables import Rule
 
 AGENT = "posttrain_agent_workflow"
@@ -75,7 +78,14 @@ def server_keys(ctx: Context) -> None:
             continue
         ctx.consume(key)
         value = ctx.get(key)
-        if not agent:
+        if not agent and key.endswith("enable_history") and step_wise(ctx):
+            if value is True:
+                ctx.drop(key, f"{step_wise(ctx)} needs the call history for its per-call experiences: posttrain's agent loop keeps every "
+                              "turn and cuts the episodes into turn rows (env.train_rows turn)")
+            else:
+                ctx.refuse(key, f"{step_wise(ctx)} reads its experiences from the call history, and Trinity-RFT stops without it: "
+                                "set true (posttrain's turn rows need nothing more)", None, value)
+        elif not agent:
             if value is False:
                 ctx.drop(key, "false: no OpenAI server and no call history, as posttrain's rollout paths need none")
             else:
@@ -86,6 +96,12 @@ def server_keys(ctx: Context) -> None:
         else:
             ctx.refuse(key, f"{AGENT} runs the agent function against the policy's OpenAI-compatible endpoint and trains on its recorded "
                             "calls; set true (as Trinity-RFT needs for an OpenAI-client workflow) or remove it", None, value)
+
+
+def step_wise(ctx: Context) -> str | None:
+    """The training taskset's step-wise environment workflow (one experience per model call), if any."""
+    workflow = env_workflow_of(ctx)
+    return next((name for name, w in WORKFLOWS.items() if w is workflow), None) if workflow and workflow.turn_rows else None
 
 
 _RM = "explorer.rollout_model"

@@ -55,13 +55,15 @@ TYPES: dict[str, TrinityType] = {
     # GRPO over the env group's episodes, trained as one row per turn (trinity_batches sets env.train_rows: turn)
     "multi_step_grpo": TrinityType("rl", "step_wise_grpo", "ppo"),
     "sft": TrinityType("sft", None, "sft", kl_loss_fn="none"),
+    # RAFT (Dong et al. 2023): the SFT loss on the experiences the workflow returns (no advantages, no
+    # reference); the RAFT workflows return only their successes (trinity_envs sets the row filters).
+    # grpo is computed and unused: the sft loss reads no advantages.
+    "raft": TrinityType("rl", "grpo", "sft", kl_loss_fn="none"),
     "dpo": TrinityType("dpo", None, "dpo"),
 }
 
 #: Types posttrain does not run, with the reason the loader gives.
-REFUSED: dict[str, str] = {
-    "raft": "RAFT's experience filtering is done by Trinity-RFT's RAFT workflows, which posttrain does not run; to fine-tune on responses you filtered, use algorithm_type sft on them",
-}
+REFUSED: dict[str, str] = {}
 
 #: Trinity advantage_fn -> (posttrain estimator, options it implies).
 ADVANTAGE_FNS: dict[str, tuple[str, dict[str, Any]]] = {

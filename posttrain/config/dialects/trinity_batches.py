@@ -31,6 +31,9 @@ x ``rollout.n`` responses, in ``actor.ppo_mini_batch_size`` prompts per optimize
   turns left over (Trinity-RFT's trainer carries them into its next step instead). Over a single-turn
   workflow a turn is a response; over an agent function's episodes a turn is a recorded call, and each
   episode counts once in the advantages (posttrain.trainer.advantages.episode_advantages). Mode train: refused as before (a stored batch is a batch of episodes).
+  An environment workflow that makes one experience of a whole episode (alfworld_workflow, not
+  step_wise_alfworld_workflow) gives one experience per run, so there multi_step_grpo is grpo's
+  rule above: episode rows.
 - SFT and DPO: train_batch_size sequences (DPO: pairs) per step is ``data.train_batch_size``.
 """
 
@@ -41,10 +44,11 @@ from typing import Any
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_judges import SELF_JUDGE, SELF_JUDGE_GOLD_PROBABILITY, training_workflow
 from posttrain.config.dialects.trinity_algorithms import TYPES
+from posttrain.config.dialects.trinity_defaults import TRINITY_TASKS_DEFAULT
+from posttrain.config.dialects.trinity_envs import env_workflow_of
 from posttrain.config.tables import Rule
 
 KEY, TASKS = "buffer.train_batch_size", "buffer.batch_size"
-TRINITY_TASKS_DEFAULT = 1
 _MINI = "actor.ppo_mini_batch_size"
 
 
@@ -89,7 +93,7 @@ def _sizes(ctx: Context, stage: bool) -> None:
         return
     if _MINI in ctx.origin:  # the inline verl config (trainer.trainer_config) set it: that wins
         return
-    if type_name == "multi_step_grpo" and mode != "train":
+    if type_name == "multi_step_grpo" and mode != "train" and _turn_experiences(ctx):
         _turns(ctx, given, experiences)
         return
     if given and type_name == "multi_step_grpo":
@@ -107,6 +111,14 @@ def _sizes(ctx: Context, stage: bool) -> None:
         _train_only(ctx, given, explored, repeat, expert)
     else:
         _both(ctx, given, explored, repeat, expert, stage)
+
+
+def _turn_experiences(ctx: Context) -> bool:
+    """Whether the training workflow writes an experience per model call: any but an environment
+    workflow that makes one experience of a whole episode (frozen_lake_workflow, sciworld_workflow,
+    alfworld_workflow), under which multi_step_grpo is grpo over episodes."""
+    workflow = env_workflow_of(ctx)
+    return workflow is None or workflow.turn_rows
 
 
 def _turns(ctx: Context, given: bool, experiences: Any) -> None:

@@ -32,6 +32,8 @@ from typing import Any
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_algorithms import TYPES
 
+TRINITY_TASKS_DEFAULT = 1  # Trinity-RFT's buffer.batch_size: tasks per explore step
+
 TRINITY_DEFAULT = "Trinity-RFT's default (not written in the file)"
 DEFAULT_ALGORITHM_TYPE = "ppo"
 KL_COEF_DEFAULT = 0.001

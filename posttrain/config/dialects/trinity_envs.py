@@ -8,6 +8,15 @@ experience of the whole conversation:
   rewards); its ``env_config`` the workflow_args ``env_max_steps``, ``agent_max_steps`` and
   ``is_slippery`` (Trinity's defaults 8, 10, false), ``max_steps`` the ``agent_max_steps``.
   ``workflow_args.desc`` (one fixed map for every row) is refused: the environment draws each row's map.
+- ``alfworld_workflow``: ALFWorld (posttrain.envs.trinity_alfworld), the game file named by the row's
+  ``format.prompt_key`` column (``game_file`` in Trinity's example) as ``task_desc``; its
+  ``max_env_steps`` (default 30) the ``env_config`` and the ``max_steps``. ``step_wise_alfworld_workflow``
+  plays the same games and makes every model call an experience with the episode's reward: turn rows
+  (``env.train_rows: turn``) under ``multi_step_grpo``, which it needs.
+- ``RAFT_alfworld_workflow``: the same games under RAFT's own rules (posttrain.envs.trinity_raft_alfworld:
+  its prompt, three reply tags, the stop on three repeated actions, 50 actions, 4096 tokens a reply),
+  returning only the won episodes whose every reply holds the tags: ``algorithm.min_score_mask: 1`` and
+  ``valid_actions_mask: true`` leave the others out of the losses of the ``raft`` type's SFT loss.
 - ``sciworld_workflow``: ScienceWorld (posttrain.envs.trinity_sciworld: the workflow's prompt,
   observations, ``<action>`` parsing and best-score reward), the task named by the row's
   ``format.prompt_key`` column (Trinity's ``task_desc``; ``prompt`` when unset), a JSON string of
@@ -38,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from posttrain.config.dialects.translate import Context
-from posttrain.config.dialects.trinity_batches import TRINITY_TASKS_DEFAULT
+from posttrain.config.dialects.trinity_defaults import TRINITY_TASKS_DEFAULT
 from posttrain.config.dialects.trinity_files import data_files
 
 _IN = "buffer.explorer_input"
@@ -56,6 +65,9 @@ class EnvWorkflow:
     reward: str  # how the workflow rewards its episodes (why a reward function is dropped)
     refused_args: dict[str, str] = field(default_factory=dict)  # workflow_args refused, with the reason
     prompt_argument: str | None = None  # the constructor argument that reads the taskset's format.prompt_key column
+    turn_rows: bool = False  # a step-wise workflow: every model call is an experience (env.train_rows turn)
+    entry: dict[str, Any] = field(default_factory=dict)  # fixed keys of the custom_envs entry (the workflow's own settings)
+    keeps: dict[str, Any] = field(default_factory=dict)  # algorithm.* filters: the episodes the workflow returns as experiences
 
 
 WORKFLOWS = {
@@ -68,14 +80,35 @@ WORKFLOWS = {
         "sciworld", "trinity_sciworld", {}, 30,  # Trinity's max_env_steps
         "the rows are the episodes (task_desc: task_name, var_num, jar_path)", "its best score / 100",
         prompt_argument="task_desc"),
+    "alfworld_workflow": EnvWorkflow(
+        "alfworld", "trinity_alfworld", {"max_env_steps": 30}, "max_env_steps",
+        "the rows are the episodes (task_desc: the path of a game.tw-pddl file)", "the game's reward when it ends, else -0.1",
+        prompt_argument="task_desc"),
+    # the same game, each model call trained as its own row with the episode's reward (multi_step_grpo's turn rows)
+    "step_wise_alfworld_workflow": EnvWorkflow(
+        "alfworld", "trinity_alfworld", {"max_env_steps": 30}, "max_env_steps",
+        "the rows are the episodes (task_desc: the path of a game.tw-pddl file)", "the game's reward when it ends, else -0.1",
+        prompt_argument="task_desc", turn_rows=True),
+    # RAFT: its own prompt, reply tags and stops; it returns only the won, well-formatted episodes
+    # (the others as empty experiences), which the raft type fine-tunes on
+    "RAFT_alfworld_workflow": EnvWorkflow(
+        "alfworld", "trinity_raft_alfworld", {}, 50,  # the workflow's fixed max_env_steps
+        "the rows are the episodes (task_desc: the path of a game.tw-pddl file)", "the game's reward when it ends",
+        prompt_argument="task_desc", entry={"max_tokens_per_step": 4096},  # its fixed max_tokens per call
+        keeps={"min_score_mask": 1.0, "valid_actions_mask": True}),
 }
 ENV_WORKFLOWS = tuple(WORKFLOWS)
 
 
+def env_workflow_of(ctx: Context) -> EnvWorkflow | None:
+    """The training taskset's environment workflow, or None when it names another workflow."""
+    own = (ctx.get(f"{_IN}.taskset") or {}).get("default_workflow_type") if isinstance(ctx.get(f"{_IN}.taskset"), dict) else None
+    return WORKFLOWS.get(own or ctx.get(f"{_IN}.default_workflow_type"))
+
+
 def plays_environment(ctx: Context) -> bool:
     """Whether the training taskset's workflow is an environment workflow this module translates."""
-    own = (ctx.get(f"{_IN}.taskset") or {}).get("default_workflow_type") if isinstance(ctx.get(f"{_IN}.taskset"), dict) else None
-    return (own or ctx.get(f"{_IN}.default_workflow_type")) in ENV_WORKFLOWS
+    return env_workflow_of(ctx) is not None
 
 
 def tag_of(workflow: EnvWorkflow, training: bool, index: int) -> str:
@@ -93,6 +126,12 @@ def env_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, sou
                            "validates a stage with its own rollout path (an agentic stage's environments, or a prompt stage's "
                            f"data.val_files); evaluate the {workflow.tag} tasks in a stage that trains on them", None, name)
         return
+    if workflow.turn_rows and training and ctx.get("algorithm.algorithm_type") != "multi_step_grpo":
+        ctx.refuse(source, f"{name} makes every model call an experience with its episode's reward, which posttrain trains as turn "
+                           "rows under algorithm_type multi_step_grpo (env.train_rows turn); with "
+                           f"{ctx.get('algorithm.algorithm_type')!r} use {name.removeprefix('step_wise_')} (one experience per "
+                           "episode) or set algorithm_type multi_step_grpo", None, name)
+        return
     for read in reward_keys:
         if read is not None:
             ctx.drop(read, f"{name} rewards its episodes itself ({workflow.reward}) and calls no reward function")
@@ -107,7 +146,11 @@ def env_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, sou
             config[arg] = value
             ctx.report.add(_entry(key, f"env.custom_envs.{tag}.env_config.{arg}", value, "the environment's own setting"))
     steps = config[workflow.max_steps] if isinstance(workflow.max_steps, str) else workflow.max_steps
-    entry = {"env_type": workflow.env_type, "env_config": config, "max_steps": steps}
+    entry = {"env_type": workflow.env_type, "env_config": config, "max_steps": steps, **workflow.entry}
+    if training:
+        for key, value in workflow.keeps.items():
+            ctx.set(f"algorithm.{key}", value, source, f"{name} returns only the episodes scored at least 1 whose every reply "
+                                                        "holds its three tags (the others as empty experiences)")
     if workflow.prompt_argument is not None:  # the row's task sits in the taskset's prompt column (Trinity's task_desc)
         column = ((item.get("format") or {}) if isinstance(item.get("format"), dict) else {}).get("prompt_key") or "prompt"
         entry["episode_columns"] = {workflow.prompt_argument: column}
@@ -127,6 +170,9 @@ def episode_sources(ctx: Context) -> None:
     if trained is not None:
         _files(ctx, envs[trained.tag], data.pop("train_files", None), f"{_IN}.taskset.path", trained)
         _absent_rows(ctx, f"{_IN}.taskset.path", trained.tag)
+        if "response_key" in data:  # the rows name episodes; no workflow of this table reads an answer column
+            del data["response_key"]
+            _unread(ctx, f"{_IN}.taskset.format.response_key", "the environment workflow scores its episodes itself and reads no answer column")
         columns = envs[trained.tag].get("episode_columns") or {}
         if trained.prompt_argument in columns and data.get("prompt_key") == columns[trained.prompt_argument]:
             del data["prompt_key"]  # the prompt column names each row's episode, not a prompt the model reads
@@ -163,6 +209,14 @@ def episode_sources(ctx: Context) -> None:
                    "environments play every row with one group size (env.val_env_manager.group_size): give them one repeat_times", None, sizes)
     elif evals:  # every row of every evaluation taskset once, repeat_times environments a row
         ctx.native["env"]["val_env_manager"].update(num_env_groups=0, group_size=sizes[0])
+
+
+def _unread(ctx: Context, key: str, reason: str) -> None:
+    """Mark a key translated onto data.* before the environment was known as dropped for `reason`."""
+    import dataclasses
+
+    ctx.report.entries = [dataclasses.replace(e, status="dropped", native=None, reason=reason) if e.key == key else e
+                          for e in ctx.report.entries]
 
 
 def _absent_rows(ctx: Context, key: str, tag: str) -> None:

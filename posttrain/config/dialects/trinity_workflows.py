@@ -42,9 +42,10 @@ paths, chosen by the native config rather than by a class per task:
   (the AgentScope v0 API it imports is gone from the agentscope Trinity-RFT installs).
 - **multi-turn environment** (`env.*`): an agentic stage plays environments configured in
   ``env.custom_envs`` and ``env.train_env_manager``. Trinity's environment workflows with a posttrain
-  environment (frozen_lake_workflow, sciworld_workflow) become such a stage, one episode per taskset
-  row (posttrain.config.dialects.trinity_envs); the others (alfworld_workflow, webshop_workflow, ...)
-  are refused with that pointer.
+  environment (frozen_lake_workflow, sciworld_workflow, alfworld_workflow, step_wise_alfworld_workflow)
+  become such a stage, one episode per taskset row (posttrain.config.dialects.trinity_envs), as does
+  RAFT_alfworld_workflow (with the ``raft`` type); the others (webshop_workflow, ...) are refused with
+  that pointer, RAFT_reflect_alfworld_workflow with what it needs.
 
 Every other workflow is refused naming what it needs. Trinity's registered reward functions
 (``default_reward_fn_type`` of the taskset, else of ``buffer.explorer_input``) are posttrain's built-in
@@ -99,9 +100,10 @@ TOOL_ARGS = ("max_assistant_turns", "max_user_turns", "tool_config_path", "inter
 _ENV = ("plays Trinity's own environment over a taskset of episodes; posttrain plays environments from env.custom_envs "
         "with env.train_env_manager (docs/agentic.md: walk, or your class by module:Class)")
 REFUSED = {
-    **{name: _ENV for name in ("alfworld_workflow", "webshop_workflow",
-                               "step_wise_alfworld_workflow", "RAFT_alfworld_workflow", "RAFT_reflect_alfworld_workflow",
-                               "sudoku_workflow")},
+    **{name: _ENV for name in ("webshop_workflow", "sudoku_workflow")},
+    "RAFT_reflect_alfworld_workflow": "RAFT's reflective ALFWorld workflow plays a failed game a second time with guidance "
+                                      "written from the first attempt and fine-tunes on the second; posttrain's environments play "
+                                      "one episode per row: RAFT_alfworld_workflow (one attempt) translates",
     **{name: "Trinity-RFT's fixed math evaluation: its own system message and an instruction appended to the row's 'question' "
              "column, its own sampling (temperature 0.6, top_p 0.8) and Qwen2.5-Math's symbolic equality; posttrain validates "
              "with the training stage's prompt, sampling and reward: use simple_workflow with rollout_args and a reward "
