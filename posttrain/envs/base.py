@@ -48,6 +48,10 @@ class Env(Protocol):
 #       every prompt (an OpenReward session's tools). Read after the reset.
 #   expert_action() -> str: a planner's action in the current state; `posttrain make-env-data`
 #       writes expert trajectories for an SFT warm-up with it (posttrain.envs.expert).
+# And on the class:
+#   check_runtime() (a static method): raises ValueError naming what this machine lacks to play the
+#       environment (a package, a Java runtime); `config plan` and the run call it when they read the
+#       custom_envs entry, before any environment is built.
 
 
 @dataclass(frozen=True)

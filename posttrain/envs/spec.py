@@ -203,6 +203,12 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
     if problems:
         raise ConfigError(problems)
     cls = env_class(str(entry["env_type"]), f"{key}.env_type")
+    check = getattr(cls, "check_runtime", None)
+    if callable(check):  # what this machine lacks to play it, named at plan time, not at the first step
+        try:
+            check()
+        except ValueError as e:
+            raise ConfigError(f"{key}.env_type {entry['env_type']}: {e}") from None
     instruction = entry.get("env_instruction")
     if instruction is None:
         instruction = getattr(cls, "instruction", "")

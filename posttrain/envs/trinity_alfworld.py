@@ -163,7 +163,8 @@ def _check_runtime() -> None:
     missing = [name for name in ("alfworld", "textworld", "fast_downward") if importlib.util.find_spec(name) is None]
     if missing:
         raise ValueError(f"trinity_alfworld plays ALFWorld games with alfworld and textworld's PDDL engine, and "
-                         f"{', '.join(missing)} is not installed: pip install alfworld 'textworld[pddl]'")
+                         f"{', '.join(missing)} is not installed: pip install 'posttrain[envs]' (or alfworld; its fast-downward "
+                         "builds from source with a C++ compiler and make)")
 
 
 def _check_game(path: str) -> None:
@@ -212,6 +213,7 @@ class TrinityAlfworld:
     """Trinity-RFT's ALFWorld workflow, one game file per episode (see the module docstring)."""
 
     instruction = SYSTEM_PROMPT
+    check_runtime = staticmethod(_check_runtime)  # the packages (and runtime) it needs, checked at plan time
     # an episode_files row may name its episode by this column instead of a seed (posttrain.envs.spec)
     episode_argument = "task_desc"
 

@@ -85,6 +85,7 @@ class TrinityRaftAlfworld:
     """Trinity-RFT's RAFT ALFWorld workflow, one game file per episode (see the module docstring)."""
 
     instruction = SYSTEM_PROMPT
+    check_runtime = staticmethod(_check_runtime)  # the packages (and runtime) it needs, checked at plan time
     episode_argument = "task_desc"  # rows name their episode by this column (posttrain.envs.spec)
 
     def __init__(self, task_desc: str | None = None):

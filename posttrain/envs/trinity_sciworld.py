@@ -171,6 +171,7 @@ class TrinitySciWorld:
     """Trinity-RFT's ScienceWorld workflow, one task variation per episode (see the module docstring)."""
 
     instruction = SYSTEM_PROMPT
+    check_runtime = staticmethod(_check_runtime)  # the packages (and runtime) it needs, checked at plan time
     # an episode_files row may name its episode by this column instead of a seed (posttrain.envs.spec)
     episode_argument = "task_desc"
 

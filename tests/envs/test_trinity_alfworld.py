@@ -108,7 +108,7 @@ def test_game_file_mistakes_name_the_file_and_the_column(game, tmp_path):
 def test_a_missing_package_is_one_line_naming_what_to_install(monkeypatch):
     real = trinity_alfworld.importlib.util.find_spec
     monkeypatch.setattr(trinity_alfworld.importlib.util, "find_spec", lambda name: None if name == "fast_downward" else real(name))
-    with pytest.raises(ValueError, match=r"^trinity_alfworld plays .*fast_downward is not installed: pip install alfworld 'textworld\[pddl\]'$"):
+    with pytest.raises(ValueError, match=r"^trinity_alfworld plays .*fast_downward is not installed: pip install 'posttrain\[envs\]' \(or alfworld; .*make\)$"):
         TrinityAlfworld("game.tw-pddl")
 
 
@@ -117,3 +117,15 @@ def test_smoke_rows_are_a_playable_game(game):
     env = TrinityAlfworld(**rows[0])
     env.reset(seed=0)
     assert [env.step(a)[1] for a in WIN] == [0.0, 0.0, 0.0, 1.0]
+
+
+def test_a_machine_without_alfworld_is_named_when_the_entry_is_read(monkeypatch):
+    """`config plan` (and the run) read custom_envs before any environment is built: a missing package
+    is one line naming the entry and what installs it, not an error at the first step."""
+    from posttrain.envs.spec import parse_custom_envs
+
+    monkeypatch.setitem(sys.modules, "alfworld", None)  # find_spec("alfworld") -> None: not installed
+    for env_type in ("trinity_alfworld", "trinity_raft_alfworld"):
+        with pytest.raises(ConfigError, match=rf"env.custom_envs.a.env_type {env_type}: .*alfworld is not installed: "
+                                              r"pip install 'posttrain\[envs\]'"):
+            parse_custom_envs({"a": {"env_type": env_type, "max_steps": 2, "env_config": {"task_desc": "g.tw-pddl"}}})
