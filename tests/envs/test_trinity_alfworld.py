@@ -11,18 +11,16 @@ import pytest
 
 from posttrain.envs import trinity_alfworld
 from posttrain.envs.registry import make_env
-from posttrain.envs.trinity_alfworld import GAME_WALKTHROUGH, TrinityAlfworld, write_game
+from posttrain.envs.trinity_alfworld import GAME_WALKTHROUGH, TrinityAlfworld
 from posttrain.errors import ConfigError
 
 WIN = [f"<think>next</think><action>{a}</action>" for a in GAME_WALKTHROUGH]
 HINT = "Please check if the action you take is valid or you have carefully followed the action format."
 
 
-@pytest.fixture(scope="module")
-def game(tmp_path_factory):
-    for name in ("alfworld", "textworld", "fast_downward"):
-        pytest.importorskip(name)
-    return write_game(str(tmp_path_factory.mktemp("alfworld") / "pick_and_place"))
+@pytest.fixture
+def game(alfworld_game):
+    return alfworld_game
 
 
 def test_doctests():

@@ -7,7 +7,7 @@ import doctest
 import pytest
 
 from posttrain.envs import trinity_raft_alfworld
-from posttrain.envs.trinity_alfworld import GAME_WALKTHROUGH, write_game
+from posttrain.envs.trinity_alfworld import GAME_WALKTHROUGH
 from posttrain.envs.trinity_raft_alfworld import MAX_ENV_STEPS, TrinityRaftAlfworld
 
 
@@ -15,11 +15,9 @@ def reply(action: str) -> str:
     return f"<experience>Look where apples are kept.</experience>\\n\\n<think>next</think>\\n\\n<action>{action}</action>"
 
 
-@pytest.fixture(scope="module")
-def game(tmp_path_factory):
-    for name in ("alfworld", "textworld", "fast_downward"):
-        pytest.importorskip(name)
-    return write_game(str(tmp_path_factory.mktemp("alfworld") / "pick_and_place"))
+@pytest.fixture
+def game(alfworld_game):
+    return alfworld_game
 
 
 def test_doctests():
