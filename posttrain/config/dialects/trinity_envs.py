@@ -68,6 +68,7 @@ class EnvWorkflow:
     turn_rows: bool = False  # a step-wise workflow: every model call is an experience (env.train_rows turn)
     entry: dict[str, Any] = field(default_factory=dict)  # fixed keys of the custom_envs entry (the workflow's own settings)
     keeps: dict[str, Any] = field(default_factory=dict)  # algorithm.* filters: the episodes the workflow returns as experiences
+    keeps_why: str = ""  # which episodes those are (the report's reason)
 
 
 WORKFLOWS = {
@@ -95,7 +96,8 @@ WORKFLOWS = {
         "alfworld", "trinity_raft_alfworld", {}, 50,  # the workflow's fixed max_env_steps
         "the rows are the episodes (task_desc: the path of a game.tw-pddl file)", "the game's reward when it ends",
         prompt_argument="task_desc", entry={"max_tokens_per_step": 4096},  # its fixed max_tokens per call
-        keeps={"min_score_mask": 1.0, "valid_actions_mask": True}),
+        keeps={"min_score_mask": 1.0, "valid_actions_mask": True},
+        keeps_why="only the episodes scored at least 1 whose every reply holds its three tags (the others as empty experiences)"),
 }
 ENV_WORKFLOWS = tuple(WORKFLOWS)
 
@@ -149,8 +151,7 @@ def env_workflow(ctx: Context, prefix: str, item: dict[str, Any], name: str, sou
     entry = {"env_type": workflow.env_type, "env_config": config, "max_steps": steps, **workflow.entry}
     if training:
         for key, value in workflow.keeps.items():
-            ctx.set(f"algorithm.{key}", value, source, f"{name} returns only the episodes scored at least 1 whose every reply "
-                                                        "holds its three tags (the others as empty experiences)")
+            ctx.set(f"algorithm.{key}", value, source, f"{name} returns {workflow.keeps_why}")
     if workflow.prompt_argument is not None:  # the row's task sits in the taskset's prompt column (Trinity's task_desc)
         column = ((item.get("format") or {}) if isinstance(item.get("format"), dict) else {}).get("prompt_key") or "prompt"
         entry["episode_columns"] = {workflow.prompt_argument: column}
