@@ -142,8 +142,10 @@ def _plan_text(check, path: str | None) -> str:
     """The plan of one checked stage, from its dataset's real size (after filtering) when it was
     built, else from counting the rows of its files."""
     cfg = check.config
-    if check.inputs is not None and check.inputs.train_set is None:  # an agentic stage: environments, no dataset
-        return format_plan(cfg, derive(cfg, None), size_note="an agentic stage plays environments (env.train_env_manager), no dataset")
+    if check.inputs is not None and check.inputs.train_set is None:  # environments, or a bench of data.val_files only
+        note = ("an agentic stage plays environments (env.train_env_manager), no dataset" if cfg.env.train_env_manager.tags else
+                f"trainer.mode bench evaluates the {len(check.inputs.val_set)} rows of data.val_files and reads no training rows")
+        return format_plan(cfg, derive(cfg, None), size_note=note)
     if check.inputs is not None:
         return format_plan(cfg, derive(cfg, len(check.inputs.train_set)))
     files = list(cfg.data.train_files)

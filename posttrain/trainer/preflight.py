@@ -86,7 +86,12 @@ def stage_inputs(cfg: Config) -> StageInputs:
     build = DATASETS[kind]
     data = data_with_tools(cfg)  # tool calling: the tool schemas go into every prompt (posttrain.trainer.tools)
     images = {"images": image_inputs(cfg, tokenizer)} if kind in ("rl", "distill") else {}  # a vision-language policy's
-    train_set = build(data, cfg.data.train_files, tokenizer, split="train", **images)
+    # trainer.mode bench evaluates data.val_files: a bench file with no training rows (Trinity-RFT's, whose
+    # bench configs have eval_tasksets only) builds none
+    bench_only = kind == "rl" and cfg.trainer.mode == "bench" and not cfg.data.train_files
+    if bench_only and not cfg.data.val_files:
+        raise ConfigError("trainer.mode=bench evaluates an RL stage's checkpoints on data.val_files; set data.val_files (Trinity: eval_tasksets)")
+    train_set = None if bench_only else build(data, cfg.data.train_files, tokenizer, split="train", **images)
     val_set = build(data, cfg.data.val_files, tokenizer, split="val", **images) if cfg.data.val_files else None
     reward_fn = None
     if kind == "distill":
@@ -99,8 +104,8 @@ def stage_inputs(cfg: Config) -> StageInputs:
         check_agent_fn(cfg)  # rollout.agent.function: its episodes' rewards replace the reward function
         reward_fn = None if has_agent_fn(cfg) else check_reward(cfg)
         if cfg.reward.workers:  # every tag of the data has a worker, before any model is loaded
-            check_worker_tags(cfg, [("data.train_files", train_set), ("data.val_files", val_set)])
-        if needs_early_build(cfg.data):  # every row in a domain or file, the user's sampler class loads
+            check_worker_tags(cfg, [(k, rows) for k, rows in (("data.train_files", train_set), ("data.val_files", val_set)) if rows is not None])
+        if needs_early_build(cfg.data) and train_set is not None:  # every row in a domain or file, the user's sampler class loads
             make_train_sampler(cfg.data, train_set, worker_tag_map(cfg.reward.workers))
     expert_set = None
     if kind == "rl" and mixes_expert_rows(cfg):

@@ -71,12 +71,14 @@ class RLTrainer:
         self.tokenizer, self.train_set, self.val_set = inputs.tokenizer, inputs.train_set, inputs.val_set
         # an agentic stage plays environments (posttrain.trainer.agentic): no dataset, sampler or reward function
         self.agent = AgenticRollout(cfg, self.tokenizer, check_agentic(cfg)) if is_agentic(cfg) else None
-        self.derived, self.trackers = open_stage(ctx, len(self.train_set) if self.agent is None else self.agent.plan.train_size(cfg), writes=halves != "explorer")
+        # trainer.mode bench without data.train_files (preflight): the validation rows size the stage, never drawn from
+        rows = self.val_set if self.train_set is None and self.agent is None else self.train_set
+        self.derived, self.trackers = open_stage(ctx, len(rows) if self.agent is None else self.agent.plan.train_size(cfg), writes=halves != "explorer")
         self.tools = make_tool_rollout(cfg, self.tokenizer, ctx.run_dir)  # rollout.multi_turn: conversations with tools
         self.tracer = open_rollout_tracer(ctx, self.trackers, self.tokenizer, writes=halves != "explorer")  # rollout.trace
-        self.sampler = None if self.agent else make_train_sampler(cfg.data, self.train_set, worker_tag_map(cfg.reward.workers))
+        self.sampler = None if self.agent else make_train_sampler(cfg.data, rows, worker_tag_map(cfg.reward.workers))
         # data.dataloader_num_workers: processes that template and tokenise each batch
-        self.reader = ExampleReader(self.train_set, cfg.data.dataloader_num_workers if self.sampler else 0)
+        self.reader = ExampleReader(rows, cfg.data.dataloader_num_workers if self.sampler else 0)
         self.pad_id = pad_token_id(self.tokenizer)
         # expert SFT rows joined to each batch for the mix losses (algorithm.mix); the learning half only
         self.expert = None
@@ -84,7 +86,7 @@ class RLTrainer:
             expert_set = inputs.expert_set if inputs.expert_set is not None else expert_dataset(cfg, self.tokenizer, image_inputs(cfg, self.tokenizer))
             check_expert_passes(cfg.algorithm.mix, len(expert_set), self.derived.total_training_steps)  # before any model loads
             self.expert = ExpertRows(expert_set, cfg.algorithm.mix.expert_batch_size, self.pad_id, cfg.trainer.seed)
-        check_teacher_tags(cfg, None if self.agent else self.train_set)  # before any model loads
+        check_teacher_tags(cfg, None if self.agent else rows)  # before any model loads
         self.roles = build_roles(cfg, self.derived, self.tokenizer, ctx.world, halves, run_dir=ctx.run_dir)
         dp = self.dp = (self.roles.actor or self.roles.rollout).dp
         # rollout.agent.function: a user's agent over a loopback endpoint returns each episode's reward

@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from posttrain.config.load import load_config
-from posttrain.errors import UserError
+from posttrain.cli import main
+from posttrain.errors import ConfigError, UserError
 from posttrain.models.loading import load_causal_lm, load_tokenizer
 from posttrain.rollout.hf_engine import HFEngine
 from posttrain.rollout.server import ChatService, make_server
@@ -120,3 +121,20 @@ def test_the_request_carries_the_validation_sampling():
     sampled = request_body("m", messages, SamplingParams(temperature=0.7, top_p=0.9, n=3, max_new_tokens=5, stop=("</a>",), seed=4))
     assert sampled == {"model": "m", "messages": messages, "n": 3, "max_tokens": 5, "temperature": 0.7, "top_p": 0.9,
                        "stop": ["</a>"], "seed": 4}
+
+
+def test_a_bench_file_without_training_rows_evaluates_its_validation_rows(served, monkeypatch, capsys):
+    """Trinity-RFT's bench files name eval_tasksets only: no data.train_files is needed to plan or run them."""
+    root, overrides, url = served
+    monkeypatch.setenv("TEST_EXT_URL", url)
+    monkeypatch.setenv("TEST_EXT_API_KEY", "secret")
+    [with_rows] = run(load_config(None, _external(root, overrides, "bench_with_rows")))
+    val_only = _external(root, [o for o in overrides if not o.startswith("data.train_files=")], "bench_val_only")
+    assert main(["config", "plan", *val_only]) == 0
+    assert "trainer.mode bench evaluates the 4 rows of data.val_files and reads no training rows" in capsys.readouterr().out
+    [result] = run(load_config(None, val_only))
+    scores = [k for k in with_rows.last_metrics if k.startswith("val/")]
+    assert scores and all(result.last_metrics[k] == pytest.approx(with_rows.last_metrics[k], abs=1e-6) for k in scores)
+    no_val = [o for o in val_only if not o.startswith("data.val_files=")]
+    with pytest.raises(ConfigError, match="trainer.mode=bench evaluates an RL stage's checkpoints on data.val_files"):
+        run(load_config(None, no_val))
