@@ -3,7 +3,8 @@
 Also `posttrain smoke --dialect verl KEY=VALUE ...` (a verl launch line) and ROLL / Trinity-RFT files.
 Only what this machine cannot provide is substituted (posttrain.trainer.smoke): a tiny random model
 of the same family, the HF engine, one CPU process, the first rows of the data (or synthetic rows with
-its columns), tiny batches and lengths. Each substitution is printed, then the run goes as
+its columns), tiny batches and lengths; a bench of a hosted model gets the tiny model behind a local
+endpoint in its place (posttrain.trainer.smoke_endpoint). Each substitution is printed, then the run goes as
 `posttrain train` runs it. A key refused for another reason than the machine fails the smoke run as
 it fails `posttrain train`.
 """
@@ -31,6 +32,7 @@ def _run(args: argparse.Namespace) -> int:
     from posttrain.cli.sources import config_source
     from posttrain.errors import ConfigError
     from posttrain.trainer.smoke import STEPS, smoke_config
+    from posttrain.trainer.smoke_endpoint import stand_in_endpoint
 
     path, overrides, dialect = config_source(args)
     if path is None and dialect is None:
@@ -41,7 +43,11 @@ def _run(args: argparse.Namespace) -> int:
     for line in lines:
         print(f"  {line}")
     print(f"smoke: config {config}")
-    rc = main(["train", str(config)])
+    with stand_in_endpoint(config) as url:  # a bench of a hosted model: the tiny model answers in its place
+        if url is not None:
+            print(f"smoke: the stand-in endpoint is {url}")
+        rc = main(["train", str(config)])
     if rc == 0:
-        print(f"smoke: {path or 'the launch line'} ran {STEPS} steps here; the run is in {workdir / 'run'}")
+        did = "benched the stand-in endpoint" if url is not None else f"ran {STEPS} steps"
+        print(f"smoke: {path or 'the launch line'} {did} here; the run is in {workdir / 'run'}")
     return rc

@@ -182,6 +182,11 @@ def _machine(native: dict[str, Any]) -> list[str]:
         lines.append(f"model.attn_implementation: {model['attn_implementation']} -> sdpa (no flash-attn here)")
         model["attn_implementation"] = "sdpa"
     rollout = native.setdefault("rollout", {})
+    if rollout.get("name") == "external":  # a bench of a hosted model: the tiny model behind a local endpoint stands in
+        external = rollout.get("external") or {}
+        lines.append(f"rollout.external: the endpoint ${external.get('base_url_env', 'OPENAI_BASE_URL')} serving "
+                     f"{external.get('model_name')!r} -> posttrain's chat endpoint serving the tiny model on this machine")
+        return lines
     if rollout.get("name", "hf") != "hf":
         lines.append(f"rollout.name: {rollout['name']} -> hf (the HF engine)")
     rollout["name"] = "hf"

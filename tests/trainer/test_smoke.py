@@ -4,8 +4,10 @@ with only what this machine lacks substituted (posttrain.trainer.smoke)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import yaml
 from transformers import AutoConfig
 
 from posttrain.cli import main
@@ -443,3 +445,27 @@ def test_smoke_rows_of_tool_n1_prompts_hold_a_tool_and_its_call(tmp_path):
     assert all(set(COLUMNS) <= set(r) for r in rows)
     assert all(json.loads(r["answer"]) == json.loads(r["reward_model"]["ground_truth"]) for r in rows)  # the truth: the call to make
     assert any(line.startswith("data.max_prompt_length: 512 -> 2048") for line in lines)  # room for Tool-N1's instructions
+
+
+def test_smoke_a_bench_of_a_hosted_model_against_the_tiny_model_behind_a_local_endpoint(tmp_path, capsys, monkeypatch):
+    """Trinity-RFT's bench of an external model: the hosted model is not reachable here, so the tiny
+    model answers behind posttrain's chat endpoint, named by the file's own environment variables."""
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    config = tmp_path / "external_model.yaml"
+    config.write_text(yaml.safe_dump({
+        "mode": "bench", "model": {"model_path": "qwen3-max", "max_model_len": 4096, "max_prompt_tokens": 2048, "max_response_tokens": 1024,
+                                   "external_model": {"enable": True, "model_name": "qwen3-max", "base_url_env": "OPENAI_BASE_URL",
+                                                      "api_key_env": "OPENAI_API_KEY"}},
+        "buffer": {"batch_size": 16, "total_epochs": 1, "explorer_input": {
+            "eval_tasksets": [{"name": "gsm8k_eval", "storage_type": "file", "path": str(tmp_path / "absent"), "split": "test",
+                               "format": {"prompt_key": "question", "response_key": "answer"}, "rollout_args": {"temperature": 1.0}}],
+            "default_eval_workflow_type": "math_workflow"}}}))
+    rc = main(["smoke", "--workdir", str(tmp_path / "w"), "--dialect", "trinity", str(config)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "rollout.external: the endpoint $OPENAI_BASE_URL serving 'qwen3-max' -> posttrain's chat endpoint" in out
+    assert "smoke: the stand-in endpoint is http://127.0.0.1:" in out and "benched the stand-in endpoint here" in out
+    rows = (tmp_path / "w" / "run" / "bench" / "bench.csv").read_text().splitlines()
+    assert rows[0].startswith("step,") and rows[1].startswith("0,") and len(rows) == 2
+    assert "OPENAI_BASE_URL" not in os.environ  # the run's variables are put back
