@@ -16,18 +16,28 @@ from posttrain.models.tiny import make_tiny_model
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agentic_grpo.yaml"
 
 
-def test_agentic_grpo_example_learns_to_walk(tmp_path, monkeypatch):
+def train_example(tmp_path, monkeypatch, change=lambda config: None) -> tuple[list[dict], list[dict]]:
+    """The example for 30 steps (validating at 0 and 30), `change` applied to its config; the metrics
+    rows of the training steps and all rows."""
     config = yaml.safe_load(EXAMPLE.read_text())
     config["trainer"].update(total_training_steps=30, test_freq=30, logger=["jsonl"])
+    change(config)
     (tmp_path / "agentic.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     make_tiny_model(tmp_path / "outputs" / "tiny-model", layers=1, hidden=32, heads=4, seed=0)
     monkeypatch.chdir(tmp_path)
     assert main(["train", "agentic.yaml"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "outputs/runs/agentic_grpo/metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in rows if "env/reward" in r]
+    return [r for r in rows if "env/reward" in r], rows
+
+
+def mean_reward(steps: list[dict]) -> float:
+    return sum(r["env/reward"] for r in steps) / len(steps)
+
+
+def test_agentic_grpo_example_learns_to_walk(tmp_path, monkeypatch):
+    steps, rows = train_example(tmp_path, monkeypatch)
     assert len(steps) == 30 and all(r["env/episodes"] == 32 for r in steps)
-    first = sum(r["env/reward"] for r in steps[:5]) / 5
-    last = sum(r["env/reward"] for r in steps[-5:]) / 5
+    first, last = mean_reward(steps[:5]), mean_reward(steps[-5:])
     assert last > first + 0.3, (first, last)  # measured: about -0.3 -> 0.4
     assert steps[-1]["env/invalid_action_rate"] < steps[0]["env/invalid_action_rate"]
     vals = [r for r in rows if "val/W4/success" in r]
@@ -39,20 +49,14 @@ def test_raft_on_the_walk_example_fine_tunes_on_its_successes_and_learns(tmp_pat
     """RAFT (Trinity-RFT's raft type with its ALFWorld workflow's filters): the SFT loss on the episodes
     that reached the goal with every action well formed, nothing else in the losses. The kept share and
     the reward rise together as the policy imitates its own successes."""
-    config = yaml.safe_load(EXAMPLE.read_text())
-    config["trainer"].update(total_training_steps=30, test_freq=30, logger=["jsonl"])
-    config["actor"]["policy_loss"] = {"loss_mode": "sft"}
-    config["algorithm"].update(min_score_mask=1.0, valid_actions_mask=True)
-    (tmp_path / "raft.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    make_tiny_model(tmp_path / "outputs" / "tiny-model", layers=1, hidden=32, heads=4, seed=0)
-    monkeypatch.chdir(tmp_path)
-    assert main(["train", "raft.yaml"]) == 0
-    rows = [json.loads(line) for line in (tmp_path / "outputs/runs/agentic_grpo/metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in rows if "env/reward" in r]
+    def raft(config):
+        config["actor"]["policy_loss"] = {"loss_mode": "sft"}
+        config["algorithm"].update(min_score_mask=1.0, valid_actions_mask=True)
+
+    steps, rows = train_example(tmp_path, monkeypatch, raft)
     kept = [r["actor/final_mask_ratio"] for r in steps]
     assert kept[0] == 0.0 and max(kept[-5:]) >= 0.09  # measured: none at first, 3 or 4 of 32 at the end
-    first = sum(r["env/reward"] for r in steps[:5]) / 5
-    last = sum(r["env/reward"] for r in steps[-5:]) / 5
+    first, last = mean_reward(steps[:5]), mean_reward(steps[-5:])
     assert last > first + 0.15, (first, last)  # measured: -0.37 -> -0.09
     vals = [r["val/W4/success"] for r in rows if "val/W4/success" in r]
     assert vals[0] == 0.0 and vals[-1] >= 0.2  # measured: 0 -> 0.47
