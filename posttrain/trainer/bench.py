@@ -29,7 +29,7 @@ from posttrain.checkpoint.layout import step_dirs
 from posttrain.checkpoint.load import load_weights
 from posttrain.checkpoint.manifest import verify_checkpoint
 from posttrain.checkpoint.sharded import is_dcp_role
-from posttrain.errors import ConfigError, UserError
+from posttrain.errors import UserError
 from posttrain.models.lora import is_adapter_dir
 from posttrain.trainer.stage import StageContext, StageResult
 
@@ -63,9 +63,7 @@ def run_bench(ctx: StageContext) -> StageResult:
     """Validate every checkpoint of the stage and write the table; returns the last row's metrics."""
     from posttrain.trainer.rl import RLTrainer
 
-    cfg = ctx.cfg
-    if cfg.algorithm.kind != "rl" or not cfg.data.val_files:
-        raise ConfigError("trainer.mode=bench evaluates an RL stage's checkpoints on data.val_files; set data.val_files (Trinity: eval_tasksets)")
+    cfg = ctx.cfg  # an RL stage with data.val_files (posttrain.trainer.preflight checked it)
     external = cfg.rollout.name == "external"  # the endpoint is the one model to evaluate, as step 0
     checkpoints = [(0, None)] if external else bench_checkpoints(ctx.checkpoint_root, cfg.explorer.bench_on_latest_checkpoint)
     out = ctx.run_dir / "bench"

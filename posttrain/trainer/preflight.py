@@ -88,9 +88,10 @@ def stage_inputs(cfg: Config) -> StageInputs:
     images = {"images": image_inputs(cfg, tokenizer)} if kind in ("rl", "distill") else {}  # a vision-language policy's
     # trainer.mode bench evaluates data.val_files: a bench file with no training rows (Trinity-RFT's, whose
     # bench configs have eval_tasksets only) builds none
-    bench_only = kind == "rl" and cfg.trainer.mode == "bench" and not cfg.data.train_files
-    if bench_only and not cfg.data.val_files:
+    bench = kind == "rl" and cfg.trainer.mode == "bench"
+    if bench and not cfg.data.val_files:
         raise ConfigError("trainer.mode=bench evaluates an RL stage's checkpoints on data.val_files; set data.val_files (Trinity: eval_tasksets)")
+    bench_only = bench and not cfg.data.train_files
     train_set = None if bench_only else build(data, cfg.data.train_files, tokenizer, split="train", **images)
     val_set = build(data, cfg.data.val_files, tokenizer, split="val", **images) if cfg.data.val_files else None
     reward_fn = None
