@@ -25,11 +25,10 @@ fixed per-call cap of 4096 tokens is the translation's ``max_tokens_per_step``.
 from __future__ import annotations
 
 import re
-import tempfile
 from typing import Any
 
 from posttrain.envs.registry import register_env
-from posttrain.envs.trinity_alfworld import _check_game, _check_runtime, format_observation, start_game, write_game
+from posttrain.envs.trinity_alfworld import TrinityAlfworld, _check_game, _check_runtime, format_observation, start_game
 
 # Trinity-RFT's RAFT_prompt/alfworld_system.j2 rendered (no variables; Jinja drops the final newline),
 # word for word: the "\n\n" are the backslash-n characters the template writes, not line breaks.
@@ -98,11 +97,8 @@ class TrinityRaftAlfworld:
         self.game: Any = None
         self.actions: list[str] = []
 
-    @staticmethod
-    def smoke_rows() -> list[dict[str, Any]]:
-        """Stand-in episode rows (`posttrain smoke` without ALFWorld's games): trinity_alfworld's small game."""
-        _check_runtime()
-        return [{"task_desc": write_game(tempfile.mkdtemp(prefix="posttrain-alfworld-"))}]
+    # stand-in episode rows (`posttrain smoke` without ALFWorld's games): trinity_alfworld's small game
+    smoke_rows = staticmethod(TrinityAlfworld.smoke_rows)
 
     def reset(self, seed: int) -> str:
         self.close()
