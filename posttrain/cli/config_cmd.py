@@ -22,7 +22,7 @@ from pathlib import Path
 
 from posttrain.cli.sources import add_dialect_options, config_source, split_args  # noqa: F401 (split_args: re-exported)
 from posttrain.config.derive import count_rows, derive
-from posttrain.config.dialects import TITLES, convert
+from posttrain.config.dialects import convert
 from posttrain.errors import ConfigError
 from posttrain.config.explain import explain
 from posttrain.config.load import load_config, to_yaml
@@ -125,7 +125,7 @@ def run_convert(args: argparse.Namespace) -> int:
     out = sys.stderr if output is None else sys.stdout
     where = f" -> {output}" if output else ""
     source = path if not overrides else f"{path or 'the command line'} with {len(overrides)} override(s)"
-    print(f"{source}: {TITLES[foreign.dialect]} config{where}: {foreign.report.counts()}", file=out)
+    print(f"{source}: {foreign.report.title()} config{where}: {foreign.report.counts()}", file=out)
     for entry in refused:
         print(f"  refused: {entry.line()}", file=out)
     for problem in problems:

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from posttrain.config.dialects import hydra, roll, roll_distill, roll_onpolicy, roll_sft, trinity, verl, verl_eval, verl_launch
+from posttrain.config.dialects import hydra, roll, roll_distill, roll_onpolicy, roll_sft, trinity, verl, verl_eval, verl_launch, verl_moved
 from posttrain.config.dialects.detect import DIALECTS, TITLES, detect
 from posttrain.config.dialects.machine import machine_problem
 from posttrain.config.dialects.report import Entry, Report, keep_absent_data
@@ -55,7 +55,16 @@ def translate(raw: Mapping[str, Any], dialect: str, *, interpolated: set[str] = 
     if dialect == "roll" and roll_onpolicy.is_onpolicy(raw):  # ROLL's on-policy distillation: student/teacher roles read as actor/reference
         return roll_onpolicy.translate(raw, interpolated=interpolated, unresolved=unresolved)
     handlers, hook, ignorable, is_default = _RULES[dialect]
-    return translate_dict(raw, dialect, handlers, hook, ignorable, interpolated=interpolated, unresolved=unresolved, is_default=is_default)
+    if dialect != "verl":
+        return translate_dict(raw, dialect, handlers, hook, ignorable, interpolated=interpolated, unresolved=unresolved, is_default=is_default)
+    legacy, renamed, dropped = verl_moved.to_legacy(raw, verl.release())  # verl 0.10's moved keys under their 0.8 names
+    back = {new: old for old, new in renamed.items()}
+    native, report = translate_dict(legacy, dialect, handlers, hook, ignorable, interpolated={back.get(k, k) for k in interpolated},
+                                    unresolved={back.get(k, k): why for k, why in (unresolved or {}).items()}, is_default=is_default)
+    verl_moved.named_as_written(report, renamed)
+    for key, why in dropped.items():
+        report.add(Entry(key, "dropped", None, None, why))
+    return native, report
 
 
 @dataclasses.dataclass
@@ -126,7 +135,7 @@ def _native_or_refuse(foreign: Foreign) -> dict[str, Any]:
     problems = [f"{foreign.where(e.key)}{e.line()}" for e in foreign.report.refused]
     problems += [f"{foreign.where(_LEADING_KEY.match(p).group(0) if _LEADING_KEY.match(p) else '')}{p}" for p in check(foreign)]
     if problems:
-        title = TITLES[foreign.dialect]
+        title = foreign.report.title()
         source = foreign.path if foreign.path is not None else "the command line"
         convert_hint = (f"; `posttrain config convert {foreign.path} OUT.yaml` writes a posttrain config without the "
                         f"refused keys, with this list as comments") if foreign.path is not None and not foreign.set_by else ""

@@ -183,9 +183,12 @@ def _did_you_mean(tree: Mapping[str, Any], key: str) -> str:
 
 
 def origin(key: str, set_by: Mapping[str, str]) -> str | None:
-    """The override (as typed) that set ``key`` or a mapping above it, else None."""
-    found = None
+    """The override (as typed) that set ``key`` or a mapping above it, else the first that set a key
+    below it (a section refused as a whole), else None."""
+    found = below = None
     for k, text in set_by.items():
         if key == k or key.startswith(k + ".") or key.startswith(k + "["):
             found = text
-    return found
+        elif below is None and k.startswith(key + "."):
+            below = text
+    return found or below

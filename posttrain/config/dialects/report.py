@@ -51,6 +51,8 @@ class Report:
     # default, and that default (posttrain.config.dialects.machine); None when the file names it
     devices_from_machine: int | None = None
     framework_devices_per_node: int | None = None
+    # the framework's release whose configuration the file was read as (verl: posttrain.config.dialects.verl_trees.RELEASES)
+    framework_release: str | None = None
 
     def add(self, entry: Entry) -> None:
         self.entries.append(entry)
@@ -76,8 +78,12 @@ class Report:
         n = {s: len(self.of(s)) for s in ("translated", "dropped", "refused")}
         return f"{n['translated']} keys translated, {n['dropped']} dropped, {n['refused']} refused"
 
+    def title(self) -> str:
+        """The framework's name, with the release read when the dialect has several (``verl 0.10``)."""
+        return f"{TITLES[self.dialect]} {self.framework_release}" if self.framework_release else TITLES[self.dialect]
+
     def summary(self) -> str:
-        return f"{TITLES[self.dialect]} config: {self.counts()}"
+        return f"{self.title()} config: {self.counts()}"
 
     def comment_block(self, problems: list[str] = ()) -> str:
         """The report as YAML comments, for the head of a converted file."""

@@ -14,11 +14,14 @@ path) is still refused with the reason from the schema's UNSUPPORTED tables.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import re
+from collections.abc import Iterator
 from typing import Any
 
-from posttrain.config.dialects import machine, verl_code, verl_megatron, verl_nsys, verl_reward, verl_sft
+from posttrain.config.dialects import machine, verl_code, verl_megatron, verl_moved, verl_nsys, verl_reward, verl_sft
 from posttrain.config.dialects.source import hydra_ignorable, resolve
 from posttrain.config.dialects.values import value_hook as common_value_hook
 from posttrain.config.tables import Rule
@@ -199,41 +202,69 @@ RULES.update(verl_sft.RULES)  # verl's SFT trainer: its optimizer, loss and colu
 HANDLERS = [*verl_megatron.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
 
 
-@functools.lru_cache(maxsize=2)
-def _defaults(base: str = "ppo_trainer") -> dict[str, Any]:
-    """verl's trainer config (verl_defaults.yaml; or the Megatron one), resolved."""
+# The verl release a translation reads (verl_launch sets it: the release whose tree the line fits);
+# None (a verl file read on its own) is any release posttrain knows.
+_RELEASE: contextvars.ContextVar[str | None] = contextvars.ContextVar("verl_release", default=None)
+
+
+def release() -> str | None:
+    """The verl release being read (None: a file read on its own)."""
+    return _RELEASE.get()
+
+
+@contextlib.contextmanager
+def reading(release: str) -> Iterator[None]:
+    """Translate as verl ``release`` (its defaults decide `is_default`)."""
+    token = _RELEASE.set(release)
+    try:
+        yield
+    finally:
+        _RELEASE.reset(token)
+
+
+@functools.lru_cache(maxsize=8)
+def _defaults(base: str, release: str) -> dict[str, Any]:
+    """verl's trainer config ``base`` at ``release`` (posttrain.config.dialects.verl_launch.FILES), resolved."""
     from posttrain.config.dialects.verl_launch import defaults_tree
 
-    return resolve(defaults_tree(base))[0]
+    return resolve(defaults_tree(base, release))[0]
 
 
 _ABSENT = object()
 
 
-def _default_of(key: str, base: str) -> Any:
-    node: Any = _defaults(base)
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _ABSENT
-        node = node[part]
-    return node
+def _defaults_of(key: str) -> list[Any]:
+    """``key``'s default in each tree of the release being read (every release when none is): verl's
+    FSDP tree first, then the Megatron one (its megatron and model.lora sections)."""
+    from posttrain.config.dialects.verl_launch import FILES, MEGATRON
+
+    release = _RELEASE.get()
+    # a key verl 0.10 moved is translated under its 0.8 name (posttrain.config.dialects.verl_moved)
+    names = [key] + [new + key[len(old):] for new, old in verl_moved.MOVED.items() if key == old or key.startswith(old + ".")]
+    out = []
+    for base, at in FILES:
+        if base not in ("ppo_trainer", MEGATRON) or release not in (None, at):
+            continue
+        for name in names:
+            node: Any = _defaults(base, at)
+            for part in name.split("."):
+                node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
+            if node is not _ABSENT:
+                out.append(node)
+    return out
 
 
 def is_default(key: str, value: Any) -> bool:
     """Whether ``value`` is verl's own default for ``key`` (a leaf or a whole mapping): a file that
-    spells out verl's defaults (its complete ppo_trainer.yaml) loads as the launch line without them does.
-    A key only verl's Megatron tree has (its megatron and model.lora sections) is read there."""
-    node = _default_of(key, "ppo_trainer")
-    if node is _ABSENT:
-        node = _default_of(key, "ppo_megatron_trainer")
-    return node is not _ABSENT and node == value and type(node) is type(value)
+    spells out verl's defaults (its complete ppo_trainer.yaml) loads as the launch line without them does."""
+    return any(node == value and type(node) is type(value) for node in _defaults_of(key))
 
 
 def value_hook(ctx: Any, key: str, value: Any, native: str) -> Any:
     """An empty value (``use_kl_loss=${use_kl_loss}`` with the variable unset) of a key whose verl
     default is true or false is false: verl builds its role configs with Hydra's instantiate, which
     checks no types, and tests them for truth, so ``''`` reads as false there."""
-    if value == "" and isinstance(_default_of(key, "ppo_trainer"), bool):
+    if value == "" and any(isinstance(node, bool) for node in _defaults_of(key)):
         return False
     return common_value_hook(ctx, key, value, native)
 
@@ -241,6 +272,13 @@ def value_hook(ctx: Any, key: str, value: Any, native: str) -> Any:
 _ANY_VALUE = {
     "trainer.use_legacy_worker_impl": "which of verl's two worker implementations runs; posttrain has one",
     "actor_rollout_ref.actor.fsdp_config.use_orig_params": "an FSDP1 option; FSDP2 (posttrain's) always keeps the original parameters",
+    # verl 0.10's launch scripts start Ray's workers through `uv run` on verl's own package extras
+    "ray_kwargs.ray_init.runtime_env.py_executable": "the command verl's Ray workers start Python with (verl's uv environment); "
+                                                     "posttrain's worker processes run the Python that runs posttrain",
+    # verl 0.10's Hydra group choosing the training engine: posttrain.config.dialects.verl_launch reads the
+    # line with that engine's tree, whose sections translate onto posttrain's FSDP2
+    "model_engine": "verl 0.10's choice of training engine: the line is read with that engine's trainer config "
+                    "(dp: FSDP; megatron and veomni: their sections translate onto posttrain's FSDP2)",
 }
 
 

@@ -28,37 +28,49 @@ from typing import Any
 
 import yaml
 
-from posttrain.config.dialects import hydra
+from posttrain.config.dialects import hydra, verl, verl_moved
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.report import Report
 from posttrain.config.dialects.source import compose, read_yaml, references, resolve
 from posttrain.config.dialects.source import leaves as dotted_leaves
+from posttrain.config.dialects.verl_trees import GENERATED, NEWEST, RELEASES, tree_file
+from posttrain.errors import ConfigError
 
-DEFAULTS_FILE = Path(__file__).with_name("verl_defaults.yaml")
 MEGATRON = "ppo_megatron_trainer"
+VEOMNI = "ppo_veomni_trainer"  # verl 0.10's VeOmni engine (`model_engine=veomni`): posttrain.config.dialects.verl_veomni
 SFT = "sft_trainer"  # verl's SFT trainer (verl.trainer.fsdp_sft_trainer): posttrain.config.dialects.verl_sft
-BASES = {"ppo_trainer": DEFAULTS_FILE, MEGATRON: Path(__file__).with_name("verl_megatron_defaults.yaml"),
-         SFT: Path(__file__).with_name("verl_sft_defaults.yaml")}
-WHATS = {"ppo_trainer": "verl's trainer config", MEGATRON: "verl's Megatron trainer config", SFT: "verl's SFT trainer config"}
+# (verl tree, release) -> our file of it (posttrain.config.dialects.verl_trees)
+FILES: dict[tuple[str, str], Path] = {(base, release): tree_file(base, release) for base, (_, _, releases) in GENERATED.items() for release in releases}
+FILES[(SFT, "0.8")] = Path(__file__).with_name("verl_sft_defaults.yaml")
+DEFAULTS_FILE = FILES[("ppo_trainer", NEWEST)]
+BASES = frozenset(base for base, _ in FILES)
+WHATS = {"ppo_trainer": "verl's trainer config", MEGATRON: "verl's Megatron trainer config", VEOMNI: "verl's VeOmni trainer config",
+         SFT: "verl's SFT trainer config"}
 WHAT = WHATS["ppo_trainer"]
-# The roles whose backend the Megatron tree names (`strategy: megatron`): always part of a Megatron
-# line, so that the translation knows which tree the line is (posttrain.config.dialects.verl_megatron).
+# verl 0.10's `model_engine` choice (a Hydra group of its ppo_trainer.yaml) -> the tree it composes
+ENGINES = {"dp": "ppo_trainer", "megatron": MEGATRON, "veomni": VEOMNI}
 MEGATRON_STRATEGIES = ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")
 # Always part of a line of each tree, so that the translation knows which tree the line is.
 # The SFT tree's conversation column too: read only when the line turns multiturn.enable on (verl_sft).
 # Its tools_key ('tools') is read by verl only where the data has that column; posttrain reads a tool
 # column the line names (and then wants it in the data), so the default is not carried over.
-ALWAYS = {MEGATRON: MEGATRON_STRATEGIES, SFT: ("model.partial_pretrain", "data.multiturn.messages_key", "data.multiturn.enable_thinking_key")}
+ALWAYS = {MEGATRON: MEGATRON_STRATEGIES, VEOMNI: MEGATRON_STRATEGIES, SFT: ("model.partial_pretrain", "data.multiturn.messages_key", "data.multiturn.enable_thinking_key")}
 # Defaults that describe verl's machine (8 accelerators per node, CUDA, 8 data-loading processes),
 # not the run: posttrain sizes the run to the machine it is on unless the line names them (the
 # loading processes change where a batch is tokenised, never what it holds).
 MACHINE_DEFAULTS = frozenset({"trainer.device", "trainer.n_gpus_per_node", "trainer.nnodes", "data.dataloader_num_workers"})
 
 
-@functools.lru_cache(maxsize=3)
-def defaults_tree(base: str = "ppo_trainer") -> dict[str, Any]:
-    """verl's trainer config ``base`` (a name in BASES): every key and its default (interpolations unresolved)."""
-    return yaml.safe_load(BASES[base].read_text())
+def releases_of(base: str) -> list[str]:
+    """The verl releases that have tree ``base``, newest first."""
+    return [release for release in RELEASES if (base, release) in FILES]
+
+
+@functools.lru_cache(maxsize=8)
+def defaults_tree(base: str = "ppo_trainer", release: str | None = None) -> dict[str, Any]:
+    """verl's trainer config ``base`` (a name in BASES) at ``release`` (the newest that has it when
+    None): every key and its default (interpolations unresolved)."""
+    return yaml.safe_load(FILES[(base, release or releases_of(base)[0])].read_text())
 
 
 def _base_name(entry: Any) -> str | None:
@@ -105,17 +117,18 @@ def _tree(leaves: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-@functools.lru_cache(maxsize=3)
-def honoured_defaults(base: str = "ppo_trainer") -> frozenset[str]:
+@functools.lru_cache(maxsize=8)
+def honoured_defaults(base: str = "ppo_trainer", release: str | None = None) -> frozenset[str]:
     """verl's default keys (of tree ``base``) that translate onto a posttrain field whose own default
     differs, or that interpolate another key (their value then follows the user's override)."""
     from posttrain.config.dialects import translate
 
-    raw = dotted_leaves(defaults_tree(base))
-    resolved, _ = resolve(defaults_tree(base))
+    raw = dotted_leaves(defaults_tree(base, release))
+    resolved, _ = resolve(defaults_tree(base, release))
     # translated without verl's machine (MACHINE_DEFAULTS), as the line is: no sharded worker processes
     machine_free = _tree({k: v for k, v in dotted_leaves(resolved).items() if k not in MACHINE_DEFAULTS})
-    _, report = translate(machine_free, "verl")
+    with verl.reading(release or releases_of(base)[0]):
+        _, report = translate(machine_free, "verl")
     infos = native_paths()
     keep = set()
     for entry in report.of("translated"):
@@ -139,17 +152,21 @@ def launch(path: str | Path | None, overrides: list[str]) -> tuple[dict[str, Any
     base, mine = builtin(path) or "ppo_trainer", {}
     if path is not None and builtin(path) is None:
         mine, base = user_file(path, problems)
-    tree = _merge(defaults_tree(base), mine)
-    user: set[str] = set(dotted_leaves(mine))
-    tree, set_by = hydra.apply(tree, overrides, strict=True, what=WHATS[base], launcher="verl")
-    user |= set(set_by)
+    overrides, engine, engine_word = _engine(overrides)
+    base = ENGINES.get(engine, base) if engine is not None else base
+    release, tree, set_by = _read(base, mine, overrides, engine)
+    if engine_word is not None:
+        tree["model_engine"], set_by["model_engine"] = engine, engine_word
+    user: set[str] = set(dotted_leaves(mine)) | set(set_by)
     resolved, unresolved = resolve(tree)
     leaves = dotted_leaves(resolved)
     always = ALWAYS.get(base, ())
-    chosen = {k: v for k, v in leaves.items() if _owner(k, user) or k in always or (k in honoured_defaults(base) and v is not None)}
+    chosen = {k: v for k, v in leaves.items() if _owner(k, user) or k in always or (k in honoured_defaults(base, release) and v is not None)}
     unresolved = {k: why for k, why in unresolved.items() if _owner(k, user)}
     while True:
-        native, report = translate(_tree(chosen), "verl", interpolated=references(tree), unresolved={**problems, **unresolved})
+        with verl.reading(release):
+            native, report = translate(_tree(chosen), "verl", interpolated=references(tree), unresolved={**problems, **unresolved})
+        report.framework_release = release
         # a default that posttrain refuses, that stands in the way of the user's key, or whose value
         # posttrain's validation rejects with the user's other keys (verl's use_torch_compile with
         # several worker processes), leaves
@@ -160,6 +177,50 @@ def launch(path: str | Path | None, overrides: list[str]) -> tuple[dict[str, Any
         if not blocking:
             return native, report, set_by
         chosen = {k: v for k, v in chosen.items() if k not in blocking}
+
+
+def _engine(overrides: list[str]) -> tuple[list[str], str | None, str | None]:
+    """``(the other overrides, the engine, its word)`` of a line's ``model_engine=NAME`` (verl 0.10's
+    choice of the training engine's trees: ENGINES); a name verl has but posttrain does not read is
+    one error saying so."""
+    rest, engine, word = [], None, None
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key.lstrip("+") == "model_engine":
+            engine, word = value.strip().strip("'\""), item
+            continue
+        rest.append(item)
+    if engine is not None and engine not in ENGINES:
+        why = ("verl's TorchTitan engine, whose trainer tree posttrain does not read: use model_engine=dp (FSDP), megatron or veomni"
+               if engine == "torchtitan" else f"{engine or 'a blank name'}: verl 0.10's model_engine is one of dp, megatron, veomni, torchtitan")
+        raise ConfigError(f"command line override {word!r}: model_engine: {why}")
+    return rest, engine, word
+
+
+def _read(base: str, mine: Mapping[str, Any], overrides: list[str], engine: str | None) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """``(release, tree, {key: override})``: the line read with the newest verl release whose ``base``
+    tree has every key it sets and that reads them all (verl_moved.NOT_READ), as the verl it was
+    written for would read it; failing the second, the newest whose tree has them. A line no release
+    reads fails with the problems of the release it fits best (fewest problems, the newest on a tie).
+    ``model_engine`` exists from 0.10 on, so a line naming it is read with 0.10 or newer."""
+    releases = [r for r in releases_of(base) if engine is None or r != "0.8"]
+    failures: list[tuple[int, int, ConfigError]] = []
+    read: list[tuple[str, dict[str, Any], dict[str, str]]] = []
+    for order, release in enumerate(releases):
+        try:
+            tree, set_by = hydra.apply(_merge(defaults_tree(base, release), mine), overrides, strict=True, what=WHATS[base], launcher="verl")
+        except ConfigError as err:
+            failures.append((len(err.problems), order, err))
+            continue
+        read.append((release, tree, set_by))
+    if not read:
+        raise min(failures, key=lambda f: f[:2])[2]
+    # a line that sets a key its newest release no longer reads was written for an older one
+    for release, tree, set_by in read:
+        user = _tree({k: v for k, v in dotted_leaves(tree).items() if _owner(k, set(dotted_leaves(mine)) | set(set_by))})
+        if not verl_moved.unread(user, release):
+            return release, tree, set_by
+    return read[0]
 
 
 def _invalid(native: dict[str, Any], report: Report) -> set[str]:
@@ -198,4 +259,4 @@ def locate(key: str, set_by: Mapping[str, str], path: str | Path | None) -> str:
     return f"{path}: " if path is not None and builtin(path) is None else "verl's default: "
 
 
-__all__ = ["BASES", "DEFAULTS_FILE", "MEGATRON", "SFT", "builtin", "defaults_tree", "honoured_defaults", "launch", "locate"]
+__all__ = ["BASES", "DEFAULTS_FILE", "ENGINES", "FILES", "MEGATRON", "SFT", "VEOMNI", "builtin", "defaults_tree", "honoured_defaults", "launch", "locate", "releases_of"]

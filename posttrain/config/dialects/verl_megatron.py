@@ -66,6 +66,23 @@ LAYOUT = {
     "use_mbridge": "how verl converts Hugging Face weights into Megatron's modules; posttrain trains the Hugging Face model itself",
     "vanilla_mbridge": "how verl converts Hugging Face weights into Megatron's modules; posttrain trains the Hugging Face model itself",
     "forward_only": "verl marks the reference as forward-only; posttrain's reference never trains",
+    # verl 0.10's Megatron engine config (verl/workers/config/engine.py)
+    "use_megatron_fsdp": f"Megatron's own FSDP sharding, {_SAME}",
+    "dist_ckpt_optim_fully_reshardable": "the layout of Megatron's distributed-optimizer checkpoints; posttrain writes its own (DCP)",
+    "distrib_optim_fully_reshardable_mem_efficient": "the layout of Megatron's distributed-optimizer checkpoints; posttrain writes its own (DCP)",
+    "entropy_from_logits_with_chunking": "the token entropy computed in chunks (memory only); posttrain always chunks it",
+    "entropy_from_logits_chunk_size": "the token entropy computed in chunks (memory only); posttrain always chunks it",
+    "pad_bshd_to_minibatch_max": "the padded shape of Megatron's unpacked batches; padding is masked out of every number",
+    "pad_to_length": "the padded shape of Megatron's batches; padding is masked out of every number",
+    "pad_to_length_bucket": "the padded shape of Megatron's batches; padding is masked out of every number",
+}
+# verl 0.10's Megatron engine keys that change the run, refused unless at verl's default
+_NEWER = {
+    "dynamic_context_parallel": "Megatron's dynamic context parallelism (sequences split over a varying number of ranks); posttrain's "
+                                "sequence parallelism is the role's fixed ulysses_sequence_parallel_size (megatron.context_parallel_size)",
+    "max_seqlen_per_dp_cp_rank": "a bound of Megatron's dynamic context parallelism, which posttrain does not do",
+    "qat": "quantization-aware training (fake-quantized weights in the training forward); posttrain trains in the role's compute dtype",
+    "router_replay": "routing replay of a role other than the actor; posttrain replays the actor's routing only (actor.router_replay.mode R2)",
 }
 _DDP_LAYOUT = frozenset({"overlap_grad_reduce", "overlap_param_gather", "bucket_size", "average_in_collective", "align_param_gather",
                          "use_distributed_optimizer", "num_distributed_optimizer_instances", "check_for_nan_in_grad"})
@@ -102,6 +119,10 @@ def strategies(ctx: Any) -> None:
     not read by verl (recomputation is override_transformer_config.recompute_granularity)."""
     for prefix in ROLES:
         key = f"{prefix}.strategy"
+        if ctx.get(key) == "veomni":
+            ctx.consume(key)
+            ctx.refuse(key, "veomni: verl 0.10's VeOmni engine, whose sections posttrain does not translate yet (its optimizer "
+                            "defaults to a cosine LR schedule, and it picks its own kernels): use model_engine=dp (FSDP) or megatron", None, "veomni")
         if ctx.get(key) == "megatron":
             ctx.consume(key)
             ctx.drop(key, f"megatron: verl's Megatron workers; posttrain trains with FSDP2, onto which {prefix}.megatron translates")
@@ -149,6 +170,10 @@ def _one(ctx: Any, prefix: str, role: str, key: str, name: str, value: Any) -> N
             ctx.drop(key, f"Megatron DDP's gradient buckets and communication overlap, {_SAME}")
         else:
             ctx.refuse(key, f"an option of Megatron's DDP ({rest}) that posttrain's FSDP2 has no counterpart of; remove it", None, value)
+    elif head == "router_replay" and role == "actor":
+        _router_replay(ctx, key, rest, value)
+    elif head in _NEWER:
+        ctx.refuse_unless_default(key, _NEWER[head], None, value)
     elif head == "override_mcore_model_config":
         if value in ({}, None):
             ctx.drop(key, "empty: nothing overridden")
@@ -345,6 +370,22 @@ _R3 = ("R3 replays the routing the rollout engine recorded while generating; pos
        "(R2, recorded in the actor's old-log-prob forward, is actor.router_replay.mode R2)")
 
 
+def _router_replay(ctx: Any, key: str, name: str, value: Any) -> None:
+    """verl 0.10's ``actor.megatron.router_replay`` (the engine's; 0.8's is actor.router_replay): the same modes."""
+    if name in ("record_file", "replay_file"):
+        ctx.drop(key, "declared by verl's RouterReplayConfig but read nowhere in verl: the recorded routes travel with the batch")
+    elif name != "mode":
+        ctx.refuse(key, "not a key of verl's RouterReplayConfig (mode, record_file, replay_file)", None, value)
+    elif value == "disabled":
+        ctx.drop(key, "disabled: every token routed by the model's own router (actor.router_replay.mode's default)")
+    elif value == "R3":
+        ctx.refuse(key, _R3, "actor.router_replay.mode", value)
+    elif value == "R2":
+        ctx.set("actor.router_replay.mode", "R2", key, "the old-log-prob forward records every token's experts and the update's forwards replay them")
+    else:
+        ctx.refuse(key, "verl's modes are disabled, R2 and R3", "actor.router_replay.mode", value)
+
+
 def router_replay(ctx: Any) -> None:
     """The actor's ``router_replay``. verl's Megatron actor reads ``mode`` (its FSDP actor reads none
     of it); ``record_file`` and ``replay_file`` are declared by verl's RouterReplayConfig but read
@@ -401,6 +442,7 @@ def _rules() -> dict[str, Rule]:
             out[m + "override_transformer_config"] = Rule(gc, "Megatron's TransformerConfig: recompute_granularity full/selective -> gradient checkpointing; recompute_method/num_layers/modules, kernels, fusions, dispatchers, pipeline splits and moe_router_dtype dropped (same numbers to rounding); moe_router_load_balancing_type aux_loss -> the role's moe_aux_loss_coef (moe_aux_loss_coeff, else null: the model's router_aux_loss_coef; under verl's type none the coefficient is dropped, other types refused); dropout, MoE capacity, z-loss and other options refused", {"recompute_granularity": "full"})
     out.update({key: Rule(None, "declared by verl's config classes but read nowhere in verl", False) for key in _LOAD_WEIGHT})
     out.update({key: Rule("cluster.rpc_timeout_s", "the role's process-group timeout (seconds); posttrain's roles share one set of processes", 1200) for key in _TIMEOUTS})
+    out["actor_rollout_ref.actor.megatron.router_replay.mode"] = Rule("actor.router_replay.mode", "verl 0.10's engine-level routing replay, the same modes as actor_rollout_ref.actor.router_replay.mode: R2 -> R2, R3 refused", "R2", (("actor_rollout_ref.actor.strategy", "megatron"),))
     out[_RR + ".mode"] = Rule("actor.router_replay.mode", "R2 (verl's Megatron actor) -> R2: experts recorded in the old-log-prob forward, replayed in the update; under verl's FSDP actor, which does not read it, dropped; R3 (the engine's routing) refused", "R2", (("actor_rollout_ref.actor.strategy", "megatron"),))
     out.update({f"{_RR}.{name}": Rule(None, "declared by verl's RouterReplayConfig but read nowhere in verl", "/tmp/routes.pt") for name in ("record_file", "replay_file")})
     out[_LAYER_NAMES] = Rule(None, "names of Megatron's fused layers for verl's weight sync to the engine; posttrain's engine takes Hugging Face weights by name", {"qkv_layer_name": "qkv"})

@@ -1,18 +1,25 @@
-"""verl's trainer configs as data: how verl_defaults.yaml, verl_megatron_defaults.yaml and
-verl_sft_defaults.yaml are made.
+"""verl's trainer configs as data: how the verl_*defaults.yaml files are made.
 
 verl publishes each trainer config flattened into one file (``verl/trainer/config/
-_generated_ppo_trainer.yaml`` and ``_generated_ppo_megatron_trainer.yaml``: Hydra's composition of
-``ppo_trainer.yaml`` / ``ppo_megatron_trainer.yaml`` with their ``defaults`` lists). Each of the two
-files here is that file with Hydra's ``_target_`` class paths left out (they name verl classes) and
-its mandatory values (``???``, the rollout engine names) set to null: posttrain's engine is used
-unless the line names one. Interpolations are kept; they resolve after the overrides, as in Hydra.
+_generated_ppo_trainer.yaml``, ``_generated_ppo_megatron_trainer.yaml`` and, from its 0.10 release,
+``_generated_ppo_veomni_trainer.yaml``: Hydra's composition of ``ppo_trainer.yaml`` with its
+``defaults`` lists, the engine chosen). Each file here is one of those with Hydra's ``_target_``
+class paths left out (they name verl classes) and its mandatory values (``???``, the rollout engine
+names) set to null: posttrain's engine is used unless the line names one. Interpolations are kept;
+they resolve after the overrides, as in Hydra.
+
+posttrain reads two of verl's releases (`RELEASES`): its configuration moved between them (0.10 has a
+``reward`` section in place of ``reward_model``'s reward-loop keys, ``critic.fsdp`` in place of
+``critic.model.fsdp_config``, a ``distillation`` section, the ``model_engine`` choice), and users run
+launch lines written for either. A launch line is read with the newest release whose tree has every
+key it sets (posttrain.config.dialects.verl_launch).
 
     python -m posttrain.config.dialects.verl_trees VERL_CHECKOUT
 
-rewrites the files from a verl checkout (the same bytes for the same verl commit).
+rewrites the files of the checkout's release (``verl/version/version``) from it (the same bytes for
+the same verl commit).
 
-verl's SFT trainer (``verl.trainer.fsdp_sft_trainer``) has no generated file: its ``sft_trainer.yaml``
+verl's SFT trainer (``verl.trainer.fsdp_sft_trainer``, 0.8) has no generated file: its ``sft_trainer.yaml``
 names one Hydra group (``optim: fsdp``), whose file is composed under ``optim`` and then overlaid
 with sft_trainer.yaml's own ``optim`` keys (``_self_`` comes last), as Hydra composes it.
 """
@@ -21,30 +28,44 @@ from __future__ import annotations
 
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 HERE = Path(__file__).parent
-# our file -> (verl's generated file, our header)
-TREES: dict[str, tuple[str, str]] = {
-    "verl_defaults.yaml": ("_generated_ppo_trainer.yaml", """\
-# verl's PPO trainer configuration (FSDP backend) as data: every key and its default value, the tree
-# `posttrain ... --dialect verl KEY=VALUE` starts from, as verl's own launcher does. Hydra's
-# `_target_` class paths are left out (they name verl classes); its two mandatory values (`???`,
-# the rollout engine names) are null here: posttrain's engine is used unless the line names one.
-# Interpolations are kept: they resolve after the overrides, as in Hydra.
-# Checked against verl's trainer config at its release of 2026-01 (posttrain/config/dialects/verl_launch.py).
-"""),
-    "verl_megatron_defaults.yaml": ("_generated_ppo_megatron_trainer.yaml", """\
-# verl's PPO trainer configuration for its Megatron backend (`--config-name ppo_megatron_trainer`) as
-# data, made from verl's _generated_ppo_megatron_trainer.yaml as verl_defaults.yaml is made from
-# _generated_ppo_trainer.yaml (posttrain/config/dialects/verl_trees.py): `_target_` left out, `???`
-# null, interpolations kept. posttrain runs it on FSDP2: the `megatron` sections translate as
-# posttrain/config/dialects/verl_megatron.py says.
-"""),
+# verl's releases posttrain reads, newest first: release -> (our files' infix, the month of the commit checked)
+RELEASES: dict[str, tuple[str, str]] = {"0.10": ("_0_10", "2026-08"), "0.8": ("", "2026-01")}
+NEWEST = next(iter(RELEASES))
+# verl's trees: our base name -> (verl's generated file, what the tree is, the releases that have it)
+GENERATED: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "ppo_trainer": ("_generated_ppo_trainer.yaml", "PPO trainer configuration (FSDP backend)", ("0.10", "0.8")),
+    "ppo_megatron_trainer": ("_generated_ppo_megatron_trainer.yaml",
+                             "PPO trainer configuration for its Megatron backend (`--config-name ppo_megatron_trainer`, "
+                             "or `model_engine=megatron` from 0.10); posttrain runs it on FSDP2 (posttrain/config/dialects/verl_megatron.py)",
+                             ("0.10", "0.8")),
+    "ppo_veomni_trainer": ("_generated_ppo_veomni_trainer.yaml",
+                           "PPO trainer configuration for its VeOmni backend (`model_engine=veomni`); posttrain runs it on FSDP2 "
+                           "(posttrain/config/dialects/verl_veomni.py)", ("0.10",)),
 }
+_OURS = {"ppo_trainer": "defaults", "ppo_megatron_trainer": "megatron_defaults", "ppo_veomni_trainer": "veomni_defaults"}
+
+
+def tree_file(base: str, release: str) -> Path:
+    """Our file of verl tree ``base`` at ``release``: verl_defaults.yaml (0.8's FSDP tree),
+    verl_0_10_megatron_defaults.yaml, ..."""
+    return HERE / f"verl{RELEASES[release][0]}_{_OURS[base]}.yaml"
+
+
+def header(base: str, release: str) -> str:
+    text = (f"verl {release}'s {GENERATED[base][1]} as data: every key and its default value, the tree "
+            "`posttrain ... --dialect verl KEY=VALUE` starts from, as verl's own launcher does. Hydra's `_target_` "
+            "class paths are left out (they name verl classes); its mandatory values (`???`, the rollout engine names) "
+            "are null here: posttrain's engine is used unless the line names one. Interpolations are kept: they resolve "
+            f"after the overrides, as in Hydra. Made from verl's {GENERATED[base][0]} at a commit of {RELEASES[release][1]} "
+            "by posttrain/config/dialects/verl_trees.py.")
+    return textwrap.indent(textwrap.fill(text, width=98), "# ") + "\n"
 
 
 SFT_TREE = ("verl_sft_defaults.yaml", "sft_trainer.yaml", """\
@@ -89,23 +110,36 @@ def clean(node: Any) -> Any:
     return None if node == "???" else node
 
 
-def render(generated: Path, header: str) -> str:
+def render(generated: Path, head: str) -> str:
     """Our file's text from verl's generated file."""
     tree = clean(yaml.safe_load(generated.read_text()))
-    return header + yaml.safe_dump(tree, sort_keys=False, default_flow_style=False, width=1000)
+    return head + yaml.safe_dump(tree, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def release_of(checkout: Path) -> str:
+    """The release of ``RELEASES`` a verl checkout is (its ``verl/version/version``, ``0.10.0.dev``)."""
+    version = (checkout / "verl" / "version" / "version").read_text().strip()
+    release = ".".join(version.split(".")[:2])
+    if release not in RELEASES:
+        raise SystemExit(f"{checkout}: verl {version} is not a release posttrain reads ({', '.join(RELEASES)}): add it to RELEASES")
+    return release
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m posttrain.config.dialects.verl_trees VERL_CHECKOUT", file=sys.stderr)
         return 2
-    config_dir = Path(argv[0]) / "verl" / "trainer" / "config"
-    for ours, (theirs, header) in TREES.items():
-        (HERE / ours).write_text(render(config_dir / theirs, header))
+    checkout = Path(argv[0])
+    release = release_of(checkout)
+    config_dir = checkout / "verl" / "trainer" / "config"
+    for base, (theirs, _, releases) in GENERATED.items():
+        if release in releases:
+            tree_file(base, release).write_text(render(config_dir / theirs, header(base, release)))
+            print(f"wrote {tree_file(base, release)} from {config_dir / theirs}")
+    if release == "0.8":  # verl's FSDP SFT trainer, read from its 0.8 release
+        ours, theirs, text = SFT_TREE
+        (HERE / ours).write_text(text + yaml.safe_dump(compose_sft(config_dir), sort_keys=False, default_flow_style=False, width=1000))
         print(f"wrote {HERE / ours} from {config_dir / theirs}")
-    ours, theirs, header = SFT_TREE
-    (HERE / ours).write_text(header + yaml.safe_dump(compose_sft(config_dir), sort_keys=False, default_flow_style=False, width=1000))
-    print(f"wrote {HERE / ours} from {config_dir / theirs}")
     return 0
 
 
