@@ -84,14 +84,15 @@ def test_a_key_neither_release_has_is_hydra_s_error():
 
 def test_verl_0_10_launcher_and_new_sections_have_their_reasons():
     _, report = _line("ray_kwargs.ray_init.runtime_env.py_executable=uv run --extra vllm", "trainer.use_v1=false",
-                      "distillation.enabled=true", "skip.rollout.enable=true")
+                      "skip.rollout.enable=true", "actor_rollout_ref.actor.checkpoint.strict=false")
     assert report.entry("ray_kwargs.ray_init.runtime_env.py_executable").status == "dropped"
     assert report.entry("trainer.use_v1").status == "dropped"
+    assert report.entry("actor_rollout_ref.actor.checkpoint.strict").status == "dropped"
     refused = {e.key: e.reason for e in report.refused}
-    assert "distillation section is not translated yet" in refused["distillation"]
     assert "rollout cache" in refused["skip"]
-    with pytest.raises(ConfigError, match=r"command line override 'distillation.enabled=true': distillation: not supported"):
-        verl_launch_native("distillation.enabled=true")
+    # a section refused as a whole names the override that set a key in it
+    with pytest.raises(ConfigError, match=r"command line override 'skip.rollout.enable=true': skip: not supported"):
+        verl_launch_native("skip.rollout.enable=true")
 
 
 def verl_launch_native(*words: str):
@@ -105,3 +106,79 @@ def test_each_complete_default_trainer_config_loads_with_nothing_refused(tree, t
     path = shutil.copy(verl_launch.FILES[tree], tmp_path / "trainer.yaml")
     foreign = read_foreign(path, "verl")
     assert [e.line() for e in foreign.report.refused] == []
+
+
+# ---- verl 0.10's on-policy distillation --------------------------------------------------------
+
+_OPD = ("distillation.enabled=True", "distillation.teacher_models.teacher_model.model_path=/models/teacher",
+        "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size=2",
+        "distillation.distillation_loss.loss_mode=k1", "distillation.distillation_loss.use_policy_gradient=True",
+        "distillation.distillation_loss.use_task_rewards=False", "distillation.distillation_loss.loss_max_clamp=10.0",
+        "algorithm.adv_estimator=grpo", "data.train_batch_size=64", "actor_rollout_ref.actor.ppo_mini_batch_size=64")
+
+
+def test_policy_gradient_k1_distillation_is_on_policy_distill_with_the_teacher_as_reference():
+    native, report = _line(*_OPD, "actor_rollout_ref.actor.clip_ratio_high=0.28")
+    algo, actor = native["algorithm"], native["actor"]
+    assert algo["adv_estimator"] == "on_policy_distill" and algo["adv_estimator_args"] == {"kl_coef": 1.0}
+    assert algo["advantage_clip"] == 10.0 and native["ref"]["model_path"] == "/models/teacher"
+    # the distillation term's own clip range and dual clip 3; the actor's (task term) clip is not read
+    assert (actor["clip_ratio_low"], actor["clip_ratio_high"], actor["clip_ratio_c"], actor["dual_clip"]) == (0.2, 0.2, 3.0, True)
+    assert actor["entropy_coeff"] == 0.0 and actor["policy_loss"]["loss_mode"] == "vanilla"
+    assert report.entry("actor_rollout_ref.actor.clip_ratio_high").status == "dropped"
+    assert report.entry("algorithm.adv_estimator").status == "dropped"
+    assert "engine" in report.entry("distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size").reason
+    assert not report.refused
+
+
+def test_several_named_teachers_become_ref_teachers_routed_by_the_reward_fn_key_column():
+    native, report = _line(*_OPD, "distillation.teacher_key=data_source",
+                           "+distillation.teacher_models.gsm8k.key=openai/gsm8k", "+distillation.teacher_models.gsm8k.model_path=/models/a",
+                           "+distillation.teacher_models.geo.key=geo3k", "+distillation.teacher_models.geo.model_path=/models/b")
+    assert native["ref"]["teachers"] == {"gsm8k": {"model_path": "/models/a", "tag_included": ["openai/gsm8k"], "kl_coef": 1.0},
+                                         "geo": {"model_path": "/models/b", "tag_included": ["geo3k"], "kl_coef": 1.0}}
+    assert "model_path" not in native["ref"] and not report.refused
+    _, other = _line(*_OPD, "distillation.teacher_key=domain", "+distillation.teacher_models.a.key=x", "+distillation.teacher_models.a.model_path=/a",
+                     "+distillation.teacher_models.b.key=y", "+distillation.teacher_models.b.model_path=/b")
+    assert any("data.reward_fn_key" in e.reason for e in other.refused)
+
+
+@pytest.mark.parametrize("change, why", [
+    ("distillation.distillation_loss.loss_mode=forward_kl_topk", "loss_mode forward_kl_topk"),
+    ("distillation.distillation_loss.use_task_rewards=True", "use_task_rewards true"),
+    ("actor_rollout_ref.rollout.temperature=0.7", "temperature 0.7"),
+    ("actor_rollout_ref.actor.ppo_mini_batch_size=16", "one optimizer step per batch"),
+    ("actor_rollout_ref.actor.use_kl_loss=True", "use_kl_loss true"),
+])
+def test_distillation_that_on_policy_distill_does_not_compute_is_refused_saying_why(change, why):
+    _, report = _line(*_OPD, change)
+    reasons = [e.reason for e in report.refused if e.key.startswith("distillation.")]
+    assert reasons and all(why in r for r in reasons)
+
+
+def test_distillation_off_reads_nothing_of_the_section():
+    native, report = _line("distillation.enabled=False", "distillation.distillation_loss.loss_mode=k1")
+    assert report.entry("distillation.distillation_loss.loss_mode").status == "dropped"
+    assert native.get("algorithm", {}).get("adv_estimator") != "on_policy_distill"
+
+
+def test_verl_0_10_engine_section_holds_the_role_s_ulysses_size_and_entropy_options():
+    native, report = _line("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",
+                           "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size=2",
+                           "actor_rollout_ref.actor.fsdp_config.entropy_checkpointing=True", "critic.fsdp.param_offload=false")
+    assert native["actor"]["ulysses_sequence_parallel_size"] == native["ref"]["ulysses_sequence_parallel_size"] == 2
+    assert native["actor"]["entropy_checkpointing"] is True
+    # a role-level size above 1 is copied over the engine's by verl 0.10
+    native, report = _line("actor_rollout_ref.actor.ulysses_sequence_parallel_size=4",
+                           "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2", "critic.fsdp.param_offload=false")
+    assert native["actor"]["ulysses_sequence_parallel_size"] == 4
+    assert report.entry("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size").status == "dropped"
+
+
+def test_a_bash_array_spanning_lines_gives_every_item(tmp_path):
+    from posttrain.config.dialects.launch_script import extract
+
+    script = ("N=4\nARGS=(\n    algorithm.adv_estimator=grpo\n    # a comment\n    trainer.n_gpus_per_node=${N}\n"
+              "    data.train_batch_size=8\n)\npython3 -m verl.trainer.main_ppo \"${ARGS[@]}\" trainer.nnodes=1\n")
+    assert extract(script, {}, script="run.sh").words == ["algorithm.adv_estimator=grpo", "trainer.n_gpus_per_node=4",
+                                                          "data.train_batch_size=8", "trainer.nnodes=1"]

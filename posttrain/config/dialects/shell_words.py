@@ -67,7 +67,8 @@ class Shell:
 
     def _assign(self, name: str, op: str, value: str) -> None:
         if value.startswith("(") and value.endswith(")"):
-            items = [f for w in next(commands(value[1:-1] + "\n"), []) for f in self.fields(w)]
+            # the items may span lines (a newline inside the parentheses separates items, not commands)
+            items = [f for command in commands(value[1:-1] + "\n") for w in command for f in self.fields(w)]
             old = self.vars.get(name, [])
             self.vars[name] = (list(old) if op == "+=" and isinstance(old, list) else []) + items
             return

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from posttrain.config.dialects import machine, verl_code, verl_megatron, verl_moved, verl_nsys, verl_reward, verl_sft
+from posttrain.config.dialects import machine, verl_code, verl_distill, verl_megatron, verl_moved, verl_nsys, verl_reward, verl_sft
 from posttrain.config.dialects.source import hydra_ignorable, resolve
 from posttrain.config.dialects.values import value_hook as common_value_hook
 from posttrain.config.tables import Rule
@@ -128,6 +128,30 @@ def compile_default(ctx: Any) -> None:
         ctx.drop(key, f"verl's own default (true), left out: posttrain compiles whole decoder layers with it, which a model sharded over {world_size(ctx)} worker processes cannot run")
 
 
+def engine_config(ctx: Any) -> None:
+    """verl 0.10's FSDP engine section (``fsdp_config``) of the actor and the reference holds the
+    role's Ulysses size and entropy options; its engine reads them there (verl/workers/config/engine.py).
+    The role-level keys are 0.10's deprecated spellings: ``ulysses_sequence_parallel_size`` > 1 is
+    copied over the engine's (verl/workers/config/actor.py), and the entropy keys are the defaults
+    the engine's interpolate. 0.8 lines keep 0.8's reading (the role-level keys)."""
+    if _RELEASE.get() == "0.8":
+        return
+    for prefix, role in (("actor_rollout_ref.actor", "actor"), ("actor_rollout_ref.ref", "ref")):
+        for name in ("ulysses_sequence_parallel_size", "entropy_checkpointing", "entropy_from_logits_with_chunking"):
+            key, legacy = f"{prefix}.fsdp_config.{name}", f"{prefix}.{name}"
+            if not ctx.has(key):
+                continue
+            ctx.consume(key)
+            value = ctx.get(key)
+            if name == "ulysses_sequence_parallel_size" and ctx.has(legacy) and (ctx.get(legacy) or 1) > 1:
+                ctx.drop(key, f"{legacy} ({ctx.get(legacy)}) is greater than 1, and verl 0.10 copies it over this key")
+                continue
+            if ctx.has(legacy):
+                ctx.consume(legacy)
+                ctx.drop(legacy, f"verl 0.10's engine reads {key} (this role-level key is its default there)")
+            ctx.set(f"{role}.{name}", value, key, "verl 0.10's engine reads the role's sequence parallel size and entropy options here")
+
+
 _RC = "algorithm.rollout_correction."
 
 
@@ -192,14 +216,18 @@ RULES: dict[str, Rule] = {
     _RC + "rollout_is_threshold": Rule("algorithm.rollout_is_threshold", "the truncation bound of the weights; at verl's default (2.0) with rollout_is and rollout_rs null the block is off", 3.0),
     _RC + "bypass_mode": Rule("actor.reuse_rollout_logprobs, actor.policy_loss.loss_mode", "true: the rollout's log-probs are the old ones (always) and the policy loss is bypass_mode, with the block's settings as its loss_args", True),
     _RC + "loss_type": Rule("actor.policy_loss.loss_args.loss_type", "the loss of bypass mode (ppo_clip or reinforce); only read with bypass_mode: true", "reinforce", ((_RC + "bypass_mode", True),)),
+    **{f"{prefix}.fsdp_config.{name}": Rule(f"{role}.{name}", "verl 0.10's engine section of the role: the role's own key (a role-level ulysses_sequence_parallel_size > 1 is copied over it)", sample)
+       for prefix, role in (("actor_rollout_ref.actor", "actor"), ("actor_rollout_ref.ref", "ref"))
+       for name, sample in (("ulysses_sequence_parallel_size", 1), ("entropy_checkpointing", True), ("entropy_from_logits_with_chunking", True))},
 }
 
 RULES.update(verl_megatron.RULES)  # verl's Megatron trainer: its strategy and megatron sections
 RULES.update(verl_reward.RULES)  # verl's reward model, on its legacy worker or its reward loop
 RULES.update(verl_nsys.RULES)  # nsys discrete: a capture range per phase
 RULES.update(verl_sft.RULES)  # verl's SFT trainer: its optimizer, loss and columns
+RULES.update(verl_distill.RULES)  # verl 0.10's on-policy distillation
 
-HANDLERS = [*verl_megatron.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
+HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
 
 
 # The verl release a translation reads (verl_launch sets it: the release whose tree the line fits);
@@ -233,7 +261,7 @@ def _defaults(base: str, release: str) -> dict[str, Any]:
 _ABSENT = object()
 
 
-def _defaults_of(key: str) -> list[Any]:
+def defaults_of(key: str) -> list[Any]:
     """``key``'s default in each tree of the release being read (every release when none is): verl's
     FSDP tree first, then the Megatron one (its megatron and model.lora sections)."""
     from posttrain.config.dialects.verl_launch import FILES, MEGATRON
@@ -257,14 +285,14 @@ def _defaults_of(key: str) -> list[Any]:
 def is_default(key: str, value: Any) -> bool:
     """Whether ``value`` is verl's own default for ``key`` (a leaf or a whole mapping): a file that
     spells out verl's defaults (its complete ppo_trainer.yaml) loads as the launch line without them does."""
-    return any(node == value and type(node) is type(value) for node in _defaults_of(key))
+    return any(node == value and type(node) is type(value) for node in defaults_of(key))
 
 
 def value_hook(ctx: Any, key: str, value: Any, native: str) -> Any:
     """An empty value (``use_kl_loss=${use_kl_loss}`` with the variable unset) of a key whose verl
     default is true or false is false: verl builds its role configs with Hydra's instantiate, which
     checks no types, and tests them for truth, so ``''`` reads as false there."""
-    if value == "" and any(isinstance(node, bool) for node in _defaults_of(key)):
+    if value == "" and any(isinstance(node, bool) for node in defaults_of(key)):
         return False
     return common_value_hook(ctx, key, value, native)
 
@@ -272,6 +300,8 @@ def value_hook(ctx: Any, key: str, value: Any, native: str) -> Any:
 _ANY_VALUE = {
     "trainer.use_legacy_worker_impl": "which of verl's two worker implementations runs; posttrain has one",
     "actor_rollout_ref.actor.fsdp_config.use_orig_params": "an FSDP1 option; FSDP2 (posttrain's) always keeps the original parameters",
+    "actor_rollout_ref.actor.checkpoint.strict": "how strictly verl's Megatron-to-Hugging-Face weight export checks the names it writes; "
+                                                 "posttrain saves the Hugging Face model's own state dict",
     # verl 0.10's launch scripts start Ray's workers through `uv run` on verl's own package extras
     "ray_kwargs.ray_init.runtime_env.py_executable": "the command verl's Ray workers start Python with (verl's uv environment); "
                                                      "posttrain's worker processes run the Python that runs posttrain",

@@ -212,11 +212,6 @@ UNSUPPORTED: dict[str, str] = {
                      "and jsd estimators take the advantages from the teacher alone, and no estimator adds a teacher term to reward-based ones"),
     "roll:question_key": _DISTILL,
     "roll:answer_key": _DISTILL,
-    # verl 0.10's on-policy distillation section (verl/trainer/config/distillation/distillation.yaml)
-    "verl:distillation": ("verl 0.10's distillation section is not translated yet: its teacher served by its own engine, "
-                          "top-k losses and task-reward mixing have no single posttrain counterpart. posttrain's on-policy "
-                          "distillation is algorithm.adv_estimator on_policy_distill (or jsd) with the teacher as ref.model_path, "
-                          "or ref.teachers for several (docs/algorithms.md)"),
 }
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
