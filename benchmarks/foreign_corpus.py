@@ -1,6 +1,7 @@
 """Plan every example config of local verl / ROLL / Trinity-RFT checkouts, and count the outcomes.
 
     python benchmarks/foreign_corpus.py --verl ~/src/verl --roll ~/src/ROLL --trinity ~/src/Trinity-RFT
+    python benchmarks/foreign_corpus.py --verl ~/src/verl-0.8 --verl ~/src/verl-0.10  # a row per verl release
     python benchmarks/foreign_corpus.py --roll ~/src/ROLL --show refused     # every refusal line, by file
     python benchmarks/foreign_corpus.py --verl ~/src/verl --unknown           # keys the schema does not know
 
@@ -44,6 +45,7 @@ from posttrain.cli import main as posttrain_main  # noqa: E402
 from posttrain.config.dialects.detect import detect  # noqa: E402
 from posttrain.config.dialects.launch_script import extract  # noqa: E402
 from posttrain.config.dialects.source import read_yaml  # noqa: E402
+from posttrain.config.dialects.verl_trees import release_of  # noqa: E402
 from posttrain.trainer.smoke import machine_refusal  # noqa: E402
 
 SMOKE_MARK = "\n(smoke-able: refused only for the engine, backend, devices, model or data, which `posttrain smoke` substitutes)"
@@ -195,7 +197,8 @@ def reason_of(line: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--verl", type=Path)
+    parser.add_argument("--verl", type=Path, action="append", default=[],
+                        help="a verl checkout; give it twice for two releases (a row each, named by verl/version/version)")
     parser.add_argument("--roll", type=Path)
     parser.add_argument("--trinity", type=Path)
     parser.add_argument("--with-corpus", action="store_true", help="also plan the files committed under tests/config/corpus")
@@ -205,8 +208,9 @@ def main() -> int:
     args = parser.parse_args()
     held = set() if args.with_corpus else {str(p.relative_to(CORPUS)) for p in CORPUS.rglob("*") if p.is_file()}
     jobs = []
-    if args.verl:
-        jobs += [("verl", args.verl, *run, {}) for run in verl_runs(args.verl.resolve())]
+    for checkout in args.verl:
+        name = f"verl {release_of(checkout)}"
+        jobs += [(name, checkout, *run, {}) for run in verl_runs(checkout.resolve())]
     if args.roll:
         jobs += [("roll", args.roll, *run, ROLL_ENV) for run in yaml_runs(args.roll.resolve(), "roll")]
     if args.trinity:
@@ -220,7 +224,7 @@ def main() -> int:
             skipped[f"{dialect}: in tests/config/corpus"] += 1
             continue
         if words is None:
-            skipped[f"{dialect}: {note if dialect != 'verl' else 'no main_ppo or fsdp_sft_trainer command'}"] += 1
+            skipped[f"{dialect}: {note if not dialect.startswith('verl') else 'no main_ppo or fsdp_sft_trainer command'}"] += 1
             continue
         outcome, text = plan(words, checkout.resolve(), env)
         counts[dialect][outcome] += 1
@@ -231,9 +235,9 @@ def main() -> int:
             for p in problem_lines(text):
                 m = re.search(r"(\S+): no posttrain equivalent: not a .* key the schema knows", p)
                 if m:
-                    unknown[dialect + ":" + re.sub(r"\[\d+\]", "[i]", m.group(1))] += 1
+                    unknown[dialect.split()[0] + ":" + re.sub(r"\[\d+\]", "[i]", m.group(1))] += 1
         if args.show in (outcome, "all"):
-            print(f"== {dialect} {rel} [{outcome}]" + (f"  (script: {note})" if note and dialect == "verl" else ""))
+            print(f"== {dialect} {rel} [{outcome}]" + (f"  (script: {note})" if note and dialect.startswith("verl") else ""))
             print(text.rstrip() if outcome != "accepted" else text.splitlines()[0] if text else "")
     _report(counts, reasons, skipped)
     if args.unknown:
@@ -244,8 +248,10 @@ def main() -> int:
 
 
 def _corpus_name(dialect: str, rel: str) -> str:
-    """The file name a corpus copy of ``rel`` has (tests/config/corpus/README.md names the scheme)."""
-    return f"{dialect}/" + rel.removeprefix("examples/")
+    """The file name a corpus copy of ``rel`` has (tests/config/corpus/README.md names the scheme):
+    verl 0.8's under verl/, verl 0.10's under verl_0_10/."""
+    folder = {"verl 0.8": "verl"}.get(dialect, dialect.replace(" ", "_").replace(".", "_"))
+    return f"{folder}/" + rel.removeprefix("examples/")
 
 
 def _report(counts, reasons, skipped) -> None:

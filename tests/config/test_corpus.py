@@ -26,7 +26,7 @@ FILES = sorted(str(p.relative_to(CORPUS)) for p in CORPUS.rglob("*") if p.suffix
 def plan_words(rel: str) -> list[str]:
     path = CORPUS / rel
     dialect = rel.split("/")[0]
-    if dialect == "verl":
+    if dialect.startswith("verl"):  # verl/ (its 0.8 release) and verl_0_10/
         words = extract(path.read_text(), {"HOME": f"{ABSENT}/home"}, script=str(path)).words
         assert words is not None, f"{rel}: no `python3 -m verl.trainer.main_ppo` command found"
         return ["config", "plan", "--dialect", "verl", *words]

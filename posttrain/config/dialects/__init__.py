@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from posttrain.config.dialects import hydra, roll, roll_distill, roll_onpolicy, roll_sft, trinity, verl, verl_eval, verl_launch, verl_moved
+from posttrain.config.dialects import hydra, roll, roll_distill, roll_onpolicy, roll_sft, trinity, verl, verl_eval, verl_launch, verl_moved, verl_release
 from posttrain.config.dialects.detect import DIALECTS, TITLES, detect
 from posttrain.config.dialects.machine import machine_problem
 from posttrain.config.dialects.report import Entry, Report, keep_absent_data
@@ -57,7 +57,7 @@ def translate(raw: Mapping[str, Any], dialect: str, *, interpolated: set[str] = 
     handlers, hook, ignorable, is_default = _RULES[dialect]
     if dialect != "verl":
         return translate_dict(raw, dialect, handlers, hook, ignorable, interpolated=interpolated, unresolved=unresolved, is_default=is_default)
-    legacy, renamed, dropped = verl_moved.to_legacy(raw, verl.release())  # verl 0.10's moved keys under their 0.8 names
+    legacy, renamed, dropped = verl_moved.to_legacy(raw, verl_release.release())  # verl 0.10's moved keys under their 0.8 names
     back = {new: old for old, new in renamed.items()}
     native, report = translate_dict(legacy, dialect, handlers, hook, ignorable, interpolated={back.get(k, k) for k in interpolated},
                                     unresolved={back.get(k, k): why for k, why in (unresolved or {}).items()}, is_default=is_default)

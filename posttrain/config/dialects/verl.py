@@ -14,15 +14,12 @@ path) is still refused with the reason from the schema's UNSUPPORTED tables.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import functools
 import re
-from collections.abc import Iterator
 from typing import Any
 
-from posttrain.config.dialects import machine, verl_code, verl_distill, verl_megatron, verl_moved, verl_nsys, verl_reward, verl_sft
-from posttrain.config.dialects.source import hydra_ignorable, resolve
+from posttrain.config.dialects import machine, verl_code, verl_distill, verl_megatron, verl_nsys, verl_reward, verl_sft
+from posttrain.config.dialects.source import hydra_ignorable
+from posttrain.config.dialects.verl_release import defaults_of, release
 from posttrain.config.dialects.values import value_hook as common_value_hook
 from posttrain.config.tables import Rule
 
@@ -134,7 +131,7 @@ def engine_config(ctx: Any) -> None:
     The role-level keys are 0.10's deprecated spellings: ``ulysses_sequence_parallel_size`` > 1 is
     copied over the engine's (verl/workers/config/actor.py), and the entropy keys are the defaults
     the engine's interpolate. 0.8 lines keep 0.8's reading (the role-level keys)."""
-    if _RELEASE.get() == "0.8":
+    if release() == "0.8":
         return
     for prefix, role in (("actor_rollout_ref.actor", "actor"), ("actor_rollout_ref.ref", "ref")):
         for name in ("ulysses_sequence_parallel_size", "entropy_checkpointing", "entropy_from_logits_with_chunking"):
@@ -228,58 +225,6 @@ RULES.update(verl_sft.RULES)  # verl's SFT trainer: its optimizer, loss and colu
 RULES.update(verl_distill.RULES)  # verl 0.10's on-policy distillation
 
 HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
-
-
-# The verl release a translation reads (verl_launch sets it: the release whose tree the line fits);
-# None (a verl file read on its own) is any release posttrain knows.
-_RELEASE: contextvars.ContextVar[str | None] = contextvars.ContextVar("verl_release", default=None)
-
-
-def release() -> str | None:
-    """The verl release being read (None: a file read on its own)."""
-    return _RELEASE.get()
-
-
-@contextlib.contextmanager
-def reading(release: str) -> Iterator[None]:
-    """Translate as verl ``release`` (its defaults decide `is_default`)."""
-    token = _RELEASE.set(release)
-    try:
-        yield
-    finally:
-        _RELEASE.reset(token)
-
-
-@functools.lru_cache(maxsize=8)
-def _defaults(base: str, release: str) -> dict[str, Any]:
-    """verl's trainer config ``base`` at ``release`` (posttrain.config.dialects.verl_launch.FILES), resolved."""
-    from posttrain.config.dialects.verl_launch import defaults_tree
-
-    return resolve(defaults_tree(base, release))[0]
-
-
-_ABSENT = object()
-
-
-def defaults_of(key: str) -> list[Any]:
-    """``key``'s default in each tree of the release being read (every release when none is): verl's
-    FSDP tree first, then the Megatron one (its megatron and model.lora sections)."""
-    from posttrain.config.dialects.verl_launch import FILES, MEGATRON
-
-    release = _RELEASE.get()
-    # a key verl 0.10 moved is translated under its 0.8 name (posttrain.config.dialects.verl_moved)
-    names = [key] + [new + key[len(old):] for new, old in verl_moved.MOVED.items() if key == old or key.startswith(old + ".")]
-    out = []
-    for base, at in FILES:
-        if base not in ("ppo_trainer", MEGATRON) or release not in (None, at):
-            continue
-        for name in names:
-            node: Any = _defaults(base, at)
-            for part in name.split("."):
-                node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
-            if node is not _ABSENT:
-                out.append(node)
-    return out
 
 
 def is_default(key: str, value: Any) -> bool:

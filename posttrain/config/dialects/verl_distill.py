@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.dialects.source import leaves
+from posttrain.config.dialects.verl_release import defaults_of
 from posttrain.config.tables import Rule
 
 _D = "distillation"
@@ -49,8 +50,6 @@ _TASK_TERM = ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c",
 
 def _value(ctx: Any, key: str) -> Any:
     """The line's value of ``key``, else verl's default (the release being read)."""
-    from posttrain.config.dialects.verl import defaults_of  # noqa: PLC0415 - verl imports this module
-
     if ctx.has(key):
         return ctx.get(key)
     found = defaults_of(key)

@@ -26,22 +26,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from posttrain.config.dialects import hydra, verl, verl_moved
+from posttrain.config.dialects import hydra, verl_moved
 from posttrain.config.dialects.index import native_paths
 from posttrain.config.dialects.report import Report
 from posttrain.config.dialects.source import compose, read_yaml, references, resolve
 from posttrain.config.dialects.source import leaves as dotted_leaves
-from posttrain.config.dialects.verl_trees import GENERATED, NEWEST, RELEASES, tree_file
+from posttrain.config.dialects.verl_release import reading
+from posttrain.config.dialects.verl_trees import FILES, NEWEST, SFT, defaults_tree, releases_of
 from posttrain.errors import ConfigError
 
 MEGATRON = "ppo_megatron_trainer"
-VEOMNI = "ppo_veomni_trainer"  # verl 0.10's VeOmni engine (`model_engine=veomni`): posttrain.config.dialects.verl_veomni
-SFT = "sft_trainer"  # verl's SFT trainer (verl.trainer.fsdp_sft_trainer): posttrain.config.dialects.verl_sft
-# (verl tree, release) -> our file of it (posttrain.config.dialects.verl_trees)
-FILES: dict[tuple[str, str], Path] = {(base, release): tree_file(base, release) for base, (_, _, releases) in GENERATED.items() for release in releases}
-FILES[(SFT, "0.8")] = Path(__file__).with_name("verl_sft_defaults.yaml")
+VEOMNI = "ppo_veomni_trainer"  # verl 0.10's VeOmni engine (`model_engine=veomni`): refused for now (verl_megatron.strategies)
 DEFAULTS_FILE = FILES[("ppo_trainer", NEWEST)]
 BASES = frozenset(base for base, _ in FILES)
 WHATS = {"ppo_trainer": "verl's trainer config", MEGATRON: "verl's Megatron trainer config", VEOMNI: "verl's VeOmni trainer config",
@@ -59,18 +54,6 @@ ALWAYS = {MEGATRON: MEGATRON_STRATEGIES, VEOMNI: MEGATRON_STRATEGIES, SFT: ("mod
 # not the run: posttrain sizes the run to the machine it is on unless the line names them (the
 # loading processes change where a batch is tokenised, never what it holds).
 MACHINE_DEFAULTS = frozenset({"trainer.device", "trainer.n_gpus_per_node", "trainer.nnodes", "data.dataloader_num_workers"})
-
-
-def releases_of(base: str) -> list[str]:
-    """The verl releases that have tree ``base``, newest first."""
-    return [release for release in RELEASES if (base, release) in FILES]
-
-
-@functools.lru_cache(maxsize=8)
-def defaults_tree(base: str = "ppo_trainer", release: str | None = None) -> dict[str, Any]:
-    """verl's trainer config ``base`` (a name in BASES) at ``release`` (the newest that has it when
-    None): every key and its default (interpolations unresolved)."""
-    return yaml.safe_load(FILES[(base, release or releases_of(base)[0])].read_text())
 
 
 def _base_name(entry: Any) -> str | None:
@@ -127,7 +110,7 @@ def honoured_defaults(base: str = "ppo_trainer", release: str | None = None) -> 
     resolved, _ = resolve(defaults_tree(base, release))
     # translated without verl's machine (MACHINE_DEFAULTS), as the line is: no sharded worker processes
     machine_free = _tree({k: v for k, v in dotted_leaves(resolved).items() if k not in MACHINE_DEFAULTS})
-    with verl.reading(release or releases_of(base)[0]):
+    with reading(release or releases_of(base)[0]):
         _, report = translate(machine_free, "verl")
     infos = native_paths()
     keep = set()
@@ -164,7 +147,7 @@ def launch(path: str | Path | None, overrides: list[str]) -> tuple[dict[str, Any
     chosen = {k: v for k, v in leaves.items() if _owner(k, user) or k in always or (k in honoured_defaults(base, release) and v is not None)}
     unresolved = {k: why for k, why in unresolved.items() if _owner(k, user)}
     while True:
-        with verl.reading(release):
+        with reading(release):
             native, report = translate(_tree(chosen), "verl", interpolated=references(tree), unresolved={**problems, **unresolved})
         report.framework_release = release
         # a default that posttrain refuses, that stands in the way of the user's key, or whose value

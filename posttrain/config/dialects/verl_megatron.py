@@ -88,7 +88,11 @@ _DDP_LAYOUT = frozenset({"overlap_grad_reduce", "overlap_param_gather", "bucket_
                          "use_distributed_optimizer", "num_distributed_optimizer_instances", "check_for_nan_in_grad"})
 _KERNELS = frozenset({"attention_backend", "apply_rope_fusion", "bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion",
                       "gradient_accumulation_fusion", "moe_permute_fusion", "persist_layer_norm", "cross_entropy_loss_fusion",
-                      "moe_grouped_gemm", "moe_token_dispatcher_type", "moe_enable_deepep", "moe_shared_expert_overlap"})
+                      "moe_grouped_gemm", "moe_token_dispatcher_type", "moe_enable_deepep", "moe_shared_expert_overlap",
+                      # verl 0.10's examples (Ascend and Qwen3.5 ones): kernel implementations of the same operations
+                      "use_flash_attn", "use_fused_rmsnorm", "use_fused_swiglu", "use_naive_l2norm", "use_fused_mhc", "apply_dsa_kernel_fusion"})
+# TransformerConfig keys that say how the work is split over devices (verl 0.10's examples)
+_OTC_LAYOUT = frozenset({"sequence_parallel", "use_distributed_optimizer", "context_parallel_algo", "cp_partition_mode", "sequence_packing_scheduler"})
 _PIPELINE = frozenset({"deallocate_pipeline_outputs", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
                        "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage", "pipeline_model_parallel_layout"})
 _WHICH_RECOMPUTED = frozenset({"recompute_method", "recompute_num_layers", "recompute_modules"})
@@ -249,6 +253,8 @@ def _transformer(ctx: Any, prefix: str, role: str, key: str, name: str, value: A
         ctx.drop(key, "a kernel or dispatch choice: the same computation to float rounding")
     elif name in _PIPELINE:
         ctx.drop(key, f"how layers split into pipeline stages, {_SAME}")
+    elif name in _OTC_LAYOUT:
+        ctx.drop(key, f"how Megatron splits sequences and optimizer state over its ranks, {_SAME}")
     elif name == "moe_router_dtype":
         ctx.drop(key, _ROUTER_DTYPE)
     elif name in ("moe_router_load_balancing_type", "moe_aux_loss_coeff"):

@@ -26,6 +26,7 @@ with sft_trainer.yaml's own ``optim`` keys (``_self_`` comes last), as Hydra com
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import textwrap
@@ -52,10 +53,30 @@ GENERATED: dict[str, tuple[str, str, tuple[str, ...]]] = {
 _OURS = {"ppo_trainer": "defaults", "ppo_megatron_trainer": "megatron_defaults", "ppo_veomni_trainer": "veomni_defaults"}
 
 
+SFT = "sft_trainer"  # verl's SFT trainer (verl.trainer.fsdp_sft_trainer): posttrain.config.dialects.verl_sft
+
+
 def tree_file(base: str, release: str) -> Path:
     """Our file of verl tree ``base`` at ``release``: verl_defaults.yaml (0.8's FSDP tree),
     verl_0_10_megatron_defaults.yaml, ..."""
     return HERE / f"verl{RELEASES[release][0]}_{_OURS[base]}.yaml"
+
+
+# (verl tree, release) -> our file of it
+FILES: dict[tuple[str, str], Path] = {(base, release): tree_file(base, release) for base, (_, _, releases) in GENERATED.items() for release in releases}
+FILES[(SFT, "0.8")] = HERE / "verl_sft_defaults.yaml"
+
+
+def releases_of(base: str) -> list[str]:
+    """The verl releases that have tree ``base``, newest first."""
+    return [release for release in RELEASES if (base, release) in FILES]
+
+
+@functools.lru_cache(maxsize=8)
+def defaults_tree(base: str = "ppo_trainer", release: str | None = None) -> dict[str, Any]:
+    """verl's trainer config ``base`` at ``release`` (the newest that has it when None): every key
+    and its default (interpolations unresolved)."""
+    return yaml.safe_load(FILES[(base, release or releases_of(base)[0])].read_text())
 
 
 def header(base: str, release: str) -> str:
@@ -68,7 +89,7 @@ def header(base: str, release: str) -> str:
     return textwrap.indent(textwrap.fill(text, width=98), "# ") + "\n"
 
 
-SFT_TREE = ("verl_sft_defaults.yaml", "sft_trainer.yaml", """\
+SFT_TREE = (FILES[(SFT, "0.8")].name, "sft_trainer.yaml", """\
 # verl's SFT trainer configuration (`torchrun -m verl.trainer.fsdp_sft_trainer`, `--config-name
 # sft_trainer` here) as data: sft_trainer.yaml composed with its `optim: fsdp` group as Hydra composes
 # it, `_target_` left out (posttrain/config/dialects/verl_trees.py). posttrain runs it as an SFT stage
