@@ -182,3 +182,12 @@ def test_a_bash_array_spanning_lines_gives_every_item(tmp_path):
               "    data.train_batch_size=8\n)\npython3 -m verl.trainer.main_ppo \"${ARGS[@]}\" trainer.nnodes=1\n")
     assert extract(script, {}, script="run.sh").words == ["algorithm.adv_estimator=grpo", "trainer.n_gpus_per_node=4",
                                                           "data.train_batch_size=8", "trainer.nnodes=1"]
+
+
+def test_convert_names_the_release_the_line_was_read_with():
+    from posttrain.config.dialects import convert
+
+    text, foreign, _ = convert(None, "verl", ["critic.fsdp.param_offload=true"])
+    assert foreign.report.framework_release == "0.10" and "verl 0.10 config" in text
+    text, foreign, _ = convert(None, "verl", ["critic.model.fsdp_config.param_offload=true"])
+    assert "verl 0.8 config" in text
