@@ -191,3 +191,8 @@ def test_convert_names_the_release_the_line_was_read_with():
     assert foreign.report.framework_release == "0.10" and "verl 0.10 config" in text
     text, foreign, _ = convert(None, "verl", ["critic.model.fsdp_config.param_offload=true"])
     assert "verl 0.8 config" in text
+
+
+def test_a_config_group_choice_is_one_error_saying_what_to_do():
+    with pytest.raises(ConfigError, match=r"a choice of Hydra's config group 'actor' for actor_rollout_ref.actor \(option 'mlite_actor'\)"):
+        _line("actor@actor_rollout_ref.actor=mlite_actor")

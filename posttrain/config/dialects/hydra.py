@@ -71,6 +71,13 @@ def parse(text: str) -> Override:
     elif body.startswith("~"):
         op, body = "delete", body[1:]
     key, sep, value = body.partition("=")
+    group, at, package = key.partition("@")
+    if at and sep and _KEY.match(group) and _KEY.match(package):
+        raise ConfigError(
+            f"command line override {text!r}: a choice of Hydra's config group {group!r} for {package} (option {value!r}), which "
+            f"composes a file of the framework's config folder; posttrain reads the framework's composed trainer configs, not its "
+            f"groups: set that file's keys as KEY=VALUE overrides (verl 0.10 chooses its engine's files with model_engine=dp|megatron)"
+        )
     if not _KEY.match(key) or (op != "delete" and not sep):
         raise ConfigError(
             f"command line override {text!r}: expected key=value, +key=value (add), ++key=value (add or set) "
