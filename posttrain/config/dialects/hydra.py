@@ -25,7 +25,7 @@ from posttrain.errors import ConfigError
 
 _KEY = re.compile(r"^[A-Za-z_][\w\-]*(\.[A-Za-z_0-9][\w\-]*)*$")
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")  # YAML 1.1 reads 1e-6 as a string; Hydra as a float
-_MISSING = object()
+MISSING = _MISSING = object()  # no value at a key (lookup)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +97,8 @@ def leaf_keys(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
     return out
 
 
-def _lookup(tree: Mapping[str, Any], key: str) -> Any:
+def lookup(tree: Mapping[str, Any], key: str) -> Any:
+    """The value at dotted ``key`` of a nested dict, else `MISSING`."""
     node: Any = tree
     for part in key.split("."):
         if not isinstance(node, Mapping) or part not in node:
@@ -106,7 +107,8 @@ def _lookup(tree: Mapping[str, Any], key: str) -> Any:
     return node
 
 
-def _put(tree: dict[str, Any], key: str, value: Any) -> None:
+def put(tree: dict[str, Any], key: str, value: Any) -> None:
+    """Set dotted ``key`` of a nested dict, making the mappings on its path."""
     *parents, last = key.split(".")
     node = tree
     for part in parents:
@@ -154,7 +156,7 @@ def apply(tree: Mapping[str, Any], overrides: Sequence[str], *, strict: bool, wh
                             "ends the command at a '#' comment after it: put the comment on a line of its own")
             continue
         item = parse(text)
-        current = _lookup(out, item.key)
+        current = lookup(out, item.key)
         if item.op == "delete":
             if current is _MISSING:
                 problems.append(f"command line override {text!r}: cannot delete {item.key}: {what} has no such key")
@@ -174,7 +176,7 @@ def apply(tree: Mapping[str, Any], overrides: Sequence[str], *, strict: bool, wh
             problems.append(f"command line override {text!r}: {what} has no key {item.key}{_did_you_mean(out, item.key)}{also}; "
                             f"{'remove it, or add' if launcher else 'add'} a new key with '+{text}', as Hydra does")
             continue
-        _put(out, item.key, item.value)
+        put(out, item.key, item.value)
         set_by[item.key] = text
     if problems:
         raise ConfigError(problems)

@@ -19,9 +19,11 @@ both, the 0.8 name wins here too, and the new one is dropped saying so.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from posttrain.config.dialects.hydra import MISSING, lookup, put
 from posttrain.config.dialects.report import Report
 
 # verl 0.10 key or section -> the verl 0.8 one with the same meaning (a section's keys move with it)
@@ -67,7 +69,7 @@ def unread(tree: Mapping[str, Any], release: str | None) -> dict[str, str]:
     out = {}
     for section, why in NOT_READ.get(release or "", {}).items():
         if _has(tree, section):
-            out.update({leaf: why for leaf in _leaves(_get(tree, section), section) if _get(tree, leaf) is not None})
+            out.update({leaf: why for leaf in _leaves(lookup(tree, section), section) if lookup(tree, leaf) is not None})
     return out
 
 
@@ -82,20 +84,7 @@ def _pop(tree: dict[str, Any], dotted: str) -> Any:
 
 
 def _has(tree: Mapping[str, Any], dotted: str) -> bool:
-    node: Any = tree
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return False
-        node = node[part]
-    return True
-
-
-def _put(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    node = tree
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[last] = value
+    return lookup(tree, dotted) is not MISSING
 
 
 def _leaves(value: Any, prefix: str) -> list[str]:
@@ -133,29 +122,20 @@ def to_legacy(raw: Mapping[str, Any], release: str | None = None) -> tuple[dict[
         value = _pop(tree, new)
         for leaf in _leaves(value, new):
             target = old + leaf[len(new):]
-            if _has(tree, target) and _get(tree, target) is not None:
+            if _has(tree, target) and lookup(tree, target) is not None:
                 dropped[leaf] = (f"{target} is set too, and verl 0.10 copies that (its 0.8 name) over this key before the run "
                                  f"(migrate_legacy_reward_impl): {target} is read")
                 continue
-            _put(tree, target, _get_in(value, leaf[len(new) + 1:]) if leaf != new else value)
+            put(tree, target, _get_in(value, leaf[len(new) + 1:]) if leaf != new else value)
             renamed[target] = leaf
         _prune(tree, new)
     return tree, renamed, dropped
 
 
-def _get(tree: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = tree
-    for part in dotted.split("."):
-        node = node[part]
-    return node
-
-
 def _get_in(value: Any, dotted: str) -> Any:
-    return _get(value, dotted) if dotted else value
+    return lookup(value, dotted) if dotted else value
 
 
 def named_as_written(report: Report, renamed: Mapping[str, str]) -> None:
     """The report's entries under the keys the user wrote."""
-    import dataclasses
-
     report.entries[:] = [dataclasses.replace(e, key=renamed.get(e.key, e.key)) for e in report.entries]
