@@ -39,7 +39,8 @@ def sapo_loss(
         the policy gradient; far from 1 it fades smoothly). pg_clipfrac = 0 (nothing is cut).
     Names:
         Trinity-RFT `policy_loss_fn: sapo` (`tau_pos`, `tau_neg`), the loss of `algorithm_type: sapo`;
-        not in verl or ROLL.
+        verl's `policy_loss.loss_mode: sapo` (the actor's `tau_pos`, `tau_neg`; verl aggregates it
+        seq-mean-token-mean whatever loss_agg_mode says); not in ROLL.
     Paper:
         Soft Adaptive Policy Optimization (2025), arXiv:2511.20347.
     Deviation:

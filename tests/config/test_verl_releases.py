@@ -196,3 +196,18 @@ def test_convert_names_the_release_the_line_was_read_with():
 def test_a_config_group_choice_is_one_error_saying_what_to_do():
     with pytest.raises(ConfigError, match=r"a choice of Hydra's config group 'actor' for actor_rollout_ref.actor \(option 'mlite_actor'\)"):
         _line("actor@actor_rollout_ref.actor=mlite_actor")
+
+
+def test_verl_sapo_is_posttrain_sapo_aggregated_as_verl_forces_it():
+    native, report = _line("actor_rollout_ref.actor.policy_loss.loss_mode=sapo", "actor_rollout_ref.actor.tau_neg=1.2",
+                           "+actor_rollout_ref.actor.policy_loss.tau_pos=1.5")
+    actor = native["actor"]
+    assert actor["policy_loss"] == {"loss_mode": "sapo", "loss_args": {"tau_neg": 1.2}}
+    assert actor["loss_agg_mode"] == "seq-mean-token-mean"  # verl's sapo ignores loss_agg_mode (token-mean here)
+    # policy_loss.tau_pos is read by no verl code (its loss reads the actor's tau_pos)
+    assert report.entry("actor_rollout_ref.actor.policy_loss.tau_pos").status == "dropped"
+    # with an entropy term, verl aggregates the two differently, which one loss_agg_mode cannot say
+    _, refused = _line("actor_rollout_ref.actor.policy_loss.loss_mode=sapo", "actor_rollout_ref.actor.entropy_coeff=0.01")
+    assert refused.entry("actor_rollout_ref.actor.loss_agg_mode").status == "refused"
+    # the taus of another loss are not read
+    assert _line("actor_rollout_ref.actor.tau_neg=1.2")[1].entry("actor_rollout_ref.actor.tau_neg").status == "dropped"

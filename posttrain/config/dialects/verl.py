@@ -149,6 +149,51 @@ def engine_config(ctx: Any) -> None:
             ctx.set(f"{role}.{name}", value, key, "verl 0.10's engine reads the role's sequence parallel size and entropy options here")
 
 
+_A = "actor_rollout_ref.actor"
+_SMTM = "seq-mean-token-mean"
+
+
+def sapo(ctx: Any) -> None:
+    """verl's SAPO loss (``policy_loss.loss_mode: sapo``, verl/trainer/ppo/core_algos.py) is
+    posttrain's sapo (the same gate 4 sigmoid(tau (r - 1)) / tau on the ratio, tau_pos where A > 0,
+    else tau_neg), with verl's actor-level ``tau_pos`` / ``tau_neg`` as its loss_args. verl aggregates
+    it seq-mean-token-mean whatever ``loss_agg_mode`` says (which then still aggregates the entropy
+    and KL terms): posttrain's actor.loss_agg_mode becomes seq-mean-token-mean where that changes no
+    other term (no entropy bonus, no KL loss), and otherwise the line is refused. ``policy_loss.tau_pos``
+    / ``tau_neg`` (added with ``+``) are read by no verl code: its loss reads the actor's."""
+    for name in ("tau_pos", "tau_neg"):
+        key = f"{_A}.policy_loss.{name}"
+        if ctx.has(key):
+            ctx.consume(key)
+            ctx.drop(key, f"read by no verl code: its SAPO loss reads {_A}.{name} (the actor's; {defaults_of(f'{_A}.{name}')[0]} by default)")
+    sapo_loss = ctx.get(f"{_A}.policy_loss.loss_mode") == "sapo"
+    for name in ("tau_pos", "tau_neg"):
+        key = f"{_A}.{name}"
+        if not ctx.has(key):
+            continue
+        ctx.consume(key)
+        if sapo_loss:
+            ctx.set(f"actor.policy_loss.loss_args.{name}", ctx.get(key), key, "the SAPO gate's temperature for positive (tau_pos) or other (tau_neg) advantages")
+        else:
+            ctx.drop(key, "read by verl's SAPO loss only (policy_loss.loss_mode sapo)")
+    if not sapo_loss:
+        return
+    agg_key = f"{_A}.loss_agg_mode"
+    agg = ctx.get(agg_key) if ctx.has(agg_key) else (defaults_of(agg_key) or ["token-mean"])[0]
+    if agg == _SMTM:
+        return
+    others = [k for k in (f"{_A}.entropy_coeff", f"{_A}.use_kl_loss") if ctx.get(k)]
+    if others:
+        ctx.consume(agg_key) if ctx.has(agg_key) else None
+        ctx.refuse(agg_key, f"{agg}: verl's SAPO loss aggregates {_SMTM} while its {' and '.join(others)} term is aggregated {agg}; "
+                            f"posttrain aggregates every actor term one way: set loss_agg_mode={_SMTM}", "actor.loss_agg_mode", agg)
+        return
+    if ctx.has(agg_key):
+        ctx.consume(agg_key)
+    ctx.set("actor.loss_agg_mode", _SMTM, f"{_A}.policy_loss.loss_mode",
+            f"verl's SAPO loss aggregates {_SMTM} whatever loss_agg_mode ({agg}) says, which then aggregates no other term here")
+
+
 _RC = "algorithm.rollout_correction."
 
 
@@ -213,6 +258,8 @@ RULES: dict[str, Rule] = {
     _RC + "rollout_is_threshold": Rule("algorithm.rollout_is_threshold", "the truncation bound of the weights; at verl's default (2.0) with rollout_is and rollout_rs null the block is off", 3.0),
     _RC + "bypass_mode": Rule("actor.reuse_rollout_logprobs, actor.policy_loss.loss_mode", "true: the rollout's log-probs are the old ones (always) and the policy loss is bypass_mode, with the block's settings as its loss_args", True),
     _RC + "loss_type": Rule("actor.policy_loss.loss_args.loss_type", "the loss of bypass mode (ppo_clip or reinforce); only read with bypass_mode: true", "reinforce", ((_RC + "bypass_mode", True),)),
+    **{f"{_A}.{name}": Rule(f"actor.policy_loss.loss_args.{name}", "the SAPO gate's temperature (read with policy_loss.loss_mode sapo only; dropped otherwise)", value,
+                            ((f"{_A}.policy_loss.loss_mode", "sapo"),)) for name, value in (("tau_pos", 1.1), ("tau_neg", 1.2))},
     **{f"{prefix}.fsdp_config.{name}": Rule(f"{role}.{name}", "verl 0.10's engine section of the role: the role's own key (a role-level ulysses_sequence_parallel_size > 1 is copied over it)", sample)
        for prefix, role in (("actor_rollout_ref.actor", "actor"), ("actor_rollout_ref.ref", "ref"))
        for name, sample in (("ulysses_sequence_parallel_size", 1), ("entropy_checkpointing", True), ("entropy_from_logits_with_chunking", True))},
@@ -224,7 +271,7 @@ RULES.update(verl_nsys.RULES)  # nsys discrete: a capture range per phase
 RULES.update(verl_sft.RULES)  # verl's SFT trainer: its optimizer, loss and columns
 RULES.update(verl_distill.RULES)  # verl 0.10's on-policy distillation
 
-HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
+HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, sapo, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
 
 
 def is_default(key: str, value: Any) -> bool:
