@@ -211,3 +211,10 @@ def test_verl_sapo_is_posttrain_sapo_aggregated_as_verl_forces_it():
     assert refused.entry("actor_rollout_ref.actor.loss_agg_mode").status == "refused"
     # the taus of another loss are not read
     assert _line("actor_rollout_ref.actor.tau_neg=1.2")[1].entry("actor_rollout_ref.actor.tau_neg").status == "dropped"
+
+
+def test_one_named_teacher_replaces_verl_s_default_teacher_model():
+    native, report = _line(*_OPD, "+distillation.teacher_models.math.key=math", "+distillation.teacher_models.math.model_path=/models/math")
+    assert native["ref"]["model_path"] == "/models/math"  # verl pops teacher_model once a named teacher is given
+    assert report.entry("distillation.teacher_models.math.model_path").native == "ref.model_path"
+    assert "default teacher_model" in report.entry("distillation.teacher_models.teacher_model.model_path").reason

@@ -139,8 +139,8 @@ def _translate(ctx: Any, keys: list[str], teachers: dict[str, dict[str, Any]]) -
     ctx.set("algorithm.adv_estimator", "on_policy_distill", enabled,
             "the teacher's advantage kl_coef (t - s) of every sampled token, trained with vanilla PPO (use_task_rewards false)")
     if len(teachers) == 1:
-        (teacher,) = teachers.values()
-        model = next(k for k in keys if k.endswith(".model_path"))
+        ((name, teacher),) = teachers.items()
+        model = f"{_D}.teacher_models.{name}.model_path"
         ctx.set("ref.model_path", teacher["model_path"], model, "the teacher: posttrain's reference model scores the tokens")
         ctx.set("algorithm.adv_estimator_args", {"kl_coef": 1.0}, enabled, "verl's distillation advantage has weight 1")
     else:
@@ -158,7 +158,7 @@ def _translate(ctx: Any, keys: list[str], teachers: dict[str, dict[str, Any]]) -
     ctx.set("actor.entropy_coeff", 0.0, enabled, "use_task_rewards false leaves the entropy bonus out of verl's loss")
     set_here = {f"{_LOSS}.{n}" for n in ("clip_ratio", "clip_ratio_low", "clip_ratio_high")}
     for key in keys:
-        if key == enabled or key in set_here or (len(teachers) == 1 and key.endswith(".model_path")):
+        if key == enabled or key in set_here or (len(teachers) == 1 and key == f"{_D}.teacher_models.{next(iter(teachers))}.model_path"):
             continue  # reported where they were set above
         if key == f"{_LOSS}.loss_max_clamp" and clamp is not None:
             continue
