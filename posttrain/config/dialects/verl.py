@@ -183,13 +183,12 @@ def sapo(ctx: Any) -> None:
     if agg == _SMTM:
         return
     others = [k for k in (f"{_A}.entropy_coeff", f"{_A}.use_kl_loss") if ctx.get(k)]
+    if ctx.has(agg_key):
+        ctx.consume(agg_key)
     if others:
-        ctx.consume(agg_key) if ctx.has(agg_key) else None
         ctx.refuse(agg_key, f"{agg}: verl's SAPO loss aggregates {_SMTM} while its {' and '.join(others)} term is aggregated {agg}; "
                             f"posttrain aggregates every actor term one way: set loss_agg_mode={_SMTM}", "actor.loss_agg_mode", agg)
         return
-    if ctx.has(agg_key):
-        ctx.consume(agg_key)
     ctx.set("actor.loss_agg_mode", _SMTM, f"{_A}.policy_loss.loss_mode",
             f"verl's SAPO loss aggregates {_SMTM} whatever loss_agg_mode ({agg}) says, which then aggregates no other term here")
 

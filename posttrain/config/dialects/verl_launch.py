@@ -200,7 +200,8 @@ def _read(base: str, mine: Mapping[str, Any], overrides: list[str], engine: str 
         raise min(failures, key=lambda f: f[:2])[2]
     # a line that sets a key its newest release no longer reads was written for an older one
     for release, tree, set_by in read:
-        user = _tree({k: v for k, v in dotted_leaves(tree).items() if _owner(k, set(dotted_leaves(mine)) | set(set_by))})
+        keys = set(dotted_leaves(mine)) | set(set_by)
+        user = _tree({k: v for k, v in dotted_leaves(tree).items() if _owner(k, keys)})
         if not verl_moved.unread(user, release):
             return release, tree, set_by
     return read[0]

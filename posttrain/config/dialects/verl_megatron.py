@@ -376,8 +376,11 @@ _R3 = ("R3 replays the routing the rollout engine recorded while generating; pos
        "(R2, recorded in the actor's old-log-prob forward, is actor.router_replay.mode R2)")
 
 
-def _router_replay(ctx: Any, key: str, name: str, value: Any) -> None:
-    """verl 0.10's ``actor.megatron.router_replay`` (the engine's; 0.8's is actor.router_replay): the same modes."""
+def _router_replay(ctx: Any, key: str, name: str, value: Any, read: bool = True) -> None:
+    """One key of the actor's routing replay: 0.8's ``actor.router_replay`` (``read``: verl's Megatron
+    actor reads its mode, its FSDP actor does not) or 0.10's ``actor.megatron.router_replay`` (the
+    engine's: always read). ``record_file`` and ``replay_file`` are declared by verl's
+    RouterReplayConfig but read nowhere (the routes travel with the batch)."""
     if name in ("record_file", "replay_file"):
         ctx.drop(key, "declared by verl's RouterReplayConfig but read nowhere in verl: the recorded routes travel with the batch")
     elif name != "mode":
@@ -386,37 +389,22 @@ def _router_replay(ctx: Any, key: str, name: str, value: Any) -> None:
         ctx.drop(key, "disabled: every token routed by the model's own router (actor.router_replay.mode's default)")
     elif value == "R3":
         ctx.refuse(key, _R3, "actor.router_replay.mode", value)
-    elif value == "R2":
+    elif value == "R2" and read:
         ctx.set("actor.router_replay.mode", "R2", key, "the old-log-prob forward records every token's experts and the update's forwards replay them")
+    elif value == "R2":
+        ctx.drop(key, "R2 is read by verl's Megatron actor only: its FSDP actor (strategy fsdp/fsdp2) routes every token with the "
+                      "model's own router, as posttrain does here; posttrain's own actor.router_replay.mode R2 replays under FSDP too")
     else:
         ctx.refuse(key, "verl's modes are disabled, R2 and R3", "actor.router_replay.mode", value)
 
 
 def router_replay(ctx: Any) -> None:
-    """The actor's ``router_replay``. verl's Megatron actor reads ``mode`` (its FSDP actor reads none
-    of it); ``record_file`` and ``replay_file`` are declared by verl's RouterReplayConfig but read
-    nowhere (the routes travel with the batch). R2 -> actor.router_replay.mode R2; R3 refused."""
-    for name in ("record_file", "replay_file"):
+    """The actor's ``router_replay`` (`_router_replay`): R2 -> actor.router_replay.mode R2; R3 refused."""
+    for name in ("record_file", "replay_file", "mode"):
         key = f"{_RR}.{name}"
         if ctx.has(key):
             ctx.consume(key)
-            ctx.drop(key, "declared by verl's RouterReplayConfig but read nowhere in verl: the recorded routes travel with the batch")
-    key = f"{_RR}.mode"
-    if not ctx.has(key):
-        return
-    ctx.consume(key)
-    mode = ctx.get(key)
-    if mode == "disabled":
-        ctx.drop(key, "disabled: every token routed by the model's own router (actor.router_replay.mode's default)")
-    elif mode == "R3":
-        ctx.refuse(key, _R3, "actor.router_replay.mode", mode)
-    elif mode == "R2" and is_megatron(ctx, "actor_rollout_ref.actor"):
-        ctx.set("actor.router_replay.mode", "R2", key, "the old-log-prob forward records every token's experts and the update's forwards replay them")
-    elif mode == "R2":
-        ctx.drop(key, "R2 is read by verl's Megatron actor only: its FSDP actor (strategy fsdp/fsdp2) routes every token with the "
-                      "model's own router, as posttrain does here; posttrain's own actor.router_replay.mode R2 replays under FSDP too")
-    else:
-        ctx.refuse(key, "verl's modes are disabled, R2 and R3", "actor.router_replay.mode", mode)
+            _router_replay(ctx, key, name, ctx.get(key), read=is_megatron(ctx, "actor_rollout_ref.actor"))
 
 
 HANDLERS = [strategies, megatron, optimizers, other_keys, router_replay]

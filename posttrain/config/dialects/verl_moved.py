@@ -25,6 +25,7 @@ from typing import Any
 
 from posttrain.config.dialects.hydra import MISSING, lookup, put
 from posttrain.config.dialects.report import Report
+from posttrain.config.dialects.source import leaves
 
 # verl 0.10 key or section -> the verl 0.8 one with the same meaning (a section's keys move with it)
 MOVED: dict[str, str] = {
@@ -64,12 +65,18 @@ NOT_READ: dict[str, dict[str, str]] = {"0.10": {
 }}
 
 
+def _items(value: Any, prefix: str) -> dict[str, Any]:
+    """``{dotted key: value}`` of ``value`` found at ``prefix`` (itself when it is no mapping, or an empty one)."""
+    return leaves(value, prefix + ".") if isinstance(value, Mapping) and value else {prefix: value}
+
+
 def unread(tree: Mapping[str, Any], release: str | None) -> dict[str, str]:
     """The keys of ``tree`` (dotted, with a value) that verl ``release`` does not read -> why."""
     out = {}
     for section, why in NOT_READ.get(release or "", {}).items():
-        if _has(tree, section):
-            out.update({leaf: why for leaf in _leaves(lookup(tree, section), section) if lookup(tree, leaf) is not None})
+        value = lookup(tree, section)
+        if value is not MISSING:
+            out.update({leaf: why for leaf, v in _items(value, section).items() if v is not None})
     return out
 
 
@@ -81,16 +88,6 @@ def _pop(tree: dict[str, Any], dotted: str) -> Any:
         if not isinstance(node, dict):
             return None
     return node.pop(last, None)
-
-
-def _has(tree: Mapping[str, Any], dotted: str) -> bool:
-    return lookup(tree, dotted) is not MISSING
-
-
-def _leaves(value: Any, prefix: str) -> list[str]:
-    if isinstance(value, Mapping) and value:
-        return [leaf for k, v in value.items() for leaf in _leaves(v, f"{prefix}.{k}")]
-    return [prefix]
 
 
 def _prune(tree: dict[str, Any], dotted: str) -> None:
@@ -117,23 +114,18 @@ def to_legacy(raw: Mapping[str, Any], release: str | None = None) -> tuple[dict[
         _pop(tree, key)
         _prune(tree, key)
     for new, old in MOVED.items():
-        if not _has(tree, new):
+        if lookup(tree, new) is MISSING:
             continue
-        value = _pop(tree, new)
-        for leaf in _leaves(value, new):
+        for leaf, value in _items(_pop(tree, new), new).items():
             target = old + leaf[len(new):]
-            if _has(tree, target) and lookup(tree, target) is not None:
+            if lookup(tree, target) not in (MISSING, None):
                 dropped[leaf] = (f"{target} is set too, and verl 0.10 copies that (its 0.8 name) over this key before the run "
                                  f"(migrate_legacy_reward_impl): {target} is read")
                 continue
-            put(tree, target, _get_in(value, leaf[len(new) + 1:]) if leaf != new else value)
+            put(tree, target, value)
             renamed[target] = leaf
         _prune(tree, new)
     return tree, renamed, dropped
-
-
-def _get_in(value: Any, dotted: str) -> Any:
-    return lookup(value, dotted) if dotted else value
 
 
 def named_as_written(report: Report, renamed: Mapping[str, str]) -> None:

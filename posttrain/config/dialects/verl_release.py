@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from posttrain.config.dialects import verl_moved
+from posttrain.config.dialects.hydra import MISSING, lookup
 from posttrain.config.dialects.source import resolve
 from posttrain.config.dialects.verl_trees import FILES, defaults_tree
 
@@ -45,8 +46,6 @@ def _defaults(base: str, release: str) -> dict[str, Any]:
     return resolve(defaults_tree(base, release))[0]
 
 
-_ABSENT = object()
-
 
 def defaults_of(key: str) -> list[Any]:
     """``key``'s default in each tree of the release being read (every release when none is): verl's
@@ -58,10 +57,5 @@ def defaults_of(key: str) -> list[Any]:
     for base, at in FILES:
         if base not in ("ppo_trainer", "ppo_megatron_trainer") or release not in (None, at):
             continue
-        for name in names:
-            node: Any = _defaults(base, at)
-            for part in name.split("."):
-                node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
-            if node is not _ABSENT:
-                out.append(node)
+        out += [node for node in (lookup(_defaults(base, at), name) for name in names) if node is not MISSING]
     return out
