@@ -188,23 +188,22 @@ def _read(base: str, mine: Mapping[str, Any], overrides: list[str], engine: str 
     ``model_engine`` exists from 0.10 on, so a line naming it is read with 0.10 or newer."""
     releases = [r for r in releases_of(base) if engine is None or r != "0.8"]
     failures: list[tuple[int, int, ConfigError]] = []
-    read: list[tuple[str, dict[str, Any], dict[str, str]]] = []
+    first: tuple[str, dict[str, Any], dict[str, str]] | None = None
+    user = set(dotted_leaves(mine))
     for order, release in enumerate(releases):
         try:
             tree, set_by = hydra.apply(_merge(defaults_tree(base, release), mine), overrides, strict=True, what=WHATS[base], launcher="verl")
         except ConfigError as err:
             failures.append((len(err.problems), order, err))
             continue
-        read.append((release, tree, set_by))
-    if not read:
-        raise min(failures, key=lambda f: f[:2])[2]
-    # a line that sets a key its newest release no longer reads was written for an older one
-    for release, tree, set_by in read:
-        keys = set(dotted_leaves(mine)) | set(set_by)
-        user = _tree({k: v for k, v in dotted_leaves(tree).items() if _owner(k, keys)})
-        if not verl_moved.unread(user, release):
+        # a line that sets a key this release no longer reads was written for an older one
+        keys = user | set(set_by)
+        if not verl_moved.unread(_tree({k: v for k, v in dotted_leaves(tree).items() if _owner(k, keys)}), release):
             return release, tree, set_by
-    return read[0]
+        first = first or (release, tree, set_by)
+    if first is not None:
+        return first
+    raise min(failures, key=lambda f: f[:2])[2]
 
 
 def _invalid(native: dict[str, Any], report: Report) -> set[str]:
