@@ -19,7 +19,7 @@ from typing import Any
 
 from posttrain.config.dialects import machine, verl_code, verl_distill, verl_megatron, verl_nsys, verl_reward, verl_sft
 from posttrain.config.dialects.source import hydra_ignorable
-from posttrain.config.dialects.verl_release import defaults_of, release
+from posttrain.config.dialects.verl_release import defaults_of, release, value_of
 from posttrain.config.dialects.values import value_hook as common_value_hook
 from posttrain.config.tables import Rule
 
@@ -179,7 +179,7 @@ def sapo(ctx: Any) -> None:
     if not sapo_loss:
         return
     agg_key = f"{_A}.loss_agg_mode"
-    agg = ctx.get(agg_key) if ctx.has(agg_key) else (defaults_of(agg_key) or ["token-mean"])[0]
+    agg = value_of(ctx, agg_key)
     if agg == _SMTM:
         return
     others = [k for k in (f"{_A}.entropy_coeff", f"{_A}.use_kl_loss") if ctx.get(k)]

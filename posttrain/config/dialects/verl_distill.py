@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.dialects.source import leaves
-from posttrain.config.dialects.verl_release import defaults_of
+from posttrain.config.dialects.verl_release import value_of
 from posttrain.config.tables import Rule
 
 _D = "distillation"
@@ -46,14 +46,6 @@ _PLACEMENT = ("where verl serves its teachers (a pool of devices of their own, e
 _ENGINE = "the teacher's inference engine settings (where and how fast it runs, not its log-probs); posttrain's teacher runs as a reference model"
 # the actor's keys that feed only verl's task PPO term, which use_task_rewards false leaves out of the loss
 _TASK_TERM = ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "entropy_coeff", "policy_loss.loss_mode")
-
-
-def _value(ctx: Any, key: str) -> Any:
-    """The line's value of ``key``, else verl's default (the release being read)."""
-    if ctx.has(key):
-        return ctx.get(key)
-    found = defaults_of(key)
-    return found[0] if found else None
 
 
 def _keys(ctx: Any, prefix: str) -> list[str]:
@@ -68,7 +60,7 @@ def distillation(ctx: Any) -> None:
     if not keys:
         return
     ctx.consume(*keys)
-    if not _value(ctx, f"{_D}.enabled"):
+    if not value_of(ctx, f"{_D}.enabled"):
         for key in keys:
             ctx.drop(key, "distillation.enabled is false: verl reads none of the section")
         return
@@ -87,7 +79,7 @@ def distillation(ctx: Any) -> None:
 
 def _not_exact(ctx: Any) -> str | None:
     """Why the line's distillation is not posttrain's on_policy_distill, or None."""
-    mode, pg, task = (_value(ctx, f"{_LOSS}.{k}") for k in ("loss_mode", "use_policy_gradient", "use_task_rewards"))
+    mode, pg, task = (value_of(ctx, f"{_LOSS}.{k}") for k in ("loss_mode", "use_policy_gradient", "use_task_rewards"))
     if mode not in ("k1", "kl"):
         return (f"loss_mode {mode}: posttrain's teacher advantage is k1 (student minus teacher log-prob of the sampled token); "
                 "top-k and other per-token divergences are not translated")
@@ -96,19 +88,19 @@ def _not_exact(ctx: Any) -> str | None:
     if task:
         return ("use_task_rewards true: verl adds the distillation PPO term to the task's PPO term, and posttrain's estimators give "
                 "one advantage stream (set use_task_rewards=False)")
-    if _value(ctx, f"{_LOSS}.policy_loss_mode") != "vanilla":
+    if value_of(ctx, f"{_LOSS}.policy_loss_mode") != "vanilla":
         return "policy_loss_mode: verl's distillation runs vanilla PPO only"
-    temperature = _value(ctx, "actor_rollout_ref.rollout.temperature")
+    temperature = value_of(ctx, "actor_rollout_ref.rollout.temperature")
     if temperature != 1:
         return (f"actor_rollout_ref.rollout.temperature {temperature}: verl's teacher scores at temperature 1 and the student at the "
                 "rollout's; posttrain scores both at rollout.temperature, so only 1 gives the same numbers")
-    epochs, mini, batch = (_value(ctx, k) for k in (f"{_ACTOR}.ppo_epochs", f"{_ACTOR}.ppo_mini_batch_size", "data.train_batch_size"))
+    epochs, mini, batch = (value_of(ctx, k) for k in (f"{_ACTOR}.ppo_epochs", f"{_ACTOR}.ppo_mini_batch_size", "data.train_batch_size"))
     if epochs != 1 or mini != batch:
         return (f"ppo_epochs {epochs}, ppo_mini_batch_size {mini} of data.train_batch_size {batch}: verl takes the student's log-prob "
                 "in the advantage from the policy being updated, posttrain's on_policy_distill from the policy before the step, the "
                 "same only with one optimizer step per batch (ppo_epochs 1, ppo_mini_batch_size = train_batch_size)")
     for key in (f"{_ACTOR}.use_kl_loss", "algorithm.use_kl_in_reward"):
-        if _value(ctx, key):
+        if value_of(ctx, key):
             return f"{key} true: its KL is to verl's initial policy, and posttrain's reference is the teacher in on-policy distillation"
     return None
 
@@ -124,8 +116,8 @@ def _teachers(ctx: Any) -> dict[str, dict[str, Any]] | str:
         if (teacher.get("inference") or {}).get("quantization"):
             return f"distillation.teacher_models.{name}.inference.quantization: a quantized teacher gives other log-probs than its model_path"
     if len(chosen) > 1:
-        key = _value(ctx, f"{_D}.teacher_key")
-        routing = _value(ctx, "data.reward_fn_key")
+        key = value_of(ctx, f"{_D}.teacher_key")
+        routing = value_of(ctx, "data.reward_fn_key")
         if key != routing:
             return (f"distillation.teacher_key {key!r}: posttrain routes rows to teachers by the data.reward_fn_key column "
                     f"({routing!r}), which also picks the reward function; set the two to the same column")
@@ -146,11 +138,11 @@ def _translate(ctx: Any, keys: list[str], teachers: dict[str, dict[str, Any]]) -
     else:
         ctx.set("ref.teachers", {name: {"model_path": t["model_path"], "tag_included": [t["key"]], "kl_coef": 1.0} for name, t in teachers.items()},
                 f"{_D}.teacher_models", "each teacher takes the rows whose data.reward_fn_key column holds its key")
-    clamp = _value(ctx, f"{_LOSS}.loss_max_clamp")
+    clamp = value_of(ctx, f"{_LOSS}.loss_max_clamp")
     if clamp is not None:
         ctx.set("algorithm.advantage_clip", clamp, f"{_LOSS}.loss_max_clamp", "the same symmetric clamp of the per-token teacher term")
     for name in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
-        ctx.set(f"actor.{name}", _value(ctx, f"{_LOSS}.{name}"), f"{_LOSS}.{name}" if ctx.has(f"{_LOSS}.{name}") else enabled,
+        ctx.set(f"actor.{name}", value_of(ctx, f"{_LOSS}.{name}"), f"{_LOSS}.{name}" if ctx.has(f"{_LOSS}.{name}") else enabled,
                 "the distillation PPO term's clip range (verl's own for it, not the actor's)")
     ctx.set("actor.dual_clip", True, enabled, "verl's distillation PPO term clips negative advantages at 3")
     ctx.set("actor.clip_ratio_c", 3.0, enabled, "verl's distillation PPO term's dual-clip bound, fixed at 3")

@@ -59,3 +59,11 @@ def defaults_of(key: str) -> list[Any]:
             continue
         out += [node for node in (lookup(_defaults(base, at), name) for name in names) if node is not MISSING]
     return out
+
+
+def value_of(ctx: Any, key: str) -> Any:
+    """The line's value of ``key`` (a translation context's), else verl's default in the release being read."""
+    if ctx.has(key):
+        return ctx.get(key)
+    found = defaults_of(key)
+    return found[0] if found else None
