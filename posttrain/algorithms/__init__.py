@@ -58,7 +58,7 @@ from posttrain.algorithms.token_filters import (
 from posttrain.algorithms.groups import group_stats
 from posttrain.algorithms.kl import KL_PENALTY_KINDS, KLRewardOutput, apply_kl_penalty, check_kl_kind, kl_penalty
 from posttrain.algorithms.kl_controllers import AdaptiveKLController, FixedKLController
-from posttrain.algorithms.moe import load_balancing_loss
+from posttrain.algorithms.moe import load_balancing_loss, router_z_loss
 from posttrain.algorithms.masked import masked_mean, masked_sum, masked_var, masked_whiten
 from posttrain.algorithms.pf_ppo import PF_PPO_METHODS, pf_ppo_resample, pf_ppo_weights
 from posttrain.algorithms.registry import (
@@ -98,6 +98,7 @@ from posttrain.algorithms.value import ValueLossOutput, value_loss
 
 __all__ = [
     "load_balancing_loss",
+    "router_z_loss",
     "informative_groups",
     "rows_of_groups",
     "agentic_reward_norm",

@@ -29,6 +29,7 @@ BUILDING_BLOCKS: tuple[Callable, ...] = (
     A.dpo_loss,
     A.positive_sft_loss,
     A.load_balancing_loss,
+    A.router_z_loss,
 )
 SHAPING: tuple[Callable, ...] = (
     A.scores_to_token_rewards,

@@ -63,3 +63,41 @@ def load_balancing_loss(
         prob_sums = (probs * mask[:, None]).sum(0)  # (E,) summed router probabilities
         total = total + (counts * prob_sums).sum() * experts / (top_k * tokens * tokens)
     return total
+
+
+def router_z_loss(
+    router_logits: Sequence[torch.Tensor],
+    token_mask: torch.Tensor,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Router z-loss of a micro-batch, summed over the MoE layers: it keeps the router's logits small.
+
+    `router_logits`, `token_mask` and `reduce` as in `load_balancing_loss`: with `reduce` the token
+    count is that of all the processes holding the same sequences, so each returns its tokens' share.
+
+    Formula:
+        per layer, with z_x the (E,) router logits of token x (float32) and T = sum_x m_x real tokens:
+            L_z = (1 / T) sum_x m_x (log sum_i exp(z_xi))^2
+        summed over layers (Megatron-core attaches each layer's term to that layer's output).
+    Names:
+        Megatron-core `moe_z_loss_coeff` (z_loss_func: the mean over the layer's tokens of the
+        squared logsumexp); verl's `megatron.override_transformer_config.moe_z_loss_coeff`;
+        posttrain `actor.moe_z_loss_coef`.
+    Paper:
+        Zoph et al. 2022, ST-MoE: Designing Stable and Transferable Sparse Expert Models,
+        arXiv:2202.08906 (eq. 5, the router z-loss).
+    Deviation:
+        padding never counts: Megatron-core takes the mean over every slot of its (packed, so
+        unpadded in verl's remove-padding path) input.
+    """
+    mask = token_mask.reshape(-1).float()  # (N,)
+    tokens = mask.sum() if reduce is None else reduce(mask.sum())
+    total = mask.new_zeros(())
+    if not router_logits or float(tokens) == 0.0:
+        return total
+    for logits in router_logits:
+        if logits.dim() != 2 or logits.shape[0] != mask.shape[0]:
+            raise ValueError(f"router logits {tuple(logits.shape)} do not match {mask.shape[0]} token slots")
+        # squared log-partition per token: 0 gradient on padding through the mask
+        total = total + (torch.logsumexp(logits.float(), dim=-1).square() * mask).sum() / tokens
+    return total

@@ -84,13 +84,13 @@ def check_supervised_compile(cfg: Any) -> list[str]:
 def check_supervised_loss_coefs(cfg: Any) -> list[str]:
     """ROLL's rl_loss_coef and sft_loss_coef weigh parts of the RL actor loss, and verl's
     calculate_sum_pi_squared measures its policy gradient; SFT/DPO stages have no RL loss, so a
-    changed value is refused there. The MoE router loss (moe_aux_loss_coef) is added to the SFT and DPO
-    losses too, not to distillation's."""
+    changed value is refused there. The MoE router losses (moe_aux_loss_coef, moe_z_loss_coef) are added
+    to the SFT and DPO losses too, not to distillation's."""
     kind = training_kind(cfg)
     keys = (("actor.rl_loss_coef", 1.0), ("actor.sft_loss_coef", 0.0), ("actor.calculate_sum_pi_squared", False),
             ("actor.topr_positive_loss_coef", 0.0), ("actor.topr_negative_loss_coef", 0.0))
-    # SFT and DPO add the router loss to theirs (posttrain.trainer.sft.RouterLoss); distillation does not
-    keys += (("actor.moe_aux_loss_coef", 0.0),) if kind == "distill" else ()
+    # SFT and DPO add the router losses to theirs (posttrain.trainer.sft.RouterLoss); distillation does not
+    keys += (("actor.moe_aux_loss_coef", 0.0), ("actor.moe_z_loss_coef", 0.0)) if kind == "distill" else ()
     changed = [f"{k}={get_path(cfg, k, d)}" for k, d in keys if get_path(cfg, k, d) != d]
     if kind in ("sft", "dpo", "distill") and changed:
         return [f"{', '.join(changed)}: these act on the RL loss and algorithm.kind {kind} has no RL loss; leave them at their defaults for this stage"]

@@ -25,6 +25,20 @@ from torch import Tensor, nn
 from posttrain.errors import ConfigError
 
 
+@dataclass(frozen=True)
+class RouterWeights:
+    """The weights of the router losses a role adds to its loss: load balancing (with the experts per
+    token it counts) and z-loss. Both 0: the forward captures nothing."""
+
+    aux: float = 0.0  # the role's moe_aux_loss_coef, resolved against the model
+    z: float = 0.0  # the role's moe_z_loss_coef
+    top_k: int = 0  # experts per token, when aux > 0
+
+    @property
+    def on(self) -> bool:
+        return self.aux > 0 or self.z > 0
+
+
 @dataclass
 class RouterCapture:
     """What one forward pass gave: per-layer router logits (N, E) and the (N,) real-token mask."""
@@ -139,3 +153,13 @@ def router_loss_settings(model: nn.Module, coef: float | None, key: str = "actor
             "output_router_logits) with a num_experts_per_tok: the router load-balancing loss needs an MoE model such as "
             f"Qwen3-MoE or Mixtral; set {key}: 0 for this model")
     return resolved, top_k
+
+
+def router_z_setting(model: nn.Module, coef: float, key: str = "actor.moe_z_loss_coef") -> float:
+    """The weight of a role's router z-loss for `model` (`key`, e.g. actor.moe_z_loss_coef); a
+    positive one for a model without exposed routers is a ConfigError."""
+    if coef and not router_modules(model):
+        raise ConfigError(
+            f"{key} is {coef}, but {type(model).__name__} exposes no mixture-of-experts router logits (transformers' "
+            f"output_router_logits): the router z-loss needs an MoE model such as Qwen3-MoE or Mixtral; set {key}: 0 for this model")
+    return float(coef)

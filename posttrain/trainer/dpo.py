@@ -86,10 +86,11 @@ def freeze(model: nn.Module) -> nn.Module:
 def dpo_objective(
     policy: nn.Module, reference: nn.Module, pad_id: int, settings: DPOConfig,
     policy_dtype: str = "fp32", ref_dtype: str = "fp32", adapters_off: Callable[[], AbstractContextManager] | None = None,
-    moe_aux_loss_coef: float | None = 0.0,
+    moe_aux_loss_coef: float | None = 0.0, moe_z_loss_coef: float = 0.0,
 ) -> Objective:
     """The DPO loss of `settings` over pairs, normalised by the pairs of the whole batch, plus the
-    router loss of an MoE policy's forward (`posttrain.trainer.sft.RouterLoss`, actor.moe_aux_loss_coef).
+    router losses of an MoE policy's forward (`posttrain.trainer.sft.RouterLoss`, actor.moe_aux_loss_coef
+    and moe_z_loss_coef).
     `policy_dtype`/`ref_dtype`: actor./ref.fsdp_config.mixed_precision.param_dtype (bf16: autocast).
     Either model may be a sharded model's FSDP root (`posttrain.cluster.fsdp`). `adapters_off`: the
     reference is the policy's own LoRA model run inside this context (peft's `disable_adapter`)."""
@@ -134,7 +135,7 @@ def dpo_objective(
     def tokens(pairs: Sequence[DPOExample]) -> int:
         return sum(len(p.chosen.input_ids) + len(p.rejected.input_ids) for p in pairs)
 
-    return Objective("dpo", lambda pairs: float(max(len(pairs), 1)), micro_loss, tokens, RouterLoss.of(policy, moe_aux_loss_coef))
+    return Objective("dpo", lambda pairs: float(max(len(pairs), 1)), micro_loss, tokens, RouterLoss.of(policy, moe_aux_loss_coef, moe_z_loss_coef))
 
 
 def run_dpo(ctx: StageContext) -> StageResult:
@@ -157,5 +158,6 @@ def run_dpo(ctx: StageContext) -> StageResult:
         policy, reference, pad_token_id(tokenizer), cfg.algorithm.dpo,
         cfg.actor.fsdp_config.mixed_precision.param_dtype, cfg.ref.fsdp_config.mixed_precision.param_dtype,
         adapters_off=adapters.disable_adapter if adapters is not None else None, moe_aux_loss_coef=cfg.actor.moe_aux_loss_coef,
+        moe_z_loss_coef=cfg.actor.moe_z_loss_coef,
     )
     return fit(ctx, policy, tokenizer, objective, train_set, val_set, derived, trackers)

@@ -24,7 +24,7 @@ from posttrain.models.vision import freeze_vision_tower
 from posttrain.models.loading import causal_lm_from_config, load_tokenizer, load_value_model, resolve_dtype
 from posttrain.models.freeze import freeze_by_prefix
 from posttrain.models.lora import add_lora, lora_settings, value_head_name
-from posttrain.models.moe import router_loss_settings
+from posttrain.models.moe import router_loss_settings, router_z_setting
 from posttrain.models.router_replay import replay_routers
 from posttrain.models.precision import compute_dtype
 from posttrain.optim import build_optimization
@@ -213,6 +213,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
     if a.freeze_vision_tower:
         freeze_vision_tower(policy)
     moe_coef, moe_top_k = router_loss_settings(policy, a.moe_aux_loss_coef)  # null: the model's
+    moe_z = router_z_setting(policy, a.moe_z_loss_coef)
     if a.router_replay.mode == "R2":
         replay_routers(policy)  # a dense model or an unknown router family: refused here, naming the key
     train_dp = role_parallelism(world, cfg.trainer.balance_batch)
@@ -259,6 +260,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             activation_offload=cfg.model.enable_activation_offload,
             moe_aux_loss_coef=moe_coef,
             moe_top_k=moe_top_k,
+            moe_z_loss_coef=moe_z,
             router_replay=a.router_replay.mode == "R2",
             loss_inputs=loss_inputs(cfg),
             logprob_batching=forward_batching(
@@ -306,6 +308,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
         value_model = critic_model_from_config(cfg, tokenizer, world.torch_device)
         critic_dp = train_dp(value_model, "critic", c.ulysses_sequence_parallel_size)
         critic_moe = router_loss_settings(value_model, c.moe_aux_loss_coef, "critic.moe_aux_loss_coef")  # (coef, top-k)
+        critic_z = router_z_setting(value_model, c.moe_z_loss_coef, "critic.moe_z_loss_coef")
         value_model = world.shard(value_model, c.fsdp_config)
         c_opt, c_sched = build_optimization(
             value_model.named_parameters(), c.optim, warmup_steps=derived.critic_warmup_steps or 0,
@@ -330,6 +333,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
                 activation_offload=c.model.enable_activation_offload,
                 moe_aux_loss_coef=critic_moe[0],
                 moe_top_k=critic_moe[1],
+                moe_z_loss_coef=critic_z,
                 loss_scale_factor=float(response_length(cfg)) if c.loss_agg_mode == "seq-mean-token-sum-norm" else None,
                 shuffle=a.shuffle if c.shuffle is None else c.shuffle,
                 max_tokens_per_micro_batch=micro_batch_budget(c.ppo_max_token_len_per_gpu, c.ulysses_sequence_parallel_size) if c.use_dynamic_bsz else None,

@@ -43,7 +43,7 @@ from posttrain.data import SFTExample, collate_sft, make_sampler, pad_token_id
 from posttrain.data.loader import ExampleReader
 from posttrain.models.loading import causal_lm_from_config
 from posttrain.models.lora import add_lora, lora_settings
-from posttrain.models.moe import RouterCapture, capture_router_logits, router_loss_settings
+from posttrain.models.moe import RouterCapture, RouterWeights, capture_router_logits, router_loss_settings, router_z_setting
 from posttrain.optim import build_optimization
 from posttrain.records import pack_greedy
 from posttrain.tracking import Trackers
@@ -58,20 +58,26 @@ MicroLoss = Callable[[Sequence[Any], float], tuple[Tensor, dict[str, float]]]
 
 @dataclass(frozen=True)
 class RouterLoss:
-    """The MoE router's load-balancing loss a supervised step adds (actor.moe_aux_loss_coef), as
-    Megatron adds it to every loss it trains: coef x the loss of each micro-batch's forward, the
-    micro-batches weighed by their share of the batch's real tokens (as the RL actor weighs them)."""
+    """The MoE router's losses a supervised step adds (actor.moe_aux_loss_coef, actor.moe_z_loss_coef),
+    as Megatron adds them to every loss it trains: the weighted losses of each micro-batch's forward,
+    the micro-batches weighed by their share of the batch's real tokens (as the RL actor weighs them)."""
 
     model: nn.Module  # the trained model, whose routers' outputs are captured
-    coef: float
+    coef: float  # of the load-balancing loss
     top_k: int  # experts per token
+    z: float = 0.0  # of the z-loss
 
     @classmethod
-    def of(cls, model: nn.Module, coef: float | None) -> RouterLoss | None:
-        """The loss for `model` and actor.moe_aux_loss_coef (null: the model's router_aux_loss_coef);
-        None when the coefficient is 0 (a dense model's is)."""
+    def of(cls, model: nn.Module, coef: float | None, z: float = 0.0) -> RouterLoss | None:
+        """The losses for `model`, actor.moe_aux_loss_coef (null: the model's router_aux_loss_coef) and
+        actor.moe_z_loss_coef; None when both weights are 0 (a dense model's load-balancing one is)."""
         coef, top_k = router_loss_settings(model, coef)
-        return cls(model, coef, top_k) if coef > 0 else None
+        z = router_z_setting(model, z)
+        return cls(model, coef, top_k, z) if coef > 0 or z > 0 else None
+
+    @property
+    def weights(self) -> RouterWeights:
+        return RouterWeights(self.coef, self.z, self.top_k)
 
 
 @dataclass(frozen=True)
@@ -143,8 +149,8 @@ def accumulate(objective: Objective, examples: Sequence[Any], micro: MicroBatchi
         with capture_router_logits(router.model) if router else nullcontext(RouterCapture()) as routers:
             loss, parts = objective.micro_loss(part, norm)
         if router:
-            aux, parts["moe_aux_loss"] = scaled_router_term(routers, objective.tokens(part) / tokens, router.top_k, dp)
-            loss = loss + router.coef * aux
+            term, router_parts = scaled_router_term(routers, objective.tokens(part) / tokens, router.weights, dp)
+            loss, parts = loss + term, parts | router_parts
         return loss, {f"{objective.prefix}/{key}": value for key, value in parts.items()}
 
     units = micro.split(mine, objective.tokens) if mine else []
@@ -242,9 +248,9 @@ def fit(ctx: StageContext, model: nn.Module, tokenizer: Any, objective: Objectiv
 
 
 def sft_objective(model: nn.Module, pad_id: int, compute_dtype: str = "fp32", moe_aux_loss_coef: float | None = 0.0,
-                  scope: str = "batch") -> Objective:
+                  scope: str = "batch", moe_z_loss_coef: float = 0.0) -> Objective:
     """Token-mean negative log-likelihood of the trained (response/assistant) tokens, plus the router
-    loss of an MoE model (`RouterLoss`, actor.moe_aux_loss_coef). `compute_dtype`:
+    losses of an MoE model (`RouterLoss`, actor.moe_aux_loss_coef and moe_z_loss_coef). `compute_dtype`:
     actor.fsdp_config.mixed_precision.param_dtype (bf16: autocast, fp32 master weights). `model`
     may be a sharded model's FSDP root (`posttrain.cluster.fsdp`)."""
     run, model = forward_runner(model)
@@ -259,7 +265,7 @@ def sft_objective(model: nn.Module, pad_id: int, compute_dtype: str = "fp32", mo
         return loss, {"loss": float(loss.detach()), "tokens": float(out.mask.sum())}
 
     return Objective("sft", normaliser, micro_loss, lambda examples: sum(len(e.input_ids) for e in examples),
-                     RouterLoss.of(model, moe_aux_loss_coef), scope)
+                     RouterLoss.of(model, moe_aux_loss_coef, moe_z_loss_coef), scope)
 
 
 def run_sft(ctx: StageContext) -> StageResult:
@@ -277,5 +283,5 @@ def run_sft(ctx: StageContext) -> StageResult:
     model = ctx.world.shard(policy, cfg.actor.fsdp_config)
     derived, trackers = open_stage(ctx, len(train_set))
     objective = sft_objective(model, pad_token_id(tokenizer), cfg.actor.fsdp_config.mixed_precision.param_dtype, cfg.actor.moe_aux_loss_coef,
-                              cfg.actor.sft_loss_scope)
+                              cfg.actor.sft_loss_scope, cfg.actor.moe_z_loss_coef)
     return fit(ctx, model, tokenizer, objective, train_set, val_set, derived, trackers)

@@ -6,14 +6,14 @@ by a token budget), repeated for `ppo_epochs`. Micro-batch losses are weighted b
 mini-batch normaliser (see `posttrain.workers.microbatch`), so the gradient does not depend on the
 split. The loss is the registered policy loss plus an optional entropy bonus and KL loss, and
 ROLL's weights of the RL part and of an SFT term on positive responses, and for a mixture-of-experts
-policy the router's load-balancing loss, as Megatron adds it:
+policy the router's load-balancing loss and z-loss, as Megatron adds them:
 
     loss = rl_loss_coef * (pg_loss + kl_loss_coef * kl(logprob, ref_logprob)) - entropy_coeff * entropy
-           + sft_loss_coef * positive_sft_loss + moe_aux_loss_coef * load_balancing_loss
+           + sft_loss_coef * positive_sft_loss + moe_aux_loss_coef * load_balancing_loss + moe_z_loss_coef * router_z_loss
            + topr_loss(scores, topr_positive_loss_coef, topr_negative_loss_coef)
 
 each token term aggregated with the same `loss_agg_mode` (as verl does); the SFT term averages over
-the mini-batch's positive responses (`posttrain.algorithms.positive_sft_loss`); the router term is
+the mini-batch's positive responses (`posttrain.algorithms.positive_sft_loss`); the router terms are
 each micro-batch's own (its routed-token counts are the micro-batch's), weighted by the micro-batch's
 share of the mini-batch's real tokens (`posttrain.workers.router_loss`).
 
@@ -39,10 +39,9 @@ from posttrain.algorithms import (
 from posttrain.checkpoint.save import Role, save_hf
 from posttrain.checkpoint.state import Extra
 from posttrain.models.lean_forward import lean_mode
-from posttrain.models.logprobs import response_logprobs
 from posttrain.models.token_signal import response_token_signal
 from posttrain.models.kernels import activation_offload
-from posttrain.models.moe import RouterCapture, capture_router_logits, router_top_k
+from posttrain.models.moe import RouterCapture, RouterWeights, capture_router_logits, router_top_k
 from posttrain.models.router_replay import check_replayed, record_routes, recorded, replay_routes, route_dtype, set_routes
 from posttrain.models.logprobs import PLAIN_HEAD, HeadKernel, response_logprobs
 from posttrain.models.precision import autocast
@@ -59,7 +58,7 @@ from posttrain.workers.router_loss import mini_totals, router_term
 
 # Metrics that are aggregates of the loss mode (weighted like the loss across micro-batches); the
 # others (clip fractions, ppo_kl, coefficients) are averages over the mini-batch.
-ACTOR_LOSS_VALUES = frozenset({"actor/pg_loss", "actor/entropy", "actor/kl_loss", "actor/sft_loss", "actor/moe_aux_loss"})
+ACTOR_LOSS_VALUES = frozenset({"actor/pg_loss", "actor/entropy", "actor/kl_loss", "actor/sft_loss", "actor/moe_aux_loss", "actor/moe_z_loss"})
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,12 @@ class ActorSettings:
     activation_offload: bool = False  # model.enable_activation_offload: saved activations in host memory
     moe_aux_loss_coef: float = 0.0  # actor.moe_aux_loss_coef, resolved against the model (posttrain.models.moe.router_loss_settings)
     moe_top_k: int = 0  # experts per token of the policy's routers, when moe_aux_loss_coef > 0
+    moe_z_loss_coef: float = 0.0  # actor.moe_z_loss_coef (posttrain.models.moe.router_z_setting)
     router_replay: bool = False  # actor.router_replay.mode R2: the update routes as the old-log-prob forward did
+
+    @property
+    def router_weights(self) -> RouterWeights:
+        return RouterWeights(self.moe_aux_loss_coef, self.moe_z_loss_coef, self.moe_top_k)
 
     def __post_init__(self) -> None:
         # seq-mean-token-sum-norm divides by a constant. Left as None, `aggregate_loss` would divide
@@ -312,7 +316,7 @@ class Actor:
     def _micro_loss(self, micro: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
         need_entropy = True  # entropy is always logged; its gradient only flows with entropy_coeff
         device = next(self.model.parameters()).device
-        routed = self.s.moe_aux_loss_coef > 0
+        routed = self.s.router_weights.on
         if self.replay is not None:  # R2: this micro-batch's recorded experts, replayed by its forward and backward
             set_routes(self.replay, micro.routes)
         with autocast(self.model, self.s.compute_dtype), lean_mode(self.s.lean_forward), \
@@ -382,9 +386,10 @@ class Actor:
                              loss_agg_mode=self.s.loss_agg_mode, scores=micro.token_level_scores.sum(-1), positive_coef=positive,
                              negative_coef=negative, loss_scale_factor=self.s.loss_scale_factor).loss
             loss, parts["actor/topr_loss"] = loss + topr, float(topr.detach())
-        if routed:  # weighted as accumulate_gradients weighs the loss values: the metric sums to the tokens' mean
-            aux, parts["actor/moe_aux_loss"] = router_term(routers, micro, self.router_totals, self.s.loss_agg_mode, self.s.moe_top_k, self.dp)
-            loss = loss + self.s.moe_aux_loss_coef * aux
+        if routed:  # weighted as accumulate_gradients weighs the loss values: the metrics sum to the tokens' mean
+            term, router_parts = router_term(routers, micro, self.router_totals, self.s.loss_agg_mode, self.s.router_weights, self.dp)
+            loss = loss + term
+            parts.update({f"actor/{name}": value for name, value in router_parts.items()})
         return loss, parts
 
     def _sft_term(self, micro: RolloutBatch, logprobs: Tensor, mask: Tensor) -> Tensor:

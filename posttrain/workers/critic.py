@@ -3,8 +3,8 @@
 Values sit on the positions that predict each response token, i.e. V(s_t) is read from the hidden
 state just before token t, the same positions the actor's log-probs come from. Its update is the
 clipped value loss (PPO / OpenAI baselines), with the same mini/micro-batch arithmetic as the actor,
-plus for a mixture-of-experts value model the router's load-balancing loss x moe_aux_loss_coef, as
-Megatron adds it to any MoE model it trains (`posttrain.workers.router_loss`).
+plus for a mixture-of-experts value model the router's load-balancing loss x moe_aux_loss_coef and
+z-loss x moe_z_loss_coef, as Megatron adds them to any MoE model it trains (`posttrain.workers.router_loss`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from posttrain.checkpoint.state import Extra
 from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import response_hidden_states
 from posttrain.models.kernels import activation_offload
-from posttrain.models.moe import RouterCapture, capture_router_logits
+from posttrain.models.moe import RouterCapture, RouterWeights, capture_router_logits
 from posttrain.models.precision import autocast
 from posttrain.records import RolloutBatch
 from posttrain.cluster.fsdp import forward_runner
@@ -55,6 +55,11 @@ class CriticSettings:
     schedule_per_update: bool = False  # critic.optim.lr_schedule_unit == "update": the LR moves after each optimizer step
     moe_aux_loss_coef: float = 0.0  # critic.moe_aux_loss_coef, resolved against the model (posttrain.models.moe.router_loss_settings)
     moe_top_k: int = 0  # experts per token of the value model's routers, when moe_aux_loss_coef > 0
+    moe_z_loss_coef: float = 0.0  # critic.moe_z_loss_coef (posttrain.models.moe.router_z_setting)
+
+    @property
+    def router_weights(self) -> RouterWeights:
+        return RouterWeights(self.moe_aux_loss_coef, self.moe_z_loss_coef, self.moe_top_k)
 
 
 class Critic:
@@ -119,7 +124,7 @@ class Critic:
         return {k: v / max(steps, 1) for k, v in sums.items()}
 
     def _micro_loss(self, micro: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
-        routed = self.s.moe_aux_loss_coef > 0
+        routed = self.s.router_weights.on
         with capture_router_logits(self.model) if routed else nullcontext(RouterCapture()) as routers:
             values = self._values(micro)
         out = value_loss(
@@ -129,15 +134,15 @@ class Critic:
         parts = {"critic/vf_loss": float(out.loss.detach()), "critic/vf_clipfrac": float(out.clipfrac)}
         if not routed:
             return out.loss, parts
-        aux, parts["critic/moe_aux_loss"] = router_term(routers, micro, self.router_totals, self.s.loss_agg_mode, self.s.moe_top_k, self.dp)
-        return out.loss + self.s.moe_aux_loss_coef * aux, parts
+        term, router_parts = router_term(routers, micro, self.router_totals, self.s.loss_agg_mode, self.s.router_weights, self.dp)
+        return out.loss + term, parts | {f"critic/{name}": value for name, value in router_parts.items()}
 
     def _optimizer_step(self, mini: RolloutBatch) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         self.router_totals = mini_totals(mini, self.s.loss_agg_mode)
         metrics = accumulate_gradients(
             mini, self._micro_loss, loss_agg_mode=self.s.loss_agg_mode, size=self.s.micro_batch_size,
-            max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp, loss_values=frozenset({"critic/vf_loss", "critic/moe_aux_loss"}),
+            max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp, loss_values=frozenset({"critic/vf_loss", "critic/moe_aux_loss", "critic/moe_z_loss"}),
         )
         metrics["critic/grad_norm"] = clip_and_step(self.optimizer, self.s.grad_clip)
         metrics["critic/lr"] = self.optimizer.param_groups[0]["lr"]

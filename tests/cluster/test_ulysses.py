@@ -200,8 +200,9 @@ def _all(rank: int, world: int, model_dir: str) -> dict:
 
 
 def _moe_actor(dp) -> tuple:
-    """(metrics, weights) of a tiny Qwen3-MoE actor's update with the router load-balancing loss
-    (actor.moe_aux_loss_coef): with sp, each rank routes its columns and the counts meet in a sum."""
+    """(metrics, weights) of a tiny Qwen3-MoE actor's update with the router load-balancing loss and
+    z-loss (actor.moe_aux_loss_coef, moe_z_loss_coef): with sp, each rank routes its columns and the
+    counts meet in a sum."""
     from test_data_parallel_roles import _batch, _full
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
     from worker_helpers import NoSchedule, actor_settings
@@ -221,7 +222,8 @@ def _moe_actor(dp) -> tuple:
 
         model = shard_model(model, init_device_mesh("cpu", (dp.seq.size,)), ShardingSettings())
     # the policy loss is off (rl_loss_coef 0): the update is the router loss's alone
-    settings = actor_settings(mini_batch_size=7, micro_batch_size=3, rl_loss_coef=0.0, moe_aux_loss_coef=1.0, moe_top_k=2)
+    settings = actor_settings(mini_batch_size=7, micro_batch_size=3, rl_loss_coef=0.0, moe_aux_loss_coef=1.0, moe_top_k=2,
+                              moe_z_loss_coef=0.5)
     actor = Actor(model, torch.optim.SGD(model.parameters(), lr=1.0), NoSchedule(), settings, dp=dp)
     return actor.update(batch), _full(model)
 
@@ -265,6 +267,7 @@ def test_the_router_loss_of_split_sequences_is_one_process_s(ranked):
         (single, single_weights), (split, split_weights) = result["moe"]
         assert single["actor/moe_aux_loss"] > 1.0  # 1 per layer at perfect balance: 2 layers, not balanced
         assert split["actor/moe_aux_loss"] == pytest.approx(single["actor/moe_aux_loss"], rel=1e-5)
+        assert split["actor/moe_z_loss"] == pytest.approx(single["actor/moe_z_loss"], rel=1e-5) and single["actor/moe_z_loss"] > 1e-3
         assert split["actor/grad_norm"] == pytest.approx(single["actor/grad_norm"], rel=1e-4) and single["actor/grad_norm"] > 1e-4
         for name, value in single_weights.items():
             torch.testing.assert_close(split_weights[name], value, atol=1e-6, rtol=1e-5)

@@ -120,6 +120,15 @@ def test_the_moe_router_loss_is_the_actors_moe_aux_loss_coef():
                                                                                "strategy_config": {"expert_model_parallel_size": 8,
                                                                                                    "moe_aux_loss_coeff": 0.002}}}}, "roll")
     assert not report.refused and native["actor"]["moe_aux_loss_coef"] == 0.002
+    # Megatron's router z-loss: the trained role's moe_z_loss_coef, whatever the balancing type
+    native, report = _role({"moe_z_loss_coeff": 0.001})
+    assert not report.refused and native["actor"]["moe_z_loss_coef"] == 0.001
+    native, report = _role({"moe_z_loss_coeff": 0.002}, role="critic")
+    assert not report.refused and native["critic"]["moe_z_loss_coef"] == 0.002
+    _, report = _role({"moe_z_loss_coeff": "big"})
+    assert "expected a number >= 0" in report.entry(f"{BASE}.moe_z_loss_coeff").reason
+    _, report = _role({"moe_z_loss_coeff": 0.001}, "megatron_infer", "reference")  # the reference trains nothing
+    assert report.entry("reference.strategy_args.strategy_config.moe_z_loss_coeff").status == "dropped"
     # ROLL's other strategies read no router loss: model_args' coefficient changes nothing there
     native, report = _role({}, "fsdp2_train", model_args={"moe_aux_loss_coef": 0.01})
     assert report.entry("actor_train.model_args.moe_aux_loss_coef").status == "dropped"

@@ -58,10 +58,13 @@ SCENARIOS = {
     "balanced": (f"+{OTC}moe_router_load_balancing_type=aux_loss", f"+{OTC}moe_aux_loss_coeff=0.01"),
     "balanced-by-model": (f"+{OTC}moe_router_load_balancing_type=aux_loss",),
     "seq-balanced": (f"+{OTC}moe_router_load_balancing_type=seq_aux_loss", f"+{OTC}moe_aux_loss_coeff=0.01"),
+    # the router z-loss: Megatron adds it whatever the balancing type; the reference trains nothing
+    "z-loss": (f"+{OTC}moe_z_loss_coeff=0.001", "+critic.megatron.override_transformer_config.moe_z_loss_coeff=0.002",
+               "+actor_rollout_ref.ref.megatron.override_transformer_config.moe_z_loss_coeff=0.001"),
     "critic-balanced": ("+critic.megatron.override_transformer_config.moe_router_load_balancing_type=aux_loss",),
     "own": (R + "context_parallel_size=4", A + "param_offload=false", A + "grad_offload=true", "actor_rollout_ref.model.use_remove_padding=true",
             A + "use_remove_padding=false"),
-    "refused": (A + "seed=7", R + "seed=8", A + "dtype=float16", f"+{OTC}moe_z_loss_coeff=0.001", f"+{OTC}moe_expert_capacity_factor=1.0",
+    "refused": (A + "seed=7", R + "seed=8", A + "dtype=float16", f"+{OTC}moe_z_loss_coeff=-1", f"+{OTC}moe_expert_capacity_factor=1.0",
                 f"+{OTC}hidden_dropout=0.1", f"+{OTC}some_new_option=1",
                 f"+{A}override_mcore_model_config.x=1", f"+{OPT}override_optimizer_config.decoupled_weight_decay=false",
                 "actor_rollout_ref.model.lora.rank=8"),
@@ -143,6 +146,9 @@ def test_a_users_yaml_on_the_megatron_tree(inputs, tmp_path, capsys):
     ("balanced-by-model", OTC + "moe_router_load_balancing_type", ("translated", "actor.moe_aux_loss_coef", None)),
     ("seq-balanced", OTC + "moe_router_load_balancing_type", ("refused", None)),
     ("seq-balanced", OTC + "moe_aux_loss_coeff", ("refused", None)),
+    ("z-loss", OTC + "moe_z_loss_coeff", ("translated", "actor.moe_z_loss_coef", 0.001)),
+    ("z-loss", "critic.megatron.override_transformer_config.moe_z_loss_coeff", ("translated", "critic.moe_z_loss_coef", 0.002)),
+    ("z-loss", "actor_rollout_ref.ref.megatron.override_transformer_config.moe_z_loss_coeff", ("dropped", None)),
     ("critic-balanced", "critic.megatron.override_transformer_config.moe_router_load_balancing_type", ("translated", "critic.moe_aux_loss_coef", None)),
     # context parallelism -> Ulysses; the reference follows the actor's unless told otherwise
     ("layout", A + "context_parallel_size", ("translated", "actor.ulysses_sequence_parallel_size", 2)),
@@ -179,7 +185,7 @@ def test_each_megatron_key_lands_on_what_it_means(scenario, key, expected):
 @pytest.mark.parametrize("key, reason", [
     (R + "seed", "posttrain seeds every role's processes with one seed"),
     (A + "dtype", "loss scaling"),
-    (OTC + "moe_z_loss_coeff", "no router term"),
+    (OTC + "moe_z_loss_coeff", "expected a number >= 0"),
     (OTC + "moe_expert_capacity_factor", "drops the tokens"),
     (OTC + "hidden_dropout", "override_config"),
     (OTC + "some_new_option", "can change the model's computation"),

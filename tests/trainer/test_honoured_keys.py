@@ -176,6 +176,8 @@ KNOBS = [
     # the tiny model is dense: a router loss is refused when it loads (its effect on an MoE model: tests/workers/test_actor_moe.py)
     knob("actor.moe_aux_loss_coef=0.1", "exit"),
     knob("critic.moe_aux_loss_coef=0.1", "exit", *CRITIC),
+    knob("actor.moe_z_loss_coef=0.1", "exit"),
+    knob("critic.moe_z_loss_coef=0.1", "exit", *CRITIC),
     # dense too: R2 is refused when it loads (on an MoE model: tests/workers/test_router_replay.py, tests/trainer/test_router_replay_run.py)
     knob("actor.router_replay.mode=R2", "exit"),  # the critic's on an MoE model: tests/workers/test_actor_moe.py
     knob("actor.grad_clip=1e-4", "weights"),

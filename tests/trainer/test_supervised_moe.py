@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import Qwen3MoeForCausalLM
 
-from posttrain.algorithms import load_balancing_loss
+from posttrain.algorithms import load_balancing_loss, router_z_loss
 from posttrain.config import load_config
 from posttrain.data import DPOExample, SFTExample, collate_sft
 from posttrain.trainer.dpo import dpo_objective, freeze
@@ -68,9 +68,30 @@ def test_sft_adds_coef_times_the_token_weighted_router_loss(moe_model):
     assert float((got[GATE] - base[GATE]).abs().max()) > 1e-4  # the router itself is pushed towards balance
 
 
+def test_sft_adds_the_z_loss_beside_the_nll(moe_model):
+    model = copy.deepcopy(moe_model)
+    base, base_metrics = _grads(model, sft_objective(model, PAD), EXAMPLES, MicroBatching(2))
+    got, metrics = _grads(model, sft_objective(model, PAD, moe_aux_loss_coef=0.0, moe_z_loss_coef=0.25), EXAMPLES, MicroBatching(2))
+    assert "sft/moe_aux_loss" not in metrics and metrics["sft/loss"] == pytest.approx(base_metrics["sft/loss"], rel=1e-6)
+    units, tokens = [EXAMPLES[:2], EXAMPLES[2:]], [15.0, 19.0]
+    reference = copy.deepcopy(moe_model)
+
+    def z_loss(examples):
+        batch = collate_sft(examples, PAD)
+        out = reference.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, output_router_logits=True)
+        return router_z_loss(out.router_logits, batch.attention_mask.reshape(-1) > 0)
+    z = sum(t / sum(tokens) * z_loss(u) for t, u in zip(tokens, units))
+    assert metrics["sft/moe_z_loss"] == pytest.approx(float(z.detach()), rel=1e-5)
+    (0.25 * z).backward()
+    for name, param in reference.named_parameters():
+        if param.grad is not None:
+            torch.testing.assert_close(got[name] - base[name], param.grad, rtol=1e-3, atol=1e-6)
+
+
 def test_the_model_s_own_coefficient_with_null_and_none_for_zero(moe_model):
     assert sft_objective(moe_model, PAD, moe_aux_loss_coef=None).router.coef == pytest.approx(0.001)
     assert sft_objective(moe_model, PAD, moe_aux_loss_coef=0.0).router is None
+    assert sft_objective(moe_model, PAD, moe_aux_loss_coef=0.0, moe_z_loss_coef=0.1).router.weights.z == pytest.approx(0.1)
 
 
 def test_dpo_adds_the_policy_forward_s_router_loss(moe_model):
@@ -91,7 +112,10 @@ def test_distillation_still_refuses_a_changed_coefficient():
     from posttrain.config.checks_losses import check_supervised_loss_coefs
 
     for kind, refused in (("sft", False), ("dpo", False), ("distill", True)):
-        cfg = SimpleNamespace(algorithm=SimpleNamespace(kind=kind), actor=SimpleNamespace(moe_aux_loss_coef=0.1))
+        cfg = SimpleNamespace(algorithm=SimpleNamespace(kind=kind), actor=SimpleNamespace(moe_aux_loss_coef=0.1, moe_z_loss_coef=0.0))
         problems = check_supervised_loss_coefs(cfg)
         assert bool(problems) is refused, (kind, problems)
         assert not refused or "actor.moe_aux_loss_coef=0.1" in problems[0]
+        cfg.actor.moe_aux_loss_coef, cfg.actor.moe_z_loss_coef = 0.0, 0.2
+        problems = check_supervised_loss_coefs(cfg)
+        assert bool(problems) is refused and (not refused or "actor.moe_z_loss_coef=0.2" in problems[0]), (kind, problems)

@@ -129,6 +129,10 @@ def _option(ctx: Context, section: str, key: str, sub: str, value: Any, trained:
             ctx.drop(key, f"{value}: experts split over {value} devices with a dropless dispatch compute what the unsplit MoE layer computes; posttrain keeps each layer's experts in its decoder layer's FSDP unit")
         else:
             ctx.refuse(key, f"expected a whole number of devices, got {value!r}", None, value)
+    elif sub == "moe_z_loss_coeff" and trained:
+        _z_loss(ctx, section, key, value)
+    elif sub == "moe_z_loss_coeff":
+        ctx.drop(key, "megatron_infer runs forward passes only: no router loss")
     elif sub == "moe_expert_capacity_factor":
         ctx.refuse(key, "drops the tokens past an expert's capacity; posttrain's MoE layers (transformers') route every token: remove it (null is dropless)", None, value)
     elif sub in NO_EFFECT:
@@ -136,7 +140,16 @@ def _option(ctx: Context, section: str, key: str, sub: str, value: Any, trained:
                  else "megatron_infer builds no optimizer: nothing to shard, reduce or clip")
     else:
         ctx.refuse(key, "an option of ROLL's megatron strategies posttrain has no counterpart for (it translates the parallel sizes, bf16, "
-                   "recomputation and moe_aux_loss_coeff, and drops layouts, overlaps and fused kernels); remove it", None, value)
+                   "recomputation, moe_aux_loss_coeff and moe_z_loss_coeff, and drops layouts, overlaps and fused kernels); remove it", None, value)
+
+
+def _z_loss(ctx: Context, section: str, key: str, value: Any) -> None:
+    """Megatron's router z-loss weight: the role's moe_z_loss_coef (Megatron adds it to every MoE
+    model it trains, whatever the load-balancing type)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        ctx.refuse(key, f"expected a number >= 0, got {value!r}", f"{section}.moe_z_loss_coef", value)
+    else:
+        ctx.set(f"{section}.moe_z_loss_coef", float(value), key, "Megatron adds it x each micro-batch's router z-loss (mean squared logsumexp of the router logits) to the loss")
 
 
 def _context_parallel(ctx: Context, section: str, key: str, value: Any) -> None:

@@ -16,7 +16,8 @@ FSDP2, so each key lands on what it means there:
   the unsplit layer computes. A capacity factor (dropped tokens) is refused. An override of the
   balancing type to ``aux_loss`` is the role's ``actor.moe_aux_loss_coef`` / ``critic.moe_aux_loss_coef``
   (``moe_aux_loss_coeff``, else the model's router_aux_loss_coef: null); with verl's ``none`` the
-  coefficient is not read.
+  coefficient is not read. ``moe_z_loss_coeff`` (Megatron's router z-loss, added whatever the
+  balancing type) is the role's ``moe_z_loss_coef``.
 - ``context_parallel_size`` -> the role's Ulysses sequence parallelism of that size (both split one
   sequence over that many devices and compute exact attention).
 - ``param_offload`` / ``grad_offload`` / ``optimizer_offload`` -> the role's ``fsdp_config``
@@ -100,7 +101,6 @@ _CHANGES = {
     "moe_expert_capacity_factor": "a capacity factor drops the tokens over each expert's capacity; posttrain's MoE layers (the Hugging Face model's) drop none",
     "moe_pad_expert_input_to_capacity": "pads experts to a capacity, which only a capacity factor sets; posttrain's MoE layers drop and pad nothing",
     "moe_token_drop_policy": "which tokens a capacity factor drops; posttrain's MoE layers drop none",
-    "moe_z_loss_coeff": "Megatron's router z-loss: posttrain's actor loss has no router term",
     "hidden_dropout": "dropout in Megatron's layers; posttrain's model takes its dropout from its config.json: set it with actor_rollout_ref.model.override_config",
     "attention_dropout": "dropout in Megatron's attention; posttrain's model takes its dropout from its config.json: set it with actor_rollout_ref.model.override_config",
 }
@@ -259,6 +259,8 @@ def _transformer(ctx: Any, prefix: str, role: str, key: str, name: str, value: A
         ctx.drop(key, _ROUTER_DTYPE)
     elif name in ("moe_router_load_balancing_type", "moe_aux_loss_coeff"):
         _balancing(ctx, prefix, role, key, name, value)
+    elif name == "moe_z_loss_coeff":
+        _z_loss(ctx, role, key, value)
     elif name in _CHANGES:
         ctx.refuse(key, _CHANGES[name], None, value)
     else:
@@ -288,6 +290,19 @@ def _balancing(ctx: Any, prefix: str, role: str, key: str, name: str, value: Any
         ctx.refuse(key, f"expected a number >= 0, got {value!r}", f"{role}.moe_aux_loss_coef", value)
     else:
         ctx.set(f"{role}.moe_aux_loss_coef", float(value), key, "Megatron adds it x each micro-batch's aux_loss (the Switch loss) to the loss")
+
+
+def _z_loss(ctx: Any, role: str, key: str, value: Any) -> None:
+    """Megatron's router z-loss weight (its routers add it in training whatever the load-balancing
+    type) -> the role's moe_z_loss_coef."""
+    if role == "ref":
+        ctx.drop(key, "the reference trains nothing: no router loss")
+    elif value is None:
+        ctx.drop(key, "null: no router z-loss (Megatron's default), as moe_z_loss_coef 0")
+    elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        ctx.refuse(key, f"expected a number >= 0, got {value!r}", f"{role}.moe_z_loss_coef", value)
+    else:
+        ctx.set(f"{role}.moe_z_loss_coef", float(value), key, "Megatron adds it x each micro-batch's router z-loss (mean squared logsumexp of the router logits, summed over MoE layers) to the loss")
 
 
 def _recompute(ctx: Any, role: str, key: str, value: Any) -> None:
@@ -433,7 +448,7 @@ def _rules() -> dict[str, Rule]:
             out[m + "grad_offload"] = Rule(f"{role}.fsdp_config.param_offload", "FSDP2 offloads gradients with their parameters: true sets param_offload", True)
             out[m + "optimizer_offload"] = Rule(f"{role}.fsdp_config.optimizer_offload", "CPU offload of the role's optimizer state (FSDP2)", True)
             gc = "model.enable_gradient_checkpointing" if role == "actor" else "critic.model.enable_gradient_checkpointing"
-            out[m + "override_transformer_config"] = Rule(gc, "Megatron's TransformerConfig: recompute_granularity full/selective -> gradient checkpointing; recompute_method/num_layers/modules, kernels, fusions, dispatchers, pipeline splits and moe_router_dtype dropped (same numbers to rounding); moe_router_load_balancing_type aux_loss -> the role's moe_aux_loss_coef (moe_aux_loss_coeff, else null: the model's router_aux_loss_coef; under verl's type none the coefficient is dropped, other types refused); dropout, MoE capacity, z-loss and other options refused", {"recompute_granularity": "full"})
+            out[m + "override_transformer_config"] = Rule(gc, "Megatron's TransformerConfig: recompute_granularity full/selective -> gradient checkpointing; recompute_method/num_layers/modules, kernels, fusions, dispatchers, pipeline splits and moe_router_dtype dropped (same numbers to rounding); moe_router_load_balancing_type aux_loss -> the role's moe_aux_loss_coef (moe_aux_loss_coeff, else null: the model's router_aux_loss_coef; under verl's type none the coefficient is dropped, other types refused); moe_z_loss_coeff -> the role's moe_z_loss_coef; dropout, MoE capacity and other options refused", {"recompute_granularity": "full"})
     out.update({key: Rule(None, "declared by verl's config classes but read nowhere in verl", False) for key in _LOAD_WEIGHT})
     out.update({key: Rule("cluster.rpc_timeout_s", "the role's process-group timeout (seconds); posttrain's roles share one set of processes", 1200) for key in _TIMEOUTS})
     out["actor_rollout_ref.actor.megatron.router_replay.mode"] = Rule("actor.router_replay.mode", "verl 0.10's engine-level routing replay, the same modes as actor_rollout_ref.actor.router_replay.mode: R2 -> R2, R3 refused", "R2", (("actor_rollout_ref.actor.strategy", "megatron"),))
