@@ -38,6 +38,7 @@ from posttrain.algorithms.policy_losses import (
 )
 from posttrain.algorithms.policy_losses_cov import clip_cov_loss, kl_cov_loss
 from posttrain.algorithms.policy_losses_reinforce import importance_sampling_loss, rec_loss, sapo_loss, sppo_loss
+from posttrain.algorithms.policy_losses_dppo import dppo_kl_loss, dppo_tv_loss
 from posttrain.algorithms.bypass_loss import bypass_mode_loss
 from posttrain.algorithms.policy_losses_mix import chord_mu, mix_chord_loss, mix_loss, sft_is_loss, sft_phi_loss
 from posttrain.algorithms.advantages_shifted import asymre_advantage, rec_advantage
@@ -187,6 +188,8 @@ __all__ = [
     "ppo_clip_loss",
     "gspo_loss",
     "cispo_loss",
+    "dppo_kl_loss",
+    "dppo_tv_loss",
     "gpg_loss",
     "topr_loss",
     "opmd_loss",

@@ -152,3 +152,51 @@ def test_the_blank_word_is_refused_saying_verl_fails_on_it_too():
     (line,) = [str(p) for p in err.value.problems]
     assert line.startswith("command line override ' ': a blank word, not an override, which Hydra refuses too: verl fails")
     assert "put the comment on a line of its own" in line and "\n" not in line
+
+
+CASES = r"""
+LOSS_MODE=${LOSS_MODE:-dppo_tv}
+case $LOSS_MODE in
+    dppo_tv)  CLIP=0.15 ;;
+    dppo_kl | kl)  CLIP=0.05 ;;
+    "literal*") CLIP=lit ;;
+    *) echo "Unknown LOSS_MODE: $LOSS_MODE"; exit 1 ;;
+esac
+DEVICE=${DEVICE:-$(python3 -c 'import posttrain_no_such_module' 2>/dev/null && echo npu || echo gpu)}
+HAVE_TORCH=$(python3 -c 'import torch' 2>/dev/null && echo yes || echo no)
+case "${DEVICE}" in
+    gpu)
+        TP=2
+        case $LOSS_MODE in dppo_*) INNER=dppo ;; *) INNER=other ;; esac
+        ;;
+    npu)
+        TP=4
+        ;;
+esac
+case "$(hostname)" in
+    a*) HOST=a ;;
+    b*) HOST=b ;;
+esac
+if [ "$(hostname)" = x ]; then WHERE=x; else WHERE=y; fi
+python3 -m verl.trainer.main_ppo clip=$CLIP tp=$TP device=$DEVICE torch=$HAVE_TORCH inner=$INNER host=$HOST where=$WHERE
+"""
+
+
+def test_case_takes_the_first_matching_clause_and_import_probes_ask_this_machine():
+    found = extract(CASES, {})
+    # the module is not installed here: the probe prints its second word, as bash would here
+    assert found.words == ["clip=0.15", "tp=2", "device=gpu", "torch=yes", "inner=dppo", "host=b", "where=y"]
+    assert extract(CASES, {"LOSS_MODE": "kl"}).words[:1] == ["clip=0.05"]  # `a | b)`: either pattern
+    assert extract(CASES, {"LOSS_MODE": "literal*"}).words[:1] == ["clip=lit"]  # a quoted pattern is literal
+    assert extract(CASES, {"LOSS_MODE": "literalX"}).words[:1] == ["clip="]  # `*)` echoes and exits: no CLIP
+    npu = extract(CASES, {"DEVICE": "npu"})
+    assert npu.words[1:3] == ["tp=4", "device=npu"] and "inner=" in npu.words  # the inner case of the gpu clause did not run
+    # a word that stands on a command posttrain does not run: every clause is read (the last assignment
+    # wins), and so is every branch of an `if` on it
+    assert found.unresolved == [
+        "$(hostname) is a command posttrain does not run (expanded to nothing)",
+        'case "$(hostname)" in: a case word posttrain does not know (every clause read, the last assignment wins)',
+        'if [ "$(hostname)" = x ]: a condition posttrain does not evaluate (every branch read, the last assignment wins)',
+    ]
+    guessed = "H=$(hostname)\nif [ \"$H\" = x ]; then W=x; else W=y; fi\npython -m verl.trainer.main_ppo w=$W\n"
+    assert extract(guessed, {}).unresolved[-1].startswith('if [ "$H" = x ]: a condition posttrain does not evaluate')

@@ -1,4 +1,4 @@
-"""Which branch of a launch script's ``if`` bash would take, for the conditions scripts branch on.
+"""Which branch of a launch script's ``if`` or ``case`` bash would take, for the conditions scripts branch on.
 
 verl's scripts pick settings by a variable they set a few lines up::
 
@@ -12,9 +12,14 @@ verl's scripts pick settings by a variable they set a few lines up::
 `Branches` follows ``if``/``elif``/``else``/``fi`` and says whether each command runs. A condition it
 evaluates is one comparison of two words: ``[[ A == B ]]``, ``[[ A = B ]]``, ``[[ A != B ]]`` (an
 unquoted right side is a glob pattern, as in bash) or ``[ A = B ]``, ``[ A == B ]``, ``[ A != B ]``
-(literal), with every variable in them set (by the script or the environment given). Any other
-condition (``-n``, ``&&``, a command, an unset variable) is not evaluated: every branch of that
+(literal), with every variable in them set (by the script or the environment given) to a value that
+stands on no gap. Any other condition (``-n``, ``&&``, a command, an unset variable, a variable set
+from a command posttrain does not run) is not evaluated: every branch of that
 ``if`` runs, the last assignment winning, and the gap is named in the shell's `unresolved` list.
+
+``case WORD in PATTERN) ... ;; esac`` takes the first clause one of whose glob patterns matches WORD,
+as bash does, when WORD expands without a gap (posttrain.config.dialects.shell_lexer gives each
+clause's patterns and ``;;`` as commands of their own); otherwise every clause is read.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class _Frame:
     known: bool  # every condition so far was evaluated
     taken: bool = False  # a branch ran already (known frames)
     runs: bool = True  # whether the current branch runs
+    subject: str | None = None  # a `case` frame's word (known frames)
 
 
 class Branches:
@@ -78,6 +84,11 @@ class Branches:
         if head == "fi" and self.frames:
             self.frames.pop()
             return raw[1:]
+        if head == "case":
+            self._case(raw)
+            return []
+        if head in (")", ";;", "esac") and self.frames and self.frames[-1].subject is not None:
+            return self._clause(raw)
         if head == "then":
             if self.condition is not None and self.judged and not self.evaluated:
                 shown = " ".join(self.condition)
@@ -85,6 +96,45 @@ class Branches:
             self.condition = None
             return raw[1:]
         return raw
+
+    def _case(self, raw: list[str]) -> None:
+        """``case WORD in``: a frame whose clauses are judged by WORD's expansion, when it has no gap."""
+        outer = self.running
+        word = self._expanded(raw[1]) if outer and len(raw) == 3 and raw[2] == "in" else None
+        if outer and word is None:
+            self.shell.unresolved.append(f"{' '.join(raw)}: a case word posttrain does not know (every clause read, the last assignment wins)")
+        self.frames.append(_Frame(outer, word is not None, False, False, word if word is not None else ""))
+
+    def _clause(self, raw: list[str]) -> list[str]:
+        frame = self.frames[-1]
+        if raw[0] == ";;":
+            frame.runs = False
+        elif raw[0] == "esac":
+            self.frames.pop()
+            return raw[1:]
+        elif not frame.known:
+            frame.runs = frame.outer
+        else:  # `)`: the patterns of a clause; the first clause that matches runs
+            matched = any(self._matches(frame.subject or "", pattern) for pattern in raw[1:])
+            frame.runs = frame.outer and not frame.taken and matched
+            frame.taken = frame.taken or frame.runs
+        return []
+
+    def _matches(self, subject: str, pattern: str) -> bool:
+        glob = self._expanded(pattern)
+        if glob is None:
+            return False
+        return subject == glob if pattern[:1] in "'\"" else fnmatch.fnmatchcase(subject, glob)
+
+    def _expanded(self, raw: str) -> str | None:
+        """One word's expansion, or None when it has a gap (an unset variable, a command not run, a
+        value that stands on one) or is not one field."""
+        kept, self.shell.unresolved = self.shell.unresolved, []
+        self.shell.guessed_read = False
+        fields = self.shell.fields(raw)
+        gaps, self.shell.unresolved = self.shell.unresolved, kept
+        kept.extend(g for g in gaps if g not in kept)
+        return None if gaps or self.shell.guessed_read or len(fields) > 1 else (fields or [""])[0]
 
     def _compound(self, more: list[str]) -> None:
         """The condition is longer than one comparison: from its branch on every branch is read, as
@@ -100,12 +150,8 @@ class Branches:
         raw = command[1:]
         verdict = None
         if len(raw) == 5 and raw[0] in _TESTS and raw[4] == _TESTS[raw[0]] and raw[2] in ("==", "=", "!="):
-            kept, self.shell.unresolved = self.shell.unresolved, []  # this comparison's own gaps
-            left, right = self.shell.fields(raw[1]), self.shell.fields(raw[3])
-            gaps, self.shell.unresolved = self.shell.unresolved, kept
-            kept.extend(g for g in gaps if g not in kept)
-            if not gaps and len(left) <= 1 and len(right) <= 1:
-                a, b = (left or [""])[0], (right or [""])[0]
+            a, b = self._expanded(raw[1]), self._expanded(raw[3])
+            if a is not None and b is not None:
                 pattern = raw[0] == "[[" and raw[3][:1] not in "'\""  # [[ x == glob ]], unquoted
                 equal = fnmatch.fnmatchcase(a, b) if pattern else a == b
                 verdict = equal if raw[2] != "!=" else not equal

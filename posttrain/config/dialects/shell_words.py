@@ -11,6 +11,7 @@ command substitution other than a path or date helper) expands to nothing and is
 from __future__ import annotations
 
 import ast
+import importlib.util
 import fnmatch
 import operator
 import re
@@ -38,6 +39,10 @@ class Shell:
         self.blank_from: dict[str, list[str]] = {}
         self.blanks: dict[str, list[str]] = {}
         self._missed: list[str] = []
+        # variables whose value stands on a gap (a command not run, an unset variable), and whether
+        # an expansion since `guessed_read` was last cleared read one: a branch is not judged on them
+        self.guessed: set[str] = set()
+        self.guessed_read = False
 
     def run(self, raw: list[str]) -> list[str] | None:
         """Apply a command's assignments; return its expanded words (None for a pure assignment)."""
@@ -72,8 +77,12 @@ class Shell:
             old = self.vars.get(name, [])
             self.vars[name] = (list(old) if op == "+=" and isinstance(old, list) else []) + items
             return
-        self._missed = []
+        self._missed, self.guessed_read = [], False
         text = self._joined(value)
+        if self.guessed_read:
+            self.guessed.add(name)
+        else:
+            self.guessed.discard(name)
         old = self.vars.get(name, "")
         self.vars[name] = (_scalar(old) + text) if op == "+=" else text
         if self.vars[name] == "" and self._missed:
@@ -191,6 +200,7 @@ class Shell:
         return self._get(m.group(0)), m.end()
 
     def _get(self, name: str) -> str:
+        self.guessed_read = self.guessed_read or name in self.guessed
         if name not in self.vars:
             shown = f"${name.removeprefix('#positional')} (an argument of the script)" if name.startswith("#") else f"${name}"
             self._gap(f"{shown} is not set (expanded to nothing)")
@@ -211,6 +221,7 @@ class Shell:
             self._gap(f"${{{body}}} is not understood (expanded to nothing)")
             return ""
         name, rest = m.group(0), body[m.end():]
+        self.guessed_read = self.guessed_read or name in self.guessed
         if name.isdigit():  # a positional argument: the script is given none
             name = f"#positional{name}"
         if name == "BASH_SOURCE" and rest in ("", "[0]"):
@@ -274,7 +285,11 @@ class Shell:
             return ""
 
     def _substitute(self, command: str) -> str:
-        """The few command substitutions that name a path or a date; anything else is a gap."""
+        """The few command substitutions that name a path or a date, or that ask whether a Python
+        module is installed (`_import_probe`); anything else is a gap."""
+        probe = _IMPORT_PROBE.fullmatch(command.strip())
+        if probe:
+            return _import_probe(probe)
         parts = [[f for w in raw for f in self.fields(w)] for raw in commands(command + "\n")]
         words = parts[0] if parts else []
         if len(parts) == 2 and parts[1] == ["pwd"] and words[:1] == ["cd"]:  # $(cd DIR && pwd)
@@ -291,8 +306,25 @@ class Shell:
         return ""
 
     def _gap(self, what: str) -> None:
+        self.guessed_read = True  # the expansion under way stands on this gap
         if what not in self.unresolved:
             self.unresolved.append(what)
+
+
+# `python3 -c 'import torch_npu' 2>/dev/null && echo npu || echo gpu`: verl's scripts pick the device by
+# whether a module imports
+_IMPORT_PROBE = re.compile(r"python3?\s+-c\s+(['\"])import\s+([A-Za-z_][\w.]*)\1\s*(?:2>\s*/dev/null\s*)?"
+                           r"&&\s*echo\s+([\w.\-]+)\s*\|\|\s*echo\s+([\w.\-]+)")
+
+
+def _import_probe(m: re.Match) -> str:
+    """What the probe prints on this machine: the first word when the module is installed here (found
+    on the path: nothing is imported or run), else the second."""
+    try:
+        found = importlib.util.find_spec(m.group(2)) is not None
+    except (ImportError, ValueError):  # a submodule of a package that is not there
+        found = False
+    return m.group(3) if found else m.group(4)
 
 
 def _join_fields(pieces: list[tuple[str | None, bool]]) -> list[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from posttrain.config.dialects import machine, verl_code, verl_distill, verl_megatron, verl_nsys, verl_reward, verl_sft
+from posttrain.config.dialects import machine, verl_code, verl_distill, verl_megatron, verl_nsys, verl_reward, verl_sft, verl_veomni
 from posttrain.config.dialects.source import hydra_ignorable
 from posttrain.config.dialects.verl_release import defaults_of, release, value_of
 from posttrain.config.dialects.values import value_hook as common_value_hook
@@ -265,12 +265,13 @@ RULES: dict[str, Rule] = {
 }
 
 RULES.update(verl_megatron.RULES)  # verl's Megatron trainer: its strategy and megatron sections
+RULES.update(verl_veomni.RULES)  # verl 0.10's VeOmni engine: its veomni sections and optimizer
 RULES.update(verl_reward.RULES)  # verl's reward model, on its legacy worker or its reward loop
 RULES.update(verl_nsys.RULES)  # nsys discrete: a capture range per phase
 RULES.update(verl_sft.RULES)  # verl's SFT trainer: its optimizer, loss and columns
 RULES.update(verl_distill.RULES)  # verl 0.10's on-policy distillation
 
-HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, sapo, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
+HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, *verl_veomni.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, sapo, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
 
 
 def is_default(key: str, value: Any) -> bool:

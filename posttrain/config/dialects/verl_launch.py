@@ -36,7 +36,7 @@ from posttrain.config.dialects.verl_trees import FILES, NEWEST, SFT, defaults_tr
 from posttrain.errors import ConfigError
 
 MEGATRON = "ppo_megatron_trainer"
-VEOMNI = "ppo_veomni_trainer"  # verl 0.10's VeOmni engine (`model_engine=veomni`): refused for now (verl_megatron.strategies)
+VEOMNI = "ppo_veomni_trainer"  # verl 0.10's VeOmni engine (`model_engine=veomni`): posttrain.config.dialects.verl_veomni
 DEFAULTS_FILE = FILES[("ppo_trainer", NEWEST)]
 BASES = frozenset(base for base, _ in FILES)
 WHATS = {"ppo_trainer": "verl's trainer config", MEGATRON: "verl's Megatron trainer config", VEOMNI: "verl's VeOmni trainer config",

@@ -118,15 +118,14 @@ def is_megatron(ctx: Any, prefix: str) -> bool:
 
 
 def strategies(ctx: Any) -> None:
-    """``strategy: megatron`` names verl's backend: posttrain's is FSDP2, onto which the role's
-    ``megatron`` keys translate. With the Megatron tree, model.enable_gradient_checkpointing is
+    """``strategy: megatron`` (or 0.10's ``veomni``) names verl's backend: posttrain's is FSDP2, onto
+    which the role's ``megatron`` (``veomni``) keys translate. With the Megatron tree, model.enable_gradient_checkpointing is
     not read by verl (recomputation is override_transformer_config.recompute_granularity)."""
     for prefix in ROLES:
         key = f"{prefix}.strategy"
         if ctx.get(key) == "veomni":
             ctx.consume(key)
-            ctx.refuse(key, "veomni: verl 0.10's VeOmni engine, whose sections posttrain does not translate yet (its optimizer "
-                            "defaults to a cosine LR schedule, and it picks its own kernels): use model_engine=dp (FSDP) or megatron", None, "veomni")
+            ctx.drop(key, f"veomni: verl 0.10's VeOmni engine (FSDP2 and Ulysses, as posttrain); {prefix}.veomni translates onto posttrain's FSDP2")
         if ctx.get(key) == "megatron":
             ctx.consume(key)
             ctx.drop(key, f"megatron: verl's Megatron workers; posttrain trains with FSDP2, onto which {prefix}.megatron translates")
@@ -429,7 +428,7 @@ def _rules() -> dict[str, Rule]:
     out: dict[str, Rule] = {}
     for prefix, role in ROLES.items():
         m = f"{prefix}.megatron."
-        out[f"{prefix}.strategy"] = Rule(f"{role}.strategy", "fsdp or fsdp2: posttrain's FSDP2; megatron (verl's Megatron workers): dropped, the role's megatron keys translate onto FSDP2", "fsdp2")
+        out[f"{prefix}.strategy"] = Rule(f"{role}.strategy", "fsdp or fsdp2: posttrain's FSDP2; megatron (verl's Megatron workers) or veomni (verl 0.10's VeOmni engine): dropped, the role's megatron or veomni keys translate onto FSDP2", "fsdp2")
         for name, how in LAYOUT.items():
             out[m + name] = Rule(None, how, 2 if name.endswith("size") else True)
         out[m + "use_remove_padding"] = (Rule(None, "posttrain's reference packs as the policy does", True) if role == "ref" else

@@ -47,23 +47,27 @@ def _defaults(base: str, release: str) -> dict[str, Any]:
 
 
 
-def defaults_of(key: str) -> list[Any]:
-    """``key``'s default in each tree of the release being read (every release when none is): verl's
-    FSDP tree first, then the Megatron one (its megatron and model.lora sections)."""
+PPO_TREES = ("ppo_trainer", "ppo_megatron_trainer")
+
+
+def defaults_of(key: str, trees: tuple[str, ...] = PPO_TREES) -> list[Any]:
+    """``key``'s default in each of ``trees`` of the release being read (every release when none is):
+    by default verl's FSDP tree first, then the Megatron one (its megatron and model.lora sections)."""
     release = _RELEASE.get()
     # a key verl 0.10 moved is translated under its 0.8 name (posttrain.config.dialects.verl_moved)
     names = [key] + [new + key[len(old):] for new, old in verl_moved.MOVED.items() if key == old or key.startswith(old + ".")]
     out = []
     for base, at in FILES:
-        if base not in ("ppo_trainer", "ppo_megatron_trainer") or release not in (None, at):
+        if base not in trees or release not in (None, at):
             continue
         out += [node for node in (lookup(_defaults(base, at), name) for name in names) if node is not MISSING]
     return out
 
 
-def value_of(ctx: Any, key: str) -> Any:
-    """The line's value of ``key`` (a translation context's), else verl's default in the release being read."""
+def value_of(ctx: Any, key: str, trees: tuple[str, ...] = PPO_TREES) -> Any:
+    """The line's value of ``key`` (a translation context's), else verl's default in the release
+    being read (the first of ``trees`` that has it)."""
     if ctx.has(key):
         return ctx.get(key)
-    found = defaults_of(key)
+    found = defaults_of(key, trees)
     return found[0] if found else None

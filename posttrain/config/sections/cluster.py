@@ -50,9 +50,6 @@ class ClusterConfig:
 UNSUPPORTED: dict[str, str] = {
     "roll:local_rank": "set by the launcher; posttrain assigns ranks itself",
     # verl 0.10 (checked against its source)
-    "verl:actor_rollout_ref.actor.veomni": "verl 0.10's VeOmni engine settings, which posttrain does not translate yet: use model_engine=dp (FSDP) or megatron",
-    "verl:actor_rollout_ref.ref.veomni": "verl 0.10's VeOmni engine settings, which posttrain does not translate yet: use model_engine=dp (FSDP) or megatron",
-    "verl:critic.veomni": "verl 0.10's VeOmni engine settings, which posttrain does not translate yet: use model_engine=dp (FSDP) or megatron",
     "verl:trainer.v1": ("verl 0.10's V1 trainer loop: its trainer_mode (colocate_async, separate_async) and replay-buffer sampler; "
                         "posttrain's synchronous step is trainer_mode sync, its decoupled explorer/trainer is mode: decoupled (docs/async.md)"),
     "verl:skip": "verl 0.10's rollout cache (replaying dumped rollouts at given steps, for debugging); posttrain generates every step",
