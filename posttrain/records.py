@@ -222,6 +222,9 @@ class RolloutBatch(_Rows):
     sum_pi_squared: Tensor | None = field(default=None, metadata=RIGHT)
     # (B,) float: score of a greedy response to the row's prompt, for estimators that need one (ReMax).
     reward_baselines: Tensor | None = None
+    # (B, K) float: the reward function's named components of each response (algorithm.gdpo_reward_keys,
+    # the keys of its returned dict), which the gdpo estimator normalises one by one; None otherwise.
+    reward_components: Tensor | None = None
     # (B,) bool: True on expert (SFT) rows joined to the batch for the mix losses (posttrain.trainer.mixing).
     expert_mask: Tensor | None = None
     # The prompt's chat messages before the template (data.return_raw_chat), else None per row: a

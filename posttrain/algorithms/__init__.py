@@ -13,6 +13,7 @@ docs/algorithms.md is generated from the docstrings (`python -m posttrain.algori
 
 # Importing the implementations registers them; they are also exported for direct calls.
 from posttrain.algorithms.advantages_outcome import (
+    gdpo_advantage,
     gpg_advantage,
     grpo_advantage,
     grpo_passk_advantage,
@@ -171,6 +172,7 @@ __all__ = [
     "step_reinforce_advantage",
     "step_reward_advantage",
     "grpo_advantage",
+    "gdpo_advantage",
     "grpo_passk_advantage",
     "rloo_advantage",
     "opo_advantage",

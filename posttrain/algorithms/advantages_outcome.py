@@ -84,6 +84,53 @@ def grpo_advantage(
     return _broadcast(a, response_mask)
 
 
+@register_advantage_estimator("gdpo")
+@torch.no_grad()
+def gdpo_advantage(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_index: Any,
+    reward_components: torch.Tensor | None = None,
+    reward_weights: list[float] | None = None,
+    norm_adv_by_std: bool = True,
+    epsilon: float = 1e-6,
+    **_: Any,
+) -> AdvantageOutput:
+    """GDPO: GRPO on each reward component separately, the weighted sum, then whitened over the batch.
+
+    Formula:
+        for each component k of K (the reward function's named parts, algorithm.gdpo_reward_keys),
+        a_{i,k} = the GRPO advantage of the scores s_{i,k} (`grpo_advantage`: group mean, unbiased
+        group std + epsilon; norm_adv_by_std=False leaves out the std); A_{i,t} = w_k-weighted sum
+        over k of a_{i,k} m_{i,t}, then whitened over every valid token of the batch:
+        (A - mean) / sqrt(var + 1e-8) (unbiased masked variance), times the mask. A component that is
+        large on every row no longer swamps one that tells responses apart. Without components the
+        one component is the response's summed token-level reward. Weights default to 1 each.
+    Names:
+        verl `algorithm.adv_estimator=gdpo` with `algorithm.gdpo_reward_keys` and
+        `gdpo_reward_weights`; not in ROLL or Trinity-RFT.
+    Paper:
+        GDPO: Group reward-Decoupled Normalization Policy Optimization, arXiv:2601.05242.
+    Reads:
+        token_level_rewards (when no components), response_mask, group_index, reward_components
+        ((B, K) float), reward_weights (K floats or None), norm_adv_by_std (True), epsilon (1e-6).
+    """
+    mask = response_mask.to(torch.float32)
+    parts = [token_level_rewards.detach().to(torch.float64).sum(-1)] if reward_components is None else \
+        list(reward_components.detach().to(torch.float64).unbind(-1))  # K tensors (B,)
+    weights = [1.0] * len(parts) if reward_weights is None else [float(w) for w in reward_weights]
+    if len(weights) != len(parts):
+        raise ValueError(f"{len(weights)} reward weights for {len(parts)} reward components")
+    total = torch.zeros_like(mask)
+    for weight, scores in zip(weights, parts):
+        per_row = grpo_advantage(token_level_rewards=scores.unsqueeze(-1), response_mask=mask, group_index=group_index,
+                                 norm_adv_by_std=norm_adv_by_std, epsilon=epsilon).advantages  # (B, T)
+        total = total + weight * per_row
+    adv = masked_whiten(total, mask) * mask
+    return AdvantageOutput(adv, adv.clone())
+
+
 @register_advantage_estimator("grpo_passk")
 @torch.no_grad()
 def grpo_passk_advantage(

@@ -23,7 +23,7 @@ from posttrain.config.access import (
     world_size,
 )
 from posttrain.config.checks_losses import (
-    check_dpo_label_smoothing, check_dual_clip, check_gmpo_agg, check_pf_ppo, check_rollout_correction, check_supervised_compile,
+    check_dpo_label_smoothing, check_dual_clip, check_gdpo, check_gmpo_agg, check_pf_ppo, check_rollout_correction, check_supervised_compile,
     check_supervised_loss_agg, check_supervised_loss_coefs, check_val_sampling,
 )
 from posttrain.config.checks_profiler import check_profiler
@@ -400,6 +400,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_kernel_flags,
     check_rollout_correction,
     check_pf_ppo,
+    check_gdpo,
     check_profiler,
     check_reward_workers,
     check_domain_probs,

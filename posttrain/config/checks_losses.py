@@ -161,3 +161,33 @@ def check_pf_ppo(cfg: Any) -> list[str]:
     if method != "pow" and weight_pow != 2.0:
         return [f"algorithm.pf_ppo.weight_pow ({weight_pow}) is only read by reweight_method=pow, not {method}; remove it or use pow"]
     return []
+
+
+def check_gdpo(cfg: Any) -> list[str]:
+    """GDPO (`algorithm.adv_estimator=gdpo`) needs the reward's component keys, one weight per key
+    when weights are given, and no rows whose components the reward function does not produce (the
+    self-judge's); the keys and weights are read by no other estimator."""
+    if not is_rl(cfg):
+        return []
+    keys = list(get_path(cfg, "algorithm.gdpo_reward_keys", []) or [])
+    weights = get_path(cfg, "algorithm.gdpo_reward_weights", None)
+    if get_path(cfg, "algorithm.adv_estimator", "gae") != "gdpo":
+        changed = [k for k, v in (("gdpo_reward_keys", keys), ("gdpo_reward_weights", weights)) if v]
+        return [f"algorithm.{', algorithm.'.join(changed)}: read only by algorithm.adv_estimator=gdpo, not "
+                f"{get_path(cfg, 'algorithm.adv_estimator', 'gae')}; remove them or use gdpo"] if changed else []
+    problems = []
+    if not keys:
+        problems.append("algorithm.adv_estimator=gdpo needs algorithm.gdpo_reward_keys: the keys of the reward function's returned dict "
+                        "that are the reward's components (e.g. [accuracy_reward, format_reward])")
+    if len(set(keys)) != len(keys):
+        problems.append(f"algorithm.gdpo_reward_keys names a key twice: {keys}")
+    if weights is not None and len(weights) != len(keys):
+        problems.append(f"algorithm.gdpo_reward_weights has {len(weights)} weight(s) for {len(keys)} algorithm.gdpo_reward_keys; give one per key")
+    if get_path(cfg, "reward.self_judge.enable", False):
+        problems.append("algorithm.adv_estimator=gdpo with reward.self_judge.enable: the self-judge's rows have no reward components; "
+                        "use another estimator or switch the self-judge off")
+    for key, what in (("env.train_env_manager.tags", "environments"), ("rollout.agent.function", "agent function")):
+        if get_path(cfg, key, None):
+            problems.append(f"algorithm.adv_estimator=gdpo normalises the components a reward function returns; this stage's rewards come "
+                            f"from its {what} ({key}), which return one number: use grpo")
+    return problems

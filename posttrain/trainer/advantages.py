@@ -129,6 +129,8 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
         reward_baselines=batch.reward_baselines,
         sum_pi_squared=batch.sum_pi_squared,
         rollout_is_weights=batch.rollout_is_weights,
+        reward_components=batch.reward_components,  # (B, K) with algorithm.adv_estimator gdpo, else None
+        reward_weights=alg.gdpo_reward_weights,
         **alg.adv_estimator_args,  # the estimator's own options (checked at load); epsilon defaults per estimator
         turn_index=None if turns is None else turns.index,
         turn_rewards=None if turns is None else turns.rewards,
@@ -146,6 +148,10 @@ def compute_advantages(batch: RolloutBatch, scores: torch.Tensor, alg: Algorithm
     )
     if batch.reward_baselines is not None:
         metrics["critic/reward_baseline/mean"] = float(batch.reward_baselines.mean())
+    if batch.reward_components is not None:  # GDPO: each component's spread over the batch's responses
+        for key, values in zip(alg.gdpo_reward_keys, batch.reward_components.unbind(-1)):
+            metrics.update({f"gdpo/{key}/mean": float(values.mean()), f"gdpo/{key}/std": float(values.std(unbiased=False)),
+                            f"gdpo/{key}/max": float(values.max()), f"gdpo/{key}/min": float(values.min())})
     if alg.whiten_advantages:
         adv = whiten(adv, mask)
     if alg.advantage_clip is not None:

@@ -18,7 +18,7 @@ import torch
 from posttrain.algorithms import overlong_penalty
 from posttrain.cluster.parallel import DataParallel, contiguous_shares
 from posttrain.config.schema import Config
-from posttrain.errors import ConfigError, ModelError
+from posttrain.errors import ConfigError, ModelError, UserError
 from posttrain.records import RolloutBatch
 from posttrain.rewards import RewardFunction, RewardInput, RewardOutput, build_reward_manager, load_reward_function
 from posttrain.config.sections.reward import JUDGE
@@ -178,6 +178,10 @@ class RewardStage:
         self.passes_image_grids = any(w.worker_cls == "detection" for w in r.workers.values()) or (
             not r.workers and r.custom_reward_function.path is None and r.custom_reward_function.name == "detection")
         self.function_weight = r.function_weight
+        # algorithm.adv_estimator gdpo: the components each training batch's rows carry (reward_components)
+        self.component_keys = list(cfg.algorithm.gdpo_reward_keys) if cfg.algorithm.adv_estimator == "gdpo" else []
+        crf = r.custom_reward_function
+        self.fn_label = "of reward.workers" if r.workers else f"{crf.path}:{crf.name}" if crf.path else repr(crf.name)
         # function_weight 0 with a reward model: its score is the reward and the function is not called
         # (verl's rule; a data source without a scorer then trains); reward workers are always called
         self.skips_function = r.function_weight == 0 and r.reward_model.enable and not r.workers
@@ -222,14 +226,17 @@ class RewardStage:
         return scored.scores, scored.metrics, scored.extra
 
     def score_parts(self, batch: RolloutBatch, texts: list[str]) -> Scored:
-        """`score`'s results, with the reward function's own scores beside the final ones."""
-        return self.start(batch, texts, background=False).result()
+        """`score`'s results, with the reward function's own scores beside the final ones, for a
+        training batch: with adv_estimator gdpo its `reward_components` are filled too."""
+        return self.start(batch, texts, background=False, training=True).result()
 
-    def start(self, batch: RolloutBatch, texts: list[str], *, background: bool, overlong_rows: list[bool] | None = None) -> "RewardJob":
+    def start(self, batch: RolloutBatch, texts: list[str], *, background: bool, overlong_rows: list[bool] | None = None,
+              training: bool = False) -> "RewardJob":
         """Begin scoring: the reward model scores now; the reward function runs now, or with
         `background` on this stage's thread (reward.launch_reward_fn_async) while the caller computes
         log-probs. `RewardJob.result` joins it. Only the function goes to the thread: the gather
-        across ranks is a collective and stays on the main thread, in step with the other ranks."""
+        across ranks is a collective and stays on the main thread, in step with the other ranks.
+        A `training` batch gets its GDPO reward components when the result is joined."""
         rows = contiguous_shares(len(batch), self.dp.size)[self.dp.rank]  # every row with one process
         lengths = batch.response_mask.sum(1).long().tolist()  # response tokens: a worker's length penalty
         questions = self.questions(batch, rows) if self.reads_prompts else {}
@@ -246,11 +253,12 @@ class RewardStage:
             call = functools.partial(RewardOutput, [0.0] * len(samples))
         else:
             call = functools.partial(self.manager.score, samples)
+        components = batch if training and self.component_keys else None
         if background and self.executor is not None:
-            return RewardJob(self, self.executor.submit(call), rm, lengths, overlong_rows)
+            return RewardJob(self, self.executor.submit(call), rm, lengths, overlong_rows, components)
         done: Future = Future()
         done.set_result(call())  # a reward error is raised here, as before
-        return RewardJob(self, done, rm, lengths, overlong_rows)
+        return RewardJob(self, done, rm, lengths, overlong_rows, components)
 
     def finish(self, out: RewardOutput, rm: list[float] | None, lengths: list[int], overlong_rows: list[bool] | None = None) -> Scored:
         """Combine this rank's function output and reward-model scores (gathered from every rank
@@ -336,11 +344,33 @@ class RewardJob:
     batch's `Scored`, raising the reward function's error if it failed."""
 
     def __init__(self, stage: RewardStage, future: Future, rm: list[float] | None, lengths: list[int],
-                 overlong_rows: list[bool] | None = None):
+                 overlong_rows: list[bool] | None = None, components: RolloutBatch | None = None):
         self.stage, self.future, self.rm, self.lengths, self.overlong_rows = stage, future, rm, lengths, overlong_rows
+        self.components = components  # the batch whose reward_components the result fills (GDPO), else None
 
     def result(self) -> Scored:
-        return self.stage.finish(self.future.result(), self.rm, self.lengths, self.overlong_rows)
+        scored = self.stage.finish(self.future.result(), self.rm, self.lengths, self.overlong_rows)
+        if self.components is not None:
+            self.components.reward_components = reward_components(scored.extra, self.stage.component_keys, self.stage.fn_label)
+        return scored
+
+
+def reward_components(extra: dict[str, list[float]], keys: list[str], fn_label: str) -> torch.Tensor:
+    """(B, K) the named components of each response's reward (algorithm.gdpo_reward_keys), from the
+    numeric keys of the reward function's returned dicts; a key some response lacks is a UserError
+    naming it, the function and the keys it did return."""
+    columns = []
+    for key in keys:
+        values = torch.tensor(extra.get(key, []), dtype=torch.float32)
+        rows = len(next(iter(extra.values()), []))
+        missing = rows if key not in extra else int(torch.isnan(values).sum())
+        if missing or not rows:
+            shown = ", ".join(sorted(extra)) or "none besides score"
+            raise UserError(f"algorithm.gdpo_reward_keys: the reward function {fn_label} returned no number under {key!r} for "
+                            f"{missing or 'all'} of the batch's responses (its dicts' numeric keys: {shown}); return "
+                            f"{{'score': ..., {key!r}: ...}} for every response, or name the keys it returns")
+        columns.append(values)
+    return torch.stack(columns, dim=-1)  # (B, K)
 
 
 def response_texts(tokenizer: Any, batch: RolloutBatch) -> list[str]:

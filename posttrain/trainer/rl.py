@@ -147,7 +147,7 @@ class RLTrainer:
             batch, tool_metrics = self._rollout(prompts, timer, version)
             with timer("reward"):
                 texts = self.rewards.decode(batch)
-                job = self.rewards.start(batch, texts, background=True)
+                job = self.rewards.start(batch, texts, background=True, training=True)
             return Experience(batch, None, texts, tool_metrics, policy_step=policy_step, reward_job=job)
         dynamic: dict[str, float] = {}
         if self.cfg.algorithm.filter_groups.enable:

@@ -58,6 +58,9 @@ SCENARIOS = {
     "balanced": (f"+{OTC}moe_router_load_balancing_type=aux_loss", f"+{OTC}moe_aux_loss_coeff=0.01"),
     "balanced-by-model": (f"+{OTC}moe_router_load_balancing_type=aux_loss",),
     "seq-balanced": (f"+{OTC}moe_router_load_balancing_type=seq_aux_loss", f"+{OTC}moe_aux_loss_coeff=0.01"),
+    # Megatron's scheduler decays to an absolute min_lr: posttrain's min_lr_ratio (a constant schedule never reads it)
+    "decay": (OPT + "lr_decay_style=cosine", OPT + "min_lr=2e-7", "critic.optim.min_lr=1e-7"),
+    "decay-too-low": (OPT + "lr_decay_style=linear", OPT + "min_lr=1e-5"),
     # the router z-loss: Megatron adds it whatever the balancing type; the reference trains nothing
     "z-loss": (f"+{OTC}moe_z_loss_coeff=0.001", "+critic.megatron.override_transformer_config.moe_z_loss_coeff=0.002",
                "+actor_rollout_ref.ref.megatron.override_transformer_config.moe_z_loss_coeff=0.001"),
@@ -146,6 +149,9 @@ def test_a_users_yaml_on_the_megatron_tree(inputs, tmp_path, capsys):
     ("balanced-by-model", OTC + "moe_router_load_balancing_type", ("translated", "actor.moe_aux_loss_coef", None)),
     ("seq-balanced", OTC + "moe_router_load_balancing_type", ("refused", None)),
     ("seq-balanced", OTC + "moe_aux_loss_coeff", ("refused", None)),
+    ("decay", OPT + "min_lr", ("translated", "actor.optim.min_lr_ratio", pytest.approx(0.2))),
+    ("decay", "critic.optim.min_lr", ("dropped", None)),  # the critic's schedule stays constant
+    ("decay-too-low", OPT + "min_lr", ("refused", "actor.optim.min_lr_ratio")),
     ("z-loss", OTC + "moe_z_loss_coeff", ("translated", "actor.moe_z_loss_coef", 0.001)),
     ("z-loss", "critic.megatron.override_transformer_config.moe_z_loss_coeff", ("translated", "critic.moe_z_loss_coef", 0.002)),
     ("z-loss", "actor_rollout_ref.ref.megatron.override_transformer_config.moe_z_loss_coeff", ("dropped", None)),

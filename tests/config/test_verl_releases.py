@@ -217,3 +217,13 @@ def test_one_named_teacher_replaces_verl_s_default_teacher_model():
     assert native["ref"]["model_path"] == "/models/math"  # verl pops teacher_model once a named teacher is given
     assert report.entry("distillation.teacher_models.math.model_path").native == "ref.model_path"
     assert "default teacher_model" in report.entry("distillation.teacher_models.teacher_model.model_path").reason
+
+
+def test_verl_gdpo_line_is_posttrain_gdpo_with_its_component_keys():
+    native, report = _line("algorithm.adv_estimator=gdpo", '+algorithm.gdpo_reward_keys=["accuracy_reward", "format_reward"]',
+                           "+algorithm.gdpo_reward_weights=[1.0,0.5]", "reward.reward_manager.name=gdpo")
+    assert not report.refused
+    assert native["algorithm"]["adv_estimator"] == "gdpo"
+    assert native["algorithm"]["gdpo_reward_keys"] == ["accuracy_reward", "format_reward"]
+    assert native["algorithm"]["gdpo_reward_weights"] == [1.0, 0.5]
+    assert native["reward"]["reward_manager"] == "naive"  # verl's gdpo manager: the naive one's calls, every dict key kept

@@ -86,7 +86,7 @@ def test_a_run_scoring_in_the_background_trains_and_logs_as_one_scoring_in_place
 
     started = []  # the `background` of every scoring the run began
     start = RewardStage.start
-    monkeypatch.setattr(RewardStage, "start", lambda self, batch, texts, *, background: (started.append(background), start(self, batch, texts, background=background))[1])
+    monkeypatch.setattr(RewardStage, "start", lambda self, batch, texts, *, background, **kw: (started.append(background), start(self, batch, texts, background=background, **kw))[1])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny runs: one thread is fastest (as in the honoured-keys harness)
     try:

@@ -455,6 +455,8 @@ ELSEWHERE = {
     "explorer.over_rollout.ratio": "tests/trainer/test_over_rollout.py::test_over_rolled_groups_are_left_out_and_the_step_trains_on_the_rest",
     "explorer.over_rollout.wait_after_min": "tests/trainer/test_over_rollout.py::test_the_engine_cuts_the_groups_after_the_first_and_the_wait_decides_when",
     "algorithm.adv_estimator_args": "tests/trainer/test_algorithm_parts.py::test_estimator_options_and_old_logprobs_reach_the_estimator",
+    "algorithm.gdpo_reward_keys": "tests/trainer/test_gdpo_rewards.py::test_training_batches_carry_the_components_and_the_advantage_normalises_each",
+    "algorithm.gdpo_reward_weights": "tests/trainer/test_gdpo_rewards.py::test_training_batches_carry_the_components_and_the_advantage_normalises_each",
     "actor.policy_loss.loss_args": "tests/trainer/test_algorithm_parts.py::test_estimator_and_loss_options_are_checked_by_name",
     "ref.model_path": "tests/trainer/test_algorithm_parts.py::test_a_teacher_is_the_reference_and_its_vocabulary_is_checked",
     "algorithm.mix.expert_files": "tests/trainer/test_algorithm_parts.py::test_mix_trains_expert_rows_by_likelihood",

@@ -46,6 +46,10 @@ def value_hook(ctx: Context, key: str, value: Any, native: str) -> Any:
         return "strict" if value else "disable"  # verl's older enable_tokenization_sanity_check
     if native == "reward.reward_manager" and value == "prime":
         return "parallel"  # verl's prime manager: a process pool of scorers with a per-call timeout, posttrain's parallel
+    if native == "reward.reward_manager" and value == "gdpo":
+        # verl 0.10's gdpo manager calls the function once per response as its naive one and hands every
+        # key of the returned dict on, which GDPO's components (algorithm.gdpo_reward_keys) are read from
+        return "naive"
     if native == "rollout.multi_turn.format" and value == "qwen":
         # verl's older SGLang rollout: Hermes <tool_call> JSON, tool answers framed as Qwen2.5's chat template
         # frames them (one user turn of <tool_response> blocks); posttrain renders them with the model's template

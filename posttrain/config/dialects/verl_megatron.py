@@ -44,6 +44,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.dialects.source import leaves
+from posttrain.config.dialects.verl_release import value_of
 from posttrain.config.tables import Rule
 
 # verl's role prefix -> posttrain's section
@@ -340,6 +341,29 @@ def optimizers(ctx: Any) -> None:
             _megatron_optimizer_options(ctx, role, extra_key, ctx.get(extra_key) or {}, name)
 
 
+def min_lr(ctx: Any) -> None:
+    """Megatron's scheduler decays from lr to an absolute ``min_lr`` (cosine and linear alike:
+    min_lr + (lr - min_lr) x the decay's coefficient): posttrain's min_lr_ratio = min_lr / lr. verl's
+    FSDP optimizer has no such key."""
+    for prefix, role in (("actor_rollout_ref.actor", "actor"), ("critic", "critic")):
+        key = f"{prefix}.optim.min_lr"
+        if not ctx.has(key):
+            continue
+        ctx.consume(key)
+        value, lr = ctx.get(key), value_of(ctx, f"{prefix}.optim.lr")
+        style = value_of(ctx, f"{prefix}.optim.lr_decay_style")
+        if not is_megatron(ctx, prefix):
+            ctx.refuse_unless_default(key, "Megatron's absolute floor of the decay; verl's FSDP optimizer has no min_lr: give "
+                                           "optim.min_lr_ratio (the floor as a fraction of lr)", f"{role}.optim.min_lr_ratio", value)
+        elif not value or style not in ("cosine", "linear"):
+            ctx.drop(key, f"{value!r}: " + ("the decay ends at 0, as min_lr_ratio's default" if not value else
+                                            f"not read by Megatron's {style} schedule, which does not decay to it"))
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not isinstance(lr, (int, float)) or not 0 < value <= lr:
+            ctx.refuse(key, f"expected a floor in [0, lr] (lr {lr!r}), got {value!r}", f"{role}.optim.min_lr_ratio", value)
+        else:
+            ctx.set(f"{role}.optim.min_lr_ratio", value / lr, key, f"Megatron's {style} decay ends at min_lr: the floor as a fraction of lr ({value} / {lr})")
+
+
 def _megatron_optimizer_options(ctx: Any, role: str, key: str, options: dict[str, Any], name: str) -> None:
     """override_optimizer_config under Megatron holds Megatron's OptimizerConfig fields."""
     if not options:
@@ -421,7 +445,7 @@ def router_replay(ctx: Any) -> None:
             _router_replay(ctx, key, name, ctx.get(key), read=is_megatron(ctx, "actor_rollout_ref.actor"))
 
 
-HANDLERS = [strategies, megatron, optimizers, other_keys, router_replay]
+HANDLERS = [strategies, megatron, optimizers, min_lr, other_keys, router_replay]
 
 
 def _rules() -> dict[str, Rule]:
@@ -453,6 +477,11 @@ def _rules() -> dict[str, Rule]:
     out["actor_rollout_ref.actor.megatron.router_replay.mode"] = Rule("actor.router_replay.mode", "verl 0.10's engine-level routing replay, the same modes as actor_rollout_ref.actor.router_replay.mode: R2 -> R2, R3 refused", "R2", (("actor_rollout_ref.actor.strategy", "megatron"),))
     out[_RR + ".mode"] = Rule("actor.router_replay.mode", "R2 (verl's Megatron actor) -> R2: experts recorded in the old-log-prob forward, replayed in the update; under verl's FSDP actor, which does not read it, dropped; R3 (the engine's routing) refused", "R2", (("actor_rollout_ref.actor.strategy", "megatron"),))
     out.update({f"{_RR}.{name}": Rule(None, "declared by verl's RouterReplayConfig but read nowhere in verl", "/tmp/routes.pt") for name in ("record_file", "replay_file")})
+    for prefix, role in (("actor_rollout_ref.actor", "actor"), ("critic", "critic")):
+        o = f"{prefix}.optim."
+        out[o + "min_lr"] = Rule(f"{role}.optim.min_lr_ratio", "Megatron's absolute floor of a cosine or linear decay: min_lr_ratio = min_lr / lr; "
+                                 "dropped with a constant schedule; refused beside verl's FSDP optimizer, which has no min_lr", 1e-7,
+                                 ((f"{prefix}.strategy", "megatron"), (o + "lr_decay_style", "cosine"), (o + "lr", 1e-6)))
     out[_LAYER_NAMES] = Rule(None, "names of Megatron's fused layers for verl's weight sync to the engine; posttrain's engine takes Hugging Face weights by name", {"qkv_layer_name": "qkv"})
     return out
 

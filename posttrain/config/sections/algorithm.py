@@ -147,6 +147,8 @@ class AlgorithmConfig:
     lam: float = param(1.0, doc="GAE lambda.", ge=0, le=1, refs=["verl:algorithm.lam", "roll:lambd"])
     adv_estimator_args: dict[str, Any] = param(factory=dict, doc="Options of the advantage estimator beyond the shared ones (opmd tau, asymre baseline_shift, on_policy_distill kl_coef, reinforce reinforce_mode, ...); each must be a keyword the estimator declares.", refs=["trinity:algorithm.advantage_fn_args"])
     norm_adv_by_std_in_grpo: bool = param(True, doc="GRPO divides group-centred rewards by the group std; false keeps only the centring (Dr. GRPO).", refs=["verl:algorithm.norm_adv_by_std_in_grpo"])
+    gdpo_reward_keys: list[str] = param(factory=list, doc="adv_estimator gdpo: the keys of the reward function's returned dict that are the reward's separate components (e.g. [accuracy_reward, format_reward]); GDPO normalises each within its group before summing them (posttrain.algorithms.gdpo_advantage), and logs gdpo/<key>/mean, std, max and min. Needed by gdpo, refused with any other estimator.", refs=["verl:algorithm.gdpo_reward_keys"])
+    gdpo_reward_weights: list[float] | None = param(None, doc="adv_estimator gdpo: one weight per gdpo_reward_keys entry in the sum of the normalised components; null weighs each 1.", refs=["verl:algorithm.gdpo_reward_weights"])
 
     use_kl_in_reward: bool = param(False, doc="Subtract kl_ctrl.kl_coef x KL(policy || ref) from each token's reward.", refs=["verl:algorithm.use_kl_in_reward", "roll:add_token_level_kl"])
     kl_penalty: str = param("kl", doc="KL estimator of the reward penalty, a name from posttrain.algorithms' KL registry (kl/k1, abs, mse/k2, low_var_kl/k3, full).", refs=["verl:algorithm.kl_penalty", "roll:kl_penalty", "trinity:algorithm.kl_penalty_fn"])

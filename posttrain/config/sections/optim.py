@@ -92,7 +92,6 @@ def _unsupported(verl_prefix: str) -> dict[str, str]:
     """Megatron-scheduler keys under one role's verl ``optim`` with no field here."""
     return {
         f"{verl_prefix}.total_training_steps": "a placeholder verl fills in at run time (its default -1 is accepted); posttrain's schedule length is trainer.total_training_steps",
-        f"{verl_prefix}.min_lr": "give the final LR as a fraction of lr in optim.min_lr_ratio (= min_lr / lr)",
         f"{verl_prefix}.weight_decay_incr_style": "Megatron scheduler only: posttrain's weight decay is constant",
         f"{verl_prefix}.lr_wsd_decay_style": "Megatron scheduler only: posttrain's wsd decays linearly",
         f"{verl_prefix}.lr_wsd_decay_steps": "Megatron scheduler only: posttrain's wsd decays over the last 10% of steps",
