@@ -186,6 +186,9 @@ def check_gdpo(cfg: Any) -> list[str]:
     if get_path(cfg, "reward.self_judge.enable", False):
         problems.append("algorithm.adv_estimator=gdpo with reward.self_judge.enable: the self-judge's rows have no reward components; "
                         "use another estimator or switch the self-judge off")
+    if get_path(cfg, "algorithm.mix.expert_files", None):
+        problems.append("algorithm.adv_estimator=gdpo with algorithm.mix.expert_files: the expert rows joined to each batch have no reward "
+                        "components to normalise; use another estimator for a mix stage")
     for key, what in (("env.train_env_manager.tags", "environments"), ("rollout.agent.function", "agent function")):
         if get_path(cfg, key, None):
             problems.append(f"algorithm.adv_estimator=gdpo normalises the components a reward function returns; this stage's rewards come "

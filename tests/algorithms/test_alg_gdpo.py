@@ -83,6 +83,7 @@ def _cfg(**algorithm):
     (_cfg(adv_estimator="grpo", gdpo_reward_keys=[]), None),
     ({**_cfg(), "env": {"train_env_manager": {"tags": ["SimpleSokoban"]}}}, "from its environments"),
     ({**_cfg(), "reward": {"self_judge": {"enable": True}}}, "self-judge"),
+    ({"algorithm": {**_cfg()["algorithm"], "mix": {"expert_files": ["x.parquet"]}}}, "expert rows"),
 ])
 def test_the_config_check(cfg, problem):
     def namespace(node):  # the checks read a config's attributes
