@@ -7,6 +7,19 @@ from collections.abc import Callable, Sequence
 import torch
 
 
+def _real_tokens(
+    router_logits: Sequence[torch.Tensor], token_mask: torch.Tensor, reduce: Callable[[torch.Tensor], torch.Tensor] | None,
+) -> tuple[torch.Tensor, torch.Tensor, Sequence[torch.Tensor]]:
+    """(the (N,) float mask, the real-token count T, the layers to sum over): no layer when there is
+    no real token (the loss is then 0); a layer whose logits do not cover the N slots is a ValueError."""
+    mask = token_mask.reshape(-1).float()  # (N,)
+    tokens = mask.sum() if reduce is None else reduce(mask.sum())
+    for logits in router_logits:
+        if logits.dim() != 2 or logits.shape[0] != mask.shape[0]:
+            raise ValueError(f"router logits {tuple(logits.shape)} do not match {mask.shape[0]} token slots")
+    return mask, tokens, (router_logits if float(tokens) > 0.0 else ())
+
+
 def load_balancing_loss(
     router_logits: Sequence[torch.Tensor],
     token_mask: torch.Tensor,
@@ -46,14 +59,9 @@ def load_balancing_loss(
     """
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
-    mask = token_mask.reshape(-1).float()  # (N,)
-    tokens = mask.sum() if reduce is None else reduce(mask.sum())
+    mask, tokens, layers = _real_tokens(router_logits, token_mask, reduce)
     total = mask.new_zeros(())
-    if not router_logits or float(tokens) == 0.0:
-        return total
-    for logits in router_logits:
-        if logits.dim() != 2 or logits.shape[0] != mask.shape[0]:
-            raise ValueError(f"router logits {tuple(logits.shape)} do not match {mask.shape[0]} token slots")
+    for logits in layers:
         experts = logits.shape[1]
         probs = torch.softmax(logits.float(), dim=-1)  # (N, E)
         chosen = torch.topk(probs, k=min(top_k, experts), dim=-1).indices  # (N, k)
@@ -90,14 +98,9 @@ def router_z_loss(
         padding never counts: Megatron-core takes the mean over every slot of its (packed, so
         unpadded in verl's remove-padding path) input.
     """
-    mask = token_mask.reshape(-1).float()  # (N,)
-    tokens = mask.sum() if reduce is None else reduce(mask.sum())
+    mask, tokens, layers = _real_tokens(router_logits, token_mask, reduce)
     total = mask.new_zeros(())
-    if not router_logits or float(tokens) == 0.0:
-        return total
-    for logits in router_logits:
-        if logits.dim() != 2 or logits.shape[0] != mask.shape[0]:
-            raise ValueError(f"router logits {tuple(logits.shape)} do not match {mask.shape[0]} token slots")
+    for logits in layers:
         # squared log-partition per token: 0 gradient on padding through the mask
         total = total + (torch.logsumexp(logits.float(), dim=-1).square() * mask).sum() / tokens
     return total
