@@ -28,7 +28,7 @@ from rl_helpers import tiny_rl_files, tiny_rl_trainer
 NEEDS = {
     "gae": EstimatorNeeds(values=True), "ppo": EstimatorNeeds(values=True),
     "remax": EstimatorNeeds(greedy_baseline=True),
-    "grpo": EstimatorNeeds(), "grpo_passk": EstimatorNeeds(), "rloo": EstimatorNeeds(), "opo": EstimatorNeeds(),
+    "grpo": EstimatorNeeds(), "gdpo": EstimatorNeeds(), "grpo_passk": EstimatorNeeds(), "rloo": EstimatorNeeds(), "opo": EstimatorNeeds(),
     "gpg": EstimatorNeeds(), "opmd": EstimatorNeeds(), "reinforce": EstimatorNeeds(),
     "reinforce_plus_plus": EstimatorNeeds(), "reinforceplusplus": EstimatorNeeds(),
     "reinforce_plus_plus_baseline": EstimatorNeeds(), "reinforceplusplus_baseline": EstimatorNeeds(),

@@ -55,7 +55,10 @@ class Report:
     framework_release: str | None = None
 
     def add(self, entry: Entry) -> None:
-        self.entries.append(entry)
+        """Record an outcome; the same outcome reached twice (one key read by two handlers' paths,
+        such as a workflow type the taskset and its evaluation sets share) is listed once."""
+        if entry not in self.entries:
+            self.entries.append(entry)
 
     def of(self, status: str) -> list[Entry]:
         return [e for e in self.entries if e.status == status]
