@@ -56,6 +56,22 @@ def make_batch(vocab: int, lengths=LENGTHS, seed: int = 0) -> RolloutBatch:
     )
 
 
+def answer_batch(tokenizer, answers: list[str], groups: list[str] | None = None, data_source: str = "posttrain/sort") -> RolloutBatch:
+    """A batch whose responses are `answers` (each ended by EOS, right-padded) to 2-token prompts with
+    ground truth "12": what the reward stage's tests score. `groups`: each row's group (one group "u")."""
+    ids = [tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for a in answers]
+    width = max(map(len, ids))
+    n = len(answers)
+    return RolloutBatch(
+        prompt_ids=torch.ones(n, 2, dtype=torch.long), prompt_mask=torch.ones(n, 2),
+        response_ids=torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in ids]),  # (B, T)
+        response_mask=torch.tensor([[1.0] * len(row) + [0.0] * (width - len(row)) for row in ids]),  # (B, T)
+        rollout_logprobs=torch.zeros(n, width), weights_version=torch.zeros(n, dtype=torch.long),
+        group_index=groups if groups is not None else ["u"] * n,
+        data_source=[data_source] * n, ground_truth=["12"] * n, extra_info=[{}] * n, raw_prompt=[None] * n,
+    )
+
+
 def noisy(t: torch.Tensor, mask: torch.Tensor, scale: float, seed: int) -> torch.Tensor:
     """`t` plus Gaussian noise on valid positions (so PPO ratios differ from 1 and clipping binds)."""
     g = torch.Generator().manual_seed(seed)

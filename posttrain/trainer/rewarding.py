@@ -359,10 +359,10 @@ def reward_components(extra: dict[str, list[float]], keys: list[str], fn_label: 
     """(B, K) the named components of each response's reward (algorithm.gdpo_reward_keys), from the
     numeric keys of the reward function's returned dicts; a key some response lacks is a UserError
     naming it, the function and the keys it did return."""
+    rows = len(next(iter(extra.values()), []))
     columns = []
     for key in keys:
         values = torch.tensor(extra.get(key, []), dtype=torch.float32)
-        rows = len(next(iter(extra.values()), []))
         missing = rows if key not in extra else int(torch.isnan(values).sum())
         if missing or not rows:
             shown = ", ".join(sorted(extra)) or "none besides score"

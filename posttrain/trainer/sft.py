@@ -63,21 +63,15 @@ class RouterLoss:
     the micro-batches weighed by their share of the batch's real tokens (as the RL actor weighs them)."""
 
     model: nn.Module  # the trained model, whose routers' outputs are captured
-    coef: float  # of the load-balancing loss
-    top_k: int  # experts per token
-    z: float = 0.0  # of the z-loss
+    weights: RouterWeights
 
     @classmethod
     def of(cls, model: nn.Module, coef: float | None, z: float = 0.0) -> RouterLoss | None:
         """The losses for `model`, actor.moe_aux_loss_coef (null: the model's router_aux_loss_coef) and
         actor.moe_z_loss_coef; None when both weights are 0 (a dense model's load-balancing one is)."""
         coef, top_k = router_loss_settings(model, coef)
-        z = router_z_setting(model, z)
-        return cls(model, coef, top_k, z) if coef > 0 or z > 0 else None
-
-    @property
-    def weights(self) -> RouterWeights:
-        return RouterWeights(self.coef, self.z, self.top_k)
+        weights = RouterWeights(coef, router_z_setting(model, z), top_k)
+        return cls(model, weights) if weights.on else None
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from posttrain.config.sections.data import DataConfig, ValFileConfig
 from posttrain.data import build_rl_dataset
 from posttrain.errors import ConfigError
 from posttrain.models.tokenizer import build_tiny_tokenizer
-from posttrain.records import RolloutBatch
 from posttrain.trainer.rewarding import RewardStage, val_overlong_rows
+from worker_helpers import answer_batch
 
 
 def _val(tmp_path, tokenizer, settings, **cfg):
@@ -42,19 +42,6 @@ def test_a_bad_entry_template_names_its_setting(tmp_path, tokenizer):
         _val(tmp_path, tokenizer, ValFileConfig(chat_template="nope.jinja"))
 
 
-def _batch(tokenizer, answers: list[str], groups: list[str]) -> RolloutBatch:
-    ids = [tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for a in answers]
-    width = max(map(len, ids))
-    n = len(answers)
-    return RolloutBatch(
-        prompt_ids=torch.ones(n, 2, dtype=torch.long), prompt_mask=torch.ones(n, 2),
-        response_ids=torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in ids]),  # (B, T)
-        response_mask=torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in ids]),  # (B, T)
-        rollout_logprobs=torch.zeros(n, width), weights_version=torch.zeros(n, dtype=torch.long), group_index=groups,
-        data_source=["s"] * n, ground_truth=["12"] * n, extra_info=[{}] * n, raw_prompt=[None] * n,
-    )
-
-
 def _by_length(data_source, solution_str, ground_truth, extra_info=None):
     return len(solution_str) / 10
 
@@ -71,7 +58,7 @@ def test_an_entry_is_scored_with_its_own_overlong_penalty(tmp_path, training_on)
     stage = RewardStage(cfg, tokenizer, _by_length)
     val_set = build_rl_dataset(cfg.data, cfg.data.val_files, tokenizer, split="val")
     # two responses per prompt; "12345" is 6 tokens with its eos: at the budget, the full penalty -1
-    batch = _batch(tokenizer, ["12345", "1", "12345", "1"], ["val-0", "val-0", "val-1", "val-1"])
+    batch = answer_batch(tokenizer, ["12345", "1", "12345", "1"], ["val-0", "val-0", "val-1", "val-1"], data_source="s")
     rows = val_overlong_rows(val_set, batch.group_index, {"val-0": 0, "val-1": 1}, cfg)
     assert rows == [own, own, training_on, training_on]
     scores, _, _ = stage.score(batch, stage.decode(batch), overlong_rows=rows)

@@ -12,21 +12,8 @@ import torch
 from posttrain.config import load_config
 from posttrain.errors import ConfigError, RewardFunctionError
 from posttrain.models.tokenizer import build_tiny_tokenizer
-from posttrain.records import RolloutBatch
 from posttrain.trainer.rewarding import RewardStage
-
-
-def _batch(tokenizer, answers: list[str]) -> RolloutBatch:
-    ids = [tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for a in answers]
-    width = max(map(len, ids))
-    response = torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in ids])  # (B, T)
-    mask = torch.tensor([[1.0] * len(row) + [0.0] * (width - len(row)) for row in ids])  # (B, T)
-    n = len(answers)
-    return RolloutBatch(
-        prompt_ids=torch.ones(n, 2, dtype=torch.long), prompt_mask=torch.ones(n, 2), response_ids=response, response_mask=mask,
-        rollout_logprobs=torch.zeros(mask.shape), weights_version=torch.zeros(n, dtype=torch.long), group_index=["u"] * n,
-        data_source=["posttrain/sort"] * n, ground_truth=["12"] * n, extra_info=[{}] * n, raw_prompt=[None] * n,
-    )
+from worker_helpers import answer_batch
 
 
 def _stage(fn, *overrides) -> RewardStage:
@@ -42,7 +29,7 @@ def test_the_function_scores_while_the_caller_works_and_the_scores_are_the_same(
         return {"score": len(solution_str) / 10, "acc": float(solution_str.startswith(ground_truth))}
 
     background = _stage(by_length, "reward.launch_reward_fn_async=true")
-    batch = _batch(background.tokenizer, ["12", "3", "12345"])
+    batch = answer_batch(background.tokenizer, ["12", "3", "12345"])
     texts = background.decode(batch)
     job = background.start(batch, texts, background=True)  # returns at once: the function waits for `computed`
     computed.set()  # the caller's log-prob passes ran here
@@ -66,7 +53,7 @@ def test_a_reward_error_in_the_background_ends_the_run_with_the_usual_message():
     messages = []
     for overrides in ((), ("reward.launch_reward_fn_async=true",)):
         stage = _stage(broken, *overrides)
-        batch = _batch(stage.tokenizer, ["12"])
+        batch = answer_batch(stage.tokenizer, ["12"])
         with pytest.raises(RewardFunctionError) as err:
             stage.start(batch, stage.decode(batch), background=bool(overrides)).result()
         messages.append(str(err.value))

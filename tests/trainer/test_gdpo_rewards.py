@@ -9,24 +9,11 @@ import torch
 from posttrain.algorithms import gdpo_advantage
 from posttrain.config import load_config
 from posttrain.models.tokenizer import build_tiny_tokenizer
-from posttrain.records import RolloutBatch
 from posttrain.trainer.advantages import compute_advantages, make_shaping_state
 from posttrain.trainer.rewarding import RewardStage
+from worker_helpers import answer_batch
 
 GDPO = ["algorithm.adv_estimator=gdpo", "algorithm.gdpo_reward_keys=[accuracy_reward,format_reward]", "algorithm.gdpo_reward_weights=[1.0,2.0]"]
-
-
-def _batch(tokenizer, answers: list[str], groups: list[str]) -> RolloutBatch:
-    ids = [tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for a in answers]
-    width = max(map(len, ids))
-    n = len(answers)
-    return RolloutBatch(
-        prompt_ids=torch.ones(n, 2, dtype=torch.long), prompt_mask=torch.ones(n, 2),
-        response_ids=torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in ids]),
-        response_mask=torch.tensor([[1.0] * len(row) + [0.0] * (width - len(row)) for row in ids]),
-        rollout_logprobs=torch.zeros(n, width), weights_version=torch.zeros(n, dtype=torch.long), group_index=groups,
-        data_source=["posttrain/sort"] * n, ground_truth=["12"] * n, extra_info=[{}] * n, raw_prompt=[None] * n,
-    )
 
 
 def two_parts(data_source, solution_str, ground_truth, extra_info=None):
@@ -38,13 +25,13 @@ def two_parts(data_source, solution_str, ground_truth, extra_info=None):
 def test_training_batches_carry_the_components_and_the_advantage_normalises_each():
     cfg = load_config(None, GDPO)
     stage = RewardStage(cfg, build_tiny_tokenizer(), two_parts)
-    batch = _batch(stage.tokenizer, ["12", "3", "123", "12"], ["a", "a", "b", "b"])
+    batch = answer_batch(stage.tokenizer, ["12", "3", "123", "12"], ["a", "a", "b", "b"])
     texts = stage.decode(batch)
     scored = stage.score_parts(batch, texts)
     expected = torch.tensor([[float(t.startswith("12")), 10.0 * len(t)] for t in texts])
     torch.testing.assert_close(batch.reward_components, expected)
     # validation scores leave the batch as it is
-    other = _batch(stage.tokenizer, ["12"], ["v"])
+    other = answer_batch(stage.tokenizer, ["12"], ["v"])
     stage.score(other, stage.decode(other))
     assert other.reward_components is None
     metrics = compute_advantages(batch, scored.scores, cfg.algorithm, make_shaping_state(cfg.algorithm), len(batch))
@@ -58,7 +45,7 @@ def test_training_batches_carry_the_components_and_the_advantage_normalises_each
 def test_the_background_scorer_fills_them_too():
     cfg = load_config(None, [*GDPO, "reward.launch_reward_fn_async=true"])
     stage = RewardStage(cfg, build_tiny_tokenizer(), two_parts)
-    batch = _batch(stage.tokenizer, ["12", "3"], ["a", "a"])
+    batch = answer_batch(stage.tokenizer, ["12", "3"], ["a", "a"])
     stage.start(batch, stage.decode(batch), background=True, training=True).result()
     assert batch.reward_components is not None and batch.reward_components.shape == (2, 2)
     stage.close()

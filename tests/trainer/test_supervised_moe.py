@@ -89,7 +89,7 @@ def test_sft_adds_the_z_loss_beside_the_nll(moe_model):
 
 
 def test_the_model_s_own_coefficient_with_null_and_none_for_zero(moe_model):
-    assert sft_objective(moe_model, PAD, moe_aux_loss_coef=None).router.coef == pytest.approx(0.001)
+    assert sft_objective(moe_model, PAD, moe_aux_loss_coef=None).router.weights.aux == pytest.approx(0.001)
     assert sft_objective(moe_model, PAD, moe_aux_loss_coef=0.0).router is None
     assert sft_objective(moe_model, PAD, moe_aux_loss_coef=0.0, moe_z_loss_coef=0.1).router.weights.z == pytest.approx(0.1)
 

@@ -129,12 +129,9 @@ class Branches:
     def _expanded(self, raw: str) -> str | None:
         """One word's expansion, or None when it has a gap (an unset variable, a command not run, a
         value that stands on one) or is not one field."""
-        kept, self.shell.unresolved = self.shell.unresolved, []
-        self.shell.guessed_read = False
+        self.shell.guessed_read = False  # set by a gap of this expansion (listed in `unresolved`) or a value standing on one
         fields = self.shell.fields(raw)
-        gaps, self.shell.unresolved = self.shell.unresolved, kept
-        kept.extend(g for g in gaps if g not in kept)
-        return None if gaps or self.shell.guessed_read or len(fields) > 1 else (fields or [""])[0]
+        return None if self.shell.guessed_read or len(fields) > 1 else (fields or [""])[0]
 
     def _compound(self, more: list[str]) -> None:
         """The condition is longer than one comparison: from its branch on every branch is read, as
