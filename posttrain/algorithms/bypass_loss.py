@@ -10,7 +10,7 @@ from posttrain.algorithms.aggregation import aggregate_loss
 from posttrain.algorithms.masked import masked_mean
 from posttrain.algorithms.policy_losses import ppo_clip_loss
 from posttrain.algorithms.registry import LossOutput, register_policy_loss
-from posttrain.algorithms.rollout_correction import rollout_importance_weights, rollout_rejection
+from posttrain.algorithms.rollout_correction import is_threshold_spec, rollout_importance_weights, rollout_rejection
 
 LOSS_TYPES = ("ppo_clip", "reinforce")
 
@@ -25,7 +25,7 @@ def bypass_mode_loss(
     loss_agg_mode: str = "token-mean",
     loss_type: str = "ppo_clip",
     rollout_is: str | None = None,
-    rollout_is_threshold: float = 2.0,
+    rollout_is_threshold: float | str = 2.0,
     rollout_is_batch_normalize: bool = False,
     rollout_rs: str | None = None,
     rollout_rs_threshold: str | float | None = None,
@@ -40,8 +40,9 @@ def bypass_mode_loss(
 
     Formula:
         With the current log pi (detached) against log pi_rollout: w = the rollout importance
-        weights at level rollout_is (token or sequence; truncated at rollout_is_threshold, then
-        rescaled to mean 1 with rollout_is_batch_normalize: posttrain.algorithms.rollout_importance_weights),
+        weights at level rollout_is (token or sequence; truncated at rollout_is_threshold U, or,
+        given as "L_U", zeroed outside [L, U] (IcePop, mode zero); then rescaled to mean 1 with
+        rollout_is_batch_normalize: posttrain.algorithms.rollout_importance_weights),
         keep = the tokens rollout_rs passes (posttrain.algorithms.rollout_rejection; all when null),
         m' = m keep.
         loss_type reinforce:  L_t = -A_t w_t log pi(y_t) (w = 1 when rollout_is is null),
@@ -62,8 +63,10 @@ def bypass_mode_loss(
     weights = None
     current = logprob.detach()
     if rollout_is is not None:
+        upper, lower = is_threshold_spec(rollout_is_threshold)
         out = rollout_importance_weights(
-            current, old_logprob, response_mask, threshold=rollout_is_threshold, level=rollout_is, batch_normalize=rollout_is_batch_normalize
+            current, old_logprob, response_mask, threshold=upper, threshold_lower=lower, level=rollout_is,
+            mode="truncate" if lower is None else "zero", batch_normalize=rollout_is_batch_normalize,
         )
         weights = out.weights
         metrics.update({k.removeprefix("rollout_is/"): v for k, v in out.metrics.items() if k in ("rollout_is/mean", "rollout_is/batch_norm_factor")})

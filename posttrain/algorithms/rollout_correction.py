@@ -17,7 +17,7 @@ import torch
 from posttrain.algorithms.masked import masked_mean, masked_segment_mean
 
 LEVELS = ("token", "sequence", "geometric", "segment")
-MODES = ("truncate", "mask")
+MODES = ("truncate", "mask", "zero")
 # exp(+-20) bounds every weight before any threshold, so a sequence-level product cannot overflow.
 SAFETY_BOUND = 20.0
 
@@ -59,6 +59,9 @@ def rollout_importance_weights(
         mode truncate: weights = min(w, U) m; nothing rejected.
         mode mask:     weights = w m; tokens (token level), segments (segment level) or whole
                        sequences (other levels) with w outside [L, U] are rejected: keep = 0 there.
+        mode zero:     weights = w m where L <= w <= U and 0 elsewhere; nothing rejected, so a
+                       zeroed token still counts in the losses' normalisers but adds no gradient
+                       (IcePop's M(k): k inside [L, U], else 0).
         veto (any level and mode): a sequence with a real token whose unclamped ratio exp(d_t) is
                        below veto_threshold is rejected whole.
         batch_normalize: weights /= their batch mean (over real tokens at the token level, over
@@ -78,12 +81,14 @@ def rollout_importance_weights(
     Names:
         verl `algorithm.rollout_is_threshold`, `rollout_is_threshold_lower`, `rollout_is_level`,
         `rollout_is_mode`, `rollout_is_veto_threshold` (its 2025-10-27 semantics: rejection through
-        the response mask, weights only safety-bounded in mask mode).
+        the response mask, weights only safety-bounded in mask mode); verl 0.10's
+        `rollout_correction.rollout_is_threshold: "L_U"` is mode zero with those bounds.
     Paper:
         Yao et al. 2025, Your Efficient RL Framework Secretly Brings You Off-Policy RL Training
         (truncated importance sampling, TIS); Liu, Li et al. 2025, When Speed Kills Stability:
         Demystifying RL Collapse from the Inference-Training Mismatch (sequence/geometric levels,
-        masked IS, veto).
+        masked IS, veto); Ling Team 2025, Every Step Evolves: Scaling Reinforcement Learning for
+        Trillion-Scale Thinking Model (Ring-1T: IcePop, mode zero).
     """
     if level not in LEVELS:
         raise ValueError(f"rollout IS level must be one of {LEVELS}, got {level!r}")
@@ -112,10 +117,16 @@ def rollout_importance_weights(
     high = float((unit_ratio > upper).float().mean()) if unit_ratio.numel() else 0.0
     low = float((unit_ratio < lower).float().mean()) if unit_ratio.numel() else 0.0
 
-    weights = (ratio.clamp(max=upper) if mode == "truncate" else ratio) * mask
+    inside = (ratio >= lower) & (ratio <= upper)  # (B, T)
+    if mode == "truncate":
+        weights = ratio.clamp(max=upper) * mask
+    elif mode == "zero":
+        weights = torch.where(inside, ratio, 0.0) * mask  # out-of-range tokens stay in the normalisers, with weight 0
+    else:
+        weights = ratio * mask
     keep = mask.clone()
     if mode == "mask":
-        keep = keep * ((ratio >= lower) & (ratio <= upper)).float()
+        keep = keep * inside.float()
     vetoed = torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)
     if veto_threshold is not None:
         vetoed = (real & (diff < math.log(veto_threshold))).any(-1)  # (B,): unclamped ratio below the veto
@@ -141,6 +152,22 @@ def rollout_importance_weights(
         **norm,
     }
     return RolloutCorrection(weights, keep, metrics)
+
+
+def is_threshold_spec(spec: str | float) -> tuple[float, float | None]:
+    """``(upper, lower)`` from verl 0.10's rollout_is_threshold: one number U (truncation at U: lower
+    None) or the string "L_U" (IcePop's bounds, for mode zero). ValueError says what is wrong."""
+    if isinstance(spec, bool):
+        raise ValueError(f"expected a number or 'L_U', got {spec!r}")
+    text = str(spec).strip()
+    lower_s, sep, upper_s = text.partition("_")
+    try:
+        upper, lower = (float(upper_s), float(lower_s)) if sep else (float(text), None)
+    except ValueError:
+        raise ValueError(f"expected a number U or 'L_U' (two numbers joined by '_'), got {spec!r}") from None
+    if upper <= 0 or (lower is not None and not 0 < lower <= upper):
+        raise ValueError(f"{spec!r}: the bounds need 0 < L <= U")
+    return upper, lower
 
 
 def _batch_normalize(weights: torch.Tensor, mask: torch.Tensor, real: torch.Tensor, level: str) -> tuple[torch.Tensor, dict[str, float]]:

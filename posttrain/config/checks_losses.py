@@ -100,7 +100,8 @@ def check_supervised_loss_coefs(cfg: Any) -> list[str]:
 def check_rollout_correction(cfg: Any) -> list[str]:
     """Rollout importance sampling (verl's `algorithm.rollout_is*`) is on when
     `rollout_is_threshold` is set; its other keys only shape it, so setting them without a threshold,
-    or a lower bound that truncate mode never reads, would do nothing and is refused. Reusing the
+    or a lower bound that truncate mode never reads, would do nothing and is refused; so is mode zero
+    (it changes only the weights) without rollout_is, which leaves them out of the loss. Reusing the
     rollout's log-probs as the old ones unchecked (`always`) makes every weight exactly 1."""
     threshold = get_path(cfg, "algorithm.rollout_is_threshold", None)
     if not is_rl(cfg):
@@ -136,8 +137,11 @@ def check_rollout_correction(cfg: Any) -> list[str]:
     if shaping["algorithm.rollout_reject_after_advantages"][0] and not rejects:
         problems.append("algorithm.rollout_reject_after_advantages=true moves the rejection after the advantages, but nothing rejects "
                         "tokens (no rollout_rs, rollout_is_mode truncate, no veto); remove it or set one of them")
-    if lower is not None and mode != "mask":
-        problems.append(f"algorithm.rollout_is_threshold_lower ({lower}) is only read by algorithm.rollout_is_mode=mask (truncate caps the upper side only); remove it or use mask")
+    if lower is not None and mode == "truncate":
+        problems.append(f"algorithm.rollout_is_threshold_lower ({lower}) is only read by algorithm.rollout_is_mode mask or zero (truncate caps the upper side only); remove it or use one of those")
+    if mode == "zero" and not shaping["algorithm.rollout_is"][0]:
+        problems.append("algorithm.rollout_is_mode=zero sets out-of-range weights to 0, but algorithm.rollout_is=false leaves the weights out of the loss; "
+                        "set rollout_is: true (or use mask, which rejects the tokens)")
     if lower is not None and lower > threshold:
         problems.append(f"algorithm.rollout_is_threshold_lower ({lower}) must not exceed algorithm.rollout_is_threshold ({threshold})")
     if get_path(cfg, "actor.reuse_rollout_logprobs", "auto") == "always":

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from posttrain.algorithms import POLICY_LOSSES, aggregate_loss, ppo_clip_loss, rollout_importance_weights
+from posttrain.algorithms.rollout_correction import is_threshold_spec
 
 # Two sequences: row 0 has 3 real tokens, row 1 has 2 (its last column is padding with junk values).
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
@@ -49,6 +50,31 @@ def test_token_mask_mode_rejects_tokens_outside_the_bounds_and_keeps_their_weigh
     assert out.metrics["rollout_is/masked_fraction"] == pytest.approx(2 / 5)
     narrow = correct(threshold=2.0, threshold_lower=0.95, mode="mask")  # exp(-0.1) = 0.905 < 0.95
     assert narrow.keep[0].tolist() == [1.0, 0.0, 0.0]
+
+
+def test_zero_mode_sets_weights_outside_the_bounds_to_zero_and_rejects_nothing():
+    # IcePop's M(k): k inside [L, U], else 0. Ratios exp(0.5)=1.65, exp(-0.1)=0.905, exp(1.5)=4.48 | exp(-2)=0.135, exp(0.2)=1.22.
+    out = correct(threshold=4.0, threshold_lower=0.5, mode="zero")
+    r = DIFF.exp()
+    expected = torch.tensor([[r[0, 0], r[0, 1], 0.0], [0.0, r[1, 1], 0.0]])
+    torch.testing.assert_close(out.weights, expected)
+    assert torch.equal(out.keep, MASK)  # the zeroed tokens stay in the normalisers
+    assert out.metrics["rollout_is/masked_fraction"] == 0.0
+    assert out.metrics["rollout_is/fraction_high"] == pytest.approx(1 / 5) and out.metrics["rollout_is/fraction_low"] == pytest.approx(1 / 5)
+    assert out.metrics["rollout_is/mean"] == pytest.approx(float(expected.sum() / 5))
+    # the token-mean loss divides by all 5 real tokens: a zeroed token lowers the loss, unlike mask mode's 3
+    loss_mat = torch.ones(2, 3)
+    assert float(aggregate_loss(loss_mat, out.keep, "token-mean", weights=out.weights)) == pytest.approx(float(expected.sum() / 5))
+    masked = correct(threshold=4.0, threshold_lower=0.5, mode="mask")
+    assert float(aggregate_loss(loss_mat, masked.keep, "token-mean", weights=masked.weights)) == pytest.approx(float(expected.sum() / 3))
+
+
+def test_threshold_specs_read_a_bound_or_icepops_pair():
+    assert is_threshold_spec(2.0) == (2.0, None) and is_threshold_spec("3") == (3.0, None)
+    assert is_threshold_spec("0.5_4.0") == (4.0, 0.5)
+    for bad, why in (("4_0.5", "0 < L <= U"), ("a_b", "two numbers"), (True, "a number"), (-1, "0 < L <= U")):
+        with pytest.raises(ValueError, match=why):
+            is_threshold_spec(bad)
 
 
 @pytest.mark.parametrize("level", ["sequence", "geometric"])

@@ -97,6 +97,18 @@ def test_bypass_reinforce_weights_log_pi_by_the_truncated_ratio_and_drops_reject
     assert out.metrics["ppo_kl"] == pytest.approx(float((-DIFF * keep).sum() / keep.sum()))
 
 
+def test_bypass_reinforce_with_icepop_bounds_zeroes_the_weights_outside_them():
+    adv = torch.tensor([[1.0, -1.0, 2.0], [0.5, 1.0, 3.0]])
+    logp = OLD.clone().requires_grad_(True)
+    out = bypass_mode_loss(old_logprob=ROLLOUT, logprob=logp, advantages=adv, response_mask=MASK, loss_type="reinforce",
+                           rollout_is="token", rollout_is_threshold="0.5_2.0")
+    r = DIFF.exp()
+    w = torch.where((r >= 0.5) & (r <= 2.0), r, torch.zeros(())) * MASK
+    assert float(out.loss.detach()) == pytest.approx(float((-adv * OLD * w).sum() / MASK.sum()), rel=1e-6)
+    out.loss.backward()
+    torch.testing.assert_close(logp.grad, -adv * w / MASK.sum())  # zeroed tokens: no gradient, still in the count
+
+
 def test_bypass_ppo_clip_is_the_clipped_loss_against_the_rollout_over_the_kept_tokens():
     adv = torch.tensor([[1.0, -1.0, 2.0], [0.5, 1.0, 3.0]])
     out = bypass_mode_loss(old_logprob=ROLLOUT, logprob=OLD, advantages=adv, response_mask=MASK, loss_type="ppo_clip",

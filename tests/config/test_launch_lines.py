@@ -180,11 +180,20 @@ RC = "algorithm.rollout_correction."
         ([RC + "rollout_rs='token_k1,seq_max_k2'", RC + "rollout_rs_threshold='0.6_1.6,2.5'"],
          {"rollout_is": False, "rollout_is_threshold": 2.0, "rollout_rs": "token_k1,seq_max_k2", "rollout_rs_threshold": "0.6_1.6,2.5"}, {}),
         ([RC + "rollout_is_threshold=2.0"], {"rollout_is": False, "rollout_is_threshold": None}, {}),  # verl's default: off
+        # verl 0.10's "L_U": IcePop, the weights outside [L, U] set to 0; with no weights only the upper bound is read
+        ([RC + "rollout_is=token", RC + "rollout_is_threshold=0.5_4.0"],
+         {"rollout_is": True, "rollout_is_level": "token", "rollout_is_threshold": 4.0, "rollout_is_threshold_lower": 0.5, "rollout_is_mode": "zero"}, {}),
+        ([RC + "rollout_rs=token_k2", RC + "rollout_rs_threshold=0.1", RC + "rollout_is_threshold=0.5_4.0"],
+         {"rollout_is": False, "rollout_is_threshold": 4.0, "rollout_is_threshold_lower": None, "rollout_is_mode": "truncate"}, {}),
         # bypass mode: the rollout's log-probs are the old ones and the loss corrects
         ([RC + "bypass_mode=true", RC + "loss_type=reinforce", RC + "rollout_is=token", RC + "rollout_rs=token_k3", RC + "rollout_rs_threshold=0.01"],
          {"rollout_is": False, "rollout_is_threshold": None, "rollout_rs": None},
          {"reuse_rollout_logprobs": "always", "policy_loss": {"loss_mode": "bypass_mode", "loss_args": {
              "loss_type": "reinforce", "rollout_is": "token", "rollout_rs": "token_k3", "rollout_rs_threshold": 0.01}}}),
+        ([RC + "bypass_mode=true", RC + "loss_type=reinforce", RC + "rollout_is=token", RC + "rollout_is_threshold=0.5_4.0"],
+         {"rollout_is": False, "rollout_is_threshold": None},
+         {"reuse_rollout_logprobs": "always", "policy_loss": {"loss_mode": "bypass_mode", "loss_args": {
+             "loss_type": "reinforce", "rollout_is": "token", "rollout_is_threshold": "0.5_4.0"}}}),
     ],
 )
 def test_verl_rollout_correction_lands_on_posttrains_keys(inputs, capsys, words, algorithm, actor):
@@ -205,6 +214,9 @@ def test_verl_rollout_correction_lands_on_posttrains_keys(inputs, capsys, words,
         ([RC + "loss_type=dpo", RC + "bypass_mode=true"], "not one of verl's values: ppo_clip, reinforce"),
         ([RC + "rollout_rs=token_k9", RC + "rollout_rs_threshold=0.1"], "unknown rejection option(s) ['token_k9']"),
         ([RC + "rollout_rs=token_k2", RC + "rollout_rs_threshold=0.1_0.5"], "token_k2 takes one upper bound"),
+        ([RC + "rollout_is=token", RC + "rollout_is_threshold=4.0_0.5"], "the bounds need 0 < L <= U"),
+        ([RC + "rollout_is=token", RC + "rollout_is_threshold=0.5_4.0", "reward_model.reward_manager=prime"],
+         "verl 0.8 reads a number here and stops on a string"),  # a line read as verl 0.8
     ],
 )
 def test_verl_rollout_correction_mistakes_are_named(inputs, capsys, words, message):

@@ -64,6 +64,11 @@ SCENARIOS = {
     # the router z-loss: Megatron adds it whatever the balancing type; the reference trains nothing
     "z-loss": (f"+{OTC}moe_z_loss_coeff=0.001", "+critic.megatron.override_transformer_config.moe_z_loss_coeff=0.002",
                "+actor_rollout_ref.ref.megatron.override_transformer_config.moe_z_loss_coeff=0.001"),
+    # the expert bias: frozen at rate 0 (the model's own routing), moved toward even loads otherwise
+    "frozen-bias": (f"+{OTC}moe_router_enable_expert_bias=true", f"+{OTC}moe_router_bias_update_rate=0",
+                    "+actor_rollout_ref.ref.megatron.override_transformer_config.moe_router_enable_expert_bias=true"),
+    "moving-bias": (f"+{OTC}moe_router_enable_expert_bias=true",),
+    "no-bias": (f"+{OTC}moe_router_enable_expert_bias=false", f"+{OTC}moe_router_bias_update_rate=0.01"),
     "critic-balanced": ("+critic.megatron.override_transformer_config.moe_router_load_balancing_type=aux_loss",),
     "own": (R + "context_parallel_size=4", A + "param_offload=false", A + "grad_offload=true", "actor_rollout_ref.model.use_remove_padding=true",
             A + "use_remove_padding=false"),
@@ -155,6 +160,12 @@ def test_a_users_yaml_on_the_megatron_tree(inputs, tmp_path, capsys):
     ("z-loss", OTC + "moe_z_loss_coeff", ("translated", "actor.moe_z_loss_coef", 0.001)),
     ("z-loss", "critic.megatron.override_transformer_config.moe_z_loss_coeff", ("translated", "critic.moe_z_loss_coef", 0.002)),
     ("z-loss", "actor_rollout_ref.ref.megatron.override_transformer_config.moe_z_loss_coeff", ("dropped", None)),
+    ("frozen-bias", OTC + "moe_router_enable_expert_bias", ("dropped", None)),
+    ("frozen-bias", OTC + "moe_router_bias_update_rate", ("dropped", None)),
+    ("frozen-bias", "actor_rollout_ref.ref.megatron.override_transformer_config.moe_router_enable_expert_bias", ("dropped", None)),
+    ("moving-bias", OTC + "moe_router_enable_expert_bias", ("refused", None)),  # Megatron's rate 1e-3 moves it
+    ("no-bias", OTC + "moe_router_enable_expert_bias", ("dropped", None)),
+    ("no-bias", OTC + "moe_router_bias_update_rate", ("dropped", None)),
     ("critic-balanced", "critic.megatron.override_transformer_config.moe_router_load_balancing_type", ("translated", "critic.moe_aux_loss_coef", None)),
     # context parallelism -> Ulysses; the reference follows the actor's unless told otherwise
     ("layout", A + "context_parallel_size", ("translated", "actor.ulysses_sequence_parallel_size", 2)),
@@ -202,3 +213,9 @@ def test_each_megatron_key_lands_on_what_it_means(scenario, key, expected):
 def test_numbers_changing_megatron_options_are_refused_with_the_reason(key, reason):
     status, _, _, why = entries("refused")[key]
     assert status == "refused" and reason in why, why
+
+
+def test_a_moving_expert_bias_is_refused_naming_the_rate_that_would_freeze_it():
+    status, _, _, why = entries("moving-bias")[OTC + "moe_router_enable_expert_bias"]
+    assert status == "refused" and "updated by 0.001 after each step" in why and "moe_router_bias_update_rate=0" in why, why
+    assert "the Hugging Face model's own routing" in entries("frozen-bias")[OTC + "moe_router_bias_update_rate"][3]

@@ -309,6 +309,7 @@ KNOBS = [
     knob("algorithm.rollout_is_threshold_lower=0.5", "metrics", *RIS, "algorithm.rollout_is_mode=mask"),
     knob("algorithm.rollout_is_level=sequence", "weights", *RIS, "algorithm.rollout_is=true"),
     knob("algorithm.rollout_is_mode=mask", "metrics", *RIS),
+    knob("algorithm.rollout_is_mode=zero", "weights", *RIS, "algorithm.rollout_is=true"),  # bf16 ratios outside [1/1.001, 1.001] weigh 0
     knob("algorithm.rollout_is_veto_threshold=0.999", "metrics", *RIS),
     knob("algorithm.rollout_is_batch_normalize=true", "metrics", *RIS, "algorithm.rollout_is=true"),
     knob(("algorithm.rollout_rs=token_k2", "algorithm.rollout_rs_threshold=1e-12"), "metrics", *RIS),

@@ -104,7 +104,8 @@ def test_advantages_count_kept_tokens_and_scores_stay_at_the_last_real_token(fil
 @pytest.mark.parametrize("overrides,needle", [
     (["algorithm.rollout_is=true"], "need(s) algorithm.rollout_is_threshold"),
     (["algorithm.rollout_is_mode=mask"], "need(s) algorithm.rollout_is_threshold"),
-    (["algorithm.rollout_is_threshold=2", "algorithm.rollout_is_threshold_lower=0.5"], "only read by algorithm.rollout_is_mode=mask"),
+    (["algorithm.rollout_is_threshold=2", "algorithm.rollout_is_threshold_lower=0.5"], "only read by algorithm.rollout_is_mode mask or zero"),
+    (["algorithm.rollout_is_threshold=2", "algorithm.rollout_is_mode=zero"], "algorithm.rollout_is=false leaves the weights out of the loss"),
     (["algorithm.rollout_is_threshold=2", "algorithm.rollout_is_mode=mask", "algorithm.rollout_is_threshold_lower=3"], "must not exceed"),
     (["algorithm.rollout_is_threshold=2", "actor.reuse_rollout_logprobs=always"], "every weight would be 1"),
     (["algorithm.rollout_is_threshold=2", "algorithm.rollout_reject_after_advantages=true"], "nothing rejects"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from posttrain.algorithms.rollout_correction import is_threshold_spec
 from posttrain.config.dialects import machine, verl_code, verl_distill, verl_megatron, verl_nsys, verl_reward, verl_sft, verl_veomni
 from posttrain.config.dialects.source import hydra_ignorable
 from posttrain.config.dialects.verl_release import defaults_of, release, value_of
@@ -201,7 +202,8 @@ def rollout_correction(ctx: Any) -> None:
 
     Decoupled mode (``bypass_mode: false``, the actor recomputes the old log-probs) lands on
     posttrain's ``algorithm.rollout_is*`` / ``rollout_rs*``: ``rollout_is: token|sequence`` is
-    rollout_is true at that level, truncated at rollout_is_threshold (verl always truncates);
+    rollout_is true at that level, truncated at rollout_is_threshold, or, given verl 0.10's
+    "L_U", zeroed outside [L, U] (IcePop: rollout_is_mode zero);
     ``rollout_is: null`` gives no weights, and the block still runs (metrics, rejection) when
     rollout_rs is set or the threshold is not verl's default. rollout_rs, rollout_rs_threshold and
     rollout_is_batch_normalize translate key by key.
@@ -222,6 +224,10 @@ def rollout_correction(ctx: Any) -> None:
             ctx.consume(*[_RC + n for n in names if ctx.has(_RC + n)])
             ctx.refuse(_RC + k, f"{value[k]!r} is not one of verl's values: {', '.join(map(str, allowed))}", None, value[k])
             return
+    bounds = _is_bounds(ctx, value["rollout_is_threshold"])
+    if bounds is None:
+        ctx.consume(*[_RC + n for n in names if ctx.has(_RC + n)])
+        return
     if value["bypass_mode"]:
         ctx.consume(*[_RC + n for n in names if ctx.has(_RC + n)])
         ctx.set("actor.reuse_rollout_logprobs", "always", _RC + "bypass_mode", "true: the rollout's log-probs are the old ones")
@@ -240,12 +246,37 @@ def rollout_correction(ctx: Any) -> None:
             if not key.endswith(("loss_type", "bypass_mode")):
                 ctx.drop(key, "rollout_is and rollout_rs null (verl's default): no weights and no rejection")
         return
-    ctx.set("algorithm.rollout_is_threshold", value["rollout_is_threshold"], _RC + "rollout_is_threshold", "the truncation bound of the weights (verl's default 2.0 when not given)")
+    upper, lower = bounds
+    if lower is None:
+        ctx.set("algorithm.rollout_is_threshold", upper, _RC + "rollout_is_threshold", "the truncation bound of the weights (verl's default 2.0 when not given)")
+    elif value["rollout_is"] is None:
+        ctx.set("algorithm.rollout_is_threshold", upper, _RC + "rollout_is_threshold", f"{value['rollout_is_threshold']}: its upper bound; with rollout_is null there are no weights for the lower one to zero")
+    else:
+        why = f"{value['rollout_is_threshold']}: IcePop, the weights outside [{lower}, {upper}] set to 0"
+        ctx.set("algorithm.rollout_is_threshold", upper, _RC + "rollout_is_threshold", why)
+        ctx.set("algorithm.rollout_is_threshold_lower", lower, _RC + "rollout_is_threshold", "")
+        ctx.set("algorithm.rollout_is_mode", "zero", _RC + "rollout_is_threshold", "")
     if value["rollout_is"] is not None:
         ctx.set("algorithm.rollout_is", True, _RC + "rollout_is", f"{value['rollout_is']}: weights at that level multiply the policy loss")
         ctx.set("algorithm.rollout_is_level", value["rollout_is"], _RC + "rollout_is", "")
     elif _RC + "rollout_is" in present:
         ctx.drop(_RC + "rollout_is", "null: no weights (metrics and any rejection only)")
+
+
+def _is_bounds(ctx: Any, spec: Any) -> tuple[float, float | None] | None:
+    """verl's rollout_is_threshold as (upper, lower): a number U truncates at U; verl 0.10 also takes
+    "L_U" (IcePop: weights outside [L, U] set to 0). None once refused."""
+    key = _RC + "rollout_is_threshold"
+    try:
+        upper, lower = is_threshold_spec(spec)
+    except ValueError as err:
+        ctx.refuse(key, str(err), "algorithm.rollout_is_threshold", spec)
+        return None
+    if lower is not None and release() == "0.8":
+        ctx.refuse(key, f"{spec!r}: verl 0.8 reads a number here and stops on a string (the 'L_U' bounds of IcePop are verl 0.10's): "
+                        "give one number, or run the line as verl 0.10", "algorithm.rollout_is_threshold", spec)
+        return None
+    return upper, lower
 
 
 _MICRO_HOW = "a global count of responses: divided by the worker processes (trainer.nnodes x trainer.n_gpus_per_node; one process without them), as verl's workers do"
@@ -254,7 +285,7 @@ RULES: dict[str, Rule] = {
     **{key: Rule(native, _MICRO_HOW, 8) for key, native in _GLOBAL_MICRO.items()},
     "trainer.remove_previous_ckpt_in_save": Rule("trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep", "true keeps only the newest checkpoint of each role (both set to 1); false leaves them", True),
     _RC + "rollout_is": Rule("algorithm.rollout_is, algorithm.rollout_is_level", "token or sequence: rollout_is true at that level (truncated weights); null: no weights", "sequence"),
-    _RC + "rollout_is_threshold": Rule("algorithm.rollout_is_threshold", "the truncation bound of the weights; at verl's default (2.0) with rollout_is and rollout_rs null the block is off", 3.0),
+    _RC + "rollout_is_threshold": Rule("algorithm.rollout_is_threshold", "the truncation bound of the weights; at verl's default (2.0) with rollout_is and rollout_rs null the block is off; verl 0.10's 'L_U' with rollout_is set is IcePop: upper bound U, algorithm.rollout_is_threshold_lower L, rollout_is_mode zero (weights outside [L, U] set to 0)", 3.0),
     _RC + "bypass_mode": Rule("actor.reuse_rollout_logprobs, actor.policy_loss.loss_mode", "true: the rollout's log-probs are the old ones (always) and the policy loss is bypass_mode, with the block's settings as its loss_args", True),
     _RC + "loss_type": Rule("actor.policy_loss.loss_args.loss_type", "the loss of bypass mode (ppo_clip or reinforce); only read with bypass_mode: true", "reinforce", ((_RC + "bypass_mode", True),)),
     **{f"{_A}.{name}": Rule(f"actor.policy_loss.loss_args.{name}", "the SAPO gate's temperature (read with policy_loss.loss_mode sapo only; dropped otherwise)", value,

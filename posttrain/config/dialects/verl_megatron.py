@@ -17,7 +17,9 @@ FSDP2, so each key lands on what it means there:
   balancing type to ``aux_loss`` is the role's ``actor.moe_aux_loss_coef`` / ``critic.moe_aux_loss_coef``
   (``moe_aux_loss_coeff``, else the model's router_aux_loss_coef: null); with verl's ``none`` the
   coefficient is not read. ``moe_z_loss_coeff`` (Megatron's router z-loss, added whatever the
-  balancing type) is the role's ``moe_z_loss_coef``.
+  balancing type) is the role's ``moe_z_loss_coef``. The expert bias (``moe_router_enable_expert_bias``)
+  with ``moe_router_bias_update_rate: 0`` stays as loaded, the model's own routing; a positive rate
+  (balancing by moving the bias) is refused.
 - ``context_parallel_size`` -> the role's Ulysses sequence parallelism of that size (both split one
   sequence over that many devices and compute exact attention).
 - ``param_offload`` / ``grad_offload`` / ``optimizer_offload`` -> the role's ``fsdp_config``
@@ -261,6 +263,8 @@ def _transformer(ctx: Any, prefix: str, role: str, key: str, name: str, value: A
         _balancing(ctx, prefix, role, key, name, value)
     elif name == "moe_z_loss_coeff":
         _z_loss(ctx, role, key, value)
+    elif name in ("moe_router_enable_expert_bias", "moe_router_bias_update_rate"):
+        _expert_bias(ctx, prefix, role, key, name, value)
     elif name in _CHANGES:
         ctx.refuse(key, _CHANGES[name], None, value)
     else:
@@ -303,6 +307,37 @@ def _z_loss(ctx: Any, role: str, key: str, value: Any) -> None:
         ctx.refuse(key, f"expected a number >= 0, got {value!r}", f"{role}.moe_z_loss_coef", value)
     else:
         ctx.set(f"{role}.moe_z_loss_coef", float(value), key, "Megatron adds it x each micro-batch's router z-loss (mean squared logsumexp of the router logits, summed over MoE layers) to the loss")
+
+
+_BIAS_RATE = 1e-3  # Megatron's TransformerConfig.moe_router_bias_update_rate default
+
+
+def _expert_bias(ctx: Any, prefix: str, role: str, key: str, name: str, value: Any) -> None:
+    """Megatron's expert bias (DeepSeek-V3's auxiliary-loss-free balancing): a per-expert bias added
+    to the router scores to choose the top-k experts, moved by ``moe_router_bias_update_rate``
+    toward even loads after every optimizer step. At rate 0 it stays as the checkpoint gave it,
+    which is how the Hugging Face model routes (its e_score_correction_bias, where the family has
+    one, is a buffer no optimizer moves; without one the bias is 0), so both keys change nothing.
+    A positive rate is a balancing posttrain does not do."""
+    otc = f"{prefix}.megatron.override_transformer_config"
+    enabled = ctx.get(f"{otc}.moe_router_enable_expert_bias", False)
+    rate = ctx.get(f"{otc}.moe_router_bias_update_rate", _BIAS_RATE)
+    if enabled is not True:
+        if name == "moe_router_bias_update_rate":
+            ctx.drop(key, f"read only with moe_router_enable_expert_bias true (here {enabled!r})")
+        else:
+            ctx.drop(key, f"{value!r}: Megatron's default, no expert bias of its own; posttrain routes as the Hugging Face model does")
+    elif role == "ref":
+        ctx.drop(key, "the reference takes no optimizer step, so its expert bias stays as loaded: the Hugging Face model's routing")
+    elif isinstance(rate, bool) or not isinstance(rate, (int, float)):
+        ctx.refuse(key, f"moe_router_bias_update_rate: expected a number, got {rate!r}", None, value)
+    elif rate == 0:
+        ctx.drop(key, "expert bias with update rate 0: the bias stays as the checkpoint gave it, the Hugging Face model's own routing "
+                      "(its e_score_correction_bias buffer, which no optimizer moves; 0 where the family has none)")
+    else:
+        ctx.refuse(key, f"the expert bias updated by {rate} after each step toward even expert loads (auxiliary-loss-free balancing, "
+                        "Megatron's default rate 1e-3): posttrain keeps the model's bias as loaded; set "
+                        f"{otc}.moe_router_bias_update_rate=0 for that, or balance with actor.moe_aux_loss_coef", None, value)
 
 
 def _recompute(ctx: Any, role: str, key: str, value: Any) -> None:
@@ -471,7 +506,7 @@ def _rules() -> dict[str, Rule]:
             out[m + "grad_offload"] = Rule(f"{role}.fsdp_config.param_offload", "FSDP2 offloads gradients with their parameters: true sets param_offload", True)
             out[m + "optimizer_offload"] = Rule(f"{role}.fsdp_config.optimizer_offload", "CPU offload of the role's optimizer state (FSDP2)", True)
             gc = "model.enable_gradient_checkpointing" if role == "actor" else "critic.model.enable_gradient_checkpointing"
-            out[m + "override_transformer_config"] = Rule(gc, "Megatron's TransformerConfig: recompute_granularity full/selective -> gradient checkpointing; recompute_method/num_layers/modules, kernels, fusions, dispatchers, pipeline splits and moe_router_dtype dropped (same numbers to rounding); moe_router_load_balancing_type aux_loss -> the role's moe_aux_loss_coef (moe_aux_loss_coeff, else null: the model's router_aux_loss_coef; under verl's type none the coefficient is dropped, other types refused); moe_z_loss_coeff -> the role's moe_z_loss_coef; dropout, MoE capacity and other options refused", {"recompute_granularity": "full"})
+            out[m + "override_transformer_config"] = Rule(gc, "Megatron's TransformerConfig: recompute_granularity full/selective -> gradient checkpointing; recompute_method/num_layers/modules, kernels, fusions, dispatchers, pipeline splits and moe_router_dtype dropped (same numbers to rounding); moe_router_load_balancing_type aux_loss -> the role's moe_aux_loss_coef (moe_aux_loss_coeff, else null: the model's router_aux_loss_coef; under verl's type none the coefficient is dropped, other types refused); moe_z_loss_coeff -> the role's moe_z_loss_coef; moe_router_enable_expert_bias with moe_router_bias_update_rate 0 dropped (the bias stays as loaded: the model's own routing), a positive rate refused; dropout, MoE capacity and other options refused", {"recompute_granularity": "full"})
     out.update({key: Rule(None, "declared by verl's config classes but read nowhere in verl", False) for key in _LOAD_WEIGHT})
     out.update({key: Rule("cluster.rpc_timeout_s", "the role's process-group timeout (seconds); posttrain's roles share one set of processes", 1200) for key in _TIMEOUTS})
     out["actor_rollout_ref.actor.megatron.router_replay.mode"] = Rule("actor.router_replay.mode", "verl 0.10's engine-level routing replay, the same modes as actor_rollout_ref.actor.router_replay.mode: R2 -> R2, R3 refused", "R2", (("actor_rollout_ref.actor.strategy", "megatron"),))
