@@ -227,3 +227,22 @@ def test_verl_gdpo_line_is_posttrain_gdpo_with_its_component_keys():
     assert native["algorithm"]["gdpo_reward_keys"] == ["accuracy_reward", "format_reward"]
     assert native["algorithm"]["gdpo_reward_weights"] == [1.0, 0.5]
     assert native["reward"]["reward_manager"] == "naive"  # verl's gdpo manager: the naive one's calls, every dict key kept
+
+
+def test_the_image_patch_size_is_checked_against_the_models_processor(tmp_path):
+    # verl reads it only in its overlong-prompt filter; its model is given images at the processor's patch size
+    model = tmp_path / "vl"
+    model.mkdir()
+    (model / "preprocessor_config.json").write_text('{"patch_size": 14}')
+    on = ("data.filter_overlong_prompts=true", f"actor_rollout_ref.model.path={model}")
+
+    def entry(*words):
+        return _line(*words)[1].entry("data.image_patch_size")
+
+    assert entry("data.image_patch_size=14", *on).status == "dropped"  # the model's own
+    wrong = entry("data.image_patch_size=16", *on)
+    assert wrong.status == "refused" and "at its processor's patch size 14" in wrong.reason and "set it to 14" in wrong.reason
+    off = entry("data.image_patch_size=16", f"actor_rollout_ref.model.path={model}")
+    assert off.status == "dropped" and "overlong-prompt filter, which is off" in off.reason
+    absent = entry("data.image_patch_size=16", "data.filter_overlong_prompts=true", f"actor_rollout_ref.model.path={tmp_path / 'none'}")
+    assert absent.status == "dropped" and "checked once the model is on this machine" in absent.reason

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from posttrain.config.dialects.model_files import image_patch_size
 from posttrain.config.dialects.translate import Context
 
 DETECTION = "detection"
@@ -82,12 +83,7 @@ def patch_size(ctx: Context, spec: Mapping[str, Any]) -> int | None:
     model = model or ctx.get("pretrain")
     if not qwen25_vl(model):
         return None
-    config = Path(model).expanduser() / "preprocessor_config.json"
-    try:
-        value = json.loads(config.read_text()).get("patch_size") if config.is_file() else None
-    except (OSError, ValueError):
-        value = None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else FAMILY_PATCH
+    return image_patch_size(model) or FAMILY_PATCH
 
 
 def model(ctx: Context, name: str, spec: Mapping[str, Any]) -> None:

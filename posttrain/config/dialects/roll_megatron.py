@@ -40,11 +40,10 @@ mcore_adapter/training_args.py). What each option does to the numbers decides it
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
+from posttrain.config.dialects.model_files import model_json
 from posttrain.config.dialects.roll_fsdp2 import flat_options
 from posttrain.config.dialects.translate import Context
 from posttrain.config.tables import Rule
@@ -252,23 +251,9 @@ def _model_router_coefficient(path: Any) -> tuple[str, float] | None:
     name in the local Hugging Face cache, read offline) and its config.json (or a nested text
     config) has experts and a positive router_aux_loss_coef: the families whose coefficient
     mcore_adapter hands Megatron (Qwen-MoE, Mixtral). None otherwise, as on a machine without it."""
-    if not isinstance(path, str) or not path:
+    config = model_json(path, "config.json")
+    if config is None:
         return None
-    config_file = Path(path).expanduser() / "config.json"
-    if not config_file.is_file():
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            cached = try_to_load_from_cache(path, "config.json")
-        except Exception:  # not a hub name: nothing cached under it
-            return None
-        if not isinstance(cached, str):
-            return None
-        config_file = Path(cached)
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, ValueError):
-        return None  # an unreadable config.json is the model loader's to report
     nodes = [config]
     while nodes:
         node = nodes.pop()

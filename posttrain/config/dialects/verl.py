@@ -19,6 +19,7 @@ from typing import Any
 
 from posttrain.algorithms.rollout_correction import is_threshold_spec
 from posttrain.config.dialects import machine, verl_code, verl_distill, verl_megatron, verl_nsys, verl_reward, verl_sft, verl_veomni
+from posttrain.config.dialects.model_files import image_patch_size
 from posttrain.config.dialects.source import hydra_ignorable
 from posttrain.config.dialects.verl_release import defaults_of, release, value_of
 from posttrain.config.dialects.values import value_hook as common_value_hook
@@ -35,6 +36,36 @@ def null_profile_steps(ctx: Any) -> None:
         if ctx.has(key) and ctx.get(key) is None:
             ctx.consume(key)
             ctx.drop(key, "null: no steps profiled (posttrain's default, profiler.steps: [])")
+
+
+_PATCH = "data.image_patch_size"
+
+
+def image_patch(ctx: Any) -> None:
+    """verl reads ``data.image_patch_size`` only in its overlong-prompt filter, which measures each
+    prompt with its images first resized (qwen_vl_utils) to multiples of twice that patch; the
+    images the model is given are resized at the processor's own patch size (verl's agent loop).
+    posttrain measures and feeds them at the processor's size, so the lengths agree where the key
+    is that size (Qwen2-/2.5-VL 14, Qwen3-VL 16), which is checked against the model's
+    preprocessor_config.json when the model is on this machine."""
+    if not ctx.has(_PATCH):
+        return
+    value = ctx.get(_PATCH)
+    ctx.consume(_PATCH)
+    if not ctx.get("data.filter_overlong_prompts", False):
+        ctx.drop(_PATCH, "read by verl only in its overlong-prompt filter, which is off (data.filter_overlong_prompts false)")
+        return
+    path = ctx.get("actor_rollout_ref.model.path")
+    own = image_patch_size(path)
+    if own is None:
+        ctx.drop(_PATCH, f"{value}: verl measures prompts for its overlong filter with images resized at this patch size, posttrain at "
+                         "the model's image processor's: the same lengths where this is it (checked once the model is on this machine)")
+    elif own == value:
+        ctx.drop(_PATCH, f"{value}: the model's own patch size (its preprocessor_config.json), at which posttrain measures and feeds images")
+    else:
+        ctx.refuse(_PATCH, f"{value}: verl's overlong-prompt filter would measure images resized at patch {value}, while the model "
+                           f"({path}) is given them at its processor's patch size {own}, at which posttrain measures them: set it to {own}",
+                   None, value)
 
 
 # verl's deprecated global micro-batch sizes, by the per-device key verl derives from each.
@@ -283,6 +314,7 @@ _MICRO_HOW = "a global count of responses: divided by the worker processes (trai
 # Keys the handlers translate (docs/config-mapping.md reads this table: posttrain.config.tables).
 RULES: dict[str, Rule] = {
     **{key: Rule(native, _MICRO_HOW, 8) for key, native in _GLOBAL_MICRO.items()},
+    _PATCH: Rule(None, "read by verl only in its overlong-prompt filter: dropped where that is off or the value is the model's image processor's patch size (posttrain's), refused where the model's preprocessor_config.json says another", 16, (("data.filter_overlong_prompts", True),)),
     "trainer.remove_previous_ckpt_in_save": Rule("trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep", "true keeps only the newest checkpoint of each role (both set to 1); false leaves them", True),
     _RC + "rollout_is": Rule("algorithm.rollout_is, algorithm.rollout_is_level", "token or sequence: rollout_is true at that level (truncated weights); null: no weights", "sequence"),
     _RC + "rollout_is_threshold": Rule("algorithm.rollout_is_threshold", "the truncation bound of the weights; at verl's default (2.0) with rollout_is and rollout_rs null the block is off; verl 0.10's 'L_U' with rollout_is set is IcePop: upper bound U, algorithm.rollout_is_threshold_lower L, rollout_is_mode zero (weights outside [L, U] set to 0)", 3.0),
@@ -302,7 +334,7 @@ RULES.update(verl_nsys.RULES)  # nsys discrete: a capture range per phase
 RULES.update(verl_sft.RULES)  # verl's SFT trainer: its optimizer, loss and columns
 RULES.update(verl_distill.RULES)  # verl 0.10's on-policy distillation
 
-HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, *verl_veomni.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, sapo, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
+HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, *verl_veomni.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, image_patch, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, sapo, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
 
 
 def is_default(key: str, value: Any) -> bool:

@@ -153,9 +153,6 @@ TEMPLATE_UNREAD = ("read nowhere in ROLL: its pipelines render training and vali
                    "tokenizer's chat template")
 # Reference keys with no field in `data`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
-    # verl 0.10 (verl/utils/dataset/rl_dataset.py): its patch size for qwen_vl_utils' resize of each image before the processor
-    "verl:data.image_patch_size": ("the patch size verl resizes images to multiples of (with qwen_vl_utils) before the model's processor; "
-                                   "posttrain resizes them with the model directory's image processor alone, at its own patch size"),
     "verl:data.datagen.path": _DATAGEN,
     "verl:data.datagen.name": _DATAGEN,
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
