@@ -133,6 +133,16 @@ def test_if_branches_on_set_variables_are_taken_as_bash_would():
         'if [[ $b == "y" ]] ... [[ $b == "x" ]]: a condition posttrain does not evaluate (every branch read, the last assignment wins)']
 
 
+def test_integer_comparisons_are_judged_as_bash_would():
+    script = ('SP=${SP_SIZE:-1}\nif [ "${SP}" -gt 1 ]; then CP=on; fi\nif [[ $SP -eq 1 ]]; then ONE=yes; else ONE=no; fi\n'
+              'if [ "$SP" -le 0 ]; then LOW=yes; fi\nif [ "$NAME" -ge 2 ]; then ODD=1; fi\n'
+              'python -m verl.trainer.main_ppo cp=${CP:-off} one=$ONE low=${LOW:-no} odd=${ODD:-0}\n')
+    found = extract(script, {"NAME": "abc"})
+    assert found.words == ["cp=off", "one=yes", "low=no", "odd=1"]  # a non-integer operand: every branch read
+    assert found.unresolved == ['if [ "$NAME" -ge 2 ]: a condition posttrain does not evaluate (every branch read, the last assignment wins)']
+    assert extract(script, {"SP_SIZE": "4"}).words == ["cp=on", "one=no", "low=no", "odd=1"]
+
+
 def test_an_escaped_space_before_a_comment_ends_the_command_as_in_bash():
     # verl's run_deepseek7b_llm_pfppo.sh: `\ ` is a word holding one space, and the `#` after it is a
     # comment that ends the command, so the lines below it are not part of the launch (bash runs them

@@ -12,7 +12,8 @@ verl's scripts pick settings by a variable they set a few lines up::
 `Branches` follows ``if``/``elif``/``else``/``fi`` and says whether each command runs. A condition it
 evaluates is one comparison of two words: ``[[ A == B ]]``, ``[[ A = B ]]``, ``[[ A != B ]]`` (an
 unquoted right side is a glob pattern, as in bash) or ``[ A = B ]``, ``[ A == B ]``, ``[ A != B ]``
-(literal), with every variable in them set (by the script or the environment given) to a value that
+(literal), or one integer comparison ``[ A -gt B ]`` (``-eq -ne -lt -le -gt -ge``, either bracket),
+with every variable in them set (by the script or the environment given) to a value that
 stands on no gap. Any other condition (``-n``, ``&&``, a command, an unset variable, a variable set
 from a command posttrain does not run) is not evaluated: every branch of that
 ``if`` runs, the last assignment winning, and the gap is named in the shell's `unresolved` list.
@@ -26,10 +27,21 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import operator
 
 from posttrain.config.dialects.shell_words import Shell
 
 _TESTS = {"[[": "]]", "[": "]"}
+_INTEGER = {"-eq": operator.eq, "-ne": operator.ne, "-lt": operator.lt, "-le": operator.le, "-gt": operator.gt, "-ge": operator.ge}
+
+
+def _integer(word: str | None) -> int | None:
+    """A test's integer operand (bash allows surrounding blanks and a sign), or None: bash stops
+    with "integer expression expected" on anything else, which this leaves unjudged."""
+    try:
+        return int(word.strip()) if word is not None else None
+    except ValueError:
+        return None
 
 
 @dataclasses.dataclass
@@ -152,6 +164,10 @@ class Branches:
                 pattern = raw[0] == "[[" and raw[3][:1] not in "'\""  # [[ x == glob ]], unquoted
                 equal = fnmatch.fnmatchcase(a, b) if pattern else a == b
                 verdict = equal if raw[2] != "!=" else not equal
+        elif len(raw) == 5 and raw[0] in _TESTS and raw[4] == _TESTS[raw[0]] and raw[2] in _INTEGER:
+            a, b = _integer(self._expanded(raw[1])), _integer(self._expanded(raw[3]))
+            if a is not None and b is not None:
+                verdict = _INTEGER[raw[2]](a, b)
         self.condition, self.judged, self.evaluated = command, True, verdict is not None
         return verdict  # one not evaluated is named when its `then` comes, the whole condition read
 

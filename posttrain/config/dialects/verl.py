@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from posttrain.algorithms.rollout_correction import is_threshold_spec
-from posttrain.config.dialects import machine, verl_code, verl_distill, verl_megatron, verl_nsys, verl_reward, verl_sft, verl_veomni
+from posttrain.config.dialects import machine, verl_code, verl_distill, verl_megatron, verl_nsys, verl_reward, verl_sft, verl_turbo, verl_veomni
 from posttrain.config.dialects.model_files import image_patch_size
 from posttrain.config.dialects.source import hydra_ignorable
 from posttrain.config.dialects.verl_release import defaults_of, release, value_of
@@ -329,12 +329,13 @@ RULES: dict[str, Rule] = {
 
 RULES.update(verl_megatron.RULES)  # verl's Megatron trainer: its strategy and megatron sections
 RULES.update(verl_veomni.RULES)  # verl 0.10's VeOmni engine: its veomni sections and optimizer
+RULES.update(verl_turbo.RULES)  # verl 0.10's FSDP-Turbo engine: its turbo_config sections
 RULES.update(verl_reward.RULES)  # verl's reward model, on its legacy worker or its reward loop
 RULES.update(verl_nsys.RULES)  # nsys discrete: a capture range per phase
 RULES.update(verl_sft.RULES)  # verl's SFT trainer: its optimizer, loss and columns
 RULES.update(verl_distill.RULES)  # verl 0.10's on-policy distillation
 
-HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, *verl_veomni.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, image_patch, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, sapo, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
+HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, *verl_veomni.HANDLERS, *verl_turbo.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, image_patch, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, sapo, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
 
 
 def is_default(key: str, value: Any) -> bool:

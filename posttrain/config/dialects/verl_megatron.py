@@ -487,7 +487,7 @@ def _rules() -> dict[str, Rule]:
     out: dict[str, Rule] = {}
     for prefix, role in ROLES.items():
         m = f"{prefix}.megatron."
-        out[f"{prefix}.strategy"] = Rule(f"{role}.strategy", "fsdp or fsdp2: posttrain's FSDP2; megatron (verl's Megatron workers) or veomni (verl 0.10's VeOmni engine): dropped, the role's megatron or veomni keys translate onto FSDP2", "fsdp2")
+        out[f"{prefix}.strategy"] = Rule(f"{role}.strategy", "fsdp or fsdp2: posttrain's FSDP2; megatron (verl's Megatron workers) or veomni (verl 0.10's VeOmni engine): dropped, the role's megatron or veomni keys translate onto FSDP2; fsdp_turbo (verl 0.10's FSDP-Turbo, on FSDP2): fsdp2, its turbo_config translated", "fsdp2")
         for name, how in LAYOUT.items():
             out[m + name] = Rule(None, how, 2 if name.endswith("size") else True)
         out[m + "use_remove_padding"] = (Rule(None, "posttrain's reference packs as the policy does", True) if role == "ref" else
