@@ -77,8 +77,10 @@ MACHINE = [
     # a size that must divide the worker processes, where the file leaves the device count to the
     # machine (posttrain.config.dialects.machine) and this one has fewer GPUs than the user's
     ("GPUs for its parallel sizes", re.compile(r"the file leaves the device count to the machine")),
-    # vLLM/SGLang rollout: the engine package is missing because the machine has no CUDA GPU for it
-    ("vLLM/SGLang", re.compile(r"(vLLM|SGLang) is not installed .*no CUDA GPU")),
+    # vLLM/SGLang rollout: the engine package is missing because the machine has no CUDA GPU for it;
+    # not where the line goes on to say the engine's tensor parallelism is refused on the user's
+    # cluster as well (posttrain.rollout.requests.tensor_parallel_note): that is posttrain's lack
+    ("vLLM/SGLang", re.compile(r"(vLLM|SGLang) is not installed .*no CUDA GPU(?!.*is refused too unless the run is one process)")),
     # an environment's package (alfworld, scienceworld) or Java runtime, named by its check_runtime at plan time
     ("an environment's package", re.compile(r"custom_envs\.\S+\.env_type \S+: .*(pip install 'posttrain\[envs\]'|`java` is not on PATH)")),
     # a tracker's secret the file reads with ${oc.env:...}: the user's shell has it, this one does not

@@ -93,3 +93,17 @@ def tensor_parallel_problem(cfg) -> str | None:
         return ("rollout.tensor_model_parallel_size > 1 with several worker processes: every worker holds a whole "
                 "engine, so tensor parallelism is only available to a one-process run")
     return None
+
+
+def tensor_parallel_note(cfg) -> str:
+    """For a machine without the engine: the refusal its tensor parallelism meets where the engine
+    runs, so a laptop plan does not promise a cluster run that stops there. A run of several worker
+    processes is refused (`tensor_parallel_problem`), and so is one whose device count is left to
+    the machine (``cluster.n_gpus_per_node`` 0 here: the GPUs of the node it runs on); an explicit
+    one-process run may split its engine. Empty when nothing would stop it."""
+    tp = cfg.rollout.tensor_model_parallel_size
+    if tp <= 1 or cfg.cluster.n_gpus_per_node * cfg.cluster.nnodes == 1:
+        return ""
+    return (f". Where it runs, rollout.tensor_model_parallel_size={tp} is refused too unless the run is one process: "
+            "posttrain's colocated workers each hold a whole engine, and an engine split over several worker "
+            "processes is not provided")

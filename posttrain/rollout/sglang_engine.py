@@ -33,7 +33,7 @@ from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, Weights, buckets, named_tensors
 from posttrain.rollout.registry import register_engine
 from posttrain.rollout.requests import (
-    Request, check_version, dtype_name, max_model_len, requests_for, rollout_batch, tensor_parallel_problem,
+    Request, check_version, dtype_name, max_model_len, requests_for, rollout_batch, tensor_parallel_note, tensor_parallel_problem,
 )
 
 
@@ -47,7 +47,7 @@ def machine_problem(cfg: Any) -> str | None:
     if not torch.cuda.is_available():
         missing.append("this machine has no CUDA GPU, which SGLang needs")
     if missing:
-        return "; ".join(missing) + ". Use rollout.name=hf on this machine (its SGLang settings are then reported unused)"
+        return "; ".join(missing) + f". Use rollout.name=hf on this machine (its SGLang settings are then reported unused){tensor_parallel_note(cfg)}"
     return tensor_parallel_problem(cfg)
 
 

@@ -40,7 +40,7 @@ from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, Weights, buckets, named_tensors
 from posttrain.rollout.registry import register_engine
 from posttrain.rollout.requests import (
-    Request, check_version, dtype_name, max_model_len, requests_for, rollout_batch, tensor_parallel_problem,
+    Request, check_version, dtype_name, max_model_len, requests_for, rollout_batch, tensor_parallel_note, tensor_parallel_problem,
 )
 
 # [lowest, first unsupported): logprobs_mode arrived in 0.10.2; 0.33 is the newest release seen
@@ -87,7 +87,7 @@ def machine_problem(cfg: Any) -> str | None:
     if not torch.cuda.is_available():
         missing.append("this machine has no CUDA GPU, which vLLM needs")
     if missing:
-        return "; ".join(missing) + ". Use rollout.name=hf on this machine (its vLLM settings are then reported unused)"
+        return "; ".join(missing) + f". Use rollout.name=hf on this machine (its vLLM settings are then reported unused){tensor_parallel_note(cfg)}"
     return version_problem(getattr(vllm, "__version__", "0")) or tensor_parallel_problem(cfg)
 
 

@@ -114,3 +114,5 @@ def test_the_machine_check_names_what_is_missing(fake_sglang, monkeypatch):
     assert machine_problem(cfg()).startswith("this machine has no CUDA GPU, which SGLang needs")
     monkeypatch.setitem(sys.modules, "sglang", None)
     assert machine_problem(cfg()).startswith("SGLang is not installed (pip install 'posttrain[sglang]')")
+    assert "Where it runs, rollout.tensor_model_parallel_size=4 is refused too" in machine_problem(
+        cfg("rollout.tensor_model_parallel_size=4", "cluster.n_gpus_per_node=8"))

@@ -180,6 +180,13 @@ def test_the_machine_check_names_what_is_missing(fake_vllm, monkeypatch):
     assert machine_problem(cfg()).startswith("this machine has no CUDA GPU, which vLLM needs. Use rollout.name=hf")
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError
     assert machine_problem(cfg()).startswith("vLLM is not installed (pip install 'posttrain[vllm]'); this machine has no CUDA GPU")
+    # a laptop plan says what the engine's tensor parallelism meets where it runs: several worker
+    # processes, or a device count left to the node (0 here), refuse it; an explicit one-process run does not
+    split = machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=8"))
+    assert split.startswith("vLLM is not installed") and "Where it runs, rollout.tensor_model_parallel_size=2 is refused too" in split
+    assert "refused too" in machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=0"))
+    assert "refused too" not in machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=1"))
+    assert "refused too" not in machine_problem(cfg("cluster.n_gpus_per_node=8"))
     monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert machine_problem(cfg()) is None
