@@ -77,10 +77,8 @@ MACHINE = [
     # a size that must divide the worker processes, where the file leaves the device count to the
     # machine (posttrain.config.dialects.machine) and this one has fewer GPUs than the user's
     ("GPUs for its parallel sizes", re.compile(r"the file leaves the device count to the machine")),
-    # vLLM/SGLang rollout: the engine package is missing because the machine has no CUDA GPU for it;
-    # not where the line goes on to say the engine's tensor parallelism is refused on the user's
-    # cluster as well (posttrain.rollout.requests.tensor_parallel_note): that is posttrain's lack
-    ("vLLM/SGLang", re.compile(r"(vLLM|SGLang) is not installed .*no CUDA GPU(?!.*is refused too unless the run is one process)")),
+    # vLLM/SGLang rollout: the engine package is missing because the machine has no CUDA GPU for it
+    ("vLLM/SGLang", re.compile(r"(vLLM|SGLang) is not installed .*no CUDA GPU")),
     # an environment's package (alfworld, scienceworld) or Java runtime, named by its check_runtime at plan time
     ("an environment's package", re.compile(r"custom_envs\.\S+\.env_type \S+: .*(pip install 'posttrain\[envs\]'|`java` is not on PATH)")),
     # a tracker's secret the file reads with ${oc.env:...}: the user's shell has it, this one does not
@@ -88,6 +86,14 @@ MACHINE = [
 ]
 
 PER_WORLD = re.compile(r"does not divide the \d+ worker process")
+# A line that names what the machine lacks and then what stops the file where it runs as well
+# (posttrain.rollout.requests.tensor_parallel_note): posttrain's lack, not the machine's.
+REFUSED_THERE_TOO = re.compile(r"is refused too unless the run is one process")
+
+
+def lacks_only(problem: str) -> bool:
+    """Whether a problem line names only what this machine lacks."""
+    return not REFUSED_THERE_TOO.search(problem) and any(pattern.search(problem) for _, pattern in MACHINE)
 
 
 def verl_runs(checkout: Path) -> list[tuple[str, list[str] | None, str]]:
@@ -166,14 +172,14 @@ def plan(words: list[str], cwd: Path, env: dict[str, str]) -> tuple[str, str]:
     # judged against this machine's one process: the machine's lack too (smoke substitutes it)
     unknown_world = "a cluster job" in lacks
     problems = [p for p in problems if not (unknown_world and PER_WORLD.search(p))]
-    if problems and all(any(pattern.search(p) for _, pattern in MACHINE) for p in problems):
+    if problems and all(lacks_only(p) for p in problems):
         return "machine", "lacks " + ", ".join(sorted(lacks))
     # a line the source framework stops on too (a missing include naming DeepSpeed, say) is nothing smoke substitutes
     smokeable = [not SOURCE_FAILS.search(p) and (machine_refusal(_reason(p)) and "--config-name" not in p
                                                  or any(pattern.search(p) for _, pattern in MACHINE)) for p in problems]
     if problems and all(smokeable):
         return "refused", text + SMOKE_MARK
-    if problems and all(SOURCE_FAILS.search(p) or any(pattern.search(p) for _, pattern in MACHINE) for p in problems):
+    if problems and all(SOURCE_FAILS.search(p) or lacks_only(p) for p in problems):
         return "refused", text + SOURCE_MARK
     return "refused", text
 
