@@ -200,6 +200,8 @@ def _reason(line: str) -> str:
 
 def reason_of(line: str) -> str:
     """A refusal line's reason, shortened to group alike lines."""
+    if REFUSED_THERE_TOO.search(line):
+        return "rollout.tensor_model_parallel_size > 1 over several worker processes (refused where the engine runs)"
     return re.split(r"[;(]", _reason(line))[0].strip()[:100]
 
 
