@@ -38,6 +38,56 @@ def null_profile_steps(ctx: Any) -> None:
             ctx.drop(key, "null: no steps profiled (posttrain's default, profiler.steps: [])")
 
 
+def ray_cluster(ctx: Any) -> None:
+    """verl starts a Ray cluster for every run; ``ray_kwargs.ray_init.num_cpus`` sizes it and
+    ``ray_kwargs.timeline_json_file`` asks for its timeline. posttrain starts its workers with Ray
+    across nodes (``trainer.nnodes`` > 1: cluster.launcher auto), where both are its cluster's keys;
+    on one node its workers are local subprocesses, with no Ray cluster to size or trace."""
+    across = (ctx.get("trainer.nnodes", 1) or 1) > 1
+    for key, native, what in (("ray_kwargs.ray_init.num_cpus", "cluster.ray_num_cpus", "the CPUs of the Ray cluster"),
+                              ("ray_kwargs.timeline_json_file", "cluster.ray_timeline_file", "the timeline of the Ray cluster")):
+        if not ctx.has(key) or ctx.get(key) is None:
+            continue
+        ctx.consume(key)
+        if across:
+            ctx.set(native, ctx.get(key), key, f"{what} posttrain starts its workers with across nodes")
+        else:
+            ctx.drop(key, f"{what} verl starts; posttrain's workers on one node are local subprocesses, with no Ray cluster "
+                          f"(cluster.launcher ray would start one, and {native} is its key)")
+
+
+def critic_switch(ctx: Any) -> None:
+    """verl 0.10's ``critic.enable`` (null: a critic exactly when ``adv_estimator`` is gae). posttrain
+    trains a critic when the estimator reads values, so true with gae and false otherwise say what it
+    does; true beside another estimator would train a critic whose values nothing reads, and false
+    with gae would leave gae without values."""
+    key = "critic.enable"
+    if not ctx.has(key) or ctx.get(key) is None:
+        return
+    ctx.consume(key)
+    value, gae = ctx.get(key), ctx.get("algorithm.adv_estimator", "gae") == "gae"
+    if bool(value) == gae:
+        ctx.drop(key, f"{value}: {'gae reads the critic' if gae else 'the estimator reads no values'}, as posttrain decides from algorithm.adv_estimator")
+    elif value:
+        ctx.refuse(key, "true beside an estimator that reads no values: verl would train a critic nothing uses; posttrain trains a critic "
+                        "for gae only: remove it", None, value)
+    else:
+        ctx.refuse(key, "false with adv_estimator gae, which needs the critic's values: set another estimator or remove it", None, value)
+
+
+def rollout_seed(ctx: Any) -> None:
+    """verl 0.10's ``rollout.seed`` seeds its engine's sampler (42 by default); posttrain's engine
+    seed is rollout.seed too, null meaning trainer.seed. verl's default is left to posttrain's."""
+    key = "actor_rollout_ref.rollout.seed"
+    if not ctx.has(key) or ctx.get(key) is None:
+        return
+    ctx.consume(key)
+    if is_default(key, ctx.get(key)):
+        ctx.drop(key, "verl's default (42): posttrain seeds the engine from trainer.seed unless rollout.seed is given")
+    else:
+        ctx.set("rollout.seed", ctx.get(key), key, "the seed of the engine's sampler")
+
+
 _PATCH = "data.image_patch_size"
 
 
@@ -162,15 +212,21 @@ def engine_config(ctx: Any) -> None:
     role's Ulysses size and entropy options; its engine reads them there (verl/workers/config/engine.py).
     The role-level keys are 0.10's deprecated spellings: ``ulysses_sequence_parallel_size`` > 1 is
     copied over the engine's (verl/workers/config/actor.py), and the entropy keys are the defaults
-    the engine's interpolate. 0.8 lines keep 0.8's reading (the role-level keys)."""
-    if release() == "0.8":
-        return
-    for prefix, role in (("actor_rollout_ref.actor", "actor"), ("actor_rollout_ref.ref", "ref")):
-        for name in ("ulysses_sequence_parallel_size", "entropy_checkpointing", "entropy_from_logits_with_chunking"):
-            key, legacy = f"{prefix}.fsdp_config.{name}", f"{prefix}.{name}"
-            if not ctx.has(key):
+    the engine's interpolate; the critic's engine section is ``critic.fsdp`` (its Ulysses size only:
+    a value head computes no entropy). 0.8 lines keep 0.8's reading (the role-level keys): its legacy
+    workers do not read the engine section's copies, which are dropped saying so."""
+    roles = (("actor_rollout_ref.actor", "fsdp_config", "actor"), ("actor_rollout_ref.ref", "fsdp_config", "ref"), ("critic", "fsdp", "critic"),
+             ("critic", "model.fsdp_config", "critic"))
+    for prefix, engine, role in roles:
+        names = ("ulysses_sequence_parallel_size",) if role == "critic" else ("ulysses_sequence_parallel_size", "entropy_checkpointing", "entropy_from_logits_with_chunking")
+        for name in names:
+            key, legacy = f"{prefix}.{engine}.{name}", f"{prefix}.{name}"
+            if not ctx.has(key) or key in ctx.handled:
                 continue
             ctx.consume(key)
+            if release() == "0.8":
+                ctx.drop(key, f"verl 0.8's legacy workers read {legacy} instead, not the engine section's copy")
+                continue
             value = ctx.get(key)
             if name == "ulysses_sequence_parallel_size" and ctx.has(legacy) and (ctx.get(legacy) or 1) > 1:
                 ctx.drop(key, f"{legacy} ({ctx.get(legacy)}) is greater than 1, and verl 0.10 copies it over this key")
@@ -314,6 +370,10 @@ _MICRO_HOW = "a global count of responses: divided by the worker processes (trai
 # Keys the handlers translate (docs/config-mapping.md reads this table: posttrain.config.tables).
 RULES: dict[str, Rule] = {
     **{key: Rule(native, _MICRO_HOW, 8) for key, native in _GLOBAL_MICRO.items()},
+    "ray_kwargs.ray_init.num_cpus": Rule("cluster.ray_num_cpus", "across nodes (trainer.nnodes > 1, where posttrain starts its workers with Ray); dropped on one node, whose workers are local subprocesses", 8, (("trainer.nnodes", 2),)),
+    "ray_kwargs.timeline_json_file": Rule("cluster.ray_timeline_file", "across nodes (trainer.nnodes > 1, where posttrain starts its workers with Ray); dropped on one node, whose workers are local subprocesses", "timeline.json", (("trainer.nnodes", 2),)),
+    "critic.enable": Rule(None, "true with adv_estimator gae and false with another estimator are dropped (posttrain decides from the estimator); the other two combinations are refused", True, (("algorithm.adv_estimator", "gae"),)),
+    "actor_rollout_ref.rollout.seed": Rule("rollout.seed", "the engine's sampler seed; verl's default (42) is dropped, posttrain then seeding the engine from trainer.seed", 7),
     _PATCH: Rule(None, "read by verl only in its overlong-prompt filter: dropped where that is off or the value is the model's image processor's patch size (posttrain's), refused where the model's preprocessor_config.json says another", 16, (("data.filter_overlong_prompts", True),)),
     "trainer.remove_previous_ckpt_in_save": Rule("trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep", "true keeps only the newest checkpoint of each role (both set to 1); false leaves them", True),
     _RC + "rollout_is": Rule("algorithm.rollout_is, algorithm.rollout_is_level", "token or sequence: rollout_is true at that level (truncated weights); null: no weights", "sequence"),
@@ -335,7 +395,7 @@ RULES.update(verl_nsys.RULES)  # nsys discrete: a capture range per phase
 RULES.update(verl_sft.RULES)  # verl's SFT trainer: its optimizer, loss and columns
 RULES.update(verl_distill.RULES)  # verl 0.10's on-policy distillation
 
-HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, *verl_veomni.HANDLERS, *verl_turbo.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, image_patch, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, sapo, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
+HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, *verl_veomni.HANDLERS, *verl_turbo.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, image_patch, ray_cluster, critic_switch, rollout_seed, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, sapo, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
 
 
 def is_default(key: str, value: Any) -> bool:

@@ -31,8 +31,9 @@ from posttrain.config.dialects.source import leaves
 from posttrain.config.dialects.verl_release import value_of
 from posttrain.config.tables import Rule
 
-# role prefix -> (posttrain role, its engine section)
-SECTIONS = {"actor_rollout_ref.actor": ("actor", "fsdp_config"), "actor_rollout_ref.ref": ("ref", "fsdp_config"), "critic": ("critic", "fsdp")}
+# role prefix -> (posttrain role, its engine section); the critic's critic.fsdp is read as 0.8's
+# critic.model.fsdp_config (posttrain.config.dialects.verl_moved) before the handlers run
+SECTIONS = {"actor_rollout_ref.actor": ("actor", "fsdp_config"), "actor_rollout_ref.ref": ("ref", "fsdp_config"), "critic": ("critic", "model.fsdp_config")}
 _SAME = "how or where the same numbers are computed: posttrain's FSDP2 shards the role over the same devices"
 _DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp32": "fp32", "float32": "fp32"}
 LAYOUT = {

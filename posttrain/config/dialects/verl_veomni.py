@@ -160,9 +160,13 @@ def _determinism(ctx: Any, prefix: str, key: str, name: str, value: Any) -> None
 def optimizers(ctx: Any) -> None:
     """The actor's and critic's ``optim`` under verl's VeOmni engine (module docstring)."""
     for prefix, role in (("actor_rollout_ref.actor", "actor"), ("critic", "critic")):
-        if not is_veomni(ctx, prefix):
-            continue
         o = f"{prefix}.optim"
+        if not is_veomni(ctx, prefix):
+            for name in ("lr_min", "lr_start", "lr_decay_ratio"):  # VeOmni's own schedule keys (its tree's), which no other engine reads
+                if ctx.has(f"{o}.{name}") and f"{o}.{name}" not in ctx.handled:
+                    ctx.consume(f"{o}.{name}")
+                    ctx.drop(f"{o}.{name}", f"read only by verl's VeOmni engine ({prefix}.strategy veomni)")
+            continue
         for name in ("optimizer", "lr_scheduler_type", "lr_min", "lr_start", "lr_decay_ratio", "lr_warmup_steps", "override_optimizer_config"):
             if ctx.has(f"{o}.{name}"):
                 ctx.consume(f"{o}.{name}")

@@ -162,6 +162,61 @@ class ActorConfig:
     profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the actor (and of the rollout, which follows it) in profiler.steps.", refs=[f"{_VERL}.profiler"])
 
 
+_SAME_NUMBERS = "the same numbers"
+_QAT = ("quantization-aware training (fake-quantized weights in the training forward, quantized weights in the engine); posttrain "
+        "trains and samples in the role's compute dtype: its defaults (enable: false) are accepted")
+
+
+def verl_engine_keys(prefix: str, trains: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """``(unsupported, no_effect)`` for the keys of one of verl's FSDP engine sections (``prefix``:
+    a role's ``fsdp_config``, or the critic's ``fsdp``) that no posttrain field takes: what changes
+    the numbers is refused unless at verl's default, what only says how they are computed is
+    dropped. ``trains``: whether the role takes optimizer steps."""
+    unsupported = {
+        f"{prefix}.dtype": "the engine's compute dtype: bfloat16 (verl's default) is posttrain's mixed precision on a GPU; float16 needs "
+                           "loss scaling, which posttrain does not do",
+        f"{prefix}.seed": "verl seeds the engine's processes with it; posttrain seeds every role's processes with trainer.seed",
+        f"{prefix}.full_determinism": "deterministic kernels everywhere (torch.use_deterministic_algorithms); posttrain seeds every role "
+                                      "with trainer.seed but does not force deterministic kernels",
+        f"{prefix}.model_dtype": "the dtype the role's weights are loaded in; posttrain loads every role in model.dtype",
+        **{f"{prefix}.qat.{k}": _QAT for k in ("enable", "mode", "group_size", "ignore_patterns", "activation_observer", "quantization_config_path")},
+    }
+    if trains:
+        unsupported[f"{prefix}.forward_only"] = "true would run the role's forward passes only and never train it"
+    no_effect = {
+        f"{prefix}.use_orig_params": "FSDP1's flat-parameter option; posttrain's FSDP2 shards each parameter as it is",
+        f"{prefix}.use_torch_compile": f"compiles verl's entropy function in the engine: {_SAME_NUMBERS}",
+        f"{prefix}.pad_to_length": f"pads each packed micro-batch up to a length bucket; the padding is stripped before the loss: {_SAME_NUMBERS}",
+        f"{prefix}.pad_to_length_bucket": f"the length bucket of pad_to_length; the padding is stripped before the loss: {_SAME_NUMBERS}",
+        f"{prefix}.strategy": "fsdp or fsdp2 inside the engine: both are posttrain's FSDP2 (the role's strategy names the engine)",
+        f"{prefix}.entropy_from_logits_chunk_size": f"the chunk of tokens verl's chunked entropy takes at a time: {_SAME_NUMBERS}",
+    }
+    if not trains:
+        no_effect[f"{prefix}.forward_only"] = "verl marks the reference as forward-only; posttrain's reference never trains"
+    return unsupported, no_effect
+
+
+def verl_role_keys(prefix: str) -> tuple[dict[str, str], dict[str, str]]:
+    """``(unsupported, no_effect)`` for role-level keys of verl 0.10's actor, reference and critic
+    that no posttrain field takes."""
+    unsupported = {
+        f"{prefix}.rollout_n": ("verl's copy of actor_rollout_ref.rollout.n, which scales the role's batch sizes; posttrain reads "
+                                "rollout.n: leave it to verl's interpolation"),
+    }
+    no_effect = {
+        f"{prefix}.pad_to_length": f"pads each packed micro-batch up to a length bucket; the padding is stripped before the loss: {_SAME_NUMBERS}",
+        f"{prefix}.entropy_from_logits_chunk_size": f"the chunk of tokens verl's chunked entropy takes at a time: {_SAME_NUMBERS}",
+        f"{prefix}.checkpoint.async_save": "writes the checkpoint in the background: the same files",
+    }
+    unsupported[f"{prefix}.optim.zero_indexed_step"] = ("whether verl's learning-rate schedule counts its first step as 0 (its default) or 1; "
+                                                        "posttrain's schedule is not shifted by a step")
+    return unsupported, no_effect
+
+
+_ACTOR_ENGINE = verl_engine_keys(f"{_VERL}.fsdp_config", trains=True)
+del _ACTOR_ENGINE[0][f"{_VERL}.fsdp_config.model_dtype"]  # the actor's is model.dtype (a field of its own)
+_ACTOR_ROLE = verl_role_keys(_VERL)
+
 # Reference keys with no field in `actor`, and why (read by the mapping generator and dialect loaders).
 # The reference's router_replay: verl reads the actor's only (its reference routes with its own routers).
 ROUTER_REPLAY = ("routing replay of the reference (verl reads router_replay of the actor only, and replays routing in its Megatron "
@@ -175,6 +230,12 @@ UNSUPPORTED: dict[str, str] = {
     "roll:actor_train.worker_cls": "ROLL's worker class for the role; posttrain's roles are its own (posttrain.workers), chosen by the algorithm",
     "roll:is_offload_states": _OFFLOAD,
     "roll:is_offload_optimizer_states_in_train_step": _OFFLOAD,
+    **_ACTOR_ENGINE[0],
+    **_ACTOR_ROLE[0],
+    **{f"{_VERL}.qat.{k}": _QAT for k in ("enable", "mode", "group_size", "ignore_patterns", "activation_observer", "quantization_config_path")},
+    f"{_VERL}.loss_scale_factor": ("the constant seq-mean-token-sum-norm divides by; posttrain divides by the response length "
+                                   "(data.max_response_length), which is what verl's default (null: the padded response length) gives"),
+    f"{_VERL}.policy_loss.dro_beta": "the weight of the quadratic log-ratio penalty of verl's dro loss, which posttrain does not provide",
 }
 
 
@@ -182,6 +243,11 @@ UNSUPPORTED: dict[str, str] = {
 _NOT_READ = "not read by ROLL (no field of its config dataclasses declares it; ROLL ignores such keys)"
 # ROLL keys met in its published examples that change nothing whatever their value (the loaders drop them).
 NO_EFFECT: dict[str, str] = {
+    **_ACTOR_ENGINE[1],
+    **_ACTOR_ROLE[1],
+    f"{_VERL}.calculate_entropy": "whether verl computes the entropy when its coefficient is 0 (for its metrics); posttrain computes it for its metrics and the bonus either way",
+    f"{_VERL}.use_fused_kernels": f"verl's fused log-prob and entropy kernels: {_SAME_NUMBERS} to float rounding",
+    f"{_VERL}.use_remove_padding": f"packing the micro-batch's sequences without padding (verl 0.10's engine reads it here): {_SAME_NUMBERS}; posttrain's switch is model.use_remove_padding",
     "roll:actor_train.offload_nccl": NCCL_OFFLOAD,
     "roll:positive_loss_coef": _NOT_READ + " (ROLL spells its field postive_loss_coef)",
     "roll:model_name": _NOT_READ + " (a name the agentic examples build with ${now:...})",

@@ -218,6 +218,7 @@ UNSUPPORTED: dict[str, str] = {
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    "verl:algorithm.filter_groups.max_inflight_gen_batches": "how many of verl's dynamic-sampling batches are generated at once: when they are sampled, not what",
     "roll:add_len_reward": "declared in ROLL's PPOConfig but read nowhere in ROLL's code, so no value of it changes a ROLL run either (checked against alibaba/ROLL's source)",
 }
 

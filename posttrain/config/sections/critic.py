@@ -23,6 +23,8 @@ from posttrain.config.sections.actor import (
     NCCL_OFFLOAD,
     FsdpConfig,
     roll_worker_unsupported,
+    verl_engine_keys,
+    verl_role_keys,
 )
 from posttrain.config.sections.data import TEMPLATE_UNREAD
 from posttrain.config.sections.optim import CriticOptimConfig
@@ -86,13 +88,39 @@ NEGATED_REFS: dict[str, str] = {
     "roll:critic.model_args.disable_gradient_checkpointing": "model.enable_gradient_checkpointing",
 }
 
+_ENGINES = [verl_engine_keys("verl:critic.fsdp", trains=True), verl_engine_keys("verl:critic.model.fsdp_config", trains=True)]
+_ROLE = verl_role_keys("verl:critic")
+_NO_ENTROPY = "the critic computes no entropy"
+_MTP = ("multi-token prediction heads of the critic's model: posttrain's critic is a value head on the model's last hidden "
+        "states; its defaults (enable: false) are accepted")
+
 # Reference keys with no field in `critic`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
     **roll_worker_unsupported("critic", "critic"),
+    **{k: v for engine in _ENGINES for k, v in engine[0].items()},
+    **_ROLE[0],
+    "verl:critic.loss_scale_factor": ("the constant seq-mean-token-sum-norm divides by; posttrain divides by the response length "
+                                      "(data.max_response_length), which is what verl's default (null: the padded response length) gives"),
+    "verl:critic.data_loader_seed": "a workaround for Megatron's data order across context-parallel ranks; posttrain's shuffle is seeded from the run seed",
+    "verl:critic.model.hf_config_path": "a config.json read from elsewhere than the model's directory; posttrain reads the critic model's own",
+    "verl:critic.model.lora_adapter_path": "a LoRA adapter the critic starts from; posttrain's critic LoRA (critic.model.lora_rank) starts fresh",
+    "verl:critic.model.exclude_modules": "modules LoRA leaves out by name; posttrain's critic LoRA names the modules it adapts (critic.model.target_modules)",
+    **{f"verl:critic.model.mtp.{k}": _MTP for k in (
+        "enable", "enable_train", "enable_rollout", "detach_encoder", "mtp_loss_scaling_factor", "speculative_algorithm",
+        "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "method", "num_speculative_tokens")},
 }
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    **{k: v for engine in _ENGINES for k, v in engine[1].items()},
+    **_ROLE[1],
+    **{f"verl:critic.{section}.{k}": _NO_ENTROPY for section in ("fsdp", "model.fsdp_config")
+       for k in ("entropy_checkpointing", "entropy_from_logits_with_chunking", "entropy_from_logits_chunk_size")},
+    "verl:critic.model.custom_chat_template": "the critic scores the policy's token ids; a chat template of its own renders nothing it reads",
+    "verl:critic.model.use_fused_kernels": "verl's fused log-prob kernels, which a value head does not use",
+    "verl:critic.model.fused_kernel_options.impl_backend": "the backend of verl's fused kernels, which a value head does not use",
+    "verl:critic.model.use_liger": "Liger's fused kernels: the same numbers to float rounding",
+    **{f"verl:critic.model.tiled_mlp.{k}": "computes the MLP over slices of the sequence to save memory: the same numbers" for k in ("enabled", "num_shards")},
     "roll:critic.offload_nccl": NCCL_OFFLOAD,
     "roll:critic.data_args.template": TEMPLATE_UNREAD,
 }

@@ -154,6 +154,11 @@ TEMPLATE_UNREAD = ("read nowhere in ROLL: its pipelines render training and vali
 # Reference keys with no field in `data`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
     "verl:data.datagen.path": _DATAGEN,
+    "verl:data.train_max_samples": "a cap on the training rows verl reads; posttrain reads every row of data.train_files: cut the file, or -1 (verl's default) reads all",
+    "verl:data.val_max_samples": "a cap on the validation rows verl reads; posttrain reads every row of data.val_files: cut the file, or -1 (verl's default) reads all",
+    "verl:data.audio_key": "audio inputs: posttrain's vision path carries images and videos (data.image_key, data.video_key); it has no audio encoder input",
+    "verl:data.function_tool_path": ("a Python file whose functions verl turns into tools; posttrain's tools are classes named in "
+                                     "rollout.multi_turn.tool_config_path (docs/agentic.md)"),
     "verl:data.datagen.name": _DATAGEN,
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "roll:validation.data_args.image_max_pixels": "ROLL resizes validation images with their own bound; posttrain resizes every image with data.image_max_pixels (actor_train.data_args.image_max_pixels), so validation images are sized as training ones",

@@ -27,7 +27,7 @@ class ModelConfig:
               "roll:actor_train.model_args.model_name_or_path", "trinity:model.model_path"],
     )
     tokenizer_path: str | None = param(
-        None, doc="Local tokenizer directory; null uses `path`.", refs=["verl:data.tokenizer"],
+        None, doc="Local tokenizer directory; null uses `path`.", refs=["verl:data.tokenizer", "verl:actor_rollout_ref.model.tokenizer_path"],
     )
     dtype: str = param(
         "fp32", doc="Parameter dtype: fp32, bf16, fp16, or auto (the dtype saved in config.json).",
@@ -139,6 +139,7 @@ UNSUPPORTED: dict[str, str] = {
         "enable", "enable_train", "enable_rollout", "detach_encoder", "mtp_loss_scaling_factor", "speculative_algorithm",
         "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "method", "num_speculative_tokens")},
     "verl:actor_rollout_ref.model.lora": _MEGATRON_LORA,
+    "verl:actor_rollout_ref.model.hf_config_path": "a config.json read from elsewhere than the model's directory; posttrain reads the model directory's own (model.override_config changes its attributes)",
     "verl:critic.model.lora": _MEGATRON_LORA,
     "verl:actor_rollout_ref.model.override_config.moe_config.freeze_moe_router": (
         "Megatron MoE option; posttrain has no Megatron backend"
@@ -167,3 +168,10 @@ def check_kernel_flags(cfg: Any) -> list[str]:
         return []
     return [f"model.{key} acts on the RL actor's training forward; algorithm.kind {kind} trains through its own loop, where it would change nothing: set it to false for this stage"
             for key in ("use_fused_kernels", "enable_activation_offload") if getattr(model, key, False)]
+
+
+# Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
+NO_EFFECT: dict[str, str] = {
+    **{f"verl:actor_rollout_ref.model.tiled_mlp.{k}": "computes the MLP over slices of the sequence to save memory: the same numbers"
+       for k in ("enabled", "num_shards")},
+}

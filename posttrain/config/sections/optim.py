@@ -100,16 +100,28 @@ def _unsupported(verl_prefix: str) -> dict[str, str]:
     }
 
 
+_PRECISION_AWARE = ("Megatron's precision-aware optimizer: gradients and Adam's moments kept in lower precision, other numbers than "
+                    "posttrain's fp32 optimizer state: verl's default (false, fp32) is accepted")
+_MUON = "an option of Megatron's Muon optimizer, read only with optim.optimizer muon (which posttrain refuses: it provides AdamW, Adam and SGD)"
+_MEGATRON_OPTIM = ("use_precision_aware_optimizer", "main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+_MUON_KEYS = ("muon_momentum", "muon_nesterov", "muon_split_qkv", "muon_scale_mode", "muon_coefficient_type", "muon_num_ns_steps",
+              "muon_tp_mode", "muon_fp32_matmul_prec", "muon_extra_scale_factor", "muon_scalar_optimizer", "muon_match_adamw_update_rms")
+
 # Reference keys with no field in `actor.optim`/`critic.optim`, and why.
 UNSUPPORTED: dict[str, str] = {
     **_unsupported("verl:actor_rollout_ref.actor.optim"),
     **_unsupported("verl:critic.optim"),
+    **{f"verl:{role}.optim.{k}": _PRECISION_AWARE for role in ("actor_rollout_ref.actor", "critic") for k in _MEGATRON_OPTIM},
 }
 
 # ROLL's RLVR and agentic pipelines never read their roles' Hugging Face epoch count: their length is
 # max_steps (a DPO file's num_train_epochs is its passes over the pairs: the ROLL dialect's DPO handler).
 _ROLL_EPOCHS = "ROLL's RL pipelines do not read it (their length is max_steps; posttrain's trainer.total_training_steps)"
 NO_EFFECT: dict[str, str] = {
+    **{f"verl:{role}.optim.{k}": _MUON for role in ("actor_rollout_ref.actor", "critic") for k in _MUON_KEYS},
+    **{f"verl:{role}.optim.use_layer_wise_distributed_optimizer": ("how Megatron's distributed optimizer splits its state over ranks "
+                                                                   "(by layer): where the state lives, not the update")
+       for role in ("actor_rollout_ref.actor", "critic")},
     "roll:actor_train.training_args.num_train_epochs": _ROLL_EPOCHS,
     "roll:critic.training_args.num_train_epochs": _ROLL_EPOCHS,
 }

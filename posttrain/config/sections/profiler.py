@@ -63,7 +63,21 @@ def role_unsupported(prefix: str) -> dict[str, str]:
     for key in ("tool_config.npu.contents", "tool_config.npu.level", "tool_config.npu.analysis", "tool_config.npu.discrete"):
         out[f"{prefix}.{key}"] = "Ascend NPUs are not supported by posttrain"
     out[f"{prefix}.tool_config.torch_memory.trace_alloc_max_entries"] = "the CUDA memory history is one per process: set profiler.torch_memory"
+    out[f"{prefix}.finish_hook_cmd"] = _FINISH_HOOK
+    out[f"{prefix}.tool_config.precision_debugger.strict"] = _PRECISION_DEBUGGER
+    for key in ("skip_first", "wait", "warmup", "active", "repeat"):
+        out[f"{prefix}.tool_config.torch.schedule.{key}"] = _TORCH_SCHEDULE
+    for key in ("config_path", "steps", "stages"):
+        out[f"{prefix}.tool_config.precision_debugger.{key}"] = _PRECISION_DEBUGGER
     return out
+
+
+_FINISH_HOOK = ("a shell command verl runs once after the last profiled step (to ship the traces off the node); posttrain runs no "
+                "command of the config's: the traces are under profiler.save_path when each profiled step ends")
+_TORCH_SCHEDULE = ("torch.profiler's schedule inside a profiled step (skip, wait, warm up, record, repeat); posttrain records each "
+                   "profiled step whole (profiler.steps): verl's default (all 0) is accepted")
+_PRECISION_DEBUGGER = ("options of verl's precision_debugger tool (msprobe's tensor dumps per step and stage); posttrain's "
+                       "profiler tools are torch, torch_memory and nsys")
 
 
 _NO_STACK_DEPTH = "torch's CUDA memory history has no stack-depth option (verl passes it only where torch has one)"
@@ -72,6 +86,13 @@ _NO_STACK_DEPTH = "torch's CUDA memory history has no stack-depth option (verl p
 # Reference keys with no field, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
     f"{_VERL}.global_tool_config.torch_memory.kw_args": "the CUDA memory history is recorded for this worker's own GPU",
+    f"{_VERL}.finish_hook_cmd": _FINISH_HOOK,
+    f"{_VERL}.global_tool_config.precision_debugger.strict": _PRECISION_DEBUGGER,
+    **{f"{_VERL}.global_tool_config.precision_debugger.{k}": _PRECISION_DEBUGGER for k in ("config_path", "steps", "stages")},
+    **{f"verl:actor_rollout_ref.rollout.profiler.{k}": "the rollout is profiled with the actor (one hybrid worker): set actor.profiler"
+       for k in ("finish_hook_cmd", "tool_config.torch.profile_token_start", "tool_config.torch.profile_token_end",
+                 "tool_config.precision_debugger.config_path", "tool_config.precision_debugger.steps", "tool_config.precision_debugger.stages",
+                 "tool_config.precision_debugger.strict")},
     **{f"verl:actor_rollout_ref.rollout.profiler.{k}": "the rollout is profiled with the actor (one hybrid worker): set actor.profiler"
        for k in ("enable", "all_ranks", "ranks", "tool", "save_path", "tool_config.torch.contents", "tool_config.torch.discrete")},
     **role_unsupported("verl:actor_rollout_ref.actor.profiler"),
@@ -81,7 +102,12 @@ UNSUPPORTED: dict[str, str] = {
 }
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
+_HOOK_RANKS = "which ranks run verl's finish_hook_cmd, which is refused"
+_RELOCATE = "moves nsys reports and engine traces into verl's save_path when profiling ends; posttrain writes its traces under profiler.save_path"
 NO_EFFECT: dict[str, str] = {
+    **{f"verl:{prefix}.{k}": why for prefix in ("global_profiler", "actor_rollout_ref.actor.profiler", "actor_rollout_ref.ref.profiler",
+                                                 "actor_rollout_ref.rollout.profiler", "critic.profiler")
+       for k, why in (("finish_hook_all_ranks", _HOOK_RANKS), ("finish_hook_ranks", _HOOK_RANKS), ("relocate_results", _RELOCATE))},
     f"{_VERL}.global_tool_config.torch_memory.stack_depth": _NO_STACK_DEPTH,
     **{f"{role}.profiler.tool_config.torch_memory.stack_depth": _NO_STACK_DEPTH
        for role in ("verl:actor_rollout_ref.actor", "verl:actor_rollout_ref.ref", "verl:critic", "verl:reward_model")},

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.fields import param, section
-from posttrain.config.sections.actor import NCCL_OFFLOAD, ROUTER_REPLAY, FsdpConfig, roll_worker_unsupported
+from posttrain.config.sections.actor import NCCL_OFFLOAD, ROUTER_REPLAY, FsdpConfig, roll_worker_unsupported, verl_engine_keys, verl_role_keys
 from posttrain.config.sections.data import TEMPLATE_UNREAD
 from posttrain.config.sections.profiler import ProfilerConfig
 
@@ -46,8 +46,13 @@ class RefConfig:
     profiler: ProfilerConfig = param(factory=ProfilerConfig, doc="Profiling of the reference in profiler.steps.", refs=[f"{_VERL}.profiler"])
 
 
+_ENGINE = verl_engine_keys(f"{_VERL}.fsdp_config", trains=False)
+_ROLE = verl_role_keys(_VERL)
+
 # Reference keys with no field in `ref`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
+    **_ENGINE[0],
+    f"{_VERL}.rollout_n": _ROLE[0][f"{_VERL}.rollout_n"],
     **{f"{_VERL}.router_replay.{k}": ROUTER_REPLAY for k in ("mode", "record_file", "replay_file")},
     "roll:reference.model_args.dtype": "the reference loads the policy weights with the policy's dtype (model section)",
     **roll_worker_unsupported("reference", "ref"),
@@ -57,6 +62,9 @@ UNSUPPORTED: dict[str, str] = {
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    **_ENGINE[1],
+    f"{_VERL}.pad_to_length": _ROLE[1][f"{_VERL}.pad_to_length"],
+    f"{_VERL}.entropy_from_logits_chunk_size": _ROLE[1][f"{_VERL}.entropy_from_logits_chunk_size"],
     "roll:reference.offload_nccl": NCCL_OFFLOAD,
     "roll:reference.model_args.freeze_module_prefix": "ROLL loads the reference with every parameter frozen (load_model with is_trainable false), so naming some of them frozen changes nothing; posttrain's reference is never trained either",
     "roll:reference.data_args.template": TEMPLATE_UNREAD,

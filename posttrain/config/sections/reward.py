@@ -189,6 +189,7 @@ QUERY_FILTER_ARGS: dict[str, tuple[str, ...]] = {
 
 #: Keys any value of which changes nothing in posttrain, with the reason (the loaders drop them).
 NO_EFFECT: dict[str, str] = {
+    "verl:reward_model.ulysses_sequence_parallel_size": "splits the reward model's sequences over devices: the same scores",
     "verl:data.return_raw_input_ids": "verl's code never reads it: a reward model with another chat template re-renders each conversation from the prompt's chat messages (data.return_raw_chat) when reward_model.model.input_tokenizer is set, in verl as in posttrain (reward.reward_model.input_tokenizer)",
 }
 
@@ -204,7 +205,16 @@ _RM_REPLICATED = ("posttrain does not shard the reward model: every worker proce
 _RM_FSDP = "verl:reward_model.model.fsdp_config"
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
+_USER_MANAGER = ("a reward-manager class of the user's, imported by verl (source importlib); posttrain's reward managers are its "
+                 "own (reward.reward_manager): a user's scoring goes in reward.custom_reward_function, or a reward worker "
+                 "(reward.workers.<name>.worker_cls)")
+_RM_POOL = ("a device pool of its own for verl's reward model; posttrain's reward model runs in the trainer's worker processes "
+            "(reward.reward_model): verl's default (false, 0) is accepted")
 UNSUPPORTED: dict[str, str] = {
+    **{f"verl:{k}": _USER_MANAGER for k in ("reward.reward_manager.source", "reward.reward_manager.module.path", "reward.reward_manager.module.name",
+                                            "reward_model.reward_loop_source", "reward_model.reward_loop_module_path", "reward_model.reward_loop_class_name",
+                                            "reward_manager.source", "reward_manager.module.path", "reward_manager.module.name", "reward_manager.name")},
+    **{f"verl:{section}.{k}": _RM_POOL for section in ("reward.reward_model", "reward_model") for k in ("enable_resource_pool", "n_gpus_per_node", "nnodes")},
     "verl:reward_model.strategy": _RM_REPLICATED,
     **{f"{_RM_FSDP}{k}": _RM_REPLICATED for k in ("", ".wrap_policy.min_num_params", ".reshard_after_forward", ".fsdp_size", ".forward_prefetch")},
     "verl:reward_model.megatron": _RM_REPLICATED,  # verl's Megatron trainer: how it splits the reward model

@@ -195,6 +195,28 @@ UNSUPPORTED: dict[str, str] = {
     "verl:actor_rollout_ref.rollout.enable_rollout_routing_replay": ("recording the engine's MoE routing for the training forward to replay (R3): "
                                                                      "posttrain's training forward routes every token with the model's own router; false is accepted"),
     "verl:actor_rollout_ref.rollout.data_parallel_size": _REPLICAS,
+    "verl:actor_rollout_ref.rollout.pipeline_model_parallel_size": ("pipeline-parallel ranks inside one vLLM/SGLang engine: posttrain's engine splits a "
+                                                                    "model only by tensor parallelism (rollout.tensor_model_parallel_size); 1 is accepted"),
+    f"{_VERL}.quantization": "a quantized rollout (fp8 weights in the engine): the engine would sample from other numbers than the actor's; posttrain's engine holds the actor's weights in rollout.dtype",
+    f"{_VERL}.quantization_config_file": "the settings of a quantized rollout (rollout.quantization), which posttrain does not provide",
+    f"{_VERL}.logprobs_mode": "which log-probs vLLM returns; posttrain's vLLM adapter returns processed_logprobs (verl's default), the distribution it sampled from",
+    f"{_VERL}.full_determinism": "batch-invariant, deterministic kernels in the engine; posttrain's engines run their default kernels",
+    f"{_VERL}.multi_turn.function_tool_path": ("a Python file whose functions verl turns into tools; posttrain's tools are classes named in "
+                                               "rollout.multi_turn.tool_config_path (docs/agentic.md)"),
+    f"{_VERL}.agent.agent_loop_config_path": ("a YAML file of verl agent-loop classes; posttrain's rollouts are single-turn, tool-calling "
+                                              "(rollout.multi_turn) or an agent function over an endpoint (rollout.agent)"),
+    f"{_VERL}.agent.default_agent_loop": ("the agent-loop class each row runs unless it names one; posttrain picks its rollout from "
+                                          "rollout.multi_turn and rollout.agent: single_turn_agent (verl's default) is accepted"),
+    f"{_VERL}.nnodes": "a node pool of its own for verl's standalone rollout; posttrain places engines with cluster.device_mapping.rollout",
+    f"{_VERL}.n_gpus_per_node": "a device pool of its own for verl's standalone rollout; posttrain places engines with cluster.device_mapping.rollout",
+    f"{_VERL}.disaggregation.enabled": ("prefill-decode disaggregation (SGLang prefilling and decoding on separate replicas, the KV cache "
+                                        "moved between them); posttrain's engine prefills and decodes in place"),
+    f"{_VERL}.qat": "the rollout's copy of the actor's quantization-aware training settings, which posttrain does not provide; null is accepted",
+    **{f"{_VERL}.qat.{k}": ("the rollout's copy of the actor's quantization-aware training settings, which posttrain does not provide; "
+                            "the defaults (enable: false) are accepted")
+       for k in ("enable", "mode", "group_size", "ignore_patterns", "activation_observer", "quantization_config_path")},
+    f"{_VERL}.skip_rollout": "verl 0.8's rollout cache (generate once, dump, reload); posttrain samples every step",
+    f"{_VERL}.skip_dump_dir": "the folder of verl 0.8's rollout cache (skip_rollout), which posttrain does not provide",
     "verl:actor_rollout_ref.rollout.expert_parallel_size": _REPLICAS,
     **{f"verl:actor_rollout_ref.rollout.prometheus.{k}": ("Prometheus metrics of verl's rollout servers: posttrain's engines run inside the "
                                                           "workers with no server, and its generation metrics go to trainer.logger; the defaults "
@@ -209,6 +231,15 @@ UNSUPPORTED: dict[str, str] = {
 _SCHEDULING = "request scheduling inside ROLL's generation workers: it changes when requests run, not what is sampled"
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    f"{_VERL}.cudagraph_capture_sizes": "the batch sizes vLLM captures CUDA graphs for: how fast, not what is sampled",
+    f"{_VERL}.scheduling_policy": "the order vLLM schedules requests in (fcfs or priority): when each runs, not what is sampled",
+    f"{_VERL}.skip_tokenizer_init": "whether the engine loads its own tokenizer; posttrain hands it token ids either way",
+    f"{_VERL}.moe_load_balance_metrics_interval": "how often verl logs its engine's MoE load metrics",
+    f"{_VERL}.agent.num_workers": "how many agent-loop workers verl runs requests on: concurrency, not what is sampled",
+    **{f"{_VERL}.disaggregation.{k}": "a setting of prefill-decode disaggregation, read only with disaggregation.enabled (refused)"
+       for k in ("prefill_replicas", "decode_replicas", "decode_tensor_model_parallel_size", "transfer_backend", "bootstrap_port", "ib_device")},
+    f"{_VERL}.trace.project_name": "the trace's project, verl's trainer.project_name by default; posttrain tags traces with trainer.project_name",
+    f"{_VERL}.trace.experiment_name": "the trace's experiment, verl's trainer.experiment_name by default; posttrain tags traces with trainer.experiment_name",
     "roll:actor_infer.offload_nccl": NCCL_OFFLOAD,
     "roll:actor_infer.data_args.template": TEMPLATE_UNREAD,
     "roll:actor_infer.model_args.disable_gradient_checkpointing": "the rollout engine runs no backward pass, so gradient checkpointing has no meaning there",

@@ -72,6 +72,8 @@ _CONTROLLER = ("Nsight options of verl's controller process: posttrain has no co
                "process runs the RL loop itself), so the processes that compute are started under nsys with worker_nsight_options")
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {
+    "verl:trainer.esi_redundant_time": ("extra seconds verl saves a checkpoint ahead of an expiring elastic server instance (ESI); "
+                                        "posttrain saves at trainer.save_freq and resumes from the last checkpoint after any stop"),
     "verl:trainer.default_hdfs_dir": "HDFS upload is not supported; copy the run directory with your own tooling",
     "roll:checkpoint_config.type": "posttrain writes checkpoints to a file system path only; set trainer.checkpoint_dir",
     "trinity:trainer.name": "Ray actor names are chosen by posttrain",
