@@ -87,3 +87,21 @@ def test_a_0_8_line_drops_the_engine_sections_copies_its_legacy_workers_do_not_r
     # reward_model.reward_manager is read by 0.8 only: the line is read as verl 0.8
     got = entry("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2", "reward_model.reward_manager=prime")
     assert got.status == "dropped" and "legacy workers read actor_rollout_ref.actor.ulysses_sequence_parallel_size" in got.reason
+
+
+def test_a_users_file_that_keeps_verls_interpolated_copies_is_not_refused_for_them(tmp_path):
+    # a file written from verl's own yaml keeps its interpolations: the copies follow the keys they copy
+    (tmp_path / "mine.yaml").write_text(
+        'hydra: {searchpath: ["file://verl/trainer/config"]}\n'
+        "defaults: [ppo_trainer, _self_]\n"
+        "actor_rollout_ref:\n"
+        "  actor: {rollout_n: '${oc.select:actor_rollout_ref.rollout.n,1}'}\n"
+        "  rollout: {n: 5, n_gpus_per_node: '${oc.select:trainer.n_gpus_per_node,8}'}\n"
+        "trainer: {n_gpus_per_node: 4}\n"
+        "critic: {rollout_n: '${oc.select:actor_rollout_ref.rollout.n,1}'}\n")
+    _, report, _ = verl_launch.launch(str(tmp_path / "mine.yaml"), [])
+    assert not report.refused
+    assert report.entry("actor_rollout_ref.actor.rollout_n").status == "dropped"
+    assert report.entry("actor_rollout_ref.rollout.n_gpus_per_node").status == "dropped"
+    refused = verl_launch.launch(None, ["actor_rollout_ref.actor.rollout_n=3", "actor_rollout_ref.rollout.n=4"])[1].entry("actor_rollout_ref.actor.rollout_n")
+    assert refused.status == "refused" and "another count than the responses per prompt" in refused.reason

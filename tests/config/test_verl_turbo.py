@@ -54,3 +54,10 @@ def test_turbo_keys_beside_another_strategy_are_dropped_as_verl_ignores_them():
     assert rep.entry(T + "distributed.fully_shard_parallel_size").status == "dropped"
     assert "only with actor_rollout_ref.actor.strategy fsdp_turbo" in rep.entry(T + "memory.recompute").reason
     assert native.get("actor", {}).get("fsdp_config", {}).get("fsdp_size") is None
+
+
+def test_the_critics_turbo_section_takes_fsdp_turbos_defaults_too():
+    native, rep, _ = report("critic.strategy=fsdp_turbo", "algorithm.adv_estimator=gae", "critic.fsdp.turbo_config.distributed.fsdp_plan.output_dtype=bf16")
+    assert native["critic"]["fsdp_config"]["fsdp_size"] == 16 and native["critic"]["strategy"] == "fsdp2"
+    assert rep.entry("critic.fsdp.turbo_config.distributed.fsdp_plan.output_dtype").status == "dropped"
+    assert not rep.refused

@@ -88,6 +88,39 @@ def rollout_seed(ctx: Any) -> None:
         ctx.set("rollout.seed", ctx.get(key), key, "the seed of the engine's sampler")
 
 
+_ROLLOUT_N = "actor_rollout_ref.rollout.n"
+_POOL = "a device pool of its own for verl's standalone rollout (rollout.nnodes > 0); posttrain places engines with cluster.device_mapping.rollout"
+
+
+def interpolated_copies(ctx: Any) -> None:
+    """Keys whose verl default copies another key: each role's ``rollout_n`` (rollout.n, by which
+    verl scales the role's batch sizes) and the rollout's own device pool (``rollout.n_gpus_per_node``
+    copies trainer.n_gpus_per_node, read only with ``rollout.nnodes`` > 0). At the value they copy
+    they say nothing more; another value is refused."""
+    n = ctx.get(_ROLLOUT_N, 1)
+    for prefix in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"):
+        key = f"{prefix}.rollout_n"
+        if not ctx.has(key) or key in ctx.handled:
+            continue
+        ctx.consume(key)
+        if ctx.get(key) in (None, n):
+            ctx.drop(key, f"verl's copy of {_ROLLOUT_N} ({n}), by which it scales the role's batch sizes; posttrain reads rollout.n")
+        else:
+            ctx.refuse(key, f"{ctx.get(key)} where {_ROLLOUT_N} is {n}: verl would scale this role's batch sizes by another count than the "
+                            "responses per prompt; leave it to verl's interpolation", None, ctx.get(key))
+    pool = ctx.get("actor_rollout_ref.rollout.nnodes", 0) or 0
+    for name in ("nnodes", "n_gpus_per_node"):
+        key = f"actor_rollout_ref.rollout.{name}"
+        if not ctx.has(key) or key in ctx.handled:
+            continue
+        ctx.consume(key)
+        if pool:
+            ctx.refuse(key, _POOL, None, ctx.get(key))
+        else:
+            ctx.drop(key, "rollout.nnodes 0: the rollout shares the trainer's devices (verl's hybrid engine), as posttrain's does"
+                          if name == "nnodes" else "read only with rollout.nnodes > 0 (a standalone rollout pool), which is 0 here")
+
+
 _PATCH = "data.image_patch_size"
 
 
@@ -373,6 +406,10 @@ RULES: dict[str, Rule] = {
     "ray_kwargs.ray_init.num_cpus": Rule("cluster.ray_num_cpus", "across nodes (trainer.nnodes > 1, where posttrain starts its workers with Ray); dropped on one node, whose workers are local subprocesses", 8, (("trainer.nnodes", 2),)),
     "ray_kwargs.timeline_json_file": Rule("cluster.ray_timeline_file", "across nodes (trainer.nnodes > 1, where posttrain starts its workers with Ray); dropped on one node, whose workers are local subprocesses", "timeline.json", (("trainer.nnodes", 2),)),
     "critic.enable": Rule(None, "true with adv_estimator gae and false with another estimator are dropped (posttrain decides from the estimator); the other two combinations are refused", True, (("algorithm.adv_estimator", "gae"),)),
+    **{f"{prefix}.rollout_n": Rule(None, "verl's copy of actor_rollout_ref.rollout.n: dropped at that value, refused at another", 1)
+       for prefix in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")},
+    "actor_rollout_ref.rollout.nnodes": Rule(None, "0 (the trainer's devices) dropped; a standalone rollout pool is refused: place engines with cluster.device_mapping.rollout", 0),
+    "actor_rollout_ref.rollout.n_gpus_per_node": Rule(None, "read only with rollout.nnodes > 0: dropped at 0, refused with a pool", 8),
     "actor_rollout_ref.rollout.seed": Rule("rollout.seed", "the engine's sampler seed; verl's default (42) is dropped, posttrain then seeding the engine from trainer.seed", 7),
     _PATCH: Rule(None, "read by verl only in its overlong-prompt filter: dropped where that is off or the value is the model's image processor's patch size (posttrain's), refused where the model's preprocessor_config.json says another", 16, (("data.filter_overlong_prompts", True),)),
     "trainer.remove_previous_ckpt_in_save": Rule("trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep", "true keeps only the newest checkpoint of each role (both set to 1); false leaves them", True),
@@ -395,7 +432,7 @@ RULES.update(verl_nsys.RULES)  # nsys discrete: a capture range per phase
 RULES.update(verl_sft.RULES)  # verl's SFT trainer: its optimizer, loss and columns
 RULES.update(verl_distill.RULES)  # verl 0.10's on-policy distillation
 
-HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, *verl_veomni.HANDLERS, *verl_turbo.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, image_patch, ray_cluster, critic_switch, rollout_seed, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, sapo, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
+HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, *verl_veomni.HANDLERS, *verl_turbo.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, image_patch, ray_cluster, critic_switch, rollout_seed, interpolated_copies, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, sapo, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
 
 
 def is_default(key: str, value: Any) -> bool:

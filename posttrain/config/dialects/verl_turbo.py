@@ -68,7 +68,7 @@ def turbo(ctx: Any) -> None:
             ctx.set(f"{role}.strategy", "fsdp2", f"{prefix}.strategy", "fsdp_turbo: FSDP-Turbo shards the model with torch's FSDP2, as posttrain does")
             size = f"{base}.distributed.fully_shard_parallel_size"
             if not ctx.has(size):  # FSDP-Turbo's own default, which verl's tree writes
-                _fsdp_size(ctx, role, size, value_of(ctx, size), default=True)
+                _fsdp_size(ctx, role, size, _tree_value(ctx, size), default=True)
         section = ctx.get(base)
         if not isinstance(section, dict):
             continue
@@ -99,7 +99,7 @@ def _one(ctx: Any, prefix: str, role: str, key: str, name: str, value: Any) -> N
     elif name in ("distributed.fsdp_plan.param_dtype", "distributed.fsdp_plan.reduce_dtype"):
         _dtype(ctx, role, key, name.rsplit(".", 1)[1], value)
     elif name == "distributed.fsdp_plan.output_dtype":
-        compute = value_of(ctx, key.rsplit(".", 1)[0] + ".param_dtype")
+        compute = _tree_value(ctx, key.rsplit(".", 1)[0] + ".param_dtype")
         if _DTYPES.get(str(value)) == _DTYPES.get(str(compute)):
             ctx.drop(key, "the forward's outputs in the compute dtype (param_dtype), as posttrain's autocast gives them")
         else:
@@ -121,6 +121,15 @@ def _one(ctx: Any, prefix: str, role: str, key: str, name: str, value: Any) -> N
         ctx.refuse(key, f"not a key of verl's FSDP-Turbo config ({key.rsplit('.turbo_config.', 1)[0]}.turbo_config)", None, value)
 
 
+def _tree_value(ctx: Any, key: str) -> Any:
+    """The line's value of ``key``, else verl's default: the critic's keys are read under 0.8's
+    spelling (critic.model.fsdp_config), and verl 0.10's tree writes their defaults under critic.fsdp."""
+    found = value_of(ctx, key)
+    if found is None and key.startswith("critic.model.fsdp_config."):
+        found = value_of(ctx, "critic.fsdp." + key.removeprefix("critic.model.fsdp_config."))
+    return found
+
+
 def _fsdp_size(ctx: Any, role: str, key: str, value: Any, default: bool = False) -> None:
     why = "processes sharing one set of parameter shards (FSDP-Turbo's FSDP group); the rest replicate (HSDP)"
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -133,7 +142,7 @@ def _fsdp_size(ctx: Any, role: str, key: str, value: Any, default: bool = False)
 
 def _ulysses(ctx: Any, prefix: str, role: str, key: str, value: Any) -> None:
     """FSDP-Turbo's context parallelism is Ulysses over heads (verl forbids its own Ulysses beside it)."""
-    actor = value_of(ctx, "actor_rollout_ref.actor.fsdp_config.turbo_config.distributed.ulysses_parallel_size")
+    actor = _tree_value(ctx, "actor_rollout_ref.actor.fsdp_config.turbo_config.distributed.ulysses_parallel_size")
     if role == "ref" and is_turbo(ctx, "actor_rollout_ref.actor") and value == actor:
         ctx.drop(key, "the actor's: posttrain's reference splits its sequences as the actor does (ref.ulysses_sequence_parallel_size null)")
     elif value == 1:

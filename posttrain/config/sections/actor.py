@@ -199,10 +199,7 @@ def verl_engine_keys(prefix: str, trains: bool) -> tuple[dict[str, str], dict[st
 def verl_role_keys(prefix: str) -> tuple[dict[str, str], dict[str, str]]:
     """``(unsupported, no_effect)`` for role-level keys of verl 0.10's actor, reference and critic
     that no posttrain field takes."""
-    unsupported = {
-        f"{prefix}.rollout_n": ("verl's copy of actor_rollout_ref.rollout.n, which scales the role's batch sizes; posttrain reads "
-                                "rollout.n: leave it to verl's interpolation"),
-    }
+    unsupported: dict[str, str] = {}
     no_effect = {
         f"{prefix}.pad_to_length": f"pads each packed micro-batch up to a length bucket; the padding is stripped before the loss: {_SAME_NUMBERS}",
         f"{prefix}.entropy_from_logits_chunk_size": f"the chunk of tokens verl's chunked entropy takes at a time: {_SAME_NUMBERS}",

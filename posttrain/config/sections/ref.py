@@ -52,7 +52,6 @@ _ROLE = verl_role_keys(_VERL)
 # Reference keys with no field in `ref`, and why (read by the mapping generator and dialect loaders).
 UNSUPPORTED: dict[str, str] = {
     **_ENGINE[0],
-    f"{_VERL}.rollout_n": _ROLE[0][f"{_VERL}.rollout_n"],
     **{f"{_VERL}.router_replay.{k}": ROUTER_REPLAY for k in ("mode", "record_file", "replay_file")},
     "roll:reference.model_args.dtype": "the reference loads the policy weights with the policy's dtype (model section)",
     **roll_worker_unsupported("reference", "ref"),

@@ -207,8 +207,6 @@ UNSUPPORTED: dict[str, str] = {
                                               "(rollout.multi_turn) or an agent function over an endpoint (rollout.agent)"),
     f"{_VERL}.agent.default_agent_loop": ("the agent-loop class each row runs unless it names one; posttrain picks its rollout from "
                                           "rollout.multi_turn and rollout.agent: single_turn_agent (verl's default) is accepted"),
-    f"{_VERL}.nnodes": "a node pool of its own for verl's standalone rollout; posttrain places engines with cluster.device_mapping.rollout",
-    f"{_VERL}.n_gpus_per_node": "a device pool of its own for verl's standalone rollout; posttrain places engines with cluster.device_mapping.rollout",
     f"{_VERL}.disaggregation.enabled": ("prefill-decode disaggregation (SGLang prefilling and decoding on separate replicas, the KV cache "
                                         "moved between them); posttrain's engine prefills and decodes in place"),
     f"{_VERL}.qat": "the rollout's copy of the actor's quantization-aware training settings, which posttrain does not provide; null is accepted",
