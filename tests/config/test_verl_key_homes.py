@@ -5,6 +5,8 @@ verl key the schema knows" (issue 18, item 3)."""
 from __future__ import annotations
 
 import copy
+import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -16,19 +18,16 @@ from posttrain.config.dialects.verl_trees import defaults_tree
 UNKNOWN = "not a verl key the schema knows"
 
 
-def _changed(value):
-    """Another value of the same kind (None for one this cannot change)."""
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, int):
-        return value + 2
-    if isinstance(value, float):
-        return value * 2 if value else 0.5
-    if isinstance(value, str) or value is None:
-        return "x_value"
-    if isinstance(value, list):
-        return ["x_value"]
-    return None
+def _key_homes():
+    """benchmarks/key_homes.py, whose way of changing a key's value this test shares."""
+    spec = importlib.util.spec_from_file_location("key_homes", Path(__file__).resolve().parents[2] / "benchmarks" / "key_homes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_HOMES = _key_homes()
+_changed, _key_homes_put = _HOMES.changed, _HOMES.put
 
 
 @pytest.mark.parametrize("tree, release", [("ppo_trainer", "0.10"), ("ppo_trainer", "0.8"), ("ppo_megatron_trainer", "0.10"),
@@ -40,11 +39,7 @@ def test_every_key_of_verls_tree_has_a_home_when_changed(tree, release):
         new = _changed(value)
         if new is None or key.endswith(".strategy"):  # each role keeps the engine whose sections the tree holds
             continue
-        *parents, last = key.split(".")
-        node = changed
-        for part in parents:
-            node = node[part]
-        node[last] = new
+        _key_homes_put(changed, key, new)
     with reading(release):
         _, report = translate(changed, "verl")
     unknown = sorted(e.key for e in report.entries if e.status == "refused" and UNKNOWN in e.reason)
