@@ -19,6 +19,7 @@ Prints, per surface, the keys tried and those without a home (with --list, their
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import io
@@ -76,10 +77,7 @@ def homeless(dialect: str, base: dict[str, Any], keys: dict[str, Any], release: 
         raw = copy.deepcopy(base)
         put(raw, key, new)
         try:
-            if release is not None:
-                with reading(release):
-                    _, report = translate(raw, dialect)
-            else:
+            with reading(release) if release is not None else contextlib.nullcontext():
                 _, report = translate(raw, dialect)
         except Exception:  # noqa: BLE001 - a key that breaks the translation has no home either
             out.append(key + " (raises)")

@@ -51,6 +51,8 @@ from posttrain.config.tables import Rule
 
 # verl's role prefix -> posttrain's section
 ROLES = {"actor_rollout_ref.actor": "actor", "actor_rollout_ref.ref": "ref", "critic": "critic"}
+# posttrain's gradient-checkpointing switch of each role that trains
+GRADIENT_CHECKPOINTING = {"actor": "model.enable_gradient_checkpointing", "critic": "critic.model.enable_gradient_checkpointing"}
 _SAME = "where the work runs, not the numbers: posttrain's FSDP2 shards the role over the same devices"
 _EP = ("expert parallelism: experts split over devices; verl keeps Megatron's MoE layer dropless (no capacity factor) "
        "and without a balancing loss, so it computes what the unsplit layer computes")
@@ -348,8 +350,7 @@ def _recompute(ctx: Any, role: str, key: str, value: Any) -> None:
     elif role == "ref":
         ctx.drop(key, "the reference computes no gradients: nothing to recompute")
     else:
-        native = "model.enable_gradient_checkpointing" if role == "actor" else "critic.model.enable_gradient_checkpointing"
-        ctx.set(native, True, key, f"{value}: recompute activations in the backward pass (gradient checkpointing of every decoder layer)")
+        ctx.set(GRADIENT_CHECKPOINTING[role], True, key, f"{value}: recompute activations in the backward pass (gradient checkpointing of every decoder layer)")
 
 
 def optimizers(ctx: Any) -> None:
@@ -505,8 +506,7 @@ def _rules() -> dict[str, Rule]:
         else:
             out[m + "grad_offload"] = Rule(f"{role}.fsdp_config.param_offload", "FSDP2 offloads gradients with their parameters: true sets param_offload", True)
             out[m + "optimizer_offload"] = Rule(f"{role}.fsdp_config.optimizer_offload", "CPU offload of the role's optimizer state (FSDP2)", True)
-            gc = "model.enable_gradient_checkpointing" if role == "actor" else "critic.model.enable_gradient_checkpointing"
-            out[m + "override_transformer_config"] = Rule(gc, "Megatron's TransformerConfig: recompute_granularity full/selective -> gradient checkpointing; recompute_method/num_layers/modules, kernels, fusions, dispatchers, pipeline splits and moe_router_dtype dropped (same numbers to rounding); moe_router_load_balancing_type aux_loss -> the role's moe_aux_loss_coef (moe_aux_loss_coeff, else null: the model's router_aux_loss_coef; under verl's type none the coefficient is dropped, other types refused); moe_z_loss_coeff -> the role's moe_z_loss_coef; moe_router_enable_expert_bias with moe_router_bias_update_rate 0 dropped (the bias stays as loaded: the model's own routing), a positive rate refused; dropout, MoE capacity and other options refused", {"recompute_granularity": "full"})
+            out[m + "override_transformer_config"] = Rule(GRADIENT_CHECKPOINTING[role], "Megatron's TransformerConfig: recompute_granularity full/selective -> gradient checkpointing; recompute_method/num_layers/modules, kernels, fusions, dispatchers, pipeline splits and moe_router_dtype dropped (same numbers to rounding); moe_router_load_balancing_type aux_loss -> the role's moe_aux_loss_coef (moe_aux_loss_coeff, else null: the model's router_aux_loss_coef; under verl's type none the coefficient is dropped, other types refused); moe_z_loss_coeff -> the role's moe_z_loss_coef; moe_router_enable_expert_bias with moe_router_bias_update_rate 0 dropped (the bias stays as loaded: the model's own routing), a positive rate refused; dropout, MoE capacity and other options refused", {"recompute_granularity": "full"})
     out.update({key: Rule(None, "declared by verl's config classes but read nowhere in verl", False) for key in _LOAD_WEIGHT})
     out.update({key: Rule("cluster.rpc_timeout_s", "the role's process-group timeout (seconds); posttrain's roles share one set of processes", 1200) for key in _TIMEOUTS})
     out["actor_rollout_ref.actor.megatron.router_replay.mode"] = Rule("actor.router_replay.mode", "verl 0.10's engine-level routing replay, the same modes as actor_rollout_ref.actor.router_replay.mode: R2 -> R2, R3 refused", "R2", (("actor_rollout_ref.actor.strategy", "megatron"),))

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.dialects.source import leaves
+from posttrain.config.dialects.verl_megatron import GRADIENT_CHECKPOINTING
 from posttrain.config.dialects.verl_release import value_of
 from posttrain.config.tables import Rule
 
@@ -109,14 +110,13 @@ def _one(ctx: Any, prefix: str, role: str, key: str, name: str, value: Any) -> N
         if role == "ref" or not value:
             ctx.drop(key, "the reference computes no gradients: nothing to recompute" if value else "false: no recomputation")
         else:
-            native = "model.enable_gradient_checkpointing" if role == "actor" else "critic.model.enable_gradient_checkpointing"
             # verl's own switch (actor_rollout_ref.model.* / critic.model.*) adds Hugging Face checkpointing
             # beside FSDP-Turbo's: either recomputes, so with this one on the other says nothing more
             theirs = "actor_rollout_ref.model.enable_gradient_checkpointing" if role == "actor" else "critic.model.enable_gradient_checkpointing"
             if ctx.has(theirs) and theirs not in ctx.handled:
                 ctx.consume(theirs)
                 ctx.drop(theirs, f"{ctx.get(theirs)}: under fsdp_turbo {key} (true) recomputes the layers whatever this says")
-            ctx.set(native, True, key, "recompute activations in the backward pass (gradient checkpointing of every decoder layer)")
+            ctx.set(GRADIENT_CHECKPOINTING[role], True, key, "recompute activations in the backward pass (gradient checkpointing of every decoder layer)")
     else:
         ctx.refuse(key, f"not a key of verl's FSDP-Turbo config ({key.rsplit('.turbo_config.', 1)[0]}.turbo_config)", None, value)
 
