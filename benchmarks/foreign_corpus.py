@@ -88,7 +88,7 @@ MACHINE = [
 PER_WORLD = re.compile(r"does not divide the \d+ worker process")
 # A line that names what the machine lacks and then what stops the file where it runs as well
 # (posttrain.rollout.requests.tensor_parallel_note): posttrain's lack, not the machine's.
-REFUSED_THERE_TOO = re.compile(r"is refused too unless the run is one process")
+REFUSED_THERE_TOO = re.compile(r"Where it runs, .*refused too")
 
 
 def lacks_only(problem: str) -> bool:
@@ -200,8 +200,12 @@ def _reason(line: str) -> str:
 
 def reason_of(line: str) -> str:
     """A refusal line's reason, shortened to group alike lines."""
-    if REFUSED_THERE_TOO.search(line):
-        return "rollout.tensor_model_parallel_size > 1 over several worker processes (refused where the engine runs)"
+    there = REFUSED_THERE_TOO.search(line)
+    if there:
+        rest = line[there.end():].lstrip(": ")
+        if rest.startswith("unless the run is one process"):  # an engine every worker process holds whole (sglang)
+            return "rollout.tensor_model_parallel_size > 1 over several worker processes (the sglang engine; refused where it runs)"
+        return "where the engine runs: " + re.split(r"[;(:]", rest)[0].strip()[:80]
     return re.split(r"[;(]", _reason(line))[0].strip()[:100]
 
 

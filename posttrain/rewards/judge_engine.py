@@ -75,12 +75,21 @@ def check_judge_machine(engine: JudgeEngineConfig, cluster: Any, where: str) -> 
     from posttrain.config.schema import Config
     from posttrain.config.sections.rollout import RolloutConfig
     from posttrain.rollout.registry import MACHINE_CHECKS
+    from posttrain.rollout.requests import tensor_parallel_note, tensor_parallel_problem
     import posttrain.rollout.engines  # noqa: F401 (registers every engine and its check)
 
     rollout = dataclasses.replace(RolloutConfig(), name=engine.name, tensor_model_parallel_size=engine.tensor_model_parallel_size)
     cfg = dataclasses.replace(Config(), rollout=rollout, **({} if cluster is None else {"cluster": cluster}))
     check = MACHINE_CHECKS.get(engine.name)
     problem = check(cfg) if check is not None else None
+    if engine.name in ("vllm", "sglang"):
+        # every rank judges its own rows with an engine of its own, whatever a rollout engine of the
+        # same library shares between worker processes: tensor parallelism needs a one-process run
+        split = tensor_parallel_problem(cfg)
+        if problem is None:
+            problem = split
+        elif split is not None and "refused too" not in problem:
+            problem += tensor_parallel_note(cfg)
     if problem is not None:  # the check speaks of the rollout keys, which are the judge's engine keys here
         raise UserError(f"{where}.engine.name={engine.name}: {problem.replace('rollout.', f'{where}.engine.')}")
 

@@ -153,7 +153,11 @@ def buckets(pairs: Iterable[tuple[str, Tensor]], bucket_bytes: int) -> Iterable[
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """What the trainer needs from a generation backend (docs/engines.md has the whole contract)."""
+    """What the trainer needs from a generation backend (docs/engines.md has the whole contract).
+
+    An engine whose tensor-parallel ranks are several worker processes also has `ranks_per_engine`
+    (how many consecutive ones); the rollout role then gives all of them the same prompts. Without
+    it, every worker process holds an engine of its own."""
 
     device: torch.device  # where the returned RolloutBatch's tensors live
 

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import torch
 
+from posttrain.config.access import device_lists, rollout_placement, world_size
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, StalePolicyError
 from posttrain.rollout.sampling import request_seed
@@ -86,24 +87,53 @@ def dtype_name(dtype: torch.dtype) -> str:
     return {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(dtype, "auto")
 
 
-def tensor_parallel_problem(cfg) -> str | None:
-    """Why `rollout.tensor_model_parallel_size` cannot be met: every worker process holds a whole
-    engine (colocated placement), so only a one-process run can split one over several GPUs."""
-    if cfg.rollout.tensor_model_parallel_size > 1 and cfg.cluster.n_gpus_per_node * cfg.cluster.nnodes > 1:
-        return ("rollout.tensor_model_parallel_size > 1 with several worker processes: every worker holds a whole "
-                "engine, so tensor parallelism is only available to a one-process run")
+def tensor_parallel_problem(cfg, shared: bool = False) -> str | None:
+    """Why `rollout.tensor_model_parallel_size` cannot be met where the engine runs, or None.
+
+    An engine held whole by every worker process (`shared` False: the sglang adapter's) splits over
+    several GPUs only in a run of one process. An engine that consecutive worker processes share
+    (`shared`: the vllm adapter's, whose tensor-parallel ranks are those processes; the rollout role
+    gives each group one share of the prompts, `posttrain.workers.rollout`) needs the size to divide
+    the worker processes and the ranks that generate, and an engine that steps with training: a
+    decoupled or explore-only explorer runs one process per engine."""
+    tp = cfg.rollout.tensor_model_parallel_size
+    gpus = cfg.cluster.n_gpus_per_node * cfg.cluster.nnodes
+    if tp <= 1 or gpus == 1:
+        return None
+    if not shared:
+        if gpus > 1:
+            return ("rollout.tensor_model_parallel_size > 1 with several worker processes: every worker holds a whole "
+                    "engine, so tensor parallelism is only available to a one-process run")
+        return None
+    from posttrain.trainer.decoupled import is_decoupled  # the driver's own test of its layout, read lazily
+
+    if is_decoupled(cfg) or (cfg.algorithm.kind == "rl" and cfg.trainer.mode == "explore"):
+        return (f"rollout.tensor_model_parallel_size={tp} with a decoupled explorer: its processes hold one engine each, "
+                "and an engine spread over several GPUs there is not provided; the worker processes share an engine "
+                "only in a run whose engine steps with training (trainer.mode both, synchronizer in step, engine colocated)")
+    world = world_size(cfg)  # 1 when the device count is left to the machine: checked again where the engine is built
+    if world > 1 and world % tp:
+        return (f"rollout.tensor_model_parallel_size={tp} is not a divisor of the {world} worker processes, which share "
+                f"the engines in groups of {tp} consecutive ranks; use a divisor of {world}")
+    if rollout_placement(cfg) == "subset":
+        engines = len(device_lists(cfg)["rollout"])
+        if engines % tp:
+            return (f"cluster.device_mapping.rollout names {engines} devices, not a multiple of rollout.tensor_model_parallel_size="
+                    f"{tp}: each engine spans {tp} of them; list a multiple of {tp} devices")
     return None
 
 
-def tensor_parallel_note(cfg) -> str:
+def tensor_parallel_note(cfg, shared: bool = False) -> str:
     """For a machine without the engine: the refusal its tensor parallelism meets where the engine
-    runs, so a laptop plan does not promise a cluster run that stops there. A run of several worker
-    processes is refused (`tensor_parallel_problem`), and so is one whose device count is left to
-    the machine (``cluster.n_gpus_per_node`` 0 here: the GPUs of the node it runs on); an explicit
-    one-process run may split its engine. Empty when nothing would stop it."""
+    runs (`tensor_parallel_problem`), so a laptop plan does not promise a cluster run that stops
+    there. For an engine held whole by every worker, a device count left to the machine
+    (``cluster.n_gpus_per_node`` 0 here: the GPUs of the node it runs on) counts as several
+    processes. Empty when nothing would stop it."""
     tp = cfg.rollout.tensor_model_parallel_size
     if tp <= 1 or cfg.cluster.n_gpus_per_node * cfg.cluster.nnodes == 1:
         return ""
+    if shared:
+        problem = tensor_parallel_problem(cfg, shared=True)
+        return f". Where it runs, this is refused too: {problem}" if problem else ""
     return (f". Where it runs, rollout.tensor_model_parallel_size={tp} is refused too unless the run is one process: "
-            "posttrain's colocated workers each hold a whole engine, and an engine split over several worker "
-            "processes is not provided")
+            "every worker process holds a whole engine of its own here")

@@ -19,6 +19,14 @@ built or the machine is checked, so configs naming it load and plan anywhere.
   the prefix cache, whose entries were computed with the old weights. With one tensor-parallel
   rank, the engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so the tensors
   are handed over by reference.
+- Shared by worker processes: in a run of several worker processes with
+  `rollout.tensor_model_parallel_size` = t > 1, every t consecutive processes are the
+  tensor-parallel ranks of one engine (vLLM's `distributed_executor_backend="external_launcher"`,
+  its torchrun-style SPMD mode: one engine rank per process, in the torch.distributed world the run
+  already joined, which vLLM cuts into groups of t consecutive ranks). Every rank of a group is
+  given the same prompts and seeds by the rollout role (`ranks_per_engine`), so all of them sample
+  the same tokens, and each loads its own slice of the whole weights the sync hands it. This is the
+  layout of verl's hybrid engine.
 - Memory: `sleep(level)` / `wake_up()` are vLLM's (the engine is built with
   `enable_sleep_mode=rollout.free_cache_engine`); weights arriving while asleep wake the weights
   alone first (`wake_up(tags=["weights"])`), as vLLM's docs advise against an out-of-memory spike.
@@ -34,8 +42,10 @@ import os
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
+from posttrain.errors import ConfigError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, Weights, buckets, named_tensors
 from posttrain.rollout.registry import register_engine
@@ -87,8 +97,8 @@ def machine_problem(cfg: Any) -> str | None:
     if not torch.cuda.is_available():
         missing.append("this machine has no CUDA GPU, which vLLM needs")
     if missing:
-        return "; ".join(missing) + f". Use rollout.name=hf on this machine (its vLLM settings are then reported unused){tensor_parallel_note(cfg)}"
-    return version_problem(getattr(vllm, "__version__", "0")) or tensor_parallel_problem(cfg)
+        return "; ".join(missing) + f". Use rollout.name=hf on this machine (its vLLM settings are then reported unused){tensor_parallel_note(cfg, shared=True)}"
+    return version_problem(getattr(vllm, "__version__", "0")) or tensor_parallel_problem(cfg, shared=True)
 
 
 def llm_kwargs(cfg: Any, dtype: torch.dtype, seed: int) -> dict[str, Any]:
@@ -156,8 +166,10 @@ class VLLMEngine:
 
     name = "vllm"
 
-    def __init__(self, llm: Any, vllm: Any, *, pad_token_id: int, bucket_bytes: int, device: torch.device, version: int = 0):
+    def __init__(self, llm: Any, vllm: Any, *, pad_token_id: int, bucket_bytes: int, device: torch.device, version: int = 0,
+                 ranks_per_engine: int = 1):
         self.llm, self.vllm = llm, vllm
+        self.ranks_per_engine = ranks_per_engine  # worker processes that are this engine's tensor-parallel ranks
         self.pad_token_id = pad_token_id
         self.bucket_bytes = bucket_bytes
         self.device = device
@@ -204,10 +216,33 @@ class VLLMEngine:
         self.asleep, self.weights_awake = 0, False
 
 
+def shared_engine(tp: int, world: int, rank: int) -> dict[str, str] | None:
+    """How this worker process joins an engine shared by `tp` consecutive worker processes of a
+    `world`-process run (vLLM's external launcher: each process runs one tensor-parallel rank of its
+    group's engine over its own GPU, inside the torch.distributed world the run already joined, and
+    every rank of a group is given the same prompts and seeds, so all of them sample the same
+    tokens): the environment vLLM reads for it. None for an engine of this process alone."""
+    if tp <= 1 or world <= 1:
+        return None
+    if world % tp:
+        raise ConfigError(f"rollout.tensor_model_parallel_size={tp} is not a divisor of the {world} worker processes, "
+                          f"which share the engines in groups of {tp} consecutive ranks; use a divisor of {world}")
+    # RANK and LOCAL_RANK name the process in the world and its GPU (the launcher sets LOCAL_RANK and
+    # MASTER_ADDR/PORT); the engine core must run in this process for the ranks to step together.
+    return {"RANK": str(rank), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
 @register_engine("vllm", machine_check=machine_problem)
 def build_vllm_engine(cfg: Any, model: nn.Module, tokenizer: Any, *, seed: int, owns_weights: bool) -> VLLMEngine:
-    """A vLLM engine for `cfg`; with a dummy load format, `model`'s weights are sent in at once."""
-    if cfg.rollout.tensor_model_parallel_size == 1:
+    """A vLLM engine for `cfg`; with a dummy load format, `model`'s weights are sent in at once. In a run
+    of several worker processes with rollout.tensor_model_parallel_size above 1, consecutive processes
+    share one engine (`shared_engine`); the rollout role then gives each group one share of the prompts."""
+    tp = cfg.rollout.tensor_model_parallel_size
+    world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_available() and dist.is_initialized() else (1, 0)
+    shared = shared_engine(tp, world, rank)
+    if shared is not None:
+        os.environ.update(shared)
+    elif tp == 1:
         # the engine core in this process: weight tensors are handed over, not pickled
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     import vllm
@@ -216,9 +251,13 @@ def build_vllm_engine(cfg: Any, model: nn.Module, tokenizer: Any, *, seed: int, 
     if note is not None:
         print(note, flush=True)
     dtype = next(model.parameters()).dtype
-    llm = vllm.LLM(**llm_kwargs(cfg, dtype, seed))
+    kwargs = llm_kwargs(cfg, dtype, seed)
+    if shared is not None:
+        kwargs.setdefault("distributed_executor_backend", "external_launcher")
+    llm = vllm.LLM(**kwargs)
     engine = VLLMEngine(llm, vllm, pad_token_id=tokenizer.pad_token_id, device=next(model.parameters()).device,
-                        bucket_bytes=cfg.rollout.update_weights_bucket_megabytes << 20)
+                        bucket_bytes=cfg.rollout.update_weights_bucket_megabytes << 20,
+                        ranks_per_engine=tp if shared is not None else 1)
     if cfg.rollout.load_format.startswith("dummy"):
         engine.update_weights(model, version=0)
     return engine

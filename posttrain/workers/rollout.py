@@ -5,7 +5,10 @@ arrive through `posttrain.cluster.weight_sync`), samples the responses of its co
 the step's prompts, and every rank then receives the whole batch in prompt order, which is what the
 roles after it expect (`posttrain.cluster.parallel`). With `cluster.device_mapping.rollout` on the
 first m of the workers only those m ranks generate and the others wait for the batch (ROLL's layouts
-that give the engines fewer devices than training). Those others still hold an engine, kept in step by
+that give the engines fewer devices than training). An engine whose tensor-parallel ranks are t
+consecutive worker processes (`engine.ranks_per_engine` = t: the vllm engine's
+`rollout.tensor_model_parallel_size`) samples one share for its group: every rank of the group is
+given the same share, as that engine needs, and the batch takes the group's first rank's copy. Those others still hold an engine, kept in step by
 the weight sync like every rank's, which keeps the sync one collective for all ranks. Each response's sampling noise is keyed by the
 rollout seed, its prompt's uid and its sample index (`posttrain.rollout.sampling`), not by the rank
 or the batch it was decoded in, so the batch is the same on any number of ranks (to float rounding
@@ -37,6 +40,10 @@ class RolloutWorker:
         self.dp = dp
         # ranks 0..engines-1 generate (cluster.device_mapping.rollout on a subset of the workers); None: every rank
         self.engines = dp.size if engines is None else min(engines, dp.size)
+        # worker processes that run one engine together (its tensor-parallel ranks), each given the same prompts
+        self.group = getattr(engine, "ranks_per_engine", 1)
+        if self.engines % self.group or dp.size % self.group:
+            raise ValueError(f"{self.group} ranks per engine do not divide the {self.engines} generating ranks of {dp.size}")
         self.free_cache = free_cache
         self.tokenizer = tokenizer  # decodes responses for stop strings left out of the output
 
@@ -63,13 +70,16 @@ class RolloutWorker:
     def _generate(self, prompts: PromptBatch, params: SamplingParams, expected_version: int, seed: int | None) -> RolloutBatch:
         if not self.dp.distributed:
             return self.engine.generate(prompts, params, expected_version=expected_version, seed=seed)
-        # Consecutive shares keep every prompt's group on one rank and the gathered rows in order;
-        # ranks past the engines' get none and only receive the batch.
-        shares = contiguous_shares(len(prompts), self.engines) + [[]] * (self.dp.size - self.engines)
-        rows = shares[self.dp.rank]
+        # Consecutive shares keep every prompt's group on one engine and the gathered rows in order;
+        # the ranks of one engine all generate its share; ranks past the engines' get none and only
+        # receive the batch.
+        engines = self.engines // self.group
+        shares = contiguous_shares(len(prompts), engines) + [[]] * ((self.dp.size - self.engines) // self.group)
+        rows = shares[self.dp.rank // self.group]
         mine = None
         if rows:
             # pickled between ranks from host memory: a CUDA tensor would unpickle onto the sender's GPU
             mine = self.engine.generate(prompts[rows], params, expected_version=expected_version, seed=seed).to("cpu")
-        parts = [p for p in self.dp.gather_objects(mine) if p is not None]
+        # one copy of each engine's rows: its first rank's (the others sampled the same tokens)
+        parts = [p for p in self.dp.gather_objects(mine if self.dp.rank % self.group == 0 else None) if p is not None]
         return RolloutBatch.cat(parts).to(self.engine.device)

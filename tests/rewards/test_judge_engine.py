@@ -108,6 +108,24 @@ def test_a_judge_engine_this_machine_lacks_is_refused_naming_the_judge_s_key():
             check_judge_machine(JudgeEngineConfig(name=name), None, "reward.workers.j")
 
 
+def test_a_judge_engine_split_over_gpus_needs_a_one_process_run(monkeypatch):
+    """Each rank judges its own rows with its own engine, so a judge's tensor parallelism is refused
+    over several worker processes even with vllm, whose rollout engine the processes may share."""
+    from posttrain.config.sections.cluster import ClusterConfig
+    from posttrain.rollout.registry import MACHINE_CHECKS
+
+    split = JudgeEngineConfig(name="vllm", tensor_model_parallel_size=2)
+    monkeypatch.setitem(MACHINE_CHECKS, "vllm", lambda cfg: None)  # a machine with vLLM and GPUs
+    check_judge_machine(split, ClusterConfig(n_gpus_per_node=1), "reward.workers.j")
+    with pytest.raises(UserError, match=r"^reward.workers.j.engine.name=vllm: reward.workers.j.engine.tensor_model_parallel_size > 1 "
+                                        r"with several worker processes"):
+        check_judge_machine(split, ClusterConfig(n_gpus_per_node=4), "reward.workers.j")
+    monkeypatch.setitem(MACHINE_CHECKS, "vllm", lambda cfg: "vLLM is not installed")  # a laptop plan says it too
+    with pytest.raises(UserError, match=r"vLLM is not installed. Where it runs, reward.workers.j.engine.tensor_model_parallel_size=2 "
+                                        r"is refused too unless the run is one process"):
+        check_judge_machine(split, ClusterConfig(n_gpus_per_node=4), "reward.workers.j")
+
+
 def test_gpu_engine_options_on_an_hf_judge_are_noted_unused():
     assert unused_engine_note(JudgeEngineConfig(), "reward.workers.j") is None
     assert unused_engine_note(GPU_OPTIONS, "reward.workers.j") is None

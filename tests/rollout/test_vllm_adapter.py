@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from posttrain.config import load_config
+from posttrain.errors import ConfigError
 from posttrain.records import PromptBatch
 from posttrain.rollout import SamplingParams, StalePolicyError
 from posttrain.rollout import vllm_engine
@@ -180,13 +181,19 @@ def test_the_machine_check_names_what_is_missing(fake_vllm, monkeypatch):
     assert machine_problem(cfg()).startswith("this machine has no CUDA GPU, which vLLM needs. Use rollout.name=hf")
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError
     assert machine_problem(cfg()).startswith("vLLM is not installed (pip install 'posttrain[vllm]'); this machine has no CUDA GPU")
-    # a laptop plan says what the engine's tensor parallelism meets where it runs: several worker
-    # processes, or a device count left to the node (0 here), refuse it; an explicit one-process run does not
-    split = machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=8"))
-    assert split.startswith("vLLM is not installed") and "Where it runs, rollout.tensor_model_parallel_size=2 is refused too" in split
-    assert "refused too" in machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=0"))
-    assert "refused too" not in machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=1"))
-    assert "refused too" not in machine_problem(cfg("cluster.n_gpus_per_node=8"))
+    # a laptop plan says what the engine's tensor parallelism meets where it runs: consecutive worker
+    # processes share one engine, so only a size that does not divide them, a rollout device list that
+    # is no multiple of it, or a decoupled explorer (one process per engine) is refused
+    for shared in (["cluster.n_gpus_per_node=8"], ["cluster.n_gpus_per_node=0"], ["cluster.n_gpus_per_node=1"],
+                   ["cluster.n_gpus_per_node=4", "cluster.device_mapping.rollout=[0,1]"]):
+        assert "refused too" not in machine_problem(cfg("rollout.tensor_model_parallel_size=2", *shared))
+    odd = machine_problem(cfg("rollout.tensor_model_parallel_size=4", "cluster.n_gpus_per_node=6"))
+    assert odd.startswith("vLLM is not installed") and ("Where it runs, this is refused too: rollout.tensor_model_parallel_size=4 "
+                                                        "is not a divisor of the 6 worker processes") in odd
+    assert "cluster.device_mapping.rollout names 3 devices, not a multiple of rollout.tensor_model_parallel_size=2" in machine_problem(
+        cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4", "cluster.device_mapping.rollout=[0,1,2]"))
+    assert "with a decoupled explorer" in machine_problem(
+        cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=8", "synchronizer.sync_interval=2"))
     monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert machine_problem(cfg()) is None
@@ -194,4 +201,30 @@ def test_the_machine_check_names_what_is_missing(fake_vllm, monkeypatch):
     assert "vLLM 0.9.2 is older than 0.10.2" in machine_problem(cfg())
     assert vllm_engine.version_note("0.34.1").startswith("note: vLLM 0.34.1 is newer than") and vllm_engine.version_note("0.33.0") is None
     fake_vllm.__version__ = "0.20.0"
-    assert "only available to a one-process run" in machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=2"))
+    assert machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=2")) is None
+    assert machine_problem(cfg("rollout.tensor_model_parallel_size=4", "cluster.n_gpus_per_node=6")).startswith(
+        "rollout.tensor_model_parallel_size=4 is not a divisor of the 6 worker processes")
+
+
+def test_worker_processes_share_an_engine_through_the_external_launcher(fake_vllm, tiny_lm, monkeypatch):
+    """With 4 worker processes and tensor parallelism 2, rank 2 is the first tensor-parallel rank of
+    the second engine: vLLM's external launcher, told its rank; the rollout role learns the group size."""
+    environ = {"LOCAL_RANK": "2"}
+    monkeypatch.setattr(vllm_engine.os, "environ", environ)
+    monkeypatch.setattr(vllm_engine.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(vllm_engine.dist, "get_world_size", lambda: 4)
+    monkeypatch.setattr(vllm_engine.dist, "get_rank", lambda: 2)
+    engine = build_vllm_engine(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4"), tiny_lm,
+                               SimpleNamespace(pad_token_id=0), seed=5, owns_weights=False)
+    assert engine.llm.kwargs["distributed_executor_backend"] == "external_launcher"
+    assert engine.llm.kwargs["tensor_parallel_size"] == 2 and engine.llm.kwargs["seed"] == 5  # every rank of a group alike
+    assert environ == {"LOCAL_RANK": "2", "RANK": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert engine.ranks_per_engine == 2
+    # one process, or an engine of one rank per process: no launcher, an engine per process
+    assert vllm_engine.shared_engine(2, 1, 0) is None and vllm_engine.shared_engine(1, 4, 3) is None
+    with pytest.raises(ConfigError, match="tensor_model_parallel_size=4 is not a divisor of the 6 worker processes"):
+        vllm_engine.shared_engine(4, 6, 0)
+    monkeypatch.setattr(vllm_engine.dist, "get_world_size", lambda: 1)
+    alone = build_vllm_engine(cfg("rollout.tensor_model_parallel_size=2"), tiny_lm, SimpleNamespace(pad_token_id=0), seed=5,
+                              owns_weights=False)
+    assert "distributed_executor_backend" not in alone.llm.kwargs and alone.ranks_per_engine == 1
