@@ -126,9 +126,10 @@ def main() -> int:
     parser.add_argument("--roll", type=Path, help="a ROLL checkout (its RLVRConfig is imported)")
     parser.add_argument("--trinity", type=Path, help="a Trinity-RFT checkout (its Config is imported)")
     parser.add_argument("--list", action="store_true", help="name the keys without a home")
+    parser.add_argument("--no-verl", action="store_true", help="skip verl's trees (the slow part)")
     args = parser.parse_args()
     rows = []
-    for tree, release in VERL_TREES:
+    for tree, release in [] if args.no_verl else VERL_TREES:
         resolved, _ = resolve(defaults_tree(tree, release))
         keys = {k: v for k, v in leaves(resolved).items() if not k.endswith(".strategy")}
         rows.append((f"verl {release} {tree}", len(keys), homeless("verl", resolved, keys, release)))

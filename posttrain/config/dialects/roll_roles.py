@@ -163,7 +163,30 @@ def critic_model_type(ctx: Context) -> None:
                                 "(other values stop its value provider); posttrain's is auto_token_classification with one label", None, value)
 
 
+# Hugging Face's TrainingArguments defaults, which ROLL's roles inherit
+HF_BETAS = (0.9, 0.999)
+_BETA_ROLES = {"actor_train": "actor", "critic": "critic"}
+
+
+def adam_betas(ctx: Context) -> None:
+    """A trained role's ``training_args.adam_beta1`` / ``adam_beta2`` (Hugging Face's names, read by
+    ROLL's FSDP2 optimizer and handed to Megatron's) are the two entries of posttrain's
+    ``optim.betas``; the one a file leaves keeps Hugging Face's default."""
+    for role, section in _BETA_ROLES.items():
+        keys = [f"{role}.training_args.adam_beta{i}" for i in (1, 2)]
+        given = [k for k in keys if ctx.has(k) and ctx.get(k) is not None]
+        if not given:
+            continue
+        ctx.consume(*given)
+        betas = [float(ctx.get(k)) if k in given else default for k, default in zip(keys, HF_BETAS)]
+        for key in given:
+            ctx.set(f"{section}.optim.betas", betas, key, "Hugging Face's adam_beta1 and adam_beta2 are optim.betas' two entries")
+
+
 RULES: dict[str, Rule] = {
+    **{f"{role}.training_args.adam_beta{i}": Rule(f"{section}.optim.betas", f"entry {i} of betas (the other one Hugging Face's default, "
+                                                  f"{HF_BETAS[2 - i]}, unless given)", 0.95)
+       for role, section in _BETA_ROLES.items() for i in (1, 2)},
     CRITIC_TYPE: Rule(None, "auto_token_classification (one label): posttrain's value model, dropped; trl (a TRL value head with dropout): refused",
                       "auto_token_classification"),
     FREEZE: Rule("actor.freeze_module_prefix", "ROLL's comma-separated string split into prefixes, its Megatron vision_model "
@@ -171,4 +194,4 @@ RULES: dict[str, Rule] = {
                  "audio or non-Qwen vision module; dropped with lora_target (ROLL ignores it then)",
                  "model.layers.0"),
 }
-HANDLERS = [freeze_prefix, critic_model_type, validation_pixels]
+HANDLERS = [freeze_prefix, critic_model_type, validation_pixels, adam_betas]

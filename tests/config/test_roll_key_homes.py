@@ -1,0 +1,74 @@
+"""ROLL's WorkerConfig fields that no ROLL worker reads are dropped at any value, naming why, and a
+trained role's Adam betas translate (issue 18, item 3). `benchmarks/key_homes.py --roll CHECKOUT`
+counts what of ROLL's RLVRConfig still has no home."""
+
+from __future__ import annotations
+
+import pytest
+
+from posttrain.config.dialects import translate
+
+BASE = {"pretrain": "m", "rollout_batch_size": 8, "actor_train": {"model_args": {"model_name_or_path": "m"}}, "actor_infer": {}}
+UNKNOWN = "not a ROLL key the schema knows"
+
+
+def _entry(raw: dict, key: str):
+    _, report = translate({**BASE, **raw}, "roll")
+    return report.entry(key)
+
+
+@pytest.mark.parametrize(("section", "value"), [
+    ("model_args", {"model_name_or_path": "another", "dtype": "fp16", "lora_rank": 8}),
+    ("training_args", {"learning_rate": 1.0, "bf16": False, "per_device_train_batch_size": 64}),
+    ("strategy_args", {"strategy_name": "megatron_infer"}),
+    ("sequence_packing_args", {"algorithm": "load_balance"}),
+    ("router_replay", {"mode": "R3"}),
+    ("device_mapping", "list(range(0,8))"),
+    ("infer_batch_size", 64),
+    ("opd_kl_coef", 0.5),
+])
+def test_validation_builds_no_worker_so_its_worker_fields_are_dropped(section, value):
+    entry = _entry({"validation": {section: value, "data_args": {"file_name": ["val.jsonl"]}}}, f"validation.{section}")
+    assert entry.status == "dropped" and "ROLL builds no worker from validation" in entry.reason
+
+
+@pytest.mark.parametrize("role", ["actor_train", "reference", "critic"])
+def test_a_training_role_s_generating_args_are_read_by_nothing(role):
+    entry = _entry({role: {"generating_args": {"temperature": 0.1, "max_new_tokens": 7}}}, f"{role}.generating_args")
+    assert entry.status == "dropped" and f"ROLL's {role} generates nothing" in entry.reason
+
+
+@pytest.mark.parametrize("role", ["actor_infer", "reference", "critic"])
+def test_only_actor_train_and_validation_name_data(role):
+    raw = {role: {"data_args": {"file_name": ["other.jsonl"], "prompt": "question", "messages": "chat", "template": "chatml"}}}
+    for leaf in ("file_name", "prompt", "messages"):
+        entry = _entry(raw, f"{role}.data_args.{leaf}")
+        assert entry.status == "dropped" and f"no pipeline reads {role}.data_args" in entry.reason
+    # a key with a reason of its own keeps it
+    assert "read nowhere in ROLL" in _entry(raw, f"{role}.data_args.template").reason
+    # the training data is still actor_train's
+    native, _ = translate({**BASE, **raw, "actor_train": {**BASE["actor_train"], "data_args": {"file_name": ["train.jsonl"]}}}, "roll")
+    assert native["data"]["train_files"] == ["train.jsonl"]
+
+
+@pytest.mark.parametrize(("role", "section"), [("actor_train", "actor"), ("critic", "critic")])
+def test_a_trained_role_s_adam_betas_are_its_optimizer_s_betas(role, section):
+    def betas(**given):
+        native, report = translate({**BASE, role: {**BASE.get(role, {}), "training_args": given}}, "roll")
+        for key in given:
+            assert report.entry(f"{role}.training_args.{key}").status == "translated"
+        return native[section]["optim"]["betas"]
+
+    assert betas(adam_beta1=0.8, adam_beta2=0.95) == [0.8, 0.95]
+    assert betas(adam_beta2=0.95) == [0.9, 0.95]  # Hugging Face's default beta1 beside it
+    assert betas(adam_beta1=0.5) == [0.5, 0.999]
+    native, _ = translate(BASE, "roll")
+    assert "betas" not in native.get(section, {}).get("optim", {})  # a file without them keeps posttrain's default
+
+
+def test_no_key_of_these_groups_is_unknown():
+    raw = {"validation": {"pg_variant": "x", "tag_included": ["a"], "system_envs": {"A": "1"}},
+           "critic": {"generating_args": {"top_p": 0.5}, "data_args": {"id": "uid"}},
+           "reference": {"data_args": {"custom_data_kwargs_func": "m:f"}}}
+    _, report = translate({**BASE, **raw}, "roll")
+    assert not [e.key for e in report.entries if e.status == "refused" and UNKNOWN in e.reason]
