@@ -72,3 +72,41 @@ def test_no_key_of_these_groups_is_unknown():
            "reference": {"data_args": {"custom_data_kwargs_func": "m:f"}}}
     _, report = translate({**BASE, **raw}, "roll")
     assert not [e.key for e in report.entries if e.status == "refused" and UNKNOWN in e.reason]
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("actor_infer.pg_variant", "topr", "ROLL reads it of actor_train only"),
+    ("critic.topr_negative_weight", 0.5, "ROLL reads it of actor_train only"),
+    ("reference.model_update_frequency", 4, "ROLL reads actor_train's only"),
+    ("actor_train.tag_included", ["math"], "of the reference (a teacher) and of the reward workers only"),
+    ("critic.opd_kl_coef", 0.3, "of the reference (a teacher) and of the reward workers only"),
+    ("reference.apply_loss_scale", False, "ROLL's reference never trains"),
+    ("actor_train.name", "policy", "the name of the role's Ray actors"),
+    ("actor_infer.max_concurrency", 64, "scheduling, not the numbers"),
+    ("critic.backend_timeout", 5, "posttrain's wait is cluster.rpc_timeout_s"),
+    ("actor_infer.training_args.bf16", False, "engines read no training arguments"),
+    ("actor_infer.use_dynamic_batching_in_infer", True, "actor_infer only generates"),
+    ("actor_infer.sequence_packing_args.algorithm", "load_balance", "actor_infer only generates"),
+    ("actor_infer.logits_in_fp32", False, "an option of ROLL's Megatron models"),
+])
+def test_role_fields_roll_reads_of_other_roles_only_are_dropped(key, value, words):
+    raw: dict = {}
+    *parents, leaf = key.split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+    entry = _entry(raw, key)
+    assert entry.status == "dropped" and words in entry.reason
+
+
+def test_an_engine_reads_only_the_path_dtype_and_lora_of_actor_infer_s_model_args():
+    model_args = {"device_map": "cpu", "model_type": "trl", "ulysses_size": 2, "adapter_name_or_path": "/a"}
+    for strategy in ("vllm", "sglang"):
+        raw = {"actor_infer": {"strategy_args": {"strategy_name": strategy}, "model_args": model_args}}
+        for name in model_args:
+            entry = _entry(raw, f"actor_infer.model_args.{name}")
+            assert entry.status == "dropped" and f"ROLL's {strategy} engine reads model_name_or_path" in entry.reason
+    # hf_infer builds a Hugging Face model, which reads them: not dropped on that ground
+    raw = {"actor_infer": {"strategy_args": {"strategy_name": "hf_infer"}, "model_args": {"device_map": "cpu"}}}
+    assert "engine reads model_name_or_path" not in (_entry(raw, "actor_infer.model_args.device_map").reason or "")

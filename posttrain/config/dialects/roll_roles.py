@@ -163,6 +163,27 @@ def critic_model_type(ctx: Context) -> None:
                                 "(other values stop its value provider); posttrain's is auto_token_classification with one label", None, value)
 
 
+# What ROLL's vllm and sglang strategies read of actor_infer.model_args (roll/distributed/strategy/): model_name_or_path,
+# dtype and, for vllm, lora_rank / lora_target; the rest of ModelArguments is read only where ROLL builds a Hugging
+# Face or Megatron model (roll/models/model_providers.py), which an engine strategy does not.
+ENGINE_UNREAD_MODEL_ARGS = ("additional_target", "autocast_adapter_dtype", "adapter_name_or_path", "moe_aux_loss_coef",
+                            "gradient_checkpointing_use_reentrant", "device_map", "model_type", "num_labels",
+                            "freeze_module_prefix", "ulysses_size")
+
+
+def engine_model_args(ctx: Context) -> None:
+    """actor_infer's model-building keys under a vllm or sglang strategy: read by nothing there."""
+    strategy = ctx.get("actor_infer.strategy_args.strategy_name")
+    if strategy not in _ENGINES:
+        return
+    for name in ENGINE_UNREAD_MODEL_ARGS:
+        key = f"actor_infer.model_args.{name}"
+        if ctx.has(key) and key not in ctx.handled:
+            ctx.consume(key)
+            ctx.drop(key, f"ROLL's {strategy} engine reads model_name_or_path, dtype and the LoRA rank and targets of actor_infer.model_args "
+                          "only; this key is read where ROLL builds a Hugging Face or Megatron model")
+
+
 # Hugging Face's TrainingArguments defaults, which ROLL's roles inherit
 HF_BETAS = (0.9, 0.999)
 _BETA_ROLES = {"actor_train": "actor", "critic": "critic"}
@@ -194,4 +215,4 @@ RULES: dict[str, Rule] = {
                  "audio or non-Qwen vision module; dropped with lora_target (ROLL ignores it then)",
                  "model.layers.0"),
 }
-HANDLERS = [freeze_prefix, critic_model_type, validation_pixels, adam_betas]
+HANDLERS = [freeze_prefix, critic_model_type, validation_pixels, adam_betas, engine_model_args]

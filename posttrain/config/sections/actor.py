@@ -256,6 +256,33 @@ ROLL_UNREAD_WORKER_KEYS: dict[str, str] = {
     **{f"roll:{role}.generating_args": (f"ROLL's {role} generates nothing, so no worker reads its generating_args (rollouts sample "
                                         "with actor_infer's, validation with validation's)")
        for role in ("actor_train", "reference", "critic")},
+    **{f"roll:{role}.{k}": "ROLL reads it of actor_train only (its agentic policy-gradient worker's loss options)"
+       for role in ("actor_infer", "reference", "critic") for k in ("pg_variant", "topr_positive_weight", "topr_negative_weight")},
+    **{f"roll:{role}.model_update_frequency": "ROLL reads actor_train's only (how often the weights go to the engine)"
+       for role in ("actor_infer", "reference", "critic")},
+    **{f"roll:{role}.{k}": "ROLL reads it of the reference (a teacher) and of the reward workers only"
+       for role in ("actor_train", "actor_infer", "critic") for k in ("opd_kl_coef", "tag_included")},
+    **{f"roll:{role}.apply_loss_scale": f"scales the loss of a training step, and ROLL's {role} never trains (its forward returns no scaled loss)"
+       for role in ("actor_infer", "reference")},
+    **{f"roll:{role}.name": "the name of the role's Ray actors (ROLL's logs and Ray's dashboard): not the numbers"
+       for role in ("actor_train", "actor_infer", "reference", "critic")},
+    **{f"roll:{role}.max_concurrency": ("how many calls one Ray actor of the role serves at once: scheduling, not the numbers "
+                                        "(posttrain's roles are methods of its own worker processes)")
+       for role in ("actor_train", "actor_infer", "reference", "critic")},
+    **{f"roll:{role}.backend_timeout": ("minutes ROLL's process group waits for a peer before failing: how long a hung run waits, "
+                                        "not the numbers (posttrain's wait is cluster.rpc_timeout_s)")
+       for role in ("actor_train", "actor_infer", "reference", "critic")},
+    # actor_infer's strategies that posttrain takes (vllm, sglang, hf_infer: rollout.name) only generate: no training
+    # arguments, no forward micro-batches, no Megatron model
+    "roll:actor_infer.training_args.*": ("ROLL's vllm, sglang and hf_infer engines read no training arguments (only its Megatron "
+                                         "strategies, which posttrain does not take for actor_infer)"),
+    **{f"roll:actor_infer.{k}": ("a forward or training micro-batch option, and ROLL's actor_infer only generates (its old and "
+                                 "reference log-probs come from actor_train and reference)")
+       for k in ("use_dynamic_batching_in_train", "max_tokens_per_microbatch_in_train", "sequence_length_round_in_train",
+                 "use_dynamic_batching_in_infer", "max_tokens_per_microbatch_in_infer", "sequence_length_round_in_infer",
+                 "use_sequence_packing", "sequence_packing_args.*")},
+    **{f"roll:actor_infer.{k}": "an option of ROLL's Megatron models, which posttrain does not take for actor_infer (vllm, sglang, hf_infer)"
+       for k in ("mtp_training_mode", "logits_in_fp32")},
     # one entry per key (a pattern), so the keys the section tables name with a reason of their own keep it
     **{f"roll:{role}.data_args.*": (f"ROLL reads the data of actor_train.data_args (validation's of validation.data_args); no "
                                     f"pipeline reads {role}.data_args")
