@@ -110,3 +110,48 @@ def test_an_engine_reads_only_the_path_dtype_and_lora_of_actor_infer_s_model_arg
     # hf_infer builds a Hugging Face model, which reads them: not dropped on that ground
     raw = {"actor_infer": {"strategy_args": {"strategy_name": "hf_infer"}, "model_args": {"device_map": "cpu"}}}
     assert "engine reads model_name_or_path" not in (_entry(raw, "actor_infer.model_args.device_map").reason or "")
+
+
+def test_roll_s_clip_range_is_posttrain_s_asymmetric_clip():
+    def clip(**keys):
+        native, report = translate({**BASE, **keys}, "roll")
+        actor = native.get("actor", {})
+        return actor.get("clip_ratio_low"), actor.get("clip_ratio_high"), report
+
+    low, high, _ = clip(use_pg_clip_range=True, pg_clip_low=0.1, pg_clip_high=0.28)
+    assert (low, high) == (0.1, 0.28)  # ROLL: clamp(ratio, 1 - pg_clip_low, 1 + pg_clip_high)
+    low, high, report = clip(use_pg_clip_range=True, pg_clip_high=0.28, pg_clip=0.3)
+    assert (low, high) == (0.2, 0.28)  # an unset bound is ROLL's default 0.2, not pg_clip
+    low, high, report = clip(use_pg_clip_range=False, pg_clip_low=0.1, pg_clip_high=0.28)
+    assert (low, high) == (None, None)
+    assert all(report.entry(k).status == "dropped" for k in ("use_pg_clip_range", "pg_clip_low", "pg_clip_high"))
+    # a PG worker's cispo clips its weights with its own epsilons: the range is not read
+    worker = {"actor_train": {**BASE["actor_train"], "worker_cls": "roll.pipeline.rlvr.actor_pg_worker.ActorPGWorker",
+                              "pg_variant": "cispo"}}
+    low, high, report = clip(**worker, use_pg_clip_range=True, pg_clip_low=0.1)
+    assert (low, high) == (0.1, 0.1)  # cispo's own epsilons (ROLL's defaults)
+    assert "pg_variant cispo does not clip with PPO's range" in report.entry("pg_clip_low").reason
+    _, _, report = clip(use_pg_clip_range="yes")
+    assert report.entry("use_pg_clip_range").status == "refused"
+
+
+def test_a_pg_variant_s_options_without_a_pg_worker_are_read_by_nothing():
+    entry = _entry({"actor_train": {**BASE["actor_train"], "topr_positive_weight": 2.0}}, "actor_train.topr_positive_weight")
+    assert entry.status == "dropped" and "read only by ROLL's policy-gradient workers" in entry.reason
+
+
+def test_pipeline_keys_roll_declares_and_reads_nowhere_or_for_diagnostics_only_are_dropped():
+    for key, value, words in [("val_greedy", True, "read nowhere in ROLL's code"), ("mask_type", "all", "read nowhere in ROLL's code"),
+                              ("minibatch_data_iter_num", 4, "read nowhere in ROLL's code"),
+                              ("report_length_and_rewards", True, "a diagnostic"), ("otlp_output_dir", "/tmp/o", "OpenTelemetry"),
+                              ("enable_reference", True, "posttrain runs the reference exactly when")]:
+        entry = _entry({key: value}, key)
+        assert entry.status == "dropped" and words in entry.reason, key
+
+
+def test_roll_s_weight_update_buffer_and_checkpoint_count_translate():
+    native, _ = translate({**BASE, "model_update_buffer_size_mb": 256, "max_ckpt_to_keep": 2}, "roll")
+    assert native["rollout"]["update_weights_bucket_megabytes"] == 256
+    assert native["trainer"]["max_actor_ckpt_to_keep"] == native["trainer"]["max_critic_ckpt_to_keep"] == 2
+    native, report = translate({**BASE, "max_ckpt_to_keep": 0}, "roll")
+    assert report.entry("max_ckpt_to_keep").status == "dropped" and "max_actor_ckpt_to_keep" not in native.get("trainer", {})

@@ -12,6 +12,10 @@ rollout_mock_mixin.py): its schedulers pickle each step's generated batch to
 missing step. posttrain's ``trainer.rollout_mock`` dump|replay with ``trainer.rollout_mock_dir`` does
 that for the training steps (posttrain.trainer.rollout_mock), in its own file format; validation
 generates as usual.
+
+ROLL's ``max_ckpt_to_keep`` (roll/pipeline/base_pipeline.py): after each save, only the newest n
+``checkpoint-<step>`` folders of every role are kept; 0 keeps all. posttrain keeps the newest n of
+the actor's and of the critic's (``trainer.max_actor_ckpt_to_keep`` / ``max_critic_ckpt_to_keep``).
 """
 
 from __future__ import annotations
@@ -69,10 +73,28 @@ def rollout_mock(ctx: Context) -> None:
     ctx.set("trainer.rollout_mock_dir", folder, MOCK, "ROLL's dump_dir")
 
 
+KEEP = "max_ckpt_to_keep"
+
+
+def keep_checkpoints(ctx: Context) -> None:
+    if not ctx.has(KEEP):
+        return
+    ctx.consume(KEEP)
+    value = ctx.get(KEEP)
+    if value in (0, None):
+        ctx.drop(KEEP, f"{value!r}: every checkpoint is kept, as posttrain keeps them by default")
+    elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        ctx.refuse(KEEP, f"expected a whole number of checkpoints (0 keeps all), got {value!r}", "trainer.max_actor_ckpt_to_keep", value)
+    else:
+        for native in ("trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"):
+            ctx.set(native, value, KEEP, "the newest checkpoints kept, for every role")
+
+
 RULES: dict[str, Rule] = {
+    KEEP: Rule("trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep", "n > 0: both; 0 (keep all): dropped", 3),
     MOCK: Rule("trainer.rollout_mock, trainer.rollout_mock_dir", "enable true: mode dump -> dump, mock -> replay (training steps; "
                "posttrain's file format), dump_dir -> rollout_mock_dir; enable false: nothing", {"enable": True, "mode": "dump", "dump_dir": "/tmp/d"}),
     KEY: Rule("trainer.rollout_data_dir", "an absolute path: each step's rollouts as JSONL there (posttrain's row layout); "
               "a relative path is dropped, as ROLL writes nothing to one", "/tmp/rollout_dump"),
 }
-HANDLERS = [rollout_dump, rollout_mock]
+HANDLERS = [rollout_dump, rollout_mock, keep_checkpoints]

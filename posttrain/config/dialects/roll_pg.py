@@ -44,10 +44,11 @@ _LOSS = "actor.policy_loss.loss_mode"
 
 def pg_worker(ctx: Context) -> None:
     if ctx.get(WORKER) not in PG_WORKERS:
-        if ctx.has(VARIANT):  # the worker_cls itself keeps the refusal of any other worker class
-            ctx.consume(VARIANT)
-            ctx.drop(VARIANT, "read only by ROLL's policy-gradient workers (worker_cls ActorPGWorker or the agentic PG ActorWorker); "
-                              "this file's worker computes ROLL's PPO loss")
+        unread = [k for k in (VARIANT, *(f"actor_train.{name}" for names in OPTIONS.values() for name in names)) if ctx.has(k)]
+        ctx.consume(*unread)  # the worker_cls itself keeps the refusal of any other worker class
+        for key in unread:
+            ctx.drop(key, "read only by ROLL's policy-gradient workers (worker_cls ActorPGWorker or the agentic PG ActorWorker); "
+                          "this file's worker computes ROLL's PPO loss")
         return
     option_keys = [f"actor_train.{name}" for names in OPTIONS.values() for name in names]
     ctx.consume(WORKER, VARIANT, *option_keys)
@@ -125,6 +126,43 @@ def importance_sampling(ctx: Context) -> None:
             ctx.set("actor.policy_loss.loss_args", {"dual_clip_c": 1 + 2 * clip}, key, f"seq with dual_clip_loss: gspo's dual clip at ROLL's bound 1 + 2 x pg_clip ({clip})")
 
 
+RANGE = "use_pg_clip_range"
+_RANGE_KEYS = {"pg_clip_low": "actor.clip_ratio_low", "pg_clip_high": "actor.clip_ratio_high"}
+
+
+def clip_range(ctx: Context) -> None:
+    """``use_pg_clip_range: true`` makes ROLL's PPO clip ``clamp(ratio, 1 - pg_clip_low, 1 + pg_clip_high)``
+    (its default worker, its agentic worker and the PG worker's ppo variant; each bound 0.2 unless
+    given), posttrain's ``actor.clip_ratio_low`` / ``clip_ratio_high``; false clips with pg_clip on
+    both sides. The dual clip's bound stays 1 + 2 x pg_clip (`roll_defaults`). A PG worker's other
+    variants clip with bounds of their own and read none of the three."""
+    present = [k for k in (RANGE, *_RANGE_KEYS) if ctx.has(k)]
+    if not present:
+        return
+    ctx.consume(*present)
+    variant = ctx.get(VARIANT, "vanilla")
+    if ctx.get(WORKER) in PG_WORKERS and variant != "ppo":
+        for key in present:
+            ctx.drop(key, f"ROLL's pg_variant {variant} does not clip with PPO's range (only its ppo variant and the default worker read it)")
+        return
+    on = ctx.get(RANGE, False)
+    if on not in (True, False, None):
+        ctx.refuse(RANGE, f"expected true or false, got {on!r}", None, on)
+        return
+    if not on:
+        for key in present:
+            ctx.drop(key, "use_pg_clip_range false: ROLL clips with pg_clip on both sides (actor.clip_ratio)")
+        return
+    ctx.report.add(Entry(RANGE, "translated", "actor.clip_ratio_low", True, "ROLL clips to [1 - pg_clip_low, 1 + pg_clip_high]"))
+    for name, native in _RANGE_KEYS.items():
+        value = ctx.get(name, PG_CLIP_DEFAULT)
+        key = name if ctx.has(name) else RANGE
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            ctx.refuse(key, f"expected a number, got {value!r}: ROLL clamps the ratio with it", native, value)
+        else:
+            ctx.set(native, float(value), key, f"{name} with use_pg_clip_range" + ("" if key == name else f" (unset: ROLL's default {PG_CLIP_DEFAULT})"))
+
+
 _PG = (("actor_train.worker_cls", PG_WORKERS[0]),)
 RULES: dict[str, Rule] = {
     VARIANT: Rule(_LOSS, "with a PG worker_cls: ppo -> vanilla, vanilla -> gpg, tis and cispo -> cispo (with their bounds), "
@@ -132,5 +170,9 @@ RULES: dict[str, Rule] = {
     **{f"actor_train.{name}": Rule(_LOSS, f"an option of pg_variant {variant} (translated with it)", default,
                                    (*_PG, (VARIANT, variant)))
        for variant, names in OPTIONS.items() for name, default in names.items()},
+    RANGE: Rule("actor.clip_ratio_low", "true: pg_clip_low and pg_clip_high (each 0.2 unless given) are actor.clip_ratio_low / "
+                "clip_ratio_high; false: dropped with them (pg_clip on both sides)", True),
+    **{name: Rule(native, f"with use_pg_clip_range true: {native}; else dropped (not read)", 0.28, ((RANGE, True),))
+       for name, native in _RANGE_KEYS.items()},
 }
-HANDLERS = [pg_worker]
+HANDLERS = [pg_worker, clip_range]

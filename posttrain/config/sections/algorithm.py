@@ -220,6 +220,8 @@ UNSUPPORTED: dict[str, str] = {
 NO_EFFECT: dict[str, str] = {
     "verl:algorithm.filter_groups.max_inflight_gen_batches": "how many of verl's dynamic-sampling batches are generated at once: when they are sampled, not what",
     "roll:add_len_reward": "declared in ROLL's PPOConfig but read nowhere in ROLL's code, so no value of it changes a ROLL run either (checked against alibaba/ROLL's source)",
+    **{f"roll:{k}": "declared in ROLL's RLVR config but read nowhere in ROLL's code, so no value of it changes a ROLL run either"
+       for k in ("use_policy_loss_type", "mask_type", "balance_length", "minibatch_data_iter_num", "val_greedy", "val_n_sample")},
 }
 
 

@@ -65,6 +65,8 @@ NO_EFFECT: dict[str, str] = {
     f"{_VERL}.pad_to_length": _ROLE[1][f"{_VERL}.pad_to_length"],
     f"{_VERL}.entropy_from_logits_chunk_size": _ROLE[1][f"{_VERL}.entropy_from_logits_chunk_size"],
     "roll:reference.offload_nccl": NCCL_OFFLOAD,
+    "roll:enable_reference": ("whether ROLL computes the reference's log-probs (it sets it itself when a KL loss or penalty is on): "
+                              "posttrain runs the reference exactly when its KL loss, KL penalty or estimator reads them"),
     "roll:reference.model_args.freeze_module_prefix": "ROLL loads the reference with every parameter frozen (load_model with is_trainable false), so naming some of them frozen changes nothing; posttrain's reference is never trained either",
     "roll:reference.data_args.template": TEMPLATE_UNREAD,
     "roll:reference.model_args.disable_gradient_checkpointing": "the reference runs no backward pass, so gradient checkpointing has no meaning there",

@@ -164,7 +164,7 @@ class RolloutConfig:
     enable_chunked_prefill: bool = param(True, doc=f"Split long prompt prefills into chunks to cap peak memory (SGLang: false sets chunked_prefill_size -1). {_GPU_ENGINES}", refs=[f"{_VERL}.enable_chunked_prefill", f"{_TRINITY}.enable_chunked_prefill"])
     enable_prefix_caching: bool = param(False, doc="Reuse the KV cache of shared prompt prefixes across requests (hf engine: each distinct prompt is prefilled once for its n responses; SGLang: false sets disable_radix_cache).", refs=[f"{_VERL}.enable_prefix_caching", f"{_TRINITY}.enable_prefix_caching"])
     disable_log_stats: bool = param(True, doc=f"Silence the engine's periodic statistics log. {_VLLM_ONLY}", refs=[f"{_VERL}.disable_log_stats"])
-    update_weights_bucket_megabytes: int = param(512, doc=f"The weight sync sends the actor's tensors to the engine in buckets of about this many MiB, one call each (a tensor larger than a bucket goes alone), so no second whole copy of the model is held. {_GPU_ENGINES}", ge=1, refs=[f"{_VERL}.checkpoint_engine.update_weights_bucket_megabytes"])
+    update_weights_bucket_megabytes: int = param(512, doc=f"The weight sync sends the actor's tensors to the engine in buckets of about this many MiB, one call each (a tensor larger than a bucket goes alone), so no second whole copy of the model is held. {_GPU_ENGINES}", ge=1, refs=[f"{_VERL}.checkpoint_engine.update_weights_bucket_megabytes", "roll:model_update_buffer_size_mb"])
     engine_kwargs: EngineKwargsConfig = param(factory=EngineKwargsConfig, doc="Engine-specific options (hf, vllm, sglang).")
 
     # ---- agentic ------------------------------------------------------------------------------

@@ -83,6 +83,15 @@ UNSUPPORTED: dict[str, str] = {
 }
 
 
+# Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
+NO_EFFECT: dict[str, str] = {
+    "roll:report_length_and_rewards": "ROLL then logs each prompt's lengths and rewards per epoch (a diagnostic): not the numbers",
+    "roll:length_profiler_dir": "where ROLL's length profiler writes its diagnostics: not the numbers",
+    "roll:save_logging_board_dir": "where ROLL's RLVR pipeline writes its logging-board files (a diagnostic): not the numbers; posttrain's rollouts go to trainer.rollout_data_dir",
+    "roll:otlp_output_dir": "where ROLL's OpenTelemetry traces of the run are written: not the numbers",
+}
+
+
 def check_save_strategy(cfg: Any) -> list[str]:
     """posttrain's sharded checkpoint is one collective write by every worker process at once, so a
     strategy asking the writers to take turns is refused where there are several of them."""
