@@ -75,3 +75,25 @@ class BufferConfig:
 
 #: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason.
 UNSUPPORTED: dict[str, str] = {}
+
+# Trinity-RFT's config validator (trinity/common/config_validator.py) overwrites these whatever the file says, or
+# nothing reads them: dropped at any value, with the reason.
+_OVERWRITTEN = "Trinity-RFT's config validator sets it itself, overwriting the file's value"
+_TASKSET = "trinity:buffer.explorer_input.taskset"
+NO_EFFECT: dict[str, str] = {
+    "trinity:buffer.explorer_output": ("declared by Trinity-RFT's buffer config (\"do not set\") and read nowhere: the explorer's "
+                                       "experiences go to trainer_input.experience_buffer"),
+    "trinity:buffer.tokenizer_path": "declared by Trinity-RFT's buffer config (\"automatically set\") and read nowhere",
+    "trinity:buffer.cache_dir": _OVERWRITTEN + " (<checkpoint_job_dir>/buffer); posttrain's buffer lives in the stage's directory",
+    "trinity:checkpoint_job_dir": _OVERWRITTEN + " (<checkpoint_root_dir>/<project>/<group>/<name>); posttrain's is trainer.default_local_dir",
+    **{f"{_TASKSET}.{k}": _OVERWRITTEN + " (from buffer.batch_size, total_epochs and total_steps, and the taskset's role)"
+       for k in ("is_eval", "batch_size", "total_epochs", "total_steps")},
+    **{f"{_EB}.{k}": _OVERWRITTEN + " (the algorithm's schema, buffer.train_batch_size, model.model_path)"
+       for k in ("schema_type", "batch_size", "tokenizer_path")},
+    "trinity:synchronizer.explorer_world_size": _OVERWRITTEN + " (cluster.rollout_gpu_num)",
+    **{f"trinity:{k}.ray_namespace": "the Ray namespace of Trinity-RFT's actors: where they are registered, not the numbers"
+       for k in ("synchronizer", _TASKSET[len("trinity:"):], _EB[len("trinity:"):])},
+    **{f"trinity:{k}.{r}": "retries of a failed read or write of Trinity-RFT's buffer storage: not the numbers"
+       for k in (_TASKSET[len("trinity:"):], _EB[len("trinity:"):]) for r in ("max_retry_times", "max_retry_interval")},
+    "trinity:ignore_validator_suggestions": "switches off Trinity-RFT's memory-use advice when it starts: not the numbers",
+}
