@@ -44,3 +44,23 @@ def test_keys_trinity_overwrites_or_never_reads_are_dropped(key, value, words):
         raw["buffer"]["explorer_input"]["taskset"]["path"] = "tasks.jsonl"
     entry = _entry(raw, key)
     assert entry.status == "dropped" and words in entry.reason
+
+
+def test_the_validator_s_gpu_counts_are_dropped_and_a_train_mode_s_held_back_devices_refused():
+    for key in ("cluster.total_gpu_num", "cluster.trainer_gpu_num", "cluster.rollout_gpu_num"):
+        assert _entry(_nested(key, 6), key).status == "dropped"
+    _, report = translate({**BASE, "mode": "train", "cluster": {"rollout_gpu_num": 2}}, "trinity")
+    entry = report.entry("cluster.rollout_gpu_num")
+    assert entry.status == "refused" and "takes these 2 devices from its trainer" in entry.reason
+
+
+def test_checkpoint_count_trust_remote_code_and_clip_grad_translate():
+    native, _ = translate({**BASE, "trainer": {"max_checkpoints_to_keep": 3}, "model": {**BASE["model"], "trust_remote_code": True},
+                           "algorithm": {**BASE["algorithm"], "optimizer": {"clip_grad": 0.5}}}, "trinity")
+    assert native["trainer"]["max_actor_ckpt_to_keep"] == native["trainer"]["max_critic_ckpt_to_keep"] == 3
+    assert native["model"]["trust_remote_code"] is True
+    assert native["actor"]["grad_clip"] == 0.5
+    # two different clips are refused, naming both
+    _, report = translate({**BASE, "trainer": {"grad_clip": 0.3}, "algorithm": {**BASE["algorithm"], "optimizer": {"clip_grad": 0.5}}},
+                          "trinity")
+    assert any(e.status == "refused" and "conflicts with" in e.reason for e in report.entries)

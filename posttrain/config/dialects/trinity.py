@@ -36,6 +36,7 @@ from posttrain.config.dialects.trinity_types import algorithm_type, stage_algori
 from posttrain.config.dialects.trinity_files import data_files
 from posttrain.config.dialects.trinity_selectors import data_selector
 from posttrain.config.dialects.trinity_external import external_model
+from posttrain.config.dialects import trinity_derived
 from posttrain.config.dialects.trinity_explorer import RULES as EXPLORER_RULES, accepted_default, auxiliary, engines, over_rollout, sample_strategy, timeouts
 from posttrain.config.dialects.trinity_experience import RULES as EXPERIENCE_RULES, experience_files, stage_experience_files
 
@@ -337,9 +338,10 @@ RULES: dict[str, Rule] = {
     **EXPERIENCE_RULES,
     **BATCH_RULES,
     **EXPLORER_RULES,
+    **trinity_derived.RULES,
     **AGENT_RULES,
 }
 
-HANDLERS = [external_model, algorithm_type, engines, timeouts, over_rollout, sample_strategy, auxiliary, kl_defaults, prompt_truncation, workflows, server_keys, parser_keys, experience_files, tasksets, data_selector, trainer_config, batch_sizes, batching, episode_sources, stages, trinity_lora]
+HANDLERS = [external_model, algorithm_type, engines, timeouts, over_rollout, sample_strategy, auxiliary, kl_defaults, prompt_truncation, workflows, server_keys, parser_keys, experience_files, tasksets, data_selector, trainer_config, batch_sizes, batching, episode_sources, stages, trinity_lora, *trinity_derived.HANDLERS]
 # A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).
-STAGE_HANDLERS = [external_model, stage_algorithm_type, engines, timeouts, over_rollout, sample_strategy, auxiliary, stage_kl_defaults, prompt_truncation, workflows, server_keys, parser_keys, stage_experience_files, tasksets, data_selector, trainer_config, stage_batch_sizes, episode_sources, stages, trinity_lora]
+STAGE_HANDLERS = [external_model, stage_algorithm_type, engines, timeouts, over_rollout, sample_strategy, auxiliary, stage_kl_defaults, prompt_truncation, workflows, server_keys, parser_keys, stage_experience_files, tasksets, data_selector, trainer_config, stage_batch_sizes, episode_sources, stages, trinity_lora, *trinity_derived.HANDLERS]

@@ -35,7 +35,7 @@ class ModelConfig:
     )
     trust_remote_code: bool = param(
         False, doc="Allow modelling/tokenizer code shipped inside the model directory to run (one switch for both: verl's data.trust_remote_code, the tokenizer's, is this one).",
-        refs=["verl:actor_rollout_ref.model.trust_remote_code", "verl:model.trust_remote_code", "verl:data.trust_remote_code"],
+        refs=["verl:actor_rollout_ref.model.trust_remote_code", "verl:model.trust_remote_code", "verl:data.trust_remote_code", "trinity:model.trust_remote_code"],
     )
     external_lib: str | None = param(
         None, doc="Python module imported before loading, to register custom models/tokenizers with transformers.",
