@@ -17,6 +17,16 @@ def _entry(raw: dict, key: str):
     return report.entry(key)
 
 
+def _nested(key: str, value) -> dict:
+    raw: dict = {}
+    *parents, leaf = key.split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+    return raw
+
+
 @pytest.mark.parametrize(("section", "value"), [
     ("model_args", {"model_name_or_path": "another", "dtype": "fp16", "lora_rank": 8}),
     ("training_args", {"learning_rate": 1.0, "bf16": False, "per_device_train_batch_size": 64}),
@@ -90,13 +100,7 @@ def test_no_key_of_these_groups_is_unknown():
     ("actor_infer.logits_in_fp32", False, "an option of ROLL's Megatron models"),
 ])
 def test_role_fields_roll_reads_of_other_roles_only_are_dropped(key, value, words):
-    raw: dict = {}
-    *parents, leaf = key.split(".")
-    node = raw
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[leaf] = value
-    entry = _entry(raw, key)
+    entry = _entry(_nested(key, value), key)
     assert entry.status == "dropped" and words in entry.reason
 
 
@@ -155,3 +159,14 @@ def test_roll_s_weight_update_buffer_and_checkpoint_count_translate():
     assert native["trainer"]["max_actor_ckpt_to_keep"] == native["trainer"]["max_critic_ckpt_to_keep"] == 2
     native, report = translate({**BASE, "max_ckpt_to_keep": 0}, "roll")
     assert report.entry("max_ckpt_to_keep").status == "dropped" and "max_actor_ckpt_to_keep" not in native.get("trainer", {})
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("actor_train.training_args.max_steps", 7, "set_max_steps"),
+    ("critic.training_args.output_dir", "/o", "top-level output_dir"),
+    ("reference.training_args.save_hf_model", True, "Hugging Face copy"),
+    ("actor_train.num_gpus_per_worker", 4, "forces it to 1 for a training strategy"),
+])
+def test_training_arguments_roll_overwrites_or_reads_for_files_only_are_dropped(key, value, words):
+    entry = _entry(_nested(key, value), key)
+    assert entry.status == "dropped" and words in entry.reason

@@ -272,6 +272,18 @@ ROLL_UNREAD_WORKER_KEYS: dict[str, str] = {
     **{f"roll:{role}.backend_timeout": ("minutes ROLL's process group waits for a peer before failing: how long a hung run waits, "
                                         "not the numbers (posttrain's wait is cluster.rpc_timeout_s)")
        for role in ("actor_train", "actor_infer", "reference", "critic")},
+    **{f"roll:{role}.training_args.max_steps": "ROLL sets every role's from the pipeline's max_steps (set_max_steps), overwriting the file's value"
+       for role in ("actor_train", "critic", "reference")},
+    **{f"roll:{role}.training_args.output_dir": "ROLL sets it to the top-level output_dir, overwriting the file's value"
+       for role in ("actor_train", "critic")},
+    "roll:reference.training_args.output_dir": "where a role saves its checkpoints, and ROLL's reference saves none",
+    **{f"roll:{role}.training_args.save_hf_model": ("whether ROLL's Megatron strategy also saves a Hugging Face copy of a checkpoint: "
+                                                    "which files, not the numbers (posttrain's checkpoints are Hugging Face folders)")
+       for role in ("actor_train", "critic", "reference")},
+    **{f"roll:{role}.training_args.dataloader_num_workers": "processes loading a data set in ROLL's SFT and distillation pipelines: not the numbers"
+       for role in ("actor_train", "critic", "reference")},
+    **{f"roll:{role}.num_gpus_per_worker": "ROLL forces it to 1 for a training strategy (one device per worker process), as posttrain's workers are"
+       for role in ("actor_train", "critic")},
     # actor_infer's strategies that posttrain takes (vllm, sglang, hf_infer: rollout.name) only generate: no training
     # arguments, no forward micro-batches, no Megatron model
     "roll:actor_infer.training_args.*": ("ROLL's vllm, sglang and hf_infer engines read no training arguments (only its Megatron "
