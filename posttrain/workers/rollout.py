@@ -5,14 +5,17 @@ arrive through `posttrain.cluster.weight_sync`), samples the responses of its co
 the step's prompts, and every rank then receives the whole batch in prompt order, which is what the
 roles after it expect (`posttrain.cluster.parallel`). With `cluster.device_mapping.rollout` on the
 first m of the workers only those m ranks generate and the others wait for the batch (ROLL's layouts
-that give the engines fewer devices than training). An engine whose tensor-parallel ranks are t
-consecutive worker processes (`engine.ranks_per_engine` = t: the vllm engine's
-`rollout.tensor_model_parallel_size`) samples one share for its group: every rank of the group is
-given the same share, as that engine needs, and the batch takes the group's first rank's copy. Those others still hold an engine, kept in step by
-the weight sync like every rank's, which keeps the sync one collective for all ranks. Each response's sampling noise is keyed by the
-rollout seed, its prompt's uid and its sample index (`posttrain.rollout.sampling`), not by the rank
-or the batch it was decoded in, so the batch is the same on any number of ranks (to float rounding
-of the logits in other batch shapes).
+that give the engines fewer devices than training). Those others still hold an engine, kept in step
+by the weight sync like every rank's, which keeps the sync one collective for all ranks.
+
+An engine whose tensor-parallel ranks are t consecutive worker processes (`engine.ranks_per_engine`
+= t: the vllm engine's `rollout.tensor_model_parallel_size`) samples one share for its group: every
+rank of the group is given the same share, as that engine needs, and the batch takes the group's
+first rank's copy.
+
+Each response's sampling noise is keyed by the rollout seed, its prompt's uid and its sample index
+(`posttrain.rollout.sampling`), not by the rank or the batch it was decoded in, so the batch is the
+same on any number of ranks (to float rounding of the logits in other batch shapes).
 
 With `free_cache` (`rollout.free_cache_engine`) the engine sleeps after every generation and wakes
 before the next (level 1: KV cache released, weights kept in host memory), so that training has the
