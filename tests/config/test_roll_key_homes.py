@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from nested_keys import nested
 from posttrain.config.dialects import translate
 
 BASE = {"pretrain": "m", "rollout_batch_size": 8, "actor_train": {"model_args": {"model_name_or_path": "m"}}, "actor_infer": {}}
@@ -15,16 +16,6 @@ UNKNOWN = "not a ROLL key the schema knows"
 def _entry(raw: dict, key: str):
     _, report = translate({**BASE, **raw}, "roll")
     return report.entry(key)
-
-
-def _nested(key: str, value) -> dict:
-    raw: dict = {}
-    *parents, leaf = key.split(".")
-    node = raw
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[leaf] = value
-    return raw
 
 
 @pytest.mark.parametrize(("section", "value"), [
@@ -100,7 +91,7 @@ def test_no_key_of_these_groups_is_unknown():
     ("actor_infer.logits_in_fp32", False, "an option of ROLL's Megatron models"),
 ])
 def test_role_fields_roll_reads_of_other_roles_only_are_dropped(key, value, words):
-    entry = _entry(_nested(key, value), key)
+    entry = _entry(nested(key, value), key)
     assert entry.status == "dropped" and words in entry.reason
 
 
@@ -168,5 +159,5 @@ def test_roll_s_weight_update_buffer_and_checkpoint_count_translate():
     ("actor_train.num_gpus_per_worker", 4, "forces it to 1 for a training strategy"),
 ])
 def test_training_arguments_roll_overwrites_or_reads_for_files_only_are_dropped(key, value, words):
-    entry = _entry(_nested(key, value), key)
+    entry = _entry(nested(key, value), key)
     assert entry.status == "dropped" and words in entry.reason

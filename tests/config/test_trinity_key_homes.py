@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from nested_keys import nested
 from posttrain.config.dialects import translate
 
 BASE = {"mode": "both", "algorithm": {"algorithm_type": "grpo"}, "model": {"model_path": "m"}}
@@ -14,16 +15,6 @@ BASE = {"mode": "both", "algorithm": {"algorithm_type": "grpo"}, "model": {"mode
 def _entry(raw: dict, key: str):
     _, report = translate({**BASE, **raw}, "trinity")
     return report.entry(key)
-
-
-def _nested(key: str, value) -> dict:
-    raw: dict = {}
-    *parents, leaf = key.split(".")
-    node = raw
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[leaf] = value
-    return raw
 
 
 @pytest.mark.parametrize(("key", "value", "words"), [
@@ -39,7 +30,7 @@ def _nested(key: str, value) -> dict:
     ("ignore_validator_suggestions", True, "memory-use advice"),
 ])
 def test_keys_trinity_overwrites_or_never_reads_are_dropped(key, value, words):
-    raw = _nested(key, value)
+    raw = nested(key, value)
     if key.startswith("buffer.explorer_input.taskset."):
         raw["buffer"]["explorer_input"]["taskset"]["path"] = "tasks.jsonl"
     entry = _entry(raw, key)
@@ -48,7 +39,7 @@ def test_keys_trinity_overwrites_or_never_reads_are_dropped(key, value, words):
 
 def test_the_validator_s_gpu_counts_are_dropped_and_a_train_mode_s_held_back_devices_refused():
     for key in ("cluster.total_gpu_num", "cluster.trainer_gpu_num", "cluster.rollout_gpu_num"):
-        assert _entry(_nested(key, 6), key).status == "dropped"
+        assert _entry(nested(key, 6), key).status == "dropped"
     _, report = translate({**BASE, "mode": "train", "cluster": {"rollout_gpu_num": 2}}, "trinity")
     entry = report.entry("cluster.rollout_gpu_num")
     assert entry.status == "refused" and "takes these 2 devices from its trainer" in entry.reason

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from posttrain.config.dialects.checkpoints import keep_newest
 from posttrain.config.dialects.translate import Context
 from posttrain.config.tables import Rule
 
@@ -77,17 +78,7 @@ KEEP = "max_ckpt_to_keep"
 
 
 def keep_checkpoints(ctx: Context) -> None:
-    if not ctx.has(KEEP):
-        return
-    ctx.consume(KEEP)
-    value = ctx.get(KEEP)
-    if value in (0, None):
-        ctx.drop(KEEP, f"{value!r}: every checkpoint is kept, as posttrain keeps them by default")
-    elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        ctx.refuse(KEEP, f"expected a whole number of checkpoints (0 keeps all), got {value!r}", "trainer.max_actor_ckpt_to_keep", value)
-    else:
-        for native in ("trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"):
-            ctx.set(native, value, KEEP, "the newest checkpoints kept, for every role")
+    keep_newest(ctx, KEEP, (0, None), "the newest checkpoints kept, for every role")
 
 
 RULES: dict[str, Rule] = {

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from posttrain.config.dialects.checkpoints import keep_newest
 from posttrain.config.dialects.translate import Context
 from posttrain.config.tables import Rule
 
@@ -40,17 +41,7 @@ def derived_gpu_counts(ctx: Context) -> None:
 
 
 def keep_checkpoints(ctx: Context) -> None:
-    if not ctx.has(KEEP):
-        return
-    ctx.consume(KEEP)
-    value = ctx.get(KEEP)
-    if value is None:
-        ctx.drop(KEEP, "null: every checkpoint is kept, as posttrain keeps them by default")
-    elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        ctx.refuse(KEEP, f"expected a whole number of checkpoints of at least 1, got {value!r}", "trainer.max_actor_ckpt_to_keep", value)
-    else:
-        for native in ("trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"):
-            ctx.set(native, value, KEEP, "Trinity-RFT hands it to verl as both roles' checkpoint counts")
+    keep_newest(ctx, KEEP, (None,), "Trinity-RFT hands it to verl as both roles' checkpoint counts")
 
 
 RULES: dict[str, Rule] = {
