@@ -77,7 +77,8 @@ def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.cluster.nsight import UNDER_NSYS_ENV
     from posttrain.errors import ConfigError
     from posttrain.config.access import explorer_processes, training_devices
-    from posttrain.trainer.decoupled import ROLE_ENV, explorer_devices, explores_alone, is_decoupled
+    from posttrain.config.access import is_decoupled
+    from posttrain.trainer.decoupled import ROLE_ENV, explorer_devices, explores_alone
     from posttrain.cluster.placement import plan_world
     from posttrain.cluster.process_logs import configure_logging
     from posttrain.cluster.ray_launch import launch_ray
@@ -216,7 +217,8 @@ def _explorer_env(cfg) -> None:
     from posttrain.config import stage_configs
     from posttrain.config.sections.explorer import explorer_env
     from posttrain.errors import ConfigError
-    from posttrain.trainer.decoupled import ROLE_ENV, half_of, is_decoupled
+    from posttrain.config.access import is_decoupled
+    from posttrain.trainer.decoupled import ROLE_ENV, half_of
 
     stages = [s.config for s in stage_configs(cfg)]
     if any(dict(c.explorer.env_vars) != dict(cfg.explorer.env_vars) for c in stages):

@@ -97,6 +97,21 @@ def rollout_placement(cfg: Any) -> str:
     return "subset" if ids == training[:len(ids)] else "split"
 
 
+# Trinity-RFT 0.5 names them explorer_driven / trainer_driven and keeps the older names as aliases
+EXPLORER_DRIVEN, TRAINER_DRIVEN = ("dynamic_by_explorer", "explorer_driven"), ("dynamic_by_trainer", "trainer_driven")
+DYNAMIC_SYNC = EXPLORER_DRIVEN + TRAINER_DRIVEN
+
+
+def is_decoupled(cfg: Any) -> bool:
+    """Whether an RL stage with this config runs as explorer and trainer processes: mode both with a
+    lagging synchronizer, or with the rollout engine off the training process (verl's
+    `hybrid_engine: false`, split placement: on-policy with interval 1 and offset 0)."""
+    lagging = (get_path(cfg, "synchronizer.sync_interval", 1) > 1 or get_path(cfg, "synchronizer.sync_offset", 0) > 0
+               or get_path(cfg, "synchronizer.sync_style", "fixed") in DYNAMIC_SYNC)
+    split = not get_path(cfg, "rollout.hybrid_engine", True) or rollout_placement(cfg) == "split"
+    return get_path(cfg, "algorithm.kind", "rl") == "rl" and get_path(cfg, "trainer.mode", "both") == "both" and (lagging or split)
+
+
 def explorer_processes(cfg: Any) -> int:
     """Processes of a decoupled explorer: one per engine, an engine over rollout.tensor_model_parallel_size
     of cluster.device_mapping.rollout's devices; 1 without a rollout device list."""

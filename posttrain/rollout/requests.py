@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from posttrain.config.access import device_lists, rollout_placement, world_size
+from posttrain.config.access import device_lists, is_decoupled, rollout_placement, world_size
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, StalePolicyError
 from posttrain.rollout.sampling import request_seed
@@ -105,8 +105,6 @@ def tensor_parallel_problem(cfg, shared: bool = False) -> str | None:
             return ("rollout.tensor_model_parallel_size > 1 with several worker processes: every worker holds a whole "
                     "engine, so tensor parallelism is only available to a one-process run")
         return None
-    from posttrain.trainer.decoupled import is_decoupled  # the driver's own test of its layout, read lazily
-
     if is_decoupled(cfg) or (cfg.algorithm.kind == "rl" and cfg.trainer.mode == "explore"):
         return (f"rollout.tensor_model_parallel_size={tp} with a decoupled explorer: its processes hold one engine each, "
                 "and an engine spread over several GPUs there is not provided; the worker processes share an engine "

@@ -54,7 +54,7 @@ from posttrain.buffer.weights import WeightFiles
 from posttrain.checkpoint import Checkpointer
 from posttrain.checkpoint.manager import kill_point
 from posttrain.cluster.fsdp import full_state_dict
-from posttrain.config.access import device_lists, explorer_processes, rollout_placement
+from posttrain.config.access import device_lists, explorer_processes, is_decoupled
 from posttrain.config.schema import Config
 from posttrain.errors import UserError
 from posttrain.models.lora import is_lora, merged_tensors
@@ -62,19 +62,9 @@ from posttrain.trainer.explorer_crew import Crew, follow_orders
 from posttrain.trainer.explorer_order import STATE_FILE, OrderLog, learns, restore_order
 from posttrain.trainer.metrics import PhaseTimer
 from posttrain.trainer.stage import StageContext, StageResult, final_model_dir
-from posttrain.trainer.sync import DYNAMIC, Follower, Publisher
+from posttrain.trainer.sync import Follower, Publisher
 
 ROLE_ENV = "POSTTRAIN_DECOUPLED"  # "explorer" or "trainer": this process is that half of a `both` run
-
-
-def is_decoupled(cfg: Config) -> bool:
-    """Whether an RL stage with this config runs as explorer and trainer processes: mode both with a
-    lagging synchronizer, or with the rollout engine off the training process (verl's
-    `hybrid_engine: false`, split placement: on-policy with interval 1 and offset 0)."""
-    s = cfg.synchronizer
-    lagging = s.sync_interval > 1 or s.sync_offset > 0 or s.sync_style in DYNAMIC
-    split = not cfg.rollout.hybrid_engine or rollout_placement(cfg) == "split"
-    return cfg.algorithm.kind == "rl" and cfg.trainer.mode == "both" and (lagging or split)
 
 
 def explores_alone(cfg: Config) -> bool:

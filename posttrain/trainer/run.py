@@ -313,7 +313,8 @@ def _explore_stages(cfg: Config, checks: list[StageCheck], world: World, poll_s:
     """The explorer of a decoupled run (each of its processes, `world`): explore each decoupled RL
     stage beside the trainer process, and take every stage's result from the trainer's completion
     marker (it trains the other stages alone and writes every stage's files)."""
-    from posttrain.trainer.decoupled import is_decoupled, run_explorer
+    from posttrain.config.access import is_decoupled
+    from posttrain.trainer.decoupled import run_explorer
 
     stages = stage_configs(cfg)
     dirs = stage_dirs(cfg, stages)

@@ -29,10 +29,9 @@ from typing import Callable
 from posttrain.buffer.sqlite import BufferError
 from posttrain.buffer.sync_requests import SyncRequests
 from posttrain.buffer.weights import WeightFiles
+from posttrain.config.access import DYNAMIC_SYNC, EXPLORER_DRIVEN, TRAINER_DRIVEN
 
-# Trinity-RFT 0.5 names them explorer_driven / trainer_driven and keeps the older names as aliases
-EXPLORER_DRIVEN, TRAINER_DRIVEN = ("dynamic_by_explorer", "explorer_driven"), ("dynamic_by_trainer", "trainer_driven")
-DYNAMIC = EXPLORER_DRIVEN + TRAINER_DRIVEN
+DYNAMIC = DYNAMIC_SYNC  # the sync styles that run on request, not on a fixed schedule
 
 
 class Follower:
