@@ -55,3 +55,14 @@ def test_checkpoint_count_trust_remote_code_and_clip_grad_translate():
     _, report = translate({**BASE, "trainer": {"grad_clip": 0.3}, "algorithm": {**BASE["algorithm"], "optimizer": {"clip_grad": 0.5}}},
                           "trinity")
     assert any(e.status == "refused" and "conflicts with" in e.reason for e in report.entries)
+
+
+def test_trinity_s_adam_is_adamw():
+    def optimizer(value):
+        native, report = translate({**BASE, "algorithm": {**BASE["algorithm"], "optimizer": {"optimizer_type": value}}}, "trinity")
+        return native.get("actor", {}).get("optim", {}).get("optimizer"), report.entry("algorithm.optimizer.optimizer_type")
+
+    assert optimizer("adam")[0] == optimizer("adamw")[0] == "adamw"  # its FSDP trainers map both to AdamW
+    assert optimizer("sgd")[0] == "sgd"
+    name, entry = optimizer("lion")
+    assert name is None and entry.status == "refused" and "take adam, adamw" in entry.reason

@@ -1,4 +1,4 @@
-"""Trinity-RFT keys its config validator derives, and the checkpoint count it hands to verl.
+"""Trinity-RFT keys its config validator derives, and two it hands to verl in verl's spelling.
 
 - ``cluster.total_gpu_num`` (node_num × gpu_per_node), ``explorer_gpu_num`` (rollout + auxiliary
   models) and the trainer's share (``trainer_gpu_num``, ``trainer_node_num``,
@@ -10,6 +10,11 @@
   gpu_per_node, so there only 0 (the default) is accepted.
 - ``trainer.max_checkpoints_to_keep`` is set by Trinity-RFT's verl config as both of verl's
   ``max_actor_ckpt_to_keep`` and ``max_critic_ckpt_to_keep``: posttrain's two keys of those names.
+- ``algorithm.optimizer.optimizer_type`` becomes the actor's verl ``optim.optimizer``, and for its
+  FSDP trainers (trinity/trainer/verl/verl_config.py) ``adam`` and ``adamw`` both become AdamW and
+  ``sgd`` SGD; its Megatron trainer's ``adam`` is Megatron's, with decoupled weight decay too. So
+  ``adam`` and ``adamw`` are posttrain's ``adamw`` (``adam`` there adds the decay to the gradient
+  instead) and ``sgd`` is ``sgd``; the critic keeps its own optimizer.
 """
 
 from __future__ import annotations
@@ -44,10 +49,27 @@ def keep_checkpoints(ctx: Context) -> None:
     keep_newest(ctx, KEEP, (None,), "Trinity-RFT hands it to verl as both roles' checkpoint counts")
 
 
+OPTIMIZER = "algorithm.optimizer.optimizer_type"
+_OPTIMIZERS = {"adam": "adamw", "adamw": "adamw", "sgd": "sgd"}
+
+
+def optimizer_type(ctx: Context) -> None:
+    if not ctx.has(OPTIMIZER):
+        return
+    ctx.consume(OPTIMIZER)
+    value = ctx.get(OPTIMIZER)
+    name = _OPTIMIZERS.get(value.lower()) if isinstance(value, str) else None
+    if name is None:
+        ctx.refuse(OPTIMIZER, f"{value!r}: Trinity-RFT's trainers take adam, adamw (both AdamW there) and sgd", "actor.optim.optimizer", value)
+    else:
+        ctx.set("actor.optim.optimizer", name, OPTIMIZER, "Trinity-RFT's adam is AdamW (decoupled weight decay)" if value.lower() == "adam" else "")
+
+
 RULES: dict[str, Rule] = {
+    OPTIMIZER: Rule("actor.optim.optimizer", "adam and adamw -> adamw (Trinity-RFT's trainers run AdamW for both), sgd -> sgd", "adam"),
     KEEP: Rule("trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep", "both roles' counts, as Trinity-RFT hands it to verl", 2),
     **{f"cluster.{name}": Rule(None, "computed by Trinity-RFT's validator: dropped", 4) for name in _DERIVED},
     **{f"cluster.{name}": Rule(None, "computed from the engines (dropped) except in mode train, where only 0 is accepted", 0)
        for name in _ENGINE_COUNTS},
 }
-HANDLERS = [derived_gpu_counts, keep_checkpoints]
+HANDLERS = [derived_gpu_counts, keep_checkpoints, optimizer_type]
