@@ -31,8 +31,6 @@ from posttrain.buffer.sync_requests import SyncRequests
 from posttrain.buffer.weights import WeightFiles
 from posttrain.config.access import DYNAMIC_SYNC, EXPLORER_DRIVEN, TRAINER_DRIVEN
 
-DYNAMIC = DYNAMIC_SYNC  # the sync styles that run on request, not on a fixed schedule
-
 
 class Follower:
     """The explorer's side of the synchronizer: which weights it holds, and the validations it owes.
@@ -57,7 +55,7 @@ class Follower:
 
     def before_batch(self, b: int, max_staleness: int) -> None:
         """Hold the weights batch b may be sampled with, as the sync style says."""
-        if self.style not in DYNAMIC or self.weights is None:
+        if self.style not in DYNAMIC_SYNC or self.weights is None:
             self.freshen(b - 1 - max_staleness)
             return
         if self.last_sync is None:  # (re)start: both sides sync once before the first batch, as Trinity-RFT's launcher does
@@ -152,7 +150,7 @@ class Publisher:
 
     def after_step(self, step: int) -> None:
         self.trained = step
-        fixed = self.style not in DYNAMIC and step % self.interval == 0
+        fixed = self.style not in DYNAMIC_SYNC and step % self.interval == 0
         if fixed or step in self.must_publish:
             self.publish(step)
         if self.style in TRAINER_DRIVEN and step - self.last_sync >= self.interval and self.main:
@@ -162,7 +160,7 @@ class Publisher:
     def answer(self) -> None:
         """Answer the explorer's pending request with the current weights (publishing them first
         unless they are the newest already). Called after each step and while the trainer waits."""
-        if self.style not in DYNAMIC:
+        if self.style not in DYNAMIC_SYNC:
             return
         pending = self.requests.pending() if self.main else None
         stale = pending is not None and self.weights.latest() != self.trained

@@ -1,5 +1,6 @@
-"""One count of checkpoints kept, as ROLL (``max_ckpt_to_keep``) and Trinity-RFT
-(``trainer.max_checkpoints_to_keep``) write it for every role: posttrain's actor and critic counts."""
+"""One count of checkpoints kept for every role, as ROLL (``max_ckpt_to_keep``), Trinity-RFT
+(``trainer.max_checkpoints_to_keep``) and verl's deprecated ``remove_previous_ckpt_in_save`` (1)
+write it: posttrain's actor and critic counts."""
 
 from __future__ import annotations
 
@@ -22,5 +23,10 @@ def keep_newest(ctx: Context, key: str, keep_all: tuple[Any, ...], reason: str) 
         ctx.refuse(key, f"expected a whole number of checkpoints of at least 1 (or {' or '.join(map(repr, keep_all))} to keep all), "
                         f"got {value!r}", COUNTS[0], value)
     else:
-        for native in COUNTS:
-            ctx.set(native, value, key, reason)
+        set_counts(ctx, value, key, reason)
+
+
+def set_counts(ctx: Context, value: int, key: str, reason: str) -> None:
+    """Both of posttrain's counts to ``value``, from foreign ``key``."""
+    for native in COUNTS:
+        ctx.set(native, value, key, reason)

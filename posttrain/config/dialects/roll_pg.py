@@ -43,14 +43,14 @@ _LOSS = "actor.policy_loss.loss_mode"
 
 
 def pg_worker(ctx: Context) -> None:
+    option_keys = [f"actor_train.{name}" for names in OPTIONS.values() for name in names]
     if ctx.get(WORKER) not in PG_WORKERS:
-        unread = [k for k in (VARIANT, *(f"actor_train.{name}" for names in OPTIONS.values() for name in names)) if ctx.has(k)]
+        unread = [k for k in (VARIANT, *option_keys) if ctx.has(k)]
         ctx.consume(*unread)  # the worker_cls itself keeps the refusal of any other worker class
         for key in unread:
             ctx.drop(key, "read only by ROLL's policy-gradient workers (worker_cls ActorPGWorker or the agentic PG ActorWorker); "
                           "this file's worker computes ROLL's PPO loss")
         return
-    option_keys = [f"actor_train.{name}" for names in OPTIONS.values() for name in names]
     ctx.consume(WORKER, VARIANT, *option_keys)
     ctx.drop(WORKER, "ROLL's policy-gradient worker: its loss is pg_variant's (translated there), the rest is the default worker's")
     variant = ctx.get(VARIANT, "vanilla")

@@ -19,6 +19,7 @@ from typing import Any
 
 from posttrain.algorithms.rollout_correction import is_threshold_spec
 from posttrain.config.dialects import machine, verl_code, verl_distill, verl_megatron, verl_nsys, verl_reward, verl_sft, verl_turbo, verl_veomni
+from posttrain.config.dialects.checkpoints import set_counts
 from posttrain.config.dialects.model_files import image_patch_size
 from posttrain.config.dialects.source import hydra_ignorable
 from posttrain.config.dialects.verl_release import defaults_of, release, value_of
@@ -200,8 +201,7 @@ def keep_one_checkpoint(ctx: Any) -> None:
     if value in (None, False):
         ctx.drop(key, "false: the checkpoints kept follow max_actor_ckpt_to_keep / max_critic_ckpt_to_keep")
     elif value is True:
-        for role in ("actor", "critic"):
-            ctx.set(f"trainer.max_{role}_ckpt_to_keep", 1, key, "true: keep only the newest checkpoint")
+        set_counts(ctx, 1, key, "true: keep only the newest checkpoint")
     else:
         ctx.refuse(key, f"expected true or false, got {value!r}", None, value)
 
