@@ -203,8 +203,8 @@ def reason_of(line: str) -> str:
     there = REFUSED_THERE_TOO.search(line)
     if there:
         rest = line[there.end():].lstrip(": ")
-        if rest.startswith("unless the run is one process"):  # an engine every worker process holds whole (sglang)
-            return "rollout.tensor_model_parallel_size > 1 over several worker processes (the sglang engine; refused where it runs)"
+        if rest.startswith("unless the run is one process"):  # an engine every worker process holds whole (a judge's)
+            return "tensor_model_parallel_size > 1 over several worker processes (an engine each holds whole; refused where it runs)"
         return "where the engine runs: " + re.split(r"[;(:]", rest)[0].strip()[:80]
     return re.split(r"[;(]", _reason(line))[0].strip()[:100]
 

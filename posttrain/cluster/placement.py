@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from posttrain.config.access import world_size
+from posttrain.config.access import launcher as launcher_of, world_size
 from posttrain.errors import ConfigError
 
 RAY_KEYS = {"ray_namespace": None, "ray_num_cpus": None, "ray_timeline_file": None, "register_timeout_s": 300.0}
@@ -36,7 +36,7 @@ def plan_world(cfg) -> WorldPlan:
     c = cfg.cluster
     size = world_size(cfg)  # checked at load time: a colocated device_mapping, or nodes × devices
     address = c.ray_address or os.environ.get("RAY_ADDRESS") or None
-    launcher = c.launcher if c.launcher != "auto" else ("ray" if c.nnodes > 1 or address else "local")
+    launcher = launcher_of(cfg)
     _check_launcher(c, size, launcher, address)
     cuda = torch.cuda.is_available()
     if c.device == "cuda" and not cuda:

@@ -6,6 +6,7 @@ posttrain, so every checks module can import them without a circle.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 _ABSENT = object()
@@ -69,6 +70,17 @@ def world_size(cfg: Any) -> int:
         return len(lists["rollout"])
     gpus = get_path(cfg, "cluster.n_gpus_per_node", 0)
     return get_path(cfg, "cluster.nnodes", 1) * gpus if gpus > 0 else 1
+
+
+def launcher(cfg: Any) -> str:
+    """What starts the worker processes (cluster.launcher): "local" (subprocesses of this command, on
+    one node) or "ray"; auto is ray with several nodes or a Ray cluster's address (cluster.ray_address,
+    or RAY_ADDRESS in the environment), else local."""
+    chosen = get_path(cfg, "cluster.launcher", "auto")
+    if chosen != "auto":
+        return chosen
+    address = get_path(cfg, "cluster.ray_address", None) or os.environ.get("RAY_ADDRESS")
+    return "ray" if get_path(cfg, "cluster.nnodes", 1) > 1 or address else "local"
 
 
 def role_processes(cfg: Any, role: str) -> int:

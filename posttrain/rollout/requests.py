@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from posttrain.config.access import device_lists, is_decoupled, rollout_placement, world_size
+from posttrain.config.access import device_lists, is_decoupled, launcher, rollout_placement, world_size
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, StalePolicyError
 from posttrain.rollout.sampling import request_seed
@@ -87,20 +87,35 @@ def dtype_name(dtype: torch.dtype) -> str:
     return {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(dtype, "auto")
 
 
-def tensor_parallel_problem(cfg, shared: bool = False) -> str | None:
+# How an engine over several GPUs (rollout.tensor_model_parallel_size t > 1) meets the worker processes
+WHOLE = "whole"  # every process holds a whole engine of its own (the LLM judges' engines)
+RANKS = "ranks"  # t consecutive processes are one engine's ranks, each over its own GPU (vLLM's external launcher)
+FIRST = "first"  # the first of t consecutive processes runs the engine over the group's GPUs (SGLang)
+
+
+def group_size_problem(tp: int, world: int) -> str | None:
+    """Why t consecutive processes of a `world`-process run cannot form the engines, or None."""
+    if world > 1 and world % tp:
+        return (f"rollout.tensor_model_parallel_size={tp} is not a divisor of the {world} worker processes, which share "
+                f"the engines in groups of {tp} consecutive ranks; use a divisor of {world}")
+    return None
+
+
+def tensor_parallel_problem(cfg, layout: str = WHOLE) -> str | None:
     """Why `rollout.tensor_model_parallel_size` cannot be met where the engine runs, or None.
 
-    An engine held whole by every worker process (`shared` False: the sglang adapter's) splits over
-    several GPUs only in a run of one process. An engine that consecutive worker processes share
-    (`shared`: the vllm adapter's, whose tensor-parallel ranks are those processes; the rollout role
-    gives each group one share of the prompts, `posttrain.workers.rollout`) needs the size to divide
-    the worker processes and the ranks that generate, and an engine that steps with training: a
-    decoupled or explore-only explorer runs one process per engine."""
+    An engine held whole by every worker process (`WHOLE`) splits over several GPUs only in a run of
+    one process. An engine that consecutive worker processes share (`RANKS`, `FIRST`; the rollout
+    role gives each group one share of the prompts, `posttrain.workers.rollout`) needs the size to
+    divide the worker processes and the ranks that generate, and an engine that steps with training:
+    a decoupled or explore-only explorer runs one process per engine. An engine the group's first
+    process runs over the group's GPUs (`FIRST`) needs that process to see them: worker processes
+    started on one node by the local launcher (a Ray actor sees its own GPU only)."""
     tp = cfg.rollout.tensor_model_parallel_size
     gpus = cfg.cluster.n_gpus_per_node * cfg.cluster.nnodes
     if tp <= 1 or gpus == 1:
         return None
-    if not shared:
+    if layout == WHOLE:
         if gpus > 1:
             return ("rollout.tensor_model_parallel_size > 1 with several worker processes: every worker holds a whole "
                     "engine, so tensor parallelism is only available to a one-process run")
@@ -110,18 +125,22 @@ def tensor_parallel_problem(cfg, shared: bool = False) -> str | None:
                 "and an engine spread over several GPUs there is not provided; the worker processes share an engine "
                 "only in a run whose engine steps with training (trainer.mode both, synchronizer in step, engine colocated)")
     world = world_size(cfg)  # 1 when the device count is left to the machine: checked again where the engine is built
-    if world > 1 and world % tp:
-        return (f"rollout.tensor_model_parallel_size={tp} is not a divisor of the {world} worker processes, which share "
-                f"the engines in groups of {tp} consecutive ranks; use a divisor of {world}")
+    problem = group_size_problem(tp, world)
+    if problem is not None:
+        return problem
     if rollout_placement(cfg) == "subset":
         engines = len(device_lists(cfg)["rollout"])
         if engines % tp:
             return (f"cluster.device_mapping.rollout names {engines} devices, not a multiple of rollout.tensor_model_parallel_size="
                     f"{tp}: each engine spans {tp} of them; list a multiple of {tp} devices")
+    if layout == FIRST and world > 1 and launcher(cfg) == "ray":
+        return (f"rollout.tensor_model_parallel_size={tp} under the Ray launcher: the sglang engine runs in the first of "
+                f"{tp} worker processes over their GPUs, and a Ray worker sees only its own GPU; use cluster.launcher=local "
+                "(one node), or the vllm engine, whose tensor-parallel ranks are the worker processes themselves")
     return None
 
 
-def tensor_parallel_note(cfg, shared: bool = False) -> str:
+def tensor_parallel_note(cfg, layout: str = WHOLE) -> str:
     """For a machine without the engine: the refusal its tensor parallelism meets where the engine
     runs (`tensor_parallel_problem`), so a laptop plan does not promise a cluster run that stops
     there. For an engine held whole by every worker, a device count left to the machine
@@ -130,8 +149,8 @@ def tensor_parallel_note(cfg, shared: bool = False) -> str:
     tp = cfg.rollout.tensor_model_parallel_size
     if tp <= 1 or cfg.cluster.n_gpus_per_node * cfg.cluster.nnodes == 1:
         return ""
-    if shared:
-        problem = tensor_parallel_problem(cfg, shared=True)
+    if layout != WHOLE:
+        problem = tensor_parallel_problem(cfg, layout)
         return f". Where it runs, this is refused too: {problem}" if problem else ""
     return (f". Where it runs, rollout.tensor_model_parallel_size={tp} is refused too unless the run is one process: "
             "every worker process holds a whole engine of its own here")

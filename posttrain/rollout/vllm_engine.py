@@ -50,7 +50,8 @@ from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, Weights, buckets, named_tensors
 from posttrain.rollout.registry import register_engine
 from posttrain.rollout.requests import (
-    Request, check_version, dtype_name, max_model_len, requests_for, rollout_batch, tensor_parallel_note, tensor_parallel_problem,
+    RANKS, Request, check_version, dtype_name, group_size_problem, max_model_len, requests_for, rollout_batch, tensor_parallel_note,
+    tensor_parallel_problem,
 )
 
 # [lowest, first unsupported): logprobs_mode arrived in 0.10.2; 0.33 is the newest release seen
@@ -97,8 +98,8 @@ def machine_problem(cfg: Any) -> str | None:
     if not torch.cuda.is_available():
         missing.append("this machine has no CUDA GPU, which vLLM needs")
     if missing:
-        return "; ".join(missing) + f". Use rollout.name=hf on this machine (its vLLM settings are then reported unused){tensor_parallel_note(cfg, shared=True)}"
-    return version_problem(getattr(vllm, "__version__", "0")) or tensor_parallel_problem(cfg, shared=True)
+        return "; ".join(missing) + f". Use rollout.name=hf on this machine (its vLLM settings are then reported unused){tensor_parallel_note(cfg, RANKS)}"
+    return version_problem(getattr(vllm, "__version__", "0")) or tensor_parallel_problem(cfg, RANKS)
 
 
 def llm_kwargs(cfg: Any, dtype: torch.dtype, seed: int) -> dict[str, Any]:
@@ -224,9 +225,9 @@ def shared_engine(tp: int, world: int, rank: int) -> dict[str, str] | None:
     tokens): the environment vLLM reads for it. None for an engine of this process alone."""
     if tp <= 1 or world <= 1:
         return None
-    if world % tp:
-        raise ConfigError(f"rollout.tensor_model_parallel_size={tp} is not a divisor of the {world} worker processes, "
-                          f"which share the engines in groups of {tp} consecutive ranks; use a divisor of {world}")
+    problem = group_size_problem(tp, world)
+    if problem is not None:
+        raise ConfigError(problem)
     # RANK and LOCAL_RANK name the process in the world and its GPU (the launcher sets LOCAL_RANK and
     # MASTER_ADDR/PORT); the engine core must run in this process for the ranks to step together.
     return {"RANK": str(rank), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}

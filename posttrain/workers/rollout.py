@@ -8,10 +8,12 @@ first m of the workers only those m ranks generate and the others wait for the b
 that give the engines fewer devices than training). Those others still hold an engine, kept in step
 by the weight sync like every rank's, which keeps the sync one collective for all ranks.
 
-An engine whose tensor-parallel ranks are t consecutive worker processes (`engine.ranks_per_engine`
-= t: the vllm engine's `rollout.tensor_model_parallel_size`) samples one share for its group: every
-rank of the group is given the same share, as that engine needs, and the batch takes the group's
-first rank's copy.
+An engine spread over t consecutive worker processes (`engine.ranks_per_engine` = t:
+`rollout.tensor_model_parallel_size` of the vllm and sglang engines) samples one share for its group.
+The vllm engine's tensor-parallel ranks are those processes, and every one of them is given the same
+share, as that engine needs; the sglang engine runs in the group's first process only, and the
+others, whose handle does not sample (`engine.samples` False), only receive the batch. Either way
+the batch takes the group's first rank's copy.
 
 Each response's sampling noise is keyed by the rollout seed, its prompt's uid and its sample index
 (`posttrain.rollout.sampling`), not by the rank or the batch it was decoded in, so the batch is the
@@ -74,13 +76,13 @@ class RolloutWorker:
         if not self.dp.distributed:
             return self.engine.generate(prompts, params, expected_version=expected_version, seed=seed)
         # Consecutive shares keep every prompt's group on one engine and the gathered rows in order;
-        # the ranks of one engine all generate its share; ranks past the engines' get none and only
-        # receive the batch.
+        # the ranks of one engine that sample all generate its share; ranks past the engines' get none
+        # and only receive the batch.
         engines = self.engines // self.group
         shares = contiguous_shares(len(prompts), engines) + [[]] * ((self.dp.size - self.engines) // self.group)
         rows = shares[self.dp.rank // self.group]
         mine = None
-        if rows:
+        if rows and getattr(self.engine, "samples", True):
             # pickled between ranks from host memory: a CUDA tensor would unpickle onto the sender's GPU
             mine = self.engine.generate(prompts[rows], params, expected_version=expected_version, seed=seed).to("cpu")
         # one copy of each engine's rows: its first rank's (the others sampled the same tokens)

@@ -114,5 +114,34 @@ def test_the_machine_check_names_what_is_missing(fake_sglang, monkeypatch):
     assert machine_problem(cfg()).startswith("this machine has no CUDA GPU, which SGLang needs")
     monkeypatch.setitem(sys.modules, "sglang", None)
     assert machine_problem(cfg()).startswith("SGLang is not installed (pip install 'posttrain[sglang]')")
-    assert "Where it runs, rollout.tensor_model_parallel_size=4 is refused too" in machine_problem(
-        cfg("rollout.tensor_model_parallel_size=4", "cluster.n_gpus_per_node=8"))
+    # consecutive worker processes share an engine on one node: a laptop plan says only what would stop it there
+    assert "refused too" not in machine_problem(cfg("rollout.tensor_model_parallel_size=4", "cluster.n_gpus_per_node=8"))
+    assert ("Where it runs, this is refused too: rollout.tensor_model_parallel_size=4 is not a divisor of the 6 worker "
+            "processes") in machine_problem(cfg("rollout.tensor_model_parallel_size=4", "cluster.n_gpus_per_node=6"))
+    on_ray = machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4", "cluster.nnodes=2"))
+    assert "Where it runs, this is refused too: rollout.tensor_model_parallel_size=2 under the Ray launcher" in on_ray
+    assert "refused too" not in machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4",
+                                                    "cluster.launcher=local"))
+    assert "with a decoupled explorer" in machine_problem(
+        cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=8", "synchronizer.sync_interval=2"))
+    monkeypatch.setitem(sys.modules, "sglang", fake_sglang)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4")) is None
+    assert machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4", "cluster.launcher=ray")).startswith(
+        "rollout.tensor_model_parallel_size=2 under the Ray launcher: the sglang engine runs in the first of 2 worker processes")
+
+
+def test_each_worker_s_engine_starts_on_its_own_gpu(fake_sglang, tiny_lm, monkeypatch):
+    """The local launcher's workers all see every GPU of the node: without base_gpu_id each one's
+    engine would start on GPU 0. Off CUDA there is no GPU to name."""
+    from posttrain.rollout import sglang_engine
+
+    tokenizer = SimpleNamespace(pad_token_id=0)
+    on_cpu = build_sglang_engine(cfg(), tiny_lm, tokenizer, seed=0, owns_weights=False)
+    assert "base_gpu_id" not in on_cpu.engine.kwargs and on_cpu.ranks_per_engine == 1 and on_cpu.samples
+    monkeypatch.setattr(sglang_engine, "gpu_index", lambda device: 3)
+    on_gpu = build_sglang_engine(cfg(), tiny_lm, tokenizer, seed=0, owns_weights=False)
+    assert (on_gpu.engine.kwargs["base_gpu_id"], on_gpu.engine.kwargs["gpu_id_step"]) == (3, 1)
+    # engine_kwargs.sglang names the GPUs itself when it says so
+    mine = build_sglang_engine(cfg("rollout.engine_kwargs.sglang={base_gpu_id: 5}"), tiny_lm, tokenizer, seed=0, owns_weights=False)
+    assert mine.engine.kwargs["base_gpu_id"] == 5
