@@ -79,8 +79,9 @@ MACHINE = [
     ("GPUs for its parallel sizes", re.compile(r"the file leaves the device count to the machine")),
     # vLLM/SGLang rollout: the engine package is missing because the machine has no CUDA GPU for it
     ("vLLM/SGLang", re.compile(r"(vLLM|SGLang) is not installed .*no CUDA GPU")),
-    # an environment's package (alfworld, scienceworld) or Java runtime, named by its check_runtime at plan time
-    ("an environment's package", re.compile(r"custom_envs\.\S+\.env_type \S+: .*(pip install 'posttrain\[envs\]'|`java` is not on PATH)")),
+    # an environment's package (alfworld, scienceworld, webshop_minimal) or Java runtime, named by its check_runtime at plan time
+    ("an environment's package", re.compile(r"custom_envs\.\S+\.env_type \S+: .*(pip install 'posttrain\[envs\]'|`java` is not on PATH|"
+                                            r"package, which is not installed on this machine)")),
     # a tracker's secret the file reads with ${oc.env:...}: the user's shell has it, this one does not
     ("an API key", re.compile(r"environment variable \w*(API_KEY|TOKEN)\w* is not set")),
 ]

@@ -20,6 +20,14 @@ ENVS: dict[str, type] = {}
 # prefix -> (what NAME is, for messages; NAME, key -> the class): names made from another library's
 # own list (every reasoning-gym dataset), answered before 'module:Class' so 'rg:x' is never a module.
 FAMILIES: dict[str, tuple[str, Callable[[str, str], type]]] = {}
+# Other frameworks' environment names that posttrain does not provide, and why (refused by name).
+_ROCK = "posttrain does not drive ROCK sandboxes; give your own class as 'module:Class' to play such tasks"
+FOREIGN: dict[str, str] = {
+    "sokoban_sandbox": ("ROLL's Sokoban played inside a ROCK sandbox container (the ROCK SDK and a sandbox service at "
+                        f"env_config.base_url): {_ROCK}, or use env_type sokoban, which plays Sokoban in this process"),
+    "rock_tb_native_env": ("ROLL's Terminal-bench and SWE tasks, run in ROCK sandbox containers with ROCK's model service "
+                           f"(env_config.sandbox_base_url): {_ROCK}"),
+}
 
 
 def register_env(name: str) -> Callable[[type], type]:
@@ -54,6 +62,8 @@ def env_class(env_type: str, key: str) -> type:
     for prefix, (_, make) in FAMILIES.items():
         if env_type.startswith(prefix):
             return make(env_type[len(prefix):], key)
+    if env_type in FOREIGN:
+        raise ConfigError(f"{key}: environment {env_type!r}: not supported: {FOREIGN[env_type]}")
     if ":" not in env_type:
         families = "".join(f", {prefix}NAME ({what})" for prefix, (what, _) in FAMILIES.items())
         raise ConfigError(

@@ -9,7 +9,7 @@ An entry of ``custom_envs`` names one environment configuration (its tag) in ROL
         max_actions_per_traj: 4      # or max_steps: actions before the episode is cut
         max_tokens_per_step: 2       # new tokens the model may write per action
         format_penalty: -0.1         # added per action the pattern or the env rejects
-        action_pattern: "<a>(.*?)</a>"  # optional: the action is the last of at most 2 groups (or the whole match)
+        action_pattern: "<a>(.*?)</a>"  # optional: the action is the last of at most 2 groups (or the whole match); else the class's `action_pattern`, if any
         env_instruction: "..."       # the system message; else the class's `instruction`
         episode_files: [tasks.jsonl] # optional: one episode per row, in order (below)
         episode_columns: {task_desc: prompt}  # optional: a constructor argument read from a column of another name
@@ -212,6 +212,8 @@ def _parse_entry(tag: str, entry: Any) -> EnvSpec:
     instruction = entry.get("env_instruction")
     if instruction is None:
         instruction = getattr(cls, "instruction", "")
+    if pattern is None and not native and getattr(cls, "action_pattern", None):  # the class's own, as its framework parses
+        pattern = re.compile(cls.action_pattern, re.DOTALL)
     if native and "max_steps" in inspect.signature(cls).parameters:
         env_config.setdefault("max_steps", max_steps)  # an environment writing its own conversation may end it at the last action
     columns = _episode_columns(entry.get("episode_columns"), cls, key, entry.get("episode_files") is not None)
