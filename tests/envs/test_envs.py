@@ -36,7 +36,7 @@ def test_walk_is_reproducible_by_seed_and_walls_stop_the_player():
 
 
 def test_unknown_env_type_lists_the_registered_ones():
-    with pytest.raises(ConfigError, match=r"env.custom_envs.X.env_type: unknown environment 'webarena'; registered: \['frozen_lake', 'game:GuessTheNumber-v0', .*'roll_math', 'roll_qa', 'sokoban', 'sokoban_native_env', 'task', .*'trinity_frozen_lake', 'trinity_raft_alfworld', 'trinity_sciworld', 'walk', 'webshop'\], "
+    with pytest.raises(ConfigError, match=r"env.custom_envs.X.env_type: unknown environment 'webarena'; registered: \['frozen_lake', 'game:GuessTheNumber-v0', .*'roll_math', 'roll_qa', 'sokoban', 'sokoban_native_env', 'task', .*'trinity_frozen_lake', 'trinity_raft_alfworld', 'trinity_sciworld', 'trinity_webshop', 'walk', 'webshop'\], "
                        r"rg:NAME \(a reasoning-gym dataset\), or give your own class"):
         parse_custom_envs({"X": {"env_type": "webarena"}})
     assert ENVS["walk"] is Walk

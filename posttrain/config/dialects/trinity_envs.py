@@ -23,6 +23,10 @@ experience of the whole conversation:
   task_name, var_num and jar_path: the entry's ``episode_columns`` maps that column onto the
   environment's ``task_desc`` argument, and its rows need no seed. ``max_steps`` is the workflow's
   fixed 30; it reads no workflow_args.
+- ``webshop_workflow``: WebShop (posttrain.envs.trinity_webshop: the workflow's prompt, its refusals of
+  actions the page does not offer, the shop's reward on a purchase, -0.1 after 15 actions without
+  one), the session named by the row's ``format.prompt_key`` column (``task_id`` in Trinity's
+  example) as ``task_desc``; ``max_steps`` the workflow's fixed 15; it reads no workflow_args.
 
 A file naming one becomes an agentic stage:
 
@@ -85,6 +89,10 @@ WORKFLOWS = {
         "alfworld", "trinity_alfworld", {"max_env_steps": 30}, "max_env_steps",
         "the rows are the episodes (task_desc: the path of a game.tw-pddl file)", "the game's reward when it ends, else -0.1",
         prompt_argument="task_desc"),
+    "webshop_workflow": EnvWorkflow(
+        "webshop", "trinity_webshop", {}, 15,  # the workflow's fixed max_env_steps
+        "the rows are the episodes (task_desc: a shop session number, the row's task_id in Trinity's example)",
+        "the shop's reward on a purchase, else -0.1", prompt_argument="task_desc"),
     # the same game, each model call trained as its own row with the episode's reward (multi_step_grpo's turn rows)
     "step_wise_alfworld_workflow": EnvWorkflow(
         "alfworld", "trinity_alfworld", {"max_env_steps": 30}, "max_env_steps",
