@@ -124,6 +124,24 @@ def is_decoupled(cfg: Any) -> bool:
     return get_path(cfg, "algorithm.kind", "rl") == "rl" and get_path(cfg, "trainer.mode", "both") == "both" and (lagging or split)
 
 
+def explores_apart(cfg: Any) -> bool:
+    """Whether the rollout engines run in explorer processes of their own, a whole engine each: a
+    decoupled RL stage (`is_decoupled`), or trainer.mode explore."""
+    explore = get_path(cfg, "algorithm.kind", "rl") == "rl" and get_path(cfg, "trainer.mode", "both") == "explore"
+    return explore or is_decoupled(cfg)
+
+
+def engine_devices(cfg: Any, index: int) -> list[int] | None:
+    """The devices of explorer engine `index`: its rollout.tensor_model_parallel_size consecutive
+    entries of cluster.device_mapping.rollout; None without such a list (the engine then takes the
+    first devices its process sees)."""
+    ids = device_lists(cfg).get("rollout")
+    if not ids or rollout_placement(cfg) == "colocated":
+        return None
+    tp = get_path(cfg, "rollout.tensor_model_parallel_size", 1)
+    return ids[index * tp:(index + 1) * tp] or None
+
+
 def explorer_processes(cfg: Any) -> int:
     """Processes of a decoupled explorer: one per engine, an engine over rollout.tensor_model_parallel_size
     of cluster.device_mapping.rollout's devices; 1 without a rollout device list."""

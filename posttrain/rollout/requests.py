@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from posttrain.config.access import device_lists, is_decoupled, launcher, rollout_placement, world_size
+from posttrain.config.access import device_lists, explorer_processes, explores_apart, launcher, rollout_placement, world_size
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, StalePolicyError
 from posttrain.rollout.sampling import request_seed
@@ -107,8 +107,9 @@ def tensor_parallel_problem(cfg, layout: str = WHOLE) -> str | None:
     An engine held whole by every worker process (`WHOLE`) splits over several GPUs only in a run of
     one process. An engine that consecutive worker processes share (`RANKS`, `FIRST`; the rollout
     role gives each group one share of the prompts, `posttrain.workers.rollout`) needs the size to
-    divide the worker processes and the ranks that generate, and an engine that steps with training:
-    a decoupled or explore-only explorer runs one process per engine. An engine the group's first
+    divide the worker processes and the ranks that generate. A decoupled or explore-only explorer
+    runs one process per engine, which holds the whole engine over its GPUs (`explorer_problem`).
+    An engine the group's first
     process runs over the group's GPUs (`FIRST`) needs that process to see them: worker processes
     started on one node by the local launcher (a Ray actor sees its own GPU only)."""
     tp = cfg.rollout.tensor_model_parallel_size
@@ -120,10 +121,8 @@ def tensor_parallel_problem(cfg, layout: str = WHOLE) -> str | None:
             return ("rollout.tensor_model_parallel_size > 1 with several worker processes: every worker holds a whole "
                     "engine, so tensor parallelism is only available to a one-process run")
         return None
-    if is_decoupled(cfg) or (cfg.algorithm.kind == "rl" and cfg.trainer.mode == "explore"):
-        return (f"rollout.tensor_model_parallel_size={tp} with a decoupled explorer: its processes hold one engine each, "
-                "and an engine spread over several GPUs there is not provided; the worker processes share an engine "
-                "only in a run whose engine steps with training (trainer.mode both, synchronizer in step, engine colocated)")
+    if explores_apart(cfg):
+        return explorer_problem(cfg, tp, layout)
     world = world_size(cfg)  # 1 when the device count is left to the machine: checked again where the engine is built
     problem = group_size_problem(tp, world)
     if problem is not None:
@@ -137,6 +136,26 @@ def tensor_parallel_problem(cfg, layout: str = WHOLE) -> str | None:
         return (f"rollout.tensor_model_parallel_size={tp} under the Ray launcher: the sglang engine runs in the first of "
                 f"{tp} worker processes over their GPUs, and a Ray worker sees only its own GPU; use cluster.launcher=local "
                 "(one node), or the vllm engine, whose tensor-parallel ranks are the worker processes themselves")
+    return None
+
+
+def explorer_problem(cfg, tp: int, layout: str) -> str | None:
+    """Why explorer processes (a decoupled run's, or trainer.mode explore's) cannot each hold a whole
+    engine over `tp` GPUs, or None: the engines take cluster.device_mapping.rollout in runs of `tp`
+    devices (an sglang engine evenly spaced ones: `base_gpu_id`, `gpu_id_step`), and each explorer
+    process must see its engine's GPUs, which a Ray worker does not (it sees its own GPU)."""
+    ids = device_lists(cfg).get("rollout")
+    if ids and rollout_placement(cfg) != "colocated":
+        if len(ids) % tp:
+            return (f"cluster.device_mapping.rollout names {len(ids)} devices, not a multiple of rollout.tensor_model_parallel_size="
+                    f"{tp}: each explorer engine spans {tp} of them; list a multiple of {tp} devices")
+        runs = [ids[i:i + tp] for i in range(0, len(ids), tp)]
+        if layout == FIRST and any(len({b - a for a, b in zip(run, run[1:])}) > 1 or run[1] <= run[0] for run in runs):
+            return (f"cluster.device_mapping.rollout: the sglang engines take its devices {tp} at a time, and {runs} are not "
+                    "evenly spaced in rising order (SGLang places tensor-parallel rank i on base_gpu_id + i x gpu_id_step)")
+    if explorer_processes(cfg) > 1 and launcher(cfg) == "ray":
+        return (f"rollout.tensor_model_parallel_size={tp} with explorer processes under the Ray launcher: each explorer process "
+                f"runs a whole engine over {tp} GPUs, and a Ray worker sees only its own GPU; use cluster.launcher=local (one node)")
     return None
 
 

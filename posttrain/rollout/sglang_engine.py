@@ -27,6 +27,8 @@ only when an engine is built or the machine is checked.
   serializes its own whole copy of each tensor (on its own GPU: CUDA IPC handles), the first gathers
   them, and the engine's scheduler on each GPU opens the copy of the process on that GPU
   (`LocalSerializedTensor`: one value per tensor-parallel rank), so no weight crosses GPUs.
+- In an explorer process (a decoupled run's, or trainer.mode explore's) the engine is the process's
+  own, over its t devices of `cluster.device_mapping.rollout`.
 
 Not run here: no GPU or SGLang on the machine this was written on. tests/rollout/test_sglang_adapter.py
 checks the translation against a stand-in `sglang` module, and tests/cluster/test_sglang_groups.py
@@ -42,6 +44,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from posttrain.config.access import engine_devices, explores_apart
 from posttrain.errors import ConfigError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, Weights, buckets, named_tensors
@@ -279,9 +282,13 @@ def build_sglang_engine(cfg: Any, model: nn.Module, tokenizer: Any, *, seed: int
     first = next(model.parameters())
     kwargs = engine_kwargs(cfg, first.dtype, seed)
     world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_available() and dist.is_initialized() else (1, 0)
-    group = engine_group(cfg.rollout.tensor_model_parallel_size, world, rank)
+    apart = explores_apart(cfg)  # an explorer process: a whole engine of its own over its GPUs
+    group = None if apart else engine_group(cfg.rollout.tensor_model_parallel_size, world, rank)
     own = gpu_index(first.device)
     gpus = group_gpus(group, first.device) if group is not None else (None if own is None else (own, 1))
+    listed = engine_devices(cfg, rank) if apart and own is not None else None
+    if listed is not None and len(listed) > 1:  # its devices of cluster.device_mapping.rollout (evenly spaced: checked)
+        gpus = (listed[0], listed[1] - listed[0])
     if gpus is not None:  # the engine's GPUs: this process's (and its group's), not the node's first
         kwargs.setdefault("base_gpu_id", gpus[0])
         kwargs.setdefault("gpu_id_step", gpus[1])

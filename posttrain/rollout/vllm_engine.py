@@ -27,6 +27,9 @@ built or the machine is checked, so configs naming it load and plan anywhere.
   given the same prompts and seeds by the rollout role (`ranks_per_engine`), so all of them sample
   the same tokens, and each loads its own slice of the whole weights the sync hands it. This is the
   layout of verl's hybrid engine.
+- In an explorer process (a decoupled run's, or trainer.mode explore's) the engine is the process's
+  own over its t GPUs: vLLM starts its t rank processes itself, shown the engine's devices of
+  `cluster.device_mapping.rollout` (CUDA_VISIBLE_DEVICES; it takes the first t it sees).
 - Memory: `sleep(level)` / `wake_up()` are vLLM's (the engine is built with
   `enable_sleep_mode=rollout.free_cache_engine`); weights arriving while asleep wake the weights
   alone first (`wake_up(tags=["weights"])`), as vLLM's docs advise against an out-of-memory spike.
@@ -45,6 +48,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from posttrain.config.access import engine_devices, explores_apart
 from posttrain.errors import ConfigError
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, Weights, buckets, named_tensors
@@ -233,6 +237,13 @@ def shared_engine(tp: int, world: int, rank: int) -> dict[str, str] | None:
     return {"RANK": str(rank), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
+def visible_devices(ids: list[int], visible: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES naming the devices `ids` (indices among those this process sees, which
+    `visible`, its own CUDA_VISIBLE_DEVICES, names when set)."""
+    names = visible.split(",") if visible else None
+    return ",".join(names[i].strip() if names else str(i) for i in ids)
+
+
 @register_engine("vllm", machine_check=machine_problem)
 def build_vllm_engine(cfg: Any, model: nn.Module, tokenizer: Any, *, seed: int, owns_weights: bool) -> VLLMEngine:
     """A vLLM engine for `cfg`; with a dummy load format, `model`'s weights are sent in at once. In a run
@@ -240,12 +251,16 @@ def build_vllm_engine(cfg: Any, model: nn.Module, tokenizer: Any, *, seed: int, 
     share one engine (`shared_engine`); the rollout role then gives each group one share of the prompts."""
     tp = cfg.rollout.tensor_model_parallel_size
     world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_available() and dist.is_initialized() else (1, 0)
-    shared = shared_engine(tp, world, rank)
+    apart = explores_apart(cfg)  # an explorer process: a whole engine of its own over its tp GPUs
+    shared = None if apart else shared_engine(tp, world, rank)
     if shared is not None:
         os.environ.update(shared)
     elif tp == 1:
         # the engine core in this process: weight tensors are handed over, not pickled
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    elif apart and engine_devices(cfg, rank) is not None:
+        # vLLM's rank processes take the first tp GPUs they see: show them this engine's
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices(engine_devices(cfg, rank), os.environ.get("CUDA_VISIBLE_DEVICES"))
     import vllm
 
     note = version_note(vllm.__version__)

@@ -122,8 +122,12 @@ def test_the_machine_check_names_what_is_missing(fake_sglang, monkeypatch):
     assert "Where it runs, this is refused too: rollout.tensor_model_parallel_size=2 under the Ray launcher" in on_ray
     assert "refused too" not in machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4",
                                                     "cluster.launcher=local"))
-    assert "with a decoupled explorer" in machine_problem(
-        cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=8", "synchronizer.sync_interval=2"))
+    split = ["cluster.n_gpus_per_node=8", "cluster.device_mapping.actor=[0,1,2,3]"]
+    assert "refused too" not in machine_problem(cfg("rollout.tensor_model_parallel_size=2", *split, "cluster.device_mapping.rollout=[4,5,6,7]"))
+    assert "[[4, 6], [5, 7]] are not evenly spaced in rising order" not in machine_problem(
+        cfg("rollout.tensor_model_parallel_size=2", *split, "cluster.device_mapping.rollout=[4,6,5,7]"))
+    assert "[[4, 7], [6, 5]] are not evenly spaced in rising order" in machine_problem(
+        cfg("rollout.tensor_model_parallel_size=2", *split, "cluster.device_mapping.rollout=[4,7,6,5]"))
     monkeypatch.setitem(sys.modules, "sglang", fake_sglang)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4")) is None
@@ -145,3 +149,18 @@ def test_each_worker_s_engine_starts_on_its_own_gpu(fake_sglang, tiny_lm, monkey
     # engine_kwargs.sglang names the GPUs itself when it says so
     mine = build_sglang_engine(cfg("rollout.engine_kwargs.sglang={base_gpu_id: 5}"), tiny_lm, tokenizer, seed=0, owns_weights=False)
     assert mine.engine.kwargs["base_gpu_id"] == 5
+
+
+def test_an_explorer_process_runs_its_engine_over_its_devices(fake_sglang, tiny_lm, monkeypatch):
+    """A decoupled explorer's second process (rank 1) holds a whole engine over devices 6 and 7."""
+    from posttrain.rollout import sglang_engine
+
+    monkeypatch.setattr(sglang_engine.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(sglang_engine.dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(sglang_engine.dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(sglang_engine, "gpu_index", lambda device: 6)
+    split = cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=8", "cluster.device_mapping.actor=[0,1,2,3]",
+                "cluster.device_mapping.rollout=[4,5,6,7]")
+    engine = build_sglang_engine(split, tiny_lm, SimpleNamespace(pad_token_id=0), seed=0, owns_weights=False)
+    assert engine.group is None and engine.samples and engine.ranks_per_engine == 1  # no group: the engine is this process's
+    assert (engine.engine.kwargs["tp_size"], engine.engine.kwargs["base_gpu_id"], engine.engine.kwargs["gpu_id_step"]) == (2, 6, 1)

@@ -192,8 +192,15 @@ def test_the_machine_check_names_what_is_missing(fake_vllm, monkeypatch):
                                                         "is not a divisor of the 6 worker processes") in odd
     assert "cluster.device_mapping.rollout names 3 devices, not a multiple of rollout.tensor_model_parallel_size=2" in machine_problem(
         cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4", "cluster.device_mapping.rollout=[0,1,2]"))
-    assert "with a decoupled explorer" in machine_problem(
+    # an explorer process holds a whole engine over its tp devices: the rollout list must come in runs of tp
+    assert "refused too" not in machine_problem(
         cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=8", "synchronizer.sync_interval=2"))
+    split = ["cluster.n_gpus_per_node=8", "cluster.device_mapping.actor=[0,1,2,3]"]
+    assert "refused too" not in machine_problem(cfg("rollout.tensor_model_parallel_size=2", *split, "cluster.device_mapping.rollout=[4,5,6,7]"))
+    assert ("cluster.device_mapping.rollout names 3 devices, not a multiple of rollout.tensor_model_parallel_size=2: each explorer "
+            "engine spans 2 of them") in machine_problem(cfg("rollout.tensor_model_parallel_size=2", *split, "cluster.device_mapping.rollout=[4,5,6]"))
+    assert "with explorer processes under the Ray launcher" in machine_problem(
+        cfg("rollout.tensor_model_parallel_size=2", *split, "cluster.device_mapping.rollout=[4,5,6,7]", "cluster.launcher=ray"))
     monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert machine_problem(cfg()) is None
@@ -228,3 +235,19 @@ def test_worker_processes_share_an_engine_through_the_external_launcher(fake_vll
     alone = build_vllm_engine(cfg("rollout.tensor_model_parallel_size=2"), tiny_lm, SimpleNamespace(pad_token_id=0), seed=5,
                               owns_weights=False)
     assert "distributed_executor_backend" not in alone.llm.kwargs and alone.ranks_per_engine == 1
+
+
+def test_an_explorer_process_holds_a_whole_engine_shown_its_devices(fake_vllm, tiny_lm, monkeypatch):
+    """A decoupled explorer's second process (rank 1) runs the engine over devices 6 and 7 of
+    cluster.device_mapping.rollout: no external launcher; vLLM's rank processes are shown those two."""
+    environ = {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,9,8"}  # this machine's own order: indices 6 and 7 are GPUs 9 and 8
+    monkeypatch.setattr(vllm_engine.os, "environ", environ)
+    monkeypatch.setattr(vllm_engine.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(vllm_engine.dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(vllm_engine.dist, "get_rank", lambda: 1)
+    split = cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=8", "cluster.device_mapping.actor=[0,1,2,3]",
+                "cluster.device_mapping.rollout=[4,5,6,7]")
+    engine = build_vllm_engine(split, tiny_lm, SimpleNamespace(pad_token_id=0), seed=5, owns_weights=False)
+    assert "distributed_executor_backend" not in engine.llm.kwargs and engine.llm.kwargs["tensor_parallel_size"] == 2
+    assert environ == {"CUDA_VISIBLE_DEVICES": "9,8"} and engine.ranks_per_engine == 1
+    assert vllm_engine.visible_devices([4, 5], None) == "4,5"
