@@ -118,7 +118,9 @@ def _train(args: argparse.Namespace, cfg) -> int:
                                       "which posttrain does not start itself; use cluster.launcher: local, or start the run under nsys yourself")
                 from posttrain.cli import main  # each actor runs this command's main in-process
 
-                return launch_ray(main, argv, dataclasses.replace(plan, size=size), base, cfg.cluster, cfg.log, **named)
+                # an explorer process's engine spans rollout.tensor_model_parallel_size GPUs, which its actor holds
+                gpus = cfg.rollout.tensor_model_parallel_size if explorer else 1
+                return launch_ray(main, argv, dataclasses.replace(plan, size=size), base, cfg.cluster, cfg.log, gpus=gpus, **named)
             return launch(argv, size, base, plan.device, dict(cfg.cluster.env_vars), cfg.log, prefix=nsys,
                           devices=crew if serves_reference else explorer_devices(cfg) if explorer else training_devices(cfg), **named)
         if nsys is not None:  # this process computes alone: the same command again, under nsys

@@ -118,10 +118,17 @@ def check_answers(address: str, timeout_s: float = 10.0) -> None:
         ) from None
 
 
+def bundle_of(device: str, gpus: int = 1) -> dict[str, int]:
+    """The placement-group bundle of one worker: a CPU, and on CUDA its `gpus` GPUs (on one node; Ray
+    shows the actor those GPUs alone, from index 0)."""
+    return {"CPU": 1, **({"GPU": gpus} if device == "cuda" else {})}
+
+
 def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPlan, run_dir: Path, cluster, log: Any = None,
-               roles: str = ROLES, log_name: str = "rank") -> int:
+               roles: str = ROLES, log_name: str = "rank", gpus: int = 1) -> int:
     """Run `entry(argv)` (the `posttrain` command's main, given by the command line) as `plan.size`
-    Ray actors hosting `roles`, logging to `<log_name><rank>.log`; returns the launcher's exit status."""
+    Ray actors hosting `roles`, logging to `<log_name><rank>.log`; returns the launcher's exit status.
+    On CUDA each actor holds `gpus` GPUs (an explorer process's engine over several: rollout.tensor_model_parallel_size)."""
     try:
         import ray
     except ImportError:
@@ -139,7 +146,7 @@ def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPl
                  include_dashboard=False, log_to_driver=True, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise ConfigError(f"cluster.ray_address {plan.ray_address!r}: cannot join that Ray cluster ({err}); start it with `ray start --head` or fix the address") from None
-    bundle = {"CPU": 1, **({"GPU": 1} if plan.device == "cuda" else {})}
+    bundle = bundle_of(plan.device, gpus)
     group = placement_group([bundle] * plan.size, strategy="PACK")
     try:
         try:
@@ -150,7 +157,8 @@ def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPl
                 f"{cluster.register_timeout_s:g} s; the cluster has {ray.cluster_resources()}. Lower the worker count "
                 "(cluster.nnodes × n_gpus_per_node) or add nodes"
             ) from None
-        return _run_actors(ray, group, entry, argv, plan, run_dir, cluster, PlacementGroupSchedulingStrategy, log, roles, log_name)
+        return _run_actors(ray, group, bundle, entry, argv, plan, run_dir, cluster, PlacementGroupSchedulingStrategy, log, roles,
+                           log_name)
     finally:
         remove_placement_group(group)
         if cluster.ray_timeline_file:
@@ -158,11 +166,11 @@ def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPl
         ray.shutdown()
 
 
-def _run_actors(ray, group, entry, argv, plan: WorldPlan, run_dir: Path, cluster, strategy, log: Any = None,
+def _run_actors(ray, group, bundle: dict[str, int], entry, argv, plan: WorldPlan, run_dir: Path, cluster, strategy, log: Any = None,
                 roles: str = ROLES, log_name: str = "rank") -> int:
     remote = ray.remote(RankWorker)
     actors = [
-        remote.options(num_cpus=1, num_gpus=1 if plan.device == "cuda" else 0,
+        remote.options(num_cpus=1, num_gpus=bundle.get("GPU", 0),
                        scheduling_strategy=strategy(placement_group=group, placement_group_bundle_index=i)).remote()
         for i in range(plan.size)
     ]

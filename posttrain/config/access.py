@@ -133,10 +133,11 @@ def explores_apart(cfg: Any) -> bool:
 
 def engine_devices(cfg: Any, index: int) -> list[int] | None:
     """The devices of explorer engine `index`: its rollout.tensor_model_parallel_size consecutive
-    entries of cluster.device_mapping.rollout; None without such a list (the engine then takes the
-    first devices its process sees)."""
+    entries of cluster.device_mapping.rollout; None without such a list, or where Ray starts the
+    explorer processes (each actor is shown its engine's GPUs alone): the engine then takes the
+    first devices its process sees."""
     ids = device_lists(cfg).get("rollout")
-    if not ids or rollout_placement(cfg) == "colocated":
+    if not ids or rollout_placement(cfg) == "colocated" or (launcher(cfg) == "ray" and explorer_processes(cfg) > 1):
         return None
     tp = get_path(cfg, "rollout.tensor_model_parallel_size", 1)
     return ids[index * tp:(index + 1) * tp] or None

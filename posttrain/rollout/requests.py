@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from posttrain.config.access import device_lists, explorer_processes, explores_apart, launcher, rollout_placement, world_size
+from posttrain.config.access import device_lists, explores_apart, launcher, rollout_placement, world_size
 from posttrain.records import PromptBatch, RolloutBatch
 from posttrain.rollout.base import SamplingParams, StalePolicyError
 from posttrain.rollout.sampling import request_seed
@@ -142,8 +142,8 @@ def tensor_parallel_problem(cfg, layout: str = WHOLE) -> str | None:
 def explorer_problem(cfg, tp: int, layout: str) -> str | None:
     """Why explorer processes (a decoupled run's, or trainer.mode explore's) cannot each hold a whole
     engine over `tp` GPUs, or None: the engines take cluster.device_mapping.rollout in runs of `tp`
-    devices (an sglang engine evenly spaced ones: `base_gpu_id`, `gpu_id_step`), and each explorer
-    process must see its engine's GPUs, which a Ray worker does not (it sees its own GPU)."""
+    devices (an sglang engine evenly spaced ones: `base_gpu_id`, `gpu_id_step`). Under the Ray
+    launcher each explorer actor holds `tp` GPUs of one node (posttrain.cluster.ray_launch)."""
     ids = device_lists(cfg).get("rollout")
     if ids and rollout_placement(cfg) != "colocated":
         if len(ids) % tp:
@@ -153,9 +153,6 @@ def explorer_problem(cfg, tp: int, layout: str) -> str | None:
         if layout == FIRST and any(len({b - a for a, b in zip(run, run[1:])}) > 1 or run[1] <= run[0] for run in runs):
             return (f"cluster.device_mapping.rollout: the sglang engines take its devices {tp} at a time, and {runs} are not "
                     "evenly spaced in rising order (SGLang places tensor-parallel rank i on base_gpu_id + i x gpu_id_step)")
-    if explorer_processes(cfg) > 1 and launcher(cfg) == "ray":
-        return (f"rollout.tensor_model_parallel_size={tp} with explorer processes under the Ray launcher: each explorer process "
-                f"runs a whole engine over {tp} GPUs, and a Ray worker sees only its own GPU; use cluster.launcher=local (one node)")
     return None
 
 

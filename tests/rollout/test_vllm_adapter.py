@@ -199,7 +199,8 @@ def test_the_machine_check_names_what_is_missing(fake_vllm, monkeypatch):
     assert "refused too" not in machine_problem(cfg("rollout.tensor_model_parallel_size=2", *split, "cluster.device_mapping.rollout=[4,5,6,7]"))
     assert ("cluster.device_mapping.rollout names 3 devices, not a multiple of rollout.tensor_model_parallel_size=2: each explorer "
             "engine spans 2 of them") in machine_problem(cfg("rollout.tensor_model_parallel_size=2", *split, "cluster.device_mapping.rollout=[4,5,6]"))
-    assert "with explorer processes under the Ray launcher" in machine_problem(
+    # under the Ray launcher each explorer actor holds its engine's GPUs (posttrain.cluster.ray_launch.bundle_of)
+    assert "refused too" not in machine_problem(
         cfg("rollout.tensor_model_parallel_size=2", *split, "cluster.device_mapping.rollout=[4,5,6,7]", "cluster.launcher=ray"))
     monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -250,4 +251,13 @@ def test_an_explorer_process_holds_a_whole_engine_shown_its_devices(fake_vllm, t
     engine = build_vllm_engine(split, tiny_lm, SimpleNamespace(pad_token_id=0), seed=5, owns_weights=False)
     assert "distributed_executor_backend" not in engine.llm.kwargs and engine.llm.kwargs["tensor_parallel_size"] == 2
     assert environ == {"CUDA_VISIBLE_DEVICES": "9,8"} and engine.ranks_per_engine == 1
+    # Ray shows each explorer actor its engine's two GPUs alone: nothing to narrow
+    environ.clear()
+    on_ray = cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=8", "cluster.device_mapping.actor=[0,1,2,3]",
+                 "cluster.device_mapping.rollout=[4,5,6,7]", "cluster.launcher=ray")
+    build_vllm_engine(on_ray, tiny_lm, SimpleNamespace(pad_token_id=0), seed=5, owns_weights=False)
+    assert "CUDA_VISIBLE_DEVICES" not in environ
+    from posttrain.cluster.ray_launch import bundle_of
+
+    assert bundle_of("cuda", 2) == {"CPU": 1, "GPU": 2} and bundle_of("cpu", 2) == {"CPU": 1}
     assert vllm_engine.visible_devices([4, 5], None) == "4,5"
