@@ -54,6 +54,7 @@ def _files(root: Path) -> dict[str, str]:
         "trinity": f"""\
             algorithm: {{algorithm_type: grpo, repeat_times: 4}}
             model: {{model_path: {root}/model, max_model_len: 40, max_response_tokens: 8}}
+            explorer: {{rollout_model: {{engine_type: hf}}}}  # posttrain's own engine here: Trinity-RFT's default is vllm
             buffer:
               batch_size: 4
               total_epochs: 2

@@ -382,6 +382,23 @@ def test_trinity_engine_types_name_the_vllm_engine(tmp_path):
         assert _entry(report, "explorer.rollout_model.gpu_memory_utilization").native == "rollout.gpu_memory_utilization"
 
 
+def test_a_trinity_rl_file_naming_no_engine_samples_with_vllm_as_trinity_does(tmp_path):
+    """Trinity-RFT's InferenceModelConfig.engine_type defaults to vllm: a file that names none runs its
+    explorer on vLLM, and so does posttrain (hf only when the file says so, as a laptop override)."""
+    def engine(raw):
+        native, report = translate(raw, "trinity")
+        return native.get("rollout", {}).get("name"), [e for e in report.entries if e.key == "explorer.rollout_model.engine_type"]
+
+    name, entries = engine({"mode": "both", "algorithm": {"algorithm_type": "grpo"}})
+    assert name == "vllm" and entries[0].status == "translated" and entries[0].reason == "Trinity-RFT's default (not written in the file): vllm"
+    assert engine({"algorithm": {"algorithm_type": "grpo"}, "explorer": {"rollout_model": {"engine_type": "hf"}}})[0] == "hf"
+    assert engine({"mode": "train", "algorithm": {"algorithm_type": "grpo"}})[0] is None  # no explorer
+    assert engine({"algorithm": {"algorithm_type": "sft"}})[0] is None  # SFT samples nothing
+    external = {"algorithm": {"algorithm_type": "grpo"}, "mode": "bench",
+                "model": {"external_model": {"enable": True, "model_name": "m", "base_url_env": "U"}}}
+    assert engine(external)[0] == "external"
+
+
 def test_a_translation_reads_list_entries_by_the_report_s_indexed_keys():
     """Context.get takes the keys the report writes (``eval_tasksets[0].path``): a handler that reads
     an eval taskset by its key gets it, not the default."""

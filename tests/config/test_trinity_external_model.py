@@ -46,7 +46,7 @@ def test_an_enabled_external_model_becomes_the_external_engine():
 
 def test_a_disabled_one_is_dropped_and_an_unknown_field_refused():
     off = {"model": {"model_path": "/m", "external_model": {"enable": False, "model_name": "x"}}}
-    assert "rollout" not in translate(off, "trinity")[0] or "name" not in translate(off, "trinity")[0]["rollout"]
+    assert translate(off, "trinity")[0]["rollout"]["name"] == "vllm"  # Trinity-RFT's own engine samples from model_path
     assert {v[0] for v in _report(off).values()} == {"dropped"}
     odd = {"mode": "bench", "model": {"model_path": "/m", "external_model": {"enable": True, "model_name": "x", "logprobs": 1}}}
     assert _report(odd)["model.external_model.logprobs"][0] == "refused"

@@ -34,7 +34,7 @@ def test_the_tool_workflow_sets_rollout_multi_turn_from_workflow_args():
 
 
 def test_other_workflows_and_reward_functions_are_refused_with_what_they_need():
-    for name, needle in (("webshop_workflow", "env.custom_envs"), ("math_eval_workflow", "fixed math evaluation"),
+    for name, needle in (("sudoku_workflow", "env.custom_envs"), ("math_eval_workflow", "fixed math evaluation"),
                          ("math_rm_workflow", "only rm_gallery_reward takes"),
                          ("my_workflow", "translates are")):
         _, entries = run({"default_workflow_type": name})

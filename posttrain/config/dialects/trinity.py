@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.dialects.lora import trinity_lora
-from posttrain.config.dialects.trinity_defaults import batching, kl_defaults, stage_kl_defaults
+from posttrain.config.dialects.trinity_defaults import batching, engine_type, kl_defaults, stage_engine_type, stage_kl_defaults
 from posttrain.config.dialects.source import resolve
 from posttrain.config.dialects.translate import Context, translate_dict
 from posttrain.config.dialects.trinity_batches import RULES as BATCH_RULES, batch_sizes, stage_batch_sizes
@@ -342,6 +342,6 @@ RULES: dict[str, Rule] = {
     **AGENT_RULES,
 }
 
-HANDLERS = [external_model, algorithm_type, engines, timeouts, over_rollout, sample_strategy, auxiliary, kl_defaults, prompt_truncation, workflows, server_keys, parser_keys, experience_files, tasksets, data_selector, trainer_config, batch_sizes, batching, episode_sources, stages, trinity_lora, *trinity_derived.HANDLERS]
+HANDLERS = [external_model, engine_type, algorithm_type, engines, timeouts, over_rollout, sample_strategy, auxiliary, kl_defaults, prompt_truncation, workflows, server_keys, parser_keys, experience_files, tasksets, data_selector, trainer_config, batch_sizes, batching, episode_sources, stages, trinity_lora, *trinity_derived.HANDLERS]
 # A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).
-STAGE_HANDLERS = [external_model, stage_algorithm_type, engines, timeouts, over_rollout, sample_strategy, auxiliary, stage_kl_defaults, prompt_truncation, workflows, server_keys, parser_keys, stage_experience_files, tasksets, data_selector, trainer_config, stage_batch_sizes, episode_sources, stages, trinity_lora, *trinity_derived.HANDLERS]
+STAGE_HANDLERS = [external_model, stage_engine_type, stage_algorithm_type, engines, timeouts, over_rollout, sample_strategy, auxiliary, stage_kl_defaults, prompt_truncation, workflows, server_keys, parser_keys, stage_experience_files, tasksets, data_selector, trainer_config, stage_batch_sizes, episode_sources, stages, trinity_lora, *trinity_derived.HANDLERS]

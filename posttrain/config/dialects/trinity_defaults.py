@@ -149,3 +149,20 @@ def batching(ctx: Context) -> None:
     actor_step = ctx.origin.get("actor.ppo_mini_batch_size")
     if actor_step is not None and "critic.ppo_mini_batch_size" not in ctx.origin:
         ctx.set("critic.ppo_mini_batch_size", actor_step[1], actor_step[0], "Trinity-RFT gives the critic the actor's optimizer step")
+
+
+def engine_type(ctx: Context, default_type: str | None = DEFAULT_ALGORITHM_TYPE) -> None:
+    """Trinity-RFT's explorer samples with vLLM unless the file names another engine_type (its
+    InferenceModelConfig's default is vllm): an RL file that names none generates with posttrain's
+    vllm engine too. An external model (the external engine) keeps its engine; SFT and DPO sample nothing."""
+    key, kind = "explorer.rollout_model.engine_type", ctx.get("algorithm.algorithm_type", default_type)
+    rl = kind in TYPES and TYPES[kind].kind == "rl"
+    if not rl or ctx.has(key) or ctx.get("mode", "both") == "train" or "rollout.name" in ctx.origin:
+        return
+    ctx.set("rollout.name", "vllm", key, f"{TRINITY_DEFAULT}: vllm")
+
+
+def stage_engine_type(ctx: Context) -> None:
+    """The engine of one stage: only when the stage names its own algorithm_type (else the run's)."""
+    if ctx.has("algorithm.algorithm_type"):
+        engine_type(ctx, None)

@@ -100,7 +100,7 @@ TOOL_ARGS = ("max_assistant_turns", "max_user_turns", "tool_config_path", "inter
 _ENV = ("plays Trinity's own environment over a taskset of episodes; posttrain plays environments from env.custom_envs "
         "with env.train_env_manager (docs/agentic.md: walk, or your class by module:Class)")
 REFUSED = {
-    **{name: _ENV for name in ("webshop_workflow", "sudoku_workflow")},
+    "sudoku_workflow": _ENV,
     "RAFT_reflect_alfworld_workflow": "RAFT's reflective ALFWorld workflow plays a failed game a second time with guidance "
                                       "written from the first attempt and fine-tunes on the second; posttrain's environments play "
                                       "one episode per row: RAFT_alfworld_workflow (one attempt) translates",
