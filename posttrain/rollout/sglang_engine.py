@@ -37,6 +37,7 @@ the groups over gloo processes.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,12 +177,12 @@ def serializer() -> tuple[Any, Any]:
         from sglang.srt.model_executor.model_runner import LocalSerializedTensor
     except ImportError:  # moved in later SGLang releases
         from sglang.srt.model_executor.model_runner_components.weight_updater import LocalSerializedTensor
-    try:
-        from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions
-    except ImportError:
-        monkey_patch_torch_reductions = None
-    if monkey_patch_torch_reductions is not None:
-        monkey_patch_torch_reductions()
+    for where in ("sglang.srt.utils.patch_torch", "sglang.srt.patch_torch"):  # its later and earlier homes
+        try:
+            importlib.import_module(where).monkey_patch_torch_reductions()  # idempotent in SGLang
+            break
+        except (ImportError, AttributeError):
+            continue
     return MultiprocessingSerializer, LocalSerializedTensor
 
 

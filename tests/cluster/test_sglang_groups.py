@@ -24,6 +24,7 @@ from posttrain.records import PromptBatch
 from posttrain.rollout.base import SamplingParams
 
 PARAMS = SamplingParams(n=2, max_new_tokens=2)
+PATCHED: list = []
 
 
 @dataclass
@@ -66,10 +67,13 @@ class StandInEngine:
 
 
 def _install_stand_in() -> None:
-    names = ["sglang", "sglang.srt", "sglang.srt.utils", "sglang.srt.model_executor", "sglang.srt.model_executor.model_runner"]
+    names = ["sglang", "sglang.srt", "sglang.srt.utils", "sglang.srt.utils.patch_torch", "sglang.srt.model_executor",
+             "sglang.srt.model_executor.model_runner"]
     modules = {name: types.ModuleType(name) for name in names}
     modules["sglang"].Engine = StandInEngine
     modules["sglang.srt.utils"].MultiprocessingSerializer = Serializer
+    # SGLang's patch naming CUDA devices by UUID in pickled tensor handles: applied before serializing
+    modules["sglang.srt.utils.patch_torch"].monkey_patch_torch_reductions = lambda: PATCHED.append(True)
     modules["sglang.srt.model_executor.model_runner"].LocalSerializedTensor = LocalSerializedTensor
     sys.modules.update(modules)
 
@@ -112,7 +116,8 @@ def _group_rollout(rank, world, gpus, build_only=False):
     ids = torch.arange(3, 9).reshape(6, 1) * 10
     prompts = PromptBatch(ids, torch.ones_like(ids, dtype=torch.float), uid=[f"p{i}" for i in range(6)])
     batch = RolloutWorker(engine, World(rank, world).data_parallel()).generate(prompts, PARAMS, expected_version=1)
-    return {**built, "calls": held.calls if held is not None else None, "ids": batch.response_ids, "uid": list(batch.group_index)}
+    return {**built, "calls": held.calls if held is not None else None, "ids": batch.response_ids, "uid": list(batch.group_index),
+            "patched": bool(PATCHED)}
 
 
 def test_the_first_process_of_each_group_runs_the_engine_over_the_group_s_gpus():
@@ -133,6 +138,7 @@ def test_the_first_process_of_each_group_runs_the_engine_over_the_group_s_gpus()
         # the engine samples its group's share of the prompts: 3 prompts, 2 responses each
         assert [c for c in calls if c[0] == "generate"] == [("generate", [30, 30, 40, 40, 50, 50] if first == 0 else [60, 60, 70, 70, 80, 80])]
     expected = (torch.arange(3, 9) * 10).repeat_interleave(2)
+    assert all(r["patched"] for r in ranks)  # every process serialized its copy under SGLang's patch
     for r in ranks:  # every process receives the whole batch once, in prompt order
         assert torch.equal(r["ids"][:, 0], expected + 1) and torch.equal(r["ids"][:, 1], expected + 2)
         assert r["uid"] == [f"p{i}" for i in range(6) for _ in range(2)]
