@@ -109,9 +109,9 @@ def tensor_parallel_problem(cfg, layout: str = WHOLE) -> str | None:
     role gives each group one share of the prompts, `posttrain.workers.rollout`) needs the size to
     divide the worker processes and the ranks that generate. A decoupled or explore-only explorer
     runs one process per engine, which holds the whole engine over its GPUs (`explorer_problem`).
-    An engine the group's first
-    process runs over the group's GPUs (`FIRST`) needs that process to see them: worker processes
-    started on one node by the local launcher (a Ray actor sees its own GPU only)."""
+    An engine the group's first process runs over the group's GPUs (`FIRST`) needs that process to
+    see them: worker processes started on one node by the local launcher (a Ray actor sees its own
+    GPU only)."""
     tp = cfg.rollout.tensor_model_parallel_size
     gpus = cfg.cluster.n_gpus_per_node * cfg.cluster.nnodes
     if tp <= 1 or gpus == 1:
