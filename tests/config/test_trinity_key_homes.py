@@ -66,3 +66,14 @@ def test_trinity_s_adam_is_adamw():
     assert optimizer("sgd")[0] == "sgd"
     name, entry = optimizer("lion")
     assert name is None and entry.status == "refused" and "take adam, adamw" in entry.reason
+
+
+def test_a_group_places_the_checkpoints_and_names_the_trackers_run_group():
+    """Trinity-RFT keeps a grouped run's checkpoints under checkpoint_root_dir/project/group/name and
+    hands the group to its wandb monitor; an empty group (its default) changes nothing."""
+    native, _ = translate({**BASE, "group": "ablation", "project": "math", "name": "lr3", "checkpoint_root_dir": "/ck"}, "trinity")
+    assert native["trainer"]["default_local_dir"] == "/ck/math/ablation/lr3"
+    assert native["trainer"]["tracker_kwargs"] == {"group": "ablation"}
+    plain, report = translate({**BASE, "group": ""}, "trinity")
+    assert "default_local_dir" not in plain.get("trainer", {}) and report.entry("group").status == "dropped"
+    assert translate({**BASE, "group": 3}, "trinity")[1].entry("group").status == "refused"

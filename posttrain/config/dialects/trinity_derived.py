@@ -10,6 +10,10 @@
   gpu_per_node, so there only 0 (the default) is accepted.
 - ``trainer.max_checkpoints_to_keep`` is set by Trinity-RFT's verl config as both of verl's
   ``max_actor_ckpt_to_keep`` and ``max_critic_ckpt_to_keep``: posttrain's two keys of those names.
+- ``group`` names the run's group: Trinity-RFT writes checkpoints under
+  ``checkpoint_root_dir/project/group/name`` (posttrain's ``trainer.default_local_dir``; without a
+  group that is posttrain's own ``root_dir/project_name/experiment_name``) and hands the group to its
+  trackers (wandb's run group: ``trainer.tracker_kwargs.group``).
 - ``algorithm.optimizer.optimizer_type`` becomes the actor's verl ``optim.optimizer``, and for its
   FSDP trainers (trinity/trainer/verl/verl_config.py) ``adam`` and ``adamw`` both become AdamW and
   ``sgd`` SGD; its Megatron trainer's ``adam`` is Megatron's, with decoupled weight decay too. So
@@ -65,11 +69,36 @@ def optimizer_type(ctx: Context) -> None:
         ctx.set("actor.optim.optimizer", name, OPTIMIZER, "Trinity-RFT's adam is AdamW (decoupled weight decay)" if value.lower() == "adam" else "")
 
 
+GROUP = "group"
+
+
+def run_group(ctx: Context) -> None:
+    if not ctx.has(GROUP):
+        return
+    ctx.consume(GROUP)
+    group = ctx.get(GROUP)
+    if group in ("", None):
+        ctx.drop(GROUP, "no group (Trinity-RFT's default): checkpoints under checkpoint_root_dir/project/name")
+        return
+    if not isinstance(group, str):
+        ctx.refuse(GROUP, f"expected a name, got {group!r}", None, group)
+        return
+    from posttrain.config.sections.trainer import TrainerConfig
+
+    default = TrainerConfig()  # where the file names none of them, posttrain's own, as for a run without a group
+    parts = (ctx.get("checkpoint_root_dir") or default.root_dir, ctx.get("project", default.project_name), group,
+             ctx.get("name", default.experiment_name))
+    ctx.set("trainer.default_local_dir", "/".join(str(p).rstrip("/") for p in parts), GROUP,
+            "Trinity-RFT's checkpoint_root_dir/project/group/name")
+    ctx.set("trainer.tracker_kwargs.group", group, GROUP, "the trackers' run group, as Trinity-RFT's wandb monitor names it")
+
+
 RULES: dict[str, Rule] = {
+    GROUP: Rule("trainer.default_local_dir, trainer.tracker_kwargs.group", "checkpoints under checkpoint_root_dir/project/group/name, and the trackers' run group", "g"),
     OPTIMIZER: Rule("actor.optim.optimizer", "adam and adamw -> adamw (Trinity-RFT's trainers run AdamW for both), sgd -> sgd", "adam"),
     KEEP: Rule("trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep", "both roles' counts, as Trinity-RFT hands it to verl", 2),
     **{f"cluster.{name}": Rule(None, "computed by Trinity-RFT's validator: dropped", 4) for name in _DERIVED},
     **{f"cluster.{name}": Rule(None, "computed from the engines (dropped) except in mode train, where only 0 is accepted", 0)
        for name in _ENGINE_COUNTS},
 }
-HANDLERS = [derived_gpu_counts, keep_checkpoints, optimizer_type]
+HANDLERS = [derived_gpu_counts, keep_checkpoints, optimizer_type, run_group]
