@@ -47,7 +47,8 @@ def sampling_params(cfg: Config, tokenizer: Any) -> tuple[SamplingParams, Sampli
     # Greedy validation ignores the temperature for the choice of token; 1.0 keeps SamplingParams valid.
     val = SamplingParams(
         temperature=v.temperature if v.do_sample else 1.0, top_k=v.top_k, top_p=v.top_p, do_sample=v.do_sample,
-        n=v.n, max_new_tokens=v.response_length or length, ignore_eos=r.ignore_eos, repetition_penalty=r.repetition_penalty,
+        n=v.n, max_new_tokens=v.response_length or length, ignore_eos=r.ignore_eos,
+        repetition_penalty=r.repetition_penalty if v.repetition_penalty is None else v.repetition_penalty,
         max_total_tokens=cfg.model.max_model_len, min_new_tokens=r.min_response_length, **stops,
     )
     return train, val

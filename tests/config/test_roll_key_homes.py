@@ -161,3 +161,26 @@ def test_roll_s_weight_update_buffer_and_checkpoint_count_translate():
 def test_training_arguments_roll_overwrites_or_reads_for_files_only_are_dropped(key, value, words):
     entry = _entry(nested(key, value), key)
     assert entry.status == "dropped" and words in entry.reason
+
+
+@pytest.mark.parametrize(("role", "field", "words"), [
+    ("actor_infer", "max_length", "drop max_length whenever max_new_tokens is positive"),
+    ("validation", "max_length", "val_sequence_length - val_prompt_length"),
+    ("actor_infer", "length_penalty", "beam search only"),
+    ("validation", "logprobs", "the sampled token's"),
+])
+def test_generating_args_the_engines_do_not_read_are_dropped(role, field, words):
+    entry = _entry(nested(f"{role}.generating_args.{field}", 3), f"{role}.generating_args.{field}")
+    assert entry.status == "dropped" and words in entry.reason
+
+
+def test_validation_samples_with_its_own_repetition_penalty_as_roll_does():
+    """ROLL's validation generates with validation.generating_args, whose repetition_penalty defaults
+    to 1.0 whatever actor_infer's is."""
+    def val(raw):
+        return translate({**BASE, **raw}, "roll")[0]["rollout"]["val_kwargs"].get("repetition_penalty")
+
+    trained = {"actor_infer": {"generating_args": {"repetition_penalty": 1.1}}}
+    assert val({**trained, "validation": {"generating_args": {"repetition_penalty": 1.3}}}) == 1.3
+    assert val({**trained, "validation": {"generating_args": {}}}) == 1.0  # ROLL's default, not the rollout's 1.1
+    assert val({"validation": {"generating_args": {}}}) is None  # the same 1.0 either way: nothing to set

@@ -136,6 +136,7 @@ KNOBS = [
     knob("rollout.val_kwargs.top_k=1", "validation", *VAL_SAMPLED),
     knob("rollout.val_kwargs.top_p=0.3", "validation", *VAL_SAMPLED),
     knob("rollout.val_kwargs.n=2", "validation", *VAL),
+    knob("rollout.val_kwargs.repetition_penalty=2.0", "validation", *VAL_SAMPLED),
     knob("rollout.val_kwargs.response_length=2", "validation", *VAL),  # 2-token validation responses instead of 6
     knob("rollout.log_prob_micro_batch_size_per_gpu=2", "forwards", "actor.reuse_rollout_logprobs=never"),
     knob("rollout.log_prob_use_dynamic_bsz=true", "forwards", "actor.reuse_rollout_logprobs=never", "rollout.log_prob_max_token_len_per_gpu=80"),

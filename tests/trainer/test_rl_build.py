@@ -28,6 +28,13 @@ def cfg(*overrides):
     return load_config(None, list(overrides))
 
 
+def test_validation_takes_its_own_repetition_penalty_else_the_rollouts():
+    train, val = sampling_params(cfg("rollout.repetition_penalty=1.2"), tokenizer=None)
+    assert train.repetition_penalty == val.repetition_penalty == 1.2
+    train, val = sampling_params(cfg("rollout.repetition_penalty=1.2", "rollout.val_kwargs.repetition_penalty=1.0"), tokenizer=None)
+    assert (train.repetition_penalty, val.repetition_penalty) == (1.2, 1.0)
+
+
 def test_sampling_params_defaults_sample_for_training_and_decode_greedily_for_validation():
     train, val = sampling_params(cfg(), tokenizer=None)  # val_kwargs.temperature defaults to 0: accepted
     assert train == SamplingParams(temperature=1.0, top_k=-1, top_p=1.0, do_sample=True, n=1, max_new_tokens=512)

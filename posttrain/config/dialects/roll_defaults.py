@@ -117,6 +117,9 @@ def sampling(ctx: Context) -> None:
                 continue
             why = "" if "do_sample" in args else ROLL_DEFAULT + ": ROLL's validation samples with its generating_args"
             ctx.set("rollout.val_kwargs.do_sample", given, key, why)
+            trained = (ctx.get("actor_infer.generating_args") or {}).get("repetition_penalty", 1.0)
+            if "repetition_penalty" not in args and trained != 1.0:  # its own default, not the rollout's penalty
+                ctx.set("rollout.val_kwargs.repetition_penalty", 1.0, f"{role}.generating_args.repetition_penalty", ROLL_DEFAULT)
 
 
 # ROLL's TrainingArguments defaults that differ from posttrain's optimizer defaults (roll/configs/

@@ -66,6 +66,17 @@ NO_EFFECT: dict[str, str] = {
                  "use_sequence_packing", "sequence_packing_args.*")},
     **{f"roll:actor_infer.{k}": "an option of ROLL's Megatron models, which posttrain does not take for actor_infer (vllm, sglang, hf_infer)"
        for k in ("mtp_training_mode", "logits_in_fp32")},
+    # generating_args fields the engines ROLL runs for rollouts and validation do not read as the file sets them
+    **{f"roll:{role}.generating_args.max_length": (f"ROLL's RLVR config sets {role}'s max_new_tokens to {prefix}sequence_length - "
+                                                   f"{prefix}prompt_length, and its generating args drop max_length whenever max_new_tokens "
+                                                   "is positive")
+       for role, prefix in (("actor_infer", ""), ("validation", "val_"))},
+    **{f"roll:{role}.generating_args.length_penalty": ("read by ROLL's beam search only (num_beams > 1), which posttrain does not offer "
+                                                       "(num_beams 1 is its only value)")
+       for role in ("actor_infer", "validation")},
+    **{f"roll:{role}.generating_args.logprobs": ("how many alternatives' log-probs vLLM returns per token; ROLL's pipelines read the "
+                                                 "sampled token's, which posttrain's engines always record")
+       for role in ("actor_infer", "validation")},
     # one entry per key (a pattern), so the keys the section tables name with a reason of their own keep it
     **{f"roll:{role}.data_args.*": (f"ROLL reads the data of actor_train.data_args (validation's of validation.data_args); no "
                                     f"pipeline reads {role}.data_args")

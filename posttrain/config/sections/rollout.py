@@ -39,6 +39,7 @@ class ValKwargsConfig:
     top_k: int = param(-1, doc="Validation top-k: sample among the k most likely tokens; -1 or 0 disables.", ge=-1, refs=[f"{_VERL}.val_kwargs.top_k", f"{_ROLL_VAL_GEN}.top_k"])
     top_p: float = param(1.0, doc="Validation nucleus sampling: smallest token set with this total probability; 1.0 disables.", gt=0, le=1, refs=[f"{_VERL}.val_kwargs.top_p", f"{_ROLL_VAL_GEN}.top_p"])
     n: int = param(1, doc="Responses sampled per validation prompt (scores are averaged over them).", ge=1, refs=[f"{_VERL}.val_kwargs.n", f"{_ROLL_VAL_GEN}.num_return_sequences"])
+    repetition_penalty: float | None = param(None, doc="Validation repetition penalty (as rollout.repetition_penalty); null: the training rollout's.", gt=0, refs=[f"{_ROLL_VAL_GEN}.repetition_penalty"])
     response_length: int | None = param(None, doc="Most tokens a validation response may have; null: the training budget (rollout.response_length, else data.max_response_length). The engine's context (rollout.max_model_len when null) makes room for the longer of the two.", ge=1, refs=[f"{_ROLL_VAL_GEN}.max_new_tokens"])
 
 
