@@ -77,3 +77,11 @@ def test_a_group_places_the_checkpoints_and_names_the_trackers_run_group():
     plain, report = translate({**BASE, "group": ""}, "trinity")
     assert "default_local_dir" not in plain.get("trainer", {}) and report.entry("group").status == "dropped"
     assert translate({**BASE, "group": 3}, "trinity")[1].entry("group").status == "refused"
+
+
+def test_the_deprecated_trainer_config_path_is_refused_alone_as_trinity_refuses_it():
+    assert _entry({"trainer": {"trainer_config_path": "verl.yaml"}}, "trainer.trainer_config_path").status == "refused"
+    beside = _entry({"trainer": {"trainer_config_path": "verl.yaml", "trainer_config": {"trainer": {"balance_batch": True}}}},
+                    "trainer.trainer_config_path")
+    assert beside.status == "dropped" and "ignores the path" in beside.reason
+    assert _entry({"trainer": {"trainer_config_path": ""}}, "trainer.trainer_config_path").status == "dropped"

@@ -14,6 +14,8 @@
   ``checkpoint_root_dir/project/group/name`` (posttrain's ``trainer.default_local_dir``; without a
   group that is posttrain's own ``root_dir/project_name/experiment_name``) and hands the group to its
   trackers (wandb's run group: ``trainer.tracker_kwargs.group``).
+- ``trainer.trainer_config_path`` is deprecated in Trinity-RFT: its validator stops on a path
+  without an inline ``trainer.trainer_config`` and ignores it beside one.
 - ``algorithm.optimizer.optimizer_type`` becomes the actor's verl ``optim.optimizer``, and for its
   FSDP trainers (trinity/trainer/verl/verl_config.py) ``adam`` and ``adamw`` both become AdamW and
   ``sgd`` SGD; its Megatron trainer's ``adam`` is Megatron's, with decoupled weight decay too. So
@@ -93,7 +95,25 @@ def run_group(ctx: Context) -> None:
     ctx.set("trainer.tracker_kwargs.group", group, GROUP, "the trackers' run group, as Trinity-RFT's wandb monitor names it")
 
 
+CONFIG_PATH = "trainer.trainer_config_path"
+
+
+def trainer_config_path(ctx: Context) -> None:
+    if not ctx.has(CONFIG_PATH):
+        return
+    ctx.consume(CONFIG_PATH)
+    value = ctx.get(CONFIG_PATH)
+    if value in ("", None):
+        ctx.drop(CONFIG_PATH, "empty (Trinity-RFT's default)")
+    elif isinstance(ctx.get("trainer.trainer_config"), dict):
+        ctx.drop(CONFIG_PATH, "Trinity-RFT reads the inline trainer.trainer_config and ignores the path beside it")
+    else:
+        ctx.refuse(CONFIG_PATH, "deprecated: Trinity-RFT's validator stops on it too ('please use trainer_config instead'); "
+                                "write the file's verl keys under trainer.trainer_config", None, value)
+
+
 RULES: dict[str, Rule] = {
+    CONFIG_PATH: Rule(None, "dropped beside an inline trainer.trainer_config or empty; refused alone, as Trinity-RFT refuses it", ""),
     GROUP: Rule("trainer.default_local_dir, trainer.tracker_kwargs.group", "checkpoints under checkpoint_root_dir/project/group/name, and the trackers' run group", "g"),
     OPTIMIZER: Rule("actor.optim.optimizer", "adam and adamw -> adamw (Trinity-RFT's trainers run AdamW for both), sgd -> sgd", "adam"),
     KEEP: Rule("trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep", "both roles' counts, as Trinity-RFT hands it to verl", 2),
@@ -101,4 +121,4 @@ RULES: dict[str, Rule] = {
     **{f"cluster.{name}": Rule(None, "computed from the engines (dropped) except in mode train, where only 0 is accepted", 0)
        for name in _ENGINE_COUNTS},
 }
-HANDLERS = [derived_gpu_counts, keep_checkpoints, optimizer_type, run_group]
+HANDLERS = [derived_gpu_counts, keep_checkpoints, optimizer_type, run_group, trainer_config_path]
