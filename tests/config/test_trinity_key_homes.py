@@ -85,3 +85,13 @@ def test_the_deprecated_trainer_config_path_is_refused_alone_as_trinity_refuses_
                     "trainer.trainer_config_path")
     assert beside.status == "dropped" and "ignores the path" in beside.reason
     assert _entry({"trainer": {"trainer_config_path": ""}}, "trainer.trainer_config_path").status == "dropped"
+
+
+def test_model_sampling_defaults_reach_the_rollout_as_trinity_fills_them():
+    """Trinity-RFT fills an unset taskset rollout_args.temperature / top_p from model.*, but not top_k
+    (its rollout_args.top_k is -1, not unset, and every task request passes it)."""
+    native, _ = translate({**BASE, "model": {"model_path": "m", "top_p": 0.9}}, "trinity")
+    assert native["rollout"]["top_p"] == 0.9
+    assert _entry({"model": {"model_path": "m", "top_k": -1}}, "model.top_k").status == "dropped"
+    refused = _entry({"model": {"model_path": "m", "top_k": 20}}, "model.top_k")
+    assert refused.status == "refused" and "rollout_args.top_k" in refused.reason

@@ -303,6 +303,8 @@ def ignorable(ctx: Context, key: str, value: Any) -> str | None:
         return "a progress bar of Trinity-RFT's buffer reader: display only"
     if key == "model.logprobs" and value in (0, None):
         return "0: the sampled token's log-prob only, which posttrain always computes"
+    if key == "model.top_k" and value in (-1, 0, None):
+        return "no top-k (Trinity-RFT's default), as the task workflows' requests sample"
     if key == "trainer.enable_preview":
         return "a preview table of rollouts in Trinity-RFT's wandb logging: display only, no effect on training"
     if key == "trainer.trainer_type" and value == "verl":

@@ -127,7 +127,7 @@ class RolloutConfig:
     n: int = param(1, doc="Responses sampled per prompt (the group size of GRPO/RLOO).", ge=1, refs=[f"{_VERL}.n", "roll:num_return_sequences_in_group", f"{_ROLL_GEN}.num_return_sequences", "trinity:algorithm.repeat_times"])
     temperature: float = param(1.0, doc="Sampling temperature: logits are divided by it (must be > 0 when do_sample).", ge=0, refs=[f"{_VERL}.temperature", f"{_ROLL_GEN}.temperature", "trinity:model.temperature"])
     top_k: int = param(-1, doc="Sample among the k most likely tokens only; -1 or 0 disables.", ge=-1, refs=[f"{_VERL}.top_k", f"{_ROLL_GEN}.top_k"])
-    top_p: float = param(1.0, doc="Nucleus sampling: smallest token set with this total probability; 1.0 disables.", gt=0, le=1, refs=[f"{_VERL}.top_p", f"{_ROLL_GEN}.top_p"])
+    top_p: float = param(1.0, doc="Nucleus sampling: smallest token set with this total probability; 1.0 disables.", gt=0, le=1, refs=[f"{_VERL}.top_p", f"{_ROLL_GEN}.top_p", "trinity:model.top_p"])
     do_sample: bool = param(True, doc="Sample during training rollouts; false decodes greedily (every response of a group is then the same).", refs=[f"{_VERL}.do_sample", f"{_ROLL_GEN}.do_sample"])
     repetition_penalty: float = param(1.0, doc="Divide positive logits (multiply negative ones) of tokens already in the sequence by this; 1.0 disables.", gt=0, refs=[f"{_VERL}.repetition_penalty", f"{_ROLL_GEN}.repetition_penalty", "trinity:model.repetition_penalty"])
     ignore_eos: bool = param(False, doc="Keep generating after the end-of-sequence token until response_length.", refs=[f"{_VERL}.ignore_eos", f"{_TRINITY}.ignore_eos"])
@@ -224,6 +224,9 @@ UNSUPPORTED: dict[str, str] = {
     "verl:actor_rollout_ref.rollout.engine_kwargs.trtllm": "the TensorRT-LLM engine is not provided (engines: hf; vLLM/SGLang: issue 19)",
     "verl:actor_rollout_ref.rollout.checkpoint_engine": "verl's weight-transfer engine to its vLLM/SGLang servers; posttrain's weight sync (posttrain/cluster/weight_sync.py) hands the actor's tensors to the engine in the same process, in buckets of rollout.update_weights_bucket_megabytes",
     "trinity:explorer.rollout_model": "options of Trinity-RFT's vLLM rollout model that posttrain has no counterpart for: posttrain calls its engine in-process (its OpenAI server and tool-call and reasoning parsers are the agent function's endpoint, rollout.agent; the multi-turn tool loop reads rollout.multi_turn.format)",
+    "trinity:model.top_k": ("the explorer engine's default top_k, which Trinity-RFT's task workflows override with every request: "
+                            "they pass the taskset's rollout_args.top_k (-1 unless set; model.top_k does not fill it, as it does "
+                            "temperature and top_p); set buffer.explorer_input.taskset.rollout_args.top_k instead"),
     "trinity:model.logprobs": "log-probs of the top alternatives of each sampled token (vLLM's logprobs > 0): posttrain keeps the sampled token's only",
 }
 
