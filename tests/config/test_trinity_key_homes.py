@@ -28,6 +28,9 @@ def _entry(raw: dict, key: str):
     ("synchronizer.ray_namespace", "ns", "Ray namespace"),
     ("buffer.trainer_input.experience_buffer.max_retry_times", 9, "retries"),
     ("ignore_validator_suggestions", True, "memory-use advice"),
+    ("explorer.runner_num", 4, "deprecated"),
+    ("explorer.concurrent_mode", "asynchronous", "scheduling, not what is sampled"),
+    ("monitor.detailed_stats", True, "display only"),
 ])
 def test_keys_trinity_overwrites_or_never_reads_are_dropped(key, value, words):
     raw = nested(key, value)

@@ -68,6 +68,10 @@ NO_EFFECT: dict[str, str] = {
     f"{_E}.runner_per_model": f"{_NO_RUNNERS}, which is what any number of runners per engine converges to",
     f"{_E}.runner_state_report_interval": f"display only (runner status lines on the console); {_NO_RUNNERS}, and a decoupled explorer's state is written to the buffer and named in timeouts",
     f"{_E}.dynamic_timeout.ratio": "read only when dynamic_timeout.enable is true, which is refused",
+    f"{_E}.runner_num": "deprecated in Trinity-RFT, which only warns that runner_per_model replaced it, and read by nothing else",
+    f"{_E}.concurrent_mode": (f"how a Trinity-RFT runner runs a task's repeats (one by one, as coroutines or in threads): scheduling, "
+                              f"not what is sampled; {_NO_RUNNERS}"),
+    "trinity:monitor.detailed_stats": "more statistics of each evaluation metric in Trinity-RFT's logs (display only)",
     f"{_E}.min_running_model_num": ("Trinity-RFT's serve mode syncs an engine only while more than this many others keep serving; "
                                     "posttrain serves from one engine and copies a new checkpoint's weights into it between two "
                                     "engine calls (a request arriving meanwhile waits for the copy)"),
