@@ -184,3 +184,9 @@ def test_validation_samples_with_its_own_repetition_penalty_as_roll_does():
     assert val({**trained, "validation": {"generating_args": {"repetition_penalty": 1.3}}}) == 1.3
     assert val({**trained, "validation": {"generating_args": {}}}) == 1.0  # ROLL's default, not the rollout's 1.1
     assert val({"validation": {"generating_args": {}}}) is None  # the same 1.0 either way: nothing to set
+
+
+def test_forcing_old_logprobs_off_is_refused_and_false_dropped():
+    assert _entry({"force_disable_old_logprobs_recompute": False}, "force_disable_old_logprobs_recompute").status == "dropped"
+    forced = _entry({"force_disable_old_logprobs_recompute": True}, "force_disable_old_logprobs_recompute")
+    assert forced.status == "refused" and "policy at the step's start" in forced.reason

@@ -19,6 +19,14 @@ default worker's. Per variant, with its per-token loss l_t and the option keys R
 
 The default worker's ``importance_sampling: seq`` (its sequence-level ratio) is `importance_sampling`.
 
+The old log-probs of the ratio: ROLL recomputes them with the training model before the update
+where a step has several mini-batches or epochs, and otherwise takes each sample's first forward in
+the update, which is the same numbers then (roll/configs/base_config.py set_old_logprobs_status,
+roll/pipeline/base_worker.py get_old_log_probs_with_cache): posttrain always recomputes them.
+``force_disable_old_logprobs_recompute: true`` makes ROLL take the first forward (or, in its agentic
+pipeline, the engine's log-probs) even when the policy has moved since the step began: refused
+(`old_logprobs`).
+
 posttrain's losses clamp the log-ratio to [-20, 20] before exp; ROLL does not (only ratios beyond
 e^20 differ).
 """
@@ -163,6 +171,23 @@ def clip_range(ctx: Context) -> None:
             ctx.set(native, float(value), key, f"{name} with use_pg_clip_range" + ("" if key == name else f" (unset: ROLL's default {PG_CLIP_DEFAULT})"))
 
 
+FORCE = "force_disable_old_logprobs_recompute"
+
+
+def old_logprobs(ctx: Context) -> None:
+    if not ctx.has(FORCE):
+        return
+    ctx.consume(FORCE)
+    value = ctx.get(FORCE)
+    if value in (False, None):
+        ctx.drop(FORCE, "false: ROLL recomputes the old log-probs where a step's later mini-batches or epochs need them, and takes "
+                        "the same numbers from the first forward where not; posttrain recomputes them at the step's start")
+    else:
+        ctx.refuse(FORCE, f"{value!r}: ROLL then takes each sample's first forward in the update (its agentic pipeline the engine's "
+                          "log-probs) as the old log-prob, even after earlier mini-batches moved the policy; posttrain's ratio is "
+                          "always against the policy at the step's start (log-probs recomputed then)", None, value)
+
+
 _PG = (("actor_train.worker_cls", PG_WORKERS[0]),)
 RULES: dict[str, Rule] = {
     VARIANT: Rule(_LOSS, "with a PG worker_cls: ppo -> vanilla, vanilla -> gpg, tis and cispo -> cispo (with their bounds), "
@@ -170,9 +195,11 @@ RULES: dict[str, Rule] = {
     **{f"actor_train.{name}": Rule(_LOSS, f"an option of pg_variant {variant} (translated with it)", default,
                                    (*_PG, (VARIANT, variant)))
        for variant, names in OPTIONS.items() for name, default in names.items()},
+    FORCE: Rule(None, "false: dropped (posttrain recomputes the old log-probs at the step's start, as ROLL's automatic choice "
+                      "amounts to); true: refused (ROLL then takes log-probs of a policy already updated by the step)", False),
     RANGE: Rule("actor.clip_ratio_low", "true: pg_clip_low and pg_clip_high (each 0.2 unless given) are actor.clip_ratio_low / "
                 "clip_ratio_high; false: dropped with them (pg_clip on both sides)", True),
     **{name: Rule(native, f"with use_pg_clip_range true: {native}; else dropped (not read)", 0.28, ((RANGE, True),))
        for name, native in _RANGE_KEYS.items()},
 }
-HANDLERS = [pg_worker, clip_range]
+HANDLERS = [pg_worker, clip_range, old_logprobs]
