@@ -190,3 +190,9 @@ def test_forcing_old_logprobs_off_is_refused_and_false_dropped():
     assert _entry({"force_disable_old_logprobs_recompute": False}, "force_disable_old_logprobs_recompute").status == "dropped"
     forced = _entry({"force_disable_old_logprobs_recompute": True}, "force_disable_old_logprobs_recompute")
     assert forced.status == "refused" and "policy at the step's start" in forced.reason
+
+
+@pytest.mark.parametrize("field", ["source", "min_difficulty", "max_difficulty", "num_samples"])
+def test_the_dataset_filter_roll_reads_nowhere_is_dropped(field):
+    entry = _entry({"dataset_filter": {field: 0.5}}, f"dataset_filter.{field}")
+    assert entry.status == "dropped" and "read by none of its pipelines" in entry.reason

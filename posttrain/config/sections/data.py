@@ -195,6 +195,8 @@ NO_EFFECT: dict[str, str] = {
         "(dacite, not strict) drops unknown keys, so the key changes nothing there; posttrain's own "
         "data.interleave_probs draws rows by file"),
     "roll:validation.data_args.template": TEMPLATE_UNREAD,
+    "roll:dataset_filter.*": ("declared by ROLL's RLVR config (DatasetFilterConfig: source, difficulty bounds, num_samples) and read "
+                              "by none of its pipelines, so it filters nothing there"),
 }
 
 
