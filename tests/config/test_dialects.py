@@ -394,6 +394,9 @@ def test_a_trinity_rl_file_naming_no_engine_samples_with_vllm_as_trinity_does(tm
     assert engine({"algorithm": {"algorithm_type": "grpo"}, "explorer": {"rollout_model": {"engine_type": "hf"}}})[0] == "hf"
     assert engine({"mode": "train", "algorithm": {"algorithm_type": "grpo"}})[0] is None  # no explorer
     assert engine({"algorithm": {"algorithm_type": "sft"}})[0] is None  # SFT samples nothing
+    images = {"algorithm": {"algorithm_type": "grpo"}, "buffer": {"explorer_input": {"taskset": {"format": {"image_key": "images"}}}}}
+    name, entries = engine(images)  # posttrain's vLLM adapter takes no images: the hf engine, said in the report
+    assert name == "hf" and "passes images and videos to its hf engine only" in entries[0].reason
     external = {"algorithm": {"algorithm_type": "grpo"}, "mode": "bench",
                 "model": {"external_model": {"enable": True, "model_name": "m", "base_url_env": "U"}}}
     assert engine(external)[0] == "external"

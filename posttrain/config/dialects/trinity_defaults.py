@@ -154,10 +154,15 @@ def batching(ctx: Context) -> None:
 def engine_type(ctx: Context, default_type: str | None = DEFAULT_ALGORITHM_TYPE) -> None:
     """Trinity-RFT's explorer samples with vLLM unless the file names another engine_type (its
     InferenceModelConfig's default is vllm): an RL file that names none generates with posttrain's
-    vllm engine too. An external model (the external engine) keeps its engine; SFT and DPO sample nothing."""
+    vllm engine too, unless its taskset holds images or videos, which posttrain passes to its hf engine
+    only. An external model (the external engine) keeps its engine; SFT and DPO sample nothing."""
     key, kind = "explorer.rollout_model.engine_type", ctx.get("algorithm.algorithm_type", default_type)
     rl = kind in TYPES and TYPES[kind].kind == "rl"
     if not rl or ctx.has(key) or ctx.get("mode", "both") == "train" or "rollout.name" in ctx.origin:
+        return
+    taskset = "buffer.explorer_input.taskset"
+    if ctx.get(f"{taskset}.format.image_key") or ctx.get(f"{taskset}.format.video_key"):
+        ctx.set("rollout.name", "hf", key, f"{TRINITY_DEFAULT} is vllm, and posttrain passes images and videos to its hf engine only")
         return
     ctx.set("rollout.name", "vllm", key, f"{TRINITY_DEFAULT}: vllm")
 
