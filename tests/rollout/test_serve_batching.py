@@ -62,8 +62,13 @@ def serve(hf):
         server.server_close()
 
 
+# A window that the requests, released together, all reach even on a loaded 2-core CI machine (0.3 s
+# was missed there now and then: one request late, one engine call more).
+WIDE = 2.0
+
+
 def test_concurrent_seeded_requests_share_engine_calls_and_each_answer_is_its_own_alone(serve):
-    port, _, engine, _ = serve(0.3)
+    port, _, engine, _ = serve(WIDE)
     single, _, single_engine, _ = serve(None)
     # one seed, different prompts (left padding), budgets and stops; n 2 in a batch of n 2; greedy
     # requests of their own; another seed and another temperature, which must not join them
@@ -82,7 +87,7 @@ def test_concurrent_seeded_requests_share_engine_calls_and_each_answer_is_its_ow
 
 
 def test_a_refused_request_fails_alone_and_the_batch_is_answered(serve):
-    port, _, engine, _ = serve(0.3)
+    port, _, engine, _ = serve(WIDE)
     bodies = [ask("one", seed=1), ask("two", seed=1, frequency_penalty=1.0), ask("three", seed=1), {"messages": []}]
     got = together(port, bodies)
     assert [status for status, _ in got] == [200, 400, 200, 400]
