@@ -253,14 +253,15 @@ def build_vllm_engine(cfg: Any, model: nn.Module, tokenizer: Any, *, seed: int, 
     world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_available() and dist.is_initialized() else (1, 0)
     apart = explores_apart(cfg)  # an explorer process: a whole engine of its own over its tp GPUs
     shared = None if apart else shared_engine(tp, world, rank)
+    own = engine_devices(cfg, rank) if apart else None
     if shared is not None:
         os.environ.update(shared)
     elif tp == 1:
         # the engine core in this process: weight tensors are handed over, not pickled
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    elif apart and engine_devices(cfg, rank) is not None:
+    elif own is not None:
         # vLLM's rank processes take the first tp GPUs they see: show them this engine's
-        os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices(engine_devices(cfg, rank), os.environ.get("CUDA_VISIBLE_DEVICES"))
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices(own, os.environ.get("CUDA_VISIBLE_DEVICES"))
     import vllm
 
     note = version_note(vllm.__version__)
