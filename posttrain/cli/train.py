@@ -76,7 +76,7 @@ def _train(args: argparse.Namespace, cfg) -> int:
     from posttrain.cluster.launch import EXPLORER_ROLES, REFERENCE_ROLES, launch
     from posttrain.cluster.nsight import UNDER_NSYS_ENV
     from posttrain.errors import ConfigError
-    from posttrain.config.access import explorer_processes, training_devices
+    from posttrain.config.access import engine_spans_workers, explorer_processes, training_devices
     from posttrain.config.access import is_decoupled
     from posttrain.trainer.decoupled import ROLE_ENV, explorer_devices, explores_alone
     from posttrain.cluster.placement import plan_world
@@ -120,7 +120,10 @@ def _train(args: argparse.Namespace, cfg) -> int:
 
                 # an explorer process's engine spans rollout.tensor_model_parallel_size GPUs, which its actor holds
                 gpus = cfg.rollout.tensor_model_parallel_size if explorer else 1
-                return launch_ray(main, argv, dataclasses.replace(plan, size=size), base, cfg.cluster, cfg.log, gpus=gpus, **named)
+                # an sglang engine over a group of workers' GPUs: they see their node's GPUs
+                node_gpus = not explorer and not serves_reference and any(engine_spans_workers(s.config) for s in stages)
+                return launch_ray(main, argv, dataclasses.replace(plan, size=size), base, cfg.cluster, cfg.log, gpus=gpus,
+                                  node_gpus=node_gpus, **named)
             return launch(argv, size, base, plan.device, dict(cfg.cluster.env_vars), cfg.log, prefix=nsys,
                           devices=crew if serves_reference else explorer_devices(cfg) if explorer else training_devices(cfg), **named)
         if nsys is not None:  # this process computes alone: the same command again, under nsys

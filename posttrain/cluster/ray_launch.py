@@ -16,6 +16,13 @@ cluster for the run and stops it at the end.
 A worker that dies (SIGKILL, out of memory, an exception) or hangs is reported as for local workers
 (`posttrain.cluster.launch.watch`): Ray tells which actor died; the hang is caught by its peers'
 collective timeout.
+
+A run whose sglang engine spans several worker processes' GPUs (rollout.tensor_model_parallel_size
+above 1, `posttrain.rollout.sglang_engine`) needs each group's first process to see the group's
+GPUs and to open the others' CUDA IPC handles. Its actors are started with Ray's
+RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES, so each sees its node's GPUs as the local launcher's
+workers do and takes the one Ray gave it (LOCAL_RANK); ranks then follow nodes and GPUs in order, so
+that consecutive ranks sit on one node's consecutive GPUs.
 """
 
 from __future__ import annotations
@@ -32,6 +39,18 @@ from posttrain.cluster.process_logs import log_paths
 from posttrain.errors import ConfigError
 
 KILLED = -9  # what a dead actor's exit status reads as (Ray does not report the signal)
+# Ray leaves CUDA_VISIBLE_DEVICES alone in a worker whose environment sets this (ray._private.accelerators.nvidia_gpu)
+NOSET = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+
+
+def visible_index(gpu_id: str, visible: str | None) -> int | None:
+    """The index among the devices a process sees of the GPU Ray calls `gpu_id`: Ray's ids are the
+    node's CUDA_VISIBLE_DEVICES entries when it was set where Ray started (`visible`), else indices;
+    None when `visible` does not show it."""
+    if not visible:
+        return int(gpu_id)
+    entries = [v.strip() for v in visible.split(",")]
+    return entries.index(gpu_id) if gpu_id in entries else None
 
 
 class RankWorker:
@@ -45,6 +64,14 @@ class RankWorker:
         with socket.socket() as s:
             s.bind(("", 0))
             return ray.util.get_node_ip_address(), s.getsockname()[1]
+
+    def gpu(self) -> tuple[list[str], str | None, int | None]:
+        """The GPUs Ray gave this process, its CUDA_VISIBLE_DEVICES, and the index of the first among
+        the GPUs it sees (None when those do not show it)."""
+        import ray
+
+        ids, visible = [str(i) for i in ray.get_gpu_ids()], os.environ.get("CUDA_VISIBLE_DEVICES")
+        return ids, visible, visible_index(ids[0], visible) if ids else None
 
     def run(self, entry: Callable[[list[str]], int], argv: list[str], env: dict[str, str], cwd: str, log: str, console: bool) -> int:
         """`entry(argv)` -- the `posttrain` command's main, which the command line hands down so that
@@ -125,10 +152,11 @@ def bundle_of(device: str, gpus: int = 1) -> dict[str, int]:
 
 
 def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPlan, run_dir: Path, cluster, log: Any = None,
-               roles: str = ROLES, log_name: str = "rank", gpus: int = 1) -> int:
+               roles: str = ROLES, log_name: str = "rank", gpus: int = 1, node_gpus: bool = False) -> int:
     """Run `entry(argv)` (the `posttrain` command's main, given by the command line) as `plan.size`
     Ray actors hosting `roles`, logging to `<log_name><rank>.log`; returns the launcher's exit status.
-    On CUDA each actor holds `gpus` GPUs (an explorer process's engine over several: rollout.tensor_model_parallel_size)."""
+    On CUDA each actor holds `gpus` GPUs (an explorer process's engine over several: rollout.tensor_model_parallel_size);
+    with `node_gpus` each sees its node's GPUs and uses its own (module docstring)."""
     try:
         import ray
     except ImportError:
@@ -158,7 +186,7 @@ def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPl
                 "(cluster.nnodes × n_gpus_per_node) or add nodes"
             ) from None
         return _run_actors(ray, group, bundle, entry, argv, plan, run_dir, cluster, PlacementGroupSchedulingStrategy, log, roles,
-                           log_name)
+                           log_name, node_gpus and plan.device == "cuda")
     finally:
         remove_placement_group(group)
         if cluster.ray_timeline_file:
@@ -167,16 +195,28 @@ def launch_ray(entry: Callable[[list[str]], int], argv: list[str], plan: WorldPl
 
 
 def _run_actors(ray, group, bundle: dict[str, int], entry, argv, plan: WorldPlan, run_dir: Path, cluster, strategy, log: Any = None,
-                roles: str = ROLES, log_name: str = "rank") -> int:
+                roles: str = ROLES, log_name: str = "rank", node_gpus: bool = False) -> int:
     remote = ray.remote(RankWorker)
+    seen = {"runtime_env": {"env_vars": {NOSET: "1"}}} if node_gpus else {}
     actors = [
-        remote.options(num_cpus=1, num_gpus=bundle.get("GPU", 0),
+        remote.options(num_cpus=1, num_gpus=bundle.get("GPU", 0), **seen,
                        scheduling_strategy=strategy(placement_group=group, placement_group_bundle_index=i)).remote()
         for i in range(plan.size)
     ]
     addresses = ray.get([a.address.remote() for a in actors])
+    gpus: list[int | None] = [None] * plan.size
+    if node_gpus:  # ranks by node, then by GPU: a group of consecutive ranks is one node's consecutive GPUs
+        for i, (ids, visible, index) in enumerate(ray.get([a.gpu.remote() for a in actors])):
+            if index is None:
+                raise ConfigError(f"Ray gave a worker GPU(s) {ids}, which its CUDA_VISIBLE_DEVICES={visible} does not show; the sglang "
+                                  "engine's processes must see their node's GPUs: start the Ray node with the CUDA_VISIBLE_DEVICES its workers see")
+            gpus[i] = index
+        nodes = list(dict.fromkeys(ip for ip, _ in addresses))
+        order = sorted(range(plan.size), key=lambda i: (nodes.index(addresses[i][0]), gpus[i]))
+        actors, addresses, gpus = [actors[i] for i in order], [addresses[i] for i in order], [gpus[i] for i in order]
     # Ranks in bundle order (PACK fills a node before the next); on a GPU each actor sees only its
-    # own device (Ray sets CUDA_VISIBLE_DEVICES), so its local device index is 0.
+    # own device (Ray sets CUDA_VISIBLE_DEVICES), so its local device index is 0, unless it sees its
+    # node's GPUs (node_gpus): then the one Ray gave it.
     local = [sum(ip == addresses[r][0] for ip, _ in addresses[:r]) for r in range(plan.size)]
     logs = log_paths(log, run_dir.resolve(), [f"{log_name}{r}" for r in range(plan.size)], [ip for ip, _ in addresses])
     log_dir = logs[0].parent if not getattr(log, "group_by_node", False) else logs[0].parent.parent
@@ -184,7 +224,8 @@ def _run_actors(ray, group, bundle: dict[str, int], entry, argv, plan: WorldPlan
     for rank, actor in enumerate(actors):
         # actors do not inherit this process's environment on a running cluster: forward posttrain's own
         forwarded = {k: v for k, v in os.environ.items() if k.startswith("POSTTRAIN_")}
-        env = worker_env(rank, plan.size, 0 if plan.device == "cuda" else local[rank], addresses[0], plan.device,
+        device = (gpus[rank] if node_gpus else 0) if plan.device == "cuda" else local[rank]
+        env = worker_env(rank, plan.size, device, addresses[0], plan.device,
                          {**forwarded, **cluster.env_vars}, threads=None)
         refs.append(actor.run.remote(entry, argv, env, os.getcwd(), str(logs[rank]), rank == 0))
     nodes = len({ip for ip, _ in addresses})

@@ -131,6 +131,14 @@ def explores_apart(cfg: Any) -> bool:
     return explore or is_decoupled(cfg)
 
 
+def engine_spans_workers(cfg: Any) -> bool:
+    """Whether the first of every rollout.tensor_model_parallel_size consecutive worker processes runs
+    the group's engine over the group's GPUs (the sglang engine, outside explorer processes), so
+    that those processes must see their node's GPUs (posttrain.cluster.ray_launch)."""
+    return (get_path(cfg, "rollout.name", "hf") == "sglang" and get_path(cfg, "rollout.tensor_model_parallel_size", 1) > 1
+            and not explores_apart(cfg))
+
+
 def engine_devices(cfg: Any, index: int) -> list[int] | None:
     """The devices of explorer engine `index`: its rollout.tensor_model_parallel_size consecutive
     entries of cluster.device_mapping.rollout; None without such a list, or where Ray starts the

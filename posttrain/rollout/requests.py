@@ -109,9 +109,9 @@ def tensor_parallel_problem(cfg, layout: str = WHOLE) -> str | None:
     role gives each group one share of the prompts, `posttrain.workers.rollout`) needs the size to
     divide the worker processes and the ranks that generate. A decoupled or explore-only explorer
     runs one process per engine, which holds the whole engine over its GPUs (`explorer_problem`).
-    An engine the group's first process runs over the group's GPUs (`FIRST`) needs that process to
-    see them: worker processes started on one node by the local launcher (a Ray actor sees its own
-    GPU only)."""
+    An engine the group's first process runs over the group's GPUs (`FIRST`) needs them on its node:
+    the local launcher's workers are, and under the Ray launcher each node must hold whole groups
+    (its actors then see their node's GPUs: posttrain.cluster.ray_launch)."""
     tp = cfg.rollout.tensor_model_parallel_size
     gpus = cfg.cluster.n_gpus_per_node * cfg.cluster.nnodes
     if tp <= 1 or gpus == 1:
@@ -132,10 +132,11 @@ def tensor_parallel_problem(cfg, layout: str = WHOLE) -> str | None:
         if engines % tp:
             return (f"cluster.device_mapping.rollout names {engines} devices, not a multiple of rollout.tensor_model_parallel_size="
                     f"{tp}: each engine spans {tp} of them; list a multiple of {tp} devices")
-    if layout == FIRST and world > 1 and launcher(cfg) == "ray":
-        return (f"rollout.tensor_model_parallel_size={tp} under the Ray launcher: the sglang engine runs in the first of "
-                f"{tp} worker processes over their GPUs, and a Ray worker sees only its own GPU; use cluster.launcher=local "
-                "(one node), or the vllm engine, whose tensor-parallel ranks are the worker processes themselves")
+    per_node = cfg.cluster.n_gpus_per_node
+    if layout == FIRST and world > 1 and launcher(cfg) == "ray" and per_node % tp:
+        return (f"rollout.tensor_model_parallel_size={tp} under the Ray launcher with cluster.n_gpus_per_node={per_node}: each "
+                f"sglang engine runs on one node, over {tp} GPUs its first worker process sees, so a node's workers must form "
+                f"whole groups; use a multiple of {tp} GPUs per node")
     return None
 
 

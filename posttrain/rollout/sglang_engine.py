@@ -38,6 +38,7 @@ the groups over gloo processes.
 from __future__ import annotations
 
 import importlib
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,11 +155,17 @@ def gpu_index(device: torch.device) -> int | None:
 
 def group_gpus(group: EngineGroup, device: torch.device) -> tuple[int, int] | None:
     """(base_gpu_id, gpu_id_step) of the group's GPUs, from each process's own; None off CUDA.
-    SGLang places tensor-parallel rank i on base + i × step, so the GPUs must be evenly spaced."""
-    gpus: list[Any] = [None] * group.size
-    dist.all_gather_object(gpus, gpu_index(device), group=group.group)
+    SGLang places tensor-parallel rank i on base + i × step, so the GPUs must be evenly spaced, on
+    one node."""
+    seen: list[Any] = [None] * group.size
+    dist.all_gather_object(seen, (socket.gethostname(), gpu_index(device)), group=group.group)
+    hosts, gpus = [h for h, _ in seen], [g for _, g in seen]
     if None in gpus:
         return None
+    if len(set(hosts)) > 1:  # a Ray run whose nodes were not given whole groups
+        raise ConfigError(f"rollout.tensor_model_parallel_size={group.size}: the worker processes {group.first}.."
+                          f"{group.first + group.size - 1} are on nodes {hosts}, and one sglang engine runs on one node; "
+                          "give every node a multiple of that many GPUs (cluster.n_gpus_per_node)")
     step = gpus[1] - gpus[0]
     if step <= 0 or any(b - a != step for a, b in zip(gpus, gpus[1:])):
         raise ConfigError(f"rollout.tensor_model_parallel_size={group.size}: the worker processes {group.first}.."

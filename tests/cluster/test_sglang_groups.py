@@ -91,7 +91,7 @@ def _cfg(*extra):
                               *extra])
 
 
-def _group_rollout(rank, world, gpus, build_only=False):
+def _group_rollout(rank, world, gpus, build_only=False, hosts=None):
     from types import SimpleNamespace
 
     from posttrain.cluster.world import World
@@ -101,6 +101,8 @@ def _group_rollout(rank, world, gpus, build_only=False):
 
     _install_stand_in()
     sglang_engine.gpu_index = lambda device: gpus[rank]  # the GPU each process would run on
+    if hosts is not None:  # the node each process would run on (Ray workers of several nodes)
+        sglang_engine.socket = SimpleNamespace(gethostname=lambda: hosts[rank])
     try:
         engine = sglang_engine.build_sglang_engine(_cfg(), Policy(float(rank)), SimpleNamespace(pad_token_id=0), seed=3,
                                                    owns_weights=False)
@@ -151,6 +153,15 @@ def test_a_group_whose_gpus_are_not_evenly_spaced_is_refused_naming_them():
         assert r["error"] == ("invalid configuration: rollout.tensor_model_parallel_size=2: the worker processes 2..3 are on GPUs [3, 2], which one "
                               "sglang engine cannot span (it takes evenly spaced GPUs in rank order); give consecutive ranks "
                               "consecutive GPUs")
+
+
+def test_a_group_spread_over_two_nodes_is_refused_naming_them():
+    ranks = run_ranks(_group_rollout, 4, [0, 1, 0, 1], True, ["a", "a", "a", "b"])
+    assert ranks[0]["kwargs"]["base_gpu_id"] == 0  # ranks 0-1 share node a
+    for r in ranks[2:]:
+        assert r["error"] == ("invalid configuration: rollout.tensor_model_parallel_size=2: the worker processes 2..3 are on nodes "
+                              "['a', 'b'], and one sglang engine runs on one node; give every node a multiple of that many GPUs "
+                              "(cluster.n_gpus_per_node)")
 
 
 def test_a_size_that_does_not_divide_the_processes_is_refused_before_any_group_is_made():

@@ -118,8 +118,11 @@ def test_the_machine_check_names_what_is_missing(fake_sglang, monkeypatch):
     assert "refused too" not in machine_problem(cfg("rollout.tensor_model_parallel_size=4", "cluster.n_gpus_per_node=8"))
     assert ("Where it runs, this is refused too: rollout.tensor_model_parallel_size=4 is not a divisor of the 6 worker "
             "processes") in machine_problem(cfg("rollout.tensor_model_parallel_size=4", "cluster.n_gpus_per_node=6"))
-    on_ray = machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4", "cluster.nnodes=2"))
-    assert "Where it runs, this is refused too: rollout.tensor_model_parallel_size=2 under the Ray launcher" in on_ray
+    # under Ray (several nodes) a node's workers see its GPUs and form whole groups: refused only where a node cannot
+    assert "refused too" not in machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4", "cluster.nnodes=2"))
+    on_ray = machine_problem(cfg("rollout.tensor_model_parallel_size=4", "cluster.n_gpus_per_node=6", "cluster.nnodes=2"))
+    assert ("Where it runs, this is refused too: rollout.tensor_model_parallel_size=4 under the Ray launcher with "
+            "cluster.n_gpus_per_node=6: each sglang engine runs on one node") in on_ray
     assert "refused too" not in machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4",
                                                     "cluster.launcher=local"))
     split = ["cluster.n_gpus_per_node=8", "cluster.device_mapping.actor=[0,1,2,3]"]
@@ -131,8 +134,10 @@ def test_the_machine_check_names_what_is_missing(fake_sglang, monkeypatch):
     monkeypatch.setitem(sys.modules, "sglang", fake_sglang)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4")) is None
-    assert machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4", "cluster.launcher=ray")).startswith(
-        "rollout.tensor_model_parallel_size=2 under the Ray launcher: the sglang engine runs in the first of 2 worker processes")
+    assert machine_problem(cfg("rollout.tensor_model_parallel_size=2", "cluster.n_gpus_per_node=4", "cluster.launcher=ray")) is None
+    assert machine_problem(cfg("rollout.tensor_model_parallel_size=4", "cluster.n_gpus_per_node=12", "cluster.nnodes=2")) is None
+    assert machine_problem(cfg("rollout.tensor_model_parallel_size=4", "cluster.n_gpus_per_node=6", "cluster.nnodes=2")).startswith(
+        "rollout.tensor_model_parallel_size=4 under the Ray launcher with cluster.n_gpus_per_node=6")
 
 
 def test_each_worker_s_engine_starts_on_its_own_gpu(fake_sglang, tiny_lm, monkeypatch):
