@@ -246,6 +246,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             mini_batch_size=a.ppo_mini_batch_size * n,
             micro_batch_size=a.ppo_micro_batch_size_per_gpu,
             max_tokens_per_micro_batch=micro_batch_budget(a.ppo_max_token_len_per_gpu, actor_sp) if a.use_dynamic_bsz else None,
+            by_rows=a.micro_batch_weight == "rows",
             grad_clip=a.grad_clip,
             shuffle=a.shuffle,
             seed=seed,

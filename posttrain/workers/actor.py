@@ -50,7 +50,7 @@ from posttrain.records import RolloutBatch
 from posttrain.cluster.fsdp import forward_runner
 from posttrain.cluster.parallel import DataParallel
 from posttrain.workers.microbatch import (
-    SINGLE, accumulate_gradients, clip_and_step, forward_in_order, forward_in_order_many, loss_weight, micro_weight, mini_batches,
+    SINGLE, accumulate_gradients, clip_and_step, forward_in_order, forward_in_order_many, micro_share, mini_batches,
     normaliser,
 )
 from posttrain.workers.reference import batched_logprobs
@@ -106,6 +106,7 @@ class ActorSettings:
     moe_top_k: int = 0  # experts per token of the policy's routers, when moe_aux_loss_coef > 0
     moe_z_loss_coef: float = 0.0  # actor.moe_z_loss_coef (posttrain.models.moe.router_z_setting)
     router_replay: bool = False  # actor.router_replay.mode R2: the update routes as the old-log-prob forward did
+    by_rows: bool = False  # actor.micro_batch_weight rows: micro-batch losses weighted by their rows (posttrain.workers.microbatch.micro_share)
 
     @property
     def router_weights(self) -> RouterWeights:
@@ -150,7 +151,7 @@ class Actor:
         self.reused_last = False  # whether the last `old_logprobs` call reused the rollout's
         self.recomputed_last = False  # whether it ran a forward (also when it checked, then reused)
         self.step = 0  # the trainer step of the running update (for losses that declare global_step)
-        self.mini_totals = (0.0, 0.0)  # the running mini-batch's (loss normaliser, positive responses): the SFT term
+        self.mini_totals = (0.0, 0.0, 0)  # the running mini-batch's (loss normaliser, positive responses, rows): the SFT term
         self.router_totals = (0.0, 0.0)  # the running mini-batch's (real tokens, loss normaliser): the router term
         self.replay = None  # the open router-replay block of a running update (actor.router_replay.mode R2)
 
@@ -301,11 +302,11 @@ class Actor:
         self.optimizer.zero_grad(set_to_none=True)
         if self.s.sft_loss_coef:  # the whole mini-batch's counts, the same on every rank
             positive = (mini.token_level_scores.sum(-1) > 0) & (mini.train_mask.sum(-1) > 0)  # as positive_sft_loss counts
-            self.mini_totals = (normaliser(mini.train_mask, self.s.loss_agg_mode), float(positive.sum()))
+            self.mini_totals = (normaliser(mini.train_mask, self.s.loss_agg_mode), float(positive.sum()), len(mini))
         self.router_totals = mini_totals(mini, self.s.loss_agg_mode)
         metrics = accumulate_gradients(
             mini, self._micro_loss, loss_agg_mode=self.s.loss_agg_mode, size=self.s.micro_batch_size,
-            max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp, loss_values=ACTOR_LOSS_VALUES,
+            max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp, loss_values=ACTOR_LOSS_VALUES, by_rows=self.s.by_rows,
         )
         grad_norm = clip_and_step(self.optimizer, self.s.grad_clip)
         metrics["actor/grad_norm"] = grad_norm
@@ -387,7 +388,8 @@ class Actor:
                              negative_coef=negative, loss_scale_factor=self.s.loss_scale_factor).loss
             loss, parts["actor/topr_loss"] = loss + topr, float(topr.detach())
         if routed:  # weighted as accumulate_gradients weighs the loss values: the metrics sum to the tokens' mean
-            term, router_parts = router_term(routers, micro, self.router_totals, self.s.loss_agg_mode, self.s.router_weights, self.dp)
+            term, router_parts = router_term(routers, micro, self.router_totals, self.s.loss_agg_mode, self.s.router_weights, self.dp,
+                                             self.s.by_rows)
             loss = loss + term
             parts.update({f"actor/{name}": value for name, value in router_parts.items()})
         return loss, parts
@@ -396,8 +398,8 @@ class Actor:
         """This micro-batch's share of the mini-batch's SFT term, divided by the weight
         `accumulate_gradients` will multiply the micro-batch's loss by: the weighted shares add up to
         the mean over the mini-batch's positive responses whatever the split."""
-        total, positives = self.mini_totals
-        weight = loss_weight(micro_weight(mask, total, self.s.loss_agg_mode), self.s.loss_agg_mode)
+        total, positives, rows = self.mini_totals
+        weight = micro_share(mask, total, rows, self.s.loss_agg_mode, self.s.by_rows)[1]
         sft = positive_sft_loss(logprobs, micro.old_logprobs, micro.token_level_scores.sum(-1), mask, num_positive=positives)
         # weight 0: no trained token here, so no positive row of this micro-batch adds anything
         return sft / weight if weight > 0 else sft * 0.0

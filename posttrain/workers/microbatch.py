@@ -123,6 +123,7 @@ def accumulate_gradients(
     max_tokens: int | None,
     dp: DataParallel = SINGLE,
     loss_values: frozenset[str] = frozenset(),
+    by_rows: bool = False,
 ) -> dict[str, float]:
     """Backward of one mini-batch's loss, micro-batch by micro-batch; returns the loss metrics of the
     whole mini-batch (summed over ranks).
@@ -133,13 +134,13 @@ def accumulate_gradients(
     loss. Metrics named in `loss_values` (aggregates like the loss) get the same weight, so they
     report the mini-batch's loss; the others are averages weighted by `micro_weight`. A micro-batch
     that weighs nothing (no token left to train on) still runs forward and backward with weight 0,
-    as a rank's padding units do (`accumulate_units`)."""
+    as a rank's padding units do (`accumulate_units`). `by_rows` weighs micro-batches by their rows
+    instead (`micro_share`)."""
     total = normaliser(mini.train_mask, loss_agg_mode)  # of the whole mini-batch: the same on every rank
     mine = mini if not dp.distributed else mini[dp.share(mini.seq_lengths().tolist())]
 
     def weighted(unit: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        share = micro_weight(unit.train_mask, total, loss_agg_mode)
-        weight = loss_weight(share, loss_agg_mode)
+        share, weight = micro_share(unit.train_mask, total, len(mini), loss_agg_mode, by_rows)
         loss, parts = loss_fn(unit)
         return loss * weight, {k: v * (weight if k in loss_values else share) for k, v in parts.items()}
 
@@ -194,6 +195,20 @@ def micro_weight(micro_mask: torch.Tensor, mini_total: float, loss_agg_mode: str
     if mini_total <= 0:
         return 0.0
     return normaliser(micro_mask, loss_agg_mode) / mini_total
+
+
+def micro_share(micro_mask: torch.Tensor, mini_total: float, mini_rows: int, loss_agg_mode: str, by_rows: bool = False) -> tuple[float, float]:
+    """(share, weight) of one micro-batch in its mini-batch: its share of the normaliser and the
+    weight of its loss (`micro_weight`, `loss_weight`). With `by_rows` both are its share of the
+    mini-batch's rows, whatever the mode (actor.micro_batch_weight rows: Trinity-RFT's default, which
+    scales each micro-batch's loss by 1 / the accumulation steps, or by its rows over the mini-batch's
+    with dynamic batch size). A token-mean is then the mean of the micro-batches' own token means, and
+    the gradient depends on how the mini-batch is cut."""
+    if by_rows:
+        share = micro_mask.shape[0] / mini_rows if mini_rows > 0 else 0.0
+        return share, share
+    share = micro_weight(micro_mask, mini_total, loss_agg_mode)
+    return share, loss_weight(share, loss_agg_mode)
 
 
 def loss_weight(share: float, loss_agg_mode: str) -> float:

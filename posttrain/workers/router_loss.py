@@ -16,23 +16,25 @@ from posttrain.algorithms import load_balancing_loss, router_z_loss
 from posttrain.cluster.parallel import DataParallel
 from posttrain.models.moe import RouterCapture, RouterWeights, group_sum
 from posttrain.records import RolloutBatch
-from posttrain.workers.microbatch import loss_weight, micro_weight, normaliser
+from posttrain.workers.microbatch import micro_share, normaliser
 
 
-def mini_totals(mini: RolloutBatch, loss_agg_mode: str) -> tuple[float, float]:
-    """(real tokens, loss normaliser) of a whole mini-batch: the same on every rank."""
-    return float(mini.prompt_mask.sum() + mini.response_mask.sum()), normaliser(mini.train_mask, loss_agg_mode)
+def mini_totals(mini: RolloutBatch, loss_agg_mode: str) -> tuple[float, float, int]:
+    """(real tokens, loss normaliser, rows) of a whole mini-batch: the same on every rank."""
+    return float(mini.prompt_mask.sum() + mini.response_mask.sum()), normaliser(mini.train_mask, loss_agg_mode), len(mini)
 
 
 def router_term(
-    routers: RouterCapture, micro: RolloutBatch, totals: tuple[float, float], loss_agg_mode: str, weights: RouterWeights, dp: DataParallel,
+    routers: RouterCapture, micro: RolloutBatch, totals: tuple[float, float, int], loss_agg_mode: str, weights: RouterWeights,
+    dp: DataParallel, by_rows: bool = False,
 ) -> tuple[Tensor, dict[str, float]]:
     """(term, metrics) of one RL micro-batch: the term goes into its loss, so that after
-    accumulate_gradients' weighting it adds share x the weighted router losses; each metric, weighted
-    alike, sums to the token-weighted mean of its loss. Under Ulysses the term is this rank's part of it."""
-    tokens, norm = totals
+    accumulate_gradients' weighting (`by_rows`: its) it adds share x the weighted router losses; each
+    metric, weighted alike, sums to the token-weighted mean of its loss. Under Ulysses the term is this
+    rank's part of it."""
+    tokens, norm, rows = totals
     share = float(micro.prompt_mask.sum() + micro.response_mask.sum()) / tokens if tokens > 0 else 0.0
-    weight = loss_weight(micro_weight(micro.train_mask, norm, loss_agg_mode), loss_agg_mode)
+    weight = micro_share(micro.train_mask, norm, rows, loss_agg_mode, by_rows)[1]
     # weight 0: no trained token here, so accumulate_gradients drops the whole micro-batch's loss
     return scaled_router_term(routers, share / weight if weight > 0 else 0.0, weights, dp)
 

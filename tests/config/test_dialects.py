@@ -402,6 +402,23 @@ def test_a_trinity_rl_file_naming_no_engine_samples_with_vllm_as_trinity_does(tm
     assert engine(external)[0] == "external"
 
 
+def test_trinity_s_micro_batch_loss_scale_is_by_rows_unless_fixed_for_a_token_mean():
+    """Trinity-RFT's actor scales each micro-batch's loss by 1 / the accumulation steps (its dp_actor),
+    unless trainer.fix_actor_microbatch_loss_scale is true and the loss is a token mean: then by the
+    micro-batch's share of the mini-batch's tokens, posttrain's default."""
+    def weight(algorithm, **trainer):
+        native, report = translate({"algorithm": algorithm, **({"trainer": trainer} if trainer else {})}, "trinity")
+        return native.get("actor", {}).get("micro_batch_weight"), {e.key: e for e in report.entries}
+
+    value, entries = weight({"algorithm_type": "grpo"})
+    assert value == "rows" and entries["trainer.fix_actor_microbatch_loss_scale"].reason.startswith("Trinity-RFT's default (not written in the file): false")
+    assert weight({"algorithm_type": "grpo"}, fix_actor_microbatch_loss_scale=True)[0] == "normaliser"
+    assert weight({"algorithm_type": "grpo", "loss_agg_mode": "seq-mean-token-mean"}, fix_actor_microbatch_loss_scale=True)[0] == "rows"
+    # SFT: posttrain's step averages over the step's tokens, Trinity-RFT's with the fix on
+    assert weight({"algorithm_type": "sft"}, fix_actor_microbatch_loss_scale=True)[1]["trainer.fix_actor_microbatch_loss_scale"].status == "dropped"
+    assert weight({"algorithm_type": "sft"}, fix_actor_microbatch_loss_scale=False)[1]["trainer.fix_actor_microbatch_loss_scale"].status == "refused"
+
+
 def test_a_translation_reads_list_entries_by_the_report_s_indexed_keys():
     """Context.get takes the keys the report writes (``eval_tasksets[0].path``): a handler that reads
     an eval taskset by its key gets it, not the default."""

@@ -161,6 +161,7 @@ KNOBS = [
     knob("actor.dual_clip=false", "weights", *OFF_POLICY, "actor.clip_ratio_c=1.01"),
     knob("actor.clip_ratio_c=1.01", "weights", *OFF_POLICY),
     knob("actor.loss_agg_mode=token-sum", "weights"),
+    knob("actor.micro_batch_weight=rows", "weights", "actor.ppo_micro_batch_size_per_gpu=1", "data.max_response_length=48"),  # lengths differ: EOS
     knob("actor.policy_loss.loss_mode=gspo", "weights"),
     knob("actor.policy_loss.clip_cov_ratio=0.5", "weights", *CLIP_COV, "actor.policy_loss.clip_cov_lb=-100", "actor.policy_loss.clip_cov_ub=100"),
     knob("actor.policy_loss.clip_cov_lb=-100", "weights", *CLIP_COV, "actor.policy_loss.clip_cov_ratio=0.5", "actor.policy_loss.clip_cov_ub=100"),

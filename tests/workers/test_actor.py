@@ -90,6 +90,30 @@ def test_split_invariance_check_catches_unweighted_accumulation(policy, monkeypa
         assert_same_grads(full, wrong)
 
 
+def test_rows_weighting_averages_the_micro_batches_own_token_means_by_their_rows(policy):
+    """actor.micro_batch_weight rows (Trinity-RFT's default micro-batch loss scale): the gradient is
+    sum_m rows_m / B x the gradient of micro-batch m's own token-mean loss, which depends on the cut
+    where the default (the mini-batch's token mean) does not."""
+    batch = prepared_batch(policy)
+    common = dict(loss_agg_mode="token-mean", **LOSS_TERMS)
+    cuts = [(0, 2), (2, 4), (4, 6), (6, 7)]  # micro_batch_size 2 of the B = 7 rows, in order
+    assert B == 7 and len({int(batch[a:b].response_mask.sum()) for a, b in cuts}) > 1  # micro-batches of different token counts
+    expected = None
+    for a, b in cuts:  # each micro-batch alone is its own token mean
+        alone, _ = grads_after_update(policy, batch[a:b], mini_batch_size=b - a, micro_batch_size=b - a, **common)
+        part = {k: v * (b - a) / B for k, v in alone.items()}
+        expected = part if expected is None else {k: expected[k] + part[k] for k in part}
+    got, metrics = grads_after_update(policy, batch, micro_batch_size=2, by_rows=True, **common)
+    assert_same_grads(expected, got)
+    tokens, _ = grads_after_update(policy, batch, micro_batch_size=2, **common)
+    with pytest.raises(AssertionError):
+        assert_same_grads(tokens, got)
+    # one micro-batch: both weightings are the mini-batch's token mean
+    whole_rows, _ = grads_after_update(policy, batch, micro_batch_size=B, by_rows=True, **common)
+    whole_tokens, _ = grads_after_update(policy, batch, micro_batch_size=B, **common)
+    assert_same_grads(whole_tokens, whole_rows)
+
+
 @pytest.mark.parametrize("agg", ["seq-mean-token-mean", "token-sum"])
 def test_full_batch_gradient_is_that_of_the_documented_loss(policy, agg):
     """loss = pg - entropy_coeff * entropy + kl_coef * kl, each aggregated with loss_agg_mode."""

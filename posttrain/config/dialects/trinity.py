@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.config.dialects.lora import trinity_lora
-from posttrain.config.dialects.trinity_defaults import batching, engine_type, kl_defaults, stage_engine_type, stage_kl_defaults
+from posttrain.config.dialects.trinity_defaults import batching, engine_type, kl_defaults, micro_batch_weight, stage_engine_type, stage_kl_defaults
 from posttrain.config.dialects.source import resolve
 from posttrain.config.dialects.translate import Context, translate_dict
 from posttrain.config.dialects.trinity_batches import RULES as BATCH_RULES, batch_sizes, stage_batch_sizes
@@ -317,6 +317,7 @@ _DATASET = "org/dataset"  # a Hugging Face dataset name: translated without a fi
 _WITH_PATH = ((f"{_TS}.path", _DATASET),)
 # Keys the handlers above translate (docs/config-mapping.md reads this table: posttrain.config.tables).
 RULES: dict[str, Rule] = {
+    "trainer.fix_actor_microbatch_loss_scale": Rule("actor.micro_batch_weight", "false (Trinity-RFT's default, also when absent): rows, each micro-batch's loss scaled by its share of the mini-batch's responses (1 / the accumulation steps); true with a token-mean loss: normaliser, the mini-batch's token mean; SFT/DPO: true with token-mean is posttrain's step, false is refused", True, (("algorithm.algorithm_type", "grpo"),)),
     "algorithm.algorithm_type": Rule("algorithm.kind", "a composition of posttrain's registered parts (posttrain.config.dialects.trinity_algorithms, the table in docs/foreign-configs.md): kind, advantage estimator, policy loss, KL and entropy terms; advantage_fn / policy_loss_fn written in the file win over the type's; a file without one gets Trinity-RFT's default, ppo", "grpo"),
     f"{_TS}.path": Rule("data.train_files", "the training taskset: a local file, the split's files in a local folder, else PATH[:SUBSET]@SPLIT (a save_to_disk folder or a cached Hugging Face dataset; never downloaded)", _DATASET),
     f"{_TS}.split": Rule("data.train_files", "the split of the taskset's path that trains", "train", _WITH_PATH),
@@ -344,6 +345,6 @@ RULES: dict[str, Rule] = {
     **AGENT_RULES,
 }
 
-HANDLERS = [external_model, engine_type, algorithm_type, engines, timeouts, over_rollout, sample_strategy, auxiliary, kl_defaults, prompt_truncation, workflows, server_keys, parser_keys, experience_files, tasksets, data_selector, trainer_config, batch_sizes, batching, episode_sources, stages, trinity_lora, *trinity_derived.HANDLERS]
+HANDLERS = [external_model, engine_type, algorithm_type, engines, timeouts, over_rollout, sample_strategy, auxiliary, kl_defaults, prompt_truncation, workflows, server_keys, parser_keys, experience_files, tasksets, data_selector, trainer_config, batch_sizes, batching, micro_batch_weight, episode_sources, stages, trinity_lora, *trinity_derived.HANDLERS]
 # A stage derives only what it writes itself (posttrain.config.dialects.trinity_defaults).
 STAGE_HANDLERS = [external_model, stage_engine_type, stage_algorithm_type, engines, timeouts, over_rollout, sample_strategy, auxiliary, stage_kl_defaults, prompt_truncation, workflows, server_keys, parser_keys, stage_experience_files, tasksets, data_selector, trainer_config, stage_batch_sizes, episode_sources, stages, trinity_lora, *trinity_derived.HANDLERS]

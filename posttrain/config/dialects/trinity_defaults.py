@@ -19,6 +19,11 @@ verl trainer. The rules here follow that validation, not posttrain's field defau
   DPO stage, whose sequences posttrain bounds by data.max_length) apply to the actor and the critic alike,
   and the critic's optimizer step is the actor's (``buffer.train_batch_size`` experiences). A value
   the inline verl config (``trainer.trainer_config``) sets for a role wins, as in Trinity-RFT.
+- Micro-batch loss scale: Trinity-RFT's actor scales each micro-batch's loss by 1 / the accumulation
+  steps (with dynamic batch size, by its responses over the mini-batch's): posttrain's
+  ``actor.micro_batch_weight: rows``. With ``trainer.fix_actor_microbatch_loss_scale`` true and a
+  token-mean loss it scales by the micro-batch's share of the mini-batch's tokens, posttrain's
+  ``normaliser`` (one token mean over the mini-batch).
 
 Inside ``stages`` only what a stage writes is derived (a stage's ``algorithm_type`` brings its KL
 defaults); the rest comes from the base config.
@@ -149,6 +154,30 @@ def batching(ctx: Context) -> None:
     actor_step = ctx.origin.get("actor.ppo_mini_batch_size")
     if actor_step is not None and "critic.ppo_mini_batch_size" not in ctx.origin:
         ctx.set("critic.ppo_mini_batch_size", actor_step[1], actor_step[0], "Trinity-RFT gives the critic the actor's optimizer step")
+
+
+def micro_batch_weight(ctx: Context, default_type: str | None = DEFAULT_ALGORITHM_TYPE) -> None:
+    """How the actor weighs its micro-batch losses (module docstring; Trinity-RFT's verl dp_actor)."""
+    key = "trainer.fix_actor_microbatch_loss_scale"
+    kind = ctx.get("algorithm.algorithm_type", default_type)
+    fix, mode = ctx.get(key, False), ctx.get("algorithm.loss_agg_mode", "token-mean")
+    ctx.consume(key)
+    exact = bool(fix) and mode == "token-mean"
+    if kind not in TYPES or TYPES[kind].kind != "rl":
+        if ctx.has(key) and exact:
+            ctx.drop(key, "one token mean over the step's trained tokens, as posttrain's SFT and DPO stages average (actor.sft_loss_scope batch)")
+        elif ctx.has(key):
+            ctx.refuse(key, "Trinity-RFT's SFT/DPO loss as the mean of its micro-batches' own means, weighted by their responses: "
+                            "posttrain's SFT and DPO stages average over the step's trained tokens (actor.sft_loss_scope batch); "
+                            "set it true with loss_agg_mode token-mean", None, fix)
+        return
+    if exact:
+        ctx.set("actor.micro_batch_weight", "normaliser", key, "each micro-batch weighted by its share of the mini-batch's tokens")
+        return
+    why = (f"{TRINITY_DEFAULT}: false" if not ctx.has(key) else "") + (
+        "" if mode == "token-mean" else f" (with loss_agg_mode {mode} Trinity-RFT scales by 1 / the accumulation steps either way)")
+    ctx.set("actor.micro_batch_weight", "rows", key, (why.strip() + "; " if why.strip() else "") +
+            "each micro-batch's loss weighted by its share of the mini-batch's responses (1 / the accumulation steps)")
 
 
 def engine_type(ctx: Context, default_type: str | None = DEFAULT_ALGORITHM_TYPE) -> None:
