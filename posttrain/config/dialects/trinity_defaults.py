@@ -23,7 +23,9 @@ verl trainer. The rules here follow that validation, not posttrain's field defau
   steps (with dynamic batch size, by its responses over the mini-batch's): posttrain's
   ``actor.micro_batch_weight: rows``. With ``trainer.fix_actor_microbatch_loss_scale`` true and a
   token-mean loss it scales by the micro-batch's share of the mini-batch's tokens, posttrain's
-  ``normaliser`` (one token mean over the mini-batch).
+  ``normaliser`` (one token mean over the mini-batch). With rows the gradient depends on the cut:
+  exact for fixed micro-batch sizes (rows in order, as verl cuts them); with dynamic batch size
+  posttrain's token-budget packing groups the responses otherwise than verl's balanced partitions.
 
 Inside ``stages`` only what a stage writes is derived (a stage's ``algorithm_type`` brings its KL
 defaults); the rest comes from the base config.
@@ -176,8 +178,11 @@ def micro_batch_weight(ctx: Context, default_type: str | None = DEFAULT_ALGORITH
         return
     why = (f"{TRINITY_DEFAULT}: false" if not ctx.has(key) else "") + (
         "" if mode == "token-mean" else f" (with loss_agg_mode {mode} Trinity-RFT scales by 1 / the accumulation steps either way)")
+    packed = ("; with dynamic batch size posttrain packs the micro-batches by its token budget (longest responses first), "
+              "not into verl's balanced partitions, so the means are over other groups of responses than Trinity-RFT's"
+              if ctx.get("trainer.use_dynamic_bsz", True) else "")
     ctx.set("actor.micro_batch_weight", "rows", key, (why.strip() + "; " if why.strip() else "") +
-            "each micro-batch's loss weighted by its share of the mini-batch's responses (1 / the accumulation steps)")
+            "each micro-batch's loss weighted by its share of the mini-batch's responses (1 / the accumulation steps)" + packed)
 
 
 def engine_type(ctx: Context, default_type: str | None = DEFAULT_ALGORITHM_TYPE) -> None:
