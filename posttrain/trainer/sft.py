@@ -10,7 +10,9 @@ Dividing every micro-batch by the whole batch's token count is what makes the lo
 token-mean and its gradient independent of how the batch is cut (a per-micro-batch mean would weight
 a token of a short micro-batch more than one of a long micro-batch). verl's SFT trainer takes that
 per-micro-batch mean, averaged over the micro-batches: actor.sft_loss_scope micro_batch
-(`unit_normalisers`), which its translated launch lines set.
+(`unit_normalisers`), which its translated launch lines set; Trinity-RFT's actor weighs each
+micro-batch's mean by its share of the batch's sequences (micro_batch_rows), unless its
+trainer.fix_actor_microbatch_loss_scale asks for the batch's token mean.
 
 The loop (`fit`) is written once for the supervised kinds (SFT, DPO, distillation): a stage describes its loss as an
 `Objective` (the batch's normaliser and a micro-batch loss already divided by it), and `fit` does
@@ -148,11 +150,12 @@ def accumulate(objective: Objective, examples: Sequence[Any], micro: MicroBatchi
         return loss, {f"{objective.prefix}/{key}": value for key, value in parts.items()}
 
     units = micro.split(mine, objective.tokens) if mine else []
-    norms = iter(unit_normalisers(objective, units, total, dp))
+    norms = iter(unit_normalisers(objective, units, total, dp, rows=len(examples)))
     return accumulate_units(units, lambda: examples[:1], lambda part: weighted(part, next(norms, total)), dp=dp, backward=backward)
 
 
-def unit_normalisers(objective: Objective, units: list[Sequence[Any]], total: float, dp: DataParallel = SINGLE) -> list[float]:
+def unit_normalisers(objective: Objective, units: list[Sequence[Any]], total: float, dp: DataParallel = SINGLE,
+                     rows: int = 0) -> list[float]:
     """What each of this rank's micro-batches divides its summed loss by (actor.sft_loss_scope).
 
     batch: the whole batch's normaliser, the same for every unit. micro_batch (verl's SFT trainer):
@@ -160,10 +163,14 @@ def unit_normalisers(objective: Objective, units: list[Sequence[Any]], total: fl
     the mean over ranks of the mean over units of each unit's token mean (verl divides each micro-batch
     by its tokens and by the micro-batch count, and FSDP averages the ranks). micro_batch_all_ranks
     (verl's balance_dp_token): the normaliser of the k-th units of every rank together x the units,
-    which verl gets by summing the k-th micro-batches' token counts over the ranks."""
+    which verl gets by summing the k-th micro-batches' token counts over the ranks. micro_batch_rows
+    (Trinity-RFT's default): the unit's own normaliser x the batch's `rows` / the unit's, so that each
+    unit's token mean counts by its share of the batch's sequences, on every rank alike."""
     if objective.scope == "batch":
         return [total] * len(units)
     own = [objective.normaliser(u) for u in units]
+    if objective.scope == "micro_batch_rows":
+        return [n * rows / len(u) for n, u in zip(own, units)]
     if objective.scope == "micro_batch":
         return [n * len(units) * dp.size for n in own]
     rounds = dp.max_count(len(units))  # every rank adds its k-th unit's count, zero where it has none

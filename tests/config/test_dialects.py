@@ -414,9 +414,17 @@ def test_trinity_s_micro_batch_loss_scale_is_by_rows_unless_fixed_for_a_token_me
     assert value == "rows" and entries["trainer.fix_actor_microbatch_loss_scale"].reason.startswith("Trinity-RFT's default (not written in the file): false")
     assert weight({"algorithm_type": "grpo"}, fix_actor_microbatch_loss_scale=True)[0] == "normaliser"
     assert weight({"algorithm_type": "grpo", "loss_agg_mode": "seq-mean-token-mean"}, fix_actor_microbatch_loss_scale=True)[0] == "rows"
-    # SFT: posttrain's step averages over the step's tokens, Trinity-RFT's with the fix on
-    assert weight({"algorithm_type": "sft"}, fix_actor_microbatch_loss_scale=True)[1]["trainer.fix_actor_microbatch_loss_scale"].status == "dropped"
-    assert weight({"algorithm_type": "sft"}, fix_actor_microbatch_loss_scale=False)[1]["trainer.fix_actor_microbatch_loss_scale"].status == "refused"
+    # SFT: the batch's token mean with the fix, else each micro-batch's weighted by its sequences
+    def scope(algorithm, **trainer):
+        native, report = translate({"algorithm": algorithm, **({"trainer": trainer} if trainer else {})}, "trinity")
+        return native.get("actor", {}).get("sft_loss_scope"), {e.key: e.status for e in report.entries}
+
+    fixed = scope({"algorithm_type": "sft"}, fix_actor_microbatch_loss_scale=True)
+    assert fixed[0] is None and fixed[1]["trainer.fix_actor_microbatch_loss_scale"] == "dropped"
+    assert scope({"algorithm_type": "sft"})[0] == scope({"algorithm_type": "sft"}, fix_actor_microbatch_loss_scale=False)[0] == "micro_batch_rows"
+    # DPO: per-pair means weighted by rows are the batch's pair mean (posttrain's); by tokens they are not
+    assert scope({"algorithm_type": "dpo"}, fix_actor_microbatch_loss_scale=False)[1]["trainer.fix_actor_microbatch_loss_scale"] == "dropped"
+    assert scope({"algorithm_type": "dpo"}, fix_actor_microbatch_loss_scale=True)[1]["trainer.fix_actor_microbatch_loss_scale"] == "refused"
 
 
 def test_a_translation_reads_list_entries_by_the_report_s_indexed_keys():

@@ -121,6 +121,26 @@ def test_micro_batch_scope_averages_each_micro_batch_s_token_mean_as_verl_s_sft_
     assert max((g - h).abs().max().item() for g, h in zip(grads, batch_grads)) > 1e-6  # the scope changes the update
 
 
+def test_micro_batch_rows_scope_weighs_each_micro_batch_s_token_mean_by_its_sequences(workdir):
+    """actor.sft_loss_scope micro_batch_rows (Trinity-RFT's default micro-batch loss scale): micro-batch
+    m's token mean counts rows_m / rows of the batch."""
+    _, model_dir, _ = workdir
+    tokenizer = load_tokenizer(model_dir)
+    model = load_causal_lm(model_dir)
+    a = SFTExample(0, [1, 30, 31, 32, 2], [0, 0, 0, 1, 1])  # 2 trained tokens
+    b = SFTExample(1, [1, 33, 34, 35, 36, 2], [0, 0, 0, 1, 1, 1])  # 3
+    c = SFTExample(2, [1, 37, 38, 2], [0, 0, 1, 1])  # 2
+    pad = tokenizer.pad_token_id
+    with torch.no_grad():
+        nll = [-float((out.logprobs * out.mask).sum()) for out in (sequence_logprobs(model, collate_sft([e], pad)) for e in (a, b, c))]
+    expected = 2 / 3 * (nll[0] + nll[1]) / 5 + 1 / 3 * nll[2] / 2  # micro-batches [a, b] and [c]
+    _, metrics = grads_after(model, sft_objective(model, pad, scope="micro_batch_rows"), [a, b, c], MicroBatching(2))
+    assert metrics["sft/loss"] == pytest.approx(expected, abs=1e-5)
+    _, averaged = grads_after(model, sft_objective(model, pad, scope="micro_batch"), [a, b, c], MicroBatching(2))
+    assert averaged["sft/loss"] == pytest.approx(((nll[0] + nll[1]) / 5 + nll[2] / 2) / 2, abs=1e-5)  # unweighted: another number
+    assert abs(metrics["sft/loss"] - averaged["sft/loss"]) > 1e-4
+
+
 def test_sft_on_sort_lowers_the_loss_and_saves_a_loadable_model(workdir):
     root, model_dir, paths = workdir
     # Validation on held-out SFT-style rows: the test problems with their answers as responses.

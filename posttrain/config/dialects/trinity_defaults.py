@@ -23,7 +23,9 @@ verl trainer. The rules here follow that validation, not posttrain's field defau
   steps (with dynamic batch size, by its responses over the mini-batch's): posttrain's
   ``actor.micro_batch_weight: rows``. With ``trainer.fix_actor_microbatch_loss_scale`` true and a
   token-mean loss it scales by the micro-batch's share of the mini-batch's tokens, posttrain's
-  ``normaliser`` (one token mean over the mini-batch). With rows the gradient depends on the cut:
+  ``normaliser`` (one token mean over the mini-batch). SFT alike: ``actor.sft_loss_scope``
+  ``micro_batch_rows``, or with the fix ``batch``; DPO's per-pair mean weighted by rows is the batch's
+  mean over its pairs, posttrain's DPO loss. With rows the gradient depends on the cut:
   exact for fixed micro-batch sizes (rows in order, as verl cuts them); with dynamic batch size
   posttrain's token-budget packing groups the responses otherwise than verl's balanced partitions.
 
@@ -165,13 +167,26 @@ def micro_batch_weight(ctx: Context, default_type: str | None = DEFAULT_ALGORITH
     fix, mode = ctx.get(key, False), ctx.get("algorithm.loss_agg_mode", "token-mean")
     ctx.consume(key)
     exact = bool(fix) and mode == "token-mean"
-    if kind not in TYPES or TYPES[kind].kind != "rl":
-        if ctx.has(key) and exact:
-            ctx.drop(key, "one token mean over the step's trained tokens, as posttrain's SFT and DPO stages average (actor.sft_loss_scope batch)")
+    family = TYPES[kind].kind if kind in TYPES else None
+    if family == "sft":
+        if exact:
+            ctx.drop(key, "one token mean over the step's trained tokens, as posttrain's SFT step averages (actor.sft_loss_scope batch)")
+        elif mode == "token-mean":
+            ctx.set("actor.sft_loss_scope", "micro_batch_rows", key, ("" if ctx.has(key) else f"{TRINITY_DEFAULT}: false; ") +
+                    "each micro-batch's token mean weighted by its share of the batch's sequences (1 / the accumulation steps)")
         elif ctx.has(key):
-            ctx.refuse(key, "Trinity-RFT's SFT/DPO loss as the mean of its micro-batches' own means, weighted by their responses: "
-                            "posttrain's SFT and DPO stages average over the step's trained tokens (actor.sft_loss_scope batch); "
-                            "set it true with loss_agg_mode token-mean", None, fix)
+            ctx.refuse(key, f"Trinity-RFT's micro-batch loss scale of an SFT loss aggregated by {mode}: posttrain's SFT loss is a token mean",
+                       None, fix)
+        return
+    if family == "dpo":
+        if exact:
+            ctx.refuse(key, "Trinity-RFT's DPO loss with each micro-batch's mean over its pairs weighted by its share of the batch's "
+                            "tokens: posttrain's DPO loss is the batch's mean over its pairs; leave it false", None, fix)
+        elif ctx.has(key):
+            ctx.drop(key, "each micro-batch's mean over its pairs weighted by its share of the batch's sequences: the batch's mean "
+                          "over its pairs, posttrain's DPO loss")
+        return
+    if family != "rl":
         return
     if exact:
         ctx.set("actor.micro_batch_weight", "normaliser", key, "each micro-batch weighted by its share of the mini-batch's tokens")
