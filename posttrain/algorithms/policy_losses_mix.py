@@ -141,9 +141,10 @@ def mix_loss(
     Paper:
         Pan et al. 2025, Trinity-RFT, arXiv:2505.17826 (mixing expert SFT data into RL).
     Deviation:
-        each micro-batch blends its own two means and weighs the result by its share of the
-        mini-batch's tokens: exact when a micro-batch is the whole mini-batch (Trinity-RFT weighs by
-        row counts of fixed-size batches instead).
+        each micro-batch blends its own two means, and the actor weighs the result by
+        actor.micro_batch_weight: rows (a Trinity-RFT file's default) is Trinity-RFT's weighting by
+        row counts, exact for fixed-size micro-batches; normaliser weighs by the micro-batch's share of
+        the mini-batch's tokens, exact when a micro-batch is the whole mini-batch.
     """
     if not 0.0 <= mu <= 1.0:
         raise ValueError(f"mix mu must lie in [0, 1], got {mu}")

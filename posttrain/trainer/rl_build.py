@@ -329,6 +329,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
                 seed=seed,
                 compute_dtype=c.fsdp_config.mixed_precision.param_dtype,
                 loss_agg_mode=c.loss_agg_mode,
+                by_rows=c.micro_batch_weight == "rows",
                 pack=c.model.use_remove_padding,
                 lean_forward=lean,
                 activation_offload=c.model.enable_activation_offload,

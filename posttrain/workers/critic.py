@@ -56,6 +56,7 @@ class CriticSettings:
     moe_aux_loss_coef: float = 0.0  # critic.moe_aux_loss_coef, resolved against the model (posttrain.models.moe.router_loss_settings)
     moe_top_k: int = 0  # experts per token of the value model's routers, when moe_aux_loss_coef > 0
     moe_z_loss_coef: float = 0.0  # critic.moe_z_loss_coef (posttrain.models.moe.router_z_setting)
+    by_rows: bool = False  # critic.micro_batch_weight rows (posttrain.workers.microbatch.micro_share)
 
     @property
     def router_weights(self) -> RouterWeights:
@@ -134,7 +135,8 @@ class Critic:
         parts = {"critic/vf_loss": float(out.loss.detach()), "critic/vf_clipfrac": float(out.clipfrac)}
         if not routed:
             return out.loss, parts
-        term, router_parts = router_term(routers, micro, self.router_totals, self.s.loss_agg_mode, self.s.router_weights, self.dp)
+        term, router_parts = router_term(routers, micro, self.router_totals, self.s.loss_agg_mode, self.s.router_weights, self.dp,
+                                         self.s.by_rows)
         return out.loss + term, parts | {f"critic/{name}": value for name, value in router_parts.items()}
 
     def _optimizer_step(self, mini: RolloutBatch) -> dict[str, float]:
@@ -143,6 +145,7 @@ class Critic:
         metrics = accumulate_gradients(
             mini, self._micro_loss, loss_agg_mode=self.s.loss_agg_mode, size=self.s.micro_batch_size,
             max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp, loss_values=frozenset({"critic/vf_loss", "critic/moe_aux_loss", "critic/moe_z_loss"}),
+            by_rows=self.s.by_rows,
         )
         metrics["critic/grad_norm"] = clip_and_step(self.optimizer, self.s.grad_clip)
         metrics["critic/lr"] = self.optimizer.param_groups[0]["lr"]

@@ -85,9 +85,9 @@ def test_trinity_taskset_max_tokens_is_the_training_budget_and_validation_shares
 
 
 def test_verl_keys_that_change_nothing_are_dropped():
-    _, report = translate({"trainer": {"use_legacy_worker_impl": "auto"},
+    _, report = translate({"trainer": {"use_legacy_worker_impl": "disable"},
                            "actor_rollout_ref": {"actor": {"use_torch_compile": False}, "ref": {"use_torch_compile": False}}}, "verl")
-    assert report.entry("trainer.use_legacy_worker_impl").status == "dropped"
+    assert report.entry("trainer.use_legacy_worker_impl").status == "dropped"  # verl's engine workers: posttrain's loss scale
     assert report.entry("actor_rollout_ref.ref.use_torch_compile").status == "dropped"
     # the reference runs the actor's forward: true is verl's own default, left out with the reason;
     # another value than the actor's, when it is not verl's default, is refused

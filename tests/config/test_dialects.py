@@ -413,6 +413,10 @@ def test_trinity_s_micro_batch_loss_scale_is_by_rows_unless_fixed_for_a_token_me
     value, entries = weight({"algorithm_type": "grpo"})
     assert value == "rows" and entries["trainer.fix_actor_microbatch_loss_scale"].reason.startswith("Trinity-RFT's default (not written in the file): false")
     assert weight({"algorithm_type": "grpo"}, fix_actor_microbatch_loss_scale=True)[0] == "normaliser"
+    # the critic (PPO's GAE) is verl's legacy critic, by rows whatever the key says
+    native, _ = translate({"algorithm": {"algorithm_type": "ppo"}, "trainer": {"fix_actor_microbatch_loss_scale": True}}, "trinity")
+    assert native["critic"]["micro_batch_weight"] == "rows" and native["actor"]["micro_batch_weight"] == "normaliser"
+    assert "micro_batch_weight" not in translate({"algorithm": {"algorithm_type": "grpo"}}, "trinity")[0].get("critic", {})
     assert weight({"algorithm_type": "grpo", "loss_agg_mode": "seq-mean-token-mean"}, fix_actor_microbatch_loss_scale=True)[0] == "rows"
     # SFT: the batch's token mean with the fix, else each micro-batch's weighted by its sequences
     def scope(algorithm, **trainer):

@@ -56,6 +56,28 @@ def test_beside_a_0_10_key_the_0_8_reward_key_is_dropped_as_verl_0_10_ignores_it
     assert _line("actor_rollout_ref.actor.grad_clip=0.5")[0]["actor"]["grad_clip"] == 0.5  # 0.8 reads it
 
 
+def test_verl_0_8_s_legacy_workers_weigh_micro_batches_by_their_rows():
+    """verl 0.8's legacy actor and critic (use_legacy_worker_impl auto, its default) scale each
+    micro-batch's own loss mean by 1 / the accumulation steps; its engine workers (disable, and every
+    worker of 0.10) divide by the whole mini-batch's counts, posttrain's default."""
+    def weights(*words):
+        native, report = _line("reward_model.reward_manager=prime", *words)  # a 0.8 line
+        assert report.framework_release == "0.8"
+        return native.get("actor", {}).get("micro_batch_weight"), native.get("critic", {}).get("micro_batch_weight"), report
+
+    actor, critic, report = weights()
+    assert (actor, critic) == ("rows", "rows")  # verl's default estimator is gae: the critic too
+    reasons = {e.native: e.reason for e in report.entries if e.key == "trainer.use_legacy_worker_impl"}
+    assert reasons["actor.micro_batch_weight"].startswith("verl 0.8's legacy actor (use_legacy_worker_impl auto")
+    assert "scales each micro-batch's own loss mean by 1 / the accumulation steps" in reasons["critic.micro_batch_weight"]
+    assert weights("algorithm.adv_estimator=grpo")[:2] == ("rows", None)  # no critic
+    dynamic = weights("actor_rollout_ref.actor.use_dynamic_bsz=true")[2]
+    assert any("not into verl's balanced partitions" in e.reason for e in dynamic.entries if e.native == "actor.micro_batch_weight")
+    assert weights("trainer.use_legacy_worker_impl=disable")[:2] == (None, None)
+    newer, new_report = _line("critic.fsdp.param_offload=true")  # a 0.10 line
+    assert new_report.framework_release == "0.10" and newer.get("actor", {}).get("micro_batch_weight") is None
+
+
 def test_the_release_s_own_defaults_are_the_ones_translated():
     # rollout.calculate_log_probs: false in verl 0.8, true in 0.10
     assert _line("critic.fsdp.param_offload=true")[0]["rollout"]["calculate_log_probs"] is True

@@ -218,6 +218,7 @@ KNOBS = [
     knob("critic.forward_max_token_len_per_gpu=80", "forwards", *CRITIC, "critic.use_dynamic_bsz=true"),
     knob("critic.cliprange_value=0.001", "metrics", *CRITIC, "critic.ppo_epochs=2"),
     knob("critic.loss_agg_mode=token-sum", "metrics", *CRITIC),
+    knob("critic.micro_batch_weight=rows", "metrics", *CRITIC, "critic.ppo_micro_batch_size_per_gpu=1", "data.max_response_length=48"),
     knob("critic.grad_clip=1e-4", "metrics", *CRITIC),
     knob("critic.optim.lr=2e-3", "metrics", *CRITIC),
     knob("critic.optim.betas=[0.5,0.9]", "metrics", *CRITIC),

@@ -136,6 +136,27 @@ def test_critic_gradient_does_not_depend_on_the_micro_batch_split(value_model, m
         assert metrics["critic/vf_loss"] == pytest.approx(full_metrics["critic/vf_loss"], rel=1e-5)
 
 
+def test_critic_rows_weighting_averages_the_micro_batches_own_means_by_their_rows(value_model):
+    """critic.micro_batch_weight rows (verl 0.8's legacy critic, Trinity-RFT's): sum_m rows_m / B x the
+    gradient of micro-batch m's own token-mean value loss."""
+    batch = make_batch(value_model.config.vocab_size)
+    with_targets(batch, noisy(sgd_critic(value_model).compute_values(batch), batch.response_mask, 0.3, seed=7))
+
+    def run(part, size, **kw):
+        model = copy.deepcopy(value_model)
+        sgd_critic(model, lr=0.0, mini_batch_size=len(part), micro_batch_size=size, cliprange_value=0.2, **kw).update(part)
+        return grads(model)
+
+    expected = None
+    for a, b in ((0, 3), (3, 6), (6, 7)):  # micro_batch_size 3 of the 7 rows, in order
+        part = {k: v * (b - a) / B for k, v in run(batch[a:b], b - a).items()}
+        expected = part if expected is None else {k: expected[k] + part[k] for k in part}
+    got = run(batch, 3, by_rows=True)
+    assert_same_grads(expected, got)
+    with pytest.raises(AssertionError):  # the default: the mini-batch's token mean, another gradient
+        assert_same_grads(run(batch, 3), got)
+
+
 def test_critic_grad_clip_and_refusal(value_model):
     batch = make_batch(value_model.config.vocab_size)
     with_targets(batch, sgd_critic(value_model).compute_values(batch), shift=2.0)

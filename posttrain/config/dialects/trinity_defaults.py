@@ -23,7 +23,8 @@ verl trainer. The rules here follow that validation, not posttrain's field defau
   steps (with dynamic batch size, by its responses over the mini-batch's): posttrain's
   ``actor.micro_batch_weight: rows``. With ``trainer.fix_actor_microbatch_loss_scale`` true and a
   token-mean loss it scales by the micro-batch's share of the mini-batch's tokens, posttrain's
-  ``normaliser`` (one token mean over the mini-batch). SFT alike: ``actor.sft_loss_scope``
+  ``normaliser`` (one token mean over the mini-batch). Its critic (verl's legacy one) is always by
+  rows: ``critic.micro_batch_weight``. SFT alike: ``actor.sft_loss_scope``
   ``micro_batch_rows``, or with the fix ``batch``; DPO's per-pair mean weighted by rows is the batch's
   mean over its pairs, posttrain's DPO loss. With rows the gradient depends on the cut:
   exact for fixed micro-batch sizes (rows in order, as verl cuts them); with dynamic batch size
@@ -188,14 +189,17 @@ def micro_batch_weight(ctx: Context, default_type: str | None = DEFAULT_ALGORITH
         return
     if family != "rl":
         return
+    packed = ("; with dynamic batch size posttrain packs the micro-batches by its token budget (longest responses first), "
+              "not into verl's balanced partitions, so the means are over other groups of responses than Trinity-RFT's"
+              if ctx.get("trainer.use_dynamic_bsz", True) else "")
+    if ctx.get("algorithm.advantage_fn", TYPES[kind].advantage_fn) == "ppo":  # GAE: a critic, verl 0.7's legacy one
+        ctx.set("critic.micro_batch_weight", "rows", key, "Trinity-RFT's critic (verl's legacy critic) scales each micro-batch's "
+                "own value-loss mean by 1 / the accumulation steps; the key fixes the actor's only" + packed)
     if exact:
         ctx.set("actor.micro_batch_weight", "normaliser", key, "each micro-batch weighted by its share of the mini-batch's tokens")
         return
     why = (f"{TRINITY_DEFAULT}: false" if not ctx.has(key) else "") + (
         "" if mode == "token-mean" else f" (with loss_agg_mode {mode} Trinity-RFT scales by 1 / the accumulation steps either way)")
-    packed = ("; with dynamic batch size posttrain packs the micro-batches by its token budget (longest responses first), "
-              "not into verl's balanced partitions, so the means are over other groups of responses than Trinity-RFT's"
-              if ctx.get("trainer.use_dynamic_bsz", True) else "")
     ctx.set("actor.micro_batch_weight", "rows", key, (why.strip() + "; " if why.strip() else "") +
             "each micro-batch's loss weighted by its share of the mini-batch's responses (1 / the accumulation steps)" + packed)
 

@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from posttrain.algorithms.rollout_correction import is_threshold_spec
-from posttrain.config.dialects import machine, verl_code, verl_distill, verl_megatron, verl_nsys, verl_reward, verl_sft, verl_turbo, verl_veomni
+from posttrain.config.dialects import machine, verl_code, verl_distill, verl_loss_scale, verl_megatron, verl_nsys, verl_reward, verl_sft, verl_turbo, verl_veomni
 from posttrain.config.dialects.checkpoints import set_counts
 from posttrain.config.dialects.model_files import image_patch_size
 from posttrain.config.dialects.source import hydra_ignorable
@@ -431,8 +431,9 @@ RULES.update(verl_reward.RULES)  # verl's reward model, on its legacy worker or 
 RULES.update(verl_nsys.RULES)  # nsys discrete: a capture range per phase
 RULES.update(verl_sft.RULES)  # verl's SFT trainer: its optimizer, loss and columns
 RULES.update(verl_distill.RULES)  # verl 0.10's on-policy distillation
+RULES.update(verl_loss_scale.RULES)  # the legacy workers' micro-batch loss scale
 
-HANDLERS = [*verl_distill.HANDLERS, *verl_megatron.HANDLERS, *verl_veomni.HANDLERS, *verl_turbo.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, image_patch, ray_cluster, critic_switch, rollout_seed, interpolated_copies, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, sapo, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
+HANDLERS = [*verl_distill.HANDLERS, *verl_loss_scale.HANDLERS, *verl_megatron.HANDLERS, *verl_veomni.HANDLERS, *verl_turbo.HANDLERS, machine_devices, blank_device_counts, null_profile_steps, image_patch, ray_cluster, critic_switch, rollout_seed, interpolated_copies, global_micro_batches, keep_one_checkpoint, *verl_sft.HANDLERS, compile_default, rollout_correction, engine_config, sapo, *verl_reward.HANDLERS, *verl_code.HANDLERS, *verl_nsys.HANDLERS]
 
 
 def is_default(key: str, value: Any) -> bool:
@@ -451,7 +452,6 @@ def value_hook(ctx: Any, key: str, value: Any, native: str) -> Any:
 
 
 _ANY_VALUE = {
-    "trainer.use_legacy_worker_impl": "which of verl's two worker implementations runs; posttrain has one",
     "actor_rollout_ref.actor.fsdp_config.use_orig_params": "an FSDP1 option; FSDP2 (posttrain's) always keeps the original parameters",
     "actor_rollout_ref.actor.checkpoint.strict": "how strictly verl's Megatron-to-Hugging-Face weight export checks the names it writes; "
                                                  "posttrain saves the Hugging Face model's own state dict",
