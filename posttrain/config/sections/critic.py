@@ -61,10 +61,10 @@ class CriticConfig:
     ppo_micro_batch_size_per_gpu: int = param(8, doc="Responses per critic forward/backward pass on one device.", ge=1, refs=["verl:critic.ppo_micro_batch_size_per_gpu", "roll:critic.training_args.per_device_train_batch_size"])
     ppo_epochs: int = param(1, doc="Critic passes over each rollout batch.", ge=1, refs=["verl:critic.ppo_epochs"])
     shuffle: bool | None = param(None, doc="Shuffle responses before splitting them into critic mini-batches; null follows actor.shuffle.", refs=["verl:critic.shuffle"])
-    use_dynamic_bsz: bool = param(False, doc="Pack critic micro-batches by token budget instead of a fixed count.", refs=["verl:critic.use_dynamic_bsz"])
-    ppo_max_token_len_per_gpu: int = param(32768, doc="Token budget of one critic training micro-batch on one device when use_dynamic_bsz (times ulysses_sequence_parallel_size per micro-batch, as the actor's).", ge=1, refs=["verl:critic.ppo_max_token_len_per_gpu"])
+    use_dynamic_bsz: bool = param(False, doc="Pack critic micro-batches by token budget instead of a fixed count.", refs=["verl:critic.use_dynamic_bsz", "roll:critic.use_dynamic_batching_in_train"])
+    ppo_max_token_len_per_gpu: int = param(32768, doc="Token budget of one critic training micro-batch on one device when use_dynamic_bsz (times ulysses_sequence_parallel_size per micro-batch, as the actor's).", ge=1, refs=["verl:critic.ppo_max_token_len_per_gpu", "roll:critic.max_tokens_per_microbatch_in_train"])
     forward_micro_batch_size_per_gpu: int | None = param(None, doc="Responses per value forward pass (no backward) on one device; null uses ppo_micro_batch_size_per_gpu.", ge=1, refs=["verl:critic.forward_micro_batch_size_per_gpu", "roll:critic.infer_batch_size"])
-    forward_max_token_len_per_gpu: int | None = param(None, doc="Token budget of one value forward pass on one device when use_dynamic_bsz; null uses ppo_max_token_len_per_gpu.", ge=1, refs=["verl:critic.forward_max_token_len_per_gpu"])
+    forward_max_token_len_per_gpu: int | None = param(None, doc="Token budget of one value forward pass on one device when use_dynamic_bsz; null uses ppo_max_token_len_per_gpu.", ge=1, refs=["verl:critic.forward_max_token_len_per_gpu", "roll:critic.max_tokens_per_microbatch_in_infer"])
 
     # ---- loss and optimization ---------------------------------------------------------------
     cliprange_value: float | None = param(0.5, doc="Value clipping: new values stay within this distance of the rollout-time values in the clipped loss term; null does not clip.", gt=0, refs=["verl:critic.cliprange_value", "roll:value_clip"])

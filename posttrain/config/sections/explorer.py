@@ -72,6 +72,9 @@ NO_EFFECT: dict[str, str] = {
     f"{_E}.concurrent_mode": (f"how a Trinity-RFT runner runs a task's repeats (one by one, as coroutines or in threads): scheduling, "
                               f"not what is sampled; {_NO_RUNNERS}"),
     "trinity:monitor.detailed_stats": "more statistics of each evaluation metric in Trinity-RFT's logs (display only)",
+    "trinity:monitor.cache_dir": "Trinity-RFT overwrites it with <checkpoint_job_dir>/monitor whatever the file says; posttrain's tracker files go under trainer.default_local_dir",
+    "trinity:log.save_dir": "Trinity-RFT overwrites it with <checkpoint_job_dir>/log whatever the file says; posttrain's worker logs go where log.* puts them",
+    "trinity:synchronizer.wait_for_checkpoint": "declared in Trinity-RFT's synchronizer config and read by nothing in Trinity-RFT",
     f"{_E}.min_running_model_num": ("Trinity-RFT's serve mode syncs an engine only while more than this many others keep serving; "
                                     "posttrain serves from one engine and copies a new checkpoint's weights into it between two "
                                     "engine calls (a request arriving meanwhile waits for the copy)"),

@@ -172,6 +172,8 @@ def check_kernel_flags(cfg: Any) -> list[str]:
 
 # Reference keys any value of which changes nothing in posttrain (the loaders drop them with the reason).
 NO_EFFECT: dict[str, str] = {
+    "trinity:model.fully_sharded_loras": "declared in Trinity-RFT's model config and read by nothing in Trinity-RFT (its vLLM engines take their LoRA settings from model.lora_configs)",
+    "trinity:model.max_cpu_loras": "declared in Trinity-RFT's model config and read by nothing in Trinity-RFT (its vLLM engines take their LoRA settings from model.lora_configs)",
     **{f"verl:actor_rollout_ref.model.tiled_mlp.{k}": "computes the MLP over slices of the sequence to save memory: the same numbers"
        for k in ("enabled", "num_shards")},
 }
