@@ -64,7 +64,6 @@ NO_EFFECT: dict[str, str] = {
     **{f"roll:reference.training_args.{k}": "the reference is never trained: ROLL builds it no optimizer, schedule or gradient accumulation"
        for k in ("learning_rate", "lr_scheduler_type", "weight_decay", "adam_beta1", "adam_beta2", "num_train_epochs", "warmup_ratio",
                  "warmup_steps", "gradient_accumulation_steps", "per_device_train_batch_size")},
-    **{f"roll:reference.training_args.{k}": "ROLL seeds every role from the pipeline's seed (posttrain: trainer.seed)" for k in ("seed", "data_seed")},
     **_ENGINE[1],
     f"{_VERL}.pad_to_length": _ROLE[1][f"{_VERL}.pad_to_length"],
     f"{_VERL}.entropy_from_logits_chunk_size": _ROLE[1][f"{_VERL}.entropy_from_logits_chunk_size"],

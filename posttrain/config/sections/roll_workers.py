@@ -23,6 +23,10 @@ _ROLL_WORKER_FIELDS = (
     "tag_included",
 )  # ROLL's WorkerConfig (roll/configs/worker_config.py) less data_args and generating_args
 NO_EFFECT: dict[str, str] = {
+    **{f"roll:{role}.training_args.seed": "ROLL overwrites every role's training_args.seed with the pipeline's seed (posttrain: trainer.seed)"
+       for role in ("actor_train", "critic", "reference")},
+    **{f"roll:{role}.training_args.data_seed": "declared in ROLL's training arguments and read by none of its strategies or samplers (the pipeline's seed seeds them)"
+       for role in ("actor_train", "critic", "reference")},
     **{f"roll:validation.{k}": _NO_VALIDATION_WORKER for k in _ROLL_WORKER_FIELDS},
     **{f"roll:{role}.generating_args": (f"ROLL's {role} generates nothing, so no worker reads its generating_args (rollouts sample "
                                         "with actor_infer's, validation with validation's)")
