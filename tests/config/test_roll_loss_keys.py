@@ -38,6 +38,17 @@ def test_importance_sampling_seq_is_the_gspo_loss_and_token_is_posttrain_s_ratio
     assert "conflicts with use_topr_loss" in report.entry("importance_sampling").reason
 
 
+def test_apply_loss_scale_true_is_posttrain_s_gradient_and_false_is_refused():
+    """ROLL multiplies each micro-batch's globally normalised loss by the micro-batch count x ranks to
+    cancel the backend's gradient mean (its default): the mini-batch loss's gradient, posttrain's."""
+    for role in ("actor_train", "critic"):
+        _, report = translate({"pretrain": "/m", role: {"apply_loss_scale": True}}, "roll")
+        assert report.entry(f"{role}.apply_loss_scale").status == "dropped"
+        _, report = translate({"pretrain": "/m", role: {"apply_loss_scale": False}}, "roll")
+        entry = report.entry(f"{role}.apply_loss_scale")
+        assert entry.status == "refused" and "max_grad_norm" in entry.reason
+
+
 def _roll_sequence_ratio_loss(logp, old, adv, mask, eps, agg, dual_clip=False):
     """ROLL's importance_sampling: seq, from its formula: one ratio per response, the exp of the mean
     token log-ratio (its gradient spread over the response's tokens), broadcast to every token; with

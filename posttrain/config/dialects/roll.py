@@ -58,6 +58,8 @@ _HARMLESS_VALUES = {
     "importance_sampling": ("token",),  # ROLL's default: the per-token ratio, as posttrain's
     **{f"{m}.worker_cls": ("roll.pipeline.agentic.environment_worker.EnvironmentWorker",) for m in ("train_env_manager", "val_env_manager")},
     "skip_mock_system_prompt": (True,),  # the chat template as it is, as posttrain renders turns
+    # the micro-batch losses multiplied back by their count: the mini-batch loss's gradient, as posttrain's
+    **{f"{role}.apply_loss_scale": (True,) for role in ("actor_train", "critic")},
 }
 # Per-role keys posttrain takes from another key: dropped when equal to it.
 _SAME_AS = {

@@ -22,6 +22,14 @@ _ROLL_WORKER_FIELDS = (
     "sequence_packing_args", "logits_in_fp32", "router_replay", "apply_loss_scale", "mtp_training_mode", "opd_kl_coef",
     "tag_included",
 )  # ROLL's WorkerConfig (roll/configs/worker_config.py) less data_args and generating_args
+#: Keys of the reference frameworks that belong here but that posttrain refuses, with the reason (true is accepted: roll.py).
+UNSUPPORTED: dict[str, str] = {
+    **{f"roll:{role}.apply_loss_scale": ("false leaves each micro-batch's loss divided by the micro-batches x data-parallel ranks "
+                                         "(the backend's gradient mean), a gradient that many times smaller, which changes what "
+                                         "max_grad_norm clips and AdamW's epsilon; posttrain's gradient is the mini-batch loss's, "
+                                         "ROLL's with true (its default)")
+       for role in ("actor_train", "critic")},
+}
 NO_EFFECT: dict[str, str] = {
     **{f"roll:{role}.training_args.seed": "ROLL overwrites every role's training_args.seed with the pipeline's seed (posttrain: trainer.seed)"
        for role in ("actor_train", "critic", "reference")},
