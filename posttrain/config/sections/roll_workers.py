@@ -31,6 +31,10 @@ UNSUPPORTED: dict[str, str] = {
        for role in ("actor_train", "critic")},
 }
 NO_EFFECT: dict[str, str] = {
+    **{f"roll:{role}.model_args.gradient_checkpointing_use_reentrant": (
+        "which torch.utils.checkpoint variant recomputes the activations (ROLL's model provider passes it to Hugging Face's "
+        "gradient_checkpointing_enable): the same gradients, another memory and recompute schedule")
+       for role in ("actor_train", "actor_infer", "critic", "reference")},
     **{f"roll:{role}.training_args.seed": "ROLL overwrites every role's training_args.seed with the pipeline's seed (posttrain: trainer.seed)"
        for role in ("actor_train", "critic", "reference")},
     **{f"roll:{role}.training_args.data_seed": "declared in ROLL's training arguments and read by none of its strategies or samplers (the pipeline's seed seeds them)"
