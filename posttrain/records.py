@@ -220,6 +220,10 @@ class RolloutBatch(_Rows):
     loss_mask: Tensor | None = field(default=None, metadata=RIGHT)
     # sum_v pi(v)^2 of the policy before its update (actor.calculate_sum_pi_squared, or an estimator's need).
     sum_pi_squared: Tensor | None = field(default=None, metadata=RIGHT)
+    # A teacher's k most likely tokens at each response position and their log-probs (B, T, K), for
+    # the top-k distillation term (actor.topk_kl); 0 on padding. None otherwise.
+    teacher_topk_logprobs: Tensor | None = field(default=None, metadata=RIGHT)
+    teacher_topk_ids: Tensor | None = field(default=None, metadata=RIGHT)
     # (B,) float: score of a greedy response to the row's prompt, for estimators that need one (ReMax).
     reward_baselines: Tensor | None = None
     # (B, K) float: the reward function's named components of each response (algorithm.gdpo_reward_keys,

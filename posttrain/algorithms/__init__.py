@@ -44,6 +44,7 @@ from posttrain.algorithms.bypass_loss import bypass_mode_loss
 from posttrain.algorithms.policy_losses_mix import chord_mu, mix_chord_loss, mix_loss, sft_is_loss, sft_phi_loss
 from posttrain.algorithms.advantages_shifted import asymre_advantage, rec_advantage
 from posttrain.algorithms.advantages_distill import jsd_advantage, on_policy_distill_advantage, teacher_routes
+from posttrain.algorithms.distill_topk import TopkKL, topk_forward_kl
 from posttrain.algorithms.advantages_otb import optimal_token_baseline_advantage, tir_optimal_token_baseline_advantage
 from posttrain.algorithms.aggregation import LOSS_AGG_MODES, aggregate_loss
 from posttrain.algorithms.entropy import entropy_from_logits, entropy_from_logits_chunked, sum_pi_squared_from_logits
@@ -187,6 +188,8 @@ __all__ = [
     "on_policy_distill_advantage",
     "teacher_routes",
     "jsd_advantage",
+    "TopkKL",
+    "topk_forward_kl",
     "ppo_clip_loss",
     "gspo_loss",
     "cispo_loss",

@@ -40,6 +40,7 @@ from posttrain.config.sections.reward import check_async_reward, check_overlong_
 from posttrain.config.sections.trainer import check_rollout_mock, check_save_strategy
 from posttrain.config.sections.optim import check_optimizer_args
 from posttrain.config.sections.ref import check_teachers
+from posttrain.config.sections.topk_kl import check_topk_kl
 from posttrain.config.sections.rollout import check_agent_kwargs, check_external, check_min_response_length, check_num_beams, check_prompt_length, check_trace
 
 
@@ -100,14 +101,16 @@ class RoleNeeds:
 def role_needs(cfg: Any) -> RoleNeeds:
     """Which roles the config asks for: what its advantage estimator declares in the registry
     (`posttrain.algorithms.estimator_needs`, so an alias such as `ppo` builds what `gae` builds),
-    plus a reference policy for the KL terms (`actor.use_kl_loss`, `algorithm.use_kl_in_reward`).
+    plus a reference policy for the KL terms (`actor.use_kl_loss`, `algorithm.use_kl_in_reward`,
+    `actor.topk_kl`).
     SFT and DPO stages have none of these. An unknown estimator name needs nothing here; the RL
     stage refuses it, with the list of valid names, before it loads a model."""
     if not is_rl(cfg):
         return RoleNeeds()
     name = get_path(cfg, "algorithm.adv_estimator", None)
     est = estimator_needs(name) if name in ADVANTAGE_ESTIMATORS else EstimatorNeeds()
-    kl_terms = bool(get_path(cfg, "actor.use_kl_loss", False) or get_path(cfg, "algorithm.use_kl_in_reward", False))
+    kl_terms = bool(get_path(cfg, "actor.use_kl_loss", False) or get_path(cfg, "algorithm.use_kl_in_reward", False)
+                    or get_path(cfg, "actor.topk_kl.k", 0))  # the top-k term's teacher is the reference
     # ref.teachers score the distillation estimator's rows themselves: the reference then serves only KL terms
     est_ref = est.reference and not get_path(cfg, "ref.teachers", None)
     return RoleNeeds(critic=est.values, reference=est_ref or kl_terms, greedy_baseline=est.greedy_baseline)
@@ -405,6 +408,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_reward_workers,
     check_domain_probs,
     check_teachers,
+    check_topk_kl,
     check_row_choosers,
     check_row_templates,
     check_query_key,

@@ -58,6 +58,7 @@ class TokenLogProbs:
 
     logprobs: Tensor  # (B, T) fp32
     entropy: Tensor | None  # (B, T) fp32, None unless asked for
+    gathered: Tensor | None = None  # (B, T, K) fp32 log-probs of the `gather_ids` tokens, None unless asked for
 
 
 def lm_head_logits(model: nn.Module, hidden: Tensor) -> Tensor:
@@ -111,17 +112,20 @@ def entropy_from_scaled(scaled: Tensor, lse: Tensor) -> Tensor:
 
 def _chunk_logprobs(
     model: nn.Module, hidden: Tensor, targets: Tensor, temperature: float, with_entropy: bool, entropy_checkpointing: bool = False,
-) -> tuple[Tensor, Tensor]:
+    gather_ids: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     scaled = lm_head_logits(model, hidden) / temperature  # (n, V) fp32
     lse = torch.logsumexp(scaled, dim=-1)  # (n,)
     logprobs = scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse  # (n,)
+    # log-probs of other tokens of the same distribution (n, K): the top-k distillation term's
+    gathered = scaled.gather(-1, gather_ids) - lse.unsqueeze(-1) if gather_ids is not None else logprobs.new_zeros(())
     if not with_entropy:
-        return logprobs, logprobs.new_zeros(())
+        return logprobs, logprobs.new_zeros(()), gathered
     if entropy_checkpointing and torch.is_grad_enabled() and scaled.requires_grad:
         # verl's entropy_checkpointing: keep only `scaled` and `lse` (kept anyway) for the backward
         # and recompute the softmax and its product there, instead of storing two more (n, V) tensors.
-        return logprobs, checkpoint(entropy_from_scaled, scaled, lse, use_reentrant=False)
-    return logprobs, entropy_from_scaled(scaled, lse)
+        return logprobs, checkpoint(entropy_from_scaled, scaled, lse, use_reentrant=False), gathered
+    return logprobs, entropy_from_scaled(scaled, lse), gathered
 
 
 def token_logprobs_from_hidden(
@@ -133,28 +137,35 @@ def token_logprobs_from_hidden(
     with_entropy: bool = False,
     chunk_tokens: int | None = None,
     kernel: HeadKernel = PLAIN_HEAD,
-) -> tuple[Tensor, Tensor | None]:
+    gather_ids: Tensor | None = None,
+) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None, Tensor]:
     """Log-prob of `targets` (N,) under the head applied to `hidden` (N, H), chunk by chunk.
 
     Returns `(logprobs (N,), entropy (N,) or None)`, both fp32. `kernel.fused` hands the whole
     computation to the fused head (`posttrain.models.fused_head`), which needs no recomputation
     of its own and ignores `kernel.entropy_checkpointing` (it stores nothing the size of the logits).
+    `gather_ids` (N, K): also the log-probs of those tokens, a third result (N, K) fp32 (neither
+    the fused head nor sequence parallelism computes them).
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     sp = current_group()
+    if gather_ids is not None and (sp is not None or kernel.fused is not None):
+        raise NotImplementedError("log-probs of further tokens (actor.topk_kl) need the plain LM head of one process: "
+                                  "no model.use_fused_kernels, no Ulysses sequence parallelism")
     if sp is not None:  # the sequence-parallel ranks score a share of the tokens each (posttrain.models.ulysses)
         return split_head(hidden, targets, sp, lambda h, y: _head_logprobs(
             model, h, y, temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens, kernel=kernel))
     return _head_logprobs(
-        model, hidden, targets, temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens, kernel=kernel
+        model, hidden, targets, temperature=temperature, with_entropy=with_entropy, chunk_tokens=chunk_tokens, kernel=kernel,
+        gather_ids=gather_ids,
     )
 
 
 def _head_logprobs(
     model: nn.Module, hidden: Tensor, targets: Tensor, *, temperature: float, with_entropy: bool,
-    chunk_tokens: int | None, kernel: HeadKernel,
-) -> tuple[Tensor, Tensor | None]:
+    chunk_tokens: int | None, kernel: HeadKernel, gather_ids: Tensor | None = None,
+) -> tuple[Tensor, Tensor | None] | tuple[Tensor, Tensor | None, Tensor]:
     """`token_logprobs_from_hidden` on this process's tokens."""
     if kernel.fused is not None:
         return fused_token_logprobs(
@@ -166,21 +177,24 @@ def _head_logprobs(
     # Recompute chunks in backward only when keeping them would exceed one chunk's memory: below
     # that, recomputing would cost an extra head matmul and softmax for no memory saved.
     recompute = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[0] > step
-    lps, ents = [], []
+    lps, ents, gathers = [], [], []
     # At least one (possibly empty) chunk: with no token to score the result is still a function of
     # the head and of `hidden`, so a backward through it runs (zero gradients), as it must on a
     # sharded model, where every rank's backward takes part in the gradient reduction.
     for start in range(0, max(hidden.shape[0], 1), step):
         h, y = hidden[start : start + step], targets[start : start + step]
+        g = gather_ids[start : start + step] if gather_ids is not None else None
         if recompute:
-            lp, ent = checkpoint(
-                _chunk_logprobs, model, h, y, temperature, with_entropy, kernel.entropy_checkpointing, use_reentrant=False
+            lp, ent, gathered = checkpoint(
+                _chunk_logprobs, model, h, y, temperature, with_entropy, kernel.entropy_checkpointing, g, use_reentrant=False
             )
         else:
-            lp, ent = _chunk_logprobs(model, h, y, temperature, with_entropy, kernel.entropy_checkpointing)
+            lp, ent, gathered = _chunk_logprobs(model, h, y, temperature, with_entropy, kernel.entropy_checkpointing, g)
         lps.append(lp)
         ents.append(ent)
-    return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
+        gathers.append(gathered)
+    out = torch.cat(lps), (torch.cat(ents) if with_entropy else None)
+    return out if gather_ids is None else (*out, torch.cat(gathers))
 
 
 def _decoder_hidden(model: nn.Module, input_ids: Tensor, position_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
@@ -281,18 +295,21 @@ def response_logprobs(
     pack: bool = True,
     kernel: HeadKernel = PLAIN_HEAD,
     vision: Sequence[VisionInputs | None] | None = None,
+    gather_ids: Tensor | None = None,
 ) -> TokenLogProbs:
     """log softmax(logits / temperature) of each real response token, and optionally the entropy.
 
     Works with gradients (actor update) and under `torch.inference_mode` (old/ref log-probs).
     Padded response positions hold 0 in both outputs. `share_prompt`, `pack`: see `response_hidden_states`;
     `kernel`: how the head runs (`HeadKernel`); `vision`: the rows' images (`response_hidden_states`).
+    `gather_ids` (B, T, K): also the log-probs of those tokens at each response position, in `gathered`
+    (0 on padding): the distribution the token at that position was drawn from, scored at other tokens.
     """
     hidden = response_hidden_states(
         model, prompt_ids, prompt_mask, response_ids, response_mask, share_prompt=share_prompt, pack=pack, vision=vision,
     )  # (B, T, H)
     real = response_mask > 0  # (B, T)
-    logprobs, entropy = token_logprobs_from_hidden(
+    scored = token_logprobs_from_hidden(
         model,
         hidden[real],  # (N, H): only positions that predict real tokens reach the head
         response_ids[real],
@@ -300,11 +317,18 @@ def response_logprobs(
         with_entropy=with_entropy,
         chunk_tokens=chunk_tokens,
         kernel=kernel,
+        gather_ids=gather_ids[real] if gather_ids is not None else None,  # (N, K)
     )
+    logprobs, entropy = scored[:2]
     zeros = torch.zeros(response_ids.shape, dtype=torch.float32, device=response_ids.device)  # (B, T)
+    gathered = None
+    if gather_ids is not None:
+        gathered = torch.zeros(gather_ids.shape, dtype=torch.float32, device=response_ids.device)  # (B, T, K)
+        gathered = gathered.masked_scatter(real.unsqueeze(-1).expand_as(gathered), scored[2])
     return TokenLogProbs(
         logprobs=zeros.masked_scatter(real, logprobs),
         entropy=zeros.masked_scatter(real, entropy) if entropy is not None else None,
+        gathered=gathered,
     )
 
 

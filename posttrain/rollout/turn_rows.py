@@ -101,22 +101,27 @@ def is_windowed(batch: RolloutBatch) -> bool:
     return bool(batch.extra_info) and "turn_prompts" in batch.extra_info[0]
 
 
-def windowed(forward: Callable[[RolloutBatch], torch.Tensor], batch: RolloutBatch, pad_id: int) -> torch.Tensor:
-    """`forward`'s per-token result (B, T) on the episode rows: itself, or for windowed rows computed on
-    their turn rows (each action after its own prompt) and written onto the actions' columns (the
-    rest, padding only, stays 0)."""
+def windowed(forward: Callable[[RolloutBatch], Any], batch: RolloutBatch, pad_id: int) -> Any:
+    """`forward`'s per-token result (B, T, ...), or tuple of them, on the episode rows: itself, or for
+    windowed rows computed on their turn rows (each action after its own prompt) and written onto the
+    actions' columns (the rest, padding only, stays 0)."""
     if not is_windowed(batch):
         return forward(batch)
     rows = turn_rows(batch, pad_id)
-    per_turn = forward(rows)  # (B', T')
-    out = torch.zeros(batch.response_ids.shape, dtype=per_turn.dtype, device=per_turn.device)  # (B, T)
-    for i, (b, _, s, e) in enumerate(turn_spans(batch)):
-        out[b, s:e] = per_turn[i, : e - s]
-    return out
+    per_turn = forward(rows)  # (B', T', ...) or a tuple of them
+    spans = turn_spans(batch)
+
+    def place(value: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros((*batch.response_ids.shape, *value.shape[2:]), dtype=value.dtype, device=value.device)  # (B, T, ...)
+        for i, (b, _, s, e) in enumerate(spans):
+            out[b, s:e] = value[i, : e - s]
+        return out
+
+    return tuple(place(v) for v in per_turn) if isinstance(per_turn, tuple) else place(per_turn)
 
 
 def _slice_right(value: torch.Tensor, spans: list[tuple[int, int, int, int]], width: int, pad: float) -> torch.Tensor:
-    cut = torch.full((len(spans), width), pad, dtype=value.dtype, device=value.device)  # (B', T') right-padded
+    cut = torch.full((len(spans), width, *value.shape[2:]), pad, dtype=value.dtype, device=value.device)  # (B', T', ...) right-padded
     for i, (b, _, s, e) in enumerate(spans):
         cut[i, : e - s] = value[b, s:e]
     return cut

@@ -36,7 +36,7 @@ from posttrain.workers import Actor, ActorSettings, Critic, CriticSettings, Refe
 from posttrain.workers.rollout import RolloutWorker
 from posttrain.trainer.reference_crew import CrewModel, ReferenceCrewClient
 from posttrain.trainer.rl_settings import (
-    forward_batching, loss_inputs, loss_options, micro_batch_budget, policy_temperature, response_length, rollout_seed,
+    forward_batching, loss_inputs, loss_options, micro_batch_budget, policy_temperature, response_length, rollout_seed, topk_kl_settings,
 )
 
 
@@ -247,6 +247,7 @@ def build_roles(cfg: Config, derived: Derived, tokenizer: Any, world: World = Wo
             micro_batch_size=a.ppo_micro_batch_size_per_gpu,
             max_tokens_per_micro_batch=micro_batch_budget(a.ppo_max_token_len_per_gpu, actor_sp) if a.use_dynamic_bsz else None,
             by_rows=a.micro_batch_weight == "rows",
+            topk_kl=topk_kl_settings(a.topk_kl),
             grad_clip=a.grad_clip,
             shuffle=a.shuffle,
             seed=seed,

@@ -13,6 +13,7 @@ from posttrain.config.checks import role_needs
 from posttrain.config.schema import Config
 from posttrain.errors import ConfigError
 from posttrain.rollout.base import SamplingParams
+from posttrain.workers.topk_kl import TopkKLSettings
 
 
 def response_length(cfg: Config) -> int:
@@ -26,6 +27,14 @@ def policy_temperature(cfg: Config) -> float:
     then of the unscaled logits (1.0), as for greedy validation below."""
     r = cfg.rollout
     return r.temperature if r.do_sample or r.temperature > 0 else 1.0
+
+
+def topk_kl_settings(section: Any) -> TopkKLSettings | None:
+    """actor.topk_kl as the actor reads it; None when off (k 0)."""
+    if not section.k:
+        return None
+    return TopkKLSettings(section.k, section.coef, section.policy_loss, section.teacher_temperature, section.log_prob_min_clamp,
+                          section.loss_max_clamp)
 
 
 # FIRE sampling's first-token settings, as verl's FIRE rollout sets them (a top_k of the config wins).

@@ -11,11 +11,14 @@ policy the router's load-balancing loss and z-loss, as Megatron adds them:
     loss = rl_loss_coef * (pg_loss + kl_loss_coef * kl(logprob, ref_logprob)) - entropy_coeff * entropy
            + sft_loss_coef * positive_sft_loss + moe_aux_loss_coef * load_balancing_loss + moe_z_loss_coef * router_z_loss
            + topr_loss(scores, topr_positive_loss_coef, topr_negative_loss_coef)
+           + topk_kl.coef * topk_kl_loss
 
 each token term aggregated with the same `loss_agg_mode` (as verl does); the SFT term averages over
 the mini-batch's positive responses (`posttrain.algorithms.positive_sft_loss`); the router terms are
 each micro-batch's own (its routed-token counts are the micro-batch's), weighted by the micro-batch's
-share of the mini-batch's real tokens (`posttrain.workers.router_loss`).
+share of the mini-batch's real tokens (`posttrain.workers.router_loss`); the top-k distillation
+term (`actor.topk_kl`, `posttrain.workers.topk_kl`) compares the policy with the teacher's top-k
+tokens, and with `topk_kl.policy_loss` false it is the whole loss (with the router terms).
 
 With routing replay (actor.router_replay.mode R2) the old-log-prob forward also records every
 token's experts (`old_logprobs_and_routes`) and every forward of the update routes to them
@@ -55,10 +58,12 @@ from posttrain.workers.microbatch import (
 )
 from posttrain.workers.reference import batched_logprobs
 from posttrain.workers.router_loss import mini_totals, router_term
+from posttrain.workers.topk_kl import TopkKLSettings, check_teacher_ids, topk_kl_term
 
 # Metrics that are aggregates of the loss mode (weighted like the loss across micro-batches); the
 # others (clip fractions, ppo_kl, coefficients) are averages over the mini-batch.
-ACTOR_LOSS_VALUES = frozenset({"actor/pg_loss", "actor/entropy", "actor/kl_loss", "actor/sft_loss", "actor/moe_aux_loss", "actor/moe_z_loss"})
+ACTOR_LOSS_VALUES = frozenset({"actor/pg_loss", "actor/entropy", "actor/kl_loss", "actor/sft_loss", "actor/moe_aux_loss", "actor/moe_z_loss",
+                               "actor/topk_kl_loss"})
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,7 @@ class ActorSettings:
     moe_z_loss_coef: float = 0.0  # actor.moe_z_loss_coef (posttrain.models.moe.router_z_setting)
     router_replay: bool = False  # actor.router_replay.mode R2: the update routes as the old-log-prob forward did
     by_rows: bool = False  # actor.micro_batch_weight rows: micro-batch losses weighted by their rows (posttrain.workers.microbatch.micro_share)
+    topk_kl: TopkKLSettings | None = None  # actor.topk_kl with k > 0: the top-k distillation term (posttrain.workers.topk_kl)
 
     @property
     def router_weights(self) -> RouterWeights:
@@ -278,6 +284,10 @@ class Actor:
             raise ValueError("actor.use_kl_loss needs ref_logprobs on the batch")
         if self.s.router_replay and batch.routes is None:
             raise ValueError("actor.router_replay.mode R2: the batch carries no recorded routes (old_logprobs_and_routes)")
+        if self.s.topk_kl is not None:
+            if batch.teacher_topk_ids is None:
+                raise ValueError("actor.topk_kl needs the teacher's top-k on the batch (the reference's compute_topk)")
+            check_teacher_ids(batch.teacher_topk_ids, batch.response_mask, self.model.get_output_embeddings().weight.shape[0])
         self.model.train()
         sums: dict[str, float] = defaultdict(float)
         counts: dict[str, float] = defaultdict(float)
@@ -337,10 +347,17 @@ class Actor:
                 pack=self.s.pack,
                 kernel=self.s.head,
                 vision=micro.vision,  # a vision-language policy's images (posttrain.models.vision)
+                gather_ids=micro.teacher_topk_ids if self.s.topk_kl is not None else None,  # the teacher's top-k tokens
             )
         if self.replay is not None:
             check_replayed(self.replay)
         mask = micro.train_mask  # response_mask less the tokens rollout correction and ROLL's sample filters rejected
+        topk = self.s.topk_kl
+        if topk is not None and not topk.policy_loss:  # pure on-policy distillation: the top-k term is the loss
+            loss, parts = topk_kl_term(out.gathered, micro, topk, mask, self.s.loss_agg_mode, self.s.loss_scale_factor)
+            entropy = aggregate_loss(out.entropy, mask, self.s.loss_agg_mode, loss_scale_factor=self.s.loss_scale_factor)
+            parts["actor/entropy"] = float(entropy.detach())
+            return self._with_router_term(loss, parts, routers, micro)
         agg = dict(loss_agg_mode=self.s.loss_agg_mode)
         weights = self._sample_weights(micro)  # (b,) or None
         if micro.rollout_is_weights is not None:  # algorithm.rollout_is: weights the policy loss only, as verl
@@ -387,7 +404,15 @@ class Actor:
                              loss_agg_mode=self.s.loss_agg_mode, scores=micro.token_level_scores.sum(-1), positive_coef=positive,
                              negative_coef=negative, loss_scale_factor=self.s.loss_scale_factor).loss
             loss, parts["actor/topr_loss"] = loss + topr, float(topr.detach())
-        if routed:  # weighted as accumulate_gradients weighs the loss values: the metrics sum to the tokens' mean
+        if topk is not None:
+            term, topk_parts = topk_kl_term(out.gathered, micro, topk, mask, self.s.loss_agg_mode, self.s.loss_scale_factor)
+            loss = loss + term
+            parts.update(topk_parts)
+        return self._with_router_term(loss, parts, routers, micro)
+
+    def _with_router_term(self, loss: Tensor, parts: dict[str, float], routers: RouterCapture, micro: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
+        """`loss` plus a mixture-of-experts policy's router terms, when on."""
+        if self.s.router_weights.on:  # weighted as accumulate_gradients weighs the loss values: the metrics sum to the tokens' mean
             term, router_parts = router_term(routers, micro, self.router_totals, self.s.loss_agg_mode, self.s.router_weights, self.dp,
                                              self.s.by_rows)
             loss = loss + term

@@ -10,11 +10,12 @@ from torch import Tensor, nn
 
 from posttrain.models.lean_forward import lean_mode
 from posttrain.models.logprobs import PLAIN_HEAD, HeadKernel, response_logprobs
+from posttrain.models.topk_logprobs import response_topk
 from posttrain.models.precision import autocast
 from posttrain.records import RolloutBatch
 from posttrain.cluster.fsdp import forward_runner, run_directly
 from posttrain.cluster.parallel import DataParallel
-from posttrain.workers.microbatch import SINGLE, forward_in_order
+from posttrain.workers.microbatch import SINGLE, forward_in_order, forward_in_order_many
 
 
 class ReferencePolicy:
@@ -55,6 +56,26 @@ class ReferencePolicy:
                     self.model, batch, self.temperature, self.micro_batch_size, self.max_tokens, self.pack, self.dp, self.run,
                     self.head,
                 )
+        finally:
+            self.model.train(was_training)
+
+    @torch.inference_mode()
+    def compute_topk(self, batch: RolloutBatch, k: int, temperature: float) -> tuple[Tensor, Tensor]:
+        """The model's k most likely tokens at each response position and their log-probs at
+        `temperature`, `(logprobs (B, T, K), ids (B, T, K))`, 0 on padding (as a teacher of
+        actor.topk_kl), batched and shared over the ranks as `compute_logprobs`."""
+        was_training = self.model.training
+        self.model.eval()
+
+        def one(micro: RolloutBatch) -> tuple[Tensor, Tensor]:
+            return self.run(response_topk, self.model, micro.prompt_ids, micro.prompt_mask, micro.response_ids, micro.response_mask,
+                            k=k, temperature=temperature, pack=self.pack, vision=micro.vision)  # (b, T', K) each
+
+        width = batch.response_ids.shape[1]
+        empty = (torch.zeros((0, width, k), device=batch.response_ids.device), batch.response_ids.new_zeros((0, width, k)))
+        try:
+            with self.adapters_off(), autocast(self.model, self.compute_dtype), lean_mode(self.lean_forward):
+                return forward_in_order_many(batch, one, empty, size=self.micro_batch_size, max_tokens=self.max_tokens, dp=self.dp)
         finally:
             self.model.train(was_training)
 

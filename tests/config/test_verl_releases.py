@@ -165,7 +165,7 @@ def test_several_named_teachers_become_ref_teachers_routed_by_the_reward_fn_key_
 
 
 @pytest.mark.parametrize("change, why", [
-    ("distillation.distillation_loss.loss_mode=forward_kl_topk", "loss_mode forward_kl_topk"),
+    ("distillation.distillation_loss.loss_mode=forward_kl_topk", "forward_kl_topk with use_policy_gradient true"),
     ("distillation.distillation_loss.use_task_rewards=True", "use_task_rewards true"),
     ("actor_rollout_ref.rollout.temperature=0.7", "temperature 0.7"),
     ("actor_rollout_ref.actor.ppo_mini_batch_size=16", "one optimizer step per batch"),
@@ -173,6 +173,41 @@ def test_several_named_teachers_become_ref_teachers_routed_by_the_reward_fn_key_
 ])
 def test_distillation_that_on_policy_distill_does_not_compute_is_refused_saying_why(change, why):
     _, report = _line(*_OPD, change)
+    reasons = [e.reason for e in report.refused if e.key.startswith("distillation.")]
+    assert reasons and all(why in r for r in reasons)
+
+
+_TOPK = (*_OPD, "distillation.distillation_loss.loss_mode=forward_kl_topk", "distillation.distillation_loss.use_policy_gradient=False",
+         "distillation.distillation_loss.topk=64", "distillation.distillation_loss.log_prob_min_clamp=-10.0",
+         "actor_rollout_ref.rollout.temperature=0.7", "actor_rollout_ref.actor.ppo_mini_batch_size=16")
+
+
+def test_supervised_top_k_distillation_is_actor_topk_kl_with_the_teacher_as_reference():
+    native, report = _line(*_TOPK, "actor_rollout_ref.actor.clip_ratio_high=0.28", "+distillation.distillation_loss.use_chunked_topk=True")
+    assert native["actor"]["topk_kl"] == {"k": 64, "log_prob_min_clamp": -10.0, "loss_max_clamp": 10.0, "policy_loss": False}
+    assert native["ref"]["model_path"] == "/models/teacher" and native["actor"]["entropy_coeff"] == 0.0
+    # the task's PPO term is not in verl's loss: its estimator and clip range are read by nothing
+    assert native.get("algorithm", {}).get("adv_estimator") is None
+    assert report.entry("actor_rollout_ref.actor.clip_ratio_high").status == "dropped"
+    assert "same numbers" in report.entry("distillation.distillation_loss.use_chunked_topk").reason
+    # a supervised term of the current policy: neither the rollout temperature nor several mini-batches stand in the way
+    assert not report.refused
+
+
+def test_top_k_distillation_beside_the_task_loss_keeps_the_task_s_settings():
+    native, report = _line(*_TOPK, "distillation.distillation_loss.use_task_rewards=True",
+                           "distillation.distillation_loss.distillation_loss_coef=0.5", "actor_rollout_ref.actor.clip_ratio_high=0.28")
+    assert native["actor"]["topk_kl"]["policy_loss"] is True and native["actor"]["topk_kl"]["coef"] == 0.5
+    assert native["algorithm"]["adv_estimator"] == "grpo" and native["actor"]["clip_ratio_high"] == 0.28
+    assert not report.refused
+
+
+@pytest.mark.parametrize("change, why", [
+    ("distillation.distillation_loss.use_policy_gradient=True", "minus each token's top-k KL as a PPO advantage"),
+    ("+distillation.teacher_models.second.model_path=/b", "takes one teacher"),
+])
+def test_top_k_distillation_posttrain_does_not_compute_is_refused(change, why):
+    _, report = _line(*_TOPK, "+distillation.teacher_models.first.model_path=/a", change)
     reasons = [e.reason for e in report.refused if e.key.startswith("distillation.")]
     assert reasons and all(why in r for r in reasons)
 

@@ -76,6 +76,8 @@ STEP = "{root}/posttrain/run/checkpoints/global_step_"
 # Profiling (trace files are compared by name: their bytes hold timings). PROF_D: the actor in discrete mode.
 PROF = ("profiler.tool=torch", "profiler.steps=[1]", "actor.profiler.enable=true")
 PROF_D = (*PROF, "actor.profiler.discrete=true")
+# The top-k distillation term against the starting policy sharpened (teacher at temperature 0.5): a term that is not 0 at step 1.
+TOPK = ("actor.topk_kl.k=4", "actor.topk_kl.teacher_temperature=0.5")
 
 KNOBS = [
     # data
@@ -163,6 +165,12 @@ KNOBS = [
     knob("actor.loss_agg_mode=token-sum", "weights"),
     knob("actor.micro_batch_weight=rows", "weights", "actor.ppo_micro_batch_size_per_gpu=1", "data.max_response_length=48"),  # lengths differ: EOS
     knob("actor.policy_loss.loss_mode=gspo", "weights"),
+    knob("actor.topk_kl.k=4", "weights"),  # the teacher is the reference, the starting policy
+    knob("actor.topk_kl.coef=5.0", "weights", *TOPK),
+    knob("actor.topk_kl.policy_loss=false", "weights", *TOPK),
+    knob("actor.topk_kl.teacher_temperature=2.0", "weights", *TOPK),
+    knob("actor.topk_kl.log_prob_min_clamp=-1.0", "weights", *TOPK),
+    knob("actor.topk_kl.loss_max_clamp=0.001", "weights", *TOPK),
     knob("actor.policy_loss.clip_cov_ratio=0.5", "weights", *CLIP_COV, "actor.policy_loss.clip_cov_lb=-100", "actor.policy_loss.clip_cov_ub=100"),
     knob("actor.policy_loss.clip_cov_lb=-100", "weights", *CLIP_COV, "actor.policy_loss.clip_cov_ratio=0.5", "actor.policy_loss.clip_cov_ub=100"),
     knob("actor.policy_loss.clip_cov_ub=-50", "weights", *CLIP_COV, "actor.policy_loss.clip_cov_ratio=0.5", "actor.policy_loss.clip_cov_lb=-100"),

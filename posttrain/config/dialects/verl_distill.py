@@ -28,6 +28,16 @@ dual-clip bound of 3, no entropy bonus. Any other combination is refused, naming
 The teacher's engine and its devices (``inference.*``, ``num_replicas``, ``n_gpus_per_node``,
 ``nnodes``) are where it runs, not what it computes: dropped (``cluster.device_mapping.ref`` places
 posttrain's teacher on devices of its own).
+
+``loss_mode: forward_kl_topk`` (verl/trainer/distillation/losses.py and fsdp/losses.py, the Megatron
+loss the same per token): the teacher's engine returns its top-``topk`` log-probs at temperature 1
+(vLLM prompt log-probs), the student's log-softmax of its logits / the rollout temperature is
+gathered at those tokens, both are floored at ``log_prob_min_clamp``, the top-k forward KL is floored
+at 0 and capped at ``loss_max_clamp``. Without ``use_policy_gradient`` it is a supervised term
+aggregated with the actor's ``loss_agg_mode``: the actor's whole loss (``use_task_rewards`` false),
+or added to the task's PPO loss with ``distillation_loss_coef``. That is posttrain's
+``actor.topk_kl`` (posttrain.algorithms.distill_topk) with the teacher as ``ref.model_path``, on one
+teacher. With ``use_policy_gradient`` verl trains minus the top-k KL as a PPO advantage: refused.
 """
 
 from __future__ import annotations
@@ -77,9 +87,18 @@ def distillation(ctx: Any) -> None:
     _translate(ctx, keys, teachers)
 
 
+def _topk(ctx: Any) -> bool:
+    return value_of(ctx, f"{_LOSS}.loss_mode") == "forward_kl_topk"
+
+
 def _not_exact(ctx: Any) -> str | None:
-    """Why the line's distillation is not posttrain's on_policy_distill, or None."""
+    """Why the line's distillation is not posttrain's on_policy_distill (or actor.topk_kl), or None."""
     mode, pg, task = (value_of(ctx, f"{_LOSS}.{k}") for k in ("loss_mode", "use_policy_gradient", "use_task_rewards"))
+    if mode == "forward_kl_topk":
+        if pg:
+            return ("forward_kl_topk with use_policy_gradient true: verl trains minus each token's top-k KL as a PPO advantage; "
+                    "posttrain's top-k term (actor.topk_kl) is the supervised loss verl computes with use_policy_gradient false")
+        return _kl_terms(ctx)
     if mode not in ("k1", "kl"):
         return (f"loss_mode {mode}: posttrain's teacher advantage is k1 (student minus teacher log-prob of the sampled token); "
                 "top-k and other per-token divergences are not translated")
@@ -99,6 +118,10 @@ def _not_exact(ctx: Any) -> str | None:
         return (f"ppo_epochs {epochs}, ppo_mini_batch_size {mini} of data.train_batch_size {batch}: verl takes the student's log-prob "
                 "in the advantage from the policy being updated, posttrain's on_policy_distill from the policy before the step, the "
                 "same only with one optimizer step per batch (ppo_epochs 1, ppo_mini_batch_size = train_batch_size)")
+    return _kl_terms(ctx)
+
+
+def _kl_terms(ctx: Any) -> str | None:
     for key in (f"{_ACTOR}.use_kl_loss", "algorithm.use_kl_in_reward"):
         if value_of(ctx, key):
             return f"{key} true: its KL is to verl's initial policy, and posttrain's reference is the teacher in on-policy distillation"
@@ -115,6 +138,8 @@ def _teachers(ctx: Any) -> dict[str, dict[str, Any]] | str:
     for name, teacher in chosen.items():
         if (teacher.get("inference") or {}).get("quantization"):
             return f"distillation.teacher_models.{name}.inference.quantization: a quantized teacher gives other log-probs than its model_path"
+    if len(chosen) > 1 and _topk(ctx):
+        return "forward_kl_topk with several teachers: posttrain's top-k term (actor.topk_kl) takes one teacher, the reference model"
     if len(chosen) > 1:
         key = value_of(ctx, f"{_D}.teacher_key")
         routing = value_of(ctx, "data.reward_fn_key")
@@ -127,6 +152,9 @@ def _teachers(ctx: Any) -> dict[str, dict[str, Any]] | str:
 
 
 def _translate(ctx: Any, keys: list[str], teachers: dict[str, dict[str, Any]]) -> None:
+    if _topk(ctx):
+        _translate_topk(ctx, keys, teachers)
+        return
     enabled = f"{_D}.enabled"
     ctx.set("algorithm.adv_estimator", "on_policy_distill", enabled,
             "the teacher's advantage kl_coef (t - s) of every sampled token, trained with vanilla PPO (use_task_rewards false)")
@@ -149,17 +177,56 @@ def _translate(ctx: Any, keys: list[str], teachers: dict[str, dict[str, Any]]) -
     ctx.set("actor.policy_loss.loss_mode", "vanilla", enabled, "verl's distillation runs vanilla PPO")
     ctx.set("actor.entropy_coeff", 0.0, enabled, "use_task_rewards false leaves the entropy bonus out of verl's loss")
     set_here = {f"{_LOSS}.{n}" for n in ("clip_ratio", "clip_ratio_low", "clip_ratio_high")}
+    if clamp is not None:
+        set_here.add(f"{_LOSS}.loss_max_clamp")
+    _drop_rest(ctx, keys, teachers, set_here)
+    _drop_task_term(ctx)
+
+
+def _translate_topk(ctx: Any, keys: list[str], teachers: dict[str, dict[str, Any]]) -> None:
+    """forward_kl_topk without the policy gradient: actor.topk_kl with the one teacher as ref.model_path."""
+    enabled = f"{_D}.enabled"
+    ((name, teacher),) = teachers.items()
+    ctx.set("ref.model_path", teacher["model_path"], f"{_D}.teacher_models.{name}.model_path",
+            "the teacher: posttrain's reference model computes its top-k")
+    task = value_of(ctx, f"{_LOSS}.use_task_rewards")
+    fields = {"topk": "k", "log_prob_min_clamp": "log_prob_min_clamp", "loss_max_clamp": "loss_max_clamp"}
+    if task:
+        fields["distillation_loss_coef"] = "coef"
+    set_here = set()
+    for verl_name, field in fields.items():
+        key = f"{_LOSS}.{verl_name}"
+        value = value_of(ctx, key)
+        if value is not None:
+            ctx.set(f"actor.topk_kl.{field}", value, key if ctx.has(key) else enabled, "the same setting of the top-k forward KL term")
+            set_here.add(key)
+    task_key = f"{_LOSS}.use_task_rewards"
+    ctx.set("actor.topk_kl.policy_loss", bool(task), task_key if ctx.has(task_key) else enabled,
+            "the task's PPO loss beside the term" if task else "the term is the actor's whole loss (no task PPO term)")
+    set_here.add(task_key)
+    if not task:
+        ctx.set("actor.entropy_coeff", 0.0, enabled, "use_task_rewards false leaves the entropy bonus out of verl's loss")
+    _drop_rest(ctx, keys, teachers, set_here)
+    if not task:
+        _drop_task_term(ctx)
+
+
+def _drop_rest(ctx: Any, keys: list[str], teachers: dict[str, dict[str, Any]], set_here: set[str]) -> None:
+    """Drop the section's keys that were not set above, each with its reason."""
+    enabled = f"{_D}.enabled"
     for key in keys:
         if key == enabled or key in set_here or (len(teachers) == 1 and key == f"{_D}.teacher_models.{next(iter(teachers))}.model_path"):
             continue  # reported where they were set above
-        if key == f"{_LOSS}.loss_max_clamp" and clamp is not None:
-            continue
         if len(teachers) > 1 and key.split(".")[-1] in ("model_path", "key"):
             ctx.drop(key, "read into ref.teachers")
         elif key.startswith(f"{_D}.teacher_models.") and key.split(".")[2] not in teachers:
             ctx.drop(key, "verl drops its default teacher_model when named teachers are given")
         else:
-            ctx.drop(key, _why_dropped(key))
+            ctx.drop(key, _why_dropped(key, _topk(ctx)))
+
+
+def _drop_task_term(ctx: Any) -> None:
+    """use_task_rewards false: the actor's task PPO settings and the task estimator train nothing."""
     for name in _TASK_TERM:
         key = f"{_ACTOR}.{name}"
         if ctx.has(key):
@@ -170,12 +237,20 @@ def _translate(ctx: Any, keys: list[str], teachers: dict[str, dict[str, Any]]) -
         ctx.drop("algorithm.adv_estimator", "verl computes the task's advantages and, with use_task_rewards false, trains on none of them")
 
 
-def _why_dropped(key: str) -> str:
+def _why_dropped(key: str, topk: bool = False) -> str:
     name = key.split(".")[-1]
     if ".inference." in key or name == "num_replicas":
         return _ENGINE
     if name in ("n_gpus_per_node", "nnodes"):
         return _PLACEMENT
+    if topk and name in ("use_chunked_topk", "chunked_topk_chunk_size"):
+        return "how verl's student log-softmax is computed (in chunks of tokens or whole): the same numbers; posttrain's head runs in chunks"
+    if topk and name in ("policy_loss_mode", "clip_ratio", "clip_ratio_low", "clip_ratio_high", "use_policy_gradient"):
+        return "read by the policy-gradient form of the distillation loss only (use_policy_gradient false)"
+    if topk and name == "loss_mode":
+        return "forward_kl_topk: posttrain's actor.topk_kl"
+    if topk and name == "distillation_loss_coef":
+        return "verl weighs the distillation term 1 when use_task_rewards is false"
     if name in ("topk", "log_prob_min_clamp", "use_chunked_topk", "chunked_topk_chunk_size"):
         return "read by verl's top-k loss (forward_kl_topk) only"
     if name == "teacher_key":
@@ -191,7 +266,7 @@ def _why_dropped(key: str) -> str:
 
 HANDLERS = [distillation]
 RULES: dict[str, Rule] = {
-    f"{_D}.enabled": Rule("algorithm.adv_estimator", "with distillation_loss k1, use_policy_gradient true and use_task_rewards false (one optimizer step per batch, rollout temperature 1): on_policy_distill with the teacher as ref.model_path (several: ref.teachers), loss_max_clamp as algorithm.advantage_clip, the section's clip ratios as the actor's, dual clip 3, no entropy bonus; other combinations refused", True,
+    f"{_D}.enabled": Rule("algorithm.adv_estimator", "with distillation_loss k1, use_policy_gradient true and use_task_rewards false (one optimizer step per batch, rollout temperature 1): on_policy_distill with the teacher as ref.model_path (several: ref.teachers), loss_max_clamp as algorithm.advantage_clip, the section's clip ratios as the actor's, dual clip 3, no entropy bonus; forward_kl_topk without use_policy_gradient: actor.topk_kl (topk as k, the clamps, use_task_rewards as policy_loss, distillation_loss_coef as coef with task rewards) with the one teacher as ref.model_path; other combinations refused", True,
                           ((f"{_D}.teacher_models.teacher_model.model_path", "/models/teacher"), (f"{_LOSS}.loss_mode", "k1"),
                            (f"{_LOSS}.use_policy_gradient", True), (f"{_LOSS}.use_task_rewards", False),
                            ("data.train_batch_size", 256), (f"{_ACTOR}.ppo_mini_batch_size", 256))),
