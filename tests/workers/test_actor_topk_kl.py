@@ -9,9 +9,8 @@ import copy
 import pytest
 import torch
 
-from posttrain.algorithms import aggregate_loss, ppo_clip_loss, topk_forward_kl
+from posttrain.algorithms import aggregate_loss, topk_forward_kl
 from posttrain.errors import DataError
-from posttrain.models.logprobs import batch_logprobs
 from posttrain.workers import ReferencePolicy
 from posttrain.workers.topk_kl import TopkKLSettings
 from test_actor import LOSS_TERMS, SPLITS, grads_after_update, prepared_batch
