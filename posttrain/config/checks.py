@@ -207,6 +207,18 @@ def check_critic_batches(cfg: Any) -> list[str]:
     return _mini_batch_rules(cfg, "critic") if role_needs(cfg).critic else []
 
 
+def check_dynamic_bsz_partition(cfg: Any) -> list[str]:
+    """A cut of the dynamic batch size acts on a token-budget update only."""
+    problems = []
+    for role in ("actor", "critic"):
+        if get_path(cfg, f"{role}.dynamic_bsz_partition", "pack") == "pack":
+            continue
+        if not get_path(cfg, f"{role}.use_dynamic_bsz", False):
+            problems.append(f"{role}.dynamic_bsz_partition balanced: cuts the {role}'s micro-batches by a token budget, which "
+                            f"{role}.use_dynamic_bsz false does not use (fixed micro-batch sizes); set use_dynamic_bsz true or leave it at pack")
+    return problems
+
+
 def check_token_budget(cfg: Any) -> list[str]:
     """Packing by tokens cannot split one sequence, so the budget must hold the longest one: prompt +
     response for RL, data.max_length for SFT, both sides of a pair (2 × data.max_length) for DPO.
@@ -408,6 +420,7 @@ CHECKS: list[Callable[[Any], list[str]]] = [
     check_reward_workers,
     check_domain_probs,
     check_teachers,
+    check_dynamic_bsz_partition,
     check_topk_kl,
     check_row_choosers,
     check_row_templates,

@@ -37,6 +37,7 @@ from posttrain.cluster.fsdp import forward_runner
 from posttrain.cluster.parallel import DataParallel
 from posttrain.cluster.world import role_parallelism
 from posttrain.workers.microbatch import SINGLE, accumulate_units, clip_and_step
+from posttrain.workers.balanced_split import verl_groups
 from posttrain.workers.router_loss import scaled_router_term
 from posttrain.checkpoint.save import save_hf
 from posttrain.config.derive import Derived
@@ -103,11 +104,13 @@ class MicroBatching:
 
     size: int
     max_tokens: int | None = None
+    balanced: bool = False  # actor.dynamic_bsz_partition balanced: verl's cut (posttrain.workers.balanced_split)
 
     @classmethod
     def from_config(cls, cfg: Config) -> MicroBatching:
         a = cfg.actor
-        return MicroBatching(a.ppo_micro_batch_size_per_gpu, a.ppo_max_token_len_per_gpu if a.use_dynamic_bsz else None)
+        return MicroBatching(a.ppo_micro_batch_size_per_gpu, a.ppo_max_token_len_per_gpu if a.use_dynamic_bsz else None,
+                             a.use_dynamic_bsz and a.dynamic_bsz_partition == "balanced")
 
     @classmethod
     def for_validation(cls, cfg: Config) -> MicroBatching:
@@ -117,11 +120,15 @@ class MicroBatching:
         size = cfg.data.val_batch_size
         return cls(size) if size is not None else cls.from_config(cfg)
 
-    def split(self, examples: Sequence[Any], tokens: Callable[[Sequence[Any]], int]) -> list[Sequence[Any]]:
+    def split(self, examples: Sequence[Any], tokens: Callable[[Sequence[Any]], int], dp: DataParallel = SINGLE) -> list[Sequence[Any]]:
+        """The units of `examples`; with `balanced` every rank calls it (the ranks agree on the count)."""
         if self.max_tokens is None:
             return [examples[i : i + self.size] for i in range(0, len(examples), self.size)]
-        # In order, by real tokens; an example never splits (the config check sees to it)
         lengths = [tokens([example]) for example in examples]
+        if self.balanced:
+            groups = verl_groups(lengths, self.max_tokens, dp.max_count if dp.distributed else None)
+            return [[examples[i] for i in group] for group in groups]
+        # In order, by real tokens; an example never splits (the config check sees to it)
         groups = pack_greedy(range(len(examples)), self.max_tokens, lambda g: sum(lengths[i] for i in g))
         return [[examples[i] for i in group] for group in groups]
 
@@ -149,7 +156,7 @@ def accumulate(objective: Objective, examples: Sequence[Any], micro: MicroBatchi
             loss, parts = loss + term, parts | router_parts
         return loss, {f"{objective.prefix}/{key}": value for key, value in parts.items()}
 
-    units = micro.split(mine, objective.tokens) if mine else []
+    units = micro.split(mine, objective.tokens, dp) if mine or micro.balanced else []
     norms = iter(unit_normalisers(objective, units, total, dp, rows=len(examples)))
     return accumulate_units(units, lambda: examples[:1], lambda part: weighted(part, next(norms, total)), dp=dp, backward=backward)
 

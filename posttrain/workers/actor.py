@@ -112,6 +112,7 @@ class ActorSettings:
     moe_z_loss_coef: float = 0.0  # actor.moe_z_loss_coef (posttrain.models.moe.router_z_setting)
     router_replay: bool = False  # actor.router_replay.mode R2: the update routes as the old-log-prob forward did
     by_rows: bool = False  # actor.micro_batch_weight rows: micro-batch losses weighted by their rows (posttrain.workers.microbatch.micro_share)
+    balanced: bool = False  # actor.dynamic_bsz_partition balanced: verl's cut (posttrain.workers.balanced_split)
     topk_kl: TopkKLSettings | None = None  # actor.topk_kl with k > 0: the top-k distillation term (posttrain.workers.topk_kl)
 
     @property
@@ -317,6 +318,7 @@ class Actor:
         metrics = accumulate_gradients(
             mini, self._micro_loss, loss_agg_mode=self.s.loss_agg_mode, size=self.s.micro_batch_size,
             max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp, loss_values=ACTOR_LOSS_VALUES, by_rows=self.s.by_rows,
+            balanced=self.s.balanced,
         )
         grad_norm = clip_and_step(self.optimizer, self.s.grad_clip)
         metrics["actor/grad_norm"] = grad_norm

@@ -57,6 +57,7 @@ class CriticSettings:
     moe_top_k: int = 0  # experts per token of the value model's routers, when moe_aux_loss_coef > 0
     moe_z_loss_coef: float = 0.0  # critic.moe_z_loss_coef (posttrain.models.moe.router_z_setting)
     by_rows: bool = False  # critic.micro_batch_weight rows (posttrain.workers.microbatch.micro_share)
+    balanced: bool = False  # critic.dynamic_bsz_partition balanced: verl's cut (posttrain.workers.balanced_split)
 
     @property
     def router_weights(self) -> RouterWeights:
@@ -146,6 +147,7 @@ class Critic:
             mini, self._micro_loss, loss_agg_mode=self.s.loss_agg_mode, size=self.s.micro_batch_size,
             max_tokens=self.s.max_tokens_per_micro_batch, dp=self.dp, loss_values=frozenset({"critic/vf_loss", "critic/moe_aux_loss", "critic/moe_z_loss"}),
             by_rows=self.s.by_rows,
+            balanced=self.s.balanced,
         )
         metrics["critic/grad_norm"] = clip_and_step(self.optimizer, self.s.grad_clip)
         metrics["critic/lr"] = self.optimizer.param_groups[0]["lr"]

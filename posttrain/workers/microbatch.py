@@ -29,6 +29,7 @@ import torch
 from posttrain.cluster.parallel import DataParallel
 from posttrain.models.ulysses import sequence_parallel
 from posttrain.records import MicroBatches, RolloutBatch
+from posttrain.workers.balanced_split import balanced_split
 
 SINGLE = DataParallel()  # one process: every data-parallel call is the identity
 U = TypeVar("U")  # a micro-batch: a RolloutBatch (RL) or a list of examples (SFT/DPO)
@@ -124,6 +125,7 @@ def accumulate_gradients(
     dp: DataParallel = SINGLE,
     loss_values: frozenset[str] = frozenset(),
     by_rows: bool = False,
+    balanced: bool = False,
 ) -> dict[str, float]:
     """Backward of one mini-batch's loss, micro-batch by micro-batch; returns the loss metrics of the
     whole mini-batch (summed over ranks).
@@ -135,7 +137,8 @@ def accumulate_gradients(
     report the mini-batch's loss; the others are averages weighted by `micro_weight`. A micro-batch
     that weighs nothing (no token left to train on) still runs forward and backward with weight 0,
     as a rank's padding units do (`accumulate_units`). `by_rows` weighs micro-batches by their rows
-    instead (`micro_share`)."""
+    instead (`micro_share`). `balanced`: with `max_tokens`, the micro-batches are verl's
+    (`posttrain.workers.balanced_split`) rather than posttrain's packing."""
     total = normaliser(mini.train_mask, loss_agg_mode)  # of the whole mini-batch: the same on every rank
     mine = mini if not dp.distributed else mini[dp.share(mini.seq_lengths().tolist())]
 
@@ -144,7 +147,10 @@ def accumulate_gradients(
         loss, parts = loss_fn(unit)
         return loss * weight, {k: v * (weight if k in loss_values else share) for k, v in parts.items()}
 
-    units = micro_batches(mine, size=size, max_tokens=max_tokens) if len(mine) else []
+    if balanced and max_tokens is not None:  # verl's cut: every rank takes part in agreeing on the count
+        units = balanced_split(mine, max_tokens, dp.max_count if dp.distributed else None).batches
+    else:
+        units = micro_batches(mine, size=size, max_tokens=max_tokens) if len(mine) else []
     return accumulate_units(units, lambda: mini[:1].trim(), weighted, dp=dp)
 
 

@@ -418,6 +418,13 @@ def test_trinity_s_micro_batch_loss_scale_is_by_rows_unless_fixed_for_a_token_me
     assert native["critic"]["micro_batch_weight"] == "rows" and native["actor"]["micro_batch_weight"] == "normaliser"
     assert "micro_batch_weight" not in translate({"algorithm": {"algorithm_type": "grpo"}}, "trinity")[0].get("critic", {})
     assert weight({"algorithm_type": "grpo", "loss_agg_mode": "seq-mean-token-mean"}, fix_actor_microbatch_loss_scale=True)[0] == "rows"
+    # Trinity-RFT's dynamic batch size (its default) cuts micro-batches as verl does: rows-weighted means of the same rows
+    native, _ = translate({"algorithm": {"algorithm_type": "ppo"}}, "trinity")
+    assert native["actor"]["dynamic_bsz_partition"] == native["critic"]["dynamic_bsz_partition"] == "balanced"
+    native, _ = translate({"algorithm": {"algorithm_type": "grpo"}, "trainer": {"use_dynamic_bsz": False}}, "trinity")
+    assert "dynamic_bsz_partition" not in native["actor"]
+    native, _ = translate({"algorithm": {"algorithm_type": "grpo"}, "trainer": {"fix_actor_microbatch_loss_scale": True}}, "trinity")
+    assert "dynamic_bsz_partition" not in native["actor"]  # normaliser weights: the cut changes nothing
     # SFT: the batch's token mean with the fix, else each micro-batch's weighted by its sequences
     def scope(algorithm, **trainer):
         native, report = translate({"algorithm": algorithm, **({"trainer": trainer} if trainer else {})}, "trinity")
@@ -426,6 +433,7 @@ def test_trinity_s_micro_batch_loss_scale_is_by_rows_unless_fixed_for_a_token_me
     fixed = scope({"algorithm_type": "sft"}, fix_actor_microbatch_loss_scale=True)
     assert fixed[0] is None and fixed[1]["trainer.fix_actor_microbatch_loss_scale"] == "dropped"
     assert scope({"algorithm_type": "sft"})[0] == scope({"algorithm_type": "sft"}, fix_actor_microbatch_loss_scale=False)[0] == "micro_batch_rows"
+    assert translate({"algorithm": {"algorithm_type": "sft"}}, "trinity")[0]["actor"]["dynamic_bsz_partition"] == "balanced"
     # DPO: per-pair means weighted by rows are the batch's pair mean (posttrain's); by tokens they are not
     assert scope({"algorithm_type": "dpo"}, fix_actor_microbatch_loss_scale=False)[1]["trainer.fix_actor_microbatch_loss_scale"] == "dropped"
     assert scope({"algorithm_type": "dpo"}, fix_actor_microbatch_loss_scale=True)[1]["trainer.fix_actor_microbatch_loss_scale"] == "refused"

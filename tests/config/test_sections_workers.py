@@ -134,6 +134,9 @@ def test_defaults_are_within_their_own_bounds_and_choices():
 COMPANIONS = {
     # an external endpoint is benched only, by model id, over each row's chat messages (check_external)
     ("rollout.name", "external"): ["trainer.mode=bench", "rollout.external.model_name=m", "data.return_raw_chat=true"],
+    # verl's cut of a token-budget batch: with dynamic batch size only (check_dynamic_bsz_partition)
+    ("actor.dynamic_bsz_partition", "balanced"): ["actor.use_dynamic_bsz=true"],
+    ("critic.dynamic_bsz_partition", "balanced"): ["critic.use_dynamic_bsz=true"],
 }
 
 

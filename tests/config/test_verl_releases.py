@@ -71,8 +71,13 @@ def test_verl_0_8_s_legacy_workers_weigh_micro_batches_by_their_rows():
     assert reasons["actor.micro_batch_weight"].startswith("verl 0.8's legacy actor (use_legacy_worker_impl auto")
     assert "scales each micro-batch's own loss mean by 1 / the accumulation steps" in reasons["critic.micro_batch_weight"]
     assert weights("algorithm.adv_estimator=grpo")[:2] == ("rows", None)  # no critic
-    dynamic = weights("actor_rollout_ref.actor.use_dynamic_bsz=true")[2]
-    assert any("not into verl's balanced partitions" in e.reason for e in dynamic.entries if e.native == "actor.micro_batch_weight")
+    # with dynamic batch size the role cuts its micro-batches as verl does, so the rows-weighted means are of the same rows
+    native, _ = _line("reward_model.reward_manager=prime", "actor_rollout_ref.actor.use_dynamic_bsz=true")
+    assert native["actor"]["dynamic_bsz_partition"] == native["critic"]["dynamic_bsz_partition"] == "balanced"  # the critic follows
+    native, _ = _line("reward_model.reward_manager=prime", "actor_rollout_ref.actor.use_dynamic_bsz=true", "critic.use_dynamic_bsz=false")
+    assert "dynamic_bsz_partition" not in native["critic"]
+    assert "dynamic_bsz_partition" not in _line("reward_model.reward_manager=prime")[0]["actor"] and "dynamic_bsz_partition" not in _line(
+        "critic.fsdp.param_offload=true", "actor_rollout_ref.actor.use_dynamic_bsz=true")[0]["actor"]  # 0.10: normaliser, any cut
     assert weights("trainer.use_legacy_worker_impl=disable")[:2] == (None, None)
     newer, new_report = _line("critic.fsdp.param_offload=true")  # a 0.10 line
     assert new_report.framework_release == "0.10" and newer.get("actor", {}).get("micro_batch_weight") is None

@@ -76,6 +76,8 @@ STEP = "{root}/posttrain/run/checkpoints/global_step_"
 # Profiling (trace files are compared by name: their bytes hold timings). PROF_D: the actor in discrete mode.
 PROF = ("profiler.tool=torch", "profiler.steps=[1]", "actor.profiler.enable=true")
 PROF_D = (*PROF, "actor.profiler.discrete=true")
+# Rows-weighted micro-batches cut by a token budget: packing and verl's balanced cut group the responses otherwise.
+ROWS_DYNAMIC = ("actor.micro_batch_weight=rows", "actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=200", "data.max_response_length=48")
 # The top-k distillation term against the starting policy sharpened (teacher at temperature 0.5): a term that is not 0 at step 1.
 TOPK = ("actor.topk_kl.k=4", "actor.topk_kl.teacher_temperature=0.5")
 
@@ -164,6 +166,7 @@ KNOBS = [
     knob("actor.clip_ratio_c=1.01", "weights", *OFF_POLICY),
     knob("actor.loss_agg_mode=token-sum", "weights"),
     knob("actor.micro_batch_weight=rows", "weights", "actor.ppo_micro_batch_size_per_gpu=1", "data.max_response_length=48"),  # lengths differ: EOS
+    knob("actor.dynamic_bsz_partition=balanced", "weights", *ROWS_DYNAMIC),  # other groups of rows than the packing's
     knob("actor.policy_loss.loss_mode=gspo", "weights"),
     knob("actor.topk_kl.k=4", "weights"),  # the teacher is the reference, the starting policy
     knob("actor.topk_kl.coef=5.0", "weights", *TOPK),
@@ -227,6 +230,8 @@ KNOBS = [
     knob("critic.cliprange_value=0.001", "metrics", *CRITIC, "critic.ppo_epochs=2"),
     knob("critic.loss_agg_mode=token-sum", "metrics", *CRITIC),
     knob("critic.micro_batch_weight=rows", "metrics", *CRITIC, "critic.ppo_micro_batch_size_per_gpu=1", "data.max_response_length=48"),
+    knob("critic.dynamic_bsz_partition=balanced", "metrics", *CRITIC, "critic.micro_batch_weight=rows", "critic.use_dynamic_bsz=true",
+         "critic.ppo_max_token_len_per_gpu=200", "data.max_response_length=48"),
     knob("critic.grad_clip=1e-4", "metrics", *CRITIC),
     knob("critic.optim.lr=2e-3", "metrics", *CRITIC),
     knob("critic.optim.betas=[0.5,0.9]", "metrics", *CRITIC),

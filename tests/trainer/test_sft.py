@@ -141,6 +141,31 @@ def test_micro_batch_rows_scope_weighs_each_micro_batch_s_token_mean_by_its_sequ
     assert abs(metrics["sft/loss"] - averaged["sft/loss"]) > 1e-4
 
 
+def test_balanced_cut_gives_verl_s_micro_batches_to_the_rows_weighting(workdir):
+    """actor.dynamic_bsz_partition balanced in an SFT stage (Trinity-RFT's SFT with dynamic batch size):
+    ceil(18 tokens / 9) = 2 micro-batches of balanced workloads, {b, d} and {a, c}, where the packing
+    in order gives [a], [b], [c, d]; micro_batch_rows weighs each one's token mean by its sequences."""
+    _, model_dir, _ = workdir
+    tokenizer = load_tokenizer(model_dir)
+    model = load_causal_lm(model_dir)
+    a = SFTExample(0, [1, 30, 31, 32, 2], [0, 0, 0, 1, 1])  # 5 tokens, 2 trained
+    b = SFTExample(1, [1, 33, 34, 35, 36, 2], [0, 0, 0, 1, 1, 1])  # 6, 3
+    c = SFTExample(2, [1, 37, 38, 2], [0, 0, 1, 1])  # 4, 2
+    d = SFTExample(3, [1, 39, 2], [0, 1, 1])  # 3, 2
+    pad = tokenizer.pad_token_id
+    balanced, packed = MicroBatching(8, 9, balanced=True), MicroBatching(8, 9)
+    tokens = lambda examples: sum(len(e.input_ids) for e in examples)  # noqa: E731
+    assert sorted(sorted(e.index for e in g) for g in balanced.split([a, b, c, d], tokens)) == [[0, 2], [1, 3]]
+    assert [[e.index for e in g] for g in packed.split([a, b, c, d], tokens)] == [[0], [1], [2, 3]]
+    with torch.no_grad():
+        nll = [-float((out.logprobs * out.mask).sum()) for out in (sequence_logprobs(model, collate_sft([e], pad)) for e in (a, b, c, d))]
+    expected = 2 / 4 * (nll[1] + nll[3]) / 5 + 2 / 4 * (nll[0] + nll[2]) / 4
+    _, metrics = grads_after(model, sft_objective(model, pad, scope="micro_batch_rows"), [a, b, c, d], balanced)
+    assert metrics["sft/loss"] == pytest.approx(expected, abs=1e-5)
+    _, other = grads_after(model, sft_objective(model, pad, scope="micro_batch_rows"), [a, b, c, d], packed)
+    assert abs(other["sft/loss"] - metrics["sft/loss"]) > 1e-4
+
+
 def test_sft_on_sort_lowers_the_loss_and_saves_a_loadable_model(workdir):
     root, model_dir, paths = workdir
     # Validation on held-out SFT-style rows: the test problems with their answers as responses.

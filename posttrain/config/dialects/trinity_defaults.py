@@ -27,8 +27,9 @@ verl trainer. The rules here follow that validation, not posttrain's field defau
   rows: ``critic.micro_batch_weight``. SFT alike: ``actor.sft_loss_scope``
   ``micro_batch_rows``, or with the fix ``batch``; DPO's per-pair mean weighted by rows is the batch's
   mean over its pairs, posttrain's DPO loss. With rows the gradient depends on the cut:
-  exact for fixed micro-batch sizes (rows in order, as verl cuts them); with dynamic batch size
-  posttrain's token-budget packing groups the responses otherwise than verl's balanced partitions.
+  exact for fixed micro-batch sizes (rows in order, as verl cuts them), and with dynamic batch size
+  the role cuts its micro-batches as verl does (``dynamic_bsz_partition: balanced``: the same groups
+  in one process).
 
 Inside ``stages`` only what a stage writes is derived (a stage's ``algorithm_type`` brings its KL
 defaults); the rest comes from the base config.
@@ -175,6 +176,7 @@ def micro_batch_weight(ctx: Context, default_type: str | None = DEFAULT_ALGORITH
         elif mode == "token-mean":
             ctx.set("actor.sft_loss_scope", "micro_batch_rows", key, ("" if ctx.has(key) else f"{TRINITY_DEFAULT}: false; ") +
                     "each micro-batch's token mean weighted by its share of the batch's sequences (1 / the accumulation steps)")
+            _verl_cut(ctx, "actor")
         elif ctx.has(key):
             ctx.refuse(key, f"Trinity-RFT's micro-batch loss scale of an SFT loss aggregated by {mode}: posttrain's SFT loss is a token mean",
                        None, fix)
@@ -189,19 +191,27 @@ def micro_batch_weight(ctx: Context, default_type: str | None = DEFAULT_ALGORITH
         return
     if family != "rl":
         return
-    packed = ("; with dynamic batch size posttrain packs the micro-batches by its token budget (longest responses first), "
-              "not into verl's balanced partitions, so the means are over other groups of responses than Trinity-RFT's"
-              if ctx.get("trainer.use_dynamic_bsz", True) else "")
     if ctx.get("algorithm.advantage_fn", TYPES[kind].advantage_fn) == "ppo":  # GAE: a critic, verl 0.7's legacy one
         ctx.set("critic.micro_batch_weight", "rows", key, "Trinity-RFT's critic (verl's legacy critic) scales each micro-batch's "
-                "own value-loss mean by 1 / the accumulation steps; the key fixes the actor's only" + packed)
+                "own value-loss mean by 1 / the accumulation steps; the key fixes the actor's only")
+        _verl_cut(ctx, "critic")
     if exact:
         ctx.set("actor.micro_batch_weight", "normaliser", key, "each micro-batch weighted by its share of the mini-batch's tokens")
         return
     why = (f"{TRINITY_DEFAULT}: false" if not ctx.has(key) else "") + (
         "" if mode == "token-mean" else f" (with loss_agg_mode {mode} Trinity-RFT scales by 1 / the accumulation steps either way)")
     ctx.set("actor.micro_batch_weight", "rows", key, (why.strip() + "; " if why.strip() else "") +
-            "each micro-batch's loss weighted by its share of the mini-batch's responses (1 / the accumulation steps)" + packed)
+            "each micro-batch's loss weighted by its share of the mini-batch's responses (1 / the accumulation steps)")
+    _verl_cut(ctx, "actor")
+
+
+def _verl_cut(ctx: Context, role: str) -> None:
+    """A role whose micro-batch means are weighted by rows under dynamic batch size cuts its
+    micro-batches as verl's do (posttrain.workers.balanced_split), so the means are of the same rows."""
+    dynamic = ctx.origin.get(f"{role}.use_dynamic_bsz")
+    if dynamic is not None and dynamic[1]:  # reported under the key that turned dynamic batch size on
+        ctx.set(f"{role}.dynamic_bsz_partition", "balanced", dynamic[0], "verl's dynamic batch size (Trinity-RFT's trainer) cuts "
+                "ceil(tokens / budget) micro-batches of balanced workloads, whose own means the rows weighting averages")
 
 
 def engine_type(ctx: Context, default_type: str | None = DEFAULT_ALGORITHM_TYPE) -> None:

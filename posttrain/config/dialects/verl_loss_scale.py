@@ -10,9 +10,11 @@ means. verl's engine workers (0.8 with ``disable``, and 0.10, which has no other
 mini-batch's counts: posttrain's ``normaliser``, its default.
 
 Where rows is exact: micro-batches of a fixed size hold the same rows in the same order as verl's.
-With ``use_dynamic_bsz`` posttrain packs them by its token budget, not into verl's balanced partitions,
-so the means are over other groups of responses; and verl's Megatron actor weighs its micro-batches
-equally (Megatron divides by their count), the same as by responses only for a fixed size.
+With ``use_dynamic_bsz`` the role also cuts its micro-batches as verl does (``dynamic_bsz_partition:
+balanced``, posttrain.workers.balanced_split: the same groups in one process; with several, each
+process cuts its own share of the rows, which verl deals out otherwise). verl's Megatron actor weighs
+its micro-batches equally (Megatron divides by their count), the same as by responses only for a
+fixed size.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ def legacy_loss_scale(ctx: Any) -> None:
             continue
         notes = []
         if value_of(ctx, f"{prefix}.use_dynamic_bsz"):
-            notes.append("with use_dynamic_bsz posttrain packs the micro-batches by its token budget, not into verl's balanced "
-                         "partitions, so the means are over other groups of responses")
+            ctx.set(f"{role}.dynamic_bsz_partition", "balanced", KEY, "verl's legacy workers cut a dynamic batch into "
+                    "ceil(tokens / budget) micro-batches of balanced workloads, whose own means the rows weighting averages")
         if value_of(ctx, f"{prefix}.strategy") == "megatron":
             notes.append("verl's Megatron workers weigh their micro-batches equally, the same only for a fixed micro-batch size")
         why = (f"verl 0.8's legacy {role} (use_legacy_worker_impl {impl}" + (", its default" if not ctx.has(KEY) else "") +
@@ -61,5 +63,6 @@ HANDLERS = [legacy_loss_scale]
 RULES: dict[str, Rule] = {
     KEY: Rule("actor.micro_batch_weight, critic.micro_batch_weight",
               "verl 0.8 with auto (its default) or enable: rows, its legacy workers scaling each micro-batch's own loss mean by 1 / "
-              "the accumulation steps; disable, and verl 0.10: normaliser (the mini-batch's counts), posttrain's default", "auto"),
+              "the accumulation steps, and with use_dynamic_bsz the role's dynamic_bsz_partition balanced (verl's micro-batches); "
+              "disable, and verl 0.10: normaliser (the mini-batch's counts), posttrain's default", "auto"),
 }
