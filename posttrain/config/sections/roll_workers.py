@@ -31,6 +31,15 @@ UNSUPPORTED: dict[str, str] = {
        for role in ("actor_train", "critic")},
 }
 NO_EFFECT: dict[str, str] = {
+    **{f"roll:{role}.model_args.device_map": (
+        "Hugging Face's from_pretrained placement of the weights while loading (roll/models/model_providers.py): a training "
+        "role loads on its process's own device whatever it says, and the reference's one visible device takes every layer: "
+        "where the weights sit, not the numbers") for role in ("actor_train", "critic", "reference")},
+    **{f"roll:{role}.model_args.num_labels": ("the output size of ROLL's reward and value models (token or sequence classification); "
+                                              f"its {role} is a causal language model, whose provider does not read it")
+       for role in ("actor_train", "reference")},
+    **{f"roll:{role}.model_args.adapter_name_or_path": "declared in ROLL's ModelArguments and read by none of its model providers or strategies"
+       for role in ("actor_train", "critic", "reference")},
     **{f"roll:{role}.model_args.gradient_checkpointing_use_reentrant": (
         "which torch.utils.checkpoint variant recomputes the activations (ROLL's model provider passes it to Hugging Face's "
         "gradient_checkpointing_enable): the same gradients, another memory and recompute schedule")
