@@ -31,6 +31,10 @@ UNSUPPORTED: dict[str, str] = {
        for role in ("actor_train", "critic")},
 }
 NO_EFFECT: dict[str, str] = {
+    **{f"roll:{role}.logits_in_fp32": (
+        "read only by ROLL's Megatron strategy, where it upcasts the logits before the (unfused) entropy; posttrain computes "
+        "log-probs and entropy from fp32 logits always, so true is what it does and false asks for the same quantity with "
+        "bf16 rounding") for role in ("actor_train", "critic", "reference")},
     **{f"roll:{role}.model_args.device_map": (
         "Hugging Face's from_pretrained placement of the weights while loading (roll/models/model_providers.py): a training "
         "role loads on its process's own device whatever it says, and the reference's one visible device takes every layer: "
