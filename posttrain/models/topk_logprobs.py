@@ -14,6 +14,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from posttrain.errors import ConfigError
 from posttrain.models.logprobs import MAX_CHUNK_ELEMENTS, lm_head_logits, response_hidden_states
 from posttrain.records import VisionInputs
 
@@ -28,7 +29,7 @@ def response_topk(
     first; zeros on padding. Meant for `torch.inference_mode`."""
     vocab = model.get_output_embeddings().weight.shape[0]
     if not 0 < k <= vocab:
-        raise ValueError(f"top-k of a {vocab}-token vocabulary: k must be in 1..{vocab}, got {k}")
+        raise ConfigError(f"actor.topk_kl.k={k}: the teacher's vocabulary has {vocab} tokens; k must be in 1..{vocab}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     hidden = response_hidden_states(model, prompt_ids, prompt_mask, response_ids, response_mask, pack=pack, vision=vision)  # (B, T, H)

@@ -49,3 +49,10 @@ def test_gathered_log_probs_and_their_gradient(tiny_lm):
     sum(full.gather(-1, gather[i, : len(RESPONSES[i])]).sum() for i, full in enumerate(_full(tiny_lm, 0.7))).backward()
     for a, b in zip(chunked, (p.grad for p in tiny_lm.parameters())):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_a_k_beyond_the_vocabulary_names_the_key(tiny_lm):
+    from posttrain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"actor.topk_kl.k=65: the teacher's vocabulary has 64 tokens"), torch.inference_mode():
+        response_topk(tiny_lm, *padded(), k=65)
