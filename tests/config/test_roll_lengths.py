@@ -75,3 +75,16 @@ def test_validation_lengths_of_their_own_give_the_validation_budget():
     assert report.entry("validation.generating_args.max_new_tokens").status == "dropped"
     _, report = translate({**raw, "val_prompt_length": 50}, "roll")
     assert [e.key for e in report.refused] == ["val_prompt_length"]  # one prompt limit for both phases
+
+
+def test_validation_lengths_outside_an_rlvr_file_are_read_by_nothing_but_must_come_together():
+    """Only ROLL's RLVR config and generate scheduler read val_prompt_length / val_sequence_length; its
+    base config (every pipeline's) stops when just one of them is set."""
+    dpo = {"pipeline_cls": "roll.pipeline.dpo.dpo_pipeline.DPOPipeline", "val_prompt_length": 100, "val_sequence_length": 500}
+    _, report = translate(dpo, "roll")
+    assert {report.entry(k).status for k in ("val_prompt_length", "val_sequence_length")} == {"dropped"}
+    assert "RLVR pipeline only" in report.entry("val_sequence_length").reason
+    _, report = translate({"val_prompt_length": 100}, "roll")
+    assert [e.key for e in report.refused] == ["val_prompt_length"] and "set together" in report.refused[0].reason
+    _, report = translate({"val_prompt_length": None, "val_sequence_length": None}, "roll")
+    assert not report.refused

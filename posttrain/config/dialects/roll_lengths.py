@@ -39,6 +39,7 @@ def whole(value: Any) -> bool:
 
 def generation_budget(ctx: Context) -> None:
     if agentic(ctx) or not ctx.has("actor_infer"):
+        _unread_validation_lengths(ctx)
         return
     prompt, seq, resp = ctx.get("prompt_length", PROMPT_DEFAULT), ctx.get("sequence_length"), ctx.get("response_length")
     if not whole(prompt) or not (whole(seq) or whole(resp)) or (seq is not None and not whole(seq)):
@@ -74,6 +75,22 @@ def generation_budget(ctx: Context) -> None:
             ctx.drop(key, f"{budget}: ROLL's RLVR config sets it to {what}, the budget posttrain generates up to")
         else:
             ctx.drop(key, _REWRITTEN.format(what=what, budget=budget))
+
+
+def _unread_validation_lengths(ctx: Context) -> None:
+    """``val_prompt_length`` / ``val_sequence_length`` outside an RLVR file: only ROLL's RLVR config and
+    its generate scheduler read them; its base config only checks that both or neither are set."""
+    present = [k for k in VAL_LENGTHS if ctx.has(k)]
+    if not present:
+        return
+    ctx.consume(*present)
+    given = [k for k in VAL_LENGTHS if ctx.get(k) is not None]
+    if len(given) == 1:
+        ctx.refuse(given[0], "ROLL's base config stops unless val_prompt_length and val_sequence_length are set together (or neither)",
+                   None, ctx.get(given[0]))
+        return
+    for key in present:
+        ctx.drop(key, "read by ROLL's RLVR pipeline only (its validation's generation budget); this pipeline's validation does not read it")
 
 
 def _validation_budget(ctx: Context, prompt: int) -> None:
