@@ -102,6 +102,12 @@ def check_head_matches(model: nn.Module, atol: float = 1e-4) -> None:
         )
 
 
+def head_chunk_rows(model: nn.Module, chunk_tokens: int | None = None) -> int:
+    """Hidden states per chunk of the LM head: `chunk_tokens`, else as many as keep one chunk's
+    logits within `MAX_CHUNK_ELEMENTS` (at least one)."""
+    return chunk_tokens or max(1, MAX_CHUNK_ELEMENTS // model.get_output_embeddings().weight.shape[0])
+
+
 def entropy_from_scaled(scaled: Tensor, lse: Tensor) -> Tensor:
     """Token entropy (n,) from scaled logits (n, V) and their logsumexp (n,).
 
@@ -172,8 +178,7 @@ def _head_logprobs(
             model, hidden, targets, temperature=temperature, with_entropy=with_entropy, backend=kernel.fused,
             chunk_tokens=chunk_tokens,
         )
-    vocab = model.get_output_embeddings().weight.shape[0]
-    step = chunk_tokens or max(1, MAX_CHUNK_ELEMENTS // vocab)
+    step = head_chunk_rows(model, chunk_tokens)
     # Recompute chunks in backward only when keeping them would exceed one chunk's memory: below
     # that, recomputing would cost an extra head matmul and softmax for no memory saved.
     recompute = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[0] > step

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from posttrain.models.logprobs import MAX_CHUNK_ELEMENTS, lm_head_logits, response_hidden_states
+from posttrain.models.logprobs import head_chunk_rows, lm_head_logits, response_hidden_states
 
 
 def response_token_signal(
@@ -35,7 +35,7 @@ def response_token_signal(
                                     vision=vision)  # (B, T, H)
     real = response_mask > 0  # (B, T)
     states, tokens = hidden[real], response_ids[real]  # (N, H), (N,): the positions that predict real tokens
-    step = max(1, MAX_CHUNK_ELEMENTS // model.get_output_embeddings().weight.shape[0])
+    step = head_chunk_rows(model)
     parts = [signal(lm_head_logits(model, states[i : i + step]) / temperature, tokens[i : i + step])  # (n,)
              for i in range(0, states.shape[0], step)]
     values = torch.cat(parts) if parts else states.new_zeros(0, dtype=torch.float32)

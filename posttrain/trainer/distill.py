@@ -38,7 +38,7 @@ from posttrain.config.sections.distill import DistillConfig
 from posttrain.data import SequenceBatch, SFTExample, collate_sft, pad_token_id
 from posttrain.config.schema import Config
 from posttrain.models.loading import causal_lm_from_config
-from posttrain.models.logprobs import MAX_CHUNK_ELEMENTS, lm_head_logits
+from posttrain.models.logprobs import head_chunk_rows, lm_head_logits
 from posttrain.models.lora import add_lora, lora_settings
 from posttrain.models.precision import autocast
 from posttrain.models.vision import has_images, hidden_states_with_images
@@ -110,7 +110,7 @@ def distill_sums(student: nn.Module, teacher: nn.Module, batch: SequenceBatch, d
     hidden = _hidden(student, input_ids, attention_mask, vision, images)[:, :-1][real]  # (N, H)
     with torch.no_grad():
         teacher_hidden = _hidden(teacher, input_ids, attention_mask, vision, images)[:, :-1][real]  # (N, H')
-    step = chunk_tokens or max(1, MAX_CHUNK_ELEMENTS // student.get_output_embeddings().weight.shape[0])
+    step = head_chunk_rows(student, chunk_tokens)
     recompute = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[0] > step
     nll, div = hidden.new_zeros((), dtype=torch.float32), hidden.new_zeros((), dtype=torch.float32)
     # at least one (possibly empty) chunk, so the backward reaches the head on every rank (sharded models)

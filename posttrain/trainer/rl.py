@@ -312,10 +312,11 @@ class RLTrainer:
                 keep = None
         if ref is not None:
             with timer("ref"):
-                batch.ref_logprobs = on_rows(ref.compute_logprobs)  # (B, T)
                 topk = actor.s.topk_kl
-                if topk is not None:  # actor.topk_kl: the teacher's k most likely tokens at each position, (B, T, K) each
-                    batch.teacher_topk_logprobs, batch.teacher_topk_ids = on_rows(
+                if topk is None:
+                    batch.ref_logprobs = on_rows(ref.compute_logprobs)  # (B, T)
+                else:  # actor.topk_kl: the same forward also gives the teacher's k most likely tokens at each position, (B, T, K)
+                    batch.ref_logprobs, batch.teacher_topk_logprobs, batch.teacher_topk_ids = on_rows(
                         lambda rows: ref.compute_topk(rows, topk.k, topk.teacher_temperature))
         teachers = None
         if self.roles.teachers:  # ref.teachers: each scores the batch; its rows (by tag) count in the advantage

@@ -126,7 +126,7 @@ class MicroBatching:
             return [examples[i : i + self.size] for i in range(0, len(examples), self.size)]
         lengths = [tokens([example]) for example in examples]
         if self.balanced:
-            groups = verl_groups(lengths, self.max_tokens, dp.max_count if dp.distributed else None)
+            groups = verl_groups(lengths, self.max_tokens, dp)
             return [[examples[i] for i in group] for group in groups]
         # In order, by real tokens; an example never splits (the config check sees to it)
         groups = pack_greedy(range(len(examples)), self.max_tokens, lambda g: sum(lengths[i] for i in g))

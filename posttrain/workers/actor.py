@@ -286,7 +286,7 @@ class Actor:
         if self.s.router_replay and batch.routes is None:
             raise ValueError("actor.router_replay.mode R2: the batch carries no recorded routes (old_logprobs_and_routes)")
         if self.s.topk_kl is not None:
-            if batch.teacher_topk_ids is None:
+            if batch.teacher_topk_ids is None or batch.teacher_topk_logprobs is None:
                 raise ValueError("actor.topk_kl needs the teacher's top-k on the batch (the reference's compute_topk)")
             check_teacher_ids(batch.teacher_topk_ids, batch.response_mask, self.model.get_output_embeddings().weight.shape[0])
         self.model.train()

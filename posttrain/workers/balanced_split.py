@@ -29,6 +29,7 @@ from typing import Sequence
 
 import torch
 
+from posttrain.cluster.parallel import DataParallel
 from posttrain.records import MicroBatches, RolloutBatch
 
 # verl's workload estimate: 12 h^2 L + 2 h L^2 for h = 4096, divided by 2 h
@@ -107,24 +108,23 @@ def karmarkar_karp(values: Sequence[int], k: int) -> list[list[int]]:
     return groups
 
 
-def balanced_split(batch: RolloutBatch, max_tokens: int, count_over_ranks=None) -> MicroBatches:
-    """`batch` cut as verl's dynamic batch size cuts it (module docstring). `count_over_ranks(n)`
-    returns the largest n over the data-parallel ranks (`DataParallel.max_count`); None: one rank."""
-    groups = verl_groups(batch.seq_lengths().tolist(), max_tokens, count_over_ranks)
+def balanced_split(batch: RolloutBatch, max_tokens: int, dp: DataParallel = DataParallel()) -> MicroBatches:
+    """`batch` (this rank's rows) cut as verl's dynamic batch size cuts it (module docstring), into
+    the largest count any rank of `dp` needs: every rank calls it, one with no rows too (a collective)."""
+    groups = verl_groups(batch.seq_lengths().tolist(), max_tokens, dp)
     index = torch.tensor([i for g in groups for i in g], dtype=torch.long)  # (B,)
     return MicroBatches([batch[g].trim() for g in groups], index)
 
 
-def verl_groups(lengths: Sequence[int], max_tokens: int, count_over_ranks=None) -> list[list[int]]:
+def verl_groups(lengths: Sequence[int], max_tokens: int, dp: DataParallel = DataParallel()) -> list[list[int]]:
     """The rows (by index) of each of verl's micro-batches, in verl's order, for rows of `lengths`
     real tokens (`balanced_split`; the SFT/DPO stages' examples too, posttrain.trainer.sft)."""
     longest = max(lengths, default=0)
     if longest > max_tokens:
         raise ValueError(f"a sequence of {longest} tokens does not fit max_tokens={max_tokens}; "
                          "the token budget must be at least max prompt length + max response length")
-    n = min(len(lengths), math.ceil(sum(lengths) / max_tokens))
-    if count_over_ranks is not None:  # every rank calls it, one with no rows too (a collective)
-        n = min(len(lengths), count_over_ranks(n))  # a rank with fewer rows runs padding units instead (verl would stop)
+    # the most any rank needs; a rank with fewer rows runs padding units instead (verl would stop)
+    n = min(len(lengths), dp.max_count(math.ceil(sum(lengths) / max_tokens)))
     if n == 0:
         return []
     loads = [workload(length) for length in lengths]

@@ -148,7 +148,7 @@ def accumulate_gradients(
         return loss * weight, {k: v * (weight if k in loss_values else share) for k, v in parts.items()}
 
     if balanced and max_tokens is not None:  # verl's cut: every rank takes part in agreeing on the count
-        units = balanced_split(mine, max_tokens, dp.max_count if dp.distributed else None).batches
+        units = balanced_split(mine, max_tokens, dp).batches
     else:
         units = micro_batches(mine, size=size, max_tokens=max_tokens) if len(mine) else []
     return accumulate_units(units, lambda: mini[:1].trim(), weighted, dp=dp)

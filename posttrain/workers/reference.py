@@ -60,19 +60,21 @@ class ReferencePolicy:
             self.model.train(was_training)
 
     @torch.inference_mode()
-    def compute_topk(self, batch: RolloutBatch, k: int, temperature: float) -> tuple[Tensor, Tensor]:
-        """The model's k most likely tokens at each response position and their log-probs at
-        `temperature`, `(logprobs (B, T, K), ids (B, T, K))`, 0 on padding (as a teacher of
-        actor.topk_kl), batched and shared over the ranks as `compute_logprobs`."""
+    def compute_topk(self, batch: RolloutBatch, k: int, temperature: float) -> tuple[Tensor, Tensor, Tensor]:
+        """`compute_logprobs`'s log-probs (B, T) and, from the same forward, the model's k most likely
+        tokens at each response position and their log-probs at `temperature`, (B, T, K) each; 0 on
+        padding (as a teacher of actor.topk_kl). Batched and shared over the ranks as `compute_logprobs`."""
         was_training = self.model.training
         self.model.eval()
 
-        def one(micro: RolloutBatch) -> tuple[Tensor, Tensor]:
+        def one(micro: RolloutBatch) -> tuple[Tensor, Tensor, Tensor]:
             return self.run(response_topk, self.model, micro.prompt_ids, micro.prompt_mask, micro.response_ids, micro.response_mask,
-                            k=k, temperature=temperature, pack=self.pack, vision=micro.vision)  # (b, T', K) each
+                            k=k, temperature=temperature, token_temperature=self.temperature, pack=self.pack,
+                            vision=micro.vision)  # (b, T'), (b, T', K), (b, T', K)
 
         width = batch.response_ids.shape[1]
-        empty = (torch.zeros((0, width, k), device=batch.response_ids.device), batch.response_ids.new_zeros((0, width, k)))
+        empty = (torch.zeros((0, width), device=batch.response_ids.device), torch.zeros((0, width, k), device=batch.response_ids.device),
+                 batch.response_ids.new_zeros((0, width, k)))
         try:
             with self.adapters_off(), autocast(self.model, self.compute_dtype), lean_mode(self.lean_forward):
                 return forward_in_order_many(batch, one, empty, size=self.micro_batch_size, max_tokens=self.max_tokens, dp=self.dp)

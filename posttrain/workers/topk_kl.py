@@ -35,8 +35,6 @@ def topk_kl_term(
 ) -> tuple[Tensor, dict[str, float]]:
     """`(coef x agg(l_t), metrics)` of one micro-batch: `student` (b, T, K) is the policy's log-probs
     of the teacher's top-k tokens (with gradient), `mask` the trained tokens."""
-    if micro.teacher_topk_logprobs is None:
-        raise ValueError("actor.topk_kl needs the teacher's top-k on the batch (teacher_topk_logprobs, from the reference's compute_topk)")
     kl = topk_forward_kl(student, micro.teacher_topk_logprobs, log_prob_min_clamp=s.log_prob_min_clamp, loss_max_clamp=s.loss_max_clamp)
     loss = aggregate_loss(kl.values, mask, loss_agg_mode, loss_scale_factor=loss_scale_factor)
     metrics = {

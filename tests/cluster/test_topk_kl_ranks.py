@@ -32,7 +32,7 @@ def _run(student, teacher, dp):
     batch = make_batch(getattr(model, "inner", model).config.vocab_size)
     batch.advantages = torch.zeros(batch.response_mask.shape)
     ref = ReferencePolicy(_sharded(teacher, ranks), temperature=1.0, micro_batch_size=2, dp=dp)
-    batch.teacher_topk_logprobs, batch.teacher_topk_ids = ref.compute_topk(batch, 4, 1.0)
+    batch.ref_logprobs, batch.teacher_topk_logprobs, batch.teacher_topk_ids = ref.compute_topk(batch, 4, 1.0)
     settings = actor_settings(topk_kl=TopkKLSettings(4, policy_loss=False), micro_batch_size=2, mini_batch_size=4)
     actor = Actor(model, torch.optim.SGD(model.parameters(), lr=0.5), NoSchedule(), settings, dp=dp)
     batch.old_logprobs = actor.compute_logprobs(batch)

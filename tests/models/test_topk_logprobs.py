@@ -23,7 +23,9 @@ def _full(model, temperature):
 @pytest.mark.parametrize("chunk_tokens", [2, None])
 def test_topk_is_the_full_softmax_s_top_k(tiny_lm, chunk_tokens):
     with torch.inference_mode():
-        logprobs, ids = response_topk(tiny_lm, *padded(), k=5, temperature=0.7, chunk_tokens=chunk_tokens)
+        tokens, logprobs, ids = response_topk(tiny_lm, *padded(), k=5, temperature=0.7, token_temperature=1.3, chunk_tokens=chunk_tokens)
+        # the sampled tokens' log-probs of the same forward are response_logprobs', to the bit
+        assert torch.equal(tokens, response_logprobs(tiny_lm, *padded(), temperature=1.3, chunk_tokens=chunk_tokens).logprobs)
     assert logprobs.shape == ids.shape == (3, 4, 5)
     for i, full in enumerate(_full(tiny_lm, 0.7)):
         n = len(RESPONSES[i])

@@ -72,6 +72,8 @@ def test_distillation_only_moves_the_student_toward_its_teacher(files):
         assert _term(t, batch) < before  # one optimizer step on the term lowers it on the same batch
         # the teacher's top-k are the reference model's (the teacher's weights, at temperature 1)
         assert batch.teacher_topk_ids.shape == (*batch.response_ids.shape, 8)
+        # the reference's log-probs come from the same teacher forward, equal to its own log-prob pass
+        assert torch.equal(batch.ref_logprobs, t.roles.reference.compute_logprobs(batch))
 
 
 def test_the_term_changes_the_update(files):

@@ -28,7 +28,7 @@ def taught(policy):
         for p in teacher.parameters():
             p.add_(0.2 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
     ref = ReferencePolicy(teacher, temperature=1.0, micro_batch_size=3)
-    batch.teacher_topk_logprobs, batch.teacher_topk_ids = ref.compute_topk(batch, K, 0.8)
+    batch.ref_logprobs, batch.teacher_topk_logprobs, batch.teacher_topk_ids = ref.compute_topk(batch, K, 0.8)
     return batch
 
 
