@@ -48,14 +48,13 @@ def legacy_loss_scale(ctx: Any) -> None:
     for role, prefix in _ROLES:
         if role == "critic" and not critic:
             continue
-        notes = []
         if value_of(ctx, f"{prefix}.use_dynamic_bsz"):
             ctx.set(f"{role}.dynamic_bsz_partition", "balanced", KEY, "verl's legacy workers cut a dynamic batch into "
                     "ceil(tokens / budget) micro-batches of balanced workloads, whose own means the rows weighting averages")
-        if value_of(ctx, f"{prefix}.strategy") == "megatron":
-            notes.append("verl's Megatron workers weigh their micro-batches equally, the same only for a fixed micro-batch size")
+        megatron = ("; verl's Megatron workers weigh their micro-batches equally, the same only for a fixed micro-batch size"
+                    if value_of(ctx, f"{prefix}.strategy") == "megatron" else "")
         why = (f"verl 0.8's legacy {role} (use_legacy_worker_impl {impl}" + (", its default" if not ctx.has(KEY) else "") +
-               ") scales each micro-batch's own loss mean by 1 / the accumulation steps" + "".join(f"; {n}" for n in notes))
+               ") scales each micro-batch's own loss mean by 1 / the accumulation steps" + megatron)
         ctx.set(f"{role}.micro_batch_weight", "rows", KEY, why)
 
 
