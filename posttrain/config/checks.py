@@ -276,7 +276,7 @@ def check_sharded_checkpoints(cfg: Any) -> list[str]:
 
 
 # LoRA options with their defaults: read only when the section's LoRA is on.
-_LORA_DEFAULTS = {"lora_alpha": 16, "target_modules": "all-linear", "exclude_modules": None}
+_LORA_DEFAULTS = {"lora_alpha": 16, "target_modules": "all-linear", "exclude_modules": None, "autocast_adapter_dtype": True}
 
 
 def check_lora(cfg: Any) -> list[str]:

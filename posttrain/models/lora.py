@@ -56,6 +56,7 @@ class LoraSettings:
     target_modules: str | list[str]  # "all-linear", module-name suffixes, or one regular expression
     exclude_modules: str | list[str] | None = None
     adapter_path: str | None = None  # start from this adapter (its own rank, alpha and targets)
+    fp32_adapters: bool = True  # peft's autocast_adapter_dtype: bf16/fp16 adapters are lifted to fp32
 
 
 def lora_settings(section: Any, key: str) -> LoraSettings | None:
@@ -67,6 +68,7 @@ def lora_settings(section: Any, key: str) -> LoraSettings | None:
     return LoraSettings(
         key=key, rank=section.lora_rank, alpha=float(section.lora_alpha), target_modules=_plain(section.target_modules),
         exclude_modules=_plain(getattr(section, "exclude_modules", None)), adapter_path=path,
+        fp32_adapters=bool(getattr(section, "autocast_adapter_dtype", True)),
     )
 
 
@@ -93,8 +95,16 @@ def add_lora(model: nn.Module, s: LoraSettings, base_path: str | Path, *, task: 
     """Put a LoRA adapter into `model` in place (fresh, or `s.adapter_path`); returns peft's wrapper.
 
     `train_whole`: modules trained in full beside the adapter and saved with it (the critic's new
-    value head), never given an adapter themselves. Adapters keep the model's dtype (peft would
-    otherwise lift bf16 adapters to fp32), so FSDP2 sees one dtype per unit, as without LoRA."""
+    value head), never given an adapter themselves.
+
+    Over a bf16 or fp16 model the adapters are fp32 unless `s.fp32_adapters` is off (peft's
+    autocast_adapter_dtype, on by default there and in the frameworks built on it): an Adam step on
+    a bf16 adapter would round away updates smaller than its 8-bit mantissa can hold. peft's layer
+    casts its input to the adapter's dtype and the sum back to the base layer's. The frozen base
+    stays in its dtype, and so does a module in `train_whole` (as peft keeps it: its input comes
+    in the model's dtype). FSDP2 all-gathers a unit of mixed dtypes as bytes and asks only that its
+    trainable parameters share one dtype: the adapters live in the decoder-layer units, the value
+    head in the root unit."""
     peft = require_peft()
     base = str(Path(base_path).expanduser().resolve())
     exclude = _with_excluded(s.exclude_modules, train_whole)
@@ -105,7 +115,7 @@ def add_lora(model: nn.Module, s: LoraSettings, base_path: str | Path, *, task: 
         )
         try:
             with quiet_peft():
-                wrapped = peft.get_peft_model(model, config, autocast_adapter_dtype=False)
+                wrapped = peft.get_peft_model(model, config, autocast_adapter_dtype=s.fp32_adapters)
         except ValueError as err:  # peft: "Target modules {...} not found in the base model"
             raise ConfigError(
                 f"{s.key}.target_modules={s.target_modules!r}: {str(err).splitlines()[0]} The model's linear layers "
@@ -114,7 +124,7 @@ def add_lora(model: nn.Module, s: LoraSettings, base_path: str | Path, *, task: 
     else:
         check_adapter_dir(s)
         with quiet_peft():
-            wrapped = peft.PeftModel.from_pretrained(model, s.adapter_path, is_trainable=True, autocast_adapter_dtype=False)
+            wrapped = peft.PeftModel.from_pretrained(model, s.adapter_path, is_trainable=True, autocast_adapter_dtype=s.fp32_adapters)
     # What a saved adapter names as its base: where this run loaded the model from.
     wrapped.peft_config[ADAPTER].base_model_name_or_path = base
     _check_mergeable(model, s)

@@ -72,8 +72,9 @@ def test_trinity_lora_configs_is_one_adapter_with_trinity_defaults():
     assert out["model"] == {"lora_adapter_path": "/adapters/a", "exclude_modules": "lm_head", "lora_rank": 16}  # the adapter's alpha
     _, refused, _ = native({"model": {"lora_configs": [{"lora_rank": 8}, {"lora_rank": 8}]}}, "trinity")
     assert refused["model.lora_configs"].startswith("expected a list of one adapter")
-    _, refused, _ = native({"model": {"lora_configs": [{"lora_dtype": "bfloat16", "fully_sharded": True}]}}, "trinity")
-    assert set(refused) == {"model.lora_configs[0].lora_dtype", "model.lora_configs[0].fully_sharded"}
+    _, refused, dropped = native({"model": {"lora_configs": [{"lora_dtype": "bfloat16", "fully_sharded": True}]}}, "trinity")
+    assert set(refused) == {"model.lora_configs[0].fully_sharded"}
+    assert dropped["model.lora_configs[0].lora_dtype"].startswith("read by nothing in Trinity-RFT")
 
 
 def test_a_translated_lora_config_loads(tmp_path):
@@ -83,10 +84,27 @@ def test_a_translated_lora_config_loads(tmp_path):
     assert (cfg.model.lora_rank, cfg.model.lora_alpha, cfg.model.target_modules) == (16, 32.0, ["q_proj", "v_proj"])
 
 
+def test_roll_autocast_adapter_dtype_is_the_trained_roles_and_read_by_nothing_elsewhere():
+    out, refused, dropped = native({
+        "actor_train": {"model_args": {"lora_target": "q_proj", "autocast_adapter_dtype": False}},
+        "critic": {"model_args": {"lora_target": "q_proj", "autocast_adapter_dtype": True}},
+        "actor_infer": {"model_args": {"autocast_adapter_dtype": False}},
+        "reference": {"model_args": {"lora_target": "q_proj", "lora_rank": 4, "autocast_adapter_dtype": False}}}, "roll")
+    assert refused == {}
+    assert out["model"]["autocast_adapter_dtype"] is False and out["critic"]["model"]["autocast_adapter_dtype"] is True
+    assert dropped["actor_infer.model_args.autocast_adapter_dtype"] == "read only where ROLL builds a model it trains"
+    assert {k for k in dropped if k.startswith("reference.")} == {
+        "reference.model_args.lora_target", "reference.model_args.lora_rank", "reference.model_args.autocast_adapter_dtype"}
+    assert "the reference is not trained" in dropped["reference.model_args.lora_rank"]
+    _, refused, dropped = native({"actor_train": {"model_args": {"autocast_adapter_dtype": False}}}, "roll")
+    assert refused == {} and dropped["actor_train.model_args.autocast_adapter_dtype"].startswith("LoRA is off in ROLL")
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["model.lora_alpha=32"], "model.lora_alpha: read only with LoRA on, and model.lora_rank is 0"),
     (["model.target_modules=[q_proj]", "model.exclude_modules=[k_proj]"], "model.target_modules, model.exclude_modules: read only with LoRA on"),
     (["critic.model.lora_alpha=8"], "critic.model.lora_alpha: read only with LoRA on, and critic.model.lora_rank is 0"),
+    (["model.autocast_adapter_dtype=false"], "model.autocast_adapter_dtype: read only with LoRA on"),
     (["model.lora_rank=8", "trainer.save_hf_checkpoint=never", "trainer.save_freq=1"], "a LoRA run's checkpoints hold only the adapter"),
 ])
 def test_lora_options_need_lora_on(overrides, message):

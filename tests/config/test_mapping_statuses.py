@@ -39,7 +39,7 @@ def _context(row) -> dict[str, Any]:
     rule = dialect_rules().get(f"{row.framework}:{row.key}")
     if tool:  # a profiler's own options act only when that profiler is the one chosen
         return {"global_profiler.tool": tool.group(1), **(dict(rule.context) if rule is not None else {})}
-    if row.framework == "roll" and row.key.endswith((".lora_rank", ".lora_alpha")):
+    if row.framework == "roll" and row.key.endswith((".lora_rank", ".lora_alpha", ".autocast_adapter_dtype")):
         return {row.key.rpartition(".")[0] + ".lora_target": "q_proj"}  # LoRA is off in ROLL without a target
     if row.framework == "roll" and row.key.startswith("rewards.*.strategy_args."):  # a judge's engine (roll_judge)
         engine = "sglang" if row.key.endswith((".mem_fraction_static", ".context_length")) else "vllm"

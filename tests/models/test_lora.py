@@ -98,6 +98,24 @@ def test_merged_weights_compute_what_the_adapter_computes(tiny_lm):
     assert torch.equal(merged["model.layers.0.self_attn.k_proj.weight"], tiny_lm.model.layers[0].self_attn.k_proj.weight)
 
 
+@pytest.mark.parametrize("fp32_adapters, expected", [(True, torch.float32), (False, torch.bfloat16)])
+def test_adapters_over_a_bf16_model_are_fp32_unless_asked_and_keep_small_updates(tiny_lm, fp32_adapters, expected):
+    model = tiny_lm.to(torch.bfloat16)
+    add_lora(model, LoraSettings("model", 4, 8.0, ["q_proj", "down_proj"], fp32_adapters=fp32_adapters), ".")
+    move_adapters(model)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    assert {p.dtype for p in trained} == {expected}
+    assert {p.dtype for p in model.parameters() if not p.requires_grad} == {torch.bfloat16}
+    out = model(IDS).logits
+    assert out.dtype == torch.bfloat16  # peft casts the sum back to the base layer's dtype
+    out.float().logsumexp(-1).sum().backward()
+    before = [p.detach().clone() for p in trained]
+    torch.optim.AdamW(trained, lr=1e-5, weight_decay=0.0).step()  # a first Adam step moves each entry by ~lr
+    moved = sum(int((p.detach() != b).sum()) for p, b in zip(trained, before)) / sum(p.numel() for p in trained)
+    # A's entries (about 0.1 in size) have a bf16 spacing near 5e-4: a step of 1e-5 rounds away there
+    assert moved == 1.0 if fp32_adapters else moved < 0.1
+
+
 def test_the_adapter_files_are_peft_format_and_load_back(tiny_lm, tmp_path):
     base = fresh(tiny_lm)
     with_lora(tiny_lm, tmp=str(tmp_path / "base"))

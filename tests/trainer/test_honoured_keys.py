@@ -123,6 +123,7 @@ KNOBS = [
     knob("model.lora_alpha=64", "weights", *LORA),
     knob("model.target_modules=[q_proj]", "weights", *LORA),
     knob("model.exclude_modules=[q_proj]", "weights", *LORA),
+    knob("model.autocast_adapter_dtype=false", "weights", *LORA, "model.dtype=bf16"),  # bf16 adapters: an fp32 model has nothing to lift
     # rollout
     knob("rollout.n=3", "responses", "actor.ppo_micro_batch_size_per_gpu=4"),
     knob("rollout.temperature=2.0", "responses"),
@@ -257,6 +258,7 @@ KNOBS = [
     knob("critic.model.lora_rank=2", "metrics", *CRITIC),
     knob("critic.model.lora_alpha=64", "metrics", *CRITIC_LORA),
     knob("critic.model.target_modules=[q_proj]", "metrics", *CRITIC_LORA),
+    knob("critic.model.autocast_adapter_dtype=false", "metrics", *CRITIC_LORA, "critic.model.dtype=bf16"),
     knob("critic.fsdp_config.mixed_precision.param_dtype=bf16", "metrics", *CRITIC),
     knob("critic.checkpoint.save_contents=[model]", "files", *CRITIC, *CKPT),
     knob("critic.checkpoint.load_contents=[model]", "metrics", *CRITIC, *CKPT, *RESUME, f"trainer.resume_from_path={STEP}1", first=(*CRITIC, *CKPT)),

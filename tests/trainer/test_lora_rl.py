@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 from peft import PeftModel
+from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
@@ -172,3 +173,20 @@ def test_sft_and_dpo_train_an_adapter_and_dpo_s_reference_is_the_base_model(file
     # reward is 0; step 2 comes after an update, and the policy moved away from the reference.
     assert (rows[0]["dpo/chosen_reward"], rows[0]["dpo/margin"]) == (0.0, 0.0)
     assert rows[1]["dpo/margin"] != 0.0
+
+
+@pytest.mark.parametrize("fp32", [True, False])
+def test_over_a_bf16_model_the_adapters_their_moments_and_saved_files_are_fp32_unless_asked(files, fp32):
+    trainer = tiny_rl_trainer(files, *LORA, "model.dtype=bf16", f"model.autocast_adapter_dtype={str(fp32).lower()}",
+                              "trainer.total_training_steps=1", "trainer.save_freq=1", run=f"bf16_{fp32}")
+    trainer.fit()
+    want, file_dtype = (torch.float32, "F32") if fp32 else (torch.bfloat16, "BF16")
+    model = trainer.roles.actor.model
+    assert {p.dtype for n, p in model.named_parameters() if "lora_" in n} == {want}
+    assert {p.dtype for n, p in model.named_parameters() if "lora_" not in n} == {torch.bfloat16}
+    moments = torch.load(files[0] / f"bf16_{fp32}" / "checkpoints" / "global_step_1" / "actor" / "optimizer.pt")["state"]
+    assert {s["exp_avg"].dtype for s in moments.values()} == {want}
+    with safe_open(str(files[0] / f"bf16_{fp32}" / "final_model" / "adapter" / "adapter_model.safetensors"), "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {file_dtype}
+    merged = load_file(str(files[0] / f"bf16_{fp32}" / "final_model" / "model.safetensors"))
+    assert {t.dtype for t in merged.values()} == {torch.bfloat16}  # merged in fp32, rounded once to the model's dtype

@@ -6,7 +6,9 @@ verl's keys (``actor_rollout_ref.model.lora_rank`` ...) are one to one and need 
   ``all-linear``, or a regular expression (a value holding ``*``, ``$``, ``|`` or ``(``). Without it
   ``lora_rank`` (default 8) and ``lora_alpha`` (default twice the rank) are read by nothing.
   ``actor_infer``'s LoRA keys configure vLLM's adapter slots; posttrain's engine receives merged
-  weights and has no adapter of its own.
+  weights and has no adapter of its own. ``autocast_adapter_dtype`` (default true: fp32 adapters over
+  a bf16 model) is ``autocast_adapter_dtype`` of the role's model section. ``reference``'s LoRA keys
+  are read by nothing: ROLL builds adapters only into a model it trains.
 - Trinity-RFT's ``model.lora_configs`` is a list of adapters of which Trinity-RFT itself accepts one:
   its ``lora_rank`` (default 32), ``lora_alpha`` (default 32), ``target_modules``,
   ``exclude_modules`` and ``path`` (an adapter to start from) become the ``model.lora_*`` fields.
@@ -18,7 +20,7 @@ from typing import Any
 
 from posttrain.config.dialects.translate import Context
 
-_ROLL_KEYS = ("lora_target", "lora_rank", "lora_alpha", "lora_dropout")
+_ROLL_KEYS = ("lora_target", "lora_rank", "lora_alpha", "lora_dropout", "autocast_adapter_dtype")
 _ROLL_RANK = 8  # ROLL's default lora_rank
 _REGEX_MARKS = ("*", "$", "|", "(")  # ROLL reads a lora_target holding one of these as a regular expression
 _MERGED = "posttrain's rollout engine receives the merged weights and holds no adapter of its own"
@@ -76,7 +78,15 @@ def roll_lora(ctx: Context) -> None:
             ctx.refuse(f"{prefix}.lora_dropout", "not supported: posttrain's adapters have no dropout (0.0)", None, dropout)
         elif "lora_dropout" in present:
             ctx.drop(f"{prefix}.lora_dropout", "0.0 is what posttrain does: no dropout on the adapters")
+        if "autocast_adapter_dtype" in present:
+            ctx.set(f"{native}.autocast_adapter_dtype", present["autocast_adapter_dtype"], f"{prefix}.autocast_adapter_dtype")
     _roll_infer(ctx)
+    for k in _ROLL_KEYS:
+        key = f"reference.model_args.{k}"
+        if ctx.has(key):
+            ctx.consume(key)
+            ctx.drop(key, "ROLL builds adapters only into a model it trains, and the reference is not trained (with "
+                          "actor_train's LoRA it computes reference log-probs with the adapter off, as posttrain does)")
 
 
 def _roll_infer(ctx: Context) -> None:
@@ -84,10 +94,12 @@ def _roll_infer(ctx: Context) -> None:
     trained = ctx.get("actor_train.model_args.lora_target") is not None
     for k in _ROLL_KEYS:
         key = f"actor_infer.model_args.{k}"
-        if not ctx.has(key):
+        if not ctx.has(key) or key in ctx.handled:
             continue
         ctx.consume(key)
-        if trained or ctx.get(key) is None:
+        if k == "autocast_adapter_dtype":
+            ctx.drop(key, "read only where ROLL builds a model it trains")
+        elif trained or ctx.get(key) is None:
             ctx.drop(key, _MERGED)
         else:
             ctx.refuse(key, "LoRA on the rollout engine alone: posttrain trains an adapter through actor_train.model_args.lora_target", None, ctx.get(key))
@@ -125,8 +137,8 @@ def trinity_lora(ctx: Context) -> None:
             ctx.set(_TRINITY_FIELDS[name], value, where)
         elif name in _TRINITY_DROPPED:
             ctx.drop(where, _TRINITY_DROPPED[name])
-        elif name == "lora_dtype" and value in (None, "auto"):
-            ctx.drop(where, "auto is what posttrain does: the adapter has the model's dtype")
+        elif name == "lora_dtype":  # declared in its LoRAConfig, read by none of its modules
+            ctx.drop(where, "read by nothing in Trinity-RFT, whose trainer builds adapters with peft's default (fp32 over a bf16 or fp16 model, as posttrain's model.autocast_adapter_dtype)")
         else:
             ctx.refuse(where, "no posttrain equivalent (a LoRA adapter's keys are lora_rank, lora_alpha, target_modules, exclude_modules, path)", None, value)
     if item.get("path") is None:  # a fresh adapter: Trinity-RFT's defaults where the item is silent

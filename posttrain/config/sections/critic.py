@@ -49,6 +49,7 @@ class CriticModelConfig:
     lora_rank: int = param(0, doc="LoRA rank of the critic: > 0 trains low-rank adapters (peft) on its body and its new value head in full, instead of all its weights; 0 trains all weights.", ge=0, refs=[f"{_MODEL}.lora_rank", "roll:critic.model_args.lora_rank"])
     lora_alpha: float = param(16, doc="LoRA scaling of the critic's adapters: each adds (lora_alpha / lora_rank) * B @ A to its weight.", gt=0, refs=[f"{_MODEL}.lora_alpha", "roll:critic.model_args.lora_alpha"])
     target_modules: str | list[str] = param("all-linear", doc="The critic's layers that get adapters: all-linear (every linear layer of the body; the value head is trained whole), module names (suffixes) or one regular expression.", refs=[f"{_MODEL}.target_modules", "roll:critic.model_args.lora_target"])
+    autocast_adapter_dtype: bool = param(True, doc="Keep the critic's LoRA adapters in fp32 when its model is bf16 or fp16 (as model.autocast_adapter_dtype); false keeps them in its dtype.", refs=["roll:critic.model_args.autocast_adapter_dtype"])
     use_shm: bool = param(False, doc="verl copies the critic's model to /dev/shm before reading; posttrain reads the local model directory directly (the OS page cache serves repeated reads), so true reads the same bytes the same way: accepted, no effect.", refs=[f"{_MODEL}.use_shm"])
 
 

@@ -111,6 +111,10 @@ class ModelConfig:
         None, doc="Layers kept without adapters although target_modules matches them: module names (suffixes) or one regular expression; null excludes none.",
         refs=["verl:actor_rollout_ref.model.exclude_modules"],
     )
+    autocast_adapter_dtype: bool = param(
+        True, doc="Keep the LoRA adapters (A and B) in fp32 when the model is bf16 or fp16 (peft's autocast_adapter_dtype, its default and what verl, ROLL and Trinity-RFT build): the optimizer then updates fp32 adapters and the forward casts them as it casts the activations; false keeps them in the model's dtype. Nothing changes for an fp32 model.",
+        refs=["roll:actor_train.model_args.autocast_adapter_dtype"],
+    )
     lora_adapter_path: str | None = param(
         None, doc="Local peft adapter directory (adapter_config.json, adapter_model.safetensors) the policy's adapter starts from, which turns LoRA on; its own rank, alpha and targets are used (lora_rank/lora_alpha, if set, must agree).",
         refs=["verl:actor_rollout_ref.model.lora_adapter_path"],
