@@ -196,3 +196,17 @@ def test_forcing_old_logprobs_off_is_refused_and_false_dropped():
 def test_the_dataset_filter_roll_reads_nowhere_is_dropped(field):
     entry = _entry({"dataset_filter": {field: 0.5}}, f"dataset_filter.{field}")
     assert entry.status == "dropped" and "read by none of its pipelines" in entry.reason
+
+
+DISTILL = {"student": {"model_args": {"model_name_or_path": "s"}}, "teacher": {"model_args": {"model_name_or_path": "t"}}}
+
+
+@pytest.mark.parametrize("key", ["is_offload_states", "is_offload_optimizer_states_in_train_step"])
+def test_the_offload_switches_are_read_only_by_the_distillation_pipeline(key):
+    for extra in ({}, {"beta": 0.1}):  # RLVR, DPO: read by nothing, at any value
+        entry = _entry({key: True, **extra}, key)
+        assert entry.status == "dropped" and entry.reason.startswith("read only by ROLL's distillation pipelines")
+    _, report = translate({key: True, **DISTILL}, "roll")
+    assert report.entry(key).status == "refused" and "between its phases" in report.entry(key).reason
+    _, report = translate({key: False, **DISTILL}, "roll")
+    assert report.entry(key).status == "dropped"

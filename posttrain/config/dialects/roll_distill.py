@@ -41,7 +41,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from posttrain.config.dialects import roll, roll_defaults, roll_distill_vl, roll_sft
+from posttrain.config.dialects import roll, roll_defaults, roll_distill_vl, roll_roles, roll_sft
 from posttrain.config.dialects.report import Report
 from posttrain.config.dialects.roll_defaults import ROLL_DEFAULT
 from posttrain.config.dialects.translate import Context, translate_dict
@@ -79,7 +79,7 @@ def _to_actor(key: str) -> str:
 def translate(raw: Mapping[str, Any], *, interpolated: set[str] = frozenset(), unresolved: Mapping[str, str] | None = None) -> tuple[dict[str, Any], Report]:
     """The native dict and the report of a ROLL distillation file (module docstring)."""
     renamed = {_to_actor(k): v for k, v in raw.items()}
-    rl_only = [h for h in roll_defaults.HANDLERS if h is not roll_defaults.training_args]
+    rl_only = [*(h for h in roll_defaults.HANDLERS if h is not roll_defaults.training_args), roll_roles.offload_switches]
     handlers = [pipeline, *(h for h in roll.HANDLERS if h not in rl_only)]
     native, report = translate_dict(renamed, "roll", handlers, roll.value_hook, roll.ignorable,
                                     interpolated={_to_actor(k) for k in interpolated},
@@ -113,6 +113,7 @@ def pipeline(ctx: Context) -> None:
             ctx.refuse(key, f"ROLL reads the column it names; null names none (ROLL's default is {default!r})", native, value)
         else:
             ctx.set(native, value, key, why if ctx.has(key) else f"{ROLL_DEFAULT}: {default!r}; {why}".rstrip("; "))
+    roll_roles.offload_switches(ctx, distill=True)
     if ctx.has("logits_transfer_backend"):
         ctx.consume("logits_transfer_backend")
         ctx.drop("logits_transfer_backend", "how ROLL moves the teacher's logits between its GPU workers; posttrain's teacher runs on the student's worker, nothing moves")

@@ -204,10 +204,20 @@ def adam_betas(ctx: Context) -> None:
             ctx.set(f"{section}.optim.betas", betas, key, "Hugging Face's adam_beta1 and adam_beta2 are optim.betas' two entries")
 
 
+# The pipeline's switches for moving a role's states to host memory between its phases.
+OFFLOAD_SWITCHES = ("is_offload_states", "is_offload_optimizer_states_in_train_step")
+PHASE_OFFLOAD = ("moving a role's weights and optimizer states to CPU between its phases: posttrain keeps them on the device, or in "
+                 "host memory throughout with FSDP CPU offload (actor.fsdp_config.param_offload / optimizer_offload)")
+_UNREAD_OFFLOAD = ("read only by ROLL's distillation pipelines, which pass it to their workers; this pipeline never reads it (its "
+                   "workers offload by their own defaults, which moves memory, not numbers)")
+
+
 RULES: dict[str, Rule] = {
     **{f"{role}.training_args.adam_beta{i}": Rule(f"{section}.optim.betas", f"entry {i} of betas (the other one Hugging Face's default, "
                                                   f"{HF_BETAS[2 - i]}, unless given)", 0.95)
        for role, section in _BETA_ROLES.items() for i in (1, 2)},
+    **{key: Rule(None, f"outside a distillation file: {_UNREAD_OFFLOAD}; in one: false is what posttrain does, true is refused "
+                       "(posttrain keeps a role's states on its device between phases)", True) for key in OFFLOAD_SWITCHES},
     CRITIC_TYPE: Rule(None, "auto_token_classification (one label): posttrain's value model, dropped; trl (a TRL value head with dropout): refused",
                       "auto_token_classification"),
     FREEZE: Rule("actor.freeze_module_prefix", "ROLL's comma-separated string split into prefixes, its Megatron vision_model "
@@ -215,4 +225,20 @@ RULES: dict[str, Rule] = {
                  "audio or non-Qwen vision module; dropped with lora_target (ROLL ignores it then)",
                  "model.layers.0"),
 }
-HANDLERS = [freeze_prefix, critic_model_type, validation_pixels, adam_betas, engine_model_args]
+def offload_switches(ctx: Context, *, distill: bool = False) -> None:
+    """ROLL's pipeline-level offload switches: read by nothing outside a distillation file; in one
+    (roll_distill calls this with distill=True) false is what posttrain does and true is refused."""
+    for key in OFFLOAD_SWITCHES:
+        if not ctx.has(key) or key in ctx.handled:
+            continue
+        ctx.consume(key)
+        value = ctx.get(key)
+        if not distill:
+            ctx.drop(key, _UNREAD_OFFLOAD)
+        elif value is False:
+            ctx.drop(key, "false: the role's states stay on its device between phases, as posttrain keeps them")
+        else:
+            ctx.refuse(key, f"not supported: {PHASE_OFFLOAD}", None, value)
+
+
+HANDLERS = [freeze_prefix, critic_model_type, validation_pixels, adam_betas, engine_model_args, offload_switches]

@@ -84,7 +84,6 @@ NCCL_OFFLOAD = ("ROLL sets offload_nccl to false for every worker whatever the f
                 "memory is freed between generations with rollout.free_cache_engine")
 FREEZE = ("freezing modules by name prefix (ROLL, for a multimodal model's vision tower): posttrain trains every parameter of the "
           "policy, or with model.lora_rank only adapters on model.target_modules (the base frozen)")
-_OFFLOAD = "moving a role's weights and optimizer states to CPU between its phases (ROLL): posttrain keeps them on the device, or in host memory throughout with FSDP CPU offload (actor.fsdp_config.param_offload / optimizer_offload)"
 
 
 # ---- the actor -------------------------------------------------------------------------------
@@ -229,8 +228,6 @@ UNSUPPORTED: dict[str, str] = {
     **roll_worker_unsupported("actor_train", "actor"),
     # Keys met in the published examples (tests/config/corpus, benchmarks/foreign_corpus.py).
     "roll:actor_train.worker_cls": "ROLL's worker class for the role; posttrain's roles are its own (posttrain.workers), chosen by the algorithm",
-    "roll:is_offload_states": _OFFLOAD,
-    "roll:is_offload_optimizer_states_in_train_step": _OFFLOAD,
     **_ACTOR_ENGINE[0],
     **_ACTOR_ROLE[0],
     **{f"{_VERL}.qat.{k}": _QAT for k in ("enable", "mode", "group_size", "ignore_patterns", "activation_observer", "quantization_config_path")},
