@@ -47,7 +47,7 @@ def test_every_key_of_verls_tree_has_a_home_when_changed(tree, release):
 
 
 def entry(*words):
-    return verl_launch.launch(None, list(words))[1].entry(words[0].split("=")[0])
+    return verl_launch.launch(None, list(words))[1].entry(words[0].split("=")[0].lstrip("+~"))
 
 
 @pytest.mark.parametrize("words, status, native, reason", [
@@ -72,6 +72,9 @@ def entry(*words):
     (("actor_rollout_ref.rollout.cudagraph_capture_sizes=[8,16]",), "dropped", None, "CUDA graphs"),
     (("actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active=2",), "refused", None, "records each profiled step whole"),
     (("reward.reward_manager.source=importlib",), "refused", None, "a reward-manager class of the user's"),
+    # a RolloutConfig field the tree leaves out, added with '+': TensorRT-LLM's MoE tensor parallelism
+    (("+actor_rollout_ref.rollout.moe_tensor_parallel_size=1",), "dropped", None, "the default of verl's config dataclass"),
+    (("+actor_rollout_ref.rollout.moe_tensor_parallel_size=2",), "refused", None, "the TensorRT-LLM engine is not provided"),
 ])
 def test_changed_keys_land_where_they_mean(words, status, native, reason):
     got = entry(*words)

@@ -465,9 +465,16 @@ _ANY_VALUE = {
 }
 
 
+# Fields of verl's config dataclasses that its YAML tree leaves out (a launch line adds them with '+'),
+# at the values that change nothing: their dataclass default.
+_FIELD_DEFAULTS = {"actor_rollout_ref.rollout.moe_tensor_parallel_size": 1}
+
+
 def ignorable(ctx: Any, key: str, value: Any) -> str | None:
     if key in _ANY_VALUE:
         return _ANY_VALUE[key]
+    if key in _FIELD_DEFAULTS and value == _FIELD_DEFAULTS[key] and not isinstance(value, bool):
+        return f"{value!r}, the default of verl's config dataclass: nothing to do"
     if key == "actor_rollout_ref.ref.use_torch_compile" and value == ctx.get("actor_rollout_ref.actor.use_torch_compile", True):
         return "the same as the actor's use_torch_compile (posttrain's reference runs the actor's forward)"
     return hydra_ignorable(ctx, key, value) or _profiler_ignorable(ctx, key, value)

@@ -217,6 +217,9 @@ UNSUPPORTED: dict[str, str] = {
     f"{_VERL}.skip_rollout": "verl 0.8's rollout cache (generate once, dump, reload); posttrain samples every step",
     f"{_VERL}.skip_dump_dir": "the folder of verl 0.8's rollout cache (skip_rollout), which posttrain does not provide",
     "verl:actor_rollout_ref.rollout.expert_parallel_size": _REPLICAS,
+    "verl:actor_rollout_ref.rollout.moe_tensor_parallel_size": ("tensor parallelism of the MoE layers inside a TensorRT-LLM engine (verl "
+                                                                 "reads it only with rollout.name trtllm): the TensorRT-LLM engine is not "
+                                                                 "provided; 1 is accepted"),
     **{f"verl:actor_rollout_ref.rollout.prometheus.{k}": ("Prometheus metrics of verl's rollout servers: posttrain's engines run inside the "
                                                           "workers with no server, and its generation metrics go to trainer.logger; the defaults "
                                                           "(enable: false) are accepted") for k in ("enable", "port", "file", "served_model_name")},
