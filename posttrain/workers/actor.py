@@ -13,7 +13,8 @@ policy the router's load-balancing loss and z-loss, as Megatron adds them:
            + topr_loss(scores, topr_positive_loss_coef, topr_negative_loss_coef)
            + topk_kl.coef * topk_kl_loss
 
-each token term aggregated with the same `loss_agg_mode` (as verl does); the SFT term averages over
+each token term aggregated with the same `loss_agg_mode` (as verl does; assembled per micro-batch by
+`posttrain.workers.actor_loss`); the SFT term averages over
 the mini-batch's positive responses (`posttrain.algorithms.positive_sft_loss`); the router terms are
 each micro-batch's own (its routed-token counts are the micro-batch's), weighted by the micro-batch's
 share of the mini-batch's real tokens (`posttrain.workers.router_loss`); the top-k distillation
@@ -36,9 +37,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-from posttrain.algorithms import (
-    aggregate_loss, get_policy_loss, kl_penalty, positive_sft_loss, sample_loss_weights, sum_pi_squared_from_logits, topr_loss,
-)
+from posttrain.algorithms import get_policy_loss, positive_sft_loss, sum_pi_squared_from_logits
 from posttrain.checkpoint.save import Role, save_hf
 from posttrain.checkpoint.state import Extra
 from posttrain.models.lean_forward import lean_mode
@@ -48,7 +47,6 @@ from posttrain.models.moe import RouterCapture, RouterWeights, capture_router_lo
 from posttrain.models.router_replay import check_replayed, record_routes, recorded, replay_routes, route_dtype, set_routes
 from posttrain.models.logprobs import PLAIN_HEAD, HeadKernel, response_logprobs
 from posttrain.models.precision import autocast
-from posttrain.errors import DataError
 from posttrain.records import RolloutBatch
 from posttrain.cluster.fsdp import forward_runner
 from posttrain.cluster.parallel import DataParallel
@@ -58,7 +56,8 @@ from posttrain.workers.microbatch import (
 )
 from posttrain.workers.reference import batched_logprobs
 from posttrain.workers.router_loss import mini_totals, router_term
-from posttrain.workers.topk_kl import TopkKLSettings, check_teacher_ids, topk_kl_term
+from posttrain.workers.actor_loss import micro_objective
+from posttrain.workers.topk_kl import TopkKLSettings, check_teacher_ids
 
 # Metrics that are aggregates of the loss mode (weighted like the loss across micro-batches); the
 # others (clip fractions, ppo_kl, coefficients) are averages over the mini-batch.
@@ -353,63 +352,7 @@ class Actor:
             )
         if self.replay is not None:
             check_replayed(self.replay)
-        mask = micro.train_mask  # response_mask less the tokens rollout correction and ROLL's sample filters rejected
-        topk = self.s.topk_kl
-        if topk is not None and not topk.policy_loss:  # pure on-policy distillation: the top-k term is the loss
-            loss, parts = topk_kl_term(out.gathered, micro, topk, mask, self.s.loss_agg_mode, self.s.loss_scale_factor)
-            entropy = aggregate_loss(out.entropy, mask, self.s.loss_agg_mode, loss_scale_factor=self.s.loss_scale_factor)
-            parts["actor/entropy"] = float(entropy.detach())
-            return self._with_router_term(loss, parts, routers, micro)
-        agg = dict(loss_agg_mode=self.s.loss_agg_mode)
-        weights = self._sample_weights(micro)  # (b,) or None
-        if micro.rollout_is_weights is not None:  # algorithm.rollout_is: weights the policy loss only, as verl
-            weights = micro.rollout_is_weights if weights is None else micro.rollout_is_weights * weights.unsqueeze(-1)
-        if weights is not None:
-            agg["sample_weights"] = weights
-        if "scores" in self.s.loss_inputs:  # the response's score (topr_roll): its token-level scores sum to it
-            agg["scores"] = micro.token_level_scores.sum(-1)  # (b,)
-        if "expert_mask" in self.s.loss_inputs:
-            agg["expert_mask"] = micro.expert_mask  # (b,) bool
-        if "global_step" in self.s.loss_inputs:
-            agg["global_step"] = self.step
-        pg = self.loss_fn(
-            old_logprob=micro.old_logprobs,
-            logprob=out.logprobs,
-            advantages=micro.advantages,
-            response_mask=mask,
-            loss_scale_factor=self.s.loss_scale_factor,
-            **agg,
-            **self.s.loss_options,
-        )
-        # ROLL's rl_loss_coef scales the policy and KL losses, not the entropy bonus (1.0 leaves them exact)
-        loss = self.s.rl_loss_coef * pg.loss
-        entropy = aggregate_loss(out.entropy, mask, self.s.loss_agg_mode, loss_scale_factor=self.s.loss_scale_factor)
-        if self.s.entropy_coeff != 0.0:
-            loss = loss - self.s.entropy_coeff * entropy
-        parts = {"actor/pg_loss": float(pg.loss.detach()), "actor/entropy": float(entropy.detach())}
-        if weights is not None and weights.dim() == 1:  # ROLL's difficulty/length weights, as ROLL logs them
-            parts.update({"actor/sample_weights_min": float(weights.min()), "actor/sample_weights_max": float(weights.max())})
-        parts.update({f"actor/{k}": float(v) for k, v in pg.metrics.items()})
-        if self.s.use_kl_loss:
-            kld = kl_penalty(out.logprobs, micro.ref_logprobs, self.s.kl_loss_type)  # (b, T)
-            kl_loss = aggregate_loss(kld, mask, self.s.loss_agg_mode, loss_scale_factor=self.s.loss_scale_factor)
-            loss = loss + self.s.rl_loss_coef * self.s.kl_loss_coef * kl_loss
-            parts["actor/kl_loss"] = float(kl_loss.detach())
-            parts["actor/kl_coef"] = self.s.kl_loss_coef
-        if self.s.sft_loss_coef:
-            sft = self._sft_term(micro, out.logprobs, mask)
-            loss = loss + self.s.sft_loss_coef * sft
-            parts["actor/sft_loss"] = float(sft.detach())
-        if any(self.s.topr_coefs):  # ROLL v0.1's TOPR terms: outside rl_loss_coef, without sample weights
-            positive, negative = self.s.topr_coefs
-            topr = topr_loss(old_logprob=micro.old_logprobs, logprob=out.logprobs, advantages=micro.advantages, response_mask=mask,
-                             loss_agg_mode=self.s.loss_agg_mode, scores=micro.token_level_scores.sum(-1), positive_coef=positive,
-                             negative_coef=negative, loss_scale_factor=self.s.loss_scale_factor).loss
-            loss, parts["actor/topr_loss"] = loss + topr, float(topr.detach())
-        if topk is not None:
-            term, topk_parts = topk_kl_term(out.gathered, micro, topk, mask, self.s.loss_agg_mode, self.s.loss_scale_factor)
-            loss = loss + term
-            parts.update(topk_parts)
+        loss, parts = micro_objective(self.s, self.loss_fn, out, micro, self.step, self._sft_term)
         return self._with_router_term(loss, parts, routers, micro)
 
     def _with_router_term(self, loss: Tensor, parts: dict[str, float], routers: RouterCapture, micro: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
@@ -430,14 +373,6 @@ class Actor:
         sft = positive_sft_loss(logprobs, micro.old_logprobs, micro.token_level_scores.sum(-1), mask, num_positive=positives)
         # weight 0: no trained token here, so no positive row of this micro-batch adds anything
         return sft / weight if weight > 0 else sft * 0.0
-
-    def _sample_weights(self, micro: RolloutBatch) -> Tensor | None:
-        """ROLL's difficulty and length weights of this micro-batch's responses (ROLL computes them
-        per micro-batch too), or None when both are off."""
-        if not (self.s.difficulty_loss_weight or self.s.length_loss_weight):
-            return None
-        difficulty = difficulty_of(micro.extra_info, micro.data_source) if self.s.difficulty_loss_weight else None
-        return sample_loss_weights(micro.response_mask, difficulty, self.s.length_loss_weight)  # (b,)
 
     def extra_state(self) -> dict[str, Any]:
         """What a checkpoint needs besides weights and optimizer (posttrain.checkpoint): the LR
@@ -462,17 +397,3 @@ class Actor:
         LR schedule / shuffle generator / weights version as `extra`. The trainer passes it to the
         checkpointer without reaching into the model or optimizer itself."""
         return Role(self.model, self.optimizer, Extra(self.extra_state, self.load_extra_state), tokenizer)
-
-
-def difficulty_of(extra_info: list[dict], data_source: list[str]) -> Tensor:
-    """(b,) each row's `extra_info["difficulty"]`, a number (algorithm.difficulty_loss_weight)."""
-    values = []
-    for i, info in enumerate(extra_info):
-        value = (info or {}).get("difficulty")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise DataError(
-                f"algorithm.difficulty_loss_weight: a row of data source {data_source[i]!r} has extra_info.difficulty "
-                f"{value!r}; every training row needs a number in [0, 1] there (harder prompts weigh more), or turn the weights off"
-            )
-        values.append(float(value))
-    return torch.tensor(values)

@@ -7,7 +7,7 @@ import torch
 
 from posttrain.algorithms import sample_keep_mask, sample_loss_weights
 from posttrain.errors import DataError
-from posttrain.workers.actor import difficulty_of
+from posttrain.workers.actor_loss import difficulty_of
 
 
 def test_max_len_mask_drops_responses_at_the_budget():
