@@ -115,6 +115,26 @@ def forward_runner(model: nn.Module) -> tuple[Callable[..., Any], nn.Module]:
     return run_directly, model
 
 
+def check_trained_dtypes(model: nn.Module, units: list[nn.Module]) -> None:
+    """FSDP2 reduces a unit's gradients in one flat buffer, so the parameters a unit trains must
+    share a dtype (the frozen ones may differ: they are gathered as bytes). With LoRA over a bf16
+    model the adapters are fp32 and a critic's value head bf16: apart as long as the head sits in
+    the root unit and every adapted layer in a unit of its own."""
+    in_units = {id(p) for unit in units for p in unit.parameters()}
+    groups = [(f"{type(unit).__name__} unit", [(n, p) for n, p in unit.named_parameters() if p.requires_grad]) for unit in units]
+    groups.append(("root unit", [(n, p) for n, p in model.named_parameters() if p.requires_grad and id(p) not in in_units]))
+    for where, params in groups:
+        dtypes = sorted({str(p.dtype).removeprefix("torch.") for _, p in params})
+        if len(dtypes) > 1:
+            names = ", ".join(f"{n} ({str(p.dtype).removeprefix('torch.')})" for n, p in params[:4])
+            raise ConfigError(
+                f"FSDP2 would shard trained parameters of dtypes {' and '.join(dtypes)} in one {where} ({names}, ...), and it "
+                "reduces a unit's gradients in one dtype: wrap the adapted layers in units of their own "
+                "(fsdp_config.wrap_policy.transformer_layer_cls_to_wrap), or keep LoRA adapters in the model's dtype "
+                "(model.autocast_adapter_dtype / critic.model.autocast_adapter_dtype: false)"
+            )
+
+
 def shard_model(model: nn.Module, mesh: DeviceMesh, s: ShardingSettings) -> ShardedForward:
     """Apply FSDP2 to `model` in place over `mesh`; returns the root to run its forwards through.
 
@@ -128,6 +148,7 @@ def shard_model(model: nn.Module, mesh: DeviceMesh, s: ShardingSettings) -> Shar
         offload_policy=CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if s.offload else OffloadPolicy(),
     )
     units = wrap_units(model, s)
+    check_trained_dtypes(model, units)
     for unit in units:
         fully_shard(unit, **kwargs)
     # The root's parameters (embeddings, final norm, head) are used again right after the forward

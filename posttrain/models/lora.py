@@ -103,8 +103,8 @@ def add_lora(model: nn.Module, s: LoraSettings, base_path: str | Path, *, task: 
     casts its input to the adapter's dtype and the sum back to the base layer's. The frozen base
     stays in its dtype, and so does a module in `train_whole` (as peft keeps it: its input comes
     in the model's dtype). FSDP2 all-gathers a unit of mixed dtypes as bytes and asks only that its
-    trainable parameters share one dtype: the adapters live in the decoder-layer units, the value
-    head in the root unit."""
+    trained parameters share one dtype: the adapters live in the decoder-layer units, the value head
+    in the root unit (`posttrain.cluster.fsdp.check_trained_dtypes` says so when a wrap policy mixes them)."""
     peft = require_peft()
     base = str(Path(base_path).expanduser().resolve())
     exclude = _with_excluded(s.exclude_modules, train_whole)

@@ -11,6 +11,7 @@ import torch
 from peft import PeftModel
 from transformers import Qwen2ForCausalLM
 
+from posttrain.cluster.fsdp import check_trained_dtypes
 from posttrain.errors import ConfigError, ModelError
 from posttrain.models.lean_decoder import lean_unsupported_reason
 from posttrain.models.lean_forward import lean_forward_reason, lean_mode
@@ -114,6 +115,15 @@ def test_adapters_over_a_bf16_model_are_fp32_unless_asked_and_keep_small_updates
     moved = sum(int((p.detach() != b).sum()) for p, b in zip(trained, before)) / sum(p.numel() for p in trained)
     # A's entries (about 0.1 in size) have a bf16 spacing near 5e-4: a step of 1e-5 rounds away there
     assert moved == 1.0 if fp32_adapters else moved < 0.1
+
+
+def test_fsdp_units_must_not_mix_the_fp32_adapters_with_bf16_trained_weights(tiny_lm):
+    model = tiny_lm.to(torch.bfloat16)
+    add_lora(model, LoraSettings("model", 4, 8.0, ["q_proj"]), ".")
+    model.lm_head.weight.requires_grad_(True)  # a bf16 weight trained whole, as a critic's value head
+    check_trained_dtypes(model, list(model.model.layers))  # adapters in the layer units, the head in the root: apart
+    with pytest.raises(ConfigError, match=r"dtypes bfloat16 and float32 in one root unit .*autocast_adapter_dtype"):
+        check_trained_dtypes(model, [])
 
 
 def test_the_adapter_files_are_peft_format_and_load_back(tiny_lm, tmp_path):
