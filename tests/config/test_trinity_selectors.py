@@ -39,3 +39,13 @@ def test_a_taskset_without_a_selector_is_read_in_file_order():
     assert native["data"]["selector"] == {"type": "sequential"} and "seed" not in native["data"]
     native, _ = run(algorithm={"algorithm_type": "sft"})  # SFT rows are drawn uniformly
     assert "selector" not in native.get("data", {})
+
+
+def test_an_experience_pipeline_that_saves_no_input_file_is_what_posttrain_does():
+    def statuses(pipeline):
+        _, report = translate({"data_processor": {"experience_pipeline": pipeline}}, "trinity")
+        return {e.key.rpartition(".")[2]: e.status for e in report.entries if "experience_pipeline" in e.key}
+
+    assert statuses({"save_input": False, "input_save_path": "/runs/inputs.jsonl"}) == {"save_input": "dropped", "input_save_path": "dropped"}
+    assert statuses({"save_input": True}) == {"save_input": "refused"}  # a file posttrain does not write
+    assert statuses({"save_input": True, "input_save_path": "/runs/inputs.jsonl"})["input_save_path"] == "refused"

@@ -295,6 +295,9 @@ def prompt_truncation(ctx: Context) -> None:
         ctx.refuse(key, f"expected true or false, got {value!r}", None, value)
 
 
+_SAVE_INPUT = "data_processor.experience_pipeline.save_input"
+
+
 def ignorable(ctx: Context, key: str, value: Any) -> str | None:
     accepted = accepted_default(key, value)  # a refused explorer key at a value that is what posttrain does
     if accepted is not None:
@@ -307,6 +310,10 @@ def ignorable(ctx: Context, key: str, value: Any) -> str | None:
         return "no top-k (Trinity-RFT's default), as the task workflows' requests sample"
     if key == "trainer.enable_preview":
         return "a preview table of rollouts in Trinity-RFT's wandb logging: display only, no effect on training"
+    if key == _SAVE_INPUT and value is False:
+        return "false: the experiences the pipeline reads are not written to a file of their own, as posttrain does"
+    if key == _SAVE_INPUT.replace("save_input", "input_save_path") and (value is None or ctx.get(_SAVE_INPUT) is False):
+        return "read only with save_input true (Trinity-RFT's file of the experiences the pipeline reads)"
     if key == "trainer.trainer_type" and value == "verl":
         return "Trinity-RFT's verl trainer: posttrain trains with its own backend and reads trainer_config with the verl dialect"
     return None
