@@ -20,9 +20,12 @@ some lives in tests/config/reference_configs).
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from posttrain.config.dialects.lora import trinity_lora
+from posttrain.config.dialects.report import Report
 from posttrain.config.dialects.trinity_defaults import batching, engine_type, kl_defaults, micro_batch_weight, stage_engine_type, stage_kl_defaults
 from posttrain.config.dialects.source import resolve
 from posttrain.config.dialects.translate import Context, translate_dict
@@ -33,7 +36,7 @@ from posttrain.config.dialects.trinity_workflows import fixed_columns, workflows
 from posttrain.config.dialects.values import value_hook
 from posttrain.config.tables import Rule
 from posttrain.config.dialects.trinity_types import algorithm_type, stage_algorithm_type
-from posttrain.config.dialects.trinity_files import data_files
+from posttrain.config.dialects.trinity_files import data_files, storage_fields
 from posttrain.config.dialects.trinity_selectors import data_selector
 from posttrain.config.dialects.trinity_external import external_model
 from posttrain.config.dialects import trinity_derived
@@ -44,12 +47,40 @@ _TS = "buffer.explorer_input.taskset"
 _EVAL = "buffer.explorer_input.eval_tasksets"
 _TASK_FILES = ("posttrain reads tasks from files (data.train_files, data.val_files); a queue or SQL taskset that another "
                "process fills during the run is not read: write the tasks to a jsonl or parquet file and point path there")
+# Trinity-RFT's config validator overwrites a training taskset's repeat_times with algorithm.repeat_times
+_TRAIN_REPEAT = ("Trinity-RFT sets a training taskset's repeat_times to algorithm.repeat_times (default 1), whatever the "
+                 "file says: rollout.n is algorithm.repeat_times")
 _COLUMNS = {"prompt_key": "prompt", "response_key": "response"}  # Trinity-RFT's FormatConfig defaults, posttrain's too
 _FORMAT_TO_DATA = {name: f"data.{name}" for name in ("prompt_key", "response_key", "system_prompt", "system_prompt_key", "reply_prefix", "enable_thinking", "image_key")}
 
 
+_TASKSETS = "buffer.explorer_input.tasksets"
+_ONE = f"{_TASKSETS}[0]"
+
+
+def one_taskset(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool]:
+    """Trinity-RFT's ``explorer_input.tasksets`` list of one taskset is its ``taskset`` (its config
+    validator moves a lone ``taskset`` into that list): the file with it moved there, and whether it was.
+    Several tasksets, or one beside ``taskset``, stay for `tasksets` to refuse."""
+    explorer = (raw.get("buffer") or {}).get("explorer_input") if isinstance(raw.get("buffer"), Mapping) else None
+    if not isinstance(explorer, Mapping) or "taskset" in explorer:
+        return raw, False
+    items = explorer.get("tasksets")
+    if not (isinstance(items, list) and len(items) == 1 and isinstance(items[0], Mapping)):
+        return raw, False
+    moved = {k: v for k, v in explorer.items() if k != "tasksets"} | {"taskset": items[0]}
+    return {**raw, "buffer": {**raw["buffer"], "explorer_input": moved}}, True
+
+
+def as_written(report: Report) -> None:
+    """The report's taskset entries under the key a one-taskset ``tasksets`` list gives them."""
+    report.entries[:] = [dataclasses.replace(e, key=_ONE + e.key[len(_TS):]) if e.key == _TS or e.key.startswith(_TS + ".") else e
+                         for e in report.entries]
+
+
 def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) -> None:
     """Translate one taskset (training: ``prefix`` is the taskset key; eval: ``...eval_tasksets[i]``)."""
+    storage_fields(ctx, prefix, item)
     for name in ("path", "split", "subset_name", "storage_type", "name", "repeat_times", "rollout_args", "format"):
         ctx.consume(f"{prefix}.{name}")
     if item.get("storage_type", "file") != "file":
@@ -90,8 +121,10 @@ def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) ->
         else:
             ctx.refuse(key, "no posttrain equivalent for a taskset format key (data.* holds the column keys)", None, value)
     repeat = item.get("repeat_times")
-    if repeat is not None:
-        ctx.set("rollout.n" if training else "rollout.val_kwargs.n", repeat, f"{prefix}.repeat_times")
+    if training and "repeat_times" in item:
+        ctx.drop(f"{prefix}.repeat_times", _TRAIN_REPEAT)
+    elif repeat is not None:
+        ctx.set("rollout.val_kwargs.n", repeat, f"{prefix}.repeat_times")
     args = item.get("rollout_args") or {}
     if not training and args and "temperature" not in args:  # Trinity samples evaluation at the model's temperature
         ctx.set("rollout.val_kwargs.temperature", ctx.get("model.temperature", 1.0), f"{prefix}.rollout_args", "temperature not given: model.temperature (Trinity's default 1.0)")
@@ -179,6 +212,15 @@ def tasksets(ctx: Context) -> None:
     taskset = ctx.get(_TS)
     if isinstance(taskset, dict):
         _taskset(ctx, _TS, taskset, training=True)
+    if ctx.has(_TASKSETS):  # what one_taskset left: an empty list, several tasksets, or one beside taskset
+        ctx.consume(_TASKSETS)
+        items = ctx.get(_TASKSETS)
+        if items in (None, []):
+            ctx.drop(_TASKSETS, "empty: no taskset beside buffer.explorer_input.taskset")
+        else:
+            ctx.refuse(_TASKSETS, "several training tasksets (Trinity-RFT's task scheduler draws each batch from them in turn): "
+                                  "posttrain trains a stage on one taskset; list their files in one taskset's path, or run them "
+                                  "as stages", None, items)
     evals = ctx.get(_EVAL)
     if isinstance(evals, list):
         ctx.consume(_EVAL)
@@ -331,7 +373,7 @@ RULES: dict[str, Rule] = {
     f"{_TS}.subset_name": Rule("data.train_files", "the configuration (subset) of the taskset's dataset", "main", _WITH_PATH),
     f"{_TS}.name": Rule(None, "names the taskset's metrics in Trinity-RFT; posttrain's metrics are named by stage", "gsm8k", _WITH_PATH),
     f"{_TS}.storage_type": Rule(None, "file (Trinity-RFT's default): the taskset is read from files, as posttrain does; queue and sql are refused (" + _TASK_FILES + ")", "file", _WITH_PATH),
-    f"{_TS}.repeat_times": Rule("rollout.n", "responses sampled per task", 4, _WITH_PATH),
+    f"{_TS}.repeat_times": Rule(None, _TRAIN_REPEAT, 4, _WITH_PATH),
     f"{_TS}.rollout_args": Rule("rollout.temperature, rollout.top_p, rollout.top_k, rollout.response_length", "the taskset's sampling settings and generation budget (max_tokens; other keys are refused)", {"temperature": 0.7}, _WITH_PATH),
     f"{_TS}.rollout_args.temperature": Rule("rollout.temperature", "sampling temperature of the training rollouts", 0.7, _WITH_PATH),
     f"{_TS}.format.prompt_type": Rule(None, "plaintext or messages: posttrain reads a string or a chat message list from data.prompt_key alike", "messages", _WITH_PATH),

@@ -24,7 +24,7 @@ from typing import Any
 
 from posttrain.config.dialects.translate import Context
 from posttrain.config.dialects.trinity_algorithms import TYPES
-from posttrain.config.dialects.trinity_files import data_files
+from posttrain.config.dialects.trinity_files import data_files, storage_fields
 from posttrain.config.tables import Rule
 
 EB = "buffer.trainer_input.experience_buffer"
@@ -46,6 +46,7 @@ def experience_files(ctx: Context, default_type: str | None = "ppo") -> None:
     kind = _kind(ctx, default_type)
     if not isinstance(buf, dict) or kind is None:
         return
+    storage_fields(ctx, EB, buf)
     if kind == "rl":
         for name in ("format", "split", "subset_name"):
             if name in buf:

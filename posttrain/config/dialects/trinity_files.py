@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from posttrain.config.dialects.machine import ABSENT_DATA
+from posttrain.config.dialects.translate import Context
 from posttrain.files import SPLIT_FILE_EXTS, dataset_entry, is_hub_name, split_files
 
 
@@ -41,3 +43,23 @@ def data_files(path: Any, split: str, subset: str | None = None) -> list[str]:
         f"and cached datasets and never downloads: save the dataset locally (`posttrain data fetch NAME OUT`) and point path there",
         path if is_file else dataset_entry(path, subset, split),
     )
+
+
+# StorageConfig fields Trinity-RFT's validator fills itself ("DO NOT SET"): what a file writes there is overwritten
+_SET_BY_TRINITY = {"total_epochs": "buffer.total_epochs", "total_steps": "buffer.total_steps"}
+
+
+def storage_fields(ctx: Context, prefix: str, item: Mapping[str, Any]) -> None:
+    """A taskset's or experience buffer's ``index`` (the read offset Trinity-RFT continues a run
+    from) and the fields its validator sets from ``buffer.*``."""
+    for name, source in _SET_BY_TRINITY.items():
+        if name in item:
+            ctx.consume(f"{prefix}.{name}")
+            ctx.drop(f"{prefix}.{name}", f"set by Trinity-RFT itself from {source} where it reads it (\"DO NOT SET\" in its StorageConfig)")
+    if "index" in item:
+        ctx.consume(f"{prefix}.index")
+        if item["index"] == 0 and not isinstance(item["index"], bool):
+            ctx.drop(f"{prefix}.index", "0: reading starts at the first row, as posttrain's does")
+        else:
+            ctx.refuse(f"{prefix}.index", "a read offset for continuing a run by hand: posttrain continues a run from its checkpoint "
+                                          "(trainer.resume_mode), which restores where its sampler stood", None, item["index"])
