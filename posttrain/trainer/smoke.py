@@ -61,7 +61,7 @@ _MACHINE = re.compile(r"vLLM|SGLang|TensorRT|asynchronous rollout server|Megatro
                       r"Megatron and the other strategies|DeepSpeed|engine\(s\) × tensor_parallel_size|"
                       r"NPU|roles on different devices|beside training on|of cluster.nnodes × cluster.n_gpus_per_node|"
                       r"explorer's \d+ devices|NCCL|GPU|expert parallelism|a cluster job's device count|"
-                      r"the file leaves the device count to the machine|" + _ABSENT_DATA)  # case matters: keys say megatron
+                      r"the file leaves the device count to the machine|nor a model the local ModelScope cache|" + _ABSENT_DATA)  # case matters: keys say megatron
 _LOCAL_TRACKERS = ("console", "jsonl", "tensorboard")
 _BLANK_COUNT = "a cluster job's device count"  # posttrain.config.dialects.verl.BLANK_DEVICES
 _PER_WORLD = re.compile(r"does not divide the \d+ worker process")
@@ -135,6 +135,8 @@ def _why(reason: str) -> str:
     """What runs here instead, for a refusal `machine_refusal` accepts."""
     if _ABSENT_DATA in reason:
         return "not on this machine: the smoke run does without it (an agentic stage plays its environments)"  # data files are kept for `_data`
+    if "ModelScope cache" in reason:
+        return "the model is not on this machine: a tiny model stands in for it (model.path below)"
     if re.search(r"vLLM|SGLang|TensorRT|engine replicas|rollout server", reason, re.I):
         return "the HF engine generates here"
     if re.search(r"Megatron|DeepSpeed", reason):
@@ -348,6 +350,15 @@ def _first_rows(files: list[str], n: int, data: dict[str, Any]) -> tuple[list[di
     return table.rows[:n], f"its first {min(n, len(table))} rows"
 
 
+# Ground truths of the shape a built-in scorer reads (posttrain.rewards.scorers), from an arithmetic problem:
+# an option letter, an instruction to follow, stdin/stdout test cases of a program printing the answer.
+_TRUTHS = {
+    "multiple_choice": lambda p: "B",
+    "ifeval": lambda p: [{"func_name": "validate_lowercase"}],
+    "code": lambda p: {"case_type": "input", "test_cases": [{"stdin": "", "expected_stdout": str(p.ground_truth)}]},
+}
+
+
 def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
     """Arithmetic (or countdown) problems under the columns the config reads (prompt, messages, response, DPO pair,
     verl's reward_model.ground_truth, the tag column), tagged so the config's scorer takes them."""
@@ -364,6 +375,8 @@ def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
     custom = (reward.get("custom_reward_function") or {}).get("path")
     # a detection worker's rows hold boxes and ROLL's per-row weights (posttrain.rewards.detection)
     boxes = {t for w in workers.values() if w.get("worker_cls") == "detection" for t in w.get("tag_included") or []}
+    # the built-in scorers that read a ground truth of their own shape, by the tag of the worker running them
+    truths = {t: _TRUTHS[w.get("worker_cls")] for w in workers.values() if w.get("worker_cls") in _TRUTHS for t in w.get("tag_included") or []}
     rng = random.Random(0)
     agent_columns = _agent_columns(native)
     rows = []
@@ -381,6 +394,8 @@ def _synthetic(n: int, native: dict[str, Any]) -> list[dict[str, Any]]:
             row[data.get("prompt_key", "prompt")], row[data["query_key"]] = p.prompt, ("" if i % 2 else "Answer with the number.")
         if data.get("system_prompt_key"):
             row[data["system_prompt_key"]] = "You are a careful calculator."
+        if tag in truths:
+            row["reward_model"] = {"style": "rule", "ground_truth": truths[tag](p)}
         if tag in boxes:
             row["reward_model"] = {"ground_truth": "<answer>\n[{'bbox_2d': [10, 10, 50, 50], 'label': 'box'}]\n</answer>",
                                    "format_ratio": 0.1, "accuracy_ratio": 1.0,

@@ -29,6 +29,9 @@ def test_machine_refusals_are_only_the_machines():
     # a Megatron option that changes the numbers is not the machine's (posttrain.config.dialects.verl_megatron)
     assert not machine_refusal("not supported: Megatron's MoE load-balancing loss: posttrain's actor loss has no balancing term")
     assert machine_refusal("not supported: Megatron backends are not provided: posttrain runs actor with torch")
+    # a ModelScope model name whose files are not in this machine's ModelScope cache: the tiny model stands in
+    assert machine_refusal("model path 'Qwen/Qwen3-8B' is not an existing local directory, nor a model the local ModelScope cache "
+                           "(/root/.cache/modelscope/hub, $MODELSCOPE_CACHE) holds. posttrain never downloads models at run time")
 
 
 def test_tiny_model_of_the_users_family(tmp_path):
@@ -469,3 +472,32 @@ def test_smoke_a_bench_of_a_hosted_model_against_the_tiny_model_behind_a_local_e
     rows = (tmp_path / "w" / "run" / "bench" / "bench.csv").read_text().splitlines()
     assert rows[0].startswith("step,") and rows[1].startswith("0,") and len(rows) == 2
     assert "OPENAI_BASE_URL" not in os.environ  # the run's variables are put back
+
+
+def test_smoke_rows_give_each_built_in_scorer_a_ground_truth_it_reads(tmp_path):
+    from posttrain.rewards.code import read_tests
+    from posttrain.rewards.scorers import load_scorer
+    from posttrain.trainer.smoke import smoke_config
+
+    roll = "roll.pipeline.rlvr.rewards"
+    classes = {"mc": f"{roll}.crossthinkqa_rule_reward_worker.CrossThinkQARuleRewardWorker",
+               "ifeval": f"{roll}.ifeval_rule_reward_worker.GeneralRuleRewardWorker",
+               "code": f"{roll}.code_sandbox_reward_worker.CodeSandboxRewardWorker",
+               "math": f"{roll}.math_rule_reward_worker.MathRuleRewardWorker"}
+    config = tmp_path / "rlvr.yaml"
+    config.write_text(yaml.safe_dump({
+        "pretrain": "/nonexistent/policy", "rollout_batch_size": 8,
+        "rewards": {name: {"worker_cls": cls, "tag_included": [name]} for name, cls in classes.items()},
+        "actor_train": {"data_args": {"file_name": ["/nonexistent/train.jsonl"]}}}))
+    path, _ = smoke_config(str(config), [], "roll", tmp_path / "w")
+    written = yaml.safe_load(path.read_text())
+    rows = {r["data_source"]: r for r in map(json.loads, open(written["data"]["train_files"][0]))}
+    assert set(rows) == set(classes)
+    for name, worker in written["reward"]["workers"].items():  # each scorer reads its rows' truth without raising
+        truth = rows[name]["reward_model"]["ground_truth"]
+        if worker["worker_cls"] == "code":  # scoring would run a program: its test cases parse
+            assert read_tests(truth)[0] == "input"
+            continue
+        kwargs = {k: v for k, v in worker.items() if k == "reward_type"}
+        result = load_scorer(worker["worker_cls"], kwargs, f"reward.workers.{name}.worker_cls")(name, "\\boxed{B} 1", truth, {})
+        assert isinstance(result, (int, float, dict)), (name, result)
