@@ -14,10 +14,12 @@ it has them.
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any
 
+from posttrain.envs.spec import LIFTED
 from posttrain.errors import ConfigError, DataError
 
 MANAGERS = ("train_env_manager", "val_env_manager")
@@ -72,14 +74,17 @@ def local_env_datasets(native: dict[str, Any], workdir: Path) -> list[str]:
         config = entry.get("env_config") if isinstance(entry, dict) else None
         if not callable(getattr(cls, "check_data", None)) or not isinstance(config, dict):
             continue
+        # the entry's own keys a ROLL env_config may hold (max_steps, ...), which the run lifts out of it (posttrain.envs.spec)
+        params = inspect.signature(cls).parameters
+        kwargs = {k: v for k, v in config.items() if not (k in LIFTED and k not in params)}
         try:
-            cls.check_data(dict(config))
+            cls.check_data(dict(kwargs))
             continue
         except DataError:
             pass
         except (ConfigError, TypeError, ValueError):  # a bad env_config: the run names it
             continue
-        probe = cls(**config)
+        probe = cls(**kwargs)
         path = workdir / f"env_{tag}.jsonl"
         rows = [{probe.question_key: f"What is {i} + {i}?", probe.answer_key: str(2 * i)} for i in range(8)]
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -47,7 +47,9 @@ def test_smoke_gives_a_played_dataset_env_synthetic_rows_with_its_columns(tmp_pa
     here = tmp_path / "here.jsonl"
     here.write_text('{"prompt": "1+1?", "solution": "2"}\n')
     native = {"env": {"custom_envs": {
-        "gone": {"env_type": "roll_math", "env_config": {"dataset_name": "nobody/DAPO", "split": "train", "question_key": "prompt", "answer_key": "solution"}},
+        # max_steps inside env_config, as ROLL's GEM examples write it: the entry's own key, lifted out by the run
+        "gone": {"env_type": "roll_math", "env_config": {"max_steps": 10, "dataset_name": "nobody/DAPO", "split": "train", "question_key": "prompt",
+                                                          "answer_key": "solution"}},
         "here": {"env_type": "roll_math", "env_config": {"dataset_name": str(here), "question_key": "prompt", "answer_key": "solution"}},
         "idle": {"env_type": "roll_qa", "env_config": {"dataset_name": "nobody/HotpotQA"}}},
         "train_env_manager": {"tags": ["gone", "here"]}, "val_env_manager": {"tags": ["gone"]}}}
@@ -57,7 +59,7 @@ def test_smoke_gives_a_played_dataset_env_synthetic_rows_with_its_columns(tmp_pa
     assert envs["here"]["env_config"]["dataset_name"] == str(here) and envs["idle"]["env_config"]["dataset_name"] == "nobody/HotpotQA"
     config = envs["gone"]["env_config"]
     assert "split" not in config
-    env = MathDatasetEnv(**config)
+    env = MathDatasetEnv(**{k: v for k, v in config.items() if k != "max_steps"})
     question = env.reset(0)
     n = int(question.split()[2])
     assert env.step(f"\\boxed{{{2 * n}}}")[1] == 1.0  # the synthetic rows are answerable
