@@ -5,7 +5,8 @@ methods; the trainer never reaches inside. A later issue places each role on a R
 unchanged, which is why nothing here touches global state.
 """
 
-from posttrain.workers.actor import Actor, ActorSettings
+from posttrain.workers.actor import Actor
+from posttrain.workers.actor_settings import ActorSettings
 from posttrain.workers.critic import Critic, CriticSettings
 from posttrain.workers.reference import ReferencePolicy
 

@@ -10,7 +10,7 @@ term, which with `topk_kl.policy_loss` false is the whole loss.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -19,10 +19,8 @@ from posttrain.algorithms import aggregate_loss, kl_penalty, sample_loss_weights
 from posttrain.errors import DataError
 from posttrain.models.logprobs import TokenLogProbs
 from posttrain.records import RolloutBatch
+from posttrain.workers.actor_settings import ActorSettings
 from posttrain.workers.topk_kl import topk_kl_term
-
-if TYPE_CHECKING:
-    from posttrain.workers.actor import ActorSettings
 
 
 def micro_objective(s: ActorSettings, loss_fn: Callable[..., object], out: TokenLogProbs, micro: RolloutBatch, step: int,
