@@ -227,7 +227,7 @@ def _model(native: dict[str, Any], workdir: Path) -> list[str]:
     tiny, how = tiny_like(source, workdir / "model")
     model["path"] = str(tiny)
     model.pop("tokenizer_path", None)
-    lines = [f"model.path: {source or '(none)'} -> {how}"]
+    lines = [f"model.path: {source or '(none)'} -> {how}"] + _frozen_prefixes(native, tiny)
     critic = native.get("critic", {}).get("model", {})
     for key in ("path", "tokenizer_path"):
         if critic.get(key):
@@ -247,6 +247,26 @@ def _model(native: dict[str, Any], workdir: Path) -> list[str]:
             lines.append(f"reward.reward_model.input_tokenizer: {reward_model['input_tokenizer']} -> the same tiny model")
             reward_model["input_tokenizer"] = str(tiny)
     return lines + _judges(native, tiny)
+
+
+def _frozen_prefixes(native: dict[str, Any], tiny: Path) -> list[str]:
+    """actor.freeze_module_prefix's prefixes that name no parameter of the tiny model (a vision tower
+    the user's model has and the text model standing in for it lacks) are left out."""
+    actor = native.get("actor") or {}
+    prefixes = actor.get("freeze_module_prefix") or []
+    if not prefixes:
+        return []
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):  # parameter names only: no memory for the weights
+        names = [n for n, _ in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tiny)).named_parameters()]
+    kept = [p for p in prefixes if any(n.startswith(p) for n in names)]
+    if kept == prefixes:
+        return []
+    actor["freeze_module_prefix"] = kept
+    gone = [p for p in prefixes if p not in kept]
+    return [f"actor.freeze_module_prefix: {_short(gone)} -> left out (modules of the user's model the tiny model lacks)"]
 
 
 def _judges(native: dict[str, Any], tiny: Path) -> list[str]:

@@ -501,3 +501,16 @@ def test_smoke_rows_give_each_built_in_scorer_a_ground_truth_it_reads(tmp_path):
         kwargs = {k: v for k, v in worker.items() if k == "reward_type"}
         result = load_scorer(worker["worker_cls"], kwargs, f"reward.workers.{name}.worker_cls")(name, "\\boxed{B} 1", truth, {})
         assert isinstance(result, (int, float, dict)), (name, result)
+
+
+def test_smoke_leaves_out_frozen_prefixes_of_modules_the_tiny_model_lacks(tmp_path):
+    from posttrain.trainer.smoke import smoke_config
+
+    config = tmp_path / "rlvr.yaml"
+    config.write_text(yaml.safe_dump({
+        "pretrain": "/nonexistent/policy", "rollout_batch_size": 8,
+        "actor_train": {"model_args": {"freeze_module_prefix": "model.visual,model.embed_tokens"},
+                        "data_args": {"file_name": ["/nonexistent/train.jsonl"]}}}))
+    path, lines = smoke_config(str(config), [], "roll", tmp_path / "w")
+    assert yaml.safe_load(path.read_text())["actor"]["freeze_module_prefix"] == ["model.embed_tokens"]
+    assert 'actor.freeze_module_prefix: ["model.visual"] -> left out (modules of the user\'s model the tiny model lacks)' in lines
