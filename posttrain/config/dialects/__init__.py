@@ -55,15 +55,9 @@ def translate(raw: Mapping[str, Any], dialect: str, *, interpolated: set[str] = 
     if dialect == "roll" and roll_onpolicy.is_onpolicy(raw):  # ROLL's on-policy distillation: student/teacher roles read as actor/reference
         return roll_onpolicy.translate(raw, interpolated=interpolated, unresolved=unresolved)
     handlers, hook, ignorable, is_default = _RULES[dialect]
-    if dialect == "trinity":
-        raw, moved = trinity.one_taskset(raw)  # a one-taskset `tasksets` list read as `taskset`, reported as written
-        if moved:
-            interpolated, unresolved = (_to_taskset(set(interpolated)),
-                                        {k: why for k, why in _to_taskset(dict(unresolved or {})).items()})
-        native, report = translate_dict(raw, dialect, handlers, hook, ignorable, interpolated=interpolated, unresolved=unresolved)
-        if moved:
-            trinity.as_written(report)
-        return native, report
+    if dialect == "trinity":  # a one-taskset `tasksets` list read as `taskset`, reported as written
+        return trinity.with_one_taskset(lambda r, i, u: translate_dict(r, dialect, handlers, hook, ignorable, interpolated=i, unresolved=u),
+                                        raw, set(interpolated), dict(unresolved or {}))
     if dialect != "verl":
         return translate_dict(raw, dialect, handlers, hook, ignorable, interpolated=interpolated, unresolved=unresolved, is_default=is_default)
     legacy, renamed, dropped = verl_moved.to_legacy(raw, verl_release.release())  # verl 0.10's moved keys under their 0.8 names
@@ -74,13 +68,6 @@ def translate(raw: Mapping[str, Any], dialect: str, *, interpolated: set[str] = 
     for key, why in dropped.items():
         report.add(Entry(key, "dropped", None, None, why))
     return native, report
-
-
-def _to_taskset(keys):
-    """Keys under a one-taskset ``tasksets[0]`` as `trinity.one_taskset` moves them, to ``taskset``."""
-    old, new = "buffer.explorer_input.tasksets[0]", "buffer.explorer_input.taskset"
-    rename = {k: new + k[len(old):] if k == old or k.startswith(old + ".") else k for k in keys}
-    return {rename[k]: v for k, v in keys.items()} if isinstance(keys, dict) else set(rename.values())
 
 
 @dataclasses.dataclass

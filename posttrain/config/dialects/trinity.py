@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 from posttrain.config.dialects.lora import trinity_lora
 from posttrain.config.dialects.report import Report
@@ -62,7 +62,7 @@ def one_taskset(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool]:
     """Trinity-RFT's ``explorer_input.tasksets`` list of one taskset is its ``taskset`` (its config
     validator moves a lone ``taskset`` into that list): the file with it moved there, and whether it was.
     Several tasksets, or one beside ``taskset``, stay for `tasksets` to refuse."""
-    explorer = (raw.get("buffer") or {}).get("explorer_input") if isinstance(raw.get("buffer"), Mapping) else None
+    explorer = raw["buffer"].get("explorer_input") if isinstance(raw.get("buffer"), Mapping) else None
     if not isinstance(explorer, Mapping) or "taskset" in explorer:
         return raw, False
     items = explorer.get("tasksets")
@@ -72,10 +72,21 @@ def one_taskset(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool]:
     return {**raw, "buffer": {**raw["buffer"], "explorer_input": moved}}, True
 
 
-def as_written(report: Report) -> None:
-    """The report's taskset entries under the key a one-taskset ``tasksets`` list gives them."""
-    report.entries[:] = [dataclasses.replace(e, key=_ONE + e.key[len(_TS):]) if e.key == _TS or e.key.startswith(_TS + ".") else e
-                         for e in report.entries]
+def _moved(key: str, old: str, new: str) -> str:
+    """`key` under `new` where it is `old` or a key below it."""
+    return new + key[len(old):] if key == old or key.startswith(old + ".") else key
+
+
+def with_one_taskset(translate: Callable[..., tuple[dict[str, Any], Report]], raw: Mapping[str, Any], interpolated: set[str],
+                     unresolved: Mapping[str, str]) -> tuple[dict[str, Any], Report]:
+    """``translate(raw, interpolated, unresolved)`` of a file whose one-taskset ``tasksets`` list is
+    read as its ``taskset`` (`one_taskset`), with the report naming the keys as the file writes them."""
+    raw, moved = one_taskset(raw)
+    if not moved:
+        return translate(raw, interpolated, unresolved)
+    native, report = translate(raw, {_moved(k, _ONE, _TS) for k in interpolated}, {_moved(k, _ONE, _TS): v for k, v in unresolved.items()})
+    report.entries[:] = [dataclasses.replace(e, key=_moved(e.key, _TS, _ONE)) for e in report.entries]
+    return native, report
 
 
 def _taskset(ctx: Context, prefix: str, item: dict[str, Any], training: bool) -> None:
@@ -338,6 +349,7 @@ def prompt_truncation(ctx: Context) -> None:
 
 
 _SAVE_INPUT = "data_processor.experience_pipeline.save_input"
+_INPUT_SAVE_PATH = "data_processor.experience_pipeline.input_save_path"
 
 
 def ignorable(ctx: Context, key: str, value: Any) -> str | None:
@@ -354,7 +366,7 @@ def ignorable(ctx: Context, key: str, value: Any) -> str | None:
         return "a preview table of rollouts in Trinity-RFT's wandb logging: display only, no effect on training"
     if key == _SAVE_INPUT and value is False:
         return "false: the experiences the pipeline reads are not written to a file of their own, as posttrain does"
-    if key == _SAVE_INPUT.replace("save_input", "input_save_path") and (value is None or ctx.get(_SAVE_INPUT) is False):
+    if key == _INPUT_SAVE_PATH and (value is None or ctx.get(_SAVE_INPUT) is False):
         return "read only with save_input true (Trinity-RFT's file of the experiences the pipeline reads)"
     if key == "trainer.trainer_type" and value == "verl":
         return "Trinity-RFT's verl trainer: posttrain trains with its own backend and reads trainer_config with the verl dialect"
