@@ -165,8 +165,9 @@ def critic_model_type(ctx: Context) -> None:
 
 # What ROLL's vllm and sglang strategies read of actor_infer.model_args (roll/distributed/strategy/): model_name_or_path,
 # dtype and, for vllm, lora_rank / lora_target; the rest of ModelArguments is read only where ROLL builds a Hugging
-# Face or Megatron model (roll/models/model_providers.py), which an engine strategy does not.
-ENGINE_UNREAD_MODEL_ARGS = ("additional_target", "autocast_adapter_dtype", "adapter_name_or_path", "moe_aux_loss_coef",
+# Face or Megatron model (roll/models/model_providers.py), which an engine strategy does not. (Its LoRA keys,
+# autocast_adapter_dtype among them, are the LoRA rules' under every strategy: posttrain.config.dialects.lora.)
+ENGINE_UNREAD_MODEL_ARGS = ("additional_target", "adapter_name_or_path", "moe_aux_loss_coef",
                             "gradient_checkpointing_use_reentrant", "device_map", "model_type", "num_labels",
                             "freeze_module_prefix", "ulysses_size")
 
