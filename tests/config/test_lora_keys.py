@@ -93,8 +93,8 @@ def test_roll_autocast_adapter_dtype_is_the_trained_roles_and_read_by_nothing_el
     assert refused == {}
     assert out["model"]["autocast_adapter_dtype"] is False and out["critic"]["model"]["autocast_adapter_dtype"] is True
     assert dropped["actor_infer.model_args.autocast_adapter_dtype"] == "read only where ROLL builds a model it trains"
-    _, _, dropped = native({"actor_infer": {"strategy_args": {"strategy_name": "vllm"}, "model_args": {"autocast_adapter_dtype": False}}}, "roll")
-    assert dropped["actor_infer.model_args.autocast_adapter_dtype"] == "read only where ROLL builds a model it trains"  # any strategy
+    _, _, engine = native({"actor_infer": {"strategy_args": {"strategy_name": "vllm"}, "model_args": {"autocast_adapter_dtype": False}}}, "roll")
+    assert engine["actor_infer.model_args.autocast_adapter_dtype"] == "read only where ROLL builds a model it trains"  # any strategy
     assert {k for k in dropped if k.startswith("reference.")} == {
         "reference.model_args.lora_target", "reference.model_args.lora_rank", "reference.model_args.autocast_adapter_dtype"}
     assert "the reference is not trained" in dropped["reference.model_args.lora_rank"]
